@@ -1,0 +1,105 @@
+"""Typed settings: every knob in one place, with its environment variable, default and meaning.
+
+``docs/configuration.md`` lists the same table; ``tests/test_docs.py`` checks they agree.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from streams.exceptions import ConfigError
+
+__all__ = ["Settings", "setting_docs"]
+
+
+def _setting(env: str, default: Any, doc: str) -> Any:
+    return field(default=default, metadata={"env": env, "doc": doc})
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Runtime configuration, read from the environment by :meth:`from_env`."""
+
+    home: Path = _setting("USL_HOME", Path(".usl"), "Directory holding all local state: indexes, broker data, pid files.")
+    bootstrap_servers: str | None = _setting(
+        "KAFKA_BOOTSTRAP_SERVERS", None,
+        "Existing Kafka cluster to use. Unset: the project starts its own single-node broker.",
+    )
+    topic_prefix: str = _setting("USL_TOPIC_PREFIX", "usl.", "Prefix of every topic name, so several deployments share a cluster.")
+    l1_partitions: int = _setting("USL_L1_PARTITIONS", 8, "Partitions of the L1 topic; each log owns one (fixed at topic creation).")
+    stream_partitions: int = _setting("USL_STREAM_PARTITIONS", 4, "Partitions of the redacted, tool-results and chunks topics.")
+    replication_factor: int = _setting("USL_REPLICATION_FACTOR", 1, "Replication factor of every topic the project creates.")
+    min_insync_replicas: int = _setting("USL_MIN_INSYNC_REPLICAS", 1, "min.insync.replicas of every topic the project creates.")
+    tick_every_seqs: int = _setting("USL_TICK_EVERY_SEQS", 64, "K: the redaction stage broadcasts a log-clock tick every K seqs of a log.")
+    idle_gap_seconds: float = _setting("USL_IDLE_GAP_SECONDS", 300.0, "G: an open turn idle for more than G seconds of log time is cut at the next tick.")
+    chunk_tokens: int = _setting("USL_CHUNK_TOKENS", 768, "Target chunk size in embedder tokens.")
+    chunk_overlap_tokens: int = _setting("USL_CHUNK_OVERLAP_TOKENS", 96, "Overlap between consecutive chunks of one unit, in tokens.")
+    text_engine: str = _setting("USL_TEXT_ENGINE", "tantivy", "Full-text engine of the text sink: tantivy or whoosh.")
+    embedder: str = _setting(
+        "USL_EMBEDDER", "wordllama",
+        "Embedder: wordllama, sentence-transformers:MODEL, or openai:MODEL (with USL_EMBEDDINGS_URL).",
+    )
+    embeddings_url: str | None = _setting("USL_EMBEDDINGS_URL", None, "Base URL of an OpenAI-compatible embeddings endpoint.")
+    embeddings_api_key: str | None = _setting("USL_EMBEDDINGS_API_KEY", None, "API key sent to the embeddings endpoint.")
+    sink_batch_size: int = _setting("USL_SINK_BATCH_SIZE", 512, "Chunks a sink buffers before it commits a new generation.")
+    sink_batch_seconds: float = _setting("USL_SINK_BATCH_SECONDS", 1.0, "Longest a sink waits before committing what it has buffered.")
+    vector_exact_max: int = _setting("USL_VECTOR_EXACT_MAX", 20000, "Vector segments above this many chunks get an approximate (HNSW) index.")
+    api_host: str = _setting("USL_API_HOST", "127.0.0.1", "Interface the planner API listens on.")
+    api_port: int = _setting("USL_API_PORT", 8765, "Port of the planner API.")
+    cursor_key: str | None = _setting(
+        "USL_CURSOR_KEY", None,
+        "HMAC key signing cursors. Unset: a random key is created once under USL_HOME.",
+    )
+    cursor_ttl_seconds: int = _setting("USL_CURSOR_TTL_SECONDS", 3600, "How long a cursor stays valid.")
+    acl_default: str = _setting(
+        "USL_DEFAULT_PRINCIPAL", "tenant:default/user:local",
+        "Principal used by the CLI when --as is not given.",
+    )
+    metrics_port: int = _setting("USL_METRICS_PORT", 0, "Port of a worker's /metrics (0 = choose a free port).")
+    kafka_version: str = _setting("USL_KAFKA_VERSION", "4.1.1", "Apache Kafka version the local broker runs.")
+    kafka_cache: Path = _setting(
+        "USL_KAFKA_CACHE", Path.home() / ".cache" / "usl",
+        "Where the local broker's jars are cached (outside the repository).",
+    )
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None, **overrides: Any) -> Settings:
+        """Read every setting from ``env`` (default ``os.environ``); ``overrides`` win."""
+        env = dict(os.environ if env is None else env)
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            raw = env.get(f.metadata["env"])
+            if raw is None or raw == "":
+                continue
+            values[f.name] = _parse(f.name, f.metadata["env"], raw, f.default)
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+    def topic(self, name: str) -> str:
+        return f"{self.topic_prefix}{name}"
+
+
+def _parse(name: str, env: str, raw: str, default: Any) -> Any:
+    try:
+        if isinstance(default, bool):
+            return raw.lower() in {"1", "true", "yes", "on"}
+        if isinstance(default, int):
+            return int(raw)
+        if isinstance(default, float):
+            return float(raw)
+        if isinstance(default, Path):
+            return Path(raw).expanduser()
+        return raw
+    except ValueError as exc:
+        raise ConfigError(f"{env}={raw!r} is not a valid value for {name}") from exc
+
+
+def setting_docs() -> list[tuple[str, str, str]]:
+    """(environment variable, default, meaning) for every setting, for docs and --help."""
+    rows = []
+    for f in fields(Settings):
+        rows.append((f.metadata["env"], repr(f.default), f.metadata["doc"]))
+    return rows
