@@ -1,0 +1,39 @@
+# The two commands of the README:
+#   make demo   install everything, start the local stack, ingest the sample sessions, search
+#   make test   install everything (incl. test tools), run the whole test suite against a real broker
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: install install-test-tools demo test lint bench down clean
+
+$(BIN)/usl: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e ".[test]"
+	@touch $(BIN)/usl
+
+install: $(BIN)/usl
+
+# Prometheus (metrics test) and Chromium (search page test) come from Debian's packages.
+install-test-tools:
+	@bash scripts/install-test-tools
+
+demo: install
+	@bash scripts/demo
+
+test: install install-test-tools
+	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+lint: install
+	$(BIN)/ruff check streams sinks planner deploy tests benchmarks
+	$(BIN)/mypy
+
+bench: install
+	@bash scripts/bench
+
+down:
+	$(BIN)/usl down
+
+clean:
+	rm -rf .usl

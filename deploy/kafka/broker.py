@@ -1,0 +1,242 @@
+"""The local single-node Apache Kafka broker (KRaft) that the project starts by itself.
+
+With no ``KAFKA_BOOTSTRAP_SERVERS``, ``usl up``, the test fixtures and ``.ci/run`` call
+:func:`ensure_broker`: it resolves the official broker jars from Maven Central with Maven
+(``pom.xml`` beside this file, ``dependency:copy-dependencies``), caches them outside the
+repository, formats KRaft storage under ``$USL_HOME/kafka`` on first use, starts the JVM on free
+loopback ports, and waits until the broker answers. :func:`stop_broker` stops it cleanly
+(SIGTERM, then SIGKILL after a grace period).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from streams.exceptions import BrokerError
+from streams.settings import Settings
+
+__all__ = ["BrokerInfo", "ensure_broker", "ensure_jars", "local_broker_status", "stop_broker"]
+
+_HERE = Path(__file__).resolve().parent
+_START_TIMEOUT_SECONDS = 90.0
+
+
+@dataclass(frozen=True)
+class BrokerInfo:
+    """A running local broker, as recorded in ``$USL_HOME/kafka/broker.json``."""
+
+    pid: int
+    bootstrap: str
+    controller_port: int
+    data_dir: str
+
+
+def _state_dir(settings: Settings) -> Path:
+    return Path(settings.home).resolve() / "kafka"
+
+
+def _jar_dir(settings: Settings) -> Path:
+    return Path(settings.kafka_cache).expanduser() / f"kafka-{settings.kafka_version}" / "libs"
+
+
+def ensure_jars(settings: Settings) -> Path:
+    """Resolve the broker jars with Maven once; later calls reuse the cache."""
+    libs = _jar_dir(settings)
+    marker = libs / ".complete"
+    if marker.exists():
+        return libs
+    if shutil.which("mvn") is None:
+        raise BrokerError("Maven (mvn) is needed once to fetch the Apache Kafka jars; install it or set KAFKA_BOOTSTRAP_SERVERS")
+    libs.mkdir(parents=True, exist_ok=True)
+    cmd = [
+        "mvn", "-q", "-B", "-f", str(_HERE / "pom.xml"), "dependency:copy-dependencies",
+        f"-DoutputDirectory={libs}", "-DincludeScope=runtime", f"-Dkafka.version={settings.kafka_version}",
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        tail = (proc.stdout + proc.stderr)[-2000:]
+        raise BrokerError(f"could not fetch the Kafka {settings.kafka_version} jars with Maven:\n{tail}")
+    marker.write_text(settings.kafka_version)
+    return libs
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child of ours still answers kill(0); ask /proc whether it is really running.
+    stat = Path(f"/proc/{pid}/stat")
+    if stat.exists():
+        return stat.read_text().split(")")[-1].split()[0] != "Z"
+    return True
+
+
+def _read_state(settings: Settings) -> dict | None:
+    path = _state_dir(settings) / "broker.json"
+    if not path.exists():
+        return None
+    try:
+        state: dict = json.loads(path.read_text())
+        return state
+    except (OSError, ValueError):
+        return None
+
+
+def local_broker_status(settings: Settings) -> BrokerInfo | None:
+    """The local broker if it is running, else None."""
+    state = _read_state(settings)
+    if not state or not state.get("pid") or not _pid_alive(int(state["pid"])):
+        return None
+    port = int(state["bootstrap"].rsplit(":", 1)[1])
+    if not _port_open(port):
+        return None
+    return BrokerInfo(int(state["pid"]), state["bootstrap"], int(state["controllerPort"]), state["dataDir"])
+
+
+def _server_properties(data_dir: Path, port: int, controller_port: int) -> str:
+    return "\n".join([
+        "process.roles=broker,controller",
+        "node.id=1",
+        f"controller.quorum.voters=1@127.0.0.1:{controller_port}",
+        f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+        f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}",
+        "controller.listener.names=CONTROLLER",
+        "inter.broker.listener.name=PLAINTEXT",
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        f"log.dirs={data_dir}",
+        "num.partitions=1",
+        "offsets.topic.replication.factor=1",
+        "offsets.topic.num.partitions=8",
+        "transaction.state.log.replication.factor=1",
+        "transaction.state.log.min.isr=1",
+        "group.initial.rebalance.delay.ms=0",
+        "auto.create.topics.enable=true",
+        # A single local node: nothing to gain from waiting on log flushes or long retention checks.
+        "log.retention.check.interval.ms=300000",
+        "log.segment.bytes=134217728",
+        "",
+    ])
+
+
+def ensure_broker(settings: Settings) -> str:
+    """Bootstrap servers to use: the configured cluster, or the local broker (started if needed)."""
+    if settings.bootstrap_servers:
+        return settings.bootstrap_servers
+    running = local_broker_status(settings)
+    if running:
+        return running.bootstrap
+    return _start(settings).bootstrap
+
+
+def _start(settings: Settings) -> BrokerInfo:
+    if shutil.which("java") is None:
+        raise BrokerError("Java 17+ is needed to run the local Kafka broker; install a JDK or set KAFKA_BOOTSTRAP_SERVERS")
+    libs = ensure_jars(settings)
+    state_dir = _state_dir(settings)
+    data_dir = state_dir / "data"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    previous = _read_state(settings) or {}
+    # Reuse the previous ports when free, so a restarted broker keeps its address.
+    port = int(previous.get("bootstrap", ":0").rsplit(":", 1)[1] or 0)
+    controller_port = int(previous.get("controllerPort", 0))
+    if not port or _port_open(port):
+        port = _free_port()
+    if not controller_port or _port_open(controller_port) or controller_port == port:
+        controller_port = _free_port()
+        while controller_port == port:
+            controller_port = _free_port()
+    props = state_dir / "server.properties"
+    props.write_text(_server_properties(data_dir, port, controller_port))
+    classpath = f"{libs}/*"
+    java_opts = [
+        "-Xms256m", "-Xmx768m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=50",
+        f"-Dlog4j2.configurationFile={_HERE / 'log4j2.properties'}",
+        "-Djava.awt.headless=true",
+    ]
+    if not (data_dir / "meta.properties").exists():
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        fmt = subprocess.run(
+            ["java", *java_opts, "-cp", classpath, "kafka.tools.StorageTool", "format",
+             "-t", cluster_id, "-c", str(props), "--ignore-formatted"],
+            capture_output=True, text=True, check=False,
+        )
+        if fmt.returncode != 0:
+            raise BrokerError(f"formatting KRaft storage failed:\n{(fmt.stdout + fmt.stderr)[-2000:]}")
+    log = (state_dir / "broker.log").open("ab")
+    proc = subprocess.Popen(
+        ["java", *java_opts, "-cp", classpath, "kafka.Kafka", str(props)],
+        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+    )
+    bootstrap = f"127.0.0.1:{port}"
+    info = BrokerInfo(proc.pid, bootstrap, controller_port, str(data_dir))
+    (state_dir / "broker.json").write_text(json.dumps(
+        {"pid": proc.pid, "bootstrap": bootstrap, "controllerPort": controller_port, "dataDir": str(data_dir)}
+    ))
+    _wait_ready(proc, bootstrap, state_dir / "broker.log")
+    return info
+
+
+def _wait_ready(proc: subprocess.Popen[bytes], bootstrap: str, log_path: Path) -> None:
+    from kafka import KafkaAdminClient
+
+    deadline = time.monotonic() + _START_TIMEOUT_SECONDS
+    port = int(bootstrap.rsplit(":", 1)[1])
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            tail = log_path.read_text(errors="replace")[-3000:]
+            raise BrokerError(f"the local Kafka broker exited with code {proc.returncode}:\n{tail}")
+        if _port_open(port):
+            try:
+                admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000)
+                admin.list_topics()
+                admin.close()
+                return
+            except Exception as exc:  # the broker may accept connections before it serves metadata
+                last_error = exc
+        time.sleep(0.3)
+    raise BrokerError(f"the local Kafka broker did not become ready in {_START_TIMEOUT_SECONDS:.0f}s: {last_error}")
+
+
+def stop_broker(settings: Settings, *, grace_seconds: float = 30.0) -> bool:
+    """Stop the local broker cleanly; True if one was running."""
+    state = _read_state(settings)
+    if not state or not _pid_alive(int(state.get("pid", 0))):
+        return False
+    pid = int(state["pid"])
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_seconds
+    while time.monotonic() < deadline and _pid_alive(pid):
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        time.sleep(0.2)
+    if _pid_alive(pid):
+        os.kill(pid, signal.SIGKILL)
+    return True

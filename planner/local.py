@@ -1,0 +1,92 @@
+"""In-process full-text matching and ranking, for texts no index holds.
+
+The tail scan's provisional chunks, trimmed straddling chunks and tail tool results exist only
+for one query, so they are ranked here with the same query semantics as the text index
+(``sinks.text.base.parse_query``: words OR-ed, ``"quoted phrases"``, lowercased runs of letters
+and digits, tokens of 40 bytes or more dropped) and BM25 (k1 = 1.2, b = 0.75) over the
+provisional documents themselves. Those scores are not comparable with the index's (another
+corpus, other statistics), which is why the planner fuses them as their own ranked list.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Sequence
+
+from sinks.text.base import MAX_TOKEN_BYTES, QueryClauses, parse_query
+
+__all__ = ["analyze", "clauses_of", "matches", "rank_texts"]
+
+_WORD = re.compile(r"[^\W_]+")
+_K1 = 1.2
+_B = 0.75
+
+
+def analyze(text: str) -> list[str]:
+    """The terms of ``text`` as the text index sees them."""
+    return [token for token in _WORD.findall(text.lower())
+            if len(token.encode("utf-8")) < MAX_TOKEN_BYTES]
+
+
+def clauses_of(query: str) -> QueryClauses:
+    """The parsed query (terms and phrases)."""
+    return parse_query(query, analyze)
+
+
+def matches(clauses: QueryClauses, text: str) -> bool:
+    """Whether ``text`` matches at least one term or phrase of the query."""
+    tokens = analyze(text)
+    present = set(tokens)
+    if any(term in present for term in clauses.terms):
+        return True
+    return any(_phrase_count(tokens, phrase) for phrase in clauses.phrases)
+
+
+def rank_texts(clauses: QueryClauses, docs: Sequence[tuple[str, str]]) -> list[tuple[str, float]]:
+    """``(id, score)`` of the matching ``(id, text)`` docs: BM25 desc, then id asc."""
+    if not docs or not clauses:
+        return []
+    analyzed = [(doc_id, analyze(text)) for doc_id, text in docs]
+    count = len(analyzed)
+    average = sum(len(tokens) for _, tokens in analyzed) / count or 1.0
+    frequencies = [Counter(tokens) for _, tokens in analyzed]
+    phrase_hits = [[_phrase_count(tokens, phrase) for phrase in clauses.phrases]
+                   for _, tokens in analyzed]
+    document_frequency = {term: sum(1 for tf in frequencies if tf[term]) for term in clauses.terms}
+    phrase_frequency = [sum(1 for hits in phrase_hits if hits[i]) for i in range(len(clauses.phrases))]
+
+    def idf(df: int) -> float:
+        return math.log(1 + (count - df + 0.5) / (df + 0.5))
+
+    def weight(tf: int, length: int) -> float:
+        return tf * (_K1 + 1) / (tf + _K1 * (1 - _B + _B * length / average))
+
+    scored: list[tuple[str, float]] = []
+    for (doc_id, tokens), tf, hits in zip(analyzed, frequencies, phrase_hits, strict=True):
+        score = 0.0
+        matched = False
+        for term in clauses.terms:
+            if tf[term]:
+                matched = True
+                score += idf(document_frequency[term]) * weight(tf[term], len(tokens))
+        for position, phrase_count in enumerate(hits):
+            if phrase_count:
+                matched = True
+                # A phrase weighs like one rare term per word it spans.
+                score += len(clauses.phrases[position]) * idf(phrase_frequency[position]) \
+                    * weight(phrase_count, len(tokens))
+        if matched:
+            scored.append((doc_id, score))
+    scored.sort(key=lambda item: (-item[1], item[0]))
+    return scored
+
+
+def _phrase_count(tokens: Sequence[str], phrase: Sequence[str]) -> int:
+    size = len(phrase)
+    if size == 0 or size > len(tokens):
+        return 0
+    first = phrase[0]
+    return sum(1 for i in range(len(tokens) - size + 1)
+               if tokens[i] == first and list(tokens[i:i + size]) == list(phrase))

@@ -1,0 +1,231 @@
+"""The search request: one validated, normalized form shared by the HTTP API, the CLI and tests.
+
+:func:`parse_request` turns the JSON body of ``POST /v1/search`` (or the CLI's options) into a
+:class:`SearchRequest`, or raises :class:`~planner.exceptions.QueryError` naming the field
+and what to send instead. Nothing downstream re-checks types.
+
+Body fields (all but ``query`` optional)::
+
+    {"query": "retry budget", "log": "default", "freshness": "indexed|latest|wait:S",
+     "k": 10, "explain": false, "cursor": null, "mode": "hybrid|text|vector",
+     "filters": {"sessionId", "runId", "turnId", "toolName", "status", "role",
+                 "timeFrom", "timeTo"},
+     "toolResults": false}
+
+A filter value is a string or a list of strings (any of them matches); ``timeFrom`` and
+``timeTo`` are RFC 3339 times bounding the hit's event time (inclusive).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from planner.cursors import query_hash
+from planner.exceptions import QueryError
+from planner.snapshot import Freshness, parse_freshness
+from streams.asp import parse_time
+
+__all__ = [
+    "FILTER_FIELDS",
+    "MAX_K",
+    "MAX_QUERY_CHARS",
+    "MODES",
+    "Filters",
+    "SearchRequest",
+    "parse_request",
+]
+
+MODES = ("hybrid", "text", "vector")
+MAX_K = 100
+MAX_QUERY_CHARS = 2000
+# Filter name in the request -> structured-reader keyword.
+FILTER_FIELDS = {
+    "sessionId": "session_ids",
+    "runId": "run_ids",
+    "turnId": "turn_ids",
+    "toolName": "tool_names",
+    "status": "statuses",
+    "role": "roles",
+}
+_TIME_FIELDS = ("timeFrom", "timeTo")
+_FIELDS = frozenset({"query", "log", "freshness", "k", "explain", "cursor", "mode", "filters",
+                     "toolResults", "json"})
+_LOG = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+_MAX_FILTER_VALUES = 1000
+
+
+@dataclass(frozen=True)
+class Filters:
+    """Structured filters: every given field must match (values of one field are OR-ed)."""
+
+    values: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    time_from: float | None = None
+    time_to: float | None = None
+    time_text: dict[str, str] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.values) or self.time_from is not None or self.time_to is not None
+
+    def reader_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of ``StructuredReader.filter_chunk_ids`` for these filters."""
+        kwargs: dict[str, Any] = {FILTER_FIELDS[name]: list(values)
+                                  for name, values in self.values.items()}
+        if self.time_from is not None:
+            kwargs["time_from"] = self.time_from
+        if self.time_to is not None:
+            kwargs["time_to"] = self.time_to
+        return kwargs
+
+    def to_json(self) -> dict[str, Any]:
+        body: dict[str, Any] = {name: list(values) for name, values in sorted(self.values.items())}
+        body.update(sorted(self.time_text.items()))
+        return body
+
+
+@dataclass(frozen=True)
+class SearchRequest:
+    """A validated search request."""
+
+    query: str
+    log: str = "default"
+    freshness: Freshness = Freshness("indexed")
+    k: int = 10
+    explain: bool = False
+    cursor: str | None = None
+    mode: str = "hybrid"
+    filters: Filters = Filters()
+    tool_results: bool = False
+
+    @property
+    def required_kinds(self) -> tuple[str, ...]:
+        """Index kinds this query reads. ``structured`` always: it holds each chunk's text,
+        evidence and session access list."""
+        kinds = {"structured"}
+        if self.mode in ("hybrid", "text"):
+            kinds.add("text")
+        if self.mode in ("hybrid", "vector"):
+            kinds.add("vector")
+        if self.tool_results:
+            kinds.add("toolresults")
+        return tuple(sorted(kinds))
+
+    def defining(self) -> dict[str, Any]:
+        """The query-defining fields in normalized form (what a cursor's query hash covers)."""
+        return {
+            "query": self.query,
+            "log": self.log,
+            "freshness": str(self.freshness),
+            "mode": self.mode,
+            "filters": self.filters.to_json() or None,
+            "toolResults": self.tool_results or None,
+        }
+
+    def query_hash(self) -> str:
+        return query_hash(self.defining())
+
+
+def parse_request(body: Any) -> SearchRequest:
+    """Validate a request body; a :class:`QueryError` names the first bad field."""
+    if not isinstance(body, Mapping):
+        raise QueryError("the request body must be a JSON object",
+                         hint='Send e.g. {"query": "retry budget", "k": 10}.')
+    unknown = sorted(set(body) - _FIELDS)
+    if unknown:
+        raise QueryError(f"unknown field(s): {', '.join(map(str, unknown))}",
+                         hint="Known fields: " + ", ".join(sorted(_FIELDS - {"json"})) + ".")
+    query = body.get("query")
+    if not isinstance(query, str):
+        raise QueryError("field 'query' is required and must be a string",
+                         hint='Send e.g. {"query": "retry budget"}.')
+    query = query.strip()
+    if not query:
+        raise QueryError("the query is empty", hint="Give at least one word to search for.")
+    if len(query) > MAX_QUERY_CHARS:
+        raise QueryError(f"the query is longer than {MAX_QUERY_CHARS} characters")
+    log = _optional(body, "log", str, "default")
+    if not _LOG.fullmatch(log):
+        raise QueryError(f"field 'log' {log!r} is not a log name",
+                         hint="Log names are letters, digits, '.', '_' and '-'.")
+    freshness = parse_freshness(_optional(body, "freshness", str, "indexed"))
+    k = _optional(body, "k", int, 10)
+    if not 1 <= k <= MAX_K:
+        raise QueryError(f"field 'k' must be between 1 and {MAX_K}, not {k}")
+    explain = _optional(body, "explain", bool, False)
+    cursor = _optional(body, "cursor", str, None)
+    if cursor is not None and not cursor:
+        cursor = None
+    mode = _optional(body, "mode", str, "hybrid").strip().lower()
+    if mode not in MODES:
+        raise QueryError(f"unknown mode {mode!r}", hint="Use hybrid, text or vector.")
+    tool_results = _optional(body, "toolResults", bool, False)
+    filters = _filters(body.get("filters"))
+    return SearchRequest(query=query, log=log, freshness=freshness, k=k, explain=explain,
+                         cursor=cursor, mode=mode, filters=filters, tool_results=tool_results)
+
+
+def _optional(body: Mapping[str, Any], name: str, kind: type, default: Any) -> Any:
+    value = body.get(name)
+    if value is None:
+        return default
+    # bool is an int subclass: k=true must not pass as k=1.
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise QueryError(f"field {name!r} must be {_TYPE_NAMES[kind]}, not {_json_type(value)}")
+    return value
+
+
+_TYPE_NAMES = {str: "a string", int: "an integer", bool: "true or false"}
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return "null" if value is None else type(value).__name__
+
+
+def _filters(raw: Any) -> Filters:
+    if raw is None:
+        return Filters()
+    if not isinstance(raw, Mapping):
+        raise QueryError(f"field 'filters' must be an object, not {_json_type(raw)}")
+    known = set(FILTER_FIELDS) | set(_TIME_FIELDS)
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise QueryError(f"unknown filter(s): {', '.join(map(str, unknown))}",
+                         hint="Known filters: " + ", ".join(sorted(known)) + ".")
+    values: dict[str, tuple[str, ...]] = {}
+    for name in FILTER_FIELDS:
+        value = raw.get(name)
+        if value is None:
+            continue
+        items = [value] if isinstance(value, str) else value
+        if (not isinstance(items, list) or not items or len(items) > _MAX_FILTER_VALUES
+                or not all(isinstance(item, str) and item for item in items)):
+            raise QueryError(f"filter {name!r} must be a non-empty string or a list of them")
+        values[name] = tuple(sorted(set(items)))
+    times: dict[str, float] = {}
+    texts: dict[str, str] = {}
+    for name in _TIME_FIELDS:
+        value = raw.get(name)
+        if value is None:
+            continue
+        try:
+            times[name] = parse_time(value).timestamp()
+        except (ValueError, TypeError):
+            raise QueryError(f"filter {name!r} must be an RFC 3339 time with an offset",
+                             hint="For example 2026-01-31T12:00:00Z.") from None
+        texts[name] = value
+    if "timeFrom" in times and "timeTo" in times and times["timeFrom"] > times["timeTo"]:
+        raise QueryError("filter 'timeFrom' is after 'timeTo'")
+    return Filters(values=values, time_from=times.get("timeFrom"), time_to=times.get("timeTo"),
+                   time_text=texts)

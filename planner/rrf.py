@@ -1,0 +1,178 @@
+"""Reciprocal rank fusion of the text, vector and tool-results rankings, with a total order.
+
+``rrfScore(d) = sum over sources of 1 / (k + rank_source(d))`` with ``k = 60`` (SPEC §7).
+Hits are ordered by:
+
+1. rrfScore, descending;
+2. best (lowest) rank the hit has in any source, ascending;
+3. event time, descending: newer first. Among hits the fusion cannot tell apart, an agent
+   user nearly always wants the most recent session activity;
+4. chunkId, ascending (code-point order), which makes the order total.
+
+Float equality is avoided on purpose. The score is summed as an exact
+:class:`fractions.Fraction`, so the order does not depend on the order the source lists
+arrive in (float addition is not associative), and a cursor carries the score as the exact
+string ``"numerator/denominator"``. The event time is carried as the float itself, which
+JSON round-trips bit for bit (``repr`` is shortest-round-trip). A sort key decoded from a
+cursor therefore compares exactly as it did when the page was served.
+
+Callers must remove hits the principal cannot read *before* fusing: a rank is the position
+in the list as given, so filtering afterwards would let rank gaps reveal hidden entities.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any, NamedTuple
+
+from planner.exceptions import CursorError
+
+__all__ = [
+    "DEFAULT_K",
+    "FusedHit",
+    "RankedList",
+    "SortKey",
+    "after",
+    "decode_sort_key",
+    "encode_sort_key",
+    "fuse",
+    "sort_key",
+    "truncation",
+]
+
+DEFAULT_K = 60
+
+
+@dataclass(frozen=True)
+class RankedList:
+    """One source's ranking: ``ids[0]`` has rank 1.
+
+    ``window`` is how many candidates were asked of the source; ``truncated`` says the source
+    had more matches than the window, which explain output must disclose.
+    """
+
+    source: str
+    ids: Sequence[str]
+    window: int
+    truncated: bool = False
+
+    def __post_init__(self) -> None:
+        if self.window < 0 or len(self.ids) > self.window:
+            raise ValueError(
+                f"{self.source}: {len(self.ids)} ids do not fit a window of {self.window}"
+            )
+
+
+@dataclass(frozen=True)
+class FusedHit:
+    """A chunk with its fused score and the per-source components that explain it."""
+
+    chunk_id: str
+    rrf: float
+    components: dict[str, dict[str, Any]]
+    best_rank: int
+    event_time: float
+    rrf_exact: Fraction = field(repr=False)
+
+
+class SortKey(NamedTuple):
+    """Ascending tuple order of this key is the result order; every field compares exactly."""
+
+    neg_rrf: Fraction
+    best_rank: int
+    neg_event_time: float
+    chunk_id: str
+
+
+def fuse(
+    lists: Sequence[RankedList],
+    *,
+    k: int = DEFAULT_K,
+    event_time: Mapping[str, float],
+) -> list[FusedHit]:
+    """Fuse rankings into hits in the documented total order.
+
+    An id repeated inside one list keeps its first (best) rank. Every fused id needs a finite
+    ``event_time``; a missing one is a caller bug and raises ``ValueError``.
+    """
+    if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+        raise ValueError(f"k must be a non-negative integer, not {k!r}")
+    sources = [ranked.source for ranked in lists]
+    if len(set(sources)) != len(sources):
+        raise ValueError(f"each source may be fused once, got {sources}")
+    ranks: dict[str, dict[str, int]] = {}
+    for ranked in lists:
+        for position, chunk_id in enumerate(ranked.ids, start=1):
+            ranks.setdefault(chunk_id, {}).setdefault(ranked.source, position)
+    hits = []
+    for chunk_id, by_source in ranks.items():
+        when = event_time.get(chunk_id)
+        if when is None or not math.isfinite(when):
+            raise ValueError(f"chunk {chunk_id} has no finite event time")
+        exact = sum((Fraction(1, k + rank) for rank in by_source.values()), Fraction(0))
+        components = {
+            source: {"rank": rank, "contribution": 1 / (k + rank)}
+            for source, rank in sorted(by_source.items())
+        }
+        hits.append(FusedHit(
+            chunk_id=chunk_id, rrf=float(exact), components=components,
+            best_rank=min(by_source.values()), event_time=float(when), rrf_exact=exact,
+        ))
+    hits.sort(key=sort_key)
+    return hits
+
+
+def sort_key(hit: FusedHit) -> SortKey:
+    """The key whose ascending order is the result order; total because chunk ids are unique."""
+    return SortKey(-hit.rrf_exact, hit.best_rank, -hit.event_time, hit.chunk_id)
+
+
+def after(hits: Sequence[FusedHit], key: SortKey) -> list[FusedHit]:
+    """The hits of a :func:`fuse` result that come strictly after ``key``.
+
+    Over the same pinned snapshot and readable set, concatenated pages equal the one-shot
+    list. ``key`` need not belong to any hit in ``hits``: if sessions were revoked since the
+    previous page, the remaining hits only move up (ranks are recomputed without the revoked
+    ones), so no hit already served repeats; an unserved hit that moved above the key is
+    skipped, the price of never letting ranks reveal what the caller cannot see.
+    """
+    return list(hits[bisect_right(hits, key, key=sort_key):])
+
+
+def encode_sort_key(key: SortKey) -> list[Any]:
+    """JSON form of a sort key: ``["num/den", bestRank, eventTime, chunkId]``."""
+    score = -key.neg_rrf
+    return [f"{score.numerator}/{score.denominator}", key.best_rank, -key.neg_event_time,
+            key.chunk_id]
+
+
+def decode_sort_key(value: Any) -> SortKey:
+    """Inverse of :func:`encode_sort_key`; a malformed value raises :class:`CursorError`."""
+    try:
+        score_text, best_rank, when, chunk_id = value
+        numerator, _, denominator = score_text.partition("/")
+        score = Fraction(int(numerator), int(denominator))
+        valid = (
+            isinstance(best_rank, int) and not isinstance(best_rank, bool) and best_rank >= 1
+            and isinstance(when, int | float) and not isinstance(when, bool)
+            and math.isfinite(when) and isinstance(chunk_id, str)
+        )
+    except (TypeError, ValueError, AttributeError, ZeroDivisionError):
+        valid = False
+    if not valid:
+        raise CursorError("the cursor's sort key is malformed",
+                          hint="Run the query again without a cursor.")
+    return SortKey(-score, best_rank, -float(when), chunk_id)
+
+
+def truncation(lists: Sequence[RankedList]) -> dict[str, dict[str, Any]]:
+    """Per source: window asked, ids returned and whether the source was cut (for explain)."""
+    return {
+        ranked.source: {"window": ranked.window, "returned": len(ranked.ids),
+                        "truncated": ranked.truncated}
+        for ranked in lists
+    }

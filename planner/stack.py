@@ -1,0 +1,94 @@
+"""The local stack behind ``usl up`` / ``usl down``: worker, sinks and API as child processes.
+
+Each process is started in its own session with its log under ``$USL_HOME/logs`` and a pid file
+under ``$USL_HOME/run``, so ``usl down`` (or a later ``usl up``) can find and stop it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from streams.settings import Settings
+
+__all__ = ["running", "start_process", "stop_process", "stop_stack"]
+
+STACK = ("worker", "sinks", "api")
+
+
+def _run_dir(settings: Settings) -> Path:
+    path = Path(settings.home).resolve() / "run"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    stat = Path(f"/proc/{pid}/stat")
+    return not stat.exists() or stat.read_text().split(")")[-1].split()[0] != "Z"
+
+
+def running(settings: Settings) -> dict[str, int]:
+    """Name → pid of every stack process that is alive."""
+    alive: dict[str, int] = {}
+    for pid_file in sorted(_run_dir(settings).glob("*.pid")):
+        try:
+            pid = int(json.loads(pid_file.read_text())["pid"])
+        except (OSError, ValueError, KeyError):
+            continue
+        if _alive(pid):
+            alive[pid_file.stem] = pid
+        else:
+            pid_file.unlink(missing_ok=True)
+    return alive
+
+
+def start_process(settings: Settings, name: str, args: list[str], env: dict[str, str] | None = None) -> int:
+    """Start ``usl ARGS`` detached; return its pid."""
+    logs = Path(settings.home).resolve() / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    log = (logs / f"{name}.log").open("ab")
+    cmd = [sys.executable, "-m", "planner", *args]
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            start_new_session=True, env={**os.environ, **(env or {})})
+    (_run_dir(settings) / f"{name}.pid").write_text(json.dumps({"pid": proc.pid, "cmd": cmd}))
+    return proc.pid
+
+
+def stop_process(pid: int, *, grace_seconds: float = 20.0) -> None:
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + grace_seconds
+    while time.monotonic() < deadline and _alive(pid):
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        time.sleep(0.2)
+    if _alive(pid):
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def stop_stack(settings: Settings) -> list[str]:
+    """Stop every stack process; return the names stopped."""
+    stopped = []
+    for name, pid in running(settings).items():
+        stop_process(pid)
+        (_run_dir(settings) / f"{name}.pid").unlink(missing_ok=True)
+        stopped.append(name)
+    return stopped

@@ -1,0 +1,119 @@
+"""``usl status`` and ``GET /v1/status``: committed L1 seq per log and, per index, its
+generation, watermark, lag (seqs and seconds), last commit and a one-line verdict."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from kafka import KafkaConsumer, TopicPartition
+from rich.console import Console
+from rich.table import Table
+
+from sinks.watermarks import read_watermarks
+from streams.l1 import L1Reader
+from streams.settings import Settings
+from streams.topics import Topics
+
+__all__ = ["INDEX_KINDS", "build_status", "collect_status", "render_status"]
+
+INDEX_KINDS = ("text", "vector", "structured", "analytics", "toolresults")
+
+
+def _append_times(bootstrap: str, settings: Settings, partition_of: dict[str, int],
+                  wanted: dict[str, set[int]]) -> dict[tuple[str, int], float]:
+    """Append time (broker timestamp, seconds) of the L1 record at each wanted seq."""
+    found: dict[tuple[str, int], float] = {}
+    if not any(wanted.values()):
+        return found
+    topic = Topics.from_settings(settings).l1
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                             isolation_level="read_committed")
+    try:
+        for log_id, seqs in wanted.items():
+            if log_id not in partition_of:
+                continue
+            tp = TopicPartition(topic, partition_of[log_id])
+            consumer.assign([tp])
+            for seq in sorted(seqs):
+                consumer.seek(tp, seq - 1)
+                batch = consumer.poll(timeout_ms=2000, max_records=1)
+                records = batch.get(tp, [])
+                if records:
+                    found[(log_id, seq)] = records[0].timestamp / 1000.0
+    finally:
+        consumer.close()
+    return found
+
+
+def build_status(l1_seqs: dict[str, int], watermarks: dict[tuple[str, str], dict[str, Any]],
+                 append_time: dict[tuple[str, int], float], *, now: float) -> dict[str, Any]:
+    """The status document (pure, so the API and CLI agree and tests can call it)."""
+    logs: dict[str, Any] = {}
+    log_ids = sorted(set(l1_seqs) | {log for log, _ in watermarks})
+    for log_id in log_ids:
+        l1_seq = l1_seqs.get(log_id, 0)
+        indexes: dict[str, Any] = {}
+        for kind in INDEX_KINDS:
+            wm = watermarks.get((log_id, kind))
+            if wm is None:
+                indexes[kind] = {"generationId": None, "builtThroughSeq": None, "lagSeqs": l1_seq,
+                                 "lagSeconds": None, "lastCommit": None, "line": None,
+                                 "verdict": "missing: no generation committed yet"}
+                continue
+            through = int(wm["builtThroughSeq"])
+            lag = max(l1_seq - through, 0)
+            oldest = append_time.get((log_id, through + 1)) if lag else None
+            lag_seconds = 0.0 if lag == 0 else (round(max(now - oldest, 0.0), 3) if oldest else None)
+            if lag == 0:
+                verdict = "ok: caught up with L1"
+            elif lag_seconds is not None and lag_seconds > 60:
+                verdict = f"behind: {lag} seqs, oldest unindexed event appended {lag_seconds:.0f}s ago"
+            else:
+                verdict = f"catching up: {lag} seqs behind"
+            indexes[kind] = {
+                "generationId": wm["generationId"], "builtThroughSeq": through, "lagSeqs": lag,
+                "lagSeconds": lag_seconds, "lastCommit": wm.get("committedAt"), "line": wm.get("line", "live"),
+                "verdict": verdict,
+            }
+        logs[log_id] = {"l1CommittedSeq": l1_seq, "indexes": indexes}
+    return {"logs": logs, "generatedAt": now}
+
+
+def collect_status(settings: Settings, bootstrap: str, *, log_id: str | None = None) -> dict[str, Any]:
+    reader = L1Reader(bootstrap, settings)
+    try:
+        l1_seqs = reader.committed_seqs()
+        partition_of = reader.registry.logs
+    finally:
+        reader.close()
+    watermarks = read_watermarks(bootstrap, settings)
+    if log_id is not None:
+        l1_seqs = {log_id: l1_seqs.get(log_id, 0)}
+        watermarks = {k: v for k, v in watermarks.items() if k[0] == log_id}
+    wanted: dict[str, set[int]] = {}
+    for (log, _kind), wm in watermarks.items():
+        if l1_seqs.get(log, 0) > int(wm["builtThroughSeq"]):
+            wanted.setdefault(log, set()).add(int(wm["builtThroughSeq"]) + 1)
+    times = _append_times(bootstrap, settings, partition_of, wanted)
+    report = build_status(l1_seqs, watermarks, times, now=time.time())
+    report["bootstrap"] = bootstrap
+    return report
+
+
+def render_status(report: dict[str, Any], console: Console) -> None:
+    if not report["logs"]:
+        console.print("no logs yet: ingest something with `usl ingest PATH`")
+        return
+    for log_id, entry in report["logs"].items():
+        table = Table(title=f"log {log_id!r} — L1 committed seq {entry['l1CommittedSeq']}", title_justify="left")
+        for column in ("index", "generation", "builtThroughSeq", "lag (seqs)", "lag (s)", "last commit", "verdict"):
+            table.add_column(column)
+        for kind, idx in entry["indexes"].items():
+            last = idx["lastCommit"]
+            last_text = time.strftime("%H:%M:%S", time.localtime(last)) if last else "-"
+            table.add_row(kind, str(idx["generationId"] if idx["generationId"] is not None else "-"),
+                          str(idx["builtThroughSeq"] if idx["builtThroughSeq"] is not None else "-"),
+                          str(idx["lagSeqs"]), "-" if idx["lagSeconds"] is None else f"{idx['lagSeconds']:.1f}",
+                          last_text, idx["verdict"])
+        console.print(table)

@@ -1,0 +1,751 @@
+"""Immutable index generations: manifests, the atomic CURRENT switch, pins and GC.
+
+A generation is a directory of files that never change once committed, plus the
+``manifest.json`` that lists them with their SHA-256. Every sink (text, vector, structured,
+analytics, tool results) writes its index as a sequence of generations, so a reader always
+sees one complete, verified state and a crash never leaves a half-written index visible.
+
+Layout (``root`` is usually ``$USL_HOME/indexes``)::
+
+    <root>/<logId>/<kind>/ACTIVE                      name of the live line ("live" if absent)
+    <root>/<logId>/<kind>/<line>/CURRENT              id of the line's current generation
+    <root>/<logId>/<kind>/<line>/gen-00000012/        the generation's files + manifest.json
+    <root>/<logId>/<kind>/<line>/pins/*.pin           readers' pins (JSON, with an expiry)
+    <root>/<logId>/<kind>/<line>/.staging-gen-...     the generation being written (one writer)
+    <root>/<logId>/<kind>/<line>/.writer.lock         flock held by the line's writer
+
+A new generation reuses the files of the previous one by hard-linking them (:func:`clone_into`),
+so deleting an old generation directory never breaks a newer one. ``SegmentRef.path`` is
+relative to the generation directory, with ``/`` separators.
+
+Commit protocol (:meth:`GenerationStore.commit`): hash and fsync the new files, write
+``manifest.json``, rename the staging directory to ``gen-<id>``, verify it, then replace
+``CURRENT`` atomically (temp file, fsync, ``os.replace``, fsync of the directory). A crash at
+any point leaves ``CURRENT`` on the previous, complete generation; the next :meth:`begin`
+removes the leftovers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import fnmatch
+import hashlib
+import json
+import os
+import re
+import shutil
+import socket
+import stat
+import time
+import uuid
+from collections.abc import Collection, Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from sinks.exceptions import (
+    GenerationError,
+    GenerationLockedError,
+    ManifestVerificationError,
+)
+
+__all__ = [
+    "ACTIVE_FILE",
+    "CURRENT_FILE",
+    "DEFAULT_LINE",
+    "MANIFEST_FILE",
+    "GenerationStore",
+    "Manifest",
+    "Pin",
+    "SegmentRef",
+    "clone_into",
+    "read_current",
+]
+
+DEFAULT_LINE = "live"
+ACTIVE_FILE = "ACTIVE"
+CURRENT_FILE = "CURRENT"
+MANIFEST_FILE = "manifest.json"
+_PINS_DIR = "pins"
+_LOCK_FILE = ".writer.lock"
+_STAGING_PREFIX = ".staging-gen-"
+_TRASH_PREFIX = ".trash-gen-"
+_GEN_RE = re.compile(r"^gen-(\d{8,})$")
+_LINE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+# A trash directory older than this was left by a GC that crashed; younger ones may belong to
+# a GC that is about to rename it back because a reader pinned it meanwhile.
+_TRASH_GRACE_SECONDS = 300.0
+_HASH_BLOCK = 1 << 20
+
+
+@dataclass(frozen=True)
+class SegmentRef:
+    """One immutable file of a generation: path relative to the generation dir, hash, size."""
+
+    path: str
+    sha256: str
+    bytes: int
+    rows: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "sha256": self.sha256, "bytes": self.bytes, "rows": self.rows}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SegmentRef:
+        return cls(
+            path=str(data["path"]),
+            sha256=str(data["sha256"]),
+            bytes=int(data["bytes"]),
+            rows=None if data.get("rows") is None else int(data["rows"]),
+        )
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """What a generation is: its identity, what it was built from, and its files.
+
+    ``source_offsets`` maps topic → partition → next offset to read, so a sink resumes exactly
+    where its current generation ends; ``progress`` maps chunks-topic partition → the last
+    progress-marker seq consumed. :meth:`GenerationStore.commit` fills in ``line``,
+    ``generation_id``, ``parent_generation_id``, ``segments`` and ``created_at``.
+    """
+
+    kind: str
+    log_id: str
+    line: str
+    generation_id: int
+    built_through_seq: int
+    schema_version: str
+    asp_version: str
+    chunker: dict[str, Any]
+    embedding: dict[str, Any] | None
+    redaction_policy_hash: str
+    segments: tuple[SegmentRef, ...] = ()
+    source_offsets: dict[str, dict[int, int]] = field(default_factory=dict)
+    progress: dict[int, int] = field(default_factory=dict)
+    chunk_count: int = 0
+    parent_generation_id: int | None = None
+    created_at: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """The manifest as a JSON-ready dict with camelCase keys (integer keys as strings)."""
+        return {
+            "kind": self.kind,
+            "logId": self.log_id,
+            "line": self.line,
+            "generationId": self.generation_id,
+            "builtThroughSeq": self.built_through_seq,
+            "schemaVersion": self.schema_version,
+            "aspVersion": self.asp_version,
+            "chunker": self.chunker,
+            "embedding": self.embedding,
+            "redactionPolicyHash": self.redaction_policy_hash,
+            "segments": [s.to_json() for s in self.segments],
+            "sourceOffsets": {
+                topic: {str(p): int(o) for p, o in sorted(parts.items())}
+                for topic, parts in sorted(self.source_offsets.items())
+            },
+            "progress": {str(p): int(s) for p, s in sorted(self.progress.items())},
+            "chunkCount": self.chunk_count,
+            "parentGenerationId": self.parent_generation_id,
+            "createdAt": self.created_at,
+            "extra": self.extra,
+        }
+
+    def dumps(self) -> str:
+        """Canonical JSON text, as written to ``manifest.json``."""
+        return json.dumps(self.to_json(), sort_keys=True, indent=1, ensure_ascii=False) + "\n"
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | str | bytes) -> Manifest:
+        """Parse :meth:`to_json` output (a dict, or its JSON text)."""
+        try:
+            obj = json.loads(data) if isinstance(data, str | bytes) else data
+            parent = obj.get("parentGenerationId")
+            return cls(
+                kind=str(obj["kind"]),
+                log_id=str(obj["logId"]),
+                line=str(obj["line"]),
+                generation_id=int(obj["generationId"]),
+                built_through_seq=int(obj["builtThroughSeq"]),
+                schema_version=str(obj["schemaVersion"]),
+                asp_version=str(obj["aspVersion"]),
+                chunker=dict(obj["chunker"]),
+                embedding=None if obj.get("embedding") is None else dict(obj["embedding"]),
+                redaction_policy_hash=str(obj["redactionPolicyHash"]),
+                segments=tuple(SegmentRef.from_json(s) for s in obj.get("segments", ())),
+                source_offsets={
+                    str(topic): {int(p): int(o) for p, o in parts.items()}
+                    for topic, parts in obj.get("sourceOffsets", {}).items()
+                },
+                progress={int(p): int(s) for p, s in obj.get("progress", {}).items()},
+                chunk_count=int(obj.get("chunkCount", 0)),
+                parent_generation_id=None if parent is None else int(parent),
+                created_at=float(obj.get("createdAt", 0.0)),
+                extra=dict(obj.get("extra") or {}),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise GenerationError(f"malformed manifest: {exc!r}") from exc
+
+
+class Pin:
+    """A reader's claim on a generation: GC keeps the generation until the pin is released or
+    expires. The pin is a file, so it protects the generation from GC in every process."""
+
+    def __init__(self, path: Path, generation_id: int, holder: str, expires_at: float) -> None:
+        self.path = path
+        self.generation_id = generation_id
+        self.holder = holder
+        self.expires_at = expires_at
+
+    def renew(self, ttl_seconds: float) -> None:
+        """Extend the pin to ``ttl_seconds`` from now (e.g. while a cursor stays open)."""
+        if not self.path.exists():
+            raise GenerationError(f"pin {self.path.name} was released or collected")
+        self.expires_at = time.time() + _positive_ttl(ttl_seconds)
+        self._write()
+
+    def release(self) -> None:
+        """Drop the pin; releasing twice is harmless."""
+        self.path.unlink(missing_ok=True)
+
+    @property
+    def active(self) -> bool:
+        return self.path.exists() and self.expires_at > time.time()
+
+    def _write(self) -> None:
+        body = {
+            "generationId": self.generation_id,
+            "holder": self.holder,
+            "expiresAt": self.expires_at,
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+        }
+        _atomic_write_text(self.path, json.dumps(body, sort_keys=True) + "\n", durable=False)
+
+    def __enter__(self) -> Pin:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        return f"Pin(generation_id={self.generation_id}, holder={self.holder!r}, expires_at={self.expires_at:.3f})"
+
+
+class GenerationStore:
+    """The generations of one index kind of one log, on one line (default: the ACTIVE line).
+
+    One writer per line at a time (enforced with a ``flock`` taken by :meth:`begin` and released
+    by :meth:`commit` or :meth:`abort`); any number of readers in any process.
+    """
+
+    def __init__(self, root: Path, log_id: str, kind: str, line: str | None = None) -> None:
+        self.root = Path(root)
+        self.log_id = _check_component("log id", log_id)
+        self.kind = _check_component("index kind", kind)
+        self.kind_dir = self.root / log_id / kind
+        self.line = _check_line(line) if line is not None else _read_active(self.kind_dir)
+        self.line_dir = self.kind_dir / self.line
+        self._lock_fd: int | None = None
+        self._staging: Path | None = None
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def generation_dir(self, generation_id: int) -> Path:
+        return self.line_dir / f"gen-{generation_id:08d}"
+
+    def manifest_path(self, generation_id: int) -> Path:
+        return self.generation_dir(generation_id) / MANIFEST_FILE
+
+    def current_id(self) -> int | None:
+        """The id CURRENT points at, or None before the first commit."""
+        try:
+            text = (self.line_dir / CURRENT_FILE).read_text().strip()
+        except FileNotFoundError:
+            return None
+        if not text.isdigit():
+            raise GenerationError(f"{self.line_dir / CURRENT_FILE} is malformed: {text!r}")
+        return int(text)
+
+    def current(self) -> Manifest | None:
+        """The manifest of the current generation, or None before the first commit."""
+        generation_id = self.current_id()
+        return None if generation_id is None else self.load(generation_id)
+
+    def load(self, generation_id: int) -> Manifest:
+        """The manifest of a committed generation of this line."""
+        path = self.manifest_path(generation_id)
+        try:
+            return Manifest.from_json(path.read_bytes())
+        except FileNotFoundError as exc:
+            raise GenerationError(f"generation {generation_id} of {self._what()} does not exist") from exc
+
+    def generation_ids(self) -> list[int]:
+        """Ids of the committed generation directories still on disk, ascending."""
+        current = self.current_id()
+        if current is None:
+            return []
+        return [g for g in self._dir_ids() if g <= current]
+
+    def verify(self, manifest: Manifest) -> None:
+        """Check every file of ``manifest`` exists with its size and SHA-256, and that the
+        generation's ``manifest.json`` is this manifest. Raises ManifestVerificationError."""
+        gen_dir = self.generation_dir(manifest.generation_id)
+        try:
+            on_disk = Manifest.from_json((gen_dir / MANIFEST_FILE).read_bytes())
+        except (FileNotFoundError, GenerationError) as exc:
+            raise ManifestVerificationError(f"{gen_dir}: manifest unreadable: {exc}") from exc
+        if on_disk != manifest:
+            raise ManifestVerificationError(f"{gen_dir}: manifest.json differs from the given manifest")
+        _verify_segments(gen_dir, manifest.segments, hash_paths=None)
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def begin(self) -> Path:
+        """Take the line's writer lock and return a fresh, empty staging dir for the next
+        generation (current id + 1). Leftovers of a crashed writer are removed first."""
+        self._acquire_lock()
+        try:
+            self._remove_leftovers()
+            generation_id = (self.current_id() or 0) + 1
+            staging = self.line_dir / f"{_STAGING_PREFIX}{generation_id:08d}"
+            staging.mkdir()
+        except BaseException:
+            self._release_lock()
+            raise
+        self._staging = staging
+        return staging
+
+    def abort(self) -> None:
+        """Discard the staging dir begun by this store and release the writer lock."""
+        if self._staging is not None:
+            shutil.rmtree(self._staging, ignore_errors=True)
+            self._staging = None
+        self._release_lock()
+
+    def commit(self, staging_dir: Path, manifest: Manifest) -> Manifest:
+        """Turn ``staging_dir`` (from :meth:`begin`) into the new current generation.
+
+        Every file under the staging dir becomes a segment: refs given in
+        ``manifest.segments`` are checked against their files (and keep their ``rows``), the
+        rest are hashed; files hard-linked from the parent generation reuse its hashes. The
+        store sets ``line``, ``generation_id``, ``parent_generation_id`` and ``created_at``
+        (if 0). Returns the manifest as committed. On any error the writer lock is released
+        and CURRENT is unchanged.
+        """
+        staging_dir = Path(staging_dir)
+        if self._staging is None or staging_dir.resolve() != self._staging.resolve():
+            raise GenerationError("commit() takes the staging directory that begin() returned")
+        if manifest.kind != self.kind or manifest.log_id != self.log_id:
+            raise GenerationError(
+                f"manifest is for {manifest.log_id}/{manifest.kind}, store is {self.log_id}/{self.kind}"
+            )
+        try:
+            committed = self._commit(staging_dir, manifest)
+        finally:
+            self._staging = None
+            self._release_lock()
+        return committed
+
+    def _commit(self, staging_dir: Path, manifest: Manifest) -> Manifest:
+        generation_id = int(staging_dir.name[len(_STAGING_PREFIX):])
+        parent_id = self.current_id()
+        if parent_id is not None and parent_id >= generation_id:
+            raise GenerationError(f"{self._what()}: generation {parent_id} was committed meanwhile")
+        parent = self.load(parent_id) if parent_id is not None else None
+        segments, fresh = _segments_for(
+            staging_dir, manifest.segments,
+            parent.segments if parent else (),
+            self.generation_dir(parent_id) if parent_id is not None else None,
+        )
+        final = replace(
+            manifest,
+            line=self.line,
+            generation_id=generation_id,
+            parent_generation_id=parent_id,
+            segments=segments,
+            created_at=manifest.created_at or time.time(),
+        )
+        for rel in fresh:
+            _fsync_file(staging_dir / rel)
+        _atomic_write_text(staging_dir / MANIFEST_FILE, final.dumps())
+        for directory in _dirs_bottom_up(staging_dir):
+            _fsync_dir(directory)
+        gen_dir = self.generation_dir(generation_id)
+        if gen_dir.exists():  # renamed by a writer that died before switching CURRENT
+            shutil.rmtree(gen_dir)
+        os.rename(staging_dir, gen_dir)
+        _fsync_dir(self.line_dir)
+        _verify_segments(gen_dir, segments, hash_paths=set(fresh))
+        for rel in fresh:
+            # Committed files are shared by hard links with later generations: nothing may
+            # ever write to them again.
+            (gen_dir / rel).chmod(stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
+        _atomic_write_text(self.line_dir / CURRENT_FILE, f"{generation_id}\n")
+        return final
+
+    # -- pins and GC -------------------------------------------------------------------------
+
+    def pin(self, generation_id: int, *, ttl_seconds: float, holder: str) -> Pin:
+        """Keep ``generation_id`` from GC until released or ``ttl_seconds`` from now."""
+        pins_dir = self.line_dir / _PINS_DIR
+        pins_dir.mkdir(parents=True, exist_ok=True)
+        safe_holder = re.sub(r"[^A-Za-z0-9_.-]", "_", holder)[:64] or "anon"
+        path = pins_dir / f"{generation_id:08d}.{safe_holder}.{uuid.uuid4().hex[:16]}.pin"
+        pin = Pin(path, generation_id, holder, time.time() + _positive_ttl(ttl_seconds))
+        pin._write()
+        # GC renames a generation away *before* it looks at pins for the last time, so once
+        # our pin file exists, either we see the directory gone here or GC sees our pin.
+        if not (self.generation_dir(generation_id) / MANIFEST_FILE).exists():
+            pin.release()
+            raise GenerationError(f"generation {generation_id} of {self._what()} does not exist")
+        return pin
+
+    def pin_current(self, *, ttl_seconds: float, holder: str) -> tuple[Manifest, Pin] | None:
+        """Pin the current generation and return it with its manifest (None if there is none)."""
+        for _ in range(20):
+            current = self.current_id()
+            if current is None:
+                return None
+            try:
+                pin = self.pin(current, ttl_seconds=ttl_seconds, holder=holder)
+            except GenerationError:
+                continue  # CURRENT moved on and the old one was collected meanwhile
+            return self.load(current), pin
+        raise GenerationError(f"{self._what()}: could not pin the current generation")
+
+    def pinned_ids(self) -> set[int]:
+        """Generations held by an unexpired pin (an unreadable pin file counts as unexpired)."""
+        pinned: set[int] = set()
+        now = time.time()
+        for path in self._pin_files():
+            gid = _pin_generation(path)
+            if gid is None:
+                continue
+            try:
+                expires_at = float(json.loads(path.read_text())["expiresAt"])
+            except FileNotFoundError:
+                continue
+            except (ValueError, KeyError, TypeError, OSError):
+                expires_at = float("inf")
+            if expires_at > now:
+                pinned.add(gid)
+        return pinned
+
+    def gc(self, *, keep_last: int = 2) -> list[int]:
+        """Delete generation dirs that are not current, not among the last ``keep_last``
+        committed ones, and not pinned by an unexpired pin. Returns the deleted ids."""
+        current = self.current_id()
+        if current is None:
+            return []
+        self._sweep_expired_pins()
+        pinned = self.pinned_ids()
+        self._sweep_trash(pinned)
+        committed = self.generation_ids()
+        keep = set(committed[-keep_last:]) if keep_last > 0 else set()
+        keep.add(current)
+        deleted: list[int] = []
+        for generation_id in committed:
+            if generation_id in keep or generation_id in pinned:
+                continue
+            trash = self.line_dir / f"{_TRASH_PREFIX}{generation_id:08d}-{uuid.uuid4().hex[:8]}"
+            try:
+                os.rename(self.generation_dir(generation_id), trash)
+            except FileNotFoundError:
+                continue  # another GC got there first
+            if generation_id in self.pinned_ids():  # a reader pinned it while we decided
+                with contextlib.suppress(FileNotFoundError):  # or a concurrent GC restored it
+                    os.rename(trash, self.generation_dir(generation_id))
+                continue
+            shutil.rmtree(trash, ignore_errors=True)
+            deleted.append(generation_id)
+        if deleted:
+            _fsync_dir(self.line_dir)
+        return deleted
+
+    # -- lines -------------------------------------------------------------------------------
+
+    def lines(self) -> list[str]:
+        """Names of the generation lines of this log and kind."""
+        if not self.kind_dir.is_dir():
+            return []
+        return sorted(p.name for p in self.kind_dir.iterdir() if p.is_dir() and _LINE_RE.match(p.name))
+
+    def active_line(self) -> str:
+        return _read_active(self.kind_dir)
+
+    def set_active_line(self, line: str) -> None:
+        """Make ``line`` the one readers see; it must have a committed generation."""
+        _check_line(line)
+        if not (self.kind_dir / line / CURRENT_FILE).exists():
+            raise GenerationError(f"line {line!r} of {self.log_id}/{self.kind} has no committed generation")
+        _atomic_write_text(self.kind_dir / ACTIVE_FILE, f"{line}\n")
+
+    def new_rebuild_line(self) -> str:
+        """A fresh ``rebuild-<n>`` line name for a rebuild beside the live line."""
+        numbers = [int(m.group(1)) for name in self.lines() if (m := re.match(r"^rebuild-(\d+)$", name))]
+        return f"rebuild-{max(numbers, default=0) + 1}"
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _what(self) -> str:
+        return f"{self.log_id}/{self.kind}/{self.line}"
+
+    def _dir_ids(self) -> list[int]:
+        if not self.line_dir.is_dir():
+            return []
+        return sorted(int(m.group(1)) for p in self.line_dir.iterdir() if (m := _GEN_RE.match(p.name)))
+
+    def _pin_files(self) -> Iterator[Path]:
+        pins_dir = self.line_dir / _PINS_DIR
+        if pins_dir.is_dir():
+            yield from (p for p in pins_dir.iterdir() if p.name.endswith(".pin"))
+
+    def _sweep_expired_pins(self) -> None:
+        now = time.time()
+        for path in self._pin_files():
+            with contextlib.suppress(FileNotFoundError, ValueError, KeyError, TypeError, OSError):
+                if float(json.loads(path.read_text())["expiresAt"]) <= now:
+                    path.unlink(missing_ok=True)
+        pins_dir = self.line_dir / _PINS_DIR
+        if pins_dir.is_dir():  # temp files of pin writers that died mid-write
+            for path in pins_dir.glob(".*.tmp-*"):
+                with contextlib.suppress(FileNotFoundError):
+                    if now - path.stat().st_mtime > _TRASH_GRACE_SECONDS:
+                        path.unlink()
+
+    def _sweep_trash(self, pinned: set[int]) -> None:
+        """Finish what a crashed GC left: restore a trashed generation that is pinned (the GC
+        died before renaming it back), delete old trash."""
+        now = time.time()
+        for path in self.line_dir.iterdir():
+            if not path.name.startswith(_TRASH_PREFIX):
+                continue
+            generation_id = int(path.name[len(_TRASH_PREFIX):].split("-", 1)[0])
+            with contextlib.suppress(OSError):
+                target = self.generation_dir(generation_id)
+                if generation_id in pinned and not target.exists():
+                    os.rename(path, target)
+                elif now - path.stat().st_mtime > _TRASH_GRACE_SECONDS:
+                    shutil.rmtree(path, ignore_errors=True)
+
+    def _remove_leftovers(self) -> None:
+        """Remove what a crashed writer left: staging dirs, temp files, and generation dirs
+        renamed into place but never made current (no reader can have seen them)."""
+        current = self.current_id() or 0
+        for path in self.line_dir.iterdir():
+            m = _GEN_RE.match(path.name)
+            if path.name.startswith(_STAGING_PREFIX) or (m and int(m.group(1)) > current):
+                shutil.rmtree(path)
+            elif path.name.startswith(".") and ".tmp-" in path.name:
+                path.unlink(missing_ok=True)
+        _fsync_dir(self.line_dir)
+
+    def _acquire_lock(self) -> None:
+        if self._lock_fd is not None:
+            return
+        self.line_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.line_dir / _LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            os.close(fd)
+            raise GenerationLockedError(f"another writer is writing {self._what()}") from exc
+        self._lock_fd = fd
+
+    def _release_lock(self) -> None:
+        if self._lock_fd is not None:
+            fd, self._lock_fd = self._lock_fd, None
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+
+def read_current(root: Path, log_id: str, kind: str) -> Manifest | None:
+    """The current manifest of the ACTIVE line of ``log_id``/``kind`` (None if none yet)."""
+    return GenerationStore(root, log_id, kind).current()
+
+
+def clone_into(src_gen_dir: Path, dst_dir: Path, *, copy_names: Collection[str]) -> None:
+    """Seed ``dst_dir`` with the files of the generation in ``src_gen_dir``.
+
+    Files are hard-linked (no bytes copied; the old generation stays intact even when it is
+    deleted later) except those whose base name matches one of ``copy_names`` (exact names
+    or glob patterns), which are copied: an engine may replace those files while writing.
+    Only the files the source manifest lists are cloned, never lock or temp files.
+    """
+    src_gen_dir, dst_dir = Path(src_gen_dir), Path(dst_dir)
+    manifest_path = src_gen_dir / MANIFEST_FILE
+    if manifest_path.exists():
+        rel_paths = [s.path for s in Manifest.from_json(manifest_path.read_bytes()).segments]
+    else:
+        rel_paths = list(_walk_files(src_gen_dir))
+    for rel in rel_paths:
+        src, dst = src_gen_dir / rel, dst_dir / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if any(fnmatch.fnmatchcase(src.name, pattern) for pattern in copy_names):
+            shutil.copyfile(src, dst)
+            continue
+        try:
+            os.link(src, dst)
+        except OSError:
+            # Another filesystem or no hard links: a copy keeps the same guarantees.
+            shutil.copyfile(src, dst)
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def _segments_for(
+    staging_dir: Path,
+    given: tuple[SegmentRef, ...],
+    parent_segments: tuple[SegmentRef, ...],
+    parent_dir: Path | None,
+) -> tuple[tuple[SegmentRef, ...], list[str]]:
+    """Segment refs of every file in ``staging_dir``, and the paths that are new (not
+    hard links of the parent's files)."""
+    given_by_path = {s.path: s for s in given}
+    parent_by_path = {s.path: s for s in parent_segments}
+    files = sorted(_walk_files(staging_dir))
+    missing = set(given_by_path) - set(files)
+    if missing:
+        raise ManifestVerificationError(f"segments listed but not written: {sorted(missing)}")
+    segments: list[SegmentRef] = []
+    fresh: list[str] = []
+    for rel in files:
+        st = os.stat(staging_dir / rel)
+        inherited = parent_by_path.get(rel)
+        if inherited is not None and not _same_file(st, parent_dir, rel, inherited):
+            inherited = None
+        if inherited is not None:
+            digest, size = inherited.sha256, inherited.bytes
+        else:
+            digest, size = _sha256_file(staging_dir / rel)
+            fresh.append(rel)
+        ref = given_by_path.get(rel)
+        if ref is not None:
+            if (ref.sha256, ref.bytes) != (digest, size):
+                raise ManifestVerificationError(f"{rel}: given hash/size do not match the file")
+            segments.append(ref)
+        else:
+            rows = inherited.rows if inherited is not None else None
+            segments.append(SegmentRef(path=rel, sha256=digest, bytes=size, rows=rows))
+    return tuple(segments), fresh
+
+
+def _same_file(st: os.stat_result, parent_dir: Path | None, rel: str, ref: SegmentRef) -> bool:
+    if parent_dir is None:
+        return False
+    try:
+        parent_st = os.stat(parent_dir / rel)
+    except FileNotFoundError:
+        return False
+    return (st.st_dev, st.st_ino) == (parent_st.st_dev, parent_st.st_ino) and st.st_size == ref.bytes
+
+
+def _verify_segments(gen_dir: Path, segments: tuple[SegmentRef, ...], *, hash_paths: set[str] | None) -> None:
+    """Check each segment's size, and its hash when ``hash_paths`` is None or names it."""
+    for ref in segments:
+        path = gen_dir / ref.path
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError as exc:
+            raise ManifestVerificationError(f"{gen_dir.name}: {ref.path} is missing") from exc
+        if size != ref.bytes:
+            raise ManifestVerificationError(f"{gen_dir.name}: {ref.path} has {size} bytes, manifest says {ref.bytes}")
+        if hash_paths is None or ref.path in hash_paths:
+            digest, _ = _sha256_file(path)
+            if digest != ref.sha256:
+                raise ManifestVerificationError(f"{gen_dir.name}: {ref.path} does not match its SHA-256")
+
+
+def _walk_files(directory: Path) -> Iterator[str]:
+    for dirpath, _dirnames, filenames in os.walk(directory):
+        for name in filenames:
+            rel = Path(dirpath, name).relative_to(directory).as_posix()
+            if rel != MANIFEST_FILE:
+                yield rel
+
+
+def _dirs_bottom_up(directory: Path) -> list[Path]:
+    return [Path(d) for d, _subdirs, _files in os.walk(directory, topdown=False)]
+
+
+def _sha256_file(path: Path) -> tuple[str, int]:
+    digest = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as f:
+        while block := f.read(_HASH_BLOCK):
+            digest.update(block)
+            size += len(block)
+    return digest.hexdigest(), size
+
+
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _atomic_write_text(path: Path, text: str, *, durable: bool = True) -> None:
+    """Replace ``path`` with ``text`` so readers see the old or the new content, never a mix."""
+    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            if durable:
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    if durable:
+        _fsync_dir(path.parent)
+
+
+def _read_active(kind_dir: Path) -> str:
+    try:
+        line = (kind_dir / ACTIVE_FILE).read_text().strip()
+    except FileNotFoundError:
+        return DEFAULT_LINE
+    return _check_line(line)
+
+
+def _pin_generation(path: Path) -> int | None:
+    head = path.name.split(".", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
+def _positive_ttl(ttl_seconds: float) -> float:
+    if not ttl_seconds > 0:
+        raise GenerationError(f"a pin needs a positive ttl_seconds, got {ttl_seconds!r}")
+    return float(ttl_seconds)
+
+
+def _check_line(line: str) -> str:
+    if not isinstance(line, str) or not _LINE_RE.match(line) or line == _PINS_DIR:
+        raise GenerationError(f"invalid generation line name {line!r} (letters, digits, . _ -)")
+    return line
+
+
+def _check_component(what: str, value: str) -> str:
+    if not isinstance(value, str) or not value or value in {".", ".."} or value.startswith(".") \
+            or "/" in value or "\\" in value or "\0" in value:
+        raise GenerationError(f"invalid {what} {value!r} for a directory name")
+    return value

@@ -1,0 +1,241 @@
+"""``usl rebuild INDEX``: replay L1 into a new generation line beside the live one, then switch.
+
+The replay runs the same pure redaction and chunking code the faust agents run, in this
+process, straight from L1 (so a new chunker, embedder or redaction policy takes effect). It
+writes generations into a fresh ``rebuild-N`` line, catches up with the log head, verifies,
+computes where the live sink must resume on the derived topics so the new line misses
+nothing, switches the ACTIVE line atomically, publishes the watermark and retires the old
+line. L1 is only read, never written.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+from kafka import KafkaConsumer, TopicPartition
+
+from sinks.generations import GenerationStore, Manifest
+from sinks.runner import index_root
+from sinks.service import make_writer, pipeline_versions
+from sinks.watermarks import WatermarkPublisher
+from sinks.writer import record_id
+from streams.asp import ASP_VERSION, event_time, validate_event
+from streams.exceptions import USLError
+from streams.l1 import L1Reader
+from streams.progress import marker_seq, new_progress, note_seq, note_session
+from streams.settings import Settings
+from streams.ticks import advance_clock
+from streams.topics import Topics
+
+__all__ = ["ReplayStream", "rebuild", "resume_offsets"]
+
+_IDS_PREFIX = "ids-"
+
+
+class ReplayStream:
+    """L1 events → the derived records the pipeline would produce (redacted events, tool
+    results, chunks), with the progress they prove. Pure code shared with the faust agents."""
+
+    def __init__(self, settings: Settings, log_id: str) -> None:
+        from streams.chunking import Chunker, ChunkerConfig, default_tokenizer
+        from streams.redaction import policy_hash, redact_event
+
+        self._redact = redact_event
+        self.policy = policy_hash()
+        self.settings = settings
+        self.log_id = log_id
+        self.chunker = Chunker(
+            ChunkerConfig(target_tokens=settings.chunk_tokens, overlap_tokens=settings.chunk_overlap_tokens,
+                          idle_gap_seconds=settings.idle_gap_seconds),
+            default_tokenizer(), policy_hash=self.policy,
+        )
+        self.sessions: dict[str, dict[str, Any]] = {}
+        self.progress = new_progress()
+        self.clock: dict[str, Any] = {"lastSeq": 0, "maxTime": None}
+        self.first_seq: dict[str, int] = {}
+        self.last_seq = 0
+        self.rejected = 0
+
+    def feed(self, seq: int, raw_event: dict[str, Any]) -> list[dict[str, Any]]:
+        """Records produced by the event at ``seq`` (in the order the pipeline emits them)."""
+        out: list[dict[str, Any]] = []
+        self.last_seq = max(self.last_seq, seq)
+        try:
+            event = validate_event(raw_event, record=f"L1 seq {seq}")
+        except USLError:
+            self.rejected += 1
+            note_seq(self.progress, seq)
+            return out
+        if event["eventId"] not in self.first_seq:
+            self.first_seq[event["eventId"]] = seq
+            result = self._redact(event)
+            out.append({"kind": "event", "logId": self.log_id, "seq": seq, "event": result.event, "policy": self.policy})
+            if result.tool_result is not None:
+                out.append({"kind": "toolresult", "logId": self.log_id, "seq": seq, "eventId": event["eventId"],
+                            "sessionId": event["sessionId"], "runId": event.get("runId"),
+                            "turnId": event.get("turnId"), "time": event["time"], "acl": event.get("acl"),
+                            "policy": self.policy, **result.tool_result})
+            session_id = event["sessionId"]
+            state = self.sessions.setdefault(session_id, self.chunker.new_state(session_id))
+            for chunk in self.chunker.on_event(state, self.log_id, seq, result.event):
+                out.append({"kind": "chunk", **chunk})
+            note_session(self.progress, session_id, self.chunker.open_min_seq(state))
+        note_seq(self.progress, seq)
+        try:
+            when: float | None = event_time(event)
+        except (KeyError, ValueError):
+            when = None
+        self.clock, tick = advance_clock(self.clock, self.log_id, seq, when, self.settings.tick_every_seqs)
+        if tick is not None:
+            for session_id in sorted(self.progress["open"]):
+                state = self.sessions[session_id]
+                for chunk in self.chunker.on_tick(state, tick):
+                    out.append({"kind": "chunk", **chunk})
+                note_session(self.progress, session_id, self.chunker.open_min_seq(state))
+        return out
+
+    def chunks_through(self) -> int:
+        """Every event <= this seq is inside an emitted chunk (open units hold it back)."""
+        return marker_seq(self.progress)
+
+
+def resume_offsets(bootstrap: str, settings: Settings, sources: tuple[str, ...], log_id: str,
+                   through: int) -> dict[str, dict[int, int]]:
+    """Per derived-topic partition, the first offset holding a record of ``log_id`` that a line
+    built through ``through`` does not already contain (everything before it is covered)."""
+    topics = Topics.from_settings(settings)
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                             isolation_level="read_committed", client_id="usl-rebuild-scan")
+    result: dict[str, dict[int, int]] = {}
+    try:
+        for source in sources:
+            topic = getattr(topics, source)
+            parts = sorted(consumer.partitions_for_topic(topic) or [])
+            tps = [TopicPartition(topic, p) for p in parts]
+            if not tps:
+                continue
+            consumer.assign(tps)
+            consumer.seek_to_beginning(*tps)
+            ends = consumer.end_offsets(tps)
+            found: dict[int, int] = {}
+            deadline = time.monotonic() + 300
+            while len(found) < len(tps) and time.monotonic() < deadline:
+                for tp in tps:
+                    if tp.partition not in found and consumer.position(tp) >= ends[tp]:
+                        found[tp.partition] = ends[tp]
+                batch = consumer.poll(timeout_ms=300, max_records=5000)
+                for tp, records in batch.items():
+                    for record in records:
+                        if tp.partition in found or record.offset >= ends[tp]:
+                            continue
+                        try:
+                            body = orjson.loads(record.value)
+                        except orjson.JSONDecodeError:
+                            continue
+                        if body.get("logId") != log_id:
+                            continue
+                        seq = body.get("maxSeq") if body.get("kind") == "chunk" else body.get("seq")
+                        if body.get("kind") in ("chunk", "event", "toolresult") and int(seq) > through:
+                            found[tp.partition] = record.offset
+                    if tp.partition not in found and consumer.position(tp) >= ends[tp]:
+                        found[tp.partition] = ends[tp]
+            result[topic] = found
+    finally:
+        consumer.close()
+    return result
+
+
+def _iter_l1(reader: L1Reader, log_id: str, from_seq: int) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Read L1 from ``from_seq`` and keep following the head until it stops moving."""
+    position = from_seq
+    while True:
+        head = reader.committed_seq(log_id)
+        if head < position:
+            return
+        for seq, event in reader.read(log_id, position, head):
+            yield seq, event
+        position = head + 1
+
+
+def rebuild(settings: Settings, bootstrap: str, kind: str, *, log_id: str = "default", from_seq: int = 1,
+            batch_size: int = 2000, progress: Callable[[int, int], None] | None = None) -> Manifest:
+    """Replay L1 from ``from_seq`` into a new line for ``kind``, verify, and switch to it."""
+    writer = make_writer(kind, settings)
+    versions = pipeline_versions(settings)
+    root = index_root(settings)
+    live = GenerationStore(root, log_id, kind)
+    old_line = live.line if live.current() is not None else None
+    line = live.new_rebuild_line()
+    store = GenerationStore(root, log_id, kind, line)
+    reader = L1Reader(bootstrap, settings)
+    replay = ReplayStream(settings, log_id)
+    wanted = {"chunks": "chunk", "redacted": "event", "toolresults": "toolresult"}
+    kinds = {wanted[s] for s in writer.sources}
+    chunk_based = "chunks" in writer.sources
+    manifest: Manifest | None = None
+    pending: list[dict[str, Any]] = []
+    target = reader.committed_seq(log_id)
+
+    def commit(final: bool) -> Manifest:
+        nonlocal pending
+        through = replay.chunks_through() if chunk_based else replay.last_seq
+        if manifest is not None:
+            through = max(through, manifest.built_through_seq)
+        offsets = resume_offsets(bootstrap, settings, writer.sources, log_id, through) if final else {}
+        staging = store.begin()
+        try:
+            previous = store.generation_dir(manifest.generation_id) if manifest else None
+            writer.write(staging, previous, pending)
+            ids = [record_id(r) for r in pending]
+            if ids:
+                gen = int(staging.name.rsplit("-", 1)[-1])
+                (staging / f"{_IDS_PREFIX}{gen:08d}.txt").write_text("\n".join(ids) + "\n")
+            describe = writer.describe()
+            committed = store.commit(staging, Manifest(
+                kind=kind, log_id=log_id, line=line, generation_id=0, built_through_seq=through,
+                schema_version=str(describe.get("schemaVersion", "1")), asp_version=ASP_VERSION,
+                chunker=dict(versions["chunker"]), embedding=describe.get("embedding"),
+                redaction_policy_hash=str(versions["redactionPolicy"]), source_offsets=offsets,
+                chunk_count=(manifest.chunk_count if manifest else 0) + len(pending),
+                extra={**describe, "rebuild": {"fromSeq": from_seq, "replayedThroughSeq": replay.last_seq}},
+            ))
+        except BaseException:
+            store.abort()
+            raise
+        pending = []
+        return committed
+
+    try:
+        for seq, event in _iter_l1(reader, log_id, from_seq):
+            pending.extend(r for r in replay.feed(seq, event)
+                           if r["kind"] in kinds and not r.get("provisional"))
+            if len(pending) >= batch_size:
+                manifest = commit(final=False)
+            if progress is not None and seq % 500 == 0:
+                progress(seq, max(target, seq))
+        manifest = commit(final=True)
+        if progress is not None:
+            progress(replay.last_seq, max(target, replay.last_seq))
+    finally:
+        reader.close()
+    store.verify(manifest)
+    live.set_active_line(line)
+    publisher = WatermarkPublisher(bootstrap, settings)
+    try:
+        publisher.publish({
+            "logId": log_id, "kind": kind, "line": line, "generationId": manifest.generation_id,
+            "builtThroughSeq": manifest.built_through_seq,
+            "manifest": str(store.manifest_path(manifest.generation_id)),
+            "committedAt": manifest.created_at, "versions": {**versions, "embedding": manifest.embedding},
+        })
+    finally:
+        publisher.close()
+    if old_line is not None and old_line != line:
+        old = GenerationStore(root, log_id, kind, old_line)
+        (Path(old.line_dir) / "RETIRED").write_text(f"replaced by {line} at {time.time():.0f}\n")
+        old.gc(keep_last=0)
+    return manifest

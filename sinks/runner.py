@@ -1,0 +1,356 @@
+"""The sink loop: consume → dedup → batch → write a generation → commit → publish watermark.
+
+One :class:`SinkRunner` drives one index kind for every log. It consumes the derived topics its
+writer reads (all partitions, manual assignment, read_committed), buffers records per log,
+and on each flush writes one new immutable generation per log that changed, commits it
+atomically and only then publishes the log's watermark.
+
+Exactly-once effect: each manifest records the source offsets it consumed through; on start
+the runner seeks every partition to the smallest offset any log still needs, skips records a
+log's current generation already holds (offset below its manifest's offset, or a chunk whose
+``maxSeq`` is at or below the generation's ``builtThroughSeq``) and drops duplicates by id
+(``sinks.writer.record_id``), so a crash at any point loses and duplicates nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+from kafka import KafkaConsumer, TopicPartition
+
+from sinks.generations import GenerationStore, Manifest
+from sinks.watermarks import WatermarkPublisher
+from sinks.writer import IndexWriter, record_id
+from streams.asp import ASP_VERSION
+from streams.metrics import (
+    usl_dead_letters_total,
+    usl_duplicate_events_total,
+    usl_generation_id,
+    usl_generation_switches_total,
+    usl_records_total,
+    usl_sink_batch_chunks,
+    usl_sink_batch_seconds,
+    usl_sink_commit_seconds,
+    usl_watermark_seq,
+)
+from streams.settings import Settings
+from streams.topics import Topics
+
+__all__ = ["LogState", "SinkRunner", "index_root"]
+
+log = logging.getLogger("usl.sink")
+
+_IDS_PREFIX = "ids-"
+
+
+def index_root(settings: Settings) -> Path:
+    return Path(settings.home).resolve() / "indexes"
+
+
+@dataclass
+class LogState:
+    """What the runner knows of one log's current generation and what is pending for it."""
+
+    manifest: Manifest | None = None
+    ids: set[str] = field(default_factory=set)
+    pending: list[dict[str, Any]] = field(default_factory=list)
+    pending_ids: set[str] = field(default_factory=set)
+    # (source, partition) -> highest seq known to be fully delivered for this log
+    progress: dict[str, int] = field(default_factory=dict)
+    line: str | None = None
+
+
+def _load_ids(gen_dir: Path) -> set[str]:
+    ids: set[str] = set()
+    if gen_dir.is_dir():
+        for path in gen_dir.glob(f"{_IDS_PREFIX}*.txt"):
+            ids.update(line for line in path.read_text().splitlines() if line)
+    return ids
+
+
+class SinkRunner:
+    """Drives one :class:`IndexWriter` from its source topics into generations."""
+
+    def __init__(self, settings: Settings, bootstrap: str, writer: IndexWriter, *,
+                 versions: dict[str, Any] | None = None,
+                 on_commit: Callable[[Manifest], None] | None = None) -> None:
+        self.settings = settings
+        self.bootstrap = bootstrap
+        self.writer = writer
+        self.kind = writer.kind
+        self.root = index_root(settings)
+        self.topics = Topics.from_settings(settings)
+        self.sources = {name: getattr(self.topics, name) for name in writer.sources}
+        self.versions = versions or {}
+        self.on_commit = on_commit
+        self.logs: dict[str, LogState] = {}
+        self._stop = threading.Event()
+        self._publisher: WatermarkPublisher | None = None
+        self._consumer: KafkaConsumer | None = None
+        self._last_flush = time.monotonic()
+        self._partitions: dict[str, list[int]] = {}
+        self._ledger_path = self.root / f".ledger-{self.kind}.json"
+
+    # -- state ---------------------------------------------------------------------------------
+
+    def _store(self, log_id: str, line: str | None = None) -> GenerationStore:
+        return GenerationStore(self.root, log_id, self.kind, line)
+
+    def _load_log(self, log_id: str) -> LogState:
+        store = self._store(log_id)
+        manifest = store.current()
+        state = LogState(manifest=manifest, line=store.line)
+        if manifest is not None:
+            state.ids = _load_ids(store.generation_dir(manifest.generation_id))
+            state.progress = {k: int(v) for k, v in manifest.extra.get("sourceProgress", {}).items()}
+        return state
+
+    def _known_logs(self) -> list[str]:
+        logs = set()
+        if self.root.is_dir():
+            for log_dir in self.root.iterdir():
+                if (log_dir / self.kind).is_dir():
+                    logs.add(log_dir.name)
+        if self._ledger_path.exists():
+            logs.update(orjson.loads(self._ledger_path.read_bytes()).get("logs", {}))
+        return sorted(logs)
+
+    def _start_positions(self) -> dict[TopicPartition, int]:
+        """Smallest offset any known log still needs, per source partition (0 for new logs)."""
+        ledger = orjson.loads(self._ledger_path.read_bytes()) if self._ledger_path.exists() else {"logs": {}}
+        positions: dict[TopicPartition, int] = {}
+        for source, topic in self.sources.items():
+            for partition in self._partitions[source]:
+                needed = []
+                for log_id in self._known_logs():
+                    state = self.logs.setdefault(log_id, self._load_log(log_id))
+                    if state.manifest is not None:
+                        needed.append(int(state.manifest.source_offsets.get(topic, {}).get(partition, 0)))
+                    else:
+                        first = ledger["logs"].get(log_id, {}).get(f"{topic}:{partition}")
+                        needed.append(0 if first is None else int(first))
+                positions[TopicPartition(topic, partition)] = min(needed) if needed else 0
+        return positions
+
+    def _note_new_logs(self, first_offsets: dict[str, dict[str, int]]) -> None:
+        """Before committing anything, remember where logs without a generation begin."""
+        if not first_offsets:
+            return
+        ledger = orjson.loads(self._ledger_path.read_bytes()) if self._ledger_path.exists() else {"logs": {}}
+        changed = False
+        for log_id, offsets in first_offsets.items():
+            entry = ledger["logs"].setdefault(log_id, {})
+            for key, offset in offsets.items():
+                if key not in entry or offset < entry[key]:
+                    entry[key] = offset
+                    changed = True
+        if changed:
+            self.root.mkdir(parents=True, exist_ok=True)
+            tmp = self._ledger_path.with_suffix(".tmp")
+            tmp.write_bytes(orjson.dumps(ledger))
+            os.replace(tmp, self._ledger_path)
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def run(self, *, until_caught_up: bool = False, idle_exit_seconds: float | None = None) -> None:
+        """Consume and commit until :meth:`stop` (or, with ``until_caught_up``, the topic end)."""
+        self._consumer = KafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False,
+                                       isolation_level="read_committed", client_id=f"usl-sink-{self.kind}",
+                                       max_partition_fetch_bytes=8 * 1024 * 1024)
+        self._publisher = WatermarkPublisher(self.bootstrap, self.settings)
+        try:
+            for source, topic in self.sources.items():
+                parts = self._consumer.partitions_for_topic(topic)
+                deadline = time.monotonic() + 30
+                while not parts and time.monotonic() < deadline:
+                    time.sleep(0.5)
+                    parts = self._consumer.partitions_for_topic(topic)
+                self._partitions[source] = sorted(parts or [])
+            positions = self._start_positions()
+            self._consumer.assign(list(positions))
+            for tp, offset in positions.items():
+                self._consumer.seek(tp, offset)
+            ends = self._consumer.end_offsets(list(positions)) if until_caught_up else {}
+            first_offsets: dict[str, dict[str, int]] = defaultdict(dict)
+            last_record = time.monotonic()
+            while not self._stop.is_set():
+                batch = self._consumer.poll(timeout_ms=200, max_records=self.settings.sink_batch_size)
+                for tp, records in batch.items():
+                    source = next(s for s, t in self.sources.items() if t == tp.topic)
+                    for record in records:
+                        self._handle(source, tp, record, first_offsets)
+                if batch:
+                    last_record = time.monotonic()
+                if self._should_flush():
+                    self._note_new_logs(first_offsets)
+                    first_offsets.clear()
+                    self.flush()
+                if until_caught_up and all(self._consumer.position(tp) >= end for tp, end in ends.items()):
+                    self._note_new_logs(first_offsets)
+                    self.flush(force=True)
+                    return
+                if idle_exit_seconds is not None and time.monotonic() - last_record > idle_exit_seconds:
+                    self.flush(force=True)
+                    return
+        finally:
+            self._consumer.close()
+            self._publisher.close()
+
+    def _handle(self, source: str, tp: TopicPartition, record: Any, first_offsets: dict[str, dict[str, int]]) -> None:
+        try:
+            body = orjson.loads(record.value)
+            log_id = str(body["logId"])
+            kind = body["kind"]
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            usl_dead_letters_total.labels(stage=f"sink_{self.kind}", reason="sink_failed").inc()
+            log.warning("skipping unreadable record %s@%d", tp, record.offset)
+            return
+        state = self.logs.get(log_id)
+        if state is None:
+            state = self.logs[log_id] = self._load_log(log_id)
+        key = f"{source}:{tp.partition}"
+        manifest = state.manifest
+        if manifest is not None and record.offset < manifest.source_offsets.get(tp.topic, {}).get(tp.partition, 0):
+            return  # already inside the current generation
+        if manifest is None:
+            first_offsets[log_id].setdefault(f"{tp.topic}:{tp.partition}", record.offset)
+        if kind == "progress" or kind == "tick":
+            if source != "chunks" or kind == "progress":
+                state.progress[key] = max(state.progress.get(key, 0), int(body["seq"]))
+            return
+        if source != "chunks":
+            state.progress[key] = max(state.progress.get(key, 0), int(body["seq"]))
+        if kind not in ("chunk", "event", "toolresult"):
+            return
+        if kind == "chunk" and body.get("provisional"):
+            return
+        if kind == "chunk" and manifest is not None and int(body["maxSeq"]) <= manifest.built_through_seq:
+            return
+        rid = record_id(body)
+        if rid in state.ids or rid in state.pending_ids:
+            usl_duplicate_events_total.labels(stage=f"sink_{self.kind}").inc()
+            return
+        state.pending.append(body)
+        state.pending_ids.add(rid)
+        usl_records_total.labels(stage=f"sink_{self.kind}").inc()
+
+    def _should_flush(self) -> bool:
+        pending = sum(len(s.pending) for s in self.logs.values())
+        if pending >= self.settings.sink_batch_size:
+            return True
+        return time.monotonic() - self._last_flush >= self.settings.sink_batch_seconds
+
+    def built_through(self, state: LogState) -> int:
+        """min over every source partition of its progress (0 until all have reported)."""
+        values = []
+        for source, partitions in self._partitions.items():
+            for partition in partitions:
+                value = state.progress.get(f"{source}:{partition}")
+                if value is None:
+                    return state.manifest.built_through_seq if state.manifest else 0
+                values.append(value)
+        through = min(values) if values else 0
+        previous = state.manifest.built_through_seq if state.manifest else 0
+        return max(through, previous)
+
+    def flush(self, *, force: bool = False) -> None:
+        """Commit a new generation for every log with new records or progress."""
+        self._last_flush = time.monotonic()
+        assert self._consumer is not None
+        self._follow_line_switches()
+        offsets: dict[str, dict[int, int]] = defaultdict(dict)
+        for tp in self._consumer.assignment():
+            offsets[tp.topic][tp.partition] = int(self._consumer.position(tp))
+        for log_id, state in sorted(self.logs.items()):
+            through = self.built_through(state)
+            advanced = state.manifest is None or through > state.manifest.built_through_seq
+            if not state.pending and not advanced:
+                continue
+            if not state.pending and state.manifest is None and through == 0:
+                continue
+            self._commit(log_id, state, through, dict(offsets))
+
+    def _follow_line_switches(self) -> None:
+        """A rebuild switched a log's ACTIVE line: continue on the new line, from what it holds.
+
+        The new line's manifest says where on the derived topics it needs records from; the
+        consumer seeks back there (never forward), and the skip rules drop what it has.
+        """
+        assert self._consumer is not None
+        for log_id, state in list(self.logs.items()):
+            if state.line is None or self._store(log_id).line == state.line:
+                continue
+            fresh = self._load_log(log_id)
+            for key, value in state.progress.items():
+                fresh.progress[key] = max(fresh.progress.get(key, 0), value)
+            self.logs[log_id] = fresh
+            log.warning("%s sink: log %s switched to line %s", self.kind, log_id, fresh.line)
+            if fresh.manifest is None:
+                continue
+            for tp in self._consumer.assignment():
+                needed = fresh.manifest.source_offsets.get(tp.topic, {}).get(tp.partition)
+                if needed is not None and needed < self._consumer.position(tp):
+                    self._consumer.seek(tp, needed)
+
+    def _commit(self, log_id: str, state: LogState, through: int, offsets: dict[str, dict[int, int]]) -> None:
+        started = time.monotonic()
+        store = self._store(log_id)
+        previous = state.manifest
+        previous_dir = store.generation_dir(previous.generation_id) if previous else None
+        staging = store.begin()
+        try:
+            records = state.pending
+            self.writer.write(staging, previous_dir, records)
+            new_ids = [record_id(r) for r in records]
+            if new_ids:
+                generation_id = int(staging.name.rsplit("-", 1)[-1])
+                (staging / f"{_IDS_PREFIX}{generation_id:08d}.txt").write_text("\n".join(new_ids) + "\n")
+            written = time.monotonic()
+            describe = self.writer.describe()
+            manifest = Manifest(
+                kind=self.kind, log_id=log_id, line=store.line, generation_id=0, built_through_seq=through,
+                schema_version=str(describe.get("schemaVersion", "1")), asp_version=ASP_VERSION,
+                chunker=dict(self.versions.get("chunker", {})), embedding=describe.get("embedding"),
+                redaction_policy_hash=str(self.versions.get("redactionPolicy", "")),
+                source_offsets=offsets,
+                progress={int(k.split(":")[1]): v for k, v in state.progress.items() if k.startswith("chunks:")},
+                chunk_count=(previous.chunk_count if previous else 0) + len(records),
+                extra={**describe, "sourceProgress": dict(state.progress)},
+            )
+            committed = store.commit(staging, manifest)
+        except BaseException:
+            store.abort()
+            raise
+        usl_sink_batch_seconds.labels(kind=self.kind).observe(written - started)
+        usl_sink_commit_seconds.labels(kind=self.kind).observe(time.monotonic() - written)
+        usl_sink_batch_chunks.labels(kind=self.kind).observe(len(records))
+        usl_generation_switches_total.labels(kind=self.kind).inc()
+        usl_generation_id.labels(log=log_id, kind=self.kind).set(committed.generation_id)
+        usl_watermark_seq.labels(log=log_id, kind=self.kind).set(committed.built_through_seq)
+        state.ids.update(state.pending_ids)
+        state.pending = []
+        state.pending_ids = set()
+        state.manifest = committed
+        state.line = store.line
+        assert self._publisher is not None
+        self._publisher.publish({
+            "logId": log_id, "kind": self.kind, "line": committed.line, "generationId": committed.generation_id,
+            "builtThroughSeq": committed.built_through_seq,
+            "manifest": str(store.manifest_path(committed.generation_id)),
+            "committedAt": committed.created_at, "versions": {**self.versions, "embedding": committed.embedding},
+        })
+        if self.on_commit is not None:
+            self.on_commit(committed)
+        store.gc(keep_last=3)

@@ -1,0 +1,98 @@
+"""``usl sink``: run one SinkRunner per index kind in this process, until stopped."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from sinks.runner import SinkRunner
+from sinks.writer import IndexWriter
+from streams.settings import Settings
+
+__all__ = ["ALL_KINDS", "make_writer", "pipeline_versions", "run_sinks"]
+
+log = logging.getLogger("usl.sink")
+
+ALL_KINDS = ("text", "vector", "structured", "analytics", "toolresults")
+
+
+def make_writer(kind: str, settings: Settings) -> IndexWriter:
+    """The writer for one index kind, configured from settings."""
+    if kind == "text":
+        from sinks.text_writer import TextWriter
+
+        return TextWriter(settings.text_engine)
+    if kind == "vector":
+        from sinks.vector_writer import VectorWriter
+
+        return VectorWriter(settings)
+    if kind == "structured":
+        from sinks.structured import StructuredWriter
+
+        return StructuredWriter()
+    if kind == "analytics":
+        from sinks.analytics import AnalyticsWriter
+
+        return AnalyticsWriter()
+    if kind == "toolresults":
+        from sinks.toolresults import ToolResultsWriter
+
+        return ToolResultsWriter()
+    from sinks.exceptions import SinkError
+
+    raise SinkError(f"unknown index kind {kind!r}; use one of {', '.join(ALL_KINDS)}")
+
+
+def pipeline_versions(settings: Settings) -> dict[str, Any]:
+    """Chunker and redaction versions recorded in every manifest and watermark."""
+    from streams.chunking import ChunkerConfig, default_tokenizer
+    from streams.redaction import POLICY_VERSION, policy_hash
+
+    config = ChunkerConfig(target_tokens=settings.chunk_tokens, overlap_tokens=settings.chunk_overlap_tokens,
+                           idle_gap_seconds=settings.idle_gap_seconds)
+    return {
+        "chunker": {"version": config.version, "tokenizer": default_tokenizer().identity,
+                    "targetTokens": config.target_tokens, "overlapTokens": config.overlap_tokens,
+                    "idleGapSeconds": config.idle_gap_seconds, "tickEverySeqs": settings.tick_every_seqs},
+        "redactionPolicy": policy_hash(),
+        "redactionPolicyVersion": POLICY_VERSION,
+    }
+
+
+def run_sinks(settings: Settings, bootstrap: str, kinds: Sequence[str]) -> None:
+    """Run the given sinks until SIGTERM/SIGINT; a failing sink stops the process (exit 1)."""
+    from streams.metrics import start_metrics_server
+    from streams.topics import ensure_topics
+
+    ensure_topics(bootstrap, settings)
+    port = start_metrics_server(settings.metrics_port)
+    log.warning("sink metrics on http://127.0.0.1:%d/metrics", port)
+    versions = pipeline_versions(settings)
+    runners = [SinkRunner(settings, bootstrap, make_writer(kind, settings), versions=versions) for kind in kinds]
+    failures: list[BaseException] = []
+
+    def drive(runner: SinkRunner) -> None:
+        try:
+            runner.run()
+        except BaseException as exc:
+            failures.append(exc)
+            log.exception("sink %s failed", runner.kind)
+            for other in runners:
+                other.stop()
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        for runner in runners:
+            runner.stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    threads = [threading.Thread(target=drive, args=(r,), name=f"sink-{r.kind}") for r in runners]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if failures:
+        raise SystemExit(1)

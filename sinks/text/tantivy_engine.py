@@ -1,0 +1,212 @@
+"""The default full-text engine: tantivy (Rust, BM25), through its Python binding.
+
+Tantivy never rewrites a segment file: new data and deletes go to new files, and only
+``meta.json`` / ``.managed.json`` are replaced (atomically) on commit. So a generation can
+hard-link the previous one's files and copy just those two (:attr:`TantivyEngine.copy_names`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Collection, Mapping, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import tantivy
+from tantivy import FieldType, Occur, Query
+
+from sinks.exceptions import EngineError
+from sinks.text.base import (
+    MAX_TOKEN_BYTES,
+    TextDoc,
+    TextHit,
+    collect_top,
+    dedupe_last_wins,
+    parse_query,
+)
+
+__all__ = ["TantivyEngine"]
+
+# Tantivy creates these while a writer or reader is open and leaves them behind; a committed
+# generation must not carry them.
+_LOCK_FILES = (".tantivy-writer.lock", ".tantivy-meta.lock")
+_CACHE_SIZE = 32
+
+
+def _schema() -> tantivy.Schema:
+    builder = tantivy.SchemaBuilder()
+    builder.add_text_field("chunkId", stored=True, tokenizer_name="raw")
+    builder.add_text_field("sessionId", tokenizer_name="raw")
+    builder.add_text_field("logId", tokenizer_name="raw")
+    # "default" = simple tokenizer + remove_long(40) + lowercase; the query side builds the
+    # same analyzer in Python, so query terms are the indexed terms.
+    builder.add_text_field("text", stored=True, tokenizer_name="default")
+    builder.add_integer_field("minSeq", indexed=True, fast=True)
+    builder.add_integer_field("maxSeq", indexed=True, fast=True)
+    builder.add_float_field("eventTime", stored=True, indexed=True, fast=True)
+    for name in ("roles", "toolNames", "types"):
+        builder.add_text_field(name, tokenizer_name="raw")
+    return builder.build()
+
+
+class TantivyEngine:
+    """Full-text engine on tantivy. ``heap_bytes``/``threads`` size the index writer."""
+
+    name = "tantivy"
+    copy_names: ClassVar[tuple[str, ...]] = ("meta.json", ".managed.json")
+
+    def __init__(self, *, heap_bytes: int = 64_000_000, threads: int = 1) -> None:
+        self.heap_bytes = heap_bytes
+        self.threads = threads
+        self._schema = _schema()
+        self._analyzer = (
+            tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
+            .filter(tantivy.Filter.remove_long(MAX_TOKEN_BYTES))
+            .filter(tantivy.Filter.lowercase())
+            .build()
+        )
+        self._cache: OrderedDict[tuple[Any, ...], tantivy.Index] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def analyze(self, text: str) -> list[str]:
+        """The indexed terms of ``text``."""
+        return list(self._analyzer.analyze(text))
+
+    def create(self, directory: Path) -> None:
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        if tantivy.Index.exists(str(directory)):
+            raise EngineError(f"{directory} already holds a tantivy index")
+        try:
+            index = tantivy.Index(self._schema, path=str(directory), reuse=False)
+        except ValueError as exc:
+            raise EngineError(f"cannot create a tantivy index in {directory}: {exc}") from exc
+        del index
+        _remove_locks(directory)
+
+    def add(self, directory: Path, docs: Sequence[Mapping[str, Any]]) -> None:
+        directory = Path(directory)
+        text_docs = dedupe_last_wins(docs)
+        if not text_docs:
+            return
+        index = self._open_uncached(directory)
+        try:
+            writer = index.writer(heap_size=self.heap_bytes, num_threads=self.threads)
+            try:
+                for doc in text_docs:
+                    # Upsert: the delete applies to every earlier doc with this id, the add after it.
+                    writer.delete_documents_by_term("chunkId", doc.chunk_id)
+                    writer.add_document(_document(doc))
+                writer.commit()
+            except BaseException:
+                writer.rollback()
+                raise
+            finally:
+                # Merges finish before the directory is committed as a generation.
+                writer.wait_merging_threads()
+        except ValueError as exc:
+            raise EngineError(f"tantivy could not write {directory}: {exc}") from exc
+        finally:
+            del index
+            _remove_locks(directory)
+
+    def search(
+        self,
+        directory: Path,
+        query: str,
+        *,
+        limit: int,
+        max_seq: int | None = None,
+        session_ids: Collection[str] | None = None,
+        exclude_ids: Collection[str] = (),
+    ) -> list[TextHit]:
+        clauses = parse_query(query, self.analyze)
+        if not clauses or limit <= 0 or (session_ids is not None and len(session_ids) == 0):
+            return []
+        index = self._open(Path(directory))
+        schema = index.schema
+        should = [(Occur.Should, Query.term_query(schema, "text", term)) for term in clauses.terms]
+        should += [
+            (Occur.Should, Query.phrase_query(schema, "text", list(phrase))) for phrase in clauses.phrases
+        ]
+        must: list[tuple[Occur, Query]] = [(Occur.Must, Query.boolean_query(should))]
+        # Filters score 0, so a hit's score is its text score whatever the filters are.
+        if max_seq is not None:
+            seq_range = Query.range_query(schema, "maxSeq", FieldType.Integer, upper_bound=int(max_seq))
+            must.append((Occur.Must, Query.const_score_query(seq_range, 0.0)))
+        if session_ids is not None:
+            sessions = Query.term_set_query(schema, "sessionId", sorted(session_ids))
+            must.append((Occur.Must, Query.const_score_query(sessions, 0.0)))
+        if exclude_ids:
+            must.append((Occur.MustNot, Query.term_set_query(schema, "chunkId", sorted(exclude_ids))))
+        full_query = Query.boolean_query(must)
+        searcher = index.searcher()
+
+        def fetch(n: int) -> list[tuple[float, str]]:
+            result = searcher.search(full_query, limit=n, count=False)
+            return [(score, searcher.doc(address)["chunkId"][0]) for score, address in result.hits]
+
+        return collect_top(fetch, limit)
+
+    def count(self, directory: Path) -> int:
+        return int(self._open(Path(directory)).searcher().num_docs)
+
+    def all_ids(self, directory: Path) -> list[str]:
+        searcher = self._open(Path(directory)).searcher()
+        total = searcher.num_docs
+        if total == 0:
+            return []
+        hits = searcher.search(Query.all_query(), limit=total, count=False).hits
+        return sorted(searcher.doc(address)["chunkId"][0] for _, address in hits)
+
+    def _open_uncached(self, directory: Path) -> tantivy.Index:
+        if not directory.is_dir() or not tantivy.Index.exists(str(directory)):
+            raise EngineError(f"{directory} holds no tantivy index")
+        try:
+            return tantivy.Index.open(str(directory))
+        except ValueError as exc:
+            raise EngineError(f"cannot open the tantivy index in {directory}: {exc}") from exc
+
+    def _open(self, directory: Path) -> tantivy.Index:
+        """An opened index for reading; cached while the directory's meta.json is unchanged
+        (committed generations never change, so in practice until evicted)."""
+        try:
+            meta = (directory / "meta.json").stat()
+        except FileNotFoundError as exc:
+            raise EngineError(f"{directory} holds no tantivy index") from exc
+        key = (str(directory.resolve()), meta.st_ino, meta.st_mtime_ns, meta.st_size)
+        with self._lock:
+            index = self._cache.get(key)
+            if index is not None:
+                self._cache.move_to_end(key)
+                return index
+        index = self._open_uncached(directory)
+        # No file watcher: a generation's meta.json never changes after commit.
+        index.config_reader("manual", 0)
+        with self._lock:
+            self._cache[key] = index
+            while len(self._cache) > _CACHE_SIZE:
+                self._cache.popitem(last=False)
+        return index
+
+
+def _document(doc: TextDoc) -> tantivy.Document:
+    fields: dict[str, Any] = {
+        "chunkId": doc.chunk_id,
+        "sessionId": doc.session_id,
+        "logId": doc.log_id,
+        "text": doc.text,
+        "minSeq": doc.min_seq,
+        "maxSeq": doc.max_seq,
+        "eventTime": doc.event_time,
+    }
+    for name, values in (("roles", doc.roles), ("toolNames", doc.tool_names), ("types", doc.types)):
+        if values:
+            fields[name] = list(values)
+    return tantivy.Document(**fields)
+
+
+def _remove_locks(directory: Path) -> None:
+    for name in _LOCK_FILES:
+        (directory / name).unlink(missing_ok=True)

@@ -1,0 +1,207 @@
+"""The pure-Python alternative full-text engine: whoosh (BM25F).
+
+Whoosh writes every segment once under a fresh name and records deletions in the TOC, which
+is itself a new file per commit (``_MAIN_<n>.toc``). So, as with tantivy, a generation
+hard-links the previous one's segment files; the small TOC is copied for good measure.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Collection, Mapping, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+from whoosh import analysis, fields, index
+from whoosh import query as wq
+from whoosh.index import Index
+from whoosh.searching import Searcher
+
+from sinks.exceptions import EngineError
+from sinks.text.base import (
+    MAX_TOKEN_BYTES,
+    TextDoc,
+    TextHit,
+    collect_top,
+    dedupe_last_wins,
+    parse_query,
+)
+
+__all__ = ["WhooshEngine"]
+
+_LOCK_FILES = ("MAIN_WRITELOCK", "MAIN_READLOCK")
+_CACHE_SIZE = 32
+
+
+def _analyzer() -> analysis.Analyzer:
+    # The same terms as tantivy's "default" tokenizer: runs of letters and digits, lowercased,
+    # no stop words, long tokens dropped with their positions kept (renumber=False), so
+    # phrases behave alike. (Whoosh counts the limit in characters, tantivy in bytes.)
+    return (
+        analysis.RegexTokenizer(r"[^\W_]+")
+        | analysis.LowercaseFilter()
+        | analysis.StopFilter(stoplist=frozenset(), minsize=1, maxsize=MAX_TOKEN_BYTES - 1, renumber=False)
+    )
+
+
+def _schema() -> fields.Schema:
+    return fields.Schema(
+        chunkId=fields.ID(stored=True, unique=True),
+        sessionId=fields.ID(),
+        logId=fields.ID(),
+        text=fields.TEXT(analyzer=_analyzer(), stored=True, phrase=True),
+        minSeq=fields.NUMERIC(int, bits=64, signed=True),
+        maxSeq=fields.NUMERIC(int, bits=64, signed=True),
+        eventTime=fields.NUMERIC(float, bits=64, stored=True),
+        roles=fields.KEYWORD(commas=True),
+        toolNames=fields.KEYWORD(commas=True),
+        types=fields.KEYWORD(commas=True),
+    )
+
+
+class WhooshEngine:
+    """Full-text engine on whoosh. ``limit_mb`` caps the writer's memory pool."""
+
+    name = "whoosh"
+    copy_names: ClassVar[tuple[str, ...]] = ("_MAIN_*.toc",)
+
+    def __init__(self, *, limit_mb: int = 256) -> None:
+        self.limit_mb = limit_mb
+        self._analyzer = _analyzer()
+        self._cache: OrderedDict[tuple[Any, ...], tuple[Index, Searcher, threading.Lock]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def analyze(self, text: str) -> list[str]:
+        """The indexed terms of ``text``."""
+        return [token.text for token in self._analyzer(text)]
+
+    def create(self, directory: Path) -> None:
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        if index.exists_in(str(directory)):
+            raise EngineError(f"{directory} already holds a whoosh index")
+        index.create_in(str(directory), _schema())
+        _remove_locks(directory)
+
+    def add(self, directory: Path, docs: Sequence[Mapping[str, Any]]) -> None:
+        directory = Path(directory)
+        text_docs = dedupe_last_wins(docs)
+        if not text_docs:
+            return
+        ix = self._open_uncached(directory)
+        try:
+            writer = ix.writer(limitmb=self.limit_mb, procs=1)
+            try:
+                for doc in text_docs:
+                    # update_document deletes every committed doc with this chunkId first.
+                    writer.update_document(**_fields(doc))
+            except BaseException:
+                writer.cancel()
+                raise
+            writer.commit(merge=True)
+        finally:
+            ix.close()
+            _remove_locks(directory)
+
+    def search(
+        self,
+        directory: Path,
+        query: str,
+        *,
+        limit: int,
+        max_seq: int | None = None,
+        session_ids: Collection[str] | None = None,
+        exclude_ids: Collection[str] = (),
+    ) -> list[TextHit]:
+        clauses = parse_query(query, self.analyze)
+        if not clauses or limit <= 0 or (session_ids is not None and len(session_ids) == 0):
+            return []
+        parts: list[wq.Query] = [wq.Term("text", term) for term in clauses.terms]
+        parts += [wq.Phrase("text", list(phrase)) for phrase in clauses.phrases]
+        user_query = wq.Or(parts)
+        filters: list[wq.Query] = []
+        if max_seq is not None:
+            filters.append(wq.NumericRange("maxSeq", None, int(max_seq)))
+        if session_ids is not None:
+            filters.append(wq.Or([wq.Term("sessionId", s) for s in sorted(session_ids)]))
+        # filter/mask restrict the matching docs before the top-n is taken; they do not score.
+        allow = wq.And(filters) if filters else None
+        mask = wq.Or([wq.Term("chunkId", c) for c in sorted(exclude_ids)]) if exclude_ids else None
+        _ix, searcher, lock = self._open(Path(directory))
+
+        def fetch(n: int) -> list[tuple[float, str]]:
+            results = searcher.search(user_query, limit=n, filter=allow, mask=mask)
+            return [(float(hit.score), hit["chunkId"]) for hit in results]
+
+        with lock:  # a whoosh searcher shares file handles: one query at a time
+            return collect_top(fetch, limit)
+
+    def count(self, directory: Path) -> int:
+        _ix, searcher, lock = self._open(Path(directory))
+        with lock:
+            return int(searcher.doc_count())
+
+    def all_ids(self, directory: Path) -> list[str]:
+        _ix, searcher, lock = self._open(Path(directory))
+        with lock:
+            return sorted(stored["chunkId"] for stored in searcher.all_stored_fields())
+
+    def _open_uncached(self, directory: Path) -> Index:
+        if not index.exists_in(str(directory)):
+            raise EngineError(f"{directory} holds no whoosh index")
+        try:
+            return index.open_dir(str(directory))
+        except Exception as exc:  # whoosh raises assorted errors on a damaged index
+            raise EngineError(f"cannot open the whoosh index in {directory}: {exc!r}") from exc
+
+    def _open(self, directory: Path) -> tuple[Index, Searcher, threading.Lock]:
+        """A searcher on the directory's latest TOC, cached while the TOC set is unchanged."""
+        tocs = sorted(_toc_generation(p.name) for p in directory.glob("_MAIN_*.toc")) if directory.is_dir() else []
+        if not tocs:
+            raise EngineError(f"{directory} holds no whoosh index")
+        toc = directory / f"_MAIN_{tocs[-1]}.toc"
+        try:
+            st = toc.stat()
+        except FileNotFoundError as exc:
+            raise EngineError(f"{directory} changed while being opened") from exc
+        key = (str(directory.resolve()), tuple(tocs), st.st_ino, st.st_mtime_ns)
+        with self._lock:
+            entry = self._cache.get(key)
+            if entry is not None:
+                self._cache.move_to_end(key)
+                return entry
+        ix = self._open_uncached(directory)
+        entry = (ix, ix.searcher(), threading.Lock())
+        with self._lock:
+            self._cache[key] = entry
+            while len(self._cache) > _CACHE_SIZE:
+                _old_ix, old_searcher, _ = self._cache.popitem(last=False)[1]
+                old_searcher.close()
+        return entry
+
+
+def _fields(doc: TextDoc) -> dict[str, Any]:
+    return {
+        "chunkId": doc.chunk_id,
+        "sessionId": doc.session_id,
+        "logId": doc.log_id,
+        "text": doc.text,
+        "minSeq": doc.min_seq,
+        "maxSeq": doc.max_seq,
+        "eventTime": doc.event_time,
+        # KEYWORD(commas=True) splits on commas only, so values may contain spaces.
+        "roles": ",".join(v.replace(",", " ") for v in doc.roles),
+        "toolNames": ",".join(v.replace(",", " ") for v in doc.tool_names),
+        "types": ",".join(v.replace(",", " ") for v in doc.types),
+    }
+
+
+def _toc_generation(name: str) -> int:
+    number = name[len("_MAIN_"):-len(".toc")]
+    return int(number) if number.isdigit() else -1
+
+
+def _remove_locks(directory: Path) -> None:
+    for name in _LOCK_FILES:
+        (directory / name).unlink(missing_ok=True)

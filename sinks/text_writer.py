@@ -1,0 +1,39 @@
+"""The text sink's writer: SearchChunkV1 chunks into a full-text generation (tantivy or whoosh).
+
+A new generation starts as hard links of the previous one (engine files that the engine
+rewrites in place are copied), then the batch is upserted by chunkId and committed by the
+engine. The previous generation's files are never touched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from sinks.generations import clone_into
+from sinks.text import get_engine
+
+__all__ = ["TextWriter"]
+
+
+class TextWriter:
+    """IndexWriter for kind ``text``."""
+
+    kind = "text"
+    sources = ("chunks",)
+
+    def __init__(self, engine: str = "tantivy") -> None:
+        self.engine = get_engine(engine)
+
+    def describe(self) -> dict[str, Any]:
+        return {"schemaVersion": "1", "engine": self.engine.name}
+
+    def write(self, staging: Path, previous: Path | None, records: Sequence[dict[str, Any]]) -> list[str]:
+        if previous is None:
+            self.engine.create(staging)
+        else:
+            clone_into(previous, staging, copy_names=self.engine.copy_names)
+        if records:
+            self.engine.add(staging, list(records))
+        return []

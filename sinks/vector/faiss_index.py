@@ -1,0 +1,379 @@
+"""Vector segments: immutable faiss index files in a directory, and the reader that searches them.
+
+A segment ``NAME`` is three files, each written once and never changed:
+
+- ``NAME.faiss``    the index: exact ``IndexFlatIP`` up to ``exact_max`` vectors, above that an
+                    approximate ``IndexHNSWFlat`` (inner product, M=32, efConstruction=80);
+- ``NAME.vec.npy``  the raw float32 vectors, so segments can be merged and scores recomputed
+                    exactly without re-embedding;
+- ``NAME.ids.json`` metadata (format, count, dimension, index kind) and the chunkIds, row by row.
+
+Vectors are L2-normalised by the embedder, so inner product is cosine similarity. A generation
+lists its segments; :class:`VectorReader` searches all of them as one index.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import faiss
+import numpy as np
+import orjson
+
+from sinks.vector.errors import VectorIndexError
+
+__all__ = [
+    "HNSW_EF_CONSTRUCTION",
+    "HNSW_EF_SEARCH",
+    "HNSW_M",
+    "SEGMENT_FORMAT",
+    "VectorHit",
+    "VectorReader",
+    "merge_segments",
+    "segment_files",
+    "vectors_for",
+    "write_segment",
+]
+
+SEGMENT_FORMAT = "usl-vector-segment/1"
+HNSW_M = 32
+HNSW_EF_CONSTRUCTION = 80
+#: efSearch used at query time (raised to k when more than that many neighbours are asked).
+HNSW_EF_SEARCH = 128
+#: An HNSW segment is scanned exactly once a filtered query would over-fetch more than this
+#: share of it: past that point a brute-force pass is both cheaper and exact.
+_EXHAUSTIVE_SHARE = 1 / 8
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+
+
+@dataclass(frozen=True, slots=True)
+class VectorHit:
+    """One vector search result: ``score`` is the cosine similarity, ``rank`` starts at 1."""
+
+    chunk_id: str
+    score: float
+    rank: int
+
+
+def segment_files(name: str) -> list[str]:
+    """The file names that make up segment ``name`` (what a manifest lists)."""
+    return [f"{name}.faiss", f"{name}.ids.json", f"{name}.vec.npy"]
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def write_segment(
+    directory: Path,
+    name: str,
+    chunk_ids: Sequence[str],
+    vectors: np.ndarray,
+    *,
+    exact_max: int,
+) -> list[str]:
+    """Write segment ``name`` into ``directory`` and return the file names written.
+
+    ``vectors`` is float32 ``(len(chunk_ids), dim)``, rows L2-normalised; chunkIds must be
+    unique. Segments are immutable: writing over an existing one is refused. Each file is
+    written to a temporary name, fsynced and renamed, so a crash leaves no partial segment.
+    """
+    directory = Path(directory)
+    if not _NAME.match(name):
+        raise VectorIndexError(f"invalid segment name {name!r}: use letters, digits, '.', '_', '-'")
+    matrix = _as_matrix(vectors)
+    ids = [str(chunk_id) for chunk_id in chunk_ids]
+    if matrix.shape[0] != len(ids):
+        raise VectorIndexError(f"segment {name}: {len(ids)} chunkIds but {matrix.shape[0]} vectors")
+    if len(set(ids)) != len(ids):
+        raise VectorIndexError(f"segment {name}: chunkIds must be unique within a segment")
+    if not np.isfinite(matrix).all():
+        raise VectorIndexError(f"segment {name}: vectors contain NaN or infinity")
+    files = segment_files(name)
+    directory.mkdir(parents=True, exist_ok=True)
+    existing = [file for file in files if (directory / file).exists()]
+    if existing:
+        raise VectorIndexError(f"segment {name} already exists in {directory} (segments are immutable)")
+
+    approximate = matrix.shape[0] > exact_max
+    index = _build_index(matrix, approximate)
+    meta = {
+        "format": SEGMENT_FORMAT,
+        "name": name,
+        "count": len(ids),
+        "dimension": int(matrix.shape[1]),
+        "metric": "inner_product",
+        "index": "hnsw" if approximate else "flat",
+        "hnsw": {"M": HNSW_M, "efConstruction": HNSW_EF_CONSTRUCTION} if approximate else None,
+        "chunkIds": ids,
+    }
+    buffer = io.BytesIO()
+    np.save(buffer, matrix, allow_pickle=False)
+    _write_atomically(directory / f"{name}.vec.npy", buffer.getvalue())
+    _write_atomically(directory / f"{name}.faiss", faiss.serialize_index(index).tobytes())
+    # The metadata goes last: a segment whose ids.json exists is complete.
+    _write_atomically(directory / f"{name}.ids.json", orjson.dumps(meta))
+    _fsync_directory(directory)
+    return files
+
+
+def merge_segments(directory: Path, names: Sequence[str], new_name: str, exact_max: int) -> list[str]:
+    """Write ``new_name`` holding the union of segments ``names`` and return its file names.
+
+    A chunkId found in several segments keeps the copy from the last segment listed (newest
+    wins, as an upsert). Chunk ids are derived from chunk content, so such copies normally
+    carry identical vectors and the rule only matters for determinism.
+    """
+    directory = Path(directory)
+    segments = [_SegmentData.open(directory, name) for name in names]
+    owner: dict[str, tuple[int, int]] = {}
+    for position, segment in enumerate(segments):
+        for row, chunk_id in enumerate(segment.chunk_ids):
+            owner[chunk_id] = (position, row)
+    ids: list[str] = []
+    parts: list[np.ndarray] = []
+    for position, segment in enumerate(segments):
+        keep = [row for row, chunk_id in enumerate(segment.chunk_ids) if owner[chunk_id] == (position, row)]
+        ids.extend(segment.chunk_ids[row] for row in keep)
+        parts.append(np.asarray(segment.vectors[keep], dtype=np.float32))
+    dimension = segments[0].dimension if segments else 0
+    if any(segment.dimension != dimension for segment in segments):
+        raise VectorIndexError(f"cannot merge segments of different dimensions into {new_name}")
+    matrix = np.concatenate(parts) if parts else np.zeros((0, dimension), dtype=np.float32)
+    return write_segment(directory, new_name, ids, matrix, exact_max=exact_max)
+
+
+def vectors_for(directory: Path, names: Sequence[str], chunk_ids: Sequence[str]) -> dict[str, np.ndarray]:
+    """The stored vectors of ``chunk_ids`` found in segments ``names`` (newest listed wins).
+
+    Used by the planner to re-score chunks it trims to asOfSeq. Ids in no segment are absent.
+    """
+    wanted = set(chunk_ids)
+    found: dict[str, np.ndarray] = {}
+    for name in names:
+        segment = _SegmentData.open(Path(directory), name)
+        for row, chunk_id in enumerate(segment.chunk_ids):
+            if chunk_id in wanted:
+                found[chunk_id] = np.array(segment.vectors[row], dtype=np.float32)
+    return found
+
+
+def _as_matrix(vectors: np.ndarray) -> np.ndarray:
+    matrix = np.asarray(vectors)
+    if matrix.ndim != 2 or matrix.shape[1] < 1:
+        raise VectorIndexError(f"vectors must be a 2-d array (n, dimension), got shape {matrix.shape}")
+    return np.ascontiguousarray(matrix, dtype=np.float32)
+
+
+def _build_index(matrix: np.ndarray, approximate: bool) -> Any:
+    dimension = matrix.shape[1]
+    index: Any
+    if approximate:
+        index = faiss.IndexHNSWFlat(dimension, HNSW_M, faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
+    else:
+        index = faiss.IndexFlatIP(dimension)
+    if matrix.shape[0]:
+        index.add(matrix)
+    return index
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    staging = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with staging.open("wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(staging, path)
+
+
+def _fsync_directory(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # not possible on every platform; the rename is still atomic
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# --------------------------------------------------------------------------- reading
+
+
+@dataclass
+class _SegmentData:
+    """A segment's metadata, chunkIds and (memory-mapped) raw vectors."""
+
+    name: str
+    meta: dict[str, Any]
+    chunk_ids: list[str]
+    vectors: np.ndarray
+
+    @property
+    def dimension(self) -> int:
+        return int(self.meta["dimension"])
+
+    @classmethod
+    def open(cls, directory: Path, name: str) -> _SegmentData:
+        meta_path = directory / f"{name}.ids.json"
+        try:
+            meta = orjson.loads(meta_path.read_bytes())
+        except FileNotFoundError:
+            raise VectorIndexError(f"vector segment {name} not found in {directory}") from None
+        except orjson.JSONDecodeError as exc:
+            raise VectorIndexError(f"vector segment {name}: unreadable metadata ({exc})") from None
+        if meta.get("format") != SEGMENT_FORMAT:
+            raise VectorIndexError(f"vector segment {name}: unknown format {meta.get('format')!r}")
+        try:
+            vectors = np.load(directory / f"{name}.vec.npy", mmap_mode="r", allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise VectorIndexError(f"vector segment {name}: cannot read its vectors ({exc})") from None
+        ids = meta.pop("chunkIds")
+        if vectors.shape != (meta["count"], meta["dimension"]) or len(ids) != meta["count"]:
+            raise VectorIndexError(f"vector segment {name}: files disagree on its size")
+        return cls(name, meta, ids, vectors)
+
+
+class _Segment:
+    """A segment opened for search.
+
+    Flat segments are searched with one BLAS pass over the memory-mapped ``NAME.vec.npy``:
+    for single queries that measured 2-3x faster than ``IndexFlatIP.search`` and, unlike
+    repeated index searches, over-fetching for a filter costs no extra pass. HNSW segments
+    are searched through faiss, falling back to that exact pass when a filter is selective.
+    """
+
+    def __init__(self, directory: Path, name: str, ef_search: int) -> None:
+        self.data = _SegmentData.open(directory, name)
+        self.count = int(self.data.meta["count"])
+        self.approximate = self.data.meta["index"] == "hnsw"
+        self.ef_search = ef_search
+        self.index: Any = None
+        if self.approximate:
+            try:
+                self.index = faiss.read_index(str(directory / f"{name}.faiss"))
+            except RuntimeError as exc:
+                raise VectorIndexError(f"vector segment {name}: cannot read its faiss index ({exc})") from None
+            if self.index.ntotal != self.count or self.index.d != self.data.dimension:
+                raise VectorIndexError(f"vector segment {name}: faiss index disagrees with its metadata")
+
+    def top(self, query: np.ndarray, limit: int, allowed: Callable[[str], bool]) -> list[tuple[float, str]]:
+        """Up to ``limit`` best allowed (score, chunkId) of this segment, best first.
+
+        Over-fetches k, 4k, 16k... candidates until ``limit`` allowed hits are in hand and a
+        candidate scoring strictly below the last of them proves nothing unseen can tie it,
+        or the segment is exhausted.
+        """
+        if not self.approximate:
+            return self._scan(query, limit, allowed)
+        ids = self.data.chunk_ids
+        k = limit + 1  # one beyond the cut, to see whether the cut is a tie
+        while k < self.count * _EXHAUSTIVE_SHARE:
+            # Per-call parameters keep concurrent searches from racing on index.hnsw.efSearch.
+            params = faiss.SearchParametersHNSW(efSearch=max(self.ef_search, k))  # type: ignore[attr-defined]
+            scores, labels = self.index.search(query, k, params=params)
+            scores, labels = scores[0], labels[0]
+            valid = int((labels >= 0).sum())
+            if valid < k:
+                break  # HNSW could not reach k neighbours: only an exact pass is trustworthy now
+            hits, proven = _collect(scores, labels, ids, limit, allowed)
+            if proven:
+                return hits
+            k *= 4
+        return self._scan(query, limit, allowed)
+
+    def _scan(self, query: np.ndarray, limit: int, allowed: Callable[[str], bool]) -> list[tuple[float, str]]:
+        ids = self.data.chunk_ids
+        scores = np.asarray(self.data.vectors @ query[0], dtype=np.float32)
+        k = limit + 1
+        while k < self.count:
+            # argpartition finds the k best without sorting the whole segment.
+            rows = np.argpartition(-scores, k)[:k]
+            rows = rows[np.argsort(-scores[rows], kind="stable")]
+            hits, proven = _collect(scores[rows], rows, ids, limit, allowed)
+            if proven:
+                return hits
+            k *= 4
+        rows = np.argsort(-scores, kind="stable")
+        hits, _ = _collect(scores[rows], rows, ids, limit, allowed)
+        return hits  # every row was a candidate, so this is complete
+
+
+def _collect(
+    scores: np.ndarray, rows: np.ndarray, ids: list[str], limit: int, allowed: Callable[[str], bool]
+) -> tuple[list[tuple[float, str]], bool]:
+    """The allowed hits among candidates ``rows`` (best first, ``scores`` aligned with them),
+    and whether they are proven to be the top ``limit``: a candidate scoring strictly below
+    the ``limit``-th allowed hit shows nothing beyond the candidates can still tie or beat it."""
+    hits: list[tuple[float, str]] = []
+    for score, row in zip(scores.tolist(), rows.tolist(), strict=True):
+        if len(hits) >= limit and score < hits[limit - 1][0]:
+            return hits, True
+        if allowed(ids[row]):
+            hits.append((score, ids[row]))
+    return hits, False
+
+
+class VectorReader:
+    """Searches a fixed list of segments (one generation) as one index.
+
+    Loads every segment at construction; afterwards ``search`` is read-only and may be called
+    from several threads. ``ef_search`` is the HNSW search breadth (recall vs latency).
+    """
+
+    def __init__(
+        self, directory: Path, segment_names: Sequence[str], *, ef_search: int = HNSW_EF_SEARCH
+    ) -> None:
+        self.directory = Path(directory)
+        self.segment_names = list(segment_names)
+        self._segments = [_Segment(self.directory, name, ef_search) for name in self.segment_names]
+        dimensions = {segment.data.dimension for segment in self._segments}
+        if len(dimensions) > 1:
+            raise VectorIndexError(f"segments in {directory} have different dimensions {sorted(dimensions)}")
+        self.dimension: int | None = dimensions.pop() if dimensions else None
+
+    def search(
+        self,
+        query_vec: np.ndarray,
+        *,
+        limit: int,
+        allowed: Callable[[str], bool] | None = None,
+    ) -> list[VectorHit]:
+        """The ``limit`` best chunks for ``query_vec`` over all segments.
+
+        Order: score desc, then chunkId asc; a chunkId in several segments counts once, with
+        its best score. ``allowed`` is applied before the top ``limit`` is taken, so a page
+        holds ``limit`` allowed chunks whenever that many exist.
+        """
+        if limit <= 0 or not self._segments:
+            return []
+        query = np.ascontiguousarray(np.asarray(query_vec, dtype=np.float32).reshape(1, -1))
+        if query.shape[1] != self.dimension:
+            raise VectorIndexError(
+                f"query vector has dimension {query.shape[1]}, the index has {self.dimension}"
+            )
+        decisions: dict[str, bool] = {}
+
+        def permitted(chunk_id: str) -> bool:
+            # Each id is judged once per query, however often over-fetching revisits it.
+            if allowed is None:
+                return True
+            verdict = decisions.get(chunk_id)
+            if verdict is None:
+                verdict = decisions[chunk_id] = bool(allowed(chunk_id))
+            return verdict
+
+        best: dict[str, float] = {}
+        for segment in self._segments:
+            for score, chunk_id in segment.top(query, limit, permitted):
+                if score > best.get(chunk_id, -np.inf):
+                    best[chunk_id] = score
+        ranked = sorted(best.items(), key=lambda item: (-item[1], item[0]))[:limit]
+        return [VectorHit(chunk_id, score, rank) for rank, (chunk_id, score) in enumerate(ranked, 1)]

@@ -1,0 +1,137 @@
+"""Watermarks on the compacted ``usl.watermarks`` topic, keyed ``LOG/KIND``.
+
+A sink publishes one only after a generation is committed, so a watermark never points at a
+generation a reader cannot open, and never goes backwards (a publisher refuses to).
+The planner reads the topic from the beginning at start-up and then follows it live.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import orjson
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+from streams.l1 import read_topic_to_end
+from streams.settings import Settings
+from streams.topics import Topics
+
+__all__ = ["WatermarkFollower", "WatermarkPublisher", "read_watermarks", "watermark_key"]
+
+
+def watermark_key(log_id: str, kind: str) -> str:
+    return f"{log_id}/{kind}"
+
+
+class WatermarkPublisher:
+    """Publishes a sink's watermark after each committed generation."""
+
+    def __init__(self, bootstrap: str, settings: Settings) -> None:
+        self._topic = Topics.from_settings(settings).watermarks
+        self._producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True,
+                                       client_id="usl-watermarks")
+        self._last: dict[str, tuple[str, int, int]] = {}
+
+    def publish(self, watermark: dict[str, Any]) -> None:
+        key = watermark_key(watermark["logId"], watermark["kind"])
+        line = str(watermark.get("line", "live"))
+        position = (line, int(watermark["generationId"]), int(watermark["builtThroughSeq"]))
+        previous = self._last.get(key)
+        # Within one generation line, watermarks only move forward.
+        if previous and previous[0] == line and (position[1], position[2]) < (previous[1], previous[2]):
+            return
+        self._producer.send(self._topic, key=key.encode(), value=orjson.dumps(watermark)).get(timeout=30)
+        self._last[key] = position
+
+    def delete(self, log_id: str, kind: str) -> None:
+        """Tombstone: the index is gone (used when indexes are deleted)."""
+        self._producer.send(self._topic, key=watermark_key(log_id, kind).encode(), value=None).get(timeout=30)
+        self._last.pop(watermark_key(log_id, kind), None)
+
+    def close(self) -> None:
+        self._producer.flush()
+        self._producer.close()
+
+
+def read_watermarks(bootstrap: str, settings: Settings) -> dict[tuple[str, str], dict[str, Any]]:
+    """The latest watermark per (log, kind), read from the beginning of the compacted topic."""
+    table: dict[tuple[str, str], dict[str, Any]] = {}
+    for record in read_topic_to_end(bootstrap, Topics.from_settings(settings).watermarks):
+        _apply(table, record.key, record.value)
+    return table
+
+
+def _apply(table: dict[tuple[str, str], dict[str, Any]], key: bytes | None, value: bytes | None) -> None:
+    if key is None:
+        return
+    log_id, _, kind = key.decode().partition("/")
+    if value is None:
+        table.pop((log_id, kind), None)
+        return
+    try:
+        table[(log_id, kind)] = orjson.loads(value)
+    except orjson.JSONDecodeError:
+        return
+
+
+class WatermarkFollower:
+    """Keeps a live copy of every watermark: reads from the beginning, then follows."""
+
+    def __init__(self, bootstrap: str, settings: Settings) -> None:
+        self._bootstrap = bootstrap
+        self._topic = Topics.from_settings(settings).watermarks
+        self._table: dict[tuple[str, str], dict[str, Any]] = {}
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="watermark-follower", daemon=True)
+
+    def start(self, *, timeout_seconds: float = 30.0) -> WatermarkFollower:
+        self._thread.start()
+        self._ready.wait(timeout_seconds)
+        return self
+
+    def snapshot(self) -> dict[tuple[str, str], dict[str, Any]]:
+        with self._lock:
+            return dict(self._table)
+
+    def wait_for_change(self, timeout_seconds: float) -> None:
+        with self._changed:
+            self._changed.wait(timeout_seconds)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._follow()
+            except Exception:  # broker restarts must not kill the planner; retry
+                time.sleep(1.0)
+
+    def _follow(self) -> None:
+        consumer = KafkaConsumer(bootstrap_servers=self._bootstrap, enable_auto_commit=False,
+                                 isolation_level="read_committed", client_id="usl-watermark-follower")
+        try:
+            tp = TopicPartition(self._topic, 0)
+            consumer.assign([tp])
+            consumer.seek_to_beginning(tp)
+            end = consumer.end_offsets([tp])[tp]
+            if end == 0:
+                self._ready.set()
+            while not self._stop.is_set():
+                batch = consumer.poll(timeout_ms=200, max_records=1000)
+                records = batch.get(tp, [])
+                if records:
+                    with self._changed:
+                        for record in records:
+                            _apply(self._table, record.key, record.value)
+                        self._changed.notify_all()
+                if not self._ready.is_set() and consumer.position(tp) >= end:
+                    self._ready.set()
+        finally:
+            consumer.close()

@@ -1,0 +1,268 @@
+"""Chunker v1: the per-session state machine that turns redacted events and ticks into chunks.
+
+One ``Chunker`` serves every session; each session has its own plain-JSON state (a faust
+table value, or a dict in the batch helper). Output depends only on the session's events, the
+log's regular ticks, the config and the tokenizer -- never on wall-clock time, on how sessions
+are spread over partitions, or on records delivered twice. ``docs/chunking.md`` states the
+rules; in short:
+
+- a unit is a task episode (``episodeId``), else a turn (``turnId``), else the run of
+  session-level events between turns;
+- a unit closes at its end event, when another unit of the session starts, after an event-time
+  gap > G inside it, or at a regular tick whose ``logTime`` is > G past its latest event;
+- inside a unit, rendered events are packed into chunks of at most ``target_tokens``, each
+  next chunk repeating the trailing whole events of the previous one that fit in
+  ``overlap_tokens``; a single event longer than a chunk is split into overlapping parts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+from streams.asp import ASP_VERSION, DEFAULT_ACL, parse_time
+from streams.chunking.records import build_chunk, rfc3339
+from streams.chunking.render import param_keys, render_event, tool_name, tool_status
+from streams.chunking.split import split_text
+from streams.chunking.tokenizer import Tokenizer
+from streams.exceptions import ChunkingError, ConfigError
+
+__all__ = ["STATE_VERSION", "Chunker", "ChunkerConfig"]
+
+STATE_VERSION = 1
+"""Layout version of the per-session state; a state of another version is refused."""
+
+MIN_TARGET_TOKENS = 16
+
+_UNIT_END = {"turn.ended": "turn", "episode.ended": "episode"}
+
+
+@dataclass(frozen=True)
+class ChunkerConfig:
+    """Boundary rules of chunker v1. ``version`` goes into every chunk and chunk id."""
+
+    target_tokens: int = 768
+    overlap_tokens: int = 96
+    idle_gap_seconds: float = 300.0
+    version: str = "1.0"
+
+    def __post_init__(self) -> None:
+        if self.target_tokens < MIN_TARGET_TOKENS:
+            raise ConfigError(f"target_tokens must be >= {MIN_TARGET_TOKENS}, not {self.target_tokens}")
+        if not 0 <= self.overlap_tokens <= self.target_tokens // 2:
+            raise ConfigError(
+                f"overlap_tokens must be between 0 and target_tokens/2, not {self.overlap_tokens}"
+            )
+        if not self.idle_gap_seconds > 0:
+            raise ConfigError(f"idle_gap_seconds must be > 0, not {self.idle_gap_seconds}")
+
+
+class Chunker:
+    """Incremental chunker; every method takes the session's state and mutates it in place."""
+
+    def __init__(self, config: ChunkerConfig, tokenizer: Tokenizer, *, policy_hash: str) -> None:
+        self.config = config
+        self.tokenizer = tokenizer
+        self.policy_hash = policy_hash
+        self.versions = {
+            "asp": ASP_VERSION,
+            "chunker": config.version,
+            "tokenizer": tokenizer.identity,
+            "redactionPolicy": policy_hash,
+        }
+
+    def new_state(self, session_id: str) -> dict[str, Any]:
+        """A fresh, JSON-serializable state for ``session_id``."""
+        return {
+            "v": STATE_VERSION, "sessionId": session_id, "logId": None,
+            "lastSeq": 0, "lastTickSeq": 0, "acl": None, "seen": {}, "unit": None,
+        }
+
+    def on_event(self, state: dict[str, Any], log_id: str, seq: int, event: dict[str, Any]) -> list[dict[str, Any]]:
+        """Apply one redacted event; return the chunks it closes (possibly none)."""
+        text = render_event(event)
+        tokens = self.tokenizer.count(text) if text is not None else 0
+        return self.apply_event(state, log_id, seq, event, text, tokens)
+
+    def apply_event(
+        self, state: dict[str, Any], log_id: str, seq: int, event: dict[str, Any],
+        text: str | None, tokens: int,
+    ) -> list[dict[str, Any]]:
+        """``on_event`` with the rendering and its token count already computed (batch path)."""
+        self._check(state, event)
+        # A record at or below what this state already applied is a redelivery: skip it.
+        if seq <= max(state["lastSeq"], state["lastTickSeq"]):
+            return []
+        state["lastSeq"] = seq
+        state["logId"] = state["logId"] or log_id
+        seen_key = hashlib.sha256(str(event["eventId"]).encode("utf-8")).hexdigest()[:16]
+        if seen_key in state["seen"]:
+            return []
+        state["seen"][seen_key] = seq
+        if isinstance(event.get("acl"), dict):
+            state["acl"] = _copy_acl(event["acl"])
+
+        kind, key = _unit_of(event)
+        out: list[dict[str, Any]] = []
+        if key is None:
+            if event.get("type") == "session.ended":
+                return self._close_unit(state, provisional=False)
+            if text is None:
+                return []  # session-level, renders nothing: belongs to no unit (session.acl, run.*)
+            kind, key = "session", "session"
+        moment = parse_time(event["time"])
+        when = moment.timestamp()
+        unit = state["unit"]
+        if unit is not None and (unit["key"] != key or when - unit["lastTime"] > self.config.idle_gap_seconds):
+            out += self._close_unit(state, provisional=False)
+            unit = None
+        if unit is None:
+            unit = state["unit"] = {
+                "key": key, "kind": kind, "lastTime": when, "pendingMinSeq": None,
+                "segments": [], "fresh": 0, "tokens": 0,
+            }
+        unit["lastTime"] = when
+        if unit["pendingMinSeq"] is None:
+            unit["pendingMinSeq"] = seq
+        if text is not None:
+            for segment in self._segments(event, seq, text, tokens, when, rfc3339(moment)):
+                out += self._append(state, segment)
+        event_type = event.get("type")
+        if _UNIT_END.get(event_type or "") == kind or event_type == "session.ended":
+            out += self._close_unit(state, provisional=False)
+        return out
+
+    def on_tick(self, state: dict[str, Any], tick: dict[str, Any]) -> list[dict[str, Any]]:
+        """Apply a log-clock tick: a regular tick cuts a unit idle for more than G of log time."""
+        if tick.get("flush"):
+            return []  # flush ticks depend on timing, so they never move a boundary
+        if state["logId"] is not None and tick["logId"] != state["logId"]:
+            return []
+        seq = tick["seq"]
+        if seq <= state["lastTickSeq"] or seq < state["lastSeq"]:
+            return []  # a redelivered or stale tick
+        state["lastTickSeq"] = seq
+        unit = state["unit"]
+        if unit is not None and tick["logTime"] - unit["lastTime"] > self.config.idle_gap_seconds:
+            return self._close_unit(state, provisional=False)
+        return []
+
+    def close(self, state: dict[str, Any], *, provisional: bool = False) -> list[dict[str, Any]]:
+        """Close the open unit now and return its chunks; ``provisional`` marks them as such."""
+        return self._close_unit(state, provisional=provisional)
+
+    def open_min_seq(self, state: dict[str, Any]) -> int | None:
+        """Smallest seq absorbed into the open unit and not yet inside an emitted chunk.
+
+        Counts events that render nothing too. ``None`` when no unit is open. A progress marker
+        may claim every seq below the minimum of this over the partition's sessions.
+        """
+        unit = state["unit"]
+        if unit is None:
+            return None
+        pending: int | None = unit["pendingMinSeq"]
+        return pending
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _check(self, state: dict[str, Any], event: dict[str, Any]) -> None:
+        if state.get("v") != STATE_VERSION:
+            raise ChunkingError(f"chunker state version {state.get('v')!r} is not {STATE_VERSION}")
+        if event.get("sessionId") != state["sessionId"]:
+            raise ChunkingError(
+                f"event {event.get('eventId')!r} of session {event.get('sessionId')!r} "
+                f"was given to the state of session {state['sessionId']!r}"
+            )
+
+    def _segments(
+        self, event: dict[str, Any], seq: int, text: str, tokens: int, when: float, iso: str,
+    ) -> list[dict[str, Any]]:
+        base = {
+            "eventId": event["eventId"], "seq": seq, "time": when, "iso": iso,
+            "role": event.get("role"), "type": event.get("type"), "tool": tool_name(event),
+            "status": tool_status(event) if event.get("type") == "tool.result" else None,
+            "keys": param_keys(event) if event.get("type") == "tool.call" else [],
+            "runId": event.get("runId"), "turnId": event.get("turnId"),
+            "episodeId": event.get("episodeId"),
+        }
+        data = text.encode("utf-8")
+        if tokens <= self.config.target_tokens:
+            return [{**base, "text": text, "tokens": tokens, "bytes": len(data), "part": [0, len(data)]}]
+        segments = []
+        parts = split_text(
+            text, self.tokenizer, target=self.config.target_tokens, overlap=self.config.overlap_tokens
+        )
+        for part in parts:
+            piece = text[part.char_start:part.char_end]
+            start = len(text[:part.char_start].encode("utf-8"))
+            size = len(piece.encode("utf-8"))
+            segments.append({
+                **base, "text": piece, "tokens": part.tokens, "bytes": size,
+                "part": [start, start + size],
+            })
+        return segments
+
+    def _append(self, state: dict[str, Any], segment: dict[str, Any]) -> list[dict[str, Any]]:
+        """Add a segment to the open unit's chunk buffer; emit the buffer first if it is full."""
+        unit = state["unit"]
+        out: list[dict[str, Any]] = []
+        segments = unit["segments"]
+        if unit["tokens"] + segment["tokens"] > self.config.target_tokens:
+            if unit["fresh"] < len(segments):
+                out.append(self._emit(state, unit, segments, provisional=False))
+                carried = _overlap_tail(segments, self.config.overlap_tokens)
+                segments = unit["segments"] = carried
+                unit["tokens"] = sum(item["tokens"] for item in carried)
+                unit["pendingMinSeq"] = None
+            # Overlap never pushes a chunk over its budget: drop the oldest carried segments.
+            while segments and unit["tokens"] + segment["tokens"] > self.config.target_tokens:
+                unit["tokens"] -= segments.pop(0)["tokens"]
+            unit["fresh"] = len(segments)
+        segments.append(segment)
+        unit["tokens"] += segment["tokens"]
+        if unit["pendingMinSeq"] is None:
+            unit["pendingMinSeq"] = segment["seq"]
+        return out
+
+    def _close_unit(self, state: dict[str, Any], *, provisional: bool) -> list[dict[str, Any]]:
+        unit = state["unit"]
+        if unit is None:
+            return []
+        state["unit"] = None
+        if unit["fresh"] < len(unit["segments"]):
+            return [self._emit(state, unit, unit["segments"], provisional=provisional)]
+        return []
+
+    def _emit(
+        self, state: dict[str, Any], unit: dict[str, Any], segments: list[dict[str, Any]], *,
+        provisional: bool,
+    ) -> dict[str, Any]:
+        return build_chunk(
+            segments, log_id=state["logId"], session_id=state["sessionId"],
+            unit_kind=unit["kind"], unit_key=unit["key"], acl=_copy_acl(state["acl"] or DEFAULT_ACL),
+            versions=self.versions, provisional=provisional,
+        )
+
+
+def _unit_of(event: dict[str, Any]) -> tuple[str, str | None]:
+    """(unit kind, unit key) of an event; key None for session-level events."""
+    if event.get("episodeId"):
+        return "episode", f"episode:{event['episodeId']}"
+    if event.get("turnId"):
+        return "turn", f"turn:{event['turnId']}"
+    return "session", None
+
+
+def _overlap_tail(segments: list[dict[str, Any]], budget: int) -> list[dict[str, Any]]:
+    """The trailing whole segments whose tokens total at most ``budget``."""
+    total, start = 0, len(segments)
+    while start > 0 and total + segments[start - 1]["tokens"] <= budget:
+        start -= 1
+        total += segments[start]["tokens"]
+    return [dict(segment) for segment in segments[start:]]
+
+
+def _copy_acl(acl: dict[str, Any]) -> dict[str, Any]:
+    # A chunk (or the state) must never share a list with the caller's event.
+    return {key: list(value) if isinstance(value, list) else value for key, value in acl.items()}

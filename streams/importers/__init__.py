@@ -1,0 +1,170 @@
+"""Importers: files people already have → validated ASP v1 events, plus a reject per bad record.
+
+``iter_records`` is what the ingest CLI and the L1 producer call. It yields, in file order,
+an :class:`Accepted` (an event that passed ``streams.asp.validate_event``) or a
+:class:`Rejected` (where, why, and the first 4 KiB of the input) for every record; it raises
+:class:`~streams.exceptions.ImportFormatError` only when a file cannot be read or its format
+cannot be told. The same input always yields the same events, byte for byte.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+from streams.exceptions import ImportFormatError
+from streams.importers.asp import iter_asp
+from streams.importers.base import FORMATS, Accepted, Rejected, parse_json
+from streams.importers.claude_code import iter_claude_code
+from streams.importers.openai_chat import iter_openai_chat
+
+__all__ = ["FORMATS", "Accepted", "Rejected", "detect_format", "iter_records"]
+
+_SUFFIXES = (".jsonl", ".json")
+_SNIFF_LINES = 20
+_SNIFF_LINE_BYTES = 8 * 1024 * 1024
+
+Importer = Callable[..., Iterator[Accepted | Rejected]]
+_IMPORTERS: dict[str, Importer] = {
+    "asp": iter_asp,
+    "claude-code": iter_claude_code,
+    "openai-chat": iter_openai_chat,
+}
+
+
+def detect_format(path: Path) -> str:
+    """The format of a file (or of every file in a directory), told from its first records."""
+    path = Path(path)
+    if path.is_dir():
+        found = {_file_format(file) for file in _files(path) if not _is_empty(file)}
+        if not found:
+            raise ImportFormatError(f"{path}: no non-empty *.jsonl or *.json files to import")
+        if len(found) > 1:
+            raise ImportFormatError(
+                f"{path}: holds files of several formats ({', '.join(sorted(found))}); "
+                "import them separately or pass --format"
+            )
+        return found.pop()
+    if _is_empty(path):
+        raise ImportFormatError(f"{path}: the file is empty; there is nothing to import")
+    return _file_format(path)
+
+
+def iter_records(
+    path: Path,
+    fmt: str | None = None,
+    *,
+    log_id: str = "default",
+    acl: dict[str, Any] | None = None,
+) -> Iterator[Accepted | Rejected]:
+    """Every record of ``path`` (a file, or a directory of *.jsonl / *.json files, recursively).
+
+    ``fmt`` is one of FORMATS, or None to detect it per file. Records are labelled
+    ``file:line`` (files inside a directory by their path relative to it). Every file's format
+    is settled before the first record is yielded, so a bad file in a directory fails fast.
+    """
+    path = Path(path)
+    if fmt is not None and fmt not in FORMATS:
+        raise ImportFormatError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    if not path.exists():
+        raise ImportFormatError(f"{path}: no such file or directory")
+    if path.is_dir():
+        plan = [
+            (file, file.relative_to(path).as_posix()) for file in _files(path) if not _is_empty(file)
+        ]
+    else:
+        plan = [] if _is_empty(path) else [(path, path.name)]
+    formats = [_declared_or_detected(file, fmt) for file, _label in plan]
+    for (file, label), file_format in zip(plan, formats, strict=True):
+        yield from _IMPORTERS[file_format](file, label=label, log_id=log_id, acl=acl)
+
+
+def _files(directory: Path) -> list[Path]:
+    files = [p for p in directory.rglob("*") if p.is_file() and p.suffix.lower() in _SUFFIXES]
+    return sorted(files, key=lambda p: p.relative_to(directory).as_posix())
+
+
+def _is_empty(path: Path) -> bool:
+    try:
+        with path.open("rb") as handle:
+            while chunk := handle.read(1 << 16):
+                if chunk.strip():
+                    return False
+        return True
+    except OSError as exc:
+        raise ImportFormatError(f"{path}: cannot read the file: {exc.strerror or exc}") from exc
+
+
+def _declared_or_detected(path: Path, fmt: str | None) -> str:
+    if fmt is None:
+        return _file_format(path)
+    sniffed = _sniff(path)
+    if sniffed is not None and sniffed != fmt:
+        raise ImportFormatError(
+            f"{path}: declared as {fmt}, but its first records look like {sniffed}; "
+            f"pass --format {sniffed} or leave --format out"
+        )
+    return fmt
+
+
+def _file_format(path: Path) -> str:
+    sniffed = _sniff(path)
+    if sniffed is None:
+        raise ImportFormatError(
+            f"{path}: cannot tell the format from its first records; expected ASP JSONL, a "
+            "Claude Code transcript or OpenAI chat messages (pass --format "
+            f"{'|'.join(FORMATS)})"
+        )
+    return sniffed
+
+
+def _sniff(path: Path) -> str | None:
+    """The format the first decisive record of ``path`` shows, or None."""
+    try:
+        with path.open("rb") as handle:
+            lines = [line.strip() for line in islice(handle, 4 * _SNIFF_LINES)]
+    except OSError as exc:
+        raise ImportFormatError(f"{path}: cannot read the file: {exc.strerror or exc}") from exc
+    lines = [line for line in lines if line][:_SNIFF_LINES]
+    for line in lines:
+        if len(line) > _SNIFF_LINE_BYTES:
+            continue
+        value, error = parse_json(line)
+        if error is None:
+            found = _sniff_value(value)
+            if found is not None:
+                return found
+    if lines and lines[0][:1] in (b"[", b"{"):
+        # A pretty-printed JSON document: only the whole of it says what it is.
+        document, error = parse_json(path.read_bytes())
+        if error is None:
+            return _sniff_value(document)
+    return None
+
+
+def _sniff_value(value: Any) -> str | None:
+    if isinstance(value, list):
+        items = [item for item in value[:5] if isinstance(item, dict | list)]
+        if any(isinstance(item, dict) and "role" in item for item in items):
+            return "openai-chat"
+        return _sniff_value(items[0]) if items and _sniff_value(items[0]) == "openai-chat" else None
+    if not isinstance(value, dict):
+        return None
+    if "aspVersion" in value or {"eventId", "sessionId", "type"} <= value.keys():
+        return "asp"
+    line_type = value.get("type")
+    if line_type in ("user", "assistant") and "message" in value and (
+        "uuid" in value or "sessionId" in value
+    ):
+        return "claude-code"
+    if (line_type == "summary" and "leafUuid" in value) or (
+        line_type == "file-history-snapshot" and "snapshot" in value
+    ):
+        return "claude-code"
+    if line_type in ("system", "queue-operation") and {"sessionId", "timestamp"} <= value.keys():
+        return "claude-code"
+    if isinstance(value.get("messages"), list):
+        return "openai-chat"
+    return None

@@ -1,0 +1,294 @@
+"""What every importer shares: the record types it yields and the session bookkeeping.
+
+An importer reads a file it did not write, so it promises two things: it never raises on bad
+content (each bad record becomes a :class:`Rejected` naming what is wrong, and the loop goes on),
+and it is deterministic (the same file always yields the same events, byte for byte, so the
+duplicate eventIds of a re-import are recognized downstream). Nothing here reads the clock or
+draws a random number: ids are hashes of source identities, times come from the source.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from streams.asp import parse_time, validate_event
+from streams.exceptions import ImportFormatError, SchemaError
+
+__all__ = [
+    "FORMATS",
+    "PAYLOAD_MAX_BYTES",
+    "RAW_MAX_CHARS",
+    "Accepted",
+    "Rejected",
+    "SessionEmitter",
+    "parse_json",
+    "raw_text",
+    "read_lines",
+    "small_payload",
+    "stable_id",
+    "time_from_posix",
+    "valid_time",
+]
+
+FORMATS = ("asp", "claude-code", "openai-chat")
+
+RAW_MAX_CHARS = 4096
+PAYLOAD_MAX_BYTES = 16 * 1024
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """An event that passed ``streams.asp.validate_event``, and the input record it came from."""
+
+    event: dict[str, Any]
+    record: str
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """An input record that could not become an event: where it is, why, and its first 4 KiB."""
+
+    record: str
+    reason: str
+    raw: str
+
+
+Result = Accepted | Rejected
+
+
+def raw_text(raw: bytes | str | Any) -> str:
+    """The first RAW_MAX_CHARS characters of an offending input, for a dead letter."""
+    if isinstance(raw, bytes):
+        text = raw[: RAW_MAX_CHARS * 4].decode("utf-8", "replace")
+    elif isinstance(raw, str):
+        text = raw
+    else:
+        # Source key order, so the dead letter reads like the input did.
+        text = orjson.dumps(raw, default=str).decode()
+    return text[:RAW_MAX_CHARS]
+
+
+def stable_id(prefix: str, *parts: object) -> str:
+    """A deterministic id: ``prefix`` + 32 hex digits of sha256 over the parts."""
+    digest = hashlib.sha256("\x1f".join(str(part) for part in parts).encode("utf-8"))
+    return f"{prefix}_{digest.hexdigest()[:32]}"
+
+
+def small_payload(record: Any) -> Any | None:
+    """A copy of ``record`` when its JSON is at most PAYLOAD_MAX_BYTES, else None.
+
+    A copy, so the payload never shares objects with the event's fields (which a later stage
+    may rewrite, e.g. redaction).
+    """
+    try:
+        data = orjson.dumps(record)
+    except TypeError:
+        return None
+    return orjson.loads(data) if len(data) <= PAYLOAD_MAX_BYTES else None
+
+
+def time_from_posix(seconds: float) -> str:
+    """RFC 3339 UTC time with milliseconds, for sources that only have POSIX seconds."""
+    moment = datetime.fromtimestamp(round(seconds, 3), UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def valid_time(value: Any) -> str | None:
+    """``value`` if it is an RFC 3339 time with an offset, else None."""
+    if not isinstance(value, str):
+        return None
+    try:
+        parse_time(value)
+    except ValueError:
+        return None
+    return value
+
+
+def parse_json(line: bytes | str) -> tuple[Any, str | None]:
+    """(value, None) or (None, reason) for one JSON text; never raises."""
+    try:
+        return orjson.loads(line), None
+    except orjson.JSONDecodeError as exc:
+        return None, f"invalid JSON (truncated or not JSON): {exc}"
+
+
+def read_lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    """(1-based line number, line without its newline) for every non-blank line of ``path``."""
+    try:
+        handle = path.open("rb")
+    except OSError as exc:
+        raise ImportFormatError(f"{path}: cannot read the file: {exc.strerror or exc}") from exc
+    with handle:
+        try:
+            for number, line in enumerate(handle, start=1):
+                stripped = line.strip()
+                if stripped:
+                    yield number, stripped
+        except OSError as exc:
+            raise ImportFormatError(f"{path}: read failed: {exc.strerror or exc}") from exc
+
+
+def _schema_reason(exc: SchemaError) -> str:
+    return f"{exc.reason} (field {exc.field})" if exc.field else exc.reason
+
+
+class SessionEmitter:
+    """Builds the ASP events of one session and keeps its open turn and episode.
+
+    Importers say what happened (a message, a human turn began, a subagent episode began);
+    this class assigns ids, fills the session/turn/episode identity of each event, emits
+    ``turn.ended`` / ``episode.ended`` when the next one starts or the input ends, and
+    validates every event, turning a SchemaError into a Rejected.
+    """
+
+    def __init__(
+        self,
+        *,
+        source: str,
+        id_prefix: str,
+        session_id: str,
+        log_id: str,
+        acl: dict[str, Any] | None,
+    ) -> None:
+        self.source = source
+        self.id_prefix = id_prefix
+        self.session_id = session_id
+        self.log_id = log_id
+        self.acl = acl
+        self.started = False
+        self.turn_id: str | None = None
+        self.episode_id: str | None = None
+        self.last_time: str | None = None
+        self._turn_last_time: str | None = None
+        self._episode_last_time: str | None = None
+
+    def event_id(self, *parts: object) -> str:
+        """A deterministic eventId unique to this log, session and source position."""
+        return stable_id(self.id_prefix, self.log_id, self.session_id, *parts)
+
+    def emit(
+        self,
+        event_type: str,
+        *,
+        event_id: str,
+        time: str,
+        record: str,
+        raw: Any,
+        role: str | None = None,
+        fields: dict[str, Any] | None = None,
+        parent_event_id: str | None = None,
+        visibility: str | None = None,
+        payload: Any | None = None,
+        turn_id: str | None = None,
+        episode_id: str | None = None,
+    ) -> Result:
+        """Validate one event of this session (in its open turn and episode)."""
+        event: dict[str, Any] = {
+            "eventId": event_id,
+            "logId": self.log_id,
+            "sessionId": self.session_id,
+            "type": event_type,
+            "time": time,
+        }
+        turn = turn_id or self.turn_id
+        episode = episode_id or self.episode_id
+        optional = {
+            "turnId": turn,
+            "episodeId": episode,
+            "parentEventId": parent_event_id,
+            "role": role,
+            "visibility": visibility,
+        }
+        event.update({key: value for key, value in optional.items() if value is not None})
+        if self.acl is not None:
+            event["acl"] = copy.deepcopy(self.acl)
+        event["fields"] = fields or {}
+        if payload is not None:
+            event["payload"] = payload
+        try:
+            validated = validate_event(event, record=record)
+        except SchemaError as exc:
+            return Rejected(record, _schema_reason(exc), raw_text(raw))
+        self.last_time = time
+        if turn is not None:
+            self._turn_last_time = time
+        if episode is not None:
+            self._episode_last_time = time
+        return Accepted(validated, record)
+
+    def start_session(
+        self, *, time: str, record: str, raw: Any, fields: dict[str, Any]
+    ) -> list[Result]:
+        """``session.started`` once per session; later calls do nothing."""
+        if self.started:
+            return []
+        self.started = True
+        return [self.emit(
+            "session.started", event_id=self.event_id("session.started"), time=time,
+            record=record, raw=raw, fields={**fields, "source": self.source},
+        )]
+
+    def start_turn(self, turn_key: object, *, time: str, record: str, raw: Any) -> list[Result]:
+        """End the open turn (and episode), then open the human turn named by ``turn_key``."""
+        results = self.end_turn(record=record, raw=raw)
+        self.turn_id = stable_id("turn", self.log_id, self.session_id, turn_key)
+        self._turn_last_time = time
+        results.append(self.emit(
+            "turn.started", event_id=stable_id(self.id_prefix, self.turn_id, "started"),
+            time=time, record=record, raw=raw, role="user",
+        ))
+        return results
+
+    def end_turn(self, *, record: str, raw: Any) -> list[Result]:
+        """``turn.ended`` for the open turn, timed at its last event; nothing if none is open."""
+        results = self.end_episode(record=record, raw=raw)
+        if self.turn_id is None:
+            return results
+        turn_id, time = self.turn_id, self._turn_last_time or self.last_time
+        self.turn_id = None
+        results.append(self.emit(
+            "turn.ended", event_id=stable_id(self.id_prefix, turn_id, "ended"),
+            time=time or "1970-01-01T00:00:00.000Z", record=record, raw=raw, turn_id=turn_id,
+        ))
+        return results
+
+    def start_episode(
+        self,
+        episode_key: object,
+        *,
+        time: str,
+        record: str,
+        raw: Any,
+        fields: dict[str, Any] | None = None,
+        parent_event_id: str | None = None,
+    ) -> list[Result]:
+        """End the open episode, then open the subagent episode named by ``episode_key``."""
+        results = self.end_episode(record=record, raw=raw)
+        self.episode_id = stable_id("episode", self.log_id, self.session_id, episode_key)
+        self._episode_last_time = time
+        results.append(self.emit(
+            "episode.started", event_id=stable_id(self.id_prefix, self.episode_id, "started"),
+            time=time, record=record, raw=raw, fields=fields,
+            parent_event_id=parent_event_id,
+        ))
+        return results
+
+    def end_episode(self, *, record: str, raw: Any) -> list[Result]:
+        """``episode.ended`` for the open episode, timed at its last event."""
+        if self.episode_id is None:
+            return []
+        episode_id, time = self.episode_id, self._episode_last_time or self.last_time
+        self.episode_id = None
+        return [self.emit(
+            "episode.ended", event_id=stable_id(self.id_prefix, episode_id, "ended"),
+            time=time or "1970-01-01T00:00:00.000Z", record=record, raw=raw,
+            episode_id=episode_id,
+        )]

@@ -1,0 +1,528 @@
+"""Claude Code session transcripts (``~/.claude/projects/*/*.jsonl``) → ASP v1 events.
+
+Each ``user`` / ``assistant`` line carries one API message, often one content block per line
+(a single API response is split over several lines sharing ``message.id``). Every block
+becomes its own event with an id derived from the line's ``uuid`` and the block's index, so
+nothing is duplicated and a re-import yields the same ids. Human turns, subagent episodes
+(``isSidechain`` lines) and tool-call lineage are reconstructed here; the mapping is
+documented in ``docs/importers.md``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from streams.importers.base import (
+    Accepted,
+    Rejected,
+    SessionEmitter,
+    parse_json,
+    raw_text,
+    read_lines,
+    small_payload,
+    valid_time,
+)
+
+__all__ = ["SOURCE", "iter_claude_code"]
+
+SOURCE = "claude-code"
+
+Result = Accepted | Rejected
+
+# Known line types that are not conversation; they become hidden ``x.claude-code.*`` events.
+_AUXILIARY_TYPES = ("summary", "system", "file-history-snapshot", "queue-operation")
+_SUBAGENT_TOOLS = ("Task", "Agent")
+_COMMAND_PREFIXES = ("<command-name>", "<command-message>", "<bash-input>")
+_OUTPUT_PREFIXES = (
+    "<local-command-stdout>", "<local-command-stderr>", "<bash-stdout>", "<bash-stderr>",
+)
+_INTERRUPT_PREFIX = "[Request interrupted by user"
+_UUID_FIELD = re.compile(rb'"uuid"\s*:\s*"([^"\\]+)"')
+
+
+@dataclass
+class _Session:
+    emitter: SessionEmitter
+    active: bool = False
+    tool_calls: dict[str, tuple[str, str]] = field(default_factory=dict)  # id → (eventId, name)
+    subagent_calls: list[tuple[str, str, Any]] = field(default_factory=list)
+    usage_seen: set[str] = field(default_factory=set)
+    episode_agent: str | None = None
+
+
+@dataclass
+class _Pending:
+    """An auxiliary line seen before its session had a conversation line to place it after."""
+
+    record: str
+    raw: bytes
+    number: int
+    line_type: str
+    value: dict[str, Any]
+    session_id: str | None
+
+
+def iter_claude_code(
+    path: Path, *, label: str, log_id: str = "default", acl: dict[str, Any] | None = None
+) -> Iterator[Accepted | Rejected]:
+    """Events of one Claude Code transcript, and a Rejected per line that cannot be imported."""
+    yield from _Transcript(path, label=label, log_id=log_id, acl=acl).run()
+
+
+class _Transcript:
+    """One pass over a transcript; holds the per-session state that lines refer back to."""
+
+    def __init__(self, path: Path, *, label: str, log_id: str, acl: dict[str, Any] | None) -> None:
+        self.path = path
+        self.label = label
+        self.log_id = log_id
+        self.acl = acl
+        self.sessions: dict[str, _Session] = {}
+        self.current: _Session | None = None
+        self.line_events: dict[str, str] = {}  # uuid → eventId of the line's last event
+        self.seen_uuids: dict[str, int] = {}  # uuid → line number, to refuse duplicates
+        self.pending: list[_Pending] = []
+        self.title, self.model = _prescan(path)
+
+    def run(self) -> Iterator[Result]:
+        last_record = f"{self.label}:0"
+        for number, line in read_lines(self.path):
+            record = last_record = f"{self.label}:{number}"
+            value, error = parse_json(line)
+            if error is not None:
+                yield Rejected(record, error, raw_text(line))
+                continue
+            if not isinstance(value, dict):
+                reason = f"a transcript line must be a JSON object, not {type(value).__name__}"
+                yield Rejected(record, reason, raw_text(line))
+                continue
+            line_type = value.get("type")
+            if line_type in ("user", "assistant"):
+                yield from self._conversation(value, line_type, record, line, number)
+            elif line_type in _AUXILIARY_TYPES:
+                yield from self._auxiliary(value, line_type, record, line, number)
+            elif line_type is None:
+                yield Rejected(record, "missing field 'type'", raw_text(line))
+            else:
+                yield Rejected(record, f"foreign record type {line_type!r}", raw_text(line))
+        yield from self._finish(last_record)
+
+    def _session(self, session_id: str) -> _Session:
+        if session_id not in self.sessions:
+            emitter = SessionEmitter(
+                source=SOURCE, id_prefix="cc", session_id=session_id,
+                log_id=self.log_id, acl=self.acl,
+            )
+            self.sessions[session_id] = _Session(emitter)
+        return self.sessions[session_id]
+
+    # -- conversation lines ---------------------------------------------------------------
+
+    def _conversation(
+        self, line: dict[str, Any], role: str, record: str, raw: bytes, number: int
+    ) -> Iterator[Result]:
+        problem, blocks, time = _check_conversation_line(line, self.seen_uuids)
+        if problem is not None or time is None:
+            yield Rejected(record, problem or "missing field 'timestamp'", raw_text(raw))
+            return
+        uuid = line.get("uuid") if isinstance(line.get("uuid"), str) and line["uuid"] else None
+        if uuid is not None:
+            self.seen_uuids[uuid] = number
+        session_id = line.get("sessionId")
+        if not isinstance(session_id, str) or not session_id:
+            session_id = self.path.stem
+        session = self._session(session_id)
+        self.current = session
+        emitter = session.emitter
+        position = uuid or f"line-{number}"
+        results: list[Result] = []
+        if line.get("isSidechain") is True:
+            results += self._flush_pending(session, time)
+            results += self._enter_episode(session, line, position, time, record, raw)
+        else:
+            results += emitter.end_episode(record=record, raw=raw)
+            results += emitter.start_session(
+                time=time, record=record, raw=raw, fields=self._session_fields(line),
+            )
+            results += self._flush_pending(session, time)
+            if role == "user" and _starts_human_turn(line, blocks):
+                results += emitter.start_turn(position, time=time, record=record, raw=raw)
+        session.active = True
+        yield from results
+        yield from self._blocks(session, line, role, blocks, position, time, record, raw)
+
+    def _enter_episode(
+        self, session: _Session, line: dict[str, Any], position: str, time: str,
+        record: str, raw: bytes,
+    ) -> list[Result]:
+        """Open a subagent episode at the root line of a sidechain (or a new agentId)."""
+        agent = line.get("agentId") if isinstance(line.get("agentId"), str) else None
+        emitter = session.emitter
+        is_new = (
+            emitter.episode_id is None
+            or line.get("parentUuid") is None
+            or (agent is not None and agent != session.episode_agent)
+        )
+        if not is_new:
+            return []
+        fields: dict[str, Any] = {}
+        parent_event_id = None
+        if session.subagent_calls:
+            # Subagents start in the order their Task calls were made.
+            parent_event_id, call_id, call_input = session.subagent_calls.pop(0)
+            fields["toolCallId"] = call_id
+            if isinstance(call_input, dict) and isinstance(call_input.get("description"), str):
+                fields["title"] = call_input["description"]
+        if agent is not None:
+            fields["agentId"] = agent
+        session.episode_agent = agent
+        return emitter.start_episode(
+            agent or position, time=time, record=record, raw=raw, fields=fields,
+            parent_event_id=parent_event_id,
+        )
+
+    def _session_fields(self, line: dict[str, Any]) -> dict[str, Any]:
+        fields: dict[str, Any] = {}
+        if self.title:
+            fields["title"] = self.title
+        if self.model:
+            fields["model"] = self.model
+        if isinstance(line.get("cwd"), str):
+            fields["cwd"] = line["cwd"]
+        return fields
+
+    def _blocks(
+        self, session: _Session, line: dict[str, Any], role: str, blocks: list[Any],
+        position: str, time: str, record: str, raw: bytes,
+    ) -> Iterator[Result]:
+        message = line["message"]
+        emitter = session.emitter
+        parent_uuid = line.get("parentUuid")
+        parent_event_id = self.line_events.get(parent_uuid) if isinstance(parent_uuid, str) else None
+        model = message.get("model") if role == "assistant" else None
+        api_id = message.get("id") if isinstance(message.get("id"), str) else None
+        usage = _usage(message.get("usage")) if role == "assistant" else None
+        if api_id is not None and api_id in session.usage_seen:
+            usage = None  # split lines repeat the response's usage; count it once
+        payload = small_payload(line)
+        line_kind = _line_kind(line)
+        last_event_id = None
+        for index, block in enumerate(blocks):
+            if not isinstance(block, dict):
+                reason = f"message.content[{index}] is a {type(block).__name__}, not a content block"
+                yield Rejected(record, reason, raw_text(raw))
+                continue
+            built = _block_event(session, block, index, role, line_kind, model)
+            if isinstance(built, str):
+                yield Rejected(record, built, raw_text(raw))
+                continue
+            event_type, event_role, fields, visibility, call_event_key = built
+            if usage is not None and event_type in ("message", "tool.call"):
+                fields["usage"] = usage
+                usage = None
+                if api_id is not None:
+                    session.usage_seen.add(api_id)
+            event_id = emitter.event_id(position, index)
+            parent = parent_event_id
+            if call_event_key is not None:
+                parent = session.tool_calls.get(call_event_key, (parent, ""))[0]
+            result = emitter.emit(
+                event_type, event_id=event_id, time=time, record=record, raw=raw,
+                role=event_role, fields=fields, parent_event_id=parent,
+                visibility=visibility, payload=payload,
+            )
+            payload = None  # the line's record rides on its first event only
+            if isinstance(result, Accepted):
+                last_event_id = event_id
+                _remember_call(session, fields, event_type, event_id)
+            yield result
+        if not blocks:
+            yield Rejected(record, "field 'message.content' is empty; nothing to import", raw_text(raw))
+        if last_event_id is not None and isinstance(line.get("uuid"), str):
+            self.line_events[line["uuid"]] = last_event_id
+
+    # -- auxiliary lines --------------------------------------------------------------------
+
+    def _auxiliary(
+        self, line: dict[str, Any], line_type: str, record: str, raw: bytes, number: int
+    ) -> Iterator[Result]:
+        session_id = line.get("sessionId") if isinstance(line.get("sessionId"), str) else None
+        session = self.sessions.get(session_id) if session_id else self.current
+        entry = _Pending(record, raw, number, line_type, line, session_id)
+        if session is None or not session.active:
+            self.pending.append(entry)
+            return
+        time = _own_time(line) or session.emitter.last_time
+        if time is None:
+            self.pending.append(entry)
+            return
+        yield self._auxiliary_event(session, entry, time)
+
+    def _auxiliary_event(self, session: _Session, entry: _Pending, time: str) -> Result:
+        emitter = session.emitter
+        uuid = entry.value.get("uuid")
+        position = uuid if isinstance(uuid, str) and uuid else f"line-{entry.number}"
+        return emitter.emit(
+            f"x.claude-code.{entry.line_type}", event_id=emitter.event_id("x", position),
+            time=_own_time(entry.value) or time, record=entry.record, raw=entry.raw,
+            fields=_auxiliary_fields(entry.line_type, entry.value), visibility="hidden",
+            payload=small_payload(entry.value),
+        )
+
+    def _flush_pending(self, session: _Session, time: str) -> list[Result]:
+        """Place waiting auxiliary lines of this session right after its first conversation line."""
+        results: list[Result] = []
+        keep: list[_Pending] = []
+        for entry in self.pending:
+            if entry.session_id in (None, session.emitter.session_id):
+                results.append(self._auxiliary_event(session, entry, time))
+            else:
+                keep.append(entry)
+        self.pending = keep
+        return results
+
+    def _finish(self, last_record: str) -> Iterator[Result]:
+        for entry in self.pending:
+            session = self.sessions.get(entry.session_id or "") or self.current
+            time = _own_time(entry.value) or (session.emitter.last_time if session else None)
+            if session is None and time is not None:
+                session = self._session(entry.session_id or self.path.stem)
+            if session is None or time is None:
+                reason = (
+                    f"{entry.line_type} line has no timestamp and no conversation line in "
+                    "this file to place it after"
+                )
+                yield Rejected(entry.record, reason, raw_text(entry.raw))
+                continue
+            yield self._auxiliary_event(session, entry, time)
+        self.pending = []
+        for session in self.sessions.values():
+            yield from session.emitter.end_turn(record=last_record, raw="")
+
+
+def _prescan(path: Path) -> tuple[str | None, str | None]:
+    """(title, model) for session.started, which is emitted before the lines that carry them.
+
+    The title is the summary whose ``leafUuid`` is a line of this file (else the first
+    summary); the model is the first real (non-synthetic) assistant model. Only lines that can
+    hold either are parsed.
+    """
+    uuids: set[bytes] = set()
+    summaries: list[tuple[str, str | None]] = []
+    model = None
+    for _, line in read_lines(path):
+        uuids.update(_UUID_FIELD.findall(line))
+        if b'"summary"' in line:
+            value, _error = parse_json(line)
+            if isinstance(value, dict) and value.get("type") == "summary":
+                text, leaf = value.get("summary"), value.get("leafUuid")
+                if isinstance(text, str) and text:
+                    summaries.append((text, leaf if isinstance(leaf, str) else None))
+        if model is None and b'"model"' in line and b'"assistant"' in line:
+            value, _error = parse_json(line)
+            message = value.get("message") if isinstance(value, dict) else None
+            if isinstance(message, dict) and isinstance(message.get("model"), str):
+                model = message["model"] if message["model"] != "<synthetic>" else None
+    own = [text for text, leaf in summaries if leaf is not None and leaf.encode() in uuids]
+    title = own[0] if own else (summaries[0][0] if summaries else None)
+    return title, model
+
+
+def _check_conversation_line(
+    line: dict[str, Any], seen_uuids: dict[str, int]
+) -> tuple[str | None, list[Any], str | None]:
+    """(problem, content blocks, time) of a user/assistant line; problem names the field."""
+    uuid = line.get("uuid")
+    if isinstance(uuid, str) and uuid in seen_uuids:
+        return f"duplicate record: uuid {uuid!r} was already imported from line {seen_uuids[uuid]}", [], None
+    message = line.get("message")
+    if not isinstance(message, dict):
+        return "missing field 'message' (an object with role and content)", [], None
+    content = message.get("content")
+    if isinstance(content, str):
+        blocks: list[Any] = [{"type": "text", "text": content}]
+    elif isinstance(content, list):
+        blocks = content
+    elif content is None:
+        return "missing field 'message.content'", [], None
+    else:
+        return "field 'message.content' must be a string or a list of content blocks", [], None
+    stamp = line.get("timestamp")
+    if stamp is None:
+        return "missing field 'timestamp'", [], None
+    time = valid_time(stamp)
+    if time is None:
+        return f"field 'timestamp' is not an RFC 3339 time with an offset: {stamp!r}", [], None
+    return None, blocks, time
+
+
+def _text_kind(text: str) -> str | None:
+    stripped = text.lstrip()
+    if stripped.startswith(_COMMAND_PREFIXES):
+        return "command"
+    if stripped.startswith(_OUTPUT_PREFIXES):
+        return "command-output"
+    if stripped.startswith(_INTERRUPT_PREFIX):
+        return "interrupt"
+    return None
+
+
+def _line_kind(line: dict[str, Any]) -> str | None:
+    if line.get("type") != "user":
+        return None
+    if line.get("isMeta") is True:
+        return "meta"
+    if line.get("isCompactSummary") is True:
+        return "compact-summary"
+    return None
+
+
+def _starts_human_turn(line: dict[str, Any], blocks: list[Any]) -> bool:
+    """A real human message: typed text, a slash command or an image, not tool output."""
+    if _line_kind(line) is not None:
+        return False
+    for block in blocks:
+        if not isinstance(block, dict):
+            continue
+        if block.get("type") in ("image", "document"):
+            return True
+        text = block.get("text")
+        if block.get("type") == "text" and isinstance(text, str):
+            if _text_kind(text) in (None, "command"):
+                return True
+    return False
+
+
+BlockEvent = tuple[str, str, dict[str, Any], str | None, str | None]
+
+
+def _block_event(
+    session: _Session, block: dict[str, Any], index: int, role: str,
+    line_kind: str | None, model: Any,
+) -> BlockEvent | str:
+    """(type, role, fields, visibility, answered toolCallId) of one block, or a reject reason."""
+    where = f"message.content[{index}]"
+    block_type = block.get("type")
+    if block_type == "text":
+        text = block.get("text")
+        if not isinstance(text, str):
+            return f"missing field '{where}.text'"
+        fields: dict[str, Any] = {"text": text}
+        kind = line_kind or (_text_kind(text) if role == "user" else None)
+        if kind is not None:
+            fields["kind"] = kind
+        if isinstance(model, str):
+            fields["model"] = model
+        return "message", role, fields, "hidden" if kind == "meta" else None, None
+    if block_type in ("thinking", "redacted_thinking"):
+        thinking = block.get("thinking")
+        if not isinstance(thinking, str):
+            if block_type == "thinking":
+                return f"missing field '{where}.thinking'"
+            thinking = "[redacted thinking]"
+        fields = {"text": thinking, "kind": "thinking"}
+        if isinstance(model, str):
+            fields["model"] = model
+        return "message", "assistant", fields, "hidden", None
+    if block_type == "tool_use":
+        call_id, name = block.get("id"), block.get("name")
+        if not isinstance(call_id, str) or not call_id:
+            return f"missing field '{where}.id' of a tool_use block"
+        if not isinstance(name, str) or not name:
+            return f"missing field '{where}.name' of a tool_use block"
+        arguments = block.get("input")
+        if arguments is None:
+            arguments = {}
+        elif not isinstance(arguments, dict):
+            arguments = {"_raw": arguments}
+        fields = {"toolName": name, "toolCallId": call_id, "input": arguments}
+        return "tool.call", "assistant", fields, None, None
+    if block_type == "tool_result":
+        call_id = block.get("tool_use_id")
+        if not isinstance(call_id, str) or not call_id:
+            return f"missing field '{where}.tool_use_id' of a tool_result block"
+        fields = {"toolCallId": call_id}
+        if call_id in session.tool_calls:
+            fields["toolName"] = session.tool_calls[call_id][1]
+        fields["status"] = "error" if block.get("is_error") is True else "ok"
+        fields["output"] = _result_text(block.get("content"))
+        return "tool.result", "tool", fields, None, call_id
+    if block_type in ("image", "document"):
+        return "message", role, {"text": f"[{block_type}]", "kind": block_type}, None, None
+    return f"unknown content block type {block_type!r} at {where}"
+
+
+def _remember_call(
+    session: _Session, fields: dict[str, Any], event_type: str, event_id: str
+) -> None:
+    if event_type == "tool.call":
+        session.tool_calls[fields["toolCallId"]] = (event_id, fields["toolName"])
+        if fields["toolName"] in _SUBAGENT_TOOLS:
+            session.subagent_calls.append((event_id, fields["toolCallId"], fields["input"]))
+    elif event_type == "tool.result":
+        # A subagent that answered without sidechain lines in this file no longer waits.
+        session.subagent_calls = [
+            call for call in session.subagent_calls if call[1] != fields["toolCallId"]
+        ]
+
+
+def _result_text(content: Any) -> str:
+    """A tool result's output as text: strings as they are, image parts as ``[image]``."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                parts.append(part["text"])
+            elif isinstance(part, dict) and isinstance(part.get("type"), str):
+                parts.append(f"[{part['type']}]")
+            elif isinstance(part, str):
+                parts.append(part)
+        return "\n".join(parts)
+    return raw_text(content)
+
+
+def _usage(usage: Any) -> dict[str, int] | None:
+    if not isinstance(usage, dict):
+        return None
+    mapped = {
+        name: usage[key]
+        for key, name in (("input_tokens", "inputTokens"), ("output_tokens", "outputTokens"))
+        if isinstance(usage.get(key), int) and not isinstance(usage.get(key), bool)
+    }
+    return mapped or None
+
+
+def _own_time(line: dict[str, Any]) -> str | None:
+    time = valid_time(line.get("timestamp"))
+    snapshot = line.get("snapshot")
+    if time is None and isinstance(snapshot, dict):
+        time = valid_time(snapshot.get("timestamp"))
+    return time
+
+
+def _auxiliary_fields(line_type: str, line: dict[str, Any]) -> dict[str, Any]:
+    """The small, useful part of an auxiliary line; the rest stays in the payload."""
+    keys: tuple[tuple[str, str], ...]
+    if line_type == "summary":
+        keys = (("summary", "summary"), ("leafUuid", "leafUuid"))
+    elif line_type == "system":
+        keys = (("content", "text"), ("subtype", "subtype"), ("level", "level"))
+    elif line_type == "queue-operation":
+        keys = (("operation", "operation"), ("content", "text"))
+    else:
+        keys = (("messageId", "messageId"), ("isSnapshotUpdate", "isSnapshotUpdate"))
+    fields = {name: line[key] for key, name in keys if isinstance(line.get(key), str | bool)}
+    snapshot = line.get("snapshot")
+    if line_type == "file-history-snapshot" and isinstance(snapshot, dict):
+        backups = snapshot.get("trackedFileBackups")
+        if isinstance(backups, dict):
+            fields["files"] = sorted(str(name) for name in backups)
+    return fields

@@ -1,0 +1,238 @@
+"""The L1 log: the append-only source of truth.
+
+- :class:`LogRegistry` maps a ``logId`` to its L1 partition. The mapping is assigned once and
+  recorded on a compacted topic, so it never changes when partitions are added (a hash modulo
+  the partition count would). A new log takes the lowest partition no log owns yet; when every
+  partition is owned, logs share one deterministically (the reader filters by ``logId``).
+- :class:`L1Producer` appends validated ASP events: idempotent, ``acks=all``.
+- :class:`L1Reader` answers the committed seq of a log and reads events by seq range;
+  ``seq = offset + 1``. Seqs may have gaps (transaction markers, shared partitions).
+- :class:`DeadLetters` publishes what could not be processed, with its reason.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+from streams.asp import canonical_bytes
+from streams.exceptions import BrokerError
+from streams.settings import Settings
+from streams.topics import Topics
+
+__all__ = ["DeadLetters", "L1Producer", "L1Reader", "LogRegistry", "read_topic_to_end"]
+
+_RAW_LIMIT = 4096
+
+
+def read_topic_to_end(bootstrap: str, topic: str, *, partitions: Iterable[int] | None = None,
+                      timeout_seconds: float = 30.0) -> Iterator[Any]:
+    """Every record of ``topic`` from the beginning to its current end (read_committed)."""
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                             isolation_level="read_committed", consumer_timeout_ms=1000)
+    try:
+        parts = consumer.partitions_for_topic(topic) or set()
+        wanted = [TopicPartition(topic, p) for p in sorted(parts) if partitions is None or p in set(partitions)]
+        if not wanted:
+            return
+        consumer.assign(wanted)
+        consumer.seek_to_beginning(*wanted)
+        end = consumer.end_offsets(wanted)
+        remaining = {tp for tp in wanted if end[tp] > consumer.position(tp)}
+        deadline = time.monotonic() + timeout_seconds
+        while remaining and time.monotonic() < deadline:
+            batch = consumer.poll(timeout_ms=500, max_records=5000)
+            for tp, records in batch.items():
+                yield from records
+                if records and records[-1].offset + 1 >= end[tp]:
+                    remaining.discard(tp)
+            for tp in list(remaining):
+                if consumer.position(tp) >= end[tp]:
+                    remaining.discard(tp)
+        if remaining:
+            raise BrokerError(f"timed out reading {topic} to its end")
+    finally:
+        consumer.close()
+
+
+class LogRegistry:
+    """logId → L1 partition, recorded on the compacted ``usl.l1.logs`` topic."""
+
+    def __init__(self, bootstrap: str, settings: Settings) -> None:
+        self._bootstrap = bootstrap
+        self._settings = settings
+        self._topics = Topics.from_settings(settings)
+        self._mapping: dict[str, int] = {}
+        self.refresh()
+
+    def refresh(self) -> dict[str, int]:
+        mapping: dict[str, int] = {}
+        for record in read_topic_to_end(self._bootstrap, self._topics.logs):
+            try:
+                entry = orjson.loads(record.value)
+            except orjson.JSONDecodeError:
+                continue
+            # The first record of a log wins, so a racing second writer cannot move a log.
+            mapping.setdefault(entry["logId"], int(entry["partition"]))
+        self._mapping = mapping
+        return dict(mapping)
+
+    @property
+    def logs(self) -> dict[str, int]:
+        return dict(self._mapping)
+
+    def partition_of(self, log_id: str) -> int | None:
+        return self._mapping.get(log_id)
+
+    def assign(self, log_id: str) -> int:
+        """The partition of ``log_id``, assigning and recording one if the log is new."""
+        if log_id in self._mapping:
+            return self._mapping[log_id]
+        owned = set(self._mapping.values())
+        free = [p for p in range(self._settings.l1_partitions) if p not in owned]
+        if free:
+            partition = free[0]
+        else:
+            # Every partition is owned: share one. Deterministic given the registry's contents.
+            counts = {p: 0 for p in range(self._settings.l1_partitions)}
+            for p in self._mapping.values():
+                counts[p] = counts.get(p, 0) + 1
+            partition = min(counts, key=lambda p: (counts[p], p))
+        producer = KafkaProducer(bootstrap_servers=self._bootstrap, acks="all", enable_idempotence=True)
+        try:
+            producer.send(self._topics.logs, key=log_id.encode(),
+                          value=orjson.dumps({"logId": log_id, "partition": partition})).get(timeout=30)
+        finally:
+            producer.close()
+        self.refresh()
+        return self._mapping[log_id]
+
+
+class L1Producer:
+    """Appends validated ASP events to their log's partition (idempotent, acks=all)."""
+
+    def __init__(self, bootstrap: str, settings: Settings, registry: LogRegistry | None = None) -> None:
+        self._topics = Topics.from_settings(settings)
+        self._registry = registry or LogRegistry(bootstrap, settings)
+        self._producer = KafkaProducer(
+            bootstrap_servers=bootstrap, acks="all", enable_idempotence=True,
+            linger_ms=5, batch_size=256 * 1024, max_in_flight_requests_per_connection=5,
+            client_id="usl-l1-producer",
+        )
+        self._pending: list[Any] = []
+
+    def append(self, event: dict[str, Any]) -> None:
+        """Queue one validated event; :meth:`flush` waits until every queued event is durable."""
+        partition = self._registry.assign(event["logId"])
+        future = self._producer.send(self._topics.l1, key=event["sessionId"].encode(),
+                                     value=canonical_bytes(event), partition=partition)
+        self._pending.append(future)
+        if len(self._pending) >= 10000:
+            self.flush()
+
+    def flush(self) -> int:
+        """Wait for every queued event; return the highest seq appended (0 if none)."""
+        self._producer.flush()
+        highest = 0
+        for future in self._pending:
+            metadata = future.get(timeout=60)
+            highest = max(highest, metadata.offset + 1)
+        self._pending.clear()
+        return highest
+
+    def close(self) -> None:
+        self.flush()
+        self._producer.close()
+
+
+class L1Reader:
+    """Committed seq of a log and events by seq range (the tail scan and rebuild use it)."""
+
+    def __init__(self, bootstrap: str, settings: Settings, registry: LogRegistry | None = None) -> None:
+        self._bootstrap = bootstrap
+        self._topics = Topics.from_settings(settings)
+        self._registry = registry or LogRegistry(bootstrap, settings)
+        self._consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                                       isolation_level="read_committed", client_id="usl-l1-reader")
+
+    @property
+    def registry(self) -> LogRegistry:
+        return self._registry
+
+    def _tp(self, log_id: str) -> TopicPartition | None:
+        partition = self._registry.partition_of(log_id)
+        if partition is None:
+            self._registry.refresh()
+            partition = self._registry.partition_of(log_id)
+        return None if partition is None else TopicPartition(self._topics.l1, partition)
+
+    def committed_seq(self, log_id: str) -> int:
+        """The log's committed L1 seq: its partition's last stable offset (0 for an unknown log)."""
+        tp = self._tp(log_id)
+        if tp is None:
+            return 0
+        return int(self._consumer.end_offsets([tp])[tp])
+
+    def committed_seqs(self) -> dict[str, int]:
+        self._registry.refresh()
+        return {log_id: self.committed_seq(log_id) for log_id in sorted(self._registry.logs)}
+
+    def read(self, log_id: str, from_seq: int = 1, to_seq: int | None = None,
+             *, timeout_seconds: float = 60.0) -> Iterator[tuple[int, dict[str, Any]]]:
+        """(seq, event) for every event of ``log_id`` with from_seq <= seq <= to_seq, in order."""
+        tp = self._tp(log_id)
+        if tp is None:
+            return
+        end = self.committed_seq(log_id) if to_seq is None else min(to_seq, self.committed_seq(log_id))
+        if end < from_seq:
+            return
+        self._consumer.assign([tp])
+        self._consumer.seek(tp, max(from_seq - 1, 0))
+        deadline = time.monotonic() + timeout_seconds
+        while time.monotonic() < deadline:
+            if self._consumer.position(tp) >= end:
+                return
+            batch = self._consumer.poll(timeout_ms=500, max_records=5000)
+            for record in batch.get(tp, []):
+                seq = record.offset + 1
+                if seq > end:
+                    return
+                event = orjson.loads(record.value)
+                if event.get("logId") == log_id:
+                    yield seq, event
+        raise BrokerError(f"timed out reading log {log_id!r} seqs {from_seq}..{end}")
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+class DeadLetters:
+    """Publishes records that could not be processed, with the reason, to ``usl.deadletters``."""
+
+    def __init__(self, bootstrap: str, settings: Settings, *, producer: KafkaProducer | None = None) -> None:
+        self._topic = Topics.from_settings(settings).deadletters
+        self._own = producer is None
+        self._producer = producer or KafkaProducer(bootstrap_servers=bootstrap, acks="all",
+                                                   enable_idempotence=True, client_id="usl-deadletters")
+
+    def publish(self, *, stage: str, reason: str, record: str | None = None, raw: str = "",
+                source: dict[str, Any] | None = None) -> None:
+        from streams.redaction import redact_text  # dead letters must not carry secrets either
+
+        safe_raw, _ = redact_text(raw[:_RAW_LIMIT]) if raw else ("", {})
+        safe_reason, _ = redact_text(reason)
+        letter = {
+            "stage": stage, "reason": safe_reason, "record": record, "source": source,
+            "raw": safe_raw, "time": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
+        }
+        self._producer.send(self._topic, key=stage.encode(), value=orjson.dumps(letter))
+
+    def close(self) -> None:
+        self._producer.flush()
+        if self._own:
+            self._producer.close()

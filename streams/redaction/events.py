@@ -1,0 +1,195 @@
+"""Redacting one ASP event into what may be indexed, and the full tool result kept apart.
+
+The indexed event keeps the event's structure (ids, type, role, time, acl, tool names,
+status and every field *key*) and loses its ``payload``, its secrets and, for tool results,
+the full output, which is replaced by a short summary. The full redacted output travels
+separately to the ACL-isolated tool-results stream.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from streams.exceptions import RedactionError
+from streams.redaction.base import MARKER_PREFIX, marker
+from streams.redaction.entropy import looks_random
+from streams.redaction.keys import NameClass, name_class
+from streams.redaction.policy import DEFAULT_POLICY, RedactionPolicy, policy_hash
+from streams.redaction.text import clip, redact_text
+
+__all__ = ["OUTPUT_KEYS", "STRUCTURAL_FIELDS", "STRUCTURAL_KEYS", "RedactedEvent", "redact_event"]
+
+STRUCTURAL_KEYS = frozenset({
+    "aspVersion", "eventId", "logId", "sessionId", "runId", "turnId", "episodeId",
+    "parentSessionId", "parentEventId", "type", "role", "time", "visibility", "acl",
+})
+"""Top-level keys copied untouched: identity, lineage, type, time and access control."""
+
+STRUCTURAL_FIELDS = frozenset({"toolName", "toolCallId", "status", "kind", "model", "agentId", "type", "role"})
+"""Keys inside ``fields`` whose scalar values are copied untouched (plus ``id`` / ``*Id`` / ``*_id``)."""
+
+OUTPUT_KEYS = ("output", "result", "content")
+"""Where a ``tool.result`` event carries its output, in order of preference."""
+
+_SECRET_FIELD = "secret-field"
+_SHORT_KEY = 8  # keys shorter than this cannot hold anything a rule replaces
+
+
+@dataclass(slots=True)
+class RedactedEvent:
+    """The redaction of one event.
+
+    ``event``: the ASP event to index (no payload, strings redacted, tool output summarized).
+    ``tool_result``: for ``tool.result`` events, the record for the ``usl.toolresults``
+    stream (``kind``, ids, ``toolCallId``, ``toolName``, ``status``, the full redacted output
+    as ``text``, ``time``, ``acl``, ``policy``; the agent adds ``seq``); otherwise ``None``.
+    ``hits``: replacements made, by rule name (for the redactions-by-rule metric).
+    """
+
+    event: dict[str, Any]
+    tool_result: dict[str, Any] | None = None
+    hits: dict[str, int] = field(default_factory=dict)
+
+
+def redact_event(event: dict[str, Any], policy: RedactionPolicy | None = None) -> RedactedEvent:
+    """Redact ``event`` (not modified) under ``policy``; raise RedactionError if it is not an object."""
+    if not isinstance(event, dict):
+        raise RedactionError(f"an event must be a JSON object, not {type(event).__name__}")
+    policy = policy or DEFAULT_POLICY
+    walker = _Walker(policy)
+    is_message = event.get("type") == "message"
+    raw_fields = event.get("fields")
+    output_key = None
+    if event.get("type") == "tool.result" and isinstance(raw_fields, dict):
+        output_key = next((key for key in OUTPUT_KEYS if key in raw_fields), None)
+    redacted: dict[str, Any] = {}
+    for key, value in event.items():
+        if key == "payload":
+            continue
+        if key in STRUCTURAL_KEYS:
+            redacted[key] = value
+        elif key == "fields":
+            if output_key is not None:
+                value = {name: item for name, item in value.items() if name != output_key}
+            redacted[key] = walker.walk(value, cap=None if is_message else policy.max_field_chars)
+        else:
+            redacted[walker.key(key)] = walker.walk(value, cap=policy.max_field_chars)
+    tool_result = None
+    if event.get("type") == "tool.result":
+        text = ""
+        if output_key is not None:
+            fields = dict(redacted["fields"])
+            text = _as_text(walker.walk(raw_fields[output_key], cap=None))  # type: ignore[index]
+            fields["summary"] = clip(text, policy.summary_chars, note_inside=False)
+            fields["outputBytes"] = len(text.encode("utf-8"))
+            redacted["fields"] = fields
+        elif isinstance(redacted.get("fields"), dict):
+            # Already summarized (a redacted event redacted again): the summary is all there is.
+            text = str(redacted["fields"].get("summary", ""))
+        tool_result = _tool_result_record(event, text, policy)
+    return RedactedEvent(event=redacted, tool_result=tool_result, hits=walker.hits)
+
+
+def _tool_result_record(event: dict[str, Any], text: str, policy: RedactionPolicy) -> dict[str, Any]:
+    fields = event.get("fields")
+    fields = fields if isinstance(fields, dict) else {}
+    return {
+        "kind": "toolresult",
+        "logId": event.get("logId"),
+        "eventId": event.get("eventId"),
+        "sessionId": event.get("sessionId"),
+        "runId": event.get("runId"),
+        "turnId": event.get("turnId"),
+        "toolCallId": fields.get("toolCallId"),
+        "toolName": fields.get("toolName"),
+        "status": fields.get("status"),
+        "text": text,
+        "time": event.get("time"),
+        "acl": event.get("acl"),
+        "policy": policy_hash(policy),
+    }
+
+
+def _as_text(output: Any) -> str:
+    if isinstance(output, str):
+        return output
+    if isinstance(output, list) and all(isinstance(block, dict) and isinstance(block.get("text"), str) for block in output):
+        return "\n".join(block["text"] for block in output)
+    return json.dumps(output, ensure_ascii=False, sort_keys=True)
+
+
+def _is_structural(key: str) -> bool:
+    return key in STRUCTURAL_FIELDS or key == "id" or key.endswith(("Id", "_id", "ID"))
+
+
+class _Walker:
+    """Redacts nested values of one event, accumulating hits."""
+
+    __slots__ = ("hits", "policy")
+
+    def __init__(self, policy: RedactionPolicy) -> None:
+        self.policy = policy
+        self.hits: dict[str, int] = {}
+
+    def _count(self, hits: dict[str, int]) -> None:
+        for rule, count in hits.items():
+            self.hits[rule] = self.hits.get(rule, 0) + count
+
+    def key(self, key: Any) -> Any:
+        # Keys stay indexable; only a key that itself contains a secret or a home path changes.
+        if not isinstance(key, str) or len(key) < _SHORT_KEY:
+            return key
+        redacted, hits = _redact_key(key, self.policy)
+        self._count(hits)
+        return redacted
+
+    def walk(self, value: Any, *, cap: int | None, name: NameClass | None = None) -> Any:
+        if isinstance(value, str):
+            return self._string(value, cap, name)
+        if isinstance(value, dict):
+            return self._mapping(value, cap)
+        if isinstance(value, list | tuple):
+            if name in ("password", "secret") and value:
+                return self._replace()
+            return [self.walk(item, cap=cap, name=name) for item in value]
+        if name in ("password", "secret") and isinstance(value, int | float) and not isinstance(value, bool):
+            return self._replace()
+        return value
+
+    def _string(self, value: str, cap: int | None, name: NameClass | None) -> str:
+        if name is not None and value.strip() and not value.startswith(MARKER_PREFIX):
+            if name != "key" or looks_random(value.strip()):
+                return self._replace()
+        redacted, hits = redact_text(value, self.policy)
+        self._count(hits)
+        return redacted if cap is None else clip(redacted, cap)
+
+    def _mapping(self, value: dict[Any, Any], cap: int | None) -> dict[Any, Any]:
+        # {"name": "DB_PASSWORD", "value": "..."}: Kubernetes env entries, header lists.
+        label = value.get("name", value.get("key"))
+        label_class = name_class(label) if isinstance(label, str) and "value" in value else None
+        out: dict[Any, Any] = {}
+        for key, item in value.items():
+            if isinstance(key, str) and _is_structural(key) and not isinstance(item, dict | list):
+                out[key] = item
+                continue
+            key_class = name_class(key) if isinstance(key, str) else None
+            if key == "value" and label_class is not None:
+                key_class = label_class
+            if key_class in ("password", "secret") and isinstance(item, dict) and item:
+                out[self.key(key)] = self._replace()
+                continue
+            out[self.key(key)] = self.walk(item, cap=cap, name=key_class)
+        return out
+
+    def _replace(self) -> str:
+        self.hits[_SECRET_FIELD] = self.hits.get(_SECRET_FIELD, 0) + 1
+        return marker(_SECRET_FIELD)
+
+
+@lru_cache(maxsize=16384)
+def _redact_key(key: str, policy: RedactionPolicy) -> tuple[str, dict[str, int]]:
+    return redact_text(key, policy)

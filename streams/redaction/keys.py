@@ -1,0 +1,120 @@
+"""Secret-like names: which field keys and variable names hold credentials.
+
+Both the event walker (``{"api_key": ...}``) and the text rules (``API_KEY=...``) ask
+:func:`name_class`, so a name means the same thing wherever it appears.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from typing import Literal
+
+__all__ = ["NameClass", "fingerprint", "is_placeholder", "name_class"]
+
+NameClass = Literal["password", "secret", "key"]
+"""``password``: any real value is a secret; ``secret``: a credential name (``token``,
+``client_secret``); ``key``: a name ending in *key* whose value is secret only when it looks
+random (``SIGNING_KEY`` yes, ``sort_key = "created_at"`` no)."""
+
+_WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
+
+_PASSWORD_WORDS = frozenset({"password", "passwd", "passphrase", "pwd", "passwort", "pw"})
+_SECRET_WORDS = frozenset({
+    "secret", "secrets", "token", "credential", "credentials", "cookie", "cookies",
+    "authorization", "auth", "apikey", "privatekey", "accesskey", "sessionkey", "clientsecret",
+    "secretkey", "authtoken", "accesstoken", "refreshtoken", "jwt", "bearer", "dsn",
+})
+# "<qualifier> key" pairs that name a credential outright.
+_SECRET_KEY_QUALIFIERS = frozenset({
+    "api", "access", "private", "session", "secret", "auth", "master", "encryption",
+    "signing", "license", "client", "account", "storage", "subscription", "shared",
+})
+# "<qualifier> key" pairs that name something other than a credential.
+_PLAIN_KEY_QUALIFIERS = frozenset({
+    "public", "publishable", "cache", "primary", "foreign", "sort", "partition", "idempotency",
+    "hot", "lookup", "dict", "map", "index", "row", "column", "composite", "unique", "group",
+    "routing", "shard", "object", "s3", "ssh", "gpg", "pgp", "host", "registry", "dedup",
+    "dedupe", "join", "hash", "message", "event", "record", "item", "entry", "translation",
+    "i18n", "cursor", "page", "next", "prev", "react", "list", "label", "ref",
+})
+# A trailing word that makes the whole name describe a secret rather than hold one.
+_DESCRIPTIVE_SUFFIXES = frozenset({
+    "id", "ids", "name", "names", "file", "files", "path", "paths", "dir", "type", "types",
+    "kind", "size", "length", "len", "count", "url", "uri", "endpoint", "env", "var", "field",
+    "header", "prefix", "suffix", "format", "limit", "limits", "expiry", "expires",
+    "expiration", "ttl", "usage", "tokens", "hint", "label", "description", "policy", "mode",
+    "method", "version", "provider", "source", "location", "ref", "arn", "enabled", "required",
+    "regex", "pattern", "placeholder", "min", "max", "rotation", "strength", "prompt", "manager",
+    "store", "vault", "reset", "changed", "match", "matches", "valid", "validator", "input",
+    "param", "params", "parameter", "option", "options", "flag", "set", "scope", "scopes",
+    "at", "on", "days", "seconds", "minutes", "hours", "ms", "s", "lifetime", "algorithm",
+    "alg", "class", "schema", "config", "settings", "error", "errors", "message", "count",
+})
+# Words seen in the common "not a secret" spellings: publicKey, publishable_key, key_id, ...
+_NEGATING_WORDS = frozenset({"public", "publishable", "max", "num", "total", "no", "is", "has", "use"})
+
+
+@lru_cache(maxsize=8192)
+def name_class(name: str) -> NameClass | None:
+    """Classify a field key or variable name; ``None`` when it is not secret-like."""
+    words = [word.lower() for word in _WORDS.findall(name)]
+    if not words:
+        return None
+    if words[-1] in _DESCRIPTIVE_SUFFIXES or any(word in _NEGATING_WORDS for word in words):
+        return None
+    # Run-together spellings (PGPASSWORD, SLACKTOKEN, clientsecret) count as well.
+    if any(word in _PASSWORD_WORDS or "password" in word or "passwd" in word or "passphrase" in word for word in words):
+        return "password"
+    if any(word in _SECRET_WORDS or "secret" in word or word.endswith(("token", "apikey")) for word in words):
+        return "secret"
+    for before, word in zip(words, words[1:], strict=False):
+        if word == "key" and before in _SECRET_KEY_QUALIFIERS:
+            return "secret"
+    if words[-1] in ("key", "keys"):
+        qualifier = words[-2] if len(words) > 1 else ""
+        return None if qualifier in _PLAIN_KEY_QUALIFIERS else "key"
+    return None
+
+
+_PLACEHOLDER_WORDS = frozenset({
+    "", "none", "null", "nil", "true", "false", "undefined", "str", "string", "int", "bool",
+    "bytes", "optional", "secretstr", "required", "redacted", "hidden", "masked", "unset",
+    "empty", "todo", "tbd", "n/a", "na", "xxx", "xxxx", "changeit_later", "env", "environ",
+    "secret", "password", "token", "***", "any", "object", "dict", "list", "text", "uuid",
+})
+_MASK_CHARS = frozenset("*xX.#•?-_ ")
+_REFERENCE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+|[a-z_][a-z0-9_]*", re.ASCII)
+_REFERENCE_WORDS = ("pass", "pwd", "secret", "token", "key", "cred", "auth")
+
+
+def is_placeholder(value: str, *, quoted: bool) -> bool:
+    """True when ``value`` stands for a secret without being one.
+
+    Placeholders are template references (``${DB_PASSWORD}``, ``%(password)s``, ``<token>``),
+    masks (``********``), type names and literals (``str``, ``None``) and, for unquoted
+    values, code references (``settings.DB_PASSWORD``, ``db_password``).
+    """
+    stripped = value.strip()
+    if stripped.lower() in _PLACEHOLDER_WORDS or set(stripped) <= _MASK_CHARS:
+        return True
+    if stripped[0] in "$%{<[" or stripped.startswith(("process.env", "os.environ", "getenv")):
+        return True
+    if quoted:
+        return False
+    if "(" in stripped or "[" in stripped:
+        return True
+    if _REFERENCE.fullmatch(stripped):
+        # A dotted name is an attribute access; a lowercase snake name containing a secret word
+        # is a variable holding the secret (password=db_password), not the secret itself.
+        return "." in stripped or any(word in stripped for word in _REFERENCE_WORDS)
+    return False
+
+
+def fingerprint() -> list[list[str]]:
+    """The word lists behind :func:`name_class` and :func:`is_placeholder`, for the policy hash."""
+    lists = (
+        _PASSWORD_WORDS, _SECRET_WORDS, _SECRET_KEY_QUALIFIERS, _PLAIN_KEY_QUALIFIERS,
+        _DESCRIPTIVE_SUFFIXES, _NEGATING_WORDS, _PLACEHOLDER_WORDS, _MASK_CHARS,
+    )
+    return [sorted(words) for words in lists] + [[_WORDS.pattern, _REFERENCE.pattern, *_REFERENCE_WORDS]]

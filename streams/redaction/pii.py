@@ -1,0 +1,128 @@
+"""Personal data redacted by policy: home-directory user names, e-mail addresses, domains."""
+
+from __future__ import annotations
+
+import re
+
+from streams.redaction.base import USER_MARKER, RegexRule, Rule, marker
+
+__all__ = ["DomainRule", "EmailRule", "home_rules"]
+
+_USER_CHARS = r"[^/\\\s\"'`<>|:;,*?\[\](){}=]{1,64}"
+# Stock directories under /Users and C:\Users that belong to no person.
+_NOT_USERS = ("Shared", "Public", "Default", "Default User", "All Users", "Guest", "runner", "root")
+
+
+def _person(match: re.Match[str]) -> bool:
+    return match.group("value") not in _NOT_USERS
+
+
+def home_rules() -> tuple[RegexRule, ...]:
+    """Rules turning ``/home/alice``, ``/Users/bob`` and ``C:\\Users\\bob`` into ``[USER]``."""
+    unix = RegexRule(
+        name="home-username",
+        triggers=("/home/", "/Users/"),
+        description="user name in /home/NAME, /Users/NAME, /export/home/NAME",
+        # The lookbehind keeps URL paths (https://site/home/index.html) out.
+        pattern=re.compile(rf"/(?<![A-Za-z0-9._~%-]/)(?:home|Users|export/home)/(?P<value>{_USER_CHARS})", re.ASCII),
+        group="value",
+        check=_person,
+        replacement=USER_MARKER,
+    )
+    windows = RegexRule(
+        name="home-username",
+        lower_triggers=("\\users\\", "\\\\users\\\\"),
+        description="user name in C:\\Users\\NAME (also JSON-escaped)",
+        pattern=re.compile(rf":(?<=[A-Za-z]:)(?:\\\\|\\)(?:Users|users|USERS)(?:\\\\|\\)(?P<value>{_USER_CHARS})", re.ASCII),
+        group="value",
+        check=_person,
+        replacement=USER_MARKER,
+    )
+    return unix, windows
+
+
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+# File names with an @ (icon@2x.png, file@v2.tar.gz) end in an extension, not a TLD.
+_FILE_EXTENSIONS = frozenset({
+    "png", "jpg", "jpeg", "gif", "svg", "webp", "ico", "bmp", "css", "js", "mjs", "cjs", "ts",
+    "tsx", "jsx", "json", "py", "rb", "go", "rs", "md", "txt", "html", "htm", "lock", "yaml",
+    "yml", "toml", "ini", "cfg", "gz", "tgz", "zip", "tar", "whl", "map", "woff", "woff2", "ttf",
+    "pdf", "csv", "xml", "sh", "java", "kt", "swift", "vue", "scss", "less", "wasm",
+})
+
+
+class EmailRule(Rule):
+    """E-mail addresses, found from their ``@`` so only candidates cost any Python time.
+
+    ``git@host`` (the SSH user of every Git host) and addresses at ``keep_domains`` stay.
+    """
+
+    _at = re.compile(rf"@(?P<domain>(?:{_LABEL}\.)+(?P<tld>[A-Za-z]{{2,24}}))(?![A-Za-z0-9-])", re.ASCII)
+    _local = re.compile(r"[A-Za-z0-9_%+-][A-Za-z0-9._%+-]{0,63}\Z", re.ASCII)
+
+    def __init__(self, keep_domains: tuple[str, ...] = ()) -> None:
+        super().__init__(name="email", triggers=("@",), description="e-mail addresses")
+        object.__setattr__(self, "keep_domains", tuple(domain.lower() for domain in keep_domains))
+
+    def fingerprint(self) -> list[str]:
+        return [*super().fingerprint(), self._at.pattern, self._local.pattern, *sorted(_FILE_EXTENSIONS)]
+
+    def apply(self, text: str, hits: dict[str, int]) -> str:
+        pieces: list[str] = []
+        done = 0
+        found = 0
+        for match in self._at.finditer(text):
+            at = match.start()
+            local = self._local.search(text, max(done, at - 64), at)
+            if local is None or local.group(0) == "git":
+                continue
+            domain = match.group("domain").lower()
+            if match.group("tld").lower() in _FILE_EXTENSIONS or _within(domain, self.keep_domains):  # type: ignore[attr-defined]
+                continue
+            pieces += (text[done: local.start()], marker(self.name))
+            done = match.end()
+            found += 1
+        if not found:
+            return text
+        pieces.append(text[done:])
+        hits[self.name] = hits.get(self.name, 0) + found
+        return "".join(pieces)
+
+
+class DomainRule(Rule):
+    """Host names under the policy's ``redacted_domains`` (and their subdomains)."""
+
+    def __init__(self, domains: tuple[str, ...], keep_domains: tuple[str, ...] = ()) -> None:
+        lowered = tuple(sorted({domain.lower().strip(".") for domain in domains if domain.strip(".")}))
+        super().__init__(name="domain", lower_triggers=lowered, description="host names under policy.redacted_domains")
+        alternatives = "|".join(re.escape(domain) for domain in sorted(lowered, key=len, reverse=True))
+        pattern = re.compile(rf"(?:{_LABEL}\.)*(?:{alternatives})(?![A-Za-z0-9-])", re.ASCII | re.IGNORECASE)
+        object.__setattr__(self, "pattern", pattern)
+        object.__setattr__(self, "keep_domains", tuple(domain.lower() for domain in keep_domains))
+
+    def fingerprint(self) -> list[str]:
+        return [*super().fingerprint(), self.pattern.pattern]  # type: ignore[attr-defined]
+
+    def apply(self, text: str, hits: dict[str, int]) -> str:
+        found = 0
+
+        def replace(match: re.Match[str]) -> str:
+            nonlocal found
+            start = match.start()
+            # A match glued to a longer name (notexample.com) is another domain.
+            if start and (text[start - 1].isalnum() or text[start - 1] in "-_"):
+                return match.group(0)
+            if _within(match.group(0).lower(), self.keep_domains):  # type: ignore[attr-defined]
+                return match.group(0)
+            found += 1
+            return marker(self.name)
+
+        result: str = self.pattern.sub(replace, text)  # type: ignore[attr-defined]
+        if not found:
+            return text
+        hits[self.name] = hits.get(self.name, 0) + found
+        return result
+
+
+def _within(host: str, domains: tuple[str, ...]) -> bool:
+    return any(host == domain or host.endswith("." + domain) for domain in domains)

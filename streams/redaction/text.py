@@ -1,0 +1,77 @@
+"""Redacting one text: run the triggered rules until nothing changes."""
+
+from __future__ import annotations
+
+from streams.exceptions import RedactionError
+from streams.redaction.base import MARKER_PREFIX, USER_MARKER, Rule
+from streams.redaction.policy import DEFAULT_POLICY, RedactionPolicy
+from streams.redaction.rules import build_rules
+
+__all__ = ["clip", "redact_text"]
+
+_MAX_PASSES = 4
+_SHORTEST_FINDING = 6  # a@b.io; nothing any rule replaces is shorter
+
+
+def redact_text(text: str, policy: RedactionPolicy | None = None) -> tuple[str, dict[str, int]]:
+    """Return ``text`` with every secret (and the policy's personal data) replaced by markers,
+    and how many replacements each rule made.
+
+    Idempotent: ``redact_text(redact_text(x)[0])[0] == redact_text(x)[0]``. A text in which
+    no rule fired costs one pass; a text that changed gets a second pass that confirms nothing
+    new appeared (a replaced multi-line key can join two env lines into a dump, for example).
+    """
+    if not isinstance(text, str):
+        raise RedactionError(f"redact_text takes a str, not {type(text).__name__}")
+    hits: dict[str, int] = {}
+    if len(text) < _SHORTEST_FINDING:
+        return text, hits
+    rules = build_rules(policy or DEFAULT_POLICY)
+    for _ in range(_MAX_PASSES):
+        redacted = _one_pass(text, rules, hits)
+        if redacted is text:
+            break
+        text = redacted
+    return text, hits
+
+
+def _one_pass(text: str, rules: tuple[Rule, ...], hits: dict[str, int]) -> str:
+    lowered: str | None = None
+    for rule in rules:
+        triggered = not rule.triggers and not rule.lower_triggers
+        for literal in rule.triggers:
+            if literal in text:
+                triggered = True
+                break
+        if not triggered and rule.lower_triggers:
+            if lowered is None:
+                lowered = text.lower()
+            for literal in rule.lower_triggers:
+                if literal in lowered:
+                    triggered = True
+                    break
+        if triggered:
+            redacted = rule.apply(text, hits)
+            if redacted is not text:
+                text, lowered = redacted, None
+    return text
+
+
+def clip(text: str, limit: int, *, note_inside: bool = True) -> str:
+    """``text`` cut to ``limit`` characters plus a `` … [N bytes]`` note (N: UTF-8 size of
+    the whole text); ``text`` itself when it is not longer than ``limit``.
+
+    With ``note_inside`` the note counts towards ``limit``, so a clipped text is never clipped
+    again (clipping is idempotent); summaries keep ``limit`` characters and add the note.
+    A cut never splits a marker.
+    """
+    if len(text) <= limit:
+        return text
+    note = f" … [{len(text.encode('utf-8'))} bytes]"
+    cut = max(0, limit - len(note)) if note_inside else limit
+    opening = text.rfind("[", max(0, cut - 64), cut)
+    if opening != -1 and text.find("]", opening) >= cut and (
+        text.startswith(MARKER_PREFIX, opening) or text.startswith(USER_MARKER, opening)
+    ):
+        cut = opening
+    return text[:cut] + note

@@ -1,0 +1,112 @@
+"""Topic names and their explicit configuration, created idempotently.
+
+``docs/architecture.md`` and ``docs/operations.md`` describe each topic; this module is the one
+place their settings are written down for the code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kafka import KafkaAdminClient
+from kafka.admin import NewPartitions, NewTopic
+from kafka.errors import TopicAlreadyExistsError
+
+from streams.exceptions import BrokerError
+from streams.settings import Settings
+
+__all__ = ["TopicSpec", "Topics", "ensure_topics", "topic_specs"]
+
+_WEEK_MS = str(7 * 24 * 3600 * 1000)
+_MONTH_MS = str(30 * 24 * 3600 * 1000)
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    partitions: int
+    config: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Topics:
+    """Every topic name of one deployment (they all carry ``USL_TOPIC_PREFIX``)."""
+
+    l1: str
+    logs: str
+    redacted: str
+    toolresults: str
+    chunks: str
+    deadletters: str
+    watermarks: str
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Topics:
+        t = settings.topic
+        return cls(
+            l1=t("l1"), logs=t("l1.logs"), redacted=t("redacted"), toolresults=t("toolresults"),
+            chunks=t("chunks"), deadletters=t("deadletters"), watermarks=t("watermarks"),
+        )
+
+
+def topic_specs(settings: Settings) -> list[TopicSpec]:
+    topics = Topics.from_settings(settings)
+    isr = {"min.insync.replicas": str(settings.min_insync_replicas)}
+    derived = {"cleanup.policy": "delete", "retention.ms": _WEEK_MS, **isr}
+    compacted = {"cleanup.policy": "compact", "min.compaction.lag.ms": "0", **isr}
+    return [
+        # The source of truth: never deleted by time or size, never compacted.
+        TopicSpec(topics.l1, settings.l1_partitions, {
+            "cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1",
+            "message.timestamp.type": "CreateTime", **isr,
+        }),
+        TopicSpec(topics.logs, 1, compacted),
+        TopicSpec(topics.redacted, settings.stream_partitions, derived),
+        TopicSpec(topics.toolresults, settings.stream_partitions, derived),
+        TopicSpec(topics.chunks, settings.stream_partitions, derived),
+        TopicSpec(topics.deadletters, 1, {"cleanup.policy": "delete", "retention.ms": _MONTH_MS, **isr}),
+        TopicSpec(topics.watermarks, 1, compacted),
+    ]
+
+
+def ensure_topics(bootstrap: str, settings: Settings) -> list[str]:
+    """Create missing topics with their configuration; return the names created.
+
+    Existing topics are left as they are, except that a topic with fewer partitions than
+    configured is an error (partition counts decide the log → partition mapping).
+    """
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="usl-admin", request_timeout_ms=30000)
+    try:
+        existing = set(admin.list_topics())
+        specs = topic_specs(settings)
+        wanted = [
+            NewTopic(s.name, s.partitions, settings.replication_factor, topic_configs=s.config)
+            for s in specs if s.name not in existing
+        ]
+        created: list[str] = []
+        for topic in wanted:
+            try:
+                admin.create_topics([topic])
+                created.append(topic.name)
+            except TopicAlreadyExistsError:
+                pass
+        described = {d["name"]: len(d["partitions"]) for d in admin.describe_topics([s.name for s in specs])}
+        for spec in specs:
+            have = described.get(spec.name, 0)
+            if have and have < spec.partitions and spec.name not in created:
+                raise BrokerError(
+                    f"topic {spec.name} has {have} partitions but {spec.partitions} are configured; "
+                    "lower the setting or add partitions deliberately (see docs/operations.md)"
+                )
+        return created
+    finally:
+        admin.close()
+
+
+def add_partitions(bootstrap: str, topic: str, total: int) -> None:
+    """Grow a topic to ``total`` partitions (operators only; see docs/operations.md)."""
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="usl-admin")
+    try:
+        admin.create_partitions({topic: NewPartitions(total_count=total)})
+    finally:
+        admin.close()

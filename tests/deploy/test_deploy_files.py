@@ -1,0 +1,545 @@
+"""Checks of the deploy files: metrics, dashboard, Prometheus config and alerts, compose, k8s.
+
+No Docker engine or Kubernetes cluster is needed: files are parsed and checked for the
+promises docs/operations.md makes. promtool and a real Prometheus check the PromQL when
+installed; in CI (``CI`` set) they must be, so those tests fail instead of skipping.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from prometheus_client import REGISTRY
+
+import streams.metrics as metrics
+from streams.settings import setting_docs
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+PROM_DIR = DEPLOY / "prometheus"
+DASHBOARD = DEPLOY / "grafana" / "dashboards" / "usl.json"
+COMPOSE = DEPLOY / "compose" / "docker-compose.yml"
+K8S = DEPLOY / "k8s"
+OPERATIONS = ROOT / "docs" / "operations.md"
+
+SETTING_ENVS = {env for env, _default, _doc in setting_docs()}
+INDEX_KINDS = ("text", "vector", "structured", "analytics", "toolresults")
+ALLOWED_LABELS = {"stage", "kind", "log", "partition", "rule", "reason", "mode", "outcome", "version"}
+# Histograms that count things rather than time them; every other histogram is a duration.
+COUNT_HISTOGRAMS = {"usl_sink_batch_chunks", "usl_tail_scan_events"}
+HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
+_METRIC_RE = re.compile(r"\b(usl_[a-z0-9_]+)")
+# Label values inside selectors ({job="usl-x"}) are strings, not metric names.
+_STRING_RE = re.compile(r'"(?:[^"\\]|\\.)*"')
+
+
+def _require(tool: str) -> str:
+    path = shutil.which(tool)
+    if path is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"{tool} is not installed; CI must install prometheus")
+        pytest.skip(f"{tool} is not installed (apt-get install prometheus)")
+    return path
+
+
+def _family_names() -> dict[str, str]:
+    """PromQL name → type of every usl_ collector in the default registry."""
+    names = {}
+    for family in REGISTRY.collect():
+        if not family.name.startswith("usl_"):
+            continue
+        # The client strips "_total" from a counter's family name; PromQL uses it.
+        name = family.name + "_total" if family.type == "counter" else family.name
+        names[name] = family.type
+    return names
+
+
+def _histograms() -> set[str]:
+    return {name for name, kind in _family_names().items() if kind == "histogram"}
+
+
+def metric_names_in(expr: str) -> set[str]:
+    """usl_ metric names an expression reads, histogram series mapped to their metric."""
+    histograms = _histograms()
+    found = set()
+    for name in _METRIC_RE.findall(_STRING_RE.sub('""', expr)):
+        for suffix in HISTOGRAM_SUFFIXES:
+            if name.endswith(suffix) and name.removesuffix(suffix) in histograms:
+                name = name.removesuffix(suffix)
+                break
+        found.add(name)
+    return found
+
+
+def _dashboard_panels() -> list[dict[str, Any]]:
+    dash = json.loads(DASHBOARD.read_text())
+    panels = []
+    for panel in dash["panels"]:
+        panels.append(panel)
+        panels.extend(panel.get("panels", []))  # children of a collapsed row
+    return panels
+
+
+def dashboard_exprs() -> list[str]:
+    return [t["expr"] for p in _dashboard_panels() for t in p.get("targets", [])]
+
+
+def alert_rules() -> list[dict[str, Any]]:
+    doc = yaml.safe_load((PROM_DIR / "alerts.yml").read_text())
+    return [rule for group in doc["groups"] for rule in group["rules"]]
+
+
+def k8s_docs() -> Iterator[tuple[str, dict[str, Any]]]:
+    for path in sorted(K8S.glob("*.yaml")):
+        if path.name == "kustomization.yaml":
+            continue
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc:
+                yield path.name, doc
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+# --- streams.metrics -----------------------------------------------------------------------
+
+
+def test_all_metric_names_equal_registered_collectors() -> None:
+    assert set(metrics.ALL_METRIC_NAMES) == set(_family_names())
+    assert len(set(metrics.ALL_METRIC_NAMES)) == len(metrics.ALL_METRIC_NAMES)
+
+
+def test_metric_names_follow_the_naming_rules() -> None:
+    for name, kind in _family_names().items():
+        assert re.fullmatch(r"usl_[a-z][a-z0-9_]*", name), name
+        assert name.endswith("_total") == (kind == "counter"), name
+        if kind == "histogram" and name not in COUNT_HISTOGRAMS:
+            assert name.endswith("_seconds"), f"{name}: a timing histogram is in seconds"
+        # Base units only: no milliseconds, no kilo/mega bytes.
+        assert not re.search(r"_(ms|milliseconds|kb|mb|minutes|hours)(_|$)", name), name
+
+
+def test_metric_labels_are_low_cardinality() -> None:
+    collectors = [getattr(metrics, attr) for attr in metrics.__all__]
+    labelled = [c for c in collectors if hasattr(c, "_labelnames")]
+    assert len(labelled) == len(metrics.ALL_METRIC_NAMES)
+    for collector in labelled:
+        assert set(collector._labelnames) <= ALLOWED_LABELS, collector._name
+
+
+def test_public_names_map_to_metric_names() -> None:
+    for name in metrics.ALL_METRIC_NAMES:
+        collector = getattr(metrics, name)
+        assert collector._name in (name, name.removesuffix("_total"))
+
+
+def test_importing_the_module_twice_reuses_the_collectors() -> None:
+    spec = importlib.util.spec_from_file_location("usl_metrics_second_copy", metrics.__file__)
+    assert spec is not None and spec.loader is not None
+    second = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(second)
+    assert second.usl_records_total is metrics.usl_records_total
+    assert second.usl_query_seconds is metrics.usl_query_seconds
+    assert set(_family_names()) == set(metrics.ALL_METRIC_NAMES)
+
+
+def test_metrics_text_and_server_expose_build_info() -> None:
+    assert b"usl_build_info{version=" in metrics.metrics_text()
+    port = metrics.start_metrics_server(0)
+    assert port > 0
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        body = response.read()
+    assert b"usl_build_info{version=" in body
+    assert metrics.METRICS_CONTENT_TYPE.startswith("text/plain")
+
+
+# --- Grafana --------------------------------------------------------------------------------
+
+
+def test_dashboard_panels_query_only_known_metrics() -> None:
+    dash = json.loads(DASHBOARD.read_text())
+    assert 36 <= dash["schemaVersion"] <= 41
+    assert dash["uid"] == "usl-search"
+    panels = _dashboard_panels()
+    ids = [p["id"] for p in panels]
+    assert len(ids) == len(set(ids))
+    used: set[str] = set()
+    for panel in panels:
+        assert panel["gridPos"]["x"] + panel["gridPos"]["w"] <= 24, panel["title"]
+        if panel["type"] == "row":
+            continue
+        assert panel["datasource"] == {"type": "prometheus", "uid": "prometheus"}
+        assert panel["targets"], panel["title"]
+        for target in panel["targets"]:
+            names = metric_names_in(target["expr"])
+            assert names, f"{panel['title']}: {target['expr']} reads no usl_ metric"
+            assert names <= set(metrics.ALL_METRIC_NAMES), (panel["title"], names)
+            used |= names
+    # Every metric is on the dashboard; an unwatched metric is one nobody notices.
+    assert used == set(metrics.ALL_METRIC_NAMES)
+
+
+def test_grafana_provisioning_matches_the_dashboard() -> None:
+    prov = DEPLOY / "grafana" / "provisioning"
+    datasources = yaml.safe_load((prov / "datasources" / "prometheus.yml").read_text())
+    assert [d["uid"] for d in datasources["datasources"]] == ["prometheus"]
+    providers = yaml.safe_load((prov / "dashboards" / "usl.yml").read_text())
+    assert providers["providers"][0]["options"]["path"] == "/var/lib/grafana/dashboards"
+
+
+# --- Prometheus -----------------------------------------------------------------------------
+
+
+def test_prometheus_config_scrapes_every_process() -> None:
+    config = yaml.safe_load((PROM_DIR / "prometheus.yml").read_text())
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    assert {"usl-workers", "usl-sinks", "usl-planner"} <= set(jobs)
+    sink_targets = [t for sc in jobs["usl-sinks"]["static_configs"] for t in sc["targets"]]
+    assert {t.split(":")[0] for t in sink_targets} == {f"sink-{k}" for k in INDEX_KINDS}
+    assert config["rule_files"] == ["alerts.yml"]
+
+
+def test_alerts_exist_and_read_known_metrics() -> None:
+    rules = {rule["alert"]: rule for rule in alert_rules()}
+    assert {"USLIndexLagHigh", "USLDeadLettersRising", "USLWatermarkStalled",
+            "USLCursorRefusalsSpike"} <= set(rules)
+    assert rules["USLIndexLagHigh"]["for"] == "5m"
+    assert "changes(usl_watermark_seq[10m])" in rules["USLWatermarkStalled"]["expr"]
+    for rule in rules.values():
+        assert metric_names_in(rule["expr"]) <= set(metrics.ALL_METRIC_NAMES), rule["alert"]
+        assert rule["annotations"]["summary"] and rule["annotations"]["description"]
+
+
+def test_promtool_checks_config_and_rules() -> None:
+    promtool = _require("promtool")
+    for args in (["check", "config", "prometheus.yml"], ["check", "rules", "alerts.yml"]):
+        done = subprocess.run([promtool, *args], cwd=PROM_DIR, capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout + done.stderr
+
+
+RULE_TESTS = """
+rule_files: [{rules}]
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      - series: 'usl_dead_letters_total{{stage="ingest", reason="schema", instance="w1"}}'
+        values: '0+3x20'
+      - series: 'usl_dead_letters_total{{stage="chunking", reason="chunking_failed", instance="w1"}}'
+        values: '5x20'
+      - series: 'usl_watermark_seq{{log="default", kind="text", instance="s1"}}'
+        values: '100x30'
+      - series: 'usl_index_lag_seqs{{log="default", kind="text", instance="p1"}}'
+        values: '50x30'
+      - series: 'usl_watermark_seq{{log="default", kind="vector", instance="s2"}}'
+        values: '100+10x30'
+      - series: 'usl_index_lag_seqs{{log="default", kind="vector", instance="p1"}}'
+        values: '20000x30'
+    alert_rule_test:
+      - eval_time: 10m
+        alertname: USLDeadLettersRising
+        exp_alerts:
+          - exp_labels: {{severity: warning, stage: ingest, reason: schema}}
+      - eval_time: 20m
+        alertname: USLWatermarkStalled
+        exp_alerts:
+          - exp_labels: {{severity: critical, log: default, kind: text}}
+      - eval_time: 20m
+        alertname: USLIndexLagHigh
+        exp_alerts:
+          - exp_labels: {{severity: warning, log: default, kind: vector}}
+      - eval_time: 20m
+        alertname: USLCursorRefusalsSpike
+        exp_alerts: []
+"""
+
+
+def test_alerts_fire_on_the_conditions_they_name(tmp_path: Path) -> None:
+    promtool = _require("promtool")
+    # promtool compares annotations exactly; this test is about when alerts fire, not prose.
+    rules = yaml.safe_load((PROM_DIR / "alerts.yml").read_text())
+    for group in rules["groups"]:
+        for rule in group["rules"]:
+            rule.pop("annotations", None)
+    rules_file = tmp_path / "alerts.yml"
+    rules_file.write_text(yaml.safe_dump(rules))
+    tests = tmp_path / "alerts_test.yml"
+    tests.write_text(RULE_TESTS.format(rules=json.dumps(str(rules_file))))
+    done = subprocess.run([promtool, "test", "rules", str(tests)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _populate_every_metric() -> None:
+    """Give every labelled metric a series, so each dashboard query has data to return.
+
+    ``labels()`` alone creates a zero-valued child: no value other tests might count on moves.
+    """
+    for stage in metrics.STAGES:
+        metrics.usl_records_total.labels(stage=stage)
+        metrics.usl_duplicate_events_total.labels(stage=stage)
+    metrics.usl_dead_letters_total.labels(stage="ingest", reason="schema")
+    metrics.usl_redactions_total.labels(rule="deploy_test")
+    metrics.usl_ticks_total.labels(kind="regular")
+    metrics.usl_progress_marker_seq.labels(log="deploy_test", partition="0")
+    metrics.usl_l1_committed_seq.labels(log="deploy_test")
+    for kind in metrics.INDEX_KINDS:
+        for collector in (metrics.usl_sink_batch_seconds, metrics.usl_sink_commit_seconds,
+                          metrics.usl_sink_batch_chunks, metrics.usl_generation_switches_total,
+                          metrics.usl_generation_merges_total):
+            collector.labels(kind=kind)
+        for gauge in (metrics.usl_generation_id, metrics.usl_watermark_seq,
+                      metrics.usl_index_lag_seqs, metrics.usl_index_lag_seconds):
+            gauge.labels(log="deploy_test", kind=kind)
+    for mode in metrics.QUERY_MODES:
+        metrics.usl_query_seconds.labels(mode=mode)
+        metrics.usl_queries_total.labels(mode=mode, outcome="ok")
+    metrics.usl_query_fallbacks_total.labels(reason="deploy_test")
+    metrics.usl_cursor_refusals_total.labels(reason="deploy_test")
+
+
+def _query(base: str, expr: str) -> dict[str, Any]:
+    url = f"{base}/api/v1/query?{urllib.parse.urlencode({'query': expr})}"
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            result: dict[str, Any] = json.load(response)
+            return result
+    except urllib.error.HTTPError as exc:  # 400 carries Prometheus' parse error
+        return {"status": "error", "error": exc.read().decode()}
+
+
+def test_every_panel_and_alert_query_runs_on_a_real_prometheus(tmp_path: Path) -> None:
+    binary = _require("prometheus")
+    _populate_every_metric()
+    target_port = metrics.start_metrics_server(0)
+    web_port = _free_port()
+    config = tmp_path / "prometheus.yml"
+    config.write_text(yaml.safe_dump({
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(PROM_DIR / "alerts.yml")],
+        "scrape_configs": [{"job_name": "usl-test",
+                            "static_configs": [{"targets": [f"127.0.0.1:{target_port}"]}]}],
+    }))
+    log = (tmp_path / "prometheus.log").open("w")
+    server = subprocess.Popen(
+        [binary, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'data'}",
+         f"--web.listen-address=127.0.0.1:{web_port}"],
+        stdout=log, stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{web_port}"
+    try:
+        deadline = time.monotonic() + 60
+        # rate() needs two samples of every series in its window.
+        while True:
+            assert server.poll() is None, (tmp_path / "prometheus.log").read_text()
+            try:
+                ready = _query(base, "count_over_time(usl_build_info[1m])")
+                result = ready.get("data", {}).get("result", [])
+                if result and float(result[0]["value"][1]) >= 3:
+                    break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, "Prometheus never scraped the metrics server"
+            time.sleep(0.5)
+        for expr in dashboard_exprs():
+            answer = _query(base, expr)
+            assert answer["status"] == "success", (expr, answer)
+            assert answer["data"]["result"], f"no data for dashboard query {expr}"
+        for rule in alert_rules():
+            answer = _query(base, rule["expr"])
+            assert answer["status"] == "success", (rule["alert"], answer)
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        log.close()
+
+
+# --- docker compose -------------------------------------------------------------------------
+
+
+def _compose() -> dict[str, Any]:
+    doc: dict[str, Any] = yaml.safe_load(COMPOSE.read_text())
+    return doc
+
+
+def test_compose_runs_a_three_broker_kraft_cluster() -> None:
+    services = _compose()["services"]
+    brokers = {name: s for name, s in services.items() if "apache/kafka" in s.get("image", "")}
+    assert len(brokers) == 3
+    node_ids = set()
+    cluster_ids = set()
+    for service in brokers.values():
+        assert re.search(r"apache/kafka:\$\{KAFKA_VERSION:-4\.1\.\d+\}|apache/kafka:4\.1\.\d+",
+                         service["image"])
+        env = service["environment"]
+        assert set(env["KAFKA_PROCESS_ROLES"].split(",")) == {"broker", "controller"}
+        voters = env["KAFKA_CONTROLLER_QUORUM_VOTERS"].split(",")
+        assert {v.split("@")[1].split(":")[0] for v in voters} == set(brokers)
+        assert int(env["KAFKA_DEFAULT_REPLICATION_FACTOR"]) == 3
+        assert int(env["KAFKA_MIN_INSYNC_REPLICAS"]) == 2
+        assert int(env["KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR"]) == 3
+        assert int(env["KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR"]) == 3
+        assert int(env["KAFKA_TRANSACTION_STATE_LOG_MIN_ISR"]) == 2
+        node_ids.add(env["KAFKA_NODE_ID"])
+        cluster_ids.add(env["CLUSTER_ID"])
+        assert service["healthcheck"]["test"]
+    assert len(node_ids) == 3
+    assert len(cluster_ids) == 1
+
+
+def test_compose_runs_workers_sinks_planner_and_monitoring() -> None:
+    services = _compose()["services"]
+    usl = {name: s for name, s in services.items() if "build" in s}
+    for service in usl.values():
+        env = service["environment"]
+        assert set(env) <= SETTING_ENVS, set(env) - SETTING_ENVS
+        assert env["USL_REPLICATION_FACTOR"] == "3"
+        assert env["USL_MIN_INSYNC_REPLICAS"] == "2"
+        assert len(env["KAFKA_BOOTSTRAP_SERVERS"].split(",")) == 3
+        assert (COMPOSE.parent / service["build"]["context"] / service["build"]["dockerfile"]).is_file()
+    assert services["usl-topics"]["command"] == ["topics", "create"]
+    assert services["worker"]["command"] == ["worker"]
+    assert services["worker"]["deploy"]["replicas"] >= 2
+    for kind in INDEX_KINDS:
+        sink = services[f"sink-{kind}"]
+        assert sink["command"] == ["sink", "--kind", kind]
+        assert any(v.endswith(":/data/usl") for v in sink["volumes"])
+    planner = services["planner"]
+    assert planner["command"][0] == "serve" and "0.0.0.0" in planner["command"]
+    assert "8765:8765" in planner["ports"]
+    mounts = {v.split(":")[1]: v.split(":")[0] for v in services["prometheus"]["volumes"]}
+    assert (COMPOSE.parent / mounts["/etc/prometheus"] / "prometheus.yml").is_file()
+    mounts = {v.split(":")[1]: v.split(":")[0] for v in services["grafana"]["volumes"]}
+    assert (COMPOSE.parent / mounts["/etc/grafana/provisioning"] / "datasources").is_dir()
+    assert (COMPOSE.parent / mounts["/var/lib/grafana/dashboards"] / "usl.json").is_file()
+
+
+def test_dockerfile_installs_the_project_as_non_root() -> None:
+    text = (DEPLOY / "Dockerfile").read_text()
+    assert re.search(r"^FROM python:3\.11-slim\b", text, re.M)
+    assert "pip install" in text
+    users = re.findall(r"^USER (\S+)", text, re.M)
+    assert users and users[-1].split(":")[0] not in {"root", "0"}
+    assert re.search(r'^ENTRYPOINT \["usl"\]', text, re.M)
+
+
+# --- Kubernetes -----------------------------------------------------------------------------
+
+
+def test_every_k8s_document_is_a_named_object() -> None:
+    docs = list(k8s_docs())
+    assert docs
+    for filename, doc in docs:
+        assert doc.get("apiVersion") and doc.get("kind"), filename
+        assert doc["metadata"]["name"], filename
+
+
+def test_k8s_deployments_have_probes_resources_and_matching_selectors() -> None:
+    deployments = {d["metadata"]["name"]: d for _, d in k8s_docs() if d["kind"] == "Deployment"}
+    assert {"usl-worker", "usl-planner"} <= set(deployments)
+    assert {f"usl-sink-{k}" for k in INDEX_KINDS} <= set(deployments)
+    for name, deployment in deployments.items():
+        spec = deployment["spec"]
+        template = spec["template"]
+        labels = template["metadata"]["labels"]
+        assert spec["selector"]["matchLabels"].items() <= labels.items(), name
+        assert template["spec"]["securityContext"]["runAsNonRoot"] is True, name
+        for container in template["spec"]["containers"]:
+            ports = {p["name"] for p in container.get("ports", [])}
+            for probe in ("readinessProbe", "livenessProbe"):
+                assert probe in container, f"{name}: {probe}"
+                assert container[probe]["httpGet"]["port"] in ports, f"{name}: {probe} port"
+            assert container["resources"]["requests"], name
+            assert container["resources"]["limits"], name
+        for container in template["spec"].get("initContainers", []):
+            assert container["resources"]["requests"], name
+    worker = deployments["usl-worker"]["spec"]
+    assert worker["replicas"] >= 2
+    assert worker["template"]["spec"]["containers"][0]["args"] == ["worker"]
+    for kind in INDEX_KINDS:
+        sink = deployments[f"usl-sink-{kind}"]["spec"]
+        # Exactly one writer per index, also during a rollout.
+        assert sink["replicas"] == 1 and sink["strategy"]["type"] == "Recreate"
+        assert sink["template"]["spec"]["containers"][0]["args"] == ["sink", "--kind", kind]
+    planner = deployments["usl-planner"]["spec"]["template"]["spec"]["containers"][0]
+    assert planner["readinessProbe"]["httpGet"]["path"] == "/healthz"
+
+
+def test_k8s_service_selects_the_planner_pods() -> None:
+    docs = [d for _, d in k8s_docs()]
+    service = next(d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] == "usl-planner")
+    planner = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "usl-planner")
+    pod_labels = planner["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    for other in docs:
+        if other["kind"] == "Deployment" and other is not planner:
+            other_labels = other["spec"]["template"]["metadata"]["labels"]
+            assert not service["spec"]["selector"].items() <= other_labels.items()
+    port = service["spec"]["ports"][0]
+    assert port["port"] == 8765
+    container_ports = {p["name"]: p["containerPort"] for p in planner["spec"]["template"]["spec"]["containers"][0]["ports"]}
+    assert container_ports[port["targetPort"]] == 8765
+
+
+def test_k8s_configmap_keys_are_settings() -> None:
+    config = next(d for _, d in k8s_docs() if d["kind"] == "ConfigMap")
+    data = config["data"]
+    assert set(data) <= SETTING_ENVS, set(data) - SETTING_ENVS
+    assert data["USL_REPLICATION_FACTOR"] == "3"
+    assert data["USL_MIN_INSYNC_REPLICAS"] == "2"
+    assert data["USL_METRICS_PORT"] == "9100"
+    # Secrets come from the optional Secret, never from a ConfigMap.
+    assert not {"USL_CURSOR_KEY", "USL_EMBEDDINGS_API_KEY"} & set(data)
+
+
+def test_k8s_volumes_and_rebuild_job() -> None:
+    docs = [d for _, d in k8s_docs()]
+    claims = {d["metadata"]["name"] for d in docs if d["kind"] == "PersistentVolumeClaim"}
+    for doc in docs:
+        if doc["kind"] in {"Deployment", "Job"}:
+            for volume in doc["spec"]["template"]["spec"].get("volumes", []):
+                if "persistentVolumeClaim" in volume:
+                    assert volume["persistentVolumeClaim"]["claimName"] in claims
+    job = next(d for d in docs if d["kind"] == "Job")
+    assert job["spec"]["template"]["spec"]["containers"][0]["args"] == ["rebuild", "text", "--from-seq", "0"]
+    assert job["spec"]["template"]["spec"]["restartPolicy"] in {"Never", "OnFailure"}
+
+
+def test_kustomization_lists_every_manifest_but_the_job() -> None:
+    kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
+    resources = set(kustomization["resources"])
+    manifests = {p.name for p in K8S.glob("*.yaml")} - {"kustomization.yaml", "rebuild-job.yaml"}
+    assert resources == manifests
+    assert kustomization["namespace"] == "usl"
+
+
+# --- docs -----------------------------------------------------------------------------------
+
+
+def test_operations_doc_covers_every_metric_and_alert() -> None:
+    text = OPERATIONS.read_text()
+    for name in metrics.ALL_METRIC_NAMES:
+        assert f"`{name}`" in text, name
+    for rule in alert_rules():
+        assert rule["alert"] in text, rule["alert"]

@@ -1,0 +1,158 @@
+"""Reciprocal rank fusion: the formula, the total stable order, and cursor-style resumption."""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+from itertools import pairwise
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from planner.exceptions import CursorError
+from planner.rrf import (
+    RankedList,
+    after,
+    decode_sort_key,
+    encode_sort_key,
+    fuse,
+    sort_key,
+    truncation,
+)
+
+SOURCES = ("text", "vector", "toolresults")
+chunk_ids = st.sampled_from([f"c_{i:02d}" for i in range(30)])
+
+
+@st.composite
+def ranked_lists(draw):
+    sources = draw(st.lists(st.sampled_from(SOURCES), unique=True, max_size=3))
+    lists = []
+    for source in sources:
+        ids = draw(st.lists(chunk_ids, unique=True, max_size=25))
+        lists.append(RankedList(source, ids, window=25, truncated=draw(st.booleans())))
+    every = {chunk for ranked in lists for chunk in ranked.ids}
+    # Few distinct times, so the event-time and chunk-id tie-breakers are exercised.
+    times = {chunk: draw(st.sampled_from([1.0, 2.5, 1767225600.123456])) for chunk in every}
+    return lists, times
+
+
+def test_formula_and_components():
+    lists = [RankedList("text", ["a", "b"], window=10), RankedList("vector", ["b", "c"], window=10)]
+    hits = fuse(lists, event_time={"a": 1.0, "b": 1.0, "c": 1.0})
+    by_id = {hit.chunk_id: hit for hit in hits}
+    assert by_id["b"].rrf == pytest.approx(1 / 62 + 1 / 61)
+    assert by_id["b"].rrf_exact == Fraction(1, 62) + Fraction(1, 61)
+    assert by_id["b"].components == {
+        "text": {"rank": 2, "contribution": 1 / 62},
+        "vector": {"rank": 1, "contribution": 1 / 61},
+    }
+    assert by_id["b"].best_rank == 1
+    assert [hit.chunk_id for hit in hits] == ["b", "a", "c"]
+
+
+def test_ties_break_by_best_rank_then_newer_event_then_chunk_id():
+    # x: text rank 1 only; y: vector rank 1 only; same score, same best rank.
+    lists = [RankedList("text", ["x", "p"], window=2), RankedList("vector", ["y", "q"], window=2)]
+    newer_first = fuse(lists, event_time={"x": 1.0, "y": 2.0, "p": 5.0, "q": 5.0})
+    assert [hit.chunk_id for hit in newer_first] == ["y", "x", "p", "q"]
+    same_time = fuse(lists, event_time={"x": 1.0, "y": 1.0, "p": 5.0, "q": 5.0})
+    assert [hit.chunk_id for hit in same_time] == ["x", "y", "p", "q"]
+
+
+def test_best_rank_breaks_equal_scores():
+    # Equal sums of different shapes are rare; k=0 gives 1/2 + 1/6 == 1/3 + 1/3.
+    lists = [RankedList("text", ["a", "b", "c", "d", "e", "f"], window=6),
+             RankedList("vector", ["z", "y", "b", "g", "h", "a"], window=6)]
+    hits = fuse(lists, k=0, event_time=dict.fromkeys("abcdefghyz", 1.0))
+    by_id = {hit.chunk_id: hit for hit in hits}
+    assert by_id["a"].rrf_exact == Fraction(1, 1) + Fraction(1, 6)
+    assert by_id["b"].rrf_exact == Fraction(1, 2) + Fraction(1, 3)
+
+
+def test_duplicate_id_keeps_best_rank_and_bad_input_is_refused():
+    hits = fuse([RankedList("text", ["a", "a", "b"], window=3)], event_time={"a": 1.0, "b": 1.0})
+    assert hits[0].components["text"]["rank"] == 1
+    with pytest.raises(ValueError):
+        fuse([RankedList("text", ["a"], 1), RankedList("text", ["b"], 1)],
+             event_time={"a": 1.0, "b": 1.0})
+    with pytest.raises(ValueError):
+        fuse([RankedList("text", ["a"], 1)], event_time={})
+    with pytest.raises(ValueError):
+        fuse([RankedList("text", ["a"], 1)], event_time={"a": float("nan")})
+    with pytest.raises(ValueError):
+        RankedList("text", ["a", "b"], window=1)
+
+
+def test_truncation_is_reported_per_source():
+    lists = [RankedList("text", ["a"], window=1, truncated=True), RankedList("vector", [], 5)]
+    assert truncation(lists) == {
+        "text": {"window": 1, "returned": 1, "truncated": True},
+        "vector": {"window": 5, "returned": 0, "truncated": False},
+    }
+
+
+@given(ranked_lists(), st.randoms())
+def test_order_is_total_and_independent_of_list_order(case, rnd):
+    lists, times = case
+    hits = fuse(lists, event_time=times)
+    keys = [sort_key(hit) for hit in hits]
+    assert keys == sorted(keys)
+    assert len(set(keys)) == len(keys)
+    shuffled = list(lists)
+    rnd.shuffle(shuffled)
+    again = fuse(shuffled, event_time=times)
+    assert [(h.chunk_id, h.rrf, h.components) for h in again] == \
+        [(h.chunk_id, h.rrf, h.components) for h in hits]
+    for earlier, later in pairwise(hits):
+        assert earlier.rrf_exact >= later.rrf_exact
+
+
+@settings(max_examples=200)
+@given(ranked_lists(), st.integers(min_value=1, max_value=8))
+def test_pages_resumed_from_json_keys_equal_one_shot(case, page_size):
+    lists, times = case
+    one_shot = fuse(lists, event_time=times)
+    pages: list[str] = []
+    remaining = fuse(lists, event_time=times)
+    while remaining:
+        page = remaining[:page_size]
+        pages.extend(hit.chunk_id for hit in page)
+        # The key crosses a JSON round trip, as it does inside a cursor.
+        key = decode_sort_key(json.loads(json.dumps(encode_sort_key(sort_key(page[-1])))))
+        assert key == sort_key(page[-1])
+        remaining = after(fuse(lists, event_time=times), key)
+    assert pages == [hit.chunk_id for hit in one_shot]
+
+
+def test_after_resumes_even_when_the_last_row_disappeared():
+    lists = [RankedList("text", ["a", "b", "c"], window=3)]
+    times = {"a": 1.0, "b": 1.0, "c": 1.0}
+    key = sort_key(fuse(lists, event_time=times)[1])  # page 1 ended with "b"
+    # "b" became unreadable: "c" moved up to rank 2 but was never served, so it comes next.
+    without_b = fuse([RankedList("text", ["a", "c"], window=3)], event_time=times)
+    assert [hit.chunk_id for hit in after(without_b, key)] == ["c"]
+
+
+@given(ranked_lists(), st.integers(min_value=1, max_value=8), st.data())
+def test_a_revocation_between_pages_never_repeats_a_served_hit(case, page_size, data):
+    lists, times = case
+    first = fuse(lists, event_time=times)[:page_size]
+    if not first:
+        return
+    revoked = data.draw(st.sets(st.sampled_from(sorted(times))))
+    filtered = [RankedList(r.source, [i for i in r.ids if i not in revoked], r.window)
+                for r in lists]
+    rest = after(fuse(filtered, event_time=times), sort_key(first[-1]))
+    assert not {hit.chunk_id for hit in rest} & {hit.chunk_id for hit in first}
+    assert not {hit.chunk_id for hit in rest} & revoked
+
+
+@pytest.mark.parametrize("value", [
+    None, [], ["1/0", 1, 1.0, "a"], ["x/y", 1, 1.0, "a"], ["1/61", 0, 1.0, "a"],
+    ["1/61", 1, "t", "a"], ["1/61", 1, 1.0, 7], ["1/61", True, 1.0, "a"], "1/61",
+])
+def test_malformed_sort_key_is_a_cursor_error(value):
+    with pytest.raises(CursorError):
+        decode_sort_key(value)

@@ -1,0 +1,373 @@
+"""Immutable generations: commit, atomic switch, crash leftovers, pins, GC, hard-linked reuse."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+import sinks.generations as generations
+from sinks.exceptions import GenerationError, GenerationLockedError, ManifestVerificationError
+from sinks.generations import (
+    GenerationStore,
+    Manifest,
+    SegmentRef,
+    clone_into,
+    read_current,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def manifest(**overrides) -> Manifest:
+    fields = dict(
+        kind="text", log_id="default", line="", generation_id=0, built_through_seq=0,
+        schema_version="text-1", asp_version="1.0", chunker={"version": "1.0"}, embedding=None,
+        redaction_policy_hash="p" * 16,
+    )
+    fields.update(overrides)
+    return Manifest(**fields)
+
+
+def commit_files(store: GenerationStore, files: dict[str, bytes], *, clone: bool = True, **fields) -> Manifest:
+    staging = store.begin()
+    current = store.current_id()
+    if clone and current is not None:
+        clone_into(store.generation_dir(current), staging, copy_names=("meta.json",))
+    for rel, data in files.items():
+        path = staging / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.unlink(missing_ok=True)
+        path.write_bytes(data)
+    return store.commit(staging, manifest(**fields))
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> GenerationStore:
+    return GenerationStore(tmp_path / "indexes", "default", "text")
+
+
+def test_exported_members():
+    assert set(generations.__all__) >= {
+        "GenerationStore", "Manifest", "Pin", "SegmentRef", "clone_into", "read_current",
+    }
+
+
+def test_commit_current_verify(store: GenerationStore):
+    assert store.current() is None
+    first = commit_files(store, {"a.bin": b"alpha", "sub/b.bin": b"beta"}, built_through_seq=7)
+    assert first.generation_id == 1 and first.parent_generation_id is None
+    assert first.line == "live" and first.created_at > 0
+    assert {s.path for s in first.segments} == {"a.bin", "sub/b.bin"}
+    assert store.current() == first
+    assert (store.line_dir / "CURRENT").read_text().strip() == "1"
+    assert store.generation_dir(1).name == "gen-00000001"
+    store.verify(first)
+    second = commit_files(store, {"c.bin": b"gamma"}, built_through_seq=9)
+    assert (second.generation_id, second.parent_generation_id) == (2, 1)
+    assert {s.path for s in second.segments} == {"a.bin", "sub/b.bin", "c.bin"}
+    assert read_current(store.root, "default", "text") == second
+    assert store.generation_ids() == [1, 2]
+
+
+def test_manifest_json_round_trip():
+    original = manifest(
+        generation_id=3, built_through_seq=99, embedding={"model": "wordllama", "dim": 64},
+        segments=(SegmentRef("x", "0" * 64, 5, rows=2),), source_offsets={"usl.chunks": {0: 10, 3: 4}},
+        progress={0: 90, 1: 99}, chunk_count=12, parent_generation_id=2, created_at=1.5, extra={"engine": "tantivy"},
+    )
+    data = original.to_json()
+    assert list(data) == [
+        "kind", "logId", "line", "generationId", "builtThroughSeq", "schemaVersion", "aspVersion", "chunker",
+        "embedding", "redactionPolicyHash", "segments", "sourceOffsets", "progress", "chunkCount",
+        "parentGenerationId", "createdAt", "extra",
+    ]
+    assert data["sourceOffsets"] == {"usl.chunks": {"0": 10, "3": 4}}
+    assert Manifest.from_json(data) == original
+    assert Manifest.from_json(original.dumps()) == original
+    with pytest.raises(GenerationError):
+        Manifest.from_json({"kind": "text"})
+
+
+def test_uncommitted_staging_leaves_current_and_is_cleaned(store: GenerationStore):
+    commit_files(store, {"a.bin": b"alpha"})
+
+    def crash_after_staging() -> None:
+        crashed = GenerationStore(store.root, "default", "text")
+        staging = crashed.begin()
+        (staging / "half.bin").write_bytes(b"x" * 1000)
+        os._exit(0)  # dies holding nothing but a staging dir
+
+    child = multiprocessing.get_context("fork").Process(target=crash_after_staging)
+    child.start()
+    child.join()
+    assert [p.name for p in store.line_dir.iterdir() if p.name.startswith(".staging")]
+    assert store.current_id() == 1
+    store.verify(store.current())
+    staging = store.begin()
+    assert staging.name == ".staging-gen-00000002" and list(staging.iterdir()) == []
+    assert [p for p in store.line_dir.iterdir() if p.name.startswith(".staging")] == [staging]
+    store.abort()
+
+
+def test_crash_before_current_switch_keeps_old_generation(store: GenerationStore, monkeypatch):
+    commit_files(store, {"a.bin": b"alpha"})
+    real_write = generations._atomic_write_text
+
+    def failing_write(path, text, **kwargs):
+        if path.name == "CURRENT":
+            raise OSError("disk died")
+        return real_write(path, text, **kwargs)
+
+    monkeypatch.setattr(generations, "_atomic_write_text", failing_write)
+    with pytest.raises(OSError):
+        commit_files(store, {"b.bin": b"beta"})
+    monkeypatch.undo()
+    assert store.current_id() == 1
+    assert store.generation_dir(2).exists()  # renamed, never made current
+    assert store.gc(keep_last=0) == []  # GC never touches it: it may be a commit in flight
+    again = commit_files(store, {"c.bin": b"gamma"})
+    assert again.generation_id == 2
+    assert {s.path for s in again.segments} == {"a.bin", "c.bin"}
+
+
+def test_verify_detects_changed_and_missing_files(store: GenerationStore):
+    committed = commit_files(store, {"a.bin": b"alpha", "b.bin": b"beta"})
+    path = store.generation_dir(1) / "a.bin"
+    assert not os.access(path, os.W_OK) or os.geteuid() == 0
+    assert path.stat().st_mode & 0o222 == 0  # committed files are read-only
+    path.chmod(0o644)
+    path.write_bytes(b"ALPHA")
+    with pytest.raises(ManifestVerificationError, match="SHA-256"):
+        store.verify(committed)
+    path.write_bytes(b"alpha")
+    store.verify(committed)
+    (store.generation_dir(1) / "b.bin").unlink()
+    with pytest.raises(ManifestVerificationError, match="missing"):
+        store.verify(committed)
+
+
+def test_given_segment_refs_are_checked(store: GenerationStore):
+    staging = store.begin()
+    (staging / "v.faiss").write_bytes(b"vectors")
+    bad = manifest(segments=(SegmentRef("v.faiss", "0" * 64, 7, rows=3),))
+    with pytest.raises(ManifestVerificationError):
+        store.commit(staging, bad)
+    assert store.current() is None
+    staging = store.begin()  # the failed commit released the writer lock
+    (staging / "v.faiss").write_bytes(b"vectors")
+    import hashlib
+
+    good = SegmentRef("v.faiss", hashlib.sha256(b"vectors").hexdigest(), 7, rows=3)
+    committed = store.commit(staging, manifest(segments=(good,)))
+    assert committed.segments == (good,)
+    # rows survive into the next generation, whose hashes are inherited through the hard link
+    child = commit_files(store, {"w.bin": b"w"})
+    assert next(s for s in child.segments if s.path == "v.faiss").rows == 3
+
+
+def test_commit_requires_matching_store(store: GenerationStore):
+    staging = store.begin()
+    with pytest.raises(GenerationError):
+        store.commit(staging, manifest(kind="vector"))
+    other = GenerationStore(store.root, "default", "text")
+    with pytest.raises(GenerationError):
+        other.commit(staging, manifest())
+
+
+def test_one_writer_per_line(store: GenerationStore):
+    store.begin()
+    other = GenerationStore(store.root, "default", "text")
+    with pytest.raises(GenerationLockedError):
+        other.begin()
+    GenerationStore(store.root, "default", "text", line="rebuild-1").begin()  # other lines are free
+    store.abort()
+    other.begin()
+    other.abort()
+
+
+def test_hardlinked_reuse_survives_deleting_the_old_generation(store: GenerationStore):
+    commit_files(store, {"seg-1.bin": b"one" * 1000, "meta.json": b'{"v": 1}'})
+    commit_files(store, {"seg-2.bin": b"two" * 1000, "meta.json": b'{"v": 2}'})
+    old, new = store.generation_dir(1), store.generation_dir(2)
+    assert (old / "seg-1.bin").stat().st_ino == (new / "seg-1.bin").stat().st_ino
+    assert (old / "meta.json").read_bytes() == b'{"v": 1}'  # copied, not linked, then replaced
+    assert (old / "meta.json").stat().st_ino != (new / "meta.json").stat().st_ino
+    assert store.gc(keep_last=1) == [1]
+    assert not old.exists()
+    store.verify(store.current())
+    assert (new / "seg-1.bin").read_bytes() == b"one" * 1000
+
+
+def test_clone_into_skips_files_outside_the_manifest(store: GenerationStore, tmp_path: Path):
+    commit_files(store, {"a.bin": b"a", "meta.json": b"{}"})
+    (store.generation_dir(1) / ".tantivy-meta.lock").write_bytes(b"")  # a reader left it
+    dst = tmp_path / "dst"
+    dst.mkdir()
+    clone_into(store.generation_dir(1), dst, copy_names=("meta.*",))
+    assert sorted(p.name for p in dst.iterdir()) == ["a.bin", "meta.json"]
+
+
+def test_pins_prevent_gc_and_expired_pins_do_not(store: GenerationStore):
+    for i in range(5):
+        commit_files(store, {f"s{i}.bin": bytes([i]) * 10})
+    long_pin = store.pin(1, ttl_seconds=60, holder="query/abc def")
+    short_pin = store.pin(2, ttl_seconds=0.05, holder="cursor")
+    assert store.pinned_ids() == {1, 2}
+    time.sleep(0.1)
+    assert store.pinned_ids() == {1}
+    assert store.gc(keep_last=2) == [2, 3]
+    assert store.generation_ids() == [1, 4, 5]
+    assert not short_pin.path.exists()  # GC swept the expired pin file
+    with long_pin:
+        assert long_pin.active
+    assert not long_pin.active
+    assert store.gc(keep_last=2) == [1]
+    assert store.generation_ids() == [4, 5]
+
+
+def test_pin_is_visible_to_other_processes(store: GenerationStore):
+    for i in range(3):
+        commit_files(store, {f"s{i}.bin": b"x"})
+    pin = store.pin(1, ttl_seconds=60, holder="other")
+    body = json.loads(pin.path.read_text())
+    assert body["generationId"] == 1 and body["holder"] == "other" and body["pid"] == os.getpid()
+    script = (
+        "import sys; from pathlib import Path; from sinks.generations import GenerationStore;"
+        "print(GenerationStore(Path(sys.argv[1]), 'default', 'text').gc(keep_last=1))"
+    )
+    out = subprocess.run([sys.executable, "-c", script, str(store.root)], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[2]"
+    pin.renew(120)
+    assert json.loads(pin.path.read_text())["expiresAt"] > time.time() + 100
+    pin.release()
+    pin.release()
+
+
+def test_pin_of_missing_generation_fails(store: GenerationStore):
+    commit_files(store, {"a": b"a"})
+    with pytest.raises(GenerationError):
+        store.pin(9, ttl_seconds=10, holder="q")
+    assert store.pinned_ids() == set()
+    with pytest.raises(GenerationError):
+        store.pin(1, ttl_seconds=0, holder="q")
+
+
+def test_pin_current(store: GenerationStore):
+    assert store.pin_current(ttl_seconds=5, holder="q") is None
+    commit_files(store, {"a": b"a"})
+    pinned = store.pin_current(ttl_seconds=5, holder="q")
+    assert pinned is not None
+    current, pin = pinned
+    assert current.generation_id == 1 and pin.generation_id == 1
+    pin.release()
+
+
+def test_crashed_gc_restores_a_pinned_generation(store: GenerationStore):
+    for i in range(3):
+        commit_files(store, {f"s{i}": b"x"})
+    pin = store.pin(1, ttl_seconds=60, holder="q")
+    # a GC that died between renaming generation 1 away and renaming it back
+    os.rename(store.generation_dir(1), store.line_dir / ".trash-gen-00000001-deadbeef")
+    store.gc(keep_last=1)
+    assert store.generation_dir(1).exists()
+    store.verify(store.load(1))
+    pin.release()
+
+
+def test_lines_and_active_switch(store: GenerationStore):
+    commit_files(store, {"a": b"live"})
+    assert store.active_line() == "live" and store.new_rebuild_line() == "rebuild-1"
+    rebuild = GenerationStore(store.root, "default", "text", line=store.new_rebuild_line())
+    with pytest.raises(GenerationError):
+        rebuild.set_active_line("rebuild-1")  # nothing committed there yet
+    rebuilt = commit_files(rebuild, {"a": b"rebuilt"}, built_through_seq=5)
+    assert store.lines() == ["live", "rebuild-1"]
+    assert read_current(store.root, "default", "text").line == "live"
+    rebuild.set_active_line("rebuild-1")
+    assert read_current(store.root, "default", "text") == rebuilt
+    assert GenerationStore(store.root, "default", "text").line == "rebuild-1"
+    assert store.new_rebuild_line() == "rebuild-2"
+    for bad in ("", "../x", ".hidden", "a/b", "pins"):
+        with pytest.raises(GenerationError):
+            GenerationStore(store.root, "default", "text", line=bad)
+    with pytest.raises(GenerationError):
+        GenerationStore(store.root, "../etc", "text")
+
+
+_CRASH_CHILD = textwrap.dedent(
+    """
+    import json, os, random, sys
+    from pathlib import Path
+    from sinks.generations import GenerationStore, Manifest, clone_into
+
+    store = GenerationStore(Path(sys.argv[1]), "default", "text")
+    rng = random.Random(int(sys.argv[2]))
+    while True:
+        staging = store.begin()
+        current = store.current_id()
+        if current is not None:
+            clone_into(store.generation_dir(current), staging, copy_names=("meta.json",))
+            (staging / "meta.json").unlink()
+        gid = (current or 0) + 1
+        (staging / f"seg-{gid}.bin").write_bytes(rng.randbytes(rng.randint(1, 1 << 20)))
+        # meta.json lists every segment: a linked (not copied) meta.json would corrupt old generations
+        (staging / "meta.json").write_text(json.dumps(sorted(p.name for p in staging.glob("seg-*.bin"))))
+        store.commit(staging, Manifest(
+            kind="text", log_id="default", line="", generation_id=0, built_through_seq=gid * 10,
+            schema_version="1", asp_version="1.0", chunker={}, embedding=None, redaction_policy_hash="p",
+        ))
+        store.gc(keep_last=1)
+    """
+)
+
+
+def _check_generation(store: GenerationStore, generation: Manifest) -> None:
+    store.verify(generation)
+    gen_dir = store.generation_dir(generation.generation_id)
+    assert generation.built_through_seq == generation.generation_id * 10
+    listed = json.loads((gen_dir / "meta.json").read_text())
+    assert listed == sorted(f"seg-{i}.bin" for i in range(1, generation.generation_id + 1))
+
+
+def test_kill_9_inside_commit_never_exposes_a_partial_generation(store: GenerationStore):
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    rng = random.Random(20240601)
+    last_id = 0
+    for attempt in range(20):
+        child = subprocess.Popen(
+            [sys.executable, "-c", _CRASH_CHILD, str(store.root), str(attempt)], env=env,
+            stderr=subprocess.PIPE,
+        )
+        deadline = time.monotonic() + rng.uniform(0.2, 1.0)
+        # Meanwhile a reader pins and fully verifies whatever is current: never partial.
+        while time.monotonic() < deadline:
+            pinned = store.pin_current(ttl_seconds=30, holder="reader")
+            if pinned is not None:
+                generation, pin = pinned
+                with pin:
+                    _check_generation(store, generation)
+                    assert generation.generation_id >= last_id
+                    last_id = generation.generation_id
+        child.send_signal(signal.SIGKILL)
+        _out, err = child.communicate()
+        assert child.returncode == -signal.SIGKILL, err.decode()
+        current = store.current()
+        if current is not None:
+            _check_generation(store, current)
+            assert current.generation_id >= last_id
+            last_id = current.generation_id
+            for generation_id in store.generation_ids():
+                _check_generation(store, store.load(generation_id))
+    assert last_id > 5, "the child never got far enough to exercise commits"
+    nxt = commit_files(store, {f"seg-{last_id + 1}.bin": b"z"}, clone=True)
+    assert nxt.generation_id == last_id + 1

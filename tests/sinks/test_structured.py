@@ -1,0 +1,307 @@
+"""The structured sink: Parquet generations of chunk metadata, coverage, ACLs and lineage.
+
+The record factories here (``make_event``, ``make_chunk``, ``make_toolresult``,
+``commit_batches``) are shared by the analytics, tool-results and SQL tests.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import os
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import sinks.structured
+from sinks.exceptions import SinkError
+from sinks.generations import GenerationStore, Manifest
+from sinks.structured import StructuredReader, StructuredWriter
+from sinks.writer import IndexWriter, record_id
+
+T0 = datetime(2026, 1, 31, 12, 0, tzinfo=UTC)
+_ids = itertools.count(1)
+
+
+def iso(seconds: float) -> str:
+    return (T0 + timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def make_event(
+    seq: int, session_id: str, event_type: str = "message", *, log_id: str = "default",
+    role: str | None = None, run_id: str | None = None, turn_id: str | None = None,
+    episode_id: str | None = None, parent_session_id: str | None = None,
+    parent_event_id: str | None = None, acl: dict[str, Any] | None = None,
+    fields: dict[str, Any] | None = None, event_id: str | None = None,
+    visibility: str = "visible", at: float | None = None,
+) -> dict[str, Any]:
+    """A redacted event record as the redaction agent publishes it."""
+    event = {
+        "aspVersion": "1.0", "eventId": event_id or f"e-{seq}-{next(_ids)}", "logId": log_id,
+        "sessionId": session_id, "runId": run_id, "turnId": turn_id, "episodeId": episode_id,
+        "parentSessionId": parent_session_id, "parentEventId": parent_event_id,
+        "type": event_type, "role": role, "time": iso(seq if at is None else at),
+        "visibility": visibility, "acl": acl or {"tenant": "acme", "read": ["*"]},
+        "fields": fields or {},
+    }
+    return {"kind": "event", "logId": log_id, "seq": seq, "event": event, "policy": "p1"}
+
+
+def make_chunk(
+    session_id: str, seqs: Sequence[int], *, log_id: str = "default", run_id: str | None = None,
+    turn_id: str | None = None, roles: Sequence[str] = ("user",), tool_names: Sequence[str] = (),
+    statuses: Sequence[str] = (), types: Sequence[str] = ("message",),
+    acl: dict[str, Any] | None = None, chunk_id: str | None = None,
+) -> dict[str, Any]:
+    """A SearchChunkV1 record whose evidence is one event per seq."""
+    texts = [f"[user] event {seq} of {session_id}" for seq in seqs]
+    evidence, cursor = [], 0
+    for seq, text in zip(seqs, texts, strict=True):
+        evidence.append({"eventId": f"ev-{session_id}-{seq}", "seq": seq, "start": cursor,
+                         "end": cursor + len(text.encode()), "part": [0, len(text.encode())]})
+        cursor += len(text.encode()) + 1
+    return {
+        "kind": "chunk", "schema": "SearchChunkV1",
+        "chunkId": chunk_id or f"c_{hashlib.sha256(f'{session_id}{list(seqs)}'.encode()).hexdigest()[:32]}",
+        "logId": log_id, "sessionId": session_id, "runId": run_id, "turnId": turn_id,
+        "episodeId": None, "unit": "turn", "text": "\n".join(texts),
+        "fields": {"roles": sorted(roles), "types": sorted(types), "toolNames": sorted(tool_names),
+                   "statuses": sorted(statuses), "paramKeys": []},
+        "evidence": evidence, "evidenceEventIds": [e["eventId"] for e in evidence],
+        "minSeq": min(seqs), "maxSeq": max(seqs), "startTime": iso(min(seqs)),
+        "endTime": iso(max(seqs)), "eventTime": iso(max(seqs)), "tokenCount": 10 * len(seqs),
+        "acl": acl or {"tenant": "acme", "read": ["*"]},
+        "versions": {"asp": "1.0", "chunker": "1.0", "tokenizer": "t", "redactionPolicy": "p1"},
+    }
+
+
+def make_toolresult(
+    seq: int, session_id: str, text: str, *, log_id: str = "default", tool_name: str = "Bash",
+    status: str = "ok", tool_call_id: str | None = None,
+) -> dict[str, Any]:
+    """A full tool-result record as published on the tool-results topic."""
+    return {
+        "kind": "toolresult", "logId": log_id, "seq": seq, "eventId": f"tr-{seq}",
+        "sessionId": session_id, "runId": None, "turnId": f"t-{session_id}",
+        "toolCallId": tool_call_id or f"call-{seq}", "toolName": tool_name, "status": status,
+        "text": text, "time": iso(seq), "acl": {"tenant": "acme", "read": ["*"]}, "policy": "p1",
+    }
+
+
+def commit_batches(root: Path, writer: IndexWriter, batches: Sequence[Sequence[dict[str, Any]]],
+                   log_id: str = "default") -> list[Path]:
+    """Commit one generation per batch through the real GenerationStore; their directories."""
+    store = GenerationStore(root, log_id, writer.kind)
+    dirs = []
+    for batch in batches:
+        current = store.current_id()
+        previous = store.generation_dir(current) if current is not None else None
+        staging = store.begin()
+        writer.write(staging, previous, list(batch))
+        through = max((int(r.get("maxSeq", r.get("seq", 0))) for r in batch), default=0)
+        manifest = Manifest(
+            kind=writer.kind, log_id=log_id, line="live", generation_id=0,
+            built_through_seq=through, schema_version="1", asp_version="1.0", chunker={},
+            embedding=None, redaction_policy_hash="p1", extra=writer.describe(),
+        )
+        committed = store.commit(staging, manifest)
+        dirs.append(store.generation_dir(committed.generation_id))
+    return dirs
+
+
+def file_digests(directory: Path) -> dict[str, tuple[str, int]]:
+    """name → (sha256, inode) of every file in ``directory``."""
+    return {p.name: (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_ino)
+            for p in sorted(directory.iterdir()) if p.is_file()}
+
+
+# --------------------------------------------------------------------------- tests
+
+
+def test_public_surface() -> None:
+    assert set(sinks.structured.__all__) == {"SCHEMAS", "SCHEMA_VERSION", "StructuredReader",
+                                             "StructuredWriter"}
+    writer = StructuredWriter()
+    assert isinstance(writer, IndexWriter)
+    assert writer.sources == ("chunks", "redacted")
+    assert set(writer.describe()["tables"]) == {"chunks", "coverage", "sessions", "lineage"}
+
+
+def test_record_id() -> None:
+    assert record_id(make_chunk("s", [1, 2], chunk_id="c_x")) == "c_x"
+    assert record_id(make_event(7, "s")) == "default:7"
+    assert record_id(make_toolresult(9, "s", "out")) == "default:9"
+
+
+def test_generations_reuse_files_and_never_touch_the_previous(tmp_path: Path) -> None:
+    writer = StructuredWriter()
+    first = [make_event(1, "s1"), make_event(2, "s1"), make_chunk("s1", [1, 2])]
+    second = [make_event(3, "s1"), make_chunk("s1", [3])]
+    gen1, = commit_batches(tmp_path, writer, [first])
+    before = file_digests(gen1)
+    gen2, gen3 = commit_batches(tmp_path, writer, [second, []])
+    assert file_digests(gen1) == before
+    after = file_digests(gen2)
+    for name, (digest, inode) in before.items():
+        if name.endswith(".parquet"):
+            assert after[name] == (digest, inode), f"{name} must be a hard link of gen 1's file"
+    assert sorted(n for n in after if n.startswith("chunks-")) == ["chunks-00000001.parquet",
+                                                                  "chunks-00000002.parquet"]
+    assert "lineage-00000002.parquet" not in after  # no lineage in the batch: no empty file
+    assert file_digests(gen3).keys() >= {n for n in after if n.endswith(".parquet")}
+    with StructuredReader(gen3) as reader:
+        assert len(reader.chunk_meta({make_chunk("s1", [1, 2])["chunkId"],
+                                      make_chunk("s1", [3])["chunkId"]})) == 2
+
+
+def test_write_returns_new_file_names(tmp_path: Path) -> None:
+    staging = tmp_path / "g1"
+    names = StructuredWriter().write(staging, None, [make_event(1, "s", parent_session_id="p"),
+                                                     make_chunk("s", [1])])
+    assert sorted(names) == ["chunks-00000001.parquet", "coverage-00000001.parquet",
+                             "lineage-00000001.parquet", "sessions-00000001.parquet"]
+    assert StructuredWriter().write(tmp_path / "g2", staging, [make_chunk("s", [2])]) == [
+        "chunks-00000002.parquet", "coverage-00000002.parquet"]
+    assert StructuredWriter().write(tmp_path / "g3", None, [{"kind": "tick", "seq": 5}]) == []
+
+
+def test_chunk_meta_round_trip(tmp_path: Path) -> None:
+    chunk = make_chunk("s1", [4, 5, 6], run_id="r1", turn_id="t1", roles=("user", "assistant"),
+                       tool_names=("Bash",), statuses=("error",),
+                       acl={"tenant": "acme", "read": ["user:ann"]})
+    gen, = commit_batches(tmp_path, StructuredWriter(), [[chunk]])
+    with StructuredReader(gen) as reader:
+        meta = reader.chunk_meta([chunk["chunkId"], "c_missing"])
+    assert list(meta) == [chunk["chunkId"]]
+    row = meta[chunk["chunkId"]]
+    assert row["evidence"] == chunk["evidence"]
+    assert (row["minSeq"], row["maxSeq"], row["runId"], row["turnId"]) == (4, 6, "r1", "t1")
+    assert row["eventTime"] == pytest.approx((T0 + timedelta(seconds=6)).timestamp())
+    assert row["roles"] == ["assistant", "user"] and row["toolNames"] == ["Bash"]
+    assert (row["tenant"], row["aclRead"], row["provisional"]) == ("acme", ["user:ann"], False)
+
+
+def test_straddling_chunks_hold_evidence_on_both_sides(tmp_path: Path) -> None:
+    below, straddler, above = make_chunk("s1", [1, 5]), make_chunk("s1", [3, 8]), make_chunk("s1", [9, 10])
+    other = make_chunk("s2", [4, 6])
+    gen, = commit_batches(tmp_path, StructuredWriter(), [[below, straddler, above, other]])
+    with StructuredReader(gen) as reader:
+        assert {c["chunkId"] for c in reader.straddling(5)} == {straddler["chunkId"], other["chunkId"]}
+        only_s1 = reader.straddling(5, session_ids=["s1"])
+        assert [c["chunkId"] for c in only_s1] == [straddler["chunkId"]]
+        assert [e["seq"] for e in only_s1[0]["evidence"]] == [3, 8]
+        assert reader.straddling(5, session_ids=[]) == []
+        assert reader.straddling(10) == []
+        assert [c["chunkId"] for c in reader.straddling(9)] == [above["chunkId"]]
+        assert reader.straddling(8) == []
+
+
+def test_filter_chunk_ids(tmp_path: Path) -> None:
+    a = make_chunk("s1", [1, 2], run_id="r1", turn_id="t1", tool_names=("Bash",), statuses=("ok",))
+    b = make_chunk("s1", [3, 4], run_id="r1", turn_id="t2", roles=("assistant",),
+                   tool_names=("Read", "Bash"), statuses=("error",))
+    c = make_chunk("s2", [5, 9], run_id="r2", turn_id="t3", roles=("tool",))
+    gen, = commit_batches(tmp_path, StructuredWriter(), [[a, b], [c]])
+    ids = {name: chunk["chunkId"] for name, chunk in (("a", a), ("b", b), ("c", c))}
+    with StructuredReader(gen) as reader:
+        def names(**filters: Any) -> set[str]:
+            found = reader.filter_chunk_ids(**filters)
+            return {name for name, cid in ids.items() if cid in found}
+
+        assert names() == {"a", "b", "c"}
+        assert names(session_ids=["s1"]) == {"a", "b"}
+        assert names(session_ids=[]) == set()
+        assert names(run_ids=["r2"]) == {"c"}
+        assert names(turn_ids=["t1", "t3"]) == {"a", "c"}
+        assert names(tool_names=["Bash"]) == {"a", "b"}
+        assert names(tool_names=["Read"], statuses=["error"]) == {"b"}
+        assert names(statuses=["ok", "missing"]) == {"a"}
+        assert names(roles=["tool", "assistant"]) == {"b", "c"}
+        assert names(time_from=iso(4.5)) == {"b", "c"}
+        assert names(time_to=T0 + timedelta(seconds=2)) == {"a"}
+        assert names(time_from=(T0 + timedelta(seconds=6)).timestamp(), time_to=iso(7)) == {"c"}
+        assert names(max_seq=4) == {"a", "b"}
+        assert names(max_seq=5, session_ids=["s2"], roles=["tool"]) == {"c"}
+        with pytest.raises(SinkError):
+            reader.filter_chunk_ids(time_from="yesterday")
+
+
+def test_session_acls_latest_by_seq_not_by_arrival(tmp_path: Path) -> None:
+    open_acl = {"tenant": "acme", "read": ["*"]}
+    ann_only = {"tenant": "acme", "read": ["user:ann"]}
+    no_read = {"tenant": "acme"}
+    gen = commit_batches(tmp_path, StructuredWriter(), [
+        [make_event(1, "s1", acl=open_acl), make_event(10, "s1", "session.acl", acl=ann_only),
+         make_event(2, "s2", acl=open_acl)],
+        # Arrives later but is older: seq decides, not arrival.
+        [make_event(5, "s1", acl=open_acl), make_event(6, "s2", "session.acl", acl=no_read)],
+        [make_chunk("s3", [7, 8], acl={"tenant": "other", "read": ["group:eng"]})],
+    ])[-1]
+    with StructuredReader(gen) as reader:
+        assert reader.session_acls() == {"s1": ann_only, "s2": no_read,
+                                         "s3": {"tenant": "other", "read": ["group:eng"]}}
+        assert reader.session_acls(as_of_seq=7) == {"s1": open_acl, "s2": no_read}
+        assert reader.session_acls(as_of_seq=1) == {"s1": open_acl}
+        assert reader.sessions() == ["s1", "s2", "s3"]
+
+
+def test_lineage_follows_edges_both_ways_and_stops_on_cycles(tmp_path: Path) -> None:
+    batch = [
+        make_event(1, "root", "session.started", run_id="run1"),
+        make_event(2, "root", "tool.call", event_id="call1", run_id="run1"),
+        make_event(3, "root", "tool.result", event_id="res1", parent_event_id="call1", run_id="run1"),
+        make_event(4, "child", "session.started", parent_session_id="root", episode_id="ep1"),
+        make_event(5, "child", "message", parent_session_id="root", episode_id="ep1"),
+        make_event(9, "grandchild", "session.started", parent_session_id="child"),
+    ]
+    cyclic = [make_event(11, "x", parent_session_id="y"), make_event(12, "y", parent_session_id="x")]
+    gen, = commit_batches(tmp_path, StructuredWriter(), [batch + cyclic])
+    with StructuredReader(gen) as reader:
+        down = reader.lineage("root", "descendants")
+        assert [(e["kind"], e["fromId"], e["toId"], e["depth"]) for e in down] == [
+            ("session-parent", "root", "child", 1), ("session-parent", "child", "grandchild", 2)]
+        assert down[0]["seq"] == 4 and down[0]["sessionId"] == "child"
+        assert [e["toId"] for e in reader.lineage("root", "descendants", as_of_seq=8)] == ["child"]
+        up = reader.lineage("grandchild", "ancestors")
+        assert [(e["fromId"], e["depth"]) for e in up] == [("child", 1), ("ep1", 2), ("root", 2),
+                                                          ("run1", 3)]
+        assert [e["toId"] for e in reader.lineage("run1", "descendants")] == ["root", "child", "grandchild"]
+        assert [(e["kind"], e["fromId"]) for e in reader.lineage("res1", "ancestors")] == [
+            ("event-cause", "call1")]
+        assert {e["toId"] for e in reader.lineage("x", "descendants")} == {"x", "y"}
+        assert reader.lineage("nobody", "ancestors") == []
+        with pytest.raises(SinkError):
+            reader.lineage("root", "sideways")  # type: ignore[arg-type]
+
+
+def test_reader_on_an_empty_generation(tmp_path: Path) -> None:
+    gen, = commit_batches(tmp_path, StructuredWriter(), [[]])
+    with StructuredReader(gen) as reader:
+        assert reader.session_acls() == {} and reader.sessions() == []
+        assert reader.filter_chunk_ids(tool_names=["Bash"]) == set()
+        assert reader.straddling(3) == [] and reader.lineage("s", "ancestors") == []
+    with pytest.raises(SinkError):
+        StructuredReader(tmp_path / "missing")
+
+
+def test_reader_is_fast_at_100k_chunks(tmp_path: Path) -> None:
+    batches = [[make_chunk(f"s{i % 500}", [i * 3 + 1, i * 3 + 3], chunk_id=f"c_{i:032x}",
+                           tool_names=("Bash",) if i % 7 == 0 else ())
+                for i in range(start, start + 25_000)] for start in range(0, 100_000, 25_000)]
+    gen = commit_batches(tmp_path, StructuredWriter(), batches)[-1]
+    with StructuredReader(gen) as reader:
+        started = time.perf_counter()
+        ids = reader.filter_chunk_ids(session_ids=[f"s{i}" for i in range(0, 500, 2)],
+                                      tool_names=["Bash"], max_seq=150_000)
+        straddlers = reader.straddling(150_001)
+        meta = reader.chunk_meta(sorted(ids)[:1000])
+        elapsed = time.perf_counter() - started
+    assert len(straddlers) == 1 and len(meta) == 1000
+    assert len(ids) == len([i for i in range(50_000) if i % 7 == 0 and i % 2 == 0])
+    print(f"100k chunks: filter + straddling + 1000 chunk_meta in {elapsed * 1000:.0f} ms")
+    assert elapsed < 5.0
+    assert os.access(gen, os.R_OK)

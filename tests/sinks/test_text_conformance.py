@@ -1,0 +1,302 @@
+"""One conformance suite for every full-text engine: both must behave the same."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from pathlib import Path
+
+import pytest
+
+import sinks.text as text_pkg
+from sinks.exceptions import EngineError, QueryError, UnknownEngineError
+from sinks.generations import GenerationStore, Manifest, clone_into
+from sinks.text import TextEngine, get_engine
+from sinks.text.base import collect_top, parse_query, to_text_doc
+from sinks.text.tantivy_engine import TantivyEngine
+from sinks.text.whoosh_engine import WhooshEngine
+
+ENGINES = {"tantivy": TantivyEngine, "whoosh": WhooshEngine}
+
+NASTY_QUERIES = [
+    "foo(", '"unterminated', "AND", "OR NOT", "a:b", "text:hello", "*", "?", "hello*", "~2", "^3",
+    "[1 TO 5]", "{}", "\\", "'", "''", '""', "+-&&||!(){}[]^\"~*?:\\/", "chunkId:c1", "NOT hello",
+    "hello AND", "(hello", "hello)", "/regex/", "x" * 500, "é" * 50, "🙂", "\x00", "a\tb\nc",
+    "SELECT * FROM chunks; DROP TABLE x", "%s %d", "{{template}}",
+]
+
+
+def chunk(chunk_id: str, text: str, *, session: str = "s1", max_seq: int = 1, min_seq: int | None = None,
+          event_time: float | str = 1767225600.0) -> dict:
+    """A SearchChunkV1-shaped record (only what the text index reads, plus a few extras)."""
+    return {
+        "kind": "chunk", "schema": "SearchChunkV1", "chunkId": chunk_id, "logId": "default",
+        "sessionId": session, "runId": None, "turnId": "t1", "episodeId": None, "unit": "turn",
+        "text": text, "fields": {"roles": ["user", "assistant"], "types": ["message"], "toolNames": ["bash"]},
+        "minSeq": max_seq if min_seq is None else min_seq, "maxSeq": max_seq, "eventTime": event_time,
+    }
+
+
+@pytest.fixture(params=sorted(ENGINES))
+def engine(request) -> TextEngine:
+    return ENGINES[request.param]()
+
+
+@pytest.fixture
+def index_dir(engine: TextEngine, tmp_path: Path) -> Path:
+    directory = tmp_path / "index"
+    engine.create(directory)
+    return directory
+
+
+def ids(hits) -> list[str]:
+    return [hit.chunk_id for hit in hits]
+
+
+def test_exported_members():
+    assert set(text_pkg.__all__) == {
+        "DEFAULT_ENGINE", "ENGINES", "TextDoc", "TextEngine", "TextHit", "get_engine", "parse_query", "to_text_doc",
+    }
+
+
+def test_get_engine():
+    assert get_engine().name == "tantivy"
+    assert get_engine("whoosh").name == "whoosh"
+    assert get_engine("Tantivy") is get_engine("tantivy")
+    with pytest.raises(UnknownEngineError, match="tantivy, whoosh"):
+        get_engine("lucene")
+
+
+def test_engine_satisfies_protocol(engine: TextEngine):
+    assert isinstance(engine, TextEngine)
+    assert engine.copy_names
+
+
+def test_index_count_and_ids(engine: TextEngine, index_dir: Path):
+    assert engine.count(index_dir) == 0 and engine.all_ids(index_dir) == []
+    engine.add(index_dir, [chunk(f"c{i:02d}", f"document number {i}") for i in range(12)])
+    engine.add(index_dir, [chunk("c99", "another batch")])
+    # (a tantivy *reader* may leave its meta lock file; add() itself leaves none)
+    assert not [p for p in index_dir.iterdir() if "lock" in p.name.lower()]
+    assert engine.count(index_dir) == 13
+    assert engine.all_ids(index_dir) == sorted([f"c{i:02d}" for i in range(12)] + ["c99"])
+
+
+def test_create_twice_and_missing_index(engine: TextEngine, index_dir: Path, tmp_path: Path):
+    with pytest.raises(EngineError):
+        engine.create(index_dir)
+    with pytest.raises(EngineError):
+        engine.search(tmp_path / "nothing", "hello", limit=5)
+    with pytest.raises(EngineError):
+        engine.add(tmp_path / "nothing", [chunk("c1", "x")])
+
+
+def test_relevance_sanity(engine: TextEngine, index_dir: Path):
+    engine.add(index_dir, [
+        chunk("once", "the kafka broker restarted after an error in the logs of yesterday"),
+        chunk("often", "kafka kafka kafka broker"),
+        chunk("both", "kafka consumer group rebalance"),
+        chunk("none", "completely unrelated text about gardening"),
+        chunk("phrase", "we saw a rebalance of the consumer group and then group consumer"),
+    ])
+    hits = engine.search(index_dir, "kafka", limit=10)
+    assert ids(hits)[0] == "often" and "none" not in ids(hits)
+    assert set(ids(hits)) == {"once", "often", "both"}
+    assert [h.rank for h in hits] == [1, 2, 3]
+    assert all(a.score >= b.score for a, b in zip(hits, hits[1:], strict=False))
+    two_terms = engine.search(index_dir, "kafka rebalance", limit=10)
+    assert ids(two_terms)[0] == "both"
+    phrase = engine.search(index_dir, '"consumer group"', limit=10)
+    assert set(ids(phrase)) == {"both", "phrase"}
+    assert ids(engine.search(index_dir, '"group rebalance"', limit=10)) == ["both"]
+    assert engine.search(index_dir, "gardening", limit=10)[0].chunk_id == "none"
+    assert engine.search(index_dir, "zebra", limit=10) == []
+
+
+def test_upsert_by_chunk_id(engine: TextEngine, index_dir: Path):
+    engine.add(index_dir, [chunk("c1", "original wording"), chunk("c2", "original too")])
+    engine.add(index_dir, [chunk("c1", "replacement wording", max_seq=5)])
+    assert engine.count(index_dir) == 2
+    assert ids(engine.search(index_dir, "original", limit=10)) == ["c2"]
+    assert ids(engine.search(index_dir, "replacement", limit=10)) == ["c1"]
+    # duplicates inside one batch: the last one wins, no duplicate doc
+    engine.add(index_dir, [chunk("c3", "first version"), chunk("c3", "second version")])
+    engine.add(index_dir, [chunk("c3", "second version")])  # replayed batch
+    assert engine.count(index_dir) == 3
+    assert ids(engine.search(index_dir, "version", limit=10)) == ["c3"]
+    assert engine.search(index_dir, "first", limit=10) == []
+
+
+def test_filters_apply_before_the_limit(engine: TextEngine, index_dir: Path):
+    docs = [chunk(f"a{i:02d}", "needle " * 5 + "haystack", session="A", max_seq=i) for i in range(1, 31)]
+    docs += [chunk(f"b{i:02d}", "needle in a much longer haystack of many other words here", session="B",
+                   max_seq=100 + i) for i in range(1, 6)]
+    engine.add(index_dir, docs)
+    only_b = engine.search(index_dir, "needle", limit=5, session_ids={"B"})
+    assert ids(only_b) == [f"b{i:02d}" for i in range(1, 6)]
+    assert [h.rank for h in only_b] == [1, 2, 3, 4, 5]
+    early = engine.search(index_dir, "needle", limit=50, max_seq=10)
+    assert ids(early) == [f"a{i:02d}" for i in range(1, 11)]  # inclusive bound, ties by chunkId
+    assert ids(engine.search(index_dir, "needle", limit=50, max_seq=103, session_ids=["B"])) == ["b01", "b02", "b03"]
+    assert engine.search(index_dir, "needle", limit=50, session_ids=[]) == []
+    assert len(engine.search(index_dir, "needle", limit=50, session_ids=None)) == 35
+    assert engine.search(index_dir, "needle", limit=50, session_ids={"nobody"}) == []
+    excluded = engine.search(index_dir, "needle", limit=3, exclude_ids={"a01", "a02"})
+    assert ids(excluded) == ["a03", "a04", "a05"]
+    assert engine.search(index_dir, "needle", limit=0) == []
+
+
+def test_filters_do_not_change_scores(engine: TextEngine, index_dir: Path):
+    engine.add(index_dir, [chunk(f"c{i}", f"alpha beta {'gamma ' * i}", max_seq=i) for i in range(1, 8)])
+    plain = {h.chunk_id: h.score for h in engine.search(index_dir, "gamma", limit=10)}
+    filtered = engine.search(index_dir, "gamma", limit=10, max_seq=4, session_ids={"s1"})
+    assert filtered and all(plain[h.chunk_id] == h.score for h in filtered)
+
+
+def test_deterministic_tie_order(engine: TextEngine, tmp_path: Path):
+    docs = [chunk(f"tie-{i:03d}", "identical words in every chunk") for i in range(60)]
+    orders = []
+    for seed in (1, 2):
+        shuffled = docs[:]
+        random.Random(seed).shuffle(shuffled)
+        directory = tmp_path / f"index-{seed}"
+        engine.create(directory)
+        for start in range(0, len(shuffled), 7):  # many segments, in different orders
+            engine.add(directory, shuffled[start:start + 7])
+        hits = engine.search(directory, "identical chunk", limit=5)
+        assert len({h.score for h in hits}) == 1
+        orders.append(ids(hits))
+        assert ids(engine.search(directory, "identical", limit=60)) == sorted(d["chunkId"] for d in docs)
+    assert orders[0] == orders[1] == [f"tie-{i:03d}" for i in range(5)]
+
+
+@pytest.mark.parametrize("query", NASTY_QUERIES)
+def test_nasty_queries_never_raise(engine: TextEngine, index_dir: Path, query: str):
+    engine.add(index_dir, [chunk("c1", "hello world text chunk a b"), chunk("c2", "foo bar regex template")])
+    hits = engine.search(index_dir, query, limit=5, max_seq=10, session_ids={"s1"}, exclude_ids={"zz"})
+    assert isinstance(hits, list)
+
+
+def test_operators_are_plain_words(engine: TextEngine, index_dir: Path):
+    engine.add(index_dir, [chunk("c1", "hello world"), chunk("c2", "foo bar")])
+    assert ids(engine.search(index_dir, "foo(", limit=5)) == ["c2"]
+    assert ids(engine.search(index_dir, "NOT hello", limit=5)) == ["c1"]
+    assert ids(engine.search(index_dir, "text:hello", limit=5)) == ["c1"]
+    assert ids(engine.search(index_dir, '"unterminated hello', limit=5)) == []
+    assert ids(engine.search(index_dir, '"hello', limit=5)) == ["c1"]
+
+
+@pytest.mark.parametrize("query", ["", "   ", "\n\t"])
+def test_empty_query_is_a_clear_error(engine: TextEngine, index_dir: Path, query: str):
+    with pytest.raises(QueryError, match="empty"):
+        engine.search(index_dir, query, limit=5)
+
+
+def test_unicode_text(engine: TextEngine, index_dir: Path):
+    engine.add(index_dir, [
+        chunk("ru", "Привет мир, это тест"),
+        chunk("fr", "Un café crème à Paris"),
+        chunk("jp", "東京タワー の 夜景"),
+        chunk("gr", "Καλημέρα κόσμε"),
+        chunk("emoji", "deploy finished 🚀 successfully"),
+    ])
+    assert ids(engine.search(index_dir, "ПРИВЕТ", limit=5)) == ["ru"]
+    assert ids(engine.search(index_dir, "Café", limit=5)) == ["fr"]
+    assert ids(engine.search(index_dir, "東京タワー", limit=5)) == ["jp"]
+    assert ids(engine.search(index_dir, "ΚΑΛΗΜΈΡΑ", limit=5)) == ["gr"]
+    assert ids(engine.search(index_dir, "🚀 successfully", limit=5)) == ["emoji"]
+    assert ids(engine.search(index_dir, '"café crème"', limit=5)) == ["fr"]
+
+
+def test_long_tokens_are_dropped_alike(engine: TextEngine, index_dir: Path):
+    blob = "a" * 45
+    engine.add(index_dir, [chunk("c1", f"token {blob} here")])
+    assert engine.search(index_dir, blob, limit=5) == []
+    assert ids(engine.search(index_dir, "token here", limit=5)) == ["c1"]
+
+
+def _file_hashes(directory: Path) -> dict[str, str]:
+    return {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in directory.iterdir() if p.is_file() and "lock" not in p.name.lower()
+    }
+
+
+def test_generations_clone_keeps_old_generation_intact(engine: TextEngine, tmp_path: Path):
+    store = GenerationStore(tmp_path / "indexes", "default", "text")
+
+    def commit(docs: list[dict]) -> Manifest:
+        staging = store.begin()
+        current = store.current_id()
+        if current is None:
+            engine.create(staging)
+        else:
+            clone_into(store.generation_dir(current), staging, copy_names=engine.copy_names)
+        engine.add(staging, docs)
+        assert not [p for p in staging.iterdir() if "lock" in p.name.lower()]
+        return store.commit(staging, Manifest(
+            kind="text", log_id="default", line="", generation_id=0, built_through_seq=len(docs),
+            schema_version="text-1", asp_version="1.0", chunker={}, embedding=None, redaction_policy_hash="p",
+            chunk_count=engine.count(staging), extra={"engine": engine.name},
+        ))
+
+    first = commit([chunk(f"c{i}", f"release notes version {i} shipped") for i in range(20)])
+    first_dir = store.generation_dir(first.generation_id)
+    pin = store.pin(first.generation_id, ttl_seconds=60, holder="long-query")
+    before_hits = engine.search(first_dir, "release version", limit=10)
+    before_files = _file_hashes(first_dir)
+
+    # newer generations: upserts of old ids, new ids, and enough batches to trigger merges
+    commit([chunk("c3", "rewritten chunk about something else"), chunk("n1", "release candidate")])
+    for batch in range(10):
+        commit([chunk(f"m{batch}-{i}", f"release batch {batch} item {i}") for i in range(10)])
+    assert store.gc(keep_last=1) == list(range(2, 12))
+    assert first_dir.exists()  # pinned
+    assert _file_hashes(first_dir) == before_files
+    store.verify(first)
+    assert engine.search(first_dir, "release version", limit=10) == before_hits
+    assert engine.count(first_dir) == 20
+
+    latest = store.current()
+    latest_dir = store.generation_dir(latest.generation_id)
+    assert engine.count(latest_dir) == 20 + 1 + 100 == latest.chunk_count
+    assert "c3" not in ids(engine.search(latest_dir, "release version", limit=100))
+    pin.release()
+    assert store.gc(keep_last=1) == [1]
+    store.verify(latest)  # hard links kept every file the latest generation needs
+    fresh = ENGINES[engine.name]()  # a new process would open it cold
+    assert fresh.count(latest_dir) == 121
+    assert ids(fresh.search(latest_dir, "rewritten", limit=5)) == ["c3"]
+
+
+def test_to_text_doc_reads_search_chunk_v1():
+    doc = to_text_doc(chunk("c1", "hi", session="s9", max_seq=7, min_seq=3, event_time="2026-01-01T00:00:00Z"))
+    assert (doc.chunk_id, doc.session_id, doc.min_seq, doc.max_seq) == ("c1", "s9", 3, 7)
+    assert doc.event_time == 1767225600.0
+    assert doc.roles == ("user", "assistant") and doc.tool_names == ("bash",) and doc.types == ("message",)
+    with pytest.raises(EngineError):
+        to_text_doc({"chunkId": "x"})
+
+
+def test_parse_query_pieces():
+    def analyze(text: str) -> list[str]:
+        return text.lower().split()
+
+    clauses = parse_query('Foo "Bar Baz" foo "qux', analyze)
+    assert clauses.terms == ("foo", "qux") and clauses.phrases == (("bar", "baz"),)
+    with pytest.raises(QueryError):
+        parse_query("  ", analyze)
+
+
+def test_collect_top_completes_tie_groups_at_the_boundary():
+    # engine order breaks ties by internal doc order, not chunkId
+    pool = [(2.0, "z")] + [(1.0, f"d{i:03d}") for i in range(100, 0, -1)]
+    calls = []
+
+    def fetch(n: int) -> list[tuple[float, str]]:
+        calls.append(n)
+        return pool[:n]
+
+    hits = collect_top(fetch, 3)
+    assert [(h.chunk_id, h.rank) for h in hits] == [("z", 1), ("d001", 2), ("d002", 3)]
+    assert calls[-1] > 100

@@ -1,0 +1,400 @@
+"""Embedders (wordllama offline, hash, OpenAI-compatible HTTP) and faiss vector segments."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import socket
+import threading
+import warnings
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import faiss
+import numpy as np
+import pytest
+
+import sinks.vector
+from sinks.vector import (
+    EmbedderError,
+    HashEmbedder,
+    VectorHit,
+    VectorIndexError,
+    VectorReader,
+    get_embedder,
+    merge_segments,
+    segment_files,
+    vectors_for,
+    write_segment,
+)
+from sinks.vector.embedders import OpenAIEmbedder
+
+
+def test_public_surface() -> None:
+    assert set(sinks.vector.__all__) == {
+        "Embedder", "EmbedderError", "HashEmbedder", "VectorHit", "VectorIndexError",
+        "VectorReader", "get_embedder", "merge_segments", "segment_files", "vectors_for",
+        "write_segment",
+    }
+
+
+# --------------------------------------------------------------------------- wordllama
+
+
+@pytest.fixture
+def no_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make every way wordllama could reach the network fail loudly."""
+    import httpx
+    import requests
+    import wordllama.wordllama as wordllama_module
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"network access attempted: {args[:2]!r}")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    monkeypatch.setattr(socket, "getaddrinfo", refuse)
+    monkeypatch.setattr(requests.Session, "request", refuse)
+    monkeypatch.setattr(requests, "get", refuse)
+    monkeypatch.setattr(httpx.Client, "send", refuse)
+    real_tokenizer = wordllama_module.Tokenizer
+
+    class OfflineTokenizer:
+        # tokenizers' from_pretrained downloads from Rust, out of reach of the socket patch.
+        from_file = staticmethod(real_tokenizer.from_file)
+        from_pretrained = staticmethod(refuse)
+
+    monkeypatch.setattr(wordllama_module, "Tokenizer", OfflineTokenizer)
+
+
+def test_wordllama_loads_offline_and_embeds(tmp_path: Path, no_network: None) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # wordllama warns before falling back to a download
+        embedder = get_embedder("wordllama", cache_root=tmp_path)
+        vectors = embedder.embed([
+            "pytest fixture fails with a database connection error",
+            "the database connection in the test fixture raised an error",
+            "a recipe for banana bread with walnuts",
+            "",
+        ])
+    assert embedder.dimension == 256
+    assert vectors.shape == (4, 256) and vectors.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(vectors[:3], axis=1), 1.0, atol=1e-5)
+    assert not vectors[3].any()  # empty text: a zero row, never NaN
+    assert vectors[0] @ vectors[1] > vectors[0] @ vectors[2] + 0.2
+
+    import wordllama
+
+    bundled = Path(wordllama.__file__).parent
+    weights = bundled / "weights" / "l2_supercat_256.safetensors"
+    identity = embedder.identity
+    assert identity == {
+        "name": "wordllama",
+        "model": "l2_supercat_256",
+        "revision": hashlib.sha256(weights.read_bytes()).hexdigest()[:12],
+        "dimension": 256,
+        "tokenizer": "l2_supercat_tokenizer_config.json",
+    }
+    cache = tmp_path / "wordllama-cache"
+    assert (cache / "tokenizers" / "l2_supercat_tokenizer_config.json").resolve() == (
+        bundled / "tokenizers" / "l2_supercat_tokenizer_config.json"
+    ).resolve()
+    assert (cache / "weights" / weights.name).exists()
+
+
+def test_wordllama_vectors_equal_wordllamas_own(tmp_path: Path) -> None:
+    first = get_embedder("wordllama", cache_root=tmp_path)
+    second = get_embedder("wordllama", cache_root=tmp_path)
+    model = first._model  # type: ignore[attr-defined]
+    assert model is second._model  # type: ignore[attr-defined]  # loaded once per process
+    texts = [f"turn {i}: ran `make test` and " + "tests failed " * (i % 40) for i in range(300)]
+    np.testing.assert_allclose(first.embed(texts), model.embed(texts, norm=True), atol=1e-6)
+    encoding = first.tokenizer.encode("make test", add_special_tokens=False)  # type: ignore[attr-defined]
+    assert len(encoding.ids) == len(encoding.attention_mask) == sum(encoding.attention_mask)
+
+
+# --------------------------------------------------------------------------- hash and factory
+
+
+def test_hash_embedder_is_deterministic() -> None:
+    texts = ["grep the logs for ERROR", "ERROR in the logs", "unrelated words entirely", ""]
+    a, b = HashEmbedder(64).embed(texts), get_embedder("hash:64").embed(texts)
+    assert np.array_equal(a, b)
+    assert a.shape == (4, 64) and a.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(a[:3], axis=1), 1.0, atol=1e-6)
+    assert not a[3].any()
+    assert a[0] @ a[1] > a[0] @ a[2]
+    assert get_embedder("hash:64").identity["name"] == "hash"
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("nonsense", "unknown embedder"),
+        ("hash:wide", "hash:DIMENSION"),
+        ("openai:text-embedding-3-small", "USL_EMBEDDINGS_URL"),
+        ("sentence-transformers:all-MiniLM-L6-v2", "sentence-transformers"),
+    ],
+)
+def test_bad_specs_give_clear_errors(spec: str, message: str) -> None:
+    try:
+        import sentence_transformers  # noqa: F401
+
+        if spec.startswith("sentence-transformers"):
+            message = "not available locally"
+    except ImportError:
+        pass
+    with pytest.raises(EmbedderError, match=message):
+        get_embedder(spec)
+
+
+# --------------------------------------------------------------------------- OpenAI-compatible HTTP
+
+
+SECRET = "sk-test-0123456789abcdef"
+
+
+class _Endpoint(BaseHTTPRequestHandler):
+    """A tiny /embeddings endpoint: vectors are hash embeddings scaled by 3 (so they need
+    normalising), returned in reverse order (so the client must sort by index)."""
+
+    requests: list[dict] = []
+    failures: list[int] = []
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).requests.append({"path": self.path, "auth": self.headers.get("Authorization"), **body})
+        if type(self).failures:
+            status = type(self).failures.pop(0)
+            self._reply(status, {"error": {"message": f"Incorrect API key provided: {SECRET}"}})
+            return
+        vectors = HashEmbedder(8).embed(body["input"]) * 3
+        data = [{"object": "embedding", "index": i, "embedding": v.tolist()} for i, v in enumerate(vectors)]
+        self._reply(200, {"object": "list", "data": data[::-1], "model": body["model"]})
+
+    def _reply(self, status: int, payload: dict) -> None:
+        raw = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def endpoint():
+    _Endpoint.requests, _Endpoint.failures = [], []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Endpoint)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server.shutdown()
+    server.server_close()
+
+
+def test_openai_embedder_batches_and_normalises(endpoint: str) -> None:
+    embedder = OpenAIEmbedder("text-embedding-3-small", endpoint, api_key=SECRET, batch_size=3)
+    texts = [f"message number {i} about tool calls" for i in range(7)]
+    vectors = embedder.embed(texts)
+    assert [len(r["input"]) for r in _Endpoint.requests] == [3, 3, 1]
+    assert {r["path"] for r in _Endpoint.requests} == {"/v1/embeddings"}
+    assert {r["auth"] for r in _Endpoint.requests} == {f"Bearer {SECRET}"}
+    assert {r["model"] for r in _Endpoint.requests} == {"text-embedding-3-small"}
+    np.testing.assert_allclose(vectors, HashEmbedder(8).embed(texts), atol=1e-6)
+    assert embedder.dimension == 8
+    assert embedder.identity["model"] == "text-embedding-3-small"
+
+
+def test_openai_embedder_via_factory_without_key(endpoint: str) -> None:
+    embedder = get_embedder("openai:local-model", url=endpoint + "/")
+    assert embedder.dimension == 8  # learned from one probe request
+    assert _Endpoint.requests[0]["auth"] is None
+
+
+def test_openai_error_is_clear_and_keeps_the_key_secret(endpoint: str) -> None:
+    _Endpoint.failures = [401]
+    embedder = OpenAIEmbedder("m", endpoint, api_key=SECRET, retries=0)
+    with pytest.raises(EmbedderError) as caught:
+        embedder.embed(["hello"])
+    assert caught.value.status == 401
+    assert "HTTP 401" in str(caught.value) and "Incorrect API key" in str(caught.value)
+    assert SECRET not in str(caught.value)
+
+
+def test_openai_retries_transient_failures(endpoint: str) -> None:
+    _Endpoint.failures = [503]
+    vectors = OpenAIEmbedder("m", endpoint, retries=1).embed(["hello"])
+    assert vectors.shape == (1, 8) and len(_Endpoint.requests) == 2
+
+
+def test_openai_unreachable_endpoint() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    embedder = OpenAIEmbedder("m", f"http://user:{SECRET}@127.0.0.1:{port}", retries=0)
+    with pytest.raises(EmbedderError, match="cannot reach") as caught:
+        embedder.embed(["x"])
+    assert SECRET not in str(caught.value)
+
+
+# --------------------------------------------------------------------------- segments
+
+
+def _corpus(n: int, dim: int, *, seed: int = 7, clusters: int = 50) -> tuple[list[str], np.ndarray]:
+    """Clustered unit vectors: closer to real embeddings than uniform noise."""
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(clusters, dim))
+    vectors = centres[rng.integers(0, clusters, n)] + rng.normal(scale=0.6, size=(n, dim))
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    return [f"c_{i:08d}" for i in range(n)], vectors.astype(np.float32)
+
+
+def _exact(ids: list[str], vectors: np.ndarray, query: np.ndarray, limit: int, allowed=None) -> list[str]:
+    scores = vectors @ query
+    ranked = sorted(
+        ((-float(s), cid) for cid, s in zip(ids, scores, strict=True) if allowed is None or allowed(cid)),
+    )
+    return [cid for _, cid in ranked[:limit]]
+
+
+@pytest.mark.parametrize("exact_max", [10_000, 0], ids=["flat", "hnsw"])
+def test_segment_search_matches_exact(tmp_path: Path, exact_max: int) -> None:
+    ids, vectors = _corpus(3000, 32)
+    files = write_segment(tmp_path, "seg-1", ids, vectors, exact_max=exact_max)
+    assert files == segment_files("seg-1") and all((tmp_path / f).exists() for f in files)
+    meta = json.loads((tmp_path / "seg-1.ids.json").read_text())
+    assert meta["index"] == ("flat" if exact_max else "hnsw") and meta["count"] == 3000
+    index = faiss.read_index(str(tmp_path / "seg-1.faiss"))
+    assert isinstance(index, faiss.IndexFlatIP if exact_max else faiss.IndexHNSWFlat)
+    assert index.ntotal == 3000
+    reader = VectorReader(tmp_path, ["seg-1"])
+    query = vectors[17]
+    hits = reader.search(query, limit=10)
+    assert [h.rank for h in hits] == list(range(1, 11))
+    assert hits[0] == VectorHit("c_00000017", pytest.approx(1.0, abs=1e-5), 1)
+    assert [h.chunk_id for h in hits] == _exact(ids, vectors, query, 10)
+    assert all(a.score >= b.score for a, b in itertools.pairwise(hits))
+
+
+@pytest.mark.parametrize("exact_max", [10_000, 0], ids=["flat", "hnsw"])
+@pytest.mark.parametrize("share", [2, 40], ids=["half-allowed", "1-in-40-allowed"])
+def test_allowed_filter_applies_before_limit(tmp_path: Path, exact_max: int, share: int) -> None:
+    ids, vectors = _corpus(4000, 32)
+    write_segment(tmp_path, "s", ids, vectors, exact_max=exact_max)
+    calls: list[str] = []
+
+    def rule(chunk_id: str) -> bool:
+        return int(chunk_id[2:]) % share == 0
+
+    def allowed(chunk_id: str) -> bool:
+        calls.append(chunk_id)
+        return rule(chunk_id)
+
+    hits = VectorReader(tmp_path, ["s"]).search(vectors[1], limit=10, allowed=allowed)
+    assert len(hits) == 10 and all(rule(h.chunk_id) for h in hits)
+    assert [h.chunk_id for h in hits] == _exact(ids, vectors, vectors[1], 10, rule)
+    assert len(calls) == len(set(calls))  # each id judged once, however often re-fetched
+
+
+def test_filter_with_fewer_matches_than_limit(tmp_path: Path) -> None:
+    ids, vectors = _corpus(500, 16)
+    write_segment(tmp_path, "s", ids, vectors, exact_max=100)
+    hits = VectorReader(tmp_path, ["s"]).search(vectors[0], limit=10, allowed=lambda c: c.endswith("77"))
+    assert sorted(h.chunk_id for h in hits) == [f"c_00000{i}77" for i in range(5)]
+
+
+def test_dedup_across_segments_keeps_best_score(tmp_path: Path) -> None:
+    ids, vectors = _corpus(300, 16)
+    write_segment(tmp_path, "old", ids[:200], vectors[:200], exact_max=1000)
+    write_segment(tmp_path, "new", ids[100:], vectors[100:], exact_max=1000)
+    # A stale copy of c_00000150 pointing somewhere else must not shadow the better one.
+    write_segment(tmp_path, "odd", ["c_00000150", "x"], -vectors[[150, 151]], exact_max=1000)
+    reader = VectorReader(tmp_path, ["old", "new", "odd"])
+    hits = reader.search(vectors[150], limit=300)
+    chunk_ids = [h.chunk_id for h in hits]
+    assert len(chunk_ids) == len(set(chunk_ids)) == 300
+    assert hits[0].chunk_id == "c_00000150" and hits[0].score == pytest.approx(1.0, abs=1e-5)
+    assert chunk_ids[:20] == _exact(ids, vectors, vectors[150], 20)
+
+
+def test_ties_are_broken_by_chunk_id(tmp_path: Path) -> None:
+    vector = np.ones((1, 8), dtype=np.float32) / np.sqrt(8)
+    ids = [f"c_{i:02d}" for i in range(40)][::-1]
+    write_segment(tmp_path, "a", ids[:30], np.repeat(vector, 30, axis=0), exact_max=1000)
+    write_segment(tmp_path, "b", ids[30:], np.repeat(vector, 10, axis=0), exact_max=1000)
+    hits = VectorReader(tmp_path, ["a", "b"]).search(vector[0], limit=5)
+    assert [h.chunk_id for h in hits] == ["c_00", "c_01", "c_02", "c_03", "c_04"]
+
+
+def test_merge_equals_union(tmp_path: Path) -> None:
+    ids, vectors = _corpus(900, 16)
+    for part in range(3):
+        rows = slice(part * 300, part * 300 + 400)  # overlapping: 100 ids in two segments
+        write_segment(tmp_path, f"p{part}", ids[rows], vectors[rows], exact_max=10_000)
+    files = merge_segments(tmp_path, ["p0", "p1", "p2"], "merged", exact_max=10_000)
+    assert files == segment_files("merged")
+    merged = VectorReader(tmp_path, ["merged"])
+    parts = VectorReader(tmp_path, ["p0", "p1", "p2"])
+    assert json.loads((tmp_path / "merged.ids.json").read_text())["count"] == 900
+    for row in (0, 333, 899):
+        assert merged.search(vectors[row], limit=25) == parts.search(vectors[row], limit=25)
+    found = vectors_for(tmp_path, ["merged"], ["c_00000005", "c_00000350", "missing"])
+    assert set(found) == {"c_00000005", "c_00000350"}
+    np.testing.assert_array_equal(found["c_00000350"], vectors[350])
+
+
+def test_vectors_for_prefers_the_newest_segment(tmp_path: Path) -> None:
+    ids, vectors = _corpus(4, 8)
+    write_segment(tmp_path, "one", ids, vectors, exact_max=10)
+    write_segment(tmp_path, "two", ids[:1], vectors[3:], exact_max=10)
+    np.testing.assert_array_equal(vectors_for(tmp_path, ["one", "two"], ids[:1])[ids[0]], vectors[3])
+
+
+def test_hnsw_recall_at_10(tmp_path: Path) -> None:
+    ids, vectors = _corpus(20_000, 64, clusters=200)
+    write_segment(tmp_path, "big", ids, vectors, exact_max=5_000)
+    assert json.loads((tmp_path / "big.ids.json").read_text())["index"] == "hnsw"
+    reader = VectorReader(tmp_path, ["big"])
+    rng = np.random.default_rng(3)
+    queries = vectors[rng.choice(len(ids), 100, replace=False)] + rng.normal(scale=0.05, size=(100, 64))
+    queries = (queries / np.linalg.norm(queries, axis=1, keepdims=True)).astype(np.float32)
+    exact = np.argsort(-(queries @ vectors.T), axis=1)[:, :10]
+    recall = np.mean([
+        len({h.chunk_id for h in reader.search(q, limit=10)} & {ids[i] for i in truth}) / 10
+        for q, truth in zip(queries, exact, strict=True)
+    ])
+    assert recall >= 0.9, recall
+
+
+def test_segments_are_immutable_and_validated(tmp_path: Path) -> None:
+    ids, vectors = _corpus(10, 8)
+    write_segment(tmp_path, "s", ids, vectors, exact_max=100)
+    with pytest.raises(VectorIndexError, match="immutable"):
+        write_segment(tmp_path, "s", ids, vectors, exact_max=100)
+    with pytest.raises(VectorIndexError, match="unique"):
+        write_segment(tmp_path, "d", ["a", "a"], vectors[:2], exact_max=100)
+    with pytest.raises(VectorIndexError, match="2 chunkIds but 3"):
+        write_segment(tmp_path, "m", ["a", "b"], vectors[:3], exact_max=100)
+    with pytest.raises(VectorIndexError, match="NaN"):
+        write_segment(tmp_path, "n", ["a"], np.full((1, 8), np.nan), exact_max=100)
+    with pytest.raises(VectorIndexError, match="invalid segment name"):
+        write_segment(tmp_path, "../escape", ["a"], vectors[:1], exact_max=100)
+    with pytest.raises(VectorIndexError, match="not found"):
+        VectorReader(tmp_path, ["absent"])
+    with pytest.raises(VectorIndexError, match="dimension 4"):
+        VectorReader(tmp_path, ["s"]).search(np.ones(4), limit=3)
+    assert not list(tmp_path.glob(".*tmp"))
+
+
+def test_empty_inputs(tmp_path: Path) -> None:
+    write_segment(tmp_path, "empty", [], np.zeros((0, 8), dtype=np.float32), exact_max=10)
+    assert VectorReader(tmp_path, ["empty"]).search(np.ones(8), limit=5) == []
+    assert VectorReader(tmp_path, []).search(np.ones(8), limit=5) == []
+    ids, vectors = _corpus(5, 8)
+    write_segment(tmp_path, "s", ids, vectors, exact_max=10)
+    assert VectorReader(tmp_path, ["s", "empty"]).search(vectors[0], limit=0) == []
+    assert len(VectorReader(tmp_path, ["s", "empty"]).search(vectors[0], limit=50)) == 5

@@ -1,0 +1,507 @@
+"""Importers: Claude Code, OpenAI chat and ASP JSONL files → validated ASP events + rejects."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import streams.importers as importers
+from streams.asp import canonical_bytes, validate_event
+from streams.exceptions import ImportFormatError
+from streams.importers import FORMATS, Accepted, Rejected, detect_format, iter_records
+from streams.importers.asp import iter_asp
+from streams.importers.claude_code import iter_claude_code
+from streams.importers.openai_chat import iter_openai_chat
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "importers"
+CLAUDE = FIXTURES / "claude_code" / "3f6c2a8e-1b7d-4c55-9e0a-5d2f8b1c7e94.jsonl"
+OPENAI_ARRAY = FIXTURES / "openai_chat" / "support_chat.json"
+OPENAI_JSONL = FIXTURES / "openai_chat" / "conversations.jsonl"
+ASP = FIXTURES / "asp" / "events.jsonl"
+
+
+def split(path: Path, fmt: str | None = None, **kwargs) -> tuple[list[dict], list[Rejected]]:
+    accepted: list[dict] = []
+    rejected: list[Rejected] = []
+    for result in iter_records(path, fmt, **kwargs):
+        if isinstance(result, Accepted):
+            accepted.append(result.event)
+        else:
+            assert isinstance(result, Rejected)
+            rejected.append(result)
+    return accepted, rejected
+
+
+def write_lines(path: Path, lines: Sequence[object]) -> Path:
+    path.write_text(
+        "\n".join(line if isinstance(line, str) else json.dumps(line) for line in lines) + "\n"
+    )
+    return path
+
+
+def cc_line(uuid: str, kind: str, content: object, *, time: str = "2025-10-14T09:00:00.000Z",
+            parent: str | None = None, **extra: object) -> dict:
+    message: dict = {"role": kind, "content": content}
+    if kind == "assistant":
+        message.update({"id": f"msg_{uuid}", "model": "claude-sonnet-4-5-20250929"})
+    return {"parentUuid": parent, "isSidechain": False, "sessionId": "s-1", "type": kind,
+            "message": message, "uuid": uuid, "timestamp": time, **extra}
+
+
+# -- the package surface ------------------------------------------------------------------
+
+
+def test_exported_members() -> None:
+    assert sorted(importers.__all__) == sorted(
+        ["FORMATS", "Accepted", "Rejected", "detect_format", "iter_records"]
+    )
+    assert FORMATS == ("asp", "claude-code", "openai-chat")
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [(CLAUDE, "claude-code"), (OPENAI_ARRAY, "openai-chat"), (OPENAI_JSONL, "openai-chat"),
+     (ASP, "asp"), (FIXTURES / "claude_code", "claude-code")],
+)
+def test_detect_format(path: Path, expected: str) -> None:
+    assert detect_format(path) == expected
+
+
+def test_detect_format_refuses_what_it_cannot_tell(tmp_path: Path) -> None:
+    unknown = write_lines(tmp_path / "notes.jsonl", [{"hello": "world"}, "plain text"])
+    with pytest.raises(ImportFormatError, match="cannot tell the format"):
+        detect_format(unknown)
+    (tmp_path / "empty.jsonl").write_text("\n\n")
+    with pytest.raises(ImportFormatError, match="empty"):
+        detect_format(tmp_path / "empty.jsonl")
+    with pytest.raises(ImportFormatError, match="several formats"):
+        detect_format(FIXTURES)
+
+
+def test_unreadable_or_unknown_inputs_raise(tmp_path: Path) -> None:
+    with pytest.raises(ImportFormatError, match="no such file"):
+        list(iter_records(tmp_path / "missing.jsonl"))
+    with pytest.raises(ImportFormatError, match="unknown format"):
+        list(iter_records(ASP, "csv"))
+    with pytest.raises(ImportFormatError, match="declared as asp"):
+        list(iter_records(CLAUDE, "asp"))
+    assert list(iter_records(write_lines(tmp_path / "blank.jsonl", [""]))) == []
+
+
+# -- Claude Code ----------------------------------------------------------------------------
+
+
+def test_claude_code_counts_and_rejects() -> None:
+    accepted, rejected = split(CLAUDE)
+    assert Counter(event["type"] for event in accepted) == {
+        "session.started": 1, "turn.started": 4, "turn.ended": 4,
+        "episode.started": 1, "episode.ended": 1,
+        "message": 13, "tool.call": 7, "tool.result": 7,
+        "x.claude-code.summary": 1, "x.claude-code.file-history-snapshot": 1,
+        "x.claude-code.system": 1, "x.claude-code.queue-operation": 1,
+    }
+    name = CLAUDE.name
+    reasons = {reject.record: reject.reason for reject in rejected}
+    assert set(reasons) == {f"{name}:28", f"{name}:30", f"{name}:34"}
+    assert reasons[f"{name}:28"].startswith("invalid JSON")
+    assert reasons[f"{name}:30"] == "foreign record type 'telemetry'"
+    assert "unexpected end of data" in reasons[f"{name}:34"]
+    assert all(0 < len(reject.raw) <= 4096 for reject in rejected)
+
+
+def test_claude_code_session_identity_title_and_order() -> None:
+    accepted, _ = split(CLAUDE)
+    started = accepted[0]
+    assert started["type"] == "session.started"
+    assert started["sessionId"] == "3f6c2a8e-1b7d-4c55-9e0a-5d2f8b1c7e94"
+    assert started["fields"] == {
+        "title": "Fix ISO week parsing in invoice date helper",
+        "model": "claude-sonnet-4-5-20250929",
+        "cwd": "/home/dana/src/invoicer",
+        "source": "claude-code",
+    }
+    assert started["time"] == "2025-10-14T09:12:03.512Z"
+    assert {event["sessionId"] for event in accepted} == {started["sessionId"]}
+    # Auxiliary lines waiting at the top of the file are placed right after session.started.
+    assert [event["type"] for event in accepted[1:3]] == [
+        "x.claude-code.summary", "x.claude-code.file-history-snapshot",
+    ]
+    assert all(event["visibility"] == "hidden" for event in accepted if event["type"].startswith("x."))
+
+
+def assert_turns_well_formed(events: list[dict]) -> list[list[dict]]:
+    """Turns open and close in order, and every event in between carries the open turnId."""
+    turns: list[list[dict]] = []
+    open_turn = None
+    for event in events:
+        if event["type"] == "turn.started":
+            assert open_turn is None, "a turn started before the previous one ended"
+            open_turn = event["turnId"]
+            turns.append([event])
+        elif event["type"] == "turn.ended":
+            assert event["turnId"] == open_turn
+            turns[-1].append(event)
+            open_turn = None
+        elif open_turn is not None:
+            assert event.get("turnId") == open_turn, event
+            turns[-1].append(event)
+        else:
+            assert event.get("turnId") is None, event
+    assert open_turn is None, "the last turn was never ended"
+    return turns
+
+
+def test_claude_code_turn_structure() -> None:
+    accepted, _ = split(CLAUDE)
+    turns = assert_turns_well_formed(accepted)
+    assert len(turns) == 4
+    firsts = [turn[1] for turn in turns]
+    assert [event["type"] for event in firsts] == ["message"] * 4
+    assert all(event["role"] == "user" for event in firsts)
+    assert firsts[0]["fields"]["text"].startswith("The test test_parse_iso_week")
+    assert firsts[2]["fields"]["kind"] == "command"
+    assert firsts[3]["fields"]["text"] == "Commit the fix with a short message."
+    # Tool results, the sidechain prompt, isMeta and command output never open a turn.
+    turn_two = [event for event in turns[1] if event["type"] == "message" and event["role"] == "user"]
+    assert [event["fields"].get("kind") for event in turn_two] == [None, None, "meta"]
+    meta = turn_two[2]
+    assert meta["visibility"] == "hidden"
+    assert turns[2][2]["fields"]["kind"] == "command-output"
+    # turn.ended is timed at the last event of its turn, not at the next human message.
+    assert turns[0][-1]["time"] == "2025-10-14T09:12:28.660Z"
+    ids = [turn[0]["turnId"] for turn in turns]
+    assert len(set(ids)) == 4
+
+
+def test_claude_code_blocks_thinking_usage_and_tools() -> None:
+    accepted, _ = split(CLAUDE)
+    thinking = [event for event in accepted if event["fields"].get("kind") == "thinking"]
+    assert len(thinking) == 1
+    assert thinking[0]["visibility"] == "hidden" and thinking[0]["role"] == "assistant"
+    assert thinking[0]["fields"]["text"].startswith("The user reports a failing test")
+    # One API response split over three lines: three events, usage counted once.
+    response = [event for event in accepted if (event.get("payload") or {}).get("message", {}).get("id") == "msg_01A7kQ2vYHq9TzE3"]
+    assert [event["type"] for event in response] == ["message", "message", "tool.call"]
+    assert [("usage" in event["fields"]) for event in response] == [True, False, False]
+    assert response[0]["fields"]["usage"] == {"inputTokens": 4, "outputTokens": 9}
+
+    calls = {event["fields"]["toolCallId"]: event for event in accepted if event["type"] == "tool.call"}
+    assert [call["fields"]["toolName"] for call in calls.values()] == [
+        "Bash", "Read", "Edit", "Bash", "Task", "Grep", "Bash",
+    ]
+    assert calls["toolu_01Edit8Xc3"]["fields"]["input"]["new_string"].startswith("    return date.fromisocalendar")
+    results = [event for event in accepted if event["type"] == "tool.result"]
+    for result in results:
+        call = calls[result["fields"]["toolCallId"]]
+        assert result["role"] == "tool"
+        assert result["fields"]["toolName"] == call["fields"]["toolName"]
+        assert result["parentEventId"] == call["eventId"]
+    statuses = {result["fields"]["toolCallId"]: result["fields"]["status"] for result in results}
+    assert statuses["toolu_01Bash7Qm2"] == "error"
+    assert Counter(statuses.values()) == {"ok": 6, "error": 1}
+    read = next(r for r in results if r["fields"]["toolCallId"] == "toolu_01Read4Lp9")
+    assert read["fields"]["output"].startswith("     1→from datetime import date")
+
+
+def test_claude_code_sidechain_is_an_episode() -> None:
+    accepted, _ = split(CLAUDE)
+    start = next(i for i, event in enumerate(accepted) if event["type"] == "episode.started")
+    end = next(i for i, event in enumerate(accepted) if event["type"] == "episode.ended")
+    episode = accepted[start: end + 1]
+    episode_id = accepted[start]["episodeId"]
+    assert all(event["episodeId"] == episode_id for event in episode)
+    assert [event["type"] for event in episode[1:-1]] == ["message", "tool.call", "tool.result", "message"]
+    assert sum(1 for event in accepted if event.get("episodeId")) == len(episode)
+    task = next(e for e in accepted if e["type"] == "tool.call" and e["fields"]["toolName"] == "Task")
+    assert accepted[start]["parentEventId"] == task["eventId"]
+    assert accepted[start]["fields"] == {"toolCallId": "toolu_02Task3Wq8", "title": "Find callers of parse_iso_week"}
+    # The subagent works inside the human turn that asked for it.
+    assert {event["turnId"] for event in episode} == {task["turnId"]}
+    # Its answer comes back to the main chain after the episode ends.
+    assert accepted[end + 1]["type"] == "tool.result"
+    assert accepted[end + 1]["fields"]["toolCallId"] == "toolu_02Task3Wq8"
+
+
+def test_claude_code_lineage_follows_parent_uuid() -> None:
+    accepted, _ = split(CLAUDE)
+    by_id = {event["eventId"]: event for event in accepted}
+    linked = [event for event in accepted if event.get("parentEventId")]
+    assert len(linked) > 20
+    assert all(event["parentEventId"] in by_id for event in linked)
+
+
+def test_claude_code_problem_lines(tmp_path: Path) -> None:
+    path = write_lines(tmp_path / "fallback-session.jsonl", [
+        cc_line("u1", "user", "hello"),
+        cc_line("u1", "user", "hello again"),
+        {**cc_line("u2", "user", "no time"), "timestamp": None},
+        {**cc_line("u3", "user", "bad time"), "timestamp": "yesterday"},
+        {k: v for k, v in cc_line("u4", "assistant", []).items() if k != "message"},
+        cc_line("u5", "assistant", [{"type": "tool_use", "name": "Bash", "input": {}}, {"type": "hologram"}]),
+        cc_line("u6", "user", [{"type": "tool_result", "tool_use_id": "toolu_unknown", "content": None}]),
+        {k: v for k, v in cc_line("u7", "user", "no session id").items() if k != "sessionId"},
+        [1, 2, 3],
+        {"no": "type"},
+    ])
+    accepted, rejected = split(path, "claude-code")
+    reasons = [(reject.record.rsplit(":", 1)[1], reject.reason) for reject in rejected]
+    assert reasons == [
+        ("2", "duplicate record: uuid 'u1' was already imported from line 1"),
+        ("3", "missing field 'timestamp'"),
+        ("4", "field 'timestamp' is not an RFC 3339 time with an offset: 'yesterday'"),
+        ("5", "missing field 'message' (an object with role and content)"),
+        ("6", "missing field 'message.content[0].id' of a tool_use block"),
+        ("6", "unknown content block type 'hologram' at message.content[1]"),
+        ("9", "a transcript line must be a JSON object, not list"),
+        ("10", "missing field 'type'"),
+    ]
+    orphan = next(event for event in accepted if event["type"] == "tool.result")
+    assert "toolName" not in orphan["fields"] and orphan["fields"]["output"] == ""
+    assert {event["sessionId"] for event in accepted} == {"s-1", "fallback-session"}
+
+
+def test_claude_code_subagent_file_without_main_chain(tmp_path: Path) -> None:
+    lines = [
+        {**cc_line("s1", "user", "Look for TODOs"), "isSidechain": True, "agentId": "a91f"},
+        {**cc_line("s2", "assistant", [{"type": "text", "text": "Found 3."}], parent="s1"),
+         "isSidechain": True, "agentId": "a91f"},
+    ]
+    accepted, rejected = split(write_lines(tmp_path / "agent-a91f.jsonl", lines))
+    assert rejected == []
+    assert [event["type"] for event in accepted] == ["episode.started", "message", "message", "episode.ended"]
+    assert accepted[0]["fields"] == {"agentId": "a91f"}
+    assert all("turnId" not in event for event in accepted)
+
+
+def test_claude_code_payload_only_when_small(tmp_path: Path) -> None:
+    big = "x" * 20_000
+    path = write_lines(tmp_path / "big.jsonl", [
+        cc_line("u1", "user", "run it"),
+        cc_line("u2", "user", [{"type": "tool_result", "tool_use_id": "t1", "content": big}], parent="u1"),
+    ])
+    accepted, _ = split(path)
+    messages = [event for event in accepted if event["type"] in ("message", "tool.result")]
+    assert "payload" in messages[0] and "payload" not in messages[1]
+    assert messages[1]["fields"]["output"] == big
+
+
+# -- OpenAI chat ----------------------------------------------------------------------------
+
+
+def test_openai_array_form() -> None:
+    accepted, rejected = split(OPENAI_ARRAY)
+    assert rejected == []
+    assert Counter(event["type"] for event in accepted) == {
+        "session.started": 1, "session.ended": 1, "turn.started": 2, "turn.ended": 2,
+        "message": 6, "tool.call": 3, "tool.result": 3,
+    }
+    assert_turns_well_formed(accepted)
+    first = json.loads(OPENAI_ARRAY.read_text())[0]
+    expected_session = "oai-" + hashlib.sha256(
+        b"support_chat.json\x1f0\x1f" + orjson.dumps(first, option=orjson.OPT_SORT_KEYS)
+    ).hexdigest()[:16]
+    assert {event["sessionId"] for event in accepted} == {expected_session}
+    # No `created`: message i is timed i seconds after the Unix epoch.
+    assert accepted[0]["time"] == "1970-01-01T00:00:00.000Z"
+    assert accepted[-1]["time"] == "1970-01-01T00:00:09.000Z"
+    calls = {e["fields"]["toolCallId"]: e for e in accepted if e["type"] == "tool.call"}
+    assert calls["call_Zr9Dk4sFq2gB7mN1"]["fields"]["input"] == {
+        "_raw": '{"order_id": "A-1043", "date": "2025-10-16"'
+    }
+    assert calls["call_Qx7Lr2mVb0sK9dT4"]["fields"]["input"] == {"order_id": "A-1043"}
+    for result in (e for e in accepted if e["type"] == "tool.result"):
+        call = calls[result["fields"]["toolCallId"]]
+        assert result["fields"]["toolName"] == call["fields"]["toolName"]
+        assert result["parentEventId"] == call["eventId"]
+        assert result["fields"]["status"] == "ok"
+    user_parts = [e for e in accepted if e["type"] == "message" and e["role"] == "user"]
+    assert user_parts[1]["fields"]["text"].startswith("Oh, sorry. It's Flat 4B")
+
+
+def test_openai_jsonl_form() -> None:
+    accepted, rejected = split(OPENAI_JSONL)
+    sessions = Counter(event["sessionId"] for event in accepted)
+    assert sessions["chatcmpl-AZ3kLm9QpR7sT2vW"] == 20
+    assert len(sessions) == 2
+    reasons = {reject.record: reject.reason for reject in rejected}
+    assert reasons == {
+        "conversations.jsonl:2/messages[3]":
+            "field 'messages[3].role' is 'bot', not one of system, developer, user, assistant, tool, function",
+        "conversations.jsonl:3": reasons["conversations.jsonl:3"],
+        "conversations.jsonl:4": "missing field 'messages' (a list of chat messages)",
+    }
+    assert reasons["conversations.jsonl:3"].startswith("invalid JSON")
+    first = [event for event in accepted if event["sessionId"] == "chatcmpl-AZ3kLm9QpR7sT2vW"]
+    assert first[0]["fields"] == {"model": "gpt-4o-2024-08-06", "source": "openai-chat"}
+    assert first[0]["time"] == "2025-10-14T10:20:00.000Z"  # created = 1760437200
+    bad_args = next(e for e in first if e["type"] == "tool.call" and "_raw" in e["fields"]["input"])
+    assert bad_args["fields"]["toolCallId"] == "call_0cXe5Jm4"
+    assert len(assert_turns_well_formed(first)) == 2
+    developer = [event for event in accepted if event.get("role") == "developer"]
+    assert len(developer) == 1 and "turnId" not in developer[0]
+
+
+def test_openai_document_shapes(tmp_path: Path) -> None:
+    conversation = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    many = tmp_path / "many.json"
+    many.write_text(json.dumps([
+        {"id": "conv-a", "created": 1700000000, "messages": conversation},
+        conversation,
+        {"title": "no messages"},
+    ], indent=2))
+    accepted, rejected = split(many)
+    assert [r.record for r in rejected] == ["many.json#2"]
+    assert len({event["sessionId"] for event in accepted}) == 2
+    single = tmp_path / "single.json"
+    single.write_text(json.dumps({"id": "conv-b", "title": "Greeting", "messages": conversation}))
+    accepted, _ = split(single)
+    assert accepted[0]["fields"] == {"title": "Greeting", "source": "openai-chat"}
+    assert accepted[0]["sessionId"] == "conv-b"
+
+
+def test_openai_problem_messages(tmp_path: Path) -> None:
+    path = tmp_path / "chat.json"
+    path.write_text(json.dumps({"messages": [
+        {"role": "user", "content": "what's the weather"},
+        {"role": "assistant", "content": None, "function_call": {"name": "weather", "arguments": "{\"city\": \"Oslo\"}"}},
+        {"role": "function", "name": "weather", "content": "4°C, rain"},
+        {"role": "assistant", "tool_calls": [{"type": "function", "function": {"name": "x", "arguments": "{}"}}]},
+        {"role": "tool", "content": "orphan"},
+        {"content": "who am I"},
+        "just a string",
+    ], "created": "yesterday"}))
+    accepted, rejected = split(path)
+    assert [r.reason for r in rejected] == ["field 'created' must be Unix seconds, not 'yesterday'"]
+    path.write_text(path.read_text().replace('"created": "yesterday"', '"created": 1700000000'))
+    accepted, rejected = split(path)
+    assert [r.reason for r in rejected] == [
+        "missing field 'messages[3].tool_calls[0].id'",
+        "missing field 'messages[4].tool_call_id'",
+        "missing field 'messages[5].role'",
+        "messages[6] must be an object, not str",
+    ]
+    call = next(e for e in accepted if e["type"] == "tool.call")
+    result = next(e for e in accepted if e["type"] == "tool.result")
+    assert call["fields"]["input"] == {"city": "Oslo"}
+    assert result["parentEventId"] == call["eventId"]
+    assert result["fields"]["toolCallId"] == call["fields"]["toolCallId"]
+    assert result["fields"]["toolName"] == "weather"
+
+
+# -- ASP JSONL ------------------------------------------------------------------------------
+
+
+def test_asp_jsonl() -> None:
+    accepted, rejected = split(ASP)
+    assert len(accepted) == 6
+    assert [(r.record, r.reason) for r in rejected] == [
+        ("events.jsonl:5",
+         "role must be one of ['user', 'assistant', 'system', 'developer', 'tool', None] (field $.role)"),
+    ]
+    assert rejected[0].raw.startswith('{"aspVersion":"1.0","eventId":"evt-7c1e-0005"')
+    assert [event["eventId"] for event in accepted][:2] == ["evt-7c1e-0001", "evt-7c1e-0002"]
+    filled = next(event for event in accepted if event["eventId"] == "evt-7c1e-0006")
+    assert filled["aspVersion"] == "1.0" and filled["logId"] == "default"
+
+
+def test_asp_log_and_acl_fill_only_what_is_missing() -> None:
+    acl = {"tenant": "acme", "read": ["group:sre"]}
+    accepted, _ = split(ASP, log_id="ops", acl=acl)
+    logs = {event["eventId"]: event["logId"] for event in accepted}
+    assert logs["evt-7c1e-0006"] == "ops" and logs["evt-7c1e-0001"] == "default"
+    assert all(event["acl"] == acl for event in accepted)
+
+
+# -- properties every importer keeps --------------------------------------------------------
+
+ALL_FILES = [CLAUDE, OPENAI_ARRAY, OPENAI_JSONL, ASP]
+
+
+@pytest.mark.parametrize("path", ALL_FILES, ids=lambda p: p.name)
+def test_every_event_validates_and_ids_are_unique(path: Path) -> None:
+    results = list(iter_records(path))
+    for result in results:
+        if isinstance(result, Accepted):
+            assert validate_event(result.event, record=result.record) == result.event
+            assert result.record.startswith(path.name)
+    ids = [r.event["eventId"] for r in results if isinstance(r, Accepted)]
+    assert len(ids) == len(set(ids))
+
+
+@pytest.mark.parametrize("path", ALL_FILES, ids=lambda p: p.name)
+def test_imports_are_deterministic(path: Path) -> None:
+    def run() -> list[bytes]:
+        return [
+            canonical_bytes(r.event) if isinstance(r, Accepted) else repr(r).encode()
+            for r in iter_records(path)
+        ]
+
+    assert run() == run()
+
+
+def test_ids_differ_between_logs_and_acl_applies() -> None:
+    acl = {"tenant": "acme", "read": ["user:dana"]}
+    default, _ = split(CLAUDE)
+    other, _ = split(CLAUDE, log_id="team-b", acl=acl)
+    assert not {e["eventId"] for e in default} & {e["eventId"] for e in other}
+    assert all(e["logId"] == "team-b" and e["acl"] == acl for e in other)
+    other[0]["acl"]["read"].append("user:mallory")
+    assert other[1]["acl"] == acl  # no event shares its acl object with another
+
+
+def test_directory_import(tmp_path: Path) -> None:
+    results = list(iter_records(FIXTURES))
+    records = [r.record for r in results]
+    files = [record.split(":")[0].split("/messages")[0].split("#")[0] for record in records]
+    assert list(dict.fromkeys(files)) == [
+        "asp/events.jsonl",
+        f"claude_code/{CLAUDE.name}",
+        "openai_chat/conversations.jsonl",
+        "openai_chat/support_chat.json",
+    ]
+    single = sum(len(list(iter_records(path))) for path in ALL_FILES)
+    assert len(results) == single
+    ids = [r.event["eventId"] for r in results if isinstance(r, Accepted)]
+    assert len(ids) == len(set(ids))
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "readme.txt").write_text("ignored: not .json/.jsonl")
+    (tmp_path / "sub" / "empty.jsonl").write_text("")
+    (tmp_path / "sub" / "events.jsonl").write_bytes(ASP.read_bytes())
+    assert len(list(iter_records(tmp_path))) == 7
+    (tmp_path / "zz.json").write_text('{"what": "is this"}')
+    with pytest.raises(ImportFormatError, match=r"zz\.json"):
+        list(iter_records(tmp_path))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.one_of(
+    st.binary(max_size=60),
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(max_size=8) | st.sampled_from(
+            ["user", "assistant", "summary", "tool_use", "tool_result", "text", "thinking",
+             "2025-10-14T09:00:00Z"]),
+        lambda children: st.lists(children, max_size=3) | st.dictionaries(
+            st.sampled_from(["type", "message", "content", "uuid", "timestamp", "role",
+                             "tool_calls", "messages", "isSidechain", "parentUuid"]),
+            children, max_size=5),
+        max_leaves=12,
+    ).map(lambda value: json.dumps(value).encode()),
+), max_size=8))
+def test_garbage_never_raises(tmp_path_factory: pytest.TempPathFactory, lines: list[bytes]) -> None:
+    directory = tmp_path_factory.mktemp("garbage")
+    path = directory / "garbage.jsonl"
+    path.write_bytes(b"\n".join(line.replace(b"\n", b" ") for line in lines))
+    # The importers themselves, so no format check stands between them and the garbage.
+    for importer in (iter_asp, iter_claude_code, iter_openai_chat):
+        for result in importer(path, label=path.name):
+            assert isinstance(result, Accepted | Rejected)
+            if isinstance(result, Accepted):
+                validate_event(result.event)
