@@ -30,7 +30,7 @@ from typing import Any
 from sinks.generations import GenerationStore, Manifest, clone_into
 from sinks.text import get_engine
 
-__all__ = ["make_chunks", "main"]
+__all__ = ["main", "make_chunks"]
 
 _SESSIONS = 400
 
@@ -63,7 +63,7 @@ def make_chunks(count: int, *, seed: int = 7, words_per_chunk: int = 330) -> tup
 
 def _percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def bench_engine(name: str, chunks: list[dict[str, Any]], queries: list[str], batch: int, root: Path) -> dict[str, Any]:

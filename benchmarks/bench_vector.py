@@ -136,7 +136,7 @@ def bench_index(workdir: Path, spec: str, n_chunks: int, n_queries: int, seed: i
         exact, exact_ms = _timed_searches(exact_reader, queries, allowed)
         e50, e99 = _percentiles(exact_ms)
         print(f"    {label}: exact latency p50/p99 {e50:.2f}/{e99:.2f} ms")
-        for ef_search in (64, HNSW_EF_SEARCH, 256, 512):
+        for ef_search in sorted({128, 256, 512, 1024, HNSW_EF_SEARCH}):
             approx_reader = VectorReader(workdir / "hnsw", ["s"], ef_search=ef_search)
             approx, approx_ms = _timed_searches(approx_reader, queries, allowed)
             recall = float(np.mean([len(set(a) & set(e)) / max(1, len(e)) for a, e in zip(approx, exact, strict=True)]))

@@ -91,12 +91,12 @@ class SearchRequest:
 
     query: str
     log: str = "default"
-    freshness: Freshness = Freshness("indexed")
+    freshness: Freshness = field(default_factory=lambda: Freshness("indexed"))
     k: int = 10
     explain: bool = False
     cursor: str | None = None
     mode: str = "hybrid"
-    filters: Filters = Filters()
+    filters: Filters = field(default_factory=Filters)
     tool_results: bool = False
 
     @property

@@ -235,7 +235,8 @@ def _validate(con: duckdb.DuckDBPyConnection, sql: str) -> set[str]:
         raise QueryError(f"send exactly one SQL statement, not {len(statements)}", hint=_HINT)
     kind = statements[0].type
     if kind != duckdb.StatementType.SELECT:
-        verb = kind.name.replace("_", " ")
+        words = statements[0].query.split()
+        verb = re.sub(r"[^A-Za-z]", "", words[0]).upper() if words else kind.name
         raise QueryError(f"the SQL attachment is read-only: {verb} statements are refused; "
                          "only SELECT (or WITH ... SELECT) runs", hint=_HINT)
     serialized = con.execute("SELECT json_serialize_sql($sql::VARCHAR)", {"sql": sql}).fetchone()
@@ -261,7 +262,10 @@ def _validate(con: duckdb.DuckDBPyConnection, sql: str) -> set[str]:
             if name.lower() in ctes:
                 continue
             if name.lower() not in VIEWS:
-                raise QueryError(f"unknown table {name!r}; the SQL attachment has the views "
+                if re.search(r"[/\\.:]", name):  # DuckDB reads a quoted file name as a table
+                    raise QueryError("the SQL attachment cannot read files; query its views "
+                                     + ", ".join(VIEWS), hint=_HINT)
+                raise QueryError(f"unknown table {name[:64]!r}; the SQL attachment has the views "
                                  + ", ".join(VIEWS), hint=_HINT)
             views.add(name.lower())
         elif node_type == "TABLE_FUNCTION":

@@ -39,7 +39,8 @@ class TailResult:
     events_read: int = 0
     chunks: list[dict[str, Any]] = field(default_factory=list)
     tool_results: list[dict[str, Any]] = field(default_factory=list)
-    acls: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # sessionId -> (seq, acl) of the session's last accepted event in the range
+    acls: dict[str, tuple[int, dict[str, Any]]] = field(default_factory=dict)
     skipped_invalid: int = 0
     skipped_duplicates: int = 0
 
@@ -102,7 +103,7 @@ class TailScan:
                 continue
             redacted.append((seq, outcome.event))
             if isinstance(outcome.event.get("acl"), dict):
-                result.acls[event["sessionId"]] = outcome.event["acl"]
+                result.acls[event["sessionId"]] = (seq, outcome.event["acl"])
             if want_tool_results and outcome.tool_result is not None:
                 result.tool_results.append({
                     "kind": "toolresult", "logId": event["logId"], "seq": seq,

@@ -111,9 +111,9 @@ class AnalyticsWriter:
 
 def _event_row(record: dict[str, Any]) -> dict[str, Any]:
     event = record["event"]
-    fields = event.get("fields") if isinstance(event.get("fields"), dict) else {}
+    fields: dict[str, Any] = event["fields"] if isinstance(event.get("fields"), dict) else {}
     acl = event.get("acl") or {}
-    usage = fields.get("usage") if isinstance(fields.get("usage"), dict) else {}
+    usage: dict[str, Any] = fields["usage"] if isinstance(fields.get("usage"), dict) else {}
     event_type = event.get("type")
     title = fields.get("title") or (fields.get("goal") if event_type == "episode.started" else None)
     return {

@@ -22,10 +22,12 @@ from __future__ import annotations
 import json
 from collections.abc import Collection, Sequence
 from datetime import datetime
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
 import duckdb
+import orjson
 import pyarrow as pa
 
 from sinks.exceptions import SinkError
@@ -302,7 +304,7 @@ def _chunk_row(chunk: dict[str, Any]) -> dict[str, Any]:
         "tokenCount": int(chunk.get("tokenCount") or 0), "tenant": acl.get("tenant"),
         "aclRead": _strings(acl["read"]) if isinstance(acl.get("read"), list) else None,
         "provisional": bool(chunk.get("provisional", False)),
-        "evidence": json.dumps(evidence, ensure_ascii=False, separators=(",", ":")),
+        "evidence": orjson.dumps(evidence).decode("utf-8"),
     }
 
 
@@ -362,6 +364,12 @@ def _as_posix(value: Any) -> float | None:
             raise SinkError("naive datetimes are ambiguous; pass an aware datetime")
         return value.timestamp()
     try:
-        return parse_time(str(value)).timestamp()
+        return _posix_of_text(str(value))
     except ValueError as exc:
         raise SinkError(str(exc)) from None
+
+
+@lru_cache(maxsize=65536)
+def _posix_of_text(text: str) -> float:
+    # Overlapping chunks repeat the same start/end/event times.
+    return parse_time(text).timestamp()

@@ -75,12 +75,10 @@ class ToolResultsWriter:
     def write(self, staging: Path, previous: Path | None, records: Sequence[dict[str, Any]]) -> list[str]:
         staging = Path(staging)
         staging.mkdir(parents=True, exist_ok=True)
-        if previous is None:
-            index = self._index(staging, reuse=False)
-        else:
+        if previous is not None:
             clone_into(previous, staging, copy_names=COPY_NAMES)
-            index = self._index(staging, reuse=True)
         before = _files(staging)
+        index = self._index(staging, reuse=previous is not None)
         docs: dict[str, dict[str, Any]] = {}
         for record in records:
             if record.get("kind") == "toolresult":
@@ -93,8 +91,9 @@ class ToolResultsWriter:
             del index
             _remove_locks(staging)
         after = _files(staging)
-        changed = {name for name in after & before if name in COPY_NAMES}
-        return sorted((after - before) | changed)
+        # The copied meta files are rewritten by a commit: they are new content, too.
+        rewritten = {name for name in after & before if name in COPY_NAMES} if docs else set()
+        return sorted((after - before) | rewritten)
 
     def _index(self, directory: Path, *, reuse: bool) -> tantivy.Index:
         try:
@@ -155,7 +154,7 @@ class ToolResultsReader:
         An empty query raises ``sinks.exceptions.QueryError``; nothing else the user types can.
         """
         clauses = parse_query(query, lambda text: list(self._analyzer.analyze(text)))
-        if limit <= 0 or (session_ids is not None and not session_ids) \
+        if not clauses or limit <= 0 or (session_ids is not None and not session_ids) \
                 or (tool_names is not None and not tool_names):
             return []
         schema = self._index.schema

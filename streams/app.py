@@ -9,6 +9,7 @@ and every chunk acknowledged by the broker before the state that forgets it is w
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
 import faust
@@ -35,11 +36,20 @@ __all__ = ["create_app"]
 log = logging.getLogger("usl.worker")
 
 
+def _fatal(agent: str) -> None:
+    """Exit the worker process at once. Offsets of unfinished records are not committed, so
+    the restarted worker (or another group member) processes them again; every step is
+    idempotent, so nothing is lost or duplicated downstream."""
+    log.exception("agent %s failed unexpectedly; exiting so the records are processed again", agent)
+    logging.shutdown()
+    os._exit(70)
+
+
 def _broker_urls(bootstrap: str) -> list[str]:
     return [f"kafka://{host.strip()}" for host in bootstrap.split(",") if host.strip()]
 
 
-def create_app(settings: Settings, bootstrap: str) -> faust.App:  # noqa: C901 - one app, two agents
+def create_app(settings: Settings, bootstrap: str) -> faust.App:
     """Build the faust app with both agents and their tables."""
     from streams.chunking import Chunker, ChunkerConfig, default_tokenizer
     from streams.redaction import policy_hash, redact_event
@@ -105,50 +115,53 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:  # noqa: C901 -
 
     @app.agent(l1_topic, name="redaction")
     async def redaction(stream: Any) -> None:
-        async for record in stream.events():
-            message = record.message
-            seq = message.offset + 1
-            source = {"topic": message.topic, "partition": message.partition, "offset": message.offset}
-            usl_records_total.labels(stage="redaction").inc()
-            try:
-                event = validate_event(orjson.loads(record.value), record=f"{message.topic}[{message.partition}]@{message.offset}")
-            except (orjson.JSONDecodeError, USLError) as exc:
-                await dead_letter("redaction", "schema", str(exc), source, record.value or b"")
-                continue
-            log_id = event["logId"]
-            owned_logs[log_id] = message.partition
-            dedup_key = f"{log_id}/{event['eventId']}"
-            previous = first_seq[dedup_key]
-            if previous is not None and int(previous) < seq:
-                usl_duplicate_events_total.labels(stage="redaction").inc()
-            else:
+        try:
+            async for record in stream.events():
+                message = record.message
+                seq = message.offset + 1
+                source = {"topic": message.topic, "partition": message.partition, "offset": message.offset}
+                usl_records_total.labels(stage="redaction").inc()
                 try:
-                    result = redact_event(event)
-                except Exception as exc:  # a rule bug must not stop the log; the event is dead-lettered
-                    await dead_letter("redaction", "redaction_failed", f"redaction failed: {type(exc).__name__}", source, b"")
-                    result = None
-                if result is not None:
-                    for rule, count in result.hits.items():
-                        usl_redactions_total.labels(rule=rule).inc(count)
-                    body = {"kind": "event", "logId": log_id, "seq": seq, "event": result.event, "policy": policy}
-                    await redacted_topic.send(key=event["sessionId"].encode(), value=orjson.dumps(body), force=True)
-                    if result.tool_result is not None:
-                        tool = {"kind": "toolresult", "logId": log_id, "seq": seq, "eventId": event["eventId"],
-                                "sessionId": event["sessionId"], "runId": event.get("runId"),
-                                "turnId": event.get("turnId"), "time": event["time"], "acl": event.get("acl"),
-                                "policy": policy, **result.tool_result}
-                        await toolresults_topic.send(key=event["sessionId"].encode(), value=orjson.dumps(tool), force=True)
-                    if previous is None:
-                        first_seq[dedup_key] = seq
-            clock = clocks[log_id] or new_clock()
-            try:
-                when: float | None = event_time(event)
-            except (KeyError, ValueError):
-                when = None
-            clock, tick = advance_clock(clock, log_id, seq, when, settings.tick_every_seqs)
-            if tick is not None:
-                await broadcast(tick)
-            clocks[log_id] = clock
+                    event = validate_event(orjson.loads(record.value), record=f"{message.topic}[{message.partition}]@{message.offset}")
+                except (orjson.JSONDecodeError, USLError) as exc:
+                    await dead_letter("redaction", "schema", str(exc), source, record.value or b"")
+                    continue
+                log_id = event["logId"]
+                owned_logs[log_id] = message.partition
+                dedup_key = f"{log_id}/{event['eventId']}"
+                previous = first_seq.get(dedup_key)
+                if previous is not None and int(previous) < seq:
+                    usl_duplicate_events_total.labels(stage="redaction").inc()
+                else:
+                    try:
+                        result = redact_event(event)
+                    except Exception as exc:  # a rule bug must not stop the log; the event is dead-lettered
+                        await dead_letter("redaction", "redaction_failed", f"redaction failed: {type(exc).__name__}", source, b"")
+                        result = None
+                    if result is not None:
+                        for rule, count in result.hits.items():
+                            usl_redactions_total.labels(rule=rule).inc(count)
+                        body = {"kind": "event", "logId": log_id, "seq": seq, "event": result.event, "policy": policy}
+                        await redacted_topic.send(key=event["sessionId"].encode(), value=orjson.dumps(body), force=True)
+                        if result.tool_result is not None:
+                            tool = {"kind": "toolresult", "logId": log_id, "seq": seq, "eventId": event["eventId"],
+                                    "sessionId": event["sessionId"], "runId": event.get("runId"),
+                                    "turnId": event.get("turnId"), "time": event["time"], "acl": event.get("acl"),
+                                    "policy": policy, **result.tool_result}
+                            await toolresults_topic.send(key=event["sessionId"].encode(), value=orjson.dumps(tool), force=True)
+                        if previous is None:
+                            first_seq[dedup_key] = seq
+                clock = clocks.get(log_id) or new_clock()
+                try:
+                    when: float | None = event_time(event)
+                except (KeyError, ValueError):
+                    when = None
+                clock, tick = advance_clock(clock, log_id, seq, when, settings.tick_every_seqs)
+                if tick is not None:
+                    await broadcast(tick)
+                clocks[log_id] = clock
+        except Exception:  # an unexpected bug: exit so a restart resumes at-least-once
+            _fatal('redaction')
 
     @app.timer(interval=1.0)
     async def flush_ticks() -> None:
@@ -181,51 +194,54 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:  # noqa: C901 -
 
     @app.agent(redacted_topic, name="chunking")
     async def chunking(stream: Any) -> None:
-        async for record in stream.events():
-            message = record.message
-            partition = message.partition
-            usl_records_total.labels(stage="chunking").inc()
-            try:
-                body = orjson.loads(record.value)
-                log_id = body["logId"]
-            except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
-                source = {"topic": message.topic, "partition": partition, "offset": message.offset}
-                await dead_letter("chunking", "chunking_failed", f"unreadable record: {exc}", source, record.value or b"")
-                continue
-            progress_key = f"{partition}/{log_id}"
-            progress = progress_table[progress_key] or new_progress()
-            if body["kind"] == "event":
-                session_id = body["event"]["sessionId"]
-                session_key = f"{log_id}/{session_id}"
-                state = sessions[session_key] or chunker.new_state(session_id)
+        try:
+            async for record in stream.events():
+                message = record.message
+                partition = message.partition
+                usl_records_total.labels(stage="chunking").inc()
                 try:
-                    chunks = chunker.on_event(state, log_id, int(body["seq"]), body["event"])
-                except Exception as exc:
+                    body = orjson.loads(record.value)
+                    log_id = body["logId"]
+                except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
                     source = {"topic": message.topic, "partition": partition, "offset": message.offset}
-                    await dead_letter("chunking", "chunking_failed", f"chunker failed: {type(exc).__name__}: {exc}", source, b"")
-                    chunks = []
-                await emit_chunks(chunks, partition)
-                sessions[session_key] = state
-                note_session(progress, session_id, chunker.open_min_seq(state))
-                note_seq(progress, int(body["seq"]))
-                if chunks:
+                    await dead_letter("chunking", "chunking_failed", f"unreadable record: {exc}", source, record.value or b"")
+                    continue
+                progress_key = f"{partition}/{log_id}"
+                progress = progress_table.get(progress_key) or new_progress()
+                if body["kind"] == "event":
+                    session_id = body["event"]["sessionId"]
+                    session_key = f"{log_id}/{session_id}"
+                    state = sessions.get(session_key) or chunker.new_state(session_id)
+                    try:
+                        chunks = chunker.on_event(state, log_id, int(body["seq"]), body["event"])
+                    except Exception as exc:
+                        source = {"topic": message.topic, "partition": partition, "offset": message.offset}
+                        await dead_letter("chunking", "chunking_failed", f"chunker failed: {type(exc).__name__}: {exc}", source, b"")
+                        chunks = []
+                    await emit_chunks(chunks, partition)
+                    sessions[session_key] = state
+                    note_session(progress, session_id, chunker.open_min_seq(state))
+                    note_seq(progress, int(body["seq"]))
+                    if chunks:
+                        await emit_marker(progress, log_id, partition)
+                elif body["kind"] == "tick":
+                    tick_seq = int(body["seq"])
+                    if not body.get("flush") and tick_seq > int(progress.get("lastTickSeq", 0)):
+                        for session_id in sorted(progress["open"]):
+                            session_key = f"{log_id}/{session_id}"
+                            state = sessions.get(session_key)
+                            if state is None:
+                                continue
+                            chunks = chunker.on_tick(state, body)
+                            await emit_chunks(chunks, partition)
+                            sessions[session_key] = state
+                            note_session(progress, session_id, chunker.open_min_seq(state))
+                        progress["lastTickSeq"] = tick_seq
+                    note_seq(progress, tick_seq)
                     await emit_marker(progress, log_id, partition)
-            elif body["kind"] == "tick":
-                tick_seq = int(body["seq"])
-                if not body.get("flush") and tick_seq > int(progress.get("lastTickSeq", 0)):
-                    for session_id in sorted(progress["open"]):
-                        session_key = f"{log_id}/{session_id}"
-                        state = sessions[session_key]
-                        if state is None:
-                            continue
-                        chunks = chunker.on_tick(state, body)
-                        await emit_chunks(chunks, partition)
-                        sessions[session_key] = state
-                        note_session(progress, session_id, chunker.open_min_seq(state))
-                    progress["lastTickSeq"] = tick_seq
-                note_seq(progress, tick_seq)
-                await emit_marker(progress, log_id, partition)
-            progress_table[progress_key] = progress
+                progress_table[progress_key] = progress
+        except Exception:  # an unexpected bug: exit so a restart resumes at-least-once
+            _fatal('chunking')
 
     return app
 

@@ -93,9 +93,11 @@ class WhooshEngine:
         try:
             writer = ix.writer(limitmb=self.limit_mb, procs=1)
             try:
+                # Upsert: delete every committed doc with these chunkIds (one query, where
+                # update_document would open a searcher per doc), then add.
+                writer.delete_by_query(wq.Or([wq.Term("chunkId", doc.chunk_id) for doc in text_docs]))
                 for doc in text_docs:
-                    # update_document deletes every committed doc with this chunkId first.
-                    writer.update_document(**_fields(doc))
+                    writer.add_document(**_fields(doc))
             except BaseException:
                 writer.cancel()
                 raise

@@ -278,12 +278,15 @@ class SentenceTransformerEmbedder:
                 "pip install 'usl-search[sentence-transformers]'"
             ) from exc
         try:
-            self._model = SentenceTransformer(model_name, device="cpu", local_files_only=True)
+            try:
+                self._model = SentenceTransformer(model_name, device="cpu", local_files_only=True)
+            except TypeError:  # releases before local_files_only rely on HF_HUB_OFFLINE alone
+                self._model = SentenceTransformer(model_name, device="cpu")
         except Exception as exc:  # the library raises OSError, ValueError, HF errors...
             raise EmbedderError(
                 f"sentence-transformers model {model_name!r} is not available locally "
                 f"(downloads are disabled; put it in the Hugging Face cache or pass a local "
-                f"directory): {type(exc).__name__}"
+                f"directory): {type(exc).__name__}: {str(exc)[:200]}"
             ) from exc
         self.dimension = int(self._model.get_sentence_embedding_dimension())
         tokenizer = getattr(self._model, "tokenizer", None)

@@ -111,7 +111,10 @@ class Chunker:
             if text is None:
                 return []  # session-level, renders nothing: belongs to no unit (session.acl, run.*)
             kind, key = "session", "session"
-        moment = parse_time(event["time"])
+        try:
+            moment = parse_time(event["time"])
+        except (KeyError, ValueError) as exc:
+            raise ChunkingError(f"event {event['eventId']!r} has no valid time: {exc}") from None
         when = moment.timestamp()
         unit = state["unit"]
         if unit is not None and (unit["key"] != key or when - unit["lastTime"] > self.config.idle_gap_seconds):
@@ -122,7 +125,7 @@ class Chunker:
                 "key": key, "kind": kind, "lastTime": when, "pendingMinSeq": None,
                 "segments": [], "fresh": 0, "tokens": 0,
             }
-        unit["lastTime"] = when
+        unit["lastTime"] = max(unit["lastTime"], when)
         if unit["pendingMinSeq"] is None:
             unit["pendingMinSeq"] = seq
         if text is not None:
@@ -169,6 +172,8 @@ class Chunker:
     def _check(self, state: dict[str, Any], event: dict[str, Any]) -> None:
         if state.get("v") != STATE_VERSION:
             raise ChunkingError(f"chunker state version {state.get('v')!r} is not {STATE_VERSION}")
+        if not isinstance(event.get("eventId"), str):
+            raise ChunkingError(f"event without an eventId in session {state['sessionId']!r}")
         if event.get("sessionId") != state["sessionId"]:
             raise ChunkingError(
                 f"event {event.get('eventId')!r} of session {event.get('sessionId')!r} "

@@ -3,8 +3,10 @@
 Rendering is a pure, deterministic function of the event; its output is what byte offsets
 point into, so changing it is a chunker version change. Formats (``docs/chunking.md``):
 
-- ``message``         ``[ROLE] text``                              (``fields.text``)
-- ``tool.call``       ``[tool.call NAME] key1=v1, key2=v2``        (``fields.input``, keys sorted)
+- ``message``         ``[ROLE] text``                              (``fields.text``;
+  ``[ROLE thinking] text`` when ``fields.kind`` is ``thinking``)
+- ``tool.call``       ``[tool.call NAME] key1=v1, key2=v2``        (``fields.toolName``,
+  ``fields.input``; keys sorted, each value at most 400 characters, non-strings as JSON)
 - ``tool.result``     ``[tool.result NAME STATUS] summary``        (``fields.summary``, else a
   truncated ``fields.output``: full results belong to the ACL-isolated tool-results index)
 - ``error``           ``[error] message``
@@ -46,7 +48,7 @@ def tool_name(event: dict[str, Any]) -> str | None:
     fields = event.get("fields") or {}
     if not isinstance(fields, dict):
         return None
-    for key in ("name", "toolName", "tool"):
+    for key in ("toolName", "name", "tool"):
         value = fields.get(key)
         if isinstance(value, str) and value:
             return value
@@ -72,7 +74,10 @@ def _message(event: dict[str, Any], fields: dict[str, Any]) -> str | None:
     text = _text(fields.get("text", fields.get("content")))
     if not text:
         return None
-    return f"[{event.get('role') or 'message'}] {text}"
+    label = event.get("role") or "message"
+    if fields.get("kind") == "thinking":
+        label += " thinking"
+    return f"[{label}] {text}"
 
 
 def _tool_call(event: dict[str, Any], fields: dict[str, Any]) -> str:

@@ -1,7 +1,15 @@
 """The rule machinery: a rule finds one kind of secret and replaces it with its marker.
 
-A :class:`Rule` runs only when one of its literal *triggers* occurs in the text (a C-speed
-``in`` test), so a text pays for the few rules whose prefixes it contains, not for all of them.
+Speed comes from never running a regex over a text it cannot match. Python's regex engine
+is fast only when a pattern starts with a literal (it skips ahead to it in C) and slow when
+it must try a pattern at every position, so a rule runs only when its *gate* says so:
+
+- ``triggers``: literal substrings, tested with ``in`` (C speed);
+- ``lower_triggers``: the same, in the ASCII-lower-cased text (computed once per pass);
+- ``gate``: one shared, literal-anchored regex standing for a family of prefixes, tested at
+  most once per pass and text (:class:`Scan` caches it);
+- none of these: the rule's own pattern starts with a literal and runs directly.
+
 Replacements are markers that no rule matches again, which makes redaction idempotent.
 """
 
@@ -16,6 +24,8 @@ __all__ = [
     "USER_MARKER",
     "RegexRule",
     "Rule",
+    "Scan",
+    "ascii_lower",
     "is_marker_at",
     "marker",
 ]
@@ -24,6 +34,8 @@ MARKER_PREFIX = "[REDACTED:"
 USER_MARKER = "[USER]"
 
 Check = Callable[["re.Match[str]"], bool]
+
+_ASCII_LOWER = {code: code + 32 for code in range(ord("A"), ord("Z") + 1)}
 
 
 def marker(rule_name: str) -> str:
@@ -36,25 +48,76 @@ def is_marker_at(text: str, position: int) -> bool:
     return text.startswith(MARKER_PREFIX, position) or text.startswith(USER_MARKER, position)
 
 
+def ascii_lower(text: str) -> str:
+    """``text`` with A-Z lower-cased and every position unchanged.
+
+    ``str.lower`` is much faster but may change the length of non-ASCII text ("İ" becomes two
+    code points), which would shift the positions keyword searches report.
+    """
+    lowered = text.lower()
+    return lowered if len(lowered) == len(text) else text.translate(_ASCII_LOWER)
+
+
+class Scan:
+    """One text during one pass: its lower-cased form and gate results, computed on demand."""
+
+    __slots__ = ("_gates", "_lower", "text")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self._lower: str | None = None
+        self._gates: dict[int, bool] = {}
+
+    def lower(self) -> str:
+        if self._lower is None:
+            self._lower = ascii_lower(self.text)
+        return self._lower
+
+    def gate(self, pattern: re.Pattern[str]) -> bool:
+        found = self._gates.get(id(pattern))
+        if found is None:
+            found = self._gates[id(pattern)] = pattern.search(self.text) is not None
+        return found
+
+    def wants(self, rule: Rule) -> bool:
+        """Whether ``rule`` can match this text at all."""
+        if rule.gate is None and not rule.triggers and not rule.lower_triggers:
+            return True
+        if rule.gate is not None and self.gate(rule.gate):
+            return True
+        text = self.text
+        for literal in rule.triggers:
+            if literal in text:
+                return True
+        if rule.lower_triggers:
+            lowered = self.lower()
+            for literal in rule.lower_triggers:
+                if literal in lowered:
+                    return True
+        return False
+
+
 @dataclass(frozen=True, eq=False)
 class Rule:
-    """One named detector. Subclasses implement :meth:`apply`.
-
-    ``triggers`` are literal substrings searched in the text as is; ``lower_triggers`` are
-    searched in the lower-cased text. A rule with no triggers at all always runs.
-    """
+    """One named detector. Subclasses implement :meth:`apply`; see the module for gates."""
 
     name: str
     triggers: tuple[str, ...] = ()
     lower_triggers: tuple[str, ...] = ()
+    gate: re.Pattern[str] | None = None
     description: str = ""
 
     def fingerprint(self) -> list[str]:
         """What identifies this rule's behaviour in the policy hash."""
-        return [self.name, *self.triggers, *self.lower_triggers]
+        gate = [] if self.gate is None else [self.gate.pattern]
+        return [self.name, *self.triggers, *self.lower_triggers, *gate]
 
-    def apply(self, text: str, hits: dict[str, int]) -> str:
-        """Return ``text`` with this rule's findings replaced; count them in ``hits`` by rule."""
+    def hit_names(self) -> tuple[str, ...]:
+        """Every rule name this rule counts in ``hits``."""
+        return (self.name,)
+
+    def apply(self, scan: Scan, hits: dict[str, int]) -> str:
+        """Return ``scan.text`` with this rule's findings replaced; count them in ``hits``."""
         raise NotImplementedError
 
 
@@ -65,40 +128,54 @@ class RegexRule(Rule):
     ``group`` names the part of the match that is replaced (0: the whole match; a group name:
     only that value, so ``postgres://app:s3cret@db`` keeps its user and host). ``check`` may
     reject a match (an entropy test, a base64 decode) after the regex found it.
-    ``replacement`` overrides the marker (home directories use ``[USER]``).
+    ``replacement`` overrides the marker (home directories use ``[USER]``). With ``anchored``
+    the pattern is only tried where a ``lower_triggers`` keyword occurs (case-insensitive
+    patterns cannot use the engine's literal skip-ahead).
     """
 
     pattern: re.Pattern[str] = field(default=re.compile(r"(?!)"))
     group: int | str = 0
     check: Check | None = None
     replacement: str | None = None
+    anchored: bool = False
 
     def fingerprint(self) -> list[str]:
         check = getattr(self.check, "__qualname__", "")
-        return [*super().fingerprint(), self.pattern.pattern, str(self.pattern.flags), str(self.group), check]
+        return [*super().fingerprint(), self.pattern.pattern, str(self.pattern.flags), str(self.group), check, str(self.anchored)]
 
-    def apply(self, text: str, hits: dict[str, int]) -> str:
-        found = 0
+    def apply(self, scan: Scan, hits: dict[str, int]) -> str:
+        text = scan.text
+        matches = _anchored_matches(self.pattern, scan, self.lower_triggers) if self.anchored else self.pattern.finditer(text)
         group = self.group
-        check = self.check
         new = self.replacement if self.replacement is not None else marker(self.name)
-
-        def replace(match: re.Match[str]) -> str:
-            nonlocal found
+        pieces: list[str] = []
+        done = 0
+        for match in matches:
             start, end = match.span(group)
-            if start < 0 or start == end or is_marker_at(text, start):
-                return match.group(0)
-            if check is not None and not check(match):
-                return match.group(0)
-            found += 1
-            if group == 0:
-                return new
-            whole = match.group(0)
-            offset = match.start()
-            return whole[: start - offset] + new + whole[end - offset:]
-
-        result = self.pattern.sub(replace, text)
-        if not found:
+            if start < done or start < 0 or start == end or is_marker_at(text, start):
+                continue
+            if self.check is not None and not self.check(match):
+                continue
+            pieces += (text[done:start], new)
+            done = end
+        if not pieces:
             return text
-        hits[self.name] = hits.get(self.name, 0) + found
-        return result
+        hits[self.name] = hits.get(self.name, 0) + len(pieces) // 2
+        pieces.append(text[done:])
+        return "".join(pieces)
+
+
+def _anchored_matches(pattern: re.Pattern[str], scan: Scan, keywords: tuple[str, ...]) -> list[re.Match[str]]:
+    lowered = scan.lower()
+    starts: set[int] = set()
+    for keyword in keywords:
+        position = lowered.find(keyword)
+        while position != -1:
+            starts.add(position)
+            position = lowered.find(keyword, position + 1)
+    found = []
+    for start in sorted(starts):
+        match = pattern.match(scan.text, start)
+        if match is not None:
+            found.append(match)
+    return found

@@ -137,7 +137,7 @@ class AssignmentRule(Rule):
         rf"(?:{_KEYWORDS})[A-Za-z0-9_.-]{{0,48}}(?P<close>\\?[\"']?)[ \t]*"
         r"(?P<sep>:=|=>|=(?![=~])|:(?![:/\\]))[ \t]*"
         r"(?:\\?\"(?P<dq>[^\"\\\r\n]{1,4096})\\?\"|'(?P<sq>[^'\r\n]{1,4096})'"
-        r"|(?P<bare>[^\s\"'`,;&<>|{}]{1,4096})(?P<eol>(?=[ \t]*(?:$|\r?\n|[,;&}])))?)",
+        r"|(?P<bare>[^\s\"'`,;<>|{}()]{1,4096})(?P<eol>(?=[ \t]*(?:$|\r?\n|[,;&})])))?)",
         re.ASCII | re.IGNORECASE | re.MULTILINE,
     )
     _flag = re.compile(
@@ -175,41 +175,51 @@ class AssignmentRule(Rule):
 
         def replace(match: re.Match[str]) -> str:
             nonlocal changed
-            rule = self._judge(text, match, kind)
-            if rule is None:
+            verdict = self._judge(text, match, kind)
+            if verdict is None:
                 return match.group(0)
+            rule, start, end = verdict
             changed = True
             hits[rule] = hits.get(rule, 0) + 1
-            group = next(g for g in ("dq", "sq", "bare") if match.group(g) is not None)
-            start, end = match.span(group)
             whole, offset = match.group(0), match.start()
             return whole[: start - offset] + marker(rule) + whole[end - offset:]
 
         result = pattern.sub(replace, text)
         return result if changed else text
 
-    def _judge(self, text: str, match: re.Match[str], kind: str) -> str | None:
-        """The rule name to redact this value under, or ``None`` to keep it."""
-        quoted = match.group("bare") is None
-        value = match.group("dq") if match.group("dq") is not None else match.group("sq") if quoted else match.group("bare")
-        if value is None or is_marker_at(value, 0) or is_placeholder(value, quoted=quoted):
+    def _judge(self, text: str, match: re.Match[str], kind: str) -> tuple[str, int, int] | None:
+        """The rule to redact the value under and the value's span, or ``None`` to keep it."""
+        groups = match.groupdict()
+        group = next((name for name in ("dq", "sq", "bare") if groups.get(name) is not None), None)
+        if group is None:
             return None
+        quoted = group != "bare"
+        value = groups[group]
+        start, end = match.span(group)
         if kind == "assignment":
             name_start = _name_start(text, match.start())
             name = text[name_start: match.start("close")].strip(".-")
+            if not quoted and "&" in value and text[name_start - 1: name_start] in ("?", "&"):
+                # A URL query parameter ends at the next "&"; elsewhere "&" is part of the value.
+                value = value[: value.index("&")]
+                end = start + len(value)
             exported = text.endswith("export ", 0, name_start) or text.endswith("export\t", 0, name_start)
             if not quoted and match.group("sep") == ":" and match.group("eol") is None:
                 # "Password: must be 8 characters" is prose: a YAML/header value fills its line.
                 return None
         else:
             name, exported = match.group("name"), kind == "flag"
+        if not value or is_marker_at(value, 0) or is_placeholder(value, quoted=quoted):
+            return None
+        if not quoted and text[end: end + 1] in ("(", "["):
+            return None  # password = getpass(...), token = tokens[0]: code, not a value
         name_kind = name_class(name)
         if name_kind is None:
             return None
         if name_kind == "password":
-            return self._names["password"]
+            return self._names["password"], start, end
         if exported or looks_random(value):
-            return self._names[name_kind]
+            return self._names[name_kind], start, end
         return None
 
 

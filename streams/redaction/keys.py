@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
+from itertools import pairwise
 from typing import Literal
 
 __all__ = ["NameClass", "fingerprint", "is_placeholder", "name_class"]
@@ -49,7 +50,7 @@ _DESCRIPTIVE_SUFFIXES = frozenset({
     "store", "vault", "reset", "changed", "match", "matches", "valid", "validator", "input",
     "param", "params", "parameter", "option", "options", "flag", "set", "scope", "scopes",
     "at", "on", "days", "seconds", "minutes", "hours", "ms", "s", "lifetime", "algorithm",
-    "alg", "class", "schema", "config", "settings", "error", "errors", "message", "count",
+    "alg", "class", "schema", "config", "settings", "error", "errors", "message",
 })
 # Words seen in the common "not a secret" spellings: publicKey, publishable_key, key_id, ...
 _NEGATING_WORDS = frozenset({"public", "publishable", "max", "num", "total", "no", "is", "has", "use"})
@@ -68,7 +69,7 @@ def name_class(name: str) -> NameClass | None:
         return "password"
     if any(word in _SECRET_WORDS or "secret" in word or word.endswith(("token", "apikey")) for word in words):
         return "secret"
-    for before, word in zip(words, words[1:], strict=False):
+    for before, word in pairwise(words):
         if word == "key" and before in _SECRET_KEY_QUALIFIERS:
             return "secret"
     if words[-1] in ("key", "keys"):

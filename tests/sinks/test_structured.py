@@ -205,7 +205,7 @@ def test_filter_chunk_ids(tmp_path: Path) -> None:
     b = make_chunk("s1", [3, 4], run_id="r1", turn_id="t2", roles=("assistant",),
                    tool_names=("Read", "Bash"), statuses=("error",))
     c = make_chunk("s2", [5, 9], run_id="r2", turn_id="t3", roles=("tool",))
-    gen, = commit_batches(tmp_path, StructuredWriter(), [[a, b], [c]])
+    gen = commit_batches(tmp_path, StructuredWriter(), [[a, b], [c]])[-1]
     ids = {name: chunk["chunkId"] for name, chunk in (("a", a), ("b", b), ("c", c))}
     with StructuredReader(gen) as reader:
         def names(**filters: Any) -> set[str]:
@@ -221,7 +221,7 @@ def test_filter_chunk_ids(tmp_path: Path) -> None:
         assert names(tool_names=["Read"], statuses=["error"]) == {"b"}
         assert names(statuses=["ok", "missing"]) == {"a"}
         assert names(roles=["tool", "assistant"]) == {"b", "c"}
-        assert names(time_from=iso(4.5)) == {"b", "c"}
+        assert names(time_from=iso(3.5)) == {"b", "c"}
         assert names(time_to=T0 + timedelta(seconds=2)) == {"a"}
         assert names(time_from=(T0 + timedelta(seconds=6)).timestamp(), time_to=iso(7)) == {"c"}
         assert names(max_seq=4) == {"a", "b"}
@@ -289,9 +289,17 @@ def test_reader_on_an_empty_generation(tmp_path: Path) -> None:
 
 
 def test_reader_is_fast_at_100k_chunks(tmp_path: Path) -> None:
-    batches = [[make_chunk(f"s{i % 500}", [i * 3 + 1, i * 3 + 3], chunk_id=f"c_{i:032x}",
-                           tool_names=("Bash",) if i % 7 == 0 else ())
-                for i in range(start, start + 25_000)] for start in range(0, 100_000, 25_000)]
+    plain, bash = make_chunk("s", [1, 3]), make_chunk("s", [1, 3], tool_names=("Bash",))
+
+    def chunk(i: int) -> dict[str, Any]:
+        seqs = [i * 3 + 1, i * 3 + 3]
+        evidence = [{"eventId": f"ev-{i}-{seq}", "seq": seq, "start": 0, "end": 5, "part": [0, 5]}
+                    for seq in seqs]
+        return {**(bash if i % 7 == 0 else plain), "chunkId": f"c_{i:032x}", "sessionId": f"s{i % 500}",
+                "minSeq": seqs[0], "maxSeq": seqs[1], "evidence": evidence,
+                "startTime": iso(seqs[0]), "endTime": iso(seqs[1]), "eventTime": iso(seqs[1])}
+
+    batches = [[chunk(i) for i in range(start, start + 25_000)] for start in range(0, 100_000, 25_000)]
     gen = commit_batches(tmp_path, StructuredWriter(), batches)[-1]
     with StructuredReader(gen) as reader:
         started = time.perf_counter()

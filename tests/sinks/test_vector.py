@@ -17,6 +17,7 @@ import pytest
 
 import sinks.vector
 from sinks.vector import (
+    Embedder,
     EmbedderError,
     HashEmbedder,
     VectorHit,
@@ -126,6 +127,7 @@ def test_hash_embedder_is_deterministic() -> None:
     assert not a[3].any()
     assert a[0] @ a[1] > a[0] @ a[2]
     assert get_embedder("hash:64").identity["name"] == "hash"
+    assert isinstance(HashEmbedder(8), Embedder)
 
 
 @pytest.mark.parametrize(

@@ -110,9 +110,9 @@ def build_log(steps: list[tuple[int, str, int, list[str], int]]) -> list[tuple[i
         elif action in ("user", "assistant"):
             new = event(eid, "message", role=action, text=text, **base)
         elif action == "call":
-            new = event(eid, "tool.call", role="assistant", name="Bash", input={"command": text, "n": len(words)}, **base)
+            new = event(eid, "tool.call", role="assistant", toolName="Bash", input={"command": text, "n": len(words)}, **base)
         elif action == "result":
-            new = event(eid, "tool.result", role="tool", name="Bash", status="ok" if len(words) % 2 else "error", output=text, **base)
+            new = event(eid, "tool.result", role="tool", toolName="Bash", status="ok" if len(words) % 2 else "error", output=text, **base)
         elif action == "hidden":
             new = event(eid, "message", role="assistant", visibility="hidden", text=text, **base)
         elif action == "custom":
@@ -374,6 +374,10 @@ def test_render_formats() -> None:
     long_output = event("5", "tool.result", name="Read", status="error", output="x" * 1000)
     assert render_event(long_output) == "[tool.result Read error] " + "x" * 400 + "…"
     assert render_event(event("6", "error", message="boom")) == "[error] boom"
+    thinking = event("6t", "message", role="assistant", text="hmm", kind="thinking")
+    assert render_event(thinking) == "[assistant thinking] hmm"
+    documented = event("6d", "tool.call", toolName="Read", toolCallId="x", input={"path": "a" * 500})
+    assert render_event(documented) == "[tool.call Read] path=" + "a" * 400 + "…"
     started = event("7", "session.started", title="Fix CI", cwd="/repo", model="m1")
     assert render_event(started) == "[session] title=Fix CI, cwd=/repo, model=m1"
     assert render_event(event("8", "session.started")) is None
@@ -542,10 +546,10 @@ def test_redelivered_tick_never_cuts_a_later_unit(chunker: Chunker) -> None:
     records = make_ticks(log, 4)  # one tick, at seq 4, logTime 1000
     tick = next(record for record in records if record["kind"] == "tick")
     expected = canonical(chunk_stream(records, chunker, finalize=True))
-    assert [c["evidenceEventIds"] for c in chunk_stream(records, chunker, finalize=True)][-2:] == [["c", "e"], ["d"]]
+    assert [c["evidenceEventIds"] for c in chunk_stream(records, chunker, finalize=True)] == [["a"], ["c", "e"], ["b"], ["d"]]
     # The tick delivered again after seq 6: t2 and v1 (latest event time 500) look idle to it,
     # but it is stale for both sessions (s3 did not even exist at seq 4) and must be ignored.
-    replayed = records[:-1] + [tick] + records[-1:]
+    replayed = [*records[:-1], tick, *records[-1:]]
     assert canonical(chunk_stream(replayed, chunker, finalize=True)) == expected
     assert sorted(canonical(run_incremental(chunker, replayed))) == sorted(expected)
 

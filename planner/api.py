@@ -1,0 +1,349 @@
+"""The planner's HTTP API: a Starlette ASGI app (``usl serve``, ``usl up``).
+
+Routes (``GET /openapi.json`` describes them; ``docs/planner.md`` has examples):
+
+==========================  =======================================================
+``POST /v1/search``         search (body: :mod:`planner.request`)
+``POST /v1/sql``            read-only SQL over the analytics snapshot (:mod:`planner.sql`)
+``GET /v1/status``          L1 seq, generations, watermarks and lag (:mod:`planner.status`)
+``GET /metrics``            Prometheus metrics of this process
+``GET /healthz``            liveness
+``GET /openapi.json``       the OpenAPI 3.1 description of these routes
+``GET /``                   the search page (``planner/static``)
+==========================  =======================================================
+
+The caller is named by the ``X-USL-Principal`` header (``tenant:T/user:U[/groups:..][/scopes:..]``,
+default ``USL_DEFAULT_PRINCIPAL``): the API trusts the proxy in front of it to set it.
+
+Every error, from any route and of any kind (a bad request, a refused cursor, an unknown route,
+a wrong method, malformed JSON, a bug), has the one shape of
+:func:`planner.exceptions.error_body`; a response never carries a traceback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from planner.acl import Principal, parse_principal
+from planner.exceptions import NotFound, PlannerError, QueryError, error_body
+from streams.exceptions import USLError
+from streams.metrics import METRICS_CONTENT_TYPE, metrics_text
+from streams.settings import Settings
+
+__all__ = ["PRINCIPAL_HEADER", "MethodNotAllowed", "NotImplementedYet", "create_app", "openapi"]
+
+log = logging.getLogger("usl.api")
+
+PRINCIPAL_HEADER = "X-USL-Principal"
+STATIC_DIR = Path(__file__).with_name("static")
+_STATUS_CACHE_SECONDS = 1.0
+
+
+class MethodNotAllowed(PlannerError):
+    status, code = 405, "method_not_allowed"
+
+
+class NotImplementedYet(PlannerError):
+    status, code = 501, "not_implemented"
+
+
+class _JSON(JSONResponse):
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+def _error(exc: PlannerError) -> Response:
+    return _JSON(error_body(exc), status_code=exc.status)
+
+
+def _internal(exc: BaseException) -> Response:
+    # Logged with its traceback for operators; the caller reads one clear sentence.
+    log.error("unexpected error while serving a request", exc_info=exc)
+    return _error(PlannerError("the server hit an unexpected error; it has been logged",
+                               hint="Retry; if it persists, check the planner's log."))
+
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def _guarded(handler: Handler) -> Handler:
+    """Turn every exception of ``handler`` into the one JSON error shape."""
+
+    async def endpoint(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except PlannerError as exc:
+            return _error(exc)
+        except USLError as exc:
+            return _error(PlannerError(str(exc)))
+        except Exception as exc:
+            return _internal(exc)
+
+    return endpoint
+
+
+async def _json_body(request: Request) -> Any:
+    raw = await request.body()
+    if not raw.strip():
+        raise QueryError("the request body is empty; send a JSON object",
+                         hint='For example {"query": "retry budget"}.')
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise QueryError("the request body is not valid JSON",
+                         hint="Send a JSON object with Content-Type: application/json.") from None
+
+
+def create_app(settings: Settings, bootstrap: str, *, planner: Any = None) -> Starlette:
+    """The ASGI app. Without ``planner`` it builds one at startup, fed by a live
+    :class:`~sinks.watermarks.WatermarkFollower`, and stops both at shutdown."""
+    state: dict[str, Any] = {"planner": planner}
+    status_cache: dict[str, tuple[float, dict[str, Any]]] = {}
+    status_lock = threading.Lock()
+
+    def principal_of(request: Request) -> Principal:
+        return parse_principal(request.headers.get(PRINCIPAL_HEADER) or settings.acl_default)
+
+    def the_planner() -> Any:
+        current = state.get("planner")
+        if current is None:
+            raise PlannerError("the planner is still starting", hint="Retry in a moment.")
+        return current
+
+    async def search(request: Request) -> Response:
+        body = await _json_body(request)
+        principal = principal_of(request)
+        result = await run_in_threadpool(the_planner().search, body, principal)
+        return _JSON(result)
+
+    async def sql(request: Request) -> Response:
+        body = await _json_body(request)
+        principal = principal_of(request)
+        # The attachment is optional in a build: without it the route says so plainly.
+        if importlib.util.find_spec("planner.sql") is None or not hasattr(the_planner(), "sql"):
+            raise NotImplementedYet("the SQL attachment is not part of this build")
+        return _JSON(await run_in_threadpool(the_planner().sql, body, principal))
+
+    def collect(log_id: str | None) -> dict[str, Any]:
+        from planner.status import collect_status
+
+        key = log_id or ""
+        with status_lock:
+            cached = status_cache.get(key)
+            if cached and time.monotonic() - cached[0] < _STATUS_CACHE_SECONDS:
+                return cached[1]
+        report = collect_status(settings, bootstrap, log_id=log_id)
+        report.pop("bootstrap", None)  # an internal address is not the caller's business
+        with status_lock:
+            status_cache[key] = (time.monotonic(), report)
+        return report
+
+    async def status(request: Request) -> Response:
+        log_id = request.query_params.get("log") or None
+        return _JSON(await run_in_threadpool(collect, log_id))
+
+    async def metrics(request: Request) -> Response:
+        return Response(metrics_text(), media_type=METRICS_CONTENT_TYPE)
+
+    async def healthz(request: Request) -> Response:
+        return _JSON({"status": "ok", "ready": state.get("planner") is not None})
+
+    async def openapi_json(request: Request) -> Response:
+        return _JSON(openapi())
+
+    async def index(request: Request) -> Response:
+        return FileResponse(STATIC_DIR / "index.html", media_type="text/html; charset=utf-8")
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        return _error(NotFound("no such route", hint="See GET /openapi.json for the routes."))
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        status_code = getattr(exc, "status_code", 500)
+        if status_code == 404:
+            return await not_found(request, exc)
+        if status_code == 405:
+            allowed = (getattr(exc, "headers", None) or {}).get("Allow", "")
+            return _error(MethodNotAllowed(
+                f"method {request.method} is not allowed here",
+                hint=f"Use {allowed}." if allowed else "See GET /openapi.json."))
+        error = PlannerError(str(getattr(exc, "detail", "")) or "the request failed")
+        error.status = status_code
+        error.code = "bad_request" if 400 <= status_code < 500 else "internal"
+        return _error(error)
+
+    async def server_error(request: Request, exc: Exception) -> Response:
+        return _internal(exc)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        follower = None
+        if state.get("planner") is None:
+            from planner.engine import Planner
+            from sinks.watermarks import WatermarkFollower
+
+            follower = await run_in_threadpool(
+                lambda: WatermarkFollower(bootstrap, settings).start(timeout_seconds=30))
+            state["planner"] = Planner(settings, bootstrap, follower=follower)
+            state["owned"] = True
+        try:
+            yield
+        finally:
+            if state.pop("owned", False):
+                state["planner"].close()
+                state["planner"] = None
+            if follower is not None:
+                follower.stop()
+
+    routes = [
+        Route("/v1/search", _guarded(search), methods=["POST"]),
+        Route("/v1/sql", _guarded(sql), methods=["POST"]),
+        Route("/v1/status", _guarded(status), methods=["GET"]),
+        Route("/metrics", _guarded(metrics), methods=["GET"]),
+        Route("/healthz", _guarded(healthz), methods=["GET"]),
+        Route("/openapi.json", _guarded(openapi_json), methods=["GET"]),
+        Route("/", _guarded(index), methods=["GET"]),
+        Mount("/static", app=StaticFiles(directory=STATIC_DIR), name="static"),
+    ]
+    return Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={HTTPException: http_error, 404: not_found, 500: server_error},
+    )
+
+
+_ERROR_REF = {"$ref": "#/components/schemas/Error"}
+
+
+def _errors(*statuses: int) -> dict[str, Any]:
+    meanings = {400: "Bad request (bad_query, bad_cursor)", 403: "Forbidden (missing scope)",
+                404: "Not found", 405: "Method not allowed", 409: "Cursor mismatch",
+                410: "Cursor expired or its generation is gone", 500: "Internal error",
+                501: "Not part of this build", 503: "Index unavailable"}
+    return {str(s): {"description": meanings[s],
+                     "content": {"application/json": {"schema": _ERROR_REF}}} for s in statuses}
+
+
+def openapi() -> dict[str, Any]:
+    """The hand-written OpenAPI 3.1 description of the API."""
+    principal = {"name": PRINCIPAL_HEADER, "in": "header", "required": False,
+                 "description": "Caller, e.g. tenant:acme/user:alice/groups:eng/scopes:toolresults "
+                                "(default: USL_DEFAULT_PRINCIPAL).",
+                 "schema": {"type": "string"}}
+    json_body = {"application/json": {"schema": {"type": "object"}}}
+    filters = {"type": "object", "additionalProperties": False, "properties": {
+        name: {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]}
+        for name in ("sessionId", "runId", "turnId", "toolName", "status", "role")
+    } | {"timeFrom": {"type": "string", "format": "date-time"},
+         "timeTo": {"type": "string", "format": "date-time"}}}
+    search_request = {"type": "object", "required": ["query"], "additionalProperties": False,
+                      "properties": {
+                          "query": {"type": "string", "minLength": 1, "maxLength": 2000},
+                          "log": {"type": "string", "default": "default"},
+                          "freshness": {"type": "string", "default": "indexed",
+                                        "pattern": "^(indexed|latest|wait:[0-9]+(\\.[0-9]+)?)$"},
+                          "k": {"type": "integer", "minimum": 1, "maximum": 100, "default": 10},
+                          "explain": {"type": "boolean", "default": False},
+                          "cursor": {"type": ["string", "null"]},
+                          "mode": {"enum": ["hybrid", "text", "vector"], "default": "hybrid"},
+                          "filters": filters,
+                          "toolResults": {"type": "boolean", "default": False,
+                                          "description": "Needs the toolresults scope."},
+                      }}
+    range_ = {"type": "object", "properties": {"fromSeq": {"type": "integer"},
+                                               "toSeq": {"type": "integer"}}}
+    search_response = {"type": "object", "required": ["asOfSeq", "freshness", "results", "cursor"],
+                       "properties": {
+                           "asOfSeq": {"type": "integer"},
+                           "freshness": {"type": "object", "required": [
+                               "mode", "label", "l1CommittedSeq", "watermarks", "tailScan",
+                               "uncovered"], "properties": {
+                               "mode": {"enum": ["indexed", "latest", "wait"]},
+                               "label": {"type": "string"},
+                               "l1CommittedSeq": {"type": "integer"},
+                               "watermarks": {"type": "object", "additionalProperties": {
+                                   "type": ["object", "null"], "properties": {
+                                       "generationId": {"type": "integer"},
+                                       "builtThroughSeq": {"type": "integer"}}}},
+                               "tailScan": {"oneOf": [range_, {"type": "null"}]},
+                               "uncovered": {"type": "array", "items": range_}}},
+                           "results": {"type": "array", "items": {"type": "object", "properties": {
+                               "chunkId": {"type": "string"}, "sessionId": {"type": "string"},
+                               "runId": {"type": ["string", "null"]},
+                               "turnId": {"type": ["string", "null"]},
+                               "episodeId": {"type": ["string", "null"]},
+                               "text": {"type": "string"},
+                               "evidence": {"type": "array", "items": {"type": "object", "properties": {
+                                   "eventId": {"type": "string"}, "seq": {"type": "integer"},
+                                   "start": {"type": "integer", "description": "UTF-8 byte offset"},
+                                   "end": {"type": "integer"}}}},
+                               "score": {"type": "object", "properties": {
+                                   "rrf": {"type": "number"}, "components": {"type": "object"}}},
+                               "eventTime": {"type": "string", "format": "date-time"}}}},
+                           "cursor": {"type": ["string", "null"]},
+                           "explain": {"type": "object"}}}
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "USL Search planner API", "version": "1",
+                 "description": "Explainable search over an append-only log of AI-agent "
+                                "sessions. Every answer states the log position (asOfSeq) it "
+                                "reflects."},
+        "paths": {
+            "/v1/search": {"post": {
+                "summary": "Search one log at one asOfSeq",
+                "parameters": [principal],
+                "requestBody": {"required": True, "content": {
+                    "application/json": {"schema": {"$ref": "#/components/schemas/SearchRequest"}}}},
+                "responses": {"200": {"description": "Results", "content": {"application/json": {
+                    "schema": {"$ref": "#/components/schemas/SearchResponse"}}}},
+                    **_errors(400, 403, 404, 409, 410, 500, 503)}}},
+            "/v1/sql": {"post": {
+                "summary": "Read-only SQL over the analytics snapshot",
+                "parameters": [principal],
+                "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                    "type": "object", "required": ["query"], "additionalProperties": False,
+                    "properties": {"query": {"type": "string"},
+                                   "asOfSeq": {"type": "integer", "minimum": 0},
+                                   "log": {"type": "string", "default": "default"}}}}}},
+                "responses": {"200": {"description": "Rows", "content": json_body},
+                              **_errors(400, 500, 501, 503)}}},
+            "/v1/status": {"get": {
+                "summary": "L1 committed seq and, per index, generation, watermark and lag",
+                "parameters": [{"name": "log", "in": "query", "required": False,
+                                "schema": {"type": "string"}}],
+                "responses": {"200": {"description": "Status", "content": json_body},
+                              **_errors(500)}}},
+            "/metrics": {"get": {"summary": "Prometheus metrics", "responses": {
+                "200": {"description": "Prometheus text format",
+                        "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
+            "/healthz": {"get": {"summary": "Liveness", "responses": {
+                "200": {"description": "Alive", "content": json_body}}}},
+            "/openapi.json": {"get": {"summary": "This document", "responses": {
+                "200": {"description": "OpenAPI 3.1", "content": json_body}}}},
+            "/": {"get": {"summary": "The search page", "responses": {
+                "200": {"description": "HTML", "content": {"text/html": {}}}}}},
+        },
+        "components": {"schemas": {
+            "SearchRequest": search_request,
+            "SearchResponse": search_response,
+            "Error": {"type": "object", "required": ["error"], "properties": {"error": {
+                "type": "object", "required": ["code", "message", "status"], "properties": {
+                    "code": {"type": "string"}, "message": {"type": "string"},
+                    "status": {"type": "integer"}, "hint": {"type": "string"}}}}},
+        }},
+    }

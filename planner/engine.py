@@ -1,0 +1,818 @@
+"""The query engine: one snapshot per query, hybrid RRF over readable data, explain, cursors.
+
+:meth:`Planner.search` runs these steps (``docs/planner.md`` tells the story for users):
+
+1. validate the request (:mod:`planner.request`); full tool results need the ``toolresults``
+   scope (403 otherwise); a cursor is verified and bound to query, principal and log;
+2. read the log's committed L1 seq, then the watermarks (for ``wait:S``: poll until every
+   required index reaches that seq or the deadline passes);
+3. pin the generation of every required kind for the query's lifetime; a cursor re-pins the
+   very generations it binds (410 when they were collected). The freshness decision
+   (:func:`planner.snapshot.choose_as_of`) is made on the pinned generations, so what the
+   response reports is exactly what was read;
+4. the *cut* is the seq every pinned index covers (``indexThroughSeq``). Indexes answer for
+   seqs <= cut: engines filter ``maxSeq <= cut`` and chunks straddling the cut are trimmed to
+   their events <= cut (:mod:`planner.trim`). The L1 tail scan answers for ``(cut, asOfSeq]``
+   (:mod:`planner.tailscan`), capped at ``tail_cap`` events; what it cannot reach is disclosed
+   as ``uncovered`` and the label turns ``-partial``;
+5. access: each session's latest access list from the structured index, overridden by any
+   newer event read from L1 up to the committed seq *now* (so a revocation applies at once,
+   also to open cursors). Unreadable sessions are filtered inside every engine, before the
+   window is taken, so ranks never have gaps;
+6. ranked lists, each a window of ``max(50, 5k)`` candidates: ``text`` (the text index),
+   ``vector`` (faiss, merged by cosine with embeddings of trimmed and tail chunks: same model,
+   comparable scores), ``tail`` (BM25 in-process over trimmed and tail texts: another corpus,
+   so its own list) and ``toolresults``; fused by :func:`planner.rrf.fuse` and paged with
+   :func:`planner.rrf.after`.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, suppress
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from planner.acl import (
+    TOOLRESULTS_SCOPE,
+    Principal,
+    can_read,
+    can_read_toolresults,
+    policy_fingerprint,
+)
+from planner.cursors import (
+    check_binding,
+    cursor_payload,
+    decode_cursor,
+    encode_cursor,
+    last_sort_key,
+    load_cursor_key,
+)
+from planner.exceptions import (
+    AccessDenied,
+    CursorError,
+    CursorExpired,
+    CursorMismatch,
+    IndexUnavailable,
+    NotFound,
+    PlannerError,
+    QueryError,
+)
+from planner.explain import Candidate, build_explain, result_row
+from planner.local import clauses_of, rank_texts
+from planner.readers import IndexPin, ReaderCache, pin_for_cursor, pin_for_query
+from planner.request import Filters, SearchRequest, parse_request
+from planner.rrf import FusedHit, RankedList, after, fuse, sort_key
+from planner.snapshot import (
+    SeqRange,
+    SnapshotDecision,
+    Watermark,
+    choose_as_of,
+    record_tail_scan,
+    wait_satisfied,
+    with_uncovered,
+)
+from planner.tailscan import TailResult, TailScan, chunker_for
+from planner.trim import trim_chunk
+from sinks.runner import index_root
+from sinks.watermarks import WatermarkFollower, read_watermarks
+from streams.asp import parse_time, validate_event
+from streams.exceptions import USLError
+from streams.l1 import L1Reader, LogRegistry
+from streams.metrics import (
+    usl_cursor_refusals_total,
+    usl_queries_total,
+    usl_query_fallbacks_total,
+    usl_query_seconds,
+    usl_tail_scan_events,
+)
+from streams.settings import Settings
+
+__all__ = ["ACL_SCAN_CAP", "TAIL_SCAN_CAP", "WINDOW_MIN", "Planner", "window_for"]
+
+TAIL_SCAN_CAP = 20_000
+"""Most L1 events one query's tail scan reads; the rest of the gap is disclosed as uncovered."""
+ACL_SCAN_CAP = 200_000
+"""Most L1 events read to bring access lists up to date; beyond it the query is refused (503)
+rather than answered with access lists that may miss a revocation."""
+WINDOW_MIN = 50
+WINDOW_FACTOR = 5
+QUERY_PIN_SECONDS = 600.0
+_MAX_OVERFETCH = 20_000
+_RANKING = {"hybrid": ("text", "vector"), "text": ("text",), "vector": ("vector",)}
+
+
+def window_for(k: int) -> int:
+    """Candidates asked of each source for a page size ``k``; fixed by a query's first page."""
+    return max(WINDOW_MIN, WINDOW_FACTOR * k)
+
+
+class Planner:
+    """Answers searches over the pinned generations of one deployment (thread-safe).
+
+    ``follower`` (a started :class:`WatermarkFollower`) gives live watermarks; without it each
+    query reads the compacted watermark topic.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        bootstrap: str,
+        *,
+        follower: WatermarkFollower | None = None,
+        tail_cap: int = TAIL_SCAN_CAP,
+        acl_scan_cap: int = ACL_SCAN_CAP,
+    ) -> None:
+        self.settings = settings
+        self.bootstrap = bootstrap
+        self.follower = follower
+        self.tail_cap = tail_cap
+        self.acl_scan_cap = acl_scan_cap
+        self.root: Path = index_root(settings)
+        self._cursor_key = load_cursor_key(settings)
+        self._readers = ReaderCache()
+        self._holder = f"planner-{os.getpid()}"
+        self._lock = threading.Lock()
+        self._registry: LogRegistry | None = None
+        self._idle_l1: list[L1Reader] = []
+        self._embedder: Any = None
+        self._embedder_error: str | None = None
+        self._tail: TailScan | None = None
+
+    # -- public ------------------------------------------------------------------------------
+
+    def search(self, request: Mapping[str, Any], principal: Principal) -> dict[str, Any]:
+        """Answer one search request (see :mod:`planner.request`) for ``principal``.
+
+        Returns the SPEC §12 response; raises a :class:`PlannerError` with its HTTP status.
+        """
+        started = time.monotonic()
+        mode = "indexed"
+        outcome = "error"
+        try:
+            parsed = parse_request(request)
+            mode = parsed.freshness.mode
+            response = self._search(parsed, principal)
+            outcome = "ok"
+            return response
+        except (CursorError, CursorExpired, CursorMismatch, AccessDenied):
+            outcome = "refused"
+            raise
+        except PlannerError:
+            raise
+        except USLError as exc:
+            # A broker, index or embedder failure: say what failed, never how (no traceback).
+            raise PlannerError(f"the search failed: {exc}",
+                               hint="Check `usl status`; retry once the failing part is back.") from exc
+        finally:
+            usl_queries_total.labels(mode=mode, outcome=outcome).inc()
+            usl_query_seconds.labels(mode=mode).observe(time.monotonic() - started)
+
+    def sql(self, body: Any, principal: Principal) -> dict[str, Any]:
+        """``POST /v1/sql``: one read-only SELECT over the analytics snapshot (see
+        :mod:`planner.sql`), at ``asOfSeq`` (default: what the analytics index covers), with
+        the sessions ``principal`` may read by their latest access lists."""
+        from planner.sql import SqlAttachment
+
+        if not isinstance(body, Mapping):
+            raise QueryError("the request body must be a JSON object",
+                             hint='Send e.g. {"query": "SELECT count(*) FROM sessions"}.')
+        unknown = sorted(set(body) - {"query", "asOfSeq", "log"})
+        if unknown:
+            raise QueryError(f"unknown field(s): {', '.join(map(str, unknown))}",
+                             hint="Known fields: query, asOfSeq, log.")
+        sql_text, log_id, as_of = body.get("query"), body.get("log", "default"), body.get("asOfSeq")
+        if not isinstance(sql_text, str) or not sql_text.strip():
+            raise QueryError("field 'query' must be a non-empty SQL string")
+        if not isinstance(log_id, str) or not log_id:
+            raise QueryError("field 'log' must be a log name")
+        if as_of is not None and (not isinstance(as_of, int) or isinstance(as_of, bool) or as_of < 0):
+            raise QueryError("field 'asOfSeq' must be a non-negative integer")
+        pins: list[IndexPin] = []
+        with self._l1() as l1:
+            l1_now = l1.committed_seq(log_id)
+            watermarks = self._watermarks(log_id)
+            try:
+                analytics = pin_for_query(self.root, log_id, "analytics", watermarks.get("analytics"),
+                                          ttl_seconds=QUERY_PIN_SECONDS, holder=self._holder)
+                if analytics is None:
+                    raise IndexUnavailable(f"no generation of the analytics index exists yet for "
+                                           f"log {log_id!r}",
+                                           hint="Wait until `usl status` shows the analytics index.")
+                pins.append(analytics)
+                structured = pin_for_query(self.root, log_id, "structured",
+                                           watermarks.get("structured"),
+                                           ttl_seconds=QUERY_PIN_SECONDS, holder=self._holder)
+                if structured is not None:
+                    pins.append(structured)
+                if as_of is None:
+                    as_of = min(l1_now, analytics.built_through_seq)
+                elif as_of > l1_now:
+                    raise QueryError(f"asOfSeq {as_of} is past the log's committed seq {l1_now}",
+                                     hint=f"Use an asOfSeq of at most {l1_now}.")
+                acls = self._latest_acls(l1, log_id, structured, l1_now, {})
+                attachment = SqlAttachment(analytics.directory,
+                                           structured.directory if structured else None)
+                return attachment.query(sql_text, as_of_seq=as_of, principal=principal,
+                                        session_acls=acls)
+            finally:
+                for pin in pins:
+                    pin.release()
+
+    def close(self) -> None:
+        with self._lock:
+            readers, self._idle_l1 = self._idle_l1, []
+        for reader in readers:
+            with suppress(Exception):
+                reader.close()
+
+    # -- the query ---------------------------------------------------------------------------
+
+    def _search(self, req: SearchRequest, principal: Principal) -> dict[str, Any]:
+        if req.tool_results and TOOLRESULTS_SCOPE not in principal.scopes:
+            raise AccessDenied("full tool results need the toolresults scope",
+                               hint="Ask for a principal with scopes:toolresults, or search "
+                                    "without toolResults.")
+        policy = policy_fingerprint(principal)
+        payload = self._open_cursor(req, policy) if req.cursor else None
+        pins: dict[str, IndexPin | None] = {}
+        response: dict[str, Any] | None = None
+        try:
+            with self._l1() as l1:
+                l1_now = l1.committed_seq(req.log)
+                if payload is None:
+                    watermarks = self._watermarks(req.log)
+                    if l1_now == 0 and not watermarks and l1.registry.partition_of(req.log) is None:
+                        raise NotFound(f"no log named {req.log!r}",
+                                       hint="Ingest events into it first, or pick another --log.")
+                    if req.freshness.mode == "wait":
+                        watermarks = self._wait(req, l1_now, watermarks)
+                    for kind in req.required_kinds:
+                        pins[kind] = pin_for_query(self.root, req.log, kind, watermarks.get(kind),
+                                                   ttl_seconds=QUERY_PIN_SECONDS, holder=self._holder)
+                    l1_seq, window = l1_now, window_for(req.k)
+                else:
+                    lines = payload.get("lines") or {}
+                    for kind, generation_id in sorted(payload["generations"].items()):
+                        pins[kind] = pin_for_cursor(self.root, req.log, kind, generation_id,
+                                                    lines.get(kind), ttl_seconds=QUERY_PIN_SECONDS,
+                                                    holder=self._holder)
+                    l1_seq, window = int(payload["l1Seq"]), int(payload["window"])
+                response = self._answer(req, principal, policy, l1, l1_seq, l1_now, pins,
+                                        window, payload)
+                return response
+        except CursorExpired:
+            usl_cursor_refusals_total.labels(reason="generation_gone").inc()
+            raise
+        finally:
+            keep = response is not None and response.get("cursor") is not None
+            for pin in pins.values():
+                if pin is None:
+                    continue
+                if keep:
+                    pin.keep_for(self.settings.cursor_ttl_seconds)
+                else:
+                    pin.release()
+
+    def _answer(
+        self, req: SearchRequest, principal: Principal, policy: str, l1: L1Reader, l1_seq: int,
+        l1_now: int, pins: dict[str, IndexPin | None], window: int,
+        payload: Mapping[str, Any] | None,
+    ) -> dict[str, Any]:
+        seen: dict[str, tuple[int, int] | None] = {
+            kind: (pin.watermark if (pin := pins.get(kind)) is not None else None)
+            for kind in req.required_kinds
+        }
+        vector_problem = None
+        vector_pin = pins.get("vector")
+        embedder = None
+        if vector_pin is not None:
+            embedder, vector_problem = self._embedder_for(vector_pin)
+            if vector_problem is not None:
+                seen["vector"] = None
+        decision = choose_as_of(req.freshness, l1_seq, seen, req.required_kinds)
+        decision = _explain_vector_fallback(decision, vector_pin, vector_problem)
+        if decision.fallbacks:
+            usl_query_fallbacks_total.labels(
+                reason="vector_unusable" if vector_problem else "vector_missing").inc()
+        if payload is not None and decision.as_of_seq != int(payload["asOfSeq"]):
+            raise CursorError("the cursor's snapshot cannot be reproduced",
+                              hint="Run the query again without a cursor.")
+        cut = decision.index_through
+        as_of = decision.as_of_seq
+        structured = pins.get("structured")
+        ranking = tuple(kind for kind in _RANKING[req.mode] if kind in decision.required)
+        if not ranking:
+            ranking = ("text",)
+        notes: dict[str, Any] = {"window": window}
+
+        # Tail scan of (cut, asOf] and access lists up to the committed seq now.
+        tail: TailResult | None = None
+        acl_through = structured.built_through_seq if structured is not None else 0
+        acl_from = acl_through + 1
+        if decision.tail_scan is not None:
+            tail = self._run_tail(l1, req, decision.tail_scan, structured, cut)
+            decision = record_tail_scan(decision, scanned_through=tail.scanned_through)
+            acl_from = max(acl_from, tail.scanned_through + 1)
+        newer = {session_id: acl for session_id, (seq, acl) in (tail.acls if tail else {}).items()
+                 if seq > acl_through}
+        acls = self._latest_acls(l1, req.log, structured, l1_now, newer, from_seq=acl_from)
+        readable = {session for session, acl in acls.items() if can_read(principal, acl)}
+        readable_tools = ({session for session in readable if can_read_toolresults(principal, acls[session])}
+                          if req.tool_results else set())
+
+        candidates: dict[str, Candidate] = {}
+        lists: list[RankedList] = []
+        provisional: list[Candidate] = []
+        filters = req.filters
+
+        # Chunks straddling the cut, trimmed to their events <= cut.
+        reader = self._readers.structured(structured) if structured is not None and cut > 0 else None
+        text_pin = pins.get("text")
+        straddler_ids: set[str] = set()
+        if reader is not None:
+            decision, trimmed, straddler_ids = self._trimmed(reader, text_pin, cut, readable,
+                                                             filters, decision)
+            provisional += trimmed
+            notes["trimmed"] = [{"chunkId": c.id, "keptThroughSeq": cut} for c in trimmed]
+        if tail is not None:
+            provisional += self._tail_candidates(tail, req, readable, readable_tools)
+            notes["tailScan"] = {
+                "fromSeq": tail.from_seq, "toSeq": decision.tail_scan.to_seq if decision.tail_scan else None,
+                "scannedThroughSeq": tail.scanned_through, "capEvents": self.tail_cap,
+                "readableCandidates": sum(1 for c in provisional if c.origin == "tail"),
+                "code": "same validation, redaction and chunker as the stream; open turns "
+                        "closed as provisional chunks",
+            }
+
+        # Indexed candidates.
+        allowed_ids: set[str] | None = None
+        if reader is not None and (filters or "vector" in ranking):
+            allowed_ids = reader.filter_chunk_ids(session_ids=readable, max_seq=cut,
+                                                  **filters.reader_kwargs())
+            allowed_ids -= straddler_ids
+        indexed_scores: dict[str, dict[str, float]] = {}
+        if "text" in ranking and text_pin is not None and cut > 0:
+            ids, truncated = self._text_list(text_pin, req.query, window, cut, readable,
+                                                     allowed_ids if filters else None)
+            lists.append(RankedList("text", ids, window, truncated))
+            # BM25 scores are not shown: their corpus statistics include chunks the caller
+            # may not read. The rank says all there is to say.
+            for chunk_id in ids:
+                indexed_scores.setdefault(chunk_id, {})
+        if "vector" in ranking and vector_pin is not None and embedder is not None:
+            ranked, truncated, note = self._vector_list(
+                embedder, vector_pin, req.query, window, cut, allowed_ids, provisional)
+            notes["vector"] = note
+            if ranked is not None:
+                ids = [chunk_id for chunk_id, _ in ranked]
+                lists.append(RankedList("vector", ids, window, truncated))
+                for chunk_id, score in ranked:
+                    indexed_scores.setdefault(chunk_id, {})["vector"] = score
+        # Trimmed and tail texts (and tail tool results) ranked in-process; a trimmed chunk
+        # whose kept text no longer matches the query drops out here.
+        textual = [c for c in provisional
+                   if "text" in _RANKING[req.mode] or c.kind == "toolresult"]
+        if textual:
+            by_id = {c.id: c for c in textual}
+            ranked_tail = rank_texts(clauses_of(req.query), [(c.id, c.text or "") for c in textual])
+            if ranked_tail:
+                lists.append(RankedList("tail", [i for i, _ in ranked_tail[:window]], window,
+                                        len(ranked_tail) > window))
+                for chunk_id, score in ranked_tail[:window]:
+                    by_id[chunk_id].scores["tail"] = score
+        tools_pin = pins.get("toolresults")
+        if req.tool_results and tools_pin is not None and cut > 0:
+            tool_candidates, truncated = self._tool_list(tools_pin, req.query, window, cut,
+                                                         readable_tools, filters)
+            lists.append(RankedList("toolresults", [c.id for c in tool_candidates], window, truncated))
+            for candidate in tool_candidates:
+                candidates[candidate.id] = candidate
+
+        for candidate in provisional:
+            candidates[candidate.id] = candidate
+        index_ids = [chunk_id for chunk_id in indexed_scores if chunk_id not in candidates]
+        if index_ids and reader is not None:
+            for chunk_id, row in reader.chunk_meta(index_ids).items():
+                if int(row["maxSeq"]) > cut:  # never: the engines filter maxSeq <= cut
+                    continue
+                candidates[chunk_id] = Candidate(
+                    chunk_id, "chunk", "index", row["sessionId"], float(row["eventTime"] or 0.0),
+                    row, scores=indexed_scores[chunk_id])
+        lists = [RankedList(ranked.source, [i for i in ranked.ids if i in candidates],
+                            ranked.window, ranked.truncated) for ranked in lists]
+        used = {chunk_id for ranked in lists for chunk_id in ranked.ids}
+        hits = fuse(lists, event_time={i: candidates[i].event_time for i in used})
+        if payload is not None:
+            hits = after(hits, last_sort_key(payload))
+            notes["cursor"] = {"continuesAfter": payload["lastKey"]}
+        page = hits[: req.k]
+        self._fill_texts(page, candidates, text_pin)
+        results = [result_row(hit, candidates[hit.chunk_id], as_of) for hit in page]
+
+        generations = {kind: pin for kind, pin in pins.items()
+                       if pin is not None and kind in decision.required}
+        cursor = None
+        if len(hits) > len(page) and page:
+            body = cursor_payload(
+                log_id=req.log, as_of_seq=as_of,
+                generations={kind: pin.generation_id for kind, pin in generations.items()},
+                query_hash=req.query_hash(), policy=policy, last_key=sort_key(page[-1]),
+                page_size=req.k,
+            )
+            body.update({"l1Seq": l1_seq, "window": window,
+                         "lines": {kind: pin.line for kind, pin in generations.items()}})
+            cursor = encode_cursor(body, key=self._cursor_key, now=time.time())
+
+        response: dict[str, Any] = {
+            "asOfSeq": as_of,
+            "freshness": decision.to_json(),
+            "results": results,
+            "cursor": cursor,
+        }
+        if req.explain:
+            notes["access"] = {"principal": str(principal), "policy": policy,
+                               "toolResultsScope": TOOLRESULTS_SCOPE in principal.scopes,
+                               "rule": "latest access list per session, from the structured "
+                                       "index and newer L1 events; unreadable sessions are "
+                                       "removed inside each engine before ranking"}
+            response["explain"] = build_explain(
+                request={**req.defining(), "k": req.k},
+                decision=decision, cut=cut,
+                generations={kind: _generation_json(pin)
+                             for kind, pin in pins.items() if pin is not None},
+                lists=lists, page=page, candidates=candidates, notes=notes,
+            )
+        return response
+
+    # -- steps -------------------------------------------------------------------------------
+
+    def _open_cursor(self, req: SearchRequest, policy: str) -> dict[str, Any]:
+        assert req.cursor is not None
+        try:
+            payload = decode_cursor(req.cursor, key=self._cursor_key, now=time.time(),
+                                    ttl_seconds=self.settings.cursor_ttl_seconds)
+            check_binding(payload, query_hash=req.query_hash(), policy=policy, log_id=req.log)
+            last_sort_key(payload)
+            for name in ("l1Seq", "window"):
+                value = payload.get(name)
+                if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                    raise CursorError("the cursor is signed but lacks fields this version needs",
+                                      hint="Run the query again without a cursor.")
+            if not isinstance(payload.get("generations"), dict):
+                raise CursorError("the cursor is signed but malformed",
+                                  hint="Run the query again without a cursor.")
+        except CursorExpired:
+            usl_cursor_refusals_total.labels(reason="expired").inc()
+            raise
+        except CursorMismatch:
+            usl_cursor_refusals_total.labels(reason="mismatch").inc()
+            raise
+        except CursorError:
+            usl_cursor_refusals_total.labels(reason="invalid").inc()
+            raise
+        return payload
+
+    def _watermarks(self, log_id: str) -> dict[str, dict[str, Any]]:
+        table = (self.follower.snapshot() if self.follower is not None
+                 else read_watermarks(self.bootstrap, self.settings))
+        return {kind: value for (log, kind), value in table.items() if log == log_id}
+
+    def _wait(self, req: SearchRequest, l1_seq: int,
+              watermarks: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        """Poll until every required index reaches ``l1_seq`` or the wait deadline passes."""
+        assert req.freshness.wait_seconds is not None
+        deadline = time.monotonic() + req.freshness.wait_seconds
+        while True:
+            seen = {kind: _as_watermark(watermarks.get(kind)) for kind in req.required_kinds}
+            if wait_satisfied(l1_seq, seen, req.required_kinds):
+                return watermarks
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return watermarks
+            if self.follower is not None:
+                self.follower.wait_for_change(min(remaining, 0.5))
+            else:
+                time.sleep(min(remaining, 0.25))
+            watermarks = self._watermarks(req.log)
+
+    def _run_tail(self, l1: L1Reader, req: SearchRequest, span: SeqRange,
+                  structured: IndexPin | None, cut: int) -> TailResult:
+        events: list[tuple[int, dict[str, Any]]] = []
+        scanned_through = span.to_seq
+        for seq, event in l1.read(req.log, span.from_seq, span.to_seq):
+            if len(events) >= self.tail_cap:
+                scanned_through = events[-1][0]
+                break
+            events.append((seq, event))
+        usl_tail_scan_events.observe(len(events))
+
+        def known(ids: Any) -> set[str]:
+            assert structured is not None
+            return self._readers.known_event_ids(structured, ids, cut)
+
+        result = self._tail_scan().run(
+            events, from_seq=span.from_seq, to_seq=scanned_through,
+            known_event_ids=known if structured is not None and cut > 0 else None,
+            want_tool_results=req.tool_results,
+        )
+        result.scanned_through = scanned_through
+        return result
+
+    def _latest_acls(
+        self, l1: L1Reader, log_id: str, structured: IndexPin | None, l1_now: int,
+        newer: Mapping[str, dict[str, Any]], *, from_seq: int | None = None,
+    ) -> dict[str, dict[str, Any]]:
+        """Each session's latest access list: the structured index's, then ``newer`` (already
+        read from L1 above it), then every L1 event from ``from_seq`` to ``l1_now``."""
+        acls = dict(self._readers.session_acls(structured)) if structured is not None else {}
+        acls.update(newer)
+        start = from_seq if from_seq is not None else (
+            structured.built_through_seq + 1 if structured is not None else 1)
+        self._overlay_acls(l1, log_id, start, l1_now, acls)
+        return acls
+
+    def _overlay_acls(self, l1: L1Reader, log_id: str, from_seq: int, to_seq: int,
+                      acls: dict[str, dict[str, Any]]) -> None:
+        """Apply the access lists of L1 events ``from_seq..to_seq`` (newest wins)."""
+        if to_seq < from_seq:
+            return
+        if to_seq - from_seq + 1 > self.acl_scan_cap:
+            raise IndexUnavailable(
+                f"the structured index is {to_seq - from_seq + 1} seqs behind the log, too far "
+                "to apply access lists as of now",
+                hint="Wait until `usl status` shows the structured index caught up.",
+            )
+        for _seq, raw in l1.read(log_id, from_seq, to_seq):
+            try:
+                event = validate_event(raw)
+            except USLError:
+                continue
+            if isinstance(event.get("acl"), dict):
+                acls[event["sessionId"]] = event["acl"]
+
+    def _trimmed(
+        self, reader: Any, text_pin: IndexPin | None, cut: int, readable: set[str],
+        filters: Filters, decision: SnapshotDecision,
+    ) -> tuple[SnapshotDecision, list[Candidate], set[str]]:
+        """Readable chunks straddling ``cut``, trimmed; and the ids of all of them."""
+        rows = reader.straddling(cut, session_ids=readable)
+        straddler_ids = {row["chunkId"] for row in rows}
+        if not rows:
+            return decision, [], straddler_ids
+        texts = self._readers.texts(text_pin, [row["chunkId"] for row in rows]) if text_pin else {}
+        out: list[Candidate] = []
+        lost: list[SeqRange] = []
+        for row in rows:
+            text = texts.get(row["chunkId"])
+            trimmed = trim_chunk({**row, "text": text}, cut) if text is not None else None
+            if trimmed is None:
+                lost.append(SeqRange(int(row["minSeq"]), cut))
+                continue
+            if not _passes(trimmed, filters):
+                continue
+            out.append(Candidate(row["chunkId"], "chunk", "trimmed", row["sessionId"],
+                                 _posix(trimmed.get("eventTime")), trimmed, text=trimmed["text"]))
+        if lost:
+            decision = with_uncovered(
+                decision, lost, f"{len(lost)} readable chunk(s) straddling seq {cut} could not be "
+                                "trimmed to their events <= it and were left out")
+        return decision, out, straddler_ids
+
+    def _tail_candidates(self, tail: TailResult, req: SearchRequest, readable: set[str],
+                         readable_tools: set[str]) -> list[Candidate]:
+        out: list[Candidate] = []
+        for chunk in tail.chunks:
+            if chunk["sessionId"] in readable and _passes(chunk, req.filters):
+                out.append(Candidate(chunk["chunkId"], "chunk", "tail", chunk["sessionId"],
+                                     _posix(chunk.get("eventTime")), chunk, text=chunk["text"]))
+        for record in tail.tool_results:
+            if record["sessionId"] in readable_tools and _passes_tool(record, req.filters):
+                out.append(_tool_candidate(record, origin="tail"))
+        return out
+
+    def _text_list(self, pin: IndexPin, query: str, window: int, cut: int, readable: set[str],
+                   only: set[str] | None) -> tuple[list[str], bool]:
+        engine = self._readers.text_engine(pin)
+        limit = window + 1
+        while True:
+            raw = engine.search(pin.directory, query, limit=limit, max_seq=cut, session_ids=readable)
+            kept = [hit for hit in raw if only is None or hit.chunk_id in only]
+            if len(kept) > window or len(raw) < limit or limit >= _MAX_OVERFETCH:
+                break
+            limit *= 4
+        return [hit.chunk_id for hit in kept[:window]], len(kept) > window
+
+    def _vector_list(
+        self, embedder: Any, pin: IndexPin, query: str, window: int, cut: int,
+        allowed_ids: set[str] | None, provisional: list[Candidate],
+    ) -> tuple[list[tuple[str, float]] | None, bool, dict[str, Any]]:
+        query_vector = np.asarray(embedder.embed([query]), dtype=np.float32)[0]
+        note: dict[str, Any] = {"embedding": dict(pin.manifest.embedding or {}),
+                                "similarity": "cosine"}
+        if not np.any(query_vector):
+            note["skipped"] = "the query has no word the embedding model knows"
+            return None, False, note
+        scored: list[tuple[str, float]] = []
+        if cut > 0 and allowed_ids:
+            reader = self._readers.vector(pin)
+            hits = reader.search(query_vector, limit=window + 1, allowed=allowed_ids.__contains__)
+            scored += [(hit.chunk_id, float(hit.score)) for hit in hits]
+        chunks = [c for c in provisional if c.kind == "chunk" and c.text]
+        if chunks:
+            # Trimmed and tail chunks are embedded now, with the model that built the index.
+            vectors = np.asarray(embedder.embed([c.text or "" for c in chunks]), dtype=np.float32)
+            for candidate, score in zip(chunks, vectors @ query_vector, strict=True):
+                candidate.scores["vector"] = float(score)
+                scored.append((candidate.id, float(score)))
+            note["embeddedNow"] = len(chunks)
+        scored.sort(key=lambda item: (-item[1], item[0]))
+        return scored[:window], len(scored) > window, note
+
+    def _tool_list(self, pin: IndexPin, query: str, window: int, cut: int, readable: set[str],
+                   filters: Filters) -> tuple[list[Candidate], bool]:
+        reader = self._readers.toolresults(pin)
+        tool_names = filters.values.get("toolName")
+        limit = window + 1
+        while True:
+            raw = reader.search(query, limit=limit, max_seq=cut, session_ids=readable,
+                                tool_names=list(tool_names) if tool_names else None)
+            kept = [row for row in raw if _passes_tool(row, filters)]
+            if len(kept) > window or len(raw) < limit or limit >= _MAX_OVERFETCH:
+                break
+            limit *= 4
+        out = []
+        for row in kept[:window]:
+            out.append(_tool_candidate(row, origin="index"))
+        return out, len(kept) > window
+
+    def _fill_texts(self, page: list[FusedHit], candidates: dict[str, Candidate],
+                    text_pin: IndexPin | None) -> None:
+        missing = [hit.chunk_id for hit in page if candidates[hit.chunk_id].text is None]
+        if missing and text_pin is not None:
+            texts = self._readers.texts(text_pin, missing)
+            for chunk_id in missing:
+                candidates[chunk_id].text = texts.get(chunk_id, "")
+
+    # -- shared resources --------------------------------------------------------------------
+
+    @contextmanager
+    def _l1(self) -> Iterator[L1Reader]:
+        """An L1 reader for this query (a KafkaConsumer serves one thread at a time)."""
+        with self._lock:
+            reader = self._idle_l1.pop() if self._idle_l1 else None
+            if reader is None and self._registry is None:
+                self._registry = LogRegistry(self.bootstrap, self.settings)
+        if reader is None:
+            reader = L1Reader(self.bootstrap, self.settings, registry=self._registry)
+        try:
+            yield reader
+        except BaseException:
+            # A failed read may leave the consumer mid-fetch: start the next query afresh.
+            with suppress(Exception):
+                reader.close()
+            raise
+        with self._lock:
+            self._idle_l1.append(reader)
+
+    def _tail_scan(self) -> TailScan:
+        with self._lock:
+            if self._tail is None:
+                self._tail = TailScan(chunker_for(self.settings),
+                                      tick_every_seqs=self.settings.tick_every_seqs)
+            return self._tail
+
+    def _embedder_for(self, pin: IndexPin) -> tuple[Any, str | None]:
+        """The query embedder if it is the model that built ``pin``, else why not."""
+        with self._lock:
+            if self._embedder is None and self._embedder_error is None:
+                try:
+                    from sinks.vector import get_embedder
+
+                    self._embedder = get_embedder(
+                        self.settings.embedder, url=self.settings.embeddings_url,
+                        api_key=self.settings.embeddings_api_key,
+                        cache_root=Path(self.settings.home).resolve() / "models")
+                except USLError as exc:
+                    self._embedder_error = str(exc)
+        if self._embedder is None:
+            return None, f"the query embedder could not be loaded ({self._embedder_error})"
+        built = _identity(pin.manifest.embedding)
+        mine = _identity(self._embedder.identity)
+        if built != mine:
+            return None, (f"the vector index was built with {_model(built)} but this planner "
+                          f"embeds queries with {_model(mine)}")
+        return self._embedder, None
+
+
+# -- helpers -----------------------------------------------------------------------------------
+
+
+def _explain_vector_fallback(decision: SnapshotDecision, pin: IndexPin | None,
+                             problem: str | None) -> SnapshotDecision:
+    """Say why vector ranking was dropped, and still list the generation that was inspected."""
+    if problem is None or pin is None:
+        return decision
+    fallbacks = [f for f in decision.fallbacks if not f.startswith("vector")]
+    fallbacks.append(f"{problem}; ranking uses text only")
+    reasons = [f"vector: generation {pin.generation_id} not used: {problem}"
+               if r.startswith("vector: no generation yet") else r for r in decision.reasons]
+    watermarks = dict(decision.watermarks)
+    watermarks["vector"] = Watermark(pin.generation_id, pin.built_through_seq)
+    return replace(decision, fallbacks=tuple(fallbacks), reasons=tuple(reasons),
+                   watermarks=watermarks)
+
+
+def _generation_json(pin: IndexPin) -> dict[str, Any]:
+    body: dict[str, Any] = {"generationId": pin.generation_id,
+                            "builtThroughSeq": pin.built_through_seq, "line": pin.line,
+                            "createdAt": pin.manifest.created_at}
+    if pin.manifest.extra.get("engine"):
+        body["engine"] = pin.manifest.extra["engine"]
+    if pin.manifest.embedding:
+        body["embedding"] = pin.manifest.embedding
+    return body
+
+
+def _as_watermark(value: Mapping[str, Any] | None) -> tuple[int, int] | None:
+    if value is None:
+        return None
+    return (int(value["generationId"]), int(value["builtThroughSeq"]))
+
+
+def _identity(value: Mapping[str, Any] | None) -> dict[str, Any]:
+    if not value:
+        return {}
+    return {key: value.get(key) for key in ("name", "model", "revision", "dimension")}
+
+
+def _model(identity: Mapping[str, Any]) -> str:
+    if not identity:
+        return "an unknown model"
+    return f"{identity.get('model')} (revision {identity.get('revision')})"
+
+
+def _posix(value: Any) -> float:
+    if value is None:
+        return 0.0
+    if isinstance(value, int | float):
+        return float(value)
+    return parse_time(str(value)).timestamp()
+
+
+def _passes(chunk: Mapping[str, Any], filters: Filters) -> bool:
+    """In-process filter check of a trimmed or tail chunk (the index applies the same rules)."""
+    if not filters:
+        return True
+    fields = chunk.get("fields") or {}
+    plain = {"sessionId": chunk.get("sessionId"), "runId": chunk.get("runId"),
+             "turnId": chunk.get("turnId")}
+    listed = {"toolName": fields.get("toolNames"), "status": fields.get("statuses"),
+              "role": fields.get("roles")}
+    for name, values in filters.values.items():
+        if name in plain:
+            if plain[name] not in values:
+                return False
+        elif not set(listed.get(name) or ()) & set(values):
+            return False
+    start = _posix(chunk.get("startTime") or chunk.get("eventTime"))
+    end = _posix(chunk.get("eventTime")) if chunk.get("trimmed") else \
+        _posix(chunk.get("endTime") or chunk.get("eventTime"))
+    if filters.time_from is not None and end < filters.time_from:
+        return False
+    return not (filters.time_to is not None and start > filters.time_to)
+
+
+def _passes_tool(record: Mapping[str, Any], filters: Filters) -> bool:
+    """Filter check of a full tool result (it has no run or turn id in the index)."""
+    if not filters:
+        return True
+    own = {"sessionId": record.get("sessionId"), "toolName": record.get("toolName"),
+           "status": record.get("status"), "role": "tool"}
+    for name, values in filters.values.items():
+        if own.get(name) not in values:
+            return False
+    when = _posix(record.get("time"))
+    if filters.time_from is not None and when < filters.time_from:
+        return False
+    return not (filters.time_to is not None and when > filters.time_to)
+
+
+def _tool_candidate(record: Mapping[str, Any], *, origin: str) -> Candidate:
+    seq = int(record["seq"])
+    text = str(record.get("text") or "")
+    row = {
+        "runId": record.get("runId"), "turnId": record.get("turnId"), "episodeId": None,
+        "toolName": record.get("toolName"), "status": record.get("status"),
+        "evidence": [{"eventId": record.get("eventId"), "seq": seq, "start": 0,
+                      "end": len(text.encode("utf-8"))}],
+    }
+    return Candidate(f"toolresult:{record.get('logId')}:{seq}", "toolresult", origin,
+                     str(record.get("sessionId")), _posix(record.get("time")), row, text=text)
+
