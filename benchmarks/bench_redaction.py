@@ -24,8 +24,9 @@ import time
 from typing import Any
 
 from streams.redaction import DEFAULT_POLICY, redact_event, redact_text
+from streams.redaction.assignments import AssignmentRule
 from streams.redaction.base import RegexRule
-from streams.redaction.context import AssignmentRule
+from streams.redaction.context import EnvDumpRule
 from streams.redaction.rules import build_rules
 from streams.redaction.samples import SEEDED_SECRETS
 
@@ -145,6 +146,8 @@ def naive_pattern() -> re.Pattern[str]:
             patterns.append(rule.pattern)
         elif isinstance(rule, AssignmentRule):
             patterns += [rule._pattern, rule._flag, rule._xml]
+        elif isinstance(rule, EnvDumpRule):
+            patterns.append(rule.pattern)  # type: ignore[attr-defined]
         for pattern in patterns:
             source = re.sub(r"\(\?P<\w+>", "(?:", pattern.pattern)
             flags = "i" if pattern.flags & re.IGNORECASE else ""
@@ -152,6 +155,7 @@ def naive_pattern() -> re.Pattern[str]:
             flags += "s" if pattern.flags & re.DOTALL else ""
             parts.append(f"(?{flags}:{source})" if flags else f"(?:{source})")
     parts.append(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}")
+    parts.append(r"[MNO][A-Za-z0-9_-]{20,27}\.[A-Za-z0-9_-]{6,7}\.[A-Za-z0-9_-]{27,40}")
     return re.compile("|".join(parts), re.ASCII)
 
 

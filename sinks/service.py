@@ -67,6 +67,8 @@ def run_sinks(settings: Settings, bootstrap: str, kinds: Sequence[str]) -> None:
     from streams.metrics import start_metrics_server
     from streams.topics import ensure_topics
 
+    logging.basicConfig(level=logging.WARNING, format="[%(asctime)s] %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("kafka").setLevel(logging.WARNING)
     ensure_topics(bootstrap, settings)
     port = start_metrics_server(settings.metrics_port)
     log.warning("sink metrics on http://127.0.0.1:%d/metrics", port)

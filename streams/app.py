@@ -29,7 +29,7 @@ from streams.metrics import (
 from streams.progress import marker_seq, new_progress, note_seq, note_session
 from streams.settings import Settings
 from streams.ticks import advance_clock, flush_tick, new_clock
-from streams.topics import Topics
+from streams.topics import Topics, app_id, faust_tables
 
 __all__ = ["create_app"]
 
@@ -56,7 +56,7 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
 
     topics = Topics.from_settings(settings)
     app = faust.App(
-        f"{settings.topic_prefix}pipeline",
+        app_id(settings),
         broker=_broker_urls(bootstrap),
         store="memory://",
         processing_guarantee="at_least_once",
@@ -79,11 +79,12 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
     dead_topic = app.topic(topics.deadletters, partitions=1, **raw)
 
     # Redaction state, co-partitioned with L1: per-log clocks and first seq of every eventId.
-    clocks = app.Table("log-clocks", default=None, partitions=settings.l1_partitions)
-    first_seq = app.Table("event-first-seq", default=None, partitions=settings.l1_partitions)
+    tables = faust_tables(settings)
+    clocks = app.Table("log-clocks", default=None, partitions=tables["log-clocks"])
+    first_seq = app.Table("event-first-seq", default=None, partitions=tables["event-first-seq"])
     # Chunker state, co-partitioned with the redacted topic.
-    sessions = app.Table("chunker-sessions", default=None, partitions=settings.stream_partitions)
-    progress_table = app.Table("chunker-progress", default=None, partitions=settings.stream_partitions)
+    sessions = app.Table("chunker-sessions", default=None, partitions=tables["chunker-sessions"])
+    progress_table = app.Table("chunker-progress", default=None, partitions=tables["chunker-progress"])
 
     policy = policy_hash()
     chunker = Chunker(

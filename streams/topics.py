@@ -15,7 +15,7 @@ from kafka.errors import TopicAlreadyExistsError
 from streams.exceptions import BrokerError
 from streams.settings import Settings
 
-__all__ = ["TopicSpec", "Topics", "ensure_topics", "topic_specs"]
+__all__ = ["TopicSpec", "Topics", "app_id", "changelog_topic", "ensure_topics", "faust_tables", "topic_specs"]
 
 _WEEK_MS = str(7 * 24 * 3600 * 1000)
 _MONTH_MS = str(30 * 24 * 3600 * 1000)
@@ -66,7 +66,31 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
         TopicSpec(topics.chunks, settings.stream_partitions, derived),
         TopicSpec(topics.deadletters, 1, {"cleanup.policy": "delete", "retention.ms": _MONTH_MS, **isr}),
         TopicSpec(topics.watermarks, 1, compacted),
+        # The faust tables' changelogs, created here (not by faust on first start) so their
+        # metadata is there before the worker's first assignment; same partitions as the
+        # stream each table is co-partitioned with.
+        *[TopicSpec(changelog_topic(settings, table), partitions, compacted)
+          for table, partitions in faust_tables(settings).items()],
     ]
+
+
+def app_id(settings: Settings) -> str:
+    """The faust application id (also its consumer group)."""
+    return f"{settings.topic_prefix}pipeline"
+
+
+def faust_tables(settings: Settings) -> dict[str, int]:
+    """Table name → partitions (the partitions of the topic it is co-partitioned with)."""
+    return {
+        "log-clocks": settings.l1_partitions,
+        "event-first-seq": settings.l1_partitions,
+        "chunker-sessions": settings.stream_partitions,
+        "chunker-progress": settings.stream_partitions,
+    }
+
+
+def changelog_topic(settings: Settings, table: str) -> str:
+    return f"{app_id(settings)}-{table}-changelog"
 
 
 def ensure_topics(bootstrap: str, settings: Settings) -> list[str]:

@@ -1,4 +1,4 @@
-"""Secrets recognised by their context: key blocks, assignments, URLs, headers, env dumps."""
+"""Secrets recognised by their context: key blocks, environment dumps, URLs, auth headers."""
 
 from __future__ import annotations
 
@@ -6,11 +6,9 @@ import base64
 import binascii
 import re
 
-from streams.redaction.base import RegexRule, Rule, is_marker_at, marker
-from streams.redaction.entropy import looks_random
-from streams.redaction.keys import is_placeholder, name_class
+from streams.redaction.base import RegexRule, Rule, Scan, marker
 
-__all__ = ["CONTEXT_RULES", "ENV_DUMP_RULE", "PRIVATE_KEY_RULE", "AssignmentRule"]
+__all__ = ["CONTEXT_RULES", "PRIVATE_KEY_RULE", "EnvDumpRule"]
 
 _KEY_LABEL = r"-----BEGIN[A-Z0-9 ]{0,32}PRIVATE KEY(?: BLOCK)?-----"
 PRIVATE_KEY_RULE = RegexRule(
@@ -31,38 +29,43 @@ _ENV_LINE = r"(?:export[ \t]+)?[A-Za-z_][A-Za-z0-9_]*=(?!=)[^\r\n]*"
 _UPPER_NAME = re.compile(r"^(?:export[ \t]+)?[A-Z_]*[A-Z][A-Z0-9_]*=", re.MULTILINE | re.ASCII)
 
 
-def _env_dump(match: re.Match[str]) -> bool:
-    # env/printenv/.env output names variables in capitals; three lowercase `a=1` lines are code.
-    return _UPPER_NAME.search(match.group(0)) is not None
+class EnvDumpRule(Rule):
+    """Environment dumps: ``min_lines`` or more consecutive ``NAME=value`` lines (``env``,
+    ``printenv``, ``.env`` files), replaced whole, values and names alike.
 
+    Three lowercase ``a=1`` lines are code, not an environment: at least one name must be in
+    capitals. The pattern starts at a newline (a literal the engine skips to); the text is
+    scanned with a newline in front so a dump on the first line is found too.
+    """
 
-ENV_DUMP_RULE = RegexRule(
-    name="env-dump",
-    triggers=("=",),
-    description="three or more consecutive NAME=value lines (env, printenv, .env files), replaced whole",
-    pattern=re.compile(rf"(?:(?<=\n)|^){_ENV_LINE}(?:\r?\n{_ENV_LINE}){{2,}}", re.ASCII),
-    check=_env_dump,
-)
+    def __init__(self, min_lines: int = 3) -> None:
+        super().__init__(name="env-dump", triggers=("=",), description=(
+            f"{min_lines} or more consecutive NAME=value lines (env, printenv, .env files), replaced whole"
+        ))
+        pattern = re.compile(rf"\n({_ENV_LINE}(?:\r?\n{_ENV_LINE}){{{min_lines - 1},}})", re.ASCII)
+        object.__setattr__(self, "pattern", pattern)
 
-_AWS_SECRET = RegexRule(
-    name="aws-secret-access-key",
-    lower_triggers=("secret_access_key", "secretaccesskey", "secret-access-key", "aws_secret"),
-    description="AWS secret access key assigned to aws_secret_access_key / SecretAccessKey",
-    pattern=re.compile(
-        r"(?:aws_?secret_?(?:access_?)?key|secret_?access_?key|secret-access-key)"
-        r"[\"']?\s*(?:=|:|=>)\s*[\"']?(?P<value>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])",
-        re.ASCII | re.IGNORECASE,
-    ),
-    group="value",
-)
+    def fingerprint(self) -> list[str]:
+        return [*super().fingerprint(), self.pattern.pattern, _UPPER_NAME.pattern]  # type: ignore[attr-defined]
 
-_AZURE_KEY = RegexRule(
-    name="azure-storage-key",
-    lower_triggers=("accountkey=", "sharedaccesskey="),
-    description="AccountKey= / SharedAccessKey= in Azure connection strings",
-    pattern=re.compile(r"(?:AccountKey|SharedAccessKey)=(?P<value>[A-Za-z0-9+/]{20,}={0,2})", re.ASCII | re.IGNORECASE),
-    group="value",
-)
+    def apply(self, scan: Scan, hits: dict[str, int]) -> str:
+        text = scan.text
+        if "\n" not in text:
+            return text
+        framed = "\n" + text
+        pieces: list[str] = []
+        done = 1
+        for match in self.pattern.finditer(framed):  # type: ignore[attr-defined]
+            if _UPPER_NAME.search(match.group(1)) is None:
+                continue
+            pieces += (framed[done: match.start(1)], marker(self.name))
+            done = match.end(1)
+        if not pieces:
+            return text
+        hits[self.name] = hits.get(self.name, 0) + len(pieces) // 2
+        pieces.append(framed[done:])
+        return "".join(pieces)
+
 
 _AZURE_SAS = RegexRule(
     name="azure-sas-signature",
@@ -95,6 +98,7 @@ def _bearer(match: re.Match[str]) -> bool:
 _BEARER = RegexRule(
     name="bearer-token",
     lower_triggers=("bearer",),
+    anchored=True,
     description="Bearer tokens (Authorization: Bearer ..., \"Bearer ...\")",
     pattern=re.compile(rf"bearer[ \t]+(?P<value>{_TOKEN_CHARS}{{8,}})", re.ASCII | re.IGNORECASE),
     group="value",
@@ -114,125 +118,11 @@ def _basic_credentials(match: re.Match[str]) -> bool:
 _BASIC = RegexRule(
     name="basic-auth",
     lower_triggers=("basic",),
+    anchored=True,
     description="HTTP Basic credentials (base64 of user:password after 'Basic')",
     pattern=re.compile(r"basic[ \t]+(?P<value>[A-Za-z0-9+/]{6,}={0,2})(?![A-Za-z0-9+/=])", re.ASCII | re.IGNORECASE),
     group="value",
     check=_basic_credentials,
 )
 
-_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
-_KEYWORDS = r"passw(?:or)?ds?|passphrase|pwd|secret|token|credential|cookie|auth|api[_-]?key|key|dsn"
-
-
-class AssignmentRule(Rule):
-    """Values assigned to secret-like names, in code, config, env files, JSON, YAML and CLIs.
-
-    The pattern finds a secret keyword, the rest of the name, a separator and a value; Python
-    then reads the whole name and decides: ``password``-class names lose any real value,
-    ``secret`` and ``key`` names lose values that look random (Shannon entropy), and an
-    ``export NAME=value`` line with a secret-like name loses its value whatever it is.
-    """
-
-    _pattern = re.compile(
-        rf"(?:{_KEYWORDS})[A-Za-z0-9_.-]{{0,48}}(?P<close>\\?[\"']?)[ \t]*"
-        r"(?P<sep>:=|=>|=(?![=~])|:(?![:/\\]))[ \t]*"
-        r"(?:\\?\"(?P<dq>[^\"\\\r\n]{1,4096})\\?\"|'(?P<sq>[^'\r\n]{1,4096})'"
-        r"|(?P<bare>[^\s\"'`,;<>|{}()]{1,4096})(?P<eol>(?=[ \t]*(?:$|\r?\n|[,;&})])))?)",
-        re.ASCII | re.IGNORECASE | re.MULTILINE,
-    )
-    _flag = re.compile(
-        r"--(?<![A-Za-z0-9_-]--)(?P<name>[A-Za-z0-9-]{0,24}(?:password|passwd|passphrase|token|secret|api-key|apikey)"
-        r"[A-Za-z0-9-]{0,24})[ \t]+(?:\"(?P<dq>[^\"\r\n]{1,4096})\"|'(?P<sq>[^'\r\n]{1,4096})'|(?P<bare>[^\s\"'|;&-][^\s\"'|;&]*))",
-        re.ASCII | re.IGNORECASE,
-    )
-    _xml = re.compile(
-        r"<(?P<name>[A-Za-z0-9_.:-]{0,32}(?:passw(?:or)?d|secret|token|api[_-]?key)[A-Za-z0-9_.:-]{0,32})>"
-        r"(?P<bare>[^<\r\n]{1,4096})</",
-        re.ASCII | re.IGNORECASE,
-    )
-    _names = {"password": "password-assignment", "secret": "secret-assignment", "key": "secret-assignment"}
-
-    def __init__(self) -> None:
-        super().__init__(
-            name="secret-assignment",
-            lower_triggers=("pass", "pwd", "secret", "token", "credential", "cookie", "auth", "key", "dsn"),
-            description="password-assignment: any real value of a password-like name; "
-            "secret-assignment: high-entropy values of secret-like names, and export lines",
-        )
-
-    def fingerprint(self) -> list[str]:
-        return [*super().fingerprint(), self._pattern.pattern, self._flag.pattern, self._xml.pattern]
-
-    def apply(self, text: str, hits: dict[str, int]) -> str:
-        if "--" in text:
-            text = self._sub(self._flag, text, hits, kind="flag")
-        if "</" in text:
-            text = self._sub(self._xml, text, hits, kind="xml")
-        return self._sub(self._pattern, text, hits, kind="assignment")
-
-    def _sub(self, pattern: re.Pattern[str], text: str, hits: dict[str, int], *, kind: str) -> str:
-        changed = False
-
-        def replace(match: re.Match[str]) -> str:
-            nonlocal changed
-            verdict = self._judge(text, match, kind)
-            if verdict is None:
-                return match.group(0)
-            rule, start, end = verdict
-            changed = True
-            hits[rule] = hits.get(rule, 0) + 1
-            whole, offset = match.group(0), match.start()
-            return whole[: start - offset] + marker(rule) + whole[end - offset:]
-
-        result = pattern.sub(replace, text)
-        return result if changed else text
-
-    def _judge(self, text: str, match: re.Match[str], kind: str) -> tuple[str, int, int] | None:
-        """The rule to redact the value under and the value's span, or ``None`` to keep it."""
-        groups = match.groupdict()
-        group = next((name for name in ("dq", "sq", "bare") if groups.get(name) is not None), None)
-        if group is None:
-            return None
-        quoted = group != "bare"
-        value = groups[group]
-        start, end = match.span(group)
-        if kind == "assignment":
-            name_start = _name_start(text, match.start())
-            name = text[name_start: match.start("close")].strip(".-")
-            if not quoted and "&" in value and text[name_start - 1: name_start] in ("?", "&"):
-                # A URL query parameter ends at the next "&"; elsewhere "&" is part of the value.
-                value = value[: value.index("&")]
-                end = start + len(value)
-            exported = text.endswith("export ", 0, name_start) or text.endswith("export\t", 0, name_start)
-            if not quoted and match.group("sep") == ":" and match.group("eol") is None:
-                # "Password: must be 8 characters" is prose: a YAML/header value fills its line.
-                return None
-        else:
-            name, exported = match.group("name"), kind == "flag"
-        if not value or is_marker_at(value, 0) or is_placeholder(value, quoted=quoted):
-            return None
-        if not quoted and text[end: end + 1] in ("(", "["):
-            return None  # password = getpass(...), token = tokens[0]: code, not a value
-        name_kind = name_class(name)
-        if name_kind is None:
-            return None
-        if name_kind == "password":
-            return self._names["password"], start, end
-        if exported or looks_random(value):
-            return self._names[name_kind], start, end
-        return None
-
-
-def _name_start(text: str, position: int) -> int:
-    # Walk back over the identifier the keyword sits in (API_KEY, x-api-key, db.password).
-    # Names are short, so this loop runs a few steps per candidate, never over whole texts.
-    start = position
-    limit = max(0, position - 64)
-    while start > limit and text[start - 1] in _NAME_CHARS:
-        start -= 1
-    return start
-
-
-CONTEXT_RULES: tuple[Rule, ...] = (
-    _AWS_SECRET, _AZURE_KEY, _AZURE_SAS, _URL_PASSWORD, _BEARER, _BASIC,
-)
+CONTEXT_RULES: tuple[Rule, ...] = (_AZURE_SAS, _URL_PASSWORD, _BEARER, _BASIC)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from streams.redaction.base import USER_MARKER, RegexRule, Rule, marker
+from streams.redaction.base import USER_MARKER, RegexRule, Rule, Scan, marker
 
 __all__ = ["DomainRule", "EmailRule", "home_rules"]
 
@@ -67,7 +67,8 @@ class EmailRule(Rule):
     def fingerprint(self) -> list[str]:
         return [*super().fingerprint(), self._at.pattern, self._local.pattern, *sorted(_FILE_EXTENSIONS)]
 
-    def apply(self, text: str, hits: dict[str, int]) -> str:
+    def apply(self, scan: Scan, hits: dict[str, int]) -> str:
+        text = scan.text
         pieces: list[str] = []
         done = 0
         found = 0
@@ -90,38 +91,49 @@ class EmailRule(Rule):
 
 
 class DomainRule(Rule):
-    """Host names under the policy's ``redacted_domains`` (and their subdomains)."""
+    """Host names equal to or under the policy's ``redacted_domains``.
+
+    Each domain is found with ``str.find`` in the lower-cased text; the subdomain labels in
+    front of it are read backwards from there.
+    """
 
     def __init__(self, domains: tuple[str, ...], keep_domains: tuple[str, ...] = ()) -> None:
         lowered = tuple(sorted({domain.lower().strip(".") for domain in domains if domain.strip(".")}))
         super().__init__(name="domain", lower_triggers=lowered, description="host names under policy.redacted_domains")
-        alternatives = "|".join(re.escape(domain) for domain in sorted(lowered, key=len, reverse=True))
-        pattern = re.compile(rf"(?:{_LABEL}\.)*(?:{alternatives})(?![A-Za-z0-9-])", re.ASCII | re.IGNORECASE)
-        object.__setattr__(self, "pattern", pattern)
         object.__setattr__(self, "keep_domains", tuple(domain.lower() for domain in keep_domains))
 
-    def fingerprint(self) -> list[str]:
-        return [*super().fingerprint(), self.pattern.pattern]  # type: ignore[attr-defined]
-
-    def apply(self, text: str, hits: dict[str, int]) -> str:
-        found = 0
-
-        def replace(match: re.Match[str]) -> str:
-            nonlocal found
-            start = match.start()
-            # A match glued to a longer name (notexample.com) is another domain.
-            if start and (text[start - 1].isalnum() or text[start - 1] in "-_"):
-                return match.group(0)
-            if _within(match.group(0).lower(), self.keep_domains):  # type: ignore[attr-defined]
-                return match.group(0)
-            found += 1
-            return marker(self.name)
-
-        result: str = self.pattern.sub(replace, text)  # type: ignore[attr-defined]
-        if not found:
+    def apply(self, scan: Scan, hits: dict[str, int]) -> str:
+        text, lowered = scan.text, scan.lower()
+        spans: list[tuple[int, int]] = []
+        for domain in self.lower_triggers:
+            position = lowered.find(domain)
+            while position != -1:
+                end = position + len(domain)
+                position, found = lowered.find(domain, position + 1), position
+                after = text[end: end + 2]
+                if after[:1].isalnum() or after[:1] == "-" or (after[:1] == "." and after[1:].isalnum()):
+                    continue  # example.community and example.com.evil are other domains
+                start = found
+                while start > 0 and (text[start - 1].isalnum() or text[start - 1] in ".-"):
+                    start -= 1
+                host = lowered[start:end].lstrip(".-")
+                start = end - len(host)
+                if start != found and not host.endswith("." + domain):
+                    continue  # notexample.com is another domain
+                if not _within(host, self.keep_domains):  # type: ignore[attr-defined]
+                    spans.append((start, end))
+        if not spans:
             return text
-        hits[self.name] = hits.get(self.name, 0) + found
-        return result
+        pieces: list[str] = []
+        done = 0
+        for start, end in sorted(spans):
+            if start < done:
+                continue
+            pieces += (text[done:start], marker(self.name))
+            done = end
+        hits[self.name] = hits.get(self.name, 0) + len(pieces) // 2
+        pieces.append(text[done:])
+        return "".join(pieces)
 
 
 def _within(host: str, domains: tuple[str, ...]) -> bool:

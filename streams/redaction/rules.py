@@ -7,33 +7,24 @@ assignments, and personal data last.
 
 from __future__ import annotations
 
-import re
 from functools import lru_cache
 
-from streams.redaction.base import RegexRule, Rule
-from streams.redaction.context import CONTEXT_RULES, ENV_DUMP_RULE, PRIVATE_KEY_RULE, AssignmentRule
+from streams.redaction.assignments import AssignmentRule
+from streams.redaction.base import Rule
+from streams.redaction.context import CONTEXT_RULES, PRIVATE_KEY_RULE, EnvDumpRule
 from streams.redaction.pii import DomainRule, EmailRule, home_rules
 from streams.redaction.policy import RedactionPolicy
-from streams.redaction.tokens import TOKEN_RULES
+from streams.redaction.tokens import TOKEN_RULES, DiscordBotTokenRule
 
 __all__ = ["build_rules", "rule_names"]
-
-
-def _env_dump_rule(min_lines: int) -> RegexRule:
-    if min_lines == 3:
-        return ENV_DUMP_RULE
-    pattern = ENV_DUMP_RULE.pattern.pattern.replace("{2,}", f"{{{min_lines - 1},}}")
-    return RegexRule(
-        name=ENV_DUMP_RULE.name, triggers=ENV_DUMP_RULE.triggers, description=ENV_DUMP_RULE.description,
-        pattern=re.compile(pattern, ENV_DUMP_RULE.pattern.flags), check=ENV_DUMP_RULE.check,
-    )
 
 
 @lru_cache(maxsize=64)
 def build_rules(policy: RedactionPolicy) -> tuple[Rule, ...]:
     """Every rule ``policy`` applies, in application order."""
-    rules: list[Rule] = [PRIVATE_KEY_RULE, _env_dump_rule(policy.env_dump_min_lines)]
+    rules: list[Rule] = [PRIVATE_KEY_RULE, EnvDumpRule(policy.env_dump_min_lines)]
     rules += TOKEN_RULES
+    rules.append(DiscordBotTokenRule())
     rules += CONTEXT_RULES
     rules.append(AssignmentRule())
     if policy.redact_emails:
@@ -47,6 +38,5 @@ def build_rules(policy: RedactionPolicy) -> tuple[Rule, ...]:
 
 def rule_names(policy: RedactionPolicy | None = None) -> list[str]:
     """Names of every marker ``policy`` can produce (the keys of ``hits``), sorted."""
-    names = {rule.name for rule in build_rules(policy or RedactionPolicy())}
-    names |= {"password-assignment", "secret-field"}
-    return sorted(names)
+    names = {name for rule in build_rules(policy or RedactionPolicy()) for name in rule.hit_names()}
+    return sorted(names | {"secret-field"})

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from streams.exceptions import RedactionError
-from streams.redaction.base import MARKER_PREFIX, USER_MARKER, Rule
+from streams.redaction.base import MARKER_PREFIX, USER_MARKER, Rule, Scan
 from streams.redaction.policy import DEFAULT_POLICY, RedactionPolicy
 from streams.redaction.rules import build_rules
 
@@ -36,25 +36,13 @@ def redact_text(text: str, policy: RedactionPolicy | None = None) -> tuple[str, 
 
 
 def _one_pass(text: str, rules: tuple[Rule, ...], hits: dict[str, int]) -> str:
-    lowered: str | None = None
+    scan = Scan(text)
     for rule in rules:
-        triggered = not rule.triggers and not rule.lower_triggers
-        for literal in rule.triggers:
-            if literal in text:
-                triggered = True
-                break
-        if not triggered and rule.lower_triggers:
-            if lowered is None:
-                lowered = text.lower()
-            for literal in rule.lower_triggers:
-                if literal in lowered:
-                    triggered = True
-                    break
-        if triggered:
-            redacted = rule.apply(text, hits)
-            if redacted is not text:
-                text, lowered = redacted, None
-    return text
+        if scan.wants(rule):
+            redacted = rule.apply(scan, hits)
+            if redacted is not scan.text:
+                scan = Scan(redacted)
+    return scan.text
 
 
 def clip(text: str, limit: int, *, note_inside: bool = True) -> str:

@@ -1,8 +1,11 @@
 """Vendor token formats: keys recognisable by their documented prefix and shape.
 
-Each pattern starts with its literal prefix (so Python's regex engine can skip ahead to it)
-and checks the character before the prefix with a lookbehind placed *after* it, which keeps
-that fast path while still refusing matches glued to a longer word.
+Prefixes that end in ``_``, ``-`` or ``.`` (``ghp_``, ``glpat-``, ``SG.``) share three gates:
+one regex per separator that jumps from separator to separator in C and checks the few
+characters before it with fixed-width lookbehinds. A text without any such prefix (almost
+every text) pays three fast scans for some twenty token formats; only when a gate opens do
+the formats behind it run. Prefixes without a separator (``AKIA``, ``AIza``, ``SK``, ``AC``)
+start their own pattern with the literal, which the engine skips to directly.
 """
 
 from __future__ import annotations
@@ -11,16 +14,36 @@ import base64
 import binascii
 import re
 
-from streams.redaction.base import RegexRule
+from streams.redaction.base import RegexRule, Rule, Scan, is_marker_at, marker
 
-__all__ = ["TOKEN_RULES"]
+__all__ = ["TOKEN_RULES", "DiscordBotTokenRule"]
 
 _BEFORE = "[A-Za-z0-9_]"
 
 
+def _gate(separator: str, prefixes: tuple[str, ...], lookahead: str = "") -> re.Pattern[str]:
+    behind = "|".join(f"(?<={prefix})" for prefix in prefixes)
+    ahead = f"|(?={lookahead})" if lookahead else ""
+    return re.compile(f"{re.escape(separator)}(?:{behind}{ahead})", re.ASCII)
+
+
+UNDERSCORE_GATE = _gate("_", (
+    "gh[pousr]_", "github_pat_", "hf_", "npm_", "whsec_", "shp(?:at|ca|pa|ss)_", "[sr]k_live_",
+    "[sr]k_test_", "do[por]_v1_",
+))
+DASH_GATE = _gate("-", (
+    "glpat-", "gldt-", "glrt-", "glptt-", "glft-", "glsoat-", "glcbt-", "xox[bpares]-", "xapp-",
+    "sk-", "pypi-", "AGE-",
+))
+DOT_GATE = _gate(".", ("SG\\.", "ya29\\.", "hooks\\.", "discord\\.", "discordapp\\."), lookahead="eyJ")
+
+
 def _prefixed(prefixes: tuple[str, ...], body: str, *, before: str | None = _BEFORE, after: str = "[A-Za-z0-9_]") -> re.Pattern[str]:
     """``(prefix)body`` with a word guard after the body and, unless ``before`` is ``None``
-    (prefixes distinctive enough to stand anywhere: ``ghp_``, ``sk-ant-``), before the prefix."""
+    (prefixes distinctive enough to stand anywhere: ``ghp_``, ``sk-ant-``), before the prefix.
+
+    The guard is a lookbehind placed *after* the prefix, so the pattern still starts with a
+    literal and keeps the engine's skip-ahead."""
     by_length: dict[int, list[str]] = {}
     for prefix in prefixes:
         by_length.setdefault(len(prefix), []).append(re.escape(prefix))
@@ -33,10 +56,12 @@ def _prefixed(prefixes: tuple[str, ...], body: str, *, before: str | None = _BEF
     return re.compile(f"{head}{body}(?!{after})", re.ASCII | re.DOTALL)
 
 
-def _token(name: str, prefixes: tuple[str, ...], body: str, description: str, **kwargs: object) -> RegexRule:
-    check = kwargs.pop("check", None)
-    pattern = _prefixed(prefixes, body, **kwargs)  # type: ignore[arg-type]
-    return RegexRule(name=name, triggers=prefixes, pattern=pattern, check=check, description=description)  # type: ignore[arg-type]
+def _token(name: str, prefixes: tuple[str, ...], body: str, description: str, *,
+           gate: re.Pattern[str] | None = None, check: object = None, **guards: str | None) -> RegexRule:
+    return RegexRule(
+        name=name, gate=gate, pattern=_prefixed(prefixes, body, **guards),  # type: ignore[arg-type]
+        check=check, description=description,  # type: ignore[arg-type]
+    )
 
 
 def _mixed(match: re.Match[str]) -> bool:
@@ -54,15 +79,7 @@ def _random_letters(match: re.Match[str]) -> bool:
     return _WORDS_ONLY.fullmatch(match.group(0)[3:]) is None
 
 
-def _discord_id(match: re.Match[str]) -> bool:
-    # The first segment of a Discord bot token is the base64 of the bot's numeric user id.
-    head = match.group(0).split(".", 1)[0]
-    try:
-        decoded = base64.urlsafe_b64decode(head + "=" * (-len(head) % 4))
-    except (binascii.Error, ValueError):
-        return False
-    return decoded.isdigit() and _mixed(match)
-
+_U, _D, _P = UNDERSCORE_GATE, DASH_GATE, DOT_GATE
 
 TOKEN_RULES: tuple[RegexRule, ...] = (
     _token("aws-access-key-id", ("AKIA", "ASIA", "ABIA", "ACCA"), "[A-Z0-9]{16}",
@@ -70,47 +87,88 @@ TOKEN_RULES: tuple[RegexRule, ...] = (
     _token("gcp-api-key", ("AIza",), "[0-9A-Za-z_-]{30,50}", "Google Cloud / Firebase API key",
            before=None, after="[A-Za-z0-9_-]"),
     _token("google-oauth-token", ("ya29.",), "[0-9A-Za-z_-]{20,}", "Google OAuth 2.0 access token",
-           before=None, after="[A-Za-z0-9_-]"),
-    _token("github-token", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"), "[A-Za-z0-9]{20,255}",
-           "GitHub personal, OAuth, user-to-server, server-to-server and refresh tokens", before=None),
-    _token("github-token", ("github_pat_",), "[A-Za-z0-9_]{20,255}", "GitHub fine-grained personal access token", before=None),
+           gate=_P, before=None, after="[A-Za-z0-9_-]"),
+    _token("github-token", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"), "[A-Za-z0-9_]{20,255}",
+           "GitHub classic (ghp_, gho_, ghu_, ghs_, ghr_) and fine-grained (github_pat_) tokens",
+           gate=_U, before=None),
     _token("gitlab-token", ("glpat-", "gldt-", "glrt-", "glptt-", "glft-", "glsoat-", "glcbt-"),
            "[A-Za-z0-9_-]{20,}", "GitLab personal, deploy, runner, trigger and feed tokens",
-           before=None, after="[A-Za-z0-9_-]"),
+           gate=_D, before=None, after="[A-Za-z0-9_-]"),
     _token("slack-token", ("xoxb-", "xoxp-", "xoxa-", "xoxr-", "xoxs-", "xoxe-", "xapp-"),
            "[0-9A-Za-z-]{10,}", "Slack bot, user, app and refresh tokens",
-           before=None, after="[A-Za-z0-9_-]"),
+           gate=_D, before=None, after="[A-Za-z0-9_-]"),
     _token("slack-webhook", ("hooks.slack.com/",), "(?:services|workflows|triggers)/[A-Za-z0-9/_+-]{10,}",
-           "Slack incoming-webhook URL", before=None, after="[A-Za-z0-9/_+-]"),
+           "Slack incoming-webhook URL", gate=_P, before=None, after="[A-Za-z0-9/_+-]"),
     _token("discord-webhook", ("discord.com/api/webhooks/", "discordapp.com/api/webhooks/"),
-           "[0-9]{5,}/[A-Za-z0-9_-]{20,}", "Discord webhook URL", before=None, after="[A-Za-z0-9_-]"),
-    _token("discord-bot-token", ("MT", "Mj", "Mz", "ND", "NT", "Nj", "Nz", "OD", "OT"),
-           r"[A-Za-z0-9_-]{20,28}\.[A-Za-z0-9_-]{6,7}\.[A-Za-z0-9_-]{27,40}", "Discord bot token",
-           before="[A-Za-z0-9_-]", after="[A-Za-z0-9_-]", check=_discord_id),
-    _token("stripe-key", ("sk_live_", "rk_live_", "sk_test_", "rk_test_"), "[0-9A-Za-z]{10,255}",
-           "Stripe secret and restricted keys", before=None),
-    _token("stripe-key", ("whsec_",), "[0-9A-Za-z]{20,255}", "Stripe webhook signing secret", before=None),
+           "[0-9]{5,}/[A-Za-z0-9_-]{20,}", "Discord webhook URL", gate=_P, before=None, after="[A-Za-z0-9_-]"),
+    _token("stripe-key", ("sk_live_", "rk_live_", "sk_test_", "rk_test_", "whsec_"), "[0-9A-Za-z]{10,255}",
+           "Stripe secret and restricted keys, webhook signing secrets", gate=_U, before=None),
     _token("twilio-api-key", ("SK",), "[0-9a-fA-F]{32}", "Twilio API key SID",
            before="[A-Z0-9]", after="[0-9a-fA-F]"),
     _token("twilio-account-sid", ("AC",), "[0-9a-fA-F]{32}", "Twilio account SID",
            before="[A-Z0-9]", after="[0-9a-fA-F]"),
     _token("sendgrid-api-key", ("SG.",), r"[A-Za-z0-9_-]{16,32}\.[A-Za-z0-9_-]{16,64}", "SendGrid API key",
-           before=None, after="[A-Za-z0-9_-]"),
+           gate=_P, before=None, after="[A-Za-z0-9_-]"),
     _token("anthropic-api-key", ("sk-ant-",), "[A-Za-z0-9_-]{20,}", "Anthropic API and admin keys",
-           before=None, after="[A-Za-z0-9_-]"),
+           gate=_D, before=None, after="[A-Za-z0-9_-]"),
     _token("openai-api-key", ("sk-proj-", "sk-svcacct-", "sk-admin-", "sk-None-"), "[A-Za-z0-9_-]{20,}",
-           "OpenAI project, service-account and admin keys", before=None, after="[A-Za-z0-9_-]"),
-    _token("openai-api-key", ("sk-",), "(?!ant-)[A-Za-z0-9_-]{20,}",
-           "OpenAI keys (sk-, sk-proj-, sk-svcacct-, sk-admin-)",
-           before="[A-Za-z0-9_-]", after="[A-Za-z0-9_-]", check=_mixed),
-    _token("huggingface-token", ("hf_",), "[A-Za-z0-9]{30,}", "Hugging Face access token", before=None, check=_random_letters),
-    _token("npm-token", ("npm_",), "[A-Za-z0-9]{30,}", "npm access token", before=None, check=_mixed),
+           "OpenAI project, service-account and admin keys", gate=_D, before=None, after="[A-Za-z0-9_-]"),
+    _token("openai-api-key", ("sk-",), "(?!ant-)[A-Za-z0-9_-]{20,}", "OpenAI legacy user keys (sk-...)",
+           gate=_D, before="[A-Za-z0-9_-]", after="[A-Za-z0-9_-]", check=_mixed),
+    _token("huggingface-token", ("hf_",), "[A-Za-z0-9]{30,}", "Hugging Face access token",
+           gate=_U, before=None, check=_random_letters),
+    _token("npm-token", ("npm_",), "[A-Za-z0-9]{30,}", "npm access token", gate=_U, before=None, check=_mixed),
     _token("pypi-token", ("pypi-AgE",), "[A-Za-z0-9_-]{40,}", "PyPI / TestPyPI upload token",
-           before=None, after="[A-Za-z0-9_-]"),
-    _token("shopify-token", ("shpat_", "shpca_", "shppa_", "shpss_"), "[a-fA-F0-9]{32}", "Shopify access tokens", before=None),
-    _token("digitalocean-token", ("dop_v1_", "doo_v1_", "dor_v1_"), "[a-f0-9]{64}", "DigitalOcean tokens", before=None),
+           gate=_D, before=None, after="[A-Za-z0-9_-]"),
+    _token("shopify-token", ("shpat_", "shpca_", "shppa_", "shpss_"), "[a-fA-F0-9]{32}", "Shopify access tokens",
+           gate=_U, before=None),
+    _token("digitalocean-token", ("dop_v1_", "doo_v1_", "dor_v1_"), "[a-f0-9]{64}", "DigitalOcean tokens",
+           gate=_U, before=None),
     _token("age-secret-key", ("AGE-SECRET-KEY-1",), "[0-9A-Z]{58}", "age encryption secret key",
-           before=None, after="[A-Za-z0-9]"),
+           gate=_D, before=None, after="[A-Za-z0-9]"),
     _token("jwt", ("eyJ",), r"[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*=*",
-           "JSON Web Token (header.payload.signature)", before=None, after="[A-Za-z0-9_-]"),
+           "JSON Web Token (header.payload.signature)", gate=_P, before=None, after="[A-Za-z0-9_-]"),
 )
+
+
+class DiscordBotTokenRule(Rule):
+    """Discord bot tokens: ``<base64 user id>.<6-7 chars>.<27-40 chars>``.
+
+    The first segment has no literal prefix, so the pattern anchors on the middle segment's
+    dots (which the engine skips to) and reads the first segment backwards from there.
+    """
+
+    _tail = re.compile(r"\.[A-Za-z0-9_-]{6,7}\.[A-Za-z0-9_-]{27,40}(?![A-Za-z0-9_-])", re.ASCII)
+    _head = re.compile(r"(?<![A-Za-z0-9_-])[MNO][A-Za-z0-9_-]{20,27}\Z", re.ASCII)
+
+    def __init__(self) -> None:
+        super().__init__(name="discord-bot-token", description="Discord bot token")
+
+    def fingerprint(self) -> list[str]:
+        return [*super().fingerprint(), self._tail.pattern, self._head.pattern]
+
+    def apply(self, scan: Scan, hits: dict[str, int]) -> str:
+        text = scan.text
+        pieces: list[str] = []
+        done = 0
+        for match in self._tail.finditer(text):
+            dot = match.start()
+            head = self._head.search(text, max(done, dot - 28), dot)
+            if head is None or is_marker_at(text, head.start()) or not _discord_id(head.group(0), match.group(0)):
+                continue
+            pieces += (text[done: head.start()], marker(self.name))
+            done = match.end()
+        if not pieces:
+            return text
+        hits[self.name] = hits.get(self.name, 0) + len(pieces) // 2
+        pieces.append(text[done:])
+        return "".join(pieces)
+
+
+def _discord_id(head: str, tail: str) -> bool:
+    # The first segment is the base64 of the bot's numeric user id.
+    try:
+        decoded = base64.urlsafe_b64decode(head + "=" * (-len(head) % 4))
+    except (binascii.Error, ValueError):
+        return False
+    return decoded.isdigit() and any(c.isdigit() for c in tail) + any(c.isupper() for c in tail) + any(c.islower() for c in tail) >= 2

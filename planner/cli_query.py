@@ -1,0 +1,171 @@
+"""``usl search`` and ``usl serve``: the planner from the command line.
+
+``usl search`` runs the planner in this process (no API server needed) and prints one block per
+hit plus a freshness line that says at which log position the answer was taken and what it
+does not cover; ``--json`` prints exactly the HTTP API's response (or its error body).
+``usl serve`` runs the HTTP API (:mod:`planner.api`) under uvicorn.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+from rich.markup import escape
+from rich.text import Text
+
+from planner.cli import LOG_OPTION, _bootstrap, _print_json, _settings, app, err, out
+from planner.exceptions import PlannerError, error_body
+
+__all__ = ["render_response", "search", "serve"]
+
+_SNIPPET_CHARS = 480
+_EVIDENCE_STYLES = ("bold yellow", "bold cyan")
+
+
+@app.command()
+def search(
+    query: str = typer.Argument(..., help="What to search for: words (OR-ed) and \"quoted phrases\"."),
+    freshness: str = typer.Option("indexed", "--freshness",
+                                  help="indexed | latest | wait:SECONDS (at most 300)."),
+    k: int = typer.Option(10, "--k", help="Results per page (1-100)."),
+    explain: bool = typer.Option(False, "--explain", help="Show how the answer was decided."),
+    principal_text: str = typer.Option(None, "--as", envvar="USL_DEFAULT_PRINCIPAL",
+                                       help="Principal, e.g. tenant:acme/user:alice/groups:eng."),
+    cursor: str = typer.Option(None, "--cursor", help="Continue after a previous page."),
+    json_out: bool = typer.Option(False, "--json", help="Print the API's JSON response."),
+    log: str = LOG_OPTION,
+    mode: str = typer.Option("hybrid", "--mode", help="hybrid | text | vector."),
+    sessions: list[str] = typer.Option(None, "--session", help="Only this session (repeatable)."),
+    tools: list[str] = typer.Option(None, "--tool", help="Only chunks using this tool (repeatable)."),
+    tool_results: bool = typer.Option(False, "--tool-results",
+                                      help="Search full tool results too (needs scopes:toolresults)."),
+) -> None:
+    """Search one log at one asOfSeq, with evidence for every hit."""
+    from planner.acl import parse_principal
+    from planner.engine import Planner
+
+    settings = _settings()
+    request: dict[str, Any] = {"query": query, "freshness": freshness, "k": k, "explain": explain,
+                               "cursor": cursor, "log": log, "mode": mode,
+                               "toolResults": tool_results}
+    filters = {name: list(values) for name, values in (("sessionId", sessions), ("toolName", tools))
+               if values}
+    if filters:
+        request["filters"] = filters
+    try:
+        principal = parse_principal(principal_text or settings.acl_default)
+        planner = Planner(settings, _bootstrap(settings))
+        try:
+            response = planner.search(request, principal)
+        finally:
+            planner.close()
+    except PlannerError as exc:
+        if json_out:
+            _print_json(error_body(exc))
+        else:
+            err.print(f"[red]error {exc.status} {exc.code}:[/] {escape(exc.message)}")
+            if exc.hint:
+                err.print(f"  {escape(exc.hint)}")
+        raise typer.Exit(2) from None
+    if json_out:
+        _print_json(response)
+        return
+    render_response(response, request)
+
+
+def render_response(response: dict[str, Any], request: dict[str, Any]) -> None:
+    """Human output: one block per hit, then the freshness line (and explain, if asked)."""
+    for number, hit in enumerate(response["results"], start=1):
+        seqs = [piece["seq"] for piece in hit["evidence"]]
+        where = [f"session {hit['sessionId']}"]
+        if hit.get("turnId"):
+            where.append(f"turn {hit['turnId']}")
+        if seqs:
+            where.append(f"seqs {min(seqs)}-{max(seqs)}")
+        where.append(hit["eventTime"])
+        if hit.get("origin") not in (None, "index"):
+            where.append(str(hit["origin"]))
+        sources = " · ".join(f"{source} #{c['rank']}" for source, c in hit["score"]["components"].items())
+        out.print(f"[bold]{number}.[/] rrf {hit['score']['rrf']:.5f}  ({escape(sources)})  "
+                  f"[dim]{escape('  '.join(where))}[/]")
+        out.print(_snippet(hit["text"], hit["evidence"]))
+        proof = ", ".join(f"{piece['eventId']}@{piece['seq']}" for piece in hit["evidence"])
+        out.print(f"   [dim]evidence: {escape(proof)}[/]")
+    if not response["results"]:
+        out.print("no results")
+    out.print(freshness_line(response))
+    if response.get("cursor"):
+        out.print(f"[dim]next page: the same command with --cursor {escape(response['cursor'])}[/]")
+    explain = response.get("explain")
+    if explain:
+        out.print("[bold]explain[/]")
+        for reason in explain["freshness"]["reasons"]:
+            out.print(f"  - {escape(reason)}")
+        for source, info in explain["sources"].items():
+            cut = "truncated" if info["truncated"] else "complete"
+            out.print(f"  {source}: window {info['window']}, returned {info['returned']} ({cut})")
+        for fallback in explain["fallbacks"]:
+            out.print(f"  fallback: {escape(fallback)}")
+        out.print("  [dim](--json shows the full explain object)[/]")
+
+
+def freshness_line(response: dict[str, Any]) -> str:
+    """``asOfSeq N (label) · L1 … · generations · tail scan · uncovered`` in one line."""
+    fresh = response["freshness"]
+    parts = [f"asOfSeq {response['asOfSeq']} ({fresh['label']})", f"L1 {fresh['l1CommittedSeq']}"]
+    for kind, mark in fresh["watermarks"].items():
+        parts.append(f"{kind} gen {mark['generationId']}@{mark['builtThroughSeq']}" if mark
+                     else f"{kind} missing")
+    if fresh.get("tailScan"):
+        parts.append(f"tail scan {fresh['tailScan']['fromSeq']}..{fresh['tailScan']['toSeq']}")
+    uncovered = fresh.get("uncovered") or []
+    parts.append("uncovered: " + (", ".join(f"{r['fromSeq']}..{r['toSeq']}" for r in uncovered)
+                                  if uncovered else "nothing"))
+    for fallback in fresh.get("fallbacks") or []:
+        parts.append(f"fallback: {fallback}")
+    return escape("freshness: " + " · ".join(parts))
+
+
+def _snippet(text: str, evidence: list[dict[str, Any]]) -> Text:
+    """The hit's text with each evidence span styled (UTF-8 byte offsets → characters)."""
+    data = text.encode("utf-8")
+    shown = Text("   ")
+    position = 0
+    for number, piece in enumerate(sorted(evidence, key=lambda p: p["start"])):
+        start = len(data[: piece["start"]].decode("utf-8", "replace"))
+        end = len(data[: piece["end"]].decode("utf-8", "replace"))
+        start = max(start, position)
+        if start >= end:
+            continue
+        shown.append(_indent(text[position:start]))
+        shown.append(_indent(text[start:end]), style=_EVIDENCE_STYLES[number % 2])
+        position = end
+    shown.append(_indent(text[position:]))
+    if len(shown.plain) > _SNIPPET_CHARS + 3:
+        shown.truncate(_SNIPPET_CHARS + 3)
+        shown.append("…")
+    return shown
+
+
+def _indent(text: str) -> str:
+    return text.replace("\n", "\n   ")
+
+
+@app.command()
+def serve(
+    host: str = typer.Option(None, "--host", envvar="USL_API_HOST", help="Interface to listen on."),
+    port: int = typer.Option(None, "--port", envvar="USL_API_PORT", help="Port to listen on."),
+) -> None:
+    """Run the planner's HTTP API (POST /v1/search, /v1/sql; GET /v1/status, /metrics, /)."""
+    import uvicorn
+
+    from planner.api import create_app
+
+    settings = _settings()
+    bootstrap = _bootstrap(settings)
+    bind_host = host or settings.api_host
+    bind_port = port or settings.api_port
+    err.print(f"planner API on http://{bind_host}:{bind_port}/")
+    uvicorn.run(create_app(settings, bootstrap), host=bind_host, port=bind_port,
+                log_level="warning", access_log=False)

@@ -1,0 +1,171 @@
+"""Values assigned to secret-like names, in code, config, env files, JSON, YAML, XML and CLIs."""
+
+from __future__ import annotations
+
+import re
+
+from streams.redaction.base import Rule, Scan, is_marker_at, marker
+from streams.redaction.entropy import looks_random
+from streams.redaction.keys import is_placeholder, name_class
+
+__all__ = ["AssignmentRule"]
+
+_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
+# Where a candidate starts: each keyword is searched literally in the lower-cased text.
+_KEYWORDS = ("pass", "pwd", "secret", "token", "credential", "cookie", "auth", "key", "dsn")
+# Names whose values have a rule of their own, by their letters only (SecretAccessKey,
+# aws_secret_access_key, AccountKey).
+_NAMED = {
+    "awssecretaccesskey": "aws-secret-access-key",
+    "secretaccesskey": "aws-secret-access-key",
+    "awssecretkey": "aws-secret-access-key",
+    "accountkey": "azure-storage-key",
+    "sharedaccesskey": "azure-storage-key",
+}
+_PASSWORD, _SECRET = "password-assignment", "secret-assignment"
+
+
+class AssignmentRule(Rule):
+    """``name = value`` where the name is secret-like.
+
+    The pattern reads a keyword, the rest of the name, a separator (``=``, ``:``, ``:=``,
+    ``=>``) and a value (quoted, JSON-escaped or bare); Python then reads the whole name and
+    decides: ``password``-class names lose any real value, ``secret`` and ``key`` names lose
+    values that look random (Shannon entropy), and an ``export NAME=value`` line or a
+    ``--token VALUE`` flag with a secret-like name loses its value whatever it is.
+    Placeholders (``${DB_PASSWORD}``, ``<token>``, ``********``, ``os.environ[...]``) stay.
+
+    The pattern is case-insensitive, which the regex engine cannot skip ahead for, so it is
+    only tried where a keyword occurs (found with ``str.find`` on the lower-cased text).
+    """
+
+    _pattern = re.compile(
+        r"(?:passw(?:or)?ds?|passphrase|pwd|secret|token|credential|cookie|auth|key|dsn)"
+        r"[A-Za-z0-9_.-]{0,48}(?P<close>\\?[\"']?)[ \t]*"
+        r"(?P<sep>:=|=>|=(?![=~])|:(?![:/\\]))[ \t]*"
+        r"(?:\\?\"(?P<dq>[^\"\\\r\n]{1,4096})\\?\"|'(?P<sq>[^'\r\n]{1,4096})'"
+        r"|(?P<bare>[^\s\"'`,;<>|{}()]{1,4096})(?P<eol>(?=[ \t]*(?:$|\r?\n|[,;&})])))?)",
+        re.ASCII | re.IGNORECASE | re.MULTILINE,
+    )
+    _flag = re.compile(
+        r"--(?<![A-Za-z0-9_-]--)(?P<name>[A-Za-z0-9-]{0,24}(?:password|passwd|passphrase|token|secret|api-key|apikey)"
+        r"[A-Za-z0-9-]{0,24})[ \t]+(?:\"(?P<dq>[^\"\r\n]{1,4096})\"|'(?P<sq>[^'\r\n]{1,4096})'"
+        r"|(?P<bare>[^\s\"'|;&-][^\s\"'|;&]*))",
+        re.ASCII | re.IGNORECASE,
+    )
+    _xml = re.compile(
+        r"</?(?<=<)(?P<name>[A-Za-z0-9_.:-]{0,32}(?:passw(?:or)?d|secret|token|api[_-]?key)[A-Za-z0-9_.:-]{0,32})>"
+        r"(?P<bare>[^<\r\n]{1,4096})</",
+        re.ASCII | re.IGNORECASE,
+    )
+
+    def __init__(self) -> None:
+        super().__init__(
+            name=_SECRET,
+            description="password-assignment: any real value of a password-like name; "
+            "secret-assignment: high-entropy values of secret-like names, export lines and "
+            "--token/--password flags; aws-secret-access-key and azure-storage-key by name",
+        )
+
+    def fingerprint(self) -> list[str]:
+        named = [f"{name}={rule}" for name, rule in sorted(_NAMED.items())]
+        return [*super().fingerprint(), *_KEYWORDS, *named, self._pattern.pattern, self._flag.pattern, self._xml.pattern]
+
+    def hit_names(self) -> tuple[str, ...]:
+        return (_PASSWORD, _SECRET, *sorted(set(_NAMED.values())))
+
+    def apply(self, scan: Scan, hits: dict[str, int]) -> str:
+        text = scan.text
+        found: list[tuple[int, int, str]] = []
+        if "--" in text:
+            found += self._spans(text, self._flag.finditer(text), kind="flag")
+        if "</" in text:
+            found += self._spans(text, self._xml.finditer(text), kind="xml")
+        found += self._spans(text, self._candidates(scan), kind="assignment")
+        if not found:
+            return text
+        pieces: list[str] = []
+        done = 0
+        for start, end, rule in sorted(found):
+            if start < done:
+                continue
+            pieces += (text[done:start], marker(rule))
+            done = end
+            hits[rule] = hits.get(rule, 0) + 1
+        pieces.append(text[done:])
+        return "".join(pieces)
+
+    def _candidates(self, scan: Scan) -> list[re.Match[str]]:
+        lowered = scan.lower()
+        starts: set[int] = set()
+        for keyword in _KEYWORDS:
+            position = lowered.find(keyword)
+            while position != -1:
+                starts.add(position)
+                position = lowered.find(keyword, position + 1)
+        matches = []
+        end = 0
+        for start in sorted(starts):
+            if start < end:
+                continue  # inside the previous assignment (its name or value)
+            match = self._pattern.match(scan.text, start)
+            if match is not None:
+                matches.append(match)
+                end = match.end()
+        return matches
+
+    def _spans(self, text: str, matches: object, *, kind: str) -> list[tuple[int, int, str]]:
+        spans = []
+        for match in matches:  # type: ignore[attr-defined]
+            verdict = self._judge(text, match, kind)
+            if verdict is not None:
+                spans.append(verdict)
+        return spans
+
+    def _judge(self, text: str, match: re.Match[str], kind: str) -> tuple[int, int, str] | None:
+        """The value's span and the rule to redact it under, or ``None`` to keep it."""
+        groups = match.groupdict()
+        group = next((name for name in ("dq", "sq", "bare") if groups.get(name) is not None), None)
+        if group is None:
+            return None
+        quoted = group != "bare"
+        value = groups[group]
+        start, end = match.span(group)
+        if kind == "assignment":
+            name_start = _name_start(text, match.start())
+            name = text[name_start: match.start("close")].strip(".-")
+            if not quoted and "&" in value and text[name_start - 1: name_start] in ("?", "&"):
+                # A URL query parameter ends at the next "&"; elsewhere "&" is part of the value.
+                value = value[: value.index("&")]
+                end = start + len(value)
+            exported = text.endswith(("export ", "export\t"), 0, name_start)
+            if not quoted and match.group("sep") == ":" and match.group("eol") is None:
+                # "Password: must be 8 characters" is prose: a YAML/header value fills its line.
+                return None
+        else:
+            name, exported = match.group("name"), kind == "flag"
+        if not value or is_marker_at(value, 0) or is_placeholder(value, quoted=quoted):
+            return None
+        if not quoted and text[end: end + 1] in ("(", "["):
+            return None  # password = getpass(...), token = tokens[0]: code, not a value
+        named = _NAMED.get(name.lower().replace("_", "").replace("-", "").replace(".", ""))
+        if named is not None:
+            return start, end, named
+        name_kind = name_class(name)
+        if name_kind is None:
+            return None
+        if name_kind == "password":
+            return start, end, _PASSWORD
+        if exported or looks_random(value):
+            return start, end, _SECRET
+        return None
+
+
+def _name_start(text: str, position: int) -> int:
+    # Walk back over the identifier the keyword sits in (API_KEY, x-api-key, db.password).
+    # Names are short, so this loop runs a few steps per candidate, never over whole texts.
+    start = position
+    limit = max(0, position - 64)
+    while start > limit and text[start - 1] in _NAME_CHARS:
+        start -= 1
+    return start
