@@ -28,12 +28,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import replace
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +67,7 @@ from planner.exceptions import (
     QueryError,
 )
 from planner.explain import Candidate, build_explain, result_row
+from planner.l1window import L1Window
 from planner.local import clauses_of, rank_texts
 from planner.readers import IndexPin, ReaderCache, pin_for_cursor, pin_for_query
 from planner.request import Filters, SearchRequest, parse_request
@@ -78,7 +81,7 @@ from planner.snapshot import (
     wait_satisfied,
     with_uncovered,
 )
-from planner.tailscan import TailResult, TailScan, chunker_for
+from planner.tailscan import SnapshotCache, TailResult, TailScan, TailSnapshot, chunker_for
 from planner.trim import trim_chunk
 from sinks.runner import index_root
 from sinks.watermarks import WatermarkFollower, read_watermarks
@@ -105,6 +108,7 @@ WINDOW_MIN = 50
 WINDOW_FACTOR = 5
 QUERY_PIN_SECONDS = 600.0
 _MAX_OVERFETCH = 20_000
+_VECTOR_CACHE = 50_000
 _RANKING = {"hybrid": ("text", "vector"), "text": ("text",), "vector": ("vector",)}
 
 
@@ -144,6 +148,10 @@ class Planner:
         self._embedder: Any = None
         self._embedder_error: str | None = None
         self._tail: TailScan | None = None
+        self._window = L1Window()
+        self._vectors: dict[bytes, np.ndarray] = {}
+        self._tails = SnapshotCache()
+        self._overlays: dict[tuple[str, int], tuple[int, dict[str, dict[str, Any]]]] = {}
 
     # -- public ------------------------------------------------------------------------------
 
@@ -216,7 +224,7 @@ class Planner:
                 elif as_of > l1_now:
                     raise QueryError(f"asOfSeq {as_of} is past the log's committed seq {l1_now}",
                                      hint=f"Use an asOfSeq of at most {l1_now}.")
-                acls = self._latest_acls(l1, log_id, structured, l1_now, {})
+                acls = self._latest_acls(l1, log_id, structured, l1_now)
                 attachment = SqlAttachment(analytics.directory,
                                            structured.directory if structured else None)
                 return attachment.query(sql_text, as_of_seq=as_of, principal=principal,
@@ -314,16 +322,14 @@ class Planner:
 
         # Tail scan of (cut, asOf] and access lists up to the committed seq now.
         tail: TailResult | None = None
-        acl_through = structured.built_through_seq if structured is not None else 0
-        acl_from = acl_through + 1
         if decision.tail_scan is not None:
             tail = self._run_tail(l1, req, decision.tail_scan, structured, cut)
             decision = record_tail_scan(decision, scanned_through=tail.scanned_through)
-            acl_from = max(acl_from, tail.scanned_through + 1)
-        newer = {session_id: acl for session_id, (seq, acl) in (tail.acls if tail else {}).items()
-                 if seq > acl_through}
-        acls = self._latest_acls(l1, req.log, structured, l1_now, newer, from_seq=acl_from)
+        acls = self._latest_acls(l1, req.log, structured, l1_now)
         readable = {session for session, acl in acls.items() if can_read(principal, acl)}
+        # Every chunk an index holds at or below the cut belongs to a session the structured
+        # index knows, so when all known sessions are readable no session filter is needed.
+        session_filter: set[str] | None = None if len(readable) == len(acls) else readable
         readable_tools = ({session for session in readable if can_read_toolresults(principal, acls[session])}
                           if req.tool_results else set())
 
@@ -335,10 +341,9 @@ class Planner:
         # Chunks straddling the cut, trimmed to their events <= cut.
         reader = self._readers.structured(structured) if structured is not None and cut > 0 else None
         text_pin = pins.get("text")
-        straddler_ids: set[str] = set()
         if reader is not None:
-            decision, trimmed, straddler_ids = self._trimmed(reader, text_pin, cut, readable,
-                                                             filters, decision)
+            decision, trimmed = self._trimmed(reader, text_pin, cut, session_filter, filters,
+                                              decision)
             provisional += trimmed
             notes["trimmed"] = [{"chunkId": c.id, "keptThroughSeq": cut} for c in trimmed]
         if tail is not None:
@@ -351,24 +356,35 @@ class Planner:
                         "closed as provisional chunks",
             }
 
-        # Indexed candidates.
-        allowed_ids: set[str] | None = None
-        if reader is not None and (filters or "vector" in ranking):
-            allowed_ids = reader.filter_chunk_ids(session_ids=readable, max_seq=cut,
-                                                  **filters.reader_kwargs())
-            allowed_ids -= straddler_ids
+        # Indexed candidates: chunks with maxSeq <= cut of readable sessions (and, with
+        # filters, matching them), judged inside each engine before its window is taken.
+        only: set[str] | None = None
+        if reader is not None and filters:
+            kwargs = filters.reader_kwargs()
+            sessions = readable & set(kwargs.pop("session_ids", readable))
+            only = reader.filter_chunk_ids(session_ids=sessions, max_seq=cut, **kwargs)
         indexed_scores: dict[str, dict[str, float]] = {}
         if "text" in ranking and text_pin is not None and cut > 0:
-            ids, truncated = self._text_list(text_pin, req.query, window, cut, readable,
-                                                     allowed_ids if filters else None)
+            ids, truncated = self._text_list(text_pin, req.query, window, cut, session_filter,
+                                             only)
             lists.append(RankedList("text", ids, window, truncated))
             # BM25 scores are not shown: their corpus statistics include chunks the caller
             # may not read. The rank says all there is to say.
             for chunk_id in ids:
                 indexed_scores.setdefault(chunk_id, {})
         if "vector" in ranking and vector_pin is not None and embedder is not None:
+            allowed: Callable[[str], bool] | None = None
+            if structured is not None and cut > 0:
+                chunk_index = self._readers.chunk_index(structured)
+
+                def allowed(chunk_id: str) -> bool:
+                    entry = chunk_index.get(chunk_id)
+                    return (entry is not None and entry[1] <= cut
+                            and (session_filter is None or entry[0] in session_filter)
+                            and (only is None or chunk_id in only))
+
             ranked, truncated, note = self._vector_list(
-                embedder, vector_pin, req.query, window, cut, allowed_ids, provisional)
+                embedder, vector_pin, req.query, window, cut, allowed, provisional)
             notes["vector"] = note
             if ranked is not None:
                 ids = [chunk_id for chunk_id, _ in ranked]
@@ -504,68 +520,81 @@ class Planner:
 
     def _run_tail(self, l1: L1Reader, req: SearchRequest, span: SeqRange,
                   structured: IndexPin | None, cut: int) -> TailResult:
-        events: list[tuple[int, dict[str, Any]]] = []
-        scanned_through = span.to_seq
-        for seq, event in l1.read(req.log, span.from_seq, span.to_seq):
-            if len(events) >= self.tail_cap:
-                scanned_through = events[-1][0]
-                break
-            events.append((seq, event))
-        usl_tail_scan_events.observe(len(events))
+        """Scan ``span`` of L1 (at most ``tail_cap`` events), continuing the newest cached
+        snapshot of the same scan when there is one."""
+        dedup = structured is not None and cut > 0
+        key = (req.log, span.from_seq, str(structured.directory) if dedup and structured else None,
+               req.tool_results)
+        scan = self._tail_scan()
+        base = self._tails.best(key, span.to_seq) or TailSnapshot.start(span.from_seq)
+        snapshot = base
+        room = self.tail_cap - base.events_read
+        if base.through < span.to_seq and room > 0:
+            events = self._window.read(l1, req.log, base.through + 1, span.to_seq, limit=room + 1)
+            to_seq = span.to_seq
+            if len(events) > room:  # the cap: stop after the last event that fits
+                events = events[:room]
+                to_seq = events[-1][0] if events else base.through
 
-        def known(ids: Any) -> set[str]:
-            assert structured is not None
-            return self._readers.known_event_ids(structured, ids, cut)
+            def known(ids: Any) -> set[str]:
+                assert structured is not None
+                return self._readers.known_event_ids(structured, ids, cut)
 
-        result = self._tail_scan().run(
-            events, from_seq=span.from_seq, to_seq=scanned_through,
-            known_event_ids=known if structured is not None and cut > 0 else None,
-            want_tool_results=req.tool_results,
-        )
-        result.scanned_through = scanned_through
-        return result
+            snapshot = scan.extend(base, events, to_seq=to_seq,
+                                   known_event_ids=known if dedup else None,
+                                   want_tool_results=req.tool_results)
+            self._tails.put(key, snapshot)
+        usl_tail_scan_events.observe(snapshot.events_read)
+        return scan.result(snapshot)
 
     def _latest_acls(
         self, l1: L1Reader, log_id: str, structured: IndexPin | None, l1_now: int,
-        newer: Mapping[str, dict[str, Any]], *, from_seq: int | None = None,
     ) -> dict[str, dict[str, Any]]:
-        """Each session's latest access list: the structured index's, then ``newer`` (already
-        read from L1 above it), then every L1 event from ``from_seq`` to ``l1_now``."""
+        """Each session's latest access list: the structured index's, overridden by every L1
+        event above it up to ``l1_now`` (newest wins), so a revocation applies at once."""
         acls = dict(self._readers.session_acls(structured)) if structured is not None else {}
-        acls.update(newer)
-        start = from_seq if from_seq is not None else (
-            structured.built_through_seq + 1 if structured is not None else 1)
-        self._overlay_acls(l1, log_id, start, l1_now, acls)
+        start = structured.built_through_seq + 1 if structured is not None else 1
+        acls.update(self._acl_overlay(l1, log_id, start, l1_now))
         return acls
 
-    def _overlay_acls(self, l1: L1Reader, log_id: str, from_seq: int, to_seq: int,
-                      acls: dict[str, dict[str, Any]]) -> None:
-        """Apply the access lists of L1 events ``from_seq..to_seq`` (newest wins)."""
-        if to_seq < from_seq:
-            return
-        if to_seq - from_seq + 1 > self.acl_scan_cap:
+    def _acl_overlay(self, l1: L1Reader, log_id: str, from_seq: int,
+                     to_seq: int) -> dict[str, dict[str, Any]]:
+        """sessionId → the access list of its last L1 event in ``from_seq..to_seq``, extended
+        from the previous query's overlay of the same start."""
+        key = (log_id, from_seq)
+        with self._lock:
+            cached = self._overlays.get(key)
+        through, overlay = cached if cached is not None and cached[0] <= to_seq else (from_seq - 1, {})
+        if through >= to_seq:
+            return overlay
+        if to_seq - through > self.acl_scan_cap:
             raise IndexUnavailable(
                 f"the structured index is {to_seq - from_seq + 1} seqs behind the log, too far "
                 "to apply access lists as of now",
                 hint="Wait until `usl status` shows the structured index caught up.",
             )
-        for _seq, raw in l1.read(log_id, from_seq, to_seq):
+        overlay = dict(overlay)
+        for _seq, raw in self._window.read(l1, log_id, through + 1, to_seq):
             try:
                 event = validate_event(raw)
             except USLError:
                 continue
             if isinstance(event.get("acl"), dict):
-                acls[event["sessionId"]] = event["acl"]
+                overlay[event["sessionId"]] = event["acl"]
+        with self._lock:
+            self._overlays[key] = (to_seq, overlay)
+            while len(self._overlays) > 16:
+                self._overlays.pop(next(iter(self._overlays)))
+        return overlay
 
     def _trimmed(
-        self, reader: Any, text_pin: IndexPin | None, cut: int, readable: set[str],
+        self, reader: Any, text_pin: IndexPin | None, cut: int, sessions: set[str] | None,
         filters: Filters, decision: SnapshotDecision,
-    ) -> tuple[SnapshotDecision, list[Candidate], set[str]]:
-        """Readable chunks straddling ``cut``, trimmed; and the ids of all of them."""
-        rows = reader.straddling(cut, session_ids=readable)
-        straddler_ids = {row["chunkId"] for row in rows}
+    ) -> tuple[SnapshotDecision, list[Candidate]]:
+        """Readable chunks straddling ``cut`` (``sessions``: None = all), trimmed to it."""
+        rows = reader.straddling(cut, session_ids=sessions)
         if not rows:
-            return decision, [], straddler_ids
+            return decision, []
         texts = self._readers.texts(text_pin, [row["chunkId"] for row in rows]) if text_pin else {}
         out: list[Candidate] = []
         lost: list[SeqRange] = []
@@ -583,7 +612,7 @@ class Planner:
             decision = with_uncovered(
                 decision, lost, f"{len(lost)} readable chunk(s) straddling seq {cut} could not be "
                                 "trimmed to their events <= it and were left out")
-        return decision, out, straddler_ids
+        return decision, out
 
     def _tail_candidates(self, tail: TailResult, req: SearchRequest, readable: set[str],
                          readable_tools: set[str]) -> list[Candidate]:
@@ -597,12 +626,12 @@ class Planner:
                 out.append(_tool_candidate(record, origin="tail"))
         return out
 
-    def _text_list(self, pin: IndexPin, query: str, window: int, cut: int, readable: set[str],
-                   only: set[str] | None) -> tuple[list[str], bool]:
+    def _text_list(self, pin: IndexPin, query: str, window: int, cut: int,
+                   sessions: set[str] | None, only: set[str] | None) -> tuple[list[str], bool]:
         engine = self._readers.text_engine(pin)
         limit = window + 1
         while True:
-            raw = engine.search(pin.directory, query, limit=limit, max_seq=cut, session_ids=readable)
+            raw = engine.search(pin.directory, query, limit=limit, max_seq=cut, session_ids=sessions)
             kept = [hit for hit in raw if only is None or hit.chunk_id in only]
             if len(kept) > window or len(raw) < limit or limit >= _MAX_OVERFETCH:
                 break
@@ -611,7 +640,7 @@ class Planner:
 
     def _vector_list(
         self, embedder: Any, pin: IndexPin, query: str, window: int, cut: int,
-        allowed_ids: set[str] | None, provisional: list[Candidate],
+        allowed: Callable[[str], bool] | None, provisional: list[Candidate],
     ) -> tuple[list[tuple[str, float]] | None, bool, dict[str, Any]]:
         query_vector = np.asarray(embedder.embed([query]), dtype=np.float32)[0]
         note: dict[str, Any] = {"embedding": dict(pin.manifest.embedding or {}),
@@ -620,17 +649,19 @@ class Planner:
             note["skipped"] = "the query has no word the embedding model knows"
             return None, False, note
         scored: list[tuple[str, float]] = []
-        if cut > 0 and allowed_ids:
+        if cut > 0 and allowed is not None:
             reader = self._readers.vector(pin)
-            hits = reader.search(query_vector, limit=window + 1, allowed=allowed_ids.__contains__)
-            scored += [(hit.chunk_id, float(hit.score)) for hit in hits]
+            hits = reader.search(query_vector, limit=window + 1, allowed=allowed)
+            # An orthogonal or opposite vector is no evidence of relevance at all.
+            scored += [(hit.chunk_id, float(hit.score)) for hit in hits if hit.score > 0]
         chunks = [c for c in provisional if c.kind == "chunk" and c.text]
         if chunks:
             # Trimmed and tail chunks are embedded now, with the model that built the index.
-            vectors = np.asarray(embedder.embed([c.text or "" for c in chunks]), dtype=np.float32)
+            vectors = self._embed_chunks(embedder, [c.text or "" for c in chunks])
             for candidate, score in zip(chunks, vectors @ query_vector, strict=True):
-                candidate.scores["vector"] = float(score)
-                scored.append((candidate.id, float(score)))
+                if score > 0:
+                    candidate.scores["vector"] = float(score)
+                    scored.append((candidate.id, float(score)))
             note["embeddedNow"] = len(chunks)
         scored.sort(key=lambda item: (-item[1], item[0]))
         return scored[:window], len(scored) > window, note
@@ -651,6 +682,23 @@ class Planner:
         for row in kept[:window]:
             out.append(_tool_candidate(row, origin="index"))
         return out, len(kept) > window
+
+    def _embed_chunks(self, embedder: Any, texts: list[str]) -> np.ndarray:
+        """Embeddings of provisional chunk texts; a text embedded by an earlier query (the
+        same tail, a little longer) is not embedded again."""
+        keys = [hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest() for text in texts]
+        with self._lock:
+            known = {key: self._vectors[key] for key in keys if key in self._vectors}
+        missing = sorted({key: text for key, text in zip(keys, texts, strict=True)
+                          if key not in known}.items())
+        if missing:
+            fresh = np.asarray(embedder.embed([text for _, text in missing]), dtype=np.float32)
+            with self._lock:
+                for (key, _), vector in zip(missing, fresh, strict=True):
+                    known[key] = self._vectors[key] = vector
+                while len(self._vectors) > _VECTOR_CACHE:
+                    self._vectors.pop(next(iter(self._vectors)))
+        return np.stack([known[key] for key in keys])
 
     def _fill_texts(self, page: list[FusedHit], candidates: dict[str, Candidate],
                     text_pin: IndexPin | None) -> None:
@@ -763,7 +811,12 @@ def _posix(value: Any) -> float:
         return 0.0
     if isinstance(value, int | float):
         return float(value)
-    return parse_time(str(value)).timestamp()
+    return _posix_text(str(value))
+
+
+@lru_cache(maxsize=1 << 16)
+def _posix_text(text: str) -> float:
+    return parse_time(text).timestamp()
 
 
 def _passes(chunk: Mapping[str, Any], filters: Filters) -> bool:

@@ -14,6 +14,7 @@ import math
 import re
 from collections import Counter
 from collections.abc import Sequence
+from functools import lru_cache
 
 from sinks.text.base import MAX_TOKEN_BYTES, QueryClauses, parse_query
 
@@ -26,8 +27,19 @@ _B = 0.75
 
 def analyze(text: str) -> list[str]:
     """The terms of ``text`` as the text index sees them."""
-    return [token for token in _WORD.findall(text.lower())
-            if len(token.encode("utf-8")) < MAX_TOKEN_BYTES]
+    return list(_terms(text))
+
+
+@lru_cache(maxsize=1 << 14)
+def _terms(text: str) -> tuple[str, ...]:
+    # Tail texts recur from query to query (the same tail, a little longer): analyze once.
+    return tuple(token for token in _WORD.findall(text.lower())
+                 if len(token.encode("utf-8")) < MAX_TOKEN_BYTES)
+
+
+@lru_cache(maxsize=1 << 14)
+def _counts(text: str) -> Counter[str]:
+    return Counter(_terms(text))
 
 
 def clauses_of(query: str) -> QueryClauses:
@@ -37,8 +49,8 @@ def clauses_of(query: str) -> QueryClauses:
 
 def matches(clauses: QueryClauses, text: str) -> bool:
     """Whether ``text`` matches at least one term or phrase of the query."""
-    tokens = analyze(text)
-    present = set(tokens)
+    tokens = _terms(text)
+    present = _counts(text)
     if any(term in present for term in clauses.terms):
         return True
     return any(_phrase_count(tokens, phrase) for phrase in clauses.phrases)
@@ -48,13 +60,13 @@ def rank_texts(clauses: QueryClauses, docs: Sequence[tuple[str, str]]) -> list[t
     """``(id, score)`` of the matching ``(id, text)`` docs: BM25 desc, then id asc."""
     if not docs or not clauses:
         return []
-    analyzed = [(doc_id, analyze(text)) for doc_id, text in docs]
+    analyzed = [(doc_id, _terms(text)) for doc_id, text in docs]
     count = len(analyzed)
     average = sum(len(tokens) for _, tokens in analyzed) / count or 1.0
-    frequencies = [Counter(tokens) for _, tokens in analyzed]
+    frequencies = [_counts(text) for _, text in docs]  # shared: read only
     phrase_hits = [[_phrase_count(tokens, phrase) for phrase in clauses.phrases]
-                   for _, tokens in analyzed]
-    document_frequency = {term: sum(1 for tf in frequencies if tf[term]) for term in clauses.terms}
+                   for _, tokens in analyzed] if clauses.phrases else [[] for _ in analyzed]
+    document_frequency = {term: sum(1 for tf in frequencies if term in tf) for term in clauses.terms}
     phrase_frequency = [sum(1 for hits in phrase_hits if hits[i]) for i in range(len(clauses.phrases))]
 
     def idf(df: int) -> float:
@@ -68,7 +80,7 @@ def rank_texts(clauses: QueryClauses, docs: Sequence[tuple[str, str]]) -> list[t
         score = 0.0
         matched = False
         for term in clauses.terms:
-            if tf[term]:
+            if term in tf:
                 matched = True
                 score += idf(document_frequency[term]) * weight(tf[term], len(tokens))
         for position, phrase_count in enumerate(hits):

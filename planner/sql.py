@@ -4,13 +4,16 @@ restricted to the sessions the caller may read.
 Each query gets a fresh in-memory DuckDB connection. Before any user SQL runs:
 
 1. the SQL must be exactly one read-only ``SELECT``/``WITH`` statement (checked with DuckDB's
-   own parser), naming only the attachment's views and harmless table functions;
-2. the rows of the snapshot are copied into temporary tables: only rows with
-   ``seq <= as_of_seq`` (chunks: ``maxSeq <= as_of_seq``) of sessions whose *latest* access
-   list admits the caller. The user's query never sees another row, so no filter order, error
-   message or aggregate can reveal a hidden one;
-3. the connection is locked: no file system access, configuration frozen, one thread, a memory
-   limit, and a timer that interrupts the query at ``timeout_seconds``.
+   own parser), naming only the attachment's views and table functions that compute rather
+   than read (``range``, ``generate_series``, ``unnest``);
+2. each Parquet table is handed to DuckDB as an Arrow dataset that is *already filtered* to
+   the snapshot (``seq <= as_of_seq``; chunks ``maxSeq <= as_of_seq``) and to the sessions
+   whose *latest* access list admits the caller. DuckDB itself never opens a file, and no
+   row of another session ever reaches the user's query: no filter order, error message,
+   aggregate or direct reference to the underlying relation can reveal one;
+3. the connection is locked: file system access off, configuration frozen, no Python
+   replacement scans, one thread, a memory limit, and a timer that interrupts the query at
+   ``timeout_seconds``.
 
 Views (documented column by column in ``docs/sql.md``): ``events``, ``tool_calls`` (with their
 results), ``chunks``, and the aggregates ``sessions``, ``runs``, ``turns``.
@@ -30,11 +33,14 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
 
 from planner.acl import Principal, can_read
-from planner.exceptions import QueryError
+from planner.exceptions import IndexUnavailable, QueryError
 from sinks.analytics import SCHEMAS
-from sinks.writer import scan_sql
+from sinks.writer import parquet_segments
 
 __all__ = ["NOTICE", "VIEWS", "SqlAttachment"]
 
@@ -47,16 +53,12 @@ VIEWS = ("sessions", "runs", "turns", "events", "tool_calls", "chunks")
 _TABLE_FUNCTIONS = frozenset({"range", "generate_series", "unnest"})
 # Scalar functions that could reveal the server's configuration or environment.
 _SCALAR_DENYLIST = frozenset({"current_setting", "getenv", "getvariable"})
-_ALLOWED_TABLE = "_usl_allowed_sessions"
 _HINT = ("Write one SELECT (or WITH ... SELECT) over the views "
          + ", ".join(VIEWS) + "; see docs/sql.md.")
 
 _EVENT_COLUMNS = [f.name for f in SCHEMAS["events"] if f.name != "aclRead"]
-_NEEDS = {  # view → the snapshot tables it is built from
-    "events": ("events",), "sessions": ("events",), "runs": ("events",), "turns": ("events",),
-    "tool_calls": ("tool_calls", "tool_results"), "chunks": ("chunks",),
-}
-
+# Distinct counts are written len(list_distinct(list(x))): unlike count(DISTINCT x), DuckDB drops
+# such an aggregate when a query does not use its column, and most queries use few of them.
 _AGGREGATES = """
     min(time) AS startTime, max(time) AS endTime,
     epoch(max(time)) - epoch(min(time)) AS durationSeconds,
@@ -73,13 +75,13 @@ _VIEW_SQL = {
         SELECT sessionId, arg_max(logId, seq) AS logId, arg_max(tenant, seq) AS tenant,
             arg_min(parentSessionId, seq) FILTER (WHERE parentSessionId IS NOT NULL) AS parentSessionId,
             arg_min(title, seq) FILTER (WHERE type = 'session.started' AND title IS NOT NULL) AS title,
-            count(DISTINCT runId) AS runCount, count(DISTINCT turnId) AS turnCount,
+            len(list_distinct(list(runId))) AS runCount, len(list_distinct(list(turnId))) AS turnCount,
             bool_or(type = 'session.ended') AS ended, {_AGGREGATES}
         FROM events GROUP BY sessionId""",
     "runs": f"""
         SELECT runId, sessionId,
             arg_min(title, seq) FILTER (WHERE type = 'run.started' AND title IS NOT NULL) AS title,
-            count(DISTINCT turnId) AS turnCount, bool_or(type = 'run.ended') AS ended, {_AGGREGATES}
+            len(list_distinct(list(turnId))) AS turnCount, bool_or(type = 'run.ended') AS ended, {_AGGREGATES}
         FROM events WHERE runId IS NOT NULL GROUP BY sessionId, runId""",
     "turns": f"""
         SELECT turnId, sessionId, arg_min(runId, seq) FILTER (WHERE runId IS NOT NULL) AS runId,
@@ -90,8 +92,15 @@ _VIEW_SQL = {
             coalesce(c.toolName, r.toolName) AS toolName, c.time, c.paramKeys,
             r.seq AS resultSeq, r.eventId AS resultEventId, r.status, r.time AS resultTime,
             r.outputBytes, epoch(r.time) - epoch(c.time) AS durationSeconds
-        FROM _snap_tool_calls c LEFT JOIN _snap_tool_results r
-            ON r.sessionId = c.sessionId AND r.toolCallId = c.toolCallId""",
+        FROM _snap_tool_calls c LEFT JOIN (
+            -- The first result answers a call; a repeated result is ignored.
+            SELECT sessionId, toolCallId, min(seq) AS seq, arg_min_null(eventId, seq) AS eventId,
+                arg_min_null(toolName, seq) AS toolName, arg_min_null(status, seq) AS status,
+                arg_min_null(time, seq) AS time, arg_min_null(outputBytes, seq) AS outputBytes
+            FROM _snap_tool_results GROUP BY sessionId, toolCallId
+        ) r ON r.sessionId = c.sessionId AND r.toolCallId = c.toolCallId""",
+    "events": "SELECT " + ", ".join(f'"{c}"' for c in _EVENT_COLUMNS) + " FROM _snap_events",
+    "chunks": "SELECT * FROM _snap_chunks",
 }
 
 
@@ -127,21 +136,27 @@ class SqlAttachment:
         missing from it is invisible. Returns ``columns``, ``types``, ``rows`` (at most
         ``max_rows``), ``rowCount``, ``truncated``, ``asOfSeq``, ``generations``, ``notice``
         and, when the analytics generation is built through less than ``as_of_seq``,
-        ``uncovered`` (the seq range it does not hold). Every failure is a QueryError whose
-        message says what to change; none shows a traceback or a file path.
+        ``uncovered`` (the seq range it does not hold). Every failure of the query is a
+        QueryError whose message says what to change; unreadable index files are
+        IndexUnavailable. No message shows a traceback or a file path.
         """
         _check_arguments(sql, as_of_seq, timeout_seconds, max_rows, memory_limit)
         allowed = sorted(sid for sid, acl in session_acls.items() if can_read(principal, acl))
-        con = duckdb.connect(":memory:", config={"threads": 1, "memory_limit": memory_limit,
-                                                  "temp_directory": "", "autoinstall_known_extensions": False,
-                                                  "autoload_known_extensions": False})
-        timer = threading.Timer(timeout_seconds, con.interrupt)
-        timer.daemon = True
         try:
-            views = _validate(con, sql)
-            timer.start()
-            self._prepare(con, views, as_of_seq, allowed)
+            con = duckdb.connect(":memory:", config={
+                "threads": 1, "memory_limit": memory_limit, "autoinstall_known_extensions": False,
+                "autoload_known_extensions": False, "python_enable_replacements": False,
+            })
+            con.execute("SET temp_directory = ''")  # never spill query data to disk
             con.execute("SET enable_external_access = false")
+        except duckdb.Error as exc:
+            raise QueryError(f"cannot start the SQL engine with memory limit {memory_limit!r}: "
+                             f"{exc}") from None
+        watchdog = _Watchdog(con, timeout_seconds)
+        try:
+            watchdog.start()
+            _validate(con, sql)
+            self._prepare(con, as_of_seq, allowed)
             con.execute("SET lock_configuration = true")
             result = con.execute(sql)
             columns = [d[0] for d in result.description or ()]
@@ -154,9 +169,16 @@ class SqlAttachment:
             raise QueryError(f"the query needs more than the {memory_limit} memory limit",
                              hint="Select fewer columns or rows, or aggregate.") from None
         except duckdb.Error as exc:
+            if "reading the stream registered as" in str(exc):  # Arrow failed on a file
+                raise IndexUnavailable("the analytics index could not be read",
+                                       hint="Retry; if it persists, check `usl status`.") from None
             raise QueryError(self._clean(exc), hint=_HINT) from None
+        except (OSError, pa.ArrowException) as exc:
+            # The pinned generation's files are gone or damaged: not the caller's fault.
+            raise IndexUnavailable("the analytics index could not be read",
+                                   hint="Retry; if it persists, check `usl status`.") from exc
         finally:
-            timer.cancel()
+            watchdog.stop()
             con.close()
         truncated = len(rows) > max_rows
         body: dict[str, Any] = {
@@ -169,33 +191,20 @@ class SqlAttachment:
             body["uncovered"] = {"fromSeq": built + 1, "toSeq": as_of_seq}
         return body
 
-    def _prepare(self, con: duckdb.DuckDBPyConnection, views: set[str], as_of_seq: int,
-                 allowed: list[str]) -> None:
-        """Copy the visible rows of the snapshot into temp tables and define the views."""
-        con.execute(f"CREATE TEMP TABLE {_ALLOWED_TABLE} AS SELECT unnest($ids::VARCHAR[]) AS sessionId",
-                    {"ids": allowed})
-        visible = f"sessionId IN (SELECT sessionId FROM {_ALLOWED_TABLE})"
-        needed = {table for view in views for table in _NEEDS[view]}
-        gen = self.analytics_gen_dir
-        if "events" in needed:
-            columns = ", ".join(f'"{c}"' for c in _EVENT_COLUMNS)
-            con.execute(f"CREATE TEMP TABLE events AS SELECT {columns} FROM "
-                        f"{scan_sql(gen, 'events', SCHEMAS['events'])} WHERE seq <= {as_of_seq} AND {visible}")
-            for view in ("sessions", "runs", "turns"):
-                con.execute(f"CREATE TEMP VIEW {view} AS {_VIEW_SQL[view]}")
-        if "tool_calls" in needed:
-            con.execute("CREATE TEMP TABLE _snap_tool_calls AS SELECT * FROM "
-                        f"{scan_sql(gen, 'tool_calls', SCHEMAS['tool_calls'])} "
-                        f"WHERE seq <= {as_of_seq} AND {visible}")
-            # The first result answers a call; later ones (retries of the result) are ignored.
-            con.execute("CREATE TEMP TABLE _snap_tool_results AS SELECT * FROM "
-                        f"{scan_sql(gen, 'tool_results', SCHEMAS['tool_results'])} "
-                        f"WHERE seq <= {as_of_seq} AND {visible} "
-                        "QUALIFY row_number() OVER (PARTITION BY sessionId, toolCallId ORDER BY seq) = 1")
-            con.execute(f"CREATE TEMP VIEW tool_calls AS {_VIEW_SQL['tool_calls']}")
-        if "chunks" in needed:
-            con.execute("CREATE TEMP TABLE chunks AS SELECT * FROM "
-                        f"{scan_sql(gen, 'chunks', SCHEMAS['chunks'])} WHERE maxSeq <= {as_of_seq} AND {visible}")
+    def _prepare(self, con: duckdb.DuckDBPyConnection, as_of_seq: int, allowed: list[str]) -> None:
+        """Register the snapshot's visible rows and define the views over them."""
+        visible = pc.field("sessionId").isin(pa.array(allowed, pa.string()))
+        for table, seq_column in (("events", "seq"), ("tool_calls", "seq"),
+                                  ("tool_results", "seq"), ("chunks", "maxSeq")):
+            snapshot = visible & (pc.field(seq_column) <= as_of_seq)
+            files = [str(p) for p in parquet_segments(self.analytics_gen_dir, table)]
+            schema = SCHEMAS[table]
+            # Listing the schema makes a column missing from an older segment read as NULL.
+            data = (ds.dataset(files, schema=schema, format="parquet").filter(snapshot)
+                    if files else schema.empty_table())
+            con.register(f"_snap_{table}", data)
+        for view in ("events", "sessions", "runs", "turns", "tool_calls", "chunks"):
+            con.execute(f"CREATE TEMP VIEW {view} AS {_VIEW_SQL[view]}")
 
     def _clean(self, exc: duckdb.Error) -> str:
         """DuckDB's message without server paths (user-written literals may stay)."""
@@ -206,6 +215,31 @@ class SqlAttachment:
         if isinstance(exc, duckdb.PermissionException | duckdb.IOException):
             return "the SQL attachment cannot read or write files"
         return message or type(exc).__name__
+
+
+class _Watchdog:
+    """Interrupts a DuckDB connection after ``seconds``, unless stopped first. Stopping waits
+    for an interrupt in progress, so the connection is never interrupted while it closes."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, seconds: float) -> None:
+        self._con = con
+        self._lock = threading.Lock()
+        self._stopped = False
+        self._timer = threading.Timer(seconds, self._fire)
+        self._timer.daemon = True
+
+    def start(self) -> None:
+        self._timer.start()
+
+    def stop(self) -> None:
+        self._timer.cancel()
+        with self._lock:
+            self._stopped = True
+
+    def _fire(self) -> None:
+        with self._lock:
+            if not self._stopped:
+                self._con.interrupt()
 
 
 # -- validation ------------------------------------------------------------------------------
@@ -225,8 +259,8 @@ def _check_arguments(sql: Any, as_of_seq: Any, timeout_seconds: float, max_rows:
         raise QueryError(f"memory limit {memory_limit!r} is not like 512MB")
 
 
-def _validate(con: duckdb.DuckDBPyConnection, sql: str) -> set[str]:
-    """Refuse anything but one read-only SELECT over the views; return the views it names."""
+def _validate(con: duckdb.DuckDBPyConnection, sql: str) -> None:
+    """Refuse anything but one read-only SELECT over the views and computed tables."""
     try:
         statements = duckdb.extract_statements(sql)
     except duckdb.Error as exc:
@@ -251,7 +285,6 @@ def _validate(con: duckdb.DuckDBPyConnection, sql: str) -> set[str]:
     system = {row[0].lower() for row in con.execute("SELECT view_name FROM duckdb_views() WHERE internal").fetchall()}
     if ctes & system:
         raise QueryError(f"the WITH name {sorted(ctes & system)[0]!r} is reserved; rename it", hint=_HINT)
-    views: set[str] = set()
     for node in nodes:
         node_type = node.get("type")
         if node_type == "BASE_TABLE":
@@ -267,7 +300,6 @@ def _validate(con: duckdb.DuckDBPyConnection, sql: str) -> set[str]:
                                      + ", ".join(VIEWS), hint=_HINT)
                 raise QueryError(f"unknown table {name[:64]!r}; the SQL attachment has the views "
                                  + ", ".join(VIEWS), hint=_HINT)
-            views.add(name.lower())
         elif node_type == "TABLE_FUNCTION":
             name = str(node.get("function", {}).get("function_name", "")).lower()
             if name not in _TABLE_FUNCTIONS:
@@ -279,7 +311,6 @@ def _validate(con: duckdb.DuckDBPyConnection, sql: str) -> set[str]:
             name = str(node.get("function_name", "")).lower()
             if name in _SCALAR_DENYLIST:
                 raise QueryError(f"function {name}() is not available in the SQL attachment", hint=_HINT)
-    return views
 
 
 def _walk(value: Any) -> Iterator[dict[str, Any]]:

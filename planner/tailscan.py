@@ -1,38 +1,71 @@
 """The L1 tail scan: events no index covers yet, turned into provisional chunks in-process.
 
 For ``latest`` and ``wait`` the planner reads the log range ``(cut, asOfSeq]`` above the
-indexes and runs it through exactly the code the stream runs: ASP validation, the redaction
-policy (:func:`streams.redaction.redact_event`), log-clock ticks every K seqs
-(:func:`streams.chunking.make_ticks`) and the chunker (:func:`streams.chunking.chunk_stream`
-with ``finalize=True``, so open turns close as provisional chunks). As in the redaction agent,
-an ``eventId`` seen before wins over a later copy: copies inside the range are dropped, and so
-are events whose id the indexes already hold below the cut (``known_event_ids``).
+indexes and runs it through the code the stream runs: ASP validation, the redaction policy
+(:func:`streams.redaction.redact_event`), log-clock ticks every K seqs (as
+:func:`streams.chunking.make_ticks` places them) and the chunker's per-session state machine
+(:class:`streams.chunking.Chunker`, the same calls :func:`streams.chunking.chunk_stream` makes),
+then closes every open unit as a provisional chunk. As in the redaction agent, the first seq
+of an ``eventId`` wins: later copies inside the range are dropped, and so are events whose id
+the indexes already hold below the cut (``known_event_ids``).
 
-:class:`TailScan` is pure (no Kafka): the planner feeds it the ``(seq, event)`` pairs it read.
-It also yields each session's latest access list seen in the range, so a ``session.acl`` event
-in the tail applies to the query at once.
+The scan is incremental. A :class:`TailSnapshot` is the chunker's state after the events
+``from_seq..through``; :meth:`TailScan.extend` feeds it more events and returns a new snapshot
+(the old one is never changed, so concurrent queries can share it), and
+:meth:`TailScan.result` closes the open units of a copy. A query at a log head a little further
+than the previous query's therefore only processes the new events. Feeding the range in one
+piece or in several gives the same chunks (``tests/planner/test_engine.py`` checks it against
+``chunk_stream``).
+
+Also collected: each session's latest access list seen in the range, so a ``session.acl``
+event in the tail applies to the query at once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable
+import copy
+import threading
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from streams.asp import validate_event
-from streams.chunking import Chunker, ChunkerConfig, chunk_stream, default_tokenizer, make_ticks
+from streams.asp import event_time, validate_event
+from streams.chunking import Chunker, ChunkerConfig, default_tokenizer, render_event
+from streams.chunking.tokenizer import count_many
 from streams.exceptions import USLError
 from streams.redaction import policy_hash, redact_event
 from streams.settings import Settings
 
-__all__ = ["TailResult", "TailScan", "chunker_for"]
+__all__ = ["SnapshotCache", "TailResult", "TailScan", "TailSnapshot", "chunker_for"]
 
 KnownIds = Callable[[Collection[str]], set[str]]
 
 
+@dataclass(frozen=True)
+class TailSnapshot:
+    """The tail scan after the events ``from_seq..through`` (never mutated once built)."""
+
+    from_seq: int
+    through: int
+    states: Mapping[str, dict[str, Any]] = field(default_factory=dict)
+    closed: tuple[dict[str, Any], ...] = ()
+    tool_results: tuple[dict[str, Any], ...] = ()
+    acls: Mapping[str, tuple[int, dict[str, Any]]] = field(default_factory=dict)
+    seen: frozenset[str] = frozenset()
+    previous_seq: int = 0
+    log_time: float | None = None
+    events_read: int = 0
+    skipped_invalid: int = 0
+    skipped_duplicates: int = 0
+
+    @classmethod
+    def start(cls, from_seq: int) -> TailSnapshot:
+        return cls(from_seq=from_seq, through=from_seq - 1)
+
+
 @dataclass
 class TailResult:
-    """What a tail scan produced over ``(from_seq, scanned_through]``."""
+    """What a tail scan produced over ``from_seq..scanned_through``."""
 
     from_seq: int
     scanned_through: int
@@ -53,6 +86,31 @@ def chunker_for(settings: Settings) -> Chunker:
     return Chunker(config, default_tokenizer(), policy_hash=policy_hash())
 
 
+class _Feed:
+    """The mutable working copy of a snapshot while new events are fed (copy-on-write)."""
+
+    def __init__(self, base: TailSnapshot) -> None:
+        self.states = dict(base.states)
+        self.copied: set[str] = set()
+        self.closed = list(base.closed)
+        self.tool_results = list(base.tool_results)
+        self.acls = dict(base.acls)
+        self.seen = set(base.seen)
+        self.previous_seq = base.previous_seq
+        self.log_time = base.log_time
+        self.events_read = base.events_read
+        self.skipped_invalid = base.skipped_invalid
+        self.skipped_duplicates = base.skipped_duplicates
+
+    def state(self, chunker: Chunker, session_id: str) -> dict[str, Any]:
+        if session_id not in self.copied:
+            existing = self.states.get(session_id)
+            self.states[session_id] = (copy.deepcopy(existing) if existing is not None
+                                       else chunker.new_state(session_id))
+            self.copied.add(session_id)
+        return self.states[session_id]
+
+
 class TailScan:
     """Turns L1 events into provisional chunks and tool-result records, as the stream would."""
 
@@ -70,48 +128,158 @@ class TailScan:
         known_event_ids: KnownIds | None = None,
         want_tool_results: bool = False,
     ) -> TailResult:
-        """Process the events with ``from_seq <= seq <= to_seq`` (log order)."""
-        result = TailResult(from_seq=from_seq, scanned_through=from_seq - 1)
+        """Scan ``from_seq..to_seq`` in one go (the events of that range, log order)."""
+        snapshot = self.extend(TailSnapshot.start(from_seq), events, to_seq=to_seq,
+                               known_event_ids=known_event_ids,
+                               want_tool_results=want_tool_results)
+        return self.result(snapshot)
+
+    def extend(
+        self,
+        base: TailSnapshot,
+        events: Iterable[tuple[int, dict[str, Any]]],
+        *,
+        to_seq: int,
+        known_event_ids: KnownIds | None = None,
+        want_tool_results: bool = False,
+    ) -> TailSnapshot:
+        """``base`` fed with the events of ``(base.through, to_seq]`` (log order)."""
+        feed = _Feed(base)
         accepted: list[tuple[int, dict[str, Any]]] = []
-        seen: set[str] = set()
+        ticks: dict[int, dict[str, Any]] = {}  # seq of the event a tick follows -> tick
         for seq, raw in events:
-            if seq < from_seq or seq > to_seq:
+            if seq <= base.through or seq > to_seq:
                 continue
-            result.events_read += 1
-            result.scanned_through = max(result.scanned_through, seq)
+            feed.events_read += 1
             try:
                 event = validate_event(raw)
             except USLError:
-                result.skipped_invalid += 1  # the stream dead-letters it: it is in no index
+                feed.skipped_invalid += 1  # the stream dead-letters it: it is in no index
                 continue
-            if event["eventId"] in seen:
-                result.skipped_duplicates += 1
+            tick = self._advance_clock(feed, event, seq)
+            if tick is not None:
+                ticks[seq] = tick
+            if event["eventId"] in feed.seen:
+                feed.skipped_duplicates += 1
                 continue
-            seen.add(event["eventId"])
+            feed.seen.add(event["eventId"])
             accepted.append((seq, event))
         if known_event_ids is not None and accepted:
             known = known_event_ids([event["eventId"] for _, event in accepted])
             if known:
-                result.skipped_duplicates += sum(1 for _, e in accepted if e["eventId"] in known)
+                feed.skipped_duplicates += sum(1 for _, e in accepted if e["eventId"] in known)
                 accepted = [(seq, e) for seq, e in accepted if e["eventId"] not in known]
-        redacted: list[tuple[int, dict[str, Any]]] = []
+        batch: list[tuple[int, dict[str, Any]]] = []
+        pending_ticks = sorted(ticks)
         for seq, event in accepted:
-            try:
-                outcome = redact_event(event)
-            except USLError:
-                result.skipped_invalid += 1
-                continue
-            redacted.append((seq, outcome.event))
-            if isinstance(outcome.event.get("acl"), dict):
-                result.acls[event["sessionId"]] = (seq, outcome.event["acl"])
-            if want_tool_results and outcome.tool_result is not None:
-                result.tool_results.append({
-                    "kind": "toolresult", "logId": event["logId"], "seq": seq,
-                    "eventId": event["eventId"], "sessionId": event["sessionId"],
-                    "runId": event.get("runId"), "turnId": event.get("turnId"),
-                    "time": event["time"], "acl": event.get("acl"), "policy": self.policy,
-                    **outcome.tool_result,
-                })
-        records = make_ticks(redacted, self.tick_every_seqs, policy=self.policy)
-        result.chunks = chunk_stream(records, self.chunker, finalize=True)
-        return result
+            while pending_ticks and pending_ticks[0] < seq:
+                self._apply(feed, batch)
+                batch = []
+                self._tick(feed, ticks[pending_ticks.pop(0)])
+            redacted = self._redact(feed, seq, event, want_tool_results)
+            if redacted is not None:
+                batch.append((seq, redacted))
+            if pending_ticks and pending_ticks[0] == seq:
+                self._apply(feed, batch)
+                batch = []
+                self._tick(feed, ticks[pending_ticks.pop(0)])
+        self._apply(feed, batch)
+        for seq in pending_ticks:  # ticks after events that were dropped
+            self._tick(feed, ticks[seq])
+        return TailSnapshot(
+            from_seq=base.from_seq, through=max(to_seq, base.through), states=feed.states,
+            closed=tuple(feed.closed), tool_results=tuple(feed.tool_results), acls=feed.acls,
+            seen=frozenset(feed.seen), previous_seq=feed.previous_seq, log_time=feed.log_time,
+            events_read=feed.events_read, skipped_invalid=feed.skipped_invalid,
+            skipped_duplicates=feed.skipped_duplicates,
+        )
+
+    def result(self, snapshot: TailSnapshot) -> TailResult:
+        """The chunks of ``snapshot`` with every open unit closed as a provisional chunk."""
+        provisional: list[dict[str, Any]] = []
+        for session_id in sorted(snapshot.states):
+            state = snapshot.states[session_id]
+            if state["unit"] is not None:
+                provisional += self.chunker.close(copy.deepcopy(state), provisional=True)
+        return TailResult(
+            from_seq=snapshot.from_seq, scanned_through=snapshot.through,
+            events_read=snapshot.events_read, chunks=[*snapshot.closed, *provisional],
+            tool_results=list(snapshot.tool_results), acls=dict(snapshot.acls),
+            skipped_invalid=snapshot.skipped_invalid,
+            skipped_duplicates=snapshot.skipped_duplicates,
+        )
+
+    # -- the stream's steps -------------------------------------------------------------------
+
+    def _advance_clock(self, feed: _Feed, event: dict[str, Any], seq: int) -> dict[str, Any] | None:
+        """The regular tick after ``seq``, placed exactly as ``make_ticks`` places it."""
+        try:
+            when = event_time(event)
+        except (KeyError, ValueError):
+            when = None
+        if when is not None and (feed.log_time is None or when > feed.log_time):
+            feed.log_time = when
+        tick = None
+        if seq // self.tick_every_seqs > feed.previous_seq // self.tick_every_seqs:
+            tick = {"kind": "tick", "logId": event["logId"], "seq": seq, "logTime": feed.log_time,
+                    "flush": False}
+        feed.previous_seq = seq
+        return tick
+
+    def _redact(self, feed: _Feed, seq: int, event: dict[str, Any],
+                want_tool_results: bool) -> dict[str, Any] | None:
+        try:
+            outcome = redact_event(event)
+        except USLError:
+            feed.skipped_invalid += 1
+            return None
+        if isinstance(outcome.event.get("acl"), dict):
+            feed.acls[event["sessionId"]] = (seq, outcome.event["acl"])
+        if want_tool_results and outcome.tool_result is not None:
+            feed.tool_results.append({
+                "kind": "toolresult", "logId": event["logId"], "seq": seq,
+                "eventId": event["eventId"], "sessionId": event["sessionId"],
+                "runId": event.get("runId"), "turnId": event.get("turnId"),
+                "time": event["time"], "acl": event.get("acl"), "policy": self.policy,
+                **outcome.tool_result,
+            })
+        return outcome.event
+
+    def _apply(self, feed: _Feed, batch: list[tuple[int, dict[str, Any]]]) -> None:
+        """Render, count (one tokenizer batch) and apply events, as ``chunk_stream`` does."""
+        if not batch:
+            return
+        texts = [render_event(event) for _, event in batch]
+        counts = iter(count_many(self.chunker.tokenizer, [t for t in texts if t is not None]))
+        for (seq, event), text in zip(batch, texts, strict=True):
+            tokens = next(counts) if text is not None else 0
+            state = feed.state(self.chunker, event["sessionId"])
+            feed.closed += self.chunker.apply_event(state, event["logId"], seq, event, text, tokens)
+
+    def _tick(self, feed: _Feed, tick: dict[str, Any]) -> None:
+        # Only a session with an open unit can be cut, in session order (as chunk_stream).
+        for session_id in sorted(s for s, state in feed.states.items() if state["unit"] is not None):
+            feed.closed += self.chunker.on_tick(feed.state(self.chunker, session_id), tick)
+
+
+class SnapshotCache:
+    """The newest few snapshots of each recent scan (thread-safe), to continue from."""
+
+    def __init__(self, *, scans: int = 16, per_scan: int = 4) -> None:
+        self._scans = scans
+        self._per_scan = per_scan
+        self._items: dict[Hashable, list[TailSnapshot]] = {}
+        self._lock = threading.Lock()
+
+    def best(self, key: Hashable, to_seq: int) -> TailSnapshot | None:
+        """The snapshot of ``key`` that went furthest without passing ``to_seq``."""
+        with self._lock:
+            fitting = [s for s in self._items.get(key, ()) if s.through <= to_seq]
+            return max(fitting, key=lambda s: s.through, default=None)
+
+    def put(self, key: Hashable, snapshot: TailSnapshot) -> None:
+        with self._lock:
+            kept = [s for s in self._items.pop(key, []) if s.through != snapshot.through]
+            self._items[key] = sorted([*kept, snapshot], key=lambda s: s.through)[-self._per_scan:]
+            while len(self._items) > self._scans:
+                self._items.pop(next(iter(self._items)))

@@ -24,7 +24,13 @@ from typing import Any
 
 import pyarrow as pa
 
-from sinks.writer import next_segment_number, record_id, seed_generation, write_segment
+from sinks.writer import (
+    compact_segments,
+    next_segment_number,
+    record_id,
+    seed_generation,
+    write_segment,
+)
 from streams.asp import parse_time
 from streams.chunking.render import param_keys, tool_name, tool_status
 
@@ -106,6 +112,9 @@ class AnalyticsWriter:
             name = write_segment(staging, table, number, pa.Table.from_pylist(rows[table], schema=schema))
             if name:
                 written.append(name)
+            merged = compact_segments(staging, table, schema, number + 1)
+            if merged:
+                written = [n for n in written if (staging / n).exists()] + [merged]
         return written
 
 
@@ -163,8 +172,16 @@ def _time(value: Any) -> datetime | None:
         return None
     if isinstance(value, int | float):
         return datetime.fromtimestamp(value, UTC)
+    text = str(value)
     try:
-        return parse_time(str(value))
+        # Fast path for the common shape; parse_time handles the rest (nanoseconds, "t", " ").
+        moment = datetime.fromisoformat(text)
+        if moment.tzinfo is not None:
+            return moment.astimezone(UTC)
+    except ValueError:
+        pass
+    try:
+        return parse_time(text)
     except ValueError:
         return None
 

@@ -296,7 +296,8 @@ class GenerationStore:
     def verify(self, manifest: Manifest) -> None:
         """Check every file of ``manifest`` exists with its size and SHA-256, and that the
         generation's ``manifest.json`` is this manifest. Raises ManifestVerificationError."""
-        gen_dir = self.generation_dir(manifest.generation_id)
+        line_dir = self.kind_dir / manifest.line if manifest.line else self.line_dir
+        gen_dir = line_dir / f"gen-{manifest.generation_id:08d}"
         try:
             on_disk = Manifest.from_json((gen_dir / MANIFEST_FILE).read_bytes())
         except (FileNotFoundError, GenerationError) as exc:

@@ -292,13 +292,17 @@ class SinkRunner:
         for log_id, state in list(self.logs.items()):
             if state.line is None or self._store(log_id).line == state.line:
                 continue
+            # No progress carried over from the old line: it may be past what the new line
+            # holds, and a chunk at or below builtThroughSeq would then be skipped as held.
+            # The records re-read from the new line's offsets deliver progress again.
             fresh = self._load_log(log_id)
-            for key, value in state.progress.items():
-                fresh.progress[key] = max(fresh.progress.get(key, 0), value)
             self.logs[log_id] = fresh
             log.warning("%s sink: log %s switched to line %s", self.kind, log_id, fresh.line)
             if fresh.manifest is None:
                 continue
+            # A commit of the old line may have published its watermark after the rebuild
+            # published the new line's: publish the new line's again, so it is the latest.
+            self._publish(log_id, fresh.manifest, self._store(log_id, fresh.line))
             for tp in self._consumer.assignment():
                 needed = fresh.manifest.source_offsets.get(tp.topic, {}).get(tp.partition)
                 if needed is not None and needed < self._consumer.position(tp):
@@ -306,7 +310,9 @@ class SinkRunner:
 
     def _commit(self, log_id: str, state: LogState, through: int, offsets: dict[str, dict[int, int]]) -> None:
         started = time.monotonic()
-        store = self._store(log_id)
+        # The line this state was loaded from, not ACTIVE: a rebuild may have switched ACTIVE
+        # since _follow_line_switches ran; the next flush follows it.
+        store = self._store(log_id, state.line)
         previous = state.manifest
         previous_dir = store.generation_dir(previous.generation_id) if previous else None
         staging = store.begin()
@@ -344,13 +350,16 @@ class SinkRunner:
         state.pending_ids = set()
         state.manifest = committed
         state.line = store.line
-        assert self._publisher is not None
-        self._publisher.publish({
-            "logId": log_id, "kind": self.kind, "line": committed.line, "generationId": committed.generation_id,
-            "builtThroughSeq": committed.built_through_seq,
-            "manifest": str(store.manifest_path(committed.generation_id)),
-            "committedAt": committed.created_at, "versions": {**self.versions, "embedding": committed.embedding},
-        })
+        self._publish(log_id, committed, store)
         if self.on_commit is not None:
             self.on_commit(committed)
         store.gc(keep_last=3)
+
+    def _publish(self, log_id: str, manifest: Manifest, store: GenerationStore) -> None:
+        assert self._publisher is not None
+        self._publisher.publish({
+            "logId": log_id, "kind": self.kind, "line": manifest.line, "generationId": manifest.generation_id,
+            "builtThroughSeq": manifest.built_through_seq,
+            "manifest": str(store.manifest_path(manifest.generation_id)),
+            "committedAt": manifest.created_at, "versions": {**self.versions, "embedding": manifest.embedding},
+        })

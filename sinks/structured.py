@@ -31,7 +31,14 @@ import orjson
 import pyarrow as pa
 
 from sinks.exceptions import SinkError
-from sinks.writer import next_segment_number, record_id, scan_sql, seed_generation, write_segment
+from sinks.writer import (
+    compact_segments,
+    next_segment_number,
+    record_id,
+    scan_sql,
+    seed_generation,
+    write_segment,
+)
 from streams.asp import parse_time
 
 __all__ = ["SCHEMAS", "SCHEMA_VERSION", "StructuredReader", "StructuredWriter"]
@@ -101,6 +108,9 @@ class StructuredWriter:
             name = write_segment(staging, table, number, pa.Table.from_pylist(rows[table], schema=schema))
             if name:
                 written.append(name)
+            merged = compact_segments(staging, table, schema, number + 1)
+            if merged:
+                written = [n for n in written if (staging / n).exists()] + [merged]
         return written
 
 
@@ -371,5 +381,12 @@ def _as_posix(value: Any) -> float | None:
 
 @lru_cache(maxsize=65536)
 def _posix_of_text(text: str) -> float:
-    # Overlapping chunks repeat the same start/end/event times.
+    # Cached: overlapping chunks repeat the same start/end/event times.
+    try:
+        # Fast path for the common shape; parse_time handles the rest (nanoseconds, "t", " ").
+        moment = datetime.fromisoformat(text)
+        if moment.tzinfo is not None:
+            return moment.timestamp()
+    except ValueError:
+        pass
     return parse_time(text).timestamp()

@@ -7,23 +7,26 @@ publishes the watermark. Writers know nothing of Kafka, offsets or watermarks.
 
 The helpers below are shared by the Parquet writers (``sinks/structured.py``,
 ``sinks/analytics.py``) and their readers: numbered, zstd-compressed segment files
-``<table>-<n>.parquet`` and the DuckDB scan over them.
+``<table>-<n>.parquet``, their size-tiered compaction, and the DuckDB scan over them.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import pyarrow as pa
+import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from sinks.generations import clone_into
+from sinks.generations import MANIFEST_FILE, Manifest, clone_into
 
 __all__ = [
     "IndexWriter",
+    "compact_segments",
     "next_segment_number",
     "parquet_segments",
     "record_id",
@@ -96,10 +99,51 @@ def write_segment(directory: Path, table: str, number: int, rows: pa.Table) -> s
     return name
 
 
+def compact_segments(directory: Path, table: str, schema: pa.Schema, number: int, *,
+                     fanout: int = 8, base_bytes: int = 64 << 10, max_bytes: int = 64 << 20) -> str | None:
+    """Merge ``fanout`` segments of one size tier of ``table`` into ``<table>-<number>.parquet``.
+
+    Size-tiered: a segment of ``size`` bytes is in tier ``floor(log_fanout(size / base_bytes))``;
+    when a tier holds ``fanout`` segments, the oldest ``fanout`` are merged (the result lands a
+    tier up) and their links are removed from ``directory``, a staging dir, so the previous
+    generation keeps its files. Segments of ``max_bytes`` or more are never merged again. So a
+    table keeps about ``fanout`` files per tier instead of one per batch, and each row is
+    rewritten about once per tier. Returns the new file name, or None when nothing is merged.
+    """
+    tiers: dict[int, list[Path]] = {}
+    for path in parquet_segments(directory, table):
+        size = path.stat().st_size
+        if size < max_bytes:
+            tier = int(math.log(max(size, base_bytes) / base_bytes, fanout))
+            tiers.setdefault(tier, []).append(path)
+    full = [paths for _, paths in sorted(tiers.items()) if len(paths) >= fanout]
+    if not full:
+        return None
+    chosen = full[0][:fanout]
+    name = f"{table}-{number:08d}.parquet"
+    # Stream batch by batch: a merge of the top tier must not need its whole size in memory.
+    with pq.ParquetWriter(directory / name, schema, compression="zstd") as out:
+        for batch in ds.dataset([str(p) for p in chosen], schema=schema, format="parquet").to_batches():
+            if batch.num_rows:
+                out.write_batch(batch)
+    for path in chosen:
+        path.unlink()
+    return name
+
+
 def parquet_segments(gen_dir: Path, table: str) -> list[Path]:
-    """The Parquet segment files of ``table`` in a generation, in write order."""
-    found = [(int(m["number"]), p) for p in Path(gen_dir).iterdir()
-             if (m := _SEGMENT.match(p.name)) and m["table"] == table]
+    """The Parquet segment files of ``table`` in a generation, in write order.
+
+    A committed generation's files are the ones its manifest lists (so a file lost from disk
+    fails the read instead of silently dropping rows); a staging dir's are the ones present.
+    """
+    gen_dir = Path(gen_dir)
+    try:
+        names = [s.path for s in Manifest.from_json((gen_dir / MANIFEST_FILE).read_bytes()).segments]
+    except FileNotFoundError:
+        names = [p.name for p in gen_dir.iterdir()]
+    found = [(int(m["number"]), gen_dir / name) for name in names
+             if (m := _SEGMENT.match(name)) and m["table"] == table]
     return [p for _, p in sorted(found)]
 
 

@@ -131,12 +131,17 @@ class WhooshEngine:
         allow = wq.And(filters) if filters else None
         mask = wq.Or([wq.Term("chunkId", c) for c in sorted(exclude_ids)]) if exclude_ids else None
         _ix, searcher, lock = self._open(Path(directory))
-
-        def fetch(n: int) -> list[tuple[float, str]]:
-            results = searcher.search(user_query, limit=n, filter=allow, mask=mask)
-            return [(float(hit.score), hit["chunkId"]) for hit in results]
-
         with lock:  # a whoosh searcher shares file handles: one query at a time
+            # Evaluate the filters once, not on every widening of the window.
+            allow_docs = set(allow.docs(searcher)) if allow is not None else None
+            mask_docs = set(mask.docs(searcher)) if mask is not None else None
+            if allow_docs is not None and not allow_docs:
+                return []
+
+            def fetch(n: int) -> list[tuple[float, str]]:
+                results = searcher.search(user_query, limit=n, filter=allow_docs, mask=mask_docs)
+                return [(float(hit.score), hit["chunkId"]) for hit in results]
+
             return collect_top(fetch, limit)
 
     def count(self, directory: Path) -> int:

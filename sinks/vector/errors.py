@@ -3,24 +3,19 @@
 ::
 
     USLError
-    └── SinkError                   (sinks.exceptions, once that module exists)
+    └── SinkError                   (sinks.exceptions)
         ├── EmbedderError           an embedder cannot be loaded or an embedding call failed
         └── VectorIndexError        a vector segment cannot be written, read or searched
 """
 
 from __future__ import annotations
 
-from streams.exceptions import USLError
-
-try:
-    from sinks.exceptions import SinkError as _SinkBase
-except ImportError:  # sinks/exceptions.py is written in parallel; fall back to the root.
-    _SinkBase = USLError  # type: ignore[misc,assignment]
+from sinks.exceptions import SinkError
 
 __all__ = ["EmbedderError", "VectorIndexError"]
 
 
-class EmbedderError(_SinkBase):  # type: ignore[valid-type,misc]
+class EmbedderError(SinkError):
     """An embedder cannot be loaded, or an embedding call failed.
 
     ``status`` is the HTTP status of a failed remote call (None otherwise). Messages never
@@ -32,5 +27,5 @@ class EmbedderError(_SinkBase):  # type: ignore[valid-type,misc]
         self.status = status
 
 
-class VectorIndexError(_SinkBase):  # type: ignore[valid-type,misc]
+class VectorIndexError(SinkError):
     """A vector segment cannot be written, read or searched (missing, corrupt, mismatched)."""

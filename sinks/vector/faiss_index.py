@@ -82,9 +82,10 @@ def write_segment(
 ) -> list[str]:
     """Write segment ``name`` into ``directory`` and return the file names written.
 
-    ``vectors`` is float32 ``(len(chunk_ids), dim)``, rows L2-normalised; chunkIds must be
-    unique. Segments are immutable: writing over an existing one is refused. Each file is
-    written to a temporary name, fsynced and renamed, so a crash leaves no partial segment.
+    ``vectors`` is float32 ``(len(chunk_ids), dim)``, rows L2-normalised. A chunkId given
+    twice (a replayed record in one batch) is stored once, from its last row, as an upsert.
+    Segments are immutable: writing over an existing one is refused. Each file is written to
+    a temporary name, fsynced and renamed, so a crash leaves no partial segment.
     """
     directory = Path(directory)
     if not _NAME.match(name):
@@ -94,7 +95,9 @@ def write_segment(
     if matrix.shape[0] != len(ids):
         raise VectorIndexError(f"segment {name}: {len(ids)} chunkIds but {matrix.shape[0]} vectors")
     if len(set(ids)) != len(ids):
-        raise VectorIndexError(f"segment {name}: chunkIds must be unique within a segment")
+        last_row = {chunk_id: row for row, chunk_id in enumerate(ids)}
+        keep = sorted(last_row.values())
+        ids, matrix = [ids[row] for row in keep], matrix[keep]
     if not np.isfinite(matrix).all():
         raise VectorIndexError(f"segment {name}: vectors contain NaN or infinity")
     files = segment_files(name)

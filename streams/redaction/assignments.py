@@ -12,7 +12,7 @@ __all__ = ["AssignmentRule"]
 
 _NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 # Where a candidate starts: each keyword is searched literally in the lower-cased text.
-_KEYWORDS = ("pass", "pwd", "secret", "token", "credential", "cookie", "auth", "key", "dsn")
+_KEYWORDS = ("passw", "passphrase", "pwd", "secret", "token", "credential", "cookie", "auth", "key")
 # Names whose values have a rule of their own, by their letters only (SecretAccessKey,
 # aws_secret_access_key, AccountKey).
 _NAMED = {
@@ -40,7 +40,7 @@ class AssignmentRule(Rule):
     """
 
     _pattern = re.compile(
-        r"(?:passw(?:or)?ds?|passphrase|pwd|secret|token|credential|cookie|auth|key|dsn)"
+        r"(?:passw(?:or)?ds?|passphrase|pwd|secret|token|credential|cookie|auth|key)"
         r"[A-Za-z0-9_.-]{0,48}(?P<close>\\?[\"']?)[ \t]*"
         r"(?P<sep>:=|=>|=(?![=~])|:(?![:/\\]))[ \t]*"
         r"(?:\\?\"(?P<dq>[^\"\\\r\n]{1,4096})\\?\"|'(?P<sq>[^'\r\n]{1,4096})'"
@@ -62,6 +62,7 @@ class AssignmentRule(Rule):
     def __init__(self) -> None:
         super().__init__(
             name=_SECRET,
+            needs=frozenset("=:-<"),  # a separator, a --flag or an XML element
             description="password-assignment: any real value of a password-like name; "
             "secret-assignment: high-entropy values of secret-like names, export lines and "
             "--token/--password flags; aws-secret-access-key and azure-storage-key by name",

@@ -99,18 +99,27 @@ class Scan:
 
 @dataclass(frozen=True, eq=False)
 class Rule:
-    """One named detector. Subclasses implement :meth:`apply`; see the module for gates."""
+    """One named detector. Subclasses implement :meth:`apply`; see the module for gates.
+
+    ``repass`` says whether text this rule changed needs a confirming second pass (see
+    ``streams.redaction.text``)."""
 
     name: str
     triggers: tuple[str, ...] = ()
     lower_triggers: tuple[str, ...] = ()
     gate: re.Pattern[str] | None = None
     description: str = ""
+    # False when no replacement this rule makes can let a rule *earlier* in the order match
+    # anew; text changed only by such rules needs no confirming second pass.
+    repass: bool = True
+    # Characters of which every match contains at least one; short texts containing none of
+    # them skip the rule without any scan (empty: no such shortcut).
+    needs: frozenset[str] = frozenset()
 
     def fingerprint(self) -> list[str]:
         """What identifies this rule's behaviour in the policy hash."""
         gate = [] if self.gate is None else [self.gate.pattern]
-        return [self.name, *self.triggers, *self.lower_triggers, *gate]
+        return [self.name, *self.triggers, *self.lower_triggers, *gate, "".join(sorted(self.needs))]
 
     def hit_names(self) -> tuple[str, ...]:
         """Every rule name this rule counts in ``hits``."""

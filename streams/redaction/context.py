@@ -8,11 +8,13 @@ import re
 
 from streams.redaction.base import RegexRule, Rule, Scan, marker
 
-__all__ = ["CONTEXT_RULES", "PRIVATE_KEY_RULE", "EnvDumpRule"]
+__all__ = ["CONTEXT_RULES", "PRIVATE_KEY_RULE", "URL_PASSWORD_RULE", "EnvDumpRule"]
 
 _KEY_LABEL = r"-----BEGIN[A-Z0-9 ]{0,32}PRIVATE KEY(?: BLOCK)?-----"
 PRIVATE_KEY_RULE = RegexRule(
     name="private-key",
+    repass=False,
+    needs=frozenset("-"),
     triggers=("PRIVATE KEY",),
     description="PEM / OpenSSH / PGP private key blocks, BEGIN through END (also inside JSON strings)",
     # A block normally ends at its END line; a block cut short (a truncated tool output) is
@@ -38,15 +40,17 @@ class EnvDumpRule(Rule):
     scanned with a newline in front so a dump on the first line is found too.
     """
 
+    pattern: re.Pattern[str]
+
     def __init__(self, min_lines: int = 3) -> None:
-        super().__init__(name="env-dump", triggers=("=",), description=(
+        super().__init__(name="env-dump", triggers=("=",), repass=False, needs=frozenset("="), description=(
             f"{min_lines} or more consecutive NAME=value lines (env, printenv, .env files), replaced whole"
         ))
         pattern = re.compile(rf"\n({_ENV_LINE}(?:\r?\n{_ENV_LINE}){{{min_lines - 1},}})", re.ASCII)
         object.__setattr__(self, "pattern", pattern)
 
     def fingerprint(self) -> list[str]:
-        return [*super().fingerprint(), self.pattern.pattern, _UPPER_NAME.pattern]  # type: ignore[attr-defined]
+        return [*super().fingerprint(), self.pattern.pattern, _UPPER_NAME.pattern]
 
     def apply(self, scan: Scan, hits: dict[str, int]) -> str:
         text = scan.text
@@ -55,7 +59,7 @@ class EnvDumpRule(Rule):
         framed = "\n" + text
         pieces: list[str] = []
         done = 1
-        for match in self.pattern.finditer(framed):  # type: ignore[attr-defined]
+        for match in self.pattern.finditer(framed):
             if _UPPER_NAME.search(match.group(1)) is None:
                 continue
             pieces += (framed[done: match.start(1)], marker(self.name))
@@ -69,14 +73,17 @@ class EnvDumpRule(Rule):
 
 _AZURE_SAS = RegexRule(
     name="azure-sas-signature",
+    needs=frozenset("="),
     triggers=("sig=",),
     description="sig= signature of an Azure shared access signature URL",
     pattern=re.compile(r"sig=(?<=[?&;]sig=)(?P<value>[A-Za-z0-9%+/=]{20,})", re.ASCII),
     group="value",
 )
 
-_URL_PASSWORD = RegexRule(
+URL_PASSWORD_RULE = RegexRule(
     name="url-password",
+    repass=False,
+    needs=frozenset(":"),
     triggers=("://",),
     description="password in scheme://user:password@host (database, broker and HTTP URLs)",
     pattern=re.compile(
@@ -97,6 +104,7 @@ def _bearer(match: re.Match[str]) -> bool:
 
 _BEARER = RegexRule(
     name="bearer-token",
+    needs=frozenset("bB"),
     lower_triggers=("bearer",),
     anchored=True,
     description="Bearer tokens (Authorization: Bearer ..., \"Bearer ...\")",
@@ -117,6 +125,7 @@ def _basic_credentials(match: re.Match[str]) -> bool:
 
 _BASIC = RegexRule(
     name="basic-auth",
+    needs=frozenset("bB"),
     lower_triggers=("basic",),
     anchored=True,
     description="HTTP Basic credentials (base64 of user:password after 'Basic')",
@@ -125,4 +134,4 @@ _BASIC = RegexRule(
     check=_basic_credentials,
 )
 
-CONTEXT_RULES: tuple[Rule, ...] = (_AZURE_SAS, _URL_PASSWORD, _BEARER, _BASIC)
+CONTEXT_RULES: tuple[Rule, ...] = (_AZURE_SAS, _BEARER, _BASIC)

@@ -29,7 +29,9 @@ STRUCTURAL_KEYS = frozenset({
 """Top-level keys copied untouched: identity, lineage, type, time and access control."""
 
 STRUCTURAL_FIELDS = frozenset({"toolName", "toolCallId", "status", "kind", "model", "agentId", "type", "role"})
-"""Keys inside ``fields`` whose scalar values are copied untouched (plus ``id`` / ``*Id`` / ``*_id``)."""
+"""Top-level keys of ``fields`` (plus ``id`` / ``*Id`` / ``*_id``) whose scalar values are
+structural: never clipped nor treated as secrets by name. They are still scanned, so a token
+pasted into one cannot slip through; a real id or tool name never matches a rule."""
 
 OUTPUT_KEYS = ("output", "result", "content")
 """Where a ``tool.result`` event carries its output, in order of preference."""
@@ -71,31 +73,27 @@ def redact_event(event: dict[str, Any], policy: RedactionPolicy | None = None) -
             continue
         if key in STRUCTURAL_KEYS:
             redacted[key] = value
-        elif key == "fields":
-            if output_key is not None:
-                value = {name: item for name, item in value.items() if name != output_key}
-            redacted[key] = walker.walk(value, cap=None if is_message else policy.max_field_chars)
+        elif key == "fields" and isinstance(value, dict):
+            shown = {name: item for name, item in value.items() if name != output_key}
+            redacted[key] = walker.fields(shown, cap=None if is_message else policy.max_field_chars)
         else:
             redacted[walker.key(key)] = walker.walk(value, cap=policy.max_field_chars)
     tool_result = None
     if event.get("type") == "tool.result":
-        text = ""
-        if output_key is not None:
-            fields = dict(redacted["fields"])
-            text = _as_text(walker.walk(raw_fields[output_key], cap=None))  # type: ignore[index]
+        fields = dict(redacted["fields"]) if isinstance(redacted.get("fields"), dict) else {}
+        if output_key is not None and isinstance(raw_fields, dict):
+            text = _as_text(walker.walk(raw_fields[output_key], cap=None))
             fields["summary"] = clip(text, policy.summary_chars, note_inside=False)
             fields["outputBytes"] = len(text.encode("utf-8"))
             redacted["fields"] = fields
-        elif isinstance(redacted.get("fields"), dict):
+        else:
             # Already summarized (a redacted event redacted again): the summary is all there is.
-            text = str(redacted["fields"].get("summary", ""))
-        tool_result = _tool_result_record(event, text, policy)
+            text = str(fields.get("summary", ""))
+        tool_result = _tool_result_record(event, fields, text, policy)
     return RedactedEvent(event=redacted, tool_result=tool_result, hits=walker.hits)
 
 
-def _tool_result_record(event: dict[str, Any], text: str, policy: RedactionPolicy) -> dict[str, Any]:
-    fields = event.get("fields")
-    fields = fields if isinstance(fields, dict) else {}
+def _tool_result_record(event: dict[str, Any], fields: dict[str, Any], text: str, policy: RedactionPolicy) -> dict[str, Any]:
     return {
         "kind": "toolresult",
         "logId": event.get("logId"),
@@ -146,6 +144,13 @@ class _Walker:
         self._count(hits)
         return redacted
 
+    def fields(self, fields: dict[Any, Any], *, cap: int | None) -> dict[Any, Any]:
+        """The top level of ``fields``: structural values are scanned but never clipped."""
+        structural = {
+            key for key, item in fields.items() if isinstance(key, str) and _is_structural(key) and isinstance(item, str)
+        }
+        return self._mapping(fields, cap, structural=structural)
+
     def walk(self, value: Any, *, cap: int | None, name: NameClass | None = None) -> Any:
         if isinstance(value, str):
             return self._string(value, cap, name)
@@ -167,14 +172,14 @@ class _Walker:
         self._count(hits)
         return redacted if cap is None else clip(redacted, cap)
 
-    def _mapping(self, value: dict[Any, Any], cap: int | None) -> dict[Any, Any]:
+    def _mapping(self, value: dict[Any, Any], cap: int | None, structural: set[Any] | None = None) -> dict[Any, Any]:
         # {"name": "DB_PASSWORD", "value": "..."}: Kubernetes env entries, header lists.
         label = value.get("name", value.get("key"))
         label_class = name_class(label) if isinstance(label, str) and "value" in value else None
         out: dict[Any, Any] = {}
         for key, item in value.items():
-            if isinstance(key, str) and _is_structural(key) and not isinstance(item, dict | list):
-                out[key] = item
+            if structural and key in structural:
+                out[key] = self._string(item, None, None)
                 continue
             key_class = name_class(key) if isinstance(key, str) else None
             if key == "value" and label_class is not None:

@@ -22,26 +22,32 @@ def home_rules() -> tuple[RegexRule, ...]:
     unix = RegexRule(
         name="home-username",
         triggers=("/home/", "/Users/"),
+        needs=frozenset("/"),
         description="user name in /home/NAME, /Users/NAME, /export/home/NAME",
-        # The lookbehind keeps URL paths (https://site/home/index.html) out.
-        pattern=re.compile(rf"/(?<![A-Za-z0-9._~%-]/)(?:home|Users|export/home)/(?P<value>{_USER_CHARS})", re.ASCII),
+        # The lookbehind keeps URL paths (https://site/home/index.html) out, and also
+        # /home/[USER]/home/x, so a replacement never makes a later /home/ match anew.
+        pattern=re.compile(rf"/(?<![A-Za-z0-9._~%\]-]/)(?:home|Users|export/home)/(?P<value>{_USER_CHARS})", re.ASCII),
         group="value",
         check=_person,
         replacement=USER_MARKER,
+        repass=False,
     )
     windows = RegexRule(
         name="home-username",
-        lower_triggers=("\\users\\", "\\\\users\\\\"),
+        lower_triggers=("\\users\\",),  # also found in the JSON-escaped \\\\users\\\\
+        needs=frozenset("\\"),
         description="user name in C:\\Users\\NAME (also JSON-escaped)",
         pattern=re.compile(rf":(?<=[A-Za-z]:)(?:\\\\|\\)(?:Users|users|USERS)(?:\\\\|\\)(?P<value>{_USER_CHARS})", re.ASCII),
         group="value",
         check=_person,
         replacement=USER_MARKER,
+        repass=False,
     )
     return unix, windows
 
 
 _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_LOCAL_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._%+-")
 # File names with an @ (icon@2x.png, file@v2.tar.gz) end in an extension, not a TLD.
 _FILE_EXTENSIONS = frozenset({
     "png", "jpg", "jpeg", "gif", "svg", "webp", "ico", "bmp", "css", "js", "mjs", "cjs", "ts",
@@ -57,11 +63,13 @@ class EmailRule(Rule):
     ``git@host`` (the SSH user of every Git host) and addresses at ``keep_domains`` stay.
     """
 
+    keep_domains: tuple[str, ...]
+
     _at = re.compile(rf"@(?P<domain>(?:{_LABEL}\.)+(?P<tld>[A-Za-z]{{2,24}}))(?![A-Za-z0-9-])", re.ASCII)
     _local = re.compile(r"[A-Za-z0-9_%+-][A-Za-z0-9._%+-]{0,63}\Z", re.ASCII)
 
     def __init__(self, keep_domains: tuple[str, ...] = ()) -> None:
-        super().__init__(name="email", triggers=("@",), description="e-mail addresses")
+        super().__init__(name="email", triggers=("@",), repass=False, needs=frozenset("@"), description="e-mail addresses")
         object.__setattr__(self, "keep_domains", tuple(domain.lower() for domain in keep_domains))
 
     def fingerprint(self) -> list[str]:
@@ -75,10 +83,12 @@ class EmailRule(Rule):
         for match in self._at.finditer(text):
             at = match.start()
             local = self._local.search(text, max(done, at - 64), at)
-            if local is None or local.group(0) == "git":
-                continue
+            if local is None or (local.start() and text[local.start() - 1] in _LOCAL_CHARS):
+                continue  # no local part, or one longer than an address allows
+            if local.group(0) == "git" or text.endswith("://", 0, local.start()):
+                continue  # git@host is an SSH login; scheme://user@host is a URL login
             domain = match.group("domain").lower()
-            if match.group("tld").lower() in _FILE_EXTENSIONS or _within(domain, self.keep_domains):  # type: ignore[attr-defined]
+            if match.group("tld").lower() in _FILE_EXTENSIONS or _within(domain, self.keep_domains):
                 continue
             pieces += (text[done: local.start()], marker(self.name))
             done = match.end()
@@ -97,9 +107,12 @@ class DomainRule(Rule):
     front of it are read backwards from there.
     """
 
+    keep_domains: tuple[str, ...]
+
     def __init__(self, domains: tuple[str, ...], keep_domains: tuple[str, ...] = ()) -> None:
         lowered = tuple(sorted({domain.lower().strip(".") for domain in domains if domain.strip(".")}))
-        super().__init__(name="domain", lower_triggers=lowered, description="host names under policy.redacted_domains")
+        super().__init__(name="domain", lower_triggers=lowered, repass=False,
+                         description="host names under policy.redacted_domains")
         object.__setattr__(self, "keep_domains", tuple(domain.lower() for domain in keep_domains))
 
     def apply(self, scan: Scan, hits: dict[str, int]) -> str:
@@ -120,7 +133,7 @@ class DomainRule(Rule):
                 start = end - len(host)
                 if start != found and not host.endswith("." + domain):
                     continue  # notexample.com is another domain
-                if not _within(host, self.keep_domains):  # type: ignore[attr-defined]
+                if not _within(host, self.keep_domains):
                     spans.append((start, end))
         if not spans:
             return text

@@ -1,8 +1,11 @@
 """The ordered rule set of a policy.
 
-Order matters: private keys go first (their base64 body must not be nibbled by token rules),
-then environment dumps (replaced whole), vendor tokens, contextual secrets, generic
-assignments, and personal data last.
+Order matters. Private keys go first (their base64 body must not be nibbled by token rules),
+then environment dumps (replaced whole, after a key block inside one has shrunk to a line),
+URL passwords (before e-mail, which would read ``pass@host.com`` as an address), then
+personal data, vendor tokens, contextual secrets and generic assignments. None of the rules
+up to personal data can make an earlier rule match anew, so the common findings never cost
+a second pass (see ``streams.redaction.text``).
 """
 
 from __future__ import annotations
@@ -11,7 +14,12 @@ from functools import lru_cache
 
 from streams.redaction.assignments import AssignmentRule
 from streams.redaction.base import Rule
-from streams.redaction.context import CONTEXT_RULES, PRIVATE_KEY_RULE, EnvDumpRule
+from streams.redaction.context import (
+    CONTEXT_RULES,
+    PRIVATE_KEY_RULE,
+    URL_PASSWORD_RULE,
+    EnvDumpRule,
+)
 from streams.redaction.pii import DomainRule, EmailRule, home_rules
 from streams.redaction.policy import RedactionPolicy
 from streams.redaction.tokens import TOKEN_RULES, DiscordBotTokenRule
@@ -22,17 +30,17 @@ __all__ = ["build_rules", "rule_names"]
 @lru_cache(maxsize=64)
 def build_rules(policy: RedactionPolicy) -> tuple[Rule, ...]:
     """Every rule ``policy`` applies, in application order."""
-    rules: list[Rule] = [PRIVATE_KEY_RULE, EnvDumpRule(policy.env_dump_min_lines)]
-    rules += TOKEN_RULES
-    rules.append(DiscordBotTokenRule())
-    rules += CONTEXT_RULES
-    rules.append(AssignmentRule())
+    rules: list[Rule] = [PRIVATE_KEY_RULE, EnvDumpRule(policy.env_dump_min_lines), URL_PASSWORD_RULE]
     if policy.redact_emails:
         rules.append(EmailRule(policy.keep_domains))
     if policy.redacted_domains:
         rules.append(DomainRule(policy.redacted_domains, policy.keep_domains))
     if policy.redact_home_usernames:
         rules += home_rules()
+    rules += TOKEN_RULES
+    rules.append(DiscordBotTokenRule())
+    rules += CONTEXT_RULES
+    rules.append(AssignmentRule())
     return tuple(rules)
 
 

@@ -9,8 +9,9 @@ from streams.redaction.rules import build_rules
 
 __all__ = ["clip", "redact_text"]
 
-_MAX_PASSES = 4
+_MAX_PASSES = 8  # converges in 1-2 passes on real text; a bound keeps odd input cheap
 _SHORTEST_FINDING = 6  # a@b.io; nothing any rule replaces is shorter
+_SHORT_TEXT = 512
 
 
 def redact_text(text: str, policy: RedactionPolicy | None = None) -> tuple[str, dict[str, int]]:
@@ -18,8 +19,11 @@ def redact_text(text: str, policy: RedactionPolicy | None = None) -> tuple[str, 
     and how many replacements each rule made.
 
     Idempotent: ``redact_text(redact_text(x)[0])[0] == redact_text(x)[0]``. A text in which
-    no rule fired costs one pass; a text that changed gets a second pass that confirms nothing
-    new appeared (a replaced multi-line key can join two env lines into a dump, for example).
+    no rule fired costs one pass. Rules run in order and each sees the replacements of the
+    rules before it; a replacement can only matter to an *earlier* rule when it changes what a
+    guard sees (``...@example.comsk-...``), so text changed by a rule that can do that gets a
+    second pass confirming nothing new appeared. Personal data, URL passwords, key blocks and
+    environment dumps, by far the most common findings, are placed first and never need it.
     """
     if not isinstance(text, str):
         raise RedactionError(f"redact_text takes a str, not {type(text).__name__}")
@@ -28,21 +32,29 @@ def redact_text(text: str, policy: RedactionPolicy | None = None) -> tuple[str, 
         return text, hits
     rules = build_rules(policy or DEFAULT_POLICY)
     for _ in range(_MAX_PASSES):
-        redacted = _one_pass(text, rules, hits)
-        if redacted is text:
+        text, again = _one_pass(text, rules, hits)
+        if not again:
             break
-        text = redacted
     return text, hits
 
 
-def _one_pass(text: str, rules: tuple[Rule, ...], hits: dict[str, int]) -> str:
+def _one_pass(text: str, rules: tuple[Rule, ...], hits: dict[str, int]) -> tuple[str, bool]:
+    """Apply every wanted rule once; also say whether a confirming pass is needed."""
     scan = Scan(text)
+    # Short texts (ids, names, one-line fields: most strings of an event) are dominated by
+    # per-rule overhead; their character set lets most rules be skipped outright.
+    chars = frozenset(text) if len(text) <= _SHORT_TEXT else None
+    again = False
     for rule in rules:
+        if chars is not None and rule.needs and chars.isdisjoint(rule.needs):
+            continue
         if scan.wants(rule):
             redacted = rule.apply(scan, hits)
             if redacted is not scan.text:
                 scan = Scan(redacted)
-    return scan.text
+                chars = frozenset(redacted) if len(redacted) <= _SHORT_TEXT else None
+                again = again or rule.repass
+    return scan.text, again
 
 
 def clip(text: str, limit: int, *, note_inside: bool = True) -> str:

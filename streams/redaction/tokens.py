@@ -36,14 +36,17 @@ DASH_GATE = _gate("-", (
     "sk-", "pypi-", "AGE-",
 ))
 DOT_GATE = _gate(".", ("SG\\.", "ya29\\.", "hooks\\.", "discord\\.", "discordapp\\."), lookahead="eyJ")
+_SEPARATOR = {UNDERSCORE_GATE: "_", DASH_GATE: "-", DOT_GATE: "."}
 
 
-def _prefixed(prefixes: tuple[str, ...], body: str, *, before: str | None = _BEFORE, after: str = "[A-Za-z0-9_]") -> re.Pattern[str]:
-    """``(prefix)body`` with a word guard after the body and, unless ``before`` is ``None``
-    (prefixes distinctive enough to stand anywhere: ``ghp_``, ``sk-ant-``), before the prefix.
+def _prefixed(prefixes: tuple[str, ...], body: str, *, before: str | None = _BEFORE, after: str | None = "[A-Za-z0-9_]") -> re.Pattern[str]:
+    """``(prefix)body`` with word guards before the prefix and after the body.
 
-    The guard is a lookbehind placed *after* the prefix, so the pattern still starts with a
-    literal and keeps the engine's skip-ahead."""
+    The guard before is a lookbehind placed *after* the prefix, so the pattern still starts
+    with a literal and keeps the engine's skip-ahead. Prefixes distinctive enough to stand
+    anywhere (``ghp_``, ``sk-ant-``) have no guards at all: they match even glued to other
+    text, and a run of glued tokens is consumed in one pass (a guard after a bounded body
+    would only let the last token of the run match, then the next, pass after pass)."""
     by_length: dict[int, list[str]] = {}
     for prefix in prefixes:
         by_length.setdefault(len(prefix), []).append(re.escape(prefix))
@@ -53,14 +56,19 @@ def _prefixed(prefixes: tuple[str, ...], body: str, *, before: str | None = _BEF
         for length, alternatives in sorted(by_length.items(), reverse=True)
     ]
     head = heads[0] if len(heads) == 1 else "(?:" + "|".join(heads) + ")"
-    return re.compile(f"{head}{body}(?!{after})", re.ASCII | re.DOTALL)
+    tail = "" if after is None else f"(?!{after})"
+    return re.compile(f"{head}{body}{tail}", re.ASCII | re.DOTALL)
 
 
 def _token(name: str, prefixes: tuple[str, ...], body: str, description: str, *,
            gate: re.Pattern[str] | None = None, check: object = None, **guards: str | None) -> RegexRule:
+    if "before" in guards and guards["before"] is None:
+        guards["after"] = None
+    # Gated prefixes all contain the gate's separator; the others start with their first letter.
+    needs = frozenset(_SEPARATOR[gate] if gate is not None else "".join(prefix[0] for prefix in prefixes))
     return RegexRule(
         name=name, gate=gate, pattern=_prefixed(prefixes, body, **guards),  # type: ignore[arg-type]
-        check=check, description=description,  # type: ignore[arg-type]
+        check=check, description=description, needs=needs,  # type: ignore[arg-type]
     )
 
 
@@ -142,7 +150,7 @@ class DiscordBotTokenRule(Rule):
     _head = re.compile(r"(?<![A-Za-z0-9_-])[MNO][A-Za-z0-9_-]{20,27}\Z", re.ASCII)
 
     def __init__(self) -> None:
-        super().__init__(name="discord-bot-token", description="Discord bot token")
+        super().__init__(name="discord-bot-token", description="Discord bot token", needs=frozenset("."))
 
     def fingerprint(self) -> list[str]:
         return [*super().fingerprint(), self._tail.pattern, self._head.pattern]

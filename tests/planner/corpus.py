@@ -9,8 +9,10 @@ Committing one kind before feeding more events makes that index lag, as a slow s
 from __future__ import annotations
 
 import itertools
+import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from sinks.generations import GenerationStore, Manifest
@@ -23,10 +25,9 @@ from streams.l1 import L1Producer
 from streams.settings import Settings
 from streams.topics import ensure_topics
 
-__all__ = ["ALL_KINDS", "IndexBuilder", "acl", "session_events"]
+__all__ = ["ALL_KINDS", "IndexBuilder", "acl", "interleaved", "make_test_settings", "session_events"]
 
 ALL_KINDS = ("structured", "text", "vector", "toolresults")
-_CHUNK_KINDS = {"structured", "text", "vector"}
 _SOURCE_KINDS = {"chunks": "chunk", "redacted": "event", "toolresults": "toolresult"}
 
 
@@ -125,7 +126,8 @@ class IndexBuilder:
         start = self.written.get(kind, 0)
         batch = [r for r in self.records[start:] if r["kind"] in wanted]
         self.written[kind] = len(self.records)
-        through = self.replay.chunks_through() if kind in _CHUNK_KINDS else self.replay.last_seq
+        chunk_based = "chunks" in writer.sources
+        through = self.replay.chunks_through() if chunk_based else self.replay.last_seq
         store = GenerationStore(index_root(self.settings), self.log_id, kind)
         previous = store.current()
         staging = store.begin()
@@ -155,3 +157,47 @@ class IndexBuilder:
     def close(self) -> None:
         self.producer.close()
         self.publisher.close()
+
+
+def make_test_settings(tmp: Path, bootstrap: str, **overrides: Any) -> Settings:
+    """Settings with unique topics and home, the hash embedder (fast, deterministic) and a
+    fixed cursor key."""
+    prefix = f"t{uuid.uuid4().hex[:10]}."
+    values: dict[str, Any] = {
+        "home": tmp / f"home-{prefix.rstrip('.')}", "topic_prefix": prefix,
+        "bootstrap_servers": bootstrap, "l1_partitions": 4, "stream_partitions": 2,
+        "embedder": "hash:64", "cursor_key": "test-cursor-key-0123456789",
+    }
+    values.update(overrides)
+    return Settings.from_env({}, **values)
+
+
+def interleaved(log_id: str) -> tuple[list[dict[str, Any]], dict[str, list[list[dict[str, Any]]]]]:
+    """The planner tests' corpus in log order, and each session's turn groups.
+
+    Five sessions of tenant ``acme`` and one of ``globex`` with different access lists. The
+    last round is interleaved so that ``s-all`` leaves a turn open (holding every index's
+    watermark back) while ``s-alice`` finishes a turn that began before it: the indexes hold
+    that chunk, and it straddles the cut.
+    """
+    sessions = {
+        "s-alice": session_events(log_id, "s-alice", acl("acme", "user:alice"), turns=3,
+                                  words="deploy pipeline"),
+        "s-eng": session_events(log_id, "s-eng", acl("acme", "group:eng"), turns=2,
+                                words="deploy cache"),
+        "s-all": session_events(log_id, "s-all", acl("acme", "*"), turns=3,
+                                words="deploy database", open_last=True),
+        "s-bob": session_events(log_id, "s-bob", acl("acme", "user:bob"), turns=2,
+                                words="deploy billing"),
+        "s-other": session_events(log_id, "s-other", acl("globex", "*"), turns=2,
+                                  words="deploy secretproject"),
+    }
+    order: list[dict[str, Any]] = []
+    for round_ in range(3):
+        for session_id, groups in sessions.items():
+            if round_ < len(groups) and not (session_id in ("s-alice", "s-all") and round_ == 2):
+                order += groups[round_]
+    # Last round: s-alice's turn 2 starts, s-all opens a turn that never ends, s-alice finishes.
+    alice_turn, all_turn = sessions["s-alice"][3], sessions["s-all"][2] + sessions["s-all"][3]
+    order += alice_turn[:2] + all_turn + alice_turn[2:]
+    return order, sessions

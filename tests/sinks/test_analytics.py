@@ -136,3 +136,19 @@ def test_odd_fields_do_not_break_the_writer(tmp_path: Path) -> None:
     assert events[2]["status"] == '{"code":2}' and events[2]["inputTokens"] is None
     assert events[3]["title"] is None and events[3]["outputTokens"] is None
     assert events[4]["aclRead"] is None and events[4]["textBytes"] == 1
+
+
+def test_many_small_batches_are_compacted_by_size_tier(tmp_path: Path) -> None:
+    writer = AnalyticsWriter()
+    store_root = tmp_path / "store"
+    batches = [[make_event(seq, f"s{seq % 3}", "message", fields={"text": "x"})]
+               for seq in range(1, 41)]
+    gens = commit_batches(store_root, writer, batches)
+    before = {name: digest for name, digest in file_digests(gens[10]).items()}
+    last = gens[-1]
+    files = parquet_segments(last, "events")
+    assert len(files) <= 8, [p.name for p in files]  # 40 batches, not 40 files
+    seqs = sorted(row["seq"] for row in _rows(last, "events"))
+    assert seqs == list(range(1, 41))
+    assert {n: file_digests(gens[10])[n] for n in before} == before  # older generation intact
+    assert sorted(row["seq"] for row in _rows(gens[10], "events")) == list(range(1, 12))

@@ -62,6 +62,17 @@ def test_exported_members():
     }
 
 
+def test_exception_hierarchy():
+    from sinks import exceptions
+    from streams.exceptions import USLError
+
+    for name in exceptions.__all__:
+        assert issubclass(getattr(exceptions, name), exceptions.SinkError)
+    assert issubclass(exceptions.SinkError, USLError)
+    assert issubclass(ManifestVerificationError, GenerationError)
+    assert issubclass(GenerationLockedError, GenerationError)
+
+
 def test_commit_current_verify(store: GenerationStore):
     assert store.current() is None
     first = commit_files(store, {"a.bin": b"alpha", "sub/b.bin": b"beta"}, built_through_seq=7)

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 import sinks.structured
+import sinks.writer
 from sinks.exceptions import SinkError
 from sinks.generations import GenerationStore, Manifest
 from sinks.structured import StructuredReader, StructuredWriter
@@ -123,6 +124,9 @@ def file_digests(directory: Path) -> dict[str, tuple[str, int]]:
 
 
 def test_public_surface() -> None:
+    assert set(sinks.writer.__all__) == {"IndexWriter", "compact_segments", "next_segment_number",
+                                         "parquet_segments", "record_id", "scan_sql",
+                                         "seed_generation", "write_segment"}
     assert set(sinks.structured.__all__) == {"SCHEMAS", "SCHEMA_VERSION", "StructuredReader",
                                              "StructuredWriter"}
     writer = StructuredWriter()

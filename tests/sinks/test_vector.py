@@ -377,8 +377,9 @@ def test_segments_are_immutable_and_validated(tmp_path: Path) -> None:
     write_segment(tmp_path, "s", ids, vectors, exact_max=100)
     with pytest.raises(VectorIndexError, match="immutable"):
         write_segment(tmp_path, "s", ids, vectors, exact_max=100)
-    with pytest.raises(VectorIndexError, match="unique"):
-        write_segment(tmp_path, "d", ["a", "a"], vectors[:2], exact_max=100)
+    write_segment(tmp_path, "d", ["a", "b", "a"], vectors[:3], exact_max=100)  # upsert: last wins
+    assert json.loads((tmp_path / "d.ids.json").read_text())["chunkIds"] == ["b", "a"]
+    np.testing.assert_array_equal(vectors_for(tmp_path, ["d"], ["a"])["a"], vectors[2])
     with pytest.raises(VectorIndexError, match="2 chunkIds but 3"):
         write_segment(tmp_path, "m", ["a", "b"], vectors[:3], exact_max=100)
     with pytest.raises(VectorIndexError, match="NaN"):

@@ -1,0 +1,286 @@
+"""Query latency benchmark: p50/p99 of text, vector and hybrid searches, indexed and latest.
+
+Builds, in one run on this machine:
+
+- an L1 log of ``2 × chunks`` ASP message events (one user ask and one assistant reply per
+  turn, 50 turns per session, access lists mixed: 80% of sessions readable by the whole
+  tenant, 10% by a group, 10% by one other user), appended with the project's producer;
+- text (tantivy by default), vector (the configured embedder, wordllama by default) and
+  structured generations of the chunks of every turn, written directly with the sinks'
+  writers in batches of 10 000 (so the vector sink's segment merging happens as in a live
+  sink), built through all but the last ``--tail-events`` events, with published watermarks;
+
+then runs ``--queries`` random 1-3 word queries per combination through :class:`Planner`
+(the in-process engine the API and CLI use) as a principal who may read 90% of the sessions,
+and prints p50/p99 latency per mode and freshness, plus the ratios latest/indexed (the cost
+of the disclosed L1 tail scan) and hybrid/text.
+
+Usage::
+
+    .venv/bin/python benchmarks/bench_query.py [--chunks 100000] [--large] [--queries 100]
+        [--tail-events 1000] [--embedder wordllama|hash:256] [--engine tantivy|whoosh]
+
+``--large`` builds 1 000 000 chunks (slow: mostly embedding and index building).
+``KAFKA_BOOTSTRAP_SERVERS`` selects a broker; otherwise a local one is started and stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import random
+import shutil
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+__all__ = ["main"]
+
+_TOPICS = [
+    ("kafka", "consumer", "rebalance", "partition", "offset", "broker", "timeout"),
+    ("pytest", "fixture", "teardown", "flaky", "assertion", "conftest", "plugin"),
+    ("docker", "image", "cache", "container", "volume", "compose", "network"),
+    ("postgres", "query", "plan", "index", "deadlock", "migration", "rollback"),
+    ("react", "state", "hook", "dependency", "hydration", "bundle", "render"),
+    ("terraform", "lock", "provider", "drift", "module", "output", "apply"),
+    ("rust", "borrow", "lifetime", "trait", "cargo", "feature", "macro"),
+    ("auth", "token", "refresh", "cookie", "oauth", "redirect", "permission"),
+]
+_FILLER = ("I looked at the code and the logs and the problem seems to come from the way the "
+           "configuration is loaded before the service starts so let me check the module").split()
+_EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+_TURNS_PER_SESSION = 50
+_BATCH = 10_000
+
+
+def _acl(session_number: int) -> dict[str, Any]:
+    bucket = session_number % 10
+    if bucket == 8:
+        return {"tenant": "acme", "read": ["group:ops"]}
+    if bucket == 9:
+        return {"tenant": "acme", "read": ["user:someone-else"]}
+    return {"tenant": "acme", "read": ["*"]}
+
+
+def _sentence(rng: random.Random, words: int) -> str:
+    topic = rng.choice(_TOPICS)
+    body = [rng.choice(topic) if rng.random() < 0.3 else rng.choice(_FILLER) for _ in range(words)]
+    return f"{topic[0]} " + " ".join(body)
+
+
+def generate(chunks: int, seed: int = 7) -> Iterator[tuple[list[dict[str, Any]], dict[str, Any]]]:
+    """(events of one turn, the SearchChunkV1 of that turn), in log order; seq = position."""
+    from streams.chunking import render_event
+
+    rng = random.Random(seed)
+    seq = 0
+    for number in range(chunks):
+        session_number = number // _TURNS_PER_SESSION
+        session_id = f"bench-s{session_number:06d}"
+        turn_id = f"{session_id}-t{number % _TURNS_PER_SESSION}"
+        access = _acl(session_number)
+        events = []
+        for role, words in (("user", 14), ("assistant", 40)):
+            seq += 1
+            events.append({
+                "eventId": f"{turn_id}-{role}", "logId": "default", "sessionId": session_id,
+                "turnId": turn_id, "type": "message", "role": role, "acl": access,
+                "time": (_EPOCH + timedelta(seconds=seq)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "fields": {"text": _sentence(rng, words)},
+            })
+        texts = [render_event(event) or "" for event in events]
+        evidence, cursor = [], 0
+        for event, text, offset in zip(events, texts, (seq - 1, seq), strict=True):
+            size = len(text.encode("utf-8"))
+            evidence.append({"eventId": event["eventId"], "seq": offset, "start": cursor,
+                             "end": cursor + size, "part": [0, size]})
+            cursor += size + 1
+        yield events, {
+            "kind": "chunk", "schema": "SearchChunkV1",
+            "chunkId": "c_" + hashlib.sha256(turn_id.encode()).hexdigest()[:32],
+            "logId": "default", "sessionId": session_id, "runId": None, "turnId": turn_id,
+            "episodeId": None, "unit": "turn", "text": "\n".join(texts),
+            "fields": {"roles": ["assistant", "user"], "types": ["message"], "toolNames": [],
+                       "statuses": [], "paramKeys": []},
+            "evidence": evidence, "evidenceEventIds": [e["eventId"] for e in events],
+            "minSeq": seq - 1, "maxSeq": seq, "startTime": events[0]["time"],
+            "endTime": events[1]["time"], "eventTime": events[1]["time"], "tokenCount": 60,
+            "acl": access, "versions": {"asp": "1.0", "chunker": "1.0"},
+        }
+
+
+def build(settings: Any, bootstrap: str, chunks: int, tail_events: int) -> dict[str, Any]:
+    """Append the log, write the generations, publish watermarks; return build figures."""
+    from sinks.generations import GenerationStore, Manifest
+    from sinks.runner import index_root
+    from sinks.service import make_writer
+    from sinks.watermarks import WatermarkPublisher
+    from streams.asp import ASP_VERSION, validate_event
+    from streams.l1 import L1Producer
+    from streams.topics import ensure_topics
+
+    ensure_topics(bootstrap, settings)
+    producer = L1Producer(bootstrap, settings)
+    total_events = 2 * chunks
+    through = total_events - tail_events
+    writers = {kind: make_writer(kind, settings) for kind in ("text", "vector", "structured")}
+    seconds = {kind: 0.0 for kind in writers}
+    pending: list[dict[str, Any]] = []
+    root = index_root(settings)
+    started = time.monotonic()
+    append_seconds = 0.0
+
+    def commit(batch: list[dict[str, Any]]) -> None:
+        for kind, writer in writers.items():
+            began = time.monotonic()
+            store = GenerationStore(root, "default", kind)
+            previous = store.current()
+            staging = store.begin()
+            try:
+                writer.write(staging, store.generation_dir(previous.generation_id) if previous else None,
+                             batch)
+                describe = writer.describe()
+                store.commit(staging, Manifest(
+                    kind=kind, log_id="default", line=store.line, generation_id=0,
+                    built_through_seq=max((c["maxSeq"] for c in batch), default=0),
+                    schema_version="1", asp_version=ASP_VERSION, chunker={},
+                    embedding=describe.get("embedding"), redaction_policy_hash="bench",
+                    chunk_count=len(batch), extra=describe))
+            except BaseException:
+                store.abort()
+                raise
+            seconds[kind] += time.monotonic() - began
+
+    for events, chunk in generate(chunks):
+        began = time.monotonic()
+        for event in events:
+            producer.append(validate_event(event))
+        append_seconds += time.monotonic() - began
+        if chunk["maxSeq"] <= through:
+            pending.append(chunk)
+        if len(pending) >= _BATCH:
+            commit(pending)
+            pending = []
+    if pending:
+        commit(pending)
+    began = time.monotonic()
+    head = producer.flush()
+    producer.close()
+    append_seconds += time.monotonic() - began
+    publisher = WatermarkPublisher(bootstrap, settings)
+    for kind in writers:
+        store = GenerationStore(root, "default", kind)
+        manifest = store.current()
+        assert manifest is not None
+        # The last batch may end below `through` on a turn boundary; the index covers it all.
+        publisher.publish({"logId": "default", "kind": kind, "line": store.line,
+                           "generationId": manifest.generation_id, "builtThroughSeq": through,
+                           "manifest": str(store.manifest_path(manifest.generation_id)),
+                           "committedAt": manifest.created_at, "versions": {}})
+    publisher.close()
+    return {"events": total_events, "l1Seq": head, "builtThroughSeq": through,
+            "appendSeconds": append_seconds, "writeSeconds": seconds,
+            "totalSeconds": time.monotonic() - started}
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
+
+
+def run_queries(planner: Any, principal: Any, *, mode: str, freshness: str, queries: int,
+                seed: int = 11) -> dict[str, Any]:
+    rng = random.Random(seed)
+    vocabulary = sorted({word for topic in _TOPICS for word in topic})
+    texts = [" ".join(rng.sample(vocabulary, rng.randint(1, 3))) for _ in range(queries + 5)]
+    for text in texts[:5]:  # warm caches: readers, embedder, tokenizer
+        planner.search({"query": text, "mode": mode, "freshness": freshness}, principal)
+    latencies, hits, tail = [], 0, None
+    for text in texts[5:]:
+        began = time.perf_counter()
+        response = planner.search({"query": text, "mode": mode, "freshness": freshness}, principal)
+        latencies.append(time.perf_counter() - began)
+        hits += len(response["results"])
+        tail = response["freshness"]["tailScan"]
+    return {"p50": percentile(latencies, 0.50) * 1000, "p99": percentile(latencies, 0.99) * 1000,
+            "mean": statistics.fmean(latencies) * 1000, "hitsPerQuery": hits / len(latencies),
+            "tailScan": tail}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--chunks", type=int, default=100_000)
+    parser.add_argument("--large", action="store_true", help="1 000 000 chunks")
+    parser.add_argument("--queries", type=int, default=100)
+    parser.add_argument("--tail-events", type=int, default=1000)
+    parser.add_argument("--embedder", default=os.environ.get("USL_EMBEDDER", "wordllama"))
+    parser.add_argument("--engine", default="tantivy")
+    args = parser.parse_args()
+    chunks = 1_000_000 if args.large else args.chunks
+
+    from planner.acl import parse_principal
+    from planner.engine import Planner
+    from sinks.watermarks import WatermarkFollower
+    from streams.settings import Settings
+
+    work = Path(tempfile.mkdtemp(prefix="usl-bench-query-"))
+    broker_settings = None
+    bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+    if not bootstrap:
+        from deploy.kafka.broker import ensure_broker
+
+        broker_settings = Settings.from_env({}, home=work / "broker")
+        bootstrap = ensure_broker(broker_settings)
+    settings = Settings.from_env(
+        {}, home=work / "home", topic_prefix=f"bench{uuid.uuid4().hex[:8]}.",
+        bootstrap_servers=bootstrap, l1_partitions=1, stream_partitions=1,
+        embedder=args.embedder, text_engine=args.engine, cursor_key="bench-cursor-key-0123456789")
+    follower = None
+    try:
+        print(f"building {chunks} chunks ({2 * chunks} L1 events, {args.tail_events} above the "
+              f"indexes), embedder {args.embedder}, text engine {args.engine} ...", flush=True)
+        figures = build(settings, bootstrap, chunks, args.tail_events)
+        print(f"  L1 append {figures['appendSeconds']:.1f} s; "
+              + ", ".join(f"{kind} write {sec:.1f} s" for kind, sec in figures["writeSeconds"].items())
+              + f"; total {figures['totalSeconds']:.1f} s", flush=True)
+        follower = WatermarkFollower(bootstrap, settings).start()
+        planner = Planner(settings, bootstrap, follower=follower)
+        principal = parse_principal("tenant:acme/user:bench/groups:ops")
+        results: dict[tuple[str, str], dict[str, Any]] = {}
+        print(f"\n{args.queries} queries per row, principal may read 90% of sessions; ms")
+        print(f"{'mode':8} {'freshness':9} {'p50':>8} {'p99':>8} {'mean':>8} {'hits/q':>7}  tail scan")
+        for freshness in ("indexed", "latest"):
+            for mode in ("text", "vector", "hybrid"):
+                row = run_queries(planner, principal, mode=mode, freshness=freshness,
+                                  queries=args.queries)
+                results[(mode, freshness)] = row
+                tail = row["tailScan"]
+                tail_text = f"{tail['fromSeq']}..{tail['toSeq']}" if tail else "-"
+                print(f"{mode:8} {freshness:9} {row['p50']:8.1f} {row['p99']:8.1f} "
+                      f"{row['mean']:8.1f} {row['hitsPerQuery']:7.1f}  {tail_text}", flush=True)
+        planner.close()
+        print("\nratios (p50)")
+        for mode in ("text", "vector", "hybrid"):
+            ratio = results[(mode, "latest")]["p50"] / results[(mode, "indexed")]["p50"]
+            print(f"  {mode:7} latest / indexed = {ratio:.2f}x")
+        for freshness in ("indexed", "latest"):
+            ratio = results[("hybrid", freshness)]["p50"] / results[("text", freshness)]["p50"]
+            print(f"  {freshness:7} hybrid / text   = {ratio:.2f}x")
+    finally:
+        if follower is not None:
+            follower.stop()
+        if broker_settings is not None:
+            from deploy.kafka.broker import stop_broker
+
+            stop_broker(broker_settings)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

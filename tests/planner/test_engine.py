@@ -1,0 +1,521 @@
+"""The query engine against real generations, a real broker and real watermarks.
+
+The corpus (:func:`tests.planner.corpus.interleaved`) has sessions of two tenants with
+different access lists, an open turn that holds the watermarks back, and a chunk that
+straddles the cut.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from planner.acl import parse_principal
+from planner.cursors import decode_cursor, load_cursor_key
+from planner.engine import Planner
+from planner.exceptions import (
+    AccessDenied,
+    CursorError,
+    CursorExpired,
+    CursorMismatch,
+    IndexUnavailable,
+    NotFound,
+    QueryError,
+)
+from sinks.generations import GenerationStore
+from sinks.runner import index_root
+from sinks.watermarks import WatermarkFollower
+from streams.settings import Settings
+from tests.planner.corpus import (
+    IndexBuilder,
+    acl,
+    interleaved,
+    make_test_settings,
+    session_events,
+)
+
+pytestmark = pytest.mark.kafka
+
+ALICE = parse_principal("tenant:acme/user:alice/groups:eng")
+ALICE_TOOLS = parse_principal("tenant:acme/user:alice/groups:eng/scopes:toolresults")
+BOB = parse_principal("tenant:acme/user:bob")
+CAROL = parse_principal("tenant:acme/user:carol")
+MALLORY = parse_principal("tenant:globex/user:mallory")
+
+READABLE = {
+    "alice": {"s-alice", "s-eng", "s-all"},
+    "bob": {"s-bob", "s-all"},
+    "carol": {"s-all"},
+    "mallory": {"s-other"},
+}
+PRINCIPALS = {"alice": ALICE, "bob": BOB, "carol": CAROL, "mallory": MALLORY}
+
+
+class Corpus:
+    """The shared, read-only corpus of this module."""
+
+    def __init__(self, settings: Settings, bootstrap: str) -> None:
+        self.settings = settings
+        self.bootstrap = bootstrap
+        self.builder = IndexBuilder(settings, bootstrap, "default")
+        self.order, self.sessions = interleaved("default")
+        self.builder.append(self.order)
+        self.manifests = self.builder.commit()
+        self.cut = self.manifests["text"].built_through_seq
+        self.l1_seq = max(self.builder.seqs.values())
+        self.follower = WatermarkFollower(bootstrap, settings).start()
+        self.planner = Planner(settings, bootstrap, follower=self.follower)
+
+    def seq_of(self, event_id: str) -> int:
+        return self.builder.seqs[event_id]
+
+    def messages(self) -> list[tuple[str, int, str, str]]:
+        """(sessionId, seq, eventId, unique token) of every message and tool result."""
+        found = []
+        for seq, event in self.builder.events:
+            text = str((event.get("fields") or {}).get("text") or (event.get("fields") or {}).get("output") or "")
+            tokens = [word for word in text.split() if word.startswith("w") and word[1:].isdigit()]
+            if tokens:
+                found.append((event["sessionId"], seq, event["eventId"], tokens[0]))
+        return found
+
+
+@pytest.fixture(scope="module")
+def corpus(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Corpus]:
+    built = Corpus(make_test_settings(tmp_path_factory.mktemp("engine"), kafka_bootstrap), kafka_bootstrap)
+    yield built
+    built.planner.close()
+    built.follower.stop()
+    built.builder.close()
+
+
+def search(corpus: Corpus, principal: Any = ALICE, **request: Any) -> dict[str, Any]:
+    request.setdefault("query", "deploy")
+    return corpus.planner.search(request, principal)
+
+
+def all_pages(planner: Planner, request: dict[str, Any], principal: Any) -> list[dict[str, Any]]:
+    pages = [planner.search(request, principal)]
+    while pages[-1]["cursor"]:
+        pages.append(planner.search({**request, "cursor": pages[-1]["cursor"]}, principal))
+        assert len(pages) < 100
+    return pages
+
+
+def evidence_seqs(response: dict[str, Any]) -> list[int]:
+    return [piece["seq"] for hit in response["results"] for piece in hit["evidence"]]
+
+
+# -- snapshot and freshness ------------------------------------------------------------------
+
+
+def test_the_corpus_has_a_chunk_straddling_the_cut(corpus: Corpus) -> None:
+    alice_turn = corpus.sessions["s-alice"][3]
+    assert corpus.seq_of(alice_turn[1]["eventId"]) <= corpus.cut < corpus.seq_of(alice_turn[-1]["eventId"])
+    assert corpus.cut < corpus.l1_seq
+
+
+def test_indexed_answers_at_the_watermark_and_never_past_it(corpus: Corpus) -> None:
+    response = search(corpus, freshness="indexed", k=100, explain=True)
+    assert response["asOfSeq"] == corpus.cut
+    fresh = response["freshness"]
+    assert fresh["label"] == "indexed" and fresh["mode"] == "indexed"
+    assert fresh["l1CommittedSeq"] == corpus.l1_seq
+    assert fresh["tailScan"] is None and fresh["uncovered"] == []
+    assert set(fresh["watermarks"]) == {"structured", "text", "vector"}
+    assert fresh["watermarks"]["text"] == {"generationId": corpus.manifests["text"].generation_id,
+                                           "builtThroughSeq": corpus.cut}
+    assert response["results"]
+    assert max(evidence_seqs(response)) <= response["asOfSeq"]
+    assert any(reason.startswith("freshness indexed: asOfSeq = min(") for reason in fresh["reasons"])
+
+
+def test_a_straddling_chunk_is_trimmed_to_the_cut(corpus: Corpus) -> None:
+    alice_turn = corpus.sessions["s-alice"][3]
+    before = alice_turn[1]["fields"]["text"].split()[-1]  # the user message, seq <= cut
+    after = alice_turn[-2]["fields"]["text"].split()[-1]  # the reply, seq > cut
+    found = search(corpus, query=before, freshness="indexed", mode="text", explain=True)
+    trimmed = [hit for hit in found["results"] if hit["origin"] == "trimmed"]
+    assert len(trimmed) == 1
+    hit = trimmed[0]
+    assert before in hit["text"] and after not in hit["text"]
+    assert all(piece["seq"] <= corpus.cut for piece in hit["evidence"])
+    data = hit["text"].encode()
+    for piece in hit["evidence"]:  # offsets index the trimmed text
+        assert data[piece["start"]:piece["end"]].decode()
+    assert {"chunkId": hit["chunkId"], "keptThroughSeq": corpus.cut} in found["explain"]["trimmed"]
+    assert hit["eventTime"] <= "2026-01-01T01"  # the kept events' time, not the chunk's end
+    # The reply lies past the cut: indexed cannot show it; latest finds it via the tail scan.
+    assert search(corpus, query=after, freshness="indexed", mode="text")["results"] == []
+    latest = search(corpus, query=after, freshness="latest", mode="text")
+    assert [hit["origin"] for hit in latest["results"]][:1] == ["tail"]
+    assert after in latest["results"][0]["text"]
+
+
+def test_latest_covers_every_event_up_to_the_l1_seq(corpus: Corpus) -> None:
+    """Invariant 2 (coverage) and 1 (no future leak) for each message of the corpus."""
+    for session_id, seq, event_id, token in corpus.messages():
+        for freshness in ("indexed", "latest"):
+            response = search(corpus, query=token, freshness=freshness, mode="text", k=5)
+            as_of = response["asOfSeq"]
+            assert max(evidence_seqs(response), default=0) <= as_of
+            proved = {piece["eventId"] for hit in response["results"] for piece in hit["evidence"]}
+            readable = session_id in READABLE["alice"]
+            assert (event_id in proved) == (readable and seq <= as_of), (token, freshness, seq)
+
+
+def test_latest_is_labelled_latest_only_when_complete(corpus: Corpus) -> None:
+    response = search(corpus, freshness="latest")
+    fresh = response["freshness"]
+    assert response["asOfSeq"] == fresh["l1CommittedSeq"] == corpus.l1_seq
+    assert fresh["label"] == "latest" and fresh["uncovered"] == []
+    assert fresh["tailScan"] == {"fromSeq": corpus.cut + 1, "toSeq": corpus.l1_seq}
+    capped = Planner(corpus.settings, corpus.bootstrap, follower=corpus.follower, tail_cap=2)
+    try:
+        partial = capped.search({"query": "deploy", "freshness": "latest", "k": 100}, ALICE)
+    finally:
+        capped.close()
+    assert partial["freshness"]["label"] == "latest-partial"
+    assert partial["freshness"]["uncovered"] == [{"fromSeq": corpus.cut + 3, "toSeq": corpus.l1_seq}]
+    assert max(evidence_seqs(partial)) <= partial["asOfSeq"]
+    # Nothing from the uncovered range is shown as if it were covered.
+    assert not [s for s in evidence_seqs(partial) if corpus.cut + 3 <= s]
+
+
+def test_wait_times_out_and_fills_the_gap_with_the_tail_scan(corpus: Corpus) -> None:
+    response = search(corpus, freshness="wait:0.3")
+    fresh = response["freshness"]
+    assert fresh["mode"] == "wait" and fresh["timedOut"] is True
+    assert fresh["label"] == "wait" and response["asOfSeq"] == corpus.l1_seq
+    assert fresh["tailScan"] == {"fromSeq": corpus.cut + 1, "toSeq": corpus.l1_seq}
+
+
+def test_unknown_log_is_not_found(corpus: Corpus) -> None:
+    with pytest.raises(NotFound):
+        search(corpus, log="no-such-log")
+
+
+def test_bad_requests_name_the_field(corpus: Corpus) -> None:
+    for bad, word in (({"query": "  "}, "empty"), ({"query": "x", "k": 0}, "'k'"),
+                      ({"query": "x", "freshness": "soon"}, "freshness"),
+                      ({"query": "x", "mode": "fuzzy"}, "mode"),
+                      ({"query": "x", "filters": {"colour": "red"}}, "colour"),
+                      ({"query": "x", "surprise": 1}, "surprise"),
+                      ({"query": "x", "k": True}, "'k'")):
+        with pytest.raises(QueryError, match=word):
+            corpus.planner.search(bad, ALICE)
+
+
+# -- ranking, filters, modes -----------------------------------------------------------------
+
+
+def test_hybrid_scores_follow_rrf_and_the_documented_order(corpus: Corpus) -> None:
+    response = search(corpus, freshness="latest", k=100, explain=True)
+    scores = []
+    for hit in response["results"]:
+        components = hit["score"]["components"]
+        expected = sum(1 / (60 + c["rank"]) for c in components.values())
+        assert hit["score"]["rrf"] == pytest.approx(expected)
+        scores.append((-hit["score"]["rrf"], min(c["rank"] for c in components.values())))
+    assert scores == sorted(scores)
+    assert set(response["explain"]["sources"]) == {"text", "vector", "tail"}
+    for component in (c for hit in response["results"] for s, c in hit["score"]["components"].items()
+                      if s == "text"):
+        assert "score" not in component  # BM25 statistics include unreadable chunks
+
+
+def test_text_and_vector_modes(corpus: Corpus) -> None:
+    text = search(corpus, mode="text", k=100, explain=True)
+    assert set(text["explain"]["sources"]) <= {"text", "tail"}
+    vector = search(corpus, mode="vector", k=100, explain=True)
+    assert set(vector["explain"]["sources"]) <= {"vector", "tail"}
+    assert vector["results"]
+
+
+def test_structured_filters_apply_before_ranking(corpus: Corpus) -> None:
+    response = search(corpus, freshness="latest", k=100, filters={"sessionId": "s-eng"})
+    assert response["results"] and {hit["sessionId"] for hit in response["results"]} == {"s-eng"}
+    none = search(corpus, k=100, mode="text", filters={"toolName": "terraform"})
+    assert none["results"] == []
+    ranks = [c["rank"] for hit in response["results"] for c in hit["score"]["components"].values()]
+    assert min(ranks) == 1
+
+
+def test_an_embedder_other_than_the_index_falls_back_to_text(corpus: Corpus) -> None:
+    other = Planner(replace(corpus.settings, embedder="hash:32"), corpus.bootstrap,
+                    follower=corpus.follower)
+    try:
+        response = other.search({"query": "deploy", "explain": True}, ALICE)
+    finally:
+        other.close()
+    assert response["results"]
+    assert any("embeds queries with hash-32" in f for f in response["freshness"]["fallbacks"])
+    assert response["freshness"]["watermarks"]["vector"] is not None
+    assert "vector" not in response["explain"]["sources"]
+
+
+# -- access control ----------------------------------------------------------------------------
+
+
+def hidden_ids(corpus: Corpus, who: str) -> set[str]:
+    """Every id of sessions ``who`` may not read: sessions, turns, events, chunks."""
+    ids: set[str] = set()
+    for seq, event in corpus.builder.events:
+        if event["sessionId"] not in READABLE[who]:
+            ids |= {event["sessionId"], event["eventId"], str(event.get("turnId") or "")} - {""}
+            del seq
+    for record in corpus.builder.records:
+        if record.get("kind") == "chunk" and record["sessionId"] not in READABLE[who]:
+            ids.add(record["chunkId"])
+    return ids
+
+
+@pytest.mark.parametrize("who", sorted(PRINCIPALS))
+def test_results_explain_and_cursors_reveal_nothing_across_the_boundary(corpus: Corpus, who: str) -> None:
+    principal = PRINCIPALS[who]
+    hidden = hidden_ids(corpus, who)
+    for freshness in ("indexed", "latest"):
+        pages = all_pages(corpus.planner, {"query": "deploy", "freshness": freshness, "k": 3,
+                                           "explain": True}, principal)
+        for page in pages:
+            assert {hit["sessionId"] for hit in page["results"]} <= READABLE[who]
+            text = json.dumps(page)
+            leaked = [token for token in hidden if token in text]
+            assert not leaked, leaked
+            if page["cursor"]:
+                payload = decode_cursor(page["cursor"], key=load_cursor_key(corpus.settings),
+                                        now=0, ttl_seconds=1e12)
+                assert not [token for token in hidden if token in json.dumps(payload)]
+            returned = page["explain"]["sources"]
+            ranked = {source: 0 for source in returned}
+            for hit in page["results"]:
+                for source in hit["score"]["components"]:
+                    ranked[source] += 1
+            # Windows hold readable chunks only: nothing ranks past what the caller can see.
+            assert all(c["rank"] <= returned[s]["returned"]
+                       for hit in page["results"] for s, c in hit["score"]["components"].items())
+    assert pages[0]["results"], who
+
+
+def test_other_tenant_sees_only_its_tenant(corpus: Corpus) -> None:
+    response = search(corpus, MALLORY, query="secretproject deploy", freshness="latest", k=100)
+    assert {hit["sessionId"] for hit in response["results"]} == {"s-other"}
+    assert search(corpus, ALICE, query="secretproject", mode="text", k=100)["results"] == []
+
+
+def test_full_tool_results_need_the_scope(corpus: Corpus) -> None:
+    with pytest.raises(AccessDenied):
+        search(corpus, ALICE, query="fulloutput0", toolResults=True)
+    response = search(corpus, ALICE_TOOLS, query="fulloutput0", toolResults=True, k=100,
+                      freshness="latest", explain=True)
+    tools = [hit for hit in response["results"] if hit["kind"] == "toolresult"]
+    assert tools and {hit["sessionId"] for hit in tools} <= READABLE["alice"]
+    assert "toolresults" in response["explain"]["sources"]
+    assert all(hit["evidence"][0]["seq"] <= response["asOfSeq"] for hit in tools)
+
+
+# -- cursors -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("freshness", ["indexed", "latest"])
+def test_pages_concatenate_to_the_one_shot_list(corpus: Corpus, freshness: str) -> None:
+    request = {"query": "deploy step", "freshness": freshness, "mode": "hybrid"}
+    one_shot = corpus.planner.search({**request, "k": 100}, ALICE)
+    assert one_shot["cursor"] is None and len(one_shot["results"]) > 6
+    pages = all_pages(corpus.planner, {**request, "k": 4}, ALICE)
+    assert len(pages) > 1
+    assert [h["chunkId"] for p in pages for h in p["results"]] == [h["chunkId"] for h in one_shot["results"]]
+    assert {p["asOfSeq"] for p in pages} == {one_shot["asOfSeq"]}
+
+
+def test_refused_cursors(corpus: Corpus) -> None:
+    first = search(corpus, k=2)
+    cursor = first["cursor"]
+    assert cursor
+    tampered = cursor[:-3] + ("AAA" if not cursor.endswith("AAA") else "BBB")
+    with pytest.raises(CursorError):
+        search(corpus, k=2, cursor=tampered)
+    with pytest.raises(CursorError):
+        search(corpus, k=2, cursor="not-a-cursor")
+    with pytest.raises(CursorMismatch):
+        search(corpus, query="database", k=2, cursor=cursor)
+    with pytest.raises(CursorMismatch):
+        search(corpus, BOB, k=2, cursor=cursor)
+    with pytest.raises(CursorMismatch):
+        search(corpus, k=2, cursor=cursor, freshness="latest")
+    expired = Planner(replace(corpus.settings, cursor_ttl_seconds=0), corpus.bootstrap,
+                      follower=corpus.follower)
+    try:
+        with pytest.raises(CursorExpired):
+            expired.search({"query": "deploy", "k": 2, "cursor": cursor}, ALICE)
+    finally:
+        expired.close()
+    # k is not part of the query: a cursor continues with another page size.
+    assert search(corpus, k=3, cursor=cursor)["results"]
+
+
+# -- a log that changes while it is queried ----------------------------------------------------
+
+
+@pytest.fixture
+def live(kafka_bootstrap: str, tmp_path: Path) -> Iterator[tuple[IndexBuilder, Planner]]:
+    settings = make_test_settings(tmp_path, kafka_bootstrap)
+    builder = IndexBuilder(settings, kafka_bootstrap, "live")
+    order, _ = interleaved("live")
+    builder.append(order)
+    builder.commit()
+    follower = WatermarkFollower(kafka_bootstrap, settings).start()
+    planner = Planner(settings, kafka_bootstrap, follower=follower)
+    yield builder, planner
+    planner.close()
+    follower.stop()
+    builder.close()
+
+
+def wait_for_watermark(planner: Planner, kind: str, generation_id: int) -> None:
+    import time
+
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        mark = planner._watermarks("live").get(kind)
+        if mark and mark["generationId"] >= generation_id:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"watermark of {kind} never reached generation {generation_id}")
+
+
+def test_pages_stay_on_their_snapshot_while_new_generations_commit(
+    live: tuple[IndexBuilder, Planner],
+) -> None:
+    builder, planner = live
+    request = {"query": "deploy step", "log": "live", "freshness": "latest"}
+    one_shot = planner.search({**request, "k": 100}, ALICE)
+    pages = [planner.search({**request, "k": 3}, ALICE)]
+    more = session_events("live", "s-new", acl("acme", "*"), turns=3, words="deploy step newer")
+    builder.append([event for group in more for event in group])
+    manifests = builder.commit()
+    wait_for_watermark(planner, "text", manifests["text"].generation_id)
+    root = index_root(builder.settings)
+    for kind in ("structured", "text", "vector"):
+        GenerationStore(root, "live", kind).gc(keep_last=0)  # pins keep the cursor's generations
+    while pages[-1]["cursor"]:
+        pages.append(planner.search({**request, "k": 3, "cursor": pages[-1]["cursor"]}, ALICE))
+    assert [h["chunkId"] for p in pages for h in p["results"]] == [h["chunkId"] for h in one_shot["results"]]
+    fresh = planner.search({**request, "k": 100}, ALICE)
+    assert "s-new" in {hit["sessionId"] for hit in fresh["results"]}
+
+
+def test_a_cursor_whose_generation_was_collected_is_gone(live: tuple[IndexBuilder, Planner]) -> None:
+    builder, planner = live
+    first = planner.search({"query": "deploy", "log": "live", "k": 2}, ALICE)
+    manifests = builder.commit("text")
+    wait_for_watermark(planner, "text", manifests["text"].generation_id)
+    store = GenerationStore(index_root(builder.settings), "live", "text")
+    for pin in (store.line_dir / "pins").glob("*.pin"):
+        pin.unlink()
+    store.gc(keep_last=0)
+    with pytest.raises(CursorExpired, match="no longer exists"):
+        planner.search({"query": "deploy", "log": "live", "k": 2, "cursor": first["cursor"]}, ALICE)
+
+
+def test_a_revocation_applies_at_once_also_to_open_cursors(live: tuple[IndexBuilder, Planner]) -> None:
+    builder, planner = live
+    request = {"query": "deploy", "log": "live", "k": 2, "freshness": "indexed"}
+    first = planner.search(request, ALICE)
+    before = planner.search({**request, "k": 100}, ALICE)
+    assert "s-eng" in {hit["sessionId"] for hit in before["results"]}
+    # Only L1 learns of the revocation; no index is rebuilt.
+    builder.append([{"eventId": "s-eng-revoke", "logId": "live", "sessionId": "s-eng",
+                     "type": "session.acl", "time": "2026-01-01T05:00:00Z",
+                     "acl": acl("acme", "user:bob")}], feed=False)
+    after = planner.search({**request, "k": 100}, ALICE)
+    assert "s-eng" not in {hit["sessionId"] for hit in after["results"]}
+    assert after["asOfSeq"] == before["asOfSeq"]
+    pages = [first]
+    while pages[-1]["cursor"]:
+        pages.append(planner.search({**request, "cursor": pages[-1]["cursor"]}, ALICE))
+    assert "s-eng" not in {hit["sessionId"] for page in pages[1:] for hit in page["results"]}
+    assert "s-eng" in {hit["sessionId"] for hit in planner.search({**request, "k": 100}, BOB)["results"]}
+
+
+def test_indexed_without_any_generation_is_unavailable(kafka_bootstrap: str, tmp_path: Path) -> None:
+    settings = make_test_settings(tmp_path, kafka_bootstrap)
+    builder = IndexBuilder(settings, kafka_bootstrap, "empty")
+    planner = Planner(settings, kafka_bootstrap)
+    try:
+        builder.append(session_events("empty", "s-1", acl("acme", "*"), turns=1, words="deploy")[0])
+        with pytest.raises(IndexUnavailable):
+            planner.search({"query": "deploy", "log": "empty"}, ALICE)
+        latest = planner.search({"query": "deploy", "log": "empty", "freshness": "latest"}, ALICE)
+        assert latest["freshness"]["label"] == "latest"
+        assert latest["freshness"]["tailScan"] == {"fromSeq": 1, "toSeq": latest["asOfSeq"]}
+        assert latest["results"] and latest["results"][0]["origin"] == "tail"
+    finally:
+        planner.close()
+        builder.close()
+
+
+# -- the tail scan is the stream's code, fed in any number of pieces ---------------------------
+
+
+def test_incremental_tail_scan_equals_the_stream_chunker(tmp_path: Path) -> None:
+    from planner.tailscan import TailScan, TailSnapshot, chunker_for
+    from streams.asp import validate_event
+    from streams.chunking import chunk_stream, make_ticks
+    from streams.redaction import redact_event
+
+    settings = make_test_settings(tmp_path, "unused:9092", tick_every_seqs=8)
+    events = [(seq, validate_event(raw)) for seq, raw in enumerate(interleaved("default")[0], 1)]
+    redacted = [(seq, redact_event(event).event) for seq, event in events]
+    expected = chunk_stream(make_ticks(redacted, 8, policy=chunker_for(settings).policy_hash),
+                            chunker_for(settings), finalize=True)
+    scan = TailScan(chunker_for(settings), tick_every_seqs=8)
+    assert scan.run(events, from_seq=1, to_seq=len(events)).chunks == expected
+    snapshot = TailSnapshot.start(1)
+    for end in (5, 23, 24, 50, len(events)):
+        before = scan.result(snapshot).chunks
+        extended = scan.extend(snapshot, [e for e in events if e[0] <= end], to_seq=end)
+        assert scan.result(snapshot).chunks == before  # a snapshot never changes
+        snapshot = extended
+    assert scan.result(snapshot).chunks == expected
+    assert any(chunk.get("provisional") for chunk in expected)
+
+
+class _CountingReader:
+    """Stands in for an L1Reader: serves seqs (with gaps) and records what it was asked."""
+
+    def __init__(self, seqs: list[int]) -> None:
+        self.seqs = seqs
+        self.calls: list[tuple[int, int]] = []
+
+    def read(self, log_id: str, from_seq: int, to_seq: int) -> Iterator[tuple[int, dict[str, Any]]]:
+        self.calls.append((from_seq, to_seq))
+        for seq in self.seqs:
+            if from_seq <= seq <= to_seq:
+                yield seq, {"seq": seq}
+
+
+def test_the_l1_window_reads_each_seq_once_and_honours_limits() -> None:
+    from planner.l1window import L1Window
+
+    reader = _CountingReader([s for s in range(1, 200) if s % 7])  # gaps at multiples of 7
+    window = L1Window(max_events=60)
+    first = window.read(reader, "log", 20, 40)  # type: ignore[arg-type]
+    assert [s for s, _ in first] == [s for s in range(20, 41) if s % 7]
+    again = window.read(reader, "log", 25, 50)  # type: ignore[arg-type]
+    assert [s for s, _ in again] == [s for s in range(25, 51) if s % 7]
+    assert reader.calls == [(20, 40), (41, 50)]
+    limited = window.read(reader, "log", 45, 90, limit=10)  # type: ignore[arg-type]
+    assert [s for s, _ in limited] == [s for s in range(45, 90) if s % 7][:10]
+    rest = window.read(reader, "log", 45, 90)  # type: ignore[arg-type]
+    assert [s for s, _ in rest] == [s for s in range(45, 91) if s % 7]
+    older = window.read(reader, "log", 10, 30)  # type: ignore[arg-type]  # prepended
+    assert [s for s, _ in older] == [s for s in range(10, 31) if s % 7]
+    big = window.read(reader, "log", 10, 190)  # type: ignore[arg-type]  # past max_events
+    assert [s for s, _ in big] == [s for s in range(10, 191) if s % 7]
+    assert window.read(reader, "log", 5, 4) == []  # type: ignore[arg-type]

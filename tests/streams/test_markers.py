@@ -1,0 +1,345 @@
+"""Progress markers and open turns: an open turn holds the markers back, but by at most the
+idle gap G of log time (plus the K seqs until the next regular tick).
+
+Proved twice: at the pure level (``streams.progress`` + ``Chunker`` + ``streams.ticks``, the same
+code the faust agents run, with sessions spread over several partitions), including a
+hypothesis property over random logs, K and G; and through the real ``usl worker`` and text
+sink, reading the progress records on the chunks topic and the sink's ``builtThroughSeq``.
+
+The helpers at the top (marker history, waiting for markers, fast group fail-over) are shared
+by the other pipeline tests of this package.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
+
+from streams.asp import event_time, validate_event
+from streams.chunking import Chunker, ChunkerConfig, default_tokenizer
+from streams.l1 import read_topic_to_end
+from streams.progress import marker_seq, new_progress, note_seq, note_session
+from streams.settings import Settings
+from streams.ticks import advance_clock, new_clock
+from streams.topics import Topics
+from tests.harness import Stack, append_events, topic_records, wait_for_watermarks
+
+T0 = datetime(2026, 11, 1, 9, 0, tzinfo=UTC)
+
+
+# -- shared helpers ---------------------------------------------------------------------------
+
+
+def fast_group_failover(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Let the consumer group notice a SIGKILLed worker in ~10 s instead of faust's 60 s.
+
+    faust reads these from the environment; ``Stack`` passes the environment to the worker.
+    """
+    monkeypatch.setenv("BROKER_SESSION_TIMEOUT", "10")
+    monkeypatch.setenv("BROKER_HEARTBEAT_INTERVAL", "1")
+
+
+def chunks_topic(settings: Settings) -> list[tuple[int, int, dict[str, Any]]]:
+    """Every record of the chunks topic as (partition, offset, decoded body), in offset order."""
+    topic = Topics.from_settings(settings).chunks
+    records = [(r.partition, r.offset, orjson.loads(r.value))
+               for r in read_topic_to_end(settings.bootstrap_servers or "", topic) if r.value is not None]
+    return sorted(records, key=lambda item: (item[0], item[1]))
+
+
+def marker_history(settings: Settings, log_id: str = "default") -> dict[int, list[tuple[int, int]]]:
+    """Chunks-topic partition → [(offset, marker seq)] of ``log_id``'s progress markers, in
+    offset order, read from the real topic."""
+    history: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for partition, offset, body in chunks_topic(settings):
+        if body.get("kind") == "progress" and body.get("logId") == log_id:
+            history[partition].append((offset, int(body["seq"])))
+    return dict(history)
+
+
+def check_markers(settings: Settings, log_id: str = "default") -> None:
+    """Assert the progress-marker contract on the real topic, for one log:
+
+    - per partition, markers never go backwards in offset order;
+    - every marker is true when it is written: each event of the log with seq <= M that any
+      chunk of that partition carries as evidence is inside a chunk at a lower offset.
+    """
+    by_partition: dict[int, list[tuple[int, dict[str, Any]]]] = defaultdict(list)
+    for partition, offset, body in chunks_topic(settings):
+        if body.get("logId") == log_id and body.get("kind") in ("chunk", "progress"):
+            by_partition[partition].append((offset, body))
+    for partition, records in by_partition.items():
+        evidence = sorted({e["seq"] for _, b in records if b["kind"] == "chunk" for e in b["evidence"]})
+        covered: set[int] = set()
+        previous = 0
+        for offset, body in records:
+            if body["kind"] == "chunk":
+                covered.update(e["seq"] for e in body["evidence"])
+                continue
+            seq = int(body["seq"])
+            assert seq >= previous, f"{log_id} partition {partition}: marker {seq} at offset {offset} after {previous}"
+            previous = seq
+            missing = [s for s in evidence if s <= seq and s not in covered]
+            assert not missing, (f"{log_id} partition {partition}: marker {seq} at offset {offset} claims seqs "
+                                 f"{missing[:5]} before any chunk holding them")
+
+
+def marker_floor(settings: Settings, log_id: str = "default") -> int:
+    """min over every chunks partition of its highest marker (0 until all have one): the seq a
+    sink may claim as built through."""
+    history = marker_history(settings, log_id)
+    if len(history) < settings.stream_partitions:
+        return 0
+    return min(max(seq for _, seq in entries) for entries in history.values())
+
+
+def wait_for_markers(settings: Settings, seq: int, *, log_ids: tuple[str, ...] = ("default",),
+                     timeout: float = 180.0) -> None:
+    """Block until every log's marker floor reaches ``seq`` (bounded by ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    floors: dict[str, int] = {}
+    while time.monotonic() < deadline:
+        floors = {log_id: marker_floor(settings, log_id) for log_id in log_ids}
+        if all(value >= seq for value in floors.values()):
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"progress markers did not reach {seq} within {timeout}s: {floors}")
+
+
+def wait_until(predicate: Callable[[], bool], what: str, *, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+# -- scenario ---------------------------------------------------------------------------------
+
+
+def _event(session_id: str, n: int, kind: str, seconds: float, *, turn: str | None = None,
+           role: str | None = None, **fields: Any) -> dict[str, Any]:
+    when = (T0 + timedelta(seconds=seconds)).isoformat().replace("+00:00", "Z")
+    return validate_event({"eventId": f"{session_id}-e{n}", "sessionId": session_id, "type": kind,
+                           "role": role, "turnId": turn, "time": when, "fields": fields})
+
+
+def _open_turn(session_id: str, start: float) -> list[dict[str, Any]]:
+    """A turn that starts and never ends: turn.started, a user message, a tool call."""
+    turn = f"{session_id}-t0"
+    return [
+        _event(session_id, 1, "turn.started", start, turn=turn),
+        _event(session_id, 2, "message", start + 1, turn=turn, role="user", text="please refund the duplicate order"),
+        _event(session_id, 3, "tool.call", start + 2, turn=turn, role="assistant", toolName="Bash",
+               toolCallId=f"{turn}-c0", input={"command": "psql -c 'select 1'"}),
+    ]
+
+
+class _BusySession:
+    """A session of short closed turns whose event times keep the log clock moving."""
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        self.count = 0
+
+    def next(self, seconds: float) -> dict[str, Any]:
+        turn = f"{self.session_id}-t{self.count // 4}"
+        step = self.count % 4
+        self.count += 1
+        if step == 0:
+            return _event(self.session_id, self.count, "turn.started", seconds, turn=turn)
+        if step == 1:
+            return _event(self.session_id, self.count, "message", seconds, turn=turn, role="user",
+                          text=f"check the watermark lag number {self.count}")
+        if step == 2:
+            return _event(self.session_id, self.count, "message", seconds, turn=turn, role="assistant",
+                          text=f"the lag is fine at step {self.count}")
+        return _event(self.session_id, self.count, "turn.ended", seconds, turn=turn)
+
+
+class _Pipeline:
+    """The faust agents' per-record logic, in process: one clock, P partitions of progress."""
+
+    def __init__(self, every: int, gap: float, route: Callable[[str], int], partitions: int) -> None:
+        self.chunker = Chunker(ChunkerConfig(idle_gap_seconds=gap), default_tokenizer(), policy_hash="test")
+        self.every = every
+        self.route = route
+        self.clock = new_clock()
+        self.states: dict[str, dict[str, Any]] = {}
+        self.progress = [new_progress() for _ in range(partitions)]
+        self.chunks: list[tuple[int, dict[str, Any]]] = []  # (seq of the record that closed it, chunk)
+
+    def _marker(self, partition: int) -> int:
+        progress = self.progress[partition]
+        progress["lastMarker"] = marker_seq(progress)
+        return int(progress["lastMarker"])
+
+    def markers(self) -> list[int]:
+        return [self._marker(p) for p in range(len(self.progress))]
+
+    def feed(self, seq: int, event: dict[str, Any]) -> dict[str, Any] | None:
+        """Apply one L1 event; return the regular tick it triggered, if any."""
+        session_id = event["sessionId"]
+        partition = self.route(session_id)
+        state = self.states.setdefault(session_id, self.chunker.new_state(session_id))
+        self.chunks += [(seq, c) for c in self.chunker.on_event(state, "default", seq, event)]
+        note_session(self.progress[partition], session_id, self.chunker.open_min_seq(state))
+        note_seq(self.progress[partition], seq)
+        self.clock, tick = advance_clock(self.clock, "default", seq, event_time(event), self.every)
+        if tick is not None:  # broadcast to every partition, as the redaction agent does
+            for progress in self.progress:
+                for open_session in sorted(progress["open"]):
+                    open_state = self.states[open_session]
+                    self.chunks += [(seq, c) for c in self.chunker.on_tick(open_state, tick)]
+                    note_session(progress, open_session, self.chunker.open_min_seq(open_state))
+                progress["lastTickSeq"] = seq
+                note_seq(progress, seq)
+        return tick
+
+
+def _check_open_turn_is_held_then_cut(every: int, gap: float, steps: list[float], partitions: int,
+                                      route: Callable[[str], int]) -> None:
+    """Run a log of a busy session with an open turn inside it; assert the marker rules."""
+    pipeline = _Pipeline(every, gap, route, partitions)
+    busy = _BusySession("busy")
+    seq = 0
+    for _ in range(4):  # one closed busy turn first, so the held marker is not 0
+        seq += 1
+        pipeline.feed(seq, busy.next(seq))
+    clock = float(seq)
+    open_events = _open_turn("open", clock + 1)
+    first_open = seq + 1
+    for event in open_events:
+        seq += 1
+        pipeline.feed(seq, event)
+    last_open_seq, last_open_time = seq, event_time(open_events[-1])  # POSIX seconds
+    open_partition = route("open")
+    clock = last_open_time - T0.timestamp()  # seconds after T0, as _event takes them
+    cut_tick: dict[str, Any] | None = None
+    crossed_at: int | None = None
+    for step in steps:
+        clock += step
+        seq += 1
+        tick = pipeline.feed(seq, busy.next(clock))
+        if crossed_at is None and T0.timestamp() + clock - last_open_time > gap:
+            crossed_at = seq
+        markers = pipeline.markers()
+        cut = [c for at, c in pipeline.chunks if c["sessionId"] == "open"]
+        if not cut:
+            # Held: the open turn's partition (and so the sinks' floor) stays below its first seq.
+            assert markers[open_partition] <= first_open - 1
+            assert min(markers) <= first_open - 1
+            # ... and only while no regular tick has seen log time more than G past its last event.
+            assert tick is None or tick["logTime"] - last_open_time <= gap
+        elif cut_tick is None:
+            cut_tick = tick
+            assert tick is not None, "an idle turn is cut by a regular tick, never by wall-clock or a flush"
+            assert tick["logTime"] - last_open_time > gap
+            assert crossed_at is not None and tick["seq"] - crossed_at < every, "cut at the first tick past G"
+            # turn.started renders nothing, so the evidence starts one seq later.
+            assert [e["seq"] for e in cut[0]["evidence"]] == list(range(first_open + 1, last_open_seq + 1))
+            assert markers[open_partition] >= last_open_seq, "the markers move past the open turn's seqs"
+    if crossed_at is not None and seq - crossed_at >= every:
+        assert cut_tick is not None, "log time passed G and a regular tick followed, yet the turn was not cut"
+
+
+def test_open_turn_holds_markers_until_the_first_tick_past_the_idle_gap() -> None:
+    """Pure level, K=8, G=60, two partitions: markers stay at first-seq-1 while the open turn
+    is younger than G of log time, and move past it at the first regular tick after."""
+    steps = [5.0] * 30
+    for partitions, route in ((1, lambda s: 0), (2, lambda s: 0 if s == "open" else 1), (2, lambda s: 0)):
+        _check_open_turn_is_held_then_cut(8, 60.0, steps, partitions, route)
+
+
+@hsettings(max_examples=40, deadline=None)
+@given(every=st.integers(1, 16), gap=st.floats(5.0, 200.0),
+       steps=st.lists(st.floats(0.0, 40.0), min_size=1, max_size=120),
+       same_partition=st.booleans())
+def test_open_turn_hold_is_bounded_by_the_idle_gap_property(every: int, gap: float, steps: list[float],
+                                                            same_partition: bool) -> None:
+    """For any log, K and G: held exactly while no regular tick saw log time > G past the open
+    turn's last event; once one does, the turn is cut and the markers pass it."""
+    route = (lambda s: 0) if same_partition else (lambda s: 0 if s == "open" else 1)
+    _check_open_turn_is_held_then_cut(every, gap, steps, 2, route)
+
+
+# -- through the real worker ------------------------------------------------------------------
+
+
+@pytest.mark.kafka
+@pytest.mark.slow
+def test_worker_markers_and_sink_watermark_wait_for_the_idle_cut(make_settings: Callable[..., Settings]) -> None:
+    """Real ``usl worker`` + text sink, K=8, G=60, 2 partitions: progress records on the chunks
+    topic and the text watermark stay at the open turn's first seq - 1 while log time is
+    within G of it, stay there after log time passes G but before the next regular tick (flush
+    ticks never cut), and move past the turn once that tick arrives."""
+    settings = make_settings(tick_every_seqs=8, idle_gap_seconds=60.0, stream_partitions=2)
+    busy = _BusySession("busy")
+    # seqs 1-4: a closed turn (t+1..t+4); 5-7: the open turn (t+5..t+7).
+    head_events = [busy.next(float(s)) for s in range(1, 5)] + _open_turn("open", 5.0)
+    last_open_time = 7.0
+    first_open, last_open_seq = 5, 7
+    # seqs 8-19: log time climbs to t+55 (< t+7+60); regular ticks at 8 and 16 do not cut.
+    phase1 = [busy.next(last_open_time + 4.0 * n) for n in range(1, 13)]
+    # seqs 20-23: log time passes t+67 at seq 20 (t+68); no multiple of K, so no regular tick yet.
+    phase2 = [busy.next(last_open_time + 61.0 + n) for n in range(4)]
+    # seqs 24-27: seq 24 is a multiple of K: its tick (log time > G past the turn) cuts it.
+    phase3 = [busy.next(last_open_time + 70.0 + n) for n in range(4)]
+
+    stack = Stack(settings)
+    try:
+        stack.worker()
+        stack.sinks("text")
+        assert append_events(settings, head_events + phase1) == 19
+
+        def busy_chunk_through(seq: int) -> bool:
+            return any(r.get("kind") == "chunk" and r["sessionId"] == "busy" and r["maxSeq"] == seq
+                       for r in topic_records(settings, "chunks"))
+
+        wait_until(lambda: busy_chunk_through(18), "the busy session's chunks of phase 1", timeout=180)
+        wait_for_watermarks(settings, first_open - 1, ["text"], timeout=120)
+        assert marker_floor(settings) == first_open - 1
+        assert not [r for r in topic_records(settings, "chunks") if r.get("sessionId") == "open"]
+
+        assert append_events(settings, phase2) == 23
+        wait_until(lambda: busy_chunk_through(22), "the busy session's chunk of phase 2")
+        time.sleep(2.0)  # let the flush tick at 23 arrive too: it must not cut or advance
+        assert marker_floor(settings) == first_open - 1, "log time passed G but no regular tick yet"
+        assert not [r for r in topic_records(settings, "chunks") if r.get("sessionId") == "open"]
+        text = wait_for_watermarks(settings, first_open - 1, ["text"], timeout=60)["text"]
+        assert int(text["builtThroughSeq"]) == first_open - 1
+
+        assert append_events(settings, phase3) == 27
+        wait_for_markers(settings, 27, timeout=120)
+        wait_for_watermarks(settings, 27, ["text"], timeout=120)
+        records = topic_records(settings, "chunks")
+        cut = [r for r in records if r.get("kind") == "chunk" and r["sessionId"] == "open"]
+        assert len({c["chunkId"] for c in cut}) == 1
+        assert [e["seq"] for e in cut[0]["evidence"]] == [6, 7] and cut[0]["maxSeq"] == last_open_seq
+
+        # On the open turn's partition, no marker claimed its seqs before its chunk was sent.
+        history = marker_history(settings)
+        cut_at = _offset_of(settings, cut[0]["chunkId"])
+        partition, chunk_offset = cut_at
+        assert all(seq <= first_open - 1 for offset, seq in history[partition] if offset < chunk_offset)
+        assert max(seq for _, seq in history[partition]) == 27
+        check_markers(settings)
+    finally:
+        stack.close()
+
+
+def _offset_of(settings: Settings, chunk_id: str) -> tuple[int, int]:
+    for partition, offset, body in chunks_topic(settings):
+        if body.get("chunkId") == chunk_id:
+            return partition, offset
+    raise AssertionError(f"chunk {chunk_id} is not on the chunks topic")

@@ -1,0 +1,382 @@
+"""Redaction policy v1: labelled corpus, unit tests and property tests (hypothesis)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import streams.redaction as redaction
+from streams.exceptions import ConfigError, RedactionError
+from streams.redaction import (
+    DEFAULT_POLICY,
+    POLICY_VERSION,
+    RedactionPolicy,
+    policy_hash,
+    redact_event,
+    redact_text,
+    rule_names,
+)
+from streams.redaction.samples import SEEDED_SECRETS
+from streams.redaction.text import clip
+
+CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "secrets" / "corpus.jsonl"
+PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SEPARATORS = st.sampled_from([" ", "\n", "\t", " (", ") ", ", ", "; ", '"', "'", " = ", ": "])
+# Random text around the secrets: printable ASCII and some non-ASCII, incl. newlines.
+FILLER = st.text(alphabet=st.characters(min_codepoint=9, max_codepoint=0x2FF, exclude_categories=("Cs",)), max_size=120)
+
+
+def load_corpus() -> list[dict[str, Any]]:
+    return [json.loads(line) for line in CORPUS.read_text("utf-8").splitlines() if line.strip()]
+
+
+def event(type_: str = "message", **fields: Any) -> dict[str, Any]:
+    return {
+        "aspVersion": "1.0", "eventId": "e-1", "logId": "default", "sessionId": "s-1", "runId": "r-1",
+        "turnId": "t-1", "type": type_, "role": "assistant", "time": "2026-01-31T12:00:00Z",
+        "visibility": "visible", "acl": {"tenant": "acme", "read": ["user:alice"]}, "fields": fields,
+    }
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def test_exported_members() -> None:
+    assert set(redaction.__all__) == {
+        "DEFAULT_POLICY", "POLICY_VERSION", "RedactedEvent", "RedactionPolicy", "policy_hash",
+        "redact_event", "redact_text", "rule_names",
+    }
+    assert POLICY_VERSION == "1.0"
+
+
+# ---------------------------------------------------------------- labelled corpus
+
+def test_corpus_recall_is_total_and_hard_negatives_stay_untouched() -> None:
+    rows = load_corpus()
+    positives = [row for row in rows if row["label"] == "secret"]
+    negatives = [row for row in rows if row["label"] == "clean"]
+    assert len(positives) >= 90 and len(negatives) >= 70
+    missed, false_positives = [], []
+    for row in positives:
+        redacted, hits = redact_text(row["text"])
+        leaked = [secret for secret in row["secrets"] if secret in redacted]
+        if leaked or row["rule"] not in hits:
+            missed.append((row["id"], row["kind"], row["rule"], hits, leaked))
+    for row in negatives:
+        redacted, hits = redact_text(row["text"])
+        if redacted != row["text"] or hits:
+            false_positives.append((row["id"], row["kind"], hits))
+    recall = 1 - len(missed) / len(positives)
+    fp_rate = len(false_positives) / len(negatives)
+    print(f"\nredaction corpus: recall {recall:.1%} on {len(positives)} secrets, "
+          f"false positives {fp_rate:.1%} on {len(negatives)} hard negatives")
+    assert not missed, missed
+    assert not false_positives, false_positives
+
+
+def test_corpus_covers_every_secret_rule() -> None:
+    covered = {row["rule"] for row in load_corpus() if row["label"] == "secret"}
+    assert set(rule_names()) - {"secret-field"} - covered == set()
+
+
+def test_corpus_redaction_is_idempotent() -> None:
+    for row in load_corpus():
+        once, _ = redact_text(row["text"])
+        twice, hits = redact_text(once)
+        assert twice == once, row["id"]
+        assert hits == {}, row["id"]
+
+
+# ---------------------------------------------------------------- seeded secrets
+
+def test_seeded_secrets_are_distinct_kinds_and_each_is_matched() -> None:
+    assert len(SEEDED_SECRETS) >= 15
+    kinds = set()
+    for secret in SEEDED_SECRETS:
+        redacted, hits = redact_text(secret)
+        assert secret not in redacted and hits, secret
+        kinds |= set(hits)
+    assert len(kinds) >= 14
+
+
+@pytest.mark.parametrize("secret", SEEDED_SECRETS)
+@pytest.mark.parametrize("template", ["{}", "key {} here", "x{}y", '"{}"', "({})", "{}.", "é{}ü", "--token {}"])
+def test_seeded_secret_is_removed_in_common_surroundings(secret: str, template: str) -> None:
+    redacted, _ = redact_text(template.format(secret))
+    assert secret not in redacted
+
+
+# ---------------------------------------------------------------- property tests
+
+@PROPERTY
+@given(st.text(max_size=400))
+def test_idempotent_on_random_text(text: str) -> None:
+    once, _ = redact_text(text)
+    assert redact_text(once)[0] == once
+
+
+FRAGMENTS = st.one_of(
+    FILLER,
+    st.sampled_from(SEEDED_SECRETS),
+    st.sampled_from([
+        "\nPATH=/usr/bin\nHOME=/home/alice\nSHELL=/bin/bash\n", "alice@example.com", "/home/bob/x",
+        "C:\\Users\\carol\\y", "password=hunter2", "Bearer abc123def456ghi", "export FOO_TOKEN=xyz",
+        "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\n-----END RSA PRIVATE KEY-----", "https://u:p4ss@h.io/",
+        "[REDACTED:email]", "[USER]", "A=1\n", "=", "@", "://", "sk-", "AKIA", "\n", "/home/", "a@b.io",
+        "x.io", "-", "_", ".", "0", "A", "token: ", "key=", "--password ", "<secret>", "</secret>", "eyJ",
+    ]),
+)
+
+
+@PROPERTY
+@given(st.lists(FRAGMENTS, max_size=12))
+def test_idempotent_on_mixed_fragments(parts: list[str]) -> None:
+    text = "".join(parts)
+    once, _ = redact_text(text)
+    assert redact_text(once)[0] == once
+
+
+@PROPERTY
+@given(FILLER, SEPARATORS, st.sampled_from(SEEDED_SECRETS), SEPARATORS, FILLER)
+def test_seeded_secret_never_survives_in_random_text(before: str, left: str, secret: str, right: str, after: str) -> None:
+    redacted, hits = redact_text(before + left + secret + right + after)
+    assert secret not in redacted
+    assert hits
+
+
+def nested(secret: str) -> st.SearchStrategy[Any]:
+    """Random JSON-like values with ``secret`` embedded in exactly one string somewhere."""
+    keys = st.text(alphabet="abcdefghijklmnopqrstuvwxyz_ABCXYZ-", min_size=1, max_size=16) | st.sampled_from(
+        ["id", "type", "status", "toolName", "toolCallId", "sessionId", "model", "kind", "key", "value", "name"])
+    leaf = st.tuples(FILLER, SEPARATORS, SEPARATORS, FILLER).map(lambda p: p[0] + p[1] + secret + p[2] + p[3])
+
+    def wrap(inner: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+        return st.one_of(
+            st.tuples(keys, inner, st.dictionaries(keys, st.integers() | FILLER, max_size=3)).map(
+                lambda p: {**p[2], p[0]: p[1]}),
+            st.tuples(inner, st.lists(FILLER, max_size=3)).map(lambda p: [*p[1], p[0]]),
+        )
+
+    return st.recursive(leaf, wrap, max_leaves=4)
+
+
+@PROPERTY
+@given(st.data())
+def test_seeded_secret_never_survives_in_nested_fields(data: st.DataObject) -> None:
+    secret = data.draw(st.sampled_from(SEEDED_SECRETS))
+    value = data.draw(nested(secret))
+    type_ = data.draw(st.sampled_from(["message", "tool.call", "error", "x.custom"]))
+    field = data.draw(st.sampled_from(["input", "text", "toolName", "status", "toolCallId", "id", "kind"]))
+    result = redact_event({**event(type_, **{field: value}), "payload": {"raw": secret}})
+    assert secret not in dumps(result.event)
+    assert result.tool_result is None
+    assert result.hits
+
+
+@PROPERTY
+@given(st.sampled_from(SEEDED_SECRETS), FILLER, SEPARATORS, SEPARATORS, FILLER)
+def test_seeded_secret_never_survives_in_tool_output(secret: str, before: str, left: str, right: str, after: str) -> None:
+    output = before + left + secret + right + after
+    result = redact_event(event("tool.result", toolName="Bash", toolCallId="c1", status="ok", output=output))
+    assert result.tool_result is not None
+    assert secret not in dumps(result.event)
+    assert secret not in dumps(result.tool_result)
+    assert "[REDACTED:" in result.tool_result["text"]
+
+
+# ---------------------------------------------------------------- events
+
+def test_payload_is_dropped_structure_and_keys_are_kept() -> None:
+    source = event("tool.call", toolName="Bash", toolCallId="toolu_01", input={
+        "command": "ls /home/alice/project", "description": "list", "api_key": "sk-abc", "timeout": 30,
+    })
+    source["payload"] = {"raw": "anything"}
+    before = json.loads(json.dumps(source))
+    result = redact_event(source)
+    assert source == before, "the input event is not modified"
+    assert "payload" not in result.event
+    for key in ("aspVersion", "eventId", "logId", "sessionId", "runId", "turnId", "type", "role", "time", "acl", "visibility"):
+        assert result.event[key] == source[key]
+    fields = result.event["fields"]
+    assert fields["toolName"] == "Bash" and fields["toolCallId"] == "toolu_01"
+    assert list(fields["input"]) == ["command", "description", "api_key", "timeout"]
+    assert fields["input"]["command"] == "ls /home/[USER]/project"
+    assert fields["input"]["api_key"] == "[REDACTED:secret-field]"
+    assert fields["input"]["timeout"] == 30
+    assert result.hits == {"home-username": 1, "secret-field": 1}
+
+
+def test_tool_result_output_becomes_summary_and_goes_whole_to_tool_result() -> None:
+    output = "line of output\n" * 100 + "token ghp_fKtHF4vUCsMehGAkWvj7FAc9QeWJKY40uvSw\n"
+    result = redact_event(event("tool.result", toolName="Bash", toolCallId="c1", status="error", output=output))
+    fields = result.event["fields"]
+    assert "output" not in fields
+    full = output.replace("ghp_fKtHF4vUCsMehGAkWvj7FAc9QeWJKY40uvSw", "[REDACTED:github-token]")
+    size = len(full.encode())
+    assert fields["outputBytes"] == size
+    assert fields["summary"] == full[:280] + f" … [{size} bytes]"
+    assert fields["status"] == "error" and fields["toolName"] == "Bash"
+    record = result.tool_result
+    assert record is not None
+    assert record["text"] == full
+    assert {key: record[key] for key in ("kind", "eventId", "sessionId", "toolCallId", "toolName", "status", "policy")} == {
+        "kind": "toolresult", "eventId": "e-1", "sessionId": "s-1", "toolCallId": "c1", "toolName": "Bash",
+        "status": "error", "policy": policy_hash(),
+    }
+    assert result.hits == {"github-token": 1}
+
+
+def test_short_tool_output_is_its_own_summary_and_blocks_are_joined() -> None:
+    result = redact_event(event("tool.result", toolName="Read", status="ok", output="ok\n"))
+    assert result.event["fields"]["summary"] == "ok\n"
+    assert result.event["fields"]["outputBytes"] == 3
+    blocks = [{"type": "text", "text": "first"}, {"type": "text", "text": "mail bob@corp.io"}]
+    result = redact_event(event("tool.result", toolName="Read", status="ok", output=blocks))
+    assert result.tool_result is not None and result.tool_result["text"] == "first\nmail [REDACTED:email]"
+
+
+def test_redacting_a_redacted_event_changes_nothing() -> None:
+    source = event("tool.result", toolName="Bash", status="ok", output="x" * 1000 + " alice@corp.io")
+    once = redact_event(source)
+    twice = redact_event(once.event)
+    assert twice.event == once.event
+    assert twice.hits == {}
+
+
+@pytest.mark.parametrize("key", [
+    "password", "passwd", "secret", "token", "api_key", "apiKey", "x-api-key", "access_key", "private_key",
+    "client_secret", "auth", "Authorization", "credentials", "cookie", "Set-Cookie", "session_key",
+    "DB_PASSWORD", "refresh_token", "GITHUB_TOKEN",
+])
+def test_values_under_secret_like_keys_are_replaced_whole(key: str) -> None:
+    result = redact_event(event("tool.call", input={key: "plain words", "other": {key: ["a"]}, "empty": {key: ""}}))
+    values = result.event["fields"]["input"]
+    assert values[key] == "[REDACTED:secret-field]"
+    assert values["other"][key] == "[REDACTED:secret-field]"
+    assert values["empty"][key] == ""
+
+
+@pytest.mark.parametrize("key", ["max_tokens", "token_count", "tokenizer", "author", "sort_key", "public_key", "password_file", "key_id"])
+def test_descriptive_keys_are_not_secret(key: str) -> None:
+    result = redact_event(event("tool.call", input={key: "plain words"}))
+    assert result.event["fields"]["input"][key] == "plain words"
+
+
+def test_key_named_values_are_replaced_only_when_random() -> None:
+    result = redact_event(event("tool.call", input={"key": "created_at", "signing_key": "Zx8vQ2mN4pL7rT1wY5bC9dF3"}))
+    assert result.event["fields"]["input"] == {"key": "created_at", "signing_key": "[REDACTED:secret-field]"}
+    env = [{"name": "DB_PASSWORD", "value": "hunter2"}, {"name": "LOG_LEVEL", "value": "debug"}]
+    result = redact_event(event("tool.call", input={"env": env}))
+    assert result.event["fields"]["input"]["env"] == [
+        {"name": "DB_PASSWORD", "value": "[REDACTED:secret-field]"}, {"name": "LOG_LEVEL", "value": "debug"}]
+
+
+def test_long_fields_are_clipped_but_message_text_is_not() -> None:
+    policy = RedactionPolicy(max_field_chars=100)
+    result = redact_event(event("tool.call", input={"content": "a" * 500}), policy)
+    clipped = result.event["fields"]["input"]["content"]
+    assert len(clipped) <= 100 and clipped.endswith(" … [500 bytes]")
+    assert redact_event(result.event, policy).event == result.event
+    message = redact_event(event("message", text="b" * 500), policy)
+    assert message.event["fields"]["text"] == "b" * 500
+
+
+def test_clip_never_splits_a_marker() -> None:
+    text = "x" * 90 + "[REDACTED:github-token]" + "y" * 100
+    clipped = clip(text, 110)
+    assert clipped.startswith("x" * 90 + " … [")
+    assert clip(clipped, 110) == clipped
+
+
+def test_bad_input_raises_redaction_error() -> None:
+    with pytest.raises(RedactionError):
+        redact_event(["not", "an", "event"])  # type: ignore[arg-type]
+    with pytest.raises(RedactionError):
+        redact_text(b"bytes")  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- text rules
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("/home/alice/x", "/home/[USER]/x"),
+    ("/Users/bob", "/Users/[USER]"),
+    ("C:\\Users\\bob\\x", "C:\\Users\\[USER]\\x"),
+    ("/Users/Shared/x", "/Users/Shared/x"),
+    ("https://site.example/home/index.html", "https://site.example/home/index.html"),
+    ("mail alice@example.com now", "mail [REDACTED:email] now"),
+    ("git@github.com:org/repo.git", "git@github.com:org/repo.git"),
+    ("icon@2x.png", "icon@2x.png"),
+    ("postgres://app:s3cret@db:5432/x", "postgres://app:[REDACTED:url-password]@db:5432/x"),
+    ("AKIAIOSFODNN7EXAMPLE", "[REDACTED:aws-access-key-id]"),
+])
+def test_markers(text: str, expected: str) -> None:
+    assert redact_text(text)[0] == expected
+
+
+def test_env_dump_is_replaced_whole() -> None:
+    text = "$ env\nHOME=/home/alice\nLANG=C.UTF-8\nOPAQUE=abc\n$ next"
+    assert redact_text(text) == ("$ env\n[REDACTED:env-dump]\n$ next", {"env-dump": 1})
+    assert redact_text("A=1\nB=2\n")[0] == "A=1\nB=2\n"
+    assert redact_text("a=1\nb=2\nc=3")[0] == "a=1\nb=2\nc=3"
+    assert redact_text("A=1\nB=2\nC=3", RedactionPolicy(env_dump_min_lines=4))[0] == "A=1\nB=2\nC=3"
+
+
+def test_export_of_secret_like_name_is_redacted_whatever_its_value() -> None:
+    assert redact_text("export FOO_SECRET=bar") == ("export FOO_SECRET=[REDACTED:secret-assignment]", {"secret-assignment": 1})
+    assert redact_text("FOO_SECRET=bar")[0] == "FOO_SECRET=bar"  # low entropy, not exported
+    assert redact_text("export EDITOR=vim")[0] == "export EDITOR=vim"
+
+
+def test_policy_options_switch_personal_data_rules() -> None:
+    text = "alice@corp.example at /home/alice via build.corp.example and corp.example.org"
+    policy = RedactionPolicy(redact_home_usernames=False, redact_emails=False, redacted_domains=("corp.example",))
+    assert redact_text(text, policy)[0] == (
+        "alice@[REDACTED:domain] at /home/alice via [REDACTED:domain] and corp.example.org")
+    keep = RedactionPolicy(keep_domains=("corp.example",))
+    assert redact_text("alice@corp.example", keep)[0] == "alice@corp.example"
+
+
+# ---------------------------------------------------------------- policy hash
+
+def test_policy_hash_is_stable_across_processes() -> None:
+    digest = policy_hash()
+    assert digest == policy_hash(RedactionPolicy()) == policy_hash(DEFAULT_POLICY)
+    assert len(digest) == 16 and int(digest, 16) >= 0
+    code = "from streams.redaction import policy_hash; print(policy_hash())"
+    for seed in ("0", "12345"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+        assert out.stdout.strip() == digest
+
+
+@pytest.mark.parametrize("change", [
+    {"redact_home_usernames": False}, {"redact_emails": False}, {"redacted_domains": ("corp.example",)},
+    {"keep_domains": ("example.org",)}, {"env_dump_min_lines": 4}, {"summary_chars": 100},
+    {"max_field_chars": 4096},
+])
+def test_policy_hash_changes_with_every_option(change: dict[str, Any]) -> None:
+    assert policy_hash(RedactionPolicy(**change)) != policy_hash()
+
+
+@pytest.mark.parametrize("bad", [
+    {"env_dump_min_lines": 1}, {"summary_chars": -1}, {"max_field_chars": 10}, {"redacted_domains": "corp.example"},
+])
+def test_invalid_policy_is_refused(bad: dict[str, Any]) -> None:
+    with pytest.raises(ConfigError):
+        RedactionPolicy(**bad)
+
+
+def test_rule_names_list_every_marker() -> None:
+    names = rule_names()
+    assert {"aws-access-key-id", "private-key", "jwt", "env-dump", "email", "home-username", "secret-field",
+            "password-assignment", "secret-assignment", "url-password"} <= set(names)
+    assert "domain" in rule_names(RedactionPolicy(redacted_domains=("x.example",)))
