@@ -91,7 +91,11 @@ def _guarded(handler: Handler) -> Handler:
         except PlannerError as exc:
             return _error(exc)
         except USLError as exc:
-            return _error(PlannerError(str(exc)))
+            # A broker or index failure: details (hosts, files) go to the log, not the caller.
+            log.error("request failed: %s", exc, exc_info=exc)
+            return _error(PlannerError(
+                f"the request failed ({type(exc).__name__}); the server log has the details",
+                hint="Check `usl status`; retry once the failing part is back."))
         except Exception as exc:
             return _internal(exc)
 

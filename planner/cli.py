@@ -301,4 +301,4 @@ def main() -> None:
 
 
 # Query commands (search, serve, sql, rebuild) live beside the planner code they drive.
-#TMP import planner.cli_query  # noqa: E402,F401
+import planner.cli_query  # noqa: E402,F401

@@ -29,6 +29,7 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import threading
 import time
@@ -48,6 +49,7 @@ from planner.acl import (
     can_read_toolresults,
     policy_fingerprint,
 )
+from planner.chunktable import ChunkTable
 from planner.cursors import (
     check_binding,
     cursor_payload,
@@ -98,6 +100,8 @@ from streams.metrics import (
 from streams.settings import Settings
 
 __all__ = ["ACL_SCAN_CAP", "TAIL_SCAN_CAP", "WINDOW_MIN", "Planner", "window_for"]
+
+log = logging.getLogger("usl.planner")
 
 TAIL_SCAN_CAP = 20_000
 """Most L1 events one query's tail scan reads; the rest of the gap is disclosed as uncovered."""
@@ -175,8 +179,11 @@ class Planner:
         except PlannerError:
             raise
         except USLError as exc:
-            # A broker, index or embedder failure: say what failed, never how (no traceback).
-            raise PlannerError(f"the search failed: {exc}",
+            # A broker, index or embedder failure: the log gets the details (they may name
+            # files and hosts), the caller gets what failed and what to do.
+            log.error("search failed: %s", exc, exc_info=exc)
+            raise PlannerError(f"the search failed ({type(exc).__name__}); the planner log has "
+                               "the details",
                                hint="Check `usl status`; retry once the failing part is back.") from exc
         finally:
             usl_queries_total.labels(mode=mode, outcome=outcome).inc()
@@ -339,10 +346,11 @@ class Planner:
         filters = req.filters
 
         # Chunks straddling the cut, trimmed to their events <= cut.
-        reader = self._readers.structured(structured) if structured is not None and cut > 0 else None
+        use_index = structured is not None and cut > 0
+        table = self._readers.chunk_table(structured) if structured is not None and use_index else None
         text_pin = pins.get("text")
-        if reader is not None:
-            decision, trimmed = self._trimmed(reader, text_pin, cut, session_filter, filters,
+        if table is not None:
+            decision, trimmed = self._trimmed(table, text_pin, cut, session_filter, filters,
                                               decision)
             provisional += trimmed
             notes["trimmed"] = [{"chunkId": c.id, "keptThroughSeq": cut} for c in trimmed]
@@ -359,10 +367,11 @@ class Planner:
         # Indexed candidates: chunks with maxSeq <= cut of readable sessions (and, with
         # filters, matching them), judged inside each engine before its window is taken.
         only: set[str] | None = None
-        if reader is not None and filters:
+        if structured is not None and use_index and filters:
             kwargs = filters.reader_kwargs()
             sessions = readable & set(kwargs.pop("session_ids", readable))
-            only = reader.filter_chunk_ids(session_ids=sessions, max_seq=cut, **kwargs)
+            only = self._readers.structured(structured).filter_chunk_ids(
+                session_ids=sessions, max_seq=cut, **kwargs)
         indexed_scores: dict[str, dict[str, float]] = {}
         if "text" in ranking and text_pin is not None and cut > 0:
             ids, truncated = self._text_list(text_pin, req.query, window, cut, session_filter,
@@ -374,14 +383,16 @@ class Planner:
                 indexed_scores.setdefault(chunk_id, {})
         if "vector" in ranking and vector_pin is not None and embedder is not None:
             allowed: Callable[[str], bool] | None = None
-            if structured is not None and cut > 0:
-                chunk_index = self._readers.chunk_index(structured)
+            if table is not None:
+                rows = table.rows
 
-                def allowed(chunk_id: str) -> bool:
-                    entry = chunk_index.get(chunk_id)
-                    return (entry is not None and entry[1] <= cut
-                            and (session_filter is None or entry[0] in session_filter)
+                def permit(chunk_id: str) -> bool:
+                    row = rows.get(chunk_id)
+                    return (row is not None and row.max_seq <= cut
+                            and (session_filter is None or row.session_id in session_filter)
                             and (only is None or chunk_id in only))
+
+                allowed = permit
 
             ranked, truncated, note = self._vector_list(
                 embedder, vector_pin, req.query, window, cut, allowed, provisional)
@@ -414,8 +425,8 @@ class Planner:
         for candidate in provisional:
             candidates[candidate.id] = candidate
         index_ids = [chunk_id for chunk_id in indexed_scores if chunk_id not in candidates]
-        if index_ids and reader is not None:
-            for chunk_id, row in reader.chunk_meta(index_ids).items():
+        if index_ids and table is not None:
+            for chunk_id, row in table.records(index_ids).items():
                 if int(row["maxSeq"]) > cut:  # never: the engines filter maxSeq <= cut
                     continue
                 candidates[chunk_id] = Candidate(
@@ -588,11 +599,11 @@ class Planner:
         return overlay
 
     def _trimmed(
-        self, reader: Any, text_pin: IndexPin | None, cut: int, sessions: set[str] | None,
+        self, table: ChunkTable, text_pin: IndexPin | None, cut: int, sessions: set[str] | None,
         filters: Filters, decision: SnapshotDecision,
     ) -> tuple[SnapshotDecision, list[Candidate]]:
         """Readable chunks straddling ``cut`` (``sessions``: None = all), trimmed to it."""
-        rows = reader.straddling(cut, session_ids=sessions)
+        rows = table.straddling(cut, sessions)
         if not rows:
             return decision, []
         texts = self._readers.texts(text_pin, [row["chunkId"] for row in rows]) if text_pin else {}

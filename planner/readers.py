@@ -25,6 +25,7 @@ from typing import Any, Generic, TypeVar
 
 import orjson
 
+from planner.chunktable import ChunkTable, SegmentCache, session_acls
 from planner.exceptions import CursorExpired
 from sinks.exceptions import GenerationError
 from sinks.generations import GenerationStore, Manifest, Pin
@@ -171,7 +172,8 @@ class ReaderCache:
         self._vector: _Lru[Any] = _Lru(size)
         self._toolresults: _Lru[Any] = _Lru(size)
         self._acls: _Lru[dict[str, dict[str, Any]]] = _Lru(size)
-        self._chunks: _Lru[dict[str, tuple[str, int]]] = _Lru(2)
+        self._chunks: _Lru[ChunkTable] = _Lru(3)
+        self._segments = SegmentCache()
         self._texts: _Lru[Any] = _Lru(size * 2)
 
     def structured(self, index: IndexPin) -> StructuredReader:
@@ -180,21 +182,13 @@ class ReaderCache:
     def session_acls(self, index: IndexPin) -> dict[str, dict[str, Any]]:
         """Latest access list of every session the generation knows (computed once per
         generation: the generation never changes)."""
-        return self._acls.get(str(index.directory), lambda: self.structured(index).session_acls())
+        return self._acls.get(str(index.directory),
+                              lambda: session_acls(index.directory, self._segments))
 
-    def chunk_index(self, index: IndexPin) -> dict[str, tuple[str, int]]:
-        """chunkId → (sessionId, maxSeq) of every chunk of a structured generation, loaded once
-        per generation, so a vector search can judge each candidate in O(1)."""
-
-        def load() -> dict[str, tuple[str, int]]:
-            import duckdb
-
-            sql = f"SELECT chunkId, sessionId, maxSeq FROM {scan_sql(index.directory, 'chunks', SCHEMAS['chunks'])}"
-            with duckdb.connect(":memory:") as con:
-                rows = con.execute(sql).fetchall()
-            return {chunk_id: (session_id, int(max_seq)) for chunk_id, session_id, max_seq in rows}
-
-        return self._chunks.get(str(index.directory), load)
+    def chunk_table(self, index: IndexPin) -> ChunkTable:
+        """The in-memory chunk metadata of a structured generation (see :mod:`planner.chunktable`)."""
+        return self._chunks.get(str(index.directory),
+                                lambda: ChunkTable(index.directory, self._segments))
 
     def known_event_ids(self, index: IndexPin, event_ids: Collection[str], max_seq: int) -> set[str]:
         """The ids among ``event_ids`` the generation holds at seq <= ``max_seq``."""

@@ -93,7 +93,10 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
         default_tokenizer(), policy_hash=policy,
     )
     last_flush: dict[str, int] = {}
-    owned_logs: dict[str, int] = {}
+    # Per log, the highest seq this process itself has handled. A flush tick claims only these:
+    # the clock restored from the changelog may be ahead of what the previous owner's producer
+    # delivered before it died, while this process's own sends precede its tick on each partition.
+    handled: dict[str, int] = {}
 
     async def dead_letter(stage: str, reason_code: str, reason: str, source: dict[str, Any], raw_value: bytes) -> None:
         from streams.redaction import redact_text
@@ -128,7 +131,6 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
                     await dead_letter("redaction", "schema", str(exc), source, record.value or b"")
                     continue
                 log_id = event["logId"]
-                owned_logs[log_id] = message.partition
                 dedup_key = f"{log_id}/{event['eventId']}"
                 previous = first_seq.get(dedup_key)
                 if previous is not None and int(previous) < seq:
@@ -161,17 +163,18 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
                 if tick is not None:
                     await broadcast(tick)
                 clocks[log_id] = clock
+                handled[log_id] = max(handled.get(log_id, 0), seq)
         except Exception:  # an unexpected bug: exit so a restart resumes at-least-once
             _fatal('redaction')
 
     @app.timer(interval=1.0)
     async def flush_ticks() -> None:
-        for log_id in list(owned_logs):
+        for log_id, seq in list(handled.items()):
             clock = clocks.get(log_id)
-            if not clock or int(clock["lastSeq"]) <= last_flush.get(log_id, 0):
+            if not clock or seq <= last_flush.get(log_id, 0):
                 continue
-            await broadcast(flush_tick(clock, log_id))
-            last_flush[log_id] = int(clock["lastSeq"])
+            await broadcast(flush_tick({**clock, "lastSeq": min(seq, int(clock["lastSeq"]))}, log_id))
+            last_flush[log_id] = seq
 
     async def emit_chunks(chunks: list[dict[str, Any]], partition: int) -> None:
         pending = []

@@ -519,3 +519,24 @@ def test_the_l1_window_reads_each_seq_once_and_honours_limits() -> None:
     big = window.read(reader, "log", 10, 190)  # type: ignore[arg-type]  # past max_events
     assert [s for s, _ in big] == [s for s in range(10, 191) if s % 7]
     assert window.read(reader, "log", 5, 4) == []  # type: ignore[arg-type]
+
+
+def test_the_planner_reads_structured_metadata_as_the_structured_reader_does(corpus: Corpus) -> None:
+    from planner.chunktable import ChunkTable, SegmentCache, session_acls
+    from sinks.structured import StructuredReader
+
+    store = GenerationStore(index_root(corpus.settings), "default", "structured")
+    directory = store.generation_dir(corpus.manifests["structured"].generation_id)
+    segments = SegmentCache()
+    table = ChunkTable(directory, segments)
+    with StructuredReader(directory) as reader:
+        assert session_acls(directory, segments) == reader.session_acls()
+        straddling = reader.straddling(corpus.cut)
+        assert [row["chunkId"] for row in table.straddling(corpus.cut, None)] == \
+            [row["chunkId"] for row in straddling]
+        assert straddling
+        ids = sorted(table.rows)
+        expected = reader.chunk_meta(ids)
+    for chunk_id, record in table.records(ids).items():
+        for key, value in record.items():
+            assert expected[chunk_id][key] == value, (chunk_id, key)

@@ -337,7 +337,8 @@ def test_rebuild_from_seq_indexes_exactly_what_a_replay_from_that_seq_produces(
     assert all(min(e["seq"] for e in orjson.loads(body)["evidence"]) >= from_seq for body in expected.values())
     gen_dir = current_generation(settings, "text")
     assert gen_dir is not None
-    assert get_engine("tantivy").all_ids(gen_dir) == sorted(expected)
+    held = get_engine("tantivy").all_ids(gen_dir)
+    assert held == sorted(expected), (gen_dir, manifest, sorted(set(held) ^ set(expected)))
     assert 0 < manifest["chunkCount"] == len(expected) < full_count
     refused = cli_rebuild(settings, "text", "--from-seq", "0")
     assert refused.returncode == 2 and "Traceback" not in refused.stderr

@@ -43,7 +43,7 @@ def crash_events(seed: int) -> list[dict[str, Any]]:
     and one session with outputs longer than a chunk (split events)."""
     rng = random.Random(seed)
     start = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
-    events: list[dict[str, Any]] = []
+    logs: list[list[dict[str, Any]]] = []
     for log_id in LOGS:
         sessions = [
             session_events(f"crash-{log_id}-s{n}", turns=rng.randint(2, 4), seed=seed, log_id=log_id,
@@ -51,8 +51,8 @@ def crash_events(seed: int) -> list[dict[str, Any]]:
                            long_output_words=160 if n == 0 else 0)
             for n in range(7)
         ]
-        events += interleave(*sessions, seed=seed)
-    return interleave(*(events[i::5] for i in range(5)), seed=seed)  # mix the logs' appends
+        logs.append(interleave(*sessions, seed=seed))
+    return interleave(*logs, seed=seed)  # the logs' appends mixed, each log in its own order
 
 
 def test_sigkilled_worker_loses_and_duplicates_nothing(make_settings: Callable[..., Settings],

@@ -1,0 +1,146 @@
+"""Running a SessionQL query on pinned generations, as one principal, at one asOfSeq.
+
+Table queries run as their compiled SQL through :class:`planner.sql.SqlAttachment`: the very
+views, the very snapshot and ACL filtering (rows of unreadable sessions and rows above
+``asOfSeq`` never reach DuckDB), the same lock-down, timeout and memory limit. Lineage queries
+read the structured generation through :func:`planner.sessionql.lineage.readable_lineage`
+and run the compiled SQL over those edges in a private, locked in-memory DuckDB.
+"""
+
+from __future__ import annotations
+
+import decimal
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from planner.acl import Principal, can_read
+from planner.exceptions import IndexUnavailable, QueryError
+from planner.sessionql.compile import CompiledQuery, compile_query
+from planner.sessionql.lineage import LINEAGE_SCHEMA, readable_lineage
+from planner.sessionql.nodes import LineageSource, Query, to_text
+from planner.sessionql.parser import parse
+from sinks.exceptions import GenerationError
+from sinks.generations import MANIFEST_FILE, Manifest
+
+__all__ = ["run_sessionql"]
+
+
+def run_sessionql(
+    text: str,
+    *,
+    as_of_seq: int,
+    principal: Principal,
+    session_acls: Mapping[str, Mapping[str, Any]],
+    analytics_gen_dir: Path | None,
+    structured_gen_dir: Path | None,
+    max_rows: int = 10000,
+    timeout_seconds: float = 10.0,
+) -> dict[str, Any]:
+    """Answer one SessionQL query.
+
+    ``session_acls`` maps sessionId → its *latest* access list (a missing session is
+    invisible). Table queries need ``analytics_gen_dir``; lineage queries need
+    ``structured_gen_dir``. Returns ``asOfSeq``, ``generations`` ({kind: generationId}),
+    ``columns``, ``types``, ``rows`` (at most ``max_rows``), ``rowCount``, ``truncated``,
+    ``query`` (the normalized text), ``sql`` for table queries (the SQL attachment query that
+    gives the same rows) and, when the generation read is built through less than
+    ``asOfSeq``, ``uncovered``. A malformed query raises
+    :class:`~planner.sessionql.exceptions.SessionQLError` (400) naming the line and column.
+    """
+    query = parse(text)
+    if isinstance(as_of_seq, bool) or not isinstance(as_of_seq, int) or as_of_seq < 0:
+        raise QueryError(f"asOfSeq must be a non-negative integer, not {as_of_seq!r}")
+    if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1:
+        raise QueryError("max_rows must be a positive integer")
+    compiled = compile_query(query)
+    if isinstance(query.source, LineageSource):
+        body = _lineage(query, compiled, as_of_seq, principal, session_acls,
+                        structured_gen_dir, max_rows)
+    else:
+        body = _table(compiled, as_of_seq, principal, session_acls, analytics_gen_dir,
+                      structured_gen_dir, max_rows, timeout_seconds)
+    return {"query": to_text(query), **body}
+
+
+def _table(compiled: CompiledQuery, as_of_seq: int, principal: Principal,
+           session_acls: Mapping[str, Mapping[str, Any]], analytics_gen_dir: Path | None,
+           structured_gen_dir: Path | None, max_rows: int,
+           timeout_seconds: float) -> dict[str, Any]:
+    from planner.sql import SqlAttachment
+
+    if analytics_gen_dir is None:
+        raise IndexUnavailable("the analytics index has no generation to query yet",
+                               hint="Wait until `usl status` shows the analytics index.")
+    answer = SqlAttachment(analytics_gen_dir, structured_gen_dir).query(
+        compiled.sql, as_of_seq=as_of_seq, principal=principal, session_acls=session_acls,
+        max_rows=max_rows, timeout_seconds=timeout_seconds)
+    body: dict[str, Any] = {
+        "asOfSeq": as_of_seq,
+        "generations": {kind: info["generationId"] for kind, info in answer["generations"].items()},
+        "columns": answer["columns"], "types": answer["types"], "rows": answer["rows"],
+        "rowCount": answer["rowCount"], "truncated": answer["truncated"], "sql": compiled.sql,
+    }
+    if "uncovered" in answer:
+        body["uncovered"] = answer["uncovered"]
+    return body
+
+
+def _lineage(query: Query, compiled: CompiledQuery, as_of_seq: int, principal: Principal,
+             session_acls: Mapping[str, Mapping[str, Any]], structured_gen_dir: Path | None,
+             max_rows: int) -> dict[str, Any]:
+    source = query.source
+    assert isinstance(source, LineageSource)
+    manifest = _manifest(structured_gen_dir)
+    if structured_gen_dir is None or manifest is None:
+        raise IndexUnavailable("the structured index has no generation to read lineage from yet",
+                               hint="Wait until `usl status` shows the structured index.")
+    readable = {sid for sid, acl in session_acls.items() if can_read(principal, acl)}
+    edges = readable_lineage(structured_gen_dir, source.entity_id, source.direction,
+                             as_of_seq=as_of_seq, readable=readable)
+    con = duckdb.connect(":memory:", config={
+        "threads": 1, "memory_limit": "256MB", "autoinstall_known_extensions": False,
+        "autoload_known_extensions": False, "python_enable_replacements": False,
+    })
+    try:
+        con.execute("SET enable_external_access = false")
+        con.register("lineage", pa.Table.from_pylist(edges, schema=LINEAGE_SCHEMA))
+        con.execute("SET lock_configuration = true")
+        result = con.execute(compiled.sql)
+        types = [str(d[1]) for d in result.description or ()]
+        rows = result.fetchmany(max_rows + 1)
+    except duckdb.Error as exc:
+        raise QueryError(f"the lineage query failed: {exc}") from None
+    finally:
+        con.close()
+    body: dict[str, Any] = {
+        "asOfSeq": as_of_seq, "generations": {"structured": manifest.generation_id},
+        "columns": list(compiled.columns), "types": types,
+        "rows": [[_plain(value) for value in row] for row in rows[:max_rows]],
+        "rowCount": min(len(rows), max_rows), "truncated": len(rows) > max_rows,
+    }
+    if manifest.built_through_seq < as_of_seq:
+        body["uncovered"] = {"fromSeq": manifest.built_through_seq + 1, "toSeq": as_of_seq}
+    return body
+
+
+def _manifest(gen_dir: Path | None) -> Manifest | None:
+    if gen_dir is None:
+        return None
+    try:
+        return Manifest.from_json((Path(gen_dir) / MANIFEST_FILE).read_bytes())
+    except (OSError, GenerationError):
+        return None
+
+
+def _plain(value: Any) -> Any:
+    """A lineage answer's value as JSON data (strings, integers, floats, NULL)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, decimal.Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    return value

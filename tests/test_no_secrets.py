@@ -1,0 +1,298 @@
+"""Invariant 7: no secret reaches any index file, downstream topic, log line or metric label.
+
+Sessions carrying the redaction policy's seeded fake secrets (``SEEDED_SECRETS``) plus a
+private key block, an environment dump and a password URL — planted in titles, user and
+assistant messages, nested tool inputs, field names, tool outputs and opaque payloads — go
+through the whole pipeline (``usl worker`` and every sink as real processes). Then everything
+downstream of L1 is scanned: the raw bytes of every file under ``$USL_HOME``, the decompressed
+content of every index (tantivy stored documents and term dictionaries, Parquet rows), every
+record of every topic of the deployment except L1 itself (which legitimately holds the raw
+events: it is the positive control that the secrets were planted and the scan finds them), the
+process logs and the ``/metrics`` text of every process. Bad input ingested through the CLI
+becomes a dead letter whose raw text is redacted.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+import tantivy
+from kafka import KafkaConsumer
+
+from sinks.service import ALL_KINDS
+from sinks.text import get_engine
+from streams.asp import validate_event
+from streams.l1 import read_topic_to_end
+from streams.redaction.samples import SEEDED_SECRETS
+from streams.settings import Settings
+from streams.topics import Topics
+from tests.factories import interleave, session_events
+from tests.harness import (
+    Stack,
+    append_events,
+    chunk_set,
+    settings_env,
+    topic_records,
+    wait_for_watermarks,
+)
+from tests.sinks.test_sink_crash import current_generation, tantivy_docs
+
+PRIVATE_KEY = (
+    "-----BEGIN RSA PRIVATE KEY-----\n"
+    "MIIEowIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo4lgOEePzNm0tRgeLezV6ffAt0gun\n"
+    "VTLw7onLRnrq0/IzW7yWR7QkrmBL7jTKEn5u+qKhbwKfBstIs+bMY2Zkp18gnTxK\n"
+    "q9DdU1Xb2cWvNQ8uTrEhVMjGkLn4sPzXe7yAq2oF6tHrBm3dJ5gKcY0wQiRvSxZ1\n"
+    "-----END RSA PRIVATE KEY-----"
+)
+ENV_DUMP = (
+    "HOME=/home/alice\nPATH=/usr/local/bin:/usr/bin\nLANG=C.UTF-8\n"
+    "DATABASE_URL=postgres://app:Tr0ub4dorXq7Lm2Zp@db:5432/app\n"
+    "SECRET_KEY=f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4\n"
+    "AWS_SECRET_ACCESS_KEY=Qm7vT2xLp9Rz4Kd8Wn3Jh6Yb1Fc5Gs0AeUoIiPlM\n"
+)
+PASSWORD_URL = "https://deploy-bot:Hn4rT8vWq2Lz6Xk9@git.example.com/org/repo.git"
+EXTRA_SECRETS = [PRIVATE_KEY, ENV_DUMP, PASSWORD_URL]
+
+
+def _random_looking(text: str) -> bool:
+    return bool((re.search(r"[a-z]", text) and re.search(r"[A-Z0-9]", text))
+                or (re.search(r"[A-Z]", text) and re.search(r"\d", text)))
+
+
+def distinctive(secret: str) -> list[str]:
+    """What must never appear: the secret's random-looking parts (runs of 12+ base64 characters
+    mixing letters with digits or both cases), which survive JSON escaping and line splits, and
+    the first and last 12 characters of each (a secret cut in half must not leak either)."""
+    runs = [r for r in re.findall(r"[A-Za-z0-9+/]{12,}", secret) if _random_looking(r)]
+    assert runs, f"no distinctive part in {secret[:12]}..."
+    return runs + [piece for r in runs for piece in (r[:12], r[-12:]) if _random_looking(piece)]
+
+
+NEEDLES = sorted({part for secret in SEEDED_SECRETS + EXTRA_SECRETS for part in distinctive(secret)}
+                 | {s for s in SEEDED_SECRETS if "\n" not in s})
+
+
+def find_needles(blob: bytes | str, where: str, *, lowercase: bool = True) -> list[str]:
+    """Leaks of any needle in ``blob`` (case-sensitive, and lowercased for analyzed text)."""
+    text = blob.decode("utf-8", "replace") if isinstance(blob, bytes) else blob
+    lowered = text.lower() if lowercase else ""
+    return [f"{where}: {needle[:10]}…" for needle in NEEDLES
+            if needle in text or (lowercase and needle.lower() in lowered)]
+
+
+def _secret_session(number: int, secret: str) -> list[dict[str, Any]]:
+    """One session with ``secret`` in every place a user or tool could put it."""
+    session_id = f"sec-{number:02d}"
+    turn = f"{session_id}-t0"
+    clock = datetime(2026, 11, 2, 10, 0, tzinfo=UTC) + timedelta(minutes=number)
+    events: list[dict[str, Any]] = []
+
+    def add(kind: str, role: str | None, fields: dict[str, Any], **extra: Any) -> None:
+        nonlocal clock
+        clock += timedelta(seconds=3)
+        events.append(validate_event({
+            "eventId": f"{session_id}-e{len(events) + 1}", "logId": "default", "sessionId": session_id,
+            "type": kind, "role": role, "time": clock.isoformat().replace("+00:00", "Z"),
+            "turnId": None if kind == "session.started" else turn, "fields": fields, **extra,
+        }))
+
+    add("session.started", None, {"title": f"debug login with {secret}", "model": "test-model"},
+        payload={"raw": secret, "env": ENV_DUMP})
+    add("turn.started", None, {})
+    add("message", "user", {"text": f"deploy failed, the token is {secret} and the key:\n{PRIVATE_KEY}"})
+    add("tool.call", "assistant", {
+        "toolName": "Bash", "toolCallId": f"{turn}-c0",
+        "input": {"command": f"curl -H 'Authorization: Bearer {secret}' {PASSWORD_URL}",
+                  "env": {"nested": {"deeper": [f"API_TOKEN={secret}", {"password": secret}]}},
+                  f"header {secret}": "x"},
+    })
+    add("tool.result", "tool", {"toolName": "Bash", "toolCallId": f"{turn}-c0", "status": "error",
+                                "output": f"$ env\n{ENV_DUMP}\nusing {secret}\n{PRIVATE_KEY}\nexit 1"})
+    add("message", "assistant", {"text": f"Rotate {secret}; clone via {PASSWORD_URL} and check the refund deploy"})
+    add("turn.ended", None, {})
+    return events
+
+
+def _scan_files(root: Path) -> tuple[list[str], int]:
+    leaks: list[str] = []
+    count = 0
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        count += 1
+        leaks += find_needles(path.read_bytes(), str(path.relative_to(root)))
+    return leaks, count
+
+
+def _scan_indexes(settings: Settings) -> tuple[list[str], dict[str, int]]:
+    """Decompressed contents of every index: stored docs, term dictionaries, Parquet rows."""
+    leaks: list[str] = []
+    seen: dict[str, int] = {}
+    terms = sorted({t for needle in NEEDLES for t in get_engine("tantivy").analyze(needle) if len(t) >= 12})
+    for kind, key in (("text", "chunkId"), ("toolresults", "id")):
+        gen_dir = current_generation(settings, kind)
+        assert gen_dir is not None
+        docs = tantivy_docs(gen_dir, key)
+        seen[kind] = len(docs)
+        leaks += [leak for doc in docs for leak in find_needles(json.dumps(doc), f"{kind} doc {doc[key]}")]
+        index = tantivy.Index.open(str(gen_dir))
+        searcher = index.searcher()
+        for term in terms:
+            if searcher.search(tantivy.Query.term_query(index.schema, "text", term), limit=1).hits:
+                leaks.append(f"{kind} term dictionary holds {term[:10]}…")
+    for kind in ("structured", "analytics"):
+        gen_dir = current_generation(settings, kind)
+        assert gen_dir is not None
+        rows = 0
+        for path in sorted(gen_dir.glob("*.parquet")):
+            table = pq.read_table(path).to_pylist()
+            rows += len(table)
+            leaks += find_needles(json.dumps(table, default=str), f"{kind}/{path.name}")
+        seen[kind] = rows
+    return leaks, seen
+
+
+def _scan_topics(settings: Settings) -> tuple[list[str], dict[str, int], list[str]]:
+    """Every record (key and value) of every topic of this deployment; L1 separately."""
+    bootstrap = settings.bootstrap_servers or ""
+    topics = Topics.from_settings(settings)
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap)
+    try:
+        names = sorted(t for t in consumer.topics() if t.startswith(settings.topic_prefix))
+    finally:
+        consumer.close()
+    leaks: list[str] = []
+    counts: dict[str, int] = {}
+    l1_hits: list[str] = []
+    for name in names:
+        records = list(read_topic_to_end(bootstrap, name))
+        counts[name[len(settings.topic_prefix):]] = len(records)
+        for record in records:
+            blob = (record.key or b"") + b"\x00" + (record.value or b"")
+            found = find_needles(blob, f"{name}@{record.partition}:{record.offset}", lowercase=False)
+            if name == topics.l1:
+                l1_hits += found
+            else:
+                leaks += found
+    return leaks, counts, l1_hits
+
+
+def _metrics_text(stack: Stack) -> dict[str, str]:
+    texts = {}
+    for name in ("worker", "sinks"):
+        match = re.search(r"metrics on (http://127\.0\.0\.1:\d+/metrics)", stack.log_text(name))
+        assert match, f"no metrics address in the {name} log"
+        with urllib.request.urlopen(match.group(1), timeout=30) as response:
+            texts[name] = response.read().decode()
+    return texts
+
+
+def _ingest_bad_lines(settings: Settings, directory: Path) -> subprocess.CompletedProcess[str]:
+    """``usl ingest`` of a file whose bad lines carry secrets (bad JSON, bad schema, a long
+    line with the secret near the dead letter's 4 KiB raw-text limit)."""
+    aws, github, jwt = SEEDED_SECRETS[0], SEEDED_SECRETS[2], SEEDED_SECRETS[15]
+    good = [validate_event({"eventId": f"ing-ok-{n}", "logId": "default", "sessionId": "ing", "type": kind,
+                            "role": role, "turnId": "ing-t0", "time": f"2026-11-03T10:00:0{n}Z", "fields": fields})
+            for n, (kind, role, fields) in enumerate([("turn.started", None, {}),
+                                                      ("message", "user", {"text": "a fine line"}),
+                                                      ("turn.ended", None, {})])]
+    lines = [
+        *(json.dumps(event) for event in good),
+        '{"eventId": "ing-bad-1", "type": "message", "fields": {"text": "my key ' + aws + ' and ' + github,
+        json.dumps({"eventId": "ing-bad-2", "sessionId": "ing", "type": "message", "time": f"at {jwt}",
+                    "fields": {"text": f"token {github}"}}),
+        '{"eventId": "ing-bad-3", "pad": "' + "x" * 4000 + " " + aws + " " + "y" * 200 + '", "broken": ',
+    ]
+    return _ingest(settings, directory, lines)
+
+
+def _ingest(settings: Settings, directory: Path, lines: list[str]) -> subprocess.CompletedProcess[str]:
+    path = directory / "bad.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return subprocess.run([sys.executable, "-m", "planner", "ingest", str(path), "--format", "asp", "--json"],
+                          env=settings_env(settings), capture_output=True, text=True, timeout=180, check=False)
+
+
+@pytest.mark.slow
+def test_no_seeded_secret_reaches_any_index_topic_log_or_metric(
+        make_settings: Callable[..., Settings], tmp_path: Path) -> None:
+    """After the whole pipeline indexed sessions full of seeded secrets, no secret nor any of
+    its distinctive parts is in any file under USL_HOME, any index's decompressed content,
+    any topic record except L1's, any process log or any /metrics text; L1 (the positive
+    control) holds every one of them; dead letters of bad CLI input carry redacted raw text."""
+    settings = make_settings(embedder="hash:64")
+    secrets = [*SEEDED_SECRETS, PASSWORD_URL]
+    sessions = [_secret_session(i, secret) for i, secret in enumerate(secrets)]
+    sessions += [session_events(f"plain-{i}", turns=2, seed=i, secret=SEEDED_SECRETS[i]) for i in range(3)]
+    events = interleave(*sessions, seed=7)
+    stack = Stack(settings)
+    try:
+        stack.worker()
+        stack.sinks()
+        head = append_events(settings, events)
+        ingest = _ingest_bad_lines(settings, tmp_path)
+        assert ingest.returncode == 0, ingest.stderr[-2000:]
+        summary = json.loads(ingest.stdout)
+        assert (summary["eventsAppended"], summary["rejected"]) == (3, 3)
+        head = max(head, int(summary["l1CommittedSeq"]))
+        wait_for_watermarks(settings, head, ALL_KINDS, timeout=240)
+        metrics = _metrics_text(stack)
+    finally:
+        stack.close()
+
+    leaks: list[str] = []
+    file_leaks, files = _scan_files(Path(settings.home))
+    leaks += file_leaks
+    index_leaks, indexed = _scan_indexes(settings)
+    leaks += index_leaks
+    topic_leaks, records, l1_hits = _scan_topics(settings)
+    leaks += topic_leaks
+    for name, text in metrics.items():
+        leaks += find_needles(text, f"/metrics of {name}")
+    leaks += find_needles(ingest.stdout + ingest.stderr, "usl ingest output")
+    assert not leaks, f"{len(leaks)} leaks, e.g. {leaks[:10]}"
+
+    # Positive controls: the secrets were really planted, and the pipeline really indexed them.
+    assert {hit.split(": ", 1)[1] for hit in l1_hits} >= {n[:10] + "…" for n in NEEDLES}
+    chunks = chunk_set(settings)
+    assert chunks and any(b"[REDACTED:" in body for body in chunks.values())
+    assert indexed["text"] == len(chunks) and indexed["toolresults"] >= len(secrets)
+    text_dir = current_generation(settings, "text")
+    assert text_dir is not None and get_engine("tantivy").search(text_dir, "refund deploy", limit=5)
+    assert any("REDACTED" in d["text"] for d in tantivy_docs(current_generation(settings, "toolresults") or Path(),
+                                                                "id"))
+    letters = topic_records(settings, "deadletters")
+    ingest_letters = [d for d in letters if d["stage"] == "ingest"]
+    assert len(ingest_letters) == 3 and all(d["raw"] for d in ingest_letters)
+    assert all("[REDACTED:" in d["raw"] for d in ingest_letters[:2])
+    assert files > 20 and all(records.get(name, 0) > 0 for name in ("redacted", "toolresults", "chunks",
+                                                                     "watermarks", "deadletters"))
+    print(f"\nscanned {files} files, {sum(records.values())} topic records in {len(records)} topics, "
+          f"{len(metrics)} /metrics texts; indexed {indexed}; {len(NEEDLES)} needles; L1 hits {len(l1_hits)}")
+
+
+@pytest.mark.xfail(strict=True, reason="BUG (reported): dead letters cut the raw text at 4 KiB before redacting "
+                                       "it, so a secret straddling the cut leaks its first characters")
+def test_dead_letter_of_a_secret_cut_at_the_raw_text_limit_leaks_nothing(
+        make_settings: Callable[..., Settings], tmp_path: Path) -> None:
+    """A bad input line whose secret straddles the 4096-character raw-text limit: the dead
+    letter must not carry the part of the secret before the cut."""
+    settings = make_settings()
+    Stack(settings)  # creates the topics
+    aws = SEEDED_SECRETS[0]
+    prefix = '{"eventId": "ing-cut", "pad": "'
+    # The secret starts 14 characters before the cut.
+    line = prefix + "x" * (4096 - 14 - len(prefix) - 1) + " " + aws + '", "broken": '
+    ingest = _ingest(settings, tmp_path, [line])
+    assert ingest.returncode == 0, ingest.stderr[-2000:]
+    (letter,) = topic_records(settings, "deadletters")
+    assert letter["raw"], "the dead letter has no raw text"
+    assert not find_needles(json.dumps(letter), "dead letter")
