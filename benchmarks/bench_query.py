@@ -272,6 +272,10 @@ def main() -> None:
         follower = WatermarkFollower(bootstrap, settings).start()
         planner = Planner(settings, bootstrap, follower=follower)
         principal = parse_principal("tenant:acme/user:bench/groups:ops")
+        for freshness in ("indexed", "latest"):  # warm every path (page cache, HNSW, tail)
+            for mode in ("text", "vector", "hybrid"):
+                run_queries(planner, principal, mode=mode, freshness=freshness, queries=10,
+                            seed=3)
         results: dict[tuple[str, str], dict[str, Any]] = {}
         print(f"\n{args.queries} queries per row, principal may read 90% of sessions; ms")
         print(f"{'mode':8} {'freshness':9} {'p50':>8} {'p99':>8} {'mean':>8} {'hits/q':>7}  tail scan")

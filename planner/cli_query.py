@@ -169,3 +169,50 @@ def serve(
     err.print(f"planner API on http://{bind_host}:{bind_port}/")
     uvicorn.run(create_app(settings, bootstrap), host=bind_host, port=bind_port,
                 log_level="warning", access_log=False)
+
+
+@app.command()
+def sql(
+    query: str = typer.Argument(..., help="One read-only SELECT over sessions, runs, turns, events, tool_calls, chunks."),
+    as_of: int = typer.Option(None, "--as-of", min=0, help="asOfSeq to read at (default: what the analytics index covers)."),
+    principal_text: str = typer.Option(None, "--as", envvar="USL_DEFAULT_PRINCIPAL",
+                                       help="Principal, e.g. tenant:acme/user:alice/groups:eng."),
+    log: str = LOG_OPTION,
+    json_out: bool = typer.Option(False, "--json", help="Print the API's JSON response."),
+) -> None:
+    """Run read-only SQL on the analytics snapshot at one asOfSeq, under your ACL."""
+    from rich.table import Table
+
+    from planner.acl import parse_principal
+    from planner.engine import Planner
+
+    settings = _settings()
+    body: dict[str, Any] = {"query": query, "log": log}
+    if as_of is not None:
+        body["asOfSeq"] = as_of
+    try:
+        principal = parse_principal(principal_text or settings.acl_default)
+        planner = Planner(settings, _bootstrap(settings))
+        try:
+            response = planner.sql(body, principal)
+        finally:
+            planner.close()
+    except PlannerError as exc:
+        if json_out:
+            _print_json(error_body(exc))
+        else:
+            err.print(f"[red]error {exc.status} {exc.code}:[/] {escape(exc.message)}")
+            if exc.hint:
+                err.print(f"  {escape(exc.hint)}")
+        raise typer.Exit(2) from None
+    if json_out:
+        _print_json(response)
+        return
+    table = Table(title=f"asOfSeq {response['asOfSeq']}", title_justify="left")
+    for column in response["columns"]:
+        table.add_column(str(column))
+    for row in response["rows"]:
+        table.add_row(*("" if v is None else str(v) for v in row))
+    out.print(table)
+    more = " (truncated)" if response.get("truncated") else ""
+    out.print(f"{response['rowCount']} rows{more} · {escape(response.get('notice', ''))}")

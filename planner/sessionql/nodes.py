@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal as TypingLiteral
 
+from planner.sessionql.catalog import TABLES, field_named
+
 __all__ = [
     "Aggregate",
     "BoolOp",
@@ -28,6 +30,8 @@ __all__ = [
     "SelectItem",
     "TableSource",
     "Value",
+    "output_items",
+    "resolve_order_key",
     "to_text",
 ]
 
@@ -220,8 +224,6 @@ def _string(text: str) -> str:
 def output_items(query: Query) -> tuple[SelectItem, ...]:
     """The columns a query answers with: its SELECT, or by default every field (row queries)
     or the GROUP BY fields and ``count()`` (grouped queries)."""
-    from planner.sessionql.catalog import TABLES
-
     if query.select:
         return query.select
     if query.group_by:
@@ -234,8 +236,6 @@ def resolve_order_key(query: Query, name: str) -> tuple[str, int | str] | None:
     """What ``ORDER BY name`` orders by: ``("output", index)`` for an output column (names
     win, compared without letter case), else ``("field", field)`` for a field a row query has
     or a GROUP BY field; None when it names neither."""
-    from planner.sessionql.catalog import field_named
-
     for index, item in enumerate(output_items(query)):
         if item.name.lower() == name.lower():
             return ("output", index)

@@ -10,7 +10,7 @@ independent translator in this file from the documented semantics (not by
 principals: same columns and types, same rows, in the same order whenever the query's order is
 total, as multisets otherwise.
 
-``USL_SESSIONQL_QUERIES`` raises the number of generated queries (default 240). A failure
+``USL_SESSIONQL_QUERIES`` raises the number of generated queries (default 150). A failure
 prints the SessionQL text, the SQL, the principal and the asOfSeq.
 """
 
@@ -22,7 +22,7 @@ import os
 import random
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,7 @@ from streams.settings import Settings
 from tests.sinks.test_structured import commit_batches
 
 SEED = 20260131
-QUERIES = int(os.environ.get("USL_SESSIONQL_QUERIES", "240"))
+QUERIES = int(os.environ.get("USL_SESSIONQL_QUERIES", "150"))
 
 ACL_CHOICES = [
     {"tenant": "acme", "read": ["user:ann"]},
@@ -64,6 +64,7 @@ MODELS = ["opus-4", "sonnet-4", "haiku-4"]
 ROW_KEYS = {"sessions": ["sessionId"], "runs": ["sessionId", "runId"],
             "turns": ["sessionId", "turnId"], "events": ["seq"], "tool_calls": ["seq"],
             "chunks": ["chunkId"]}
+PLUS_TWO = timezone(timedelta(hours=2))
 SQL_AGGREGATE = {"count": "count", "sum": "sum", "avg": "avg", "min": "min", "max": "max"}
 
 
@@ -443,13 +444,12 @@ class SessionQLText:
             if value == datetime(value.year, value.month, value.day, tzinfo=UTC) and self.rng.random() < 0.5:
                 return self.string(value.date().isoformat())
             if self.rng.random() < 0.3:
-                shifted = value.astimezone(timezone_plus_two())
+                shifted = value.astimezone(PLUS_TWO)
                 return self.string(shifted.isoformat())
             return self.string(value.isoformat().replace("+00:00", "Z"))
         if isinstance(value, str):
             return self.string(value)
-        text = repr(value)
-        return text
+        return repr(value)
 
     def condition(self, node: Any) -> str:
         kind = node[0]
@@ -499,12 +499,6 @@ class SessionQLText:
         if spec.limit is not None:
             parts.append(f"{self.kw('LIMIT')} {spec.limit}")
         return self.sep().join(parts)
-
-
-def timezone_plus_two() -> Any:
-    from datetime import timezone
-
-    return timezone(timedelta(hours=2))
 
 
 # -- the independent SQL translation --------------------------------------------------------------
@@ -606,7 +600,7 @@ def test_sessionql_and_sql_return_the_same_rows(world: World) -> None:
     generator = Generator(world, rng)
     renderer = SessionQLText(rng)
     combos = list(itertools.product(PRINCIPALS, world.as_ofs))
-    stats = Counter()
+    stats: Counter[str] = Counter()
     for number in range(QUERIES):
         spec = generator.spec()
         text = renderer.render(spec)
