@@ -202,55 +202,53 @@ def sink(
 def up(
     detach: bool = typer.Option(False, "--detach", help="Start in the background and return."),
     port: int = typer.Option(None, "--port", envvar="USL_API_PORT", help="Planner API port (default 8765)."),
-    workers: int = typer.Option(1, "--workers", help="Pipeline worker processes to start."),
+    workers: int = typer.Option(1, "--workers", min=1, help="Pipeline worker processes to start."),
 ) -> None:
-    """Start the local stack: broker (if none is configured), topics, workers, sinks, planner API."""
+    """Start the local stack: broker (if none is configured), topics, workers, sinks, planner API.
+
+    A supervisor restarts any stack process that exits; `usl down` stops everything.
+    """
+    import os
     import time
 
     import httpx
 
-    from planner.stack import running, start_process, stop_stack
+    from planner.stack import running, start_process, stop_stack, supervise
     from streams.topics import ensure_topics
 
     settings = _settings()
     api_port = port or settings.api_port
     bootstrap = _bootstrap(settings)
     ensure_topics(bootstrap, settings)
-    already = running(settings)
+    already = {name: pid for name, pid in running(settings).items() if pid != os.getpid()}
     if already:
         out.print(f"already running: {', '.join(sorted(already))} (use `usl down` first to restart)")
         return
     env = {"KAFKA_BOOTSTRAP_SERVERS": bootstrap, "USL_HOME": str(Path(settings.home).resolve())}
-    for n in range(workers):
-        start_process(settings, f"worker-{n + 1}", ["worker"], env)
-    start_process(settings, "sinks", ["sink"], env)
-    start_process(settings, "api", ["serve", "--port", str(api_port), "--host", settings.api_host], env)
     url = f"http://{settings.api_host}:{api_port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if set(running(settings)) != {f"worker-{n + 1}" for n in range(workers)} | {"sinks", "api"}:
-            logs = Path(settings.home).resolve() / "logs"
-            stop_stack(settings)
-            raise USLError(f"a stack process exited during start-up; see the logs in {logs}")
-        time.sleep(0.5)
-    else:
-        raise USLError(f"the planner API did not answer on {url} within 120s; see {settings.home}/logs")
-    out.print(f"USL Search is up: broker {bootstrap}, API {url} (search page at {url}/)")
-    out.print(f"logs in {Path(settings.home).resolve() / 'logs'}; stop with `usl down`")
     if detach:
+        start_process(settings, "supervisor", ["up", "--port", str(api_port), "--workers", str(workers)], env)
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if "supervisor" not in running(settings):
+                raise USLError(f"the stack failed to start; see {Path(settings.home).resolve() / 'logs'}")
+            time.sleep(0.5)
+        else:
+            stop_stack(settings)
+            raise USLError(f"the planner API did not answer on {url} within 180s; see {settings.home}/logs")
+        out.print(f"USL Search is up: broker {bootstrap}, API {url} (search page at {url}/)")
+        out.print(f"logs in {Path(settings.home).resolve() / 'logs'}; stop with `usl down`")
         return
-    try:
-        while running(settings):
-            time.sleep(1.0)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        stop_stack(settings)
+    children = {f"worker-{n + 1}": ["worker"] for n in range(workers)}
+    children["sinks"] = ["sink"]
+    children["api"] = ["serve", "--port", str(api_port), "--host", settings.api_host]
+    out.print(f"starting USL Search: broker {bootstrap}, API {url}; Ctrl-C stops it")
+    supervise(settings, children, env)
 
 
 @app.command()

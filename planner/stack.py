@@ -16,7 +16,7 @@ from pathlib import Path
 
 from streams.settings import Settings
 
-__all__ = ["running", "start_process", "stop_process", "stop_stack"]
+__all__ = ["running", "start_process", "stop_process", "stop_stack", "supervise"]
 
 STACK = ("worker", "sinks", "api")
 
@@ -84,10 +84,53 @@ def stop_process(pid: int, *, grace_seconds: float = 20.0) -> None:
             pass
 
 
+def supervise(settings: Settings, children: dict[str, list[str]], env: dict[str, str]) -> None:
+    """Run ``children`` (name → usl arguments) and restart any that exits, until SIGTERM/SIGINT.
+
+    Restarts back off (1 s doubling to 60 s) so a process that cannot start does not spin.
+    Every step downstream is idempotent, so a restarted worker or sink resumes without loss.
+    """
+    stopping = False
+
+    def on_signal(_signum: int, _frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    pids = {name: start_process(settings, name, args, env) for name, args in children.items()}
+    backoff = dict.fromkeys(children, 1.0)
+    next_start: dict[str, float] = {}
+    try:
+        while not stopping:
+            time.sleep(0.5)
+            now = time.monotonic()
+            for name, args in children.items():
+                if name in next_start:
+                    if now >= next_start[name]:
+                        del next_start[name]
+                        pids[name] = start_process(settings, name, args, env)
+                    continue
+                try:
+                    done, _status = os.waitpid(pids[name], os.WNOHANG)
+                except ChildProcessError:
+                    done = pids[name]
+                if done:
+                    print(f"{name} exited; restarting in {backoff[name]:.0f}s", flush=True)
+                    next_start[name] = now + backoff[name]
+                    backoff[name] = min(backoff[name] * 2, 60.0)
+    finally:
+        for name in children:
+            if name in pids and name not in next_start:
+                stop_process(pids[name])
+            (_run_dir(settings) / f"{name}.pid").unlink(missing_ok=True)
+
+
 def stop_stack(settings: Settings) -> list[str]:
-    """Stop every stack process; return the names stopped."""
+    """Stop every stack process (the supervisor first, so it restarts nothing); return the
+    names stopped."""
     stopped = []
-    for name, pid in running(settings).items():
+    for name, pid in sorted(running(settings).items(), key=lambda item: item[0] != "supervisor"):
         stop_process(pid)
         (_run_dir(settings) / f"{name}.pid").unlink(missing_ok=True)
         stopped.append(name)

@@ -11,7 +11,7 @@ from planner.sessionql.exceptions import SessionQLError
 __all__ = ["Token", "tokenize"]
 
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_NUMBER = re.compile(r"\d+(\.\d+)?([eE][+-]?\d+)?")
+_NUMBER = re.compile(r"[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?")
 _SYMBOLS = ("!=", "<>", "<=", ">=", "=", "<", ">", "(", ")", ",", "*", "-")
 _ESCAPES = {'"': '"', "'": "'", "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n",
             "r": "\r", "t": "\t"}
