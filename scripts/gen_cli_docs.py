@@ -1,0 +1,57 @@
+"""Regenerate docs/cli.md from the typer app (run: .venv/bin/python scripts/gen_cli_docs.py).
+
+tests/test_docs.py checks that the committed file covers every command and option.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from planner.cli import app
+
+HEADER = """# CLI reference
+
+`usl` is the one command line of USL Search. Option defaults can come from the environment
+(see `docs/configuration.md`); `--json` prints machine-readable output; progress goes to
+stderr. Errors print one line (`error: ...`) and exit with code 2, never a traceback.
+"""
+
+
+def commands(group: object, prefix: str) -> list[tuple[str, object]]:
+    found: list[tuple[str, object]] = []
+    for name in sorted(group.commands):  # type: ignore[attr-defined]
+        sub = group.commands[name]  # type: ignore[attr-defined]
+        if hasattr(sub, "commands"):
+            found += commands(sub, f"{prefix} {name}")
+        else:
+            found.append((f"{prefix} {name}", sub))
+    return found
+
+
+def render() -> str:
+    lines = [HEADER]
+    for full, command in commands(typer.main.get_command(app), "usl"):
+        lines += [f"## `{full}`", "", (command.help or "").strip().replace("\n", " "), ""]  # type: ignore[attr-defined]
+        params = [p for p in command.params if p.name != "help"]  # type: ignore[attr-defined]
+        if params:
+            lines += ["| argument / option | default | meaning |", "|---|---|---|"]
+        for p in params:
+            if p.param_type_name == "argument":
+                lines.append(f"| `{p.name.upper()}` | required | {(getattr(p, 'help', '') or '').replace('|', '/')} |")
+                continue
+            default = None if callable(p.default) else p.default
+            env = f" (env `{p.envvar}`)" if p.envvar else ""
+            lines.append(f"| `{' / '.join(p.opts)}` | `{default}` | {(p.help or '').replace('|', '/')}{env} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    import sys
+
+    if "--print" in sys.argv:
+        sys.stdout.write(render())
+    else:
+        Path(__file__).resolve().parents[1].joinpath("docs", "cli.md").write_text(render())
