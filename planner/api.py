@@ -5,6 +5,7 @@ Routes (``GET /openapi.json`` describes them; ``docs/planner.md`` has examples):
 ==========================  =======================================================
 ``POST /v1/search``         search (body: :mod:`planner.request`)
 ``POST /v1/sql``            read-only SQL over the analytics snapshot (:mod:`planner.sql`)
+``POST /v1/sessionql``      SessionQL over the ASP projection and lineage (:mod:`planner.sessionql`)
 ``GET /v1/status``          L1 seq, generations, watermarks and lag (:mod:`planner.status`)
 ``GET /metrics``            Prometheus metrics of this process
 ``GET /healthz``            liveness
@@ -144,6 +145,13 @@ def create_app(settings: Settings, bootstrap: str, *, planner: Any = None) -> St
             raise NotImplementedYet("the SQL attachment is not part of this build")
         return _JSON(await run_in_threadpool(the_planner().sql, body, principal))
 
+    async def sessionql(request: Request) -> Response:
+        from planner.sessionql_service import sessionql_request
+
+        body = await _json_body(request)
+        principal = principal_of(request)
+        return _JSON(await run_in_threadpool(sessionql_request, the_planner(), body, principal))
+
     def collect(log_id: str | None) -> dict[str, Any]:
         from planner.status import collect_status
 
@@ -217,6 +225,7 @@ def create_app(settings: Settings, bootstrap: str, *, planner: Any = None) -> St
     routes = [
         Route("/v1/search", _guarded(search), methods=["POST"]),
         Route("/v1/sql", _guarded(sql), methods=["POST"]),
+        Route("/v1/sessionql", _guarded(sessionql), methods=["POST"]),
         Route("/v1/status", _guarded(status), methods=["GET"]),
         Route("/metrics", _guarded(metrics), methods=["GET"]),
         Route("/healthz", _guarded(healthz), methods=["GET"]),
@@ -326,6 +335,17 @@ def openapi() -> dict[str, Any]:
                                    "log": {"type": "string", "default": "default"}}}}}},
                 "responses": {"200": {"description": "Rows", "content": json_body},
                               **_errors(400, 500, 501, 503)}}},
+            "/v1/sessionql": {"post": {
+                "summary": "SessionQL over the ASP projection and lineage, at one asOfSeq",
+                "parameters": [principal],
+                "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                    "type": "object", "required": ["query"], "additionalProperties": False,
+                    "properties": {"query": {"type": "string"},
+                                   "asOfSeq": {"type": "integer", "minimum": 0},
+                                   "log": {"type": "string", "default": "default"},
+                                   "maxRows": {"type": "integer", "minimum": 1}}}}}},
+                "responses": {"200": {"description": "Rows", "content": json_body},
+                              **_errors(400, 500, 503)}}},
             "/v1/status": {"get": {
                 "summary": "L1 committed seq and, per index, generation, watermark and lag",
                 "parameters": [{"name": "log", "in": "query", "required": False,

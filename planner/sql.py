@@ -202,7 +202,16 @@ class SqlAttachment:
             # Listing the schema makes a column missing from an older segment read as NULL.
             data = (ds.dataset(files, schema=schema, format="parquet").filter(snapshot)
                     if files else schema.empty_table())
-            con.register(f"_snap_{table}", data)
+            con.register(f"_raw_{table}" if table == "events" else f"_snap_{table}", data)
+        # Lineage columns point at other sessions and events: show them only when the caller
+        # may see what they point at (and it is inside the snapshot), never a hidden id.
+        con.register("_allowed_sessions", pa.table({"sessionId": pa.array(allowed, pa.string())}))
+        con.execute("""CREATE TEMP VIEW _snap_events AS SELECT * REPLACE (
+            CASE WHEN parentSessionId IN (SELECT sessionId FROM _allowed_sessions)
+                 THEN parentSessionId END AS parentSessionId,
+            CASE WHEN parentEventId IN (SELECT eventId FROM _raw_events)
+                 THEN parentEventId END AS parentEventId)
+            FROM _raw_events""")
         for view in ("events", "sessions", "runs", "turns", "tool_calls", "chunks"):
             con.execute(f"CREATE TEMP VIEW {view} AS {_VIEW_SQL[view]}")
 

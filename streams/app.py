@@ -66,7 +66,7 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
         consumer_auto_offset_reset="earliest",
         broker_commit_every=500,
         broker_commit_interval=1.0,
-        stream_wait_empty=False,
+        stream_wait_empty=True,
         web_enabled=False,
         producer_acks=-1,
         table_cleanup_interval=3600.0,

@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -50,18 +50,22 @@ class Stack:
         self.logs.mkdir(parents=True, exist_ok=True)
         ensure_topics(settings.bootstrap_servers or "", settings)
 
-    def start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
+    def start(self, name: str, *args: str, env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
+        """Run ``usl ARGS`` as ``name``; ``env`` adds variables for this process only
+        (e.g. its own ``USL_METRICS_PORT``)."""
         log = (self.logs / f"{name}.log").open("ab")
-        proc = subprocess.Popen([sys.executable, "-m", "planner", *args], env=settings_env(self.settings),
+        proc = subprocess.Popen([sys.executable, "-m", "planner", *args],
+                                env={**settings_env(self.settings), **(env or {})},
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         self.procs[name] = proc
         return proc
 
-    def worker(self, name: str = "worker") -> subprocess.Popen[bytes]:
-        return self.start(name, "worker")
+    def worker(self, name: str = "worker", *, env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
+        return self.start(name, "worker", env=env)
 
-    def sinks(self, kinds: str = "text,vector,structured,analytics,toolresults", name: str = "sinks") -> subprocess.Popen[bytes]:
-        return self.start(name, "sink", "--kind", kinds)
+    def sinks(self, kinds: str = "text,vector,structured,analytics,toolresults", name: str = "sinks",
+              *, env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
+        return self.start(name, "sink", "--kind", kinds, env=env)
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
         proc = self.procs.pop(name, None)

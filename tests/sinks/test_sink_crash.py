@@ -367,6 +367,9 @@ def test_pinned_text_generation_answers_identically_while_newer_generations_repl
             store.verify(manifest)
         newest = store.current_id()
         assert newest is not None and newest > manifest.generation_id + 3, "too few newer generations"
+        # Tantivy merged segments meanwhile: the newest generation dropped files the pinned one reads.
+        merged_away = {s.path for s in manifest.segments} - {s.path for s in store.load(newest).segments}
+        assert merged_away - {"meta.json", ".managed.json"}, "no tantivy merge happened"
         on_disk = store.generation_ids()
         assert manifest.generation_id in on_disk
         collected = [g for g in range(manifest.generation_id + 1, newest - 3) if g not in on_disk]
