@@ -313,6 +313,13 @@ class Planner:
                 seen["vector"] = None
         decision = choose_as_of(req.freshness, l1_seq, seen, req.required_kinds)
         decision = _explain_vector_fallback(decision, vector_pin, vector_problem)
+        for kind, pin in sorted(pins.items()):
+            # A line rebuilt with --from-seq N holds nothing below N: say so, never imply it.
+            starts = int((pin.manifest.extra.get("rebuild") or {}).get("fromSeq", 1)) if pin else 1
+            if starts > 1 and kind in decision.required:
+                decision = with_uncovered(decision, [SeqRange(1, min(starts - 1, decision.as_of_seq))],
+                                          f"the {kind} index was rebuilt from seq {starts} and holds "
+                                          f"nothing below it")
         if decision.fallbacks:
             usl_query_fallbacks_total.labels(
                 reason="vector_unusable" if vector_problem else "vector_missing").inc()

@@ -156,8 +156,7 @@ def _iter_l1(reader: L1Reader, log_id: str, from_seq: int) -> Iterator[tuple[int
         head = reader.committed_seq(log_id)
         if head < position:
             return
-        for seq, event in reader.read(log_id, position, head):
-            yield seq, event
+        yield from reader.read(log_id, position, head)
         position = head + 1
 
 

@@ -21,7 +21,7 @@ class TextWriter:
     """IndexWriter for kind ``text``."""
 
     kind = "text"
-    sources = ("chunks",)
+    sources: tuple[str, ...] = ("chunks",)
 
     def __init__(self, engine: str = "tantivy") -> None:
         self.engine = get_engine(engine)

@@ -37,7 +37,7 @@ class VectorWriter:
     """IndexWriter for kind ``vector``."""
 
     kind = "vector"
-    sources = ("chunks",)
+    sources: tuple[str, ...] = ("chunks",)
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings

@@ -125,6 +125,7 @@ class L1Producer:
             client_id="usl-l1-producer",
         )
         self._pending: list[Any] = []
+        self._highest = 0
 
     def append(self, event: dict[str, Any]) -> None:
         """Queue one validated event; :meth:`flush` waits until every queued event is durable."""
@@ -136,14 +137,13 @@ class L1Producer:
             self.flush()
 
     def flush(self) -> int:
-        """Wait for every queued event; return the highest seq appended (0 if none)."""
+        """Wait for every queued event; return the highest seq this producer appended (0 if none)."""
         self._producer.flush()
-        highest = 0
         for future in self._pending:
             metadata = future.get(timeout=60)
-            highest = max(highest, metadata.offset + 1)
+            self._highest = max(self._highest, metadata.offset + 1)
         self._pending.clear()
-        return highest
+        return self._highest
 
     def close(self) -> None:
         self.flush()
@@ -224,7 +224,8 @@ class DeadLetters:
                 source: dict[str, Any] | None = None) -> None:
         from streams.redaction import redact_text  # dead letters must not carry secrets either
 
-        safe_raw, _ = redact_text(raw[:_RAW_LIMIT]) if raw else ("", {})
+        # Redact the whole input, then cut: a cut first could split a secret and leak its prefix.
+        safe_raw = redact_text(raw)[0][:_RAW_LIMIT] if raw else ""
         safe_reason, _ = redact_text(reason)
         letter = {
             "stage": stage, "reason": safe_reason, "record": record, "source": source,

@@ -40,8 +40,10 @@ function highlighted(text, evidence) {
     const from = Math.max(span.from, at);
     if (from >= span.to) return; // overlapping evidence: keep the first
     if (from > at) pre.append(text.slice(at, from));
-    pre.append(el("mark", { class: i % 2 ? "ev alt" : "ev", title: `event ${span.e.eventId} · seq ${span.e.seq}` },
-      text.slice(from, span.to)));
+    pre.append(el("mark", {
+      class: i % 2 ? "ev alt" : "ev", title: `event ${span.e.eventId} · seq ${span.e.seq} · bytes ${span.e.start}–${span.e.end}`,
+      "data-event-id": span.e.eventId, "data-seq": span.e.seq, "data-start": span.e.start, "data-end": span.e.end,
+    }, text.slice(from, span.to)));
     at = span.to;
   });
   if (at < text.length) pre.append(text.slice(at));
@@ -54,7 +56,7 @@ function renderHit(hit) {
   const components = Object.entries(hit.score.components || {})
     .map(([source, c]) => `${source} #${c.rank}` + (c.score !== undefined ? ` (${Number(c.score).toFixed(3)})` : ""))
     .join(" · ");
-  return el("li", { class: "hit" },
+  return el("li", { class: "hit", "data-chunk-id": hit.chunkId, "data-session-id": hit.sessionId, "data-origin": hit.origin },
     el("div", { class: "meta" },
       el("span", { class: "score" }, `rrf ${hit.score.rrf.toFixed(5)}`),
       el("span", { class: "origin" }, hit.origin || ""),
@@ -64,6 +66,41 @@ function renderHit(hit) {
       el("span", null, hit.eventTime)),
     highlighted(hit.text || "", hit.evidence),
     el("div", { class: "components" }, components));
+}
+
+function table(headers, rows) {
+  return el("table", null,
+    el("thead", null, el("tr", null, ...headers.map((h) => el("th", null, h)))),
+    el("tbody", null, ...rows.map((row) => el("tr", null, ...row.map((cell) => el("td", null, cell))))));
+}
+
+function renderExplain(explain) {
+  const f = explain.freshness || {};
+  const parts = [
+    el("p", null, `mode ${f.mode} · label ${f.label} · asOfSeq ${f.asOfSeq} · L1 ${f.l1CommittedSeq} · ` +
+      `indexes through ${f.indexThroughSeq}` + (f.timedOut ? " · wait timed out" : "")),
+  ];
+  if ((f.reasons || []).length) parts.push(el("ul", { class: "reasons" }, ...f.reasons.map((r) => el("li", null, r))));
+  for (const fallback of explain.fallbacks || []) parts.push(el("p", { class: "fallback" }, `fallback: ${fallback}`));
+  const generations = Object.entries(explain.generations || {});
+  if (generations.length) {
+    parts.push(el("h4", null, "Generations read"), table(["index", "generation", "built through"],
+      generations.map(([kind, g]) => [kind, g && g.generationId !== undefined ? String(g.generationId) : "–",
+        g && g.builtThroughSeq !== undefined ? String(g.builtThroughSeq) : "–"])));
+  }
+  const sources = Object.entries(explain.sources || {});
+  if (sources.length) {
+    parts.push(el("h4", null, "Sources"), table(["source", "window", "returned", "truncated"],
+      sources.map(([name, src]) => [name, String(src.window), String(src.returned), src.truncated ? "yes" : "no"])));
+  }
+  const hits = explain.hits || [];
+  if (hits.length) {
+    parts.push(el("h4", null, `Ranking (${(explain.ranking || {}).method || "rrf"})`), table(["#", "chunk", "origin", "rrf", "source ranks"],
+      hits.map((h, i) => [String(i + 1), h.chunkId, h.origin, h.rrfExact || String(h.rrf),
+        Object.entries(h.components || {}).map(([src, c]) => `${src} #${c.rank}`).join(", ")])));
+  }
+  parts.push(el("details", { class: "raw" }, el("summary", null, "raw JSON"), el("pre", null, JSON.stringify(explain, null, 2))));
+  $("explain-body").replaceChildren(...parts);
 }
 
 function freshnessLine(body) {
@@ -84,6 +121,7 @@ function freshnessLine(body) {
 }
 
 async function search(cursor) {
+  document.body.dataset.search = "running";
   const request = cursor ? { ...lastRequest, cursor } : {
     query: $("query").value,
     freshness: $("freshness").value,
@@ -104,6 +142,7 @@ async function search(cursor) {
     $("error").textContent = `${e.status || response.status} ${e.code || ""}: ${e.message || "request failed"}` +
       (e.hint ? ` — ${e.hint}` : "");
     $("error").hidden = false;
+    document.body.dataset.search = "error";
     return;
   }
   if (!cursor) $("results").replaceChildren();
@@ -115,26 +154,35 @@ async function search(cursor) {
   more.onclick = () => search(body.cursor);
   const panel = $("explain-panel");
   panel.hidden = !body.explain;
-  if (body.explain) $("explain-body").textContent = JSON.stringify(body.explain, null, 2);
+  if (body.explain) renderExplain(body.explain);
+  document.body.dataset.search = "done";
 }
 
 // --- status view: watermark and lag per index, with a small lag chart over time -----------
 
-const history = new Map(); // "log/kind" -> [{t, lag}]
+const lagHistory = new Map(); // "log/kind" -> [{t, lag}]
 const HISTORY_POINTS = 90;
 
 function sparkline(points) {
   const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
   svg.setAttribute("viewBox", "0 0 100 28");
   svg.setAttribute("preserveAspectRatio", "none");
+  svg.setAttribute("class", "lag-chart");
+  svg.dataset.points = String(points.length);
   if (points.length < 2) return svg;
   const max = Math.max(1, ...points.map((p) => p.lag));
   const step = 100 / (HISTORY_POINTS - 1);
   const offset = 100 - step * (points.length - 1);
-  const d = points.map((p, i) => `${i ? "L" : "M"}${(offset + i * step).toFixed(2)},${(26 - 24 * p.lag / max).toFixed(2)}`).join(" ");
+  const xy = points.map((p, i) => [(offset + i * step).toFixed(2), (26 - 24 * p.lag / max).toFixed(2)]);
+  const d = xy.map(([x, y], i) => `${i ? "L" : "M"}${x},${y}`).join(" ");
+  const area = document.createElementNS("http://www.w3.org/2000/svg", "path");
+  area.setAttribute("d", `${d} L${xy[xy.length - 1][0]},28 L${xy[0][0]},28 Z`);
+  area.setAttribute("class", "area");
+  svg.append(area);
   const path = document.createElementNS("http://www.w3.org/2000/svg", "path");
   path.setAttribute("d", d);
   path.setAttribute("class", "line");
+  svg.dataset.maxLag = String(max);
   svg.append(path);
   const title = document.createElementNS("http://www.w3.org/2000/svg", "title");
   title.textContent = `lag over the last ${points.length} polls (max ${max} seqs)`;
@@ -150,21 +198,28 @@ function renderStatus(report) {
     const block = el("div", { class: "log-status" }, el("h3", null, `log ${logId} · L1 seq ${entry.l1CommittedSeq}`));
     for (const [kind, idx] of Object.entries(entry.indexes || {})) {
       const key = `${logId}/${kind}`;
-      const points = history.get(key) || [];
+      const points = lagHistory.get(key) || [];
       points.push({ t: now, lag: idx.lagSeqs || 0 });
       while (points.length > HISTORY_POINTS) points.shift();
-      history.set(key, points);
+      lagHistory.set(key, points);
       const figures = idx.generationId === null
         ? "no generation yet"
         : `gen ${idx.generationId} · through ${idx.builtThroughSeq} · lag ${idx.lagSeqs} seqs` +
           (idx.lagSeconds === null || idx.lagSeconds === undefined ? "" : ` / ${Number(idx.lagSeconds).toFixed(1)} s`);
-      block.append(el("div", { class: "index-row" },
-        el("span", { class: "name" }, kind), sparkline(points), el("span", { class: "figures" }, figures)));
+      const peak = Math.max(0, ...points.map((p) => p.lag));
+      block.append(el("div", {
+        class: "index-row", "data-log": logId, "data-kind": kind, "data-generation": idx.generationId,
+        "data-built-through": idx.builtThroughSeq, "data-lag-seqs": idx.lagSeqs,
+      },
+      el("span", { class: "name" }, kind),
+      el("div", { class: "chart" }, sparkline(points), el("span", { class: "peak" }, `peak ${peak}`)),
+      el("span", { class: "figures" }, figures)));
     }
     blocks.push(block);
   }
   if (!blocks.length) blocks.push(el("p", { class: "muted" }, "No logs yet: ingest something with usl ingest PATH."));
   root.replaceChildren(...blocks);
+  root.dataset.polls = String(Number(root.dataset.polls || 0) + 1);
   $("status-updated").textContent = new Date(now).toLocaleTimeString();
 }
 
@@ -181,11 +236,50 @@ async function pollStatus() {
   }
 }
 
-$("search-form").addEventListener("submit", (event) => {
-  event.preventDefault();
+function run() {
   search(null).catch((err) => {
     $("error").textContent = `request failed: ${err}`;
     $("error").hidden = false;
+    document.body.dataset.search = "error";
   });
+}
+
+// A search is a link: ?q=QUERY&freshness=latest&mode=text&k=5&log=default&explain=1&toolResults=1&as=PRINCIPAL
+const URL_FIELDS = { q: "query", freshness: "freshness", mode: "mode", k: "k", log: "log", as: "principal" };
+const URL_CHECKS = { explain: "explain", toolResults: "toolResults" };
+
+function fromUrl() {
+  const params = new URLSearchParams(window.location.search);
+  for (const [param, id] of Object.entries(URL_FIELDS)) {
+    const value = params.get(param);
+    if (value === null) continue;
+    const field = $(id);
+    if (field.tagName === "SELECT" && ![...field.options].some((o) => o.value === value)) {
+      field.append(el("option", { value }, value)); // e.g. wait:12
+    }
+    field.value = value;
+  }
+  for (const [param, id] of Object.entries(URL_CHECKS)) {
+    if (params.has(param)) $(id).checked = !["0", "false", "no"].includes(params.get(param));
+  }
+  return Boolean(params.get("q"));
+}
+
+function toUrl() {
+  const params = new URLSearchParams();
+  for (const [param, id] of Object.entries(URL_FIELDS)) {
+    const value = $(id).value.trim();
+    if (value) params.set(param, value);
+  }
+  for (const [param, id] of Object.entries(URL_CHECKS)) if ($(id).checked) params.set(param, "1");
+  window.history.replaceState(null, "", `${window.location.pathname}?${params}`);
+}
+
+$("search-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  toUrl();
+  run();
 });
+document.body.dataset.search = "idle";
+if (fromUrl()) run();
 pollStatus();

@@ -40,7 +40,9 @@ __all__ = [
 
 FORMATS = ("asp", "claude-code", "openai-chat")
 
-RAW_MAX_CHARS = 4096
+# Dead letters keep the first 4 KiB of the input, cut AFTER redaction (DeadLetters.publish):
+# cutting first could split a secret and leak its prefix. The importer keeps more than that.
+RAW_MAX_CHARS = 65536
 PAYLOAD_MAX_BYTES = 16 * 1024
 
 
