@@ -299,5 +299,5 @@ def main() -> None:
 
 
 # Query commands (search, serve, sql, rebuild) live beside the planner code they drive.
-import planner.cli_query  # noqa: E402,F401
+import planner.cli_query  # noqa: E402
 import planner.cli_sessionql  # noqa: E402,F401

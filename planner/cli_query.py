@@ -8,18 +8,22 @@ does not cover; ``--json`` prints exactly the HTTP API's response (or its error 
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NoReturn
 
 import typer
 from rich.markup import escape
+from rich.table import Table
 from rich.text import Text
 
 from planner.cli import LOG_OPTION, _bootstrap, _print_json, _settings, app, err, out
 from planner.exceptions import PlannerError, error_body
+from streams.exceptions import USLError
 
 __all__ = ["render_response", "search", "serve"]
 
 _SNIPPET_CHARS = 480
+_CELL_CHARS = 80
 _EVIDENCE_STYLES = ("bold yellow", "bold cyan")
 
 
@@ -42,10 +46,6 @@ def search(
                                       help="Search full tool results too (needs scopes:toolresults)."),
 ) -> None:
     """Search one log at one asOfSeq, with evidence for every hit."""
-    from planner.acl import parse_principal
-    from planner.engine import Planner
-
-    settings = _settings()
     request: dict[str, Any] = {"query": query, "freshness": freshness, "k": k, "explain": explain,
                                "cursor": cursor, "log": log, "mode": mode,
                                "toolResults": tool_results}
@@ -53,21 +53,7 @@ def search(
                if values}
     if filters:
         request["filters"] = filters
-    try:
-        principal = parse_principal(principal_text or settings.acl_default)
-        planner = Planner(settings, _bootstrap(settings))
-        try:
-            response = planner.search(request, principal)
-        finally:
-            planner.close()
-    except PlannerError as exc:
-        if json_out:
-            _print_json(error_body(exc))
-        else:
-            err.print(f"[red]error {exc.status} {exc.code}:[/] {escape(exc.message)}")
-            if exc.hint:
-                err.print(f"  {escape(exc.hint)}")
-        raise typer.Exit(2) from None
+    response = call_planner(principal_text, json_out, lambda planner, principal: planner.search(request, principal))
     if json_out:
         _print_json(response)
         return
@@ -181,38 +167,74 @@ def sql(
     json_out: bool = typer.Option(False, "--json", help="Print the API's JSON response."),
 ) -> None:
     """Run read-only SQL on the analytics snapshot at one asOfSeq, under your ACL."""
-    from rich.table import Table
+    body: dict[str, Any] = {"query": query, "log": log}
+    if as_of is not None:
+        body["asOfSeq"] = as_of
+    response = call_planner(principal_text, json_out, lambda planner, principal: planner.sql(body, principal))
+    if json_out:
+        _print_json(response)
+        return
+    render_rows(response)
 
+
+def call_planner(principal_text: str | None, json_out: bool,
+                 call: Callable[[Any, Any], dict[str, Any]]) -> dict[str, Any]:
+    """Run one planner call in this process for a CLI command. A planner error becomes the
+    API's JSON error body (``--json``) or one red line with its hint, and exit code 2."""
     from planner.acl import parse_principal
     from planner.engine import Planner
 
     settings = _settings()
-    body: dict[str, Any] = {"query": query, "log": log}
-    if as_of is not None:
-        body["asOfSeq"] = as_of
     try:
         principal = parse_principal(principal_text or settings.acl_default)
         planner = Planner(settings, _bootstrap(settings))
         try:
-            response = planner.sql(body, principal)
+            return call(planner, principal)
         finally:
             planner.close()
     except PlannerError as exc:
-        if json_out:
-            _print_json(error_body(exc))
-        else:
-            err.print(f"[red]error {exc.status} {exc.code}:[/] {escape(exc.message)}")
-            if exc.hint:
-                err.print(f"  {escape(exc.hint)}")
-        raise typer.Exit(2) from None
+        fail(exc, json_out)
+    except USLError as exc:
+        fail(PlannerError(str(exc)), json_out)
+    raise AssertionError("unreachable")
+
+
+def fail(exc: PlannerError, json_out: bool) -> NoReturn:
     if json_out:
-        _print_json(response)
-        return
-    table = Table(title=f"asOfSeq {response['asOfSeq']}", title_justify="left")
-    for column in response["columns"]:
-        table.add_column(str(column))
+        _print_json(error_body(exc))
+    else:
+        err.print(f"[red]error {exc.status} {exc.code}:[/] {escape(exc.message)}")
+        if exc.hint:
+            err.print(f"  {escape(exc.hint)}")
+    raise typer.Exit(2)
+
+
+def render_rows(response: dict[str, Any]) -> None:
+    """Human output of SQL and SessionQL: the rows as a table, then one line on the snapshot
+    the answer reflects (and the normalized query, for SessionQL)."""
+    table = Table(*map(str, response["columns"]), show_lines=False, header_style="bold")
     for row in response["rows"]:
-        table.add_row(*("" if v is None else str(v) for v in row))
+        table.add_row(*(_cell(value) for value in row))
     out.print(table)
-    more = " (truncated)" if response.get("truncated") else ""
-    out.print(f"{response['rowCount']} rows{more} · {escape(response.get('notice', ''))}")
+    parts = [f"{response['rowCount']} row{'s' if response['rowCount'] != 1 else ''}"
+             + (" (truncated)" if response["truncated"] else ""),
+             f"asOfSeq {response['asOfSeq']}"]
+    for kind, generation in response.get("generations", {}).items():
+        parts.append(f"{kind} gen {generation.get('generationId') if isinstance(generation, dict) else generation}")
+    if response.get("uncovered"):
+        span = response["uncovered"]
+        parts.append(f"uncovered {span['fromSeq']}..{span['toSeq']}")
+    out.print(escape(" · ".join(parts)), style="dim")
+    if response.get("query"):
+        out.print(escape(f"query: {response['query']}"), style="dim")
+    if response.get("notice"):
+        out.print(escape(response["notice"]), style="dim")
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "[dim]NULL[/]"
+    text = ", ".join(map(str, value)) if isinstance(value, list) else str(value)
+    if len(text) > _CELL_CHARS:
+        text = text[: _CELL_CHARS - 1] + "…"
+    return escape(text)

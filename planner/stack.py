@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+from deploy.kafka.broker import pid_alive
 from streams.settings import Settings
 
 __all__ = ["running", "start_process", "stop_process", "stop_stack", "supervise"]
@@ -27,17 +28,6 @@ def _run_dir(settings: Settings) -> Path:
     return path
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    stat = Path(f"/proc/{pid}/stat")
-    return not stat.exists() or stat.read_text().split(")")[-1].split()[0] != "Z"
-
-
 def running(settings: Settings) -> dict[str, int]:
     """Name → pid of every stack process that is alive."""
     alive: dict[str, int] = {}
@@ -46,7 +36,7 @@ def running(settings: Settings) -> dict[str, int]:
             pid = int(json.loads(pid_file.read_text())["pid"])
         except (OSError, ValueError, KeyError):
             continue
-        if _alive(pid):
+        if pid_alive(pid):
             alive[pid_file.stem] = pid
         else:
             pid_file.unlink(missing_ok=True)
@@ -71,13 +61,13 @@ def stop_process(pid: int, *, grace_seconds: float = 20.0) -> None:
     except ProcessLookupError:
         return
     deadline = time.monotonic() + grace_seconds
-    while time.monotonic() < deadline and _alive(pid):
+    while time.monotonic() < deadline and pid_alive(pid):
         try:
             os.waitpid(pid, os.WNOHANG)
         except ChildProcessError:
             pass
         time.sleep(0.2)
-    if _alive(pid):
+    if pid_alive(pid):
         try:
             os.killpg(pid, signal.SIGKILL)
         except ProcessLookupError:

@@ -68,7 +68,7 @@ class Browser:
         os.close(read_end)
         os.close(write_end)
         script = f'exec "$0" "$@" 3<&{to_browser_r} 4>&{from_browser_w} {to_browser_r}<&- {from_browser_w}>&-'
-        self._log = open(Path(self._profile) / "chromium.log", "wb")  # noqa: SIM115 (closed in __exit__)
+        self._log = open(Path(self._profile) / "chromium.log", "wb")  # closed in __exit__
         self.process = subprocess.Popen(
             ["bash", "-c", script, self.binary, *CHROMIUM_FLAGS, f"--user-data-dir={self._profile}",
              f"--window-size={self.width},{self.height}", "about:blank"],
@@ -166,11 +166,11 @@ class Browser:
 
     def goto(self, url: str, *, timeout: float = 60.0) -> None:
         """Navigate and wait until the new document has loaded (its scripts have run)."""
+        self.evaluate("window.__uslLeaving = true")  # gone once the new document replaced it
         answer = self.call("Page.navigate", url=url)
         if answer.get("errorText"):
             raise BrowserError(f"navigating to {url}: {answer['errorText']}")
-        self.wait_for(f"location.href !== 'about:blank' && document.readyState === 'complete' "
-                      f"&& performance.getEntriesByType('navigation').length > 0",
+        self.wait_for("!window.__uslLeaving && document.readyState === 'complete'",
                       timeout=timeout, what=f"{url} to load")
 
     def evaluate(self, expression: str, *, timeout: float = 30.0) -> Any:
@@ -186,15 +186,20 @@ class Browser:
     def wait_for(self, expression: str, *, timeout: float = 60.0, what: str | None = None) -> Any:
         """Poll ``expression`` until it is truthy; return its value."""
         deadline = time.monotonic() + timeout
+        problem = None
         while True:
-            value = self.evaluate(expression)
+            try:
+                value = self.evaluate(expression)
+                problem = None
+            except BrowserError as exc:  # e.g. no document yet while a navigation commits
+                value, problem = None, exc
             if value:
                 return value
             if self.process.poll() is not None:
                 raise BrowserError(f"the browser exited with {self.process.returncode}")
             if time.monotonic() > deadline:
                 raise BrowserError(f"timed out after {timeout:.0f}s waiting for {what or expression}; "
-                                   f"console: {self.console[-10:]}")
+                                   f"last error: {problem}; console: {self.console[-10:]}")
             time.sleep(0.25)
 
     def screenshot(self, path: Path, *, selector: str | None = None, full_page: bool = False) -> Path:

@@ -25,7 +25,7 @@ from pathlib import Path
 from streams.exceptions import BrokerError
 from streams.settings import Settings
 
-__all__ = ["BrokerInfo", "ensure_broker", "ensure_jars", "local_broker_status", "stop_broker"]
+__all__ = ["BrokerInfo", "ensure_broker", "ensure_jars", "local_broker_status", "pid_alive", "stop_broker"]
 
 _HERE = Path(__file__).resolve().parent
 _START_TIMEOUT_SECONDS = 90.0
@@ -82,7 +82,8 @@ def _port_open(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie counts as gone)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -110,7 +111,7 @@ def _read_state(settings: Settings) -> dict | None:
 def local_broker_status(settings: Settings) -> BrokerInfo | None:
     """The local broker if it is running, else None."""
     state = _read_state(settings)
-    if not state or not state.get("pid") or not _pid_alive(int(state["pid"])):
+    if not state or not state.get("pid") or not pid_alive(int(state["pid"])):
         return None
     port = int(state["bootstrap"].rsplit(":", 1)[1])
     if not _port_open(port):
@@ -226,17 +227,17 @@ def _wait_ready(proc: subprocess.Popen[bytes], bootstrap: str, log_path: Path) -
 def stop_broker(settings: Settings, *, grace_seconds: float = 30.0) -> bool:
     """Stop the local broker cleanly; True if one was running."""
     state = _read_state(settings)
-    if not state or not _pid_alive(int(state.get("pid", 0))):
+    if not state or not pid_alive(int(state.get("pid", 0))):
         return False
     pid = int(state["pid"])
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace_seconds
-    while time.monotonic() < deadline and _pid_alive(pid):
+    while time.monotonic() < deadline and pid_alive(pid):
         try:
             os.waitpid(pid, os.WNOHANG)
         except ChildProcessError:
             pass
         time.sleep(0.2)
-    if _pid_alive(pid):
+    if pid_alive(pid):
         os.kill(pid, signal.SIGKILL)
     return True

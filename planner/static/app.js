@@ -171,9 +171,9 @@ function sparkline(points) {
   svg.dataset.points = String(points.length);
   if (points.length < 2) return svg;
   const max = Math.max(1, ...points.map((p) => p.lag));
-  const step = 100 / (HISTORY_POINTS - 1);
-  const offset = 100 - step * (points.length - 1);
-  const xy = points.map((p, i) => [(offset + i * step).toFixed(2), (26 - 24 * p.lag / max).toFixed(2)]);
+  // The polls so far span the width; once HISTORY_POINTS are kept, the chart scrolls.
+  const step = 100 / (points.length - 1);
+  const xy = points.map((p, i) => [(i * step).toFixed(2), (26 - 24 * p.lag / max).toFixed(2)]);
   const d = xy.map(([x, y], i) => `${i ? "L" : "M"}${x},${y}`).join(" ");
   const area = document.createElementNS("http://www.w3.org/2000/svg", "path");
   area.setAttribute("d", `${d} L${xy[xy.length - 1][0]},28 L${xy[0][0]},28 Z`);
@@ -207,13 +207,15 @@ function renderStatus(report) {
         : `gen ${idx.generationId} · through ${idx.builtThroughSeq} · lag ${idx.lagSeqs} seqs` +
           (idx.lagSeconds === null || idx.lagSeconds === undefined ? "" : ` / ${Number(idx.lagSeconds).toFixed(1)} s`);
       const peak = Math.max(0, ...points.map((p) => p.lag));
+      const seconds = Math.round((points[points.length - 1].t - points[0].t) / 1000);
       block.append(el("div", {
         class: "index-row", "data-log": logId, "data-kind": kind, "data-generation": idx.generationId,
         "data-built-through": idx.builtThroughSeq, "data-lag-seqs": idx.lagSeqs,
       },
       el("span", { class: "name" }, kind),
-      el("div", { class: "chart" }, sparkline(points), el("span", { class: "peak" }, `peak ${peak}`)),
-      el("span", { class: "figures" }, figures)));
+      sparkline(points),
+      el("span", { class: "figures" }, figures),
+      el("span", { class: "peak" }, `lag chart: last ${seconds} s, peak ${peak} seqs`)));
     }
     blocks.push(block);
   }
