@@ -170,7 +170,16 @@ def create_app(settings: Settings, bootstrap: str, *, planner: Any = None) -> St
         log_id = request.query_params.get("log") or None
         return _JSON(await run_in_threadpool(collect, log_id))
 
+    def refresh_freshness_gauges() -> None:
+        from planner.status import export_status_metrics
+
+        try:
+            export_status_metrics(collect(None))
+        except Exception as exc:  # a scrape still answers while the broker is unreachable
+            log.warning("freshness gauges not refreshed: %s", exc)
+
     async def metrics(request: Request) -> Response:
+        await run_in_threadpool(refresh_freshness_gauges)
         return Response(metrics_text(), media_type=METRICS_CONTENT_TYPE)
 
     async def healthz(request: Request) -> Response:

@@ -15,7 +15,7 @@ from streams.l1 import L1Reader
 from streams.settings import Settings
 from streams.topics import Topics
 
-__all__ = ["INDEX_KINDS", "build_status", "collect_status", "render_status"]
+__all__ = ["INDEX_KINDS", "build_status", "collect_status", "export_status_metrics", "render_status"]
 
 INDEX_KINDS = ("text", "vector", "structured", "analytics", "toolresults")
 
@@ -78,6 +78,18 @@ def build_status(l1_seqs: dict[str, int], watermarks: dict[tuple[str, str], dict
             }
         logs[log_id] = {"l1CommittedSeq": l1_seq, "indexes": indexes}
     return {"logs": logs, "generatedAt": now}
+
+
+def export_status_metrics(report: dict[str, Any]) -> None:
+    """Set the freshness gauges (committed L1 seq, lag in seqs and seconds) from a status report."""
+    from streams.metrics import usl_index_lag_seconds, usl_index_lag_seqs, usl_l1_committed_seq
+
+    for log_id, entry in report["logs"].items():
+        usl_l1_committed_seq.labels(log=log_id).set(entry["l1CommittedSeq"])
+        for kind, index in entry["indexes"].items():
+            usl_index_lag_seqs.labels(log=log_id, kind=kind).set(index["lagSeqs"])
+            if index["lagSeconds"] is not None:
+                usl_index_lag_seconds.labels(log=log_id, kind=kind).set(index["lagSeconds"])
 
 
 def collect_status(settings: Settings, bootstrap: str, *, log_id: str | None = None) -> dict[str, Any]:
