@@ -101,11 +101,10 @@ class SearchRequest:
 
     @property
     def required_kinds(self) -> tuple[str, ...]:
-        """Index kinds this query reads. ``structured`` always: it holds each chunk's text,
-        evidence and session access list."""
-        kinds = {"structured"}
-        if self.mode in ("hybrid", "text"):
-            kinds.add("text")
+        """Index kinds this query reads. ``structured`` always (evidence, access lists) and
+        ``text`` always: the text index stores each chunk's text, which a vector-only query
+        needs too for its snippets and evidence offsets."""
+        kinds = {"structured", "text"}
         if self.mode in ("hybrid", "vector"):
             kinds.add("vector")
         if self.tool_results:
