@@ -45,30 +45,104 @@ def _fatal(agent: str) -> None:
     os._exit(70)
 
 
-def _guard_rebalance_acks() -> None:
-    """Work around a faust-streaming 0.15 rebalance bug (shown by tests/streams/test_rebalance.py).
+def _patch_faust_rebalance() -> None:
+    """Work around faust-streaming 0.15 / aiokafka 0.14 rebalance bugs that lose records (shown
+    by tests/streams/test_rebalance.py: chunks missing events, progress markers that stall).
 
-    During a rebalance faust skips the messages already buffered for an agent, but *acks* them
-    (``Stream.__aiter__``); a commit can then move the group's offset past records no agent
-    processed, and they are lost (chunks missing events, progress markers that stall). An ack of
-    a message fetched in an older consumer generation, or arriving while the flow is stopped, is
-    dropped here instead: the record stays uncommitted and is read again after the rebalance,
-    which every step of this app tolerates (idempotent by construction).
+    - A stream skips (and acks) messages fetched while the flow is stopped or in an older
+      consumer generation -- during a rebalance, and in a race right after recovery -- and
+      nothing reads them again; faust's commit then moves past them (its gap check is off by
+      one). Here such an ack is dropped, the partition is marked ``usl_skipped``, its offsets
+      are not committed, and the ``reread_skipped`` timer seeks back to the committed offsets.
+    - A partition kept across a rebalance without a committed offset is not repositioned
+      (aiokafka seeks only to committed offsets > 0); it is now sought to its beginning, which
+      is what ``earliest`` means for a group that has committed nothing.
+
+    Reading a record again is always safe here: every step is idempotent by construction.
     """
     from faust.transport.consumer import Consumer
+    from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
 
-    if getattr(Consumer.ack, "usl_guarded", False):
+    if getattr(Consumer, "usl_patched", False):
         return
-    original = Consumer.ack
+    original_ack, original_new_offset = Consumer.ack, Consumer._new_offset
 
     def ack(self: Any, message: Any) -> bool:
         app = self.app
         if message.generation_id != app.consumer_generation_id or not app.flow_control.is_active():
+            self.__dict__.setdefault("usl_skipped", set()).add(message.tp)
             return False
-        return bool(original(self, message))
+        return bool(original_ack(self, message))
 
-    ack.usl_guarded = True  # type: ignore[attr-defined]
+    def new_offset(self: Any, tp: Any) -> Any:
+        if tp in self.__dict__.get("usl_skipped", ()):
+            return None  # never commit past a record that was skipped instead of processed
+        return original_new_offset(self, tp)
+
+    async def seek_to_committed(self: Any) -> Any:
+        consumer = self._ensure_consumer()
+
+        async def seek() -> Any:
+            committed = await consumer.seek_to_committed()
+            uncommitted = [tp for tp, offset in committed.items() if not offset]
+            if uncommitted:  # an explicit offset: a lazy reset leaves no position to read meanwhile
+                for tp, offset in (await consumer.beginning_offsets(uncommitted)).items():
+                    consumer.seek(tp, offset)
+            return committed
+
+        return await self.call_thread(seek)
+
     Consumer.ack = ack  # type: ignore[method-assign]
+    Consumer._new_offset = new_offset  # type: ignore[method-assign]
+    AIOKafkaConsumerThread.seek_to_committed = seek_to_committed  # type: ignore[method-assign]
+    Consumer.usl_patched = True  # type: ignore[attr-defined]
+
+
+class _Rereader:
+    """Makes the agents see every record of a source partition, in offset order.
+
+    Each agent remembers (in its table) the offset of the last record it applied per source
+    partition. A record past the next offset means faust skipped some (see
+    :func:`_patch_faust_rebalance`): it is not applied, the partition's commits are held, and
+    :meth:`reread` seeks every partition back to its committed offset. A hole that is still
+    there after three seeks is real (e.g. transaction markers on L1) and is accepted.
+    """
+
+    def __init__(self, app: faust.App) -> None:
+        self.app = app
+        self.expected: dict[Any, int] = {}  # tp -> the offset a hole was found before
+        self.rounds: dict[tuple[Any, int], int] = {}
+
+    def _skipped(self) -> set[Any]:
+        skipped: set[Any] = self.app.consumer.__dict__.setdefault("usl_skipped", set())
+        return skipped
+
+    def hole(self, message: Any, last_offset: int | None) -> bool:
+        """True when records between ``last_offset`` and ``message`` were never delivered."""
+        if last_offset is None or message.offset <= last_offset + 1:
+            return False
+        key = (message.tp, last_offset + 1)
+        if self.rounds.get(key, 0) >= 3:
+            log.warning("accepting a gap in %s before offset %d", message.tp, message.offset)
+            return False
+        self.expected[message.tp] = last_offset + 1
+        self._skipped().add(message.tp)
+        return True
+
+    async def reread(self) -> None:
+        skipped = self._skipped()
+        if not skipped or not self.app.flow_control.is_active():
+            return
+        consumer = self.app.consumer
+        pending = set(skipped)
+        await consumer.perform_seek()
+        for tp in pending:  # acks of the skipped range are rebuilt as it is processed again
+            consumer._acked.pop(tp, None)
+            consumer._acked_index.pop(tp, None)
+            if tp in self.expected:
+                key = (tp, self.expected.pop(tp))
+                self.rounds[key] = self.rounds.get(key, 0) + 1
+        skipped.difference_update(pending)
 
 
 def _broker_urls(bootstrap: str) -> list[str]:
@@ -80,7 +154,7 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
     from streams.chunking import Chunker, ChunkerConfig, default_tokenizer
     from streams.redaction import policy_hash, redact_event
 
-    _guard_rebalance_acks()
+    _patch_faust_rebalance()
     topics = Topics.from_settings(settings)
     app = faust.App(
         app_id(settings),
@@ -119,6 +193,7 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
                       idle_gap_seconds=settings.idle_gap_seconds),
         default_tokenizer(), policy_hash=policy,
     )
+    rereader = _Rereader(app)
     last_flush: dict[str, int] = {}
     # Per log, the highest seq this process itself has handled. A flush tick claims only these:
     # the clock restored from the changelog may be ahead of what the previous owner's producer
@@ -149,6 +224,10 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
         try:
             async for record in stream.events():
                 message = record.message
+                offset_key = f"@offset/{message.partition}"
+                if rereader.hole(message, clocks.get(offset_key)):
+                    continue
+                clocks[offset_key] = message.offset
                 seq = message.offset + 1
                 source = {"topic": message.topic, "partition": message.partition, "offset": message.offset}
                 usl_records_total.labels(stage="redaction").inc()
@@ -194,6 +273,10 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
         except Exception:  # an unexpected bug: exit so a restart resumes at-least-once
             _fatal('redaction')
 
+    @app.timer(interval=0.5)
+    async def reread_skipped() -> None:
+        await rereader.reread()
+
     @app.timer(interval=1.0)
     async def flush_ticks() -> None:
         for log_id, seq in list(handled.items()):
@@ -229,6 +312,10 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
             async for record in stream.events():
                 message = record.message
                 partition = message.partition
+                offset_key = f"{partition}/@offset"
+                if rereader.hole(message, progress_table.get(offset_key)):
+                    continue
+                progress_table[offset_key] = message.offset
                 usl_records_total.labels(stage="chunking").inc()
                 try:
                     body = orjson.loads(record.value)

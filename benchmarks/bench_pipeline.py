@@ -1,0 +1,328 @@
+"""Pipeline benchmark (SPEC §11): end-to-end indexing throughput against the raw L1 read rate,
+and append → searchable freshness lag, measured in one run against a real broker.
+
+One run:
+
+1. appends N synthetic ASP events (default 20 000; agent sessions of ~26 events, 16 sessions
+   open at a time) to one log, after a warm-up session that the worker has fully indexed;
+2. (a) raw read: events/s at which kafka-python reads the L1 topic from offset 0 to its end
+   (read_committed, no decoding; best of two reads) -- the limit for this design;
+3. (b) the pure stages in this process over the same events: ``redact_event`` alone, and
+   ``chunk_stream`` alone (regular ticks every K seqs, default chunker config, real tokenizer);
+4. (c) end to end: one real ``usl worker`` (faust: redaction + chunking agents), events/s from
+   the first append until every chunks partition's progress marker reaches the L1 head;
+5. (d) freshness: with the worker and the text sink running, appends at a steady rate (default
+   100 events/s for 40 s) and reports, per event, the time from its append to the first text
+   watermark whose ``builtThroughSeq`` covers it (p50/p90/p99/max). An event in an open turn
+   is covered only once its turn closes (SPEC §5), so the lag includes the wall-clock length of
+   turns at that append rate; the sink commits every ``USL_SINK_BATCH_SECONDS`` (default 1 s).
+
+Prints every figure and the ratios to the raw read rate; asserts nothing. The broker is
+``KAFKA_BOOTSTRAP_SERVERS`` if set, else a local single-node broker started (and stopped) here.
+
+Usage::
+
+    .venv/bin/python benchmarks/bench_pipeline.py [--events 20000] [--rate 100] [--seconds 40] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import orjson
+from kafka import KafkaConsumer, TopicPartition
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.factories, tests.harness
+
+from streams.chunking import Chunker, ChunkerConfig, chunk_stream, default_tokenizer, make_ticks
+from streams.l1 import L1Producer
+from streams.redaction import policy_hash, redact_event
+from streams.settings import Settings
+from streams.topics import Topics
+from tests.factories import interleave, session_events
+from tests.harness import Stack
+
+__all__ = ["main", "make_events"]
+
+LOG = "default"
+
+
+def make_events(count: int, *, first_session: int = 0, concurrent: int = 16) -> list[dict[str, Any]]:
+    """At least ``count`` validated events, in whole groups of ``concurrent`` sessions interleaved
+    (every turn closed, so the markers can reach the head), each group starting 10 minutes of
+    log time after the previous one."""
+    start = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+    events: list[dict[str, Any]] = []
+    group = 0
+    while len(events) < count:
+        sessions = [
+            session_events(f"bench-{first_session + group * concurrent + n}", turns=3, seed=group * concurrent + n,
+                           log_id=LOG, start=start + timedelta(minutes=10 * group, seconds=7 * n))
+            for n in range(concurrent)
+        ]
+        events += interleave(*sessions, seed=group)
+        group += 1
+    return events
+
+
+class Tail:
+    """Follows a topic from its beginning on a background thread, handing each decoded record
+    (partition, body, wall-clock time seen) to ``on_record``."""
+
+    def __init__(self, bootstrap: str, topic: str, on_record: Any) -> None:
+        self.consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                                      isolation_level="read_committed", client_id="usl-bench-tail")
+        parts = None
+        deadline = time.monotonic() + 30
+        while not parts and time.monotonic() < deadline:
+            parts = self.consumer.partitions_for_topic(topic)
+            time.sleep(0.2)
+        tps = [TopicPartition(topic, p) for p in sorted(parts or [])]
+        self.consumer.assign(tps)
+        self.consumer.seek_to_beginning(*tps)
+        self.on_record = on_record
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            batch = self.consumer.poll(timeout_ms=100, max_records=5000)
+            seen = time.monotonic()
+            for tp, records in batch.items():
+                for record in records:
+                    if record.value is not None:
+                        self.on_record(tp.partition, record.key, orjson.loads(record.value), seen)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        self.consumer.close()
+
+
+class Markers:
+    """Per chunks partition, the highest progress marker of the log seen so far."""
+
+    def __init__(self, partitions: int) -> None:
+        self.partitions = partitions
+        self.seqs: dict[int, int] = {}
+        self.changed = threading.Condition()
+
+    def on_record(self, partition: int, key: bytes | None, body: dict[str, Any], seen: float) -> None:
+        if body.get("kind") == "progress" and body.get("logId") == LOG:
+            with self.changed:
+                self.seqs[partition] = max(self.seqs.get(partition, 0), int(body["seq"]))
+                self.changed.notify_all()
+
+    def floor(self) -> int:
+        return min(self.seqs.values()) if len(self.seqs) == self.partitions else 0
+
+    def wait(self, seq: int, timeout: float) -> float:
+        """Block until the floor reaches ``seq``; return the monotonic time it did."""
+        deadline = time.monotonic() + timeout
+        with self.changed:
+            while self.floor() < seq:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"progress markers stayed at {self.floor()} < {seq}")
+                self.changed.wait(timeout=min(left, 0.2))
+        return time.monotonic()
+
+
+class TextWatermark:
+    """Every (time seen, builtThroughSeq) of the text watermark of the log."""
+
+    def __init__(self) -> None:
+        self.history: list[tuple[float, int]] = []
+        self.lock = threading.Lock()
+
+    def on_record(self, partition: int, key: bytes | None, body: dict[str, Any], seen: float) -> None:
+        if key == f"{LOG}/text".encode():
+            with self.lock:
+                self.history.append((seen, int(body["builtThroughSeq"])))
+
+    def current(self) -> int:
+        with self.lock:
+            return self.history[-1][1] if self.history else 0
+
+    def covered_at(self, seq: int) -> float | None:
+        with self.lock:
+            return next((seen for seen, through in self.history if through >= seq), None)
+
+
+def append(settings: Settings, events: list[dict[str, Any]]) -> int:
+    producer = L1Producer(settings.bootstrap_servers or "", settings)
+    for event in events:
+        producer.append(event)
+    head = producer.flush()
+    producer.close()
+    return head
+
+
+def raw_read_rate(settings: Settings, expected: int) -> float:
+    """events/s of a plain kafka-python read of the L1 topic, start to end (best of two)."""
+    topic = Topics.from_settings(settings).l1
+    best = 0.0
+    for _ in range(2):
+        consumer = KafkaConsumer(bootstrap_servers=settings.bootstrap_servers, enable_auto_commit=False,
+                                 isolation_level="read_committed", client_id="usl-bench-raw")
+        tps = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or [])]
+        consumer.assign(tps)
+        ends = consumer.end_offsets(tps)
+        started = time.perf_counter()
+        consumer.seek_to_beginning(*tps)
+        count = 0
+        while any(consumer.position(tp) < ends[tp] for tp in tps):
+            for records in consumer.poll(timeout_ms=500, max_records=5000).values():
+                count += len(records)
+        elapsed = time.perf_counter() - started
+        consumer.close()
+        assert count >= expected
+        best = max(best, count / elapsed)
+    return best
+
+
+def pure_rates(settings: Settings, events: list[dict[str, Any]], first_seq: int) -> dict[str, Any]:
+    """events/s of redact_event alone and of chunk_stream alone over the same events."""
+    redact_event(events[0])  # warm caches outside the timing
+    started = time.perf_counter()
+    redacted = [redact_event(event).event for event in events]
+    redaction_seconds = time.perf_counter() - started
+
+    chunker = Chunker(ChunkerConfig(target_tokens=settings.chunk_tokens, overlap_tokens=settings.chunk_overlap_tokens,
+                                    idle_gap_seconds=settings.idle_gap_seconds),
+                      default_tokenizer(), policy_hash=policy_hash())
+    chunker.tokenizer.count("warm up")
+    records = make_ticks(list(enumerate(redacted, start=first_seq)), settings.tick_every_seqs)
+    started = time.perf_counter()
+    chunks = chunk_stream(records, chunker)
+    chunking_seconds = time.perf_counter() - started
+    return {"redaction_events_per_second": len(events) / redaction_seconds,
+            "chunking_events_per_second": len(events) / chunking_seconds, "chunks": len(chunks)}
+
+
+def freshness(settings: Settings, watermark: TextWatermark, rate: float, seconds: float, first_session: int) -> dict[str, Any]:
+    """Steady appends; per event, seconds from its append to a text watermark covering it."""
+    events = make_events(int(rate * seconds), first_session=first_session)
+    producer = L1Producer(settings.bootstrap_servers or "", settings)
+    batch_size = max(1, int(rate / 10))
+    sent: list[tuple[float, int, int]] = []  # (append time, first seq, last seq)
+    started = time.monotonic()
+    for index in range(0, len(events), batch_size):
+        due = started + index / rate
+        time.sleep(max(0.0, due - time.monotonic()))
+        batch = events[index:index + batch_size]
+        appended = time.monotonic()
+        for event in batch:
+            producer.append(event)
+        last = producer.flush()
+        sent.append((appended, last - len(batch) + 1, last))
+    producer.close()
+    head = sent[-1][2]
+    deadline = time.monotonic() + 180
+    while watermark.current() < head and time.monotonic() < deadline:
+        time.sleep(0.2)
+    lags = []
+    for appended, first, last in sent:
+        for seq in range(first, last + 1):
+            covered = watermark.covered_at(seq)
+            if covered is not None:
+                lags.append(covered - appended)
+    lags.sort()
+
+    def pct(p: float) -> float:
+        return lags[min(len(lags) - 1, int(p / 100 * len(lags)))]
+
+    return {"freshness_events": len(events), "freshness_covered": len(lags),
+            "freshness_rate_events_per_second": round(len(events) / (sent[-1][0] - started), 1),
+            "freshness_lag_p50_seconds": round(pct(50), 2), "freshness_lag_p90_seconds": round(pct(90), 2),
+            "freshness_lag_p99_seconds": round(pct(99), 2), "freshness_lag_max_seconds": round(lags[-1], 2),
+            "freshness_lag_mean_seconds": round(statistics.mean(lags), 2)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=20_000)
+    parser.add_argument("--rate", type=float, default=100.0, help="steady append rate of the freshness phase")
+    parser.add_argument("--seconds", type=float, default=40.0, help="length of the freshness phase")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+
+    home = Path(tempfile.mkdtemp(prefix="usl-bench-pipeline-"))
+    bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+    broker_settings = None
+    if not bootstrap:
+        from deploy.kafka.broker import ensure_broker
+
+        broker_settings = Settings.from_env({}, home=home / "broker")
+        bootstrap = ensure_broker(broker_settings)
+    settings = Settings.from_env({}, home=home, bootstrap_servers=bootstrap, topic_prefix=f"bench{uuid.uuid4().hex[:8]}.",
+                                 l1_partitions=2, stream_partitions=2)
+    report: dict[str, Any] = {"events": args.events, "stream_partitions": settings.stream_partitions,
+                              "tick_every_seqs": settings.tick_every_seqs}
+    stack = Stack(settings)
+    markers = Markers(settings.stream_partitions)
+    watermark = TextWatermark()
+    tails: list[Tail] = []
+    try:
+        stack.worker()
+        tails.append(Tail(bootstrap, Topics.from_settings(settings).chunks, markers.on_record))
+        warm_head = append(settings, make_events(1, first_session=10_000_000, concurrent=2))
+        markers.wait(warm_head, timeout=180)  # the worker has joined and indexed a session
+
+        events = make_events(args.events)
+        report["events"] = len(events)
+        started = time.monotonic()
+        head = append(settings, events)
+        appended = time.monotonic()
+        done = markers.wait(head, timeout=1800)
+        report["append_events_per_second"] = len(events) / (appended - started)
+        report["end_to_end_events_per_second"] = len(events) / (done - started)
+        report["end_to_end_seconds"] = round(done - started, 2)
+
+        report["raw_read_events_per_second"] = raw_read_rate(settings, head)
+        report.update(pure_rates(settings, events, warm_head + 1))
+
+        stack.sinks("text")
+        tails.append(Tail(bootstrap, Topics.from_settings(settings).watermarks, watermark.on_record))
+        deadline = time.monotonic() + 300
+        while watermark.current() < head and time.monotonic() < deadline:
+            time.sleep(0.5)
+        report["text_sink_caught_up"] = watermark.current() >= head
+        report.update(freshness(settings, watermark, args.rate, args.seconds, first_session=1_000_000))
+    finally:
+        for tail in tails:
+            tail.close()
+        stack.close()
+        if broker_settings is not None:
+            from deploy.kafka.broker import stop_broker
+
+            stop_broker(broker_settings)
+
+    raw = report["raw_read_events_per_second"]
+    for key in ("end_to_end", "redaction", "chunking"):
+        report[f"{key}_vs_raw_read"] = round(report[f"{key}_events_per_second"] / raw, 4)
+    for key, value in list(report.items()):
+        if key.endswith("_per_second") and isinstance(value, float):
+            report[key] = round(value)
+    if args.json:
+        print(json.dumps(report))
+    else:
+        for key, value in report.items():
+            print(f"{key:>36}: {value}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
