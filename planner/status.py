@@ -66,7 +66,7 @@ def build_status(l1_seqs: dict[str, int], watermarks: dict[tuple[str, str], dict
             oldest = append_time.get((log_id, through + 1)) if lag else None
             lag_seconds = 0.0 if lag == 0 else (round(max(now - oldest, 0.0), 3) if oldest else None)
             if lag == 0:
-                verdict = "ok: caught up with L1"
+                verdict = "ok: caught up"
             elif lag_seconds is not None and lag_seconds > 60:
                 verdict = f"behind: {lag} seqs, oldest unindexed event appended {lag_seconds:.0f}s ago"
             else:
@@ -119,8 +119,9 @@ def render_status(report: dict[str, Any], console: Console) -> None:
         return
     for log_id, entry in report["logs"].items():
         table = Table(title=f"log {log_id!r} — L1 committed seq {entry['l1CommittedSeq']}", title_justify="left")
-        for column in ("index", "generation", "builtThroughSeq", "lag (seqs)", "lag (s)", "last commit", "verdict"):
-            table.add_column(column)
+        for column in ("index", "gen", "through", "lag", "lag s", "committed"):
+            table.add_column(column, no_wrap=True)
+        table.add_column("verdict")
         for kind, idx in entry["indexes"].items():
             last = idx["lastCommit"]
             last_text = time.strftime("%H:%M:%S", time.localtime(last)) if last else "-"
