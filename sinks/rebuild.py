@@ -19,7 +19,7 @@ import orjson
 from kafka import KafkaConsumer, TopicPartition
 
 from sinks.generations import GenerationStore, Manifest
-from sinks.runner import index_root
+from sinks.runner import index_root, watermark_of, write_ids
 from sinks.service import make_writer, pipeline_versions
 from sinks.watermarks import WatermarkPublisher
 from sinks.writer import record_id
@@ -32,9 +32,6 @@ from streams.ticks import advance_clock
 from streams.topics import Topics
 
 __all__ = ["ReplayStream", "rebuild", "resume_offsets"]
-
-_IDS_PREFIX = "ids-"
-
 
 class ReplayStream:
     """L1 events → the derived records the pipeline would produce (redacted events, tool
@@ -189,10 +186,7 @@ def rebuild(settings: Settings, bootstrap: str, kind: str, *, log_id: str = "def
         try:
             previous = store.generation_dir(manifest.generation_id) if manifest else None
             writer.write(staging, previous, pending)
-            ids = [record_id(r) for r in pending]
-            if ids:
-                gen = int(staging.name.rsplit("-", 1)[-1])
-                (staging / f"{_IDS_PREFIX}{gen:08d}.txt").write_text("\n".join(ids) + "\n")
+            write_ids(staging, [record_id(r) for r in pending])
             describe = writer.describe()
             committed = store.commit(staging, Manifest(
                 kind=kind, log_id=log_id, line=line, generation_id=0, built_through_seq=through,
@@ -225,12 +219,7 @@ def rebuild(settings: Settings, bootstrap: str, kind: str, *, log_id: str = "def
     live.set_active_line(line)
     publisher = WatermarkPublisher(bootstrap, settings)
     try:
-        publisher.publish({
-            "logId": log_id, "kind": kind, "line": line, "generationId": manifest.generation_id,
-            "builtThroughSeq": manifest.built_through_seq,
-            "manifest": str(store.manifest_path(manifest.generation_id)),
-            "committedAt": manifest.created_at, "versions": {**versions, "embedding": manifest.embedding},
-        })
+        publisher.publish(watermark_of(manifest, store, versions))
     finally:
         publisher.close()
     if old_line is not None and old_line != line:

@@ -45,7 +45,7 @@ from streams.metrics import (
 from streams.settings import Settings
 from streams.topics import Topics
 
-__all__ = ["LogState", "SinkRunner", "index_root"]
+__all__ = ["LogState", "SinkRunner", "index_root", "watermark_of", "write_ids"]
 
 log = logging.getLogger("usl.sink")
 
@@ -54,6 +54,23 @@ _IDS_PREFIX = "ids-"
 
 def index_root(settings: Settings) -> Path:
     return Path(settings.home).resolve() / "indexes"
+
+
+def write_ids(staging: Path, ids: list[str]) -> None:
+    """Record the dedup ids a new generation adds (its ``ids-<generation>.txt``), if any."""
+    if ids:
+        generation_id = int(staging.name.rsplit("-", 1)[-1])
+        (staging / f"{_IDS_PREFIX}{generation_id:08d}.txt").write_text("\n".join(ids) + "\n")
+
+
+def watermark_of(manifest: Manifest, store: GenerationStore, versions: dict[str, Any]) -> dict[str, Any]:
+    """The watermark record a committed generation publishes (docs/architecture.md)."""
+    return {
+        "logId": manifest.log_id, "kind": manifest.kind, "line": manifest.line,
+        "generationId": manifest.generation_id, "builtThroughSeq": manifest.built_through_seq,
+        "manifest": str(store.manifest_path(manifest.generation_id)),
+        "committedAt": manifest.created_at, "versions": {**versions, "embedding": manifest.embedding},
+    }
 
 
 @dataclass
@@ -319,10 +336,7 @@ class SinkRunner:
         try:
             records = state.pending
             self.writer.write(staging, previous_dir, records)
-            new_ids = [record_id(r) for r in records]
-            if new_ids:
-                generation_id = int(staging.name.rsplit("-", 1)[-1])
-                (staging / f"{_IDS_PREFIX}{generation_id:08d}.txt").write_text("\n".join(new_ids) + "\n")
+            write_ids(staging, [record_id(r) for r in records])
             written = time.monotonic()
             describe = self.writer.describe()
             manifest = Manifest(
@@ -357,9 +371,4 @@ class SinkRunner:
 
     def _publish(self, log_id: str, manifest: Manifest, store: GenerationStore) -> None:
         assert self._publisher is not None
-        self._publisher.publish({
-            "logId": log_id, "kind": self.kind, "line": manifest.line, "generationId": manifest.generation_id,
-            "builtThroughSeq": manifest.built_through_seq,
-            "manifest": str(store.manifest_path(manifest.generation_id)),
-            "committedAt": manifest.created_at, "versions": {**self.versions, "embedding": manifest.embedding},
-        })
+        self._publisher.publish(watermark_of(manifest, store, self.versions))
