@@ -201,10 +201,10 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
     handled: dict[str, int] = {}
 
     async def dead_letter(stage: str, reason_code: str, reason: str, source: dict[str, Any], raw_value: bytes) -> None:
+        from streams.l1 import dead_letter_excerpt
         from streams.redaction import redact_text
 
-        # Redact, then cut: cutting first could split a secret and leak its prefix.
-        safe_raw = redact_text(raw_value.decode("utf-8", errors="replace"))[0][:4096]
+        safe_raw = dead_letter_excerpt(raw_value.decode("utf-8", errors="replace"))
         letter = {"stage": stage, "reason": redact_text(reason)[0], "record": None, "source": source, "raw": safe_raw}
         await dead_topic.send(key=stage.encode(), value=orjson.dumps(letter), force=True)
         usl_dead_letters_total.labels(stage=stage, reason=reason_code).inc()

@@ -25,7 +25,7 @@ from streams.exceptions import BrokerError
 from streams.settings import Settings
 from streams.topics import Topics
 
-__all__ = ["DeadLetters", "L1Producer", "L1Reader", "LogRegistry", "read_topic_to_end"]
+__all__ = ["DeadLetters", "L1Producer", "L1Reader", "LogRegistry", "dead_letter_excerpt", "read_topic_to_end"]
 
 _RAW_LIMIT = 4096
 
@@ -211,6 +211,14 @@ class L1Reader:
         self._consumer.close()
 
 
+def dead_letter_excerpt(raw: str) -> str:
+    """The input a dead letter may carry: redacted whole, then cut to 4 KiB (a cut first
+    could split a secret and leak its prefix)."""
+    from streams.redaction import redact_text  # dead letters must not carry secrets either
+
+    return redact_text(raw)[0][:_RAW_LIMIT] if raw else ""
+
+
 class DeadLetters:
     """Publishes records that could not be processed, with the reason, to ``usl.deadletters``."""
 
@@ -222,10 +230,9 @@ class DeadLetters:
 
     def publish(self, *, stage: str, reason: str, record: str | None = None, raw: str = "",
                 source: dict[str, Any] | None = None) -> None:
-        from streams.redaction import redact_text  # dead letters must not carry secrets either
+        from streams.redaction import redact_text
 
-        # Redact the whole input, then cut: a cut first could split a secret and leak its prefix.
-        safe_raw = redact_text(raw)[0][:_RAW_LIMIT] if raw else ""
+        safe_raw = dead_letter_excerpt(raw)
         safe_reason, _ = redact_text(reason)
         letter = {
             "stage": stage, "reason": safe_reason, "record": record, "source": source,
