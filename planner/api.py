@@ -13,8 +13,14 @@ Routes (``GET /openapi.json`` describes them; ``docs/planner.md`` has examples):
 ``GET /``                   the search page (``planner/static``)
 ==========================  =======================================================
 
-The caller is named by the ``X-USL-Principal`` header (``tenant:T/user:U[/groups:..][/scopes:..]``,
-default ``USL_DEFAULT_PRINCIPAL``): the API trusts the proxy in front of it to set it.
+Who is calling (:mod:`planner.auth`, ``docs/security.md``): while the API keys file exists,
+every ``/v1/*`` request needs ``Authorization: Bearer KEY`` (or ``X-API-Key: KEY``) and runs as
+the key's principal; an ``X-USL-Principal`` header may then only narrow it (same tenant and
+user, fewer groups or scopes). Without a keys file (loopback only, unless
+``USL_API_ALLOW_UNAUTHENTICATED``) the caller is named by ``X-USL-Principal``
+(``tenant:T/user:U[/groups:..][/scopes:..]``, default ``USL_DEFAULT_PRINCIPAL``).
+``/healthz``, ``/metrics``, ``/openapi.json`` and the static page stay open: they carry no
+session data.
 
 Every error, from any route and of any kind (a bad request, a refused cursor, an unknown route,
 a wrong method, malformed JSON, a bug), has the one shape of
@@ -41,8 +47,9 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from planner.acl import Principal, parse_principal
-from planner.exceptions import NotFound, PlannerError, QueryError, error_body
+from planner.acl import Principal
+from planner.auth import KeyRing, authenticate, keys_path
+from planner.exceptions import NotFound, PlannerError, QueryError, Unauthorized, error_body
 from streams.exceptions import USLError
 from streams.metrics import METRICS_CONTENT_TYPE, metrics_text
 from streams.settings import Settings
@@ -70,7 +77,10 @@ class _JSON(JSONResponse):
 
 
 def _error(exc: PlannerError) -> Response:
-    return _JSON(error_body(exc), status_code=exc.status)
+    headers = None
+    if isinstance(exc, Unauthorized):
+        headers = {"WWW-Authenticate": 'Bearer realm="usl"'}
+    return _JSON(error_body(exc), status_code=exc.status, headers=headers)
 
 
 def _internal(exc: BaseException) -> Response:
@@ -121,9 +131,11 @@ def create_app(settings: Settings, bootstrap: str, *, planner: Any = None) -> St
     state: dict[str, Any] = {"planner": planner}
     status_cache: dict[str, tuple[float, dict[str, Any]]] = {}
     status_lock = threading.Lock()
+    keys = KeyRing(keys_path(settings))
 
     def principal_of(request: Request) -> Principal:
-        return parse_principal(request.headers.get(PRINCIPAL_HEADER) or settings.acl_default)
+        return authenticate(keys, request.headers, request.headers.get(PRINCIPAL_HEADER),
+                            settings.acl_default)
 
     def the_planner() -> Any:
         current = state.get("planner")
@@ -132,14 +144,14 @@ def create_app(settings: Settings, bootstrap: str, *, planner: Any = None) -> St
         return current
 
     async def search(request: Request) -> Response:
-        body = await _json_body(request)
         principal = principal_of(request)
+        body = await _json_body(request)
         result = await run_in_threadpool(the_planner().search, body, principal)
         return _JSON(result)
 
     async def sql(request: Request) -> Response:
-        body = await _json_body(request)
         principal = principal_of(request)
+        body = await _json_body(request)
         # The attachment is optional in a build: without it the route says so plainly.
         if importlib.util.find_spec("planner.sql") is None or not hasattr(the_planner(), "sql"):
             raise NotImplementedYet("the SQL attachment is not part of this build")
@@ -148,8 +160,8 @@ def create_app(settings: Settings, bootstrap: str, *, planner: Any = None) -> St
     async def sessionql(request: Request) -> Response:
         from planner.sessionql_service import sessionql_request
 
-        body = await _json_body(request)
         principal = principal_of(request)
+        body = await _json_body(request)
         return _JSON(await run_in_threadpool(sessionql_request, the_planner(), body, principal))
 
     def collect(log_id: str | None) -> dict[str, Any]:
@@ -167,6 +179,9 @@ def create_app(settings: Settings, bootstrap: str, *, planner: Any = None) -> St
         return report
 
     async def status(request: Request) -> Response:
+        keys.refresh()
+        if keys.enforcing:  # log names and positions are not for strangers; the principal is unused
+            authenticate(keys, request.headers, None, settings.acl_default)
         log_id = request.query_params.get("log") or None
         return _JSON(await run_in_threadpool(collect, log_id))
 
@@ -186,7 +201,8 @@ def create_app(settings: Settings, bootstrap: str, *, planner: Any = None) -> St
         return _JSON({"status": "ok", "ready": state.get("planner") is not None})
 
     async def openapi_json(request: Request) -> Response:
-        return _JSON(openapi())
+        keys.refresh()
+        return _JSON(openapi(auth_required=keys.enforcing))
 
     async def index(request: Request) -> Response:
         return FileResponse(STATIC_DIR / "index.html", media_type="text/html; charset=utf-8")
@@ -253,20 +269,36 @@ _ERROR_REF = {"$ref": "#/components/schemas/Error"}
 
 
 def _errors(*statuses: int) -> dict[str, Any]:
-    meanings = {400: "Bad request (bad_query, bad_cursor)", 403: "Forbidden (missing scope)",
+    meanings = {400: "Bad request (bad_query, bad_cursor)",
+                401: "No API key, or not a valid one (unauthorized); carries WWW-Authenticate",
+                403: "Forbidden (missing scope, or X-USL-Principal wider than the API key's)",
                 404: "Not found", 405: "Method not allowed", 409: "Cursor mismatch",
                 410: "Cursor expired or its generation is gone", 500: "Internal error",
                 501: "Not part of this build", 503: "Index unavailable"}
-    return {str(s): {"description": meanings[s],
-                     "content": {"application/json": {"schema": _ERROR_REF}}} for s in statuses}
+    responses: dict[str, Any] = {
+        str(s): {"description": meanings[s], "content": {"application/json": {"schema": _ERROR_REF}}}
+        for s in statuses}
+    if 401 in statuses:
+        responses["401"]["headers"] = {"WWW-Authenticate": {
+            "description": 'Bearer realm="usl"', "schema": {"type": "string"}}}
+    return responses
 
 
-def openapi() -> dict[str, Any]:
-    """The hand-written OpenAPI 3.1 description of the API."""
+def openapi(*, auth_required: bool = True) -> dict[str, Any]:
+    """The hand-written OpenAPI 3.1 description of the API.
+
+    ``auth_required`` is whether this server enforces API keys (it serves the document that is
+    true of it); when it does not, the ``/v1`` routes list the empty requirement ``{}`` too.
+    """
     principal = {"name": PRINCIPAL_HEADER, "in": "header", "required": False,
                  "description": "Caller, e.g. tenant:acme/user:alice/groups:eng/scopes:toolresults "
-                                "(default: USL_DEFAULT_PRINCIPAL).",
+                                "(default: USL_DEFAULT_PRINCIPAL). With an API key it may only "
+                                "narrow the key's principal (same tenant and user, subsets of "
+                                "its groups and scopes).",
                  "schema": {"type": "string"}}
+    security: list[dict[str, list[str]]] = [{"bearerKey": []}, {"headerKey": []}]
+    if not auth_required:
+        security.append({})
     json_body = {"application/json": {"schema": {"type": "object"}}}
     filters = {"type": "object", "additionalProperties": False, "properties": {
         name: {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]}
@@ -329,24 +361,27 @@ def openapi() -> dict[str, Any]:
             "/v1/search": {"post": {
                 "summary": "Search one log at one asOfSeq",
                 "parameters": [principal],
+                "security": security,
                 "requestBody": {"required": True, "content": {
                     "application/json": {"schema": {"$ref": "#/components/schemas/SearchRequest"}}}},
                 "responses": {"200": {"description": "Results", "content": {"application/json": {
                     "schema": {"$ref": "#/components/schemas/SearchResponse"}}}},
-                    **_errors(400, 403, 404, 409, 410, 500, 503)}}},
+                    **_errors(400, 401, 403, 404, 409, 410, 500, 503)}}},
             "/v1/sql": {"post": {
                 "summary": "Read-only SQL over the analytics snapshot",
                 "parameters": [principal],
+                "security": security,
                 "requestBody": {"required": True, "content": {"application/json": {"schema": {
                     "type": "object", "required": ["query"], "additionalProperties": False,
                     "properties": {"query": {"type": "string"},
                                    "asOfSeq": {"type": "integer", "minimum": 0},
                                    "log": {"type": "string", "default": "default"}}}}}},
                 "responses": {"200": {"description": "Rows", "content": json_body},
-                              **_errors(400, 500, 501, 503)}}},
+                              **_errors(400, 401, 403, 404, 500, 501, 503)}}},
             "/v1/sessionql": {"post": {
                 "summary": "SessionQL over the ASP projection and lineage, at one asOfSeq",
                 "parameters": [principal],
+                "security": security,
                 "requestBody": {"required": True, "content": {"application/json": {"schema": {
                     "type": "object", "required": ["query"], "additionalProperties": False,
                     "properties": {"query": {"type": "string"},
@@ -354,13 +389,14 @@ def openapi() -> dict[str, Any]:
                                    "log": {"type": "string", "default": "default"},
                                    "maxRows": {"type": "integer", "minimum": 1}}}}}},
                 "responses": {"200": {"description": "Rows", "content": json_body},
-                              **_errors(400, 500, 503)}}},
+                              **_errors(400, 401, 403, 404, 500, 503)}}},
             "/v1/status": {"get": {
                 "summary": "L1 committed seq and, per index, generation, watermark and lag",
                 "parameters": [{"name": "log", "in": "query", "required": False,
                                 "schema": {"type": "string"}}],
+                "security": security,
                 "responses": {"200": {"description": "Status", "content": json_body},
-                              **_errors(500)}}},
+                              **_errors(401, 500)}}},
             "/metrics": {"get": {"summary": "Prometheus metrics", "responses": {
                 "200": {"description": "Prometheus text format",
                         "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
@@ -371,12 +407,21 @@ def openapi() -> dict[str, Any]:
             "/": {"get": {"summary": "The search page", "responses": {
                 "200": {"description": "HTML", "content": {"text/html": {}}}}}},
         },
-        "components": {"schemas": {
-            "SearchRequest": search_request,
-            "SearchResponse": search_response,
-            "Error": {"type": "object", "required": ["error"], "properties": {"error": {
-                "type": "object", "required": ["code", "message", "status"], "properties": {
-                    "code": {"type": "string"}, "message": {"type": "string"},
-                    "status": {"type": "integer"}, "hint": {"type": "string"}}}}},
-        }},
+        "components": {
+            "securitySchemes": {
+                "bearerKey": {"type": "http", "scheme": "bearer",
+                              "description": "An API key from `usl apikey create` (usl_...)."},
+                "headerKey": {"type": "apiKey", "in": "header", "name": "X-API-Key",
+                              "description": "The same API key, for clients that cannot set "
+                                             "Authorization."},
+            },
+            "schemas": {
+                "SearchRequest": search_request,
+                "SearchResponse": search_response,
+                "Error": {"type": "object", "required": ["error"], "properties": {"error": {
+                    "type": "object", "required": ["code", "message", "status"], "properties": {
+                        "code": {"type": "string"}, "message": {"type": "string"},
+                        "status": {"type": "integer"}, "hint": {"type": "string"}}}}},
+            },
+        },
     }

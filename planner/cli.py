@@ -14,6 +14,7 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from streams.exceptions import USLError
 from streams.settings import Settings
@@ -213,10 +214,12 @@ def up(
 
     import httpx
 
+    from planner.auth import check_bind
     from planner.stack import running, start_process, stop_stack, supervise
     from streams.topics import ensure_topics
 
     settings = _settings()
+    check_bind(settings, settings.api_host)  # before anything starts, not in a restart loop
     api_port = port or settings.api_port
     bootstrap = _bootstrap(settings)
     ensure_topics(bootstrap, settings)
@@ -292,12 +295,13 @@ def main() -> None:
     try:
         app()
     except USLError as exc:
-        err.print(f"[red]error:[/] {exc}")
+        err.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)  # one line, even when long
         raise SystemExit(2) from None
     except KeyboardInterrupt:
         raise SystemExit(130) from None
 
 
-# Query commands (search, serve, sql, rebuild) live beside the planner code they drive.
+# Query commands (search, serve, sql, rebuild) and key management live beside the planner code they drive.
+import planner.cli_apikey  # noqa: E402
 import planner.cli_query  # noqa: E402
 import planner.cli_sessionql  # noqa: E402,F401

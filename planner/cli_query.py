@@ -143,15 +143,20 @@ def serve(
     host: str = typer.Option(None, "--host", envvar="USL_API_HOST", help="Interface to listen on."),
     port: int = typer.Option(None, "--port", envvar="USL_API_PORT", help="Port to listen on."),
 ) -> None:
-    """Run the planner's HTTP API (POST /v1/search, /v1/sql; GET /v1/status, /metrics, /)."""
+    """Run the planner's HTTP API (POST /v1/search, /v1/sql; GET /v1/status, /metrics, /).
+
+    Beyond loopback (--host 0.0.0.0) it starts only with API keys (`usl apikey create`).
+    """
     import uvicorn
 
     from planner.api import create_app
+    from planner.auth import check_bind
 
     settings = _settings()
-    bootstrap = _bootstrap(settings)
     bind_host = host or settings.api_host
     bind_port = port or settings.api_port
+    check_bind(settings, bind_host)
+    bootstrap = _bootstrap(settings)
     err.print(f"planner API on http://{bind_host}:{bind_port}/")
     uvicorn.run(create_app(settings, bootstrap), host=bind_host, port=bind_port,
                 log_level="warning", access_log=False)

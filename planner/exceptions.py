@@ -10,6 +10,7 @@ do, never a traceback::
         ├── CursorError    400 bad_cursor         not a cursor this deployment signed, unchanged
         ├── CursorExpired  410 cursor_expired     a genuine cursor whose TTL has passed
         ├── CursorMismatch 409 cursor_mismatch    cursor of another query, principal or log
+        ├── Unauthorized   401 unauthorized       no API key, or not one of this deployment's
         ├── AccessDenied   403 forbidden          the principal lacks a scope the request needs
         ├── NotFound       404 not_found          no such route or log (never says what exists)
         └── IndexUnavailable 503 index_unavailable  a required index has no generation yet
@@ -34,6 +35,7 @@ __all__ = [
     "NotFound",
     "PlannerError",
     "QueryError",
+    "Unauthorized",
     "error_body",
 ]
 
@@ -67,6 +69,10 @@ class CursorExpired(PlannerError):
 
 class CursorMismatch(PlannerError):
     status, code = 409, "cursor_mismatch"
+
+
+class Unauthorized(PlannerError):
+    status, code = 401, "unauthorized"
 
 
 class AccessDenied(PlannerError):

@@ -49,6 +49,15 @@ class Settings:
     vector_exact_max: int = _setting("USL_VECTOR_EXACT_MAX", 20000, "Vector segments above this many chunks get an approximate (HNSW) index.")
     api_host: str = _setting("USL_API_HOST", "127.0.0.1", "Interface the planner API listens on.")
     api_port: int = _setting("USL_API_PORT", 8765, "Port of the planner API.")
+    api_keys_file: Path | None = _setting(
+        "USL_API_KEYS_FILE", None,
+        "API keys file (hashes and principals, managed by `usl apikey`). Unset: USL_HOME/api-keys.json. "
+        "While it exists, every /v1/* request needs a key.",
+    )
+    api_allow_unauthenticated: bool = _setting(
+        "USL_API_ALLOW_UNAUTHENTICATED", False,
+        "Let the API listen beyond loopback without API keys (only behind a proxy that authenticates).",
+    )
     cursor_key: str | None = _setting(
         "USL_CURSOR_KEY", None,
         "HMAC key signing cursors. Unset: a random key is created once under USL_HOME.",
@@ -90,7 +99,7 @@ def _parse(name: str, env: str, raw: str, default: Any) -> Any:
             return int(raw)
         if isinstance(default, float):
             return float(raw)
-        if isinstance(default, Path):
+        if isinstance(default, Path) or name.endswith("_file"):
             return Path(raw).expanduser()
         return raw
     except ValueError as exc:

@@ -8,27 +8,33 @@ downstream of L1 is scanned: the raw bytes of every file under ``$USL_HOME``, th
 content of every index (tantivy stored documents and term dictionaries, Parquet rows), every
 record of every topic of the deployment except L1 itself (which legitimately holds the raw
 events: it is the positive control that the secrets were planted and the scan finds them), the
-process logs and the ``/metrics`` text of every process. Bad input ingested through the CLI
-becomes a dead letter whose raw text is redacted.
+process logs and the ``/metrics`` text of every process, the planner API (``usl serve`` with an
+API key) included, and the API's answers to searches over those sessions. Bad input ingested
+through the CLI becomes a dead letter whose raw text is redacted. The API key itself appears in
+no log, metric or file (the keys file holds only its hash).
 """
 
 from __future__ import annotations
 
 import json
 import re
+import socket
 import subprocess
 import sys
+import time
 import urllib.request
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pyarrow.parquet as pq
 import pytest
 import tantivy
 from kafka import KafkaConsumer
 
+from planner.auth import create_key, keys_path
 from sinks.service import ALL_KINDS
 from sinks.text import get_engine
 from sinks.text.tantivy_engine import TantivyEngine
@@ -197,6 +203,45 @@ def _metrics_text(stack: Stack) -> dict[str, str]:
     return texts
 
 
+def _query_the_api(stack: Stack, key: str) -> tuple[list[str], str]:
+    """Run ``usl serve`` with ``key``, search the secret sessions (as the key's principal, with
+    explain, indexed and latest), send a secret as a query and a wrong key, then scrape its
+    /metrics. Returns the answers (which must hold no secret) and the /metrics text."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    stack.start("api", "serve", "--port", str(port))
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            if httpx.get(f"{base}/healthz", timeout=2).json().get("ready"):
+                break
+        except httpx.HTTPError:
+            pass
+        assert stack.procs["api"].poll() is None, stack.log_text("api")[-3000:]
+        assert time.monotonic() < deadline, "the planner API did not become ready"
+        time.sleep(0.3)
+    auth = {"Authorization": f"Bearer {key}"}
+    answers = []
+    for body in ({"query": "debug login token deploy", "k": 50, "explain": True},
+                 {"query": "refund deploy rotate clone", "k": 50, "freshness": "latest", "explain": True},
+                 {"query": "curl authorization bearer env", "k": 50, "toolResults": True}):
+        response = httpx.post(f"{base}/v1/search", json=body, headers=auth, timeout=120)
+        assert response.status_code == 200 and response.json()["results"], response.text[:2000]
+        answers.append(response.text)
+    sql = httpx.post(f"{base}/v1/sql", json={"query": "SELECT title FROM sessions"}, headers=auth, timeout=120)
+    assert sql.status_code == 200, sql.text[:2000]
+    answers.append(sql.text)
+    # A secret typed as a query, and a wrong key: neither may reach the log or the metrics.
+    httpx.post(f"{base}/v1/search", json={"query": SEEDED_SECRETS[0]}, headers=auth, timeout=120)
+    wrong = httpx.get(f"{base}/v1/status", headers={"Authorization": f"Bearer {key[:-4]}XXXX"}, timeout=30)
+    assert wrong.status_code == 401
+    metrics = httpx.get(f"{base}/metrics", timeout=30).text
+    assert "usl_queries_total" in metrics
+    return answers, metrics
+
+
 def _ingest_bad_lines(settings: Settings, directory: Path) -> subprocess.CompletedProcess[str]:
     """``usl ingest`` of a file whose bad lines carry secrets (bad JSON, bad schema, a long
     line with the secret near the dead letter's 4 KiB raw-text limit)."""
@@ -236,6 +281,8 @@ def test_no_seeded_secret_reaches_any_index_topic_log_or_metric(
     sessions += [session_events(f"plain-{i}", turns=2, seed=i, secret=SEEDED_SECRETS[i]) for i in range(3)]
     events = interleave(*sessions, seed=7)
     stack = Stack(settings)
+    # Every secret session is readable by this key's principal, so the answers cover them all.
+    api_key, _ = create_key(keys_path(settings), "tenant:default/user:local/scopes:toolresults")
     try:
         stack.worker()
         stack.sinks()
@@ -247,6 +294,7 @@ def test_no_seeded_secret_reaches_any_index_topic_log_or_metric(
         head = max(head, int(summary["l1CommittedSeq"]))
         wait_for_watermarks(settings, head, ALL_KINDS, timeout=240)
         metrics = _metrics_text(stack)
+        answers, metrics["api"] = _query_the_api(stack, api_key)
     finally:
         stack.close()
 
@@ -260,6 +308,14 @@ def test_no_seeded_secret_reaches_any_index_topic_log_or_metric(
     for name, text in metrics.items():
         leaks += find_needles(text, f"/metrics of {name}")
     leaks += find_needles(ingest.stdout + ingest.stderr, "usl ingest output")
+    for number, answer in enumerate(answers):
+        leaks += find_needles(answer, f"API answer {number}")
+    assert "planner API on" in stack.log_text("api"), "the API log was not captured"
+    key_parts = [api_key, api_key[4:20], api_key[-16:]]
+    leaks += [f"API key in {path.name}" for path in Path(settings.home).rglob("*")
+              if path.is_file() and any(part.encode() in path.read_bytes() for part in key_parts)]
+    leaks += [f"API key in /metrics of {name}" for name, text in metrics.items()
+              if any(part in text for part in key_parts)]
     assert not leaks, f"{len(leaks)} leaks, e.g. {leaks[:10]}"
 
     # Positive controls: the secrets were really planted, and the pipeline really indexed them.

@@ -7,6 +7,15 @@ const encoder = new TextEncoder();
 const decoder = new TextDecoder();
 let lastRequest = null;
 
+// The API key lives in this tab only (sessionStorage): never in the URL, never in localStorage,
+// so it does not outlive the tab or travel in a shared search link.
+const KEY_STORE = "usl.apiKey";
+
+function authHeaders() {
+  const key = $("apikey").value.trim();
+  return key ? { Authorization: `Bearer ${key}` } : {};
+}
+
 // Evidence offsets are UTF-8 byte offsets into the chunk text; JavaScript strings index
 // UTF-16 code units. Decode the byte prefix to find the matching string index.
 function byteToIndex(bytes, offset) {
@@ -132,7 +141,7 @@ async function search(cursor) {
     toolResults: $("toolResults").checked,
   };
   if (!cursor) lastRequest = request;
-  const headers = { "Content-Type": "application/json" };
+  const headers = { "Content-Type": "application/json", ...authHeaders() };
   if ($("principal").value.trim()) headers["X-USL-Principal"] = $("principal").value.trim();
   $("error").hidden = true;
   const response = await fetch("/v1/search", { method: "POST", headers, body: JSON.stringify(request) });
@@ -227,7 +236,7 @@ function renderStatus(report) {
 
 async function pollStatus() {
   try {
-    const response = await fetch("/v1/status");
+    const response = await fetch("/v1/status", { headers: authHeaders() });
     const body = await response.json();
     if (response.ok) renderStatus(body);
     else $("status-updated").textContent = (body.error && body.error.message) || "status unavailable";
@@ -277,8 +286,18 @@ function toUrl() {
   window.history.replaceState(null, "", `${window.location.pathname}?${params}`);
 }
 
+function rememberKey() {
+  const key = $("apikey").value.trim();
+  if (key) sessionStorage.setItem(KEY_STORE, key);
+  else sessionStorage.removeItem(KEY_STORE);
+}
+
+$("apikey").value = sessionStorage.getItem(KEY_STORE) || "";
+$("apikey").addEventListener("change", rememberKey);
+
 $("search-form").addEventListener("submit", (event) => {
   event.preventDefault();
+  rememberKey();
   toUrl();
   run();
 });

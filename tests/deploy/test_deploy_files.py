@@ -428,6 +428,10 @@ def test_compose_runs_workers_sinks_planner_and_monitoring() -> None:
     planner = services["planner"]
     assert planner["command"][0] == "serve" and "0.0.0.0" in planner["command"]
     assert "8765:8765" in planner["ports"]
+    # Beyond loopback `usl serve` refuses to start without API keys: compose mounts them.
+    keys_secret = _compose()["secrets"][planner["secrets"][0]]
+    assert planner["environment"]["USL_API_KEYS_FILE"] == f"/run/secrets/{planner['secrets'][0]}"
+    assert keys_secret["file"]
     mounts = {v.split(":")[1]: v.split(":")[0] for v in services["prometheus"]["volumes"]}
     assert (COMPOSE.parent / mounts["/etc/prometheus"] / "prometheus.yml").is_file()
     mounts = {v.split(":")[1]: v.split(":")[0] for v in services["grafana"]["volumes"]}
@@ -482,8 +486,16 @@ def test_k8s_deployments_have_probes_resources_and_matching_selectors() -> None:
         # Exactly one writer per index, also during a rollout.
         assert sink["replicas"] == 1 and sink["strategy"]["type"] == "Recreate"
         assert sink["template"]["spec"]["containers"][0]["args"] == ["sink", "--kind", kind]
-    planner = deployments["usl-planner"]["spec"]["template"]["spec"]["containers"][0]
+    pod = deployments["usl-planner"]["spec"]["template"]["spec"]
+    planner = pod["containers"][0]
     assert planner["readinessProbe"]["httpGet"]["path"] == "/healthz"
+    # The planner listens on 0.0.0.0, so it must find its API keys where the config says.
+    config = next(d for _, d in k8s_docs() if d["kind"] == "ConfigMap")["data"]
+    mounts = {m["name"]: m["mountPath"] for m in planner["volumeMounts"]}
+    secrets = {v["name"]: v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
+    keys_volume = next(name for name, path in mounts.items()
+                       if config["USL_API_KEYS_FILE"].startswith(path + "/"))
+    assert secrets[keys_volume] == "usl-api-keys"
 
 
 def test_k8s_service_selects_the_planner_pods() -> None:
