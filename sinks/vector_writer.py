@@ -1,14 +1,20 @@
 """The vector sink's writer: chunk texts → embeddings → immutable faiss segments.
 
 Each batch becomes one new segment (exact index while small, HNSW past
-``USL_VECTOR_EXACT_MAX``). When a generation would hold more than ``MAX_SEGMENTS`` segments,
-the small ones are merged into one larger segment in the same new generation; the previous
-generation keeps its own files, so pinned readers are unaffected.
+``USL_VECTOR_EXACT_MAX``). Segments are merged by size tier, as Lucene's tiered policy does:
+when ``MERGE_FACTOR`` segments share a tier (a tier spans a factor of ``MERGE_FACTOR`` in
+size), they become one segment of the next tier, in the same new generation; the previous
+generation keeps its own files, so pinned readers are unaffected. Merging everything into
+one segment instead would rebuild the whole HNSW graph every few batches — quadratic work
+that stalls a sink long before a million chunks.
 """
 
 from __future__ import annotations
 
+import math
+import re
 import time
+from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -21,9 +27,15 @@ from sinks.vector.faiss_index import merge_segments, segment_files, write_segmen
 from streams.metrics import usl_embed_seconds, usl_generation_merges_total
 from streams.settings import Settings
 
-__all__ = ["MAX_SEGMENTS", "VectorWriter", "segment_names"]
+__all__ = ["MAX_SEGMENTS", "MERGE_FACTOR", "VectorWriter", "merge_plan", "segment_names"]
 
-MAX_SEGMENTS = 8
+MERGE_FACTOR = 4
+# A tier spans MERGE_FACTOR in vector bytes, starting at this size (about 250 chunks of 256
+# dimensions), so the number of segments grows with the log of the index size.
+_TIER_BASE_BYTES = 256 * 1024
+# Past this many segments the smallest are merged whatever their tiers (a bound for queries,
+# which search every segment).
+MAX_SEGMENTS = 24
 _BATCH = 128
 
 
@@ -61,14 +73,48 @@ class VectorWriter:
             usl_embed_seconds.observe(time.monotonic() - started)
             name = f"seg-{staging.name.rsplit('-', 1)[-1]}"
             written += write_segment(staging, name, ids, vectors, exact_max=self.exact_max)
-        names = segment_names(staging)
-        if len(names) > MAX_SEGMENTS:
-            merged = f"merged-{staging.name.rsplit('-', 1)[-1]}"
-            written += merge_segments(staging, names, merged, self.exact_max)
-            for old in names:
+        generation = staging.name.rsplit('-', 1)[-1]
+        round_number = 0
+        while group := merge_plan(_segment_sizes(staging)):
+            merged = f"merged-{generation}-{round_number}"
+            round_number += 1
+            written += merge_segments(staging, group, merged, self.exact_max)
+            for old in group:
                 for file in segment_files(old):
                     (staging / file).unlink(missing_ok=True)
             usl_generation_merges_total.labels(kind=self.kind).inc()
         (staging / "segments.json").unlink(missing_ok=True)
         (staging / "segments.json").write_bytes(orjson.dumps(segment_names(staging)))
         return written
+
+
+def merge_plan(sizes: dict[str, int]) -> list[str]:
+    """The segments to merge next (oldest first), or ``[]`` when the layout is fine.
+
+    ``sizes`` maps segment names to their vector bytes. The lowest tier holding
+    ``MERGE_FACTOR`` segments is merged; past ``MAX_SEGMENTS`` the smallest segments are.
+    Called until it returns ``[]``, so one merge may cascade into the next tier.
+    """
+    tiers: dict[int, list[str]] = defaultdict(list)
+    for name, size in sizes.items():
+        tiers[_tier(size)].append(name)
+    for tier in sorted(tiers):
+        if len(tiers[tier]) >= MERGE_FACTOR:
+            return sorted(tiers[tier], key=_age)
+    if len(sizes) > MAX_SEGMENTS:
+        smallest = sorted(sizes, key=lambda name: (sizes[name], _age(name)))
+        return sorted(smallest[: len(sizes) - MAX_SEGMENTS + 1], key=_age)
+    return []
+
+
+def _tier(size: int) -> int:
+    return max(0, int(math.log(max(size, 1) / _TIER_BASE_BYTES, MERGE_FACTOR)))
+
+
+def _age(name: str) -> tuple[int, ...]:
+    """``seg-00000012`` → (12,), ``merged-00000012-1`` → (12, 1): generation, then round."""
+    return tuple(int(part) for part in re.findall(r"\d+", name))
+
+
+def _segment_sizes(gen_dir: Path) -> dict[str, int]:
+    return {name: (gen_dir / f"{name}.vec.npy").stat().st_size for name in segment_names(gen_dir)}

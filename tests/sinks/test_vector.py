@@ -332,6 +332,33 @@ def test_ties_are_broken_by_chunk_id(tmp_path: Path) -> None:
     assert [h.chunk_id for h in hits] == ["c_00", "c_01", "c_02", "c_03", "c_04"]
 
 
+def test_tiered_merges_keep_segments_few_and_rewrite_each_vector_a_log_number_of_times() -> None:
+    """A million 256-d chunks in batches of 10 000: the merge plan the vector writer follows
+    keeps at most MAX_SEGMENTS segments and rewrites each vector O(log n) times. Merging all
+    segments every few batches (the old policy) rewrote each vector O(n) times."""
+    from sinks.vector_writer import MAX_SEGMENTS, MERGE_FACTOR, merge_plan
+
+    batch_bytes = 10_000 * 256 * 4
+    sizes: dict[str, int] = {}
+    rewritten = 0
+    for generation in range(1, 101):
+        sizes[f"seg-{generation:08d}"] = batch_bytes
+        round_number = 0
+        while group := merge_plan(sizes):
+            assert group == sorted(group, key=lambda name: [int(p) for p in name.split("-")[1:]])
+            merged = sum(sizes.pop(name) for name in group)
+            sizes[f"merged-{generation:08d}-{round_number}"] = merged
+            rewritten += merged
+            round_number += 1
+        assert len(sizes) <= MAX_SEGMENTS
+    total = sum(sizes.values())
+    assert total == 100 * batch_bytes
+    tiers = len({size.bit_length() // 2 for size in sizes.values()})
+    assert tiers >= 2 and max(sizes.values()) >= MERGE_FACTOR ** 2 * batch_bytes
+    # Each batch is rewritten once per tier it climbs: log_4(100) < 4 times.
+    assert rewritten <= 4 * total
+
+
 def test_merge_equals_union(tmp_path: Path) -> None:
     ids, vectors = _corpus(900, 16)
     for part in range(3):
