@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from planner.acl import Principal
-from planner.exceptions import IndexUnavailable, PlannerError, QueryError
+from planner.exceptions import IndexUnavailable, NotFound, PlannerError, QueryError
 from planner.readers import IndexPin, pin_for_query
 from planner.sessionql import parse, run_sessionql
 from planner.sessionql.nodes import LineageSource
@@ -55,6 +55,10 @@ def sessionql_request(planner: Planner, body: Any, principal: Principal) -> dict
         with planner._l1() as l1:
             l1_now = l1.committed_seq(log_id)
             watermarks = planner._watermarks(log_id)
+            # As search does: an unknown log is a 404, not an index to wait for (503).
+            if l1_now == 0 and not watermarks and l1.registry.partition_of(log_id) is None:
+                raise NotFound(f"no log named {log_id!r}",
+                               hint="Ingest events into it first, or pick another log.")
             for pinned_kind in dict.fromkeys((kind, "structured")):
                 pin = pin_for_query(planner.root, log_id, pinned_kind, watermarks.get(pinned_kind),
                                     ttl_seconds=QUERY_PIN_SECONDS, holder=planner._holder)

@@ -66,7 +66,11 @@ def parse_time(value: str) -> datetime:
     text = value.replace("z", "Z").replace("Z", "+00:00").replace("t", "T").replace(" ", "T")
     # Python's fromisoformat takes at most 6 fractional digits; nanosecond stamps are common.
     text = re.sub(r"(\.\d{6})\d+", r"\1", text)
-    return datetime.fromisoformat(text).astimezone(UTC)
+    try:
+        return datetime.fromisoformat(text).astimezone(UTC)
+    except OverflowError:
+        # 9999-12-31T23:59:59-01:00 is a valid RFC 3339 time but past datetime's range in UTC.
+        raise ValueError(f"time out of range (years 1..9999 in UTC): {value!r}") from None
 
 
 def event_time(event: dict[str, Any]) -> float:
@@ -99,6 +103,12 @@ def validate_event(event: Any, *, record: str | None = None) -> dict[str, Any]:
         parse_time(candidate["time"])
     except ValueError as exc:
         raise SchemaError(str(exc), field="$.time", record=record) from None
+    try:
+        # Valid for the schema is not enough: L1 stores canonical_bytes, which refuses values
+        # nested deeper than 254 levels and strings holding lone surrogates.
+        canonical_bytes(candidate)
+    except orjson.JSONEncodeError as exc:
+        raise SchemaError(f"the event cannot be stored as JSON: {exc}", record=record) from None
     return candidate
 
 

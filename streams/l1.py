@@ -202,8 +202,13 @@ class L1Reader:
                 seq = record.offset + 1
                 if seq > end:
                     return
-                event = orjson.loads(record.value)
-                if event.get("logId") == log_id:
+                try:
+                    event = orjson.loads(record.value)
+                except orjson.JSONDecodeError:
+                    # Bytes the worker dead-letters (not JSON, a tombstone): no reader may
+                    # fail on them. Callers validate what is left, as the worker does.
+                    continue
+                if isinstance(event, dict) and event.get("logId") == log_id:
                     yield seq, event
         raise BrokerError(f"timed out reading log {log_id!r} seqs {from_seq}..{end}")
 

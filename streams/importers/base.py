@@ -74,7 +74,11 @@ def raw_text(raw: bytes | str | Any) -> str:
         text = raw
     else:
         # Source key order, so the dead letter reads like the input did.
-        text = orjson.dumps(raw, default=str).decode()
+        try:
+            text = orjson.dumps(raw, default=str).decode()
+        except orjson.JSONEncodeError:
+            # Parsed input may nest deeper (1024 levels) than orjson writes (254).
+            text = f"<a JSON {type(raw).__name__} nested too deeply to show>"
     return text[:RAW_MAX_CHARS]
 
 

@@ -32,6 +32,8 @@ __all__ = ["ROLES", "SOURCE", "iter_openai_chat"]
 
 SOURCE = "openai-chat"
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+# 9999-12-31T23:59:59Z: message i is timed created + i, and no later time can be written.
+_LAST_POSIX_SECOND = 253402300799
 
 Result = Accepted | Rejected
 
@@ -256,6 +258,8 @@ def _conversation_parts(value: Any) -> tuple[dict[str, Any], str | None]:
     if created is not None:
         if isinstance(created, bool) or not isinstance(created, int | float) or created < 0:
             return meta, f"field 'created' must be Unix seconds, not {created!r}"
+        if created + len(messages) > _LAST_POSIX_SECOND:
+            return meta, f"field 'created' is past the year 9999: {created!r}"
         meta["created"] = created
     for name in ("id", "model", "title"):
         if isinstance(value.get(name), str) and value[name]:
