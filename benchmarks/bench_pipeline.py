@@ -3,14 +3,15 @@ and append → searchable freshness lag, measured in one run against a real brok
 
 One run:
 
-1. appends N synthetic ASP events (default 20 000; agent sessions of ~26 events, 16 sessions
+1. appends N ASP events of the benchmark workload (`benchmarks.workload`; default 20 000, 16 sessions
    open at a time) to one log, after a warm-up session that the worker has fully indexed;
 2. (a) raw read: events/s at which kafka-python reads the L1 topic from offset 0 to its end
    (read_committed, no decoding; best of two reads) -- the limit for this design;
 3. (b) the pure stages in this process over the same events: ``redact_event`` alone, and
    ``chunk_stream`` alone (regular ticks every K seqs, default chunker config, real tokenizer);
 4. (c) end to end: one real ``usl worker`` (faust: redaction + chunking agents), events/s from
-   the first append until every chunks partition's progress marker reaches the L1 head;
+   the first append until every chunks partition's progress marker reaches the L1 head, and the
+   worker process's CPU time per event over that phase (steadier than the rate on a shared box);
 5. (d) freshness: with the worker and the text sink running, appends at a steady rate (default
    100 events/s for 40 s) and reports, per event, the time from its append to the first text
    watermark whose ``builtThroughSeq`` covers it (p50/p90/p99/max). An event in an open turn
@@ -36,21 +37,20 @@ import tempfile
 import threading
 import time
 import uuid
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import orjson
 from kafka import KafkaConsumer, TopicPartition
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.factories, tests.harness
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks.workload, tests.harness
 
+from benchmarks.workload import WorkloadConfig, generate
 from streams.chunking import Chunker, ChunkerConfig, chunk_stream, default_tokenizer, make_ticks
 from streams.l1 import L1Producer
 from streams.redaction import policy_hash, redact_event
 from streams.settings import Settings
 from streams.topics import Topics
-from tests.factories import interleave, session_events
 from tests.harness import Stack
 
 __all__ = ["main", "make_events"]
@@ -59,21 +59,11 @@ LOG = "default"
 
 
 def make_events(count: int, *, first_session: int = 0, concurrent: int = 16) -> list[dict[str, Any]]:
-    """At least ``count`` validated events, in whole groups of ``concurrent`` sessions interleaved
-    (every turn closed, so the markers can reach the head), each group starting 10 minutes of
-    log time after the previous one."""
-    start = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
-    events: list[dict[str, Any]] = []
-    group = 0
-    while len(events) < count:
-        sessions = [
-            session_events(f"bench-{first_session + group * concurrent + n}", turns=3, seed=group * concurrent + n,
-                           log_id=LOG, start=start + timedelta(minutes=10 * group, seconds=7 * n))
-            for n in range(concurrent)
-        ]
-        events += interleave(*sessions, seed=group)
-        group += 1
-    return events
+    """At least ``count`` validated events of whole sessions (every turn closed, so the markers
+    can reach the head) from the benchmark workload, ``concurrent`` sessions open at a time;
+    ``first_session`` seeds it, so different values give different sessions."""
+    config = WorkloadConfig(seed=first_session, log_id=LOG, concurrent=concurrent)
+    return list(generate(events=count, config=config))
 
 
 class Tail:
@@ -159,6 +149,13 @@ class TextWatermark:
     def covered_at(self, seq: int) -> float | None:
         with self.lock:
             return next((seen for seen, through in self.history if through >= seq), None)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux): on a shared machine, CPU per event
+    varies much less than the wall-clock rate."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def append(settings: Settings, events: list[dict[str, Any]]) -> int:
@@ -276,13 +273,14 @@ def main(argv: list[str] | None = None) -> int:
     watermark = TextWatermark()
     tails: list[Tail] = []
     try:
-        stack.worker()
+        worker = stack.worker()
         tails.append(Tail(bootstrap, Topics.from_settings(settings).chunks, markers.on_record))
         warm_head = append(settings, make_events(1, first_session=10_000_000, concurrent=2))
         markers.wait(warm_head, timeout=180)  # the worker has joined and indexed a session
 
         events = make_events(args.events)
         report["events"] = len(events)
+        cpu_started = cpu_seconds(worker.pid)
         started = time.monotonic()
         head = append(settings, events)
         appended = time.monotonic()
@@ -290,6 +288,7 @@ def main(argv: list[str] | None = None) -> int:
         report["append_events_per_second"] = len(events) / (appended - started)
         report["end_to_end_events_per_second"] = len(events) / (done - started)
         report["end_to_end_seconds"] = round(done - started, 2)
+        report["worker_cpu_ms_per_event"] = round(1000 * (cpu_seconds(worker.pid) - cpu_started) / len(events), 3)
 
         report["raw_read_events_per_second"] = raw_read_rate(settings, head)
         report.update(pure_rates(settings, events, warm_head + 1))

@@ -20,9 +20,11 @@ between two commits of a live log); the cost of an uncached tail scan is printed
 Usage::
 
     .venv/bin/python benchmarks/bench_query.py [--chunks 100000] [--large] [--queries 100]
-        [--tail-events 1000] [--embedder wordllama|hash:256] [--engine tantivy|whoosh]
+        [--tail-events 1000] [--embedder wordllama|hash:256] [--engine tantivy|whoosh] [--out FILE]
 
-``--large`` builds 1 000 000 chunks (slow: mostly embedding and index building).
+``--large`` builds 1 000 000 chunks (slow: mostly embedding and index building). ``--out FILE``
+also writes the figures as JSON, which ``benchmarks/harness.py --include-large FILE`` puts in
+BENCHMARKS.md (its growth table and plots).
 ``KAFKA_BOOTSTRAP_SERVERS`` selects a broker; otherwise a local one is started and stopped.
 """
 
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
 import random
 import shutil
@@ -190,6 +193,19 @@ def build(settings: Any, bootstrap: str, chunks: int, tail_events: int) -> dict[
             "totalSeconds": time.monotonic() - started}
 
 
+def index_bytes(settings: Any) -> dict[str, int]:
+    """Bytes of the current generation of each index (from its manifest)."""
+    from sinks.generations import GenerationStore
+    from sinks.runner import index_root
+
+    sizes = {}
+    for kind in ("text", "vector", "structured"):
+        manifest = GenerationStore(index_root(settings), "default", kind).current()
+        if manifest is not None:
+            sizes[kind] = sum(segment.bytes for segment in manifest.segments)
+    return sizes
+
+
 def percentile(values: list[float], share: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
@@ -241,6 +257,7 @@ def main() -> None:
     parser.add_argument("--tail-events", type=int, default=1000)
     parser.add_argument("--embedder", default=os.environ.get("USL_EMBEDDER", "wordllama"))
     parser.add_argument("--engine", default="tantivy")
+    parser.add_argument("--out", type=Path, help="also write the figures here as JSON")
     args = parser.parse_args()
     chunks = 1_000_000 if args.large else args.chunks
 
@@ -299,6 +316,17 @@ def main() -> None:
         for freshness in ("indexed", "latest"):
             ratio = results[("hybrid", freshness)]["p50"] / results[("text", freshness)]["p50"]
             print(f"  {freshness:7} hybrid / text   = {ratio:.2f}x")
+        if args.out:
+            args.out.write_text(json.dumps({
+                "chunks": chunks, "queries": args.queries, "tailEvents": args.tail_events,
+                "embedder": args.embedder, "textEngine": args.engine, "date": datetime.now(UTC).isoformat(),
+                "loadAverage": os.getloadavg(), "build": figures, "coldTailMs": cold,
+                "indexBytes": index_bytes(settings),
+                "latency": {f"{mode}/{freshness}": {"p50": row["p50"], "p99": row["p99"],
+                                                    "hits": row["hitsPerQuery"]}
+                            for (mode, freshness), row in results.items()},
+            }, indent=1) + "\n")
+            print(f"\nwrote {args.out}")
     finally:
         if follower is not None:
             follower.stop()

@@ -172,12 +172,14 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
 
     _patch_faust_rebalance()
     topics = Topics.from_settings(settings)
+    # faust makes its data dir even for in-memory tables (without parents); the default is the cwd.
+    datadir = Path(settings.home) / "faust" / app_id(settings)
+    datadir.parent.mkdir(parents=True, exist_ok=True)
     app = faust.App(
         app_id(settings),
         broker=_broker_urls(bootstrap),
         store="memory://",
-        # faust makes this directory even for in-memory tables; the default is the cwd.
-        datadir=str(Path(settings.home) / "faust" / app_id(settings)),
+        datadir=str(datadir),
         processing_guarantee="at_least_once",
         topic_replication_factor=settings.replication_factor,
         topic_partitions=settings.stream_partitions,

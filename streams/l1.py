@@ -184,7 +184,11 @@ class L1Reader:
 
     def read(self, log_id: str, from_seq: int = 1, to_seq: int | None = None,
              *, timeout_seconds: float = 60.0) -> Iterator[tuple[int, dict[str, Any]]]:
-        """(seq, event) for every event of ``log_id`` with from_seq <= seq <= to_seq, in order."""
+        """(seq, event) for every event of ``log_id`` with from_seq <= seq <= to_seq, in order.
+
+        ``timeout_seconds`` bounds a wait for the broker without progress, not the whole read:
+        a rebuild that indexes between records may take hours over a long log.
+        """
         tp = self._tp(log_id)
         if tp is None:
             return
@@ -194,11 +198,11 @@ class L1Reader:
         self._consumer.assign([tp])
         self._consumer.seek(tp, max(from_seq - 1, 0))
         deadline = time.monotonic() + timeout_seconds
-        while time.monotonic() < deadline:
-            if self._consumer.position(tp) >= end:
-                return
-            batch = self._consumer.poll(timeout_ms=500, max_records=5000)
-            for record in batch.get(tp, []):
+        while self._consumer.position(tp) < end:
+            if time.monotonic() >= deadline:
+                raise BrokerError(f"timed out reading log {log_id!r} seqs {from_seq}..{end}")
+            records = self._consumer.poll(timeout_ms=500, max_records=5000).get(tp, [])
+            for record in records:
                 seq = record.offset + 1
                 if seq > end:
                     return
@@ -210,7 +214,8 @@ class L1Reader:
                     continue
                 if isinstance(event, dict) and event.get("logId") == log_id:
                     yield seq, event
-        raise BrokerError(f"timed out reading log {log_id!r} seqs {from_seq}..{end}")
+            if records:  # progress: the clock restarts after the caller had its records
+                deadline = time.monotonic() + timeout_seconds
 
     def close(self) -> None:
         self._consumer.close()

@@ -139,3 +139,26 @@ def test_ingest_reports_clear_errors_without_traceback(settings, tmp_path):
         assert proc.returncode == 2, proc.stderr
         assert "error:" in proc.stderr
         assert "Traceback" not in proc.stderr + proc.stdout
+
+
+def test_a_slow_reader_is_not_timed_out_while_records_keep_coming(settings):
+    """The read timeout bounds a wait without progress, not the whole read: a rebuild that
+    spends longer than ``timeout_seconds`` indexing between records must still finish."""
+    import time
+
+    from tests.factories import session_events
+    from tests.harness import append_events
+
+    ensure_topics(settings.bootstrap_servers, settings)
+    appended = append_events(settings, session_events("slow-reader", turns=4))
+    reader = L1Reader(settings.bootstrap_servers, settings)
+    try:
+        began, seqs = time.monotonic(), []
+        for seq, _event in reader.read("default", timeout_seconds=2.0):
+            seqs.append(seq)
+            if len(seqs) % 5 == 1:
+                time.sleep(1.0)  # the caller's own work, longer in total than the timeout
+        assert seqs == list(range(1, appended + 1))
+        assert time.monotonic() - began > 2.0
+    finally:
+        reader.close()

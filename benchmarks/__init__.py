@@ -1,0 +1,1 @@
+"""Benchmarks: the harness, the workload generator and the per-area scripts."""

@@ -1,0 +1,152 @@
+"""The benchmark workload is deterministic and realistic, and the harness runs end to end.
+
+The harness runs at ``--scale tiny`` against the session's broker into a temporary directory:
+BENCHMARKS.md and every plot must be written and each section must hold measured numbers.
+No wall-clock threshold is asserted anywhere: the figures are whatever this machine gives.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+from benchmarks.harness import load_large
+from benchmarks.workload import WorkloadConfig, generate, main
+from streams.asp import validate_event
+from streams.chunking import render_event
+from streams.redaction import redact_event
+from streams.redaction.samples import SEEDED_SECRETS
+
+ROOT = Path(__file__).resolve().parents[1]
+PLOTS = ("throughput.png", "freshness.png", "query_latency.png", "growth.png", "memory.png")
+
+
+def test_same_seed_gives_byte_identical_jsonl(tmp_path: Path) -> None:
+    for name in ("a", "b"):
+        assert main(["--events", "3000", "--seed", "7", "--out", str(tmp_path / f"{name}.jsonl")]) == 0
+    assert main(["--events", "3000", "--seed", "8", "--out", str(tmp_path / "c.jsonl")]) == 0
+    first = (tmp_path / "a.jsonl").read_bytes()
+    assert first == (tmp_path / "b.jsonl").read_bytes()
+    assert first != (tmp_path / "c.jsonl").read_bytes()
+    # In a fresh interpreter too (no hash randomisation or global state leaks into the output).
+    out = subprocess.run([sys.executable, "-m", "benchmarks.workload", "--events", "3000", "--seed", "7",
+                          "--out", "-"], cwd=ROOT, capture_output=True, check=True,
+                         env={**os.environ, "PYTHONHASHSEED": "123"})
+    assert out.stdout == first
+
+
+def test_workload_is_realistic_and_complete() -> None:
+    events = list(generate(events=4000, config=WorkloadConfig(seed=3, secret_share=0.05)))
+    assert len(events) >= 4000
+    assert all(validate_event(dict(e)) == e for e in events[:200])
+    types = collections.Counter(e["type"] for e in events)
+    for kind in ("session.started", "run.started", "turn.started", "message", "tool.call", "tool.result",
+                 "turn.ended", "episode.started", "episode.ended", "session.ended"):
+        assert types[kind] > 0, kind
+    # Whole sessions: every turn, episode, run and session that starts also ends.
+    assert types["turn.started"] == types["turn.ended"]
+    assert types["episode.started"] == types["episode.ended"]
+    assert types["session.started"] == types["session.ended"]
+    # Tool calls carry parameters (paths, commands, URLs); results answer their call.
+    calls = {e["eventId"]: e for e in events if e["type"] == "tool.call"}
+    params = [e["fields"]["input"] for e in calls.values()]
+    assert any("path" in p for p in params) and any("command" in p for p in params)
+    assert any("url" in p for p in params)
+    results = [e for e in events if e["type"] == "tool.result"]
+    assert all(calls[e["parentEventId"]]["fields"]["toolCallId"] == e["fields"]["toolCallId"] for e in results)
+    outputs = "\n".join(e["fields"]["output"] for e in results)
+    assert "Traceback (most recent call last)" in outputs and " ERROR " in outputs
+    # Access lists mixed across principals and tenants.
+    acls = {orjson.dumps(e["acl"], option=orjson.OPT_SORT_KEYS) for e in events}
+    assert len(acls) >= 4
+    # Time order across the interleaved sessions, and more than one session open at a time.
+    times = [e["time"] for e in events]
+    assert times == sorted(times)
+    assert len({e["sessionId"] for e in events[:50]}) > 1
+    # A small share of seeded secrets, all of which the redactor removes.
+    planted = [e for e in events if any(s in orjson.dumps(e["fields"]).decode() for s in SEEDED_SECRETS)]
+    assert 0 < len(planted) < len(events) * 0.05
+    for event in planted:
+        text = orjson.dumps(redact_event(event).event).decode()
+        assert not any(secret in text for secret in SEEDED_SECRETS), event["eventId"]
+    assert all(render_event(e) is not None for e in events if e["type"] == "message")
+
+
+def test_workload_counts_and_bad_arguments(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert len({e["sessionId"] for e in generate(sessions=5, seed=1)}) == 5
+    assert len(list(generate(events=123, seed=1, exact=True))) == 123
+    with pytest.raises(ValueError, match="exactly one"):
+        list(generate(seed=1))
+    with pytest.raises(SystemExit):
+        main(["--events", "-5", "--out", str(tmp_path / "x.jsonl")])
+    assert "must be >= 0" in capsys.readouterr().err
+    assert main(["--events", "10", "--out", str(tmp_path / "missing" / "x.jsonl")]) == 1
+    assert "error:" in capsys.readouterr().err
+
+
+def test_include_large_reads_json_or_the_printed_table(tmp_path: Path) -> None:
+    printed = tmp_path / "large.txt"
+    printed.write_text(
+        "building 1000000 chunks (2000000 L1 events, 1000 above the indexes) ...\n"
+        "mode     freshness      p50      p99     mean  hits/q  tail scan\n"
+        "text     indexed       31.0    120.5     40.0    10.0  -\n"
+        "vector   indexed       60.0    150.0     70.0    10.0  -\n"
+        "hybrid   indexed       90.0    210.0     99.0    10.0  -\n"
+        "text     latest        33.0    130.0     41.0    10.0  1999001..2000000\n"
+        "vector   latest        61.0    155.0     71.0    10.0  1999001..2000000\n"
+        "hybrid   latest        92.0    220.0    100.0    10.0  1999001..2000000\n")
+    step = load_large(printed)
+    assert step["chunks"] == 1_000_000
+    assert step["latency"]["hybrid/latest"] == {"p50": 92.0, "p99": 220.0}
+    as_json = tmp_path / "large.json"
+    as_json.write_text(json.dumps({"chunks": 5, "latency": step["latency"], "indexBytes": {"text": 9}}))
+    assert load_large(as_json)["indexBytes"] == {"text": 9}
+    (tmp_path / "junk.txt").write_text("nothing here")
+    with pytest.raises(ValueError, match="neither"):
+        load_large(tmp_path / "junk.txt")
+
+
+@pytest.mark.kafka
+def test_harness_tiny_writes_report_and_plots(tmp_path: Path, kafka_bootstrap: str) -> None:
+    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap}
+    env.pop("USL_BENCH_VIA_MAKE", None)
+    run = subprocess.run([sys.executable, "-W", "ignore", "-m", "benchmarks.harness", "--scale", "tiny",
+                          "--out-dir", str(tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=540)
+    assert run.returncode == 0, run.stderr[-3000:]
+    report = (tmp_path / "BENCHMARKS.md").read_text()
+    assert "python -m benchmarks.harness --scale tiny" in report
+    for plot in PLOTS:
+        data = (tmp_path / "benchmarks" / "plots" / plot).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000, plot
+        assert f"benchmarks/plots/{plot}" in report
+    sections = re.split(r"^## ", report, flags=re.M)[1:]
+    titles = [section.splitlines()[0] for section in sections]
+    assert titles[0] == "Machine" and len(titles) == 10, titles
+    for section in sections:
+        rows = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("|---")]
+        numbers = [cell for row in rows[1:] for cell in row.split("|") if re.search(r"\d", cell)]
+        assert numbers, f"no figures in section {section.splitlines()[0]!r}"
+    assert "load average" in report and "Kafka" in report and "CPU" in report
+
+    results = json.loads((tmp_path / "benchmarks" / "plots" / "results.json").read_text())
+    ingest = results["ingest"]
+    assert ingest["endToEndEventsPerSecond"] > 0 and results["rawRead"]["eventsPerSecond"] > 0
+    assert set(ingest["perIndexEventsPerSecond"]) >= {"text", "vector", "structured", "analytics", "toolresults"}
+    assert all(row["lag"]["text"]["p50"] >= 0 for row in ingest["freshness"])
+    assert results["stages"]["redactionMbPerCoreSecond"] > 0 and results["stages"]["chunkingEventsPerCoreSecond"] > 0
+    assert {"text", "whoosh", "vector"} <= set(results["sinks"]["sinks"])
+    assert results["rebuild"]["eventsPerSecond"] > 0
+    for step in results["queries"]["steps"]:
+        assert 0 <= step["recall"]["recallAt10"] <= 1
+        assert len(step["latency"]) == 6 and all(row["p50"] > 0 for row in step["latency"].values())
+        assert step["indexBytes"]["text"] > 0
+    assert results["memory"]["worker"] and results["memory"]["planner (process, largest corpus)"]
