@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install install-test-tools demo test lint bench down clean
+.PHONY: install install-test-tools demo test lint bench faults down clean
 
 $(BIN)/usl: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,11 +26,19 @@ test: install install-test-tools
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 lint: install
-	$(BIN)/ruff check streams sinks planner deploy tests benchmarks
+	$(BIN)/ruff check streams sinks planner deploy tests benchmarks reliability
 	$(BIN)/mypy
 
+# BENCHMARKS.md and benchmarks/plots/ from one run on this machine (~30 min on 2 cores);
+# BENCH_ARGS="--scale tiny" for a quick check, "--include-large FILE" for 1M-chunk figures.
 bench: install
-	@bash scripts/bench
+	$(BIN)/pip install --quiet -e ".[bench]"
+	@bash scripts/bench $(BENCH_ARGS)
+
+# The long fault suite (own broker, ~20 min on 2 loaded cores); RELIABILITY.md from one run.
+FAULT_ARGS ?= --rounds 2 --seed 1
+faults: install
+	$(BIN)/python -m reliability $(FAULT_ARGS) --out RELIABILITY.md
 
 down:
 	$(BIN)/usl down

@@ -85,6 +85,8 @@ from planner.snapshot import (
 )
 from planner.tailscan import SnapshotCache, TailResult, TailScan, TailSnapshot, chunker_for
 from planner.trim import trim_chunk
+from sinks.exceptions import GenerationError
+from sinks.generations import FileDigests, GenerationStore
 from sinks.runner import index_root
 from sinks.watermarks import WatermarkFollower, read_watermarks
 from streams.asp import parse_time, validate_event
@@ -156,6 +158,11 @@ class Planner:
         self._vectors: dict[bytes, np.ndarray] = {}
         self._tails = SnapshotCache()
         self._overlays: dict[tuple[str, int], tuple[int, dict[str, dict[str, Any]]]] = {}
+        self._digests = FileDigests()
+        # generation dir -> (stat signature of its files, problem or None): a generation is
+        # hashed once; later queries only compare the signature (a write changes mtime).
+        self._verdicts: dict[str, tuple[tuple[Any, ...], str | None]] = {}
+        self._unavailable: set[tuple[str, str]] = set()
 
     # -- public ------------------------------------------------------------------------------
 
@@ -213,17 +220,18 @@ class Planner:
         with self._l1() as l1:
             l1_now = l1.committed_seq(log_id)
             watermarks = self._watermarks(log_id)
+            # As search does: an unknown log is a 404, not an index to wait for (503).
+            if l1_now == 0 and not watermarks and l1.registry.partition_of(log_id) is None:
+                raise NotFound(f"no log named {log_id!r}",
+                               hint="Ingest events into it first, or pick another log.")
             try:
-                analytics = pin_for_query(self.root, log_id, "analytics", watermarks.get("analytics"),
-                                          ttl_seconds=QUERY_PIN_SECONDS, holder=self._holder)
+                analytics, problem = self._pin_verified(log_id, "analytics", watermarks.get("analytics"))
                 if analytics is None:
-                    raise IndexUnavailable(f"no generation of the analytics index exists yet for "
-                                           f"log {log_id!r}",
+                    raise IndexUnavailable(problem or f"no generation of the analytics index exists "
+                                           f"yet for log {log_id!r}",
                                            hint="Wait until `usl status` shows the analytics index.")
                 pins.append(analytics)
-                structured = pin_for_query(self.root, log_id, "structured",
-                                           watermarks.get("structured"),
-                                           ttl_seconds=QUERY_PIN_SECONDS, holder=self._holder)
+                structured, _problem = self._pin_verified(log_id, "structured", watermarks.get("structured"))
                 if structured is not None:
                     pins.append(structured)
                 if as_of is None:
@@ -257,6 +265,7 @@ class Planner:
         policy = policy_fingerprint(principal)
         payload = self._open_cursor(req, policy) if req.cursor else None
         pins: dict[str, IndexPin | None] = {}
+        problems: dict[str, str] = {}
         response: dict[str, Any] | None = None
         try:
             with self._l1() as l1:
@@ -269,18 +278,25 @@ class Planner:
                     if req.freshness.mode == "wait":
                         watermarks = self._wait(req, l1_now, watermarks)
                     for kind in req.required_kinds:
-                        pins[kind] = pin_for_query(self.root, req.log, kind, watermarks.get(kind),
-                                                   ttl_seconds=QUERY_PIN_SECONDS, holder=self._holder)
+                        pins[kind], problem = self._pin_verified(req.log, kind, watermarks.get(kind))
+                        if problem is not None:
+                            problems[kind] = problem
                     l1_seq, window = l1_now, window_for(req.k)
                 else:
                     lines = payload.get("lines") or {}
                     for kind, generation_id in sorted(payload["generations"].items()):
-                        pins[kind] = pin_for_cursor(self.root, req.log, kind, generation_id,
+                        cursor_pin = pin_for_cursor(self.root, req.log, kind, generation_id,
                                                     lines.get(kind), ttl_seconds=QUERY_PIN_SECONDS,
                                                     holder=self._holder)
+                        pins[kind] = cursor_pin
+                        problem = self._verify(cursor_pin)
+                        if problem is not None:
+                            raise CursorExpired(f"the {kind} index generation this cursor reads "
+                                                f"failed verification: {problem}",
+                                                hint="Run the query again without a cursor.")
                     l1_seq, window = int(payload["l1Seq"]), int(payload["window"])
                 response = self._answer(req, principal, policy, l1, l1_seq, l1_now, pins,
-                                        window, payload)
+                                        window, payload, problems)
                 return response
         except CursorExpired:
             usl_cursor_refusals_total.labels(reason="generation_gone").inc()
@@ -298,7 +314,7 @@ class Planner:
     def _answer(
         self, req: SearchRequest, principal: Principal, policy: str, l1: L1Reader, l1_seq: int,
         l1_now: int, pins: dict[str, IndexPin | None], window: int,
-        payload: Mapping[str, Any] | None,
+        payload: Mapping[str, Any] | None, problems: Mapping[str, str] | None = None,
     ) -> dict[str, Any]:
         seen: dict[str, tuple[int, int] | None] = {
             kind: (pin.watermark if (pin := pins.get(kind)) is not None else None)
@@ -323,6 +339,13 @@ class Planner:
         if decision.fallbacks:
             usl_query_fallbacks_total.labels(
                 reason="vector_unusable" if vector_problem else "vector_missing").inc()
+        if problems:
+            usl_query_fallbacks_total.labels(reason="generation_unverified").inc()
+            decision = replace(decision,
+                               fallbacks=(*decision.fallbacks, *(f"{kind}: {problem}" for kind, problem
+                                                                 in sorted(problems.items()))),
+                               reasons=(*decision.reasons, *(f"{kind}: {problem}" for kind, problem
+                                                             in sorted(problems.items()))))
         if payload is not None and decision.as_of_seq != int(payload["asOfSeq"]):
             raise CursorError("the cursor's snapshot cannot be reproduced",
                               hint="Run the query again without a cursor.")
@@ -486,6 +509,83 @@ class Planner:
         return response
 
     # -- steps -------------------------------------------------------------------------------
+
+    def _pin_verified(self, log_id: str, kind: str, watermark: Mapping[str, Any] | None,
+                      ) -> tuple[IndexPin | None, str | None]:
+        """Pin the generation ``watermark`` names if its files match its manifest; else the
+        newest older generation of its line that does, with what was refused (disclosed as a
+        fallback); (None, why) if none does. Bad data is never read."""
+        try:
+            pin = pin_for_query(self.root, log_id, kind, watermark,
+                                ttl_seconds=QUERY_PIN_SECONDS, holder=self._holder)
+        except (GenerationError, OSError) as exc:  # a damaged manifest, a full disk for the pin
+            unavailable = f"index unavailable: {exc}"
+            with self._lock:
+                new = (kind, unavailable) not in self._unavailable
+                if len(self._unavailable) > 100:
+                    self._unavailable.clear()
+                self._unavailable.add((kind, unavailable))
+            if new:
+                log.error("%s index of %s unavailable: %s", kind, log_id, exc)
+            return None, unavailable
+        if pin is None:
+            return None, None
+        problem = self._verify(pin)
+        if problem is None:
+            return pin, None
+        refused = f"generation {pin.generation_id} refused ({problem})"
+        store = GenerationStore(self.root, log_id, kind, pin.line)
+        pin.release()
+        try:
+            older = [g for g in store.generation_ids() if g < pin.generation_id]
+        except (GenerationError, OSError):
+            older = []
+        for generation_id in reversed(older):
+            try:
+                file_pin = store.pin(generation_id, ttl_seconds=QUERY_PIN_SECONDS, holder=self._holder)
+            except (GenerationError, OSError):
+                continue
+            try:
+                manifest = store.load(generation_id)
+            except GenerationError:
+                file_pin.release()
+                continue
+            candidate = IndexPin(kind, store.line, generation_id, manifest.built_through_seq,
+                                 store.generation_dir(generation_id), manifest, file_pin)
+            if self._verify(candidate) is None:
+                return candidate, f"{refused}; answering from generation {generation_id}"
+            file_pin.release()
+        return None, f"{refused}; no older generation verifies, so the {kind} index is unavailable"
+
+    def _verify(self, pin: IndexPin) -> str | None:
+        """Why ``pin``'s generation must not be read (None if its files match its manifest).
+        Hashes once per generation and file; later calls compare a stat signature."""
+        key = str(pin.directory)
+        problem: str | None
+        try:
+            signature = tuple((path, *_stat_key(pin.directory / path))
+                              for path in ("manifest.json", *(ref.path for ref in pin.manifest.segments)))
+        except OSError as exc:
+            signature, problem = (), f"unreadable: {exc}"
+        else:
+            with self._lock:
+                cached = self._verdicts.get(key)
+            if cached is not None and cached[0] == signature:
+                return cached[1]
+            try:
+                GenerationStore(self.root, pin.manifest.log_id, pin.kind, pin.line).verify(
+                    pin.manifest, digests=self._digests)
+                problem = None
+            except GenerationError as exc:
+                problem = f"fails verification: {exc}"
+        if problem is not None:
+            log.error("%s generation %d of %s refused: %s", pin.kind, pin.generation_id,
+                      pin.manifest.log_id, problem)
+        with self._lock:
+            if len(self._verdicts) > 1000:
+                self._verdicts.clear()
+            self._verdicts[key] = (signature, problem)
+        return problem
 
     def _open_cursor(self, req: SearchRequest, policy: str) -> dict[str, Any]:
         assert req.cursor is not None
@@ -793,6 +893,11 @@ def _explain_vector_fallback(decision: SnapshotDecision, pin: IndexPin | None,
     watermarks["vector"] = Watermark(pin.generation_id, pin.built_through_seq)
     return replace(decision, fallbacks=tuple(fallbacks), reasons=tuple(reasons),
                    watermarks=watermarks)
+
+
+def _stat_key(path: Path) -> tuple[int, int, int]:
+    st = path.stat()
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def _generation_json(pin: IndexPin) -> dict[str, Any]:

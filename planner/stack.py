@@ -20,6 +20,7 @@ from streams.settings import Settings
 __all__ = ["running", "start_process", "stop_process", "stop_stack", "supervise"]
 
 STACK = ("worker", "sinks", "api")
+_STABLE_SECONDS = 10.0
 
 
 def _run_dir(settings: Settings) -> Path:
@@ -77,8 +78,10 @@ def stop_process(pid: int, *, grace_seconds: float = 20.0) -> None:
 def supervise(settings: Settings, children: dict[str, list[str]], env: dict[str, str]) -> None:
     """Run ``children`` (name → usl arguments) and restart any that exits, until SIGTERM/SIGINT.
 
-    Restarts back off (1 s doubling to 60 s) so a process that cannot start does not spin.
-    Every step downstream is idempotent, so a restarted worker or sink resumes without loss.
+    Restarts back off (1 s doubling to 60 s) so a process that cannot start does not spin;
+    a process that ran for a while before exiting is restarted after 1 s again (the back-off
+    is for crash loops, not for the occasional crash). Every step downstream is idempotent,
+    so a restarted worker or sink resumes without loss.
     """
     stopping = False
 
@@ -89,6 +92,7 @@ def supervise(settings: Settings, children: dict[str, list[str]], env: dict[str,
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     pids = {name: start_process(settings, name, args, env) for name, args in children.items()}
+    started = dict.fromkeys(children, time.monotonic())
     backoff = dict.fromkeys(children, 1.0)
     next_start: dict[str, float] = {}
     try:
@@ -100,12 +104,15 @@ def supervise(settings: Settings, children: dict[str, list[str]], env: dict[str,
                     if now >= next_start[name]:
                         del next_start[name]
                         pids[name] = start_process(settings, name, args, env)
+                        started[name] = now
                     continue
                 try:
                     done, _status = os.waitpid(pids[name], os.WNOHANG)
                 except ChildProcessError:
                     done = pids[name]
                 if done:
+                    if now - started[name] >= _STABLE_SECONDS:
+                        backoff[name] = 1.0
                     print(f"{name} exited; restarting in {backoff[name]:.0f}s", flush=True)
                     next_start[name] = now + backoff[name]
                     backoff[name] = min(backoff[name] * 2, 60.0)

@@ -23,6 +23,12 @@ Commit protocol (:meth:`GenerationStore.commit`): hash and fsync the new files, 
 ``CURRENT`` atomically (temp file, fsync, ``os.replace``, fsync of the directory). A crash at
 any point leaves ``CURRENT`` on the previous, complete generation; the next :meth:`begin`
 removes the leftovers.
+
+Integrity: ``manifest.json`` carries ``manifestSha256``, the SHA-256 of its own canonical
+text without that field, so a damaged manifest is refused on load
+(:class:`ManifestVerificationError`), like a damaged segment is by :meth:`GenerationStore.verify`.
+:class:`FileDigests` remembers files already hashed, so re-verifying a generation that shares
+most files with a verified one hashes only what is new or was modified since.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ import re
 import shutil
 import socket
 import stat
+import threading
 import time
 import uuid
 from collections.abc import Collection, Iterator
@@ -56,6 +63,7 @@ __all__ = [
     "CURRENT_FILE",
     "DEFAULT_LINE",
     "MANIFEST_FILE",
+    "FileDigests",
     "GenerationStore",
     "Manifest",
     "Pin",
@@ -78,6 +86,12 @@ _LINE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 # a GC that is about to rename it back because a reader pinned it meanwhile.
 _TRASH_GRACE_SECONDS = 300.0
 _HASH_BLOCK = 1 << 20
+_CHECKSUM_FIELD = "manifestSha256"
+_MANIFEST_KEYS = frozenset({
+    "kind", "logId", "line", "generationId", "builtThroughSeq", "schemaVersion", "aspVersion",
+    "chunker", "embedding", "redactionPolicyHash", "segments", "sourceOffsets", "progress",
+    "chunkCount", "parentGenerationId", "createdAt", "extra",
+})
 
 
 @dataclass(frozen=True)
@@ -156,14 +170,28 @@ class Manifest:
         }
 
     def dumps(self) -> str:
-        """Canonical JSON text, as written to ``manifest.json``."""
-        return json.dumps(self.to_json(), sort_keys=True, indent=1, ensure_ascii=False) + "\n"
+        """Canonical JSON text, as written to ``manifest.json`` (with its own checksum)."""
+        body = self.to_json()
+        return _canonical({**body, _CHECKSUM_FIELD: _manifest_checksum(body)})
 
     @classmethod
     def from_json(cls, data: dict[str, Any] | str | bytes) -> Manifest:
-        """Parse :meth:`to_json` output (a dict, or its JSON text)."""
+        """Parse :meth:`to_json` output (a dict, or its JSON text). Text whose
+        ``manifestSha256`` does not match its content raises ManifestVerificationError."""
         try:
             obj = json.loads(data) if isinstance(data, str | bytes) else data
+        except ValueError as exc:  # also UnicodeDecodeError: a flipped byte may break UTF-8
+            raise ManifestVerificationError(f"manifest is not valid JSON: {exc}") from exc
+        if isinstance(obj, dict) and _CHECKSUM_FIELD in obj:
+            obj = dict(obj)
+            stated = obj.pop(_CHECKSUM_FIELD)
+            if stated != _manifest_checksum(obj):
+                raise ManifestVerificationError("manifest does not match its manifestSha256 (damaged)")
+        elif isinstance(obj, dict) and set(obj) - _MANIFEST_KEYS:
+            # Manifests written before the checksum have none; a damaged checksum key shows
+            # up as a key no manifest has.
+            raise ManifestVerificationError(f"manifest has unknown keys {sorted(set(obj) - _MANIFEST_KEYS)}")
+        try:
             parent = obj.get("parentGenerationId")
             return cls(
                 kind=str(obj["kind"]),
@@ -293,9 +321,10 @@ class GenerationStore:
             return []
         return [g for g in self._dir_ids() if g <= current]
 
-    def verify(self, manifest: Manifest) -> None:
+    def verify(self, manifest: Manifest, *, digests: FileDigests | None = None) -> None:
         """Check every file of ``manifest`` exists with its size and SHA-256, and that the
-        generation's ``manifest.json`` is this manifest. Raises ManifestVerificationError."""
+        generation's ``manifest.json`` is this manifest. Raises ManifestVerificationError.
+        With ``digests``, files hashed before and not modified since are not hashed again."""
         line_dir = self.kind_dir / manifest.line if manifest.line else self.line_dir
         gen_dir = line_dir / f"gen-{manifest.generation_id:08d}"
         try:
@@ -304,7 +333,7 @@ class GenerationStore:
             raise ManifestVerificationError(f"{gen_dir}: manifest unreadable: {exc}") from exc
         if on_disk != manifest:
             raise ManifestVerificationError(f"{gen_dir}: manifest.json differs from the given manifest")
-        _verify_segments(gen_dir, manifest.segments, hash_paths=None)
+        _verify_segments(gen_dir, manifest.segments, hash_paths=None, digests=digests)
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -649,20 +678,69 @@ def _same_file(st: os.stat_result, parent_dir: Path | None, rel: str, ref: Segme
     return (st.st_dev, st.st_ino) == (parent_st.st_dev, parent_st.st_ino) and st.st_size == ref.bytes
 
 
-def _verify_segments(gen_dir: Path, segments: tuple[SegmentRef, ...], *, hash_paths: set[str] | None) -> None:
+class FileDigests:
+    """SHA-256 of files already hashed, keyed by inode, size and mtime (thread-safe).
+
+    Committed files are shared between generations by hard links, so a generation mostly
+    consists of inodes an earlier verification hashed. A write to a file changes its mtime,
+    so a modified file is hashed again (ctime is useless here: every hard link changes it).
+    """
+
+    def __init__(self, size: int = 200_000) -> None:
+        self._size = size
+        self._known: dict[tuple[int, int, int, int], str] = {}
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _key(st: os.stat_result) -> tuple[int, int, int, int]:
+        return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+    def remember(self, path: Path, digest: str) -> None:
+        """Record the hash a writer just computed and verified for ``path``."""
+        with self._lock:
+            if len(self._known) >= self._size:
+                self._known.clear()
+            self._known[self._key(os.stat(path))] = digest
+
+    def digest(self, path: Path, st: os.stat_result) -> str:
+        key = self._key(st)
+        with self._lock:
+            known = self._known.get(key)
+        if known is not None:
+            return known
+        digest, _ = _sha256_file(path)
+        if self._key(os.stat(path)) == key:  # not modified while we read it
+            with self._lock:
+                if len(self._known) >= self._size:
+                    self._known.clear()
+                self._known[key] = digest
+        return digest
+
+
+def _verify_segments(gen_dir: Path, segments: tuple[SegmentRef, ...], *, hash_paths: set[str] | None,
+                     digests: FileDigests | None = None) -> None:
     """Check each segment's size, and its hash when ``hash_paths`` is None or names it."""
     for ref in segments:
         path = gen_dir / ref.path
         try:
-            size = path.stat().st_size
+            st = path.stat()
         except FileNotFoundError as exc:
             raise ManifestVerificationError(f"{gen_dir.name}: {ref.path} is missing") from exc
+        size = st.st_size
         if size != ref.bytes:
             raise ManifestVerificationError(f"{gen_dir.name}: {ref.path} has {size} bytes, manifest says {ref.bytes}")
         if hash_paths is None or ref.path in hash_paths:
-            digest, _ = _sha256_file(path)
+            digest = digests.digest(path, st) if digests is not None else _sha256_file(path)[0]
             if digest != ref.sha256:
                 raise ManifestVerificationError(f"{gen_dir.name}: {ref.path} does not match its SHA-256")
+
+
+def _canonical(body: dict[str, Any]) -> str:
+    return json.dumps(body, sort_keys=True, indent=1, ensure_ascii=False) + "\n"
+
+
+def _manifest_checksum(body: dict[str, Any]) -> str:
+    return hashlib.sha256(_canonical(body).encode("utf-8")).hexdigest()
 
 
 def _walk_files(directory: Path) -> Iterator[str]:

@@ -164,7 +164,9 @@ def rebuild(settings: Settings, bootstrap: str, kind: str, *, log_id: str = "def
     versions = pipeline_versions(settings)
     root = index_root(settings)
     live = GenerationStore(root, log_id, kind)
-    old_line = live.line if live.current() is not None else None
+    # current_id, not current(): the live line's manifest may be the damaged file this
+    # rebuild replaces.
+    old_line = live.line if live.current_id() is not None else None
     line = live.new_rebuild_line()
     store = GenerationStore(root, log_id, kind, line)
     reader = L1Reader(bootstrap, settings)

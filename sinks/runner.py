@@ -10,10 +10,17 @@ the runner seeks every partition to the smallest offset any log still needs, ski
 log's current generation already holds (offset below its manifest's offset, or a chunk whose
 ``maxSeq`` is at or below the generation's ``builtThroughSeq``) and drops duplicates by id
 (``sinks.writer.record_id``), so a crash at any point loses and duplicates nothing.
+
+Faults: a commit that fails on a write error (full disk, I/O error) discards its staging dir,
+publishes nothing and is retried with back-off, so the sink catches up once the disk recovers.
+At start-up every log's current generation is verified against its manifest (and before each
+commit, the files the next generation reuses); a generation that fails is never built on: the
+log is rebuilt from L1 into a new line (:func:`sinks.rebuild.rebuild`) that replaces it.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import threading
@@ -27,7 +34,8 @@ from typing import Any
 import orjson
 from kafka import KafkaConsumer, TopicPartition
 
-from sinks.generations import GenerationStore, Manifest
+from sinks.exceptions import GenerationError, GenerationLockedError
+from sinks.generations import FileDigests, GenerationStore, Manifest
 from sinks.watermarks import WatermarkPublisher
 from sinks.writer import IndexWriter, record_id
 from streams.asp import ASP_VERSION
@@ -45,11 +53,24 @@ from streams.metrics import (
 from streams.settings import Settings
 from streams.topics import Topics
 
-__all__ = ["LogState", "SinkRunner", "index_root", "watermark_of", "write_ids"]
+__all__ = ["LogState", "SinkRunner", "index_root", "is_disk_error", "watermark_of", "write_ids"]
 
 log = logging.getLogger("usl.sink")
 
 _IDS_PREFIX = "ids-"
+_DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS}
+# Engines written in Rust or C++ (tantivy, faiss) report a failed write as their own
+# exception type; these are the OS messages they pass on.
+_DISK_MESSAGES = ("No space left", "Disk quot", "File too large", "Input/output error",
+                  "Read-only file system")
+_MAX_BACKOFF_SECONDS = 10.0
+
+
+def is_disk_error(exc: BaseException) -> bool:
+    """True if ``exc`` is a storage failure a later retry may get past (full disk, I/O error)."""
+    if isinstance(exc, OSError) and exc.errno in _DISK_ERRNOS:
+        return True
+    return any(message in str(exc) for message in _DISK_MESSAGES)
 
 
 def index_root(settings: Settings) -> Path:
@@ -116,6 +137,8 @@ class SinkRunner:
         self._last_flush = time.monotonic()
         self._partitions: dict[str, list[int]] = {}
         self._ledger_path = self.root / f".ledger-{self.kind}.json"
+        self._digests = FileDigests()
+        self._failures = 0
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -195,7 +218,11 @@ class SinkRunner:
                     time.sleep(0.5)
                     parts = self._consumer.partitions_for_topic(topic)
                 self._partitions[source] = sorted(parts or [])
+            self._verify_current()
             positions = self._start_positions()
+            for log_id, state in sorted(self.logs.items()):
+                if state.manifest is not None:  # its last publish may have been lost in a crash
+                    self._publish(log_id, state.manifest, self._store(log_id, state.line))
             self._consumer.assign(list(positions))
             for tp, offset in positions.items():
                 self._consumer.seek(tp, offset)
@@ -211,9 +238,10 @@ class SinkRunner:
                 if batch:
                     last_record = time.monotonic()
                 if self._should_flush():
-                    self._note_new_logs(first_offsets)
+                    if not self._guarded(lambda: self._note_new_logs(first_offsets)):
+                        continue
                     first_offsets.clear()
-                    self.flush()
+                    self._guarded(self.flush)
                 if until_caught_up and all(self._consumer.position(tp) >= end for tp, end in ends.items()):
                     self._note_new_logs(first_offsets)
                     self.flush(force=True)
@@ -224,6 +252,52 @@ class SinkRunner:
         finally:
             self._consumer.close()
             self._publisher.close()
+
+    def _guarded(self, step: Callable[[], bool | None]) -> bool:
+        """Run a step that writes to disk; on a disk error, log it, wait (doubling back-off)
+        and return False so the loop retries it. Other errors propagate (the process exits
+        non-zero and its supervisor restarts it)."""
+        try:
+            wrote = step()
+        except Exception as exc:
+            if not is_disk_error(exc):
+                raise
+            self._failures += 1
+            delay = min(0.5 * 2 ** (self._failures - 1), _MAX_BACKOFF_SECONDS)
+            log.error("%s sink: commit failed on a write error (%s); staging discarded, nothing "
+                      "published, retry %d in %.1fs", self.kind, exc, self._failures, delay)
+            self._stop.wait(delay)
+            return False
+        if self._failures and wrote:
+            log.warning("%s sink: commit succeeded again after %d failed attempt(s)", self.kind,
+                        self._failures)
+            self._failures = 0
+        return True
+
+    def _verify_current(self) -> None:
+        """Verify every known log's current generation; rebuild from L1 each one that fails."""
+        for log_id in self._known_logs():
+            store = self._store(log_id)
+            try:
+                manifest = store.current()
+                if manifest is not None:
+                    store.verify(manifest, digests=self._digests)
+                continue
+            except GenerationLockedError:
+                raise
+            except GenerationError as exc:
+                log.error("%s sink: the current generation of log %s on line %s fails verification "
+                          "(%s); it will not be read or built on; rebuilding the log from L1 into a "
+                          "new line", self.kind, log_id, store.line, exc)
+            self.logs.pop(log_id, None)
+            self._rebuild(log_id)
+
+    def _rebuild(self, log_id: str) -> None:
+        from sinks.rebuild import rebuild
+
+        manifest = rebuild(self.settings, self.bootstrap, self.kind, log_id=log_id)
+        log.warning("%s sink: log %s rebuilt into line %s, generation %d through seq %d", self.kind,
+                    log_id, manifest.line, manifest.generation_id, manifest.built_through_seq)
 
     def _handle(self, source: str, tp: TopicPartition, record: Any, first_offsets: dict[str, dict[str, int]]) -> None:
         try:
@@ -282,14 +356,15 @@ class SinkRunner:
         previous = state.manifest.built_through_seq if state.manifest else 0
         return max(through, previous)
 
-    def flush(self, *, force: bool = False) -> None:
-        """Commit a new generation for every log with new records or progress."""
+    def flush(self, *, force: bool = False) -> bool:
+        """Commit a new generation for every log with new records or progress; True if any."""
         self._last_flush = time.monotonic()
         assert self._consumer is not None
         self._follow_line_switches()
         offsets: dict[str, dict[int, int]] = defaultdict(dict)
         for tp in self._consumer.assignment():
             offsets[tp.topic][tp.partition] = int(self._consumer.position(tp))
+        committed = False
         for log_id, state in sorted(self.logs.items()):
             through = self.built_through(state)
             advanced = state.manifest is None or through > state.manifest.built_through_seq
@@ -298,6 +373,8 @@ class SinkRunner:
             if not state.pending and state.manifest is None and through == 0:
                 continue
             self._commit(log_id, state, through, dict(offsets))
+            committed = True
+        return committed
 
     def _follow_line_switches(self) -> None:
         """A rebuild switched a log's ACTIVE line: continue on the new line, from what it holds.
@@ -332,6 +409,10 @@ class SinkRunner:
         store = self._store(log_id, state.line)
         previous = state.manifest
         previous_dir = store.generation_dir(previous.generation_id) if previous else None
+        if previous is not None:
+            # The new generation hard-links the previous one's files: a file damaged since it
+            # was written must not be carried forward (raises; the restart rebuilds the log).
+            store.verify(previous, digests=self._digests)
         staging = store.begin()
         try:
             records = state.pending
@@ -353,6 +434,14 @@ class SinkRunner:
         except BaseException:
             store.abort()
             raise
+        # Files this commit hashed itself need no second hash. Not the reused ones: a file
+        # damaged since the check above would be remembered with its old hash and never
+        # caught again; those are checked (and cached) by the next commit's verify.
+        committed_dir = store.generation_dir(committed.generation_id)
+        reused = {(ref.path, ref.sha256) for ref in previous.segments} if previous else set()
+        for ref in committed.segments:
+            if (ref.path, ref.sha256) not in reused:
+                self._digests.remember(committed_dir / ref.path, ref.sha256)
         usl_sink_batch_seconds.labels(kind=self.kind).observe(written - started)
         usl_sink_commit_seconds.labels(kind=self.kind).observe(time.monotonic() - written)
         usl_sink_batch_chunks.labels(kind=self.kind).observe(len(records))

@@ -1,0 +1,32 @@
+"""The fault suite: inject real faults into a real local stack while it indexes, and count.
+
+``python -m reliability [--rounds N] [--seed S] [--out RELIABILITY.md]`` starts its own Kafka
+broker in a temporary directory, runs ``usl worker``, one ``usl sink --kind K`` per index kind
+and ``usl serve`` under the stack supervisor (:func:`planner.stack.supervise`), feeds them a
+steady ingest of generated sessions while a querier searches, and injects, each ``N`` times at
+seeded random points:
+
+==================  ==========================================================================
+``kill-worker``     SIGKILL of the pipeline worker (its process group)
+``kill-sink``       SIGKILL of a sink process (the kinds take turns)
+``kill-api``        SIGKILL of the planner API while the querier runs
+``broker-restart``  the broker stopped and started again (same ports and data)
+``disk-full``       the sink's index filesystem (a tmpfs) filled up: real ENOSPC; then freed
+``corrupt-segment`` a byte flipped in a committed segment file of a current generation
+``corrupt-manifest`` a byte flipped in a current generation's ``manifest.json``
+``slow-sink``       a sink stopped (SIGSTOP) for seconds, then continued (SIGCONT)
+==================  ==========================================================================
+
+After each fault the suite waits until every index catches up with L1, pauses the ingest and
+checks that every appended event is in L1 exactly once, that every index holds each
+chunk/record exactly once, that no watermark went backwards and that no query saw a
+half-written or damaged generation. At the end it checks the chunk set equals an
+uninterrupted run's (the in-process replay of the same L1). :mod:`reliability.report` writes
+the counts to ``RELIABILITY.md``.
+"""
+
+from __future__ import annotations
+
+from reliability.suite import FAULT_KINDS, SuiteResult, run_suite
+
+__all__ = ["FAULT_KINDS", "SuiteResult", "run_suite"]

@@ -1,0 +1,498 @@
+"""The fault rounds and the checks after each (see :mod:`reliability`)."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import signal
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from reliability.load import Ingest, Querier, WatermarkWatch, l1_event_counts
+from reliability.stack import SuiteStack
+from sinks.exceptions import GenerationError
+from sinks.generations import MANIFEST_FILE, FileDigests, GenerationStore
+from sinks.runner import index_root
+from sinks.service import ALL_KINDS
+from streams.settings import Settings
+from tests.factories import session_events
+from tests.harness import chunk_set, l1_seq
+
+__all__ = ["FAULT_KINDS", "FaultResult", "SuiteResult", "run_suite"]
+
+FAULT_KINDS = ("kill-worker", "kill-sink", "kill-api", "broker-restart", "disk-full",
+               "corrupt-segment", "corrupt-manifest", "slow-sink")
+
+# Which sink's log line shows the fault was noticed, per fault kind.
+_SINK_LOG_LINES = {"disk-full": "commit failed on a write error",
+                   "corrupt-segment": "fails verification",
+                   "corrupt-manifest": "fails verification"}
+
+
+@dataclass
+class FaultResult:
+    """One round: a fault kind injected ``injected`` times, and what the checks found."""
+
+    kind: str
+    target: str
+    injected: int
+    survived: bool = False
+    lost: int = 0
+    duplicated: int = 0
+    regressions: int = 0
+    bad_answers: int = 0
+    recovery_seconds: float | None = None
+    notes: list[str] = field(default_factory=list)
+    ended: float | None = None  # time.monotonic() the fault ended, if not when fault() returns
+
+
+@dataclass
+class SuiteResult:
+    faults: list[FaultResult]
+    meta: dict[str, Any]
+    final: dict[str, Any]
+
+    @property
+    def ok(self) -> bool:
+        return all(f.survived for f in self.faults) and not self.final.get("problems")
+
+    def totals(self) -> dict[str, int]:
+        return {
+            "injected": sum(f.injected for f in self.faults),
+            "survived": sum(f.injected for f in self.faults if f.survived),
+            "lost": sum(f.lost for f in self.faults) + int(self.final.get("lost", 0)),
+            "duplicated": sum(f.duplicated for f in self.faults) + int(self.final.get("duplicated", 0)),
+            "regressions": sum(f.regressions for f in self.faults),
+            "bad_answers": sum(f.bad_answers for f in self.faults),
+        }
+
+
+# -- checks ----------------------------------------------------------------------------------
+
+
+def l1_counts(settings: Settings, appended: list[str]) -> tuple[int, int]:
+    """(events appended but not in L1, events in L1 more than once)."""
+    counts = l1_event_counts(settings)
+    lost = len(set(appended) - set(counts))
+    duplicated = sum(n - 1 for n in counts.values() if n > 1)
+    return lost, duplicated
+
+
+def index_counts(settings: Settings) -> tuple[int, int, list[str]]:
+    """(records missing from an index, duplicate rows/documents, details): every index
+    against what the derived topics say it must hold (exactly once)."""
+    from tests.sinks.test_sink_crash import expected_keys, index_keys
+
+    keys = index_keys(settings)
+    try:
+        want = expected_keys(settings)
+    except AssertionError as exc:  # a chunk id emitted with two different contents
+        return 0, 1, [f"derived topics: {exc}"]
+    targets = {("text", "chunks"): "chunks", ("vector", "chunks"): "chunks",
+               ("structured", "chunks"): "chunks", ("structured", "sessions"): "events",
+               ("analytics", "chunks"): "chunks", ("analytics", "events"): "events",
+               ("analytics", "tool_calls"): "tool_calls", ("analytics", "tool_results"): "tool_results",
+               ("toolresults", "results"): "toolresults"}
+    lost = duplicated = 0
+    details: list[str] = []
+    for (kind, table), wanted in targets.items():
+        have = keys.get(kind, {}).get(table, [])
+        missing = want[wanted] - set(have)
+        extra = set(have) - want[wanted]
+        dups = len(have) - len(set(have))
+        if missing or extra or dups:
+            details.append(f"{kind}.{table}: {len(missing)} missing, {len(extra)} unexpected, {dups} duplicated")
+        lost += len(missing)
+        duplicated += dups + len(extra)
+    coverage = keys.get("structured", {}).get("coverage", [])
+    duplicated += len(coverage) - len(set(coverage))
+    return lost, duplicated, details
+
+
+def chunk_determinism(settings: Settings) -> list[str]:
+    """Differences between the chunks the pipeline emitted and an uninterrupted replay's."""
+    from tests.streams.test_pipeline_determinism import replay_chunks
+
+    try:
+        downstream = chunk_set(settings)
+    except AssertionError as exc:
+        return [str(exc)]
+    reference = replay_chunks(settings, ("default",))
+    problems = []
+    if set(reference) - set(downstream):
+        problems.append(f"{len(set(reference) - set(downstream))} chunks of the replay never emitted")
+    if set(downstream) - set(reference):
+        problems.append(f"{len(set(downstream) - set(reference))} chunks no uninterrupted run emits")
+    changed = [c for c in set(reference) & set(downstream) if reference[c] != downstream[c]]
+    if changed:
+        problems.append(f"{len(changed)} chunks differ from the replay's bytes")
+    return problems
+
+
+# -- the suite -------------------------------------------------------------------------------
+
+
+class _Suite:
+    def __init__(self, stack: SuiteStack, settings: Settings, *, seed: int, kills_per_round: int,
+                 recovery_timeout: float, log: Callable[[str], None], sessions_per_batch: int,
+                 pause_seconds: float, pace: float) -> None:
+        self.stack = stack
+        self.settings = settings
+        self.rng = random.Random(seed)
+        self.seed = seed
+        self.kills_per_round = kills_per_round
+        self.pace = pace
+        self.recovery_timeout = recovery_timeout
+        self.log = log
+        self.root = index_root(settings)
+        self.ingest = Ingest(settings, seed=seed, sessions_per_batch=sessions_per_batch,
+                             pause_seconds=pause_seconds)
+        self.watch = WatermarkWatch(settings)
+        self.querier = Querier(settings, stack.api_url, seed=seed + 1, index_root=self.root)
+        self._turn: dict[str, int] = {}
+        self._regressions_seen = 0
+        self._queries_seen = 0
+        self._probe = 0
+
+    def wait(self, low: float, high: float) -> float:
+        """Sleep a random time in [low, high] seconds scaled by ``pace``; the time slept."""
+        seconds = self.rng.uniform(low, high) * self.pace
+        time.sleep(seconds)
+        return seconds
+
+    def next_kind(self, fault: str) -> str:
+        n = self._turn.get(fault)
+        if n is None:  # each fault kind starts at a different kind, so one round covers several
+            n = self.rng.randrange(len(ALL_KINDS))
+        self._turn[fault] = n + 1
+        return ALL_KINDS[n % len(ALL_KINDS)]
+
+    # -- waiting ---------------------------------------------------------------------------
+
+    def head(self) -> int:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                return l1_seq(self.settings)
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(1.0)
+
+    def caught_up(self, seq: int, timeout: float) -> bool:
+        return self.watch.wait_for(seq, ALL_KINDS, timeout)
+
+    def api_answers(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if httpx.post(f"{self.stack.api_url}/v1/search", json={"query": "deploy"},
+                              timeout=30).status_code == 200:
+                    return True
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        return False
+
+    # -- faults ------------------------------------------------------------------------------
+
+    def _kill(self, name: str, result: FaultResult) -> float:
+        """Kill ``name`` kills_per_round times at random points (during start-up included);
+        return when the last kill landed."""
+        last = time.time()
+        for _ in range(self.kills_per_round):
+            pid = self.stack.wait_running([name], timeout=self.recovery_timeout)[name]
+            self.wait(0.2, 4.0)
+            self.stack.signal(name, signal.SIGKILL)
+            last = time.time()
+            result.injected += 1
+            self.stack.wait_running([name], timeout=self.recovery_timeout, not_pids={name: pid})
+        return last
+
+    def fault(self, kind: str) -> FaultResult:
+        if kind in ("kill-worker", "kill-api", "kill-sink"):
+            target = {"kill-worker": "worker", "kill-api": "api"}.get(kind) or f"sink-{self.next_kind(kind)}"
+            result = FaultResult(kind, target, 0)
+            self._kill(target, result)
+            if kind == "kill-api" and not self.api_answers(self.recovery_timeout):
+                result.notes.append("the API did not answer again")
+            return result
+        if kind == "broker-restart":
+            result = FaultResult(kind, "broker", 1)
+            self.stack.stop_broker()
+            self.wait(2.0, 6.0)
+            self.stack.restart_broker()
+            return result
+        target_kind = self.next_kind(kind)
+        result = FaultResult(kind, f"sink-{target_kind}", 1)
+        if kind == "disk-full":
+            self._disk_full(target_kind, result)
+        elif kind in ("corrupt-segment", "corrupt-manifest"):
+            self._corrupt(target_kind, result, manifest=kind == "corrupt-manifest")
+        elif kind == "slow-sink":
+            self._slow(target_kind, result)
+        return result
+
+    def _disk_full(self, kind: str, result: FaultResult) -> None:
+        line = _SINK_LOG_LINES["disk-full"]
+        before = self.stack.log_text(f"sink-{kind}").count(line)
+        held = self.rng.uniform(3.0, 8.0) * self.pace
+        try:
+            ballast = self.stack.fill_disk(kind)
+            deadline = time.monotonic() + held
+            # Held at least ``held`` seconds, and until the sink met the full disk (a commit
+            # needs new records; up to 30 s more).
+            while time.monotonic() < deadline or (
+                    time.monotonic() < deadline + 30 and self.stack.disk_mode == "tmpfs-enospc"
+                    and self.stack.log_text(f"sink-{kind}").count(line) == before):
+                time.sleep(0.1)
+                ballast += self.stack.fill_disk(kind)
+                store = GenerationStore(self.root, "default", kind)
+                try:  # the generation readers see stays whole while writes fail
+                    manifest = store.current()
+                    if manifest is not None:
+                        store.verify(manifest)
+                except (GenerationError, OSError) as exc:
+                    result.notes.append(f"FAIL: current generation unreadable while the disk was full: {exc}")
+                    break
+        finally:
+            self.stack.free_disk(kind)
+        noticed = self.stack.log_text(f"sink-{kind}").count(line) > before
+        result.notes.append(f"{self.stack.disk_mode}, {ballast >> 20} MiB ballast, held {held:.1f}s, "
+                            f"sink logged the failed commit: {'yes' if noticed else 'no'}")
+        if not noticed and self.stack.disk_mode == "tmpfs-enospc":
+            result.notes.append("FAIL: the sink never logged a failed commit")
+
+    def _corrupt(self, kind: str, result: FaultResult, *, manifest: bool) -> None:
+        store = GenerationStore(self.root, "default", kind)
+        current = store.current()
+        assert current is not None, f"{kind} has no generation to damage"
+        gen_dir = store.generation_dir(current.generation_id)
+        if manifest:
+            path = gen_dir / MANIFEST_FILE
+            damaged = [current.generation_id]
+        else:
+            segments = [s for s in current.segments if s.bytes > 0]
+            path = gen_dir / self.rng.choice(segments).path
+            inode = path.stat().st_ino
+            damaged = []
+            for generation_id in store.generation_ids():
+                with contextlib.suppress(OSError):
+                    if (store.generation_dir(generation_id) / path.relative_to(gen_dir)).stat().st_ino == inode:
+                        damaged.append(generation_id)
+        size = path.stat().st_size
+        offset = self.rng.randrange(size)
+        when = time.time()
+        result.ended = time.monotonic()
+        self.querier.mark_corrupted(kind, store.line, damaged, when)
+        path.chmod(0o644)
+        with open(path, "r+b") as handle:
+            handle.seek(offset)
+            byte = handle.read(1)
+            handle.seek(offset)
+            handle.write(bytes([byte[0] ^ 0xFF]))
+        result.target += f" {path.relative_to(self.root)}@{offset}"
+        line = _SINK_LOG_LINES["corrupt-segment"]
+        before = self.stack.log_text(f"sink-{kind}").count(line)
+        # The sink refuses it at its next commit (before building on it) and restarts into a
+        # rebuild: wait until a new line replaced the damaged one -- or until the line's
+        # current generation is an undamaged one (the sink committed past the damaged
+        # generation before the byte flipped, and the damaged file is not part of the new one).
+        digests = FileDigests()
+        outcome = ""
+        deadline = time.monotonic() + self.recovery_timeout
+        while time.monotonic() < deadline and not outcome:
+            time.sleep(0.5)
+            live = GenerationStore(self.root, "default", kind)
+            if live.line != store.line:
+                outcome = f"rebuilt into line {live.line}"
+                continue
+            with contextlib.suppress(GenerationError, OSError):
+                current_id = live.current_id()
+                if current_id is not None and current_id not in damaged:
+                    live.verify(live.load(current_id), digests=digests)
+                    outcome = f"superseded: current generation {current_id} does not hold the damage"
+        if not outcome:
+            result.notes.append("FAIL: the damaged generation stayed current")
+        noticed = self.stack.log_text(f"sink-{kind}").count(line) > before
+        result.notes.append(f"damaged generations {damaged} of line {store.line}; sink logged the "
+                            f"refusal: {'yes' if noticed else 'no'}; {outcome}")
+        if outcome.startswith("rebuilt") and not noticed:
+            result.notes.append("FAIL: the sink never logged the failed verification")
+
+    def _slow(self, kind: str, result: FaultResult) -> None:
+        self._probe += 1
+        token = f"probe{self.seed}x{self._probe}"
+        probe = session_events(f"rel{self.seed}-probe{self._probe}", turns=1, seed=self._probe,
+                               start=None)
+        for event in probe:
+            if event["type"] == "message" and event["role"] == "user":
+                event["fields"]["text"] += f" {token}"
+        self.stack.signal(f"sink-{kind}", signal.SIGSTOP)
+        try:
+            lag_before = self._lag(kind)
+            self.ingest.add(probe)
+            held = self.wait(4.0, 10.0)
+            probe_ids = {e["eventId"] for e in probe}
+            deadline = time.monotonic() + 60
+            while not probe_ids <= set(self.ingest.appended) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            time.sleep(1.0)
+            lag_after = self._lag(kind)
+            answer = httpx.post(f"{self.stack.api_url}/v1/search",
+                                json={"query": token, "freshness": "latest", "k": 5}, timeout=60).json()
+        finally:
+            self.stack.signal(f"sink-{kind}", signal.SIGCONT)
+        found = any(row.get("sessionId") == probe[0]["sessionId"] for row in answer.get("results") or ())
+        freshness = answer.get("freshness") or {}
+        result.notes.append(f"stopped {held:.1f}s; lag {lag_before} -> {lag_after} seqs; latest query "
+                            f"label {freshness.get('label')!r}, tail scan {freshness.get('tailScan')}, "
+                            f"probe found: {'yes' if found else 'no'}")
+        if not (lag_after > lag_before):
+            result.notes.append("FAIL: status did not show the lag growing")
+        if not found or int(answer.get("asOfSeq", -1)) != int(freshness.get("l1CommittedSeq", -2)):
+            result.notes.append("FAIL: the latest query missed the probe or was not at the L1 head")
+
+    def _lag(self, kind: str) -> int:
+        status = httpx.get(f"{self.stack.api_url}/v1/status", timeout=60).json()
+        return int(status["logs"]["default"]["indexes"][kind]["lagSeqs"])
+
+    # -- a round ----------------------------------------------------------------------------
+
+    def round(self, kind: str) -> FaultResult:
+        self.ingest.resume()
+        self.wait(1.0, 4.0)  # a random point of the steady ingest
+        started = time.time()
+        try:
+            result = self.fault(kind)
+        except Exception as exc:
+            result = FaultResult(kind, "?", 1, notes=[f"FAIL: injecting the fault failed: {exc!r}"])
+        fault_end = result.ended or time.monotonic()
+        head = self.head()
+        self.stack.wait_running(timeout=self.recovery_timeout)
+        recovered = self.caught_up(head, self.recovery_timeout)
+        if recovered:
+            result.recovery_seconds = time.monotonic() - fault_end
+        else:
+            result.notes.append(f"FAIL: indexes did not reach seq {head} within {self.recovery_timeout:.0f}s")
+        self.ingest.pause()
+        checks_started = time.monotonic()
+        final_head = self.head()
+        if not self.caught_up(final_head, self.recovery_timeout):
+            result.notes.append(f"FAIL: indexes did not reach the paused head {final_head}")
+        lost, duplicated = l1_counts(self.settings, self.ingest.appended)
+        index_lost, index_dups, details = index_counts(self.settings)
+        result.lost, result.duplicated = lost + index_lost, duplicated + index_dups
+        result.notes += [f"FAIL: {d}" for d in details]
+        regressions = self.watch.regressions[self._regressions_seen:]
+        self._regressions_seen += len(regressions)
+        result.regressions = len(regressions)
+        result.notes += [f"FAIL: watermark went backwards: {r}" for r in regressions]
+        records = [r for r in self.querier.records[self._queries_seen:]]
+        self._queries_seen += len(records)
+        bad = [p for r in records for p in r.problems]
+        result.bad_answers = len(bad)
+        result.notes += [f"FAIL: {p}" for p in bad[:5]]
+        answered = sum(1 for r in records if r.status == 200)
+        result.notes.append(f"queries during the round: {answered}/{len(records)} answered; "
+                            f"checks took {time.monotonic() - checks_started:.0f}s")
+        result.survived = (recovered and not result.lost and not result.duplicated and not result.regressions
+                           and not result.bad_answers and not any(n.startswith("FAIL") for n in result.notes))
+        self.log(f"{kind:<16} {result.target:<40} injected={result.injected} "
+                 f"survived={result.survived} lost={result.lost} dup={result.duplicated} "
+                 f"regressions={result.regressions} bad={result.bad_answers} "
+                 f"recovery={result.recovery_seconds and round(result.recovery_seconds, 1)}s "
+                 f"(+{time.time() - started:.0f}s)")
+        for note in result.notes:
+            if note.startswith("FAIL"):
+                self.log(f"    {note}")
+        return result
+
+
+def run_suite(*, rounds: int = 5, seed: int = 1, kinds: tuple[str, ...] = FAULT_KINDS,
+              kills_per_round: int = 3, home: Path | None = None, keep_home: bool = False,
+              recovery_timeout: float = 240.0, tmpfs_mb: int = 256, sessions_per_batch: int = 3,
+              pause_seconds: float = 1.0, pace: float = 1.0,
+              log: Callable[[str], None] = print,
+              progress: Callable[[SuiteResult], None] | None = None) -> SuiteResult:
+    """Start a stack with its own broker, run ``rounds`` rounds of every fault kind in a
+    seeded random order, check after each, and return the counts."""
+    unknown = set(kinds) - set(FAULT_KINDS)
+    if unknown:
+        raise ValueError(f"unknown fault kind(s) {sorted(unknown)}; use {', '.join(FAULT_KINDS)}")
+    started = time.time()
+    home = Path(home or tempfile.mkdtemp(prefix="usl-faults-"))
+    stack = SuiteStack(home, tmpfs_mb=tmpfs_mb)
+    faults: list[FaultResult] = []
+    final: dict[str, Any] = {"problems": []}
+    meta: dict[str, Any] = {"seed": seed, "rounds": rounds, "kills_per_round": kills_per_round,
+                            "sessions_per_batch": sessions_per_batch, "pause_seconds": pause_seconds}
+    suite: _Suite | None = None
+    try:
+        log(f"starting a broker and the stack under {home}")
+        stack.start_broker()
+        settings = stack.configure()
+        meta["disk_mode"] = stack.mount_disks()
+        stack.start()
+        stack.wait_running(timeout=recovery_timeout)
+        suite = _Suite(stack, settings, seed=seed, kills_per_round=kills_per_round,
+                       recovery_timeout=recovery_timeout, log=log,
+                       sessions_per_batch=sessions_per_batch, pause_seconds=pause_seconds,
+                       pace=pace)
+        suite.watch.start()
+        suite.ingest.start()
+        if not suite.api_answers(recovery_timeout):
+            raise RuntimeError("the planner API never answered")
+        suite.querier.start()
+        schedule = [kind for kind in kinds for _ in range(rounds)]
+        suite.rng.shuffle(schedule)
+        log(f"stack up after {time.time() - started:.0f}s; {len(schedule)} rounds, disk faults via "
+            f"{meta['disk_mode']}")
+        for kind in schedule:
+            faults.append(suite.round(kind))
+            if progress is not None:  # a run stopped early still leaves its figures so far
+                progress(SuiteResult(list(faults), {**meta, "seconds": time.time() - started,
+                                                    "partial": f"{len(faults)} of {len(schedule)} rounds"},
+                                     {"problems": [], "events": len(suite.ingest.appended)}))
+        suite.ingest.resume()
+        time.sleep(2.0)
+        suite.ingest.pause()
+        suite.querier.stop()
+        suite.querier.join(timeout=120)
+        head = suite.head()
+        if not suite.caught_up(head, recovery_timeout):
+            final["problems"].append(f"indexes did not reach the final head {head}")
+        final["lost"], final["duplicated"] = l1_counts(settings, suite.ingest.appended)
+        index_lost, index_dups, details = index_counts(settings)
+        final["lost"] += index_lost
+        final["duplicated"] += index_dups
+        final["problems"] += details
+        final["problems"] += chunk_determinism(settings)
+        problems = [p for r in suite.querier.records for p in r.problems]
+        final["problems"] += problems[:10]
+        final["problems"] += suite.watch.regressions[suite._regressions_seen:]
+        indexed_ids = {c for r in suite.querier.records if r.freshness == "indexed" for c in r.chunk_ids}
+        unknown_ids = indexed_ids - set(chunk_set(settings))
+        if unknown_ids:
+            final["problems"].append(f"{len(unknown_ids)} chunk ids answered that the pipeline never emitted")
+        final["events"] = len(suite.ingest.appended)
+        final["l1_head"] = head
+        final["chunks"] = len(chunk_set(settings))
+        final["queries"] = len(suite.querier.records)
+        final["answered"] = sum(1 for r in suite.querier.records if r.status == 200)
+        final["watermarks"] = suite.watch.records
+        final["ingest_errors"] = list(suite.ingest.errors)
+    finally:
+        if suite is not None:
+            suite.querier.stop()
+            suite.ingest.stop()
+            suite.watch.stop()
+        stack.close(keep_home=keep_home)
+    meta["seconds"] = time.time() - started
+    return SuiteResult(faults, meta, final)
