@@ -35,8 +35,8 @@ bench: install
 	$(BIN)/pip install --quiet -e ".[bench]"
 	@bash scripts/bench $(BENCH_ARGS)
 
-# The long fault suite (own broker, ~20 min on 2 loaded cores); RELIABILITY.md from one run.
-FAULT_ARGS ?= --rounds 2 --seed 1
+# The long fault suite (own broker, 40 rounds: ~20 min on 2 idle cores); RELIABILITY.md from one run.
+FAULT_ARGS ?= --rounds 5 --seed 1
 faults: install
 	$(BIN)/python -m reliability $(FAULT_ARGS) --out RELIABILITY.md
 

@@ -26,12 +26,14 @@ EXERCISES = {
     "disk-full": "the sink's index filesystem full (ENOSPC from a filled tmpfs, or EFBIG from "
                  "RLIMIT_FSIZE where mounting is refused): the commit fails, its staging dir is "
                  "discarded, nothing is published, the sink retries with back-off and catches up "
-                 "once space is back.",
+                 "once space is back; its `/metrics` counts the failure "
+                 "(`usl_sink_failures_total{reason=\"write_error\"}`).",
     "corrupt-segment": "one byte flipped in a committed segment file of the current generation: "
                        "the planner refuses every generation holding that file (SHA-256 mismatch) "
                        "and falls back to an older one that verifies, or discloses the index as "
                        "unavailable; the sink refuses to build on it, exits, and on restart "
-                       "rebuilds the log from L1 into a new line.",
+                       "rebuilds the log from L1 into a new line, counted by its "
+                       "`usl_sink_failures_total{reason=\"verification\"}`.",
     "corrupt-manifest": "one byte flipped in the current generation's manifest.json: its "
                         "manifestSha256 (or its JSON) no longer checks out; same refusal, "
                         "fallback and rebuild as for a segment.",

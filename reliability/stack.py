@@ -20,7 +20,10 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from deploy.kafka.broker import ensure_broker, pid_alive, stop_broker
 from planner.stack import running
@@ -174,6 +177,29 @@ class SuiteStack:
         assert self.settings is not None
         path = Path(self.settings.home).resolve() / "logs" / f"{name}.log"
         return path.read_text(errors="replace") if path.exists() else ""
+
+    def sink_counter(self, sink: str, name: str, **labels: str) -> float | None:
+        """Value of counter ``name`` (with ``labels``) on the running ``sink``'s
+        ``/metrics``; None when the sink has not said where it serves them or does not answer.
+        Each sink picks a free port and logs it; the last such line is the running process's."""
+        marker = "sink metrics on "
+        text = self.log_text(f"sink-{sink}")
+        at = text.rfind(marker)
+        if at < 0:
+            return None
+        url = text[at + len(marker):].split(maxsplit=1)[0]
+        try:
+            with urllib.request.urlopen(url, timeout=10) as response:
+                body = response.read().decode()
+        except OSError:
+            return None
+        family_name = name.removesuffix("_total")
+        for family in text_string_to_metric_families(body):
+            if family.name != family_name:
+                continue
+            return sum(sample.value for sample in family.samples if sample.name == name
+                       and all(sample.labels.get(k) == v for k, v in labels.items()))
+        return 0.0
 
     # -- disks ---------------------------------------------------------------------------------
 

@@ -264,10 +264,14 @@ class _Suite:
         finally:
             self.stack.free_disk(kind)
         noticed = self.stack.log_text(f"sink-{kind}").count(line) > before
+        counted = self.stack.sink_counter(kind, "usl_sink_failures_total", kind=kind, reason="write_error")
         result.notes.append(f"{self.stack.disk_mode}, {ballast >> 20} MiB ballast, held {held:.1f}s, "
-                            f"sink logged the failed commit: {'yes' if noticed else 'no'}")
+                            f"sink logged the failed commit: {'yes' if noticed else 'no'}, "
+                            f"usl_sink_failures_total{{reason=write_error}} = {counted}")
         if not noticed and self.stack.disk_mode == "tmpfs-enospc":
             result.notes.append("FAIL: the sink never logged a failed commit")
+        if noticed and not counted:
+            result.notes.append("FAIL: the sink's metrics do not count the failed commit")
 
     def _corrupt(self, kind: str, result: FaultResult, *, manifest: bool) -> None:
         store = GenerationStore(self.root, "default", kind)
@@ -325,6 +329,13 @@ class _Suite:
                             f"refusal: {'yes' if noticed else 'no'}; {outcome}")
         if outcome.startswith("rebuilt") and not noticed:
             result.notes.append("FAIL: the sink never logged the failed verification")
+        if outcome.startswith("rebuilt"):
+            # The restarted sink found the damage at start-up; its metrics say so.
+            counted = self.stack.sink_counter(kind, "usl_sink_failures_total", kind=kind,
+                                              reason="verification")
+            result.notes.append(f"usl_sink_failures_total{{reason=verification}} = {counted}")
+            if not counted:
+                result.notes.append("FAIL: the sink's metrics do not count the failed verification")
 
     def _slow(self, kind: str, result: FaultResult) -> None:
         self._probe += 1

@@ -40,6 +40,7 @@ from sinks.watermarks import WatermarkPublisher
 from sinks.writer import IndexWriter, record_id
 from streams.asp import ASP_VERSION
 from streams.metrics import (
+    SINK_FAILURE_REASONS,
     usl_dead_letters_total,
     usl_duplicate_events_total,
     usl_generation_id,
@@ -48,6 +49,7 @@ from streams.metrics import (
     usl_sink_batch_chunks,
     usl_sink_batch_seconds,
     usl_sink_commit_seconds,
+    usl_sink_failures_total,
     usl_watermark_seq,
 )
 from streams.settings import Settings
@@ -210,6 +212,8 @@ class SinkRunner:
                                        isolation_level="read_committed", client_id=f"usl-sink-{self.kind}",
                                        max_partition_fetch_bytes=8 * 1024 * 1024)
         self._publisher = WatermarkPublisher(self.bootstrap, self.settings)
+        for reason in SINK_FAILURE_REASONS:  # exported at 0 so rate() and increase() see the first failure
+            usl_sink_failures_total.labels(kind=self.kind, reason=reason)
         try:
             for source, topic in self.sources.items():
                 parts = self._consumer.partitions_for_topic(topic)
@@ -263,6 +267,7 @@ class SinkRunner:
             if not is_disk_error(exc):
                 raise
             self._failures += 1
+            usl_sink_failures_total.labels(kind=self.kind, reason="write_error").inc()
             delay = min(0.5 * 2 ** (self._failures - 1), _MAX_BACKOFF_SECONDS)
             log.error("%s sink: commit failed on a write error (%s); staging discarded, nothing "
                       "published, retry %d in %.1fs", self.kind, exc, self._failures, delay)
@@ -286,6 +291,7 @@ class SinkRunner:
             except GenerationLockedError:
                 raise
             except GenerationError as exc:
+                usl_sink_failures_total.labels(kind=self.kind, reason="verification").inc()
                 log.error("%s sink: the current generation of log %s on line %s fails verification "
                           "(%s); it will not be read or built on; rebuilding the log from L1 into a "
                           "new line", self.kind, log_id, store.line, exc)

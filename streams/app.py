@@ -153,8 +153,9 @@ class _Rereader:
         pending = set(skipped)
         await consumer.perform_seek()
         for tp in pending:  # acks of the skipped range are rebuilt as it is processed again
-            consumer._acked.pop(tp, None)
-            consumer._acked_index.pop(tp, None)
+            # faust's ConsumerT interface does not declare the ack bookkeeping of its Consumer.
+            consumer._acked.pop(tp, None)  # type: ignore[attr-defined]
+            consumer._acked_index.pop(tp, None)  # type: ignore[attr-defined]
             if tp in self.expected:
                 key = (tp, self.expected.pop(tp))
                 self.rounds[key] = self.rounds.get(key, 0) + 1
@@ -192,7 +193,7 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
         producer_acks=-1,
         table_cleanup_interval=3600.0,
     )
-    raw = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw", "value_serializer": "raw"}
+    raw: dict[str, Any] = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw", "value_serializer": "raw"}
     l1_topic = app.topic(topics.l1, partitions=settings.l1_partitions, **raw)
     redacted_topic = app.topic(topics.redacted, partitions=settings.stream_partitions, **raw)
     toolresults_topic = app.topic(topics.toolresults, partitions=settings.stream_partitions, **raw)

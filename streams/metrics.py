@@ -43,6 +43,7 @@ __all__ = [
     "INDEX_KINDS",
     "METRICS_CONTENT_TYPE",
     "QUERY_MODES",
+    "SINK_FAILURE_REASONS",
     "STAGES",
     "metrics_text",
     "start_metrics_server",
@@ -67,6 +68,7 @@ __all__ = [
     "usl_sink_batch_chunks",
     "usl_sink_batch_seconds",
     "usl_sink_commit_seconds",
+    "usl_sink_failures_total",
     "usl_tail_scan_events",
     "usl_ticks_total",
     "usl_watermark_seq",
@@ -85,6 +87,9 @@ QUERY_MODES: tuple[str, ...] = ("indexed", "latest", "wait")
 DEAD_LETTER_REASONS: tuple[str, ...] = (
     "invalid_json", "schema", "foreign_record", "redaction_failed", "chunking_failed", "sink_failed",
 )
+
+#: Values of the ``reason`` label of ``usl_sink_failures_total``.
+SINK_FAILURE_REASONS: tuple[str, ...] = ("write_error", "verification")
 
 #: Content type to serve :func:`metrics_text` with.
 METRICS_CONTENT_TYPE: str = CONTENT_TYPE_LATEST
@@ -171,6 +176,12 @@ usl_sink_batch_chunks = _metric(
     Histogram, "usl_sink_batch_chunks",
     "Chunks per committed sink batch.",
     ["kind"], buckets=_BATCH_CHUNK_BUCKETS,
+)
+usl_sink_failures_total = _metric(
+    Counter, "usl_sink_failures_total",
+    "Sink commits that failed on a write error (retried with back-off) and generations that "
+    "failed verification (the log is rebuilt from L1), per index kind and reason.",
+    ["kind", "reason"],
 )
 usl_generation_switches_total = _metric(
     Counter, "usl_generation_switches_total",
@@ -274,6 +285,7 @@ ALL_METRIC_NAMES: tuple[str, ...] = (
     "usl_sink_batch_seconds",
     "usl_sink_commit_seconds",
     "usl_sink_batch_chunks",
+    "usl_sink_failures_total",
     "usl_generation_switches_total",
     "usl_generation_merges_total",
     "usl_generation_id",

@@ -253,6 +253,12 @@ tests:
         values: '100+10x30'
       - series: 'usl_index_lag_seqs{{log="default", kind="vector", instance="p1"}}'
         values: '20000x30'
+      - series: 'usl_sink_failures_total{{kind="vector", reason="write_error", instance="s2"}}'
+        values: '0 0 0 1 2 3 3 3 3 3 3 3 3 3 3 3 3 3 3 3 3 3 3 3 3 3 3 3 3 3 3'
+      - series: 'usl_sink_failures_total{{kind="text", reason="verification", instance="s1"}}'
+        values: '0x30'
+      - series: 'usl_query_fallbacks_total{{reason="generation_unverified", instance="p1"}}'
+        values: '0x10 1x20'
     alert_rule_test:
       - eval_time: 10m
         alertname: USLDeadLettersRising
@@ -268,6 +274,20 @@ tests:
           - exp_labels: {{severity: warning, log: default, kind: vector}}
       - eval_time: 20m
         alertname: USLCursorRefusalsSpike
+        exp_alerts: []
+      - eval_time: 10m
+        alertname: USLSinkFailing
+        exp_alerts:
+          - exp_labels: {{severity: warning, kind: vector, reason: write_error}}
+      - eval_time: 30m
+        alertname: USLSinkFailing
+        exp_alerts: []
+      - eval_time: 15m
+        alertname: USLGenerationRefused
+        exp_alerts:
+          - exp_labels: {{severity: warning, reason: generation_unverified}}
+      - eval_time: 5m
+        alertname: USLGenerationRefused
         exp_alerts: []
 """
 
@@ -296,6 +316,8 @@ def _populate_every_metric() -> None:
         metrics.usl_records_total.labels(stage=stage)
         metrics.usl_duplicate_events_total.labels(stage=stage)
     metrics.usl_dead_letters_total.labels(stage="ingest", reason="schema")
+    for reason in metrics.SINK_FAILURE_REASONS:
+        metrics.usl_sink_failures_total.labels(kind="text", reason=reason)
     metrics.usl_redactions_total.labels(rule="deploy_test")
     metrics.usl_ticks_total.labels(kind="regular")
     metrics.usl_progress_marker_seq.labels(log="deploy_test", partition="0")
