@@ -119,10 +119,24 @@ def valid_time(value: Any) -> str | None:
 
 
 def parse_json(line: bytes | str) -> tuple[Any, str | None]:
-    """(value, None) or (None, reason) for one JSON text; never raises."""
+    """(value, None) or (None, reason) for one JSON text; never raises.
+
+    A leading byte order mark is skipped (RFC 8259 lets a parser ignore it; editors on Windows
+    write one), so the first record of such a file is not lost.
+    """
+    if isinstance(line, bytes):
+        line = line.removeprefix(b"\xef\xbb\xbf")
+    else:
+        line = line.removeprefix("\ufeff")
     try:
         return orjson.loads(line), None
     except orjson.JSONDecodeError as exc:
+        if isinstance(line, bytes):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as bad:
+                return None, (f"not valid UTF-8: byte 0x{line[bad.start]:02x} at offset {bad.start} "
+                              "(the file must be UTF-8)")
         return None, f"invalid JSON (truncated or not JSON): {exc}"
 
 

@@ -34,7 +34,12 @@ SOURCE = "claude-code"
 Result = Accepted | Rejected
 
 # Known line types that are not conversation; they become hidden ``x.claude-code.*`` events.
-_AUXILIARY_TYPES = ("summary", "system", "file-history-snapshot", "queue-operation")
+_AUXILIARY_TYPES = ("summary", "system", "file-history-snapshot", "queue-operation", "progress")
+# Claude Code adds line types over time (``progress`` came with hooks and subagents, several per
+# tool call). A line with another type of this shape is kept the same way, as a hidden
+# ``x.claude-code.<type>`` event, instead of turning every such line of a newer transcript into
+# a dead letter; a type outside it (not a short lowercase name) is rejected as foreign.
+_AUXILIARY_TYPE_RE = re.compile(r"[a-z][a-z0-9_-]{0,63}")
 _SUBAGENT_TOOLS = ("Task", "Agent")
 _COMMAND_PREFIXES = ("<command-name>", "<command-message>", "<bash-input>")
 _OUTPUT_PREFIXES = (
@@ -103,7 +108,8 @@ class _Transcript:
             line_type = value.get("type")
             if line_type in ("user", "assistant"):
                 yield from self._conversation(value, line_type, record, line, number)
-            elif line_type in _AUXILIARY_TYPES:
+            elif line_type in _AUXILIARY_TYPES or (
+                    isinstance(line_type, str) and _AUXILIARY_TYPE_RE.fullmatch(line_type)):
                 yield from self._auxiliary(value, line_type, record, line, number)
             elif line_type is None:
                 yield Rejected(record, "missing field 'type'", raw_text(line))
@@ -517,9 +523,18 @@ def _auxiliary_fields(line_type: str, line: dict[str, Any]) -> dict[str, Any]:
         keys = (("content", "text"), ("subtype", "subtype"), ("level", "level"))
     elif line_type == "queue-operation":
         keys = (("operation", "operation"), ("content", "text"))
-    else:
+    elif line_type == "file-history-snapshot":
         keys = (("messageId", "messageId"), ("isSnapshotUpdate", "isSnapshotUpdate"))
+    elif line_type == "progress":
+        keys = (("toolUseID", "toolCallId"), ("parentToolUseID", "parentToolCallId"))
+    else:
+        keys = ()
     fields = {name: line[key] for key, name in keys if isinstance(line.get(key), str | bool)}
+    data = line.get("data")
+    if line_type == "progress" and isinstance(data, dict):
+        for key, name in (("type", "progressType"), ("hookEvent", "hookEvent"), ("hookName", "hookName")):
+            if isinstance(data.get(key), str):
+                fields[name] = data[key]
     snapshot = line.get("snapshot")
     if line_type == "file-history-snapshot" and isinstance(snapshot, dict):
         backups = snapshot.get("trackedFileBackups")

@@ -2,7 +2,8 @@
 
 Accepted shapes: a JSON array of messages; an object ``{"messages": [...], "id"?, "created"?,
 "model"?, "title"?}``; a JSON array of such conversations (objects or message arrays); or JSONL
-with one conversation per line. Conversations carry no per-message times, so message ``i`` is
+with one conversation per line. Logged API exchanges (a chat.completion response, a
+request/response pair, Batch API lines) count as conversations too (:func:`api_conversation`). Conversations carry no per-message times, so message ``i`` is
 timed ``created + i`` seconds (``created`` defaults to 0, the Unix epoch): deterministic, never
 the wall clock. The mapping is documented in ``docs/importers.md``.
 """
@@ -28,7 +29,7 @@ from streams.importers.base import (
     time_from_posix,
 )
 
-__all__ = ["ROLES", "SOURCE", "iter_openai_chat"]
+__all__ = ["ROLES", "SOURCE", "api_conversation", "iter_openai_chat"]
 
 SOURCE = "openai-chat"
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
@@ -41,14 +42,34 @@ Result = Accepted | Rejected
 def iter_openai_chat(
     path: Path, *, label: str, log_id: str = "default", acl: dict[str, Any] | None = None
 ) -> Iterator[Accepted | Rejected]:
-    """Events of every conversation in ``path``, and a Rejected per unusable record."""
+    """Events of every conversation in ``path``, and a Rejected per unusable record.
+
+    A record whose messages repeat those of the conversation before it and add to them is the
+    next step of the same run (an agent loop logs one request per model call, each resending
+    the history): its new messages continue that session instead of starting another one
+    that would repeat the history.
+    """
+    current: _Conversation | None = None
     for conversation, conv_label, index in _conversations(path, label):
         if isinstance(conversation, Rejected):
             yield conversation
             continue
-        yield from _Conversation(
-            conversation, label=conv_label, key=(label, index), log_id=log_id, acl=acl,
-        ).run()
+        meta, problem = _conversation_parts(conversation)
+        # An API exchange's id names one model call, so it never says "another conversation";
+        # a conversation's own id does.
+        own_id = None if api_conversation(conversation) is not None else meta["id"]
+        if (current is not None and problem is None and own_id in (None, current.emitter.session_id)
+                and current.continued_by(meta["messages"])):
+            yield from current.extend(meta, conv_label)
+            continue
+        if current is not None:
+            yield from current.finish()
+        current = _Conversation(conversation, label=conv_label, key=(label, index), log_id=log_id, acl=acl)
+        yield from current.begin()
+        if not current.started:
+            current = None
+    if current is not None:
+        yield from current.finish()
 
 
 def _conversations(path: Path, label: str) -> Iterator[tuple[Any, str, object]]:
@@ -105,32 +126,58 @@ class _Conversation:
         self.acl = acl
         self.calls: dict[str, tuple[str, str]] = {}  # toolCallId → (eventId, toolName)
         self.function_calls: dict[str, tuple[str, str]] = {}  # legacy name → (eventId, id)
+        self.started = False
+        self.base: float = 0
+        self.emitter: SessionEmitter
+        self.messages: list[Any] = []  # those imported so far
+        self.last_record = label
 
     def run(self) -> Iterator[Result]:
+        yield from self.begin()
+        if self.started:
+            yield from self.finish()
+
+    def begin(self) -> Iterator[Result]:
+        """session.started and the events of every message; the session stays open."""
         meta, problem = _conversation_parts(self.value)
         if problem is not None:
             yield Rejected(self.label, problem, raw_text(self.value))
             return
-        messages: list[Any] = meta["messages"]
-        base: float = meta["created"]
-        session_id = meta["id"] or _derived_session_id(self.key, messages)
-        emitter = SessionEmitter(
+        self.started = True
+        self.base = meta["created"]
+        session_id = meta["id"] or _derived_session_id(self.key, meta["messages"])
+        self.emitter = SessionEmitter(
             source=SOURCE, id_prefix="oai", session_id=session_id, log_id=self.log_id,
             acl=self.acl,
         )
         fields = {name: meta[name] for name in ("title", "model") if meta[name]}
-        yield from emitter.start_session(
-            time=time_from_posix(base), record=self.label, raw=self.value, fields=fields,
+        yield from self.emitter.start_session(
+            time=time_from_posix(self.base), record=self.label, raw=self.value, fields=fields,
         )
-        for index, message in enumerate(messages):
-            record = f"{self.label}/messages[{index}]"
-            time = time_from_posix(base + index)
-            yield from self._message(emitter, message, index, time, record, meta["model"])
-        last = f"{self.label}/messages[{len(messages) - 1}]" if messages else self.label
-        yield from emitter.end_turn(record=last, raw="")
-        yield emitter.emit(
-            "session.ended", event_id=emitter.event_id("session.ended"),
-            time=emitter.last_time or time_from_posix(base), record=last, raw="",
+        yield from self.extend(meta, self.label)
+
+    def continued_by(self, messages: list[Any]) -> bool:
+        """Whether ``messages`` start with every message of this conversation (two at least)
+        and add to them (a record repeated as it is stays a record of its own)."""
+        return (len(self.messages) >= 2 and len(messages) > len(self.messages)
+                and all(_signature(a) == _signature(b) for a, b in zip(self.messages, messages, strict=False)))
+
+    def extend(self, meta: dict[str, Any], label: str) -> Iterator[Result]:
+        """The events of the messages past those already imported; message i is timed at the
+        first record's ``created`` + i, so the steps of a run read as one timeline."""
+        messages: list[Any] = meta["messages"]
+        for index in range(len(self.messages), len(messages)):
+            self.last_record = record = f"{label}/messages[{index}]"
+            time = time_from_posix(self.base + index)
+            yield from self._message(self.emitter, messages[index], index, time, record, meta["model"])
+        self.messages = list(messages)
+
+    def finish(self) -> Iterator[Result]:
+        """turn.ended of the open turn and session.ended."""
+        yield from self.emitter.end_turn(record=self.last_record, raw="")
+        yield self.emitter.emit(
+            "session.ended", event_id=self.emitter.event_id("session.ended"),
+            time=self.emitter.last_time or time_from_posix(self.base), record=self.last_record, raw="",
         )
 
     def _message(
@@ -242,9 +289,55 @@ class _Conversation:
         )
 
 
+def api_conversation(value: Any) -> dict[str, Any] | None:
+    """The conversation inside a logged API exchange, or None when ``value`` is not one.
+
+    Tool-calling runs are often logged as what went over the wire rather than as a message
+    list: a chat.completion response (``choices``), a request/response pair (``{"request":
+    {"messages"}, "response": {"choices"}}``), or lines of the Batch API (input ``{"custom_id",
+    "body": {"messages"}}``, output ``{"custom_id", "response": {"body": {"choices"}}}``). The
+    conversation is the request's messages followed by the first choice's message; id, created
+    and model come from the response (else the request, else ``custom_id``).
+    """
+    if not isinstance(value, dict) or isinstance(value.get("messages"), list):
+        return None
+    request, response = value.get("request"), value.get("response")
+    if request is None and isinstance(value.get("body"), dict):
+        request = value["body"]
+    if response is None and isinstance(value.get("choices"), list):
+        response = value
+    request = _body(request)
+    response = _body(response)
+    sent = request.get("messages") if isinstance(request, dict) else None
+    choices = response.get("choices") if isinstance(response, dict) else None
+    if not isinstance(sent, list) and not isinstance(choices, list):
+        return None
+    messages = list(sent) if isinstance(sent, list) else []
+    if isinstance(choices, list) and choices:
+        first = choices[0]
+        messages.append(first.get("message", first) if isinstance(first, dict) else first)
+    conversation: dict[str, Any] = {"messages": messages}
+    for name in ("id", "created", "model"):
+        for source in (response, request):
+            if isinstance(source, dict) and source.get(name) is not None:
+                conversation[name] = source[name]
+                break
+    if "id" not in conversation and isinstance(value.get("custom_id"), str):
+        conversation["id"] = value["custom_id"]
+    return conversation
+
+
+def _body(part: Any) -> Any:
+    """A Batch API request or response keeps the API's JSON under ``body``."""
+    if isinstance(part, dict) and isinstance(part.get("body"), dict):
+        return part["body"]
+    return part
+
+
 def _conversation_parts(value: Any) -> tuple[dict[str, Any], str | None]:
     """Messages, id, created, model and title of a conversation, or the problem with it."""
     meta: dict[str, Any] = {"messages": [], "id": None, "created": 0, "model": None, "title": None}
+    value = api_conversation(value) or value
     if isinstance(value, list):
         meta["messages"] = value
         return meta, None
@@ -265,6 +358,16 @@ def _conversation_parts(value: Any) -> tuple[dict[str, Any], str | None]:
         if isinstance(value.get(name), str) and value[name]:
             meta[name] = value[name]
     return meta, None
+
+
+def _signature(message: Any) -> tuple[Any, ...]:
+    """What makes two copies of a message the same message: a client that resends the history
+    may drop null fields or add its own, but not change role, text or tool-call ids."""
+    if not isinstance(message, dict):
+        return ("?", repr(message))
+    calls = message.get("tool_calls")
+    call_ids = tuple(c.get("id") for c in calls if isinstance(c, dict)) if isinstance(calls, list) else ()
+    return (message.get("role"), _content_text(message), call_ids, message.get("tool_call_id"))
 
 
 def _derived_session_id(key: tuple[str, object], messages: list[Any]) -> str:

@@ -107,12 +107,12 @@ def test_claude_code_counts_and_rejects() -> None:
         "message": 13, "tool.call": 7, "tool.result": 7,
         "x.claude-code.summary": 1, "x.claude-code.file-history-snapshot": 1,
         "x.claude-code.system": 1, "x.claude-code.queue-operation": 1,
+        "x.claude-code.telemetry": 1,  # a line type this importer does not know by name
     }
     name = CLAUDE.name
     reasons = {reject.record: reject.reason for reject in rejected}
-    assert set(reasons) == {f"{name}:28", f"{name}:30", f"{name}:34"}
+    assert set(reasons) == {f"{name}:28", f"{name}:34"}
     assert reasons[f"{name}:28"].startswith("invalid JSON")
-    assert reasons[f"{name}:30"] == "foreign record type 'telemetry'"
     assert "unexpected end of data" in reasons[f"{name}:34"]
     assert all(0 < len(reject.raw) <= 4096 for reject in rejected)
 
@@ -330,13 +330,14 @@ def test_openai_jsonl_form() -> None:
     accepted, rejected = split(OPENAI_JSONL)
     sessions = Counter(event["sessionId"] for event in accepted)
     assert sessions["chatcmpl-AZ3kLm9QpR7sT2vW"] == 20
-    assert len(sessions) == 2
+    # Line 4 is a pasted chat.completion response: its one answer is a conversation too.
+    assert sessions["chatcmpl-BQ9x"] == 3  # session.started, the assistant message, session.ended
+    assert len(sessions) == 3
     reasons = {reject.record: reject.reason for reject in rejected}
     assert reasons == {
         "conversations.jsonl:2/messages[3]":
             "field 'messages[3].role' is 'bot', not one of system, developer, user, assistant, tool, function",
         "conversations.jsonl:3": reasons["conversations.jsonl:3"],
-        "conversations.jsonl:4": "missing field 'messages' (a list of chat messages)",
     }
     assert reasons["conversations.jsonl:3"].startswith("invalid JSON")
     first = [event for event in accepted if event["sessionId"] == "chatcmpl-AZ3kLm9QpR7sT2vW"]
@@ -505,3 +506,130 @@ def test_garbage_never_raises(tmp_path_factory: pytest.TempPathFactory, lines: l
             assert isinstance(result, Accepted | Rejected)
             if isinstance(result, Accepted):
                 validate_event(result.event)
+
+
+# -- what real files hold besides the happy path ------------------------------------------
+
+def test_a_byte_order_mark_does_not_cost_the_first_record(tmp_path: Path) -> None:
+    path = tmp_path / "bom.jsonl"
+    lines = [json.dumps(cc_line("u1", "user", "hello")), json.dumps(cc_line("u2", "assistant", "hi"))]
+    path.write_bytes("\n".join(lines).encode("utf-8-sig"))
+    assert detect_format(path) == "claude-code"
+    accepted, rejected = split(path)
+    assert rejected == []
+    assert [e["fields"].get("text") for e in accepted if e["type"] == "message"] == ["hello", "hi"]
+
+    chat = tmp_path / "chat.json"
+    chat.write_bytes(json.dumps([{"role": "user", "content": "q"}], indent=2).encode("utf-8-sig"))
+    assert detect_format(chat) == "openai-chat"
+    assert split(chat)[1] == []
+
+
+def test_progress_and_unknown_line_types_are_kept_hidden_and_odd_ones_rejected(tmp_path: Path) -> None:
+    progress = {"type": "progress", "data": {"type": "hook_progress", "hookEvent": "PostToolUse",
+                                             "hookName": "PostToolUse:Read", "command": "callback"},
+                "toolUseID": "toolu_1", "parentToolUseID": "toolu_1", "sessionId": "s-1",
+                "timestamp": "2025-10-14T09:00:01.000Z", "uuid": "p-1"}
+    path = write_lines(tmp_path / "t.jsonl", [
+        cc_line("u1", "user", "hello"), progress,
+        {"type": "agent-name", "sessionId": "s-1", "timestamp": "2025-10-14T09:00:02.000Z"},
+        {"type": "Not A Type!", "sessionId": "s-1"}, {"type": 7, "sessionId": "s-1"},
+    ])
+    accepted, rejected = split(path)
+    hidden = [e for e in accepted if e["type"].startswith("x.")]
+    assert [e["type"] for e in hidden] == ["x.claude-code.progress", "x.claude-code.agent-name"]
+    assert all(e["visibility"] == "hidden" for e in hidden)
+    assert hidden[0]["fields"] == {"toolCallId": "toolu_1", "parentToolCallId": "toolu_1",
+                                   "progressType": "hook_progress", "hookEvent": "PostToolUse",
+                                   "hookName": "PostToolUse:Read"}
+    assert sorted(r.reason for r in rejected) == ["foreign record type 'Not A Type!'", "foreign record type 7"]
+
+
+def test_invalid_utf8_is_named_as_such(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    good = json.dumps(cc_line("u1", "user", "hello")).encode()
+    path.write_bytes(good + b"\n" + good.replace(b"hello", b"he\xffllo").replace(b"u1", b"u2") + b"\n")
+    accepted, rejected = split(path)
+    assert [r.reason for r in rejected] == [
+        f"not valid UTF-8: byte 0xff at offset {good.index(b'hello') + 2} (the file must be UTF-8)"]
+    assert any(e["type"] == "message" for e in accepted)
+
+
+_COMPLETION = {
+    "id": "chatcmpl-9", "object": "chat.completion", "created": 1730000000, "model": "gpt-4o",
+    "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+        "role": "assistant", "content": None,
+        "tool_calls": [{"id": "call_1", "type": "function",
+                        "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]}}],
+}
+_SENT = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Weather in Paris?"}]
+
+
+@pytest.mark.parametrize("shape", ["completion", "request-response", "batch-input", "batch-output"])
+def test_logged_api_exchanges_import_as_conversations(tmp_path: Path, shape: str) -> None:
+    record = {
+        "completion": _COMPLETION,
+        "request-response": {"request": {"model": "gpt-4o", "messages": _SENT, "tools": []},
+                             "response": _COMPLETION},
+        "batch-input": {"custom_id": "req-1", "method": "POST", "url": "/v1/chat/completions",
+                        "body": {"model": "gpt-4o", "messages": _SENT}},
+        "batch-output": {"id": "batch_req_1", "custom_id": "req-1",
+                         "response": {"status_code": 200, "body": _COMPLETION}},
+    }[shape]
+    path = write_lines(tmp_path / "calls.jsonl", [record])
+    assert detect_format(path) == "openai-chat"
+    accepted, rejected = split(path)
+    assert rejected == []
+    types = Counter(e["type"] for e in accepted)
+    assert types["session.started"] == 1
+    sent = shape in ("request-response", "batch-input")
+    answered = shape != "batch-input"
+    assert types["message"] == 2 * sent
+    assert types["tool.call"] == answered
+    started = accepted[0]
+    expected_id = {"completion": "chatcmpl-9", "request-response": "chatcmpl-9",
+                   "batch-input": "req-1", "batch-output": "chatcmpl-9"}[shape]
+    assert started["sessionId"] == expected_id
+    assert started["fields"]["model"] == "gpt-4o"
+    if answered:
+        call = next(e for e in accepted if e["type"] == "tool.call")
+        assert call["fields"]["input"] == {"city": "Paris"}
+        assert call["time"] == f"2024-10-27T03:33:{20 + 2 * sent}.000Z"
+
+
+def test_the_steps_of_a_logged_tool_calling_run_are_one_session(tmp_path: Path) -> None:
+    """Each model call of an agent loop resends the history; the run imports as one session,
+    each message once, exactly as the final conversation alone would."""
+    call = _COMPLETION["choices"][0]["message"]
+    answer = {"role": "assistant", "content": "21 °C and sunny in Paris."}
+    step1 = {"request": {"model": "gpt-4o", "messages": _SENT}, "response": _COMPLETION}
+    # The client resends the assistant message as its SDK serialised it: nulls dropped.
+    resent = {"role": "assistant", "tool_calls": call["tool_calls"]}
+    history = [*_SENT, resent, {"role": "tool", "tool_call_id": "call_1", "content": "21C sunny"}]
+    step2 = {"request": {"model": "gpt-4o", "messages": history},
+             "response": {**_COMPLETION, "id": "chatcmpl-10", "choices": [{"message": answer}]}}
+    other = {"messages": [{"role": "user", "content": "unrelated"}, {"role": "assistant", "content": "ok"}]}
+    run = write_lines(tmp_path / "run.jsonl", [step1, step2, other])
+    accepted, rejected = split(run)
+    assert rejected == []
+    by_session = Counter(e["sessionId"] for e in accepted)
+    assert len(by_session) == 2 and by_session["chatcmpl-9"] > 0
+    steps = [e for e in accepted if e["sessionId"] == "chatcmpl-9"]
+    assert [e["type"] for e in steps] == [
+        "session.started", "message", "turn.started", "message", "tool.call", "tool.result",
+        "message", "turn.ended", "session.ended"]
+    assert len({e["eventId"] for e in steps}) == len(steps)
+    assert [e["time"] for e in steps] == sorted(e["time"] for e in steps)
+    result = next(e for e in steps if e["type"] == "tool.result")
+    assert result["fields"]["toolName"] == "get_weather"
+
+    final = write_lines(tmp_path / "final.jsonl", [{"id": "chatcmpl-9", "created": 1730000000,
+                                                    "model": "gpt-4o", "messages": [*history, answer]}])
+    alone, _ = split(final)
+    strip = lambda events: [{k: v for k, v in e.items() if k != "payload"} for e in events]  # noqa: E731
+    assert strip(steps) == strip(alone)
+
+    # A repeated record, and a conversation with its own other id, stay sessions of their own.
+    twice = write_lines(tmp_path / "twice.jsonl", [other, other, {**other, "id": "c-2", "messages": [
+        *other["messages"], {"role": "user", "content": "more"}]}])
+    assert len({e["sessionId"] for e in split(twice)[0]}) == 3
