@@ -15,6 +15,7 @@ from typing import Any
 
 import faust
 import orjson
+from faust.types import TP
 
 from streams.asp import event_time, validate_event
 from streams.exceptions import USLError
@@ -343,9 +344,30 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
     async def reread_skipped() -> None:
         await rereader.reread()
 
+    def flushable() -> dict[str, int]:
+        """Per log, the highest seq a flush tick may claim: what this process handled itself,
+        and, for a log whose clock it restored from the changelog, what the consumer group has
+        committed on the log's L1 partition. faust flushes its producer before it commits
+        offsets, so every record below a committed offset had its sends delivered. Without the
+        second part a log went quiet for good when its partition moved to a worker right after
+        the previous owner handled its last records but before that owner's flush tick: the
+        new owner had nothing to handle, so no flush tick ever released the last seqs."""
+        claims = dict(handled)
+        committed = getattr(app.consumer, "_committed_offset", {})
+        restored = getattr(clocks.data, "_key_partition", {})  # memory store: key -> changelog partition
+        assigned = app.consumer.assignment()
+        for key, partition in list(restored.items()):
+            tp = TP(topics.l1, partition)
+            if not isinstance(key, str) or key.startswith("@") or tp not in assigned:
+                continue
+            offset = committed.get(tp)
+            if offset:
+                claims[key] = max(claims.get(key, 0), int(offset))
+        return claims
+
     @app.timer(interval=1.0)
     async def flush_ticks() -> None:
-        for log_id, seq in list(handled.items()):
+        for log_id, seq in flushable().items():
             clock = clocks.get(log_id)
             if not clock or seq <= last_flush.get(log_id, 0):
                 continue

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 from kafka import KafkaAdminClient
+from kafka.errors import CoordinatorNotAvailableError
 
 from sinks.generations import GenerationStore
 from sinks.runner import index_root
@@ -88,6 +89,8 @@ def group_members(settings: Settings) -> list[dict[str, Any]]:
     admin = KafkaAdminClient(bootstrap_servers=settings.bootstrap_servers or "", client_id="usl-test-admin")
     try:
         group = admin.describe_groups([app_id(settings)])[app_id(settings)]
+    except CoordinatorNotAvailableError:  # a fresh broker creates __consumer_offsets on first use
+        return []
     finally:
         admin.close()
     return list(group["members"]) if group["group_state"] == "Stable" else []
