@@ -365,7 +365,7 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
                 claims[key] = max(claims.get(key, 0), int(offset))
         return claims
 
-    @app.timer(interval=1.0)
+    @app.timer(interval=settings.flush_tick_seconds)
     async def flush_ticks() -> None:
         for log_id, seq in flushable().items():
             clock = clocks.get(log_id)

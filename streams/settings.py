@@ -34,6 +34,10 @@ class Settings:
     replication_factor: int = _setting("USL_REPLICATION_FACTOR", 1, "Replication factor of every topic the project creates.")
     min_insync_replicas: int = _setting("USL_MIN_INSYNC_REPLICAS", 1, "min.insync.replicas of every topic the project creates.")
     tick_every_seqs: int = _setting("USL_TICK_EVERY_SEQS", 64, "K: the redaction stage broadcasts a log-clock tick every K seqs of a log.")
+    flush_tick_seconds: float = _setting(
+        "USL_FLUSH_TICK_SECONDS", 1.0,
+        "How often a worker sends a flush tick for each log it has caught up with, releasing the seqs past the last regular tick.",
+    )
     idle_gap_seconds: float = _setting("USL_IDLE_GAP_SECONDS", 300.0, "G: an open turn idle for more than G seconds of log time is cut at the next tick.")
     chunk_tokens: int = _setting("USL_CHUNK_TOKENS", 768, "Target chunk size in embedder tokens.")
     chunk_overlap_tokens: int = _setting("USL_CHUNK_OVERLAP_TOKENS", 96, "Overlap between consecutive chunks of one unit, in tokens.")

@@ -168,3 +168,36 @@ def test_workers_join_leave_and_die_without_losing_or_duplicating(make_settings:
         assert engine.count(directory) == len(expected) > 0
         assert engine.all_ids(directory) == expected
         check_markers(settings, log_id)
+
+
+def test_a_log_that_moves_before_its_flush_tick_still_reaches_the_head(make_settings: Callable[..., Settings],
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first worker handles a log's last events but never sends its flush tick (its flush
+    timer is an hour), then stops gracefully, committing its offsets; a second worker takes the
+    partition over with nothing left to read. Its flush tick must still release the seqs past
+    the last regular tick (the committed offset proves them delivered): before that was so, the
+    log's watermark stayed at the regular tick until another event arrived."""
+    fast_group_failover(monkeypatch)
+    settings = make_settings(l1_partitions=2, stream_partitions=2, tick_every_seqs=16, idle_gap_seconds=120.0)
+    start = datetime(2026, 11, 3, 9, 0, tzinfo=UTC)
+    events: list[dict[str, Any]] = []
+    for k in range(8):
+        events += session_events(f"mv-s{k}", turns=1, seed=k, start=start + timedelta(minutes=k))
+        if len(events) > 20 and len(events) % 16:
+            break
+    head = len(events)
+    stack = Stack(settings)
+    try:
+        stack.sinks("text")
+        stack.worker("w1", env={"USL_FLUSH_TICK_SECONDS": "3600"})
+        assert append_events(settings, events) == head
+        last_tick = head - head % 16
+        wait_for_watermarks(settings, last_tick, ["text"], timeout=180)
+        time.sleep(3.0)  # w1's offsets are committed (every second); it sends no flush tick
+        text = wait_for_watermarks(settings, last_tick, ["text"], timeout=30)["text"]
+        assert int(text["builtThroughSeq"]) == last_tick, "the first worker flushed: the test proves nothing"
+        stack.kill("w1", signal.SIGTERM)
+        stack.worker("w2")
+        wait_for_watermarks(settings, head, ["text"], timeout=120)
+    finally:
+        stack.close()
