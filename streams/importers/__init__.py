@@ -16,7 +16,7 @@ from typing import Any
 
 from streams.exceptions import ImportFormatError
 from streams.importers.asp import iter_asp
-from streams.importers.base import FORMATS, Accepted, Rejected, parse_json
+from streams.importers.base import BOM, FORMATS, Accepted, Rejected, parse_json
 from streams.importers.claude_code import iter_claude_code
 from streams.importers.openai_chat import api_conversation, iter_openai_chat
 
@@ -25,7 +25,6 @@ __all__ = ["FORMATS", "Accepted", "Rejected", "detect_format", "iter_records"]
 _SUFFIXES = (".jsonl", ".json")
 _SNIFF_LINES = 20
 _SNIFF_LINE_BYTES = 8 * 1024 * 1024
-_BOM = b"\xef\xbb\xbf"
 
 Importer = Callable[..., Iterator[Accepted | Rejected]]
 _IMPORTERS: dict[str, Importer] = {
@@ -137,7 +136,7 @@ def _sniff(path: Path) -> str | None:
             found = _sniff_value(value)
             if found is not None:
                 return found
-    if lines and lines[0].removeprefix(_BOM)[:1] in (b"[", b"{"):
+    if lines and lines[0].removeprefix(BOM)[:1] in (b"[", b"{"):
         # A pretty-printed JSON document: only the whole of it says what it is.
         document, error = parse_json(path.read_bytes())
         if error is None:

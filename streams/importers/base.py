@@ -23,6 +23,7 @@ from streams.asp import parse_time, validate_event
 from streams.exceptions import ImportFormatError, SchemaError
 
 __all__ = [
+    "BOM",
     "FORMATS",
     "PAYLOAD_MAX_BYTES",
     "RAW_MAX_CHARS",
@@ -118,6 +119,10 @@ def valid_time(value: Any) -> str | None:
     return value
 
 
+#: The UTF-8 byte order mark some editors write at the start of a file.
+BOM = b"\xef\xbb\xbf"
+
+
 def parse_json(line: bytes | str) -> tuple[Any, str | None]:
     """(value, None) or (None, reason) for one JSON text; never raises.
 
@@ -125,7 +130,7 @@ def parse_json(line: bytes | str) -> tuple[Any, str | None]:
     write one), so the first record of such a file is not lost.
     """
     if isinstance(line, bytes):
-        line = line.removeprefix(b"\xef\xbb\xbf")
+        line = line.removeprefix(BOM)
     else:
         line = line.removeprefix("\ufeff")
     try:

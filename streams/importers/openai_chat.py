@@ -54,20 +54,23 @@ def iter_openai_chat(
         if isinstance(conversation, Rejected):
             yield conversation
             continue
-        meta, problem = _conversation_parts(conversation)
+        exchange = api_conversation(conversation)
+        meta, problem = _conversation_parts(exchange or conversation)
         # An API exchange's id names one model call, so it never says "another conversation";
         # a conversation's own id does.
-        own_id = None if api_conversation(conversation) is not None else meta["id"]
+        own_id = None if exchange is not None else meta["id"]
         if (current is not None and problem is None and own_id in (None, current.emitter.session_id)
                 and current.continued_by(meta["messages"])):
             yield from current.extend(meta, conv_label)
             continue
         if current is not None:
             yield from current.finish()
-        current = _Conversation(conversation, label=conv_label, key=(label, index), log_id=log_id, acl=acl)
-        yield from current.begin()
-        if not current.started:
             current = None
+        if problem is not None:
+            yield Rejected(conv_label, problem, raw_text(conversation))
+            continue
+        current = _Conversation(conversation, meta, label=conv_label, key=(label, index), log_id=log_id, acl=acl)
+        yield from current.begin(meta)
     if current is not None:
         yield from current.finish()
 
@@ -116,40 +119,24 @@ class _Conversation:
     """One conversation: its session identity, times, turns and tool-call bookkeeping."""
 
     def __init__(
-        self, value: Any, *, label: str, key: tuple[str, object], log_id: str,
+        self, value: Any, meta: dict[str, Any], *, label: str, key: tuple[str, object], log_id: str,
         acl: dict[str, Any] | None,
     ) -> None:
         self.value = value
         self.label = label
-        self.key = key
-        self.log_id = log_id
-        self.acl = acl
         self.calls: dict[str, tuple[str, str]] = {}  # toolCallId → (eventId, toolName)
         self.function_calls: dict[str, tuple[str, str]] = {}  # legacy name → (eventId, id)
-        self.started = False
-        self.base: float = 0
-        self.emitter: SessionEmitter
+        self.base: float = meta["created"]
+        self.emitter = SessionEmitter(
+            source=SOURCE, id_prefix="oai", session_id=meta["id"] or _derived_session_id(key, meta["messages"]),
+            log_id=log_id, acl=acl,
+        )
         self.messages: list[Any] = []  # those imported so far
         self.last_record = label
 
-    def run(self) -> Iterator[Result]:
-        yield from self.begin()
-        if self.started:
-            yield from self.finish()
-
-    def begin(self) -> Iterator[Result]:
-        """session.started and the events of every message; the session stays open."""
-        meta, problem = _conversation_parts(self.value)
-        if problem is not None:
-            yield Rejected(self.label, problem, raw_text(self.value))
-            return
-        self.started = True
-        self.base = meta["created"]
-        session_id = meta["id"] or _derived_session_id(self.key, meta["messages"])
-        self.emitter = SessionEmitter(
-            source=SOURCE, id_prefix="oai", session_id=session_id, log_id=self.log_id,
-            acl=self.acl,
-        )
+    def begin(self, meta: dict[str, Any]) -> Iterator[Result]:
+        """session.started and the events of every message of ``meta`` (the conversation's
+        parts); the session stays open."""
         fields = {name: meta[name] for name in ("title", "model") if meta[name]}
         yield from self.emitter.start_session(
             time=time_from_posix(self.base), record=self.label, raw=self.value, fields=fields,
@@ -337,7 +324,6 @@ def _body(part: Any) -> Any:
 def _conversation_parts(value: Any) -> tuple[dict[str, Any], str | None]:
     """Messages, id, created, model and title of a conversation, or the problem with it."""
     meta: dict[str, Any] = {"messages": [], "id": None, "created": 0, "model": None, "title": None}
-    value = api_conversation(value) or value
     if isinstance(value, list):
         meta["messages"] = value
         return meta, None
