@@ -18,7 +18,6 @@ Specs accepted by :func:`get_embedder` (``USL_EMBEDDER``):
 from __future__ import annotations
 
 import hashlib
-import logging
 import os
 import re
 import threading
@@ -30,6 +29,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from sinks.vector.errors import EmbedderError
+from streams.chunking.tokenizer import import_wordllama
 
 __all__ = [
     "Embedder",
@@ -230,15 +230,7 @@ def _load_wordllama(cache_dir: Path, weights: Path, tokenizer: Path) -> tuple[An
             return loaded
         _link_into(cache_dir / "weights", weights)
         _link_into(cache_dir / "tokenizers", tokenizer)
-        root = logging.getLogger()
-        saved_handlers, saved_level = list(root.handlers), root.level
-        try:
-            from wordllama import WordLlama
-        finally:
-            # wordllama.inference calls logging.basicConfig(level=INFO) at import time, which
-            # would hijack the application's logging setup; undo it.
-            root.handlers[:] = saved_handlers
-            root.setLevel(saved_level)
+        WordLlama = import_wordllama().WordLlama
         try:
             model = WordLlama.load(
                 config=WORDLLAMA_CONFIG,

@@ -11,15 +11,17 @@ Counts never include special tokens (``<s>``): the embedder is called without th
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Sequence
 from functools import cache
 from importlib import resources
 from pathlib import Path
+from types import ModuleType
 from typing import Protocol, runtime_checkable
 
 from tokenizers import Tokenizer as _HFTokenizer
 
-__all__ = ["HFTokenizer", "Tokenizer", "count_many", "default_tokenizer"]
+__all__ = ["HFTokenizer", "Tokenizer", "count_many", "default_tokenizer", "import_wordllama"]
 
 _WORDLLAMA_CONFIG = "l2_supercat_tokenizer_config.json"
 
@@ -76,9 +78,26 @@ def count_many(tokenizer: Tokenizer, texts: Sequence[str]) -> list[int]:
     return [tokenizer.count(text) for text in texts]
 
 
+def import_wordllama() -> ModuleType:
+    """The wordllama package, imported without its side effect on logging.
+
+    wordllama's ``__init__`` and ``inference`` modules call ``logging.basicConfig(level=INFO)``
+    at import time; left alone, every library's INFO lines (kafka-python's connection chatter)
+    would print on the terminal of whoever ran ``usl rebuild`` or ``usl search``."""
+    root = logging.getLogger()
+    saved_handlers, saved_level = list(root.handlers), root.level
+    try:
+        import wordllama
+    finally:
+        root.handlers[:] = saved_handlers
+        root.setLevel(saved_level)
+    return wordllama
+
+
 @cache
 def default_tokenizer() -> HFTokenizer:
     """The default embedder's tokenizer (wordllama ``l2_supercat``), loaded once per process."""
+    import_wordllama()  # resources.files would import it with its logging side effect
     config = resources.files("wordllama.tokenizers").joinpath(_WORDLLAMA_CONFIG)
     with resources.as_file(config) as path:
         return HFTokenizer(path, name="wordllama/l2_supercat")

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import logging
+import subprocess
+import sys
 import zlib
 from datetime import UTC, datetime, timedelta
 from itertools import pairwise
@@ -362,6 +365,21 @@ def test_tokenizer_is_the_embedders_and_counts_without_special_tokens() -> None:
     assert tokenizer.encode_offsets("hello world") == [(0, 5), (5, 11)]
     assert tokenizer.count_many(["hello world", "", "a"]) == [2, 0, tokenizer.count("a")]
     assert isinstance(tokenizer, chunking.Tokenizer)
+
+
+def test_loading_the_tokenizer_leaves_logging_alone() -> None:
+    # wordllama configures the root logger at import time; a fresh process shows whether that
+    # leaks (it once printed kafka-python's INFO chatter under every `usl rebuild`).
+    probe = (
+        "import logging\n"
+        "from streams.chunking.tokenizer import default_tokenizer\n"
+        "from sinks.vector.embedders import WordLlamaEmbedder\n"
+        "default_tokenizer()\n"
+        "root = logging.getLogger()\n"
+        "print(root.level, len(root.handlers))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == [str(logging.WARNING), "0"], out.stderr
 
 
 def test_render_formats() -> None:
