@@ -105,17 +105,18 @@ def ingest(
     producer = L1Producer(bootstrap, settings, registry)
     dead = DeadLetters(bootstrap, settings)
     detected = fmt or (detect_format(path) if path.is_file() else None)
-    read = appended = 0
+    read = appended = cut = 0
     reasons: Counter[str] = Counter()
     rejected_examples: list[dict[str, str]] = []
     with Progress(TextColumn("[bold]ingest[/]"), BarColumn(), TextColumn("{task.completed} records"),
                   TimeElapsedColumn(), console=err, transient=True) as progress:
         task = progress.add_task("ingest", total=None)
-        for item in iter_records(path, fmt, log_id=log):
+        for item in iter_records(path, fmt, log_id=log, max_event_bytes=settings.max_event_bytes):
             read += 1
             if isinstance(item, Accepted):
                 producer.append(item.event)
                 appended += 1
+                cut += item.cut > 0
                 usl_records_total.labels(stage="ingest").inc()
             else:
                 reasons[item.reason.split(":")[0][:80]] += 1
@@ -129,7 +130,7 @@ def ingest(
     dead.close()
     summary = {
         "path": str(path), "format": detected or "auto", "logId": log, "partition": registry.partition_of(log),
-        "recordsRead": read, "eventsAppended": appended, "rejected": sum(reasons.values()),
+        "recordsRead": read, "eventsAppended": appended, "eventsCut": cut, "rejected": sum(reasons.values()),
         "rejectedByReason": dict(reasons), "rejectedRecords": rejected_examples, "l1CommittedSeq": highest,
     }
     if json_out:
@@ -137,6 +138,9 @@ def ingest(
         return
     out.print(f"read {read} records from {path} ({summary['format']}); appended {appended} events "
               f"to log {log!r} (L1 seq now {highest}); rejected {summary['rejected']}")
+    if cut:
+        out.print(f"  cut {cut} event(s) over {settings.max_event_bytes} bytes (USL_MAX_EVENT_BYTES) to fit; "
+                  "their fields._truncated says so")
     for reason, count in reasons.most_common():
         out.print(f"  rejected {count:>5}  {reason}")
     for example in rejected_examples[:5]:

@@ -192,6 +192,7 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
         stream_wait_empty=False,
         web_enabled=False,
         producer_acks=-1,
+        producer_max_request_size=settings.max_message_bytes,
         table_cleanup_interval=3600.0,
     )
     raw: dict[str, Any] = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw", "value_serializer": "raw"}

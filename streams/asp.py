@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from functools import cache
 from importlib import resources
@@ -22,9 +23,12 @@ from streams.exceptions import SchemaError
 
 __all__ = [
     "ASP_VERSION",
+    "CUT_NOTE",
+    "DEFAULT_MAX_EVENT_BYTES",
     "EVENT_TYPES",
     "canonical_bytes",
     "event_time",
+    "fit_event",
     "load_schema",
     "parse_time",
     "validate_event",
@@ -39,6 +43,11 @@ EVENT_TYPES = (
     "episode.started", "episode.ended",
     "message", "tool.call", "tool.result", "error",
 )
+
+# Kafka refuses messages above 1 MiB unless the broker and topic are configured otherwise; the
+# worker re-publishes each event redacted (a few bytes longer per secret), so L1 events stay
+# well below that.
+DEFAULT_MAX_EVENT_BYTES = 768 * 1024
 
 DEFAULT_ACL: dict[str, Any] = {"tenant": "default", "read": ["*"]}
 
@@ -115,3 +124,77 @@ def validate_event(event: Any, *, record: str | None = None) -> dict[str, Any]:
 def canonical_bytes(event: dict[str, Any]) -> bytes:
     """The exact bytes appended to L1: sorted keys, no whitespace, UTF-8."""
     return orjson.dumps(event, option=orjson.OPT_SORT_KEYS)
+
+
+CUT_NOTE = "\n[... cut by usl ingest: the event exceeded its size limit]"
+# A cut moves back to a line break (else a space) at most this far, so no token, and no secret
+# the redactor must still recognise, is split in two.
+_CUT_BOUNDARY_WINDOW = 8192
+# Strings shorter than this are not worth cutting; an event whose bulk is many small strings
+# cannot be fitted and is refused instead.
+_MIN_CUT_CHARS = 256
+
+
+def fit_event(event: dict[str, Any], limit: int, *, record: str | None = None) -> tuple[dict[str, Any], int]:
+    """``event`` made to fit in ``limit`` canonical bytes, and the bytes cut (0: unchanged).
+
+    Real transcripts hold pasted screenshots and multi-megabyte tool outputs, and a Kafka
+    message has a size limit. Refusing such an event would drop its turn's evidence, so the
+    longest strings are cut instead: the opaque ``payload``'s first (never indexed), then the
+    ``fields``'. Each cut keeps the string's head up to a line break and ends with
+    :data:`CUT_NOTE`; ``fields._truncated`` records the original and the limit. The same event
+    and limit always give the same bytes. Raises SchemaError when cutting strings cannot fit
+    it (the bulk is many small values)."""
+    size = len(canonical_bytes(event))
+    if size <= limit:
+        return event, 0
+    fitted: dict[str, Any] = orjson.loads(canonical_bytes(event))  # a deep copy
+    fields = fitted.get("fields")
+    if not isinstance(fields, dict):
+        fields = fitted["fields"] = {}
+    fields["_truncated"] = {"originalBytes": size, "limitBytes": limit}
+    for part in ("payload", "fields"):
+        for _ in range(64):
+            excess = len(canonical_bytes(fitted)) - limit
+            if excess <= 0:
+                break
+            longest = max(_strings(fitted, part), key=lambda leaf: len(leaf[2]), default=None)
+            if longest is None or len(longest[2]) < _MIN_CUT_CHARS:
+                break
+            container, key, text = longest
+            container[key] = _cut(text, excess)
+    final = len(canonical_bytes(fitted))
+    if final > limit:
+        raise SchemaError(
+            f"the event is {size} bytes, over the {limit}-byte limit (USL_MAX_EVENT_BYTES), and "
+            "cutting its long strings cannot make it fit", record=record,
+        )
+    return fitted, size - final
+
+
+def _strings(parent: Any, key: Any) -> Iterator[tuple[Any, Any, str]]:
+    """(container, key, string) for every string below ``parent[key]``, in sorted-key order."""
+    value = parent.get(key) if isinstance(parent, dict) else parent[key]
+    if isinstance(value, str):
+        yield parent, key, value
+    elif isinstance(value, dict):
+        for name in sorted(value):
+            yield from _strings(value, name)
+    elif isinstance(value, list):
+        for index in range(len(value)):
+            yield from _strings(value, index)
+
+
+def _cut(text: str, excess: int) -> str:
+    """``text``'s head, at least ``excess`` encoded bytes shorter once CUT_NOTE is added."""
+    encoded = len(orjson.dumps(text))
+    target = max(encoded - excess - len(orjson.dumps(CUT_NOTE)), 0)
+    keep = min(len(text) * target // max(encoded, 1), len(text))  # bytes → characters, in proportion
+    keep = max(keep - 16, 0)  # escapes are unevenly spread; the caller re-measures anyway
+    floor = max(keep - _CUT_BOUNDARY_WINDOW, 0)
+    boundary = text.rfind("\n", floor, keep)
+    if boundary < 0:
+        boundary = max(text.rfind(" ", floor, keep), text.rfind("\t", floor, keep))
+    if boundary >= 0:
+        keep = boundary
+    return text[:keep] + CUT_NOTE

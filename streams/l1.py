@@ -21,7 +21,7 @@ import orjson
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from streams.asp import canonical_bytes
-from streams.exceptions import BrokerError
+from streams.exceptions import BrokerError, SchemaError
 from streams.settings import Settings
 from streams.topics import Topics
 
@@ -122,16 +122,26 @@ class L1Producer:
         self._producer = KafkaProducer(
             bootstrap_servers=bootstrap, acks="all", enable_idempotence=True,
             linger_ms=5, batch_size=256 * 1024, max_in_flight_requests_per_connection=5,
-            client_id="usl-l1-producer",
+            max_request_size=settings.max_message_bytes, client_id="usl-l1-producer",
         )
+        self._max_event_bytes = settings.max_event_bytes
         self._pending: list[Any] = []
         self._highest = 0
 
     def append(self, event: dict[str, Any]) -> None:
-        """Queue one validated event; :meth:`flush` waits until every queued event is durable."""
+        """Queue one validated event; :meth:`flush` waits until every queued event is durable.
+
+        Raises SchemaError for an event over USL_MAX_EVENT_BYTES (the importers cut theirs to
+        fit with ``streams.asp.fit_event``)."""
+        value = canonical_bytes(event)
+        if len(value) > self._max_event_bytes:
+            raise SchemaError(
+                f"event {event['eventId']!r} is {len(value)} bytes, over the {self._max_event_bytes}-byte "
+                "limit (USL_MAX_EVENT_BYTES); cut it with streams.asp.fit_event first",
+            )
         partition = self._registry.assign(event["logId"])
         future = self._producer.send(self._topics.l1, key=event["sessionId"].encode(),
-                                     value=canonical_bytes(event), partition=partition)
+                                     value=value, partition=partition)
         self._pending.append(future)
         if len(self._pending) >= 10000:
             self.flush()

@@ -33,6 +33,10 @@ class Settings:
     stream_partitions: int = _setting("USL_STREAM_PARTITIONS", 4, "Partitions of the redacted, tool-results and chunks topics.")
     replication_factor: int = _setting("USL_REPLICATION_FACTOR", 1, "Replication factor of every topic the project creates.")
     min_insync_replicas: int = _setting("USL_MIN_INSYNC_REPLICAS", 1, "min.insync.replicas of every topic the project creates.")
+    max_event_bytes: int = _setting(
+        "USL_MAX_EVENT_BYTES", 786432,
+        "Largest event appended to L1, in canonical JSON bytes; ingest cuts the longest strings of a larger one.",
+    )
     tick_every_seqs: int = _setting("USL_TICK_EVERY_SEQS", 64, "K: the redaction stage broadcasts a log-clock tick every K seqs of a log.")
     flush_tick_seconds: float = _setting(
         "USL_FLUSH_TICK_SECONDS", 1.0,
@@ -93,6 +97,12 @@ class Settings:
 
     def topic(self, name: str) -> str:
         return f"{self.topic_prefix}{name}"
+
+    @property
+    def max_message_bytes(self) -> int:
+        """Kafka message limit for topics that carry whole events (and their producers): room
+        for the largest event after redaction, and never below Kafka's own 1 MiB default."""
+        return max(1024 * 1024, 2 * self.max_event_bytes)
 
 
 def _parse(name: str, env: str, raw: str, default: Any) -> Any:

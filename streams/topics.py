@@ -53,16 +53,18 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
     topics = Topics.from_settings(settings)
     isr = {"min.insync.replicas": str(settings.min_insync_replicas)}
     derived = {"cleanup.policy": "delete", "retention.ms": _WEEK_MS, **isr}
+    # Topics whose records are whole events take the largest one USL_MAX_EVENT_BYTES lets in.
+    events = {"max.message.bytes": str(settings.max_message_bytes)}
     compacted = {"cleanup.policy": "compact", "min.compaction.lag.ms": "0", **isr}
     return [
         # The source of truth: never deleted by time or size, never compacted.
         TopicSpec(topics.l1, settings.l1_partitions, {
             "cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1",
-            "message.timestamp.type": "CreateTime", **isr,
+            "message.timestamp.type": "CreateTime", **events, **isr,
         }),
         TopicSpec(topics.logs, 1, compacted),
-        TopicSpec(topics.redacted, settings.stream_partitions, derived),
-        TopicSpec(topics.toolresults, settings.stream_partitions, derived),
+        TopicSpec(topics.redacted, settings.stream_partitions, {**derived, **events}),
+        TopicSpec(topics.toolresults, settings.stream_partitions, {**derived, **events}),
         TopicSpec(topics.chunks, settings.stream_partitions, derived),
         TopicSpec(topics.deadletters, 1, {"cleanup.policy": "delete", "retention.ms": _MONTH_MS, **isr}),
         TopicSpec(topics.watermarks, 1, compacted),

@@ -242,15 +242,34 @@ def _query_the_api(stack: Stack, key: str) -> tuple[list[str], str]:
     return answers, metrics
 
 
+def _oversized_output() -> str:
+    """~2 MB of tool output with a seeded secret every 40 lines and key blocks and environment
+    dumps along the way: ingest cuts it to USL_MAX_EVENT_BYTES, the cut must leave no secret
+    half-visible, and the event, a whole event again after redaction, must fit every topic."""
+    lines = []
+    for n in range(40_000):
+        if n % 40 == 0:
+            lines.append(f"retry {n}: using {SEEDED_SECRETS[n // 40 % len(SEEDED_SECRETS)]}")
+        elif n % 997 == 0:
+            lines.append(f"{PRIVATE_KEY}\n{ENV_DUMP}")
+        else:
+            lines.append(f"INFO worker {n % 8} flushed batch {n} in {n % 89} ms")
+    return "\n".join(lines)
+
+
 def _ingest_bad_lines(settings: Settings, directory: Path) -> subprocess.CompletedProcess[str]:
     """``usl ingest`` of a file whose bad lines carry secrets (bad JSON, bad schema, a long
-    line with the secret near the dead letter's 4 KiB raw-text limit)."""
+    line with the secret near the dead letter's 4 KiB raw-text limit) and whose one oversized
+    event does too."""
     aws, github, jwt = SEEDED_SECRETS[0], SEEDED_SECRETS[2], SEEDED_SECRETS[15]
     good = [validate_event({"eventId": f"ing-ok-{n}", "logId": "default", "sessionId": "ing", "type": kind,
                             "role": role, "turnId": "ing-t0", "time": f"2026-11-03T10:00:0{n}Z", "fields": fields})
-            for n, (kind, role, fields) in enumerate([("turn.started", None, {}),
-                                                      ("message", "user", {"text": "a fine line"}),
-                                                      ("turn.ended", None, {})])]
+            for n, (kind, role, fields) in enumerate([
+                ("turn.started", None, {}),
+                ("message", "user", {"text": "a fine line"}),
+                ("tool.result", "tool", {"toolName": "Bash", "toolCallId": "ing-c0", "status": "ok",
+                                         "output": _oversized_output()}),
+                ("turn.ended", None, {})])]
     lines = [
         *(json.dumps(event) for event in good),
         '{"eventId": "ing-bad-1", "type": "message", "fields": {"text": "my key ' + aws + ' and ' + github,
@@ -290,7 +309,7 @@ def test_no_seeded_secret_reaches_any_index_topic_log_or_metric(
         ingest = _ingest_bad_lines(settings, tmp_path)
         assert ingest.returncode == 0, ingest.stderr[-2000:]
         summary = json.loads(ingest.stdout)
-        assert (summary["eventsAppended"], summary["rejected"]) == (3, 3)
+        assert (summary["eventsAppended"], summary["eventsCut"], summary["rejected"]) == (4, 1, 3)
         head = max(head, int(summary["l1CommittedSeq"]))
         wait_for_watermarks(settings, head, ALL_KINDS, timeout=240)
         metrics = _metrics_text(stack)
@@ -325,8 +344,9 @@ def test_no_seeded_secret_reaches_any_index_topic_log_or_metric(
     assert indexed["text"] == len(chunks) and indexed["toolresults"] >= len(secrets)
     text_dir = current_generation(settings, "text")
     assert text_dir is not None and get_engine("tantivy").search(text_dir, "refund deploy", limit=5)
-    assert any("REDACTED" in d["text"] for d in tantivy_docs(current_generation(settings, "toolresults") or Path(),
-                                                                "id"))
+    tool_docs = tantivy_docs(current_generation(settings, "toolresults") or Path(), "id")
+    assert any("REDACTED" in d["text"] for d in tool_docs)
+    assert any("flushed batch" in d["text"] for d in tool_docs), "the cut oversized event was not indexed"
     letters = topic_records(settings, "deadletters")
     ingest_letters = [d for d in letters if d["stage"] == "ingest"]
     assert len(ingest_letters) == 3 and all(d["raw"] for d in ingest_letters)

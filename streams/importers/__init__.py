@@ -14,9 +14,10 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from streams.exceptions import ImportFormatError
+from streams.asp import DEFAULT_MAX_EVENT_BYTES, canonical_bytes, fit_event
+from streams.exceptions import ImportFormatError, SchemaError
 from streams.importers.asp import iter_asp
-from streams.importers.base import BOM, FORMATS, Accepted, Rejected, parse_json
+from streams.importers.base import BOM, FORMATS, RAW_MAX_CHARS, Accepted, Rejected, parse_json
 from streams.importers.claude_code import iter_claude_code
 from streams.importers.openai_chat import api_conversation, iter_openai_chat
 
@@ -58,12 +59,15 @@ def iter_records(
     *,
     log_id: str = "default",
     acl: dict[str, Any] | None = None,
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
 ) -> Iterator[Accepted | Rejected]:
     """Every record of ``path`` (a file, or a directory of *.jsonl / *.json files, recursively).
 
     ``fmt`` is one of FORMATS, or None to detect it per file. Records are labelled
     ``file:line`` (files inside a directory by their path relative to it). Every file's format
     is settled before the first record is yielded, so a bad file in a directory fails fast.
+    An event over ``max_event_bytes`` has its longest strings cut (``streams.asp.fit_event``;
+    ``Accepted.cut`` says by how much), or is rejected when that cannot make it fit.
     """
     path = Path(path)
     if fmt is not None and fmt not in FORMATS:
@@ -78,7 +82,17 @@ def iter_records(
         plan = [] if _is_empty(path) else [(path, path.name)]
     formats = [_declared_or_detected(file, fmt) for file, _label in plan]
     for (file, label), file_format in zip(plan, formats, strict=True):
-        yield from _IMPORTERS[file_format](file, label=label, log_id=log_id, acl=acl)
+        for item in _IMPORTERS[file_format](file, label=label, log_id=log_id, acl=acl):
+            yield _fitted(item, max_event_bytes) if isinstance(item, Accepted) else item
+
+
+def _fitted(item: Accepted, limit: int) -> Accepted | Rejected:
+    try:
+        event, cut = fit_event(item.event, limit, record=item.record)
+    except SchemaError as exc:
+        return Rejected(record=item.record, reason=str(exc).removeprefix(f"{item.record}: "),
+                        raw=canonical_bytes(item.event)[:RAW_MAX_CHARS].decode("utf-8", "replace"))
+    return item if not cut else Accepted(event=event, record=item.record, cut=cut)
 
 
 def _files(directory: Path) -> list[Path]:

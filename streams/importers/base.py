@@ -49,10 +49,12 @@ PAYLOAD_MAX_BYTES = 16 * 1024
 
 @dataclass(frozen=True)
 class Accepted:
-    """An event that passed ``streams.asp.validate_event``, and the input record it came from."""
+    """An event that passed ``streams.asp.validate_event``, and the input record it came from;
+    ``cut`` is how many bytes ``streams.asp.fit_event`` cut to fit USL_MAX_EVENT_BYTES."""
 
     event: dict[str, Any]
     record: str
+    cut: int = 0
 
 
 @dataclass(frozen=True)

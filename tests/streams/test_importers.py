@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import streams.importers as importers
-from streams.asp import canonical_bytes, validate_event
-from streams.exceptions import ImportFormatError
+from streams.asp import CUT_NOTE, canonical_bytes, fit_event, validate_event
+from streams.exceptions import ImportFormatError, SchemaError
 from streams.importers import FORMATS, Accepted, Rejected, detect_format, iter_records
 from streams.importers.asp import iter_asp
 from streams.importers.claude_code import iter_claude_code
@@ -633,3 +633,83 @@ def test_the_steps_of_a_logged_tool_calling_run_are_one_session(tmp_path: Path) 
     twice = write_lines(tmp_path / "twice.jsonl", [other, other, {**other, "id": "c-2", "messages": [
         *other["messages"], {"role": "user", "content": "more"}]}])
     assert len({e["sessionId"] for e in split(twice)[0]}) == 3
+
+
+# -- oversized records ---------------------------------------------------------------------
+
+def _big_event(fields: dict, payload: object = None) -> dict:
+    event = {"eventId": "big", "sessionId": "s", "type": "tool.result", "role": "tool",
+             "time": "2026-01-01T00:00:00Z", "fields": fields}
+    if payload is not None:
+        event["payload"] = payload
+    return validate_event(event)
+
+
+_LINE = st.text(st.characters(blacklist_categories=("Cs",)), max_size=120)
+
+
+@given(lines=st.lists(_LINE, min_size=1, max_size=400), limit=st.integers(2048, 40_000),
+       payload=st.text(max_size=20_000))
+@settings(max_examples=60, deadline=None)
+def test_fit_event_fits_keeps_heads_and_discloses(lines: list[str], limit: int, payload: str) -> None:
+    output = "\n".join(lines)
+    event = _big_event({"output": output, "toolName": "Bash", "status": "ok"}, {"raw": payload})
+    fitted, cut = fit_event(event, limit)
+    size = len(canonical_bytes(event))
+    if size <= limit:
+        assert (fitted, cut) == (event, 0)
+        return
+    assert len(canonical_bytes(fitted)) <= limit
+    assert cut == size - len(canonical_bytes(fitted)) > 0
+    assert fitted["fields"]["_truncated"] == {"originalBytes": size, "limitBytes": limit}
+    assert fit_event(event, limit) == (fitted, cut)  # deterministic
+    assert validate_event(fitted) == fitted
+    kept = fitted["fields"]["output"]
+    if kept != output:
+        head = kept.removesuffix(CUT_NOTE)
+        assert kept.endswith(CUT_NOTE) and output.startswith(head)
+        # Cut at a line break whenever the window holds one: never inside a line.
+        if "\n" in output[max(len(head) - 8192, 0):len(head) + 1]:
+            assert head == "" or output[len(head)] == "\n"
+    # What is never indexed goes first: the fields are cut only when the payload was not enough.
+    if kept != output:
+        assert len(fitted["payload"]["raw"]) <= 256 or fitted["payload"]["raw"].endswith(CUT_NOTE)
+
+
+def test_fit_event_never_splits_a_secret_line_and_refuses_what_it_cannot_cut() -> None:
+    secret = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+    output = "".join(f"step {n}: pushing with {secret}\n" for n in range(50_000))
+    fitted, _ = fit_event(_big_event({"output": output}), 100_000)
+    head = fitted["fields"]["output"].removesuffix(CUT_NOTE)
+    assert all(line.endswith(secret) for line in head.splitlines())
+    many_small = _big_event({"items": ["x" * 100] * 20_000})
+    with pytest.raises(SchemaError, match="cannot make it fit"):
+        fit_event(many_small, 100_000)
+
+
+def test_an_oversized_claude_code_record_is_cut_to_fit_and_counted(tmp_path: Path) -> None:
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBOR" * 400_000}}
+    log = "".join(f"INFO request {n} served in {n % 97} ms\n" for n in range(120_000))
+    path = write_lines(tmp_path / "s.jsonl", [
+        cc_line("u1", "user", [{"type": "text", "text": "why is the service slow?"}, image]),
+        cc_line("a1", "assistant", [{"type": "tool_use", "id": "t1", "name": "Bash",
+                                      "input": {"command": "cat service.log"}}], parent="u1"),
+        cc_line("u2", "user", [{"type": "tool_result", "tool_use_id": "t1", "content": log}], parent="a1"),
+    ])
+    results = list(iter_records(path, max_event_bytes=256 * 1024))
+    assert all(isinstance(r, Accepted) for r in results)
+    sizes = {r.event["type"]: len(canonical_bytes(r.event)) for r in results if isinstance(r, Accepted)}
+    assert max(sizes.values()) <= 256 * 1024
+    (result,) = [r for r in results if isinstance(r, Accepted) and r.event["type"] == "tool.result"]
+    assert result.cut > 0 and result.event["fields"]["_truncated"]["limitBytes"] == 256 * 1024
+    assert result.event["fields"]["output"].startswith("INFO request 0 served in 0 ms\n")
+    # The pasted screenshot never made the user's message big: images are rendered as [image].
+    assert sizes["message"] < 64 * 1024
+    # One event that cannot be cut becomes a reject with its reason, not a crash.
+    flat = write_lines(tmp_path / "flat.jsonl", [
+        {"eventId": "e1", "sessionId": "s", "type": "message", "role": "user", "time": "2026-01-01T00:00:00Z",
+         "fields": {"text": "hi", "tags": ["t" * 50] * 20_000}},
+    ])
+    (rejected,) = iter_records(flat, "asp", max_event_bytes=256 * 1024)
+    assert isinstance(rejected, Rejected) and "cannot make it fit" in rejected.reason
+    assert rejected.record == "flat.jsonl:1" and rejected.raw
