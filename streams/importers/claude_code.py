@@ -155,7 +155,11 @@ class _Transcript:
                 time=time, record=record, raw=raw, fields=self._session_fields(line),
             )
             results += self._flush_pending(session, time)
-            if role == "user" and _starts_human_turn(line, blocks):
+            if (role == "user" and _starts_human_turn(line, blocks)) or emitter.turn_id is None:
+                # A transcript that opens with the agent (a resumed or headless session, a
+                # file cut from a longer one) still gets a turn, closed at the file's end; a
+                # session-level unit would stay open, and hold the log's watermark below it,
+                # until an event G later in log time arrived.
                 results += emitter.start_turn(position, time=time, record=record, raw=raw)
         session.active = True
         yield from results

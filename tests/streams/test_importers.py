@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 import streams.importers as importers
 from streams.asp import CUT_NOTE, canonical_bytes, fit_event, validate_event
+from streams.chunking import Chunker, ChunkerConfig, default_tokenizer
 from streams.exceptions import ImportFormatError, SchemaError
 from streams.importers import FORMATS, Accepted, Rejected, detect_format, iter_records
 from streams.importers.asp import iter_asp
@@ -713,3 +714,31 @@ def test_an_oversized_claude_code_record_is_cut_to_fit_and_counted(tmp_path: Pat
     (rejected,) = iter_records(flat, "asp", max_event_bytes=256 * 1024)
     assert isinstance(rejected, Rejected) and "cannot make it fit" in rejected.reason
     assert rejected.record == "flat.jsonl:1" and rejected.raw
+
+
+def _agent_first_transcript(directory: Path) -> Path:
+    """A transcript that opens with the agent (a resumed or headless session): no human turn."""
+    return write_lines(directory / "agent-first.jsonl", [
+        cc_line("a0", "assistant", [{"type": "text", "text": "Resuming: the build was red."}]),
+        cc_line("a1", "assistant", [{"type": "tool_use", "id": "t1", "name": "Bash",
+                                      "input": {"command": "make"}}], parent="a0"),
+        cc_line("u1", "user", [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}], parent="a1"),
+    ])
+
+
+@pytest.mark.parametrize("source", ["claude", "openai-array", "openai-jsonl", "agent-first"])
+def test_an_imported_file_leaves_no_unit_open(source: str, tmp_path: Path) -> None:
+    """Every chunk unit of an imported file is closed by the file's own events, so its last
+    turn reaches the `indexed` view at once instead of waiting for G of later log time (an
+    open unit holds its log's watermark below it)."""
+    path = {"claude": CLAUDE, "openai-array": OPENAI_ARRAY, "openai-jsonl": OPENAI_JSONL}.get(source)
+    events, _ = split(path or _agent_first_transcript(tmp_path))
+    assert events  # the fixtures also hold bad lines, rejected on purpose
+    if source == "agent-first":
+        assert all(e["turnId"] for e in events if e["type"] in ("message", "tool.call", "tool.result"))
+    chunker = Chunker(ChunkerConfig(), default_tokenizer(), policy_hash="policy-test")
+    states: dict[str, dict] = {}
+    for seq, event in enumerate(events, start=1):
+        state = states.setdefault(event["sessionId"], chunker.new_state(event["sessionId"]))
+        chunker.on_event(state, event["logId"], seq, event)
+    assert {sid: chunker.open_min_seq(state) for sid, state in states.items()} == dict.fromkeys(states)
