@@ -18,7 +18,7 @@ from streams.asp import DEFAULT_MAX_EVENT_BYTES, canonical_bytes, fit_event
 from streams.exceptions import ImportFormatError, SchemaError
 from streams.importers.asp import iter_asp
 from streams.importers.base import BOM, FORMATS, RAW_MAX_CHARS, Accepted, Rejected, parse_json
-from streams.importers.claude_code import iter_claude_code
+from streams.importers.claude_code import AUXILIARY_TYPE_RE, iter_claude_code
 from streams.importers.openai_chat import api_conversation, iter_openai_chat
 
 __all__ = ["FORMATS", "Accepted", "Rejected", "detect_format", "iter_records"]
@@ -177,7 +177,10 @@ def _sniff_value(value: Any) -> str | None:
         line_type == "file-history-snapshot" and "snapshot" in value
     ):
         return "claude-code"
-    if line_type in ("system", "queue-operation") and {"sessionId", "timestamp"} <= value.keys():
+    if (isinstance(line_type, str) and AUXILIARY_TYPE_RE.fullmatch(line_type)
+            and {"sessionId", "timestamp"} <= value.keys()):
+        # system, queue-operation, progress (hook runs at session start), and the line types
+        # newer clients add: a transcript may open with many of them.
         return "claude-code"
     if isinstance(value.get("messages"), list) or api_conversation(value) is not None:
         return "openai-chat"

@@ -27,7 +27,7 @@ from streams.importers.base import (
     valid_time,
 )
 
-__all__ = ["SOURCE", "iter_claude_code"]
+__all__ = ["AUXILIARY_TYPE_RE", "SOURCE", "iter_claude_code"]
 
 SOURCE = "claude-code"
 
@@ -39,7 +39,7 @@ _AUXILIARY_TYPES = ("summary", "system", "file-history-snapshot", "queue-operati
 # tool call). A line with another type of this shape is kept the same way, as a hidden
 # ``x.claude-code.<type>`` event, instead of turning every such line of a newer transcript into
 # a dead letter; a type outside it (not a short lowercase name) is rejected as foreign.
-_AUXILIARY_TYPE_RE = re.compile(r"[a-z][a-z0-9_-]{0,63}")
+AUXILIARY_TYPE_RE = re.compile(r"[a-z][a-z0-9_-]{0,63}")
 _SUBAGENT_TOOLS = ("Task", "Agent")
 _COMMAND_PREFIXES = ("<command-name>", "<command-message>", "<bash-input>")
 _OUTPUT_PREFIXES = (
@@ -109,7 +109,7 @@ class _Transcript:
             if line_type in ("user", "assistant"):
                 yield from self._conversation(value, line_type, record, line, number)
             elif line_type in _AUXILIARY_TYPES or (
-                    isinstance(line_type, str) and _AUXILIARY_TYPE_RE.fullmatch(line_type)):
+                    isinstance(line_type, str) and AUXILIARY_TYPE_RE.fullmatch(line_type)):
                 yield from self._auxiliary(value, line_type, record, line, number)
             elif line_type is None:
                 yield Rejected(record, "missing field 'type'", raw_text(line))

@@ -742,3 +742,13 @@ def test_an_imported_file_leaves_no_unit_open(source: str, tmp_path: Path) -> No
         state = states.setdefault(event["sessionId"], chunker.new_state(event["sessionId"]))
         chunker.on_event(state, event["logId"], seq, event)
     assert {sid: chunker.open_min_seq(state) for sid, state in states.items()} == dict.fromkeys(states)
+
+
+def test_a_transcript_opening_with_many_progress_lines_is_detected(tmp_path: Path) -> None:
+    hooks = [{"type": "progress", "data": {"type": "hook_progress", "hookEvent": "SessionStart"},
+              "sessionId": "s-1", "timestamp": "2025-10-14T08:59:59.000Z", "uuid": f"p{n}",
+              "parentUuid": None} for n in range(30)]
+    path = write_lines(tmp_path / "hooks.jsonl", [*hooks, cc_line("u1", "user", "hello")])
+    assert detect_format(path) == "claude-code"
+    events, rejected = split(path)
+    assert not rejected and [e["type"] for e in events].count("x.claude-code.progress") == 30
