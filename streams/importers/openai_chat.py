@@ -3,7 +3,9 @@
 Accepted shapes: a JSON array of messages; an object ``{"messages": [...], "id"?, "created"?,
 "model"?, "title"?}``; a JSON array of such conversations (objects or message arrays); or JSONL
 with one conversation per line. Logged API exchanges (a chat.completion response, a
-request/response pair, Batch API lines) count as conversations too (:func:`api_conversation`). Conversations carry no per-message times, so message ``i`` is
+request/response pair, Batch API lines, and the Responses API's requests, responses and item
+lists) count as conversations too (:func:`api_conversation`). Conversations carry no
+per-message times, so message ``i`` is
 timed ``created + i`` seconds (``created`` defaults to 0, the Unix epoch): deterministic, never
 the wall clock. The mapping is documented in ``docs/importers.md``.
 """
@@ -177,7 +179,10 @@ class _Conversation:
             return
         role = message.get("role")
         if role is None:
-            yield Rejected(record, f"missing field 'messages[{index}].role'", raw_text(message))
+            kind = message.get("type")
+            reason = (f"Responses API item type {kind!r} is not imported" if isinstance(kind, str)
+                      else f"missing field 'messages[{index}].role'")
+            yield Rejected(record, reason, raw_text(message))
             return
         if role not in ROLES:
             reason = f"field 'messages[{index}].role' is {role!r}, not one of {', '.join(ROLES)}"
@@ -194,6 +199,9 @@ class _Conversation:
         legacy_call = message.get("function_call")
         if text or not (tool_calls or legacy_call):
             fields: dict[str, Any] = {"text": text}
+            reasoning = message.get("type") == "reasoning"
+            if reasoning:
+                fields["kind"] = "thinking"
             if isinstance(message.get("name"), str):
                 fields["name"] = message["name"]
             if role == "assistant" and model:
@@ -201,6 +209,7 @@ class _Conversation:
             yield emitter.emit(
                 "message", event_id=emitter.event_id(index, "message"), time=time,
                 record=record, raw=message, role=role, fields=fields, payload=payload,
+                visibility="hidden" if reasoning else None,
             )
             payload = None
         if role != "assistant":
@@ -291,27 +300,80 @@ def api_conversation(value: Any) -> dict[str, Any] | None:
     request, response = value.get("request"), value.get("response")
     if request is None and isinstance(value.get("body"), dict):
         request = value["body"]
-    if response is None and isinstance(value.get("choices"), list):
+    if request is None and "model" in value and isinstance(value.get("input"), list | str):
+        request = value  # a Responses API request body on its own
+    if response is None and (isinstance(value.get("choices"), list) or _is_responses_response(value)):
         response = value
     request = _body(request)
     response = _body(response)
-    sent = request.get("messages") if isinstance(request, dict) else None
+    sent = _sent_messages(request) if isinstance(request, dict) else None
     choices = response.get("choices") if isinstance(response, dict) else None
-    if not isinstance(sent, list) and not isinstance(choices, list):
+    output = response.get("output") if _is_responses_response(response) else None
+    if not isinstance(sent, list) and not isinstance(choices, list) and not isinstance(output, list):
         return None
     messages = list(sent) if isinstance(sent, list) else []
     if isinstance(choices, list) and choices:
         first = choices[0]
         messages.append(first.get("message", first) if isinstance(first, dict) else first)
+    if isinstance(output, list):
+        messages += output
     conversation: dict[str, Any] = {"messages": messages}
-    for name in ("id", "created", "model"):
+    for name, keys in (("id", ("id",)), ("created", ("created", "created_at")), ("model", ("model",))):
         for source in (response, request):
-            if isinstance(source, dict) and source.get(name) is not None:
-                conversation[name] = source[name]
+            found = next((source[key] for key in keys if isinstance(source, dict) and source.get(key) is not None),
+                         None)
+            if found is not None:
+                conversation[name] = found
                 break
     if "id" not in conversation and isinstance(value.get("custom_id"), str):
         conversation["id"] = value["custom_id"]
     return conversation
+
+
+def _is_responses_response(value: Any) -> bool:
+    """A Responses API response: ``{"object": "response", "output": [items]}``."""
+    return isinstance(value, dict) and value.get("object") == "response" and isinstance(value.get("output"), list)
+
+
+def _sent_messages(request: dict[str, Any]) -> list[Any] | None:
+    """What a request sent: chat ``messages``, or the Responses API's ``instructions`` and
+    ``input`` (a string is one user message)."""
+    if isinstance(request.get("messages"), list):
+        return list(request["messages"])
+    sent = request.get("input")
+    if isinstance(sent, str):
+        sent = [{"role": "user", "content": sent}]
+    if not isinstance(sent, list):
+        return None
+    instructions = request.get("instructions")
+    if isinstance(instructions, str) and instructions:
+        return [{"role": "system", "content": instructions}, *sent]
+    return list(sent)
+
+
+def _chat_message(item: Any) -> Any:
+    """A Responses API item as the chat message it amounts to (one message per item, so
+    positions keep naming the source item); chat messages and unknown items pass unchanged.
+
+    ``function_call`` / ``custom_tool_call`` → an assistant message with one tool call;
+    ``function_call_output`` / ``custom_tool_call_output`` → a tool message; ``reasoning`` →
+    an assistant message with its summary text (imported hidden, as thinking)."""
+    if not isinstance(item, dict) or "role" in item:
+        return item
+    kind = item.get("type")
+    if kind in ("function_call", "custom_tool_call") and isinstance(item.get("call_id"), str):
+        arguments = item.get("arguments") if kind == "function_call" else {"input": item.get("input")}
+        call = {"id": item["call_id"], "type": "function",
+                "function": {"name": item.get("name"), "arguments": arguments}}
+        return {**item, "role": "assistant", "content": None, "tool_calls": [call]}
+    if kind in ("function_call_output", "custom_tool_call_output"):
+        return {**item, "role": "tool", "tool_call_id": item.get("call_id"), "content": item.get("output")}
+    if kind == "reasoning":
+        summary = item.get("summary")
+        parts = summary if isinstance(summary, list) else []
+        text = "\n".join(part["text"] for part in parts if isinstance(part, dict) and isinstance(part.get("text"), str))
+        return {**item, "role": "assistant", "content": text}
+    return item
 
 
 def _body(part: Any) -> Any:
@@ -325,14 +387,14 @@ def _conversation_parts(value: Any) -> tuple[dict[str, Any], str | None]:
     """Messages, id, created, model and title of a conversation, or the problem with it."""
     meta: dict[str, Any] = {"messages": [], "id": None, "created": 0, "model": None, "title": None}
     if isinstance(value, list):
-        meta["messages"] = value
+        meta["messages"] = [_chat_message(item) for item in value]
         return meta, None
     if not isinstance(value, dict):
         return meta, f"a conversation must be a list of messages or an object, not {type(value).__name__}"
     messages = value.get("messages")
     if not isinstance(messages, list):
         return meta, "missing field 'messages' (a list of chat messages)"
-    meta["messages"] = messages
+    meta["messages"] = messages = [_chat_message(item) for item in messages]
     created = value.get("created")
     if created is not None:
         if isinstance(created, bool) or not isinstance(created, int | float) or created < 0:

@@ -752,3 +752,57 @@ def test_a_transcript_opening_with_many_progress_lines_is_detected(tmp_path: Pat
     assert detect_format(path) == "claude-code"
     events, rejected = split(path)
     assert not rejected and [e["type"] for e in events].count("x.claude-code.progress") == 30
+
+
+def test_responses_api_runs_import_as_conversations(tmp_path: Path) -> None:
+    """Runs logged from the Responses API: request/response pairs whose steps resend the items
+    (one session), a bare response object, and a plain list of items."""
+    user = {"role": "user", "content": [{"type": "input_text", "text": "What's the weather in Oslo?"}]}
+    reasoning = {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "Use the tool."}]}
+    call = {"type": "function_call", "id": "fc_1", "call_id": "call_9", "name": "get_weather",
+            "arguments": '{"city": "Oslo"}', "status": "completed"}
+    output = {"type": "function_call_output", "call_id": "call_9", "output": '{"temp": -3}'}
+    answer = {"type": "message", "id": "msg_2", "role": "assistant", "status": "completed",
+              "content": [{"type": "output_text", "text": "It is -3°C in Oslo.", "annotations": []}]}
+    steps = [
+        {"request": {"model": "gpt-4.1", "instructions": "You are a weather bot.", "input": [user]},
+         "response": {"id": "resp_1", "object": "response", "created_at": 1764000000, "model": "gpt-4.1",
+                      "output": [reasoning, call]}},
+        {"request": {"model": "gpt-4.1", "instructions": "You are a weather bot.",
+                     "input": [user, reasoning, call, output]},
+         "response": {"id": "resp_2", "object": "response", "created_at": 1764000003, "model": "gpt-4.1",
+                      "output": [answer]}},
+    ]
+    path = write_lines(tmp_path / "responses.jsonl", steps)
+    assert detect_format(path) == "openai-chat"
+    events, rejected = split(path)
+    assert not rejected and {e["sessionId"] for e in events} == {"resp_1"}
+    shape = [(e["type"], e.get("role"), e["visibility"]) for e in events]
+    assert shape == [
+        ("session.started", None, "visible"), ("message", "system", "visible"),
+        ("turn.started", "user", "visible"), ("message", "user", "visible"),
+        ("message", "assistant", "hidden"), ("tool.call", "assistant", "visible"),
+        ("tool.result", "tool", "visible"), ("message", "assistant", "visible"),
+        ("turn.ended", None, "visible"), ("session.ended", None, "visible"),
+    ]
+    by_type = {e["type"]: e for e in events}
+    assert by_type["tool.call"]["fields"] == {"toolName": "get_weather", "toolCallId": "call_9", "input": {"city": "Oslo"}}
+    assert by_type["tool.result"]["fields"]["output"] == '{"temp": -3}'
+    assert by_type["tool.result"]["parentEventId"] == by_type["tool.call"]["eventId"]
+    assert events[4]["fields"] == {"text": "Use the tool.", "kind": "thinking", "model": "gpt-4.1"}
+    assert events[0]["time"] == "2025-11-24T16:00:00.000Z"
+
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps({"id": "resp_3", "object": "response", "created_at": 1764000100, "model": "gpt-4.1",
+                                "output": [call, {"type": "web_search_call", "id": "ws_1"}, answer]}))
+    events, rejected = split(bare)
+    assert [e["type"] for e in events] == ["session.started", "tool.call", "message", "session.ended"]
+    assert [(r.record, r.reason) for r in rejected] == [
+        ("bare.json/messages[1]", "Responses API item type 'web_search_call' is not imported")]
+
+    items = tmp_path / "items.json"
+    items.write_text(json.dumps([user, call, output, answer]))
+    events, rejected = split(items)
+    assert not rejected
+    assert [e["type"] for e in events if e["type"] not in ("turn.started", "turn.ended")] == [
+        "session.started", "message", "tool.call", "tool.result", "message", "session.ended"]
