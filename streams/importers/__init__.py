@@ -18,7 +18,7 @@ from streams.asp import DEFAULT_MAX_EVENT_BYTES, canonical_bytes, fit_event
 from streams.exceptions import ImportFormatError, SchemaError
 from streams.importers.asp import iter_asp
 from streams.importers.base import BOM, FORMATS, RAW_MAX_CHARS, Accepted, Rejected, parse_json
-from streams.importers.claude_code import AUXILIARY_TYPE_RE, iter_claude_code
+from streams.importers.claude_code import AUXILIARY_TYPE_RE, SubagentLinks, iter_claude_code
 from streams.importers.openai_chat import api_conversation, iter_openai_chat
 
 __all__ = ["FORMATS", "Accepted", "Rejected", "detect_format", "iter_records"]
@@ -81,8 +81,10 @@ def iter_records(
     else:
         plan = [] if _is_empty(path) else [(path, path.name)]
     formats = [_declared_or_detected(file, fmt) for file, _label in plan]
+    links: SubagentLinks = {}  # subagent files come after their session's file in path order
     for (file, label), file_format in zip(plan, formats, strict=True):
-        for item in _IMPORTERS[file_format](file, label=label, log_id=log_id, acl=acl):
+        extra = {"links": links} if file_format == "claude-code" else {}
+        for item in _IMPORTERS[file_format](file, label=label, log_id=log_id, acl=acl, **extra):
             yield _fitted(item, max_event_bytes) if isinstance(item, Accepted) else item
 
 

@@ -27,7 +27,7 @@ from streams.importers.base import (
     valid_time,
 )
 
-__all__ = ["AUXILIARY_TYPE_RE", "SOURCE", "iter_claude_code"]
+__all__ = ["AUXILIARY_TYPE_RE", "SOURCE", "SubagentLinks", "iter_claude_code"]
 
 SOURCE = "claude-code"
 
@@ -71,18 +71,30 @@ class _Pending:
     session_id: str | None
 
 
+# (sessionId, agentId) → (eventId, toolCallId, input) of the Task/Agent call that started the
+# subagent, learned from the call's result (its toolUseResult names the agentId).
+SubagentLinks = dict[tuple[str, str], tuple[str, str, Any]]
+
+
 def iter_claude_code(
-    path: Path, *, label: str, log_id: str = "default", acl: dict[str, Any] | None = None
+    path: Path, *, label: str, log_id: str = "default", acl: dict[str, Any] | None = None,
+    links: SubagentLinks | None = None,
 ) -> Iterator[Accepted | Rejected]:
-    """Events of one Claude Code transcript, and a Rejected per line that cannot be imported."""
-    yield from _Transcript(path, label=label, log_id=log_id, acl=acl).run()
+    """Events of one Claude Code transcript, and a Rejected per line that cannot be imported.
+
+    ``links`` is shared by the files of one directory import: Claude Code keeps a subagent's
+    transcript in its own file (``SESSION/subagents/agent-ID.jsonl``, after ``SESSION.jsonl`` in
+    path order), and the main file's Task result is what ties the agentId to its call."""
+    yield from _Transcript(path, label=label, log_id=log_id, acl=acl, links=links).run()
 
 
 class _Transcript:
     """One pass over a transcript; holds the per-session state that lines refer back to."""
 
-    def __init__(self, path: Path, *, label: str, log_id: str, acl: dict[str, Any] | None) -> None:
+    def __init__(self, path: Path, *, label: str, log_id: str, acl: dict[str, Any] | None,
+                 links: SubagentLinks | None = None) -> None:
         self.path = path
+        self.links: SubagentLinks = {} if links is None else links
         self.label = label
         self.log_id = log_id
         self.acl = acl
@@ -181,9 +193,15 @@ class _Transcript:
             return []
         fields: dict[str, Any] = {}
         parent_event_id = None
-        if session.subagent_calls:
+        linked = self.links.get((emitter.session_id, agent)) if agent is not None else None
+        if linked is not None:
+            # The call's result named this agent (possibly in the main transcript's file).
+            parent_event_id, call_id, call_input = linked
+            session.subagent_calls = [call for call in session.subagent_calls if call[1] != call_id]
+        elif session.subagent_calls:
             # Subagents start in the order their Task calls were made.
             parent_event_id, call_id, call_input = session.subagent_calls.pop(0)
+        if parent_event_id is not None:
             fields["toolCallId"] = call_id
             if isinstance(call_input, dict) and isinstance(call_input.get("description"), str):
                 fields["title"] = call_input["description"]
@@ -248,12 +266,22 @@ class _Transcript:
             payload = None  # the line's record rides on its first event only
             if isinstance(result, Accepted):
                 last_event_id = event_id
+                if event_type == "tool.result":
+                    self._link_subagent(session, fields, line)
                 _remember_call(session, fields, event_type, event_id)
             yield result
         if not blocks:
             yield Rejected(record, "field 'message.content' is empty; nothing to import", raw_text(raw))
         if last_event_id is not None and isinstance(line.get("uuid"), str):
             self.line_events[line["uuid"]] = last_event_id
+
+    def _link_subagent(self, session: _Session, fields: dict[str, Any], line: dict[str, Any]) -> None:
+        """Remember the call a Task/Agent result answers under the agentId it names, for the
+        subagent's sidechain lines later in this file or in its own file."""
+        call = next((c for c in session.subagent_calls if c[1] == fields["toolCallId"]), None)
+        agent = _result_agent_id(line.get("toolUseResult"), fields.get("output"))
+        if call is not None and agent is not None:
+            self.links.setdefault((session.emitter.session_id, agent), call)
 
     # -- auxiliary lines --------------------------------------------------------------------
 
@@ -478,6 +506,19 @@ def _remember_call(
         session.subagent_calls = [
             call for call in session.subagent_calls if call[1] != fields["toolCallId"]
         ]
+
+
+_AGENT_ID_LINE = re.compile(r"^agentId: ([A-Za-z0-9_-]{1,64})", re.MULTILINE)
+
+
+def _result_agent_id(tool_use_result: Any, output: Any) -> str | None:
+    """The agentId a Task/Agent result names: ``toolUseResult.agentId``, else the
+    ``agentId: ID`` line Claude Code appends to the result text."""
+    if isinstance(tool_use_result, dict) and isinstance(tool_use_result.get("agentId"), str):
+        agent: str = tool_use_result["agentId"]
+        return agent
+    found = _AGENT_ID_LINE.search(output) if isinstance(output, str) else None
+    return found.group(1) if found else None
 
 
 def _result_text(content: Any) -> str:

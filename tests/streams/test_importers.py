@@ -806,3 +806,35 @@ def test_responses_api_runs_import_as_conversations(tmp_path: Path) -> None:
     assert not rejected
     assert [e["type"] for e in events if e["type"] not in ("turn.started", "turn.ended")] == [
         "session.started", "message", "tool.call", "tool.result", "message", "session.ended"]
+
+
+@pytest.mark.parametrize("named_in", ["toolUseResult", "result text"])
+def test_a_subagent_file_is_linked_to_the_call_in_its_sessions_file(tmp_path: Path, named_in: str) -> None:
+    """Claude Code keeps a subagent's transcript in SESSION/subagents/agent-ID.jsonl; the main
+    file's Agent result names the agentId, and a directory import links the episode to the call."""
+    session = tmp_path / "s-1.jsonl"
+    result_text = "Found 3 modules." + ("\nagentId: ab12cd" if named_in == "result text" else "")
+    extra = {"toolUseResult": {"status": "completed", "agentId": "ab12cd"}} if named_in == "toolUseResult" else {}
+    write_lines(session, [
+        cc_line("u1", "user", "survey the code"),
+        cc_line("a1", "assistant", [{"type": "tool_use", "id": "toolu_agent", "name": "Agent",
+                                      "input": {"description": "Survey modules", "prompt": "list modules"}}],
+                parent="u1", time="2025-10-14T09:00:01.000Z"),
+        cc_line("u2", "user", [{"type": "tool_result", "tool_use_id": "toolu_agent", "content": result_text}],
+                parent="a1", time="2025-10-14T09:00:09.000Z", **extra),
+    ])
+    (tmp_path / "s-1" / "subagents").mkdir(parents=True)
+    write_lines(tmp_path / "s-1" / "subagents" / "agent-ab12cd.jsonl", [
+        cc_line("x1", "user", "list modules", isSidechain=True, agentId="ab12cd", time="2025-10-14T09:00:02.000Z"),
+        cc_line("x2", "assistant", [{"type": "text", "text": "web, api, db"}], parent="x1",
+                isSidechain=True, agentId="ab12cd", time="2025-10-14T09:00:05.000Z"),
+    ])
+    events, rejected = split(tmp_path)
+    assert not rejected
+    call = next(e for e in events if e["type"] == "tool.call")
+    (episode,) = [e for e in events if e["type"] == "episode.started"]
+    assert episode["parentEventId"] == call["eventId"]
+    assert episode["fields"] == {"toolCallId": "toolu_agent", "title": "Survey modules", "agentId": "ab12cd"}
+    # Imported alone, the subagent file has no call to point at (and says nothing it cannot know).
+    alone, _ = split(tmp_path / "s-1" / "subagents" / "agent-ab12cd.jsonl")
+    assert next(e for e in alone if e["type"] == "episode.started")["fields"] == {"agentId": "ab12cd"}
