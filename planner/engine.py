@@ -775,8 +775,10 @@ class Planner:
         chunks = [c for c in provisional if c.kind == "chunk" and c.text]
         if chunks:
             # Trimmed and tail chunks are embedded now, with the model that built the index.
+            from sinks.vector import cosine  # faiss loads with the first vector search
+
             vectors = self._embed_chunks(embedder, [c.text or "" for c in chunks])
-            for candidate, score in zip(chunks, vectors @ query_vector, strict=True):
+            for candidate, score in zip(chunks, (cosine(v, query_vector) for v in vectors), strict=True):
                 if score > 0:
                     candidate.scores["vector"] = float(score)
                     scored.append((candidate.id, float(score)))

@@ -12,6 +12,7 @@ from sinks.vector.errors import EmbedderError, VectorIndexError
 from sinks.vector.faiss_index import (
     VectorHit,
     VectorReader,
+    cosine,
     merge_segments,
     segment_files,
     vectors_for,
@@ -25,6 +26,7 @@ __all__ = [
     "VectorHit",
     "VectorIndexError",
     "VectorReader",
+    "cosine",
     "get_embedder",
     "merge_segments",
     "segment_files",

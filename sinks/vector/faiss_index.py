@@ -35,6 +35,7 @@ __all__ = [
     "SEGMENT_FORMAT",
     "VectorHit",
     "VectorReader",
+    "cosine",
     "merge_segments",
     "segment_files",
     "vectors_for",
@@ -53,6 +54,16 @@ HNSW_EF_SEARCH = 512
 _EXHAUSTIVE_SHARE = 1 / 8
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+
+
+def cosine(vector: np.ndarray, query: np.ndarray) -> float:
+    """The score of one stored vector for a query, computed the same way wherever the vector
+    sits. A BLAS pass over a segment may round a row's dot product differently depending on
+    the row's position and the segment's shape, so the same chunk scored a last-bit different
+    value in a live index of many segments than in its rebuild of one, and an exact tie broke
+    the other way. One float64 dot product per vector, rounded to float32, does not depend on
+    the layout; hits are re-scored with it."""
+    return float(np.float32(np.dot(np.asarray(vector, dtype=np.float64), np.asarray(query, dtype=np.float64))))
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,12 +281,17 @@ class _Segment:
                 raise VectorIndexError(f"vector segment {name}: faiss index disagrees with its metadata")
 
     def top(self, query: np.ndarray, limit: int, allowed: Callable[[str], bool]) -> list[tuple[float, str]]:
-        """Up to ``limit`` best allowed (score, chunkId) of this segment, best first.
+        """Up to ``limit`` best allowed (score, chunkId) of this segment, each scored with
+        :func:`cosine`.
 
         Over-fetches k, 4k, 16k... candidates until ``limit`` allowed hits are in hand and a
         candidate scoring strictly below the last of them proves nothing unseen can tie it,
         or the segment is exhausted.
         """
+        return [(cosine(self.data.vectors[row], query[0]), chunk_id)
+                for _score, chunk_id, row in self._top(query, limit, allowed)]
+
+    def _top(self, query: np.ndarray, limit: int, allowed: Callable[[str], bool]) -> list[tuple[float, str, int]]:
         if not self.approximate:
             return self._scan(query, limit, allowed)
         ids = self.data.chunk_ids
@@ -294,7 +310,7 @@ class _Segment:
             k *= 4
         return self._scan(query, limit, allowed)
 
-    def _scan(self, query: np.ndarray, limit: int, allowed: Callable[[str], bool]) -> list[tuple[float, str]]:
+    def _scan(self, query: np.ndarray, limit: int, allowed: Callable[[str], bool]) -> list[tuple[float, str, int]]:
         ids = self.data.chunk_ids
         scores = np.asarray(self.data.vectors @ query[0], dtype=np.float32)
         k = limit + 1
@@ -313,16 +329,17 @@ class _Segment:
 
 def _collect(
     scores: np.ndarray, rows: np.ndarray, ids: list[str], limit: int, allowed: Callable[[str], bool]
-) -> tuple[list[tuple[float, str]], bool]:
-    """The allowed hits among candidates ``rows`` (best first, ``scores`` aligned with them),
-    and whether they are proven to be the top ``limit``: a candidate scoring strictly below
-    the ``limit``-th allowed hit shows nothing beyond the candidates can still tie or beat it."""
-    hits: list[tuple[float, str]] = []
+) -> tuple[list[tuple[float, str, int]], bool]:
+    """The allowed hits (score, chunkId, row) among candidates ``rows`` (best first, ``scores``
+    aligned with them), and whether they are proven to be the top ``limit``: a candidate
+    scoring strictly below the ``limit``-th allowed hit shows nothing beyond the candidates can
+    still tie or beat it."""
+    hits: list[tuple[float, str, int]] = []
     for score, row in zip(scores.tolist(), rows.tolist(), strict=True):
         if len(hits) >= limit and score < hits[limit - 1][0]:
             return hits, True
         if allowed(ids[row]):
-            hits.append((score, ids[row]))
+            hits.append((score, ids[row], row))
     return hits, False
 
 

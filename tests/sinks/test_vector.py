@@ -35,7 +35,7 @@ from sinks.vector.embedders import OpenAIEmbedder
 def test_public_surface() -> None:
     assert set(sinks.vector.__all__) == {
         "Embedder", "EmbedderError", "HashEmbedder", "VectorHit", "VectorIndexError",
-        "VectorReader", "get_embedder", "merge_segments", "segment_files", "vectors_for",
+        "VectorReader", "cosine", "get_embedder", "merge_segments", "segment_files", "vectors_for",
         "write_segment",
     }
 
@@ -330,6 +330,27 @@ def test_ties_are_broken_by_chunk_id(tmp_path: Path) -> None:
     write_segment(tmp_path, "b", ids[30:], np.repeat(vector, 10, axis=0), exact_max=1000)
     hits = VectorReader(tmp_path, ["a", "b"]).search(vector[0], limit=5)
     assert [h.chunk_id for h in hits] == ["c_00", "c_01", "c_02", "c_03", "c_04"]
+
+
+def test_scores_do_not_depend_on_how_the_vectors_are_laid_out(tmp_path: Path) -> None:
+    """A live index (many segments, rows in arrival order) and its rebuild (one segment) must
+    rank identically: a BLAS pass rounds a row's score by its position, so hits are re-scored
+    with one dot product per vector, and a tie then breaks by chunkId in both layouts."""
+    ids, vectors = _corpus(3000, 256, seed=3)
+    duplicate = vectors[7].copy()
+    ids += ["c_dup_a", "c_dup_b"]  # same text, same vector: an exact tie the layout must not break
+    vectors = np.vstack([vectors, duplicate, duplicate])
+    order = np.random.default_rng(5).permutation(len(ids))
+    write_segment(tmp_path / "one", "all", ids, vectors, exact_max=10_000)
+    for number, rows in enumerate(np.array_split(order, 7)):
+        write_segment(tmp_path / "many", f"s{number}", [ids[r] for r in rows], vectors[rows], exact_max=10_000)
+    one = VectorReader(tmp_path / "one", ["all"])
+    many = VectorReader(tmp_path / "many", [f"s{n}" for n in range(7)])
+    queries = np.vstack([_corpus(40, 256, seed=11)[1], duplicate[None, :]])
+    for query in queries:
+        expected = [(h.chunk_id, h.score) for h in one.search(query, limit=50)]
+        assert [(h.chunk_id, h.score) for h in many.search(query, limit=50)] == expected
+    assert [h.chunk_id for h in many.search(duplicate, limit=3)] == ["c_00000007", "c_dup_a", "c_dup_b"]
 
 
 def test_tiered_merges_keep_segments_few_and_rewrite_each_vector_a_log_number_of_times() -> None:
