@@ -46,6 +46,9 @@ _OUTPUT_PREFIXES = (
     "<local-command-stdout>", "<local-command-stderr>", "<bash-stdout>", "<bash-stderr>",
 )
 _INTERRUPT_PREFIX = "[Request interrupted by user"
+# Context the client injects into the user's side of the conversation (todo reminders, "file
+# changed" notes), like an isMeta line but without the flag.
+_INJECTED_PREFIX = "<system-reminder>"
 _UUID_FIELD = re.compile(rb'"uuid"\s*:\s*"([^"\\]+)"')
 
 
@@ -406,6 +409,8 @@ def _text_kind(text: str) -> str | None:
         return "command-output"
     if stripped.startswith(_INTERRUPT_PREFIX):
         return "interrupt"
+    if stripped.startswith(_INJECTED_PREFIX):
+        return "meta"
     return None
 
 

@@ -838,3 +838,21 @@ def test_a_subagent_file_is_linked_to_the_call_in_its_sessions_file(tmp_path: Pa
     # Imported alone, the subagent file has no call to point at (and says nothing it cannot know).
     alone, _ = split(tmp_path / "s-1" / "subagents" / "agent-ab12cd.jsonl")
     assert next(e for e in alone if e["type"] == "episode.started")["fields"] == {"agentId": "ab12cd"}
+
+
+def test_an_injected_system_reminder_is_hidden_and_starts_no_turn(tmp_path: Path) -> None:
+    reminder = "<system-reminder>\nThe todo list is empty. Do not mention this to the user.\n</system-reminder>"
+    path = write_lines(tmp_path / "r.jsonl", [
+        cc_line("u1", "user", "rename the module"),
+        cc_line("a1", "assistant", [{"type": "text", "text": "Renamed."}], parent="u1"),
+        cc_line("u2", "user", reminder, parent="a1"),
+        cc_line("u3", "user", [{"type": "text", "text": reminder}, {"type": "text", "text": "now run the tests"}],
+                parent="u2"),
+    ])
+    events, rejected = split(path)
+    assert not rejected
+    assert [e["type"] for e in events].count("turn.started") == 2
+    hidden = [e for e in events if e["type"] == "message" and e["visibility"] == "hidden"]
+    assert len(hidden) == 2 and all(e["fields"]["kind"] == "meta" for e in hidden)
+    asked = next(e for e in events if e.get("fields", {}).get("text") == "now run the tests")
+    assert asked["visibility"] == "visible" and asked["turnId"] != hidden[0]["turnId"]
