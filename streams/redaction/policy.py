@@ -16,7 +16,7 @@ from streams.exceptions import ConfigError
 
 __all__ = ["DEFAULT_POLICY", "POLICY_VERSION", "RedactionPolicy", "policy_hash"]
 
-POLICY_VERSION = "1.0"
+POLICY_VERSION = "1.1"
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,8 @@ class RedactionPolicy:
     - ``redact_home_usernames``: ``/home/alice/x`` → ``/home/[USER]/x`` (also ``/Users``,
       ``C:\\Users``).
     - ``redact_emails``: e-mail addresses → ``[REDACTED:email]``.
+    - ``redact_payment_cards``: Luhn-valid card numbers of a card network →
+      ``[REDACTED:payment-card]``.
     - ``redacted_domains``: host names equal to or under these → ``[REDACTED:domain]``.
     - ``keep_domains``: e-mail addresses and hosts under these are kept (wins over
       ``redacted_domains``, so ``docs.corp.example`` can stay while ``corp.example`` goes).
@@ -38,6 +40,7 @@ class RedactionPolicy:
 
     redact_home_usernames: bool = True
     redact_emails: bool = True
+    redact_payment_cards: bool = True
     redacted_domains: tuple[str, ...] = ()
     keep_domains: tuple[str, ...] = ()
     env_dump_min_lines: int = 3

@@ -20,7 +20,7 @@ from streams.redaction.context import (
     URL_PASSWORD_RULE,
     EnvDumpRule,
 )
-from streams.redaction.pii import DomainRule, EmailRule, home_rules
+from streams.redaction.pii import PAYMENT_CARD_RULE, DomainRule, EmailRule, home_rules
 from streams.redaction.policy import RedactionPolicy
 from streams.redaction.tokens import TOKEN_RULES, DiscordBotTokenRule
 
@@ -41,6 +41,9 @@ def build_rules(policy: RedactionPolicy) -> tuple[Rule, ...]:
     rules.append(DiscordBotTokenRule())
     rules += CONTEXT_RULES
     rules.append(AssignmentRule())
+    if policy.redact_payment_cards:
+        # Last: a card number inside a token or an assignment is already gone with it.
+        rules.append(PAYMENT_CARD_RULE)
     return tuple(rules)
 
 

@@ -55,7 +55,7 @@ def test_exported_members() -> None:
         "DEFAULT_POLICY", "POLICY_VERSION", "RedactedEvent", "RedactionPolicy", "policy_hash",
         "redact_event", "redact_text", "rule_names",
     }
-    assert POLICY_VERSION == "1.0"
+    assert POLICY_VERSION == "1.1"
 
 
 # ---------------------------------------------------------------- labelled corpus
@@ -380,3 +380,52 @@ def test_rule_names_list_every_marker() -> None:
     assert {"aws-access-key-id", "private-key", "jwt", "env-dump", "email", "home-username", "secret-field",
             "password-assignment", "secret-assignment", "url-password"} <= set(names)
     assert "domain" in rule_names(RedactionPolicy(redacted_domains=("x.example",)))
+
+
+# ---------------------------------------------------------------- payment cards
+
+def _check_digit(body: str) -> str:
+    for digit in "0123456789":
+        total = 0
+        for position, char in enumerate(reversed(body + digit)):
+            value = int(char) * (2 if position % 2 else 1)
+            total += value - 9 if value > 9 else value
+        if total % 10 == 0:
+            return digit
+    raise AssertionError("unreachable")
+
+
+_CARD_SHAPES = st.sampled_from([("4", 16), ("4", 13), ("51", 16), ("2720", 16), ("37", 15), ("6011", 16),
+                                ("65", 19), ("36", 14), ("3530", 16), ("62", 17)])
+
+
+@st.composite
+def card_numbers(draw: Any) -> tuple[str, str]:
+    """(a Luhn-valid card number as written, the same number with a wrong check digit)."""
+    prefix, length = draw(_CARD_SHAPES)
+    body = prefix + "".join(draw(st.lists(st.sampled_from("0123456789"), min_size=length - len(prefix) - 1,
+                                          max_size=length - len(prefix) - 1)))
+    good = body + _check_digit(body)
+    bad = body + str((int(good[-1]) + draw(st.integers(1, 9))) % 10)
+    separator = draw(st.sampled_from(["", " ", "-"]))
+
+    def written(number: str) -> str:
+        return separator.join(number[i:i + 4] for i in range(0, len(number), 4)) if separator else number
+
+    return written(good), written(bad)
+
+
+@given(card=card_numbers(), before=st.sampled_from(["", "card ", "pan=", "paid with ", '{"pan": "']),
+       after=st.sampled_from(["", " exp 12/29", ",", '"}', "\n"]))
+@settings(max_examples=300)
+def test_card_numbers_are_redacted_and_near_misses_are_kept(card: tuple[str, str], before: str, after: str) -> None:
+    good, bad = card
+    redacted, hits = redact_text(f"{before}{good}{after}")
+    assert good not in redacted and hits.get("payment-card") == 1, redacted
+    assert redact_text(f"{before}{bad}{after}") == (f"{before}{bad}{after}", {})
+
+
+def test_card_redaction_can_be_switched_off() -> None:
+    text = "card 4111 1111 1111 1111"
+    assert redact_text(text, RedactionPolicy(redact_payment_cards=False)) == (text, {})
+    assert policy_hash(RedactionPolicy(redact_payment_cards=False)) != policy_hash()
