@@ -580,6 +580,8 @@ def _auxiliary_fields(line_type: str, line: dict[str, Any]) -> dict[str, Any]:
     else:
         keys = ()
     fields = {name: line[key] for key, name in keys if isinstance(line.get(key), str | bool)}
+    if line_type in ("system", "queue-operation") and isinstance(line.get("content"), list):
+        fields["text"] = _result_text(line["content"])  # some clients write text parts here
     data = line.get("data")
     if line_type == "progress" and isinstance(data, dict):
         for key, name in (("type", "progressType"), ("hookEvent", "hookEvent"), ("hookName", "hookName")):

@@ -856,3 +856,12 @@ def test_an_injected_system_reminder_is_hidden_and_starts_no_turn(tmp_path: Path
     assert len(hidden) == 2 and all(e["fields"]["kind"] == "meta" for e in hidden)
     asked = next(e for e in events if e.get("fields", {}).get("text") == "now run the tests")
     assert asked["visibility"] == "visible" and asked["turnId"] != hidden[0]["turnId"]
+
+
+def test_a_queued_message_written_as_text_parts_keeps_its_text(tmp_path: Path) -> None:
+    queued = {"type": "queue-operation", "operation": "enqueue", "timestamp": "2025-10-14T09:00:03.000Z",
+              "sessionId": "s-1", "content": [{"type": "text", "text": "Hello"}, {"type": "text", "text": "World"}]}
+    events, rejected = split(write_lines(tmp_path / "q.jsonl", [cc_line("u1", "user", "hi"), queued]))
+    assert not rejected
+    (event,) = [e for e in events if e["type"] == "x.claude-code.queue-operation"]
+    assert event["fields"] == {"operation": "enqueue", "text": "Hello\nWorld"}
