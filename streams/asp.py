@@ -135,7 +135,7 @@ _CUT_BOUNDARY_WINDOW = 8192
 _MIN_CUT_CHARS = 256
 
 
-def fit_event(event: dict[str, Any], limit: int, *, record: str | None = None) -> tuple[dict[str, Any], int]:
+def fit_event(event: dict[str, Any], limit: int) -> tuple[dict[str, Any], int]:
     """``event`` made to fit in ``limit`` canonical bytes, and the bytes cut (0: unchanged).
 
     Real transcripts hold pasted screenshots and multi-megabyte tool outputs, and a Kafka
@@ -145,10 +145,11 @@ def fit_event(event: dict[str, Any], limit: int, *, record: str | None = None) -
     :data:`CUT_NOTE`; ``fields._truncated`` records the original and the limit. The same event
     and limit always give the same bytes. Raises SchemaError when cutting strings cannot fit
     it (the bulk is many small values)."""
-    size = len(canonical_bytes(event))
+    encoded = canonical_bytes(event)
+    size = len(encoded)
     if size <= limit:
         return event, 0
-    fitted: dict[str, Any] = orjson.loads(canonical_bytes(event))  # a deep copy
+    fitted: dict[str, Any] = orjson.loads(encoded)  # a deep copy
     fields = fitted.get("fields")
     if not isinstance(fields, dict):
         fields = fitted["fields"] = {}
@@ -167,7 +168,7 @@ def fit_event(event: dict[str, Any], limit: int, *, record: str | None = None) -
     if final > limit:
         raise SchemaError(
             f"the event is {size} bytes, over the {limit}-byte limit (USL_MAX_EVENT_BYTES), and "
-            "cutting its long strings cannot make it fit", record=record,
+            "cutting its long strings cannot make it fit",
         )
     return fitted, size - final
 

@@ -90,9 +90,9 @@ def iter_records(
 
 def _fitted(item: Accepted, limit: int) -> Accepted | Rejected:
     try:
-        event, cut = fit_event(item.event, limit, record=item.record)
+        event, cut = fit_event(item.event, limit)
     except SchemaError as exc:
-        return Rejected(record=item.record, reason=str(exc).removeprefix(f"{item.record}: "),
+        return Rejected(record=item.record, reason=str(exc),
                         raw=canonical_bytes(item.event)[:RAW_MAX_CHARS].decode("utf-8", "replace"))
     return item if not cut else Accepted(event=event, record=item.record, cut=cut)
 

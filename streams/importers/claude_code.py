@@ -282,8 +282,10 @@ class _Transcript:
         """Remember the call a Task/Agent result answers under the agentId it names, for the
         subagent's sidechain lines later in this file or in its own file."""
         call = next((c for c in session.subagent_calls if c[1] == fields["toolCallId"]), None)
+        if call is None:
+            return  # most results answer no subagent call: their output is not searched
         agent = _result_agent_id(line.get("toolUseResult"), fields.get("output"))
-        if call is not None and agent is not None:
+        if agent is not None:
             self.links.setdefault((session.emitter.session_id, agent), call)
 
     # -- auxiliary lines --------------------------------------------------------------------
