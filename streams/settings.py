@@ -15,8 +15,15 @@ from streams.exceptions import ConfigError
 __all__ = ["Settings", "setting_docs"]
 
 
-def _setting(env: str, default: Any, doc: str) -> Any:
-    return field(default=default, metadata={"env": env, "doc": doc})
+def _setting(
+    env: str, default: Any, doc: str, *, choices: tuple[str, ...] = (), prefixes: tuple[str, ...] = (),
+    minimum: float | None = None, secret: bool = False,
+) -> Any:
+    """A setting's field. ``choices`` (or ``prefixes``, for values such as ``openai:MODEL``) and
+    ``minimum`` are checked whenever a :class:`Settings` is made; a ``secret`` is left out of
+    ``repr`` so it never reaches a log line or a traceback."""
+    metadata = {"env": env, "doc": doc, "choices": choices, "prefixes": prefixes, "minimum": minimum}
+    return field(default=default, repr=not secret, metadata=metadata)
 
 
 @dataclass(frozen=True)
@@ -29,34 +36,40 @@ class Settings:
         "Existing Kafka cluster to use. Unset: the project starts its own single-node broker.",
     )
     topic_prefix: str = _setting("USL_TOPIC_PREFIX", "usl.", "Prefix of every topic name, so several deployments share a cluster.")
-    l1_partitions: int = _setting("USL_L1_PARTITIONS", 8, "Partitions of the L1 topic; each log owns one (fixed at topic creation).")
-    stream_partitions: int = _setting("USL_STREAM_PARTITIONS", 4, "Partitions of the redacted, tool-results and chunks topics.")
-    replication_factor: int = _setting("USL_REPLICATION_FACTOR", 1, "Replication factor of every topic the project creates.")
-    min_insync_replicas: int = _setting("USL_MIN_INSYNC_REPLICAS", 1, "min.insync.replicas of every topic the project creates.")
+    l1_partitions: int = _setting("USL_L1_PARTITIONS", 8, "Partitions of the L1 topic; each log owns one (fixed at topic creation).", minimum=1)
+    stream_partitions: int = _setting("USL_STREAM_PARTITIONS", 4, "Partitions of the redacted, tool-results and chunks topics.", minimum=1)
+    replication_factor: int = _setting("USL_REPLICATION_FACTOR", 1, "Replication factor of every topic the project creates.", minimum=1)
+    min_insync_replicas: int = _setting("USL_MIN_INSYNC_REPLICAS", 1, "min.insync.replicas of every topic the project creates.", minimum=1)
     max_event_bytes: int = _setting(
         "USL_MAX_EVENT_BYTES", 786432,
-        "Largest event appended to L1, in canonical JSON bytes; ingest cuts the longest strings of a larger one.",
+        "Largest event appended to L1, in canonical JSON bytes; ingest cuts the longest strings of a larger one.", minimum=4096,
     )
-    tick_every_seqs: int = _setting("USL_TICK_EVERY_SEQS", 64, "K: the redaction stage broadcasts a log-clock tick every K seqs of a log.")
+    tick_every_seqs: int = _setting("USL_TICK_EVERY_SEQS", 64, "K: the redaction stage broadcasts a log-clock tick every K seqs of a log.", minimum=1)
     flush_tick_seconds: float = _setting(
         "USL_FLUSH_TICK_SECONDS", 1.0,
-        "How often a worker sends a flush tick for each log it has caught up with, releasing the seqs past the last regular tick.",
+        "How often a worker sends a flush tick for each log it has caught up with, releasing the seqs past the last regular tick.", minimum=0.01,
     )
-    idle_gap_seconds: float = _setting("USL_IDLE_GAP_SECONDS", 300.0, "G: an open turn idle for more than G seconds of log time is cut at the next tick.")
-    chunk_tokens: int = _setting("USL_CHUNK_TOKENS", 768, "Target chunk size in embedder tokens.")
-    chunk_overlap_tokens: int = _setting("USL_CHUNK_OVERLAP_TOKENS", 96, "Overlap between consecutive chunks of one unit, in tokens.")
-    text_engine: str = _setting("USL_TEXT_ENGINE", "tantivy", "Full-text engine of the text sink: tantivy or whoosh.")
+    idle_gap_seconds: float = _setting("USL_IDLE_GAP_SECONDS", 300.0, "G: an open turn idle for more than G seconds of log time is cut at the next tick.", minimum=0.001)
+    chunk_tokens: int = _setting("USL_CHUNK_TOKENS", 768, "Target chunk size in embedder tokens.", minimum=16)
+    chunk_overlap_tokens: int = _setting("USL_CHUNK_OVERLAP_TOKENS", 96, "Overlap between consecutive chunks of one unit, in tokens.", minimum=0)
+    text_engine: str = _setting(
+        "USL_TEXT_ENGINE", "tantivy", "Full-text engine of the text sink: tantivy or whoosh.",
+        choices=("tantivy", "whoosh"),
+    )
     embedder: str = _setting(
         "USL_EMBEDDER", "wordllama",
         "Embedder: wordllama, sentence-transformers:MODEL, or openai:MODEL (with USL_EMBEDDINGS_URL).",
+        choices=("wordllama",), prefixes=("sentence-transformers:", "openai:"),
     )
     embeddings_url: str | None = _setting("USL_EMBEDDINGS_URL", None, "Base URL of an OpenAI-compatible embeddings endpoint.")
-    embeddings_api_key: str | None = _setting("USL_EMBEDDINGS_API_KEY", None, "API key sent to the embeddings endpoint.")
-    sink_batch_size: int = _setting("USL_SINK_BATCH_SIZE", 512, "Chunks a sink buffers before it commits a new generation.")
-    sink_batch_seconds: float = _setting("USL_SINK_BATCH_SECONDS", 1.0, "Longest a sink waits before committing what it has buffered.")
-    vector_exact_max: int = _setting("USL_VECTOR_EXACT_MAX", 20000, "Vector segments above this many chunks get an approximate (HNSW) index.")
+    embeddings_api_key: str | None = _setting(
+        "USL_EMBEDDINGS_API_KEY", None, "API key sent to the embeddings endpoint.", secret=True,
+    )
+    sink_batch_size: int = _setting("USL_SINK_BATCH_SIZE", 512, "Chunks a sink buffers before it commits a new generation.", minimum=1)
+    sink_batch_seconds: float = _setting("USL_SINK_BATCH_SECONDS", 1.0, "Longest a sink waits before committing what it has buffered.", minimum=0.0)
+    vector_exact_max: int = _setting("USL_VECTOR_EXACT_MAX", 20000, "Vector segments above this many chunks get an approximate (HNSW) index.", minimum=1)
     api_host: str = _setting("USL_API_HOST", "127.0.0.1", "Interface the planner API listens on.")
-    api_port: int = _setting("USL_API_PORT", 8765, "Port of the planner API.")
+    api_port: int = _setting("USL_API_PORT", 8765, "Port of the planner API.", minimum=0)
     api_keys_file: Path | None = _setting(
         "USL_API_KEYS_FILE", None,
         "API keys file (hashes and principals, managed by `usl apikey`). Unset: USL_HOME/api-keys.json. "
@@ -69,13 +82,14 @@ class Settings:
     cursor_key: str | None = _setting(
         "USL_CURSOR_KEY", None,
         "HMAC key signing cursors. Unset: a random key is created once under USL_HOME.",
+        secret=True,
     )
-    cursor_ttl_seconds: int = _setting("USL_CURSOR_TTL_SECONDS", 3600, "How long a cursor stays valid.")
+    cursor_ttl_seconds: int = _setting("USL_CURSOR_TTL_SECONDS", 3600, "How long a cursor stays valid.", minimum=1)
     acl_default: str = _setting(
         "USL_DEFAULT_PRINCIPAL", "tenant:default/user:local",
         "Principal used by the CLI when --as is not given.",
     )
-    metrics_port: int = _setting("USL_METRICS_PORT", 0, "Port of a worker's /metrics (0 = choose a free port).")
+    metrics_port: int = _setting("USL_METRICS_PORT", 0, "Port of a worker's /metrics (0 = choose a free port).", minimum=0)
     kafka_version: str = _setting("USL_KAFKA_VERSION", "4.1.1", "Apache Kafka version the local broker runs.")
     kafka_cache: Path = _setting(
         "USL_KAFKA_CACHE", Path.home() / ".cache" / "usl",
@@ -95,6 +109,21 @@ class Settings:
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
 
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value, meta = getattr(self, f.name), f.metadata
+            if value is None:
+                continue
+            env = meta["env"]
+            allowed = meta.get("choices") or ()
+            prefixes = meta.get("prefixes") or ()
+            if (allowed or prefixes) and not (value in allowed or str(value).startswith(prefixes)):
+                named = [*allowed, *(p + "..." for p in prefixes)]
+                raise ConfigError(f"{env}={value!r} is not one of: {', '.join(named)}")
+            minimum = meta.get("minimum")
+            if minimum is not None and value < minimum:
+                raise ConfigError(f"{env}={value!r} is below its minimum {minimum}")
+
     def topic(self, name: str) -> str:
         return f"{self.topic_prefix}{name}"
 
@@ -105,10 +134,17 @@ class Settings:
         return max(1024 * 1024, 2 * self.max_event_bytes)
 
 
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+
+
 def _parse(name: str, env: str, raw: str, default: Any) -> Any:
     try:
         if isinstance(default, bool):
-            return raw.lower() in {"1", "true", "yes", "on"}
+            word = raw.strip().lower()
+            if word in _TRUE or word in _FALSE:
+                return word in _TRUE
+            raise ValueError(raw)
         if isinstance(default, int):
             return int(raw)
         if isinstance(default, float):
@@ -117,7 +153,8 @@ def _parse(name: str, env: str, raw: str, default: Any) -> Any:
             return Path(raw).expanduser()
         return raw
     except ValueError as exc:
-        raise ConfigError(f"{env}={raw!r} is not a valid value for {name}") from exc
+        expected = "true/false (1/0, yes/no, on/off)" if isinstance(default, bool) else type(default).__name__
+        raise ConfigError(f"{env}={raw!r} is not a valid value: expected {expected}") from exc
 
 
 def setting_docs() -> list[tuple[str, str, str]]:
