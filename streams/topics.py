@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kafka import KafkaAdminClient
-from kafka.admin import NewPartitions, NewTopic
+from kafka.admin import NewTopic
 from kafka.errors import TopicAlreadyExistsError
 
 from streams.exceptions import BrokerError
@@ -128,11 +128,3 @@ def ensure_topics(bootstrap: str, settings: Settings) -> list[str]:
     finally:
         admin.close()
 
-
-def add_partitions(bootstrap: str, topic: str, total: int) -> None:
-    """Grow a topic to ``total`` partitions (operators only; see docs/operations.md)."""
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="usl-admin")
-    try:
-        admin.create_partitions({topic: NewPartitions(total_count=total)})
-    finally:
-        admin.close()
