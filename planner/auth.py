@@ -31,6 +31,7 @@ from typing import Any
 from planner.acl import Principal, parse_principal
 from planner.exceptions import AccessDenied, Unauthorized
 from streams.exceptions import ConfigError
+from streams.fsio import atomic_write
 from streams.settings import Settings
 
 __all__ = [
@@ -105,13 +106,7 @@ def _write_keys(path: Path, keys: list[ApiKey]) -> None:
     """Replace the file atomically (readers see the old or the new list, never half of one)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     body = json.dumps({"version": _FORMAT_VERSION, "keys": [k.to_json() for k in keys]}, indent=2)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-        handle.write(body + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
+    atomic_write(path, body + "\n")
 
 
 def create_key(path: Path, principal_text: str, name: str | None = None) -> tuple[str, ApiKey]:

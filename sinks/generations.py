@@ -57,6 +57,7 @@ from sinks.exceptions import (
     GenerationLockedError,
     ManifestVerificationError,
 )
+from streams.fsio import atomic_write, fsync_directory
 
 __all__ = [
     "ACTIVE_FILE",
@@ -252,7 +253,7 @@ class Pin:
             "pid": os.getpid(),
             "host": socket.gethostname(),
         }
-        _atomic_write_text(self.path, json.dumps(body, sort_keys=True) + "\n", durable=False)
+        atomic_write(self.path, json.dumps(body, sort_keys=True) + "\n", durable=False)
 
     def __enter__(self) -> Pin:
         return self
@@ -404,20 +405,20 @@ class GenerationStore:
         )
         for rel in fresh:
             _fsync_file(staging_dir / rel)
-        _atomic_write_text(staging_dir / MANIFEST_FILE, final.dumps())
+        atomic_write(staging_dir / MANIFEST_FILE, final.dumps())
         for directory in _dirs_bottom_up(staging_dir):
-            _fsync_dir(directory)
+            fsync_directory(directory)
         gen_dir = self.generation_dir(generation_id)
         if gen_dir.exists():  # renamed by a writer that died before switching CURRENT
             shutil.rmtree(gen_dir)
         os.rename(staging_dir, gen_dir)
-        _fsync_dir(self.line_dir)
+        fsync_directory(self.line_dir)
         _verify_segments(gen_dir, segments, hash_paths=set(fresh))
         for rel in fresh:
             # Committed files are shared by hard links with later generations: nothing may
             # ever write to them again.
             (gen_dir / rel).chmod(stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
-        _atomic_write_text(self.line_dir / CURRENT_FILE, f"{generation_id}\n")
+        atomic_write(self.line_dir / CURRENT_FILE, f"{generation_id}\n")
         return final
 
     # -- pins and GC -------------------------------------------------------------------------
@@ -496,7 +497,7 @@ class GenerationStore:
             shutil.rmtree(trash, ignore_errors=True)
             deleted.append(generation_id)
         if deleted:
-            _fsync_dir(self.line_dir)
+            fsync_directory(self.line_dir)
         return deleted
 
     # -- lines -------------------------------------------------------------------------------
@@ -515,7 +516,7 @@ class GenerationStore:
         _check_line(line)
         if not (self.kind_dir / line / CURRENT_FILE).exists():
             raise GenerationError(f"line {line!r} of {self.log_id}/{self.kind} has no committed generation")
-        _atomic_write_text(self.kind_dir / ACTIVE_FILE, f"{line}\n")
+        atomic_write(self.kind_dir / ACTIVE_FILE, f"{line}\n")
 
     def new_rebuild_line(self) -> str:
         """A fresh ``rebuild-<n>`` line name for a rebuild beside the live line."""
@@ -575,7 +576,7 @@ class GenerationStore:
                 shutil.rmtree(path)
             elif path.name.startswith(".") and ".tmp-" in path.name:
                 path.unlink(missing_ok=True)
-        _fsync_dir(self.line_dir)
+        fsync_directory(self.line_dir)
 
     def _acquire_lock(self) -> None:
         if self._lock_fd is not None:
@@ -771,31 +772,6 @@ def _fsync_file(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _atomic_write_text(path: Path, text: str, *, durable: bool = True) -> None:
-    """Replace ``path`` with ``text`` so readers see the old or the new content, never a mix."""
-    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            if durable:
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    if durable:
-        _fsync_dir(path.parent)
 
 
 def _read_active(kind_dir: Path) -> str:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import errno
 import logging
-import os
 import threading
 import time
 from collections import defaultdict
@@ -39,6 +38,7 @@ from sinks.generations import FileDigests, GenerationStore, Manifest
 from sinks.watermarks import WatermarkPublisher
 from sinks.writer import IndexWriter, record_id
 from streams.asp import ASP_VERSION
+from streams.fsio import atomic_write
 from streams.metrics import (
     SINK_FAILURE_REASONS,
     usl_dead_letters_total,
@@ -197,9 +197,7 @@ class SinkRunner:
                     changed = True
         if changed:
             self.root.mkdir(parents=True, exist_ok=True)
-            tmp = self._ledger_path.with_suffix(".tmp")
-            tmp.write_bytes(orjson.dumps(ledger))
-            os.replace(tmp, self._ledger_path)
+            atomic_write(self._ledger_path, orjson.dumps(ledger))
 
     # -- the loop -----------------------------------------------------------------------------
 

@@ -59,7 +59,7 @@ class Settings:
     embedder: str = _setting(
         "USL_EMBEDDER", "wordllama",
         "Embedder: wordllama, sentence-transformers:MODEL, or openai:MODEL (with USL_EMBEDDINGS_URL).",
-        choices=("wordllama",), prefixes=("sentence-transformers:", "openai:"),
+        choices=("wordllama",), prefixes=("sentence-transformers:", "openai:", "hash:"),
     )
     embeddings_url: str | None = _setting("USL_EMBEDDINGS_URL", None, "Base URL of an OpenAI-compatible embeddings endpoint.")
     embeddings_api_key: str | None = _setting(

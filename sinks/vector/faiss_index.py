@@ -15,7 +15,6 @@ lists its segments; :class:`VectorReader` searches all of them as one index.
 from __future__ import annotations
 
 import io
-import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ import numpy as np
 import orjson
 
 from sinks.vector.errors import VectorIndexError
+from streams.fsio import atomic_write, fsync_directory
 
 __all__ = [
     "HNSW_EF_CONSTRUCTION",
@@ -131,11 +131,11 @@ def write_segment(
     }
     buffer = io.BytesIO()
     np.save(buffer, matrix, allow_pickle=False)
-    _write_atomically(directory / f"{name}.vec.npy", buffer.getvalue())
-    _write_atomically(directory / f"{name}.faiss", faiss.serialize_index(index).tobytes())
+    atomic_write(directory / f"{name}.vec.npy", buffer.getvalue())
+    atomic_write(directory / f"{name}.faiss", faiss.serialize_index(index).tobytes())
     # The metadata goes last: a segment whose ids.json exists is complete.
-    _write_atomically(directory / f"{name}.ids.json", orjson.dumps(meta))
-    _fsync_directory(directory)
+    atomic_write(directory / f"{name}.ids.json", orjson.dumps(meta))
+    fsync_directory(directory)
     return files
 
 
@@ -198,26 +198,6 @@ def _build_index(matrix: np.ndarray, approximate: bool) -> Any:
     if matrix.shape[0]:
         index.add(matrix)
     return index
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    staging = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with staging.open("wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(staging, path)
-
-
-def _fsync_directory(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:  # not possible on every platform; the rename is still atomic
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 # --------------------------------------------------------------------------- reading

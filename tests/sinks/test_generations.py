@@ -132,14 +132,14 @@ def test_uncommitted_staging_leaves_current_and_is_cleaned(store: GenerationStor
 
 def test_crash_before_current_switch_keeps_old_generation(store: GenerationStore, monkeypatch):
     commit_files(store, {"a.bin": b"alpha"})
-    real_write = generations._atomic_write_text
+    real_write = generations.atomic_write
 
     def failing_write(path, text, **kwargs):
         if path.name == "CURRENT":
             raise OSError("disk died")
         return real_write(path, text, **kwargs)
 
-    monkeypatch.setattr(generations, "_atomic_write_text", failing_write)
+    monkeypatch.setattr(generations, "atomic_write", failing_write)
     with pytest.raises(OSError):
         commit_files(store, {"b.bin": b"beta"})
     monkeypatch.undo()
