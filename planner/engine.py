@@ -36,7 +36,6 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import replace
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -89,7 +88,7 @@ from sinks.exceptions import GenerationError
 from sinks.generations import FileDigests, GenerationStore
 from sinks.runner import index_root
 from sinks.watermarks import WatermarkFollower, read_watermarks
-from streams.asp import parse_time, validate_event
+from streams.asp import posix_time, validate_event
 from streams.exceptions import USLError
 from streams.l1 import L1Reader, LogRegistry
 from streams.metrics import (
@@ -932,16 +931,7 @@ def _model(identity: Mapping[str, Any]) -> str:
 
 
 def _posix(value: Any) -> float:
-    if value is None:
-        return 0.0
-    if isinstance(value, int | float):
-        return float(value)
-    return _posix_text(str(value))
-
-
-@lru_cache(maxsize=1 << 16)
-def _posix_text(text: str) -> float:
-    return parse_time(text).timestamp()
+    return posix_time(value) or 0.0
 
 
 def _passes(chunk: Mapping[str, Any], filters: Filters) -> bool:

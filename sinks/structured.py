@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 from collections.abc import Collection, Sequence
 from datetime import datetime
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -39,7 +38,7 @@ from sinks.writer import (
     seed_generation,
     write_segment,
 )
-from streams.asp import parse_time
+from streams.asp import posix_time
 
 __all__ = ["SCHEMAS", "SCHEMA_VERSION", "StructuredReader", "StructuredWriter"]
 
@@ -364,29 +363,7 @@ def _strings(values: Any) -> list[str]:
 
 
 def _as_posix(value: Any) -> float | None:
-    """POSIX seconds of an RFC 3339 string, aware datetime or number (None stays None)."""
-    if value is None:
-        return None
-    if isinstance(value, int | float):
-        return float(value)
-    if isinstance(value, datetime):
-        if value.tzinfo is None:
-            raise SinkError("naive datetimes are ambiguous; pass an aware datetime")
-        return value.timestamp()
     try:
-        return _posix_of_text(str(value))
+        return posix_time(value)
     except ValueError as exc:
         raise SinkError(str(exc)) from None
-
-
-@lru_cache(maxsize=65536)
-def _posix_of_text(text: str) -> float:
-    # Cached: overlapping chunks repeat the same start/end/event times.
-    try:
-        # Fast path for the common shape; parse_time handles the rest (nanoseconds, "t", " ").
-        moment = datetime.fromisoformat(text)
-        if moment.tzinfo is not None:
-            return moment.timestamp()
-    except ValueError:
-        pass
-    return parse_time(text).timestamp()

@@ -12,7 +12,7 @@ import json
 import re
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from functools import cache
+from functools import cache, lru_cache
 from importlib import resources
 from typing import Any
 
@@ -84,7 +84,30 @@ def parse_time(value: str) -> datetime:
 
 def event_time(event: dict[str, Any]) -> float:
     """Event time as POSIX seconds."""
-    return parse_time(event["time"]).timestamp()
+    return _posix_of_text(event["time"])
+
+
+def posix_time(value: Any) -> float | None:
+    """POSIX seconds of an RFC 3339 string, an aware datetime or a number; None stays None.
+
+    The one conversion every package uses, so an index, the planner and the stream never
+    disagree on when something happened. Raises ValueError for malformed text or a naive
+    datetime (its zone would be a guess)."""
+    if value is None:
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise ValueError("naive datetimes are ambiguous; pass an aware datetime")
+        return value.timestamp()
+    return _posix_of_text(str(value))
+
+
+@lru_cache(maxsize=1 << 16)
+def _posix_of_text(text: str) -> float:
+    # Cached: overlapping chunks and the events of one turn repeat the same times.
+    return parse_time(text).timestamp()
 
 
 def validate_event(event: Any, *, record: str | None = None) -> dict[str, Any]:

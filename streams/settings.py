@@ -84,7 +84,7 @@ class Settings:
         "HMAC key signing cursors. Unset: a random key is created once under USL_HOME.",
         secret=True,
     )
-    cursor_ttl_seconds: int = _setting("USL_CURSOR_TTL_SECONDS", 3600, "How long a cursor stays valid.", minimum=1)
+    cursor_ttl_seconds: int = _setting("USL_CURSOR_TTL_SECONDS", 3600, "How long a cursor stays valid.", minimum=0)
     acl_default: str = _setting(
         "USL_DEFAULT_PRINCIPAL", "tenant:default/user:local",
         "Principal used by the CLI when --as is not given.",

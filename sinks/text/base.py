@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from sinks.exceptions import EngineError, QueryError
-from streams.asp import parse_time
+from streams.asp import posix_time
 
 __all__ = [
     "MAX_TOKEN_BYTES",
@@ -125,7 +125,7 @@ def to_text_doc(chunk: Mapping[str, Any]) -> TextDoc:
             text=str(chunk.get("text") or ""),
             min_seq=int(chunk["minSeq"]),
             max_seq=int(chunk["maxSeq"]),
-            event_time=_posix_time(chunk.get("eventTime")),
+            event_time=posix_time(chunk.get("eventTime")) or 0.0,
             roles=_strings(fields.get("roles", chunk.get("roles"))),
             tool_names=_strings(fields.get("toolNames", chunk.get("toolNames"))),
             types=_strings(fields.get("types", chunk.get("types"))),
@@ -195,11 +195,3 @@ def _strings(value: Any) -> tuple[str, ...]:
     if isinstance(value, str):
         return (value,)
     return tuple(str(v) for v in value if v is not None)
-
-
-def _posix_time(value: Any) -> float:
-    if value is None:
-        return 0.0
-    if isinstance(value, int | float):
-        return float(value)
-    return parse_time(str(value)).timestamp()
