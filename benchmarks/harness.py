@@ -57,12 +57,13 @@ import orjson
 from kafka import KafkaConsumer, TopicPartition
 
 from benchmarks.workload import WorkloadConfig, generate
+from sinks.kinds import ALL_KINDS
 from streams.settings import Settings
 
 __all__ = ["SCALES", "Scale", "main", "run"]
 
 LOG = "default"
-KINDS = ("text", "vector", "structured", "analytics", "toolresults")
+KINDS = ALL_KINDS
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -10,6 +10,7 @@ from kafka import KafkaConsumer, TopicPartition
 from rich.console import Console
 from rich.table import Table
 
+from sinks.kinds import ALL_KINDS
 from sinks.watermarks import read_watermarks
 from streams.l1 import L1Reader
 from streams.settings import Settings
@@ -17,7 +18,7 @@ from streams.topics import Topics
 
 __all__ = ["INDEX_KINDS", "build_status", "collect_status", "export_status_metrics", "render_status"]
 
-INDEX_KINDS = ("text", "vector", "structured", "analytics", "toolresults")
+INDEX_KINDS = ALL_KINDS
 
 
 def _append_times(bootstrap: str, settings: Settings, partition_of: dict[str, int],

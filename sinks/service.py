@@ -8,43 +8,13 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from sinks.kinds import ALL_KINDS, WRITERS, make_writer
 from sinks.runner import SinkRunner
-from sinks.writer import IndexWriter
 from streams.settings import Settings
 
-__all__ = ["ALL_KINDS", "make_writer", "pipeline_versions", "run_sinks"]
+__all__ = ["ALL_KINDS", "WRITERS", "make_writer", "pipeline_versions", "run_sinks"]
 
 log = logging.getLogger("usl.sink")
-
-ALL_KINDS = ("text", "vector", "structured", "analytics", "toolresults")
-
-
-def make_writer(kind: str, settings: Settings) -> IndexWriter:
-    """The writer for one index kind, configured from settings."""
-    if kind == "text":
-        from sinks.text_writer import TextWriter
-
-        return TextWriter(settings.text_engine)
-    if kind == "vector":
-        from sinks.vector_writer import VectorWriter
-
-        return VectorWriter(settings)
-    if kind == "structured":
-        from sinks.structured import StructuredWriter
-
-        return StructuredWriter()
-    if kind == "analytics":
-        from sinks.analytics import AnalyticsWriter
-
-        return AnalyticsWriter()
-    if kind == "toolresults":
-        from sinks.toolresults import ToolResultsWriter
-
-        return ToolResultsWriter()
-    from sinks.exceptions import SinkError
-
-    raise SinkError(f"unknown index kind {kind!r}; use one of {', '.join(ALL_KINDS)}")
-
 
 def pipeline_versions(settings: Settings) -> dict[str, Any]:
     """Chunker and redaction versions recorded in every manifest and watermark."""

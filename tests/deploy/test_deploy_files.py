@@ -27,6 +27,7 @@ import yaml
 from prometheus_client import REGISTRY
 
 import streams.metrics as metrics
+from sinks.kinds import ALL_KINDS
 from streams.settings import setting_docs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,7 +39,7 @@ K8S = DEPLOY / "k8s"
 OPERATIONS = ROOT / "docs" / "operations.md"
 
 SETTING_ENVS = {env for env, _default, _doc in setting_docs()}
-INDEX_KINDS = ("text", "vector", "structured", "analytics", "toolresults")
+INDEX_KINDS = ALL_KINDS
 ALLOWED_LABELS = {"stage", "kind", "log", "partition", "rule", "reason", "mode", "outcome", "version"}
 # Histograms that count things rather than time them; every other histogram is a duration.
 COUNT_HISTOGRAMS = {"usl_sink_batch_chunks", "usl_tail_scan_events"}
