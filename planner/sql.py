@@ -4,14 +4,18 @@ restricted to the sessions the caller may read.
 Each query gets a fresh in-memory DuckDB connection. Before any user SQL runs:
 
 1. the SQL must be exactly one read-only ``SELECT``/``WITH`` statement (checked with DuckDB's
-   own parser), naming only the attachment's views and table functions that compute rather
-   than read (``range``, ``generate_series``, ``unnest``);
+   own parser), naming only the attachment's views, WITH names declared where the reference
+   can see them (resolved by scope from DuckDB's serialized parse), and table functions that
+   compute rather than read (``range``, ``generate_series``, ``unnest``);
 2. each Parquet table is handed to DuckDB as an Arrow dataset that is *already filtered* to
    the snapshot (``seq <= as_of_seq``; chunks ``maxSeq <= as_of_seq``) and to the sessions
    whose *latest* access list admits the caller. DuckDB itself never opens a file, and no
    row of another session ever reaches the user's query: no filter order, error message,
    aggregate or direct reference to the underlying relation can reveal one;
-3. the connection is locked: file system access off, configuration frozen, no Python
+3. the views are the only names the connection has: each is built from unnamed relations, so
+   the Arrow data, the access-list column and every intermediate step live inside the view's
+   own definition, where no user query can name them (even if the validator let one through);
+4. the connection is locked: file system access off, configuration frozen, no Python
    replacement scans, one thread, a memory limit, and a timer that interrupts the query at
    ``timeout_seconds``.
 
@@ -57,6 +61,14 @@ _HINT = ("Write one SELECT (or WITH ... SELECT) over the views "
          + ", ".join(VIEWS) + "; see docs/sql.md.")
 
 _EVENT_COLUMNS = [f.name for f in SCHEMAS["events"] if f.name != "aclRead"]
+# Lineage columns point at other sessions and events: show them only when the caller may see
+# what they point at (and, for an event, it is inside the snapshot), never a hidden id.
+_LINEAGE_MASKS = {
+    "parentSessionId": "CASE WHEN r_allowedSessionId IS NOT NULL THEN parentSessionId END "
+                       "AS parentSessionId",
+    "parentEventId": "CASE WHEN parentEventId IN (SELECT eventId FROM events) THEN parentEventId "
+                     "END AS parentEventId",
+}
 # Distinct counts are written len(list_distinct(list(x))): unlike count(DISTINCT x), DuckDB drops
 # such an aggregate when a query does not use its column, and most queries use few of them.
 _AGGREGATES = """
@@ -87,20 +99,24 @@ _VIEW_SQL = {
         SELECT turnId, sessionId, arg_min(runId, seq) FILTER (WHERE runId IS NOT NULL) AS runId,
             bool_or(type = 'turn.ended') AS ended, {_AGGREGATES}
         FROM events WHERE turnId IS NOT NULL GROUP BY sessionId, turnId""",
+    # Each body below reads one relation, named here only inside its own view (a CTE): see
+    # _prepare. Tool results come in as columns prefixed "r_", already grouped per call.
     "tool_calls": """
-        SELECT c.logId, c.seq, c.eventId, c.sessionId, c.runId, c.turnId, c.toolCallId,
-            coalesce(c.toolName, r.toolName) AS toolName, c.time, c.paramKeys,
-            r.seq AS resultSeq, r.eventId AS resultEventId, r.status, r.time AS resultTime,
-            r.outputBytes, epoch(r.time) - epoch(c.time) AS durationSeconds
-        FROM _snap_tool_calls c LEFT JOIN (
-            -- The first result answers a call; a repeated result is ignored.
-            SELECT sessionId, toolCallId, min(seq) AS seq, arg_min_null(eventId, seq) AS eventId,
-                arg_min_null(toolName, seq) AS toolName, arg_min_null(status, seq) AS status,
-                arg_min_null(time, seq) AS time, arg_min_null(outputBytes, seq) AS outputBytes
-            FROM _snap_tool_results GROUP BY sessionId, toolCallId
-        ) r ON r.sessionId = c.sessionId AND r.toolCallId = c.toolCallId""",
-    "events": "SELECT " + ", ".join(f'"{c}"' for c in _EVENT_COLUMNS) + " FROM _snap_events",
-    "chunks": "SELECT * FROM _snap_chunks",
+        SELECT logId, seq, eventId, sessionId, runId, turnId, toolCallId,
+            coalesce(toolName, r_toolName) AS toolName, time, paramKeys,
+            r_seq AS resultSeq, r_eventId AS resultEventId, r_status AS status, r_time AS resultTime,
+            r_outputBytes AS outputBytes, epoch(r_time) - epoch(time) AS durationSeconds
+        FROM tool_calls""",
+    # The first result answers a call; a repeated result is ignored.
+    "_first_results": """
+        SELECT sessionId AS r_sessionId, toolCallId AS r_toolCallId, min(seq) AS r_seq,
+            arg_min_null(eventId, seq) AS r_eventId, arg_min_null(toolName, seq) AS r_toolName,
+            arg_min_null(status, seq) AS r_status, arg_min_null(time, seq) AS r_time,
+            arg_min_null(outputBytes, seq) AS r_outputBytes
+        FROM tool_results GROUP BY sessionId, toolCallId""",
+    "events": "SELECT " + ", ".join(_LINEAGE_MASKS.get(c, f'"{c}"') for c in _EVENT_COLUMNS)
+              + " FROM events",
+    "chunks": "SELECT * FROM chunks",
 }
 
 
@@ -169,7 +185,7 @@ class SqlAttachment:
             raise QueryError(f"the query needs more than the {memory_limit} memory limit",
                              hint="Select fewer columns or rows, or aggregate.") from None
         except duckdb.Error as exc:
-            if "reading the stream registered as" in str(exc):  # Arrow failed on a file
+            if "reading the Arrow source failed" in str(exc):  # Arrow failed on a file
                 raise IndexUnavailable("the analytics index could not be read",
                                        hint="Retry; if it persists, check `usl status`.") from None
             raise QueryError(self._clean(exc), hint=_HINT) from None
@@ -192,28 +208,43 @@ class SqlAttachment:
         return body
 
     def _prepare(self, con: duckdb.DuckDBPyConnection, as_of_seq: int, allowed: list[str]) -> None:
-        """Register the snapshot's visible rows and define the views over them."""
-        visible = pc.field("sessionId").isin(pa.array(allowed, pa.string()))
-        for table, seq_column in (("events", "seq"), ("tool_calls", "seq"),
-                                  ("tool_results", "seq"), ("chunks", "maxSeq")):
-            snapshot = visible & (pc.field(seq_column) <= as_of_seq)
-            files = [str(p) for p in parquet_segments(self.analytics_gen_dir, table)]
-            schema = SCHEMAS[table]
-            # Listing the schema makes a column missing from an older segment read as NULL.
-            data = (ds.dataset(files, schema=schema, format="parquet").filter(snapshot)
-                    if files else schema.empty_table())
-            con.register(f"_raw_{table}" if table == "events" else f"_snap_{table}", data)
-        # Lineage columns point at other sessions and events: show them only when the caller
-        # may see what they point at (and it is inside the snapshot), never a hidden id.
-        con.register("_allowed_sessions", pa.table({"sessionId": pa.array(allowed, pa.string())}))
-        con.execute("""CREATE TEMP VIEW _snap_events AS SELECT * REPLACE (
-            CASE WHEN parentSessionId IN (SELECT sessionId FROM _allowed_sessions)
-                 THEN parentSessionId END AS parentSessionId,
-            CASE WHEN parentEventId IN (SELECT eventId FROM _raw_events)
-                 THEN parentEventId END AS parentEventId)
-            FROM _raw_events""")
-        for view in ("events", "sessions", "runs", "turns", "tool_calls", "chunks"):
-            con.execute(f"CREATE TEMP VIEW {view} AS {_VIEW_SQL[view]}")
+        """Define the public views over the snapshot's visible rows, and nothing else.
+
+        Each view is built from relations (DuckDB's relational API), not from named tables: the
+        Arrow data and every intermediate step exist only inside the view's own definition, so
+        the catalog the user's query resolves names in holds the public views and DuckDB's
+        built-in ones, and no name, in any scope, reaches anything unfiltered.
+        """
+        data = {table: self._snapshot_data(table, as_of_seq, allowed)
+                for table in ("events", "tool_calls", "tool_results", "chunks")}
+        allowed_sessions = con.from_arrow(
+            pa.table({"r_allowedSessionId": pa.array(allowed, pa.string())}))
+        events = _over(con.from_arrow(data["events"])
+                       .join(allowed_sessions, "parentSessionId = r_allowedSessionId", how="left"),
+                       "events", _VIEW_SQL["events"])
+        first_results = _over(con.from_arrow(data["tool_results"]), "tool_results",
+                              _VIEW_SQL["_first_results"])
+        tool_calls = _over(con.from_arrow(data["tool_calls"])
+                           .join(first_results, "sessionId = r_sessionId AND toolCallId = r_toolCallId",
+                                 how="left"),
+                           "tool_calls", _VIEW_SQL["tool_calls"])
+        views = {"events": events, "tool_calls": tool_calls,
+                 "chunks": _over(con.from_arrow(data["chunks"]), "chunks", _VIEW_SQL["chunks"])}
+        for view in ("sessions", "runs", "turns"):
+            views[view] = _over(events, "events", _VIEW_SQL[view])
+        for view in VIEWS:
+            views[view].create_view(view, replace=False)
+
+    def _snapshot_data(self, table: str, as_of_seq: int, allowed: list[str]) -> Any:
+        """The Arrow rows of ``table`` inside the snapshot and the allowed sessions (lazy)."""
+        seq_column = "maxSeq" if table == "chunks" else "seq"
+        snapshot = (pc.field("sessionId").isin(pa.array(allowed, pa.string()))
+                    & (pc.field(seq_column) <= as_of_seq))
+        files = [str(p) for p in parquet_segments(self.analytics_gen_dir, table)]
+        schema = SCHEMAS[table]
+        # Listing the schema makes a column missing from an older segment read as NULL.
+        return (ds.dataset(files, schema=schema, format="parquet").filter(snapshot)
+                if files else schema.empty_table())
 
     def _clean(self, exc: duckdb.Error) -> str:
         """DuckDB's message without server paths (user-written literals may stay)."""
@@ -224,6 +255,15 @@ class SqlAttachment:
         if isinstance(exc, duckdb.PermissionException | duckdb.IOException):
             return "the SQL attachment cannot read or write files"
         return message or type(exc).__name__
+
+
+def _over(relation: duckdb.DuckDBPyRelation, name: str, sql: str) -> duckdb.DuckDBPyRelation:
+    """``sql`` over ``relation``, which it calls ``name``: a lazy relation in which ``name`` is
+    a CTE of its own definition, never an entry of the catalog."""
+    result = relation.query(name, sql)
+    if result is None:  # only a SELECT was given; DuckDB returns None for other statements
+        raise TypeError(f"view body for {name} is not a SELECT")
+    return result
 
 
 class _Watchdog:
@@ -286,22 +326,21 @@ def _validate(con: duckdb.DuckDBPyConnection, sql: str) -> None:
     tree = json.loads(serialized[0]) if serialized else {"error": True}
     if tree.get("error"):
         raise QueryError("this kind of SELECT is not supported by the SQL attachment", hint=_HINT)
-    nodes = list(_walk(tree["statements"]))
-    ctes = {entry["key"].lower() for node in nodes if isinstance(node.get("cte_map"), dict)
-            for entry in node["cte_map"].get("map", [])}
-    # CTE names are collected query-wide, not per scope: a CTE named like a system view
-    # (pg_settings, duckdb_tables, ...) could let a bare reference elsewhere reach the catalog.
+    scoped = list(_walk_scoped(tree["statements"]))
+    declared = {name for _node, scope in scoped for name in scope}
+    # Defence in depth: a WITH name that shadows a built-in view (pg_settings, duckdb_tables,
+    # ...) is refused, so a reference the scope rules below misjudge still reaches no catalog.
     system = {row[0].lower() for row in con.execute("SELECT view_name FROM duckdb_views() WHERE internal").fetchall()}
-    if ctes & system:
-        raise QueryError(f"the WITH name {sorted(ctes & system)[0]!r} is reserved; rename it", hint=_HINT)
-    for node in nodes:
+    if declared & system:
+        raise QueryError(f"the WITH name {sorted(declared & system)[0]!r} is reserved; rename it", hint=_HINT)
+    for node, scope in scoped:
         node_type = node.get("type")
         if node_type == "BASE_TABLE":
             name = str(node.get("table_name", ""))
             if node.get("schema_name") or node.get("catalog_name"):
                 raise QueryError(f"table {_qualified(node)} is not available; query the views by "
                                  "their plain names", hint=_HINT)
-            if name.lower() in ctes:
+            if name.lower() in scope:  # a WITH name declared where this reference can see it
                 continue
             if name.lower() not in VIEWS:
                 if re.search(r"[/\\.:]", name):  # DuckDB reads a quoted file name as a table
@@ -322,16 +361,33 @@ def _validate(con: duckdb.DuckDBPyConnection, sql: str) -> None:
                 raise QueryError(f"function {name}() is not available in the SQL attachment", hint=_HINT)
 
 
-def _walk(value: Any) -> Iterator[dict[str, Any]]:
-    """Every JSON object of a serialized parse tree, depth first."""
-    stack = [value]
+def _walk_scoped(value: Any) -> Iterator[tuple[dict[str, Any], frozenset[str]]]:
+    """Every JSON object of a serialized parse tree, with the WITH names visible at it.
+
+    DuckDB's scoping: a query node's WITH names are visible in that node (its FROM, WHERE,
+    subqueries, set-operation branches) and nowhere outside it; the body of a WITH entry sees
+    the entries declared before it, and itself only when it is recursive. A name used where
+    no WITH entry is visible resolves in the catalog.
+    """
+    stack: list[tuple[Any, frozenset[str]]] = [(value, frozenset())]
     while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            yield item
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
+        item, scope = stack.pop()
+        if isinstance(item, list):
+            stack.extend((child, scope) for child in item)
+            continue
+        if not isinstance(item, dict):
+            continue
+        yield item, scope
+        ctes = item.get("cte_map")
+        entries = ctes.get("map", []) if isinstance(ctes, dict) else []
+        names = [str(entry.get("key", "")).lower() for entry in entries]
+        for position, entry in enumerate(entries):
+            body = entry.get("value", {})
+            recursive = body.get("query_node", {}).get("type") == "RECURSIVE_CTE_NODE"
+            visible = names[:position + 1] if recursive else names[:position]
+            stack.append((body, scope | frozenset(visible)))
+        inner = scope | frozenset(names)
+        stack.extend((child, inner) for key, child in item.items() if key != "cte_map")
 
 
 def _qualified(node: dict[str, Any]) -> str:

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import planner.sql
 from planner.acl import Principal
@@ -16,6 +19,7 @@ from planner.sql import NOTICE, SqlAttachment
 from sinks.analytics import AnalyticsWriter
 from sinks.structured import StructuredWriter
 from sinks.writer import parquet_segments
+from tests.fuzz.profile import fuzz
 from tests.sinks.test_structured import commit_batches, make_chunk, make_event
 
 ANN = Principal("acme", "ann")
@@ -267,6 +271,12 @@ def test_max_rows_truncates(attachment: SqlAttachment) -> None:
     "SELECT * FROM _snap_tool_calls",
     "SELECT current_setting('temp_directory')",
     "SELECT * FROM (WITH pg_settings AS (SELECT 1) SELECT 1), pg_settings",
+    # issue 15: a WITH name declared in one scope does not cover a reference in another.
+    "SELECT r.sessionId, r.parentSessionId, r.aclRead FROM (WITH _raw_events AS (SELECT 1) "
+    "SELECT 1) q, _raw_events r WHERE r.parentSessionId IS NOT NULL",
+    "SELECT * FROM (WITH duckdb_x AS (SELECT 1) SELECT 1) q, (SELECT * FROM duckdb_x) r",
+    "WITH b AS (SELECT * FROM a), a AS (SELECT 1) SELECT * FROM b",
+    "WITH a AS (SELECT * FROM a) SELECT * FROM a",
     "SHOW TABLES",
     "SELEC 1",
     "",
@@ -296,10 +306,14 @@ def test_lockdown_holds_even_if_the_validator_let_a_statement_through(
     for sql in ("SET threads = 8", "SET enable_external_access = true", "RESET memory_limit"):
         assert "locked" in refused(attachment, sql).message
     assert not Path("/tmp/usl-sql-leak.csv").exists()
-    # The relations under the views hold only the caller's rows of the snapshot.
-    for table, count in (("_snap_events", 5), ("_snap_tool_calls", 1), ("_snap_chunks", 1)):
-        assert run(attachment, f"SELECT count(*), min(sessionId) FROM {table}", as_of=13)["rows"] == [
-            [count, "s-ann"]]
+    # Nothing but the public views exists under any name: no relation under them can be named.
+    for table in ("_raw_events", "_snap_events", "_snap_tool_calls", "_snap_tool_results",
+                  "_snap_chunks", "_allowed_sessions", "tool_results"):
+        assert "does not exist" in refused(attachment, f"SELECT * FROM {table}").message
+    names = run(attachment, "SELECT database_name, schema_name, table_name FROM duckdb_tables() "
+                "UNION ALL SELECT database_name, schema_name, view_name FROM duckdb_views() "
+                "WHERE NOT internal")["rows"]
+    assert sorted(name for _db, _schema, name in names) == sorted(planner.sql.VIEWS)
 
 
 def test_a_heavy_query_is_interrupted(attachment: SqlAttachment) -> None:
@@ -365,3 +379,131 @@ def test_unreadable_index_files_are_index_unavailable(tmp_path: Path) -> None:
         assert info.value.status == 503, damage
         assert str(gen) not in info.value.message
         segment.unlink(missing_ok=True)
+
+
+# -- the scope of names: a property over generated query shapes ------------------------------
+
+# Every name a query might try: the public views, what used to sit under them, the catalog's
+# own views, and names qualified by a catalog or schema.
+_NAMES = (*planner.sql.VIEWS, "_raw_events", "_snap_events", "_snap_tool_calls",
+          "_snap_tool_results", "_snap_chunks", "_allowed_sessions", "tool_results",
+          "duckdb_tables", "duckdb_views", "pg_settings", "sqlite_master", "pg_class")
+_QUALIFIED = ("temp.main.events", "memory.main.events", "system.main.duckdb_tables",
+              "information_schema.tables")
+# Another tenant's and other users' sessions, a lineage id pointing into one, and access lists:
+# none may appear in any cell the caller gets back.
+_HIDDEN = ("s-bob", "s-eng", "s-other", "s-secret-parent", "user:")
+
+
+@pytest.fixture(scope="module")
+def lineage_attachment(tmp_path_factory: pytest.TempPathFactory) -> SqlAttachment:
+    """The fixture sessions plus one of ann's whose parent is a session she may not read."""
+    root = tmp_path_factory.mktemp("sql-scope")
+    records = [r for sid, seqs in SEQS.items() for r in session(sid, seqs, model=f"m-{sid}")]
+    records.append(make_event(50, "s-ann-child", "session.started", acl=ACLS["s-ann"],
+                              parent_session_id="s-secret-parent",
+                              parent_event_id="e-of-s-secret-parent"))
+    records.sort(key=lambda r: r.get("seq", r.get("maxSeq")))
+    gen, = commit_batches(root, AnalyticsWriter(), [records])
+    return SqlAttachment(gen)
+
+
+@st.composite
+def _table_name(draw: st.DrawFn, pool: tuple[str, ...]) -> str:
+    name = draw(st.sampled_from(pool))
+    name = "".join(c.upper() if draw(st.booleans()) else c for c in name) \
+        if draw(st.booleans()) else name
+    return f'"{name}"' if draw(st.booleans()) else name
+
+
+@st.composite
+def _relation(draw: st.DrawFn, pool: tuple[str, ...], depth: int) -> str:
+    alias = f"t{draw(st.integers(0, 10**6))}"
+    shapes = ["name", "function"] + (["subquery", "with", "join", "lateral", "exists"] if depth else [])
+    shape = draw(st.sampled_from(shapes))
+    if shape == "name":
+        name = draw(st.one_of(_table_name(pool), st.sampled_from(_QUALIFIED))) \
+            if draw(st.integers(0, 9)) == 0 else draw(_table_name(pool))
+        return f"{name} AS {alias}"
+    if shape == "function":
+        functions = ["range(3)", "generate_series(1, 2)", "unnest([1, 2])"] * 3 + [
+            "read_parquet('x.parquet')", "duckdb_tables()", "query_table('events')"]
+        return f"{draw(st.sampled_from(functions))} AS {alias}"
+    if shape == "subquery":
+        return f"({draw(_select(pool, depth - 1))}) AS {alias}"
+    if shape == "with":
+        cte = draw(_table_name(pool))
+        return (f"(WITH {cte} AS ({draw(_select(pool, depth - 1))}) "
+                f"SELECT * FROM {draw(_relation(pool, depth - 1))}) AS {alias}")
+    if shape == "join":
+        kind = draw(st.sampled_from(["CROSS JOIN", "NATURAL JOIN", "POSITIONAL JOIN", ","]))
+        return f"{draw(_relation(pool, depth - 1))} {kind} {draw(_relation(pool, depth - 1))}"
+    if shape == "lateral":
+        return f"{draw(_relation(pool, depth - 1))}, LATERAL ({draw(_select(pool, depth - 1))}) AS {alias}"
+    return (f"(SELECT * FROM {draw(_relation(pool, depth - 1))} "
+            f"WHERE EXISTS ({draw(_select(pool, depth - 1))})) AS {alias}")
+
+
+@st.composite
+def _select(draw: st.DrawFn, pool: tuple[str, ...], depth: int) -> str:
+    relation = draw(_relation(pool, depth))
+    body = f"SELECT {draw(st.sampled_from(['*', 'count(*)']))} FROM {relation}"
+    if depth and draw(st.booleans()):
+        body = f"{body} UNION ALL BY NAME SELECT * FROM ({draw(_select(pool, depth - 1))})"
+    if depth and draw(st.booleans()):
+        names = draw(st.lists(_table_name(pool), min_size=1, max_size=3,
+                             unique_by=lambda name: name.strip('"').lower()))
+        recursive = "RECURSIVE " if draw(st.booleans()) else ""
+        ctes = ", ".join(f"{name} AS ({draw(_select(pool, depth - 1))})" for name in names)
+        body = f"WITH {recursive}{ctes} {body}"
+    return body
+
+
+def _cells(value: Any) -> Iterator[str]:
+    if isinstance(value, list | tuple):
+        for item in value:
+            yield from _cells(item)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield str(key)
+            yield from _cells(item)
+    elif value is not None:
+        yield str(value)
+
+
+@st.composite
+def _query(draw: st.DrawFn) -> str:
+    # A few names per query, so a WITH name and a bare reference to it meet often.
+    pool = tuple(draw(st.lists(st.sampled_from(_NAMES), min_size=1, max_size=3, unique=True)))
+    return draw(_select(pool, 3))
+
+
+@fuzz(250, deadline=None)
+@given(sql=_query())
+def test_no_query_shape_reaches_an_internal_relation_or_a_hidden_row(
+        lineage_attachment: SqlAttachment, sql: str) -> None:
+    """Whatever the nesting of WITH, subqueries, joins, LATERAL and table functions, and however
+    names are cased or quoted, a query sees only the public views' rows of the caller."""
+    try:
+        body = run(lineage_attachment, sql, timeout_seconds=5,
+                   acls={**ACLS, "s-ann-child": ACLS["s-ann"]})
+    except QueryError:
+        return
+    assert not any(column.lower() in {"aclread", "r_allowedsessionid"} or column.startswith("r_")
+                   for column in body["columns"]), sql
+    leaked = [cell for cell in _cells(body["rows"]) for hidden in _HIDDEN if hidden in cell]
+    assert not leaked, (sql, leaked[:3])
+
+
+def test_the_issue_query_and_lineage_masks(lineage_attachment: SqlAttachment) -> None:
+    acls = {**ACLS, "s-ann-child": ACLS["s-ann"]}
+    rows = run(lineage_attachment, "SELECT sessionId, parentSessionId, parentEventId FROM events "
+               "WHERE sessionId = 's-ann-child'", acls=acls)["rows"]
+    assert rows == [["s-ann-child", None, None]]
+    assert run(lineage_attachment, "SELECT parentSessionId FROM sessions WHERE sessionId = "
+               "'s-ann-child'", acls=acls)["rows"] == [[None]]
+    error = refused(lineage_attachment,
+                    "SELECT r.sessionId, r.parentSessionId, r.aclRead FROM (WITH _raw_events AS "
+                    "(SELECT 1) SELECT 1) q, _raw_events r WHERE r.parentSessionId IS NOT NULL",
+                    acls=acls)
+    assert "_raw_events" in error.message
