@@ -100,7 +100,8 @@ from streams.metrics import (
 )
 from streams.settings import Settings
 
-__all__ = ["ACL_SCAN_CAP", "TAIL_SCAN_CAP", "WINDOW_MIN", "Planner", "window_for"]
+__all__ = ["ACL_SCAN_CAP", "RANK_DEPTH", "TAIL_SCAN_CAP", "VECTOR_FLOOR", "WINDOW_MIN", "Planner",
+           "window_for"]
 
 log = logging.getLogger("usl.planner")
 
@@ -109,8 +110,16 @@ TAIL_SCAN_CAP = 20_000
 ACL_SCAN_CAP = 200_000
 """Most L1 events read to bring access lists up to date; beyond it the query is refused (503)
 rather than answered with access lists that may miss a revocation."""
+RANK_DEPTH = 200
+"""How deep each ranked list is read, for every query whatever its page size: the fused order
+is RRF over each source's top ``RANK_DEPTH``, so it never depends on ``k``; the cursor binds
+it, and a result list that stops there because a source had more says so (``end``)."""
 WINDOW_MIN = 50
-WINDOW_FACTOR = 5
+"""The smallest window older cursors carry (``max(50, 5k)``); they keep their own window."""
+VECTOR_FLOOR = 0.0
+"""A vector candidate enters the ranking only with a cosine above this (and above
+``VECTOR_RELATIVE_FLOOR`` times the best cosine of the query); explain shows both."""
+VECTOR_RELATIVE_FLOOR = 0.0
 QUERY_PIN_SECONDS = 600.0
 _MAX_OVERFETCH = 20_000
 _VECTOR_CACHE = 50_000
@@ -118,8 +127,10 @@ _RANKING = {"hybrid": ("text", "vector"), "text": ("text",), "vector": ("vector"
 
 
 def window_for(k: int) -> int:
-    """Candidates asked of each source for a page size ``k``; fixed by a query's first page."""
-    return max(WINDOW_MIN, WINDOW_FACTOR * k)
+    """Candidates asked of each source: :data:`RANK_DEPTH` whatever the page size ``k`` (a
+    first page of 5 and one of 100 fuse the very same lists)."""
+    del k
+    return RANK_DEPTH
 
 
 class Planner:
@@ -402,6 +413,13 @@ class Planner:
             only = self._readers.structured(structured).filter_chunk_ids(
                 session_ids=sessions, max_seq=cut, **kwargs)
         indexed_scores: dict[str, dict[str, float]] = {}
+        # The whole query as one exact phrase: its own ranked list, so a chunk that holds the
+        # very words asked for counts twice in the fusion and no weak vector list outvotes it.
+        phrase = whole_query_phrase(req.query) if "text" in ranking else None
+        if phrase is not None:
+            notes["phrase"] = {"query": phrase, "sources": ["phrase", "tailPhrase"],
+                               "rule": "chunks holding the whole query as one phrase "
+                                       "(quotes ignored), ranked by BM25"}
         if "text" in ranking and text_pin is not None and cut > 0:
             ids, truncated = self._text_list(text_pin, req.query, window, cut, session_filter,
                                              only)
@@ -410,6 +428,12 @@ class Planner:
             # may not read. The rank says all there is to say.
             for chunk_id in ids:
                 indexed_scores.setdefault(chunk_id, {})
+            if phrase is not None:
+                ids, truncated = self._text_list(text_pin, phrase, window, cut, session_filter,
+                                                 only)
+                lists.append(RankedList("phrase", ids, window, truncated))
+                for chunk_id in ids:
+                    indexed_scores.setdefault(chunk_id, {})
         if "vector" in ranking and vector_pin is not None and embedder is not None:
             allowed: Callable[[str], bool] | None = None
             if table is not None:
@@ -443,6 +467,13 @@ class Planner:
                                         len(ranked_tail) > window))
                 for chunk_id, score in ranked_tail[:window]:
                     by_id[chunk_id].scores["tail"] = score
+            ranked_phrase = (rank_texts(clauses_of(phrase), [(c.id, c.text or "") for c in textual])
+                             if phrase is not None else [])
+            if ranked_phrase:
+                lists.append(RankedList("tailPhrase", [i for i, _ in ranked_phrase[:window]],
+                                        window, len(ranked_phrase) > window))
+                for chunk_id, score in ranked_phrase[:window]:
+                    by_id[chunk_id].scores["tailPhrase"] = score
         tools_pin = pins.get("toolresults")
         if req.tool_results and tools_pin is not None and cut > 0:
             tool_candidates, truncated = self._tool_list(tools_pin, req.query, window, cut,
@@ -469,6 +500,11 @@ class Planner:
             hits = after(hits, last_sort_key(payload))
             notes["cursor"] = {"continuesAfter": payload["lastKey"]}
         page = hits[: req.k]
+        end = _depth_end(lists, window) if len(hits) <= req.k else None
+        notes["depth"] = {"window": window, "rule": "RRF over each source's top window; the "
+                          "window does not depend on the page size and the cursor binds it"}
+        if end is not None:
+            notes["depth"]["end"] = end
         self._fill_texts(page, candidates, text_pin)
         results = [result_row(hit, candidates[hit.chunk_id], as_of) for hit in page]
 
@@ -492,6 +528,8 @@ class Planner:
             "results": results,
             "cursor": cursor,
         }
+        if end is not None:
+            response["end"] = end
         if req.explain:
             notes["access"] = {"principal": str(principal), "policy": policy,
                                "toolResultsScope": TOOLRESULTS_SCOPE in principal.scopes,
@@ -770,7 +808,7 @@ class Planner:
             reader = self._readers.vector(pin)
             hits = reader.search(query_vector, limit=window + 1, allowed=allowed)
             # An orthogonal or opposite vector is no evidence of relevance at all.
-            scored += [(hit.chunk_id, float(hit.score)) for hit in hits if hit.score > 0]
+            scored += [(hit.chunk_id, float(hit.score)) for hit in hits if hit.score > VECTOR_FLOOR]
         chunks = [c for c in provisional if c.kind == "chunk" and c.text]
         if chunks:
             # Trimmed and tail chunks are embedded now, with the model that built the index.
@@ -778,12 +816,21 @@ class Planner:
 
             vectors = self._embed_chunks(embedder, [c.text or "" for c in chunks])
             for candidate, score in zip(chunks, (cosine(v, query_vector) for v in vectors), strict=True):
-                if score > 0:
+                if score > VECTOR_FLOOR:
                     candidate.scores["vector"] = float(score)
                     scored.append((candidate.id, float(score)))
             note["embeddedNow"] = len(chunks)
         scored.sort(key=lambda item: (-item[1], item[0]))
-        return scored[:window], len(scored) > window, note
+        # The relevance floor: a weak neighbour adds noise to the fusion, never an answer.
+        floor = max(VECTOR_FLOOR, VECTOR_RELATIVE_FLOOR * scored[0][1]) if scored else VECTOR_FLOOR
+        kept = [item for item in scored if item[1] >= floor and item[1] > VECTOR_FLOOR]
+        note["floor"] = {"cosineAbove": VECTOR_FLOOR, "shareOfBest": VECTOR_RELATIVE_FLOOR,
+                         "applied": floor}
+        dropped = {chunk_id for chunk_id, _ in scored[len(kept):]}
+        for candidate in chunks:
+            if candidate.id in dropped:
+                candidate.scores.pop("vector", None)
+        return kept[:window], len(kept) > window, note
 
     def _tool_list(self, pin: IndexPin, query: str, window: int, cut: int, readable: set[str],
                    filters: Filters) -> tuple[list[Candidate], bool]:
@@ -894,6 +941,26 @@ def _explain_vector_fallback(decision: SnapshotDecision, pin: IndexPin | None,
     watermarks["vector"] = Watermark(pin.generation_id, pin.built_through_seq)
     return replace(decision, fallbacks=tuple(fallbacks), reasons=tuple(reasons),
                    watermarks=watermarks)
+
+
+def whole_query_phrase(query: str) -> str | None:
+    """The query as one quoted phrase (its own quotes dropped), or None when it has fewer
+    than two words: a single word is the text list itself."""
+    bare = query.replace('"', " ")
+    if not bare.strip() or len(clauses_of(f'"{bare}"').phrases) != 1:
+        return None
+    return f'"{bare.strip()}"'
+
+
+def _depth_end(lists: list[RankedList], window: int) -> dict[str, Any] | None:
+    """The explicit end of a result list that stops at the rank depth while a source had
+    more matches (None when the results simply ran out)."""
+    cut_short = sorted(ranked.source for ranked in lists if ranked.truncated)
+    if not cut_short:
+        return None
+    return {"reason": "rankDepth", "depth": window, "sources": cut_short,
+            "message": f"results end at rank depth {window}: {', '.join(cut_short)} had more "
+                       "matches; refine the query or add filters to reach them"}
 
 
 def _stat_key(path: Path) -> tuple[int, int, int]:
