@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
@@ -46,12 +47,16 @@ from planner.exceptions import IndexUnavailable, QueryError
 from sinks.analytics import SCHEMAS
 from sinks.writer import parquet_segments
 
-__all__ = ["NOTICE", "VIEWS", "SqlAttachment"]
+__all__ = ["DEFAULT_MAX_RESULT_BYTES", "NOTICE", "VIEWS", "SqlAttachment"]
 
 NOTICE = ("The SQL attachment is a read-only snapshot at asOfSeq; it does not provide semantic "
           "search, evidence snippets, resume, lineage semantics or subscriptions.")
 
 VIEWS = ("sessions", "runs", "turns", "events", "tool_calls", "chunks")
+# The rows of one answer, as JSON, stay under this many bytes (USL_SQL_MAX_RESULT_BYTES): the
+# memory limit bounds what DuckDB holds, this bounds what the server builds and sends.
+DEFAULT_MAX_RESULT_BYTES = 16 * 1024 * 1024
+_FETCH_BATCH_ROWS = 256
 # Table functions that compute rather than read: everything else (read_*, glob, query,
 # duckdb_*, pragma_*, ...) is refused before execution.
 _TABLE_FUNCTIONS = frozenset({"range", "generate_series", "unnest"})
@@ -145,18 +150,24 @@ class SqlAttachment:
         timeout_seconds: float = 10.0,
         memory_limit: str = "512MB",
         max_rows: int = 10000,
+        max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
     ) -> dict[str, Any]:
         """Run one read-only SELECT at ``as_of_seq`` as ``principal``.
 
         ``session_acls`` maps sessionId → the session's *latest* access list; a session
         missing from it is invisible. Returns ``columns``, ``types``, ``rows`` (at most
-        ``max_rows``), ``rowCount``, ``truncated``, ``asOfSeq``, ``generations``, ``notice``
-        and, when the analytics generation is built through less than ``as_of_seq``,
-        ``uncovered`` (the seq range it does not hold). Every failure of the query is a
-        QueryError whose message says what to change; unreadable index files are
-        IndexUnavailable. No message shows a traceback or a file path.
+        ``max_rows``, and no more than fit in ``max_result_bytes`` of JSON), ``rowCount``,
+        ``truncated`` (with ``truncation`` {``reason``: ``rows`` or ``bytes``, ``maxRows``,
+        ``maxResultBytes``} when true), ``asOfSeq``, ``generations``, ``notice`` and, when the
+        analytics generation is built through less than ``as_of_seq``, ``uncovered`` (the seq
+        range it does not hold). Every failure of the query is a QueryError whose message says
+        what to change; unreadable index files are IndexUnavailable. No message shows a
+        traceback or a file path.
         """
         _check_arguments(sql, as_of_seq, timeout_seconds, max_rows, memory_limit)
+        if isinstance(max_result_bytes, bool) or not isinstance(max_result_bytes, int) \
+                or max_result_bytes < 1:
+            raise QueryError("max_result_bytes must be a positive integer")
         allowed = sorted(sid for sid, acl in session_acls.items() if can_read(principal, acl))
         try:
             con = duckdb.connect(":memory:", config={
@@ -177,7 +188,7 @@ class SqlAttachment:
             result = con.execute(sql)
             columns = [d[0] for d in result.description or ()]
             types = [str(d[1]) for d in result.description or ()]
-            rows = result.fetchmany(max_rows + 1)
+            rows, truncated_by = _fetch_rows(result, max_rows, max_result_bytes)
         except duckdb.InterruptException:
             raise QueryError(f"the query ran longer than {timeout_seconds:g} s and was stopped",
                              hint="Filter or aggregate more, or raise the timeout.") from None
@@ -196,12 +207,14 @@ class SqlAttachment:
         finally:
             watchdog.stop()
             con.close()
-        truncated = len(rows) > max_rows
         body: dict[str, Any] = {
-            "columns": columns, "types": types, "rows": [[_jsonable(v) for v in row] for row in rows[:max_rows]],
-            "rowCount": min(len(rows), max_rows), "truncated": truncated, "asOfSeq": as_of_seq,
+            "columns": columns, "types": types, "rows": rows, "rowCount": len(rows),
+            "truncated": truncated_by is not None, "asOfSeq": as_of_seq,
             "generations": dict(self._generations), "notice": NOTICE,
         }
+        if truncated_by is not None:
+            body["truncation"] = {"reason": truncated_by, "maxRows": max_rows,
+                                  "maxResultBytes": max_result_bytes}
         built = self._generations.get("analytics", {}).get("builtThroughSeq")
         if built is not None and built < as_of_seq:
             body["uncovered"] = {"fromSeq": built + 1, "toSeq": as_of_seq}
@@ -407,9 +420,35 @@ def _generation_info(gen_dir: Path) -> dict[str, Any] | None:
         return None
 
 
+def _fetch_rows(result: duckdb.DuckDBPyConnection, max_rows: int,
+                max_bytes: int) -> tuple[list[list[Any]], str | None]:
+    """The first rows of ``result`` as JSON-ready lists, stopping before ``max_rows`` or
+    ``max_bytes`` of JSON would be passed; the second item says which limit cut the answer
+    (``rows`` or ``bytes``), or None when every row fit. Rows are fetched in small batches,
+    so an answer too big to send is never built whole."""
+    rows: list[list[Any]] = []
+    size = 1  # "[", then each row with the "," or "]" after it
+    while batch := result.fetchmany(min(_FETCH_BATCH_ROWS, max_rows + 1 - len(rows))):
+        for row in batch:
+            if len(rows) == max_rows:
+                return rows, "rows"
+            cells = [_jsonable(v) for v in row]
+            size += len(orjson.dumps(cells)) + 1
+            if size > max_bytes:
+                return rows, "bytes"
+            rows.append(cells)
+    return rows, None
+
+
+# orjson (and many JSON readers) take integers of at most 64 bits; wider ones travel as text.
+_INT_RANGE = range(-(2 ** 63), 2 ** 64)
+
+
 def _jsonable(value: Any) -> Any:
     """A DuckDB result value as JSON-ready data (times as RFC 3339 UTC)."""
-    if value is None or isinstance(value, bool | int | str):
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value if value in _INT_RANGE else str(value)
+    if value is None or isinstance(value, bool | str):
         return value
     if isinstance(value, float):
         return value if math.isfinite(value) else None
@@ -422,7 +461,7 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, dt.timedelta):
         return value.total_seconds()
     if isinstance(value, decimal.Decimal):
-        return int(value) if value == value.to_integral_value() else float(value)
+        return _jsonable(int(value)) if value == value.to_integral_value() else float(value)
     if isinstance(value, uuid.UUID):
         return str(value)
     if isinstance(value, bytes | bytearray | memoryview):

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -104,7 +105,7 @@ def refused(attachment: SqlAttachment, sql: str, **kwargs: Any) -> QueryError:
 
 
 def test_public_surface() -> None:
-    assert set(planner.sql.__all__) == {"NOTICE", "VIEWS", "SqlAttachment"}
+    assert set(planner.sql.__all__) == {"DEFAULT_MAX_RESULT_BYTES", "NOTICE", "VIEWS", "SqlAttachment"}
     assert planner.sql.VIEWS == ("sessions", "runs", "turns", "events", "tool_calls", "chunks")
 
 
@@ -226,6 +227,38 @@ def test_ordinary_selects_work(attachment: SqlAttachment) -> None:
 def test_max_rows_truncates(attachment: SqlAttachment) -> None:
     body = run(attachment, "SELECT * FROM range(50)", max_rows=10)
     assert (body["rowCount"], body["truncated"], len(body["rows"])) == (10, True, 10)
+    assert body["truncation"] == {"reason": "rows", "maxRows": 10,
+                                  "maxResultBytes": planner.sql.DEFAULT_MAX_RESULT_BYTES}
+    body = run(attachment, "SELECT * FROM range(10)", max_rows=10)
+    assert (body["rowCount"], body["truncated"]) == (10, False) and "truncation" not in body
+
+
+@pytest.mark.parametrize("limit", [1, 1000, 250_000, planner.sql.DEFAULT_MAX_RESULT_BYTES])
+def test_result_bytes_are_capped(attachment: SqlAttachment, limit: int) -> None:
+    """issue 15: the memory limit does not bound the answer; a 1 GB result must not be built."""
+    body = run(attachment, "SELECT range, repeat('x', 100000) AS pad FROM range(10000)",
+               max_result_bytes=limit)
+    assert body["truncated"] and body["truncation"]["reason"] == "bytes"
+    assert body["truncation"]["maxResultBytes"] == limit
+    assert len(orjson.dumps(body["rows"])) <= max(limit, 2)
+    assert body["rowCount"] == len(body["rows"]) == (limit - 1) // len(b'[0,"' + b"x" * 100000 + b'"],')
+    assert [row[0] for row in body["rows"]] == list(range(body["rowCount"]))
+
+
+def test_rows_that_fit_are_not_truncated_by_bytes(attachment: SqlAttachment) -> None:
+    body = run(attachment, "SELECT repeat('x', 10) FROM range(3)", max_result_bytes=len(b'[["xxxxxxxxxx"],["xxxxxxxxxx"],["xxxxxxxxxx"]]'))
+    assert (body["rowCount"], body["truncated"]) == (3, False)
+    body = run(attachment, "SELECT repeat('x', 10) FROM range(3)", max_result_bytes=len(b'[["xxxxxxxxxx"],["xxxxxxxxxx"],["xxxxxxxxxx"]]') - 1)
+    assert (body["rowCount"], body["truncated"]) == (2, True)
+
+
+def test_integers_wider_than_64_bits_are_text(attachment: SqlAttachment) -> None:
+    body = run(attachment, "SELECT 170141183460469231731687303715884105727::HUGEINT AS h, "
+               "18446744073709551615::UHUGEINT AS u, (-9223372036854775807 - 1)::BIGINT AS b, "
+               "1180591620717411303424::DECIMAL(38, 0) AS d")
+    assert body["rows"] == [["170141183460469231731687303715884105727", 18446744073709551615,
+                             -9223372036854775808, "1180591620717411303424"]]
+    orjson.dumps(body)
 
 
 @pytest.mark.parametrize("sql", [
