@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install install-test-tools demo test lint bench faults down clean
+.PHONY: install install-test-tools demo test lint bench faults eval down clean
 
 $(BIN)/usl: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,12 @@ bench: install
 FAULT_ARGS ?= --rounds 5 --seed 1
 faults: install
 	$(BIN)/python -m reliability $(FAULT_ARGS) --out RELIABILITY.md
+
+# EVAL.md and benchmarks/results/eval*.json: search quality on real public transcripts (a few
+# minutes). EVAL_ARGS="--label after" adds a labelled table; the set is rebuilt from snapshots
+# (EVAL_ARGS="--snapshots DIR") when benchmarks/eval_data/sessions/ is missing.
+eval: install
+	USL_EVAL_VIA_MAKE=1 $(BIN)/python -W ignore -m benchmarks.eval $(EVAL_ARGS)
 
 down:
 	$(BIN)/usl down

@@ -1,0 +1,590 @@
+"""``make eval``: search quality on real agent transcripts, per mode and freshness.
+
+One run:
+
+1. stages the set (``benchmarks.eval.dataset``; built from snapshots if missing) and holds a
+   few seeded sessions back as the log's tail;
+2. starts a fresh stack on its own topics (the broker of ``KAFKA_BOOTSTRAP_SERVERS``, or a
+   local one it starts and stops): a real ``usl worker`` and ``usl sink`` process, as the
+   benchmarks and tests run them; ingests the set with ``usl ingest`` and waits until every
+   index's watermark reaches the L1 head;
+3. stops the sinks and ingests the held-back sessions, so ``latest`` answers with a real L1
+   tail scan while ``indexed`` answers from the indexes alone (queries whose answer lies in
+   the tail count only under ``latest``);
+4. asks through :class:`planner.engine.Planner` (the engine behind ``POST /v1/search`` and
+   ``usl search``), in text, vector and hybrid mode, under ``indexed`` and ``latest``:
+
+   - exact phrases: 8 consecutive words of an assistant message (seeded sample; only phrases
+     that some indexed chunk holds, so redaction cannot make a miss); hit = a result in the
+     top 10 whose text holds the 8 words in order (whitespace-normalised);
+   - paraphrases: hand-written recollections of a session's task
+     (``benchmarks/eval_data/paraphrases.json``); hit = a result of that session; hit@10, MRR;
+   - errors: a fragment of an error a tool printed (a failed tool result), unique to one turn;
+     hit = a result of that turn; hit@10, MRR;
+   - pagination: pages of seeded random sizes, each following the previous page's cursor,
+     concatenated, against one page of their total size; the share of queries where they
+     are equal;
+
+5. writes ``benchmarks/results/eval-<label>.json`` (and ``eval.json``, the latest run) and
+   ``EVAL.md`` with one table per labelled run found in ``benchmarks/results/``.
+
+Usage::
+
+    .venv/bin/python -m benchmarks.eval [--label before] [--seed 1] [--phrases 60]
+        [--errors 40] [--pagination 12] [--snapshots /work/.mirror]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from benchmarks.eval import dataset
+from benchmarks.eval.metrics import (
+    contains_phrase,
+    first_hit_rank,
+    hit_at,
+    mean,
+    mrr,
+    normalise,
+    page_split,
+    sample_phrases,
+)
+from streams.settings import Settings
+
+__all__ = ["Corpus", "main", "run"]
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "benchmarks" / "results"
+PARAPHRASES = dataset.DATA_DIR / "paraphrases.json"
+MODES = ("text", "vector", "hybrid")
+FRESHNESS = ("indexed", "latest")
+KINDS = ("text", "vector", "structured", "toolresults")
+PRINCIPAL = "tenant:default/user:eval/scopes:toolresults"
+LOG = "default"
+K = 10
+PAGE_TOTAL = 20
+
+
+def say(message: str) -> None:
+    print(f"[eval] {message}", file=sys.stderr, flush=True)
+
+
+# -- the set -------------------------------------------------------------------------------------
+
+
+@dataclass
+class Corpus:
+    """What the evaluation knows of the ingested set: events, chunks, held-back sessions."""
+
+    events: list[dict[str, Any]] = field(default_factory=list)
+    chunks: list[dict[str, Any]] = field(default_factory=list)
+    tail_sessions: set[str] = field(default_factory=set)
+
+    def sessions(self) -> set[str]:
+        return {event["sessionId"] for event in self.events}
+
+    def visible(self, freshness: str) -> Callable[[str], bool]:
+        """Whether a session's content can be found under ``freshness``."""
+        if freshness == "latest":
+            return lambda session: True
+        return lambda session: session not in self.tail_sessions
+
+
+def stage(sessions_dir: Path, work: Path, tail_count: int, seed: int) -> tuple[list[tuple[Path, str]],
+                                                                              list[tuple[Path, str]], set[str]]:
+    """Copy the set into ``work`` split in two: what the sinks index and the held-back tail
+    (``tail_count`` seeded OpenAI-chat conversations). Returns (indexed dirs, tail dirs, the
+    held-back session ids), each dir with its ingest format."""
+    indexed = work / "indexed"
+    tail = work / "tail"
+    held: set[str] = set()
+    rng = random.Random(seed)
+    for fmt_dir in sorted(p for p in sessions_dir.iterdir() if p.is_dir()):
+        shutil.copytree(fmt_dir, indexed / fmt_dir.name)
+    chat = indexed / "openai-chat"
+    if tail_count and chat.exists():
+        lines = [(path, line) for path in sorted(chat.rglob("*.jsonl"))
+                 for line in path.read_text().splitlines() if line.strip()]
+        chosen = set(rng.sample(range(len(lines)), min(tail_count, len(lines))))
+        kept: dict[Path, list[str]] = defaultdict(list)
+        moved: list[str] = []
+        for number, (path, line) in enumerate(lines):
+            if number in chosen:
+                moved.append(line)
+                held.add(json.loads(line)["id"])
+            else:
+                kept[path].append(line)
+        for path in {p for p, _ in lines}:
+            path.write_text("".join(f"{line}\n" for line in kept[path]))
+        (tail / "openai-chat").mkdir(parents=True)
+        (tail / "openai-chat" / "held-back.jsonl").write_text("".join(f"{line}\n" for line in moved))
+    dirs = [(p, p.name) for p in sorted(indexed.iterdir())]
+    tail_dirs = [(p, p.name) for p in sorted(tail.iterdir())] if tail.exists() else []
+    return dirs, tail_dirs, held
+
+
+def read_events(dirs: list[tuple[Path, str]]) -> list[dict[str, Any]]:
+    from streams.importers import Accepted, iter_records
+
+    return [item.event for path, fmt in dirs for item in iter_records(path, fmt) if isinstance(item, Accepted)]
+
+
+# -- the stack -----------------------------------------------------------------------------------
+
+
+@contextmanager
+def stack(work: Path, embedder: str | None) -> Iterator[tuple[Settings, Any]]:
+    """A fresh stack on its own topics: (settings, the running :class:`tests.harness.Stack`)."""
+    from streams.topics import ensure_topics
+    from tests.harness import Stack
+
+    bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+    broker_settings = None
+    if not bootstrap:
+        from deploy.kafka.broker import ensure_broker
+
+        broker_settings = Settings.from_env({}, home=work / "broker")
+        bootstrap = ensure_broker(broker_settings)
+    prefix = f"eval{uuid.uuid4().hex[:8]}."
+    settings = Settings.from_env({}, home=work / "usl", bootstrap_servers=bootstrap, topic_prefix=prefix,
+                                 l1_partitions=1, stream_partitions=1, embedder=embedder,
+                                 cursor_key="eval-cursor-key-0123456789abcdef")
+    ensure_topics(bootstrap, settings)
+    running = Stack(settings)
+    try:
+        running.worker()
+        running.sinks(",".join(KINDS))
+        yield settings, running
+    finally:
+        running.close()
+        if broker_settings is not None:
+            from deploy.kafka.broker import stop_broker
+
+            stop_broker(broker_settings)
+        else:
+            from benchmarks.harness import _delete_topics
+
+            _delete_topics(bootstrap, prefix)
+
+
+def ingest(settings: Settings, path: Path, fmt: str) -> dict[str, Any]:
+    """``usl ingest PATH --format FMT --json`` as a user runs it; its JSON summary."""
+    from tests.harness import settings_env
+
+    done = subprocess.run([sys.executable, "-m", "planner", "ingest", str(path), "--format", fmt, "--json"],
+                          env=settings_env(settings), capture_output=True, text=True, timeout=1800, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"usl ingest {path} failed ({done.returncode}): {done.stderr.strip()[-500:]}")
+    summary: dict[str, Any] = json.loads(done.stdout)
+    return summary
+
+
+def wait_indexed(settings: Settings, running: Any, head: int, timeout: float = 1200.0) -> None:
+    from tests.harness import wait_for_watermarks
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for name, proc in running.procs.items():
+            if proc.poll() is not None:
+                raise RuntimeError(f"`usl` process {name} exited: {running.log_text(name)[-800:]}")
+        try:
+            wait_for_watermarks(settings, head, ("text", "vector", "structured"), timeout=10)
+            return
+        except AssertionError:
+            continue
+    raise TimeoutError(f"the indexes did not reach seq {head} in {timeout:.0f}s")
+
+
+def wait_chunked(settings: Settings, head: int, timeout: float = 600.0) -> list[dict[str, Any]]:
+    """Every chunk record once the worker's progress marker covers ``head``."""
+    from tests.harness import topic_records
+
+    deadline = time.monotonic() + timeout
+    while True:
+        records = topic_records(settings, "chunks")
+        marks = [int(r["seq"]) for r in records if r.get("kind") == "progress" and r.get("logId") == LOG]
+        if marks and max(marks) >= head:
+            latest: dict[str, dict[str, Any]] = {}
+            for record in records:
+                if record.get("kind") == "chunk":
+                    latest[record["chunkId"]] = record
+            return list(latest.values())
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the worker's progress did not reach seq {head} in {timeout:.0f}s")
+        time.sleep(1.0)
+
+
+# -- queries -------------------------------------------------------------------------------------
+
+
+class Asker:
+    """Runs searches through the planner and keeps their latencies."""
+
+    def __init__(self, settings: Settings) -> None:
+        from planner.acl import parse_principal
+        from planner.engine import Planner
+
+        self.planner = Planner(settings, settings.bootstrap_servers or "")
+        self.principal = parse_principal(PRINCIPAL)
+        self.latency: dict[str, list[float]] = defaultdict(list)
+        self.errors: Counter[str] = Counter()
+
+    def search(self, query: str, mode: str, freshness: str, k: int = K, cursor: str | None = None,
+               tool_results: bool = False) -> dict[str, Any]:
+        from planner.exceptions import PlannerError
+
+        body: dict[str, Any] = {"query": query, "mode": mode, "freshness": freshness, "k": k}
+        if cursor:
+            body["cursor"] = cursor
+        if tool_results:
+            body["toolResults"] = True
+        began = time.perf_counter()
+        try:
+            response = self.planner.search(body, self.principal)
+        except PlannerError as error:
+            self.errors[f"{mode}/{freshness}: {type(error).__name__}: {str(error)[:120]}"] += 1
+            return {"results": [], "cursor": None, "error": str(error)}
+        self.latency[f"{mode}/{freshness}"].append((time.perf_counter() - began) * 1000)
+        return response
+
+    def close(self) -> None:
+        self.planner.close()
+
+
+def phrase_task(corpus: Corpus, count: int, seed: int) -> list[dict[str, Any]]:
+    """Seeded phrases of assistant messages that some chunk holds, with their session."""
+    texts = [normalise(chunk.get("text") or "") for chunk in corpus.chunks]
+    joined = "\n".join(texts)
+    messages = [(f"{e['sessionId']}|{e['eventId']}", str((e.get("fields") or {}).get("text") or ""))
+                for e in corpus.events
+                if e["type"] == "message" and e.get("role") == "assistant" and e.get("visibility") != "hidden"]
+    picked = sample_phrases(messages, count, seed, accept=lambda phrase: normalise(phrase) in joined)
+    return [{"query": phrase, "sessionId": key.split("|", 1)[0], "eventId": key.split("|", 1)[1]}
+            for key, phrase in picked]
+
+
+def _error_fragment(output: str) -> str | None:
+    """The most telling line of a tool's error output, at most 12 words; None if none is."""
+    for line in output.splitlines():
+        line = normalise(line)
+        if not line or line.lower().startswith("exit code") or len(line.split(" ")) < 3:
+            continue
+        return " ".join(line.split(" ")[:12])
+    return None
+
+
+def error_task(corpus: Corpus, count: int, seed: int) -> list[dict[str, Any]]:
+    """Seeded error fragments, each found in the failed tool results of exactly one turn."""
+    failed = []
+    outputs_by_turn: dict[str, list[str]] = defaultdict(list)
+    for event in corpus.events:
+        if event["type"] != "tool.result" or not event.get("turnId"):
+            continue
+        fields = event.get("fields") or {}
+        output = str(fields.get("output") or "")
+        outputs_by_turn[event["turnId"]].append(normalise(output).lower())
+        if fields.get("status") == "error" or output.startswith(("Error:", "Traceback")):
+            failed.append(event)
+    candidates: dict[str, dict[str, Any]] = {}
+    for event in failed:
+        fragment = _error_fragment(str(event["fields"].get("output") or ""))
+        if fragment is None or fragment in candidates:
+            continue
+        needle = fragment.lower()
+        turns = {turn for turn, outputs in outputs_by_turn.items() if any(needle in o for o in outputs)}
+        if turns == {event["turnId"]}:
+            candidates[fragment] = {"query": fragment, "sessionId": event["sessionId"], "turnId": event["turnId"],
+                                    "eventId": event["eventId"], "tool": event["fields"].get("toolName")}
+    keys = sorted(candidates)
+    random.Random(seed).shuffle(keys)
+    return [candidates[key] for key in keys[:count]]
+
+
+def _ranks(asker: Asker, tasks: list[dict[str, Any]], mode: str, freshness: str, corpus: Corpus,
+           is_hit: Callable[[Mapping[str, Any], Mapping[str, Any]], bool], tool_results: bool = False) -> list[dict[str, Any]]:
+    visible = corpus.visible(freshness)
+    rows = []
+    for task in tasks:
+        if not visible(task["sessionId"]):
+            continue
+        response = asker.search(task["query"], mode, freshness, tool_results=tool_results)
+        def hit(result: Mapping[str, Any], target: dict[str, Any] = task) -> bool:
+            return is_hit(target, result)
+
+        rank = first_hit_rank(response["results"], hit, K)
+        rows.append({"query": task["query"], "rank": rank, "error": response.get("error")})
+    return rows
+
+
+def pagination(asker: Asker, queries: list[str], mode: str, freshness: str, seed: int) -> list[dict[str, Any]]:
+    rng = random.Random(f"{seed}/{mode}/{freshness}")
+    rows = []
+    for query in queries:
+        sizes = page_split(PAGE_TOTAL, rng)
+        whole = [r["chunkId"] for r in asker.search(query, mode, freshness, k=PAGE_TOTAL)["results"]]
+        paged: list[str] = []
+        cursor: str | None = None
+        error = None
+        for number, size in enumerate(sizes):
+            response = asker.search(query, mode, freshness, k=size, cursor=cursor)
+            error = error or response.get("error")
+            paged.extend(r["chunkId"] for r in response["results"])
+            cursor = response.get("cursor")
+            if cursor is None and number < len(sizes) - 1:
+                break
+        first_difference = next((i for i, (a, b) in enumerate(zip(paged, whole, strict=False)) if a != b),
+                                None if len(paged) == len(whole) else min(len(paged), len(whole)))
+        rows.append({"query": query, "sizes": sizes, "equal": paged == whole, "firstDifference": first_difference,
+                     "error": error})
+    return rows
+
+
+def measure(asker: Asker, corpus: Corpus, phrases: list[dict[str, Any]], paraphrases: list[dict[str, Any]],
+            errors: list[dict[str, Any]], page_queries: list[str], seed: int) -> dict[str, Any]:
+    def phrase_hit(task: Mapping[str, Any], result: Mapping[str, Any]) -> bool:
+        return contains_phrase(str(result.get("text") or ""), task["query"])
+
+    def session_hit(task: Mapping[str, Any], result: Mapping[str, Any]) -> bool:
+        return bool(result.get("sessionId") == task["sessionId"])
+
+    def turn_hit(task: Mapping[str, Any], result: Mapping[str, Any]) -> bool:
+        return bool(result.get("turnId") == task["turnId"])
+
+    table: dict[str, Any] = {}
+    for freshness in FRESHNESS:
+        for mode in MODES:
+            key = f"{mode}/{freshness}"
+            say(f"{key} ...")
+            phrase_rows = _ranks(asker, phrases, mode, freshness, corpus, phrase_hit)
+            para_rows = _ranks(asker, paraphrases, mode, freshness, corpus, session_hit)
+            error_rows = _ranks(asker, errors, mode, freshness, corpus, turn_hit)
+            page_rows = pagination(asker, page_queries, mode, freshness, seed)
+            table[key] = {
+                "mode": mode, "freshness": freshness,
+                "phraseRecall": hit_at([r["rank"] for r in phrase_rows], K), "phraseQueries": len(phrase_rows),
+                "paraphraseHit": hit_at([r["rank"] for r in para_rows], K),
+                "paraphraseMrr": mrr([r["rank"] for r in para_rows]), "paraphraseQueries": len(para_rows),
+                "errorHit": hit_at([r["rank"] for r in error_rows], K),
+                "errorMrr": mrr([r["rank"] for r in error_rows]), "errorQueries": len(error_rows),
+                "pagesEqual": mean([1.0 if r["equal"] else 0.0 for r in page_rows]), "pageQueries": len(page_rows),
+                "latencyP50Ms": statistics.median(asker.latency[key]) if asker.latency[key] else None,
+                "detail": {"phrases": phrase_rows, "paraphrases": para_rows, "errors": error_rows,
+                           "pagination": page_rows},
+            }
+    return table
+
+
+# -- the run -------------------------------------------------------------------------------------
+
+
+def load_paraphrases(sessions: set[str]) -> list[dict[str, Any]]:
+    if not PARAPHRASES.exists():
+        return []
+    rows: list[dict[str, Any]] = json.loads(PARAPHRASES.read_text())["queries"]
+    unknown = sorted({row["sessionId"] for row in rows} - sessions)
+    if unknown:
+        raise ValueError(f"{PARAPHRASES.name} names sessions the set does not hold: {unknown[:5]}")
+    return rows
+
+
+def run(*, label: str, seed: int, phrase_count: int, error_count: int, page_count: int, tail_count: int,
+        snapshots: Path, embedder: str | None, command: str) -> dict[str, Any]:
+    logging.getLogger("kafka").setLevel(logging.WARNING)
+    started = time.monotonic()
+    sessions_dir = dataset.DATA_DIR / dataset.SESSIONS
+    if not (sessions_dir / "manifest.json").exists():
+        say(f"building the set from snapshots under {snapshots} ...")
+        dataset.build(snapshots)
+    manifest = json.loads((sessions_dir / "manifest.json").read_text())
+    work = Path(tempfile.mkdtemp(prefix="usl-eval-"))
+    try:
+        dirs, tail_dirs, held = stage(sessions_dir, work / "stage", tail_count, seed)
+        corpus = Corpus(events=read_events(dirs) + read_events(tail_dirs), tail_sessions=held)
+        paraphrases = load_paraphrases(corpus.sessions())
+        with stack(work, embedder) as (settings, running):
+            from tests.harness import l1_seq
+
+            say(f"ingesting {len(corpus.events)} events of {len(corpus.sessions())} sessions ...")
+            began = time.monotonic()
+            summaries = [ingest(settings, path, fmt) for path, fmt in dirs]
+            head = l1_seq(settings, LOG)
+            wait_indexed(settings, running, head)
+            index_seconds = time.monotonic() - began
+            say(f"indexed through seq {head} in {index_seconds:.0f}s; the tail ({len(held)} sessions) bypasses the sinks")
+            running.kill("sinks")
+            summaries += [ingest(settings, path, fmt) for path, fmt in tail_dirs]
+            tail_head = l1_seq(settings, LOG)
+            corpus.chunks = wait_chunked(settings, tail_head)
+            running.kill("worker")
+            phrases = phrase_task(corpus, phrase_count, seed)
+            errors = error_task(corpus, error_count, seed)
+            rng = random.Random(seed)
+            pool = [t["query"] for t in phrases] + [t["query"] for t in paraphrases]
+            page_queries = rng.sample(pool, min(page_count, len(pool)))
+            say(f"{len(phrases)} phrases, {len(paraphrases)} paraphrases, {len(errors)} errors, "
+                f"{len(page_queries)} pagination queries")
+            asker = Asker(settings)
+            try:
+                table = measure(asker, corpus, phrases, paraphrases, errors, page_queries, seed)
+            finally:
+                asker.close()
+            chunk_sessions = Counter(chunk["sessionId"] for chunk in corpus.chunks)
+            result = {
+                "label": label, "command": command, "seed": seed, "when": datetime.now(UTC).isoformat(timespec="seconds"),
+                "commit": _commit(), "embedder": settings.embedder, "textEngine": settings.text_engine,
+                "chunkTokens": settings.chunk_tokens,
+                "set": {"sources": [{k: v for k, v in s.items() if k != "files"} | {"files": len(s["files"])}
+                                    for s in manifest["sources"]],
+                        "sessions": len(corpus.sessions()), "events": len(corpus.events),
+                        "chunks": len(corpus.chunks), "chunkedSessions": len(chunk_sessions),
+                        "heldBackSessions": sorted(held), "l1Head": tail_head, "indexedThrough": head,
+                        "ingest": summaries},
+                "indexSeconds": index_seconds, "queryErrors": dict(asker.errors),
+                "tasks": {"phrases": phrases, "errors": errors, "paraphrases": len(paraphrases),
+                          "paginationQueries": page_queries, "pageTotal": PAGE_TOTAL},
+                "table": table,
+            }
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    result["seconds"] = time.monotonic() - started
+    return result
+
+
+def _commit() -> str:
+    done = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                          check=False)
+    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True, check=False).stdout.strip()
+    return (done.stdout.strip() or "unknown") + (" + uncommitted changes" if dirty else "")
+
+
+# -- the report ----------------------------------------------------------------------------------
+
+
+def _f(value: float | None, digits: int = 2) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def table_markdown(result: Mapping[str, Any]) -> list[str]:
+    lines = ["| mode | freshness | exact phrase recall@10 | paraphrase hit@10 | paraphrase MRR | error hit@10 "
+             "| error MRR | pages equal | p50 ms |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for row in result["table"].values():
+        lines.append(f"| {row['mode']} | {row['freshness']} | {_f(row['phraseRecall'])} ({row['phraseQueries']}) "
+                     f"| {_f(row['paraphraseHit'])} ({row['paraphraseQueries']}) | {_f(row['paraphraseMrr'], 3)} "
+                     f"| {_f(row['errorHit'])} ({row['errorQueries']}) | {_f(row['errorMrr'], 3)} "
+                     f"| {_f(row['pagesEqual'])} ({row['pageQueries']}) | {_f(row['latencyP50Ms'], 0)} |")
+    return lines
+
+
+def report(runs: list[Mapping[str, Any]]) -> str:
+    latest = max(runs, key=lambda r: r["when"])
+    data = latest["set"]
+    out = [
+        "# EVAL: search quality on real agent transcripts",
+        "",
+        "Written by `make eval` (`benchmarks/eval/run.py`) from the runs in `benchmarks/results/eval-*.json`, one "
+        "table per labelled run (`make eval EVAL_ARGS=\"--label after\"` adds or replaces one). Figures in "
+        "parentheses are query counts. No figure is a pass/fail threshold.",
+        "",
+        "## The set",
+        "",
+        f"{data['sessions']} real sessions ({data['events']} events, {data['chunks']} chunks), none written by this "
+        "team, rebuilt from public repositories at pinned commits by `python -m benchmarks.eval.dataset` "
+        "(the transcripts are not committed; see `benchmarks/eval_data/NOTICE.md`):",
+        "",
+    ]
+    for source in data["sources"]:
+        out.append(f"- `{source['repo']}` @ `{source['commit'][:10]}` ({source['licence']}, {source['format']}, "
+                   f"{source['files']} files): {source['description']}")
+    out += [
+        "",
+        f"{len(data['heldBackSessions'])} sessions are held back from the sinks and appended after they stop, so "
+        "`latest` answers them through the L1 tail scan; under `indexed` the queries about them are not asked.",
+        "",
+        "## Measures",
+        "",
+        "- **exact phrase recall@10**: 8 consecutive words of an assistant message (seeded sample, only phrases an "
+        "indexed chunk holds); hit = a top-10 result whose text holds the 8 words in order, whitespace-normalised.",
+        "- **paraphrase hit@10 / MRR**: hand-written recollections of a session's task "
+        "(`benchmarks/eval_data/paraphrases.json`, each naming its session); hit = a result chunk of that session.",
+        "- **error hit@10 / MRR**: the first telling line (at most 12 words) of a failed tool result, unique to one "
+        "turn of the set; hit = a result of that turn. Asked with `toolResults: true` by a principal with the "
+        "`toolresults` scope.",
+        f"- **pages equal**: pages of seeded random sizes summing to {PAGE_TOTAL}, each following the previous "
+        f"cursor, concatenated, against one page of k={PAGE_TOTAL}; the share of queries where the chunk ids are "
+        "equal.",
+        "",
+    ]
+    for run_result in sorted(runs, key=lambda r: r["when"]):
+        out += [f"## Run `{run_result['label']}`", "",
+                f"`{run_result['command']}` at {run_result['when']} on `{run_result['commit']}`; embedder "
+                f"`{run_result['embedder']}`, text engine `{run_result['textEngine']}`, seed {run_result['seed']}, "
+                f"{run_result['seconds'] / 60:.1f} min.", ""]
+        out += table_markdown(run_result)
+        if run_result.get("queryErrors"):
+            out += ["", "Refused or failed queries:", ""]
+            out += [f"- {text} ×{n}" for text, n in sorted(run_result["queryErrors"].items())]
+        out.append("")
+    return "\n".join(out)
+
+
+def write(result: Mapping[str, Any], out_dir: Path) -> Path:
+    results = out_dir / "benchmarks" / "results"
+    results.mkdir(parents=True, exist_ok=True)
+    body = json.dumps(result, indent=1, default=str) + "\n"
+    (results / "eval.json").write_text(body)
+    (results / f"eval-{result['label']}.json").write_text(body)
+    runs = [json.loads(p.read_text()) for p in sorted(results.glob("eval-*.json"))]
+    target = out_dir / "EVAL.md"
+    target.write_text(report(runs))
+    return target
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.eval", description=__doc__.splitlines()[0])
+    parser.add_argument("--label", default="latest", help="name of this run's table in EVAL.md (e.g. before, after)")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--phrases", type=int, default=60)
+    parser.add_argument("--errors", type=int, default=40)
+    parser.add_argument("--pagination", type=int, default=12)
+    parser.add_argument("--tail", type=int, default=5, help="sessions held back from the sinks (latest's tail)")
+    parser.add_argument("--embedder", default=None, help="USL_EMBEDDER for the run (default: the configured one)")
+    parser.add_argument("--snapshots", type=Path, default=Path("/work/.mirror"))
+    parser.add_argument("--out-dir", type=Path, default=ROOT)
+    args = parser.parse_args(argv)
+    given = " ".join(argv if argv is not None else sys.argv[1:])
+    command = (f'make eval EVAL_ARGS="{given}"' if given else "make eval") if os.environ.get("USL_EVAL_VIA_MAKE") \
+        else f"python -m benchmarks.eval {given}".strip()
+    try:
+        result = run(label=args.label, seed=args.seed, phrase_count=args.phrases, error_count=args.errors,
+                     page_count=args.pagination, tail_count=args.tail, snapshots=args.snapshots,
+                     embedder=args.embedder, command=command)
+    except (TimeoutError, ValueError, OSError, RuntimeError, subprocess.SubprocessError) as error:
+        print(f"eval failed: {error}", file=sys.stderr)
+        return 1
+    target = write(result, args.out_dir)
+    for row in result["table"].values():
+        say(f"{row['mode']:>6}/{row['freshness']:<7} phrase {row['phraseRecall']:.2f}  paraphrase "
+            f"{row['paraphraseHit']:.2f}/{row['paraphraseMrr']:.3f}  error {row['errorHit']:.2f}/{row['errorMrr']:.3f}"
+            f"  pages {row['pagesEqual']:.2f}")
+    say(f"wrote {target} in {result['seconds'] / 60:.1f} min")
+    return 0
