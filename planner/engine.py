@@ -87,6 +87,7 @@ from planner.trim import trim_chunk
 from sinks.exceptions import GenerationError
 from sinks.generations import FileDigests, GenerationStore
 from sinks.runner import index_root
+from sinks.text.base import ANALYZER as TEXT_ANALYZER
 from sinks.watermarks import WatermarkFollower, read_watermarks
 from streams.asp import posix_time, validate_event
 from streams.exceptions import USLError
@@ -615,6 +616,11 @@ class Planner:
                 problem = None
             except GenerationError as exc:
                 problem = f"fails verification: {exc}"
+            analyzer = pin.manifest.extra.get("analyzer") or "words/1"
+            if problem is None and pin.kind == "text" and analyzer != TEXT_ANALYZER:
+                # Query terms of another analyzer would silently miss (CJK); never read it.
+                problem = (f"was built with text analyzer {analyzer}, this planner searches with "
+                           f"{TEXT_ANALYZER}; rebuild it from the log: usl rebuild text")
         if problem is not None:
             log.error("%s generation %d of %s refused: %s", pin.kind, pin.generation_id,
                       pin.manifest.log_id, problem)

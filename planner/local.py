@@ -2,8 +2,9 @@
 
 The tail scan's provisional chunks, trimmed straddling chunks and tail tool results exist only
 for one query, so they are ranked here with the same query semantics as the text index
-(``sinks.text.base.parse_query``: words OR-ed, ``"quoted phrases"``, lowercased runs of letters
-and digits, tokens of 40 bytes or more dropped) and BM25 (k1 = 1.2, b = 0.75) over the
+(``sinks.text.base.parse_query``: words OR-ed, ``"quoted phrases"``, the analyzer of
+``sinks.text.base.analyze_text``: lowercased runs of letters and digits, each CJK character a
+token of its own, tokens of 40 bytes or more dropped) and BM25 (k1 = 1.2, b = 0.75) over the
 provisional documents themselves. Those scores are not comparable with the index's (another
 corpus, other statistics), which is why the planner fuses them as their own ranked list.
 """
@@ -16,11 +17,11 @@ from collections import Counter
 from collections.abc import Sequence
 from functools import lru_cache
 
-from sinks.text.base import MAX_TOKEN_BYTES, QueryClauses, parse_query
+from sinks.text.base import MAX_TOKEN_BYTES, WORD_PATTERN, QueryClauses, parse_query
 
 __all__ = ["analyze", "clauses_of", "matches", "rank_texts"]
 
-_WORD = re.compile(r"[^\W_]+")
+_WORD = re.compile(WORD_PATTERN)
 _K1 = 1.2
 _B = 0.75
 

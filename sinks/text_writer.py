@@ -13,6 +13,7 @@ from typing import Any
 
 from sinks.generations import clone_into
 from sinks.text import get_engine
+from sinks.text.base import ANALYZER
 
 __all__ = ["TextWriter"]
 
@@ -27,7 +28,8 @@ class TextWriter:
         self.engine = get_engine(engine)
 
     def describe(self) -> dict[str, Any]:
-        return {"schemaVersion": "1", "engine": self.engine.name}
+        # Schema 2: the analyzer that makes every CJK character a term (sinks.text.base).
+        return {"schemaVersion": "2", "engine": self.engine.name, "analyzer": ANALYZER}
 
     def write(self, staging: Path, previous: Path | None, records: Sequence[dict[str, Any]]) -> list[str]:
         if previous is None:

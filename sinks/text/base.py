@@ -7,12 +7,22 @@ semantics, same filters, same deterministic order.
 
 Query syntax (deliberately small, so no user input can be a syntax error): words are OR-ed and
 ranked by BM25; ``"double-quoted words"`` form a phrase clause; everything else — operators,
-brackets, ``field:value`` — is just text, tokenized like the indexed text (lowercased runs of
-letters and digits). An unterminated quote makes a phrase of the rest of the query.
+brackets, ``field:value`` — is just text, tokenized like the indexed text. An unterminated
+quote makes a phrase of the rest of the query.
+
+The analyzer (:data:`ANALYZER`, recorded in every text generation's manifest and in a marker
+file inside the index): lowercased runs of letters and digits, except that every Chinese,
+Japanese or Korean character (Han, kana, Hangul syllables) is a token of its own. Scripts
+written without spaces have no word boundaries to split on, so a CJK word is found as the
+phrase of its characters: any substring of a message, of any length, is then a phrase match.
+A query word that holds CJK characters (``数据库``, ``调用foo函数``) is searched both as its
+characters OR-ed and as one phrase of them, so the exact substring ranks first.
 """
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,20 +32,54 @@ from sinks.exceptions import EngineError, QueryError
 from streams.asp import posix_time
 
 __all__ = [
+    "ANALYZER",
+    "ANALYZER_MARKER",
+    "CJK_RANGES",
     "MAX_TOKEN_BYTES",
+    "WORD_PATTERN",
     "QueryClauses",
     "TextDoc",
     "TextEngine",
     "TextHit",
+    "analyze_text",
+    "check_analyzer",
+    "cjk_spaced",
     "collect_top",
     "dedupe_last_wins",
     "parse_query",
     "to_text_doc",
+    "write_analyzer_marker",
 ]
 
 # Tantivy's default tokenizer drops tokens of 40 bytes or more (hashes, base64 blobs); both
 # engines do the same so they index the same words.
 MAX_TOKEN_BYTES = 40
+
+ANALYZER = "words+cjk-chars/2"
+"""The text analyzer's identity. Version 1 (no marker) kept a run of CJK characters as one
+token, so no substring of it could be found; an index of another analyzer is refused with
+the remedy (``usl rebuild text``), never searched with the wrong terms."""
+ANALYZER_MARKER = "usl-analyzer.json"
+CJK_RANGES: tuple[tuple[int, int], ...] = (
+    (0x3005, 0x3007),  # 々 〆 〇
+    (0x3040, 0x30FF),  # hiragana, katakana (with ー)
+    (0x31F0, 0x31FF),  # katakana phonetic extensions
+    (0x3400, 0x4DBF),  # CJK unified ideographs extension A
+    (0x4E00, 0x9FFF),  # CJK unified ideographs
+    (0xAC00, 0xD7AF),  # Hangul syllables
+    (0xF900, 0xFAFF),  # CJK compatibility ideographs
+    (0xFF66, 0xFF9F),  # halfwidth katakana
+    (0x20000, 0x3134F),  # CJK unified ideographs extensions B-G
+)
+_CJK_CLASS = "".join(f"{chr(low)}-{chr(high)}" for low, high in CJK_RANGES)
+WORD_PATTERN = f"[{_CJK_CLASS}]|[^\\W_{_CJK_CLASS}]+"
+"""Python ``re`` form of the analyzer's tokens: one CJK character, or a run of other letters
+and digits (tantivy's engine compiles the same classes in Rust syntax)."""
+_WORD = re.compile(WORD_PATTERN)
+_CJK = re.compile(f"[{_CJK_CLASS}]")
+# UTF-8 lead bytes of U+3000..U+DFFF (0xE3..0xED), U+F000..U+FFFF (0xEF) and the
+# supplementary planes (0xF0): every CJK range above starts with one of them.
+_NOT_CJK_LEADS = bytes(b for b in range(256) if not (0xE3 <= b <= 0xED or b in (0xEF, 0xF0)))
 
 
 @dataclass(frozen=True)
@@ -155,10 +199,54 @@ def parse_query(query: str, analyze: Callable[[str], list[str]]) -> QueryClauses
         tokens = analyze(piece)
         if is_phrase and len(tokens) > 1:
             phrases.setdefault(tuple(tokens), None)
-        else:
-            for token in tokens:
-                terms.setdefault(token, None)
+            continue
+        for token in tokens:
+            terms.setdefault(token, None)
+        # A word of a script without spaces is also a phrase of its characters.
+        for word in piece.split():
+            if _CJK.search(word):
+                word_tokens = analyze(word)
+                if len(word_tokens) > 1:
+                    phrases.setdefault(tuple(word_tokens), None)
     return QueryClauses(terms=tuple(terms), phrases=tuple(phrases))
+
+
+def cjk_spaced(text: str) -> str:
+    """``text`` with a space on each side of every CJK character, so a tokenizer that splits
+    on non-alphanumerics makes each a token; other text is returned unchanged (same object)."""
+    # Cheap checks first (C loops at memory speed; the regex scans about 20 MB/s): a text
+    # whose UTF-8 has no lead byte of a CJK block's code points holds no CJK character.
+    if text.isascii() or not text.encode("utf-8", "surrogatepass").translate(None, _NOT_CJK_LEADS) \
+            or not _CJK.search(text):
+        return text
+    return _CJK.sub(lambda match: f" {match.group()} ", text)
+
+
+def analyze_text(text: str) -> list[str]:
+    """The analyzer in pure Python: the terms both engines index for ``text``."""
+    return [token for token in _WORD.findall(text.lower())
+            if len(token.encode("utf-8")) < MAX_TOKEN_BYTES]
+
+
+def write_analyzer_marker(directory: Path) -> None:
+    """Record :data:`ANALYZER` inside a new index directory (it travels with every generation)."""
+    (Path(directory) / ANALYZER_MARKER).write_text(json.dumps({"analyzer": ANALYZER}) + "\n",
+                                                   encoding="utf-8")
+
+
+def check_analyzer(directory: Path) -> None:
+    """Refuse an index built by another analyzer (:class:`EngineError` with the remedy)."""
+    path = Path(directory) / ANALYZER_MARKER
+    try:
+        found = json.loads(path.read_text(encoding="utf-8")).get("analyzer")
+    except FileNotFoundError:
+        found = "words/1"
+    except (OSError, ValueError, AttributeError):
+        found = "an unreadable marker"
+    if found != ANALYZER:
+        raise EngineError(f"the text index in {directory} was built with analyzer {found}, this "
+                          f"version searches and writes with {ANALYZER}; rebuild it from the log: "
+                          "usl rebuild text")
 
 
 def collect_top(fetch: Callable[[int], list[tuple[float, str]]], limit: int) -> list[TextHit]:

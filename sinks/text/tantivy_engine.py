@@ -21,9 +21,12 @@ from sinks.text.base import (
     MAX_TOKEN_BYTES,
     TextDoc,
     TextHit,
+    check_analyzer,
+    cjk_spaced,
     collect_top,
     dedupe_last_wins,
     parse_query,
+    write_analyzer_marker,
 )
 
 __all__ = ["TantivyEngine"]
@@ -32,6 +35,24 @@ __all__ = ["TantivyEngine"]
 # generation must not carry them.
 _LOCK_FILES = (".tantivy-writer.lock", ".tantivy-meta.lock")
 _CACHE_SIZE = 32
+_UNINDEXED = "usl_unindexed"
+
+
+def _analyzer() -> tantivy.TextAnalyzer:
+    """The indexed terms: tantivy's "default" analyzer (simple tokenizer, long tokens dropped,
+    lowercased) over :func:`cjk_spaced` text, which is exactly ``sinks.text.base.analyze_text``
+    (the regex tokenizer gives the same terms directly but indexes about 5x slower)."""
+    return (
+        tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
+        .filter(tantivy.Filter.remove_long(MAX_TOKEN_BYTES))
+        .filter(tantivy.Filter.lowercase())
+        .build()
+    )
+
+
+def _unindexed() -> tantivy.TextAnalyzer:
+    # The whole text as one raw token, dropped at once: a stored field with no terms.
+    return tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.raw()).filter(tantivy.Filter.remove_long(1)).build()
 
 
 def _schema() -> tantivy.Schema:
@@ -39,9 +60,12 @@ def _schema() -> tantivy.Schema:
     builder.add_text_field("chunkId", stored=True, tokenizer_name="raw")
     builder.add_text_field("sessionId", tokenizer_name="raw")
     builder.add_text_field("logId", tokenizer_name="raw")
-    # "default" = simple tokenizer + remove_long(40) + lowercase; the query side builds the
-    # same analyzer in Python, so query terms are the indexed terms.
+    # "text" holds cjk_spaced(text), indexed with the "default" analyzer; the query side
+    # analyzes with the same, so query terms are the indexed terms. For the few chunks where
+    # that differs from the chunk's own text (CJK), the own text is also stored, unindexed,
+    # in "source": the chunk's byte offsets point into it.
     builder.add_text_field("text", stored=True, tokenizer_name="default")
+    builder.add_text_field("source", stored=True, tokenizer_name=_UNINDEXED, index_option="basic")
     builder.add_integer_field("minSeq", indexed=True, fast=True)
     builder.add_integer_field("maxSeq", indexed=True, fast=True)
     builder.add_float_field("eventTime", stored=True, indexed=True, fast=True)
@@ -60,18 +84,27 @@ class TantivyEngine:
         self.heap_bytes = heap_bytes
         self.threads = threads
         self._schema = _schema()
-        self._analyzer = (
-            tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
-            .filter(tantivy.Filter.remove_long(MAX_TOKEN_BYTES))
-            .filter(tantivy.Filter.lowercase())
-            .build()
-        )
+        self._analyzer = _analyzer()
         self._cache: OrderedDict[tuple[Any, ...], tantivy.Index] = OrderedDict()
         self._lock = threading.Lock()
 
     def analyze(self, text: str) -> list[str]:
         """The indexed terms of ``text``."""
-        return list(self._analyzer.analyze(text))
+        return list(self._analyzer.analyze(cjk_spaced(text)))
+
+    def fetch_texts(self, directory: Path, chunk_ids: Collection[str]) -> dict[str, str]:
+        """The stored text of each chunk in ``chunk_ids`` the index holds."""
+        ids = sorted(set(chunk_ids))
+        if not ids:
+            return {}
+        index = self._open(Path(directory))
+        searcher = index.searcher()
+        query = Query.term_set_query(index.schema, "chunkId", ids)
+        found: dict[str, str] = {}
+        for _score, address in searcher.search(query, limit=len(ids), count=False).hits:
+            doc = searcher.doc(address)
+            found[str(doc.get_first("chunkId"))] = doc.get_first("source") or doc.get_first("text") or ""
+        return found
 
     def create(self, directory: Path) -> None:
         directory = Path(directory)
@@ -83,6 +116,7 @@ class TantivyEngine:
         except ValueError as exc:
             raise EngineError(f"cannot create a tantivy index in {directory}: {exc}") from exc
         del index
+        write_analyzer_marker(directory)
         _remove_locks(directory)
 
     def add(self, directory: Path, docs: Sequence[Mapping[str, Any]]) -> None:
@@ -163,10 +197,13 @@ class TantivyEngine:
     def _open_uncached(self, directory: Path) -> tantivy.Index:
         if not directory.is_dir() or not tantivy.Index.exists(str(directory)):
             raise EngineError(f"{directory} holds no tantivy index")
+        check_analyzer(directory)
         try:
-            return tantivy.Index.open(str(directory))
+            index = tantivy.Index.open(str(directory))
         except ValueError as exc:
             raise EngineError(f"cannot open the tantivy index in {directory}: {exc}") from exc
+        index.register_tokenizer(_UNINDEXED, _unindexed())
+        return index
 
     def _open(self, directory: Path) -> tantivy.Index:
         """An opened index for reading; cached while the directory's meta.json is unchanged
@@ -196,11 +233,13 @@ def _document(doc: TextDoc) -> tantivy.Document:
         "chunkId": doc.chunk_id,
         "sessionId": doc.session_id,
         "logId": doc.log_id,
-        "text": doc.text,
+        "text": cjk_spaced(doc.text),
         "minSeq": doc.min_seq,
         "maxSeq": doc.max_seq,
         "eventTime": doc.event_time,
     }
+    if fields["text"] is not doc.text:
+        fields["source"] = doc.text
     for name, values in (("roles", doc.roles), ("toolNames", doc.tool_names), ("types", doc.types)):
         if values:
             fields[name] = list(values)

@@ -21,11 +21,14 @@ from whoosh.searching import Searcher
 from sinks.exceptions import EngineError
 from sinks.text.base import (
     MAX_TOKEN_BYTES,
+    WORD_PATTERN,
     TextDoc,
     TextHit,
+    check_analyzer,
     collect_top,
     dedupe_last_wins,
     parse_query,
+    write_analyzer_marker,
 )
 
 __all__ = ["WhooshEngine"]
@@ -35,11 +38,12 @@ _CACHE_SIZE = 32
 
 
 def _analyzer() -> analysis.Analyzer:
-    # The same terms as tantivy's "default" tokenizer: runs of letters and digits, lowercased,
-    # no stop words, long tokens dropped with their positions kept (renumber=False), so
-    # phrases behave alike. (Whoosh counts the limit in characters, tantivy in bytes.)
+    # The same terms as the tantivy engine: one CJK character or a run of other letters and
+    # digits, lowercased, no stop words, long tokens dropped with their positions kept
+    # (renumber=False), so phrases behave alike. (Whoosh counts the limit in characters,
+    # tantivy in bytes.)
     return (
-        analysis.RegexTokenizer(r"[^\W_]+")
+        analysis.RegexTokenizer(WORD_PATTERN)
         | analysis.LowercaseFilter()
         | analysis.StopFilter(stoplist=frozenset(), minsize=1, maxsize=MAX_TOKEN_BYTES - 1, renumber=False)
     )
@@ -82,6 +86,7 @@ class WhooshEngine:
         if index.exists_in(str(directory)):
             raise EngineError(f"{directory} already holds a whoosh index")
         index.create_in(str(directory), _schema())
+        write_analyzer_marker(directory)
         _remove_locks(directory)
 
     def add(self, directory: Path, docs: Sequence[Mapping[str, Any]]) -> None:
@@ -144,6 +149,16 @@ class WhooshEngine:
 
             return collect_top(fetch, limit)
 
+    def fetch_texts(self, directory: Path, chunk_ids: Collection[str]) -> dict[str, str]:
+        """The stored text of each chunk in ``chunk_ids`` the index holds."""
+        ids = sorted(set(chunk_ids))
+        if not ids:
+            return {}
+        _ix, searcher, lock = self._open(Path(directory))
+        with lock:
+            hits = searcher.search(wq.Or([wq.Term("chunkId", c) for c in ids]), limit=len(ids))
+            return {hit["chunkId"]: hit.get("text", "") for hit in hits}
+
     def count(self, directory: Path) -> int:
         _ix, searcher, lock = self._open(Path(directory))
         with lock:
@@ -157,6 +172,7 @@ class WhooshEngine:
     def _open_uncached(self, directory: Path) -> Index:
         if not index.exists_in(str(directory)):
             raise EngineError(f"{directory} holds no whoosh index")
+        check_analyzer(directory)
         try:
             return index.open_dir(str(directory))
         except Exception as exc:  # whoosh raises assorted errors on a damaged index

@@ -209,6 +209,84 @@ def test_unicode_text(engine: TextEngine, index_dir: Path):
     assert ids(engine.search(index_dir, '"café crème"', limit=5)) == ["fr"]
 
 
+CJK_DOCS = {
+    "zh": "部署失败：数据库连接超时，请检查网络配置后重试。",
+    "ja": "データベースへの接続がタイムアウトしました。設定を確認してください。",
+    "ko": "데이터베이스에서 연결 시간이 초과되었습니다",
+    "mixed": "调用foo_bar函数时抛出ValueError，见src/app.py第42行",
+    "en": "the database connection timed out, check the network settings",
+}
+
+
+def _substrings(text: str, rng: random.Random, count: int) -> list[str]:
+    """Random substrings; one that cuts a word of a spaced script is widened to the whole
+    word (those scripts are searched by words, CJK by characters)."""
+    def inside_word(at: int) -> bool:
+        return 0 < at < len(text) and text[at - 1].isascii() and text[at - 1].isalnum() \
+            and text[at].isascii() and text[at].isalnum()
+
+    out = []
+    for _ in range(count):
+        start = rng.randrange(len(text) - 1)
+        end = rng.randrange(start + 1, min(len(text), start + 12) + 1)
+        while inside_word(start):
+            start -= 1
+        while inside_word(end):
+            end += 1
+        out.append(text[start:end])
+    return out
+
+
+def test_cjk_substrings_are_found(engine: TextEngine, index_dir: Path):
+    engine.add(index_dir, [chunk(doc_id, text) for doc_id, text in CJK_DOCS.items()])
+    rng = random.Random(14)
+    for doc_id in ("zh", "ja", "ko", "mixed"):
+        for piece in _substrings(CJK_DOCS[doc_id], rng, 25):
+            if not engine.analyze(piece):  # type: ignore[attr-defined]  # punctuation only
+                continue
+            hits = ids(engine.search(index_dir, piece, limit=5))
+            assert hits and hits[0] == doc_id, (doc_id, piece, hits)
+    # Whole words, one character, and mixed code/CJK, plain and quoted.
+    for query, expected in (("数据库", "zh"), ("连接超时", "zh"), ("库", "zh"), ("タイムアウト", "ja"),
+                            ("接続", "ja"), ("데이터베이스", "ko"), ("foo_bar函数", "mixed"),
+                            ('"函数时抛出ValueError"', "mixed"), ("ValueError", "mixed"),
+                            ("app py", "mixed"), ("42行", "mixed")):
+        assert ids(engine.search(index_dir, query, limit=5))[:1] == [expected], query
+    # A CJK word is a phrase of its characters: the same characters apart rank below it.
+    engine.add(index_dir, [chunk("apart", "数 与 据 与 库")])
+    assert ids(engine.search(index_dir, "数据库", limit=5))[:2] == ["zh", "apart"]
+    assert ids(engine.search(index_dir, '"数据库"', limit=5)) == ["zh"]
+    # The stored text is the chunk's own, whatever the index holds for its terms.
+    assert engine.fetch_texts(index_dir, ["zh", "mixed"]) == {  # type: ignore[attr-defined]
+        "zh": CJK_DOCS["zh"], "mixed": CJK_DOCS["mixed"]}
+
+
+def test_engines_and_the_planner_analyze_alike():
+    from planner.local import analyze as planner_analyze
+    from sinks.text.base import analyze_text
+
+    tantivy_engine, whoosh_engine = TantivyEngine(), WhooshEngine()
+    samples = [*CJK_DOCS.values(), "Привет мир", "café crème", "x² ½ ①", "🙂 emoji 𠀀𠀁 々ー",
+               "a" * 45 + "数" + "b" * 39, "ＡＢＣ ｶﾀｶﾅ", "tab\tand\nnewline_under"]
+    for text in samples:
+        expected = analyze_text(text)
+        assert tantivy_engine.analyze(text) == expected, text
+        assert whoosh_engine.analyze(text) == expected, text
+        assert planner_analyze(text) == expected, text
+
+
+def test_an_index_of_the_old_analyzer_is_refused(engine: TextEngine, index_dir: Path):
+    from sinks.text.base import ANALYZER_MARKER
+
+    engine.add(index_dir, [chunk("c1", "hello world")])
+    (index_dir / ANALYZER_MARKER).unlink()  # as an index written before the marker existed
+    fresh = ENGINES[engine.name]()
+    with pytest.raises(EngineError, match="usl rebuild text"):
+        fresh.search(index_dir, "hello", limit=5)
+    with pytest.raises(EngineError, match="analyzer words/1"):
+        fresh.add(index_dir, [chunk("c2", "more")])
+
+
 def test_long_tokens_are_dropped_alike(engine: TextEngine, index_dir: Path):
     blob = "a" * 45
     engine.add(index_dir, [chunk("c1", f"token {blob} here")])
