@@ -406,7 +406,7 @@ def load_paraphrases(sessions: set[str]) -> list[dict[str, Any]]:
 
 
 def run(*, label: str, seed: int, phrase_count: int, error_count: int, page_count: int, tail_count: int,
-        snapshots: Path, embedder: str | None, command: str) -> dict[str, Any]:
+        snapshots: Path, embedder: str | None, command: str, code_version: str | None = None) -> dict[str, Any]:
     logging.getLogger("kafka").setLevel(logging.WARNING)
     started = time.monotonic()
     sessions_dir = dataset.DATA_DIR / dataset.SESSIONS
@@ -449,7 +449,7 @@ def run(*, label: str, seed: int, phrase_count: int, error_count: int, page_coun
             chunk_sessions = Counter(chunk["sessionId"] for chunk in corpus.chunks)
             result = {
                 "label": label, "command": command, "seed": seed, "when": datetime.now(UTC).isoformat(timespec="seconds"),
-                "commit": _commit(), "embedder": settings.embedder, "textEngine": settings.text_engine,
+                "commit": code_version or _commit(), "embedder": settings.embedder, "textEngine": settings.text_engine,
                 "chunkTokens": settings.chunk_tokens,
                 "set": {"sources": [{k: v for k, v in s.items() if k != "files"} | {"files": len(s["files"])}
                                     for s in manifest["sources"]],
@@ -570,6 +570,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--embedder", default=None, help="USL_EMBEDDER for the run (default: the configured one)")
     parser.add_argument("--snapshots", type=Path, default=Path("/work/.mirror"))
     parser.add_argument("--out-dir", type=Path, default=ROOT)
+    parser.add_argument("--code-version", default=None,
+                        help="what EVAL.md names as the code measured (default: this checkout's commit)")
     args = parser.parse_args(argv)
     given = " ".join(argv if argv is not None else sys.argv[1:])
     command = (f'make eval EVAL_ARGS="{given}"' if given else "make eval") if os.environ.get("USL_EVAL_VIA_MAKE") \
@@ -577,7 +579,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = run(label=args.label, seed=args.seed, phrase_count=args.phrases, error_count=args.errors,
                      page_count=args.pagination, tail_count=args.tail, snapshots=args.snapshots,
-                     embedder=args.embedder, command=command)
+                     embedder=args.embedder, command=command, code_version=args.code_version)
     except (TimeoutError, ValueError, OSError, RuntimeError, subprocess.SubprocessError) as error:
         print(f"eval failed: {error}", file=sys.stderr)
         return 1
