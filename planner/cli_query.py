@@ -1,6 +1,7 @@
 """``usl search`` and ``usl serve``: the planner from the command line.
 
-``usl search`` runs the planner in this process (no API server needed) and prints one block per
+``usl search`` asks the planner API when one answers (``USL_API_URL``, or the local stack that
+``usl up`` runs), else runs the planner in this process, and prints one block per
 hit plus a freshness line that says at which log position the answer was taken and what it
 does not cover; ``--json`` prints exactly the HTTP API's response (or its error body).
 ``usl serve`` runs the HTTP API (:mod:`planner.api`) under uvicorn.
@@ -8,19 +9,27 @@ does not cover; ``--json`` prints exactly the HTTP API's response (or its error 
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Callable
-from typing import Any, NoReturn
+from itertools import pairwise
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 from rich.markup import escape
-from rich.table import Table
-from rich.text import Text
 
 from planner.cli import LOG_OPTION, _bootstrap, _print_json, _settings, app, err, out
 from planner.exceptions import PlannerError, error_body
 from streams.exceptions import USLError
+from streams.settings import Settings
 
-__all__ = ["render_response", "search", "serve"]
+if TYPE_CHECKING:
+    from rich.text import Text
+
+    from planner.client import Client
+
+__all__ = ["api_client", "api_target", "render_response", "search", "serve", "through_api"]
 
 _SNIPPET_CHARS = 480
 _CELL_CHARS = 80
@@ -53,7 +62,8 @@ def search(
                if values}
     if filters:
         request["filters"] = filters
-    response = call_planner(principal_text, json_out, lambda planner, principal: planner.search(request, principal))
+    response = call_planner(principal_text, json_out, lambda planner, principal: planner.search(request, principal),
+                            ("POST", "/v1/search", request))
     if json_out:
         _print_json(response)
         return
@@ -115,6 +125,8 @@ def freshness_line(response: dict[str, Any]) -> str:
 
 def _snippet(text: str, evidence: list[dict[str, Any]]) -> Text:
     """The hit's text with each evidence span styled (UTF-8 byte offsets → characters)."""
+    from rich.text import Text
+
     data = text.encode("utf-8")
     shown = Text("   ")
     position = 0
@@ -175,7 +187,8 @@ def sql(
     body: dict[str, Any] = {"query": query, "log": log}
     if as_of is not None:
         body["asOfSeq"] = as_of
-    response = call_planner(principal_text, json_out, lambda planner, principal: planner.sql(body, principal))
+    response = call_planner(principal_text, json_out, lambda planner, principal: planner.sql(body, principal),
+                            ("POST", "/v1/sql", body))
     if json_out:
         _print_json(response)
         return
@@ -183,13 +196,19 @@ def sql(
 
 
 def call_planner(principal_text: str | None, json_out: bool,
-                 call: Callable[[Any, Any], dict[str, Any]]) -> dict[str, Any]:
-    """Run one planner call in this process for a CLI command. A planner error becomes the
+                 call: Callable[[Any, Any], dict[str, Any]],
+                 route: tuple[str, str, dict[str, Any] | None] | None = None) -> dict[str, Any]:
+    """Run one planner call for a CLI command: through the planner API when one answers
+    (``route`` is its method, path and body), else in this process. A planner error becomes the
     API's JSON error body (``--json``) or one red line with its hint, and exit code 2."""
+    settings = _settings()
+    if route is not None:
+        answer = through_api(settings, principal_text, json_out, *route)
+        if answer is not None:
+            return answer
     from planner.acl import parse_principal
     from planner.engine import Planner
 
-    settings = _settings()
     try:
         principal = parse_principal(principal_text or settings.acl_default)
         planner = Planner(settings, _bootstrap(settings))
@@ -202,6 +221,73 @@ def call_planner(principal_text: str | None, json_out: bool,
     except USLError as exc:
         fail(PlannerError(str(exc)), json_out)
     raise AssertionError("unreachable")
+
+
+def api_target(settings: Settings) -> tuple[str, bool] | None:
+    """The planner API the CLI should ask, and whether the user named it (``USL_API_URL``);
+    else the API of the local stack under ``USL_HOME`` while ``usl up`` runs one; else None."""
+    if settings.api_url:
+        return settings.api_url, True
+    pid_file = Path(settings.home).resolve() / "run" / "api.pid"
+    try:
+        entry = json.loads(pid_file.read_text())
+        pid, command = int(entry["pid"]), [str(part) for part in entry["cmd"]]
+        os.kill(pid, 0)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # no local API (or its process is gone): nothing to ask
+    host, port = settings.api_host, settings.api_port
+    for flag, value in pairwise(command):
+        if flag == "--host":
+            host = value
+        elif flag == "--port":
+            port = int(value) if value.isdigit() else port
+    if host in ("", "0.0.0.0", "::", "[::]"):
+        host = "127.0.0.1"  # listening everywhere includes loopback
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}", False
+
+
+def api_client(settings: Settings, principal_text: str | None) -> tuple[Client, bool] | None:
+    """A client of :func:`api_target` asking as the principal the CLI would run as in process:
+    ``--as`` (or ``USL_DEFAULT_PRINCIPAL``) in ``X-USL-Principal``; with ``USL_API_KEY`` the
+    key's principal, narrowed by ``--as`` when given."""
+    from planner.client import Client
+
+    target = api_target(settings)
+    if target is None:
+        return None
+    url, named = target
+    principal = principal_text or (None if settings.api_key else settings.acl_default)
+    return Client(url, principal=principal, api_key=settings.api_key,
+                  connect_timeout=2.0 if named else 0.5), named
+
+
+def through_api(settings: Settings, principal_text: str | None, json_out: bool, method: str, path: str,
+                body: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The API's answer to one request, or None when no API answers (the caller then runs
+    in process). An error answer is the command's error, exactly as in process."""
+    from planner.client import APIError, Unreachable
+
+    found = api_client(settings, principal_text)
+    if found is None:
+        return None
+    client, named = found
+    try:
+        if not client.health().get("ready"):
+            return None  # still starting: answering in process is quicker than waiting
+        timeout = None
+        if body is not None and str(body.get("freshness", "")).startswith("wait:"):
+            timeout = client.timeout_for(str(body["freshness"]))
+        return client.request(method, path, body, timeout=timeout)
+    except Unreachable as exc:
+        if named:
+            err.print(f"[yellow]warning:[/] {escape(str(exc))}; answering in this process")
+        return None
+    except APIError as exc:
+        if exc.status == 401 and not settings.api_key and not named:
+            return None  # a local stack with keys and no USL_API_KEY here: the files are ours
+        fail(exc, json_out)
+    finally:
+        client.close()
 
 
 def fail(exc: PlannerError, json_out: bool) -> NoReturn:
@@ -217,6 +303,8 @@ def fail(exc: PlannerError, json_out: bool) -> NoReturn:
 def render_rows(response: dict[str, Any]) -> None:
     """Human output of SQL and SessionQL: the rows as a table, then one line on the snapshot
     the answer reflects (and the normalized query, for SessionQL)."""
+    from rich.table import Table
+
     table = Table(*map(str, response["columns"]), show_lines=False, header_style="bold")
     for row in response["rows"]:
         table.add_row(*(_cell(value) for value in row))

@@ -1,6 +1,7 @@
 """``usl sessionql``: a SessionQL query from the command line.
 
-Runs the planner in this process (no API server needed) and prints the rows as a table, then
+Asks the planner API when one answers (as ``usl search`` does), else runs the planner in this
+process, and prints the rows as a table, then
 a line saying at which log position the answer was taken and which generations it read;
 ``--json`` prints exactly the HTTP API's response (or its error body). Importing this module
 registers the command on :data:`planner.cli.app`.
@@ -30,13 +31,16 @@ def sessionql(
     json_out: bool = typer.Option(False, "--json", help="Print the API's JSON response."),
 ) -> None:
     """Run one SessionQL query at one asOfSeq, over the sessions you may read."""
-    from planner.sessionql_service import sessionql_request
-
     body: dict[str, Any] = {"query": query, "log": log}
     if as_of is not None:
         body["asOfSeq"] = as_of
-    response = call_planner(principal_text, json_out,
-                            lambda planner, principal: sessionql_request(planner, body, principal))
+
+    def in_process(planner: Any, principal: Any) -> dict[str, Any]:
+        from planner.sessionql_service import sessionql_request
+
+        return sessionql_request(planner, body, principal)
+
+    response = call_planner(principal_text, json_out, in_process, ("POST", "/v1/sessionql", body))
     if json_out:
         _print_json(response)
         return

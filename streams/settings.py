@@ -79,6 +79,14 @@ class Settings:
         "USL_API_ALLOW_UNAUTHENTICATED", False,
         "Let the API listen beyond loopback without API keys (only behind a proxy that authenticates).",
     )
+    api_url: str | None = _setting(
+        "USL_API_URL", None,
+        "Planner API that `usl search`, `sql`, `sessionql`, `status` and `export` ask. Unset: the local "
+        "stack's API when `usl up` runs one; with no API answering they run in process.",
+    )
+    api_key: str | None = _setting(
+        "USL_API_KEY", None, "API key the CLI sends to the planner API when that API enforces keys.", secret=True,
+    )
     cursor_key: str | None = _setting(
         "USL_CURSOR_KEY", None,
         "HMAC key signing cursors. Unset: a random key is created once under USL_HOME.",

@@ -1,0 +1,218 @@
+"""``usl search``, ``sql``, ``sessionql`` and ``status`` through the planner API (SPEC §12).
+
+One real ``usl serve`` runs on a small corpus. Each command runs as a real ``usl`` process twice:
+in process (no API known) and through the API (``USL_API_URL``, or the local stack's pid file);
+the two must print the same thing and exit with the same code. A run through the API is shown
+to be one by giving it a broker address that does not answer: in process it could not work.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from planner.auth import create_key, keys_path
+from planner.client import APIError, Client, Unreachable
+from streams.settings import Settings
+from tests.harness import settings_env
+from tests.planner.corpus import IndexBuilder, interleaved, make_test_settings
+
+pytestmark = pytest.mark.kafka
+
+ALICE = "tenant:acme/user:alice/groups:eng"
+DEAD_BROKER = "127.0.0.1:1"
+TIMEOUT = 120.0
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def env_of(settings: Settings, **extra: str) -> dict[str, str]:
+    env = settings_env(settings)
+    env.pop("USL_API_URL", None)
+    env.pop("USL_API_KEY", None)
+    env.pop("USL_DEFAULT_PRINCIPAL", None)
+    env.update({"USL_EMBEDDER": settings.embedder, "USL_CURSOR_KEY": settings.cursor_key or "",
+                "COLUMNS": "160"})
+    env.update(extra)
+    return env
+
+
+def usl(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "planner", *args], env=env, capture_output=True,
+                          text=True, timeout=TIMEOUT)
+
+
+def same_text(text: str) -> str:
+    """Output with what may differ between two runs of one query blanked: a cursor carries the
+    second it was issued in, and status its own clock."""
+    text = re.sub(r"--cursor [\w.=\s-]+", "--cursor C", text)  # wrapped over lines
+    text = re.sub(r'"cursor": "[^"]+"', '"cursor": "C"', text)
+    return re.sub(r'"generatedAt": [0-9.]+', '"generatedAt": T', text)
+
+
+@pytest.fixture(scope="module")
+def served(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Settings, str, int]]:
+    """(settings, API URL, pid of the API) over the planner tests' corpus."""
+    settings = make_test_settings(Path(tmp_path_factory.mktemp("cli-api")), kafka_bootstrap)
+    builder = IndexBuilder(settings, kafka_bootstrap, "default")
+    order, _ = interleaved("default")
+    builder.append(order)
+    builder.commit("structured", "text", "vector", "toolresults", "analytics")
+    builder.close()
+    port = free_port()
+    log = (Path(settings.home) / "api.log").open("ab")
+    api = subprocess.Popen([sys.executable, "-m", "planner", "serve", "--port", str(port)],
+                           env=env_of(settings), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/healthz", timeout=2) as response:
+                    if json.load(response).get("ready"):
+                        break
+            except OSError:
+                pass
+            assert api.poll() is None and time.monotonic() < deadline, "the API did not start"
+            time.sleep(0.5)
+        yield settings, url, api.pid
+    finally:
+        api.terminate()
+        api.wait(timeout=60)
+        log.close()
+
+
+COMMANDS = [
+    ("search", "deploy", "--as", ALICE, "--k", "3"),
+    ("search", "deploy", "--as", ALICE, "--k", "3", "--json"),
+    ("search", "deploy", "--as", ALICE, "--session", "s-eng", "--mode", "text", "--json"),
+    ("search", "deploy", "--freshness", "sometime", "--json"),
+    ("search", "deploy", "--freshness", "sometime"),
+    ("sql", "SELECT sessionId, count(*) AS n FROM events GROUP BY 1 ORDER BY 1", "--as", ALICE),
+    ("sql", "SELECT sessionId FROM sessions ORDER BY 1", "--as", ALICE, "--json"),
+    ("sql", "DROP TABLE sessions", "--as", ALICE, "--json"),
+    ("sessionql", "FROM sessions SELECT sessionId ORDER BY sessionId", "--as", ALICE),
+    ("sessionql", "FROM events GROUP BY sessionId", "--as", ALICE, "--json"),
+    ("sessionql", "FROM nowhere", "--as", ALICE),
+]
+
+
+@pytest.mark.parametrize("args", COMMANDS, ids=[" ".join(a[:2]) + (" json" if "--json" in a else "")
+                                                 for a in COMMANDS])
+def test_through_the_api_prints_what_in_process_prints(served: tuple[Settings, str, int],
+                                                       args: tuple[str, ...]) -> None:
+    settings, url, _ = served
+    local = usl(env_of(settings), *args)
+    remote = usl(env_of(settings, USL_API_URL=url, KAFKA_BOOTSTRAP_SERVERS=DEAD_BROKER), *args)
+    assert remote.returncode == local.returncode, (local.stderr, remote.stderr)
+    assert same_text(remote.stdout) == same_text(local.stdout)
+    assert same_text(remote.stderr) == same_text(local.stderr)
+    if "--json" in args and local.returncode == 0:
+        assert json.loads(remote.stdout).get("asOfSeq") is not None
+
+
+def test_status_through_the_api(served: tuple[Settings, str, int]) -> None:
+    settings, url, _ = served
+    local = json.loads(usl(env_of(settings), "status", "--json").stdout)
+    remote = usl(env_of(settings, USL_API_URL=url, KAFKA_BOOTSTRAP_SERVERS=DEAD_BROKER), "status", "--json")
+    assert remote.returncode == 0, remote.stderr
+    answer = json.loads(remote.stdout)
+    # The API keeps its broker address to itself; everything else is the same report (but for
+    # what depends on the clock: when it was made and how many seconds the lag is).
+    local.pop("bootstrap")
+    for report in (local, answer):
+        report.pop("generatedAt")
+        for index in report["logs"]["default"]["indexes"].values():
+            index.pop("lagSeconds")
+            index.pop("verdict")
+    assert answer == local
+    table = usl(env_of(settings, USL_API_URL=url, KAFKA_BOOTSTRAP_SERVERS=DEAD_BROKER), "status")
+    assert table.returncode == 0 and "L1 committed seq" in table.stdout, table.stderr
+
+
+def test_the_local_stack_is_found_by_its_pid_file(served: tuple[Settings, str, int]) -> None:
+    settings, url, pid = served
+    run = Path(settings.home) / "run"
+    run.mkdir(parents=True, exist_ok=True)
+    port = url.rsplit(":", 1)[1]
+    pid_file = run / "api.pid"
+    pid_file.write_text(json.dumps({"pid": pid, "cmd": [sys.executable, "-m", "planner", "serve",
+                                                         "--port", port, "--host", "127.0.0.1"]}))
+    try:
+        found = usl(env_of(settings, KAFKA_BOOTSTRAP_SERVERS=DEAD_BROKER), "search", "deploy", "--as", ALICE,
+                    "--json")
+        assert found.returncode == 0, found.stderr
+        assert json.loads(found.stdout)["results"]
+    finally:
+        pid_file.unlink()
+
+
+def test_no_api_answering_means_in_process(served: tuple[Settings, str, int]) -> None:
+    settings, _, _ = served
+    nowhere = f"http://127.0.0.1:{free_port()}"
+    local = usl(env_of(settings), "search", "deploy", "--as", ALICE, "--json")
+    fallen_back = usl(env_of(settings, USL_API_URL=nowhere), "search", "deploy", "--as", ALICE, "--json")
+    assert fallen_back.returncode == local.returncode == 0
+    assert same_text(fallen_back.stdout) == same_text(local.stdout)
+    assert "answering in this process" in fallen_back.stderr
+
+
+def test_the_api_is_asked_as_the_cli_principal(served: tuple[Settings, str, int]) -> None:
+    settings, url, _ = served
+    env = env_of(settings, USL_API_URL=url, KAFKA_BOOTSTRAP_SERVERS=DEAD_BROKER)
+    alice = json.loads(usl(env, "search", "deploy", "--as", ALICE, "--json").stdout)
+    mallory = json.loads(usl(env, "search", "deploy", "--as", "tenant:globex/user:mallory", "--json").stdout)
+    assert {hit["sessionId"] for hit in alice["results"]} & {"s-alice", "s-eng"}
+    assert not {hit["sessionId"] for hit in mallory["results"]} & {"s-alice", "s-eng"}
+    default = json.loads(usl({**env, "USL_DEFAULT_PRINCIPAL": "tenant:globex/user:mallory"},
+                             "search", "deploy", "--json").stdout)
+    assert [hit["chunkId"] for hit in default["results"]] == [hit["chunkId"] for hit in mallory["results"]]
+
+
+def test_with_api_keys_the_cli_sends_its_key(served: tuple[Settings, str, int]) -> None:
+    """Runs last in this module: once a keys file exists the API enforces keys for good."""
+    settings, url, _ = served
+    key, _ = create_key(keys_path(settings), ALICE, name="cli-test")
+    env = env_of(settings, USL_API_URL=url, KAFKA_BOOTSTRAP_SERVERS=DEAD_BROKER)
+    keyless = usl(env, "search", "deploy", "--json")
+    assert keyless.returncode == 2 and json.loads(keyless.stdout)["error"]["code"] == "unauthorized"
+    keyed = usl({**env, "USL_API_KEY": key}, "search", "deploy", "--json")
+    assert keyed.returncode == 0, keyed.stderr
+    assert {hit["sessionId"] for hit in json.loads(keyed.stdout)["results"]} & {"s-alice", "s-eng"}
+    wider = usl({**env, "USL_API_KEY": key}, "search", "deploy", "--as", "tenant:acme/user:bob", "--json")
+    assert wider.returncode == 2 and json.loads(wider.stdout)["error"]["code"] == "forbidden"
+    status = usl({**env, "USL_API_KEY": key}, "status", "--json")
+    assert status.returncode == 0 and "default" in json.loads(status.stdout)["logs"], status.stderr
+
+
+def test_client_follows_cursors_and_raises_the_api_error(served: tuple[Settings, str, int]) -> None:
+    settings, url, _ = served
+    key, _ = create_key(keys_path(settings), ALICE, name="client-test")
+    with Client(url, api_key=key) as client:
+        first = client.search("deploy", k=100)
+        paged = [hit["chunkId"] for hit in client.iter_results("deploy", k=2)]
+        assert paged == [hit["chunkId"] for hit in first["results"]]
+        assert [hit["chunkId"] for hit in client.iter_results("deploy", k=2, limit=3)] == paged[:3]
+        pages = list(client.iter_pages("deploy", k=2))
+        assert len({page["asOfSeq"] for page in pages}) == 1
+        assert client.sessionql("FROM sessions SELECT sessionId ORDER BY sessionId")["rows"]
+        assert client.sql("SELECT count(*) FROM sessions")["rows"]
+        assert "default" in client.status()["logs"]
+        with pytest.raises(APIError) as refused:
+            client.search("deploy", freshness="sometime")
+        assert (refused.value.status, refused.value.code) == (400, "bad_query")
+    with pytest.raises(Unreachable):
+        Client(f"http://127.0.0.1:{free_port()}").search("deploy")
