@@ -11,6 +11,29 @@ one user, a few in a second tenant). A configurable share of tool results and us
 one of the redaction policy's seeded fake secrets (``streams.redaction.samples``) in a shape
 the redactor knows (an ``export``, a config file line, a URL with a password, a header).
 
+Sizes follow real Claude Code transcripts (``sizes="real"``, the default). Measured on the
+3 146 non-progress events of the public transcripts ``make eval`` searches
+(``benchmarks/eval_data/sessions/claude-code``, marot/spotter, imported with
+``streams.importers``; canonical JSON bytes per event, text = the output or message text):
+
+==================  =======  ==========  ==========  ==========  ========
+event               share    event p50   event p90   event p99   max
+==================  =======  ==========  ==========  ==========  ========
+tool.result         35 %     2.9 KB      13.3 KB     33.6 KB     81 KB
+tool.call           35 %     1.7 KB      3.9 KB      15.4 KB     31 KB
+assistant message   21 %     1.5 KB      1.9 KB      16.9 KB     32 KB
+user message        2 %      1.6 KB      18.3 KB     30.5 KB     31 KB
+==================  =======  ==========  ==========  ==========  ========
+
+Mean 3.4 KB per event (the issue #16 set: 2.7 KB with Claude Code's progress lines). Texts are
+heavy-tailed: tool output p50 224 B, p90 5.3 KB, p99 32 KB (6 % over 10 KB); assistant text
+p50 85 B, p99 14 KB; user text p90 8.7 KB (pasted logs). About half of an event's bytes is
+the importer's ``payload`` (the raw record: Claude Code echoes a tool's input and output in
+``toolUseResult``), which redaction drops. Here text sizes are drawn from log-normal
+distributions with those p50/p90 and capped near the real maximum, and tool calls, results and
+assistant messages carry a ``payload`` echo of the record, capped at the importer's 16 KiB.
+``sizes="compact"`` gives the earlier, smaller events (no payload, mean 0.8 KB).
+
 Concurrent sessions are merged by event time, so the log interleaves them as a real shared log
 does. The same arguments always give the same events, byte for byte (no wall clock, no global
 random state, no set iteration).
@@ -28,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import heapq
+import math
 import random
 import sys
 from collections.abc import Iterator
@@ -96,6 +120,22 @@ class WorkloadConfig:
     episode_share: float = 0.2
     long_output_share: float = 0.05
     start: datetime = EPOCH
+    sizes: str = "real"  # "real": sizes of real transcripts (module docstring); "compact": small events
+
+
+# Text sizes (bytes) of real transcripts, as (p50, p90, cap) of a log-normal draw (module docstring).
+_TOOL_OUTPUT_BYTES = (220, 4500, 36_000)
+_ASSISTANT_TEXT_BYTES = (120, 900, 24_000)
+_USER_TEXT_BYTES = (380, 8700, 30_000)
+_EDIT_INPUT_BYTES = (600, 3500, 28_000)
+_PAYLOAD_MAX_BYTES = 16 * 1024  # streams.importers.base.PAYLOAD_MAX_BYTES
+_Z90 = 1.2816  # the standard normal's 90th percentile
+
+
+def _heavy_size(rng: random.Random, p50: int, p90: int, cap: int) -> int:
+    """A log-normal size with the given median and 90th percentile, capped."""
+    sigma = math.log(p90 / p50) / _Z90
+    return max(16, min(cap, int(p50 * math.exp(sigma * rng.gauss(0.0, 1.0)))))
 
 
 class _Session:
@@ -174,13 +214,46 @@ class _Session:
         return "\n".join(f"-rw-r--r--  1 {self.user} staff {rng.randint(100, 90000):>6} Nov  2 0{rng.randint(0, 9)}:"
                          f"{rng.randint(10, 59)} {self.path().rsplit('/', 1)[-1]}" for _ in range(rng.randint(3, 15)))
 
+    def grown(self, text: str, size: int, more: Any) -> str:
+        """``text`` extended with ``more()`` pieces until it is about ``size`` bytes long."""
+        parts, length = [text], len(text)
+        while length < size:
+            piece = more()
+            parts.append(piece)
+            length += len(piece) + 1
+        return "\n".join(parts)[:max(size, len(text))]
+
+    def payload(self, kind: str, echo: Any) -> dict[str, Any]:
+        """The raw record an importer keeps beside the event (Claude Code's line: ids, cwd,
+        version, branch, the message, and for tools ``toolUseResult``), at most 16 KiB of it."""
+        rng = self.rng
+        record: dict[str, Any] = {
+            "parentUuid": f"{rng.getrandbits(128):032x}", "isSidechain": False, "userType": "external",
+            "cwd": f"/home/{self.user}/src/{self.project}", "sessionId": self.session_id, "version": "2.1.39",
+            "gitBranch": f"{self.topic}-{rng.randint(1, 999)}", "type": kind, "uuid": f"{rng.getrandbits(128):032x}",
+            "requestId": f"req_{rng.getrandbits(96):024x}",
+        }
+        record["message"] = {"role": "assistant" if kind == "assistant" else "user", "model": self.model,
+                             "content": [{"type": "text", "text": ""}],
+                             "usage": {"input_tokens": rng.randint(3, 90), "cache_read_input_tokens": rng.randint(0, 90000),
+                                       "output_tokens": rng.randint(1, 4000)}}
+        budget = _PAYLOAD_MAX_BYTES - 1200
+        if isinstance(echo, str):
+            record["message"]["content"][0]["text"] = echo[:budget // 2]
+            if kind == "user":
+                record["toolUseResult"] = {"stdout": echo[:budget // 2], "stderr": "", "interrupted": False}
+        else:
+            record["message"]["content"][0] = {"type": "tool_use", "input": echo}
+        return record
+
     def secret_line(self) -> str:
         rng = self.rng
         return rng.choice(_SECRET_SHAPES).format(secret=rng.choice(SEEDED_SECRETS))
 
     # -- events ------------------------------------------------------------------------------
 
-    def add(self, kind: str, *, role: str | None = None, parent: str | None = None, **fields: Any) -> str:
+    def add(self, kind: str, *, role: str | None = None, parent: str | None = None, payload: Any = None,
+            **fields: Any) -> str:
         self.clock += timedelta(milliseconds=self.rng.randint(300, 15000))
         event_id = f"{self.session_id[:12]}-e{len(self.events)}"
         event: dict[str, Any] = {
@@ -190,6 +263,8 @@ class _Session:
             "time": self.clock.strftime("%Y-%m-%dT%H:%M:%S.") + f"{self.clock.microsecond // 1000:03d}Z",
             "acl": self.acl, "fields": fields,
         }
+        if payload is not None:
+            event["payload"] = payload
         self.events.append(validate_event(event))
         return event_id
 
@@ -231,13 +306,24 @@ class _Session:
         else:
             params = {"path": f"src/{self.project}", "all": rng.random() < 0.5}
             output = self.listing()
+        real = self.config.sizes == "real"
+        if real:
+            if tool == "Edit":
+                size = _heavy_size(rng, *_EDIT_INPUT_BYTES) // 2
+                params["old_string"] = self.grown(params["old_string"], size, lambda: self.code(2))
+                params["new_string"] = self.grown(params["new_string"], size, lambda: self.code(2))
+            else:
+                more = {"Bash": lambda: self.log_lines(4), "Read": lambda: self.code(6), "WebFetch": lambda: self.prose(40, 80),
+                        "Grep": lambda: f"{self.path()}:{rng.randint(1, 900)}: {self.code(0).splitlines()[0]}"}
+                output = self.grown(output, _heavy_size(rng, *_TOOL_OUTPUT_BYTES), more.get(tool, self.listing))
         if rng.random() < self.config.secret_share:
             lines = output.split("\n")
             lines.insert(rng.randint(0, len(lines)), self.secret_line())
             output = "\n".join(lines)
-        call = self.add("tool.call", role="assistant", toolName=tool, toolCallId=call_id, input=params)
+        call = self.add("tool.call", role="assistant", toolName=tool, toolCallId=call_id, input=params,
+                        payload=self.payload("assistant", params) if real else None)
         self.add("tool.result", role="tool", parent=call, toolName=tool, toolCallId=call_id, status=status,
-                 output=output)
+                 output=output, payload=self.payload("user", output) if real else None)
 
     def turn(self, number: int) -> None:
         rng = self.rng
@@ -247,18 +333,27 @@ class _Session:
                f"{self.prose(5, 30)}")
         if rng.random() < 0.3:
             ask += "\n\n" + self.log_lines(rng.randint(2, 6))
+        real = self.config.sizes == "real"
+        if real:
+            ask = self.grown(ask, _heavy_size(rng, *_USER_TEXT_BYTES), lambda: self.log_lines(3))
         if rng.random() < self.config.secret_share / 2:
             ask += "\n" + self.secret_line()
         self.add("message", role="user", text=ask)
         for _ in range(rng.randint(1, 4)):
             if rng.random() < 0.4:
-                self.add("message", role="assistant", text=self.prose(8, 40))
+                text = self.prose(8, 40)
+                if real:
+                    text = self.grown(text, _heavy_size(rng, *_ASSISTANT_TEXT_BYTES), lambda: self.prose(20, 60))
+                self.add("message", role="assistant", text=text, payload=self.payload("assistant", text) if real else None)
             self.tool_call()
         answer = self.prose(20, 120)
         if rng.random() < 0.5:
             answer += f"\n\n```python\n{self.code(rng.randint(3, 15))}\n```\n\n{self.prose(5, 30)}"
+        if real:
+            answer = self.grown(answer, _heavy_size(rng, *_ASSISTANT_TEXT_BYTES), lambda: self.prose(20, 60))
         self.add("message", role="assistant", text=answer, model=self.model,
-                 usage={"inputTokens": rng.randint(500, 90000), "outputTokens": rng.randint(50, 4000)})
+                 usage={"inputTokens": rng.randint(500, 90000), "outputTokens": rng.randint(50, 4000)},
+                 payload=self.payload("assistant", answer) if real else None)
         self.add("turn.ended")
         self.turn_id = None
 
@@ -384,6 +479,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--secret-share", type=float, default=0.02,
                         help="share of tool results carrying a seeded fake secret")
     parser.add_argument("--log-id", default="default")
+    parser.add_argument("--sizes", choices=("real", "compact"), default="real",
+                        help="event sizes: of real transcripts (default) or the earlier small events")
     target = parser.add_mutually_exclusive_group(required=True)
     target.add_argument("--out", type=Path, help="write canonical JSONL here ('-' for stdout)")
     target.add_argument("--l1", action="store_true", help="append into L1 with streams.l1.L1Producer")
@@ -395,7 +492,7 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 <= args.secret_share <= 1:
         parser.error("--secret-share must be between 0 and 1")
     config = WorkloadConfig(seed=args.seed, log_id=args.log_id, concurrent=args.concurrent,
-                            secret_share=args.secret_share)
+                            secret_share=args.secret_share, sizes=args.sizes)
     events = generate(events=args.events, sessions=args.sessions, config=config)
     try:
         if args.l1:
