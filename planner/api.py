@@ -22,6 +22,14 @@ user, fewer groups or scopes). Without a keys file (loopback only, unless
 ``/healthz``, ``/metrics``, ``/openapi.json`` and the static page stay open: they carry no
 session data.
 
+Before routing, every request passes :class:`RequestGuard`: without API keys, the ``Host`` must
+be a loopback name (``localhost``, ``127.0.0.1``, ``[::1]``) or one of
+``USL_API_ALLOWED_HOSTS`` (else 400 ``host_not_allowed``), so a web page whose name rebinds to
+127.0.0.1 reads nothing; a request body must be JSON (``application/json`` or ``*+json``;
+``application/x-protobuf`` for OTLP), else 415, so no page can post one as a "simple" cross-site
+request; and a body larger than ``USL_API_MAX_BODY_BYTES`` is refused with 413 before it is
+read whole.
+
 Every error, from any route and of any kind (a bad request, a refused cursor, an unknown route,
 a wrong method, malformed JSON, a bug), has the one shape of
 :func:`planner.exceptions.error_body`; a response never carries a traceback.
@@ -32,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import logging
+import re
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -41,26 +50,45 @@ from typing import Any
 import orjson
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.middleware import Middleware
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from planner.acl import Principal
-from planner.auth import KeyRing, authenticate, keys_path
+from planner.auth import KeyRing, allowed_hosts, authenticate, host_allowed, keys_path
 from planner.exceptions import NotFound, PlannerError, QueryError, Unauthorized, error_body
 from streams.exceptions import USLError
 from streams.metrics import METRICS_CONTENT_TYPE, metrics_text
 from streams.settings import Settings
 
-__all__ = ["PRINCIPAL_HEADER", "MethodNotAllowed", "NotImplementedYet", "create_app", "openapi"]
+__all__ = [
+    "PRINCIPAL_HEADER",
+    "HostNotAllowed",
+    "MethodNotAllowed",
+    "NotImplementedYet",
+    "PayloadTooLarge",
+    "RequestGuard",
+    "UnsupportedMediaType",
+    "create_app",
+    "openapi",
+]
 
 log = logging.getLogger("usl.api")
 
 PRINCIPAL_HEADER = "X-USL-Principal"
 STATIC_DIR = Path(__file__).with_name("static")
 _STATUS_CACHE_SECONDS = 1.0
+_STATUS_CACHE_ENTRIES = 64
+_LOG_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}", re.ASCII)
+# Media types a request body may have: JSON, and protobuf for the OTLP/HTTP receiver. None of
+# them is one a web page may post cross-site without asking first (CORS "simple" requests).
+_BODY_MEDIA_TYPES = frozenset({"application/json", "application/x-protobuf"})
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 
 
 class MethodNotAllowed(PlannerError):
@@ -69,6 +97,18 @@ class MethodNotAllowed(PlannerError):
 
 class NotImplementedYet(PlannerError):
     status, code = 501, "not_implemented"
+
+
+class HostNotAllowed(PlannerError):
+    status, code = 400, "host_not_allowed"
+
+
+class PayloadTooLarge(PlannerError):
+    status, code = 413, "payload_too_large"
+
+
+class UnsupportedMediaType(PlannerError):
+    status, code = 415, "unsupported_media_type"
 
 
 class _JSON(JSONResponse):
@@ -99,6 +139,11 @@ def _guarded(handler: Handler) -> Handler:
     async def endpoint(request: Request) -> Response:
         try:
             return await handler(request)
+        except ClientDisconnect:
+            # The caller went away mid-request: nothing to answer and nothing went wrong here.
+            log.info("client disconnected before the request was read: %s %s",
+                     request.method, request.url.path)
+            return Response(status_code=400)
         except PlannerError as exc:
             return _error(exc)
         except USLError as exc:
@@ -113,16 +158,103 @@ def _guarded(handler: Handler) -> Handler:
     return endpoint
 
 
+def _check_media_type(headers: Headers) -> None:
+    """Refuse a body that is not JSON (or protobuf, for OTLP) with 415: a web page can post
+    text/plain or a form to any address without asking first, but never JSON."""
+    media_type = headers.get("content-type", "").split(";")[0].strip().lower()
+    if media_type not in _BODY_MEDIA_TYPES and not (
+            media_type.startswith("application/") and media_type.endswith("+json")):
+        raise UnsupportedMediaType(f"a request body must be JSON, not {media_type or 'untyped'}",
+                                   hint="Send Content-Type: application/json.")
+
+
 async def _json_body(request: Request) -> Any:
     raw = await request.body()
     if not raw.strip():
         raise QueryError("the request body is empty; send a JSON object",
                          hint='For example {"query": "retry budget"}.')
+    _check_media_type(request.headers)
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError:
         raise QueryError("the request body is not valid JSON",
                          hint="Send a JSON object with Content-Type: application/json.") from None
+
+
+class RequestGuard:
+    """ASGI middleware run before routing: the Host check (without API keys), the body's media
+    type and its size. Each refusal has the one JSON error shape."""
+
+    def __init__(self, app: ASGIApp, *, keys: KeyRing, hosts: frozenset[str],
+                 max_body_bytes: int) -> None:
+        self.app = app
+        self.keys = keys
+        self.hosts = hosts
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        try:
+            self._check(scope, headers)
+        except PlannerError as exc:
+            await _error(exc)(scope, receive, send)
+            return
+        received = 0
+
+        async def limited() -> Message:
+            # A body sent without Content-Length (chunked) is counted as it arrives.
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_body_bytes:
+                    raise self._too_large()
+            return message
+
+        started = False
+
+        async def sending(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, limited, sending)
+        except PayloadTooLarge as exc:  # raised by limited() inside a route that let it through
+            if started:
+                raise
+            await _error(exc)(scope, receive, send)
+        except ClientDisconnect:  # the caller went away; nothing to answer, nothing wrong here
+            log.info("client disconnected during %s %s", scope["method"], scope["path"])
+
+    def _check(self, scope: Scope, headers: Headers) -> None:
+        self.keys.refresh()
+        # Without API keys a browser is the threat (DNS rebinding, cross-site posts): check its
+        # Host and the body's type here, before any route. With keys, the key is checked first,
+        # by the route; a page has no key to send.
+        keyless = not self.keys.enforcing
+        if keyless and not host_allowed(headers.get("host", ""), self.hosts):
+            raise HostNotAllowed(
+                "this API answers without API keys only to loopback host names",
+                hint="Call it as http://127.0.0.1 or http://localhost, add the name to "
+                     "USL_API_ALLOWED_HOSTS, or create API keys (`usl apikey create`).")
+        if scope["method"] not in _BODY_METHODS:
+            return
+        length = headers.get("content-length")
+        has_body = "transfer-encoding" in headers or (length is not None and length.strip() != "0")
+        if keyless and has_body:
+            _check_media_type(headers)
+        if length is not None and length.strip().isascii() and length.strip().isdigit() \
+                and int(length) > self.max_body_bytes:
+            raise self._too_large()
+
+    def _too_large(self) -> PayloadTooLarge:
+        return PayloadTooLarge(
+            f"the request body is larger than {self.max_body_bytes} bytes",
+            hint="Send less per request (USL_API_MAX_BODY_BYTES sets the limit).")
 
 
 def create_app(settings: Settings, bootstrap: str, *, planner: Any = None) -> Starlette:
@@ -175,7 +307,12 @@ def create_app(settings: Settings, bootstrap: str, *, planner: Any = None) -> St
         report = collect_status(settings, bootstrap, log_id=log_id)
         report.pop("bootstrap", None)  # an internal address is not the caller's business
         with status_lock:
-            status_cache[key] = (time.monotonic(), report)
+            now = time.monotonic()
+            for stale in [k for k, (at, _) in status_cache.items() if now - at >= _STATUS_CACHE_SECONDS]:
+                del status_cache[stale]
+            while len(status_cache) >= _STATUS_CACHE_ENTRIES:  # oldest first: dicts keep order
+                del status_cache[next(iter(status_cache))]
+            status_cache[key] = (now, report)
         return report
 
     async def status(request: Request) -> Response:
@@ -183,6 +320,9 @@ def create_app(settings: Settings, bootstrap: str, *, planner: Any = None) -> St
         if keys.enforcing:  # log names and positions are not for strangers; the principal is unused
             authenticate(keys, request.headers, None, settings.acl_default)
         log_id = request.query_params.get("log") or None
+        if log_id is not None and not _LOG_NAME.fullmatch(log_id):
+            raise QueryError(f"{log_id[:64]!r} is not a log name",
+                             hint="Log names are letters, digits, '.', '_' and '-'.")
         return _JSON(await run_in_threadpool(collect, log_id))
 
     def refresh_freshness_gauges() -> None:
@@ -258,22 +398,30 @@ def create_app(settings: Settings, bootstrap: str, *, planner: Any = None) -> St
         Route("/", _guarded(index), methods=["GET"]),
         Mount("/static", app=StaticFiles(directory=STATIC_DIR), name="static"),
     ]
-    return Starlette(
+    guard = Middleware(RequestGuard, keys=keys, hosts=allowed_hosts(settings.api_allowed_hosts),
+                       max_body_bytes=settings.api_max_body_bytes)
+    app = Starlette(
         routes=routes,
         lifespan=lifespan,
+        middleware=[guard],
         exception_handlers={HTTPException: http_error, 404: not_found, 500: server_error},
     )
+    app.state.status_cache = status_cache  # bounded (_STATUS_CACHE_ENTRIES); tests look at it
+    return app
 
 
 _ERROR_REF = {"$ref": "#/components/schemas/Error"}
 
 
 def _errors(*statuses: int) -> dict[str, Any]:
-    meanings = {400: "Bad request (bad_query, bad_cursor)",
+    meanings = {400: "Bad request (bad_query, bad_cursor; host_not_allowed: a keyless API answers "
+                     "only to loopback host names and USL_API_ALLOWED_HOSTS)",
                 401: "No API key, or not a valid one (unauthorized); carries WWW-Authenticate",
                 403: "Forbidden (missing scope, or X-USL-Principal wider than the API key's)",
                 404: "Not found", 405: "Method not allowed", 409: "Cursor mismatch",
-                410: "Cursor expired or its generation is gone", 500: "Internal error",
+                410: "Cursor expired or its generation is gone",
+                413: "Request body larger than USL_API_MAX_BODY_BYTES (payload_too_large)",
+                415: "Request body not JSON (unsupported_media_type)", 500: "Internal error",
                 501: "Not part of this build", 503: "Index unavailable"}
     responses: dict[str, Any] = {
         str(s): {"description": meanings[s], "content": {"application/json": {"schema": _ERROR_REF}}}
@@ -366,7 +514,7 @@ def openapi(*, auth_required: bool = True) -> dict[str, Any]:
                     "application/json": {"schema": {"$ref": "#/components/schemas/SearchRequest"}}}},
                 "responses": {"200": {"description": "Results", "content": {"application/json": {
                     "schema": {"$ref": "#/components/schemas/SearchResponse"}}}},
-                    **_errors(400, 401, 403, 404, 409, 410, 500, 503)}}},
+                    **_errors(400, 401, 403, 404, 409, 410, 413, 415, 500, 503)}}},
             "/v1/sql": {"post": {
                 "summary": "Read-only SQL over the analytics snapshot",
                 "parameters": [principal],
@@ -377,7 +525,7 @@ def openapi(*, auth_required: bool = True) -> dict[str, Any]:
                                    "asOfSeq": {"type": "integer", "minimum": 0},
                                    "log": {"type": "string", "default": "default"}}}}}},
                 "responses": {"200": {"description": "Rows", "content": json_body},
-                              **_errors(400, 401, 403, 404, 500, 501, 503)}}},
+                              **_errors(400, 401, 403, 404, 413, 415, 500, 501, 503)}}},
             "/v1/sessionql": {"post": {
                 "summary": "SessionQL over the ASP projection and lineage, at one asOfSeq",
                 "parameters": [principal],
@@ -389,14 +537,14 @@ def openapi(*, auth_required: bool = True) -> dict[str, Any]:
                                    "log": {"type": "string", "default": "default"},
                                    "maxRows": {"type": "integer", "minimum": 1}}}}}},
                 "responses": {"200": {"description": "Rows", "content": json_body},
-                              **_errors(400, 401, 403, 404, 500, 503)}}},
+                              **_errors(400, 401, 403, 404, 413, 415, 500, 503)}}},
             "/v1/status": {"get": {
                 "summary": "L1 committed seq and, per index, generation, watermark and lag",
                 "parameters": [{"name": "log", "in": "query", "required": False,
-                                "schema": {"type": "string"}}],
+                                "schema": {"type": "string", "pattern": f"^{_LOG_NAME.pattern}$"}}],
                 "security": security,
                 "responses": {"200": {"description": "Status", "content": json_body},
-                              **_errors(401, 500)}}},
+                              **_errors(400, 401, 500)}}},
             "/metrics": {"get": {"summary": "Prometheus metrics", "responses": {
                 "200": {"description": "Prometheus text format",
                         "content": {"text/plain": {"schema": {"type": "string"}}}}}}},

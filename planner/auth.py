@@ -12,6 +12,8 @@ revoked last key must lock the API, not open it) and stays on for the life of th
 
 :func:`check_bind` is the rule behind ``usl serve`` and ``usl up``: the API listens beyond
 loopback only with API keys, unless ``USL_API_ALLOW_UNAUTHENTICATED`` says otherwise.
+:func:`host_allowed` is the matching rule for requests: without API keys the API answers only
+to a loopback ``Host`` (or one of ``USL_API_ALLOWED_HOSTS``), so DNS rebinding reads nothing.
 """
 
 from __future__ import annotations
@@ -38,11 +40,13 @@ __all__ = [
     "KEY_PREFIX",
     "ApiKey",
     "KeyRing",
+    "allowed_hosts",
     "authenticate",
     "check_bind",
     "create_key",
     "effective_principal",
     "hash_key",
+    "host_allowed",
     "is_loopback",
     "keys_path",
     "presented_key",
@@ -240,8 +244,43 @@ def is_loopback(host: str) -> bool:
         return False  # a host name or "" (every interface): assume reachable from outside
 
 
+def allowed_hosts(setting: str) -> frozenset[str]:
+    """The host names of ``USL_API_ALLOWED_HOSTS`` (comma-separated), lower-cased."""
+    return frozenset(name.strip().lower().rstrip(".") for name in setting.split(",") if name.strip())
+
+
+def host_allowed(host_header: str, extra: frozenset[str] = frozenset()) -> bool:
+    """Whether a request's ``Host`` header names this machine by a loopback name (localhost,
+    127.0.0.0/8, [::1]) or one of ``extra`` (``*`` allows any). A name that rebinds to
+    127.0.0.1 is none of these, which is what keeps a keyless API from DNS rebinding."""
+    if "*" in extra:
+        return True
+    host = host_header.strip().lower()
+    if host.startswith("["):  # [v6]:port
+        name, _, rest = host[1:].partition("]")
+        if rest and not rest.startswith(":"):
+            return False
+    else:
+        name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+    name = name.rstrip(".")
+    if not name or not name.isascii():
+        return False
+    if name == "localhost" or name in extra:
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
 def check_bind(settings: Settings, host: str) -> None:
-    """Refuse to listen beyond loopback without API keys (:class:`ConfigError`, one line)."""
+    """Refuse to listen beyond loopback without API keys, and on an IPv6 address, which the
+    server and the local stack's URLs do not support (:class:`ConfigError`, one line)."""
+    bare = host.strip().strip("[]")
+    if ":" in bare:
+        raise ConfigError(
+            f"the API listens on IPv4 addresses or host names, not the IPv6 address {host}: "
+            "use 127.0.0.1 (or localhost) for loopback, 0.0.0.0 for every interface")
     if is_loopback(host) or settings.api_allow_unauthenticated:
         return
     path = keys_path(settings)

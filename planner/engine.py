@@ -99,6 +99,7 @@ from streams.metrics import (
     usl_query_seconds,
     usl_tail_scan_events,
 )
+from streams.ownership import Owners, current_acl, session_of_acl
 from streams.settings import Settings
 
 __all__ = ["ACL_SCAN_CAP", "RANK_DEPTH", "TAIL_SCAN_CAP", "VECTOR_FLOOR", "WINDOW_MIN", "Planner",
@@ -168,7 +169,7 @@ class Planner:
         self._window = L1Window()
         self._vectors: dict[bytes, np.ndarray] = {}
         self._tails = SnapshotCache()
-        self._overlays: dict[tuple[str, int], tuple[int, dict[str, dict[str, Any]]]] = {}
+        self._overlays: dict[tuple[str, int], tuple[int, Owners]] = {}
         self._digests = FileDigests()
         # generation dir -> (stat signature of its files, problem or None): a generation is
         # hashed once; later queries only compare the signature (a write changes mtime).
@@ -254,7 +255,8 @@ class Planner:
                 attachment = SqlAttachment(analytics.directory,
                                            structured.directory if structured else None)
                 return attachment.query(sql_text, as_of_seq=as_of, principal=principal,
-                                        session_acls=acls)
+                                        session_acls=acls,
+                                        max_result_bytes=self.settings.sql_max_result_bytes)
             finally:
                 for pin in pins:
                     pin.release()
@@ -703,6 +705,7 @@ class Planner:
 
             snapshot = scan.extend(base, events, to_seq=to_seq,
                                    known_event_ids=known if dedup else None,
+                                   session_acls=self._latest_acls(l1, req.log, structured, to_seq),
                                    want_tool_results=req.tool_results)
             self._tails.put(key, snapshot)
         usl_tail_scan_events.observe(snapshot.events_read)
@@ -711,42 +714,46 @@ class Planner:
     def _latest_acls(
         self, l1: L1Reader, log_id: str, structured: IndexPin | None, l1_now: int,
     ) -> dict[str, dict[str, Any]]:
-        """Each session's latest access list: the structured index's, overridden by every L1
-        event above it up to ``l1_now`` (newest wins), so a revocation applies at once."""
+        """Each session's latest access list: the structured index's, brought up to ``l1_now``
+        by the L1 events above it as the stream admits them (:mod:`streams.ownership`), so a
+        revocation applies at once, an event without ``acl`` changes nothing and another
+        tenant's event for a session is ignored."""
         acls = dict(self._readers.session_acls(structured)) if structured is not None else {}
         start = structured.built_through_seq + 1 if structured is not None else 1
-        acls.update(self._acl_overlay(l1, log_id, start, l1_now))
+        acls.update(self._acl_overlay(l1, log_id, start, l1_now, acls))
         return acls
 
-    def _acl_overlay(self, l1: L1Reader, log_id: str, from_seq: int,
-                     to_seq: int) -> dict[str, dict[str, Any]]:
-        """sessionId → the access list of its last L1 event in ``from_seq..to_seq``, extended
-        from the previous query's overlay of the same start."""
+    def _acl_overlay(self, l1: L1Reader, log_id: str, from_seq: int, to_seq: int,
+                     indexed: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+        """sessionId → its access list after the L1 events of ``from_seq..to_seq`` (``indexed``:
+        the access lists below ``from_seq``), extended from the previous query's overlay of the
+        same start."""
         key = (log_id, from_seq)
         with self._lock:
             cached = self._overlays.get(key)
-        through, overlay = cached if cached is not None and cached[0] <= to_seq else (from_seq - 1, {})
+        through, owners = cached if cached is not None and cached[0] <= to_seq else (from_seq - 1, Owners())
         if through >= to_seq:
-            return overlay
+            return {session: current_acl(state) for session, state in owners.sessions.items()}
         if to_seq - through > self.acl_scan_cap:
             raise IndexUnavailable(
                 f"the structured index is {to_seq - from_seq + 1} seqs behind the log, too far "
                 "to apply access lists as of now",
                 hint="Wait until `usl status` shows the structured index caught up.",
             )
-        overlay = dict(overlay)
-        for _seq, raw in self._window.read(l1, log_id, through + 1, to_seq):
+        owners = owners.copy()
+        owners.known = lambda session: (session_of_acl(indexed[session])
+                                        if isinstance(indexed.get(session), Mapping) else None)
+        for seq, raw in self._window.read(l1, log_id, through + 1, to_seq):
             try:
                 event = validate_event(raw)
             except USLError:
                 continue
-            if isinstance(event.get("acl"), dict):
-                overlay[event["sessionId"]] = event["acl"]
+            owners.admit(event, seq)
         with self._lock:
-            self._overlays[key] = (to_seq, overlay)
+            self._overlays[key] = (to_seq, owners)
             while len(self._overlays) > 16:
                 self._overlays.pop(next(iter(self._overlays)))
-        return overlay
+        return {session: current_acl(state) for session, state in owners.sessions.items()}
 
     def _trimmed(
         self, table: ChunkTable, text_pin: IndexPin | None, cut: int, sessions: set[str] | None,

@@ -57,7 +57,7 @@ MODES = ("indexed", "latest", "wait")
 MAX_WAIT_SECONDS = 300.0
 OPTIONAL_KINDS = frozenset({"vector"})
 
-_WAIT = re.compile(r"wait:(\d+(?:\.\d+)?)")
+_WAIT = re.compile(r"wait:([0-9]+(?:\.[0-9]+)?)")  # ASCII digits only, as the OpenAPI pattern says
 
 
 @dataclass(frozen=True)

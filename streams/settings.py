@@ -79,6 +79,20 @@ class Settings:
         "USL_API_ALLOW_UNAUTHENTICATED", False,
         "Let the API listen beyond loopback without API keys (only behind a proxy that authenticates).",
     )
+    api_allowed_hosts: str = _setting(
+        "USL_API_ALLOWED_HOSTS", "",
+        "Host names (comma-separated) the API answers without API keys besides localhost, 127.0.0.1 "
+        "and [::1]; `*` allows any. Guards keyless APIs against DNS rebinding.",
+    )
+    api_max_body_bytes: int = _setting(
+        "USL_API_MAX_BODY_BYTES", 32 * 1024 * 1024,
+        "Largest HTTP request body the API reads; a larger one is refused with 413.", minimum=1024,
+    )
+    sql_max_result_bytes: int = _setting(
+        "USL_SQL_MAX_RESULT_BYTES", 16 * 1024 * 1024,
+        "Largest answer of POST /v1/sql (`usl sql`), in JSON bytes of its rows; the rest is cut and the answer says truncated.",
+        minimum=1024,
+    )
     api_url: str | None = _setting(
         "USL_API_URL", None,
         "Planner API that `usl search`, `sql`, `sessionql`, `status` and `export` ask. Unset: the local "

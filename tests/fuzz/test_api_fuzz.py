@@ -36,7 +36,9 @@ QUERY_ROUTES = ("/v1/search", "/v1/sql", "/v1/sessionql")
 
 @pytest.fixture(scope="module")
 def app(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Starlette]:
-    settings = make_test_settings(Path(tmp_path_factory.mktemp("api-fuzz")), kafka_bootstrap)
+    # schemathesis calls the ASGI app as http://testserver: a configured name, as a proxy's is.
+    settings = make_test_settings(Path(tmp_path_factory.mktemp("api-fuzz")), kafka_bootstrap,
+                                  api_max_body_bytes=65536, api_allowed_hosts="testserver")
     builder = IndexBuilder(settings, kafka_bootstrap, "default")
     builder.append(interleaved("default")[0])
     builder.commit("structured", "text", "vector", "toolresults", "analytics")
@@ -52,7 +54,7 @@ def app(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
 
 @pytest.fixture(scope="module")
 def client(app: Starlette) -> Iterator[TestClient]:
-    with TestClient(app, raise_server_exceptions=False) as test_client:
+    with TestClient(app, raise_server_exceptions=False, base_url="http://localhost") as test_client:
         yield test_client
 
 
@@ -160,6 +162,57 @@ RAW_BODIES = [b"", b"{", b"\xff\xfe", b"[" * 5000, b"null", b"0", b'{"query": "x
 @pytest.mark.parametrize("raw", RAW_BODIES, ids=range(len(RAW_BODIES)))
 def test_malformed_raw_bodies(client: TestClient, route: str, raw: bytes) -> None:
     check_answer(client.post(route, content=raw, headers={"Content-Type": "application/json"}))
+
+
+# Found by the outside review (issue 15): each must be refused with its status, not answered.
+JSON = {"Content-Type": "application/json"}
+MALFORMED_REQUESTS = [
+    # DNS rebinding: a keyless API answers only to loopback host names.
+    ("GET", "/v1/status", {"Host": "evil.example"}, None, 400),
+    ("POST", "/v1/search", {**JSON, "Host": "rebind.attacker.test:8765"}, b'{"query": "x"}', 400),
+    ("POST", "/v1/sql", {**JSON, "Host": "127.0.0.1.nip.io"}, b'{"query": "SELECT 1"}', 400),
+    # Cross-site "simple" posts: text/plain, forms and untyped bodies.
+    ("POST", "/v1/search", {"Content-Type": "text/plain"}, b'{"query": "x"}', 415),
+    ("POST", "/v1/sql", {"Content-Type": "application/x-www-form-urlencoded"}, b"query=SELECT+1", 415),
+    ("POST", "/v1/sessionql", {}, b'{"query": "FROM events"}', 415),
+    # Bodies over USL_API_MAX_BODY_BYTES, declared or streamed.
+    ("POST", "/v1/search", JSON, b'{"query": "' + b"x" * 70_000 + b'"}', 413),
+    # Non-ASCII digits where the OpenAPI pattern says [0-9].
+    ("POST", "/v1/search", JSON, '{"query": "x", "freshness": "wait:٥"}'.encode(), 400),
+    ("POST", "/v1/search", JSON, '{"query": "x", "freshness": "wait:１"}'.encode(), 400),
+    # Log names that are not log names (each used to take a slot of the status cache).
+    ("GET", "/v1/status?log=../../etc", {}, None, 400),
+    ("GET", "/v1/status?log=%00", {}, None, 400),
+    ("GET", "/v1/status?log=" + "x" * 300, {}, None, 400),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "headers", "content", "status"), MALFORMED_REQUESTS,
+                         ids=range(len(MALFORMED_REQUESTS)))
+def test_malformed_requests_are_refused_with_their_status(
+        client: TestClient, method: str, path: str, headers: dict[str, str], content: bytes | None,
+        status: int) -> None:
+    response = client.request(method, path, headers=headers, content=content)
+    assert response.status_code == status, response.text
+    assert_error_shape(response)
+
+
+@fuzz(30)
+@given(size=st.integers(0, 200_000), chunk=st.integers(1, 70_000))
+def test_streamed_bodies_over_the_limit_are_413(client: TestClient, size: int, chunk: int) -> None:
+    """Without Content-Length the body is counted as it arrives; the limit here is 64 KiB."""
+    body = b'{"query": "' + b"x" * size + b'"}'
+
+    def pieces() -> Any:
+        for start in range(0, len(body), chunk):
+            yield body[start:start + chunk]
+
+    response = client.post("/v1/search", content=pieces(), headers=JSON)
+    if len(body) > 65536:
+        assert response.status_code == 413, response.text
+    else:
+        assert response.status_code != 413, response.text
+    check_answer(response)
 
 
 @pytest.mark.parametrize("route", QUERY_ROUTES)

@@ -3,6 +3,8 @@ SQL, metrics, OpenAPI and the search page."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -10,10 +12,17 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
+import planner.status
 from planner.api import PRINCIPAL_HEADER, create_app
+from planner.auth import create_key, keys_path
+from planner.exceptions import QueryError
+from planner.request import parse_request
+from streams.settings import Settings
 from tests.planner.corpus import IndexBuilder, interleaved, make_test_settings
 
 pytestmark = pytest.mark.kafka
+
+LOCAL = "http://localhost:8765"
 
 ALICE = {PRINCIPAL_HEADER: "tenant:acme/user:alice/groups:eng"}
 MALLORY = {PRINCIPAL_HEADER: "tenant:globex/user:mallory"}
@@ -30,7 +39,7 @@ def client(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> It
     builder.commit("structured", "text", "vector", "toolresults", "analytics")
     builder.close()
     # The app builds its own planner and watermark follower at startup (as `usl serve` does).
-    with TestClient(create_app(settings, kafka_bootstrap)) as test_client:
+    with TestClient(create_app(settings, kafka_bootstrap), base_url=LOCAL) as test_client:
         yield test_client
 
 
@@ -131,3 +140,170 @@ def test_metrics_health_openapi_and_page(client: TestClient) -> None:
     script = client.get("/static/app.js")
     assert script.status_code == 200 and "TextEncoder" in script.text and "/v1/status" in script.text
     assert client.get("/static/style.css").status_code == 200
+
+
+# -- the request guard (issue 15): Host names, media types, body sizes --------------------------
+
+
+class EchoPlanner:
+    """Stands in for the planner: answers a search with what it was asked."""
+
+    def search(self, body: Any, principal: Any) -> dict[str, Any]:
+        return {"asked": body}
+
+
+def guarded_client(tmp_path: Path, *, keys: bool = False, **settings: Any) -> TestClient:
+    config = Settings.from_env({}, home=tmp_path, **settings)
+    if keys:
+        create_key(keys_path(config), "tenant:acme/user:dave")
+    return TestClient(create_app(config, "127.0.0.1:9", planner=EchoPlanner()), base_url=LOCAL)
+
+
+def assert_refused(response: Any, status: int, code: str) -> None:
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert (error["status"], error["code"]) == (status, code) and error["message"] and error["hint"]
+
+
+LOOPBACK_HOSTS = ["localhost", "LOCALHOST:8765", "localhost.", "127.0.0.1", "127.0.0.1:8765",
+                  "127.9.9.9:1", "[::1]", "[::1]:8765"]
+FOREIGN_HOSTS = ["evil.example", "evil.example:8765", "localhost.evil.example",
+                 "127.0.0.1.nip.io", "attacker.localtest.me:8765", "", "[::1]x", "[::2]:8765",
+                 "0.0.0.0:8765", "10.0.0.1", "lоcalhost"]
+
+
+@pytest.mark.parametrize("host", LOOPBACK_HOSTS)
+def test_without_keys_loopback_host_names_are_answered(tmp_path: Path, host: str) -> None:
+    client = guarded_client(tmp_path)
+    assert client.get("/healthz", headers={"Host": host}).status_code == 200
+    response = client.post("/v1/search", json={"query": "x"}, headers={"Host": host})
+    assert response.status_code == 200 and response.json() == {"asked": {"query": "x"}}
+
+
+@pytest.mark.parametrize("host", FOREIGN_HOSTS)
+def test_without_keys_other_host_names_are_refused(tmp_path: Path, host: str) -> None:
+    """DNS rebinding: a page at evil.example whose name now resolves to 127.0.0.1 reads nothing."""
+    client = guarded_client(tmp_path)
+    for method, path in (("POST", "/v1/search"), ("GET", "/v1/status"), ("GET", "/metrics"),
+                         ("GET", "/")):
+        response = client.request(method, path, json={"query": "x"} if method == "POST" else None,
+                                  headers={"Host": host.encode("utf-8")})
+        assert_refused(response, 400, "host_not_allowed")
+
+
+def test_configured_host_names_are_answered_and_keys_lift_the_host_check(tmp_path: Path) -> None:
+    configured = guarded_client(tmp_path / "a", api_allowed_hosts="usl.internal, Planner.Lan")
+    for host in ("usl.internal", "planner.lan:8765", "localhost"):
+        assert configured.post("/v1/search", json={"query": "x"}, headers={"Host": host}).status_code == 200
+    assert_refused(configured.get("/healthz", headers={"Host": "evil.example"}), 400, "host_not_allowed")
+    anything = guarded_client(tmp_path / "b", api_allowed_hosts="*")
+    assert anything.get("/healthz", headers={"Host": "evil.example"}).status_code == 200
+    # With API keys a rebinding page has no key to send: the key check is the guard.
+    keyed = guarded_client(tmp_path / "c", keys=True)
+    assert keyed.get("/healthz", headers={"Host": "evil.example"}).status_code == 200
+    assert_refused(keyed.post("/v1/search", json={"query": "x"}, headers={"Host": "evil.example"}),
+                   401, "unauthorized")
+
+
+@pytest.mark.parametrize("content_type", [None, "text/plain", "text/plain;charset=UTF-8",
+                                          "application/x-www-form-urlencoded",
+                                          "multipart/form-data; boundary=x", "application/jsonx",
+                                          "text/json"])
+def test_a_post_body_must_be_json(tmp_path: Path, content_type: str | None) -> None:
+    """A web page may post text/plain or a form cross-site without asking; never JSON."""
+    client = guarded_client(tmp_path)
+    headers = {} if content_type is None else {"Content-Type": content_type}
+    for route in ("/v1/search", "/v1/sql", "/v1/sessionql", "/nope"):
+        response = client.post(route, content=b'{"query": "x"}', headers=headers)
+        assert_refused(response, 415, "unsupported_media_type")
+
+
+@pytest.mark.parametrize("content_type", ["application/json", "application/json; charset=utf-8",
+                                          "Application/JSON", "application/vnd.usl+json"])
+def test_json_media_types_are_accepted(tmp_path: Path, content_type: str) -> None:
+    client = guarded_client(tmp_path)
+    response = client.post("/v1/search", content=b'{"query": "x"}', headers={"Content-Type": content_type})
+    assert response.status_code == 200, response.text
+    # An empty POST carries no body to type: it reaches the route, which says what is missing.
+    assert_refused(client.post("/v1/search"), 400, "bad_query")
+
+
+def test_request_bodies_over_the_limit_are_refused(tmp_path: Path) -> None:
+    client = guarded_client(tmp_path, api_max_body_bytes=4096)
+    fits = b'{"query": "' + b"x" * (4096 - 13) + b'"}'
+    assert len(fits) == 4096
+    assert client.post("/v1/search", content=fits, headers={"Content-Type": "application/json"}).status_code == 200
+    over = fits[:-2] + b'x"}'
+    assert_refused(client.post("/v1/search", content=over, headers={"Content-Type": "application/json"}),
+                   413, "payload_too_large")
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: counted as it arrives
+        yield b'{"query": "'
+        for _ in range(100):
+            yield b"x" * 1000
+        yield b'"}'
+
+    assert_refused(client.post("/v1/search", content=chunks(), headers={"Content-Type": "application/json"}),
+                   413, "payload_too_large")
+
+
+def test_status_refuses_malformed_log_names_and_keeps_a_bounded_cache(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[str | None] = []
+
+    def fake_status(settings: Any, bootstrap: str, *, log_id: str | None = None) -> dict[str, Any]:
+        asked.append(log_id)
+        return {"logs": {}}
+
+    monkeypatch.setattr(planner.status, "collect_status", fake_status)
+    client = guarded_client(tmp_path)
+    for log in ("../etc", "a b", "x" * 201, "\u0000", "٥", "-lead"):
+        assert_refused(client.get("/v1/status", params={"log": log}), 400, "bad_query")
+    assert asked == []
+    for number in range(500):
+        assert client.get("/v1/status", params={"log": f"log-{number}"}).status_code == 200
+    assert len(asked) == 500
+    assert 0 < len(client.app.state.status_cache) <= 64  # type: ignore[attr-defined]
+
+
+def test_a_client_that_disconnects_is_not_an_error(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    app = create_app(Settings.from_env({}, home=tmp_path), "127.0.0.1:9", planner=EchoPlanner())
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+             "scheme": "http", "path": "/v1/search", "raw_path": b"/v1/search", "query_string": b"",
+             "root_path": "", "server": ("127.0.0.1", 8765), "client": ("127.0.0.1", 5000),
+             "headers": [(b"host", b"127.0.0.1:8765"), (b"content-type", b"application/json"),
+                         (b"content-length", b"100")]}
+    with caplog.at_level(logging.INFO, logger="usl.api"):
+        asyncio.run(app(scope, receive, send))  # type: ignore[arg-type]
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+    assert not any(r.exc_info for r in caplog.records)
+    assert "disconnected" in caplog.text
+
+
+@pytest.mark.parametrize("freshness", ["wait:٥", "wait:５", "wait:1.٥", "wait:²", "wait:𝟓"])
+def test_freshness_takes_ascii_digits_only(freshness: str) -> None:
+    """The OpenAPI pattern is wait:[0-9]+(.[0-9]+)?; Python's \\d also matches other scripts."""
+    with pytest.raises(QueryError):
+        parse_request({"query": "x", "freshness": freshness})
+    assert parse_request({"query": "x", "freshness": "wait:5.5"}).freshness.wait_seconds == 5.5
+
+
+def test_with_keys_the_key_is_checked_first_then_the_media_type(tmp_path: Path) -> None:
+    config = Settings.from_env({}, home=tmp_path)
+    key, _entry = create_key(keys_path(config), "tenant:acme/user:dave")
+    client = TestClient(create_app(config, "127.0.0.1:9", planner=EchoPlanner()), base_url=LOCAL)
+    plain = {"Content-Type": "text/plain"}
+    assert_refused(client.post("/v1/search", content=b'{"query": "x"}', headers=plain), 401, "unauthorized")
+    assert_refused(client.post("/v1/search", content=b'{"query": "x"}',
+                               headers={**plain, "Authorization": f"Bearer {key}"}),
+                   415, "unsupported_media_type")
+    assert client.post("/v1/search", json={"query": "x"},
+                       headers={"Authorization": f"Bearer {key}"}).status_code == 200

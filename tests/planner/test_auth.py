@@ -24,7 +24,16 @@ import pytest
 from starlette.testclient import TestClient
 
 from planner.api import PRINCIPAL_HEADER, create_app
-from planner.auth import KEY_PREFIX, check_bind, create_key, is_loopback, keys_path, revoke_key
+from planner.auth import (
+    KEY_PREFIX,
+    allowed_hosts,
+    check_bind,
+    create_key,
+    host_allowed,
+    is_loopback,
+    keys_path,
+    revoke_key,
+)
 from streams.exceptions import ConfigError
 from streams.settings import Settings
 from tests.factories import session_events
@@ -253,7 +262,8 @@ def test_the_openapi_document_declares_the_keys(deployment: Deployment) -> None:
 
 
 def test_without_a_keys_file_the_header_names_the_caller(tmp_path: Path) -> None:
-    client = TestClient(create_app(Settings.from_env({}, home=tmp_path), "127.0.0.1:9", planner=None))
+    client = TestClient(create_app(Settings.from_env({}, home=tmp_path), "127.0.0.1:9", planner=None),
+                        base_url="http://127.0.0.1:8765")
     spec = client.get("/openapi.json").json()
     assert {} in spec["paths"]["/v1/search"]["post"]["security"]  # optional on this server
     bad = client.post("/v1/search", json={"query": "x"}, headers={PRINCIPAL_HEADER: "user:x"})
@@ -280,6 +290,29 @@ def test_check_bind(tmp_path: Path) -> None:
     revoke_key(keys_path(settings), "only")
     with pytest.raises(ConfigError):
         check_bind(settings, "0.0.0.0")
+
+
+@pytest.mark.parametrize("host", ["[::1]", "::1", "[::]", "::", "fe80::1"])
+def test_check_bind_refuses_ipv6_addresses_with_a_clear_error(tmp_path: Path, host: str) -> None:
+    """issue 15: [::1] passed the check, then uvicorn could not bind it and exited 3."""
+    with pytest.raises(ConfigError, match=r"use 127\.0\.0\.1"):
+        check_bind(Settings.from_env({}, home=tmp_path), host)
+
+
+@pytest.mark.parametrize(("header", "extra", "allowed"), [
+    ("localhost", "", True), ("localhost:8765", "", True), ("LocalHost.", "", True),
+    ("127.0.0.1", "", True), ("127.0.0.1:1", "", True), ("127.200.0.1", "", True),
+    ("[::1]", "", True), ("[::1]:8765", "", True),
+    ("", "", False), ("evil.example", "", False), ("localhost.evil.example", "", False),
+    ("127.0.0.1.nip.io:8765", "", False), ("::1", "", True), ("[::1]x", "", False),
+    ("[::ffff:127.0.0.1]", "", False), ("0.0.0.0", "", False), ("192.168.1.1:80", "", False),
+    ("localhost:8765:1", "", False), ("usl.internal:8765", "usl.internal", True),
+    ("USL.internal", " usl.internal ,other ", True), ("other.", "usl.internal,other", True),
+    ("evil.example", "usl.internal", False), ("evil.example", "*", True),
+    ("lоcalhost", "", False),
+])
+def test_which_host_headers_a_keyless_api_answers(header: str, extra: str, allowed: bool) -> None:
+    assert host_allowed(header, allowed_hosts(extra)) is allowed
 
 
 def _free_port() -> int:

@@ -43,7 +43,7 @@ def client(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> It
     builder.close()
     planner = Exploding(settings, kafka_bootstrap)
     with TestClient(create_app(settings, kafka_bootstrap, planner=planner),
-                    raise_server_exceptions=False) as test_client:
+                    raise_server_exceptions=False, base_url="http://localhost") as test_client:
         yield test_client
     planner.close()
 

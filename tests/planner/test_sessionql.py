@@ -531,7 +531,8 @@ def test_api_route(live: Any) -> None:
 
     settings_, planner_, _ = live
     headers = {PRINCIPAL_HEADER: "tenant:acme/user:alice/groups:eng"}
-    with TestClient(create_app(settings_, settings_.bootstrap_servers, planner=planner_)) as client:
+    with TestClient(create_app(settings_, settings_.bootstrap_servers, planner=planner_),
+                    base_url="http://localhost") as client:
         response = client.post("/v1/sessionql", json={"query": "FROM sessions SELECT count()"},
                                headers=headers)
         assert response.status_code == 200, response.text
