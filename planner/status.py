@@ -1,11 +1,16 @@
 """``usl status`` and ``GET /v1/status``: committed L1 seq per log and, per index, its
-generation, watermark, lag (seqs and seconds), last commit and a one-line verdict."""
+generation, watermark, lag (seqs and seconds), last commit, a one-line verdict and, while it
+lags, ``heldBy``: the first event above its watermark (seq, session, turn, event time). An index
+is built through a seq only once every event up to it is inside an emitted chunk, so a stuck
+watermark names the open unit that holds it back (SPEC §10, invariant 11)."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
+import orjson
 from kafka import KafkaConsumer, TopicPartition
 from rich.console import Console
 from rich.table import Table
@@ -16,17 +21,20 @@ from streams.l1 import L1Reader
 from streams.settings import Settings
 from streams.topics import Topics
 
-__all__ = ["INDEX_KINDS", "build_status", "collect_status", "export_status_metrics", "render_status"]
+__all__ = ["INDEX_KINDS", "build_status", "collect_status", "export_status_metrics", "held_by", "render_status"]
 
 INDEX_KINDS = ALL_KINDS
 
 
-def _append_times(bootstrap: str, settings: Settings, partition_of: dict[str, int],
-                  wanted: dict[str, set[int]]) -> dict[tuple[str, int], float]:
-    """Append time (broker timestamp, seconds) of the L1 record at each wanted seq."""
+def _first_unindexed(bootstrap: str, settings: Settings, partition_of: dict[str, int],
+                     wanted: dict[str, set[int]]) -> tuple[dict[tuple[str, int], float],
+                                                           dict[tuple[str, int], dict[str, Any]]]:
+    """Append time (broker timestamp, seconds) and the :func:`held_by` entry of the L1 record
+    at each wanted seq."""
     found: dict[tuple[str, int], float] = {}
+    held: dict[tuple[str, int], dict[str, Any]] = {}
     if not any(wanted.values()):
-        return found
+        return found, held
     topic = Topics.from_settings(settings).l1
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
                              isolation_level="read_committed")
@@ -42,14 +50,35 @@ def _append_times(bootstrap: str, settings: Settings, partition_of: dict[str, in
                 records = batch.get(tp, [])
                 if records:
                     found[(log_id, seq)] = records[0].timestamp / 1000.0
+                    held[(log_id, seq)] = held_by(seq, records[0].value)
     finally:
         consumer.close()
-    return found
+    return found, held
+
+
+def held_by(seq: int, raw: bytes | None) -> dict[str, Any]:
+    """The ``heldBy`` entry of the L1 record ``raw`` at ``seq``: its seq, and the ``sessionId``,
+    ``turnId`` and event ``time`` it names (None where unreadable: a bad record is
+    dead-lettered, it holds nothing back for long)."""
+    try:
+        event = orjson.loads(raw or b"")
+    except orjson.JSONDecodeError:
+        event = None
+    if not isinstance(event, dict):
+        event = {}
+
+    def text(key: str) -> str | None:
+        value = event.get(key)
+        return value if isinstance(value, str) else None
+
+    return {"seq": seq, "sessionId": text("sessionId"), "turnId": text("turnId"), "time": text("time")}
 
 
 def build_status(l1_seqs: dict[str, int], watermarks: dict[tuple[str, str], dict[str, Any]],
-                 append_time: dict[tuple[str, int], float], *, now: float) -> dict[str, Any]:
-    """The status document (pure, so the API and CLI agree and tests can call it)."""
+                 append_time: dict[tuple[str, int], float], *, now: float,
+                 held: Mapping[tuple[str, int], dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The status document (pure, so the API and CLI agree and tests can call it). ``held``:
+    the :func:`held_by` entry of the first event above a watermark, per (log, seq)."""
     logs: dict[str, Any] = {}
     log_ids = sorted(set(l1_seqs) | {log for log, _ in watermarks})
     for log_id in log_ids:
@@ -60,7 +89,7 @@ def build_status(l1_seqs: dict[str, int], watermarks: dict[tuple[str, str], dict
             if wm is None:
                 indexes[kind] = {"generationId": None, "builtThroughSeq": None, "lagSeqs": l1_seq,
                                  "lagSeconds": None, "lastCommit": None, "line": None,
-                                 "verdict": "missing: no generation committed yet"}
+                                 "verdict": "missing: no generation committed yet", "heldBy": None}
                 continue
             through = int(wm["builtThroughSeq"])
             lag = max(l1_seq - through, 0)
@@ -76,6 +105,7 @@ def build_status(l1_seqs: dict[str, int], watermarks: dict[tuple[str, str], dict
                 "generationId": wm["generationId"], "builtThroughSeq": through, "lagSeqs": lag,
                 "lagSeconds": lag_seconds, "lastCommit": wm.get("committedAt"), "line": wm.get("line", "live"),
                 "verdict": verdict,
+                "heldBy": (held or {}).get((log_id, through + 1)) if lag else None,
             }
         logs[log_id] = {"l1CommittedSeq": l1_seq, "indexes": indexes}
     return {"logs": logs, "generatedAt": now}
@@ -108,8 +138,8 @@ def collect_status(settings: Settings, bootstrap: str, *, log_id: str | None = N
     for (log, _kind), wm in watermarks.items():
         if l1_seqs.get(log, 0) > int(wm["builtThroughSeq"]):
             wanted.setdefault(log, set()).add(int(wm["builtThroughSeq"]) + 1)
-    times = _append_times(bootstrap, settings, partition_of, wanted)
-    report = build_status(l1_seqs, watermarks, times, now=time.time())
+    times, held = _first_unindexed(bootstrap, settings, partition_of, wanted)
+    report = build_status(l1_seqs, watermarks, times, now=time.time(), held=held)
     report["bootstrap"] = bootstrap
     return report
 
@@ -131,3 +161,8 @@ def render_status(report: dict[str, Any], console: Console) -> None:
                           str(idx["lagSeqs"]), "-" if idx["lagSeconds"] is None else f"{idx['lagSeconds']:.1f}",
                           last_text, idx["verdict"])
         console.print(table)
+        holders = {(h["seq"], h["sessionId"], h["turnId"]) for h in
+                   (idx.get("heldBy") for idx in entry["indexes"].values()) if h}
+        for seq, session_id, turn_id in sorted(holders, key=lambda h: h[0]):
+            turn = f", turn {turn_id!r}" if turn_id else ""
+            console.print(f"  first unindexed event: seq {seq}, session {session_id!r}{turn}")

@@ -5,9 +5,14 @@ indexes and runs it through the code the stream runs: ASP validation, the redact
 (:func:`streams.redaction.redact_event`), log-clock ticks every K seqs (as
 :func:`streams.chunking.make_ticks` places them) and the chunker's per-session state machine
 (:class:`streams.chunking.Chunker`, the same calls :func:`streams.chunking.chunk_stream` makes),
-then closes every open unit as a provisional chunk. As in the redaction agent, the first seq
-of an ``eventId`` wins: later copies inside the range are dropped, and so are events whose id
-the indexes already hold below the cut (``known_event_ids``).
+then closes every open unit as a provisional chunk. As in the redaction agent, every event
+passes :mod:`streams.ownership` first: an event without ``acl`` inherits its session's, and
+another tenant's event for a session (or a reused eventId of another tenant) is left out as
+the stream dead-letters it. The owners of sessions created below the range come from
+``session_acls`` (the planner's latest access lists). The first seq of an ``eventId`` wins:
+later copies inside the range are dropped, and so are events whose id the indexes already
+hold below the cut (``known_event_ids``). Clock time is the event time bounded by the
+record's append time (:func:`streams.ticks.clock_time`), as in the stream.
 
 The scan is incremental. A :class:`TailSnapshot` is the chunker's state after the events
 ``from_seq..through``; :meth:`TailScan.extend` feeds it more events and returns a new snapshot
@@ -29,12 +34,14 @@ from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from streams.asp import event_time, validate_event
+from streams.asp import validate_event
 from streams.chunking import Chunker, ChunkerConfig, default_tokenizer, render_event
 from streams.chunking.tokenizer import count_many
 from streams.exceptions import USLError
+from streams.ownership import Owners, session_of_acl
 from streams.redaction import policy_hash, redact_event
 from streams.settings import Settings
+from streams.ticks import event_clock_time
 
 __all__ = ["SnapshotCache", "TailResult", "TailScan", "TailSnapshot", "chunker_for"]
 
@@ -51,7 +58,7 @@ class TailSnapshot:
     closed: tuple[dict[str, Any], ...] = ()
     tool_results: tuple[dict[str, Any], ...] = ()
     acls: Mapping[str, tuple[int, dict[str, Any]]] = field(default_factory=dict)
-    seen: frozenset[str] = frozenset()
+    owners: Owners = field(default_factory=Owners)
     previous_seq: int = 0
     log_time: float | None = None
     events_read: int = 0
@@ -82,7 +89,8 @@ def chunker_for(settings: Settings) -> Chunker:
     """The chunker the stream runs under ``settings`` (same config, tokenizer and policy)."""
     config = ChunkerConfig(target_tokens=settings.chunk_tokens,
                            overlap_tokens=settings.chunk_overlap_tokens,
-                           idle_gap_seconds=settings.idle_gap_seconds)
+                           idle_gap_seconds=settings.idle_gap_seconds,
+                           max_clock_skew_seconds=settings.max_clock_skew_seconds)
     return Chunker(config, default_tokenizer(), policy_hash=policy_hash())
 
 
@@ -95,7 +103,8 @@ class _Feed:
         self.closed = list(base.closed)
         self.tool_results = list(base.tool_results)
         self.acls = dict(base.acls)
-        self.seen = set(base.seen)
+        self.owners = base.owners.copy()
+        self.clock_times: dict[int, float] = {}  # seq -> bounded event time of accepted events
         self.previous_seq = base.previous_seq
         self.log_time = base.log_time
         self.events_read = base.events_read
@@ -127,11 +136,12 @@ class TailScan:
         to_seq: int,
         known_event_ids: KnownIds | None = None,
         want_tool_results: bool = False,
+        session_acls: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> TailResult:
         """Scan ``from_seq..to_seq`` in one go (the events of that range, log order)."""
         snapshot = self.extend(TailSnapshot.start(from_seq), events, to_seq=to_seq,
                                known_event_ids=known_event_ids,
-                               want_tool_results=want_tool_results)
+                               want_tool_results=want_tool_results, session_acls=session_acls)
         return self.result(snapshot)
 
     def extend(
@@ -142,9 +152,16 @@ class TailScan:
         to_seq: int,
         known_event_ids: KnownIds | None = None,
         want_tool_results: bool = False,
+        session_acls: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> TailSnapshot:
-        """``base`` fed with the events of ``(base.through, to_seq]`` (log order)."""
+        """``base`` fed with the events of ``(base.through, to_seq]`` (log order).
+
+        ``session_acls`` (sessionId → current access list) names the owner of each session
+        created below the range; without it, only sessions created inside the range are known.
+        """
         feed = _Feed(base)
+        if session_acls is not None:
+            feed.owners.known = _known_sessions(session_acls)
         accepted: list[tuple[int, dict[str, Any]]] = []
         ticks: dict[int, dict[str, Any]] = {}  # seq of the event a tick follows -> tick
         for seq, raw in events:
@@ -156,14 +173,17 @@ class TailScan:
             except USLError:
                 feed.skipped_invalid += 1  # the stream dead-letters it: it is in no index
                 continue
-            tick = self._advance_clock(feed, event, seq)
+            tick = self._advance_clock(feed, event, seq, getattr(raw, "append_time", None))
             if tick is not None:
                 ticks[seq] = tick
-            if event["eventId"] in feed.seen:
+            admission = feed.owners.admit(event, seq)
+            if admission.verdict == "duplicate":
                 feed.skipped_duplicates += 1
                 continue
-            feed.seen.add(event["eventId"])
-            accepted.append((seq, event))
+            if admission.event is None:
+                feed.skipped_invalid += 1  # another tenant's: the stream dead-letters it
+                continue
+            accepted.append((seq, admission.event))
         if known_event_ids is not None and accepted:
             known = known_event_ids([event["eventId"] for _, event in accepted])
             if known:
@@ -189,7 +209,7 @@ class TailScan:
         return TailSnapshot(
             from_seq=base.from_seq, through=max(to_seq, base.through), states=feed.states,
             closed=tuple(feed.closed), tool_results=tuple(feed.tool_results), acls=feed.acls,
-            seen=frozenset(feed.seen), previous_seq=feed.previous_seq, log_time=feed.log_time,
+            owners=feed.owners, previous_seq=feed.previous_seq, log_time=feed.log_time,
             events_read=feed.events_read, skipped_invalid=feed.skipped_invalid,
             skipped_duplicates=feed.skipped_duplicates,
         )
@@ -211,12 +231,12 @@ class TailScan:
 
     # -- the stream's steps -------------------------------------------------------------------
 
-    def _advance_clock(self, feed: _Feed, event: dict[str, Any], seq: int) -> dict[str, Any] | None:
-        """The regular tick after ``seq``, placed exactly as ``make_ticks`` places it."""
-        try:
-            when = event_time(event)
-        except (KeyError, ValueError):
-            when = None
+    def _advance_clock(self, feed: _Feed, event: dict[str, Any], seq: int,
+                       append_time: float | None) -> dict[str, Any] | None:
+        """The regular tick after ``seq``, placed exactly as the redaction agent places it."""
+        when = event_clock_time(event, append_time, self.chunker.config.max_clock_skew_seconds)
+        if when is not None:
+            feed.clock_times[seq] = when
         if when is not None and (feed.log_time is None or when > feed.log_time):
             feed.log_time = when
         tick = None
@@ -254,12 +274,21 @@ class TailScan:
         for (seq, event), text in zip(batch, texts, strict=True):
             tokens = next(counts) if text is not None else 0
             state = feed.state(self.chunker, event["sessionId"])
-            feed.closed += self.chunker.apply_event(state, event["logId"], seq, event, text, tokens)
+            feed.closed += self.chunker.apply_event(state, event["logId"], seq, event, text, tokens,
+                                                    clock_time=feed.clock_times.get(seq))
 
     def _tick(self, feed: _Feed, tick: dict[str, Any]) -> None:
         # Only a session with an open unit can be cut, in session order (as chunk_stream).
         for session_id in sorted(s for s, state in feed.states.items() if state["unit"] is not None):
             feed.closed += self.chunker.on_tick(feed.state(self.chunker, session_id), tick)
+
+
+def _known_sessions(session_acls: Mapping[str, Mapping[str, Any]]) -> Callable[[str], dict[str, Any] | None]:
+    def known(session_id: str) -> dict[str, Any] | None:
+        acl = session_acls.get(session_id)
+        return session_of_acl(acl) if isinstance(acl, Mapping) and acl.get("tenant") else None
+
+    return known
 
 
 class SnapshotCache:

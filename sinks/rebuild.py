@@ -23,12 +23,13 @@ from sinks.runner import index_root, watermark_of, write_ids
 from sinks.service import make_writer, pipeline_versions
 from sinks.watermarks import WatermarkPublisher
 from sinks.writer import record_id
-from streams.asp import ASP_VERSION, event_time, validate_event
+from streams.asp import ASP_VERSION, validate_event
 from streams.exceptions import USLError
 from streams.l1 import L1Reader
+from streams.ownership import Owners
 from streams.progress import marker_seq, new_progress, note_seq, note_session
 from streams.settings import Settings
-from streams.ticks import advance_clock
+from streams.ticks import advance_clock, event_clock_time
 from streams.topics import Topics
 
 __all__ = ["ReplayStream", "rebuild", "resume_offsets"]
@@ -47,13 +48,14 @@ class ReplayStream:
         self.log_id = log_id
         self.chunker = Chunker(
             ChunkerConfig(target_tokens=settings.chunk_tokens, overlap_tokens=settings.chunk_overlap_tokens,
-                          idle_gap_seconds=settings.idle_gap_seconds),
+                          idle_gap_seconds=settings.idle_gap_seconds,
+                          max_clock_skew_seconds=settings.max_clock_skew_seconds),
             default_tokenizer(), policy_hash=self.policy,
         )
         self.sessions: dict[str, dict[str, Any]] = {}
+        self.owners = Owners()
         self.progress = new_progress()
         self.clock: dict[str, Any] = {"lastSeq": 0, "maxTime": None}
-        self.first_seq: dict[str, int] = {}
         self.last_seq = 0
         self.rejected = 0
 
@@ -67,10 +69,15 @@ class ReplayStream:
             self.rejected += 1
             note_seq(self.progress, seq)
             return out
-        if event["eventId"] not in self.first_seq:
-            self.first_seq[event["eventId"]] = seq
+        when = event_clock_time(event, getattr(raw_event, "append_time", None), self.settings.max_clock_skew_seconds)
+        admission = self.owners.admit(event, seq)  # as the redaction agent: owner, acl, dedup
+        if admission.verdict == "rejected":
+            self.rejected += 1
+        if admission.event is not None:
+            event = admission.event
             result = self._redact(event)
-            out.append({"kind": "event", "logId": self.log_id, "seq": seq, "event": result.event, "policy": self.policy})
+            out.append({"kind": "event", "logId": self.log_id, "seq": seq, "event": result.event, "policy": self.policy,
+                        "clockTime": when})
             if result.tool_result is not None:
                 out.append({"kind": "toolresult", "logId": self.log_id, "seq": seq, "eventId": event["eventId"],
                             "sessionId": event["sessionId"], "runId": event.get("runId"),
@@ -78,14 +85,10 @@ class ReplayStream:
                             "policy": self.policy, **result.tool_result})
             session_id = event["sessionId"]
             state = self.sessions.setdefault(session_id, self.chunker.new_state(session_id))
-            for chunk in self.chunker.on_event(state, self.log_id, seq, result.event):
+            for chunk in self.chunker.on_event(state, self.log_id, seq, result.event, clock_time=when):
                 out.append({"kind": "chunk", **chunk})
             note_session(self.progress, session_id, self.chunker.open_min_seq(state))
         note_seq(self.progress, seq)
-        try:
-            when: float | None = event_time(event)
-        except (KeyError, ValueError):
-            when = None
         self.clock, tick = advance_clock(self.clock, self.log_id, seq, when, self.settings.tick_every_seqs)
         if tick is not None:
             for session_id in sorted(self.progress["open"]):

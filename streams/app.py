@@ -1,7 +1,8 @@
 """The faust app: the redaction agent and the chunking agent.
 
 Faust runs at-least-once here; every step is idempotent by construction (see
-docs/architecture.md, "Exactly-once effect"): eventId dedup with first-seq-wins, per-log clocks
+docs/architecture.md, "Exactly-once effect"): session ownership and eventId dedup with
+first-seq-wins (:mod:`streams.ownership`, which also fills an omitted ``acl``), per-log clocks
 and per-session chunker states that skip records they already applied, deterministic chunk ids,
 and every chunk acknowledged by the broker before the state that forgets it is written.
 """
@@ -17,7 +18,7 @@ import faust
 import orjson
 from faust.types import TP
 
-from streams.asp import event_time, validate_event
+from streams.asp import loads_event, validate_event
 from streams.exceptions import USLError
 from streams.metrics import (
     usl_chunks_emitted_total,
@@ -28,9 +29,10 @@ from streams.metrics import (
     usl_redactions_total,
     usl_ticks_total,
 )
+from streams.ownership import admit
 from streams.progress import marker_seq, new_progress, note_seq, note_session
 from streams.settings import Settings
-from streams.ticks import advance_clock, flush_tick, new_clock
+from streams.ticks import advance_clock, event_clock_time, flush_tick, new_clock
 from streams.topics import Topics, app_id, faust_tables
 
 __all__ = ["create_app"]
@@ -202,10 +204,12 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
     chunks_topic = app.topic(topics.chunks, partitions=settings.stream_partitions, **raw)
     dead_topic = app.topic(topics.deadletters, partitions=1, **raw)
 
-    # Redaction state, co-partitioned with L1: per-log clocks and first seq of every eventId.
+    # Redaction state, co-partitioned with L1: per-log clocks, the first seq (and tenant) of every
+    # eventId, and the owner and access lists of every session (streams.ownership).
     tables = faust_tables(settings)
     clocks = app.Table("log-clocks", default=None, partitions=tables["log-clocks"])
     first_seq = app.Table("event-first-seq", default=None, partitions=tables["event-first-seq"])
+    owners = app.Table("session-owners", default=None, partitions=tables["session-owners"])
     # Chunker state, co-partitioned with the redacted topic.
     sessions = app.Table("chunker-sessions", default=None, partitions=tables["chunker-sessions"])
     progress_table = app.Table("chunker-progress", default=None, partitions=tables["chunker-progress"])
@@ -213,7 +217,8 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
     policy = policy_hash()
     chunker = Chunker(
         ChunkerConfig(target_tokens=settings.chunk_tokens, overlap_tokens=settings.chunk_overlap_tokens,
-                      idle_gap_seconds=settings.idle_gap_seconds),
+                      idle_gap_seconds=settings.idle_gap_seconds,
+                      max_clock_skew_seconds=settings.max_clock_skew_seconds),
         default_tokenizer(), policy_hash=policy,
     )
     rereader = _Rereader(app)
@@ -264,7 +269,7 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
         """Apply a batch of L1 records in offset order. Table writes are held in ``writes`` and made
         once per key after the batch's ticks are acknowledged; reads see the batch's own writes."""
         writes: dict[tuple[str, str], tuple[int, Any]] = {}  # (table, key) -> (partition, value)
-        tables = {"clocks": clocks, "first": first_seq}
+        tables = {"clocks": clocks, "first": first_seq, "owners": owners}
         seen: dict[int, int] = {}  # partition -> offset of the last record applied in this batch
 
         def read(table: str, key: str) -> Any:
@@ -285,16 +290,24 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
             seq = message.offset + 1
             source = {"topic": message.topic, "partition": partition, "offset": message.offset}
             try:
-                event = validate_event(orjson.loads(record.value), record=f"{message.topic}[{partition}]@{message.offset}")
+                event = validate_event(loads_event(record.value), record=f"{message.topic}[{partition}]@{message.offset}")
             except (orjson.JSONDecodeError, USLError) as exc:
-                await dead_letter("redaction", "schema", str(exc), source, record.value or b"")
+                code = "duplicate_keys" if "duplicate key" in str(exc) else "schema"
+                await dead_letter("redaction", code, str(exc), source, record.value or b"")
                 continue
             log_id = event["logId"]
+            # The record's timestamp is its append time (our producer sets it; it replays as stored).
+            when = event_clock_time(event, message.timestamp, settings.max_clock_skew_seconds)
             dedup_key = f"{log_id}/{event['eventId']}"
-            previous = read("first", dedup_key)
-            if previous is not None and int(previous) < seq:
+            owner_key = f"{log_id}/{event['sessionId']}"
+            admission = admit(event, seq, session=read("owners", owner_key), first=read("first", dedup_key))
+            if admission.verdict == "duplicate":
                 usl_duplicate_events_total.labels(stage="redaction").inc()
+            elif admission.event is None:
+                await dead_letter("redaction", admission.reason_code or "schema", admission.reason or "rejected",
+                                  source, record.value or b"")
             else:
+                event = admission.event  # its acl resolved: what every index sees
                 try:
                     result = redact_event(event)
                 except Exception as exc:  # a rule bug must not stop the log; the event is dead-lettered
@@ -303,7 +316,8 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
                 if result is not None:
                     for rule, count in result.hits.items():
                         usl_redactions_total.labels(rule=rule).inc(count)
-                    body = {"kind": "event", "logId": log_id, "seq": seq, "event": result.event, "policy": policy}
+                    body = {"kind": "event", "logId": log_id, "seq": seq, "event": result.event, "policy": policy,
+                            "clockTime": when}
                     await redacted_topic.send(key=event["sessionId"].encode(), value=orjson.dumps(body), force=True)
                     if result.tool_result is not None:
                         tool = {"kind": "toolresult", "logId": log_id, "seq": seq, "eventId": event["eventId"],
@@ -311,13 +325,11 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
                                 "turnId": event.get("turnId"), "time": event["time"], "acl": event.get("acl"),
                                 "policy": policy, **result.tool_result}
                         await toolresults_topic.send(key=event["sessionId"].encode(), value=orjson.dumps(tool), force=True)
-                    if previous is None:
-                        writes["first", dedup_key] = (partition, seq)
+                    if admission.event_id is not None:
+                        writes["first", dedup_key] = (partition, admission.event_id)
+                    if admission.session is not None:
+                        writes["owners", owner_key] = (partition, admission.session)
             clock = read("clocks", log_id) or new_clock()
-            try:
-                when: float | None = event_time(event)
-            except (KeyError, ValueError):
-                when = None
             clock, tick = advance_clock(clock, log_id, seq, when, settings.tick_every_seqs)
             if tick is not None:
                 ticks += await broadcast(tick)
@@ -437,7 +449,8 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
                 session_key = f"{log_id}/{session_id}"
                 state = state_of(session_key) or chunker.new_state(session_id)
                 try:
-                    chunks = chunker.on_event(state, log_id, int(body["seq"]), body["event"])
+                    chunks = chunker.on_event(state, log_id, int(body["seq"]), body["event"],
+                                              clock_time=body.get("clockTime"))
                 except Exception as exc:
                     source = {"topic": message.topic, "partition": partition, "offset": message.offset}
                     await dead_letter("chunking", "chunking_failed", f"chunker failed: {type(exc).__name__}: {exc}", source, b"")

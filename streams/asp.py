@@ -30,6 +30,7 @@ __all__ = [
     "event_time",
     "fit_event",
     "load_schema",
+    "loads_event",
     "parse_time",
     "validate_event",
 ]
@@ -50,6 +51,7 @@ EVENT_TYPES = (
 DEFAULT_MAX_EVENT_BYTES = 768 * 1024
 
 DEFAULT_ACL: dict[str, Any] = {"tenant": "default", "read": ["*"]}
+"""The access list of a session whose first event states none (streams.ownership)."""
 
 _RFC3339 = re.compile(
     r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$"
@@ -118,7 +120,8 @@ def validate_event(event: Any, *, record: str | None = None) -> dict[str, Any]:
     candidate.setdefault("aspVersion", ASP_VERSION)
     candidate.setdefault("logId", "default")
     candidate.setdefault("visibility", "visible")
-    candidate.setdefault("acl", dict(DEFAULT_ACL))
+    # No default ``acl``: an event that omits it inherits its session's access list, which only
+    # the stream knows (streams.ownership); filling one here would make it public.
     candidate.setdefault("fields", {})
     if candidate["aspVersion"] != ASP_VERSION:
         raise SchemaError(
@@ -142,6 +145,40 @@ def validate_event(event: Any, *, record: str | None = None) -> dict[str, Any]:
     except orjson.JSONEncodeError as exc:
         raise SchemaError(f"the event cannot be stored as JSON: {exc}", record=record) from None
     return candidate
+
+
+def loads_event(raw: bytes | str) -> Any:
+    """Parse one JSON text as an event would be: like ``orjson.loads``, but an object with the
+    same key twice is refused (SchemaError naming the key). Parsers disagree on which copy of a
+    duplicate wins, so ``{"sessionId": "mine", "sessionId": "theirs"}`` could be checked as one
+    session and stored as another. Raises orjson.JSONDecodeError for text that is not JSON.
+
+    Canonical bytes (what L1 holds) are recognised by re-encoding, so the worker pays one
+    ``orjson.dumps`` per record; anything else is checked key by key."""
+    value = orjson.loads(raw)
+    if isinstance(value, dict | list):
+        data = raw.encode("utf-8") if isinstance(raw, str) else raw
+        try:
+            if orjson.dumps(value, option=orjson.OPT_SORT_KEYS) == data:
+                return value  # canonical: sorted, so a repeated key would have shown
+        except orjson.JSONEncodeError:
+            pass
+        try:
+            json.loads(data, object_pairs_hook=_refuse_duplicate_keys)
+        except RecursionError:
+            raise SchemaError("the JSON text is nested too deeply") from None
+    return value
+
+
+def _refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise SchemaError(f"duplicate key {key!r} in a JSON object; each key may appear once")
+            seen.add(key)
+    return obj
 
 
 def canonical_bytes(event: dict[str, Any]) -> bytes:

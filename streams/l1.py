@@ -25,7 +25,8 @@ from streams.exceptions import BrokerError, SchemaError
 from streams.settings import Settings
 from streams.topics import Topics
 
-__all__ = ["DeadLetters", "L1Producer", "L1Reader", "LogRegistry", "dead_letter_excerpt", "read_topic_to_end"]
+__all__ = ["AppendedEvent", "DeadLetters", "L1Producer", "L1Reader", "LogRegistry", "dead_letter_excerpt",
+           "read_topic_to_end"]
 
 _RAW_LIMIT = 4096
 
@@ -160,6 +161,19 @@ class L1Producer:
         self._producer.close()
 
 
+class AppendedEvent(dict[str, Any]):
+    """An event as read from L1, with its record's ``append_time`` (POSIX seconds, None if the
+    record has none). A plain dict otherwise: readers that do not care never notice, and the
+    paths that bound event time by append time (:func:`streams.ticks.clock_time`) read it as the
+    agent reads the record's timestamp, so a replay bounds every event as the stream did."""
+
+    __slots__ = ("append_time",)
+
+    def __init__(self, event: dict[str, Any], append_time: float | None) -> None:
+        super().__init__(event)
+        self.append_time = append_time
+
+
 class L1Reader:
     """Committed seq of a log and events by seq range (the tail scan and rebuild use it)."""
 
@@ -194,7 +208,8 @@ class L1Reader:
 
     def read(self, log_id: str, from_seq: int = 1, to_seq: int | None = None,
              *, timeout_seconds: float = 60.0) -> Iterator[tuple[int, dict[str, Any]]]:
-        """(seq, event) for every event of ``log_id`` with from_seq <= seq <= to_seq, in order.
+        """(seq, event) for every event of ``log_id`` with from_seq <= seq <= to_seq, in order;
+        each event an :class:`AppendedEvent`.
 
         ``timeout_seconds`` bounds a wait for the broker without progress, not the whole read:
         a rebuild that indexes between records may take hours over a long log.
@@ -223,7 +238,8 @@ class L1Reader:
                     # fail on them. Callers validate what is left, as the worker does.
                     continue
                 if isinstance(event, dict) and event.get("logId") == log_id:
-                    yield seq, event
+                    stamp = record.timestamp
+                    yield seq, AppendedEvent(event, stamp / 1000.0 if stamp and stamp > 0 else None)
             if records:  # progress: the clock restarts after the caller had its records
                 deadline = time.monotonic() + timeout_seconds
 

@@ -86,6 +86,7 @@ QUERY_MODES: tuple[str, ...] = ("indexed", "latest", "wait")
 #: Known values of the ``reason`` label of ``usl_dead_letters_total``.
 DEAD_LETTER_REASONS: tuple[str, ...] = (
     "invalid_json", "schema", "foreign_record", "redaction_failed", "chunking_failed", "sink_failed",
+    "foreign_tenant", "eventid_collision", "duplicate_keys",
 )
 
 #: Values of the ``reason`` label of ``usl_sink_failures_total``.

@@ -50,6 +50,12 @@ class Settings:
         "How often a worker sends a flush tick for each log it has caught up with, releasing the seqs past the last regular tick.", minimum=0.01,
     )
     idle_gap_seconds: float = _setting("USL_IDLE_GAP_SECONDS", 300.0, "G: an open turn idle for more than G seconds of log time is cut at the next tick.", minimum=0.001)
+    max_clock_skew_seconds: float = _setting(
+        "USL_MAX_CLOCK_SKEW_SECONDS", 300.0,
+        "How far past its L1 append time an event's own time may count for the log clock and idle cuts; "
+        "a later time counts as append time + this, so a far-future event cannot stall a log.",
+        minimum=0.0,
+    )
     chunk_tokens: int = _setting("USL_CHUNK_TOKENS", 768, "Target chunk size in embedder tokens.", minimum=16)
     chunk_overlap_tokens: int = _setting("USL_CHUNK_OVERLAP_TOKENS", 96, "Overlap between consecutive chunks of one unit, in tokens.", minimum=0)
     text_engine: str = _setting(

@@ -5,13 +5,44 @@ an event's seq crosses a multiple of K. It carries the seq and the max event tim
 seqs <= seq, so idle-turn cuts depend only on the log, K and G — never on partition count or
 timing. A *flush* tick tells partitions that everything up to a seq has been routed (it advances
 progress markers, never chunk boundaries).
+
+Event time is written by producers, so it is bounded before it counts (SPEC §10, invariant 11):
+the *clock time* of an event is ``min(event time, append time + max skew)``, where append time is
+the L1 record's timestamp, set by our own producer when the event was appended and stored with
+it in L1 (so a replay bounds it identically). One event dated 2099 therefore moves the log clock
+no further than a few minutes past the present, and cannot keep its turn open past every tick.
+A far-past time needs no bound: the clock keeps its maximum and an old turn is cut at once.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["advance_clock", "flush_tick", "new_clock"]
+from streams.asp import event_time as _event_time
+
+__all__ = ["DEFAULT_MAX_SKEW_SECONDS", "advance_clock", "clock_time", "event_clock_time",
+           "flush_tick", "new_clock"]
+
+DEFAULT_MAX_SKEW_SECONDS = 300.0
+"""Default of USL_MAX_CLOCK_SKEW_SECONDS."""
+
+
+def clock_time(event_time: float, append_time: float | None, max_skew_seconds: float) -> float:
+    """The time an event counts for on the log clock: its own, at most ``max_skew_seconds`` past
+    the time its record was appended (no append time known: its own)."""
+    if append_time is None or append_time <= 0:
+        return event_time
+    return min(event_time, append_time + max_skew_seconds)
+
+
+def event_clock_time(event: dict[str, Any], append_time: float | None,
+                     max_skew_seconds: float) -> float | None:
+    """:func:`clock_time` of a validated event; None when its time cannot be read."""
+    try:
+        when = _event_time(event)
+    except (KeyError, ValueError):
+        return None
+    return clock_time(when, append_time, max_skew_seconds)
 
 
 def new_clock() -> dict[str, Any]:

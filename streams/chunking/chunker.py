@@ -9,7 +9,9 @@ rules; in short:
 - a unit is a task episode (``episodeId``), else a turn (``turnId``), else the run of
   session-level events between turns;
 - a unit closes at its end event, when another unit of the session starts, after an event-time
-  gap > G inside it, or at a regular tick whose ``logTime`` is > G past its latest event;
+  gap > G inside it, or at a regular tick whose ``logTime`` is > G past its latest event; these
+  use each event's *clock time* when the caller gives it (event time bounded by append time,
+  :func:`streams.ticks.clock_time`), so a far-future event cannot keep its unit open;
 - inside a unit, rendered events are packed into chunks of at most ``target_tokens``, each
   next chunk repeating the trailing whole events of the previous one that fit in
   ``overlap_tokens``; a single event longer than a chunk is split into overlapping parts.
@@ -45,6 +47,7 @@ class ChunkerConfig:
     target_tokens: int = 768
     overlap_tokens: int = 96
     idle_gap_seconds: float = 300.0
+    max_clock_skew_seconds: float = 300.0
     version: str = "1.0"
 
     def __post_init__(self) -> None:
@@ -79,15 +82,19 @@ class Chunker:
             "lastSeq": 0, "lastTickSeq": 0, "acl": None, "seen": {}, "unit": None,
         }
 
-    def on_event(self, state: dict[str, Any], log_id: str, seq: int, event: dict[str, Any]) -> list[dict[str, Any]]:
-        """Apply one redacted event; return the chunks it closes (possibly none)."""
+    def on_event(self, state: dict[str, Any], log_id: str, seq: int, event: dict[str, Any], *,
+                 clock_time: float | None = None) -> list[dict[str, Any]]:
+        """Apply one redacted event; return the chunks it closes (possibly none).
+
+        ``clock_time`` is the event's time as the log clock counts it (bounded by its append
+        time); idle cuts use it instead of the event's own time. Chunk times stay the event's."""
         text = render_event(event)
         tokens = self.tokenizer.count(text) if text is not None else 0
-        return self.apply_event(state, log_id, seq, event, text, tokens)
+        return self.apply_event(state, log_id, seq, event, text, tokens, clock_time=clock_time)
 
     def apply_event(
         self, state: dict[str, Any], log_id: str, seq: int, event: dict[str, Any],
-        text: str | None, tokens: int,
+        text: str | None, tokens: int, *, clock_time: float | None = None,
     ) -> list[dict[str, Any]]:
         """``on_event`` with the rendering and its token count already computed (batch path)."""
         self._check(state, event)
@@ -115,7 +122,7 @@ class Chunker:
             moment = parse_time(event["time"])
         except (KeyError, ValueError) as exc:
             raise ChunkingError(f"event {event['eventId']!r} has no valid time: {exc}") from None
-        when = moment.timestamp()
+        when = moment.timestamp() if clock_time is None else min(moment.timestamp(), clock_time)
         unit = state["unit"]
         if unit is not None and (unit["key"] != key or when - unit["lastTime"] > self.config.idle_gap_seconds):
             out += self._close_unit(state, provisional=False)
@@ -129,7 +136,7 @@ class Chunker:
         if unit["pendingMinSeq"] is None:
             unit["pendingMinSeq"] = seq
         if text is not None:
-            for segment in self._segments(event, seq, text, tokens, when, rfc3339(moment)):
+            for segment in self._segments(event, seq, text, tokens, moment.timestamp(), rfc3339(moment)):
                 out += self._append(state, segment)
         event_type = event.get("type")
         if _UNIT_END.get(event_type or "") == kind or event_type == "session.ended":

@@ -26,7 +26,8 @@ _BATCH = 512
 def chunk_stream(
     records: Iterable[dict[str, Any]], chunker: Chunker, *, finalize: bool = False,
 ) -> list[dict[str, Any]]:
-    """Chunk redacted-event and tick records given in log order; one state per session.
+    """Chunk redacted-event and tick records given in log order; one state per session. An
+    event record's ``clockTime`` (set by the redaction agent) bounds its time for idle cuts.
 
     Returns the chunks in the order they close; a tick closes the idle units of its log in
     (logId, sessionId) order. ``finalize`` closes every unit still open at the end, marking
@@ -105,7 +106,8 @@ class _Run:
             state = self.states.get((log_id, session_id))
             if state is None:
                 state = self.states[(log_id, session_id)] = self.chunker.new_state(session_id)
-            self.chunks += self.chunker.apply_event(state, log_id, record["seq"], event, text, tokens)
+            self.chunks += self.chunker.apply_event(state, log_id, record["seq"], event, text, tokens,
+                                                    clock_time=record.get("clockTime"))
             self._track(log_id, session_id, state)
 
     def tick(self, tick: dict[str, Any]) -> None:

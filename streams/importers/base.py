@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from streams.asp import parse_time, validate_event
+from streams.asp import loads_event, parse_time, validate_event
 from streams.exceptions import ImportFormatError, SchemaError
 
 __all__ = [
@@ -126,7 +126,8 @@ BOM = b"\xef\xbb\xbf"
 
 
 def parse_json(line: bytes | str) -> tuple[Any, str | None]:
-    """(value, None) or (None, reason) for one JSON text; never raises.
+    """(value, None) or (None, reason) for one JSON text; never raises. An object with a key
+    given twice is refused (:func:`streams.asp.loads_event`).
 
     A leading byte order mark is skipped (RFC 8259 lets a parser ignore it; editors on Windows
     write one), so the first record of such a file is not lost.
@@ -136,7 +137,9 @@ def parse_json(line: bytes | str) -> tuple[Any, str | None]:
     else:
         line = line.removeprefix("\ufeff")
     try:
-        return orjson.loads(line), None
+        return loads_event(line), None
+    except SchemaError as exc:  # a key given twice: which copy counts is up to the parser
+        return None, exc.reason
     except orjson.JSONDecodeError as exc:
         if isinstance(line, bytes):
             try:

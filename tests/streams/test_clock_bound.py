@@ -1,0 +1,105 @@
+"""A producer's event time cannot stall a log (SPEC §10, invariant 11): the log clock and the
+chunker's idle cuts use the event time bounded by the record's append time."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streams.asp import validate_event
+from streams.chunking import Chunker, ChunkerConfig, default_tokenizer
+from streams.progress import marker_seq, new_progress, note_seq, note_session
+from streams.ticks import advance_clock, clock_time, new_clock
+
+NOW = datetime(2026, 12, 3, 9, 0, tzinfo=UTC).timestamp()
+SKEW = 300.0
+GAP = 300.0
+
+
+def at(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def message(n: int, session: str, turn: str, when: float) -> dict[str, Any]:
+    return validate_event({"eventId": f"{session}-{n}", "sessionId": session, "type": "message",
+                           "role": "user", "turnId": turn, "time": at(when),
+                           "fields": {"text": f"word {n} of {session}"}})
+
+
+def test_clock_time_bounds_the_future_and_leaves_the_past() -> None:
+    far_future = datetime(2099, 1, 1, tzinfo=UTC).timestamp()
+    assert clock_time(far_future, NOW, SKEW) == NOW + SKEW
+    assert clock_time(NOW - 10 * 365 * 86400, NOW, SKEW) == NOW - 10 * 365 * 86400
+    assert clock_time(NOW + 10, NOW, SKEW) == NOW + 10  # a small skew counts as written
+    assert clock_time(far_future, None, SKEW) == far_future  # no append time: nothing to bound by
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.floats(min_value=-6e10, max_value=2.5e11, allow_nan=False),
+       st.floats(min_value=1.0, max_value=4e9, allow_nan=False))
+def test_property_clock_time_never_passes_append_time_plus_skew(event_time: float, append: float) -> None:
+    bounded = clock_time(event_time, append, SKEW)
+    assert bounded <= append + SKEW and bounded <= event_time
+
+
+def _run(events: list[tuple[int, dict[str, Any], float]], *, bounded: bool) -> tuple[int, int]:
+    """Feed (seq, event, append time) as the agents do, a tick every 2 seqs; return the progress
+    marker and how many units were cut by a tick."""
+    chunker = Chunker(ChunkerConfig(target_tokens=256, overlap_tokens=16, idle_gap_seconds=GAP),
+                      default_tokenizer(), policy_hash="test")
+    states: dict[str, dict[str, Any]] = {}
+    progress = new_progress()
+    clock = new_clock()
+    cuts = 0
+    for seq, event, append in events:
+        when = clock_time(datetime.fromisoformat(event["time"].replace("Z", "+00:00")).timestamp(),
+                          append if bounded else None, SKEW)
+        state = states.setdefault(event["sessionId"], chunker.new_state(event["sessionId"]))
+        chunker.on_event(state, "default", seq, event, clock_time=when if bounded else None)
+        note_session(progress, event["sessionId"], chunker.open_min_seq(state))
+        note_seq(progress, seq)
+        clock, tick = advance_clock(clock, "default", seq, when, 2)
+        if tick is not None:
+            for session in sorted(progress["open"]):
+                closed = chunker.on_tick(states[session], tick)
+                cuts += len(closed)
+                note_session(progress, session, chunker.open_min_seq(states[session]))
+    return marker_seq(progress), cuts
+
+
+def _log_with_a_far_future_open_turn() -> list[tuple[int, dict[str, Any], float]]:
+    future = datetime(2099, 1, 1, tzinfo=UTC).timestamp()
+    events = [(1, message(1, "evil", "t-future", future), NOW)]
+    # An hour of ordinary traffic follows, one event a minute, each turn ending at once.
+    for n in range(2, 62):
+        when = NOW + 60 * n
+        events.append((n, message(n, f"s{n}", f"t{n}", when), when))
+    return events
+
+
+def test_a_far_future_open_turn_no_longer_holds_the_progress_marker() -> None:
+    marker, cuts = _run(_log_with_a_far_future_open_turn(), bounded=True)
+    assert cuts >= 1 and marker > 1
+    unbounded_marker, _ = _run(_log_with_a_far_future_open_turn(), bounded=False)
+    assert unbounded_marker == 0  # what the bound fixes: the 2099 turn held seq 1 forever
+
+
+def test_a_far_past_event_never_holds_the_log_either() -> None:
+    events = [(1, message(1, "old", "t-old", NOW - 20 * 365 * 86400), NOW)]
+    events += [(n, message(n, f"s{n}", f"t{n}", NOW + 60 * n), NOW + 60 * n) for n in range(2, 12)]
+    marker, cuts = _run(events, bounded=True)
+    assert cuts >= 1 and marker > 1
+
+
+def test_chunk_times_stay_the_events_own(tmp_path: Path) -> None:
+    from streams.chunking import chunk_stream
+
+    future = message(1, "evil", "t-future", datetime(2099, 1, 1, tzinfo=UTC).timestamp())
+    chunker = Chunker(ChunkerConfig(idle_gap_seconds=GAP), default_tokenizer(), policy_hash="test")
+    records = [{"kind": "event", "logId": "default", "seq": 1, "event": future, "clockTime": NOW + SKEW}]
+    chunks = chunk_stream(records, chunker, finalize=True)
+    assert chunks[0]["eventTime"].startswith("2099-01-01")
