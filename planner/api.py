@@ -62,6 +62,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from planner.acl import Principal
 from planner.auth import KeyRing, allowed_hosts, authenticate, host_allowed, keys_path
 from planner.exceptions import NotFound, PlannerError, QueryError, Unauthorized, error_body
+from planner.export import endpoint as export_endpoint
 from streams.exceptions import USLError
 from streams.metrics import METRICS_CONTENT_TYPE, metrics_text
 from streams.settings import Settings
@@ -392,6 +393,7 @@ def create_app(settings: Settings, bootstrap: str, *, planner: Any = None) -> St
         Route("/v1/sql", _guarded(sql), methods=["POST"]),
         Route("/v1/sessionql", _guarded(sessionql), methods=["POST"]),
         Route("/v1/status", _guarded(status), methods=["GET"]),
+        Route("/v1/export", _guarded(export_endpoint(principal_of, the_planner)), methods=["GET"]),
         Route("/metrics", _guarded(metrics), methods=["GET"]),
         Route("/healthz", _guarded(healthz), methods=["GET"]),
         Route("/openapi.json", _guarded(openapi_json), methods=["GET"]),
@@ -545,6 +547,22 @@ def openapi(*, auth_required: bool = True) -> dict[str, Any]:
                 "security": security,
                 "responses": {"200": {"description": "Status", "content": json_body},
                               **_errors(400, 401, 500)}}},
+            "/v1/export": {"get": {
+                "summary": "Sessions' redacted events, turns or a search's hits at one asOfSeq "
+                           "(planner.export); the position is in the X-USL-As-Of-Seq header",
+                "parameters": [principal, *({"name": name, "in": "query", "required": False,
+                                             "schema": schema} for name, schema in (
+                    ("what", {"enum": ["sessions", "turns", "hits"], "default": "sessions"}),
+                    ("format", {"enum": ["jsonl", "parquet"], "default": "jsonl"}),
+                    ("query", {"type": "string"}), ("asOfSeq", {"type": "integer", "minimum": 0}),
+                    ("log", {"type": "string", "default": "default"}),
+                    ("freshness", {"type": "string", "default": "indexed"}),
+                    ("mode", {"enum": ["hybrid", "text", "vector"], "default": "hybrid"}),
+                    ("limit", {"type": "integer", "minimum": 1, "default": 10000})))],
+                "security": security,
+                "responses": {"200": {"description": "JSONL or Parquet", "content": {
+                    "application/x-ndjson": {}, "application/vnd.apache.parquet": {}}},
+                    **_errors(400, 401, 403, 404, 500, 503)}}},
             "/metrics": {"get": {"summary": "Prometheus metrics", "responses": {
                 "200": {"description": "Prometheus text format",
                         "content": {"text/plain": {"schema": {"type": "string"}}}}}}},

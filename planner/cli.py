@@ -318,5 +318,6 @@ def main() -> None:
 
 # Query commands (search, serve, sql, rebuild) and key management live beside the planner code they drive.
 import planner.cli_apikey  # noqa: E402
+import planner.cli_export  # noqa: E402
 import planner.cli_query  # noqa: E402
 import planner.cli_sessionql  # noqa: E402,F401

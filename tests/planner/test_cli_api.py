@@ -214,5 +214,21 @@ def test_client_follows_cursors_and_raises_the_api_error(served: tuple[Settings,
         with pytest.raises(APIError) as refused:
             client.search("deploy", freshness="sometime")
         assert (refused.value.status, refused.value.code) == (400, "bad_query")
+
+        # Export: only what the key's principal may read, at the position the header names.
+        exported = client.export("sessions")
+        events = [json.loads(line) for line in exported.data.splitlines()]
+        assert {event["sessionId"] for event in events} == {"s-alice", "s-eng", "s-all"}
+        assert exported.as_of_seq >= 1
+        assert all("payload" not in event for event in events)
+        turns = [json.loads(line) for line in client.export("turns").data.splitlines()]
+        assert turns and {turn["sessionId"] for turn in turns} <= {"s-alice", "s-eng", "s-all"}
+        found = [json.loads(line) for line in client.export("hits", query="deploy", limit=3).data.splitlines()]
+        assert [hit["chunkId"] for hit in found] == paged[:3]
+        assert [hit["rank"] for hit in found] == [1, 2, 3]
+        for what, extra in (("everything", {}), ("sessions", {"query": "deploy"}), ("hits", {})):
+            with pytest.raises(APIError) as refused:
+                client.export(what, **extra)  # type: ignore[arg-type]
+            assert (refused.value.status, refused.value.code) == (400, "bad_query"), what
     with pytest.raises(Unreachable):
         Client(f"http://127.0.0.1:{free_port()}").search("deploy")

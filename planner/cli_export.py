@@ -1,0 +1,109 @@
+"""``usl export``: sessions, turns or search hits at one asOfSeq, as JSONL or Parquet.
+
+Asks the planner API when one answers (as ``usl search`` does), else runs in this process;
+either way the file holds what :mod:`planner.export` describes, under the caller's access
+lists and redacted as the indexes are. The data goes to ``--output`` (or stdout); one line on
+stderr says how many rows and at which asOfSeq. Importing this module registers the command
+on :data:`planner.cli.app`.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.markup import escape
+
+from planner.cli import LOG_OPTION, _bootstrap, _settings, app, err
+from planner.cli_query import api_client, fail
+from planner.exceptions import PlannerError
+from streams.exceptions import USLError
+
+__all__ = ["export_command"]
+
+
+@app.command("export")
+def export_command(
+    what: str = typer.Argument("sessions", help="sessions (their redacted events, re-importable with "
+                                                "`usl ingest --format asp`) | turns | hits."),
+    query: str = typer.Option(None, "--query", "-q", help="The search whose hits to export (with hits)."),
+    fmt: str = typer.Option("jsonl", "--format", help="jsonl | parquet."),
+    output: Path = typer.Option(None, "--output", "-o", help="File to write (default: stdout)."),
+    as_of: int = typer.Option(None, "--as-of", min=0, help="asOfSeq to export at (default: the freshest)."),
+    freshness: str = typer.Option("indexed", "--freshness", help="Of the search, with hits."),
+    mode: str = typer.Option("hybrid", "--mode", help="Of the search, with hits: hybrid | text | vector."),
+    limit: int = typer.Option(None, "--limit", min=1, help="At most this many hits (default 10000)."),
+    principal_text: str = typer.Option(None, "--as", envvar="USL_DEFAULT_PRINCIPAL",
+                                       help="Principal, e.g. tenant:acme/user:alice/groups:eng."),
+    log: str = LOG_OPTION,
+) -> None:
+    """Export what you may read at one asOfSeq: sessions' events, turns, or a search's hits."""
+    if fmt not in ("jsonl", "parquet"):
+        raise USLError(f"unknown format {fmt!r}; use jsonl or parquet")
+    params: dict[str, Any] = {"what": what, "log": log, "query": query, "asOfSeq": as_of,
+                              "freshness": freshness if what == "hits" else None,
+                              "mode": mode if what == "hits" else None, "limit": limit}
+    params = {name: value for name, value in params.items() if value is not None}
+    settings = _settings()
+    answer = _through_api(settings, principal_text, fmt, params)
+    if answer is None:
+        answer = _in_process(settings, principal_text, fmt, params)
+    as_of_seq, data = answer
+    if output is None:
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+    else:
+        output.write_bytes(data)
+    rows = data.count(b"\n") if fmt == "jsonl" else None
+    where = str(output) if output is not None else "stdout"
+    err.print(escape(f"exported {what} of log {log!r} at asOfSeq {as_of_seq}"
+                     + (f": {rows} rows" if rows is not None else "") + f" to {where} ({fmt})"))
+
+
+def _through_api(settings: Any, principal_text: str | None, fmt: str,
+                 params: dict[str, Any]) -> tuple[int, bytes] | None:
+    from planner.client import APIError, Unreachable
+
+    found = api_client(settings, principal_text)
+    if found is None:
+        return None
+    client, named = found
+    try:
+        if not client.health().get("ready"):
+            return None
+        exported = client.export(params.pop("what"), fmt=fmt,  # type: ignore[arg-type]
+                                 as_of_seq=params.pop("asOfSeq", None), **params)
+        return exported.as_of_seq, exported.data
+    except Unreachable as exc:
+        if named:
+            err.print(f"[yellow]warning:[/] {escape(str(exc))}; answering in this process")
+        return None
+    except APIError as exc:
+        if exc.status == 401 and not settings.api_key and not named:
+            return None
+        fail(exc, False)
+    finally:
+        client.close()
+
+
+def _in_process(settings: Any, principal_text: str | None, fmt: str,
+                params: dict[str, Any]) -> tuple[int, bytes]:
+    from planner.acl import parse_principal
+    from planner.engine import Planner
+    from planner.export import export, parquet_bytes, write_jsonl
+
+    try:
+        principal = parse_principal(principal_text or settings.acl_default)
+        planner = Planner(settings, _bootstrap(settings))
+        try:
+            result = export(planner, principal, params)
+            data = parquet_bytes(result) if fmt == "parquet" else b"".join(write_jsonl(result.rows))
+            return result.as_of_seq, data
+        finally:
+            planner.close()
+    except PlannerError as exc:
+        fail(exc, False)
+    except USLError as exc:
+        fail(PlannerError(str(exc)), False)

@@ -1,0 +1,117 @@
+"""Export round trip: what one deployment exports, another imports and finds the same way.
+
+Deployment A (real worker, sinks and API on the sample sessions plus a private session)
+exports the sessions a principal may read through ``GET /v1/export`` (the Python client) and
+through ``usl export``; deployment B, fresh topics and indexes, imports that file with
+``usl ingest --format asp``. The same searches then give the same hits in the same order
+(session, text, evidence event ids), the private session never leaves A, and no secret of
+the input reaches the file.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from planner.client import Client
+from streams.settings import Settings
+from tests.factories import session_events
+from tests.harness import Stack, append_events, l1_seq, settings_env, wait_for_watermarks
+from tests.planner.test_search_page import EXAMPLES, KINDS, free_port, ingest, wait_for_api
+
+pytestmark = pytest.mark.kafka
+
+QUERIES = ("refund rounding", "failing test", "weather tool")
+TIMEOUT = 180.0
+SECRET = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+
+
+def usl(settings: Settings, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "planner", *args], capture_output=True, text=True,
+                          env={**settings_env(settings), **(env or {})}, timeout=TIMEOUT)
+
+
+def private_session() -> list[dict[str, Any]]:
+    events = session_events("private-1", turns=2, seed=7, secret=SECRET,
+                            acl={"tenant": "default", "read": ["user:owner"]})
+    events[2]["fields"]["text"] = f"refund rounding notes, token {SECRET}"
+    return events
+
+
+def test_export_then_import_finds_the_same(make_settings: Callable[..., Settings], tmp_path: Path) -> None:
+    source = Stack(make_settings(embedder="hash:64"))
+    copy = Stack(make_settings(embedder="hash:64"))
+    try:
+        port = free_port()
+        source.worker()
+        source.sinks()
+        source.start("api", "serve", "--port", str(port))
+        for sample in sorted(EXAMPLES.iterdir()):
+            ingest(source.settings, sample)
+        append_events(source.settings, private_session())
+        seq = l1_seq(source.settings)
+        wait_for_watermarks(source.settings, seq, KINDS, timeout=TIMEOUT)
+        api = f"http://127.0.0.1:{port}"
+        wait_for_api(api, source)
+
+        with Client(api, principal="tenant:default/user:reader") as client:
+            exported = client.export("sessions")
+            parquet = client.export("hits", query=QUERIES[0], fmt="parquet")
+        assert exported.as_of_seq == seq
+        lines = [json.loads(line) for line in exported.data.decode().splitlines()]
+        assert lines and all("payload" not in event for event in lines)
+        assert "private-1" not in {event["sessionId"] for event in lines}
+        assert SECRET not in exported.data.decode()
+        table = pq.read_table(pa_buffer(parquet.data))
+        assert table.schema.metadata[b"usl.asOfSeq"] == str(seq).encode()
+        assert table.num_rows > 0 and "chunkId" in table.column_names
+
+        # The CLI writes the same file in process (no API known to it).
+        path = tmp_path / "sessions.jsonl"
+        done = usl(source.settings, "export", "sessions", "--as", "tenant:default/user:reader",
+                   "-o", str(path), env={"USL_API_URL": ""})
+        assert done.returncode == 0, done.stderr
+        assert path.read_bytes() == exported.data
+        assert f"at asOfSeq {seq}" in done.stderr
+
+        # The owner sees the private session in an export; nobody else does.
+        owner = usl(source.settings, "export", "sessions", "--as", "tenant:default/user:owner",
+                    env={"USL_API_URL": api})
+        assert owner.returncode == 0, owner.stderr
+        assert "private-1" in {json.loads(line)["sessionId"] for line in owner.stdout.splitlines()}
+        assert SECRET not in owner.stdout
+
+        copy.worker()
+        copy.sinks()
+        imported = usl(copy.settings, "ingest", str(path), "--format", "asp", "--json")
+        assert imported.returncode == 0, imported.stderr
+        summary = json.loads(imported.stdout)
+        assert summary["eventsAppended"] == len(lines) and summary["rejected"] == 0
+        wait_for_watermarks(copy.settings, l1_seq(copy.settings), KINDS, timeout=TIMEOUT)
+        reader = {"USL_DEFAULT_PRINCIPAL": "tenant:default/user:reader"}
+        for query in QUERIES:
+            assert hits_as(copy.settings, query, reader) == hits_as(source.settings, query, reader), query
+        assert any(hits_as(source.settings, query, reader) for query in QUERIES)
+    finally:
+        source.close()
+        copy.close()
+
+
+def hits_as(settings: Settings, query: str, env: dict[str, str]) -> list[tuple[str, str, tuple[str, ...]]]:
+    done = usl(settings, "search", query, "--k", "20", "--json", env={"USL_API_URL": "", **env})
+    assert done.returncode == 0, done.stdout + done.stderr
+    return [(hit["sessionId"], hit["text"], tuple(e["eventId"] for e in hit["evidence"]))
+            for hit in json.loads(done.stdout)["results"]]
+
+
+def pa_buffer(data: bytes) -> Any:
+    import pyarrow as pa
+
+    return pa.BufferReader(data)
