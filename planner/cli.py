@@ -29,7 +29,7 @@ app = typer.Typer(
     name="usl",
     help="USL Search: explainable, rebuildable search over a Kafka log of AI-agent sessions.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
 )
 err = Console(stderr=True)
@@ -90,9 +90,10 @@ def ingest(
     log: str = LOG_OPTION,
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
-    """Append the events of PATH to the L1 log; rejected records go to the dead-letter topic."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    """Append the events of PATH to the L1 log; rejected records go to the dead-letter topic.
 
+    Progress on stderr: lines read of the input's total, records, rate and ETA."""
+    from planner.cli_progress import ImportProgress
     from streams.importers import FORMATS, Accepted, detect_format, iter_records
     from streams.l1 import DeadLetters, L1Producer, LogRegistry
     from streams.metrics import usl_dead_letters_total, usl_records_total
@@ -112,11 +113,10 @@ def ingest(
     read = appended = cut = 0
     reasons: Counter[str] = Counter()
     rejected_examples: list[dict[str, str]] = []
-    with Progress(TextColumn("[bold]ingest[/]"), BarColumn(), TextColumn("{task.completed} records"),
-                  TimeElapsedColumn(), console=err, transient=True) as progress:
-        task = progress.add_task("ingest", total=None)
+    with ImportProgress(path, err, enabled=not json_out) as progress:
         for item in iter_records(path, fmt, log_id=log, max_event_bytes=settings.max_event_bytes):
             read += 1
+            progress.record(item.record)
             if isinstance(item, Accepted):
                 producer.append(item.event)
                 appended += 1
@@ -128,7 +128,6 @@ def ingest(
                     rejected_examples.append({"record": item.record, "reason": item.reason})
                 dead.publish(stage="ingest", reason=item.reason, record=item.record, raw=item.raw)
                 usl_dead_letters_total.labels(stage="ingest", reason=_dead_letter_reason(item.reason)).inc()
-            progress.update(task, completed=read)
     highest = producer.flush()
     producer.close()
     dead.close()
@@ -276,9 +275,12 @@ def rebuild(
     log: str = LOG_OPTION,
     json_out: bool = typer.Option(False, "--json", help="Print the new manifests as JSON."),
 ) -> None:
-    """Replay L1 into a new generation line beside the live one, catch up, verify, switch."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    """Replay L1 into a new generation line beside the live one, catch up, verify, switch.
 
+    Progress on stderr (not with --json): seqs replayed of the log's, rate and ETA."""
+    import time
+
+    from planner.cli_progress import rebuild_progress
     from sinks.rebuild import rebuild as run_rebuild
     from sinks.service import ALL_KINDS
 
@@ -289,12 +291,15 @@ def rebuild(
     bootstrap = _bootstrap(settings)
     results = []
     for kind in kinds:
-        with Progress(TextColumn(f"[bold]rebuild {kind}[/]"), BarColumn(), TextColumn("seq {task.completed}/{task.total}"),
-                      TimeElapsedColumn(), console=err, transient=True) as progress:
-            task = progress.add_task(kind, total=None)
+        with rebuild_progress(kind, err, enabled=not json_out) as progress:
+            task = progress.add_task(kind, total=None, count="seq -", rate="-")
+            started = time.monotonic()
 
-            def report(seq: int, total: int, task: Any = task, progress: Any = progress) -> None:
-                progress.update(task, completed=seq, total=total)
+            def report(seq: int, total: int, task: Any = task, progress: Any = progress,
+                       started: float = started) -> None:
+                rate = (seq - from_seq + 1) / max(time.monotonic() - started, 1e-6)
+                progress.update(task, completed=seq, total=total, count=f"seq {seq:,}/{total:,}",
+                                rate=f"{rate:,.0f} seqs/s")
 
             manifest = run_rebuild(settings, bootstrap, kind, log_id=log, from_seq=from_seq, progress=report)
         results.append(manifest.to_json())
