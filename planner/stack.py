@@ -1,7 +1,12 @@
 """The local stack behind ``usl up`` / ``usl down``: worker, sinks and API as child processes.
 
 Each process is started in its own session with its log under ``$USL_HOME/logs`` and a pid file
-under ``$USL_HOME/run``, so ``usl down`` (or a later ``usl up``) can find and stop it.
+under ``$USL_HOME/run``, so ``usl down`` (or a later ``usl up``) can find and stop it. The pid
+file records the process's command line and identity (boot id, start time): a pid that no longer
+runs that process is a stale entry, removed and never signalled (:mod:`deploy.process`).
+
+Every process starts with umask 077 and ``$USL_HOME`` is created 0700, so index files, logs and
+pid files are readable by their owner only.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from deploy.kafka.broker import pid_alive
+from deploy.process import PRIVATE_UMASK, is_same_process, pid_alive, private_dir, process_record
 from streams.settings import Settings
 
 __all__ = ["running", "start_process", "stop_process", "stop_stack", "supervise"]
@@ -23,21 +28,27 @@ STACK = ("worker", "sinks", "api")
 _STABLE_SECONDS = 10.0
 
 
+def _home_dir(settings: Settings, name: str) -> Path:
+    home = private_dir(Path(settings.home).resolve())
+    return private_dir(home / name)
+
+
 def _run_dir(settings: Settings) -> Path:
-    path = Path(settings.home).resolve() / "run"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return _home_dir(settings, "run")
 
 
 def running(settings: Settings) -> dict[str, int]:
-    """Name → pid of every stack process that is alive."""
+    """Name → pid of every stack process that is alive and still the process its pid file
+    recorded; a stale pid file (the process is gone, or its pid now runs something else) is
+    removed."""
     alive: dict[str, int] = {}
     for pid_file in sorted(_run_dir(settings).glob("*.pid")):
         try:
-            pid = int(json.loads(pid_file.read_text())["pid"])
-        except (OSError, ValueError, KeyError):
+            record = json.loads(pid_file.read_text())
+            pid = int(record["pid"])
+        except (OSError, ValueError, KeyError, TypeError):
             continue
-        if pid_alive(pid):
+        if isinstance(record, dict) and is_same_process(pid, record):
             alive[pid_file.stem] = pid
         else:
             pid_file.unlink(missing_ok=True)
@@ -45,14 +56,15 @@ def running(settings: Settings) -> dict[str, int]:
 
 
 def start_process(settings: Settings, name: str, args: list[str], env: dict[str, str] | None = None) -> int:
-    """Start ``usl ARGS`` detached; return its pid."""
-    logs = Path(settings.home).resolve() / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    log = (logs / f"{name}.log").open("ab")
+    """Start ``usl ARGS`` detached (umask 077); return its pid."""
+    logs = _home_dir(settings, "logs")
+    descriptor = os.open(logs / f"{name}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     cmd = [sys.executable, "-m", "planner", *args]
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            start_new_session=True, env={**os.environ, **(env or {})})
-    (_run_dir(settings) / f"{name}.pid").write_text(json.dumps({"pid": proc.pid, "cmd": cmd}))
+    with os.fdopen(descriptor, "ab") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, env={**os.environ, **(env or {})},
+                                umask=PRIVATE_UMASK)
+    (_run_dir(settings) / f"{name}.pid").write_text(json.dumps(process_record(proc.pid, cmd)))
     return proc.pid
 
 

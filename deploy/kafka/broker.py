@@ -5,7 +5,12 @@ With no ``KAFKA_BOOTSTRAP_SERVERS``, ``usl up``, the test fixtures and ``.ci/run
 (``pom.xml`` beside this file, ``dependency:copy-dependencies``), caches them outside the
 repository, formats KRaft storage under ``$USL_HOME/kafka`` on first use, starts the JVM on free
 loopback ports, and waits until the broker answers. :func:`stop_broker` stops it cleanly
-(SIGTERM, then SIGKILL after a grace period).
+(SIGTERM, then SIGKILL after a grace period), and only while the pid in ``broker.json`` is still
+the broker it started (:func:`deploy.process.is_same_process`).
+
+The broker runs with umask 077 and its state directory is 0700: its segments hold raw events,
+secrets included, and are readable by the owner only. The KRaft cluster id is made as Kafka's
+own ``Uuid.randomUuid`` makes one (:func:`new_cluster_id`) and passed as ``--cluster-id=ID``.
 """
 
 from __future__ import annotations
@@ -18,14 +23,31 @@ import signal
 import socket
 import subprocess
 import time
-import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from deploy.process import (
+    PRIVATE_UMASK,
+    identity,
+    is_same_process,
+    pid_alive,
+    private_dir,
+    process_record,
+)
 from streams.exceptions import BrokerError
 from streams.settings import Settings
 
-__all__ = ["BrokerInfo", "ensure_broker", "ensure_jars", "local_broker_status", "pid_alive", "stop_broker"]
+__all__ = [
+    "BrokerInfo",
+    "ensure_broker",
+    "ensure_jars",
+    "local_broker_status",
+    "new_cluster_id",
+    "pid_alive",
+    "stop_broker",
+]
 
 _HERE = Path(__file__).resolve().parent
 _START_TIMEOUT_SECONDS = 90.0
@@ -82,19 +104,33 @@ def _port_open(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
-def pid_alive(pid: int) -> bool:
-    """True while ``pid`` runs (a zombie counts as gone)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie child of ours still answers kill(0); ask /proc whether it is really running.
-    stat = Path(f"/proc/{pid}/stat")
-    if stat.exists():
-        return stat.read_text().split(")")[-1].split()[0] != "Z"
-    return True
+def new_cluster_id(random_bytes: Callable[[int], bytes] = os.urandom) -> str:
+    """A KRaft cluster id as Kafka's ``Uuid.randomUuid`` makes one: 16 random bytes in URL-safe
+    base64 without padding, drawn again while the text starts with ``-`` (``kafka-storage``
+    would read it as an option: about one id in 64) or the id is a reserved one (all zero, or
+    zero but the last bit)."""
+    while True:
+        raw = random_bytes(16)
+        text = base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+        if not text.startswith("-") and int.from_bytes(raw, "big") > 1:
+            return text
+
+
+def _format_command(java_opts: list[str], classpath: str, cluster_id: str, props: Path) -> list[str]:
+    # --cluster-id=ID keeps the id one argument whatever it starts with.
+    return ["java", *java_opts, "-cp", classpath, "kafka.tools.StorageTool", "format",
+            f"--cluster-id={cluster_id}", "-c", str(props), "--ignore-formatted"]
+
+
+def _is_our_broker(state: dict[str, Any]) -> bool:
+    """Whether the pid in ``broker.json`` is still the broker it names (see deploy.process)."""
+    pid = int(state.get("pid") or 0)
+    if "cmd" in state or "identity" in state:
+        return is_same_process(pid, state)
+    # broker.json of an earlier version records the pid only: trust it only while that pid
+    # runs a Kafka broker.
+    now = identity(pid)
+    return pid_alive(pid) and (now is None or "kafka.Kafka" in now["cmdline"])
 
 
 def _read_state(settings: Settings) -> dict | None:
@@ -111,7 +147,7 @@ def _read_state(settings: Settings) -> dict | None:
 def local_broker_status(settings: Settings) -> BrokerInfo | None:
     """The local broker if it is running, else None."""
     state = _read_state(settings)
-    if not state or not state.get("pid") or not pid_alive(int(state["pid"])):
+    if not state or not state.get("pid") or not _is_our_broker(state):
         return None
     port = int(state["bootstrap"].rsplit(":", 1)[1])
     if not _port_open(port):
@@ -158,9 +194,9 @@ def _start(settings: Settings) -> BrokerInfo:
     if shutil.which("java") is None:
         raise BrokerError("Java 17+ is needed to run the local Kafka broker; install a JDK or set KAFKA_BOOTSTRAP_SERVERS")
     libs = ensure_jars(settings)
-    state_dir = _state_dir(settings)
-    data_dir = state_dir / "data"
-    data_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(Path(settings.home).resolve())
+    state_dir = private_dir(_state_dir(settings))
+    data_dir = private_dir(state_dir / "data")
     previous = _read_state(settings) or {}
     # Reuse the previous ports when free, so a restarted broker keeps its address.
     port = int(previous.get("bootstrap", ":0").rsplit(":", 1)[1] or 0)
@@ -180,23 +216,20 @@ def _start(settings: Settings) -> BrokerInfo:
         "-Djava.awt.headless=true",
     ]
     if not (data_dir / "meta.properties").exists():
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
-        fmt = subprocess.run(
-            ["java", *java_opts, "-cp", classpath, "kafka.tools.StorageTool", "format",
-             "-t", cluster_id, "-c", str(props), "--ignore-formatted"],
-            capture_output=True, text=True, check=False,
-        )
+        fmt = subprocess.run(_format_command(java_opts, classpath, new_cluster_id(), props),
+                             capture_output=True, text=True, check=False, umask=PRIVATE_UMASK)
         if fmt.returncode != 0:
             raise BrokerError(f"formatting KRaft storage failed:\n{(fmt.stdout + fmt.stderr)[-2000:]}")
-    log = (state_dir / "broker.log").open("ab")
-    proc = subprocess.Popen(
-        ["java", *java_opts, "-cp", classpath, "kafka.Kafka", str(props)],
-        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-    )
+    log = os.fdopen(os.open(state_dir / "broker.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab")
+    command = ["java", *java_opts, "-cp", classpath, "kafka.Kafka", str(props)]
+    proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            start_new_session=True, umask=PRIVATE_UMASK)
+    log.close()
     bootstrap = f"127.0.0.1:{port}"
     info = BrokerInfo(proc.pid, bootstrap, controller_port, str(data_dir))
     (state_dir / "broker.json").write_text(json.dumps(
-        {"pid": proc.pid, "bootstrap": bootstrap, "controllerPort": controller_port, "dataDir": str(data_dir)}
+        {**process_record(proc.pid, command), "bootstrap": bootstrap,
+         "controllerPort": controller_port, "dataDir": str(data_dir)}
     ))
     _wait_ready(proc, bootstrap, state_dir / "broker.log")
     return info
@@ -227,8 +260,8 @@ def _wait_ready(proc: subprocess.Popen[bytes], bootstrap: str, log_path: Path) -
 def stop_broker(settings: Settings, *, grace_seconds: float = 30.0) -> bool:
     """Stop the local broker cleanly; True if one was running."""
     state = _read_state(settings)
-    if not state or not pid_alive(int(state.get("pid", 0))):
-        return False
+    if not state or not _is_our_broker(state):
+        return False  # a pid the system gave to another program since is never signalled
     pid = int(state["pid"])
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace_seconds

@@ -1,0 +1,105 @@
+"""Local processes the project starts and later stops: private files, and pid files that know
+which process they name.
+
+- Every process of the local stack (the broker, the supervisor, workers, sinks, the API) starts
+  with :data:`PRIVATE_UMASK`, so what it creates under ``$USL_HOME`` -- L1 segments holding raw
+  secrets, index files, logs -- is readable by its owner only (0600 files, 0700 directories),
+  whatever the shell's umask. :func:`private_dir` makes ``$USL_HOME`` itself 0700.
+- A pid file records, besides the pid, the command line and :func:`identity` of the process
+  (boot id and start time). :func:`is_same_process` holds only while that pid still runs that
+  process, so ``usl down`` never signals a pid the system has since given to another program
+  (after a reboot, or after the process died and pids wrapped).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["PRIVATE_UMASK", "identity", "is_same_process", "pid_alive", "private_dir", "process_record"]
+
+PRIVATE_UMASK = 0o077
+_PROC = Path("/proc")
+
+
+def private_dir(path: Path) -> Path:
+    """Create ``path`` (and missing parents) as a directory only its owner may enter; an
+    existing directory keeps the mode its owner gave it."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return path
+
+
+def pid_alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie counts as gone)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child of ours still answers kill(0); ask /proc whether it is really running.
+    stat = _PROC / str(pid) / "stat"
+    try:
+        return stat.read_text().rsplit(")", 1)[-1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def identity(pid: int) -> dict[str, Any] | None:
+    """``{"bootId", "startTicks", "cmdline"}`` of a running ``pid`` from /proc, or None (the pid
+    is gone, or the system has no /proc). Start ticks (since boot) and the boot id together name
+    one process for the life of the machine; a reused pid has another start time."""
+    try:
+        stat = (_PROC / str(pid) / "stat").read_text()
+        # Fields after "(comm)": state is field 3, starttime field 22.
+        start_ticks = int(stat.rsplit(")", 1)[1].split()[19])
+        cmdline = (_PROC / str(pid) / "cmdline").read_bytes()
+        boot_id = (_PROC / "sys" / "kernel" / "random" / "boot_id").read_text().strip()
+    except (OSError, ValueError, IndexError):
+        return None
+    parts = [part.decode("utf-8", "replace") for part in cmdline.split(b"\0") if part]
+    return {"bootId": boot_id, "startTicks": start_ticks, "cmdline": parts}
+
+
+def process_record(pid: int, cmd: Sequence[str]) -> dict[str, Any]:
+    """What a pid file holds for a process just started with ``cmd``."""
+    return {"pid": pid, "cmd": list(cmd), "identity": identity(pid)}
+
+
+def is_same_process(pid: int, record: Mapping[str, Any]) -> bool:
+    """Whether ``pid`` still runs the process ``record`` (a pid file's content) describes.
+
+    With /proc: its boot id and start time must equal the recorded ones (and, when the record
+    has them, its command line). Without /proc, or for a record written before identities were
+    kept, the command line must equal the recorded ``cmd``. A record with neither is never
+    trusted: nothing proves the pid is still ours.
+    """
+    if not pid_alive(pid):
+        return False
+    now = identity(pid)
+    recorded = record.get("identity")
+    command = record.get("cmd")
+    if now is not None and isinstance(recorded, Mapping):
+        return (recorded.get("bootId"), recorded.get("startTicks")) == (now["bootId"], now["startTicks"]) \
+            and list(recorded.get("cmdline") or now["cmdline"]) == now["cmdline"]
+    if not isinstance(command, list) or not command:
+        return False
+    if now is not None:
+        return [str(part) for part in command] == now["cmdline"]
+    shown = _ps_command(pid)
+    return shown is not None and shown == " ".join(str(part) for part in command)
+
+
+def _ps_command(pid: int) -> str | None:
+    """The command line ``ps`` shows for ``pid`` (systems without /proc), or None."""
+    try:
+        done = subprocess.run(["ps", "-o", "command=", "-p", str(pid)], capture_output=True,
+                              text=True, timeout=5, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (done.stdout.strip() or None) if done.returncode == 0 else None

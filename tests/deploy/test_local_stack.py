@@ -1,0 +1,226 @@
+"""The local stack's processes: the KRaft cluster id, private files, and pid files that are
+checked before anything is signalled (issue 15 items 8 and 9)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import deploy.kafka.broker as broker
+from deploy.process import (
+    PRIVATE_UMASK,
+    identity,
+    is_same_process,
+    pid_alive,
+    private_dir,
+    process_record,
+)
+from planner import stack
+from streams.settings import Settings
+from tests.fuzz.profile import fuzz
+
+# URL-safe base64 of a first byte 0xf8..0xfb starts with "-" (index 62): one id in 64.
+DASH_FIRST = bytes([0xF8]) + bytes(range(1, 16))
+GOOD = bytes(range(16, 32))
+
+
+def feeder(*chunks: bytes) -> Any:
+    pending = list(chunks)
+    return lambda size: pending.pop(0)
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+@pytest.fixture
+def umask_022() -> Iterator[None]:
+    """The shell umask most users have, which made $USL_HOME 0755 and segments 0644."""
+    previous = os.umask(0o022)
+    try:
+        yield
+    finally:
+        os.umask(previous)
+
+
+@pytest.fixture
+def bystander() -> Iterator[subprocess.Popen[bytes]]:
+    """A process that is not ours to stop: what a recycled pid points at."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
+                            start_new_session=True)
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+# -- the KRaft cluster id (item 8) -----------------------------------------------------------
+
+
+def test_a_cluster_id_never_starts_with_a_dash() -> None:
+    """``usl up`` failed about one start in 64: kafka-storage read "-t -Ab..." as two options."""
+    assert base64.urlsafe_b64encode(DASH_FIRST).decode().startswith("-")
+    assert broker.new_cluster_id(feeder(DASH_FIRST, GOOD)) == base64.urlsafe_b64encode(GOOD).rstrip(b"=").decode()
+    zero, one = bytes(16), bytes(15) + b"\x01"  # Kafka's reserved ids
+    assert broker.new_cluster_id(feeder(zero, one, DASH_FIRST, GOOD)) == broker.new_cluster_id(feeder(GOOD))
+
+
+@fuzz(200)
+@given(draws=st.lists(st.binary(min_size=16, max_size=16), min_size=1, max_size=8))
+def test_the_cluster_id_is_the_first_acceptable_draw(draws: list[bytes]) -> None:
+    acceptable = [raw for raw in draws if not base64.urlsafe_b64encode(raw).startswith(b"-")
+                  and int.from_bytes(raw, "big") > 1]
+    if not acceptable:
+        draws.append(GOOD)
+        acceptable = [GOOD]
+    cluster_id = broker.new_cluster_id(feeder(*draws))
+    assert len(cluster_id) == 22 and not cluster_id.startswith("-")
+    assert base64.urlsafe_b64decode(cluster_id + "==") == acceptable[0]
+
+
+def test_real_cluster_ids_and_the_format_command() -> None:
+    assert not [cid for cid in (broker.new_cluster_id() for _ in range(5000)) if cid.startswith("-")]
+    command = broker._format_command(["-Xmx1m"], "libs/*", "-AbCdEfGhIjKlMnOpQrStUv", Path("p"))
+    assert "--cluster-id=-AbCdEfGhIjKlMnOpQrStUv" in command and "-t" not in command
+
+
+def test_kafka_storage_formats_with_an_id_that_starts_with_a_dash(tmp_path: Path) -> None:
+    """The real StorageTool takes --cluster-id=ID whatever the id starts with."""
+    libs = broker.ensure_jars(Settings.from_env({}, home=tmp_path))
+    data = tmp_path / "data"
+    props = tmp_path / "server.properties"
+    props.write_text(broker._server_properties(data, 19092, 19093))
+    command = broker._format_command(["-Xmx256m"], f"{libs}/*", "-AbCdEfGhIjKlMnOpQrStUv", props)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False,
+                          umask=PRIVATE_UMASK)
+    assert done.returncode == 0, done.stdout + done.stderr
+    meta = data / "meta.properties"
+    assert "cluster.id=-AbCdEfGhIjKlMnOpQrStUv" in meta.read_text()
+    assert mode(meta) & 0o077 == 0
+
+
+# -- private files (item 9) ------------------------------------------------------------------
+
+
+def test_private_dir_is_owner_only_under_umask_022(tmp_path: Path, umask_022: None) -> None:
+    home = private_dir(tmp_path / "usl-home")
+    assert mode(home) == 0o700
+    (tmp_path / "shared").mkdir(mode=0o755)
+    assert mode(private_dir(tmp_path / "shared")) == 0o755  # an existing directory keeps its mode
+
+
+def test_stack_processes_start_with_umask_077(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                              umask_022: None) -> None:
+    """What a stack process creates (index files, L1-derived data, logs) is owner-only."""
+    probe = tmp_path / "probe.sh"
+    probe.write_text('#!/bin/sh\necho data > "$USL_PROBE_FILE"\necho started\n')
+    probe.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(probe))  # the stack runs "$python -m planner ..."
+    settings = Settings.from_env({}, home=tmp_path / "home")
+    written = tmp_path / "out" / "segment"
+    written.parent.mkdir()
+    pid = stack.start_process(settings, "worker-1", ["worker"], {"USL_PROBE_FILE": str(written)})
+    home = tmp_path / "home"
+    deadline = time.monotonic() + 30
+    while pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert mode(written) == 0o600
+    assert (mode(home), mode(home / "logs"), mode(home / "run")) == (0o700, 0o700, 0o700)
+    assert mode(home / "logs" / "worker-1.log") == 0o600
+    assert (home / "logs" / "worker-1.log").read_text() == "started\n"
+
+
+def test_the_broker_runs_with_umask_077_in_a_private_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          umask_022: None) -> None:
+    seen: dict[str, dict[str, Any]] = {}
+
+    def fake_run(command: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        seen["format"] = {"command": command, **kwargs}
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    class FakePopen:
+        def __init__(self, command: list[str], **kwargs: Any) -> None:
+            seen["broker"] = {"command": command, **kwargs}
+            self.pid = os.getpid()
+
+    monkeypatch.setattr(broker.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(broker, "ensure_jars", lambda settings: tmp_path / "libs")
+    monkeypatch.setattr(broker.subprocess, "run", fake_run)
+    monkeypatch.setattr(broker.subprocess, "Popen", FakePopen)
+    monkeypatch.setattr(broker, "_wait_ready", lambda *args: None)
+    settings = Settings.from_env({}, home=tmp_path / "home")
+    broker._start(settings)
+    assert seen["format"]["umask"] == seen["broker"]["umask"] == 0o077
+    assert any(arg.startswith("--cluster-id=") for arg in seen["format"]["command"])
+    state = tmp_path / "home" / "kafka"
+    assert (mode(tmp_path / "home"), mode(state), mode(state / "data")) == (0o700, 0o700, 0o700)
+    assert mode(state / "broker.log") == 0o600
+    recorded = json.loads((state / "broker.json").read_text())
+    assert recorded["cmd"] == seen["broker"]["command"] and recorded["identity"] == identity(os.getpid())
+
+
+# -- pid files are checked before a signal (item 9) ------------------------------------------
+
+
+def test_is_same_process(bystander: subprocess.Popen[bytes]) -> None:
+    command = [sys.executable, "-c", "import time; time.sleep(120)"]
+    record = process_record(bystander.pid, command)
+    assert is_same_process(bystander.pid, record)
+    assert record["identity"]["cmdline"] == command
+    reused = {**record, "identity": {**record["identity"], "startTicks": record["identity"]["startTicks"] - 1}}
+    assert not is_same_process(bystander.pid, reused)
+    assert not is_same_process(bystander.pid, {**record, "identity": {**record["identity"], "bootId": "x"}})
+    assert is_same_process(bystander.pid, {"pid": bystander.pid, "cmd": command})  # an older pid file
+    assert not is_same_process(bystander.pid, {"pid": bystander.pid, "cmd": [sys.executable, "-m", "planner", "worker"]})
+    assert not is_same_process(bystander.pid, {"pid": bystander.pid})
+    bystander.kill()
+    bystander.wait()
+    assert not is_same_process(bystander.pid, record)
+
+
+@pytest.mark.parametrize("recorded", ["older", "reused"])
+def test_usl_down_never_signals_a_recycled_pid(tmp_path: Path, bystander: subprocess.Popen[bytes],
+                                               recorded: str) -> None:
+    """After a reboot (or a crash and pid wrap) the pid in a pid file may run another program."""
+    settings = Settings.from_env({}, home=tmp_path)
+    run = tmp_path / "run"
+    run.mkdir(parents=True)
+    ours = [sys.executable, "-m", "planner", "worker"]
+    if recorded == "older":
+        entry: dict[str, Any] = {"pid": bystander.pid, "cmd": ours}
+    else:
+        entry = process_record(bystander.pid, ours)
+        entry["identity"]["startTicks"] -= 5
+    (run / "worker-1.pid").write_text(json.dumps(entry))
+    assert stack.running(settings) == {}
+    assert not (run / "worker-1.pid").exists()
+    (run / "worker-1.pid").write_text(json.dumps(entry))
+    assert stack.stop_stack(settings) == []
+    time.sleep(0.2)
+    assert bystander.poll() is None, "a process that was not ours got signalled"
+
+
+def test_stop_broker_never_signals_a_recycled_pid(tmp_path: Path, bystander: subprocess.Popen[bytes]) -> None:
+    settings = Settings.from_env({}, home=tmp_path)
+    state = tmp_path / "kafka"
+    state.mkdir(parents=True)
+    reused = {**process_record(bystander.pid, ["java", "kafka.Kafka", "x"]), "bootstrap": "127.0.0.1:9"}
+    reused["identity"]["startTicks"] -= 5
+    for entry in ({"pid": bystander.pid, "bootstrap": "127.0.0.1:9"}, reused):  # older, reused
+        (state / "broker.json").write_text(json.dumps(entry))
+        assert broker.local_broker_status(settings) is None
+        assert broker.stop_broker(settings, grace_seconds=1) is False
+        assert bystander.poll() is None, "a process that was not the broker got signalled"
