@@ -372,7 +372,7 @@ def measure(asker: Asker, corpus: Corpus, phrases: list[dict[str, Any]], paraphr
     for freshness in FRESHNESS:
         for mode in MODES:
             key = f"{mode}/{freshness}"
-            say(f"{key} ...")
+            began = time.monotonic()
             phrase_rows = _ranks(asker, phrases, mode, freshness, corpus, phrase_hit)
             para_rows = _ranks(asker, paraphrases, mode, freshness, corpus, session_hit)
             error_rows = _ranks(asker, errors, mode, freshness, corpus, turn_hit)
@@ -389,6 +389,7 @@ def measure(asker: Asker, corpus: Corpus, phrases: list[dict[str, Any]], paraphr
                 "detail": {"phrases": phrase_rows, "paraphrases": para_rows, "errors": error_rows,
                            "pagination": page_rows},
             }
+            say(f"{key}: {len(asker.latency[key])} queries in {time.monotonic() - began:.0f}s")
     return table
 
 
@@ -547,12 +548,14 @@ def report(runs: list[Mapping[str, Any]]) -> str:
     return "\n".join(out)
 
 
-def write(result: Mapping[str, Any], out_dir: Path) -> Path:
+def write(result: Mapping[str, Any] | None, out_dir: Path) -> Path:
+    """Store ``result`` (None: none, only rewrite the report) and write EVAL.md from every run."""
     results = out_dir / "benchmarks" / "results"
     results.mkdir(parents=True, exist_ok=True)
-    body = json.dumps(result, indent=1, default=str) + "\n"
-    (results / "eval.json").write_text(body)
-    (results / f"eval-{result['label']}.json").write_text(body)
+    if result is not None:
+        body = json.dumps(result, indent=1, default=str) + "\n"
+        (results / "eval.json").write_text(body)
+        (results / f"eval-{result['label']}.json").write_text(body)
     runs = [json.loads(p.read_text()) for p in sorted(results.glob("eval-*.json"))]
     target = out_dir / "EVAL.md"
     target.write_text(report(runs))
@@ -572,7 +575,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out-dir", type=Path, default=ROOT)
     parser.add_argument("--code-version", default=None,
                         help="what EVAL.md names as the code measured (default: this checkout's commit)")
+    parser.add_argument("--report-only", action="store_true",
+                        help="only rewrite EVAL.md from benchmarks/results/eval-*.json")
     args = parser.parse_args(argv)
+    if args.report_only:
+        say(f"wrote {write(None, args.out_dir)}")
+        return 0
     given = " ".join(argv if argv is not None else sys.argv[1:])
     command = (f'make eval EVAL_ARGS="{given}"' if given else "make eval") if os.environ.get("USL_EVAL_VIA_MAKE") \
         else f"python -m benchmarks.eval {given}".strip()
