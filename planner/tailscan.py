@@ -234,7 +234,7 @@ class TailScan:
     def _advance_clock(self, feed: _Feed, event: dict[str, Any], seq: int,
                        append_time: float | None) -> dict[str, Any] | None:
         """The regular tick after ``seq``, placed exactly as the redaction agent places it."""
-        when = event_clock_time(event, append_time, self.chunker.config.max_clock_skew_seconds)
+        when = event_clock_time(event, append_time, self.chunker.config.max_clock_skew_seconds, feed.log_time)
         if when is not None:
             feed.clock_times[seq] = when
         if when is not None and (feed.log_time is None or when > feed.log_time):

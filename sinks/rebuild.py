@@ -69,7 +69,8 @@ class ReplayStream:
             self.rejected += 1
             note_seq(self.progress, seq)
             return out
-        when = event_clock_time(event, getattr(raw_event, "append_time", None), self.settings.max_clock_skew_seconds)
+        when = event_clock_time(event, getattr(raw_event, "append_time", None), self.settings.max_clock_skew_seconds,
+                                self.clock["maxTime"])
         admission = self.owners.admit(event, seq)  # as the redaction agent: owner, acl, dedup
         if admission.verdict == "rejected":
             self.rejected += 1

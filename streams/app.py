@@ -296,8 +296,9 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
                 await dead_letter("redaction", code, str(exc), source, record.value or b"")
                 continue
             log_id = event["logId"]
-            # The record's timestamp is its append time (our producer sets it; it replays as stored).
-            when = event_clock_time(event, message.timestamp, settings.max_clock_skew_seconds)
+            # The record's timestamp is its append time (its producer set it; it replays as stored).
+            clock = read("clocks", log_id) or new_clock()
+            when = event_clock_time(event, message.timestamp, settings.max_clock_skew_seconds, clock["maxTime"])
             dedup_key = f"{log_id}/{event['eventId']}"
             owner_key = f"{log_id}/{event['sessionId']}"
             admission = admit(event, seq, session=read("owners", owner_key), first=read("first", dedup_key))
@@ -329,7 +330,6 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
                         writes["first", dedup_key] = (partition, admission.event_id)
                     if admission.session is not None:
                         writes["owners", owner_key] = (partition, admission.session)
-            clock = read("clocks", log_id) or new_clock()
             clock, tick = advance_clock(clock, log_id, seq, when, settings.tick_every_seqs)
             if tick is not None:
                 ticks += await broadcast(tick)

@@ -52,8 +52,8 @@ class Settings:
     idle_gap_seconds: float = _setting("USL_IDLE_GAP_SECONDS", 300.0, "G: an open turn idle for more than G seconds of log time is cut at the next tick.", minimum=0.001)
     max_clock_skew_seconds: float = _setting(
         "USL_MAX_CLOCK_SKEW_SECONDS", 300.0,
-        "How far past its L1 append time an event's own time may count for the log clock and idle cuts; "
-        "a later time counts as append time + this, so a far-future event cannot stall a log.",
+        "An event dated more than this past its L1 append time counts, for the log clock and idle cuts, "
+        "as the log's clock so far (at most append time + this), so a far-future event cannot stall a log.",
         minimum=0.0,
     )
     chunk_tokens: int = _setting("USL_CHUNK_TOKENS", 768, "Target chunk size in embedder tokens.", minimum=16)
@@ -74,6 +74,19 @@ class Settings:
     sink_batch_size: int = _setting("USL_SINK_BATCH_SIZE", 512, "Chunks a sink buffers before it commits a new generation.", minimum=1)
     sink_batch_seconds: float = _setting("USL_SINK_BATCH_SECONDS", 1.0, "Longest a sink waits before committing what it has buffered.", minimum=0.0)
     vector_exact_max: int = _setting("USL_VECTOR_EXACT_MAX", 20000, "Vector segments above this many chunks get an approximate (HNSW) index.", minimum=1)
+    follow: str = _setting(
+        "USL_FOLLOW", "",
+        "Paths (colon-separated) `usl up` keeps importing with `usl ingest --follow`: transcripts or directories "
+        "of them, e.g. ~/.claude/projects:~/.codex/sessions. Empty: no follower.",
+    )
+    follow_poll_seconds: float = _setting(
+        "USL_FOLLOW_POLL_SECONDS", 0.5, "How often `usl ingest --follow` looks for grown and new files.", minimum=0.01,
+    )
+    follow_idle_seconds: float = _setting(
+        "USL_FOLLOW_IDLE_SECONDS", 10.0,
+        "A followed file idle this long has its open turn ended in L1 (a later line of that turn is still appended).",
+        minimum=0.0,
+    )
     api_host: str = _setting("USL_API_HOST", "127.0.0.1", "Interface the planner API listens on.")
     api_port: int = _setting("USL_API_PORT", 8765, "Port of the planner API.", minimum=0)
     api_keys_file: Path | None = _setting(

@@ -6,12 +6,15 @@ seqs <= seq, so idle-turn cuts depend only on the log, K and G — never on part
 timing. A *flush* tick tells partitions that everything up to a seq has been routed (it advances
 progress markers, never chunk boundaries).
 
-Event time is written by producers, so it is bounded before it counts (SPEC §10, invariant 11):
-the *clock time* of an event is ``min(event time, append time + max skew)``, where append time is
-the L1 record's timestamp, set by our own producer when the event was appended and stored with
-it in L1 (so a replay bounds it identically). One event dated 2099 therefore moves the log clock
-no further than a few minutes past the present, and cannot keep its turn open past every tick.
-A far-past time needs no bound: the clock keeps its maximum and an old turn is cut at once.
+Event time is written by producers, so it is bounded before it counts (SPEC §10, invariant 11).
+An event dated more than the max skew after its *append time* (the L1 record's timestamp, set by
+the producer that appended it and stored with it in L1, so a replay sees the same) claims to
+have happened after it was recorded: its time is an error, and its *clock time* is the log's
+clock so far (at most append time + max skew; with no clock yet, exactly that). Every other
+event's clock time is its own time. One event dated 2099 therefore never moves the log clock,
+and its turn is cut like any idle turn once the log's time moves G past it -- in a live log and
+in an import of last year's transcripts alike. A far-past time needs no bound: the clock keeps
+its maximum, and an old turn is cut at the next tick.
 """
 
 from __future__ import annotations
@@ -27,22 +30,28 @@ DEFAULT_MAX_SKEW_SECONDS = 300.0
 """Default of USL_MAX_CLOCK_SKEW_SECONDS."""
 
 
-def clock_time(event_time: float, append_time: float | None, max_skew_seconds: float) -> float:
-    """The time an event counts for on the log clock: its own, at most ``max_skew_seconds`` past
-    the time its record was appended (no append time known: its own)."""
+def clock_time(event_time: float, append_time: float | None, max_skew_seconds: float,
+               log_clock: float | None = None) -> float:
+    """The time an event counts for on the log clock and in idle cuts: its own, unless it lies
+    more than ``max_skew_seconds`` past the time its record was appended; then the log's clock
+    so far (``log_clock``, the max clock time of the log's earlier events), never later than
+    append time + max skew. No append time known: its own."""
     if append_time is None or append_time <= 0:
         return event_time
-    return min(event_time, append_time + max_skew_seconds)
+    bound = append_time + max_skew_seconds
+    if event_time <= bound:
+        return event_time
+    return bound if log_clock is None else min(bound, log_clock)
 
 
-def event_clock_time(event: dict[str, Any], append_time: float | None,
-                     max_skew_seconds: float) -> float | None:
+def event_clock_time(event: dict[str, Any], append_time: float | None, max_skew_seconds: float,
+                     log_clock: float | None = None) -> float | None:
     """:func:`clock_time` of a validated event; None when its time cannot be read."""
     try:
         when = _event_time(event)
     except (KeyError, ValueError):
         return None
-    return clock_time(when, append_time, max_skew_seconds)
+    return clock_time(when, append_time, max_skew_seconds, log_clock)
 
 
 def new_clock() -> dict[str, Any]:

@@ -32,18 +32,26 @@ def message(n: int, session: str, turn: str, when: float) -> dict[str, Any]:
 
 def test_clock_time_bounds_the_future_and_leaves_the_past() -> None:
     far_future = datetime(2099, 1, 1, tzinfo=UTC).timestamp()
-    assert clock_time(far_future, NOW, SKEW) == NOW + SKEW
-    assert clock_time(NOW - 10 * 365 * 86400, NOW, SKEW) == NOW - 10 * 365 * 86400
-    assert clock_time(NOW + 10, NOW, SKEW) == NOW + 10  # a small skew counts as written
+    last_year = NOW - 365 * 86400
+    assert clock_time(far_future, NOW, SKEW) == NOW + SKEW  # no clock yet: the bound itself
+    assert clock_time(far_future, NOW, SKEW, log_clock=last_year) == last_year  # moves nothing
+    assert clock_time(NOW - 10 * 365 * 86400, NOW, SKEW, log_clock=last_year) == NOW - 10 * 365 * 86400
+    assert clock_time(NOW + 10, NOW, SKEW, log_clock=last_year) == NOW + 10  # within the skew: as written
     assert clock_time(far_future, None, SKEW) == far_future  # no append time: nothing to bound by
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(st.floats(min_value=-6e10, max_value=2.5e11, allow_nan=False),
-       st.floats(min_value=1.0, max_value=4e9, allow_nan=False))
-def test_property_clock_time_never_passes_append_time_plus_skew(event_time: float, append: float) -> None:
-    bounded = clock_time(event_time, append, SKEW)
-    assert bounded <= append + SKEW and bounded <= event_time
+       st.floats(min_value=1.0, max_value=4e9, allow_nan=False),
+       st.none() | st.floats(min_value=-6e10, max_value=4e9, allow_nan=False))
+def test_property_clock_time_never_passes_append_time_plus_skew_nor_moves_the_clock_when_bounded(
+    event_time: float, append: float, log_clock: float | None,
+) -> None:
+    bounded = clock_time(event_time, append, SKEW, log_clock)
+    assert bounded <= append + SKEW or bounded == event_time <= append + SKEW
+    assert bounded <= event_time
+    if bounded != event_time and log_clock is not None:
+        assert bounded <= log_clock  # a bounded event never advances the log clock
 
 
 def _run(events: list[tuple[int, dict[str, Any], float]], *, bounded: bool) -> tuple[int, int]:
@@ -57,7 +65,7 @@ def _run(events: list[tuple[int, dict[str, Any], float]], *, bounded: bool) -> t
     cuts = 0
     for seq, event, append in events:
         when = clock_time(datetime.fromisoformat(event["time"].replace("Z", "+00:00")).timestamp(),
-                          append if bounded else None, SKEW)
+                          append if bounded else None, SKEW, clock["maxTime"])
         state = states.setdefault(event["sessionId"], chunker.new_state(event["sessionId"]))
         chunker.on_event(state, "default", seq, event, clock_time=when if bounded else None)
         note_session(progress, event["sessionId"], chunker.open_min_seq(state))
@@ -86,6 +94,17 @@ def test_a_far_future_open_turn_no_longer_holds_the_progress_marker() -> None:
     assert cuts >= 1 and marker > 1
     unbounded_marker, _ = _run(_log_with_a_far_future_open_turn(), bounded=False)
     assert unbounded_marker == 0  # what the bound fixes: the 2099 turn held seq 1 forever
+
+
+def test_a_far_future_turn_in_an_import_of_old_transcripts_is_cut_too() -> None:
+    """Events dated last year, appended now (``usl ingest`` of old transcripts): the 2099 event
+    counts as the log's clock so far, not as the present, so last year's events pass it."""
+    last_year = NOW - 365 * 86400
+    events = [(1, message(1, "old", "t-old", last_year), NOW)]
+    events.append((2, message(2, "evil", "t-future", datetime(2099, 1, 1, tzinfo=UTC).timestamp()), NOW))
+    events += [(n, message(n, f"s{n}", f"t{n}", last_year + 60 * n), NOW + n) for n in range(3, 30)]
+    marker, cuts = _run(events, bounded=True)
+    assert cuts >= 1 and marker > 2  # past the 2099 turn at seq 2 (the newest turns are still open)
 
 
 def test_a_far_past_event_never_holds_the_log_either() -> None:
