@@ -340,7 +340,15 @@ class Planner:
             embedder, vector_problem = self._embedder_for(vector_pin)
             if vector_problem is not None:
                 seen["vector"] = None
-        decision = choose_as_of(req.freshness, l1_seq, seen, req.required_kinds)
+        try:
+            decision = choose_as_of(req.freshness, l1_seq, seen, req.required_kinds)
+        except IndexUnavailable as exc:
+            refused = [f"{kind}: {problem}" for kind, problem in sorted((problems or {}).items())
+                       if seen.get(kind) is None]
+            if not refused:
+                raise
+            # The generation exists but was refused: say why, not that there is none.
+            raise IndexUnavailable(f"{exc}; " + "; ".join(refused), hint=exc.hint) from exc
         decision = _explain_vector_fallback(decision, vector_pin, vector_problem)
         for kind, pin in sorted(pins.items()):
             # A line rebuilt with --from-seq N holds nothing below N: say so, never imply it.

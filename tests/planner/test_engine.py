@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from planner.acl import parse_principal
 from planner.cursors import decode_cursor, load_cursor_key
@@ -540,3 +542,207 @@ def test_the_planner_reads_structured_metadata_as_the_structured_reader_does(cor
     for chunk_id, record in table.records(ids).items():
         for key, value in record.items():
             assert expected[chunk_id][key] == value, (chunk_id, key)
+
+
+# -- ranking that keeps exact matches; order that does not depend on the page size -------------
+
+PHRASES = ("refund migration failed while rewriting ledger balances nightly",
+           "cache warmup crashed because stale shard manifests lingered")
+FILLER = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november "
+          "oscar papa quebec romeo sierra tango uniform victor whiskey xray yankee zulu").split()
+
+
+def _turn(log_id: str, session_id: str, number: int, text: str) -> list[dict[str, Any]]:
+    when = f"2026-01-01T00:{number // 60:02d}:{number % 60:02d}Z"
+    base = {"logId": log_id, "sessionId": session_id, "time": when, "acl": acl("acme", "*"),
+            "turnId": f"{session_id}-t{number}"}
+    return [{**base, "eventId": f"{session_id}-{number}-s", "type": "turn.started", "role": "user"},
+            {**base, "eventId": f"{session_id}-{number}-m", "type": "message", "role": "assistant",
+             "fields": {"text": text}},
+            {**base, "eventId": f"{session_id}-{number}-e", "type": "turn.ended", "role": "assistant"}]
+
+
+def _known_answer_events(log_id: str, phrase: str, tag: str, rng: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """40 short distractors, each with five of the phrase's words in some order (never its two
+    rarest), and one long target holding the whole phrase amid filler: BM25 ranks the target
+    first, the hash embedder ranks it last, and RRF over text and vector alone let the
+    distractors outvote it (hybrid rank 15 before the phrase list)."""
+    words = phrase.split()
+    common = [w for w in words if w not in words[2:4]]
+    distractors = [event for i in range(40)
+                   for event in _turn(log_id, f"{tag}-d{i}", i, " ".join(rng.sample(common, 5)) + f" note{i}")]
+    filler = [rng.choice(FILLER) for _ in range(40)]
+    target = _turn(log_id, f"{tag}-target", 50, " ".join([*filler[:20], phrase, *filler[20:]]))
+    return distractors, target
+
+
+@pytest.fixture(scope="module")
+def known(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Planner]:
+    import random
+
+    settings = make_test_settings(tmp_path_factory.mktemp("known"), kafka_bootstrap)
+    builder = IndexBuilder(settings, kafka_bootstrap, "known")
+    rng = random.Random(3)
+    indexed_distractors, indexed_target = _known_answer_events("known", PHRASES[0], "a", rng)
+    tail_distractors, tail_target = _known_answer_events("known", PHRASES[1], "b", rng)
+    builder.append(indexed_distractors + indexed_target + tail_distractors)
+    builder.commit()
+    builder.append(tail_target)  # above every watermark: only latest's tail scan holds it
+    follower = WatermarkFollower(kafka_bootstrap, settings).start()
+    planner = Planner(settings, kafka_bootstrap, follower=follower)
+    yield planner
+    planner.close()
+    follower.stop()
+    builder.close()
+
+
+@pytest.mark.parametrize(("phrase", "target", "freshness"), [
+    (PHRASES[0], "a-target", "indexed"), (PHRASES[0], "a-target", "latest"),
+    (PHRASES[1], "b-target", "latest"),
+])
+def test_hybrid_keeps_an_exact_match_that_text_finds(known: Planner, phrase: str, target: str,
+                                                     freshness: str) -> None:
+    def rank(mode: str) -> int | None:
+        response = known.search({"query": phrase, "log": "known", "mode": mode, "k": 10,
+                                 "freshness": freshness}, ALICE)
+        return next((i for i, hit in enumerate(response["results"], 1) if hit["sessionId"] == target), None)
+
+    assert rank("text") == 1
+    assert rank("hybrid") == 1
+    explained = known.search({"query": phrase, "log": "known", "k": 1, "freshness": freshness,
+                              "explain": True}, ALICE)
+    components = explained["results"][0]["score"]["components"]
+    assert {"phrase", "text"} <= set(components) or {"tail", "tailPhrase"} <= set(components)
+    assert explained["explain"]["phrase"]["query"] == f'"{phrase}"'
+
+
+MODES = ("hybrid", "text", "vector")
+FRESHNESS = ("indexed", "latest", "wait:0.2")
+
+
+@pytest.fixture(scope="module")
+def paging(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[IndexBuilder, Planner]]:
+    settings = make_test_settings(tmp_path_factory.mktemp("paging"), kafka_bootstrap)
+    builder = IndexBuilder(settings, kafka_bootstrap, "paging")
+    order, _ = interleaved("paging")
+    builder.append(order)
+    for number, words in enumerate(("deploy step rollout", "please deploy cache", "rollout finished step",
+                                    "deploy finished again", "step step deploy")):
+        groups = session_events("paging", f"s-extra{number}", acl("acme", "*"), turns=3, words=words)
+        builder.append([event for group in groups for event in group])
+    builder.commit()
+    follower = WatermarkFollower(kafka_bootstrap, settings).start()
+    planner = Planner(settings, kafka_bootstrap, follower=follower)
+    wait_for = builder.commit()["text"].generation_id
+    deadline = __import__("time").monotonic() + 10
+    while planner._watermarks("paging").get("text", {}).get("generationId", 0) < wait_for:
+        assert __import__("time").monotonic() < deadline
+    yield builder, planner
+    planner.close()
+    follower.stop()
+    builder.close()
+
+
+_new_sessions = iter(range(10_000))
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(mode=st.sampled_from(MODES), freshness=st.sampled_from(FRESHNESS),
+       query=st.sampled_from(("deploy step", "deploy", "rollout finished", "please deploy cache")),
+       sizes=st.lists(st.integers(1, 9), min_size=2, max_size=6),
+       ingest=st.lists(st.sampled_from(("none", "append", "append+commit")), min_size=6, max_size=6),
+       depth=st.sampled_from((3, 200)))
+def test_pages_of_any_sizes_concatenate_to_one_page_of_their_total(
+    paging: tuple[IndexBuilder, Planner], mode: str, freshness: str, query: str, sizes: list[int],
+    ingest: list[str], depth: int,
+) -> None:
+    """SPEC §10.12: one query at one snapshot, any split into pages, every mode and freshness,
+    while the log keeps growing and new generations commit between pages. A rank depth of 3
+    truncates every list, where a window that grew with k would reorder the pages."""
+    import planner.engine as engine_module
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(engine_module, "RANK_DEPTH", depth)
+        _check_page_split(paging, mode, freshness, query, sizes, ingest)
+
+
+def _check_page_split(paging: tuple[IndexBuilder, Planner], mode: str, freshness: str, query: str,
+                      sizes: list[int], ingest: list[str]) -> None:
+    builder, planner = paging
+    request = {"query": query, "log": "paging", "mode": mode, "freshness": freshness}
+    one = planner.search({**request, "k": sum(sizes)}, ALICE)
+    pages = [planner.search({**request, "k": sizes[0]}, ALICE)]
+    assert pages[0]["asOfSeq"] == one["asOfSeq"]
+    for size, action in zip(sizes[1:], ingest, strict=False):
+        if action != "none":
+            groups = session_events("paging", f"s-more{next(_new_sessions)}", acl("acme", "*"), turns=1,
+                                    words=f"{query} again")
+            builder.append([event for group in groups for event in group])
+            if action == "append+commit":
+                builder.commit()
+        if not pages[-1]["cursor"]:
+            break
+        pages.append(planner.search({**request, "k": size, "cursor": pages[-1]["cursor"]}, ALICE))
+    served = [hit["chunkId"] for page in pages for hit in page["results"]]
+    assert served == [hit["chunkId"] for hit in one["results"]][:len(served)]
+    if len(pages) == len(sizes) or not pages[-1]["cursor"]:
+        assert served == [hit["chunkId"] for hit in one["results"]]
+    assert {page["asOfSeq"] for page in pages} == {one["asOfSeq"]}
+
+
+def test_results_end_explicitly_at_the_rank_depth(corpus: Corpus, monkeypatch: pytest.MonkeyPatch) -> None:
+    import planner.engine as engine_module
+
+    monkeypatch.setattr(engine_module, "RANK_DEPTH", 3)
+    request = {"query": "deploy step", "mode": "text", "freshness": "indexed"}
+    one = corpus.planner.search({**request, "k": 100, "explain": True}, ALICE)
+    assert one["end"]["reason"] == "rankDepth" and one["end"]["depth"] == 3
+    assert "text" in one["end"]["sources"] and one["cursor"] is None
+    assert one["explain"]["depth"]["end"] == one["end"]
+    pages = all_pages(corpus.planner, {**request, "k": 1}, ALICE)
+    assert [h["chunkId"] for p in pages for h in p["results"]] == [h["chunkId"] for h in one["results"]]
+    assert pages[-1]["end"] == one["end"] and all("end" not in page for page in pages[:-1])
+    # Without the depth, the same query simply runs out of results: no end is claimed.
+    monkeypatch.setattr(engine_module, "RANK_DEPTH", 200)
+    assert "end" not in corpus.planner.search({**request, "k": 100}, ALICE)
+
+
+def test_a_cursor_of_the_older_window_continues_on_its_own_window(corpus: Corpus) -> None:
+    from planner.cursors import encode_cursor
+
+    key = load_cursor_key(corpus.settings)
+    request = {"query": "deploy", "freshness": "latest", "k": 2}
+    first = corpus.planner.search(request, ALICE)
+    payload = decode_cursor(first["cursor"], key=key, now=__import__("time").time(), ttl_seconds=60)
+    assert payload["window"] == 200
+    payload.pop("issuedAt")
+    old = encode_cursor({**payload, "window": 50}, key=key, now=__import__("time").time())
+    later = corpus.planner.search({**request, "cursor": old, "explain": True}, ALICE)
+    assert later["explain"]["window"] == 50
+    assert later["results"]
+
+
+def test_a_text_generation_of_the_old_analyzer_is_refused(kafka_bootstrap: str, tmp_path: Path) -> None:
+    settings = make_test_settings(tmp_path, kafka_bootstrap)
+    builder = IndexBuilder(settings, kafka_bootstrap, "oldtext")
+    order, _ = interleaved("oldtext")
+    builder.append(order)
+    builder.commit("structured", "vector")
+    from sinks.text_writer import TextWriter
+
+    with pytest.MonkeyPatch.context() as patch:  # as the sink wrote text generations before
+        patch.setattr(TextWriter, "describe", lambda self: {"schemaVersion": "1", "engine": "tantivy"})
+        builder.commit("text")
+    planner = Planner(settings, kafka_bootstrap)
+    try:
+        with pytest.raises((IndexUnavailable, QueryError)) as refused:
+            planner.search({"query": "deploy", "log": "oldtext", "mode": "text"}, ALICE)
+        assert "text analyzer words/1" in str(refused.value)
+        assert "usl rebuild text" in str(refused.value)
+        # latest still answers, from L1, and says which generation it would not read.
+        latest = planner.search({"query": "deploy", "log": "oldtext", "mode": "text",
+                                 "freshness": "latest"}, ALICE)
+        assert any("usl rebuild text" in fallback for fallback in latest["freshness"]["fallbacks"])
+    finally:
+        planner.close()
+        builder.close()
