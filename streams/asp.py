@@ -153,16 +153,19 @@ def loads_event(raw: bytes | str) -> Any:
     duplicate wins, so ``{"sessionId": "mine", "sessionId": "theirs"}`` could be checked as one
     session and stored as another. Raises orjson.JSONDecodeError for text that is not JSON.
 
-    Canonical bytes (what L1 holds) are recognised by re-encoding, so the worker pays one
-    ``orjson.dumps`` per record; anything else is checked key by key."""
+    Text that re-encodes to itself has no repeated key (the copy would be missing), so canonical
+    bytes (what L1 holds) and compact JSON in its writer's key order (``JSON.stringify``, as in
+    Claude Code transcripts) cost one or two ``orjson.dumps``; anything else is checked key by
+    key."""
     value = orjson.loads(raw)
     if isinstance(value, dict | list):
         data = raw.encode("utf-8") if isinstance(raw, str) else raw
-        try:
-            if orjson.dumps(value, option=orjson.OPT_SORT_KEYS) == data:
-                return value  # canonical: sorted, so a repeated key would have shown
-        except orjson.JSONEncodeError:
-            pass
+        for option in (orjson.OPT_SORT_KEYS, None):
+            try:
+                if orjson.dumps(value, option=option) == data:
+                    return value
+            except orjson.JSONEncodeError:
+                break
         try:
             json.loads(data, object_pairs_hook=_refuse_duplicate_keys)
         except RecursionError:
