@@ -100,6 +100,13 @@ def dashboard_exprs() -> list[str]:
     return [t["expr"] for p in _dashboard_panels() for t in p.get("targets", [])]
 
 
+def as_grafana_sends(expr: str, rate_interval: str = "1m") -> str:
+    """A panel query as Grafana sends it to Prometheus with every log and index kind selected
+    (the variables' "All" is ``.*``) and ``$__rate_interval`` at a 15 s scrape interval."""
+    expr = expr.replace("$__rate_interval", rate_interval)
+    return re.sub(r"\$\{?(log|kind)\}?", ".*", expr)
+
+
 def alert_rules() -> list[dict[str, Any]]:
     doc = yaml.safe_load((PROM_DIR / "alerts.yml").read_text())
     return [rule for group in doc["groups"] for rule in group["rules"]]
@@ -187,7 +194,8 @@ def test_dashboard_panels_query_only_known_metrics() -> None:
         assert panel["gridPos"]["x"] + panel["gridPos"]["w"] <= 24, panel["title"]
         if panel["type"] == "row":
             continue
-        assert panel["datasource"] == {"type": "prometheus", "uid": "prometheus"}
+        assert panel["datasource"] == PROMETHEUS_VARIABLE, panel["title"]
+        assert all(target["datasource"] == PROMETHEUS_VARIABLE for target in panel["targets"]), panel["title"]
         assert panel["targets"], panel["title"]
         for target in panel["targets"]:
             names = metric_names_in(target["expr"])
@@ -201,9 +209,137 @@ def test_dashboard_panels_query_only_known_metrics() -> None:
 def test_grafana_provisioning_matches_the_dashboard() -> None:
     prov = DEPLOY / "grafana" / "provisioning"
     datasources = yaml.safe_load((prov / "datasources" / "prometheus.yml").read_text())
-    assert [d["uid"] for d in datasources["datasources"]] == ["prometheus"]
+    assert [d["type"] for d in datasources["datasources"]] == ["prometheus"]
+    assert sum(bool(d.get("isDefault")) for d in datasources["datasources"]) == 1
     providers = yaml.safe_load((prov / "dashboards" / "usl.yml").read_text())
     assert providers["providers"][0]["options"]["path"] == "/var/lib/grafana/dashboards"
+
+
+# No Grafana server installs from Debian, PyPI or npm here, so the files are checked against
+# the provisioning format (grafana.com/docs/grafana/latest/administration/provisioning/) and
+# the dashboard JSON model as Grafana 10-12 read them: every key they accept, typed, nothing else.
+_DATASOURCE_SCHEMA = {
+    "type": "object", "required": ["apiVersion", "datasources"], "additionalProperties": False,
+    "properties": {
+        "apiVersion": {"const": 1},
+        "deleteDatasources": {"type": "array", "items": {"type": "object", "required": ["name"]}},
+        "datasources": {"type": "array", "minItems": 1, "items": {
+            "type": "object", "required": ["name", "type", "access", "url"], "additionalProperties": False,
+            "properties": {
+                "name": {"type": "string", "minLength": 1}, "type": {"type": "string"},
+                "uid": {"type": "string", "pattern": "^[a-zA-Z0-9_-]{1,40}$"},
+                "access": {"enum": ["proxy", "direct"]}, "url": {"type": "string", "pattern": "^https?://"},
+                "orgId": {"type": "integer"}, "isDefault": {"type": "boolean"},
+                "editable": {"type": "boolean"}, "version": {"type": "integer"},
+                "basicAuth": {"type": "boolean"}, "basicAuthUser": {"type": "string"},
+                "withCredentials": {"type": "boolean"}, "user": {"type": "string"},
+                "database": {"type": "string"},
+                "jsonData": {"type": "object", "properties": {
+                    "timeInterval": {"type": "string", "pattern": "^[0-9]+(ms|s|m|h)$"},
+                    "httpMethod": {"enum": ["GET", "POST"]}}},
+                "secureJsonData": {"type": "object"}}}}}}
+_PROVIDERS_SCHEMA = {
+    "type": "object", "required": ["apiVersion", "providers"], "additionalProperties": False,
+    "properties": {
+        "apiVersion": {"const": 1},
+        "providers": {"type": "array", "minItems": 1, "items": {
+            "type": "object", "required": ["name", "type", "options"], "additionalProperties": False,
+            "properties": {
+                "name": {"type": "string", "minLength": 1}, "orgId": {"type": "integer"},
+                "folder": {"type": "string"}, "folderUid": {"type": "string"}, "type": {"const": "file"},
+                "disableDeletion": {"type": "boolean"}, "allowUiUpdates": {"type": "boolean"},
+                "updateIntervalSeconds": {"type": "integer", "minimum": 10},
+                "options": {"type": "object", "required": ["path"], "additionalProperties": False,
+                            "properties": {"path": {"type": "string", "pattern": "^/"},
+                                           "foldersFromFilesStructure": {"type": "boolean"}}}}}}}}
+_DATASOURCE_REF = {"type": "object", "required": ["type", "uid"], "additionalProperties": False,
+                   "properties": {"type": {"type": "string"}, "uid": {"type": "string"}}}
+_VARIABLE_SCHEMA = {
+    "type": "object", "required": ["name", "type"],
+    "properties": {
+        "name": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
+        "type": {"enum": ["query", "datasource", "custom", "constant", "interval", "textbox", "adhoc"]},
+        "label": {"type": "string"}, "hide": {"enum": [0, 1, 2]}, "multi": {"type": "boolean"},
+        "includeAll": {"type": "boolean"}, "allValue": {"type": ["string", "null"]},
+        "refresh": {"enum": [0, 1, 2]}, "sort": {"type": "integer", "minimum": 0, "maximum": 8},
+        "regex": {"type": "string"}, "datasource": _DATASOURCE_REF, "definition": {"type": "string"},
+        "query": {"oneOf": [{"type": "string"}, {"type": "object", "required": ["query"],
+                                                  "properties": {"query": {"type": "string"},
+                                                                 "refId": {"type": "string"}}}]},
+        "current": {"type": "object"}, "options": {"type": "array"}}}
+_DASHBOARD_SCHEMA = {
+    "type": "object",
+    "required": ["uid", "title", "schemaVersion", "panels", "templating", "time"],
+    "properties": {
+        "uid": {"type": "string", "pattern": "^[a-zA-Z0-9_-]{1,40}$"}, "title": {"type": "string"},
+        "schemaVersion": {"type": "integer"}, "version": {"type": "integer"},
+        "refresh": {"type": "string"}, "editable": {"type": "boolean"},
+        "time": {"type": "object", "required": ["from", "to"]},
+        "__requires": {"type": "array", "items": {"type": "object", "required": ["type", "id"]}},
+        "templating": {"type": "object", "required": ["list"], "properties": {
+            "list": {"type": "array", "items": _VARIABLE_SCHEMA}}},
+        "panels": {"type": "array", "items": {
+            "type": "object", "required": ["id", "type", "title", "gridPos"],
+            "properties": {
+                "id": {"type": "integer"}, "type": {"type": "string"}, "title": {"type": "string"},
+                "gridPos": {"type": "object", "required": ["h", "w", "x", "y"], "properties": {
+                    key: {"type": "integer", "minimum": 0} for key in ("h", "w", "x", "y")}},
+                "datasource": _DATASOURCE_REF,
+                "targets": {"type": "array", "items": {
+                    "type": "object", "required": ["expr", "refId"],
+                    "properties": {"expr": {"type": "string"}, "refId": {"type": "string"},
+                                   "legendFormat": {"type": "string"}, "datasource": _DATASOURCE_REF}}}}}}}}
+PROMETHEUS_VARIABLE = {"type": "prometheus", "uid": "${datasource}"}
+# Grafana's own variables that a panel query may use.
+_GRAFANA_VARIABLES = {"__rate_interval", "__interval", "__range", "__all"}
+
+
+def test_grafana_files_follow_the_provisioning_format() -> None:
+    import fastjsonschema
+
+    prov = DEPLOY / "grafana" / "provisioning"
+    fastjsonschema.compile(_DATASOURCE_SCHEMA)(yaml.safe_load((prov / "datasources" / "prometheus.yml").read_text()))
+    fastjsonschema.compile(_PROVIDERS_SCHEMA)(yaml.safe_load((prov / "dashboards" / "usl.yml").read_text()))
+    fastjsonschema.compile(_DASHBOARD_SCHEMA)(json.loads(DASHBOARD.read_text()))
+    # The checks can fail: a typo in a key, or a datasource named by a fixed uid again.
+    with pytest.raises(fastjsonschema.JsonSchemaException):
+        fastjsonschema.compile(_PROVIDERS_SCHEMA)({"apiVersion": 1, "providers": [
+            {"name": "usl", "type": "file", "options": {"pth": "/var/lib/grafana/dashboards"}}]})
+
+
+def test_the_dashboard_imports_into_any_grafana() -> None:
+    """No fixed datasource uid and no fixed rate window; log and index kind are variables."""
+    dash = json.loads(DASHBOARD.read_text())
+    variables = {v["name"]: v for v in dash["templating"]["list"]}
+    assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
+    for name, label in (("log", "log"), ("kind", "kind")):
+        variable = variables[name]
+        assert variable["type"] == "query" and variable["datasource"] == PROMETHEUS_VARIABLE
+        assert variable["includeAll"] and variable["multi"] and variable["allValue"] == ".*"
+        assert re.fullmatch(rf"label_values\(usl_[a-z0-9_]+, {label}\)", variable["query"]["query"])
+    # Every datasource reference anywhere in the dashboard is the variable (or Grafana's own).
+    text = DASHBOARD.read_text()
+    assert '"uid": "prometheus"' not in text
+    for panel in _dashboard_panels():
+        for target in panel.get("targets", []):
+            expr = target["expr"]
+            assert not re.search(r"\[[0-9]+[smhdw]\]", expr), f"fixed window in {expr}"
+            if "rate(" in expr or "increase(" in expr:
+                assert "[$__rate_interval]" in expr, expr
+            used = set(re.findall(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)", expr))
+            assert used <= set(variables) | _GRAFANA_VARIABLES, (expr, used)
+    # Each metric labelled by log or index kind is filtered by the variable on every panel.
+    index_kind_metrics = {"usl_sink_batch_seconds", "usl_sink_commit_seconds", "usl_sink_batch_chunks",
+                          "usl_generation_switches_total", "usl_generation_merges_total",
+                          "usl_generation_id", "usl_sink_failures_total", "usl_watermark_seq",
+                          "usl_index_lag_seqs", "usl_index_lag_seconds"}
+    for expr in dashboard_exprs():
+        for name in metric_names_in(expr):
+            if name in index_kind_metrics:
+                assert 'kind=~"$kind"' in expr, expr
+            if name in {"usl_generation_id", "usl_watermark_seq", "usl_index_lag_seqs",
+                        "usl_index_lag_seconds", "usl_l1_committed_seq", "usl_progress_marker_seq"}:
+                assert 'log=~"$log"' in expr, expr
 
 
 # --- Prometheus -----------------------------------------------------------------------------
@@ -381,7 +517,7 @@ def test_every_panel_and_alert_query_runs_on_a_real_prometheus(tmp_path: Path) -
                 pass
             assert time.monotonic() < deadline, "Prometheus never scraped the metrics server"
             time.sleep(0.5)
-        for expr in dashboard_exprs():
+        for expr in map(as_grafana_sends, dashboard_exprs()):
             answer = _query(base, expr)
             assert answer["status"] == "success", (expr, answer)
             assert answer["data"]["result"], f"no data for dashboard query {expr}"

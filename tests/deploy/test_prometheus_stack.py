@@ -43,6 +43,7 @@ from kafka import KafkaProducer
 from streams.l1 import LogRegistry
 from streams.settings import Settings
 from streams.topics import Topics
+from tests.deploy.test_deploy_files import as_grafana_sends
 from tests.factories import interleave, session_events
 from tests.harness import Stack, append_events, l1_seq, settings_env, wait_for_watermarks
 
@@ -64,12 +65,13 @@ def free_port() -> int:
 
 
 def panel_exprs() -> list[tuple[str, str]]:
-    """(panel title, expression) of every panel target, rows' children included."""
+    """(panel title, expression) of every panel target, rows' children included, with the
+    dashboard's variables substituted as Grafana does (every log and index kind selected)."""
     panels = []
     for panel in json.loads(DASHBOARD.read_text())["panels"]:
         panels.append(panel)
         panels.extend(panel.get("panels", []))
-    return [(p["title"], t["expr"]) for p in panels for t in p.get("targets", [])]
+    return [(p["title"], as_grafana_sends(t["expr"])) for p in panels for t in p.get("targets", [])]
 
 
 def alert_exprs() -> list[tuple[str, str]]:
