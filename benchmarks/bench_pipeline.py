@@ -31,7 +31,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -158,6 +160,38 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+class Profiler:
+    """``py-spy record`` attached to a process until :meth:`stop` (raw collapsed stacks, one
+    line per stack with its sample count). py-spy is not a dependency: ``pip install py-spy``."""
+
+    def __init__(self, pid: int, out: Path, rate: int = 100) -> None:
+        py_spy = Path(sys.executable).with_name("py-spy")
+        self.proc = subprocess.Popen([str(py_spy), "record", "--pid", str(pid), "--rate", str(rate), "--format", "raw",
+                                      "--nonblocking", "--output", str(out)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def self_time(raw: Path, top: int = 25) -> list[tuple[str, float]]:
+    """(frame, share of samples) of the frames where most samples end (self time)."""
+    counts: dict[str, int] = {}
+    total = 0
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        leaf = stack.rsplit(";", 1)[-1]
+        counts[leaf] = counts.get(leaf, 0) + int(count)
+        total += int(count)
+    return [(frame, n / total) for frame, n in sorted(counts.items(), key=lambda kv: -kv[1])[:top]] if total else []
+
+
 def append(settings: Settings, events: list[dict[str, Any]]) -> int:
     producer = L1Producer(settings.bootstrap_servers or "", settings)
     for event in events:
@@ -254,6 +288,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=100.0, help="steady append rate of the freshness phase")
     parser.add_argument("--seconds", type=float, default=40.0, help="length of the freshness phase")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--profile", type=Path, help="py-spy the worker during the end-to-end phase; raw stacks here")
+    parser.add_argument("--no-freshness", action="store_true", help="stop after the end-to-end and raw-read phases")
     args = parser.parse_args(argv)
 
     home = Path(tempfile.mkdtemp(prefix="usl-bench-pipeline-"))
@@ -280,17 +316,25 @@ def main(argv: list[str] | None = None) -> int:
 
         events = make_events(args.events)
         report["events"] = len(events)
+        report["l1_mb"] = round(sum(len(orjson.dumps(event)) for event in events) / 1e6, 2)
+        profiler = Profiler(worker.pid, args.profile) if args.profile else None
         cpu_started = cpu_seconds(worker.pid)
         started = time.monotonic()
         head = append(settings, events)
         appended = time.monotonic()
         done = markers.wait(head, timeout=1800)
+        worker_cpu = cpu_seconds(worker.pid) - cpu_started
+        if profiler is not None:
+            profiler.stop()
         report["append_events_per_second"] = len(events) / (appended - started)
         report["end_to_end_events_per_second"] = len(events) / (done - started)
         report["end_to_end_seconds"] = round(done - started, 2)
-        report["worker_cpu_ms_per_event"] = round(1000 * (cpu_seconds(worker.pid) - cpu_started) / len(events), 3)
+        report["worker_cpu_ms_per_event"] = round(1000 * worker_cpu / len(events), 3)
+        report["worker_mb_per_core_second"] = round(report["l1_mb"] / worker_cpu, 2)
 
         report["raw_read_events_per_second"] = raw_read_rate(settings, head)
+        if args.no_freshness:
+            return _print(report, args.json, args.profile)
         report.update(pure_rates(settings, events, warm_head + 1))
 
         stack.sinks("text")
@@ -309,17 +353,26 @@ def main(argv: list[str] | None = None) -> int:
 
             stop_broker(broker_settings)
 
+    return _print(report, args.json, args.profile)
+
+
+def _print(report: dict[str, Any], as_json: bool, profile: Path | None) -> int:
     raw = report["raw_read_events_per_second"]
     for key in ("end_to_end", "redaction", "chunking"):
-        report[f"{key}_vs_raw_read"] = round(report[f"{key}_events_per_second"] / raw, 4)
+        if f"{key}_events_per_second" in report:
+            report[f"{key}_vs_raw_read"] = round(report[f"{key}_events_per_second"] / raw, 4)
     for key, value in list(report.items()):
         if key.endswith("_per_second") and isinstance(value, float):
             report[key] = round(value)
-    if args.json:
+    if as_json:
         print(json.dumps(report))
     else:
         for key, value in report.items():
             print(f"{key:>36}: {value}")
+        if profile is not None and profile.exists():
+            print("worker self time (py-spy):")
+            for frame, share in self_time(profile):
+                print(f"  {100 * share:5.1f} %  {frame}")
     return 0
 
 

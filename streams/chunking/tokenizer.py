@@ -17,7 +17,7 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 from types import ModuleType
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from tokenizers import Tokenizer as _HFTokenizer
 
@@ -51,9 +51,20 @@ class HFTokenizer:
         # The file may carry padding/truncation settings; a count must see the whole text.
         self._tokenizer.no_padding()
         self._tokenizer.no_truncation()
+        # The last text encoded and its encoding: the chunker counts an event's text and then,
+        # for a text longer than a chunk, asks for its offsets; one encoding serves both.
+        self._last: tuple[str, Any] | None = None
+
+    def _encode(self, text: str) -> Any:
+        last = self._last
+        if last is not None and last[0] is text:  # the same object (held here, so its id is not reused)
+            return last[1]
+        encoding = self._tokenizer.encode(text, add_special_tokens=False)
+        self._last = (text, encoding)
+        return encoding
 
     def count(self, text: str) -> int:
-        return len(self._tokenizer.encode(text, add_special_tokens=False).ids)
+        return len(self._encode(text).ids)
 
     def count_many(self, texts: Sequence[str]) -> list[int]:
         """``count`` for many texts at once (encoded in parallel by the Rust library)."""
@@ -63,7 +74,7 @@ class HFTokenizer:
         return [len(encoding.ids) for encoding in encodings]
 
     def encode_offsets(self, text: str) -> list[tuple[int, int]]:
-        return list(self._tokenizer.encode(text, add_special_tokens=False).offsets)
+        return list(self._encode(text).offsets)
 
     def __repr__(self) -> str:
         return f"HFTokenizer({self.identity!r})"
