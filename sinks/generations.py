@@ -24,6 +24,12 @@ Commit protocol (:meth:`GenerationStore.commit`): hash and fsync the new files, 
 any point leaves ``CURRENT`` on the previous, complete generation; the next :meth:`begin`
 removes the leftovers.
 
+One redaction policy per line: a commit whose ``redactionPolicyHash`` differs from its parent
+generation's is refused (:class:`RedactionPolicyMismatchError`, counted as
+``usl_sink_failures_total{reason="policy_mismatch"}``), because a new generation hard-links its
+parent's files and would otherwise serve text redacted under two policies as one index. An
+index built under another policy is rebuilt into a new line (``usl rebuild KIND``).
+
 Integrity: ``manifest.json`` carries ``manifestSha256``, the SHA-256 of its own canonical
 text without that field, so a damaged manifest is refused on load
 (:class:`ManifestVerificationError`), like a damaged segment is by :meth:`GenerationStore.verify`.
@@ -68,6 +74,7 @@ __all__ = [
     "GenerationStore",
     "Manifest",
     "Pin",
+    "RedactionPolicyMismatchError",
     "SegmentRef",
     "clone_into",
     "read_current",
@@ -78,6 +85,10 @@ ACTIVE_FILE = "ACTIVE"
 CURRENT_FILE = "CURRENT"
 MANIFEST_FILE = "manifest.json"
 _PINS_DIR = "pins"
+
+
+class RedactionPolicyMismatchError(GenerationError):
+    """A commit would put generations of two redaction policies in one line."""
 _LOCK_FILE = ".writer.lock"
 _STAGING_PREFIX = ".staging-gen-"
 _TRASH_PREFIX = ".trash-gen-"
@@ -390,6 +401,18 @@ class GenerationStore:
         if parent_id is not None and parent_id >= generation_id:
             raise GenerationError(f"{self._what()}: generation {parent_id} was committed meanwhile")
         parent = self.load(parent_id) if parent_id is not None else None
+        if parent is not None and parent.redaction_policy_hash != manifest.redaction_policy_hash:
+            # Imported here: generations stay importable without the metrics stack (a fast
+            # start matters to the crash tests that spawn writers).
+            from streams.metrics import usl_sink_failures_total
+
+            usl_sink_failures_total.labels(kind=self.kind, reason="policy_mismatch").inc()
+            raise RedactionPolicyMismatchError(
+                f"{self._what()}: generation {parent_id} was built under redaction policy "
+                f"{parent.redaction_policy_hash or '(none)'}, this commit under "
+                f"{manifest.redaction_policy_hash or '(none)'}; one line never mixes policies: rebuild "
+                f"the index from L1 into a new line (usl rebuild {self.kind}), see docs/redaction.md"
+            )
         segments, fresh = _segments_for(
             staging_dir, manifest.segments,
             parent.segments if parent else (),

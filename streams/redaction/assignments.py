@@ -7,6 +7,7 @@ import re
 from streams.redaction.base import Rule, Scan, is_marker_at, marker
 from streams.redaction.entropy import looks_random
 from streams.redaction.keys import is_placeholder, name_class
+from streams.redaction.vendors import ported_rule_names, vendor_rule
 
 __all__ = ["AssignmentRule"]
 
@@ -22,7 +23,14 @@ _NAMED = {
     "accountkey": "azure-storage-key",
     "sharedaccesskey": "azure-storage-key",
 }
-_PASSWORD, _SECRET = "password-assignment", "secret-assignment"
+# Words that may stand between a secret's name and its value in prose.
+_CONNECTORS = (
+    "is", "was", "are", "were", "be", "been", "for", "of", "to", "in", "set", "the", "a", "an", "my", "your",
+    "our", "their", "this", "that", "new", "old", "value", "here", "now", "it", "as", "with", "using", "use",
+    "used", "called", "named", "reads", "says", "equals", "i", "we", "you", "and", "staging", "production",
+    "prod", "dev", "test", "api", "access", "secret", "private",
+)
+_PASSWORD, _SECRET, _PROSE = "password-assignment", "secret-assignment", "secret-in-prose"
 
 
 class AssignmentRule(Rule):
@@ -59,10 +67,19 @@ class AssignmentRule(Rule):
         re.ASCII | re.IGNORECASE,
     )
 
+    # Prose: a secret-like word, up to three connecting words ("The token for staging is"),
+    # then a value, which must look random (_judge_prose).
+    _prose = re.compile(
+        r"(?:passw(?:or)?ds?|passphrase|pwd|secret|token|credential|cookie|auth|key)[A-Za-z_-]{0,24}"
+        r"(?:[^\w\r\n]{1,4}(?:" + "|".join(_CONNECTORS) + r")){0,3}[^\w\r\n]{1,4}"
+        r"(?P<bare>[A-Za-z0-9_+/=.~-]{16,4096})",
+        re.ASCII | re.IGNORECASE,
+    )
+
     def __init__(self) -> None:
         super().__init__(
             name=_SECRET,
-            needs=frozenset("=:-<"),  # a separator, a --flag or an XML element
+            # No character shortcut: prose ("the token is ...") needs no separator.
             description="password-assignment: any real value of a password-like name; "
             "secret-assignment: high-entropy values of secret-like names, export lines and "
             "--token/--password flags; aws-secret-access-key and azure-storage-key by name",
@@ -70,10 +87,11 @@ class AssignmentRule(Rule):
 
     def fingerprint(self) -> list[str]:
         named = [f"{name}={rule}" for name, rule in sorted(_NAMED.items())]
-        return [*super().fingerprint(), *_KEYWORDS, *named, self._pattern.pattern, self._flag.pattern, self._xml.pattern]
+        return [*super().fingerprint(), *_KEYWORDS, *named, self._pattern.pattern, self._flag.pattern, self._xml.pattern,
+                self._prose.pattern, _UUID.pattern, _IDENTIFIER.pattern]
 
     def hit_names(self) -> tuple[str, ...]:
-        return (_PASSWORD, _SECRET, *sorted(set(_NAMED.values())))
+        return (_PASSWORD, _SECRET, _PROSE, *sorted(set(_NAMED.values())), *ported_rule_names())
 
     def apply(self, scan: Scan, hits: dict[str, int]) -> str:
         text = scan.text
@@ -82,7 +100,9 @@ class AssignmentRule(Rule):
             found += self._spans(text, self._flag.finditer(text), kind="flag")
         if "</" in text:
             found += self._spans(text, self._xml.finditer(text), kind="xml")
-        found += self._spans(text, self._candidates(scan), kind="assignment")
+        assignments, prose = self._candidates(scan)
+        found += self._spans(text, assignments, kind="assignment")
+        found += self._spans(text, prose, kind="prose")
         if not found:
             return text
         pieces: list[str] = []
@@ -96,7 +116,8 @@ class AssignmentRule(Rule):
         pieces.append(text[done:])
         return "".join(pieces)
 
-    def _candidates(self, scan: Scan) -> list[re.Match[str]]:
+    def _candidates(self, scan: Scan) -> tuple[list[re.Match[str]], list[re.Match[str]]]:
+        """``name = value`` matches, and prose matches where no assignment starts."""
         lowered = scan.lower()
         starts: set[int] = set()
         for keyword in _KEYWORDS:
@@ -104,16 +125,21 @@ class AssignmentRule(Rule):
             while position != -1:
                 starts.add(position)
                 position = lowered.find(keyword, position + 1)
-        matches = []
+        matches, prose = [], []
         end = 0
         for start in sorted(starts):
             if start < end:
                 continue  # inside the previous assignment (its name or value)
             match = self._pattern.match(scan.text, start)
-            if match is not None:
-                matches.append(match)
-                end = match.end()
-        return matches
+            if match is None:
+                match = self._prose.match(scan.text, start)
+                if match is not None:
+                    prose.append(match)
+                    end = match.end()
+                continue
+            matches.append(match)
+            end = match.end()
+        return matches, prose
 
     def _spans(self, text: str, matches: object, *, kind: str) -> list[tuple[int, int, str]]:
         spans = []
@@ -132,6 +158,8 @@ class AssignmentRule(Rule):
         quoted = group != "bare"
         value = groups[group]
         start, end = match.span(group)
+        if kind == "prose":
+            return self._judge_prose(text, match)
         if kind == "assignment":
             name_start = _name_start(text, match.start())
             name = text[name_start: match.start("close")].strip(".-")
@@ -152,6 +180,9 @@ class AssignmentRule(Rule):
         named = _NAMED.get(name.lower().replace("_", "").replace("-", "").replace(".", ""))
         if named is not None:
             return start, end, named
+        vendor = vendor_rule(name, value)
+        if vendor is not None:
+            return start, end, vendor
         name_kind = name_class(name)
         if name_kind is None:
             return None
@@ -160,6 +191,31 @@ class AssignmentRule(Rule):
         if exported or looks_random(value):
             return start, end, _SECRET
         return None
+
+
+    def _judge_prose(self, text: str, match: re.Match[str]) -> tuple[int, int, str] | None:
+        start, end = match.span("bare")
+        value = match.group("bare").rstrip(".-")
+        end = start + len(value)
+        word_start = _name_start(text, match.start())
+        word_end = match.start()
+        while word_end < len(text) and (text[word_end].isalnum() or text[word_end] in "_-"):
+            word_end += 1
+        word = text[word_start:word_end]
+        if name_class(word) is None or is_marker_at(value, 0) or _UUID.fullmatch(value) or _IDENTIFIER.fullmatch(value):
+            return None
+        if "=" in value.rstrip("="):
+            return None  # name=value text: the assignment rule's to judge
+        vendor = vendor_rule(word, value)
+        if vendor is not None:
+            return start, end, vendor
+        return (start, end, _PROSE) if looks_random(value) else None
+
+
+# A UUID is an identifier wherever it is written; snake, kebab, dotted and camel-case names are
+# identifiers too, however long.
+_UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}", re.ASCII)
+_IDENTIFIER = re.compile(r"[a-z]+(?:[_.-][a-z]+[0-9]{0,3})+|[A-Za-z][a-z]+(?:[A-Z][a-z]+[0-9]{0,3})+|[A-Z]+(?:_[A-Z]+[0-9]{0,3})+", re.ASCII)
 
 
 def _name_start(text: str, position: int) -> int:

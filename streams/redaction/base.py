@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 __all__ = [
+    "LONG_TOKEN",
     "MARKER_PREFIX",
     "USER_MARKER",
     "RegexRule",
@@ -36,6 +37,12 @@ USER_MARKER = "[USER]"
 Check = Callable[["re.Match[str]"], bool]
 
 _ASCII_LOWER = {code: code + 32 for code in range(ord("A"), ord("Z") + 1)}
+
+LONG_TOKEN = 16
+"""Length of the run of ASCII letters, digits and ``_`` :meth:`Scan.has_long_token` looks for."""
+_ALNUM = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_"
+_ALNUM_AS_A = bytes(ord("a") if byte in _ALNUM else ord(" ") for byte in range(256))
+_LONG_RUN = b"a" * LONG_TOKEN
 
 
 def marker(rule_name: str) -> str:
@@ -61,12 +68,51 @@ def ascii_lower(text: str) -> str:
 class Scan:
     """One text during one pass: its lower-cased form and gate results, computed on demand."""
 
-    __slots__ = ("_gates", "_lower", "text")
+    __slots__ = ("_gates", "_long", "_lower", "_runs", "text")
 
     def __init__(self, text: str) -> None:
         self.text = text
         self._lower: str | None = None
         self._gates: dict[int, bool] = {}
+        self._long: bool | None = None
+        self._runs: list[tuple[int, int]] | None = None
+
+    def has_long_token(self) -> bool:
+        """Whether the text holds a run of :data:`LONG_TOKEN` ASCII word characters, as
+        nearly every key body does (tested at C speed on a translated copy of the bytes)."""
+        if self._long is None:
+            self._long = _LONG_RUN in self._classes()
+        return self._long
+
+    def long_runs(self) -> list[tuple[int, int]]:
+        """``(start, end)`` of every run of :data:`LONG_TOKEN` or more ASCII word characters.
+
+        Found with ``bytes.find`` on the translated copy, so only ASCII texts (where byte and
+        character positions agree) may ask; a long token's prefix is at the start of its run."""
+        if self._runs is None:
+            classes = self._classes()
+            runs: list[tuple[int, int]] = []
+            position = classes.find(_LONG_RUN)
+            while position != -1:
+                start = classes.rfind(b" ", 0, position) + 1
+                end = classes.find(b" ", position)
+                end = len(classes) if end == -1 else end
+                runs.append((start, end))
+                position = classes.find(_LONG_RUN, end)
+            self._runs = runs
+        return self._runs
+
+    def near_long_tokens(self) -> str:
+        """The lower-cased text around each long run (the 24 characters before it, the run and
+        the 24 after), joined by newlines: where the keyword of a rule whose secret is a long
+        token must occur. The whole lower-cased text for non-ASCII texts."""
+        if not self.text.isascii():
+            return self.lower()
+        lowered = self.lower()
+        return "\n".join(lowered[max(0, start - 24): end + 24] for start, end in self.long_runs())
+
+    def _classes(self) -> bytes:
+        return self.text.encode("utf-8", "surrogatepass").translate(_ALNUM_AS_A)
 
     def lower(self) -> str:
         if self._lower is None:

@@ -8,6 +8,7 @@ separately to the ACL-isolated tool-results stream.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -20,13 +21,18 @@ from streams.redaction.keys import NameClass, name_class
 from streams.redaction.policy import DEFAULT_POLICY, RedactionPolicy, policy_hash
 from streams.redaction.text import clip, redact_text
 
-__all__ = ["OUTPUT_KEYS", "STRUCTURAL_FIELDS", "STRUCTURAL_KEYS", "RedactedEvent", "redact_event"]
+__all__ = ["ID_KEYS", "OUTPUT_KEYS", "STRUCTURAL_FIELDS", "STRUCTURAL_KEYS", "RedactedEvent", "redact_event", "stable_id"]
 
 STRUCTURAL_KEYS = frozenset({
     "aspVersion", "eventId", "logId", "sessionId", "runId", "turnId", "episodeId",
     "parentSessionId", "parentEventId", "type", "role", "time", "visibility", "acl",
 })
 """Top-level keys copied untouched: identity, lineage, type, time and access control."""
+
+ID_KEYS = frozenset({"eventId", "sessionId", "runId", "turnId", "episodeId", "parentSessionId", "parentEventId"})
+"""Structural keys holding ids: kept as they are unless a rule finds a secret in one, which is
+then replaced by :func:`stable_id` (the same id always becomes the same replacement, so lineage
+still joins). ``logId`` is not among them: it chose the L1 partition before redaction ran."""
 
 STRUCTURAL_FIELDS = frozenset({"toolName", "toolCallId", "status", "kind", "model", "agentId", "type", "role"})
 """Top-level keys of ``fields`` (plus ``id`` / ``*Id`` / ``*_id``) whose scalar values are
@@ -72,7 +78,7 @@ def redact_event(event: dict[str, Any], policy: RedactionPolicy | None = None) -
         if key == "payload":
             continue
         if key in STRUCTURAL_KEYS:
-            redacted[key] = value
+            redacted[key] = walker.identifier(value) if key in ID_KEYS else value
         elif key == "fields" and isinstance(value, dict):
             shown = {name: item for name, item in value.items() if name != output_key}
             redacted[key] = walker.fields(shown, cap=None if is_message else policy.max_field_chars)
@@ -89,7 +95,7 @@ def redact_event(event: dict[str, Any], policy: RedactionPolicy | None = None) -
         else:
             # Already summarized (a redacted event redacted again): the summary is all there is.
             text = str(fields.get("summary", ""))
-        tool_result = _tool_result_record(event, fields, text, policy)
+        tool_result = _tool_result_record(redacted, fields, text, policy)
     return RedactedEvent(event=redacted, tool_result=tool_result, hits=walker.hits)
 
 
@@ -119,8 +125,18 @@ def _as_text(output: Any) -> str:
     return json.dumps(output, ensure_ascii=False, sort_keys=True)
 
 
+def stable_id(identifier: str) -> str:
+    """The replacement of an id in which a secret was found: ``redacted-id-`` and 24 hex digits
+    of its SHA-256, the same in every event, process and replay."""
+    return "redacted-id-" + hashlib.sha256(identifier.encode("utf-8", "surrogatepass")).hexdigest()[:24]
+
+
+def _is_id(key: str) -> bool:
+    return key == "id" or key.endswith(("Id", "_id", "ID"))
+
+
 def _is_structural(key: str) -> bool:
-    return key in STRUCTURAL_FIELDS or key == "id" or key.endswith(("Id", "_id", "ID"))
+    return key in STRUCTURAL_FIELDS or _is_id(key)
 
 
 class _Walker:
@@ -143,6 +159,16 @@ class _Walker:
         redacted, hits = _redact_key(key, self.policy)
         self._count(hits)
         return redacted
+
+    def identifier(self, value: Any) -> Any:
+        """An id unchanged, or its :func:`stable_id` when a rule finds a secret in it."""
+        if not isinstance(value, str) or len(value) < _SHORT_KEY:
+            return value
+        redacted, hits = _redact_key(value, self.policy)
+        if redacted == value:
+            return value
+        self._count(hits)
+        return stable_id(value)
 
     def fields(self, fields: dict[Any, Any], *, cap: int | None) -> dict[Any, Any]:
         """The top level of ``fields``: structural values are scanned but never clipped."""
@@ -179,7 +205,7 @@ class _Walker:
         out: dict[Any, Any] = {}
         for key, item in value.items():
             if structural and key in structural:
-                out[key] = self._string(item, None, None)
+                out[key] = self.identifier(item) if _is_id(key) else self._string(item, None, None)
                 continue
             key_class = name_class(key) if isinstance(key, str) else None
             if key == "value" and label_class is not None:

@@ -4,6 +4,7 @@ payment card numbers."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from streams.redaction.base import USER_MARKER, RegexRule, Rule, Scan, marker
 
@@ -154,10 +155,11 @@ def _within(host: str, domains: tuple[str, ...]) -> bool:
     return any(host == domain or host.endswith("." + domain) for domain in domains)
 
 
-# 13 to 19 digits, optionally grouped by spaces or dashes, not inside a longer number. The
+# 13 to 19 digits, optionally grouped by spaces or dashes, not inside a longer number or a
+# decimal fraction, nor glued to a word (a hex id, a build tag). The
 # lookbehind comes after the first digit so the pattern starts with a character class, which
 # the regex engine skips ahead to in C: half the cost of leading with the lookbehind.
-_CARD = re.compile(r"\d(?<![\d-]\d)(?:[ -]?\d){12,18}(?![\d-])", re.ASCII)
+_CARD = re.compile(r"\d(?<![\w.-]\d)(?:[ -]?\d){12,18}(?![\w-]|\.\d)", re.ASCII)
 # (first digits, lengths) of the card networks: Visa, Mastercard, Amex, Discover, Diners,
 # JCB, UnionPay. A number outside them (an order id, a timestamp) is left alone.
 _NETWORKS: tuple[tuple[tuple[str, ...], tuple[int, ...]], ...] = (
@@ -192,7 +194,58 @@ def _payment_card(match: re.Match[str]) -> bool:
     )
 
 
-PAYMENT_CARD_RULE = RegexRule(
+# Digits become "0", letters, "_" and "." (decimals: 0.8444218515250481) "a", spaces and dashes stay, everything else (punctuation,
+# UTF-8 bytes) becomes a space. Every card number in its usual spellings, not glued to a word or
+# a longer number, then shows one of these shapes (13 digits in a row, or the 4-4-4 and 4-6-4
+# groups of 16- and 15-digit cards), found with ``in`` at C speed.
+_CARD_CLASSES = bytes(
+    ord("0") if chr(byte).isdigit() else ord("a") if chr(byte).isalpha() or chr(byte) in "_."
+    else byte if byte in (ord(" "), ord("-")) else ord(" ")
+    for byte in range(128)
+) + b" " * 128
+_CARD_SHAPES = (b" " + b"0" * 13, b" 0000 0000 0000", b" 0000-0000-0000", b" 0000 000000 0000", b" 0000-000000-0000")
+
+
+@dataclass(frozen=True, eq=False)
+class _CardRule(RegexRule):
+    """The card pattern is tried at every digit, which costs more than all other rules together
+    on logs; a byte-level shape test (C speed) skips the texts that hold no card-shaped number."""
+
+    def apply(self, scan: Scan, hits: dict[str, int]) -> str:
+        text = scan.text
+        shapes = b" " + text.encode("utf-8", "surrogatepass").translate(_CARD_CLASSES)
+        if not any(shape in shapes for shape in _CARD_SHAPES):
+            return text
+        if not text.isascii():
+            return super().apply(scan, hits)
+        # ASCII: byte and character positions agree, so the pattern runs only where a shape starts.
+        starts = set()
+        for shape in _CARD_SHAPES:
+            position = shapes.find(shape)
+            while position != -1:
+                starts.add(position)  # the shape's leading space is the character before the number
+                position = shapes.find(shape, position + 1)
+        spans: list[tuple[int, int]] = []
+        for start in sorted(starts):
+            match = self.pattern.match(text, start)
+            if match is not None and (not spans or start >= spans[-1][1]) and _payment_card(match):
+                spans.append(match.span())
+        if not spans:
+            return text
+        pieces: list[str] = []
+        done = 0
+        for start, end in spans:
+            pieces += (text[done:start], marker(self.name))
+            done = end
+        pieces.append(text[done:])
+        hits[self.name] = hits.get(self.name, 0) + len(spans)
+        return "".join(pieces)
+
+    def fingerprint(self) -> list[str]:
+        return [*super().fingerprint(), *(shape.decode() for shape in _CARD_SHAPES)]
+
+
+PAYMENT_CARD_RULE = _CardRule(
     name="payment-card",
     needs=frozenset("0123456789"),
     description="payment card numbers: 13-19 digits (spaces or dashes allowed) of a card network, Luhn-valid",

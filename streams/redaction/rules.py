@@ -23,6 +23,7 @@ from streams.redaction.context import (
 from streams.redaction.pii import PAYMENT_CARD_RULE, DomainRule, EmailRule, home_rules
 from streams.redaction.policy import RedactionPolicy
 from streams.redaction.tokens import TOKEN_RULES, DiscordBotTokenRule
+from streams.redaction.vendors import KeywordRule, PrefixTokenRule
 
 __all__ = ["build_rules", "rule_names"]
 
@@ -38,6 +39,7 @@ def build_rules(policy: RedactionPolicy) -> tuple[Rule, ...]:
     if policy.redact_home_usernames:
         rules += home_rules()
     rules += TOKEN_RULES
+    rules += (PrefixTokenRule(), KeywordRule())
     rules.append(DiscordBotTokenRule())
     rules += CONTEXT_RULES
     rules.append(AssignmentRule())

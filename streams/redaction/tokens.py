@@ -35,7 +35,7 @@ DASH_GATE = _gate("-", (
     "glpat-", "gldt-", "glrt-", "glptt-", "glft-", "glsoat-", "glcbt-", "xox[bpares]-", "xapp-",
     "sk-", "pypi-", "AGE-",
 ))
-DOT_GATE = _gate(".", ("SG\\.", "ya29\\.", "hooks\\.", "discord\\.", "discordapp\\."), lookahead="eyJ")
+DOT_GATE = _gate(".", ("SG\\.", "ya29\\.", "hooks\\.", "discord\\.", "discordapp\\."))
 _SEPARATOR = {UNDERSCORE_GATE: "_", DASH_GATE: "-", DOT_GATE: "."}
 
 
@@ -87,6 +87,25 @@ def _random_letters(match: re.Match[str]) -> bool:
     return _WORDS_ONLY.fullmatch(match.group(0)[3:]) is None
 
 
+_JWT_KEYS = (b'"alg"', b'"typ"', b'"kid"', b'"sub"', b'"iat"', b'"exp"', b'"iss"', b'"aud"', b'"jti"', b'"nbf"', b'"k"')
+
+
+def _jwt_like(match: re.Match[str]) -> bool:
+    # header.payload[.signature] is a JWT; one segment alone (quoted in prose, cut short) counts
+    # when it decodes to JOSE header or claim names, not when it is some other base64 JSON (a
+    # pagination cursor).
+    token = match.group(0)
+    if "." in token.rstrip("."):
+        return True
+    body = token.rstrip("=")
+    body = body[: len(body) - len(body) % 4]
+    try:
+        decoded = base64.urlsafe_b64decode(body)
+    except (binascii.Error, ValueError):
+        return False
+    return any(key in decoded for key in _JWT_KEYS)
+
+
 _U, _D, _P = UNDERSCORE_GATE, DASH_GATE, DOT_GATE
 
 TOKEN_RULES: tuple[RegexRule, ...] = (
@@ -134,8 +153,12 @@ TOKEN_RULES: tuple[RegexRule, ...] = (
            gate=_U, before=None),
     _token("age-secret-key", ("AGE-SECRET-KEY-1",), "[0-9A-Z]{58}", "age encryption secret key",
            gate=_D, before=None, after="[A-Za-z0-9]"),
-    _token("jwt", ("eyJ",), r"[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*=*",
-           "JSON Web Token (header.payload.signature)", gate=_P, before=None, after="[A-Za-z0-9_-]"),
+    # Any base64url JSON object of 12+ bytes, with up to two more dot-separated segments: a whole
+    # JWT, but also a header or payload quoted alone, a token cut short, or one wrapped across
+    # lines (each part starting with eyJ is found on its own).
+    _token("jwt", ("eyJ",), r"[A-Za-z0-9_-]{13,}={0,2}(?:\.[A-Za-z0-9_-]+={0,2}){0,2}",
+           "JSON Web Token (header.payload.signature), also a header or claims segment alone",
+           before=None, after="[A-Za-z0-9_-]", check=_jwt_like),
 )
 
 

@@ -24,8 +24,10 @@ from streams.redaction import (
     redact_text,
     rule_names,
 )
+from streams.redaction.events import stable_id
 from streams.redaction.samples import SEEDED_SECRETS
 from streams.redaction.text import clip
+from streams.redaction.vendors import ported_rule_names
 
 CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "secrets" / "corpus.jsonl"
 PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -55,7 +57,7 @@ def test_exported_members() -> None:
         "DEFAULT_POLICY", "POLICY_VERSION", "RedactedEvent", "RedactionPolicy", "policy_hash",
         "redact_event", "redact_text", "rule_names",
     }
-    assert POLICY_VERSION == "1.1"
+    assert POLICY_VERSION == "2.0"
 
 
 # ---------------------------------------------------------------- labelled corpus
@@ -84,8 +86,82 @@ def test_corpus_recall_is_total_and_hard_negatives_stay_untouched() -> None:
 
 
 def test_corpus_covers_every_secret_rule() -> None:
+    """The hand-written corpus covers every rule of our own; the ported gitleaks rules are
+    covered by the battery (tests/streams/test_redaction_battery.py)."""
     covered = {row["rule"] for row in load_corpus() if row["label"] == "secret"}
-    assert set(rule_names()) - {"secret-field"} - covered == set()
+    assert set(rule_names()) - {"secret-field", "secret-in-prose"} - set(ported_rule_names()) - covered == set()
+
+
+# ---------------------------------------------------------------- issue 15: prose, ids, policy mix
+
+JWT = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U"
+GLSA = "glsa_pITqMOBIfNH2KL4PkXJqmTyQl0D9QGxF_486f63e1"
+HEX_TOKEN = "9f8e7d6c5b4a39281706f5e4d3c2b1a0"
+
+
+@pytest.mark.parametrize("text", [
+    f"The token {JWT} and key {GLSA} are configured.",
+    f"The token {HEX_TOKEN} and key 0a1b2c3d4e5f60718293a4b5c6d7e8f9 are configured.",
+    f"I set the API key for staging to {HEX_TOKEN}.",
+    f"Your **access token** is `{HEX_TOKEN}`",
+    "The header alone: eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9 (cut)",
+])
+def test_secrets_repeated_in_prose_are_removed(text: str) -> None:
+    redacted, hits = redact_text(text)
+    assert hits
+    for secret in (JWT, GLSA, HEX_TOKEN, "0a1b2c3d4e5f60718293a4b5c6d7e8f9", "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9"):
+        assert secret[:12] not in redacted
+
+
+@pytest.mark.parametrize("text", [
+    "the key is user_session_identifier_v2",
+    "token budget of 768 tokens per chunk",
+    "cache key 550e8400-e29b-41d4-a716-446655440000",
+    "the monkey 9f8e7d6c5b4a39281706f5e4d3c2b1a0 commit",
+    '{"next_cursor": "eyJvZmZzZXQiOjEwMH0="}',
+    "The authors of the keyboard shortcuts reviewed commit 3f2a9c1d8e7b6a5f4e3d2c1b0a9f8e7d6c5b4a39.",
+])
+def test_prose_without_a_secret_is_kept(text: str) -> None:
+    assert redact_text(text) == (text, {})
+
+
+def test_ids_holding_a_secret_are_replaced_by_a_stable_id_everywhere() -> None:
+    secret = "ghp_fKtHF4vUCsMehGAkWvj7FAc9QeWJKY40uvSw"
+    call = event("tool.call", toolName="Bash", toolCallId=f"call-{secret}", input={"command": "ls"})
+    result = event("tool.result", toolName="Bash", toolCallId=f"call-{secret}", status="ok", output="done")
+    for raw in (call, result):
+        raw.update(runId=f"run-{secret}", turnId=f"turn-{secret}", parentEventId=f"p-{secret}")
+    one, two = redact_event(call), redact_event(result)
+    assert two.tool_result is not None
+    for blob in (dumps(one.event), dumps(two.event), dumps(two.tool_result)):
+        assert secret[4:16] not in blob
+    assert one.event["runId"] == two.event["runId"] == two.tool_result["runId"] == stable_id(f"run-{secret}")
+    assert one.event["fields"]["toolCallId"] == two.tool_result["toolCallId"]
+    assert one.event["parentEventId"].startswith("redacted-id-") and one.event["eventId"] == "e-1"
+    assert redact_event(one.event).event == one.event
+
+
+def test_a_generation_line_refuses_another_redaction_policy(tmp_path: Path) -> None:
+    from sinks.generations import GenerationStore, Manifest, RedactionPolicyMismatchError
+    from streams.metrics import usl_sink_failures_total
+
+    store = GenerationStore(tmp_path, "default", "text")
+
+    def commit(policy: str) -> Manifest:
+        staging = store.begin()
+        (staging / "x.bin").write_bytes(policy.encode())
+        return store.commit(staging, Manifest(
+            kind="text", log_id="default", line="", generation_id=0, built_through_seq=1, schema_version="1",
+            asp_version="1.0", chunker={}, embedding=None, redaction_policy_hash=policy))
+
+    commit("1" * 16)
+    counter = usl_sink_failures_total.labels(kind="text", reason="policy_mismatch")
+    before = counter._value.get()
+    with pytest.raises(RedactionPolicyMismatchError, match="rebuild"):
+        commit(policy_hash())
+    assert counter._value.get() == before + 1
+    assert store.current_id() == 1
+    commit("1" * 16)  # the same policy still commits
 
 
 def test_corpus_redaction_is_idempotent() -> None:

@@ -1,0 +1,262 @@
+"""The gitleaks default rules (``streams.redaction.ported``), run at stream speed.
+
+gitleaks tries every rule whose keyword occurs in a text; testing some 250 keywords one by one
+costs Python more than the whole rest of the policy, so the ported rules are run differently:
+
+- **prefix tokens** (``glsa_``, ``dop_v1_``, ``sk-ant-api03-``, ``dp.pt.``): the first ``_``,
+  ``-`` or ``.`` of every prefix is a literal the regex engine jumps to in C, and a lookahead
+  keeps only separators followed by a run of token characters; at each such place the word in
+  front is looked up in a table of prefix heads, and only a known prefix runs its pattern.
+  Prefixes without a separator (``AKCp``, ``EZAK``) start their own pattern with the literal.
+- **keyword rules** (a handful of odd shapes): the keyword is searched with ``in``.
+- **named rules** (a vendor keyword in a name and a value of a given shape): no scan of their
+  own; the assignment and prose rules ask :func:`vendor_rule` about each name they read.
+
+A match whose entropy is below the rule's minimum (``glsa_XXXX…``) is left alone.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from streams.redaction.base import Rule, Scan, is_marker_at, marker
+from streams.redaction.entropy import shannon_entropy
+from streams.redaction.ported import KEYWORD_RULES, NAMED_RULES, PREFIX_RULES
+
+__all__ = ["KeywordRule", "PrefixTokenRule", "ported_rule_names", "vendor_rule"]
+
+_SEPARATORS = "_-.~"
+# Prefixes without a separator are looked up by (at most) their first four characters.
+_HEAD = 4
+_FLAGS = re.ASCII
+# A separator followed by at least this many token characters can start a token's body.
+# A separator opens the gate only when at least 12 token characters follow, with a digit or a
+# capital letter among them: random bodies have one, snake_case, kebab-case and dotted names,
+# dates, versions and decimals do not.
+_GATES = {sep: re.compile(re.escape(sep) + r"(?=[a-z_.+/-]{0,24}[0-9A-Z])(?=[A-Za-z0-9_.+/-]{12})", re.ASCII)
+          for sep in _SEPARATORS}
+# Heads shorter than this (sk_, hf_, s-) must start a word; longer ones may be glued to one.
+_SHORT_HEAD = 4
+# A token is extended over directly following characters of the same kind, so a token a little
+# longer than its format says is removed whole rather than cut.
+_TAIL = re.compile(r"[A-Za-z0-9]*", re.ASCII)
+
+
+@dataclass(frozen=True)
+class _Ported:
+    name: str
+    pattern: re.Pattern[str]
+    entropy: float
+    group: int
+
+    def find(self, text: str, start: int) -> tuple[int, int] | None:
+        match = self.pattern.match(text, start)
+        if match is None:
+            return None
+        begin, end = match.span(self.group)
+        if begin < 0 or begin == end or shannon_entropy(match.group(self.group)) < self.entropy:
+            return None
+        return begin, _TAIL.match(text, end).end()  # type: ignore[union-attr]
+
+
+def _compile(name: str, source: str, ci: bool, entropy: float) -> _Ported:
+    pattern = re.compile(source, _FLAGS | (re.IGNORECASE if ci else 0))
+    named_groups = set(pattern.groupindex.values())
+    group = 1 if pattern.groups and 1 not in named_groups else 0
+    return _Ported(name, pattern, entropy, group)
+
+
+class PrefixTokenRule(Rule):
+    """Every ported token format that starts with a literal prefix (see the module)."""
+
+    def __init__(self) -> None:
+        super().__init__(name="ported-token", description="gitleaks token formats by literal prefix "
+                         "(streams/redaction/ported.py PREFIX_RULES)")
+        heads: dict[str, dict[str, list[tuple[str, bool, _Ported]]]] = {sep: {} for sep in _SEPARATORS}
+        plain: dict[tuple[str, bool], list[Any]] = {}
+        for name, prefixes, source, ci, entropy in PREFIX_RULES:
+            rule = _compile(name, source, ci, entropy)
+            for prefix in prefixes:
+                cut = min((prefix.find(sep) for sep in _SEPARATORS if sep in prefix[1:]), default=-1)
+                if cut <= 0:
+                    # Scanned for its first four characters; the rule's pattern checks the rest.
+                    entries = plain.setdefault((prefix[:_HEAD].lower() if ci else prefix[:_HEAD], ci), [])
+                    if rule not in entries:
+                        entries.append(rule)
+                else:
+                    heads[prefix[cut]].setdefault(prefix[:cut].lower(), []).append((prefix.lower() if ci else prefix, ci, rule))
+        # Per separator: the last two characters of each head -> (head length, entries), so a
+        # gate hit costs one slice and one lookup (heads of one character are keyed by it alone).
+        index: dict[str, dict[str, list[tuple[int, list[tuple[str, bool, _Ported]]]]]] = {}
+        for sep, table in heads.items():
+            for head, entries in table.items():
+                index.setdefault(sep, {}).setdefault(head[-2:], []).append((len(head), entries))
+        object.__setattr__(self, "_index", index)
+        object.__setattr__(self, "_plain", [(re.compile(re.escape(literal)), ci, rules)
+                                            for (literal, ci), rules in sorted(plain.items())])
+        # The same prefixes by their first 3-4 characters ("/i": compare lower-cased).
+        by_head: dict[str, tuple[_Ported, ...]] = {}
+        for (literal, ci), rules in plain.items():
+            key = literal.lower() + "/i" if ci else literal
+            by_head[key] = tuple(dict.fromkeys(by_head.get(key, ()) + tuple(rules)))
+        object.__setattr__(self, "_by_head", by_head)
+        firsts = {literal[0] for literal, _ in plain} | {literal[0].upper() for literal, ci in plain if ci}
+        object.__setattr__(self, "needs", frozenset(_SEPARATORS) | frozenset(firsts))
+
+    def fingerprint(self) -> list[str]:
+        return [*super().fingerprint(), *(f"{n}|{'|'.join(p)}|{s}|{c}|{e}" for n, p, s, c, e in PREFIX_RULES),
+                *(g.pattern for g in _GATES.values()), _TAIL.pattern, str(_SHORT_HEAD)]
+
+    def hit_names(self) -> tuple[str, ...]:
+        return tuple(sorted({row[0] for row in PREFIX_RULES}))
+
+    def apply(self, scan: Scan, hits: dict[str, int]) -> str:
+        text = scan.text
+        lowered = scan.lower()
+        spans: list[tuple[int, int, str]] = []
+        index: dict[str, dict[str, list[tuple[int, list[tuple[str, bool, _Ported]]]]]] = self._index  # type: ignore[attr-defined]
+        for sep, gate in _GATES.items():
+            if sep not in text:
+                continue
+            table = index[sep]
+            for hit in gate.finditer(text):
+                position = hit.start()
+                candidates = table.get(lowered[position - 2: position]) if position >= 2 else None
+                single = table.get(lowered[position - 1: position]) if position >= 1 else None
+                if candidates is None and single is None:
+                    continue
+                for size, entries in (candidates or []) + (single or []):
+                    start = position - size
+                    if start < 0 or (size < _SHORT_HEAD and start and text[start - 1].isalnum()):
+                        continue  # a short head glued to a word is part of that word (task_, mask-)
+                    for prefix, ci, rule in entries:
+                        if (lowered if ci else text).startswith(prefix, start):
+                            found = rule.find(text, start)
+                            if found is not None:
+                                spans.append((*found, rule.name))
+        if not scan.has_long_token():
+            return _replace(text, spans, hits)  # every prefix below is followed by a long body
+        if text.isascii():
+            # The prefix of a long token starts its letter-and-digit run: look the run's first
+            # characters up instead of scanning the text once per prefix.
+            by_head: dict[str, list[_Ported]] = self._by_head  # type: ignore[attr-defined]
+            for start, _ in scan.long_runs():
+                for size in (3, 4):
+                    head = text[start: start + size]
+                    for rule in by_head.get(head, ()) + by_head.get(head.lower() + "/i", ()):  # type: ignore[operator]
+                        found = rule.find(text, start)
+                        if found is not None:
+                            spans.append((*found, rule.name))
+        else:
+            for literal, ci, rules in self._plain:  # type: ignore[attr-defined]
+                for hit in literal.finditer(lowered if ci else text):
+                    start = hit.start()
+                    if start and text[start - 1].isalnum():
+                        continue
+                    for rule in rules:
+                        found = rule.find(text, start)
+                        if found is not None:
+                            spans.append((*found, rule.name))
+        return _replace(text, spans, hits)
+
+
+class KeywordRule(Rule):
+    """Ported rules of odd shapes, tried where one of their keywords occurs."""
+
+    def __init__(self) -> None:
+        super().__init__(name="ported-keyword", description="gitleaks rules tried by keyword "
+                         "(streams/redaction/ported.py KEYWORD_RULES)")
+        rules = [(tuple(keywords), _compile(name, source, ci, entropy))
+                 for name, keywords, source, ci, entropy in _keyword_rules()]
+        firsts = {keyword[0] for keywords, _ in rules for keyword in keywords}
+        object.__setattr__(self, "needs", frozenset(firsts | {first.upper() for first in firsts}))
+        object.__setattr__(self, "_rules", rules)
+
+    def fingerprint(self) -> list[str]:
+        return [*super().fingerprint(), *(f"{n}|{'|'.join(k)}|{s}|{c}|{e}" for n, k, s, c, e in _keyword_rules())]
+
+    def hit_names(self) -> tuple[str, ...]:
+        return tuple(sorted({row[0] for row in _keyword_rules()}))
+
+    def apply(self, scan: Scan, hits: dict[str, int]) -> str:
+        text = scan.text
+        lowered = scan.lower()
+        spans: list[tuple[int, int, str]] = []
+        near = scan.near_long_tokens() if scan.has_long_token() else ""
+        for keywords, rule in self._rules:  # type: ignore[attr-defined]
+            # A long secret's keyword is in it or just before it: only those parts are searched.
+            where = lowered if rule.name in _SHORT_BODIES else near
+            if not any(keyword in where for keyword in keywords):
+                continue
+            for match in rule.pattern.finditer(text):
+                begin, end = match.span(rule.group)
+                if begin < 0 or begin == end or shannon_entropy(match.group(rule.group)) < rule.entropy:
+                    continue
+                spans.append((begin, end, rule.name))
+        return _replace(text, spans, hits)
+
+
+# Keyword rules whose secrets may be short; the others are tried only in texts with a long token.
+_SHORT_BODIES = frozenset({"curl-auth-header", "curl-auth-user", "sidekiq-sensitive-url", "kubernetes-secret-yaml",
+                           "gitlab-session-cookie"})
+# Keyword rules our own rules cover more widely (tokens.py: jwt, twilio-api-key, aws-access-key-id,
+# slack-webhook): their keywords ("ey", "sk") occur in almost every text.
+_COVERED = frozenset({"jwt", "twilio-api-key", "aws-access-token", "slack-webhook-url"})
+# Vault's legacy "s." + 24 characters matches inside dotted names (this.something...): only the
+# current hvs. form is kept.
+_OVERRIDES = {"vault-service-token": (("hvs.",), r"hvs\.[\w-]{90,120}")}
+
+
+def _keyword_rules() -> list[tuple[str, tuple[str, ...], str, bool, float]]:
+    rules = []
+    for name, keywords, source, ci, entropy in KEYWORD_RULES:
+        if name in _COVERED:
+            continue
+        keywords, source = _OVERRIDES.get(name, (keywords, source))
+        rules.append((name, keywords, source, ci, entropy))
+    return rules
+
+
+def _replace(text: str, spans: list[tuple[int, int, str]], hits: dict[str, int]) -> str:
+    if not spans:
+        return text
+    pieces: list[str] = []
+    done = 0
+    for start, end, name in sorted(spans):
+        if start < done or is_marker_at(text, start):
+            continue
+        pieces += (text[done:start], marker(name))
+        done = end
+        hits[name] = hits.get(name, 0) + 1
+    if not pieces:
+        return text
+    pieces.append(text[done:])
+    return "".join(pieces)
+
+
+_NAMED = [(tuple(keywords), _compile(name, f"(?:{source})", ci, entropy)) for name, keywords, source, ci, entropy in NAMED_RULES]
+
+
+@lru_cache(maxsize=8192)
+def _vendors_in(name: str) -> tuple[int, ...]:
+    lowered = name.lower()
+    return tuple(index for index, (keywords, _) in enumerate(_NAMED) if any(k in lowered for k in keywords))
+
+
+def vendor_rule(name: str, value: str) -> str | None:
+    """The ported rule a ``name = value`` pair is a secret under (``ADAFRUIT_TOKEN`` with a value
+    of Adafruit's key shape), or ``None``."""
+    for index in _vendors_in(name):
+        rule = _NAMED[index][1]
+        match = rule.pattern.fullmatch(value)
+        if match is not None and shannon_entropy(value) >= rule.entropy:
+            return rule.name
+    return None
+
+
+def ported_rule_names() -> list[str]:
+    """Every rule name the ported rules can produce."""
+    return sorted({row[0] for table in (PREFIX_RULES, _keyword_rules(), NAMED_RULES) for row in table})
