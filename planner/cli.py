@@ -56,16 +56,6 @@ topics_app = typer.Typer(help="Topics of this deployment.", no_args_is_help=True
 app.add_typer(topics_app, name="topics")
 
 
-def _dead_letter_reason(reason: str) -> str:
-    """Map an importer's message to the low-cardinality reason label of the metric."""
-    lowered = reason.lower()
-    if "json" in lowered or "truncated" in lowered:
-        return "invalid_json"
-    if "foreign" in lowered or "unknown record" in lowered:
-        return "foreign_record"
-    return "schema"
-
-
 @topics_app.command("create")
 def topics_create(json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Create every topic with its configuration (idempotent)."""
@@ -85,68 +75,46 @@ def topics_create(json_out: bool = typer.Option(False, "--json", help="Print JSO
 
 @app.command()
 def ingest(
-    path: Path = typer.Argument(..., help="File or directory to import."),
+    paths: list[Path] = typer.Argument(..., help="Files or directories to import."),
     fmt: str = typer.Option(None, "--format", help="asp | claude-code | openai-chat (default: detect)."),
     log: str = LOG_OPTION,
+    follow: bool = typer.Option(False, "--follow", help="Keep tailing PATHS (growing files, new files in "
+                                "directories) until stopped; positions under USL_HOME/follow."),
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
-    """Append the events of PATH to the L1 log; rejected records go to the dead-letter topic.
+    """Append the events of PATHS to the L1 log, each event once (an imported file appends nothing
+    again); rejected records go to the dead-letter topic.
 
-    Progress on stderr: lines read of the input's total, records, rate and ETA."""
-    from planner.cli_progress import ImportProgress
-    from streams.importers import FORMATS, Accepted, detect_format, iter_records
-    from streams.l1 import DeadLetters, L1Producer, LogRegistry
-    from streams.metrics import usl_dead_letters_total, usl_records_total
-    from streams.topics import ensure_topics
+    Progress on stderr: lines read of the input's total, records, rate and ETA; with --follow, a
+    line per poll that appended something."""
+    from planner.cli_ingest import follow as follow_paths
+    from planner.cli_ingest import ingest_once
+    from streams.importers import FORMATS
 
     if fmt is not None and fmt not in FORMATS:
         raise USLError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
-    if not path.exists():
-        raise USLError(f"{path} does not exist")
+    missing = [p for p in paths if not p.exists()]
+    if missing and not follow:
+        raise USLError(f"{missing[0]} does not exist")
     settings = _settings()
     bootstrap = _bootstrap(settings)
-    ensure_topics(bootstrap, settings)
-    registry = LogRegistry(bootstrap, settings)
-    producer = L1Producer(bootstrap, settings, registry)
-    dead = DeadLetters(bootstrap, settings)
-    detected = fmt or (detect_format(path) if path.is_file() else None)
-    read = appended = cut = 0
-    reasons: Counter[str] = Counter()
-    rejected_examples: list[dict[str, str]] = []
-    with ImportProgress(path, err, enabled=not json_out) as progress:
-        for item in iter_records(path, fmt, log_id=log, max_event_bytes=settings.max_event_bytes):
-            read += 1
-            progress.record(item.record)
-            if isinstance(item, Accepted):
-                producer.append(item.event)
-                appended += 1
-                cut += item.cut > 0
-                usl_records_total.labels(stage="ingest").inc()
-            else:
-                reasons[item.reason.split(":")[0][:80]] += 1
-                if len(rejected_examples) < 20:
-                    rejected_examples.append({"record": item.record, "reason": item.reason})
-                dead.publish(stage="ingest", reason=item.reason, record=item.record, raw=item.raw)
-                usl_dead_letters_total.labels(stage="ingest", reason=_dead_letter_reason(item.reason)).inc()
-    highest = producer.flush()
-    producer.close()
-    dead.close()
-    summary = {
-        "path": str(path), "format": detected or "auto", "logId": log, "partition": registry.partition_of(log),
-        "recordsRead": read, "eventsAppended": appended, "eventsCut": cut, "rejected": sum(reasons.values()),
-        "rejectedByReason": dict(reasons), "rejectedRecords": rejected_examples, "l1CommittedSeq": highest,
-    }
+    if follow:
+        follow_paths(settings, bootstrap, paths, fmt, log, err)
+        return
+    summary = ingest_once(settings, bootstrap, paths, fmt, log, err, show_progress=not json_out)
     if json_out:
         _print_json(summary)
         return
-    out.print(f"read {read} records from {path} ({summary['format']}); appended {appended} events "
-              f"to log {log!r} (L1 seq now {highest}); rejected {summary['rejected']}")
+    read, appended, cut = summary["recordsRead"], summary["eventsAppended"], summary["eventsCut"]
+    out.print(f"read {read} records from {', '.join(str(p) for p in paths)} ({summary['format']}); appended "
+              f"{appended} events to log {log!r} (L1 seq now {summary['l1CommittedSeq']}); "
+              f"{summary['duplicatesSkipped']} already in L1; rejected {summary['rejected']}")
     if cut:
         out.print(f"  cut {cut} event(s) over {settings.max_event_bytes} bytes (USL_MAX_EVENT_BYTES) to fit; "
                   "their fields._truncated says so")
-    for reason, count in reasons.most_common():
+    for reason, count in Counter(summary["rejectedByReason"]).most_common():
         out.print(f"  rejected {count:>5}  {reason}")
-    for example in rejected_examples[:5]:
+    for example in summary["rejectedRecords"][:5]:
         out.print(f"    e.g. {example['record']}: {example['reason']}")
 
 
@@ -264,6 +232,9 @@ def up(
     children = {f"worker-{n + 1}": ["worker"] for n in range(workers)}
     children["sinks"] = ["sink"]
     children["api"] = ["serve", "--port", str(api_port), "--host", settings.api_host]
+    follow = [str(Path(p).expanduser()) for p in settings.follow.split(":") if p.strip()]
+    if follow:  # USL_FOLLOW: a follower tails those transcripts into L1
+        children["follow"] = ["ingest", "--follow", *follow]
     out.print(f"starting USL Search: broker {bootstrap}, API {url}; Ctrl-C stops it")
     supervise(settings, children, env)
 

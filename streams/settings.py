@@ -74,6 +74,19 @@ class Settings:
     sink_batch_size: int = _setting("USL_SINK_BATCH_SIZE", 512, "Chunks a sink buffers before it commits a new generation.", minimum=1)
     sink_batch_seconds: float = _setting("USL_SINK_BATCH_SECONDS", 1.0, "Longest a sink waits before committing what it has buffered.", minimum=0.0)
     vector_exact_max: int = _setting("USL_VECTOR_EXACT_MAX", 20000, "Vector segments above this many chunks get an approximate (HNSW) index.", minimum=1)
+    follow: str = _setting(
+        "USL_FOLLOW", "",
+        "Paths (colon-separated) `usl up` keeps importing with `usl ingest --follow`: transcripts or directories "
+        "of them, e.g. ~/.claude/projects:~/.codex/sessions. Empty: no follower.",
+    )
+    follow_poll_seconds: float = _setting(
+        "USL_FOLLOW_POLL_SECONDS", 0.5, "How often `usl ingest --follow` looks for grown and new files.", minimum=0.01,
+    )
+    follow_idle_seconds: float = _setting(
+        "USL_FOLLOW_IDLE_SECONDS", 10.0,
+        "A followed file idle this long has its open turn ended in L1 (a later line of that turn is still appended).",
+        minimum=0.0,
+    )
     api_host: str = _setting("USL_API_HOST", "127.0.0.1", "Interface the planner API listens on.")
     api_port: int = _setting("USL_API_PORT", 8765, "Port of the planner API.", minimum=0)
     api_keys_file: Path | None = _setting(

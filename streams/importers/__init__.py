@@ -17,11 +17,12 @@ from typing import Any
 from streams.asp import DEFAULT_MAX_EVENT_BYTES, canonical_bytes, fit_event
 from streams.exceptions import ImportFormatError, SchemaError
 from streams.importers.asp import iter_asp
-from streams.importers.base import BOM, FORMATS, RAW_MAX_CHARS, Accepted, Rejected, parse_json
+from streams.importers.base import BOM, RAW_MAX_CHARS, Accepted, Rejected, parse_json
 from streams.importers.claude_code import AUXILIARY_TYPE_RE, SubagentLinks, iter_claude_code
 from streams.importers.openai_chat import api_conversation, iter_openai_chat
 
-__all__ = ["FORMATS", "Accepted", "Rejected", "detect_format", "iter_records"]
+__all__ = ["DOCUMENT_FORMATS", "FORMATS", "Accepted", "Rejected", "detect_format", "file_format",
+           "import_files", "iter_file", "iter_records"]
 
 _SUFFIXES = (".jsonl", ".json")
 _SNIFF_LINES = 20
@@ -33,6 +34,11 @@ _IMPORTERS: dict[str, Importer] = {
     "claude-code": iter_claude_code,
     "openai-chat": iter_openai_chat,
 }
+#: Every format an importer reads, as ``--format`` takes it.
+FORMATS = tuple(_IMPORTERS)
+#: Formats whose file is one JSON document (rewritten whole), not lines appended one by one:
+#: follow mode reads such a file only when the whole of it parses.
+DOCUMENT_FORMATS = frozenset({"openai-chat"})
 
 
 def detect_format(path: Path) -> str:
@@ -80,12 +86,32 @@ def iter_records(
         ]
     else:
         plan = [] if _is_empty(path) else [(path, path.name)]
-    formats = [_declared_or_detected(file, fmt) for file, _label in plan]
+    formats = [file_format(file, fmt) for file, _label in plan]
+    yield from import_files([(file, label, found) for (file, label), found in zip(plan, formats, strict=True)],
+                            log_id=log_id, acl=acl, max_event_bytes=max_event_bytes)
+
+
+def import_files(
+    plan: list[tuple[Path, str, str]], *, log_id: str = "default", acl: dict[str, Any] | None = None,
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+) -> Iterator[Accepted | Rejected]:
+    """The records of each (file, label, format) of ``plan``, in order, as one import: a
+    subagent's Claude Code file links to the call in its session's file earlier in the plan."""
     links: SubagentLinks = {}  # subagent files come after their session's file in path order
-    for (file, label), file_format in zip(plan, formats, strict=True):
-        extra = {"links": links} if file_format == "claude-code" else {}
-        for item in _IMPORTERS[file_format](file, label=label, log_id=log_id, acl=acl, **extra):
-            yield _fitted(item, max_event_bytes) if isinstance(item, Accepted) else item
+    for file, label, found in plan:
+        yield from iter_file(file, found, label=label, log_id=log_id, acl=acl,
+                             max_event_bytes=max_event_bytes, links=links)
+
+
+def iter_file(
+    path: Path, fmt: str, *, label: str, log_id: str = "default", acl: dict[str, Any] | None = None,
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES, links: SubagentLinks | None = None,
+) -> Iterator[Accepted | Rejected]:
+    """The records of one file of format ``fmt`` (one of FORMATS), labelled ``label:line``.
+    ``links`` carries Claude Code subagent links between the files of one import."""
+    extra = {"links": {} if links is None else links} if fmt == "claude-code" else {}
+    for item in _IMPORTERS[fmt](Path(path), label=label, log_id=log_id, acl=acl, **extra):
+        yield _fitted(item, max_event_bytes) if isinstance(item, Accepted) else item
 
 
 def _fitted(item: Accepted, limit: int) -> Accepted | Rejected:
@@ -113,7 +139,9 @@ def _is_empty(path: Path) -> bool:
         raise ImportFormatError(f"{path}: cannot read the file: {exc.strerror or exc}") from exc
 
 
-def _declared_or_detected(path: Path, fmt: str | None) -> str:
+def file_format(path: Path, fmt: str | None = None) -> str:
+    """The format of one file: ``fmt`` when its first records agree (or say nothing), else the
+    format they show. Raises ImportFormatError when they contradict ``fmt`` or show none."""
     if fmt is None:
         return _file_format(path)
     sniffed = _sniff(path)

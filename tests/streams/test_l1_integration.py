@@ -4,6 +4,7 @@ dead letters for broken lines, seq semantics and the status report."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import orjson
@@ -94,19 +95,25 @@ def test_ingest_claude_code_appends_valid_events_and_dead_letters_broken_lines(s
     assert all(letter["stage"] == "ingest" and letter["reason"] and letter["record"] for letter in letters)
 
 
-def test_ingest_openai_chat_and_reingest_is_recognizable(settings):
+def test_ingest_openai_chat_and_reingest_appends_nothing(settings, tmp_path):
     chat = EXAMPLES / "openai-chat.json"
     first = _ingest(settings, str(chat), "--format", "openai-chat")
     second = _ingest(settings, str(chat))
-    assert first["eventsAppended"] == second["eventsAppended"] > 5
+    assert first["eventsAppended"] > 5 and first["duplicatesSkipped"] == 0
+    assert second["eventsAppended"] == 0 and second["duplicatesSkipped"] == first["eventsAppended"]
+    # A copy elsewhere, with the follow positions lost too: L1 itself says what it holds.
+    copy = tmp_path / "copy.json"
+    copy.write_bytes(chat.read_bytes())
+    shutil.rmtree(Path(settings.home) / "follow")
+    third = _ingest(settings, str(copy))
+    assert third["eventsAppended"] == 0 and third["l1CommittedSeq"] == first["l1CommittedSeq"]
     reader = L1Reader(settings.bootstrap_servers, settings)
     try:
         events = [event for _, event in reader.read("default", 1)]
     finally:
         reader.close()
     ids = [e["eventId"] for e in events]
-    # Same file twice → the same eventIds again, which the pipeline recognizes as duplicates.
-    assert ids[: len(ids) // 2] == ids[len(ids) // 2 :]
+    assert len(ids) == len(set(ids)) == first["eventsAppended"]
     assert {e["type"] for e in events} >= {"message", "tool.call", "tool.result"}
 
 

@@ -1,0 +1,553 @@
+"""Follow mode: tail growing transcripts into L1, each event exactly once.
+
+A :class:`Follower` polls its paths (files, or directories searched for ``*.jsonl`` / ``*.json``
+recursively, so new files are found). A file that changed is imported again from its start
+(importers are deterministic: the same bytes yield the same eventIds) up to its last newline,
+so a line still being written waits for its newline; events whose eventId this file already
+appended are left out, and the rest are appended. A JSON-document format (``DOCUMENT_FORMATS``)
+is read only when the whole document parses.
+
+The end of a growing file is not the end of its session: the ``turn.ended`` / ``episode.ended``
+an importer emits at the end of its input are held back until the file has been idle for
+``USL_FOLLOW_IDLE_SECONDS`` (or it is deleted); if the turn goes on later, its real end has the
+same eventId and is not appended again.
+
+What makes it exactly once (:class:`PositionStore`, one JSON file under ``$USL_HOME/follow``):
+
+1. Per file it records what was appended: the byte length and SHA-256 of the prefix imported
+   and the eventIds held back from it. A restarted follower imports that prefix again to know
+   which eventIds are in L1 already, so it resumes where it was.
+2. Every batch is written ahead (its events and the new records, with each log's committed L1
+   seq) before anything is sent, and the records are switched only after L1 acknowledged the
+   batch (idempotent producer, ``acks=all``). Whoever next finds a batch written ahead (the
+   writer died mid-batch) reads L1 from the noted seq and appends only what is not there yet.
+3. A file no record vouches for (a new store, a file truncated or rewritten, a one-shot import)
+   is checked against L1 itself: the eventIds L1 holds for the file's sessions are left out.
+   Only a file created while this follower runs skips the check (it is new; a file renamed
+   into place keeps its record through its inode or its first line).
+
+Batches hold a file lock, so a follower and a one-shot ``usl ingest`` can share one store.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import orjson
+
+from streams.exceptions import ImportFormatError
+from streams.fsio import atomic_write
+from streams.importers import DOCUMENT_FORMATS, Accepted, Rejected, file_format, iter_file
+from streams.importers.base import parse_json
+
+__all__ = ["Appender", "FileRecord", "Follower", "KafkaAppender", "PollReport", "PositionStore"]
+
+_SUFFIXES = (".jsonl", ".json")
+_END_TYPES = frozenset({"turn.ended", "episode.ended"})
+# Rejected by every importer as the line it reads (an unknown record type), never an event.
+_NEWLINE = b"\n"
+_SENTINEL = b'{"type": "usl.follow.end-of-input"}\n'
+
+
+class Appender(Protocol):
+    """What the follower needs of L1 (the tests drive the follower with an in-memory one)."""
+
+    def committed_seq(self, log_id: str) -> int: ...
+
+    def append(self, event: dict[str, Any]) -> None: ...
+
+    def flush(self) -> int: ...
+
+    def event_ids(self, log_id: str, from_seq: int, sessions: set[str] | None = None) -> set[str]: ...
+
+    def dead_letter(self, item: Rejected) -> None: ...
+
+
+@dataclass(frozen=True)
+class FileRecord:
+    """What one file has appended: its first ``offset`` bytes (``prefix_sha``) were imported and
+    every event of them is in L1 except ``held`` (end events waiting for the file to go idle)."""
+
+    path: str
+    log_id: str
+    format: str
+    offset: int
+    prefix_sha: str
+    first_line_sha: str
+    held: tuple[str, ...] = ()
+    device: int = 0
+    inode: int = 0
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> FileRecord:
+        return cls(**{**data, "held": tuple(data.get("held", ()))})
+
+
+@dataclass
+class _Batch:
+    events: list[dict[str, Any]] = field(default_factory=list)
+    rejects: list[Rejected] = field(default_factory=list)
+    records: dict[str, tuple[FileRecord | None, FileRecord]] = field(default_factory=dict)
+
+
+class PositionStore:
+    """The durable per-file records and the write-ahead batch, in ``$USL_HOME/follow``."""
+
+    def __init__(self, home: Path) -> None:
+        self.directory = Path(home).resolve() / "follow"
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.path = self.directory / "positions.json"
+        self._lock_path = self.directory / "positions.lock"
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        with self._lock_path.open("a") as handle:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+    def _load(self) -> dict[str, Any]:
+        try:
+            state = orjson.loads(self.path.read_bytes())
+        except FileNotFoundError:
+            state = {}
+        state.setdefault("version", 1)
+        state.setdefault("files", {})
+        state.setdefault("wal", None)
+        return state
+
+    def _save(self, state: dict[str, Any]) -> None:
+        atomic_write(self.path, orjson.dumps(state))
+
+    def records(self, appender: Appender) -> dict[str, FileRecord]:
+        """Every file's record (a batch left written ahead is finished first)."""
+        with self._locked():
+            state = self._load()
+            if state["wal"] is not None:
+                self._recover(state, appender)
+            return {key: FileRecord.from_json(value) for key, value in state["files"].items()}
+
+    def commit(self, appender: Appender, batch: _Batch) -> bool:
+        """Append ``batch`` and switch its records, or return False (nothing done) when another
+        process changed one of its files' records since this batch was planned."""
+        with self._locked():
+            state = self._load()
+            if state["wal"] is not None:
+                self._recover(state, appender)
+            for key, (expected, _new) in batch.records.items():
+                if state["files"].get(key) != _jsonable(expected):
+                    return False
+            logs = sorted({event["logId"] for event in batch.events})
+            state["wal"] = {
+                "fromSeqs": {log: appender.committed_seq(log) for log in logs},
+                "events": batch.events,
+                "files": {key: _jsonable(new) for key, (_old, new) in batch.records.items()},
+            }
+            self._save(state)
+            for event in batch.events:
+                appender.append(event)
+            appender.flush()
+            for item in batch.rejects:
+                appender.dead_letter(item)
+            state["files"].update(state["wal"]["files"])
+            state["wal"] = None
+            self._save(state)
+            return True
+
+    def _recover(self, state: dict[str, Any], appender: Appender) -> None:
+        """Finish the batch a dead writer left: append what L1 does not hold yet."""
+        wal = state["wal"]
+        present: set[str] = set()
+        for log, from_seq in wal["fromSeqs"].items():
+            sessions = {e["sessionId"] for e in wal["events"] if e["logId"] == log}
+            present |= appender.event_ids(log, int(from_seq) + 1, sessions)
+        for event in wal["events"]:
+            if event["eventId"] not in present:
+                appender.append(event)
+        appender.flush()
+        state["files"].update(wal["files"])
+        state["wal"] = None
+        self._save(state)
+
+
+def _jsonable(record: FileRecord | None) -> dict[str, Any] | None:
+    if record is None:
+        return None
+    data = asdict(record)
+    data["held"] = list(record.held)
+    return data
+
+
+@dataclass
+class PollReport:
+    """What one poll did (summed over files)."""
+
+    files: int = 0
+    records_read: int = 0
+    appended: int = 0
+    duplicates: int = 0
+    rejected: int = 0
+    cut: int = 0
+    formats: set[str] = field(default_factory=set)
+    rejected_items: list[Rejected] = field(default_factory=list)
+
+
+@dataclass
+class _Tracked:
+    """What this process knows of one file between polls."""
+
+    signature: tuple[int, int, int, int] | None = None
+    format: str | None = None
+    record: FileRecord | None = None
+    appended: set[str] | None = None  # eventIds of this file in L1, valid for ``record``
+    rejected: set[str] = field(default_factory=set)  # records dead-lettered, valid for ``record``
+    held_events: list[dict[str, Any]] = field(default_factory=list)
+    changed_at: float = 0.0
+    new: bool = False  # created while this follower ran: no L1 check needed
+
+
+@dataclass
+class _Parsed:
+    key: str
+    path: Path
+    label: str
+    root: Path
+    complete: bytes
+    items: list[Accepted | Rejected]
+    stable: int  # items[:stable] came before the end of the input
+    fmt: str
+    stat: os.stat_result
+    base: FileRecord | None  # the record the plan starts from
+    adopted: FileRecord | None  # ... found under another path (a renamed file)
+
+
+class Follower:
+    """Tails ``paths`` into L1 through ``appender``; :meth:`poll` does one pass, :meth:`run` loops.
+
+    ``once`` is the one-shot ``usl ingest``: nothing is held back and every file is checked
+    against what L1 already holds unless its record vouches for it.
+    """
+
+    def __init__(
+        self, paths: list[Path], *, appender: Appender, store: PositionStore, log_id: str = "default",
+        fmt: str | None = None, acl: dict[str, Any] | None = None, max_event_bytes: int = 786432,
+        idle_seconds: float = 10.0, once: bool = False, clock: Callable[[], float] = time.time,
+        on_record: Callable[[str], None] | None = None,
+    ) -> None:
+        self.paths = [Path(p).expanduser().resolve() for p in paths]
+        self.appender = appender
+        self.store = store
+        self.log_id = log_id
+        self.fmt = fmt
+        self.acl = acl
+        self.max_event_bytes = max_event_bytes
+        self.idle_seconds = idle_seconds
+        self.once = once
+        self.clock = clock
+        self.on_record = on_record  # sees each record's label as it is read (progress)
+        self._tracked: dict[str, _Tracked] = {}
+        self._links: dict[Path, dict[Any, Any]] = {}
+        self._started = False
+        self._snapshots = store.directory / f"snapshots-{os.getpid()}"
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def run(self, *, poll_seconds: float, should_stop: Callable[[], bool],
+            on_poll: Callable[[PollReport], None] | None = None) -> None:
+        """Poll until ``should_stop()``; ``on_poll`` sees each poll's report."""
+        while not should_stop():
+            report = self.poll()
+            if on_poll is not None:
+                on_poll(report)
+            deadline = time.monotonic() + poll_seconds
+            while time.monotonic() < deadline and not should_stop():
+                time.sleep(min(0.05, poll_seconds))
+
+    def poll(self) -> PollReport:
+        """One pass over every followed file; appends what is new and commits its records."""
+        report = PollReport()
+        records = self.store.records(self.appender)
+        files = self._files()
+        first = not self._started
+        self._started = True
+        present = {key for key, _path, _label, _root in files}
+        for key in list(self._tracked):
+            if key not in present:
+                self._gone(key, records, report)
+        parsed: list[_Parsed] = []
+        for key, path, label, root in files:
+            tracked = self._tracked.get(key)
+            if tracked is None:
+                tracked = self._tracked[key] = _Tracked(new=not first and not self.once)
+            found = self._read(key, path, label, root, tracked, records, report)
+            if found is not None:
+                parsed.append(found)
+        try:
+            batch = self._plan(parsed, report)
+            self._commit(batch, report)
+        finally:
+            shutil.rmtree(self._snapshots, ignore_errors=True)
+        return report
+
+    # -- steps ------------------------------------------------------------------------------
+
+    def _files(self) -> list[tuple[str, Path, str, Path]]:
+        """(key, path, label, root) of every followed file, in import order."""
+        found: list[tuple[str, Path, str, Path]] = []
+        for root in self.paths:
+            if root.is_dir():
+                files = sorted((p for p in root.rglob("*") if p.is_file() and p.suffix.lower() in _SUFFIXES),
+                               key=lambda p: p.relative_to(root).as_posix())
+                found += [(self._key(p), p, p.relative_to(root).as_posix(), root) for p in files]
+            elif root.is_file():
+                found.append((self._key(root), root, root.name, root))
+            elif self.once:
+                raise ImportFormatError(f"{root}: no such file or directory")
+        return found
+
+    def _key(self, path: Path) -> str:
+        return f"{self.log_id}\x1f{path}"
+
+    def _read(self, key: str, path: Path, label: str, root: Path, tracked: _Tracked,
+              records: dict[str, FileRecord], report: PollReport) -> _Parsed | None:
+        """The file's complete records when it changed since the last poll (else None)."""
+        try:
+            stat = path.stat()
+            signature = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
+            if signature == tracked.signature and not (tracked.record and tracked.record.held):
+                return None
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        now = self.clock()
+        if signature != tracked.signature:
+            # First sight (e.g. after a restart): the file has been idle since its last write.
+            tracked.changed_at = stat.st_mtime if tracked.signature is None else now
+            tracked.signature = signature
+        report.files += 1
+        record = records.get(key)
+        if tracked.format is None:
+            if not data.strip():
+                return None
+            try:
+                tracked.format = file_format(path, self.fmt)
+            except ImportFormatError:
+                if self.once:
+                    raise
+                return None  # a file that does not show its format yet: look again later
+        fmt = tracked.format
+        if self.once:
+            complete = data  # a one-shot import takes the file as it is, a cut last line too
+        elif fmt in DOCUMENT_FORMATS:
+            complete = data if parse_json(data)[1] is None else b""
+        else:
+            complete = data[: data.rfind(b"\n") + 1]
+        if not complete.strip():
+            return None
+        adopted = None
+        if record is None:
+            adopted = self._renamed(stat, complete, records)
+        base = record or adopted
+        if not self.once and base is not None and base.offset == len(complete) \
+                and base.prefix_sha == _sha(complete) \
+                and not (base.held and now - tracked.changed_at >= self.idle_seconds):
+            if tracked.record != base:
+                tracked.record, tracked.appended = base, None
+            return None
+        items, stable = self._import(path, label, root, fmt, complete)
+        if self.on_record is not None:
+            for entry in items:
+                self.on_record(entry.record)
+        return _Parsed(key, path, label, root, complete, items, stable, fmt, stat, base, adopted)
+
+    def _renamed(self, stat: os.stat_result, complete: bytes, records: dict[str, FileRecord]) -> FileRecord | None:
+        """A record this file had under another path (renamed or rotated), if its prefix agrees."""
+        first = _sha(complete.split(b"\n", 1)[0])
+        for other in records.values():
+            if other.log_id != self.log_id or not (
+                    (other.device, other.inode) == (stat.st_dev, stat.st_ino) or other.first_line_sha == first):
+                continue
+            if other.offset <= len(complete) and _sha(complete[: other.offset]) == other.prefix_sha:
+                return other
+        return None
+
+    def _import(self, path: Path, label: str, root: Path, fmt: str,
+                data: bytes) -> tuple[list[Accepted | Rejected], int]:
+        """Import ``data`` as the file ``path`` (from a snapshot, so a writer cannot move it):
+        (records, how many of them came before the importer saw the end of its input).
+
+        A line file is imported with a sentinel line after its last line that every importer
+        rejects where it reads it; whatever comes after that reject, the importer said only
+        because its input ended (the open turn's end, lines it had nothing to place after).
+        """
+        snapshot = self._snapshots / hashlib.sha256(str(path).encode()).hexdigest()[:16] / path.name
+        snapshot.parent.mkdir(parents=True, exist_ok=True)
+        line_file = fmt not in DOCUMENT_FORMATS
+        body = data if data.endswith(_NEWLINE) or not data else data + _NEWLINE
+        snapshot.write_bytes(body + _SENTINEL if line_file else data)
+        links = self._links.setdefault(root, {})
+        items = list(iter_file(snapshot, fmt, label=label, log_id=self.log_id, acl=self.acl,
+                               max_event_bytes=self.max_event_bytes, links=links))
+        sentinel = f"{label}:{body.count(_NEWLINE) + 1}"
+        for index, item in enumerate(items):
+            if line_file and isinstance(item, Rejected) and item.record == sentinel:
+                return items[:index] + items[index + 1:], index
+        stable = len(items)  # no sentinel seen: the end events at the end are what waits
+        while stable > 0:
+            last = items[stable - 1]
+            if isinstance(last, Accepted) and last.event["type"] not in _END_TYPES:
+                break
+            stable -= 1
+        return items, stable
+
+    def _plan(self, parsed: list[_Parsed], report: PollReport) -> _Batch:
+        """The events to append and the records to write for the files that changed."""
+        batch = _Batch()
+        unknown: list[_Parsed] = []
+        known: dict[str, tuple[set[str], set[str]]] = {}  # key -> (appended ids, rejected records)
+        for item in parsed:
+            tracked = self._tracked[item.key]
+            if item.base is not None and tracked.record == item.base and tracked.appended is not None:
+                known[item.key] = (tracked.appended, tracked.rejected)
+            elif item.base is not None and item.base.offset <= len(item.complete) and \
+                    _sha(item.complete[: item.base.offset]) == item.base.prefix_sha:
+                before = item.items if item.base.offset == len(item.complete) else self._import(
+                    item.path, item.label, item.root, item.fmt, item.complete[: item.base.offset])[0]
+                ids = {i.event["eventId"] for i in before if isinstance(i, Accepted)} - set(item.base.held)
+                known[item.key] = (ids, {i.record for i in before if isinstance(i, Rejected)})
+            elif tracked.new and item.base is None:
+                known[item.key] = (set(), set())
+            else:
+                unknown.append(item)
+                known[item.key] = (set(), set(tracked.rejected))
+        if unknown:
+            for log, sessions in _sessions(unknown).items():
+                present = self.appender.event_ids(log, 1, sessions)
+                for item in unknown:
+                    known[item.key][0].update(present)
+        for item in parsed:
+            appended, old_rejects = known[item.key]
+            self._plan_file(item, appended, old_rejects, batch, report)
+        return batch
+
+    def _plan_file(self, item: _Parsed, appended: set[str], old_rejects: set[str], batch: _Batch,
+                   report: PollReport) -> None:
+        tracked = self._tracked[item.key]
+        # What the importer said only because its input ended waits until the file is idle.
+        idle = self.once or self.clock() - tracked.changed_at >= self.idle_seconds
+        release = item.items if idle else item.items[: item.stable]
+        seen = set(appended)
+        new_events: list[dict[str, Any]] = []
+        for entry in release:
+            if not isinstance(entry, Accepted):
+                continue
+            event_id = entry.event["eventId"]
+            if event_id in seen:
+                report.duplicates += 1
+                continue
+            seen.add(event_id)
+            new_events.append(entry.event)
+            report.cut += entry.cut > 0
+        held = [e.event for e in item.items[len(release):]
+                if isinstance(e, Accepted) and e.event["eventId"] not in seen]
+        rejects = [i for i in release if isinstance(i, Rejected) and i.record not in old_rejects]
+        record = FileRecord(
+            path=str(item.path), log_id=self.log_id, format=item.fmt, offset=len(item.complete),
+            prefix_sha=_sha(item.complete), first_line_sha=_sha(item.complete.split(b"\n", 1)[0]),
+            held=tuple(e["eventId"] for e in held), device=item.stat.st_dev, inode=item.stat.st_ino,
+        )
+        report.records_read += len(item.items)
+        report.formats.add(item.fmt)
+        report.rejected += len(rejects)
+        report.rejected_items += rejects
+        batch.events += new_events
+        batch.rejects += rejects
+        stored = None if item.adopted is not None else item.base
+        batch.records[item.key] = (stored, record)
+        tracked.held_events = held
+        tracked.appended = seen  # valid once the batch commits (see _commit)
+        tracked.rejected = old_rejects | {i.record for i in rejects}
+
+    def _commit(self, batch: _Batch, report: PollReport) -> None:
+        if not batch.records:
+            return
+        if not self.store.commit(self.appender, batch):
+            # Another process moved a record under us: forget what we knew, plan again next poll.
+            for key in batch.records:
+                if key in self._tracked:
+                    self._tracked[key] = _Tracked(format=self._tracked[key].format)
+            return
+        report.appended += len(batch.events)
+        for key, (_old, new) in batch.records.items():
+            if key in self._tracked:
+                self._tracked[key].record = new
+
+    def _gone(self, key: str, records: dict[str, FileRecord], report: PollReport) -> None:
+        """A file that disappeared: its held-back end events go out now (its session is over)."""
+        tracked = self._tracked.pop(key)
+        record = records.get(key)
+        if record is None or not record.held or not tracked.held_events or tracked.record != record:
+            return
+        batch = _Batch(events=list(tracked.held_events))
+        batch.records[key] = (record, FileRecord(**{**asdict(record), "held": ()}))
+        self._commit(batch, report)
+
+
+def _sessions(items: list[_Parsed]) -> dict[str, set[str]]:
+    by_log: dict[str, set[str]] = {}
+    for item in items:
+        for entry in item.items:
+            if isinstance(entry, Accepted):
+                by_log.setdefault(entry.event["logId"], set()).add(entry.event["sessionId"])
+    return by_log
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+class KafkaAppender:
+    """The follower's L1: the idempotent :class:`streams.l1.L1Producer`, an :class:`L1Reader`
+    to check what a log holds, and the dead-letter topic."""
+
+    def __init__(self, bootstrap: str, settings: Any) -> None:
+        from streams.l1 import DeadLetters, L1Producer, L1Reader, LogRegistry
+
+        self.registry = LogRegistry(bootstrap, settings)
+        self._producer = L1Producer(bootstrap, settings, self.registry)
+        self._reader = L1Reader(bootstrap, settings, self.registry)
+        self._dead = DeadLetters(bootstrap, settings)
+        self.highest = 0
+
+    def committed_seq(self, log_id: str) -> int:
+        return self._reader.committed_seq(log_id)
+
+    def append(self, event: dict[str, Any]) -> None:
+        self._producer.append(event)
+
+    def flush(self) -> int:
+        self.highest = self._producer.flush()
+        return self.highest
+
+    def event_ids(self, log_id: str, from_seq: int, sessions: set[str] | None = None) -> set[str]:
+        return {str(event["eventId"]) for _seq, event in self._reader.read(log_id, from_seq)
+                if sessions is None or event.get("sessionId") in sessions}
+
+    def dead_letter(self, item: Rejected) -> None:
+        self._dead.publish(stage="ingest", reason=item.reason, record=item.record, raw=item.raw)
+
+    def close(self) -> None:
+        self._producer.close()
+        self._reader.close()
+        self._dead.close()

@@ -1,0 +1,221 @@
+"""Follow mode against an in-memory L1: growing files, partial lines, restarts, crashes in the
+middle of a batch, truncation, rotation and deletion all leave each event exactly once."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from streams.follow import Follower, PositionStore
+from streams.importers import Accepted, Rejected, iter_records
+
+ROOT = Path(__file__).resolve().parents[2]
+TRANSCRIPTS = [
+    ROOT / "examples" / "sessions" / "claude-code-session.jsonl",
+    ROOT / "tests" / "fixtures" / "importers" / "claude_code" / "3f6c2a8e-1b7d-4c55-9e0a-5d2f8b1c7e94.jsonl",
+]
+
+
+class Crash(Exception):
+    """The follower process dies here (kill -9): nothing after this line of its code runs."""
+
+
+class MemoryL1:
+    """L1 as a list; ``crash_in`` makes the n-th append from now raise :class:`Crash` first."""
+
+    def __init__(self) -> None:
+        self.log: list[dict[str, Any]] = []
+        self.dead: list[Rejected] = []
+        self.crash_in: int | None = None
+
+    def committed_seq(self, log_id: str) -> int:
+        return len(self.log)
+
+    def append(self, event: dict[str, Any]) -> None:
+        if self.crash_in is not None:
+            self.crash_in -= 1
+            if self.crash_in < 0:
+                self.crash_in = None
+                raise Crash
+        self.log.append(event)
+
+    def flush(self) -> int:
+        return len(self.log)
+
+    def event_ids(self, log_id: str, from_seq: int, sessions: set[str] | None = None) -> set[str]:
+        return {e["eventId"] for e in self.log[max(from_seq - 1, 0):]
+                if e["logId"] == log_id and (sessions is None or e["sessionId"] in sessions)}
+
+    def dead_letter(self, item: Rejected) -> None:
+        self.dead.append(item)
+
+    def counts(self) -> Counter[str]:
+        return Counter(e["eventId"] for e in self.log)
+
+
+class Clock:
+    """Wall-clock seconds that move only when the test says (file mtimes are real)."""
+
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def one_shot_ids(path: Path) -> set[str]:
+    return {i.event["eventId"] for i in iter_records(path) if isinstance(i, Accepted)}
+
+
+def follower(path: Path, l1: MemoryL1, home: Path, clock: Clock, **options: Any) -> Follower:
+    return Follower([path], appender=l1, store=PositionStore(home), idle_seconds=5.0, clock=clock, **options)
+
+
+def test_growing_transcript_each_event_once_and_partial_line_waits(tmp_path):
+    source = TRANSCRIPTS[0].read_bytes()
+    live = tmp_path / "projects" / "demo" / TRANSCRIPTS[0].name
+    live.parent.mkdir(parents=True)
+    live.write_bytes(b"")
+    l1, clock = MemoryL1(), Clock()
+    tail = follower(tmp_path / "projects", l1, tmp_path / "home", clock)
+    tail.poll()
+    lines = source.splitlines(keepends=True)
+    for line in lines:
+        half = len(line) // 2
+        with live.open("ab") as handle:
+            handle.write(line[:half])
+        tail.poll()  # a partial line waits for its newline: nothing is rejected
+        with live.open("ab") as handle:
+            handle.write(line[half:])
+        tail.poll()
+        clock.now += 1
+    assert not l1.dead
+    held = {e["eventId"] for e in l1.log}
+    assert all(count == 1 for count in l1.counts().values())
+    expected = one_shot_ids(live)
+    assert held < expected  # the last turn's end waits for the file to go idle
+    assert {e for e in expected - held} and all(
+        i.event["type"] == "turn.ended" for i in iter_records(live)
+        if isinstance(i, Accepted) and i.event["eventId"] in expected - held)
+    clock.now += 10
+    tail.poll()
+    assert set(l1.counts()) == expected and max(l1.counts().values()) == 1
+
+
+def test_restart_resumes_and_one_shot_appends_nothing(tmp_path):
+    live = tmp_path / "session.jsonl"
+    lines = TRANSCRIPTS[1].read_bytes().splitlines(keepends=True)
+    live.write_bytes(b"".join(lines[:10]))
+    l1, clock = MemoryL1(), Clock()
+    follower(live, l1, tmp_path / "home", clock).poll()
+    first = len(l1.log)
+    assert first > 0
+    with live.open("ab") as handle:
+        handle.write(b"".join(lines[10:]))
+    restarted = follower(live, l1, tmp_path / "home", clock)
+    restarted.poll()
+    clock.now += 10
+    restarted.poll()
+    assert set(l1.counts()) == one_shot_ids(live) and max(l1.counts().values()) == 1
+    before = len(l1.log)
+    report = follower(live, l1, tmp_path / "home", clock, once=True).poll()
+    assert len(l1.log) == before and report.appended == 0 and report.duplicates > 0
+    # A store that was lost (or a copy of the file elsewhere): L1 itself says what is there.
+    copy = tmp_path / "elsewhere" / live.name
+    copy.parent.mkdir()
+    copy.write_bytes(live.read_bytes())
+    report = follower(copy, l1, tmp_path / "other-home", clock, once=True).poll()
+    assert len(l1.log) == before and report.appended == 0
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_any_writes_restarts_and_crashes_leave_each_event_once(tmp_path_factory, data):
+    tmp = tmp_path_factory.mktemp("follow")
+    source = data.draw(st.sampled_from(TRANSCRIPTS)).read_bytes()
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(source)), max_size=8)))
+    live = tmp / "live" / "session.jsonl"
+    live.parent.mkdir()
+    live.write_bytes(b"")
+    l1, clock = MemoryL1(), Clock()
+    tail = follower(live.parent, l1, tmp / "home", clock)
+    written = 0
+    released_early = False  # the file went idle mid-way: what its end said went out then
+    for cut in [*cuts, len(source)]:
+        with live.open("ab") as handle:
+            handle.write(source[written:cut])
+        written = max(written, cut)
+        pause = data.draw(st.sampled_from([0.0, 1.0, 6.0]))
+        clock.now += pause
+        released_early |= pause > 5 and written < len(source)
+        if data.draw(st.booleans()):
+            l1.crash_in = data.draw(st.integers(0, 30))
+        try:
+            tail.poll()
+        except Crash:
+            tail = follower(live.parent, l1, tmp / "home", clock)  # kill -9, then a restart
+        l1.crash_in = None
+        if data.draw(st.booleans()):
+            tail = follower(live.parent, l1, tmp / "home", clock)
+    clock.now += 10
+    tail.poll()
+    tail.poll()
+    assert max(l1.counts().values()) == 1
+    if released_early:
+        # An importer may say something else at the end of a prefix than of the whole file
+        # (an early line placed in a session it names later): both went out, each once.
+        assert set(l1.counts()) >= one_shot_ids(live)
+    else:
+        assert set(l1.counts()) == one_shot_ids(live)
+
+
+def test_truncation_rotation_and_deletion(tmp_path):
+    root = tmp_path / "sessions"
+    root.mkdir()
+    live = root / "a.jsonl"
+    live.write_bytes(TRANSCRIPTS[0].read_bytes())
+    l1, clock = MemoryL1(), Clock()
+    tail = follower(root, l1, tmp_path / "home", clock)
+    tail.poll()
+    clock.now += 10
+    tail.poll()
+    first = l1.counts()
+    # Rotation: the file moves aside (still under the followed directory), a new one starts.
+    live.rename(root / "a.1.jsonl")
+    live.write_bytes(TRANSCRIPTS[1].read_bytes())
+    tail.poll()
+    clock.now += 10
+    tail.poll()
+    assert max(l1.counts().values()) == 1
+    assert set(l1.counts()) == set(first) | one_shot_ids(live)
+    # Truncation and a rewrite with part of the old content: nothing old is appended again,
+    # also by a restarted follower that never saw the old content.
+    before = len(l1.log)
+    live.write_bytes(b"".join(TRANSCRIPTS[1].read_bytes().splitlines(keepends=True)[:5]))
+    restarted = follower(root, l1, tmp_path / "home", clock)
+    restarted.poll()
+    clock.now += 10
+    restarted.poll()
+    assert len(l1.log) == before
+    # Deletion releases what was held back; the store keeps the file's record.
+    grow = root / "b.jsonl"
+    grow.write_bytes(TRANSCRIPTS[0].read_bytes().replace(b"5b0e2f1c-", b"6b0e2f1c-"))
+    clock.now = time.time()
+    restarted.poll()
+    held_before = len(l1.log)
+    grow.unlink()
+    restarted.poll()
+    assert len(l1.log) > held_before and max(l1.counts().values()) == 1
+
+
+def test_one_shot_of_a_missing_path_is_a_clear_error(tmp_path):
+    from streams.exceptions import ImportFormatError
+
+    with pytest.raises(ImportFormatError, match="no such file"):
+        follower(tmp_path / "nope.jsonl", MemoryL1(), tmp_path / "home", Clock(), once=True).poll()
