@@ -44,6 +44,8 @@ log = logging.getLogger("usl.worker")
 # table key per batch, instead of per record (docs/benchmarks.md, "Profiling the worker").
 BATCH_MAX = 500
 BATCH_WITHIN = 0.05
+PRODUCER_BATCH_BYTES = 1 << 20
+PRODUCER_LINGER_SECONDS = 0.005
 
 
 def _put(table: Any, partition: int, key: str, value: Any) -> Any:
@@ -195,6 +197,11 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
         web_enabled=False,
         producer_acks=-1,
         producer_max_request_size=settings.max_message_bytes,
+        # One produce request per broker round trip carries every record sent meanwhile: faust's
+        # 16 KiB batch held five real-size events, so the sender wrote a request per few records
+        # (docs/benchmarks.md, "Real-size events").
+        producer_max_batch_size=PRODUCER_BATCH_BYTES,
+        producer_linger=PRODUCER_LINGER_SECONDS,
         table_cleanup_interval=3600.0,
     )
     raw: dict[str, Any] = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw", "value_serializer": "raw"}
