@@ -44,7 +44,8 @@ log = logging.getLogger("usl.worker")
 # table key per batch, instead of per record (docs/benchmarks.md, "Profiling the worker").
 BATCH_MAX = 500
 BATCH_WITHIN = 0.05
-PRODUCER_BATCH_BYTES = 1 << 20
+# Below the broker's default max.message.bytes (1 MB) of the chunks and changelog topics.
+PRODUCER_BATCH_BYTES = 512 * 1024
 PRODUCER_LINGER_SECONDS = 0.005
 
 
