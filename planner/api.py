@@ -63,6 +63,7 @@ from planner.acl import Principal
 from planner.auth import KeyRing, allowed_hosts, authenticate, host_allowed, keys_path
 from planner.exceptions import NotFound, PlannerError, QueryError, Unauthorized, error_body
 from planner.export import endpoint as export_endpoint
+from planner.status_history import endpoint as status_history_endpoint
 from streams.exceptions import USLError
 from streams.metrics import METRICS_CONTENT_TYPE, metrics_text
 from streams.settings import Settings
@@ -394,6 +395,7 @@ def create_app(settings: Settings, bootstrap: str, *, planner: Any = None) -> St
         Route("/v1/sessionql", _guarded(sessionql), methods=["POST"]),
         Route("/v1/status", _guarded(status), methods=["GET"]),
         Route("/v1/export", _guarded(export_endpoint(principal_of, the_planner)), methods=["GET"]),
+        Route("/v1/status/history", _guarded(status_history_endpoint(principal_of, collect)), methods=["GET"]),
         Route("/metrics", _guarded(metrics), methods=["GET"]),
         Route("/healthz", _guarded(healthz), methods=["GET"]),
         Route("/openapi.json", _guarded(openapi_json), methods=["GET"]),
@@ -546,6 +548,16 @@ def openapi(*, auth_required: bool = True) -> dict[str, Any]:
                                 "schema": {"type": "string", "pattern": f"^{_LOG_NAME.pattern}$"}}],
                 "security": security,
                 "responses": {"200": {"description": "Status", "content": json_body},
+                              **_errors(400, 401, 500)}}},
+            "/v1/status/history": {"get": {
+                "summary": "Each index's generation, watermark and lag over the last minutes, "
+                           "sampled by the API every 2 s (planner.status_history)",
+                "parameters": [{"name": "log", "in": "query", "required": False, "schema": {"type": "string"}},
+                               {"name": "since", "in": "query", "required": False,
+                                "schema": {"type": "number"}, "description": "Only samples after this "
+                                "time (seconds since the epoch)."}],
+                "security": security,
+                "responses": {"200": {"description": "Samples, oldest first", "content": json_body},
                               **_errors(400, 401, 500)}}},
             "/v1/export": {"get": {
                 "summary": "Sessions' redacted events, turns or a search's hits at one asOfSeq "

@@ -193,12 +193,13 @@ class Client:
     def export(self, what: Literal["sessions", "turns", "hits"] = "sessions", *,
                query: str | None = None, fmt: Literal["jsonl", "parquet"] = "jsonl",
                as_of_seq: int | None = None, log: str = "default", freshness: str | None = None,
-               mode: str | None = None, limit: int | None = None) -> Exported:
+               mode: str | None = None, limit: int | None = None, session_id: str | None = None) -> Exported:
         """``GET /v1/export``: every session's events, turn or search hit (``query``) the caller
-        may read, at one asOfSeq, as JSONL or Parquet bytes (``docs/planner.md``, "Export")."""
+        may read, at one asOfSeq, as JSONL or Parquet bytes (``docs/planner.md``, "Export");
+        ``session_id`` narrows a sessions export to that one session."""
         params: dict[str, Any] = {"what": what, "format": fmt, "log": log, "query": query,
                                   "asOfSeq": as_of_seq, "freshness": freshness, "mode": mode,
-                                  "limit": limit}
+                                  "limit": limit, "sessionId": session_id}
         query_string = urllib.parse.urlencode({k: v for k, v in params.items() if v is not None})
         status, headers, data = self._exchange("GET", f"/v1/export?{query_string}", None, timeout=self.timeout)
         if status >= 400:

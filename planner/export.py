@@ -7,7 +7,8 @@ each session's latest, so a revocation applies at once) and redacted as the inde
     The canonical events of every session the caller may read, with seq <= asOfSeq, in log
     order, each redacted by the stream's policy (:func:`streams.redaction.redact_event`: no
     payload, secrets replaced, full tool output reduced to its summary) and hidden events left
-    out. One ASP v1 event per line: ``usl ingest FILE --format asp`` imports it into another
+    out (``sessionId`` narrows it to one session: the search page's session view). One ASP v1
+    event per line: ``usl ingest FILE --format asp`` imports it into another
     deployment, which then finds what this one finds (``tests/planner/test_export.py``).
     As the redaction agent does, the first seq of an ``eventId`` wins, and an event whose
     tenant is not its session's owner is left out. ``asOfSeq`` defaults to the committed L1 seq.
@@ -78,7 +79,8 @@ def export(planner: Planner, principal: Principal, params: Mapping[str, Any]) ->
                          hint="Leave the query out, or export hits.")
     if kind == "turns":
         return _turns(planner, principal, log_id, as_of)
-    return _sessions(planner, principal, log_id, as_of)
+    only = params.get("sessionId")
+    return _sessions(planner, principal, log_id, as_of, str(only) if only else None)
 
 
 def _optional_int(params: Mapping[str, Any], name: str, *, minimum: int) -> int | None:
@@ -147,7 +149,8 @@ def _turns(planner: Planner, principal: Principal, log_id: str, as_of: int | Non
     return Export("turns", log_id, position, rows())
 
 
-def _sessions(planner: Planner, principal: Principal, log_id: str, as_of: int | None) -> Export:
+def _sessions(planner: Planner, principal: Principal, log_id: str, as_of: int | None,
+              only: str | None = None) -> Export:
     from planner.engine import QUERY_PIN_SECONDS
     from planner.readers import pin_for_query
     from streams.asp import validate_event
@@ -171,7 +174,8 @@ def _sessions(planner: Planner, principal: Principal, log_id: str, as_of: int | 
         finally:
             if pin is not None:
                 pin.release()
-    readable = {session for session, acl in acls.items() if can_read(principal, acl)}
+    readable = {session for session, acl in acls.items()
+                if can_read(principal, acl) and (only is None or session == only)}
 
     def rows() -> Iterator[dict[str, Any]]:
         seen: set[str] = set()

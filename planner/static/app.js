@@ -16,6 +16,32 @@ function authHeaders() {
   return key ? { Authorization: `Bearer ${key}` } : {};
 }
 
+// Headers of a request made as the page's principal (X-USL-Principal), with the API key if any.
+function apiHeaders() {
+  const headers = authHeaders();
+  if ($("principal").value.trim()) headers["X-USL-Principal"] = $("principal").value.trim();
+  return headers;
+}
+
+// datetime-local (read as UTC) -> RFC 3339.
+function utc(value) {
+  if (!value) return null;
+  return (value.length === 16 ? `${value}:00` : value) + "Z";
+}
+
+// The structured filters of the search form, in the request's shape (absent when empty).
+function searchFilters() {
+  const filters = {};
+  const text = { sessionId: "f-session", toolName: "f-tool", role: "f-role", status: "f-status" };
+  for (const [name, id] of Object.entries(text)) {
+    const value = $(id).value.trim();
+    if (value) filters[name] = value;
+  }
+  if ($("f-from").value) filters.timeFrom = utc($("f-from").value);
+  if ($("f-to").value) filters.timeTo = utc($("f-to").value);
+  return filters;
+}
+
 // Evidence offsets are UTF-8 byte offsets into the chunk text; JavaScript strings index
 // UTF-16 code units. Decode the byte prefix to find the matching string index.
 function byteToIndex(bytes, offset) {
@@ -37,7 +63,56 @@ function el(tag, attrs, ...children) {
   return node;
 }
 
-function highlighted(text, evidence) {
+// The query as the text index reads it: words (lowercased runs of letters and digits, OR-ed)
+// and "quoted phrases". The page marks where they occur inside the evidence spans.
+const WORD = /[\p{L}\p{N}]+/gu;
+
+function queryTerms(query) {
+  const phrases = [];
+  const rest = (query || "").replace(/"([^"]*)"/g, (_, phrase) => {
+    const words = [...phrase.toLowerCase().matchAll(WORD)].map((m) => m[0]);
+    if (words.length) phrases.push(words);
+    return " ";
+  });
+  const terms = new Set([...rest.toLowerCase().matchAll(WORD)].map((m) => m[0]));
+  return { terms, phrases };
+}
+
+// [from, to) string ranges of text where a query word or a whole phrase occurs.
+function termRanges(text, query) {
+  const { terms, phrases } = queryTerms(query);
+  if (!terms.size && !phrases.length) return [];
+  const tokens = [...text.matchAll(WORD)].map((m) => ({ from: m.index, to: m.index + m[0].length, word: m[0].toLowerCase() }));
+  const ranges = [];
+  tokens.forEach((token, i) => {
+    if (terms.has(token.word)) ranges.push([token.from, token.to]);
+    for (const phrase of phrases) {
+      if (phrase.every((word, j) => tokens[i + j] && tokens[i + j].word === word)) {
+        ranges.push([token.from, tokens[i + phrase.length - 1].to]);
+      }
+    }
+  });
+  return ranges.sort((a, b) => a[0] - b[0]);
+}
+
+// text[from, to) as nodes, the parts inside ranges wrapped in <mark class="term">.
+function withTerms(text, from, to, ranges) {
+  const nodes = [];
+  let at = from;
+  for (const [start, end] of ranges) {
+    const a = Math.max(start, at);
+    const b = Math.min(end, to);
+    if (b <= a) continue;
+    if (a > at) nodes.push(text.slice(at, a));
+    nodes.push(el("mark", { class: "term" }, text.slice(a, b)));
+    at = b;
+  }
+  if (at < to) nodes.push(text.slice(at, to));
+  return nodes;
+}
+
+function highlighted(text, evidence, query) {
+  const ranges = termRanges(text, query);
   const bytes = encoder.encode(text);
   const spans = (evidence || [])
     .map((e) => ({ from: byteToIndex(bytes, e.start), to: byteToIndex(bytes, e.end), e }))
@@ -52,14 +127,14 @@ function highlighted(text, evidence) {
     pre.append(el("mark", {
       class: i % 2 ? "ev alt" : "ev", title: `event ${span.e.eventId} · seq ${span.e.seq} · bytes ${span.e.start}–${span.e.end}`,
       "data-event-id": span.e.eventId, "data-seq": span.e.seq, "data-start": span.e.start, "data-end": span.e.end,
-    }, text.slice(from, span.to)));
+    }, ...withTerms(text, from, span.to, ranges)));
     at = span.to;
   });
   if (at < text.length) pre.append(text.slice(at));
   return pre;
 }
 
-function renderHit(hit) {
+function renderHit(hit, query, asOfSeq) {
   const seqs = (hit.evidence || []).map((e) => e.seq);
   const seqText = seqs.length ? `seq ${Math.min(...seqs)}–${Math.max(...seqs)}` : "";
   const components = Object.entries(hit.score.components || {})
@@ -72,8 +147,9 @@ function renderHit(hit) {
       el("span", null, `session ${hit.sessionId}`),
       hit.turnId ? el("span", null, `turn ${hit.turnId}`) : null,
       el("span", null, seqText),
-      el("span", null, hit.eventTime)),
-    highlighted(hit.text || "", hit.evidence),
+      el("span", null, hit.eventTime),
+      sessionButton(hit, asOfSeq)),
+    highlighted(hit.text || "", hit.evidence, query),
     el("div", { class: "components" }, components));
 }
 
@@ -140,9 +216,12 @@ async function search(cursor) {
     explain: $("explain").checked,
     toolResults: $("toolResults").checked,
   };
-  if (!cursor) lastRequest = request;
-  const headers = { "Content-Type": "application/json", ...authHeaders() };
-  if ($("principal").value.trim()) headers["X-USL-Principal"] = $("principal").value.trim();
+  if (!cursor) {
+    const filters = searchFilters();
+    if (Object.keys(filters).length) request.filters = filters;
+    lastRequest = request;
+  }
+  const headers = { "Content-Type": "application/json", ...apiHeaders() };
   $("error").hidden = true;
   const response = await fetch("/v1/search", { method: "POST", headers, body: JSON.stringify(request) });
   const body = await response.json();
@@ -156,7 +235,7 @@ async function search(cursor) {
   }
   if (!cursor) $("results").replaceChildren();
   freshnessLine(body);
-  for (const hit of body.results) $("results").append(renderHit(hit));
+  for (const hit of body.results) $("results").append(renderHit(hit, request.query, body.asOfSeq));
   if (!cursor && body.results.length === 0) $("results").append(el("li", { class: "muted" }, "No results."));
   const more = $("more");
   more.hidden = !body.cursor;
@@ -165,6 +244,168 @@ async function search(cursor) {
   panel.hidden = !body.explain;
   if (body.explain) renderExplain(body.explain);
   document.body.dataset.search = "done";
+}
+
+// --- session view: a hit's session as a timeline around it -------------------------------
+
+const SESSION_CONTEXT = 12; // events shown before the first and after the last evidence event
+
+function sessionButton(hit, asOfSeq) {
+  const button = el("button", { type: "button", class: "open-session", "data-session-id": hit.sessionId },
+    "open session");
+  button.addEventListener("click", () => openSession(hit, asOfSeq, false).catch((err) => {
+    $("session-error").textContent = `request failed: ${err}`;
+    $("session-error").hidden = false;
+    document.body.dataset.session = "error";
+  }));
+  return button;
+}
+
+function eventText(fields) {
+  for (const key of ["text", "summary", "title", "content"]) {
+    if (typeof fields[key] === "string" && fields[key]) return fields[key];
+  }
+  return null;
+}
+
+function renderEvent(event, evidenceIds) {
+  const fields = event.fields || {};
+  const evidence = evidenceIds.has(event.eventId);
+  const head = [event.type, event.role, fields.toolName, fields.status].filter(Boolean).join(" · ");
+  const time = el("span", { class: "time" }, event.time || "");
+  const tool = event.type === "tool.call" || event.type === "tool.result";
+  const classes = ["event", tool ? "tool" : "", evidence ? "evidence" : "", fields.status === "error" ? "failed" : ""];
+  const item = el("li", {
+    class: classes.filter(Boolean).join(" "), "data-event-id": event.eventId, "data-type": event.type,
+    "data-evidence": evidence ? "1" : null,
+  });
+  if (tool) {
+    // Tool calls and results are folded: one line each, their fields a click away.
+    const text = eventText(fields);
+    item.append(el("details", null,
+      el("summary", null, el("span", { class: "event-head" }, head), " ", time,
+        text ? el("span", { class: "excerpt" }, ` ${text.slice(0, 100)}`) : null),
+      el("pre", null, JSON.stringify(fields, null, 2))));
+  } else {
+    const text = eventText(fields);
+    item.append(el("div", null, el("span", { class: "event-head" }, head), " ", time));
+    if (text) item.append(el("pre", null, text));
+  }
+  return item;
+}
+
+async function openSession(hit, asOfSeq, whole) {
+  document.body.dataset.session = "loading";
+  $("session-error").hidden = true;
+  const params = new URLSearchParams({
+    what: "sessions", sessionId: hit.sessionId, log: $("log").value || "default", asOfSeq: String(asOfSeq),
+  });
+  const response = await fetch(`/v1/export?${params}`, { headers: apiHeaders() });
+  const text = await response.text();
+  if (!response.ok) {
+    let e = {};
+    try { e = JSON.parse(text).error || {}; } catch (err) { /* not the error shape */ }
+    $("session-error").textContent = `${e.status || response.status} ${e.code || ""}: ${e.message || "request failed"}`;
+    $("session-error").hidden = false;
+    document.body.dataset.session = "error";
+    return;
+  }
+  const events = text.split("\n").filter((line) => line.trim()).map((line) => JSON.parse(line));
+  const evidenceIds = new Set((hit.evidence || []).map((e) => e.eventId));
+  const marked = events.map((e, i) => (evidenceIds.has(e.eventId) ? i : -1)).filter((i) => i >= 0);
+  let from = 0;
+  let to = events.length;
+  if (!whole && marked.length) {
+    from = Math.max(0, Math.min(...marked) - SESSION_CONTEXT);
+    to = Math.min(events.length, Math.max(...marked) + SESSION_CONTEXT + 1);
+  }
+  const view = $("session-view");
+  view.dataset.sessionId = hit.sessionId;
+  view.dataset.events = String(events.length);
+  $("session-title").textContent = `Session ${hit.sessionId}`;
+  $("session-line").textContent = `asOfSeq ${asOfSeq} · ${events.length} events · showing ${events.length ? from + 1 : 0}–${to}` +
+    ` · ${marked.length} evidence event${marked.length === 1 ? "" : "s"} of this hit marked`;
+  $("timeline").replaceChildren(...events.slice(from, to).map((event) => renderEvent(event, evidenceIds)));
+  const all = $("session-all");
+  all.hidden = from === 0 && to === events.length;
+  all.onclick = () => openSession(hit, asOfSeq, true);
+  view.hidden = false;
+  const first = document.querySelector("#timeline li.evidence");
+  (first || view).scrollIntoView({ block: "center" });
+  document.body.dataset.session = "done";
+}
+
+$("session-close").addEventListener("click", () => { $("session-view").hidden = true; });
+
+// --- SQL and SessionQL tabs -------------------------------------------------------------------
+
+function cellText(value) {
+  if (value === null || value === undefined) return "NULL";
+  if (Array.isArray(value)) return value.join(", ");
+  return String(value);
+}
+
+// The line under a table of rows: how many, and the snapshot they reflect (as `usl sql` prints).
+function rowsLine(answer) {
+  const parts = [`${answer.rowCount} row${answer.rowCount === 1 ? "" : "s"}` + (answer.truncated ? " (truncated)" : ""),
+    `asOfSeq ${answer.asOfSeq}`];
+  for (const [kind, generation] of Object.entries(answer.generations || {})) {
+    parts.push(`${kind} gen ${generation && typeof generation === "object" ? generation.generationId : generation}`);
+  }
+  if (answer.uncovered) parts.push(`uncovered ${answer.uncovered.fromSeq}..${answer.uncovered.toSeq}`);
+  if (answer.query) parts.push(`query: ${answer.query}`);
+  if (answer.notice) parts.push(answer.notice);
+  return parts.join(" · ");
+}
+
+async function runRows(kind) {
+  document.body.dataset[kind] = "running";
+  const request = { query: $(`${kind}-query`).value, log: $("log").value || "default" };
+  const asOf = $(`${kind}-asof`).value.trim();
+  if (asOf !== "") request.asOfSeq = Number(asOf);
+  $(`${kind}-error`).hidden = true;
+  const response = await fetch(`/v1/${kind}`, {
+    method: "POST", headers: { "Content-Type": "application/json", ...apiHeaders() }, body: JSON.stringify(request),
+  });
+  const answer = await response.json();
+  if (!response.ok) {
+    const e = answer.error || {};
+    $(`${kind}-error`).textContent = `${e.status || response.status} ${e.code || ""}: ${e.message || "request failed"}` +
+      (e.hint ? ` — ${e.hint}` : "");
+    $(`${kind}-error`).hidden = false;
+    document.body.dataset[kind] = "error";
+    return;
+  }
+  $(`${kind}-result`).replaceChildren(table(answer.columns.map(String), answer.rows.map((row) => row.map(cellText))));
+  const line = $(`${kind}-line`);
+  line.textContent = rowsLine(answer);
+  line.hidden = false;
+  document.body.dataset[kind] = "done";
+}
+
+for (const kind of ["sql", "sessionql"]) {
+  $(`${kind}-form`).addEventListener("submit", (event) => {
+    event.preventDefault();
+    rememberKey();
+    toUrl();
+    runRows(kind).catch((err) => {
+      $(`${kind}-error`).textContent = `request failed: ${err}`;
+      $(`${kind}-error`).hidden = false;
+      document.body.dataset[kind] = "error";
+    });
+  });
+}
+
+function showTab(name) {
+  for (const tab of document.querySelectorAll("#tabs .tab")) {
+    tab.setAttribute("aria-selected", String(tab.dataset.tab === name));
+  }
+  for (const panel of ["search", "sql", "sessionql"]) $(`${panel}-panel`).hidden = panel !== name;
+  document.body.dataset.tab = name;
+}
+
+for (const tab of document.querySelectorAll("#tabs .tab")) {
+  tab.addEventListener("click", () => { showTab(tab.dataset.tab); toUrl(); });
 }
 
 // --- status view: watermark and lag per index, with a small lag chart over time -----------
@@ -194,7 +435,9 @@ function sparkline(points) {
   svg.dataset.maxLag = String(max);
   svg.append(path);
   const title = document.createElementNS("http://www.w3.org/2000/svg", "title");
-  title.textContent = `lag over the last ${points.length} polls (max ${max} seqs)`;
+  const marks = points.map((p) => p.through).filter((v) => v !== null && v !== undefined);
+  title.textContent = `lag over the last ${points.length} samples (max ${max} seqs)` +
+    (marks.length ? `; watermark ${Math.min(...marks)} → ${Math.max(...marks)}` : "");
   svg.append(title);
   return svg;
 }
@@ -208,7 +451,7 @@ function renderStatus(report) {
     for (const [kind, idx] of Object.entries(entry.indexes || {})) {
       const key = `${logId}/${kind}`;
       const points = lagHistory.get(key) || [];
-      points.push({ t: now, lag: idx.lagSeqs || 0 });
+      points.push({ t: now, lag: idx.lagSeqs || 0, through: idx.builtThroughSeq });
       while (points.length > HISTORY_POINTS) points.shift();
       lagHistory.set(key, points);
       const figures = idx.generationId === null
@@ -234,6 +477,30 @@ function renderStatus(report) {
   $("status-updated").textContent = new Date(now).toLocaleTimeString();
 }
 
+// The server keeps the last minutes of lag and watermarks (GET /v1/status/history), so a
+// reloaded page starts with the history instead of an empty chart.
+async function loadHistory() {
+  try {
+    const response = await fetch("/v1/status/history", { headers: authHeaders() });
+    if (!response.ok) return;
+    const body = await response.json();
+    for (const sample of body.samples || []) {
+      for (const [logId, entry] of Object.entries(sample.logs || {})) {
+        for (const [kind, idx] of Object.entries(entry.indexes || {})) {
+          const key = `${logId}/${kind}`;
+          const points = lagHistory.get(key) || [];
+          points.push({ t: sample.t * 1000, lag: idx.lagSeqs || 0, through: idx.builtThroughSeq });
+          while (points.length > HISTORY_POINTS) points.shift();
+          lagHistory.set(key, points);
+        }
+      }
+    }
+    $("status").dataset.serverSamples = String((body.samples || []).length);
+  } catch (err) {
+    $("status").dataset.serverSamples = "0";
+  }
+}
+
 async function pollStatus() {
   try {
     const response = await fetch("/v1/status", { headers: authHeaders() });
@@ -256,7 +523,11 @@ function run() {
 }
 
 // A search is a link: ?q=QUERY&freshness=latest&mode=text&k=5&log=default&explain=1&toolResults=1&as=PRINCIPAL
-const URL_FIELDS = { q: "query", freshness: "freshness", mode: "mode", k: "k", log: "log", as: "principal" };
+const URL_FIELDS = {
+  q: "query", freshness: "freshness", mode: "mode", k: "k", log: "log", as: "principal",
+  session: "f-session", tool: "f-tool", role: "f-role", status: "f-status", from: "f-from", to: "f-to",
+  sql: "sql-query", sessionql: "sessionql-query",
+};
 const URL_CHECKS = { explain: "explain", toolResults: "toolResults" };
 
 function fromUrl() {
@@ -273,6 +544,12 @@ function fromUrl() {
   for (const [param, id] of Object.entries(URL_CHECKS)) {
     if (params.has(param)) $(id).checked = !["0", "false", "no"].includes(params.get(param));
   }
+  const tab = ["sql", "sessionql"].includes(params.get("tab")) ? params.get("tab") : "search";
+  showTab(tab);
+  if (tab !== "search") {
+    if (params.get(tab)) runRows(tab).catch(() => { document.body.dataset[tab] = "error"; });
+    return false;
+  }
   return Boolean(params.get("q"));
 }
 
@@ -283,6 +560,7 @@ function toUrl() {
     if (value) params.set(param, value);
   }
   for (const [param, id] of Object.entries(URL_CHECKS)) if ($(id).checked) params.set(param, "1");
+  if (document.body.dataset.tab && document.body.dataset.tab !== "search") params.set("tab", document.body.dataset.tab);
   window.history.replaceState(null, "", `${window.location.pathname}?${params}`);
 }
 
@@ -303,4 +581,4 @@ $("search-form").addEventListener("submit", (event) => {
 });
 document.body.dataset.search = "idle";
 if (fromUrl()) run();
-pollStatus();
+loadHistory().finally(pollStatus);

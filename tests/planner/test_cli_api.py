@@ -221,6 +221,9 @@ def test_client_follows_cursors_and_raises_the_api_error(served: tuple[Settings,
         assert {event["sessionId"] for event in events} == {"s-alice", "s-eng", "s-all"}
         assert exported.as_of_seq >= 1
         assert all("payload" not in event for event in events)
+        one = client.export("sessions", session_id="s-eng").data.splitlines()
+        assert one and {json.loads(line)["sessionId"] for line in one} == {"s-eng"}
+        assert not client.export("sessions", session_id="s-bob").data  # not hers: nothing, not an error
         turns = [json.loads(line) for line in client.export("turns").data.splitlines()]
         assert turns and {turn["sessionId"] for turn in turns} <= {"s-alice", "s-eng", "s-all"}
         found = [json.loads(line) for line in client.export("hits", query="deploy", limit=3).data.splitlines()]

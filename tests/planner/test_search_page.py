@@ -7,13 +7,17 @@ From the DOM the test checks that the results are the API's, that every evidence
 ``<mark>`` carrying its event id, seq and byte offsets over exactly those bytes of the text,
 that the explain panel shows the generations and ranking, and that the status view shows
 every index's generation, watermark and lag, with a lag chart that rises while the sinks are
-stopped and falls when they catch up. Screenshots go to ``screenshots/`` (gitignored).
+stopped and falls when they catch up. A second test checks the page's work tools: query words
+marked inside the evidence spans, a hit opened in its session's timeline (evidence marked, tool
+calls folded), filters, the SQL and SessionQL tabs, and a lag history that survives a reload
+because the server keeps it. Screenshots go to ``screenshots/`` (gitignored).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -231,3 +235,143 @@ def test_search_page_shows_results_evidence_explain_and_status(
         assert not [line for line in page.console if line.startswith("exception")], page.console
     for name in ("search-page.png", "status-chart.png"):
         assert (SCREENSHOTS / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# What the page's query-word highlighting must find: the text index's words, lowercased.
+_WORD = re.compile(r"[^\W_]+")
+
+READ_WORK = """(() => ({
+  search: document.body.dataset.search,
+  url: window.location.search,
+  hits: [...document.querySelectorAll('#results li.hit')].map((li) => ({
+    chunkId: li.dataset.chunkId, sessionId: li.dataset.sessionId,
+    spans: [...li.querySelectorAll('mark.ev')].map((m) => ({
+      text: m.textContent, terms: [...m.querySelectorAll('mark.term')].map((t) => t.textContent),
+    })),
+    outside: [...li.querySelectorAll('mark.term')].filter((t) => !t.closest('mark.ev')).length,
+    background: li.querySelector('mark.term') && getComputedStyle(li.querySelector('mark.term')).backgroundColor,
+  })),
+}))()"""
+
+
+def get_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=60) as response:
+        return json.load(response)
+
+
+def post_json(url: str, body: dict[str, Any]) -> dict[str, Any]:
+    request = urllib.request.Request(url, data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"}, method="POST")
+    with urllib.request.urlopen(request, timeout=60) as response:
+        answer: dict[str, Any] = json.load(response)
+        return answer
+
+
+def test_search_page_terms_session_view_filters_queries_and_history(
+    served: tuple[Stack, str, int], chromium: str,
+) -> None:
+    _stack, api, _seq = served
+    with Browser(chromium) as page:
+        # Query words are marked inside the evidence spans, each where the word occurs.
+        page.goto(f"{api}/?{urllib.parse.urlencode({'q': QUERY, 'k': 5})}")
+        page.wait_for("document.body.dataset.search === 'done'", what="the search")
+        seen = page.evaluate(READ_WORK)
+        words = set(_WORD.findall(QUERY.lower()))
+        marked = 0
+        for hit in seen["hits"]:
+            assert hit["outside"] == 0, hit
+            for span in hit["spans"]:
+                expected = [w for w in _WORD.findall(span["text"]) if w.lower() in words]
+                assert [t.lower() for t in span["terms"]] == [w.lower() for w in expected], span
+                marked += len(span["terms"])
+        assert marked, "no query word marked in any evidence span"
+        assert next(h["background"] for h in seen["hits"] if h["background"]) not in ("rgba(0, 0, 0, 0)", None)
+        page.screenshot(SCREENSHOTS / "search-terms.png", selector="#results")
+
+        # Open the first hit in its session: the timeline around it, its evidence marked,
+        # tool calls and results folded, exactly the session's events as the export has them.
+        answer = post_search(api, {"query": QUERY, "k": 5})
+        first = answer["results"][0]
+        page.evaluate("document.querySelector('#results li.hit .open-session').click(); true")
+        page.wait_for("document.body.dataset.session === 'done' || document.body.dataset.session === 'error'",
+                      what="the session view")
+        view = page.evaluate("""(() => ({
+          error: document.getElementById('session-error').hidden ? null : document.getElementById('session-error').textContent,
+          session: document.getElementById('session-view').dataset.sessionId,
+          line: document.getElementById('session-line').textContent,
+          events: [...document.querySelectorAll('#timeline li.event')].map((li) => ({
+            id: li.dataset.eventId, type: li.dataset.type, evidence: li.classList.contains('evidence'),
+            folded: li.querySelector('details') ? !li.querySelector('details').open : null,
+            text: li.textContent.trim(),
+          })),
+        }))()""")
+        assert view["error"] is None and view["session"] == first["sessionId"], view
+        params = urllib.parse.urlencode({"what": "sessions", "sessionId": first["sessionId"],
+                                         "asOfSeq": answer["asOfSeq"]})
+        with urllib.request.urlopen(f"{api}/v1/export?{params}", timeout=60) as response:
+            exported = [json.loads(line)["eventId"] for line in response.read().decode().splitlines()]
+        shown = [event["id"] for event in view["events"]]
+        start = exported.index(shown[0])
+        assert shown == exported[start:start + len(shown)], "the timeline is not a slice of the session"
+        evidence = {e["eventId"] for e in first["evidence"]}
+        assert {e["id"] for e in view["events"] if e["evidence"]} == evidence & set(shown)
+        assert evidence & set(shown), "no evidence event of the hit in its timeline"
+        tools = [e for e in view["events"] if e["type"] in ("tool.call", "tool.result")]
+        assert all(e["folded"] for e in tools) and all(e["folded"] is None for e in view["events"]
+                                                         if e not in tools)
+        assert f"asOfSeq {answer['asOfSeq']}" in view["line"]
+        assert not [e for e in view["events"] if e["text"].endswith("null")], "a missing text shown as null"
+        page.screenshot(SCREENSHOTS / "session-view.png", selector="#session-view")
+
+        # Filters narrow the search exactly as the API's filters do, and live in the URL.
+        page.evaluate(f"document.getElementById('f-session').value = {json.dumps(first['sessionId'])};"
+                      "document.getElementById('f-role').value = 'assistant';"
+                      "document.getElementById('search-form').requestSubmit(); true")
+        page.wait_for("document.body.dataset.search === 'done' && window.location.search.includes('session=')",
+                      what="the filtered search")
+        filtered = page.evaluate(READ_WORK)
+        expected = post_search(api, {"query": QUERY, "k": 5,
+                                     "filters": {"sessionId": first["sessionId"], "role": "assistant"}})
+        assert [h["chunkId"] for h in filtered["hits"]] == [r["chunkId"] for r in expected["results"]]
+        assert all(h["sessionId"] == first["sessionId"] for h in filtered["hits"])
+        assert "role=assistant" in filtered["url"]
+
+        # SQL and SessionQL tabs: the API's rows and the asOfSeq they reflect.
+        for tab, route, text in (("sql", "/v1/sql", "SELECT sessionId, count(*) AS n FROM events GROUP BY 1 ORDER BY 1"),
+                                 ("sessionql", "/v1/sessionql", "FROM events GROUP BY sessionId")):
+            page.goto(f"{api}/?{urllib.parse.urlencode({'tab': tab, tab: text})}")
+            page.wait_for(f"document.body.dataset.{tab} === 'done' || document.body.dataset.{tab} === 'error'",
+                          what=f"the {tab} query")
+            rows = page.evaluate(f"""(() => ({{
+              error: document.getElementById('{tab}-error').hidden ? null : document.getElementById('{tab}-error').textContent,
+              line: document.getElementById('{tab}-line').textContent,
+              visible: !document.getElementById('{tab}-panel').hidden && document.getElementById('search-panel').hidden,
+              head: [...document.querySelectorAll('#{tab}-result th')].map((th) => th.textContent),
+              rows: [...document.querySelectorAll('#{tab}-result tbody tr')].map((tr) => [...tr.cells].map((c) => c.textContent)),
+            }}))()""")
+            truth = post_json(f"{api}{route}", {"query": text})
+            assert rows["error"] is None and rows["visible"], rows
+            assert rows["head"] == [str(c) for c in truth["columns"]]
+            assert rows["rows"] == [["NULL" if v is None else str(v) for v in row] for row in truth["rows"]]
+            assert f"asOfSeq {truth['asOfSeq']}" in rows["line"]
+            page.screenshot(SCREENSHOTS / f"{tab}-tab.png", full_page=True)
+
+        # The lag history is the server's: a reload starts with it, not with an empty chart.
+        page.goto(f"{api}/")
+        page.wait_for("Number(document.getElementById('status').dataset.polls || 0) >= 3", what="three polls")
+        before = page.evaluate("Math.min(...[...document.querySelectorAll('#status svg.lag-chart')]"
+                               ".map((s) => Number(s.dataset.points)))")
+        page.goto(f"{api}/")
+        page.wait_for("Number(document.getElementById('status').dataset.polls || 0) >= 1", what="the first poll")
+        after = page.evaluate("""(() => ({
+          samples: Number(document.getElementById('status').dataset.serverSamples),
+          points: Math.min(...[...document.querySelectorAll('#status svg.lag-chart')].map((s) => Number(s.dataset.points))),
+        }))()""")
+        assert after["samples"] >= 2 and after["points"] >= min(before, after["samples"]) + 1, (before, after)
+        history = get_json(f"{api}/v1/status/history?log=default")
+        kinds = set(history["samples"][-1]["logs"]["default"]["indexes"])
+        assert kinds == set(KINDS) and history["everySeconds"] > 0
+        times = [s["t"] for s in history["samples"]]
+        assert times == sorted(times)
+        page.screenshot(SCREENSHOTS / "status-history.png", selector="#status-panel")
+        assert not [line for line in page.console if line.startswith("exception")], page.console
