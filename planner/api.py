@@ -502,6 +502,12 @@ def openapi(*, auth_required: bool = True) -> dict[str, Any]:
                                    "rrf": {"type": "number"}, "components": {"type": "object"}}},
                                "eventTime": {"type": "string", "format": "date-time"}}}},
                            "cursor": {"type": ["string", "null"]},
+                           "end": {"type": "object", "description": "present only when the results "
+                                   "stop at the rank depth while a source had more matches",
+                                   "properties": {"reason": {"enum": ["rankDepth"]},
+                                                  "depth": {"type": "integer"},
+                                                  "sources": {"type": "array", "items": {"type": "string"}},
+                                                  "message": {"type": "string"}}},
                            "explain": {"type": "object"}}}
     return {
         "openapi": "3.1.0",
