@@ -15,6 +15,9 @@ seeded random points:
 ``corrupt-segment`` a byte flipped in a committed segment file of a current generation
 ``corrupt-manifest`` a byte flipped in a current generation's ``manifest.json``
 ``slow-sink``       a sink stopped (SIGSTOP) for seconds, then continued (SIGCONT)
+``foreign-tenant``  abuse: another tenant's takeover, injection and eventId reuse, and an
+                    ``acl``-less heartbeat, against a private session (:mod:`reliability.abuse`)
+``far-future-time`` abuse: an open turn dated 2099 in a log whose time is 2026
 ==================  ==========================================================================
 
 After each fault the suite waits until every index catches up with L1, pauses the ingest and

@@ -40,6 +40,14 @@ EXERCISES = {
     "slow-sink": "a sink stopped with SIGSTOP for seconds while events arrive: `/v1/status` shows "
                  "its lag growing, a `latest` query still finds a probe appended meanwhile through "
                  "the disclosed tail scan; after SIGCONT it catches up.",
+    "foreign-tenant": "abuse: tenant `intruder` writes to tenant `acme`'s session (a `session.acl` "
+                      "takeover, an injected message, a new session reusing one of its eventIds) and "
+                      "an `x.heartbeat` without `acl` arrives for it: three dead letters with their "
+                      "reasons, alice still finds her session, nobody else does, nobody finds the "
+                      "injected text (`reliability/abuse.py`).",
+    "far-future-time": "abuse: a session whose open turn is dated 2099 while the log's time is "
+                       "2026: every index still reaches the log head, the turn is cut and indexed, "
+                       "and `/v1/status` no longer names it in `heldBy`.",
 }
 
 

@@ -7,13 +7,14 @@ import random
 import signal
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from reliability import abuse
 from reliability.load import Ingest, Querier, WatermarkWatch, l1_event_counts
 from reliability.stack import SuiteStack
 from sinks.exceptions import GenerationError
@@ -22,12 +23,14 @@ from sinks.runner import index_root
 from sinks.service import ALL_KINDS
 from streams.settings import Settings
 from tests.factories import session_events
-from tests.harness import chunk_set, l1_seq
+from tests.harness import append_events, chunk_set, l1_seq
 
 __all__ = ["FAULT_KINDS", "FaultResult", "SuiteResult", "run_suite"]
 
 FAULT_KINDS = ("kill-worker", "kill-sink", "kill-api", "broker-restart", "disk-full",
-               "corrupt-segment", "corrupt-manifest", "slow-sink")
+               "corrupt-segment", "corrupt-manifest", "slow-sink", "foreign-tenant", "far-future-time")
+"""Every kind the suite injects: process, broker and disk faults, and the abuse cases of
+:mod:`reliability.abuse` (what a hostile or broken producer writes)."""
 
 # Which sink's log line shows the fault was noticed, per fault kind.
 _SINK_LOG_LINES = {"disk-full": "commit failed on a write error",
@@ -76,11 +79,12 @@ class SuiteResult:
 # -- checks ----------------------------------------------------------------------------------
 
 
-def l1_counts(settings: Settings, appended: list[str]) -> tuple[int, int]:
-    """(events appended but not in L1, events in L1 more than once)."""
+def l1_counts(settings: Settings, appended: list[str], reused: Collection[str] = ()) -> tuple[int, int]:
+    """(events appended but not in L1, events in L1 more than once); ``reused``: eventIds an
+    abuse case appended twice on purpose (once each)."""
     counts = l1_event_counts(settings)
     lost = len(set(appended) - set(counts))
-    duplicated = sum(n - 1 for n in counts.values() if n > 1)
+    duplicated = sum(n - 1 - (1 if event_id in reused else 0) for event_id, n in counts.items() if n > 1)
     return lost, duplicated
 
 
@@ -156,6 +160,7 @@ class _Suite:
         self.watch = WatermarkWatch(settings)
         self.querier = Querier(settings, stack.api_url, seed=seed + 1, index_root=self.root)
         self._turn: dict[str, int] = {}
+        self.reused_ids: set[str] = set()  # eventIds the foreign-tenant case reuses on purpose
         self._regressions_seen = 0
         self._queries_seen = 0
         self._probe = 0
@@ -222,6 +227,14 @@ class _Suite:
             self._kill(target, result)
             if kind == "kill-api" and not self.api_answers(self.recovery_timeout):
                 result.notes.append("the API did not answer again")
+            return result
+        if kind == "foreign-tenant":
+            result = FaultResult(kind, "tenant acme's session", 1)
+            self._foreign_tenant(result)
+            return result
+        if kind == "far-future-time":
+            result = FaultResult(kind, "log default", 1)
+            self._far_future(result)
             return result
         if kind == "broker-restart":
             result = FaultResult(kind, "broker", 1)
@@ -370,6 +383,44 @@ class _Suite:
         if not found or int(answer.get("asOfSeq", -1)) != int(freshness.get("l1CommittedSeq", -2)):
             result.notes.append("FAIL: the latest query missed the probe or was not at the L1 head")
 
+    def _appended(self, events: list[dict[str, Any]]) -> None:
+        """Wait until the steady ingest appended ``events`` (given to it with ``add``)."""
+        ids = {event["eventId"] for event in events}
+        deadline = time.monotonic() + 120
+        while not ids <= set(self.ingest.appended) and time.monotonic() < deadline:
+            time.sleep(0.2)
+
+    def _foreign_tenant(self, result: FaultResult) -> None:
+        self._probe += 1
+        victim, victim_word = abuse.victim_session(self.seed, self._probe, "2026-11-03T09:00:00Z")
+        self.ingest.add(victim)
+        self._appended(victim)
+        hostile, injected_word, reused = abuse.takeover_events(victim, self.seed, self._probe)
+        before = abuse.dead_letter_reasons(self.settings)
+        self.reused_ids.add(reused)
+        append_events(self.settings, hostile)
+        if not self.caught_up(self.head(), self.recovery_timeout):
+            result.notes.append("FAIL: the indexes did not catch up after the takeover attempt")
+            return
+        problems = abuse.check_takeover(self.stack.api_url, victim_word, injected_word, before,
+                                        abuse.dead_letter_reasons(self.settings))
+        result.notes += [f"FAIL: {problem}" for problem in problems]
+        result.notes.append("takeover, injection, eventId reuse and an acl-less heartbeat: "
+                            + ("contained" if not problems else "NOT contained"))
+
+    def _far_future(self, result: FaultResult) -> None:
+        self._probe += 1
+        events, word = abuse.far_future_session(self.seed, self._probe)
+        self.ingest.add(events)
+        self._appended(events)
+        if not self.caught_up(self.head(), self.recovery_timeout):
+            result.notes.append("FAIL: an open turn dated 2099 held the indexes back")
+            return
+        problems = abuse.check_far_future(self.stack.api_url, word, events[0]["sessionId"])
+        result.notes += [f"FAIL: {problem}" for problem in problems]
+        result.notes.append("an open turn dated 2099: " + ("cut and indexed, nothing held" if not problems
+                                                           else "NOT handled"))
+
     def _lag(self, kind: str) -> int:
         status = httpx.get(f"{self.stack.api_url}/v1/status", timeout=60).json()
         return int(status["logs"]["default"]["indexes"][kind]["lagSeqs"])
@@ -397,7 +448,7 @@ class _Suite:
         final_head = self.head()
         if not self.caught_up(final_head, self.recovery_timeout):
             result.notes.append(f"FAIL: indexes did not reach the paused head {final_head}")
-        lost, duplicated = l1_counts(self.settings, self.ingest.appended)
+        lost, duplicated = l1_counts(self.settings, self.ingest.appended, self.reused_ids)
         index_lost, index_dups, details = index_counts(self.settings)
         result.lost, result.duplicated = lost + index_lost, duplicated + index_dups
         result.notes += [f"FAIL: {d}" for d in details]
@@ -479,7 +530,7 @@ def run_suite(*, rounds: int = 5, seed: int = 1, kinds: tuple[str, ...] = FAULT_
         head = suite.head()
         if not suite.caught_up(head, recovery_timeout):
             final["problems"].append(f"indexes did not reach the final head {head}")
-        final["lost"], final["duplicated"] = l1_counts(settings, suite.ingest.appended)
+        final["lost"], final["duplicated"] = l1_counts(settings, suite.ingest.appended, suite.reused_ids)
         index_lost, index_dups, details = index_counts(settings)
         final["lost"] += index_lost
         final["duplicated"] += index_dups
