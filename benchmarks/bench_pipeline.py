@@ -192,6 +192,50 @@ def self_time(raw: Path, top: int = 25) -> list[tuple[str, float]]:
     return [(frame, n / total) for frame, n in sorted(counts.items(), key=lambda kv: -kv[1])[:top]] if total else []
 
 
+def ingest_vs_producer(bootstrap: str, events: list[dict[str, Any]], root: Path, *,
+                       prefix: str | None = None) -> dict[str, Any]:
+    """events/s of ``usl ingest FILE`` (the whole command, a fresh process) against a plain
+    kafka-python producer sending the same records (canonical bytes read from the same file) with
+    the L1 producer's settings, each into its own fresh topics (named ``prefix``...)."""
+    from kafka import KafkaProducer
+
+    from streams.asp import canonical_bytes
+
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / "events.jsonl"
+    path.write_bytes(b"".join(canonical_bytes(event) + b"\n" for event in events))
+    prefix = prefix or f"bench{uuid.uuid4().hex[:8]}"
+    plain = Settings.from_env({}, home=root / "plain", bootstrap_servers=bootstrap, topic_prefix=f"{prefix}plain.")
+    from streams.topics import ensure_topics
+
+    ensure_topics(bootstrap, plain)
+    records = path.read_bytes().splitlines()
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, linger_ms=5,
+                             batch_size=256 * 1024, max_in_flight_requests_per_connection=5,
+                             max_request_size=plain.max_message_bytes, client_id="usl-bench-plain")
+    topic = Topics.from_settings(plain).l1
+    producer.partitions_for(topic)  # metadata outside the timing, as usl ingest's registry lookup
+    began = time.perf_counter()
+    for event, value in zip(events, records, strict=True):
+        producer.send(topic, key=event["sessionId"].encode(), value=value, partition=0)
+    producer.flush()
+    plain_seconds = time.perf_counter() - began
+    producer.close()
+
+    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": bootstrap, "USL_HOME": str(root / "ingest"),
+           "USL_TOPIC_PREFIX": f"{prefix}ingest."}
+    usl = Path(sys.executable).with_name("usl")
+    began = time.perf_counter()
+    out = subprocess.run([str(usl), "ingest", str(path), "--format", "asp", "--json"], env=env,
+                         capture_output=True, check=True)
+    ingest_seconds = time.perf_counter() - began
+    appended = json.loads(out.stdout)["eventsAppended"]
+    return {"ingest_events": appended, "ingest_mb": round(len(b"".join(records)) / 1e6, 2),
+            "ingest_events_per_second": appended / ingest_seconds,
+            "kafka_python_produce_events_per_second": len(records) / plain_seconds,
+            "ingest_vs_kafka_python": round(appended / ingest_seconds / (len(records) / plain_seconds), 3)}
+
+
 def append(settings: Settings, events: list[dict[str, Any]]) -> int:
     producer = L1Producer(settings.bootstrap_servers or "", settings)
     for event in events:
@@ -290,7 +334,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--profile", type=Path, help="py-spy the worker during the end-to-end phase; raw stacks here")
     parser.add_argument("--no-freshness", action="store_true", help="stop after the end-to-end and raw-read phases")
+    parser.add_argument("--ingest-only", action="store_true",
+                        help="only `usl ingest` of --events workload events against a plain kafka-python producer")
     args = parser.parse_args(argv)
+
+    if args.ingest_only:
+        bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+        if not bootstrap:
+            parser.error("--ingest-only needs KAFKA_BOOTSTRAP_SERVERS")
+        result = ingest_vs_producer(bootstrap, make_events(args.events),
+                                    Path(tempfile.mkdtemp(prefix="usl-bench-ingest-")))
+        for key, value in result.items():
+            print(f"{key:>40}: {round(value) if isinstance(value, float) and key.endswith('second') else value}")
+        return 0
 
     home = Path(tempfile.mkdtemp(prefix="usl-bench-pipeline-"))
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")

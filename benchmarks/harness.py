@@ -6,7 +6,9 @@ Every figure is measured in the same run as its reference and reported next to i
 1. ingest: one workload (``benchmarks.workload``) appended to L1; end-to-end indexing rate
    (events/s from the first append until every index's watermark reaches the last seq, real
    ``usl worker`` and ``usl sink`` processes) next to the raw rate at which kafka-python (the
-   client library of the pipeline) reads the same L1 topic;
+   client library of the pipeline) reads the same L1 topic; the worker's MB of L1 per CPU
+   second; the same with a second worker; ``usl ingest`` of the same records next to a plain
+   kafka-python producer;
 2. stages, in this process on the same events, CPU time of one core: redaction MB/s and
    chunking events/s;
 3. sinks, in this process on the chunks of the same events: chunks/s of each sink's writer as
@@ -85,10 +87,10 @@ class Scale:
 SCALES = {
     "tiny": Scale(events=400, sink_events=400, whoosh_chunks=30, fresh_rates=(40,), fresh_seconds=4, query_sizes=(500, 1500),
                   queries=10, recall_queries=20, tail_events=50, embedder="hash:256", sink_per_process=False),
-    "standard": Scale(events=20_000, sink_events=60_000, whoosh_chunks=1_000, fresh_rates=(20, 50, 100), fresh_seconds=30,
+    "standard": Scale(events=20_000, sink_events=60_000, whoosh_chunks=1_000, fresh_rates=(100, 500, 1000, 2000), fresh_seconds=30,
                       query_sizes=(10_000, 30_000, 100_000), queries=100, recall_queries=200,
                       tail_events=1_000, embedder="wordllama", sink_per_process=True),
-    "large": Scale(events=20_000, sink_events=60_000, whoosh_chunks=1_000, fresh_rates=(20, 50, 100), fresh_seconds=30,
+    "large": Scale(events=20_000, sink_events=60_000, whoosh_chunks=1_000, fresh_rates=(100, 500, 1000, 2000), fresh_seconds=30,
                    query_sizes=(10_000, 30_000, 100_000, 300_000, 1_000_000), queries=100, recall_queries=200,
                    tail_events=1_000, embedder="wordllama", sink_per_process=True),
 }
@@ -267,6 +269,12 @@ class Coverage:
             time.sleep(0.05)
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def append(settings: Settings, events: Iterable[dict[str, Any]]) -> tuple[int, int]:
     from streams.l1 import L1Producer
 
@@ -390,6 +398,8 @@ def ingest_and_freshness(settings: Settings, scale: Scale, events: list[dict[str
         coverage.wait((*KINDS, "chunks"), warm_head, timeout=300, alive=alive)
         say(f"warm; appending {len(events)} events ...")
 
+        worker_pid = stack.procs["worker"].pid
+        cpu_began = cpu_seconds(worker_pid)
         began = time.monotonic()
         count, head = append(settings, events)
         appended = time.monotonic()
@@ -399,6 +409,7 @@ def ingest_and_freshness(settings: Settings, scale: Scale, events: list[dict[str
             "events": count, "headSeq": head, "appendEventsPerSecond": count / (appended - began),
             "endToEndSeconds": finished - began, "endToEndEventsPerSecond": count / (finished - began),
             "perIndexEventsPerSecond": {name: count / (done[name] - began) for name in done},
+            "workerCpuSeconds": cpu_seconds(worker_pid) - cpu_began,
         })
         say(f"end to end {result['endToEndEventsPerSecond']:.0f} events/s")
 
@@ -408,7 +419,24 @@ def ingest_and_freshness(settings: Settings, scale: Scale, events: list[dict[str
             fresh.append(steady(settings, coverage, rate, scale.fresh_seconds, seed + 2000 + number))
         result["freshness"] = fresh
         result["memory"] = {name: tree_hwm(proc.pid) for name, proc in stack.procs.items()}
-        result["totalEvents"] = count + len(warm) + sum(row["events"] for row in fresh)
+
+        say("a second worker ...")
+        stack.worker("worker-2")
+        second_warm = list(generate(sessions=2, config=WorkloadConfig(seed=seed + 3000, concurrent=2)))
+        _, second_warm_head = append(settings, second_warm)
+        coverage.wait((*KINDS, "chunks"), second_warm_head, timeout=600, alive=alive)  # rebalanced, warm
+        second = list(generate(events=len(events), seed=seed + 4000))
+        began = time.monotonic()
+        second_count, second_head = append(settings, second)
+        done = coverage.wait((*KINDS, "chunks"), second_head, timeout=3600, alive=alive)
+        result["twoWorkers"] = {
+            "events": second_count,
+            "endToEndEventsPerSecond": second_count / (max(done[kind] for kind in KINDS) - began),
+            "workerOnlyEventsPerSecond": second_count / (done["chunks"] - began),
+        }
+        say(f"two workers: end to end {result['twoWorkers']['endToEndEventsPerSecond']:.0f} events/s")
+        result["totalEvents"] = (count + len(warm) + sum(row["events"] for row in fresh)
+                                 + len(second_warm) + second_count)
     finally:
         for tail in tails:
             tail.close()
@@ -784,6 +812,48 @@ def plots(results: dict[str, Any], plot_dir: Path) -> list[str]:
     return written
 
 
+def _section1_extra(results: dict[str, Any]) -> list[str]:
+    """Worker MB per core, one vs two workers, and `usl ingest` vs kafka-python (older results
+    without these figures give no lines)."""
+    ingest, stages, lines = results["ingest"], results["stages"], [""]
+    e2e = ingest["endToEndEventsPerSecond"]
+    if ingest.get("workerCpuSeconds"):
+        mb = stages["bytes"] / 1e6
+        lines.append(f"Worker CPU over the end-to-end phase: {n(ingest['workerCpuSeconds'], 1)} s for {n(mb, 1)} MB of "
+                     f"L1 records = **{n(mb / ingest['workerCpuSeconds'], 2)} MB/s per core** "
+                     f"({n(1000 * ingest['workerCpuSeconds'] / ingest['events'], 2)} ms per event); for scale, "
+                     "Quickwit quotes about 7.5 MB/s per core for indexing (not measured here).")
+    two = ingest.get("twoWorkers")
+    if two:
+        lines += ["", f"With a second `usl worker` (after §4; {n(two['events'])} more events of another seed): end to end "
+                      f"{n(two['endToEndEventsPerSecond'])} events/s = **{ratio(two['endToEndEventsPerSecond'], e2e)}** "
+                      f"one worker's; worker only {n(two['workerOnlyEventsPerSecond'])} events/s = "
+                      f"{ratio(two['workerOnlyEventsPerSecond'], ingest['perIndexEventsPerSecond']['chunks'])}."]
+    append = results.get("append")
+    if append:
+        lines += ["", f"Appending: `usl ingest` of {n(append['ingest_events'])} of these events from a JSONL file "
+                      f"({n(append['ingest_mb'], 1)} MB; the whole command, a fresh process) ran at "
+                      f"{n(append['ingest_events_per_second'])} events/s; a plain kafka-python producer of the same "
+                      f"records with the L1 producer's settings at {n(append['kafka_python_produce_events_per_second'])} "
+                      f"events/s → **{ratio(append['ingest_events_per_second'], append['kafka_python_produce_events_per_second'])}**."]
+    return lines
+
+
+def _freshness_summary(fresh: list[dict[str, Any]]) -> list[str]:
+    """Per rate, the index with the highest p99 (the bottleneck), and where p99 crosses 1 s."""
+    lines = ["", "| rate | slowest index (p99) | its p99 s | its p50 s |", "|---|---|---:|---:|"]
+    crossed = None
+    for row in fresh:
+        slowest = max(KINDS, key=lambda kind: row["lag"][kind]["p99"])
+        lag = row["lag"][slowest]
+        lines.append(f"| {row['rate']} events/s | {slowest} | {n(lag['p99'], 2)} | {n(lag['p50'], 2)} |")
+        if crossed is None and lag["p99"] >= 1.0:
+            crossed = row["rate"]
+    lines += ["", "Every index's p99 stayed under 1 s at every rate measured." if crossed is None else
+              f"p99 of the slowest index first reaches 1 s at {crossed} events/s."]
+    return lines
+
+
 def report(results: dict[str, Any], command: str, plot_prefix: str) -> str:
     m, ingest, stages, raw = results["machine"], results["ingest"], results["stages"], results["rawRead"]
     sinks, rebuild, queries = results["sinks"], results["rebuild"], results["queries"]
@@ -835,6 +905,7 @@ def report(results: dict[str, Any], command: str, plot_prefix: str) -> str:
     for kind in KINDS:
         rate = ingest["perIndexEventsPerSecond"][kind]
         lines.append(f"| {kind} index at the head | {n(rate)} | {ratio(rate, raw['eventsPerSecond'], 3)} |")
+    lines += _section1_extra(results)
     lines += [
         "",
         f"![throughput]({plot_prefix}throughput.png)",
@@ -905,6 +976,7 @@ def report(results: dict[str, Any], command: str, plot_prefix: str) -> str:
         for kind in KINDS:
             lag = row["lag"][kind]
             lines.append(f"| | {kind} | {n(lag['p50'], 2)} | {n(lag['p99'], 2)} | {ratio(lag['p50'], ref['p50'])} |")
+    lines += _freshness_summary(ingest["freshness"])
     lines += ["", f"![freshness]({plot_prefix}freshness.png)", "",
               "## 5. Query latency", "",
               f"Corpus of `bench_query.py` (one chunk per turn of a user ask and an assistant reply, 50 turns per "
@@ -1019,6 +1091,10 @@ def run(*, scale_name: str, out_dir: Path, seed: int = 1, include_large: Path | 
         say(f"workload: {len(events)} events")
         results["ingest"] = ingest_and_freshness(settings, scale, events, seed)
         results["rawRead"] = raw_read(settings)
+        say("usl ingest vs a plain kafka-python producer ...")
+        from benchmarks.bench_pipeline import ingest_vs_producer
+
+        results["append"] = ingest_vs_producer(bootstrap, events[:10_000], work / "append", prefix=f"{prefix}a")
         say("stage rates ...")
         results["stages"] = stage_rates(settings, events)
         say("sink writers ...")
