@@ -586,8 +586,10 @@ def known(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
     indexed_distractors, indexed_target = _known_answer_events("known", PHRASES[0], "a", rng)
     tail_distractors, tail_target = _known_answer_events("known", PHRASES[1], "b", rng)
     builder.append(indexed_distractors + indexed_target + tail_distractors)
+    builder.append(_turn("known", "zh-indexed", 70, CJK_TEXTS[0]) + _turn("known", "ja-indexed", 71, CJK_TEXTS[1]))
     builder.commit()
     builder.append(tail_target)  # above every watermark: only latest's tail scan holds it
+    builder.append(_turn("known", "zh-tail", 72, CJK_TEXTS[2]))
     follower = WatermarkFollower(kafka_bootstrap, settings).start()
     planner = Planner(settings, kafka_bootstrap, follower=follower)
     yield planner
@@ -614,6 +616,29 @@ def test_hybrid_keeps_an_exact_match_that_text_finds(known: Planner, phrase: str
     components = explained["results"][0]["score"]["components"]
     assert {"phrase", "text"} <= set(components) or {"tail", "tailPhrase"} <= set(components)
     assert explained["explain"]["phrase"]["query"] == f'"{phrase}"'
+
+
+CJK_TEXTS = ("部署失败：数据库连接超时，请检查网络配置后重试。",
+             "データベースへの接続がタイムアウトしました。設定を確認してください。",
+             "调用foo_bar函数时抛出ValueError，见src/app.py第42行")
+
+
+@pytest.mark.parametrize(("query", "session", "fresh"), [
+    ("数据库连接", "zh-indexed", ("indexed", "latest")), ("超时", "zh-indexed", ("indexed", "latest")),
+    ("タイムアウト", "ja-indexed", ("indexed", "latest")), ("接続が", "ja-indexed", ("indexed", "latest")),
+    ("foo_bar函数", "zh-tail", ("latest",)), ("抛出ValueError", "zh-tail", ("latest",)),
+    ("第42行", "zh-tail", ("latest",)),
+])
+def test_a_cjk_substring_is_found_in_the_index_and_the_tail(known: Planner, query: str, session: str,
+                                                            fresh: tuple[str, ...]) -> None:
+    for freshness in fresh:
+        for mode in ("text", "hybrid"):
+            response = known.search({"query": query, "log": "known", "mode": mode, "freshness": freshness,
+                                     "k": 3}, ALICE)
+            assert [hit["sessionId"] for hit in response["results"]][:1] == [session], (freshness, mode)
+    if fresh == ("latest",):  # only the tail scan holds it
+        indexed = known.search({"query": query, "log": "known", "mode": "text"}, ALICE)["results"]
+        assert session not in {hit["sessionId"] for hit in indexed}
 
 
 MODES = ("hybrid", "text", "vector")
