@@ -7,6 +7,8 @@ Routes (``GET /openapi.json`` describes them; ``docs/planner.md`` has examples):
 ``POST /v1/sql``            read-only SQL over the analytics snapshot (:mod:`planner.sql`)
 ``POST /v1/sessionql``      SessionQL over the ASP projection and lineage (:mod:`planner.sessionql`)
 ``GET /v1/status``          L1 seq, generations, watermarks and lag (:mod:`planner.status`)
+``POST /v1/events``         append ASP v1 events to L1 (:mod:`planner.receivers`)
+``POST /v1/traces``         OTLP/HTTP receiver for OpenTelemetry GenAI spans (:mod:`planner.receivers`)
 ``GET /metrics``            Prometheus metrics of this process
 ``GET /healthz``            liveness
 ``GET /openapi.json``       the OpenAPI 3.1 description of these routes
@@ -59,6 +61,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from planner import receivers
 from planner.acl import Principal
 from planner.auth import KeyRing, allowed_hosts, authenticate, host_allowed, keys_path
 from planner.exceptions import NotFound, PlannerError, QueryError, Unauthorized, error_body
@@ -396,6 +399,7 @@ def create_app(settings: Settings, bootstrap: str, *, planner: Any = None) -> St
         Route("/v1/status", _guarded(status), methods=["GET"]),
         Route("/v1/export", _guarded(export_endpoint(principal_of, the_planner)), methods=["GET"]),
         Route("/v1/status/history", _guarded(status_history_endpoint(principal_of, collect)), methods=["GET"]),
+        *receivers.routes(settings, bootstrap, principal_of, _guarded),  # POST /v1/events, /v1/traces
         Route("/metrics", _guarded(metrics), methods=["GET"]),
         Route("/healthz", _guarded(healthz), methods=["GET"]),
         Route("/openapi.json", _guarded(openapi_json), methods=["GET"]),
@@ -581,6 +585,7 @@ def openapi(*, auth_required: bool = True) -> dict[str, Any]:
                 "responses": {"200": {"description": "JSONL or Parquet", "content": {
                     "application/x-ndjson": {}, "application/vnd.apache.parquet": {}}},
                     **_errors(400, 401, 403, 404, 500, 503)}}},
+            **receivers.openapi_paths(security=security, principal=principal, errors=_errors),
             "/metrics": {"get": {"summary": "Prometheus metrics", "responses": {
                 "200": {"description": "Prometheus text format",
                         "content": {"text/plain": {"schema": {"type": "string"}}}}}}},

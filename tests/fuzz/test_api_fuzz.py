@@ -251,3 +251,35 @@ def test_random_query_params_and_methods(client: TestClient, params: dict[str, s
     assert response.status_code < 500, response.text
     if response.status_code >= 400:
         assert_error_shape(response)
+
+
+EVENT_KEYS = ["eventId", "logId", "sessionId", "type", "time", "role", "acl", "fields", "turnId",
+              "payload", "visibility"]
+
+
+@st.composite
+def event_batches(draw: st.DrawFn) -> Any:
+    """Batches for POST /v1/events: mostly event-shaped objects (some valid), else any JSON."""
+    valid = st.builds(lambda n, t: {"eventId": f"fz-{n}", "sessionId": f"fz-s{n % 3}", "type": t,
+                                    "time": "2026-12-01T09:00:00Z", "fields": {"text": f"fuzz {n}"}},
+                      st.integers(0, 50), st.sampled_from(["session.started", "message", "turn.ended"]))
+    shaped = st.dictionaries(st.sampled_from(EVENT_KEYS), json_values(max_leaves=4), max_size=6)
+    events = draw(st.lists(valid | shaped | json_values(max_leaves=3), max_size=6))
+    body: Any = {"events": events}
+    if draw(st.integers(0, 5)) == 0:
+        body = draw(json_values())
+    elif draw(st.booleans()):
+        body["log"] = draw(st.sampled_from(["default", "", "other"]) | json_values(max_leaves=1))
+    return body
+
+
+@fuzz(30)
+@given(body=event_batches(), who=st.sampled_from([None, ALICE, "tenant:globex/user:m", "nonsense"]))
+def test_random_event_batches_get_an_answer_or_the_error_shape(client: TestClient, body: Any,
+                                                               who: str | None) -> None:
+    headers = {**JSON, **({PRINCIPAL_HEADER: who} if who else {})}
+    response = client.post("/v1/events", content=orjson.dumps(body), headers=headers)
+    check_answer(response)
+    if response.status_code == 200:
+        answer = response.json()
+        assert answer["appended"] + answer["duplicates"] + len(answer["rejected"]) == len(body["events"])

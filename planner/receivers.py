@@ -1,0 +1,286 @@
+"""Receivers: the API routes that append to L1 (SPEC §12 "Live ingest").
+
+``POST /v1/events``   a batch of ASP v1 events, ``{"events": [...], "log"?: "default"}``
+``POST /v1/traces``   OTLP/HTTP traces (protobuf or JSON): GenAI spans become ASP events
+                      (:mod:`streams.importers.otel`)
+
+Both answer only after L1 acknowledged the appended events (idempotent producer, ``acks=all``):
+``{"appended", "duplicates", "rejected": [{"index", "reason"}], "l1CommittedSeq"}``. The caller's
+principal (its API key's) decides the tenant: an event's ``acl.tenant`` must be that tenant. An
+event without ``acl`` keeps the session's access list when the session is the caller's tenant's,
+is refused when it is another tenant's, and starts a new session with the caller's tenant and the
+tenant-wide default ``read: ["*"]`` (ownership as :mod:`streams.ownership` decides it: the first
+event's tenant owns the session). Bad events are listed by index; the rest are appended. An eventId L1 already holds in that log counts as a duplicate and
+is not appended again.
+
+When appends queue up behind L1 (more than ``_MAX_WAITING`` batches waiting, or the broker does
+not acknowledge in time) the answer is 429 with ``Retry-After``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from planner.acl import Principal
+from planner.exceptions import PlannerError, QueryError, error_body
+from streams.asp import DEFAULT_ACL, validate_event
+from streams.exceptions import SchemaError
+from streams.settings import Settings
+
+__all__ = ["MAX_EVENTS", "EventReceiver", "TooManyRequests", "check_event", "openapi_paths", "routes"]
+
+MAX_EVENTS = 10000
+_MAX_WAITING = 4
+_RETRY_AFTER_SECONDS = 2
+
+
+class TooManyRequests(PlannerError):
+    status, code = 429, "too_many_requests"
+
+
+def _digest(log_id: str, event_id: str) -> bytes:
+    return hashlib.blake2b(f"{log_id}\x1f{event_id}".encode(), digest_size=16).digest()
+
+
+class EventReceiver:
+    """Appends checked events to L1 and knows every eventId each log holds.
+
+    The eventId index of a log is read from L1 once, then kept current by this receiver's own
+    appends and by reading what other producers appended since (before each batch), so a
+    duplicate is recognized whoever appended the first copy.
+    """
+
+    def __init__(self, settings: Settings, bootstrap: str) -> None:
+        self.settings = settings
+        self.bootstrap = bootstrap
+        self._lock = threading.Lock()
+        self._waiting = 0
+        self._waiting_lock = threading.Lock()
+        self._clients: tuple[Any, Any] | None = None
+        self._seen: dict[str, set[bytes]] = {}
+        self._owners: dict[str, dict[str, str]] = {}  # log -> sessionId -> owning tenant
+        self._read_through: dict[str, int] = {}
+
+    def _l1(self) -> tuple[Any, Any]:
+        if self._clients is None:
+            from streams.l1 import L1Producer, L1Reader, LogRegistry
+            from streams.topics import ensure_topics
+
+            ensure_topics(self.bootstrap, self.settings)
+            registry = LogRegistry(self.bootstrap, self.settings)
+            self._clients = (L1Producer(self.bootstrap, self.settings, registry),
+                             L1Reader(self.bootstrap, self.settings, registry))
+        return self._clients
+
+    def close(self) -> None:
+        if self._clients is not None:
+            producer, reader = self._clients
+            producer.close()
+            reader.close()
+            self._clients = None
+
+    def _catch_up(self, reader: Any, log_id: str) -> set[bytes]:
+        seen = self._seen.setdefault(log_id, set())
+        owners = self._owners.setdefault(log_id, {})
+        start = self._read_through.get(log_id, 0) + 1
+        end = reader.committed_seq(log_id)
+        if end >= start:
+            for _seq, event in reader.read(log_id, start, end):
+                seen.add(_digest(log_id, str(event.get("eventId"))))
+                _own(owners, event)
+        self._read_through[log_id] = max(end, start - 1)
+        return seen
+
+    def receive(self, events: list[Any], principal: Principal, log_id: str) -> dict[str, Any]:
+        """Check, dedupe and append ``events``; the answer of ``POST /v1/events``."""
+        checked: list[tuple[int, dict[str, Any]]] = []
+        rejected: list[dict[str, Any]] = []
+        for index, raw in enumerate(events):
+            event, reason = check_event(raw, principal, log_id)
+            if event is None:
+                rejected.append({"index": index, "reason": reason})
+            else:
+                checked.append((index, event))
+        return self.append(checked, rejected, log_id, principal.tenant)
+
+    def append(self, checked: list[tuple[int, dict[str, Any]]], rejected: list[dict[str, Any]],
+               log_id: str, tenant: str) -> dict[str, Any]:
+        """Append already checked events (``(index, event)``), skipping eventIds L1 holds."""
+        with self._waiting_lock:
+            if self._waiting >= _MAX_WAITING:
+                raise TooManyRequests("L1 appends are queued up; this batch was not appended",
+                                      hint=f"Retry after {_RETRY_AFTER_SECONDS} s (Retry-After).")
+            self._waiting += 1
+        try:
+            with self._lock:
+                return self._append_locked(checked, rejected, log_id, tenant)
+        finally:
+            with self._waiting_lock:
+                self._waiting -= 1
+
+    def _append_locked(self, checked: list[tuple[int, dict[str, Any]]], rejected: list[dict[str, Any]],
+                       log_id: str, tenant: str) -> dict[str, Any]:
+        from kafka.errors import KafkaError
+
+        producer, reader = self._l1()
+        appended = duplicates = 0
+        try:
+            seen = self._catch_up(reader, log_id)
+            owners = self._owners[log_id]
+            fresh: set[bytes] = set()
+            for index, event in checked:
+                key = _digest(log_id, event["eventId"])
+                if key in seen or key in fresh:
+                    duplicates += 1
+                    continue
+                owned, reason = _with_owner(event, owners, tenant)
+                if owned is None:
+                    rejected.append({"index": index, "reason": reason})
+                    continue
+                try:
+                    producer.append(owned)
+                except SchemaError as exc:  # over USL_MAX_EVENT_BYTES
+                    rejected.append({"index": index, "reason": exc.reason})
+                    continue
+                _own(owners, owned)
+                fresh.add(key)
+                appended += 1
+            producer.flush()
+        except KafkaError as exc:
+            raise TooManyRequests(f"L1 did not acknowledge the batch in time ({type(exc).__name__})",
+                                  hint=f"Retry after {_RETRY_AFTER_SECONDS} s; events already "
+                                       "appended count as duplicates then.") from None
+        seen |= fresh
+        rejected.sort(key=lambda item: item["index"])
+        return {"appended": appended, "duplicates": duplicates, "rejected": rejected,
+                "l1CommittedSeq": reader.committed_seq(log_id)}
+
+
+def check_event(raw: Any, principal: Principal, log_id: str) -> tuple[dict[str, Any] | None, str]:
+    """The event as it will be appended, or None and why it is refused."""
+    if not isinstance(raw, dict):
+        return None, f"an event must be a JSON object, not {type(raw).__name__}"
+    event = dict(raw)
+    event.setdefault("logId", log_id)
+    if event["logId"] != log_id:
+        return None, f"logId {event['logId']!r} is not this request's log {log_id!r} (one log per request)"
+    acl = event.get("acl")
+    if isinstance(acl, dict) and acl.get("tenant") != principal.tenant:
+        return None, (f"acl.tenant {acl.get('tenant')!r} is not the caller's tenant {principal.tenant!r}; "
+                      "an API key writes only its own tenant's events")
+    try:
+        return validate_event(event), ""
+    except SchemaError as exc:
+        return None, f"{exc.reason} (field {exc.field})" if exc.field else exc.reason
+
+
+def _own(owners: dict[str, str], event: dict[str, Any]) -> None:
+    """Record the session's owner: the tenant of its first event (:mod:`streams.ownership`)."""
+    acl = event.get("acl")
+    tenant = acl.get("tenant") if isinstance(acl, dict) else None
+    owners.setdefault(str(event.get("sessionId")), str(tenant or DEFAULT_ACL["tenant"]))
+
+
+def _with_owner(event: dict[str, Any], owners: dict[str, str],
+                tenant: str) -> tuple[dict[str, Any] | None, str]:
+    """An event of ``tenant``: refused for another tenant's session; without ``acl``, it keeps
+    its session's list, or a new session gets the tenant with the tenant-wide default."""
+    owner = owners.get(event["sessionId"])
+    if owner is not None and owner != tenant:
+        return None, (f"session {event['sessionId']!r} belongs to another tenant; an API key writes "
+                      "only its own tenant's sessions")
+    if owner is None and "acl" not in event:
+        return {**event, "acl": {"tenant": tenant, "read": ["*"]}}, ""
+    return event, ""
+
+
+async def _body(request: Request) -> Any:
+    raw = await request.body()
+    if not raw.strip():
+        raise QueryError("the request body is empty; send a JSON object", hint='For example {"events": []}.')
+    media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media_type != "application/json" and not media_type.endswith("+json"):
+        from planner.api import UnsupportedMediaType
+
+        raise UnsupportedMediaType(f"a request body must be JSON, not {media_type or 'untyped'}",
+                                   hint="Send Content-Type: application/json.")
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise QueryError("the request body is not valid JSON",
+                         hint="Send a JSON object with Content-Type: application/json.") from None
+
+
+def _answer(handler: Callable[[Request], Any]) -> Callable[[Request], Any]:
+    """A 429 carries Retry-After (the API's own guard gives every other error its shape)."""
+
+    async def endpoint(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except TooManyRequests as exc:
+            return JSONResponse(error_body(exc), status_code=429,
+                                headers={"Retry-After": str(_RETRY_AFTER_SECONDS)})
+
+    return endpoint
+
+
+def routes(settings: Settings, bootstrap: str, principal_of: Callable[[Request], Principal],
+           guarded: Callable[[Any], Any]) -> list[Route]:
+    """The receiver routes, each wrapped by the API's ``guarded`` (one error shape)."""
+    receiver = EventReceiver(settings, bootstrap)
+
+    async def events(request: Request) -> Response:
+        principal = principal_of(request)
+        body = await _body(request)
+        if not isinstance(body, dict) or not isinstance(body.get("events"), list):
+            raise QueryError('the body must be an object with an "events" array',
+                             hint='For example {"events": [{"eventId": "...", ...}]}.')
+        log_id = body.get("log", "default")
+        if not isinstance(log_id, str) or not log_id or len(log_id) > 200:
+            raise QueryError('"log" must be a log name', hint='Leave it out for "default".')
+        if len(body["events"]) > MAX_EVENTS:
+            raise QueryError(f"at most {MAX_EVENTS} events per request", hint="Send several batches.")
+        answer = await run_in_threadpool(receiver.receive, body["events"], principal, log_id)
+        return JSONResponse(answer)
+
+    return [Route("/v1/events", guarded(_answer(events)), methods=["POST"])]
+
+
+def openapi_paths(*, security: list[dict[str, list[str]]], principal: dict[str, Any],
+                  errors: Callable[..., dict[str, Any]]) -> dict[str, Any]:
+    """The receivers' entries of the OpenAPI document."""
+    answer = {"type": "object", "required": ["appended", "duplicates", "rejected", "l1CommittedSeq"],
+              "properties": {
+                  "appended": {"type": "integer", "minimum": 0},
+                  "duplicates": {"type": "integer", "minimum": 0},
+                  "rejected": {"type": "array", "items": {
+                      "type": "object", "required": ["index", "reason"],
+                      "properties": {"index": {"type": "integer"}, "reason": {"type": "string"}}}},
+                  "l1CommittedSeq": {"type": "integer", "minimum": 0}}}
+    too_many = {"429": {"description": "L1 cannot keep up; retry after Retry-After seconds",
+                        "headers": {"Retry-After": {"schema": {"type": "string"}}},
+                        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}}
+    return {
+        "/v1/events": {"post": {
+            "summary": "Append a batch of ASP v1 events to L1; answers after L1 committed them",
+            "parameters": [principal],
+            "security": security,
+            "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                "type": "object", "required": ["events"], "properties": {
+                    "events": {"type": "array", "maxItems": MAX_EVENTS,
+                               "items": {"description": "An ASP v1 event (streams/schemas/"
+                                         "asp-v1.schema.json); anything else is listed in rejected"}},
+                    "log": {"type": "string", "minLength": 1, "maxLength": 200, "default": "default"}}}}}},
+            "responses": {"200": {"description": "Appended, duplicates and rejected events",
+                                  "content": {"application/json": {"schema": answer}}},
+                          **errors(400, 401, 403, 413, 415, 500), **too_many}}},
+    }
