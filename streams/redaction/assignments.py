@@ -71,8 +71,8 @@ class AssignmentRule(Rule):
     # then a value, which must look random (_judge_prose).
     _prose = re.compile(
         r"(?:passw(?:or)?ds?|passphrase|pwd|secret|token|credential|cookie|auth|key)[A-Za-z_-]{0,24}"
-        r"(?:[^\w\r\n]{1,4}(?:" + "|".join(_CONNECTORS) + r")){0,3}[^\w\r\n]{1,4}"
-        r"(?P<bare>[A-Za-z0-9_+/=.~-]{16,4096})",
+        r"(?:[^\w\r\n-]{1,4}(?:" + "|".join(_CONNECTORS) + r")){0,3}[^\w\r\n-]{1,4}"
+        r"(?P<bare>[A-Za-z0-9_+/=.~%-]{16,4096})",
         re.ASCII | re.IGNORECASE,
     )
 
@@ -134,11 +134,12 @@ class AssignmentRule(Rule):
             if match is None:
                 match = self._prose.match(scan.text, start)
                 if match is not None:
-                    prose.append(match)
-                    end = match.end()
+                    prose.append(match)  # overlaps are settled in apply: assignments may follow
                 continue
             matches.append(match)
-            end = match.end()
+            # Keywords inside the value are still tried: NPM_TOKEN="//host/:_authToken=..." is
+            # judged by its inner assignment when the outer one keeps its value.
+            end = match.end("sep")
         return matches, prose
 
     def _spans(self, text: str, matches: object, *, kind: str) -> list[tuple[int, int, str]]:
@@ -202,13 +203,14 @@ class AssignmentRule(Rule):
         while word_end < len(text) and (text[word_end].isalnum() or text[word_end] in "_-"):
             word_end += 1
         word = text[word_start:word_end]
-        if name_class(word) is None or is_marker_at(value, 0) or _UUID.fullmatch(value) or _IDENTIFIER.fullmatch(value):
+        if name_class(word) is None or is_marker_at(value, 0):
             return None
-        if "=" in value.rstrip("="):
-            return None  # name=value text: the assignment rule's to judge
-        vendor = vendor_rule(word, value)
+        # A vendor named just before ("the Heroku API key ...") decides by its value's shape.
+        vendor = vendor_rule(text[max(0, word_start - 32): word_end], value)
         if vendor is not None:
             return start, end, vendor
+        if _UUID.fullmatch(value) or _IDENTIFIER.fullmatch(value) or "=" in value.rstrip("="):
+            return None  # an id, a name, or name=value text (the assignment rule's to judge)
         return (start, end, _PROSE) if looks_random(value) else None
 
 

@@ -8,7 +8,7 @@ import re
 
 from streams.redaction.base import RegexRule, Rule, Scan, marker
 
-__all__ = ["CONTEXT_RULES", "PRIVATE_KEY_RULE", "URL_PASSWORD_RULE", "EnvDumpRule"]
+__all__ = ["CONTEXT_RULES", "PRIVATE_KEY_RULE", "URL_PASSWORD_RULE", "EnvDumpRule", "WrappedTailRule"]
 
 _KEY_LABEL = r"-----BEGIN[A-Z0-9 ]{0,32}PRIVATE KEY(?: BLOCK)?-----"
 PRIVATE_KEY_RULE = RegexRule(
@@ -135,3 +135,41 @@ _BASIC = RegexRule(
 )
 
 CONTEXT_RULES: tuple[Rule, ...] = (_AZURE_SAS, _BEARER, _BASIC)
+
+
+class WrappedTailRule(Rule):
+    """The rest of a secret wrapped onto the next line (a terminal or an editor broke a long
+    line): a line that ends with a replacement marker, followed by a line starting with a run of
+    token characters with a digit or a capital in it, loses that run too. Runs shorter than
+    eight characters, words and identifiers stay."""
+
+    _tail = re.compile(r"\[REDACTED:(?P<rule>[a-z0-9-]+)\][ \t]*\r?\n(?P<tail>[A-Za-z0-9_+/=.~-]{8,})(?![^\s\"'`,;)\]}|])", re.ASCII)
+    _token_like = re.compile(r"[^0-9A-Z]*[0-9A-Z]", re.ASCII)
+    _identifier = re.compile(r"[a-z]+(?:[_.-][a-z0-9]+)*|[A-Z][a-z]+(?:[A-Z][a-z]+)*|[A-Z]+(?:_[A-Z]+)*|[0-9]+", re.ASCII)
+
+    def __init__(self) -> None:
+        super().__init__(name="wrapped-tail", triggers=("[REDACTED:",), needs=frozenset("\n"), repass=False,
+                         description="the continuation of a redacted secret wrapped onto the next line")
+
+    def fingerprint(self) -> list[str]:
+        return [*super().fingerprint(), self._tail.pattern, self._token_like.pattern, self._identifier.pattern]
+
+    def hit_names(self) -> tuple[str, ...]:
+        return ()  # counted under the rule whose secret it continues
+
+    def apply(self, scan: Scan, hits: dict[str, int]) -> str:
+        text = scan.text
+        pieces: list[str] = []
+        done = 0
+        for match in self._tail.finditer(text):
+            tail = match.group("tail")
+            if not self._token_like.match(tail) or self._identifier.fullmatch(tail):
+                continue
+            rule = match.group("rule")
+            pieces += (text[done: match.start("tail")], marker(rule))
+            done = match.end("tail")
+            hits[rule] = hits.get(rule, 0) + 1
+        if not pieces:
+            return text
+        pieces.append(text[done:])
+        return "".join(pieces)

@@ -108,7 +108,10 @@ def is_placeholder(value: str, *, quoted: bool) -> bool:
     if _REFERENCE.fullmatch(stripped):
         # A dotted name is an attribute access; a lowercase snake name containing a secret word
         # is a variable holding the secret (password=db_password), not the secret itself.
-        return "." in stripped or any(word in stripped for word in _REFERENCE_WORDS)
+        if "." in stripped:
+            # settings.DB_PASSWORD is an attribute access; pk.eyJ1Ijoi... is a dotted token.
+            return all(len(part) <= 32 for part in stripped.split("."))
+        return any(word in stripped for word in _REFERENCE_WORDS)
     return False
 
 

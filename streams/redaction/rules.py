@@ -19,10 +19,11 @@ from streams.redaction.context import (
     PRIVATE_KEY_RULE,
     URL_PASSWORD_RULE,
     EnvDumpRule,
+    WrappedTailRule,
 )
 from streams.redaction.pii import PAYMENT_CARD_RULE, DomainRule, EmailRule, home_rules
 from streams.redaction.policy import RedactionPolicy
-from streams.redaction.tokens import TOKEN_RULES, DiscordBotTokenRule
+from streams.redaction.tokens import TOKEN_RULES, DiscordBotTokenRule, TelegramBotTokenRule
 from streams.redaction.vendors import KeywordRule, PrefixTokenRule
 
 __all__ = ["build_rules", "rule_names"]
@@ -40,9 +41,11 @@ def build_rules(policy: RedactionPolicy) -> tuple[Rule, ...]:
         rules += home_rules()
     rules += TOKEN_RULES
     rules += (PrefixTokenRule(), KeywordRule())
-    rules.append(DiscordBotTokenRule())
+    rules += (DiscordBotTokenRule(), TelegramBotTokenRule())
     rules += CONTEXT_RULES
     rules.append(AssignmentRule())
+    # After every rule that leaves a marker: a secret's wrapped continuation goes with it.
+    rules.append(WrappedTailRule())
     if policy.redact_payment_cards:
         # Last: a card number inside a token or an assignment is already gone with it.
         rules.append(PAYMENT_CARD_RULE)

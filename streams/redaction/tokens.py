@@ -16,7 +16,7 @@ import re
 
 from streams.redaction.base import RegexRule, Rule, Scan, is_marker_at, marker
 
-__all__ = ["TOKEN_RULES", "DiscordBotTokenRule"]
+__all__ = ["TOKEN_RULES", "DiscordBotTokenRule", "TelegramBotTokenRule"]
 
 _BEFORE = "[A-Za-z0-9_]"
 
@@ -33,7 +33,7 @@ UNDERSCORE_GATE = _gate("_", (
 ))
 DASH_GATE = _gate("-", (
     "glpat-", "gldt-", "glrt-", "glptt-", "glft-", "glsoat-", "glcbt-", "xox[bpares]-", "xapp-",
-    "sk-", "pypi-", "AGE-",
+    "sk-", "pypi-", "AGE-", "sq0csp-", "sq0atp-",
 ))
 DOT_GATE = _gate(".", ("SG\\.", "ya29\\.", "hooks\\.", "discord\\.", "discordapp\\."))
 _SEPARATOR = {UNDERSCORE_GATE: "_", DASH_GATE: "-", DOT_GATE: "."}
@@ -64,12 +64,30 @@ def _token(name: str, prefixes: tuple[str, ...], body: str, description: str, *,
            gate: re.Pattern[str] | None = None, check: object = None, **guards: str | None) -> RegexRule:
     if "before" in guards and guards["before"] is None:
         guards["after"] = None
+    check = _all_checks(check, _not_placeholder)
     # Gated prefixes all contain the gate's separator; the others start with their first letter.
     needs = frozenset(_SEPARATOR[gate] if gate is not None else "".join(prefix[0] for prefix in prefixes))
     return RegexRule(
         name=name, gate=gate, pattern=_prefixed(prefixes, body, **guards),  # type: ignore[arg-type]
         check=check, description=description, needs=needs,  # type: ignore[arg-type]
     )
+
+
+def _not_placeholder(match: re.Match[str]) -> bool:
+    # ghp_xxxxxxxx..., AIzaXXXX-XXXX...: documentation placeholders, not keys.
+    return len(set(match.group(0)[-20:].lower()) - set("_-.")) > 3
+
+
+def _all_checks(*checks: object) -> object:
+    active = [check for check in checks if check is not None]
+    if len(active) == 1:
+        return active[0]
+
+    def check(match: re.Match[str]) -> bool:
+        return all(one(match) for one in active)  # type: ignore[operator]
+
+    check.__qualname__ = "+".join(getattr(one, "__qualname__", "") for one in active)
+    return check
 
 
 def _mixed(match: re.Match[str]) -> bool:
@@ -119,7 +137,7 @@ TOKEN_RULES: tuple[RegexRule, ...] = (
            "GitHub classic (ghp_, gho_, ghu_, ghs_, ghr_) and fine-grained (github_pat_) tokens",
            gate=_U, before=None),
     _token("gitlab-token", ("glpat-", "gldt-", "glrt-", "glptt-", "glft-", "glsoat-", "glcbt-"),
-           "[A-Za-z0-9_-]{20,}", "GitLab personal, deploy, runner, trigger and feed tokens",
+           r"[A-Za-z0-9_-]{20,}(?:\.[0-9a-z]{9})?", "GitLab personal, deploy, runner, trigger and feed tokens (also routable)",
            gate=_D, before=None, after="[A-Za-z0-9_-]"),
     _token("slack-token", ("xoxb-", "xoxp-", "xoxa-", "xoxr-", "xoxs-", "xoxe-", "xapp-"),
            "[0-9A-Za-z-]{10,}", "Slack bot, user, app and refresh tokens",
@@ -145,6 +163,8 @@ TOKEN_RULES: tuple[RegexRule, ...] = (
     _token("huggingface-token", ("hf_",), "[A-Za-z0-9]{30,}", "Hugging Face access token",
            gate=_U, before=None, check=_random_letters),
     _token("npm-token", ("npm_",), "[A-Za-z0-9]{30,}", "npm access token", gate=_U, before=None, check=_mixed),
+    _token("square-oauth-secret", ("sq0csp-", "sq0atp-"), "[0-9A-Za-z_-]{22,60}", "Square OAuth secret and access token",
+           gate=_D, before=None, after="[A-Za-z0-9_-]"),
     _token("pypi-token", ("pypi-AgE",), "[A-Za-z0-9_-]{40,}", "PyPI / TestPyPI upload token",
            gate=_D, before=None, after="[A-Za-z0-9_-]"),
     _token("shopify-token", ("shpat_", "shpca_", "shppa_", "shpss_"), "[a-fA-F0-9]{32}", "Shopify access tokens",
@@ -158,8 +178,37 @@ TOKEN_RULES: tuple[RegexRule, ...] = (
     # lines (each part starting with eyJ is found on its own).
     _token("jwt", ("eyJ",), r"[A-Za-z0-9_-]{13,}={0,2}(?:\.[A-Za-z0-9_-]+={0,2}){0,2}",
            "JSON Web Token (header.payload.signature), also a header or claims segment alone",
-           before=None, after="[A-Za-z0-9_-]", check=_jwt_like),
+           before="[A-Za-z0-9_]", after="[A-Za-z0-9_-]", check=_jwt_like),
 )
+
+
+class TelegramBotTokenRule(Rule):
+    """Telegram bot tokens: ``<5-16 digit bot id>:A<34 characters>``, anchored on ``:A``."""
+
+    _tail = re.compile(r":A[0-9A-Za-z_-]{34}(?![0-9A-Za-z_-])", re.ASCII)
+    _id = re.compile(r"(?<![0-9A-Za-z])[0-9]{5,16}\Z", re.ASCII)
+
+    def __init__(self) -> None:
+        super().__init__(name="telegram-bot-token", description="Telegram bot token", needs=frozenset(":"))
+
+    def fingerprint(self) -> list[str]:
+        return [*super().fingerprint(), self._tail.pattern, self._id.pattern]
+
+    def apply(self, scan: Scan, hits: dict[str, int]) -> str:
+        text = scan.text
+        pieces: list[str] = []
+        done = 0
+        for match in self._tail.finditer(text):
+            bot = self._id.search(text, max(done, match.start() - 16), match.start())
+            if bot is None:
+                continue
+            pieces += (text[done: bot.start()], marker(self.name))
+            done = match.end()
+        if not pieces:
+            return text
+        hits[self.name] = hits.get(self.name, 0) + len(pieces) // 2
+        pieces.append(text[done:])
+        return "".join(pieces)
 
 
 class DiscordBotTokenRule(Rule):

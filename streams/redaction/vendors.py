@@ -36,8 +36,12 @@ _FLAGS = re.ASCII
 # A separator opens the gate only when at least 12 token characters follow, with a digit or a
 # capital letter among them: random bodies have one, snake_case, kebab-case and dotted names,
 # dates, versions and decimals do not.
-_GATES = {sep: re.compile(re.escape(sep) + r"(?=[a-z_.+/-]{0,24}[0-9A-Z])(?=[A-Za-z0-9_.+/-]{12})", re.ASCII)
+_GATES = {sep: re.compile(re.escape(sep) + r"(?=[a-z_.+/-]{0,24}[0-9A-Z])(?=[A-Za-z0-9_.+/=-]{12})", re.ASCII)
           for sep in _SEPARATORS}
+_VALUE_GROUP = frozenset({"curl-auth-header", "curl-auth-user", "kubernetes-secret-yaml", "nuget-config-password",
+                          "freemius-secret-key", "sidekiq-sensitive-url", "azure-ad-client-secret",
+                          "airtable-personnal-access-token", "clickhouse-cloud-api-secret-key", "heroku-api-key-v2",
+                          "openshift-user-token", "perplexity-api-key"})
 # Heads shorter than this (sk_, hf_, s-) must start a word; longer ones may be glued to one.
 _SHORT_HEAD = 4
 # A token is extended over directly following characters of the same kind, so a token a little
@@ -64,8 +68,9 @@ class _Ported:
 
 def _compile(name: str, source: str, ci: bool, entropy: float) -> _Ported:
     pattern = re.compile(source, _FLAGS | (re.IGNORECASE if ci else 0))
-    named_groups = set(pattern.groupindex.values())
-    group = 1 if pattern.groups and 1 not in named_groups else 0
+    # A group is the secret only in rules that match context around it; elsewhere groups are
+    # mere repetition (([a-z0-9]{4}-){3}) and the whole match is the token.
+    group = 1 if name in _VALUE_GROUP else 0
     return _Ported(name, pattern, entropy, group)
 
 
@@ -143,7 +148,15 @@ class PrefixTokenRule(Rule):
             # The prefix of a long token starts its letter-and-digit run: look the run's first
             # characters up instead of scanning the text once per prefix.
             by_head: dict[str, list[_Ported]] = self._by_head  # type: ignore[attr-defined]
-            for start, _ in scan.long_runs():
+            starts = []
+            for start, end in scan.long_runs():
+                starts.append(start)
+                for joint in "-=":  # a token may start after a dash or an equals sign (key=AKCp...)
+                    joint_at = text.find(joint, start, end)
+                    while joint_at != -1:
+                        starts.append(joint_at + 1)
+                        joint_at = text.find(joint, joint_at + 1, end)
+            for start in starts:
                 for size in (3, 4):
                     head = text[start: start + size]
                     for rule in by_head.get(head, ()) + by_head.get(head.lower() + "/i", ()):  # type: ignore[operator]
@@ -201,7 +214,7 @@ class KeywordRule(Rule):
 
 # Keyword rules whose secrets may be short; the others are tried only in texts with a long token.
 _SHORT_BODIES = frozenset({"curl-auth-header", "curl-auth-user", "sidekiq-sensitive-url", "kubernetes-secret-yaml",
-                           "gitlab-session-cookie"})
+                           "gitlab-session-cookie", "microsoft-teams-webhook", "facebook-access-token"})
 # Keyword rules our own rules cover more widely (tokens.py: jwt, twilio-api-key, aws-access-key-id,
 # slack-webhook): their keywords ("ey", "sk") occur in almost every text.
 _COVERED = frozenset({"jwt", "twilio-api-key", "aws-access-token", "slack-webhook-url"})
