@@ -122,3 +122,22 @@ def test_chunk_times_stay_the_events_own(tmp_path: Path) -> None:
     records = [{"kind": "event", "logId": "default", "seq": 1, "event": future, "clockTime": NOW + SKEW}]
     chunks = chunk_stream(records, chunker, finalize=True)
     assert chunks[0]["eventTime"].startswith("2099-01-01")
+
+
+def test_the_tail_scan_bounds_by_the_append_time_l1_carries(tmp_path: Path) -> None:
+    """The planner's tail scan reads L1 events as AppendedEvent and bounds their time as the
+    agent does: without the bound the 2099 turn would still be open at the end of the range."""
+    from planner.tailscan import TailScan, chunker_for
+    from streams.l1 import AppendedEvent
+    from tests.planner.corpus import make_test_settings
+
+    future = datetime(2099, 1, 1, tzinfo=UTC).timestamp()
+    log = [(1, AppendedEvent(message(1, "evil", "t-future", future), NOW))]
+    log += [(n, AppendedEvent(message(n, f"s{n}", f"t{n}", NOW + 60 * n), NOW + 60 * n)) for n in range(2, 16)]
+    settings = make_test_settings(tmp_path, "unused:9092", idle_gap_seconds=GAP)
+    result = TailScan(chunker_for(settings), tick_every_seqs=2).run(log, from_seq=1, to_seq=15)
+    evil = [chunk for chunk in result.chunks if chunk["sessionId"] == "evil"]
+    assert evil and not evil[0].get("provisional")  # cut by a tick, not closed at the end
+    plain = [(seq, dict(event)) for seq, event in log]  # no append time: nothing bounds 2099
+    unbounded = TailScan(chunker_for(settings), tick_every_seqs=2).run(plain, from_seq=1, to_seq=15)
+    assert [c.get("provisional") for c in unbounded.chunks if c["sessionId"] == "evil"] == [True]
