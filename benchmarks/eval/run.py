@@ -540,6 +540,8 @@ def report(runs: list[Mapping[str, Any]]) -> str:
                 f"`{run_result['command']}` at {run_result['when']} on `{run_result['commit']}`; embedder "
                 f"`{run_result['embedder']}`, text engine `{run_result['textEngine']}`, seed {run_result['seed']}, "
                 f"{run_result['seconds'] / 60:.1f} min.", ""]
+        if run_result.get("note"):
+            out += [str(run_result["note"]), ""]
         out += table_markdown(run_result)
         if run_result.get("queryErrors"):
             out += ["", "Refused or failed queries:", ""]
