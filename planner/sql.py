@@ -57,6 +57,7 @@ VIEWS = ("sessions", "runs", "turns", "events", "tool_calls", "chunks")
 # memory limit bounds what DuckDB holds, this bounds what the server builds and sends.
 DEFAULT_MAX_RESULT_BYTES = 16 * 1024 * 1024
 _FETCH_BATCH_ROWS = 256
+_INTERRUPT_REPEAT_SECONDS = 0.05
 # Table functions that compute rather than read: everything else (read_*, glob, query,
 # duckdb_*, pragma_*, ...) is refused before execution.
 _TABLE_FUNCTIONS = frozenset({"range", "generate_series", "unnest"})
@@ -280,28 +281,38 @@ def _over(relation: duckdb.DuckDBPyRelation, name: str, sql: str) -> duckdb.Duck
 
 
 class _Watchdog:
-    """Interrupts a DuckDB connection after ``seconds``, unless stopped first. Stopping waits
-    for an interrupt in progress, so the connection is never interrupted while it closes."""
+    """Interrupts a DuckDB connection once ``seconds`` have passed, and again every
+    ``_INTERRUPT_REPEAT_SECONDS`` until stopped: an interrupt that lands between two statements
+    (while the views are being defined) is lost, so a single one could let the query that
+    follows run unbounded. Stopping waits for an interrupt in progress, so the connection is
+    never interrupted while it closes."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection, seconds: float) -> None:
         self._con = con
+        self._seconds = seconds
         self._lock = threading.Lock()
         self._stopped = False
-        self._timer = threading.Timer(seconds, self._fire)
-        self._timer.daemon = True
+        self._wake = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="usl-sql-watchdog", daemon=True)
 
     def start(self) -> None:
-        self._timer.start()
+        self._thread.start()
 
     def stop(self) -> None:
-        self._timer.cancel()
         with self._lock:
             self._stopped = True
+        self._wake.set()
 
-    def _fire(self) -> None:
-        with self._lock:
-            if not self._stopped:
+    def _run(self) -> None:
+        if self._wake.wait(self._seconds):
+            return
+        while True:
+            with self._lock:
+                if self._stopped:
+                    return
                 self._con.interrupt()
+            if self._wake.wait(_INTERRUPT_REPEAT_SECONDS):
+                return
 
 
 # -- validation ------------------------------------------------------------------------------

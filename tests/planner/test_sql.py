@@ -361,6 +361,22 @@ def test_a_heavy_query_is_interrupted(attachment: SqlAttachment) -> None:
     assert time.monotonic() - started < 5
 
 
+def test_a_timeout_that_passes_while_the_views_are_defined_still_stops_the_query(
+        attachment: SqlAttachment, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An interrupt that lands between statements is lost: the watchdog repeats it until the
+    query is done, so a slow setup cannot let the query run unbounded."""
+    prepare = SqlAttachment._prepare
+
+    def slow_prepare(self: SqlAttachment, *args: Any) -> None:
+        time.sleep(0.6)  # the deadline passes here, before the views are defined
+        prepare(self, *args)
+
+    monkeypatch.setattr(SqlAttachment, "_prepare", slow_prepare)
+    error = refused(attachment, "SELECT count(*) FROM range(100000) a, range(100000) b "
+                    "WHERE a.range <> b.range", timeout_seconds=0.2)
+    assert "longer than 0.2 s" in error.message
+
+
 def test_memory_limit_is_enforced(attachment: SqlAttachment) -> None:
     error = refused(attachment, "SELECT list(range::VARCHAR || 'padding-padding') FROM range(20000000)",
                     memory_limit="32MB", timeout_seconds=30)
