@@ -229,6 +229,15 @@ def test_client_follows_cursors_and_raises_the_api_error(served: tuple[Settings,
         found = [json.loads(line) for line in client.export("hits", query="deploy", limit=3).data.splitlines()]
         assert [hit["chunkId"] for hit in found] == paged[:3]
         assert [hit["rank"] for hit in found] == [1, 2, 3]
+        # Events go in through the same client, once each (SPEC §12 live ingest).
+        event = {"eventId": "client-e1", "logId": "default", "sessionId": "s-client",
+                 "type": "session.started", "time": "2026-02-01T00:00:00Z",
+                 "acl": {"tenant": "acme", "read": ["user:alice"]}}
+        first_append = client.events([event])
+        assert (first_append["appended"], first_append["duplicates"], first_append["rejected"]) == (1, 0, [])
+        assert client.events([event])["duplicates"] == 1
+        refused_event = client.events([{"eventId": "client-e2"}])["rejected"]
+        assert [r["index"] for r in refused_event] == [0]
         for what, extra in (("everything", {}), ("sessions", {"query": "deploy"}), ("hits", {})):
             with pytest.raises(APIError) as refused:
                 client.export(what, **extra)  # type: ignore[arg-type]
