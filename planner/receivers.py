@@ -252,7 +252,13 @@ def routes(settings: Settings, bootstrap: str, principal_of: Callable[[Request],
         answer = await run_in_threadpool(receiver.receive, body["events"], principal, log_id)
         return JSONResponse(answer)
 
-    return [Route("/v1/events", guarded(_answer(events)), methods=["POST"])]
+    async def traces(request: Request) -> Response:
+        from planner.otlp import traces_endpoint
+
+        return await traces_endpoint(request, receiver, principal_of(request))
+
+    return [Route("/v1/events", guarded(_answer(events)), methods=["POST"]),
+            Route("/v1/traces", guarded(_answer(traces)), methods=["POST"])]
 
 
 def openapi_paths(*, security: list[dict[str, list[str]]], principal: dict[str, Any],
@@ -283,4 +289,18 @@ def openapi_paths(*, security: list[dict[str, list[str]]], principal: dict[str, 
             "responses": {"200": {"description": "Appended, duplicates and rejected events",
                                   "content": {"application/json": {"schema": answer}}},
                           **errors(400, 401, 403, 413, 415, 500), **too_many}}},
+        "/v1/traces": {"post": {
+            "summary": "OTLP/HTTP traces receiver: OpenTelemetry GenAI spans become ASP events",
+            "parameters": [principal, {"name": "log", "in": "query", "required": False,
+                                       "schema": {"type": "string", "default": "default"}}],
+            "security": security,
+            "requestBody": {"required": True, "content": {
+                "application/x-protobuf": {"schema": {"type": "string", "format": "binary"}},
+                "application/json": {"schema": {"type": "object", "properties": {
+                    "resourceSpans": {"type": "array"}}}}}},
+            "responses": {"200": {"description": "ExportTraceServiceResponse (partialSuccess names "
+                                                 "refused spans)", "content": {
+                "application/json": {"schema": {"type": "object"}},
+                "application/x-protobuf": {"schema": {"type": "string", "format": "binary"}}}},
+                **errors(400, 401, 403, 413, 415, 500), **too_many}}},
     }

@@ -143,3 +143,7 @@ def test_events_route_is_in_the_openapi_document():
     document = openapi()
     post_events = document["paths"]["/v1/events"]["post"]
     assert {"200", "401", "429"} <= set(post_events["responses"])
+
+
+#: A reader of tenant default (the tenant keyless writes get).
+READER_PRINCIPAL = Principal(tenant="default", user="tester")

@@ -1,0 +1,107 @@
+"""``POST /v1/traces``: the OTLP/HTTP traces receiver (protobuf or JSON).
+
+The body is an ``ExportTraceServiceRequest`` (``application/x-protobuf``, decoded with the
+``opentelemetry-proto`` package, or ``application/json``). Its GenAI spans become ASP events
+(:mod:`streams.importers.otel`) that go through :class:`planner.receivers.EventReceiver`: the
+caller's tenant, dedup by eventId, and the answer only after L1 committed them. The answer is an
+``ExportTraceServiceResponse`` in the request's encoding, with ``partialSuccess`` naming how many
+spans were refused and why. The log is ``?log=NAME`` (default ``default``).
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import orjson
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import Response
+
+from planner.acl import Principal
+from planner.exceptions import QueryError
+from streams.importers.base import Accepted
+from streams.importers.otel import span_events
+
+__all__ = ["decode_request", "traces_endpoint"]
+
+_PROTOBUF = "application/x-protobuf"
+
+
+def decode_request(body: bytes, media_type: str) -> dict[str, Any]:
+    """An ExportTraceServiceRequest as an OTLP/JSON-shaped dict (ids as hex)."""
+    if media_type == _PROTOBUF:
+        from google.protobuf.json_format import MessageToDict
+        from google.protobuf.message import DecodeError
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+            ExportTraceServiceRequest,
+        )
+
+        message = ExportTraceServiceRequest()
+        try:
+            message.ParseFromString(body)
+        except DecodeError:
+            raise QueryError("the body is not an OTLP ExportTraceServiceRequest (protobuf)",
+                             hint="Send what an OTLP/HTTP exporter sends, or OTLP JSON.") from None
+        request: dict[str, Any] = MessageToDict(message)
+        for resource_spans in request.get("resourceSpans", []):
+            for scope_spans in resource_spans.get("scopeSpans", []):
+                for span in scope_spans.get("spans", []):
+                    for key in ("traceId", "spanId", "parentSpanId"):
+                        if span.get(key):
+                            span[key] = base64.b64decode(span[key]).hex()
+        return request
+    try:
+        request = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise QueryError("the body is not valid OTLP JSON", hint="Send an ExportTraceServiceRequest.") from None
+    if not isinstance(request, dict):
+        raise QueryError("an OTLP request is a JSON object with resourceSpans",
+                         hint='For example {"resourceSpans": []}.')
+    return request
+
+
+def _response(media_type: str, rejected: int, message: str) -> Response:
+    if media_type == _PROTOBUF:
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+            ExportTraceServiceResponse,
+        )
+
+        answer = ExportTraceServiceResponse()
+        if rejected:
+            answer.partial_success.rejected_spans = rejected
+            answer.partial_success.error_message = message
+        return Response(answer.SerializeToString(), media_type=_PROTOBUF)
+    body: dict[str, Any] = {}
+    if rejected:
+        body["partialSuccess"] = {"rejectedSpans": rejected, "errorMessage": message}
+    return Response(orjson.dumps(body), media_type="application/json")
+
+
+async def traces_endpoint(request: Request, receiver: Any, principal: Principal) -> Response:
+    """Decode, map and append; answer as OTLP/HTTP does."""
+    from planner.receivers import check_event
+
+    media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media_type not in (_PROTOBUF, "application/json"):
+        from planner.api import UnsupportedMediaType
+
+        raise UnsupportedMediaType(f"OTLP/HTTP bodies are protobuf or JSON, not {media_type or 'untyped'}",
+                                   hint="Send Content-Type: application/x-protobuf or application/json.")
+    log_id = request.query_params.get("log", "default")
+    decoded = decode_request(await request.body(), media_type)
+    checked: list[tuple[int, dict[str, Any]]] = []
+    rejected: list[dict[str, Any]] = []
+    for index, item in enumerate(span_events(decoded, log_id=log_id)):
+        if isinstance(item, Accepted):
+            event, reason = check_event(item.event, principal, log_id)
+            if event is not None:
+                checked.append((index, event))
+                continue
+            rejected.append({"index": index, "reason": reason, "record": item.record})
+        else:
+            rejected.append({"index": index, "reason": item.reason, "record": item.record})
+    answer = await run_in_threadpool(receiver.append, checked, rejected, log_id, principal.tenant)
+    refused = {str(r.get("record", r["index"])).split(" ")[0] for r in answer["rejected"]}
+    reasons = "; ".join(sorted({r["reason"] for r in answer["rejected"]}))[:1000]
+    return _response(media_type, len(refused), reasons)

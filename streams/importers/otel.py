@@ -1,0 +1,325 @@
+"""OpenTelemetry GenAI spans (OTLP, JSON shape) → ASP v1 events, with lineage.
+
+Spans are read as the OTLP/JSON encoding has them (``resourceSpans[].scopeSpans[].spans[]``,
+hex ``traceId`` / ``spanId``, typed attribute values); ``planner.otlp`` turns protobuf into the
+same shape. Only spans with ``gen_ai.operation.name`` become events; ``docs/importers.md`` has the
+mapping. In short:
+
+- the session is ``gen_ai.conversation.id`` (else ``otel-<traceId>``);
+- ``invoke_agent`` → ``run.started`` / ``run.ended`` (runId from the span), the agent's
+  ``gen_ai.agent.*`` in its fields; its captured input and output messages;
+- ``chat`` (also ``generate_content``, ``text_completion``) → a turn: ``turn.started``, its input
+  messages (history repeated by later calls collapses: such a message's id is its place and
+  content in the conversation), its output messages, ``turn.ended``;
+- ``execute_tool`` → ``tool.call`` (``gen_ai.tool.name``, ``gen_ai.tool.call.id``,
+  ``gen_ai.tool.call.arguments``) and ``tool.result`` (``gen_ai.tool.call.result``, status from
+  the span status);
+- lineage: the first event of every span has the id ``anchor(traceId, spanId)``, and every
+  span's first event names ``anchor(parent span)`` as its ``parentEventId``, so parent links
+  hold across export batches; an event's ``runId`` is its nearest ``invoke_agent`` ancestor's
+  (a parent span outside the batch is taken to be that run).
+
+Ids are hashes of trace, span and content: a span exported twice yields the same events.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+
+from streams.asp import validate_event
+from streams.exceptions import SchemaError
+from streams.importers.base import Accepted, Rejected, raw_text, stable_id, time_from_posix
+
+__all__ = ["AGENT_OPERATIONS", "CHAT_OPERATIONS", "TOOL_OPERATIONS", "attributes", "iter_spans", "span_events"]
+
+AGENT_OPERATIONS = frozenset({"invoke_agent", "create_agent", "invoke_workflow"})
+CHAT_OPERATIONS = frozenset({"chat", "generate_content", "text_completion"})
+TOOL_OPERATIONS = frozenset({"execute_tool"})
+_ROLES = {"user", "assistant", "system", "developer", "tool"}
+_STATUS_ERROR = {2, "STATUS_CODE_ERROR"}
+
+
+def attributes(items: Any) -> dict[str, Any]:
+    """OTLP key/value list → plain dict (``{"key", "value": {"stringValue": ...}}``)."""
+    found: dict[str, Any] = {}
+    for item in _list(items):
+        if isinstance(item, dict) and isinstance(item.get("key"), str):
+            found[item["key"]] = _value(item.get("value"))
+    return found
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _value(value: Any) -> Any:
+    if not isinstance(value, dict):
+        return None
+    for kind in ("stringValue", "boolValue", "doubleValue"):
+        if kind in value:
+            return value[kind]
+    if "intValue" in value:
+        try:
+            return int(value["intValue"])
+        except (TypeError, ValueError):
+            return value["intValue"]
+    if "arrayValue" in value:
+        return [_value(v) for v in _list(_dict(value["arrayValue"]).get("values"))]
+    if "kvlistValue" in value:
+        return attributes(_dict(value["kvlistValue"]).get("values"))
+    if "bytesValue" in value:
+        return value["bytesValue"]
+    return None
+
+
+def iter_spans(request: dict[str, Any]) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+    """(resource attributes, span) for every span of an ExportTraceServiceRequest."""
+    for resource_spans in _list(request.get("resourceSpans")):
+        if not isinstance(resource_spans, dict):
+            continue
+        resource = attributes(_dict(resource_spans.get("resource")).get("attributes"))
+        for scope_spans in _list(resource_spans.get("scopeSpans")):
+            for span in _list(_dict(scope_spans).get("spans")):
+                if isinstance(span, dict):
+                    yield resource, span
+
+
+def _hex(value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        return ""
+    if all(c in "0123456789abcdefABCDEF" for c in value):
+        return value.lower()
+    try:  # base64, as protobuf's JSON mapping writes bytes
+        return base64.b64decode(value, validate=True).hex()
+    except ValueError:
+        return ""  # not an id: the span is refused for it
+
+
+def _time(nanos: Any) -> str | None:
+    try:
+        value = int(nanos)
+        return time_from_posix(value / 1e9) if value > 0 else None
+    except (TypeError, ValueError, OverflowError, OSError):
+        return None
+
+
+def _messages(value: Any) -> list[dict[str, Any]]:
+    """``gen_ai.input.messages`` / ``output.messages``: a JSON string (or list) of
+    ``{"role", "parts": [{"type": "text", "content"}, {"type": "tool_call", ...}]}``."""
+    if isinstance(value, str):
+        try:
+            value = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            return [{"role": "user", "parts": [{"type": "text", "content": value}]}]
+    return [m for m in value if isinstance(m, dict)] if isinstance(value, list) else []
+
+
+def _text(message: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
+    texts: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for part in _list(message.get("parts")):
+        if not isinstance(part, dict):
+            continue
+        if part.get("type") == "text" and isinstance(part.get("content"), str):
+            texts.append(part["content"])
+        elif part.get("type") == "tool_call":
+            calls.append({k: part.get(k) for k in ("id", "name", "arguments") if part.get(k) is not None})
+        elif part.get("type") == "tool_call_response" and part.get("response") is not None:
+            response = part["response"]
+            texts.append(response if isinstance(response, str) else orjson.dumps(response).decode())
+    if isinstance(message.get("content"), str):  # the older events shape
+        texts.append(message["content"])
+    return "\n".join(texts), calls
+
+
+class _Batch:
+    """The spans of one request, for the lineage lookups."""
+
+    def __init__(self, spans: list[tuple[dict[str, Any], dict[str, Any]]]) -> None:
+        self.spans = {(_hex(s.get("traceId")), _hex(s.get("spanId"))): (r, s, attributes(s.get("attributes")))
+                      for r, s in spans}
+
+    def run_of(self, trace: str, span: dict[str, Any], attrs: dict[str, Any]) -> str | None:
+        if attrs.get("gen_ai.operation.name") in AGENT_OPERATIONS:
+            return stable_id("run", trace, _hex(span.get("spanId")))
+        parent = _hex(span.get("parentSpanId"))
+        seen = 0
+        while parent and seen < 64:
+            found = self.spans.get((trace, parent))
+            if found is None:
+                return stable_id("run", trace, parent)  # outside this batch: taken to be the run
+            _resource, above, above_attrs = found
+            if above_attrs.get("gen_ai.operation.name") in AGENT_OPERATIONS:
+                return stable_id("run", trace, parent)
+            parent, seen = _hex(above.get("parentSpanId")), seen + 1
+        return None
+
+
+def span_events(request: dict[str, Any], *, log_id: str = "default") -> Iterator[Accepted | Rejected]:
+    """The ASP events of every GenAI span of ``request`` (an OTLP/JSON-shaped dict)."""
+    spans = list(iter_spans(request))
+    batch = _Batch(spans)
+    started: set[str] = set()
+    for index, (resource, span) in enumerate(spans):
+        attrs = attributes(span.get("attributes"))
+        operation = attrs.get("gen_ai.operation.name")
+        if not isinstance(operation, str):
+            continue
+        trace, span_id = _hex(span.get("traceId")), _hex(span.get("spanId"))
+        record = f"span[{index}] {trace}/{span_id}"
+        if not trace or not span_id:
+            yield Rejected(record, "a span needs a traceId and a spanId", raw_text(span))
+            continue
+        start, end = _time(span.get("startTimeUnixNano")), _time(span.get("endTimeUnixNano"))
+        if start is None:
+            yield Rejected(record, "a span needs startTimeUnixNano", raw_text(span))
+            continue
+        yield from _Span(log_id, record, resource, span, attrs, operation, trace, span_id, start,
+                         end or start, batch.run_of(trace, span, attrs), started).events()
+
+
+class _Span:
+    """The events of one GenAI span."""
+
+    def __init__(self, log_id: str, record: str, resource: dict[str, Any], span: dict[str, Any],
+                 attrs: dict[str, Any], operation: str, trace: str, span_id: str, start: str, end: str,
+                 run_id: str | None, started: set[str]) -> None:
+        self.log_id, self.record, self.span, self.attrs = log_id, record, span, attrs
+        self.operation, self.trace, self.span_id = operation, trace, span_id
+        self.start, self.end, self.run_id, self.started = start, end, run_id, started
+        conversation = attrs.get("gen_ai.conversation.id")
+        self.session = str(conversation) if conversation else f"otel-{trace}"
+        self.service = resource.get("service.name")
+        parent = _hex(span.get("parentSpanId"))
+        self.parent_event = _anchor(log_id, trace, parent) if parent else None
+        self.turn_id = stable_id("turn", trace, span_id) if operation in CHAT_OPERATIONS else None
+        status = _dict(span.get("status"))
+        code = status.get("code")
+        self.failed = isinstance(code, int | str) and code in _STATUS_ERROR
+        self.status_message = str(status.get("message") or "")
+
+    def event(self, event_type: str, event_id: str, time: str, *, role: str | None = None,
+              fields: dict[str, Any] | None = None, parent: str | None = None,
+              turn: bool = True, run: bool = True) -> Accepted | Rejected:
+        event: dict[str, Any] = {"eventId": event_id, "logId": self.log_id, "sessionId": self.session,
+                                 "type": event_type, "time": time, "fields": fields or {}}
+        for key, value in (("runId", self.run_id if run else None), ("turnId", self.turn_id if turn else None),
+                           ("role", role), ("parentEventId", parent)):
+            if value is not None:
+                event[key] = value
+        try:
+            return Accepted(validate_event(event, record=self.record), self.record)
+        except SchemaError as exc:
+            return Rejected(self.record, f"{exc.reason} (field {exc.field})" if exc.field else exc.reason,
+                            raw_text(self.span))
+
+    def events(self) -> Iterator[Accepted | Rejected]:
+        if self.session not in self.started:
+            self.started.add(self.session)
+            fields = {"source": "opentelemetry", **({"service": self.service} if self.service else {})}
+            yield self.event("session.started", stable_id("otel", self.log_id, self.session, "session.started"),
+                             self.start, fields=fields, turn=False, run=False)
+        anchor = _anchor(self.log_id, self.trace, self.span_id)
+        model = self.attrs.get("gen_ai.response.model") or self.attrs.get("gen_ai.request.model")
+        if self.operation in TOOL_OPERATIONS:
+            yield from self._tool(anchor)
+            return
+        if self.operation in CHAT_OPERATIONS:
+            yield self.event("turn.started", anchor, self.start, role="user", parent=self.parent_event)
+            opening = None
+        else:
+            agent = {key.removeprefix("gen_ai."): value for key, value in self.attrs.items()
+                     if key.startswith("gen_ai.agent.") or key in ("gen_ai.provider.name", "gen_ai.system")}
+            fields = {"operation": self.operation, **{_camel(k): v for k, v in agent.items()},
+                      **({"model": model} if model else {})}
+            yield self.event("run.started", anchor, self.start, fields=fields, parent=self.parent_event)
+            opening = anchor
+        yield from self._messages(anchor, model)
+        if self.failed:
+            yield self.event("error", stable_id("otel", anchor, "error"), self.end,
+                             fields={"message": self.status_message or f"{self.operation} failed"})
+        closing = "turn.ended" if self.operation in CHAT_OPERATIONS else "run.ended"
+        yield self.event(closing, stable_id("otel", anchor, "ended"), self.end, parent=opening)
+
+    def _messages(self, anchor: str, model: Any) -> Iterator[Accepted | Rejected]:
+        history = _messages(self.attrs.get("gen_ai.input.messages"))
+        instructions = self.attrs.get("gen_ai.system_instructions")
+        if instructions:  # a JSON array of parts, or plain text
+            parts: Any = instructions
+            if isinstance(parts, str):
+                try:
+                    parts = orjson.loads(parts)
+                except orjson.JSONDecodeError:
+                    parts = [{"type": "text", "content": instructions}]
+            history = [{"role": "system", "parts": parts if isinstance(parts, list) else []}, *history]
+        for position, message in enumerate(history):
+            text, calls = _text(message)
+            if not text and not calls:
+                continue
+            role = message.get("role") if isinstance(message.get("role"), str) and message["role"] in _ROLES \
+                else "user"
+            # Each call repeats the conversation so far: the same message at the same place
+            # in the same conversation is one event.
+            digest = hashlib.sha256(f"{role}\x1f{text}".encode()).hexdigest()[:16]
+            event_id = stable_id("otel", self.log_id, self.session, "in", position, digest)
+            yield self.event("message", event_id, self.start, role=role,
+                             fields={"text": text, **({"toolCalls": calls} if calls else {})})
+        usage = {"inputTokens": self.attrs.get("gen_ai.usage.input_tokens"),
+                 "outputTokens": self.attrs.get("gen_ai.usage.output_tokens")}
+        for position, message in enumerate(_messages(self.attrs.get("gen_ai.output.messages"))):
+            text, calls = _text(message)
+            if not text and not calls:
+                continue
+            fields: dict[str, Any] = {"text": text}
+            if calls:
+                fields["toolCalls"] = calls
+            if model:
+                fields["model"] = model
+            if position == 0 and any(v is not None for v in usage.values()):
+                fields["usage"] = {k: v for k, v in usage.items() if v is not None}
+            yield self.event("message", stable_id("otel", anchor, "out", position), self.end,
+                             role="assistant", fields=fields, parent=anchor)
+
+    def _tool(self, anchor: str) -> Iterator[Accepted | Rejected]:
+        name = str(self.attrs.get("gen_ai.tool.name") or "tool")
+        call_id = str(self.attrs.get("gen_ai.tool.call.id") or self.span_id)
+        arguments = self.attrs.get("gen_ai.tool.call.arguments")
+        if isinstance(arguments, str):
+            try:
+                arguments = orjson.loads(arguments)
+            except orjson.JSONDecodeError:
+                pass
+        call_fields: dict[str, Any] = {"toolName": name, "toolCallId": call_id,
+                                       "input": arguments if isinstance(arguments, dict) else
+                                       ({} if arguments is None else {"arguments": arguments})}
+        for key in ("gen_ai.tool.type", "gen_ai.tool.description"):
+            if self.attrs.get(key) is not None:
+                call_fields[_camel(key.removeprefix("gen_ai."))] = self.attrs[key]
+        yield self.event("tool.call", anchor, self.start, role="assistant", fields=call_fields,
+                         parent=self.parent_event, turn=False)
+        result = self.attrs.get("gen_ai.tool.call.result")
+        output = result if isinstance(result, str) else ("" if result is None else orjson.dumps(result).decode())
+        if self.failed and not output:
+            output = self.status_message
+        yield self.event("tool.result", stable_id("otel", anchor, "result"), self.end, role="tool",
+                         fields={"toolCallId": call_id, "toolName": name,
+                                 "status": "error" if self.failed else "ok", "output": output},
+                         parent=anchor, turn=False)
+
+
+def _anchor(log_id: str, trace: str, span_id: str) -> str:
+    return stable_id("otel", log_id, trace, span_id)
+
+
+def _camel(dotted: str) -> str:
+    head, *rest = dotted.replace("_", ".").split(".")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)

@@ -1,0 +1,153 @@
+"""POST /v1/traces: the real OpenTelemetry SDK exports GenAI spans over OTLP/HTTP (protobuf) to
+the API; they land in L1 once each, with lineage, and are searchable. OTLP JSON maps the same."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+import pytest
+import uvicorn
+
+from planner.api import create_app
+from planner.engine import Planner
+from sinks.watermarks import WatermarkFollower
+from streams.importers.otel import span_events
+from streams.l1 import L1Reader
+from streams.settings import Settings
+from tests.planner.test_receivers import READER_PRINCIPAL
+
+pytestmark = pytest.mark.kafka
+
+CONVERSATION = "conv-otel-7"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture
+def served(make_settings: Any) -> Iterator[tuple[Settings, Planner, str]]:
+    settings = make_settings(embedder="hash:64")
+    follower = WatermarkFollower(settings.bootstrap_servers or "", settings).start(timeout_seconds=30)
+    planner = Planner(settings, settings.bootstrap_servers or "", follower=follower)
+    port = _free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(settings, settings.bootstrap_servers or "", planner=planner),
+                                           host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        yield settings, planner, f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        planner.close()
+        follower.stop()
+
+
+def send_agent_run(endpoint: str) -> None:
+    """An agent run as GenAI instrumentation emits it: invoke_agent > chat, execute_tool."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.trace import Status, StatusCode
+
+    provider = TracerProvider(resource=Resource.create({"service.name": "weather-agent"}))
+    # One export per span as it ends: children reach the receiver before their parent.
+    provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=f"{endpoint}/v1/traces")))
+    tracer = provider.get_tracer("usl-test")
+    common = {"gen_ai.conversation.id": CONVERSATION, "gen_ai.provider.name": "openai"}
+    question = [{"role": "user", "parts": [{"type": "text", "content": "Will it hail in Reykjavik tomorrow?"}]}]
+    with tracer.start_as_current_span("invoke_agent forecaster", attributes={
+            **common, "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "forecaster",
+            "gen_ai.agent.id": "agent-42", "gen_ai.input.messages": orjson.dumps(question).decode()}):
+        with tracer.start_as_current_span("chat gpt-4o", attributes={
+                **common, "gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o",
+                "gen_ai.input.messages": orjson.dumps(question).decode(),
+                "gen_ai.output.messages": orjson.dumps([{"role": "assistant", "parts": [
+                    {"type": "tool_call", "id": "call_1", "name": "get_forecast",
+                     "arguments": {"city": "Reykjavik"}}]}]).decode(),
+                "gen_ai.usage.input_tokens": 31, "gen_ai.usage.output_tokens": 12}):
+            pass
+        with tracer.start_as_current_span("execute_tool get_forecast", attributes={
+                **common, "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "get_forecast",
+                "gen_ai.tool.call.id": "call_1", "gen_ai.tool.call.arguments": '{"city": "Reykjavik"}',
+                "gen_ai.tool.call.result": "graupel showers expected after midnight"}):
+            pass
+        with tracer.start_as_current_span("execute_tool get_radar", attributes={
+                **common, "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "get_radar",
+                "gen_ai.tool.call.id": "call_2"}) as failing:
+            failing.set_status(Status(StatusCode.ERROR, "radar offline"))
+    provider.shutdown()
+
+
+def l1_events(settings: Settings) -> list[dict[str, Any]]:
+    reader = L1Reader(settings.bootstrap_servers or "", settings)
+    try:
+        return [event for _seq, event in reader.read("default", 1)]
+    finally:
+        reader.close()
+
+
+def test_sdk_spans_are_searchable_with_lineage(served):
+    settings, planner, endpoint = served
+    send_agent_run(endpoint)
+    events = l1_events(settings)
+    assert max(Counter(e["eventId"] for e in events).values()) == 1
+    by_type = Counter(e["type"] for e in events)
+    assert by_type["session.started"] == 1 and by_type["run.started"] == by_type["run.ended"] == 1
+    assert by_type["turn.started"] == 1 and by_type["tool.call"] == by_type["tool.result"] == 2
+    assert {e["sessionId"] for e in events} == {CONVERSATION}
+    run = next(e for e in events if e["type"] == "run.started")
+    assert run["fields"]["agentName"] == "forecaster" and run["fields"]["agentId"] == "agent-42"
+    # Lineage: every span's first event points at its parent span's; all in the agent's run.
+    assert all(e.get("runId") == run["runId"] for e in events if e["type"] != "session.started")
+    turn = next(e for e in events if e["type"] == "turn.started")
+    calls = {e["fields"]["toolCallId"]: e for e in events if e["type"] == "tool.call"}
+    results = {e["fields"]["toolCallId"]: e for e in events if e["type"] == "tool.result"}
+    assert turn["parentEventId"] == run["eventId"] == calls["call_1"]["parentEventId"]
+    assert results["call_1"]["parentEventId"] == calls["call_1"]["eventId"]
+    assert results["call_2"]["fields"]["status"] == "error"
+    assert results["call_2"]["fields"]["output"] == "radar offline"
+    answer = planner.search({"query": "hail Reykjavik", "freshness": "latest", "mode": "text"}, READER_PRINCIPAL)
+    hits = answer["results"]
+    assert hits and hits[0]["sessionId"] == CONVERSATION and hits[0]["runId"] == run["runId"]
+    assert answer["freshness"]["label"] == "latest"
+
+
+def test_otlp_json_maps_like_protobuf(served):
+    import httpx
+
+    settings, _planner, endpoint = served
+    span = {"traceId": "5b8efff798038103d269b633813fc60c", "spanId": "eee19b7ec3c1b174",
+            "name": "execute_tool lookup", "startTimeUnixNano": "1764579600000000000",
+            "endTimeUnixNano": "1764579601000000000", "attributes": [
+                {"key": "gen_ai.operation.name", "value": {"stringValue": "execute_tool"}},
+                {"key": "gen_ai.tool.name", "value": {"stringValue": "lookup"}},
+                {"key": "gen_ai.tool.call.result", "value": {"stringValue": "the ledger balances"}}]}
+    body = {"resourceSpans": [{"resource": {"attributes": []}, "scopeSpans": [{"spans": [
+        span, {**span, "spanId": "not-hex!", "attributes": []}, {"spanId": "x"}]}]}]}
+    for _ in range(2):  # an exporter's retry sends the same spans again: nothing new
+        response = httpx.post(f"{endpoint}/v1/traces", content=orjson.dumps(body),
+                              headers={"Content-Type": "application/json"}, timeout=30)
+        assert response.status_code == 200, response.text
+    assert response.json() == {}  # the span without gen_ai.operation.name is not GenAI: skipped
+    types = [e["type"] for e in l1_events(settings)]
+    assert types == ["session.started", "tool.call", "tool.result"]
+    bad = httpx.post(f"{endpoint}/v1/traces", content=b"\x0a\xff", headers={"Content-Type": "application/x-protobuf"})
+    assert bad.status_code == 400 and bad.json()["error"]["code"] == "bad_query"
+    assert [i.reason for i in span_events({"resourceSpans": [{"scopeSpans": [{"spans": [
+        {"traceId": "ab", "spanId": "cd", "attributes": [
+            {"key": "gen_ai.operation.name", "value": {"stringValue": "chat"}}]}]}]}]})] == [
+        "a span needs startTimeUnixNano"]
