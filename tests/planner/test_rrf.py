@@ -100,6 +100,9 @@ def test_order_is_total_and_independent_of_list_order(case, rnd):
     keys = [sort_key(hit) for hit in hits]
     assert keys == sorted(keys)
     assert len(set(keys)) == len(keys)
+    # The exact score is the sum of the fractions (fuse sorts integers over a common denominator).
+    assert all(hit.rrf_exact == sum(Fraction(1, 60 + c["rank"]) for c in hit.components.values())
+               for hit in hits)
     shuffled = list(lists)
     rnd.shuffle(shuffled)
     again = fuse(shuffled, event_time=times)
