@@ -23,6 +23,7 @@ _NAMED = {
     "accountkey": "azure-storage-key",
     "sharedaccesskey": "azure-storage-key",
 }
+_SHORTEST_PROSE = 20  # "key " and a 16-character value
 # Words that may stand between a secret's name and its value in prose.
 _CONNECTORS = (
     "is", "was", "are", "were", "be", "been", "for", "of", "to", "in", "set", "the", "a", "an", "my", "your",
@@ -71,7 +72,7 @@ class AssignmentRule(Rule):
     # then a value, which must look random (_judge_prose).
     _prose = re.compile(
         r"(?:passw(?:or)?ds?|passphrase|pwd|secret|token|credential|cookie|auth|key)[A-Za-z_-]{0,24}"
-        r"(?:[^\w\r\n-]{1,4}(?:" + "|".join(_CONNECTORS) + r")){0,3}[^\w\r\n-]{1,4}"
+        r"(?:[^\w\r\n./(-]{1,4}(?:" + "|".join(_CONNECTORS) + r")){0,3}[^\w\r\n./(-]{1,4}"
         r"(?P<bare>[A-Za-z0-9_+/=.~%-]{16,4096})",
         re.ASCII | re.IGNORECASE,
     )
@@ -95,6 +96,8 @@ class AssignmentRule(Rule):
 
     def apply(self, scan: Scan, hits: dict[str, int]) -> str:
         text = scan.text
+        if len(text) < _SHORTEST_PROSE and not any(separator in text for separator in "=:-<"):
+            return text  # neither an assignment, a flag, an XML element nor a sentence with a value
         found: list[tuple[int, int, str]] = []
         if "--" in text:
             found += self._spans(text, self._flag.finditer(text), kind="flag")
@@ -209,13 +212,14 @@ class AssignmentRule(Rule):
         vendor = vendor_rule(text[max(0, word_start - 32): word_end], value)
         if vendor is not None:
             return start, end, vendor
-        if _UUID.fullmatch(value) or _IDENTIFIER.fullmatch(value) or "=" in value.rstrip("="):
+        if _UUID.fullmatch(value) or _IDENTIFIER.fullmatch(value) or _NAME_EQUALS.match(value):
             return None  # an id, a name, or name=value text (the assignment rule's to judge)
         return (start, end, _PROSE) if looks_random(value) else None
 
 
 # A UUID is an identifier wherever it is written; snake, kebab, dotted and camel-case names are
 # identifiers too, however long.
+_NAME_EQUALS = re.compile(r"[A-Za-z_][A-Za-z_.-]{0,40}=", re.ASCII)
 _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}", re.ASCII)
 _IDENTIFIER = re.compile(r"[a-z]+(?:[_.-][a-z]+[0-9]{0,3})+|[A-Za-z][a-z]+(?:[A-Z][a-z]+[0-9]{0,3})+|[A-Z]+(?:_[A-Z]+[0-9]{0,3})+", re.ASCII)
 

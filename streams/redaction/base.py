@@ -39,8 +39,9 @@ Check = Callable[["re.Match[str]"], bool]
 _ASCII_LOWER = {code: code + 32 for code in range(ord("A"), ord("Z") + 1)}
 
 LONG_TOKEN = 16
-"""Length of the run of ASCII letters, digits, ``_``, ``-`` and ``=`` :meth:`Scan.has_long_token` looks for."""
-_ALNUM = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-="
+"""Length of the run of token characters (ASCII letters, digits and ``_-=+/.``) that
+:meth:`Scan.has_long_token` looks for."""
+_ALNUM = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-=+/."
 _ALNUM_AS_A = bytes(ord("a") if byte in _ALNUM else ord(" ") for byte in range(256))
 _LONG_RUN = b"a" * LONG_TOKEN
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -20,6 +21,7 @@ from streams.redaction.entropy import looks_random
 from streams.redaction.keys import NameClass, name_class
 from streams.redaction.policy import DEFAULT_POLICY, RedactionPolicy, policy_hash
 from streams.redaction.text import clip, redact_text
+from streams.redaction.vendors import token_heads
 
 __all__ = ["ID_KEYS", "OUTPUT_KEYS", "STRUCTURAL_FIELDS", "STRUCTURAL_KEYS", "RedactedEvent", "redact_event", "stable_id"]
 
@@ -43,6 +45,9 @@ OUTPUT_KEYS = ("output", "result", "content")
 """Where a ``tool.result`` event carries its output, in order of preference."""
 
 _SECRET_FIELD = "secret-field"
+# An id with no run of 16 letters and digits (a UUID, "turn-3", "s1") has no room for a secret.
+_HEX_ID = re.compile(r"(?:(?P<head>[A-Za-z]{1,12})[_-])?(?:[0-9a-f]{8,64}|[0-9A-F]{8,64})(?:-[0-9a-fA-F]{1,12})*", re.ASCII)
+_ID_WITHOUT_ROOM = re.compile(r"(?:[^A-Za-z0-9]|[A-Za-z0-9]{1,15}(?![A-Za-z0-9]))*", re.ASCII)
 _SHORT_KEY = 8  # keys shorter than this cannot hold anything a rule replaces
 
 
@@ -162,8 +167,11 @@ class _Walker:
 
     def identifier(self, value: Any) -> Any:
         """An id unchanged, or its :func:`stable_id` when a rule finds a secret in it."""
-        if not isinstance(value, str) or len(value) < _SHORT_KEY:
+        if not isinstance(value, str) or _ID_WITHOUT_ROOM.fullmatch(value):
             return value
+        hex_id = _HEX_ID.fullmatch(value)
+        if hex_id is not None and (hex_id.group("head") or "").lower() not in token_heads():
+            return value  # cc_8e3e685f..., turn_0e9fa6e3...: a word and hex digits hold no secret
         redacted, hits = _redact_key(value, self.policy)
         if redacted == value:
             return value

@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from streams.redaction.base import Rule, Scan, is_marker_at, marker
+from streams.redaction.base import LONG_TOKEN, Rule, Scan, is_marker_at, marker
 from streams.redaction.entropy import shannon_entropy
 from streams.redaction.ported import KEYWORD_RULES, NAMED_RULES, PREFIX_RULES
 
-__all__ = ["KeywordRule", "PrefixTokenRule", "ported_rule_names", "vendor_rule"]
+__all__ = ["KeywordRule", "PrefixTokenRule", "ported_rule_names", "token_heads", "vendor_rule"]
 
 _SEPARATORS = "_-.~"
 # Prefixes without a separator are looked up by (at most) their first four characters.
@@ -36,7 +36,7 @@ _FLAGS = re.ASCII
 # A separator opens the gate only when at least 12 token characters follow, with a digit or a
 # capital letter among them: random bodies have one, snake_case, kebab-case and dotted names,
 # dates, versions and decimals do not.
-_GATES = {sep: re.compile(re.escape(sep) + r"(?=[a-z_.+/-]{0,24}[0-9A-Z])(?=[A-Za-z0-9_.+/=-]{12})", re.ASCII)
+_GATES = {sep: re.compile(re.escape(sep) + r"(?=[a-z_.+/=-]{0,24}[0-9A-Z])(?=[A-Za-z0-9_.+/=-]{12})", re.ASCII)
           for sep in _SEPARATORS}
 _VALUE_GROUP = frozenset({"curl-auth-header", "curl-auth-user", "kubernetes-secret-yaml", "nuget-config-password",
                           "freemius-secret-key", "sidekiq-sensitive-url", "azure-ad-client-secret",
@@ -120,6 +120,8 @@ class PrefixTokenRule(Rule):
 
     def apply(self, scan: Scan, hits: dict[str, int]) -> str:
         text = scan.text
+        if len(text) < LONG_TOKEN or not scan.has_long_token():
+            return text  # every ported token holds a long run of token characters
         lowered = scan.lower()
         spans: list[tuple[int, int, str]] = []
         index: dict[str, dict[str, list[tuple[int, list[tuple[str, bool, _Ported]]]]]] = self._index  # type: ignore[attr-defined]
@@ -142,8 +144,6 @@ class PrefixTokenRule(Rule):
                             found = rule.find(text, start)
                             if found is not None:
                                 spans.append((*found, rule.name))
-        if not scan.has_long_token():
-            return _replace(text, spans, hits)  # every prefix below is followed by a long body
         if text.isascii():
             # The prefix of a long token starts its letter-and-digit run: look the run's first
             # characters up instead of scanning the text once per prefix.
@@ -184,6 +184,7 @@ class KeywordRule(Rule):
                          "(streams/redaction/ported.py KEYWORD_RULES)")
         rules = [(tuple(keywords), _compile(name, source, ci, entropy))
                  for name, keywords, source, ci, entropy in _keyword_rules()]
+        object.__setattr__(self, "_short", [(keywords, rule) for keywords, rule in rules if rule.name in _SHORT_BODIES])
         firsts = {keyword[0] for keywords, _ in rules for keyword in keywords}
         object.__setattr__(self, "needs", frozenset(firsts | {first.upper() for first in firsts}))
         object.__setattr__(self, "_rules", rules)
@@ -196,10 +197,12 @@ class KeywordRule(Rule):
 
     def apply(self, scan: Scan, hits: dict[str, int]) -> str:
         text = scan.text
+        if len(text) < LONG_TOKEN:
+            return text
         lowered = scan.lower()
         spans: list[tuple[int, int, str]] = []
         near = scan.near_long_tokens() if scan.has_long_token() else ""
-        for keywords, rule in self._rules:  # type: ignore[attr-defined]
+        for keywords, rule in self._short if not near else self._rules:  # type: ignore[attr-defined]
             # A long secret's keyword is in it or just before it: only those parts are searched.
             where = lowered if rule.name in _SHORT_BODIES else near
             if not any(keyword in where for keyword in keywords):
@@ -273,3 +276,15 @@ def vendor_rule(name: str, value: str) -> str | None:
 def ported_rule_names() -> list[str]:
     """Every rule name the ported rules can produce."""
     return sorted({row[0] for table in (PREFIX_RULES, _keyword_rules(), NAMED_RULES) for row in table})
+
+
+@lru_cache(maxsize=1)
+def token_heads() -> frozenset[str]:
+    """The lower-cased part before the first separator of every ported token prefix
+    (``ghp``, ``shpat``, ``dop``, ``sk``): words a token can start with."""
+    heads = set()
+    for _, prefixes, _, _, _ in PREFIX_RULES:
+        for prefix in prefixes:
+            cut = min((prefix.find(sep) for sep in _SEPARATORS if sep in prefix[1:]), default=len(prefix))
+            heads.add(prefix[:cut].lower())
+    return frozenset(heads)
