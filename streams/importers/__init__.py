@@ -19,6 +19,8 @@ from streams.exceptions import ImportFormatError, SchemaError
 from streams.importers.asp import iter_asp
 from streams.importers.base import BOM, RAW_MAX_CHARS, Accepted, Rejected, parse_json
 from streams.importers.claude_code import AUXILIARY_TYPE_RE, SubagentLinks, iter_claude_code
+from streams.importers.codex import LINE_TYPES as CODEX_LINE_TYPES
+from streams.importers.codex import iter_codex
 from streams.importers.openai_chat import api_conversation, iter_openai_chat
 
 __all__ = ["DOCUMENT_FORMATS", "FORMATS", "Accepted", "Rejected", "detect_format", "file_format",
@@ -33,6 +35,7 @@ _IMPORTERS: dict[str, Importer] = {
     "asp": iter_asp,
     "claude-code": iter_claude_code,
     "openai-chat": iter_openai_chat,
+    "codex": iter_codex,
 }
 #: Every format an importer reads, as ``--format`` takes it.
 FORMATS = tuple(_IMPORTERS)
@@ -158,7 +161,7 @@ def _file_format(path: Path) -> str:
     if sniffed is None:
         raise ImportFormatError(
             f"{path}: cannot tell the format from its first records; expected ASP JSONL, a "
-            "Claude Code transcript or OpenAI chat messages (pass --format "
+            "Claude Code transcript, a Codex CLI rollout or OpenAI chat messages (pass --format "
             f"{'|'.join(FORMATS)})"
         )
     return sniffed
@@ -199,6 +202,8 @@ def _sniff_value(value: Any) -> str | None:
     if "aspVersion" in value or {"eventId", "sessionId", "type"} <= value.keys():
         return "asp"
     line_type = value.get("type")
+    if line_type in CODEX_LINE_TYPES and isinstance(value.get("payload"), dict):
+        return "codex"
     if line_type in ("user", "assistant") and "message" in value and (
         "uuid" in value or "sessionId" in value
     ):

@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 TRANSCRIPTS = [
     ROOT / "examples" / "sessions" / "claude-code-session.jsonl",
     ROOT / "tests" / "fixtures" / "importers" / "claude_code" / "3f6c2a8e-1b7d-4c55-9e0a-5d2f8b1c7e94.jsonl",
+    ROOT / "tests" / "fixtures" / "importers" / "codex" / "rollout-2025-12-05T11-00-00-rejection-codex-001.jsonl",
 ]
 
 

@@ -65,7 +65,7 @@ def test_exported_members() -> None:
         ["DOCUMENT_FORMATS", "FORMATS", "Accepted", "Rejected", "detect_format", "file_format", "import_files",
          "iter_file", "iter_records"]
     )
-    assert FORMATS == ("asp", "claude-code", "openai-chat")
+    assert FORMATS == ("asp", "claude-code", "openai-chat", "codex")
 
 
 @pytest.mark.parametrize(
@@ -425,7 +425,8 @@ def test_asp_log_and_acl_fill_only_what_is_missing() -> None:
 
 # -- properties every importer keeps --------------------------------------------------------
 
-ALL_FILES = [CLAUDE, OPENAI_ARRAY, OPENAI_JSONL, ASP]
+CODEX = sorted((FIXTURES / "codex").glob("*.jsonl"))
+ALL_FILES = [CLAUDE, OPENAI_ARRAY, OPENAI_JSONL, ASP, *CODEX]
 
 
 @pytest.mark.parametrize("path", ALL_FILES, ids=lambda p: p.name)
@@ -467,6 +468,7 @@ def test_directory_import(tmp_path: Path) -> None:
     assert list(dict.fromkeys(files)) == [
         "asp/events.jsonl",
         f"claude_code/{CLAUDE.name}",
+        *(f"codex/{path.name}" for path in CODEX),
         "openai_chat/conversations.jsonl",
         "openai_chat/support_chat.json",
     ]

@@ -1,0 +1,61 @@
+"""Codex CLI rollouts (real public examples, tests/fixtures/importers/codex/SOURCE.md) → ASP."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from streams.importers import Accepted, Rejected, detect_format, iter_records
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "importers" / "codex"
+ESCALATION = FIXTURES / "rollout-2025-12-05T11-00-00-rejection-codex-001.jsonl"
+REAL = FIXTURES / "rollout-2026-06-05T04-58-20-019e9625-802f-7e91-840a-cfe88d14117a.jsonl"
+
+
+def events(path: Path) -> list[dict]:
+    items = list(iter_records(path))
+    assert not [i for i in items if isinstance(i, Rejected)]
+    return [i.event for i in items if isinstance(i, Accepted)]
+
+
+def test_detected_and_every_line_imported():
+    assert detect_format(FIXTURES) == "codex"
+    assert {detect_format(REAL), detect_format(ESCALATION)} == {"codex"}
+    assert events(FIXTURES) == events(REAL.parent)  # deterministic
+
+
+def test_turns_messages_and_tool_lineage():
+    found = events(ESCALATION)
+    assert {e["sessionId"] for e in found} == {"rejection-codex-001"}
+    visible = [e for e in found if e.get("visibility") != "hidden"]
+    users = [e["fields"]["text"] for e in visible if e["type"] == "message" and e["role"] == "user"]
+    assert users == ["Create a test file", "Yes, overwrite it with something else",
+                     "Actually nevermind, I want to keep the original content", "Can you read what's in it?",
+                     "Delete the file"]
+    assert sum(e["type"] == "turn.started" for e in found) == 5 == sum(e["type"] == "turn.ended" for e in found)
+    calls = {e["fields"]["toolCallId"]: e for e in found if e["type"] == "tool.call"}
+    results = {e["fields"]["toolCallId"]: e for e in found if e["type"] == "tool.result"}
+    assert calls["call_esc_003"]["fields"] == {"toolName": "shell", "toolCallId": "call_esc_003",
+                                               "input": {"command": "cat test.txt"}}
+    assert results["call_esc_003"]["fields"]["output"] == "Hello World"
+    assert results["call_esc_003"]["parentEventId"] == calls["call_esc_003"]["eventId"]
+    assert set(calls) - set(results) == {"call_esc_002", "call_esc_004"}  # never answered
+    assert all(e["turnId"] == calls["call_esc_003"]["turnId"] for e in (results["call_esc_003"],))
+    answers = [e for e in visible if e["type"] == "message" and e["role"] == "assistant"]
+    assert all(e["fields"]["model"] == "gpt-4.5-turbo" for e in answers)
+    thinking = [e for e in found if e["fields"].get("kind") == "thinking"]
+    assert thinking and all(e["visibility"] == "hidden" for e in thinking)
+
+
+def test_real_session_context_is_hidden_and_the_prompt_starts_the_turn():
+    found = events(REAL)
+    started = next(e for e in found if e["type"] == "session.started")
+    assert started["sessionId"] == "019e9625-802f-7e91-840a-cfe88d14117a"
+    assert started["fields"]["cliVersion"] == "0.135.0" and started["fields"]["source"] == "codex"
+    turn = [e for e in found if e["type"] == "turn.started"]
+    assert len(turn) == 1
+    visible = [(e["type"], e.get("role"), e["fields"].get("text")) for e in found
+               if e.get("visibility") != "hidden" and e["type"] == "message"]
+    assert visible == [("message", "user", "[REDACTED_PROMPT]"),
+                       ("message", "assistant", "[REDACTED_ASSISTANT_TEXT]")]
+    hidden = {e["type"] for e in found if e.get("visibility") == "hidden"}
+    assert {"x.codex.event_msg", "x.codex.turn_context", "message"} <= hidden
