@@ -76,7 +76,7 @@ def topics_create(json_out: bool = typer.Option(False, "--json", help="Print JSO
 @app.command()
 def ingest(
     paths: list[Path] = typer.Argument(..., help="Files or directories to import."),
-    fmt: str = typer.Option(None, "--format", help="asp | claude-code | openai-chat | codex (default: detect)."),
+    fmt: str = typer.Option(None, "--format", help="asp | claude-code | openai-chat | codex | gemini-cli (default: detect)."),
     log: str = LOG_OPTION,
     follow: bool = typer.Option(False, "--follow", help="Keep tailing PATHS (growing files, new files in "
                                 "directories) until stopped; positions under USL_HOME/follow."),

@@ -4,8 +4,8 @@ A :class:`Follower` polls its paths (files, or directories searched for ``*.json
 recursively, so new files are found). A file that changed is imported again from its start
 (importers are deterministic: the same bytes yield the same eventIds) up to its last newline,
 so a line still being written waits for its newline; events whose eventId this file already
-appended are left out, and the rest are appended. A JSON-document format (``DOCUMENT_FORMATS``)
-is read only when the whole document parses.
+appended are left out, and the rest are appended. A JSON document (a ``*.json`` file, or a format
+of ``DOCUMENT_FORMATS``) is read only when the whole of it parses.
 
 The end of a growing file is not the end of its session: the ``turn.ended`` / ``episode.ended``
 an importer emits at the end of its input are held back until the file has been idle for
@@ -349,7 +349,7 @@ class Follower:
         fmt = tracked.format
         if self.once:
             complete = data  # a one-shot import takes the file as it is, a cut last line too
-        elif fmt in DOCUMENT_FORMATS:
+        elif fmt in DOCUMENT_FORMATS or path.suffix.lower() == ".json":
             complete = data if parse_json(data)[1] is None else b""
         else:
             complete = data[: data.rfind(b"\n") + 1]
@@ -393,7 +393,7 @@ class Follower:
         """
         snapshot = self._snapshots / hashlib.sha256(str(path).encode()).hexdigest()[:16] / path.name
         snapshot.parent.mkdir(parents=True, exist_ok=True)
-        line_file = fmt not in DOCUMENT_FORMATS
+        line_file = fmt not in DOCUMENT_FORMATS and path.suffix.lower() != ".json"
         body = data if data.endswith(_NEWLINE) or not data else data + _NEWLINE
         snapshot.write_bytes(body + _SENTINEL if line_file else data)
         links = self._links.setdefault(root, {})

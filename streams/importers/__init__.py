@@ -21,6 +21,7 @@ from streams.importers.base import BOM, RAW_MAX_CHARS, Accepted, Rejected, parse
 from streams.importers.claude_code import AUXILIARY_TYPE_RE, SubagentLinks, iter_claude_code
 from streams.importers.codex import LINE_TYPES as CODEX_LINE_TYPES
 from streams.importers.codex import iter_codex
+from streams.importers.gemini import is_gemini_record, iter_gemini
 from streams.importers.openai_chat import api_conversation, iter_openai_chat
 
 __all__ = ["DOCUMENT_FORMATS", "FORMATS", "Accepted", "Rejected", "detect_format", "file_format",
@@ -36,6 +37,7 @@ _IMPORTERS: dict[str, Importer] = {
     "claude-code": iter_claude_code,
     "openai-chat": iter_openai_chat,
     "codex": iter_codex,
+    "gemini-cli": iter_gemini,
 }
 #: Every format an importer reads, as ``--format`` takes it.
 FORMATS = tuple(_IMPORTERS)
@@ -161,7 +163,8 @@ def _file_format(path: Path) -> str:
     if sniffed is None:
         raise ImportFormatError(
             f"{path}: cannot tell the format from its first records; expected ASP JSONL, a "
-            "Claude Code transcript, a Codex CLI rollout or OpenAI chat messages (pass --format "
+            "Claude Code transcript, a Codex CLI rollout, a Gemini CLI recording or OpenAI chat messages "
+            "(pass --format "
             f"{'|'.join(FORMATS)})"
         )
     return sniffed
@@ -199,10 +202,12 @@ def _sniff_value(value: Any) -> str | None:
         return _sniff_value(items[0]) if items and _sniff_value(items[0]) == "openai-chat" else None
     if not isinstance(value, dict):
         return None
+    if is_gemini_record(value):
+        return "gemini-cli"
     if "aspVersion" in value or {"eventId", "sessionId", "type"} <= value.keys():
         return "asp"
     line_type = value.get("type")
-    if line_type in CODEX_LINE_TYPES and isinstance(value.get("payload"), dict):
+    if isinstance(line_type, str) and line_type in CODEX_LINE_TYPES and isinstance(value.get("payload"), dict):
         return "codex"
     if line_type in ("user", "assistant") and "message" in value and (
         "uuid" in value or "sessionId" in value

@@ -97,8 +97,12 @@ class _Rollout:
         if line_type == "session_meta":
             fields = {key: payload[key] for key in ("cwd", "originator", "cli_version", "model_provider")
                       if isinstance(payload.get(key), str)}
-            yield from emitter.start_session(time=time, record=record, raw=raw,
-                                             fields={_camel(k): v for k, v in fields.items()})
+            started = emitter.start_session(time=time, record=record, raw=raw,
+                                            fields={_camel(k): v for k, v in fields.items()})
+            # A second session_meta (a resumed or forked rollout) is kept, hidden.
+            yield from started or [emitter.emit(
+                "x.codex.session_meta", event_id=emitter.event_id("x", number), time=time, record=record,
+                raw=raw, visibility="hidden", fields={}, payload=small_payload(payload))]
             return
         yield from emitter.start_session(time=time, record=record, raw=raw, fields={})
         if line_type == "turn_context" and isinstance(payload.get("model"), str):

@@ -65,7 +65,7 @@ def test_exported_members() -> None:
         ["DOCUMENT_FORMATS", "FORMATS", "Accepted", "Rejected", "detect_format", "file_format", "import_files",
          "iter_file", "iter_records"]
     )
-    assert FORMATS == ("asp", "claude-code", "openai-chat", "codex")
+    assert FORMATS == ("asp", "claude-code", "openai-chat", "codex", "gemini-cli")
 
 
 @pytest.mark.parametrize(
@@ -426,7 +426,8 @@ def test_asp_log_and_acl_fill_only_what_is_missing() -> None:
 # -- properties every importer keeps --------------------------------------------------------
 
 CODEX = sorted((FIXTURES / "codex").glob("*.jsonl"))
-ALL_FILES = [CLAUDE, OPENAI_ARRAY, OPENAI_JSONL, ASP, *CODEX]
+GEMINI = FIXTURES / "gemini_cli" / "session-rejection-gemini-001.jsonl"
+ALL_FILES = [CLAUDE, OPENAI_ARRAY, OPENAI_JSONL, ASP, *CODEX, GEMINI]
 
 
 @pytest.mark.parametrize("path", ALL_FILES, ids=lambda p: p.name)
@@ -469,6 +470,7 @@ def test_directory_import(tmp_path: Path) -> None:
         "asp/events.jsonl",
         f"claude_code/{CLAUDE.name}",
         *(f"codex/{path.name}" for path in CODEX),
+        f"gemini_cli/{GEMINI.name}",
         "openai_chat/conversations.jsonl",
         "openai_chat/support_chat.json",
     ]

@@ -1,0 +1,78 @@
+"""Gemini CLI chat recordings (a public example, tests/fixtures/importers/gemini_cli/SOURCE.md),
+as JSONL and as the JSON document Gemini CLI writes, → ASP."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+
+from streams.importers import Accepted, Rejected, detect_format, iter_records
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "importers" / "gemini_cli" / \
+    "session-rejection-gemini-001.jsonl"
+
+
+def events(path: Path) -> list[dict]:
+    items = list(iter_records(path))
+    assert not [i for i in items if isinstance(i, Rejected)], items
+    return [i.event for i in items if isinstance(i, Accepted)]
+
+
+def as_document(tmp_path: Path) -> Path:
+    header, *messages = [orjson.loads(line) for line in FIXTURE.read_bytes().splitlines()]
+    path = tmp_path / "session-2025-12-06T15-00-rejection.json"
+    path.write_bytes(orjson.dumps({**header, "messages": messages}, option=orjson.OPT_INDENT_2))
+    return path
+
+
+def test_turns_replies_thoughts_and_tool_calls():
+    assert detect_format(FIXTURE) == "gemini-cli"
+    found = events(FIXTURE)
+    assert {e["sessionId"] for e in found} == {"rejection-gemini-001"}
+    assert found[0]["type"] == "session.started" and found[0]["fields"]["source"] == "gemini-cli"
+    users = [e["fields"]["text"] for e in found if e["type"] == "message" and e.get("role") == "user"]
+    assert users[0] == "Edit the config file to change the port to 9000" and len(users) == 4
+    assert sum(e["type"] == "turn.started" for e in found) == 4 == sum(e["type"] == "turn.ended" for e in found)
+    replies = [e for e in found if e["type"] == "message" and e.get("role") == "assistant"
+               and e.get("visibility") != "hidden"]
+    assert replies[0]["fields"]["model"] == "gemini-2.5-pro"
+    assert replies[0]["fields"]["usage"] == {"inputTokens": 100, "outputTokens": 50}
+    calls = {e["fields"]["toolCallId"]: e for e in found if e["type"] == "tool.call"}
+    results = {e["fields"]["toolCallId"]: e for e in found if e["type"] == "tool.result"}
+    assert set(calls) == set(results) == {"edit_file-001", "edit_file-002", "read_file-001", "edit_file-003"}
+    assert results["edit_file-002"]["fields"]["status"] == "error"
+    assert "0 occurrences" in results["edit_file-002"]["fields"]["output"]
+    assert results["read_file-001"]["parentEventId"] == calls["read_file-001"]["eventId"]
+    assert calls["edit_file-001"]["fields"]["input"]["file_path"] == "config.json"
+    thoughts = [e for e in found if e["fields"].get("kind") == "thinking"]
+    assert len(thoughts) == 5 and all(e["visibility"] == "hidden" for e in thoughts)
+
+
+def test_the_json_document_yields_the_same_events(tmp_path):
+    document = as_document(tmp_path)
+    assert detect_format(document) == "gemini-cli"
+    strip = [{k: v for k, v in e.items() if k != "payload"} for e in events(document)]
+    assert [e["eventId"] for e in strip] == [e["eventId"] for e in events(FIXTURE)]
+
+
+def test_follow_reads_a_rewritten_recording_once(tmp_path):
+    from tests.streams.test_follow import Clock, MemoryL1, follower
+
+    header, *messages = [orjson.loads(line) for line in FIXTURE.read_bytes().splitlines()]
+    chats = tmp_path / "tmp" / "abc" / "chats"
+    chats.mkdir(parents=True)
+    recording = chats / "session-1.json"
+    l1, clock = MemoryL1(), Clock()
+    tail = follower(tmp_path / "tmp", l1, tmp_path / "home", clock)
+    for count in range(1, len(messages) + 1):  # Gemini CLI rewrites the whole file per message
+        recording.write_bytes(orjson.dumps({**header, "messages": messages[:count]}))
+        tail.poll()
+    recording.write_bytes(b'{"sessionId": "rejection-gemini-001", "messa')  # caught mid-write
+    tail.poll()
+    recording.write_bytes(orjson.dumps({**header, "messages": messages}))
+    tail.poll()
+    clock.now += 60  # idle: the open turn's end goes out
+    tail.poll()
+    assert max(l1.counts().values()) == 1 and not l1.dead
+    assert set(l1.counts()) == {e["eventId"] for e in events(as_document(tmp_path))}
