@@ -94,6 +94,8 @@ def follow(settings: Settings, bootstrap: str, paths: list[Path], fmt: str | Non
 
     def on_poll(report: Any) -> None:
         _count(report)
+        for path in report.undetected:
+            err.print(f"skipping {path}: its format cannot be told from its first records (yet)")
         if report.appended or report.rejected:
             totals.update(appended=report.appended, rejected=report.rejected)
             err.print(f"{time.strftime('%H:%M:%S')} appended {report.appended} event(s) from "

@@ -201,6 +201,7 @@ class PollReport:
     cut: int = 0
     formats: set[str] = field(default_factory=set)
     rejected_items: list[Rejected] = field(default_factory=list)
+    undetected: list[str] = field(default_factory=list)  # files whose format cannot be told (yet)
 
 
 @dataclass
@@ -345,7 +346,8 @@ class Follower:
             except ImportFormatError:
                 if self.once:
                     raise
-                return None  # a file that does not show its format yet: look again later
+                report.undetected.append(str(path))
+                return None  # a file that does not show its format yet: look again when it changes
         fmt = tracked.format
         if self.once:
             complete = data  # a one-shot import takes the file as it is, a cut last line too

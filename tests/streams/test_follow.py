@@ -220,3 +220,15 @@ def test_one_shot_of_a_missing_path_is_a_clear_error(tmp_path):
 
     with pytest.raises(ImportFormatError, match="no such file"):
         follower(tmp_path / "nope.jsonl", MemoryL1(), tmp_path / "home", Clock(), once=True).poll()
+
+
+def test_a_file_of_no_known_format_is_skipped_and_named_once(tmp_path):
+    root = tmp_path / "agent"
+    root.mkdir()
+    (root / "logs.json").write_text('[{"note": "not a transcript"}]')
+    (root / "session.jsonl").write_bytes(TRANSCRIPTS[0].read_bytes())
+    l1, clock = MemoryL1(), Clock()
+    tail = follower(root, l1, tmp_path / "home", clock)
+    first = tail.poll()
+    assert first.undetected == [str(root / "logs.json")] and first.appended > 0
+    assert tail.poll().undetected == []  # unchanged: not looked at again
