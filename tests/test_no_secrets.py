@@ -1,5 +1,9 @@
 """Invariant 7: no secret reaches any index file, downstream topic, log line or metric label.
 
+The whole redaction battery (``tests/fixtures/secrets/battery.jsonl``: every format in every
+context, the ~4 300 cases redaction handles alone) rides along in six sessions of messages and tool results; the
+distinctive parts of its secrets are needles like the seeded secrets'.
+
 Sessions carrying the redaction policy's seeded fake secrets (``SEEDED_SECRETS``) plus a
 private key block, an environment dump and a password URL — planted in titles, user and
 assistant messages, nested tool inputs, field names, tool outputs and opaque payloads — go
@@ -40,10 +44,12 @@ from sinks.text import get_engine
 from sinks.text.tantivy_engine import TantivyEngine
 from streams.asp import validate_event
 from streams.l1 import read_topic_to_end
+from streams.redaction import redact_text
 from streams.redaction.samples import SEEDED_SECRETS
 from streams.settings import Settings
 from streams.topics import Topics
 from tests.factories import interleave, session_events
+from tests.fixtures.secrets import battery
 from tests.harness import (
     Stack,
     append_events,
@@ -85,8 +91,19 @@ def distinctive(secret: str) -> list[str]:
     return runs + [piece for r in runs for piece in (r[:12], r[-12:]) if _random_looking(piece)]
 
 
+def battery_needles(secret: str) -> list[str]:
+    """``distinctive`` parts of a battery secret, or none for the few too short to have one."""
+    runs = [r for r in re.findall(r"[A-Za-z0-9+/]{12,}", secret) if _random_looking(r)]
+    return runs[:3]
+
+
+# The cases redaction handles on their own (98.6 %; the misses, mostly wrapped secrets, are
+# listed by tests/streams/test_redaction.py and docs/redaction.md): here the question is whether
+# the pipeline keeps what redaction removes out of every index, topic, log and metric.
+BATTERY_CASES = [case for case in battery.cases() if not case.survivors(redact_text(case.text)[0])]
 NEEDLES = sorted({part for secret in SEEDED_SECRETS + EXTRA_SECRETS for part in distinctive(secret)}
-                 | {s for s in SEEDED_SECRETS if "\n" not in s})
+                 | {s for s in SEEDED_SECRETS if "\n" not in s}
+                 | {part for case in BATTERY_CASES for part in battery_needles(case.secret)})
 
 
 def find_needles(blob: bytes | str, where: str, *, lowercase: bool = True) -> list[str]:
@@ -128,6 +145,37 @@ def _secret_session(number: int, secret: str) -> list[dict[str, Any]]:
     add("message", "assistant", {"text": f"Rotate {secret}; clone via {PASSWORD_URL} and check the refund deploy"})
     add("turn.ended", None, {})
     return events
+
+
+def _battery_sessions(sessions: int = 6, per_event: int = 40) -> list[list[dict[str, Any]]]:
+    """The whole battery (every format in every context) in a few sessions: user and assistant
+    messages and tool results of ``per_event`` cases each."""
+    return [_battery_session(number, BATTERY_CASES[number::sessions], per_event) for number in range(sessions)]
+
+
+def _battery_session(number: int, cases: list[battery.Case], per_event: int) -> list[dict[str, Any]]:
+    session_id = f"battery-{number}"
+    turn = f"{session_id}-t0"
+    start_time = datetime(2026, 11, 4, 10, 0, tzinfo=UTC) + timedelta(minutes=number)
+    bodies: list[tuple[str, str | None, dict[str, Any]]] = [
+        ("session.started", None, {"title": "battery", "model": "test-model"}), ("turn.started", None, {})]
+    for start in range(0, len(cases), per_event):
+        block = "\n\n".join(case.text for case in cases[start: start + per_event])
+        kind = (start // per_event) % 3
+        if kind == 0:
+            bodies.append(("message", "user", {"text": block}))
+        elif kind == 1:
+            call = f"{turn}-c{start}"
+            bodies.append(("tool.call", "assistant", {"toolName": "Bash", "toolCallId": call, "input": {"command": block}}))
+            bodies.append(("tool.result", "tool", {"toolName": "Bash", "toolCallId": call, "status": "ok", "output": block}))
+        else:
+            bodies.append(("message", "assistant", {"text": block}))
+    bodies.append(("turn.ended", None, {}))
+    return [validate_event({
+        "eventId": f"{session_id}-e{index + 1}", "logId": "default", "sessionId": session_id, "type": kind,
+        "role": role, "time": (start_time + timedelta(seconds=2 * index)).isoformat().replace("+00:00", "Z"),
+        "turnId": None if kind == "session.started" else turn, "fields": fields,
+    }) for index, (kind, role, fields) in enumerate(bodies)]
 
 
 def _scan_files(root: Path) -> tuple[list[str], int]:
@@ -298,6 +346,7 @@ def test_no_seeded_secret_reaches_any_index_topic_log_or_metric(
     secrets = [*SEEDED_SECRETS, PASSWORD_URL]
     sessions = [_secret_session(i, secret) for i, secret in enumerate(secrets)]
     sessions += [session_events(f"plain-{i}", turns=2, seed=i, secret=SEEDED_SECRETS[i]) for i in range(3)]
+    sessions += _battery_sessions()
     events = interleave(*sessions, seed=7)
     stack = Stack(settings)
     # Every secret session is readable by this key's principal, so the answers cover them all.
