@@ -55,8 +55,8 @@ def decode_request(body: bytes, media_type: str) -> dict[str, Any]:
         request = orjson.loads(body)
     except orjson.JSONDecodeError:
         raise QueryError("the body is not valid OTLP JSON", hint="Send an ExportTraceServiceRequest.") from None
-    if not isinstance(request, dict):
-        raise QueryError("an OTLP request is a JSON object with resourceSpans",
+    if not isinstance(request, dict) or not isinstance(request.get("resourceSpans", []), list):
+        raise QueryError("an OTLP request is a JSON object with a resourceSpans array",
                          hint='For example {"resourceSpans": []}.')
     return request
 

@@ -282,7 +282,9 @@ def openapi_paths(*, security: list[dict[str, list[str]]], principal: dict[str, 
             "security": security,
             "requestBody": {"required": True, "content": {"application/json": {"schema": {
                 "type": "object", "required": ["events"], "properties": {
-                    "events": {"type": "array", "maxItems": MAX_EVENTS,
+                    # No maxItems: the limit (MAX_EVENTS, a 400) is stated in words, so a client
+                    # generating a violation does not first hit the body size limit (413).
+                    "events": {"type": "array", "description": f"At most {MAX_EVENTS} events.",
                                "items": {"description": "An ASP v1 event (streams/schemas/"
                                          "asp-v1.schema.json); anything else is listed in rejected"}},
                     "log": {"type": "string", "minLength": 1, "maxLength": 200, "default": "default"}}}}}},
