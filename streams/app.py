@@ -9,6 +9,7 @@ and every chunk acknowledged by the broker before the state that forgets it is w
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 from pathlib import Path
@@ -56,6 +57,14 @@ def _put(table: Any, partition: int, key: str, value: Any) -> Any:
     fut = table.send_changelog(partition, key, value)
     table.data[key] = value
     return fut
+
+
+def _state_key(log_id: str, identifier: str) -> str:
+    """A table key for an event or session id. The ids are raw L1 values, and a producer may put
+    a secret in one; table keys reach the changelog topics, which must hold no secret, so the
+    id is kept as a digest (ids only ever need comparing here)."""
+    digest = hashlib.blake2b(identifier.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+    return f"{log_id}/{digest}"
 
 
 def _fatal(agent: str) -> None:
@@ -307,8 +316,8 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
             # The record's timestamp is its append time (its producer set it; it replays as stored).
             clock = read("clocks", log_id) or new_clock()
             when = event_clock_time(event, message.timestamp, settings.max_clock_skew_seconds, clock["maxTime"])
-            dedup_key = f"{log_id}/{event['eventId']}"
-            owner_key = f"{log_id}/{event['sessionId']}"
+            dedup_key = _state_key(log_id, event["eventId"])
+            owner_key = _state_key(log_id, event["sessionId"])
             admission = admit(event, seq, session=read("owners", owner_key), first=read("first", dedup_key))
             if admission.verdict == "duplicate":
                 usl_duplicate_events_total.labels(stage="redaction").inc()
@@ -327,13 +336,13 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
                         usl_redactions_total.labels(rule=rule).inc(count)
                     body = {"kind": "event", "logId": log_id, "seq": seq, "event": result.event, "policy": policy,
                             "clockTime": when}
-                    await redacted_topic.send(key=event["sessionId"].encode(), value=orjson.dumps(body), force=True)
+                    await redacted_topic.send(key=result.event["sessionId"].encode(), value=orjson.dumps(body), force=True)
                     if result.tool_result is not None:
                         tool = {"kind": "toolresult", "logId": log_id, "seq": seq, "eventId": event["eventId"],
                                 "sessionId": event["sessionId"], "runId": event.get("runId"),
                                 "turnId": event.get("turnId"), "time": event["time"], "acl": event.get("acl"),
                                 "policy": policy, **result.tool_result}
-                        await toolresults_topic.send(key=event["sessionId"].encode(), value=orjson.dumps(tool), force=True)
+                        await toolresults_topic.send(key=result.event["sessionId"].encode(), value=orjson.dumps(tool), force=True)
                     if admission.event_id is not None:
                         writes["first", dedup_key] = (partition, admission.event_id)
                     if admission.session is not None:

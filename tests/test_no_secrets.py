@@ -114,9 +114,10 @@ def find_needles(blob: bytes | str, where: str, *, lowercase: bool = True) -> li
             if needle in text or (lowercase and needle.lower() in lowered)]
 
 
-def _secret_session(number: int, secret: str) -> list[dict[str, Any]]:
-    """One session with ``secret`` in every place a user or tool could put it."""
-    session_id = f"sec-{number:02d}"
+def _secret_session(number: int, secret: str, *, session_id: str | None = None) -> list[dict[str, Any]]:
+    """One session with ``secret`` in every place a user or tool could put it (with
+    ``session_id`` holding a secret, also in every id: session, turn and event ids)."""
+    session_id = session_id or f"sec-{number:02d}"
     turn = f"{session_id}-t0"
     clock = datetime(2026, 11, 2, 10, 0, tzinfo=UTC) + timedelta(minutes=number)
     events: list[dict[str, Any]] = []
@@ -345,6 +346,9 @@ def test_no_seeded_secret_reaches_any_index_topic_log_or_metric(
     settings = make_settings(embedder="hash:64")
     secrets = [*SEEDED_SECRETS, PASSWORD_URL]
     sessions = [_secret_session(i, secret) for i, secret in enumerate(secrets)]
+    # Ids are raw producer values too: the redacted topics' keys and the worker's table keys
+    # (changelog topics) must not carry a secret placed in one.
+    sessions.append(_secret_session(len(secrets), SEEDED_SECRETS[2], session_id=f"run-{SEEDED_SECRETS[2]}"))
     sessions += [session_events(f"plain-{i}", turns=2, seed=i, secret=SEEDED_SECRETS[i]) for i in range(3)]
     sessions += _battery_sessions()
     events = interleave(*sessions, seed=7)
