@@ -324,7 +324,7 @@ def create_app(settings: Settings, bootstrap: str, *, planner: Any = None) -> St
         keys.refresh()
         if keys.enforcing:  # log names and positions are not for strangers; the principal is unused
             authenticate(keys, request.headers, None, settings.acl_default)
-        log_id = request.query_params.get("log") or None
+        log_id = request.query_params.get("log")
         if log_id is not None and not _LOG_NAME.fullmatch(log_id):
             raise QueryError(f"{log_id[:64]!r} is not a log name",
                              hint="Log names are letters, digits, '.', '_' and '-'.")

@@ -428,7 +428,8 @@ class Planner:
         # very words asked for counts twice in the fusion and no weak vector list outvotes it.
         phrase = whole_query_phrase(req.query) if "text" in ranking else None
         if phrase is not None:
-            notes["phrase"] = {"query": phrase, "sources": ["phrase", "tailPhrase"],
+            # The phrase is the request's own query (explain.request has it); not echoed twice.
+            notes["phrase"] = {"sources": ["phrase", "tailPhrase"],
                                "rule": "chunks holding the whole query as one phrase "
                                        "(quotes ignored), ranked by BM25"}
         if "text" in ranking and text_pin is not None and cut > 0:

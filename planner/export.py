@@ -246,6 +246,9 @@ def endpoint(principal_of: Any, the_planner: Any) -> Any:
         principal = principal_of(request)
         params = dict(request.query_params)
         fmt = params.pop("format", "jsonl")
+        limit = params.get("limit")
+        if limit is not None and not (limit.isascii() and limit.isdigit() and len(limit) <= 9):
+            raise QueryError(f"limit must be a whole number of rows, not {limit[:32]!r}")
         if fmt not in FORMATS:
             raise QueryError(f"unknown export format {fmt!r}", hint="Use format=jsonl or format=parquet.")
         result = await run_in_threadpool(export, the_planner(), principal, params)

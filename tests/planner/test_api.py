@@ -262,7 +262,8 @@ def test_status_refuses_malformed_log_names_and_keeps_a_bounded_cache(
     assert asked == []
     for number in range(500):
         assert client.get("/v1/status", params={"log": f"log-{number}"}).status_code == 200
-    assert len(asked) == 500
+    # the status history sampler asks for every log in the background; count the requests
+    assert len([log for log in asked if log is not None and log.startswith("log-")]) == 500
     assert 0 < len(client.app.state.status_cache) <= 64  # type: ignore[attr-defined]
 
 

@@ -335,7 +335,7 @@ _CRASH_CHILD = textwrap.dedent(
         (staging / "meta.json").write_text(json.dumps(sorted(p.name for p in staging.glob("seg-*.bin"))))
         store.commit(staging, Manifest(
             kind="text", log_id="default", line="", generation_id=0, built_through_seq=gid * 10,
-            schema_version="1", asp_version="1.0", chunker={}, embedding=None, redaction_policy_hash="p",
+            schema_version="1", asp_version="1.0", chunker={}, embedding=None, redaction_policy_hash="p" * 16,
         ))
         store.gc(keep_last=1)
     """
