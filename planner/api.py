@@ -321,14 +321,16 @@ def create_app(settings: Settings, bootstrap: str, *, planner: Any = None) -> St
         return report
 
     async def status(request: Request) -> Response:
-        keys.refresh()
-        if keys.enforcing:  # log names and positions are not for strangers; the principal is unused
-            authenticate(keys, request.headers, None, settings.acl_default)
+        from planner.status import for_principal
+
+        # Log names and positions are not for strangers; heldBy names only the caller's
+        # tenant's sessions.
+        principal = principal_of(request)
         log_id = request.query_params.get("log")
         if log_id is not None and not _LOG_NAME.fullmatch(log_id):
             raise QueryError(f"{log_id[:64]!r} is not a log name",
                              hint="Log names are letters, digits, '.', '_' and '-'.")
-        return _JSON(await run_in_threadpool(collect, log_id))
+        return _JSON(for_principal(await run_in_threadpool(collect, log_id), principal))
 
     def refresh_freshness_gauges() -> None:
         from planner.status import export_status_metrics

@@ -130,9 +130,9 @@ def status(
     path = "/v1/status" + (f"?log={quote(log, safe='')}" if log else "")
     report = through_api(settings, None, json_out, "GET", path, None)
     if report is None:
-        from planner.status import collect_status
+        from planner.status import collect_status, for_principal
 
-        report = collect_status(settings, _bootstrap(settings), log_id=log)
+        report = for_principal(collect_status(settings, _bootstrap(settings), log_id=log), None)
     if json_out:
         _print_json(report)
         return

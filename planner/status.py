@@ -2,7 +2,11 @@
 generation, watermark, lag (seqs and seconds), last commit, a one-line verdict and, while it
 lags, ``heldBy``: the first event above its watermark (seq, session, turn, event time). An index
 is built through a seq only once every event up to it is inside an emitted chunk, so a stuck
-watermark names the open unit that holds it back (SPEC §10, invariant 11)."""
+watermark names the open unit that holds it back (SPEC §10, invariant 11).
+
+``heldBy`` names a session, so what the API answers goes through :func:`for_principal`: a
+caller sees the session and turn ids only of an event of its own tenant (the seq and time stay,
+so every tenant still sees that and when a log is held back)."""
 
 from __future__ import annotations
 
@@ -15,13 +19,15 @@ from kafka import KafkaConsumer, TopicPartition
 from rich.console import Console
 from rich.table import Table
 
+from planner.acl import Principal
 from sinks.kinds import ALL_KINDS
 from sinks.watermarks import read_watermarks
 from streams.l1 import L1Reader
 from streams.settings import Settings
 from streams.topics import Topics
 
-__all__ = ["INDEX_KINDS", "build_status", "collect_status", "export_status_metrics", "held_by", "render_status"]
+__all__ = ["INDEX_KINDS", "build_status", "collect_status", "export_status_metrics", "for_principal", "held_by",
+           "render_status"]
 
 INDEX_KINDS = ALL_KINDS
 
@@ -59,7 +65,8 @@ def _first_unindexed(bootstrap: str, settings: Settings, partition_of: dict[str,
 def held_by(seq: int, raw: bytes | None) -> dict[str, Any]:
     """The ``heldBy`` entry of the L1 record ``raw`` at ``seq``: its seq, and the ``sessionId``,
     ``turnId`` and event ``time`` it names (None where unreadable: a bad record is
-    dead-lettered, it holds nothing back for long)."""
+    dead-lettered, it holds nothing back for long), and the ``tenant`` of its ``acl``
+    (None without one), which :func:`for_principal` needs and removes."""
     try:
         event = orjson.loads(raw or b"")
     except orjson.JSONDecodeError:
@@ -71,7 +78,30 @@ def held_by(seq: int, raw: bytes | None) -> dict[str, Any]:
         value = event.get(key)
         return value if isinstance(value, str) else None
 
-    return {"seq": seq, "sessionId": text("sessionId"), "turnId": text("turnId"), "time": text("time")}
+    acl = event.get("acl")
+    tenant = acl.get("tenant") if isinstance(acl, dict) else None
+    return {"seq": seq, "sessionId": text("sessionId"), "turnId": text("turnId"), "time": text("time"),
+            "tenant": tenant if isinstance(tenant, str) else None}
+
+
+def for_principal(report: dict[str, Any], principal: Principal | None) -> dict[str, Any]:
+    """``report`` as ``principal`` may see it: in each ``heldBy``, the ``sessionId`` and
+    ``turnId`` only when the held event's ``acl.tenant`` is the principal's tenant (an event
+    without ``acl`` names no tenant, so its ids are withheld too), and no ``tenant`` at all.
+    ``None`` is the operator reading the broker itself (``usl status`` without an API): every
+    id stays. The report itself (a cached, shared document) is not changed."""
+    logs: dict[str, Any] = {}
+    for log_id, entry in report["logs"].items():
+        indexes: dict[str, Any] = {}
+        for kind, index in entry["indexes"].items():
+            held = index.get("heldBy")
+            if held:
+                own = principal is None or (held.get("tenant") is not None and held.get("tenant") == principal.tenant)
+                held = {"seq": held["seq"], "sessionId": held["sessionId"] if own else None,
+                        "turnId": held["turnId"] if own else None, "time": held["time"]}
+            indexes[kind] = {**index, "heldBy": held}
+        logs[log_id] = {**entry, "indexes": indexes}
+    return {**report, "logs": logs}
 
 
 def build_status(l1_seqs: dict[str, int], watermarks: dict[tuple[str, str], dict[str, Any]],

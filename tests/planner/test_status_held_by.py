@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import io
+from pathlib import Path
+from typing import Any
 
 import orjson
+import pytest
 from rich.console import Console
+from starlette.testclient import TestClient
 
-from planner.status import build_status, held_by, render_status
+import planner.status
+from planner.acl import parse_principal
+from planner.api import create_app
+from planner.auth import create_key, keys_path
+from planner.status import build_status, for_principal, held_by, render_status
+from streams.settings import Settings
 
 
 def _watermark(through: int) -> dict[str, object]:
@@ -21,7 +30,7 @@ def test_a_lagging_index_names_the_first_event_above_its_watermark() -> None:
     report = build_status({"default": 9}, {("default", "text"): _watermark(4),
                                            ("default", "vector"): _watermark(9)},
                           {("default", 5): 100.0}, now=200.0, held=held)
-    text = report["logs"]["default"]["indexes"]["text"]
+    text = for_principal(report, None)["logs"]["default"]["indexes"]["text"]
     assert text["heldBy"] == {"seq": 5, "sessionId": "s-open", "turnId": "t-2099", "time": "2099-01-01T00:00:00Z"}
     assert text["lagSeqs"] == 5 and text["lagSeconds"] == 100.0  # the contract's fields are unchanged
     assert report["logs"]["default"]["indexes"]["vector"]["heldBy"] is None  # caught up
@@ -32,6 +41,52 @@ def test_a_lagging_index_names_the_first_event_above_its_watermark() -> None:
 
 
 def test_held_by_tolerates_records_that_are_not_events() -> None:
-    assert held_by(3, b"not json") == {"seq": 3, "sessionId": None, "turnId": None, "time": None}
+    assert held_by(3, b"not json") == {"seq": 3, "sessionId": None, "turnId": None, "time": None, "tenant": None}
     assert held_by(3, None)["sessionId"] is None
     assert held_by(3, b'{"sessionId": 7}')["sessionId"] is None
+
+
+def _held_report(event: dict[str, Any]) -> dict[str, Any]:
+    return build_status({"default": 9}, {("default", "text"): _watermark(4)}, {("default", 5): 100.0},
+                        now=200.0, held={("default", 5): held_by(5, orjson.dumps(event))})
+
+
+ACME_EVENT = {"eventId": "e5", "sessionId": "s-acme-secret-plan", "turnId": "t-1", "time": "2099-01-01T00:00:00Z",
+              "acl": {"tenant": "acme", "read": ["user:alice"]}}
+
+
+@pytest.mark.parametrize(("principal", "sees_ids"), [
+    ("tenant:acme/user:bob", True),  # the tenant's own session: its ids, whoever may read it
+    ("tenant:globex/user:eve", False),
+    ("tenant:default/user:anonymous", False),
+])
+def test_held_by_names_only_the_callers_tenants_sessions(principal: str, sees_ids: bool) -> None:
+    report = _held_report(ACME_EVENT)
+    held = for_principal(report, parse_principal(principal))["logs"]["default"]["indexes"]["text"]["heldBy"]
+    expected = ("s-acme-secret-plan", "t-1") if sees_ids else (None, None)
+    assert (held["sessionId"], held["turnId"]) == expected
+    assert held["seq"] == 5 and held["time"] == "2099-01-01T00:00:00Z" and "tenant" not in held
+    # the shared (cached) report is not changed by one caller's view
+    assert report["logs"]["default"]["indexes"]["text"]["heldBy"]["sessionId"] == "s-acme-secret-plan"
+
+
+def test_held_by_of_an_event_without_acl_names_no_session() -> None:
+    report = _held_report({key: value for key, value in ACME_EVENT.items() if key != "acl"})
+    held = for_principal(report, parse_principal("tenant:acme/user:bob"))["logs"]["default"]["indexes"]["text"]["heldBy"]
+    assert held["sessionId"] is None and held["seq"] == 5
+
+
+def test_status_route_filters_held_by_by_the_keys_tenant(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def fake_status(settings: Any, bootstrap: str, *, log_id: str | None = None) -> dict[str, Any]:
+        return _held_report(ACME_EVENT)
+
+    monkeypatch.setattr(planner.status, "collect_status", fake_status)
+    settings = Settings.from_env({}, home=tmp_path)
+    acme_key, _ = create_key(keys_path(settings), "tenant:acme/user:bob")
+    globex_key, _ = create_key(keys_path(settings), "tenant:globex/user:eve")
+    client = TestClient(create_app(settings, "127.0.0.1:9", planner=object()), base_url="http://localhost:8765")
+    for key, session in ((acme_key, "s-acme-secret-plan"), (globex_key, None)):
+        response = client.get("/v1/status", headers={"Authorization": f"Bearer {key}"})
+        assert response.status_code == 200, response.text
+        assert response.json()["logs"]["default"]["indexes"]["text"]["heldBy"]["sessionId"] == session
+        assert "s-acme-secret-plan" not in response.text or session is not None
