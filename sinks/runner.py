@@ -35,6 +35,7 @@ from kafka import KafkaConsumer, TopicPartition
 
 from sinks.exceptions import GenerationError, GenerationLockedError
 from sinks.generations import FileDigests, GenerationStore, Manifest
+from sinks.merger import BackgroundMerger, MergingWriter, commit_merge, merge_work_root
 from sinks.watermarks import WatermarkPublisher
 from sinks.writer import IndexWriter, record_id
 from streams.asp import ASP_VERSION
@@ -141,6 +142,7 @@ class SinkRunner:
         self._ledger_path = self.root / f".ledger-{self.kind}.json"
         self._digests = FileDigests()
         self._failures = 0
+        self._merger: BackgroundMerger | None = None
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -212,6 +214,11 @@ class SinkRunner:
         self._publisher = WatermarkPublisher(self.bootstrap, self.settings)
         for reason in SINK_FAILURE_REASONS:  # exported at 0 so rate() and increase() see the first failure
             usl_sink_failures_total.labels(kind=self.kind, reason=reason)
+        if isinstance(self.writer, MergingWriter) and not until_caught_up:
+            # Merges in the background; a catch-up run (rebuild, tests) merges inline, so it
+            # ends with the layout it would have had.
+            self.writer.background_merges = True
+            self._merger = BackgroundMerger(self.writer, merge_work_root(self.settings.home, self.kind))
         try:
             for source, topic in self.sources.items():
                 parts = self._consumer.partitions_for_topic(topic)
@@ -239,6 +246,8 @@ class SinkRunner:
                         self._handle(source, tp, record, first_offsets)
                 if batch:
                     last_record = time.monotonic()
+                if self._merger is not None:
+                    self._guarded(self._publish_merges)
                 if self._should_flush():
                     if not self._guarded(lambda: self._note_new_logs(first_offsets)):
                         continue
@@ -252,6 +261,11 @@ class SinkRunner:
                     self.flush(force=True)
                     return
         finally:
+            if self._merger is not None:
+                self._merger.close()
+                self._merger = None
+            if isinstance(self.writer, MergingWriter):
+                self.writer.background_merges = False
             self._consumer.close()
             self._publisher.close()
 
@@ -461,6 +475,39 @@ class SinkRunner:
         if self.on_commit is not None:
             self.on_commit(committed)
         store.gc(keep_last=3)
+        if self._merger is not None:
+            self._merger.offer(log_id, store.line, committed.generation_id, committed_dir)
+
+    def _publish_merges(self) -> bool:
+        """Publish each finished background merge as a new generation of its log (same
+        records, same watermark); drop one whose log moved to another line or lost an input."""
+        assert self._merger is not None and isinstance(self.writer, MergingWriter)
+        published = False
+        for job in self._merger.finished():
+            try:
+                state = self.logs.get(job.log_id)
+                if state is None or state.manifest is None or state.line != job.line:
+                    continue
+                store = self._store(job.log_id, state.line)
+                store.verify(state.manifest, digests=self._digests)
+                committed = commit_merge(store, state.manifest, self.writer, job)
+                if committed is None:
+                    continue
+                usl_generation_switches_total.labels(kind=self.kind).inc()
+                usl_generation_id.labels(log=job.log_id, kind=self.kind).set(committed.generation_id)
+                state.manifest = committed
+                self._publish(job.log_id, committed, store)
+                if self.on_commit is not None:
+                    self.on_commit(committed)
+                store.gc(keep_last=3)
+                self._merger.offer(job.log_id, store.line, committed.generation_id,
+                                   store.generation_dir(committed.generation_id))
+                published = True
+                log.info("%s sink: log %s merged %s in the background (%.1fs)", self.kind,
+                         job.log_id, ", ".join(job.names), job.seconds)
+            finally:
+                self._merger.settled(job)
+        return published
 
     def _publish(self, log_id: str, manifest: Manifest, store: GenerationStore) -> None:
         assert self._publisher is not None

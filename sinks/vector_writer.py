@@ -7,12 +7,18 @@ size), they become one segment of the next tier, in the same new generation; the
 generation keeps its own files, so pinned readers are unaffected. Merging everything into
 one segment instead would rebuild the whole HNSW graph every few batches — quadratic work
 that stalls a sink long before a million chunks.
+
+In the sink loop the merges run in the background (``background_merges``, set by the runner;
+see :mod:`sinks.merger`): ``write`` only adds the batch's segment, unless the segments pile up
+past ``HARD_MAX_SEGMENTS`` faster than the merger takes them. Rebuilds merge inline.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import re
+import shutil
 import time
 from collections import defaultdict
 from collections.abc import Sequence
@@ -27,7 +33,7 @@ from sinks.vector.faiss_index import merge_segments, segment_files, write_segmen
 from streams.metrics import usl_embed_seconds, usl_generation_merges_total
 from streams.settings import Settings
 
-__all__ = ["MAX_SEGMENTS", "MERGE_FACTOR", "VectorWriter", "merge_plan", "segment_names"]
+__all__ = ["HARD_MAX_SEGMENTS", "MAX_SEGMENTS", "MERGE_FACTOR", "VectorWriter", "merge_plan", "segment_names"]
 
 MERGE_FACTOR = 4
 # A tier spans MERGE_FACTOR in vector bytes, starting at this size (about 250 chunks of 256
@@ -36,6 +42,9 @@ _TIER_BASE_BYTES = 256 * 1024
 # Past this many segments the smallest are merged whatever their tiers (a bound for queries,
 # which search every segment).
 MAX_SEGMENTS = 24
+# With merges in the background, past this many segments write() merges inline again: a
+# bound on what a query searches when the merger falls behind.
+HARD_MAX_SEGMENTS = 3 * MAX_SEGMENTS
 _BATCH = 128
 
 
@@ -57,6 +66,7 @@ class VectorWriter:
                                      api_key=settings.embeddings_api_key,
                                      cache_root=Path(settings.home).resolve() / "models")
         self.exact_max = settings.vector_exact_max
+        self.background_merges = False
 
     def describe(self) -> dict[str, Any]:
         return {"schemaVersion": "1", "embedding": dict(self.embedder.identity), "metric": "inner_product"}
@@ -75,7 +85,7 @@ class VectorWriter:
             written += write_segment(staging, name, ids, vectors, exact_max=self.exact_max)
         generation = staging.name.rsplit('-', 1)[-1]
         round_number = 0
-        while group := merge_plan(_segment_sizes(staging)):
+        while group := self._inline_plan(staging):
             merged = f"merged-{generation}-{round_number}"
             round_number += 1
             written += merge_segments(staging, group, merged, self.exact_max)
@@ -83,9 +93,44 @@ class VectorWriter:
                 for file in segment_files(old):
                     (staging / file).unlink(missing_ok=True)
             usl_generation_merges_total.labels(kind=self.kind).inc()
-        (staging / "segments.json").unlink(missing_ok=True)
-        (staging / "segments.json").write_bytes(orjson.dumps(segment_names(staging)))
+        _write_segment_list(staging)
         return written
+
+    def _inline_plan(self, staging: Path) -> list[str]:
+        sizes = _segment_sizes(staging)
+        if self.background_merges and len(sizes) <= HARD_MAX_SEGMENTS:
+            return []
+        return merge_plan(sizes)
+
+    # -- background merges (sinks.merger) ------------------------------------------------------
+
+    def plan_merge(self, gen_dir: Path) -> list[str]:
+        return merge_plan(_segment_sizes(gen_dir))
+
+    def segment_files(self, name: str) -> list[str]:
+        return segment_files(name)
+
+    def build_merge(self, work_dir: Path, names: list[str], new_name: str) -> list[str]:
+        files = merge_segments(work_dir, names, new_name, self.exact_max)
+        usl_generation_merges_total.labels(kind=self.kind).inc()
+        return files
+
+    def apply_merge(self, staging: Path, names: list[str], work_dir: Path, new_name: str) -> None:
+        for name in names:
+            for file in segment_files(name):
+                (staging / file).unlink()
+        for file in segment_files(new_name):
+            try:
+                os.link(work_dir / file, staging / file)
+            except OSError:
+                shutil.copyfile(work_dir / file, staging / file)
+        _write_segment_list(staging)
+
+
+def _write_segment_list(staging: Path) -> None:
+    # Unlinked first: it may be a hard link shared with the previous generation.
+    (staging / "segments.json").unlink(missing_ok=True)
+    (staging / "segments.json").write_bytes(orjson.dumps(segment_names(staging)))
 
 
 def merge_plan(sizes: dict[str, int]) -> list[str]:
