@@ -15,6 +15,11 @@ do, never a traceback::
         ├── NotFound       404 not_found          no such route or log (never says what exists)
         └── IndexUnavailable 503 index_unavailable  a required index has no generation yet
 
+``QueryError`` is the project's one error of that name: every malformed request or query (search,
+SQL, SessionQL through :class:`planner.sessionql.exceptions.SessionQLError`) raises it. An index
+reader asked to search for nothing raises :class:`sinks.exceptions.EmptyQueryError` instead; the
+planner never lets an empty query reach one.
+
 ``CursorExpired`` is 410 Gone rather than 400: the request was well formed and the cursor was
 genuine, but the resource it pointed at (a pinned snapshot page) no longer exists, and the
 remedy differs from a bad cursor: re-run the query without a cursor.

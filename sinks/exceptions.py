@@ -9,7 +9,11 @@
         │   └── ManifestVerificationError a generation's files do not match its manifest
         ├── EngineError                   a full-text engine cannot create, write or read an index
         │   └── UnknownEngineError        no engine has the requested name
-        └── QueryError                    a user query cannot be run (e.g. it is empty)
+        └── EmptyQueryError               an index reader was asked to search for nothing
+
+A query the *user* got wrong is :class:`planner.exceptions.QueryError` (400): the planner checks
+every request before an index sees it, so ``EmptyQueryError`` reaching a caller is a bug of the
+caller, reported like any other sink failure.
 """
 
 from __future__ import annotations
@@ -17,11 +21,11 @@ from __future__ import annotations
 from streams.exceptions import USLError
 
 __all__ = [
+    "EmptyQueryError",
     "EngineError",
     "GenerationError",
     "GenerationLockedError",
     "ManifestVerificationError",
-    "QueryError",
     "SinkError",
     "UnknownEngineError",
 ]
@@ -51,5 +55,5 @@ class UnknownEngineError(EngineError):
     """No full-text engine has the requested name."""
 
 
-class QueryError(SinkError):
-    """A user query cannot be run; the message says what to change."""
+class EmptyQueryError(SinkError):
+    """An index reader was asked to search for nothing (an empty or blank query)."""

@@ -151,7 +151,7 @@ class ToolResultsReader:
         ``session_ids`` must be the sessions the caller may read (None = no session filter:
         only for callers that already checked every session); ``max_seq`` keeps results with
         seq <= max_seq. Each hit: the stored fields plus ``score`` and ``rank`` (1-based).
-        An empty query raises ``sinks.exceptions.QueryError``; nothing else the user types can.
+        An empty query raises ``sinks.exceptions.EmptyQueryError``; nothing else the user types can.
         """
         clauses = parse_query(query, lambda text: list(self._analyzer.analyze(text)))
         if not clauses or limit <= 0 or (session_ids is not None and not session_ids) \

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
-from sinks.exceptions import EngineError, QueryError
+from sinks.exceptions import EmptyQueryError, EngineError
 from streams.asp import posix_time
 
 __all__ = [
@@ -190,9 +190,9 @@ def dedupe_last_wins(chunks: Iterable[Mapping[str, Any]]) -> list[TextDoc]:
 
 def parse_query(query: str, analyze: Callable[[str], list[str]]) -> QueryClauses:
     """Split ``query`` into bare words and quoted phrases and analyze each with the engine's
-    analyzer. Never fails on odd input; an empty or blank query is a QueryError."""
+    analyzer. Never fails on odd input; an empty or blank query is an EmptyQueryError."""
     if not isinstance(query, str) or not query.strip():
-        raise QueryError("the search query is empty: give at least one word to search for")
+        raise EmptyQueryError("the search query is empty: give at least one word to search for")
     terms: dict[str, None] = {}
     phrases: dict[tuple[str, ...], None] = {}
     for is_phrase, piece in _split_quotes(query):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import sinks.text as text_pkg
-from sinks.exceptions import EngineError, QueryError, UnknownEngineError
+from sinks.exceptions import EmptyQueryError, EngineError, UnknownEngineError
 from sinks.generations import GenerationStore, Manifest, clone_into
 from sinks.text import TextEngine, get_engine
 from sinks.text.base import collect_top, parse_query, to_text_doc
@@ -189,7 +189,7 @@ def test_operators_are_plain_words(engine: TextEngine, index_dir: Path):
 
 @pytest.mark.parametrize("query", ["", "   ", "\n\t"])
 def test_empty_query_is_a_clear_error(engine: TextEngine, index_dir: Path, query: str):
-    with pytest.raises(QueryError, match="empty"):
+    with pytest.raises(EmptyQueryError, match="empty"):
         engine.search(index_dir, query, limit=5)
 
 
@@ -363,7 +363,7 @@ def test_parse_query_pieces():
 
     clauses = parse_query('Foo "Bar Baz" foo "qux', analyze)
     assert clauses.terms == ("foo", "qux") and clauses.phrases == (("bar", "baz"),)
-    with pytest.raises(QueryError):
+    with pytest.raises(EmptyQueryError):
         parse_query("  ", analyze)
 
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 import sinks.toolresults
-from sinks.exceptions import QueryError
+from sinks.exceptions import EmptyQueryError
 from sinks.generations import Manifest
+from sinks.testing import commit_batches, file_digests, make_toolresult
 from sinks.toolresults import ToolResultsReader, ToolResultsWriter
 from sinks.writer import IndexWriter
-from tests.sinks.test_structured import commit_batches, file_digests, make_toolresult
 
 NASTY = [
     '"', "(", ")))", "AND", "a OR", "-", "\\", "*", "~", "hello^", "foo:bar", "text:",
@@ -118,7 +118,7 @@ def test_nasty_queries_never_raise_engine_errors(tmp_path: Path, batches: list[l
         assert all(h["sessionId"] == "s1" and h["seq"] <= 3 for h in hits), query
     assert [h["id"] for h in reader.search("sessionId:s2", limit=5, session_ids=["s1"])] == []
     for empty in ("", "   ", "\n"):
-        with pytest.raises(QueryError):
+        with pytest.raises(EmptyQueryError):
             reader.search(empty, limit=5)
 
 
