@@ -86,7 +86,7 @@ def sessionql_request(planner: Planner, body: Any, principal: Principal) -> dict
                 text, as_of_seq=as_of, principal=principal, session_acls=acls,
                 analytics_gen_dir=analytics.directory if analytics is not None else None,
                 structured_gen_dir=structured.directory if structured is not None else None,
-                max_rows=max_rows)
+                max_rows=max_rows, max_result_bytes=planner.settings.sql_max_result_bytes)
     except PlannerError:
         raise
     except USLError as exc:

@@ -109,7 +109,7 @@ class Settings:
     )
     sql_max_result_bytes: int = _setting(
         "USL_SQL_MAX_RESULT_BYTES", 16 * 1024 * 1024,
-        "Largest answer of POST /v1/sql (`usl sql`), in JSON bytes of its rows; the rest is cut and the answer says truncated.",
+        "Largest answer of POST /v1/sql (`usl sql`) and of a SessionQL table query (POST /v1/sessionql, `usl sessionql`), in JSON bytes of its rows; the rest is cut and the answer says truncated.",
         minimum=1024,
     )
     api_url: str | None = _setting(

@@ -40,13 +40,16 @@ def run_sessionql(
     structured_gen_dir: Path | None,
     max_rows: int = 10000,
     timeout_seconds: float = 10.0,
+    max_result_bytes: int | None = None,
 ) -> dict[str, Any]:
     """Answer one SessionQL query.
 
     ``session_acls`` maps sessionId → its *latest* access list (a missing session is
     invisible). Table queries need ``analytics_gen_dir``; lineage queries need
     ``structured_gen_dir``. Returns ``asOfSeq``, ``generations`` ({kind: generationId}),
-    ``columns``, ``types``, ``rows`` (at most ``max_rows``), ``rowCount``, ``truncated``,
+    ``columns``, ``types``, ``rows`` (at most ``max_rows``, and for table queries no more than
+    fit in ``max_result_bytes`` of JSON: the SQL attachment's cap, its default when ``None``),
+    ``rowCount``, ``truncated`` (with ``truncation`` saying why, for table queries),
     ``query`` (the normalized text), ``sql`` for table queries (the SQL attachment query that
     gives the same rows) and, when the generation read is built through less than
     ``asOfSeq``, ``uncovered``. A malformed query raises
@@ -63,28 +66,31 @@ def run_sessionql(
                         structured_gen_dir, max_rows)
     else:
         body = _table(compiled, as_of_seq, principal, session_acls, analytics_gen_dir,
-                      structured_gen_dir, max_rows, timeout_seconds)
+                      structured_gen_dir, max_rows, timeout_seconds, max_result_bytes)
     return {"query": to_text(query), **body}
 
 
 def _table(compiled: CompiledQuery, as_of_seq: int, principal: Principal,
            session_acls: Mapping[str, Mapping[str, Any]], analytics_gen_dir: Path | None,
            structured_gen_dir: Path | None, max_rows: int,
-           timeout_seconds: float) -> dict[str, Any]:
-    from planner.sql import SqlAttachment
+           timeout_seconds: float, max_result_bytes: int | None) -> dict[str, Any]:
+    from planner.sql import DEFAULT_MAX_RESULT_BYTES, SqlAttachment
 
     if analytics_gen_dir is None:
         raise IndexUnavailable("the analytics index has no generation to query yet",
                                hint="Wait until `usl status` shows the analytics index.")
     answer = SqlAttachment(analytics_gen_dir, structured_gen_dir).query(
         compiled.sql, as_of_seq=as_of_seq, principal=principal, session_acls=session_acls,
-        max_rows=max_rows, timeout_seconds=timeout_seconds)
+        max_rows=max_rows, timeout_seconds=timeout_seconds,
+        max_result_bytes=DEFAULT_MAX_RESULT_BYTES if max_result_bytes is None else max_result_bytes)
     body: dict[str, Any] = {
         "asOfSeq": as_of_seq,
         "generations": {kind: info["generationId"] for kind, info in answer["generations"].items()},
         "columns": answer["columns"], "types": answer["types"], "rows": answer["rows"],
         "rowCount": answer["rowCount"], "truncated": answer["truncated"], "sql": compiled.sql,
     }
+    if "truncation" in answer:
+        body["truncation"] = answer["truncation"]
     if "uncovered" in answer:
         body["uncovered"] = answer["uncovered"]
     return body

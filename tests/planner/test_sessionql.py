@@ -3,6 +3,7 @@ asOfSeq filtering, and the service, CLI and API over a real broker."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +22,7 @@ from planner.sessionql_service import sessionql_request
 from planner.sql import VIEWS, SqlAttachment
 from sinks.analytics import AnalyticsWriter
 from sinks.structured import StructuredWriter
-from tests.sinks.test_structured import commit_batches, make_chunk, make_event
+from sinks.testing import commit_batches, make_chunk, make_event
 
 ANN = Principal("acme", "ann")
 BOB = Principal("acme", "bob")
@@ -134,6 +135,16 @@ def test_max_rows_truncates(gens: tuple[Path, Path]) -> None:
     body = run(gens, "FROM events", who=BOB, max_rows=3)
     assert (body["rowCount"], body["truncated"], len(body["rows"])) == (3, True, 3)
     assert [row[1] for row in body["rows"]] == [1, 2, 4]  # the default order: by seq
+    assert body["truncation"]["reason"] == "rows"
+
+
+def test_max_result_bytes_truncates(gens: tuple[Path, Path]) -> None:
+    whole = run(gens, "FROM events", who=BOB)
+    assert not whole["truncated"] and len(json.dumps(whole["rows"])) > 300
+    body = run(gens, "FROM events", who=BOB, max_result_bytes=300)
+    assert body["truncated"] and body["truncation"] == {"reason": "bytes", "maxRows": 10000, "maxResultBytes": 300}
+    assert 0 < body["rowCount"] < whole["rowCount"] and body["rows"] == whole["rows"][: body["rowCount"]]
+    assert len(json.dumps(body["rows"], separators=(",", ":"))) <= 300
 
 
 def test_lineage_never_passes_through_a_hidden_session(gens: tuple[Path, Path]) -> None:
@@ -486,6 +497,13 @@ def test_service_answers_at_the_indexed_seq(live: Any) -> None:
     assert {row[0] for row in lineage["rows"]} <= {"run-session", "episode-session", "session-parent"}
     capped = sessionql_request(planner_, {"query": "FROM events", "maxRows": 2}, ALICE)
     assert capped["rowCount"] == 2 and capped["truncated"]
+    # The result cap is the deployment's USL_SQL_MAX_RESULT_BYTES, not the attachment's default.
+    setting = dataclasses.replace(planner_.settings, sql_max_result_bytes=1024)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(planner_, "settings", setting)
+        small = sessionql_request(planner_, {"query": "FROM events"}, ALICE)
+    assert small["truncated"] and small["truncation"]["maxResultBytes"] == 1024
+    assert 0 < small["rowCount"] < sessionql_request(planner_, {"query": "FROM events"}, ALICE)["rowCount"]
     with pytest.raises(PlannerError) as info:
         sessionql_request(planner_, {"query": "FROM events", "log": "no-such-log"}, ALICE)
     assert info.value.status == 404  # as search: an unknown log is not an index to wait for
@@ -493,10 +511,9 @@ def test_service_answers_at_the_indexed_seq(live: Any) -> None:
 
 @pytest.mark.kafka
 def test_cli(live: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    from typer.testing import CliRunner
-
     import planner.cli_sessionql  # noqa: F401  (registers the command)
     from planner.cli import app
+    from typer.testing import CliRunner
 
     settings_, _, _ = live
     for name, value in (("USL_HOME", str(settings_.home)), ("USL_TOPIC_PREFIX", settings_.topic_prefix),
