@@ -11,7 +11,9 @@ event without ``acl`` keeps the session's access list when the session is the ca
 is refused when it is another tenant's, and starts a new session with the caller's tenant and the
 tenant-wide default ``read: ["*"]`` (ownership as :mod:`streams.ownership` decides it: the first
 event's tenant owns the session). Bad events are listed by index; the rest are appended. An eventId L1 already holds in that log counts as a duplicate and
-is not appended again.
+is not appended again. An event with a key written twice in any of its objects
+(``{"sessionId": "mine", "sessionId": "theirs"}``) is refused by index, as the worker
+dead-letters it (``duplicate_keys``): parsers disagree on which copy counts.
 
 When appends queue up behind L1 (more than ``_MAX_WAITING`` batches waiting, or the broker does
 not acknowledge in time) the answer is 429 with ``Retry-After``.
@@ -20,6 +22,7 @@ not acknowledge in time) the answer is 429 with ``Retry-After``.
 from __future__ import annotations
 
 import hashlib
+import json
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -169,6 +172,9 @@ def check_event(raw: Any, principal: Principal, log_id: str) -> tuple[dict[str, 
     """The event as it will be appended, or None and why it is refused."""
     if not isinstance(raw, dict):
         return None, f"an event must be a JSON object, not {type(raw).__name__}"
+    repeated = _repeated_key(raw)
+    if repeated is not None:
+        return None, f"duplicate key {repeated!r} in a JSON object; each key may appear once"
     event = dict(raw)
     event.setdefault("logId", log_id)
     if event["logId"] != log_id:
@@ -203,6 +209,55 @@ def _with_owner(event: dict[str, Any], owners: dict[str, str],
     return event, ""
 
 
+class _RepeatedKeys(dict[str, Any]):
+    """A JSON object that held ``key`` more than once (parsed with the last copy kept)."""
+
+    key = ""
+
+
+def _mark_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) == len(pairs):
+        return obj
+    marked = _RepeatedKeys(obj)
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            marked.key = key
+            break
+        seen.add(key)
+    return marked
+
+
+def _repeated_key(value: Any) -> str | None:
+    """The first key written twice in an object of ``value`` (parsed by :func:`_parse`)."""
+    if isinstance(value, _RepeatedKeys):
+        return value.key
+    children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+    for child in children:
+        found = _repeated_key(child)
+        if found is not None:
+            return found
+    return None
+
+
+def _parse(raw: bytes) -> Any:
+    """The body as JSON; objects that hold a key twice come back as :class:`_RepeatedKeys`, so
+    each event that has one is refused by itself. As :func:`streams.asp.loads_event` does, a
+    body that re-encodes to itself holds no repeated key and is parsed once."""
+    value = orjson.loads(raw)
+    for option in (orjson.OPT_SORT_KEYS, None):
+        try:
+            if orjson.dumps(value, option=option) == raw:
+                return value
+        except orjson.JSONEncodeError:
+            break
+    try:
+        return json.loads(raw, object_pairs_hook=_mark_repeats)
+    except RecursionError:
+        raise QueryError("the request body is nested too deeply", hint="Send events as ASP v1 defines them.") from None
+
+
 async def _body(request: Request) -> Any:
     raw = await request.body()
     if not raw.strip():
@@ -214,7 +269,7 @@ async def _body(request: Request) -> Any:
         raise UnsupportedMediaType(f"a request body must be JSON, not {media_type or 'untyped'}",
                                    hint="Send Content-Type: application/json.")
     try:
-        return orjson.loads(raw)
+        return _parse(raw)
     except orjson.JSONDecodeError:
         raise QueryError("the request body is not valid JSON",
                          hint="Send a JSON object with Content-Type: application/json.") from None
@@ -244,6 +299,9 @@ def routes(settings: Settings, bootstrap: str, principal_of: Callable[[Request],
         if not isinstance(body, dict) or not isinstance(body.get("events"), list):
             raise QueryError('the body must be an object with an "events" array',
                              hint='For example {"events": [{"eventId": "...", ...}]}.')
+        if isinstance(body, _RepeatedKeys):
+            raise QueryError(f"the body holds the key {body.key!r} twice; each key may appear once",
+                             hint='Send one "events" array (and at most one "log").')
         log_id = body.get("log", "default")
         if not isinstance(log_id, str) or not log_id or len(log_id) > 200:
             raise QueryError('"log" must be a log name', hint='Leave it out for "default".')

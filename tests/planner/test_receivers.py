@@ -17,7 +17,7 @@ from planner.auth import create_key, keys_path
 from planner.receivers import EventReceiver, TooManyRequests
 from streams.l1 import L1Reader
 from streams.settings import Settings
-from tests.factories import session_events
+from streams.testing import session_events
 
 pytestmark = pytest.mark.kafka
 
@@ -95,6 +95,35 @@ def test_a_key_writes_only_its_own_tenants_events(api):
     assert len(l1_events(settings)) == 2
 
 
+def test_an_event_with_a_repeated_key_is_refused_by_itself(api):
+    """As the worker dead-letters it (duplicate_keys): which copy of a repeated key counts
+    depends on the parser, so neither is appended; the other events of the batch are."""
+    import json
+
+    settings, client, key_a, _key_b = api
+    events = acme(session_events("s-dupkeys", turns=1))
+    texts = [json.dumps(event) for event in events]
+    texts[1] = texts[1][:-1] + ', "sessionId": "s-globex-victim"}'  # a second sessionId
+    texts[3] = texts[3].replace('"acl": {', '"acl": {"tenant": "globex", ', 1)  # nested: acl.tenant twice
+    body = '{"events": [' + ", ".join(texts) + "]}"
+    response = client.post("/v1/events", content=body.encode(),
+                           headers={"Authorization": f"Bearer {key_a}", "Content-Type": "application/json"})
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    assert [r["index"] for r in answer["rejected"]] == [1, 3]
+    assert "'sessionId'" in answer["rejected"][0]["reason"] and "'tenant'" in answer["rejected"][1]["reason"]
+    assert all("duplicate key" in r["reason"] for r in answer["rejected"])
+    assert answer["appended"] == len(events) - 2
+    stored = l1_events(settings)
+    assert {e["eventId"] for e in stored} == {e["eventId"] for i, e in enumerate(events) if i not in (1, 3)}
+    assert all(e["sessionId"] == "s-dupkeys" and e["acl"]["tenant"] == "acme" for e in stored)
+    # A key repeated in the envelope is the whole request's fault.
+    twice = '{"events": [], "events": [' + texts[0] + "]}"
+    refused = client.post("/v1/events", content=twice.encode(),
+                          headers={"Authorization": f"Bearer {key_a}", "Content-Type": "application/json"})
+    assert refused.status_code == 400 and "'events'" in refused.json()["error"]["message"]
+
+
 def test_bad_bodies_are_400_with_the_error_shape(api):
     _settings, client, key_a, _key_b = api
     for body in ({}, {"events": {}}, [], {"events": [], "log": ""}, {"events": [{}] * 10001}):
@@ -145,5 +174,3 @@ def test_events_route_is_in_the_openapi_document():
     assert {"200", "401", "429"} <= set(post_events["responses"])
 
 
-#: A reader of tenant default (the tenant keyless writes get).
-READER_PRINCIPAL = Principal(tenant="default", user="tester")
