@@ -46,15 +46,15 @@ from typing import Any
 import orjson
 from kafka import KafkaConsumer, TopicPartition
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks.workload, tests.harness
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks.workload when run as a script
 
 from benchmarks.workload import WorkloadConfig, generate
+from deploy.testing import Stack
 from streams.chunking import Chunker, ChunkerConfig, chunk_stream, default_tokenizer, make_ticks
 from streams.l1 import L1Producer
 from streams.redaction import policy_hash, redact_event
 from streams.settings import Settings
 from streams.topics import Topics
-from tests.harness import Stack
 
 __all__ = ["main", "make_events"]
 

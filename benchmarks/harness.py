@@ -367,8 +367,8 @@ def sink_rates(settings: Settings, events: list[dict[str, Any]], whoosh_chunks: 
 
 def ingest_and_freshness(settings: Settings, scale: Scale, events: list[dict[str, Any]], seed: int) -> dict[str, Any]:
     """Real worker and sink processes: end-to-end rate, per-index live rates, freshness, memory."""
+    from deploy.testing import Stack
     from streams.topics import Topics
-    from tests.harness import Stack
 
     bootstrap = settings.bootstrap_servers or ""
     topics = Topics.from_settings(settings)

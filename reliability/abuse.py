@@ -85,7 +85,7 @@ def far_future_session(seed: int, n: int) -> tuple[list[dict[str, Any]], str]:
 
 def dead_letter_reasons(settings: Settings) -> list[str]:
     """The reason of every dead letter so far."""
-    from tests.harness import topic_records
+    from streams.testing import topic_records
 
     return [str(record.get("reason")) for record in topic_records(settings, "deadletters")]
 

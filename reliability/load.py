@@ -24,8 +24,8 @@ from sinks.exceptions import GenerationError
 from sinks.generations import FileDigests, GenerationStore
 from streams.l1 import L1Producer, L1Reader
 from streams.settings import Settings
+from streams.testing import interleave, session_events
 from streams.topics import Topics
-from tests.factories import interleave, session_events
 
 __all__ = ["Ingest", "Querier", "WatermarkWatch", "l1_event_counts"]
 

@@ -22,8 +22,7 @@ from sinks.generations import MANIFEST_FILE, FileDigests, GenerationStore
 from sinks.runner import index_root
 from sinks.service import ALL_KINDS
 from streams.settings import Settings
-from tests.factories import session_events
-from tests.harness import append_events, chunk_set, l1_seq
+from streams.testing import append_events, chunk_set, l1_seq, session_events
 
 __all__ = ["FAULT_KINDS", "FaultResult", "SuiteResult", "run_suite"]
 
@@ -91,7 +90,7 @@ def l1_counts(settings: Settings, appended: list[str], reused: Collection[str] =
 def index_counts(settings: Settings) -> tuple[int, int, list[str]]:
     """(records missing from an index, duplicate rows/documents, details): every index
     against what the derived topics say it must hold (exactly once)."""
-    from tests.sinks.test_sink_crash import expected_keys, index_keys
+    from sinks.testing import expected_keys, index_keys
 
     keys = index_keys(settings)
     try:
@@ -121,7 +120,7 @@ def index_counts(settings: Settings) -> tuple[int, int, list[str]]:
 
 def chunk_determinism(settings: Settings) -> list[str]:
     """Differences between the chunks the pipeline emitted and an uninterrupted replay's."""
-    from tests.streams.test_pipeline_determinism import replay_chunks
+    from sinks.testing import replay_chunks
 
     try:
         downstream = chunk_set(settings)

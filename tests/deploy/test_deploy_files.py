@@ -27,6 +27,7 @@ import yaml
 from prometheus_client import REGISTRY
 
 import streams.metrics as metrics
+from deploy.testing import as_grafana_sends
 from sinks.kinds import ALL_KINDS
 from streams.settings import setting_docs
 
@@ -98,13 +99,6 @@ def _dashboard_panels() -> list[dict[str, Any]]:
 
 def dashboard_exprs() -> list[str]:
     return [t["expr"] for p in _dashboard_panels() for t in p.get("targets", [])]
-
-
-def as_grafana_sends(expr: str, rate_interval: str = "1m") -> str:
-    """A panel query as Grafana sends it to Prometheus with every log and index kind selected
-    (the variables' "All" is ``.*``) and ``$__rate_interval`` at a 15 s scrape interval."""
-    expr = expr.replace("$__rate_interval", rate_interval)
-    return re.sub(r"\$\{?(log|kind)\}?", ".*", expr)
 
 
 def alert_rules() -> list[dict[str, Any]]:

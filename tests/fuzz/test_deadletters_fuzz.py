@@ -23,16 +23,17 @@ from hypothesis import Phase, example, given
 from hypothesis import strategies as st
 from kafka import KafkaProducer
 
+from deploy.testing import Stack
 from planner.acl import parse_principal
 from planner.engine import Planner
 from planner.sessionql_service import sessionql_request
+from sinks.testing import wait_for_watermarks
 from streams.asp import canonical_bytes, validate_event
 from streams.l1 import LogRegistry
 from streams.settings import Settings
+from streams.testing import interleave, session_events, topic_records
 from streams.topics import Topics
-from tests.factories import interleave, session_events
 from tests.fuzz.profile import fuzz, json_values
-from tests.harness import Stack, topic_records, wait_for_watermarks
 
 pytestmark = pytest.mark.kafka
 

@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from planner.cli import app
+from planner.cli_progress import ImportProgress, count_lines, input_files, rebuild_progress
 from rich.console import Console
 from typer.testing import CliRunner
 
-from planner.cli import app
-from planner.cli_progress import ImportProgress, count_lines, input_files, rebuild_progress
+from deploy.testing import settings_env
 from streams.settings import Settings
-from tests.harness import settings_env
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "sessions"
 

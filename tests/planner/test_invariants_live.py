@@ -1,6 +1,6 @@
 """Randomized checks of the query invariants (SPEC §10: 1, 2, 3, 8) against the real pipeline.
 
-A real ``usl worker`` and real sinks (``tests.harness.Stack``) index a log while a seeded
+A real ``usl worker`` and real sinks (``deploy.testing.Stack``) index a log while a seeded
 random walk interleaves appends of several sessions with different access lists and queries
 through :meth:`planner.engine.Planner.search` in random freshness modes, ranking modes and
 principals. Every event carries a token unique in the log, so a test can tell exactly which
@@ -36,15 +36,17 @@ from typing import Any
 
 import pytest
 
+from deploy.testing import Stack
 from planner.acl import Principal, parse_principal
 from planner.cursors import decode_cursor, load_cursor_key
 from planner.engine import Planner
 from planner.exceptions import IndexUnavailable
+from sinks.testing import wait_for_watermarks
 from sinks.watermarks import WatermarkFollower
 from streams.asp import validate_event
 from streams.l1 import L1Producer, L1Reader
 from streams.settings import Settings
-from tests.harness import Stack, topic_records, wait_for_watermarks
+from streams.testing import topic_records
 
 pytestmark = pytest.mark.kafka
 

@@ -14,13 +14,13 @@ import orjson
 import pytest
 import uvicorn
 
+from planner.acl import Principal
 from planner.api import create_app
 from planner.engine import Planner
 from sinks.watermarks import WatermarkFollower
 from streams.importers.otel import span_events
 from streams.l1 import L1Reader
 from streams.settings import Settings
-from tests.planner.test_receivers import READER_PRINCIPAL
 
 pytestmark = pytest.mark.kafka
 
@@ -151,3 +151,7 @@ def test_otlp_json_maps_like_protobuf(served):
         {"traceId": "ab", "spanId": "cd", "attributes": [
             {"key": "gen_ai.operation.name", "value": {"stringValue": "chat"}}]}]}]}]})] == [
         "a span needs startTimeUnixNano"]
+
+
+#: A reader of tenant default (the tenant keyless writes get).
+READER_PRINCIPAL = Principal(tenant="default", user="tester")

@@ -34,8 +34,8 @@ from planner.sql import VIEWS, SqlAttachment
 from sinks.analytics import AnalyticsWriter
 from sinks.rebuild import ReplayStream
 from sinks.structured import StructuredReader, StructuredWriter
+from sinks.testing import commit_batches
 from streams.settings import Settings
-from tests.sinks.test_structured import commit_batches
 
 SEED = 20260131
 QUERIES = int(os.environ.get("USL_SESSIONQL_QUERIES", "150"))

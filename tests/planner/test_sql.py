@@ -19,9 +19,9 @@ from planner.exceptions import PlannerError, QueryError
 from planner.sql import NOTICE, SqlAttachment
 from sinks.analytics import AnalyticsWriter
 from sinks.structured import StructuredWriter
+from sinks.testing import commit_batches, make_chunk, make_event
 from sinks.writer import parquet_segments
 from tests.fuzz.profile import fuzz
-from tests.sinks.test_structured import commit_batches, make_chunk, make_event
 
 ANN = Principal("acme", "ann")
 BOB = Principal("acme", "bob")

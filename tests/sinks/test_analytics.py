@@ -10,8 +10,8 @@ import pyarrow.parquet as pq
 
 import sinks.analytics
 from sinks.analytics import SCHEMAS, AnalyticsWriter
+from sinks.testing import commit_batches, file_digests, make_chunk, make_event
 from sinks.writer import IndexWriter, parquet_segments
-from tests.sinks.test_structured import commit_batches, file_digests, make_chunk, make_event
 
 SENTINEL = "SENTINEL-free-text-7f3a"
 

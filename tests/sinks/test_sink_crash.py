@@ -13,120 +13,39 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-import duckdb
-import orjson
 import pytest
-import tantivy
 
+from deploy.testing import Stack
 from sinks.generations import GenerationStore
 from sinks.runner import index_root
 from sinks.service import ALL_KINDS
+from sinks.testing import (
+    assert_no_duplicates,
+    assert_watermarks_monotone,
+    current_generation,
+    expected_keys,
+    index_keys,
+    wait_for_watermarks,
+    watermark_history,
+)
 from sinks.text import get_engine
 from sinks.text.tantivy_engine import TantivyEngine
 from sinks.vector_writer import MAX_SEGMENTS, segment_names
-from sinks.writer import parquet_segments
-from streams.l1 import read_topic_to_end
 from streams.settings import Settings
-from streams.topics import Topics
-from tests.factories import interleave, session_events
-from tests.harness import (
-    Stack,
+from streams.testing import (
     append_events,
-    chunk_set,
+    interleave,
     l1_seq,
-    topic_records,
-    wait_for_watermarks,
+    session_events,
 )
 
 KILLS = 12
 
 
-# -- reading what a generation holds (shared with test_rebuild / test_no_secrets) -------------
-
-
-def current_generation(settings: Settings, kind: str, log_id: str = "default") -> Path | None:
-    """Directory of the current generation of the ACTIVE line of ``kind`` (None before any)."""
-    store = GenerationStore(index_root(settings), log_id, kind)
-    manifest = store.current()
-    return None if manifest is None else store.generation_dir(manifest.generation_id)
-
-
-def tantivy_docs(gen_dir: Path, field: str) -> list[dict[str, Any]]:
-    """Every stored document of the tantivy index in ``gen_dir`` (fields flattened)."""
-    index = tantivy.Index.open(str(gen_dir))
-    searcher = index.searcher()
-    if searcher.num_docs == 0:
-        return []
-    hits = searcher.search(tantivy.Query.all_query(), limit=searcher.num_docs, count=False).hits
-    docs = []
-    for _score, address in hits:
-        stored = searcher.doc(address).to_dict()
-        docs.append({name: values[0] if len(values) == 1 else values for name, values in stored.items()})
-    return sorted(docs, key=lambda d: str(d[field]))
-
-
-def vector_ids(gen_dir: Path) -> list[str]:
-    """chunkIds of every vector segment of a generation, segment by segment (duplicates kept)."""
-    ids: list[str] = []
-    for name in segment_names(gen_dir):
-        ids += orjson.loads((gen_dir / f"{name}.ids.json").read_bytes())["chunkIds"]
-    return ids
-
-
-def parquet_rows(gen_dir: Path, table: str, columns: str = "*") -> list[tuple[Any, ...]]:
-    """Rows of a Parquet table of a structured/analytics generation, sorted (duplicates kept)."""
-    files = parquet_segments(gen_dir, table)
-    if not files:
-        return []
-    listed = ", ".join("'" + str(p).replace("'", "''") + "'" for p in files)
-    with duckdb.connect() as con:
-        rows = con.execute(f"SELECT {columns} FROM read_parquet([{listed}], union_by_name = true)").fetchall()
-    return sorted(rows, key=repr)
-
-
-def index_keys(settings: Settings) -> dict[str, dict[str, list[Any]]]:
-    """Per kind, the key of every row/document its current generation holds (duplicates kept)."""
-    keys: dict[str, dict[str, list[Any]]] = {}
-    text = current_generation(settings, "text")
-    if text is not None:
-        engine = get_engine("tantivy")
-        ids = engine.all_ids(text)
-        assert engine.count(text) == len(ids)
-        keys["text"] = {"chunks": ids}
-    vector = current_generation(settings, "vector")
-    if vector is not None:
-        keys["vector"] = {"chunks": vector_ids(vector)}
-    structured = current_generation(settings, "structured")
-    if structured is not None:
-        keys["structured"] = {
-            "chunks": [r[0] for r in parquet_rows(structured, "chunks", "chunkId")],
-            "coverage": parquet_rows(structured, "coverage", "chunkId, eventId, partFrom"),
-            "sessions": [r[0] for r in parquet_rows(structured, "sessions", "seq")],
-        }
-    analytics = current_generation(settings, "analytics")
-    if analytics is not None:
-        keys["analytics"] = {
-            "chunks": [r[0] for r in parquet_rows(analytics, "chunks", "chunkId")],
-            **{table: [r[0] for r in parquet_rows(analytics, table, "seq")]
-               for table in ("events", "tool_calls", "tool_results")},
-        }
-    toolresults = current_generation(settings, "toolresults")
-    if toolresults is not None:
-        keys["toolresults"] = {"results": [d["id"] for d in tantivy_docs(toolresults, "id")]}
-    return keys
-
-
-def assert_no_duplicates(keys: dict[str, dict[str, list[Any]]]) -> None:
-    for kind, tables in keys.items():
-        for table, values in tables.items():
-            seen: set[Any] = set()
-            dups = [v for v in values if v in seen or seen.add(v)]  # type: ignore[func-returns-value]
-            assert not dups, f"{kind}.{table} holds duplicates: {dups[:5]}"
+# -- checks of this test (index readers: sinks.testing) ----------------------------------------
 
 
 def verify_current(settings: Settings) -> None:
@@ -155,43 +74,6 @@ def leftovers(settings: Settings) -> set[tuple[str, str]]:
             elif path.name.startswith(".trash-gen-"):
                 found.add(("in-gc", str(path)))
     return found
-
-
-def watermark_history(settings: Settings) -> dict[str, list[dict[str, Any]]]:
-    """Every watermark record of the compacted topic, in topic order, per key."""
-    history: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    topic = Topics.from_settings(settings).watermarks
-    for record in read_topic_to_end(settings.bootstrap_servers or "", topic):
-        if record.value is not None:
-            history[record.key.decode()].append(orjson.loads(record.value))
-    return history
-
-
-def assert_watermarks_monotone(history: dict[str, list[dict[str, Any]]]) -> None:
-    for key, records in history.items():
-        last: dict[str, tuple[int, int]] = {}
-        for watermark in records:
-            line = watermark["line"]
-            position = (int(watermark["generationId"]), int(watermark["builtThroughSeq"]))
-            if line in last:
-                before = last[line]
-                assert position[0] >= before[0] and position[1] >= before[1], \
-                    f"{key} watermark went backwards on line {line}: {before} -> {position}"
-            last[line] = position
-
-
-def expected_keys(settings: Settings) -> dict[str, set[Any]]:
-    """What the derived topics say each index must hold."""
-    chunks = set(chunk_set(settings))
-    events = [r for r in topic_records(settings, "redacted") if r.get("kind") == "event"]
-    results = {f"{r['logId']}:{r['seq']}" for r in topic_records(settings, "toolresults") if r.get("kind") == "toolresult"}
-    return {
-        "chunks": chunks,
-        "events": {int(r["seq"]) for r in events},
-        "tool_calls": {int(r["seq"]) for r in events if r["event"]["type"] == "tool.call"},
-        "tool_results": {int(r["seq"]) for r in events if r["event"]["type"] == "tool.result"},
-        "toolresults": results,
-    }
 
 
 def assert_exactly_once(settings: Settings) -> dict[str, int]:

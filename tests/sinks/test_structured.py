@@ -1,17 +1,14 @@
 """The structured sink: Parquet generations of chunk metadata, coverage, ACLs and lineage.
 
-The record factories here (``make_event``, ``make_chunk``, ``make_toolresult``,
-``commit_batches``) are shared by the analytics, tool-results and SQL tests.
+The record factories (``make_event``, ``make_chunk``, ``make_toolresult``, ``commit_batches``)
+live in the shipped kit ``sinks.testing``.
 """
 
 from __future__ import annotations
 
-import hashlib
-import itertools
 import os
 import time
-from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -20,105 +17,17 @@ import pytest
 import sinks.structured
 import sinks.writer
 from sinks.exceptions import SinkError
-from sinks.generations import GenerationStore, Manifest
 from sinks.structured import StructuredReader, StructuredWriter
+from sinks.testing import (
+    T0,
+    commit_batches,
+    file_digests,
+    iso,
+    make_chunk,
+    make_event,
+    make_toolresult,
+)
 from sinks.writer import IndexWriter, record_id
-
-T0 = datetime(2026, 1, 31, 12, 0, tzinfo=UTC)
-_ids = itertools.count(1)
-
-
-def iso(seconds: float) -> str:
-    return (T0 + timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def make_event(
-    seq: int, session_id: str, event_type: str = "message", *, log_id: str = "default",
-    role: str | None = None, run_id: str | None = None, turn_id: str | None = None,
-    episode_id: str | None = None, parent_session_id: str | None = None,
-    parent_event_id: str | None = None, acl: dict[str, Any] | None = None,
-    fields: dict[str, Any] | None = None, event_id: str | None = None,
-    visibility: str = "visible", at: float | None = None,
-) -> dict[str, Any]:
-    """A redacted event record as the redaction agent publishes it."""
-    event = {
-        "aspVersion": "1.0", "eventId": event_id or f"e-{seq}-{next(_ids)}", "logId": log_id,
-        "sessionId": session_id, "runId": run_id, "turnId": turn_id, "episodeId": episode_id,
-        "parentSessionId": parent_session_id, "parentEventId": parent_event_id,
-        "type": event_type, "role": role, "time": iso(seq if at is None else at),
-        "visibility": visibility, "acl": acl or {"tenant": "acme", "read": ["*"]},
-        "fields": fields or {},
-    }
-    return {"kind": "event", "logId": log_id, "seq": seq, "event": event, "policy": "p1"}
-
-
-def make_chunk(
-    session_id: str, seqs: Sequence[int], *, log_id: str = "default", run_id: str | None = None,
-    turn_id: str | None = None, roles: Sequence[str] = ("user",), tool_names: Sequence[str] = (),
-    statuses: Sequence[str] = (), types: Sequence[str] = ("message",),
-    acl: dict[str, Any] | None = None, chunk_id: str | None = None,
-) -> dict[str, Any]:
-    """A SearchChunkV1 record whose evidence is one event per seq."""
-    texts = [f"[user] event {seq} of {session_id}" for seq in seqs]
-    evidence, cursor = [], 0
-    for seq, text in zip(seqs, texts, strict=True):
-        evidence.append({"eventId": f"ev-{session_id}-{seq}", "seq": seq, "start": cursor,
-                         "end": cursor + len(text.encode()), "part": [0, len(text.encode())]})
-        cursor += len(text.encode()) + 1
-    return {
-        "kind": "chunk", "schema": "SearchChunkV1",
-        "chunkId": chunk_id or f"c_{hashlib.sha256(f'{session_id}{list(seqs)}'.encode()).hexdigest()[:32]}",
-        "logId": log_id, "sessionId": session_id, "runId": run_id, "turnId": turn_id,
-        "episodeId": None, "unit": "turn", "text": "\n".join(texts),
-        "fields": {"roles": sorted(roles), "types": sorted(types), "toolNames": sorted(tool_names),
-                   "statuses": sorted(statuses), "paramKeys": []},
-        "evidence": evidence, "evidenceEventIds": [e["eventId"] for e in evidence],
-        "minSeq": min(seqs), "maxSeq": max(seqs), "startTime": iso(min(seqs)),
-        "endTime": iso(max(seqs)), "eventTime": iso(max(seqs)), "tokenCount": 10 * len(seqs),
-        "acl": acl or {"tenant": "acme", "read": ["*"]},
-        "versions": {"asp": "1.0", "chunker": "1.0", "tokenizer": "t", "redactionPolicy": "p1"},
-    }
-
-
-def make_toolresult(
-    seq: int, session_id: str, text: str, *, log_id: str = "default", tool_name: str = "Bash",
-    status: str = "ok", tool_call_id: str | None = None,
-) -> dict[str, Any]:
-    """A full tool-result record as published on the tool-results topic."""
-    return {
-        "kind": "toolresult", "logId": log_id, "seq": seq, "eventId": f"tr-{seq}",
-        "sessionId": session_id, "runId": None, "turnId": f"t-{session_id}",
-        "toolCallId": tool_call_id or f"call-{seq}", "toolName": tool_name, "status": status,
-        "text": text, "time": iso(seq), "acl": {"tenant": "acme", "read": ["*"]}, "policy": "p1",
-    }
-
-
-def commit_batches(root: Path, writer: IndexWriter, batches: Sequence[Sequence[dict[str, Any]]],
-                   log_id: str = "default") -> list[Path]:
-    """Commit one generation per batch through the real GenerationStore; their directories."""
-    store = GenerationStore(root, log_id, writer.kind)
-    dirs = []
-    for batch in batches:
-        current = store.current_id()
-        previous = store.generation_dir(current) if current is not None else None
-        staging = store.begin()
-        writer.write(staging, previous, list(batch))
-        through = max((int(r.get("maxSeq", r.get("seq", 0))) for r in batch), default=0)
-        manifest = Manifest(
-            kind=writer.kind, log_id=log_id, line="live", generation_id=0,
-            built_through_seq=through, schema_version="1", asp_version="1.0", chunker={},
-            embedding=None, redaction_policy_hash="p1", extra=writer.describe(),
-        )
-        committed = store.commit(staging, manifest)
-        dirs.append(store.generation_dir(committed.generation_id))
-    return dirs
-
-
-def file_digests(directory: Path) -> dict[str, tuple[str, int]]:
-    """name → (sha256, inode) of every file in ``directory``."""
-    return {p.name: (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_ino)
-            for p in sorted(directory.iterdir()) if p.is_file()}
-
 
 # --------------------------------------------------------------------------- tests
 

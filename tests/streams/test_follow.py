@@ -4,7 +4,6 @@ middle of a batch, truncation, rotation and deletion all leave each event exactl
 from __future__ import annotations
 
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from streams.follow import Follower, PositionStore
-from streams.importers import Accepted, Rejected, iter_records
+from streams.importers import Accepted, iter_records
+from streams.testing import Clock, Crash, MemoryL1
 
 ROOT = Path(__file__).resolve().parents[2]
 TRANSCRIPTS = [
@@ -21,53 +21,6 @@ TRANSCRIPTS = [
     ROOT / "tests" / "fixtures" / "importers" / "claude_code" / "3f6c2a8e-1b7d-4c55-9e0a-5d2f8b1c7e94.jsonl",
     ROOT / "tests" / "fixtures" / "importers" / "codex" / "rollout-2025-12-05T11-00-00-rejection-codex-001.jsonl",
 ]
-
-
-class Crash(Exception):
-    """The follower process dies here (kill -9): nothing after this line of its code runs."""
-
-
-class MemoryL1:
-    """L1 as a list; ``crash_in`` makes the n-th append from now raise :class:`Crash` first."""
-
-    def __init__(self) -> None:
-        self.log: list[dict[str, Any]] = []
-        self.dead: list[Rejected] = []
-        self.crash_in: int | None = None
-
-    def committed_seq(self, log_id: str) -> int:
-        return len(self.log)
-
-    def append(self, event: dict[str, Any]) -> None:
-        if self.crash_in is not None:
-            self.crash_in -= 1
-            if self.crash_in < 0:
-                self.crash_in = None
-                raise Crash
-        self.log.append(event)
-
-    def flush(self) -> int:
-        return len(self.log)
-
-    def event_ids(self, log_id: str, from_seq: int, sessions: set[str] | None = None) -> set[str]:
-        return {e["eventId"] for e in self.log[max(from_seq - 1, 0):]
-                if e["logId"] == log_id and (sessions is None or e["sessionId"] in sessions)}
-
-    def dead_letter(self, item: Rejected) -> None:
-        self.dead.append(item)
-
-    def counts(self) -> Counter[str]:
-        return Counter(e["eventId"] for e in self.log)
-
-
-class Clock:
-    """Wall-clock seconds that move only when the test says (file mtimes are real)."""
-
-    def __init__(self) -> None:
-        self.now = time.time()
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def one_shot_ids(path: Path) -> set[str]:

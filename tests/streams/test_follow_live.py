@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 import pytest
 
+from deploy.testing import Stack
 from planner.acl import Principal
 from planner.engine import Planner
 from planner.exceptions import IndexUnavailable, NotFound
@@ -20,7 +21,6 @@ from sinks.watermarks import WatermarkFollower
 from streams.importers import Accepted, iter_records
 from streams.l1 import L1Reader
 from streams.settings import Settings
-from tests.harness import Stack
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 

@@ -57,14 +57,16 @@ def test_the_json_document_yields_the_same_events(tmp_path):
 
 
 def test_follow_reads_a_rewritten_recording_once(tmp_path):
-    from tests.streams.test_follow import Clock, MemoryL1, follower
+    from streams.follow import Follower, PositionStore
+    from streams.testing import Clock, MemoryL1
 
     header, *messages = [orjson.loads(line) for line in FIXTURE.read_bytes().splitlines()]
     chats = tmp_path / "tmp" / "abc" / "chats"
     chats.mkdir(parents=True)
     recording = chats / "session-1.json"
     l1, clock = MemoryL1(), Clock()
-    tail = follower(tmp_path / "tmp", l1, tmp_path / "home", clock)
+    tail = Follower([tmp_path / "tmp"], appender=l1, store=PositionStore(tmp_path / "home"),
+                    idle_seconds=5.0, clock=clock)
     for count in range(1, len(messages) + 1):  # Gemini CLI rewrites the whole file per message
         recording.write_bytes(orjson.dumps({**header, "messages": messages[:count]}))
         tail.poll()

@@ -6,122 +6,41 @@ code the faust agents run, with sessions spread over several partitions), includ
 hypothesis property over random logs, K and G; and through the real ``usl worker`` and text
 sink, reading the progress records on the chunks topic and the sink's ``builtThroughSeq``.
 
-The helpers at the top (marker history, waiting for markers, fast group fail-over) are shared
-by the other pipeline tests of this package.
+The marker helpers (history, floor, waiting for markers) live in the shipped kit
+``streams.testing``; the fast group fail-over fixture in this package's conftest.
 """
 
 from __future__ import annotations
 
 import time
-from collections import defaultdict
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import orjson
 import pytest
 from hypothesis import example, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
+from deploy.testing import Stack
+from sinks.testing import wait_for_watermarks
 from streams.asp import event_time, validate_event
 from streams.chunking import Chunker, ChunkerConfig, default_tokenizer
-from streams.l1 import read_topic_to_end
 from streams.progress import marker_seq, new_progress, note_seq, note_session
 from streams.settings import Settings
+from streams.testing import (
+    append_events,
+    check_markers,
+    chunks_topic,
+    marker_floor,
+    marker_history,
+    topic_records,
+    wait_for_markers,
+    wait_until,
+)
 from streams.ticks import advance_clock, new_clock
-from streams.topics import Topics
-from tests.harness import Stack, append_events, topic_records, wait_for_watermarks
 
 T0 = datetime(2026, 11, 1, 9, 0, tzinfo=UTC)
-
-
-# -- shared helpers ---------------------------------------------------------------------------
-
-
-def fast_group_failover(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Let the consumer group notice a SIGKILLed worker in ~10 s instead of faust's 60 s.
-
-    faust reads these from the environment; ``Stack`` passes the environment to the worker.
-    """
-    monkeypatch.setenv("BROKER_SESSION_TIMEOUT", "10")
-    monkeypatch.setenv("BROKER_HEARTBEAT_INTERVAL", "1")
-
-
-def chunks_topic(settings: Settings) -> list[tuple[int, int, dict[str, Any]]]:
-    """Every record of the chunks topic as (partition, offset, decoded body), in offset order."""
-    topic = Topics.from_settings(settings).chunks
-    records = [(r.partition, r.offset, orjson.loads(r.value))
-               for r in read_topic_to_end(settings.bootstrap_servers or "", topic) if r.value is not None]
-    return sorted(records, key=lambda item: (item[0], item[1]))
-
-
-def marker_history(settings: Settings, log_id: str = "default") -> dict[int, list[tuple[int, int]]]:
-    """Chunks-topic partition → [(offset, marker seq)] of ``log_id``'s progress markers, in
-    offset order, read from the real topic."""
-    history: dict[int, list[tuple[int, int]]] = defaultdict(list)
-    for partition, offset, body in chunks_topic(settings):
-        if body.get("kind") == "progress" and body.get("logId") == log_id:
-            history[partition].append((offset, int(body["seq"])))
-    return dict(history)
-
-
-def check_markers(settings: Settings, log_id: str = "default") -> None:
-    """Assert the progress-marker contract on the real topic, for one log:
-
-    - per partition, markers never go backwards in offset order;
-    - every marker is true when it is written: each event of the log with seq <= M that any
-      chunk of that partition carries as evidence is inside a chunk at a lower offset.
-    """
-    by_partition: dict[int, list[tuple[int, dict[str, Any]]]] = defaultdict(list)
-    for partition, offset, body in chunks_topic(settings):
-        if body.get("logId") == log_id and body.get("kind") in ("chunk", "progress"):
-            by_partition[partition].append((offset, body))
-    for partition, records in by_partition.items():
-        evidence = sorted({e["seq"] for _, b in records if b["kind"] == "chunk" for e in b["evidence"]})
-        covered: set[int] = set()
-        previous = 0
-        for offset, body in records:
-            if body["kind"] == "chunk":
-                covered.update(e["seq"] for e in body["evidence"])
-                continue
-            seq = int(body["seq"])
-            assert seq >= previous, f"{log_id} partition {partition}: marker {seq} at offset {offset} after {previous}"
-            previous = seq
-            missing = [s for s in evidence if s <= seq and s not in covered]
-            assert not missing, (f"{log_id} partition {partition}: marker {seq} at offset {offset} claims seqs "
-                                 f"{missing[:5]} before any chunk holding them")
-
-
-def marker_floor(settings: Settings, log_id: str = "default") -> int:
-    """min over every chunks partition of its highest marker (0 until all have one): the seq a
-    sink may claim as built through."""
-    history = marker_history(settings, log_id)
-    if len(history) < settings.stream_partitions:
-        return 0
-    return min(max(seq for _, seq in entries) for entries in history.values())
-
-
-def wait_for_markers(settings: Settings, seq: int, *, log_ids: tuple[str, ...] = ("default",),
-                     timeout: float = 180.0) -> None:
-    """Block until every log's marker floor reaches ``seq`` (bounded by ``timeout``)."""
-    deadline = time.monotonic() + timeout
-    floors: dict[str, int] = {}
-    while time.monotonic() < deadline:
-        floors = {log_id: marker_floor(settings, log_id) for log_id in log_ids}
-        if all(value >= seq for value in floors.values()):
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"progress markers did not reach {seq} within {timeout}s: {floors}")
-
-
-def wait_until(predicate: Callable[[], bool], what: str, *, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 # -- scenario ---------------------------------------------------------------------------------

@@ -13,13 +13,14 @@ from typing import Any
 import pytest
 from kafka import KafkaProducer
 
+from deploy.testing import Stack
 from planner.status import collect_status
+from sinks.testing import wait_for_watermarks
 from streams.asp import validate_event
 from streams.l1 import LogRegistry
 from streams.settings import Settings
+from streams.testing import append_events, topic_records, wait_until
 from streams.topics import Topics
-from tests.harness import Stack, append_events, topic_records, wait_for_watermarks
-from tests.streams.test_markers import wait_until
 
 pytestmark = [pytest.mark.kafka]
 

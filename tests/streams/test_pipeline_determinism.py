@@ -24,12 +24,17 @@ from typing import Any
 import orjson
 import pytest
 
-from sinks.rebuild import ReplayStream
-from streams.l1 import L1Reader
+from deploy.testing import Stack
+from sinks.testing import replay_chunks
 from streams.settings import Settings
-from tests.factories import interleave, session_events
-from tests.harness import Stack, append_events, chunk_set, l1_seq
-from tests.streams.test_markers import wait_for_markers
+from streams.testing import (
+    append_events,
+    chunk_set,
+    interleave,
+    l1_seq,
+    session_events,
+    wait_for_markers,
+)
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -54,24 +59,6 @@ def pipeline_events(seed: int = 7) -> list[dict[str, Any]]:
         ]
         events += interleave(*sessions, seed=seed)
     return events
-
-
-def replay_chunks(settings: Settings, log_ids: tuple[str, ...] = LOGS) -> dict[str, bytes]:
-    """chunkId → canonical bytes of the chunks the in-process rebuild path (``ReplayStream``:
-    the same pure redaction + chunking code) derives from the pipeline's L1."""
-    chunks: dict[str, bytes] = {}
-    reader = L1Reader(settings.bootstrap_servers or "", settings)
-    try:
-        for log_id in log_ids:
-            replay = ReplayStream(settings, log_id)
-            for seq, event in reader.read(log_id):
-                for record in replay.feed(seq, event):
-                    if record["kind"] == "chunk":
-                        body = orjson.dumps(record, option=orjson.OPT_SORT_KEYS)
-                        assert chunks.setdefault(record["chunkId"], body) == body
-    finally:
-        reader.close()
-    return chunks
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +109,7 @@ def test_stream_path_equals_rebuild_path(runs: dict[str, Settings]) -> None:
     """(c) What the faust worker wrote equals what ``ReplayStream`` (the rebuild path, in
     process) derives from the same L1, byte for byte."""
     ref = chunk_set(runs["ref"])
-    assert replay_chunks(runs["ref"]) == ref
+    assert replay_chunks(runs["ref"], LOGS) == ref
 
 
 def test_reingested_events_change_nothing(runs: dict[str, Settings]) -> None:
@@ -136,7 +123,7 @@ def test_the_data_exercises_idle_cuts_and_splits(runs: dict[str, Settings]) -> N
     """Guard for the tests above: with a huge idle gap the same log chunks differently (so tick
     cuts decided some boundaries), and some events were split into parts."""
     ref = chunk_set(runs["ref"])
-    no_idle_cuts = replay_chunks(replace(runs["ref"], idle_gap_seconds=1e9))
+    no_idle_cuts = replay_chunks(replace(runs["ref"], idle_gap_seconds=1e9), LOGS)
     assert set(no_idle_cuts) != set(ref)
     parts = [e for body in ref.values() for e in orjson.loads(body)["evidence"] if e["part"][0] > 0]
     assert parts, "no event was split into overlapping parts"

@@ -23,16 +23,22 @@ import pytest
 from kafka import KafkaAdminClient
 from kafka.errors import CoordinatorNotAvailableError
 
+from deploy.testing import Stack
 from sinks.generations import GenerationStore
 from sinks.runner import index_root
+from sinks.testing import replay_chunks, wait_for_watermarks
 from sinks.text import get_engine
 from sinks.watermarks import read_watermarks
 from streams.settings import Settings
+from streams.testing import (
+    append_events,
+    check_markers,
+    chunk_set,
+    interleave,
+    l1_seq,
+    session_events,
+)
 from streams.topics import app_id
-from tests.factories import interleave, session_events
-from tests.harness import Stack, append_events, chunk_set, l1_seq, wait_for_watermarks
-from tests.streams.test_markers import check_markers, fast_group_failover
-from tests.streams.test_pipeline_determinism import replay_chunks
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -115,10 +121,9 @@ def _wait_all_logs(settings: Settings, timeout: float) -> dict[str, int]:
 
 
 def test_workers_join_leave_and_die_without_losing_or_duplicating(make_settings: Callable[..., Settings],
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+                                                                  fast_group_failover: None) -> None:
     """Two workers, then a third joins, then one is stopped (SIGTERM) and one killed (SIGKILL),
     each change right after a batch is appended; the survivor finishes the job."""
-    fast_group_failover(monkeypatch)
     settings = make_settings(l1_partitions=4, stream_partitions=4, tick_every_seqs=16, idle_gap_seconds=120.0)
     batches = rebalance_batches()
     stack = Stack(settings)
@@ -171,13 +176,12 @@ def test_workers_join_leave_and_die_without_losing_or_duplicating(make_settings:
 
 
 def test_a_log_that_moves_before_its_flush_tick_still_reaches_the_head(make_settings: Callable[..., Settings],
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+                                                                       fast_group_failover: None) -> None:
     """The first worker handles a log's last events but never sends its flush tick (its flush
     timer is an hour), then stops gracefully, committing its offsets; a second worker takes the
     partition over with nothing left to read. Its flush tick must still release the seqs past
     the last regular tick (the committed offset proves them delivered): before that was so, the
     log's watermark stayed at the regular tick until another event arrived."""
-    fast_group_failover(monkeypatch)
     settings = make_settings(l1_partitions=2, stream_partitions=2, tick_every_seqs=16, idle_gap_seconds=120.0)
     start = datetime(2026, 11, 3, 9, 0, tzinfo=UTC)
     events: list[dict[str, Any]] = []

@@ -22,16 +22,19 @@ from typing import Any
 
 import pytest
 
+from deploy.testing import Stack
+from sinks.testing import replay_chunks
 from streams.settings import Settings
-from tests.factories import interleave, session_events
-from tests.harness import Stack, append_events, chunk_set, l1_seq
-from tests.streams.test_markers import (
+from streams.testing import (
+    append_events,
     check_markers,
+    chunk_set,
     chunks_topic,
-    fast_group_failover,
+    interleave,
+    l1_seq,
+    session_events,
     wait_for_markers,
 )
-from tests.streams.test_pipeline_determinism import replay_chunks
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -56,13 +59,12 @@ def crash_events(seed: int) -> list[dict[str, Any]]:
 
 
 def test_sigkilled_worker_loses_and_duplicates_nothing(make_settings: Callable[..., Settings],
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+                                                        fast_group_failover: None) -> None:
     """Four SIGKILLs at random delays (during start-up, rebalance, processing) while a producer
     appends ~400 events in small batches; after the last restart catches up, the chunks topic
     deduplicated by id equals the uninterrupted reference, byte for byte."""
     seed = int(os.environ.get("USL_CRASH_SEED") or random.randrange(1 << 30))
     rng = random.Random(seed)
-    fast_group_failover(monkeypatch)
     settings = make_settings(stream_partitions=3, tick_every_seqs=8, idle_gap_seconds=60.0,
                              chunk_tokens=128, chunk_overlap_tokens=24)
     events = crash_events(seed)

@@ -1,26 +1,33 @@
-"""Helpers for tests that run the real pipeline processes against the session's broker.
+"""Test kit for the running pipeline, shipped with the package so the fault suite (``python -m
+reliability``), the benchmarks and the tests use one copy.
 
-``Stack`` starts ``usl worker`` / ``usl sink`` as real subprocesses with a test's settings,
-so crash tests can kill them with SIGKILL at any point and start them again.
+:class:`Stack` starts ``usl worker`` / ``usl sink`` as real subprocesses with a test's
+settings, so crash tests can kill them with SIGKILL at any point and start them again;
+:func:`settings_env` is the environment that hands a child process exactly those settings;
+:func:`ingest` runs ``usl ingest`` with them, :func:`free_port` and :func:`wait_for_api` start
+a planner API beside the stack; :func:`as_grafana_sends` turns a dashboard query into the one
+Grafana sends.
+Event factories and topic readers are in ``streams.testing``; index readers in ``sinks.testing``.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
+import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Mapping
+import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
-import orjson
-
-from sinks.watermarks import read_watermarks
-from streams.l1 import L1Producer, L1Reader, read_topic_to_end
 from streams.settings import Settings
-from streams.topics import Topics, ensure_topics
+from streams.topics import ensure_topics
+
+__all__ = ["Stack", "as_grafana_sends", "free_port", "ingest", "settings_env", "wait_for_api"]
 
 
 def settings_env(settings: Settings) -> dict[str, str]:
@@ -54,20 +61,23 @@ class Stack:
         """Run ``usl ARGS`` as ``name``; ``env`` adds variables for this process only
         (e.g. its own ``USL_METRICS_PORT``)."""
         log = (self.logs / f"{name}.log").open("ab")
-        proc = subprocess.Popen([sys.executable, "-m", "planner", *args],
+        proc = subprocess.Popen([sys.executable, "-m", "deploy.cli", *args],
                                 env={**settings_env(self.settings), **(env or {})},
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         self.procs[name] = proc
         return proc
 
     def worker(self, name: str = "worker", *, env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
+        """Start ``usl worker`` as ``name``."""
         return self.start(name, "worker", env=env)
 
     def sinks(self, kinds: str = "text,vector,structured,analytics,toolresults", name: str = "sinks",
               *, env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
+        """Start ``usl sink --kind KINDS`` as ``name``."""
         return self.start(name, "sink", "--kind", kinds, env=env)
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        """Send ``sig`` to ``name``'s process group and wait for it; nothing if it is gone."""
         proc = self.procs.pop(name, None)
         if proc is None or proc.poll() is not None:
             return
@@ -78,6 +88,7 @@ class Stack:
         proc.wait(timeout=60)
 
     def log_text(self, name: str) -> str:
+        """What ``name`` wrote to stdout and stderr so far."""
         path = self.logs / f"{name}.log"
         return path.read_text(errors="replace") if path.exists() else ""
 
@@ -86,52 +97,41 @@ class Stack:
             self.kill(name)
 
 
-def append_events(settings: Settings, events: Iterable[dict[str, Any]]) -> int:
-    """Append validated events to L1; return the highest seq."""
-    producer = L1Producer(settings.bootstrap_servers or "", settings)
-    for event in events:
-        producer.append(event)
-    highest = producer.flush()
-    producer.close()
-    return highest
+def ingest(settings: Settings, path: Path, *, timeout: float = 180.0) -> None:
+    """``usl ingest PATH --json`` with these settings; AssertionError with its output on failure."""
+    done = subprocess.run([sys.executable, "-m", "deploy.cli", "ingest", str(path), "--json"],
+                          env=settings_env(settings), capture_output=True, text=True, timeout=timeout)
+    if done.returncode != 0:
+        raise AssertionError(done.stdout + done.stderr)
 
 
-def l1_seq(settings: Settings, log_id: str = "default") -> int:
-    reader = L1Reader(settings.bootstrap_servers or "", settings)
-    try:
-        return reader.committed_seq(log_id)
-    finally:
-        reader.close()
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
-def wait_for_watermarks(settings: Settings, seq: int, kinds: Iterable[str], *, log_id: str = "default",
-                        timeout: float = 180.0) -> dict[str, dict[str, Any]]:
-    """Block until every kind's watermark reaches ``seq``; return the watermarks."""
+def wait_for_api(api: str, stack: Stack, *, name: str = "api", timeout: float = 180.0) -> None:
+    """Block until the planner API at ``api`` (started as ``name`` in ``stack``) is ready;
+    AssertionError with its log when the process dies or ``timeout`` passes."""
     deadline = time.monotonic() + timeout
-    kinds = list(kinds)
-    seen: dict[str, dict[str, Any]] = {}
-    while time.monotonic() < deadline:
-        table = read_watermarks(settings.bootstrap_servers or "", settings)
-        seen = {kind: table[(log_id, kind)] for kind in kinds if (log_id, kind) in table}
-        if len(seen) == len(kinds) and all(int(w["builtThroughSeq"]) >= seq for w in seen.values()):
-            return seen
+    while True:
+        try:
+            with urllib.request.urlopen(f"{api}/healthz", timeout=2) as response:
+                if json.load(response).get("ready"):
+                    return
+        except OSError:
+            pass
+        if stack.procs[name].poll() is not None:
+            raise AssertionError(stack.log_text(name)[-4000:])
+        if time.monotonic() >= deadline:
+            raise AssertionError("the planner API did not become ready")
         time.sleep(0.5)
-    raise AssertionError(f"watermarks did not reach {seq} in {timeout}s: {seen}")
 
 
-def topic_records(settings: Settings, name: str) -> list[dict[str, Any]]:
-    """Every record of a derived topic (``chunks``, ``redacted``, ...), decoded."""
-    topic = getattr(Topics.from_settings(settings), name)
-    return [orjson.loads(r.value) for r in read_topic_to_end(settings.bootstrap_servers or "", topic)
-            if r.value is not None]
-
-
-def chunk_set(settings: Settings) -> dict[str, bytes]:
-    """chunkId → canonical bytes of every (non-provisional) chunk on the chunks topic."""
-    chunks: dict[str, bytes] = {}
-    for record in topic_records(settings, "chunks"):
-        if record.get("kind") == "chunk":
-            body = orjson.dumps(record, option=orjson.OPT_SORT_KEYS)
-            previous = chunks.setdefault(record["chunkId"], body)
-            assert previous == body, f"chunk {record['chunkId']} emitted twice with different bytes"
-    return chunks
+def as_grafana_sends(expr: str, rate_interval: str = "1m") -> str:
+    """A panel query as Grafana sends it to Prometheus with every log and index kind selected
+    (the variables' "All" is ``.*``) and ``$__rate_interval`` at a 15 s scrape interval."""
+    expr = expr.replace("$__rate_interval", rate_interval)
+    return re.sub(r"\$\{?(log|kind)\}?", ".*", expr)

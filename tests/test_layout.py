@@ -1,0 +1,92 @@
+"""The layout of the code and its tests (issue 19, item 4):
+
+- no test module imports another test module: shared helpers live in the shipped kits
+  (``streams.testing``, ``sinks.testing``, ``deploy.testing``) or in a ``conftest.py``;
+- installed code never imports ``tests`` (or any other module the package does not ship), so
+  ``python -m reliability`` runs from an install.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import tomllib
+from collections.abc import Iterator
+from fnmatch import fnmatch
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHIPPED_PATTERNS = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
+#: Top-level names of this repository that are not installed packages.
+PROJECT_TOPS = {"tests", "benchmarks", "scripts", "examples"}
+
+
+def _shipped(package: str) -> bool:
+    return any(fnmatch(package, pattern) for pattern in SHIPPED_PATTERNS)
+
+
+def _modules(root: Path) -> Iterator[Path]:
+    yield from (p for p in sorted(root.rglob("*.py")) if ".venv" not in p.parts)
+
+
+def _imports(path: Path, text: str | None = None) -> Iterator[tuple[int, str]]:
+    """(line, absolute dotted name) of every import in ``path`` (or in ``text`` as if it were
+    ``path``), relative ones resolved; ``from a import b`` yields ``a`` and ``a.b``."""
+    package = path.relative_to(ROOT).with_suffix("").parts[:-1]
+    tree = ast.parse(path.read_text() if text is None else text, str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from ((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = list(package[: len(package) - node.level + 1]) if node.level else []
+            module = ".".join([*base, node.module] if node.module else base)
+            yield node.lineno, module
+            yield from ((node.lineno, f"{module}.{alias.name}") for alias in node.names)
+
+
+def _is_test_module(name: str) -> bool:
+    return name.split(".")[0] == "tests" and name.split(".")[-1].startswith("test_")
+
+
+def test_the_checker_sees_relative_and_package_imports_of_test_modules() -> None:
+    probe = ROOT / "tests" / "streams" / "test_probe.py"
+    text = "from .test_follow import x\nfrom tests.sinks import test_structured\nimport tests.test_docs\n"
+    assert {name for _, name in _imports(probe, text) if _is_test_module(name)} == {
+        "tests.streams.test_follow", "tests.sinks.test_structured", "tests.test_docs"}
+
+
+def test_no_test_module_imports_another_test_module() -> None:
+    offenders = [f"{path.relative_to(ROOT)}:{line} imports {name}"
+                 for path in _modules(ROOT / "tests") if path.name.startswith("test_")
+                 for line, name in _imports(path)
+                 if _is_test_module(name)]
+    assert not offenders, "move shared helpers into a *.testing kit or a conftest fixture:\n" + "\n".join(offenders)
+
+
+@pytest.mark.parametrize("package", sorted({p.split("*")[0] for p in SHIPPED_PATTERNS}))
+def test_installed_code_imports_only_installed_packages(package: str) -> None:
+    offenders = [f"{path.relative_to(ROOT)}:{line} imports {name}"
+                 for path in _modules(ROOT / package)
+                 for line, name in _imports(path)
+                 if name.split(".")[0] in PROJECT_TOPS]
+    assert not offenders, "installed code must not import what the wheel does not ship:\n" + "\n".join(offenders)
+
+
+def test_the_testing_kits_ship() -> None:
+    for module in ("streams.testing", "sinks.testing", "deploy.testing"):
+        assert _shipped(module.split(".")[0]) and (ROOT / Path(*module.split("."))).with_suffix(".py").is_file()
+
+
+def test_the_fault_suite_starts_outside_the_repository(tmp_path: Path) -> None:
+    """``python -m reliability --help`` from a directory where ``tests`` is not importable."""
+    done = subprocess.run([sys.executable, "-m", "reliability", "--help"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120,
+                          env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    assert "usage" in done.stdout.lower()
+    check = subprocess.run([sys.executable, "-c", "import tests"], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=60, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert check.returncode != 0, "tests is importable here, so this test would prove nothing"
