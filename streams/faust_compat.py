@@ -1,0 +1,178 @@
+"""Every use of a faust-streaming or aiokafka internal, in one place.
+
+Tested with faust-streaming 0.15.3 and aiokafka 0.14.0; pyproject.toml pins
+the ranges these were checked against, and ``tests/streams/test_faust_compat.py`` fails loudly
+when an upgrade removes or renames any name below. Reading a record again is always safe in
+this worker (every stage is idempotent), so each patch errs toward reading again.
+
+Patched (replaced on the class, once per process, by :func:`patch_faust_rebalance`):
+
+- ``faust.transport.consumer.Consumer.ack(self, message) -> bool``: a stream skips (and acks)
+  messages fetched while the flow is stopped or in an older consumer generation -- during a
+  rebalance, and in a race right after recovery (faust-streaming#221, #223) -- and nothing
+  reads them again. The ack is dropped and the partition marked skipped instead.
+- ``faust.transport.consumer.Consumer._new_offset(self, tp) -> int | None``: faust's commit
+  moves past such a hole (its gap check is off by one, faust-streaming#312, #318). A partition
+  marked skipped commits nothing until it was read again.
+- ``faust.transport.drivers.aiokafka.AIOKafkaConsumerThread.seek_to_committed(self)`` (async):
+  a partition kept across a rebalance without a committed offset is not repositioned (aiokafka
+  seeks only to committed offsets > 0, faust-streaming#216); it is now sought to its beginning,
+  which is what ``earliest`` means for a group that has committed nothing.
+
+Read or written without patching:
+
+- ``Consumer.__dict__["usl_skipped"]``: the partitions marked skipped (our own attribute);
+  ``Consumer._acked`` / ``Consumer._acked_index`` (faust's ack bookkeeping per partition) and
+  ``Consumer.perform_seek()``: :func:`reread` seeks back to the committed offsets and forgets
+  the acks of the range that is read again.
+- ``Consumer._committed_offset``: the offsets the group committed, for flush-tick claims.
+- ``faust.stores.memory.Store._key_partition``: the changelog partition of each key restored
+  into a memory table, for flush-tick claims of logs whose clocks moved here.
+- ``Collection.send_changelog`` and ``Collection.data``: :func:`put` writes a table key outside
+  faust's per-event context, which ``Table.__setitem__`` needs (faust-streaming#497).
+- ``ProducerBuffer.max_messages``: a batch writes up to thousands of table keys at once;
+  above the default 100 faust stalls the stream until the excess is flushed.
+- ``App.flow_control``, ``App.consumer_generation_id`` and ``Message.generation_id``:
+  :func:`rebalanced` tells whether a batch's records may now belong to another worker.
+- ``faust.Worker.spinner``: faust's terminal spinner sets the root logger to DEBUG so that every
+  log call spins it; aiokafka then builds a debug LogRecord for every message sent (~10% of the
+  worker's CPU). :func:`quiet_worker` removes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import faust
+from faust.types import TP
+
+from streams.stages.gaps import Gaps
+
+__all__ = [
+    "committed_offsets",
+    "hold",
+    "patch_faust_rebalance",
+    "put",
+    "quiet_worker",
+    "rebalanced",
+    "reread",
+    "restored_key_partitions",
+    "skipped",
+    "widen_changelog_buffer",
+]
+
+TESTED_WITH = {"faust-streaming": "0.15.3", "aiokafka": "0.14.0"}
+"""The versions every name below was checked against (tests/streams/test_faust_compat.py)."""
+
+
+def patch_faust_rebalance() -> None:
+    """Patch ``Consumer.ack``, ``Consumer._new_offset`` and
+    ``AIOKafkaConsumerThread.seek_to_committed`` (module docstring); idempotent."""
+    from faust.transport.consumer import Consumer
+    from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
+
+    if getattr(Consumer, "usl_patched", False):
+        return
+    original_ack, original_new_offset = Consumer.ack, Consumer._new_offset
+
+    def ack(self: Any, message: Any) -> bool:
+        app = self.app
+        if message.generation_id != app.consumer_generation_id or not app.flow_control.is_active():
+            skipped(self).add(message.tp)
+            return False
+        return bool(original_ack(self, message))
+
+    def new_offset(self: Any, tp: Any) -> Any:
+        if tp in self.__dict__.get("usl_skipped", ()):
+            return None  # never commit past a record that was skipped instead of processed
+        return original_new_offset(self, tp)
+
+    async def seek_to_committed(self: Any) -> Any:
+        consumer = self._ensure_consumer()
+
+        async def seek() -> Any:
+            committed = await consumer.seek_to_committed()
+            uncommitted = [tp for tp, offset in committed.items() if not offset]
+            if uncommitted:  # an explicit offset: a lazy reset leaves no position to read meanwhile
+                for tp, offset in (await consumer.beginning_offsets(uncommitted)).items():
+                    consumer.seek(tp, offset)
+            return committed
+
+        return await self.call_thread(seek)
+
+    Consumer.ack = ack  # type: ignore[method-assign]
+    Consumer._new_offset = new_offset  # type: ignore[method-assign]
+    AIOKafkaConsumerThread.seek_to_committed = seek_to_committed  # type: ignore[method-assign]
+    Consumer.usl_patched = True  # type: ignore[attr-defined]
+
+
+def skipped(consumer: Any) -> set[Any]:
+    """The partitions whose commits are held until they are read again."""
+    held: set[Any] = consumer.__dict__.setdefault("usl_skipped", set())
+    return held
+
+
+def hold(app: faust.App, sources: Iterable[tuple[str, int]]) -> None:
+    """Hold the commits of ``sources`` (topic, partition) until :func:`reread` ran."""
+    held = skipped(app.consumer)
+    for topic, partition in sources:
+        held.add(TP(topic, partition))
+
+
+async def reread(app: faust.App, gaps: Gaps) -> None:
+    """Seek every held partition back to its committed offset, so its skipped records arrive."""
+    held = skipped(app.consumer)
+    if not held or not app.flow_control.is_active():
+        return
+    consumer = app.consumer
+    pending = set(held)
+    await consumer.perform_seek()
+    for tp in pending:  # acks of the skipped range are rebuilt as it is processed again
+        # faust's ConsumerT interface does not declare the ack bookkeeping of its Consumer.
+        consumer._acked.pop(tp, None)  # type: ignore[attr-defined]
+        consumer._acked_index.pop(tp, None)  # type: ignore[attr-defined]
+        gaps.reread((tp.topic, tp.partition))
+    held.difference_update(pending)
+
+
+def put(table: Any, partition: int, key: str, value: Any) -> Any:
+    """``table[key] = value`` with the changelog partition given; returns the changelog
+    record's delivery future."""
+    fut = table.send_changelog(partition, key, value)
+    table.data[key] = value
+    return fut
+
+
+def committed_offsets(app: faust.App, topic: str) -> dict[int, int]:
+    """Per partition of ``topic`` assigned to this process, the offset the group committed."""
+    committed: Mapping[Any, Any] = getattr(app.consumer, "_committed_offset", {})
+    assigned = app.consumer.assignment()
+    return {tp.partition: int(offset) for tp, offset in list(committed.items())
+            if tp.topic == topic and tp in assigned and offset is not None}
+
+
+def restored_key_partitions(table: Any) -> dict[Any, int]:
+    """Key -> changelog partition of every key of a memory table."""
+    return dict(getattr(table.data, "_key_partition", {}))
+
+
+def widen_changelog_buffer(app: faust.App, max_messages: int) -> None:
+    """Let the producer buffer hold ``max_messages`` changelog records before faust stalls the
+    stream (it is flushed before every offset commit either way)."""
+    buffer = app.producer.buffer
+    buffer.max_messages = max(buffer.max_messages, max_messages)
+
+
+def rebalanced(app: faust.App, generation_ids: Iterable[int | None]) -> bool:
+    """True when a rebalance began or ended since records of these consumer generations were
+    fetched: they may now belong to another worker."""
+    if not app.flow_control.is_active():
+        return True
+    generation = app.consumer_generation_id
+    return any(generation_id != generation for generation_id in generation_ids)
+
+
+def quiet_worker(worker: faust.Worker) -> None:
+    """Remove faust's terminal spinner (module docstring)."""
+    worker.spinner = None

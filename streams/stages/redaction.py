@@ -1,0 +1,200 @@
+"""The redaction stage: L1 records in, redacted events, tool results and log-clock ticks out.
+
+For each L1 record, in offset order: validate it (else dead-letter), admit it (session
+ownership, eventId dedup with first-seq-wins, its access list resolved: :mod:`streams.ownership`),
+redact it, send the redacted event (and the full tool result, to its own topic) keyed by the
+redacted session id, and advance the log's clock, broadcasting a tick to every partition of both
+derived topics when the clock passes a multiple of K (:mod:`streams.ticks`).
+
+Replaying a record is safe: the clock ignores seqs it passed, admission resolves a record to the
+decision it got the first time, and the chunking stage skips events it already applied.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol, cast
+
+import orjson
+
+from streams.asp import loads_event, validate_event
+from streams.exceptions import USLError
+from streams.ownership import admit
+from streams.settings import Settings
+from streams.stages.effects import Effects, Metric, Produce, Record, TableWrite, TopicRole
+from streams.stages.gaps import Gaps
+from streams.stages.keys import (
+    EVENT_FIRST_SEQ,
+    LOG_CLOCKS,
+    SESSION_OWNERS,
+    digest_key,
+    is_offset_key,
+    offset_key,
+)
+from streams.ticks import advance_clock, event_clock_time, flush_tick, new_clock
+
+__all__ = ["RedactionStage", "State", "dead_letter"]
+
+
+class State(Protocol):
+    """Read access to one state table: a faust table in the worker, a dict in tests."""
+
+    def get(self, key: str, /) -> Any: ...
+
+
+def dead_letter(stage: str, reason_code: str, reason: str, source: dict[str, Any], raw_value: bytes) -> list[Any]:
+    """The record and the metric of a dead letter. Its reason is redacted and its raw value cut to
+    a redacted excerpt: the dead-letter topic must hold no secret either."""
+    from streams.l1 import dead_letter_excerpt
+    from streams.redaction import redact_text
+
+    safe_raw = dead_letter_excerpt(raw_value.decode("utf-8", errors="replace"))
+    letter = {"stage": stage, "reason": redact_text(reason)[0], "record": None, "source": source, "raw": safe_raw}
+    return [Produce("deadletters", stage.encode(), orjson.dumps(letter)),
+            Metric("usl_dead_letters_total", (("stage", stage), ("reason", reason_code)))]
+
+
+class RedactionStage:
+    """Applies batches of L1 records; holds the state tables it reads and, per log, the highest
+    seq this process handled itself (what a flush tick may claim)."""
+
+    def __init__(self, settings: Settings, *, tables: Mapping[str, State], gaps: Gaps, policy: str) -> None:
+        self.settings = settings
+        self.tables = tables
+        self.gaps = gaps
+        self.policy = policy
+        # Per log, the highest seq this process itself has handled. A flush tick claims only these:
+        # the clock restored from the changelog may be ahead of what the previous owner's producer
+        # delivered before it died, while this process's own sends precede its tick on each partition.
+        self.handled: dict[str, int] = {}
+        self.last_flush: dict[str, int] = {}
+
+    def apply(self, batch: list[Record]) -> Effects:
+        """The effects of a batch of L1 records in offset order. Reads see the batch's own
+        writes; each table key is written at most once."""
+        effects = Effects(metrics=[Metric("usl_records_total", (("stage", "redaction"),), len(batch))])
+        writes: dict[tuple[str, str], tuple[int, Any]] = {}  # (table, key) -> (partition, value)
+        seen: dict[int, int] = {}  # partition -> offset of the last record applied in this batch
+
+        def read(table: str, key: str) -> Any:
+            held = writes.get((table, key))
+            return held[1] if held is not None else self.tables[table].get(key)
+
+        def emit(*items: Any) -> None:
+            for item in items:
+                (effects.metrics if isinstance(item, Metric) else effects.records).append(item)
+
+        for record in batch:
+            partition, offset = record.partition, record.offset
+            last = seen[partition] if partition in seen else read(LOG_CLOCKS, offset_key(partition))
+            if self.gaps.hole((record.topic, partition), offset, last):
+                effects.holes.append((record.topic, partition))
+                continue
+            seen[partition] = offset
+            writes[LOG_CLOCKS, offset_key(partition)] = (partition, offset)
+            seq = offset + 1
+            source = {"topic": record.topic, "partition": partition, "offset": offset}
+            try:
+                # A record without a value (None) is refused by the parser like any unreadable JSON.
+                event = validate_event(loads_event(cast(bytes, record.value)), record=f"{record.topic}[{partition}]@{offset}")
+            except (orjson.JSONDecodeError, USLError) as exc:
+                code = "duplicate_keys" if "duplicate key" in str(exc) else "schema"
+                emit(*dead_letter("redaction", code, str(exc), source, record.value or b""))
+                continue
+            log_id = event["logId"]
+            # The record's timestamp is its append time (its producer set it; it replays as stored).
+            clock = read(LOG_CLOCKS, log_id) or new_clock()
+            when = event_clock_time(event, record.timestamp, self.settings.max_clock_skew_seconds, clock["maxTime"])
+            dedup_key = digest_key(log_id, event["eventId"])
+            owner_key = digest_key(log_id, event["sessionId"])
+            admission = admit(event, seq, session=read(SESSION_OWNERS, owner_key), first=read(EVENT_FIRST_SEQ, dedup_key))
+            if admission.verdict == "duplicate":
+                emit(Metric("usl_duplicate_events_total", (("stage", "redaction"),)))
+            elif admission.event is None:
+                emit(*dead_letter("redaction", admission.reason_code or "schema", admission.reason or "rejected",
+                                  source, record.value or b""))
+            else:
+                produced, redacted = self._redacted(admission.event, log_id, seq, when, source)
+                emit(*produced)
+                if redacted:
+                    if admission.event_id is not None:
+                        writes[EVENT_FIRST_SEQ, dedup_key] = (partition, admission.event_id)
+                    if admission.session is not None:
+                        writes[SESSION_OWNERS, owner_key] = (partition, admission.session)
+            clock, tick = advance_clock(clock, log_id, seq, when, self.settings.tick_every_seqs)
+            if tick is not None:
+                emit(*self._broadcast(tick))
+            writes[LOG_CLOCKS, log_id] = (partition, clock)
+            effects.handled[log_id] = max(effects.handled.get(log_id, 0), seq)
+        effects.writes = [TableWrite(table, partition, key, value)
+                          for (table, key), (partition, value) in writes.items()]
+        return effects
+
+    def _redacted(self, event: dict[str, Any], log_id: str, seq: int, when: float | None,
+                  source: dict[str, Any]) -> tuple[list[Any], bool]:
+        """The records of an admitted event (its acl resolved: what every index sees) and True,
+        or its dead letter and False when a redaction rule fails."""
+        from streams.redaction import redact_event
+
+        try:
+            result = redact_event(event)
+        except Exception as exc:  # a rule bug must not stop the log; the event is dead-lettered
+            return dead_letter("redaction", "redaction_failed", f"redaction failed: {type(exc).__name__}", source, b""), False
+        items: list[Any] = [Metric("usl_redactions_total", (("rule", rule),), count) for rule, count in result.hits.items()]
+        key = result.event["sessionId"].encode()
+        body = {"kind": "event", "logId": log_id, "seq": seq, "event": result.event, "policy": self.policy,
+                "clockTime": when}
+        items.append(Produce("redacted", key, orjson.dumps(body)))
+        if result.tool_result is not None:
+            tool = {"kind": "toolresult", "logId": log_id, "seq": seq, "eventId": event["eventId"],
+                    "sessionId": event["sessionId"], "runId": event.get("runId"),
+                    "turnId": event.get("turnId"), "time": event["time"], "acl": event.get("acl"),
+                    "policy": self.policy, **result.tool_result}
+            items.append(Produce("toolresults", key, orjson.dumps(tool)))
+        return items, True
+
+    def _broadcast(self, tick: dict[str, Any]) -> list[Any]:
+        """``tick`` to every partition of both derived topics, each acknowledged before the clock
+        that passed it is written."""
+        body = orjson.dumps(tick)
+        roles: tuple[TopicRole, ...] = ("redacted", "toolresults")
+        items: list[Any] = [Produce(role, tick["logId"].encode(), body, partition=partition, confirm=True)
+                            for role in roles for partition in range(self.settings.stream_partitions)]
+        items.append(Metric("usl_ticks_total", (("kind", "flush" if tick["flush"] else "regular"),)))
+        return items
+
+    def commit(self, effects: Effects) -> None:
+        """The batch's writes (or a flush's ticks) are durable: remember what it handled."""
+        for log_id, seq in effects.handled.items():
+            self.handled[log_id] = max(self.handled.get(log_id, 0), seq)
+        for log_id, seq in effects.flushed.items():
+            self.last_flush[log_id] = seq
+
+    def flush(self, restored: Mapping[Any, int], committed: Mapping[int, int]) -> Effects:
+        """Flush ticks for every log with seqs no flush tick has claimed yet.
+
+        A flush tick may claim, per log, what this process handled itself and, for a log whose
+        clock it restored from the changelog (``restored``: key -> L1 partition), what the
+        consumer group has committed on that partition (``committed``: partition -> offset, for
+        the partitions assigned to this process). faust flushes its producer before it commits
+        offsets, so every record below a committed offset had its sends delivered. Without the
+        second part a log went quiet for good when its partition moved to a worker right after
+        the previous owner handled its last records but before that owner's flush tick: the new
+        owner had nothing to handle, so no flush tick ever released the last seqs.
+        """
+        claims = dict(self.handled)
+        for key, partition in list(restored.items()):
+            if is_offset_key(key) or not isinstance(key, str) or partition not in committed:
+                continue
+            offset = committed[partition]
+            if offset:
+                claims[key] = max(claims.get(key, 0), int(offset))
+        effects = Effects()
+        for log_id, seq in claims.items():
+            clock = self.tables[LOG_CLOCKS].get(log_id)
+            if not clock or seq <= self.last_flush.get(log_id, 0):
+                continue
+            for item in self._broadcast(flush_tick({**clock, "lastSeq": min(seq, int(clock["lastSeq"]))}, log_id)):
+                (effects.metrics if isinstance(item, Metric) else effects.records).append(item)
+            effects.flushed[log_id] = seq
+        return effects

@@ -1,0 +1,84 @@
+"""Every faust, mode and aiokafka internal streams.faust_compat relies on still exists with the
+shape it expects, so an upgrade fails here, loudly, instead of losing records at a rebalance.
+No broker: only classes and signatures are inspected."""
+
+from __future__ import annotations
+
+import inspect
+from importlib.metadata import version
+
+import faust
+import pytest
+from faust.stores.memory import Store
+from faust.tables.base import Collection
+from faust.transport.consumer import Consumer
+from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
+from faust.transport.producer import ProducerBuffer
+from faust.types.tuples import Message
+
+from streams import faust_compat
+
+
+def params(function: object) -> list[str]:
+    return list(inspect.signature(function).parameters)  # type: ignore[arg-type]
+
+
+def test_the_tested_versions_are_installed() -> None:
+    """The versions the module docstring names; upgrading means re-running test_rebalance.py and
+    updating TESTED_WITH and the pins in pyproject.toml."""
+    for package, tested in faust_compat.TESTED_WITH.items():
+        assert version(package) == tested, f"{package} {version(package)} is not the tested {tested}"
+        assert package in (faust_compat.__doc__ or "")
+
+
+def test_patched_consumer_methods_keep_their_signatures() -> None:
+    assert params(Consumer.ack) == ["self", "message"]
+    assert params(Consumer._new_offset) == ["self", "tp"]
+    assert params(AIOKafkaConsumerThread.seek_to_committed) == ["self"]
+    assert inspect.iscoroutinefunction(AIOKafkaConsumerThread.seek_to_committed)
+    # What the replacement calls on the thread and on the aiokafka consumer it wraps.
+    assert params(AIOKafkaConsumerThread._ensure_consumer) == ["self"]
+    assert inspect.iscoroutinefunction(AIOKafkaConsumerThread.call_thread)
+    from aiokafka import AIOKafkaConsumer
+
+    for name in ("seek_to_committed", "beginning_offsets"):
+        assert inspect.iscoroutinefunction(getattr(AIOKafkaConsumer, name)), name
+    assert params(AIOKafkaConsumer.seek) == ["self", "partition", "offset"]
+
+
+def test_patching_is_idempotent_and_keeps_the_originals_reachable() -> None:
+    original_ack, original_new_offset = Consumer.ack, Consumer._new_offset
+    faust_compat.patch_faust_rebalance()
+    patched = (Consumer.ack, Consumer._new_offset, AIOKafkaConsumerThread.seek_to_committed)
+    faust_compat.patch_faust_rebalance()
+    assert (Consumer.ack, Consumer._new_offset, AIOKafkaConsumerThread.seek_to_committed) == patched
+    assert Consumer.usl_patched is True  # type: ignore[attr-defined]
+    if not getattr(original_ack, "__module__", "").startswith("streams"):  # first patch in this process
+        assert Consumer.ack is not original_ack and Consumer._new_offset is not original_new_offset
+
+
+def test_consumer_bookkeeping_the_rereader_touches_exists() -> None:
+    source = inspect.getsource(Consumer.__init__)
+    for attribute in ("self._acked", "self._acked_index", "self._committed_offset"):
+        assert f"{attribute} =" in source, attribute
+    assert inspect.iscoroutinefunction(Consumer.perform_seek)
+    assert params(Consumer.assignment) == ["self"]
+
+
+def test_table_store_and_producer_internals_exist() -> None:
+    assert params(Collection.send_changelog)[:4] == ["self", "partition", "key", "value"]
+    assert "data" in dir(Collection)
+    assert "self._key_partition" in inspect.getsource(Store)
+    assert isinstance(ProducerBuffer.max_messages, int)
+
+
+def test_rebalance_guards_exist() -> None:
+    assert "generation_id" in params(Message.__init__)
+    for name in ("flow_control", "consumer_generation_id", "producer", "consumer"):
+        assert hasattr(faust.App, name), name
+    assert "self.spinner =" in inspect.getsource(faust.Worker.__init__)
+
+
+@pytest.mark.parametrize("name", sorted(faust_compat.__all__))
+def test_every_helper_is_documented(name: str) -> None:
+    assert getattr(faust_compat, name).__doc__, name

@@ -1,0 +1,324 @@
+"""The worker's stages without Kafka or faust (streams.stages): redaction, dead letters,
+ownership and dedup, chunk emission, progress markers, gaps and flush ticks, and idempotent
+replay. A small in-memory "broker" routes the records the stages produce; tables are dicts that
+take a batch's writes only when the test commits it, as the faust wiring does."""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
+
+from streams.asp import canonical_bytes, validate_event
+from streams.chunking import Chunker, ChunkerConfig, default_tokenizer
+from streams.redaction import policy_hash
+from streams.settings import Settings
+from streams.stages import (
+    ChunkingStage,
+    Effects,
+    Gaps,
+    Metric,
+    Produce,
+    Record,
+    RedactionStage,
+    keys,
+)
+
+SECRET = "ghp_R8x2Kq9LmZt4Vb7Nw1Yc5Hd3Jf6Gs0Pa2Ue8"  # a GitHub token shape
+ALICE = {"tenant": "acme", "read": ["user:alice"]}
+EVIL = {"tenant": "evil", "read": ["*"]}
+L1 = "usl.l1"
+REDACTED = "usl.redacted"
+
+
+def event(session: str, n: int, kind: str, *, turn: str | None = None, acl: dict[str, Any] | None = None,
+          event_id: str | None = None, **fields: Any) -> dict[str, Any]:
+    when = datetime(2026, 11, 1, 9, 0, tzinfo=UTC) + timedelta(seconds=10 * n)
+    raw: dict[str, Any] = {"eventId": event_id or f"{session}-e{n}", "logId": "default", "sessionId": session,
+                           "type": kind, "time": when.isoformat().replace("+00:00", "Z"), "turnId": turn,
+                           "fields": fields}
+    if kind == "message":
+        raw["role"] = fields.pop("role", "user")
+    if acl is not None:
+        raw["acl"] = acl
+    return validate_event(raw)
+
+
+def session(name: str, *, turns: int = 2, start: int = 0, acl: dict[str, Any] | None = ALICE) -> list[dict[str, Any]]:
+    """A session: session.started, then per turn a user message, a tool call and result with a
+    secret in its output, an assistant answer and turn.ended."""
+    events = [event(name, start, "session.started", acl=acl, title=f"session {name}")]
+    for t in range(turns):
+        turn = f"{name}-t{t}"
+        n = start + 1 + 6 * t
+        events += [
+            event(name, n, "turn.started", turn=turn),
+            event(name, n + 1, "message", turn=turn, text=f"please list the files of turn {t}"),
+            event(name, n + 2, "tool.call", turn=turn, toolName="bash", toolCallId=f"{turn}-c", input={"command": "ls"}),
+            event(name, n + 3, "tool.result", turn=turn, toolName="bash", toolCallId=f"{turn}-c", status="ok",
+                  output=f"README.md\nexport API_TOKEN={SECRET}\n"),
+            event(name, n + 4, "message", turn=turn, role="assistant", text=f"turn {t} has a README"),
+            event(name, n + 5, "turn.ended", turn=turn),
+        ]
+    return events
+
+
+def records(values: Sequence[bytes | None], *, topic: str = L1, partition: int = 0, first: int = 0) -> list[Record]:
+    return [Record(topic, partition, first + i, value, timestamp=1.8e9) for i, value in enumerate(values)]
+
+
+def l1_batch(events: list[dict[str, Any]]) -> list[Record]:
+    return records([canonical_bytes(e) for e in events])
+
+
+class Worker:
+    """Both stages over dict tables, with an in-memory broker between them."""
+
+    def __init__(self, *, partitions: int = 2, every: int = 4) -> None:
+        self.settings = Settings.from_env({}, stream_partitions=partitions, tick_every_seqs=every)
+        self.tables: dict[str, dict[str, Any]] = {name: {} for name in (
+            keys.LOG_CLOCKS, keys.EVENT_FIRST_SEQ, keys.SESSION_OWNERS, keys.CHUNKER_SESSIONS, keys.CHUNKER_PROGRESS)}
+        self.gaps = Gaps()
+        policy = policy_hash()
+        chunker = Chunker(ChunkerConfig(target_tokens=64, overlap_tokens=8, idle_gap_seconds=60.0,
+                                        max_clock_skew_seconds=self.settings.max_clock_skew_seconds),
+                          default_tokenizer(), policy_hash=policy)
+        self.redaction = RedactionStage(self.settings, tables=self.tables, gaps=self.gaps, policy=policy)
+        self.chunking = ChunkingStage(chunker, tables=self.tables, gaps=self.gaps, partitions=partitions)
+        self.topics: dict[tuple[str, int], list[bytes]] = {}
+        self.metrics: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+
+    def partition_of(self, record: Produce) -> int:
+        if record.partition is not None:
+            return record.partition
+        return 0 if record.topic == "deadletters" else zlib.crc32(record.key) % self.settings.stream_partitions
+
+    def perform(self, stage: RedactionStage | ChunkingStage, effects: Effects) -> None:
+        for record in [*effects.records, *(marker.record for marker in effects.markers)]:
+            self.topics.setdefault((record.topic, self.partition_of(record)), []).append(record.value)
+        for metric in effects.metrics:
+            key = (metric.name, metric.labels)
+            self.metrics[key] = self.metrics.get(key, 0) + metric.value
+        for write in effects.writes:
+            self.tables[write.table][write.key] = write.value
+        stage.commit(effects)
+        for marker in effects.markers:
+            self.chunking.sent(marker)
+
+    def redact(self, batch: list[Record]) -> Effects:
+        effects = self.redaction.apply(batch)
+        self.perform(self.redaction, effects)
+        return effects
+
+    def redacted(self, partition: int) -> list[Record]:
+        return records(self.topics.get(("redacted", partition), []), topic=REDACTED, partition=partition)
+
+    def chunk(self, batch: list[Record]) -> Effects:
+        effects = self.chunking.apply(batch)
+        self.perform(self.chunking, effects)
+        return effects
+
+    def chunks(self) -> list[dict[str, Any]]:
+        return [body for (topic, _), values in sorted(self.topics.items()) if topic == "chunks"
+                for body in map(orjson.loads, values) if body["kind"] == "chunk"]
+
+    def markers(self) -> dict[tuple[int, str], int]:
+        last: dict[tuple[int, str], int] = {}
+        for (topic, partition), values in self.topics.items():
+            for body in map(orjson.loads, values):
+                if topic == "chunks" and body["kind"] == "progress":
+                    last[partition, body["logId"]] = body["seq"]
+        return last
+
+
+@pytest.fixture(scope="module")
+def log() -> list[dict[str, Any]]:
+    return [e for pair in zip(session("s1"), session("s2", start=100), strict=True) for e in pair]
+
+
+def produced(effects: Effects, topic: str) -> list[Produce]:
+    return [record for record in effects.records if record.topic == topic]
+
+
+def counted(effects: Effects, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+    totals: dict[tuple[tuple[str, str], ...], float] = {}
+    for metric in effects.metrics:
+        if metric.name == name:
+            totals[metric.labels] = totals.get(metric.labels, 0) + metric.value
+    return totals
+
+
+def test_redaction_removes_secrets_and_sends_tool_results_apart(log: list[dict[str, Any]]) -> None:
+    worker = Worker()
+    effects = worker.redact(l1_batch(log))
+    redacted, tools = produced(effects, "redacted"), produced(effects, "toolresults")
+    assert len([r for r in redacted if orjson.loads(r.value)["kind"] == "event"]) == len(log)
+    assert len([r for r in tools if orjson.loads(r.value)["kind"] == "toolresult"]) == 4
+    for record in effects.records:
+        assert SECRET.encode() not in record.value and SECRET.encode() not in record.key
+    for write in effects.writes:
+        assert SECRET not in orjson.dumps(write.value).decode() and SECRET not in write.key
+    assert sum(counted(effects, "usl_redactions_total").values()) >= 4
+    assert counted(effects, "usl_records_total") == {(("stage", "redaction"),): len(log)}
+    first = orjson.loads(redacted[0].value)
+    assert first["seq"] == 1 and first["policy"] == policy_hash() and redacted[0].key == b"s1"
+
+
+def test_ticks_go_to_every_partition_and_must_be_confirmed(log: list[dict[str, Any]]) -> None:
+    worker = Worker(partitions=3, every=4)
+    effects = worker.redact(l1_batch(log[:9]))
+    ticks = [r for r in effects.records if orjson.loads(r.value)["kind"] == "tick"]
+    assert [orjson.loads(t.value)["seq"] for t in ticks] == [4] * 6 + [8] * 6
+    assert {(t.topic, t.partition) for t in ticks} == {(topic, p) for topic in ("redacted", "toolresults") for p in range(3)}
+    assert all(t.confirm for t in ticks)
+    assert not any(r.confirm for r in effects.records if r not in ticks)
+
+
+def test_unreadable_and_invalid_records_are_dead_lettered() -> None:
+    worker = Worker()
+    invalid = orjson.dumps({"eventId": "x", "logId": "default"})
+    duplicate_keys = b'{"eventId": "a", "eventId": "b"}'
+    effects = worker.redact(records([b"not json", None, invalid, duplicate_keys]))
+    letters = [orjson.loads(r.value) for r in produced(effects, "deadletters")]
+    assert [letter["source"]["offset"] for letter in letters] == [0, 1, 2, 3]
+    assert {letter["stage"] for letter in letters} == {"redaction"}
+    assert counted(effects, "usl_dead_letters_total") == {
+        (("stage", "redaction"), ("reason", "schema")): 3, (("stage", "redaction"), ("reason", "duplicate_keys")): 1}
+    assert not produced(effects, "redacted")
+    # Each record was applied: the offset moves on, nothing else is stored.
+    assert worker.tables[keys.LOG_CLOCKS] == {keys.offset_key(0): 3}
+
+
+def test_another_tenants_event_is_dead_lettered_and_a_repeated_event_id_counted() -> None:
+    worker = Worker()
+    mine = session("s1", turns=1)
+    foreign = event("s1", 50, "message", turn="s1-t0", acl=EVIL, text="mine now")
+    again = event("s1", 51, "message", turn="s1-t0", event_id=mine[2]["eventId"], text="same id")
+    effects = worker.redact(l1_batch([*mine, foreign, again]))
+    letters = [orjson.loads(r.value) for r in produced(effects, "deadletters")]
+    assert [letter["source"]["offset"] for letter in letters] == [len(mine)]
+    assert counted(effects, "usl_dead_letters_total") == {(("stage", "redaction"), ("reason", "foreign_tenant")): 1}
+    assert counted(effects, "usl_duplicate_events_total") == {(("stage", "redaction"),): 1}
+    events = [r for r in produced(effects, "redacted") if orjson.loads(r.value)["kind"] == "event"]
+    assert len(events) == len(mine)
+
+
+def test_table_keys_hold_no_raw_id() -> None:
+    worker = Worker()
+    effects = worker.redact(l1_batch(session(f"s-{SECRET}", turns=1)))
+    assert effects.writes and all(SECRET not in write.key for write in effects.writes)
+    assert all(SECRET.encode() not in record.key for record in effects.records)
+
+
+def test_chunks_and_markers_cover_the_log_and_a_replayed_batch_adds_nothing(log: list[dict[str, Any]]) -> None:
+    worker = Worker()
+    worker.redact(l1_batch(log))
+    worker.perform(worker.redaction, worker.redaction.flush({}, {}))
+    batches = [worker.redacted(p) for p in range(2)]
+    for batch in batches:
+        worker.chunk(batch)
+    chunks = worker.chunks()
+    assert {c["sessionId"] for c in chunks} == {"s1", "s2"}
+    assert len({c["chunkId"] for c in chunks}) == len(chunks)
+    assert all(SECRET not in c["text"] for c in chunks)
+    seqs = {seq for c in chunks for seq in range(c["minSeq"], c["maxSeq"] + 1)}
+    assert max(seqs) <= len(log)
+    assert set(worker.markers().values()) == {len(log)}
+    before = {key: list(values) for key, values in worker.topics.items()}
+    tables = orjson.dumps(worker.tables, option=orjson.OPT_SORT_KEYS)
+    for batch in batches:  # at-least-once: the same records again
+        again = worker.chunk(batch)
+        assert not again.records and not again.markers
+    assert worker.topics == before
+    assert orjson.dumps(worker.tables, option=orjson.OPT_SORT_KEYS) == tables
+
+
+def test_a_replayed_l1_batch_sends_the_same_records_and_no_tick(log: list[dict[str, Any]]) -> None:
+    worker = Worker()
+    batch = l1_batch(log)
+    first = worker.redact(batch)
+    tables = orjson.dumps(worker.tables, option=orjson.OPT_SORT_KEYS)
+    second = worker.redact(batch)
+    events = [r for r in first.records if orjson.loads(r.value)["kind"] in ("event", "toolresult")]
+    assert second.records == events, "a replay re-sends byte-identical records (the chunker skips them)"
+    assert orjson.dumps(worker.tables, option=orjson.OPT_SORT_KEYS) == tables
+
+
+def test_an_unreadable_redacted_record_is_dead_lettered() -> None:
+    worker = Worker()
+    effects = worker.chunk(records([b"{]", orjson.dumps({"kind": "event"})], topic=REDACTED))
+    assert counted(effects, "usl_dead_letters_total") == {(("stage", "chunking"), ("reason", "chunking_failed")): 2}
+    assert worker.tables[keys.CHUNKER_PROGRESS] == {keys.offset_key(0): 1}
+
+
+def test_a_hole_is_not_applied_until_read_again_or_accepted(log: list[dict[str, Any]]) -> None:
+    worker = Worker()
+    batch = l1_batch(log[:6])
+    worker.redact(batch[:2])
+    late = worker.redaction.apply(batch[4:])
+    assert late.holes == [(L1, 0)] * 2 and not late.records and late.writes == []
+    for _ in range(2):
+        worker.gaps.reread((L1, 0))
+        assert worker.redaction.apply(batch[4:]).holes == [(L1, 0)] * 2
+    worker.gaps.reread((L1, 0))
+    accepted = worker.redaction.apply(batch[4:])  # still there after three seeks: the hole is real
+    events = [r for r in produced(accepted, "redacted") if orjson.loads(r.value)["kind"] == "event"]
+    assert not accepted.holes and [orjson.loads(r.value)["seq"] for r in events] == [5, 6]
+
+
+def test_flush_ticks_claim_what_was_handled_once(log: list[dict[str, Any]]) -> None:
+    worker = Worker(every=1000)
+    worker.redact(l1_batch(log[:5]))
+    flush = worker.redaction.flush({}, {})
+    bodies = [orjson.loads(r.value) for r in flush.records]
+    assert len(bodies) == 4 and all(b["flush"] and b["seq"] == 5 for b in bodies)
+    assert all(r.confirm for r in flush.records)
+    worker.perform(worker.redaction, flush)
+    assert not worker.redaction.flush({}, {}).records
+    # A log whose clock was restored here claims what the group committed on its partition.
+    other = Worker(every=1000)
+    other.tables[keys.LOG_CLOCKS].update(worker.tables[keys.LOG_CLOCKS])
+    restored = {"default": 0, keys.offset_key(0): 0}
+    assert not other.redaction.flush(restored, {}).records
+    claimed = other.redaction.flush(restored, {0: 3})
+    assert {orjson.loads(r.value)["seq"] for r in claimed.records} == {3}
+
+
+def run(worker: Worker, l1: list[Record], cuts: list[int]) -> None:
+    """Redaction in batches cut at ``cuts``, then chunking of every partition in those cuts."""
+    for start, end in zip([0, *cuts], [*cuts, len(l1)], strict=True):
+        worker.redact(l1[start:end])
+    worker.perform(worker.redaction, worker.redaction.flush({}, {}))
+    for partition in range(worker.settings.stream_partitions):
+        batch = worker.redacted(partition)
+        for start, end in zip([0, *cuts], [*cuts, len(batch)], strict=True):
+            worker.chunk(batch[start:end])
+
+
+@hsettings(max_examples=25, deadline=None)
+@given(cuts=st.lists(st.integers(0, 30), max_size=6).map(lambda xs: sorted(set(xs))), every=st.integers(1, 8))
+def test_any_split_of_the_batches_gives_the_same_records_and_state(log: list[dict[str, Any]], cuts: list[int],
+                                                                   every: int) -> None:
+    """However the records are cut into batches: the same redacted records, the same chunks in
+    the same order per partition, the same final markers and the same stored state."""
+    l1 = l1_batch(log)
+    whole, split = Worker(every=every), Worker(every=every)
+    run(whole, l1, [])
+    run(split, l1, [c for c in cuts if c < len(l1)])
+    for topic in ("redacted", "toolresults", "deadletters"):
+        for partition in range(2):
+            assert whole.topics.get((topic, partition)) == split.topics.get((topic, partition))
+    assert whole.chunks() == split.chunks()
+    assert whole.markers() == split.markers()
+    assert orjson.dumps(whole.tables, option=orjson.OPT_SORT_KEYS) == orjson.dumps(split.tables, option=orjson.OPT_SORT_KEYS)
+
+
+def test_metric_updates_are_plain_data() -> None:
+    assert Metric("usl_records_total") == Metric("usl_records_total", (), 1.0, "inc")
