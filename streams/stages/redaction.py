@@ -20,6 +20,7 @@ import orjson
 from streams.asp import loads_event, validate_event
 from streams.exceptions import USLError
 from streams.ownership import admit
+from streams.redaction import redact_event
 from streams.settings import Settings
 from streams.stages.effects import Effects, Metric, Produce, Record, TableWrite, TopicRole
 from streams.stages.gaps import Gaps
@@ -134,8 +135,6 @@ class RedactionStage:
                   source: dict[str, Any]) -> tuple[list[Any], bool]:
         """The records of an admitted event (its acl resolved: what every index sees) and True,
         or its dead letter and False when a redaction rule fails."""
-        from streams.redaction import redact_event
-
         try:
             result = redact_event(event)
         except Exception as exc:  # a rule bug must not stop the log; the event is dead-lettered
