@@ -12,7 +12,12 @@ from typing import Any
 
 from streams.asp import validate_event
 from streams.exceptions import SchemaError
-from streams.importers.base import Accepted, Rejected, parse_json, raw_text, read_lines
+from streams.importers.base import (
+    Accepted,
+    Rejected,
+    iter_json_lines,
+    raw_text,
+)
 
 __all__ = ["iter_asp"]
 
@@ -21,17 +26,12 @@ def iter_asp(
     path: Path, *, label: str, log_id: str = "default", acl: dict[str, Any] | None = None
 ) -> Iterator[Accepted | Rejected]:
     """One Accepted per valid event line of ``path``, one Rejected per bad line."""
-    for number, line in read_lines(path):
-        record = f"{label}:{number}"
-        value, error = parse_json(line)
-        if error is not None:
-            yield Rejected(record, error, raw_text(line))
+    for item in iter_json_lines(path, label=label, what="an ASP event"):
+        if isinstance(item, Rejected):
+            yield item
             continue
-        if not isinstance(value, dict):
-            reason = f"an ASP event must be a JSON object, not {type(value).__name__}"
-            yield Rejected(record, reason, raw_text(line))
-            continue
-        event = dict(value)
+        record, line = item.record, item.raw
+        event = dict(item.value)
         # The event's own logId and acl win: the file may deliberately span several logs.
         event.setdefault("logId", log_id)
         if acl is not None:

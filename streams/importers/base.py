@@ -28,8 +28,10 @@ __all__ = [
     "PAYLOAD_MAX_BYTES",
     "RAW_MAX_CHARS",
     "Accepted",
+    "JsonLine",
     "Rejected",
     "SessionEmitter",
+    "iter_json_lines",
     "parse_json",
     "raw_text",
     "read_lines",
@@ -164,6 +166,32 @@ def read_lines(path: Path) -> Iterator[tuple[int, bytes]]:
                     yield number, stripped
         except OSError as exc:
             raise ImportFormatError(f"{path}: read failed: {exc.strerror or exc}") from exc
+
+
+@dataclass(frozen=True)
+class JsonLine:
+    """One line of a JSONL file that holds a JSON object: its 1-based line number, its record
+    name (``label:number``), the object and the line's bytes (for dead letters and payloads)."""
+
+    number: int
+    record: str
+    value: dict[str, Any]
+    raw: bytes
+
+
+def iter_json_lines(path: Path, *, label: str, what: str) -> Iterator[JsonLine | Rejected]:
+    """Every non-blank line of ``path`` in order: a :class:`JsonLine` when it is a JSON object,
+    else a :class:`Rejected` (bad JSON, or "``what`` must be a JSON object, not list"), so each
+    importer dead-letters a bad line the same way. Unreadable files raise ImportFormatError."""
+    for number, line in read_lines(path):
+        record = f"{label}:{number}"
+        value, error = parse_json(line)
+        if error is not None:
+            yield Rejected(record, error, raw_text(line))
+        elif not isinstance(value, dict):
+            yield Rejected(record, f"{what} must be a JSON object, not {type(value).__name__}", raw_text(line))
+        else:
+            yield JsonLine(number, record, value, line)
 
 
 def _schema_reason(exc: SchemaError) -> str:

@@ -20,6 +20,7 @@ from streams.importers.base import (
     Accepted,
     Rejected,
     SessionEmitter,
+    iter_json_lines,
     parse_json,
     raw_text,
     read_lines,
@@ -110,16 +111,12 @@ class _Transcript:
 
     def run(self) -> Iterator[Result]:
         last_record = f"{self.label}:0"
-        for number, line in read_lines(self.path):
-            record = last_record = f"{self.label}:{number}"
-            value, error = parse_json(line)
-            if error is not None:
-                yield Rejected(record, error, raw_text(line))
+        for item in iter_json_lines(self.path, label=self.label, what="a transcript line"):
+            last_record = item.record
+            if isinstance(item, Rejected):
+                yield item
                 continue
-            if not isinstance(value, dict):
-                reason = f"a transcript line must be a JSON object, not {type(value).__name__}"
-                yield Rejected(record, reason, raw_text(line))
-                continue
+            number, record, value, line = item.number, item.record, item.value, item.raw
             line_type = value.get("type")
             if line_type in ("user", "assistant"):
                 yield from self._conversation(value, line_type, record, line, number)

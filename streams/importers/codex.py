@@ -23,9 +23,8 @@ from streams.importers.base import (
     Accepted,
     Rejected,
     SessionEmitter,
-    parse_json,
+    iter_json_lines,
     raw_text,
-    read_lines,
     small_payload,
     valid_time,
 )
@@ -64,17 +63,12 @@ class _Rollout:
 
     def run(self) -> Iterator[Result]:
         last_record = f"{self.label}:0"
-        for number, line in read_lines(self.path):
-            record = last_record = f"{self.label}:{number}"
-            value, error = parse_json(line)
-            if error is not None:
-                yield Rejected(record, error, raw_text(line))
-                continue
-            if not isinstance(value, dict):
-                yield Rejected(record, f"a rollout line must be a JSON object, not {type(value).__name__}",
-                               raw_text(line))
-                continue
-            yield from self._line(value, number, record, line)
+        for line in iter_json_lines(self.path, label=self.label, what="a rollout line"):
+            last_record = line.record
+            if isinstance(line, Rejected):
+                yield line
+            else:
+                yield from self._line(line.value, line.number, line.record, line.raw)
         if self.emitter is not None:
             yield from self.emitter.end_turn(record=last_record, raw="")
 

@@ -28,9 +28,9 @@ from streams.importers.base import (
     Accepted,
     Rejected,
     SessionEmitter,
+    iter_json_lines,
     parse_json,
     raw_text,
-    read_lines,
     small_payload,
     valid_time,
 )
@@ -91,15 +91,13 @@ class _Recording:
     def lines(self) -> Iterator[Result]:
         header: dict[str, Any] = {}
         last_record = f"{self.label}:0"
-        for number, line in read_lines(self.path):
-            record = last_record = f"{self.label}:{number}"
-            value, error = parse_json(line)
-            if error is not None:
-                yield Rejected(record, error, raw_text(line))
-            elif not isinstance(value, dict):
-                yield Rejected(record, f"a recording line must be a JSON object, not {type(value).__name__}",
-                               raw_text(line))
-            elif "type" not in value and "projectHash" in value:
+        for item in iter_json_lines(self.path, label=self.label, what="a recording line"):
+            last_record = item.record
+            if isinstance(item, Rejected):
+                yield item
+                continue
+            number, record, value, line = item.number, item.record, item.value, item.raw
+            if "type" not in value and "projectHash" in value:
                 header = value
                 time = valid_time(value.get("startTime")) or valid_time(value.get("lastUpdated"))
                 if time is None:
