@@ -42,7 +42,6 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import logging
-import re
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -66,6 +65,7 @@ from planner.acl import Principal
 from planner.auth import KeyRing, allowed_hosts, authenticate, host_allowed, keys_path
 from planner.exceptions import NotFound, PlannerError, QueryError, Unauthorized, error_body
 from planner.export import endpoint as export_endpoint
+from planner.request import LOG_NAME, log_param
 from planner.status_history import endpoint as status_history_endpoint
 from streams.exceptions import USLError
 from streams.metrics import METRICS_CONTENT_TYPE, metrics_text
@@ -89,7 +89,6 @@ PRINCIPAL_HEADER = "X-USL-Principal"
 STATIC_DIR = Path(__file__).with_name("static")
 _STATUS_CACHE_SECONDS = 1.0
 _STATUS_CACHE_ENTRIES = 64
-_LOG_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}", re.ASCII)
 # Media types a request body may have: JSON, and protobuf for the OTLP/HTTP receiver. None of
 # them is one a web page may post cross-site without asking first (CORS "simple" requests).
 _BODY_MEDIA_TYPES = frozenset({"application/json", "application/x-protobuf"})
@@ -326,10 +325,7 @@ def create_app(settings: Settings, bootstrap: str, *, planner: Any = None) -> St
         # Log names and positions are not for strangers; heldBy names only the caller's
         # tenant's sessions.
         principal = principal_of(request)
-        log_id = request.query_params.get("log")
-        if log_id is not None and not _LOG_NAME.fullmatch(log_id):
-            raise QueryError(f"{log_id[:64]!r} is not a log name",
-                             hint="Log names are letters, digits, '.', '_' and '-'.")
+        log_id = log_param(request.query_params.get("log"))
         return _JSON(for_principal(await run_in_threadpool(collect, log_id), principal))
 
     def refresh_freshness_gauges() -> None:
@@ -557,7 +553,7 @@ def openapi(*, auth_required: bool = True) -> dict[str, Any]:
             "/v1/status": {"get": {
                 "summary": "L1 committed seq and, per index, generation, watermark and lag",
                 "parameters": [{"name": "log", "in": "query", "required": False,
-                                "schema": {"type": "string", "pattern": f"^{_LOG_NAME.pattern}$"}}],
+                                "schema": {"type": "string", "pattern": f"^{LOG_NAME.pattern}$"}}],
                 "security": security,
                 "responses": {"200": {"description": "Status", "content": json_body},
                               **_errors(400, 401, 500)}}},

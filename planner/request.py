@@ -30,11 +30,13 @@ from streams.asp import parse_time
 
 __all__ = [
     "FILTER_FIELDS",
+    "LOG_NAME",
     "MAX_K",
     "MAX_QUERY_CHARS",
     "MODES",
     "Filters",
     "SearchRequest",
+    "log_param",
     "parse_request",
 ]
 
@@ -53,7 +55,9 @@ FILTER_FIELDS = {
 _TIME_FIELDS = ("timeFrom", "timeTo")
 _FIELDS = frozenset({"query", "log", "freshness", "k", "explain", "cursor", "mode", "filters",
                      "toolResults", "json"})
-_LOG = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+#: A log name, wherever one comes in: the search body's ``log``, ``?log=`` of the GET endpoints.
+LOG_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}", re.ASCII)
+_LOG_NAME_HINT = "Log names are letters, digits, '.', '_' and '-'."
 _MAX_FILTER_VALUES = 1000
 
 
@@ -145,9 +149,8 @@ def parse_request(body: Any) -> SearchRequest:
     if len(query) > MAX_QUERY_CHARS:
         raise QueryError(f"the query is longer than {MAX_QUERY_CHARS} characters")
     log = _optional(body, "log", str, "default")
-    if not _LOG.fullmatch(log):
-        raise QueryError(f"field 'log' {log!r} is not a log name",
-                         hint="Log names are letters, digits, '.', '_' and '-'.")
+    if not LOG_NAME.fullmatch(log):
+        raise QueryError(f"field 'log' {log!r} is not a log name", hint=_LOG_NAME_HINT)
     freshness = parse_freshness(_optional(body, "freshness", str, "indexed"))
     k = _optional(body, "k", int, 10)
     if not 1 <= k <= MAX_K:
@@ -228,3 +231,11 @@ def _filters(raw: Any) -> Filters:
         raise QueryError("filter 'timeFrom' is after 'timeTo'")
     return Filters(values=values, time_from=times.get("timeFrom"), time_to=times.get("timeTo"),
                    time_text=texts)
+
+
+def log_param(log_id: str | None) -> str | None:
+    """The ``?log=`` query parameter of a GET endpoint: None (every log) or a log name;
+    QueryError (400) for anything else."""
+    if log_id is not None and not LOG_NAME.fullmatch(log_id):
+        raise QueryError(f"{log_id[:64]!r} is not a log name", hint=_LOG_NAME_HINT)
+    return log_id

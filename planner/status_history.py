@@ -14,7 +14,6 @@ The thread starts with the first request, so an API nobody looks at samples noth
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
 from collections import deque
@@ -99,6 +98,7 @@ def endpoint(principal_of: Callable[[Any], Any], collect: Callable[[str | None],
     from starlette.responses import JSONResponse
 
     from planner.exceptions import QueryError
+    from planner.request import log_param
 
     history = StatusHistory(lambda: collect(None))
 
@@ -112,10 +112,7 @@ def endpoint(principal_of: Callable[[Any], Any], collect: Callable[[str | None],
             since = float(since_text) if since_text is not None else None
         except ValueError:
             raise QueryError(f"since must be a time in seconds since the epoch, not {since_text[:32]!r}") from None
-        log_id = request.query_params.get("log")
-        if log_id is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}", log_id, re.ASCII):
-            raise QueryError(f"{log_id[:64]!r} is not a log name",
-                             hint="Log names are letters, digits, '.', '_' and '-'.")
+        log_id = log_param(request.query_params.get("log"))
         return JSONResponse(history.view(log_id, since=since))
 
     return handle

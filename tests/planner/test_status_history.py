@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -52,3 +53,24 @@ def test_a_failed_collect_is_skipped() -> None:
     history.sample()
     history.sample()
     assert [s["logs"]["default"]["l1CommittedSeq"] for s in history.view()["samples"]] == [5]
+
+
+@given(name=st.text(max_size=210))
+def test_every_log_parameter_takes_the_search_bodys_rule(name: str) -> None:
+    """``?log=`` of status and status history and the search body's ``log`` share one rule."""
+    from planner.exceptions import QueryError
+    from planner.request import LOG_NAME, log_param, parse_request
+
+    assert log_param(None) is None
+    valid = LOG_NAME.fullmatch(name) is not None
+    try:
+        parse_request({"query": "x", "log": name})
+        body_ok = True
+    except QueryError:
+        body_ok = False
+    assert body_ok == valid
+    if valid:
+        assert log_param(name) == name
+    else:
+        with pytest.raises(QueryError, match="is not a log name"):
+            log_param(name)
