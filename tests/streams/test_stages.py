@@ -322,3 +322,13 @@ def test_any_split_of_the_batches_gives_the_same_records_and_state(log: list[dic
 
 def test_metric_updates_are_plain_data() -> None:
     assert Metric("usl_records_total") == Metric("usl_records_total", (), 1.0, "inc")
+
+
+def test_the_stage_tables_are_the_worker_tables() -> None:
+    """One spelling: the tables the stages read are the ones the worker creates (and whose
+    changelogs streams.topics creates)."""
+    from streams.topics import faust_tables
+
+    assert set(faust_tables(Settings.from_env({}))) == set(Worker().tables)
+    assert keys.offset_key(3) == "@offset/3" and keys.is_offset_key(keys.offset_key(3))
+    assert not keys.is_offset_key(keys.progress_key(3, "default"))
