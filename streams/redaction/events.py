@@ -48,6 +48,7 @@ _SECRET_FIELD = "secret-field"
 # An id with no run of 16 letters and digits (a UUID, "turn-3", "s1") has no room for a secret.
 _HEX_ID = re.compile(r"(?:(?P<head>[A-Za-z]{1,12})[_-])?(?:[0-9a-f]{8,64}|[0-9A-F]{8,64})(?:-[0-9a-fA-F]{1,12})*", re.ASCII)
 _ID_WITHOUT_ROOM = re.compile(r"(?:[^A-Za-z0-9]|[A-Za-z0-9]{1,15}(?![A-Za-z0-9]))*", re.ASCII)
+_ROOM = 16  # the run _ID_WITHOUT_ROOM looks for: a shorter id has none (the regex need not run)
 _SHORT_KEY = 8  # keys shorter than this cannot hold anything a rule replaces
 
 
@@ -167,7 +168,7 @@ class _Walker:
 
     def identifier(self, value: Any) -> Any:
         """An id unchanged, or its :func:`stable_id` when a rule finds a secret in it."""
-        if not isinstance(value, str) or _ID_WITHOUT_ROOM.fullmatch(value):
+        if not isinstance(value, str) or len(value) < _ROOM or _ID_WITHOUT_ROOM.fullmatch(value):
             return value
         hex_id = _HEX_ID.fullmatch(value)
         if hex_id is not None and (hex_id.group("head") or "").lower() not in token_heads():

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from functools import lru_cache
 
 from streams.exceptions import ConfigError
@@ -60,6 +60,11 @@ class RedactionPolicy:
             raise ConfigError(f"redaction policy: summary_chars must be >= 0, got {self.summary_chars}")
         if self.max_field_chars < 64:
             raise ConfigError(f"redaction policy: max_field_chars must be >= 64, got {self.max_field_chars}")
+        # Hashed once: the policy keys the caches of every redacted string.
+        object.__setattr__(self, "_hash", hash(tuple(getattr(self, f.name) for f in fields(self))))
+
+    def __hash__(self) -> int:
+        return self._hash  # type: ignore[no-any-return, attr-defined]
 
 
 DEFAULT_POLICY = RedactionPolicy()
