@@ -2,7 +2,7 @@
 
 ``python -m reliability [--rounds N] [--seed S] [--out RELIABILITY.md]`` starts its own Kafka
 broker in a temporary directory, runs ``usl worker``, one ``usl sink --kind K`` per index kind
-and ``usl serve`` under the stack supervisor (:func:`planner.stack.supervise`), feeds them a
+and ``usl serve`` under the stack supervisor (:func:`deploy.stack.supervise`), feeds them a
 steady ingest of generated sessions while a querier searches, and injects, each ``N`` times at
 seeded random points:
 

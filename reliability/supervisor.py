@@ -1,5 +1,5 @@
 """``python -m reliability.supervisor CHILDREN_JSON``: the stack supervisor of ``usl up``
-(:func:`planner.stack.supervise`) over the children the fault suite names, so each sink kind
+(:func:`deploy.stack.supervise`) over the children the fault suite names, so each sink kind
 runs in its own process and can be killed alone. Settings come from the environment."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import sys
 
-from planner.stack import supervise
+from deploy.stack import supervise
 from streams.settings import Settings
 
 

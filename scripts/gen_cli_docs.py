@@ -9,7 +9,7 @@ from pathlib import Path
 
 import typer
 
-from planner.cli import app
+from deploy.cli import app
 
 HEADER = """# CLI reference
 

@@ -19,6 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import deploy.kafka.broker as broker
+from deploy import stack
 from deploy.process import (
     PRIVATE_UMASK,
     identity,
@@ -27,7 +28,6 @@ from deploy.process import (
     private_dir,
     process_record,
 )
-from planner import stack
 from streams.settings import Settings
 from tests.fuzz.profile import fuzz
 
@@ -128,7 +128,7 @@ def test_stack_processes_start_with_umask_077(tmp_path: Path, monkeypatch: pytes
     probe = tmp_path / "probe.sh"
     probe.write_text('#!/bin/sh\necho data > "$USL_PROBE_FILE"\necho started\n')
     probe.chmod(0o755)
-    monkeypatch.setattr(sys, "executable", str(probe))  # the stack runs "$python -m planner ..."
+    monkeypatch.setattr(sys, "executable", str(probe))  # the stack runs "$python -m deploy.cli ..."
     settings = Settings.from_env({}, home=tmp_path / "home")
     written = tmp_path / "out" / "segment"
     written.parent.mkdir()
@@ -184,7 +184,7 @@ def test_is_same_process(bystander: subprocess.Popen[bytes]) -> None:
     assert not is_same_process(bystander.pid, reused)
     assert not is_same_process(bystander.pid, {**record, "identity": {**record["identity"], "bootId": "x"}})
     assert is_same_process(bystander.pid, {"pid": bystander.pid, "cmd": command})  # an older pid file
-    assert not is_same_process(bystander.pid, {"pid": bystander.pid, "cmd": [sys.executable, "-m", "planner", "worker"]})
+    assert not is_same_process(bystander.pid, {"pid": bystander.pid, "cmd": [sys.executable, "-m", "deploy.cli", "worker"]})
     assert not is_same_process(bystander.pid, {"pid": bystander.pid})
     bystander.kill()
     bystander.wait()
@@ -198,7 +198,7 @@ def test_usl_down_never_signals_a_recycled_pid(tmp_path: Path, bystander: subpro
     settings = Settings.from_env({}, home=tmp_path)
     run = tmp_path / "run"
     run.mkdir(parents=True)
-    ours = [sys.executable, "-m", "planner", "worker"]
+    ours = [sys.executable, "-m", "deploy.cli", "worker"]
     if recorded == "older":
         entry: dict[str, Any] = {"pid": bystander.pid, "cmd": ours}
     else:

@@ -40,12 +40,12 @@ import pytest
 import yaml
 from kafka import KafkaProducer
 
-from deploy.testing import Stack, as_grafana_sends, settings_env
-from sinks.testing import wait_for_watermarks
 from streams.l1 import LogRegistry
 from streams.settings import Settings
-from streams.testing import append_events, interleave, l1_seq, session_events
 from streams.topics import Topics
+from tests.deploy.test_deploy_files import as_grafana_sends
+from tests.factories import interleave, session_events
+from tests.harness import Stack, append_events, l1_seq, settings_env, wait_for_watermarks
 
 pytestmark = pytest.mark.kafka
 
@@ -128,7 +128,7 @@ def exited(stack: Stack) -> str | None:
 
 
 def ingest(settings: Settings, path: Path) -> dict[str, Any]:
-    done = subprocess.run([sys.executable, "-m", "planner", "ingest", str(path), "--json"],
+    done = subprocess.run([sys.executable, "-m", "deploy.cli", "ingest", str(path), "--json"],
                           env=settings_env(settings), capture_output=True, text=True, timeout=TIMEOUT)
     assert done.returncode == 0, done.stdout + done.stderr
     summary: dict[str, Any] = json.loads(done.stdout)

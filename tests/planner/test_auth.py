@@ -23,7 +23,6 @@ import httpx
 import pytest
 from starlette.testclient import TestClient
 
-from deploy.testing import Stack, settings_env
 from planner.api import PRINCIPAL_HEADER, create_app
 from planner.auth import (
     KEY_PREFIX,
@@ -37,7 +36,8 @@ from planner.auth import (
 )
 from streams.exceptions import ConfigError
 from streams.settings import Settings
-from streams.testing import append_events, session_events
+from tests.factories import session_events
+from tests.harness import Stack, append_events, settings_env
 from tests.planner.corpus import IndexBuilder, interleaved, make_test_settings
 
 pytestmark = pytest.mark.kafka
@@ -62,7 +62,7 @@ class Deployment:
 
     def usl(self, *args: str) -> subprocess.CompletedProcess[str]:
         env = {**settings_env(self.settings), "USL_API_KEYS_FILE": str(keys_path(self.settings))}
-        return subprocess.run([sys.executable, "-m", "planner", *args], env=env,
+        return subprocess.run([sys.executable, "-m", "deploy.cli", *args], env=env,
                               capture_output=True, text=True, timeout=120, check=False)
 
     def create(self, principal: str, name: str) -> str:
@@ -331,7 +331,7 @@ def test_a_public_bind_without_keys_is_refused(make_settings: Callable[..., Sett
         args += ["--host", "0.0.0.0"]
     else:
         env["USL_API_HOST"] = "0.0.0.0"
-    done = subprocess.run([sys.executable, "-m", "planner", *args], env=env, capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "deploy.cli", *args], env=env, capture_output=True,
                           text=True, timeout=120, check=False)
     assert done.returncode == 2, done.stdout + done.stderr
     lines = done.stderr.strip().splitlines()

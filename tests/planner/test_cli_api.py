@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from deploy.testing import settings_env
 from planner.auth import create_key, keys_path
 from planner.client import APIError, Client, Unreachable
 from streams.settings import Settings
+from tests.harness import settings_env
 from tests.planner.corpus import IndexBuilder, interleaved, make_test_settings
 
 pytestmark = pytest.mark.kafka
@@ -51,7 +51,7 @@ def env_of(settings: Settings, **extra: str) -> dict[str, str]:
 
 
 def usl(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "planner", *args], env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "deploy.cli", *args], env=env, capture_output=True,
                           text=True, timeout=TIMEOUT)
 
 
@@ -74,7 +74,7 @@ def served(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> It
     builder.close()
     port = free_port()
     log = (Path(settings.home) / "api.log").open("ab")
-    api = subprocess.Popen([sys.executable, "-m", "planner", "serve", "--port", str(port)],
+    api = subprocess.Popen([sys.executable, "-m", "deploy.cli", "serve", "--port", str(port)],
                            env=env_of(settings), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -149,7 +149,7 @@ def test_the_local_stack_is_found_by_its_pid_file(served: tuple[Settings, str, i
     run.mkdir(parents=True, exist_ok=True)
     port = url.rsplit(":", 1)[1]
     pid_file = run / "api.pid"
-    pid_file.write_text(json.dumps({"pid": pid, "cmd": [sys.executable, "-m", "planner", "serve",
+    pid_file.write_text(json.dumps({"pid": pid, "cmd": [sys.executable, "-m", "deploy.cli", "serve",
                                                          "--port", port, "--host", "127.0.0.1"]}))
     try:
         found = usl(env_of(settings, KAFKA_BOOTSTRAP_SERVERS=DEAD_BROKER), "search", "deploy", "--as", ALICE,

@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from planner.cli import app
-from planner.cli_progress import ImportProgress, count_lines, input_files, rebuild_progress
 from rich.console import Console
 from typer.testing import CliRunner
 
-from deploy.testing import settings_env
+from deploy.cli import app
+from deploy.cli.progress import ImportProgress, count_lines, input_files, rebuild_progress
 from streams.settings import Settings
+from tests.harness import settings_env
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "sessions"
 
@@ -92,7 +92,7 @@ def test_ingest_json_is_quiet_on_stderr(make_settings: Callable[..., Settings], 
     root.mkdir()
     for sample in EXAMPLES.iterdir():
         (root / sample.name).write_bytes(sample.read_bytes())
-    done = subprocess.run([sys.executable, "-m", "planner", "ingest", str(root), "--json"],
+    done = subprocess.run([sys.executable, "-m", "deploy.cli", "ingest", str(root), "--json"],
                           env=settings_env(settings), capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["eventsAppended"] > 0

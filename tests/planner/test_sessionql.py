@@ -511,9 +511,9 @@ def test_service_answers_at_the_indexed_seq(live: Any) -> None:
 
 @pytest.mark.kafka
 def test_cli(live: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    import planner.cli_sessionql  # noqa: F401  (registers the command)
-    from planner.cli import app
     from typer.testing import CliRunner
+
+    from deploy.cli import app
 
     settings_, _, _ = live
     for name, value in (("USL_HOME", str(settings_.home)), ("USL_TOPIC_PREFIX", settings_.topic_prefix),

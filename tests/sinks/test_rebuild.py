@@ -3,7 +3,7 @@ even after every index and watermark was deleted, and never touches L1; a live s
 rebuild's line switch; ``--from-seq`` does what it says.
 
 The live side runs as real processes (``usl worker``, ``usl sink``); rebuilds run through the
-CLI (``python -m planner rebuild``) or :func:`sinks.rebuild.rebuild`.
+CLI (``python -m deploy.cli rebuild``) or :func:`sinks.rebuild.rebuild`.
 """
 
 from __future__ import annotations
@@ -21,12 +21,27 @@ import numpy as np
 import orjson
 import pytest
 
-from deploy.testing import Stack, settings_env
 from sinks.generations import GenerationStore
 from sinks.rebuild import ReplayStream, rebuild
 from sinks.runner import SinkRunner, index_root
 from sinks.service import ALL_KINDS, make_writer, pipeline_versions
-from sinks.testing import (
+from sinks.text import get_engine
+from sinks.vector import VectorReader, get_embedder, vectors_for
+from sinks.vector_writer import segment_names
+from sinks.watermarks import WatermarkPublisher, read_watermarks
+from streams.l1 import L1Reader, read_topic_to_end
+from streams.settings import Settings
+from streams.topics import Topics
+from tests.factories import interleave, session_events
+from tests.harness import (
+    Stack,
+    append_events,
+    chunk_set,
+    settings_env,
+    topic_records,
+    wait_for_watermarks,
+)
+from tests.sinks.test_sink_crash import (
     assert_no_duplicates,
     assert_watermarks_monotone,
     current_generation,
@@ -34,17 +49,8 @@ from sinks.testing import (
     parquet_rows,
     tantivy_docs,
     vector_ids,
-    wait_for_watermarks,
     watermark_history,
 )
-from sinks.text import get_engine
-from sinks.vector import VectorReader, get_embedder, vectors_for
-from sinks.vector_writer import segment_names
-from sinks.watermarks import WatermarkPublisher, read_watermarks
-from streams.l1 import L1Reader, read_topic_to_end
-from streams.settings import Settings
-from streams.testing import append_events, chunk_set, interleave, session_events, topic_records
-from streams.topics import Topics
 
 QUERIES = ("deploy refund", "kafka broker timeout", '"permission denied"', "parquet schema cursor",
            "vector faiss chunk manifest")
@@ -114,7 +120,7 @@ def replayed_chunks(settings: Settings, from_seq: int = 1) -> dict[str, bytes]:
 
 
 def cli_rebuild(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "planner", "rebuild", *args], env=settings_env(settings),
+    return subprocess.run([sys.executable, "-m", "deploy.cli", "rebuild", *args], env=settings_env(settings),
                           capture_output=True, text=True, timeout=400, check=False)
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import orjson
 import pytest
-from planner.cli import app
 from typer.testing import CliRunner
 
+from deploy.cli import app
 from planner.status import collect_status
 from streams.asp import validate_event
 from streams.l1 import L1Reader, LogRegistry, read_topic_to_end
@@ -141,7 +141,7 @@ def test_ingest_reports_clear_errors_without_traceback(settings, tmp_path):
     weird.write_text("this is not a transcript\n")
     for args in (["ingest", str(tmp_path / "nope.jsonl")], ["ingest", str(weird)],
                  ["ingest", str(weird), "--format", "jsonl-of-doom"]):
-        proc = subprocess.run([sys.executable, "-m", "planner", *args], env=env, capture_output=True, text=True,
+        proc = subprocess.run([sys.executable, "-m", "deploy.cli", *args], env=env, capture_output=True, text=True,
                               timeout=120)
         assert proc.returncode == 2, proc.stderr
         assert "error:" in proc.stderr
@@ -153,7 +153,8 @@ def test_a_slow_reader_is_not_timed_out_while_records_keep_coming(settings):
     spends longer than ``timeout_seconds`` indexing between records must still finish."""
     import time
 
-    from streams.testing import append_events, session_events
+    from tests.factories import session_events
+    from tests.harness import append_events
 
     ensure_topics(settings.bootstrap_servers, settings)
     appended = append_events(settings, session_events("slow-reader", turns=4))

@@ -2,25 +2,28 @@
 
 A key is printed once, at creation; the keys file keeps only its SHA-256, the principal it
 stands for, a name and the creation time (:mod:`planner.auth`). A running API sees a
-revocation on its next request. Importing this module registers the commands on
-:data:`planner.cli.app`.
+revocation on its next request.
 """
 
 from __future__ import annotations
 
 import typer
-from rich.markup import escape
 
-from planner.cli import _print_json, _settings, app, err, out
+from deploy.cli._common import err, escape, load_settings, out, print_json
 
-__all__ = ["apikey_app"]
-
-apikey_app = typer.Typer(
-    help="API keys of the planner HTTP API (each maps to one principal).", no_args_is_help=True)
-app.add_typer(apikey_app, name="apikey")
+__all__ = ["create", "list_keys", "register", "revoke"]
 
 
-@apikey_app.command("create")
+def register(app: typer.Typer) -> None:
+    """Add the ``apikey`` group (``create``, ``list``, ``revoke``) to ``app``."""
+    group = typer.Typer(help="API keys of the planner HTTP API (each maps to one principal).",
+                        no_args_is_help=True)
+    group.command("create")(create)
+    group.command("list")(list_keys)
+    group.command("revoke")(revoke)
+    app.add_typer(group, name="apikey")
+
+
 def create(
     principal: str = typer.Option(..., "--principal",
                                   help="Principal the key stands for, e.g. tenant:acme/user:alice/groups:ops."),
@@ -30,44 +33,42 @@ def create(
     """Create an API key for PRINCIPAL and print it once; only its hash is stored."""
     from planner.auth import create_key, keys_path
 
-    path = keys_path(_settings())
+    path = keys_path(load_settings())
     key, entry = create_key(path, principal, name)
     if json_out:
-        _print_json({"key": key, "name": entry.name, "principal": entry.principal,
+        print_json({"key": key, "name": entry.name, "principal": entry.principal,
                      "hashPrefix": entry.hash_prefix, "created": entry.created, "keysFile": str(path)})
         return
-    out.print(key, markup=False, highlight=False)
-    err.print(f"created API key {escape(entry.name)} for {escape(entry.principal)} in {escape(str(path))}; "
+    out().print(key, markup=False, highlight=False)
+    err().print(f"created API key {escape(entry.name)} for {escape(entry.principal)} in {escape(str(path))}; "
               "it is shown only now. Send it as `Authorization: Bearer KEY`.", soft_wrap=True)
 
 
-@apikey_app.command("list")
 def list_keys(json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """List API keys: name, principal, creation time and hash prefix (never the key)."""
     from planner.auth import keys_path, read_keys
 
-    path = keys_path(_settings())
+    path = keys_path(load_settings())
     keys = read_keys(path)
     rows = [{"name": k.name, "principal": k.principal, "created": k.created, "hashPrefix": k.hash_prefix}
             for k in keys or []]
     if json_out:
-        _print_json({"keysFile": str(path), "enforced": keys is not None, "keys": rows})
+        print_json({"keysFile": str(path), "enforced": keys is not None, "keys": rows})
         return
     if keys is None:
-        out.print(f"no API keys file at {escape(str(path))}: the API takes X-USL-Principal "
+        out().print(f"no API keys file at {escape(str(path))}: the API takes X-USL-Principal "
                   "unauthenticated (loopback only)", soft_wrap=True)
         return
     for row in rows:
-        out.print(f"{escape(row['name'])}  {escape(row['principal'])}  {row['created']}  "
+        out().print(f"{escape(row['name'])}  {escape(row['principal'])}  {row['created']}  "
                   f"sha256:{row['hashPrefix']}…", highlight=False, soft_wrap=True)
     if not rows:
-        out.print("no API keys: every /v1 request is refused until one is created")
+        out().print("no API keys: every /v1 request is refused until one is created")
 
 
-@apikey_app.command("revoke")
 def revoke(name: str = typer.Argument(..., help="Name of the key (see `usl apikey list`).")) -> None:
     """Revoke an API key; a running API refuses it from its next request on."""
     from planner.auth import keys_path, revoke_key
 
-    entry = revoke_key(keys_path(_settings()), name)
-    out.print(f"revoked {escape(entry.name)} ({escape(entry.principal)})")
+    entry = revoke_key(keys_path(load_settings()), name)
+    out().print(f"revoked {escape(entry.name)} ({escape(entry.principal)})")

@@ -3,8 +3,7 @@
 Asks the planner API when one answers (as ``usl search`` does), else runs the planner in this
 process, and prints the rows as a table, then
 a line saying at which log position the answer was taken and which generations it read;
-``--json`` prints exactly the HTTP API's response (or its error body). Importing this module
-registers the command on :data:`planner.cli.app`.
+``--json`` prints exactly the HTTP API's response (or its error body).
 """
 
 from __future__ import annotations
@@ -13,20 +12,23 @@ from typing import Any
 
 import typer
 
-from planner.cli import LOG_OPTION, _print_json, app
-from planner.cli_query import call_planner, render_rows
+from deploy.cli._api import call_planner
+from deploy.cli._common import LOG_OPTION, PRINCIPAL_OPTION, print_json, render_rows
 
-__all__ = ["sessionql"]
+__all__ = ["register", "sessionql"]
 
 
-@app.command("sessionql")
+def register(app: typer.Typer) -> None:
+    """Add ``sessionql`` to ``app``."""
+    app.command("sessionql")(sessionql)
+
+
 def sessionql(
     query: str = typer.Argument(..., help='A SessionQL query, e.g. \'FROM tool_calls WHERE '
                                           'status = "error" GROUP BY toolName\' (see docs/sql.md).'),
     as_of: int = typer.Option(None, "--as-of", min=0,
                               help="Answer at this log position (default: what the index covers)."),
-    principal_text: str = typer.Option(None, "--as", envvar="USL_DEFAULT_PRINCIPAL",
-                                       help="Principal, e.g. tenant:acme/user:alice/groups:eng."),
+    principal_text: str = PRINCIPAL_OPTION,
     log: str = LOG_OPTION,
     json_out: bool = typer.Option(False, "--json", help="Print the API's JSON response."),
 ) -> None:
@@ -42,6 +44,6 @@ def sessionql(
 
     response = call_planner(principal_text, json_out, in_process, ("POST", "/v1/sessionql", body))
     if json_out:
-        _print_json(response)
+        print_json(response)
         return
     render_rows(response)

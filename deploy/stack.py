@@ -59,7 +59,7 @@ def start_process(settings: Settings, name: str, args: list[str], env: dict[str,
     """Start ``usl ARGS`` detached (umask 077); return its pid."""
     logs = _home_dir(settings, "logs")
     descriptor = os.open(logs / f"{name}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    cmd = [sys.executable, "-m", "planner", *args]
+    cmd = [sys.executable, "-m", "deploy.cli", *args]
     with os.fdopen(descriptor, "ab") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True, env={**os.environ, **(env or {})},

@@ -17,7 +17,7 @@ Patched names (typer 0.29.x; :data:`TESTED_TYPER`):
   (``min``, ``max``, ``clamp``, ``parser``) and ``.file_annotation``.
 
 Upstream: the adapter layer is typer's design since it moved coercion to pydantic (no issue
-asks to make it optional). ``tests/planner/test_typer_compat.py`` fails at once when an upgrade
+asks to make it optional). ``tests/deploy/test_typer_compat.py`` fails at once when an upgrade
 removes or renames one of these names, and checks that both coercions agree. :func:`install`
 leaves typer alone (slower, still correct) when the names are not there.
 """

@@ -8,13 +8,65 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
+import typer
 
+from deploy.cli._common import LOG_OPTION, bootstrap_servers, err, load_settings, out, print_json
+from streams.exceptions import USLError
 from streams.settings import Settings
 
-__all__ = ["dead_letter_reason", "follow", "ingest_once"]
+if TYPE_CHECKING:
+    from rich.console import Console
+
+__all__ = ["dead_letter_reason", "follow_paths", "ingest", "ingest_once", "register"]
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``ingest`` to ``app``."""
+    app.command()(ingest)
+
+
+def ingest(
+    paths: list[Path] = typer.Argument(..., help="Files or directories to import."),
+    fmt: str = typer.Option(None, "--format", help="asp | claude-code | openai-chat | codex | gemini-cli (default: detect)."),
+    log: str = LOG_OPTION,
+    follow: bool = typer.Option(False, "--follow", help="Keep tailing PATHS (growing files, new files in "
+                                "directories) until stopped; positions under USL_HOME/follow."),
+    json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """Append the events of PATHS to the L1 log, each event once (an imported file appends nothing
+    again); rejected records go to the dead-letter topic.
+
+    Progress on stderr: lines read of the input's total, records, rate and ETA; with --follow, a
+    line per poll that appended something."""
+    from streams.importers import FORMATS
+
+    if fmt is not None and fmt not in FORMATS:
+        raise USLError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
+    missing = [p for p in paths if not p.exists()]
+    if missing and not follow:
+        raise USLError(f"{missing[0]} does not exist")
+    current = load_settings()
+    servers = bootstrap_servers(current)
+    if follow:
+        follow_paths(current, servers, paths, fmt, log, err())
+        return
+    summary = ingest_once(current, servers, paths, fmt, log, err(), show_progress=not json_out)
+    if json_out:
+        print_json(summary)
+        return
+    read, appended, cut = summary["recordsRead"], summary["eventsAppended"], summary["eventsCut"]
+    out().print(f"read {read} records from {', '.join(str(p) for p in paths)} ({summary['format']}); appended "
+                f"{appended} events to log {log!r} (L1 seq now {summary['l1CommittedSeq']}); "
+                f"{summary['duplicatesSkipped']} already in L1; rejected {summary['rejected']}")
+    if cut:
+        out().print(f"  cut {cut} event(s) over {current.max_event_bytes} bytes (USL_MAX_EVENT_BYTES) to fit; "
+                    "their fields._truncated says so")
+    for reason, count in Counter(summary["rejectedByReason"]).most_common():
+        out().print(f"  rejected {count:>5}  {reason}")
+    for example in summary["rejectedRecords"][:5]:
+        out().print(f"    e.g. {example['record']}: {example['reason']}")
 
 
 def dead_letter_reason(reason: str) -> str:
@@ -52,7 +104,7 @@ def ingest_once(settings: Settings, bootstrap: str, paths: list[Path], fmt: str 
                 err: Console, *, show_progress: bool = True) -> dict[str, Any]:
     """Import ``paths`` once; the summary ``usl ingest --json`` prints. Progress on stderr
     (lines read of the input's total, records, rate and ETA) for a single PATH."""
-    from planner.cli_progress import ImportProgress
+    from deploy.cli.progress import ImportProgress
 
     with ImportProgress(paths[0], err, enabled=show_progress and len(paths) == 1) as progress:
         follower, appender = _follower(settings, bootstrap, paths, fmt, log, once=True,
@@ -76,8 +128,8 @@ def ingest_once(settings: Settings, bootstrap: str, paths: list[Path], fmt: str 
     }
 
 
-def follow(settings: Settings, bootstrap: str, paths: list[Path], fmt: str | None, log: str,
-           err: Console) -> None:
+def follow_paths(settings: Settings, bootstrap: str, paths: list[Path], fmt: str | None, log: str,
+                 err: Console) -> None:
     """Tail ``paths`` until SIGTERM/SIGINT; a line on stderr per poll that appended something."""
     stopping = False
 

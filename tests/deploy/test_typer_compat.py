@@ -1,4 +1,4 @@
-"""The typer patch of :mod:`planner.typer_compat`: every patched name still exists, and the
+"""The typer patch of :mod:`deploy.cli.typer_compat`: every patched name still exists, and the
 pydantic-free coercion agrees with typer's own on what a user can type."""
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from hypothesis import strategies as st
 from typer._adapters import build_adapter
 from typer.models import OptionInfo
 
-from planner import typer_compat
+from deploy.cli import typer_compat
 
 
 def test_every_patched_name_exists_in_this_typer() -> None:
     assert typer.__version__.startswith(typer_compat.TESTED_TYPER), (
-        f"typer {typer.__version__} is not one planner/typer_compat.py was tested with")
+        f"typer {typer.__version__} is not one deploy/cli/typer_compat.py was tested with")
     for dotted in typer_compat.PATCHED:
         module, _, name = dotted.rpartition(".")
         assert hasattr(importlib.import_module(module), name), dotted
@@ -31,7 +31,7 @@ def test_every_patched_name_exists_in_this_typer() -> None:
 def test_the_cli_runs_with_the_patch() -> None:
     from typer.testing import CliRunner
 
-    from planner.cli import app
+    from deploy.cli import app
 
     runner = CliRunner()
     refused = runner.invoke(app, ["sql", "SELECT 1", "--as-of", "-1"])

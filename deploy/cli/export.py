@@ -3,8 +3,7 @@
 Asks the planner API when one answers (as ``usl search`` does), else runs in this process;
 either way the file holds what :mod:`planner.export` describes, under the caller's access
 lists and redacted as the indexes are. The data goes to ``--output`` (or stdout); one line on
-stderr says how many rows and at which asOfSeq. Importing this module registers the command
-on :data:`planner.cli.app`.
+stderr says how many rows and at which asOfSeq.
 """
 
 from __future__ import annotations
@@ -14,17 +13,27 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.markup import escape
 
-from planner.cli import LOG_OPTION, _bootstrap, _settings, app, err
-from planner.cli_query import api_client, fail
-from planner.exceptions import PlannerError
+from deploy.cli._api import api_client
+from deploy.cli._common import (
+    LOG_OPTION,
+    PRINCIPAL_OPTION,
+    bootstrap_servers,
+    err,
+    escape,
+    fail,
+    load_settings,
+)
 from streams.exceptions import USLError
 
-__all__ = ["export_command"]
+__all__ = ["export_command", "register"]
 
 
-@app.command("export")
+def register(app: typer.Typer) -> None:
+    """Add ``export`` to ``app``."""
+    app.command("export")(export_command)
+
+
 def export_command(
     what: str = typer.Argument("sessions", help="sessions (their redacted events, re-importable with "
                                                 "`usl ingest --format asp`) | turns | hits."),
@@ -35,8 +44,7 @@ def export_command(
     freshness: str = typer.Option("indexed", "--freshness", help="Of the search, with hits."),
     mode: str = typer.Option("hybrid", "--mode", help="Of the search, with hits: hybrid | text | vector."),
     limit: int = typer.Option(None, "--limit", min=1, help="At most this many hits (default 10000)."),
-    principal_text: str = typer.Option(None, "--as", envvar="USL_DEFAULT_PRINCIPAL",
-                                       help="Principal, e.g. tenant:acme/user:alice/groups:eng."),
+    principal_text: str = PRINCIPAL_OPTION,
     log: str = LOG_OPTION,
 ) -> None:
     """Export what you may read at one asOfSeq: sessions' events, turns, or a search's hits."""
@@ -46,10 +54,10 @@ def export_command(
                               "freshness": freshness if what == "hits" else None,
                               "mode": mode if what == "hits" else None, "limit": limit}
     params = {name: value for name, value in params.items() if value is not None}
-    settings = _settings()
-    answer = _through_api(settings, principal_text, fmt, params)
+    current = load_settings()
+    answer = _through_api(current, principal_text, fmt, params)
     if answer is None:
-        answer = _in_process(settings, principal_text, fmt, params)
+        answer = _in_process(current, principal_text, fmt, params)
     as_of_seq, data = answer
     if output is None:
         sys.stdout.buffer.write(data)
@@ -58,17 +66,17 @@ def export_command(
         output.write_bytes(data)
     rows = data.count(b"\n") if fmt == "jsonl" else None
     where = str(output) if output is not None else "stdout"
-    err.print(escape(f"exported {what} of log {log!r} at asOfSeq {as_of_seq}"
+    err().print(escape(f"exported {what} of log {log!r} at asOfSeq {as_of_seq}"
                      + (f": {rows} rows" if rows is not None else "") + f" to {where} ({fmt})"))
 
 
-def _through_api(settings: Any, principal_text: str | None, fmt: str,
+def _through_api(current: Any, principal_text: str | None, fmt: str,
                  params: dict[str, Any]) -> tuple[int, bytes] | None:
-    from planner.client import APIError, Unreachable
-
-    found = api_client(settings, principal_text)
+    found = api_client(current, principal_text)
     if found is None:
         return None
+    from planner.client import APIError, Unreachable
+
     client, named = found
     try:
         if not client.health().get("ready"):
@@ -78,25 +86,26 @@ def _through_api(settings: Any, principal_text: str | None, fmt: str,
         return exported.as_of_seq, exported.data
     except Unreachable as exc:
         if named:
-            err.print(f"[yellow]warning:[/] {escape(str(exc))}; answering in this process")
+            err().print(f"[yellow]warning:[/] {escape(str(exc))}; answering in this process")
         return None
     except APIError as exc:
-        if exc.status == 401 and not settings.api_key and not named:
+        if exc.status == 401 and not current.api_key and not named:
             return None
         fail(exc, False)
     finally:
         client.close()
 
 
-def _in_process(settings: Any, principal_text: str | None, fmt: str,
+def _in_process(current: Any, principal_text: str | None, fmt: str,
                 params: dict[str, Any]) -> tuple[int, bytes]:
     from planner.acl import parse_principal
     from planner.engine import Planner
+    from planner.exceptions import PlannerError
     from planner.export import export, parquet_bytes, write_jsonl
 
     try:
-        principal = parse_principal(principal_text or settings.acl_default)
-        planner = Planner(settings, _bootstrap(settings))
+        principal = parse_principal(principal_text or current.acl_default)
+        planner = Planner(current, bootstrap_servers(current))
         try:
             result = export(planner, principal, params)
             data = parquet_bytes(result) if fmt == "parquet" else b"".join(write_jsonl(result.rows))

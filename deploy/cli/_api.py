@@ -1,0 +1,121 @@
+"""Through the planner API when one answers, else in this process: how ``usl search``, ``usl
+sql``, ``usl sessionql``, ``usl status`` and ``usl export`` reach the planner.
+
+The API asked is ``USL_API_URL``, or the local stack's while ``usl up`` runs one under
+``USL_HOME`` (:func:`api_target`). Either way the command prints the same output and exits with
+the same code (SPEC §12); only the planner, its indexes and the embedder are not loaded when
+the API answers, which is what makes a search from the shell quick.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from itertools import pairwise
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from deploy.cli._common import bootstrap_servers, err, escape, fail, load_settings
+from streams.exceptions import USLError
+from streams.settings import Settings
+
+if TYPE_CHECKING:
+    from planner.client import Client
+
+__all__ = ["api_client", "api_target", "call_planner", "through_api"]
+
+
+def call_planner(principal_text: str | None, json_out: bool,
+                 call: Callable[[Any, Any], dict[str, Any]],
+                 route: tuple[str, str, dict[str, Any] | None] | None = None) -> dict[str, Any]:
+    """Run one planner call for a CLI command: through the planner API when one answers
+    (``route`` is its method, path and body), else in this process. A planner error becomes the
+    API's JSON error body (``--json``) or one red line with its hint, and exit code 2."""
+    current = load_settings()
+    if route is not None:
+        answer = through_api(current, principal_text, json_out, *route)
+        if answer is not None:
+            return answer
+    from planner.acl import parse_principal
+    from planner.engine import Planner
+    from planner.exceptions import PlannerError
+
+    try:
+        principal = parse_principal(principal_text or current.acl_default)
+        planner = Planner(current, bootstrap_servers(current))
+        try:
+            return call(planner, principal)
+        finally:
+            planner.close()
+    except PlannerError as exc:
+        fail(exc, json_out)
+    except USLError as exc:
+        fail(PlannerError(str(exc)), json_out)
+
+
+def api_target(current: Settings) -> tuple[str, bool] | None:
+    """The planner API the CLI should ask, and whether the user named it (``USL_API_URL``);
+    else the API of the local stack under ``USL_HOME`` while ``usl up`` runs one; else None."""
+    if current.api_url:
+        return current.api_url, True
+    pid_file = Path(current.home).resolve() / "run" / "api.pid"
+    try:
+        entry = json.loads(pid_file.read_text())
+        pid, command = int(entry["pid"]), [str(part) for part in entry["cmd"]]
+        os.kill(pid, 0)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # no local API (or its process is gone): nothing to ask
+    host, port = current.api_host, current.api_port
+    for flag, value in pairwise(command):
+        if flag == "--host":
+            host = value
+        elif flag == "--port":
+            port = int(value) if value.isdigit() else port
+    if host in ("", "0.0.0.0", "::", "[::]"):
+        host = "127.0.0.1"  # listening everywhere includes loopback
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}", False
+
+
+def api_client(current: Settings, principal_text: str | None) -> tuple[Client, bool] | None:
+    """A client of :func:`api_target` asking as the principal the CLI would run as in process:
+    ``--as`` (or ``USL_DEFAULT_PRINCIPAL``) in ``X-USL-Principal``; with ``USL_API_KEY`` the
+    key's principal, narrowed by ``--as`` when given."""
+    target = api_target(current)
+    if target is None:
+        return None
+    from planner.client import Client
+
+    url, named = target
+    principal = principal_text or (None if current.api_key else current.acl_default)
+    return Client(url, principal=principal, api_key=current.api_key,
+                  connect_timeout=2.0 if named else 0.5), named
+
+
+def through_api(current: Settings, principal_text: str | None, json_out: bool, method: str, path: str,
+                body: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The API's answer to one request, or None when no API answers (the caller then runs
+    in process). An error answer is the command's error, exactly as in process."""
+    found = api_client(current, principal_text)
+    if found is None:
+        return None
+    from planner.client import APIError, Unreachable
+
+    client, named = found
+    try:
+        if not client.health().get("ready"):
+            return None  # still starting: answering in process is quicker than waiting
+        timeout = None
+        if body is not None and str(body.get("freshness", "")).startswith("wait:"):
+            timeout = client.timeout_for(str(body["freshness"]))
+        return client.request(method, path, body, timeout=timeout)
+    except Unreachable as exc:
+        if named:
+            err().print(f"[yellow]warning:[/] {escape(str(exc))}; answering in this process")
+        return None
+    except APIError as exc:
+        if exc.status == 401 and not current.api_key and not named:
+            return None  # a local stack with keys and no USL_API_KEY here: the files are ours
+        fail(exc, json_out)
+    finally:
+        client.close()

@@ -1,0 +1,162 @@
+"""``usl search`` and ``usl sql``: questions to the planner from the command line.
+
+Both ask the planner API when one answers (``USL_API_URL``, or the local stack that ``usl up``
+runs), else run the planner in this process (:mod:`deploy.cli._api`). ``usl search`` prints one
+block per hit plus a freshness line that says at which log position the answer was taken and
+what it does not cover; ``usl sql`` prints the rows as a table. ``--json`` prints exactly the
+HTTP API's response (or its error body).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from deploy.cli._api import call_planner
+from deploy.cli._common import LOG_OPTION, PRINCIPAL_OPTION, escape, out, print_json, render_rows
+
+if TYPE_CHECKING:
+    from rich.text import Text
+
+__all__ = ["freshness_line", "register", "render_response", "search", "sql"]
+
+_SNIPPET_CHARS = 480
+_EVIDENCE_STYLES = ("bold yellow", "bold cyan")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``search`` and ``sql`` to ``app``."""
+    app.command()(search)
+    app.command()(sql)
+
+
+def search(
+    query: str = typer.Argument(..., help="What to search for: words (OR-ed) and \"quoted phrases\"."),
+    freshness: str = typer.Option("indexed", "--freshness",
+                                  help="indexed | latest | wait:SECONDS (at most 300)."),
+    k: int = typer.Option(10, "--k", help="Results per page (1-100)."),
+    explain: bool = typer.Option(False, "--explain", help="Show how the answer was decided."),
+    principal_text: str = PRINCIPAL_OPTION,
+    cursor: str = typer.Option(None, "--cursor", help="Continue after a previous page."),
+    json_out: bool = typer.Option(False, "--json", help="Print the API's JSON response."),
+    log: str = LOG_OPTION,
+    mode: str = typer.Option("hybrid", "--mode", help="hybrid | text | vector."),
+    sessions: list[str] = typer.Option(None, "--session", help="Only this session (repeatable)."),
+    tools: list[str] = typer.Option(None, "--tool", help="Only chunks using this tool (repeatable)."),
+    tool_results: bool = typer.Option(False, "--tool-results",
+                                      help="Search full tool results too (needs scopes:toolresults)."),
+) -> None:
+    """Search one log at one asOfSeq, with evidence for every hit."""
+    request: dict[str, Any] = {"query": query, "freshness": freshness, "k": k, "explain": explain,
+                               "cursor": cursor, "log": log, "mode": mode,
+                               "toolResults": tool_results}
+    filters = {name: list(values) for name, values in (("sessionId", sessions), ("toolName", tools))
+               if values}
+    if filters:
+        request["filters"] = filters
+    response = call_planner(principal_text, json_out, lambda planner, principal: planner.search(request, principal),
+                            ("POST", "/v1/search", request))
+    if json_out:
+        print_json(response)
+        return
+    render_response(response, request)
+
+
+def render_response(response: dict[str, Any], request: dict[str, Any]) -> None:
+    """Human output: one block per hit, then the freshness line (and explain, if asked)."""
+    for number, hit in enumerate(response["results"], start=1):
+        seqs = [piece["seq"] for piece in hit["evidence"]]
+        where = [f"session {hit['sessionId']}"]
+        if hit.get("turnId"):
+            where.append(f"turn {hit['turnId']}")
+        if seqs:
+            where.append(f"seqs {min(seqs)}-{max(seqs)}")
+        where.append(hit["eventTime"])
+        if hit.get("origin") not in (None, "index"):
+            where.append(str(hit["origin"]))
+        sources = " · ".join(f"{source} #{c['rank']}" for source, c in hit["score"]["components"].items())
+        out().print(f"[bold]{number}.[/] rrf {hit['score']['rrf']:.5f}  ({escape(sources)})  "
+                  f"[dim]{escape('  '.join(where))}[/]")
+        out().print(_snippet(hit["text"], hit["evidence"]))
+        proof = ", ".join(f"{piece['eventId']}@{piece['seq']}" for piece in hit["evidence"])
+        out().print(f"   [dim]evidence: {escape(proof)}[/]")
+    if not response["results"]:
+        out().print("no results")
+    out().print(freshness_line(response))
+    if response.get("cursor"):
+        out().print(f"[dim]next page: the same command with --cursor {escape(response['cursor'])}[/]")
+    explain = response.get("explain")
+    if explain:
+        out().print("[bold]explain[/]")
+        for reason in explain["freshness"]["reasons"]:
+            out().print(f"  - {escape(reason)}")
+        for source, info in explain["sources"].items():
+            cut = "truncated" if info["truncated"] else "complete"
+            out().print(f"  {source}: window {info['window']}, returned {info['returned']} ({cut})")
+        for fallback in explain["fallbacks"]:
+            out().print(f"  fallback: {escape(fallback)}")
+        out().print("  [dim](--json shows the full explain object)[/]")
+
+
+def freshness_line(response: dict[str, Any]) -> str:
+    """``asOfSeq N (label) · L1 … · generations · tail scan · uncovered`` in one line."""
+    fresh = response["freshness"]
+    parts = [f"asOfSeq {response['asOfSeq']} ({fresh['label']})", f"L1 {fresh['l1CommittedSeq']}"]
+    for kind, mark in fresh["watermarks"].items():
+        parts.append(f"{kind} gen {mark['generationId']}@{mark['builtThroughSeq']}" if mark
+                     else f"{kind} missing")
+    if fresh.get("tailScan"):
+        parts.append(f"tail scan {fresh['tailScan']['fromSeq']}..{fresh['tailScan']['toSeq']}")
+    uncovered = fresh.get("uncovered") or []
+    parts.append("uncovered: " + (", ".join(f"{r['fromSeq']}..{r['toSeq']}" for r in uncovered)
+                                  if uncovered else "nothing"))
+    for fallback in fresh.get("fallbacks") or []:
+        parts.append(f"fallback: {fallback}")
+    return escape("freshness: " + " · ".join(parts))
+
+
+def _snippet(text: str, evidence: list[dict[str, Any]]) -> Text:
+    """The hit's text with each evidence span styled (UTF-8 byte offsets → characters)."""
+    from rich.text import Text
+
+    data = text.encode("utf-8")
+    shown = Text("   ")
+    position = 0
+    for number, piece in enumerate(sorted(evidence, key=lambda p: p["start"])):
+        start = len(data[: piece["start"]].decode("utf-8", "replace"))
+        end = len(data[: piece["end"]].decode("utf-8", "replace"))
+        start = max(start, position)
+        if start >= end:
+            continue
+        shown.append(_indent(text[position:start]))
+        shown.append(_indent(text[start:end]), style=_EVIDENCE_STYLES[number % 2])
+        position = end
+    shown.append(_indent(text[position:]))
+    if len(shown.plain) > _SNIPPET_CHARS + 3:
+        shown.truncate(_SNIPPET_CHARS + 3)
+        shown.append("…")
+    return shown
+
+
+def _indent(text: str) -> str:
+    return text.replace("\n", "\n   ")
+
+
+def sql(
+    query: str = typer.Argument(..., help="One read-only SELECT over sessions, runs, turns, events, tool_calls, chunks."),
+    as_of: int = typer.Option(None, "--as-of", min=0, help="asOfSeq to read at (default: what the analytics index covers)."),
+    principal_text: str = PRINCIPAL_OPTION,
+    log: str = LOG_OPTION,
+    json_out: bool = typer.Option(False, "--json", help="Print the API's JSON response."),
+) -> None:
+    """Run read-only SQL on the analytics snapshot at one asOfSeq, under your ACL."""
+    body: dict[str, Any] = {"query": query, "log": log}
+    if as_of is not None:
+        body["asOfSeq"] = as_of
+    response = call_planner(principal_text, json_out, lambda planner, principal: planner.sql(body, principal),
+                            ("POST", "/v1/sql", body))
+    if json_out:
+        print_json(response)
+        return
+    render_rows(response)

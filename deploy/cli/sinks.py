@@ -1,0 +1,78 @@
+"""``usl sink`` and ``usl rebuild``: the index sinks, live and replayed from L1.
+
+``usl sink`` runs the sinks of :mod:`sinks.service`; ``usl rebuild`` replays L1 into a new
+generation line beside the live one (:mod:`sinks.rebuild`), with progress on stderr.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+
+from deploy.cli._common import LOG_OPTION, bootstrap_servers, err, load_settings, out, print_json
+from streams.exceptions import USLError
+
+__all__ = ["rebuild", "register", "sink"]
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``sink`` and ``rebuild`` to ``app``."""
+    app.command()(sink)
+    app.command()(rebuild)
+
+
+def sink(
+    kind: str = typer.Option("text,vector,structured,analytics,toolresults", "--kind",
+                             help="Comma-separated index kinds to run in this process."),
+) -> None:
+    """Run index sinks: consume derived topics, commit generations, publish watermarks."""
+    from sinks.service import ALL_KINDS, run_sinks
+
+    kinds = [k.strip() for k in kind.split(",") if k.strip()]
+    unknown = [k for k in kinds if k not in ALL_KINDS]
+    if unknown:
+        raise USLError(f"unknown index kind(s) {', '.join(unknown)}; use {', '.join(ALL_KINDS)}")
+    settings = load_settings()
+    run_sinks(settings, bootstrap_servers(settings), kinds)
+
+
+def rebuild(
+    index: str = typer.Argument(..., help="Index kind: text, vector, structured, analytics, toolresults, or all."),
+    from_seq: int = typer.Option(1, "--from-seq", min=1, help="First L1 seq to replay; the new line holds nothing below it and queries disclose that range as uncovered."),
+    log: str = LOG_OPTION,
+    json_out: bool = typer.Option(False, "--json", help="Print the new manifests as JSON."),
+) -> None:
+    """Replay L1 into a new generation line beside the live one, catch up, verify, switch.
+
+    Progress on stderr (not with --json): seqs replayed of the log's, rate and ETA."""
+    import time
+
+    from deploy.cli.progress import rebuild_progress
+    from sinks.rebuild import rebuild as run_rebuild
+    from sinks.service import ALL_KINDS
+
+    kinds = list(ALL_KINDS) if index == "all" else [index]
+    if any(k not in ALL_KINDS for k in kinds):
+        raise USLError(f"unknown index {index!r}; use one of {', '.join(ALL_KINDS)} or all")
+    settings = load_settings()
+    bootstrap = bootstrap_servers(settings)
+    results = []
+    for kind in kinds:
+        with rebuild_progress(kind, err(), enabled=not json_out) as progress:
+            task = progress.add_task(kind, total=None, count="seq -", rate="-")
+            started = time.monotonic()
+
+            def report(seq: int, total: int, task: Any = task, progress: Any = progress,
+                       started: float = started) -> None:
+                rate = (seq - from_seq + 1) / max(time.monotonic() - started, 1e-6)
+                progress.update(task, completed=seq, total=total, count=f"seq {seq:,}/{total:,}",
+                                rate=f"{rate:,.0f} seqs/s")
+
+            manifest = run_rebuild(settings, bootstrap, kind, log_id=log, from_seq=from_seq, progress=report)
+        results.append(manifest.to_json())
+        if not json_out:
+            out().print(f"rebuilt {kind} of log {log!r}: line {manifest.line}, generation {manifest.generation_id}, "
+                        f"built through seq {manifest.built_through_seq}, {manifest.chunk_count} records; now active")
+    if json_out:
+        print_json({"rebuilt": results})

@@ -1,0 +1,141 @@
+"""``usl up``, ``usl down``, ``usl status`` and ``usl serve``: the local stack from the command line.
+
+``usl up`` starts the broker (if none is configured), the topics, the workers, the sinks and the
+planner API under the supervisor of :mod:`deploy.stack`; ``usl down`` stops them. ``usl status``
+asks the planner API when one answers, else reads the watermarks itself. ``usl serve`` is the
+API process of the stack (:mod:`planner.api` under uvicorn).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import quote
+
+import typer
+
+from deploy.cli._api import through_api
+from deploy.cli._common import bootstrap_servers, err, load_settings, out, print_json
+from streams.exceptions import USLError
+
+__all__ = ["down", "register", "serve", "status", "up"]
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``status``, ``up``, ``down`` and ``serve`` to ``app``."""
+    app.command()(status)
+    app.command()(down)
+    app.command()(up)
+    app.command()(serve)
+
+
+def status(
+    json_out: bool = typer.Option(False, "--json", help="Print JSON (SPEC §12 status shape)."),
+    log: str = typer.Option(None, "--log", help="Only this log."),
+) -> None:
+    """Committed L1 seq of each log and, per index, generation, watermark and lag."""
+    settings = load_settings()
+    path = "/v1/status" + (f"?log={quote(log, safe='')}" if log else "")
+    report = through_api(settings, None, json_out, "GET", path, None)
+    if report is None:
+        from planner.status import collect_status, for_principal
+
+        report = for_principal(collect_status(settings, bootstrap_servers(settings), log_id=log), None)
+    if json_out:
+        print_json(report)
+        return
+    from planner.status import render_status
+
+    render_status(report, out())
+
+
+def down(keep_broker: bool = typer.Option(False, "--keep-broker", help="Leave the local broker running.")) -> None:
+    """Stop the local stack started by `usl up --detach` (workers, sinks, API, local broker)."""
+    from deploy.kafka.broker import stop_broker
+    from deploy.stack import stop_stack
+
+    settings = load_settings()
+    stopped = stop_stack(settings)
+    for name in stopped:
+        out().print(f"stopped {name}")
+    if not keep_broker and not settings.bootstrap_servers and stop_broker(settings):
+        out().print("stopped local Kafka broker")
+
+
+def up(
+    detach: bool = typer.Option(False, "--detach", help="Start in the background and return."),
+    port: int = typer.Option(None, "--port", envvar="USL_API_PORT", help="Planner API port (default 8765)."),
+    workers: int = typer.Option(1, "--workers", min=1, help="Pipeline worker processes to start."),
+) -> None:
+    """Start the local stack: broker (if none is configured), topics, workers, sinks, planner API.
+
+    A supervisor restarts any stack process that exits; `usl down` stops everything.
+    """
+    import os
+    import time
+
+    import httpx
+
+    from deploy.stack import running, start_process, stop_stack, supervise
+    from planner.auth import check_bind
+    from streams.topics import ensure_topics
+
+    settings = load_settings()
+    check_bind(settings, settings.api_host)  # before anything starts, not in a restart loop
+    api_port = port or settings.api_port
+    bootstrap = bootstrap_servers(settings)
+    ensure_topics(bootstrap, settings)
+    already = {name: pid for name, pid in running(settings).items() if pid != os.getpid()}
+    if already:
+        out().print(f"already running: {', '.join(sorted(already))} (use `usl down` first to restart)")
+        return
+    env = {"KAFKA_BOOTSTRAP_SERVERS": bootstrap, "USL_HOME": str(Path(settings.home).resolve())}
+    url = f"http://{settings.api_host}:{api_port}"
+    if detach:
+        start_process(settings, "supervisor", ["up", "--port", str(api_port), "--workers", str(workers)], env)
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if "supervisor" not in running(settings):
+                raise USLError(f"the stack failed to start; see {Path(settings.home).resolve() / 'logs'}")
+            time.sleep(0.5)
+        else:
+            stop_stack(settings)
+            raise USLError(f"the planner API did not answer on {url} within 180s; see {settings.home}/logs")
+        out().print(f"USL Search is up: broker {bootstrap}, API {url} (search page at {url}/)")
+        out().print(f"logs in {Path(settings.home).resolve() / 'logs'}; stop with `usl down`")
+        return
+    children = {f"worker-{n + 1}": ["worker"] for n in range(workers)}
+    children["sinks"] = ["sink"]
+    children["api"] = ["serve", "--port", str(api_port), "--host", settings.api_host]
+    follow = [str(Path(p).expanduser()) for p in settings.follow.split(":") if p.strip()]
+    if follow:  # USL_FOLLOW: a follower tails those transcripts into L1
+        children["follow"] = ["ingest", "--follow", *follow]
+    out().print(f"starting USL Search: broker {bootstrap}, API {url}; Ctrl-C stops it")
+    supervise(settings, children, env)
+
+
+def serve(
+    host: str = typer.Option(None, "--host", envvar="USL_API_HOST", help="Interface to listen on."),
+    port: int = typer.Option(None, "--port", envvar="USL_API_PORT", help="Port to listen on."),
+) -> None:
+    """Run the planner's HTTP API (POST /v1/search, /v1/sql; GET /v1/status, /metrics, /).
+
+    Beyond loopback (--host 0.0.0.0) it starts only with API keys (`usl apikey create`).
+    """
+    import uvicorn
+
+    from planner.api import create_app
+    from planner.auth import check_bind
+
+    settings = load_settings()
+    bind_host = host or settings.api_host
+    bind_port = port or settings.api_port
+    check_bind(settings, bind_host)
+    bootstrap = bootstrap_servers(settings)
+    err().print(f"planner API on http://{bind_host}:{bind_port}/")
+    uvicorn.run(create_app(settings, bootstrap), host=bind_host, port=bind_port,
+                log_level="warning", access_log=False)
