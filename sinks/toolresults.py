@@ -11,6 +11,14 @@ Query syntax is the text index's (``sinks.text.base.parse_query``): words OR-ed 
 by BM25, ``"quoted phrases"``; every other character is plain text, so no user input is a
 syntax error. Filters (``max_seq``, ``session_ids``, ``tool_names``) are part of the tantivy
 query, so the ``limit`` window only ever counts documents the caller may see.
+
+The analyzer is the text index's (``sinks.text.base.ANALYZER``): each Chinese, Japanese or
+Korean character is a term of its own and a CJK query word is also the phrase of its
+characters, so any substring of an output (a Japanese compiler error, a Chinese log line,
+``调用foo函数``) is found. The indexed ``text`` field holds ``cjk_spaced(text)``; where that
+differs from the output, the output itself is stored, unindexed, in ``source``, and a hit
+always returns the output unchanged. Every index carries the analyzer marker file; an index
+built before it (schema 1) is refused with the remedy, ``usl rebuild toolresults``.
 """
 
 from __future__ import annotations
@@ -24,18 +32,28 @@ from tantivy import FieldType, Occur, Query
 
 from sinks.exceptions import EngineError
 from sinks.generations import clone_into
-from sinks.text.base import MAX_TOKEN_BYTES, collect_top, parse_query
+from sinks.text.base import (
+    ANALYZER,
+    MAX_TOKEN_BYTES,
+    check_analyzer,
+    cjk_spaced,
+    collect_top,
+    parse_query,
+    write_analyzer_marker,
+)
 from sinks.writer import record_id
 
 __all__ = ["COPY_NAMES", "SCHEMA_VERSION", "ToolResultsReader", "ToolResultsWriter"]
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
+"""Schema 2: the CJK-aware analyzer and the unindexed ``source`` field (schema 1 had neither)."""
 COPY_NAMES = ("meta.json", ".managed.json")
 """Files tantivy replaces on commit: copied into a new generation, never hard-linked."""
 
 # Tantivy leaves these behind after a writer or reader; a generation must not carry them.
 _LOCK_FILES = (".tantivy-writer.lock", ".tantivy-meta.lock")
 _STORED = ("id", "logId", "sessionId", "seq", "eventId", "toolCallId", "toolName", "status", "text", "time")
+_KIND = "toolresults"
 
 
 def _schema() -> tantivy.Schema:
@@ -43,12 +61,16 @@ def _schema() -> tantivy.Schema:
     for name in ("id", "logId", "sessionId", "eventId", "toolCallId", "toolName", "status", "time"):
         builder.add_text_field(name, stored=True, tokenizer_name="raw")
     builder.add_integer_field("seq", stored=True, indexed=True, fast=True)
-    # "default" = simple tokenizer + remove_long(40) + lowercase, mirrored by _analyzer().
+    # "text" holds cjk_spaced(output), indexed by "default" (= _analyzer()); "source" the
+    # output itself, stored only, for the outputs where the two differ (CJK).
     builder.add_text_field("text", stored=True, tokenizer_name="default")
+    builder.add_bytes_field("source", stored=True, indexed=False)
     return builder.build()
 
 
 def _analyzer() -> tantivy.TextAnalyzer:
+    """Tantivy's "default" analyzer (simple tokenizer, long tokens dropped, lowercased); over
+    :func:`cjk_spaced` text its terms are ``sinks.text.base.analyze_text``'s."""
     return (
         tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
         .filter(tantivy.Filter.remove_long(MAX_TOKEN_BYTES))
@@ -70,15 +92,19 @@ class ToolResultsWriter:
 
     def describe(self) -> dict[str, Any]:
         return {"schemaVersion": SCHEMA_VERSION, "engine": "tantivy", "fields": list(_STORED),
-                "embedded": False}
+                "embedded": False, "analyzer": ANALYZER}
 
     def write(self, staging: Path, previous: Path | None, records: Sequence[dict[str, Any]]) -> list[str]:
         staging = Path(staging)
         staging.mkdir(parents=True, exist_ok=True)
         if previous is not None:
+            # Terms of another analyzer must not be extended with this one's: refuse.
+            check_analyzer(previous, kind=_KIND)
             clone_into(previous, staging, copy_names=COPY_NAMES)
         before = _files(staging)
         index = self._index(staging, reuse=previous is not None)
+        if previous is None:
+            write_analyzer_marker(staging)
         docs: dict[str, dict[str, Any]] = {}
         for record in records:
             if record.get("kind") == "toolresult":
@@ -125,6 +151,7 @@ class ToolResultsReader:
         self.gen_dir = Path(gen_dir)
         if not tantivy.Index.exists(str(self.gen_dir)):
             raise EngineError(f"{self.gen_dir.name} holds no tool-results index")
+        check_analyzer(self.gen_dir, kind=_KIND)
         try:
             self._index = tantivy.Index.open(str(self.gen_dir))
         except ValueError as exc:
@@ -153,7 +180,7 @@ class ToolResultsReader:
         seq <= max_seq. Each hit: the stored fields plus ``score`` and ``rank`` (1-based).
         An empty query raises ``sinks.exceptions.EmptyQueryError``; nothing else the user types can.
         """
-        clauses = parse_query(query, lambda text: list(self._analyzer.analyze(text)))
+        clauses = parse_query(query, lambda text: list(self._analyzer.analyze(cjk_spaced(text))))
         if not clauses or limit <= 0 or (session_ids is not None and not session_ids) \
                 or (tool_names is not None and not tool_names):
             return []
@@ -188,8 +215,11 @@ class ToolResultsReader:
 
 
 def _document(record: dict[str, Any]) -> tantivy.Document:
+    output = str(record.get("text") or "")
     fields: dict[str, Any] = {"id": record_id(record), "seq": int(record["seq"]),
-                              "text": str(record.get("text") or "")}
+                              "text": cjk_spaced(output)}
+    if fields["text"] is not output:
+        fields["source"] = output.encode("utf-8")
     for name in ("logId", "sessionId", "eventId", "toolCallId", "toolName", "status", "time"):
         value = record.get(name)
         if value is not None:
@@ -198,7 +228,11 @@ def _document(record: dict[str, Any]) -> tantivy.Document:
 
 
 def _stored(doc: tantivy.Document) -> dict[str, Any]:
-    return {name: doc.get_first(name) for name in _STORED}
+    stored = {name: doc.get_first(name) for name in _STORED}
+    source = doc.get_first("source")
+    if source is not None:  # the output as it was, not its spaced, indexed form
+        stored["text"] = bytes(source).decode("utf-8")
+    return stored
 
 
 def _files(directory: Path) -> set[str]:

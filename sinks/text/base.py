@@ -234,8 +234,9 @@ def write_analyzer_marker(directory: Path) -> None:
                                                    encoding="utf-8")
 
 
-def check_analyzer(directory: Path) -> None:
-    """Refuse an index built by another analyzer (:class:`EngineError` with the remedy)."""
+def check_analyzer(directory: Path, *, kind: str = "text") -> None:
+    """Refuse an index built by another analyzer (:class:`EngineError` with the remedy, which
+    rebuilds the index ``kind``: ``text``, or ``toolresults`` for the full tool outputs)."""
     path = Path(directory) / ANALYZER_MARKER
     try:
         found = json.loads(path.read_text(encoding="utf-8")).get("analyzer")
@@ -244,9 +245,9 @@ def check_analyzer(directory: Path) -> None:
     except (OSError, ValueError, AttributeError):
         found = "an unreadable marker"
     if found != ANALYZER:
-        raise EngineError(f"the text index in {directory} was built with analyzer {found}, this "
+        raise EngineError(f"the {kind} index in {directory} was built with analyzer {found}, this "
                           f"version searches and writes with {ANALYZER}; rebuild it from the log: "
-                          "usl rebuild text")
+                          f"usl rebuild {kind}")
 
 
 def collect_top(fetch: Callable[[int], list[tuple[float, str]]], limit: int) -> list[TextHit]:

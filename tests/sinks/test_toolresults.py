@@ -5,14 +5,18 @@ from __future__ import annotations
 import itertools
 import os
 import stat
+import uuid
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import sinks.toolresults
-from sinks.exceptions import EmptyQueryError
+from sinks.exceptions import EmptyQueryError, EngineError
 from sinks.generations import Manifest
 from sinks.testing import commit_batches, file_digests, make_toolresult
+from sinks.text.base import analyze_text
 from sinks.toolresults import ToolResultsReader, ToolResultsWriter
 from sinks.writer import IndexWriter
 
@@ -135,3 +139,103 @@ def test_upsert_by_id_and_missing_index(tmp_path: Path) -> None:
     os.mkdir(empty)
     with pytest.raises(Exception, match="no tool-results index"):
         ToolResultsReader(empty)
+
+
+# -- scripts without spaces (issue 14 item 4): the text index's analyzer -------------------------
+
+CJK_OUTPUTS = {
+    "ja": "エラー: ファイル 'config.yaml' が見つかりません。コンパイルに失敗しました (exit 2)",
+    "zh": "2026-01-31 12:00:06 ERROR 数据库连接超时，正在重试第3次",
+    "mixed": "Traceback: 调用foo_bar函数时抛出ValueError at src/app.py:42行",
+    "en": "plain english output with no such characters",
+}
+
+
+@pytest.fixture
+def cjk_reader(tmp_path: Path) -> ToolResultsReader:
+    records = [make_toolresult(seq, "s1", text) for seq, text in enumerate(CJK_OUTPUTS.values(), 1)]
+    return ToolResultsReader(commit_batches(tmp_path, ToolResultsWriter(), [records])[-1])
+
+
+def _top(reader: ToolResultsReader, query: str, limit: int = 5) -> list[str]:
+    names = {f"default:{seq}": name for seq, name in enumerate(CJK_OUTPUTS, 1)}
+    return [names[hit["id"]] for hit in reader.search(query, limit=limit)]
+
+
+def test_cjk_substrings_of_outputs_are_found(cjk_reader: ToolResultsReader) -> None:
+    for query, expected in (("見つかりません", "ja"), ("コンパイル", "ja"), ("失敗", "ja"),
+                            ("数据库", "zh"), ("连接超时", "zh"), ("重试", "zh"),
+                            ("foo_bar函数", "mixed"), ("调用foo", "mixed"), ("ValueError", "mixed"),
+                            ("42行", "mixed"), ("config.yaml", "ja"), ("english", "en")):
+        assert _top(cjk_reader, query)[:1] == [expected], query
+    # A quoted phrase holds exactly the outputs with those terms in a row.
+    assert _top(cjk_reader, '"ファイル config yaml が見つかりません"') == ["ja"]
+    assert _top(cjk_reader, '"函数时抛出ValueError"') == ["mixed"]
+    assert _top(cjk_reader, '"连接重试"') == []
+    # Hits return the output as it was, not the spaced form the index holds.
+    assert {hit["text"] for hit in cjk_reader.search("数据库 失败 函数 english", limit=10)} == set(
+        CJK_OUTPUTS.values())
+
+
+def test_the_analyzer_is_recorded(tmp_path: Path) -> None:
+    from sinks.text.base import ANALYZER, ANALYZER_MARKER
+
+    writer = ToolResultsWriter()
+    assert writer.describe()["analyzer"] == ANALYZER
+    assert sinks.toolresults.SCHEMA_VERSION == "2"
+    gen, = commit_batches(tmp_path, writer, [[make_toolresult(1, "s", "出力")]])
+    assert ANALYZER_MARKER in [seg.path for seg in
+                               Manifest.from_json((gen / "manifest.json").read_bytes()).segments]
+
+
+def test_an_index_of_the_old_analyzer_is_refused_with_the_remedy(tmp_path: Path) -> None:
+    from sinks.text.base import ANALYZER_MARKER
+
+    writer = ToolResultsWriter()
+    writer.write(tmp_path / "g1", None, [make_toolresult(1, "s", "数据库 error")])
+    (tmp_path / "g1" / ANALYZER_MARKER).unlink()  # as schema 1 wrote it, before the marker
+    with pytest.raises(EngineError, match="usl rebuild toolresults") as refused:
+        ToolResultsReader(tmp_path / "g1")
+    assert "analyzer words/1" in str(refused.value)
+    with pytest.raises(EngineError, match="usl rebuild toolresults"):
+        writer.write(tmp_path / "g2", tmp_path / "g1", [make_toolresult(2, "s", "more")])
+    assert not (tmp_path / "g2").exists() or not any((tmp_path / "g2").iterdir())
+
+
+_CJK_CHARS = st.sampled_from("数据库连接超时重试调用函数抛出错误見つかりませんコンパイル失敗ファイルーデータ々〇가나다")
+_OTHER = st.sampled_from([" ", "\n", "：", "，", "。", "(", ")", "_", "-", ".", "/", "'", "foo", "Error",
+                          "42", "main.c", "x"])
+
+
+@st.composite
+def _output_with_cjk(draw: st.DrawFn) -> tuple[str, str]:
+    """A tool output of CJK runs and code between them, and one CJK substring (2+ chars) of it."""
+    runs = draw(st.lists(st.text(_CJK_CHARS, min_size=2, max_size=12), min_size=1, max_size=5))
+    parts = []
+    for run in runs:
+        parts += [*draw(st.lists(_OTHER, max_size=3)), run]
+    parts += draw(st.lists(_OTHER, max_size=3))
+    run = draw(st.sampled_from(runs))
+    start = draw(st.integers(0, len(run) - 2))
+    end = draw(st.integers(start + 2, len(run)))
+    return "".join(parts), run[start:end]
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(outputs=st.lists(_output_with_cjk(), min_size=1, max_size=6), quoted=st.booleans())
+def test_any_cjk_substring_of_an_output_is_found(tmp_path: Path, outputs: list[tuple[str, str]],
+                                                 quoted: bool) -> None:
+    staging = tmp_path / uuid.uuid4().hex
+    records = [make_toolresult(seq, "s", text) for seq, (text, _) in enumerate(outputs, 1)]
+    ToolResultsWriter().write(staging, None, records)
+    reader = ToolResultsReader(staging)
+    for seq, (text, piece) in enumerate(outputs, 1):
+        query = f'"{piece}"' if quoted else piece
+        hits = {hit["id"]: hit for hit in reader.search(query, limit=len(outputs))}
+        assert f"default:{seq}" in hits, (text, query)
+        assert hits[f"default:{seq}"]["text"] == text
+        if quoted:  # a phrase matches only outputs holding its terms in a row
+            terms = analyze_text(piece)
+            for hit in hits.values():
+                found = analyze_text(hit["text"])
+                assert any(found[i:i + len(terms)] == terms for i in range(len(found))), (query, hit)
