@@ -27,10 +27,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from deploy.kafka.broker import ensure_broker, pid_alive, stop_broker
 from deploy.stack import running
+from deploy.testing import settings_env
 from sinks.service import ALL_KINDS
 from streams.settings import Settings
 from streams.topics import ensure_topics
-from tests.harness import settings_env
 
 __all__ = ["SuiteStack"]
 

@@ -38,8 +38,10 @@ import pytest
 import tantivy
 from kafka import KafkaConsumer
 
+from deploy.testing import Stack, settings_env
 from planner.auth import create_key, keys_path
 from sinks.service import ALL_KINDS
+from sinks.testing import current_generation, tantivy_docs, wait_for_watermarks
 from sinks.text import get_engine
 from sinks.text.tantivy_engine import TantivyEngine
 from streams.asp import validate_event
@@ -47,18 +49,9 @@ from streams.l1 import read_topic_to_end
 from streams.redaction import redact_text
 from streams.redaction.samples import SEEDED_SECRETS
 from streams.settings import Settings
+from streams.testing import append_events, chunk_set, interleave, session_events, topic_records
 from streams.topics import Topics
-from tests.factories import interleave, session_events
 from tests.fixtures.secrets import battery
-from tests.harness import (
-    Stack,
-    append_events,
-    chunk_set,
-    settings_env,
-    topic_records,
-    wait_for_watermarks,
-)
-from tests.sinks.test_sink_crash import current_generation, tantivy_docs
 
 PRIVATE_KEY = (
     "-----BEGIN RSA PRIVATE KEY-----\n"

@@ -152,9 +152,9 @@ def read_events(dirs: list[tuple[Path, str]]) -> list[dict[str, Any]]:
 
 @contextmanager
 def stack(work: Path, embedder: str | None) -> Iterator[tuple[Settings, Any]]:
-    """A fresh stack on its own topics: (settings, the running :class:`tests.harness.Stack`)."""
+    """A fresh stack on its own topics: (settings, the running :class:`deploy.testing.Stack`)."""
+    from deploy.testing import Stack
     from streams.topics import ensure_topics
-    from tests.harness import Stack
 
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     broker_settings = None
@@ -187,7 +187,7 @@ def stack(work: Path, embedder: str | None) -> Iterator[tuple[Settings, Any]]:
 
 def ingest(settings: Settings, path: Path, fmt: str) -> dict[str, Any]:
     """``usl ingest PATH --format FMT --json`` as a user runs it; its JSON summary."""
-    from tests.harness import settings_env
+    from deploy.testing import settings_env
 
     done = subprocess.run([sys.executable, "-m", "deploy.cli", "ingest", str(path), "--format", fmt, "--json"],
                           env=settings_env(settings), capture_output=True, text=True, timeout=1800, check=False)
@@ -198,7 +198,7 @@ def ingest(settings: Settings, path: Path, fmt: str) -> dict[str, Any]:
 
 
 def wait_indexed(settings: Settings, running: Any, head: int, timeout: float = 1200.0) -> None:
-    from tests.harness import wait_for_watermarks
+    from sinks.testing import wait_for_watermarks
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -215,7 +215,7 @@ def wait_indexed(settings: Settings, running: Any, head: int, timeout: float = 1
 
 def wait_chunked(settings: Settings, head: int, timeout: float = 600.0) -> list[dict[str, Any]]:
     """Every chunk record once the worker's progress marker covers ``head``."""
-    from tests.harness import topic_records
+    from streams.testing import topic_records
 
     deadline = time.monotonic() + timeout
     while True:
@@ -421,7 +421,7 @@ def run(*, label: str, seed: int, phrase_count: int, error_count: int, page_coun
         corpus = Corpus(events=read_events(dirs) + read_events(tail_dirs), tail_sessions=held)
         paraphrases = load_paraphrases(corpus.sessions())
         with stack(work, embedder) as (settings, running):
-            from tests.harness import l1_seq
+            from streams.testing import l1_seq
 
             say(f"ingesting {len(corpus.events)} events of {len(corpus.sessions())} sessions ...")
             began = time.monotonic()

@@ -40,12 +40,12 @@ import pytest
 import yaml
 from kafka import KafkaProducer
 
+from deploy.testing import Stack, as_grafana_sends, settings_env
+from sinks.testing import wait_for_watermarks
 from streams.l1 import LogRegistry
 from streams.settings import Settings
+from streams.testing import append_events, interleave, l1_seq, session_events
 from streams.topics import Topics
-from tests.deploy.test_deploy_files import as_grafana_sends
-from tests.factories import interleave, session_events
-from tests.harness import Stack, append_events, l1_seq, settings_env, wait_for_watermarks
 
 pytestmark = pytest.mark.kafka
 

@@ -23,6 +23,7 @@ import httpx
 import pytest
 from starlette.testclient import TestClient
 
+from deploy.testing import Stack, settings_env
 from planner.api import PRINCIPAL_HEADER, create_app
 from planner.auth import (
     KEY_PREFIX,
@@ -36,8 +37,7 @@ from planner.auth import (
 )
 from streams.exceptions import ConfigError
 from streams.settings import Settings
-from tests.factories import session_events
-from tests.harness import Stack, append_events, settings_env
+from streams.testing import append_events, session_events
 from tests.planner.corpus import IndexBuilder, interleaved, make_test_settings
 
 pytestmark = pytest.mark.kafka

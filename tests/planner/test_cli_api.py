@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
+from deploy.testing import settings_env
 from planner.auth import create_key, keys_path
 from planner.client import APIError, Client, Unreachable
 from streams.settings import Settings
-from tests.harness import settings_env
 from tests.planner.corpus import IndexBuilder, interleaved, make_test_settings
 
 pytestmark = pytest.mark.kafka

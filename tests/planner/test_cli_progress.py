@@ -18,8 +18,8 @@ from typer.testing import CliRunner
 
 from deploy.cli import app
 from deploy.cli.progress import ImportProgress, count_lines, input_files, rebuild_progress
+from deploy.testing import settings_env
 from streams.settings import Settings
-from tests.harness import settings_env
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "sessions"
 

@@ -20,11 +20,12 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
+from deploy.testing import Stack, free_port, ingest, settings_env, wait_for_api
 from planner.client import Client
+from sinks.service import ALL_KINDS as KINDS
+from sinks.testing import wait_for_watermarks
 from streams.settings import Settings
-from tests.factories import session_events
-from tests.harness import Stack, append_events, l1_seq, settings_env, wait_for_watermarks
-from tests.planner.test_search_page import EXAMPLES, KINDS, free_port, ingest, wait_for_api
+from streams.testing import append_events, l1_seq, session_events
 
 pytestmark = pytest.mark.kafka
 
@@ -53,7 +54,7 @@ def test_export_then_import_finds_the_same(make_settings: Callable[..., Settings
         source.worker()
         source.sinks()
         source.start("api", "serve", "--port", str(port))
-        for sample in sorted(EXAMPLES.iterdir()):
+        for sample in sorted((Path(__file__).resolve().parents[2] / "examples" / "sessions").iterdir()):
             ingest(source.settings, sample)
         append_events(source.settings, private_session())
         seq = l1_seq(source.settings)

@@ -19,10 +19,6 @@ import json
 import os
 import re
 import signal
-import socket
-import subprocess
-import sys
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -32,10 +28,11 @@ from typing import Any
 
 import pytest
 
+from deploy.testing import Stack, free_port, ingest, wait_for_api
+from sinks.testing import wait_for_watermarks
 from streams.settings import Settings
+from streams.testing import append_events, interleave, l1_seq, session_events
 from tests.browser import Browser, find_chromium
-from tests.factories import interleave, session_events
-from tests.harness import Stack, append_events, l1_seq, settings_env, wait_for_watermarks
 
 pytestmark = pytest.mark.kafka
 
@@ -85,39 +82,12 @@ READ_PAGE = """(() => {
 })()"""
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def ingest(settings: Settings, path: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "deploy.cli", "ingest", str(path), "--json"],
-                          env=settings_env(settings), capture_output=True, text=True, timeout=TIMEOUT)
-    assert done.returncode == 0, done.stdout + done.stderr
-
-
 def post_search(api: str, body: dict[str, Any]) -> dict[str, Any]:
     request = urllib.request.Request(f"{api}/v1/search", data=json.dumps(body).encode(),
                                      headers={"Content-Type": "application/json"}, method="POST")
     with urllib.request.urlopen(request, timeout=60) as response:
         answer: dict[str, Any] = json.load(response)
         return answer
-
-
-def wait_for_api(api: str, stack: Stack) -> None:
-    deadline = time.monotonic() + TIMEOUT
-    while True:
-        try:
-            with urllib.request.urlopen(f"{api}/healthz", timeout=2) as response:
-                if json.load(response).get("ready"):
-                    return
-        except OSError:
-            pass
-        proc = stack.procs["api"]
-        assert proc.poll() is None, stack.log_text("api")[-4000:]
-        assert time.monotonic() < deadline, "the planner API did not become ready"
-        time.sleep(0.5)
 
 
 @pytest.fixture

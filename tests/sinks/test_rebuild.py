@@ -21,27 +21,12 @@ import numpy as np
 import orjson
 import pytest
 
+from deploy.testing import Stack, settings_env
 from sinks.generations import GenerationStore
 from sinks.rebuild import ReplayStream, rebuild
 from sinks.runner import SinkRunner, index_root
 from sinks.service import ALL_KINDS, make_writer, pipeline_versions
-from sinks.text import get_engine
-from sinks.vector import VectorReader, get_embedder, vectors_for
-from sinks.vector_writer import segment_names
-from sinks.watermarks import WatermarkPublisher, read_watermarks
-from streams.l1 import L1Reader, read_topic_to_end
-from streams.settings import Settings
-from streams.topics import Topics
-from tests.factories import interleave, session_events
-from tests.harness import (
-    Stack,
-    append_events,
-    chunk_set,
-    settings_env,
-    topic_records,
-    wait_for_watermarks,
-)
-from tests.sinks.test_sink_crash import (
+from sinks.testing import (
     assert_no_duplicates,
     assert_watermarks_monotone,
     current_generation,
@@ -49,8 +34,17 @@ from tests.sinks.test_sink_crash import (
     parquet_rows,
     tantivy_docs,
     vector_ids,
+    wait_for_watermarks,
     watermark_history,
 )
+from sinks.text import get_engine
+from sinks.vector import VectorReader, get_embedder, vectors_for
+from sinks.vector_writer import segment_names
+from sinks.watermarks import WatermarkPublisher, read_watermarks
+from streams.l1 import L1Reader, read_topic_to_end
+from streams.settings import Settings
+from streams.testing import append_events, chunk_set, interleave, session_events, topic_records
+from streams.topics import Topics
 
 QUERIES = ("deploy refund", "kafka broker timeout", '"permission denied"', "parquet schema cursor",
            "vector faiss chunk manifest")

@@ -153,8 +153,7 @@ def test_a_slow_reader_is_not_timed_out_while_records_keep_coming(settings):
     spends longer than ``timeout_seconds`` indexing between records must still finish."""
     import time
 
-    from tests.factories import session_events
-    from tests.harness import append_events
+    from streams.testing import append_events, session_events
 
     ensure_topics(settings.bootstrap_servers, settings)
     appended = append_events(settings, session_events("slow-reader", turns=4))
