@@ -48,12 +48,14 @@ from kafka import KafkaConsumer, TopicPartition
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks.workload when run as a script
 
+from benchmarks.measure import Tail
 from benchmarks.workload import WorkloadConfig, generate
 from deploy.testing import Stack
 from streams.chunking import Chunker, ChunkerConfig, chunk_stream, default_tokenizer, make_ticks
 from streams.l1 import L1Producer
 from streams.redaction import policy_hash, redact_event
 from streams.settings import Settings
+from streams.testing import append_events
 from streams.topics import Topics
 
 __all__ = ["main", "make_events"]
@@ -67,41 +69,6 @@ def make_events(count: int, *, first_session: int = 0, concurrent: int = 16) -> 
     ``first_session`` seeds it, so different values give different sessions."""
     config = WorkloadConfig(seed=first_session, log_id=LOG, concurrent=concurrent)
     return list(generate(events=count, config=config))
-
-
-class Tail:
-    """Follows a topic from its beginning on a background thread, handing each decoded record
-    (partition, body, wall-clock time seen) to ``on_record``."""
-
-    def __init__(self, bootstrap: str, topic: str, on_record: Any) -> None:
-        self.consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
-                                      isolation_level="read_committed", client_id="usl-bench-tail")
-        parts = None
-        deadline = time.monotonic() + 30
-        while not parts and time.monotonic() < deadline:
-            parts = self.consumer.partitions_for_topic(topic)
-            time.sleep(0.2)
-        tps = [TopicPartition(topic, p) for p in sorted(parts or [])]
-        self.consumer.assign(tps)
-        self.consumer.seek_to_beginning(*tps)
-        self.on_record = on_record
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            batch = self.consumer.poll(timeout_ms=100, max_records=5000)
-            seen = time.monotonic()
-            for tp, records in batch.items():
-                for record in records:
-                    if record.value is not None:
-                        self.on_record(tp.partition, record.key, orjson.loads(record.value), seen)
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-        self.consumer.close()
 
 
 class Markers:
@@ -258,15 +225,6 @@ def ingest_vs_producer(bootstrap: str, events: list[dict[str, Any]], root: Path,
             "ingest_vs_kafka_python_cpu": round(ingest_cpu_rate / plain_cpu_rate, 3)}
 
 
-def append(settings: Settings, events: list[dict[str, Any]]) -> int:
-    producer = L1Producer(settings.bootstrap_servers or "", settings)
-    for event in events:
-        producer.append(event)
-    head = producer.flush()
-    producer.close()
-    return head
-
-
 def raw_read_rate(settings: Settings, expected: int) -> float:
     """events/s of a plain kafka-python read of the L1 topic, start to end (best of two)."""
     topic = Topics.from_settings(settings).l1
@@ -389,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         worker = stack.worker()
         tails.append(Tail(bootstrap, Topics.from_settings(settings).chunks, markers.on_record))
-        warm_head = append(settings, make_events(1, first_session=10_000_000, concurrent=2))
+        warm_head = append_events(settings, make_events(1, first_session=10_000_000, concurrent=2))
         markers.wait(warm_head, timeout=180)  # the worker has joined and indexed a session
 
         events = make_events(args.events)
@@ -398,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
         profiler = Profiler(worker.pid, args.profile) if args.profile else None
         cpu_started = cpu_seconds(worker.pid)
         started = time.monotonic()
-        head = append(settings, events)
+        head = append_events(settings, events)
         appended = time.monotonic()
         done = markers.wait(head, timeout=1800)
         worker_cpu = cpu_seconds(worker.pid) - cpu_started

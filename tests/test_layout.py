@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import ast
+import importlib
 import subprocess
 import sys
 import tomllib
@@ -75,9 +76,16 @@ def test_installed_code_imports_only_installed_packages(package: str) -> None:
     assert not offenders, "installed code must not import what the wheel does not ship:\n" + "\n".join(offenders)
 
 
-def test_the_testing_kits_ship() -> None:
-    for module in ("streams.testing", "sinks.testing", "deploy.testing"):
-        assert _shipped(module.split(".")[0]) and (ROOT / Path(*module.split("."))).with_suffix(".py").is_file()
+@pytest.mark.parametrize("module", ["streams.testing", "sinks.testing", "deploy.testing"])
+def test_the_testing_kits_ship_without_test_tools(module: str) -> None:
+    """Each kit is in a shipped package, lists what it offers, and needs no test-only tool
+    (the fault suite runs where pytest and hypothesis are not installed)."""
+    path = (ROOT / Path(*module.split("."))).with_suffix(".py")
+    assert _shipped(module.rsplit(".", 1)[0]) and path.is_file()
+    kit = importlib.import_module(module)
+    assert kit.__all__ and all(getattr(kit, name, None) is not None for name in kit.__all__)
+    test_tools = {"pytest", "hypothesis", "_pytest"}
+    assert not [name for _, name in _imports(path) if name.split(".")[0] in test_tools]
 
 
 def test_the_fault_suite_starts_outside_the_repository(tmp_path: Path) -> None:
