@@ -63,37 +63,7 @@ function el(tag, attrs, ...children) {
   return node;
 }
 
-// The query as the text index reads it: words (lowercased runs of letters and digits, OR-ed)
-// and "quoted phrases". The page marks where they occur inside the evidence spans.
-const WORD = /[\p{L}\p{N}]+/gu;
-
-function queryTerms(query) {
-  const phrases = [];
-  const rest = (query || "").replace(/"([^"]*)"/g, (_, phrase) => {
-    const words = [...phrase.toLowerCase().matchAll(WORD)].map((m) => m[0]);
-    if (words.length) phrases.push(words);
-    return " ";
-  });
-  const terms = new Set([...rest.toLowerCase().matchAll(WORD)].map((m) => m[0]));
-  return { terms, phrases };
-}
-
-// [from, to) string ranges of text where a query word or a whole phrase occurs.
-function termRanges(text, query) {
-  const { terms, phrases } = queryTerms(query);
-  if (!terms.size && !phrases.length) return [];
-  const tokens = [...text.matchAll(WORD)].map((m) => ({ from: m.index, to: m.index + m[0].length, word: m[0].toLowerCase() }));
-  const ranges = [];
-  tokens.forEach((token, i) => {
-    if (terms.has(token.word)) ranges.push([token.from, token.to]);
-    for (const phrase of phrases) {
-      if (phrase.every((word, j) => tokens[i + j] && tokens[i + j].word === word)) {
-        ranges.push([token.from, tokens[i + phrase.length - 1].to]);
-      }
-    }
-  });
-  return ranges.sort((a, b) => a[0] - b[0]);
-}
+// queryTerms and termRanges (where the query's words occur) come from terms.js.
 
 // text[from, to) as nodes, the parts inside ranges wrapped in <mark class="term">.
 function withTerms(text, from, to, ranges) {

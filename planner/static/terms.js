@@ -1,0 +1,56 @@
+// Where the query's words occur in a hit's text, for the search page to mark them. The words
+// are the text index's terms (sinks/text/base.py, analyzer words+cjk-chars/2): lowercased runs
+// of letters and digits, except that each Chinese, Japanese or Korean character is a term of
+// its own, since those scripts have no spaces between words. Plain browser JavaScript, loaded
+// before app.js; under Node it exports the same functions for the tests.
+"use strict";
+
+// The CJK ranges of sinks.text.base.CJK_RANGES.
+const CJK = "\u3005-\u3007\u3040-\u30FF\u31F0-\u31FF\u3400-\u4DBF\u4E00-\u9FFF\uAC00-\uD7AF"
+  + "\uF900-\uFAFF\uFF66-\uFF9F\u{20000}-\u{3134F}";
+const WORD = new RegExp(`[${CJK}]|(?:(?![${CJK}])[\\p{L}\\p{N}])+`, "gu");
+const HAS_CJK = new RegExp(`[${CJK}]`, "u");
+
+function words(text) {
+  return [...(text || "").toLowerCase().matchAll(WORD)].map((m) => m[0]);
+}
+
+// The query as the page marks it: single words and "quoted phrases". A word holding CJK
+// characters (数据库, 调用foo函数) is the phrase of its terms, so the page marks where that
+// substring occurs, not every occurrence of each of its characters.
+function queryTerms(query) {
+  const phrases = [];
+  const terms = new Set();
+  const add = (tokens) => {
+    if (tokens.length > 1) phrases.push(tokens);
+    else if (tokens.length === 1) terms.add(tokens[0]);
+  };
+  const rest = (query || "").replace(/"([^"]*)"/g, (_, phrase) => {
+    add(words(phrase));
+    return " ";
+  });
+  for (const piece of rest.split(/\s+/)) {
+    if (HAS_CJK.test(piece)) add(words(piece));
+    else words(piece).forEach((word) => terms.add(word));
+  }
+  return { terms, phrases };
+}
+
+// [from, to) string ranges of text where a query word or a whole phrase occurs.
+function termRanges(text, query) {
+  const { terms, phrases } = queryTerms(query);
+  if (!terms.size && !phrases.length) return [];
+  const tokens = [...text.matchAll(WORD)].map((m) => ({ from: m.index, to: m.index + m[0].length, word: m[0].toLowerCase() }));
+  const ranges = [];
+  tokens.forEach((token, i) => {
+    if (terms.has(token.word)) ranges.push([token.from, token.to]);
+    for (const phrase of phrases) {
+      if (phrase.every((word, j) => tokens[i + j] && tokens[i + j].word === word)) {
+        ranges.push([token.from, tokens[i + phrase.length - 1].to]);
+      }
+    }
+  });
+  return ranges.sort((a, b) => a[0] - b[0]);
+}
+
+if (typeof module !== "undefined") module.exports = { queryTerms, termRanges, words };

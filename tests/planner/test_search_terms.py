@@ -1,0 +1,71 @@
+"""The search page's query-word marking (``planner/static/terms.js``), run under Node.
+
+The page marks where the query's words occur in a hit; its words must be the text index's
+terms (``sinks.text.base.analyze_text``), each Chinese, Japanese or Korean character a term, and
+a CJK query word is marked where the whole substring occurs.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sinks.text.base import MAX_TOKEN_BYTES, analyze_text
+
+TERMS_JS = Path(__file__).resolve().parents[2] / "planner" / "static" / "terms.js"
+NODE = shutil.which("node")
+pytestmark = pytest.mark.skipif(NODE is None, reason="needs Node.js to run the page's script")
+
+_RUN = """
+const t = require(process.argv[1]);
+const calls = JSON.parse(require("fs").readFileSync(0, "utf8"));
+process.stdout.write(JSON.stringify(calls.map(([name, ...args]) => {
+  const out = t[name](...args);
+  return name === "termRanges" ? out.map(([a, b]) => args[0].slice(a, b)) : out;
+})));
+"""
+
+
+def run(*calls: list[Any]) -> list[Any]:
+    """Each ``[function, *args]`` called in terms.js; termRanges gives the marked substrings."""
+    assert NODE is not None
+    done = subprocess.run([NODE, "-e", _RUN, str(TERMS_JS)], input=json.dumps(calls),
+                          capture_output=True, text=True, check=True, timeout=60)
+    return list(json.loads(done.stdout))
+
+
+def test_cjk_query_words_mark_their_substring() -> None:
+    marked = run(
+        ["termRanges", "连接数据库失败，数据 库 again; 库存", "数据库"],
+        ["termRanges", "Traceback: 调用foo_bar函数时抛出ValueError", "调用foo 函数 valueerror"],
+        ["termRanges", "エラー: ファイルが見つかりません main.c", '"ファイルが" main'],
+        ["termRanges", "Deploy step 1 of deploy", 'deploy "step 1"'],
+        ["termRanges", "no such words here", "数据库"],
+    )
+    assert marked == [
+        ["数据库", "数据 库"],  # the phrase of its characters, not each 库 on its own
+        ["调用foo", "函数", "ValueError"],
+        ["ファイルが", "main"],
+        ["Deploy", "step 1", "deploy"],
+        [],
+    ]
+
+
+_ALPHABET = st.sampled_from([*"abcXYZ019 _-.:，。\n数据库連接ファイルがエラーー々〇가나éßΩ", "𠀀", "ｶ"])
+
+
+@settings(max_examples=20, deadline=None)
+@given(texts=st.lists(st.text(_ALPHABET, max_size=40), min_size=50, max_size=50))
+def test_the_page_splits_words_as_the_text_index_does(texts: list[str]) -> None:
+    # One Node process per example: 50 texts in one call.
+    page = run(*[["words", text] for text in texts])
+    for text, words in zip(texts, page, strict=True):
+        indexed = analyze_text(text)
+        assert [w for w in words if len(w.encode("utf-8")) < MAX_TOKEN_BYTES] == indexed, text
