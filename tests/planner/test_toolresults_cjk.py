@@ -133,6 +133,11 @@ def test_a_toolresults_generation_of_the_old_analyzer_is_refused(kafka_bootstrap
             planner.search({"query": "连接超时", "log": "oldtools", "toolResults": True}, ALICE_TOOLS)
         assert "text analyzer words/1" in str(refused.value)
         assert "usl rebuild toolresults" in str(refused.value)
+        # latest still answers, the tool output from L1, and says which generation it would not read.
+        latest = planner.search({"query": "连接超时", "log": "oldtools", "toolResults": True,
+                                 "freshness": "latest"}, ALICE_TOOLS)
+        assert any("usl rebuild toolresults" in fallback for fallback in latest["freshness"]["fallbacks"])
+        assert INDEXED["zh"] in {hit["text"] for hit in latest["results"] if hit["kind"] == "toolresult"}
         # Without tool results the query needs no tool-results index and answers.
         assert planner.search({"query": "连接超时", "log": "oldtools"}, ALICE_TOOLS)["asOfSeq"] > 0
     finally:
