@@ -16,7 +16,6 @@ import os
 import resource
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,7 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from deploy.kafka.broker import ensure_broker, pid_alive, stop_broker
 from deploy.stack import running
-from deploy.testing import settings_env
+from deploy.testing import free_port, settings_env
 from sinks.service import ALL_KINDS
 from streams.settings import Settings
 from streams.topics import ensure_topics
@@ -35,12 +34,6 @@ from streams.topics import ensure_topics
 __all__ = ["SuiteStack"]
 
 _BALLAST = ".ballast"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class SuiteStack:
@@ -54,7 +47,7 @@ class SuiteStack:
         self.embedder = embedder
         self.mounts: list[Path] = []
         self.disk_mode = "none"
-        self.api_port = _free_port()
+        self.api_port = free_port()
         self.bootstrap = ""
         self.settings: Settings | None = None
         self._supervisor: subprocess.Popen[bytes] | None = None

@@ -12,7 +12,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import time
 import urllib.error
@@ -27,7 +26,7 @@ import yaml
 from prometheus_client import REGISTRY
 
 import streams.metrics as metrics
-from deploy.testing import as_grafana_sends
+from deploy.testing import as_grafana_sends, free_port
 from sinks.kinds import ALL_KINDS
 from streams.settings import setting_docs
 
@@ -113,12 +112,6 @@ def k8s_docs() -> Iterator[tuple[str, dict[str, Any]]]:
         for doc in yaml.safe_load_all(path.read_text()):
             if doc:
                 yield path.name, doc
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 # --- streams.metrics -----------------------------------------------------------------------
@@ -482,7 +475,7 @@ def test_every_panel_and_alert_query_runs_on_a_real_prometheus(tmp_path: Path) -
     binary = _require("prometheus")
     _populate_every_metric()
     target_port = metrics.start_metrics_server(0)
-    web_port = _free_port()
+    web_port = free_port()
     config = tmp_path / "prometheus.yml"
     config.write_text(yaml.safe_dump({
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},

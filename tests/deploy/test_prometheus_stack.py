@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -40,7 +39,7 @@ import pytest
 import yaml
 from kafka import KafkaProducer
 
-from deploy.testing import Stack, as_grafana_sends, settings_env
+from deploy.testing import Stack, as_grafana_sends, free_port, settings_env
 from sinks.testing import wait_for_watermarks
 from streams.l1 import LogRegistry
 from streams.settings import Settings
@@ -56,12 +55,6 @@ EXAMPLES = ROOT / "examples" / "sessions"
 FIRST_KINDS = ("text", "structured", "analytics", "toolresults")
 SECRET = "ghp_" + "R4nd0mT0kenV4lue" * 2 + "abcd"
 TIMEOUT = 180.0
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def panel_exprs() -> list[tuple[str, str]]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -23,7 +22,7 @@ import httpx
 import pytest
 from starlette.testclient import TestClient
 
-from deploy.testing import Stack, settings_env
+from deploy.testing import Stack, free_port, settings_env
 from planner.api import PRINCIPAL_HEADER, create_app
 from planner.auth import (
     KEY_PREFIX,
@@ -315,17 +314,11 @@ def test_which_host_headers_a_keyless_api_answers(header: str, extra: str, allow
     assert host_allowed(header, allowed_hosts(extra)) is allowed
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.mark.parametrize("how", ["serve --host", "serve USL_API_HOST", "up USL_API_HOST"])
 def test_a_public_bind_without_keys_is_refused(make_settings: Callable[..., Settings], how: str) -> None:
     settings = make_settings()
     command, _, source = how.partition(" ")
-    args = [command, "--port", str(_free_port())]
+    args = [command, "--port", str(free_port())]
     env = settings_env(settings)
     if source == "--host":
         args += ["--host", "0.0.0.0"]
@@ -349,7 +342,7 @@ def public_api(make_settings: Callable[..., Settings]) -> Iterator[tuple[Stack, 
     stack = Stack(settings)
     append_events(settings, session_events("public-1", turns=2, seed=1,
                                            acl={"tenant": "acme", "read": ["user:alice"]}))
-    port = _free_port()
+    port = free_port()
     try:
         stack.start("api", "serve", "--host", "0.0.0.0", "--port", str(port))
         base = f"http://127.0.0.1:{port}"

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -20,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy.testing import settings_env
+from deploy.testing import free_port, settings_env
 from planner.auth import create_key, keys_path
 from planner.client import APIError, Client, Unreachable
 from streams.settings import Settings
@@ -31,12 +30,6 @@ pytestmark = pytest.mark.kafka
 ALICE = "tenant:acme/user:alice/groups:eng"
 DEAD_BROKER = "127.0.0.1:1"
 TIMEOUT = 120.0
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def env_of(settings: Settings, **extra: str) -> dict[str, str]:

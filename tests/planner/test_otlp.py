@@ -3,7 +3,6 @@ the API; they land in L1 once each, with lineage, and are searchable. OTLP JSON 
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections import Counter
@@ -14,6 +13,7 @@ import orjson
 import pytest
 import uvicorn
 
+from deploy.testing import free_port
 from planner.acl import Principal
 from planner.api import create_app
 from planner.engine import Planner
@@ -27,18 +27,12 @@ pytestmark = pytest.mark.kafka
 CONVERSATION = "conv-otel-7"
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.fixture
 def served(make_settings: Any) -> Iterator[tuple[Settings, Planner, str]]:
     settings = make_settings(embedder="hash:64")
     follower = WatermarkFollower(settings.bootstrap_servers or "", settings).start(timeout_seconds=30)
     planner = Planner(settings, settings.bootstrap_servers or "", follower=follower)
-    port = _free_port()
+    port = free_port()
     server = uvicorn.Server(uvicorn.Config(create_app(settings, settings.bootstrap_servers or "", planner=planner),
                                            host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
