@@ -24,6 +24,12 @@
    comparable scores), ``tail`` (BM25 in-process over trimmed and tail texts: another corpus,
    so its own list) and ``toolresults``; fused by :func:`planner.rrf.fuse` and paged with
    :func:`planner.rrf.after`.
+
+Steps 1-3 are :meth:`Planner._search`, through :meth:`Planner.snapshot` (the
+:class:`~planner.pins.Snapshot` that SQL, SessionQL and export read through too). Steps 4-6 are
+one method each, reading and extending a :class:`QueryContext`: ``_decide`` (the freshness
+decision and its disclosures), ``_scan_tail``, ``_read_access``, ``_trim`` (trimmed and tail
+candidates), ``_rank`` (the ranked lists), ``_fuse`` and ``_page`` (page, cursor, explain).
 """
 
 from __future__ import annotations
@@ -35,12 +41,13 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
-from dataclasses import replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from planner.access import ACL_SCAN_CAP, AccessLists
 from planner.acl import (
     TOOLRESULTS_SCOPE,
     Principal,
@@ -67,29 +74,29 @@ from planner.exceptions import (
     PlannerError,
     QueryError,
 )
-from planner.explain import Candidate, build_explain, result_row
+from planner.explain import Candidate, build_explain, generation_json, result_row
 from planner.l1window import L1Window
 from planner.local import clauses_of, rank_texts
-from planner.readers import IndexPin, ReaderCache, pin_for_cursor, pin_for_query
+from planner.pins import QUERY_PIN_SECONDS, Pinner, Snapshot
+from planner.readers import IndexPin, ReaderCache
 from planner.request import Filters, SearchRequest, parse_request
-from planner.rrf import FusedHit, RankedList, after, fuse, sort_key
+from planner.rrf import FusedHit, RankedList, after, depth_end, fuse, sort_key
 from planner.snapshot import (
     SeqRange,
     SnapshotDecision,
-    Watermark,
     choose_as_of,
     record_tail_scan,
     wait_satisfied,
+    with_rebuilt_lines,
+    with_refusals,
     with_uncovered,
+    with_vector_fallback,
 )
 from planner.tailscan import SnapshotCache, TailResult, TailScan, TailSnapshot, chunker_for
 from planner.trim import trim_chunk
-from sinks.exceptions import GenerationError
-from sinks.generations import FileDigests, GenerationStore
 from sinks.runner import index_root
-from sinks.text.base import ANALYZER as TEXT_ANALYZER
 from sinks.watermarks import WatermarkFollower, read_watermarks
-from streams.asp import posix_time, validate_event
+from streams.asp import posix_time
 from streams.exceptions import USLError
 from streams.l1 import L1Reader, LogRegistry
 from streams.metrics import (
@@ -99,19 +106,15 @@ from streams.metrics import (
     usl_query_seconds,
     usl_tail_scan_events,
 )
-from streams.ownership import Owners, current_acl, session_of_acl
 from streams.settings import Settings
 
-__all__ = ["ACL_SCAN_CAP", "RANK_DEPTH", "TAIL_SCAN_CAP", "VECTOR_FLOOR", "WINDOW_MIN", "Planner",
-           "window_for"]
+__all__ = ["ACL_SCAN_CAP", "QUERY_PIN_SECONDS", "RANK_DEPTH", "TAIL_SCAN_CAP", "VECTOR_FLOOR",
+           "WINDOW_MIN", "Planner", "QueryContext", "window_for"]
 
 log = logging.getLogger("usl.planner")
 
 TAIL_SCAN_CAP = 20_000
 """Most L1 events one query's tail scan reads; the rest of the gap is disclosed as uncovered."""
-ACL_SCAN_CAP = 200_000
-"""Most L1 events read to bring access lists up to date; beyond it the query is refused (503)
-rather than answered with access lists that may miss a revocation."""
 RANK_DEPTH = 200
 """How deep each ranked list is read, for every query whatever its page size: the fused order
 is RRF over each source's top ``RANK_DEPTH``, so it never depends on ``k``; the cursor binds
@@ -122,7 +125,6 @@ VECTOR_FLOOR = 0.0
 """A vector candidate enters the ranking only with a cosine above this (and above
 ``VECTOR_RELATIVE_FLOOR`` times the best cosine of the query); explain shows both."""
 VECTOR_RELATIVE_FLOOR = 0.0
-QUERY_PIN_SECONDS = 600.0
 _MAX_OVERFETCH = 20_000
 _VECTOR_CACHE = 50_000
 _RANKING = {"hybrid": ("text", "vector"), "text": ("text",), "vector": ("vector",)}
@@ -133,6 +135,44 @@ def window_for(k: int) -> int:
     first page of 5 and one of 100 fuse the very same lists)."""
     del k
     return RANK_DEPTH
+
+
+@dataclass
+class QueryContext:
+    """One search in flight: what it was asked, the snapshot it reads, and what each step of
+    :meth:`Planner._answer` adds for the next (the decision, access, candidates, lists)."""
+
+    req: SearchRequest
+    principal: Principal
+    policy: str
+    snapshot: Snapshot
+    l1_seq: int
+    """The L1 seq the freshness decision starts from (a cursor's page: the first page's)."""
+    window: int
+    """Candidates asked of each source (a cursor's page: the first page's window)."""
+    cursor: Mapping[str, Any] | None
+    decision: SnapshotDecision = field(init=False)
+    embedder: Any = None
+    tail: TailResult | None = None
+    acls: dict[str, dict[str, Any]] = field(default_factory=dict)
+    readable: set[str] = field(default_factory=set)
+    readable_tools: set[str] = field(default_factory=set)
+    session_filter: set[str] | None = None
+    """Sessions the engines keep (None: every session the structured index knows is readable)."""
+    table: ChunkTable | None = None
+    provisional: list[Candidate] = field(default_factory=list)
+    """Trimmed and tail candidates: not in any index, ranked in-process."""
+    candidates: dict[str, Candidate] = field(default_factory=dict)
+    indexed_scores: dict[str, dict[str, float]] = field(default_factory=dict)
+    lists: list[RankedList] = field(default_factory=list)
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def cut(self) -> int:
+        return self.decision.index_through
+
+    def pin(self, kind: str) -> IndexPin | None:
+        return self.snapshot.pins.get(kind)
 
 
 class Planner:
@@ -155,11 +195,9 @@ class Planner:
         self.bootstrap = bootstrap
         self.follower = follower
         self.tail_cap = tail_cap
-        self.acl_scan_cap = acl_scan_cap
         self.root: Path = index_root(settings)
         self._cursor_key = load_cursor_key(settings)
         self._readers = ReaderCache()
-        self._holder = f"planner-{os.getpid()}"
         self._lock = threading.Lock()
         self._registry: LogRegistry | None = None
         self._idle_l1: list[L1Reader] = []
@@ -169,12 +207,10 @@ class Planner:
         self._window = L1Window()
         self._vectors: dict[bytes, np.ndarray] = {}
         self._tails = SnapshotCache()
-        self._overlays: dict[tuple[str, int], tuple[int, Owners]] = {}
-        self._digests = FileDigests()
-        # generation dir -> (stat signature of its files, problem or None): a generation is
-        # hashed once; later queries only compare the signature (a write changes mtime).
-        self._verdicts: dict[str, tuple[tuple[Any, ...], str | None]] = {}
-        self._unavailable: set[tuple[str, str]] = set()
+        self.pinner = Pinner(self.root, holder=f"planner-{os.getpid()}")
+        """Pins (and verifies) the generations every snapshot reads."""
+        self.access = AccessLists(self._readers, self._window, scan_cap=acl_scan_cap)
+        """Each session's latest access list, shared by every snapshot."""
 
     # -- public ------------------------------------------------------------------------------
 
@@ -228,38 +264,76 @@ class Planner:
             raise QueryError("field 'log' must be a log name")
         if as_of is not None and (not isinstance(as_of, int) or isinstance(as_of, bool) or as_of < 0):
             raise QueryError("field 'asOfSeq' must be a non-negative integer")
-        pins: list[IndexPin] = []
-        with self._l1() as l1:
-            l1_now = l1.committed_seq(log_id)
-            watermarks = self._watermarks(log_id)
-            # As search does: an unknown log is a 404, not an index to wait for (503).
-            if l1_now == 0 and not watermarks and l1.registry.partition_of(log_id) is None:
-                raise NotFound(f"no log named {log_id!r}",
-                               hint="Ingest events into it first, or pick another log.")
+        with self.snapshot(log_id) as snapshot:
+            analytics = snapshot.pin("analytics")
+            if analytics is None:
+                raise IndexUnavailable(snapshot.problems.get("analytics")
+                                       or f"no generation of the analytics index exists "
+                                       f"yet for log {log_id!r}",
+                                       hint="Wait until `usl status` shows the analytics index.")
+            structured = snapshot.pin("structured")
+            if as_of is None:
+                as_of = min(snapshot.l1_seq, analytics.built_through_seq)
+            elif as_of > snapshot.l1_seq:
+                raise QueryError(f"asOfSeq {as_of} is past the log's committed seq {snapshot.l1_seq}",
+                                 hint=f"Use an asOfSeq of at most {snapshot.l1_seq}.")
+            acls = snapshot.access_lists(structured)
+            attachment = SqlAttachment(analytics.directory,
+                                       structured.directory if structured else None)
+            return attachment.query(sql_text, as_of_seq=as_of, principal=principal,
+                                    session_acls=acls,
+                                    max_result_bytes=self.settings.sql_max_result_bytes)
+
+    @contextmanager
+    def snapshot(self, log_id: str, *, read_watermarks: bool = True,
+                 unknown_log_hint: str = "Ingest events into it first, or pick another log.",
+                 ) -> Iterator[Snapshot]:
+        """Hold one view of ``log_id`` for a query: an L1 reader of this planner's pool, the
+        committed L1 seq read now, then the log's watermarks (``read_watermarks`` False: none,
+        for a cursor that re-pins its own generations). Generations pinned through it are
+        released when the block ends, unless :meth:`Snapshot.keep_for` was called.
+
+        An unknown log (no committed seq, no watermark, no partition) is a :class:`NotFound`
+        (404), never an index to wait for (503).
+        """
+        with self.l1_reader() as l1:
+            l1_seq = l1.committed_seq(log_id)
+            watermarks: dict[str, dict[str, Any]] = {}
+            if read_watermarks:
+                watermarks = self.watermarks(log_id)
+                if l1_seq == 0 and not watermarks and l1.registry.partition_of(log_id) is None:
+                    raise NotFound(f"no log named {log_id!r}", hint=unknown_log_hint)
+            snapshot = Snapshot(log_id, l1, l1_seq, watermarks, self.pinner, self.access)
             try:
-                analytics, problem = self._pin_verified(log_id, "analytics", watermarks.get("analytics"))
-                if analytics is None:
-                    raise IndexUnavailable(problem or f"no generation of the analytics index exists "
-                                           f"yet for log {log_id!r}",
-                                           hint="Wait until `usl status` shows the analytics index.")
-                pins.append(analytics)
-                structured, _problem = self._pin_verified(log_id, "structured", watermarks.get("structured"))
-                if structured is not None:
-                    pins.append(structured)
-                if as_of is None:
-                    as_of = min(l1_now, analytics.built_through_seq)
-                elif as_of > l1_now:
-                    raise QueryError(f"asOfSeq {as_of} is past the log's committed seq {l1_now}",
-                                     hint=f"Use an asOfSeq of at most {l1_now}.")
-                acls = self._latest_acls(l1, log_id, structured, l1_now)
-                attachment = SqlAttachment(analytics.directory,
-                                           structured.directory if structured else None)
-                return attachment.query(sql_text, as_of_seq=as_of, principal=principal,
-                                        session_acls=acls,
-                                        max_result_bytes=self.settings.sql_max_result_bytes)
+                yield snapshot
             finally:
-                for pin in pins:
-                    pin.release()
+                snapshot.close()
+
+    def watermarks(self, log_id: str) -> dict[str, dict[str, Any]]:
+        """kind → the latest watermark of ``log_id`` (``generationId``, ``builtThroughSeq``,
+        ...), from the follower when there is one, else read from the watermark topic."""
+        table = (self.follower.snapshot() if self.follower is not None
+                 else read_watermarks(self.bootstrap, self.settings))
+        return {kind: value for (log, kind), value in table.items() if log == log_id}
+
+    @contextmanager
+    def l1_reader(self) -> Iterator[L1Reader]:
+        """An L1 reader of this planner's pool (a KafkaConsumer serves one thread at a time)."""
+        with self._lock:
+            reader = self._idle_l1.pop() if self._idle_l1 else None
+            if reader is None and self._registry is None:
+                self._registry = LogRegistry(self.bootstrap, self.settings)
+        if reader is None:
+            reader = L1Reader(self.bootstrap, self.settings, registry=self._registry)
+        try:
+            yield reader
+        except BaseException:
+            # A failed read may leave the consumer mid-fetch: start the next query afresh.
+            with suppress(Exception):
+                reader.close()
+            raise
+        with self._lock:
+            self._idle_l1.append(reader)
 
     def close(self) -> None:
         with self._lock:
@@ -271,269 +345,274 @@ class Planner:
     # -- the query ---------------------------------------------------------------------------
 
     def _search(self, req: SearchRequest, principal: Principal) -> dict[str, Any]:
+        """Steps 1-3 of the module docstring: validate, snapshot, pin; then :meth:`_answer`."""
         if req.tool_results and TOOLRESULTS_SCOPE not in principal.scopes:
             raise AccessDenied("full tool results need the toolresults scope",
                                hint="Ask for a principal with scopes:toolresults, or search "
                                     "without toolResults.")
         policy = policy_fingerprint(principal)
-        payload = self._open_cursor(req, policy) if req.cursor else None
-        pins: dict[str, IndexPin | None] = {}
-        problems: dict[str, str] = {}
-        response: dict[str, Any] | None = None
+        cursor = self._open_cursor(req, policy) if req.cursor else None
         try:
-            with self._l1() as l1:
-                l1_now = l1.committed_seq(req.log)
-                if payload is None:
-                    watermarks = self._watermarks(req.log)
-                    if l1_now == 0 and not watermarks and l1.registry.partition_of(req.log) is None:
-                        raise NotFound(f"no log named {req.log!r}",
-                                       hint="Ingest events into it first, or pick another --log.")
+            with self.snapshot(req.log, read_watermarks=cursor is None,
+                               unknown_log_hint="Ingest events into it first, or pick another "
+                                                "--log.") as snapshot:
+                if cursor is None:
                     if req.freshness.mode == "wait":
-                        watermarks = self._wait(req, l1_now, watermarks)
+                        snapshot.watermarks = self._wait(req, snapshot.l1_seq, snapshot.watermarks)
                     for kind in req.required_kinds:
-                        pins[kind], problem = self._pin_verified(req.log, kind, watermarks.get(kind))
-                        if problem is not None:
-                            problems[kind] = problem
-                    l1_seq, window = l1_now, window_for(req.k)
+                        snapshot.pin(kind)
+                    l1_seq, window = snapshot.l1_seq, window_for(req.k)
                 else:
-                    lines = payload.get("lines") or {}
-                    for kind, generation_id in sorted(payload["generations"].items()):
-                        cursor_pin = pin_for_cursor(self.root, req.log, kind, generation_id,
-                                                    lines.get(kind), ttl_seconds=QUERY_PIN_SECONDS,
-                                                    holder=self._holder)
-                        pins[kind] = cursor_pin
-                        problem = self._verify(cursor_pin)
-                        if problem is not None:
-                            raise CursorExpired(f"the {kind} index generation this cursor reads "
-                                                f"failed verification: {problem}",
-                                                hint="Run the query again without a cursor.")
-                    l1_seq, window = int(payload["l1Seq"]), int(payload["window"])
-                response = self._answer(req, principal, policy, l1, l1_seq, l1_now, pins,
-                                        window, payload, problems)
+                    lines = cursor.get("lines") or {}
+                    for kind, generation_id in sorted(cursor["generations"].items()):
+                        snapshot.pin_generation(kind, generation_id, lines.get(kind))
+                    l1_seq, window = int(cursor["l1Seq"]), int(cursor["window"])
+                response = self._answer(QueryContext(req, principal, policy, snapshot, l1_seq,
+                                                     window, cursor))
+                if response.get("cursor") is not None:
+                    snapshot.keep_for(self.settings.cursor_ttl_seconds)
                 return response
         except CursorExpired:
             usl_cursor_refusals_total.labels(reason="generation_gone").inc()
             raise
-        finally:
-            keep = response is not None and response.get("cursor") is not None
-            for pin in pins.values():
-                if pin is None:
-                    continue
-                if keep:
-                    pin.keep_for(self.settings.cursor_ttl_seconds)
-                else:
-                    pin.release()
 
-    def _answer(
-        self, req: SearchRequest, principal: Principal, policy: str, l1: L1Reader, l1_seq: int,
-        l1_now: int, pins: dict[str, IndexPin | None], window: int,
-        payload: Mapping[str, Any] | None, problems: Mapping[str, str] | None = None,
-    ) -> dict[str, Any]:
+    def _answer(self, query: QueryContext) -> dict[str, Any]:
+        """Steps 4-6 of the module docstring, one method each, over the pinned snapshot."""
+        self._decide(query)
+        self._scan_tail(query)
+        self._read_access(query)
+        self._trim(query)
+        self._rank(query)
+        hits = self._fuse(query)
+        return self._page(query, hits)
+
+    # -- steps -------------------------------------------------------------------------------
+
+    def _decide(self, query: QueryContext) -> None:
+        """The freshness decision on the pinned generations (so what the response reports is
+        exactly what is read), with every fallback and refusal disclosed."""
+        req, pins, problems = query.req, query.snapshot.pins, query.snapshot.problems
         seen: dict[str, tuple[int, int] | None] = {
             kind: (pin.watermark if (pin := pins.get(kind)) is not None else None)
             for kind in req.required_kinds
         }
         vector_problem = None
         vector_pin = pins.get("vector")
-        embedder = None
         if vector_pin is not None:
-            embedder, vector_problem = self._embedder_for(vector_pin)
+            query.embedder, vector_problem = self._embedder_for(vector_pin)
             if vector_problem is not None:
                 seen["vector"] = None
         try:
-            decision = choose_as_of(req.freshness, l1_seq, seen, req.required_kinds)
+            decision = choose_as_of(req.freshness, query.l1_seq, seen, req.required_kinds)
         except IndexUnavailable as exc:
-            refused = [f"{kind}: {problem}" for kind, problem in sorted((problems or {}).items())
+            refused = [f"{kind}: {problem}" for kind, problem in sorted(problems.items())
                        if seen.get(kind) is None]
             if not refused:
                 raise
             # The generation exists but was refused: say why, not that there is none.
             raise IndexUnavailable(f"{exc}; " + "; ".join(refused), hint=exc.hint) from exc
-        decision = _explain_vector_fallback(decision, vector_pin, vector_problem)
-        for kind, pin in sorted(pins.items()):
-            # A line rebuilt with --from-seq N holds nothing below N: say so, never imply it.
-            starts = int((pin.manifest.extra.get("rebuild") or {}).get("fromSeq", 1)) if pin else 1
-            if starts > 1 and kind in decision.required:
-                decision = with_uncovered(decision, [SeqRange(1, min(starts - 1, decision.as_of_seq))],
-                                          f"the {kind} index was rebuilt from seq {starts} and holds "
-                                          f"nothing below it")
+        if vector_pin is not None:
+            decision = with_vector_fallback(decision, vector_pin.watermark, vector_problem)
+        rebuilt_from = {kind: int((pin.manifest.extra.get("rebuild") or {}).get("fromSeq", 1))
+                        for kind, pin in pins.items() if pin is not None}
+        decision = with_rebuilt_lines(decision, rebuilt_from)
         if decision.fallbacks:
             usl_query_fallbacks_total.labels(
                 reason="vector_unusable" if vector_problem else "vector_missing").inc()
         if problems:
             usl_query_fallbacks_total.labels(reason="generation_unverified").inc()
-            decision = replace(decision,
-                               fallbacks=(*decision.fallbacks, *(f"{kind}: {problem}" for kind, problem
-                                                                 in sorted(problems.items()))),
-                               reasons=(*decision.reasons, *(f"{kind}: {problem}" for kind, problem
-                                                             in sorted(problems.items()))))
-        if payload is not None and decision.as_of_seq != int(payload["asOfSeq"]):
+            decision = with_refusals(decision, problems)
+        if query.cursor is not None and decision.as_of_seq != int(query.cursor["asOfSeq"]):
             raise CursorError("the cursor's snapshot cannot be reproduced",
                               hint="Run the query again without a cursor.")
-        cut = decision.index_through
-        as_of = decision.as_of_seq
-        structured = pins.get("structured")
-        ranking = tuple(kind for kind in _RANKING[req.mode] if kind in decision.required)
-        if not ranking:
-            ranking = ("text",)
-        notes: dict[str, Any] = {"window": window}
+        query.decision = decision
+        query.notes["window"] = query.window
 
-        # Tail scan of (cut, asOf] and access lists up to the committed seq now.
-        tail: TailResult | None = None
-        if decision.tail_scan is not None:
-            tail = self._run_tail(l1, req, decision.tail_scan, structured, cut)
-            decision = record_tail_scan(decision, scanned_through=tail.scanned_through)
-        acls = self._latest_acls(l1, req.log, structured, l1_now)
-        readable = {session for session, acl in acls.items() if can_read(principal, acl)}
+    def _scan_tail(self, query: QueryContext) -> None:
+        """The L1 tail scan of ``(cut, asOfSeq]``, when the decision asks for one."""
+        span = query.decision.tail_scan
+        if span is None:
+            return
+        query.tail = self._run_tail(query.snapshot, query.req, span, query.pin("structured"),
+                                    query.cut)
+        query.decision = record_tail_scan(query.decision, scanned_through=query.tail.scanned_through)
+
+    def _read_access(self, query: QueryContext) -> None:
+        """Access lists up to the committed seq now: the sessions (and the full tool results)
+        ``principal`` may read."""
+        acls = query.snapshot.access_lists(query.pin("structured"))
+        readable = {session for session, acl in acls.items() if can_read(query.principal, acl)}
+        query.acls, query.readable = acls, readable
         # Every chunk an index holds at or below the cut belongs to a session the structured
         # index knows, so when all known sessions are readable no session filter is needed.
-        session_filter: set[str] | None = None if len(readable) == len(acls) else readable
-        readable_tools = ({session for session in readable if can_read_toolresults(principal, acls[session])}
-                          if req.tool_results else set())
+        query.session_filter = None if len(readable) == len(acls) else readable
+        query.readable_tools = ({session for session in readable
+                                 if can_read_toolresults(query.principal, acls[session])}
+                                if query.req.tool_results else set())
 
-        candidates: dict[str, Candidate] = {}
-        lists: list[RankedList] = []
-        provisional: list[Candidate] = []
-        filters = req.filters
-
-        # Chunks straddling the cut, trimmed to their events <= cut.
-        use_index = structured is not None and cut > 0
-        table = self._readers.chunk_table(structured) if structured is not None and use_index else None
-        text_pin = pins.get("text")
-        if table is not None:
-            decision, trimmed = self._trimmed(table, text_pin, cut, session_filter, filters,
-                                              decision)
-            provisional += trimmed
-            notes["trimmed"] = [{"chunkId": c.id, "keptThroughSeq": cut} for c in trimmed]
+    def _trim(self, query: QueryContext) -> None:
+        """The provisional candidates: chunks straddling the cut trimmed to their events <= it,
+        and the tail scan's chunks and tool results."""
+        structured = query.pin("structured")
+        if structured is not None and query.cut > 0:
+            query.table = self._readers.chunk_table(structured)
+            query.decision, trimmed = self._trimmed(query.table, query.pin("text"), query.cut,
+                                                    query.session_filter, query.req.filters,
+                                                    query.decision)
+            query.provisional += trimmed
+            query.notes["trimmed"] = [{"chunkId": c.id, "keptThroughSeq": query.cut} for c in trimmed]
+        tail = query.tail
         if tail is not None:
-            provisional += self._tail_candidates(tail, req, readable, readable_tools)
-            notes["tailScan"] = {
-                "fromSeq": tail.from_seq, "toSeq": decision.tail_scan.to_seq if decision.tail_scan else None,
+            query.provisional += self._tail_candidates(tail, query.req, query.readable,
+                                                       query.readable_tools)
+            span = query.decision.tail_scan
+            query.notes["tailScan"] = {
+                "fromSeq": tail.from_seq, "toSeq": span.to_seq if span else None,
                 "scannedThroughSeq": tail.scanned_through, "capEvents": self.tail_cap,
-                "readableCandidates": sum(1 for c in provisional if c.origin == "tail"),
+                "readableCandidates": sum(1 for c in query.provisional if c.origin == "tail"),
                 "code": "same validation, redaction and chunker as the stream; open turns "
                         "closed as provisional chunks",
             }
 
+    def _rank(self, query: QueryContext) -> None:
+        """The ranked lists, each a window of candidates: text (and the whole query as a
+        phrase), vector, the in-process tail lists and the full tool results."""
+        req, cut, window = query.req, query.cut, query.window
+        ranking = tuple(kind for kind in _RANKING[req.mode] if kind in query.decision.required)
+        if not ranking:
+            ranking = ("text",)
         # Indexed candidates: chunks with maxSeq <= cut of readable sessions (and, with
         # filters, matching them), judged inside each engine before its window is taken.
         only: set[str] | None = None
-        if structured is not None and use_index and filters:
-            kwargs = filters.reader_kwargs()
-            sessions = readable & set(kwargs.pop("session_ids", readable))
+        structured = query.pin("structured")
+        if query.table is not None and structured is not None and req.filters:
+            kwargs = req.filters.reader_kwargs()
+            sessions = query.readable & set(kwargs.pop("session_ids", query.readable))
             only = self._readers.structured(structured).filter_chunk_ids(
                 session_ids=sessions, max_seq=cut, **kwargs)
-        indexed_scores: dict[str, dict[str, float]] = {}
         # The whole query as one exact phrase: its own ranked list, so a chunk that holds the
         # very words asked for counts twice in the fusion and no weak vector list outvotes it.
         phrase = whole_query_phrase(req.query) if "text" in ranking else None
         if phrase is not None:
             # The phrase is the request's own query (explain.request has it); not echoed twice.
-            notes["phrase"] = {"sources": ["phrase", "tailPhrase"],
-                               "rule": "chunks holding the whole query as one phrase "
-                                       "(quotes ignored), ranked by BM25"}
+            query.notes["phrase"] = {"sources": ["phrase", "tailPhrase"],
+                                     "rule": "chunks holding the whole query as one phrase "
+                                             "(quotes ignored), ranked by BM25"}
+        text_pin = query.pin("text")
         if "text" in ranking and text_pin is not None and cut > 0:
-            ids, truncated = self._text_list(text_pin, req.query, window, cut, session_filter,
-                                             only)
-            lists.append(RankedList("text", ids, window, truncated))
-            # BM25 scores are not shown: their corpus statistics include chunks the caller
-            # may not read. The rank says all there is to say.
-            for chunk_id in ids:
-                indexed_scores.setdefault(chunk_id, {})
-            if phrase is not None:
-                ids, truncated = self._text_list(text_pin, phrase, window, cut, session_filter,
-                                                 only)
-                lists.append(RankedList("phrase", ids, window, truncated))
+            for source, text in (("text", req.query), ("phrase", phrase)):
+                if text is None:
+                    continue
+                ids, truncated = self._text_list(text_pin, text, window, cut,
+                                                 query.session_filter, only)
+                query.lists.append(RankedList(source, ids, window, truncated))
+                # BM25 scores are not shown: their corpus statistics include chunks the caller
+                # may not read. The rank says all there is to say.
                 for chunk_id in ids:
-                    indexed_scores.setdefault(chunk_id, {})
-        if "vector" in ranking and vector_pin is not None and embedder is not None:
-            allowed: Callable[[str], bool] | None = None
-            if table is not None:
-                rows = table.rows
-
-                def permit(chunk_id: str) -> bool:
-                    row = rows.get(chunk_id)
-                    return (row is not None and row.max_seq <= cut
-                            and (session_filter is None or row.session_id in session_filter)
-                            and (only is None or chunk_id in only))
-
-                allowed = permit
-
-            ranked, truncated, note = self._vector_list(
-                embedder, vector_pin, req.query, window, cut, allowed, provisional)
-            notes["vector"] = note
-            if ranked is not None:
-                ids = [chunk_id for chunk_id, _ in ranked]
-                lists.append(RankedList("vector", ids, window, truncated))
-                for chunk_id, score in ranked:
-                    indexed_scores.setdefault(chunk_id, {})["vector"] = score
-        # Trimmed and tail texts (and tail tool results) ranked in-process; a trimmed chunk
-        # whose kept text no longer matches the query drops out here.
-        textual = [c for c in provisional
-                   if "text" in _RANKING[req.mode] or c.kind == "toolresult"]
-        if textual:
-            by_id = {c.id: c for c in textual}
-            ranked_tail = rank_texts(clauses_of(req.query), [(c.id, c.text or "") for c in textual])
-            if ranked_tail:
-                lists.append(RankedList("tail", [i for i, _ in ranked_tail[:window]], window,
-                                        len(ranked_tail) > window))
-                for chunk_id, score in ranked_tail[:window]:
-                    by_id[chunk_id].scores["tail"] = score
-            ranked_phrase = (rank_texts(clauses_of(phrase), [(c.id, c.text or "") for c in textual])
-                             if phrase is not None else [])
-            if ranked_phrase:
-                lists.append(RankedList("tailPhrase", [i for i, _ in ranked_phrase[:window]],
-                                        window, len(ranked_phrase) > window))
-                for chunk_id, score in ranked_phrase[:window]:
-                    by_id[chunk_id].scores["tailPhrase"] = score
-        tools_pin = pins.get("toolresults")
+                    query.indexed_scores.setdefault(chunk_id, {})
+        vector_pin = query.pin("vector")
+        if "vector" in ranking and vector_pin is not None and query.embedder is not None:
+            self._rank_vectors(query, vector_pin, only)
+        self._rank_provisional(query, phrase)
+        tools_pin = query.pin("toolresults")
         if req.tool_results and tools_pin is not None and cut > 0:
             tool_candidates, truncated = self._tool_list(tools_pin, req.query, window, cut,
-                                                         readable_tools, filters)
-            lists.append(RankedList("toolresults", [c.id for c in tool_candidates], window, truncated))
+                                                         query.readable_tools, req.filters)
+            query.lists.append(RankedList("toolresults", [c.id for c in tool_candidates], window,
+                                          truncated))
             for candidate in tool_candidates:
-                candidates[candidate.id] = candidate
+                query.candidates[candidate.id] = candidate
 
-        for candidate in provisional:
+    def _rank_vectors(self, query: QueryContext, pin: IndexPin, only: set[str] | None) -> None:
+        allowed: Callable[[str], bool] | None = None
+        if query.table is not None:
+            rows, cut, session_filter = query.table.rows, query.cut, query.session_filter
+
+            def permit(chunk_id: str) -> bool:
+                row = rows.get(chunk_id)
+                return (row is not None and row.max_seq <= cut
+                        and (session_filter is None or row.session_id in session_filter)
+                        and (only is None or chunk_id in only))
+
+            allowed = permit
+
+        ranked, truncated, note = self._vector_list(
+            query.embedder, pin, query.req.query, query.window, query.cut, allowed,
+            query.provisional)
+        query.notes["vector"] = note
+        if ranked is not None:
+            query.lists.append(RankedList("vector", [chunk_id for chunk_id, _ in ranked],
+                                          query.window, truncated))
+            for chunk_id, score in ranked:
+                query.indexed_scores.setdefault(chunk_id, {})["vector"] = score
+
+    def _rank_provisional(self, query: QueryContext, phrase: str | None) -> None:
+        """Trimmed and tail texts (and tail tool results) ranked in-process; a trimmed chunk
+        whose kept text no longer matches the query drops out here."""
+        textual = [c for c in query.provisional
+                   if "text" in _RANKING[query.req.mode] or c.kind == "toolresult"]
+        if not textual:
+            return
+        by_id = {c.id: c for c in textual}
+        texts = [(c.id, c.text or "") for c in textual]
+        window = query.window
+        for source, text in (("tail", query.req.query), ("tailPhrase", phrase)):
+            ranked = rank_texts(clauses_of(text), texts) if text is not None else []
+            if ranked:
+                query.lists.append(RankedList(source, [i for i, _ in ranked[:window]], window,
+                                              len(ranked) > window))
+                for chunk_id, score in ranked[:window]:
+                    by_id[chunk_id].scores[source] = score
+
+    def _fuse(self, query: QueryContext) -> list[FusedHit]:
+        """Every listed candidate resolved (indexed ones from the chunk table), the lists fused
+        by RRF, and, for a cursor's page, what follows its last hit."""
+        candidates, cut = query.candidates, query.cut
+        for candidate in query.provisional:
             candidates[candidate.id] = candidate
-        index_ids = [chunk_id for chunk_id in indexed_scores if chunk_id not in candidates]
-        if index_ids and table is not None:
-            for chunk_id, row in table.records(index_ids).items():
+        index_ids = [chunk_id for chunk_id in query.indexed_scores if chunk_id not in candidates]
+        if index_ids and query.table is not None:
+            for chunk_id, row in query.table.records(index_ids).items():
                 if int(row["maxSeq"]) > cut:  # never: the engines filter maxSeq <= cut
                     continue
                 candidates[chunk_id] = Candidate(
                     chunk_id, "chunk", "index", row["sessionId"], float(row["eventTime"] or 0.0),
-                    row, scores=indexed_scores[chunk_id])
-        lists = [RankedList(ranked.source, [i for i in ranked.ids if i in candidates],
-                            ranked.window, ranked.truncated) for ranked in lists]
-        used = {chunk_id for ranked in lists for chunk_id in ranked.ids}
-        hits = fuse(lists, event_time={i: candidates[i].event_time for i in used})
-        if payload is not None:
-            hits = after(hits, last_sort_key(payload))
-            notes["cursor"] = {"continuesAfter": payload["lastKey"]}
-        page = hits[: req.k]
-        end = _depth_end(lists, window) if len(hits) <= req.k else None
-        notes["depth"] = {"window": window, "rule": "RRF over each source's top window; the "
-                          "window does not depend on the page size and the cursor binds it"}
-        if end is not None:
-            notes["depth"]["end"] = end
-        self._fill_texts(page, candidates, text_pin)
-        results = [result_row(hit, candidates[hit.chunk_id], as_of) for hit in page]
+                    row, scores=query.indexed_scores[chunk_id])
+        query.lists = [RankedList(ranked.source, [i for i in ranked.ids if i in candidates],
+                                  ranked.window, ranked.truncated) for ranked in query.lists]
+        used = {chunk_id for ranked in query.lists for chunk_id in ranked.ids}
+        hits = fuse(query.lists, event_time={i: candidates[i].event_time for i in used})
+        if query.cursor is not None:
+            hits = after(hits, last_sort_key(query.cursor))
+            query.notes["cursor"] = {"continuesAfter": query.cursor["lastKey"]}
+        return hits
 
-        generations = {kind: pin for kind, pin in pins.items()
-                       if pin is not None and kind in decision.required}
+    def _page(self, query: QueryContext, hits: list[FusedHit]) -> dict[str, Any]:
+        """The page of ``k`` hits, the cursor to the next one and, when asked, the explain."""
+        req, decision, window = query.req, query.decision, query.window
+        as_of = decision.as_of_seq
+        page = hits[: req.k]
+        end = depth_end(query.lists, window) if len(hits) <= req.k else None
+        query.notes["depth"] = {"window": window, "rule": "RRF over each source's top window; "
+                                "the window does not depend on the page size and the cursor "
+                                "binds it"}
+        if end is not None:
+            query.notes["depth"]["end"] = end
+        self._fill_texts(page, query.candidates, query.pin("text"))
+        results = [result_row(hit, query.candidates[hit.chunk_id], as_of) for hit in page]
         cursor = None
         if len(hits) > len(page) and page:
+            generations = {kind: pin for kind, pin in query.snapshot.pins.items()
+                           if pin is not None and kind in decision.required}
             body = cursor_payload(
                 log_id=req.log, as_of_seq=as_of,
                 generations={kind: pin.generation_id for kind, pin in generations.items()},
-                query_hash=req.query_hash(), policy=policy, last_key=sort_key(page[-1]),
+                query_hash=req.query_hash(), policy=query.policy, last_key=sort_key(page[-1]),
                 page_size=req.k,
             )
-            body.update({"l1Seq": l1_seq, "window": window,
+            body.update({"l1Seq": query.l1_seq, "window": window,
                          "lines": {kind: pin.line for kind, pin in generations.items()}})
             cursor = encode_cursor(body, key=self._cursor_key, now=time.time())
-
         response: dict[str, Any] = {
             "asOfSeq": as_of,
             "freshness": decision.to_json(),
@@ -543,103 +622,25 @@ class Planner:
         if end is not None:
             response["end"] = end
         if req.explain:
-            notes["access"] = {"principal": str(principal), "policy": policy,
-                               "toolResultsScope": TOOLRESULTS_SCOPE in principal.scopes,
-                               "rule": "latest access list per session, from the structured "
-                                       "index and newer L1 events; unreadable sessions are "
-                                       "removed inside each engine before ranking"}
-            response["explain"] = build_explain(
-                request={**req.defining(), "k": req.k},
-                decision=decision, cut=cut,
-                generations={kind: _generation_json(pin)
-                             for kind, pin in pins.items() if pin is not None},
-                lists=lists, page=page, candidates=candidates, notes=notes,
-            )
+            response["explain"] = self._explain(query, page)
         return response
 
-    # -- steps -------------------------------------------------------------------------------
+    def _explain(self, query: QueryContext, page: list[FusedHit]) -> dict[str, Any]:
+        principal = query.principal
+        query.notes["access"] = {"principal": str(principal), "policy": query.policy,
+                                 "toolResultsScope": TOOLRESULTS_SCOPE in principal.scopes,
+                                 "rule": "latest access list per session, from the structured "
+                                         "index and newer L1 events; unreadable sessions are "
+                                         "removed inside each engine before ranking"}
+        return build_explain(
+            request={**query.req.defining(), "k": query.req.k},
+            decision=query.decision, cut=query.cut,
+            generations={kind: generation_json(pin)
+                         for kind, pin in query.snapshot.pins.items() if pin is not None},
+            lists=query.lists, page=page, candidates=query.candidates, notes=query.notes,
+        )
 
-    def _pin_verified(self, log_id: str, kind: str, watermark: Mapping[str, Any] | None,
-                      ) -> tuple[IndexPin | None, str | None]:
-        """Pin the generation ``watermark`` names if its files match its manifest; else the
-        newest older generation of its line that does, with what was refused (disclosed as a
-        fallback); (None, why) if none does. Bad data is never read."""
-        try:
-            pin = pin_for_query(self.root, log_id, kind, watermark,
-                                ttl_seconds=QUERY_PIN_SECONDS, holder=self._holder)
-        except (GenerationError, OSError) as exc:  # a damaged manifest, a full disk for the pin
-            unavailable = f"index unavailable: {exc}"
-            with self._lock:
-                new = (kind, unavailable) not in self._unavailable
-                if len(self._unavailable) > 100:
-                    self._unavailable.clear()
-                self._unavailable.add((kind, unavailable))
-            if new:
-                log.error("%s index of %s unavailable: %s", kind, log_id, exc)
-            return None, unavailable
-        if pin is None:
-            return None, None
-        problem = self._verify(pin)
-        if problem is None:
-            return pin, None
-        refused = f"generation {pin.generation_id} refused ({problem})"
-        store = GenerationStore(self.root, log_id, kind, pin.line)
-        pin.release()
-        try:
-            older = [g for g in store.generation_ids() if g < pin.generation_id]
-        except (GenerationError, OSError):
-            older = []
-        for generation_id in reversed(older):
-            try:
-                file_pin = store.pin(generation_id, ttl_seconds=QUERY_PIN_SECONDS, holder=self._holder)
-            except (GenerationError, OSError):
-                continue
-            try:
-                manifest = store.load(generation_id)
-            except GenerationError:
-                file_pin.release()
-                continue
-            candidate = IndexPin(kind, store.line, generation_id, manifest.built_through_seq,
-                                 store.generation_dir(generation_id), manifest, file_pin)
-            if self._verify(candidate) is None:
-                return candidate, f"{refused}; answering from generation {generation_id}"
-            file_pin.release()
-        return None, f"{refused}; no older generation verifies, so the {kind} index is unavailable"
-
-    def _verify(self, pin: IndexPin) -> str | None:
-        """Why ``pin``'s generation must not be read (None if its files match its manifest).
-        Hashes once per generation and file; later calls compare a stat signature."""
-        key = str(pin.directory)
-        problem: str | None
-        try:
-            signature = tuple((path, *_stat_key(pin.directory / path))
-                              for path in ("manifest.json", *(ref.path for ref in pin.manifest.segments)))
-        except OSError as exc:
-            signature, problem = (), f"unreadable: {exc}"
-        else:
-            with self._lock:
-                cached = self._verdicts.get(key)
-            if cached is not None and cached[0] == signature:
-                return cached[1]
-            try:
-                GenerationStore(self.root, pin.manifest.log_id, pin.kind, pin.line).verify(
-                    pin.manifest, digests=self._digests)
-                problem = None
-            except GenerationError as exc:
-                problem = f"fails verification: {exc}"
-            analyzer = pin.manifest.extra.get("analyzer") or "words/1"
-            if problem is None and pin.kind == "text" and analyzer != TEXT_ANALYZER:
-                # Query terms of another analyzer would silently miss (CJK); never read it.
-                problem = (f"was built with text analyzer {analyzer}, this planner searches with "
-                           f"{TEXT_ANALYZER}; rebuild it from the log: usl rebuild text")
-        if problem is not None:
-            log.error("%s generation %d of %s refused: %s", pin.kind, pin.generation_id,
-                      pin.manifest.log_id, problem)
-        with self._lock:
-            if len(self._verdicts) > 1000:
-                self._verdicts.clear()
-            self._verdicts[key] = (signature, problem)
-        return problem
+    # -- helpers of the steps ----------------------------------------------------------------
 
     def _open_cursor(self, req: SearchRequest, policy: str) -> dict[str, Any]:
         assert req.cursor is not None
@@ -667,11 +668,6 @@ class Planner:
             raise
         return payload
 
-    def _watermarks(self, log_id: str) -> dict[str, dict[str, Any]]:
-        table = (self.follower.snapshot() if self.follower is not None
-                 else read_watermarks(self.bootstrap, self.settings))
-        return {kind: value for (log, kind), value in table.items() if log == log_id}
-
     def _wait(self, req: SearchRequest, l1_seq: int,
               watermarks: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         """Poll until every required index reaches ``l1_seq`` or the wait deadline passes."""
@@ -688,9 +684,9 @@ class Planner:
                 self.follower.wait_for_change(min(remaining, 0.5))
             else:
                 time.sleep(min(remaining, 0.25))
-            watermarks = self._watermarks(req.log)
+            watermarks = self.watermarks(req.log)
 
-    def _run_tail(self, l1: L1Reader, req: SearchRequest, span: SeqRange,
+    def _run_tail(self, snapshot: Snapshot, req: SearchRequest, span: SeqRange,
                   structured: IndexPin | None, cut: int) -> TailResult:
         """Scan ``span`` of L1 (at most ``tail_cap`` events), continuing the newest cached
         snapshot of the same scan when there is one."""
@@ -699,10 +695,11 @@ class Planner:
                req.tool_results)
         scan = self._tail_scan()
         base = self._tails.best(key, span.to_seq) or TailSnapshot.start(span.from_seq)
-        snapshot = base
+        scanned = base
         room = self.tail_cap - base.events_read
         if base.through < span.to_seq and room > 0:
-            events = self._window.read(l1, req.log, base.through + 1, span.to_seq, limit=room + 1)
+            events = self._window.read(snapshot.l1, req.log, base.through + 1, span.to_seq,
+                                       limit=room + 1)
             to_seq = span.to_seq
             if len(events) > room:  # the cap: stop after the last event that fits
                 events = events[:room]
@@ -712,57 +709,13 @@ class Planner:
                 assert structured is not None
                 return self._readers.known_event_ids(structured, ids, cut)
 
-            snapshot = scan.extend(base, events, to_seq=to_seq,
-                                   known_event_ids=known if dedup else None,
-                                   session_acls=self._latest_acls(l1, req.log, structured, to_seq),
-                                   want_tool_results=req.tool_results)
-            self._tails.put(key, snapshot)
-        usl_tail_scan_events.observe(snapshot.events_read)
-        return scan.result(snapshot)
-
-    def _latest_acls(
-        self, l1: L1Reader, log_id: str, structured: IndexPin | None, l1_now: int,
-    ) -> dict[str, dict[str, Any]]:
-        """Each session's latest access list: the structured index's, brought up to ``l1_now``
-        by the L1 events above it as the stream admits them (:mod:`streams.ownership`), so a
-        revocation applies at once, an event without ``acl`` changes nothing and another
-        tenant's event for a session is ignored."""
-        acls = dict(self._readers.session_acls(structured)) if structured is not None else {}
-        start = structured.built_through_seq + 1 if structured is not None else 1
-        acls.update(self._acl_overlay(l1, log_id, start, l1_now, acls))
-        return acls
-
-    def _acl_overlay(self, l1: L1Reader, log_id: str, from_seq: int, to_seq: int,
-                     indexed: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
-        """sessionId → its access list after the L1 events of ``from_seq..to_seq`` (``indexed``:
-        the access lists below ``from_seq``), extended from the previous query's overlay of the
-        same start."""
-        key = (log_id, from_seq)
-        with self._lock:
-            cached = self._overlays.get(key)
-        through, owners = cached if cached is not None and cached[0] <= to_seq else (from_seq - 1, Owners())
-        if through >= to_seq:
-            return {session: current_acl(state) for session, state in owners.sessions.items()}
-        if to_seq - through > self.acl_scan_cap:
-            raise IndexUnavailable(
-                f"the structured index is {to_seq - from_seq + 1} seqs behind the log, too far "
-                "to apply access lists as of now",
-                hint="Wait until `usl status` shows the structured index caught up.",
-            )
-        owners = owners.copy()
-        owners.known = lambda session: (session_of_acl(indexed[session])
-                                        if isinstance(indexed.get(session), Mapping) else None)
-        for seq, raw in self._window.read(l1, log_id, through + 1, to_seq):
-            try:
-                event = validate_event(raw)
-            except USLError:
-                continue
-            owners.admit(event, seq)
-        with self._lock:
-            self._overlays[key] = (to_seq, owners)
-            while len(self._overlays) > 16:
-                self._overlays.pop(next(iter(self._overlays)))
-        return {session: current_acl(state) for session, state in owners.sessions.items()}
+            scanned = scan.extend(base, events, to_seq=to_seq,
+                                  known_event_ids=known if dedup else None,
+                                  session_acls=snapshot.access_lists(structured, to_seq),
+                                  want_tool_results=req.tool_results)
+            self._tails.put(key, scanned)
+        usl_tail_scan_events.observe(scanned.events_read)
+        return scan.result(scanned)
 
     def _trimmed(
         self, table: ChunkTable, text_pin: IndexPin | None, cut: int, sessions: set[str] | None,
@@ -898,25 +851,6 @@ class Planner:
 
     # -- shared resources --------------------------------------------------------------------
 
-    @contextmanager
-    def _l1(self) -> Iterator[L1Reader]:
-        """An L1 reader for this query (a KafkaConsumer serves one thread at a time)."""
-        with self._lock:
-            reader = self._idle_l1.pop() if self._idle_l1 else None
-            if reader is None and self._registry is None:
-                self._registry = LogRegistry(self.bootstrap, self.settings)
-        if reader is None:
-            reader = L1Reader(self.bootstrap, self.settings, registry=self._registry)
-        try:
-            yield reader
-        except BaseException:
-            # A failed read may leave the consumer mid-fetch: start the next query afresh.
-            with suppress(Exception):
-                reader.close()
-            raise
-        with self._lock:
-            self._idle_l1.append(reader)
-
     def _tail_scan(self) -> TailScan:
         with self._lock:
             if self._tail is None:
@@ -950,21 +884,6 @@ class Planner:
 # -- helpers -----------------------------------------------------------------------------------
 
 
-def _explain_vector_fallback(decision: SnapshotDecision, pin: IndexPin | None,
-                             problem: str | None) -> SnapshotDecision:
-    """Say why vector ranking was dropped, and still list the generation that was inspected."""
-    if problem is None or pin is None:
-        return decision
-    fallbacks = [f for f in decision.fallbacks if not f.startswith("vector")]
-    fallbacks.append(f"{problem}; ranking uses text only")
-    reasons = [f"vector: generation {pin.generation_id} not used: {problem}"
-               if r.startswith("vector: no generation yet") else r for r in decision.reasons]
-    watermarks = dict(decision.watermarks)
-    watermarks["vector"] = Watermark(pin.generation_id, pin.built_through_seq)
-    return replace(decision, fallbacks=tuple(fallbacks), reasons=tuple(reasons),
-                   watermarks=watermarks)
-
-
 def whole_query_phrase(query: str) -> str | None:
     """The query as one quoted phrase (its own quotes dropped), or None when it has fewer
     than two words: a single word is the text list itself."""
@@ -972,33 +891,6 @@ def whole_query_phrase(query: str) -> str | None:
     if not bare.strip() or len(clauses_of(f'"{bare}"').phrases) != 1:
         return None
     return f'"{bare.strip()}"'
-
-
-def _depth_end(lists: list[RankedList], window: int) -> dict[str, Any] | None:
-    """The explicit end of a result list that stops at the rank depth while a source had
-    more matches (None when the results simply ran out)."""
-    cut_short = sorted(ranked.source for ranked in lists if ranked.truncated)
-    if not cut_short:
-        return None
-    return {"reason": "rankDepth", "depth": window, "sources": cut_short,
-            "message": f"results end at rank depth {window}: {', '.join(cut_short)} had more "
-                       "matches; refine the query or add filters to reach them"}
-
-
-def _stat_key(path: Path) -> tuple[int, int, int]:
-    st = path.stat()
-    return (st.st_ino, st.st_size, st.st_mtime_ns)
-
-
-def _generation_json(pin: IndexPin) -> dict[str, Any]:
-    body: dict[str, Any] = {"generationId": pin.generation_id,
-                            "builtThroughSeq": pin.built_through_seq, "line": pin.line,
-                            "createdAt": pin.manifest.created_at}
-    if pin.manifest.extra.get("engine"):
-        body["engine"] = pin.manifest.extra["engine"]
-    if pin.manifest.embedding:
-        body["embedding"] = pin.manifest.embedding
-    return body
 
 
 def _as_watermark(value: Mapping[str, Any] | None) -> tuple[int, int] | None:

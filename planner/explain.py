@@ -13,10 +13,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from planner.readers import IndexPin
 from planner.rrf import DEFAULT_K, FusedHit, RankedList, encode_sort_key, sort_key, truncation
 from planner.snapshot import SnapshotDecision
 
-__all__ = ["Candidate", "build_explain", "result_row", "rfc3339"]
+__all__ = ["Candidate", "build_explain", "generation_json", "result_row", "rfc3339"]
 
 
 @dataclass
@@ -122,6 +123,19 @@ def build_explain(
         "hits": hits,
         **notes,
     }
+
+
+def generation_json(pin: IndexPin) -> dict[str, Any]:
+    """What explain says of one pinned generation: its id, coverage, line and creation time,
+    and the engine and embedding model that built it when the manifest names them."""
+    body: dict[str, Any] = {"generationId": pin.generation_id,
+                            "builtThroughSeq": pin.built_through_seq, "line": pin.line,
+                            "createdAt": pin.manifest.created_at}
+    if pin.manifest.extra.get("engine"):
+        body["engine"] = pin.manifest.extra["engine"]
+    if pin.manifest.embedding:
+        body["embedding"] = pin.manifest.embedding
+    return body
 
 
 def _components(hit: FusedHit, candidate: Candidate) -> dict[str, dict[str, Any]]:

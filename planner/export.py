@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from planner.acl import Principal, can_read
-from planner.exceptions import NotFound, PlannerError, QueryError
+from planner.exceptions import PlannerError, QueryError
 from streams.exceptions import USLError
 
 if TYPE_CHECKING:
@@ -151,36 +151,25 @@ def _turns(planner: Planner, principal: Principal, log_id: str, as_of: int | Non
 
 def _sessions(planner: Planner, principal: Principal, log_id: str, as_of: int | None,
               only: str | None = None) -> Export:
-    from planner.engine import QUERY_PIN_SECONDS
-    from planner.readers import pin_for_query
     from streams.asp import validate_event
     from streams.redaction import redact_event
 
-    # Planner internals on purpose, as SessionQL uses them: the same L1 readers, watermarks,
-    # pins and access lists as search, so an export shows exactly what search would.
-    with planner._l1() as l1:
-        l1_now = l1.committed_seq(log_id)
-        watermarks = planner._watermarks(log_id)
-        if l1_now == 0 and not watermarks and l1.registry.partition_of(log_id) is None:
-            raise NotFound(f"no log named {log_id!r}", hint="Ingest events into it first, or pick another log.")
+    # The planner's snapshot, as search and SessionQL use it: the same L1 readers, watermarks,
+    # pins and access lists, so an export shows exactly what search would.
+    with planner.snapshot(log_id) as snapshot:
+        l1_now = snapshot.l1_seq
         if as_of is not None and as_of > l1_now:
             raise QueryError(f"asOfSeq {as_of} is past the log's committed seq ({l1_now})",
                              hint=f"Use an asOfSeq of at most {l1_now}, or leave it out.")
         position = l1_now if as_of is None else as_of
-        pin = pin_for_query(planner.root, log_id, "structured", watermarks.get("structured"),
-                            ttl_seconds=QUERY_PIN_SECONDS, holder=planner._holder)
-        try:
-            acls = planner._latest_acls(l1, log_id, pin, l1_now)
-        finally:
-            if pin is not None:
-                pin.release()
+        acls = snapshot.access_lists(snapshot.pin("structured", verify=False))
     readable = {session for session, acl in acls.items()
                 if can_read(principal, acl) and (only is None or session == only)}
 
     def rows() -> Iterator[dict[str, Any]]:
         seen: set[str] = set()
         try:
-            with planner._l1() as reader:
+            with planner.l1_reader() as reader:
                 for _seq, raw in reader.read(log_id, 1, position):
                     try:
                         event = validate_event(raw)

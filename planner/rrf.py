@@ -39,6 +39,7 @@ __all__ = [
     "SortKey",
     "after",
     "decode_sort_key",
+    "depth_end",
     "encode_sort_key",
     "fuse",
     "sort_key",
@@ -193,3 +194,14 @@ def truncation(lists: Sequence[RankedList]) -> dict[str, dict[str, Any]]:
                         "truncated": ranked.truncated}
         for ranked in lists
     }
+
+
+def depth_end(lists: Sequence[RankedList], window: int) -> dict[str, Any] | None:
+    """The explicit end of a result list that stops at the rank depth while a source had
+    more matches (None when the results simply ran out)."""
+    cut_short = sorted(ranked.source for ranked in lists if ranked.truncated)
+    if not cut_short:
+        return None
+    return {"reason": "rankDepth", "depth": window, "sources": cut_short,
+            "message": f"results end at rank depth {window}: {', '.join(cut_short)} had more "
+                       "matches; refine the query or add filters to reach them"}

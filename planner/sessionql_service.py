@@ -3,9 +3,9 @@
 :func:`sessionql_request` checks the request, pins the generations the query reads (the
 analytics index for table queries, the structured index for lineage; the structured one also
 for each session's access list), fixes ``asOfSeq`` and answers with
-:func:`planner.sessionql.run_sessionql`. It drives a :class:`planner.engine.Planner` so both
-front ends share its L1 readers, watermark follower, pinning and access lists, exactly as
-:meth:`Planner.sql` does for the SQL attachment.
+:func:`planner.sessionql.run_sessionql`. It reads through :meth:`planner.engine.Planner.snapshot`,
+so SessionQL, search and SQL share the planner's L1 readers, watermark follower, pinning and
+access lists.
 
 ``asOfSeq``: by default the planner's ``indexed`` freshness over the one index the query reads
 (``min(committed L1 seq, its watermark)``); an explicit ``asOfSeq`` may not be above that, so
@@ -18,8 +18,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from planner.acl import Principal
-from planner.exceptions import IndexUnavailable, NotFound, PlannerError, QueryError
-from planner.readers import IndexPin, pin_for_query
+from planner.exceptions import IndexUnavailable, PlannerError, QueryError
 from planner.sessionql import parse, run_sessionql
 from planner.sessionql.nodes import LineageSource
 from planner.snapshot import Freshness, choose_as_of
@@ -43,34 +42,23 @@ def sessionql_request(planner: Planner, body: Any, principal: Principal) -> dict
     is a :class:`PlannerError` carrying its HTTP status (400 for a malformed query, with its
     line and column; 503 when the index the query reads has no generation yet).
     """
-    from planner.engine import QUERY_PIN_SECONDS
-
     text, log_id, as_of, max_rows = _fields(body)
     query = parse(text)  # a malformed query is refused before any index is touched
     kind = "structured" if isinstance(query.source, LineageSource) else "analytics"
-    pins: list[IndexPin] = []
     try:
-        # Planner internals on purpose: the same L1 reader pool, watermark source, pin holder
-        # and access-list overlay as search and SQL, so all three agree on what is visible.
-        with planner._l1() as l1:
-            l1_now = l1.committed_seq(log_id)
-            watermarks = planner._watermarks(log_id)
-            # As search does: an unknown log is a 404, not an index to wait for (503).
-            if l1_now == 0 and not watermarks and l1.registry.partition_of(log_id) is None:
-                raise NotFound(f"no log named {log_id!r}",
-                               hint="Ingest events into it first, or pick another log.")
+        # The planner's snapshot, as search and SQL use it: the same L1 reader pool, watermark
+        # source, pin holder and access lists, so all three agree on what is visible.
+        with planner.snapshot(log_id) as snapshot:
+            # Pinned as read, unverified (search and SQL verify); the structured index also
+            # for each session's access list.
             for pinned_kind in dict.fromkeys((kind, "structured")):
-                pin = pin_for_query(planner.root, log_id, pinned_kind, watermarks.get(pinned_kind),
-                                    ttl_seconds=QUERY_PIN_SECONDS, holder=planner._holder)
-                if pin is not None:
-                    pins.append(pin)
-            by_kind = {pin.kind: pin for pin in pins}
-            required = by_kind.get(kind)
+                snapshot.pin(pinned_kind, verify=False)
+            required = snapshot.pins.get(kind)
             if required is None:
                 raise IndexUnavailable(f"no generation of the {kind} index exists yet for log "
                                        f"{log_id!r}",
                                        hint=f"Wait until `usl status` shows the {kind} index.")
-            indexed = choose_as_of(Freshness("indexed"), l1_now, {kind: required.watermark},
+            indexed = choose_as_of(Freshness("indexed"), snapshot.l1_seq, {kind: required.watermark},
                                    (kind,)).as_of_seq
             if as_of is None:
                 as_of = indexed
@@ -79,9 +67,9 @@ def sessionql_request(planner: Planner, body: Any, principal: Principal) -> dict
                                  f"({indexed})",
                                  hint=f"Use an asOfSeq of at most {indexed}, or leave it out "
                                       "for the freshest indexed answer.")
-            structured = by_kind.get("structured")
-            acls = planner._latest_acls(l1, log_id, structured, l1_now)
-            analytics = by_kind.get("analytics")
+            structured = snapshot.pins.get("structured")
+            acls = snapshot.access_lists(structured)
+            analytics = snapshot.pins.get("analytics")
             response = run_sessionql(
                 text, as_of_seq=as_of, principal=principal, session_acls=acls,
                 analytics_gen_dir=analytics.directory if analytics is not None else None,
@@ -93,9 +81,6 @@ def sessionql_request(planner: Planner, body: Any, principal: Principal) -> dict
         # A broker or index failure: say what failed, never how (no traceback).
         raise PlannerError(f"the SessionQL query failed: {exc}",
                            hint="Check `usl status`; retry once the failing part is back.") from exc
-    finally:
-        for pin in pins:
-            pin.release()
     return {**response, "log": log_id}
 
 

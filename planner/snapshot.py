@@ -50,7 +50,10 @@ __all__ = [
     "parse_freshness",
     "record_tail_scan",
     "wait_satisfied",
+    "with_rebuilt_lines",
+    "with_refusals",
     "with_uncovered",
+    "with_vector_fallback",
 ]
 
 MODES = ("indexed", "latest", "wait")
@@ -293,6 +296,41 @@ def record_tail_scan(
         f"tail scan stopped after seq {max(scanned_through, tail.from_seq - 1)} "
         f"({stop_reason}); seqs {rest.from_seq}..{rest.to_seq} are not covered",
     )
+
+
+def with_vector_fallback(decision: SnapshotDecision, generation: Watermark | tuple[int, int],
+                         problem: str | None) -> SnapshotDecision:
+    """Say why vector ranking was dropped (``problem``; None: it was not) and still list the
+    generation (``generationId``, ``builtThroughSeq``) that was inspected."""
+    if problem is None:
+        return decision
+    generation_id, built_through = generation
+    fallbacks = [f for f in decision.fallbacks if not f.startswith("vector")]
+    fallbacks.append(f"{problem}; ranking uses text only")
+    reasons = [f"vector: generation {generation_id} not used: {problem}"
+               if r.startswith("vector: no generation yet") else r for r in decision.reasons]
+    watermarks = dict(decision.watermarks)
+    watermarks["vector"] = Watermark(generation_id, built_through)
+    return replace(decision, fallbacks=tuple(fallbacks), reasons=tuple(reasons),
+                   watermarks=watermarks)
+
+
+def with_rebuilt_lines(decision: SnapshotDecision, from_seqs: Mapping[str, int]) -> SnapshotDecision:
+    """Disclose that a required index rebuilt with ``--from-seq N`` (kind → N) holds nothing
+    below N: never imply it does."""
+    for kind, starts in sorted(from_seqs.items()):
+        if starts > 1 and kind in decision.required:
+            decision = with_uncovered(decision, [SeqRange(1, min(starts - 1, decision.as_of_seq))],
+                                      f"the {kind} index was rebuilt from seq {starts} and holds "
+                                      f"nothing below it")
+    return decision
+
+
+def with_refusals(decision: SnapshotDecision, problems: Mapping[str, str]) -> SnapshotDecision:
+    """Disclose each generation refused on the way (kind → why) as a fallback and a reason."""
+    refused = [f"{kind}: {problem}" for kind, problem in sorted(problems.items())]
+    return replace(decision, fallbacks=(*decision.fallbacks, *refused),
+                   reasons=(*decision.reasons, *refused))
 
 
 class _Plan(NamedTuple):

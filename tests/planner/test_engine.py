@@ -384,7 +384,7 @@ def wait_for_watermark(planner: Planner, kind: str, generation_id: int) -> None:
 
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        mark = planner._watermarks("live").get(kind)
+        mark = planner.watermarks("live").get(kind)
         if mark and mark["generationId"] >= generation_id:
             return
         time.sleep(0.05)
@@ -660,7 +660,7 @@ def paging(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> It
     planner = Planner(settings, kafka_bootstrap, follower=follower)
     wait_for = builder.commit()["text"].generation_id
     deadline = __import__("time").monotonic() + 10
-    while planner._watermarks("paging").get("text", {}).get("generationId", 0) < wait_for:
+    while planner.watermarks("paging").get("text", {}).get("generationId", 0) < wait_for:
         assert __import__("time").monotonic() < deadline
     yield builder, planner
     planner.close()

@@ -238,10 +238,10 @@ def test_the_planners_access_lists_ignore_foreign_and_acl_less_events(tmp_path: 
 
     planner = Planner(make_test_settings(tmp_path, "unused:9092"), "unused:9092")
     # The structured index knows s1 (ALICE) through seq 2; the overlay reads seqs 3..7.
-    overlay = planner._acl_overlay(_Reader(_takeover_log()), "default", 3, 7,  # type: ignore[arg-type]
-                                   {"s1": ALICE})
+    overlay = planner.access.overlay(_Reader(_takeover_log()), "default", 3, 7,  # type: ignore[arg-type]
+                                     {"s1": ALICE})
     assert overlay["s1"] == ALICE
     # A session created in the range without acl defaults; one created with an acl keeps it.
     log = [(8, event(8, session="s5")), (9, event(9, session="s6", acl=BOB)), (10, event(10, session="s5", acl=EVIL))]
-    later = planner._acl_overlay(_Reader(log), "default", 8, 10, {})  # type: ignore[arg-type]
+    later = planner.access.overlay(_Reader(log), "default", 8, 10, {})  # type: ignore[arg-type]
     assert later == {"s5": DEFAULT_ACL, "s6": BOB}

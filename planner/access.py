@@ -1,0 +1,82 @@
+"""Each session's latest access list, as of the log's committed seq *now*.
+
+The structured index holds every session's access list as of its watermark; the L1 events above
+it are read and admitted as the stream admits them (:mod:`streams.ownership`), so a revocation
+applies at once (also to open cursors), an event without ``acl`` changes nothing and another
+tenant's event for a session is ignored. The overlay of one start seq is cached and extended by
+the next query instead of read again.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from planner.exceptions import IndexUnavailable
+from planner.l1window import L1Window
+from planner.readers import IndexPin, ReaderCache
+from streams.asp import validate_event
+from streams.exceptions import USLError
+from streams.l1 import L1Reader
+from streams.ownership import Owners, current_acl, session_of_acl
+
+__all__ = ["ACL_SCAN_CAP", "AccessLists"]
+
+ACL_SCAN_CAP = 200_000
+"""Most L1 events read to bring access lists up to date; beyond it the query is refused (503)
+rather than answered with access lists that may miss a revocation."""
+_OVERLAYS = 16
+
+
+class AccessLists:
+    """Latest access lists per log (thread-safe); ``scan_cap`` bounds the L1 events one
+    query reads for them."""
+
+    def __init__(self, readers: ReaderCache, window: L1Window, *, scan_cap: int = ACL_SCAN_CAP) -> None:
+        self.scan_cap = scan_cap
+        self._readers = readers
+        self._window = window
+        self._lock = threading.Lock()
+        self._overlays: dict[tuple[str, int], tuple[int, Owners]] = {}
+
+    def latest(self, l1: L1Reader, log_id: str, structured: IndexPin | None,
+               through_seq: int) -> dict[str, dict[str, Any]]:
+        """sessionId → its access list: the structured index's (``structured``, or none),
+        brought up to ``through_seq`` by the L1 events above its watermark."""
+        acls = dict(self._readers.session_acls(structured)) if structured is not None else {}
+        start = structured.built_through_seq + 1 if structured is not None else 1
+        acls.update(self.overlay(l1, log_id, start, through_seq, acls))
+        return acls
+
+    def overlay(self, l1: L1Reader, log_id: str, from_seq: int, to_seq: int,
+                indexed: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+        """sessionId → its access list after the L1 events of ``from_seq..to_seq`` (``indexed``:
+        the access lists below ``from_seq``), extended from the previous query's overlay of the
+        same start."""
+        key = (log_id, from_seq)
+        with self._lock:
+            cached = self._overlays.get(key)
+        through, owners = cached if cached is not None and cached[0] <= to_seq else (from_seq - 1, Owners())
+        if through >= to_seq:
+            return {session: current_acl(state) for session, state in owners.sessions.items()}
+        if to_seq - through > self.scan_cap:
+            raise IndexUnavailable(
+                f"the structured index is {to_seq - from_seq + 1} seqs behind the log, too far "
+                "to apply access lists as of now",
+                hint="Wait until `usl status` shows the structured index caught up.",
+            )
+        owners = owners.copy()
+        owners.known = lambda session: (session_of_acl(indexed[session])
+                                        if isinstance(indexed.get(session), Mapping) else None)
+        for seq, raw in self._window.read(l1, log_id, through + 1, to_seq):
+            try:
+                event = validate_event(raw)
+            except USLError:
+                continue
+            owners.admit(event, seq)
+        with self._lock:
+            self._overlays[key] = (to_seq, owners)
+            while len(self._overlays) > _OVERLAYS:
+                self._overlays.pop(next(iter(self._overlays)))
+        return {session: current_acl(state) for session, state in owners.sessions.items()}
