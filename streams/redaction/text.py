@@ -1,7 +1,9 @@
-"""Redacting one text: run the triggered rules until nothing changes."""
+"""Redacting one text: rejoin wrapped lines, then run the triggered rules until nothing changes."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from functools import lru_cache
 
 from streams.exceptions import RedactionError
@@ -9,13 +11,28 @@ from streams.redaction.base import MARKER_PREFIX, USER_MARKER, Rule, Scan
 from streams.redaction.policy import DEFAULT_POLICY, RedactionPolicy
 from streams.redaction.rules import build_rules
 
-__all__ = ["clip", "redact_text", "redact_text_plain"]
+__all__ = ["WRAPPED_BREAK", "WRAPPED_HEAD", "clip", "redact_text", "redact_text_plain", "rejoin_fingerprint"]
 
 _MAX_PASSES = 8  # converges in 1-2 passes on real text; a bound keeps odd input cheap
 _SHORTEST_FINDING = 6  # a@b.io; nothing any rule replaces is shorter
 _SHORT_TEXT = 512
 # Texts up to this long are remembered (an LRU of 8192: at most some 2 MB).
 _REMEMBERED_CHARS = 256
+
+WRAPPED_BREAK = re.compile(r"\n(?=[a-z_.+/=~%@:|-]{0,5}[A-Z0-9])(?=[A-Za-z0-9+/=_.~%@:|-]{6})", re.ASCII)
+"""A line break that may cut a secret in two, seen from the line after it: that line starts
+with six or more token characters, a digit or a capital among the first six (the break is a
+literal the regex engine skips to). :data:`WRAPPED_HEAD` looks at the line before."""
+WRAPPED_HEAD = re.compile(r"[=:/](?=[^\s\"'`<>=:/]{6,200}\Z)", re.ASCII)
+"""What the line before such a break must end in (searched up to the break): a value of six or
+more characters without a space after its ``=``, ``:`` or ``/``; a digit or a capital must be
+among them."""
+_DIGIT_OR_CAPITAL = re.compile(r"[A-Z0-9]", re.ASCII)
+_NEXT_NAME = re.compile(r"(?:[A-Z_][A-Z0-9_]*|[a-z_][a-z0-9_.-]*)=|[A-Za-z_][A-Za-z0-9_.-]*:[ \t]", re.ASCII)
+"""A line that starts with a name and ``=`` or ``: `` (the next line of an env file or YAML)
+continues no secret."""
+_HEAD_CHARS = re.compile(r"[^\s\"'`<>=:/]{6}", re.ASCII)  # cheap first test: the last six characters
+_JOIN_WINDOW = 512  # characters of each line around a break that are redacted joined
 
 
 def redact_text(text: str, policy: RedactionPolicy | None = None) -> tuple[str, dict[str, int]]:
@@ -47,6 +64,8 @@ def redact_text_plain(text: str, policy: RedactionPolicy | None = None) -> tuple
     if len(text) < _SHORTEST_FINDING:
         return text, {}
     hits: dict[str, int] = {}
+    if "\n" in text:
+        text = _rejoin(text, hits, lambda joined: redact_text_plain(joined, policy))
     rules = build_rules(policy or DEFAULT_POLICY)
     for _ in range(_MAX_PASSES):
         text, again = _one_pass(text, rules, hits, plain=True)
@@ -57,11 +76,73 @@ def redact_text_plain(text: str, policy: RedactionPolicy | None = None) -> tuple
 
 def _redact(text: str, rules: tuple[Rule, ...]) -> tuple[str, dict[str, int]]:
     hits: dict[str, int] = {}
+    if "\n" in text:
+        text = _rejoin(text, hits, lambda joined: _redact(joined, rules))
     for _ in range(_MAX_PASSES):
         text, again = _one_pass(text, rules, hits)
         if not again:
             break
     return text, hits
+
+
+def rejoin_fingerprint() -> list[str]:
+    """What decides which line breaks :func:`_rejoin` tries, for the policy hash."""
+    return [WRAPPED_BREAK.pattern, WRAPPED_HEAD.pattern, _NEXT_NAME.pattern, _HEAD_CHARS.pattern,
+            _DIGIT_OR_CAPITAL.pattern, str(_JOIN_WINDOW)]
+
+
+def _rejoin(text: str, hits: dict[str, int], redact: Callable[[str], tuple[str, dict[str, int]]]) -> str:
+    """``text`` with each secret a line break cut in two (a terminal or an editor wrapped a long
+    line) replaced whole.
+
+    At each :data:`WRAPPED_BREAK` after a :data:`WRAPPED_HEAD`, the two lines (up to :data:`_JOIN_WINDOW` characters of each
+    on either side) are redacted joined into one. When a replacement crosses the place of the
+    break, the joined redaction stands for both lines: what the joined lines kept after the
+    replacement follows on a new line, so the text keeps its line break (``postgres://app:``
+    ``[REDACTED:url-password]`` then ``@db:5432`` on the next line). Other breaks change nothing;
+    on text without such a break this costs one regex search.
+    """
+    pieces: list[str] = []
+    done = 0
+    for match in WRAPPED_BREAK.finditer(text):
+        resume = match.end()
+        cut = resume - 2 if text[resume - 2: resume - 1] == "\r" else resume - 1
+        if cut < done:
+            continue  # inside the lines a break before it already joined
+        if cut < 7 or _HEAD_CHARS.match(text, cut - 6, cut) is None or _NEXT_NAME.match(text, resume) is not None:
+            continue
+        head = WRAPPED_HEAD.search(text, max(0, cut - 201, done), cut)
+        if head is None or _DIGIT_OR_CAPITAL.search(text, head.end(), cut) is None:
+            continue
+        line_start = max(text.rfind("\n", 0, cut) + 1, cut - _JOIN_WINDOW, done)
+        line_end = text.find("\n", resume)
+        if line_end == -1:
+            line_end = len(text)
+        elif text[line_end - 1] == "\r":
+            line_end -= 1
+        line_end = min(line_end, resume + _JOIN_WINDOW)
+        before, after = text[line_start:cut], text[resume:line_end]
+        joined = before + after
+        redacted, found = redact(joined)
+        same_start = 0
+        limit = min(len(joined), len(redacted))
+        while same_start < limit and joined[same_start] == redacted[same_start]:
+            same_start += 1
+        same_end = 0
+        while same_end < limit - same_start and joined[-1 - same_end] == redacted[-1 - same_end]:
+            same_end += 1
+        if not (same_start < len(before) < len(joined) - same_end):
+            continue  # nothing crosses the break: each line is redacted on its own
+        kept = redacted[: len(redacted) - same_end]
+        rest = joined[len(joined) - same_end:]
+        pieces += (text[done:line_start], kept + (text[cut:resume] + rest if rest else ""))
+        done = line_end
+        for rule, count in found.items():
+            hits[rule] = hits.get(rule, 0) + count
+    if not pieces:
+        return text
+    pieces.append(text[done:])
+    return "".join(pieces)
 
 
 @lru_cache(maxsize=8192)

@@ -59,7 +59,7 @@ def test_exported_members() -> None:
         "DEFAULT_POLICY", "POLICY_VERSION", "RedactedEvent", "RedactionPolicy", "policy_hash",
         "redact_event", "redact_text", "rule_names",
     }
-    assert POLICY_VERSION == "2.0"
+    assert POLICY_VERSION == "2.1"
 
 
 # ---------------------------------------------------------------- labelled corpus
@@ -128,19 +128,21 @@ def test_battery_recall_is_at_least_99_percent_in_every_context() -> None:
     total = sum(found for found, _ in by_context.values()) / sum(n for _, n in by_context.values())
     print(f"\nbattery: {len(battery.formats())} formats, {len(battery_results())} cases, recall {total:.2%}; "
           + ", ".join(f"{context} {found / n:.1%}" for context, (found, n) in by_context.items()))
-    # >= 99 % everywhere but in wrapped secrets, whose first line is too short for its format
-    # (a webhook cut after 8 characters of its token) in 12 % of cases: see docs/redaction.md.
-    assert total >= 0.985, missed
+    # As measured (policy 2.1): 99.95 % overall, 100 % wrapped (lines rejoined since 2.1, when
+    # the break cuts a secret before its format is recognisable), >= 99.8 % everywhere else
+    # (489/490 in a markdown table and in prose: an Artifactory "AP..." password).
+    assert total >= 0.999, missed
     for context, (found, n) in by_context.items():
-        assert found / n >= (0.85 if context == "wrapped" else 0.99), (context, [m for m in missed if m[1] == context])
+        assert found / n >= 0.997, (context, [m for m in missed if m[1] == context])
 
 
 @pytest.mark.parametrize("source", ["gitleaks", "detect-secrets", "usl"])
 def test_battery_recall_per_source(source: str) -> None:
     cases = [(case, survivors) for case, survivors, _ in battery_results() if case.source == source]
     found = sum(not survivors for _, survivors in cases)
-    # usl formats are mostly URLs and credential files, the hardest to catch wrapped.
-    floor = {"gitleaks": 0.99, "detect-secrets": 0.97, "usl": 0.93}[source]
+    # As measured (policy 2.1): gitleaks and usl 100 %, detect-secrets 99.1 % (Artifactory "AP..."
+    # passwords in a markdown table and in prose).
+    floor = {"gitleaks": 1.0, "detect-secrets": 0.99, "usl": 1.0}[source]
     assert found / len(cases) >= floor, [(c.format_id, c.context) for c, s in cases if s][:20]
 
 
@@ -262,6 +264,37 @@ def test_corpus_redaction_is_idempotent() -> None:
         twice, hits = redact_text(once)
         assert twice == once, row["id"]
         assert hits == {}, row["id"]
+
+
+# ---------------------------------------------------------------- policy 2.1: wrapped lines
+
+@pytest.mark.parametrize(("text", "expected"), [
+    # the break cuts the password: the host stays, on its own line
+    ("export DATABASE_URL=postgres://app_user:LrAiCsgC6E\nj06TrcOkVT@db.internal:5432/app\nOK",
+     "export DATABASE_URL=postgres://app_user:[REDACTED:url-password]\n@db.internal:5432/app\nOK"),
+    # the first line is too short for the token's format (a prefix and 10 characters)
+    ("export AWS_ACCESS_KEY_ID=AKIAJALVMP\nF5VTA7CZA4\nOK", "export AWS_ACCESS_KEY_ID=[REDACTED:aws-access-key-id]\nOK"),
+    ("export DOPPLER_TOKEN=dp.pt.sh4f763y5jPkM9RHW7\r\nd118c9zRibHfJgwu4ejiQzhKD\r\nOK",
+     "export DOPPLER_TOKEN=[REDACTED:doppler-api-token]\r\nOK"),
+    ("curl https://hooks.slack.com/services/T7YJIA\n7IQ/BPI1Q7ODNAF/CoJpKwr2n4mGwk0N3KSpdRkB -d @msg.json",
+     "curl https://[REDACTED:slack-webhook]\n -d @msg.json"),
+])
+def test_a_secret_wrapped_across_lines_is_removed_whole(text: str, expected: str) -> None:
+    assert redact_text(text)[0] == expected
+    assert redact_text(expected)[0] == expected
+
+
+@pytest.mark.parametrize("text", [
+    # the next line of an env file or YAML continues no value
+    "SECRET_KEY_ID=wJalrXUtnFEMI7MDENGbPx\nAWS_REGION=eu-west-1",
+    "image: ghcr.io/acme/api:2026.01.3\nreplicas: 3",
+    # a log line after a value, a path after a path, a version after a version
+    "done request_id=4f3a9c2e1b7d\n2026-01-12T10:00:00.000Z INFO next",
+    "-rw-r--r-- 1 dev dev 120 /home/[USER]/src/Chunker2.py\nREADME.md LICENSE",
+    "numpy==1.26.4\nPandas2==2.2.1",
+])
+def test_lines_that_only_look_wrapped_are_kept(text: str) -> None:
+    assert redact_text(text) == (text, {})
 
 
 # ---------------------------------------------------------------- seeded secrets
