@@ -243,7 +243,7 @@ class Client:
                 if attempt == 1 and not fresh and not isinstance(exc, socket.timeout):
                     continue
                 raise Unreachable(f"no answer from the planner API at {self.base_url}: {exc}") from None
-            if response.getheader("Connection", "").lower() == "close":
+            if response.will_close:  # `Connection: close`, or an HTTP/1.0 server's answer
                 self.close()
             return response.status, {k.lower(): v for k, v in response.getheaders()}, data
         raise AssertionError("unreachable")

@@ -20,6 +20,10 @@ subcommand reads its defaults from the environment (see ``usl --help`` and
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Sequence
+from types import ModuleType
+
 import typer
 
 from deploy.cli import apikey, export, ingest, query, sessionql, sinks, stack, topics, worker
@@ -27,25 +31,50 @@ from deploy.cli._common import err, escape
 from deploy.cli.typer_compat import install as _coerce_without_pydantic
 from streams.exceptions import USLError
 
-__all__ = ["app", "main"]
+__all__ = ["GROUPS", "app", "build_app", "main"]
 
 _coerce_without_pydantic()  # about 0.2 s less per command (deploy/cli/typer_compat.py)
 
-app = typer.Typer(
-    name="usl",
-    help="USL Search: explainable, rebuildable search over a Kafka log of AI-agent sessions.",
-    no_args_is_help=True,
-    add_completion=True,
-    pretty_exceptions_enable=False,
-)
-for _group in (topics, ingest, stack, worker, sinks, apikey, export, query, sessionql):
-    _group.register(app)
+GROUPS: tuple[ModuleType, ...] = (topics, ingest, stack, worker, sinks, apikey, export, query, sessionql)
+
+
+def _usl() -> None:
+    # A callback keeps `usl COMMAND ...` a group of commands even when one group registered a
+    # single command (typer runs a lone command as the whole program otherwise).
+    pass
+
+
+def build_app(groups: Sequence[ModuleType] = GROUPS) -> typer.Typer:
+    """The ``usl`` app with the commands of ``groups`` (modules of this package)."""
+    built = typer.Typer(
+        name="usl",
+        help="USL Search: explainable, rebuildable search over a Kafka log of AI-agent sessions.",
+        no_args_is_help=True,
+        add_completion=True,
+        pretty_exceptions_enable=False,
+    )
+    built.callback()(_usl)
+    for group in groups:
+        group.register(built)
+    return built
+
+
+app = build_app()
+
+
+def app_for(args: Sequence[str]) -> typer.Typer:
+    """The app to run ``usl ARGS`` with: only the group that owns the command ``args`` name
+    first, when one does (typer builds every registered command's parameters on each run, a
+    sixth of a quick ``usl search``), else the whole app (help, completion, a misspelled
+    command's message)."""
+    owner = [group for group in GROUPS if args and args[0] in group.COMMANDS]
+    return build_app(owner) if len(owner) == 1 else app
 
 
 def main() -> None:
     """Console entry point: USL errors become one clear line and exit code 2, never a traceback."""
     try:
-        app()
+        app_for(sys.argv[1:2])()
     except USLError as exc:
         err().print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)  # one line, even when long
         raise SystemExit(2) from None

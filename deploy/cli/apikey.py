@@ -11,7 +11,9 @@ import typer
 
 from deploy.cli._common import err, escape, load_settings, out, print_json
 
-__all__ = ["create", "list_keys", "register", "revoke"]
+__all__ = ["COMMANDS", "create", "list_keys", "register", "revoke"]
+
+COMMANDS = ("apikey",)  # the names register() adds
 
 
 def register(app: typer.Typer) -> None:

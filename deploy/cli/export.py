@@ -26,7 +26,9 @@ from deploy.cli._common import (
 )
 from streams.exceptions import USLError
 
-__all__ = ["export_command", "register"]
+__all__ = ["COMMANDS", "export_command", "register"]
+
+COMMANDS = ("export",)  # the names register() adds
 
 
 def register(app: typer.Typer) -> None:

@@ -19,7 +19,9 @@ from streams.settings import Settings
 if TYPE_CHECKING:
     from rich.console import Console
 
-__all__ = ["dead_letter_reason", "follow_paths", "ingest", "ingest_once", "register"]
+__all__ = ["COMMANDS", "dead_letter_reason", "follow_paths", "ingest", "ingest_once", "register"]
+
+COMMANDS = ("ingest",)  # the names register() adds
 
 
 def register(app: typer.Typer) -> None:

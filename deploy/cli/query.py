@@ -19,7 +19,9 @@ from deploy.cli._common import LOG_OPTION, PRINCIPAL_OPTION, escape, out, print_
 if TYPE_CHECKING:
     from rich.text import Text
 
-__all__ = ["freshness_line", "register", "render_response", "search", "sql"]
+__all__ = ["COMMANDS", "freshness_line", "register", "render_response", "search", "sql"]
+
+COMMANDS = ("search", "sql")  # the names register() adds
 
 _SNIPPET_CHARS = 480
 _EVIDENCE_STYLES = ("bold yellow", "bold cyan")

@@ -15,7 +15,9 @@ import typer
 from deploy.cli._api import call_planner
 from deploy.cli._common import LOG_OPTION, PRINCIPAL_OPTION, print_json, render_rows
 
-__all__ = ["register", "sessionql"]
+__all__ = ["COMMANDS", "register", "sessionql"]
+
+COMMANDS = ("sessionql",)  # the names register() adds
 
 
 def register(app: typer.Typer) -> None:

@@ -13,7 +13,9 @@ import typer
 from deploy.cli._common import LOG_OPTION, bootstrap_servers, err, load_settings, out, print_json
 from streams.exceptions import USLError
 
-__all__ = ["rebuild", "register", "sink"]
+__all__ = ["COMMANDS", "rebuild", "register", "sink"]
+
+COMMANDS = ("sink", "rebuild")  # the names register() adds
 
 
 def register(app: typer.Typer) -> None:

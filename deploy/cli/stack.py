@@ -17,7 +17,9 @@ from deploy.cli._api import through_api
 from deploy.cli._common import bootstrap_servers, err, load_settings, out, print_json
 from streams.exceptions import USLError
 
-__all__ = ["down", "register", "serve", "status", "up"]
+__all__ = ["COMMANDS", "down", "register", "serve", "status", "up"]
+
+COMMANDS = ("status", "down", "up", "serve")  # the names register() adds
 
 
 def register(app: typer.Typer) -> None:

@@ -6,7 +6,9 @@ import typer
 
 from deploy.cli._common import bootstrap_servers, load_settings, out, print_json
 
-__all__ = ["create", "register"]
+__all__ = ["COMMANDS", "create", "register"]
+
+COMMANDS = ("topics",)  # the names register() adds
 
 
 def register(app: typer.Typer) -> None:

@@ -8,7 +8,9 @@ import typer
 
 from deploy.cli._common import bootstrap_servers, load_settings
 
-__all__ = ["register", "worker"]
+__all__ = ["COMMANDS", "register", "worker"]
+
+COMMANDS = ("worker",)  # the names register() adds
 
 
 def register(app: typer.Typer) -> None:

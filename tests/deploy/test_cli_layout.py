@@ -1,0 +1,117 @@
+"""The command line's room (``deploy/cli``): each group adds exactly the commands it names, the
+app a command runs with holds only its group, and ``usl search --json`` through the API loads
+none of the heavy libraries."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+
+from deploy.cli import GROUPS, app, app_for, build_app
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def command_names(built: typer.Typer) -> set[str]:
+    group = typer.main.get_command(built)
+    return set(group.commands)  # type: ignore[attr-defined]
+
+
+def test_each_group_registers_exactly_the_commands_it_names() -> None:
+    seen: set[str] = set()
+    for group in GROUPS:
+        assert command_names(build_app([group])) == set(group.COMMANDS), group.__name__
+        assert not seen & set(group.COMMANDS), f"{group.__name__} repeats a command of another group"
+        seen |= set(group.COMMANDS)
+    assert command_names(app) == seen
+
+
+@pytest.mark.parametrize("group", GROUPS, ids=lambda group: group.__name__.rpartition(".")[2])
+def test_a_command_runs_with_its_group_only(group: Any) -> None:
+    for name in group.COMMANDS:
+        assert command_names(app_for([name])) == set(group.COMMANDS)
+
+
+@pytest.mark.parametrize("args", [[], ["--help"], ["--install-completion"], ["sarch"], ["search-x"]])
+def test_anything_else_runs_with_the_whole_app(args: list[str]) -> None:
+    assert app_for(args) is app
+
+
+class _FakeAPI(BaseHTTPRequestHandler):
+    """Just enough of the planner API for ``usl search --json``: ready, and one empty page.
+    It answers in HTTP/1.0 and closes each connection, as a plain proxy might: the client
+    opens a new one for the search after the health check."""
+
+    answer = {"asOfSeq": 7, "freshness": {"mode": "indexed", "label": "indexed", "l1CommittedSeq": 7,
+                                          "watermarks": {}, "tailScan": None, "uncovered": []},
+              "results": [], "cursor": None}
+
+    def _reply(self, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        self._reply({"status": "ok", "ready": True})
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self._reply(self.answer)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def fake_api() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _FakeAPI)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+_RUN_AND_LIST_MODULES = """
+import json, sys
+sys.argv = ["usl", "search", "refund", "--json"]
+from deploy.cli import main
+try:
+    main()
+except SystemExit as exc:
+    code = exc.code
+else:
+    code = 0
+sys.stderr.write("\\nMODULES " + json.dumps({"code": code, "modules": sorted(sys.modules)}) + "\\n")
+"""
+
+HEAVY = ("faust", "aiokafka", "kafka", "pyarrow", "tantivy", "faiss", "numpy", "duckdb", "rich",
+         "pydantic", "httpx", "uvicorn", "starlette", "planner.engine", "sinks", "wordllama")
+
+
+def test_search_through_the_api_loads_no_heavy_library(fake_api: str, tmp_path: Path) -> None:
+    env = {"PATH": "/usr/bin:/bin", "USL_API_URL": fake_api, "USL_HOME": str(tmp_path),
+           "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1"}
+    done = subprocess.run([sys.executable, "-c", _RUN_AND_LIST_MODULES], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    report = json.loads(done.stderr.rpartition("MODULES ")[2])
+    assert report["code"] == 0, done.stderr
+    assert json.loads(done.stdout) == _FakeAPI.answer  # the API's answer, as it came
+    loaded = {name for name in report["modules"]
+              if any(name == heavy or name.startswith(heavy + ".") for heavy in HEAVY)}
+    assert not loaded, f"usl search --json through the API imported {sorted(loaded)}"
+    assert "planner.client" in report["modules"]  # it did go through the API client
