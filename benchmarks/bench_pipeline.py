@@ -44,11 +44,10 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from kafka import KafkaConsumer, TopicPartition
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks.workload when run as a script
 
-from benchmarks.measure import Tail
+from benchmarks.measure import Tail, raw_read
 from benchmarks.workload import WorkloadConfig, generate
 from deploy.testing import Stack
 from streams.chunking import Chunker, ChunkerConfig, chunk_stream, default_tokenizer, make_ticks
@@ -227,25 +226,10 @@ def ingest_vs_producer(bootstrap: str, events: list[dict[str, Any]], root: Path,
 
 def raw_read_rate(settings: Settings, expected: int) -> float:
     """events/s of a plain kafka-python read of the L1 topic, start to end (best of two)."""
-    topic = Topics.from_settings(settings).l1
-    best = 0.0
-    for _ in range(2):
-        consumer = KafkaConsumer(bootstrap_servers=settings.bootstrap_servers, enable_auto_commit=False,
-                                 isolation_level="read_committed", client_id="usl-bench-raw")
-        tps = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or [])]
-        consumer.assign(tps)
-        ends = consumer.end_offsets(tps)
-        started = time.perf_counter()
-        consumer.seek_to_beginning(*tps)
-        count = 0
-        while any(consumer.position(tp) < ends[tp] for tp in tps):
-            for records in consumer.poll(timeout_ms=500, max_records=5000).values():
-                count += len(records)
-        elapsed = time.perf_counter() - started
-        consumer.close()
-        assert count >= expected
-        best = max(best, count / elapsed)
-    return best
+    best = raw_read(settings)
+    if best.get("events", 0) < expected:
+        raise RuntimeError(f"the raw read saw {best.get('events', 0)} of {expected} events")
+    return best["eventsPerSecond"]
 
 
 def pure_rates(settings: Settings, events: list[dict[str, Any]], first_seq: int) -> dict[str, Any]:
