@@ -112,9 +112,12 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def wait_for_api(api: str, stack: Stack, *, name: str = "api", timeout: float = 180.0) -> None:
-    """Block until the planner API at ``api`` (started as ``name`` in ``stack``) is ready;
-    AssertionError with its log when the process dies or ``timeout`` passes."""
+def wait_for_api(api: str, server: Stack | subprocess.Popen[bytes], *, name: str = "api",
+                 timeout: float = 180.0) -> None:
+    """Block until the planner API at ``api`` is ready. ``server`` is its process, or the Stack
+    that started it as ``name``; AssertionError (with the Stack's log of it) when the process
+    dies or ``timeout`` passes."""
+    proc = server.procs[name] if isinstance(server, Stack) else server
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -123,8 +126,9 @@ def wait_for_api(api: str, stack: Stack, *, name: str = "api", timeout: float = 
                     return
         except OSError:
             pass
-        if stack.procs[name].poll() is not None:
-            raise AssertionError(stack.log_text(name)[-4000:])
+        if proc.poll() is not None:
+            raise AssertionError(server.log_text(name)[-4000:] if isinstance(server, Stack)
+                                 else f"the planner API exited with {proc.returncode}")
         if time.monotonic() >= deadline:
             raise AssertionError("the planner API did not become ready")
         time.sleep(0.5)

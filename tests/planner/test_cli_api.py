@@ -12,14 +12,12 @@ import json
 import re
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from deploy.testing import free_port, settings_env
+from deploy.testing import free_port, settings_env, wait_for_api
 from planner.auth import create_key, keys_path
 from planner.client import APIError, Client, Unreachable
 from streams.settings import Settings
@@ -71,16 +69,7 @@ def served(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> It
                            env=env_of(settings), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + TIMEOUT
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/healthz", timeout=2) as response:
-                    if json.load(response).get("ready"):
-                        break
-            except OSError:
-                pass
-            assert api.poll() is None and time.monotonic() < deadline, "the API did not start"
-            time.sleep(0.5)
+        wait_for_api(url, api, timeout=TIMEOUT)
         yield settings, url, api.pid
     finally:
         api.terminate()
