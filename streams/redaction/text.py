@@ -28,9 +28,9 @@ WRAPPED_HEAD = re.compile(r"[=:/](?=[^\s\"'`<>=:/]{6,200}\Z)", re.ASCII)
 more characters without a space after its ``=``, ``:`` or ``/``; a digit or a capital must be
 among them."""
 _DIGIT_OR_CAPITAL = re.compile(r"[A-Z0-9]", re.ASCII)
-_NEXT_NAME = re.compile(r"(?:[A-Z_][A-Z0-9_]*|[a-z_][a-z0-9_.-]*)=|[A-Za-z_][A-Za-z0-9_.-]*:[ \t]", re.ASCII)
+_NEXT_NAME = re.compile(r"(?:[A-Z_][A-Z0-9_]*|[a-z_][a-z0-9_.-]*)=|[A-Za-z_][A-Za-z0-9_.-]*:[ \t]|-----", re.ASCII)
 """A line that starts with a name and ``=`` or ``: `` (the next line of an env file or YAML)
-continues no secret."""
+or with PEM armour (``-----BEGIN``) continues no secret."""
 _HEAD_CHARS = re.compile(r"[^\s\"'`<>=:/]{6}", re.ASCII)  # cheap first test: the last six characters
 _JOIN_WINDOW = 512  # characters of each line around a break that are redacted joined
 
@@ -133,6 +133,8 @@ def _rejoin(text: str, hits: dict[str, int], redact: Callable[[str], tuple[str, 
             same_end += 1
         if not (same_start < len(before) < len(joined) - same_end):
             continue  # nothing crosses the break: each line is redacted on its own
+        if redacted == redact(before)[0] + redact(after)[0]:
+            continue  # two findings meet at the break (a URL, then a key block): no secret spans it
         kept = redacted[: len(redacted) - same_end]
         rest = joined[len(joined) - same_end:]
         pieces += (text[done:line_start], kept + (text[cut:resume] + rest if rest else ""))

@@ -284,6 +284,21 @@ def test_a_secret_wrapped_across_lines_is_removed_whole(text: str, expected: str
     assert redact_text(expected)[0] == expected
 
 
+def test_findings_that_meet_at_a_break_are_not_joined() -> None:
+    """A webhook URL ending one line and a key block starting the next: both are removed on their
+    own, and the key block keeps its BEGIN line (joined, the URL's marker would swallow it and
+    leave the key's body without its armour)."""
+    webhook = "https://hooks.slack.com/services/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"
+    key = ("-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo4lgOEePzNm0tRgeLezV6ffAt0gun\n"
+           "VTLw7onLRnrq0/IzW7yWR7QkrmBL7jTKEn5u+qKhbwKfBstIs+bMY2Zkp18gnTxK\n-----END RSA PRIVATE KEY-----")
+    for joint in (f"{key[:31]}", "NoArmour7x"):
+        text = f"using {webhook}\n{joint}" + (key[31:] if joint.startswith("-") else "")
+        redacted = redact_text(text)[0]
+        assert "VTLw7onLRn" not in redacted and "WHtP3fS2" not in redacted
+    assert redact_text(f"using {webhook}\n{key}\nexit 1")[0] == \
+        "using https://[REDACTED:slack-webhook]\n[REDACTED:private-key]\nexit 1"
+
+
 @pytest.mark.parametrize("text", [
     # the next line of an env file or YAML continues no value
     "SECRET_KEY_ID=wJalrXUtnFEMI7MDENGbPx\nAWS_REGION=eu-west-1",
