@@ -39,11 +39,11 @@ def create(
     key, entry = create_key(path, principal, name)
     if json_out:
         print_json({"key": key, "name": entry.name, "principal": entry.principal,
-                     "hashPrefix": entry.hash_prefix, "created": entry.created, "keysFile": str(path)})
+                    "hashPrefix": entry.hash_prefix, "created": entry.created, "keysFile": str(path)})
         return
     out().print(key, markup=False, highlight=False)
     err().print(f"created API key {escape(entry.name)} for {escape(entry.principal)} in {escape(str(path))}; "
-              "it is shown only now. Send it as `Authorization: Bearer KEY`.", soft_wrap=True)
+                "it is shown only now. Send it as `Authorization: Bearer KEY`.", soft_wrap=True)
 
 
 def list_keys(json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
@@ -59,11 +59,11 @@ def list_keys(json_out: bool = typer.Option(False, "--json", help="Print JSON.")
         return
     if keys is None:
         out().print(f"no API keys file at {escape(str(path))}: the API takes X-USL-Principal "
-                  "unauthenticated (loopback only)", soft_wrap=True)
+                    "unauthenticated (loopback only)", soft_wrap=True)
         return
     for row in rows:
         out().print(f"{escape(row['name'])}  {escape(row['principal'])}  {row['created']}  "
-                  f"sha256:{row['hashPrefix']}…", highlight=False, soft_wrap=True)
+                    f"sha256:{row['hashPrefix']}…", highlight=False, soft_wrap=True)
     if not rows:
         out().print("no API keys: every /v1 request is refused until one is created")
 

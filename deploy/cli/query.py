@@ -79,7 +79,7 @@ def render_response(response: dict[str, Any], request: dict[str, Any]) -> None:
             where.append(str(hit["origin"]))
         sources = " · ".join(f"{source} #{c['rank']}" for source, c in hit["score"]["components"].items())
         out().print(f"[bold]{number}.[/] rrf {hit['score']['rrf']:.5f}  ({escape(sources)})  "
-                  f"[dim]{escape('  '.join(where))}[/]")
+                    f"[dim]{escape('  '.join(where))}[/]")
         out().print(_snippet(hit["text"], hit["evidence"]))
         proof = ", ".join(f"{piece['eventId']}@{piece['seq']}" for piece in hit["evidence"])
         out().print(f"   [dim]evidence: {escape(proof)}[/]")
