@@ -74,7 +74,7 @@ from planner.exceptions import (
     PlannerError,
     QueryError,
 )
-from planner.explain import Candidate, build_explain, generation_json, result_row
+from planner.explain import Candidate, build_explain, generation_json, result_row, tool_candidate
 from planner.l1window import L1Window
 from planner.local import clauses_of, rank_texts
 from planner.pins import QUERY_PIN_SECONDS, Pinner, Snapshot
@@ -734,7 +734,7 @@ class Planner:
             if trimmed is None:
                 lost.append(SeqRange(int(row["minSeq"]), cut))
                 continue
-            if not _passes(trimmed, filters):
+            if not filters.admits_chunk(trimmed):
                 continue
             out.append(Candidate(row["chunkId"], "chunk", "trimmed", row["sessionId"],
                                  _posix(trimmed.get("eventTime")), trimmed, text=trimmed["text"]))
@@ -748,12 +748,12 @@ class Planner:
                          readable_tools: set[str]) -> list[Candidate]:
         out: list[Candidate] = []
         for chunk in tail.chunks:
-            if chunk["sessionId"] in readable and _passes(chunk, req.filters):
+            if chunk["sessionId"] in readable and req.filters.admits_chunk(chunk):
                 out.append(Candidate(chunk["chunkId"], "chunk", "tail", chunk["sessionId"],
                                      _posix(chunk.get("eventTime")), chunk, text=chunk["text"]))
         for record in tail.tool_results:
-            if record["sessionId"] in readable_tools and _passes_tool(record, req.filters):
-                out.append(_tool_candidate(record, origin="tail"))
+            if record["sessionId"] in readable_tools and req.filters.admits_tool_result(record):
+                out.append(tool_candidate(record, origin="tail"))
         return out
 
     def _text_list(self, pin: IndexPin, query: str, window: int, cut: int,
@@ -815,13 +815,13 @@ class Planner:
         while True:
             raw = reader.search(query, limit=limit, max_seq=cut, session_ids=readable,
                                 tool_names=list(tool_names) if tool_names else None)
-            kept = [row for row in raw if _passes_tool(row, filters)]
+            kept = [row for row in raw if filters.admits_tool_result(row)]
             if len(kept) > window or len(raw) < limit or limit >= _MAX_OVERFETCH:
                 break
             limit *= 4
         out = []
         for row in kept[:window]:
-            out.append(_tool_candidate(row, origin="index"))
+            out.append(tool_candidate(row, origin="index"))
         return out, len(kept) > window
 
     def _embed_chunks(self, embedder: Any, texts: list[str]) -> np.ndarray:
@@ -913,55 +913,3 @@ def _model(identity: Mapping[str, Any]) -> str:
 
 def _posix(value: Any) -> float:
     return posix_time(value) or 0.0
-
-
-def _passes(chunk: Mapping[str, Any], filters: Filters) -> bool:
-    """In-process filter check of a trimmed or tail chunk (the index applies the same rules)."""
-    if not filters:
-        return True
-    fields = chunk.get("fields") or {}
-    plain = {"sessionId": chunk.get("sessionId"), "runId": chunk.get("runId"),
-             "turnId": chunk.get("turnId")}
-    listed = {"toolName": fields.get("toolNames"), "status": fields.get("statuses"),
-              "role": fields.get("roles")}
-    for name, values in filters.values.items():
-        if name in plain:
-            if plain[name] not in values:
-                return False
-        elif not set(listed.get(name) or ()) & set(values):
-            return False
-    start = _posix(chunk.get("startTime") or chunk.get("eventTime"))
-    end = _posix(chunk.get("eventTime")) if chunk.get("trimmed") else \
-        _posix(chunk.get("endTime") or chunk.get("eventTime"))
-    if filters.time_from is not None and end < filters.time_from:
-        return False
-    return not (filters.time_to is not None and start > filters.time_to)
-
-
-def _passes_tool(record: Mapping[str, Any], filters: Filters) -> bool:
-    """Filter check of a full tool result (it has no run or turn id in the index)."""
-    if not filters:
-        return True
-    own = {"sessionId": record.get("sessionId"), "toolName": record.get("toolName"),
-           "status": record.get("status"), "role": "tool"}
-    for name, values in filters.values.items():
-        if own.get(name) not in values:
-            return False
-    when = _posix(record.get("time"))
-    if filters.time_from is not None and when < filters.time_from:
-        return False
-    return not (filters.time_to is not None and when > filters.time_to)
-
-
-def _tool_candidate(record: Mapping[str, Any], *, origin: str) -> Candidate:
-    seq = int(record["seq"])
-    text = str(record.get("text") or "")
-    row = {
-        "runId": record.get("runId"), "turnId": record.get("turnId"), "episodeId": None,
-        "toolName": record.get("toolName"), "status": record.get("status"),
-        "evidence": [{"eventId": record.get("eventId"), "seq": seq, "start": 0,
-                      "end": len(text.encode("utf-8"))}],
-    }
-    return Candidate(f"toolresult:{record.get('logId')}:{seq}", "toolresult", origin,
-                     str(record.get("sessionId")), _posix(record.get("time")), row, text=text)
-

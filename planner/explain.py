@@ -16,8 +16,9 @@ from typing import Any
 from planner.readers import IndexPin
 from planner.rrf import DEFAULT_K, FusedHit, RankedList, encode_sort_key, sort_key, truncation
 from planner.snapshot import SnapshotDecision
+from streams.asp import posix_time
 
-__all__ = ["Candidate", "build_explain", "generation_json", "result_row", "rfc3339"]
+__all__ = ["Candidate", "build_explain", "generation_json", "result_row", "rfc3339", "tool_candidate"]
 
 
 @dataclass
@@ -136,6 +137,20 @@ def generation_json(pin: IndexPin) -> dict[str, Any]:
     if pin.manifest.embedding:
         body["embedding"] = pin.manifest.embedding
     return body
+
+
+def tool_candidate(record: Mapping[str, Any], *, origin: str) -> Candidate:
+    """A full tool result (from the index or the tail scan) as a rankable candidate."""
+    seq = int(record["seq"])
+    text = str(record.get("text") or "")
+    row = {
+        "runId": record.get("runId"), "turnId": record.get("turnId"), "episodeId": None,
+        "toolName": record.get("toolName"), "status": record.get("status"),
+        "evidence": [{"eventId": record.get("eventId"), "seq": seq, "start": 0,
+                      "end": len(text.encode("utf-8"))}],
+    }
+    return Candidate(f"toolresult:{record.get('logId')}:{seq}", "toolresult", origin,
+                     str(record.get("sessionId")), posix_time(record.get("time")) or 0.0, row, text=text)
 
 
 def _components(hit: FusedHit, candidate: Candidate) -> dict[str, dict[str, Any]]:

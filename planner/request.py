@@ -26,7 +26,7 @@ from typing import Any
 from planner.cursors import query_hash
 from planner.exceptions import QueryError
 from planner.snapshot import Freshness, parse_freshness
-from streams.asp import parse_time
+from streams.asp import parse_time, posix_time
 
 __all__ = [
     "FILTER_FIELDS",
@@ -87,6 +87,42 @@ class Filters:
         body: dict[str, Any] = {name: list(values) for name, values in sorted(self.values.items())}
         body.update(sorted(self.time_text.items()))
         return body
+
+    def admits_chunk(self, chunk: Mapping[str, Any]) -> bool:
+        """In-process check of a trimmed or tail chunk (the indexes apply the same rules)."""
+        if not self:
+            return True
+        fields = chunk.get("fields") or {}
+        plain = {"sessionId": chunk.get("sessionId"), "runId": chunk.get("runId"),
+                 "turnId": chunk.get("turnId")}
+        listed = {"toolName": fields.get("toolNames"), "status": fields.get("statuses"),
+                  "role": fields.get("roles")}
+        for name, values in self.values.items():
+            if name in plain:
+                if plain[name] not in values:
+                    return False
+            elif not set(listed.get(name) or ()) & set(values):
+                return False
+        start = posix_time(chunk.get("startTime") or chunk.get("eventTime")) or 0.0
+        end = posix_time(chunk.get("eventTime") if chunk.get("trimmed")
+                         else chunk.get("endTime") or chunk.get("eventTime")) or 0.0
+        if self.time_from is not None and end < self.time_from:
+            return False
+        return not (self.time_to is not None and start > self.time_to)
+
+    def admits_tool_result(self, record: Mapping[str, Any]) -> bool:
+        """Check of a full tool result (it has no run or turn id in the index)."""
+        if not self:
+            return True
+        own = {"sessionId": record.get("sessionId"), "toolName": record.get("toolName"),
+               "status": record.get("status"), "role": "tool"}
+        for name, values in self.values.items():
+            if own.get(name) not in values:
+                return False
+        when = posix_time(record.get("time")) or 0.0
+        if self.time_from is not None and when < self.time_from:
+            return False
+        return not (self.time_to is not None and when > self.time_to)
 
 
 @dataclass(frozen=True)
