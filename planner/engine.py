@@ -151,7 +151,9 @@ class QueryContext:
     window: int
     """Candidates asked of each source (a cursor's page: the first page's window)."""
     cursor: Mapping[str, Any] | None
+    """The verified payload of the request's cursor (None: a first page)."""
     decision: SnapshotDecision = field(init=False)
+    """Set by ``_decide``; the later steps only add disclosures to it."""
     embedder: Any = None
     tail: TailResult | None = None
     acls: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -166,6 +168,7 @@ class QueryContext:
     indexed_scores: dict[str, dict[str, float]] = field(default_factory=dict)
     lists: list[RankedList] = field(default_factory=list)
     notes: dict[str, Any] = field(default_factory=dict)
+    """What explain says about each step, in the order the steps add it."""
 
     @property
     def cut(self) -> int:
