@@ -19,19 +19,24 @@ _SHORT_TEXT = 512
 # Texts up to this long are remembered (an LRU of 8192: at most some 2 MB).
 _REMEMBERED_CHARS = 256
 
-WRAPPED_BREAK = re.compile(r"\n(?=[a-z_.+/=~%@:|-]{0,5}[A-Z0-9])(?=[A-Za-z0-9+/=_.~%@:|-]{6})", re.ASCII)
-"""A line break that may cut a secret in two, seen from the line after it: that line starts
-with six or more token characters, a digit or a capital among the first six (the break is a
-literal the regex engine skips to). :data:`WRAPPED_HEAD` looks at the line before."""
-WRAPPED_HEAD = re.compile(r"[=:/](?=[^\s\"'`<>=:/]{6,200}\Z)", re.ASCII)
+_VALUE_CHAR = r"[^\s\"'`<>=:/]"
+_NOT_CONTINUATION = r"(?:[A-Z_][A-Z0-9_]*|[a-z_][a-z0-9_.-]*)=|[A-Za-z_][A-Za-z0-9_.-]*:[ \t]|-----"
+WRAPPED_BREAK = re.compile(
+    rf"\n(?:(?<={_VALUE_CHAR}{{6}}\n)|(?<={_VALUE_CHAR}{{6}}\r\n))"
+    rf"(?!{_NOT_CONTINUATION})(?=[a-z_.+/=~%@:|-]{{0,5}}[A-Z0-9])(?=[A-Za-z0-9+/=_.~%@:|-]{{6}})",
+    re.ASCII,
+)
+"""A line break that may cut a secret in two: the line before it ends in six characters of a
+value (no space, quote, ``=``, ``:`` or ``/``); the line after starts with six or more token
+characters, a digit or a capital among the first six, and not with a name and ``=`` or ``: ``
+(the next line of an env file or YAML) nor with PEM armour (``-----BEGIN``). The break is a
+literal the regex engine skips to; every test runs in the engine. :data:`WRAPPED_HEAD` looks
+further back."""
+WRAPPED_HEAD = re.compile(rf"[=:/](?={_VALUE_CHAR}{{6,200}}\Z)", re.ASCII)
 """What the line before such a break must end in (searched up to the break): a value of six or
 more characters without a space after its ``=``, ``:`` or ``/``; a digit or a capital must be
 among them."""
 _DIGIT_OR_CAPITAL = re.compile(r"[A-Z0-9]", re.ASCII)
-_NEXT_NAME = re.compile(r"(?:[A-Z_][A-Z0-9_]*|[a-z_][a-z0-9_.-]*)=|[A-Za-z_][A-Za-z0-9_.-]*:[ \t]|-----", re.ASCII)
-"""A line that starts with a name and ``=`` or ``: `` (the next line of an env file or YAML)
-or with PEM armour (``-----BEGIN``) continues no secret."""
-_HEAD_CHARS = re.compile(r"[^\s\"'`<>=:/]{6}", re.ASCII)  # cheap first test: the last six characters
 _JOIN_WINDOW = 512  # characters of each line around a break that are redacted joined
 
 
@@ -87,8 +92,7 @@ def _redact(text: str, rules: tuple[Rule, ...]) -> tuple[str, dict[str, int]]:
 
 def rejoin_fingerprint() -> list[str]:
     """What decides which line breaks :func:`_rejoin` tries, for the policy hash."""
-    return [WRAPPED_BREAK.pattern, WRAPPED_HEAD.pattern, _NEXT_NAME.pattern, _HEAD_CHARS.pattern,
-            _DIGIT_OR_CAPITAL.pattern, str(_JOIN_WINDOW)]
+    return [WRAPPED_BREAK.pattern, WRAPPED_HEAD.pattern, _DIGIT_OR_CAPITAL.pattern, str(_JOIN_WINDOW)]
 
 
 def _rejoin(text: str, hits: dict[str, int], redact: Callable[[str], tuple[str, dict[str, int]]]) -> str:
@@ -109,8 +113,6 @@ def _rejoin(text: str, hits: dict[str, int], redact: Callable[[str], tuple[str, 
         cut = resume - 2 if text[resume - 2: resume - 1] == "\r" else resume - 1
         if cut < done:
             continue  # inside the lines a break before it already joined
-        if cut < 7 or _HEAD_CHARS.match(text, cut - 6, cut) is None or _NEXT_NAME.match(text, resume) is not None:
-            continue
         head = WRAPPED_HEAD.search(text, max(0, cut - 201, done), cut)
         if head is None or _DIGIT_OR_CAPITAL.search(text, head.end(), cut) is None:
             continue
