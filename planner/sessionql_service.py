@@ -49,11 +49,16 @@ def sessionql_request(planner: Planner, body: Any, principal: Principal) -> dict
         # The planner's snapshot, as search and SQL use it: the same L1 reader pool, watermark
         # source, pin holder and access lists, so all three agree on what is visible.
         with planner.snapshot(log_id) as snapshot:
-            # Pinned as read, unverified (search and SQL verify); the structured index also
-            # for each session's access list.
+            # Verified as search and SQL pin: a generation whose files no longer match its
+            # manifest is never read; an older one that does answers, and the answer says so.
+            # The structured index is pinned also for each session's access list.
             for pinned_kind in dict.fromkeys((kind, "structured")):
-                snapshot.pin(pinned_kind, verify=False)
+                snapshot.pin(pinned_kind)
             required = snapshot.pins.get(kind)
+            if required is None and kind in snapshot.problems:
+                raise IndexUnavailable(f"the {kind} index of log {log_id!r} is unavailable: "
+                                       f"{snapshot.problems[kind]}",
+                                       hint=f"The sink rebuilds it from L1; `usl rebuild {kind}` does it now.")
             if required is None:
                 raise IndexUnavailable(f"no generation of the {kind} index exists yet for log "
                                        f"{log_id!r}",
@@ -75,6 +80,8 @@ def sessionql_request(planner: Planner, body: Any, principal: Principal) -> dict
                 analytics_gen_dir=analytics.directory if analytics is not None else None,
                 structured_gen_dir=structured.directory if structured is not None else None,
                 max_rows=max_rows, max_result_bytes=planner.settings.sql_max_result_bytes)
+            if snapshot.problems:
+                response["fallbacks"] = [f"{k}: {problem}" for k, problem in sorted(snapshot.problems.items())]
     except PlannerError:
         raise
     except USLError as exc:

@@ -557,3 +557,48 @@ def test_api_route(live: Any) -> None:
         refused = client.post("/v1/sessionql", json={"query": "FROM sessions WHERE"}, headers=headers)
         assert refused.status_code == 400
         assert set(refused.json()) == {"error"} and "column" in refused.json()["error"]["message"]
+
+
+@pytest.mark.kafka
+def test_a_damaged_generation_is_never_read_and_the_answer_says_so(kafka_bootstrap: str, tmp_path: Path) -> None:
+    """SessionQL pins as search does: the newest analytics generation with a flipped byte is
+    refused, the older one that verifies answers, and ``fallbacks`` says what was refused; with
+    no generation left that verifies, the answer is a 503 naming the damage."""
+    from planner.engine import Planner
+    from planner.exceptions import IndexUnavailable
+    from sinks.generations import GenerationStore
+    from sinks.runner import index_root
+    from tests.planner.corpus import IndexBuilder, interleaved, make_test_settings
+
+    settings_ = make_test_settings(tmp_path, kafka_bootstrap)
+    builder = IndexBuilder(settings_, kafka_bootstrap, "default")
+    order, _ = interleaved("default")
+    half = len(order) // 2
+    builder.append(order[:half])
+    first = builder.commit("structured", "analytics")["analytics"]
+    builder.append(order[half:])
+    second = builder.commit("structured", "analytics")["analytics"]
+    planner_ = Planner(settings_, kafka_bootstrap)
+    try:
+        query = {"query": "FROM events SELECT count(*)"}
+        whole = sessionql_request(planner_, query, ALICE)
+        assert "fallbacks" not in whole and whole["asOfSeq"] == second.built_through_seq
+        store = GenerationStore(index_root(settings_), "default", "analytics")
+        fresh = [s for s in second.segments if s.path.endswith(".parquet") and s.bytes
+                 and s.path not in {f.path for f in first.segments}]
+        target = store.generation_dir(second.generation_id) / fresh[0].path
+        target.chmod(0o644)
+        data = bytearray(target.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        target.write_bytes(bytes(data))
+        older = sessionql_request(planner_, query, ALICE)
+        assert older["asOfSeq"] == first.built_through_seq < whole["asOfSeq"]
+        assert any(f.startswith("analytics: generation") and "refused" in f for f in older["fallbacks"])
+        manifest = store.generation_dir(first.generation_id) / "manifest.json"
+        manifest.chmod(0o644)
+        manifest.write_text("{}")
+        with pytest.raises(IndexUnavailable, match="analytics index of log 'default' is unavailable"):
+            sessionql_request(planner_, query, ALICE)
+    finally:
+        planner_.close()
+        builder.close()
