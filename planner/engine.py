@@ -96,7 +96,7 @@ from planner.tailscan import SnapshotCache, TailResult, TailScan, TailSnapshot, 
 from planner.trim import trim_chunk
 from sinks.runner import index_root
 from sinks.watermarks import WatermarkFollower, read_watermarks
-from streams.asp import posix_time
+from streams.asp import posix_seconds
 from streams.exceptions import USLError
 from streams.l1 import L1Reader, LogRegistry
 from streams.metrics import (
@@ -740,7 +740,7 @@ class Planner:
             if not filters.admits_chunk(trimmed):
                 continue
             out.append(Candidate(row["chunkId"], "chunk", "trimmed", row["sessionId"],
-                                 _posix(trimmed.get("eventTime")), trimmed, text=trimmed["text"]))
+                                 posix_seconds(trimmed.get("eventTime")), trimmed, text=trimmed["text"]))
         if lost:
             decision = with_uncovered(
                 decision, lost, f"{len(lost)} readable chunk(s) straddling seq {cut} could not be "
@@ -753,7 +753,7 @@ class Planner:
         for chunk in tail.chunks:
             if chunk["sessionId"] in readable and req.filters.admits_chunk(chunk):
                 out.append(Candidate(chunk["chunkId"], "chunk", "tail", chunk["sessionId"],
-                                     _posix(chunk.get("eventTime")), chunk, text=chunk["text"]))
+                                     posix_seconds(chunk.get("eventTime")), chunk, text=chunk["text"]))
         for record in tail.tool_results:
             if record["sessionId"] in readable_tools and req.filters.admits_tool_result(record):
                 out.append(tool_candidate(record, origin="tail"))
@@ -912,7 +912,3 @@ def _model(identity: Mapping[str, Any]) -> str:
     if not identity:
         return "an unknown model"
     return f"{identity.get('model')} (revision {identity.get('revision')})"
-
-
-def _posix(value: Any) -> float:
-    return posix_time(value) or 0.0

@@ -16,7 +16,7 @@ from typing import Any
 from planner.readers import IndexPin
 from planner.rrf import DEFAULT_K, FusedHit, RankedList, encode_sort_key, sort_key, truncation
 from planner.snapshot import SnapshotDecision
-from streams.asp import posix_time
+from streams.asp import posix_seconds
 
 __all__ = ["Candidate", "build_explain", "generation_json", "result_row", "rfc3339", "tool_candidate"]
 
@@ -150,7 +150,7 @@ def tool_candidate(record: Mapping[str, Any], *, origin: str) -> Candidate:
                       "end": len(text.encode("utf-8"))}],
     }
     return Candidate(f"toolresult:{record.get('logId')}:{seq}", "toolresult", origin,
-                     str(record.get("sessionId")), posix_time(record.get("time")) or 0.0, row, text=text)
+                     str(record.get("sessionId")), posix_seconds(record.get("time")), row, text=text)
 
 
 def _components(hit: FusedHit, candidate: Candidate) -> dict[str, dict[str, Any]]:

@@ -26,7 +26,7 @@ from typing import Any
 from planner.cursors import query_hash
 from planner.exceptions import QueryError
 from planner.snapshot import Freshness, parse_freshness
-from streams.asp import parse_time, posix_time
+from streams.asp import parse_time, posix_seconds
 
 __all__ = [
     "FILTER_FIELDS",
@@ -103,9 +103,9 @@ class Filters:
                     return False
             elif not set(listed.get(name) or ()) & set(values):
                 return False
-        start = posix_time(chunk.get("startTime") or chunk.get("eventTime")) or 0.0
-        end = posix_time(chunk.get("eventTime") if chunk.get("trimmed")
-                         else chunk.get("endTime") or chunk.get("eventTime")) or 0.0
+        start = posix_seconds(chunk.get("startTime") or chunk.get("eventTime"))
+        end = posix_seconds(chunk.get("eventTime") if chunk.get("trimmed")
+                            else chunk.get("endTime") or chunk.get("eventTime"))
         if self.time_from is not None and end < self.time_from:
             return False
         return not (self.time_to is not None and start > self.time_to)
@@ -119,7 +119,7 @@ class Filters:
         for name, values in self.values.items():
             if own.get(name) not in values:
                 return False
-        when = posix_time(record.get("time")) or 0.0
+        when = posix_seconds(record.get("time"))
         if self.time_from is not None and when < self.time_from:
             return False
         return not (self.time_to is not None and when > self.time_to)

@@ -32,6 +32,8 @@ __all__ = [
     "load_schema",
     "loads_event",
     "parse_time",
+    "posix_seconds",
+    "posix_time",
     "validate_event",
 ]
 
@@ -104,6 +106,13 @@ def posix_time(value: Any) -> float | None:
             raise ValueError("naive datetimes are ambiguous; pass an aware datetime")
         return value.timestamp()
     return _posix_of_text(str(value))
+
+
+def posix_seconds(value: Any) -> float:
+    """POSIX seconds of ``value`` as :func:`posix_time` reads it, 0.0 when it is absent (None).
+
+    For sort keys and time filters, where a record without a time sorts first (the epoch)."""
+    return posix_time(value) or 0.0
 
 
 @lru_cache(maxsize=1 << 16)

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from sinks.exceptions import EmptyQueryError, EngineError
-from streams.asp import posix_time
+from streams.asp import posix_seconds
 
 __all__ = [
     "ANALYZER",
@@ -169,7 +169,7 @@ def to_text_doc(chunk: Mapping[str, Any]) -> TextDoc:
             text=str(chunk.get("text") or ""),
             min_seq=int(chunk["minSeq"]),
             max_seq=int(chunk["maxSeq"]),
-            event_time=posix_time(chunk.get("eventTime")) or 0.0,
+            event_time=posix_seconds(chunk.get("eventTime")),
             roles=_strings(fields.get("roles", chunk.get("roles"))),
             tool_names=_strings(fields.get("toolNames", chunk.get("toolNames"))),
             types=_strings(fields.get("types", chunk.get("types"))),
