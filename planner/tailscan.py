@@ -41,6 +41,7 @@ from streams.exceptions import USLError
 from streams.ownership import Owners, session_of_acl
 from streams.redaction import policy_hash, redact_event
 from streams.settings import Settings
+from streams.stages.records import toolresult_record
 from streams.ticks import event_clock_time
 
 __all__ = ["SnapshotCache", "TailResult", "TailScan", "TailSnapshot", "chunker_for"]
@@ -256,13 +257,8 @@ class TailScan:
         if isinstance(outcome.event.get("acl"), dict):
             feed.acls[event["sessionId"]] = (seq, outcome.event["acl"])
         if want_tool_results and outcome.tool_result is not None:
-            feed.tool_results.append({
-                "kind": "toolresult", "logId": event["logId"], "seq": seq,
-                "eventId": event["eventId"], "sessionId": event["sessionId"],
-                "runId": event.get("runId"), "turnId": event.get("turnId"),
-                "time": event["time"], "acl": event.get("acl"), "policy": self.policy,
-                **outcome.tool_result,
-            })
+            feed.tool_results.append(toolresult_record(event["logId"], seq, event, outcome.tool_result,
+                                                       policy=self.policy))
         return outcome.event
 
     def _apply(self, feed: _Feed, batch: list[tuple[int, dict[str, Any]]]) -> None:

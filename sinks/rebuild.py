@@ -29,6 +29,7 @@ from streams.l1 import L1Reader
 from streams.ownership import Owners
 from streams.progress import marker_seq, new_progress, note_seq, note_session
 from streams.settings import Settings
+from streams.stages.records import chunk_record, redact_admitted
 from streams.ticks import advance_clock, event_clock_time
 from streams.topics import Topics
 
@@ -40,9 +41,8 @@ class ReplayStream:
 
     def __init__(self, settings: Settings, log_id: str) -> None:
         from streams.chunking import Chunker, ChunkerConfig, default_tokenizer
-        from streams.redaction import policy_hash, redact_event
+        from streams.redaction import policy_hash
 
-        self._redact = redact_event
         self.policy = policy_hash()
         self.settings = settings
         self.log_id = log_id
@@ -71,31 +71,27 @@ class ReplayStream:
             return out
         when = event_clock_time(event, getattr(raw_event, "append_time", None), self.settings.max_clock_skew_seconds,
                                 self.clock["maxTime"])
-        admission = self.owners.admit(event, seq)  # as the redaction agent: owner, acl, dedup
+        admission = self.owners.admit(event, seq)  # as the redaction stage: owner, acl, dedup
         if admission.verdict == "rejected":
             self.rejected += 1
         if admission.event is not None:
-            event = admission.event
-            result = self._redact(event)
-            out.append({"kind": "event", "logId": self.log_id, "seq": seq, "event": result.event, "policy": self.policy,
-                        "clockTime": when})
-            if result.tool_result is not None:
-                out.append({"kind": "toolresult", "logId": self.log_id, "seq": seq, "eventId": event["eventId"],
-                            "sessionId": event["sessionId"], "runId": event.get("runId"),
-                            "turnId": event.get("turnId"), "time": event["time"], "acl": event.get("acl"),
-                            "policy": self.policy, **result.tool_result})
-            session_id = event["sessionId"]
-            state = self.sessions.setdefault(session_id, self.chunker.new_state(session_id))
-            for chunk in self.chunker.on_event(state, self.log_id, seq, result.event, clock_time=when):
-                out.append({"kind": "chunk", **chunk})
-            note_session(self.progress, session_id, self.chunker.open_min_seq(state))
+            try:
+                redacted = redact_admitted(admission.event, self.log_id, seq, policy=self.policy, clock_time=when)
+            except Exception:  # the stream dead-letters an event a redaction rule fails on
+                redacted = None
+                self.rejected += 1
+            if redacted is not None:
+                out += redacted.records
+                session_id = redacted.event["sessionId"]
+                state = self.sessions.setdefault(session_id, self.chunker.new_state(session_id))
+                out += map(chunk_record, self.chunker.on_event(state, self.log_id, seq, redacted.event, clock_time=when))
+                note_session(self.progress, session_id, self.chunker.open_min_seq(state))
         note_seq(self.progress, seq)
         self.clock, tick = advance_clock(self.clock, self.log_id, seq, when, self.settings.tick_every_seqs)
         if tick is not None:
             for session_id in sorted(self.progress["open"]):
                 state = self.sessions[session_id]
-                for chunk in self.chunker.on_tick(state, tick):
-                    out.append({"kind": "chunk", **chunk})
+                out += map(chunk_record, self.chunker.on_tick(state, tick))
                 note_session(self.progress, session_id, self.chunker.open_min_seq(state))
         return out
 

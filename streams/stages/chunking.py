@@ -27,6 +27,7 @@ from streams.stages.keys import (
     progress_key,
     session_key,
 )
+from streams.stages.records import chunk_record
 from streams.stages.redaction import State, dead_letter
 
 if TYPE_CHECKING:
@@ -70,7 +71,7 @@ class ChunkingStage:
 
         def send(chunks: list[dict[str, Any]], partition: int) -> None:
             for chunk in chunks:
-                body = orjson.dumps({"kind": "chunk", **chunk})
+                body = orjson.dumps(chunk_record(chunk))
                 effects.records.append(Produce("chunks", chunk["sessionId"].encode(), body,
                                                partition=partition, confirm=True))
             if chunks:

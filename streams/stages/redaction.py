@@ -20,7 +20,6 @@ import orjson
 from streams.asp import loads_event, validate_event
 from streams.exceptions import USLError
 from streams.ownership import admit
-from streams.redaction import redact_event
 from streams.settings import Settings
 from streams.stages.effects import Effects, Metric, Produce, Record, TableWrite, TopicRole
 from streams.stages.gaps import Gaps
@@ -32,9 +31,13 @@ from streams.stages.keys import (
     is_offset_key,
     offset_key,
 )
+from streams.stages.records import redact_admitted
 from streams.ticks import advance_clock, event_clock_time, flush_tick, new_clock
 
 __all__ = ["RedactionStage", "State", "dead_letter"]
+
+_ROLE_OF_KIND: dict[str, TopicRole] = {"event": "redacted", "toolresult": "toolresults"}
+"""The derived topic each kind of record (:mod:`streams.stages.records`) is sent to."""
 
 
 class State(Protocol):
@@ -136,20 +139,12 @@ class RedactionStage:
         """The records of an admitted event (its acl resolved: what every index sees) and True,
         or its dead letter and False when a redaction rule fails."""
         try:
-            result = redact_event(event)
+            redacted = redact_admitted(event, log_id, seq, policy=self.policy, clock_time=when)
         except Exception as exc:  # a rule bug must not stop the log; the event is dead-lettered
             return dead_letter("redaction", "redaction_failed", f"redaction failed: {type(exc).__name__}", source, b""), False
-        items: list[Any] = [Metric("usl_redactions_total", (("rule", rule),), count) for rule, count in result.hits.items()]
-        key = result.event["sessionId"].encode()
-        body = {"kind": "event", "logId": log_id, "seq": seq, "event": result.event, "policy": self.policy,
-                "clockTime": when}
-        items.append(Produce("redacted", key, orjson.dumps(body)))
-        if result.tool_result is not None:
-            tool = {"kind": "toolresult", "logId": log_id, "seq": seq, "eventId": event["eventId"],
-                    "sessionId": event["sessionId"], "runId": event.get("runId"),
-                    "turnId": event.get("turnId"), "time": event["time"], "acl": event.get("acl"),
-                    "policy": self.policy, **result.tool_result}
-            items.append(Produce("toolresults", key, orjson.dumps(tool)))
+        items: list[Any] = [Metric("usl_redactions_total", (("rule", rule),), count) for rule, count in redacted.hits.items()]
+        key = redacted.event["sessionId"].encode()
+        items += [Produce(_ROLE_OF_KIND[body["kind"]], key, orjson.dumps(body)) for body in redacted.records]
         return items, True
 
     def _broadcast(self, tick: dict[str, Any]) -> list[Any]:

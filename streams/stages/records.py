@@ -1,0 +1,62 @@
+"""The derived records: the one definition of each record the pipeline derives from L1.
+
+The redaction stage sends ``event`` and ``toolresult`` records, the chunking stage sends
+``chunk`` records; the rebuild replay (:class:`sinks.rebuild.ReplayStream`) and the planner's
+tail scan (:mod:`planner.tailscan`) build the same records in-process from the same functions,
+so a replayed index and a live one hold the same bytes. Field order is part of the contract:
+records are serialized with orjson as built, and chunk ids and rebuild identity depend on them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from streams.redaction import redact_event
+
+__all__ = ["Redacted", "chunk_record", "event_record", "redact_admitted", "toolresult_record"]
+
+
+def event_record(log_id: str, seq: int, redacted_event: dict[str, Any], *, policy: str,
+                 clock_time: float | None) -> dict[str, Any]:
+    """The redacted-topic record of an event: the redacted event, the policy that redacted it
+    and its clock time (event time bounded by append time, :func:`streams.ticks.event_clock_time`)."""
+    return {"kind": "event", "logId": log_id, "seq": seq, "event": redacted_event, "policy": policy,
+            "clockTime": clock_time}
+
+
+def toolresult_record(log_id: str, seq: int, event: dict[str, Any], tool_result: dict[str, Any], *,
+                      policy: str) -> dict[str, Any]:
+    """The tool-results-topic record of a ``tool.result`` event: the admitted event's identity
+    and access list, then the full (redacted) output that :func:`redact_event` set apart."""
+    return {"kind": "toolresult", "logId": log_id, "seq": seq, "eventId": event["eventId"],
+            "sessionId": event["sessionId"], "runId": event.get("runId"), "turnId": event.get("turnId"),
+            "time": event["time"], "acl": event.get("acl"), "policy": policy, **tool_result}
+
+
+def chunk_record(chunk: dict[str, Any]) -> dict[str, Any]:
+    """The chunks-topic record of a chunk the chunker closed."""
+    return {"kind": "chunk", **chunk}
+
+
+@dataclass(frozen=True)
+class Redacted:
+    """An admitted event after redaction: the redacted event, its derived records (the event
+    record, then the tool-result record if it has one) and the rule hits (rule -> count)."""
+
+    event: dict[str, Any]
+    records: list[dict[str, Any]]
+    hits: dict[str, int]
+
+
+def redact_admitted(event: dict[str, Any], log_id: str, seq: int, *, policy: str,
+                    clock_time: float | None) -> Redacted:
+    """Redact an admitted event (its access list resolved) and build its derived records.
+
+    Raises what :func:`streams.redaction.redact_event` raises; the stream dead-letters such an
+    event, and every other caller leaves it out likewise."""
+    result = redact_event(event)
+    records = [event_record(log_id, seq, result.event, policy=policy, clock_time=clock_time)]
+    if result.tool_result is not None:
+        records.append(toolresult_record(log_id, seq, event, result.tool_result, policy=policy))
+    return Redacted(result.event, records, result.hits)
