@@ -14,7 +14,10 @@ which process they name.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+import threading
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -103,3 +106,38 @@ def _ps_command(pid: int) -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return (done.stdout.strip() or None) if done.returncode == 0 else None
+
+
+def terminate(pid: int, *, grace_seconds: float, group: bool = False) -> None:
+    """SIGTERM ``pid`` (its whole process group with ``group``), reap it if it is our child,
+    and SIGKILL it if it is still alive after ``grace_seconds``. A process already gone is fine."""
+    send = os.killpg if group else os.kill
+    try:
+        send(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + grace_seconds
+    while time.monotonic() < deadline and pid_alive(pid):
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        time.sleep(0.2)
+    if pid_alive(pid):
+        try:
+            send(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def stop_signals() -> threading.Event:
+    """An event that SIGTERM and SIGINT set (handlers installed now, from the main thread):
+    a long-running command polls it to stop cleanly."""
+    stop = threading.Event()
+
+    def on_signal(_signum: int, _frame: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    return stop

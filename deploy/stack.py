@@ -13,13 +13,19 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from deploy.process import PRIVATE_UMASK, is_same_process, pid_alive, private_dir, process_record
+from deploy.process import (
+    PRIVATE_UMASK,
+    is_same_process,
+    private_dir,
+    process_record,
+    stop_signals,
+    terminate,
+)
 from streams.settings import Settings
 
 __all__ = ["running", "start_process", "stop_process", "stop_stack", "supervise"]
@@ -69,22 +75,7 @@ def start_process(settings: Settings, name: str, args: list[str], env: dict[str,
 
 
 def stop_process(pid: int, *, grace_seconds: float = 20.0) -> None:
-    try:
-        os.killpg(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + grace_seconds
-    while time.monotonic() < deadline and pid_alive(pid):
-        try:
-            os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            pass
-        time.sleep(0.2)
-    if pid_alive(pid):
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    terminate(pid, grace_seconds=grace_seconds, group=True)
 
 
 def supervise(settings: Settings, children: dict[str, list[str]], env: dict[str, str]) -> None:
@@ -95,20 +86,13 @@ def supervise(settings: Settings, children: dict[str, list[str]], env: dict[str,
     is for crash loops, not for the occasional crash). Every step downstream is idempotent,
     so a restarted worker or sink resumes without loss.
     """
-    stopping = False
-
-    def on_signal(_signum: int, _frame: object) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop = stop_signals()
     pids = {name: start_process(settings, name, args, env) for name, args in children.items()}
     started = dict.fromkeys(children, time.monotonic())
     backoff = dict.fromkeys(children, 1.0)
     next_start: dict[str, float] = {}
     try:
-        while not stopping:
+        while not stop.is_set():
             time.sleep(0.5)
             now = time.monotonic()
             for name, args in children.items():

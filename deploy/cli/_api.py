@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable
 from itertools import pairwise
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from deploy.cli._common import bootstrap_servers, err, escape, fail, load_settings
 from streams.exceptions import USLError
@@ -23,7 +23,9 @@ from streams.settings import Settings
 if TYPE_CHECKING:
     from planner.client import Client
 
-__all__ = ["api_client", "api_target", "call_planner", "through_api"]
+__all__ = ["api_client", "api_target", "call_planner", "through_api", "with_api"]
+
+_T = TypeVar("_T")
 
 
 def call_planner(principal_text: str | None, json_out: bool,
@@ -96,6 +98,22 @@ def through_api(current: Settings, principal_text: str | None, json_out: bool, m
                 body: dict[str, Any] | None) -> dict[str, Any] | None:
     """The API's answer to one request, or None when no API answers (the caller then runs
     in process). An error answer is the command's error, exactly as in process."""
+
+    def ask(client: Client) -> dict[str, Any]:
+        timeout = None
+        if body is not None and str(body.get("freshness", "")).startswith("wait:"):
+            timeout = client.timeout_for(str(body["freshness"]))
+        return client.request(method, path, body, timeout=timeout)
+
+    return with_api(current, principal_text, json_out, ask)
+
+
+def with_api(current: Settings, principal_text: str | None, json_out: bool,
+             call: Callable[[Client], _T]) -> _T | None:
+    """``call(client)`` against the API that answers for ``current``, or None when none does:
+    not configured or running, still starting, unreachable (a warning when it was named), or
+    a local stack with keys while no key is set here (its files are ours to read in process).
+    Any other error answer is the command's error, exactly as in process."""
     found = api_client(current, principal_text)
     if found is None:
         return None
@@ -105,17 +123,14 @@ def through_api(current: Settings, principal_text: str | None, json_out: bool, m
     try:
         if not client.health().get("ready"):
             return None  # still starting: answering in process is quicker than waiting
-        timeout = None
-        if body is not None and str(body.get("freshness", "")).startswith("wait:"):
-            timeout = client.timeout_for(str(body["freshness"]))
-        return client.request(method, path, body, timeout=timeout)
+        return call(client)
     except Unreachable as exc:
         if named:
             err().print(f"[yellow]warning:[/] {escape(str(exc))}; answering in this process")
         return None
     except APIError as exc:
         if exc.status == 401 and not current.api_key and not named:
-            return None  # a local stack with keys and no USL_API_KEY here: the files are ours
+            return None
         fail(exc, json_out)
     finally:
         client.close()

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
-from deploy.cli._api import api_client
+from deploy.cli._api import with_api
 from deploy.cli._common import (
     LOG_OPTION,
     PRINCIPAL_OPTION,
@@ -25,6 +25,9 @@ from deploy.cli._common import (
     load_settings,
 )
 from streams.exceptions import USLError
+
+if TYPE_CHECKING:
+    from planner.client import Client
 
 __all__ = ["COMMANDS", "export_command", "register"]
 
@@ -74,28 +77,12 @@ def export_command(
 
 def _through_api(current: Any, principal_text: str | None, fmt: str,
                  params: dict[str, Any]) -> tuple[int, bytes] | None:
-    found = api_client(current, principal_text)
-    if found is None:
-        return None
-    from planner.client import APIError, Unreachable
-
-    client, named = found
-    try:
-        if not client.health().get("ready"):
-            return None
+    def ask(client: Client) -> tuple[int, bytes]:
         exported = client.export(params.pop("what"), fmt=fmt,  # type: ignore[arg-type]
                                  as_of_seq=params.pop("asOfSeq", None), **params)
         return exported.as_of_seq, exported.data
-    except Unreachable as exc:
-        if named:
-            err().print(f"[yellow]warning:[/] {escape(str(exc))}; answering in this process")
-        return None
-    except APIError as exc:
-        if exc.status == 401 and not current.api_key and not named:
-            return None
-        fail(exc, False)
-    finally:
-        client.close()
+
+    return with_api(current, principal_text, False, ask)
 
 
 def _in_process(current: Any, principal_text: str | None, fmt: str,

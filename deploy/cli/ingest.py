@@ -3,7 +3,6 @@ so a file already imported (once or by a follower) appends nothing again."""
 
 from __future__ import annotations
 
-import signal
 import sys
 import time
 from collections import Counter
@@ -13,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from deploy.cli._common import LOG_OPTION, bootstrap_servers, err, load_settings, out, print_json
+from deploy.process import stop_signals
 from streams.exceptions import USLError
 from streams.settings import Settings
 
@@ -133,14 +133,7 @@ def ingest_once(settings: Settings, bootstrap: str, paths: list[Path], fmt: str 
 def follow_paths(settings: Settings, bootstrap: str, paths: list[Path], fmt: str | None, log: str,
                  err: Console) -> None:
     """Tail ``paths`` until SIGTERM/SIGINT; a line on stderr per poll that appended something."""
-    stopping = False
-
-    def on_signal(_signum: int, _frame: object) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop = stop_signals()
     follower, appender = _follower(settings, bootstrap, paths, fmt, log, once=False)
     err.print(f"following {', '.join(str(p) for p in paths)} into log {log!r} "
               f"(positions in {follower.store.path})")
@@ -158,7 +151,7 @@ def follow_paths(settings: Settings, bootstrap: str, paths: list[Path], fmt: str
             sys.stderr.flush()
 
     try:
-        follower.run(poll_seconds=settings.follow_poll_seconds, should_stop=lambda: stopping, on_poll=on_poll)
+        follower.run(poll_seconds=settings.follow_poll_seconds, should_stop=stop.is_set, on_poll=on_poll)
     finally:
         appender.close()
     err.print(f"stopped following; appended {totals['appended']} event(s), rejected {totals['rejected']}")

@@ -19,7 +19,6 @@ import base64
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -35,6 +34,7 @@ from deploy.process import (
     pid_alive,
     private_dir,
     process_record,
+    terminate,
 )
 from streams.exceptions import BrokerError
 from streams.settings import Settings
@@ -262,15 +262,5 @@ def stop_broker(settings: Settings, *, grace_seconds: float = 30.0) -> bool:
     state = _read_state(settings)
     if not state or not _is_our_broker(state):
         return False  # a pid the system gave to another program since is never signalled
-    pid = int(state["pid"])
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_seconds
-    while time.monotonic() < deadline and pid_alive(pid):
-        try:
-            os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            pass
-        time.sleep(0.2)
-    if pid_alive(pid):
-        os.kill(pid, signal.SIGKILL)
+    terminate(int(state["pid"]), grace_seconds=grace_seconds)
     return True
