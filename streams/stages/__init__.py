@@ -10,6 +10,8 @@ tests drive the stages with dicts for tables.
 - :mod:`streams.stages.redaction`: L1 records -> redacted events, tool results, ticks;
 - :mod:`streams.stages.chunking`: redacted events and ticks -> chunks, progress markers;
 - :mod:`streams.stages.keys`: the one spelling of every table name and key;
+- :mod:`streams.stages.records`: the one definition of each derived record (event, tool result,
+  chunk), which the rebuild replay and the planner's tail scan build too;
 - :mod:`streams.stages.gaps`: records a consumer never delivered.
 """
 
