@@ -22,8 +22,12 @@ install-test-tools:
 demo: install
 	@bash scripts/demo
 
+# Test files are spread over PYTEST_WORKERS processes (pytest-xdist, a file stays whole in one
+# worker, each worker with its own broker): most tests wait on a broker or a child process, so
+# the suite takes about half the time of one process. PYTEST_WORKERS=0 runs it in one process.
+PYTEST_WORKERS ?= 3
 test: install install-test-tools
-	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 lint: install
 	$(BIN)/ruff check streams sinks planner deploy tests benchmarks reliability

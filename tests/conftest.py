@@ -16,8 +16,16 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck
+from hypothesis import settings as hypothesis_settings
 
 from streams.settings import Settings
+
+# A hypothesis deadline or "too slow" health check is a wall-clock threshold: on a shared
+# machine, or with the suite spread over parallel workers, it fails a correct test. Every
+# property still runs all its examples; only the timing verdicts are off.
+hypothesis_settings.register_profile("usl", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+hypothesis_settings.load_profile("usl")
 
 
 def _docker_answers() -> bool:

@@ -16,6 +16,7 @@ own ``Uuid.randomUuid`` makes one (:func:`new_cluster_id`) and passed as ``--clu
 from __future__ import annotations
 
 import base64
+import fcntl
 import json
 import os
 import shutil
@@ -77,9 +78,19 @@ def ensure_jars(settings: Settings) -> Path:
     marker = libs / ".complete"
     if marker.exists():
         return libs
+    libs.mkdir(parents=True, exist_ok=True)
+    # Several processes may start a first broker at once (parallel test workers): one fetches
+    # while the others wait, so none starts Java over half-copied jars.
+    with open(libs.parent / ".fetch.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if marker.exists():
+            return libs
+        return _fetch_jars(settings, libs, marker)
+
+
+def _fetch_jars(settings: Settings, libs: Path, marker: Path) -> Path:
     if shutil.which("mvn") is None:
         raise BrokerError("Maven (mvn) is needed once to fetch the Apache Kafka jars; install it or set KAFKA_BOOTSTRAP_SERVERS")
-    libs.mkdir(parents=True, exist_ok=True)
     cmd = [
         "mvn", "-q", "-B", "-f", str(_HERE / "pom.xml"), "dependency:copy-dependencies",
         f"-DoutputDirectory={libs}", "-DincludeScope=runtime", f"-Dkafka.version={settings.kafka_version}",
