@@ -62,6 +62,13 @@ def identity(pid: int) -> dict[str, Any] | None:
         # Fields after "(comm)": state is field 3, starttime field 22.
         start_ticks = int(stat.rsplit(")", 1)[1].split()[19])
         cmdline = (_PROC / str(pid) / "cmdline").read_bytes()
+        for _ in range(50):
+            # Just after exec (Popen has returned) the kernel may not show the new command line
+            # yet: read as empty. A process we record always has one, so wait for it briefly.
+            if cmdline:
+                break
+            time.sleep(0.01)
+            cmdline = (_PROC / str(pid) / "cmdline").read_bytes()
         boot_id = (_PROC / "sys" / "kernel" / "random" / "boot_id").read_text().strip()
     except (OSError, ValueError, IndexError):
         return None
