@@ -23,7 +23,7 @@ from streams.settings import Settings
 if TYPE_CHECKING:
     from planner.client import Client
 
-__all__ = ["api_client", "api_target", "call_planner", "through_api", "with_api"]
+__all__ = ["api_client", "api_target", "call_planner", "in_process", "through_api", "with_api"]
 
 _T = TypeVar("_T")
 
@@ -39,6 +39,13 @@ def call_planner(principal_text: str | None, json_out: bool,
         answer = through_api(current, principal_text, json_out, *route)
         if answer is not None:
             return answer
+    return in_process(current, principal_text, json_out, call)
+
+
+def in_process(current: Settings, principal_text: str | None, json_out: bool,
+               call: Callable[[Any, Any], _T]) -> _T:
+    """``call(planner, principal)`` on a planner of this process (``--as``, else
+    ``USL_DEFAULT_PRINCIPAL``); a planner or broker error is the command's error."""
     from planner.acl import parse_principal
     from planner.engine import Planner
     from planner.exceptions import PlannerError

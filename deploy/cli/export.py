@@ -14,14 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from deploy.cli._api import with_api
+from deploy.cli._api import in_process, with_api
 from deploy.cli._common import (
     LOG_OPTION,
     PRINCIPAL_OPTION,
-    bootstrap_servers,
     err,
     escape,
-    fail,
     load_settings,
 )
 from streams.exceptions import USLError
@@ -87,21 +85,11 @@ def _through_api(current: Any, principal_text: str | None, fmt: str,
 
 def _in_process(current: Any, principal_text: str | None, fmt: str,
                 params: dict[str, Any]) -> tuple[int, bytes]:
-    from planner.acl import parse_principal
-    from planner.engine import Planner
-    from planner.exceptions import PlannerError
-    from planner.export import export, parquet_bytes, write_jsonl
+    def run(planner: Any, principal: Any) -> tuple[int, bytes]:
+        from planner.export import export, parquet_bytes, write_jsonl
 
-    try:
-        principal = parse_principal(principal_text or current.acl_default)
-        planner = Planner(current, bootstrap_servers(current))
-        try:
-            result = export(planner, principal, params)
-            data = parquet_bytes(result) if fmt == "parquet" else b"".join(write_jsonl(result.rows))
-            return result.as_of_seq, data
-        finally:
-            planner.close()
-    except PlannerError as exc:
-        fail(exc, False)
-    except USLError as exc:
-        fail(PlannerError(str(exc)), False)
+        result = export(planner, principal, params)
+        data = parquet_bytes(result) if fmt == "parquet" else b"".join(write_jsonl(result.rows))
+        return result.as_of_seq, data
+
+    return in_process(current, principal_text, False, run)
