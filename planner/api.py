@@ -40,7 +40,6 @@ a wrong method, malformed JSON, a bug), has the one shape of
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import logging
 import threading
 import time
@@ -75,7 +74,6 @@ __all__ = [
     "PRINCIPAL_HEADER",
     "HostNotAllowed",
     "MethodNotAllowed",
-    "NotImplementedYet",
     "PayloadTooLarge",
     "RequestGuard",
     "UnsupportedMediaType",
@@ -97,10 +95,6 @@ _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 
 class MethodNotAllowed(PlannerError):
     status, code = 405, "method_not_allowed"
-
-
-class NotImplementedYet(PlannerError):
-    status, code = 501, "not_implemented"
 
 
 class HostNotAllowed(PlannerError):
@@ -288,9 +282,6 @@ def create_app(settings: Settings, bootstrap: str, *, planner: Any = None) -> St
     async def sql(request: Request) -> Response:
         principal = principal_of(request)
         body = await _json_body(request)
-        # The attachment is optional in a build: without it the route says so plainly.
-        if importlib.util.find_spec("planner.sql") is None or not hasattr(the_planner(), "sql"):
-            raise NotImplementedYet("the SQL attachment is not part of this build")
         return _JSON(await run_in_threadpool(the_planner().sql, body, principal))
 
     async def sessionql(request: Request) -> Response:
@@ -428,7 +419,7 @@ def _errors(*statuses: int) -> dict[str, Any]:
                 410: "Cursor expired or its generation is gone",
                 413: "Request body larger than USL_API_MAX_BODY_BYTES (payload_too_large)",
                 415: "Request body not JSON (unsupported_media_type)", 500: "Internal error",
-                501: "Not part of this build", 503: "Index unavailable"}
+                503: "Index unavailable"}
     responses: dict[str, Any] = {
         str(s): {"description": meanings[s], "content": {"application/json": {"schema": _ERROR_REF}}}
         for s in statuses}
@@ -537,7 +528,7 @@ def openapi(*, auth_required: bool = True) -> dict[str, Any]:
                                    "asOfSeq": {"type": "integer", "minimum": 0},
                                    "log": {"type": "string", "default": "default"}}}}}},
                 "responses": {"200": {"description": "Rows", "content": json_body},
-                              **_errors(400, 401, 403, 404, 413, 415, 500, 501, 503)}}},
+                              **_errors(400, 401, 403, 404, 413, 415, 500, 503)}}},
             "/v1/sessionql": {"post": {
                 "summary": "SessionQL over the ASP projection and lineage, at one asOfSeq",
                 "parameters": [principal],
