@@ -359,6 +359,11 @@ def test_kill_9_inside_commit_never_exposes_a_partial_generation(store: Generati
             [sys.executable, "-c", _CRASH_CHILD, str(store.root), str(attempt)], env=env,
             stderr=subprocess.PIPE,
         )
+        # The kill lands at a random point of the child's commit loop, counted from its first
+        # commit: on a loaded machine the interpreter's start alone can outlast a fixed window.
+        start_id, started = store.current_id() or 0, time.monotonic()
+        while (store.current_id() or 0) <= start_id and child.poll() is None and time.monotonic() - started < 60:
+            time.sleep(0.005)
         deadline = time.monotonic() + rng.uniform(0.2, 1.0)
         # Meanwhile a reader pins and fully verifies whatever is current: never partial.
         while time.monotonic() < deadline:
