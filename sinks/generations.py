@@ -77,6 +77,7 @@ __all__ = [
     "RedactionPolicyMismatchError",
     "SegmentRef",
     "clone_into",
+    "link_or_copy",
     "read_current",
 ]
 
@@ -645,11 +646,18 @@ def clone_into(src_gen_dir: Path, dst_dir: Path, *, copy_names: Collection[str])
         if any(fnmatch.fnmatchcase(src.name, pattern) for pattern in copy_names):
             shutil.copyfile(src, dst)
             continue
-        try:
-            os.link(src, dst)
-        except OSError:
-            # Another filesystem or no hard links: a copy keeps the same guarantees.
-            shutil.copyfile(src, dst)
+        link_or_copy(src, dst)
+
+
+def link_or_copy(src: Path, dst: Path) -> None:
+    """Hard-link ``src`` as ``dst``; on another filesystem or one without hard links, copy it
+    (the same guarantees: neither file is written again). A missing ``src`` raises."""
+    try:
+        os.link(src, dst)
+    except FileNotFoundError:
+        raise
+    except OSError:
+        shutil.copyfile(src, dst)
 
 
 # -- helpers ---------------------------------------------------------------------------------

@@ -25,7 +25,6 @@ tells ``write`` to leave merging to the merger.
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import threading
 import time
@@ -33,7 +32,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from sinks.generations import GenerationStore, Manifest, clone_into
+from sinks.generations import GenerationStore, Manifest, clone_into, link_or_copy
 
 __all__ = ["BackgroundMerger", "MergeJob", "MergingWriter", "commit_merge", "merge_work_root"]
 
@@ -185,7 +184,7 @@ class BackgroundMerger:
         work_dir.mkdir(parents=True)
         for name in names:
             for file in self.writer.segment_files(name):
-                _link_or_copy(gen_dir / file, work_dir / file)
+                link_or_copy(gen_dir / file, work_dir / file)
         self.writer.build_merge(work_dir, list(names), new_name)
         return MergeJob(log_id, line, generation_id, tuple(names), new_name, work_dir,
                         time.monotonic() - started)
@@ -211,11 +210,3 @@ def commit_merge(store: GenerationStore, current: Manifest, writer: MergingWrite
         store.abort()
         raise
 
-
-def _link_or_copy(source: Path, target: Path) -> None:
-    try:
-        os.link(source, target)
-    except FileNotFoundError:
-        raise
-    except OSError:
-        shutil.copyfile(source, target)

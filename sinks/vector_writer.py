@@ -16,9 +16,7 @@ past ``HARD_MAX_SEGMENTS`` faster than the merger takes them. Rebuilds merge inl
 from __future__ import annotations
 
 import math
-import os
 import re
-import shutil
 import time
 from collections import defaultdict
 from collections.abc import Sequence
@@ -27,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from sinks.generations import clone_into
+from sinks.generations import clone_into, link_or_copy
 from sinks.vector import get_embedder
 from sinks.vector.faiss_index import merge_segments, segment_files, write_segment
 from streams.metrics import usl_embed_seconds, usl_generation_merges_total
@@ -120,10 +118,7 @@ class VectorWriter:
             for file in segment_files(name):
                 (staging / file).unlink()
         for file in segment_files(new_name):
-            try:
-                os.link(work_dir / file, staging / file)
-            except OSError:
-                shutil.copyfile(work_dir / file, staging / file)
+            link_or_copy(work_dir / file, staging / file)
         _write_segment_list(staging)
 
 
