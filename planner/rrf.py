@@ -38,6 +38,7 @@ __all__ = [
     "RankedList",
     "SortKey",
     "after",
+    "collapse_duplicates",
     "decode_sort_key",
     "depth_end",
     "encode_sort_key",
@@ -185,6 +186,33 @@ def decode_sort_key(value: Any) -> SortKey:
         raise CursorError("the cursor's sort key is malformed",
                           hint="Run the query again without a cursor.")
     return SortKey(-score, best_rank, -float(when), chunk_id)
+
+
+def collapse_duplicates(ranked: RankedList, digests: Mapping[str, bytes]) -> tuple[RankedList, dict[str, int]]:
+    """``ranked`` without the chunks whose text another chunk higher in the same list already
+    has, and per kept chunk how many identical ones it stands for.
+
+    Boilerplate repeated verbatim in many sessions (a system prompt, a policy text) would
+    otherwise fill a ranked list with copies that tie with each other: they push distinct
+    candidates out of the window and say nothing about which session is meant. The first
+    copy in rank order stays, so the result depends only on the list as given (the same
+    snapshot gives the same lists at any page size). ``digests`` maps a chunk id to a digest of
+    its text; an id without one is never collapsed.
+    """
+    first: dict[bytes, str] = {}
+    collapsed: dict[str, int] = {}
+    kept: list[str] = []
+    for chunk_id in ranked.ids:
+        digest = digests.get(chunk_id)
+        if digest is not None:
+            holder = first.setdefault(digest, chunk_id)
+            if holder != chunk_id:
+                collapsed[holder] = collapsed.get(holder, 0) + 1
+                continue
+        kept.append(chunk_id)
+    if not collapsed:
+        return ranked, {}
+    return RankedList(ranked.source, kept, ranked.window, ranked.truncated), collapsed
 
 
 def truncation(lists: Sequence[RankedList]) -> dict[str, dict[str, Any]]:
