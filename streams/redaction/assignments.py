@@ -80,7 +80,9 @@ class AssignmentRule(Rule):
     def __init__(self) -> None:
         super().__init__(
             name=_SECRET,
-            # No character shortcut: prose ("the token is ...") needs no separator.
+            # No character shortcut: prose ("the token is ...") needs no separator. Every
+            # candidate (assignment, flag, XML element, prose) holds a keyword.
+            literals=_KEYWORDS,
             description="password-assignment: any real value of a password-like name; "
             "secret-assignment: high-entropy values of secret-like names, export lines and "
             "--token/--password flags; aws-secret-access-key and azure-storage-key by name",

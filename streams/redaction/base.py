@@ -10,6 +10,12 @@ it must try a pattern at every position, so a rule runs only when its *gate* say
   most once per pass and text (:class:`Scan` caches it);
 - none of these: the rule's own pattern starts with a literal and runs directly.
 
+Before any of these, one Aho-Corasick automaton of every rule's ``literals`` (lower-cased
+strings of which each text a rule changes holds one: token prefixes, vendor and assignment
+keywords) scans the lower-cased text once in C (``streams.redaction.text``); a rule with
+literals none of which occurs is skipped without a look at its gate. Literals only ever skip a
+rule its gate would also have let through in vain, so they are not part of the policy hash.
+
 Replacements are markers that no rule matches again, which makes redaction idempotent.
 """
 
@@ -69,10 +75,13 @@ def ascii_lower(text: str) -> str:
 class Scan:
     """One text during one pass: its lower-cased form and gate results, computed on demand."""
 
-    __slots__ = ("_gates", "_long", "_lower", "_runs", "text")
+    __slots__ = ("_gates", "_long", "_lower", "_runs", "literal_hits", "text")
 
     def __init__(self, text: str) -> None:
         self.text = text
+        # (end index, literal) of every rule literal in the lower-cased text, when the fast path
+        # scanned for them (None: not scanned; rules then search on their own).
+        self.literal_hits: list[tuple[int, str]] | None = None
         self._lower: str | None = None
         self._gates: dict[int, bool] = {}
         self._long: bool | None = None
@@ -162,6 +171,9 @@ class Rule:
     # Characters of which every match contains at least one; short texts containing none of
     # them skip the rule without any scan (empty: no such shortcut).
     needs: frozenset[str] = frozenset()
+    # Lower-cased strings one of which every text this rule changes holds (empty: none known;
+    # the triggers of a rule without a gate serve). A prefilter only: not in the fingerprint.
+    literals: tuple[str, ...] = ()
 
     def fingerprint(self) -> list[str]:
         """What identifies this rule's behaviour in the policy hash."""

@@ -6,8 +6,10 @@ import re
 from collections.abc import Callable
 from functools import lru_cache
 
+import ahocorasick
+
 from streams.exceptions import RedactionError
-from streams.redaction.base import MARKER_PREFIX, USER_MARKER, Rule, Scan
+from streams.redaction.base import MARKER_PREFIX, USER_MARKER, Rule, Scan, marker
 from streams.redaction.policy import DEFAULT_POLICY, RedactionPolicy
 from streams.redaction.rules import build_rules
 
@@ -16,6 +18,7 @@ __all__ = ["WRAPPED_BREAK", "WRAPPED_HEAD", "clip", "redact_text", "redact_text_
 _MAX_PASSES = 8  # converges in 1-2 passes on real text; a bound keeps odd input cheap
 _SHORTEST_FINDING = 6  # a@b.io; nothing any rule replaces is shorter
 _SHORT_TEXT = 512
+_SHORTEST_LITERAL = 3  # shorter triggers stay ``in`` tests (see _literals)
 # Texts up to this long are remembered (an LRU of 8192: at most some 2 MB).
 _REMEMBERED_CHARS = 256
 
@@ -155,21 +158,80 @@ def _redact_short(text: str, policy: RedactionPolicy) -> tuple[str, tuple[tuple[
     return redacted, tuple(hits.items())
 
 
+class _Prefilter:
+    """One Aho-Corasick automaton of every rule's literals (see ``streams.redaction.base``): a
+    single C scan of the lower-cased text says which rules can change it at all."""
+
+    __slots__ = ("automaton", "in_markers", "plan")
+
+    def __init__(self, rules: tuple[Rule, ...]) -> None:
+        self.automaton = ahocorasick.Automaton()
+        plan: list[tuple[Rule, frozenset[str], frozenset[str] | None]] = []
+        every: set[str] = set()
+        for rule in rules:
+            literals = _literals(rule)
+            for literal in literals or ():
+                self.automaton.add_word(literal, literal)
+            every |= literals or set()
+            plan.append((rule, rule.needs, literals))
+        self.automaton.make_automaton()
+        self.plan = tuple(plan)
+        # What a replacement can add: the literals inside any marker, and any literal that
+        # could span a marker's edge. After a change these join what the text held (a
+        # superset is safe: it can only let a rule try in vain), so a text is scanned once.
+        names = {name for rule in rules for name in rule.hit_names()} | {"secret-field", "x"}
+        found = {literal for name in names for _, literal in self.automaton.iter(marker(name).lower() + USER_MARKER.lower())}
+        self.in_markers = frozenset(found | {literal for literal in every if set(literal) & set("[]:")})
+
+    def scan(self, scan: Scan) -> set[str]:
+        """The literals ``scan``'s text holds; their places are left in ``scan.literal_hits``."""
+        found = scan.literal_hits = list(self.automaton.iter(scan.lower()))
+        return {literal for _, literal in found}
+
+
+def _literals(rule: Rule) -> frozenset[str] | None:
+    if rule.literals:
+        return frozenset(rule.literals)
+    triggers = rule.triggers + rule.lower_triggers
+    if rule.gate is None and triggers and all(len(trigger) >= _SHORTEST_LITERAL for trigger in triggers):
+        # A rule without a gate runs only where a trigger occurs; single characters ("=", "@")
+        # would make the automaton report nearly every position, so they stay plain ``in`` tests.
+        return frozenset(trigger.lower() for trigger in triggers)
+    return None
+
+
+@lru_cache(maxsize=64)
+def _prefilter(rules: tuple[Rule, ...]) -> _Prefilter:
+    return _Prefilter(rules)
+
+
 def _one_pass(text: str, rules: tuple[Rule, ...], hits: dict[str, int], *, plain: bool = False) -> tuple[str, bool]:
     """Apply every wanted rule once (with ``plain``, every rule); also say whether a
     confirming pass is needed."""
     scan = Scan(text)
-    # Short texts (ids, names, one-line fields: most strings of an event) are dominated by
-    # per-rule overhead; their character set lets most rules be skipped outright.
-    chars = frozenset(text) if len(text) <= _SHORT_TEXT and not plain else None
     again = False
-    for rule in rules:
-        if chars is not None and rule.needs and chars.isdisjoint(rule.needs):
-            continue
-        if plain or scan.wants(rule):
+    if plain:
+        for rule in rules:
             redacted = rule.apply(scan, hits)
             if redacted is not scan.text:
                 scan = Scan(redacted)
+                again = again or rule.repass
+        return scan.text, again
+    prefilter = _prefilter(rules)
+    found = prefilter.scan(scan)
+    # Short texts (ids, names, one-line fields: most strings of an event) are dominated by
+    # per-rule overhead; their character set lets most rules be skipped outright.
+    chars = frozenset(text) if len(text) <= _SHORT_TEXT else None
+    for rule, needs, literals in prefilter.plan:
+        if chars is not None and needs and chars.isdisjoint(needs):
+            continue
+        if literals is not None and found.isdisjoint(literals):
+            continue
+        if scan.wants(rule):
+            redacted = rule.apply(scan, hits)
+            if redacted is not scan.text:
+                scan = Scan(redacted)  # its literal_hits stay None: rules search on their own
+                found |= prefilter.in_markers
                 chars = frozenset(redacted) if len(redacted) <= _SHORT_TEXT else None
                 again = again or rule.repass
     return scan.text, again

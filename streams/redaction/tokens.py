@@ -67,9 +67,12 @@ def _token(name: str, prefixes: tuple[str, ...], body: str, description: str, *,
     check = _all_checks(check, _not_placeholder)
     # Gated prefixes all contain the gate's separator; the others start with their first letter.
     needs = frozenset(_SEPARATOR[gate] if gate is not None else "".join(prefix[0] for prefix in prefixes))
+    # Every match starts with a prefix; two-letter ones (SK, AC) occur in too many words to be
+    # worth reporting, so those rules keep their own literal-led pattern.
+    literals = tuple(prefix.lower() for prefix in prefixes) if min(map(len, prefixes)) >= 3 else ()
     return RegexRule(
         name=name, gate=gate, pattern=_prefixed(prefixes, body, **guards),  # type: ignore[arg-type]
-        check=check, description=description, needs=needs,  # type: ignore[arg-type]
+        check=check, description=description, needs=needs, literals=literals,  # type: ignore[arg-type]
     )
 
 
@@ -189,7 +192,8 @@ class TelegramBotTokenRule(Rule):
     _id = re.compile(r"(?<![0-9A-Za-z])[0-9]{5,16}\Z", re.ASCII)
 
     def __init__(self) -> None:
-        super().__init__(name="telegram-bot-token", description="Telegram bot token", needs=frozenset(":"))
+        super().__init__(name="telegram-bot-token", description="Telegram bot token", needs=frozenset(":"),
+                         literals=(":a",))
 
     def fingerprint(self) -> list[str]:
         return [*super().fingerprint(), self._tail.pattern, self._id.pattern]

@@ -82,6 +82,9 @@ class PrefixTokenRule(Rule):
                          "(streams/redaction/ported.py PREFIX_RULES)")
         heads: dict[str, dict[str, list[tuple[str, bool, _Ported]]]] = {sep: {} for sep in _SEPARATORS}
         plain: dict[tuple[str, bool], list[Any]] = {}
+        # By lower-cased literal (see Scan.literal_hits): prefixes with a separator whole, the
+        # others by the head they are looked up by.
+        separated: dict[str, list[tuple[str, bool, _Ported, int]]] = {}
         for name, prefixes, source, ci, entropy in PREFIX_RULES:
             rule = _compile(name, source, ci, entropy)
             for prefix in prefixes:
@@ -93,6 +96,7 @@ class PrefixTokenRule(Rule):
                         entries.append(rule)
                 else:
                     heads[prefix[cut]].setdefault(prefix[:cut].lower(), []).append((prefix.lower() if ci else prefix, ci, rule))
+                    separated.setdefault(prefix.lower(), []).append((prefix.lower() if ci else prefix, ci, rule, cut))
         # Per separator: the last two characters of each head -> (head length, entries), so a
         # gate hit costs one slice and one lookup (heads of one character are keyed by it alone).
         index: dict[str, dict[str, list[tuple[int, list[tuple[str, bool, _Ported]]]]]] = {}
@@ -110,6 +114,13 @@ class PrefixTokenRule(Rule):
         object.__setattr__(self, "_by_head", by_head)
         firsts = {literal[0] for literal, _ in plain} | {literal[0].upper() for literal, ci in plain if ci}
         object.__setattr__(self, "needs", frozenset(_SEPARATORS) | frozenset(firsts))
+        object.__setattr__(self, "_separated", separated)
+        object.__setattr__(self, "_plain_heads", frozenset(literal.lower() for literal, _ in plain))
+        plain_by_literal: dict[str, list[tuple[int, str, bool, list[_Ported]]]] = {}
+        for number, ((literal, ci), rules) in enumerate(sorted(plain.items())):
+            plain_by_literal.setdefault(literal.lower(), []).append((number, literal, ci, rules))
+        object.__setattr__(self, "_plain_by_literal", plain_by_literal)
+        object.__setattr__(self, "literals", tuple(sorted(set(separated) | {literal.lower() for literal, _ in plain})))
 
     def fingerprint(self) -> list[str]:
         return [*super().fingerprint(), *(f"{n}|{'|'.join(p)}|{s}|{c}|{e}" for n, p, s, c, e in PREFIX_RULES),
@@ -122,6 +133,17 @@ class PrefixTokenRule(Rule):
         text = scan.text
         if len(text) < LONG_TOKEN or not scan.has_long_token():
             return text  # every ported token holds a long run of token characters
+        if scan.literal_hits is None:
+            spans = self._at_separators(scan)
+        else:
+            spans = self._at_literals(scan)
+        if scan.literal_hits is None:
+            spans += self._at_run_heads(scan) if text.isascii() else self._at_plain_literals(scan)
+        return _replace(text, spans, hits)
+
+    def _at_separators(self, scan: Scan) -> list[tuple[int, int, str]]:
+        """Prefixes with a separator, found from every separator a gate lets through."""
+        text = scan.text
         lowered = scan.lower()
         spans: list[tuple[int, int, str]] = []
         index: dict[str, dict[str, list[tuple[int, list[tuple[str, bool, _Ported]]]]]] = self._index  # type: ignore[attr-defined]
@@ -144,36 +166,98 @@ class PrefixTokenRule(Rule):
                             found = rule.find(text, start)
                             if found is not None:
                                 spans.append((*found, rule.name))
-        if text.isascii():
-            # The prefix of a long token starts its letter-and-digit run: look the run's first
-            # characters up instead of scanning the text once per prefix.
-            by_head: dict[str, list[_Ported]] = self._by_head  # type: ignore[attr-defined]
-            starts = []
-            for start, end in scan.long_runs():
-                starts.append(start)
-                for joint in "-=":  # a token may start after a dash or an equals sign (key=AKCp...)
-                    joint_at = text.find(joint, start, end)
-                    while joint_at != -1:
-                        starts.append(joint_at + 1)
-                        joint_at = text.find(joint, joint_at + 1, end)
-            for start in starts:
-                for size in (3, 4):
-                    head = text[start: start + size]
-                    for rule in by_head.get(head, ()) + by_head.get(head.lower() + "/i", ()):  # type: ignore[operator]
-                        found = rule.find(text, start)
-                        if found is not None:
-                            spans.append((*found, rule.name))
-        else:
-            for literal, ci, rules in self._plain:  # type: ignore[attr-defined]
-                for hit in literal.finditer(lowered if ci else text):
-                    start = hit.start()
+        return spans
+
+    def _at_run_heads(self, scan: Scan) -> list[tuple[int, int, str]]:
+        """Prefixes without a separator in an ASCII text: the prefix of a long token starts its
+        letter-and-digit run, so the run's first characters are looked up instead of scanning
+        the text once per prefix."""
+        text = scan.text
+        spans: list[tuple[int, int, str]] = []
+        by_head: dict[str, tuple[_Ported, ...]] = self._by_head  # type: ignore[attr-defined]
+        starts = []
+        for start, end in scan.long_runs():
+            starts.append(start)
+            for joint in "-=":  # a token may start after a dash or an equals sign (key=AKCp...)
+                joint_at = text.find(joint, start, end)
+                while joint_at != -1:
+                    starts.append(joint_at + 1)
+                    joint_at = text.find(joint, joint_at + 1, end)
+        for start in starts:
+            for size in (3, 4):
+                head = text[start: start + size]
+                for rule in by_head.get(head, ()) + by_head.get(head.lower() + "/i", ()):  # type: ignore[operator]
+                    found = rule.find(text, start)
+                    if found is not None:
+                        spans.append((*found, rule.name))
+        return spans
+
+    def _at_plain_literals(self, scan: Scan) -> list[tuple[int, int, str]]:
+        """Prefixes without a separator in a non-ASCII text, at each occurrence not glued to a word."""
+        text = scan.text
+        lowered = scan.lower()
+        spans: list[tuple[int, int, str]] = []
+        for literal, ci, rules in self._plain:  # type: ignore[attr-defined]
+            for hit in literal.finditer(lowered if ci else text):
+                start = hit.start()
+                if start and text[start - 1].isalnum():
+                    continue
+                for rule in rules:
+                    found = rule.find(text, start)
+                    if found is not None:
+                        spans.append((*found, rule.name))
+        return spans
+
+    def _at_literals(self, scan: Scan) -> list[tuple[int, int, str]]:
+        """What :meth:`_at_separators` and :meth:`_at_run_heads` (ASCII texts) or
+        :meth:`_at_plain_literals` (others) find, read from where the automaton found a prefix
+        (``Scan.literal_hits``) instead of from every separator, long run or literal search."""
+        text = scan.text
+        ascii_text = text.isascii()
+        plain_by_literal: dict[str, list[tuple[int, str, bool, list[_Ported]]]] = self._plain_by_literal  # type: ignore[attr-defined]
+        searched_to: dict[int, int] = {}  # as a literal search: occurrences never overlap
+        separated: dict[str, list[tuple[str, bool, _Ported, int]]] = self._separated  # type: ignore[attr-defined]
+        plain_heads: frozenset[str] = self._plain_heads  # type: ignore[attr-defined]
+        by_head: dict[str, tuple[_Ported, ...]] = self._by_head  # type: ignore[attr-defined]
+        spans: list[tuple[int, int, str]] = []
+        runs: list[tuple[int, int]] | None = None
+        for end, literal in scan.literal_hits or ():
+            start = end - len(literal) + 1
+            for prefix, ci, rule, cut in separated.get(literal, ()):
+                if not ci and not text.startswith(prefix, start):
+                    continue
+                if cut < _SHORT_HEAD and start and text[start - 1].isalnum():
+                    continue  # a short head glued to a word is part of that word (task_, mask-)
+                if _GATES[prefix[cut]].match(text, start + cut) is None:
+                    continue
+                found = rule.find(text, start)
+                if found is not None:
+                    spans.append((*found, rule.name))
+            if not ascii_text:
+                for number, head, ci, rules in plain_by_literal.get(literal, ()):
+                    if start < searched_to.get(number, 0) or not (ci or text.startswith(head, start)):
+                        continue
+                    searched_to[number] = start + len(head)
                     if start and text[start - 1].isalnum():
                         continue
                     for rule in rules:
                         found = rule.find(text, start)
                         if found is not None:
                             spans.append((*found, rule.name))
-        return _replace(text, spans, hits)
+            elif literal in plain_heads:
+                # As _at_run_heads: only where a long run starts, or after a dash or an equals
+                # sign inside one.
+                if runs is None:
+                    runs = scan.long_runs()
+                if not any(run_start == start or (run_start < start <= run_end and text[start - 1] in "-=")
+                           for run_start, run_end in runs):
+                    continue
+                head = text[start: start + len(literal)]
+                for rule in by_head.get(head, ()) + by_head.get(literal + "/i", ()):  # type: ignore[operator]
+                    found = rule.find(text, start)
+                    if found is not None:
+                        spans.append((*found, rule.name))
+        return spans
 
 
 class KeywordRule(Rule):
@@ -188,6 +272,8 @@ class KeywordRule(Rule):
         firsts = {keyword[0] for keywords, _ in rules for keyword in keywords}
         object.__setattr__(self, "needs", frozenset(firsts | {first.upper() for first in firsts}))
         object.__setattr__(self, "_rules", rules)
+        # A rule is tried only where one of its keywords occurs in the lower-cased text.
+        object.__setattr__(self, "literals", tuple(sorted({k.lower() for keywords, _ in rules for k in keywords})))
 
     def fingerprint(self) -> list[str]:
         return [*super().fingerprint(), *(f"{n}|{'|'.join(k)}|{s}|{c}|{e}" for n, k, s, c, e in _keyword_rules())]

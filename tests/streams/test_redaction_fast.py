@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from benchmarks.bench_redaction import generate_documents
 from streams.redaction import redact_text
+from streams.redaction.ported import PREFIX_RULES
 from streams.redaction.samples import SEEDED_SECRETS
 from streams.redaction.text import redact_text_plain
 from tests.fixtures.secrets import battery
@@ -69,3 +70,28 @@ def test_generated_text_matches_the_plain_path(pieces: list[str]) -> None:
     text = "".join(pieces)
     _same(text)
     _same(text * 3)  # past the remembered length, and the same text again
+
+
+PREFIXES = sorted({prefix for row in PREFIX_RULES for prefix in row[1]})
+# Overlapping and glued prefixes, non-ASCII neighbours (another search path), separators and
+# the characters a long run is made of.
+GLUE = st.text(alphabet="AaTtKCpZXlK3-=_.~ é…İ\n", max_size=6)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.one_of(st.sampled_from(PREFIXES), st.sampled_from(SECRETS), GLUE), max_size=24))
+def test_prefixes_glued_overlapping_and_beside_non_ascii_match_the_plain_path(pieces: list[str]) -> None:
+    text = "".join(pieces)
+    _same(text)
+    _same("é " + text * 2)
+
+
+def test_literal_scan_cases_match_the_plain_path() -> None:
+    body = "Zq8" * 40
+    for text in (
+        "ATATATT3" + body, "é ATATATT3" + body, "EAAAA" + body, "é EAAAA" + body,  # a prefix that overlaps itself
+        "key=AKCp" + body, "é key=AKCp" + body, "x-AKCp" + body, "x_AKCp" + body, "é x_AKCp" + body,
+        "task_ghp_" + body, "mask-glpat-" + body, "GLSA_" + body, "é glsa_" + body,
+        f"{SEEDED_SECRETS[0]} then ghp_{body[:36]}",  # a change, then a prefix the next rule must still find
+    ):
+        _same(text)
