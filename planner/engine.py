@@ -103,6 +103,7 @@ from planner.snapshot import (
 from planner.tailscan import SnapshotCache, TailResult, TailScan, TailSnapshot, chunker_for
 from planner.trim import trim_chunk
 from sinks.runner import index_root
+from sinks.text.base import text_digest
 from sinks.watermarks import WatermarkFollower, read_watermarks
 from streams.asp import posix_seconds
 from streams.exceptions import USLError
@@ -130,17 +131,15 @@ it, and a result list that stops there because a source had more says so (``end`
 WINDOW_MIN = 50
 """The smallest window older cursors carry (``max(50, 5k)``); they keep their own window."""
 VECTOR_FLOOR = 0.0
-"""A vector candidate enters the ranking only with a cosine above this; explain shows it."""
-VECTOR_RELATIVE_FLOOR = 0.8
-"""In hybrid mode a vector candidate also needs at least this share of the query's best
-cosine: a weak neighbour adds noise to the fusion, never an answer (paraphrase hit@10 on the
-evaluation set 0.935 without it, 0.952-0.984 with shares 0.7-0.85; see EVAL.md). Explain
-shows the share, the cosine it came to and how many candidates it dropped."""
+"""A vector candidate enters the ranking only with a cosine above this (and above
+``VECTOR_RELATIVE_FLOOR`` times the best cosine of the query); explain shows both."""
+VECTOR_RELATIVE_FLOOR = 0.0
 _MAX_OVERFETCH = 20_000
 _VECTOR_CACHE = 50_000
 _RANKING = {"hybrid": ("text", "vector"), "text": ("text",), "vector": ("vector",)}
 # Tool results are outputs, not chunks: identical outputs of different calls stay apart.
 _UNCOLLAPSED = frozenset({"toolresults"})
+_NO_TEXT = text_digest("")
 
 
 def window_for(k: int) -> int:
@@ -179,6 +178,8 @@ class QueryContext:
     """Trimmed and tail candidates: not in any index, ranked in-process."""
     candidates: dict[str, Candidate] = field(default_factory=dict)
     indexed_scores: dict[str, dict[str, float]] = field(default_factory=dict)
+    digests: dict[str, bytes] = field(default_factory=dict)
+    """Text digests of indexed candidates, as the text engine gave them with its hits."""
     lists: list[RankedList] = field(default_factory=list)
     notes: dict[str, Any] = field(default_factory=dict)
     """What explain says about each step, in the order the steps add it."""
@@ -520,7 +521,7 @@ class Planner:
                 if text is None:
                     continue
                 ids, truncated = self._text_list(text_pin, text, window, cut,
-                                                 query.session_filter, only)
+                                                 query.session_filter, only, query.digests)
                 query.lists.append(RankedList(source, ids, window, truncated))
                 # BM25 scores are not shown: their corpus statistics include chunks the caller
                 # may not read. The rank says all there is to say.
@@ -552,11 +553,9 @@ class Planner:
 
             allowed = permit
 
-        # The relative floor serves the fusion: alone, the vector list keeps its whole depth.
-        relative = VECTOR_RELATIVE_FLOOR if query.req.mode == "hybrid" else 0.0
         ranked, truncated, note = self._vector_list(
             query.embedder, pin, query.req.query, query.window, query.cut, allowed,
-            query.provisional, relative)
+            query.provisional)
         query.notes["vector"] = note
         if ranked is not None:
             query.lists.append(RankedList("vector", [chunk_id for chunk_id, _ in ranked],
@@ -612,14 +611,22 @@ class Planner:
         candidates = query.candidates
         chunk_ids = {chunk_id for ranked in query.lists if ranked.source not in _UNCOLLAPSED
                      for chunk_id in ranked.ids if candidates[chunk_id].kind == "chunk"}
-        missing = [i for i in chunk_ids if candidates[i].text is None]
+        digests = {chunk_id: text_digest(text) for chunk_id in chunk_ids
+                   if (text := candidates[chunk_id].text) is not None}
+        # Indexed candidates: the digest the text engine gave with its hit, else (vector-only
+        # candidates) the stored text, which the page would read anyway.
+        for chunk_id in chunk_ids - digests.keys():
+            if chunk_id in query.digests:
+                digests[chunk_id] = query.digests[chunk_id]
+        missing = [chunk_id for chunk_id in chunk_ids if chunk_id not in digests]
         text_pin = query.pin("text")
         if missing and text_pin is not None:
             texts = self._readers.texts(text_pin, missing)
             for chunk_id in missing:
                 candidates[chunk_id].text = texts.get(chunk_id, "")
-        digests = {chunk_id: hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest()
-                   for chunk_id in chunk_ids if (text := candidates[chunk_id].text)}
+                digests[chunk_id] = text_digest(candidates[chunk_id].text or "")
+        # Chunks without text (none stored) have nothing in common: never collapsed.
+        digests = {chunk_id: digest for chunk_id, digest in digests.items() if digest != _NO_TEXT}
         collapsed: dict[str, dict[str, int]] = {}
         lists = []
         for ranked in query.lists:
@@ -805,7 +812,8 @@ class Planner:
         return out
 
     def _text_list(self, pin: IndexPin, query: str, window: int, cut: int,
-                   sessions: set[str] | None, only: set[str] | None) -> tuple[list[str], bool]:
+                   sessions: set[str] | None, only: set[str] | None,
+                   digests: dict[str, bytes]) -> tuple[list[str], bool]:
         engine = self._readers.text_engine(pin)
         limit = window + 1
         while True:
@@ -814,12 +822,14 @@ class Planner:
             if len(kept) > window or len(raw) < limit or limit >= _MAX_OVERFETCH:
                 break
             limit *= 4
+        for hit in kept[:window]:
+            if hit.digest is not None:
+                digests[hit.chunk_id] = hit.digest
         return [hit.chunk_id for hit in kept[:window]], len(kept) > window
 
     def _vector_list(
         self, embedder: Any, pin: IndexPin, query: str, window: int, cut: int,
         allowed: Callable[[str], bool] | None, provisional: list[Candidate],
-        relative_floor: float = 0.0,
     ) -> tuple[list[tuple[str, float]] | None, bool, dict[str, Any]]:
         query_vector = np.asarray(embedder.embed([query]), dtype=np.float32)[0]
         note: dict[str, Any] = {"embedding": dict(pin.manifest.embedding or {}),
@@ -846,10 +856,10 @@ class Planner:
             note["embeddedNow"] = len(chunks)
         scored.sort(key=lambda item: (-item[1], item[0]))
         # The relevance floor: a weak neighbour adds noise to the fusion, never an answer.
-        floor = max(VECTOR_FLOOR, relative_floor * scored[0][1]) if scored else VECTOR_FLOOR
+        floor = max(VECTOR_FLOOR, VECTOR_RELATIVE_FLOOR * scored[0][1]) if scored else VECTOR_FLOOR
         kept = [item for item in scored if item[1] >= floor and item[1] > VECTOR_FLOOR]
-        note["floor"] = {"cosineAbove": VECTOR_FLOOR, "shareOfBest": relative_floor,
-                         "applied": floor, "dropped": len(scored) - len(kept)}
+        note["floor"] = {"cosineAbove": VECTOR_FLOOR, "shareOfBest": VECTOR_RELATIVE_FLOOR,
+                         "applied": floor}
         dropped = {chunk_id for chunk_id, _ in scored[len(kept):]}
         for candidate in chunks:
             if candidate.id in dropped:

@@ -21,6 +21,7 @@ characters OR-ed and as one phrase of them, so the exact substring ranks first.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -47,6 +48,7 @@ __all__ = [
     "collect_top",
     "dedupe_last_wins",
     "parse_query",
+    "text_digest",
     "to_text_doc",
     "write_analyzer_marker",
 ]
@@ -84,11 +86,14 @@ _NOT_CJK_LEADS = bytes(b for b in range(256) if not (0xE3 <= b <= 0xED or b in (
 
 @dataclass(frozen=True)
 class TextHit:
-    """One search hit: ``rank`` is 1-based, after ordering by score desc then chunkId asc."""
+    """One search hit: ``rank`` is 1-based, after ordering by score desc then chunkId asc.
+    ``digest`` is :func:`text_digest` of the chunk's stored text (None if the engine gave none):
+    the planner tells chunks of identical text apart from it without reading the texts again."""
 
     chunk_id: str
     score: float
     rank: int
+    digest: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -250,12 +255,19 @@ def check_analyzer(directory: Path, *, kind: str = "text") -> None:
                           f"usl rebuild {kind}")
 
 
-def collect_top(fetch: Callable[[int], list[tuple[float, str]]], limit: int) -> list[TextHit]:
+def text_digest(text: str) -> bytes:
+    """A 16-byte digest of a chunk's text (its own text, not the CJK-spaced indexed form)."""
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
+def collect_top(fetch: Callable[[int], list[tuple[float, str]]], limit: int,
+                digests: Mapping[str, bytes] | None = None) -> list[TextHit]:
     """The top ``limit`` hits ordered by score desc, then chunkId asc.
 
     ``fetch(n)`` returns the engine's top ``n`` (score, chunkId) pairs. Engines break score ties
     by internal doc order, which depends on segment layout; so we fetch past the window until
-    the tie group at its boundary is complete, and only then order by chunkId.
+    the tie group at its boundary is complete, and only then order by chunkId. ``digests``
+    (filled by ``fetch`` as it reads the stored documents) gives each hit its ``digest``.
     """
     if limit <= 0:
         return []
@@ -269,7 +281,9 @@ def collect_top(fetch: Callable[[int], list[tuple[float, str]]], limit: int) -> 
             break
         n *= 2
     ordered = sorted(hits, key=lambda hit: (-hit[0], hit[1]))[:limit]
-    return [TextHit(chunk_id=cid, score=float(score), rank=i) for i, (score, cid) in enumerate(ordered, 1)]
+    known = digests or {}
+    return [TextHit(chunk_id=cid, score=float(score), rank=i, digest=known.get(cid))
+            for i, (score, cid) in enumerate(ordered, 1)]
 
 
 def _split_quotes(query: str) -> list[tuple[bool, str]]:

@@ -26,6 +26,7 @@ from sinks.text.base import (
     collect_top,
     dedupe_last_wins,
     parse_query,
+    text_digest,
     write_analyzer_marker,
 )
 
@@ -177,11 +178,21 @@ class TantivyEngine:
         full_query = Query.boolean_query(must)
         searcher = index.searcher()
 
+        digests: dict[str, bytes] = {}
+
         def fetch(n: int) -> list[tuple[float, str]]:
             result = searcher.search(full_query, limit=n, count=False)
-            return [(score, searcher.doc(address)["chunkId"][0]) for score, address in result.hits]
+            out = []
+            for score, address in result.hits:
+                # The stored document is read whole anyway: its digest costs one hash.
+                doc = searcher.doc(address)
+                chunk_id = str(doc.get_first("chunkId"))
+                if chunk_id not in digests:
+                    digests[chunk_id] = text_digest(doc.get_first("source") or doc.get_first("text") or "")
+                out.append((score, chunk_id))
+            return out
 
-        return collect_top(fetch, limit)
+        return collect_top(fetch, limit, digests)
 
     def count(self, directory: Path) -> int:
         return int(self._open(Path(directory)).searcher().num_docs)

@@ -28,6 +28,7 @@ from sinks.text.base import (
     collect_top,
     dedupe_last_wins,
     parse_query,
+    text_digest,
     write_analyzer_marker,
 )
 
@@ -143,11 +144,18 @@ class WhooshEngine:
             if allow_docs is not None and not allow_docs:
                 return []
 
+            digests: dict[str, bytes] = {}
+
             def fetch(n: int) -> list[tuple[float, str]]:
                 results = searcher.search(user_query, limit=n, filter=allow_docs, mask=mask_docs)
-                return [(float(hit.score), hit["chunkId"]) for hit in results]
+                out = []
+                for hit in results:
+                    if hit["chunkId"] not in digests:
+                        digests[hit["chunkId"]] = text_digest(hit.get("text", ""))
+                    out.append((float(hit.score), hit["chunkId"]))
+                return out
 
-            return collect_top(fetch, limit)
+            return collect_top(fetch, limit, digests)
 
     def fetch_texts(self, directory: Path, chunk_ids: Collection[str]) -> dict[str, str]:
         """The stored text of each chunk in ``chunk_ids`` the index holds."""

@@ -655,6 +655,8 @@ def paging(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> It
                                     "deploy finished again", "step step deploy")):
         groups = session_events("paging", f"s-extra{number}", acl("acme", "*"), turns=3, words=words)
         builder.append([event for group in groups for event in group])
+    for number in range(6):  # the same text in six sessions, as a system prompt would be
+        builder.append(_turn("paging", f"s-boiler{number}", 80 + number, BOILERPLATE))
     builder.commit()
     follower = WatermarkFollower(kafka_bootstrap, settings).start()
     planner = Planner(settings, kafka_bootstrap, follower=follower)
@@ -669,6 +671,7 @@ def paging(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> It
 
 
 _new_sessions = iter(range(10_000))
+BOILERPLATE = "policy: deploy one step at a time and roll out only after every check passed"
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -700,9 +703,11 @@ def _check_page_split(paging: tuple[IndexBuilder, Planner], mode: str, freshness
     assert pages[0]["asOfSeq"] == one["asOfSeq"]
     for size, action in zip(sizes[1:], ingest, strict=False):
         if action != "none":
-            groups = session_events("paging", f"s-more{next(_new_sessions)}", acl("acme", "*"), turns=1,
-                                    words=f"{query} again")
-            builder.append([event for group in groups for event in group])
+            session = f"s-more{next(_new_sessions)}"
+            groups = session_events("paging", session, acl("acme", "*"), turns=1, words=f"{query} again")
+            # A copy of the boilerplate in the tail: collapsed with the indexed copies.
+            builder.append([event for group in groups for event in group]
+                           + _turn("paging", session, 90, BOILERPLATE))
             if action == "append+commit":
                 builder.commit()
         if not pages[-1]["cursor"]:
@@ -713,6 +718,22 @@ def _check_page_split(paging: tuple[IndexBuilder, Planner], mode: str, freshness
     if len(pages) == len(sizes) or not pages[-1]["cursor"]:
         assert served == [hit["chunkId"] for hit in one["results"]]
     assert {page["asOfSeq"] for page in pages} == {one["asOfSeq"]}
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_text_repeated_in_many_sessions_is_one_result(paging: tuple[IndexBuilder, Planner],
+                                                         mode: str) -> None:
+    """Six (and more, as the property test above appends) sessions hold the same chunk text:
+    each list keeps its first copy only, so one result stands for them and the others make
+    room for distinct chunks; explain says how many it stands for."""
+    _, planner = paging
+    for freshness in ("indexed", "latest"):
+        response = planner.search({"query": "policy deploy step", "log": "paging", "mode": mode,
+                                   "freshness": freshness, "k": 50, "explain": True}, ALICE)
+        texts = [hit["text"] for hit in response["results"]]
+        assert sum(BOILERPLATE in text for text in texts) == 1, (mode, freshness)
+        stands_for = response["explain"]["duplicates"]["standsFor"]
+        assert max(count for by_source in stands_for.values() for count in by_source.values()) >= 5
 
 
 def test_results_end_explicitly_at_the_rank_depth(corpus: Corpus, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -14,6 +14,7 @@ from planner.exceptions import CursorError
 from planner.rrf import (
     RankedList,
     after,
+    collapse_duplicates,
     decode_sort_key,
     encode_sort_key,
     fuse,
@@ -159,3 +160,36 @@ def test_a_revocation_between_pages_never_repeats_a_served_hit(case, page_size, 
 def test_malformed_sort_key_is_a_cursor_error(value):
     with pytest.raises(CursorError):
         decode_sort_key(value)
+
+
+def test_collapse_keeps_the_first_copy_of_each_text_in_rank_order() -> None:
+    ranked = RankedList("text", ["a", "b", "c", "d", "e", "f"], window=8, truncated=True)
+    digests = {"a": b"x", "b": b"y", "c": b"x", "d": b"x", "f": b"y"}  # e has no digest
+    collapsed, stands_for = collapse_duplicates(ranked, digests)
+    assert collapsed == RankedList("text", ["a", "b", "e"], window=8, truncated=True)
+    assert stands_for == {"a": 2, "b": 1}
+    same, none = collapse_duplicates(ranked, {"a": b"x", "b": b"y"})
+    assert same is ranked and none == {}
+
+
+@settings(max_examples=200)
+@given(ids=st.lists(chunk_ids, max_size=25),
+       digests=st.dictionaries(chunk_ids, st.sampled_from([b"p", b"q", b"r", b"s"])))
+def test_collapse_is_a_prefix_stable_filter(ids: list[str], digests: dict[str, bytes]) -> None:
+    """The collapsed list is a subsequence of the list with one chunk per text, each dropped
+    chunk's text held by a kept chunk above it; and collapsing a prefix gives a prefix of the
+    collapsed list, so a deeper read never reorders what a shallower one kept."""
+    ranked = RankedList("vector", ids, window=25)
+    collapsed, stands_for = collapse_duplicates(ranked, digests)
+    kept = list(collapsed.ids)
+    iterator = iter(ids)
+    assert all(chunk in iterator for chunk in kept)  # a subsequence
+    kept_digests = [digests[c] for c in dict.fromkeys(kept) if c in digests]
+    assert len(kept_digests) == len(set(kept_digests))
+    for position, chunk in enumerate(ids):
+        if chunk in digests and digests[chunk] not in {digests.get(c) for c in ids[:position]}:
+            assert chunk in kept
+    assert sum(stands_for.values()) == len(ids) - len(kept)
+    for cut in range(len(ids) + 1):
+        shallow, _ = collapse_duplicates(RankedList("vector", ids[:cut], window=25), digests)
+        assert list(shallow.ids) == kept[:len(shallow.ids)]

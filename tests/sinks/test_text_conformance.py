@@ -209,6 +209,19 @@ def test_unicode_text(engine: TextEngine, index_dir: Path):
     assert ids(engine.search(index_dir, '"café crème"', limit=5)) == ["fr"]
 
 
+def test_hits_carry_the_digest_of_the_stored_text(engine: TextEngine, index_dir: Path):
+    """Chunks of identical text give identical digests (what the planner collapses by), in
+    every engine, CJK text included (the digest is of the text, not its indexed form)."""
+    from sinks.text.base import text_digest
+
+    texts = {"a": "deploy failed on the refunds table", "b": "deploy failed on the refunds table",
+             "c": "deploy failed on the orders table", "zh": "部署失败：数据库连接超时"}
+    engine.add(index_dir, [chunk(chunk_id, text) for chunk_id, text in texts.items()])
+    hits = engine.search(index_dir, "deploy 部署", limit=10)
+    assert {hit.chunk_id: hit.digest for hit in hits} == {
+        chunk_id: text_digest(text) for chunk_id, text in texts.items()}
+
+
 CJK_DOCS = {
     "zh": "部署失败：数据库连接超时，请检查网络配置后重试。",
     "ja": "データベースへの接続がタイムアウトしました。設定を確認してください。",
