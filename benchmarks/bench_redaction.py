@@ -236,6 +236,8 @@ def _forget() -> None:
 
     text._redact_short.cache_clear()
     events._redact_key.cache_clear()
+    events._key.cache_clear()
+    events._identifier.cache_clear()
 
 
 def _measure(function: Any, items: list[Any], repeat: int) -> float:

@@ -20,7 +20,7 @@ from streams.redaction.base import MARKER_PREFIX, marker
 from streams.redaction.entropy import looks_random
 from streams.redaction.keys import NameClass, name_class
 from streams.redaction.policy import DEFAULT_POLICY, RedactionPolicy, policy_hash
-from streams.redaction.text import clip, redact_text
+from streams.redaction.text import clip, redact_text, redact_text_into
 from streams.redaction.vendors import token_heads
 
 __all__ = ["ID_KEYS", "OUTPUT_KEYS", "STRUCTURAL_FIELDS", "STRUCTURAL_KEYS", "RedactedEvent", "redact_event", "stable_id"]
@@ -47,8 +47,8 @@ OUTPUT_KEYS = ("output", "result", "content")
 _SECRET_FIELD = "secret-field"
 # An id with no run of 16 letters and digits (a UUID, "turn-3", "s1") has no room for a secret.
 _HEX_ID = re.compile(r"(?:(?P<head>[A-Za-z]{1,12})[_-])?(?:[0-9a-f]{8,64}|[0-9A-F]{8,64})(?:-[0-9a-fA-F]{1,12})*", re.ASCII)
-_ID_WITHOUT_ROOM = re.compile(r"(?:[^A-Za-z0-9]|[A-Za-z0-9]{1,15}(?![A-Za-z0-9]))*", re.ASCII)
-_ROOM = 16  # the run _ID_WITHOUT_ROOM looks for: a shorter id has none (the regex need not run)
+_LONG_ALNUM_RUN = re.compile(r"[A-Za-z0-9]{16}", re.ASCII)
+_ROOM = 16  # the run _LONG_ALNUM_RUN looks for: a shorter id has none (the regex need not run)
 _SHORT_KEY = 8  # keys shorter than this cannot hold anything a rule replaces
 
 
@@ -141,12 +141,12 @@ def _is_id(key: str) -> bool:
     return key == "id" or key.endswith(("Id", "_id", "ID"))
 
 
-def _is_structural(key: str) -> bool:
-    return key in STRUCTURAL_FIELDS or _is_id(key)
-
-
 class _Walker:
-    """Redacts nested values of one event, accumulating hits."""
+    """Redacts nested values of one event, accumulating hits.
+
+    Most of an event is short strings under recurring keys (hook names, statuses, tool names,
+    ids), so the walk stays lean: a key's redaction and class and an id's verdict are
+    remembered, and string values go straight to the text redaction, which adds to ``hits``."""
 
     __slots__ = ("hits", "policy")
 
@@ -154,37 +154,32 @@ class _Walker:
         self.policy = policy
         self.hits: dict[str, int] = {}
 
-    def _count(self, hits: dict[str, int]) -> None:
-        for rule, count in hits.items():
-            self.hits[rule] = self.hits.get(rule, 0) + count
+    def _add(self, found: tuple[tuple[str, int], ...]) -> None:
+        hits = self.hits
+        for rule, count in found:
+            hits[rule] = hits.get(rule, 0) + count
 
     def key(self, key: Any) -> Any:
         # Keys stay indexable; only a key that itself contains a secret or a home path changes.
         if not isinstance(key, str) or len(key) < _SHORT_KEY:
             return key
-        redacted, hits = _redact_key(key, self.policy)
-        self._count(hits)
+        redacted, found, _ = _key(key, self.policy)
+        if found:
+            self._add(found)
         return redacted
 
     def identifier(self, value: Any) -> Any:
         """An id unchanged, or its :func:`stable_id` when a rule finds a secret in it."""
-        if not isinstance(value, str) or len(value) < _ROOM or _ID_WITHOUT_ROOM.fullmatch(value):
+        if not isinstance(value, str) or len(value) < _ROOM:
             return value
-        hex_id = _HEX_ID.fullmatch(value)
-        if hex_id is not None and (hex_id.group("head") or "").lower() not in token_heads():
-            return value  # cc_8e3e685f..., turn_0e9fa6e3...: a word and hex digits hold no secret
-        redacted, hits = _redact_key(value, self.policy)
-        if redacted == value:
-            return value
-        self._count(hits)
-        return stable_id(value)
+        replaced, found = _identifier(value, self.policy)
+        if found:
+            self._add(found)
+        return replaced
 
     def fields(self, fields: dict[Any, Any], *, cap: int | None) -> dict[Any, Any]:
         """The top level of ``fields``: structural values are scanned but never clipped."""
-        structural = {
-            key for key, item in fields.items() if isinstance(key, str) and _is_structural(key) and isinstance(item, str)
-        }
-        return self._mapping(fields, cap, structural=structural)
+        return self._mapping(fields, cap, top=True)
 
     def walk(self, value: Any, *, cap: int | None, name: NameClass | None = None) -> Any:
         if isinstance(value, str):
@@ -203,31 +198,64 @@ class _Walker:
         if name is not None and value.strip() and not value.startswith(MARKER_PREFIX):
             if name != "key" or looks_random(value.strip()):
                 return self._replace()
-        redacted, hits = redact_text(value, self.policy)
-        self._count(hits)
-        return redacted if cap is None else clip(redacted, cap)
+        redacted = redact_text_into(value, self.hits, self.policy)
+        return redacted if cap is None or len(redacted) <= cap else clip(redacted, cap)
 
-    def _mapping(self, value: dict[Any, Any], cap: int | None, structural: set[Any] | None = None) -> dict[Any, Any]:
+    def _mapping(self, value: dict[Any, Any], cap: int | None, *, top: bool = False) -> dict[Any, Any]:
         # {"name": "DB_PASSWORD", "value": "..."}: Kubernetes env entries, header lists.
         label = value.get("name", value.get("key"))
         label_class = name_class(label) if isinstance(label, str) and "value" in value else None
+        policy = self.policy
         out: dict[Any, Any] = {}
         for key, item in value.items():
-            if structural and key in structural:
+            if not isinstance(key, str):
+                out[key] = self.walk(item, cap=cap)
+                continue
+            if top and isinstance(item, str) and (key in STRUCTURAL_FIELDS or _is_id(key)):
                 out[key] = self.identifier(item) if _is_id(key) else self._string(item, None, None)
                 continue
-            key_class = name_class(key) if isinstance(key, str) else None
+            redacted_key, found, key_class = _key(key, policy)
             if key == "value" and label_class is not None:
                 key_class = label_class
             if key_class in ("password", "secret") and isinstance(item, dict) and item:
-                out[self.key(key)] = self._replace()
-                continue
-            out[self.key(key)] = self.walk(item, cap=cap, name=key_class)
+                replaced: Any = self._replace()
+            elif isinstance(item, str):
+                replaced = self._string(item, cap, key_class)
+            else:
+                replaced = self.walk(item, cap=cap, name=key_class)
+            if found:
+                self._add(found)
+            out[redacted_key] = replaced
         return out
 
     def _replace(self) -> str:
         self.hits[_SECRET_FIELD] = self.hits.get(_SECRET_FIELD, 0) + 1
         return marker(_SECRET_FIELD)
+
+
+@lru_cache(maxsize=16384)
+def _key(key: str, policy: RedactionPolicy) -> tuple[str, tuple[tuple[str, int], ...], NameClass | None]:
+    """A key's redaction (keys shorter than eight characters hold nothing any rule removes),
+    the replacements made in it, and its name class."""
+    if len(key) < _SHORT_KEY:
+        return key, (), name_class(key)
+    redacted, found = _redact_key(key, policy)
+    return redacted, tuple(found.items()), name_class(key)
+
+
+@lru_cache(maxsize=16384)
+def _identifier(value: str, policy: RedactionPolicy) -> tuple[str, tuple[tuple[str, int], ...]]:
+    """An id (16 characters or more) and the replacements counted for it: itself and none,
+    or its :func:`stable_id` and what the rules found in it."""
+    if _LONG_ALNUM_RUN.search(value) is None:
+        return value, ()  # no run of 16 letters and digits: no room for a secret
+    hex_id = _HEX_ID.fullmatch(value)
+    if hex_id is not None and (hex_id.group("head") or "").lower() not in token_heads():
+        return value, ()  # cc_8e3e685f..., turn_0e9fa6e3...: a word and hex digits hold no secret
+    redacted, found = _redact_key(value, policy)
+    if redacted == value:
+        return value, ()
+    return stable_id(value), tuple(found.items())
 
 
 @lru_cache(maxsize=16384)

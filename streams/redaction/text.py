@@ -13,7 +13,7 @@ from streams.redaction.base import MARKER_PREFIX, USER_MARKER, Rule, Scan, marke
 from streams.redaction.policy import DEFAULT_POLICY, RedactionPolicy
 from streams.redaction.rules import build_rules
 
-__all__ = ["WRAPPED_BREAK", "WRAPPED_HEAD", "clip", "redact_text", "redact_text_plain", "rejoin_fingerprint"]
+__all__ = ["WRAPPED_BREAK", "WRAPPED_HEAD", "clip", "redact_text", "redact_text_into", "redact_text_plain", "rejoin_fingerprint"]
 
 _MAX_PASSES = 8  # converges in 1-2 passes on real text; a bound keeps odd input cheap
 _SHORTEST_FINDING = 6  # a@b.io; nothing any rule replaces is shorter
@@ -64,6 +64,21 @@ def redact_text(text: str, policy: RedactionPolicy | None = None) -> tuple[str, 
         redacted, found = _redact_short(text, policy or DEFAULT_POLICY)
         return redacted, dict(found)
     return _redact(text, build_rules(policy or DEFAULT_POLICY))
+
+
+def redact_text_into(text: str, hits: dict[str, int], policy: RedactionPolicy | None = None) -> str:
+    """:func:`redact_text` adding its replacements to ``hits`` (the event walker's per-event
+    count) instead of returning a new dict: the same redaction, one call for each string."""
+    if len(text) < _SHORTEST_FINDING:
+        return text
+    if len(text) <= _REMEMBERED_CHARS:
+        redacted, found = _redact_short(text, policy or DEFAULT_POLICY)
+    else:
+        redacted, found_now = _redact(text, build_rules(policy or DEFAULT_POLICY))
+        found = tuple(found_now.items())
+    for rule, count in found:
+        hits[rule] = hits.get(rule, 0) + count
+    return redacted
 
 
 def redact_text_plain(text: str, policy: RedactionPolicy | None = None) -> tuple[str, dict[str, int]]:
