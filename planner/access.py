@@ -5,14 +5,21 @@ it are read and admitted as the stream admits them (:mod:`streams.ownership`), s
 applies at once (also to open cursors), an event without ``acl`` changes nothing and another
 tenant's event for a session is ignored. The overlay of one start seq is cached and extended by
 the next query instead of read again.
+
+Which sessions a principal may read is judged once per structured generation (the generation
+never changes) and then corrected by the few sessions of the overlay, so a query's cost does not
+grow with the number of sessions the index holds.
 """
 
 from __future__ import annotations
 
 import threading
+from collections import ChainMap
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
+from planner.acl import Principal, can_read
 from planner.exceptions import IndexUnavailable
 from planner.l1window import L1Window
 from planner.readers import IndexPin, ReaderCache
@@ -21,12 +28,26 @@ from streams.exceptions import USLError
 from streams.l1 import L1Reader
 from streams.ownership import Owners, current_acl, session_of_acl
 
-__all__ = ["ACL_SCAN_CAP", "AccessLists"]
+__all__ = ["ACL_SCAN_CAP", "AccessLists", "Readable"]
 
 ACL_SCAN_CAP = 200_000
 """Most L1 events read to bring access lists up to date; beyond it the query is refused (503)
 rather than answered with access lists that may miss a revocation."""
 _OVERLAYS = 16
+_READABLE = 64
+"""Principals x structured generations whose readable sessions are remembered."""
+
+
+@dataclass(frozen=True)
+class Readable:
+    """What one principal may read as of one seq."""
+
+    acls: Mapping[str, Mapping[str, Any]]
+    """sessionId → its latest access list (every session known, readable or not)."""
+    sessions: frozenset[str]
+    """The sessions the principal may read."""
+    everything: bool
+    """Whether that is every session known (then no session filter is needed)."""
 
 
 class AccessLists:
@@ -39,6 +60,7 @@ class AccessLists:
         self._window = window
         self._lock = threading.Lock()
         self._overlays: dict[tuple[str, int], tuple[int, Owners]] = {}
+        self._readable: dict[tuple[str, str, str, frozenset[str]], frozenset[str]] = {}
 
     def latest(self, l1: L1Reader, log_id: str, structured: IndexPin | None,
                through_seq: int) -> dict[str, dict[str, Any]]:
@@ -48,6 +70,35 @@ class AccessLists:
         start = structured.built_through_seq + 1 if structured is not None else 1
         acls.update(self.overlay(l1, log_id, start, through_seq, acls))
         return acls
+
+    def readable(self, principal: Principal, l1: L1Reader, log_id: str,
+                 structured: IndexPin | None, through_seq: int) -> Readable:
+        """The sessions ``principal`` may read as of ``through_seq`` (same answer as
+        :func:`planner.acl.can_read` over :meth:`latest`, without judging every session anew)."""
+        base: Mapping[str, Mapping[str, Any]] = (
+            self._readers.session_acls(structured) if structured is not None else {})
+        start = structured.built_through_seq + 1 if structured is not None else 1
+        overlay = self.overlay(l1, log_id, start, through_seq, base)
+        # can_read looks at the tenant, the user and the groups only.
+        key = (str(structured.directory) if structured is not None else "", principal.tenant,
+               principal.user, principal.groups)
+        with self._lock:
+            judged = self._readable.get(key)
+        if judged is None:
+            judged = frozenset(session for session, acl in base.items() if can_read(principal, acl))
+            with self._lock:
+                self._readable[key] = judged
+                while len(self._readable) > _READABLE:
+                    self._readable.pop(next(iter(self._readable)))
+        sessions = judged
+        if overlay:
+            granted = {session for session, acl in overlay.items() if can_read(principal, acl)}
+            refused = overlay.keys() - granted
+            if not granted <= judged or not refused.isdisjoint(judged):
+                sessions = (judged - refused) | granted
+        known = len(base) + sum(1 for session in overlay if session not in base)
+        acls = ChainMap(overlay, base) if overlay else base  # type: ignore[arg-type]
+        return Readable(acls=acls, sessions=sessions, everything=len(sessions) == known)
 
     def overlay(self, l1: L1Reader, log_id: str, from_seq: int, to_seq: int,
                 indexed: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:

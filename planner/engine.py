@@ -40,6 +40,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Set as AbstractSet
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,7 +52,6 @@ from planner.access import ACL_SCAN_CAP, AccessLists
 from planner.acl import (
     TOOLRESULTS_SCOPE,
     Principal,
-    can_read,
     can_read_toolresults,
     policy_fingerprint,
 )
@@ -168,10 +168,10 @@ class QueryContext:
     """Set by ``_decide``; the later steps only add disclosures to it."""
     embedder: Any = None
     tail: TailResult | None = None
-    acls: dict[str, dict[str, Any]] = field(default_factory=dict)
-    readable: set[str] = field(default_factory=set)
+    acls: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    readable: AbstractSet[str] = field(default_factory=frozenset)
     readable_tools: set[str] = field(default_factory=set)
-    session_filter: set[str] | None = None
+    session_filter: AbstractSet[str] | None = None
     """Sessions the engines keep (None: every session the structured index knows is readable)."""
     table: ChunkTable | None = None
     provisional: list[Candidate] = field(default_factory=list)
@@ -457,12 +457,12 @@ class Planner:
     def _read_access(self, query: QueryContext) -> None:
         """Access lists up to the committed seq now: the sessions (and the full tool results)
         ``principal`` may read."""
-        acls = query.snapshot.access_lists(query.pin("structured"))
-        readable = {session for session, acl in acls.items() if can_read(query.principal, acl)}
+        access = query.snapshot.readable(query.principal, query.pin("structured"))
+        acls, readable = access.acls, access.sessions
         query.acls, query.readable = acls, readable
         # Every chunk an index holds at or below the cut belongs to a session the structured
         # index knows, so when all known sessions are readable no session filter is needed.
-        query.session_filter = None if len(readable) == len(acls) else readable
+        query.session_filter = None if access.everything else readable
         query.readable_tools = ({session for session in readable
                                  if can_read_toolresults(query.principal, acls[session])}
                                 if query.req.tool_results else set())
@@ -773,7 +773,7 @@ class Planner:
         return scan.result(scanned)
 
     def _trimmed(
-        self, table: ChunkTable, text_pin: IndexPin | None, cut: int, sessions: set[str] | None,
+        self, table: ChunkTable, text_pin: IndexPin | None, cut: int, sessions: AbstractSet[str] | None,
         filters: Filters, decision: SnapshotDecision,
     ) -> tuple[SnapshotDecision, list[Candidate]]:
         """Readable chunks straddling ``cut`` (``sessions``: None = all), trimmed to it."""
@@ -799,7 +799,7 @@ class Planner:
                                 "trimmed to their events <= it and were left out")
         return decision, out
 
-    def _tail_candidates(self, tail: TailResult, req: SearchRequest, readable: set[str],
+    def _tail_candidates(self, tail: TailResult, req: SearchRequest, readable: AbstractSet[str],
                          readable_tools: set[str]) -> list[Candidate]:
         out: list[Candidate] = []
         for chunk in tail.chunks:
@@ -812,7 +812,7 @@ class Planner:
         return out
 
     def _text_list(self, pin: IndexPin, query: str, window: int, cut: int,
-                   sessions: set[str] | None, only: set[str] | None,
+                   sessions: AbstractSet[str] | None, only: set[str] | None,
                    digests: dict[str, bytes]) -> tuple[list[str], bool]:
         engine = self._readers.text_engine(pin)
         limit = window + 1

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from planner.access import AccessLists
+from planner.access import AccessLists, Readable
+from planner.acl import Principal
 from planner.exceptions import CursorExpired
 from planner.readers import IndexPin, pin_for_cursor, pin_for_query
 from sinks.exceptions import GenerationError
@@ -196,6 +197,10 @@ class Snapshot:
         from ``structured`` and the L1 events above it."""
         through = self.l1_seq if through_seq is None else through_seq
         return self.access.latest(self.l1, self.log_id, structured, through)
+
+    def readable(self, principal: Principal, structured: IndexPin | None) -> Readable:
+        """What ``principal`` may read as of ``l1_seq`` (see :meth:`AccessLists.readable`)."""
+        return self.access.readable(principal, self.l1, self.log_id, structured, self.l1_seq)
 
     def keep_for(self, seconds: float) -> None:
         """On close, extend the pins by ``seconds`` instead of releasing them (a cursor's next
