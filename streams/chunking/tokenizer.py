@@ -70,7 +70,9 @@ class HFTokenizer:
         """``count`` for many texts at once (encoded in parallel by the Rust library)."""
         if not texts:
             return []
-        encodings = self._tokenizer.encode_batch(list(texts), add_special_tokens=False)
+        # The fast variant skips the character offsets a count never reads (a quarter of the
+        # encoding's CPU on real events); the ids, so the counts, are the same.
+        encodings = self._tokenizer.encode_batch_fast(list(texts), add_special_tokens=False)
         return [len(encoding.ids) for encoding in encodings]
 
     def encode_offsets(self, text: str) -> list[tuple[int, int]]:
