@@ -649,14 +649,17 @@ FRESHNESS = ("indexed", "latest", "wait:0.2")
 def paging(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[IndexBuilder, Planner]]:
     settings = make_test_settings(tmp_path_factory.mktemp("paging"), kafka_bootstrap)
     builder = IndexBuilder(settings, kafka_bootstrap, "paging")
+    # The same text in six closed sessions, as a system prompt would be; first, so the
+    # indexes cover them (the interleaved sessions leave a turn open, which holds the
+    # indexes' chunked-through seq below everything appended after it).
+    for number in range(6):
+        builder.append(_turn("paging", f"s-boiler{number}", 80 + number, BOILERPLATE))
     order, _ = interleaved("paging")
     builder.append(order)
     for number, words in enumerate(("deploy step rollout", "please deploy cache", "rollout finished step",
                                     "deploy finished again", "step step deploy")):
         groups = session_events("paging", f"s-extra{number}", acl("acme", "*"), turns=3, words=words)
         builder.append([event for group in groups for event in group])
-    for number in range(6):  # the same text in six sessions, as a system prompt would be
-        builder.append(_turn("paging", f"s-boiler{number}", 80 + number, BOILERPLATE))
     builder.commit()
     follower = WatermarkFollower(kafka_bootstrap, settings).start()
     planner = Planner(settings, kafka_bootstrap, follower=follower)
@@ -732,6 +735,7 @@ def test_a_text_repeated_in_many_sessions_is_one_result(paging: tuple[IndexBuild
                                    "freshness": freshness, "k": 50, "explain": True}, ALICE)
         texts = [hit["text"] for hit in response["results"]]
         assert sum(BOILERPLATE in text for text in texts) == 1, (mode, freshness)
+        assert {hit["origin"] for hit in response["results"] if BOILERPLATE in hit["text"]} == {"index"}
         stands_for = response["explain"]["duplicates"]["standsFor"]
         assert max(count for by_source in stands_for.values() for count in by_source.values()) >= 5
 
