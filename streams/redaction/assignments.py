@@ -14,6 +14,7 @@ __all__ = ["AssignmentRule"]
 _NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 # Where a candidate starts: each keyword is searched literally in the lower-cased text.
 _KEYWORDS = ("passw", "passphrase", "pwd", "secret", "token", "credential", "cookie", "auth", "key")
+_KEYWORD_SET = frozenset(_KEYWORDS)
 # Names whose values have a rule of their own, by their letters only (SecretAccessKey,
 # aws_secret_access_key, AccountKey).
 _NAMED = {
@@ -123,13 +124,17 @@ class AssignmentRule(Rule):
 
     def _candidates(self, scan: Scan) -> tuple[list[re.Match[str]], list[re.Match[str]]]:
         """``name = value`` matches, and prose matches where no assignment starts."""
-        lowered = scan.lower()
         starts: set[int] = set()
-        for keyword in _KEYWORDS:
-            position = lowered.find(keyword)
-            while position != -1:
-                starts.add(position)
-                position = lowered.find(keyword, position + 1)
+        if scan.literal_hits is not None:
+            # Every keyword is among the literals the automaton reported, with its places.
+            starts = {end - len(literal) + 1 for end, literal in scan.literal_hits if literal in _KEYWORD_SET}
+        else:
+            lowered = scan.lower()
+            for keyword in _KEYWORDS:
+                position = lowered.find(keyword)
+                while position != -1:
+                    starts.add(position)
+                    position = lowered.find(keyword, position + 1)
         matches, prose = [], []
         end = 0
         for start in sorted(starts):

@@ -234,19 +234,26 @@ def _one_pass(text: str, rules: tuple[Rule, ...], hits: dict[str, int], *, plain
         return scan.text, again
     prefilter = _prefilter(rules)
     found = prefilter.scan(scan)
+    stale = False  # found may hold more than the changed text (see _Prefilter.in_markers)
     # Short texts (ids, names, one-line fields: most strings of an event) are dominated by
     # per-rule overhead; their character set lets most rules be skipped outright.
     chars = frozenset(text) if len(text) <= _SHORT_TEXT else None
     for rule, needs, literals in prefilter.plan:
         if chars is not None and needs and chars.isdisjoint(needs):
             continue
-        if literals is not None and found.isdisjoint(literals):
-            continue
+        if literals is not None:
+            if found.isdisjoint(literals):
+                continue
+            if stale:
+                # Scanned again only when a rule depends on it, and then exactly.
+                found, stale = prefilter.scan(scan), False
+                if found.isdisjoint(literals):
+                    continue
         if scan.wants(rule):
             redacted = rule.apply(scan, hits)
             if redacted is not scan.text:
-                scan = Scan(redacted)  # its literal_hits stay None: rules search on their own
-                found |= prefilter.in_markers
+                scan = Scan(redacted)  # literal_hits None until scanned again
+                found, stale = found | prefilter.in_markers, True
                 chars = frozenset(redacted) if len(redacted) <= _SHORT_TEXT else None
                 again = again or rule.repass
     return scan.text, again

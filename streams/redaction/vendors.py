@@ -268,7 +268,6 @@ class KeywordRule(Rule):
                          "(streams/redaction/ported.py KEYWORD_RULES)")
         rules = [(tuple(keywords), _compile(name, source, ci, entropy))
                  for name, keywords, source, ci, entropy in _keyword_rules()]
-        object.__setattr__(self, "_short", [(keywords, rule) for keywords, rule in rules if rule.name in _SHORT_BODIES])
         firsts = {keyword[0] for keywords, _ in rules for keyword in keywords}
         object.__setattr__(self, "needs", frozenset(firsts | {first.upper() for first in firsts}))
         object.__setattr__(self, "_rules", rules)
@@ -287,10 +286,23 @@ class KeywordRule(Rule):
             return text
         lowered = scan.lower()
         spans: list[tuple[int, int, str]] = []
-        near = scan.near_long_tokens() if scan.has_long_token() else ""
-        for keywords, rule in self._short if not near else self._rules:  # type: ignore[attr-defined]
+        rules: list[tuple[tuple[str, ...], _Ported]] = self._rules  # type: ignore[attr-defined]
+        if scan.literal_hits is not None:
+            # Only the rules one of whose keywords the automaton found (in the lower-cased text).
+            present = {literal for _, literal in scan.literal_hits}
+            rules = [(keywords, rule) for keywords, rule in rules if any(k.lower() in present for k in keywords)]
+            if not rules:
+                return text
+        long_bodied = any(rule.name not in _SHORT_BODIES for _, rule in rules)
+        near = scan.near_long_tokens() if long_bodied and scan.has_long_token() else ""
+        for keywords, rule in rules:
             # A long secret's keyword is in it or just before it: only those parts are searched.
-            where = lowered if rule.name in _SHORT_BODIES else near
+            if rule.name in _SHORT_BODIES:
+                where = lowered
+            elif near:
+                where = near
+            else:
+                continue  # no long token: no long-bodied secret
             if not any(keyword in where for keyword in keywords):
                 continue
             for match in rule.pattern.finditer(text):
