@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from streams.redaction.base import Rule, Scan, is_marker_at, marker
-from streams.redaction.entropy import looks_random
+from streams.redaction.entropy import HEX_MIN_ENTROPY, looks_random, shannon_entropy
 from streams.redaction.keys import is_placeholder, name_class
 from streams.redaction.vendors import ported_rule_names, vendor_rule
 
@@ -92,7 +92,7 @@ class AssignmentRule(Rule):
     def fingerprint(self) -> list[str]:
         named = [f"{name}={rule}" for name, rule in sorted(_NAMED.items())]
         return [*super().fingerprint(), *_KEYWORDS, *named, self._pattern.pattern, self._flag.pattern, self._xml.pattern,
-                self._prose.pattern, _UUID.pattern, _IDENTIFIER.pattern]
+                self._prose.pattern, _UUID.pattern, _IDENTIFIER.pattern, _password_like.__qualname__]
 
     def hit_names(self) -> tuple[str, ...]:
         return (_PASSWORD, _SECRET, _PROSE, *sorted(set(_NAMED.values())), *ported_rule_names())
@@ -221,7 +221,9 @@ class AssignmentRule(Rule):
             return start, end, vendor
         if _UUID.fullmatch(value) or _IDENTIFIER.fullmatch(value) or _NAME_EQUALS.match(value):
             return None  # an id, a name, or name=value text (the assignment rule's to judge)
-        return (start, end, _PROSE) if looks_random(value) else None
+        if looks_random(value) or (name_class(word) == "password" and _password_like(value)):
+            return start, end, _PROSE
+        return None
 
 
 # A UUID is an identifier wherever it is written; snake, kebab, dotted and camel-case names are
@@ -229,6 +231,15 @@ class AssignmentRule(Rule):
 _NAME_EQUALS = re.compile(r"[A-Za-z_][A-Za-z_.-]{0,40}=", re.ASCII)
 _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}", re.ASCII)
 _IDENTIFIER = re.compile(r"[a-z]+(?:[_.-][a-z]+[0-9]{0,3})+|[A-Za-z][a-z]+(?:[A-Z][a-z]+[0-9]{0,3})+|[A-Z]+(?:_[A-Z]+[0-9]{0,3})+", re.ASCII)
+
+
+def _password_like(value: str) -> bool:
+    """Policy 2.2: after a password word ("the artifactory password APuWrk5q…", a
+    ``| DB_PASSWORD | … |`` table row), a value of 16+ characters mixing capitals, small letters
+    and digits is a password even below the entropy a value needs after other secret words (a
+    16-character password often repeats a letter or two: 3.45 bits, not 3.5)."""
+    return (any(c.isdigit() for c in value) and any(c.isupper() for c in value) and any(c.islower() for c in value)
+            and shannon_entropy(value) >= HEX_MIN_ENTROPY)
 
 
 def _name_start(text: str, position: int) -> int:

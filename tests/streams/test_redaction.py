@@ -59,7 +59,7 @@ def test_exported_members() -> None:
         "DEFAULT_POLICY", "POLICY_VERSION", "RedactedEvent", "RedactionPolicy", "policy_hash",
         "redact_event", "redact_text", "rule_names",
     }
-    assert POLICY_VERSION == "2.1"
+    assert POLICY_VERSION == "2.2"
 
 
 # ---------------------------------------------------------------- labelled corpus
@@ -128,21 +128,19 @@ def test_battery_recall_is_at_least_99_percent_in_every_context() -> None:
     total = sum(found for found, _ in by_context.values()) / sum(n for _, n in by_context.values())
     print(f"\nbattery: {len(battery.formats())} formats, {len(battery_results())} cases, recall {total:.2%}; "
           + ", ".join(f"{context} {found / n:.1%}" for context, (found, n) in by_context.items()))
-    # As measured (policy 2.1): 99.95 % overall, 100 % wrapped (lines rejoined since 2.1, when
-    # the break cuts a secret before its format is recognisable), >= 99.8 % everywhere else
-    # (489/490 in a markdown table and in prose: an Artifactory "AP..." password).
-    assert total >= 0.999, missed
+    # As measured (policy 2.2): 100 % in every context (2.1 missed an Artifactory "AP..." password
+    # in a markdown table and in prose; 2.0 missed secrets wrapped early across lines).
+    assert total == 1.0, missed
     for context, (found, n) in by_context.items():
-        assert found / n >= 0.997, (context, [m for m in missed if m[1] == context])
+        assert found == n, (context, [m for m in missed if m[1] == context])
 
 
 @pytest.mark.parametrize("source", ["gitleaks", "detect-secrets", "usl"])
 def test_battery_recall_per_source(source: str) -> None:
     cases = [(case, survivors) for case, survivors, _ in battery_results() if case.source == source]
     found = sum(not survivors for _, survivors in cases)
-    # As measured (policy 2.1): gitleaks and usl 100 %, detect-secrets 99.1 % (Artifactory "AP..."
-    # passwords in a markdown table and in prose).
-    floor = {"gitleaks": 1.0, "detect-secrets": 0.99, "usl": 1.0}[source]
+    # As measured (policy 2.2): 100 % from every source (detect-secrets was 99.1 % under 2.1).
+    floor = {"gitleaks": 1.0, "detect-secrets": 1.0, "usl": 1.0}[source]
     assert found / len(cases) >= floor, [(c.format_id, c.context) for c, s in cases if s][:20]
 
 
@@ -264,6 +262,31 @@ def test_corpus_redaction_is_idempotent() -> None:
         twice, hits = redact_text(once)
         assert twice == once, row["id"]
         assert hits == {}, row["id"]
+
+
+# ---------------------------------------------------------------- policy 2.2: passwords in prose
+
+@pytest.mark.parametrize("text", [
+    "Done. The artifactory password APuWrk5qoBAAn33P is configured and the deploy works.",
+    "| variable | value |\n|---|---|\n| ARTIFACTORY_PASSWORD | APuWrk5qoBAAn33P |\n| REGION | eu-west-1 |",
+    "the db password is Xk3mPq9rTt2wLm8Z, rotate it monthly",
+])
+def test_a_password_word_takes_a_mixed_value_below_the_entropy_of_other_secrets(text: str) -> None:
+    redacted, hits = redact_text(text)
+    assert "APuWrk5qoBAAn33P" not in redacted and "Xk3mPq9rTt2wLm8Z" not in redacted, redacted
+    assert hits == {"secret-in-prose": 1}
+
+
+@pytest.mark.parametrize("text", [
+    "The token APuWrk5qoBAAn33P is configured.",  # not a password word: entropy decides (3.45 < 3.5)
+    "Reset the password PasswordResetController2 in the admin app.",  # an identifier
+    "the password apuwrk5qobaan33p is the default",  # no capital (3.45 bits: below the entropy rule)
+    "the password APUWRK5QOBAAN33P is the default",  # no small letter
+    "password is AAAAAAAAAAAAaaaa11 (a placeholder)",  # below 3 bits per character
+    "the password 3f6c2a8e-1b7d-4c55-9e0a-5d2f8b1c7e94 row is empty",  # a UUID
+])
+def test_a_password_word_keeps_identifiers_and_plain_values(text: str) -> None:
+    assert redact_text(text) == (text, {})
 
 
 # ---------------------------------------------------------------- policy 2.1: wrapped lines
