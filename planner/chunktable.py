@@ -28,10 +28,12 @@ from typing import Any, NamedTuple
 
 import pyarrow.parquet as pq
 
+from sinks.text.base import chunk_key
 from sinks.writer import parquet_segments
 
 __all__ = ["ChunkRow", "ChunkTable", "SegmentCache", "session_acls"]
 
+_RECORD_CACHE_SIZE = 100_000
 _COLUMNS = ("chunkId", "sessionId", "runId", "turnId", "episodeId", "minSeq", "maxSeq",
             "startTime", "eventTime", "evidence")
 
@@ -61,6 +63,8 @@ class ChunkRow(NamedTuple):
 class _Segment:
     rows: dict[str, ChunkRow]
     max_seq: int
+    # chunk_key(id) -> id for the segment's ids (all of them unless two share a key).
+    keys: dict[int, str]
 
 
 # sessionId -> ((seq, priority), acl): events (priority 1) win over chunks at the same seq.
@@ -105,7 +109,8 @@ def _load_chunks(path: Path) -> _Segment:
         for chunk_id, session, run, turn, episode, low, high, start, when, evidence in zip(
             *(table[name] for name in _COLUMNS), strict=True)
     }
-    return _Segment(rows, max((row.max_seq for row in rows.values()), default=0))
+    keys = {chunk_key(chunk_id): chunk_id for chunk_id in rows}
+    return _Segment(rows, max((row.max_seq for row in rows.values()), default=0), keys)
 
 
 def _load_acls(path: Path, from_chunks: bool) -> _Acls:
@@ -145,14 +150,47 @@ class ChunkTable:
             self.rows.update(segment.rows)
         # Straddlers hold evidence past the cut, so only segments reaching past it can hold one.
         self._segments = loaded
+        self._keys: dict[int, str] | None = None
+        # Decoded records: a candidate is looked up by several queries of one generation.
+        self._records: dict[str, dict[str, Any]] = {}
+
+    @property
+    def chunk_keys(self) -> dict[int, str]:
+        """:func:`sinks.text.base.chunk_key` → chunkId for every chunk of the generation whose
+        key no other chunk shares (built once per generation from the per-segment maps)."""
+        keys = self._keys
+        if keys is None:
+            keys = {}
+            for segment in self._segments:
+                keys.update(segment.keys)
+            if len(keys) != len(self.rows):  # two ids share a key: leave that key out
+                counted: dict[int, str | None] = {}
+                for chunk_id in self.rows:
+                    key = chunk_key(chunk_id)
+                    counted[key] = None if key in counted else chunk_id
+                keys = {key: chunk_id for key, chunk_id in counted.items() if chunk_id is not None}
+            self._keys = keys
+        return keys
 
     def get(self, chunk_id: str) -> ChunkRow | None:
         return self.rows.get(chunk_id)
 
     def records(self, chunk_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
-        """chunkId → record for the ids the generation holds."""
-        return {chunk_id: row.record(chunk_id) for chunk_id in chunk_ids
-                if (row := self.rows.get(chunk_id)) is not None}
+        """chunkId → record for the ids the generation holds. The records are shared by every
+        caller of this table: read them, never change them."""
+        found: dict[str, dict[str, Any]] = {}
+        cache = self._records
+        for chunk_id in chunk_ids:
+            record = cache.get(chunk_id)
+            if record is None:
+                row = self.rows.get(chunk_id)
+                if row is None:
+                    continue
+                if len(cache) >= _RECORD_CACHE_SIZE:
+                    cache.clear()
+                record = cache[chunk_id] = row.record(chunk_id)
+            found[chunk_id] = record
+        return found
 
     def straddling(self, cut: int, session_ids: Collection[str] | None) -> list[dict[str, Any]]:
         """Records of chunks with ``minSeq <= cut < maxSeq`` (of ``session_ids``; None: any),

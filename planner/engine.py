@@ -521,7 +521,8 @@ class Planner:
                 if text is None:
                     continue
                 ids, truncated = self._text_list(text_pin, text, window, cut,
-                                                 query.session_filter, only, query.digests)
+                                                 query.session_filter, only, query.digests,
+                                                 query.table)
                 query.lists.append(RankedList(source, ids, window, truncated))
                 # BM25 scores are not shown: their corpus statistics include chunks the caller
                 # may not read. The rank says all there is to say.
@@ -813,11 +814,16 @@ class Planner:
 
     def _text_list(self, pin: IndexPin, query: str, window: int, cut: int,
                    sessions: AbstractSet[str] | None, only: set[str] | None,
-                   digests: dict[str, bytes]) -> tuple[list[str], bool]:
+                   digests: dict[str, bytes], table: ChunkTable | None) -> tuple[list[str], bool]:
         engine = self._readers.text_engine(pin)
+        # The hits' ids from the index's key column, mapped through the structured generation's
+        # ids (a hit the table lacks is dropped from the fusion anyway; the engine reads its
+        # stored document to name it all the same).
+        keys = table.chunk_keys if table is not None else None
         limit = window + 1
         while True:
-            raw = engine.search(pin.directory, query, limit=limit, max_seq=cut, session_ids=sessions)
+            raw = engine.search(pin.directory, query, limit=limit, max_seq=cut, session_ids=sessions,
+                                chunk_ids_by_key=keys)
             kept = [hit for hit in raw if only is None or hit.chunk_id in only]
             if len(kept) > window or len(raw) < limit or limit >= _MAX_OVERFETCH:
                 break

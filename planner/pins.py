@@ -29,6 +29,7 @@ from planner.exceptions import CursorExpired
 from planner.readers import IndexPin, pin_for_cursor, pin_for_query
 from sinks.exceptions import GenerationError
 from sinks.generations import FileDigests, GenerationStore
+from sinks.text import ENGINES, get_engine
 from sinks.text.base import ANALYZER as TEXT_ANALYZER
 from streams.l1 import L1Reader
 
@@ -40,6 +41,18 @@ QUERY_PIN_SECONDS = 600.0
 """How long a query's pin holds its generation if the query never releases it (a crash)."""
 _ANALYZED_KINDS = ("text", "toolresults")
 """Index kinds searched with the text analyzer: a generation of another analyzer is refused."""
+
+
+def _text_schema_problem(schema_version: str, extra: Mapping[str, Any]) -> str | None:
+    """Why a text generation's index layout is not the one its engine reads (None: it is)."""
+    engine = extra.get("engine")
+    if engine not in ENGINES:
+        return None
+    expected = get_engine(str(engine)).schema_version
+    if schema_version == expected:
+        return None
+    return (f"has {engine} text schema {schema_version}, this planner reads schema {expected}; "
+            f"rebuild it from the log: usl rebuild text")
 
 
 class Pinner:
@@ -136,6 +149,8 @@ class Pinner:
                 # Query terms of another analyzer would silently miss (CJK); never read it.
                 problem = (f"was built with text analyzer {analyzer}, this planner searches with "
                            f"{TEXT_ANALYZER}; rebuild it from the log: usl rebuild {pin.kind}")
+            if problem is None and pin.kind == "text":
+                problem = _text_schema_problem(pin.manifest.schema_version, pin.manifest.extra)
         if problem is not None:
             log.error("%s generation %d of %s refused: %s", pin.kind, pin.generation_id,
                       pin.manifest.log_id, problem)

@@ -72,14 +72,24 @@ class RankedList:
 
 @dataclass(frozen=True)
 class FusedHit:
-    """A chunk with its fused score and the per-source components that explain it."""
+    """A chunk with its fused score and the per-source components that explain it.
+
+    The exact score is kept as ``rrf_numerator / rrf_scale`` (the scale is common to one
+    fusion); :attr:`rrf_exact` makes the :class:`~fractions.Fraction` only when asked, since
+    a fusion orders hundreds of hits and a page shows ten."""
 
     chunk_id: str
     rrf: float
     components: dict[str, dict[str, Any]]
     best_rank: int
     event_time: float
-    rrf_exact: Fraction = field(repr=False)
+    rrf_numerator: int = field(repr=False)
+    rrf_scale: int = field(repr=False)
+
+    @property
+    def rrf_exact(self) -> Fraction:
+        """The fused score, exactly."""
+        return Fraction(self.rrf_numerator, self.rrf_scale)
 
 
 class SortKey(NamedTuple):
@@ -126,14 +136,15 @@ def fuse(
     keyed.sort(key=lambda item: item[0])
     hits = []
     for (neg_numerator, best_rank, neg_when, chunk_id), by_source in keyed:
-        exact = Fraction(-neg_numerator, scale)
         components = {
             source: {"rank": rank, "contribution": 1 / (k + rank)}
             for source, rank in sorted(by_source.items())
         }
+        # int / int is correctly rounded, as float(Fraction) is.
         hits.append(FusedHit(
-            chunk_id=chunk_id, rrf=float(exact), components=components,
-            best_rank=best_rank, event_time=-neg_when, rrf_exact=exact,
+            chunk_id=chunk_id, rrf=-neg_numerator / scale, components=components,
+            best_rank=best_rank, event_time=-neg_when, rrf_numerator=-neg_numerator,
+            rrf_scale=scale,
         ))
     return hits
 

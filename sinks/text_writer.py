@@ -28,8 +28,10 @@ class TextWriter:
         self.engine = get_engine(engine)
 
     def describe(self) -> dict[str, Any]:
-        # Schema 2: the analyzer that makes every CJK character a term (sinks.text.base).
-        return {"schemaVersion": "2", "engine": self.engine.name, "analyzer": ANALYZER}
+        # Schema 2: the analyzer that makes every CJK character a term (sinks.text.base);
+        # tantivy's schema 3 adds the chunk-key fast fields (sinks.text.tantivy_engine).
+        return {"schemaVersion": self.engine.schema_version, "engine": self.engine.name,
+                "analyzer": ANALYZER}
 
     def write(self, staging: Path, previous: Path | None, records: Sequence[dict[str, Any]]) -> list[str]:
         if previous is None:

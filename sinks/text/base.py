@@ -44,6 +44,7 @@ __all__ = [
     "TextHit",
     "analyze_text",
     "check_analyzer",
+    "chunk_key",
     "cjk_spaced",
     "collect_top",
     "dedupe_last_wins",
@@ -128,6 +129,8 @@ class TextEngine(Protocol):
     """A full-text engine writing and searching one index directory."""
 
     name: str
+    # The index layout this engine writes and reads (the text generation's schemaVersion).
+    schema_version: ClassVar[str]
     # Files the engine may replace while writing: a new generation copies them instead of
     # hard-linking them from the previous one (exact names or glob patterns).
     copy_names: ClassVar[tuple[str, ...]]
@@ -149,9 +152,13 @@ class TextEngine(Protocol):
         max_seq: int | None = None,
         session_ids: Collection[str] | None = None,
         exclude_ids: Collection[str] = (),
+        chunk_ids_by_key: Mapping[int, str] | None = None,
     ) -> list[TextHit]:
         """Top ``limit`` hits with maxSeq <= ``max_seq``, in ``session_ids`` (None: any),
-        not in ``exclude_ids``; filters apply inside the engine, before the limit."""
+        not in ``exclude_ids``; filters apply inside the engine, before the limit.
+        ``chunk_ids_by_key`` (:func:`chunk_key` → chunkId, colliding keys left out) lets an
+        engine that indexes the key name its hits without reading their stored documents;
+        it never changes the hits."""
         ...
 
     def count(self, directory: Path) -> int:
@@ -258,6 +265,17 @@ def check_analyzer(directory: Path, *, kind: str = "text") -> None:
 def text_digest(text: str) -> bytes:
     """A 16-byte digest of a chunk's text (its own text, not the CJK-spaced indexed form)."""
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
+def chunk_key(chunk_id: str) -> int:
+    """A 64-bit key of a chunk id (the first 8 bytes of its BLAKE2b digest, big-endian).
+
+    The tantivy index keeps it as a numeric fast field, so a hit's chunk id is read from a
+    column instead of its stored document; the reader maps keys back to ids through a map built
+    from the ids it knows (:meth:`planner.chunktable.ChunkTable.chunk_keys`) and reads the
+    stored document for a key it cannot map."""
+    return int.from_bytes(hashlib.blake2b(chunk_id.encode("utf-8", "surrogatepass"),
+                                          digest_size=8).digest(), "big")
 
 
 def collect_top(fetch: Callable[[int], list[tuple[float, str]]], limit: int,

@@ -69,6 +69,7 @@ class WhooshEngine:
     """Full-text engine on whoosh. ``limit_mb`` caps the writer's memory pool."""
 
     name = "whoosh"
+    schema_version: ClassVar[str] = "2"
     copy_names: ClassVar[tuple[str, ...]] = ("_MAIN_*.toc",)
 
     def __init__(self, *, limit_mb: int = 256) -> None:
@@ -121,7 +122,9 @@ class WhooshEngine:
         max_seq: int | None = None,
         session_ids: Collection[str] | None = None,
         exclude_ids: Collection[str] = (),
+        chunk_ids_by_key: Mapping[int, str] | None = None,
     ) -> list[TextHit]:
+        # Whoosh reads each hit's stored fields anyway: the key map has nothing to save.
         clauses = parse_query(query, self.analyze)
         if not clauses or limit <= 0 or (session_ids is not None and len(session_ids) == 0):
             return []

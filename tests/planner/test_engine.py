@@ -539,9 +539,29 @@ def test_the_planner_reads_structured_metadata_as_the_structured_reader_does(cor
         assert straddling
         ids = sorted(table.rows)
         expected = reader.chunk_meta(ids)
-    for chunk_id, record in table.records(ids).items():
+    records = table.records(ids)
+    for chunk_id, record in records.items():
         for key, value in record.items():
             assert expected[chunk_id][key] == value, (chunk_id, key)
+    # Decoded once: a later lookup gives the same records.
+    assert table.records(ids[:3]) == {chunk_id: records[chunk_id] for chunk_id in ids[:3]}
+
+
+def test_the_chunk_key_map_leaves_colliding_keys_out(corpus: Corpus, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every chunk of the generation by its key; a key two ids share names neither of them
+    (the text engine then reads the stored id)."""
+    import planner.chunktable as chunktable
+    from sinks.text.base import chunk_key
+
+    store = GenerationStore(index_root(corpus.settings), "default", "structured")
+    directory = store.generation_dir(corpus.manifests["structured"].generation_id)
+    table = chunktable.ChunkTable(directory, chunktable.SegmentCache())
+    assert table.chunk_keys == {chunk_key(chunk_id): chunk_id for chunk_id in table.rows}
+    ids = sorted(table.rows)
+    colliding = {ids[0]: 1, ids[1]: 1}
+    monkeypatch.setattr(chunktable, "chunk_key", lambda chunk_id: colliding.get(chunk_id, chunk_key(chunk_id)))
+    table = chunktable.ChunkTable(directory, chunktable.SegmentCache())
+    assert table.chunk_keys == {chunk_key(chunk_id): chunk_id for chunk_id in ids[2:]}
 
 
 # -- ranking that keeps exact matches; order that does not depend on the page size -------------
@@ -770,6 +790,36 @@ def test_a_cursor_of_the_older_window_continues_on_its_own_window(corpus: Corpus
     later = corpus.planner.search({**request, "cursor": old, "explain": True}, ALICE)
     assert later["explain"]["window"] == 50
     assert later["results"]
+
+
+def test_a_tantivy_text_generation_of_schema_2_is_refused(kafka_bootstrap: str, tmp_path: Path) -> None:
+    """Before the chunk-key fast fields (schema 3) a tantivy text generation is refused with
+    its remedy; a whoosh one of schema 2 is read as before."""
+    from sinks.text.base import ANALYZER
+    from sinks.text_writer import TextWriter
+
+    settings = make_test_settings(tmp_path, kafka_bootstrap)
+    builder = IndexBuilder(settings, kafka_bootstrap, "schema2")
+    order, _ = interleaved("schema2")
+    builder.append(order)
+    builder.commit("structured", "vector")
+    with pytest.MonkeyPatch.context() as patch:  # as the sink wrote text generations before
+        patch.setattr(TextWriter, "describe",
+                      lambda self: {"schemaVersion": "2", "engine": "tantivy", "analyzer": ANALYZER})
+        builder.commit("text")
+    planner = Planner(settings, kafka_bootstrap)
+    try:
+        with pytest.raises((IndexUnavailable, QueryError)) as refused:
+            planner.search({"query": "deploy", "log": "schema2", "mode": "text"}, ALICE)
+        assert "tantivy text schema 2" in str(refused.value)
+        assert "usl rebuild text" in str(refused.value)
+    finally:
+        planner.close()
+        builder.close()
+    from planner.pins import _text_schema_problem
+
+    assert _text_schema_problem("2", {"engine": "whoosh"}) is None
+    assert _text_schema_problem("3", {"engine": "tantivy"}) is None
 
 
 def test_a_text_generation_of_the_old_analyzer_is_refused(kafka_bootstrap: str, tmp_path: Path) -> None:

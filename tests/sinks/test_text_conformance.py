@@ -8,6 +8,8 @@ import random
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import sinks.text as text_pkg
 from sinks.exceptions import EmptyQueryError, EngineError, UnknownEngineError
@@ -392,3 +394,85 @@ def test_collect_top_completes_tie_groups_at_the_boundary():
     hits = collect_top(fetch, 3)
     assert [(h.chunk_id, h.rank) for h in hits] == [("z", 1), ("d001", 2), ("d002", 3)]
     assert calls[-1] > 100
+
+
+_KEYED_WORDS = ("deploy", "failed", "refunds", "orders", "table", "cache", "kafka", "offset")
+
+
+@pytest.fixture(scope="module", params=sorted(ENGINES))
+def keyed_index(request, tmp_path_factory) -> tuple[TextEngine, Path, list[str]]:
+    """An index of 60 chunks over few words (many score ties, some identical texts)."""
+    engine = ENGINES[request.param]()
+    directory = tmp_path_factory.mktemp(f"keyed-{request.param}") / "index"
+    engine.create(directory)
+    rng = random.Random(21)
+    texts = [" ".join(rng.choices(_KEYED_WORDS, k=rng.randint(1, 5))) for _ in range(40)]
+    docs = [chunk(f"k{number:03d}", rng.choice(texts), session=f"s{number % 4}", max_seq=number + 1)
+            for number in range(60)]
+    # Upserts: a later version of a chunk replaces the earlier one, keys and all.
+    docs += [chunk(f"k{number:03d}", "deploy kafka 数据库", max_seq=number + 1) for number in range(0, 60, 7)]
+    for start in range(0, len(docs), 20):  # several segments
+        engine.add(directory, docs[start:start + 20])
+    return engine, directory, sorted({doc["chunkId"] for doc in docs})
+
+
+@settings(max_examples=40, deadline=None)
+@given(known=st.sets(st.integers(0, 59)), query=st.sampled_from(["deploy", "kafka offset", '"deploy failed"',
+                                                               "table 数据库", "cache orders refunds"]),
+       limit=st.integers(1, 30), max_seq=st.one_of(st.none(), st.integers(1, 60)))
+def test_the_key_map_never_changes_the_hits(keyed_index, known: set[int], query: str, limit: int,
+                                            max_seq: int | None):
+    """Hits named through the chunk-key column (any part of the ids known, the rest read from
+    stored documents) are the hits named from stored documents: ids, scores, ranks, digests."""
+    from sinks.text.base import chunk_key
+
+    engine, directory, chunk_ids = keyed_index
+    by_key = {chunk_key(chunk_ids[number]): chunk_ids[number] for number in known}
+    plain = engine.search(directory, query, limit=limit, max_seq=max_seq)
+    keyed = engine.search(directory, query, limit=limit, max_seq=max_seq, chunk_ids_by_key=by_key)
+    assert keyed == plain
+    assert all(hit.digest is not None for hit in keyed)
+
+
+def test_tantivy_names_hits_from_the_key_column(tmp_path: Path):
+    """The map is what names a hit (a wrong map would show): the stored id is read only for a
+    key the map lacks."""
+    from sinks.text.base import chunk_key, text_digest
+
+    engine = TantivyEngine()
+    engine.create(tmp_path / "index")
+    engine.add(tmp_path / "index", [chunk("a", "deploy failed"), chunk("b", "deploy worked")])
+    hits = engine.search(tmp_path / "index", "failed", limit=5, chunk_ids_by_key={chunk_key("a"): "renamed"})
+    assert [(hit.chunk_id, hit.digest) for hit in hits] == [("renamed", text_digest("deploy failed"))]
+    hits = engine.search(tmp_path / "index", "worked", limit=5, chunk_ids_by_key={chunk_key("a"): "renamed"})
+    assert ids(hits) == ["b"]
+
+
+def test_a_tantivy_index_of_schema_2_is_refused(tmp_path: Path):
+    """An index written before the chunk-key fast fields is refused with its remedy, for
+    reading and for writing alike (whoosh keeps its schema)."""
+    import tantivy
+
+    from sinks.text import tantivy_engine
+    from sinks.text.base import write_analyzer_marker
+
+    directory = tmp_path / "old"
+    directory.mkdir()
+    builder = tantivy.SchemaBuilder()
+    builder.add_text_field("chunkId", stored=True, tokenizer_name="raw")
+    builder.add_text_field("text", stored=True, tokenizer_name="default")
+    builder.add_integer_field("maxSeq", indexed=True, fast=True)
+    index = tantivy.Index(builder.build(), path=str(directory))
+    writer = index.writer(15_000_000, 1)
+    writer.add_document(tantivy.Document(chunkId="c1", text="hello world", maxSeq=1))
+    writer.commit()
+    writer.wait_merging_threads()
+    del writer, index
+    write_analyzer_marker(directory)
+    engine = TantivyEngine()
+    with pytest.raises(EngineError, match=r"schema 2.*usl rebuild text"):
+        engine.search(directory, "hello", limit=5)
+    with pytest.raises(EngineError, match="usl rebuild text"):
+        engine.add(directory, [chunk("c2", "more")])
+    assert TantivyEngine.schema_version == tantivy_engine.SCHEMA_VERSION == "3"
+    assert WhooshEngine.schema_version == "2"
