@@ -235,6 +235,7 @@ def _forget() -> None:
     from streams.redaction import events, text
 
     text._redact_short.cache_clear()
+    text._LONG_MEMORY.clear()
     events._redact_key.cache_clear()
     events._key.cache_clear()
     events._identifier.cache_clear()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections import OrderedDict
 from collections.abc import Callable
 from functools import lru_cache
 
@@ -21,6 +22,9 @@ _SHORT_TEXT = 512
 _SHORTEST_LITERAL = 3  # shorter triggers stay ``in`` tests (see _literals)
 # Texts up to this long are remembered (an LRU of 8192: at most some 2 MB).
 _REMEMBERED_CHARS = 256
+# Longer texts are remembered too, up to this many characters of them in all: agents read the
+# same file again and again, and sessions of one project repeat its files and prompts.
+_LONG_MEMORY_CHARS = 4_000_000
 
 _VALUE_CHAR = r"[^\s\"'`<>=:/]"
 _NOT_CONTINUATION = r"(?:[A-Z_][A-Z0-9_]*|[a-z_][a-z0-9_.-]*)=|[A-Za-z_][A-Za-z0-9_.-]*:[ \t]|-----"
@@ -62,8 +66,9 @@ def redact_text(text: str, policy: RedactionPolicy | None = None) -> tuple[str, 
         # Short strings recur in every event of a session (hook names, tool names, statuses,
         # model names): most are answered from memory, with a fresh hits dict each time.
         redacted, found = _redact_short(text, policy or DEFAULT_POLICY)
-        return redacted, dict(found)
-    return _redact(text, build_rules(policy or DEFAULT_POLICY))
+    else:
+        redacted, found = _redact_long(text, policy or DEFAULT_POLICY)
+    return redacted, dict(found)
 
 
 def redact_text_into(text: str, hits: dict[str, int], policy: RedactionPolicy | None = None) -> str:
@@ -74,8 +79,7 @@ def redact_text_into(text: str, hits: dict[str, int], policy: RedactionPolicy | 
     if len(text) <= _REMEMBERED_CHARS:
         redacted, found = _redact_short(text, policy or DEFAULT_POLICY)
     else:
-        redacted, found_now = _redact(text, build_rules(policy or DEFAULT_POLICY))
-        found = tuple(found_now.items())
+        redacted, found = _redact_long(text, policy or DEFAULT_POLICY)
     for rule, count in found:
         hits[rule] = hits.get(rule, 0) + count
     return redacted
@@ -218,6 +222,39 @@ def _literals(rule: Rule) -> frozenset[str] | None:
 @lru_cache(maxsize=64)
 def _prefilter(rules: tuple[Rule, ...]) -> _Prefilter:
     return _Prefilter(rules)
+
+
+class _LongMemory:
+    """Long texts redacted lately and their redactions, least recently used first, holding at
+    most :data:`_LONG_MEMORY_CHARS` characters of texts (and about as many of redactions)."""
+
+    __slots__ = ("chars", "entries")
+
+    def __init__(self) -> None:
+        self.entries: OrderedDict[tuple[str, RedactionPolicy], tuple[str, tuple[tuple[str, int], ...]]] = OrderedDict()
+        self.chars = 0
+
+    def redact(self, text: str, policy: RedactionPolicy) -> tuple[str, tuple[tuple[str, int], ...]]:
+        key = (text, policy)
+        found = self.entries.get(key)
+        if found is not None:
+            self.entries.move_to_end(key)
+            return found
+        redacted, hits = _redact(text, build_rules(policy))
+        found = self.entries[key] = (redacted, tuple(hits.items()))
+        self.chars += len(text)
+        while self.chars > _LONG_MEMORY_CHARS:
+            (forgotten, _), _ = self.entries.popitem(last=False)
+            self.chars -= len(forgotten)
+        return found
+
+    def clear(self) -> None:
+        self.entries.clear()
+        self.chars = 0
+
+
+_LONG_MEMORY = _LongMemory()
+_redact_long = _LONG_MEMORY.redact
 
 
 def _one_pass(text: str, rules: tuple[Rule, ...], hits: dict[str, int], *, plain: bool = False) -> tuple[str, bool]:

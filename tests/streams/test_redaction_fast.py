@@ -57,6 +57,10 @@ def test_remembered_answers_are_fresh_each_time() -> None:
     first = redact_text(text)
     first[1]["secret-assignment"] = 99  # a caller adding to its hits changes nobody else's
     assert redact_text(text) == redact_text_plain(text) != first
+    long_text = f"{text}\n" + "a line of a file read again and again\n" * 20  # the memory of long texts
+    first = redact_text(long_text)
+    first[1]["secret-assignment"] = 99
+    assert redact_text(long_text) == redact_text_plain(long_text) != first
 
 
 PIECES = st.one_of(st.sampled_from(WORDS), st.sampled_from(SECRETS), st.sampled_from(NAMES),
