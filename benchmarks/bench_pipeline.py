@@ -231,6 +231,59 @@ def ingest_vs_producer(bootstrap: str, events: list[dict[str, Any]], root: Path,
             "ingest_vs_kafka_python_cpu": round(ingest_cpu_rate / plain_cpu_rate, 3)}
 
 
+def send_cost(bootstrap: str, count: int, rounds: int = 3) -> dict[str, Any]:
+    """CPU microseconds per record of each way the worker can send a record, in this process
+    against the broker (the producer settings of ``streams.app``; 2 KB values): faust's
+    ``Topic.send`` and ``Collection.send_changelog`` against the app producer's own ``send`` with
+    the same bytes. Each way sends ``count`` records and awaits them; the best of ``rounds``."""
+    import asyncio
+
+    import faust
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    name = f"bench{uuid.uuid4().hex[:8]}.send"
+    app = faust.App(name, broker=f"kafka://{bootstrap}", store="memory://", producer_acks=-1, web_enabled=False,
+                    producer_max_batch_size=524288, producer_linger=0.005,
+                    datadir=tempfile.mkdtemp(prefix="usl-bench-send-"))
+    raw: dict[str, Any] = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw", "value_serializer": "raw"}
+    topic = app.topic(name, partitions=2, **raw)
+    table: Any = app.Table("state", default=None, partitions=2)
+    changelog = table.changelog_topic.get_topic_name()
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    admin.create_topics([NewTopic(name, 2, 1), NewTopic(changelog, 2, 1)])
+    admin.close()
+    value, state = b"x" * 2000, {"text": "x" * 2000, "seqs": [1, 2, 3]}
+
+    async def ways() -> dict[str, float]:
+        producer = await app.maybe_start_producer()
+        producer.buffer.max_messages = 10 * count  # send_changelog would stall at faust's default 100
+
+        async def one(way: str, index: int) -> Any:
+            if way == "topic_send":
+                return await topic.send(key=b"%d" % index, value=value, partition=index % 2, force=True)
+            if way == "producer_send":
+                return await producer.send(name, b"%d" % index, value, index % 2, None, None)
+            if way == "send_changelog":
+                return table.send_changelog(index % 2, f"{index}", state)
+            key, _ = table.changelog_topic.prepare_key(f"{index}", table.key_serializer)
+            body, _ = table.changelog_topic.prepare_value(state, table.value_serializer)
+            return await producer.send(changelog, key, body, index % 2, None, None)
+
+        best: dict[str, float] = {}
+        for _ in range(rounds):
+            for way in ("topic_send", "producer_send", "send_changelog", "changelog_via_producer_send"):
+                began = time.thread_time()
+                futures = [await one(way, index) for index in range(count)]
+                for future in futures:
+                    await future
+                micros = 1e6 * (time.thread_time() - began) / count
+                best[way] = min(best.get(way, micros), micros)
+        await producer.stop()
+        return best
+
+    return {f"{way}_cpu_us_per_record": round(micros, 1) for way, micros in asyncio.run(ways()).items()}
+
+
 def raw_read_rate(settings: Settings, expected: int) -> float:
     """events/s of a plain kafka-python read of the L1 topic, start to end (best of two)."""
     best = raw_read(settings)
@@ -307,7 +360,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-freshness", action="store_true", help="stop after the end-to-end and raw-read phases")
     parser.add_argument("--ingest-only", action="store_true",
                         help="only `usl ingest` of --events workload events against a plain kafka-python producer")
+    parser.add_argument("--send-cost", type=int, metavar="N",
+                        help="only the CPU per record of faust's Topic.send and send_changelog against the producer's send, N records each")
     args = parser.parse_args(argv)
+
+    if args.send_cost:
+        bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+        if not bootstrap:
+            parser.error("--send-cost needs KAFKA_BOOTSTRAP_SERVERS")
+        for key, value in send_cost(bootstrap, args.send_cost).items():
+            print(f"{key:>40}: {value}")
+        return 0
 
     if args.ingest_only:
         bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
