@@ -43,13 +43,15 @@ _ANALYZED_KINDS = ("text", "toolresults")
 """Index kinds searched with the text analyzer: a generation of another analyzer is refused."""
 
 
-def _text_schema_problem(schema_version: str, extra: Mapping[str, Any]) -> str | None:
-    """Why a text generation's index layout is not the one its engine reads (None: it is)."""
-    engine = extra.get("engine")
-    if engine not in ENGINES:
+def _text_schema_problem(extra: Mapping[str, Any]) -> str | None:
+    """Why a text generation's index layout is not the one its engine reads (None: it is, or
+    the generation does not say: then the engine itself refuses an index without its fields).
+    ``extra`` holds the text writer's ``describe()``, whatever the manifest's own field says."""
+    engine, schema_version = extra.get("engine"), extra.get("schemaVersion")
+    if engine not in ENGINES or schema_version is None:
         return None
     expected = get_engine(str(engine)).schema_version
-    if schema_version == expected:
+    if str(schema_version) == expected:
         return None
     return (f"has {engine} text schema {schema_version}, this planner reads schema {expected}; "
             f"rebuild it from the log: usl rebuild text")
@@ -150,7 +152,7 @@ class Pinner:
                 problem = (f"was built with text analyzer {analyzer}, this planner searches with "
                            f"{TEXT_ANALYZER}; rebuild it from the log: usl rebuild {pin.kind}")
             if problem is None and pin.kind == "text":
-                problem = _text_schema_problem(pin.manifest.schema_version, pin.manifest.extra)
+                problem = _text_schema_problem(pin.manifest.extra)
         if problem is not None:
             log.error("%s generation %d of %s refused: %s", pin.kind, pin.generation_id,
                       pin.manifest.log_id, problem)

@@ -818,8 +818,9 @@ def test_a_tantivy_text_generation_of_schema_2_is_refused(kafka_bootstrap: str, 
         builder.close()
     from planner.pins import _text_schema_problem
 
-    assert _text_schema_problem("2", {"engine": "whoosh"}) is None
-    assert _text_schema_problem("3", {"engine": "tantivy"}) is None
+    assert _text_schema_problem({"schemaVersion": "2", "engine": "whoosh"}) is None
+    assert _text_schema_problem({"schemaVersion": "3", "engine": "tantivy"}) is None
+    assert _text_schema_problem({"engine": "tantivy"}) is None  # unsaid: the engine checks
 
 
 def test_a_text_generation_of_the_old_analyzer_is_refused(kafka_bootstrap: str, tmp_path: Path) -> None:
