@@ -81,10 +81,12 @@ def redact_event(event: dict[str, Any], policy: RedactionPolicy | None = None) -
         output_key = next((key for key in OUTPUT_KEYS if key in raw_fields), None)
     redacted: dict[str, Any] = {}
     for key, value in event.items():
-        if key == "payload":
-            continue
         if key in STRUCTURAL_KEYS:
-            redacted[key] = walker.identifier(value) if key in ID_KEYS else value
+            if key in ID_KEYS and isinstance(value, str) and len(value) >= _ROOM:
+                value = walker.identifier(value)
+            redacted[key] = value
+        elif key == "payload":
+            continue
         elif key == "fields" and isinstance(value, dict):
             shown = {name: item for name, item in value.items() if name != output_key}
             redacted[key] = walker.fields(shown, cap=None if is_message else policy.max_field_chars)
@@ -212,7 +214,12 @@ class _Walker:
                 out[key] = self.walk(item, cap=cap)
                 continue
             if top and isinstance(item, str) and (key in STRUCTURAL_FIELDS or _is_id(key)):
-                out[key] = self.identifier(item) if _is_id(key) else self._string(item, None, None)
+                if not _is_id(key):
+                    out[key] = redact_text_into(item, self.hits, policy)
+                elif len(item) >= _ROOM:
+                    out[key] = self.identifier(item)
+                else:
+                    out[key] = item
                 continue
             redacted_key, found, key_class = _key(key, policy)
             if key == "value" and label_class is not None:
@@ -220,7 +227,13 @@ class _Walker:
             if key_class in ("password", "secret") and isinstance(item, dict) and item:
                 replaced: Any = self._replace()
             elif isinstance(item, str):
-                replaced = self._string(item, cap, key_class)
+                if key_class is None:
+                    # The common case, inline: no secret-like name, so the text rules decide.
+                    replaced = redact_text_into(item, self.hits, policy)
+                    if cap is not None and len(replaced) > cap:
+                        replaced = clip(replaced, cap)
+                else:
+                    replaced = self._string(item, cap, key_class)
             else:
                 replaced = self.walk(item, cap=cap, name=key_class)
             if found:
@@ -247,11 +260,11 @@ def _key(key: str, policy: RedactionPolicy) -> tuple[str, tuple[tuple[str, int],
 def _identifier(value: str, policy: RedactionPolicy) -> tuple[str, tuple[tuple[str, int], ...]]:
     """An id (16 characters or more) and the replacements counted for it: itself and none,
     or its :func:`stable_id` and what the rules found in it."""
-    if _LONG_ALNUM_RUN.search(value) is None:
-        return value, ()  # no run of 16 letters and digits: no room for a secret
     hex_id = _HEX_ID.fullmatch(value)
     if hex_id is not None and (hex_id.group("head") or "").lower() not in token_heads():
-        return value, ()  # cc_8e3e685f..., turn_0e9fa6e3...: a word and hex digits hold no secret
+        return value, ()  # cc_8e3e685f..., turn_0e9fa6e3..., UUIDs: a word and hex digits hold no secret
+    if _LONG_ALNUM_RUN.search(value) is None:
+        return value, ()  # no run of 16 letters and digits: no room for a secret
     redacted, found = _redact_key(value, policy)
     if redacted == value:
         return value, ()
