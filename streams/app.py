@@ -42,15 +42,6 @@ __all__ = ["create_app"]
 
 log = logging.getLogger("usl.worker")
 
-# Each agent takes up to BATCH_MAX records at a time, waiting at most BATCH_WITHIN seconds for a
-# batch to fill: one broker round trip for the batch's chunks and ticks and one changelog write per
-# table key per batch, instead of per record (docs/benchmarks.md, "Profiling the worker").
-BATCH_MAX = 500
-BATCH_WITHIN = 0.05
-# Below the broker's default max.message.bytes (1 MB) of the chunks and changelog topics.
-PRODUCER_BATCH_BYTES = 512 * 1024
-PRODUCER_LINGER_SECONDS = 0.005
-
 _METRICS: dict[str, Any] = {
     "usl_chunks_emitted_total": usl_chunks_emitted_total,
     "usl_dead_letters_total": usl_dead_letters_total,
@@ -119,8 +110,8 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
         # One produce request per broker round trip carries every record sent meanwhile: faust's
         # 16 KiB batch held five real-size events, so the sender wrote a request per few records
         # (docs/benchmarks.md, "Real-size events").
-        producer_max_batch_size=PRODUCER_BATCH_BYTES,
-        producer_linger=PRODUCER_LINGER_SECONDS,
+        producer_max_batch_size=settings.producer_batch_bytes,
+        producer_linger=settings.producer_linger_seconds,
         table_cleanup_interval=3600.0,
     )
     raw: dict[str, Any] = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw", "value_serializer": "raw"}
@@ -147,8 +138,8 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
         """Send ``records`` in order; return the delivery futures of those marked ``confirm``.
 
         They go straight to the app's producer: faust's ``Topic.send`` cost about 150 us of CPU per
-        record against 30 us for the producer's own ``send`` (docs/benchmarks.md, "Sending without
-        faust's Topic.send"). The partitioner, the bytes and the order per partition are the same,
+        record against 30 us for the producer's own ``send`` (docs/benchmarks.md, "Before/after
+        profile: faust's per-record send path"). The partitioner, the bytes and the order per partition are the same,
         and faust flushes this producer before it commits any offset, as it did for ``Topic.send``.
         """
         producer = await app.maybe_start_producer()
@@ -172,8 +163,8 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
         generations = [event.message.generation_id for event in batch]
         if faust_compat.rebalanced(app, generations):
             return
-        stored = [faust_compat.put(tables[write.table], write.partition, write.key, write.value)
-                  for write in effects.writes]
+        stored = await faust_compat.put_all(app, [(tables[write.table], write.partition, write.key, write.value)
+                                                  for write in effects.writes])
         stage.commit(effects)
         if not effects.markers:
             return
@@ -188,9 +179,9 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
 
     async def run(stage: RedactionStage | ChunkingStage, name: str, stream: Any) -> None:
         try:
-            # A batch writes up to ~BATCH_MAX table keys at once.
-            faust_compat.widen_changelog_buffer(app, 4 * BATCH_MAX)
-            async for batch in stream.take_events(BATCH_MAX, within=BATCH_WITHIN):
+            # A batch: one wait for its chunks' and ticks' acknowledgements and one changelog record
+            # per table key, instead of per record (docs/benchmarks.md, "Profiling the worker").
+            async for batch in stream.take_events(settings.worker_batch_records, within=settings.worker_batch_seconds):
                 await perform(stage, stage.apply([_record(event) for event in batch]), batch)
         except Exception:  # an unexpected bug: exit so a restart resumes at-least-once
             _fatal(name)

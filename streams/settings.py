@@ -49,6 +49,24 @@ class Settings:
         "USL_FLUSH_TICK_SECONDS", 1.0,
         "How often a worker sends a flush tick for each log it has caught up with, releasing the seqs past the last regular tick.", minimum=0.01,
     )
+    worker_batch_records: int = _setting(
+        "USL_WORKER_BATCH_RECORDS", 500,
+        "Most records a worker stage takes at once: one wait for the acknowledgement of the batch's chunks "
+        "and ticks and one changelog record per state key per batch.", minimum=1,
+    )
+    worker_batch_seconds: float = _setting(
+        "USL_WORKER_BATCH_SECONDS", 0.05,
+        "Longest a worker stage waits for its batch to fill; what it holds then is processed.", minimum=0.001,
+    )
+    producer_batch_bytes: int = _setting(
+        "USL_PRODUCER_BATCH_BYTES", 524288,
+        "Largest record batch the worker's producer builds per partition; keep it below the topics' max.message.bytes (1 MiB by default).",
+        minimum=16384,
+    )
+    producer_linger_seconds: float = _setting(
+        "USL_PRODUCER_LINGER_SECONDS", 0.005,
+        "How long the worker's producer waits for more records before it sends a partly filled batch.", minimum=0.0,
+    )
     idle_gap_seconds: float = _setting("USL_IDLE_GAP_SECONDS", 300.0, "G: an open turn idle for more than G seconds of log time is cut at the next tick.", minimum=0.001)
     max_clock_skew_seconds: float = _setting(
         "USL_MAX_CLOCK_SKEW_SECONDS", 300.0,

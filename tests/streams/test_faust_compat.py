@@ -11,9 +11,10 @@ import faust
 import pytest
 from faust.stores.memory import Store
 from faust.tables.base import Collection
+from faust.topics import Topic
 from faust.transport.consumer import Consumer
 from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
-from faust.transport.producer import ProducerBuffer
+from faust.types.transports import ProducerT
 from faust.types.tuples import Message
 
 from streams import faust_compat
@@ -66,10 +67,25 @@ def test_consumer_bookkeeping_the_rereader_touches_exists() -> None:
 
 
 def test_table_store_and_producer_internals_exist() -> None:
-    assert params(Collection.send_changelog)[:4] == ["self", "partition", "key", "value"]
+    from faust.stores.base import Store as BaseStore
+
     assert "data" in dir(Collection)
     assert "self._key_partition" in inspect.getsource(Store)
-    assert isinstance(ProducerBuffer.max_messages, int)
+    # put_all serializes a changelog record as send_changelog does and skips only its callback,
+    # which stores the record's offset: a no-op for the memory store.
+    assert isinstance(Collection.changelog_topic, property)
+    init = inspect.getsource(Collection.__init__)
+    for name in ("self.key_serializer =", "self.value_serializer ="):
+        assert name in init, name
+    send_changelog = inspect.getsource(Collection.send_changelog)
+    assert "callback=self._on_changelog_sent" in send_changelog and "send_soon(" in send_changelog
+    assert "set_persisted_offset" in inspect.getsource(Collection._on_changelog_sent)
+    assert "set_persisted_offset" not in vars(Store)
+    assert inspect.getsource(BaseStore.set_persisted_offset).rstrip().endswith("...")
+    assert params(Topic.prepare_key)[:3] == ["self", "key", "key_serializer"]
+    assert params(Topic.prepare_value)[:3] == ["self", "value", "value_serializer"]
+    assert params(ProducerT.send)[:7] == ["self", "topic", "key", "value", "partition", "timestamp", "headers"]
+    assert hasattr(faust.App, "maybe_start_producer")  # a mode stampede: awaitable once bound
 
 
 def test_rebalance_guards_exist() -> None:
