@@ -124,25 +124,31 @@ def fuse(
     # Every contribution is a multiple of 1/scale, so each score is an exact integer over one
     # common denominator: sorting integers gives the Fraction order without a Fraction
     # operation per comparison (hundreds of candidates per list at the rank depth).
-    scale = _common_denominator(k, max((len(ranked.ids) for ranked in lists), default=0))
+    deepest = max((len(ranked.ids) for ranked in lists), default=0)
+    scale = _common_denominator(k, deepest)
+    shares = _shares(k, deepest)
     keyed = []
     for chunk_id, by_source in ranks.items():
         when = event_time.get(chunk_id)
         if when is None or not math.isfinite(when):
             raise ValueError(f"chunk {chunk_id} has no finite event time")
-        numerator = sum(scale // (k + rank) for rank in by_source.values())
+        numerator = sum(shares[rank] for rank in by_source.values())
         best_rank = min(by_source.values())
         keyed.append(((-numerator, best_rank, -float(when), chunk_id), by_source))
     keyed.sort(key=lambda item: item[0])
     hits = []
+    # Many hits share a score (one source, same rank): divide big integers once per score.
+    floats: dict[int, float] = {}
     for (neg_numerator, best_rank, neg_when, chunk_id), by_source in keyed:
         components = {
             source: {"rank": rank, "contribution": 1 / (k + rank)}
             for source, rank in sorted(by_source.items())
         }
-        # int / int is correctly rounded, as float(Fraction) is.
+        score = floats.get(neg_numerator)
+        if score is None:  # int / int is correctly rounded, as float(Fraction) is
+            score = floats[neg_numerator] = -neg_numerator / scale
         hits.append(FusedHit(
-            chunk_id=chunk_id, rrf=-neg_numerator / scale, components=components,
+            chunk_id=chunk_id, rrf=score, components=components,
             best_rank=best_rank, event_time=-neg_when, rrf_numerator=-neg_numerator,
             rrf_scale=scale,
         ))
@@ -154,6 +160,14 @@ def _common_denominator(k: int, deepest: int) -> int:
     """The least common multiple of ``k + 1 .. k + deepest``: every ``1/(k + rank)`` of a list
     at most ``deepest`` long is a whole multiple of its inverse."""
     return math.lcm(1, *range(k + 1, k + deepest + 1))
+
+
+@lru_cache(maxsize=64)
+def _shares(k: int, deepest: int) -> tuple[int, ...]:
+    """``scale // (k + rank)`` at index ``rank`` (1 .. ``deepest``): each rank's contribution
+    over the common denominator, divided once per list depth instead of once per hit."""
+    scale = _common_denominator(k, deepest)
+    return (0, *(scale // (k + rank) for rank in range(1, deepest + 1)))
 
 
 def sort_key(hit: FusedHit) -> SortKey:
