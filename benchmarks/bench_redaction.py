@@ -14,16 +14,26 @@ With ``--real``: ``redact_event`` MB/s per core on the events the importers make
 repository's real transcripts (tests/fixtures/importers, examples/sessions,
 benchmarks/eval_data/sessions), and the secret replacements their text gets (false positives).
 
-Run: ``python benchmarks/bench_redaction.py [--mb 20] [--seed 7] [--json] [--real]``.
+With ``--real --against TREE``: the same events through ``redact_event`` of this tree and of
+``TREE`` (another version's source, e.g. ``git archive e924674 | tar -x -C TREE``), each in a
+fresh process (empty memories) with ``PYTHONPATH`` at its tree, alternately ``--repeat`` times,
+and the ratio of each pair: a speed target set on another machine is checked as a ratio
+measured in one run.
+
+Run: ``python benchmarks/bench_redaction.py [--mb 20] [--seed 7] [--json] [--real [--against TREE]]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import pickle
 import random
 import re
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -264,7 +274,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--real", action="store_true",
                         help="measure on the repository's real transcripts instead: redact_event MB/s per core "
                              "on their events and the secret replacements their text gets (false positives)")
+    parser.add_argument("--against", type=Path, metavar="TREE",
+                        help="with --real: also time another version's source tree, alternately, and "
+                             "report the ratio of each pair")
     args = parser.parse_args(argv)
+    if args.against is not None:
+        if not args.real:
+            parser.error("--against needs --real")
+        return _against(args)
     if args.real:
         return _real(args)
 
@@ -319,6 +336,46 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
               f"{result['naive_alternation_mb_per_s']} MB/s vs {result['redact_text_on_sample_mb_per_s']} MB/s "
               f"-> {result['speedup_vs_naive']}x faster")
         print(f"replacements by rule: {result['hits']}")
+    return result
+
+
+_TIMER = """
+import json, pickle, sys, time
+events = pickle.load(open(sys.argv[1], "rb"))
+from streams.redaction import redact_event
+redact_event(events[0])
+started = time.process_time()
+for event in events:
+    redact_event(event)
+print(json.dumps(time.process_time() - started))
+"""
+
+
+def _against(args: argparse.Namespace) -> dict[str, Any]:
+    root = Path(__file__).resolve().parents[1]
+    events = real_events(root)
+    megabytes = sum(len(json.dumps(event, ensure_ascii=False).encode("utf-8")) for event in events) / 1e6
+    pairs = []
+    with tempfile.TemporaryDirectory() as work:
+        dump = Path(work) / "events.pickle"
+        dump.write_bytes(pickle.dumps(events))
+
+        def rate(tree: Path) -> float:
+            # cwd at the tree too: ``python -c`` puts the working directory first on sys.path.
+            done = subprocess.run([sys.executable, "-c", _TIMER, str(dump)], check=True, text=True, cwd=tree,
+                                  capture_output=True, env={**os.environ, "PYTHONPATH": str(tree)})
+            return megabytes / float(done.stdout.strip().splitlines()[-1])
+
+        for _ in range(args.repeat):
+            baseline, this = rate(args.against.resolve()), rate(root)
+            pairs.append({"baseline_mb_per_s": round(baseline, 1), "this_mb_per_s": round(this, 1),
+                          "ratio": round(this / baseline, 2)})
+            if not args.json:
+                print(f"{args.against}: {baseline:.1f} MB/s   this tree: {this:.1f} MB/s   "
+                      f"ratio {this / baseline:.2f}x", flush=True)
+    result = {"events": len(events), "event_megabytes": round(megabytes, 2), "pairs": pairs}
+    if args.json:
+        print(json.dumps(result))
     return result
 
 
