@@ -615,13 +615,18 @@ class Planner:
         digests = {chunk_id: text_digest(text) for chunk_id in chunk_ids
                    if (text := candidates[chunk_id].text) is not None}
         # Indexed candidates: the digest the text engine gave with its hit, else (vector-only
-        # candidates) the stored text, which the page would read anyway.
+        # candidates) the digest the engine keeps, or else the stored text (the page reads the
+        # texts of its own hits later).
         for chunk_id in chunk_ids - digests.keys():
             if chunk_id in query.digests:
                 digests[chunk_id] = query.digests[chunk_id]
         missing = [chunk_id for chunk_id in chunk_ids if chunk_id not in digests]
         text_pin = query.pin("text")
-        if missing and text_pin is not None:
+        stored = self._readers.digests(text_pin, missing) if missing and text_pin is not None else None
+        if stored is not None:
+            # A chunk the index lacks has no text: never collapsed (as _NO_TEXT below).
+            digests.update(stored)
+        elif missing and text_pin is not None:
             texts = self._readers.texts(text_pin, missing)
             for chunk_id in missing:
                 candidates[chunk_id].text = texts.get(chunk_id, "")

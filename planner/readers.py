@@ -229,6 +229,14 @@ class ReaderCache:
             return self._whoosh_texts(index.directory, chunk_ids)
         return self._tantivy_texts(index.directory, chunk_ids)
 
+    def digests(self, index: IndexPin, chunk_ids: Collection[str]) -> dict[str, bytes] | None:
+        """``text_digest`` of the stored text of each chunk in ``chunk_ids`` the generation
+        holds, when its engine reads them without the texts (None: read the texts)."""
+        fetch = getattr(self.text_engine(index), "fetch_digests", None)
+        if not chunk_ids or not callable(fetch):
+            return None
+        return dict(fetch(index.directory, list(chunk_ids)))
+
     def _tantivy_texts(self, directory: Path, chunk_ids: Collection[str]) -> dict[str, str]:
         import tantivy
         from tantivy import Query

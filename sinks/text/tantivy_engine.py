@@ -121,6 +121,33 @@ class TantivyEngine:
             found[str(doc.get_first("chunkId"))] = doc.get_first("source") or doc.get_first("text") or ""
         return found
 
+    def fetch_digests(self, directory: Path, chunk_ids: Collection[str]) -> dict[str, bytes]:
+        """:func:`text_digest` of the stored text of each chunk in ``chunk_ids`` the index
+        holds, read from the digest columns (the stored document only for a key two of the
+        asked ids share)."""
+        ids = sorted(set(chunk_ids))
+        if not ids:
+            return {}
+        by_key: dict[int, str | None] = {}
+        for chunk_id in ids:
+            key = chunk_key(chunk_id)
+            by_key[key] = None if key in by_key else chunk_id
+        index = self._open(Path(directory))
+        searcher = index.searcher()
+        query = Query.term_set_query(index.schema, "chunkId", ids)
+        addresses = [address for _, address in searcher.search(query, limit=len(ids), count=False).hits]
+        keys, highs, lows = (searcher.fast_field_values(name, addresses) for name in _KEY_FIELDS)
+        found: dict[str, bytes] = {}
+        for address, column_key, high, low in zip(addresses, keys, highs, lows, strict=True):
+            named = by_key.get(int(column_key)) if column_key is not None else None
+            if named is None or high is None or low is None:
+                doc = searcher.doc(address)
+                found[str(doc.get_first("chunkId"))] = text_digest(
+                    doc.get_first("source") or doc.get_first("text") or "")
+            else:
+                found[named] = int(high).to_bytes(8, "big") + int(low).to_bytes(8, "big")
+        return found
+
     def create(self, directory: Path) -> None:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)

@@ -476,3 +476,19 @@ def test_a_tantivy_index_of_schema_2_is_refused(tmp_path: Path):
         engine.add(directory, [chunk("c2", "more")])
     assert TantivyEngine.schema_version == tantivy_engine.SCHEMA_VERSION == "3"
     assert WhooshEngine.schema_version == "2"
+
+
+def test_tantivy_reads_digests_from_its_columns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """fetch_digests gives text_digest of each stored text (CJK included), nothing for an id
+    the index lacks, and the same when every asked key collides (stored documents read)."""
+    from sinks.text import tantivy_engine
+    from sinks.text.base import text_digest
+
+    texts = {"a": "deploy failed", "b": "deploy failed", "zh": CJK_DOCS["zh"], "empty": ""}
+    engine = TantivyEngine()
+    engine.create(tmp_path / "index")
+    engine.add(tmp_path / "index", [chunk(chunk_id, text) for chunk_id, text in texts.items()])
+    expected = {chunk_id: text_digest(text) for chunk_id, text in texts.items()}
+    assert engine.fetch_digests(tmp_path / "index", [*texts, "absent"]) == expected
+    monkeypatch.setattr(tantivy_engine, "chunk_key", lambda chunk_id: 7)
+    assert engine.fetch_digests(tmp_path / "index", [*texts, "absent"]) == expected
