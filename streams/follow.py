@@ -344,10 +344,12 @@ class Follower:
             try:
                 tracked.format = file_format(path, self.fmt)
             except ImportFormatError:
-                if self.once:
-                    raise
+                if self.once and path == root:
+                    raise  # a file named on the command line: its format is the question
+                # A file among a directory's transcripts (a manifest, notes): named in the report,
+                # looked at again when it changes.
                 report.undetected.append(str(path))
-                return None  # a file that does not show its format yet: look again when it changes
+                return None
         fmt = tracked.format
         if self.once:
             complete = data  # a one-shot import takes the file as it is, a cut last line too

@@ -38,7 +38,9 @@ def ingest(
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Append the events of PATHS to the L1 log, each event once (an imported file appends nothing
-    again); rejected records go to the dead-letter topic.
+    again); rejected records go to the dead-letter topic. In a directory, a file whose format its
+    first records do not show (a manifest, notes) is skipped and listed; a file named as PATH
+    must be a transcript.
 
     Progress on stderr: lines read of the input's total, records, rate and ETA; with --follow, a
     line per poll that appended something."""
@@ -69,6 +71,12 @@ def ingest(
         out().print(f"  rejected {count:>5}  {reason}")
     for example in summary["rejectedRecords"][:5]:
         out().print(f"    e.g. {example['record']}: {example['reason']}")
+    skipped = summary["skippedFiles"]
+    if skipped:
+        out().print(f"  skipped {len(skipped)} file(s) whose format cannot be told from their first records "
+                    "(not a transcript? pass --format to import them as one):")
+        for path in skipped[:10]:
+            out().print(f"    {path}")
 
 
 def dead_letter_reason(reason: str) -> str:
@@ -126,6 +134,7 @@ def ingest_once(settings: Settings, bootstrap: str, paths: list[Path], fmt: str 
         "eventsAppended": report.appended, "duplicatesSkipped": report.duplicates, "eventsCut": report.cut,
         "rejected": report.rejected, "rejectedByReason": dict(reasons),
         "rejectedRecords": [{"record": i.record, "reason": i.reason} for i in report.rejected_items[:20]],
+        "skippedFiles": list(report.undetected),
         "l1CommittedSeq": committed,
     }
 

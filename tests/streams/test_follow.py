@@ -175,6 +175,19 @@ def test_one_shot_of_a_missing_path_is_a_clear_error(tmp_path):
         follower(tmp_path / "nope.jsonl", MemoryL1(), tmp_path / "home", Clock(), once=True).poll()
 
 
+def test_a_one_shot_import_of_a_directory_skips_and_names_what_is_no_transcript(tmp_path):
+    from streams.exceptions import ImportFormatError
+
+    root = tmp_path / "dataset"
+    root.mkdir()
+    (root / "manifest.json").write_text('{"sessions": 1, "licence": "MIT"}')
+    (root / "session.jsonl").write_bytes(TRANSCRIPTS[0].read_bytes())
+    report = follower(root, MemoryL1(), tmp_path / "home", Clock(), once=True).poll()
+    assert report.undetected == [str(root / "manifest.json")] and report.appended > 0
+    with pytest.raises(ImportFormatError, match="cannot tell the format"):
+        follower(root / "manifest.json", MemoryL1(), tmp_path / "home2", Clock(), once=True).poll()
+
+
 def test_a_file_of_no_known_format_is_skipped_and_named_once(tmp_path):
     root = tmp_path / "agent"
     root.mkdir()
