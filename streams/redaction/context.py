@@ -134,7 +134,35 @@ _BASIC = RegexRule(
     check=_basic_credentials,
 )
 
-CONTEXT_RULES: tuple[Rule, ...] = (_AZURE_SAS, _BEARER, _BASIC)
+def _aws_secret(match: re.Match[str]) -> bool:
+    value = match.group("value")
+    # A secret access key is 40 random base64 characters: capitals, small letters and digits.
+    # A git SHA (no capitals) or a word run next to a key id is not one.
+    return (any(c.isupper() for c in value) and any(c.islower() for c in value)
+            and any(c.isdigit() for c in value))
+
+
+_AWS_KEY_ID = r"\[REDACTED:aws-access-key-id\]"
+_AWS_SECRET = r"(?<![A-Za-z0-9/+=])(?P<value>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])"
+# An AWS key pair printed together without a keyword ("AKIA... / wJalr...", a CSV row, prose):
+# the 40-character secret near the key id (already a marker, the token rules run first).
+_AWS_PAIR = tuple(
+    RegexRule(
+        name="aws-secret-access-key",
+        needs=frozenset("["),
+        triggers=("[REDACTED:aws-access-key-id]",),
+        repass=False,
+        description="AWS secret access keys within 200 characters of an AWS access key id, "
+                    "without a keyword (prose, CSV rows, 'key / secret')",
+        pattern=re.compile(pattern, re.ASCII),
+        group="value",
+        check=_aws_secret,
+    )
+    for pattern in (_AWS_KEY_ID + r"[\s\S]{0,200}?" + _AWS_SECRET,
+                    _AWS_SECRET + r"(?=[\s\S]{0,200}?" + _AWS_KEY_ID + ")")
+)
+
+CONTEXT_RULES: tuple[Rule, ...] = (_AZURE_SAS, _BEARER, _BASIC, *_AWS_PAIR)
 
 
 class WrappedTailRule(Rule):

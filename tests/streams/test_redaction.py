@@ -96,6 +96,20 @@ def test_corpus_and_battery_cover_every_secret_rule() -> None:
     assert set(rule_names()) - {"secret-field"} - set(ported_rule_names()) - covered == set()
 
 
+def test_an_aws_secret_goes_with_its_key_id_and_nothing_else_near_it_does() -> None:
+    """A 40-character secret access key printed near an AWS key id without a keyword (prose,
+    a CSV row, "key / secret") is a secret; a git SHA or a path beside the key id is not."""
+    secret = "Zx8Kq2Lm9Pw4Rt7Yv1Bn/5Hc3Jd6Fg0Ss2Aa4Ee8"
+    for text in (f"AWS AKIA2E3F4G5H6J7K8L9M / {secret}", f"AKIA2E3F4G5H6J7K8L9M,{secret}\n",
+                 f"use {secret} with AKIA2E3F4G5H6J7K8L9M", f"key AKIA2E3F4G5H6J7K8L9M\nand {secret}."):
+        redacted, hits = redact_text(text)
+        assert secret not in redacted and hits.get("aws-secret-access-key") == 1, (text, redacted)
+    for near in ("commit 9fceb02d0ae598e95dc970b74767f19372d61af8", "file src/components/HeaderNavigationBarItem.tsx",
+                 "the quick brown fox jumps over the lazy dog again and again"):
+        redacted, hits = redact_text(f"key AKIA2E3F4G5H6J7K8L9M {near}")
+        assert redacted.endswith(near) and "aws-secret-access-key" not in hits, redacted
+
+
 # ---------------------------------------------------------------- the battery (issue 15)
 
 @functools.lru_cache(maxsize=1)
