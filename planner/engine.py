@@ -180,6 +180,8 @@ class QueryContext:
     indexed_scores: dict[str, dict[str, float]] = field(default_factory=dict)
     digests: dict[str, bytes] = field(default_factory=dict)
     """Text digests of indexed candidates, as the text engine gave them with its hits."""
+    chunk_digests: dict[str, bytes] = field(default_factory=dict)
+    """Text digest of every chunk candidate that has a text (set by ``_collapse_duplicates``)."""
     lists: list[RankedList] = field(default_factory=list)
     notes: dict[str, Any] = field(default_factory=dict)
     """What explain says about each step, in the order the steps add it."""
@@ -600,7 +602,8 @@ class Planner:
                                   ranked.window, ranked.truncated) for ranked in query.lists]
         self._collapse_duplicates(query)
         used = {chunk_id for ranked in query.lists for chunk_id in ranked.ids}
-        hits = fuse(query.lists, event_time={i: candidates[i].event_time for i in used})
+        hits = self._one_per_text(query, fuse(query.lists, event_time={i: candidates[i].event_time
+                                                                        for i in used}))
         if query.cursor is not None:
             hits = after(hits, last_sort_key(query.cursor))
             query.notes["cursor"] = {"continuesAfter": query.cursor["lastKey"]}
@@ -633,6 +636,7 @@ class Planner:
                 digests[chunk_id] = text_digest(candidates[chunk_id].text or "")
         # Chunks without text (none stored) have nothing in common: never collapsed.
         digests = {chunk_id: digest for chunk_id, digest in digests.items() if digest != _NO_TEXT}
+        query.chunk_digests = digests
         collapsed: dict[str, dict[str, int]] = {}
         lists = []
         for ranked in query.lists:
@@ -647,6 +651,32 @@ class Planner:
                 "rule": "a chunk whose text equals that of a chunk ranked higher in the same "
                         "list is left out of that list; standsFor counts them per kept chunk",
                 "standsFor": collapsed}
+
+    @staticmethod
+    def _one_per_text(query: QueryContext, hits: list[FusedHit]) -> list[FusedHit]:
+        """The fused hits without those whose text a hit above them already has: copies that
+        different lists kept (an indexed chunk and its twin in the L1 tail) show once. Depends
+        only on the fused order, so every page size sees the same list."""
+        digests = query.chunk_digests
+        first: dict[bytes, str] = {}
+        kept: list[FusedHit] = []
+        across: dict[str, int] = {}
+        for hit in hits:
+            digest = digests.get(hit.chunk_id)
+            if digest is not None:
+                holder = first.setdefault(digest, hit.chunk_id)
+                if holder != hit.chunk_id:
+                    across[holder] = across.get(holder, 0) + 1
+                    continue
+            kept.append(hit)
+        if across:
+            notes = query.notes.setdefault("duplicates", {"standsFor": {}})
+            notes["rule"] = ("a chunk whose text equals that of a chunk ranked higher in the same "
+                             "list is left out of that list, and a fused hit whose text equals "
+                             "that of a hit above it is left out of the results; standsFor counts "
+                             "them per kept chunk (per list, and 'fused' for the results)")
+            notes["standsFor"]["fused"] = across
+        return kept
 
     def _page(self, query: QueryContext, hits: list[FusedHit]) -> dict[str, Any]:
         """The page of ``k`` hits, the cursor to the next one and, when asked, the explain."""

@@ -754,8 +754,11 @@ def test_a_text_repeated_in_many_sessions_is_one_result(paging: tuple[IndexBuild
         response = planner.search({"query": "policy deploy step", "log": "paging", "mode": mode,
                                    "freshness": freshness, "k": 50, "explain": True}, ALICE)
         texts = [hit["text"] for hit in response["results"]]
+        # Also when a copy in the L1 tail (the property test above appends some) and an
+        # indexed copy come from different lists.
         assert sum(BOILERPLATE in text for text in texts) == 1, (mode, freshness)
-        assert {hit["origin"] for hit in response["results"] if BOILERPLATE in hit["text"]} == {"index"}
+        if freshness == "indexed":
+            assert {hit["origin"] for hit in response["results"] if BOILERPLATE in hit["text"]} == {"index"}
         stands_for = response["explain"]["duplicates"]["standsFor"]
         assert max(count for by_source in stands_for.values() for count in by_source.values()) >= 5
 
