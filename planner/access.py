@@ -66,19 +66,23 @@ class AccessLists:
                through_seq: int) -> dict[str, dict[str, Any]]:
         """sessionId → its access list: the structured index's (``structured``, or none),
         brought up to ``through_seq`` by the L1 events above its watermark."""
-        acls = dict(self._readers.session_acls(structured)) if structured is not None else {}
+        base, overlay = self._layers(l1, log_id, structured, through_seq)
+        return {**base, **overlay}  # type: ignore[dict-item]
+
+    def _layers(self, l1: L1Reader, log_id: str, structured: IndexPin | None, through_seq: int,
+                ) -> tuple[Mapping[str, Mapping[str, Any]], dict[str, dict[str, Any]]]:
+        """The structured generation's access lists (shared, never changed) and the sessions
+        the L1 events above its watermark through ``through_seq`` changed."""
+        base: Mapping[str, Mapping[str, Any]] = (
+            self._readers.session_acls(structured) if structured is not None else {})
         start = structured.built_through_seq + 1 if structured is not None else 1
-        acls.update(self.overlay(l1, log_id, start, through_seq, acls))
-        return acls
+        return base, self.overlay(l1, log_id, start, through_seq, base)
 
     def readable(self, principal: Principal, l1: L1Reader, log_id: str,
                  structured: IndexPin | None, through_seq: int) -> Readable:
         """The sessions ``principal`` may read as of ``through_seq`` (same answer as
         :func:`planner.acl.can_read` over :meth:`latest`, without judging every session anew)."""
-        base: Mapping[str, Mapping[str, Any]] = (
-            self._readers.session_acls(structured) if structured is not None else {})
-        start = structured.built_through_seq + 1 if structured is not None else 1
-        overlay = self.overlay(l1, log_id, start, through_seq, base)
+        base, overlay = self._layers(l1, log_id, structured, through_seq)
         # can_read looks at the tenant, the user and the groups only.
         key = (str(structured.directory) if structured is not None else "", principal.tenant,
                principal.user, principal.groups)

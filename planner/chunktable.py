@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 
 import pyarrow.parquet as pq
 
-from sinks.text.base import chunk_key
+from sinks.text.base import chunk_key, unique_keys
 from sinks.writer import parquet_segments
 
 __all__ = ["ChunkRow", "ChunkTable", "SegmentCache", "session_acls"]
@@ -164,11 +164,7 @@ class ChunkTable:
             for segment in self._segments:
                 keys.update(segment.keys)
             if len(keys) != len(self.rows):  # two ids share a key: leave that key out
-                counted: dict[int, str | None] = {}
-                for chunk_id in self.rows:
-                    key = chunk_key(chunk_id)
-                    counted[key] = None if key in counted else chunk_id
-                keys = {key: chunk_id for key, chunk_id in counted.items() if chunk_id is not None}
+                keys = unique_keys(self.rows)
             self._keys = keys
         return keys
 

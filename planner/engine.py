@@ -86,6 +86,7 @@ from planner.rrf import (
     after,
     collapse_duplicates,
     depth_end,
+    first_copies,
     fuse,
     sort_key,
 )
@@ -657,18 +658,7 @@ class Planner:
         """The fused hits without those whose text a hit above them already has: copies that
         different lists kept (an indexed chunk and its twin in the L1 tail) show once. Depends
         only on the fused order, so every page size sees the same list."""
-        digests = query.chunk_digests
-        first: dict[bytes, str] = {}
-        kept: list[FusedHit] = []
-        across: dict[str, int] = {}
-        for hit in hits:
-            digest = digests.get(hit.chunk_id)
-            if digest is not None:
-                holder = first.setdefault(digest, hit.chunk_id)
-                if holder != hit.chunk_id:
-                    across[holder] = across.get(holder, 0) + 1
-                    continue
-            kept.append(hit)
+        kept, across = first_copies([hit.chunk_id for hit in hits], query.chunk_digests)
         if across:
             notes = query.notes.setdefault("duplicates", {"standsFor": {}})
             notes["rule"] = ("a chunk whose text equals that of a chunk ranked higher in the same "
@@ -676,7 +666,7 @@ class Planner:
                              "that of a hit above it is left out of the results; standsFor counts "
                              "them per kept chunk (per list, and 'fused' for the results)")
             notes["standsFor"]["fused"] = across
-        return kept
+        return [hits[i] for i in kept] if across else hits
 
     def _page(self, query: QueryContext, hits: list[FusedHit]) -> dict[str, Any]:
         """The page of ``k`` hits, the cursor to the next one and, when asked, the explain."""

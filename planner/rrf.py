@@ -42,6 +42,7 @@ __all__ = [
     "decode_sort_key",
     "depth_end",
     "encode_sort_key",
+    "first_copies",
     "fuse",
     "sort_key",
     "truncation",
@@ -224,20 +225,28 @@ def collapse_duplicates(ranked: RankedList, digests: Mapping[str, bytes]) -> tup
     snapshot gives the same lists at any page size). ``digests`` maps a chunk id to a digest of
     its text; an id without one is never collapsed.
     """
+    kept, collapsed = first_copies(ranked.ids, digests)
+    if not collapsed:
+        return ranked, {}
+    return RankedList(ranked.source, [ranked.ids[i] for i in kept], ranked.window,
+                      ranked.truncated), collapsed
+
+
+def first_copies(chunk_ids: Sequence[str], digests: Mapping[str, bytes]) -> tuple[list[int], dict[str, int]]:
+    """The positions in ``chunk_ids`` of the ids whose text no id before them has, and per
+    kept id how many later ids of its text it stands for (an id without a digest is kept)."""
     first: dict[bytes, str] = {}
     collapsed: dict[str, int] = {}
-    kept: list[str] = []
-    for chunk_id in ranked.ids:
+    kept: list[int] = []
+    for position, chunk_id in enumerate(chunk_ids):
         digest = digests.get(chunk_id)
         if digest is not None:
             holder = first.setdefault(digest, chunk_id)
             if holder != chunk_id:
                 collapsed[holder] = collapsed.get(holder, 0) + 1
                 continue
-        kept.append(chunk_id)
-    if not collapsed:
-        return ranked, {}
-    return RankedList(ranked.source, kept, ranked.window, ranked.truncated), collapsed
+        kept.append(position)
+    return kept, collapsed
 
 
 def truncation(lists: Sequence[RankedList]) -> dict[str, dict[str, Any]]:

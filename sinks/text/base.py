@@ -51,6 +51,7 @@ __all__ = [
     "parse_query",
     "text_digest",
     "to_text_doc",
+    "unique_keys",
     "write_analyzer_marker",
 ]
 
@@ -276,6 +277,16 @@ def chunk_key(chunk_id: str) -> int:
     stored document for a key it cannot map."""
     return int.from_bytes(hashlib.blake2b(chunk_id.encode("utf-8", "surrogatepass"),
                                           digest_size=8).digest(), "big")
+
+
+def unique_keys(chunk_ids: Iterable[str]) -> dict[int, str]:
+    """:func:`chunk_key` → chunkId for ``chunk_ids``, leaving out every key two of them share
+    (such a key cannot name a chunk)."""
+    counted: dict[int, str | None] = {}
+    for chunk_id in chunk_ids:
+        key = chunk_key(chunk_id)
+        counted[key] = None if key in counted else chunk_id
+    return {key: chunk_id for key, chunk_id in counted.items() if chunk_id is not None}
 
 
 def collect_top(fetch: Callable[[int], list[tuple[float, str]]], limit: int,

@@ -35,6 +35,7 @@ from sinks.text.base import (
     dedupe_last_wins,
     parse_query,
     text_digest,
+    unique_keys,
     write_analyzer_marker,
 )
 
@@ -118,7 +119,7 @@ class TantivyEngine:
         found: dict[str, str] = {}
         for _score, address in searcher.search(query, limit=len(ids), count=False).hits:
             doc = searcher.doc(address)
-            found[str(doc.get_first("chunkId"))] = doc.get_first("source") or doc.get_first("text") or ""
+            found[str(doc.get_first("chunkId"))] = _stored_text(doc)
         return found
 
     def fetch_digests(self, directory: Path, chunk_ids: Collection[str]) -> dict[str, bytes]:
@@ -128,25 +129,11 @@ class TantivyEngine:
         ids = sorted(set(chunk_ids))
         if not ids:
             return {}
-        by_key: dict[int, str | None] = {}
-        for chunk_id in ids:
-            key = chunk_key(chunk_id)
-            by_key[key] = None if key in by_key else chunk_id
         index = self._open(Path(directory))
         searcher = index.searcher()
         query = Query.term_set_query(index.schema, "chunkId", ids)
         addresses = [address for _, address in searcher.search(query, limit=len(ids), count=False).hits]
-        keys, highs, lows = (searcher.fast_field_values(name, addresses) for name in _KEY_FIELDS)
-        found: dict[str, bytes] = {}
-        for address, column_key, high, low in zip(addresses, keys, highs, lows, strict=True):
-            named = by_key.get(int(column_key)) if column_key is not None else None
-            if named is None or high is None or low is None:
-                doc = searcher.doc(address)
-                found[str(doc.get_first("chunkId"))] = text_digest(
-                    doc.get_first("source") or doc.get_first("text") or "")
-            else:
-                found[named] = int(high).to_bytes(8, "big") + int(low).to_bytes(8, "big")
-        return found
+        return dict(_named(searcher, addresses, unique_keys(ids)))
 
     def create(self, directory: Path) -> None:
         directory = Path(directory)
@@ -225,23 +212,10 @@ class TantivyEngine:
 
         def fetch(n: int) -> list[tuple[float, str]]:
             hits = searcher.search(full_query, limit=n, count=False).hits
-            addresses = [address for _, address in hits]
-            keys, highs, lows = (searcher.fast_field_values(name, addresses) if by_key
-                                 else [None] * len(hits) for name in _KEY_FIELDS)
-            out = []
-            for (score, address), key, high, low in zip(hits, keys, highs, lows, strict=True):
-                chunk_id = by_key.get(int(key)) if key is not None else None
-                if chunk_id is None or high is None or low is None:
-                    # A key the map lacks (a chunk it does not know, or a colliding key): the
-                    # stored document is read whole anyway, so its digest costs one hash.
-                    doc = searcher.doc(address)
-                    chunk_id = str(doc.get_first("chunkId"))
-                    if chunk_id not in digests:
-                        digests[chunk_id] = text_digest(doc.get_first("source") or doc.get_first("text") or "")
-                elif chunk_id not in digests:
-                    digests[chunk_id] = int(high).to_bytes(8, "big") + int(low).to_bytes(8, "big")
-                out.append((score, chunk_id))
-            return out
+            named = _named(searcher, [address for _, address in hits], by_key)
+            for chunk_id, digest in named:
+                digests.setdefault(chunk_id, digest)
+            return [(score, chunk_id) for (score, _), (chunk_id, _) in zip(hits, named, strict=True)]
 
         return collect_top(fetch, limit, digests)
 
@@ -295,6 +269,31 @@ class TantivyEngine:
             while len(self._cache) > _CACHE_SIZE:
                 self._cache.popitem(last=False)
         return index
+
+
+def _stored_text(doc: tantivy.Document) -> str:
+    """The chunk's own text as stored (``source`` when the indexed form was CJK-spaced)."""
+    return str(doc.get_first("source") or doc.get_first("text") or "")
+
+
+def _named(searcher: tantivy.Searcher, addresses: list[Any],
+           by_key: Mapping[int, str]) -> list[tuple[str, bytes]]:
+    """(chunkId, :func:`text_digest` of its text) of each address: from the key and digest
+    columns where ``by_key`` names the key, else (a chunk the map does not know, a colliding
+    key) from the stored document, which costs a read and a hash."""
+    if by_key:
+        keys, highs, lows = (searcher.fast_field_values(name, addresses) for name in _KEY_FIELDS)
+    else:
+        keys = highs = lows = [None] * len(addresses)
+    named = []
+    for address, key, high, low in zip(addresses, keys, highs, lows, strict=True):
+        chunk_id = by_key.get(int(key)) if key is not None else None
+        if chunk_id is None or high is None or low is None:
+            doc = searcher.doc(address)
+            named.append((str(doc.get_first("chunkId")), text_digest(_stored_text(doc))))
+        else:
+            named.append((chunk_id, int(high).to_bytes(8, "big") + int(low).to_bytes(8, "big")))
+    return named
 
 
 def _document(doc: TextDoc) -> tantivy.Document:

@@ -551,6 +551,7 @@ def test_the_chunk_key_map_leaves_colliding_keys_out(corpus: Corpus, monkeypatch
     """Every chunk of the generation by its key; a key two ids share names neither of them
     (the text engine then reads the stored id)."""
     import planner.chunktable as chunktable
+    import sinks.text.base as text_base
     from sinks.text.base import chunk_key
 
     store = GenerationStore(index_root(corpus.settings), "default", "structured")
@@ -559,7 +560,12 @@ def test_the_chunk_key_map_leaves_colliding_keys_out(corpus: Corpus, monkeypatch
     assert table.chunk_keys == {chunk_key(chunk_id): chunk_id for chunk_id in table.rows}
     ids = sorted(table.rows)
     colliding = {ids[0]: 1, ids[1]: 1}
-    monkeypatch.setattr(chunktable, "chunk_key", lambda chunk_id: colliding.get(chunk_id, chunk_key(chunk_id)))
+    def fake_key(chunk_id: str) -> int:
+        return colliding.get(chunk_id, chunk_key(chunk_id))
+
+    # The segments' maps and the collision rule (sinks.text.base.unique_keys) both key ids.
+    monkeypatch.setattr(chunktable, "chunk_key", fake_key)
+    monkeypatch.setattr(text_base, "chunk_key", fake_key)
     table = chunktable.ChunkTable(directory, chunktable.SegmentCache())
     assert table.chunk_keys == {chunk_key(chunk_id): chunk_id for chunk_id in ids[2:]}
 
