@@ -805,18 +805,10 @@ def test_a_tantivy_text_generation_of_schema_2_is_refused(kafka_bootstrap: str, 
     """Before the chunk-key fast fields (schema 3) a tantivy text generation is refused with
     its remedy; a whoosh one of schema 2 is read as before."""
     from sinks.text.base import ANALYZER
-    from sinks.text_writer import TextWriter
 
-    settings = make_test_settings(tmp_path, kafka_bootstrap)
-    builder = IndexBuilder(settings, kafka_bootstrap, "schema2")
-    order, _ = interleaved("schema2")
-    builder.append(order)
-    builder.commit("structured", "vector")
-    with pytest.MonkeyPatch.context() as patch:  # as the sink wrote text generations before
-        patch.setattr(TextWriter, "describe",
-                      lambda self: {"schemaVersion": "2", "engine": "tantivy", "analyzer": ANALYZER})
-        builder.commit("text")
-    planner = Planner(settings, kafka_bootstrap)
+    builder, planner = _old_text_generation(
+        kafka_bootstrap, tmp_path, "schema2",
+        {"schemaVersion": "2", "engine": "tantivy", "analyzer": ANALYZER})
     try:
         with pytest.raises((IndexUnavailable, QueryError)) as refused:
             planner.search({"query": "deploy", "log": "schema2", "mode": "text"}, ALICE)
@@ -832,18 +824,26 @@ def test_a_tantivy_text_generation_of_schema_2_is_refused(kafka_bootstrap: str, 
     assert _text_schema_problem({"engine": "tantivy"}) is None  # unsaid: the engine checks
 
 
-def test_a_text_generation_of_the_old_analyzer_is_refused(kafka_bootstrap: str, tmp_path: Path) -> None:
-    settings = make_test_settings(tmp_path, kafka_bootstrap)
-    builder = IndexBuilder(settings, kafka_bootstrap, "oldtext")
-    order, _ = interleaved("oldtext")
-    builder.append(order)
-    builder.commit("structured", "vector")
+def _old_text_generation(kafka_bootstrap: str, tmp_path: Path, log_id: str,
+                         describe: dict[str, Any]) -> tuple[IndexBuilder, Planner]:
+    """A log whose text generation says ``describe``, as the sink wrote text generations
+    before, and a planner over it."""
     from sinks.text_writer import TextWriter
 
-    with pytest.MonkeyPatch.context() as patch:  # as the sink wrote text generations before
-        patch.setattr(TextWriter, "describe", lambda self: {"schemaVersion": "1", "engine": "tantivy"})
+    settings = make_test_settings(tmp_path, kafka_bootstrap)
+    builder = IndexBuilder(settings, kafka_bootstrap, log_id)
+    order, _ = interleaved(log_id)
+    builder.append(order)
+    builder.commit("structured", "vector")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(TextWriter, "describe", lambda self: describe)
         builder.commit("text")
-    planner = Planner(settings, kafka_bootstrap)
+    return builder, Planner(settings, kafka_bootstrap)
+
+
+def test_a_text_generation_of_the_old_analyzer_is_refused(kafka_bootstrap: str, tmp_path: Path) -> None:
+    builder, planner = _old_text_generation(kafka_bootstrap, tmp_path, "oldtext",
+                                            {"schemaVersion": "1", "engine": "tantivy"})
     try:
         with pytest.raises((IndexUnavailable, QueryError)) as refused:
             planner.search({"query": "deploy", "log": "oldtext", "mode": "text"}, ALICE)
