@@ -18,6 +18,7 @@ A match whose entropy is below the rule's minimum (``glsa_XXXX…``) is left alo
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -135,10 +136,9 @@ class PrefixTokenRule(Rule):
             return text  # every ported token holds a long run of token characters
         if scan.literal_hits is None:
             spans = self._at_separators(scan)
+            spans += self._at_run_heads(scan) if text.isascii() else self._at_plain_literals(scan)
         else:
             spans = self._at_literals(scan)
-        if scan.literal_hits is None:
-            spans += self._at_run_heads(scan) if text.isascii() else self._at_plain_literals(scan)
         return _replace(text, spans, hits)
 
     def _at_separators(self, scan: Scan) -> list[tuple[int, int, str]]:
@@ -186,10 +186,7 @@ class PrefixTokenRule(Rule):
         for start in starts:
             for size in (3, 4):
                 head = text[start: start + size]
-                for rule in by_head.get(head, ()) + by_head.get(head.lower() + "/i", ()):  # type: ignore[operator]
-                    found = rule.find(text, start)
-                    if found is not None:
-                        spans.append((*found, rule.name))
+                _find_at(by_head.get(head, ()) + by_head.get(head.lower() + "/i", ()), text, start, spans)  # type: ignore[operator]
         return spans
 
     def _at_plain_literals(self, scan: Scan) -> list[tuple[int, int, str]]:
@@ -202,10 +199,7 @@ class PrefixTokenRule(Rule):
                 start = hit.start()
                 if start and text[start - 1].isalnum():
                     continue
-                for rule in rules:
-                    found = rule.find(text, start)
-                    if found is not None:
-                        spans.append((*found, rule.name))
+                _find_at(rules, text, start, spans)
         return spans
 
     def _at_literals(self, scan: Scan) -> list[tuple[int, int, str]]:
@@ -240,10 +234,7 @@ class PrefixTokenRule(Rule):
                     searched_to[number] = start + len(head)
                     if start and text[start - 1].isalnum():
                         continue
-                    for rule in rules:
-                        found = rule.find(text, start)
-                        if found is not None:
-                            spans.append((*found, rule.name))
+                    _find_at(rules, text, start, spans)
             elif literal in plain_heads:
                 # As _at_run_heads: only where a long run starts, or after a dash or an equals
                 # sign inside one.
@@ -253,12 +244,16 @@ class PrefixTokenRule(Rule):
                            for run_start, run_end in runs):
                     continue
                 head = text[start: start + len(literal)]
-                for rule in by_head.get(head, ()) + by_head.get(literal + "/i", ()):  # type: ignore[operator]
-                    found = rule.find(text, start)
-                    if found is not None:
-                        spans.append((*found, rule.name))
+                _find_at(by_head.get(head, ()) + by_head.get(literal + "/i", ()), text, start, spans)  # type: ignore[operator]
         return spans
 
+
+def _find_at(rules: Iterable[_Ported], text: str, start: int, spans: list[tuple[int, int, str]]) -> None:
+    """Each of ``rules`` tried at ``start``: the span of every token found joins ``spans``."""
+    for rule in rules:
+        found = rule.find(text, start)
+        if found is not None:
+            spans.append((*found, rule.name))
 
 class KeywordRule(Rule):
     """Ported rules of odd shapes, tried where one of their keywords occurs."""
