@@ -110,14 +110,9 @@ class TantivyEngine:
 
     def fetch_texts(self, directory: Path, chunk_ids: Collection[str]) -> dict[str, str]:
         """The stored text of each chunk in ``chunk_ids`` the index holds."""
-        ids = sorted(set(chunk_ids))
-        if not ids:
-            return {}
-        index = self._open(Path(directory))
-        searcher = index.searcher()
-        query = Query.term_set_query(index.schema, "chunkId", ids)
+        searcher, addresses = self._documents_of(directory, chunk_ids)
         found: dict[str, str] = {}
-        for _score, address in searcher.search(query, limit=len(ids), count=False).hits:
+        for address in addresses:
             doc = searcher.doc(address)
             found[str(doc.get_first("chunkId"))] = _stored_text(doc)
         return found
@@ -126,14 +121,18 @@ class TantivyEngine:
         """:func:`text_digest` of the stored text of each chunk in ``chunk_ids`` the index
         holds, read from the digest columns (the stored document only for a key two of the
         asked ids share)."""
+        searcher, addresses = self._documents_of(directory, chunk_ids)
+        return dict(_named(searcher, addresses, unique_keys(set(chunk_ids)))) if addresses else {}
+
+    def _documents_of(self, directory: Path, chunk_ids: Collection[str]) -> tuple[Any, list[Any]]:
+        """A searcher and the addresses of the documents of ``chunk_ids`` the index holds."""
         ids = sorted(set(chunk_ids))
         if not ids:
-            return {}
+            return None, []
         index = self._open(Path(directory))
         searcher = index.searcher()
         query = Query.term_set_query(index.schema, "chunkId", ids)
-        addresses = [address for _, address in searcher.search(query, limit=len(ids), count=False).hits]
-        return dict(_named(searcher, addresses, unique_keys(ids)))
+        return searcher, [address for _, address in searcher.search(query, limit=len(ids), count=False).hits]
 
     def create(self, directory: Path) -> None:
         directory = Path(directory)
