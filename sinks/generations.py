@@ -14,6 +14,10 @@ Layout (``root`` is usually ``$USL_HOME/indexes``)::
     <root>/<logId>/<kind>/<line>/.staging-gen-...     the generation being written (one writer)
     <root>/<logId>/<kind>/<line>/.writer.lock         flock held by the line's writer
 
+A sink shard (:mod:`sinks.shards`) has the same layout one level down, in
+``<root>/<logId>/<kind>/shard-I-of-N/`` (``GenerationStore(..., shard="shard-I-of-N")``); a
+shard directory is never a line.
+
 A new generation reuses the files of the previous one by hard-linking them (:func:`clone_into`),
 so deleting an old generation directory never breaks a newer one. ``SegmentRef.path`` is
 relative to the generation directory, with ``/`` separators.
@@ -63,6 +67,7 @@ from sinks.exceptions import (
     GenerationLockedError,
     ManifestVerificationError,
 )
+from sinks.shards import SHARD_DIR_RE as _SHARD_RE
 from streams.fsio import atomic_write, fsync_directory
 
 __all__ = [
@@ -286,11 +291,17 @@ class GenerationStore:
     by :meth:`commit` or :meth:`abort`); any number of readers in any process.
     """
 
-    def __init__(self, root: Path, log_id: str, kind: str, line: str | None = None) -> None:
+    def __init__(self, root: Path, log_id: str, kind: str, line: str | None = None, *,
+                 shard: str | None = None) -> None:
         self.root = Path(root)
         self.log_id = _check_component("log id", log_id)
         self.kind = _check_component("index kind", kind)
+        self.shard = shard
         self.kind_dir = self.root / log_id / kind
+        if shard is not None:
+            if not _SHARD_RE.match(shard):
+                raise GenerationError(f"invalid shard name {shard!r} (shard-I-of-N)")
+            self.kind_dir = self.kind_dir / shard
         self.line = _check_line(line) if line is not None else _read_active(self.kind_dir)
         self.line_dir = self.kind_dir / self.line
         self._lock_fd: int | None = None
@@ -530,7 +541,8 @@ class GenerationStore:
         """Names of the generation lines of this log and kind."""
         if not self.kind_dir.is_dir():
             return []
-        return sorted(p.name for p in self.kind_dir.iterdir() if p.is_dir() and _LINE_RE.match(p.name))
+        return sorted(p.name for p in self.kind_dir.iterdir()
+                      if p.is_dir() and _LINE_RE.match(p.name) and not _SHARD_RE.match(p.name))
 
     def active_line(self) -> str:
         return _read_active(self.kind_dir)
@@ -550,7 +562,8 @@ class GenerationStore:
     # -- internals ---------------------------------------------------------------------------
 
     def _what(self) -> str:
-        return f"{self.log_id}/{self.kind}/{self.line}"
+        shard = f"{self.shard}/" if self.shard else ""
+        return f"{self.log_id}/{self.kind}/{shard}{self.line}"
 
     def _dir_ids(self) -> list[int]:
         if not self.line_dir.is_dir():
@@ -825,7 +838,7 @@ def _positive_ttl(ttl_seconds: float) -> float:
 
 
 def _check_line(line: str) -> str:
-    if not isinstance(line, str) or not _LINE_RE.match(line) or line == _PINS_DIR:
+    if not isinstance(line, str) or not _LINE_RE.match(line) or line == _PINS_DIR or _SHARD_RE.match(line):
         raise GenerationError(f"invalid generation line name {line!r} (letters, digits, . _ -)")
     return line
 

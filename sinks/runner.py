@@ -1,7 +1,8 @@
 """The sink loop: consume → dedup → batch → write a generation → commit → publish watermark.
 
 One :class:`SinkRunner` drives one index kind for every log. It consumes the derived topics its
-writer reads (all partitions, manual assignment, read_committed), buffers records per log,
+writer reads (all partitions, or a shard's: :mod:`sinks.shards`; manual assignment,
+read_committed), buffers records per log,
 and on each flush writes one new immutable generation per log that changed, commits it
 atomically and only then publishes the log's watermark.
 
@@ -36,6 +37,7 @@ from kafka import KafkaConsumer, TopicPartition
 from sinks.exceptions import GenerationError, GenerationLockedError
 from sinks.generations import FileDigests, GenerationStore, Manifest
 from sinks.merger import BackgroundMerger, MergingWriter, commit_merge, merge_work_root
+from sinks.shards import Shard
 from sinks.watermarks import WatermarkPublisher
 from sinks.writer import IndexWriter, record_id
 from streams.asp import ASP_VERSION
@@ -88,13 +90,17 @@ def write_ids(staging: Path, ids: list[str]) -> None:
 
 
 def watermark_of(manifest: Manifest, store: GenerationStore, versions: dict[str, Any]) -> dict[str, Any]:
-    """The watermark record a committed generation publishes (docs/architecture.md)."""
-    return {
+    """The watermark record a committed generation publishes (docs/architecture.md); a
+    shard's names its shard (``shard-I-of-N``)."""
+    record = {
         "logId": manifest.log_id, "kind": manifest.kind, "line": manifest.line,
         "generationId": manifest.generation_id, "builtThroughSeq": manifest.built_through_seq,
         "manifest": str(store.manifest_path(manifest.generation_id)),
         "committedAt": manifest.created_at, "versions": {**versions, "embedding": manifest.embedding},
     }
+    if store.shard is not None:
+        record["shard"] = store.shard
+    return record
 
 
 @dataclass
@@ -119,11 +125,13 @@ def _load_ids(gen_dir: Path) -> set[str]:
 
 
 class SinkRunner:
-    """Drives one :class:`IndexWriter` from its source topics into generations."""
+    """Drives one :class:`IndexWriter` from its source topics into generations (with ``shard``:
+    only that shard's partitions, into that shard's generation lines)."""
 
     def __init__(self, settings: Settings, bootstrap: str, writer: IndexWriter, *,
                  versions: dict[str, Any] | None = None,
-                 on_commit: Callable[[Manifest], None] | None = None) -> None:
+                 on_commit: Callable[[Manifest], None] | None = None,
+                 shard: Shard | None = None) -> None:
         self.settings = settings
         self.bootstrap = bootstrap
         self.writer = writer
@@ -139,7 +147,10 @@ class SinkRunner:
         self._consumer: KafkaConsumer | None = None
         self._last_flush = time.monotonic()
         self._partitions: dict[str, list[int]] = {}
-        self._ledger_path = self.root / f".ledger-{self.kind}.json"
+        self.shard = shard
+        self.label = self.kind if shard is None else f"{self.kind} {shard.name}"
+        self._ledger_path = self.root / (f".ledger-{self.kind}.json" if shard is None
+                                         else f".ledger-{self.kind}-{shard.name}.json")
         self._digests = FileDigests()
         self._failures = 0
         self._merger: BackgroundMerger | None = None
@@ -147,7 +158,8 @@ class SinkRunner:
     # -- state ---------------------------------------------------------------------------------
 
     def _store(self, log_id: str, line: str | None = None) -> GenerationStore:
-        return GenerationStore(self.root, log_id, self.kind, line)
+        return GenerationStore(self.root, log_id, self.kind, line,
+                               shard=None if self.shard is None else self.shard.name)
 
     def _load_log(self, log_id: str) -> LogState:
         store = self._store(log_id)
@@ -162,7 +174,8 @@ class SinkRunner:
         logs = set()
         if self.root.is_dir():
             for log_dir in self.root.iterdir():
-                if (log_dir / self.kind).is_dir():
+                kind_dir = log_dir / self.kind
+                if (kind_dir if self.shard is None else kind_dir / self.shard.name).is_dir():
                     logs.add(log_dir.name)
         if self._ledger_path.exists():
             logs.update(orjson.loads(self._ledger_path.read_bytes()).get("logs", {}))
@@ -209,7 +222,8 @@ class SinkRunner:
     def run(self, *, until_caught_up: bool = False, idle_exit_seconds: float | None = None) -> None:
         """Consume and commit until :meth:`stop` (or, with ``until_caught_up``, the topic end)."""
         self._consumer = KafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False,
-                                       isolation_level="read_committed", client_id=f"usl-sink-{self.kind}",
+                                       isolation_level="read_committed",
+                                       client_id=f"usl-sink-{self.label.replace(' ', '-')}",
                                        max_partition_fetch_bytes=8 * 1024 * 1024)
         self._publisher = WatermarkPublisher(self.bootstrap, self.settings)
         for reason in SINK_FAILURE_REASONS:  # exported at 0 so rate() and increase() see the first failure
@@ -218,7 +232,8 @@ class SinkRunner:
             # Merges in the background; a catch-up run (rebuild, tests) merges inline, so it
             # ends with the layout it would have had.
             self.writer.background_merges = True
-            self._merger = BackgroundMerger(self.writer, merge_work_root(self.settings.home, self.kind))
+            work = self.kind if self.shard is None else f"{self.kind}.{self.shard.name}"
+            self._merger = BackgroundMerger(self.writer, merge_work_root(self.settings.home, work))
         try:
             for source, topic in self.sources.items():
                 parts = self._consumer.partitions_for_topic(topic)
@@ -226,7 +241,8 @@ class SinkRunner:
                 while not parts and time.monotonic() < deadline:
                     time.sleep(0.5)
                     parts = self._consumer.partitions_for_topic(topic)
-                self._partitions[source] = sorted(parts or [])
+                owned = parts or set()
+                self._partitions[source] = sorted(owned) if self.shard is None else self.shard.partitions(owned)
             self._verify_current()
             positions = self._start_positions()
             for log_id, state in sorted(self.logs.items()):
@@ -282,11 +298,11 @@ class SinkRunner:
             usl_sink_failures_total.labels(kind=self.kind, reason="write_error").inc()
             delay = min(0.5 * 2 ** (self._failures - 1), _MAX_BACKOFF_SECONDS)
             log.error("%s sink: commit failed on a write error (%s); staging discarded, nothing "
-                      "published, retry %d in %.1fs", self.kind, exc, self._failures, delay)
+                      "published, retry %d in %.1fs", self.label, exc, self._failures, delay)
             self._stop.wait(delay)
             return False
         if self._failures and wrote:
-            log.warning("%s sink: commit succeeded again after %d failed attempt(s)", self.kind,
+            log.warning("%s sink: commit succeeded again after %d failed attempt(s)", self.label,
                         self._failures)
             self._failures = 0
         return True
@@ -306,12 +322,18 @@ class SinkRunner:
                 usl_sink_failures_total.labels(kind=self.kind, reason="verification").inc()
                 log.error("%s sink: the current generation of log %s on line %s fails verification "
                           "(%s); it will not be read or built on; rebuilding the log from L1 into a "
-                          "new line", self.kind, log_id, store.line, exc)
+                          "new line", self.label, log_id, store.line, exc)
             self.logs.pop(log_id, None)
             self._rebuild(log_id)
 
     def _rebuild(self, log_id: str) -> None:
         from sinks.rebuild import rebuild
+
+        if self.shard is not None:
+            raise GenerationError(
+                f"{self.label} sink: the current generation of log {log_id} fails verification and "
+                f"a shard is not rebuilt from L1 yet; delete {self._store(log_id).kind_dir} and start "
+                f"the shard again: it re-reads its partitions of the derived topics from the start")
 
         manifest = rebuild(self.settings, self.bootstrap, self.kind, log_id=log_id)
         log.warning("%s sink: log %s rebuilt into line %s, generation %d through seq %d", self.kind,
@@ -409,7 +431,7 @@ class SinkRunner:
             # The records re-read from the new line's offsets deliver progress again.
             fresh = self._load_log(log_id)
             self.logs[log_id] = fresh
-            log.warning("%s sink: log %s switched to line %s", self.kind, log_id, fresh.line)
+            log.warning("%s sink: log %s switched to line %s", self.label, log_id, fresh.line)
             if fresh.manifest is None:
                 continue
             # A commit of the old line may have published its watermark after the rebuild
@@ -503,7 +525,7 @@ class SinkRunner:
                 self._merger.offer(job.log_id, store.line, committed.generation_id,
                                    store.generation_dir(committed.generation_id))
                 published = True
-                log.info("%s sink: log %s merged %s in the background (%.1fs)", self.kind,
+                log.info("%s sink: log %s merged %s in the background (%.1fs)", self.label,
                          job.log_id, ", ".join(job.names), job.seconds)
             finally:
                 self._merger.settled(job)

@@ -10,6 +10,7 @@ from typing import Any
 
 from sinks.kinds import ALL_KINDS, WRITERS, make_writer
 from sinks.runner import SinkRunner
+from sinks.shards import Shard
 from streams.settings import Settings
 
 __all__ = ["ALL_KINDS", "WRITERS", "make_writer", "pipeline_versions", "run_sinks"]
@@ -32,8 +33,9 @@ def pipeline_versions(settings: Settings) -> dict[str, Any]:
     }
 
 
-def run_sinks(settings: Settings, bootstrap: str, kinds: Sequence[str]) -> None:
-    """Run the given sinks until SIGTERM/SIGINT; a failing sink stops the process (exit 1)."""
+def run_sinks(settings: Settings, bootstrap: str, kinds: Sequence[str], *, shard: Shard | None = None) -> None:
+    """Run the given sinks (each as ``shard`` of its kind, if given) until SIGTERM/SIGINT; a
+    failing sink stops the process (exit 1)."""
     from streams.metrics import start_metrics_server
     from streams.topics import ensure_topics
 
@@ -43,7 +45,8 @@ def run_sinks(settings: Settings, bootstrap: str, kinds: Sequence[str]) -> None:
     port = start_metrics_server(settings.metrics_port)
     log.warning("sink metrics on http://127.0.0.1:%d/metrics", port)
     versions = pipeline_versions(settings)
-    runners = [SinkRunner(settings, bootstrap, make_writer(kind, settings), versions=versions) for kind in kinds]
+    runners = [SinkRunner(settings, bootstrap, make_writer(kind, settings), versions=versions, shard=shard)
+               for kind in kinds]
     failures: list[BaseException] = []
 
     def drive(runner: SinkRunner) -> None:
@@ -51,7 +54,7 @@ def run_sinks(settings: Settings, bootstrap: str, kinds: Sequence[str]) -> None:
             runner.run()
         except BaseException as exc:
             failures.append(exc)
-            log.exception("sink %s failed", runner.kind)
+            log.exception("sink %s failed", runner.label)
             for other in runners:
                 other.stop()
 

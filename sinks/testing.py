@@ -148,9 +148,11 @@ def file_digests(directory: Path) -> dict[str, tuple[str, int]]:
 # -- reading what a generation holds ---------------------------------------------------------
 
 
-def current_generation(settings: Settings, kind: str, log_id: str = "default") -> Path | None:
-    """Directory of the current generation of the ACTIVE line of ``kind`` (None before any)."""
-    store = GenerationStore(index_root(settings), log_id, kind)
+def current_generation(settings: Settings, kind: str, log_id: str = "default", *,
+                       shard: str | None = None) -> Path | None:
+    """Directory of the current generation of the ACTIVE line of ``kind`` (of its ``shard``,
+    ``shard-I-of-N``, if given; None before any)."""
+    store = GenerationStore(index_root(settings), log_id, kind, shard=shard)
     manifest = store.current()
     return None if manifest is None else store.generation_dir(manifest.generation_id)
 
@@ -192,34 +194,35 @@ def parquet_rows(gen_dir: Path, table: str, columns: str = "*") -> list[tuple[An
     return sorted(rows, key=repr)
 
 
-def index_keys(settings: Settings) -> dict[str, dict[str, list[Any]]]:
-    """Per kind, the key of every row/document its current generation holds (duplicates kept)."""
+def index_keys(settings: Settings, *, shard: str | None = None) -> dict[str, dict[str, list[Any]]]:
+    """Per kind, the key of every row/document its current generation (of ``shard``, if
+    given) holds (duplicates kept)."""
     keys: dict[str, dict[str, list[Any]]] = {}
-    text = current_generation(settings, "text")
+    text = current_generation(settings, "text", shard=shard)
     if text is not None:
         engine = get_engine("tantivy")
         ids = engine.all_ids(text)
         if engine.count(text) != len(ids):
             raise AssertionError(f"text index counts {engine.count(text)} documents but lists {len(ids)}")
         keys["text"] = {"chunks": ids}
-    vector = current_generation(settings, "vector")
+    vector = current_generation(settings, "vector", shard=shard)
     if vector is not None:
         keys["vector"] = {"chunks": vector_ids(vector)}
-    structured = current_generation(settings, "structured")
+    structured = current_generation(settings, "structured", shard=shard)
     if structured is not None:
         keys["structured"] = {
             "chunks": [r[0] for r in parquet_rows(structured, "chunks", "chunkId")],
             "coverage": parquet_rows(structured, "coverage", "chunkId, eventId, partFrom"),
             "sessions": [r[0] for r in parquet_rows(structured, "sessions", "seq")],
         }
-    analytics = current_generation(settings, "analytics")
+    analytics = current_generation(settings, "analytics", shard=shard)
     if analytics is not None:
         keys["analytics"] = {
             "chunks": [r[0] for r in parquet_rows(analytics, "chunks", "chunkId")],
             **{table: [r[0] for r in parquet_rows(analytics, table, "seq")]
                for table in ("events", "tool_calls", "tool_results")},
         }
-    toolresults = current_generation(settings, "toolresults")
+    toolresults = current_generation(settings, "toolresults", shard=shard)
     if toolresults is not None:
         keys["toolresults"] = {"results": [d["id"] for d in tantivy_docs(toolresults, "id")]}
     return keys

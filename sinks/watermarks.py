@@ -1,8 +1,11 @@
-"""Watermarks on the compacted ``usl.watermarks`` topic, keyed ``LOG/KIND``.
+"""Watermarks on the compacted ``usl.watermarks`` topic, keyed ``LOG/KIND``
+(``LOG/KIND/shard-I-of-N`` for a sink shard).
 
 A sink publishes one only after a generation is committed, so a watermark never points at a
 generation a reader cannot open, and never goes backwards (a publisher refuses to).
 The planner reads the topic from the beginning at start-up and then follows it live.
+Readers see one watermark per log and kind: the shards of a sharded kind are folded into one
+whose ``builtThroughSeq`` is the minimum over them (:func:`sinks.shards.fold_shards`).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import Any
 import orjson
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
+from sinks.shards import fold_shards
 from streams.l1 import read_topic_to_end
 from streams.settings import Settings
 from streams.topics import Topics
@@ -21,8 +25,8 @@ from streams.topics import Topics
 __all__ = ["WatermarkFollower", "WatermarkPublisher", "read_watermarks", "watermark_key"]
 
 
-def watermark_key(log_id: str, kind: str) -> str:
-    return f"{log_id}/{kind}"
+def watermark_key(log_id: str, kind: str, shard: str | None = None) -> str:
+    return f"{log_id}/{kind}/{shard}" if shard else f"{log_id}/{kind}"
 
 
 class WatermarkPublisher:
@@ -35,7 +39,7 @@ class WatermarkPublisher:
         self._last: dict[str, tuple[str, int, int]] = {}
 
     def publish(self, watermark: dict[str, Any]) -> None:
-        key = watermark_key(watermark["logId"], watermark["kind"])
+        key = watermark_key(watermark["logId"], watermark["kind"], watermark.get("shard"))
         line = str(watermark.get("line", "live"))
         position = (line, int(watermark["generationId"]), int(watermark["builtThroughSeq"]))
         previous = self._last.get(key)
@@ -56,11 +60,12 @@ class WatermarkPublisher:
 
 
 def read_watermarks(bootstrap: str, settings: Settings) -> dict[tuple[str, str], dict[str, Any]]:
-    """The latest watermark per (log, kind), read from the beginning of the compacted topic."""
+    """The latest watermark per (log, kind), read from the beginning of the compacted topic
+    (a sharded kind's folded over its shards)."""
     table: dict[tuple[str, str], dict[str, Any]] = {}
     for record in read_topic_to_end(bootstrap, Topics.from_settings(settings).watermarks):
         _apply(table, record.key, record.value)
-    return table
+    return fold_shards(table)
 
 
 def _apply(table: dict[tuple[str, str], dict[str, Any]], key: bytes | None, value: bytes | None) -> None:
@@ -96,7 +101,7 @@ class WatermarkFollower:
 
     def snapshot(self) -> dict[tuple[str, str], dict[str, Any]]:
         with self._lock:
-            return dict(self._table)
+            return fold_shards(self._table)
 
     def wait_for_change(self, timeout_seconds: float) -> None:
         with self._changed:

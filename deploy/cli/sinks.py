@@ -27,16 +27,22 @@ def register(app: typer.Typer) -> None:
 def sink(
     kind: str = typer.Option("text,vector,structured,analytics,toolresults", "--kind",
                              help="Comma-separated index kinds to run in this process."),
+    shard: str = typer.Option("", "--shard", envvar="USL_SINK_SHARD",
+                              help="Run shard I of N of each kind (I/N, e.g. 0/2): only the derived "
+                                   "topics' partitions p with p % N == I, into that shard's own "
+                                   "generations. Empty: one shard reads every partition."),
 ) -> None:
     """Run index sinks: consume derived topics, commit generations, publish watermarks."""
     from sinks.service import ALL_KINDS, run_sinks
+    from sinks.shards import parse_shard
 
     kinds = [k.strip() for k in kind.split(",") if k.strip()]
     unknown = [k for k in kinds if k not in ALL_KINDS]
     if unknown:
         raise USLError(f"unknown index kind(s) {', '.join(unknown)}; use {', '.join(ALL_KINDS)}")
+    owned = parse_shard(shard)
     settings = load_settings()
-    run_sinks(settings, bootstrap_servers(settings), kinds)
+    run_sinks(settings, bootstrap_servers(settings), kinds, shard=owned)
 
 
 def rebuild(
