@@ -59,6 +59,8 @@ __all__ = [
     "usl_index_lag_seconds",
     "usl_index_lag_seqs",
     "usl_l1_committed_seq",
+    "usl_objectstore_backlog_generations",
+    "usl_objectstore_publish_failures_total",
     "usl_progress_marker_seq",
     "usl_queries_total",
     "usl_query_fallbacks_total",
@@ -184,6 +186,17 @@ usl_sink_failures_total = _metric(
     "failed verification (the log is rebuilt from L1), per index kind and reason.",
     ["kind", "reason"],
 )
+usl_objectstore_backlog_generations = _metric(
+    Gauge, "usl_objectstore_backlog_generations",
+    "Logs whose newest locally committed generation is not yet published to the object store "
+    "(USL_OBJECT_STORE), per index kind; 0 when the store keeps up or is not configured.",
+    ["kind"],
+)
+usl_objectstore_publish_failures_total = _metric(
+    Counter, "usl_objectstore_publish_failures_total",
+    "Attempts to publish a generation to the object store that failed (retried with back-off), per index kind.",
+    ["kind"],
+)
 usl_generation_switches_total = _metric(
     Counter, "usl_generation_switches_total",
     "Atomic manifest-pointer switches to a new generation.",
@@ -287,6 +300,8 @@ ALL_METRIC_NAMES: tuple[str, ...] = (
     "usl_sink_commit_seconds",
     "usl_sink_batch_chunks",
     "usl_sink_failures_total",
+    "usl_objectstore_backlog_generations",
+    "usl_objectstore_publish_failures_total",
     "usl_generation_switches_total",
     "usl_generation_merges_total",
     "usl_generation_id",

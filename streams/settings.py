@@ -154,6 +154,18 @@ class Settings:
         "USL_KAFKA_CACHE", Path.home() / ".cache" / "usl",
         "Where the local broker's jars are cached (outside the repository).",
     )
+    object_store: str | None = _setting(
+        "USL_OBJECT_STORE", None,
+        "S3-compatible location (s3://bucket/prefix) every sink publishes its committed generations to. "
+        "Unset: generations stay on the local filesystem only (the embedded default).",
+        prefixes=("s3://",),
+    )
+    s3_endpoint: str | None = _setting(
+        "USL_S3_ENDPOINT", None,
+        "Endpoint URL of the S3-compatible store (e.g. the local S3Proxy's http://127.0.0.1:PORT). Unset: AWS S3.",
+    )
+    s3_access_key: str | None = _setting("USL_S3_ACCESS_KEY", None, "Access key id for the object store.", secret=True)
+    s3_secret_key: str | None = _setting("USL_S3_SECRET_KEY", None, "Secret access key for the object store.", secret=True)
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides: Any) -> Settings:

@@ -449,7 +449,8 @@ def _populate_every_metric() -> None:
     for kind in metrics.INDEX_KINDS:
         for collector in (metrics.usl_sink_batch_seconds, metrics.usl_sink_commit_seconds,
                           metrics.usl_sink_batch_chunks, metrics.usl_generation_switches_total,
-                          metrics.usl_generation_merges_total):
+                          metrics.usl_generation_merges_total, metrics.usl_objectstore_backlog_generations,
+                          metrics.usl_objectstore_publish_failures_total):
             collector.labels(kind=kind)
         for gauge in (metrics.usl_generation_id, metrics.usl_watermark_seq,
                       metrics.usl_index_lag_seqs, metrics.usl_index_lag_seconds):
