@@ -383,9 +383,9 @@ class Planner:
                         snapshot.pin(kind)
                     l1_seq, window = snapshot.l1_seq, window_for(req.k)
                 else:
-                    lines = cursor.get("lines") or {}
+                    lines, shards = cursor.get("lines") or {}, cursor.get("shards") or {}
                     for kind, generation_id in sorted(cursor["generations"].items()):
-                        snapshot.pin_generation(kind, generation_id, lines.get(kind))
+                        snapshot.pin_generation(kind, generation_id, lines.get(kind), shards.get(kind))
                     l1_seq, window = int(cursor["l1Seq"]), int(cursor["window"])
                 response = self._answer(QueryContext(req, principal, policy, snapshot, l1_seq,
                                                      window, cursor))
@@ -693,6 +693,10 @@ class Planner:
             )
             body.update({"l1Seq": query.l1_seq, "window": window,
                          "lines": {kind: pin.line for kind, pin in generations.items()}})
+            shards = {kind: {part.shard: [part.generation_id, part.line] for part in pin.parts}
+                      for kind, pin in generations.items() if pin.parts}
+            if shards:  # a sharded kind: the next page re-pins every shard's generation
+                body["shards"] = shards
             cursor = encode_cursor(body, key=self._cursor_key, now=time.time())
         response: dict[str, Any] = {
             "asOfSeq": as_of,
@@ -840,15 +844,14 @@ class Planner:
     def _text_list(self, pin: IndexPin, query: str, window: int, cut: int,
                    sessions: AbstractSet[str] | None, only: set[str] | None,
                    digests: dict[str, bytes], table: ChunkTable | None) -> tuple[list[str], bool]:
-        engine = self._readers.text_engine(pin)
         # The hits' ids from the index's key column, mapped through the structured generation's
         # ids (a hit the table lacks is dropped from the fusion anyway; the engine reads its
         # stored document to name it all the same).
         keys = table.chunk_keys if table is not None else None
         limit = window + 1
         while True:
-            raw = engine.search(pin.directory, query, limit=limit, max_seq=cut, session_ids=sessions,
-                                chunk_ids_by_key=keys)
+            raw = self._readers.search_text(pin, query, limit=limit, max_seq=cut,
+                                            session_ids=sessions, chunk_ids_by_key=keys)
             kept = [hit for hit in raw if only is None or hit.chunk_id in only]
             if len(kept) > window or len(raw) < limit or limit >= _MAX_OVERFETCH:
                 break

@@ -136,6 +136,10 @@ def generation_json(pin: IndexPin) -> dict[str, Any]:
         body["engine"] = pin.manifest.extra["engine"]
     if pin.manifest.embedding:
         body["embedding"] = pin.manifest.embedding
+    if pin.parts:  # a sharded kind: the fields above are its slowest shard's
+        body["shards"] = {part.shard: {"generationId": part.generation_id,
+                                       "builtThroughSeq": part.built_through_seq, "line": part.line}
+                          for part in pin.parts}
     return body
 
 

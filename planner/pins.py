@@ -96,6 +96,9 @@ class Pinner:
         problem = self.verify(pin)
         if problem is None:
             return pin, None
+        if pin.parts:  # no fallback to older generations of a sharded kind (yet)
+            pin.release()
+            return None, f"{problem}; so the sharded {kind} index is unavailable"
         refused = f"generation {pin.generation_id} refused ({problem})"
         store = GenerationStore(self.root, log_id, kind, pin.line)
         pin.release()
@@ -120,14 +123,19 @@ class Pinner:
             file_pin.release()
         return None, f"{refused}; no older generation verifies, so the {kind} index is unavailable"
 
-    def pin_for_cursor(self, log_id: str, kind: str, generation_id: int, line: str | None) -> IndexPin:
-        """Re-pin the very generation a cursor binds (``CursorExpired`` when it is gone)."""
+    def pin_for_cursor(self, log_id: str, kind: str, generation_id: int, line: str | None,
+                       shards: Mapping[str, Any] | None = None) -> IndexPin:
+        """Re-pin the very generation(s) a cursor binds (``CursorExpired`` when one is gone)."""
         return pin_for_cursor(self.root, log_id, kind, generation_id, line,
-                              ttl_seconds=QUERY_PIN_SECONDS, holder=self.holder)
+                              ttl_seconds=QUERY_PIN_SECONDS, holder=self.holder, shards=shards)
 
     def verify(self, pin: IndexPin) -> str | None:
-        """Why ``pin``'s generation must not be read (None if its files match its manifest).
-        Hashes once per generation and file; later calls compare a stat signature."""
+        """Why ``pin``'s generation must not be read (None if its files match its manifest;
+        a sharded pin: the first shard's problem). Hashes once per generation and file; later
+        calls compare a stat signature."""
+        if pin.parts:
+            problems = [f"{part.shard}: {why}" for part in pin.parts if (why := self.verify(part))]
+            return problems[0] if problems else None
         key = str(pin.directory)
         problem: str | None
         try:
@@ -141,7 +149,7 @@ class Pinner:
             if cached is not None and cached[0] == signature:
                 return cached[1]
             try:
-                GenerationStore(self.root, pin.manifest.log_id, pin.kind, pin.line).verify(
+                GenerationStore(self.root, pin.manifest.log_id, pin.kind, pin.line, shard=pin.shard).verify(
                     pin.manifest, digests=self._digests)
                 problem = None
             except GenerationError as exc:
@@ -196,10 +204,12 @@ class Snapshot:
         self.pins[kind] = pin
         return pin
 
-    def pin_generation(self, kind: str, generation_id: int, line: str | None) -> IndexPin:
-        """Re-pin the generation a cursor binds; :class:`CursorExpired` when it is gone or
-        no longer verifies."""
-        pin = self.pinner.pin_for_cursor(self.log_id, kind, generation_id, line)
+    def pin_generation(self, kind: str, generation_id: int, line: str | None,
+                       shards: Mapping[str, Any] | None = None) -> IndexPin:
+        """Re-pin the generation a cursor binds (``shards``: every shard's, shard name →
+        [generationId, line]); :class:`CursorExpired` when one is gone or no longer verifies."""
+        pin = (self.pinner.pin_for_cursor(self.log_id, kind, generation_id, line) if not shards
+               else self.pinner.pin_for_cursor(self.log_id, kind, generation_id, line, shards))
         self.pins[kind] = pin
         problem = self.pinner.verify(pin)
         if problem is not None:

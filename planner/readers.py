@@ -12,6 +12,11 @@ Kinds and what the planner reads of them:
 - ``text``: the full-text ranking and each chunk's stored redacted text;
 - ``vector``: faiss segments (:class:`sinks.vector.VectorReader`);
 - ``toolresults``: the ACL-isolated full tool results (:class:`sinks.toolresults.ToolResultsReader`).
+
+Sink shards (:mod:`sinks.shards`): a ``text`` or ``vector`` kind written by N shards is pinned
+as one :class:`IndexPin` whose ``parts`` are the shards' pinned generations; the readers search
+every part and merge the hits as one index would order them (score desc, then chunkId), and
+read stored texts from whichever part holds a chunk. The other kinds are read unsharded only.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -31,9 +36,11 @@ from sinks.exceptions import GenerationError
 from sinks.generations import GenerationStore, Manifest, Pin
 from sinks.structured import SCHEMAS, StructuredReader
 from sinks.text import TextEngine, get_engine
+from sinks.text.base import TextHit
 from sinks.writer import scan_sql
 
 __all__ = [
+    "SHARDABLE_KINDS",
     "IndexPin",
     "ReaderCache",
     "pin_for_cursor",
@@ -42,6 +49,8 @@ __all__ = [
 ]
 
 _T = TypeVar("_T")
+SHARDABLE_KINDS = frozenset({"text", "vector"})
+"""Kinds the planner reads when sink shards write them (their hits merge exactly)."""
 _RESTART = "Run the query again without a cursor."
 
 
@@ -56,20 +65,38 @@ class IndexPin:
     directory: Path
     manifest: Manifest
     pin: Pin
+    shard: str | None = None
+    """``shard-I-of-N`` for one shard's generation (a part of a sharded pin)."""
+    parts: tuple[IndexPin, ...] = ()
+    """A sharded kind: every shard's pinned generation, in shard order. The pin's own fields
+    are those of the slowest shard, ``built_through_seq`` the minimum over the shards."""
 
     @property
     def watermark(self) -> tuple[int, int]:
         return (self.generation_id, self.built_through_seq)
 
+    @property
+    def shards(self) -> tuple[IndexPin, ...]:
+        """The generations this pin holds: its parts, or itself when the kind is unsharded."""
+        return self.parts or (self,)
+
     def release(self) -> None:
-        self.pin.release()
+        for part in self.shards:
+            part.pin.release()
 
     def keep_for(self, ttl_seconds: float) -> None:
-        """Extend the pin (while a cursor may still read this generation)."""
-        try:
-            self.pin.renew(ttl_seconds)
-        except GenerationError:
-            pass  # released meanwhile: the next page will re-pin or say the page is gone
+        """Extend the pins (while a cursor may still read these generations)."""
+        for part in self.shards:
+            try:
+                part.pin.renew(ttl_seconds)
+            except GenerationError:
+                pass  # released meanwhile: the next page will re-pin or say the page is gone
+
+
+def sharded_pin(kind: str, parts: list[IndexPin]) -> IndexPin:
+    """One pin over every shard's generation of ``kind`` (see :attr:`IndexPin.parts`)."""
+    slowest = min(parts, key=lambda part: (part.built_through_seq, part.shard or ""))
+    return replace(slowest, parts=tuple(parts))
 
 
 def pin_for_query(
@@ -77,39 +104,77 @@ def pin_for_query(
     ttl_seconds: float, holder: str,
 ) -> IndexPin | None:
     """Pin the generation ``watermark`` names (on its line), or, if that one was collected
-    meanwhile, the current generation of the active line. None without a watermark."""
+    meanwhile, the current generation of the active line. None without a watermark.
+
+    A sharded watermark (with ``shards``) pins every shard's generation the same way, as one
+    pin (:func:`sharded_pin`); GenerationError for a kind the planner does not read sharded
+    or a shard without any generation."""
     if watermark is None:
         return None
+    shards = watermark.get("shards")
+    if not isinstance(shards, Mapping) or not shards:
+        return _pin_named(root, log_id, kind, watermark, None, ttl_seconds=ttl_seconds, holder=holder)
+    if kind not in SHARDABLE_KINDS:
+        raise GenerationError(f"the {kind} index is written by {len(shards)} sink shards; this planner "
+                              f"reads sharded {' and '.join(sorted(SHARDABLE_KINDS))} indexes only: "
+                              f"run the {kind} sink as one shard")
+    parts: list[IndexPin] = []
+    try:
+        for name, record in sorted(shards.items()):
+            part = _pin_named(root, log_id, kind, record, str(name), ttl_seconds=ttl_seconds,
+                              holder=holder)
+            if part is None:
+                raise GenerationError(f"{kind} shard {name} has no generation")
+            parts.append(part)
+    except BaseException:
+        for part in parts:
+            part.release()
+        raise
+    return sharded_pin(kind, parts)
+
+
+def _pin_named(
+    root: Path, log_id: str, kind: str, watermark: Mapping[str, Any], shard: str | None, *,
+    ttl_seconds: float, holder: str,
+) -> IndexPin | None:
     line = str(watermark.get("line") or "") or None
     try:
-        store = GenerationStore(root, log_id, kind, line)
+        store = GenerationStore(root, log_id, kind, line, shard=shard)
         pin = store.pin(int(watermark["generationId"]), ttl_seconds=ttl_seconds, holder=holder)
         return _pinned(store, kind, pin)
     except (GenerationError, KeyError, TypeError, ValueError):
         pass
-    store = GenerationStore(root, log_id, kind)
+    store = GenerationStore(root, log_id, kind, shard=shard)
     pinned = store.pin_current(ttl_seconds=ttl_seconds, holder=holder)
     if pinned is None:
         return None
     manifest, pin = pinned
     return IndexPin(kind, store.line, manifest.generation_id, manifest.built_through_seq,
-                    store.generation_dir(manifest.generation_id), manifest, pin)
+                    store.generation_dir(manifest.generation_id), manifest, pin, shard)
 
 
 def pin_for_cursor(
     root: Path, log_id: str, kind: str, generation_id: int, line: str | None, *,
-    ttl_seconds: float, holder: str,
+    ttl_seconds: float, holder: str, shards: Mapping[str, Any] | None = None,
 ) -> IndexPin:
-    """Re-pin the generation a cursor binds; :class:`CursorExpired` (410) if it is gone."""
+    """Re-pin the generation a cursor binds (with ``shards``, shard name → [generationId,
+    line]: every shard's); :class:`CursorExpired` (410) if one is gone."""
+    wanted = ([(str(name), int(value[0]), value[1]) for name, value in sorted(shards.items())]
+              if shards else [(None, int(generation_id), line)])
+    parts: list[IndexPin] = []
     try:
-        store = GenerationStore(root, log_id, kind, line)
-        pin = store.pin(int(generation_id), ttl_seconds=ttl_seconds, holder=holder)
-        return _pinned(store, kind, pin)
-    except GenerationError:
+        for shard, shard_generation, shard_line in wanted:
+            store = GenerationStore(root, log_id, kind, shard_line, shard=shard)
+            pin = store.pin(shard_generation, ttl_seconds=ttl_seconds, holder=holder)
+            parts.append(_pinned(store, kind, pin))
+    except (GenerationError, TypeError, ValueError, IndexError):
+        for part in parts:
+            part.release()
         raise CursorExpired(
             f"the {kind} index generation this cursor reads no longer exists",
             hint=_RESTART,
         ) from None
+    return parts[0] if not shards else sharded_pin(kind, parts)
 
 
 def _pinned(store: GenerationStore, kind: str, pin: Pin) -> IndexPin:
@@ -119,7 +184,7 @@ def _pinned(store: GenerationStore, kind: str, pin: Pin) -> IndexPin:
         pin.release()
         raise
     return IndexPin(kind, store.line, manifest.generation_id, manifest.built_through_seq,
-                    store.generation_dir(manifest.generation_id), manifest, pin)
+                    store.generation_dir(manifest.generation_id), manifest, pin, store.shard)
 
 
 def vector_segment_names(gen_dir: Path, manifest: Manifest) -> list[str]:
@@ -203,10 +268,25 @@ class ReaderCache:
         return {row[0] for row in rows}
 
     def vector(self, index: IndexPin) -> Any:
+        """The vector reader of the generation (of a sharded one: over every shard's)."""
         from sinks.vector import VectorReader
 
+        if index.parts:
+            return _ShardedVectorReader([self.vector(part) for part in index.parts])
         names = vector_segment_names(index.directory, index.manifest)
         return self._vector.get(str(index.directory), lambda: VectorReader(index.directory, names))
+
+    def search_text(self, index: IndexPin, query: str, *, limit: int, **options: Any) -> list[TextHit]:
+        """The text engine's ``search`` over the generation; over a sharded one, every
+        shard's ``limit`` best merged in the engine's order (score desc, then chunkId).
+        BM25 scores come from each shard's own statistics (docs/architecture.md)."""
+        engine = self.text_engine(index)
+        if not index.parts:
+            return list(engine.search(index.directory, query, limit=limit, **options))
+        hits = [hit for part in index.parts
+                for hit in engine.search(part.directory, query, limit=limit, **options)]
+        hits.sort(key=lambda hit: (-hit.score, hit.chunk_id))
+        return [replace(hit, rank=rank) for rank, hit in enumerate(hits[:limit], 1)]
 
     def toolresults(self, index: IndexPin) -> Any:
         from sinks.toolresults import ToolResultsReader
@@ -221,6 +301,9 @@ class ReaderCache:
         """The stored redacted text of each chunk in ``chunk_ids`` the text generation holds."""
         if not chunk_ids:
             return {}
+        if index.parts:
+            return {chunk_id: text for part in index.parts
+                    for chunk_id, text in self.texts(part, chunk_ids).items()}
         engine = self.text_engine(index)
         fetch = getattr(engine, "fetch_texts", None)
         if callable(fetch):
@@ -235,7 +318,8 @@ class ReaderCache:
         fetch = getattr(self.text_engine(index), "fetch_digests", None)
         if not chunk_ids or not callable(fetch):
             return None
-        return dict(fetch(index.directory, list(chunk_ids)))
+        return {chunk_id: digest for part in index.shards
+                for chunk_id, digest in fetch(part.directory, list(chunk_ids)).items()}
 
     def _tantivy_texts(self, directory: Path, chunk_ids: Collection[str]) -> dict[str, str]:
         import tantivy
@@ -268,3 +352,16 @@ class ReaderCache:
         with lock:
             hits = searcher.search(wq.Or([wq.Term("chunkId", c) for c in ids]), limit=len(ids))
             return {hit["chunkId"]: hit.get("text", "") for hit in hits}
+
+
+class _ShardedVectorReader:
+    """The vector readers of every shard as one: each shard's ``limit`` best, merged by score
+    (a chunk lives in one shard, so the merge is exactly one index's top ``limit``)."""
+
+    def __init__(self, readers: list[Any]) -> None:
+        self._readers = readers
+
+    def search(self, query_vec: Any, *, limit: int, allowed: Callable[[str], bool] | None = None) -> list[Any]:
+        hits = [hit for reader in self._readers for hit in reader.search(query_vec, limit=limit, allowed=allowed)]
+        hits.sort(key=lambda hit: (-hit.score, hit.chunk_id))
+        return [replace(hit, rank=rank) for rank, hit in enumerate(hits[:limit], 1)]

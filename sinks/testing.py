@@ -41,7 +41,7 @@ __all__ = [
     "T0", "assert_no_duplicates", "assert_watermarks_monotone", "commit_batches",
     "current_generation", "expected_keys", "file_digests", "index_keys", "iso", "make_chunk",
     "make_event", "make_toolresult", "parquet_rows", "replay_chunks", "tantivy_docs",
-    "vector_ids", "wait_for_watermarks", "watermark_history",
+    "vector_ids", "wait_for_raw_watermarks", "wait_for_watermarks", "watermark_history",
 ]
 
 #: Event time of seq 0 in the record factories.
@@ -268,6 +268,24 @@ def wait_for_watermarks(settings: Settings, seq: int, kinds: Iterable[str], *, l
             return seen
         time.sleep(0.5)
     raise AssertionError(f"watermarks did not reach {seq} in {timeout}s: {seen}")
+
+
+def wait_for_raw_watermarks(settings: Settings, seq: int, keys: Iterable[str], *,
+                            timeout: float = 240.0) -> dict[str, dict[str, Any]]:
+    """Block until the last record under every one of ``keys`` (``LOG/KIND`` or a shard's
+    ``LOG/KIND/shard-I-of-N``, as published, not folded) reaches ``seq``; return them."""
+    deadline = time.monotonic() + timeout
+    keys = list(keys)
+    behind: dict[str, int] = {}
+    while time.monotonic() < deadline:
+        history = watermark_history(settings)
+        last = {key: history[key][-1] for key in keys if history.get(key)}
+        behind = {key: int(last[key]["builtThroughSeq"]) if key in last else -1 for key in keys}
+        behind = {key: through for key, through in behind.items() if through < seq}
+        if not behind:
+            return last
+        time.sleep(0.5)
+    raise AssertionError(f"watermarks still below {seq} after {timeout}s: {behind}")
 
 
 def watermark_history(settings: Settings) -> dict[str, list[dict[str, Any]]]:

@@ -29,6 +29,7 @@ from sinks.testing import (
     assert_watermarks_monotone,
     expected_keys,
     index_keys,
+    wait_for_raw_watermarks,
     wait_for_watermarks,
     watermark_history,
 )
@@ -139,22 +140,6 @@ def _merged(settings: Settings) -> dict[str, dict[str, list[Any]]]:
     return merged
 
 
-def _wait_all(settings: Settings, seq: int, keys: list[str], timeout: float = 240.0) -> None:
-    """Block until the last watermark under every one of ``keys`` (``LOG/KIND[/SHARD]``, raw,
-    not folded) reaches ``seq``."""
-    deadline = time.monotonic() + timeout
-    behind: dict[str, int] = {}
-    while time.monotonic() < deadline:
-        history = watermark_history(settings)
-        behind = {key: int(history[key][-1]["builtThroughSeq"]) if history.get(key) else -1
-                  for key in keys}
-        behind = {key: through for key, through in behind.items() if through < seq}
-        if not behind:
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"watermarks still below {seq} after {timeout}s: {behind}")
-
-
 def _shard_watermarks(settings: Settings) -> dict[str, dict[str, dict[str, Any]]]:
     """kind → shard → the last watermark it published."""
     last: dict[str, dict[str, dict[str, Any]]] = {}
@@ -178,8 +163,8 @@ def test_two_shards_hold_what_one_sink_holds(make_settings: Callable[..., Settin
         _start_shard(stack, 0)
         _start_shard(stack, 1)
         head = append_events(settings, _events("shard", 10, seed=5))
-        _wait_all(settings, head, [f"default/{kind}{suffix}" for kind in KINDS
-                                   for suffix in ("", *(f"/{shard}" for shard in SHARDS))])
+        wait_for_raw_watermarks(settings, head, [f"default/{kind}{suffix}" for kind in KINDS
+                                                 for suffix in ("", *(f"/{shard}" for shard in SHARDS))])
         for name in ("sinks", "shard-0", "shard-1"):
             stack.kill(name)
         folded = read_watermarks(settings.bootstrap_servers or "", settings)
