@@ -266,7 +266,8 @@ class TailScan:
         if not batch:
             return
         texts = [render_event(event) for _, event in batch]
-        counts = iter(count_many(self.chunker.tokenizer, [t for t in texts if t is not None]))
+        counts = iter(count_many(self.chunker.tokenizer, [t for t in texts if t is not None],
+                                 keep_over=self.chunker.config.target_tokens))
         for (seq, event), text in zip(batch, texts, strict=True):
             tokens = next(counts) if text is not None else 0
             state = feed.state(self.chunker, event["sessionId"])

@@ -98,7 +98,7 @@ class _Run:
             return
         texts = [render_event(record["event"]) for record in records]
         rendered = [text for text in texts if text is not None]
-        counts = iter(count_many(self.chunker.tokenizer, rendered))
+        counts = iter(count_many(self.chunker.tokenizer, rendered, keep_over=self.chunker.config.target_tokens))
         for record, text in zip(records, texts, strict=True):
             tokens = next(counts) if text is not None else 0
             log_id, event = record["logId"], record["event"]

@@ -60,12 +60,18 @@ class HFTokenizer:
         # for a text longer than a chunk, asks for its offsets; one encoding serves both.
         self._last: tuple[str, Any] | None = None
         self._last_offsets: tuple[Any, np.ndarray] | None = None
+        # Encodings of the long texts of the last count_many(keep_over=...), by id of the text.
+        self._kept: dict[int, tuple[str, Any]] = {}
         self._unprefixed = _unprefixed_twin(json.loads(data))
 
     def _encode(self, text: str) -> Any:
         last = self._last
         if last is not None and last[0] is text:  # the same object (held here, so its id is not reused)
             return last[1]
+        kept = self._kept.get(id(text))
+        if kept is not None and kept[0] is text:
+            self._last = kept
+            return kept[1]
         encoding = self._tokenizer.encode(text, add_special_tokens=False)
         self._last = (text, encoding)
         return encoding
@@ -73,14 +79,24 @@ class HFTokenizer:
     def count(self, text: str) -> int:
         return len(self._encode(text).ids)
 
-    def count_many(self, texts: Sequence[str]) -> list[int]:
-        """``count`` for many texts at once (encoded in parallel by the Rust library)."""
+    def count_many(self, texts: Sequence[str], *, keep_over: int | None = None) -> list[int]:
+        """``count`` for many texts at once (encoded in parallel by the Rust library).
+
+        With ``keep_over``, the encodings of texts of more tokens than that are kept until the next
+        call, so splitting such a text (its offsets, its substring counts) does not encode it again.
+        """
         if not texts:
             return []
-        # The fast variant skips the character offsets a count never reads (a quarter of the
-        # encoding's CPU on real events); the ids, so the counts, are the same.
-        encodings = self._tokenizer.encode_batch_fast(list(texts), add_special_tokens=False)
-        return [len(encoding.ids) for encoding in encodings]
+        if keep_over is None:
+            # The fast variant skips the character offsets a count never reads (a quarter of the
+            # encoding's CPU on real events); the ids, so the counts, are the same.
+            encodings = self._tokenizer.encode_batch_fast(list(texts), add_special_tokens=False)
+            return [len(encoding.ids) for encoding in encodings]
+        encodings = self._tokenizer.encode_batch(list(texts), add_special_tokens=False)
+        counts = [len(encoding.ids) for encoding in encodings]
+        self._kept = {id(text): (text, encoding)
+                      for text, encoding, count in zip(texts, encodings, counts, strict=True) if count > keep_over}
+        return counts
 
     def encode_offsets(self, text: str) -> np.ndarray:
         encoding = self._encode(text)
@@ -166,11 +182,12 @@ def substring_counter(tokenizer: Tokenizer, text: str) -> Callable[[int, int], i
     return lambda start, end: tokenizer.count(text[start:end])
 
 
-def count_many(tokenizer: Tokenizer, texts: Sequence[str]) -> list[int]:
-    """Token counts of ``texts``, batched when the tokenizer supports it."""
+def count_many(tokenizer: Tokenizer, texts: Sequence[str], *, keep_over: int | None = None) -> list[int]:
+    """Token counts of ``texts``, batched when the tokenizer supports it (``keep_over``: see
+    :meth:`HFTokenizer.count_many`)."""
     batch = getattr(tokenizer, "count_many", None)
     if batch is not None:
-        counts: list[int] = batch(texts)
+        counts: list[int] = batch(texts, keep_over=keep_over) if keep_over is not None else batch(texts)
         return counts
     return [tokenizer.count(text) for text in texts]
 

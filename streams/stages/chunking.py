@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 
+from streams.chunking.render import render_event
+from streams.chunking.tokenizer import count_many
 from streams.progress import marker_seq, new_progress, note_seq, note_session
 from streams.stages.effects import Effects, Marker, Metric, Produce, Record, TableWrite
 from streams.stages.gaps import Gaps
@@ -51,6 +53,38 @@ class ChunkingStage:
         # never go back).
         self.announced: dict[str, int] = {}
 
+    def _render(self, batch: list[Record]) -> tuple[list[Any], list[Any]]:
+        """Each record's body (or why it is unreadable) and, for an event, its rendered text and
+        token count (or why rendering failed): the batch's texts are counted in one call, which
+        the tokenizer spreads over the cores (``Chunker.on_event`` one text at a time, in order,
+        gives the same counts)."""
+        bodies: list[Any] = []
+        renderings: list[Any] = [None] * len(batch)
+        texts: list[tuple[int, str]] = []
+        for index, record in enumerate(batch):
+            try:
+                body = orjson.loads(cast(bytes, record.value))
+            except (orjson.JSONDecodeError, TypeError) as exc:
+                bodies.append(exc)
+                continue
+            bodies.append(body)
+            event = body.get("event") if isinstance(body, dict) and body.get("kind") == "event" else None
+            if not isinstance(event, dict):
+                continue
+            try:
+                text = render_event(event)
+            except Exception as exc:  # reported, as on_event would, when the record's turn comes
+                renderings[index] = exc
+                continue
+            if text is not None:
+                texts.append((index, text))
+            renderings[index] = (text, 0)
+        counts = count_many(self.chunker.tokenizer, [text for _, text in texts],
+                            keep_over=self.chunker.config.target_tokens)
+        for (index, text), tokens in zip(texts, counts, strict=True):
+            renderings[index] = (text, tokens)
+        return bodies, renderings
+
     def apply(self, batch: list[Record]) -> Effects:
         """The effects of a batch of redacted-topic records in offset order.
 
@@ -82,7 +116,8 @@ class ChunkingStage:
             for item in dead_letter("chunking", "chunking_failed", reason, source, raw_value):
                 (effects.metrics if isinstance(item, Metric) else effects.records).append(item)
 
-        for record in batch:
+        bodies, renderings = self._render(batch)
+        for record, parsed, rendering in zip(batch, bodies, renderings, strict=True):
             partition = record.partition
             last = offsets[partition] if partition in offsets else progress_table.get(offset_key(partition))
             if self.gaps.hole((record.topic, partition), record.offset, last):
@@ -90,7 +125,9 @@ class ChunkingStage:
                 continue
             offsets[partition] = record.offset
             try:
-                body = orjson.loads(cast(bytes, record.value))
+                if isinstance(parsed, Exception):
+                    raise parsed
+                body = parsed
                 log_id = body["logId"]
             except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
                 failed(f"unreadable record: {exc}", record, record.value or b"")
@@ -104,8 +141,11 @@ class ChunkingStage:
                 state_key = session_key(log_id, session_id)
                 state = state_of(state_key) or self.chunker.new_state(session_id)
                 try:
-                    chunks = self.chunker.on_event(state, log_id, int(body["seq"]), body["event"],
-                                                   clock_time=body.get("clockTime"))
+                    if isinstance(rendering, Exception):
+                        raise rendering
+                    text, tokens = rendering if rendering is not None else (None, 0)
+                    chunks = self.chunker.apply_event(state, log_id, int(body["seq"]), body["event"], text, tokens,
+                                                      clock_time=body.get("clockTime"))
                 except Exception as exc:
                     failed(f"chunker failed: {type(exc).__name__}: {exc}", record, b"")
                     chunks = []
