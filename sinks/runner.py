@@ -34,7 +34,7 @@ from typing import Any
 import orjson
 from kafka import KafkaConsumer, TopicPartition
 
-from sinks.exceptions import GenerationError, GenerationLockedError
+from sinks.exceptions import GenerationError, GenerationLockedError, SinkError
 from sinks.generations import FileDigests, GenerationStore, Manifest
 from sinks.merger import BackgroundMerger, MergingWriter, commit_merge, merge_work_root
 from sinks.shards import Shard
@@ -243,6 +243,11 @@ class SinkRunner:
                     parts = self._consumer.partitions_for_topic(topic)
                 owned = parts or set()
                 self._partitions[source] = sorted(owned) if self.shard is None else self.shard.partitions(owned)
+                if self.shard is not None and owned and not self._partitions[source]:
+                    # It would never publish a watermark, so readers would never read its set.
+                    raise SinkError(f"{self.label}: {topic} has {len(owned)} partitions, none of them "
+                                    f"p % {self.shard.count} == {self.shard.index}; run at most "
+                                    f"{len(owned)} shards")
             self._verify_current()
             positions = self._start_positions()
             for log_id, state in sorted(self.logs.items()):
@@ -332,8 +337,10 @@ class SinkRunner:
         if self.shard is not None:
             raise GenerationError(
                 f"{self.label} sink: the current generation of log {log_id} fails verification and "
-                f"a shard is not rebuilt from L1 yet; delete {self._store(log_id).kind_dir} and start "
-                f"the shard again: it re-reads its partitions of the derived topics from the start")
+                f"a shard is not rebuilt from L1 yet; while the derived topics still hold every "
+                f"record (their retention), delete {self._store(log_id).kind_dir} and start the "
+                f"shard again (it re-reads its partitions from the start); else run {self.kind} "
+                f"as one sink and rebuild it: usl rebuild {self.kind}")
 
         manifest = rebuild(self.settings, self.bootstrap, self.kind, log_id=log_id)
         log.warning("%s sink: log %s rebuilt into line %s, generation %d through seq %d", self.kind,

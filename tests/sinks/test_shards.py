@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 from deploy.testing import Stack
 from sinks.exceptions import GenerationError, SinkError
 from sinks.generations import GenerationStore, Manifest
-from sinks.runner import index_root
+from sinks.kinds import make_writer
+from sinks.runner import SinkRunner, index_root
 from sinks.shards import Shard, fold_shards, parse_shard
 from sinks.testing import (
     assert_no_duplicates,
@@ -116,6 +117,16 @@ def test_shard_layout_sits_below_the_kind_and_is_never_a_line(tmp_path: Path) ->
         GenerationStore(tmp_path, "default", "text", "shard-0-of-2")  # not a line name
     with pytest.raises(GenerationError):
         GenerationStore(tmp_path, "default", "text", shard="../x")
+
+
+def test_a_shard_without_partitions_refuses_to_start(make_settings: Callable[..., Settings]) -> None:
+    """Shard 5 of 6 over 4 partitions would never publish (its set would never be read)."""
+    settings = make_settings(stream_partitions=4)
+    Stack(settings)  # creates the topics
+    runner = SinkRunner(settings, settings.bootstrap_servers or "", make_writer("text", settings),
+                        shard=Shard(5, 6))
+    with pytest.raises(SinkError, match="none of them p % 6 == 5"):
+        runner.run(until_caught_up=True)
 
 
 # -- the pipeline ------------------------------------------------------------------------------
