@@ -131,12 +131,21 @@ def build_status(l1_seqs: dict[str, int], watermarks: dict[tuple[str, str], dict
                 verdict = f"behind: {lag} seqs, oldest unindexed event appended {lag_seconds:.0f}s ago"
             else:
                 verdict = f"catching up: {lag} seqs behind"
+            shards = wm.get("shards")
+            if isinstance(shards, dict) and wm.get("shard") and lag:
+                verdict += f" (slowest shard: {wm['shard']})"
             indexes[kind] = {
                 "generationId": wm["generationId"], "builtThroughSeq": through, "lagSeqs": lag,
                 "lagSeconds": lag_seconds, "lastCommit": wm.get("committedAt"), "line": wm.get("line", "live"),
                 "verdict": verdict,
                 "heldBy": (held or {}).get((log_id, through + 1)) if lag else None,
             }
+            if isinstance(shards, dict):  # sink shards: the kind's watermark is their minimum
+                indexes[kind]["shards"] = {
+                    name: {"generationId": shard["generationId"], "builtThroughSeq": int(shard["builtThroughSeq"]),
+                           "lagSeqs": max(l1_seq - int(shard["builtThroughSeq"]), 0),
+                           "line": shard.get("line", "live")}
+                    for name, shard in sorted(shards.items())}
         logs[log_id] = {"l1CommittedSeq": l1_seq, "indexes": indexes}
     return {"logs": logs, "generatedAt": now}
 

@@ -131,3 +131,23 @@ def test_pages_over_shards_concatenate_to_the_one_shot_list(pipeline: Pipeline, 
         pages.append(_ask(pipeline.sharded, pipeline.principal, k=3, cursor=pages[-1]["cursor"], **request))
     assert len(pages) > 1
     assert [hit for page in pages for hit in _ranked(page)] == whole[:3 * len(pages)]
+
+
+def test_status_shows_the_minimum_and_each_shard() -> None:
+    """``usl status`` of a sharded kind: the shards' minimum, each shard's lag, the slowest named."""
+    from planner.status import build_status
+    from sinks.shards import fold_shards
+
+    def record(through: int, shard: str | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {"logId": "default", "kind": "text", "line": "live", "generationId": through // 10,
+                                "builtThroughSeq": through, "committedAt": 1.0}
+        return body if shard is None else {**body, "shard": shard}
+
+    table = {("default", f"text/{name}"): record(through, name) for name, through in zip(SHARDS, (90, 70), strict=True)}
+    table[("default", "vector")] = record(100)
+    report = build_status({"default": 100}, fold_shards(table), {}, now=2.0)
+    text = report["logs"]["default"]["indexes"]["text"]
+    assert (text["builtThroughSeq"], text["lagSeqs"]) == (70, 30)
+    assert text["verdict"].endswith("(slowest shard: shard-1-of-2)")
+    assert {name: shard["lagSeqs"] for name, shard in text["shards"].items()} == {"shard-0-of-2": 10, "shard-1-of-2": 30}
+    assert "shards" not in report["logs"]["default"]["indexes"]["vector"]
