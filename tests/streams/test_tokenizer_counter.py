@@ -75,3 +75,24 @@ def test_a_tokenizer_that_is_not_piece_local_counts_each_substring(tmp_path: Pat
     assert tokenizer._unprefixed is None
     count = substring_counter(tokenizer, "ab ab a b")
     assert count(0, 5) == tokenizer.count("ab ab")
+
+
+@settings(max_examples=400, deadline=None)
+@given(text=st.lists(st.sampled_from([*"ab z  \u2581\n\t.=_/-1:\x00\ufffd", "日本", "語", "🙂", "\U0001F600", "é", "refund",
+                                      " the", "  ", "<s>", "</s>", "<unk>", "<0x41>"]), max_size=80).map("".join))
+def test_offsets_from_ids_equal_the_librarys(text: str) -> None:
+    tokenizer = default_tokenizer()
+    encoding = tokenizer._tokenizer.encode(text, add_special_tokens=False)
+    want = np.array(encoding.offsets, dtype=np.int64).reshape(-1, 2)
+    assert tokenizer.encode_offsets(text).tolist() == want.tolist()
+
+
+def test_offsets_from_ids_on_real_transcripts() -> None:
+    tokenizer = default_tokenizer()
+    assert tokenizer._spans is not None
+    files = sorted(path for path in FIXTURES.rglob("*") if path.is_file())
+    for path in files:
+        text = path.read_text(encoding="utf-8", errors="replace")[:60_000]
+        encoding = tokenizer._tokenizer.encode(text, add_special_tokens=False)
+        want = np.array(encoding.offsets, dtype=np.int64).reshape(-1, 2)
+        assert tokenizer.encode_offsets(text).tolist() == want.tolist(), path.name
