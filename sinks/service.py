@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from sinks.kinds import ALL_KINDS, WRITERS, make_writer
+from sinks.objectstore.hook import object_store_hook
 from sinks.runner import SinkRunner
 from sinks.shards import Shard
 from streams.settings import Settings
@@ -45,7 +46,10 @@ def run_sinks(settings: Settings, bootstrap: str, kinds: Sequence[str], *, shard
     port = start_metrics_server(settings.metrics_port)
     log.warning("sink metrics on http://127.0.0.1:%d/metrics", port)
     versions = pipeline_versions(settings)
-    runners = [SinkRunner(settings, bootstrap, make_writer(kind, settings), versions=versions, shard=shard)
+    hooks = {kind: object_store_hook(settings, bootstrap, kind, shard=None if shard is None else shard.name)
+             for kind in kinds}
+    runners = [SinkRunner(settings, bootstrap, make_writer(kind, settings), versions=versions, shard=shard,
+                          on_commit=hooks[kind][0])
                for kind in kinds]
     failures: list[BaseException] = []
 
@@ -69,5 +73,7 @@ def run_sinks(settings: Settings, bootstrap: str, kinds: Sequence[str], *, shard
         thread.start()
     for thread in threads:
         thread.join()
+    for _on_commit, close_hook in hooks.values():
+        close_hook()
     if failures:
         raise SystemExit(1)

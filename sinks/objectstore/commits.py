@@ -10,8 +10,10 @@ pointer every reader agrees on. Object stores need not offer conditional puts fo
 filesystem backend ignores ``If-None-Match``), and on AWS S3 the objects' strong
 read-after-write consistency makes a committed manifest readable as soon as its record is.
 
-Within a line a publisher never moves the pointer back (:meth:`CommitLog.commit` refuses an
-older generation than the one live), as the watermark publisher does.
+Within a line a publisher never moves the pointer back for good: :meth:`CommitLog.commit`
+refuses a generation older than the live one and, after writing, re-reads the key and writes the
+newest record of the line again if a concurrent publisher's newer one was overtaken (a follower
+may see the older one for that moment; it is whole all the same).
 """
 
 from __future__ import annotations
@@ -63,7 +65,11 @@ class CommitLog:
 
     def live(self) -> dict[str, dict[str, Any]]:
         """commit key → the last commit record (tombstones remove a key)."""
-        table: dict[str, dict[str, Any]] = {}
+        return {key: records[-1] for key, records in self._history().items() if records}
+
+    def _history(self) -> dict[str, list[dict[str, Any]]]:
+        """commit key → its records still on the topic, oldest first (a tombstone clears)."""
+        table: dict[str, list[dict[str, Any]]] = {}
         try:
             for record in read_topic_to_end(self.bootstrap, self.topic):
                 if record.key is None:
@@ -73,7 +79,7 @@ class CommitLog:
                     table.pop(key, None)
                     continue
                 try:
-                    table[key] = orjson.loads(record.value)
+                    table.setdefault(key, []).append(orjson.loads(record.value))
                 except orjson.JSONDecodeError:
                     continue
         except (KafkaError, BrokerError) as exc:
@@ -96,14 +102,34 @@ class CommitLog:
             "generationId": remote.generation_id, "builtThroughSeq": remote.built_through_seq,
             "bytes": remote.total_bytes, "committedAt": time.time(),
         }
+        self._send(remote.commit_key, record)
+        self._repair(remote.commit_key, remote.line)
+        return True
+
+    def _send(self, key: str, record: dict[str, Any]) -> None:
         try:
             if self._producer is None:
                 self._producer = KafkaProducer(bootstrap_servers=self.bootstrap, acks="all",
                                                enable_idempotence=True, client_id="usl-objectstore-commits")
-            self._producer.send(self.topic, key=remote.commit_key.encode(), value=orjson.dumps(record)).get(timeout=30)
+            self._producer.send(self.topic, key=key.encode(), value=orjson.dumps(record)).get(timeout=30)
         except KafkaError as exc:
-            raise ObjectStoreUnavailableError(f"cannot write the commit record of {remote.commit_key}: {exc}") from exc
-        return True
+            raise ObjectStoreUnavailableError(f"cannot write the commit record of {key}: {exc}") from exc
+
+    def _repair(self, key: str, line: str, *, rounds: int = 5) -> None:
+        """The check in :meth:`commit` and the write are two steps: a concurrent publisher may
+        have committed a newer generation of the line between them, and this record would then
+        move the pointer back. Read after the write; while the last record of the key is older
+        than one already on the topic, write that newer record again. Whoever writes last
+        checks last, so the final record of a line is its newest generation."""
+        for _ in range(rounds):
+            records = self._history().get(key, [])
+            if not records or records[-1].get("line") != line:
+                return
+            same_line = [r for r in records if r.get("line") == line]
+            newest = max(same_line, key=lambda r: int(r["generationId"]))
+            if int(records[-1]["generationId"]) >= int(newest["generationId"]):
+                return
+            self._send(key, newest)
 
     def close(self) -> None:
         if self._producer is not None:

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from sinks.generations import Manifest
 from sinks.objectstore.commits import CommitLog
-from sinks.objectstore.publish import DEFAULT_SHARD, GenerationPublisher
+from sinks.objectstore.publish import GenerationPublisher
 from sinks.objectstore.store import ObjectStore
 from streams.metrics import (
     usl_objectstore_backlog_generations,
@@ -18,10 +18,10 @@ __all__ = ["object_store_hook"]
 
 
 def object_store_hook(settings: Settings, bootstrap: str, kind: str, *,
-                      shard: str = DEFAULT_SHARD) -> tuple[Callable[[Manifest], None] | None, Callable[[], None]]:
-    """``(on_commit, close)`` for a sink of ``kind``: with ``USL_OBJECT_STORE`` unset (the
-    embedded default), no callback and nothing to close; else a background publisher's
-    ``offer`` and its ``close``."""
+                      shard: str | None = None) -> tuple[Callable[[Manifest], None] | None, Callable[[], None]]:
+    """``(on_commit, close)`` for a sink of ``kind`` (of sink shard ``shard-I-of-N``, if
+    given): with ``USL_OBJECT_STORE`` unset (the embedded default), no callback and nothing to
+    close; else a background publisher's ``offer`` and its ``close``."""
     # Exported at 0 for every sink, so the dashboard panel has a series with the store off.
     usl_objectstore_backlog_generations.labels(kind=kind).set(0)
     usl_objectstore_publish_failures_total.labels(kind=kind)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from sinks.generations import GenerationStore, Manifest, Pin
@@ -69,11 +68,13 @@ class GenerationPublisher:
     """Publishes a sink's committed generations in the background, with retries."""
 
     def __init__(self, store: ObjectStore, commits: CommitLog, index_root: Path, kind: str, *,
-                 shard: str = DEFAULT_SHARD, sleep: Callable[[float], bool] | None = None) -> None:
+                 shard: str | None = None) -> None:
         self.store = store
         self.commits = commits
         self.index_root = Path(index_root)
         self.kind = kind
+        # The sink shard's directory (shard-I-of-N), None for the unsharded default; both
+        # publish under a shard in the commit key.
         self.shard = shard
         self._pending: dict[str, tuple[Manifest, Pin | None]] = {}
         self._lock = threading.Condition()
@@ -86,7 +87,7 @@ class GenerationPublisher:
         self._thread.start()
 
     def _store(self, manifest: Manifest) -> GenerationStore:
-        return GenerationStore(self.index_root, manifest.log_id, manifest.kind, manifest.line)
+        return GenerationStore(self.index_root, manifest.log_id, manifest.kind, manifest.line, shard=self.shard)
 
     def offer(self, manifest: Manifest) -> None:
         """Queue a just-committed generation (the sink's ``on_commit``); it replaces an older
@@ -148,7 +149,8 @@ class GenerationPublisher:
             if not self._bucket_ready:
                 self.store.ensure_bucket()
                 self._bucket_ready = True
-            remote = publish_generation(self.store, self.commits, gen_dir, manifest, shard=self.shard)
+            remote = publish_generation(self.store, self.commits, gen_dir, manifest,
+                                        shard=self.shard or DEFAULT_SHARD)
         except (ObjectStoreError, OSError) as exc:
             self._failures += 1
             self.last_error = exc

@@ -33,8 +33,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import boto3
-from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
 
 from sinks.objectstore.exceptions import (
@@ -131,6 +129,10 @@ class ObjectStore:
     def __init__(self, location: StoreLocation, *, endpoint: str | None, access_key: str | None,
                  secret_key: str | None, region: str = "us-east-1", connect_timeout: float = 5.0,
                  max_attempts: int = 3) -> None:
+        # boto3 takes a few hundred ms to import: only a sink or planner that uses a store pays it.
+        import boto3
+        from botocore.config import Config
+
         self.location = location
         # S3Proxy (and other S3-compatible servers) answer NotImplemented to the CRC checksums
         # newer botocore sends by default: send and check them only where the API requires.

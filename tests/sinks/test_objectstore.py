@@ -16,6 +16,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -23,7 +24,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from deploy.s3proxy.server import ensure_s3proxy, stop_s3proxy
+from deploy.s3proxy.server import S3ProxyInfo, ensure_s3proxy, stop_s3proxy
 from sinks.generations import GenerationStore, Manifest
 from sinks.objectstore import (
     CacheFullError,
@@ -34,6 +35,7 @@ from sinks.objectstore import (
     ObjectStore,
     ObjectStoreUnavailableError,
     StoreLocation,
+    object_store_hook,
     publish_generation,
 )
 from sinks.objectstore.publish import DEFAULT_SHARD
@@ -389,3 +391,54 @@ def test_nothing_secret_looking_is_uploaded_that_the_local_generation_did_not_ho
         assert on_disk == local
     store.unpin(pin)
 
+
+
+def test_a_sink_with_an_object_store_publishes_what_it_commits(
+    make_settings: Callable[..., Settings], s3proxy: S3ProxyInfo,
+) -> None:
+    """The real pipeline (worker + structured sink with USL_OBJECT_STORE): the live published
+    generation is the sink's current local one, byte for byte; without the setting nothing is
+    published (the embedded default)."""
+    from deploy.testing import Stack
+    from sinks.runner import SinkRunner, index_root
+    from sinks.service import make_writer, pipeline_versions
+    from streams.testing import append_events, interleave, session_events
+
+    prefix = f"sink{uuid.uuid4().hex[:8]}"
+    settings = make_settings(object_store=f"s3://usl-test/{prefix}", s3_endpoint=s3proxy.endpoint,
+                             s3_access_key=s3proxy.access_key, s3_secret_key=s3proxy.secret_key)
+    assert object_store_hook(make_settings(), settings.bootstrap_servers or "", "structured")[0] is None
+    bootstrap = settings.bootstrap_servers or ""
+    on_commit, close = object_store_hook(settings, bootstrap, "structured")
+    assert on_commit is not None
+    publisher = on_commit.__self__  # type: ignore[attr-defined]
+    runner = SinkRunner(settings, bootstrap, make_writer("structured", settings),
+                        versions=pipeline_versions(settings), on_commit=on_commit)
+    stack = Stack(settings)
+    thread = threading.Thread(target=runner.run, daemon=True)
+    try:
+        stack.worker()
+        thread.start()
+        head = append_events(settings, interleave(*[session_events(f"os-{i}", turns=2, seed=i) for i in range(3)]))
+        local = GenerationStore(index_root(settings), "default", "structured")
+        deadline = time.monotonic() + 120
+        while (local.current() is None or local.current().built_through_seq < head):  # type: ignore[union-attr]
+            assert time.monotonic() < deadline, "the structured sink fell behind"
+            time.sleep(0.2)
+        runner.stop()
+        thread.join(timeout=60)
+        assert publisher.wait_drained(timeout=120), publisher.last_error
+        current = local.current()
+        assert current is not None
+        commits = CommitLog(bootstrap, settings)
+        live = commits.live()[commit_key("default", "structured", DEFAULT_SHARD)]
+        commits.close()
+        assert (live["generationId"], live["builtThroughSeq"]) == (current.generation_id, current.built_through_seq)
+        store = ObjectStore.from_settings(settings)
+        fetched = GenerationCache(store, index_root(settings).parent / "cache", 10**8).fetch(live["manifestKey"])
+        assert tree(fetched) == tree(local.generation_dir(current.generation_id))
+    finally:
+        runner.stop()
+        thread.join(timeout=60)
+        close()
+        stack.close()
