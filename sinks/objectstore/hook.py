@@ -33,4 +33,5 @@ def object_store_hook(settings: Settings, bootstrap: str, kind: str, *,
     commits = CommitLog(bootstrap, settings)
     commits.ensure_topic()
     publisher = GenerationPublisher(store, commits, index_root(settings), kind, shard=shard)
+    publisher.offer_current()
     return publisher.offer, publisher.close

@@ -16,6 +16,7 @@ import threading
 import time
 from pathlib import Path
 
+from sinks.exceptions import GenerationError
 from sinks.generations import GenerationStore, Manifest, Pin
 from sinks.objectstore.commits import CommitLog
 from sinks.objectstore.exceptions import NotPublishedError, ObjectStoreError
@@ -44,6 +45,10 @@ def publish_generation(store: ObjectStore, commits: CommitLog, gen_dir: Path, ma
     """
     key = commit_key(manifest.log_id, manifest.kind, shard)
     live_before = commits.live().get(key)
+    if live_before is not None and live_before.get("line") == manifest.line \
+            and int(live_before["generationId"]) >= manifest.generation_id:
+        # Published already (a restarted sink offers its current generations again), or overtaken.
+        return store.load(str(live_before["manifestKey"]))
     known: frozenset[str] = frozenset()
     if live_before is not None:
         try:
@@ -101,6 +106,22 @@ class GenerationPublisher:
             self._lock.notify_all()
         if replaced is not None and replaced[1] is not None:
             replaced[1].release()
+
+    def offer_current(self) -> int:
+        """Offer the current generation of every log of this kind (at start-up: one committed
+        before a crash may not have been published); already published ones cost one read.
+        Returns how many were offered."""
+        offered = 0
+        for log_dir in sorted(p for p in self.index_root.iterdir() if (p / self.kind).is_dir()) \
+                if self.index_root.is_dir() else []:
+            try:
+                manifest = GenerationStore(self.index_root, log_dir.name, self.kind, shard=self.shard).current()
+            except GenerationError:
+                continue
+            if manifest is not None:
+                self.offer(manifest)
+                offered += 1
+        return offered
 
     @property
     def backlog(self) -> int:

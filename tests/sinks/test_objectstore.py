@@ -295,7 +295,7 @@ def test_store_unavailable_fails_clearly_and_the_backlog_drains_once_it_is_back(
 @given(sizes=st.lists(st.integers(min_value=1, max_value=6), min_size=1, max_size=8),
        bound=st.integers(min_value=6, max_value=16))
 def test_the_cache_stays_within_its_byte_bound(
-    make_object_store: Callable[..., ObjectStore], commits: CommitLog, sizes: list[int], bound: int,
+    make_object_store: Callable[..., ObjectStore], sizes: list[int], bound: int,
 ) -> None:
     """Fetch generations of ``sizes`` KiB in turn into a cache of ``bound`` KiB: it never holds
     more, keeps the newest, and every fetch that fits is byte-identical."""
@@ -305,7 +305,9 @@ def test_the_cache_stays_within_its_byte_bound(
     for number, size in enumerate(sizes):
         manifest, gen_dir = commit_local(work / f"idx-{number}", {"seg.bin": os.urandom(size * 1024)},
                                          log_id=f"log{number}")
-        remote = publish_generation(store, commits, gen_dir, manifest)
+        # The cache reads manifests, not the commit point: upload without committing.
+        remote = store.upload_generation(gen_dir, log_id=manifest.log_id, kind="text", shard=DEFAULT_SHARD,
+                                         line="live", generation_id=1, built_through_seq=1)
         fetched = cache.fetch(remote.manifest_key)
         assert tree(fetched) == tree(gen_dir)
         assert cache.bytes_used() <= cache.max_bytes
@@ -313,14 +315,15 @@ def test_the_cache_stays_within_its_byte_bound(
 
 
 def test_the_cache_never_evicts_a_pinned_generation(
-    make_object_store: Callable[..., ObjectStore], commits: CommitLog, tmp_path: Path,
+    make_object_store: Callable[..., ObjectStore], tmp_path: Path,
 ) -> None:
     store = make_object_store()
     remotes = []
     for number in range(3):
         manifest, gen_dir = commit_local(tmp_path / f"idx{number}", {"seg.bin": os.urandom(40_000)},
                                          log_id=f"log{number}")
-        remotes.append(publish_generation(store, commits, gen_dir, manifest))
+        remotes.append(store.upload_generation(gen_dir, log_id=manifest.log_id, kind="text", shard=DEFAULT_SHARD,
+                                               line="live", generation_id=1, built_through_seq=1))
     cache = GenerationCache(store, tmp_path / "cache", 100_000)
     with cache.pinned(remotes[0].manifest_key) as held:
         cache.fetch(remotes[1].manifest_key)
@@ -442,3 +445,36 @@ def test_a_sink_with_an_object_store_publishes_what_it_commits(
         thread.join(timeout=60)
         close()
         stack.close()
+
+
+def test_a_restarted_sink_publishes_the_generation_it_committed_before_the_crash(
+    make_settings: Callable[..., Settings], s3proxy: S3ProxyInfo,
+) -> None:
+    """Generations committed while no publisher ran (a crash after the local commit): the next
+    start offers every log's current generation; an already published one is not uploaded again."""
+    from sinks.runner import index_root
+
+    settings = make_settings(object_store=f"s3://usl-test/restart{uuid.uuid4().hex[:8]}", s3_endpoint=s3proxy.endpoint,
+                             s3_access_key=s3proxy.access_key, s3_secret_key=s3proxy.secret_key)
+    bootstrap = settings.bootstrap_servers or ""
+    root = index_root(settings)
+    commit_local(root, random_files(40), log_id="alpha")
+    alpha, alpha_dir = commit_local(root, random_files(41), log_id="alpha", through=2)
+    beta, beta_dir = commit_local(root, random_files(42), log_id="beta")
+    for attempt in range(2):
+        on_commit, close = object_store_hook(settings, bootstrap, "text")
+        publisher = on_commit.__self__  # type: ignore[union-attr]
+        assert publisher.wait_drained(timeout=120), publisher.last_error
+        close()
+        commits = CommitLog(bootstrap, settings)
+        live = commits.live()
+        commits.close()
+        assert {key: record["generationId"] for key, record in live.items()} == {
+            commit_key("alpha", "text", DEFAULT_SHARD): alpha.generation_id,
+            commit_key("beta", "text", DEFAULT_SHARD): beta.generation_id,
+        }
+        manifests = [key for key, _ in ObjectStore.from_settings(settings).all_objects() if "/manifests/" in key]
+        assert len(manifests) == 2, (attempt, manifests)  # the second start published nothing new
+    cache = GenerationCache(ObjectStore.from_settings(settings), root.parent / "cache", 10**8)
+    assert tree(cache.fetch(live[commit_key("alpha", "text", DEFAULT_SHARD)]["manifestKey"])) == tree(alpha_dir)
+    assert tree(cache.fetch(live[commit_key("beta", "text", DEFAULT_SHARD)]["manifestKey"])) == tree(beta_dir)
