@@ -4,6 +4,11 @@ unique topic names and state directories so tests never collide.
 Broker choice: ``KAFKA_BOOTSTRAP_SERVERS`` if set; else testcontainers when a Docker engine
 answers and ``USL_TEST_TESTCONTAINERS=1``; else the project's own local broker
 (``deploy/kafka``), started here and stopped at the end of the session.
+
+The S3-compatible store is chosen the same way: ``USL_TEST_S3_ENDPOINT`` (with
+``USL_TEST_S3_ACCESS_KEY`` / ``USL_TEST_S3_SECRET_KEY``) if set, else the project's own S3Proxy
+(``deploy/s3proxy``), started on first use and stopped at the end of the session. Without Java
+or Maven the tests that need it skip with that reason, except in CI (``CI`` set), where they fail.
 """
 
 from __future__ import annotations
@@ -14,12 +19,17 @@ import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from hypothesis import HealthCheck
 from hypothesis import settings as hypothesis_settings
 
 from streams.settings import Settings
+
+if TYPE_CHECKING:
+    from deploy.s3proxy.server import S3ProxyInfo
+    from sinks.objectstore import ObjectStore
 
 # A hypothesis deadline or "too slow" health check is a wall-clock threshold: on a shared
 # machine, or with the suite spread over parallel workers, it fails a correct test. Every
@@ -60,6 +70,44 @@ def kafka_bootstrap() -> Iterator[str]:
     finally:
         stop_broker(settings)
         shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def s3proxy() -> Iterator[S3ProxyInfo]:
+    from deploy.s3proxy.server import S3ProxyInfo, running_s3proxy
+
+    configured = os.environ.get("USL_TEST_S3_ENDPOINT")
+    if configured:
+        yield S3ProxyInfo(0, configured, os.environ.get("USL_TEST_S3_ACCESS_KEY", ""),
+                          os.environ.get("USL_TEST_S3_SECRET_KEY", ""), "")
+        return
+    missing = [tool for tool in ("java", "mvn") if shutil.which(tool) is None]
+    if missing:
+        reason = f"{' and '.join(missing)} not installed: the local S3Proxy needs Java 17+ and Maven once"
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    home = Path(tempfile.mkdtemp(prefix="usl-test-s3proxy-"))
+    try:
+        with running_s3proxy(Settings.from_env(home=home)) as info:
+            yield info
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture
+def make_object_store(s3proxy: S3ProxyInfo) -> Callable[..., ObjectStore]:
+    """Factory: an ObjectStore on the session's S3 server, under a unique prefix."""
+    from sinks.objectstore import ObjectStore, StoreLocation
+
+    def factory(**kwargs: Any) -> ObjectStore:
+        location = StoreLocation("usl-test", f"t{uuid.uuid4().hex[:10]}")
+        store = ObjectStore(location, endpoint=s3proxy.endpoint, access_key=s3proxy.access_key,
+                            secret_key=s3proxy.secret_key, **kwargs)
+        store.ensure_bucket()
+        return store
+
+    return factory
 
 
 @pytest.fixture
