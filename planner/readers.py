@@ -159,10 +159,10 @@ def pin_for_cursor(
 ) -> IndexPin:
     """Re-pin the generation a cursor binds (with ``shards``, shard name → [generationId,
     line]: every shard's); :class:`CursorExpired` (410) if one is gone."""
-    wanted = ([(str(name), int(value[0]), value[1]) for name, value in sorted(shards.items())]
-              if shards else [(None, int(generation_id), line)])
     parts: list[IndexPin] = []
     try:
+        wanted = ([(str(name), int(value[0]), value[1]) for name, value in sorted(shards.items())]
+                  if shards else [(None, int(generation_id), line)])
         for shard, shard_generation, shard_line in wanted:
             store = GenerationStore(root, log_id, kind, shard_line, shard=shard)
             pin = store.pin(shard_generation, ttl_seconds=ttl_seconds, holder=holder)
