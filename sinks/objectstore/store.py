@@ -289,6 +289,13 @@ class ObjectStore:
                                    "expiresAt": time.time() + ttl_seconds}).encode())
         return key
 
+    def renew_pin(self, pin_key: str, *, ttl_seconds: float) -> None:
+        """Extend a pin to ``ttl_seconds`` from now (a cursor that stays open);
+        NotPublishedError if it was released or collected as expired meanwhile."""
+        body = json.loads(self._get(pin_key))
+        body["expiresAt"] = time.time() + ttl_seconds
+        self._put(pin_key, json.dumps(body).encode())
+
     def unpin(self, pin_key: str) -> None:
         self._delete(pin_key)
 

@@ -347,10 +347,15 @@ def test_gc_never_deletes_a_pinned_generation(
     pinned_remote, pinned_tree = published[0]
     pin = store.pin(pinned_remote.manifest_key, holder="planner-a", ttl_seconds=3600)
     expired = store.pin(published[1][0].manifest_key, holder="planner-b", ttl_seconds=-1)
+    renewed = store.pin(published[2][0].manifest_key, holder="planner-c", ttl_seconds=-1)
+    store.renew_pin(renewed, ttl_seconds=3600)  # an open cursor keeps its generation
 
     report = store.gc(commits.live_manifests(), keep_last=1, grace_seconds=0)
-    assert set(report.deleted_manifests) == {published[1][0].manifest_key, published[2][0].manifest_key}
-    assert report.deleted_pins == 1 and expired not in store.pins()
+    assert set(report.deleted_manifests) == {published[1][0].manifest_key}
+    assert report.deleted_pins == 1 and expired not in store.pins() and renewed in store.pins()
+    store.unpin(renewed)
+    report = store.gc(commits.live_manifests(), keep_last=1, grace_seconds=0)
+    assert set(report.deleted_manifests) == {published[2][0].manifest_key}
     assert tree(GenerationCache(store, tmp_path / "c1", 10**7).fetch(pinned_remote.manifest_key)) == pinned_tree
     assert tree(GenerationCache(store, tmp_path / "c2", 10**7).fetch(published[3][0].manifest_key)) == published[3][1]
     with pytest.raises(NotPublishedError):
