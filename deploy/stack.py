@@ -28,7 +28,7 @@ from deploy.process import (
 )
 from streams.settings import Settings
 
-__all__ = ["running", "start_process", "stop_process", "stop_stack", "supervise"]
+__all__ = ["running", "sink_children", "start_process", "stop_process", "stop_stack", "supervise"]
 
 STACK = ("worker", "sinks", "api")
 _STABLE_SECONDS = 10.0
@@ -76,6 +76,18 @@ def start_process(settings: Settings, name: str, args: list[str], env: dict[str,
 
 def stop_process(pid: int, *, grace_seconds: float = 20.0) -> None:
     terminate(pid, grace_seconds=grace_seconds, group=True)
+
+
+def sink_children(settings: Settings) -> dict[str, list[str]]:
+    """The sink processes of ``usl up`` (name → usl arguments): one sink of every kind, or with
+    ``USL_SINK_SHARDS=N`` > 1, text and vector as N shard processes beside one sink of the rest."""
+    count = settings.sink_shards
+    if count == 1:
+        return {"sinks": ["sink"]}
+    children = {"sinks": ["sink", "--kind", "structured,analytics,toolresults"]}
+    for index in range(count):
+        children[f"sinks-shard-{index}"] = ["sink", "--kind", "text,vector", "--shard", f"{index}/{count}"]
+    return children
 
 
 def supervise(settings: Settings, children: dict[str, list[str]], env: dict[str, str]) -> None:

@@ -77,7 +77,7 @@ def up(
 
     import httpx
 
-    from deploy.stack import running, start_process, stop_stack, supervise
+    from deploy.stack import running, sink_children, start_process, stop_stack, supervise
     from planner.auth import check_bind
     from streams.topics import ensure_topics
 
@@ -111,13 +111,7 @@ def up(
         out().print(f"logs in {Path(settings.home).resolve() / 'logs'}; stop with `usl down`")
         return
     children = {f"worker-{n + 1}": ["worker"] for n in range(workers)}
-    if settings.sink_shards > 1:  # USL_SINK_SHARDS: text and vector written by N shard processes
-        children["sinks"] = ["sink", "--kind", "structured,analytics,toolresults"]
-        for index in range(settings.sink_shards):
-            children[f"sinks-shard-{index}"] = ["sink", "--kind", "text,vector",
-                                                "--shard", f"{index}/{settings.sink_shards}"]
-    else:
-        children["sinks"] = ["sink"]
+    children.update(sink_children(settings))  # USL_SINK_SHARDS: text and vector as N shards
     children["api"] = ["serve", "--port", str(api_port), "--host", settings.api_host]
     follow = [str(Path(p).expanduser()) for p in settings.follow.split(":") if p.strip()]
     if follow:  # USL_FOLLOW: a follower tails those transcripts into L1
