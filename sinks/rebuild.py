@@ -21,6 +21,7 @@ from kafka import KafkaConsumer, TopicPartition
 from sinks.generations import GenerationStore, Manifest
 from sinks.runner import index_root, watermark_of, write_ids
 from sinks.service import make_writer, pipeline_versions
+from sinks.shards import Shard
 from sinks.watermarks import WatermarkPublisher
 from sinks.writer import record_id
 from streams.asp import ASP_VERSION, validate_event
@@ -157,18 +158,49 @@ def _iter_l1(reader: L1Reader, log_id: str, from_seq: int) -> Iterator[tuple[int
         position = head + 1
 
 
+def _shard_filter(bootstrap: str, settings: Settings, sources: tuple[str, ...],
+                  shard: Shard | None) -> Callable[[dict[str, Any]], bool]:
+    """Whether a derived record belongs to ``shard``: the partition the pipeline gives it on the
+    derived topics (the producers' default partitioner over its sessionId key: murmur2, as in
+    Kafka's Java client; a chunk goes to its events' partition), owned by the shard."""
+    if shard is None:
+        return lambda record: True
+    from kafka.partitioner.default import murmur2
+
+    topics = Topics.from_settings(settings)
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, client_id="usl-rebuild-partitions")
+    try:
+        counts = {len(consumer.partitions_for_topic(getattr(topics, source)) or ()) for source in sources}
+    finally:
+        consumer.close()
+    if len(counts) != 1 or 0 in counts:
+        raise USLError(f"the derived topics {', '.join(sources)} have partition counts {sorted(counts)}; "
+                       "a shard is rebuilt only over co-partitioned topics")
+    count = counts.pop()
+
+    def owned(record: dict[str, Any]) -> bool:
+        session_id = record["sessionId"] if "sessionId" in record else record["event"]["sessionId"]
+        return shard.owns((murmur2(str(session_id).encode()) & 0x7FFFFFFF) % count)
+
+    return owned
+
+
 def rebuild(settings: Settings, bootstrap: str, kind: str, *, log_id: str = "default", from_seq: int = 1,
-            batch_size: int = 2000, progress: Callable[[int, int], None] | None = None) -> Manifest:
-    """Replay L1 from ``from_seq`` into a new line for ``kind``, verify, and switch to it."""
+            batch_size: int = 2000, progress: Callable[[int, int], None] | None = None,
+            shard: Shard | None = None) -> Manifest:
+    """Replay L1 from ``from_seq`` into a new line for ``kind`` (of ``shard``: only the records
+    of its partitions, into its own lines), verify, and switch to it."""
     writer = make_writer(kind, settings)
     versions = pipeline_versions(settings)
     root = index_root(settings)
-    live = GenerationStore(root, log_id, kind)
+    shard_name = None if shard is None else shard.name
+    owned = _shard_filter(bootstrap, settings, writer.sources, shard)
+    live = GenerationStore(root, log_id, kind, shard=shard_name)
     # current_id, not current(): the live line's manifest may be the damaged file this
     # rebuild replaces.
     old_line = live.line if live.current_id() is not None else None
     line = live.new_rebuild_line()
-    store = GenerationStore(root, log_id, kind, line)
+    store = GenerationStore(root, log_id, kind, line, shard=shard_name)
     reader = L1Reader(bootstrap, settings)
     replay = ReplayStream(settings, log_id)
     wanted = {"chunks": "chunk", "redacted": "event", "toolresults": "toolresult"}
@@ -184,6 +216,8 @@ def rebuild(settings: Settings, bootstrap: str, kind: str, *, log_id: str = "def
         if manifest is not None:
             through = max(through, manifest.built_through_seq)
         offsets = resume_offsets(bootstrap, settings, writer.sources, log_id, through) if final else {}
+        if shard is not None:
+            offsets = {topic: {p: o for p, o in parts.items() if shard.owns(p)} for topic, parts in offsets.items()}
         staging = store.begin()
         try:
             previous = store.generation_dir(manifest.generation_id) if manifest else None
@@ -207,7 +241,7 @@ def rebuild(settings: Settings, bootstrap: str, kind: str, *, log_id: str = "def
     try:
         for seq, event in _iter_l1(reader, log_id, from_seq):
             pending.extend(r for r in replay.feed(seq, event)
-                           if r["kind"] in kinds and not r.get("provisional"))
+                           if r["kind"] in kinds and not r.get("provisional") and owned(r))
             if len(pending) >= batch_size:
                 manifest = commit(final=False)
             if progress is not None and seq % 500 == 0:
@@ -225,7 +259,7 @@ def rebuild(settings: Settings, bootstrap: str, kind: str, *, log_id: str = "def
     finally:
         publisher.close()
     if old_line is not None and old_line != line:
-        old = GenerationStore(root, log_id, kind, old_line)
+        old = GenerationStore(root, log_id, kind, old_line, shard=shard_name)
         (Path(old.line_dir) / "RETIRED").write_text(f"replaced by {line} at {time.time():.0f}\n")
         old.gc(keep_last=0)
     return manifest

@@ -334,16 +334,8 @@ class SinkRunner:
     def _rebuild(self, log_id: str) -> None:
         from sinks.rebuild import rebuild
 
-        if self.shard is not None:
-            raise GenerationError(
-                f"{self.label} sink: the current generation of log {log_id} fails verification and "
-                f"a shard is not rebuilt from L1 yet; while the derived topics still hold every "
-                f"record (their retention), delete {self._store(log_id).kind_dir} and start the "
-                f"shard again (it re-reads its partitions from the start); else run {self.kind} "
-                f"as one sink and rebuild it: usl rebuild {self.kind}")
-
-        manifest = rebuild(self.settings, self.bootstrap, self.kind, log_id=log_id)
-        log.warning("%s sink: log %s rebuilt into line %s, generation %d through seq %d", self.kind,
+        manifest = rebuild(self.settings, self.bootstrap, self.kind, log_id=log_id, shard=self.shard)
+        log.warning("%s sink: log %s rebuilt into line %s, generation %d through seq %d", self.label,
                     log_id, manifest.line, manifest.generation_id, manifest.built_through_seq)
 
     def _handle(self, source: str, tp: TopicPartition, record: Any, first_offsets: dict[str, dict[str, int]]) -> None:

@@ -50,6 +50,8 @@ def rebuild(
     from_seq: int = typer.Option(1, "--from-seq", min=1, help="First L1 seq to replay; the new line holds nothing below it and queries disclose that range as uncovered."),
     log: str = LOG_OPTION,
     json_out: bool = typer.Option(False, "--json", help="Print the new manifests as JSON."),
+    shard: str = typer.Option("", "--shard", help="Rebuild shard I of N (I/N) of the index: only "
+                              "the records of its partitions, into its own lines. Empty: the unsharded index."),
 ) -> None:
     """Replay L1 into a new generation line beside the live one, catch up, verify, switch.
 
@@ -59,7 +61,9 @@ def rebuild(
     from deploy.cli.progress import rebuild_progress
     from sinks.rebuild import rebuild as run_rebuild
     from sinks.service import ALL_KINDS
+    from sinks.shards import parse_shard
 
+    owned = parse_shard(shard)
     kinds = list(ALL_KINDS) if index == "all" else [index]
     if any(k not in ALL_KINDS for k in kinds):
         raise USLError(f"unknown index {index!r}; use one of {', '.join(ALL_KINDS)} or all")
@@ -77,7 +81,8 @@ def rebuild(
                 progress.update(task, completed=seq, total=total, count=f"seq {seq:,}/{total:,}",
                                 rate=f"{rate:,.0f} seqs/s")
 
-            manifest = run_rebuild(settings, bootstrap, kind, log_id=log, from_seq=from_seq, progress=report)
+            manifest = run_rebuild(settings, bootstrap, kind, log_id=log, from_seq=from_seq, progress=report,
+                                   shard=owned)
         results.append(manifest.to_json())
         if not json_out:
             out().print(f"rebuilt {kind} of log {log!r}: line {manifest.line}, generation {manifest.generation_id}, "

@@ -23,6 +23,7 @@ from deploy.testing import Stack
 from sinks.exceptions import GenerationError, SinkError
 from sinks.generations import GenerationStore, Manifest
 from sinks.kinds import make_writer
+from sinks.rebuild import rebuild
 from sinks.runner import SinkRunner, index_root
 from sinks.shards import Shard, fold_shards, parse_shard
 from sinks.testing import (
@@ -267,5 +268,47 @@ def test_kill_9_of_one_shard_mid_ingest_loses_and_duplicates_nothing(
         for kind in KINDS:
             lowest = min(int(w["builtThroughSeq"]) for w in shards[kind].values())
             assert folded[("default", kind)]["builtThroughSeq"] == lowest >= head, kind
+    finally:
+        stack.close()
+
+
+@pytest.mark.slow
+def test_a_shard_rebuilt_from_l1_holds_what_it_held_and_goes_on(make_settings: Callable[..., Settings]) -> None:
+    """``usl rebuild KIND --shard 1/2`` replays L1 into a new line of shard 1 only: it holds the
+    very records the live shard held (the derived records' partitions are computed as the
+    producers computed them), and the restarted shard goes on from it: after more events both
+    shards together hold every record exactly once."""
+    settings = make_settings(stream_partitions=4, embedder="hash:64", sink_batch_size=16)
+    kinds = ("text", "structured", "toolresults")
+    stack = Stack(settings)
+    try:
+        stack.worker()
+        for index in range(2):
+            _start_shard(stack, index, ",".join(kinds))
+        wait_for_watermarks(settings, append_events(settings, _events("rb", 8, seed=21)), kinds, timeout=240)
+        stack.kill("shard-1")
+        before = index_keys(settings, shard="shard-1-of-2")
+        for kind in kinds:
+            manifest = rebuild(settings, settings.bootstrap_servers or "", kind, shard=Shard(1, 2))
+            assert manifest.line == "rebuild-1"
+            assert all(Shard(1, 2).owns(p) for parts in manifest.source_offsets.values() for p in parts)
+        after = index_keys(settings, shard="shard-1-of-2")
+        assert_no_duplicates(after)
+        assert before["text"]["chunks"]
+        for kind, tables in before.items():
+            for table, keys in tables.items():
+                assert sorted(after[kind][table], key=repr) == sorted(keys, key=repr), (kind, table)
+        _start_shard(stack, 1, ",".join(kinds))
+        head = append_events(settings, _events("rb-more", 6, seed=31))
+        wait_for_watermarks(settings, head, kinds, timeout=240)
+        stack.kill("shard-0")
+        stack.kill("shard-1")
+        merged = _merged(settings)
+        assert_no_duplicates(merged)
+        want = expected_keys(settings)
+        assert set(merged["text"]["chunks"]) == want["chunks"]
+        assert set(merged["structured"]["chunks"]) == want["chunks"]
+        assert set(merged["structured"]["sessions"]) == want["events"]
+        assert set(merged["toolresults"]["results"]) == want["toolresults"]
     finally:
         stack.close()
