@@ -18,7 +18,14 @@ seeded random points:
 ``foreign-tenant``  abuse: another tenant's takeover, injection and eventId reuse, and an
                     ``acl``-less heartbeat, against a private session (:mod:`reliability.abuse`)
 ``far-future-time`` abuse: an open turn dated 2099 in a log whose time is 2026
+``store-unavailable`` the object store (S3Proxy) stopped for a while, then started again
+``partial-upload``  SIGKILL of a sink between a publish's upload and its commit record
 ==================  ==========================================================================
+
+The last two are not in the default set (``--faults store-unavailable,partial-upload``): a run
+that selects one starts its own S3Proxy and every sink publishes to it; after each round the
+suite checks that every kind's live published generation equals its local current one
+(:mod:`reliability.objectstore`).
 
 After each fault the suite waits until every index catches up with L1, pauses the ingest and
 checks that every appended event is in L1 exactly once, that every index holds each
@@ -30,6 +37,12 @@ the counts to ``RELIABILITY.md``.
 
 from __future__ import annotations
 
-from reliability.suite import FAULT_KINDS, SuiteResult, run_suite
+from reliability.suite import (
+    DEFAULT_FAULT_KINDS,
+    FAULT_KINDS,
+    OBJECT_STORE_FAULT_KINDS,
+    SuiteResult,
+    run_suite,
+)
 
-__all__ = ["FAULT_KINDS", "SuiteResult", "run_suite"]
+__all__ = ["DEFAULT_FAULT_KINDS", "FAULT_KINDS", "OBJECT_STORE_FAULT_KINDS", "SuiteResult", "run_suite"]

@@ -1,4 +1,4 @@
-"""``python -m reliability [--rounds N] [--seed S] [--out RELIABILITY.md]``: run the fault suite
+"""``python -m reliability [--rounds N] [--seed S] [--faults K,...] [--out RELIABILITY.md]``: run the fault suite
 and write its figures; exits 1 if any fault was not survived."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from reliability.report import render
-from reliability.suite import FAULT_KINDS, run_suite
+from reliability.suite import DEFAULT_FAULT_KINDS, FAULT_KINDS, OBJECT_STORE_FAULT_KINDS, run_suite
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -19,8 +19,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5, help="rounds per fault kind (default 5)")
     parser.add_argument("--seed", type=int, default=1, help="seed of every random choice (default 1)")
     parser.add_argument("--kills", type=int, default=3, help="SIGKILLs per kill round (default 3)")
-    parser.add_argument("--faults", default=",".join(FAULT_KINDS),
-                        help=f"comma-separated fault kinds (default all: {','.join(FAULT_KINDS)})")
+    parser.add_argument("--faults", default=",".join(DEFAULT_FAULT_KINDS),
+                        help=f"comma-separated fault kinds (default: {','.join(DEFAULT_FAULT_KINDS)}; "
+                             f"also {','.join(OBJECT_STORE_FAULT_KINDS)}, which publish to an S3Proxy the "
+                             f"suite starts)")
+    parser.add_argument("--object-store", action="store_true",
+                        help="every sink publishes to the suite's own S3Proxy, also without an object-store fault")
     parser.add_argument("--out", type=Path, default=None, help="write the report here (e.g. RELIABILITY.md)")
     parser.add_argument("--home", type=Path, default=None, help="state directory (default: a new temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the state directory (logs, indexes)")
@@ -44,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
             args.out.write_text(render(partial, command.strip()))  # type: ignore[arg-type]
 
     result = run_suite(rounds=args.rounds, seed=args.seed, kinds=kinds, kills_per_round=args.kills,
-                       home=args.home, keep_home=args.keep, log=log, progress=progress)
+                       home=args.home, keep_home=args.keep, log=log, progress=progress,
+                       object_store=True if args.object_store else None)
     totals = result.totals()
     log(f"faults injected {totals['injected']}, survived {totals['survived']}, lost {totals['lost']}, "
         f"duplicated {totals['duplicated']}, regressions {totals['regressions']}, "

@@ -48,6 +48,14 @@ EXERCISES = {
     "far-future-time": "abuse: a session whose open turn is dated 2099 while the log's time is "
                        "2026: every index still reaches the log head, the turn is cut and indexed, "
                        "and `/v1/status` no longer names it in `heldBy`.",
+    "store-unavailable": "the object store (the suite's S3Proxy) stopped for seconds under the "
+                         "steady ingest, then started again on the same address: the sinks keep "
+                         "committing locally and the indexes keep up with L1 meanwhile, each failed "
+                         "publish is counted (`usl_objectstore_publish_failures_total`) and retried "
+                         "with back-off, and the backlog drains once the store answers.",
+    "partial-upload": "SIGKILL of a sink in the middle of a publish (its new remote manifest "
+                      "uploaded, its commit record not yet written): that generation is never "
+                      "live, and the restarted sink publishes its current generation again.",
 }
 
 
@@ -134,11 +142,20 @@ def render(result: SuiteResult, command: str) -> str:
         "- at the end, the chunks the pipeline emitted equal, byte for byte, those an "
         "uninterrupted in-process replay of the same L1 derives, and every chunk id an `indexed` "
         "answer returned is among them.",
+    ]
+    if result.meta.get("object_store"):
+        lines.append(
+            "- **object store** (every sink publishes to the suite's own S3Proxy): every index "
+            "kind's live generation on the commit topic is the sink's local current one (line, "
+            "generation id, builtThroughSeq, every file's path, SHA-256 and size), each blob "
+            "downloads whole, and no publish a kill cut short is ever named by a commit record.")
+    lines += [
         "",
         "## What each fault exercises",
         "",
     ]
-    lines += [f"- `{kind}`: {EXERCISES[kind]}" for kind in FAULT_KINDS]
+    lines += [f"- `{kind}`: {EXERCISES[kind]}" for kind in FAULT_KINDS
+              if any(f.kind == kind for f in result.faults)]
     lines += ["", "## Rounds", "", "| # | fault | target | injected | survived | recovery (s) | notes |",
               "|---:|---|---|---:|---|---:|---|"]
     for n, fault in enumerate(result.faults, start=1):

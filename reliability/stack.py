@@ -5,6 +5,10 @@ own when ``mount`` is permitted (root with CAP_SYS_ADMIN), so filling it with a 
 gives the sink real ENOSPC. Where mounting is refused, a disk fault is an RLIMIT_FSIZE of 0 on
 the sink process (Python ignores SIGXFSZ, so every write that extends a file fails with EFBIG);
 log lines the sink writes meanwhile are lost then, its log being a file too.
+
+With ``object_store`` on, the suite also starts its own S3Proxy (:mod:`deploy.s3proxy.server`,
+as it starts its own broker) and every sink publishes its commits to ``s3://usl-faults/rel``
+there; the store-unavailable fault stops and restarts it on the same address.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from deploy.kafka.broker import ensure_broker, pid_alive, stop_broker
+from deploy.s3proxy.server import S3ProxyInfo, ensure_s3proxy, stop_s3proxy
 from deploy.stack import running
 from deploy.testing import free_port, settings_env
 from sinks.service import ALL_KINDS
@@ -34,15 +39,21 @@ from streams.topics import ensure_topics
 __all__ = ["SuiteStack"]
 
 _BALLAST = ".ballast"
+_STORE_BUCKET = "usl-faults"
+_STORE_PREFIX = "rel"
 
 
 class SuiteStack:
     """Broker, supervisor and children of one suite run, all under ``home``."""
 
-    def __init__(self, home: Path, *, tmpfs_mb: int = 256, embedder: str = "hash:64") -> None:
+    def __init__(self, home: Path, *, tmpfs_mb: int = 256, embedder: str = "hash:64",
+                 object_store: bool = False) -> None:
         self.home = Path(home).resolve()
         self.home.mkdir(parents=True, exist_ok=True)
         self.broker_settings = Settings.from_env({}, home=self.home / "broker")
+        self.object_store = object_store
+        self.store_settings = Settings.from_env({}, home=self.home / "s3")
+        self.store: S3ProxyInfo | None = None
         self.tmpfs_mb = tmpfs_mb
         self.embedder = embedder
         self.mounts: list[Path] = []
@@ -69,14 +80,43 @@ class SuiteStack:
             raise RuntimeError(f"the broker came back on {bootstrap}, not {self.bootstrap}")
         return bootstrap
 
+    # -- object store ---------------------------------------------------------------------------
+
+    def start_store(self) -> S3ProxyInfo:
+        self.store = ensure_s3proxy(self.store_settings)
+        return self.store
+
+    def stop_store(self) -> None:
+        stop_s3proxy(self.store_settings)
+
+    def restart_store(self) -> S3ProxyInfo:
+        """Start the stopped S3Proxy again; it must come back on the same endpoint (the sinks
+        keep the one they started with)."""
+        assert self.store is not None
+        info = ensure_s3proxy(self.store_settings)
+        if info.endpoint != self.store.endpoint:
+            raise RuntimeError(f"the object store came back on {info.endpoint}, not {self.store.endpoint}")
+        self.store = info
+        return info
+
+    def store_dir(self) -> Path:
+        """Where S3Proxy's filesystem backend keeps the suite's objects (bucket/prefix)."""
+        assert self.store is not None
+        return Path(self.store.data_dir) / _STORE_BUCKET / _STORE_PREFIX
+
     # -- the stack -----------------------------------------------------------------------------
 
     def configure(self) -> Settings:
+        store: dict[str, str] = {}
+        if self.object_store:
+            info = self.store or self.start_store()
+            store = {"object_store": f"s3://{_STORE_BUCKET}/{_STORE_PREFIX}", "s3_endpoint": info.endpoint,
+                     "s3_access_key": info.access_key, "s3_secret_key": info.secret_key}
         self.settings = Settings.from_env(
             {}, home=self.home / "usl", topic_prefix="rel.", bootstrap_servers=self.bootstrap,
             l1_partitions=2, stream_partitions=2, sink_batch_seconds=0.3, sink_batch_size=200,
             tick_every_seqs=8, idle_gap_seconds=60.0, chunk_tokens=128, chunk_overlap_tokens=24,
-            embedder=self.embedder,
+            embedder=self.embedder, **store,
         )
         ensure_topics(self.bootstrap, self.settings)
         return self.settings
@@ -119,6 +159,13 @@ class SuiteStack:
         logs.mkdir(parents=True, exist_ok=True)
         env = settings_env(self.settings)
         env.pop("USL_METRICS_PORT", None)  # each child picks a free port
+        for name in ("USL_OBJECT_STORE", "USL_S3_ENDPOINT", "USL_S3_ACCESS_KEY", "USL_S3_SECRET_KEY"):
+            env.pop(name, None)  # only the suite's own store, never the caller's
+        if self.settings.object_store:
+            env.update({"USL_OBJECT_STORE": self.settings.object_store,
+                        "USL_S3_ENDPOINT": str(self.settings.s3_endpoint),
+                        "USL_S3_ACCESS_KEY": str(self.settings.s3_access_key),
+                        "USL_S3_SECRET_KEY": str(self.settings.s3_secret_key)})
         # faust's consumer group notices a SIGKILLed worker after its session timeout: 10 s
         # here instead of the default 60 s (both are recoveries; this one is quicker to wait for).
         env.setdefault("BROKER_SESSION_TIMEOUT", "10")
@@ -249,6 +296,8 @@ class SuiteStack:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(pid, signal.SIGKILL)
         self.stop_broker()
+        if self.object_store:
+            self.stop_store()
         self.unmount_disks()
         if not keep_home:
             shutil.rmtree(self.home, ignore_errors=True)

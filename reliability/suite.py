@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import signal
 import tempfile
@@ -15,21 +16,33 @@ from typing import Any
 import httpx
 
 from reliability import abuse
+from reliability import objectstore as store_checks
 from reliability.load import Ingest, Querier, WatermarkWatch, l1_event_counts
 from reliability.stack import SuiteStack
 from sinks.exceptions import GenerationError
 from sinks.generations import MANIFEST_FILE, FileDigests, GenerationStore
+from sinks.objectstore.store import ObjectStore
 from sinks.runner import index_root
 from sinks.service import ALL_KINDS
 from streams.settings import Settings
 from streams.testing import append_events, chunk_set, l1_seq, session_events
 
-__all__ = ["FAULT_KINDS", "FaultResult", "SuiteResult", "run_suite"]
+__all__ = ["DEFAULT_FAULT_KINDS", "FAULT_KINDS", "OBJECT_STORE_FAULT_KINDS", "FaultResult", "SuiteResult",
+           "run_suite"]
 
-FAULT_KINDS = ("kill-worker", "kill-sink", "kill-api", "broker-restart", "disk-full",
-               "corrupt-segment", "corrupt-manifest", "slow-sink", "foreign-tenant", "far-future-time")
-"""Every kind the suite injects: process, broker and disk faults, and the abuse cases of
-:mod:`reliability.abuse` (what a hostile or broken producer writes)."""
+DEFAULT_FAULT_KINDS = ("kill-worker", "kill-sink", "kill-api", "broker-restart", "disk-full",
+                       "corrupt-segment", "corrupt-manifest", "slow-sink", "foreign-tenant", "far-future-time")
+"""What a run injects unless told otherwise: process, broker and disk faults, and the abuse
+cases of :mod:`reliability.abuse` (what a hostile or broken producer writes)."""
+
+OBJECT_STORE_FAULT_KINDS = ("store-unavailable", "partial-upload")
+"""Faults of the object store the sinks publish to (:mod:`reliability.objectstore`); a run
+that selects one starts its own S3Proxy and turns publishing on for every sink. Not in the
+default set: publishing adds work to every round, and the default run is already ~40 min on a
+loaded 2-core machine."""
+
+FAULT_KINDS = DEFAULT_FAULT_KINDS + OBJECT_STORE_FAULT_KINDS
+"""Every kind the suite can inject (``--faults``)."""
 
 # Which sink's log line shows the fault was noticed, per fault kind.
 _SINK_LOG_LINES = {"disk-full": "commit failed on a write error",
@@ -163,6 +176,9 @@ class _Suite:
         self._regressions_seen = 0
         self._queries_seen = 0
         self._probe = 0
+        self.store: ObjectStore | None = ObjectStore.from_settings(settings) if stack.object_store else None
+        # Remote manifests of publishes a partial-upload kill cut short: never to be live.
+        self.cut_short: set[str] = set()
 
     def wait(self, low: float, high: float) -> float:
         """Sleep a random time in [low, high] seconds scaled by ``pace``; the time slept."""
@@ -235,6 +251,10 @@ class _Suite:
             result = FaultResult(kind, "log default", 1)
             self._far_future(result)
             return result
+        if kind == "store-unavailable":
+            result = FaultResult(kind, "object store", 1)
+            self._store_unavailable(result)
+            return result
         if kind == "broker-restart":
             result = FaultResult(kind, "broker", 1)
             self.stack.stop_broker()
@@ -249,7 +269,79 @@ class _Suite:
             self._corrupt(target_kind, result, manifest=kind == "corrupt-manifest")
         elif kind == "slow-sink":
             self._slow(target_kind, result)
+        elif kind == "partial-upload":
+            result.injected = 0
+            self._partial_upload(target_kind, result)
         return result
+
+    def _publish_failures(self) -> float:
+        return sum(self.stack.sink_counter(kind, "usl_objectstore_publish_failures_total", kind=kind) or 0.0
+                   for kind in ALL_KINDS)
+
+    def _store_unavailable(self, result: FaultResult) -> None:
+        """S3Proxy stopped for a while under the steady ingest: the sinks keep committing and
+        the planner keeps answering from local generations; publishes fail and are retried."""
+        failures_before = self._publish_failures()
+        stopped = time.monotonic()
+        self.stack.stop_store()
+        try:
+            self.wait(5.0, 15.0)
+            head = self.head()
+            # Local indexing does not wait for the store: the indexes reach the head meanwhile.
+            kept_up = self.caught_up(head, self.recovery_timeout)
+        finally:
+            self.stack.restart_store()
+        result.ended = time.monotonic()
+        held = result.ended - stopped
+        failures = self._publish_failures() - failures_before
+        result.notes.append(f"store stopped {held:.1f}s; indexes reached seq {head} while it was away: "
+                            f"{'yes' if kept_up else 'no'}; usl_objectstore_publish_failures_total grew by "
+                            f"{failures:.0f}")
+        if not kept_up:
+            result.notes.append("FAIL: local indexing stalled while the object store was away")
+        if failures <= 0:
+            result.notes.append("FAIL: no sink counted a failed publish while the object store was away")
+
+    def _partial_upload(self, kind: str, result: FaultResult) -> None:
+        """SIGKILL of a sink in the middle of a publish: as soon as the remote manifest of a
+        new generation lands in the store (every blob uploaded) and before its commit record is
+        on the topic -- the widest step of a publish, since the commit reads the commit topic
+        first. A kill that came too late (the record was written) is noted, not a failure."""
+        name = f"sink-{kind}"
+        manifests = self.stack.store_dir() / "manifests" / "default" / kind / "shard-0-of-1"
+        prefix = f"rel/manifests/default/{kind}/shard-0-of-1/"
+
+        def listing() -> set[str]:
+            with contextlib.suppress(OSError):
+                return {n for n in os.listdir(manifests) if n.startswith("gen-") and n.endswith(".json")}
+            return set()
+
+        cut, late, missed = [], 0, 0
+        for _ in range(self.kills_per_round):
+            pid = self.stack.wait_running([name], timeout=self.recovery_timeout)[name]
+            seen = listing()
+            deadline = time.monotonic() + 60 * self.pace
+            new: set[str] = set()
+            while not new and time.monotonic() < deadline:
+                time.sleep(0.002)
+                new = listing() - seen
+            self.stack.signal(name, signal.SIGKILL)
+            result.injected += 1
+            self.stack.wait_running([name], timeout=self.recovery_timeout, not_pids={name: pid})
+            if not new:
+                missed += 1
+                continue
+            named = {str(r.get("manifestKey")) for r in store_checks.commit_history(self.settings)}
+            for manifest in sorted(new):
+                if prefix + manifest in named:
+                    late += 1
+                else:
+                    cut.append(prefix + manifest)
+        self.cut_short.update(cut)
+        result.notes.append(f"{len(cut)} publish(es) cut between upload and commit, {late} kill(s) after "
+                            f"the commit, {missed} without a publish in sight")
+        if missed == self.kills_per_round:
+            result.notes.append("FAIL: the sink never published while the fault waited")
 
     def _disk_full(self, kind: str, result: FaultResult) -> None:
         line = _SINK_LOG_LINES["disk-full"]
@@ -420,6 +512,17 @@ class _Suite:
         result.notes.append("an open turn dated 2099: " + ("cut and indexed, nothing held" if not problems
                                                            else "NOT handled"))
 
+    def _check_store(self, result: FaultResult) -> None:
+        """The store caught up: every kind's live published generation is its local current
+        one, whole; no publish a kill cut short was ever made live."""
+        assert self.store is not None
+        took, problems = store_checks.wait_published(self.settings, self.root, self.store, ALL_KINDS,
+                                                      timeout=max(120.0, self.recovery_timeout / 2))
+        problems += store_checks.never_live(self.cut_short, store_checks.commit_history(self.settings))
+        result.notes += [f"FAIL: object store: {p}" for p in problems]
+        if took is not None:
+            result.notes.append(f"object store: live == local current for every kind after {took:.1f}s")
+
     def _lag(self, kind: str) -> int:
         status = httpx.get(f"{self.stack.api_url}/v1/status", timeout=60).json()
         return int(status["logs"]["default"]["indexes"][kind]["lagSeqs"])
@@ -461,6 +564,8 @@ class _Suite:
         result.bad_answers = len(bad)
         result.notes += [f"FAIL: {p}" for p in bad[:5]]
         answered = sum(1 for r in records if r.status == 200)
+        if self.store is not None:
+            self._check_store(result)
         result.notes.append(f"queries during the round: {answered}/{len(records)} answered; "
                             f"checks took {time.monotonic() - checks_started:.0f}s")
         result.survived = (recovered and not result.lost and not result.duplicated and not result.regressions
@@ -476,28 +581,37 @@ class _Suite:
         return result
 
 
-def run_suite(*, rounds: int = 5, seed: int = 1, kinds: tuple[str, ...] = FAULT_KINDS,
+def run_suite(*, rounds: int = 5, seed: int = 1, kinds: tuple[str, ...] = DEFAULT_FAULT_KINDS,
               kills_per_round: int = 3, home: Path | None = None, keep_home: bool = False,
+              object_store: bool | None = None,
               recovery_timeout: float = 240.0, tmpfs_mb: int = 256, sessions_per_batch: int = 3,
               pause_seconds: float = 1.0, pace: float = 1.0,
               log: Callable[[str], None] = print,
               progress: Callable[[SuiteResult], None] | None = None) -> SuiteResult:
     """Start a stack with its own broker, run ``rounds`` rounds of every fault kind in a
-    seeded random order, check after each, and return the counts."""
+    seeded random order, check after each, and return the counts. ``object_store``: every sink
+    publishes to the suite's own S3Proxy (None: when an object-store fault is selected)."""
     unknown = set(kinds) - set(FAULT_KINDS)
     if unknown:
         raise ValueError(f"unknown fault kind(s) {sorted(unknown)}; use {', '.join(FAULT_KINDS)}")
     started = time.time()
     home = Path(home or tempfile.mkdtemp(prefix="usl-faults-"))
-    stack = SuiteStack(home, tmpfs_mb=tmpfs_mb)
+    if object_store is None:
+        object_store = any(kind in OBJECT_STORE_FAULT_KINDS for kind in kinds)
+    if not object_store and any(kind in OBJECT_STORE_FAULT_KINDS for kind in kinds):
+        raise ValueError("the object-store faults need object_store=True")
+    stack = SuiteStack(home, tmpfs_mb=tmpfs_mb, object_store=object_store)
     faults: list[FaultResult] = []
     final: dict[str, Any] = {"problems": []}
     meta: dict[str, Any] = {"seed": seed, "rounds": rounds, "kills_per_round": kills_per_round,
-                            "sessions_per_batch": sessions_per_batch, "pause_seconds": pause_seconds}
+                            "sessions_per_batch": sessions_per_batch, "pause_seconds": pause_seconds,
+                            "object_store": object_store}
     suite: _Suite | None = None
     try:
         log(f"starting a broker and the stack under {home}")
         stack.start_broker()
+        if object_store:
+            log(f"starting S3Proxy: sinks publish to {stack.start_store().endpoint}")
         settings = stack.configure()
         meta["disk_mode"] = stack.mount_disks()
         stack.start()
@@ -538,6 +652,11 @@ def run_suite(*, rounds: int = 5, seed: int = 1, kinds: tuple[str, ...] = FAULT_
         problems = [p for r in suite.querier.records for p in r.problems]
         final["problems"] += problems[:10]
         final["problems"] += suite.watch.regressions[suite._regressions_seen:]
+        if suite.store is not None:
+            _took, store_problems = store_checks.wait_published(settings, suite.root, suite.store, ALL_KINDS,
+                                                                timeout=recovery_timeout)
+            final["problems"] += [f"object store: {p}" for p in store_problems]
+            final["problems"] += store_checks.never_live(suite.cut_short, store_checks.commit_history(settings))
         indexed_ids = {c for r in suite.querier.records if r.freshness == "indexed" for c in r.chunk_ids}
         unknown_ids = indexed_ids - set(chunk_set(settings))
         if unknown_ids:

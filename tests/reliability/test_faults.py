@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from reliability import FAULT_KINDS, run_suite
+from reliability import DEFAULT_FAULT_KINDS, run_suite
 from reliability.report import render
 
 # ~3-5 min on two idle cores (a JVM start, a broker restart and eight recoveries); far more
@@ -27,9 +27,9 @@ def test_one_round_of_every_fault_kind_is_survived(tmp_path: Path) -> None:
                        pause_seconds=1.5, pace=0.4, log=lines.append)
     report = render(result, "pytest tests/reliability/test_faults.py")
     context = "\n".join(lines) + "\n\n" + report
-    assert [f.kind for f in result.faults] and {f.kind for f in result.faults} == set(FAULT_KINDS), context
+    assert [f.kind for f in result.faults] and {f.kind for f in result.faults} == set(DEFAULT_FAULT_KINDS), context
     totals = result.totals()
-    assert totals["injected"] == len(FAULT_KINDS), context
+    assert totals["injected"] == len(DEFAULT_FAULT_KINDS), context
     assert totals["lost"] == 0, context
     assert totals["duplicated"] == 0, context
     assert totals["regressions"] == 0, context
