@@ -12,9 +12,6 @@ One run:
 4. (c) end to end: one real ``usl worker`` (faust: redaction + chunking agents), events/s from
    the first append until every chunks partition's progress marker reaches the L1 head, and the
    worker process's CPU time per event over that phase (steadier than the rate on a shared box);
-   With ``--stack`` every sink runs too, and the phase also reports when each index's watermark
-   covered the head (``stack_events_per_second``: the rate until the last one did, and which sink
-   that was); ``--workers N`` runs N workers;
 5. (d) freshness: with the worker and the text sink running, appends at a steady rate (default
    100 events/s for 40 s) and reports, per event, the time from its append to the first text
    watermark whose ``builtThroughSeq`` covers it (p50/p90/p99/max). An event in an open turn
@@ -63,7 +60,6 @@ from streams.topics import Topics
 __all__ = ["main", "make_events"]
 
 LOG = "default"
-STACK_KINDS = ("text", "vector", "structured", "analytics", "toolresults")
 
 
 def make_events(count: int, *, first_session: int = 0, concurrent: int = 16) -> list[dict[str, Any]]:
@@ -101,43 +97,6 @@ class Markers:
                     raise TimeoutError(f"progress markers stayed at {self.floor()} < {seq}")
                 self.changed.wait(timeout=min(left, 0.2))
         return time.monotonic()
-
-
-class IndexWatermarks:
-    """Per index kind of the log, the first time its watermark covered each seq seen so far
-    (unsharded watermarks; a sharded kind's shards would each report here under one kind)."""
-
-    def __init__(self) -> None:
-        self.history: dict[str, list[tuple[float, int]]] = {}
-        self.changed = threading.Condition()
-
-    def on_record(self, partition: int, key: bytes | None, body: dict[str, Any], seen: float) -> None:
-        if body.get("logId") != LOG or body.get("shard") is not None or "kind" not in body:
-            return
-        with self.changed:
-            self.history.setdefault(str(body["kind"]), []).append((seen, int(body["builtThroughSeq"])))
-            self.changed.notify_all()
-
-    def covered_at(self, kind: str, seq: int) -> float | None:
-        with self.changed:
-            return next((seen for seen, through in self.history.get(kind, []) if through >= seq), None)
-
-    def wait(self, kinds: list[str], seq: int, timeout: float) -> dict[str, float]:
-        """Block until every kind covers ``seq``; the monotonic time at which each did."""
-        deadline = time.monotonic() + timeout
-        with self.changed:
-            while True:
-                times = {kind: self._covered(kind, seq) for kind in kinds}
-                if all(when is not None for when in times.values()):
-                    return {kind: when for kind, when in times.items() if when is not None}
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    behind = sorted(kind for kind, when in times.items() if when is None)
-                    raise TimeoutError(f"the watermarks of {behind} did not reach {seq}")
-                self.changed.wait(timeout=min(left, 0.2))
-
-    def _covered(self, kind: str, seq: int) -> float | None:
-        return next((seen for seen, through in self.history.get(kind, []) if through >= seq), None)
 
 
 class TextWatermark:
@@ -399,9 +358,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--profile", type=Path, help="py-spy the worker during the end-to-end phase; raw stacks here")
     parser.add_argument("--no-freshness", action="store_true", help="stop after the end-to-end and raw-read phases")
-    parser.add_argument("--workers", type=int, default=1, help="usl worker processes of the end-to-end phase")
-    parser.add_argument("--stack", action="store_true",
-                        help="run every sink during the end-to-end phase too, and report when each index covered the head")
     parser.add_argument("--ingest-only", action="store_true",
                         help="only `usl ingest` of --events workload events against a plain kafka-python producer")
     parser.add_argument("--send-cost", type=int, metavar="N",
@@ -443,45 +399,28 @@ def main(argv: list[str] | None = None) -> int:
     watermark = TextWatermark()
     tails: list[Tail] = []
     try:
-        workers = [stack.worker(name) for name in (["worker"] + [f"worker{n}" for n in range(2, args.workers + 1)])]
-        worker = workers[0]
+        worker = stack.worker()
         tails.append(Tail(bootstrap, Topics.from_settings(settings).chunks, markers.on_record))
-        indexes = IndexWatermarks()
-        if args.stack:
-            stack.sinks(",".join(STACK_KINDS))
-            tails.append(Tail(bootstrap, Topics.from_settings(settings).watermarks, indexes.on_record))
         warm_head = append_events(settings, make_events(1, first_session=10_000_000, concurrent=2))
         markers.wait(warm_head, timeout=180)  # the worker has joined and indexed a session
-        if args.stack:
-            indexes.wait(list(STACK_KINDS), warm_head, timeout=300)  # and every sink has committed it
 
         events = make_events(args.events)
         report["events"] = len(events)
         report["l1_mb"] = round(sum(len(orjson.dumps(event)) for event in events) / 1e6, 2)
         profiler = Profiler(worker.pid, args.profile) if args.profile else None
-        cpu_started = [cpu_split(proc.pid) for proc in workers]
+        user_started, system_started = cpu_split(worker.pid)
         started = time.monotonic()
         head = append_events(settings, events)
         appended = time.monotonic()
         done = markers.wait(head, timeout=1800)
-        cpu_done = [cpu_split(proc.pid) for proc in workers]
-        worker_user = sum(after[0] - before[0] for before, after in zip(cpu_started, cpu_done, strict=True))
-        worker_system = sum(after[1] - before[1] for before, after in zip(cpu_started, cpu_done, strict=True))
+        user, system = cpu_split(worker.pid)
+        worker_user, worker_system = user - user_started, system - system_started
         worker_cpu = worker_user + worker_system
         if profiler is not None:
             profiler.stop()
-        report["workers"] = len(workers)
         report["append_events_per_second"] = len(events) / (appended - started)
         report["end_to_end_events_per_second"] = len(events) / (done - started)
         report["end_to_end_seconds"] = round(done - started, 2)
-        if args.stack:
-            # The issue's end to end: until every index covers the head, not only the chunks.
-            covered = indexes.wait(list(STACK_KINDS), head, timeout=3600)
-            last = max(covered, key=lambda kind: covered[kind])
-            report["stack_events_per_second"] = len(events) / (covered[last] - started)
-            report["stack_seconds"] = round(covered[last] - started, 2)
-            report["stack_seconds_by_sink"] = {kind: round(when - started, 2) for kind, when in sorted(covered.items())}
-            report["stack_bottleneck_sink"] = last
         report["worker_cpu_ms_per_event"] = round(1000 * worker_cpu / len(events), 3)
         report["worker_system_cpu_share"] = round(worker_system / max(worker_cpu, 1e-9), 3)
         report["worker_mb_per_core_second"] = round(report["l1_mb"] / worker_cpu, 2)
@@ -491,8 +430,7 @@ def main(argv: list[str] | None = None) -> int:
             return _print(report, args.json, args.profile)
         report.update(pure_rates(settings, events, warm_head + 1))
 
-        if not args.stack:
-            stack.sinks("text")
+        stack.sinks("text")
         tails.append(Tail(bootstrap, Topics.from_settings(settings).watermarks, watermark.on_record))
         deadline = time.monotonic() + 300
         while watermark.current() < head and time.monotonic() < deadline:
@@ -513,7 +451,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _print(report: dict[str, Any], as_json: bool, profile: Path | None) -> int:
     raw = report["raw_read_events_per_second"]
-    for key in ("end_to_end", "stack", "redaction", "chunking"):
+    for key in ("end_to_end", "redaction", "chunking"):
         if f"{key}_events_per_second" in report:
             report[f"{key}_vs_raw_read"] = round(report[f"{key}_events_per_second"] / raw, 4)
     for key, value in list(report.items()):
