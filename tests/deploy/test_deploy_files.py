@@ -586,6 +586,37 @@ def test_compose_runs_workers_sinks_planner_and_monitoring() -> None:
     assert (COMPOSE.parent / mounts["/var/lib/grafana/dashboards"] / "usl.json").is_file()
 
 
+OBJECT_STORE_ENVS = {"USL_OBJECT_STORE", "USL_S3_ENDPOINT", "USL_S3_ACCESS_KEY", "USL_S3_SECRET_KEY"}
+
+
+def test_compose_sinks_publish_to_an_optional_s3_service() -> None:
+    services = _compose()["services"]
+    store = services["s3"]
+    # Optional: the default `docker compose up` runs without it, and the sinks then stay local.
+    assert store["profiles"] == ["objectstore"]
+    assert re.fullmatch(r"andrewgaul/s3proxy:\$\{S3PROXY_VERSION:-2\.6\.0\}", store["image"])
+    env = store["environment"]
+    assert env["JCLOUDS_PROVIDER"] == "filesystem"
+    assert env["S3PROXY_AUTHORIZATION"] == "aws-v2-or-v4"
+    port = env["S3PROXY_ENDPOINT"].rsplit(":", 1)[1]
+    assert any(v.endswith(":" + env["JCLOUDS_FILESYSTEM_BASEDIR"]) for v in store["volumes"])
+    assert store["volumes"][0].split(":")[0] in _compose()["volumes"]
+    for kind in INDEX_KINDS:
+        sink = services[f"sink-{kind}"]
+        sink_env = sink["environment"]
+        assert OBJECT_STORE_ENVS <= set(sink_env), kind
+        # Every value comes from the operator's environment; empty means unset (local only).
+        for name in OBJECT_STORE_ENVS:
+            assert re.fullmatch(rf"\$\{{{name}:?-[^}}]*\}}", sink_env[name]), (kind, name)
+        assert sink_env["USL_S3_ENDPOINT"] == f"${{USL_S3_ENDPOINT-http://s3:{port}}}"
+        assert sink["depends_on"]["s3"]["required"] is False
+    # The server accepts exactly the keys the sinks sign with.
+    assert env["S3PROXY_IDENTITY"] == "${USL_S3_ACCESS_KEY:-}"
+    assert env["S3PROXY_CREDENTIAL"] == "${USL_S3_SECRET_KEY:-}"
+    for name in ("worker", "planner", "usl-topics"):
+        assert not OBJECT_STORE_ENVS & set(services[name]["environment"]), name
+
+
 def test_dockerfile_installs_the_project_as_non_root() -> None:
     text = (DEPLOY / "Dockerfile").read_text()
     assert re.search(r"^FROM python:3\.11-slim\b", text, re.M)
@@ -670,6 +701,25 @@ def test_k8s_configmap_keys_are_settings() -> None:
     assert data["USL_METRICS_PORT"] == "9100"
     # Secrets come from the optional Secret, never from a ConfigMap.
     assert not {"USL_CURSOR_KEY", "USL_EMBEDDINGS_API_KEY"} & set(data)
+
+
+def test_k8s_sinks_read_the_object_store_from_config_and_its_keys_from_a_secret() -> None:
+    config = next(d for _, d in k8s_docs() if d["kind"] == "ConfigMap")["data"]
+    assert {"USL_OBJECT_STORE", "USL_S3_ENDPOINT"} <= set(config)
+    assert not {"USL_S3_ACCESS_KEY", "USL_S3_SECRET_KEY"} & set(config)
+    # Unset by default (empty is unset): the manifests keep working without a store.
+    assert config["USL_OBJECT_STORE"] == "" or config["USL_OBJECT_STORE"].startswith("s3://")
+    deployments = {d["metadata"]["name"]: d for _, d in k8s_docs() if d["kind"] == "Deployment"}
+    for kind in INDEX_KINDS:
+        container = deployments[f"usl-sink-{kind}"]["spec"]["template"]["spec"]["containers"][0]
+        refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container.get("env", [])
+                if "secretKeyRef" in e.get("valueFrom", {})}
+        assert set(refs) == {"USL_S3_ACCESS_KEY", "USL_S3_SECRET_KEY"}, kind
+        assert {r["name"] for r in refs.values()} == {"usl-objectstore"}, kind
+        assert all(r["key"] == name for name, r in refs.items()), kind
+    # The planner still reads generations from the shared volume (docs/operations.md).
+    claims = {d["metadata"]["name"]: d for _, d in k8s_docs() if d["kind"] == "PersistentVolumeClaim"}
+    assert "ReadWriteMany" in claims["usl-home"]["spec"]["accessModes"]
 
 
 def test_k8s_volumes_and_rebuild_job() -> None:
