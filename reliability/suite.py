@@ -44,6 +44,8 @@ loaded 2-core machine."""
 FAULT_KINDS = DEFAULT_FAULT_KINDS + OBJECT_STORE_FAULT_KINDS
 """Every kind the suite can inject (``--faults``)."""
 
+# What a sink logs when a publish failed because the store did not answer.
+_STORE_UNAVAILABLE_LINE = "to the object store failed (object store unavailable"
 # Which sink's log line shows the fault was noticed, per fault kind.
 _SINK_LOG_LINES = {"disk-full": "commit failed on a write error",
                    "corrupt-segment": "fails verification",
@@ -274,9 +276,14 @@ class _Suite:
             self._partial_upload(target_kind, result)
         return result
 
-    def _publish_failures(self) -> float:
-        return sum(self.stack.sink_counter(kind, "usl_objectstore_publish_failures_total", kind=kind) or 0.0
-                   for kind in ALL_KINDS)
+    def _publish_failures(self) -> tuple[float, int]:
+        """(usl_objectstore_publish_failures_total over every sink, sink log lines of a publish
+        that failed because the store did not answer). The counter also counts other failures
+        (a generation collected locally while its publish read it), hence the log lines."""
+        counted = sum(self.stack.sink_counter(kind, "usl_objectstore_publish_failures_total", kind=kind) or 0.0
+                      for kind in ALL_KINDS)
+        lines = sum(self.stack.log_text(f"sink-{kind}").count(_STORE_UNAVAILABLE_LINE) for kind in ALL_KINDS)
+        return counted, lines
 
     def _store_unavailable(self, result: FaultResult) -> None:
         """S3Proxy stopped for a while under the steady ingest: the sinks keep committing and
@@ -293,14 +300,15 @@ class _Suite:
             self.stack.restart_store()
         result.ended = time.monotonic()
         held = result.ended - stopped
-        failures = self._publish_failures() - failures_before
+        counted, lines = (after - before for after, before in zip(self._publish_failures(), failures_before,
+                                                                  strict=True))
         result.notes.append(f"store stopped {held:.1f}s; indexes reached seq {head} while it was away: "
-                            f"{'yes' if kept_up else 'no'}; usl_objectstore_publish_failures_total grew by "
-                            f"{failures:.0f}")
+                            f"{'yes' if kept_up else 'no'}; publishes failed on the unavailable store: {lines:.0f} "
+                            f"(sink logs), usl_objectstore_publish_failures_total grew by {counted:.0f}")
         if not kept_up:
             result.notes.append("FAIL: local indexing stalled while the object store was away")
-        if failures <= 0:
-            result.notes.append("FAIL: no sink counted a failed publish while the object store was away")
+        if lines <= 0 or counted <= 0:
+            result.notes.append("FAIL: no sink logged and counted a publish failed on the unavailable store")
 
     def _partial_upload(self, kind: str, result: FaultResult) -> None:
         """SIGKILL of a sink in the middle of a publish: as soon as the remote manifest of a
