@@ -13,10 +13,11 @@ Kinds and what the planner reads of them:
 - ``vector``: faiss segments (:class:`sinks.vector.VectorReader`);
 - ``toolresults``: the ACL-isolated full tool results (:class:`sinks.toolresults.ToolResultsReader`).
 
-Sink shards (:mod:`sinks.shards`): a ``text`` or ``vector`` kind written by N shards is pinned
-as one :class:`IndexPin` whose ``parts`` are the shards' pinned generations; the readers search
-every part and merge the hits as one index would order them (score desc, then chunkId), and
-read stored texts from whichever part holds a chunk. The other kinds are read unsharded only.
+Sink shards (:mod:`sinks.shards`): a ``text``, ``vector`` or ``toolresults`` kind written by N
+shards is pinned as one :class:`IndexPin` whose ``parts`` are the shards' pinned generations;
+the readers search every part and merge the hits as one index would order them (score desc,
+then id), and read stored texts from whichever part holds a chunk. The other kinds are read
+unsharded only.
 """
 
 from __future__ import annotations
@@ -49,8 +50,8 @@ __all__ = [
 ]
 
 _T = TypeVar("_T")
-SHARDABLE_KINDS = frozenset({"text", "vector"})
-"""Kinds the planner reads when sink shards write them (their hits merge exactly)."""
+SHARDABLE_KINDS = frozenset({"text", "vector", "toolresults"})
+"""Kinds the planner reads when sink shards write them: ranked lists, merged by score."""
 _RESTART = "Run the query again without a cursor."
 
 
@@ -289,7 +290,11 @@ class ReaderCache:
         return [replace(hit, rank=rank) for rank, hit in enumerate(hits[:limit], 1)]
 
     def toolresults(self, index: IndexPin) -> Any:
+        """The full tool results reader of the generation (of a sharded one: over every shard's)."""
         from sinks.toolresults import ToolResultsReader
+
+        if index.parts:
+            return _ShardedToolResults([self.toolresults(part) for part in index.parts])
 
         return self._toolresults.get(str(index.directory), lambda: ToolResultsReader(index.directory))
 
@@ -365,3 +370,16 @@ class _ShardedVectorReader:
         hits = [hit for reader in self._readers for hit in reader.search(query_vec, limit=limit, allowed=allowed)]
         hits.sort(key=lambda hit: (-hit.score, hit.chunk_id))
         return [replace(hit, rank=rank) for rank, hit in enumerate(hits[:limit], 1)]
+
+
+class _ShardedToolResults:
+    """The tool-results readers of every shard as one: each shard's ``limit`` best rows, merged
+    by score desc then id (BM25 from each shard's statistics, as for text)."""
+
+    def __init__(self, readers: list[Any]) -> None:
+        self._readers = readers
+
+    def search(self, query: str, *, limit: int = 10, **options: Any) -> list[dict[str, Any]]:
+        rows = [row for reader in self._readers for row in reader.search(query, limit=limit, **options)]
+        rows.sort(key=lambda row: (-float(row["score"]), str(row["id"])))
+        return [{**row, "rank": rank} for rank, row in enumerate(rows[:limit], 1)]

@@ -1,8 +1,9 @@
-"""The planner over sink shards (issue 18): a query over a text or vector index written by two
-shards reads every shard's pinned generation and merges the hits as one index would.
+"""The planner over sink shards (issue 18): a query over a text, vector or tool-results index
+written by two shards reads every shard's pinned generation and merges the hits as one index
+would.
 
 One pipeline (real ``usl worker`` and ``usl sink`` processes, the session's broker) builds
-every kind unsharded and, beside it, text and vector as two shards. The same planner code
+every kind unsharded and, beside it, text, vector and tool results as two shards. The same planner code
 answers twice over the same chunks: once reading the shards (the watermarks readers see fold
 to them) and once reading the unsharded indexes.
 """
@@ -24,7 +25,7 @@ from streams.testing import append_events, interleave, session_events
 
 pytestmark = pytest.mark.kafka
 
-SHARDED = ("text", "vector")
+SHARDED = ("text", "vector", "toolresults")
 SHARDS = ("shard-0-of-2", "shard-1-of-2")
 QUERIES = ("deploy refund", "kafka broker timeout", '"permission denied"', "parquet schema cursor",
            "vector faiss chunk manifest", "retry")
@@ -37,6 +38,7 @@ class Pipeline:
         self.settings = settings
         bootstrap = settings.bootstrap_servers or ""
         self.principal = parse_principal(settings.acl_default)
+        self.tools = parse_principal(f"{settings.acl_default}/scopes:toolresults")
         self.sharded = Planner(settings, bootstrap)
         self.single = Planner(settings, bootstrap)
         history = watermark_history(settings)
@@ -85,7 +87,8 @@ def _ranked(response: dict[str, Any]) -> list[tuple[str, float]]:
 
 
 def test_the_sharded_planner_reads_every_shard(pipeline: Pipeline) -> None:
-    response = _ask(pipeline.sharded, pipeline.principal, query="deploy refund", mode="hybrid", explain=True)
+    response = _ask(pipeline.sharded, pipeline.tools, query="deploy refund", mode="hybrid", explain=True,
+                    toolResults=True)
     generations = response["explain"]["generations"]
     for kind in SHARDED:
         assert sorted(generations[kind]["shards"]) == list(SHARDS), kind
@@ -131,6 +134,21 @@ def test_pages_over_shards_concatenate_to_the_one_shot_list(pipeline: Pipeline, 
         pages.append(_ask(pipeline.sharded, pipeline.principal, k=3, cursor=pages[-1]["cursor"], **request))
     assert len(pages) > 1
     assert [hit for page in pages for hit in _ranked(page)] == whole[:3 * len(pages)]
+
+
+def test_full_tool_results_over_shards_are_the_one_index_results(pipeline: Pipeline) -> None:
+    """Full tool results (their own ranked list) from two shards: every result one index finds,
+    merged by score with ties by id (BM25 per shard, as for text)."""
+    found = 0
+    for query in ("permission denied", "timeout", "retry cache"):
+        request = {"query": query, "mode": "text", "toolResults": True, "k": 100}
+        sharded = _ask(pipeline.sharded, pipeline.tools, **request)
+        single = _ask(pipeline.single, pipeline.tools, **request)
+        assert len(single["results"]) < 100  # every candidate of every list is on the page
+        tools = {hit["chunkId"] for hit in single["results"] if hit["chunkId"].startswith("toolresult:")}
+        found += len(tools)
+        assert {hit["chunkId"] for hit in sharded["results"] if hit["chunkId"].startswith("toolresult:")} == tools, query
+    assert found, "no full tool result was found: the test reads nothing"
 
 
 def test_status_shows_the_minimum_and_each_shard() -> None:
