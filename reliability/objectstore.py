@@ -30,17 +30,28 @@ from sinks.objectstore.store import ObjectStore, RemoteGeneration, commit_key
 from streams.l1 import read_topic_to_end
 from streams.settings import Settings
 
-__all__ = ["commit_history", "compare_published", "local_files", "never_live", "published_problems",
-           "wait_published"]
+__all__ = ["commit_history", "compare_published", "is_lock_file", "local_files", "never_live",
+           "published_problems", "wait_published"]
 
 FileTable = Mapping[str, tuple[str, int]]
 """path in a generation directory → (SHA-256, bytes)."""
 
 
+def is_lock_file(path: str) -> bool:
+    """tantivy's empty lock files (``.tantivy-meta.lock``, ``.tantivy-writer.lock``): a reader
+    that opens a committed text index creates one in the generation directory after the
+    publish, so they are no part of what a generation holds."""
+    name = path.rsplit("/", 1)[-1]
+    return name.startswith(".tantivy-") and name.endswith(".lock")
+
+
 def local_files(gen_dir: Path) -> dict[str, tuple[str, int]]:
-    """Every file of a local generation directory, as a publish uploads them."""
+    """Every file of a local generation directory, as a publish uploads them (lock files
+    left out)."""
     table: dict[str, tuple[str, int]] = {}
     for path in sorted(p for p in Path(gen_dir).rglob("*") if p.is_file()):
+        if is_lock_file(path.name):
+            continue
         body = path.read_bytes()
         table[path.relative_to(gen_dir).as_posix()] = (hashlib.sha256(body).hexdigest(), len(body))
     return table
@@ -64,8 +75,9 @@ def compare_published(kind: str, local: Manifest | None, files: FileTable,
         problems.append(f"{kind}: the commit record names {record.get('manifestKey')}, not {remote.manifest_key}")
     if (remote.line, remote.generation_id, remote.built_through_seq) != theirs:
         problems.append(f"{kind}: remote manifest {remote.manifest_key} disagrees with its commit record")
-    published = {f.path: (f.sha256, f.bytes) for f in remote.files}
-    if published != dict(files):
+    published = {f.path: (f.sha256, f.bytes) for f in remote.files if not is_lock_file(f.path)}
+    files = {path: entry for path, entry in files.items() if not is_lock_file(path)}
+    if published != files:
         missing = sorted(set(files) - set(published))
         extra = sorted(set(published) - set(files))
         changed = sorted(p for p in set(files) & set(published) if files[p] != published[p])

@@ -8,11 +8,13 @@ The long run is ``make faults`` (``python -m reliability --rounds 2 --seed 1 --o
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 
 import pytest
 
-from reliability import DEFAULT_FAULT_KINDS, run_suite
+from reliability import DEFAULT_FAULT_KINDS, OBJECT_STORE_FAULT_KINDS, run_suite
 from reliability.report import render
 
 # ~3-5 min on two idle cores (a JVM start, a broker restart and eight recoveries); far more
@@ -40,3 +42,28 @@ def test_one_round_of_every_fault_kind_is_survived(tmp_path: Path) -> None:
     assert result.final["answered"] > 0, context
     for fault in result.faults:
         assert fault.recovery_seconds is not None, (fault, context)
+
+
+def test_one_round_of_each_object_store_fault_is_survived(tmp_path: Path) -> None:
+    """The suite starts its own S3Proxy (as for its broker): Java 17+ and Maven once."""
+    missing = [tool for tool in ("java", "mvn") if shutil.which(tool) is None]
+    if missing:
+        reason = f"{' and '.join(missing)} not installed: the local S3Proxy needs Java 17+ and Maven once"
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    lines: list[str] = []
+    result = run_suite(rounds=1, seed=11, kinds=OBJECT_STORE_FAULT_KINDS, kills_per_round=1,
+                       home=tmp_path / "faults", recovery_timeout=180.0, tmpfs_mb=64,
+                       sessions_per_batch=2, pause_seconds=1.5, pace=0.4, log=lines.append)
+    context = "\n".join(lines) + "\n\n" + render(result, "pytest tests/reliability/test_faults.py")
+    assert result.meta["object_store"] is True, context
+    assert {f.kind for f in result.faults} == set(OBJECT_STORE_FAULT_KINDS), context
+    totals = result.totals()
+    assert totals["lost"] == 0 and totals["duplicated"] == 0, context
+    assert totals["regressions"] == 0 and totals["bad_answers"] == 0, context
+    assert totals["survived"] == totals["injected"] == 2, context
+    assert not result.final["problems"], context
+    for fault in result.faults:
+        # The store check ran after the round and found the published generations caught up.
+        assert any(note.startswith("object store: live == local current") for note in fault.notes), context

@@ -85,7 +85,14 @@ def test_a_cut_short_publish_is_a_problem_exactly_when_a_commit_names_it(cut: se
     assert len(problems) == len(cut & set(named))
 
 
+def test_tantivy_lock_files_a_reader_created_after_the_publish_are_no_difference() -> None:
+    record, remote = _published()
+    local = {**FILES, ".tantivy-meta.lock": ("e" * 64, 0)}
+    assert compare_published("text", _manifest(), local, record, remote) == []
+
+
 def test_local_files_are_what_a_publish_uploads(tmp_path: Path) -> None:
+    (tmp_path / ".tantivy-meta.lock").write_bytes(b"")
     (tmp_path / "sub").mkdir()
     (tmp_path / "manifest.json").write_bytes(b"{}")
     (tmp_path / "sub" / "seg.bin").write_bytes(b"xyz")
