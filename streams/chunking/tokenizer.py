@@ -122,7 +122,9 @@ class HFTokenizer:
         of ~800 tokens (tests/streams/test_tokenizer_counter.py checks it against ``count``).
         """
         twin = self._unprefixed
-        if twin is None:
+        if twin is None or self._spans is None or self._spans.has_special(self._encode(text).ids):
+            # A special token typed in the text (``<s>``) is split out before normalization and
+            # each side gets its own word-start marker: pieces are no longer independent there.
             return lambda start, end: self.count(text[start:end])
         starts = [0] + [match.start() for match in _PIECE_START.finditer(text)]
         pieces = np.searchsorted(np.asarray(starts), self.encode_offsets(text)[:, 0], side="right") - 1
@@ -213,6 +215,9 @@ class _TokenSpans:
                                   | {token_id for token, token_id in vocab.items() if token.startswith("<") and token.endswith(">")
                                      and _BYTE_TOKEN.fullmatch(token) is None}), dtype=np.int64)
         return cls(length, byte, continuation, special)
+
+    def has_special(self, token_ids: Sequence[int]) -> bool:
+        return bool(np.isin(np.asarray(token_ids, dtype=np.int64), self.special).any())
 
     def offsets(self, token_ids: Sequence[int]) -> np.ndarray | None:
         ids = np.asarray(token_ids, dtype=np.int64)

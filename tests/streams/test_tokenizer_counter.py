@@ -16,8 +16,10 @@ from streams.chunking.tokenizer import HFTokenizer, substring_counter
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "importers"
 
 # Spaces and the marker character itself decide where pieces start; CJK, emoji and accents take
-# the byte-fallback path; newlines and tabs are not spaces to the tokenizer.
-_ALPHABET = st.sampled_from([*"ab z  \u2581\n\t.=_/-1:", "日本", "語", "🙂", "é", "refund", " the", "  "])
+# the byte-fallback path; newlines and tabs are not spaces to the tokenizer; special tokens typed
+# in a message (<s>) are split out before normalization.
+_ALPHABET = st.sampled_from([*"ab z  \u2581\n\t.=_/-1:", "日本", "語", "🙂", "é", "refund", " the", "  ",
+                             "<s>", " </s> ", "<unk>", "<0x41>"])
 _TEXT = st.lists(_ALPHABET, min_size=1, max_size=120).map("".join)
 
 
