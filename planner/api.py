@@ -257,7 +257,8 @@ class RequestGuard:
 
 def create_app(settings: Settings, bootstrap: str, *, planner: Any = None) -> Starlette:
     """The ASGI app. Without ``planner`` it builds one at startup, fed by a live
-    :class:`~sinks.watermarks.WatermarkFollower`, and stops both at shutdown."""
+    :class:`~sinks.watermarks.WatermarkFollower` (with ``USL_PLANNER_SOURCE=object-store``, a
+    :class:`~planner.mirror.MirrorFollower` over its own mirror), and stops both at shutdown."""
     state: dict[str, Any] = {"planner": planner}
     status_cache: dict[str, tuple[float, dict[str, Any]]] = {}
     status_lock = threading.Lock()
@@ -363,13 +364,20 @@ def create_app(settings: Settings, bootstrap: str, *, planner: Any = None) -> St
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        follower = None
+        follower: Any = None
         if state.get("planner") is None:
             from planner.engine import Planner
             from sinks.watermarks import WatermarkFollower
 
-            follower = await run_in_threadpool(
-                lambda: WatermarkFollower(bootstrap, settings).start(timeout_seconds=30))
+            if settings.planner_source == "object-store":
+                # A stateless replica: generations mirrored from the store into its own USL_HOME.
+                from planner.mirror import MirrorFollower, StoreMirror
+
+                follower = await run_in_threadpool(
+                    lambda: MirrorFollower(StoreMirror(settings, bootstrap)).start(timeout_seconds=30))
+            else:
+                follower = await run_in_threadpool(
+                    lambda: WatermarkFollower(bootstrap, settings).start(timeout_seconds=30))
             state["planner"] = Planner(settings, bootstrap, follower=follower)
             state["owned"] = True
         try:

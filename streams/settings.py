@@ -171,6 +171,18 @@ class Settings:
     )
     s3_access_key: str | None = _setting("USL_S3_ACCESS_KEY", None, "Access key id for the object store.", secret=True)
     s3_secret_key: str | None = _setting("USL_S3_SECRET_KEY", None, "Secret access key for the object store.", secret=True)
+    planner_source: str = _setting(
+        "USL_PLANNER_SOURCE", "local",
+        "Where the planner API reads index generations: local (the index root under USL_HOME, written by the sinks) "
+        "or object-store (a stateless replica: it mirrors every published generation from USL_OBJECT_STORE into "
+        "its own USL_HOME and takes its watermarks from what it mirrored).",
+        choices=("local", "object-store"),
+    )
+    planner_cache_bytes: int = _setting(
+        "USL_PLANNER_CACHE_BYTES", 2 * 1024**3,
+        "Bytes the object-store replica's download cache (USL_HOME/objectstore-cache) may hold; must exceed the "
+        "largest generation.", minimum=1 << 20,
+    )
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides: Any) -> Settings:
