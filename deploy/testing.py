@@ -16,7 +16,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 
+from deploy.jars import free_port
 from streams.settings import Settings
 from streams.topics import ensure_topics
 
@@ -103,13 +103,6 @@ def ingest(settings: Settings, path: Path, *, timeout: float = 180.0) -> None:
                           env=settings_env(settings), capture_output=True, text=True, timeout=timeout)
     if done.returncode != 0:
         raise AssertionError(done.stdout + done.stderr)
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def wait_for_api(api: str, server: Stack | subprocess.Popen[bytes], *, name: str = "api",

@@ -46,65 +46,19 @@ from sinks.text import get_engine
 from sinks.text.tantivy_engine import TantivyEngine
 from streams.asp import validate_event
 from streams.l1 import read_topic_to_end
-from streams.redaction import redact_text
 from streams.redaction.samples import SEEDED_SECRETS
 from streams.settings import Settings
 from streams.testing import append_events, chunk_set, interleave, session_events, topic_records
 from streams.topics import Topics
 from tests.fixtures.secrets import battery
-
-PRIVATE_KEY = (
-    "-----BEGIN RSA PRIVATE KEY-----\n"
-    "MIIEowIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo4lgOEePzNm0tRgeLezV6ffAt0gun\n"
-    "VTLw7onLRnrq0/IzW7yWR7QkrmBL7jTKEn5u+qKhbwKfBstIs+bMY2Zkp18gnTxK\n"
-    "q9DdU1Xb2cWvNQ8uTrEhVMjGkLn4sPzXe7yAq2oF6tHrBm3dJ5gKcY0wQiRvSxZ1\n"
-    "-----END RSA PRIVATE KEY-----"
+from tests.fixtures.secrets.needles import (
+    BATTERY_CASES,
+    ENV_DUMP,
+    NEEDLES,
+    PASSWORD_URL,
+    PRIVATE_KEY,
+    find_needles,
 )
-ENV_DUMP = (
-    "HOME=/home/alice\nPATH=/usr/local/bin:/usr/bin\nLANG=C.UTF-8\n"
-    "DATABASE_URL=postgres://app:Tr0ub4dorXq7Lm2Zp@db:5432/app\n"
-    "SECRET_KEY=f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4\n"
-    "AWS_SECRET_ACCESS_KEY=Qm7vT2xLp9Rz4Kd8Wn3Jh6Yb1Fc5Gs0AeUoIiPlM\n"
-)
-PASSWORD_URL = "https://deploy-bot:Hn4rT8vWq2Lz6Xk9@git.example.com/org/repo.git"
-EXTRA_SECRETS = [PRIVATE_KEY, ENV_DUMP, PASSWORD_URL]
-
-
-def _random_looking(text: str) -> bool:
-    return bool((re.search(r"[a-z]", text) and re.search(r"[A-Z0-9]", text))
-                or (re.search(r"[A-Z]", text) and re.search(r"\d", text)))
-
-
-def distinctive(secret: str) -> list[str]:
-    """What must never appear: the secret's random-looking parts (runs of 12+ base64 characters
-    mixing letters with digits or both cases), which survive JSON escaping and line splits, and
-    the first and last 12 characters of each (a secret cut in half must not leak either)."""
-    runs = [r for r in re.findall(r"[A-Za-z0-9+/]{12,}", secret) if _random_looking(r)]
-    assert runs, f"no distinctive part in {secret[:12]}..."
-    return runs + [piece for r in runs for piece in (r[:12], r[-12:]) if _random_looking(piece)]
-
-
-def battery_needles(secret: str) -> list[str]:
-    """``distinctive`` parts of a battery secret, or none for the few too short to have one."""
-    runs = [r for r in re.findall(r"[A-Za-z0-9+/]{12,}", secret) if _random_looking(r)]
-    return runs[:3]
-
-
-# The cases redaction handles on their own (98.6 %; the misses, mostly wrapped secrets, are
-# listed by tests/streams/test_redaction.py and docs/redaction.md): here the question is whether
-# the pipeline keeps what redaction removes out of every index, topic, log and metric.
-BATTERY_CASES = [case for case in battery.cases() if not case.survivors(redact_text(case.text)[0])]
-NEEDLES = sorted({part for secret in SEEDED_SECRETS + EXTRA_SECRETS for part in distinctive(secret)}
-                 | {s for s in SEEDED_SECRETS if "\n" not in s}
-                 | {part for case in BATTERY_CASES for part in battery_needles(case.secret)})
-
-
-def find_needles(blob: bytes | str, where: str, *, lowercase: bool = True) -> list[str]:
-    """Leaks of any needle in ``blob`` (case-sensitive, and lowercased for analyzed text)."""
-    text = blob.decode("utf-8", "replace") if isinstance(blob, bytes) else blob
-    lowered = text.lower() if lowercase else ""
-    return [f"{where}: {needle[:10]}…" for needle in NEEDLES
-            if needle in text or (lowercase and needle.lower() in lowered)]
 
 
 def _secret_session(number: int, secret: str, *, session_id: str | None = None) -> list[dict[str, Any]]:

@@ -16,11 +16,9 @@ own ``Uuid.randomUuid`` makes one (:func:`new_cluster_id`) and passed as ``--clu
 from __future__ import annotations
 
 import base64
-import fcntl
 import json
 import os
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Callable
@@ -28,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from deploy.jars import fetch_jars_once, free_port, port_open
 from deploy.process import (
     PRIVATE_UMASK,
     identity,
@@ -74,45 +73,9 @@ def _jar_dir(settings: Settings) -> Path:
 
 def ensure_jars(settings: Settings) -> Path:
     """Resolve the broker jars with Maven once; later calls reuse the cache."""
-    libs = _jar_dir(settings)
-    marker = libs / ".complete"
-    if marker.exists():
-        return libs
-    libs.mkdir(parents=True, exist_ok=True)
-    # Several processes may start a first broker at once (parallel test workers): one fetches
-    # while the others wait, so none starts Java over half-copied jars.
-    with open(libs.parent / ".fetch.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if marker.exists():
-            return libs
-        return _fetch_jars(settings, libs, marker)
-
-
-def _fetch_jars(settings: Settings, libs: Path, marker: Path) -> Path:
-    if shutil.which("mvn") is None:
-        raise BrokerError("Maven (mvn) is needed once to fetch the Apache Kafka jars; install it or set KAFKA_BOOTSTRAP_SERVERS")
-    cmd = [
-        "mvn", "-q", "-B", "-f", str(_HERE / "pom.xml"), "dependency:copy-dependencies",
-        f"-DoutputDirectory={libs}", "-DincludeScope=runtime", f"-Dkafka.version={settings.kafka_version}",
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        tail = (proc.stdout + proc.stderr)[-2000:]
-        raise BrokerError(f"could not fetch the Kafka {settings.kafka_version} jars with Maven:\n{tail}")
-    marker.write_text(settings.kafka_version)
-    return libs
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _port_open(port: int) -> bool:
-    with socket.socket() as sock:
-        sock.settimeout(0.5)
-        return sock.connect_ex(("127.0.0.1", port)) == 0
+    return fetch_jars_once(_HERE / "pom.xml", _jar_dir(settings), properties={"kafka.version": settings.kafka_version},
+                           what=f"Apache Kafka {settings.kafka_version}", error=BrokerError,
+                           hint="set KAFKA_BOOTSTRAP_SERVERS")
 
 
 def new_cluster_id(random_bytes: Callable[[int], bytes] = os.urandom) -> str:
@@ -161,7 +124,7 @@ def local_broker_status(settings: Settings) -> BrokerInfo | None:
     if not state or not state.get("pid") or not _is_our_broker(state):
         return None
     port = int(state["bootstrap"].rsplit(":", 1)[1])
-    if not _port_open(port):
+    if not port_open(port):
         return None
     return BrokerInfo(int(state["pid"]), state["bootstrap"], int(state["controllerPort"]), state["dataDir"])
 
@@ -212,12 +175,12 @@ def _start(settings: Settings) -> BrokerInfo:
     # Reuse the previous ports when free, so a restarted broker keeps its address.
     port = int(previous.get("bootstrap", ":0").rsplit(":", 1)[1] or 0)
     controller_port = int(previous.get("controllerPort", 0))
-    if not port or _port_open(port):
-        port = _free_port()
-    if not controller_port or _port_open(controller_port) or controller_port == port:
-        controller_port = _free_port()
+    if not port or port_open(port):
+        port = free_port()
+    if not controller_port or port_open(controller_port) or controller_port == port:
+        controller_port = free_port()
         while controller_port == port:
-            controller_port = _free_port()
+            controller_port = free_port()
     props = state_dir / "server.properties"
     props.write_text(_server_properties(data_dir, port, controller_port))
     classpath = f"{libs}/*"
@@ -256,7 +219,7 @@ def _wait_ready(proc: subprocess.Popen[bytes], bootstrap: str, log_path: Path) -
         if proc.poll() is not None:
             tail = log_path.read_text(errors="replace")[-3000:]
             raise BrokerError(f"the local Kafka broker exited with code {proc.returncode}:\n{tail}")
-        if _port_open(port):
+        if port_open(port):
             try:
                 admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000)
                 admin.list_topics()

@@ -16,12 +16,10 @@ Nothing downloads at run time except that one Maven fetch, exactly as for the br
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import secrets
 import shutil
-import socket
 import subprocess
 import time
 import urllib.error
@@ -32,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from deploy.jars import fetch_jars_once, free_port, port_open
 from deploy.process import PRIVATE_UMASK, is_same_process, private_dir, process_record, terminate
 from sinks.objectstore.exceptions import ObjectStoreUnavailableError
 from streams.settings import Settings
@@ -74,38 +73,9 @@ def _state_dir(settings: Settings) -> Path:
 def ensure_s3proxy_jars(settings: Settings) -> Path:
     """Resolve the S3Proxy jars with Maven once (132 jars, 43 MB); later calls reuse the cache."""
     libs = Path(settings.kafka_cache).expanduser() / f"s3proxy-{S3PROXY_VERSION}" / "libs"
-    marker = libs / ".complete"
-    if marker.exists():
-        return libs
-    libs.mkdir(parents=True, exist_ok=True)
-    # Parallel test workers may start a first server at once: one fetches, the others wait.
-    with open(libs.parent / ".fetch.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if marker.exists():
-            return libs
-        if shutil.which("mvn") is None:
-            raise ObjectStoreUnavailableError(
-                "Maven (mvn) is needed once to fetch the S3Proxy jars; install it or set USL_S3_ENDPOINT")
-        cmd = ["mvn", "-q", "-B", "-f", str(_HERE / "pom.xml"), "dependency:copy-dependencies",
-               f"-DoutputDirectory={libs}", "-DincludeScope=runtime", f"-Ds3proxy.version={S3PROXY_VERSION}"]
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            tail = (proc.stdout + proc.stderr)[-2000:]
-            raise ObjectStoreUnavailableError(f"could not fetch the S3Proxy {S3PROXY_VERSION} jars with Maven:\n{tail}")
-        marker.write_text(S3PROXY_VERSION)
-        return libs
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _port_open(port: int) -> bool:
-    with socket.socket() as sock:
-        sock.settimeout(0.5)
-        return sock.connect_ex(("127.0.0.1", port)) == 0
+    return fetch_jars_once(_HERE / "pom.xml", libs, properties={"s3proxy.version": S3PROXY_VERSION},
+                           what=f"S3Proxy {S3PROXY_VERSION}", error=ObjectStoreUnavailableError,
+                           hint="set USL_S3_ENDPOINT")
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -148,7 +118,7 @@ def local_s3proxy_status(settings: Settings) -> S3ProxyInfo | None:
     if not state or not is_same_process(int(state.get("pid") or 0), state):
         return None
     port = int(str(state["endpoint"]).rsplit(":", 1)[1])
-    if not _port_open(port):
+    if not port_open(port):
         return None
     access_key, secret_key = _credentials(state_dir)
     return S3ProxyInfo(int(state["pid"]), str(state["endpoint"]), access_key, secret_key, str(state["dataDir"]))
@@ -169,8 +139,8 @@ def _start(settings: Settings) -> S3ProxyInfo:
     previous = _read_json(state_dir / _STATE_FILE) or {}
     # A restarted server keeps its address when the port is still free, so clients keep working.
     port = int(str(previous.get("endpoint", ":0")).rsplit(":", 1)[1] or 0)
-    if not port or _port_open(port):
-        port = _free_port()
+    if not port or port_open(port):
+        port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
     access_key, secret_key = _credentials(state_dir)
     props = state_dir / "s3proxy.properties"

@@ -371,8 +371,8 @@ def test_gc_never_deletes_a_pinned_generation(
 def test_nothing_secret_looking_is_uploaded_that_the_local_generation_did_not_hold(
     make_object_store: Callable[..., ObjectStore], commits: CommitLog, s3proxy: object, tmp_path: Path,
 ) -> None:
-    """Byte scan (tests/test_no_secrets.py's needles) of every object and of the server's files."""
-    from tests.test_no_secrets import NEEDLES, find_needles
+    """Byte scan (the needles of tests/fixtures/secrets/needles.py) of every object and of the server's files."""
+    from tests.fixtures.secrets.needles import NEEDLES, find_needles
 
     store = make_object_store()
     planted = NEEDLES[0]
