@@ -10,8 +10,11 @@ empty home B, and asks both the same questions.
 
 from __future__ import annotations
 
+import json
 import os
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -19,11 +22,14 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from deploy.testing import Stack, free_port, wait_for_api
 from planner.mirror import MirrorFollower, StoreMirror
 from sinks.generations import GenerationStore, Manifest
 from sinks.objectstore import CommitLog, ObjectStore, publish_generation
 from sinks.runner import index_root, watermark_of
+from sinks.testing import wait_for_watermarks
 from streams.settings import Settings
+from streams.testing import append_events, interleave, session_events
 
 if TYPE_CHECKING:
     from deploy.s3proxy.server import S3ProxyInfo
@@ -142,3 +148,123 @@ def test_the_mirror_materializes_published_generations_as_the_planner_reads_them
     finally:
         follower.stop()
     assert store.pins() == {}  # a stopped replica releases its store pins
+
+
+KINDS = ("text", "vector", "structured")  # what text, vector and hybrid searches read
+QUERIES = ("deploy refund", "kafka broker timeout", "parquet schema cursor", "retry")
+CACHE_BYTES = 8 * 1024 * 1024
+
+
+def post_search(api: str, body: dict[str, Any]) -> dict[str, Any]:
+    request = urllib.request.Request(f"{api}/v1/search", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"}, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            answer: dict[str, Any] = json.load(response)
+            return answer
+    except urllib.error.HTTPError as exc:
+        raise AssertionError(f"{api} answered {exc.code}: {exc.read().decode(errors='replace')}") from None
+
+
+def bytes_on_disk(directory: Path) -> int:
+    """Bytes of the files under ``directory`` (each inode once), as GenerationCache counts them."""
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    for path in directory.rglob("*"):
+        if ".meta" in path.relative_to(directory).parts[:1] or not path.is_file():
+            continue
+        st = path.lstat()
+        if (st.st_dev, st.st_ino) not in seen:
+            seen.add((st.st_dev, st.st_ino))
+            total += st.st_size
+    return total
+
+
+def settled_answer(api: str, body: dict[str, Any], as_of_seq: int, timeout: float = 180.0) -> dict[str, Any]:
+    """The answer once the API's indexed asOfSeq reaches ``as_of_seq`` (its watermarks caught up)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            answer = post_search(api, {"freshness": "indexed", **body})
+        except AssertionError as exc:  # 503 index_unavailable: nothing mirrored yet
+            assert "index_unavailable" in str(exc) and time.monotonic() < deadline, exc
+            time.sleep(0.5)
+            continue
+        if answer["asOfSeq"] >= as_of_seq:
+            return answer
+        assert time.monotonic() < deadline, f"{api} stayed at asOfSeq {answer['asOfSeq']} < {as_of_seq}"
+        time.sleep(0.5)
+
+
+def assert_same_answers(primary: str, replica: str, head: int) -> dict[str, Any]:
+    """Both APIs answer every query alike at ``head``; returns the watermarks they named."""
+    watermarks: dict[str, Any] = {}
+    for mode in ("text", "vector", "hybrid"):
+        for query in QUERIES:
+            body = {"query": query, "mode": mode, "k": 5}
+            expected = settled_answer(primary, body, head)
+            got = settled_answer(replica, body, head)
+            assert got["asOfSeq"] == expected["asOfSeq"] == head, (mode, query)
+            assert got["freshness"]["watermarks"] == expected["freshness"]["watermarks"], (mode, query)
+            assert got["results"] == expected["results"], (mode, query)
+            assert expected["results"] or mode == "text", (mode, query)
+            watermarks = got["freshness"]["watermarks"]
+    return watermarks
+
+
+def test_a_replica_on_an_empty_home_answers_as_the_planner_beside_the_sinks(
+    make_settings: Callable[..., Settings], s3proxy: S3ProxyInfo, tmp_path: Path,
+) -> None:
+    """Worker and sinks publish from home A; ``usl serve`` on home A and a replica ``usl serve``
+    (USL_PLANNER_SOURCE=object-store) on an empty home B answer text, vector and hybrid queries
+    identically at the same asOfSeq; a cursor from A continues on B; the replica's cache stays
+    within its bound; killed with SIGKILL and restarted on the same home, the replica catches up
+    with what was published meanwhile and answers as A again."""
+    cursor_key = uuid.uuid4().hex * 2
+    settings = store_settings(make_settings, s3proxy, embedder="hash:64", sink_batch_size=16)
+    store_env = {"USL_OBJECT_STORE": settings.object_store or "", "USL_S3_ENDPOINT": settings.s3_endpoint or "",
+                 "USL_S3_ACCESS_KEY": settings.s3_access_key or "", "USL_S3_SECRET_KEY": settings.s3_secret_key or "",
+                 "USL_CURSOR_KEY": cursor_key}
+    home_b = tmp_path / "replica-home"
+    replica_env = {**store_env, "USL_HOME": str(home_b), "USL_PLANNER_SOURCE": "object-store",
+                   "USL_PLANNER_CACHE_BYTES": str(CACHE_BYTES)}
+    primary_port, replica_port = free_port(), free_port()
+    primary, replica = f"http://127.0.0.1:{primary_port}", f"http://127.0.0.1:{replica_port}"
+    stack = Stack(settings)
+    try:
+        stack.worker()
+        stack.sinks(",".join(KINDS), env=store_env)
+        stack.start("primary", "serve", "--port", str(primary_port), env={"USL_CURSOR_KEY": cursor_key})
+        stack.start("replica", "serve", "--port", str(replica_port), env=replica_env)
+        events = interleave(*[session_events(f"mirror-{i:02d}", turns=3, seed=70 + i) for i in range(8)], seed=7)
+        head = append_events(settings, events)
+        wait_for_watermarks(settings, head, KINDS)
+        wait_for_api(primary, stack, name="primary")
+        wait_for_api(replica, stack, name="replica")
+        watermarks = assert_same_answers(primary, replica, head)
+        assert not (index_root(settings).parent / "objectstore-cache").exists()  # A reads its own generations
+        for kind in KINDS:  # B holds the generations the answers name, mirrored from A's
+            named = watermarks[kind]["generationId"]
+            assert GenerationStore(home_b.resolve() / "indexes", "default", kind).load(named) == \
+                GenerationStore(index_root(settings), "default", kind).load(named), kind
+        assert 0 < bytes_on_disk(home_b / "objectstore-cache") <= CACHE_BYTES
+
+        # A cursor issued by the primary continues on the replica, exactly as on the primary.
+        first = settled_answer(primary, {"query": "deploy refund", "mode": "hybrid", "k": 3}, head)
+        assert first["cursor"], first
+        page = {"query": "deploy refund", "mode": "hybrid", "k": 3, "cursor": first["cursor"], "freshness": "indexed"}
+        on_primary, on_replica = post_search(primary, page), post_search(replica, page)
+        assert on_replica["results"] == on_primary["results"] and on_primary["results"]
+        assert on_replica["asOfSeq"] == on_primary["asOfSeq"] == first["asOfSeq"]
+
+        # kill -9 of the replica; more is ingested and published while it is down.
+        stack.kill("replica")
+        more = interleave(*[session_events(f"mirror-late-{i:02d}", turns=2, seed=90 + i) for i in range(4)], seed=9)
+        head = append_events(settings, more)
+        wait_for_watermarks(settings, head, KINDS)
+        stack.start("replica", "serve", "--port", str(replica_port), env=replica_env)
+        wait_for_api(replica, stack, name="replica")
+        assert_same_answers(primary, replica, head)
+        assert 0 < bytes_on_disk(home_b / "objectstore-cache") <= CACHE_BYTES
+    finally:
+        stack.close()
