@@ -84,6 +84,7 @@ __all__ = [
     "clone_into",
     "link_or_copy",
     "read_current",
+    "sha256_file",
 ]
 
 DEFAULT_LINE = "live"
@@ -700,7 +701,7 @@ def _segments_for(
         if inherited is not None:
             digest, size = inherited.sha256, inherited.bytes
         else:
-            digest, size = _sha256_file(staging_dir / rel)
+            digest, size = sha256_file(staging_dir / rel)
             fresh.append(rel)
         ref = given_by_path.get(rel)
         if ref is not None:
@@ -753,7 +754,7 @@ class FileDigests:
             known = self._known.get(key)
         if known is not None:
             return known
-        digest, _ = _sha256_file(path)
+        digest, _ = sha256_file(path)
         if self._key(os.stat(path)) == key:  # not modified while we read it
             with self._lock:
                 if len(self._known) >= self._size:
@@ -775,7 +776,7 @@ def _verify_segments(gen_dir: Path, segments: tuple[SegmentRef, ...], *, hash_pa
         if size != ref.bytes:
             raise ManifestVerificationError(f"{gen_dir.name}: {ref.path} has {size} bytes, manifest says {ref.bytes}")
         if hash_paths is None or ref.path in hash_paths:
-            digest = digests.digest(path, st) if digests is not None else _sha256_file(path)[0]
+            digest = digests.digest(path, st) if digests is not None else sha256_file(path)[0]
             if digest != ref.sha256:
                 raise ManifestVerificationError(f"{gen_dir.name}: {ref.path} does not match its SHA-256")
 
@@ -800,7 +801,8 @@ def _dirs_bottom_up(directory: Path) -> list[Path]:
     return [Path(d) for d, _subdirs, _files in os.walk(directory, topdown=False)]
 
 
-def _sha256_file(path: Path) -> tuple[str, int]:
+def sha256_file(path: Path) -> tuple[str, int]:
+    """The SHA-256 (hex) and size of a file, read in 1 MiB blocks."""
     digest = hashlib.sha256()
     size = 0
     with open(path, "rb") as f:

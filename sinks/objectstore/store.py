@@ -35,6 +35,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
 
+from sinks.generations import sha256_file
 from sinks.objectstore.exceptions import (
     NotPublishedError,
     ObjectStoreError,
@@ -45,7 +46,6 @@ from streams.settings import Settings
 
 __all__ = ["FileEntry", "GcReport", "ObjectStore", "RemoteGeneration", "StoreLocation"]
 
-_HASH_BLOCK = 1 << 20
 _CLIENT_ERRORS_UNAVAILABLE = frozenset({"ServiceUnavailable", "SlowDown", "InternalError", "RequestTimeout"})
 
 
@@ -234,7 +234,7 @@ class ObjectStore:
         files: list[FileEntry] = []
         for path in sorted(p for p in Path(gen_dir).rglob("*") if p.is_file()):
             rel = path.relative_to(gen_dir).as_posix()
-            digest, size = _sha256_file(path)
+            digest, size = sha256_file(path)
             files.append(FileEntry(rel, digest, size))
             if digest in known_blobs:
                 continue
@@ -359,16 +359,6 @@ class ObjectStore:
         """(key, content) of every object under the prefix (for audits and tests)."""
         for item in self._list(self.location.key() + "/" if self.location.prefix else ""):
             yield str(item["Key"]), self._get(str(item["Key"]))
-
-
-def _sha256_file(path: Path) -> tuple[str, int]:
-    digest = hashlib.sha256()
-    size = 0
-    with open(path, "rb") as handle:
-        while block := handle.read(_HASH_BLOCK):
-            digest.update(block)
-            size += len(block)
-    return digest.hexdigest(), size
 
 
 def _timestamp(value: Any) -> float:
