@@ -80,11 +80,16 @@ class StoreMirror:
             raise ConfigError("USL_PLANNER_SOURCE=object-store needs USL_OBJECT_STORE (s3://bucket/prefix) "
                               "and the store's USL_S3_* endpoint and keys")
         self.settings = settings
-        self.store = store or ObjectStore.from_settings(settings)
-        self.commits = CommitLog(bootstrap, settings)
         self.root = Path(root) if root is not None else index_root(settings)
-        self.cache = GenerationCache(self.store, cache_dir(settings),
-                                     cache_bytes if cache_bytes is not None else settings.planner_cache_bytes)
+        self._lock_fd: int | None = _lock_root(self.root)  # before the cache sweeps its leftovers
+        try:
+            self.store = store or ObjectStore.from_settings(settings)
+            self.commits = CommitLog(bootstrap, settings)
+            self.cache = GenerationCache(self.store, cache_dir(settings),
+                                         cache_bytes if cache_bytes is not None else settings.planner_cache_bytes)
+        except BaseException:
+            os.close(self._lock_fd)
+            raise
         self.keep_last = keep_last
         self.pin_ttl_seconds = pin_ttl_seconds
         self.holder = f"planner-mirror-{socket.gethostname()}-{os.getpid()}"
@@ -100,24 +105,14 @@ class StoreMirror:
         self._changed = threading.Condition()
         self._stop = threading.Event()
         self._ready = threading.Event()
-        self._lock_fd: int | None = None
         self.last_error: Exception | None = None
         self._thread = threading.Thread(target=self._run, name="store-mirror", daemon=True)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
     def start(self, *, timeout_seconds: float = 30.0) -> StoreMirror:
-        """Take the root (one mirror per index root), start following, and wait up to
-        ``timeout_seconds`` until every pointer live at start is materialized."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.root / _LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError as exc:
-            os.close(fd)
-            raise ConfigError(f"another planner replica mirrors into {self.root}; give each replica its "
-                              "own USL_HOME") from exc
-        self._lock_fd = fd
+        """Start following, and wait up to ``timeout_seconds`` until every pointer live at
+        start is materialized."""
         self.commits.ensure_topic()
         self._thread.start()
         self._ready.wait(timeout_seconds)
@@ -271,6 +266,9 @@ class StoreMirror:
                         target = staging / path.relative_to(cached)
                         target.parent.mkdir(parents=True, exist_ok=True)
                         link_or_copy(path, target)
+                        # Shared with the cache (and the next generation) by hard links:
+                        # nothing may write to it again, as to a sink's committed files.
+                        target.chmod(0o444)
             if gen_dir.exists():  # an incomplete copy (a host crash): replaced whole
                 shutil.rmtree(gen_dir)
             os.rename(staging, gen_dir)
@@ -307,6 +305,18 @@ class StoreMirror:
                 log.warning("renewing the store pin of %s failed (%s); retrying", pin_id[0], exc)
                 return
         self._pins_renewed = time.monotonic()
+
+
+def _lock_root(root: Path) -> int:
+    """One mirror per index root: an exclusive ``flock`` held for the mirror's life."""
+    root.mkdir(parents=True, exist_ok=True)
+    fd = os.open(root / _LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError as exc:
+        os.close(fd)
+        raise ConfigError(f"another planner replica mirrors into {root}; give each replica its own USL_HOME") from exc
+    return fd
 
 
 def _watermark(manifest: Manifest, store: GenerationStore) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from sinks.generations import GenerationStore, Manifest
 from sinks.objectstore import CommitLog, ObjectStore, publish_generation
 from sinks.runner import index_root, watermark_of
 from sinks.testing import wait_for_watermarks
+from streams.exceptions import ConfigError
 from streams.settings import Settings
 from streams.testing import append_events, interleave, session_events
 
@@ -148,6 +149,29 @@ def test_the_mirror_materializes_published_generations_as_the_planner_reads_them
     finally:
         follower.stop()
     assert store.pins() == {}  # a stopped replica releases its store pins
+
+    # A restart on the same home: a generation directory that lost a file (a copy cut short) is
+    # fetched again, a staging leftover of a killed mirror is removed, the rest is kept as is.
+    current = mirrored.current()
+    assert current is not None
+    damaged = mirrored.generation_dir(current.generation_id)
+    (damaged / "seg-0").unlink()
+    leftover = mirrored.line_dir / ".mirror-gen-00000099-dead"
+    leftover.mkdir()
+    restarted = StoreMirror(replica, settings.bootstrap_servers or "", cache_bytes=bound).start(timeout_seconds=120)
+    try:
+        assert restarted.ready, restarted.last_error
+        assert tree(damaged) == tree(local.generation_dir(current.generation_id))
+        assert not leftover.exists()
+        with pytest.raises(ConfigError, match="its own USL_HOME"):
+            StoreMirror(replica, settings.bootstrap_servers or "", cache_bytes=bound)
+    finally:
+        restarted.stop()
+
+
+def test_an_object_store_replica_needs_a_store(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="USL_PLANNER_SOURCE=object-store needs USL_OBJECT_STORE"):
+        StoreMirror(Settings.from_env({}, home=tmp_path, planner_source="object-store"), "127.0.0.1:1")
 
 
 KINDS = ("text", "vector", "structured")  # what text, vector and hybrid searches read
