@@ -82,6 +82,9 @@ class GenerationPublisher:
         # publish under a shard in the commit key.
         self.shard = shard
         self._pending: dict[str, tuple[Manifest, Pin | None]] = {}
+        # The generation being uploaded: its pin is released by the upload loop when it is done,
+        # never by an offer that replaces it (the sink's GC would delete files mid-read).
+        self._in_flight: Manifest | None = None
         self._lock = threading.Condition()
         self._stop = threading.Event()
         self._failures = 0
@@ -104,6 +107,8 @@ class GenerationPublisher:
             self._pending[manifest.log_id] = (manifest, pin)
             usl_objectstore_backlog_generations.labels(kind=self.kind).set(len(self._pending))
             self._lock.notify_all()
+            if replaced is not None and replaced[0] is self._in_flight:
+                replaced = None  # the upload loop releases it once its upload ends
         if replaced is not None and replaced[1] is not None:
             replaced[1].release()
 
@@ -151,15 +156,18 @@ class GenerationPublisher:
                 if self._stop.is_set():
                     return
                 log_id, (manifest, pin) = next(iter(self._pending.items()))
-            if self._publish_one(manifest):
-                with self._lock:
-                    if self._pending.get(log_id, (None,))[0] is manifest:
-                        del self._pending[log_id]
-                        if pin is not None:
-                            pin.release()
-                    usl_objectstore_backlog_generations.labels(kind=self.kind).set(len(self._pending))
-                    self._lock.notify_all()
-            else:
+                self._in_flight = manifest
+            published = self._publish_one(manifest)
+            with self._lock:
+                self._in_flight = None
+                still_pending = self._pending.get(log_id, (None,))[0] is manifest
+                if published and still_pending:
+                    del self._pending[log_id]
+                if (published or not still_pending) and pin is not None:
+                    pin.release()  # published, or replaced by a newer offer while uploading
+                usl_objectstore_backlog_generations.labels(kind=self.kind).set(len(self._pending))
+                self._lock.notify_all()
+            if not published:
                 delay = min(0.5 * 2 ** (self._failures - 1), _MAX_BACKOFF_SECONDS)
                 self._stop.wait(delay)
 

@@ -291,6 +291,44 @@ def test_store_unavailable_fails_clearly_and_the_backlog_drains_once_it_is_back(
         stop_s3proxy(proxy_settings)
 
 
+def test_a_newer_offer_never_unpins_the_generation_being_uploaded(
+    make_object_store: Callable[..., ObjectStore], commits: CommitLog, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The sink commits again while the publisher uploads: the upload's files stay pinned (the
+    sink's GC must not delete them mid-read) until the upload ends, then the pin goes."""
+    import sinks.objectstore.publish as publish_module
+
+    store, root = make_object_store(), tmp_path / "idx"
+    uploading, finish = threading.Event(), threading.Event()
+    real_publish = publish_module.publish_generation
+
+    def slow_publish(*args: object, **kwargs: object) -> object:
+        uploading.set()
+        assert finish.wait(60)
+        return real_publish(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(publish_module, "publish_generation", slow_publish)
+    publisher = GenerationPublisher(store, commits, root, "text")
+    try:
+        first, first_dir = commit_local(root, random_files(21), through=4)
+        publisher.offer(first)
+        assert uploading.wait(30)
+        second, second_dir = commit_local(root, random_files(22), through=8)
+        publisher.offer(second)
+        GenerationStore(root, "default", "text").gc(keep_last=1)
+        assert first_dir.is_dir() and second_dir.is_dir()  # both pinned: one uploading, one waiting
+        finish.set()
+        assert publisher.wait_drained(timeout=60), publisher.last_error
+        GenerationStore(root, "default", "text").gc(keep_last=1)
+        assert not first_dir.exists() and second_dir.is_dir()  # the upload's pin went with it
+        assert commits.live()[KEY]["generationId"] == second.generation_id
+        assert publisher.last_error is None
+    finally:
+        finish.set()
+        publisher.close()
+
+
 @settings(max_examples=8, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(sizes=st.lists(st.integers(min_value=1, max_value=6), min_size=1, max_size=8),
        bound=st.integers(min_value=6, max_value=16))
