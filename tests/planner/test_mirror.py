@@ -176,13 +176,13 @@ def test_an_object_store_replica_needs_a_store(tmp_path: Path) -> None:
         StoreMirror(Settings.from_env({}, home=tmp_path, planner_source="object-store"), "127.0.0.1:1")
 
 
-KINDS = ("text", "vector", "structured")  # what text, vector and hybrid searches read
+KINDS = ("text", "vector", "structured", "analytics")  # what searches and SessionQL read
 QUERIES = ("deploy refund", "kafka broker timeout", "parquet schema cursor", "retry")
 CACHE_BYTES = 8 * 1024 * 1024
 
 
-def post_search(api: str, body: dict[str, Any]) -> dict[str, Any]:
-    request = urllib.request.Request(f"{api}/v1/search", data=json.dumps(body).encode(),
+def post_search(api: str, body: dict[str, Any], route: str = "/v1/search") -> dict[str, Any]:
+    request = urllib.request.Request(f"{api}{route}", data=json.dumps(body).encode(),
                                      headers={"Content-Type": "application/json"}, method="POST")
     try:
         with urllib.request.urlopen(request, timeout=60) as response:
@@ -235,6 +235,9 @@ def assert_same_answers(primary: str, replica: str, head: int) -> dict[str, Any]
             assert got["results"] == expected["results"], (mode, query)
             assert expected["results"] or mode == "text", (mode, query)
             watermarks = got["freshness"]["watermarks"]
+    sessionql = {"query": "FROM events GROUP BY sessionId", "asOfSeq": head}
+    expected_rows = post_search(primary, sessionql, "/v1/sessionql")
+    assert post_search(replica, sessionql, "/v1/sessionql") == expected_rows and expected_rows["rows"]
     return watermarks
 
 
@@ -269,7 +272,8 @@ def test_a_replica_on_an_empty_home_answers_as_the_planner_beside_the_sinks(
         wait_for_api(replica, stack, name="replica")
         watermarks = assert_same_answers(primary, replica, head)
         assert not (index_root(settings).parent / "objectstore-cache").exists()  # A reads its own generations
-        for kind in KINDS:  # B holds the generations the answers name, mirrored from A's
+        assert set(watermarks) == {"text", "vector", "structured"}
+        for kind in watermarks:  # B holds the generations the answers name, mirrored from A's
             named = watermarks[kind]["generationId"]
             assert GenerationStore(home_b.resolve() / "indexes", "default", kind).load(named) == \
                 GenerationStore(index_root(settings), "default", kind).load(named), kind
