@@ -248,7 +248,8 @@ def test_a_replica_on_an_empty_home_answers_as_the_planner_beside_the_sinks(
     (USL_PLANNER_SOURCE=object-store) on an empty home B answer text, vector and hybrid queries
     identically at the same asOfSeq; a cursor from A continues on B; the replica's cache stays
     within its bound; killed with SIGKILL and restarted on the same home, the replica catches up
-    with what was published meanwhile and answers as A again."""
+    with what was published meanwhile and answers as A again; a replica started later, which
+    never held the cursor's generations, refuses the cursor with 410."""
     cursor_key = uuid.uuid4().hex * 2
     settings = store_settings(make_settings, s3proxy, embedder="hash:64", sink_batch_size=16)
     store_env = {"USL_OBJECT_STORE": settings.object_store or "", "USL_S3_ENDPOINT": settings.s3_endpoint or "",
@@ -296,5 +297,16 @@ def test_a_replica_on_an_empty_home_answers_as_the_planner_beside_the_sinks(
         wait_for_api(replica, stack, name="replica")
         assert_same_answers(primary, replica, head)
         assert 0 < bytes_on_disk(home_b / "objectstore-cache") <= CACHE_BYTES
+
+        # A replica that never held the generations the old cursor binds (it started after the
+        # pointers moved on) refuses it plainly: 410 cursor_expired, restart from page 1.
+        late_port = free_port()
+        late = f"http://127.0.0.1:{late_port}"
+        stack.start("late", "serve", "--port", str(late_port),
+                    env={**replica_env, "USL_HOME": str(tmp_path / "late-home")})
+        wait_for_api(late, stack, name="late")
+        settled_answer(late, {"query": "deploy refund", "mode": "hybrid", "k": 3}, head)
+        with pytest.raises(AssertionError, match=r"answered 410: .*cursor_expired"):
+            post_search(late, page)
     finally:
         stack.close()
