@@ -175,7 +175,12 @@ class ObjectStore:
         except (NotPublishedError, ObjectStoreError) as exc:
             if isinstance(exc, ObjectStoreUnavailableError):
                 raise
-            self._call("creating the bucket", "create_bucket")
+            try:
+                self._call("creating the bucket", "create_bucket")
+            except ObjectStoreError as created:
+                # Another kind's publisher in this sink (or another sink) created it meanwhile.
+                if "BucketAlreadyOwnedByYou" not in str(created):
+                    raise
 
     def _head(self, key: str) -> dict[str, Any] | None:
         try:

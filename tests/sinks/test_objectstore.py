@@ -521,3 +521,29 @@ def test_a_restarted_sink_publishes_the_generation_it_committed_before_the_crash
     cache = GenerationCache(ObjectStore.from_settings(settings), root.parent / "cache", 10**8)
     assert tree(cache.fetch(live[commit_key("alpha", "text", DEFAULT_SHARD)]["manifestKey"])) == tree(alpha_dir)
     assert tree(cache.fetch(live[commit_key("beta", "text", DEFAULT_SHARD)]["manifestKey"])) == tree(beta_dir)
+
+
+def test_publishers_racing_to_create_the_bucket_all_succeed(s3proxy: object) -> None:
+    """Every kind's publisher of a sink checks the bucket at its first publish: on a fresh store
+    they race to create it, and the losers' BucketAlreadyOwnedByYou is not a failure."""
+    info = s3proxy
+    assert isinstance(info, S3ProxyInfo)
+    bucket = f"race-{uuid.uuid4().hex[:10]}"
+    stores = [ObjectStore(StoreLocation(bucket, "p"), endpoint=info.endpoint, access_key=info.access_key,
+                          secret_key=info.secret_key) for _ in range(6)]
+    errors: list[BaseException] = []
+    start = threading.Barrier(len(stores))
+
+    def ensure(store: ObjectStore) -> None:
+        start.wait()
+        try:
+            store.ensure_bucket()
+        except BaseException as exc:  # collected for the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=ensure, args=(store,)) for store in stores]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert errors == []
