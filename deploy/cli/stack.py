@@ -9,6 +9,7 @@ API process of the stack (:mod:`planner.api` under uvicorn).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 import typer
@@ -16,6 +17,9 @@ import typer
 from deploy.cli._api import through_api
 from deploy.cli._common import bootstrap_servers, err, load_settings, out, print_json
 from streams.exceptions import USLError
+
+if TYPE_CHECKING:
+    from streams.settings import Settings
 
 __all__ = ["COMMANDS", "down", "register", "serve", "status", "up"]
 
@@ -50,8 +54,10 @@ def status(
     render_status(report, out())
 
 
-def down(keep_broker: bool = typer.Option(False, "--keep-broker", help="Leave the local broker running.")) -> None:
-    """Stop the local stack started by `usl up --detach` (workers, sinks, API, local broker)."""
+def down(keep_broker: bool = typer.Option(False, "--keep-broker",
+                                         help="Leave the local broker (and local S3Proxy) running.")) -> None:
+    """Stop the local stack started by `usl up --detach` (workers, sinks, API, local broker, and
+    the local S3Proxy `usl up` started for USL_OBJECT_STORE)."""
     from deploy.kafka.broker import stop_broker
     from deploy.stack import stop_stack
 
@@ -61,6 +67,24 @@ def down(keep_broker: bool = typer.Option(False, "--keep-broker", help="Leave th
         out().print(f"stopped {name}")
     if not keep_broker and not settings.bootstrap_servers and stop_broker(settings):
         out().print("stopped local Kafka broker")
+    if not keep_broker and settings.object_store and not settings.s3_endpoint:
+        from deploy.s3proxy.server import stop_s3proxy
+
+        if stop_s3proxy(settings):
+            out().print("stopped local S3Proxy (its buckets stay under USL_HOME)")
+
+
+def _local_object_store_env(settings: Settings) -> dict[str, str]:
+    """With ``USL_OBJECT_STORE`` set and no ``USL_S3_ENDPOINT``, the stack's object store is a
+    local S3Proxy, started here as the broker is (and stopped by `usl down`): the endpoint and
+    the generated keys its processes need. Nothing otherwise."""
+    if not settings.object_store or settings.s3_endpoint:
+        return {}
+    from deploy.s3proxy.server import ensure_s3proxy
+
+    store = ensure_s3proxy(settings)
+    return {"USL_S3_ENDPOINT": store.endpoint, "USL_S3_ACCESS_KEY": store.access_key,
+            "USL_S3_SECRET_KEY": store.secret_key}
 
 
 def up(
@@ -68,7 +92,8 @@ def up(
     port: int = typer.Option(None, "--port", envvar="USL_API_PORT", help="Planner API port (default 8765)."),
     workers: int = typer.Option(1, "--workers", min=1, help="Pipeline worker processes to start."),
 ) -> None:
-    """Start the local stack: broker (if none is configured), topics, workers, sinks, planner API.
+    """Start the local stack: broker (if none is configured), topics, workers, sinks, planner API;
+    with USL_OBJECT_STORE and no USL_S3_ENDPOINT, a local S3Proxy too.
 
     A supervisor restarts any stack process that exits; `usl down` stops everything.
     """
@@ -90,7 +115,8 @@ def up(
     if already:
         out().print(f"already running: {', '.join(sorted(already))} (use `usl down` first to restart)")
         return
-    env = {"KAFKA_BOOTSTRAP_SERVERS": bootstrap, "USL_HOME": str(Path(settings.home).resolve())}
+    env = {"KAFKA_BOOTSTRAP_SERVERS": bootstrap, "USL_HOME": str(Path(settings.home).resolve()),
+           **_local_object_store_env(settings)}
     url = f"http://{settings.api_host}:{api_port}"
     if detach:
         start_process(settings, "supervisor", ["up", "--port", str(api_port), "--workers", str(workers)], env)

@@ -224,3 +224,40 @@ def test_stop_broker_never_signals_a_recycled_pid(tmp_path: Path, bystander: sub
         assert broker.local_broker_status(settings) is None
         assert broker.stop_broker(settings, grace_seconds=1) is False
         assert bystander.poll() is None, "a process that was not the broker got signalled"
+
+
+def test_usl_up_starts_a_local_s3proxy_when_the_object_store_has_no_endpoint(tmp_path: Path) -> None:
+    """USL_OBJECT_STORE without USL_S3_ENDPOINT: the stack's processes get a local S3Proxy's
+    endpoint and keys (started once, as the broker is; `usl down` stops it); with an
+    endpoint, or without an object store, nothing is started."""
+    import shutil
+
+    import boto3
+    from botocore.config import Config
+
+    from deploy.cli.stack import _local_object_store_env
+    from deploy.s3proxy.server import local_s3proxy_status, stop_s3proxy
+
+    if shutil.which("java") is None or shutil.which("mvn") is None:
+        if os.environ.get("CI"):
+            raise AssertionError("CI must have Java and Maven for the local S3Proxy")
+        pytest.skip("needs Java and Maven for the local S3Proxy")
+    assert _local_object_store_env(Settings.from_env({}, home=tmp_path / "none")) == {}
+    given = Settings.from_env({"USL_OBJECT_STORE": "s3://b/p", "USL_S3_ENDPOINT": "http://127.0.0.1:1"},
+                              home=tmp_path / "given")
+    assert _local_object_store_env(given) == {}
+
+    settings = Settings.from_env({"USL_OBJECT_STORE": "s3://usl-up/p"}, home=tmp_path / "local")
+    try:
+        env = _local_object_store_env(settings)
+        assert set(env) == {"USL_S3_ENDPOINT", "USL_S3_ACCESS_KEY", "USL_S3_SECRET_KEY"}
+        assert _local_object_store_env(settings) == env  # the running one, not a second
+        client = boto3.client("s3", endpoint_url=env["USL_S3_ENDPOINT"], aws_access_key_id=env["USL_S3_ACCESS_KEY"],
+                              aws_secret_access_key=env["USL_S3_SECRET_KEY"], region_name="us-east-1",
+                              config=Config(request_checksum_calculation="when_required",
+                                            response_checksum_validation="when_required"))
+        client.create_bucket(Bucket="usl-up")
+        assert "usl-up" in {bucket["Name"] for bucket in client.list_buckets()["Buckets"]}
+    finally:
+        stop_s3proxy(settings)
+    assert local_s3proxy_status(settings) is None
