@@ -40,8 +40,8 @@ from streams.topics import Topics
 __all__ = [
     "T0", "assert_no_duplicates", "assert_watermarks_monotone", "commit_batches",
     "current_generation", "expected_keys", "file_digests", "index_keys", "iso", "make_chunk",
-    "make_event", "make_toolresult", "parquet_rows", "replay_chunks", "tantivy_docs",
-    "vector_ids", "wait_for_raw_watermarks", "wait_for_watermarks", "watermark_history",
+    "make_event", "make_toolresult", "parquet_rows", "replay_chunks", "tantivy_docs", "vector_ids",
+    "wait_for_a_write", "wait_for_raw_watermarks", "wait_for_watermarks", "watermark_history",
 ]
 
 #: Event time of seq 0 in the record factories.
@@ -329,3 +329,15 @@ def replay_chunks(settings: Settings, log_ids: Sequence[str] = ("default",)) -> 
     finally:
         reader.close()
     return chunks
+
+
+def wait_for_a_write(lines: Sequence[Path], timeout: float) -> None:
+    """Return as soon as a writer of one of the generation ``lines`` is inside a write (its
+    staging dir exists), or at the timeout: a crash test aims its kill -9 at the middle of a
+    write instead of a random moment."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for line in lines:
+            if line.is_dir() and any(p.name.startswith(".staging-gen-") for p in line.iterdir()):
+                return
+        time.sleep(0.001)

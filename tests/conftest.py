@@ -72,6 +72,22 @@ def kafka_bootstrap() -> Iterator[str]:
         shutil.rmtree(home, ignore_errors=True)
 
 
+def _require_java_and_maven() -> None:
+    """Skip without Java or Maven (the local S3Proxy needs both); in CI that is a failure."""
+    missing = [tool for tool in ("java", "mvn") if shutil.which(tool) is None]
+    if missing:
+        reason = f"{' and '.join(missing)} not installed: the local S3Proxy needs Java 17+ and Maven once"
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+
+
+@pytest.fixture
+def java_and_maven() -> None:
+    """For a test that starts its own local S3Proxy (skipped without Java and Maven, failed in CI)."""
+    _require_java_and_maven()
+
+
 @pytest.fixture(scope="session")
 def s3proxy() -> Iterator[S3ProxyInfo]:
     from deploy.s3proxy.server import S3ProxyInfo, running_s3proxy
@@ -81,12 +97,7 @@ def s3proxy() -> Iterator[S3ProxyInfo]:
         yield S3ProxyInfo(0, configured, os.environ.get("USL_TEST_S3_ACCESS_KEY", ""),
                           os.environ.get("USL_TEST_S3_SECRET_KEY", ""), "")
         return
-    missing = [tool for tool in ("java", "mvn") if shutil.which(tool) is None]
-    if missing:
-        reason = f"{' and '.join(missing)} not installed: the local S3Proxy needs Java 17+ and Maven once"
-        if os.environ.get("CI"):
-            pytest.fail(reason)
-        pytest.skip(reason)
+    _require_java_and_maven()
     home = Path(tempfile.mkdtemp(prefix="usl-test-s3proxy-"))
     try:
         with running_s3proxy(Settings.from_env(home=home)) as info:

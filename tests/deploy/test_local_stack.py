@@ -226,22 +226,17 @@ def test_stop_broker_never_signals_a_recycled_pid(tmp_path: Path, bystander: sub
         assert bystander.poll() is None, "a process that was not the broker got signalled"
 
 
-def test_usl_up_starts_a_local_s3proxy_when_the_object_store_has_no_endpoint(tmp_path: Path) -> None:
+def test_usl_up_starts_a_local_s3proxy_when_the_object_store_has_no_endpoint(tmp_path: Path,
+                                                                             java_and_maven: None) -> None:
     """USL_OBJECT_STORE without USL_S3_ENDPOINT: the stack's processes get a local S3Proxy's
     endpoint and keys (started once, as the broker is; `usl down` stops it); with an
     endpoint, or without an object store, nothing is started."""
-    import shutil
-
     import boto3
     from botocore.config import Config
 
     from deploy.cli.stack import _local_object_store_env
     from deploy.s3proxy.server import local_s3proxy_status, stop_s3proxy
 
-    if shutil.which("java") is None or shutil.which("mvn") is None:
-        if os.environ.get("CI"):
-            raise AssertionError("CI must have Java and Maven for the local S3Proxy")
-        pytest.skip("needs Java and Maven for the local S3Proxy")
     assert _local_object_store_env(Settings.from_env({}, home=tmp_path / "none")) == {}
     given = Settings.from_env({"USL_OBJECT_STORE": "s3://b/p", "USL_S3_ENDPOINT": "http://127.0.0.1:1"},
                               home=tmp_path / "given")

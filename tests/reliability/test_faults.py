@@ -8,8 +8,6 @@ The long run is ``make faults`` (``python -m reliability --rounds 2 --seed 1 --o
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -44,14 +42,8 @@ def test_one_round_of_every_fault_kind_is_survived(tmp_path: Path) -> None:
         assert fault.recovery_seconds is not None, (fault, context)
 
 
-def test_one_round_of_each_object_store_fault_is_survived(tmp_path: Path) -> None:
+def test_one_round_of_each_object_store_fault_is_survived(tmp_path: Path, java_and_maven: None) -> None:
     """The suite starts its own S3Proxy (as for its broker): Java 17+ and Maven once."""
-    missing = [tool for tool in ("java", "mvn") if shutil.which(tool) is None]
-    if missing:
-        reason = f"{' and '.join(missing)} not installed: the local S3Proxy needs Java 17+ and Maven once"
-        if os.environ.get("CI"):
-            pytest.fail(reason)
-        pytest.skip(reason)
     lines: list[str] = []
     result = run_suite(rounds=1, seed=11, kinds=OBJECT_STORE_FAULT_KINDS, kills_per_round=1,
                        home=tmp_path / "faults", recovery_timeout=180.0, tmpfs_mb=64,

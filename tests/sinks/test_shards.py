@@ -31,6 +31,7 @@ from sinks.testing import (
     assert_watermarks_monotone,
     expected_keys,
     index_keys,
+    wait_for_a_write,
     wait_for_raw_watermarks,
     wait_for_watermarks,
     watermark_history,
@@ -142,18 +143,6 @@ def _start_shard(stack: Stack, index: int, kinds: str = ",".join(KINDS)) -> None
     stack.start(f"shard-{index}", "sink", "--kind", kinds, "--shard", f"{index}/2")
 
 
-def _wait_for_a_write(settings: Settings, shard: str, timeout: float) -> None:
-    """Return as soon as ``shard`` of some kind is inside a write (a staging dir exists), or
-    at the timeout: the kill is aimed at the middle of a write."""
-    lines = [index_root(settings) / "default" / kind / shard / "live" for kind in KINDS]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for line in lines:
-            if line.is_dir() and any(p.name.startswith(".staging-gen-") for p in line.iterdir()):
-                return
-        time.sleep(0.001)
-
-
 def _merged(settings: Settings) -> dict[str, dict[str, list[Any]]]:
     """What the two shards hold together, kind → table → keys (duplicates kept)."""
     merged: dict[str, dict[str, list[Any]]] = {}
@@ -243,7 +232,8 @@ def test_kill_9_of_one_shard_mid_ingest_loses_and_duplicates_nothing(
             appender = threading.Thread(target=append_events, args=(settings, part))
             appender.start()
             time.sleep(rng.uniform(0.5, 2.5))
-            _wait_for_a_write(settings, "shard-1-of-2", timeout=5.0)
+            wait_for_a_write([index_root(settings) / "default" / kind / "shard-1-of-2" / "live" for kind in KINDS],
+                             timeout=5.0)
             stack.kill("shard-1")
             appender.join(timeout=60)
             assert_no_duplicates(index_keys(settings, shard="shard-1-of-2"))

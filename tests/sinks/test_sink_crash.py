@@ -28,6 +28,7 @@ from sinks.testing import (
     current_generation,
     expected_keys,
     index_keys,
+    wait_for_a_write,
     wait_for_watermarks,
     watermark_history,
 )
@@ -110,19 +111,6 @@ def _sink_started(stack: Stack, starts: int, timeout: float = 90.0) -> None:
         time.sleep(0.05)
 
 
-def _wait_for_a_write(settings: Settings, timeout: float) -> None:
-    """Return as soon as some sink is inside a write (a staging dir exists), or at the timeout:
-    every other kill is aimed at the middle of a write instead of a random moment."""
-    root = index_root(settings)
-    lines = [root / "default" / kind / "live" for kind in ALL_KINDS]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for line in lines:
-            if line.is_dir() and any(p.name.startswith(".staging-gen-") for p in line.iterdir()):
-                return
-        time.sleep(0.001)
-
-
 class _PinnedVerifier(threading.Thread):
     """A reader in another thread: pins the current generation of each kind, verifies every
     file of it, releases; any failure is a reader seeing a half-written generation."""
@@ -179,7 +167,7 @@ def test_sink_sigkill_at_random_points_loses_and_duplicates_nothing(make_setting
             appender.start()
             time.sleep(rng.uniform(0.05, 2.0))
             if round_number % 2 == 0:
-                _wait_for_a_write(settings, timeout=5.0)
+                wait_for_a_write([index_root(settings) / "default" / kind / "live" for kind in ALL_KINDS], timeout=5.0)
             stack.kill("sinks")
             appender.join(timeout=60)
             new = leftovers(settings) - seen_leftovers
