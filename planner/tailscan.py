@@ -35,8 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from streams.asp import validate_event
-from streams.chunking import Chunker, ChunkerConfig, default_tokenizer, render_event
-from streams.chunking.tokenizer import count_many
+from streams.chunking import Chunker, ChunkerConfig, default_tokenizer
 from streams.exceptions import USLError
 from streams.ownership import Owners, session_of_acl
 from streams.redaction import policy_hash, redact_event
@@ -265,11 +264,8 @@ class TailScan:
         """Render, count (one tokenizer batch) and apply events, as ``chunk_stream`` does."""
         if not batch:
             return
-        texts = [render_event(event) for _, event in batch]
-        counts = iter(count_many(self.chunker.tokenizer, [t for t in texts if t is not None],
-                                 keep_over=self.chunker.config.target_tokens))
-        for (seq, event), text in zip(batch, texts, strict=True):
-            tokens = next(counts) if text is not None else 0
+        for (seq, event), (text, tokens) in zip(batch, self.chunker.render_many([event for _, event in batch]),
+                                                strict=True):
             state = feed.state(self.chunker, event["sessionId"])
             feed.closed += self.chunker.apply_event(state, event["logId"], seq, event, text, tokens,
                                                     clock_time=feed.clock_times.get(seq))

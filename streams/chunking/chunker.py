@@ -20,14 +20,15 @@ rules; in short:
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, overload
 
 from streams.asp import ASP_VERSION, DEFAULT_ACL, parse_time
 from streams.chunking.records import build_chunk, rfc3339
 from streams.chunking.render import param_keys, render_event, tool_name, tool_status
 from streams.chunking.split import split_text
-from streams.chunking.tokenizer import Tokenizer
+from streams.chunking.tokenizer import Tokenizer, count_many
 from streams.exceptions import ChunkingError, ConfigError
 
 __all__ = ["STATE_VERSION", "Chunker", "ChunkerConfig"]
@@ -91,6 +92,36 @@ class Chunker:
         text = render_event(event)
         tokens = self.tokenizer.count(text) if text is not None else 0
         return self.apply_event(state, log_id, seq, event, text, tokens, clock_time=clock_time)
+
+    @overload
+    def render_many(self, events: Sequence[dict[str, Any]], *, capture_errors: Literal[False] = False,
+                    ) -> list[tuple[str | None, int]]: ...
+
+    @overload
+    def render_many(self, events: Sequence[dict[str, Any]], *, capture_errors: Literal[True],
+                    ) -> list[tuple[str | None, int] | Exception]: ...
+
+    def render_many(self, events: Sequence[dict[str, Any]], *, capture_errors: bool = False,
+                    ) -> list[tuple[str | None, int]] | list[tuple[str | None, int] | Exception]:
+        """Each event's rendered text and token count, as ``on_event`` computes them, for
+        ``apply_event``: the batch's texts are counted in one tokenizer call, which spreads them
+        over the cores and keeps the encodings of texts longer than a chunk for their split.
+        With ``capture_errors``, an event whose rendering fails gives its exception in place
+        (reported at its turn); otherwise the exception is raised."""
+        rendered: list[tuple[str | None, int] | Exception] = []
+        for event in events:
+            try:
+                rendered.append((render_event(event), 0))
+            except Exception as exc:
+                if not capture_errors:
+                    raise
+                rendered.append(exc)
+        texts = [(index, item[0]) for index, item in enumerate(rendered)
+                 if not isinstance(item, Exception) and item[0] is not None]
+        counts = count_many(self.tokenizer, [text for _, text in texts], keep_over=self.config.target_tokens)
+        for (index, text), tokens in zip(texts, counts, strict=True):
+            rendered[index] = (text, tokens)
+        return rendered
 
     def apply_event(
         self, state: dict[str, Any], log_id: str, seq: int, event: dict[str, Any],

@@ -13,8 +13,6 @@ from typing import Any
 
 from streams.asp import event_time
 from streams.chunking.chunker import Chunker
-from streams.chunking.render import render_event
-from streams.chunking.tokenizer import count_many
 from streams.exceptions import ChunkingError
 
 __all__ = ["chunk_stream", "make_ticks"]
@@ -96,11 +94,8 @@ class _Run:
     def events(self, records: list[dict[str, Any]]) -> None:
         if not records:
             return
-        texts = [render_event(record["event"]) for record in records]
-        rendered = [text for text in texts if text is not None]
-        counts = iter(count_many(self.chunker.tokenizer, rendered, keep_over=self.chunker.config.target_tokens))
-        for record, text in zip(records, texts, strict=True):
-            tokens = next(counts) if text is not None else 0
+        for record, (text, tokens) in zip(records, self.chunker.render_many([r["event"] for r in records]),
+                                          strict=True):
             log_id, event = record["logId"], record["event"]
             session_id = event["sessionId"]
             state = self.states.get((log_id, session_id))

@@ -59,7 +59,8 @@ class HFTokenizer:
         # The last text encoded and its encoding: the chunker counts an event's text and then,
         # for a text longer than a chunk, asks for its offsets; one encoding serves both.
         self._last: tuple[str, Any] | None = None
-        self._last_offsets: tuple[Any, np.ndarray] | None = None
+        # The last encoding's offsets, and whether they came from its ids (see _TokenSpans).
+        self._last_offsets: tuple[Any, np.ndarray, bool] | None = None
         # Encodings of the long texts of the last count_many(keep_over=...), by id of the text.
         self._kept: dict[int, tuple[str, Any]] = {}
         config = json.loads(data)
@@ -101,14 +102,20 @@ class HFTokenizer:
         return counts
 
     def encode_offsets(self, text: str) -> np.ndarray:
+        return self._offsets(text)[0]
+
+    def _offsets(self, text: str) -> tuple[np.ndarray, bool]:
+        """``encode_offsets``, and whether they came from the ids: a piece-local tokenizer and a
+        text without a special token, whose pieces are then tokenized independently."""
         encoding = self._encode(text)
         held = self._last_offsets
         if held is None or held[0] is not encoding:
             offsets = self._spans.offsets(encoding.ids) if self._spans is not None else None
+            from_ids = offsets is not None
             if offsets is None:
                 offsets = np.array(encoding.offsets, dtype=np.int64).reshape(-1, 2)
-            held = self._last_offsets = (encoding, offsets)
-        return held[1]
+            held = self._last_offsets = (encoding, offsets, from_ids)
+        return held[1], held[2]
 
     def counter(self, text: str) -> Callable[[int, int], int]:
         """``count(text[a:b])`` for many ranges of one text, each exact, from one encoding.
@@ -122,12 +129,15 @@ class HFTokenizer:
         of ~800 tokens (tests/streams/test_tokenizer_counter.py checks it against ``count``).
         """
         twin = self._unprefixed
-        if twin is None or self._spans is None or self._spans.has_special(self._encode(text).ids):
+        if twin is None:
+            return lambda start, end: self.count(text[start:end])
+        offsets, piece_local = self._offsets(text)
+        if not piece_local:
             # A special token typed in the text (``<s>``) is split out before normalization and
             # each side gets its own word-start marker: pieces are no longer independent there.
             return lambda start, end: self.count(text[start:end])
         starts = [0] + [match.start() for match in _PIECE_START.finditer(text)]
-        pieces = np.searchsorted(np.asarray(starts), self.encode_offsets(text)[:, 0], side="right") - 1
+        pieces = np.searchsorted(np.asarray(starts), offsets[:, 0], side="right") - 1
         # totals[k]: tokens of the pieces before piece k
         totals = [0, *np.cumsum(np.bincount(pieces, minlength=len(starts))).tolist()]
 
@@ -216,10 +226,8 @@ class _TokenSpans:
                                      and _BYTE_TOKEN.fullmatch(token) is None}), dtype=np.int64)
         return cls(length, byte, continuation, special)
 
-    def has_special(self, token_ids: Sequence[int]) -> bool:
-        return bool(np.isin(np.asarray(token_ids, dtype=np.int64), self.special).any())
-
     def offsets(self, token_ids: Sequence[int]) -> np.ndarray | None:
+        """The offsets, or None for a text holding a special token."""
         ids = np.asarray(token_ids, dtype=np.int64)
         if len(ids) == 0:
             return np.zeros((0, 2), dtype=np.int64)

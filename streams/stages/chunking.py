@@ -17,8 +17,6 @@ from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 
-from streams.chunking.render import render_event
-from streams.chunking.tokenizer import count_many
 from streams.progress import marker_seq, new_progress, note_seq, note_session
 from streams.stages.effects import Effects, Marker, Metric, Produce, Record, TableWrite
 from streams.stages.gaps import Gaps
@@ -55,12 +53,10 @@ class ChunkingStage:
 
     def _render(self, batch: list[Record]) -> tuple[list[Any], list[Any]]:
         """Each record's body (or why it is unreadable) and, for an event, its rendered text and
-        token count (or why rendering failed): the batch's texts are counted in one call, which
-        the tokenizer spreads over the cores (``Chunker.on_event`` one text at a time, in order,
-        gives the same counts)."""
+        token count (or why rendering failed), the batch's texts counted in one call
+        (``Chunker.render_many``)."""
         bodies: list[Any] = []
-        renderings: list[Any] = [None] * len(batch)
-        texts: list[tuple[int, str]] = []
+        events: dict[int, dict[str, Any]] = {}
         for index, record in enumerate(batch):
             try:
                 body = orjson.loads(cast(bytes, record.value))
@@ -69,20 +65,12 @@ class ChunkingStage:
                 continue
             bodies.append(body)
             event = body.get("event") if isinstance(body, dict) and body.get("kind") == "event" else None
-            if not isinstance(event, dict):
-                continue
-            try:
-                text = render_event(event)
-            except Exception as exc:  # reported, as on_event would, when the record's turn comes
-                renderings[index] = exc
-                continue
-            if text is not None:
-                texts.append((index, text))
-            renderings[index] = (text, 0)
-        counts = count_many(self.chunker.tokenizer, [text for _, text in texts],
-                            keep_over=self.chunker.config.target_tokens)
-        for (index, text), tokens in zip(texts, counts, strict=True):
-            renderings[index] = (text, tokens)
+            if isinstance(event, dict):
+                events[index] = event
+        renderings: list[Any] = [None] * len(batch)
+        for index, rendering in zip(events, self.chunker.render_many(list(events.values()), capture_errors=True),
+                                    strict=True):
+            renderings[index] = rendering
         return bodies, renderings
 
     def apply(self, batch: list[Record]) -> Effects:
