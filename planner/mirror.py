@@ -37,7 +37,6 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from kafka import KafkaConsumer, TopicPartition
 
 from sinks.exceptions import GenerationError
 from sinks.generations import CURRENT_FILE, MANIFEST_FILE, GenerationStore, Manifest, link_or_copy
@@ -50,6 +49,7 @@ from sinks.runner import index_root
 from sinks.shards import fold_shards
 from streams.exceptions import ConfigError
 from streams.fsio import atomic_write, fsync_directory
+from streams.l1 import follow_topic
 from streams.settings import Settings
 
 __all__ = ["MIRROR_KEEP_LAST", "MIRROR_PIN_SECONDS", "MirrorFollower", "StoreMirror", "cache_dir"]
@@ -162,22 +162,14 @@ class StoreMirror:
                 self._stop.wait(_RETRY_SECONDS)
 
     def _follow(self) -> None:
-        consumer = KafkaConsumer(bootstrap_servers=self._bootstrap, enable_auto_commit=False,
-                                 isolation_level="read_committed", client_id="usl-planner-mirror")
-        try:
-            partition = TopicPartition(self.commits.topic, 0)
-            consumer.assign([partition])
-            consumer.seek_to_beginning(partition)
-            end = consumer.end_offsets([partition])[partition]
-            while not self._stop.is_set():
-                for record in consumer.poll(timeout_ms=200, max_records=1000).get(partition, []):
-                    self._apply(record.key, record.value)
-                if consumer.position(partition) >= end:
-                    complete = self.sync()
-                    if complete and not self._ready.is_set():
-                        self._ready.set()
-        finally:
-            consumer.close()
+        for records, caught_up in follow_topic(self._bootstrap, self.commits.topic, client_id="usl-planner-mirror",
+                                               stopped=self._stop.is_set):
+            for record in records:
+                self._apply(record.key, record.value)
+            if caught_up:
+                complete = self.sync()
+                if complete and not self._ready.is_set():
+                    self._ready.set()
 
     def _apply(self, key: bytes | None, value: bytes | None) -> None:
         if key is None:

@@ -15,10 +15,10 @@ import time
 from typing import Any
 
 import orjson
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import KafkaProducer
 
 from sinks.shards import fold_shards
-from streams.l1 import read_topic_to_end
+from streams.l1 import follow_topic, read_topic_to_end
 from streams.settings import Settings
 from streams.topics import Topics
 
@@ -119,24 +119,12 @@ class WatermarkFollower:
                 time.sleep(1.0)
 
     def _follow(self) -> None:
-        consumer = KafkaConsumer(bootstrap_servers=self._bootstrap, enable_auto_commit=False,
-                                 isolation_level="read_committed", client_id="usl-watermark-follower")
-        try:
-            tp = TopicPartition(self._topic, 0)
-            consumer.assign([tp])
-            consumer.seek_to_beginning(tp)
-            end = consumer.end_offsets([tp])[tp]
-            if end == 0:
+        for records, caught_up in follow_topic(self._bootstrap, self._topic, client_id="usl-watermark-follower",
+                                               stopped=self._stop.is_set):
+            if records:
+                with self._changed:
+                    for record in records:
+                        _apply(self._table, record.key, record.value)
+                    self._changed.notify_all()
+            if caught_up and not self._ready.is_set():
                 self._ready.set()
-            while not self._stop.is_set():
-                batch = consumer.poll(timeout_ms=200, max_records=1000)
-                records = batch.get(tp, [])
-                if records:
-                    with self._changed:
-                        for record in records:
-                            _apply(self._table, record.key, record.value)
-                        self._changed.notify_all()
-                if not self._ready.is_set() and consumer.position(tp) >= end:
-                    self._ready.set()
-        finally:
-            consumer.close()

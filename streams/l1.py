@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -26,9 +26,29 @@ from streams.settings import Settings
 from streams.topics import Topics
 
 __all__ = ["AppendedEvent", "DeadLetters", "L1Producer", "L1Reader", "LogRegistry", "dead_letter_excerpt",
-           "read_topic_to_end"]
+           "follow_topic", "read_topic_to_end"]
 
 _RAW_LIMIT = 4096
+
+
+def follow_topic(bootstrap: str, topic: str, *, client_id: str,
+                 stopped: Callable[[], bool]) -> Iterator[tuple[list[Any], bool]]:
+    """Follow partition 0 of ``topic`` (a one-partition compacted topic) from its beginning
+    until ``stopped()``: yields each poll's records (read_committed), and whether the reader has
+    reached the end the topic had when it started (first yielded before any poll, empty)."""
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                             isolation_level="read_committed", client_id=client_id)
+    try:
+        partition = TopicPartition(topic, 0)
+        consumer.assign([partition])
+        consumer.seek_to_beginning(partition)
+        end = consumer.end_offsets([partition])[partition]
+        yield [], end == 0
+        while not stopped():
+            records = consumer.poll(timeout_ms=200, max_records=1000).get(partition, [])
+            yield records, consumer.position(partition) >= end
+    finally:
+        consumer.close()
 
 
 def read_topic_to_end(bootstrap: str, topic: str, *, partitions: Iterable[int] | None = None,
