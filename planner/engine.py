@@ -298,8 +298,8 @@ class Planner:
                 raise QueryError(f"asOfSeq {as_of} is past the log's committed seq {snapshot.l1_seq}",
                                  hint=f"Use an asOfSeq of at most {snapshot.l1_seq}.")
             acls = snapshot.access_lists(structured)
-            attachment = SqlAttachment(analytics.directory,
-                                       structured.directory if structured else None)
+            attachment = SqlAttachment(analytics.directories,
+                                       structured.directories if structured else None)
             return attachment.query(sql_text, as_of_seq=as_of, principal=principal,
                                     session_acls=acls,
                                     max_result_bytes=self.settings.sql_max_result_bytes)
@@ -776,7 +776,7 @@ class Planner:
         """Scan ``span`` of L1 (at most ``tail_cap`` events), continuing the newest cached
         snapshot of the same scan when there is one."""
         dedup = structured is not None and cut > 0
-        key = (req.log, span.from_seq, str(structured.directory) if dedup and structured else None,
+        key = (req.log, span.from_seq, structured.key if dedup and structured else None,
                req.tool_results)
         scan = self._tail_scan()
         base = self._tails.best(key, span.to_seq) or TailSnapshot.start(span.from_seq)
@@ -875,19 +875,30 @@ class Planner:
         if cut > 0 and allowed is not None:
             reader = self._readers.vector(pin)
             hits = reader.search(query_vector, limit=window + 1, allowed=allowed)
+            # Found by the whole chunk, ranked by its best event (docs/planner.md, "Vectors per
+            # event"); a chunk without span vectors keeps its whole vector's score.
+            best_event = reader.span_scores(query_vector, [hit.chunk_id for hit in hits])
             # An orthogonal or opposite vector is no evidence of relevance at all.
-            scored += [(hit.chunk_id, float(hit.score)) for hit in hits if hit.score > VECTOR_FLOOR]
+            scored += [(hit.chunk_id, score) for hit in hits
+                       if (score := best_event.get(hit.chunk_id, float(hit.score))) > VECTOR_FLOOR]
         chunks = [c for c in provisional if c.kind == "chunk" and c.text]
         if chunks:
             # Trimmed and tail chunks are embedded now, with the model that built the index.
             from sinks.vector import cosine  # faiss loads with the first vector search
+            from sinks.vector.spans import evidence_texts
 
             vectors = self._embed_chunks(embedder, [c.text or "" for c in chunks])
-            for candidate, score in zip(chunks, (cosine(v, query_vector) for v in vectors), strict=True):
+            events = [evidence_texts(c.text or "", c.record.get("evidence") or ()) for c in chunks]
+            flat = [text for texts in events for text in texts]
+            span_rows = iter(self._embed_chunks(embedder, flat) if flat else ())
+            for candidate, vector, texts in zip(chunks, vectors, events, strict=True):
+                spans = [row for row in (next(span_rows) for _ in texts) if np.any(row)]
+                score = max(cosine(row, query_vector) for row in spans) if spans else cosine(vector, query_vector)
                 if score > VECTOR_FLOOR:
                     candidate.scores["vector"] = float(score)
                     scored.append((candidate.id, float(score)))
             note["embeddedNow"] = len(chunks)
+            note["eventsEmbeddedNow"] = len(flat)
         scored.sort(key=lambda item: (-item[1], item[0]))
         # The relevance floor: a weak neighbour adds noise to the fusion, never an answer.
         floor = max(VECTOR_FLOOR, VECTOR_RELATIVE_FLOOR * scored[0][1]) if scored else VECTOR_FLOOR

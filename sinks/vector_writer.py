@@ -28,6 +28,7 @@ import orjson
 from sinks.generations import clone_into, link_or_copy
 from sinks.vector import get_embedder
 from sinks.vector.faiss_index import merge_segments, segment_files, write_segment
+from sinks.vector.spans import span_vectors
 from streams.metrics import usl_embed_seconds, usl_generation_merges_total
 from streams.settings import Settings
 
@@ -67,7 +68,8 @@ class VectorWriter:
         self.background_merges = False
 
     def describe(self) -> dict[str, Any]:
-        return {"schemaVersion": "1", "embedding": dict(self.embedder.identity), "metric": "inner_product"}
+        # 2: segments hold span vectors (sinks.vector.spans); format 1 segments are still read.
+        return {"schemaVersion": "2", "embedding": dict(self.embedder.identity), "metric": "inner_product"}
 
     def write(self, staging: Path, previous: Path | None, records: Sequence[dict[str, Any]]) -> list[str]:
         if previous is not None:
@@ -78,9 +80,11 @@ class VectorWriter:
             texts = [r["text"] for r in records]
             started = time.monotonic()
             vectors = self.embedder.embed(texts)
+            spans = span_vectors(self.embedder, [(r["text"], r.get("evidence") or ()) for r in records],
+                                 int(vectors.shape[1]))
             usl_embed_seconds.observe(time.monotonic() - started)
             name = f"seg-{staging.name.rsplit('-', 1)[-1]}"
-            written += write_segment(staging, name, ids, vectors, exact_max=self.exact_max)
+            written += write_segment(staging, name, ids, vectors, exact_max=self.exact_max, spans=spans)
         generation = staging.name.rsplit('-', 1)[-1]
         round_number = 0
         while group := self._inline_plan(staging):

@@ -5,8 +5,15 @@ A segment ``NAME`` is three files, each written once and never changed:
 - ``NAME.faiss``    the index: exact ``IndexFlatIP`` up to ``exact_max`` vectors, above that an
                     approximate ``IndexHNSWFlat`` (inner product, M=32, efConstruction=80);
 - ``NAME.vec.npy``  the raw float32 vectors, so segments can be merged and scores recomputed
-                    exactly without re-embedding;
-- ``NAME.ids.json`` metadata (format, count, dimension, index kind) and the chunkIds, row by row.
+                    exactly without re-embedding: one row per chunk, then (format 2) the
+                    chunks' *span* vectors, one per event the chunk holds;
+- ``NAME.ids.json`` metadata (format, count, dimension, index kind), the chunkIds row by row
+                    and (format 2) ``spanOffsets``: chunk ``i``'s span rows are
+                    ``count + spanOffsets[i] .. count + spanOffsets[i + 1]``.
+
+The faiss index holds the chunk vectors only: candidates are found by the whole chunk, then
+ranked by the best of their events (:meth:`VectorReader.span_scores`, docs/planner.md). A
+format 1 segment (no spans) is still read; its chunks rank by their whole vector.
 
 Vectors are L2-normalised by the embedder, so inner product is cosine similarity. A generation
 lists its segments; :class:`VectorReader` searches all of them as one index.
@@ -16,7 +23,7 @@ from __future__ import annotations
 
 import io
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,7 +49,8 @@ __all__ = [
     "write_segment",
 ]
 
-SEGMENT_FORMAT = "usl-vector-segment/1"
+SEGMENT_FORMAT = "usl-vector-segment/2"
+_READABLE_FORMATS = ("usl-vector-segment/1", SEGMENT_FORMAT)
 HNSW_M = 32
 HNSW_EF_CONSTRUCTION = 80
 #: efSearch used at query time (raised to k when more than that many neighbours are asked).
@@ -90,11 +98,13 @@ def write_segment(
     vectors: np.ndarray,
     *,
     exact_max: int,
+    spans: Sequence[np.ndarray] | None = None,
 ) -> list[str]:
     """Write segment ``name`` into ``directory`` and return the file names written.
 
-    ``vectors`` is float32 ``(len(chunk_ids), dim)``, rows L2-normalised. A chunkId given
-    twice (a replayed record in one batch) is stored once, from its last row, as an upsert.
+    ``vectors`` is float32 ``(len(chunk_ids), dim)``, rows L2-normalised; ``spans`` (one
+    ``(n_i, dim)`` array per chunk, possibly empty) are the chunks' span vectors. A chunkId
+    given twice (a replayed record in one batch) is stored once, from its last row, as an upsert.
     Segments are immutable: writing over an existing one is refused. Each file is written to
     a temporary name, fsynced and renamed, so a crash leaves no partial segment.
     """
@@ -105,11 +115,17 @@ def write_segment(
     ids = [str(chunk_id) for chunk_id in chunk_ids]
     if matrix.shape[0] != len(ids):
         raise VectorIndexError(f"segment {name}: {len(ids)} chunkIds but {matrix.shape[0]} vectors")
+    span_list = [_as_span_matrix(part, matrix.shape[1], name) for part in spans] if spans is not None \
+        else [np.zeros((0, matrix.shape[1]), dtype=np.float32)] * len(ids)
+    if len(span_list) != len(ids):
+        raise VectorIndexError(f"segment {name}: {len(ids)} chunkIds but span vectors for {len(span_list)}")
     if len(set(ids)) != len(ids):
         last_row = {chunk_id: row for row, chunk_id in enumerate(ids)}
         keep = sorted(last_row.values())
-        ids, matrix = [ids[row] for row in keep], matrix[keep]
-    if not np.isfinite(matrix).all():
+        ids, matrix, span_list = [ids[row] for row in keep], matrix[keep], [span_list[row] for row in keep]
+    offsets = np.concatenate([[0], np.cumsum([len(part) for part in span_list], dtype=np.int64)])
+    span_matrix = np.concatenate(span_list) if span_list else np.zeros((0, matrix.shape[1]), dtype=np.float32)
+    if not np.isfinite(matrix).all() or not np.isfinite(span_matrix).all():
         raise VectorIndexError(f"segment {name}: vectors contain NaN or infinity")
     files = segment_files(name)
     directory.mkdir(parents=True, exist_ok=True)
@@ -128,9 +144,11 @@ def write_segment(
         "index": "hnsw" if approximate else "flat",
         "hnsw": {"M": HNSW_M, "efConstruction": HNSW_EF_CONSTRUCTION} if approximate else None,
         "chunkIds": ids,
+        "spanCount": int(offsets[-1]),
+        "spanOffsets": offsets.tolist(),
     }
     buffer = io.BytesIO()
-    np.save(buffer, matrix, allow_pickle=False)
+    np.save(buffer, np.concatenate([matrix, span_matrix]), allow_pickle=False)
     atomic_write(directory / f"{name}.vec.npy", buffer.getvalue())
     atomic_write(directory / f"{name}.faiss", faiss.serialize_index(index).tobytes())
     # The metadata goes last: a segment whose ids.json exists is complete.
@@ -154,15 +172,17 @@ def merge_segments(directory: Path, names: Sequence[str], new_name: str, exact_m
             owner[chunk_id] = (position, row)
     ids: list[str] = []
     parts: list[np.ndarray] = []
+    spans: list[np.ndarray] = []
     for position, segment in enumerate(segments):
         keep = [row for row, chunk_id in enumerate(segment.chunk_ids) if owner[chunk_id] == (position, row)]
         ids.extend(segment.chunk_ids[row] for row in keep)
         parts.append(np.asarray(segment.vectors[keep], dtype=np.float32))
+        spans.extend(np.asarray(segment.spans_of(row), dtype=np.float32) for row in keep)
     dimension = segments[0].dimension if segments else 0
     if any(segment.dimension != dimension for segment in segments):
         raise VectorIndexError(f"cannot merge segments of different dimensions into {new_name}")
     matrix = np.concatenate(parts) if parts else np.zeros((0, dimension), dtype=np.float32)
-    return write_segment(directory, new_name, ids, matrix, exact_max=exact_max)
+    return write_segment(directory, new_name, ids, matrix, exact_max=exact_max, spans=spans)
 
 
 def vectors_for(directory: Path, names: Sequence[str], chunk_ids: Sequence[str]) -> dict[str, np.ndarray]:
@@ -185,6 +205,14 @@ def _as_matrix(vectors: np.ndarray) -> np.ndarray:
     if matrix.ndim != 2 or matrix.shape[1] < 1:
         raise VectorIndexError(f"vectors must be a 2-d array (n, dimension), got shape {matrix.shape}")
     return np.ascontiguousarray(matrix, dtype=np.float32)
+
+
+def _as_span_matrix(part: np.ndarray, dimension: int, name: str) -> np.ndarray:
+    matrix = np.asarray(part, dtype=np.float32).reshape(-1, dimension) if np.size(part) else \
+        np.zeros((0, dimension), dtype=np.float32)
+    if matrix.shape[1] != dimension:
+        raise VectorIndexError(f"segment {name}: span vectors of dimension {matrix.shape[1]}, chunks {dimension}")
+    return matrix
 
 
 def _build_index(matrix: np.ndarray, approximate: bool) -> Any:
@@ -211,10 +239,16 @@ class _SegmentData:
     meta: dict[str, Any]
     chunk_ids: list[str]
     vectors: np.ndarray
+    spans: np.ndarray
+    span_offsets: np.ndarray
 
     @property
     def dimension(self) -> int:
         return int(self.meta["dimension"])
+
+    def spans_of(self, row: int) -> np.ndarray:
+        """Chunk ``row``'s span vectors (none in a format 1 segment)."""
+        return self.spans[self.span_offsets[row]:self.span_offsets[row + 1]]
 
     @classmethod
     def open(cls, directory: Path, name: str) -> _SegmentData:
@@ -225,16 +259,19 @@ class _SegmentData:
             raise VectorIndexError(f"vector segment {name} not found in {directory}") from None
         except orjson.JSONDecodeError as exc:
             raise VectorIndexError(f"vector segment {name}: unreadable metadata ({exc})") from None
-        if meta.get("format") != SEGMENT_FORMAT:
+        if meta.get("format") not in _READABLE_FORMATS:
             raise VectorIndexError(f"vector segment {name}: unknown format {meta.get('format')!r}")
         try:
             vectors = np.load(directory / f"{name}.vec.npy", mmap_mode="r", allow_pickle=False)
         except (OSError, ValueError) as exc:
             raise VectorIndexError(f"vector segment {name}: cannot read its vectors ({exc})") from None
         ids = meta.pop("chunkIds")
-        if vectors.shape != (meta["count"], meta["dimension"]) or len(ids) != meta["count"]:
+        count, span_count = int(meta["count"]), int(meta.get("spanCount", 0))
+        offsets = np.asarray(meta.pop("spanOffsets", [0] * (count + 1)), dtype=np.int64)
+        if (vectors.shape != (count + span_count, meta["dimension"]) or len(ids) != count
+                or offsets.shape != (count + 1,) or int(offsets[-1]) != span_count):
             raise VectorIndexError(f"vector segment {name}: files disagree on its size")
-        return cls(name, meta, ids, vectors)
+        return cls(name, meta, ids, vectors[:count], vectors[count:], offsets)
 
 
 class _Segment:
@@ -251,6 +288,7 @@ class _Segment:
         self.count = int(self.data.meta["count"])
         self.approximate = self.data.meta["index"] == "hnsw"
         self.ef_search = ef_search
+        self._rows: dict[str, int] | None = None
         self.index: Any = None
         if self.approximate:
             try:
@@ -259,6 +297,14 @@ class _Segment:
                 raise VectorIndexError(f"vector segment {name}: cannot read its faiss index ({exc})") from None
             if self.index.ntotal != self.count or self.index.d != self.data.dimension:
                 raise VectorIndexError(f"vector segment {name}: faiss index disagrees with its metadata")
+
+    @property
+    def rows(self) -> dict[str, int]:
+        """chunkId -> row, built at the first span lookup (a reader that never ranks by
+        spans never pays for it)."""
+        if self._rows is None:
+            self._rows = {chunk_id: row for row, chunk_id in enumerate(self.data.chunk_ids)}
+        return self._rows
 
     def top(self, query: np.ndarray, limit: int, allowed: Callable[[str], bool]) -> list[tuple[float, str]]:
         """Up to ``limit`` best allowed (score, chunkId) of this segment, each scored with
@@ -379,3 +425,20 @@ class VectorReader:
                     best[chunk_id] = score
         ranked = sorted(best.items(), key=lambda item: (-item[1], item[0]))[:limit]
         return [VectorHit(chunk_id, score, rank) for rank, (chunk_id, score) in enumerate(ranked, 1)]
+
+    def span_scores(self, query_vec: np.ndarray, chunk_ids: Collection[str]) -> dict[str, float]:
+        """The best cosine of each chunk's span vectors (its events) for ``query_vec``, each
+        scored with :func:`cosine`; chunks without spans (format 1 segments, a chunk whose
+        events have no word the model knows) are absent. A chunk in several segments counts
+        once, with its best score, as in :meth:`search`."""
+        query = np.asarray(query_vec, dtype=np.float64).reshape(-1)
+        wanted = set(chunk_ids)
+        best: dict[str, float] = {}
+        for segment in self._segments:
+            for chunk_id in wanted & segment.rows.keys():
+                spans = segment.data.spans_of(segment.rows[chunk_id])
+                if len(spans):
+                    score = float(np.max((np.asarray(spans, dtype=np.float64) @ query).astype(np.float32)))
+                    if score > best.get(chunk_id, -np.inf):
+                        best[chunk_id] = score
+        return best

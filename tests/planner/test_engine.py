@@ -602,6 +602,26 @@ def _known_answer_events(log_id: str, phrase: str, tag: str, rng: Any) -> tuple[
     return distractors, target
 
 
+SPAN_TASKS = ("rotate the signing keys of the billing service",
+              "rebuild the search index after the schema change")
+
+
+def _task_and_output(log_id: str, session_id: str, number: int, task: str) -> list[dict[str, Any]]:
+    """One turn, one chunk: the user states ``task``, then a long tool output of other words
+    fills most of the chunk, so the chunk's whole vector is far from the task."""
+    events = _turn(log_id, session_id, number, " ".join(f"row{i} value{i % 7}" for i in range(60)))
+    prompt = {**events[0], "eventId": f"{session_id}-{number}-p", "type": "message", "role": "user",
+              "fields": {"text": task}}
+    return [events[0], prompt, *events[1:]]
+
+
+def _span_distractors(log_id: str, task: str, tag: str) -> list[dict[str, Any]]:
+    """Short chunks holding two of the task's words: nearer the task than the target's whole."""
+    words = [word for word in task.split() if len(word) > 3]
+    return [event for i in range(12)
+            for event in _turn(log_id, f"{tag}-d{i}", 90 + i, f"{words[i % len(words)]} {words[(i + 1) % len(words)]} misc{i}")]
+
+
 @pytest.fixture(scope="module")
 def known(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Planner]:
     import random
@@ -613,9 +633,12 @@ def known(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
     tail_distractors, tail_target = _known_answer_events("known", PHRASES[1], "b", rng)
     builder.append(indexed_distractors + indexed_target + tail_distractors)
     builder.append(_turn("known", "zh-indexed", 70, CJK_TEXTS[0]) + _turn("known", "ja-indexed", 71, CJK_TEXTS[1]))
+    builder.append(_task_and_output("known", "span-indexed", 80, SPAN_TASKS[0])
+                   + _span_distractors("known", SPAN_TASKS[0], "span-i") + _span_distractors("known", SPAN_TASKS[1], "span-t"))
     builder.commit()
     builder.append(tail_target)  # above every watermark: only latest's tail scan holds it
     builder.append(_turn("known", "zh-tail", 72, CJK_TEXTS[2]))
+    builder.append(_task_and_output("known", "span-tail", 81, SPAN_TASKS[1]))
     follower = WatermarkFollower(kafka_bootstrap, settings).start()
     planner = Planner(settings, kafka_bootstrap, follower=follower)
     yield planner
@@ -642,6 +665,19 @@ def test_hybrid_keeps_an_exact_match_that_text_finds(known: Planner, phrase: str
     components = explained["results"][0]["score"]["components"]
     assert {"phrase", "text"} <= set(components) or {"tail", "tailPhrase"} <= set(components)
     assert explained["explain"]["phrase"]["sources"] == ["phrase", "tailPhrase"]
+
+
+@pytest.mark.parametrize(("task", "target", "fresh"), [
+    (SPAN_TASKS[0], "span-indexed", ("indexed", "latest")), (SPAN_TASKS[1], "span-tail", ("latest",)),
+])
+def test_a_chunk_ranks_by_its_best_event_in_vector_mode(known: Planner, task: str, target: str,
+                                                         fresh: tuple[str, ...]) -> None:
+    for freshness in fresh:
+        response = known.search({"query": task, "log": "known", "mode": "vector", "k": 3,
+                                 "freshness": freshness, "explain": True}, ALICE)
+        assert [hit["sessionId"] for hit in response["results"]][:1] == [target], freshness
+        # By its whole vector the target is far behind the short chunks sharing two words.
+        assert response["results"][0]["score"]["components"]["vector"]["score"] > 0.9
 
 
 CJK_TEXTS = ("部署失败：数据库连接超时，请检查网络配置后重试。",

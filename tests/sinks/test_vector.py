@@ -449,3 +449,75 @@ def test_empty_inputs(tmp_path: Path) -> None:
     write_segment(tmp_path, "s", ids, vectors, exact_max=10)
     assert VectorReader(tmp_path, ["s", "empty"]).search(vectors[0], limit=0) == []
     assert len(VectorReader(tmp_path, ["s", "empty"]).search(vectors[0], limit=50)) == 5
+
+
+# --------------------------------------------------------------------------- span vectors
+
+
+def _spans(vectors: np.ndarray, counts: list[int], *, seed: int = 3) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for count in counts:
+        block = rng.normal(size=(count, vectors.shape[1])).astype(np.float32)
+        out.append(block / np.linalg.norm(block, axis=1, keepdims=True) if count else block)
+    return out
+
+
+def test_span_vectors_round_trip_and_merge(tmp_path: Path) -> None:
+    ids, vectors = _corpus(60, 16)
+    counts = [row % 4 for row in range(60)]  # 0..3 events each; 0: ranks by its whole vector
+    spans = _spans(vectors, counts)
+    write_segment(tmp_path, "a", ids[:40], vectors[:40], exact_max=10_000, spans=spans[:40])
+    write_segment(tmp_path, "b", ids[30:], vectors[30:], exact_max=10_000, spans=spans[30:])
+    merge_segments(tmp_path, ["a", "b"], "ab", exact_max=10_000)
+    query = _spans(vectors, [1], seed=11)[0][0]
+    expected = {cid: float(np.max((spans[row].astype(np.float64) @ query).astype(np.float32)))
+                for row, cid in enumerate(ids) if counts[row]}
+    for names in (["a", "b"], ["ab"]):
+        assert VectorReader(tmp_path, names).span_scores(query, ids + ["missing"]) == expected
+    meta = json.loads((tmp_path / "ab.ids.json").read_text())
+    assert meta["format"] == "usl-vector-segment/2" and meta["spanCount"] == sum(counts)
+    # The faiss index and whole-vector search see the chunks only.
+    assert VectorReader(tmp_path, ["ab"]).search(vectors[5], limit=1)[0].chunk_id == ids[5]
+
+
+def test_a_format_1_segment_is_read_and_its_chunks_keep_their_whole_vector(tmp_path: Path) -> None:
+    ids, vectors = _corpus(10, 8)
+    write_segment(tmp_path, "old", ids, vectors, exact_max=10_000)
+    meta = json.loads((tmp_path / "old.ids.json").read_text())
+    for key in ("spanCount", "spanOffsets"):
+        meta.pop(key)
+    (tmp_path / "old.ids.json").write_text(json.dumps({**meta, "format": "usl-vector-segment/1"}))
+    reader = VectorReader(tmp_path, ["old"])
+    assert reader.search(vectors[2], limit=1)[0].chunk_id == ids[2]
+    assert reader.span_scores(vectors[2], ids) == {}
+    write_segment(tmp_path, "new", ids[:2], vectors[:2], exact_max=10_000, spans=_spans(vectors, [2, 0]))
+    merge_segments(tmp_path, ["old", "new"], "both", exact_max=10_000)
+    assert set(VectorReader(tmp_path, ["both"]).span_scores(vectors[0], ids)) == {ids[0]}
+
+
+def test_spans_must_match_the_chunks(tmp_path: Path) -> None:
+    ids, vectors = _corpus(3, 8)
+    with pytest.raises(VectorIndexError, match="span vectors for 2"):
+        write_segment(tmp_path, "s", ids, vectors, exact_max=10, spans=_spans(vectors, [1, 1]))
+    with pytest.raises(VectorIndexError, match="NaN"):
+        write_segment(tmp_path, "t", ids, vectors, exact_max=10,
+                      spans=[np.full((1, 8), np.nan, dtype=np.float32)] * 3)
+
+
+def test_evidence_texts_cut_a_chunk_into_its_events() -> None:
+    from sinks.vector.spans import evidence_texts, span_vectors
+
+    text = "fix the flaky test\n  \nЗапуск: 失败 ok"
+    data = text.encode()
+    first, blank = len(b"fix the flaky test"), len(b"  ")
+    evidence = [{"start": 0, "end": first}, {"start": first + 1, "end": first + 1 + blank},
+                {"start": first + 2 + blank, "end": len(data)}]
+    assert evidence_texts(text, evidence) == ["fix the flaky test", "Запуск: 失败 ok"]
+    assert evidence_texts(text, evidence[:1]) == []  # one event: the chunk's own vector
+    embedder = HashEmbedder(16)
+    got = span_vectors(embedder, [(text, evidence), (text, evidence[:1]), ("?? !!\nxx", [
+        {"start": 0, "end": 5}, {"start": 6, "end": 8}])], 16)
+    np.testing.assert_array_equal(got[0], embedder.embed(["fix the flaky test", "Запуск: 失败 ok"]))
+    assert got[1].shape == (0, 16)
+    assert got[2].shape == (1, 16)  # "?? !!" has no word: left out
