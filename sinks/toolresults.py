@@ -35,15 +35,17 @@ from sinks.generations import clone_into
 from sinks.text.base import (
     ANALYZER,
     MAX_TOKEN_BYTES,
+    QueryClauses,
     check_analyzer,
     cjk_spaced,
     collect_top,
     parse_query,
     write_analyzer_marker,
 )
+from sinks.text.global_bm25 import Shard, field_stats, global_top
 from sinks.writer import record_id
 
-__all__ = ["COPY_NAMES", "SCHEMA_VERSION", "ToolResultsReader", "ToolResultsWriter"]
+__all__ = ["COPY_NAMES", "SCHEMA_VERSION", "ToolResultsReader", "ToolResultsWriter", "search_shards"]
 
 SCHEMA_VERSION = "2"
 """Schema 2: the CJK-aware analyzer and the unindexed ``source`` field (schema 1 had neither)."""
@@ -180,10 +182,30 @@ class ToolResultsReader:
         seq <= max_seq. Each hit: the stored fields plus ``score`` and ``rank`` (1-based).
         An empty query raises ``sinks.exceptions.EmptyQueryError``; nothing else the user types can.
         """
-        clauses = parse_query(query, lambda text: list(self._analyzer.analyze(cjk_spaced(text))))
+        clauses = self._clauses(query)
         if not clauses or limit <= 0 or (session_ids is not None and not session_ids) \
                 or (tool_names is not None and not tool_names):
             return []
+        full_query = self._query(clauses, max_seq, session_ids, tool_names)
+        searcher = self._index.searcher()
+        docs: dict[str, dict[str, Any]] = {}
+
+        def fetch(n: int) -> list[tuple[float, str]]:
+            hits = []
+            for score, address in searcher.search(full_query, limit=n, count=False).hits:
+                doc = _stored(searcher.doc(address))
+                docs[doc["id"]] = doc
+                hits.append((score, doc["id"]))
+            return hits
+
+        return [{**docs[hit.chunk_id], "score": hit.score, "rank": hit.rank}
+                for hit in collect_top(fetch, limit)]
+
+    def _clauses(self, query: str) -> QueryClauses:
+        return parse_query(query, lambda text: list(self._analyzer.analyze(cjk_spaced(text))))
+
+    def _query(self, clauses: QueryClauses, max_seq: int | None, session_ids: Collection[str] | None,
+               tool_names: Collection[str] | None) -> Query:
         schema = self._index.schema
         should = [(Occur.Should, Query.term_query(schema, "text", term)) for term in clauses.terms]
         should += [(Occur.Should, Query.phrase_query(schema, "text", list(p))) for p in clauses.phrases]
@@ -198,20 +220,40 @@ class ToolResultsReader:
         if tool_names is not None:
             tools = Query.term_set_query(schema, "toolName", sorted(set(tool_names)))
             must.append((Occur.Must, Query.const_score_query(tools, 0.0)))
-        full_query = Query.boolean_query(must)
+        return Query.boolean_query(must)
+
+    def _shard(self, clauses: QueryClauses, max_seq: int | None, session_ids: Collection[str] | None,
+               tool_names: Collection[str] | None) -> Shard:
         searcher = self._index.searcher()
-        docs: dict[str, dict[str, Any]] = {}
 
-        def fetch(n: int) -> list[tuple[float, str]]:
-            hits = []
-            for score, address in searcher.search(full_query, limit=n, count=False).hits:
-                doc = _stored(searcher.doc(address))
-                docs[doc["id"]] = doc
-                hits.append((score, doc["id"]))
-            return hits
+        def name(addresses: list[Any]) -> list[tuple[str, Any]]:
+            docs = [_stored(searcher.doc(address)) for address in addresses]
+            return [(str(doc["id"]), doc) for doc in docs]
 
-        return [{**docs[hit.chunk_id], "score": hit.score, "rank": hit.rank}
-                for hit in collect_top(fetch, limit)]
+        return Shard(searcher, self._index.schema, self._query(clauses, max_seq, session_ids, tool_names),
+                     name, field_stats(self.gen_dir, "text"))
+
+
+def search_shards(
+    readers: Sequence[ToolResultsReader],
+    query: str,
+    *,
+    limit: int = 10,
+    max_seq: int | None = None,
+    session_ids: Collection[str] | None = None,
+    tool_names: Collection[str] | None = None,
+) -> list[dict[str, Any]]:
+    """:meth:`ToolResultsReader.search` over the generations of every shard of one index,
+    ranked and scored as one index over all of them (:mod:`sinks.text.global_bm25`)."""
+    if not readers:
+        return []
+    clauses = readers[0]._clauses(query)
+    if not clauses or limit <= 0 or (session_ids is not None and not session_ids) \
+            or (tool_names is not None and not tool_names):
+        return []
+    shards = [reader._shard(clauses, max_seq, session_ids, tool_names) for reader in readers]
+    return [{**hit.payload, "score": hit.score, "rank": rank}
+            for rank, hit in enumerate(global_top(shards, "text", clauses, limit), 1)]
 
 
 def _document(record: dict[str, Any]) -> tantivy.Document:

@@ -26,6 +26,7 @@ from tantivy import FieldType, Occur, Query
 from sinks.exceptions import EngineError
 from sinks.text.base import (
     MAX_TOKEN_BYTES,
+    QueryClauses,
     TextDoc,
     TextHit,
     check_analyzer,
@@ -38,6 +39,7 @@ from sinks.text.base import (
     unique_keys,
     write_analyzer_marker,
 )
+from sinks.text.global_bm25 import Shard, field_stats, global_top
 
 __all__ = ["TantivyEngine"]
 
@@ -188,22 +190,7 @@ class TantivyEngine:
         if not clauses or limit <= 0 or (session_ids is not None and len(session_ids) == 0):
             return []
         index = self._open(Path(directory))
-        schema = index.schema
-        should = [(Occur.Should, Query.term_query(schema, "text", term)) for term in clauses.terms]
-        should += [
-            (Occur.Should, Query.phrase_query(schema, "text", list(phrase))) for phrase in clauses.phrases
-        ]
-        must: list[tuple[Occur, Query]] = [(Occur.Must, Query.boolean_query(should))]
-        # Filters score 0, so a hit's score is its text score whatever the filters are.
-        if max_seq is not None:
-            seq_range = Query.range_query(schema, "maxSeq", FieldType.Integer, upper_bound=int(max_seq))
-            must.append((Occur.Must, Query.const_score_query(seq_range, 0.0)))
-        if session_ids is not None:
-            sessions = Query.term_set_query(schema, "sessionId", sorted(session_ids))
-            must.append((Occur.Must, Query.const_score_query(sessions, 0.0)))
-        if exclude_ids:
-            must.append((Occur.MustNot, Query.term_set_query(schema, "chunkId", sorted(exclude_ids))))
-        full_query = Query.boolean_query(must)
+        full_query = _full_query(index.schema, clauses, max_seq, session_ids, exclude_ids)
         searcher = index.searcher()
 
         digests: dict[str, bytes] = {}
@@ -217,6 +204,38 @@ class TantivyEngine:
             return [(score, chunk_id) for (score, _), (chunk_id, _) in zip(hits, named, strict=True)]
 
         return collect_top(fetch, limit, digests)
+
+    def search_shards(
+        self,
+        directories: Sequence[Path],
+        query: str,
+        *,
+        limit: int,
+        max_seq: int | None = None,
+        session_ids: Collection[str] | None = None,
+        exclude_ids: Collection[str] = (),
+        chunk_ids_by_key: Mapping[int, str] | None = None,
+    ) -> list[TextHit]:
+        """:meth:`search` over the indexes of every shard of one index, ranked and scored as
+        one index over all of them (:mod:`sinks.text.global_bm25`)."""
+        clauses = parse_query(query, self.analyze)
+        if not clauses or limit <= 0 or (session_ids is not None and len(session_ids) == 0):
+            return []
+        by_key = chunk_ids_by_key or {}
+        shards = []
+        for directory in directories:
+            index = self._open(Path(directory))
+            searcher = index.searcher()
+
+            def name(addresses: list[Any], searcher: Any = searcher) -> list[tuple[str, Any]]:
+                return list(_named(searcher, addresses, by_key))
+
+            shards.append(Shard(searcher, index.schema,
+                                _full_query(index.schema, clauses, max_seq, session_ids, exclude_ids),
+                                name, field_stats(Path(directory), "text")))
+        hits = global_top(shards, "text", clauses, limit)
+        return [TextHit(chunk_id=hit.key, score=hit.score, rank=rank, digest=hit.payload)
+                for rank, hit in enumerate(hits, 1)]
 
     def count(self, directory: Path) -> int:
         return int(self._open(Path(directory)).searcher().num_docs)
@@ -268,6 +287,26 @@ class TantivyEngine:
             while len(self._cache) > _CACHE_SIZE:
                 self._cache.popitem(last=False)
         return index
+
+
+def _full_query(schema: tantivy.Schema, clauses: QueryClauses, max_seq: int | None,
+                session_ids: Collection[str] | None, exclude_ids: Collection[str]) -> Query:
+    """The search query: the clauses OR-ed (BM25), and the filters, which score 0."""
+    should = [(Occur.Should, Query.term_query(schema, "text", term)) for term in clauses.terms]
+    should += [
+        (Occur.Should, Query.phrase_query(schema, "text", list(phrase))) for phrase in clauses.phrases
+    ]
+    must: list[tuple[Occur, Query]] = [(Occur.Must, Query.boolean_query(should))]
+    # Filters score 0, so a hit's score is its text score whatever the filters are.
+    if max_seq is not None:
+        seq_range = Query.range_query(schema, "maxSeq", FieldType.Integer, upper_bound=int(max_seq))
+        must.append((Occur.Must, Query.const_score_query(seq_range, 0.0)))
+    if session_ids is not None:
+        sessions = Query.term_set_query(schema, "sessionId", sorted(session_ids))
+        must.append((Occur.Must, Query.const_score_query(sessions, 0.0)))
+    if exclude_ids:
+        must.append((Occur.MustNot, Query.term_set_query(schema, "chunkId", sorted(exclude_ids))))
+    return Query.boolean_query(must)
 
 
 def _stored_text(doc: tantivy.Document) -> str:

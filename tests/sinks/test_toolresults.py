@@ -42,7 +42,7 @@ def batches() -> list[list[dict]]:
 
 def test_public_surface() -> None:
     assert set(sinks.toolresults.__all__) == {"COPY_NAMES", "SCHEMA_VERSION", "ToolResultsReader",
-                                              "ToolResultsWriter"}
+                                              "ToolResultsWriter", "search_shards"}
     writer = ToolResultsWriter()
     assert isinstance(writer, IndexWriter)
     assert (writer.kind, writer.sources) == ("toolresults", ("toolresults",))
