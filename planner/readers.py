@@ -278,12 +278,18 @@ class ReaderCache:
         return self._vector.get(str(index.directory), lambda: VectorReader(index.directory, names))
 
     def search_text(self, index: IndexPin, query: str, *, limit: int, **options: Any) -> list[TextHit]:
-        """The text engine's ``search`` over the generation; over a sharded one, every
-        shard's ``limit`` best merged in the engine's order (score desc, then chunkId).
-        BM25 scores come from each shard's own statistics (docs/architecture.md)."""
+        """The text engine's ``search`` over the generation. Over a sharded one, the engine's
+        ``search_shards`` when it has one (tantivy: ranked and scored as one index over every
+        shard, :mod:`sinks.text.global_bm25`); else (whoosh) every shard's ``limit`` best
+        merged in the engine's order (score desc, then chunkId), BM25 from each shard's own
+        statistics (docs/architecture.md, "Sink shards")."""
         engine = self.text_engine(index)
         if not index.parts:
             return list(engine.search(index.directory, query, limit=limit, **options))
+        search_shards = getattr(engine, "search_shards", None)
+        if callable(search_shards):
+            return list(search_shards([part.directory for part in index.parts], query,
+                                      limit=limit, **options))
         hits = [hit for part in index.parts
                 for hit in engine.search(part.directory, query, limit=limit, **options)]
         hits.sort(key=lambda hit: (-hit.score, hit.chunk_id))
@@ -378,13 +384,13 @@ class _ShardedVectorReader:
 
 
 class _ShardedToolResults:
-    """The tool-results readers of every shard as one: each shard's ``limit`` best rows, merged
-    by score desc then id (BM25 from each shard's statistics, as for text)."""
+    """The tool-results readers of every shard as one: ranked and scored as one index over
+    all of them (:func:`sinks.toolresults.search_shards`)."""
 
     def __init__(self, readers: list[Any]) -> None:
         self._readers = readers
 
     def search(self, query: str, *, limit: int = 10, **options: Any) -> list[dict[str, Any]]:
-        rows = [row for reader in self._readers for row in reader.search(query, limit=limit, **options)]
-        rows.sort(key=lambda row: (-float(row["score"]), str(row["id"])))
-        return [{**row, "rank": rank} for rank, row in enumerate(rows[:limit], 1)]
+        from sinks.toolresults import search_shards
+
+        return search_shards(self._readers, query, limit=limit, **options)
