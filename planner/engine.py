@@ -39,7 +39,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
@@ -557,9 +557,13 @@ class Planner:
 
             allowed = permit
 
+        # In hybrid mode the chunks the text lists found are candidates of the vector list too:
+        # ranked by their best event like the vector index's own (docs/planner.md).
+        found_by_text = [chunk_id for ranked_list in query.lists if ranked_list.source in ("text", "phrase")
+                         for chunk_id in ranked_list.ids]
         ranked, truncated, note = self._vector_list(
             query.embedder, pin, query.req.query, query.window, query.cut, allowed,
-            query.provisional)
+            query.provisional, found_by_text)
         query.notes["vector"] = note
         if ranked is not None:
             query.lists.append(RankedList("vector", [chunk_id for chunk_id, _ in ranked],
@@ -864,6 +868,7 @@ class Planner:
     def _vector_list(
         self, embedder: Any, pin: IndexPin, query: str, window: int, cut: int,
         allowed: Callable[[str], bool] | None, provisional: list[Candidate],
+        found_by_text: Sequence[str] = (),
     ) -> tuple[list[tuple[str, float]] | None, bool, dict[str, Any]]:
         query_vector = np.asarray(embedder.embed([query]), dtype=np.float32)[0]
         note: dict[str, Any] = {"embedding": dict(pin.manifest.embedding or {}),
@@ -875,12 +880,14 @@ class Planner:
         if cut > 0 and allowed is not None:
             reader = self._readers.vector(pin)
             hits = reader.search(query_vector, limit=window + 1, allowed=allowed)
-            # Found by the whole chunk, ranked by its best event (docs/planner.md, "Vectors per
-            # event"); a chunk without span vectors keeps its whole vector's score.
-            best_event = reader.span_scores(query_vector, [hit.chunk_id for hit in hits])
+            # Found by the whole chunk (or by the text lists), ranked by its best event
+            # (docs/planner.md, "Vectors per event").
+            pool = dict.fromkeys([hit.chunk_id for hit in hits] + list(found_by_text))
+            best_event = reader.event_scores(query_vector, pool)
+            if found_by_text:
+                note["candidates"] = {"vectorIndex": len(hits), "fromText": len(pool) - len(hits)}
             # An orthogonal or opposite vector is no evidence of relevance at all.
-            scored += [(hit.chunk_id, score) for hit in hits
-                       if (score := best_event.get(hit.chunk_id, float(hit.score))) > VECTOR_FLOOR]
+            scored += [(chunk_id, score) for chunk_id, score in best_event.items() if score > VECTOR_FLOOR]
         chunks = [c for c in provisional if c.kind == "chunk" and c.text]
         if chunks:
             # Trimmed and tail chunks are embedded now, with the model that built the index.

@@ -377,10 +377,10 @@ class _ShardedVectorReader:
         hits.sort(key=lambda hit: (-hit.score, hit.chunk_id))
         return [replace(hit, rank=rank) for rank, hit in enumerate(hits[:limit], 1)]
 
-    def span_scores(self, query_vec: Any, chunk_ids: Collection[str]) -> dict[str, float]:
+    def event_scores(self, query_vec: Any, chunk_ids: Collection[str]) -> dict[str, float]:
         """Each chunk's best event score, from the shard that holds it."""
         return {chunk_id: score for reader in self._readers
-                for chunk_id, score in reader.span_scores(query_vec, chunk_ids).items()}
+                for chunk_id, score in reader.event_scores(query_vec, chunk_ids).items()}
 
 
 class _ShardedToolResults:

@@ -12,7 +12,7 @@ A segment ``NAME`` is three files, each written once and never changed:
                     ``count + spanOffsets[i] .. count + spanOffsets[i + 1]``.
 
 The faiss index holds the chunk vectors only: candidates are found by the whole chunk, then
-ranked by the best of their events (:meth:`VectorReader.span_scores`, docs/planner.md). A
+ranked by the best of their events (:meth:`VectorReader.event_scores`, docs/planner.md). A
 format 1 segment (no spans) is still read; its chunks rank by their whole vector.
 
 Vectors are L2-normalised by the embedder, so inner product is cosine similarity. A generation
@@ -426,19 +426,20 @@ class VectorReader:
         ranked = sorted(best.items(), key=lambda item: (-item[1], item[0]))[:limit]
         return [VectorHit(chunk_id, score, rank) for rank, (chunk_id, score) in enumerate(ranked, 1)]
 
-    def span_scores(self, query_vec: np.ndarray, chunk_ids: Collection[str]) -> dict[str, float]:
-        """The best cosine of each chunk's span vectors (its events) for ``query_vec``, each
-        scored with :func:`cosine`; chunks without spans (format 1 segments, a chunk whose
-        events have no word the model knows) are absent. A chunk in several segments counts
-        once, with its best score, as in :meth:`search`."""
+    def event_scores(self, query_vec: np.ndarray, chunk_ids: Collection[str]) -> dict[str, float]:
+        """Each chunk's score by its best event: the best cosine of its span vectors, or of its
+        whole vector when it has none (a chunk of one event, a format 1 segment), each scored
+        with :func:`cosine`. Chunks in no segment are absent; a chunk in several segments
+        counts once, with its best score, as in :meth:`search`."""
         query = np.asarray(query_vec, dtype=np.float64).reshape(-1)
         wanted = set(chunk_ids)
         best: dict[str, float] = {}
         for segment in self._segments:
             for chunk_id in wanted & segment.rows.keys():
-                spans = segment.data.spans_of(segment.rows[chunk_id])
-                if len(spans):
-                    score = float(np.max((np.asarray(spans, dtype=np.float64) @ query).astype(np.float32)))
-                    if score > best.get(chunk_id, -np.inf):
-                        best[chunk_id] = score
+                row = segment.rows[chunk_id]
+                spans = segment.data.spans_of(row)
+                score = (float(np.max((np.asarray(spans, dtype=np.float64) @ query).astype(np.float32)))
+                         if len(spans) else cosine(segment.data.vectors[row], query))
+                if score > best.get(chunk_id, -np.inf):
+                    best[chunk_id] = score
         return best

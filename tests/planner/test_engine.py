@@ -680,6 +680,22 @@ def test_a_chunk_ranks_by_its_best_event_in_vector_mode(known: Planner, task: st
         assert response["results"][0]["score"]["components"]["vector"]["score"] > 0.9
 
 
+def test_hybrid_ranks_what_text_found_by_its_best_event_too(known: Planner, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A window of 5: the vector index's own top 5 (by whole chunk) misses the target, whose
+    # tool output dilutes its whole vector; text finds it, and the vector list then ranks it
+    # first by its best event.
+    import planner.engine
+
+    monkeypatch.setattr(planner.engine, "RANK_DEPTH", 5)
+    body = {"query": SPAN_TASKS[0], "log": "known", "k": 5, "freshness": "indexed", "explain": True}
+    only_vector = known.search({**body, "mode": "vector"}, ALICE)
+    assert "span-indexed" not in {hit["sessionId"] for hit in only_vector["results"]}
+    response = known.search(body, ALICE)
+    target = next(hit for hit in response["results"] if hit["sessionId"] == "span-indexed")
+    assert target["score"]["components"]["vector"]["rank"] == 1
+    assert response["explain"]["vector"]["candidates"]["fromText"] >= 1
+
+
 CJK_TEXTS = ("部署失败：数据库连接超时，请检查网络配置后重试。",
              "データベースへの接続がタイムアウトしました。設定を確認してください。",
              "调用foo_bar函数时抛出ValueError，见src/app.py第42行")

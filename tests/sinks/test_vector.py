@@ -23,6 +23,7 @@ from sinks.vector import (
     VectorHit,
     VectorIndexError,
     VectorReader,
+    cosine,
     get_embedder,
     merge_segments,
     segment_files,
@@ -471,10 +472,10 @@ def test_span_vectors_round_trip_and_merge(tmp_path: Path) -> None:
     write_segment(tmp_path, "b", ids[30:], vectors[30:], exact_max=10_000, spans=spans[30:])
     merge_segments(tmp_path, ["a", "b"], "ab", exact_max=10_000)
     query = _spans(vectors, [1], seed=11)[0][0]
-    expected = {cid: float(np.max((spans[row].astype(np.float64) @ query).astype(np.float32)))
-                for row, cid in enumerate(ids) if counts[row]}
+    expected = {cid: float(np.max((spans[row].astype(np.float64) @ query).astype(np.float32))) if counts[row]
+                else cosine(vectors[row], query) for row, cid in enumerate(ids)}
     for names in (["a", "b"], ["ab"]):
-        assert VectorReader(tmp_path, names).span_scores(query, ids + ["missing"]) == expected
+        assert VectorReader(tmp_path, names).event_scores(query, [*ids, "missing"]) == expected
     meta = json.loads((tmp_path / "ab.ids.json").read_text())
     assert meta["format"] == "usl-vector-segment/2" and meta["spanCount"] == sum(counts)
     # The faiss index and whole-vector search see the chunks only.
@@ -490,10 +491,13 @@ def test_a_format_1_segment_is_read_and_its_chunks_keep_their_whole_vector(tmp_p
     (tmp_path / "old.ids.json").write_text(json.dumps({**meta, "format": "usl-vector-segment/1"}))
     reader = VectorReader(tmp_path, ["old"])
     assert reader.search(vectors[2], limit=1)[0].chunk_id == ids[2]
-    assert reader.span_scores(vectors[2], ids) == {}
-    write_segment(tmp_path, "new", ids[:2], vectors[:2], exact_max=10_000, spans=_spans(vectors, [2, 0]))
+    assert reader.event_scores(vectors[2], ids) == {cid: cosine(vectors[row], vectors[2]) for row, cid in enumerate(ids)}
+    spans = _spans(vectors, [2, 0])
+    write_segment(tmp_path, "new", ids[:2], vectors[:2], exact_max=10_000, spans=spans)
     merge_segments(tmp_path, ["old", "new"], "both", exact_max=10_000)
-    assert set(VectorReader(tmp_path, ["both"]).span_scores(vectors[0], ids)) == {ids[0]}
+    scores = VectorReader(tmp_path, ["both"]).event_scores(vectors[0], ids)
+    assert scores[ids[0]] == float(np.max((spans[0].astype(np.float64) @ vectors[0]).astype(np.float32)))
+    assert scores[ids[5]] == cosine(vectors[5], vectors[0])
 
 
 def test_spans_must_match_the_chunks(tmp_path: Path) -> None:
