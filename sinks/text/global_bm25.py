@@ -13,8 +13,8 @@ exact at every depth:
    segments uses; with no deletes pending, what one index over the same live chunks uses.
    ``N`` and the token counts come from the segment files (:func:`field_stats`), ``n`` from
    ``Searcher.doc_freq``.
-2. **Rescoring.** Each candidate's explanation gives, per query clause, its frequency and the
-   decoded field norm ``dl``; :class:`Bm25Model` recomputes the clause scores with the global
+2. **Rescoring.** Each candidate's explanation of each query clause gives the clause's
+   frequency in it and the decoded field norm ``dl``; :class:`Bm25Model` recomputes the clause scores with the global
    numbers in tantivy's ``f32`` arithmetic, operation for operation (``idf`` with the C
    library's ``logf``, as Rust's ``f32::ln`` calls it; the field-norm cache formula), so each
    clause's score is bit for bit one index's; they are summed in query order, as tantivy's
@@ -46,13 +46,13 @@ from typing import Any
 
 import numpy as np
 import orjson
-from tantivy import Occur, Query
+from tantivy import Query
 
 from sinks.exceptions import EngineError
 from sinks.text.base import QueryClauses
 
 __all__ = ["Bm25Model", "FieldStats", "GlobalHit", "Shard", "clause_matches", "field_stats",
-           "global_top"]
+           "freq_and_length", "global_top"]
 
 _F32 = np.float32
 K1 = _F32(1.2)
@@ -236,36 +236,41 @@ class Bm25Model:
         return total
 
 
-def clause_matches(explanation: dict[str, Any]) -> dict[int, tuple[float, float]]:
-    """Clause index → (freq, dl) of one document, from the explanation of the query
-    :func:`_explain_query` builds (clause ``k`` is boosted ``k + 1``, which names it)."""
-    found: dict[int, tuple[float, float]] = {}
-
-    def walk(node: dict[str, Any], clause: int | None) -> None:
-        description = str(node.get("description", ""))
-        if description.startswith("Boost x"):
-            clause = round(float(description[len("Boost x"):].split()[0])) - 1
-        if description.startswith("freq / (freq") and clause is not None:
+def freq_and_length(explanation: dict[str, Any]) -> tuple[float, float]:
+    """(freq, dl) of one clause's match, from its explanation: the term's (or the phrase's)
+    frequency in the document and the decoded field norm."""
+    nodes = [explanation]
+    while nodes:
+        node = nodes.pop()
+        if str(node.get("description", "")).startswith("freq / (freq"):
             values = {str(detail["description"]).split(",")[0]: float(detail["value"])
                       for detail in node.get("details", ())}
-            found[clause] = (values["freq"], values["dl"])
-            return
-        for detail in node.get("details", ()):
-            walk(detail, clause)
+            return values["freq"], values["dl"]
+        nodes.extend(node.get("details", ()))
+    raise EngineError("a BM25 explanation without freq and dl: a tantivy version this code "
+                      "was not written for")
 
-    walk(explanation, None)
+
+def clause_matches(searcher: Any, clause_queries: Sequence[Query], clauses: Sequence[int],
+                   address: Any) -> dict[int, tuple[float, float]]:
+    """Clause index → (freq, dl) of one document, for each of ``clauses`` it matches. One
+    explanation per clause: explaining the clauses' union instead would score the union's
+    whole look-ahead window (4096 documents) for every document."""
+    found: dict[int, tuple[float, float]] = {}
+    for clause in clauses:
+        try:
+            explanation = clause_queries[clause].explain(searcher, address)
+        except ValueError as exc:
+            if "does not match" in str(exc):
+                continue
+            raise
+        found[clause] = freq_and_length(orjson.loads(explanation.to_json()))
     return found
 
 
 def _clause_queries(schema: Any, field_name: str, clauses: Sequence[tuple[str, ...]]) -> list[Query]:
     return [Query.term_query(schema, field_name, terms[0]) if len(terms) == 1
             else Query.phrase_query(schema, field_name, list(terms)) for terms in clauses]
-
-
-def _explain_query(schema: Any, field_name: str, clauses: Sequence[tuple[str, ...]]) -> Query:
-    boosted = [(Occur.Should, Query.boost_query(query, float(k + 1)))
-               for k, query in enumerate(_clause_queries(schema, field_name, clauses))]
-    return Query.boolean_query(boosted)
 
 
 @dataclass
@@ -296,6 +301,8 @@ class _Run:
     shard: Shard
     index: int
     bound: float
+    clauses: list[int]
+    """The clauses with every term in this shard (the others match nothing here)."""
     fetched: int = 0
     exhausted: bool = False
     last_local: float = math.inf
@@ -319,7 +326,8 @@ def global_top(shards: Sequence[Shard], field_name: str, clauses: QueryClauses,
     if total.max_docs == 0:
         return []
     model = Bm25Model(query_clauses, global_freqs, total)
-    runs = [_Run(shard, index, _depth_bound(model, query_clauses, freqs, shard.stats))
+    runs = [_Run(shard, index, _depth_bound(model, query_clauses, freqs, shard.stats),
+                 [k for k, terms in enumerate(query_clauses) if all(freqs[t] > 0 for t in terms)])
             for index, (shard, freqs) in enumerate(zip(shards, local_freqs, strict=True))]
     scored: list[GlobalHit] = []
     pending = [run for run in runs if run.shard.stats.max_docs > 0]
@@ -348,10 +356,10 @@ def _deepen(run: _Run, field_name: str, clauses: list[tuple[str, ...]], model: B
     if not new:
         return []
     run.seen.update((address.segment_ord, address.doc) for address in new)
-    explain = _explain_query(run.shard.schema, field_name, clauses)
+    queries = _clause_queries(run.shard.schema, field_name, clauses)
     out = []
     for address, (key, payload) in zip(new, run.shard.name(new), strict=True):
-        matches = clause_matches(orjson.loads(explain.explain(run.shard.searcher, address).to_json()))
+        matches = clause_matches(run.shard.searcher, queries, run.clauses, address)
         out.append(GlobalHit(float(model.score(matches)), key, payload, run.index, address))
     return out
 
