@@ -10,10 +10,12 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import replace
+from math import log
 from pathlib import Path
 from typing import Any, ClassVar
 
-from whoosh import analysis, fields, index
+from whoosh import analysis, fields, index, scoring
 from whoosh import query as wq
 from whoosh.index import Index
 from whoosh.searching import Searcher
@@ -22,6 +24,7 @@ from sinks.exceptions import EngineError
 from sinks.text.base import (
     MAX_TOKEN_BYTES,
     WORD_PATTERN,
+    QueryClauses,
     TextDoc,
     TextHit,
     check_analyzer,
@@ -128,6 +131,46 @@ class WhooshEngine:
         clauses = parse_query(query, self.analyze)
         if not clauses or limit <= 0 or (session_ids is not None and len(session_ids) == 0):
             return []
+        return self._search(Path(directory), clauses, limit, max_seq, session_ids, exclude_ids, None)
+
+    def search_shards(
+        self,
+        directories: Sequence[Path],
+        query: str,
+        *,
+        limit: int,
+        max_seq: int | None = None,
+        session_ids: Collection[str] | None = None,
+        exclude_ids: Collection[str] = (),
+        chunk_ids_by_key: Mapping[int, str] | None = None,
+    ) -> list[TextHit]:
+        """:meth:`search` over the indexes of every shard of one index, as one index over all
+        of them: BM25F takes its statistics (document count, each term's document frequency,
+        the field's total length) from outside, summed over the shards, so every shard scores
+        its chunks as one index would, and its ``limit`` best hold its part of the top."""
+        clauses = parse_query(query, self.analyze)
+        if not clauses or limit <= 0 or (session_ids is not None and len(session_ids) == 0):
+            return []
+        terms = sorted({*clauses.terms, *(term for phrase in clauses.phrases for term in phrase)})
+        doc_count = field_length = 0
+        doc_freqs = dict.fromkeys(terms, 0)
+        for directory in directories:
+            _ix, searcher, lock = self._open(Path(directory))
+            with lock:
+                doc_count += searcher.doc_count_all()
+                field_length += searcher.field_length("text")
+                for term in terms:
+                    doc_freqs[term] += searcher.doc_frequency("text", term)
+        weighting = _GlobalBM25F(doc_count, field_length, doc_freqs)
+        hits = [hit for directory in directories
+                for hit in self._search(Path(directory), clauses, limit, max_seq, session_ids,
+                                        exclude_ids, weighting)]
+        hits.sort(key=lambda hit: (-hit.score, hit.chunk_id))
+        return [replace(hit, rank=rank) for rank, hit in enumerate(hits[:limit], 1)]
+
+    def _search(self, directory: Path, clauses: QueryClauses, limit: int, max_seq: int | None,
+                session_ids: Collection[str] | None, exclude_ids: Collection[str],
+                weighting: scoring.WeightingModel | None) -> list[TextHit]:
         parts: list[wq.Query] = [wq.Term("text", term) for term in clauses.terms]
         parts += [wq.Phrase("text", list(phrase)) for phrase in clauses.phrases]
         user_query = wq.Or(parts)
@@ -139,8 +182,10 @@ class WhooshEngine:
         # filter/mask restrict the matching docs before the top-n is taken; they do not score.
         allow = wq.And(filters) if filters else None
         mask = wq.Or([wq.Term("chunkId", c) for c in sorted(exclude_ids)]) if exclude_ids else None
-        _ix, searcher, lock = self._open(Path(directory))
+        _ix, cached, lock = self._open(directory)
         with lock:  # a whoosh searcher shares file handles: one query at a time
+            searcher = cached if weighting is None else \
+                Searcher(cached.reader(), weighting=weighting, closereader=False)
             # Evaluate the filters once, not on every widening of the window.
             allow_docs = set(allow.docs(searcher)) if allow is not None else None
             mask_docs = set(mask.docs(searcher)) if mask is not None else None
@@ -213,6 +258,44 @@ class WhooshEngine:
                 _old_ix, old_searcher, _ = self._cache.popitem(last=False)[1]
                 old_searcher.close()
         return entry
+
+
+class _GlobalBM25F(scoring.BM25F):
+    """Whoosh's BM25F with the statistics of several indexes summed: ``idf`` from the summed
+    document frequencies and document count, the average field length from the summed lengths
+    (whoosh's own formulas, so a term scores as in one index over all of them)."""
+
+    def __init__(self, doc_count: int, field_length: int, doc_freqs: Mapping[str, int]) -> None:
+        super().__init__()
+        self.doc_count = doc_count
+        self.average_length = field_length / (doc_count or 1)
+        self.doc_freqs = dict(doc_freqs)
+
+    def idf(self, searcher: Searcher, fieldname: str, text: Any) -> float:
+        word = text.decode("utf-8") if isinstance(text, bytes) else text
+        if fieldname != "text" or word not in self.doc_freqs:
+            return float(super().idf(searcher, fieldname, text))
+        return log(self.doc_count / (self.doc_freqs[word] + 1)) + 1
+
+    def scorer(self, searcher: Searcher, fieldname: str, text: Any, qf: int = 1) -> Any:
+        if fieldname != "text":
+            return super().scorer(searcher, fieldname, text, qf=qf)
+        return _GlobalScorer(searcher, fieldname, text, self.B, self.K1, qf,
+                             idf=self.idf(searcher, fieldname, text), average_length=self.average_length)
+
+
+class _GlobalScorer(scoring.BM25FScorer):  # type: ignore[misc]
+    """BM25FScorer with its idf and average length given (set before ``setup``, which derives
+    the block-quality bound from them)."""
+
+    def __init__(self, searcher: Searcher, fieldname: str, text: Any, B: float, K1: float,
+                 qf: int, *, idf: float, average_length: float) -> None:
+        self.idf = idf
+        self.avgfl = average_length or 1
+        self.B = B
+        self.K1 = K1
+        self.qf = qf
+        self.setup(searcher, fieldname, text)
 
 
 def _fields(doc: TextDoc) -> dict[str, Any]:

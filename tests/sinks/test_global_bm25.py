@@ -1,7 +1,8 @@
-"""BM25 over shards as one index (:mod:`sinks.text.global_bm25`): the text engine's and the
+"""BM25 over shards as one index (:mod:`sinks.text.global_bm25`): the text engines' and the
 tool-results reader's ``search_shards`` over N shard indexes answer exactly what one index over
 the same documents answers: the same ids in the same order with bit-identical scores, at any
-limit, under filters, with any split (an empty shard included)."""
+limit, under filters, with any split (an empty shard included). Whoosh's BM25F takes the
+summed statistics as its weighting; tantivy's hits are rescored (the module docstring)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from sinks.testing import make_toolresult
 from sinks.text.base import parse_query
 from sinks.text.global_bm25 import field_stats
 from sinks.text.tantivy_engine import TantivyEngine
+from sinks.text.whoosh_engine import WhooshEngine
 from sinks.toolresults import ToolResultsReader, ToolResultsWriter, search_shards
 
 WORDS = ("deploy", "refund", "kafka", "broker", "timeout", "retry", "cache", "数", "据")
@@ -34,15 +36,15 @@ def _chunks(texts: Sequence[str]) -> list[dict[str, Any]]:
 
 
 def _text_indexes(root: Path, chunks: list[dict[str, Any]], shard_of: Sequence[int],
-                  shards: int) -> tuple[Path, list[Path]]:
+                  shards: int, engine: Any = ENGINE) -> tuple[Path, list[Path]]:
     one = root / "one"
-    ENGINE.create(one)
-    ENGINE.add(one, chunks)
+    engine.create(one)
+    engine.add(one, chunks)
     parts = []
     for shard in range(shards):
         part = root / f"shard-{shard}"
-        ENGINE.create(part)
-        ENGINE.add(part, [chunk for chunk, owner in zip(chunks, shard_of, strict=True) if owner == shard])
+        engine.create(part)
+        engine.add(part, [chunk for chunk, owner in zip(chunks, shard_of, strict=True) if owner == shard])
         parts.append(part)
     return one, parts
 
@@ -80,6 +82,18 @@ def test_shards_rank_and_score_as_one_index(texts: list[str], data: st.DataObjec
         one, parts = _text_indexes(Path(tmp), _chunks(texts), shard_of, shards)
         expected = _ranked(ENGINE.search(one, query, limit=limit, **options))
         assert _ranked(ENGINE.search_shards(parts, query, limit=limit, **options)) == expected
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(texts=texts, data=st.data(), query=queries, limit=st.integers(1, 40))
+def test_whoosh_shards_rank_and_score_as_one_index(texts: list[str], data: st.DataObject, query: str,
+                                                   limit: int) -> None:
+    whoosh = WhooshEngine()
+    shard_of = data.draw(st.lists(st.integers(0, 1), min_size=len(texts), max_size=len(texts)))
+    with tempfile.TemporaryDirectory() as tmp:
+        one, parts = _text_indexes(Path(tmp), _chunks(texts), shard_of, 2, whoosh)
+        expected = _ranked(whoosh.search(one, query, limit=limit, max_seq=len(texts) - 2))
+        assert _ranked(whoosh.search_shards(parts, query, limit=limit, max_seq=len(texts) - 2)) == expected
 
 
 def test_the_local_merge_differs_and_the_global_one_does_not(tmp_path: Path) -> None:
