@@ -279,10 +279,10 @@ class ReaderCache:
 
     def search_text(self, index: IndexPin, query: str, *, limit: int, **options: Any) -> list[TextHit]:
         """The text engine's ``search`` over the generation. Over a sharded one, the engine's
-        ``search_shards`` when it has one (tantivy: ranked and scored as one index over every
-        shard, :mod:`sinks.text.global_bm25`); else (whoosh) every shard's ``limit`` best
-        merged in the engine's order (score desc, then chunkId), BM25 from each shard's own
-        statistics (docs/architecture.md, "Sink shards")."""
+        ``search_shards``, ranked and scored as one index over every shard (tantivy:
+        :mod:`sinks.text.global_bm25`; whoosh: BM25F with the shards' summed statistics); an
+        engine without it gets every shard's ``limit`` best merged in the engines' order
+        (score desc, then chunkId), BM25 from each shard's own statistics."""
         engine = self.text_engine(index)
         if not index.parts:
             return list(engine.search(index.directory, query, limit=limit, **options))
