@@ -19,6 +19,9 @@ characters, so any substring of an output (a Japanese compiler error, a Chinese 
 differs from the output, the output itself is stored, unindexed, in ``source``, and a hit
 always returns the output unchanged. Every index carries the analyzer marker file; an index
 built before it (schema 1) is refused with the remedy, ``usl rebuild toolresults``.
+
+An index written by sink shards is searched with :func:`search_shards`: ranked and scored as one
+index over every shard (:mod:`sinks.text.global_bm25`).
 """
 
 from __future__ import annotations

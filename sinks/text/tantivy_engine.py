@@ -10,6 +10,9 @@ halves of :func:`sinks.text.base.text_digest` of its text). A search reads a hit
 digest from those columns instead of its stored document, which at a window of a few hundred
 hits was most of a query's cost. An index of schema 2 lacks them and is refused with the remedy
 (``usl rebuild text``).
+
+:meth:`TantivyEngine.search_shards` searches the indexes of several sink shards as one index:
+same hits, same order, same scores (:mod:`sinks.text.global_bm25`).
 """
 
 from __future__ import annotations
