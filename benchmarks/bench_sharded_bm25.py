@@ -84,14 +84,14 @@ def main() -> None:
         return sorted(hits, key=lambda hit: (-hit.score, hit.chunk_id))[:limit]
 
     explained = [0]
-    deepen = global_bm25._deepen
+    rescore = global_bm25._rescore
 
-    def counting_deepen(*arguments: Any, **options: Any) -> list[global_bm25.GlobalHit]:
-        new = deepen(*arguments, **options)
+    def counting_rescore(*arguments: Any, **options: Any) -> list[global_bm25.GlobalHit]:
+        new = rescore(*arguments, **options)
         explained[0] += len(new)
         return new
 
-    global_bm25._deepen = counting_deepen  # type: ignore[assignment]
+    global_bm25._rescore = counting_rescore  # type: ignore[assignment]
     for limit in args.limits:
         timings: dict[str, list[float]] = {"one index": [], "merge by local scores": [],
                                            "global BM25": []}

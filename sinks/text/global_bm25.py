@@ -26,10 +26,13 @@ exact at every depth:
    by at most ``K_local(dl) / K_global(dl)``, which lies between 1 and ``avgdl_global /
    avgdl_local`` for every ``dl``; clauses absent from the shard score nothing there). A shard
    is read deeper (twice as many) until ``c`` times its last local score is below the global
-   score of the ``limit``-th best rescored candidate, or it has no more hits.
+   score of the ``limit``-th best rescored candidate, or it has no more hits. The same
+   argument gives a lower ratio (min of the idf ratios times ``min(1, avgdl ratio)``), so a
+   candidate whose upper bound is below the ``limit``-th largest lower bound is never
+   explained: it cannot rank.
 
-Costs one explanation per candidate (a few tens of microseconds each), and only for sharded
-indexes: an unsharded search never comes here.
+Costs one explanation per explained candidate and clause (about 15 microseconds each), and
+only for sharded indexes: an unsharded search never comes here.
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ from sinks.exceptions import EngineError
 from sinks.text.base import QueryClauses
 
 __all__ = ["Bm25Model", "FieldStats", "GlobalHit", "Shard", "clause_matches", "field_stats",
-           "freq_and_length", "global_top"]
+           "freq_and_length", "global_top", "ratio_bounds"]
 
 _F32 = np.float32
 K1 = _F32(1.2)
@@ -300,7 +303,10 @@ class GlobalHit:
 class _Run:
     shard: Shard
     index: int
-    bound: float
+    low: float
+    """No document of the shard scores less than ``low`` times its local score globally."""
+    high: float
+    """... nor more than ``high`` times (``c`` of the module docstring)."""
     clauses: list[int]
     """The clauses with every term in this shard (the others match nothing here)."""
     fetched: int = 0
@@ -309,10 +315,22 @@ class _Run:
     seen: set[tuple[int, int]] = field(default_factory=set)
 
 
+@dataclass(frozen=True)
+class _Candidate:
+    run: _Run
+    address: Any
+    local: float
+
+
 def global_top(shards: Sequence[Shard], field_name: str, clauses: QueryClauses,
                limit: int) -> list[GlobalHit]:
     """The top ``limit`` hits over ``shards`` as one index over all of them would rank them
-    (score desc, then id asc), each scored with the global statistics (module docstring)."""
+    (score desc, then id asc), each scored with the global statistics (module docstring).
+
+    A candidate is explained only if it may rank: the ``limit``-th largest lower bound of the
+    candidates' global scores (``low`` times the local score, or the exact score once known)
+    is a floor under the global top, and a candidate whose upper bound (``high`` times its
+    local score) is below the floor cannot reach it (the floor only rises as more come)."""
     query_clauses = [(term,) for term in clauses.terms] + [tuple(p) for p in clauses.phrases]
     if limit <= 0 or not query_clauses or not shards:
         return []
@@ -326,55 +344,68 @@ def global_top(shards: Sequence[Shard], field_name: str, clauses: QueryClauses,
     if total.max_docs == 0:
         return []
     model = Bm25Model(query_clauses, global_freqs, total)
-    runs = [_Run(shard, index, _depth_bound(model, query_clauses, freqs, shard.stats),
-                 [k for k, terms in enumerate(query_clauses) if all(freqs[t] > 0 for t in terms)])
+    runs = [_Run(shard, index, *ratio_bounds(model, query_clauses, freqs, shard.stats),
+                 clauses=[k for k, terms in enumerate(query_clauses) if all(freqs[t] > 0 for t in terms)],
+                 exhausted=shard.stats.max_docs == 0)
             for index, (shard, freqs) in enumerate(zip(shards, local_freqs, strict=True))]
+    queries = [_clause_queries(shard.schema, field_name, query_clauses) for shard in shards]
     scored: list[GlobalHit] = []
-    pending = [run for run in runs if run.shard.stats.max_docs > 0]
-    for run in runs:
-        run.exhausted = run.shard.stats.max_docs == 0
+    pending = [run for run in runs if not run.exhausted]
     while pending:
+        waiting = [candidate for run in pending for candidate in _deepen(run, limit)]
+        lows = sorted([candidate.run.low * candidate.local for candidate in waiting]
+                      + [hit.score for hit in scored], reverse=True)
+        floor = lows[limit - 1] if len(lows) >= limit else -math.inf
         for run in pending:
-            scored += _deepen(run, field_name, query_clauses, model, limit)
+            mine = [c for c in waiting if c.run is run and run.high * c.local >= floor]
+            scored += _rescore(run, queries[run.index], model, mine)
         scored.sort(key=lambda hit: (-hit.score, hit.key))
         threshold = scored[limit - 1].score if len(scored) >= limit else -math.inf
         pending = [run for run in runs
-                   if not run.exhausted and run.bound * run.last_local >= threshold]
+                   if not run.exhausted and run.high * run.last_local >= threshold]
     return scored[:limit]
 
 
-def _deepen(run: _Run, field_name: str, clauses: list[tuple[str, ...]], model: Bm25Model,
-            limit: int) -> list[GlobalHit]:
-    """Read the shard twice as deep as before (``limit`` at first) and rescore what is new."""
+def _deepen(run: _Run, limit: int) -> list[_Candidate]:
+    """Read the shard twice as deep as before (``limit`` at first): the hits not seen yet."""
     wanted = max(limit, run.fetched * 2)
     hits = run.shard.searcher.search(run.shard.query, limit=wanted, count=False).hits
     run.fetched = wanted
     run.exhausted = len(hits) < wanted
     run.last_local = float(hits[-1][0]) if hits else 0.0
-    new = [address for _, address in hits
+    new = [_Candidate(run, address, float(score)) for score, address in hits
            if (address.segment_ord, address.doc) not in run.seen]
-    if not new:
+    run.seen.update((candidate.address.segment_ord, candidate.address.doc) for candidate in new)
+    return new
+
+
+def _rescore(run: _Run, queries: list[Query], model: Bm25Model,
+             candidates: list[_Candidate]) -> list[GlobalHit]:
+    """The candidates named and scored with the global statistics."""
+    if not candidates:
         return []
-    run.seen.update((address.segment_ord, address.doc) for address in new)
-    queries = _clause_queries(run.shard.schema, field_name, clauses)
+    addresses = [candidate.address for candidate in candidates]
     out = []
-    for address, (key, payload) in zip(new, run.shard.name(new), strict=True):
+    for address, (key, payload) in zip(addresses, run.shard.name(addresses), strict=True):
         matches = clause_matches(run.shard.searcher, queries, run.clauses, address)
         out.append(GlobalHit(float(model.score(matches)), key, payload, run.index, address))
     return out
 
 
-def _depth_bound(model: Bm25Model, clauses: list[tuple[str, ...]], local_freqs: dict[str, int],
-                 stats: FieldStats) -> float:
-    """``c`` of the module docstring for one shard: no document of it scores more than ``c``
-    times its local score under the global statistics."""
+def ratio_bounds(model: Bm25Model, clauses: Sequence[tuple[str, ...]], local_freqs: dict[str, int],
+                 stats: FieldStats) -> tuple[float, float]:
+    """(low, high): every document of a shard with these statistics scores, under ``model``'s
+    global statistics, between ``low`` and ``high`` times its local score. Per clause the
+    weight scales by global idf / local idf and the length factor ``tf / (tf + K(dl))`` by a
+    value between 1 and global avgdl / local avgdl (module docstring); a sum of clause scores
+    keeps the extreme ratios of its terms. A little slack covers the f32 rounding."""
     if stats.max_docs == 0:
-        return 0.0
+        return 0.0, 0.0
     local = Bm25Model(clauses, local_freqs, stats)
     ratios = [float(model.idfs[k]) / float(local.idfs[k])
               for k in range(len(clauses)) if local.present[k]]
-    if not ratios:
-        return 0.0
-    lengths = max(1.0, float(model.average_length) / float(local.average_length)) \
-        if float(local.average_length) > 0 else 1.0
-    return max(ratios) * lengths * (1.0 + _BOUND_SLACK)
+    if not ratios or float(local.average_length) <= 0:
+        return 0.0, 0.0  # nothing of the query in this shard: it matches nothing
+    lengths = float(model.average_length) / float(local.average_length)
+    return (min(ratios) * min(1.0, lengths) * (1.0 - _BOUND_SLACK),
+            max(ratios) * max(1.0, lengths) * (1.0 + _BOUND_SLACK))

@@ -119,10 +119,10 @@ def test_the_local_merge_differs_and_the_global_one_does_not(tmp_path: Path) -> 
 
 @settings(max_examples=40, deadline=None)
 @given(texts=texts, data=st.data(), query=queries)
-def test_no_chunk_scores_more_than_the_bound_times_its_local_score(
+def test_global_scores_lie_within_the_bounds_times_the_local_ones(
         texts: list[str], data: st.DataObject, query: str) -> None:
-    """The depth bound is sound: every matching chunk of a shard scores at most ``c`` times its
-    local score under the global statistics."""
+    """The depth and explanation bounds are sound: every matching chunk of a shard scores,
+    under the global statistics, between ``low`` and ``high`` times its local score."""
     shard_of = data.draw(st.lists(st.integers(0, 1), min_size=len(texts), max_size=len(texts)))
     with tempfile.TemporaryDirectory() as tmp:
         one, parts = _text_indexes(Path(tmp), _chunks(texts), shard_of, 2)
@@ -136,9 +136,9 @@ def test_no_chunk_scores_more_than_the_bound_times_its_local_score(
         model = global_bm25.Bm25Model(query_clauses, {t: sum(f[t] for f in local_freqs) for t in terms},
                                       total)
         for part, part_stats, freqs in zip(parts, stats, local_freqs, strict=True):
-            bound = global_bm25._depth_bound(model, query_clauses, freqs, part_stats)
+            low, high = global_bm25.ratio_bounds(model, query_clauses, freqs, part_stats)
             for hit in ENGINE.search(part, query, limit=len(texts)):
-                assert global_scores[hit.chunk_id] <= bound * hit.score
+                assert low * hit.score <= global_scores[hit.chunk_id] <= high * hit.score
 
 
 def _doc_freq(directory: Path, term: str) -> int:
