@@ -1,14 +1,14 @@
 """What exact global BM25 over sink shards costs a text query (:mod:`sinks.text.global_bm25`).
 
 A synthetic corpus (a Zipf vocabulary of 5 000 words, chunks of 30 to 300 words, 50 sessions)
-is indexed once as one tantivy index and once as two shards (sessions split by parity, as sink
-shards split partitions), in batches of 2 000 (several segments). Each query runs on one index,
+is indexed once as one tantivy index and once as ``--shards`` shards (sessions split by their
+number modulo the shards, as sink shards split partitions), in batches of 2 000 (several segments). Each query runs on one index,
 on the shards merged by their own scores (the merge before global statistics) and on the
 shards through ``TantivyEngine.search_shards``; the minimum of three warm runs counts. Also
 printed: how many lists equal one index's (ids and scores) and how many candidates were
 explained.
 
-    .venv/bin/python -m benchmarks.bench_sharded_bm25 --chunks 20000
+    .venv/bin/python -m benchmarks.bench_sharded_bm25 --chunks 20000 --shards 2
 
 No broker needed.
 """
@@ -66,18 +66,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--chunks", type=int, default=20000)
     parser.add_argument("--limits", type=int, nargs="+", default=[10, 201])
+    parser.add_argument("--shards", type=int, default=2)
     args = parser.parse_args()
     engine = TantivyEngine(heap_bytes=200_000_000)
     chunks = corpus(args.chunks, seed=5)
     root = Path(tempfile.mkdtemp(prefix="bench-sharded-bm25-"))
-    one, parts = root / "one", [root / "shard-0", root / "shard-1"]
+    one, parts = root / "one", [root / f"shard-{shard}" for shard in range(args.shards)]
     for directory in (one, *parts):
         engine.create(directory)
     for start in range(0, len(chunks), 2000):
         batch = chunks[start:start + 2000]
         engine.add(one, batch)
         for shard, directory in enumerate(parts):
-            engine.add(directory, [chunk for chunk in batch if int(chunk["sessionId"][1:]) % 2 == shard])
+            engine.add(directory, [chunk for chunk in batch if int(chunk["sessionId"][1:]) % args.shards == shard])
 
     def local_merge(query: str, limit: int) -> list[TextHit]:
         hits = [hit for part in parts for hit in engine.search(part, query, limit=limit)]
@@ -107,7 +108,7 @@ def main() -> None:
             counts.append(explained[0])
             want = engine.search(one, query, limit=limit)
             equal += [(h.chunk_id, h.score) for h in got] == [(h.chunk_id, h.score) for h in want]
-        print(f"{args.chunks} chunks, 2 shards, limit {limit}: {equal}/{len(counts)} lists equal one "
+        print(f"{args.chunks} chunks, {args.shards} shards, limit {limit}: {equal}/{len(counts)} lists equal one "
               f"index's; candidates explained per query: median {statistics.median(counts):.0f}, "
               f"max {max(counts)}")
         for name, seconds in timings.items():
