@@ -18,13 +18,21 @@ seeded random points:
 ``foreign-tenant``  abuse: another tenant's takeover, injection and eventId reuse, and an
                     ``acl``-less heartbeat, against a private session (:mod:`reliability.abuse`)
 ``far-future-time`` abuse: an open turn dated 2099 in a log whose time is 2026
+``kill-shard``      SIGKILL of one sink shard process (the shardable kinds and shards take turns)
 ``store-unavailable`` the object store (S3Proxy) stopped for a while, then started again
 ``partial-upload``  SIGKILL of a sink between a publish's upload and its commit record
 ==================  ==========================================================================
 
-The last two are not in the default set (``--faults store-unavailable,partial-upload``): a run
-that selects one starts its own S3Proxy and every sink publishes to it; after each round the
-suite checks that every kind's live published generation equals its local current one
+Every kind is in the default set. The last three are faults of the scaled-out index tier and
+run on a second stack of their own, started once the first is stopped (:func:`phases`): its own
+broker and S3Proxy, the shardable kinds as two shard processes each (what ``usl up`` runs with
+``USL_SINK_SHARDS=2``, :func:`deploy.stack.sink_children`) beside one sink of the other kinds,
+every sink publishing to the store. The first stack keeps the embedded layout (one local sink
+process per kind; ``--object-store`` makes it publish too), so the other faults test what they
+always did. On the scaled-out stack every kind is read as the union of its shards (each record
+exactly once across them), the watermark a kind shows readers (the minimum over its shards) must
+never go down, every shard generation an answer read must verify, and after each round every
+kind's (every shard's) live published generation must equal its local current one
 (:mod:`reliability.objectstore`).
 
 After each fault the suite waits until every index catches up with L1, pauses the ingest and
@@ -40,9 +48,14 @@ from __future__ import annotations
 from reliability.suite import (
     DEFAULT_FAULT_KINDS,
     FAULT_KINDS,
+    LOCAL_FAULT_KINDS,
     OBJECT_STORE_FAULT_KINDS,
+    SCALED_OUT_FAULT_KINDS,
+    SHARD_FAULT_KINDS,
     SuiteResult,
+    phases,
     run_suite,
 )
 
-__all__ = ["DEFAULT_FAULT_KINDS", "FAULT_KINDS", "OBJECT_STORE_FAULT_KINDS", "SuiteResult", "run_suite"]
+__all__ = ["DEFAULT_FAULT_KINDS", "FAULT_KINDS", "LOCAL_FAULT_KINDS", "OBJECT_STORE_FAULT_KINDS",
+           "SCALED_OUT_FAULT_KINDS", "SHARD_FAULT_KINDS", "SuiteResult", "phases", "run_suite"]

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from reliability.report import render
-from reliability.suite import DEFAULT_FAULT_KINDS, FAULT_KINDS, OBJECT_STORE_FAULT_KINDS, run_suite
+from reliability.suite import DEFAULT_FAULT_KINDS, FAULT_KINDS, SCALED_OUT_FAULT_KINDS, run_suite
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,11 +20,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1, help="seed of every random choice (default 1)")
     parser.add_argument("--kills", type=int, default=3, help="SIGKILLs per kill round (default 3)")
     parser.add_argument("--faults", default=",".join(DEFAULT_FAULT_KINDS),
-                        help=f"comma-separated fault kinds (default: {','.join(DEFAULT_FAULT_KINDS)}; "
-                             f"also {','.join(OBJECT_STORE_FAULT_KINDS)}, which publish to an S3Proxy the "
-                             f"suite starts)")
+                        help=f"comma-separated fault kinds (default: all, {','.join(DEFAULT_FAULT_KINDS)}; "
+                             f"{','.join(SCALED_OUT_FAULT_KINDS)} run on a second stack with two sink shards "
+                             f"per shardable kind publishing to an S3Proxy the suite starts)")
     parser.add_argument("--object-store", action="store_true",
-                        help="every sink publishes to the suite's own S3Proxy, also without an object-store fault")
+                        help="the other faults' sinks publish to the suite's own S3Proxy too")
     parser.add_argument("--out", type=Path, default=None, help="write the report here (e.g. RELIABILITY.md)")
     parser.add_argument("--home", type=Path, default=None, help="state directory (default: a new temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the state directory (logs, indexes)")

@@ -22,6 +22,7 @@ from kafka import KafkaConsumer, TopicPartition
 
 from sinks.exceptions import GenerationError
 from sinks.generations import FileDigests, GenerationStore
+from sinks.shards import fold_shards
 from streams.l1 import L1Producer, L1Reader
 from streams.settings import Settings
 from streams.testing import interleave, session_events
@@ -224,39 +225,56 @@ class Querier(threading.Thread):
         for kind, info in generations.items():
             line, generation_id = str(info.get("line") or "live"), int(info["generationId"])
             record.generations[kind] = (line, generation_id)
-            store = GenerationStore(self.index_root, "default", kind, line)
-            try:
-                current = store.current_id()
-            except (GenerationError, OSError):
-                current = None
-            if current is not None and generation_id > current:
-                record.problems.append(f"{kind} generation {generation_id} was served before it "
-                                       f"was committed (CURRENT is {current})")
+            shards = info.get("shards")
+            if isinstance(shards, dict) and shards:  # a sharded kind: every shard's generation
+                for shard, part in sorted(shards.items()):
+                    self._check_generation(record, kind, str(part.get("line") or "live"),
+                                           int(part["generationId"]), shard=str(shard))
+            else:
+                self._check_generation(record, kind, line, generation_id)
+
+    def _check_generation(self, record: QueryRecord, kind: str, line: str, generation_id: int, *,
+                          shard: str | None = None) -> None:
+        """The generation an answer read was committed and (if still on disk) verifies."""
+        store = GenerationStore(self.index_root, "default", kind, line, shard=shard)
+        label = kind if shard is None else f"{kind} {shard}"
+        try:
+            current = store.current_id()
+        except (GenerationError, OSError):
+            current = None
+        if current is not None and generation_id > current:
+            record.problems.append(f"{label} generation {generation_id} was served before it "
+                                   f"was committed (CURRENT is {current})")
+        with self._lock:
+            damaged_since = self.corrupted_at.get((kind, line, generation_id))
+        if damaged_since is not None and record.started > damaged_since + 0.5:
+            record.problems.append(f"{label} generation {generation_id} was served after a "
+                                   f"file of it was damaged")
+            return
+        try:
+            store.verify(store.load(generation_id), digests=self._digests)
+        except GenerationError as exc:
+            # A generation collected since the answer is gone, not bad; one that is still
+            # there and fails was half-written or damaged when the planner read it --
+            # unless the suite damaged it after the query started.
             with self._lock:
-                damaged_since = self.corrupted_at.get((kind, line, generation_id))
-            if damaged_since is not None and record.started > damaged_since + 0.5:
-                record.problems.append(f"{kind} generation {generation_id} was served after a "
-                                       f"file of it was damaged")
-                continue
-            try:
-                store.verify(store.load(generation_id), digests=self._digests)
-            except GenerationError as exc:
-                # A generation collected since the answer is gone, not bad; one that is still
-                # there and fails was half-written or damaged when the planner read it --
-                # unless the suite damaged it after the query started.
-                with self._lock:
-                    damaged_later = any(t >= record.started - 0.5 for (k, _l, _g), t
-                                        in self.corrupted_at.items() if k == kind)
-                if store.generation_dir(generation_id).exists() and not damaged_later:
-                    record.problems.append(f"{kind} generation {generation_id} fails "
-                                           f"verification: {exc}")
-            except OSError:
-                pass
+                damaged_later = any(t >= record.started - 0.5 for (k, _l, _g), t
+                                    in self.corrupted_at.items() if k == kind)
+            if store.generation_dir(generation_id).exists() and not damaged_later:
+                record.problems.append(f"{label} generation {generation_id} fails "
+                                       f"verification: {exc}")
+        except OSError:
+            pass
 
 
 class WatermarkWatch(threading.Thread):
     """Follows the watermark topic from its beginning; records every regression per line
-    and keeps the newest watermark per index kind of the ``default`` log."""
+    and keeps the newest watermark per index kind of the ``default`` log.
+
+    Sink shards publish one record each (``LOG/KIND/shard-I-of-N``); ``latest`` holds what
+    readers see, the records folded per kind (:func:`sinks.shards.fold_shards`: builtThroughSeq
+    the minimum over a complete shard set). Besides each shard's own line, that folded minimum
+    of a sharded kind must never go down either."""
 
     def __init__(self, settings: Settings) -> None:
         super().__init__(daemon=True, name="watermarks")
@@ -265,6 +283,8 @@ class WatermarkWatch(threading.Thread):
         self.regressions: list[str] = []
         self.records = 0
         self._last: dict[tuple[str, str], tuple[int, int]] = {}
+        self._raw: dict[tuple[str, str], dict[str, Any]] = {}  # (log, KIND[/shard]) → newest record
+        self._folded_through: dict[str, int] = {}  # sharded kind → its folded builtThroughSeq
         self._halt = threading.Event()
         self._changed = threading.Condition()
 
@@ -305,8 +325,21 @@ class WatermarkWatch(threading.Thread):
         with self._changed:
             self.records += 1
             if log_id == "default":
-                self.latest[kind] = watermark
+                self._raw[(log_id, kind)] = watermark
+                self.latest = {folded_kind: record for (_log, folded_kind), record
+                               in fold_shards(self._raw).items()}
+                self._check_folded(kind.partition("/")[0])
             self._changed.notify_all()
+
+    def _check_folded(self, kind: str) -> None:
+        record = self.latest.get(kind)
+        if record is None or not record.get("shards"):
+            return
+        through = int(record["builtThroughSeq"])
+        before = self._folded_through.get(kind)
+        if before is not None and through < before:
+            self.regressions.append(f"default/{kind} (minimum over its shards): builtThroughSeq {before} -> {through}")
+        self._folded_through[kind] = through  # one drop is counted once
 
     def wait_for(self, seq: int, kinds: tuple[str, ...], timeout: float) -> bool:
         """True once every kind's newest watermark is built through ``seq``."""

@@ -4,7 +4,9 @@ judges that say whether it does.
 With publishing on (``USL_OBJECT_STORE`` set for every sink, S3Proxy started by the suite), a
 survived round leaves, for every index kind, the live generation on the commit topic equal to
 the sink's local current generation: the same line, generation id and ``builtThroughSeq``, and
-the same files (path, SHA-256, size), every blob of which downloads whole. A publish a kill cut
+the same files (path, SHA-256, size), every blob of which downloads whole; a kind written by
+sink shards, for each shard (its commit key ``LOG/KIND/shard-I-of-N`` against that shard's
+local current generation). A publish a kill cut
 short (objects uploaded, no commit record) must never be live: its remote manifest is named by
 no commit record, then or later. The judges are plain functions over what was read, so a test
 drives them directly (``tests/reliability/test_store_judges.py``).
@@ -15,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import tempfile
 import time
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -104,9 +106,11 @@ def commit_history(settings: Settings) -> list[dict[str, Any]]:
 
 
 def published_problems(settings: Settings, root: Path, store: ObjectStore, kinds: Iterable[str],
-                       log_id: str = "default") -> list[str]:
-    """One look: for every kind, the live published generation against the local current one,
-    each of its blobs downloaded and checked against its SHA-256."""
+                       log_id: str = "default", *,
+                       shards: Mapping[str, Sequence[str]] | None = None) -> list[str]:
+    """One look: for every kind (every shard of a kind ``shards`` names: kind → its shard
+    names), the live published generation against the local current one, each of its blobs
+    downloaded and checked against its SHA-256."""
     commits = CommitLog(settings.bootstrap_servers or "", settings)
     try:
         live = commits.live()
@@ -114,29 +118,33 @@ def published_problems(settings: Settings, root: Path, store: ObjectStore, kinds
         commits.close()
     problems: list[str] = []
     for kind in kinds:
-        local_store = GenerationStore(root, log_id, kind)
-        try:
-            local = local_store.current()
-            files = local_files(local_store.generation_dir(local.generation_id)) if local is not None else {}
-        except (GenerationError, OSError) as exc:
-            problems.append(f"{kind}: local current generation unreadable: {exc}")
-            continue
-        record = live.get(commit_key(log_id, kind, DEFAULT_SHARD))
-        remote = None
-        if record is not None:
+        for shard in (shards or {}).get(kind) or (None,):
+            label = kind if shard is None else f"{kind}/{shard}"
+            local_store = GenerationStore(root, log_id, kind, shard=shard)
             try:
-                remote = store.load(str(record["manifestKey"]))
-                with tempfile.TemporaryDirectory(prefix="usl-faults-fetch-") as target:
-                    store.download(remote, Path(target))
-            except ObjectStoreError as exc:
-                problems.append(f"{kind}: live generation {record.get('generationId')} does not download whole: {exc}")
+                local = local_store.current()
+                files = local_files(local_store.generation_dir(local.generation_id)) if local is not None else {}
+            except (GenerationError, OSError) as exc:
+                problems.append(f"{label}: local current generation unreadable: {exc}")
                 continue
-        problems += compare_published(kind, local, files, record, remote)
+            record = live.get(commit_key(log_id, kind, shard or DEFAULT_SHARD))
+            remote = None
+            if record is not None:
+                try:
+                    remote = store.load(str(record["manifestKey"]))
+                    with tempfile.TemporaryDirectory(prefix="usl-faults-fetch-") as target:
+                        store.download(remote, Path(target))
+                except ObjectStoreError as exc:
+                    problems.append(f"{label}: live generation {record.get('generationId')} does not download "
+                                    f"whole: {exc}")
+                    continue
+            problems += compare_published(label, local, files, record, remote)
     return problems
 
 
 def wait_published(settings: Settings, root: Path, store: ObjectStore, kinds: Iterable[str],
-                   timeout: float) -> tuple[float | None, list[str]]:
+                   timeout: float, *, shards: Mapping[str, Sequence[str]] | None = None,
+                   ) -> tuple[float | None, list[str]]:
     """Until every kind's live published generation equals its local current one: (seconds it
     took, []), or (None, the last problems) after ``timeout`` seconds. A publisher that failed
     backs off up to 30 s between attempts, so give it more than that."""
@@ -145,7 +153,7 @@ def wait_published(settings: Settings, root: Path, store: ObjectStore, kinds: It
     problems: list[str] = ["not checked"]
     while time.monotonic() - started < timeout:
         try:
-            problems = published_problems(settings, root, store, kinds)
+            problems = published_problems(settings, root, store, kinds, shards=shards)
         except ObjectStoreError as exc:
             problems = [f"object store: {exc}"]
         if not problems:

@@ -48,6 +48,12 @@ EXERCISES = {
     "far-future-time": "abuse: a session whose open turn is dated 2099 while the log's time is "
                        "2026: every index still reaches the log head, the turn is cut and indexed, "
                        "and `/v1/status` no longer names it in `heldBy`.",
+    "kill-shard": "SIGKILL of one sink shard process (`usl sink --kind ... --shard I/2`; the shardable "
+                  "kinds and the shards take turns) at random points of the ingest, start-up "
+                  "included: the supervisor restarts it and it resumes from its shards' manifests "
+                  "while the other shard goes on; each kind holds every record exactly once across "
+                  "its shards, the minimum over the shards that readers see never goes down, and "
+                  "every shard generation an answer read verifies.",
     "store-unavailable": "the object store (the suite's S3Proxy) stopped for seconds under the "
                          "steady ingest, then started again on the same address: the sinks keep "
                          "committing locally and the indexes keep up with L1 meanwhile, each failed "
@@ -77,6 +83,24 @@ def _seconds(values: list[float]) -> str:
     return f"{statistics.median(values):.1f} / {max(values):.1f}"
 
 
+def _phase_lines(result: SuiteResult) -> list[str]:
+    """One line per stack of a run with more than one (or with sink shards): its layout and its faults."""
+    stacks = result.meta.get("phases") or []
+    if len(stacks) < 2 and not any(phase.get("sink_shards", 1) > 1 for phase in stacks):
+        return []
+    lines = ["", "Each stack of the run was started with its own broker, after the previous one was stopped:"
+             if len(stacks) > 1 else "The run's stack:"]
+    for phase in stacks:
+        layout = ("one `usl sink --kind K` per index kind" if phase.get("sink_shards", 1) == 1 else
+                  f"{phase['sink_shards']} sink shard processes of the shardable kinds beside one sink of "
+                  f"the others, as `usl up` runs them with `USL_SINK_SHARDS={phase['sink_shards']}`")
+        store = ", publishing to the suite's own S3Proxy" if phase.get("object_store") else ""
+        took = f", {phase['seconds'] / 60:.1f} min" if phase.get("seconds") else ""
+        lines.append(f"- {phase['name']}: {layout}{store}{took}: "
+                     + ", ".join(f"`{kind}`" for kind in phase.get("faults") or ()))
+    return lines
+
+
 def render(result: SuiteResult, command: str) -> str:
     totals = result.totals()
     final = result.final
@@ -88,6 +112,7 @@ def render(result: SuiteResult, command: str) -> str:
         "index kind and `usl serve`, all under the `usl up` supervisor, with a steady ingest of",
         "generated sessions and a querier searching throughout. What happens on each fault and what",
         "an operator sees: [docs/operations.md](docs/operations.md#fault-suite).",
+        *_phase_lines(result),
         "",
         f"- Command: `{command}`",
         f"- Machine: {machine()}",
@@ -146,9 +171,15 @@ def render(result: SuiteResult, command: str) -> str:
     if result.meta.get("object_store"):
         lines.append(
             "- **object store** (every sink publishes to the suite's own S3Proxy): every index "
-            "kind's live generation on the commit topic is the sink's local current one (line, "
-            "generation id, builtThroughSeq, every file's path, SHA-256 and size), each blob "
-            "downloads whole, and no publish a kill cut short is ever named by a commit record.")
+            "kind's (every shard's) live generation on the commit topic is the sink's local current "
+            "one (line, generation id, builtThroughSeq, every file's path, SHA-256 and size), each "
+            "blob downloads whole, and no publish a kill cut short is ever named by a commit record.")
+    if any(phase.get("sink_shards", 1) > 1 for phase in result.meta.get("phases") or ()):
+        lines.append(
+            "- **sink shards**: a sharded kind is checked as the union of its shards' current "
+            "generations (a record two shards hold is a duplicate), the watermark readers see (the "
+            "minimum over the shards) never goes down besides each shard's own, and every shard "
+            "generation an answer read verifies.")
     lines += [
         "",
         "## What each fault exercises",

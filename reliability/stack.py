@@ -9,6 +9,13 @@ log lines the sink writes meanwhile are lost then, its log being a file too.
 With ``object_store`` on, the suite also starts its own S3Proxy (:mod:`deploy.s3proxy.server`,
 as it starts its own broker) and every sink publishes its commits to ``s3://usl-faults/rel``
 there; the store-unavailable fault stops and restarts it on the same address.
+
+With ``sink_shards`` N > 1 the sinks are the processes ``usl up`` runs with
+``USL_SINK_SHARDS=N`` (:func:`deploy.stack.sink_children`: the shardable kinds as N shard
+processes, ``usl sink --kind ... --shard I/N``, beside one sink of the rest); otherwise each
+kind has a process of its own (``sink-KIND``), so a fault can hit one kind alone.
+:func:`sink_layout` reads which process runs which kind (and shard) from the children's
+arguments, so the suite follows whatever ``usl up`` runs.
 """
 
 from __future__ import annotations
@@ -24,34 +31,62 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from deploy.kafka.broker import ensure_broker, pid_alive, stop_broker
 from deploy.s3proxy.server import S3ProxyInfo, ensure_s3proxy, stop_s3proxy
-from deploy.stack import running
+from deploy.stack import running, sink_children
 from deploy.testing import free_port, settings_env
 from sinks.service import ALL_KINDS
+from sinks.shards import parse_shard
 from streams.settings import Settings
 from streams.topics import ensure_topics
 
-__all__ = ["SuiteStack"]
+__all__ = ["SinkProcess", "SuiteStack", "sink_layout"]
 
 _BALLAST = ".ballast"
 _STORE_BUCKET = "usl-faults"
 _STORE_PREFIX = "rel"
 
 
+@dataclass(frozen=True)
+class SinkProcess:
+    """One supervised child that runs a kind's sink: its name (pid and log file) and the shard
+    of the kind it writes (``shard-I-of-N``; None for the unsharded layout)."""
+
+    name: str
+    shard: str | None = None
+
+
+def sink_layout(children: Mapping[str, Sequence[str]]) -> dict[str, list[SinkProcess]]:
+    """index kind → the children that write it, from their ``usl sink`` arguments (``--kind``
+    defaults to every kind; ``--shard I/N`` with N > 1 names a shard), ordered by name."""
+    layout: dict[str, list[SinkProcess]] = {}
+    for name, args in sorted(children.items()):
+        if not args or args[0] != "sink":
+            continue
+        options = dict(zip(args[1::2], args[2::2], strict=False))
+        kinds = [k.strip() for k in options.get("--kind", ",".join(ALL_KINDS)).split(",") if k.strip()]
+        shard = parse_shard(options.get("--shard"))
+        for kind in kinds:
+            layout.setdefault(kind, []).append(SinkProcess(name, None if shard is None else shard.name))
+    return layout
+
+
 class SuiteStack:
     """Broker, supervisor and children of one suite run, all under ``home``."""
 
     def __init__(self, home: Path, *, tmpfs_mb: int = 256, embedder: str = "hash:64",
-                 object_store: bool = False) -> None:
+                 object_store: bool = False, sink_shards: int = 1) -> None:
         self.home = Path(home).resolve()
         self.home.mkdir(parents=True, exist_ok=True)
         self.broker_settings = Settings.from_env({}, home=self.home / "broker")
         self.object_store = object_store
+        self.sink_shards = sink_shards
         self.store_settings = Settings.from_env({}, home=self.home / "s3")
         self.store: S3ProxyInfo | None = None
         self.tmpfs_mb = tmpfs_mb
@@ -116,7 +151,7 @@ class SuiteStack:
             {}, home=self.home / "usl", topic_prefix="rel.", bootstrap_servers=self.bootstrap,
             l1_partitions=2, stream_partitions=2, sink_batch_seconds=0.3, sink_batch_size=200,
             tick_every_seqs=8, idle_gap_seconds=60.0, chunk_tokens=128, chunk_overlap_tokens=24,
-            embedder=self.embedder, **store,
+            embedder=self.embedder, sink_shards=self.sink_shards, **store,
         )
         ensure_topics(self.bootstrap, self.settings)
         return self.settings
@@ -147,8 +182,12 @@ class SuiteStack:
 
     def children(self) -> dict[str, list[str]]:
         kids: dict[str, list[str]] = {"worker": ["worker"]}
-        for kind in ALL_KINDS:
-            kids[f"sink-{kind}"] = ["sink", "--kind", kind]
+        if self.sink_shards > 1:
+            assert self.settings is not None
+            kids.update(sink_children(self.settings))
+        else:
+            for kind in ALL_KINDS:
+                kids[f"sink-{kind}"] = ["sink", "--kind", kind]
         kids["api"] = ["serve", "--port", str(self.api_port), "--host", "127.0.0.1"]
         return kids
 
@@ -181,6 +220,21 @@ class SuiteStack:
             [sys.executable, "-m", "reliability.supervisor", json.dumps(self.children())],
             cwd=self.home, env=env, stdout=(logs / "supervisor.log").open("ab"),
             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def sink_layout(self) -> dict[str, list[SinkProcess]]:
+        """index kind → the children that write it (see :func:`sink_layout`)."""
+        return sink_layout(self.children())
+
+    def sharded_kinds(self) -> dict[str, list[SinkProcess]]:
+        """The kinds written by shard processes → those processes (empty when unsharded)."""
+        return {kind: procs for kind, procs in self.sink_layout().items() if any(p.shard for p in procs)}
+
+    def sink_process(self, kind: str) -> str:
+        """The one child that runs ``kind``'s sink (the unsharded layout)."""
+        procs = self.sink_layout()[kind]
+        if len(procs) != 1:
+            raise RuntimeError(f"{kind} is written by {len(procs)} shard processes, not one sink")
+        return procs[0].name
 
     @property
     def api_url(self) -> str:
@@ -218,12 +272,12 @@ class SuiteStack:
         path = Path(self.settings.home).resolve() / "logs" / f"{name}.log"
         return path.read_text(errors="replace") if path.exists() else ""
 
-    def sink_counter(self, sink: str, name: str, **labels: str) -> float | None:
-        """Value of counter ``name`` (with ``labels``) on the running ``sink``'s
+    def sink_counter(self, process: str, name: str, **labels: str) -> float | None:
+        """Value of counter ``name`` (with ``labels``) on the running sink child ``process``'s
         ``/metrics``; None when the sink has not said where it serves them or does not answer.
         Each sink picks a free port and logs it; the last such line is the running process's."""
         marker = "sink metrics on "
-        text = self.log_text(f"sink-{sink}")
+        text = self.log_text(process)
         at = text.rfind(marker)
         if at < 0:
             return None
@@ -263,7 +317,7 @@ class SuiteStack:
             finally:
                 os.close(fd)
             return written
-        pid = self.pids()[f"sink-{kind}"]
+        pid = self.pids()[self.sink_process(kind)]
         if pid not in self._limited:
             self._limited[pid] = resource.prlimit(pid, resource.RLIMIT_FSIZE, (0, resource.RLIM_INFINITY))
         return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import shutil
 import signal
 import tempfile
 import time
@@ -21,27 +22,41 @@ from reliability.load import Ingest, Querier, WatermarkWatch, l1_event_counts
 from reliability.stack import SuiteStack
 from sinks.exceptions import GenerationError
 from sinks.generations import MANIFEST_FILE, FileDigests, GenerationStore
+from sinks.objectstore.publish import DEFAULT_SHARD
 from sinks.objectstore.store import ObjectStore
 from sinks.runner import index_root
 from sinks.service import ALL_KINDS
 from streams.settings import Settings
 from streams.testing import append_events, chunk_set, l1_seq, session_events
 
-__all__ = ["DEFAULT_FAULT_KINDS", "FAULT_KINDS", "OBJECT_STORE_FAULT_KINDS", "FaultResult", "SuiteResult",
-           "run_suite"]
+__all__ = ["DEFAULT_FAULT_KINDS", "FAULT_KINDS", "LOCAL_FAULT_KINDS", "OBJECT_STORE_FAULT_KINDS",
+           "SCALED_OUT_FAULT_KINDS", "SHARD_FAULT_KINDS", "SINK_SHARDS", "FaultResult", "Phase", "SuiteResult",
+           "phases", "run_suite"]
 
-DEFAULT_FAULT_KINDS = ("kill-worker", "kill-sink", "kill-api", "broker-restart", "disk-full",
-                       "corrupt-segment", "corrupt-manifest", "slow-sink", "foreign-tenant", "far-future-time")
-"""What a run injects unless told otherwise: process, broker and disk faults, and the abuse
-cases of :mod:`reliability.abuse` (what a hostile or broken producer writes)."""
+LOCAL_FAULT_KINDS = ("kill-worker", "kill-sink", "kill-api", "broker-restart", "disk-full",
+                     "corrupt-segment", "corrupt-manifest", "slow-sink", "foreign-tenant", "far-future-time")
+"""Process, broker and disk faults, and the abuse cases of :mod:`reliability.abuse` (what a
+hostile or broken producer writes): injected into the embedded layout, one sink process per
+index kind writing local generations."""
 
 OBJECT_STORE_FAULT_KINDS = ("store-unavailable", "partial-upload")
-"""Faults of the object store the sinks publish to (:mod:`reliability.objectstore`); a run
-that selects one starts its own S3Proxy and turns publishing on for every sink. Not in the
-default set: publishing adds work to every round, and the default run is already ~40 min on a
-loaded 2-core machine."""
+"""Faults of the object store the sinks publish to (:mod:`reliability.objectstore`)."""
 
-FAULT_KINDS = DEFAULT_FAULT_KINDS + OBJECT_STORE_FAULT_KINDS
+SHARD_FAULT_KINDS = ("kill-shard",)
+"""Faults of a sink shard process (:mod:`sinks.shards`)."""
+
+SCALED_OUT_FAULT_KINDS = SHARD_FAULT_KINDS + OBJECT_STORE_FAULT_KINDS
+"""Faults of the scaled-out index tier: injected into a stack of its own that runs the
+shardable kinds as :data:`SINK_SHARDS` shard processes (``usl up`` with ``USL_SINK_SHARDS``)
+and publishes every generation to the suite's own S3Proxy."""
+
+SINK_SHARDS = 2
+"""Shards per shardable kind on the scaled-out stack (the suite's derived topics have 2 partitions)."""
+
+DEFAULT_FAULT_KINDS = LOCAL_FAULT_KINDS + SCALED_OUT_FAULT_KINDS
+"""What a run injects unless told otherwise: every kind, each on the stack it needs (:func:`phases`)."""
+
+FAULT_KINDS = DEFAULT_FAULT_KINDS
 """Every kind the suite can inject (``--faults``)."""
 
 # What a sink logs when a publish failed because the store did not answer.
@@ -67,6 +82,30 @@ class FaultResult:
     recovery_seconds: float | None = None
     notes: list[str] = field(default_factory=list)
     ended: float | None = None  # time.monotonic() the fault ended, if not when fault() returns
+
+
+@dataclass(frozen=True)
+class Phase:
+    """The faults one stack of a run takes: its name, the stack's layout and its schedule's kinds."""
+
+    name: str
+    kinds: tuple[str, ...]
+    object_store: bool
+    sink_shards: int
+
+
+def phases(kinds: tuple[str, ...], *, object_store: bool = False) -> list[Phase]:
+    """The stacks a run of ``kinds`` starts, one after the other: the embedded layout for the
+    local faults (publishing too when ``object_store``), then the scaled-out tier (sink shards
+    and the object store) for its faults; a stack no selected kind needs is not started."""
+    local = tuple(k for k in kinds if k in LOCAL_FAULT_KINDS)
+    scaled_out = tuple(k for k in kinds if k in SCALED_OUT_FAULT_KINDS)
+    plan = []
+    if local:
+        plan.append(Phase("local", local, object_store, 1))
+    if scaled_out:
+        plan.append(Phase("scaled-out", scaled_out, True, SINK_SHARDS))
+    return plan
 
 
 @dataclass
@@ -102,12 +141,18 @@ def l1_counts(settings: Settings, appended: list[str], reused: Collection[str] =
     return lost, duplicated
 
 
-def index_counts(settings: Settings) -> tuple[int, int, list[str]]:
+def index_counts(settings: Settings, shards: Collection[str] = ()) -> tuple[int, int, list[str]]:
     """(records missing from an index, duplicate rows/documents, details): every index
-    against what the derived topics say it must hold (exactly once)."""
+    against what the derived topics say it must hold (exactly once). A kind written by sink
+    shards (``shards``: the shard names, ``shard-I-of-N``) is the union of its shards'
+    current generations, so a record two shards hold counts as a duplicate."""
     from sinks.testing import expected_keys, index_keys
 
     keys = index_keys(settings)
+    for shard in sorted(shards):
+        for kind, tables in index_keys(settings, shard=shard).items():
+            for table, values in tables.items():
+                keys.setdefault(kind, {}).setdefault(table, []).extend(values)
     try:
         want = expected_keys(settings)
     except AssertionError as exc:  # a chunk id emitted with two different contents
@@ -179,6 +224,11 @@ class _Suite:
         self._queries_seen = 0
         self._probe = 0
         self.store: ObjectStore | None = ObjectStore.from_settings(settings) if stack.object_store else None
+        self.layout = stack.sink_layout()
+        # kind → its shard names, for the kinds shard processes write
+        self.shards = {kind: [p.shard for p in procs if p.shard]
+                       for kind, procs in stack.sharded_kinds().items()}
+        self.shard_names = sorted({name for names in self.shards.values() for name in names})
         # Remote manifests of publishes a partial-upload kill cut short: never to be live.
         self.cut_short: set[str] = set()
 
@@ -188,12 +238,18 @@ class _Suite:
         time.sleep(seconds)
         return seconds
 
-    def next_kind(self, fault: str) -> str:
+    def next_kind(self, fault: str, kinds: tuple[str, ...] = ALL_KINDS) -> str:
         n = self._turn.get(fault)
         if n is None:  # each fault kind starts at a different kind, so one round covers several
-            n = self.rng.randrange(len(ALL_KINDS))
+            n = self.rng.randrange(len(kinds))
         self._turn[fault] = n + 1
-        return ALL_KINDS[n % len(ALL_KINDS)]
+        return kinds[n % len(kinds)]
+
+    def sink_of(self, kind: str) -> tuple[str, str | None]:
+        """(child, shard) of a process that writes ``kind``: its one sink, or a random shard."""
+        procs = self.layout[kind]
+        process = procs[0] if len(procs) == 1 else self.rng.choice(procs)
+        return process.name, process.shard
 
     # -- waiting ---------------------------------------------------------------------------
 
@@ -238,8 +294,12 @@ class _Suite:
         return last
 
     def fault(self, kind: str) -> FaultResult:
+        if kind == "kill-shard":
+            result = FaultResult(kind, "?", 0)
+            self._kill_shard(result)
+            return result
         if kind in ("kill-worker", "kill-api", "kill-sink"):
-            target = {"kill-worker": "worker", "kill-api": "api"}.get(kind) or f"sink-{self.next_kind(kind)}"
+            target = {"kill-worker": "worker", "kill-api": "api"}.get(kind) or self.sink_of(self.next_kind(kind))[0]
             result = FaultResult(kind, target, 0)
             self._kill(target, result)
             if kind == "kill-api" and not self.api_answers(self.recovery_timeout):
@@ -264,7 +324,7 @@ class _Suite:
             self.stack.restart_broker()
             return result
         target_kind = self.next_kind(kind)
-        result = FaultResult(kind, f"sink-{target_kind}", 1)
+        result = FaultResult(kind, self.sink_of(target_kind)[0] if kind != "partial-upload" else "?", 1)
         if kind == "disk-full":
             self._disk_full(target_kind, result)
         elif kind in ("corrupt-segment", "corrupt-manifest"):
@@ -276,13 +336,42 @@ class _Suite:
             self._partial_upload(target_kind, result)
         return result
 
+    def _kill_shard(self, result: FaultResult) -> None:
+        """SIGKILL of one sink shard process (the shardable kinds and shards take turns) at
+        random points of the ingest; the supervisor restarts it and it resumes from its shards'
+        manifests while the other shards go on. The round's checks then read every kind as the
+        union of its shards (each record exactly once across them), the folded watermark (the
+        minimum over the shards) and every shard generation an answer read."""
+        if not self.shards:
+            result.target = "no sink shards"
+            result.notes.append("FAIL: kill-shard needs a stack with sink shards")
+            return
+        kind = self.next_kind("kill-shard", tuple(sorted(self.shards)))
+        name, shard = self.sink_of(kind)
+        writes = sorted(k for k, procs in self.layout.items() if any(p.name == name for p in procs))
+        result.target = f"{name} ({shard}: {', '.join(writes)})"
+        generations_before = self._shard_generations(shard)
+        self._kill(name, result)
+        result.notes.append(f"{shard} current generations when first killed: {generations_before}")
+
+    def _shard_generations(self, shard: str | None) -> dict[str, int | None]:
+        """kind → current generation id of ``shard`` (None before its first commit)."""
+        ids: dict[str, int | None] = {}
+        for kind, names in sorted(self.shards.items()):
+            if shard in names:
+                with contextlib.suppress(GenerationError, OSError):
+                    ids[kind] = GenerationStore(self.root, "default", kind, shard=shard).current_id()
+        return ids
+
     def _publish_failures(self) -> tuple[float, int]:
         """(usl_objectstore_publish_failures_total over every sink, sink log lines of a publish
         that failed because the store did not answer). The counter also counts other failures
         (a generation collected locally while its publish read it), hence the log lines."""
-        counted = sum(self.stack.sink_counter(kind, "usl_objectstore_publish_failures_total", kind=kind) or 0.0
-                      for kind in ALL_KINDS)
-        lines = sum(self.stack.log_text(f"sink-{kind}").count(_STORE_UNAVAILABLE_LINE) for kind in ALL_KINDS)
+        processes = {(p.name, kind) for kind, procs in self.layout.items() for p in procs}
+        counted = sum(self.stack.sink_counter(name, "usl_objectstore_publish_failures_total", kind=kind) or 0.0
+                      for name, kind in sorted(processes))
+        lines = sum(self.stack.log_text(name).count(_STORE_UNAVAILABLE_LINE)
+                    for name in sorted({name for name, _kind in processes}))
         return counted, lines
 
     def _store_unavailable(self, result: FaultResult) -> None:
@@ -315,9 +404,10 @@ class _Suite:
         new generation lands in the store (every blob uploaded) and before its commit record is
         on the topic -- the widest step of a publish, since the commit reads the commit topic
         first. A kill that came too late (the record was written) is noted, not a failure."""
-        name = f"sink-{kind}"
-        manifests = self.stack.store_dir() / "manifests" / "default" / kind / "shard-0-of-1"
-        prefix = f"rel/manifests/default/{kind}/shard-0-of-1/"
+        name, shard = self.sink_of(kind)
+        result.target = name if shard is None else f"{name} ({kind} {shard})"
+        manifests = self.stack.store_dir() / "manifests" / "default" / kind / (shard or DEFAULT_SHARD)
+        prefix = f"rel/manifests/default/{kind}/{shard or DEFAULT_SHARD}/"
 
         def listing() -> set[str]:
             with contextlib.suppress(OSError):
@@ -376,7 +466,8 @@ class _Suite:
         finally:
             self.stack.free_disk(kind)
         noticed = self.stack.log_text(f"sink-{kind}").count(line) > before
-        counted = self.stack.sink_counter(kind, "usl_sink_failures_total", kind=kind, reason="write_error")
+        counted = self.stack.sink_counter(self.stack.sink_process(kind), "usl_sink_failures_total", kind=kind,
+                                          reason="write_error")
         result.notes.append(f"{self.stack.disk_mode}, {ballast >> 20} MiB ballast, held {held:.1f}s, "
                             f"sink logged the failed commit: {'yes' if noticed else 'no'}, "
                             f"usl_sink_failures_total{{reason=write_error}} = {counted}")
@@ -443,8 +534,8 @@ class _Suite:
             result.notes.append("FAIL: the sink never logged the failed verification")
         if outcome.startswith("rebuilt"):
             # The restarted sink found the damage at start-up; its metrics say so.
-            counted = self.stack.sink_counter(kind, "usl_sink_failures_total", kind=kind,
-                                              reason="verification")
+            counted = self.stack.sink_counter(self.stack.sink_process(kind), "usl_sink_failures_total",
+                                              kind=kind, reason="verification")
             result.notes.append(f"usl_sink_failures_total{{reason=verification}} = {counted}")
             if not counted:
                 result.notes.append("FAIL: the sink's metrics do not count the failed verification")
@@ -525,7 +616,8 @@ class _Suite:
         one, whole; no publish a kill cut short was ever made live."""
         assert self.store is not None
         took, problems = store_checks.wait_published(self.settings, self.root, self.store, ALL_KINDS,
-                                                      timeout=max(120.0, self.recovery_timeout / 2))
+                                                      timeout=max(120.0, self.recovery_timeout / 2),
+                                                      shards=self.shards)
         problems += store_checks.never_live(self.cut_short, store_checks.commit_history(self.settings))
         result.notes += [f"FAIL: object store: {p}" for p in problems]
         if took is not None:
@@ -559,7 +651,7 @@ class _Suite:
         if not self.caught_up(final_head, self.recovery_timeout):
             result.notes.append(f"FAIL: indexes did not reach the paused head {final_head}")
         lost, duplicated = l1_counts(self.settings, self.ingest.appended, self.reused_ids)
-        index_lost, index_dups, details = index_counts(self.settings)
+        index_lost, index_dups, details = index_counts(self.settings, self.shard_names)
         result.lost, result.duplicated = lost + index_lost, duplicated + index_dups
         result.notes += [f"FAIL: {d}" for d in details]
         regressions = self.watch.regressions[self._regressions_seen:]
@@ -596,29 +688,82 @@ def run_suite(*, rounds: int = 5, seed: int = 1, kinds: tuple[str, ...] = DEFAUL
               pause_seconds: float = 1.0, pace: float = 1.0,
               log: Callable[[str], None] = print,
               progress: Callable[[SuiteResult], None] | None = None) -> SuiteResult:
-    """Start a stack with its own broker, run ``rounds`` rounds of every fault kind in a
-    seeded random order, check after each, and return the counts. ``object_store``: every sink
-    publishes to the suite's own S3Proxy (None: when an object-store fault is selected)."""
+    """Run ``rounds`` rounds of every fault kind in ``kinds``, each on the stack it needs
+    (:func:`phases`: each stack with its own broker, started and stopped in turn), in a seeded
+    random order per stack, check after each round and at the end of each stack, and return the
+    counts. ``object_store``: the local faults' sinks publish to the suite's own S3Proxy too
+    (the scaled-out faults' always do)."""
     unknown = set(kinds) - set(FAULT_KINDS)
     if unknown:
         raise ValueError(f"unknown fault kind(s) {sorted(unknown)}; use {', '.join(FAULT_KINDS)}")
     started = time.time()
     home = Path(home or tempfile.mkdtemp(prefix="usl-faults-"))
-    if object_store is None:
-        object_store = any(kind in OBJECT_STORE_FAULT_KINDS for kind in kinds)
-    if not object_store and any(kind in OBJECT_STORE_FAULT_KINDS for kind in kinds):
-        raise ValueError("the object-store faults need object_store=True")
-    stack = SuiteStack(home, tmpfs_mb=tmpfs_mb, object_store=object_store)
+    plan = phases(tuple(kinds), object_store=bool(object_store))
     faults: list[FaultResult] = []
-    final: dict[str, Any] = {"problems": []}
+    finals: list[tuple[str, dict[str, Any]]] = []
     meta: dict[str, Any] = {"seed": seed, "rounds": rounds, "kills_per_round": kills_per_round,
                             "sessions_per_batch": sessions_per_batch, "pause_seconds": pause_seconds,
-                            "object_store": object_store}
+                            "object_store": any(phase.object_store for phase in plan), "phases": []}
+
+    def round_done(phase_faults: list[FaultResult], of: int) -> None:
+        if progress is not None:  # a run stopped early still leaves its figures so far
+            progress(SuiteResult(faults + phase_faults, {**meta, "seconds": time.time() - started,
+                                                         "partial": f"{len(faults) + len(phase_faults)} of {of} "
+                                                                    f"rounds"},
+                                 {"problems": []}))
+
+    total_rounds = rounds * len(kinds)
+    try:
+        for phase in plan:
+            phase_home = home / phase.name if len(plan) > 1 else home
+            phase_faults: list[FaultResult] = []
+            phase_meta: dict[str, Any] = {"name": phase.name, "faults": list(phase.kinds),
+                                          "object_store": phase.object_store, "sink_shards": phase.sink_shards}
+            meta["phases"].append(phase_meta)
+            final = _run_stack(
+                phase, phase_home, phase_faults, phase_meta, rounds=rounds, seed=seed,
+                kills_per_round=kills_per_round, keep_home=keep_home, recovery_timeout=recovery_timeout,
+                tmpfs_mb=tmpfs_mb, sessions_per_batch=sessions_per_batch, pause_seconds=pause_seconds,
+                pace=pace, log=log, round_done=lambda done: round_done(done, total_rounds))
+            faults += phase_faults
+            finals.append((phase.name, final))
+            meta.setdefault("disk_mode", phase_meta.get("disk_mode"))
+    finally:
+        if not keep_home and len(plan) > 1:
+            shutil.rmtree(home, ignore_errors=True)
+    meta["seconds"] = time.time() - started
+    return SuiteResult(faults, meta, _merge_finals(finals))
+
+
+def _merge_finals(finals: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    """One end-of-run record from each stack's: counts added, problems named by their stack."""
+    if len(finals) == 1:
+        return finals[0][1]
+    merged: dict[str, Any] = {"problems": [], "ingest_errors": []}
+    for name, final in finals:
+        merged["problems"] += [f"[{name}] {problem}" for problem in final.get("problems") or ()]
+        merged["ingest_errors"] += list(final.get("ingest_errors") or ())
+        for key in ("lost", "duplicated", "events", "chunks", "queries", "answered", "watermarks"):
+            merged[key] = int(merged.get(key, 0)) + int(final.get(key, 0))
+    merged["l1_head"] = " + ".join(f"{final.get('l1_head', 0)} ({name})" for name, final in finals)
+    return merged
+
+
+def _run_stack(phase: Phase, home: Path, faults: list[FaultResult], meta: dict[str, Any], *, rounds: int,
+               seed: int, kills_per_round: int, keep_home: bool, recovery_timeout: float, tmpfs_mb: int,
+               sessions_per_batch: int, pause_seconds: float, pace: float, log: Callable[[str], None],
+               round_done: Callable[[list[FaultResult]], None]) -> dict[str, Any]:
+    """Start one stack with its own broker, run the phase's rounds (appended to ``faults`` as
+    they end), check, stop the stack; the end-of-run record."""
+    started = time.time()
+    stack = SuiteStack(home, tmpfs_mb=tmpfs_mb, object_store=phase.object_store, sink_shards=phase.sink_shards)
+    final: dict[str, Any] = {"problems": []}
     suite: _Suite | None = None
     try:
-        log(f"starting a broker and the stack under {home}")
+        log(f"[{phase.name}] starting a broker and the stack under {home}"
+            + (f" ({phase.sink_shards} sink shards per shardable kind)" if phase.sink_shards > 1 else ""))
         stack.start_broker()
-        if object_store:
+        if phase.object_store:
             log(f"starting S3Proxy: sinks publish to {stack.start_store().endpoint}")
         settings = stack.configure()
         meta["disk_mode"] = stack.mount_disks()
@@ -628,21 +773,19 @@ def run_suite(*, rounds: int = 5, seed: int = 1, kinds: tuple[str, ...] = DEFAUL
                        recovery_timeout=recovery_timeout, log=log,
                        sessions_per_batch=sessions_per_batch, pause_seconds=pause_seconds,
                        pace=pace)
+        meta["sink_processes"] = {kind: [p.name for p in procs] for kind, procs in sorted(suite.layout.items())}
         suite.watch.start()
         suite.ingest.start()
         if not suite.api_answers(recovery_timeout):
             raise RuntimeError("the planner API never answered")
         suite.querier.start()
-        schedule = [kind for kind in kinds for _ in range(rounds)]
+        schedule = [kind for kind in phase.kinds for _ in range(rounds)]
         suite.rng.shuffle(schedule)
         log(f"stack up after {time.time() - started:.0f}s; {len(schedule)} rounds, disk faults via "
             f"{meta['disk_mode']}")
         for kind in schedule:
             faults.append(suite.round(kind))
-            if progress is not None:  # a run stopped early still leaves its figures so far
-                progress(SuiteResult(list(faults), {**meta, "seconds": time.time() - started,
-                                                    "partial": f"{len(faults)} of {len(schedule)} rounds"},
-                                     {"problems": [], "events": len(suite.ingest.appended)}))
+            round_done(faults)
         suite.ingest.resume()
         time.sleep(2.0)
         suite.ingest.pause()
@@ -652,7 +795,7 @@ def run_suite(*, rounds: int = 5, seed: int = 1, kinds: tuple[str, ...] = DEFAUL
         if not suite.caught_up(head, recovery_timeout):
             final["problems"].append(f"indexes did not reach the final head {head}")
         final["lost"], final["duplicated"] = l1_counts(settings, suite.ingest.appended, suite.reused_ids)
-        index_lost, index_dups, details = index_counts(settings)
+        index_lost, index_dups, details = index_counts(settings, suite.shard_names)
         final["lost"] += index_lost
         final["duplicated"] += index_dups
         final["problems"] += details
@@ -662,7 +805,7 @@ def run_suite(*, rounds: int = 5, seed: int = 1, kinds: tuple[str, ...] = DEFAUL
         final["problems"] += suite.watch.regressions[suite._regressions_seen:]
         if suite.store is not None:
             _took, store_problems = store_checks.wait_published(settings, suite.root, suite.store, ALL_KINDS,
-                                                                timeout=recovery_timeout)
+                                                                timeout=recovery_timeout, shards=suite.shards)
             final["problems"] += [f"object store: {p}" for p in store_problems]
             final["problems"] += store_checks.never_live(suite.cut_short, store_checks.commit_history(settings))
         indexed_ids = {c for r in suite.querier.records if r.freshness == "indexed" for c in r.chunk_ids}
@@ -683,4 +826,4 @@ def run_suite(*, rounds: int = 5, seed: int = 1, kinds: tuple[str, ...] = DEFAUL
             suite.watch.stop()
         stack.close(keep_home=keep_home)
     meta["seconds"] = time.time() - started
-    return SuiteResult(faults, meta, final)
+    return final

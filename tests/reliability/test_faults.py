@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from reliability import DEFAULT_FAULT_KINDS, OBJECT_STORE_FAULT_KINDS, run_suite
+from reliability import LOCAL_FAULT_KINDS, SCALED_OUT_FAULT_KINDS, run_suite
 from reliability.report import render
 
 # ~3-5 min on two idle cores (a JVM start, a broker restart and eight recoveries); far more
@@ -22,14 +22,14 @@ pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(1500)]
 
 def test_one_round_of_every_fault_kind_is_survived(tmp_path: Path) -> None:
     lines: list[str] = []
-    result = run_suite(rounds=1, seed=7, kills_per_round=1, home=tmp_path / "faults",
+    result = run_suite(rounds=1, seed=7, kinds=LOCAL_FAULT_KINDS, kills_per_round=1, home=tmp_path / "faults",
                        recovery_timeout=180.0, tmpfs_mb=64, sessions_per_batch=2,
                        pause_seconds=1.5, pace=0.4, log=lines.append)
     report = render(result, "pytest tests/reliability/test_faults.py")
     context = "\n".join(lines) + "\n\n" + report
-    assert [f.kind for f in result.faults] and {f.kind for f in result.faults} == set(DEFAULT_FAULT_KINDS), context
+    assert [f.kind for f in result.faults] and {f.kind for f in result.faults} == set(LOCAL_FAULT_KINDS), context
     totals = result.totals()
-    assert totals["injected"] == len(DEFAULT_FAULT_KINDS), context
+    assert totals["injected"] == len(LOCAL_FAULT_KINDS), context
     assert totals["lost"] == 0, context
     assert totals["duplicated"] == 0, context
     assert totals["regressions"] == 0, context
@@ -42,19 +42,21 @@ def test_one_round_of_every_fault_kind_is_survived(tmp_path: Path) -> None:
         assert fault.recovery_seconds is not None, (fault, context)
 
 
-def test_one_round_of_each_object_store_fault_is_survived(tmp_path: Path, java_and_maven: None) -> None:
-    """The suite starts its own S3Proxy (as for its broker): Java 17+ and Maven once."""
+def test_one_round_of_each_scaled_out_fault_is_survived(tmp_path: Path, java_and_maven: None) -> None:
+    """The shard and object-store faults, on a stack with two sink shards per shardable kind
+    publishing to the suite's own S3Proxy (started as its broker is): Java 17+ and Maven once."""
     lines: list[str] = []
-    result = run_suite(rounds=1, seed=11, kinds=OBJECT_STORE_FAULT_KINDS, kills_per_round=1,
+    result = run_suite(rounds=1, seed=11, kinds=SCALED_OUT_FAULT_KINDS, kills_per_round=1,
                        home=tmp_path / "faults", recovery_timeout=180.0, tmpfs_mb=64,
                        sessions_per_batch=2, pause_seconds=1.5, pace=0.4, log=lines.append)
     context = "\n".join(lines) + "\n\n" + render(result, "pytest tests/reliability/test_faults.py")
     assert result.meta["object_store"] is True, context
-    assert {f.kind for f in result.faults} == set(OBJECT_STORE_FAULT_KINDS), context
+    assert [p["sink_shards"] for p in result.meta["phases"]] == [2], context
+    assert {f.kind for f in result.faults} == set(SCALED_OUT_FAULT_KINDS), context
     totals = result.totals()
     assert totals["lost"] == 0 and totals["duplicated"] == 0, context
     assert totals["regressions"] == 0 and totals["bad_answers"] == 0, context
-    assert totals["survived"] == totals["injected"] == 2, context
+    assert totals["survived"] == totals["injected"] == 3, context
     assert not result.final["problems"], context
     for fault in result.faults:
         # The store check ran after the round and found the published generations caught up.
