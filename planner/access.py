@@ -84,7 +84,7 @@ class AccessLists:
         :func:`planner.acl.can_read` over :meth:`latest`, without judging every session anew)."""
         base, overlay = self._layers(l1, log_id, structured, through_seq)
         # can_read looks at the tenant, the user and the groups only.
-        key = (str(structured.directory) if structured is not None else "", principal.tenant,
+        key = (structured.key if structured is not None else "", principal.tenant,
                principal.user, principal.groups)
         with self._lock:
             judged = self._readable.get(key)

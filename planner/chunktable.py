@@ -14,6 +14,9 @@ takes its row from the newest one (an upsert).
 :func:`session_acls` gives what :meth:`sinks.structured.StructuredReader.session_acls` gives
 (each session's acl on its highest-seq event; a session known only from chunks gets its
 newest chunk's acl), computed per segment in the same incremental way.
+
+Both read one generation or, for a structured index written by sink shards, every shard's
+pinned generation as one (:mod:`sinks.shard_tables`: a session's rows live in one shard).
 """
 
 from __future__ import annotations
@@ -28,8 +31,8 @@ from typing import Any, NamedTuple
 
 import pyarrow.parquet as pq
 
+from sinks.shard_tables import GenerationDirs, shard_segments
 from sinks.text.base import chunk_key, unique_keys
-from sinks.writer import parquet_segments
 
 __all__ = ["ChunkRow", "ChunkTable", "SegmentCache", "session_acls"]
 
@@ -128,12 +131,12 @@ def _load_acls(path: Path, from_chunks: bool) -> _Acls:
     return best
 
 
-def session_acls(gen_dir: Path, segments: SegmentCache) -> dict[str, dict[str, Any]]:
+def session_acls(gen_dirs: GenerationDirs, segments: SegmentCache) -> dict[str, dict[str, Any]]:
     """sessionId → the acl on the session's highest-seq event (or newest chunk) in a
-    structured generation."""
+    structured generation (or every shard's of a sharded one)."""
     best: _Acls = {}
     for table, from_chunks in (("sessions", False), ("chunks", True)):
-        for path in parquet_segments(gen_dir, table):
+        for path in shard_segments(gen_dirs, table):
             for session_id, (rank, acl) in segments.load_acls(path, from_chunks=from_chunks).items():
                 if session_id not in best or rank >= best[session_id][0]:
                     best[session_id] = (rank, acl)
@@ -141,10 +144,10 @@ def session_acls(gen_dir: Path, segments: SegmentCache) -> dict[str, dict[str, A
 
 
 class ChunkTable:
-    """Every chunk of one structured generation: id → :class:`ChunkRow`."""
+    """Every chunk of one structured generation (or of every shard's): id → :class:`ChunkRow`."""
 
-    def __init__(self, gen_dir: Path, segments: SegmentCache) -> None:
-        loaded = [segments.load(path) for path in parquet_segments(gen_dir, "chunks")]
+    def __init__(self, gen_dirs: GenerationDirs, segments: SegmentCache) -> None:
+        loaded = [segments.load(path) for path in shard_segments(gen_dirs, "chunks")]
         self.rows: dict[str, ChunkRow] = {}
         for segment in loaded:
             self.rows.update(segment.rows)

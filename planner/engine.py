@@ -298,8 +298,8 @@ class Planner:
                 raise QueryError(f"asOfSeq {as_of} is past the log's committed seq {snapshot.l1_seq}",
                                  hint=f"Use an asOfSeq of at most {snapshot.l1_seq}.")
             acls = snapshot.access_lists(structured)
-            attachment = SqlAttachment(analytics.directory,
-                                       structured.directory if structured else None)
+            attachment = SqlAttachment(analytics.directories,
+                                       structured.directories if structured else None)
             return attachment.query(sql_text, as_of_seq=as_of, principal=principal,
                                     session_acls=acls,
                                     max_result_bytes=self.settings.sql_max_result_bytes)
@@ -780,7 +780,7 @@ class Planner:
         """Scan ``span`` of L1 (at most ``tail_cap`` events), continuing the newest cached
         snapshot of the same scan when there is one."""
         dedup = structured is not None and cut > 0
-        key = (req.log, span.from_seq, str(structured.directory) if dedup and structured else None,
+        key = (req.log, span.from_seq, structured.key if dedup and structured else None,
                req.tool_results)
         scan = self._tail_scan()
         base = self._tails.best(key, span.to_seq) or TailSnapshot.start(span.from_seq)

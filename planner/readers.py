@@ -13,11 +13,12 @@ Kinds and what the planner reads of them:
 - ``vector``: faiss segments (:class:`sinks.vector.VectorReader`);
 - ``toolresults``: the ACL-isolated full tool results (:class:`sinks.toolresults.ToolResultsReader`).
 
-Sink shards (:mod:`sinks.shards`): a ``text``, ``vector`` or ``toolresults`` kind written by N
-shards is pinned as one :class:`IndexPin` whose ``parts`` are the shards' pinned generations;
-the readers search every part and merge the hits as one index would order them (score desc,
-then id), and read stored texts from whichever part holds a chunk. The other kinds are read
-unsharded only.
+Sink shards (:mod:`sinks.shards`): a kind written by N shards is pinned as one
+:class:`IndexPin` whose ``parts`` are the shards' pinned generations. The ``text``, ``vector``
+and ``toolresults`` readers search every part and merge the hits as one index would order them
+(score desc, then id), and read stored texts from whichever part holds a chunk. The
+``structured`` (and, in :mod:`planner.sql`, ``analytics``) readers read each table as the
+union of the parts' tables (:mod:`sinks.shard_tables`): a session's rows live in one shard.
 """
 
 from __future__ import annotations
@@ -35,10 +36,10 @@ from planner.chunktable import ChunkTable, SegmentCache, session_acls
 from planner.exceptions import CursorExpired
 from sinks.exceptions import GenerationError
 from sinks.generations import GenerationStore, Manifest, Pin
+from sinks.shard_tables import shard_scan_sql
 from sinks.structured import SCHEMAS, StructuredReader
 from sinks.text import TextEngine, get_engine
 from sinks.text.base import TextHit
-from sinks.writer import scan_sql
 
 __all__ = [
     "SHARDABLE_KINDS",
@@ -50,8 +51,9 @@ __all__ = [
 ]
 
 _T = TypeVar("_T")
-SHARDABLE_KINDS = frozenset({"text", "vector", "toolresults"})
-"""Kinds the planner reads when sink shards write them: ranked lists, merged by score."""
+SHARDABLE_KINDS = frozenset({"text", "vector", "toolresults", "structured", "analytics"})
+"""Kinds the planner reads when sink shards write them: ranked lists merged by score (text,
+vector, tool results), tables read as the union of the shards' (structured, analytics)."""
 _RESTART = "Run the query again without a cursor."
 
 
@@ -80,6 +82,17 @@ class IndexPin:
     def shards(self) -> tuple[IndexPin, ...]:
         """The generations this pin holds: its parts, or itself when the kind is unsharded."""
         return self.parts or (self,)
+
+    @property
+    def directories(self) -> tuple[Path, ...]:
+        """The generation directory of every shard (one when the kind is unsharded)."""
+        return tuple(part.directory for part in self.shards)
+
+    @property
+    def key(self) -> str:
+        """What identifies the pinned data, for caches: the directories of every shard (a
+        sharded pin's own ``directory`` is only its slowest shard's)."""
+        return "|".join(str(directory) for directory in self.directories)
 
     def release(self) -> None:
         for part in self.shards:
@@ -243,18 +256,17 @@ class ReaderCache:
         self._texts: _Lru[Any] = _Lru(size * 2)
 
     def structured(self, index: IndexPin) -> StructuredReader:
-        return self._structured.get(str(index.directory), lambda: StructuredReader(index.directory))
+        """The structured reader of the generation (of a sharded one: over every shard's)."""
+        return self._structured.get(index.key, lambda: StructuredReader(index.directories))
 
     def session_acls(self, index: IndexPin) -> dict[str, dict[str, Any]]:
         """Latest access list of every session the generation knows (computed once per
         generation: the generation never changes)."""
-        return self._acls.get(str(index.directory),
-                              lambda: session_acls(index.directory, self._segments))
+        return self._acls.get(index.key, lambda: session_acls(index.directories, self._segments))
 
     def chunk_table(self, index: IndexPin) -> ChunkTable:
         """The in-memory chunk metadata of a structured generation (see :mod:`planner.chunktable`)."""
-        return self._chunks.get(str(index.directory),
-                                lambda: ChunkTable(index.directory, self._segments))
+        return self._chunks.get(index.key, lambda: ChunkTable(index.directories, self._segments))
 
     def known_event_ids(self, index: IndexPin, event_ids: Collection[str], max_seq: int) -> set[str]:
         """The ids among ``event_ids`` the generation holds at seq <= ``max_seq``."""
@@ -262,7 +274,8 @@ class ReaderCache:
             return set()
         import duckdb
 
-        sql = (f"SELECT DISTINCT eventId FROM {scan_sql(index.directory, 'sessions', SCHEMAS['sessions'])}"
+        sessions = shard_scan_sql(index.directories, "sessions", SCHEMAS["sessions"])
+        sql = (f"SELECT DISTINCT eventId FROM {sessions}"
                " WHERE seq <= $max_seq AND eventId IN (SELECT unnest($ids))")
         with duckdb.connect(":memory:") as con:
             rows = con.execute(sql, {"max_seq": int(max_seq), "ids": sorted(set(event_ids))}).fetchall()

@@ -77,8 +77,8 @@ def sessionql_request(planner: Planner, body: Any, principal: Principal) -> dict
             analytics = snapshot.pins.get("analytics")
             response = run_sessionql(
                 text, as_of_seq=as_of, principal=principal, session_acls=acls,
-                analytics_gen_dir=analytics.directory if analytics is not None else None,
-                structured_gen_dir=structured.directory if structured is not None else None,
+                analytics_gen_dir=analytics.directories if analytics is not None else None,
+                structured_gen_dir=structured.directories if structured is not None else None,
                 max_rows=max_rows, max_result_bytes=planner.settings.sql_max_result_bytes)
             if snapshot.problems:
                 response["fallbacks"] = [f"{k}: {problem}" for k, problem in sorted(snapshot.problems.items())]

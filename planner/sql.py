@@ -21,6 +21,10 @@ Each query gets a fresh in-memory DuckDB connection. Before any user SQL runs:
 
 Views (documented column by column in ``docs/sql.md``): ``events``, ``tool_calls`` (with their
 results), ``chunks``, and the aggregates ``sessions``, ``runs``, ``turns``.
+
+An analytics index written by sink shards is read as one: each table's dataset holds every
+shard's segments (:mod:`sinks.shard_tables`; a session's rows live in one shard), and the
+aggregates are computed over that union, so the answer is the one index's answer.
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ import pyarrow.dataset as ds
 from planner.acl import Principal, can_read
 from planner.exceptions import IndexUnavailable, QueryError
 from sinks.analytics import SCHEMAS
-from sinks.writer import parquet_segments
+from sinks.shard_tables import GenerationDirs, generation_dirs, shard_segments
 
 __all__ = ["DEFAULT_MAX_RESULT_BYTES", "NOTICE", "VIEWS", "SqlAttachment"]
 
@@ -127,18 +131,20 @@ _VIEW_SQL = {
 
 
 class SqlAttachment:
-    """Read-only SQL over one analytics generation (and, for the report, a structured one)."""
+    """Read-only SQL over one analytics generation (and, for the report, a structured one);
+    either may be a sharded index's generations, one per shard, read as one."""
 
-    def __init__(self, analytics_gen_dir: Path, structured_gen_dir: Path | None = None) -> None:
-        self.analytics_gen_dir = Path(analytics_gen_dir)
-        self.structured_gen_dir = None if structured_gen_dir is None else Path(structured_gen_dir)
-        if not self.analytics_gen_dir.is_dir():
+    def __init__(self, analytics_gen_dir: GenerationDirs,
+                 structured_gen_dir: GenerationDirs | None = None) -> None:
+        self.analytics_gen_dirs = generation_dirs(analytics_gen_dir)
+        self.structured_gen_dirs = () if structured_gen_dir is None else generation_dirs(structured_gen_dir)
+        if not self.analytics_gen_dirs or not all(path.is_dir() for path in self.analytics_gen_dirs):
             raise QueryError("the analytics index has no generation to query yet",
                              hint="Wait for the analytics sink to commit, then retry.")
         self._generations = {
-            kind: info for kind, path in (("analytics", self.analytics_gen_dir),
-                                          ("structured", self.structured_gen_dir))
-            if path is not None and (info := _generation_info(path)) is not None
+            kind: info for kind, paths in (("analytics", self.analytics_gen_dirs),
+                                           ("structured", self.structured_gen_dirs))
+            if paths and (info := _generation_info(paths)) is not None
         }
 
     def query(
@@ -254,7 +260,7 @@ class SqlAttachment:
         seq_column = "maxSeq" if table == "chunks" else "seq"
         snapshot = (pc.field("sessionId").isin(pa.array(allowed, pa.string()))
                     & (pc.field(seq_column) <= as_of_seq))
-        files = [str(p) for p in parquet_segments(self.analytics_gen_dir, table)]
+        files = [str(p) for p in shard_segments(self.analytics_gen_dirs, table)]
         schema = SCHEMAS[table]
         # Listing the schema makes a column missing from an older segment read as NULL.
         return (ds.dataset(files, schema=schema, format="parquet").filter(snapshot)
@@ -263,9 +269,8 @@ class SqlAttachment:
     def _clean(self, exc: duckdb.Error) -> str:
         """DuckDB's message without server paths (user-written literals may stay)."""
         message = str(exc).strip()
-        for path in (self.analytics_gen_dir, self.structured_gen_dir):
-            if path is not None:
-                message = message.replace(str(path.resolve()), "<index>").replace(str(path), "<index>")
+        for path in (*self.analytics_gen_dirs, *self.structured_gen_dirs):
+            message = message.replace(str(path.resolve()), "<index>").replace(str(path), "<index>")
         if isinstance(exc, duckdb.PermissionException | duckdb.IOException):
             return "the SQL attachment cannot read or write files"
         return message or type(exc).__name__
@@ -422,13 +427,22 @@ def _qualified(node: dict[str, Any]) -> str:
 # -- results ---------------------------------------------------------------------------------
 
 
-def _generation_info(gen_dir: Path) -> dict[str, Any] | None:
-    try:
-        manifest = json.loads((gen_dir / "manifest.json").read_text("utf-8"))
-        return {"generationId": int(manifest["generationId"]),
-                "builtThroughSeq": int(manifest["builtThroughSeq"])}
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+def _generation_info(gen_dirs: tuple[Path, ...]) -> dict[str, Any] | None:
+    """``generationId`` and ``builtThroughSeq`` of the generation read; of a sharded index,
+    the slowest shard's (the least ``builtThroughSeq``) plus ``shards``: shard name → its own."""
+    shards: dict[str, dict[str, Any]] = {}
+    for gen_dir in gen_dirs:
+        try:
+            manifest = json.loads((gen_dir / "manifest.json").read_text("utf-8"))
+            info = {"generationId": int(manifest["generationId"]),
+                    "builtThroughSeq": int(manifest["builtThroughSeq"])}
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        shards[gen_dir.parent.parent.name] = info  # <kind>/shard-I-of-N/<line>/gen-...
+    slowest = min(shards.values(), key=lambda info: info["builtThroughSeq"], default=None)
+    if slowest is None or len(shards) == 1:
+        return slowest
+    return {**slowest, "shards": dict(sorted(shards.items()))}
 
 
 def _fetch_rows(result: duckdb.DuckDBPyConnection, max_rows: int,

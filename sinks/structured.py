@@ -30,11 +30,11 @@ import orjson
 import pyarrow as pa
 
 from sinks.exceptions import SinkError
+from sinks.shard_tables import GenerationDirs, generation_dirs, shard_scan_sql
 from sinks.writer import (
     compact_segments,
     next_segment_number,
     record_id,
-    scan_sql,
     seed_generation,
     write_segment,
 )
@@ -114,19 +114,25 @@ class StructuredWriter:
 
 
 class StructuredReader:
-    """Read-only queries over one structured generation (DuckDB over its Parquet files).
+    """Read-only queries over one structured generation (DuckDB over its Parquet files), or
+    over every shard's generation of a sharded index as one (each table the union of the
+    shards': :mod:`sinks.shard_tables`).
 
     Safe to share between threads: each call runs on its own cursor of a private in-memory
-    database whose views read the generation's immutable files.
+    database whose views read the generations' immutable files.
     """
 
-    def __init__(self, gen_dir: Path) -> None:
-        self.gen_dir = Path(gen_dir)
-        if not self.gen_dir.is_dir():
-            raise SinkError(f"structured generation {self.gen_dir.name!r} does not exist")
+    def __init__(self, gen_dirs: GenerationDirs) -> None:
+        self.gen_dirs = generation_dirs(gen_dirs)
+        if not self.gen_dirs:
+            raise SinkError("a structured reader needs at least one generation")
+        self.gen_dir = self.gen_dirs[0]
+        for gen_dir in self.gen_dirs:
+            if not gen_dir.is_dir():
+                raise SinkError(f"structured generation {gen_dir.name!r} does not exist")
         self._con = duckdb.connect(":memory:")
         for table, schema in SCHEMAS.items():
-            self._con.execute(f"CREATE VIEW {table} AS SELECT * FROM {scan_sql(self.gen_dir, table, schema)}")
+            self._con.execute(f"CREATE VIEW {table} AS SELECT * FROM {shard_scan_sql(self.gen_dirs, table, schema)}")
 
     def close(self) -> None:
         self._con.close()

@@ -22,14 +22,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Collection
-from pathlib import Path
 from typing import Any, Literal
 
 import duckdb
 import pyarrow as pa
 
+from sinks.shard_tables import GenerationDirs, shard_scan_sql
 from sinks.structured import SCHEMAS, StructuredReader
-from sinks.writer import scan_sql
 
 __all__ = ["LINEAGE_SCHEMA", "MAX_DEPTH", "readable_lineage"]
 
@@ -43,7 +42,7 @@ LINEAGE_SCHEMA = pa.schema([
 
 
 def readable_lineage(
-    structured_gen_dir: Path,
+    structured_gen_dir: GenerationDirs,
     entity_id: str,
     direction: Literal["ancestors", "descendants"],
     *,
@@ -54,7 +53,8 @@ def readable_lineage(
     """Edges reachable from ``entity_id`` through sessions in ``readable``, at ``as_of_seq``.
 
     Rows: ``kind, fromId, toId, seq, sessionId, depth``, ordered by depth, seq, kind, fromId,
-    toId. An entity of a hidden session (or one that does not exist) has no edges.
+    toId. An entity of a hidden session (or one that does not exist) has no edges. A sharded
+    structured index (every shard's generation in ``structured_gen_dir``) is read as one.
     """
     allowed = set(readable)
     own = reader is None
@@ -110,12 +110,12 @@ def _walk(entity_id: str, direction: str, edges: list[dict[str, Any]]) -> list[d
                                                    e["toId"]))
 
 
-def _event_owners(gen_dir: Path, event_ids: set[str], as_of_seq: int) -> dict[str, str]:
+def _event_owners(gen_dir: GenerationDirs, event_ids: set[str], as_of_seq: int) -> dict[str, str]:
     """eventId → the session of the event, for the ids the generation holds at seq <= as_of."""
     if not event_ids:
         return {}
     sql = (f"SELECT eventId, arg_min(sessionId, seq) FROM "
-           f"{scan_sql(gen_dir, 'sessions', SCHEMAS['sessions'])} "
+           f"{shard_scan_sql(gen_dir, 'sessions', SCHEMAS['sessions'])} "
            "WHERE seq <= $as_of AND eventId IN (SELECT unnest($ids)) GROUP BY eventId")
     with duckdb.connect(":memory:") as con:
         rows = con.execute(sql, {"as_of": int(as_of_seq), "ids": sorted(event_ids)}).fetchall()

@@ -12,7 +12,6 @@ from __future__ import annotations
 import decimal
 import math
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import duckdb
@@ -26,6 +25,7 @@ from planner.sessionql.nodes import LineageSource, Query, to_text
 from planner.sessionql.parser import parse
 from sinks.exceptions import GenerationError
 from sinks.generations import MANIFEST_FILE, Manifest
+from sinks.shard_tables import GenerationDirs, generation_dirs
 
 __all__ = ["run_sessionql"]
 
@@ -36,8 +36,8 @@ def run_sessionql(
     as_of_seq: int,
     principal: Principal,
     session_acls: Mapping[str, Mapping[str, Any]],
-    analytics_gen_dir: Path | None,
-    structured_gen_dir: Path | None,
+    analytics_gen_dir: GenerationDirs | None,
+    structured_gen_dir: GenerationDirs | None,
     max_rows: int = 10000,
     timeout_seconds: float = 10.0,
     max_result_bytes: int | None = None,
@@ -46,7 +46,8 @@ def run_sessionql(
 
     ``session_acls`` maps sessionId → its *latest* access list (a missing session is
     invisible). Table queries need ``analytics_gen_dir``; lineage queries need
-    ``structured_gen_dir``. Returns ``asOfSeq``, ``generations`` ({kind: generationId}),
+    ``structured_gen_dir`` (either: one generation, or every shard's of a sharded index,
+    read as one; ``generations`` then names the slowest shard's). Returns ``asOfSeq``, ``generations`` ({kind: generationId}),
     ``columns``, ``types``, ``rows`` (at most ``max_rows``, and for table queries no more than
     fit in ``max_result_bytes`` of JSON: the SQL attachment's cap, its default when ``None``),
     ``rowCount``, ``truncated`` (with ``truncation`` saying why, for table queries),
@@ -71,8 +72,8 @@ def run_sessionql(
 
 
 def _table(compiled: CompiledQuery, as_of_seq: int, principal: Principal,
-           session_acls: Mapping[str, Mapping[str, Any]], analytics_gen_dir: Path | None,
-           structured_gen_dir: Path | None, max_rows: int,
+           session_acls: Mapping[str, Mapping[str, Any]], analytics_gen_dir: GenerationDirs | None,
+           structured_gen_dir: GenerationDirs | None, max_rows: int,
            timeout_seconds: float, max_result_bytes: int | None) -> dict[str, Any]:
     from planner.sql import DEFAULT_MAX_RESULT_BYTES, SqlAttachment
 
@@ -97,7 +98,7 @@ def _table(compiled: CompiledQuery, as_of_seq: int, principal: Principal,
 
 
 def _lineage(query: Query, compiled: CompiledQuery, as_of_seq: int, principal: Principal,
-             session_acls: Mapping[str, Mapping[str, Any]], structured_gen_dir: Path | None,
+             session_acls: Mapping[str, Mapping[str, Any]], structured_gen_dir: GenerationDirs | None,
              max_rows: int) -> dict[str, Any]:
     source = query.source
     assert isinstance(source, LineageSource)
@@ -134,13 +135,17 @@ def _lineage(query: Query, compiled: CompiledQuery, as_of_seq: int, principal: P
     return body
 
 
-def _manifest(gen_dir: Path | None) -> Manifest | None:
-    if gen_dir is None:
+def _manifest(gen_dirs: GenerationDirs | None) -> Manifest | None:
+    """The generation's manifest (of a sharded index: the slowest shard's, the one built
+    through the least); None if one cannot be read."""
+    if gen_dirs is None:
         return None
     try:
-        return Manifest.from_json((Path(gen_dir) / MANIFEST_FILE).read_bytes())
+        manifests = [Manifest.from_json((gen_dir / MANIFEST_FILE).read_bytes())
+                     for gen_dir in generation_dirs(gen_dirs)]
     except (OSError, GenerationError):
         return None
+    return min(manifests, key=lambda manifest: manifest.built_through_seq, default=None)
 
 
 def _plain(value: Any) -> Any:
