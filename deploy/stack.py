@@ -26,6 +26,7 @@ from deploy.process import (
     stop_signals,
     terminate,
 )
+from sinks.kinds import ALL_KINDS as _SINK_KINDS
 from streams.settings import Settings
 
 __all__ = ["running", "sink_children", "start_process", "stop_process", "stop_stack", "supervise"]
@@ -80,14 +81,14 @@ def stop_process(pid: int, *, grace_seconds: float = 20.0) -> None:
 
 def sink_children(settings: Settings) -> dict[str, list[str]]:
     """The sink processes of ``usl up`` (name → usl arguments): one sink of every kind, or with
-    ``USL_SINK_SHARDS=N`` > 1, text and vector as N shard processes beside one sink of the rest."""
+    ``USL_SINK_SHARDS=N`` > 1, N shard processes, shard I of every kind in process I (the
+    planner reads every kind sharded: :data:`planner.readers.SHARDABLE_KINDS`)."""
     count = settings.sink_shards
     if count == 1:
         return {"sinks": ["sink"]}
-    children = {"sinks": ["sink", "--kind", "structured,analytics,toolresults"]}
-    for index in range(count):
-        children[f"sinks-shard-{index}"] = ["sink", "--kind", "text,vector", "--shard", f"{index}/{count}"]
-    return children
+    kinds = ",".join(_SINK_KINDS)
+    return {f"sinks-shard-{index}": ["sink", "--kind", kinds, "--shard", f"{index}/{count}"]
+            for index in range(count)}
 
 
 def supervise(settings: Settings, children: dict[str, list[str]], env: dict[str, str]) -> None:

@@ -93,8 +93,9 @@ class Settings:
     sink_batch_seconds: float = _setting("USL_SINK_BATCH_SECONDS", 1.0, "Longest a sink waits before committing what it has buffered.", minimum=0.0)
     sink_shards: int = _setting(
         "USL_SINK_SHARDS", 1,
-        "Sink shards `usl up` runs of the text and vector indexes (`usl sink --kind text,vector --shard I/N`, "
-        "I = 0..N-1); the other kinds stay one sink. 1: one sink process for every kind.", minimum=1,
+        "Sink shards `usl up` runs of every index kind (`usl sink --shard I/N`, I = 0..N-1: shard I of "
+        "text, vector, structured, analytics and toolresults in one process). 1: one sink process for every kind.",
+        minimum=1,
     )
     vector_exact_max: int = _setting("USL_VECTOR_EXACT_MAX", 20000, "Vector segments above this many chunks get an approximate (HNSW) index.", minimum=1)
     follow: str = _setting(

@@ -137,7 +137,7 @@ def up(
         out().print(f"logs in {Path(settings.home).resolve() / 'logs'}; stop with `usl down`")
         return
     children = {f"worker-{n + 1}": ["worker"] for n in range(workers)}
-    children.update(sink_children(settings))  # USL_SINK_SHARDS: text and vector as N shards
+    children.update(sink_children(settings))  # USL_SINK_SHARDS: every kind as N shards
     children["api"] = ["serve", "--port", str(api_port), "--host", settings.api_host]
     follow = [str(Path(p).expanduser()) for p in settings.follow.split(":") if p.strip()]
     if follow:  # USL_FOLLOW: a follower tails those transcripts into L1
