@@ -752,3 +752,74 @@ def test_operations_doc_covers_every_metric_and_alert() -> None:
         assert f"`{name}`" in text, name
     for rule in alert_rules():
         assert rule["alert"] in text, rule["alert"]
+
+
+# --- the object-store layout (deploy/k8s-objectstore): no shared volume ----------------------
+
+K8S_OBJECTSTORE = DEPLOY / "k8s-objectstore"
+
+
+def _objectstore_layout() -> list[dict[str, Any]]:
+    """The objects ``kubectl apply -k deploy/k8s-objectstore`` would create."""
+    for path in sorted(K8S_OBJECTSTORE.glob("*.yaml")):  # every file parses on its own too
+        assert [doc for doc in yaml.safe_load_all(path.read_text()) if doc], path
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        if os.environ.get("CI"):
+            pytest.fail("kubectl is not installed; CI must render the kustomizations")
+        pytest.skip("kubectl is not installed (it renders the kustomization)")
+    done = subprocess.run([kubectl, "kustomize", str(K8S_OBJECTSTORE)], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
+
+
+def _env(container: dict[str, Any]) -> dict[str, Any]:
+    return {item["name"]: item.get("value", item.get("valueFrom")) for item in container.get("env", [])}
+
+
+def test_k8s_objectstore_layout_needs_no_shared_volume() -> None:
+    """Sink shards each on their own ReadWriteOnce volume, planner replicas on an emptyDir each,
+    both reading the store's keys from the Secret usl-objectstore; no PersistentVolumeClaim
+    (the ReadWriteMany usl-home) and no unsharded sink Deployment is left."""
+    objects = _objectstore_layout()
+    by_kind: dict[str, dict[str, dict[str, Any]]] = {}
+    for obj in objects:
+        by_kind.setdefault(obj["kind"], {})[obj["metadata"]["name"]] = obj
+    assert "PersistentVolumeClaim" not in by_kind
+    assert not [name for name in by_kind["Deployment"] if name.startswith("usl-sink")]
+    assert by_kind["ConfigMap"]["usl-config"]["data"]["USL_OBJECT_STORE"].startswith("s3://")
+    for obj in objects:
+        spec = obj.get("spec", {}).get("template", {}).get("spec", {})
+        assert not [v for v in spec.get("volumes", []) if "persistentVolumeClaim" in v], obj["metadata"]["name"]
+
+    shards = by_kind["StatefulSet"]["usl-sink-shard"]
+    (claim,) = shards["spec"]["volumeClaimTemplates"]
+    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]
+    (sink,) = shards["spec"]["template"]["spec"]["containers"]
+    env = _env(sink)
+    assert int(env["USL_SINK_SHARDS"]) == shards["spec"]["replicas"] == 2
+    assert '--shard "${HOSTNAME##*-}/${USL_SINK_SHARDS}"' in " ".join(sink["command"])
+    assert {"name": claim["metadata"]["name"], "mountPath": "/data/usl"} in sink["volumeMounts"]
+
+    replicas = by_kind["Deployment"]["usl-planner-replica"]
+    assert replicas["spec"]["replicas"] >= 2
+    pod = replicas["spec"]["template"]["spec"]
+    (planner,) = pod["containers"]
+    env = _env(planner)
+    assert env["USL_PLANNER_SOURCE"] == "object-store" and int(env["USL_PLANNER_CACHE_BYTES"]) > 0
+    home = next(m["name"] for m in planner["volumeMounts"] if m["mountPath"] == "/data/usl")
+    (volume,) = [v for v in pod["volumes"] if v["name"] == home]
+    assert "emptyDir" in volume
+    service = by_kind["Service"]["usl-planner"]
+    assert service["spec"]["selector"].items() <= replicas["spec"]["template"]["metadata"]["labels"].items()
+
+    for container in (sink, planner):  # the store's keys come from a Secret, never the ConfigMap
+        env = _env(container)
+        for key in ("USL_S3_ACCESS_KEY", "USL_S3_SECRET_KEY"):
+            assert env[key] == {"secretKeyRef": {"name": "usl-objectstore", "key": key}}, (container["name"], key)
+    assert not {"USL_S3_ACCESS_KEY", "USL_S3_SECRET_KEY"} & set(by_kind["ConfigMap"]["usl-config"]["data"])
+
+    docs = OPERATIONS.read_text()
+    assert "kubectl apply -k deploy/k8s-objectstore" in docs
+    assert "kubectl -n usl exec usl-sink-shard-0 -- usl rebuild" in docs
