@@ -823,3 +823,16 @@ def test_k8s_objectstore_layout_needs_no_shared_volume() -> None:
     docs = OPERATIONS.read_text()
     assert "kubectl apply -k deploy/k8s-objectstore" in docs
     assert "kubectl -n usl exec usl-sink-shard-0 -- usl rebuild" in docs
+
+
+def test_compose_planner_replica_reads_the_store_not_the_sinks_volume() -> None:
+    services = _compose()["services"]
+    replica = services["planner-replica"]
+    assert replica["profiles"] == ["objectstore"]
+    env = replica["environment"]
+    assert env["USL_PLANNER_SOURCE"] == "object-store" and int(env["USL_PLANNER_CACHE_BYTES"]) > 0
+    assert env["USL_OBJECT_STORE"] == services["sink-text"]["environment"]["USL_OBJECT_STORE"]
+    assert replica["volumes"] == ["planner-replica-home:/data/usl"]
+    assert not [v for s in services.values() if s is not replica for v in s.get("volumes", [])
+                if v.startswith("planner-replica-home:")]
+    assert "planner-replica" in OPERATIONS.read_text()
