@@ -109,7 +109,8 @@ def render(result: SuiteResult, command: str) -> str:
         "",
         "Figures from one run of the fault suite (`reliability/`) against the real local stack on",
         "this machine: its own single-node Kafka broker, `usl worker`, one `usl sink --kind K` per",
-        "index kind and `usl serve`, all under the `usl up` supervisor, with a steady ingest of",
+        "index kind (or the sink shards named below) and `usl serve`, all under the `usl up` supervisor, "
+        "with a steady ingest of",
         "generated sessions and a querier searching throughout. What happens on each fault and what",
         "an operator sees: [docs/operations.md](docs/operations.md#fault-suite).",
         *_phase_lines(result),
