@@ -74,7 +74,8 @@ def test_readable_sessions_equal_can_read_over_the_latest_access_lists(
     access = AccessLists(readers, _Window(padding + events))  # type: ignore[arg-type]
     for generation, principal, extra in asks:
         generation %= len(generations)
-        pin = SimpleNamespace(directory=Path(f"/gen/{generation}"), built_through_seq=watermark)
+        pin = SimpleNamespace(directory=Path(f"/gen/{generation}"), key=f"/gen/{generation}",
+                              built_through_seq=watermark)
         through = watermark + min(extra, len(events))
         latest = access.latest(None, "default", pin, through)  # type: ignore[arg-type]
         expected = {session for session, acl in latest.items() if can_read(principal, acl)}
