@@ -30,7 +30,7 @@ from sinks.testing import wait_for_raw_watermarks
 from streams.settings import Settings
 from streams.testing import append_events, chunk_set, interleave, session_events
 
-__all__ = ["main"]
+__all__ = ["chunk_the_log", "index_seconds", "main"]
 
 _KINDS = ("text", "vector")
 
@@ -47,7 +47,9 @@ def _built_through(home: Path, shards: int) -> int:
     return lowest or 0
 
 
-def _index(stack: Stack, home: Path, shards: int, head: int, timeout: float = 1200.0) -> float:
+def index_seconds(stack: Stack, home: Path, shards: int, head: int, timeout: float = 1200.0) -> float:
+    """Seconds from starting ``shards`` ``usl sink --kind text,vector`` processes into a fresh
+    ``home`` until every current generation (each shard's) is built through ``head``."""
     started = time.monotonic()
     names = []
     for index in range(shards):
@@ -58,12 +60,28 @@ def _index(stack: Stack, home: Path, shards: int, head: int, timeout: float = 12
     try:
         while _built_through(home, shards) < head:
             if time.monotonic() - started > timeout:
-                raise SystemExit(f"{shards} shard(s) did not reach seq {head} in {timeout:.0f}s")
+                raise TimeoutError(f"{shards} shard(s) did not reach seq {head} in {timeout:.0f}s")
             time.sleep(0.2)
         return time.monotonic() - started
     finally:
         for name in names:
             stack.kill(name)
+
+
+def chunk_the_log(stack: Stack, root: Path, sessions: int) -> tuple[int, int, int]:
+    """Append ``sessions`` synthetic sessions, chunk them with the stack's ``usl worker`` and stop
+    it once a structured probe sink is at the head: (events, head seq, chunks on usl.chunks)."""
+    settings = stack.settings
+    stack.worker()
+    events = interleave(*[session_events(f"b-{i:04d}", turns=4, seed=i,
+                                         long_output_words=300 if i % 3 == 0 else 0)
+                          for i in range(sessions)], seed=1)
+    head = append_events(settings, events)
+    stack.start("probe", "sink", "--kind", "structured", env={"USL_HOME": str(root / "probe")})
+    wait_for_raw_watermarks(settings, head, ["default/structured"], timeout=1800)
+    stack.kill("probe")
+    stack.kill("worker")
+    return len(events), head, len(chunk_set(settings))
 
 
 def main() -> None:
@@ -79,24 +97,17 @@ def main() -> None:
                                  l1_partitions=4, stream_partitions=args.partitions)
     stack = Stack(settings)
     try:
-        stack.worker()
-        events = interleave(*[session_events(f"b-{i:04d}", turns=4, seed=i,
-                                             long_output_words=300 if i % 3 == 0 else 0)
-                              for i in range(args.sessions)], seed=1)
-        head = append_events(settings, events)
-        stack.start("probe", "sink", "--kind", "structured", env={"USL_HOME": str(root / "probe")})
-        wait_for_raw_watermarks(settings, head, ["default/structured"], timeout=1800)
-        stack.kill("probe")
-        stack.kill("worker")
-        chunks = len(chunk_set(settings))
-        print(f"{len(events)} events, {chunks} chunks, {args.partitions} partitions of usl.chunks")
+        events, head, chunks = chunk_the_log(stack, root, args.sessions)
+        print(f"{events} events, {chunks} chunks, {args.partitions} partitions of usl.chunks")
         print("| run | sinks | seconds | chunks/s (text+vector, with process start) |")
         print("|---:|---|---:|---:|")
         for run in range(args.runs):
             for shards in (1, 2):
-                seconds = _index(stack, root / f"run{run}-{shards}", shards, head)
+                seconds = index_seconds(stack, root / f"run{run}-{shards}", shards, head)
                 label = "one sink" if shards == 1 else f"{shards} shards"
                 print(f"| {run + 1} | {label} | {seconds:.1f} | {chunks / seconds:,.0f} |", flush=True)
+    except TimeoutError as error:
+        raise SystemExit(str(error)) from error
     finally:
         stack.close()
 

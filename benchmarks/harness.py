@@ -21,7 +21,12 @@ Every figure is measured in the same run as its reference and reported next to i
 7. queries: a corpus built in steps (e.g. 10k, 30k, 100k chunks); at each step p50/p99 of text,
    vector and hybrid searches under ``indexed`` and ``latest``, vector recall@10 against exact
    search, and the bytes of each index — the growth plot. 1M chunks: ``--scale large``, or
-   ``--include-large`` with the JSON (or the printed output) of ``bench_query.py --large``.
+   ``--include-large`` with the JSON (or the printed output) of ``bench_query.py --large``;
+8. sink shards: text+vector chunks/s of one ``usl sink`` against two shards over the same chunks
+   (``benchmarks.bench_shards``);
+9. segment cache: a planner replica reading from the object store (a local S3Proxy), query
+   latency with a cold cache (a fresh cache directory) against a warm one, and the bytes fetched
+   (``benchmarks.scaleout``; without S3Proxy the section says why).
 
 This module is the driver: the measurements live in ``benchmarks.measure``, the plots in
 ``benchmarks.plot`` and BENCHMARKS.md in ``benchmarks.report``. No figure is a pass/fail
@@ -67,6 +72,7 @@ from benchmarks.measure import (
 )
 from benchmarks.plot import plots
 from benchmarks.report import report
+from benchmarks.scaleout import SCALEOUT, segment_cache, shard_rates
 from benchmarks.workload import generate
 from streams.settings import Settings
 
@@ -134,6 +140,13 @@ def run(*, scale_name: str, out_dir: Path, seed: int = 1, include_large: Path | 
                                            embedder=scale.embedder, cursor_key="bench-cursor-key-0123456789")
         results["queries"] = query_growth(query_settings, scale, scale.query_sizes)
         results["large"] = large
+        scaleout = SCALEOUT[scale_name]
+        say("sink shards: one sink vs two shards ...")
+        results["shards"] = shard_rates(bootstrap, f"{prefix}s.", work / "shards", scaleout.shard_sessions,
+                                        scaleout.shard_runs, scale.embedder)
+        results["segmentCache"] = segment_cache(bootstrap, f"{prefix}c.", work / "segment-cache",
+                                                scaleout.cache_chunks, scaleout.cache_queries, scale.tail_events,
+                                                scale.embedder)
         memory = {name: value for name, value in results["ingest"]["memory"].items()}
         memory["planner (process, largest corpus)"] = results["queries"]["plannerPeakBytes"]
         memory["broker JVM"] = vm_hwm(broker_pid) if broker_pid else None

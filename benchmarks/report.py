@@ -7,7 +7,7 @@ from typing import Any
 
 from sinks.kinds import ALL_KINDS as KINDS
 
-__all__ = ["n", "ratio", "report"]
+__all__ = ["cache_section", "n", "ratio", "report", "shard_section"]
 
 
 def n(value: float | None, digits: int = 0) -> str:
@@ -66,6 +66,43 @@ def _freshness_summary(fresh: list[dict[str, Any]]) -> list[str]:
     lines += ["", "Every index's p99 stayed under 1 s at every rate measured." if crossed is None else
               f"p99 of the slowest index first reaches 1 s at {crossed} events/s."]
     return lines
+
+
+def shard_section(shards: dict[str, Any]) -> list[str]:
+    """§10: text+vector chunks/s of one sink process against two shard processes."""
+    lines = ["## 10. Sink shards: one sink vs two", "",
+             f"The {n(shards['chunks'])} chunks of {n(shards['events'])} synthetic events "
+             f"({shards['streamPartitions']} partitions of `usl.chunks`, chunked once by a `usl worker`) indexed into "
+             "text and vector by one `usl sink --kind text,vector` process, then by two `--shard I/2` processes, each "
+             "into a fresh home; time from starting the processes (imports and embedder included, as when a shard "
+             "moves) until every current generation, each shard's, reaches the head. Ratio of the best run of each.",
+             "", "| run | sinks | seconds | chunks/s | vs one sink (best runs) |", "|---:|---|---:|---:|---:|"]
+    for row in shards["runs"]:
+        label = "one sink" if row["shards"] == 1 else f"{row['shards']} shards"
+        lines.append(f"| {row['run']} | {label} | {n(row['seconds'], 1)} | {n(row['chunksPerSecond'])} | |")
+    lines.append(f"| best | 2 shards / one sink | | | **{ratio(shards['twoShardsChunksPerSecond'], shards['oneSinkChunksPerSecond'])}** |")
+    return [*lines, ""]
+
+
+def cache_section(cache: dict[str, Any]) -> list[str]:
+    """§11: a planner replica over the object store, a cold segment cache against a warm one."""
+    lines = ["## 11. Planner replica over the object store: cold vs warm segment cache", ""]
+    if cache.get("error"):
+        return [*lines, f"Not measured in this run: {cache['error']}.", ""]
+    lines += [f"The §5 corpus at {n(cache['chunks'])} chunks, its {cache['generations']} generations (text, vector, "
+              "structured) published to a local S3Proxy; a planner replica (`USL_PLANNER_SOURCE=object-store`) with "
+              f"an empty home fetched {n(cache['fetchedBytes'] / 1e6, 1)} MB in {n(cache['fetchSeconds'], 1)} s "
+              f"before its first answer, then answered {cache['queries']} `indexed` queries per mode twice: cold "
+              "(a fresh cache directory, every query counted, the first ones opening the fetched segments) and warm "
+              f"(same replica, same queries; {n(cache['fetchedBytesWarm'] / 1e6, 1)} MB fetched). ms.", "",
+              "| mode | cold p50 / p99 | cold first query | warm p50 / p99 | cold / warm (p50) | cold / warm (p99) |",
+              "|---|---:|---:|---:|---:|---:|"]
+    for mode in ("text", "vector", "hybrid"):
+        cold, warm = cache["cold"][mode], cache["warm"][mode]
+        lines.append(f"| {mode} | {n(cold['p50'], 1)} / {n(cold['p99'], 1)} | {n(cold['first'], 1)} | "
+                     f"{n(warm['p50'], 1)} / {n(warm['p99'], 1)} | {ratio(cold['p50'], warm['p50'])} | "
+                     f"{ratio(cold['p99'], warm['p99'])} |")
+    return [*lines, ""]
 
 
 def report(results: dict[str, Any], command: str, plot_prefix: str) -> str:
@@ -258,7 +295,11 @@ def report(results: dict[str, Any], command: str, plot_prefix: str) -> str:
                      f"{ratio(lat['hybrid/indexed']['p50'], first)} |")
     lines += ["", f"![growth]({plot_prefix}growth.png)", "",
               "Index build of the largest corpus (writers in this process): "
-              + ", ".join(f"{k} {n(v, 1)} s" for k, v in queries["buildSeconds"].items()) + ".", "",
-              "Details of each area and the older per-script figures: [docs/benchmarks.md](docs/benchmarks.md).", ""]
+              + ", ".join(f"{k} {n(v, 1)} s" for k, v in queries["buildSeconds"].items()) + ".", ""]
+    if results.get("shards"):
+        lines += shard_section(results["shards"])
+    if results.get("segmentCache"):
+        lines += cache_section(results["segmentCache"])
+    lines += ["Details of each area and the older per-script figures: [docs/benchmarks.md](docs/benchmarks.md).", ""]
     return "\n".join(lines)
 

@@ -19,6 +19,7 @@ import orjson
 import pytest
 
 from benchmarks.harness import load_large
+from benchmarks.report import cache_section, shard_section
 from benchmarks.workload import WorkloadConfig, generate, main
 from streams.asp import validate_event
 from streams.chunking import render_event
@@ -130,7 +131,8 @@ def test_harness_tiny_writes_report_and_plots(tmp_path: Path, kafka_bootstrap: s
         assert f"benchmarks/plots/{plot}" in report
     sections = re.split(r"^## ", report, flags=re.M)[1:]
     titles = [section.splitlines()[0] for section in sections]
-    assert titles[0] == "Machine" and len(titles) == 10, titles
+    assert titles[0] == "Machine" and len(titles) == 12, titles
+    assert titles[10].startswith("10. Sink shards") and titles[11].startswith("11. Planner replica"), titles
     for section in sections:
         rows = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("|---")]
         numbers = [cell for row in rows[1:] for cell in row.split("|") if re.search(r"\d", cell)]
@@ -150,3 +152,46 @@ def test_harness_tiny_writes_report_and_plots(tmp_path: Path, kafka_bootstrap: s
         assert len(step["latency"]) == 6 and all(row["p50"] > 0 for row in step["latency"].values())
         assert step["indexBytes"]["text"] > 0
     assert results["memory"]["worker"] and results["memory"]["planner (process, largest corpus)"]
+    shards = results["shards"]
+    assert shards["chunks"] > 0 and [row["shards"] for row in shards["runs"]] == [1, 2]
+    assert shards["twoShardsVsOne"] == shards["twoShardsChunksPerSecond"] / shards["oneSinkChunksPerSecond"]
+    cache = results["segmentCache"]
+    assert "error" not in cache, cache  # the test session's S3Proxy prerequisites (Java, Maven) hold here
+    assert cache["generations"] == 3 and cache["fetchedBytes"] > 0 and cache["fetchedBytesWarm"] == 0
+    for rows in (cache["cold"], cache["warm"]):
+        assert set(rows) == {"text", "vector", "hybrid"} and all(row["p50"] > 0 for row in rows.values())
+
+
+SHARDS = {"events": 972, "chunks": 150, "streamPartitions": 2,
+          "runs": [{"run": 1, "shards": 1, "seconds": 6.0, "chunksPerSecond": 25.0},
+                   {"run": 1, "shards": 2, "seconds": 5.0, "chunksPerSecond": 30.0},
+                   {"run": 2, "shards": 1, "seconds": 7.5, "chunksPerSecond": 20.0},
+                   {"run": 2, "shards": 2, "seconds": 3.0, "chunksPerSecond": 50.0}],
+          "oneSinkChunksPerSecond": 25.0, "twoShardsChunksPerSecond": 50.0, "twoShardsVsOne": 2.0}
+CACHE = {"chunks": 500, "generations": 3, "fetchSeconds": 0.7, "fetchedBytes": 2_214_231, "fetchedBytesWarm": 0,
+         "queries": 10,
+         "cold": {"text": {"p50": 13.5, "p99": 313.9, "first": 313.9}, "vector": {"p50": 70.0, "p99": 90.0, "first": 80.0},
+                  "hybrid": {"p50": 80.0, "p99": 140.0, "first": 140.0}},
+         "warm": {"text": {"p50": 9.0, "p99": 52.0, "first": 40.0}, "vector": {"p50": 56.0, "p99": 80.0, "first": 80.0},
+                  "hybrid": {"p50": 64.0, "p99": 70.0, "first": 64.0}}}
+
+
+def test_shard_and_cache_sections_render_every_figure() -> None:
+    shards = "\n".join(shard_section(SHARDS))
+    assert shards.startswith("## 10. Sink shards")
+    assert "150 chunks of 972 synthetic events" in shards and "2 partitions" in shards
+    assert "| 2 | 2 shards | 3.0 | 50 | |" in shards and "| 1 | one sink | 6.0 | 25 | |" in shards
+    assert "**2.00x**" in shards  # best of each: 50 / 25
+    cache = "\n".join(cache_section(CACHE))
+    assert cache.startswith("## 11. Planner replica over the object store")
+    assert "fetched 2.2 MB in 0.7 s" in cache and "3 generations" in cache and "(same replica, same queries; 0.0 MB" in cache
+    assert "| text | 13.5 / 313.9 | 313.9 | 9.0 / 52.0 | 1.50x | 6.04x |" in cache
+    assert "| hybrid | 80.0 / 140.0 | 140.0 | 64.0 / 70.0 | 1.25x | 2.00x |" in cache
+    assert "| vector |" in cache
+
+
+def test_cache_section_says_why_it_was_not_measured() -> None:
+    lines = cache_section({"error": "S3Proxy could not start: Java 17+ is needed to run the local S3Proxy"})
+    assert lines[0].startswith("## 11.")
+    assert "Not measured in this run: S3Proxy could not start: Java 17+ is needed" in "\n".join(lines)
+    assert not any(line.startswith("| ") for line in lines)
