@@ -58,6 +58,7 @@ DEFAULT_ACL: dict[str, Any] = {"tenant": "default", "read": ["*"]}
 _RFC3339 = re.compile(
     r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$"
 )
+_BEYOND_MICROSECONDS = re.compile(r"(\.\d{6})\d+")
 
 
 @cache
@@ -78,7 +79,7 @@ def parse_time(value: str) -> datetime:
         raise ValueError(f"not an RFC 3339 time with an offset: {value!r}")
     text = value.replace("z", "Z").replace("Z", "+00:00").replace("t", "T").replace(" ", "T")
     # Python's fromisoformat takes at most 6 fractional digits; nanosecond stamps are common.
-    text = re.sub(r"(\.\d{6})\d+", r"\1", text)
+    text = _BEYOND_MICROSECONDS.sub(r"\1", text)
     try:
         return datetime.fromisoformat(text).astimezone(UTC)
     except OverflowError:

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
@@ -57,51 +58,82 @@ def read_topic_to_end(bootstrap: str, topic: str, *, partitions: Iterable[int] |
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
                              isolation_level="read_committed", consumer_timeout_ms=1000)
     try:
-        parts = consumer.partitions_for_topic(topic) or set()
-        wanted = [TopicPartition(topic, p) for p in sorted(parts) if partitions is None or p in set(partitions)]
-        if not wanted:
-            return
-        consumer.assign(wanted)
-        consumer.seek_to_beginning(*wanted)
-        end = consumer.end_offsets(wanted)
-        remaining = {tp for tp in wanted if end[tp] > consumer.position(tp)}
-        deadline = time.monotonic() + timeout_seconds
-        while remaining and time.monotonic() < deadline:
-            batch = consumer.poll(timeout_ms=500, max_records=5000)
-            for tp, records in batch.items():
-                yield from records
-                if records and records[-1].offset + 1 >= end[tp]:
-                    remaining.discard(tp)
-            for tp in list(remaining):
-                if consumer.position(tp) >= end[tp]:
-                    remaining.discard(tp)
-        if remaining:
-            raise BrokerError(f"timed out reading {topic} to its end")
+        yield from _read_to_end(consumer, topic, partitions=partitions, timeout_seconds=timeout_seconds)
     finally:
         consumer.close()
 
 
-class LogRegistry:
-    """logId → L1 partition, recorded on the compacted ``usl.l1.logs`` topic."""
+def _read_to_end(consumer: KafkaConsumer, topic: str, *, partitions: Iterable[int] | None = None,
+                 timeout_seconds: float = 30.0) -> Iterator[Any]:
+    """:func:`read_topic_to_end` through ``consumer`` (left assigned to the topic's partitions)."""
+    parts = consumer.partitions_for_topic(topic) or set()
+    wanted = [TopicPartition(topic, p) for p in sorted(parts) if partitions is None or p in set(partitions)]
+    if not wanted:
+        return
+    consumer.assign(wanted)
+    consumer.seek_to_beginning(*wanted)
+    end = consumer.end_offsets(wanted)
+    remaining = {tp for tp in wanted if end[tp] > consumer.position(tp)}
+    deadline = time.monotonic() + timeout_seconds
+    while remaining and time.monotonic() < deadline:
+        batch = consumer.poll(timeout_ms=500, max_records=5000)
+        for tp, records in batch.items():
+            yield from records
+            if records and records[-1].offset + 1 >= end[tp]:
+                remaining.discard(tp)
+        for tp in list(remaining):
+            if consumer.position(tp) >= end[tp]:
+                remaining.discard(tp)
+    if remaining:
+        raise BrokerError(f"timed out reading {topic} to its end")
 
-    def __init__(self, bootstrap: str, settings: Settings) -> None:
+
+class LogRegistry:
+    """logId → L1 partition, recorded on the compacted ``usl.l1.logs`` topic.
+
+    Each :meth:`refresh` reads the topic from its start. By default through a consumer of its
+    own, made and closed for that read; with ``keep_consumer`` one consumer serves every refresh
+    until :meth:`close` (a new kafka-python client waits about 100 ms before its first topic
+    metadata, and the follower refreshes several times per batch for a log it does not know yet).
+    """
+
+    def __init__(self, bootstrap: str, settings: Settings, *, keep_consumer: bool = False) -> None:
         self._bootstrap = bootstrap
         self._settings = settings
         self._topics = Topics.from_settings(settings)
         self._mapping: dict[str, int] = {}
+        self._keep_consumer = keep_consumer
+        self._consumer: KafkaConsumer | None = None
+        self._lock = threading.Lock()  # a KafkaConsumer serves one thread at a time
         self.refresh()
 
     def refresh(self) -> dict[str, int]:
-        mapping: dict[str, int] = {}
-        for record in read_topic_to_end(self._bootstrap, self._topics.logs):
-            try:
-                entry = orjson.loads(record.value)
-            except orjson.JSONDecodeError:
-                continue
-            # The first record of a log wins, so a racing second writer cannot move a log.
-            mapping.setdefault(entry["logId"], int(entry["partition"]))
-        self._mapping = mapping
-        return dict(mapping)
+        with self._lock:
+            mapping: dict[str, int] = {}
+            for record in self._records():
+                try:
+                    entry = orjson.loads(record.value)
+                except orjson.JSONDecodeError:
+                    continue
+                # The first record of a log wins, so a racing second writer cannot move a log.
+                mapping.setdefault(entry["logId"], int(entry["partition"]))
+            self._mapping = mapping
+            return dict(mapping)
+
+    def _records(self) -> Iterator[Any]:
+        if not self._keep_consumer:
+            return read_topic_to_end(self._bootstrap, self._topics.logs)
+        if self._consumer is None:
+            self._consumer = KafkaConsumer(bootstrap_servers=self._bootstrap, enable_auto_commit=False,
+                                           isolation_level="read_committed", client_id="usl-log-registry")
+        return _read_to_end(self._consumer, self._topics.logs)
+
+    def close(self) -> None:
+        """Close the kept consumer, if any (a registry may still refresh afterwards: it opens another)."""
+        with self._lock:
+            consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            consumer.close()
 
     @property
     def logs(self) -> dict[str, int]:
@@ -110,8 +142,10 @@ class LogRegistry:
     def partition_of(self, log_id: str) -> int | None:
         return self._mapping.get(log_id)
 
-    def assign(self, log_id: str) -> int:
-        """The partition of ``log_id``, assigning and recording one if the log is new."""
+    def assign(self, log_id: str, *, producer: KafkaProducer | None = None) -> int:
+        """The partition of ``log_id``, assigning and recording one if the log is new (through
+        ``producer`` when given, an idempotent acks=all one such as the L1 producer's; else
+        one made for the record)."""
         if log_id in self._mapping:
             return self._mapping[log_id]
         owned = set(self._mapping.values())
@@ -124,12 +158,13 @@ class LogRegistry:
             for p in self._mapping.values():
                 counts[p] = counts.get(p, 0) + 1
             partition = min(counts, key=lambda p: (counts[p], p))
-        producer = KafkaProducer(bootstrap_servers=self._bootstrap, acks="all", enable_idempotence=True)
+        sender = producer or KafkaProducer(bootstrap_servers=self._bootstrap, acks="all", enable_idempotence=True)
         try:
-            producer.send(self._topics.logs, key=log_id.encode(),
-                          value=orjson.dumps({"logId": log_id, "partition": partition})).get(timeout=30)
+            sender.send(self._topics.logs, key=log_id.encode(),
+                        value=orjson.dumps({"logId": log_id, "partition": partition})).get(timeout=30)
         finally:
-            producer.close()
+            if producer is None:
+                sender.close()
         self.refresh()
         return self._mapping[log_id]
 
@@ -160,12 +195,19 @@ class L1Producer:
                 f"event {event['eventId']!r} is {len(value)} bytes, over the {self._max_event_bytes}-byte "
                 "limit (USL_MAX_EVENT_BYTES); cut it with streams.asp.fit_event first",
             )
-        partition = self._registry.assign(event["logId"])
+        partition = self._registry.assign(event["logId"], producer=self._producer)
         future = self._producer.send(self._topics.l1, key=event["sessionId"].encode(),
                                      value=value, partition=partition)
         self._pending.append(future)
         if len(self._pending) >= 10000:
             self.flush()
+
+    def prefetch_metadata(self) -> None:
+        """Learn the L1 and registry topics' partitions now rather than at the first append: a
+        new kafka-python client waits about 100 ms before it asks (``ingest`` does this while
+        it imports)."""
+        for topic in (self._topics.l1, self._topics.logs):
+            self._producer.partitions_for(topic)
 
     def flush(self) -> int:
         """Wait for every queued event; return the highest seq this producer appended (0 if none)."""
@@ -207,6 +249,11 @@ class L1Reader:
     @property
     def registry(self) -> LogRegistry:
         return self._registry
+
+    def prefetch_metadata(self) -> None:
+        """Learn the L1 topic's partitions now rather than at the first read (see
+        :meth:`L1Producer.prefetch_metadata`)."""
+        self._consumer.partitions_for_topic(self._topics.l1)
 
     def _tp(self, log_id: str) -> TopicPartition | None:
         partition = self._registry.partition_of(log_id)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
-from kafka.errors import TopicAlreadyExistsError
+from kafka.errors import NoError, TopicAlreadyExistsError, for_code
 
 from streams.exceptions import BrokerError
 from streams.settings import Settings
@@ -111,12 +111,18 @@ def ensure_topics(bootstrap: str, settings: Settings) -> list[str]:
             for s in specs if s.name not in existing
         ]
         created: list[str] = []
-        for topic in wanted:
-            try:
-                admin.create_topics([topic])
-                created.append(topic.name)
-            except TopicAlreadyExistsError:
-                pass
+        if wanted:
+            # One request for every missing topic: the controller creates them together, where one
+            # request per topic cost a round trip and a controller write each (~50 ms apiece, the
+            # bulk of a fresh `usl ingest`'s start; docs/benchmarks.md, issue #16).
+            response = admin.create_topics(wanted, raise_errors=False)
+            errors = {result["name"]: for_code(result["error_code"]) for result in response["topics"]}
+            for result in response["topics"]:
+                # TopicAlreadyExists: another process created it since list_topics.
+                if errors[result["name"]] not in (NoError, TopicAlreadyExistsError):
+                    raise BrokerError(f"cannot create topic {result['name']}: {errors[result['name']].__name__} "
+                                      f"({result.get('error_message') or 'no message'})")
+            created = [topic.name for topic in wanted if errors.get(topic.name) is NoError]
         described = {d["name"]: len(d["partitions"]) for d in admin.describe_topics([s.name for s in specs])}
         for spec in specs:
             have = described.get(spec.name, 0)

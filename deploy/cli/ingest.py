@@ -99,12 +99,21 @@ def _count(report: Any) -> None:
 
 def _follower(settings: Settings, bootstrap: str, paths: list[Path], fmt: str | None, log: str,
               *, once: bool, on_record: Any = None) -> tuple[Any, Any]:
-    from streams.follow import Follower, KafkaAppender, PositionStore
-    from streams.topics import ensure_topics
+    from streams.follow import ConnectingAppender, Follower, KafkaAppender, PositionStore
 
-    ensure_topics(bootstrap, settings)
-    appender = KafkaAppender(bootstrap, settings)
-    follower = Follower(paths, appender=appender, store=PositionStore(settings.home), log_id=log, fmt=fmt,
+    def connect() -> KafkaAppender:
+        from streams.topics import ensure_topics
+
+        ensure_topics(bootstrap, settings)
+        appender = KafkaAppender(bootstrap, settings)
+        appender.prefetch_metadata()
+        return appender
+
+    # Topics and clients are made while the follower imports the files (issue #16): making them
+    # is mostly waiting for the broker (0.3-1 s for a fresh topic prefix), importing is CPU.
+    store = PositionStore(settings.home)
+    appender = ConnectingAppender(connect)
+    follower = Follower(paths, appender=appender, store=store, log_id=log, fmt=fmt,
                         max_event_bytes=settings.max_event_bytes, idle_seconds=settings.follow_idle_seconds,
                         once=once, on_record=on_record)
     return follower, appender

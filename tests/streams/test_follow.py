@@ -198,3 +198,63 @@ def test_a_file_of_no_known_format_is_skipped_and_named_once(tmp_path):
     first = tail.poll()
     assert first.undetected == [str(root / "logs.json")] and first.appended > 0
     assert tail.poll().undetected == []  # unchanged: not looked at again
+
+
+def test_a_connecting_appender_lets_the_follower_import_before_it_waits(tmp_path):
+    """``usl ingest`` connects to Kafka on a thread of its own (ConnectingAppender): the follower
+    reads and imports every record first, and waits for L1 only when it checks or appends."""
+    import threading
+
+    from streams.follow import ConnectingAppender
+
+    transcript = tmp_path / "session.jsonl"
+    transcript.write_bytes(TRANSCRIPTS[0].read_bytes())
+    expected = len(list(iter_records(transcript)))
+    imported: list[str] = []
+    all_read = threading.Event()
+    seen_when_made: list[int] = []
+
+    class ClosingL1(MemoryL1):
+        closed = False
+
+        def close(self) -> None:
+            self.closed = True
+
+    l1 = ClosingL1()
+
+    def on_record(label: str) -> None:
+        imported.append(label)
+        if len(imported) == expected:
+            all_read.set()
+
+    def connect() -> Any:
+        # Made only once the follower has read everything: a follower that waited for L1 before
+        # importing would stall here (and fail below) instead.
+        all_read.wait(timeout=10)
+        seen_when_made.append(len(imported))
+        return l1
+
+    appender = ConnectingAppender(connect)
+    report = Follower([transcript], appender=appender, store=PositionStore(tmp_path / "home"),
+                      once=True, on_record=on_record).poll()
+    appender.close()
+    assert seen_when_made == [expected]
+    assert report.appended == len(l1.log) == len(one_shot_ids(transcript)) > 0
+    assert appender.ready() is l1 and l1.closed
+
+
+def test_a_connecting_appender_raises_its_error_where_l1_is_first_needed(tmp_path):
+    from streams.exceptions import BrokerError
+    from streams.follow import ConnectingAppender
+
+    def connect() -> Any:
+        raise BrokerError("no broker at 127.0.0.1:1")
+
+    transcript = tmp_path / "session.jsonl"
+    transcript.write_bytes(TRANSCRIPTS[0].read_bytes())
+    appender = ConnectingAppender(connect)
+    with pytest.raises(BrokerError, match="no broker"):
+        Follower([transcript], appender=appender, store=PositionStore(tmp_path / "home"), once=True).poll()
+    appender.close()  # nothing was made: nothing to close, no second error
+    with pytest.raises(BrokerError):
+        appender.committed_seq("default")

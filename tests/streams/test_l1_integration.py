@@ -72,6 +72,62 @@ def test_log_registry_assigns_stable_partitions(settings):
     assert LogRegistry(settings.bootstrap_servers, settings).logs == again.logs
 
 
+def test_topics_the_broker_refuses_are_a_clear_error(make_settings):
+    """All missing topics go in one request; one the broker refuses (here: more replicas than
+    brokers) is a BrokerError naming it, not a kafka-python exception."""
+    from streams.exceptions import BrokerError
+
+    settings = make_settings(replication_factor=3)
+    with pytest.raises(BrokerError, match=r"cannot create topic .*l1.*InvalidReplicationFactor"):
+        ensure_topics(settings.bootstrap_servers, settings)
+
+
+def test_a_registry_keeping_its_consumer_sees_logs_assigned_since(settings):
+    from kafka import KafkaProducer
+
+    ensure_topics(settings.bootstrap_servers, settings)
+    kept = LogRegistry(settings.bootstrap_servers, settings, keep_consumer=True)
+    try:
+        assert kept.partition_of("team-x") is None
+        partition = LogRegistry(settings.bootstrap_servers, settings).assign("team-x")
+        assert kept.partition_of("team-x") is None  # until it refreshes
+        assert kept.refresh() == {"team-x": partition}
+        producer = KafkaProducer(bootstrap_servers=settings.bootstrap_servers, acks="all", enable_idempotence=True)
+        try:
+            other = kept.assign("team-y", producer=producer)
+            assert kept.assign("team-z", producer=producer) not in (partition, other)  # still open
+        finally:
+            producer.close()
+        assert LogRegistry(settings.bootstrap_servers, settings).logs == kept.logs == {
+            "team-x": partition, "team-y": other, "team-z": kept.partition_of("team-z")}
+    finally:
+        kept.close()
+    assert kept.refresh()["team-y"] == other  # closed: the next refresh opens another consumer
+    kept.close()
+
+
+def test_ingest_appends_each_event_as_its_canonical_bytes(settings):
+    """What lands in L1, byte for byte: one record per accepted event, in import order, keyed by
+    its sessionId, valued with its canonical bytes, without headers, on the log's partition; the
+    log's registry record is its logId and partition."""
+    from streams.asp import canonical_bytes
+    from streams.importers import Accepted, iter_records
+
+    transcript = EXAMPLES / "claude-code-session.jsonl"
+    summary = _ingest(settings, str(transcript), "--log", "team-b")
+    expected = [i.event for i in iter_records(transcript, log_id="team-b") if isinstance(i, Accepted)]
+    assert summary["eventsAppended"] == len(expected) > 10
+    topics = Topics.from_settings(settings)
+    logs = [r for r in read_topic_to_end(settings.bootstrap_servers, topics.logs)]
+    assert [(r.key, r.value) for r in logs] == [
+        (b"team-b", orjson.dumps({"logId": "team-b", "partition": summary["partition"]}))]
+    records = list(read_topic_to_end(settings.bootstrap_servers, topics.l1))
+    assert {r.partition for r in records} == {summary["partition"]}
+    assert [(r.key, r.value, list(r.headers)) for r in records] == [
+        (event["sessionId"].encode(), canonical_bytes(event), []) for event in expected]
+    assert summary["l1CommittedSeq"] == records[-1].offset + 1
+
+
 def test_ingest_claude_code_appends_valid_events_and_dead_letters_broken_lines(settings):
     transcript = next((FIXTURES / "claude_code").glob("*.jsonl"))
     summary = _ingest(settings, str(transcript), "--format", "claude-code")
