@@ -3,9 +3,11 @@
 Why: typer 0.29 coerces every parameter through a pydantic ``TypeAdapter``; importing
 pydantic and building the adapters costs about 0.2 s of CPU per ``usl`` process, more than a
 whole ``usl search`` through the API takes otherwise (docs/benchmarks.md). Parameters whose
-annotation is ``str``, ``int``, ``float`` or ``bool`` (or a ``list`` of one of them), without a
-custom ``parser``, are coerced here with the same rules (number ``min``/``max``/``clamp``,
-booleans from flags or environment words); every other annotation still goes to typer.
+annotation is ``str``, ``int``, ``float``, ``bool`` or ``Path`` (or a ``list`` of one of them),
+without a custom ``parser``, are coerced here with the same rules (number ``min``/``max``/``clamp``,
+booleans from flags or environment words, a path from its text); every other annotation still goes
+to typer. ``usl ingest PATHS`` is the command that takes paths: with them coerced here it loads no
+pydantic either (issue #16).
 
 Patched names (typer 0.29.x; :data:`TESTED_TYPER`):
 
@@ -25,13 +27,14 @@ leaves typer alone (slower, still correct) when the names are not there.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, get_args, get_origin
 
 __all__ = ["PATCHED", "TESTED_TYPER", "install", "plain_coercion"]
 
 TESTED_TYPER = ("0.29",)
 PATCHED = ("typer.core.build_runtime_param",)
-_PLAIN = (str, int, float, bool)
+_PLAIN = (str, int, float, bool, Path)
 _TRUE = frozenset({"1", "true", "t", "yes", "y", "on"})
 _FALSE = frozenset({"0", "false", "f", "no", "n", "off", ""})
 _installed = False
@@ -44,6 +47,13 @@ def plain_coercion(annotation: Any, parameter_info: Any, value: Any) -> Any:
         leaf = get_args(annotation)[0]
         items = value if isinstance(value, list | tuple) else [value]
         return [plain_coercion(leaf, parameter_info, item) for item in items]
+    if annotation is Path:
+        if isinstance(value, Path):
+            return value
+        if not isinstance(value, str) or "\x00" in value:  # what pydantic refuses too
+            raise ValueError("Input is not a valid path: embedded null byte" if isinstance(value, str)
+                             else "Input is not a valid path")
+        return Path(value)
     if annotation is str:
         if isinstance(value, bytes):
             return value.decode("utf-8", "replace")

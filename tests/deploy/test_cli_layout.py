@@ -1,6 +1,6 @@
 """The command line's room (``deploy/cli``): each group adds exactly the commands it names, the
-app a command runs with holds only its group, and ``usl search --json`` through the API loads
-none of the heavy libraries."""
+app a command runs with holds only its group, ``usl search --json`` through the API loads none
+of the heavy libraries, and ``usl ingest`` none but kafka and rich."""
 
 from __future__ import annotations
 
@@ -115,3 +115,37 @@ def test_search_through_the_api_loads_no_heavy_library(fake_api: str, tmp_path: 
               if any(name == heavy or name.startswith(heavy + ".") for heavy in HEAVY)}
     assert not loaded, f"usl search --json through the API imported {sorted(loaded)}"
     assert "planner.client" in report["modules"]  # it did go through the API client
+
+
+_INGEST_AND_LIST_MODULES = """
+import json, sys
+sys.argv = ["usl", "ingest", *sys.argv[1:]]
+from deploy.cli import main
+try:
+    main()
+except SystemExit as exc:
+    code = exc.code
+else:
+    code = 0
+sys.stderr.write("\\nMODULES " + json.dumps({"code": code, "modules": sorted(sys.modules)}) + "\\n")
+"""
+
+#: What ``usl ingest`` needs no more than the plain producer it is measured against does
+#: (docs/benchmarks.md, issue #16): it does load kafka, and rich for its output.
+INGEST_HEAVY = tuple(name for name in HEAVY if name not in ("kafka", "rich"))
+
+
+@pytest.mark.kafka
+def test_ingest_loads_no_heavy_library(make_settings: Any, tmp_path: Path) -> None:
+    settings = make_settings()
+    transcript = ROOT / "examples" / "sessions" / "claude-code-session.jsonl"
+    env = {"PATH": "/usr/bin:/bin", "USL_HOME": str(settings.home), "USL_TOPIC_PREFIX": settings.topic_prefix,
+           "KAFKA_BOOTSTRAP_SERVERS": settings.bootstrap_servers}
+    done = subprocess.run([sys.executable, "-c", _INGEST_AND_LIST_MODULES, str(transcript), "--json"], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=120)
+    report = json.loads(done.stderr.rpartition("MODULES ")[2])
+    assert report["code"] == 0, done.stderr
+    assert json.loads(done.stdout)["eventsAppended"] > 10
+    loaded = {name for name in report["modules"]
+              if any(name == heavy or name.startswith(heavy + ".") for heavy in INGEST_HEAVY)}
+    assert not loaded, f"usl ingest imported {sorted(loaded)}"

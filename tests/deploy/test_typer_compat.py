@@ -4,6 +4,7 @@ pydantic-free coercion agrees with typer's own on what a user can type."""
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -73,6 +74,13 @@ def test_strings_and_booleans_agree(value: str) -> None:
     assert ours(str, info, value) == typer_says(str, info, value)
     assert ours(bool, info, value) == typer_says(bool, info, value)
     assert ours(list[str], info, [value, value]) == typer_says(list[str], info, [value, value])
+
+
+@given(value=st.one_of(words, st.sampled_from(["~/x", "a/../b", "/tmp//x/", " a ", "a\x00b", "."])))
+def test_paths_agree(value: str) -> None:
+    info = OptionInfo()
+    assert ours(Path, info, value) == typer_says(Path, info, value)
+    assert ours(list[Path], info, [value, value]) == typer_says(list[Path], info, [value, value])
 
 
 @pytest.mark.parametrize("flag", [True, False])
