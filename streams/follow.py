@@ -536,22 +536,29 @@ class KafkaAppender:
     """The follower's L1: the idempotent :class:`streams.l1.L1Producer`, an :class:`L1Reader`
     to check what a log holds, and the dead-letter topic."""
 
-    def __init__(self, bootstrap: str, settings: Any) -> None:
+    def __init__(self, bootstrap: str, settings: Any, *, prefetch: bool = False) -> None:
+        """``prefetch`` also asks for the L1 and registry topics' partitions now (see
+        :meth:`streams.l1.L1Producer.prefetch_metadata`), while the registry is read."""
         from streams.l1 import L1Producer, L1Reader, LogRegistry
 
         # One registry consumer for the process: a log new to L1 is looked up again before its
         # check, its write-ahead seq and its first append, each a whole client's start otherwise.
-        self.registry = LogRegistry(bootstrap, settings, keep_consumer=True)
+        self.registry = LogRegistry(bootstrap, settings, keep_consumer=True, refresh=False)
         self._producer = L1Producer(bootstrap, settings, self.registry)
         self._reader = L1Reader(bootstrap, settings, self.registry)
         self._dead: DeadLetters | None = None  # made at the first reject: most imports have none
         self._bootstrap, self._settings = bootstrap, settings
         self.highest = 0
-
-    def prefetch_metadata(self) -> None:
-        """Ask the broker for the topics' partitions now (see :meth:`L1Producer.prefetch_metadata`)."""
-        self._producer.prefetch_metadata()
-        self._reader.prefetch_metadata()
+        steps: list[Callable[[], object]] = [self.registry.refresh]
+        if prefetch:
+            steps += [self._producer.prefetch_metadata, self._reader.prefetch_metadata]
+        try:
+            # Each is a new client's first metadata (kafka-python waits ~100 ms before it asks):
+            # the waits overlap instead of adding up.
+            _all_at_once(steps)
+        except BaseException:
+            self.close()
+            raise
 
     def committed_seq(self, log_id: str) -> int:
         return self._reader.committed_seq(log_id)
@@ -580,6 +587,26 @@ class KafkaAppender:
         if self._dead is not None:
             self._dead.close()
         self.registry.close()
+
+
+def _all_at_once(steps: list[Callable[[], object]]) -> None:
+    """Run ``steps`` on threads of their own (the first on this one); raise the first error."""
+    errors: list[BaseException] = []
+
+    def run(step: Callable[[], object]) -> None:
+        try:
+            step()
+        except BaseException as exc:  # re-raised on the caller's thread below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(step,), daemon=True) for step in steps[1:]]
+    for thread in threads:
+        thread.start()
+    run(steps[0])
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
 
 
 class ConnectingAppender:

@@ -97,7 +97,9 @@ class LogRegistry:
     metadata, and the follower refreshes several times per batch for a log it does not know yet).
     """
 
-    def __init__(self, bootstrap: str, settings: Settings, *, keep_consumer: bool = False) -> None:
+    def __init__(self, bootstrap: str, settings: Settings, *, keep_consumer: bool = False,
+                 refresh: bool = True) -> None:
+        """``refresh=False`` leaves the mapping empty until the owner calls :meth:`refresh`."""
         self._bootstrap = bootstrap
         self._settings = settings
         self._topics = Topics.from_settings(settings)
@@ -105,7 +107,8 @@ class LogRegistry:
         self._keep_consumer = keep_consumer
         self._consumer: KafkaConsumer | None = None
         self._lock = threading.Lock()  # a KafkaConsumer serves one thread at a time
-        self.refresh()
+        if refresh:
+            self.refresh()
 
     def refresh(self) -> dict[str, int]:
         with self._lock:

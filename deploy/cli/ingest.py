@@ -105,9 +105,7 @@ def _follower(settings: Settings, bootstrap: str, paths: list[Path], fmt: str | 
         from streams.topics import ensure_topics
 
         ensure_topics(bootstrap, settings)
-        appender = KafkaAppender(bootstrap, settings)
-        appender.prefetch_metadata()
-        return appender
+        return KafkaAppender(bootstrap, settings, prefetch=True)
 
     # Topics and clients are made while the follower imports the files (issue #16): making them
     # is mostly waiting for the broker (0.3-1 s for a fresh topic prefix), importing is CPU.

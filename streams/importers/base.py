@@ -125,6 +125,7 @@ def valid_time(value: Any) -> str | None:
 
 #: The UTF-8 byte order mark some editors write at the start of a file.
 BOM = b"\xef\xbb\xbf"
+_READ_BUFFER_BYTES = 1 << 20
 
 
 def parse_json(line: bytes | str) -> tuple[Any, str | None]:
@@ -155,7 +156,10 @@ def parse_json(line: bytes | str) -> tuple[Any, str | None]:
 def read_lines(path: Path) -> Iterator[tuple[int, bytes]]:
     """(1-based line number, line without its newline) for every non-blank line of ``path``."""
     try:
-        handle = path.open("rb")
+        # 1 MiB reads, not 8 KiB: each read lets go of the GIL, and getting it back waits for any
+        # other busy thread (ingest connects to Kafka on one meanwhile): 29 MB read 30x slower
+        # beside a busy thread with the default buffer (issue #16, docs/benchmarks.md).
+        handle = path.open("rb", buffering=_READ_BUFFER_BYTES)
     except OSError as exc:
         raise ImportFormatError(f"{path}: cannot read the file: {exc.strerror or exc}") from exc
     with handle:
