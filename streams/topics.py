@@ -104,29 +104,35 @@ def ensure_topics(bootstrap: str, settings: Settings) -> list[str]:
     """
     admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="usl-admin", request_timeout_ms=30000)
     try:
-        existing = set(admin.list_topics())
         specs = topic_specs(settings)
+        # describe_topics, not list_topics: one metadata request for our topics (an unknown one
+        # comes back with an error and is not auto-created), where list_topics waits for the
+        # client's metadata refresh, ~100 ms after a new kafka-python client bootstraps.
+        partitions = _partition_counts(admin, [s.name for s in specs])
         wanted = [
             NewTopic(s.name, s.partitions, settings.replication_factor, topic_configs=s.config)
-            for s in specs if s.name not in existing
+            for s in specs if s.name not in partitions
         ]
         created: list[str] = []
+        raced: list[str] = []  # created by another process since we looked
         if wanted:
             # One request for every missing topic: the controller creates them together, where one
             # request per topic cost a round trip and a controller write each (~50 ms apiece, the
             # bulk of a fresh `usl ingest`'s start; docs/benchmarks.md, issue #16).
             response = admin.create_topics(wanted, raise_errors=False)
-            errors = {result["name"]: for_code(result["error_code"]) for result in response["topics"]}
             for result in response["topics"]:
-                # TopicAlreadyExists: another process created it since list_topics.
-                if errors[result["name"]] not in (NoError, TopicAlreadyExistsError):
-                    raise BrokerError(f"cannot create topic {result['name']}: {errors[result['name']].__name__} "
+                error = for_code(result["error_code"])
+                if error is TopicAlreadyExistsError:
+                    raced.append(result["name"])
+                elif error is not NoError:
+                    raise BrokerError(f"cannot create topic {result['name']}: {error.__name__} "
                                       f"({result.get('error_message') or 'no message'})")
-            created = [topic.name for topic in wanted if errors.get(topic.name) is NoError]
-        described = {d["name"]: len(d["partitions"]) for d in admin.describe_topics([s.name for s in specs])}
+            created = [topic.name for topic in wanted if topic.name not in raced]
+        if raced:
+            partitions.update(_partition_counts(admin, raced))
         for spec in specs:
-            have = described.get(spec.name, 0)
-            if have and have < spec.partitions and spec.name not in created:
+            have = partitions.get(spec.name, 0)
+            if have and have < spec.partitions:
                 raise BrokerError(
                     f"topic {spec.name} has {have} partitions but {spec.partitions} are configured; "
                     "lower the setting or add partitions deliberately (see docs/operations.md)"
@@ -135,3 +141,7 @@ def ensure_topics(bootstrap: str, settings: Settings) -> list[str]:
     finally:
         admin.close()
 
+
+def _partition_counts(admin: KafkaAdminClient, names: list[str]) -> dict[str, int]:
+    """Topic → partition count, for those of ``names`` that exist."""
+    return {d["name"]: len(d["partitions"]) for d in admin.describe_topics(names) if d["error_code"] == 0}

@@ -82,6 +82,16 @@ def test_topics_the_broker_refuses_are_a_clear_error(make_settings):
         ensure_topics(settings.bootstrap_servers, settings)
 
 
+def test_an_existing_topic_with_fewer_partitions_than_configured_is_a_clear_error(make_settings):
+    from streams.exceptions import BrokerError
+
+    settings = make_settings()
+    ensure_topics(settings.bootstrap_servers, settings)
+    more = make_settings(topic_prefix=settings.topic_prefix, l1_partitions=settings.l1_partitions + 2)
+    with pytest.raises(BrokerError, match=rf"{settings.topic_prefix}l1 has {settings.l1_partitions} partitions but"):
+        ensure_topics(more.bootstrap_servers, more)
+
+
 def test_a_registry_keeping_its_consumer_sees_logs_assigned_since(settings):
     from kafka import KafkaProducer
 
