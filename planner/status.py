@@ -203,5 +203,10 @@ def render_status(report: dict[str, Any], console: Console) -> None:
         holders = {(h["seq"], h["sessionId"], h["turnId"]) for h in
                    (idx.get("heldBy") for idx in entry["indexes"].values()) if h}
         for seq, session_id, turn_id in sorted(holders, key=lambda h: h[0]):
+            if session_id is None:
+                # Not the caller's tenant's event (or one without an acl, or unreadable): its ids
+                # are withheld by for_principal, so there is nothing to name but the seq.
+                console.print(f"  first unindexed event: seq {seq} (its session is not shown to you)")
+                continue
             turn = f", turn {turn_id!r}" if turn_id else ""
             console.print(f"  first unindexed event: seq {seq}, session {session_id!r}{turn}")

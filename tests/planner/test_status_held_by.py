@@ -38,6 +38,11 @@ def test_a_lagging_index_names_the_first_event_above_its_watermark() -> None:
     out = io.StringIO()
     render_status(report, Console(file=out, width=200))
     assert "first unindexed event: seq 5, session 's-open', turn 't-2099'" in out.getvalue()
+    # Read as another tenant's principal, the ids are withheld and the line says so, never "None".
+    out = io.StringIO()
+    render_status(for_principal(report, parse_principal("tenant:other/user:bob")), Console(file=out, width=200))
+    assert "first unindexed event: seq 5 (its session is not shown to you)" in out.getvalue()
+    assert "None" not in out.getvalue()
 
 
 def test_held_by_tolerates_records_that_are_not_events() -> None:
