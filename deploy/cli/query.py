@@ -37,7 +37,7 @@ def search(
     query: str = typer.Argument(..., help="What to search for: words (OR-ed) and \"quoted phrases\"."),
     freshness: str = typer.Option("indexed", "--freshness",
                                   help="indexed | latest | wait:SECONDS (at most 300)."),
-    k: int = typer.Option(10, "--k", help="Results per page (1-100)."),
+    k: int = typer.Option(10, "--k", "-k", help="Results per page (1-100)."),
     explain: bool = typer.Option(False, "--explain", help="Show how the answer was decided."),
     principal_text: str = PRINCIPAL_OPTION,
     cursor: str = typer.Option(None, "--cursor", help="Continue after a previous page."),

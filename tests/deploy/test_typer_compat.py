@@ -39,6 +39,8 @@ def test_the_cli_runs_with_the_patch() -> None:
     assert refused.exit_code == 2 and "greater than or equal to 0" in refused.output
     refused = runner.invoke(app, ["search", "x", "--k", "many"])
     assert refused.exit_code == 2 and "valid integer" in refused.output
+    refused = runner.invoke(app, ["search", "x", "-k", "many"])  # the short form is the same option
+    assert refused.exit_code == 2 and "valid integer" in refused.output
 
 
 def typer_says(annotation: Any, info: OptionInfo, value: Any) -> tuple[str, Any]:
