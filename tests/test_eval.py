@@ -66,3 +66,20 @@ def test_page_split_sums_to_the_total(total: int, seed: int) -> None:
     sizes = page_split(total, random.Random(seed))
     assert sum(sizes) == total and all(size >= 1 for size in sizes)
     assert sizes == page_split(total, random.Random(seed))
+
+
+def test_an_error_fragment_also_printed_outside_any_turn_is_not_asked() -> None:
+    from benchmarks.eval.run import Corpus, error_task
+
+    def result(event_id: str, turn: str | None, output: str) -> dict[str, object]:
+        return {"type": "tool.result", "eventId": event_id, "sessionId": "s-1", "turnId": turn,
+                "fields": {"status": "error", "output": output, "toolName": "Bash"}}
+
+    corpus = Corpus(events=[
+        result("e-1", "t-1", "<tool_use_error>Sibling tool call errored</tool_use_error>"),
+        result("e-2", None, "<tool_use_error>Sibling tool call errored</tool_use_error>"),  # no turn
+        result("e-3", "t-2", "fatal: not a git repository (or any parent)"),
+    ])
+    asked = error_task(corpus, count=10, seed=1)
+    assert [task["query"] for task in asked] == ["fatal: not a git repository (or any parent)"]
+    assert asked[0]["turnId"] == "t-2"

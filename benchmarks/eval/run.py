@@ -301,12 +301,14 @@ def error_task(corpus: Corpus, count: int, seed: int) -> list[dict[str, Any]]:
     failed = []
     outputs_by_turn: dict[str, list[str]] = defaultdict(list)
     for event in corpus.events:
-        if event["type"] != "tool.result" or not event.get("turnId"):
+        if event["type"] != "tool.result":
             continue
         fields = event.get("fields") or {}
         output = str(fields.get("output") or "")
-        outputs_by_turn[event["turnId"]].append(normalise(output).lower())
-        if fields.get("status") == "error" or output.startswith(("Error:", "Traceback")):
+        # A result outside any turn (e.g. a subagent's) is a place of its own: a fragment it
+        # also printed is not unique to the asked turn, whichever of the two a search ranks first.
+        outputs_by_turn[event.get("turnId") or f"event:{event['eventId']}"].append(normalise(output).lower())
+        if event.get("turnId") and (fields.get("status") == "error" or output.startswith(("Error:", "Traceback"))):
             failed.append(event)
     candidates: dict[str, dict[str, Any]] = {}
     for event in failed:
