@@ -25,9 +25,9 @@ seeded random points:
 
 Every kind is in the default set. The last three are faults of the scaled-out index tier and
 run on a second stack of their own, started once the first is stopped (:func:`phases`): its own
-broker and S3Proxy, the shardable kinds as two shard processes each (what ``usl up`` runs with
-``USL_SINK_SHARDS=2``, :func:`deploy.stack.sink_children`) beside one sink of the other kinds,
-every sink publishing to the store. The first stack keeps the embedded layout (one local sink
+broker and S3Proxy, two sink shard processes, shard I of every kind in process I (what ``usl up``
+runs with ``USL_SINK_SHARDS=2``, :func:`deploy.stack.sink_children`), every sink publishing to
+the store. The first stack keeps the embedded layout (one local sink
 process per kind; ``--object-store`` makes it publish too), so the other faults test what they
 always did. On the scaled-out stack every kind is read as the union of its shards (each record
 exactly once across them), the watermark a kind shows readers (the minimum over its shards) must

@@ -92,8 +92,8 @@ def _phase_lines(result: SuiteResult) -> list[str]:
              if len(stacks) > 1 else "The run's stack:"]
     for phase in stacks:
         layout = ("one `usl sink --kind K` per index kind" if phase.get("sink_shards", 1) == 1 else
-                  f"{phase['sink_shards']} sink shard processes of the shardable kinds beside one sink of "
-                  f"the others, as `usl up` runs them with `USL_SINK_SHARDS={phase['sink_shards']}`")
+                  f"{phase['sink_shards']} sink shard processes, shard I of every index kind in process I, "
+                  f"as `usl up` runs them with `USL_SINK_SHARDS={phase['sink_shards']}`")
         store = ", publishing to the suite's own S3Proxy" if phase.get("object_store") else ""
         took = f", {phase['seconds'] / 60:.1f} min" if phase.get("seconds") else ""
         lines.append(f"- {phase['name']}: {layout}{store}{took}: "

@@ -11,8 +11,8 @@ as it starts its own broker) and every sink publishes its commits to ``s3://usl-
 there; the store-unavailable fault stops and restarts it on the same address.
 
 With ``sink_shards`` N > 1 the sinks are the processes ``usl up`` runs with
-``USL_SINK_SHARDS=N`` (:func:`deploy.stack.sink_children`: the shardable kinds as N shard
-processes, ``usl sink --kind ... --shard I/N``, beside one sink of the rest); otherwise each
+``USL_SINK_SHARDS=N`` (:func:`deploy.stack.sink_children`: N shard processes, shard I of every
+kind in process I, ``usl sink --kind ... --shard I/N``); otherwise each
 kind has a process of its own (``sink-KIND``), so a fault can hit one kind alone.
 :func:`sink_layout` reads which process runs which kind (and shard) from the children's
 arguments, so the suite follows whatever ``usl up`` runs.
