@@ -836,3 +836,8 @@ def test_compose_planner_replica_reads_the_store_not_the_sinks_volume() -> None:
     assert not [v for s in services.values() if s is not replica for v in s.get("volumes", [])
                 if v.startswith("planner-replica-home:")]
     assert "planner-replica" in OPERATIONS.read_text()
+    # One cursor key for both planners, so a cursor continues on either (issue 18: cursors valid
+    # on any replica); no other service gets it.
+    assert env["USL_CURSOR_KEY"] == services["planner"]["environment"]["USL_CURSOR_KEY"] == "${USL_CURSOR_KEY:-}"
+    assert [name for name, service in services.items()
+            if "USL_CURSOR_KEY" in (service.get("environment") or {})] == ["planner", "planner-replica"]
