@@ -801,6 +801,9 @@ def test_k8s_objectstore_layout_needs_no_shared_volume() -> None:
     assert int(env["USL_SINK_SHARDS"]) == shards["spec"]["replicas"] == 2
     assert '--shard "${HOSTNAME##*-}/${USL_SINK_SHARDS}"' in " ".join(sink["command"])
     assert {"name": claim["metadata"]["name"], "mountPath": "/data/usl"} in sink["volumeMounts"]
+    governing = by_kind["Service"][shards["spec"]["serviceName"]]  # a StatefulSet needs its Service
+    assert governing["spec"]["clusterIP"] == "None"
+    assert governing["spec"]["selector"].items() <= shards["spec"]["template"]["metadata"]["labels"].items()
 
     replicas = by_kind["Deployment"]["usl-planner-replica"]
     assert replicas["spec"]["replicas"] >= 2
