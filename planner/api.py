@@ -66,6 +66,7 @@ from planner.exceptions import NotFound, PlannerError, QueryError, Unauthorized,
 from planner.export import endpoint as export_endpoint
 from planner.request import LOG_NAME, log_param
 from planner.status_history import endpoint as status_history_endpoint
+from planner.tailwarm import WARM_EVERY_SECONDS
 from streams.exceptions import USLError
 from streams.metrics import METRICS_CONTENT_TYPE, metrics_text
 from streams.settings import Settings
@@ -378,7 +379,10 @@ def create_app(settings: Settings, bootstrap: str, *, planner: Any = None) -> St
             else:
                 follower = await run_in_threadpool(
                     lambda: WatermarkFollower(bootstrap, settings).start(timeout_seconds=30))
-            state["planner"] = Planner(settings, bootstrap, follower=follower)
+            # The server keeps the tail scans of recent latest/wait queries current as the log
+            # head moves (planner/tailwarm.py), so those queries rarely scan new events themselves.
+            state["planner"] = Planner(settings, bootstrap, follower=follower,
+                                       warm_tail_every=WARM_EVERY_SECONDS)
             state["owned"] = True
         try:
             yield

@@ -91,6 +91,7 @@ from planner.rrf import (
     sort_key,
 )
 from planner.snapshot import (
+    Freshness,
     SeqRange,
     SnapshotDecision,
     choose_as_of,
@@ -102,6 +103,7 @@ from planner.snapshot import (
     with_vector_fallback,
 )
 from planner.tailscan import SnapshotCache, TailResult, TailScan, TailSnapshot, chunker_for
+from planner.tailwarm import TailWarmer
 from planner.trim import trim_chunk
 from sinks.runner import index_root
 from sinks.text.base import text_digest
@@ -199,7 +201,9 @@ class Planner:
     """Answers searches over the pinned generations of one deployment (thread-safe).
 
     ``follower`` (a started :class:`WatermarkFollower`) gives live watermarks; without it each
-    query reads the compacted watermark topic.
+    query reads the compacted watermark topic. ``warm_tail_every`` (seconds) starts a
+    :class:`~planner.tailwarm.TailWarmer` that keeps the tail scans of recent ``latest`` and
+    ``wait`` queries current as the log head moves (:meth:`close` stops it).
     """
 
     def __init__(
@@ -210,6 +214,7 @@ class Planner:
         follower: WatermarkFollower | None = None,
         tail_cap: int = TAIL_SCAN_CAP,
         acl_scan_cap: int = ACL_SCAN_CAP,
+        warm_tail_every: float | None = None,
     ) -> None:
         self.settings = settings
         self.bootstrap = bootstrap
@@ -231,6 +236,12 @@ class Planner:
         """Pins (and verifies) the generations every snapshot reads."""
         self.access = AccessLists(self._readers, self._window, scan_cap=acl_scan_cap)
         """Each session's latest access list, shared by every snapshot."""
+        self._warmed: dict[Any, Any] = {}  # warmer key -> the log head and watermarks it warmed at
+        self.warmer: TailWarmer | None = None
+        """Keeps recent tail scans current in the background (None: not started)."""
+        if warm_tail_every is not None:
+            self.warmer = TailWarmer(self._warm_tail, every_seconds=warm_tail_every,
+                                     prepare=self._tail_scan).start()
 
     # -- public ------------------------------------------------------------------------------
 
@@ -356,6 +367,8 @@ class Planner:
             self._idle_l1.append(reader)
 
     def close(self) -> None:
+        if self.warmer is not None:
+            self.warmer.stop()
         with self._lock:
             readers, self._idle_l1 = self._idle_l1, []
         for reader in readers:
@@ -400,6 +413,8 @@ class Planner:
         """Steps 4-6 of the module docstring, one method each, over the pinned snapshot."""
         self._decide(query)
         self._scan_tail(query)
+        if self.warmer is not None and query.tail is not None and query.cursor is None:
+            self.warmer.note((query.req.log, query.req.mode, query.req.tool_results))
         self._read_access(query)
         self._trim(query)
         self._rank(query)
@@ -436,11 +451,13 @@ class Planner:
         rebuilt_from = {kind: int((pin.manifest.extra.get("rebuild") or {}).get("fromSeq", 1))
                         for kind, pin in pins.items() if pin is not None}
         decision = with_rebuilt_lines(decision, rebuilt_from)
-        if decision.fallbacks:
+        counted = query.principal is not _WARMER  # the warmer's passes are no queries
+        if decision.fallbacks and counted:
             usl_query_fallbacks_total.labels(
                 reason="vector_unusable" if vector_problem else "vector_missing").inc()
         if problems:
-            usl_query_fallbacks_total.labels(reason="generation_unverified").inc()
+            if counted:
+                usl_query_fallbacks_total.labels(reason="generation_unverified").inc()
             decision = with_refusals(decision, problems)
         if query.cursor is not None and decision.as_of_seq != int(query.cursor["asOfSeq"]):
             raise CursorError("the cursor's snapshot cannot be reproduced",
@@ -892,20 +909,17 @@ class Planner:
         if chunks:
             # Trimmed and tail chunks are embedded now, with the model that built the index.
             from sinks.vector import cosine  # faiss loads with the first vector search
-            from sinks.vector.spans import evidence_texts
 
-            vectors = self._embed_chunks(embedder, [c.text or "" for c in chunks])
-            events = [evidence_texts(c.text or "", c.record.get("evidence") or ()) for c in chunks]
-            flat = [text for texts in events for text in texts]
-            span_rows = iter(self._embed_chunks(embedder, flat) if flat else ())
-            for candidate, vector, texts in zip(chunks, vectors, events, strict=True):
-                spans = [row for row in (next(span_rows) for _ in texts) if np.any(row)]
+            vectors, span_vectors, flat = self._provisional_vectors(
+                embedder, [(c.text or "", c.record.get("evidence") or ()) for c in chunks])
+            for candidate, vector, span_block in zip(chunks, vectors, span_vectors, strict=True):
+                spans = [row for row in span_block if np.any(row)]
                 score = max(cosine(row, query_vector) for row in spans) if spans else cosine(vector, query_vector)
                 if score > VECTOR_FLOOR:
                     candidate.scores["vector"] = float(score)
                     scored.append((candidate.id, float(score)))
             note["embeddedNow"] = len(chunks)
-            note["eventsEmbeddedNow"] = len(flat)
+            note["eventsEmbeddedNow"] = flat
         scored.sort(key=lambda item: (-item[1], item[0]))
         # The relevance floor: a weak neighbour adds noise to the fusion, never an answer.
         floor = max(VECTOR_FLOOR, VECTOR_RELATIVE_FLOOR * scored[0][1]) if scored else VECTOR_FLOOR
@@ -934,6 +948,48 @@ class Planner:
         for row in kept[:window]:
             out.append(tool_candidate(row, origin="index"))
         return out, len(kept) > window
+
+    def _provisional_vectors(
+        self, embedder: Any, chunks: Sequence[tuple[str, Sequence[Mapping[str, Any]]]],
+    ) -> tuple[np.ndarray, list[np.ndarray], int]:
+        """(vector of each chunk text, vectors of each chunk's events, events embedded) for
+        ``(text, evidence)`` pairs: chunks and events in one embedder call (one pass of its
+        batched tokenizer), each text served from the cache when an earlier query or the
+        warmer embedded it."""
+        from sinks.vector.spans import evidence_texts
+
+        events = [evidence_texts(text, evidence) for text, evidence in chunks]
+        flat = [piece for pieces in events for piece in pieces]
+        embedded = self._embed_chunks(embedder, [text for text, _ in chunks] + flat)
+        spans, start = [], len(chunks)
+        for pieces in events:
+            spans.append(embedded[start:start + len(pieces)])
+            start += len(pieces)
+        return embedded[:len(chunks)], spans, len(flat)
+
+    def _warm_tail(self, key: Any) -> None:
+        """What a ``latest`` query of ``key`` (log, mode, tool results) would compute before
+        ranking, computed now: the snapshot, the decision, the tail scan continued to the log
+        head (cached as the query's own would be) and the vectors of its chunks."""
+        log_id, mode, tool_results = key
+        req = SearchRequest(query="", log=log_id, freshness=Freshness("latest"), mode=mode,
+                            tool_results=tool_results)
+        with self.snapshot(log_id) as snapshot:
+            moved = (snapshot.l1_seq, sorted((kind, value.get("generationId"), value.get("builtThroughSeq"))
+                                             for kind, value in snapshot.watermarks.items()))
+            if self._warmed.get(key) == moved:
+                return
+            for kind in req.required_kinds:
+                snapshot.pin(kind)
+            query = QueryContext(req, _WARMER, "", snapshot, snapshot.l1_seq, RANK_DEPTH, None)
+            self._decide(query)
+            self._scan_tail(query)
+            if query.tail is not None and query.embedder is not None and "vector" in query.decision.required:
+                chunks = [(chunk["text"], chunk.get("evidence") or ()) for chunk in query.tail.chunks
+                          if chunk.get("text")]
+                if chunks:
+                    self._provisional_vectors(query.embedder, chunks)
+            self._warmed[key] = moved
 
     def _embed_chunks(self, embedder: Any, texts: list[str]) -> np.ndarray:
         """Embeddings of provisional chunk texts; a text embedded by an earlier query (the
@@ -993,6 +1049,10 @@ class Planner:
 
 
 # -- helpers -----------------------------------------------------------------------------------
+
+
+_WARMER = Principal(tenant="", user="tail-warmer")
+"""The warmer's stand-in principal: it reads no access list and ranks nothing."""
 
 
 def whole_query_phrase(query: str) -> str | None:

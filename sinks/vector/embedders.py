@@ -202,7 +202,9 @@ class WordLlamaEmbedder:
         out = np.zeros((len(texts), self.dimension), dtype=np.float32)
         vocabulary = self._table.shape[0]
         for start in range(0, len(texts), self.batch_size):
-            encodings = self._tokenizer.encode_batch(
+            # The fast variant skips the character offsets an embedding never reads; the ids,
+            # so the vectors, are the same (tests/sinks/test_vector.py).
+            encodings = self._tokenizer.encode_batch_fast(
                 texts[start : start + self.batch_size], add_special_tokens=False
             )
             for row, encoding in enumerate(encodings, start):
