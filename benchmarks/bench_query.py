@@ -15,7 +15,9 @@ then runs ``--queries`` random 1-3 word queries per combination through :class:`
 and prints p50/p99 latency per mode and freshness, plus the ratios latest/indexed (the cost
 of the disclosed L1 tail scan) and hybrid/text. The log head does not move during the run,
 so after the first ``latest`` query the tail scan is served from the planner's cache (as
-between two commits of a live log); the cost of an uncached tail scan is printed apart.
+between two commits of a live log); the cost of an uncached tail scan is printed apart, and
+so is a ``latest`` query after the head moved by ``--tail-events`` events, with and without
+the planner's tail warmer (the head moves at the end of the run: L1 grows by 5 such appends).
 
 Usage::
 
@@ -79,13 +81,16 @@ def _sentence(rng: random.Random, words: int) -> str:
     return f"{topic[0]} " + " ".join(body)
 
 
-def generate(chunks: int, seed: int = 7) -> Iterator[tuple[list[dict[str, Any]], dict[str, Any]]]:
-    """(events of one turn, the SearchChunkV1 of that turn), in log order; seq = position."""
+def generate(chunks: int, seed: int = 7, *, start: int = 0,
+             ) -> Iterator[tuple[list[dict[str, Any]], dict[str, Any]]]:
+    """(events of one turn, the SearchChunkV1 of that turn), in log order; seq = position.
+    ``start``: the turns numbered from there (new sessions and event ids, appended after a
+    log of ``start`` turns)."""
     from streams.chunking import render_event
 
-    rng = random.Random(seed)
-    seq = 0
-    for number in range(chunks):
+    rng = random.Random(seed + start)
+    seq = 2 * start
+    for number in range(start, start + chunks):
         session_number = number // _TURNS_PER_SESSION
         session_id = f"bench-s{session_number:06d}"
         turn_id = f"{session_id}-t{number % _TURNS_PER_SESSION}"
@@ -249,6 +254,54 @@ def cold_tail(settings: Any, bootstrap: str, follower: Any, principal: Any, *,
     return {"p50": percentile(latencies, 0.5) * 1000, "max": max(latencies) * 1000}
 
 
+def moved_head(settings: Any, bootstrap: str, follower: Any, principal: Any, *, chunks: int,
+               tail_events: int, repeats: int, warm_every: float = 0.25) -> dict[str, Any]:
+    """``latest`` after the log head moved by ``tail_events`` events, two planners side by side:
+    one without the tail warmer (its next query scans the new events itself: the uncached cost
+    of a live log) and one with it (``Planner(warm_tail_every=...)``; the query is timed once the
+    warmer has made a pass that began after the append, and how long that took is reported).
+    Both answered the same ``latest`` queries before, and give the same hits. Appends to L1."""
+    from planner.engine import Planner
+    from streams.asp import validate_event
+    from streams.l1 import L1Producer
+
+    plain = Planner(settings, bootstrap, follower=follower)
+    warmed = Planner(settings, bootstrap, follower=follower, warm_tail_every=warm_every)
+    assert warmed.warmer is not None
+    producer = L1Producer(bootstrap, settings)
+    figures: dict[str, list[float]] = {"plain": [], "warmed": [], "cached": [], "catchUp": []}
+    start = chunks
+    try:
+        for planner in (plain, warmed):
+            planner.search({"query": "kafka offset", "freshness": "latest"}, principal)
+        for number in range(repeats):
+            turns = tail_events // 2
+            for events, _ in generate(turns, start=start):
+                for event in events:
+                    producer.append(validate_event(event))
+            producer.flush()
+            start += turns
+            appended = time.monotonic()
+            passes = warmed.warmer.passes
+            while warmed.warmer.passes < passes + 2 and time.monotonic() - appended < 120:
+                time.sleep(0.01)
+            figures["catchUp"].append(time.monotonic() - appended)
+            request = {"query": f"docker cache moved {number}", "freshness": "latest"}
+            answers = []
+            for name, planner in (("plain", plain), ("warmed", warmed), ("cached", plain)):
+                began = time.perf_counter()
+                answers.append(planner.search(request, principal))
+                figures[name].append(time.perf_counter() - began)
+            first, second = answers[0], answers[1]
+            assert first["asOfSeq"] == second["asOfSeq"] and first["results"] == second["results"]
+    finally:
+        producer.close()
+        warmed.close()
+        plain.close()
+    return {name: {"p50": percentile(values, 0.5) * 1000, "max": max(values) * 1000}
+            for name, values in figures.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--chunks", type=int, default=100_000)
@@ -309,6 +362,13 @@ def main() -> None:
         cold = cold_tail(settings, bootstrap, follower, principal, repeats=5)
         print(f"\nlatest, tail scan not cached (a fresh planner, readers warm): p50 "
               f"{cold['p50']:.1f} ms, max {cold['max']:.1f} ms for {args.tail_events} L1 events")
+        moved = moved_head(settings, bootstrap, follower, principal, chunks=chunks,
+                           tail_events=args.tail_events, repeats=5)
+        print(f"latest after the head moved by {args.tail_events} events (p50 / max ms): no "
+              f"warmer {moved['plain']['p50']:.1f} / {moved['plain']['max']:.1f}; tail warmer "
+              f"{moved['warmed']['p50']:.1f} / {moved['warmed']['max']:.1f} (caught up "
+              f"{moved['catchUp']['p50']:.0f} / {moved['catchUp']['max']:.0f} ms after the "
+              f"append); cached {moved['cached']['p50']:.1f} / {moved['cached']['max']:.1f}")
         print("\nratios (p50)")
         for mode in ("text", "vector", "hybrid"):
             ratio = results[(mode, "latest")]["p50"] / results[(mode, "indexed")]["p50"]
@@ -321,6 +381,7 @@ def main() -> None:
                 "chunks": chunks, "queries": args.queries, "tailEvents": args.tail_events,
                 "embedder": args.embedder, "textEngine": args.engine, "date": datetime.now(UTC).isoformat(),
                 "loadAverage": os.getloadavg(), "build": figures, "coldTailMs": cold,
+                "movedHeadMs": moved,
                 "indexBytes": index_bytes(settings),
                 "latency": {f"{mode}/{freshness}": {"p50": row["p50"], "p99": row["p99"],
                                                     "hits": row["hitsPerQuery"]}
