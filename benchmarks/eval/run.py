@@ -19,7 +19,8 @@ One run:
      top 10 whose text holds the 8 words in order (whitespace-normalised);
    - paraphrases: hand-written recollections of a session's task
      (``benchmarks/eval_data/paraphrases.json``); hit = a result of that session; hit@10, MRR;
-   - errors: a fragment of an error a tool printed (a failed tool result), unique to one turn;
+   - errors: a fragment of an error a tool printed (a failed tool result), unique to one turn
+     (no other tool result of the set prints it, turn-less ones included);
      hit = a result of that turn; hit@10, MRR;
    - pagination: pages of seeded random sizes, each following the previous page's cursor,
      concatenated, against one page of their total size; the share of queries where they
@@ -535,7 +536,7 @@ def report(runs: list[Mapping[str, Any]]) -> str:
         "- **paraphrase hit@10 / MRR**: hand-written recollections of a session's task "
         "(`benchmarks/eval_data/paraphrases.json`, each naming its session); hit = a result chunk of that session.",
         "- **error hit@10 / MRR**: the first telling line (at most 12 words) of a failed tool result, unique to one "
-        "turn of the set; hit = a result of that turn. Asked with `toolResults: true` by a principal with the "
+        "turn of the set (no other tool result prints it, turn-less ones included); hit = a result of that turn. Asked with `toolResults: true` by a principal with the "
         "`toolresults` scope.",
         f"- **pages equal**: pages of seeded random sizes summing to {PAGE_TOTAL}, each following the previous "
         f"cursor, concatenated, against one page of k={PAGE_TOTAL}; the share of queries where the chunk ids are "
