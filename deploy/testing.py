@@ -38,6 +38,7 @@ def settings_env(settings: Settings) -> dict[str, str]:
         "USL_TOPIC_PREFIX": settings.topic_prefix, "USL_L1_PARTITIONS": settings.l1_partitions,
         "USL_STREAM_PARTITIONS": settings.stream_partitions, "USL_TICK_EVERY_SEQS": settings.tick_every_seqs,
         "USL_IDLE_GAP_SECONDS": settings.idle_gap_seconds, "USL_SINK_BATCH_SECONDS": settings.sink_batch_seconds,
+        "USL_SINK_COMMIT_GAP_SECONDS": settings.sink_commit_gap_seconds,
         "USL_SINK_BATCH_SIZE": settings.sink_batch_size, "USL_TEXT_ENGINE": settings.text_engine,
         "USL_EMBEDDER": settings.embedder, "USL_CHUNK_TOKENS": settings.chunk_tokens,
         "USL_CHUNK_OVERLAP_TOKENS": settings.chunk_overlap_tokens,

@@ -58,7 +58,7 @@ from streams.metrics import (
 from streams.settings import Settings
 from streams.topics import Topics
 
-__all__ = ["LogState", "SinkRunner", "index_root", "is_disk_error", "watermark_of", "write_ids"]
+__all__ = ["LogState", "SinkRunner", "flush_due", "index_root", "is_disk_error", "watermark_of", "write_ids"]
 
 log = logging.getLogger("usl.sink")
 
@@ -69,6 +69,12 @@ _DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS}
 _DISK_MESSAGES = ("No space left", "Disk quot", "File too large", "Input/output error",
                   "Read-only file system")
 _MAX_BACKOFF_SECONDS = 10.0
+# A sink that commits early waits at least this many times its last flush's length after it, so
+# early commits take at most a fifth of its time. A generation costs more as the pipeline gets
+# busier (bigger batches, more segments to clone and merge, five sinks and the worker on the
+# same cores); at the worker's full rate, early commits without this bound took 2-3x the wall
+# time per commit and cost 10-19 % of the end-to-end rate (docs/benchmarks.md, issue 16).
+_EARLY_COMMIT_SPACING = 4.0
 
 
 def is_disk_error(exc: BaseException) -> bool:
@@ -87,6 +93,34 @@ def write_ids(staging: Path, ids: list[str]) -> None:
     if ids:
         generation_id = int(staging.name.rsplit("-", 1)[-1])
         (staging / f"{_IDS_PREFIX}{generation_id:08d}.txt").write_text("\n".join(ids) + "\n")
+
+
+def flush_due(settings: Settings, *, pending: int, watermark_moves: bool, backlog: bool,
+              since_flush_began: float, since_flush_ended: float, last_flush_seconds: float) -> bool:
+    """Whether the sink loop commits now: ``pending`` records buffered, ``watermark_moves`` if a
+    commit now would raise some log's ``builtThroughSeq``, ``backlog`` if the last poll came back
+    full (more records are waiting), seconds since the last flush began and since it ended, and
+    how long that flush took.
+
+    Group commit: a commit that makes more of a log searchable runs once
+    ``sink_commit_gap_seconds`` have passed since the last flush ended. A quiet sink so
+    publishes within about that gap instead of waiting out ``sink_batch_seconds``, while a busy
+    one still batches: the gap counts from the end of the last flush and is at least
+    ``_EARLY_COMMIT_SPACING`` times that flush's length, so as commits grow slower under load
+    the sink falls back to ``sink_batch_seconds``. Records its watermark cannot cover yet wait
+    for ``sink_batch_size`` or ``sink_batch_seconds``: a generation is not free (files, hashing,
+    GC, merges), and one that moves no watermark makes nothing searchable. A sink with a
+    backlog (its last poll came back full) batches as before: it is catching up, and each
+    generation has a fixed cost that small commits would pay many times over.
+    ``sink_batch_seconds`` also runs a flush with nothing new, which follows a rebuild's line
+    switch.
+    """
+    if pending >= settings.sink_batch_size:
+        return True
+    gap = max(settings.sink_commit_gap_seconds, _EARLY_COMMIT_SPACING * last_flush_seconds)
+    if watermark_moves and not backlog and since_flush_ended >= gap:
+        return True
+    return since_flush_began >= settings.sink_batch_seconds
 
 
 def watermark_of(manifest: Manifest, store: GenerationStore, versions: dict[str, Any]) -> dict[str, Any]:
@@ -146,6 +180,10 @@ class SinkRunner:
         self._publisher: WatermarkPublisher | None = None
         self._consumer: KafkaConsumer | None = None
         self._last_flush = time.monotonic()
+        self._flush_ended = self._last_flush
+        self._last_flush_seconds = 0.0
+        self._backlog = False  # the last poll came back full
+        self._progressed: set[str] = set()  # logs a progress marker or tick arrived for since the last flush
         self._partitions: dict[str, list[int]] = {}
         self.shard = shard
         self.label = self.kind if shard is None else f"{self.kind} {shard.name}"
@@ -267,6 +305,7 @@ class SinkRunner:
                         self._handle(source, tp, record, first_offsets)
                 if batch:
                     last_record = time.monotonic()
+                self._backlog = sum(map(len, batch.values())) >= self.settings.sink_batch_size
                 if self._merger is not None:
                     self._guarded(self._publish_merges)
                 if self._should_flush():
@@ -359,9 +398,11 @@ class SinkRunner:
         if kind == "progress" or kind == "tick":
             if source != "chunks" or kind == "progress":
                 state.progress[key] = max(state.progress.get(key, 0), int(body["seq"]))
+                self._progressed.add(log_id)
             return
         if source != "chunks":
             state.progress[key] = max(state.progress.get(key, 0), int(body["seq"]))
+            self._progressed.add(log_id)
         if kind not in ("chunk", "event", "toolresult"):
             return
         if kind == "chunk" and body.get("provisional"):
@@ -377,10 +418,26 @@ class SinkRunner:
         usl_records_total.labels(stage=f"sink_{self.kind}").inc()
 
     def _should_flush(self) -> bool:
-        pending = sum(len(s.pending) for s in self.logs.values())
-        if pending >= self.settings.sink_batch_size:
-            return True
-        return time.monotonic() - self._last_flush >= self.settings.sink_batch_seconds
+        now = time.monotonic()
+        since_flush_ended = now - self._flush_ended
+        # _watermark_moves walks the logs that got progress: only asked once it could matter.
+        gap = max(self.settings.sink_commit_gap_seconds, _EARLY_COMMIT_SPACING * self._last_flush_seconds)
+        return flush_due(self.settings, pending=sum(len(s.pending) for s in self.logs.values()),
+                         watermark_moves=since_flush_ended >= gap and not self._backlog and self._watermark_moves(),
+                         backlog=self._backlog, since_flush_began=now - self._last_flush,
+                         since_flush_ended=since_flush_ended, last_flush_seconds=self._last_flush_seconds)
+
+    def _watermark_moves(self) -> bool:
+        """True if a commit now would raise the watermark of a log that received progress since
+        the last flush. A log whose progress does not move its watermark yet (another partition
+        is behind) is dropped from the set until more progress arrives for it."""
+        for log_id in list(self._progressed):
+            state = self.logs.get(log_id)
+            previous = state.manifest.built_through_seq if state and state.manifest else 0
+            if state is not None and self.built_through(state) > previous:
+                return True
+            self._progressed.discard(log_id)
+        return False
 
     def built_through(self, state: LogState) -> int:
         """min over every source partition of its progress (0 until all have reported)."""
@@ -413,6 +470,10 @@ class SinkRunner:
                 continue
             self._commit(log_id, state, through, dict(offsets))
             committed = True
+        # Only once every log's commit went through: a failed one is retried as soon as due.
+        self._progressed.clear()
+        self._flush_ended = time.monotonic()
+        self._last_flush_seconds = self._flush_ended - self._last_flush
         return committed
 
     def _follow_line_switches(self) -> None:

@@ -46,7 +46,7 @@ class Settings:
     )
     tick_every_seqs: int = _setting("USL_TICK_EVERY_SEQS", 64, "K: the redaction stage broadcasts a log-clock tick every K seqs of a log.", minimum=1)
     flush_tick_seconds: float = _setting(
-        "USL_FLUSH_TICK_SECONDS", 1.0,
+        "USL_FLUSH_TICK_SECONDS", 0.25,
         "How often a worker sends a flush tick for each log it has caught up with, releasing the seqs past the last regular tick.", minimum=0.01,
     )
     worker_batch_records: int = _setting(
@@ -91,6 +91,13 @@ class Settings:
     )
     sink_batch_size: int = _setting("USL_SINK_BATCH_SIZE", 512, "Chunks a sink buffers before it commits a new generation.", minimum=1)
     sink_batch_seconds: float = _setting("USL_SINK_BATCH_SECONDS", 1.0, "Longest a sink waits before committing what it has buffered.", minimum=0.0)
+    sink_commit_gap_seconds: float = _setting(
+        "USL_SINK_COMMIT_GAP_SECONDS", 0.25,
+        "Group commit: a sink whose watermark can move (new progress covers more of a log) commits once this long, "
+        "and at least 4x its last flush's length, has passed since that flush ended: a quiet sink publishes almost "
+        "at once, a busy one batches as with USL_SINK_BATCH_SECONDS.",
+        minimum=0.0,
+    )
     sink_shards: int = _setting(
         "USL_SINK_SHARDS", 1,
         "Sink shards `usl up` runs of every index kind (`usl sink --shard I/N`, I = 0..N-1: shard I of "
