@@ -16,7 +16,9 @@ One run:
    100 events/s for 40 s) and reports, per event, the time from its append to the first text
    watermark whose ``builtThroughSeq`` covers it (p50/p90/p99/max). An event in an open turn
    is covered only once its turn closes (SPEC §5), so the lag includes the wall-clock length of
-   turns at that append rate; the sink commits every ``USL_SINK_BATCH_SECONDS`` (default 1 s).
+   turns at that append rate; the sink commits a moving watermark about
+   ``USL_SINK_COMMIT_GAP_SECONDS`` after its last commit (group commit;
+   ``benchmarks/bench_freshness.py`` splits the lag per index kind).
 
 Prints every figure and the ratios to the raw read rate; asserts nothing. The broker is
 ``KAFKA_BOOTSTRAP_SERVERS`` if set, else a local single-node broker started (and stopped) here.
