@@ -86,9 +86,11 @@ def fake_api() -> Iterator[str]:
         server.server_close()
 
 
+#: Runs ``usl ARGS...`` (the script's own arguments) in this process, then lists every module
+#: it loaded on stderr.
 _RUN_AND_LIST_MODULES = """
 import json, sys
-sys.argv = ["usl", "search", "refund", "--json"]
+sys.argv = ["usl", *sys.argv[1:]]
 from deploy.cli import main
 try:
     main()
@@ -106,8 +108,8 @@ HEAVY = ("faust", "aiokafka", "kafka", "pyarrow", "tantivy", "faiss", "numpy", "
 def test_search_through_the_api_loads_no_heavy_library(fake_api: str, tmp_path: Path) -> None:
     env = {"PATH": "/usr/bin:/bin", "USL_API_URL": fake_api, "USL_HOME": str(tmp_path),
            "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1"}
-    done = subprocess.run([sys.executable, "-c", _RUN_AND_LIST_MODULES], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", _RUN_AND_LIST_MODULES, "search", "refund", "--json"], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=120)
     report = json.loads(done.stderr.rpartition("MODULES ")[2])
     assert report["code"] == 0, done.stderr
     assert json.loads(done.stdout) == _FakeAPI.answer  # the API's answer, as it came
@@ -116,19 +118,6 @@ def test_search_through_the_api_loads_no_heavy_library(fake_api: str, tmp_path: 
     assert not loaded, f"usl search --json through the API imported {sorted(loaded)}"
     assert "planner.client" in report["modules"]  # it did go through the API client
 
-
-_INGEST_AND_LIST_MODULES = """
-import json, sys
-sys.argv = ["usl", "ingest", *sys.argv[1:]]
-from deploy.cli import main
-try:
-    main()
-except SystemExit as exc:
-    code = exc.code
-else:
-    code = 0
-sys.stderr.write("\\nMODULES " + json.dumps({"code": code, "modules": sorted(sys.modules)}) + "\\n")
-"""
 
 #: What ``usl ingest`` needs no more than the plain producer it is measured against does
 #: (docs/benchmarks.md, issue #16): it does load kafka, and rich for its output.
@@ -141,7 +130,7 @@ def test_ingest_loads_no_heavy_library(make_settings: Any, tmp_path: Path) -> No
     transcript = ROOT / "examples" / "sessions" / "claude-code-session.jsonl"
     env = {"PATH": "/usr/bin:/bin", "USL_HOME": str(settings.home), "USL_TOPIC_PREFIX": settings.topic_prefix,
            "KAFKA_BOOTSTRAP_SERVERS": settings.bootstrap_servers}
-    done = subprocess.run([sys.executable, "-c", _INGEST_AND_LIST_MODULES, str(transcript), "--json"], cwd=ROOT,
+    done = subprocess.run([sys.executable, "-c", _RUN_AND_LIST_MODULES, "ingest", str(transcript), "--json"], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=120)
     report = json.loads(done.stderr.rpartition("MODULES ")[2])
     assert report["code"] == 0, done.stderr
