@@ -117,10 +117,15 @@ def flush_due(settings: Settings, *, pending: int, watermark_moves: bool, backlo
     """
     if pending >= settings.sink_batch_size:
         return True
-    gap = max(settings.sink_commit_gap_seconds, _EARLY_COMMIT_SPACING * last_flush_seconds)
-    if watermark_moves and not backlog and since_flush_ended >= gap:
+    if watermark_moves and not backlog and since_flush_ended >= _commit_gap(settings, last_flush_seconds):
         return True
     return since_flush_began >= settings.sink_batch_seconds
+
+
+def _commit_gap(settings: Settings, last_flush_seconds: float) -> float:
+    """Seconds after the last flush ended before a commit that moves a watermark may run
+    (:func:`flush_due`): ``sink_commit_gap_seconds``, or more after a slow flush."""
+    return max(settings.sink_commit_gap_seconds, _EARLY_COMMIT_SPACING * last_flush_seconds)
 
 
 def watermark_of(manifest: Manifest, store: GenerationStore, versions: dict[str, Any]) -> dict[str, Any]:
@@ -421,9 +426,9 @@ class SinkRunner:
         now = time.monotonic()
         since_flush_ended = now - self._flush_ended
         # _watermark_moves walks the logs that got progress: only asked once it could matter.
-        gap = max(self.settings.sink_commit_gap_seconds, _EARLY_COMMIT_SPACING * self._last_flush_seconds)
+        could_move = since_flush_ended >= _commit_gap(self.settings, self._last_flush_seconds) and not self._backlog
         return flush_due(self.settings, pending=sum(len(s.pending) for s in self.logs.values()),
-                         watermark_moves=since_flush_ended >= gap and not self._backlog and self._watermark_moves(),
+                         watermark_moves=could_move and self._watermark_moves(),
                          backlog=self._backlog, since_flush_began=now - self._last_flush,
                          since_flush_ended=since_flush_ended, last_flush_seconds=self._last_flush_seconds)
 
