@@ -38,10 +38,11 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import orjson
 
@@ -56,6 +57,7 @@ if TYPE_CHECKING:
 __all__ = ["Appender", "ConnectingAppender", "FileRecord", "Follower", "KafkaAppender", "PollReport",
            "PositionStore"]
 
+_T = TypeVar("_T")
 _SUFFIXES = (".jsonl", ".json")
 _END_TYPES = frozenset({"turn.ended", "episode.ended"})
 # Rejected by every importer as the line it reads (an unknown record type), never an event.
@@ -589,24 +591,34 @@ class KafkaAppender:
         self.registry.close()
 
 
-def _all_at_once(steps: list[Callable[[], object]]) -> None:
-    """Run ``steps`` on threads of their own (the first on this one); raise the first error."""
-    errors: list[BaseException] = []
+def _in_background(step: Callable[[], _T], name: str) -> Future[_T]:
+    """``step`` run on a daemon thread of its own; the future holds its result or its error (for
+    the caller's thread to raise). A daemon thread, not an executor's: interpreter exit never
+    waits for a broker that does not answer."""
+    done: Future[_T] = Future()
 
-    def run(step: Callable[[], object]) -> None:
+    def run() -> None:
         try:
-            step()
-        except BaseException as exc:  # re-raised on the caller's thread below
-            errors.append(exc)
+            done.set_result(step())
+        except BaseException as exc:
+            done.set_exception(exc)
 
-    threads = [threading.Thread(target=run, args=(step,), daemon=True) for step in steps[1:]]
-    for thread in threads:
-        thread.start()
-    run(steps[0])
-    for thread in threads:
-        thread.join()
-    if errors:
-        raise errors[0]
+    threading.Thread(target=run, name=name, daemon=True).start()
+    return done
+
+
+def _all_at_once(steps: list[Callable[[], object]]) -> None:
+    """Run ``steps`` on threads of their own (the first on this one); once every one is done,
+    raise an error any of them raised (this thread's first)."""
+    others = [_in_background(step, "usl-connect") for step in steps[1:]]
+    try:
+        steps[0]()
+    finally:
+        for future in others:
+            future.exception()  # waits for the step, whatever this thread's did
+    for future in others:
+        if (error := future.exception()) is not None:
+            raise error
 
 
 class ConnectingAppender:
@@ -619,26 +631,11 @@ class ConnectingAppender:
     record vouches for, so a first poll usually imports everything before it waits."""
 
     def __init__(self, connect: Callable[[], KafkaAppender]) -> None:
-        self._made = threading.Event()
-        self._appender: KafkaAppender | None = None
-        self._error: BaseException | None = None
-        threading.Thread(target=self._connect, args=(connect,), name="usl-connect", daemon=True).start()
-
-    def _connect(self, connect: Callable[[], KafkaAppender]) -> None:
-        try:
-            self._appender = connect()
-        except BaseException as exc:  # re-raised on the caller's thread by ready()
-            self._error = exc
-        finally:
-            self._made.set()
+        self._made = _in_background(connect, "usl-connect")
 
     def ready(self) -> KafkaAppender:
-        """The appender, once made."""
-        self._made.wait()
-        if self._error is not None:
-            raise self._error
-        assert self._appender is not None
-        return self._appender
+        """The appender, once made (raises what making it raised)."""
+        return self._made.result()
 
     @property
     def registry(self) -> Any:
@@ -665,6 +662,5 @@ class ConnectingAppender:
 
     def close(self) -> None:
         """Close the appender once made (waiting for it); nothing when making it failed."""
-        self._made.wait()
-        if self._appender is not None:
-            self._appender.close()
+        if self._made.exception() is None:
+            self._made.result().close()
