@@ -24,7 +24,7 @@ from streams.settings import Settings
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "sessions"
 
 
-@given(lines=st.lists(st.text(alphabet=st.characters(blacklist_characters="\n\r"), max_size=20), max_size=30),
+@given(lines=st.lists(st.text(alphabet=st.characters(blacklist_characters="\n\r", blacklist_categories=("Cs",)), max_size=20), max_size=30),
        trailing=st.booleans())
 def test_count_lines(tmp_path_factory: pytest.TempPathFactory, lines: list[str], trailing: bool) -> None:
     file = tmp_path_factory.mktemp("lines") / "f.jsonl"
