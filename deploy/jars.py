@@ -47,8 +47,15 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def port_open(port: int) -> bool:
-    """Whether something accepts connections on 127.0.0.1:``port``."""
-    with socket.socket() as sock:
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether something accepts connections on ``host``:``port`` (a wildcard host: loopback)."""
+    if host in ("", "0.0.0.0", "::", "[::]"):
+        host = "127.0.0.1"
+    try:
+        infos = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM)
+    except OSError:
+        return False  # a name that does not resolve: nothing listens there for us
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as sock:
         sock.settimeout(0.5)
-        return sock.connect_ex(("127.0.0.1", port)) == 0
+        return sock.connect_ex(address) == 0

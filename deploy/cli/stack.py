@@ -102,6 +102,7 @@ def up(
 
     import httpx
 
+    from deploy.jars import port_open
     from deploy.stack import running, sink_children, start_process, stop_stack, supervise
     from planner.auth import check_bind
     from streams.topics import ensure_topics
@@ -109,15 +110,21 @@ def up(
     settings = load_settings()
     check_bind(settings, settings.api_host)  # before anything starts, not in a restart loop
     api_port = port or settings.api_port
-    bootstrap = bootstrap_servers(settings)
-    ensure_topics(bootstrap, settings)
     already = {name: pid for name, pid in running(settings).items() if pid != os.getpid()}
     if already:
         out().print(f"already running: {', '.join(sorted(already))} (use `usl down` first to restart)")
         return
+    url = f"http://{settings.api_host}:{api_port}"
+    if port_open(api_port, settings.api_host):
+        # Another stack (another USL_HOME) or any other server holds the port: our API could not
+        # bind, yet the wait below and every later CLI command would be answered by that server.
+        raise USLError(f"port {api_port} is taken: something already listens on {url}. "
+                       "If it is another USL stack, stop it with `usl down` under its USL_HOME; "
+                       "or start this one on another port (`usl up --port N`, USL_API_PORT).")
+    bootstrap = bootstrap_servers(settings)
+    ensure_topics(bootstrap, settings)
     env = {"KAFKA_BOOTSTRAP_SERVERS": bootstrap, "USL_HOME": str(Path(settings.home).resolve()),
            **_local_object_store_env(settings)}
-    url = f"http://{settings.api_host}:{api_port}"
     if detach:
         start_process(settings, "supervisor", ["up", "--port", str(api_port), "--workers", str(workers)], env)
         deadline = time.monotonic() + 180

@@ -256,3 +256,28 @@ def test_usl_up_starts_a_local_s3proxy_when_the_object_store_has_no_endpoint(tmp
     finally:
         stop_s3proxy(settings)
     assert local_s3proxy_status(settings) is None
+
+
+# -- one port, one stack -----------------------------------------------------------------------
+
+
+def test_usl_up_refuses_a_port_another_server_holds(tmp_path: Path) -> None:
+    """A second stack whose API port another stack held started "fine": its own API could not
+    bind, and its wait and every later command were answered by the other stack's API."""
+    import socket
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        home = tmp_path / "second"
+        env = {**os.environ, "USL_HOME": str(home), "USL_API_PORT": str(port)}
+        env.pop("KAFKA_BOOTSTRAP_SERVERS", None)  # nothing configured: `up` would start a broker
+        done = subprocess.run([sys.executable, "-m", "deploy.cli", "up", "--detach"], env=env,
+                              capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    message = " ".join((done.stdout + done.stderr).split())
+    assert f"port {port} is taken" in message and "usl up --port" in message
+    assert "Traceback" not in done.stderr
+    assert not (home / "kafka" / "broker.json").exists()  # refused before a broker started
+    assert not stack.running(Settings.from_env({}, home=home))
