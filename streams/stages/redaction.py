@@ -186,9 +186,15 @@ class RedactionStage:
         effects = Effects()
         for log_id, seq in claims.items():
             clock = self.tables[LOG_CLOCKS].get(log_id)
-            if not clock or seq <= self.last_flush.get(log_id, 0):
+            if not clock:
                 continue
-            for item in self._broadcast(flush_tick({**clock, "lastSeq": min(seq, int(clock["lastSeq"]))}, log_id)):
+            # What the tick releases, not what was claimed: a claim past this process's clock (the
+            # group committed further than the clock it holds) must be claimed again once the
+            # clock gets there, or the log's last seqs wait for another event.
+            released = min(seq, int(clock["lastSeq"]))
+            if released <= self.last_flush.get(log_id, 0):
+                continue
+            for item in self._broadcast(flush_tick({**clock, "lastSeq": released}, log_id)):
                 (effects.metrics if isinstance(item, Metric) else effects.records).append(item)
-            effects.flushed[log_id] = seq
+            effects.flushed[log_id] = released
         return effects
