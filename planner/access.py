@@ -46,8 +46,14 @@ class Readable:
     """sessionId → its latest access list (every session known, readable or not)."""
     sessions: frozenset[str]
     """The sessions the principal may read."""
-    everything: bool
-    """Whether that is every session known (then no session filter is needed)."""
+    unreadable: frozenset[str]
+    """The sessions known that the principal may not read: a filter may name these instead of
+    ``sessions`` when they are fewer (a filter costs per chunk of the sessions it names)."""
+
+    @property
+    def everything(self) -> bool:
+        """Whether ``sessions`` is every session known (then no session filter is needed)."""
+        return not self.unreadable
 
 
 class AccessLists:
@@ -60,7 +66,9 @@ class AccessLists:
         self._window = window
         self._lock = threading.Lock()
         self._overlays: dict[tuple[str, int], tuple[int, Owners]] = {}
-        self._readable: dict[tuple[str, str, str, frozenset[str]], frozenset[str]] = {}
+        # (structured generation, principal) -> (readable, unreadable) sessions of the generation.
+        self._readable: dict[tuple[str, str, str, frozenset[str]],
+                             tuple[frozenset[str], frozenset[str]]] = {}
 
     def latest(self, l1: L1Reader, log_id: str, structured: IndexPin | None,
                through_seq: int) -> dict[str, dict[str, Any]]:
@@ -87,22 +95,27 @@ class AccessLists:
         key = (structured.key if structured is not None else "", principal.tenant,
                principal.user, principal.groups)
         with self._lock:
-            judged = self._readable.get(key)
-        if judged is None:
+            cached = self._readable.get(key)
+        if cached is None:
             judged = frozenset(session for session, acl in base.items() if can_read(principal, acl))
+            cached = (judged, frozenset(base.keys() - judged))
             with self._lock:
-                self._readable[key] = judged
+                self._readable[key] = cached
                 while len(self._readable) > _READABLE:
                     self._readable.pop(next(iter(self._readable)))
-        sessions = judged
+        # Unchanged by the overlay, the very frozensets of the cache are returned: engines keep
+        # the filter they built for one (sinks.text.tantivy_engine) and reuse it.
+        judged, judged_unreadable = cached
+        sessions, unreadable = judged, judged_unreadable
         if overlay:
             granted = {session for session, acl in overlay.items() if can_read(principal, acl)}
             refused = overlay.keys() - granted
             if not granted <= judged or not refused.isdisjoint(judged):
                 sessions = (judged - refused) | granted
-        known = len(base) + sum(1 for session in overlay if session not in base)
+            if not refused <= judged_unreadable or not granted.isdisjoint(judged_unreadable):
+                unreadable = (judged_unreadable - granted) | refused
         acls = ChainMap(overlay, base) if overlay else base  # type: ignore[arg-type]
-        return Readable(acls=acls, sessions=sessions, everything=len(sessions) == known)
+        return Readable(acls=acls, sessions=sessions, unreadable=unreadable)
 
     def overlay(self, l1: L1Reader, log_id: str, from_seq: int, to_seq: int,
                 indexed: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -154,9 +154,13 @@ class TextEngine(Protocol):
         session_ids: Collection[str] | None = None,
         exclude_ids: Collection[str] = (),
         chunk_ids_by_key: Mapping[int, str] | None = None,
+        exclude_sessions: Collection[str] = (),
     ) -> list[TextHit]:
-        """Top ``limit`` hits with maxSeq <= ``max_seq``, in ``session_ids`` (None: any),
-        not in ``exclude_ids``; filters apply inside the engine, before the limit.
+        """Top ``limit`` hits with maxSeq <= ``max_seq``, in ``session_ids`` (None: any) and
+        not in ``exclude_sessions``, not in ``exclude_ids``; filters apply inside the engine,
+        before the limit. The planner names whichever of its readable and unreadable sessions
+        are fewer (a filter's cost grows with the chunks of the sessions it names); an engine
+        may keep the filter it built for a frozenset and reuse it for that very object.
         ``chunk_ids_by_key`` (:func:`chunk_key` → chunkId, colliding keys left out) lets an
         engine that indexes the key name its hits without reading their stored documents;
         it never changes the hits."""

@@ -50,6 +50,7 @@ __all__ = ["TantivyEngine"]
 # generation must not carry them.
 _LOCK_FILES = (".tantivy-writer.lock", ".tantivy-meta.lock")
 _CACHE_SIZE = 32
+_TERM_SET_CACHE = 64
 _UNINDEXED = "usl_unindexed"
 SCHEMA_VERSION = "3"
 _KEY_FIELDS = ("chunkKey", "digestHigh", "digestLow")
@@ -108,6 +109,7 @@ class TantivyEngine:
         self._analyzer = _analyzer()
         self._cache: OrderedDict[tuple[Any, ...], tantivy.Index] = OrderedDict()
         self._lock = threading.Lock()
+        self._term_sets: OrderedDict[tuple[str, int], tuple[frozenset[str], Query]] = OrderedDict()
 
     def analyze(self, text: str) -> list[str]:
         """The indexed terms of ``text``."""
@@ -188,12 +190,14 @@ class TantivyEngine:
         session_ids: Collection[str] | None = None,
         exclude_ids: Collection[str] = (),
         chunk_ids_by_key: Mapping[int, str] | None = None,
+        exclude_sessions: Collection[str] = (),
     ) -> list[TextHit]:
         clauses = parse_query(query, self.analyze)
         if not clauses or limit <= 0 or (session_ids is not None and len(session_ids) == 0):
             return []
         index = self._open(Path(directory))
-        full_query = _full_query(index.schema, clauses, max_seq, session_ids, exclude_ids)
+        full_query = self._full_query(index.schema, clauses, max_seq, session_ids, exclude_ids,
+                                      exclude_sessions)
         searcher = index.searcher()
 
         digests: dict[str, bytes] = {}
@@ -218,6 +222,7 @@ class TantivyEngine:
         session_ids: Collection[str] | None = None,
         exclude_ids: Collection[str] = (),
         chunk_ids_by_key: Mapping[int, str] | None = None,
+        exclude_sessions: Collection[str] = (),
     ) -> list[TextHit]:
         """:meth:`search` over the indexes of every shard of one index, ranked and scored as
         one index over all of them (:mod:`sinks.text.global_bm25`)."""
@@ -234,11 +239,56 @@ class TantivyEngine:
                 return list(_named(searcher, addresses, by_key))
 
             shards.append(Shard(searcher, index.schema,
-                                _full_query(index.schema, clauses, max_seq, session_ids, exclude_ids),
+                                self._full_query(index.schema, clauses, max_seq, session_ids,
+                                                 exclude_ids, exclude_sessions),
                                 name, field_stats(Path(directory), "text")))
         hits = global_top(shards, "text", clauses, limit)
         return [TextHit(chunk_id=hit.key, score=hit.score, rank=rank, digest=hit.payload)
                 for rank, hit in enumerate(hits, 1)]
+
+    def _full_query(self, schema: tantivy.Schema, clauses: QueryClauses, max_seq: int | None,
+                    session_ids: Collection[str] | None, exclude_ids: Collection[str],
+                    exclude_sessions: Collection[str]) -> Query:
+        """The search query: the clauses OR-ed (BM25), and the filters, which score 0."""
+        should = [(Occur.Should, Query.term_query(schema, "text", term)) for term in clauses.terms]
+        should += [(Occur.Should, Query.phrase_query(schema, "text", list(phrase)))
+                   for phrase in clauses.phrases]
+        must: list[tuple[Occur, Query]] = [(Occur.Must, Query.boolean_query(should))]
+        # Filters score 0, so a hit's score is its text score whatever the filters are.
+        if max_seq is not None:
+            seq_range = Query.range_query(schema, "maxSeq", FieldType.Integer, upper_bound=int(max_seq))
+            must.append((Occur.Must, Query.const_score_query(seq_range, 0.0)))
+        if session_ids is not None:
+            sessions = self._term_set(schema, "sessionId", session_ids)
+            must.append((Occur.Must, Query.const_score_query(sessions, 0.0)))
+        if exclude_sessions:
+            must.append((Occur.MustNot, self._term_set(schema, "sessionId", exclude_sessions)))
+        if exclude_ids:
+            must.append((Occur.MustNot, Query.term_set_query(schema, "chunkId", sorted(exclude_ids))))
+        return Query.boolean_query(must)
+
+    def _term_set(self, schema: tantivy.Schema, field: str, values: Collection[str]) -> Query:
+        """A term set query of ``values``; one of a frozenset is kept and reused for that very
+        object. The planner passes the same frozenset of sessions to every query of one
+        principal and structured generation: sorting and handing over thousands of session
+        ids cost more than the search itself at 100k chunks (docs/planner.md, Performance)."""
+        if not isinstance(values, frozenset):
+            return Query.term_set_query(schema, field, sorted(values))
+        # Every index this engine opens has schema 3 (others are refused), so a query built
+        # with one index's schema names the same fields in any other.
+        key = (field, id(values))
+        with self._lock:
+            cached = self._term_sets.get(key)
+            if cached is not None and cached[0] is values:
+                self._term_sets.move_to_end(key)
+                return cached[1]
+        query = Query.term_set_query(schema, field, sorted(values))
+        with self._lock:
+            # The set is held with its query, so its id cannot be reused while the entry lives.
+            self._term_sets[key] = (values, query)
+            while len(self._term_sets) > _TERM_SET_CACHE:
+                self._term_sets.popitem(last=False)
+        return query
 
     def count(self, directory: Path) -> int:
         return int(self._open(Path(directory)).searcher().num_docs)
@@ -290,26 +340,6 @@ class TantivyEngine:
             while len(self._cache) > _CACHE_SIZE:
                 self._cache.popitem(last=False)
         return index
-
-
-def _full_query(schema: tantivy.Schema, clauses: QueryClauses, max_seq: int | None,
-                session_ids: Collection[str] | None, exclude_ids: Collection[str]) -> Query:
-    """The search query: the clauses OR-ed (BM25), and the filters, which score 0."""
-    should = [(Occur.Should, Query.term_query(schema, "text", term)) for term in clauses.terms]
-    should += [
-        (Occur.Should, Query.phrase_query(schema, "text", list(phrase))) for phrase in clauses.phrases
-    ]
-    must: list[tuple[Occur, Query]] = [(Occur.Must, Query.boolean_query(should))]
-    # Filters score 0, so a hit's score is its text score whatever the filters are.
-    if max_seq is not None:
-        seq_range = Query.range_query(schema, "maxSeq", FieldType.Integer, upper_bound=int(max_seq))
-        must.append((Occur.Must, Query.const_score_query(seq_range, 0.0)))
-    if session_ids is not None:
-        sessions = Query.term_set_query(schema, "sessionId", sorted(session_ids))
-        must.append((Occur.Must, Query.const_score_query(sessions, 0.0)))
-    if exclude_ids:
-        must.append((Occur.MustNot, Query.term_set_query(schema, "chunkId", sorted(exclude_ids))))
-    return Query.boolean_query(must)
 
 
 def _stored_text(doc: tantivy.Document) -> str:

@@ -126,12 +126,14 @@ class WhooshEngine:
         session_ids: Collection[str] | None = None,
         exclude_ids: Collection[str] = (),
         chunk_ids_by_key: Mapping[int, str] | None = None,
+        exclude_sessions: Collection[str] = (),
     ) -> list[TextHit]:
         # Whoosh reads each hit's stored fields anyway: the key map has nothing to save.
         clauses = parse_query(query, self.analyze)
         if not clauses or limit <= 0 or (session_ids is not None and len(session_ids) == 0):
             return []
-        return self._search(Path(directory), clauses, limit, max_seq, session_ids, exclude_ids, None)
+        return self._search(Path(directory), clauses, limit, max_seq, session_ids, exclude_ids,
+                            exclude_sessions, None)
 
     def search_shards(
         self,
@@ -143,6 +145,7 @@ class WhooshEngine:
         session_ids: Collection[str] | None = None,
         exclude_ids: Collection[str] = (),
         chunk_ids_by_key: Mapping[int, str] | None = None,
+        exclude_sessions: Collection[str] = (),
     ) -> list[TextHit]:
         """:meth:`search` over the indexes of every shard of one index, as one index over all
         of them: BM25F takes its statistics (document count, each term's document frequency,
@@ -164,12 +167,13 @@ class WhooshEngine:
         weighting = _GlobalBM25F(doc_count, field_length, doc_freqs)
         hits = [hit for directory in directories
                 for hit in self._search(Path(directory), clauses, limit, max_seq, session_ids,
-                                        exclude_ids, weighting)]
+                                        exclude_ids, exclude_sessions, weighting)]
         hits.sort(key=lambda hit: (-hit.score, hit.chunk_id))
         return [replace(hit, rank=rank) for rank, hit in enumerate(hits[:limit], 1)]
 
     def _search(self, directory: Path, clauses: QueryClauses, limit: int, max_seq: int | None,
                 session_ids: Collection[str] | None, exclude_ids: Collection[str],
+                exclude_sessions: Collection[str],
                 weighting: scoring.WeightingModel | None) -> list[TextHit]:
         parts: list[wq.Query] = [wq.Term("text", term) for term in clauses.terms]
         parts += [wq.Phrase("text", list(phrase)) for phrase in clauses.phrases]
@@ -181,7 +185,9 @@ class WhooshEngine:
             filters.append(wq.Or([wq.Term("sessionId", s) for s in sorted(session_ids)]))
         # filter/mask restrict the matching docs before the top-n is taken; they do not score.
         allow = wq.And(filters) if filters else None
-        mask = wq.Or([wq.Term("chunkId", c) for c in sorted(exclude_ids)]) if exclude_ids else None
+        masks: list[wq.Query] = [wq.Term("chunkId", c) for c in sorted(exclude_ids)]
+        masks += [wq.Term("sessionId", s) for s in sorted(exclude_sessions)]
+        mask = wq.Or(masks) if masks else None
         _ix, cached, lock = self._open(directory)
         with lock:  # a whoosh searcher shares file handles: one query at a time
             searcher = cached if weighting is None else \

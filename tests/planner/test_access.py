@@ -81,5 +81,6 @@ def test_readable_sessions_equal_can_read_over_the_latest_access_lists(
         expected = {session for session, acl in latest.items() if can_read(principal, acl)}
         got = access.readable(principal, None, "default", pin, through)  # type: ignore[arg-type]
         assert got.sessions == expected
+        assert got.unreadable == set(latest) - expected
         assert got.everything == (expected == set(latest))
         assert dict(got.acls) == latest

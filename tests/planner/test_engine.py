@@ -310,6 +310,33 @@ def test_other_tenant_sees_only_its_tenant(corpus: Corpus) -> None:
     assert search(corpus, ALICE, query="secretproject", mode="text", k=100)["results"] == []
 
 
+@pytest.mark.parametrize("who", ["alice", "carol"])
+def test_the_text_index_filters_by_the_smaller_side_of_the_access_lists(
+        corpus: Corpus, who: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Alice may read 3 of the 5 sessions: the text index leaves out the 2 others (a filter
+    # costs per chunk of the sessions it names). Carol reads 1: only that one is kept. Either
+    # way the text list holds readable chunks only.
+    asked: list[dict[str, Any]] = []
+    search_text = corpus.planner._readers.search_text
+
+    def recording(index: Any, query: str, **options: Any) -> Any:
+        asked.append(options)
+        return search_text(index, query, **options)
+
+    monkeypatch.setattr(corpus.planner._readers, "search_text", recording)
+    every = {"s-alice", "s-eng", "s-all", "s-bob", "s-other"}
+    for _ in range(2):  # the second query reuses the filter built for the first
+        response = search(corpus, PRINCIPALS[who], query="deploy", mode="text", k=100)
+        assert response["results"]
+        assert {hit["sessionId"] for hit in response["results"]} <= READABLE[who]
+    if who == "alice":
+        assert all(o["session_ids"] is None and set(o["exclude_sessions"]) == every - READABLE[who]
+                   for o in asked)
+        assert asked[0]["exclude_sessions"] is asked[-1]["exclude_sessions"]
+    else:
+        assert all(set(o["session_ids"]) == READABLE[who] and not o["exclude_sessions"] for o in asked)
+
+
 def test_full_tool_results_need_the_scope(corpus: Corpus) -> None:
     with pytest.raises(AccessDenied):
         search(corpus, ALICE, query="fulloutput0", toolResults=True)

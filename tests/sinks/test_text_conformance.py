@@ -149,6 +149,26 @@ def test_filters_apply_before_the_limit(engine: TextEngine, index_dir: Path):
     assert engine.search(index_dir, "needle", limit=0) == []
 
 
+def test_excluded_sessions_are_left_out_before_the_limit(engine: TextEngine, index_dir: Path):
+    # The planner names the unreadable sessions instead of the readable ones when they are
+    # fewer: the same hits either way, and a frozenset's filter reused for it gives them again.
+    docs = [chunk(f"{session.lower()}{i:02d}", "needle " * (3 if session == "A" else 1) + "hay",
+                  session=session, max_seq=i) for session in "ABC" for i in range(1, 11)]
+    engine.add(index_dir, docs)
+    kept = engine.search(index_dir, "needle", limit=15, max_seq=8, session_ids={"B", "C"})
+    unread = frozenset({"A"})
+    for _ in range(2):
+        left_out = engine.search(index_dir, "needle", limit=15, max_seq=8, exclude_sessions=unread)
+        assert [(h.chunk_id, h.score, h.rank) for h in left_out] == \
+            [(h.chunk_id, h.score, h.rank) for h in kept]
+    assert len(kept) == 15 and not any(h.chunk_id.startswith("a") for h in kept)
+    both = engine.search(index_dir, "needle", limit=50, session_ids={"A", "B"}, exclude_sessions={"A"})
+    assert {h.chunk_id[0] for h in both} == {"b"}
+    searched = getattr(engine, "search_shards", None)
+    if searched is not None:
+        assert ids(searched([index_dir], "needle", limit=15, max_seq=8, exclude_sessions=unread)) == ids(kept)
+
+
 def test_filters_do_not_change_scores(engine: TextEngine, index_dir: Path):
     engine.add(index_dir, [chunk(f"c{i}", f"alpha beta {'gamma ' * i}", max_seq=i) for i in range(1, 8)])
     plain = {h.chunk_id: h.score for h in engine.search(index_dir, "gamma", limit=10)}
