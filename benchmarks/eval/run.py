@@ -534,7 +534,9 @@ def report(runs: list[Mapping[str, Any]]) -> str:
         "- **exact phrase recall@10**: 8 consecutive words of an assistant message (seeded sample, only phrases an "
         "indexed chunk holds); hit = a top-10 result whose text holds the 8 words in order, whitespace-normalised.",
         "- **paraphrase hit@10 / MRR**: hand-written recollections of a session's task "
-        "(`benchmarks/eval_data/paraphrases.json`, each naming its session); hit = a result chunk of that session.",
+        "(`benchmarks/eval_data/paraphrases.json`, each naming its session); hit = a result chunk of that session. "
+        "Audited claim by claim against the sessions (`benchmarks/eval_data/AUDIT.md`): runs before `after-audit` "
+        "asked 11 tau-bench queries whose facts their conversations do not hold.",
         "- **error hit@10 / MRR**: the first telling line (at most 12 words) of a failed tool result, unique to one "
         "turn of the set (no other tool result prints it, turn-less ones included); hit = a result of that turn. Asked with `toolResults: true` by a principal with the "
         "`toolresults` scope.",
