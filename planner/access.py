@@ -69,6 +69,8 @@ class AccessLists:
         # (structured generation, principal) -> (readable, unreadable) sessions of the generation.
         self._readable: dict[tuple[str, str, str, frozenset[str]],
                              tuple[frozenset[str], frozenset[str]]] = {}
+        # The same corrected by the overlay, per (generation, principal, log, through seq).
+        self._corrected: dict[tuple[Any, ...], tuple[frozenset[str], frozenset[str]]] = {}
 
     def latest(self, l1: L1Reader, log_id: str, structured: IndexPin | None,
                through_seq: int) -> dict[str, dict[str, Any]]:
@@ -108,12 +110,24 @@ class AccessLists:
         judged, judged_unreadable = cached
         sessions, unreadable = judged, judged_unreadable
         if overlay:
-            granted = {session for session, acl in overlay.items() if can_read(principal, acl)}
-            refused = overlay.keys() - granted
-            if not granted <= judged or not refused.isdisjoint(judged):
-                sessions = (judged - refused) | granted
-            if not refused <= judged_unreadable or not granted.isdisjoint(judged_unreadable):
-                unreadable = (judged_unreadable - granted) | refused
+            # A correction copies the generation's sets (new sessions in the tail do that on
+            # every query): it is kept for the same L1 seq, which fixes the overlay.
+            corrected_key = (*key, log_id, through_seq)
+            with self._lock:
+                corrected = self._corrected.get(corrected_key)
+            if corrected is None:
+                granted = {session for session, acl in overlay.items() if can_read(principal, acl)}
+                refused = overlay.keys() - granted
+                if not granted <= judged or not refused.isdisjoint(judged):
+                    sessions = (judged - refused) | granted
+                if not refused <= judged_unreadable or not granted.isdisjoint(judged_unreadable):
+                    unreadable = (judged_unreadable - granted) | refused
+                corrected = (sessions, unreadable)
+                with self._lock:
+                    self._corrected[corrected_key] = corrected
+                    while len(self._corrected) > _READABLE:
+                        self._corrected.pop(next(iter(self._corrected)))
+            sessions, unreadable = corrected
         acls = ChainMap(overlay, base) if overlay else base  # type: ignore[arg-type]
         return Readable(acls=acls, sessions=sessions, unreadable=unreadable)
 
