@@ -31,10 +31,12 @@ __all__ = [
     "fit_event",
     "load_schema",
     "loads_event",
+    "loads_event_canonical",
     "parse_time",
     "posix_seconds",
     "posix_time",
     "validate_event",
+    "validate_event_bytes",
 ]
 
 ASP_VERSION = "1.0"
@@ -71,6 +73,63 @@ def load_schema() -> dict[str, Any]:
 @cache
 def _validator() -> Any:
     return fastjsonschema.compile(load_schema(), formats={"date-time": _RFC3339.pattern})
+
+
+# The schema's top level, checked directly for the shapes importers write (about a third of the
+# compiled validator's time, issue #16). It only ever accepts: whatever it cannot vouch for goes
+# to the full check, which names what is wrong. Patterns as fastjsonschema runs them ("$" is
+# "\Z" in a schema pattern, the date-time format is the pattern itself); a test checks that
+# this never accepts what the schema refuses (tests/streams/test_asp_fast_check.py).
+_PROPERTIES = frozenset({
+    "aspVersion", "eventId", "logId", "sessionId", "runId", "turnId", "episodeId", "parentSessionId",
+    "parentEventId", "type", "role", "time", "visibility", "acl", "fields", "payload",
+})
+_REQUIRED_IDS = ("eventId", "sessionId")
+_OPTIONAL_IDS = ("runId", "turnId", "episodeId", "parentSessionId", "parentEventId")
+_LOG_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
+_CUSTOM_TYPE = re.compile(r"x\.[a-z0-9_.-]+\Z")
+_TYPES = frozenset(EVENT_TYPES)
+_ROLES = frozenset({"user", "assistant", "system", "developer", "tool"})
+_VISIBILITIES = frozenset({"visible", "hidden"})
+_READER = re.compile(r"(\*|user:.+|group:.+)\Z")
+
+
+def _plainly_valid(event: dict[str, Any]) -> bool:
+    """True when the schema surely accepts ``event`` (False: let the full check decide)."""
+    if not event.keys() <= _PROPERTIES or event.get("aspVersion") != ASP_VERSION:
+        return False
+    for key in _REQUIRED_IDS:
+        value = event.get(key)
+        if type(value) is not str or not 1 <= len(value) <= 256:
+            return False
+    for key in _OPTIONAL_IDS:
+        value = event.get(key)
+        if value is not None and (type(value) is not str or len(value) > 256):
+            return False
+    log_id, kind, role, time = event.get("logId"), event.get("type"), event.get("role"), event.get("time")
+    if type(log_id) is not str or not _LOG_ID.match(log_id):
+        return False
+    if type(kind) is not str or (kind not in _TYPES and not _CUSTOM_TYPE.match(kind)):
+        return False
+    if role is not None and (type(role) is not str or role not in _ROLES):
+        return False
+    if type(time) is not str or not _RFC3339.match(time):
+        return False
+    visibility = event.get("visibility", "visible")
+    if type(visibility) is not str or visibility not in _VISIBILITIES:
+        return False
+    if "fields" in event and type(event["fields"]) is not dict:
+        return False
+    return "acl" not in event or _plain_acl(event["acl"])
+
+
+def _plain_acl(acl: Any) -> bool:
+    if type(acl) is not dict or not acl.keys() <= {"tenant", "read"}:
+        return False
+    tenant, read = acl.get("tenant"), acl.get("read", [])
+    if type(tenant) is not str or not tenant or type(read) is not list:
+        return False
+    return all(type(entry) is str and _READER.match(entry) for entry in read)
 
 
 def parse_time(value: str) -> datetime:
@@ -124,9 +183,21 @@ def _posix_of_text(text: str) -> float:
 
 def validate_event(event: Any, *, record: str | None = None) -> dict[str, Any]:
     """Return a validated copy of ``event`` with defaults filled, or raise SchemaError."""
+    return validate_event_bytes(event, record=record)[0]
+
+
+def validate_event_bytes(event: Any, *, record: str | None = None,
+                         encoded: bytes | None = None) -> tuple[dict[str, Any], bytes]:
+    """:func:`validate_event`, and the validated event's :func:`canonical_bytes`.
+
+    Validation serialises the event anyway (the check that L1 can store it), so whoever appends
+    it carries these bytes instead of serialising it again (``usl ingest``, issue #16).
+    ``encoded`` is ``canonical_bytes(event)`` when the caller already has them (an ASP line
+    that is canonical JSON): they stand when validation fills no default."""
     if not isinstance(event, dict):
         raise SchemaError(f"an event must be a JSON object, not {type(event).__name__}", record=record)
     candidate = dict(event)
+    given = len(candidate)
     candidate.setdefault("aspVersion", ASP_VERSION)
     candidate.setdefault("logId", "default")
     candidate.setdefault("visibility", "visible")
@@ -139,7 +210,8 @@ def validate_event(event: Any, *, record: str | None = None) -> dict[str, Any]:
             field="$.aspVersion", record=record,
         )
     try:
-        _validator()(candidate)
+        if not _plainly_valid(candidate):
+            _validator()(candidate)
     except fastjsonschema.JsonSchemaValueException as exc:
         path = "$" + str(exc.name)[len("data"):] if exc.name else "$"
         message = str(exc.message).replace("data.", "").replace("data ", "event ")
@@ -148,13 +220,14 @@ def validate_event(event: Any, *, record: str | None = None) -> dict[str, Any]:
         parse_time(candidate["time"])
     except ValueError as exc:
         raise SchemaError(str(exc), field="$.time", record=record) from None
+    if encoded is not None and len(candidate) == given:
+        return candidate, encoded  # no default filled: the caller's bytes are the candidate's
     try:
         # Valid for the schema is not enough: L1 stores canonical_bytes, which refuses values
         # nested deeper than 254 levels and strings holding lone surrogates.
-        canonical_bytes(candidate)
+        return candidate, canonical_bytes(candidate)
     except orjson.JSONEncodeError as exc:
         raise SchemaError(f"the event cannot be stored as JSON: {exc}", record=record) from None
-    return candidate
 
 
 def loads_event(raw: bytes | str) -> Any:
@@ -167,20 +240,26 @@ def loads_event(raw: bytes | str) -> Any:
     bytes (what L1 holds) and compact JSON in its writer's key order (``JSON.stringify``, as in
     Claude Code transcripts) cost one or two ``orjson.dumps``; anything else is checked key by
     key."""
+    return loads_event_canonical(raw)[0]
+
+
+def loads_event_canonical(raw: bytes | str) -> tuple[Any, bool]:
+    """:func:`loads_event`, and whether ``raw`` is the value's :func:`canonical_bytes` (the
+    duplicate-key check finds that out for free)."""
     value = orjson.loads(raw)
     if isinstance(value, dict | list):
         data = raw.encode("utf-8") if isinstance(raw, str) else raw
         for option in (orjson.OPT_SORT_KEYS, None):
             try:
                 if orjson.dumps(value, option=option) == data:
-                    return value
+                    return value, option is not None
             except orjson.JSONEncodeError:
                 break
         try:
             json.loads(data, object_pairs_hook=_refuse_duplicate_keys)
         except RecursionError:
             raise SchemaError("the JSON text is nested too deeply") from None
-    return value
+    return value, False
 
 
 def _refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -187,12 +187,14 @@ class L1Producer:
         self._pending: list[Any] = []
         self._highest = 0
 
-    def append(self, event: dict[str, Any]) -> None:
+    def append(self, event: dict[str, Any], canonical: bytes | None = None) -> None:
         """Queue one validated event; :meth:`flush` waits until every queued event is durable.
+        ``canonical`` is the event's ``canonical_bytes`` when the caller has them (validation
+        made them), else they are made here.
 
         Raises SchemaError for an event over USL_MAX_EVENT_BYTES (the importers cut theirs to
         fit with ``streams.asp.fit_event``)."""
-        value = canonical_bytes(event)
+        value = canonical_bytes(event) if canonical is None else canonical
         if len(value) > self._max_event_bytes:
             raise SchemaError(
                 f"event {event['eventId']!r} is {len(value)} bytes, over the {self._max_event_bytes}-byte "

@@ -24,7 +24,7 @@ from typing import Any
 
 import orjson
 
-from streams.asp import validate_event
+from streams.asp import canonical_bytes, validate_event
 from streams.importers.base import Rejected
 from streams.l1 import L1Producer, L1Reader, read_topic_to_end
 from streams.settings import Settings
@@ -242,7 +242,9 @@ class MemoryL1:
     def committed_seq(self, log_id: str) -> int:
         return len(self.log)
 
-    def append(self, event: dict[str, Any]) -> None:
+    def append(self, event: dict[str, Any], canonical: bytes | None = None) -> None:
+        # The bytes a follower carries from validation must be the ones L1 would have made.
+        assert canonical is None or canonical == canonical_bytes(event), event["eventId"]
         if self.crash_in is not None:
             self.crash_in -= 1
             if self.crash_in < 0:

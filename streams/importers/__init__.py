@@ -120,6 +120,8 @@ def iter_file(
 
 
 def _fitted(item: Accepted, limit: int) -> Accepted | Rejected:
+    if item.canonical is not None and len(item.canonical) <= limit:
+        return item  # fits as it is (what fit_event would measure first)
     try:
         event, cut = fit_event(item.event, limit)
     except SchemaError as exc:

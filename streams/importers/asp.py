@@ -10,9 +10,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from streams.asp import validate_event
+from streams.asp import validate_event_bytes
 from streams.exceptions import SchemaError
 from streams.importers.base import (
+    BOM,
     Accepted,
     Rejected,
     iter_json_lines,
@@ -36,8 +37,11 @@ def iter_asp(
         event.setdefault("logId", log_id)
         if acl is not None:
             event.setdefault("acl", acl)
+        # A canonical line with nothing filled in is already the bytes L1 stores.
+        canonical = item.raw.removeprefix(BOM) if item.canonical and len(event) == len(item.value) else None
         try:
-            yield Accepted(validate_event(event, record=record), record)
+            validated, encoded = validate_event_bytes(event, record=record, encoded=canonical)
+            yield Accepted(validated, record, canonical=encoded)
         except SchemaError as exc:
             reason = f"{exc.reason} (field {exc.field})" if exc.field else exc.reason
             yield Rejected(record, reason, raw_text(line))

@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from streams.asp import loads_event, parse_time, validate_event
+from streams.asp import loads_event_canonical, parse_time, validate_event_bytes
 from streams.exceptions import ImportFormatError, SchemaError
 
 __all__ = [
@@ -52,11 +52,14 @@ PAYLOAD_MAX_BYTES = 16 * 1024
 @dataclass(frozen=True)
 class Accepted:
     """An event that passed ``streams.asp.validate_event``, and the input record it came from;
-    ``cut`` is how many bytes ``streams.asp.fit_event`` cut to fit USL_MAX_EVENT_BYTES."""
+    ``cut`` is how many bytes ``streams.asp.fit_event`` cut to fit USL_MAX_EVENT_BYTES;
+    ``canonical`` is the event's ``canonical_bytes`` when validation made them (None: not known),
+    carried to the L1 producer so nothing serialises the event twice."""
 
     event: dict[str, Any]
     record: str
     cut: int = 0
+    canonical: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -135,22 +138,30 @@ def parse_json(line: bytes | str) -> tuple[Any, str | None]:
     A leading byte order mark is skipped (RFC 8259 lets a parser ignore it; editors on Windows
     write one), so the first record of such a file is not lost.
     """
+    value, error, _canonical = _parse_json(line)
+    return value, error
+
+
+def _parse_json(line: bytes | str) -> tuple[Any, str | None, bool]:
+    """:func:`parse_json`, and whether the text (without its byte order mark) is the value's
+    canonical bytes."""
     if isinstance(line, bytes):
         line = line.removeprefix(BOM)
     else:
         line = line.removeprefix("\ufeff")
     try:
-        return loads_event(line), None
+        value, canonical = loads_event_canonical(line)
+        return value, None, canonical
     except SchemaError as exc:  # a key given twice: which copy counts is up to the parser
-        return None, exc.reason
+        return None, exc.reason, False
     except orjson.JSONDecodeError as exc:
         if isinstance(line, bytes):
             try:
                 line.decode("utf-8")
             except UnicodeDecodeError as bad:
                 return None, (f"not valid UTF-8: byte 0x{line[bad.start]:02x} at offset {bad.start} "
-                              "(the file must be UTF-8)")
-        return None, f"invalid JSON (truncated or not JSON): {exc}"
+                              "(the file must be UTF-8)"), False
+        return None, f"invalid JSON (truncated or not JSON): {exc}", False
 
 
 def read_lines(path: Path) -> Iterator[tuple[int, bytes]]:
@@ -175,12 +186,14 @@ def read_lines(path: Path) -> Iterator[tuple[int, bytes]]:
 @dataclass(frozen=True)
 class JsonLine:
     """One line of a JSONL file that holds a JSON object: its 1-based line number, its record
-    name (``label:number``), the object and the line's bytes (for dead letters and payloads)."""
+    name (``label:number``), the object and the line's bytes (for dead letters and payloads);
+    ``canonical`` says the bytes (without a byte order mark) are the object's canonical bytes."""
 
     number: int
     record: str
     value: dict[str, Any]
     raw: bytes
+    canonical: bool = False
 
 
 def iter_json_lines(path: Path, *, label: str, what: str) -> Iterator[JsonLine | Rejected]:
@@ -189,13 +202,13 @@ def iter_json_lines(path: Path, *, label: str, what: str) -> Iterator[JsonLine |
     importer dead-letters a bad line the same way. Unreadable files raise ImportFormatError."""
     for number, line in read_lines(path):
         record = f"{label}:{number}"
-        value, error = parse_json(line)
+        value, error, canonical = _parse_json(line)
         if error is not None:
             yield Rejected(record, error, raw_text(line))
         elif not isinstance(value, dict):
             yield Rejected(record, f"{what} must be a JSON object, not {type(value).__name__}", raw_text(line))
         else:
-            yield JsonLine(number, record, value, line)
+            yield JsonLine(number, record, value, line, canonical)
 
 
 def _schema_reason(exc: SchemaError) -> str:
@@ -276,7 +289,7 @@ class SessionEmitter:
         if payload is not None:
             event["payload"] = payload
         try:
-            validated = validate_event(event, record=record)
+            validated, canonical = validate_event_bytes(event, record=record)
         except SchemaError as exc:
             return Rejected(record, _schema_reason(exc), raw_text(raw))
         self.last_time = time
@@ -284,7 +297,7 @@ class SessionEmitter:
             self._turn_last_time = time
         if episode is not None:
             self._episode_last_time = time
-        return Accepted(validated, record)
+        return Accepted(validated, record, canonical=canonical)
 
     def start_session(
         self, *, time: str, record: str, raw: Any, fields: dict[str, Any]

@@ -1,0 +1,99 @@
+"""The direct check of an event's top level (``streams.asp._plainly_valid``) against the compiled
+JSON Schema: it may only accept what the schema accepts, so ``validate_event`` accepts and refuses
+exactly what it did with the schema alone (issue #16: the direct check is the cheaper path)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import fastjsonschema
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import streams.asp
+from streams.asp import _plainly_valid, _validator, validate_event_bytes
+from streams.exceptions import SchemaError
+
+BASE: dict[str, Any] = {
+    "aspVersion": "1.0", "eventId": "e-1", "logId": "default", "sessionId": "s-1", "type": "message",
+    "time": "2026-01-31T12:00:00.123Z", "role": "assistant", "visibility": "visible", "turnId": "t-1",
+    "episodeId": None, "runId": None, "parentEventId": None, "parentSessionId": None,
+    "acl": {"tenant": "acme", "read": ["group:ops", "*"]}, "fields": {"text": "hello"}, "payload": [1, {"a": 2}],
+}
+DELETE = object()
+EDGE_STRINGS = [
+    "", "1.0", "1.1", "a" * 256, "a" * 257, "default", "team-a.b_c", "team a", "-lead", "team-a\n", "x" * 129,
+    "message", "tool.call", "tool.result", "session.acl", "turn.ended", "x.custom-1", "x.", "X.big", "x.a\n",
+    "messages", "user", "assistant", "developer", "system", "tool", "bot", "visible", "hidden", "Visible",
+    "2026-01-31T12:00:00Z", "2026-01-31 12:00:00+01:00", "2026-01-31T12:00:00.123456789z", "2026-01-31T12:00:00",
+    "2026-01-31T12:00:00Z\n", "2026-13-31T12:00:00Z", "*", "user:bob", "group:ops", "user:", "group:\n", "bob",
+]
+SCALARS = st.one_of(st.sampled_from(EDGE_STRINGS), st.text(max_size=12), st.none(), st.booleans(),
+                    st.integers(-3, 3), st.floats(allow_nan=False))
+VALUES = st.one_of(SCALARS, st.lists(SCALARS, max_size=3),
+                   st.dictionaries(st.sampled_from(["tenant", "read", "text", "other"]), SCALARS, max_size=3))
+KEYS = st.sampled_from([*BASE, "extra", "acl"])
+
+
+@st.composite
+def events(draw: st.DrawFn) -> dict[str, Any]:
+    """A valid event with a few of its top-level keys (or the acl's) changed, added or removed."""
+    event = copy.deepcopy(BASE)
+    for key, value in draw(st.dictionaries(KEYS, st.one_of(st.just(DELETE), VALUES), max_size=3)).items():
+        if value is DELETE:
+            event.pop(key, None)
+        else:
+            event[key] = value
+    if draw(st.booleans()) and isinstance(event.get("acl"), dict):
+        event["acl"] = {**event["acl"], **draw(st.dictionaries(st.sampled_from(["tenant", "read", "x"]), VALUES,
+                                                                max_size=2))}
+    return event
+
+
+def _schema_accepts(event: dict[str, Any]) -> bool:
+    try:
+        _validator()(copy.deepcopy(event))
+    except fastjsonschema.JsonSchemaValueException:
+        return False
+    return True
+
+
+def _outcome(event: dict[str, Any]) -> tuple[dict[str, Any], bytes] | str:
+    try:
+        return validate_event_bytes(copy.deepcopy(event))
+    except SchemaError as exc:
+        return f"{exc.field}: {exc.reason}"
+
+
+@settings(max_examples=600, deadline=None)
+@given(events())
+def test_property_the_direct_check_accepts_only_what_the_schema_accepts(event: dict[str, Any]) -> None:
+    if _plainly_valid(event):
+        assert _schema_accepts(event), event
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(events())
+def test_property_validate_event_answers_as_with_the_schema_alone(monkeypatch: pytest.MonkeyPatch,
+                                                                  event: dict[str, Any]) -> None:
+    with_direct_check = _outcome(event)
+    with monkeypatch.context() as patch:
+        patch.setattr(streams.asp, "_plainly_valid", lambda _event: False)
+        assert _outcome(event) == with_direct_check
+
+
+def test_every_edge_string_in_every_place_is_judged_as_the_schema_judges_it() -> None:
+    for key in [*BASE, "extra"]:
+        for text in EDGE_STRINGS:
+            for event in ({**BASE, key: text}, {**BASE, "acl": {"tenant": "t", key: text}},
+                          {**BASE, "acl": {"tenant": text, "read": [text]}}):
+                assert not _plainly_valid(event) or _schema_accepts(event), event
+
+
+def test_the_shapes_importers_write_take_the_direct_check() -> None:
+    minimal = {key: BASE[key] for key in ("aspVersion", "eventId", "logId", "sessionId", "type", "time")}
+    for event in (BASE, minimal, {**minimal, "type": "x.note", "fields": {}, "visibility": "hidden", "role": None},
+                  {**minimal, "acl": {"tenant": "t"}}):
+        assert _plainly_valid(event), event
