@@ -74,6 +74,7 @@ class MergeJob:
     new_name: str
     work_dir: Path
     seconds: float
+    finished_at: float = 0.0  # time.monotonic() when the build ended (the bench's merge-lag window)
 
 
 def merge_work_root(home: Path | str, kind: str) -> Path:
@@ -186,8 +187,8 @@ class BackgroundMerger:
             for file in self.writer.segment_files(name):
                 link_or_copy(gen_dir / file, work_dir / file)
         self.writer.build_merge(work_dir, list(names), new_name)
-        return MergeJob(log_id, line, generation_id, tuple(names), new_name, work_dir,
-                        time.monotonic() - started)
+        ended = time.monotonic()
+        return MergeJob(log_id, line, generation_id, tuple(names), new_name, work_dir, ended - started, ended)
 
 
 def commit_merge(store: GenerationStore, current: Manifest, writer: MergingWriter, job: MergeJob) -> Manifest | None:

@@ -6,7 +6,12 @@ when ``MERGE_FACTOR`` segments share a tier (a tier spans a factor of ``MERGE_FA
 size), they become one segment of the next tier, in the same new generation; the previous
 generation keeps its own files, so pinned readers are unaffected. Merging everything into
 one segment instead would rebuild the whole HNSW graph every few batches — quadratic work
-that stalls a sink long before a million chunks.
+that stalls a sink long before a million chunks. A segment past ``MAX_MERGED_BYTES /
+MERGE_FACTOR`` takes part in no tier merge: each merge rebuilds its output's HNSW graph from
+scratch, and rebuilding a 640k-vector graph to add the last quarter of it cost a 1M build more
+than every smaller merge together, while searching four 160k-vector graphs costs a query about
+what one 640k graph does. Segments then grow in number linearly past the cap; ``MAX_SEGMENTS``
+still bounds them (its rule merges the smallest whatever their size).
 
 In the sink loop the merges run in the background (``background_merges``, set by the runner;
 see :mod:`sinks.merger`): ``write`` only adds the batch's segment, unless the segments pile up
@@ -32,12 +37,16 @@ from sinks.vector.spans import span_vectors
 from streams.metrics import usl_embed_seconds, usl_generation_merges_total
 from streams.settings import Settings
 
-__all__ = ["HARD_MAX_SEGMENTS", "MAX_SEGMENTS", "MERGE_FACTOR", "VectorWriter", "merge_plan", "segment_names"]
+__all__ = ["HARD_MAX_SEGMENTS", "MAX_MERGED_BYTES", "MAX_SEGMENTS", "MERGE_FACTOR", "VectorWriter", "merge_plan", "segment_names"]
 
 MERGE_FACTOR = 4
 # A tier spans MERGE_FACTOR in vector bytes, starting at this size (about 250 chunks of 256
 # dimensions), so the number of segments grows with the log of the index size.
 _TIER_BASE_BYTES = 256 * 1024
+# No tier merge produces a segment above this many vector bytes: its inputs are at most a
+# MERGE_FACTOR-th of it each. A turn chunk stores three 256-d vectors (itself, two spans), so
+# segments stop at 160k such chunks (480 MB) when batches hold 10 000.
+MAX_MERGED_BYTES = 1024 * 1024 * 1024
 # Past this many segments the smallest are merged whatever their tiers (a bound for queries,
 # which search every segment).
 MAX_SEGMENTS = 24
@@ -136,12 +145,14 @@ def merge_plan(sizes: dict[str, int]) -> list[str]:
     """The segments to merge next (oldest first), or ``[]`` when the layout is fine.
 
     ``sizes`` maps segment names to their vector bytes. The lowest tier holding
-    ``MERGE_FACTOR`` segments is merged; past ``MAX_SEGMENTS`` the smallest segments are.
+    ``MERGE_FACTOR`` segments of at most ``MAX_MERGED_BYTES / MERGE_FACTOR`` bytes is merged;
+    past ``MAX_SEGMENTS`` the smallest segments are.
     Called until it returns ``[]``, so one merge may cascade into the next tier.
     """
     tiers: dict[int, list[str]] = defaultdict(list)
     for name, size in sizes.items():
-        tiers[_tier(size)].append(name)
+        if size <= MAX_MERGED_BYTES // MERGE_FACTOR:
+            tiers[_tier(size)].append(name)
     for tier in sorted(tiers):
         if len(tiers[tier]) >= MERGE_FACTOR:
             return sorted(tiers[tier], key=_age)

@@ -525,3 +525,24 @@ def test_evidence_texts_cut_a_chunk_into_its_events() -> None:
     np.testing.assert_array_equal(got[0], embedder.embed(["fix the flaky test", "Запуск: 失败 ok"]))
     assert got[1].shape == (0, 16)
     assert got[2].shape == (1, 16)  # "?? !!" has no word: left out
+
+
+def test_no_tier_merge_builds_a_segment_past_the_cap() -> None:
+    """A million 256-d chunks in batches of 10 000: no tier merge rebuilds a graph past
+    MAX_MERGED_BYTES (the 640k-vector rebuild that cost a 1M build most of its time), and the
+    segments above the cap stay few enough for MAX_SEGMENTS to be no concern."""
+    from sinks.vector_writer import MAX_MERGED_BYTES, MAX_SEGMENTS, merge_plan
+
+    batch_bytes = 10_000 * 3 * 256 * 4  # a turn chunk's vector and its two span vectors
+    sizes: dict[str, int] = {}
+    largest = 0
+    for generation in range(1, 101):
+        sizes[f"seg-{generation:08d}"] = batch_bytes
+        round_number = 0
+        while group := merge_plan(sizes):
+            merged = sum(sizes.pop(name) for name in group)
+            largest = max(largest, merged)
+            sizes[f"merged-{generation:08d}-{round_number}"] = merged
+            round_number += 1
+    assert largest <= MAX_MERGED_BYTES and largest == 16 * batch_bytes
+    assert len(sizes) <= MAX_SEGMENTS // 2
