@@ -7,8 +7,10 @@ Builds, in one run on this machine:
   tenant, 10% by a group, 10% by one other user), appended with the project's producer;
 - text (tantivy by default), vector (the configured embedder, wordllama by default) and
   structured generations of the chunks of every turn, written directly with the sinks'
-  writers in batches of 10 000 (so the vector sink's segment merging happens as in a live
-  sink), built through all but the last ``--tail-events`` events, with published watermarks;
+  writers in batches of 10 000 (:class:`CorpusBuilder`: vector segment merges run in a
+  background merger and publish as generations, as in a live sink), built through all but
+  the last ``--tail-events`` events, with published watermarks (``benchmarks.harness``
+  builds the same corpus in steps with :func:`build_steps`);
 
 then runs ``--queries`` random 1-3 word queries per combination through :class:`Planner`
 (the in-process engine the API and CLI use) as a principal who may read 90% of the sessions,
@@ -33,7 +35,9 @@ BENCHMARKS.md (its growth table and plots).
 from __future__ import annotations
 
 import argparse
+import bisect
 import hashlib
+import itertools
 import json
 import os
 import random
@@ -46,6 +50,8 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 __all__ = ["main"]
 
@@ -125,77 +131,217 @@ def generate(chunks: int, seed: int = 7, *, start: int = 0,
         }
 
 
-def build(settings: Any, bootstrap: str, chunks: int, tail_events: int) -> dict[str, Any]:
-    """Append the log, write the generations, publish watermarks; return build figures."""
-    from sinks.generations import GenerationStore, Manifest
-    from sinks.runner import index_root
-    from sinks.service import make_writer
-    from sinks.watermarks import WatermarkPublisher
-    from streams.asp import ASP_VERSION, validate_event
-    from streams.l1 import L1Producer
-    from streams.topics import ensure_topics
+class CorpusBuilder:
+    """Writes chunks into text, vector and structured generations as the sinks do: one
+    generation per batch per kind (the sinks' writers, ``GenerationStore``), vector segment
+    merges in a :class:`sinks.merger.BackgroundMerger` thread published as generations of
+    their own (:func:`sinks.merger.commit_merge`), as the sink loop does. Keeps each kind's
+    write seconds, each vector commit's (time, builtThroughSeq) and each merge's window."""
 
-    ensure_topics(bootstrap, settings)
-    producer = L1Producer(bootstrap, settings)
-    total_events = 2 * chunks
-    through = total_events - tail_events
-    writers = {kind: make_writer(kind, settings) for kind in ("text", "vector", "structured")}
-    seconds = {kind: 0.0 for kind in writers}
-    pending: list[dict[str, Any]] = []
-    root = index_root(settings)
-    started = time.monotonic()
-    append_seconds = 0.0
+    def __init__(self, settings: Any, keep_last: int = 2) -> None:
+        #: Seconds spent outside the build (the caller's queries between steps): the clock of
+        #: commits, appends and merges leaves them out, so no gap spans them.
+        self.paused = 0.0
+        from sinks.merger import BackgroundMerger, merge_work_root
+        from sinks.runner import index_root
+        from sinks.service import make_writer
 
-    def commit(batch: list[dict[str, Any]]) -> None:
-        for kind, writer in writers.items():
+        self.writers = {kind: make_writer(kind, settings) for kind in ("text", "vector", "structured")}
+        self.root = index_root(settings)
+        self.keep_last = keep_last
+        self.seconds = dict.fromkeys(self.writers, 0.0)
+        self.vector_commits: list[tuple[float, int]] = []
+        self.merges: list[dict[str, Any]] = []
+        vector = self.writers["vector"]
+        vector.background_merges = True  # type: ignore[attr-defined]
+        self.merger = BackgroundMerger(vector, merge_work_root(settings.home, "vector-bench"))  # type: ignore[arg-type]
+
+    def clock(self) -> float:
+        return time.monotonic() - self.paused
+
+    def store(self, kind: str) -> Any:
+        from sinks.generations import GenerationStore
+
+        return GenerationStore(self.root, "default", kind)
+
+    def commit(self, batch: list[dict[str, Any]]) -> None:
+        from sinks.generations import Manifest
+        from streams.asp import ASP_VERSION
+
+        if not batch:
+            return
+        through = max(c["maxSeq"] for c in batch)
+        for kind, writer in self.writers.items():
             began = time.monotonic()
-            store = GenerationStore(root, "default", kind)
+            store = self.store(kind)
             previous = store.current()
             staging = store.begin()
             try:
-                writer.write(staging, store.generation_dir(previous.generation_id) if previous else None,
-                             batch)
+                writer.write(staging, store.generation_dir(previous.generation_id) if previous else None, batch)
                 describe = writer.describe()
-                store.commit(staging, Manifest(
+                committed = store.commit(staging, Manifest(
                     kind=kind, log_id="default", line=store.line, generation_id=0,
-                    built_through_seq=max((c["maxSeq"] for c in batch), default=0),
-                    schema_version="1", asp_version=ASP_VERSION, chunker={},
+                    built_through_seq=through, schema_version="1", asp_version=ASP_VERSION, chunker={},
                     embedding=describe.get("embedding"), redaction_policy_hash="bench",
                     chunk_count=len(batch), extra=describe))
             except BaseException:
                 store.abort()
                 raise
-            seconds[kind] += time.monotonic() - began
+            store.gc(keep_last=self.keep_last)
+            if kind == "vector":
+                self.vector_commits.append((self.clock(), through))
+                self.merger.offer("default", store.line, committed.generation_id,
+                                  store.generation_dir(committed.generation_id))
+            self.seconds[kind] += time.monotonic() - began
+        self.publish_merges()
 
-    for events, chunk in generate(chunks):
+    def publish_merges(self) -> None:
+        """Each finished background merge becomes the next vector generation (same records
+        and watermark), as ``SinkRunner._publish_merges`` does."""
+        from sinks.merger import commit_merge
+
+        store = self.store("vector")
+        for job in self.merger.finished():
+            try:
+                meta = orjson.loads((job.work_dir / f"{job.new_name}.ids.json").read_bytes())
+                current = store.current()
+                committed = commit_merge(store, current, self.merger.writer, job) if current else None
+                self.merges.append({"vectors": int(meta["count"]), "inputs": len(job.names),
+                                    "seconds": job.seconds, "started": job.finished_at - job.seconds - self.paused,
+                                    "ended": job.finished_at - self.paused, "published": self.clock(),
+                                    "dropped": committed is None})
+                if committed is not None:
+                    store.gc(keep_last=self.keep_last)
+                    self.merger.offer("default", store.line, committed.generation_id,
+                                      store.generation_dir(committed.generation_id))
+            finally:
+                self.merger.settled(job)
+
+    def settle(self) -> float:
+        """Wait until no merge is planned or running (a step's layout is then what a sink
+        leaves once idle); the seconds waited."""
         began = time.monotonic()
-        for event in events:
-            producer.append(validate_event(event))
-        append_seconds += time.monotonic() - began
-        if chunk["maxSeq"] <= through:
-            pending.append(chunk)
-        if len(pending) >= _BATCH:
-            commit(pending)
-            pending = []
-    if pending:
-        commit(pending)
-    began = time.monotonic()
-    producer.close()
-    append_seconds += time.monotonic() - began
+        while True:
+            self.publish_merges()
+            if self.merger.idle():
+                return time.monotonic() - began
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        self.merger.close()
+
+
+def merge_lag(commits: list[tuple[float, int]], appends: list[tuple[float, int]],
+              merge: dict[str, Any]) -> dict[str, float]:
+    """The vector watermark while ``merge`` ran (from its start until it was published).
+
+    ``commits``: (time, builtThroughSeq) of each vector commit; ``appends``: (time, highest seq
+    appended), both in time order. ``lagSeconds``: the longest any appended event waited for
+    the watermark to cover it in that window; ``lagSeqs``: the most events above the
+    watermark; ``stallSeconds``: the longest the watermark stood still across the window;
+    ``medianCommitGapSeconds``: the gap between vector commits over the whole build, the
+    batching cadence a merge-free build has too."""
+    start, end = merge["started"], merge["published"]
+    times = [at for at, _ in commits]
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    first = max(0, bisect.bisect_right(times, start) - 1)  # the watermark when the merge began
+    last = min(len(commits) - 1, bisect.bisect_left(times, end))  # the first commit after it ended
+    window = commits[first:last + 1]
+    stall = max((b[0] - a[0] for a, b in itertools.pairwise(window)), default=end - start)
+    append_times = [at for at, _ in appends]
+    append_seqs = [seq for _, seq in appends]
+    lag_seconds = lag_seqs = 0.0
+    for (_, mark), (until, _) in zip(window, [*window[1:], (end, 0)], strict=True):
+        # Just before the next commit (or the window's end) the oldest uncovered event is mark + 1.
+        oldest = bisect.bisect_left(append_seqs, mark + 1)
+        if oldest < len(appends) and append_times[oldest] < until:
+            lag_seconds = max(lag_seconds, until - append_times[oldest])
+        head = append_seqs[max(0, bisect.bisect_right(append_times, until) - 1)] if appends else mark
+        lag_seqs = max(lag_seqs, float(head - mark))
+    return {"vectors": merge["vectors"], "mergeSeconds": merge["seconds"],
+            "windowSeconds": end - start, "commitsDuring": float(max(0, len(window) - 2)),
+            "stallSeconds": stall, "lagSeconds": lag_seconds, "lagSeqs": lag_seqs,
+            "medianCommitGapSeconds": statistics.median(gaps) if gaps else 0.0}
+
+
+def build_steps(settings: Any, bootstrap: str, sizes: tuple[int, ...] | list[int], tail_events: int,
+                builder: CorpusBuilder | None = None, batch: int = _BATCH) -> Iterator[dict[str, Any]]:
+    """Append the log of ``max(sizes)`` turns and index it; at each size, once every turn up to
+    it is appended, its indexes cover all but the last ``tail_events`` events (merges settled)
+    and their watermarks are published: yields that step's build figures (cumulative).
+    ``builder``: the caller's (its writers' embedder serves recall), closed here all the same;
+    ``batch``: chunks per generation."""
+    from sinks.watermarks import WatermarkPublisher
+    from streams.asp import validate_event
+    from streams.l1 import L1Producer
+    from streams.topics import ensure_topics
+
+    ensure_topics(bootstrap, settings)
+    producer = L1Producer(bootstrap, settings)
     publisher = WatermarkPublisher(bootstrap, settings)
-    for kind in writers:
-        store = GenerationStore(root, "default", kind)
-        manifest = store.current()
-        assert manifest is not None
-        # The last batch may end below `through` on a turn boundary; the index covers it all.
-        publisher.publish({"logId": "default", "kind": kind, "line": store.line,
-                           "generationId": manifest.generation_id, "builtThroughSeq": through,
-                           "manifest": str(store.manifest_path(manifest.generation_id)),
-                           "committedAt": manifest.created_at, "versions": {}})
-    publisher.close()
-    return {"events": total_events, "builtThroughSeq": through,
-            "appendSeconds": append_seconds, "writeSeconds": seconds,
-            "totalSeconds": time.monotonic() - started}
+    builder = builder or CorpusBuilder(settings)
+    turns = generate(max(sizes))
+    phases = {"generate": 0.0, "append": 0.0, "settle": 0.0}
+    appends: list[tuple[float, int]] = []
+    pending: list[dict[str, Any]] = []
+    done = 0
+    started = builder.clock()
+    try:
+        for target in sorted(sizes):
+            through = 2 * target - tail_events
+            while done < target:
+                began = time.monotonic()
+                events, chunk = next(turns)
+                appended = time.monotonic()
+                for event in events:
+                    producer.append(validate_event(event))
+                now = time.monotonic()
+                phases["generate"] += appended - began
+                phases["append"] += now - appended
+                done += 1
+                if done % 500 == 0:
+                    appends.append((builder.clock(), chunk["maxSeq"]))
+                pending.append(chunk)
+                # Chunks come in seq order: a full batch wholly below the step's index head is ready.
+                if len(pending) >= batch and chunk["maxSeq"] <= through:
+                    builder.commit(pending)
+                    pending = []
+            began = time.monotonic()
+            producer.flush()
+            phases["append"] += time.monotonic() - began
+            builder.commit([c for c in pending if c["maxSeq"] <= through])
+            pending = [c for c in pending if c["maxSeq"] > through]
+            phases["settle"] += builder.settle()
+            for kind in builder.writers:
+                store = builder.store(kind)
+                manifest = store.current()
+                assert manifest is not None
+                # The last batch may end below `through` on a turn boundary; the index covers it all.
+                publisher.publish({"logId": "default", "kind": kind, "line": store.line,
+                                   "generationId": manifest.generation_id, "builtThroughSeq": through,
+                                   "manifest": str(store.manifest_path(manifest.generation_id)),
+                                   "committedAt": manifest.created_at, "versions": {}})
+            merges = [m for m in builder.merges if not m["dropped"]]
+            largest = max(merges, key=lambda m: (m["vectors"], m["started"]), default=None)
+            figures = {"chunks": target, "events": 2 * target, "builtThroughSeq": through, "batch": batch,
+                       "appendSeconds": phases["append"], "generateSeconds": phases["generate"],
+                       "settleSeconds": phases["settle"], "writeSeconds": dict(builder.seconds),
+                       "mergeSeconds": sum(m["seconds"] for m in merges), "merges": len(merges),
+                       "largestMerge": merge_lag(builder.vector_commits, appends, largest) if largest else None,
+                       "totalSeconds": builder.clock() - started}
+            paused = time.monotonic()
+            yield figures
+            builder.paused += time.monotonic() - paused
+    finally:
+        builder.close()
+        publisher.close()
+        producer.close()
+
+
+def build(settings: Any, bootstrap: str, chunks: int, tail_events: int) -> dict[str, Any]:
+    """Append the log, write the generations, publish watermarks; return build figures."""
+    *_, figures = build_steps(settings, bootstrap, (chunks,), tail_events)
+    return figures
 
 
 def index_bytes(settings: Any) -> dict[str, int]:

@@ -71,7 +71,7 @@ from benchmarks.measure import (
     vm_hwm,
 )
 from benchmarks.plot import plots
-from benchmarks.report import report
+from benchmarks.report import project, report
 from benchmarks.scaleout import SCALEOUT, segment_cache, shard_rates
 from benchmarks.workload import generate
 from streams.settings import Settings
@@ -117,6 +117,7 @@ def run(*, scale_name: str, out_dir: Path, seed: int = 1, include_large: Path | 
                                             "sinkBatchSeconds": settings.sink_batch_seconds}}
     try:
         ensure_topics(bootstrap, settings)
+        results["machine"]["diskBytes"] = shutil.disk_usage(work).total  # where the indexes are written
         events = list(generate(events=scale.events, seed=seed))
         say(f"workload: {len(events)} events")
         results["ingest"] = ingest_and_freshness(settings, scale, events, seed)
@@ -139,6 +140,7 @@ def run(*, scale_name: str, out_dir: Path, seed: int = 1, include_large: Path | 
                                            topic_prefix=f"{prefix}q.", l1_partitions=1, stream_partitions=1,
                                            embedder=scale.embedder, cursor_key="bench-cursor-key-0123456789")
         results["queries"] = query_growth(query_settings, scale, scale.query_sizes)
+        results["projection"] = project(results["queries"]["steps"], results["machine"])
         results["large"] = large
         scaleout = SCALEOUT[scale_name]
         say("sink shards: one sink vs two shards ...")

@@ -54,11 +54,13 @@ class Scale:
     tail_events: int                 # L1 events above the indexes (what `latest` scans)
     embedder: str
     sink_per_process: bool           # one `usl sink` process per kind (peak memory per sink)
+    build_batch: int = 10_000        # chunks per generation of the query corpus (tiny: small, so merges happen)
 
 
 SCALES = {
     "tiny": Scale(events=400, sink_events=400, whoosh_chunks=30, fresh_rates=(40,), fresh_seconds=4, query_sizes=(500, 1500),
-                  queries=10, recall_queries=20, tail_events=50, embedder="hash:256", sink_per_process=False),
+                  queries=10, recall_queries=20, tail_events=50, embedder="hash:256", sink_per_process=False,
+                  build_batch=100),
     "standard": Scale(events=20_000, sink_events=60_000, whoosh_chunks=1_000, fresh_rates=(100, 500, 1000, 2000), fresh_seconds=30,
                       query_sizes=(10_000, 30_000, 100_000), queries=100, recall_queries=200,
                       tail_events=1_000, embedder="wordllama", sink_per_process=True),
@@ -561,85 +563,37 @@ def interleaved_queries(planner: Any, principal: Any, queries: int, seed: int = 
 
 
 def query_growth(settings: Settings, scale: Scale, sizes: tuple[int, ...]) -> dict[str, Any]:
-    """Build the query corpus of bench_query in steps; measure latency, recall, bytes at each."""
-    from benchmarks.bench_query import generate as corpus
+    """Build the query corpus of bench_query in steps (``bench_query.build_steps``: the log
+    appended, the indexes written as the sinks write them, vector merges in the background);
+    at each step latency, recall and bytes; a planner process's peak memory at the last two."""
+    from benchmarks.bench_query import CorpusBuilder, build_steps
     from planner.acl import parse_principal
     from planner.engine import Planner
-    from sinks.generations import GenerationStore, Manifest
+    from sinks.generations import GenerationStore
     from sinks.runner import index_root
-    from sinks.service import make_writer
-    from sinks.watermarks import WatermarkFollower, WatermarkPublisher
-    from streams.asp import ASP_VERSION, validate_event
-    from streams.l1 import L1Producer
-    from streams.topics import ensure_topics
+    from sinks.watermarks import WatermarkFollower
 
     bootstrap = settings.bootstrap_servers or ""
-    ensure_topics(bootstrap, settings)
-    producer = L1Producer(bootstrap, settings)
-    writers = {kind: make_writer(kind, settings) for kind in ("text", "vector", "structured")}
     root = index_root(settings)
     principal = parse_principal("tenant:acme/user:bench/groups:ops")
     follower = WatermarkFollower(bootstrap, settings).start()
-    publisher = WatermarkPublisher(bootstrap, settings)
-    pending: list[dict[str, Any]] = []
+    builder = CorpusBuilder(settings)
+    embedder = builder.writers["vector"].embedder  # type: ignore[attr-defined]
     steps: list[dict[str, Any]] = []
-    build_seconds = {kind: 0.0 for kind in writers}
-    targets = iter(sorted(sizes))
-    target = next(targets)
-
-    def commit(batch: list[dict[str, Any]]) -> None:
-        for kind, writer in writers.items():
-            began = time.monotonic()
-            store = GenerationStore(root, LOG, kind)
-            previous = store.current()
-            staging = store.begin()
-            try:
-                writer.write(staging, store.generation_dir(previous.generation_id) if previous else None, batch)
-                describe = writer.describe()
-                store.commit(staging, Manifest(
-                    kind=kind, log_id=LOG, line=store.line, generation_id=0,
-                    built_through_seq=max(c["maxSeq"] for c in batch), schema_version="1",
-                    asp_version=ASP_VERSION, chunker={}, embedding=describe.get("embedding"),
-                    redaction_policy_hash="bench", chunk_count=len(batch), extra=describe))
-            except BaseException:
-                store.abort()
-                raise
-            store.gc(keep_last=2)
-            build_seconds[kind] += time.monotonic() - began
-
+    build: dict[str, Any] = {}
     try:
-        for number, (events, chunk) in enumerate(corpus(max(sizes)), start=1):
-            for event in events:
-                producer.append(validate_event(event))
-            pending.append(chunk)
-            through = 2 * target - scale.tail_events
-            # Chunks come in seq order: a full batch wholly below the step's index head is ready.
-            if len(pending) >= 10_000 and chunk["maxSeq"] <= through:
-                commit(pending)
-                pending = []
-            if number < target:
-                continue
-            producer.flush()
-            ready = [c for c in pending if c["maxSeq"] <= through]
-            if ready:
-                commit(ready)
-            pending = [c for c in pending if c["maxSeq"] > through]
-            for kind in writers:
-                manifest = GenerationStore(root, LOG, kind).current()
-                assert manifest is not None
-                publisher.publish({"logId": LOG, "kind": kind, "line": GenerationStore(root, LOG, kind).line,
-                                   "generationId": manifest.generation_id, "builtThroughSeq": through,
-                                   "manifest": str(GenerationStore(root, LOG, kind).manifest_path(manifest.generation_id)),
-                                   "committedAt": manifest.created_at, "versions": {}})
+        for number, build in enumerate(build_steps(settings, bootstrap, sizes, scale.tail_events, builder,
+                                                                scale.build_batch), start=1):
+            target, through = build["chunks"], build["builtThroughSeq"]
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline and any(
-                    int(follower.snapshot().get((LOG, kind), {}).get("builtThroughSeq", 0)) < through for kind in writers):
+                    int(follower.snapshot().get((LOG, kind), {}).get("builtThroughSeq", 0)) < through
+                    for kind in builder.writers):
                 time.sleep(0.1)
-            say(f"queries at {target} chunks ...")
-            step: dict[str, Any] = {"chunks": target, "indexBytes": {}, "latency": {}}
-            for kind in writers:
-                store = GenerationStore(root, LOG, kind)
-                manifest = store.current()
+            say(f"queries at {target} chunks (built in {build['totalSeconds']:.0f} s so far) ...")
+            step: dict[str, Any] = {"chunks": target, "indexBytes": {}, "latency": {}, "build": build}
+            for kind in builder.writers:
+                manifest = GenerationStore(root, LOG, kind).current()
                 assert manifest is not None
                 step["indexBytes"][kind] = sum(s.bytes for s in manifest.segments)
             planner = Planner(settings, bootstrap, follower=follower)
@@ -650,25 +604,27 @@ def query_growth(settings: Settings, scale: Scale, sizes: tuple[int, ...]) -> di
             vector_store = GenerationStore(root, LOG, "vector")
             current = vector_store.current()
             assert current is not None
-            step["recall"] = recall_at_10(vector_store.generation_dir(current.generation_id),
-                                          writers["vector"].embedder, scale.recall_queries)  # type: ignore[attr-defined]
+            step["recall"] = recall_at_10(vector_store.generation_dir(current.generation_id), embedder,
+                                          scale.recall_queries)
+            if number >= len(sizes) - 1:  # two points of the planner's memory growth
+                say(f"planner process probe at {target} chunks (peak memory) ...")
+                step["plannerPeakBytes"] = _probe(settings, max(10, scale.queries // 5))
             steps.append(step)
-            target = next(targets, 0)
-            if not target:
-                break
-        producer.close()
-        say("planner process probe (peak memory) ...")
-        context = multiprocessing.get_context("spawn")
-        queue = context.Queue()
-        child = context.Process(target=_planner_probe, args=(settings, max(10, scale.queries // 5), queue))
-        child.start()
-        planner_hwm = queue.get(timeout=900)
-        child.join(timeout=60)
     finally:
-        publisher.close()
         follower.stop()
-    return {"steps": steps, "buildSeconds": build_seconds, "plannerPeakBytes": planner_hwm,
-            "embedder": settings.embedder, "textEngine": settings.text_engine}
+    return {"steps": steps, "buildSeconds": build.get("writeSeconds", {}), "build": build,
+            "plannerPeakBytes": steps[-1]["plannerPeakBytes"], "embedder": settings.embedder,
+            "textEngine": settings.text_engine}
+
+
+def _probe(settings: Settings, queries: int) -> int:
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    child = context.Process(target=_planner_probe, args=(settings, queries, queue))
+    child.start()
+    peak = int(queue.get(timeout=900))
+    child.join(timeout=60)
+    return peak
 
 
 def load_large(path: Path) -> dict[str, Any]:

@@ -3,11 +3,12 @@ as a ratio, with the machine, the command and the plots."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from sinks.kinds import ALL_KINDS as KINDS
 
-__all__ = ["cache_section", "n", "ratio", "report", "shard_section"]
+__all__ = ["cache_section", "growth_section", "n", "project", "ratio", "report", "shard_section"]
 
 
 def n(value: float | None, digits: int = 0) -> str:
@@ -103,6 +104,141 @@ def cache_section(cache: dict[str, Any]) -> list[str]:
                      f"{n(warm['p50'], 1)} / {n(warm['p99'], 1)} | {ratio(cold['p50'], warm['p50'])} | "
                      f"{ratio(cold['p99'], warm['p99'])} |")
     return [*lines, ""]
+
+
+PROJECT_TO = 10_000_000
+DAY = 86_400.0
+
+
+def _power_law(points: list[tuple[float, float]]) -> tuple[float, float, float] | None:
+    """(x, y, b) of the last point and the exponent of y ~ x^b through the last two points."""
+    points = [(x, y) for x, y in points if x and y and y > 0]
+    if len(points) < 2:
+        return None
+    (x1, y1), (x2, y2) = points[-2], points[-1]
+    if x2 <= x1:
+        return None
+    return x2, y2, math.log(y2 / y1) / math.log(x2 / x1)
+
+
+def project(steps: list[dict[str, Any]], machine: dict[str, Any], to: int = PROJECT_TO) -> dict[str, Any]:
+    """Each measure of the growth table carried to ``to`` chunks along the power law through its
+    last two measured steps, and, for those one node bounds, the corpus size where the bound is
+    reached: index bytes against the disk, the planner's peak memory against RAM, the build
+    (the writers' cumulative seconds, vector merges included) against a day."""
+    def series(value: Any) -> list[tuple[float, float]]:
+        out = []
+        for step in steps:
+            try:
+                y = value(step)
+            except (KeyError, TypeError):
+                continue
+            if y is not None:
+                out.append((float(step["chunks"]), float(y)))
+        return out
+
+    measures: dict[str, tuple[Any, str, float | None, str]] = {}
+    for kind in ("text", "vector", "structured"):
+        measures[f"{kind} index bytes"] = (lambda s, k=kind: s["indexBytes"][k], "bytes", None, "")
+    disk = machine.get("diskBytes")
+    measures["all index bytes"] = (lambda s: sum(s["indexBytes"].values()), "bytes", disk, "the index disk")
+    measures["planner peak memory"] = (lambda s: s.get("plannerPeakBytes"), "bytes", machine.get("memoryBytes"),
+                                       "RAM")
+    for kind in ("text", "vector", "structured"):
+        measures[f"{kind} build seconds"] = (
+            lambda s, k=kind: s["build"]["writeSeconds"][k] + (s["build"]["mergeSeconds"] if k == "vector" else 0),
+            "seconds", None, "")
+    measures["whole build seconds"] = (lambda s: s["build"]["totalSeconds"], "seconds", DAY, "a day")
+    for mode in ("text", "vector", "hybrid"):
+        measures[f"{mode} p50 ms (indexed)"] = (lambda s, md=mode: s["latency"][f"{md}/indexed"]["p50"], "ms", None, "")
+    rows = []
+    for name, (value, unit, limit, bound) in measures.items():
+        fit = _power_law(series(value))
+        if fit is None:
+            continue
+        x, y, b = fit
+        row: dict[str, Any] = {"measure": name, "unit": unit, "chunks": x, "value": y, "exponent": b,
+                               "projected": y * (to / x) ** b, "limit": limit, "bound": bound, "reachedAt": None}
+        if limit:
+            reached = x if y >= limit else (x * (limit / y) ** (1 / b) if b > 0 else math.inf)
+            row["reachedAt"] = reached if reached <= 1000 * to else None  # flat curves never get there
+        rows.append(row)
+    bounded = [row for row in rows if row["reachedAt"]]
+    first = min(bounded, key=lambda row: row["reachedAt"], default=None)
+    return {"to": to, "rows": rows, "firstBound": first}
+
+
+def _amount(value: float | None, unit: str) -> str:
+    if value is None:
+        return "–"
+    if unit == "bytes":
+        return f"{n(value / 2**30, 2)} GiB" if value >= 2**30 else f"{n(value / 2**20, 1)} MiB"
+    if unit == "seconds":
+        return f"{n(value / 3600, 1)} h" if value >= 3600 else f"{n(value, 0)} s"
+    return f"{n(value, 1)} ms"
+
+
+def growth_section(steps: list[dict[str, Any]], projection: dict[str, Any]) -> list[str]:
+    """The build of each step, the latency growth ratios, the merge-time vector lag and the
+    10M projection (§9)."""
+    lines: list[str] = []
+    built = [step for step in steps if step.get("build")]
+    if built:
+        lines += ["Building the corpus (`bench_query.build_steps`, this process): seconds up to each step, cumulative. "
+                  "The L1 append is the product's producer after `validate_event`; each kind's writer commits one "
+                  f"generation per batch of {n(built[-1]['build']['batch'])} chunks; vector merges run in a `BackgroundMerger` thread and are "
+                  "published as generations of their own, as in the sink loop (their seconds overlap the others'); "
+                  "settle = waiting for the last merges before a step's queries.", "",
+                  "| chunks | generate | validate + L1 append | text | vector (writes) | vector merges (background) "
+                  "| structured | settle | whole build |", "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for step in built:
+            b = step["build"]
+            w = b["writeSeconds"]
+            lines.append(f"| {n(step['chunks'])} | {n(b['generateSeconds'], 1)} | {n(b['appendSeconds'], 1)} | "
+                         f"{n(w['text'], 1)} | {n(w['vector'], 1)} | {n(b['mergeSeconds'], 1)} ({b['merges']}) | "
+                         f"{n(w['structured'], 1)} | {n(b['settleSeconds'], 1)} | **{n(b['totalSeconds'], 1)}** |")
+        lines.append("")
+    if len(steps) >= 2:
+        low, high = steps[0], steps[-1]
+        lines += [f"Growth ratios, {n(high['chunks'])} chunks against {n(low['chunks'])} "
+                  f"({n(high['chunks'] / low['chunks'])}x the data); the issue's goal is p50 ≤ 2x and p99 ≤ 3x.", "",
+                  "| mode | freshness | p50 | p99 |", "|---|---|---:|---:|"]
+        for freshness in ("indexed", "latest"):
+            for mode in ("text", "vector", "hybrid"):
+                a, z = low["latency"][f"{mode}/{freshness}"], high["latency"][f"{mode}/{freshness}"]
+                lines.append(f"| {mode} | {freshness} | {ratio(z['p50'], a['p50'])} | {ratio(z['p99'], a['p99'])} |")
+        lines.append("")
+    lag = built[-1]["build"].get("largestMerge") if built else None
+    if lag:
+        lines += ["Vector watermark during the largest merge of the build (the issue: its lag stays under 5 s). "
+                  f"The merge built {n(lag['vectors'])} vectors in {n(lag['mergeSeconds'], 1)} s in the background; "
+                  f"from its start until it was published ({n(lag['windowSeconds'], 1)} s) the vector sink committed "
+                  f"{n(lag['commitsDuring'])} batches.", "",
+                  "| measure | seconds |", "|---|---:|",
+                  f"| longest the vector watermark stood still across the merge | **{n(lag['stallSeconds'], 1)}** |",
+                  f"| gap between vector commits over the whole build (median; the batching, merge or not) | "
+                  f"{n(lag['medianCommitGapSeconds'], 1)} |",
+                  f"| longest an appended event waited for the vector watermark during the merge | "
+                  f"{n(lag['lagSeconds'], 1)} ({n(lag['lagSeqs'])} events above it at most) |", "",
+                  f"The bench commits a batch of {n(built[-1]['build']['batch'])} chunks per generation, so an event waits for the rest of its "
+                  "batch whatever the merges do; what a merge would add is a stall longer than the commit gap.", ""]
+    rows = projection.get("rows") or []
+    if rows:
+        to = projection["to"]
+        lines += [f"Projection to {n(to)} chunks: each measure along the power law through its last two measured "
+                  "steps (exponent b: the measure grows as chunks^b), and where one node's bound is reached.", "",
+                  f"| measure | at {n(rows[0]['chunks'])} | b | at {n(to)} | bound | reached at (chunks) |",
+                  "|---|---:|---:|---:|---|---:|"]
+        for row in rows:
+            reached = n(row["reachedAt"]) if row["reachedAt"] else (f"beyond {n(1000 * to)}" if row["limit"] else "")
+            bound = f"{_amount(row['limit'], row['unit'])} ({row['bound']})" if row["limit"] else ""
+            lines.append(f"| {row['measure']} | {_amount(row['value'], row['unit'])} | {row['exponent']:.2f} | "
+                         f"{_amount(row['projected'], row['unit'])} | {bound} | {reached} |")
+        first = projection.get("firstBound")
+        lines += ["", (f"One node stops being enough at about **{n(first['reachedAt'])} chunks**: "
+                       f"{first['measure']} reaches {first['bound']} ({_amount(first['limit'], first['unit'])}) first."
+                       if first else "No bound of one node is reached on these curves."), ""]
+    return lines
 
 
 def report(results: dict[str, Any], command: str, plot_prefix: str) -> str:
@@ -293,9 +429,8 @@ def report(results: dict[str, Any], command: str, plot_prefix: str) -> str:
                      f"{n(total / step['chunks']) if total else '–'} | {n(lat['text/indexed']['p50'], 1)} | "
                      f"{n(lat['vector/indexed']['p50'], 1)} | {n(lat['hybrid/indexed']['p50'], 1)} | "
                      f"{ratio(lat['hybrid/indexed']['p50'], first)} |")
-    lines += ["", f"![growth]({plot_prefix}growth.png)", "",
-              "Index build of the largest corpus (writers in this process): "
-              + ", ".join(f"{k} {n(v, 1)} s" for k, v in queries["buildSeconds"].items()) + ".", ""]
+    lines += ["", f"![growth]({plot_prefix}growth.png)", ""]
+    lines += growth_section(queries["steps"], results.get("projection") or project(queries["steps"], m))
     if results.get("shards"):
         lines += shard_section(results["shards"])
     if results.get("segmentCache"):

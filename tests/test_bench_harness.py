@@ -18,8 +18,9 @@ from pathlib import Path
 import orjson
 import pytest
 
+from benchmarks.bench_query import merge_lag
 from benchmarks.harness import load_large
-from benchmarks.report import cache_section, shard_section
+from benchmarks.report import cache_section, growth_section, project, shard_section
 from benchmarks.workload import WorkloadConfig, generate, main
 from streams.asp import validate_event
 from streams.chunking import render_event
@@ -152,6 +153,18 @@ def test_harness_tiny_writes_report_and_plots(tmp_path: Path, kafka_bootstrap: s
         assert len(step["latency"]) == 6 and all(row["p50"] > 0 for row in step["latency"].values())
         assert step["indexBytes"]["text"] > 0
     assert results["memory"]["worker"] and results["memory"]["planner (process, largest corpus)"]
+    # The corpus is built as the sinks build it: vector merges in the background, and the
+    # watermark's lag during the largest one, the build phases and the projection reported.
+    build = results["queries"]["steps"][-1]["build"]
+    assert build["merges"] > 0 and build["mergeSeconds"] > 0 and set(build["writeSeconds"]) == {"text", "vector", "structured"}
+    lag = build["largestMerge"]
+    assert lag["vectors"] > 0 and lag["stallSeconds"] >= 0 and lag["lagSeconds"] >= 0
+    assert "stood still across the merge" in report and "Building the corpus" in report
+    assert all(step["plannerPeakBytes"] > 0 for step in results["queries"]["steps"][-2:])
+    measures = {row["measure"]: row for row in results["projection"]["rows"]}
+    assert {"vector index bytes", "planner peak memory", "whole build seconds", "hybrid p50 ms (indexed)"} <= set(measures)
+    assert measures["vector index bytes"]["projected"] > measures["vector index bytes"]["value"]
+    assert "Projection to 10 000 000 chunks" in report and "One node stops being enough" in report
     shards = results["shards"]
     assert shards["chunks"] > 0 and [row["shards"] for row in shards["runs"]] == [1, 2]
     assert shards["twoShardsVsOne"] == shards["twoShardsChunksPerSecond"] / shards["oneSinkChunksPerSecond"]
@@ -195,3 +208,44 @@ def test_cache_section_says_why_it_was_not_measured() -> None:
     assert lines[0].startswith("## 11.")
     assert "Not measured in this run: S3Proxy could not start: Java 17+ is needed" in "\n".join(lines)
     assert not any(line.startswith("| ") for line in lines)
+
+
+def test_merge_lag_is_the_watermark_during_the_merge_window() -> None:
+    """Commits every 10 s and appends every second; a merge from 25 s until published at 47 s."""
+    appends = [(float(t), 100 * t) for t in range(0, 80)]
+    commits = [(float(t), 100 * (t - 5)) for t in range(10, 80, 10)]
+    merge = {"vectors": 640, "seconds": 20.0, "started": 25.0, "published": 47.0}
+    lag = merge_lag(commits, appends, merge)
+    assert lag["stallSeconds"] == 10.0 and lag["medianCommitGapSeconds"] == 10.0
+    assert lag["commitsDuring"] == 2  # at 30 and 40 s
+    # Before the commit at 50 s the watermark is at seq 3500 (the 40 s commit): seq 3501 was
+    # appended at 36 s and waited until the window's end at 47 s; before 40 s, 2501 since 26 s.
+    assert lag["lagSeconds"] == 14.0 and lag["lagSeqs"] == 1500
+    # A merge that holds commits: none from 20 s until 70 s.
+    held = [c for c in commits if not 20 < c[0] < 70]
+    assert merge_lag(held, appends, merge)["stallSeconds"] == 50.0
+
+
+def test_projection_follows_the_last_two_steps_and_names_the_first_bound() -> None:
+    def step(chunks: int) -> dict:
+        scale = chunks / 1000
+        return {"chunks": chunks, "indexBytes": {"text": 1000 * chunks, "vector": 4000 * chunks, "structured": 100 * chunks},
+                "plannerPeakBytes": 2**28 * scale ** 0.5,
+                "build": {"writeSeconds": {"text": scale, "vector": 2 * scale, "structured": scale}, "mergeSeconds": scale,
+                          "totalSeconds": 10 * scale ** 1.5},
+                "latency": {f"{m}/indexed": {"p50": 5.0} for m in ("text", "vector", "hybrid")}}
+
+    result = project([step(1000), step(10_000), step(100_000)], {"memoryBytes": 2**34, "diskBytes": 5 * 10**11})
+    rows = {row["measure"]: row for row in result["rows"]}
+    assert rows["vector index bytes"]["exponent"] == pytest.approx(1.0)
+    assert rows["vector index bytes"]["projected"] == pytest.approx(4000 * 10**7)
+    assert rows["vector build seconds"]["value"] == pytest.approx(300.0)  # writes + background merges
+    assert rows["hybrid p50 ms (indexed)"]["exponent"] == pytest.approx(0.0)
+    # The bounds: disk at 5e11 / 5100 bytes per chunk = 98M chunks; RAM 2^34 at 2^28 * (x/1000)^0.5
+    # = 4.1M chunks; a day at 10 * (x/1000)^1.5 s = 421k chunks: the build is first.
+    assert rows["all index bytes"]["reachedAt"] == pytest.approx(5 * 10**11 / 5100)
+    assert rows["planner peak memory"]["reachedAt"] == pytest.approx(1000 * 64**2)
+    assert result["firstBound"]["measure"] == "whole build seconds"
+    assert result["firstBound"]["reachedAt"] == pytest.approx(1000 * 8640 ** (2 / 3))
+    text = "\n".join(growth_section([], result))
+    assert "One node stops being enough at about **421 059 chunks**: whole build seconds reaches a day" in text
