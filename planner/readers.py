@@ -191,9 +191,42 @@ def pin_for_cursor(
     return parts[0] if not shards else sharded_pin(kind, parts)
 
 
+class _Manifests:
+    """Committed manifests by file identity (path, inode, mtime, size): a committed
+    ``manifest.json`` is never rewritten in place, and parsing and checksumming one costs per
+    file it lists (one Parquet segment per structured commit: ~5 ms a query at 300k chunks)."""
+
+    def __init__(self, size: int = 256) -> None:
+        self._size = size
+        self._items: OrderedDict[tuple[str, int, int, int], Manifest] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def load(self, store: GenerationStore, generation_id: int) -> Manifest:
+        path = store.manifest_path(generation_id)
+        try:
+            stat = path.stat()
+        except FileNotFoundError:
+            return store.load(generation_id)  # says which generation does not exist
+        key = (str(path), stat.st_ino, stat.st_mtime_ns, stat.st_size)
+        with self._lock:
+            manifest = self._items.get(key)
+            if manifest is not None:
+                self._items.move_to_end(key)
+                return manifest
+        manifest = store.load(generation_id)
+        with self._lock:
+            self._items[key] = manifest
+            while len(self._items) > self._size:
+                self._items.popitem(last=False)
+        return manifest
+
+
+_MANIFESTS = _Manifests()
+
+
 def _pinned(store: GenerationStore, kind: str, pin: Pin) -> IndexPin:
     try:
-        manifest = store.load(pin.generation_id)
+        manifest = _MANIFESTS.load(store, pin.generation_id)
     except GenerationError:
         pin.release()
         raise

@@ -1,11 +1,16 @@
-"""ReaderCache lookups the tail scan makes: the event ids a structured generation holds."""
+"""ReaderCache lookups the tail scan makes (the event ids a structured generation holds), and
+the manifests every query's pins read."""
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pytest
+
 from planner.engine import Planner
+from planner.readers import IndexPin, pin_for_query
+from sinks.generations import GenerationStore, Manifest
 from tests.planner.corpus import IndexBuilder, acl, make_test_settings, session_events
 
 
@@ -37,3 +42,38 @@ def test_known_event_ids_are_the_indexed_ids_at_or_below_the_seq(kafka_bootstrap
     finally:
         planner.close()
         builder.close()
+
+
+def test_a_pinned_manifest_is_read_once_until_its_file_changes(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each query pins every kind: the manifest (which lists every file of the generation) is
+    # parsed and checksummed once per file identity, and read again when the file is replaced.
+    store = GenerationStore(tmp_path / "indexes", "default", "text")
+    staging = store.begin()
+    (staging / "a.bin").write_bytes(b"a")
+    store.commit(staging, Manifest(kind="text", log_id="default", line="", generation_id=0,
+                                   built_through_seq=3, schema_version="text-1", asp_version="1.0",
+                                   chunker={}, embedding=None, redaction_policy_hash="p" * 16))
+    loads: list[int] = []
+    load = GenerationStore.load
+
+    def counting(self: GenerationStore, generation_id: int) -> Manifest:
+        loads.append(generation_id)
+        return load(self, generation_id)
+
+    monkeypatch.setattr(GenerationStore, "load", counting)
+    watermark = {"generationId": 1, "line": store.line}
+
+    def pinned() -> IndexPin:
+        pin = pin_for_query(store.root, "default", "text", watermark, ttl_seconds=60, holder="test")
+        assert pin is not None
+        pin.release()
+        return pin
+
+    first, second = pinned(), pinned()
+    assert loads == [1] and second.manifest is first.manifest
+    path = store.manifest_path(1)
+    body = path.read_bytes()
+    path.unlink()
+    path.write_bytes(body)  # another file now, same bytes
+    assert pinned().manifest == first.manifest and loads == [1, 1]
