@@ -75,7 +75,8 @@ class Appender(Protocol):
 
     def flush(self) -> int: ...
 
-    def event_ids(self, log_id: str, from_seq: int, sessions: set[str] | None = None) -> set[str]: ...
+    def event_ids(self, log_id: str, from_seq: int, sessions: set[str] | None = None,
+                  to_seq: int | None = None) -> set[str]: ...
 
     def dead_letter(self, item: Rejected) -> None: ...
 
@@ -178,6 +179,22 @@ class PositionStore:
             self._save(state)
             return True
 
+    @contextmanager
+    def streaming(self, appender: Appender, key: str, expected: FileRecord | None,
+                  marker: FileRecord) -> Iterator[_Stream | None]:
+        """Batches of one file appended one after another under the lock (see
+        :meth:`Follower._stream`), or None (nothing done) when another process changed the
+        file's record from ``expected``. ``marker`` is the file's record until the stream's
+        :meth:`_Stream.finish`."""
+        with self._locked():
+            state = self._load()
+            if state["wal"] is not None:
+                self._recover(state, appender)
+            if state["files"].get(key) != _jsonable(expected):
+                yield None
+                return
+            yield _Stream(self, state, appender, key, marker)
+
     def _recover(self, state: dict[str, Any], appender: Appender) -> None:
         """Finish the batch a dead writer left: append what L1 does not hold yet."""
         wal = state["wal"]
@@ -192,6 +209,52 @@ class PositionStore:
         state["files"].update(wal["files"])
         state["wal"] = None
         self._save(state)
+
+
+class _Stream:
+    """The write-ahead batches of one file's one-shot import, under the store's lock: each is
+    written ahead, then sent; it is acknowledged (and its rejects dead-lettered) before the next
+    one is written ahead, so the log never holds more than one batch, as in
+    :meth:`PositionStore.commit`."""
+
+    def __init__(self, store: PositionStore, state: dict[str, Any], appender: Appender, key: str,
+                 marker: FileRecord) -> None:
+        self._store, self._state, self._appender, self._key = store, state, appender, key
+        self._marker = _jsonable(marker)
+        self._sent: _Batch | None = None  # written ahead and sent, not yet acknowledged
+
+    def send(self, batch: _Batch) -> None:
+        """Write ``batch`` ahead (the file's record becomes the marker) and send it."""
+        self._settle()
+        logs = sorted({event["logId"] for event in batch.events})
+        self._state["wal"] = {
+            "fromSeqs": {log: self._appender.committed_seq(log) for log in logs},
+            "events": [event if value is None else orjson.Fragment(value)
+                       for event, value in zip(batch.events, batch.canonical, strict=True)],
+            "files": {self._key: self._marker},
+        }
+        self._store._save(self._state)
+        for event, value in zip(batch.events, batch.canonical, strict=True):
+            self._appender.append(event, value)
+        self._sent = batch
+
+    def finish(self, record: FileRecord) -> None:
+        """Once the last batch is acknowledged, the file's record is ``record``."""
+        self._settle()
+        self._state["files"][self._key] = _jsonable(record)
+        self._store._save(self._state)
+
+    def _settle(self) -> None:
+        """Wait for the batch sent last; its switch is saved with the next write (a crash before
+        that finds it written ahead, and finishing it appends nothing)."""
+        if self._sent is None:
+            return
+        self._appender.flush()
+        for item in self._sent.rejects:
+            self._appender.dead_letter(item)
+        self._state["files"].update(self._state["wal"]["files"])
+        self._state["wal"] = None
+        self._sent = None
 
 
 def _jsonable(record: FileRecord | None) -> dict[str, Any] | None:
@@ -257,7 +320,7 @@ class Follower:
         self, paths: list[Path], *, appender: Appender, store: PositionStore, log_id: str = "default",
         fmt: str | None = None, acl: dict[str, Any] | None = None, max_event_bytes: int = 786432,
         idle_seconds: float = 10.0, once: bool = False, clock: Callable[[], float] = time.time,
-        on_record: Callable[[str], None] | None = None,
+        on_record: Callable[[str], None] | None = None, stream_batch_events: int = 2000,
     ) -> None:
         self.paths = [Path(p).expanduser().resolve() for p in paths]
         self.appender = appender
@@ -270,6 +333,7 @@ class Follower:
         self.once = once
         self.clock = clock
         self.on_record = on_record  # sees each record's label as it is read (progress)
+        self.stream_batch_events = stream_batch_events  # a one-shot import's write-ahead batches
         self._tracked: dict[str, _Tracked] = {}
         self._links: dict[Path, dict[Any, Any]] = {}
         self._started = False
@@ -308,6 +372,14 @@ class Follower:
             if found is not None:
                 parsed.append(found)
         try:
+            if self.once and all(self._unvouched(item) for item in parsed):
+                for item in parsed:
+                    self._stream(item, report)
+                return report
+            for item in parsed:
+                if self.once:
+                    item.items, item.stable = self._import(item.path, item.label, item.root, item.fmt, item.complete)
+                    self._seen(item.items)
             batch = self._plan(parsed, report)
             self._commit(batch, report)
         finally:
@@ -382,11 +454,16 @@ class Follower:
             if tracked.record != base:
                 tracked.record, tracked.appended = base, None
             return None
+        if self.once:  # imported by poll: streamed into L1 when no record vouches for any file
+            return _Parsed(key, path, label, root, complete, [], 0, fmt, stat, base, adopted)
         items, stable = self._import(path, label, root, fmt, complete)
+        self._seen(items)
+        return _Parsed(key, path, label, root, complete, items, stable, fmt, stat, base, adopted)
+
+    def _seen(self, items: list[Accepted | Rejected]) -> None:
         if self.on_record is not None:
             for entry in items:
                 self.on_record(entry.record)
-        return _Parsed(key, path, label, root, complete, items, stable, fmt, stat, base, adopted)
 
     def _renamed(self, stat: os.stat_result, complete: bytes, records: dict[str, FileRecord]) -> FileRecord | None:
         """A record this file had under another path (renamed or rotated), if its prefix agrees."""
@@ -408,17 +485,10 @@ class Follower:
         rejects where it reads it; whatever comes after that reject, the importer said only
         because its input ended (the open turn's end, lines it had nothing to place after).
         """
-        snapshot = self._snapshots / hashlib.sha256(str(path).encode()).hexdigest()[:16] / path.name
-        snapshot.parent.mkdir(parents=True, exist_ok=True)
-        line_file = fmt not in DOCUMENT_FORMATS and path.suffix.lower() != ".json"
-        body = data if data.endswith(_NEWLINE) or not data else data + _NEWLINE
-        snapshot.write_bytes(body + _SENTINEL if line_file else data)
-        links = self._links.setdefault(root, {})
-        items = list(iter_file(snapshot, fmt, label=label, log_id=self.log_id, acl=self.acl,
-                               max_event_bytes=self.max_event_bytes, links=links))
-        sentinel = f"{label}:{body.count(_NEWLINE) + 1}"
+        entries, sentinel = self._snapshot_import(path, label, root, fmt, data)
+        items = list(entries)
         for index, item in enumerate(items):
-            if line_file and isinstance(item, Rejected) and item.record == sentinel:
+            if isinstance(item, Rejected) and item.record == sentinel:
                 return items[:index] + items[index + 1:], index
         stable = len(items)  # no sentinel seen: the end events at the end are what waits
         while stable > 0:
@@ -427,6 +497,118 @@ class Follower:
                 break
             stable -= 1
         return items, stable
+
+    def _snapshot_import(self, path: Path, label: str, root: Path, fmt: str,
+                         data: bytes) -> tuple[Iterator[Accepted | Rejected], str | None]:
+        """The records of ``data`` imported as the file ``path`` from a snapshot, as they are
+        read, and the record name of the sentinel line (None: a JSON document, no sentinel)."""
+        snapshot = self._snapshots / hashlib.sha256(str(path).encode()).hexdigest()[:16] / path.name
+        snapshot.parent.mkdir(parents=True, exist_ok=True)
+        line_file = fmt not in DOCUMENT_FORMATS and path.suffix.lower() != ".json"
+        body = data if data.endswith(_NEWLINE) or not data else data + _NEWLINE
+        snapshot.write_bytes(body + _SENTINEL if line_file else data)
+        links = self._links.setdefault(root, {})
+        entries = iter_file(snapshot, fmt, label=label, log_id=self.log_id, acl=self.acl,
+                            max_event_bytes=self.max_event_bytes, links=links)
+        return entries, f"{label}:{body.count(_NEWLINE) + 1}" if line_file else None
+
+    def _unvouched(self, item: _Parsed) -> bool:
+        """No record vouches for any of the file's events (``_plan`` checks it against L1)."""
+        tracked = self._tracked[item.key]
+        if item.base is not None and tracked.record == item.base and tracked.appended is not None:
+            return False
+        return item.base is None or not (item.base.offset <= len(item.complete)
+                                         and _sha(item.complete[: item.base.offset]) == item.base.prefix_sha)
+
+    def _stream(self, item: _Parsed, report: PollReport) -> None:
+        """One-shot import of a file no record vouches for, sent while it is imported: batches
+        of about ``stream_batch_events`` events are written ahead and sent one after another,
+        the next one imported while the last one travels (one process imports and sends on one
+        core: the send waits for the broker about half of its time, issue #16).
+
+        Until its last batch is acknowledged the file's record is a marker that vouches for
+        nothing, so whoever imports the file after a crash checks it against L1 again (as a
+        file without a record is), and a writer that planned against the old record fails its
+        commit. Each batch is written ahead, sent and acknowledged as :meth:`PositionStore.commit`
+        does; what L1 held before the import is read once per log and session (up to the seq
+        it had when the import began: what this import appends is known by eventId)."""
+        tracked = self._tracked[item.key]
+        expected = None if item.adopted is not None else item.base
+        marker = FileRecord(path=str(item.path), log_id=self.log_id, format=item.fmt, offset=0, prefix_sha="",
+                            first_line_sha="", device=item.stat.st_dev, inode=item.stat.st_ino)  # vouches for nothing
+        with self.store.streaming(self.appender, item.key, expected, marker) as stream:
+            if stream is None:  # another process moved the record: nothing done, as in _commit
+                self._tracked[item.key] = _Tracked(format=tracked.format)
+                return
+            entries, sentinel = self._snapshot_import(item.path, item.label, item.root, item.fmt, item.complete)
+            checked: dict[str, tuple[int, set[str]]] = {}  # log -> (its seq when first seen, sessions checked)
+            present: set[str] = set()
+            seen: set[str] = set()
+            old_rejects = set(tracked.rejected)
+            rejected: set[str] = set()
+            for chunk in self._chunks(entry for entry in entries
+                                      if not (isinstance(entry, Rejected) and entry.record == sentinel)):
+                self._seen(chunk)
+                present |= self._present_before(chunk, checked)
+                batch = _Batch()
+                for entry in chunk:
+                    if isinstance(entry, Rejected):
+                        if entry.record not in old_rejects:
+                            batch.rejects.append(entry)
+                            rejected.add(entry.record)
+                        continue
+                    event_id = entry.event["eventId"]
+                    if event_id in seen or event_id in present:
+                        report.duplicates += 1
+                        continue
+                    seen.add(event_id)
+                    batch.events.append(entry.event)
+                    batch.canonical.append(entry.canonical)
+                    report.cut += entry.cut > 0
+                stream.send(batch)
+                report.records_read += len(chunk)
+                report.appended += len(batch.events)
+                report.rejected += len(batch.rejects)
+                report.rejected_items += batch.rejects
+            record = self._record(item)
+            stream.finish(record)
+        report.formats.add(item.fmt)
+        tracked.record, tracked.appended = record, seen | present
+        tracked.rejected = old_rejects | rejected
+        tracked.held_events = []
+
+    def _chunks(self, entries: Iterator[Accepted | Rejected]) -> Iterator[list[Accepted | Rejected]]:
+        """``entries`` in lists of ``stream_batch_events``; longer while L1 is still connecting
+        (importing meanwhile costs no wait)."""
+        chunk: list[Accepted | Rejected] = []
+        for entry in entries:
+            chunk.append(entry)
+            if len(chunk) >= self.stream_batch_events and getattr(self.appender, "connected", lambda: True)():
+                yield chunk
+                chunk = []
+        if chunk:
+            yield chunk
+
+    def _present_before(self, chunk: list[Accepted | Rejected], checked: dict[str, tuple[int, set[str]]]) -> set[str]:
+        """The eventIds L1 held, before this import began, for the chunk's sessions not checked yet."""
+        present: set[str] = set()
+        for log, sessions in _sessions_of(chunk).items():
+            if log not in checked:
+                checked[log] = (self.appender.committed_seq(log), set())
+            until, done = checked[log]
+            new = sessions - done
+            if new and until > 0:
+                present |= self.appender.event_ids(log, 1, new, to_seq=until)
+            done |= new
+        return present
+
+    def _record(self, item: _Parsed) -> FileRecord:
+        """The record of ``item`` once every event of it is in L1."""
+        return FileRecord(
+            path=str(item.path), log_id=self.log_id, format=item.fmt, offset=len(item.complete),
+            prefix_sha=_sha(item.complete), first_line_sha=_sha(_first_line(item.complete)),
+            device=item.stat.st_dev, inode=item.stat.st_ino,
+        )
 
     def _plan(self, parsed: list[_Parsed], report: PollReport) -> _Batch:
         """The events to append and the records to write for the files that changed."""
@@ -527,10 +709,18 @@ class Follower:
 def _sessions(items: list[_Parsed]) -> dict[str, set[str]]:
     by_log: dict[str, set[str]] = {}
     for item in items:
-        for entry in item.items:
-            if isinstance(entry, Accepted):
-                by_log.setdefault(entry.event["logId"], set()).add(entry.event["sessionId"])
+        for log, sessions in _sessions_of(item.items).items():
+            by_log.setdefault(log, set()).update(sessions)
     return by_log
+
+
+def _sessions_of(entries: list[Accepted | Rejected]) -> dict[str, set[str]]:
+    by_log: dict[str, set[str]] = {}
+    for entry in entries:
+        if isinstance(entry, Accepted):
+            by_log.setdefault(entry.event["logId"], set()).add(entry.event["sessionId"])
+    return by_log
+
 
 
 def _sha(data: bytes) -> str:
@@ -581,8 +771,9 @@ class KafkaAppender:
         self.highest = self._producer.flush()
         return self.highest
 
-    def event_ids(self, log_id: str, from_seq: int, sessions: set[str] | None = None) -> set[str]:
-        return {str(event["eventId"]) for _seq, event in self._reader.read(log_id, from_seq)
+    def event_ids(self, log_id: str, from_seq: int, sessions: set[str] | None = None,
+                  to_seq: int | None = None) -> set[str]:
+        return {str(event["eventId"]) for _seq, event in self._reader.read(log_id, from_seq, to_seq)
                 if sessions is None or event.get("sessionId") in sessions}
 
     def dead_letter(self, item: Rejected) -> None:
@@ -663,8 +854,13 @@ class ConnectingAppender:
     def flush(self) -> int:
         return self.ready().flush()
 
-    def event_ids(self, log_id: str, from_seq: int, sessions: set[str] | None = None) -> set[str]:
-        return self.ready().event_ids(log_id, from_seq, sessions)
+    def event_ids(self, log_id: str, from_seq: int, sessions: set[str] | None = None,
+                  to_seq: int | None = None) -> set[str]:
+        return self.ready().event_ids(log_id, from_seq, sessions, to_seq)
+
+    def connected(self) -> bool:
+        """Whether the appender is made (or failed to be): calls no longer wait."""
+        return self._made.done()
 
     def dead_letter(self, item: Rejected) -> None:
         self.ready().dead_letter(item)

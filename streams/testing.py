@@ -255,8 +255,9 @@ class MemoryL1:
     def flush(self) -> int:
         return len(self.log)
 
-    def event_ids(self, log_id: str, from_seq: int, sessions: set[str] | None = None) -> set[str]:
-        return {e["eventId"] for e in self.log[max(from_seq - 1, 0):]
+    def event_ids(self, log_id: str, from_seq: int, sessions: set[str] | None = None,
+                  to_seq: int | None = None) -> set[str]:
+        return {e["eventId"] for e in self.log[max(from_seq - 1, 0):to_seq]
                 if e["logId"] == log_id and (sessions is None or e["sessionId"] in sessions)}
 
     def dead_letter(self, item: Rejected) -> None:

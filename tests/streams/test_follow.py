@@ -258,3 +258,66 @@ def test_a_connecting_appender_raises_its_error_where_l1_is_first_needed(tmp_pat
     appender.close()  # nothing was made: nothing to close, no second error
     with pytest.raises(BrokerError):
         appender.committed_seq("default")
+
+
+class CountingL1(MemoryL1):
+    """MemoryL1 that counts the batches acknowledged (flushes)."""
+
+    flushes = 0
+
+    def flush(self) -> int:
+        self.flushes += 1
+        return super().flush()
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_a_one_shot_import_sent_in_batches_leaves_each_event_once_after_a_crash_anywhere(tmp_path_factory, data):
+    """A one-shot import of a file no record vouches for goes out in write-ahead batches while
+    it is imported (issue #16): the same events in the same order as one batch; killed after
+    any append, the next one-shot or follower appends the rest, each event once."""
+    tmp = tmp_path_factory.mktemp("stream")
+    source = data.draw(st.sampled_from(TRANSCRIPTS))
+    path = tmp / source.name
+    path.write_bytes(source.read_bytes())
+    in_order = list(dict.fromkeys(i.event["eventId"] for i in iter_records(path) if isinstance(i, Accepted)))
+    records = len(list(iter_records(path)))
+    size = data.draw(st.integers(1, 9))
+    l1, clock, home = CountingL1(), Clock(), tmp / "home"
+    l1.crash_in = data.draw(st.one_of(st.none(), st.integers(0, len(in_order))))
+    try:
+        report = follower(path, l1, home, clock, once=True, stream_batch_events=size).poll()
+    except Crash:
+        l1.crash_in = None
+        again = follower(path, l1, home, clock, once=data.draw(st.booleans()), stream_batch_events=size)
+        again.poll()
+        clock.now += 10
+        again.poll()  # a follower holds the end events until the file is idle
+        assert max(l1.counts().values()) == 1 and set(l1.counts()) == set(in_order)
+        return
+    assert [event["eventId"] for event in l1.log] == in_order
+    assert report.appended == len(in_order) and report.records_read == records
+    assert l1.flushes == -(-records // size) > 1
+    assert follower(path, l1, home, clock, once=True).poll().appended == 0  # its record vouches for it
+
+
+def test_a_one_shot_import_checks_what_l1_held_before_it_began(tmp_path):
+    """Streamed batches check L1 for each session once, up to the seq L1 had when the import
+    began: events already there are left out, the import's own appends are not read back."""
+    path = tmp_path / "session.jsonl"
+    path.write_bytes(TRANSCRIPTS[0].read_bytes())
+    ids = one_shot_ids(path)
+    l1 = MemoryL1()
+    follower(path, l1, tmp_path / "first", Clock(), once=True, stream_batch_events=3).poll()
+    assert len(l1.log) == len(ids)
+    reads: list[int | None] = []
+    original = l1.event_ids
+
+    def event_ids(log_id: str, from_seq: int, sessions: set[str] | None = None, to_seq: int | None = None) -> set[str]:
+        reads.append(to_seq)
+        return original(log_id, from_seq, sessions, to_seq)
+
+    l1.event_ids = event_ids  # type: ignore[method-assign]
+    report = follower(path, l1, tmp_path / "lost-store", Clock(), once=True, stream_batch_events=3).poll()
+    assert report.appended == 0 and report.duplicates == len(ids) and len(l1.log) == len(ids)
+    assert reads and set(reads) == {len(ids)}
