@@ -169,10 +169,15 @@ def self_time(raw: Path, top: int = 25) -> list[tuple[str, float]]:
 
 
 def ingest_vs_producer(bootstrap: str, events: list[dict[str, Any]], root: Path, *,
-                       prefix: str | None = None) -> dict[str, Any]:
+                       prefix: str | None = None, pairs: int = 3) -> dict[str, Any]:
     """events/s of ``usl ingest FILE`` (the whole command, a fresh process) against a plain
     kafka-python producer sending the same records (canonical bytes read from the same file) with
-    the L1 producer's settings, each into its own fresh topics (named ``prefix``...)."""
+    the L1 producer's settings, each into its own fresh topics (named ``prefix``...).
+
+    Then ``pairs`` pairs of whole processes, alternating: ``usl ingest`` of the file (under a
+    logId new to L1 each time, into topics that exist) and ``benchmarks/plain_producer.py send``
+    of it; ``ingest_vs_plain_process`` is the median of the pairs' rate ratios (issue #16's
+    yardstick: both pay their interpreter, imports and first metadata)."""
     from kafka import KafkaProducer
 
     from streams.asp import canonical_bytes
@@ -221,7 +226,8 @@ def ingest_vs_producer(bootstrap: str, events: list[dict[str, Any]], root: Path,
     plain_rate, plain_cpu_rate = len(records) / plain_seconds, len(records) / max(plain_cpu, 1e-3)
     work_seconds = max(ingest_seconds - start_seconds, 1e-3)
     ingest_cpu_rate = appended / max(ingest_cpu - start_cpu, 1e-3)
-    return {"ingest_events": appended, "ingest_mb": round(len(b"".join(records)) / 1e6, 2),
+    processes = _process_pairs(root, path, events, env, prefix, plain, pairs) if pairs > 0 else {}
+    return {**processes, "ingest_events": appended, "ingest_mb": round(len(b"".join(records)) / 1e6, 2),
             "ingest_events_per_second": appended / ingest_seconds,
             "ingest_start_seconds": round(start_seconds, 2),
             "ingest_events_per_second_after_start": appended / work_seconds,
@@ -231,6 +237,45 @@ def ingest_vs_producer(bootstrap: str, events: list[dict[str, Any]], root: Path,
             "ingest_vs_kafka_python": round(appended / ingest_seconds / plain_rate, 3),
             "ingest_after_start_vs_kafka_python": round(appended / work_seconds / plain_rate, 3),
             "ingest_vs_kafka_python_cpu": round(ingest_cpu_rate / plain_cpu_rate, 3)}
+
+
+def _process_pairs(root: Path, path: Path, events: list[dict[str, Any]], env: dict[str, str], prefix: str,
+                   plain: Settings, pairs: int) -> dict[str, Any]:
+    """Whole ``usl ingest`` processes against whole plain producer processes, in turn."""
+    from streams.asp import canonical_bytes
+    from streams.topics import ensure_topics
+
+    existing = Settings.from_env({}, home=root / "proc", bootstrap_servers=plain.bootstrap_servers,
+                                 topic_prefix=f"{prefix}proc.")
+    ensure_topics(plain.bootstrap_servers, existing)
+    usl = Path(sys.executable).with_name("usl")
+    plain_producer = [sys.executable, str(Path(__file__).with_name("plain_producer.py")), "send", str(path),
+                      Topics.from_settings(plain).l1]
+
+    def timed(command: list[str], extra: dict[str, str]) -> tuple[float, float]:
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        began = time.perf_counter()
+        subprocess.run(command, env={**env, **extra}, capture_output=True, check=True)
+        seconds = time.perf_counter() - began
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return seconds, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+
+    rows: list[tuple[float, float, float, float]] = []
+    for run in range(pairs):
+        copy = root / f"run{run}.jsonl"  # a log new to L1: a second ingest of the same log appends nothing
+        copy.write_bytes(b"".join(canonical_bytes({**event, "logId": f"run{run}"}) + b"\n" for event in events))
+        ingest = timed([str(usl), "ingest", str(copy), "--format", "asp", "--json"],
+                       {"USL_HOME": str(root / f"proc{run}"), "USL_TOPIC_PREFIX": existing.topic_prefix})
+        rows.append((*ingest, *timed(plain_producer, {})))
+        copy.unlink()
+    median = statistics.median
+    return {"process_pairs": pairs,
+            "ingest_process_seconds": round(median(r[0] for r in rows), 3),
+            "ingest_process_cpu_seconds": round(median(r[1] for r in rows), 3),
+            "plain_process_seconds": round(median(r[2] for r in rows), 3),
+            "plain_process_cpu_seconds": round(median(r[3] for r in rows), 3),
+            "ingest_vs_plain_process": round(median(r[2] / r[0] for r in rows), 3),
+            "ingest_vs_plain_process_cpu": round(median(r[3] / r[1] for r in rows), 3)}
 
 
 def send_cost(bootstrap: str, count: int, rounds: int = 3) -> dict[str, Any]:
@@ -362,6 +407,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-freshness", action="store_true", help="stop after the end-to-end and raw-read phases")
     parser.add_argument("--ingest-only", action="store_true",
                         help="only `usl ingest` of --events workload events against a plain kafka-python producer")
+    parser.add_argument("--pairs", type=int, default=5,
+                        help="with --ingest-only: pairs of whole processes (usl ingest, plain_producer.py send) in turn")
     parser.add_argument("--send-cost", type=int, metavar="N",
                         help="only the CPU per record of faust's Topic.send and send_changelog against the producer's send, N records each")
     args = parser.parse_args(argv)
@@ -379,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
         if not bootstrap:
             parser.error("--ingest-only needs KAFKA_BOOTSTRAP_SERVERS")
         result = ingest_vs_producer(bootstrap, make_events(args.events),
-                                    Path(tempfile.mkdtemp(prefix="usl-bench-ingest-")))
+                                    Path(tempfile.mkdtemp(prefix="usl-bench-ingest-")), pairs=args.pairs)
         for key, value in result.items():
             print(f"{key:>40}: {round(value) if isinstance(value, float) and value >= 100 else value}")
         return 0
