@@ -52,7 +52,6 @@ from planner.access import ACL_SCAN_CAP, AccessLists
 from planner.acl import (
     TOOLRESULTS_SCOPE,
     Principal,
-    can_read_toolresults,
     policy_fingerprint,
 )
 from planner.chunktable import ChunkTable
@@ -173,7 +172,7 @@ class QueryContext:
     tail: TailResult | None = None
     acls: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     readable: AbstractSet[str] = field(default_factory=frozenset)
-    readable_tools: set[str] = field(default_factory=set)
+    readable_tools: AbstractSet[str] = field(default_factory=frozenset)
     session_filter: AbstractSet[str] | None = None
     """Sessions the engines keep (None: every session the structured index knows is readable)."""
     unreadable: AbstractSet[str] = field(default_factory=frozenset)
@@ -487,9 +486,10 @@ class Planner:
         # index knows, so when all known sessions are readable no session filter is needed.
         query.session_filter = None if access.everything else readable
         query.unreadable = access.unreadable
-        query.readable_tools = ({session for session in readable
-                                 if can_read_toolresults(query.principal, acls[session])}
-                                if query.req.tool_results else set())
+        # planner.acl.can_read_toolresults is can_read plus the scope, and every session in
+        # ``readable`` passed can_read: the same set, without judging each session per query.
+        query.readable_tools = (readable if query.req.tool_results
+                                and TOOLRESULTS_SCOPE in query.principal.scopes else frozenset())
 
     def _trim(self, query: QueryContext) -> None:
         """The provisional candidates: chunks straddling the cut trimmed to their events <= it,
@@ -855,7 +855,7 @@ class Planner:
         return decision, out
 
     def _tail_candidates(self, tail: TailResult, req: SearchRequest, readable: AbstractSet[str],
-                         readable_tools: set[str]) -> list[Candidate]:
+                         readable_tools: AbstractSet[str]) -> list[Candidate]:
         out: list[Candidate] = []
         for chunk in tail.chunks:
             if chunk["sessionId"] in readable and req.filters.admits_chunk(chunk):
@@ -945,7 +945,7 @@ class Planner:
                 candidate.scores.pop("vector", None)
         return kept[:window], len(kept) > window, note
 
-    def _tool_list(self, pin: IndexPin, query: str, window: int, cut: int, readable: set[str],
+    def _tool_list(self, pin: IndexPin, query: str, window: int, cut: int, readable: AbstractSet[str],
                    filters: Filters) -> tuple[list[Candidate], bool]:
         reader = self._readers.toolresults(pin)
         tool_names = filters.values.get("toolName")
