@@ -271,12 +271,17 @@ class SinkRunner:
         self._publisher = WatermarkPublisher(self.bootstrap, self.settings)
         for reason in SINK_FAILURE_REASONS:  # exported at 0 so rate() and increase() see the first failure
             usl_sink_failures_total.labels(kind=self.kind, reason=reason)
+        from sinks.text_writer import TextWriter  # here: importing sinks.runner must not load tantivy
+
+        work = self.kind if self.shard is None else f"{self.kind}.{self.shard.name}"
         if isinstance(self.writer, MergingWriter) and not until_caught_up:
             # Merges in the background; a catch-up run (rebuild, tests) merges inline, so it
             # ends with the layout it would have had.
             self.writer.background_merges = True
-            work = self.kind if self.shard is None else f"{self.kind}.{self.shard.name}"
             self._merger = BackgroundMerger(self.writer, merge_work_root(self.settings.home, work))
+        if isinstance(self.writer, TextWriter) and not until_caught_up:
+            # tantivy merges in its own threads beside the commits (sinks/text_writer.py).
+            self.writer.live_root = merge_work_root(self.settings.home, work) / "live"
         try:
             for source, topic in self.sources.items():
                 parts = self._consumer.partitions_for_topic(topic)
@@ -331,6 +336,8 @@ class SinkRunner:
                 self._merger = None
             if isinstance(self.writer, MergingWriter):
                 self.writer.background_merges = False
+            if isinstance(self.writer, TextWriter):
+                self.writer.close_live()
             self._consumer.close()
             self._publisher.close()
 

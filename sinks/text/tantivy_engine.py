@@ -17,6 +17,9 @@ same hits, same order, same scores (:mod:`sinks.text.global_bm25`).
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
 import threading
 from collections import OrderedDict
 from collections.abc import Collection, Mapping, Sequence
@@ -27,7 +30,9 @@ import tantivy
 from tantivy import FieldType, Occur, Query
 
 from sinks.exceptions import EngineError
+from sinks.generations import clone_into
 from sinks.text.base import (
+    ANALYZER_MARKER,
     MAX_TOKEN_BYTES,
     QueryClauses,
     TextDoc,
@@ -44,7 +49,7 @@ from sinks.text.base import (
 )
 from sinks.text.global_bm25 import Shard, field_stats, global_top
 
-__all__ = ["TantivyEngine"]
+__all__ = ["LiveIndex", "TantivyEngine", "index_opstamp"]
 
 # Tantivy creates these while a writer or reader is open and leaves them behind; a committed
 # generation must not carry them.
@@ -179,6 +184,11 @@ class TantivyEngine:
         finally:
             del index
             _remove_locks(directory)
+
+    def live(self, work_dir: Path, previous: Path | None) -> LiveIndex:
+        """An index kept open in ``work_dir`` from the generation in ``previous`` (None: empty),
+        whose merges run in the background (:class:`LiveIndex`)."""
+        return LiveIndex(self, Path(work_dir), previous)
 
     def search(
         self,
@@ -394,3 +404,102 @@ def _document(doc: TextDoc) -> tantivy.Document:
 def _remove_locks(directory: Path) -> None:
     for name in _LOCK_FILES:
         (directory / name).unlink(missing_ok=True)
+
+
+class LiveIndex:
+    """One log's text index, kept open by a running sink so that tantivy merges its segments in
+    its own background threads rather than inside a commit.
+
+    :meth:`TantivyEngine.add` waits for the merges its commit starts, so the generation it
+    stages never has a merge running in it; at a million chunks one such wait held the text
+    watermark for many seconds (docs/sinks.md, "Text merges in the background"). Here each
+    batch is committed in a work directory outside the index root, and :meth:`stage` hard-links
+    the committed state, ``meta.json`` and exactly the segment files it names, into the staging
+    directory of the next generation. A merge still running writes segments no ``meta.json``
+    names yet; one that has finished is in the next generation, holding the same documents.
+    Tantivy's garbage collection of merged-away files in the work directory leaves the links in
+    committed generations intact.
+
+    ``based_on`` is the opstamp of the state the last staged generation holds (for a new index,
+    of the generation it was cloned from): the sink's next batch must build on that generation,
+    else (a commit that failed after staging) the caller starts a new one from the generation it
+    has.
+    """
+
+    def __init__(self, engine: TantivyEngine, work_dir: Path, previous: Path | None) -> None:
+        shutil.rmtree(work_dir, ignore_errors=True)  # a crashed process's work is not trusted
+        work_dir.parent.mkdir(parents=True, exist_ok=True)
+        if previous is None:
+            engine.create(work_dir)
+        else:
+            work_dir.mkdir()
+            clone_into(previous, work_dir, copy_names=engine.copy_names)
+        self.work_dir = work_dir
+        self._index = engine._open_uncached(work_dir)
+        self._writer = self._index.writer(heap_size=engine.heap_bytes, num_threads=engine.threads)
+        self.based_on: int | None = None if previous is None else index_opstamp(previous)
+
+    def add(self, docs: Sequence[Mapping[str, Any]]) -> None:
+        """Upsert ``docs`` by chunk id and commit, without waiting for the merges it starts."""
+        text_docs = dedupe_last_wins(docs)
+        if not text_docs:
+            return
+        try:
+            for doc in text_docs:
+                self._writer.delete_documents_by_term("chunkId", doc.chunk_id)
+                self._writer.add_document(_document(doc))
+            self._writer.commit()
+        except ValueError as exc:
+            self._writer.rollback()
+            raise EngineError(f"tantivy could not write {self.work_dir}: {exc}") from exc
+
+    def stage(self, staging: Path) -> None:
+        """Hard-link the last committed state into the empty directory ``staging``."""
+        for _ in range(20):
+            meta_bytes = (self.work_dir / "meta.json").read_bytes()  # replaced atomically by tantivy
+            meta = json.loads(meta_bytes)
+            names = _segment_files(self.work_dir, meta)
+            try:
+                for name in names:
+                    os.link(self.work_dir / name, staging / name)
+            except FileNotFoundError:
+                # A merge ended and its inputs were collected meanwhile: a newer meta.json names its output.
+                for name in names:
+                    (staging / name).unlink(missing_ok=True)
+                continue
+            (staging / "meta.json").write_bytes(meta_bytes)
+            # The files a writer opened on this generation may collect (as tantivy's own list does).
+            (staging / ".managed.json").write_text(json.dumps(sorted([*names, "meta.json"])))
+            shutil.copyfile(self.work_dir / ANALYZER_MARKER, staging / ANALYZER_MARKER)
+            self.based_on = int(meta["opstamp"])
+            return
+        raise EngineError(f"{self.work_dir}: no consistent committed state to stage after 20 tries")
+
+    def close(self) -> None:
+        """Let running merges finish and release the writer."""
+        self._writer.wait_merging_threads()
+        del self._index
+        _remove_locks(self.work_dir)
+
+
+def index_opstamp(directory: Path) -> int:
+    """The opstamp of the commit the tantivy index in ``directory`` holds."""
+    try:
+        return int(json.loads((Path(directory) / "meta.json").read_bytes())["opstamp"])
+    except (OSError, ValueError, KeyError) as exc:
+        raise EngineError(f"{directory}: unreadable tantivy meta.json: {exc}") from exc
+
+
+def _segment_files(directory: Path, meta: Mapping[str, Any]) -> list[str]:
+    """The files of the segments ``meta`` names: ``<segment id>.<component>``, and of its deletes
+    only ``<segment id>.<opstamp>.del`` of the opstamp ``meta`` gives."""
+    deletes: dict[str, str | None] = {}
+    for segment in meta["segments"]:
+        stamp = (segment.get("deletes") or {}).get("opstamp")
+        deletes[str(segment["segment_id"]).replace("-", "")] = None if stamp is None else f"{stamp}.del"
+    names = []
+    for name in os.listdir(directory):
+        stem, _, component = name.partition(".")
+        if stem in deletes and (not component.endswith(".del") or component == deletes[stem]):
+            names.append(name)
+    return sorted(names)
