@@ -25,6 +25,10 @@ What makes it exactly once (:class:`PositionStore`, one JSON file under ``$USL_H
    is checked against L1 itself: the eventIds L1 holds for the file's sessions are left out.
    Only a file created while this follower runs skips the check (it is new; a file renamed
    into place keeps its record through its inode or its first line).
+4. A one-shot import of such files goes out in several batches, each written ahead and
+   acknowledged as in 2., the next one imported while the last one is sent; until a file's last
+   batch is acknowledged its record is a marker that vouches for nothing, so after a crash the
+   next import of the file checks it against L1 (3.) and appends the rest.
 
 Batches hold a file lock, so a follower and a one-shot ``usl ingest`` can share one store.
 """
