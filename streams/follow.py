@@ -510,7 +510,10 @@ class Follower:
         snapshot.parent.mkdir(parents=True, exist_ok=True)
         line_file = fmt not in DOCUMENT_FORMATS and path.suffix.lower() != ".json"
         body = data if data.endswith(_NEWLINE) or not data else data + _NEWLINE
-        snapshot.write_bytes(body + _SENTINEL if line_file else data)
+        with snapshot.open("wb") as handle:  # two writes: ``body + _SENTINEL`` copied 29 MB to add 36 bytes
+            handle.write(body if line_file else data)
+            if line_file:
+                handle.write(_SENTINEL)
         links = self._links.setdefault(root, {})
         entries = iter_file(snapshot, fmt, label=label, log_id=self.log_id, acl=self.acl,
                             max_event_bytes=self.max_event_bytes, links=links)
