@@ -455,6 +455,7 @@ class LiveIndex:
 
     def stage(self, staging: Path) -> None:
         """Hard-link the last committed state into the empty directory ``staging``."""
+        staging.mkdir(parents=True, exist_ok=True)  # as create() and clone_into() would
         for _ in range(20):
             meta_bytes = (self.work_dir / "meta.json").read_bytes()  # replaced atomically by tantivy
             meta = json.loads(meta_bytes)
