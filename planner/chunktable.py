@@ -24,11 +24,10 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Iterable
-from collections.abc import Set as AbstractSet
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, NamedTuple
+from typing import Any, NamedTuple
 
 import pyarrow.parquet as pq
 
@@ -57,30 +56,15 @@ class ChunkRow(NamedTuple):
 
     def record(self, chunk_id: str) -> dict[str, Any]:
         """The row as the dict the planner's result rows and trimming read."""
-        return _record(chunk_id, self)
-
-
-# The tables hold each row as a plain tuple in ChunkRow's field order: the cyclic garbage
-# collector stops tracking a tuple of strings and numbers, never an instance of a tuple subclass
-# such as ChunkRow, so a table of NamedTuples added one object per chunk to every full
-# collection (435 000 tracked objects at 300k chunks; each full collection a p99 spike).
-_Row = tuple[str, str | None, str | None, str | None, int, int, float | None,
-             float | None, str]
-_SESSION: Final = 0
-_MIN_SEQ: Final = 4
-_MAX_SEQ: Final = 5
-
-
-def _record(chunk_id: str, row: _Row) -> dict[str, Any]:
-    session, run, turn, episode, low, high, start, when, evidence = row
-    return {"chunkId": chunk_id, "sessionId": session, "runId": run, "turnId": turn,
-            "episodeId": episode, "minSeq": low, "maxSeq": high, "startTime": start,
-            "eventTime": when, "evidence": json.loads(evidence or "[]")}
+        return {"chunkId": chunk_id, "sessionId": self.session_id, "runId": self.run_id,
+                "turnId": self.turn_id, "episodeId": self.episode_id, "minSeq": self.min_seq,
+                "maxSeq": self.max_seq, "startTime": self.start_time,
+                "eventTime": self.event_time, "evidence": json.loads(self.evidence or "[]")}
 
 
 @dataclass(frozen=True)
 class _Segment:
-    rows: dict[str, _Row]
+    rows: dict[str, ChunkRow]
     max_seq: int
     # chunk_key(id) -> id for the segment's ids (all of them unless two share a key).
     keys: dict[int, str]
@@ -123,12 +107,13 @@ class SegmentCache:
 def _load_chunks(path: Path) -> _Segment:
     table = pq.read_table(path, columns=list(_COLUMNS)).to_pydict()
     rows = {
-        chunk_id: (session, run, turn, episode, int(low), int(high), start, when, evidence or "[]")
+        chunk_id: ChunkRow(session, run, turn, episode, int(low), int(high), start, when,
+                           evidence or "[]")
         for chunk_id, session, run, turn, episode, low, high, start, when, evidence in zip(
             *(table[name] for name in _COLUMNS), strict=True)
     }
     keys = {chunk_key(chunk_id): chunk_id for chunk_id in rows}
-    return _Segment(rows, max((row[_MAX_SEQ] for row in rows.values()), default=0), keys)
+    return _Segment(rows, max((row.max_seq for row in rows.values()), default=0), keys)
 
 
 def _load_acls(path: Path, from_chunks: bool) -> _Acls:
@@ -163,7 +148,7 @@ class ChunkTable:
 
     def __init__(self, gen_dirs: GenerationDirs, segments: SegmentCache) -> None:
         loaded = [segments.load(path) for path in shard_segments(gen_dirs, "chunks")]
-        self.rows: dict[str, _Row] = {}
+        self.rows: dict[str, ChunkRow] = {}
         for segment in loaded:
             self.rows.update(segment.rows)
         # Straddlers hold evidence past the cut, so only segments reaching past it can hold one.
@@ -187,22 +172,7 @@ class ChunkTable:
         return keys
 
     def get(self, chunk_id: str) -> ChunkRow | None:
-        row = self.rows.get(chunk_id)
-        return ChunkRow._make(row) if row is not None else None
-
-    def admits(self, cut: int, sessions: AbstractSet[str] | None,
-               only: Collection[str] | None) -> Callable[[str], bool]:
-        """Whether a chunk id is one of the generation's with ``maxSeq <= cut``, of
-        ``sessions`` and in ``only`` (None: any)."""
-        rows = self.rows
-
-        def admitted(chunk_id: str) -> bool:
-            row = rows.get(chunk_id)
-            return (row is not None and row[_MAX_SEQ] <= cut
-                    and (sessions is None or row[_SESSION] in sessions)
-                    and (only is None or chunk_id in only))
-
-        return admitted
+        return self.rows.get(chunk_id)
 
     def records(self, chunk_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
         """chunkId → record for the ids the generation holds. The records are shared by every
@@ -217,7 +187,7 @@ class ChunkTable:
                     continue
                 if len(cache) >= _RECORD_CACHE_SIZE:
                     cache.clear()
-                record = cache[chunk_id] = _record(chunk_id, row)
+                record = cache[chunk_id] = row.record(chunk_id)
             found[chunk_id] = record
         return found
 
@@ -229,7 +199,7 @@ class ChunkTable:
             if segment.max_seq <= cut:
                 continue
             for chunk_id, row in segment.rows.items():
-                if (row[_MIN_SEQ] <= cut < row[_MAX_SEQ] and self.rows.get(chunk_id) is row
-                        and (session_ids is None or row[_SESSION] in session_ids)):
-                    found[chunk_id] = _record(chunk_id, row)
+                if (row.min_seq <= cut < row.max_seq and self.rows.get(chunk_id) is row
+                        and (session_ids is None or row.session_id in session_ids)):
+                    found[chunk_id] = row.record(chunk_id)
         return [found[chunk_id] for chunk_id in sorted(found)]

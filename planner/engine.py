@@ -568,7 +568,15 @@ class Planner:
     def _rank_vectors(self, query: QueryContext, pin: IndexPin, only: set[str] | None) -> None:
         allowed: Callable[[str], bool] | None = None
         if query.table is not None:
-            allowed = query.table.admits(query.cut, query.session_filter, only)
+            rows, cut, session_filter = query.table.rows, query.cut, query.session_filter
+
+            def permit(chunk_id: str) -> bool:
+                row = rows.get(chunk_id)
+                return (row is not None and row.max_seq <= cut
+                        and (session_filter is None or row.session_id in session_filter)
+                        and (only is None or chunk_id in only))
+
+            allowed = permit
 
         # In hybrid mode the chunks the text lists found are candidates of the vector list too:
         # ranked by their best event like the vector index's own (docs/planner.md).
