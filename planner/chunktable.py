@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -37,6 +37,8 @@ from sinks.text.base import chunk_key, unique_keys
 __all__ = ["ChunkRow", "ChunkTable", "SegmentCache", "session_acls"]
 
 _RECORD_CACHE_SIZE = 100_000
+# Decoded records added between two calls of a table's ``on_growth`` (see ChunkTable).
+_GROWTH_STEP = 10_000
 _COLUMNS = ("chunkId", "sessionId", "runId", "turnId", "episodeId", "minSeq", "maxSeq",
             "startTime", "eventTime", "evidence")
 
@@ -144,9 +146,15 @@ def session_acls(gen_dirs: GenerationDirs, segments: SegmentCache) -> dict[str, 
 
 
 class ChunkTable:
-    """Every chunk of one structured generation (or of every shard's): id → :class:`ChunkRow`."""
+    """Every chunk of one structured generation (or of every shard's): id → :class:`ChunkRow`.
 
-    def __init__(self, gen_dirs: GenerationDirs, segments: SegmentCache) -> None:
+    ``on_growth`` is called after every ``_GROWTH_STEP`` records decoded into the table's
+    cache: each is a dict and a list or more that Python's full collections walk, 50 000
+    records after a few hundred queries at 100k chunks, so the planner freezes them as it does
+    the table (:class:`planner.readers.CollectorShelter`)."""
+
+    def __init__(self, gen_dirs: GenerationDirs, segments: SegmentCache, *,
+                 on_growth: Callable[[], None] | None = None) -> None:
         loaded = [segments.load(path) for path in shard_segments(gen_dirs, "chunks")]
         self.rows: dict[str, ChunkRow] = {}
         for segment in loaded:
@@ -156,6 +164,8 @@ class ChunkTable:
         self._keys: dict[int, str] | None = None
         # Decoded records: a candidate is looked up by several queries of one generation.
         self._records: dict[str, dict[str, Any]] = {}
+        self._on_growth = on_growth
+        self._grown = 0
 
     @property
     def chunk_keys(self) -> dict[int, str]:
@@ -179,6 +189,7 @@ class ChunkTable:
         caller of this table: read them, never change them."""
         found: dict[str, dict[str, Any]] = {}
         cache = self._records
+        added = 0
         for chunk_id in chunk_ids:
             record = cache.get(chunk_id)
             if record is None:
@@ -188,7 +199,13 @@ class ChunkTable:
                 if len(cache) >= _RECORD_CACHE_SIZE:
                     cache.clear()
                 record = cache[chunk_id] = row.record(chunk_id)
+                added += 1
             found[chunk_id] = record
+        if added and self._on_growth is not None:
+            self._grown += added  # unlocked: a lost count only delays the next call
+            if self._grown >= _GROWTH_STEP:
+                self._grown = 0
+                self._on_growth()
         return found
 
     def straddling(self, cut: int, session_ids: Collection[str] | None) -> list[dict[str, Any]]:

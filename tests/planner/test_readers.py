@@ -1,15 +1,19 @@
-"""ReaderCache lookups the tail scan makes (the event ids a structured generation holds), and
-the manifests every query's pins read."""
+"""ReaderCache lookups the tail scan makes (the event ids a structured generation holds), the
+manifests every query's pins read, and the per-generation tables kept out of Python's full
+garbage collections."""
 
 from __future__ import annotations
 
+import gc
+import weakref
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from planner.engine import Planner
-from planner.readers import IndexPin, pin_for_query
+from planner.readers import CollectorShelter, IndexPin, ReaderCache, pin_for_query
 from sinks.generations import GenerationStore, Manifest
 from tests.planner.corpus import IndexBuilder, acl, make_test_settings, session_events
 
@@ -77,3 +81,96 @@ def test_a_pinned_manifest_is_read_once_until_its_file_changes(tmp_path: Path,
     path.unlink()
     path.write_bytes(body)  # another file now, same bytes
     assert pinned().manifest == first.manifest and loads == [1, 1]
+
+
+@pytest.fixture
+def thawed() -> Iterator[None]:
+    """Whatever a test freezes is handed back to the collector afterwards."""
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
+def _tracked_ids() -> set[int]:
+    return {id(item) for item in gc.get_objects()}  # every generation but the permanent one
+
+
+def test_a_loaded_generations_tables_are_left_out_of_full_collections(
+        kafka_bootstrap: str, tmp_path: Path, thawed: None) -> None:
+    # A full collection walks every tracked object; the chunk table and the access lists hold
+    # one or more per chunk, so they are frozen once loaded (issue 21: the p99 was a collection).
+    settings = make_test_settings(tmp_path, kafka_bootstrap)
+    builder = IndexBuilder(settings, kafka_bootstrap, "default")
+    for number in range(3):
+        builder.append([event for group in session_events(
+            "default", f"s-{number}", acl("acme", "*"), turns=2, words="deploy") for event in group])
+    builder.commit("structured")
+    planner = Planner(settings, kafka_bootstrap)
+    try:
+        with planner.snapshot("default") as snapshot:
+            pin = snapshot.pin("structured")
+            assert pin is not None
+            readers = ReaderCache(shelter=CollectorShelter())
+            table = readers.chunk_table(pin)
+            acls = readers.session_acls(pin)
+            assert table.rows and acls
+            tracked = _tracked_ids()
+            assert not {id(table.rows), id(next(iter(table.rows.values()))), id(acls),
+                        id(next(iter(acls.values())))} & tracked
+            left_alone = ReaderCache(shelter=None).chunk_table(pin)
+            assert id(left_alone.rows) in _tracked_ids()
+    finally:
+        planner.close()
+        builder.close()
+
+
+def test_replaced_generations_free_their_tables_and_frozen_objects_stay_bounded(
+        kafka_bootstrap: str, tmp_path: Path, thawed: None) -> None:
+    # Frozen objects are still freed by reference counting: a generation's tables, frozen when
+    # loaded, go when the cache drops the generation, and switching generations of the same
+    # data over and over leaves the permanent generation as large as it was.
+    settings = make_test_settings(tmp_path, kafka_bootstrap)
+    builder = IndexBuilder(settings, kafka_bootstrap, "default")
+    for number in range(5):
+        builder.append([event for group in session_events(
+            "default", f"s-{number}", acl("acme", "*"), turns=2, words="deploy") for event in group])
+    planner = Planner(settings, kafka_bootstrap)
+    readers = ReaderCache(shelter=CollectorShelter(refresh_every=8))
+    tables: list[weakref.ref[object]] = []
+    frozen: list[int] = []
+    try:
+        for _ in range(40):
+            builder.commit("structured")  # a new generation directory of the same chunks
+            with planner.snapshot("default") as snapshot:
+                pin = snapshot.pin("structured")
+                assert pin is not None
+                tables.append(weakref.ref(readers.chunk_table(pin)))
+                readers.session_acls(pin)
+            frozen.append(gc.get_freeze_count())
+        # The cache keeps the last three tables; every older one is freed though it was frozen.
+        assert [table() is not None for table in tables] == [False] * 37 + [True] * 3
+        assert max(frozen[20:]) - max(frozen[:20]) < 500, frozen
+    finally:
+        planner.close()
+        builder.close()
+
+
+def test_a_cycle_frozen_while_alive_is_collected_at_the_next_refresh(thawed: None) -> None:
+    # Freezing keeps cyclic garbage: a cycle frozen while in use is never collected once it is
+    # unreachable, unless the permanent generation is handed back now and then.
+    class Node:
+        pass
+
+    shelter = CollectorShelter(refresh_every=4)
+    shelter.loaded()  # the first freeze of the cycle: count 1 of 4
+    node = Node()
+    node.self = node  # type: ignore[attr-defined]
+    gone = weakref.ref(node)
+    shelter.loaded()
+    del node
+    shelter.loaded()
+    gc.collect()
+    assert gone() is not None  # frozen: no collection sees it
+    shelter.loaded()  # the fourth: unfreeze, collect, freeze
+    assert gone() is None
