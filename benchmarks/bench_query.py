@@ -142,6 +142,7 @@ class CorpusBuilder:
         #: Seconds spent outside the build (the caller's queries between steps): the clock of
         #: commits, appends and merges leaves them out, so no gap spans them.
         self.paused = 0.0
+        self.settling = False  # in settle(): no batch is left to commit, the watermark waits by design
         from sinks.merger import BackgroundMerger, merge_work_root
         from sinks.runner import index_root
         from sinks.service import make_writer
@@ -209,7 +210,7 @@ class CorpusBuilder:
                 self.merges.append({"vectors": int(meta["count"]), "inputs": len(job.names),
                                     "seconds": job.seconds, "started": job.finished_at - job.seconds - self.paused,
                                     "ended": job.finished_at - self.paused, "published": self.clock(),
-                                    "dropped": committed is None})
+                                    "dropped": committed is None, "settling": self.settling})
                 if committed is not None:
                     store.gc(keep_last=self.keep_last)
                     self.merger.offer("default", store.line, committed.generation_id,
@@ -221,11 +222,15 @@ class CorpusBuilder:
         """Wait until no merge is planned or running (a step's layout is then what a sink
         leaves once idle); the seconds waited."""
         began = time.monotonic()
-        while True:
-            self.publish_merges()
-            if self.merger.idle():
-                return time.monotonic() - began
-            time.sleep(0.05)
+        self.settling = True
+        try:
+            while True:
+                self.publish_merges()
+                if self.merger.idle():
+                    return time.monotonic() - began
+                time.sleep(0.05)
+        finally:
+            self.settling = False
 
     def close(self) -> None:
         self.merger.close()
@@ -322,11 +327,15 @@ def build_steps(settings: Any, bootstrap: str, sizes: tuple[int, ...] | list[int
                                    "manifest": str(store.manifest_path(manifest.generation_id)),
                                    "committedAt": manifest.created_at, "versions": {}})
             merges = [m for m in builder.merges if not m["dropped"]]
-            largest = max(merges, key=lambda m: (m["vectors"], m["started"]), default=None)
+            # The lag a merge causes shows only while batches are still coming: one published
+            # while the step settles would charge the wait for the step's end to the merge.
+            largest = max((m for m in merges if not m["settling"]), key=lambda m: (m["vectors"], m["started"]),
+                          default=None)
             figures = {"chunks": target, "events": 2 * target, "builtThroughSeq": through, "batch": batch,
                        "appendSeconds": phases["append"], "generateSeconds": phases["generate"],
                        "settleSeconds": phases["settle"], "writeSeconds": dict(builder.seconds),
                        "mergeSeconds": sum(m["seconds"] for m in merges), "merges": len(merges),
+                       "largestMergeVectors": max((m["vectors"] for m in merges), default=0),
                        "largestMerge": merge_lag(builder.vector_commits, appends, largest) if largest else None,
                        "totalSeconds": builder.clock() - started}
             paused = time.monotonic()

@@ -210,8 +210,10 @@ def growth_section(steps: list[dict[str, Any]], projection: dict[str, Any]) -> l
         lines.append("")
     lag = built[-1]["build"].get("largestMerge") if built else None
     if lag:
-        lines += ["Vector watermark during the largest merge of the build (the issue: its lag stays under 5 s). "
-                  f"The merge built {n(lag['vectors'])} vectors in {n(lag['mergeSeconds'], 1)} s in the background; "
+        lines += ["Vector watermark during the largest merge of the build that ran while batches were still being "
+                  "committed (the issue: its lag stays under 5 s; merges finished while a step settles have no batch "
+                  f"left to hold; the largest merge of all built {n(built[-1]['build'].get('largestMergeVectors'))} "
+                  f"vectors). The merge built {n(lag['vectors'])} vectors in {n(lag['mergeSeconds'], 1)} s in the background; "
                   f"from its start until it was published ({n(lag['windowSeconds'], 1)} s) the vector sink committed "
                   f"{n(lag['commitsDuring'])} batches.", "",
                   "| measure | seconds |", "|---|---:|",
