@@ -8,10 +8,10 @@ generation keeps its own files, so pinned readers are unaffected. Merging everyt
 one segment instead would rebuild the whole HNSW graph every few batches — quadratic work
 that stalls a sink long before a million chunks. A segment past ``MAX_MERGED_BYTES /
 MERGE_FACTOR`` takes part in no tier merge: each merge rebuilds its output's HNSW graph from
-scratch, and rebuilding a 640k-vector graph to add the last quarter of it cost a 1M build more
-than every smaller merge together, while searching four 160k-vector graphs costs a query about
-what one 640k graph does. Segments then grow in number linearly past the cap; ``MAX_SEGMENTS``
-still bounds them (its rule merges the smallest whatever their size).
+scratch, so every tier a vector climbs costs a full rebuild of it, and the tier past the cap
+(640k vectors in 10 000-chunk batches) was the longest single merge of a 1M build. Segments
+then grow in number linearly past the cap (7 at 1M, searched one after another);
+``MAX_SEGMENTS`` still bounds them (its rule merges the smallest whatever their size).
 
 In the sink loop the merges run in the background (``background_merges``, set by the runner;
 see :mod:`sinks.merger`): ``write`` only adds the batch's segment, unless the segments pile up
