@@ -34,7 +34,7 @@ lint: install
 	$(BIN)/mypy
 
 # BENCHMARKS.md and benchmarks/plots/ from one run on this machine (~30 min on 2 cores);
-# BENCH_ARGS="--scale tiny" for a quick check, "--include-large FILE" for 1M-chunk figures.
+# BENCH_ARGS="--scale tiny" for a quick check, "--scale large" for rows up to 1M chunks (~30-45 min).
 bench: install
 	$(BIN)/pip install --quiet -e ".[bench]"
 	@bash scripts/bench $(BENCH_ARGS)
