@@ -271,7 +271,8 @@ class SinkRunner:
         self._publisher = WatermarkPublisher(self.bootstrap, self.settings)
         for reason in SINK_FAILURE_REASONS:  # exported at 0 so rate() and increase() see the first failure
             usl_sink_failures_total.labels(kind=self.kind, reason=reason)
-        from sinks.text_writer import TextWriter  # here: importing sinks.runner must not load tantivy
+        # Imported here: importing sinks.runner must not load tantivy.
+        from sinks.text_writer import TextWriter
 
         work = self.kind if self.shard is None else f"{self.kind}.{self.shard.name}"
         if isinstance(self.writer, MergingWriter) and not until_caught_up:
