@@ -33,7 +33,7 @@ def commit_times(chunks: int, batch: int, *, live: bool) -> list[float]:
         store = GenerationStore(Path(tmp) / "indexes", "default", "text")
         writer = TextWriter("tantivy")
         if live:
-            writer.live_root = Path(tmp) / "live"
+            writer.live = True
         times: list[float] = []
         pending: list[dict[str, Any]] = []
         try:

@@ -160,7 +160,9 @@ def project(steps: list[dict[str, Any]], machine: dict[str, Any], to: int = PROJ
         row: dict[str, Any] = {"measure": name, "unit": unit, "chunks": x, "value": y, "exponent": b,
                                "projected": y * (to / x) ** b, "limit": limit, "bound": bound, "reachedAt": None}
         if limit:
-            reached = x if y >= limit else (x * (limit / y) ** (1 / b) if b > 0 else math.inf)
+            # In logs: a nearly flat curve (b close to 0) puts the bound past any float.
+            growth = math.log(limit / y) / b if b > 0 and y < limit else None
+            reached = x if y >= limit else (x * math.exp(growth) if growth is not None and growth < 700 else math.inf)
             row["reachedAt"] = reached if reached <= 1000 * to else None  # flat curves never get there
         rows.append(row)
     bounded = [row for row in rows if row["reachedAt"]]

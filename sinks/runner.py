@@ -282,7 +282,7 @@ class SinkRunner:
             self._merger = BackgroundMerger(self.writer, merge_work_root(self.settings.home, work))
         if isinstance(self.writer, TextWriter) and not until_caught_up:
             # tantivy merges in its own threads beside the commits (sinks/text_writer.py).
-            self.writer.live_root = merge_work_root(self.settings.home, work) / "live"
+            self.writer.live = True
         try:
             for source, topic in self.sources.items():
                 parts = self._consumer.partitions_for_topic(topic)

@@ -4,15 +4,15 @@ A new generation starts as hard links of the previous one (engine files that the
 rewrites in place are copied), then the batch is upserted by chunkId and committed by the
 engine. The previous generation's files are never touched.
 
-In the sink loop (``live_root`` set by :class:`sinks.runner.SinkRunner`) a tantivy index is
-instead kept open per generation line under ``live_root`` and each generation is staged from
-its committed state (:class:`sinks.text.tantivy_engine.LiveIndex`), so merges run beside the
-commits instead of inside them. A catch-up run (rebuild, tests) writes the plain way.
+In the sink loop (``live`` set by :class:`sinks.runner.SinkRunner`) a tantivy index is instead
+kept open per generation line, in the line's ``.live`` directory (the same filesystem as its
+generations, so staging is hard links), and each generation is staged from its committed state
+(:class:`sinks.text.tantivy_engine.LiveIndex`): merges run beside the commits instead of inside
+them. A catch-up run (rebuild, tests) writes the plain way.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,7 +23,10 @@ from sinks.text import get_engine
 from sinks.text.base import ANALYZER
 from sinks.text.tantivy_engine import LiveIndex, TantivyEngine, index_opstamp
 
-__all__ = ["TextWriter"]
+__all__ = ["LIVE_DIR", "TextWriter"]
+
+# In the generation line's directory: the store's sweeps leave a dot name without ".tmp-" alone.
+LIVE_DIR = ".live"
 
 
 class TextWriter:
@@ -37,7 +40,7 @@ class TextWriter:
 
     def __init__(self, engine: str = "tantivy") -> None:
         self.engine = get_engine(engine)
-        self.live_root: Path | None = None
+        self.live = False
         self._live: OrderedDict[Path, LiveIndex] = OrderedDict()
 
     def describe(self) -> dict[str, Any]:
@@ -47,7 +50,7 @@ class TextWriter:
                 "analyzer": ANALYZER}
 
     def write(self, staging: Path, previous: Path | None, records: Sequence[dict[str, Any]]) -> list[str]:
-        if self.live_root is not None and isinstance(self.engine, TantivyEngine):
+        if self.live and isinstance(self.engine, TantivyEngine):
             self._write_live(Path(staging), previous, records)
             return []
         if previous is None:
@@ -59,14 +62,13 @@ class TextWriter:
         return []
 
     def _write_live(self, staging: Path, previous: Path | None, records: Sequence[dict[str, Any]]) -> None:
-        assert self.live_root is not None and isinstance(self.engine, TantivyEngine)
+        assert isinstance(self.engine, TantivyEngine)
         line = staging.parent.resolve()  # one live index per generation line (log, shard, line)
         live = self._live.pop(line, None)
         if live is None or live.based_on != (None if previous is None else index_opstamp(previous)):
             if live is not None:  # its last staged generation was not committed: start again
                 live.close()
-            name = hashlib.sha256(str(line).encode()).hexdigest()[:16]
-            live = self.engine.live(self.live_root / name, previous)
+            live = self.engine.live(line / LIVE_DIR, previous)
         self._live[line] = live
         while len(self._live) > self.max_live:
             self._live.popitem(last=False)[1].close()
@@ -78,4 +80,4 @@ class TextWriter:
         """Close every live index (waiting for its merges); later writes go the plain way."""
         while self._live:
             self._live.popitem(last=False)[1].close()
-        self.live_root = None
+        self.live = False

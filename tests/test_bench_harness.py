@@ -249,3 +249,17 @@ def test_projection_follows_the_last_two_steps_and_names_the_first_bound() -> No
     assert result["firstBound"]["reachedAt"] == pytest.approx(1000 * 8640 ** (2 / 3))
     text = "\n".join(growth_section([], result))
     assert "One node stops being enough at about **421 059 chunks**: whole build seconds reaches a day" in text
+
+
+def test_a_nearly_flat_curve_never_reaches_its_bound() -> None:
+    # At the tiny scale the build time barely grows between two steps: the power law through
+    # them put the day's bound past any float and the harness died with an OverflowError.
+    def step(chunks: int, seconds: float) -> dict:
+        return {"chunks": chunks, "indexBytes": {"text": chunks, "vector": chunks, "structured": chunks},
+                "build": {"writeSeconds": {"text": 1.0, "vector": 1.0, "structured": 1.0}, "mergeSeconds": 0.0,
+                          "totalSeconds": seconds},
+                "latency": {f"{m}/indexed": {"p50": 5.0} for m in ("text", "vector", "hybrid")}}
+
+    result = project([step(500, 3.0), step(1500, 3.0001)], {"memoryBytes": 2**34, "diskBytes": 5 * 10**11})
+    rows = {row["measure"]: row for row in result["rows"]}
+    assert rows["whole build seconds"]["reachedAt"] is None

@@ -18,6 +18,7 @@ same hits, same order, same scores (:mod:`sinks.text.global_bm25`).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import threading
@@ -30,7 +31,7 @@ import tantivy
 from tantivy import FieldType, Occur, Query
 
 from sinks.exceptions import EngineError
-from sinks.generations import clone_into
+from sinks.generations import clone_into, link_or_copy
 from sinks.text.base import (
     ANALYZER_MARKER,
     MAX_TOKEN_BYTES,
@@ -50,6 +51,8 @@ from sinks.text.base import (
 from sinks.text.global_bm25 import Shard, field_stats, global_top
 
 __all__ = ["LiveIndex", "TantivyEngine", "index_opstamp"]
+
+log = logging.getLogger("usl.sink")
 
 # Tantivy creates these while a writer or reader is open and leaves them behind; a committed
 # generation must not carry them.
@@ -462,7 +465,7 @@ class LiveIndex:
             names = _segment_files(self.work_dir, meta)
             try:
                 for name in names:
-                    os.link(self.work_dir / name, staging / name)
+                    link_or_copy(self.work_dir / name, staging / name)
             except FileNotFoundError:
                 # A merge ended and its inputs were collected meanwhile: a newer meta.json names its output.
                 for name in names:
@@ -477,8 +480,12 @@ class LiveIndex:
         raise EngineError(f"{self.work_dir}: no consistent committed state to stage after 20 tries")
 
     def close(self) -> None:
-        """Let running merges finish and release the writer."""
-        self._writer.wait_merging_threads()
+        """Let running merges finish and release the writer. A line deleted meanwhile (an old
+        line after a rebuild switched lines) takes its work directory with it: nothing to keep."""
+        try:
+            self._writer.wait_merging_threads()
+        except ValueError as exc:
+            log.warning("text index in %s closed with an unfinished merge: %s", self.work_dir, exc)
         del self._index
         _remove_locks(self.work_dir)
 

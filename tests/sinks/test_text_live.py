@@ -71,7 +71,7 @@ def test_every_live_generation_holds_and_answers_what_the_plain_writer_gives(
     manifest (no file of a merge in flight), and the merges it picked up cut its segments."""
     live_store, plain_store = stores
     live, plain = TextWriter("tantivy"), TextWriter("tantivy")
-    live.live_root = tmp_path / "work"
+    live.live = True
     try:
         for batch in range(60):
             records = _records(batch)
@@ -91,7 +91,7 @@ def test_a_staged_generation_that_was_never_committed_is_not_built_on(
         stores: tuple[GenerationStore, GenerationStore], tmp_path: Path) -> None:
     store, _ = stores
     writer = TextWriter("tantivy")
-    writer.live_root = tmp_path / "work"
+    writer.live = True
     try:
         _commit(store, writer, 1, _records(1))
         assert _commit(store, writer, 2, _records(2), abort=True) is None
@@ -109,11 +109,11 @@ def test_a_new_process_continues_from_the_current_generation(
     the generation the store has."""
     store, _ = stores
     first = TextWriter("tantivy")
-    first.live_root = tmp_path / "work"
+    first.live = True
     _commit(store, first, 1, _records(1))
     _commit(store, first, 2, _records(2))  # never closed: as after kill -9
     second = TextWriter("tantivy")
-    second.live_root = tmp_path / "work"
+    second.live = True
     try:
         last = _commit(store, second, 3, _records(3))
     finally:
