@@ -171,11 +171,7 @@ class TantivyEngine:
         try:
             writer = index.writer(heap_size=self.heap_bytes, num_threads=self.threads)
             try:
-                for doc in text_docs:
-                    # Upsert: the delete applies to every earlier doc with this id, the add after it.
-                    writer.delete_documents_by_term("chunkId", doc.chunk_id)
-                    writer.add_document(_document(doc))
-                writer.commit()
+                _upsert(writer, text_docs)
             except BaseException:
                 writer.rollback()
                 raise
@@ -404,6 +400,15 @@ def _document(doc: TextDoc) -> tantivy.Document:
     return document
 
 
+def _upsert(writer: tantivy.IndexWriter, docs: Sequence[TextDoc]) -> None:
+    """Upsert ``docs`` by chunk id and commit: each delete applies to every earlier document
+    with that id, its add after it."""
+    for doc in docs:
+        writer.delete_documents_by_term("chunkId", doc.chunk_id)
+        writer.add_document(_document(doc))
+    writer.commit()
+
+
 def _remove_locks(directory: Path) -> None:
     for name in _LOCK_FILES:
         (directory / name).unlink(missing_ok=True)
@@ -416,7 +421,8 @@ class LiveIndex:
     :meth:`TantivyEngine.add` waits for the merges its commit starts, so the generation it
     stages never has a merge running in it; at a million chunks one such wait held the text
     watermark for many seconds (docs/sinks.md, "Text merges in the background"). Here each
-    batch is committed in a work directory outside the index root, and :meth:`stage` hard-links
+    batch is committed in a work directory beside the generations (the line's ``.live``, on
+    their filesystem), and :meth:`stage` hard-links
     the committed state, ``meta.json`` and exactly the segment files it names, into the staging
     directory of the next generation. A merge still running writes segments no ``meta.json``
     names yet; one that has finished is in the next generation, holding the same documents.
@@ -448,10 +454,7 @@ class LiveIndex:
         if not text_docs:
             return
         try:
-            for doc in text_docs:
-                self._writer.delete_documents_by_term("chunkId", doc.chunk_id)
-                self._writer.add_document(_document(doc))
-            self._writer.commit()
+            _upsert(self._writer, text_docs)
         except ValueError as exc:
             self._writer.rollback()
             raise EngineError(f"tantivy could not write {self.work_dir}: {exc}") from exc
