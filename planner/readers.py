@@ -26,7 +26,7 @@ from __future__ import annotations
 import gc
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Hashable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -193,42 +193,22 @@ def pin_for_cursor(
     return parts[0] if not shards else sharded_pin(kind, parts)
 
 
-class _Manifests:
-    """Committed manifests by file identity (path, inode, mtime, size): a committed
+def _load_manifest(store: GenerationStore, generation_id: int) -> Manifest:
+    """A committed manifest, kept by file identity (path, inode, mtime, size): a committed
     ``manifest.json`` is never rewritten in place, and parsing and checksumming one costs per
     file it lists (one Parquet segment per structured commit: ~5 ms a query at 300k chunks)."""
-
-    def __init__(self, size: int = 256) -> None:
-        self._size = size
-        self._items: OrderedDict[tuple[str, int, int, int], Manifest] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def load(self, store: GenerationStore, generation_id: int) -> Manifest:
-        path = store.manifest_path(generation_id)
-        try:
-            stat = path.stat()
-        except FileNotFoundError:
-            return store.load(generation_id)  # says which generation does not exist
-        key = (str(path), stat.st_ino, stat.st_mtime_ns, stat.st_size)
-        with self._lock:
-            manifest = self._items.get(key)
-            if manifest is not None:
-                self._items.move_to_end(key)
-                return manifest
-        manifest = store.load(generation_id)
-        with self._lock:
-            self._items[key] = manifest
-            while len(self._items) > self._size:
-                self._items.popitem(last=False)
-        return manifest
-
-
-_MANIFESTS = _Manifests()
+    path = store.manifest_path(generation_id)
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        return store.load(generation_id)  # says which generation does not exist
+    return _MANIFESTS.get((str(path), stat.st_ino, stat.st_mtime_ns, stat.st_size),
+                          lambda: store.load(generation_id))
 
 
 def _pinned(store: GenerationStore, kind: str, pin: Pin) -> IndexPin:
     try:
-        manifest = _MANIFESTS.load(store, pin.generation_id)
+        manifest = _load_manifest(store, pin.generation_id)
     except GenerationError:
         pin.release()
         raise
@@ -256,10 +236,10 @@ class _Lru(Generic[_T]):
     def __init__(self, size: int, close: Callable[[_T], None] | None = None) -> None:
         self._size = size
         self._close = close
-        self._items: OrderedDict[str, _T] = OrderedDict()
+        self._items: OrderedDict[Hashable, _T] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, key: str, open_: Callable[[], _T]) -> _T:
+    def get(self, key: Hashable, open_: Callable[[], _T]) -> _T:
         with self._lock:
             if key in self._items:
                 self._items.move_to_end(key)
@@ -276,6 +256,9 @@ class _Lru(Generic[_T]):
                 if self._close is not None:
                     self._close(old)
         return value
+
+
+_MANIFESTS: _Lru[Manifest] = _Lru(256)
 
 
 class CollectorShelter:
