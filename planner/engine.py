@@ -166,6 +166,8 @@ class QueryContext:
     """Candidates asked of each source (a cursor's page: the first page's window)."""
     cursor: Mapping[str, Any] | None
     """The verified payload of the request's cursor (None: a first page)."""
+    warming: bool = False
+    """A tail warmer's pass (:meth:`Planner._warm_tail`), not a query: counted in no query metric."""
     decision: SnapshotDecision = field(init=False)
     """Set by ``_decide``; the later steps only add disclosures to it."""
     embedder: Any = None
@@ -453,12 +455,11 @@ class Planner:
         rebuilt_from = {kind: int((pin.manifest.extra.get("rebuild") or {}).get("fromSeq", 1))
                         for kind, pin in pins.items() if pin is not None}
         decision = with_rebuilt_lines(decision, rebuilt_from)
-        counted = query.principal is not _WARMER  # the warmer's passes are no queries
-        if decision.fallbacks and counted:
+        if decision.fallbacks and not query.warming:
             usl_query_fallbacks_total.labels(
                 reason="vector_unusable" if vector_problem else "vector_missing").inc()
         if problems:
-            if counted:
+            if not query.warming:
                 usl_query_fallbacks_total.labels(reason="generation_unverified").inc()
             decision = with_refusals(decision, problems)
         if query.cursor is not None and decision.as_of_seq != int(query.cursor["asOfSeq"]):
@@ -994,7 +995,7 @@ class Planner:
                 return
             for kind in req.required_kinds:
                 snapshot.pin(kind)
-            query = QueryContext(req, _WARMER, "", snapshot, snapshot.l1_seq, RANK_DEPTH, None)
+            query = QueryContext(req, _WARMER, "", snapshot, snapshot.l1_seq, RANK_DEPTH, None, warming=True)
             self._decide(query)
             self._scan_tail(query)
             if query.tail is not None and query.embedder is not None and "vector" in query.decision.required:
