@@ -549,29 +549,16 @@ class Follower:
                 return
             entries, sentinel = self._snapshot_import(item.path, item.label, item.root, item.fmt, item.complete)
             checked: dict[str, tuple[int, set[str]]] = {}  # log -> (its seq when first seen, sessions checked)
-            present: set[str] = set()
-            seen: set[str] = set()
+            seen: set[str] = set()  # what L1 held before the import, and what it appended
             old_rejects = set(tracked.rejected)
             rejected: set[str] = set()
             for chunk in self._chunks(entry for entry in entries
                                       if not (isinstance(entry, Rejected) and entry.record == sentinel)):
                 self._seen(chunk)
-                present |= self._present_before(chunk, checked)
-                batch = _Batch()
-                for entry in chunk:
-                    if isinstance(entry, Rejected):
-                        if entry.record not in old_rejects:
-                            batch.rejects.append(entry)
-                            rejected.add(entry.record)
-                        continue
-                    event_id = entry.event["eventId"]
-                    if event_id in seen or event_id in present:
-                        report.duplicates += 1
-                        continue
-                    seen.add(event_id)
-                    batch.events.append(entry.event)
-                    batch.canonical.append(entry.canonical)
-                    report.cut += entry.cut > 0
+                seen |= self._present_before(chunk, checked)
+                events, canonical = _new_events(chunk, seen, report)
+                batch = _Batch(events=events, canonical=canonical, rejects=_new_rejects(chunk, old_rejects))
+                rejected.update(entry.record for entry in batch.rejects)
                 stream.send(batch)
                 report.records_read += len(chunk)
                 report.appended += len(batch.events)
@@ -580,7 +567,7 @@ class Follower:
             record = self._record(item)
             stream.finish(record)
         report.formats.add(item.fmt)
-        tracked.record, tracked.appended = record, seen | present
+        tracked.record, tracked.appended = record, seen
         tracked.rejected = old_rejects | rejected
         tracked.held_events = []
 
@@ -609,12 +596,12 @@ class Follower:
             done |= new
         return present
 
-    def _record(self, item: _Parsed) -> FileRecord:
-        """The record of ``item`` once every event of it is in L1."""
+    def _record(self, item: _Parsed, held: tuple[str, ...] = ()) -> FileRecord:
+        """The record of ``item`` once every event of it but ``held`` is in L1."""
         return FileRecord(
             path=str(item.path), log_id=self.log_id, format=item.fmt, offset=len(item.complete),
             prefix_sha=_sha(item.complete), first_line_sha=_sha(_first_line(item.complete)),
-            device=item.stat.st_dev, inode=item.stat.st_ino,
+            held=held, device=item.stat.st_dev, inode=item.stat.st_ino,
         )
 
     def _plan(self, parsed: list[_Parsed], report: PollReport) -> _Batch:
@@ -654,27 +641,11 @@ class Follower:
         idle = self.once or self.clock() - tracked.changed_at >= self.idle_seconds
         release = item.items if idle else item.items[: item.stable]
         seen = set(appended)
-        new_events: list[dict[str, Any]] = []
-        canonical: list[bytes | None] = []
-        for entry in release:
-            if not isinstance(entry, Accepted):
-                continue
-            event_id = entry.event["eventId"]
-            if event_id in seen:
-                report.duplicates += 1
-                continue
-            seen.add(event_id)
-            new_events.append(entry.event)
-            canonical.append(entry.canonical)
-            report.cut += entry.cut > 0
+        new_events, canonical = _new_events(release, seen, report)
         held = [e.event for e in item.items[len(release):]
                 if isinstance(e, Accepted) and e.event["eventId"] not in seen]
-        rejects = [i for i in release if isinstance(i, Rejected) and i.record not in old_rejects]
-        record = FileRecord(
-            path=str(item.path), log_id=self.log_id, format=item.fmt, offset=len(item.complete),
-            prefix_sha=_sha(item.complete), first_line_sha=_sha(_first_line(item.complete)),
-            held=tuple(e["eventId"] for e in held), device=item.stat.st_dev, inode=item.stat.st_ino,
-        )
+        rejects = _new_rejects(release, old_rejects)
+        record = self._record(item, held=tuple(e["eventId"] for e in held))
         report.records_read += len(item.items)
         report.formats.add(item.fmt)
         report.rejected += len(rejects)
@@ -711,6 +682,31 @@ class Follower:
         batch = _Batch(events=list(tracked.held_events), canonical=[None] * len(tracked.held_events))
         batch.records[key] = (record, FileRecord(**{**asdict(record), "held": ()}))
         self._commit(batch, report)
+
+
+def _new_events(entries: list[Accepted | Rejected], seen: set[str],
+                report: PollReport) -> tuple[list[dict[str, Any]], list[bytes | None]]:
+    """The accepted events of ``entries`` whose ids ``seen`` lacks, with their canonical bytes;
+    ``seen`` gains their ids, and each repeat counts as a duplicate."""
+    events: list[dict[str, Any]] = []
+    canonical: list[bytes | None] = []
+    for entry in entries:
+        if not isinstance(entry, Accepted):
+            continue
+        event_id = entry.event["eventId"]
+        if event_id in seen:
+            report.duplicates += 1
+            continue
+        seen.add(event_id)
+        events.append(entry.event)
+        canonical.append(entry.canonical)
+        report.cut += entry.cut > 0
+    return events, canonical
+
+
+def _new_rejects(entries: list[Accepted | Rejected], old_rejects: set[str]) -> list[Rejected]:
+    """The rejects of ``entries`` not dead-lettered before (by their record name)."""
+    return [entry for entry in entries if isinstance(entry, Rejected) and entry.record not in old_rejects]
 
 
 def _sessions(items: list[_Parsed]) -> dict[str, set[str]]:
