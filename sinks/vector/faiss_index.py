@@ -233,7 +233,11 @@ def _build_index(matrix: np.ndarray, approximate: bool) -> Any:
 
 @dataclass
 class _SegmentData:
-    """A segment's metadata, chunkIds and (memory-mapped) raw vectors."""
+    """A segment's metadata, chunkIds and (memory-mapped) raw vectors.
+
+    ``vectors`` and ``spans`` are plain ndarray views of the mapping, not ``np.memmap``s:
+    slicing a memmap runs Python code per slice, and a query slices a few hundred rows per
+    segment (re-scoring hits, each candidate's best event)."""
 
     name: str
     meta: dict[str, Any]
@@ -262,7 +266,7 @@ class _SegmentData:
         if meta.get("format") not in _READABLE_FORMATS:
             raise VectorIndexError(f"vector segment {name}: unknown format {meta.get('format')!r}")
         try:
-            vectors = np.load(directory / f"{name}.vec.npy", mmap_mode="r", allow_pickle=False)
+            vectors = np.asarray(np.load(directory / f"{name}.vec.npy", mmap_mode="r", allow_pickle=False))
         except (OSError, ValueError) as exc:
             raise VectorIndexError(f"vector segment {name}: cannot read its vectors ({exc})") from None
         ids = meta.pop("chunkIds")
@@ -289,10 +293,6 @@ class _Segment:
         self.approximate = self.data.meta["index"] == "hnsw"
         self.ef_search = ef_search
         self._rows: dict[str, int] | None = None
-        # Plain ndarray views of the memory-mapped rows: slicing a np.memmap runs Python code
-        # per slice, and a query slices a few hundred rows per segment.
-        self.matrix: np.ndarray = np.asarray(self.data.vectors)
-        self.spans: np.ndarray = np.asarray(self.data.spans)
         self.index: Any = None
         if self.approximate:
             try:
@@ -324,7 +324,7 @@ class _Segment:
         # cosine() of each hit, its float64 operands made once: the same numbers, without
         # a memmap slice and two conversions per hit (a query re-scores ~limit hits per segment).
         query64 = np.asarray(query[0], dtype=np.float64)
-        rows = self.matrix[[row for _score, _chunk_id, row in hits]].astype(np.float64)
+        rows = self.data.vectors[[row for _score, _chunk_id, row in hits]].astype(np.float64)
         return [(float(np.float32(np.dot(vector, query64))), chunk_id)
                 for vector, (_score, chunk_id, _row) in zip(rows, hits, strict=True)]
 
@@ -349,7 +349,7 @@ class _Segment:
 
     def _scan(self, query: np.ndarray, limit: int, allowed: Callable[[str], bool]) -> list[tuple[float, str, int]]:
         ids = self.data.chunk_ids
-        scores = np.asarray(self.matrix @ query[0], dtype=np.float32)
+        scores = np.asarray(self.data.vectors @ query[0], dtype=np.float32)
         k = limit + 1
         while k < self.count:
             # argpartition finds the k best without sorting the whole segment.
@@ -446,12 +446,11 @@ class VectorReader:
         wanted = set(chunk_ids)
         best: dict[str, float] = {}
         for segment in self._segments:
-            offsets = segment.data.span_offsets
             for chunk_id in wanted & segment.rows.keys():
                 row = segment.rows[chunk_id]
-                spans = segment.spans[offsets[row]:offsets[row + 1]]
+                spans = segment.data.spans_of(row)
                 score = (float(np.max((np.asarray(spans, dtype=np.float64) @ query).astype(np.float32)))
-                         if len(spans) else cosine(segment.matrix[row], query))
+                         if len(spans) else cosine(segment.data.vectors[row], query))
                 if score > best.get(chunk_id, -np.inf):
                     best[chunk_id] = score
         return best
