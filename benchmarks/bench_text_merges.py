@@ -2,8 +2,8 @@
 (the sink loop's live index, ``sinks.text.tantivy_engine.LiveIndex``), in one run.
 
 The same corpus (``bench_query.generate``: one short chunk per turn) is written in batches of
-``--batch`` chunks, each batch a committed generation (begin → write → commit → gc), once each
-way and alternating for ``--pairs`` pairs. A commit that waits for a merge holds the text
+``--batch`` chunks, each batch a committed generation (``sinks.testing.commit_batches``, then
+gc), once each way and alternating for ``--pairs`` pairs. A commit that waits for a merge holds the text
 watermark for that long, so the figures are the commit times' median, p99 and maximum (the
 longest wait) and the maximum against the median, per way, and the live/plain ratios.
 
@@ -23,17 +23,18 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.bench_query import generate
-from sinks.generations import GenerationStore, Manifest
+from sinks.generations import GenerationStore
+from sinks.testing import commit_batches
 from sinks.text_writer import TextWriter
 
 
 def commit_times(chunks: int, batch: int, *, live: bool) -> list[float]:
     """Seconds of each generation's write + commit, the way the sink does it."""
     with tempfile.TemporaryDirectory(prefix="usl-text-merges-") as tmp:
-        store = GenerationStore(Path(tmp) / "indexes", "default", "text")
+        root = Path(tmp) / "indexes"
+        store = GenerationStore(root, "default", "text")
         writer = TextWriter("tantivy")
-        if live:
-            writer.live = True
+        writer.live = live
         times: list[float] = []
         pending: list[dict[str, Any]] = []
         try:
@@ -42,18 +43,7 @@ def commit_times(chunks: int, batch: int, *, live: bool) -> list[float]:
                 if len(pending) < batch:
                     continue
                 began = time.perf_counter()
-                current = store.current()
-                staging = store.begin()
-                try:
-                    writer.write(staging, store.generation_dir(current.generation_id) if current else None, pending)
-                    store.commit(staging, Manifest(
-                        kind="text", log_id="default", line=store.line, generation_id=0,
-                        built_through_seq=max(c["maxSeq"] for c in pending), schema_version="3",
-                        asp_version="1", chunker={}, embedding=None, redaction_policy_hash="bench",
-                        chunk_count=len(pending)))
-                except BaseException:
-                    store.abort()
-                    raise
+                commit_batches(root, writer, [pending])
                 times.append(time.perf_counter() - began)
                 store.gc(keep_last=2)
                 pending = []
