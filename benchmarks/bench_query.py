@@ -276,6 +276,7 @@ def build_steps(settings: Any, bootstrap: str, sizes: tuple[int, ...] | list[int
     and their watermarks are published: yields that step's build figures (cumulative).
     ``builder``: the caller's (its writers' embedder serves recall), closed here all the same;
     ``batch``: chunks per generation."""
+    from sinks.runner import watermark_of
     from sinks.watermarks import WatermarkPublisher
     from streams.asp import validate_event
     from streams.l1 import L1Producer
@@ -322,10 +323,7 @@ def build_steps(settings: Any, bootstrap: str, sizes: tuple[int, ...] | list[int
                 manifest = store.current()
                 assert manifest is not None
                 # The last batch may end below `through` on a turn boundary; the index covers it all.
-                publisher.publish({"logId": "default", "kind": kind, "line": store.line,
-                                   "generationId": manifest.generation_id, "builtThroughSeq": through,
-                                   "manifest": str(store.manifest_path(manifest.generation_id)),
-                                   "committedAt": manifest.created_at, "versions": {}})
+                publisher.publish({**watermark_of(manifest, store, {}), "builtThroughSeq": through})
             merges = [m for m in builder.merges if not m["dropped"]]
             # The lag a merge causes shows only while batches are still coming: one published
             # while the step settles would charge the wait for the step's end to the merge.
