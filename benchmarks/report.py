@@ -159,11 +159,11 @@ def project(steps: list[dict[str, Any]], machine: dict[str, Any], to: int = PROJ
         x, y, b = fit
         row: dict[str, Any] = {"measure": name, "unit": unit, "chunks": x, "value": y, "exponent": b,
                                "projected": y * (to / x) ** b, "limit": limit, "bound": bound, "reachedAt": None}
-        if limit:
-            # In logs: a nearly flat curve (b close to 0) puts the bound past any float.
-            growth = math.log(limit / y) / b if b > 0 and y < limit else None
-            reached = x if y >= limit else (x * math.exp(growth) if growth is not None and growth < 700 else math.inf)
-            row["reachedAt"] = reached if reached <= 1000 * to else None  # flat curves never get there
+        if limit and y >= limit:
+            row["reachedAt"] = x
+        elif limit and b > 0 and math.log(limit / y) / b <= math.log(1000 * to / x):
+            # Compared in logs first: a nearly flat curve puts the bound past any float.
+            row["reachedAt"] = x * (limit / y) ** (1 / b)  # flatter curves never get there (None)
         rows.append(row)
     bounded = [row for row in rows if row["reachedAt"]]
     first = min(bounded, key=lambda row: row["reachedAt"], default=None)
