@@ -16,18 +16,13 @@ import argparse
 import json
 import os
 import resource
-import socket
 import statistics
 import subprocess
 import sys
 import time
 from typing import Any
 
-
-def _closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+from deploy.jars import free_port
 
 
 def _time(command: list[str], env: dict[str, str]) -> tuple[float, float] | None:
@@ -53,7 +48,7 @@ def main() -> None:
     args = parser.parse_args()
     command = [args.usl, "search", args.query, "--json"]
     api_env = dict(os.environ)
-    local_env = {**os.environ, "USL_API_URL": f"http://127.0.0.1:{_closed_port()}"}
+    local_env = {**os.environ, "USL_API_URL": f"http://127.0.0.1:{free_port()}"}
     _time(command, api_env)  # warm the page cache for both
     _time(command, local_env)
     timings: dict[str, list[float]] = {"api": [], "in-process": []}

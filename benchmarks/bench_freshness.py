@@ -27,7 +27,6 @@ import argparse
 import json
 import os
 import re
-import socket
 import tempfile
 import time
 import urllib.request
@@ -37,6 +36,7 @@ from typing import Any
 
 from benchmarks.measure import KINDS, LOG, Coverage, Tail, append, steady
 from benchmarks.workload import WorkloadConfig, generate
+from deploy.jars import free_port
 from deploy.testing import Stack
 from streams.settings import Settings
 from streams.topics import Topics
@@ -94,9 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     home = Path(tempfile.mkdtemp(prefix=f"usl-bench-freshness-{args.label}-"))
     settings = Settings.from_env({}, home=home, bootstrap_servers=bootstrap,
                                  topic_prefix=f"fresh{uuid.uuid4().hex[:8]}.", **overrides)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     stack = Stack(settings)
     coverage = Coverage(settings.stream_partitions)
     published: list[float] = []  # seconds from a watermark's commit to this process seeing it
