@@ -15,6 +15,7 @@ import pytest
 from planner.engine import Planner
 from planner.readers import CollectorShelter, IndexPin, ReaderCache, pin_for_query
 from sinks.generations import GenerationStore, Manifest
+from streams.settings import Settings
 from tests.planner.corpus import IndexBuilder, acl, make_test_settings, session_events
 
 
@@ -92,6 +93,15 @@ def thawed() -> Iterator[None]:
         gc.unfreeze()
 
 
+def _sessions(settings: Settings, kafka_bootstrap: str, count: int) -> IndexBuilder:
+    """A builder whose log holds ``count`` tenant-wide sessions of two turns each."""
+    builder = IndexBuilder(settings, kafka_bootstrap, "default")
+    for number in range(count):
+        builder.append([event for group in session_events(
+            "default", f"s-{number}", acl("acme", "*"), turns=2, words="deploy") for event in group])
+    return builder
+
+
 def _tracked_ids() -> set[int]:
     return {id(item) for item in gc.get_objects()}  # every generation but the permanent one
 
@@ -101,10 +111,7 @@ def test_a_loaded_generations_tables_are_left_out_of_full_collections(
     # A full collection walks every tracked object; the chunk table and the access lists hold
     # one or more per chunk, so they are frozen once loaded (issue 21: the p99 was a collection).
     settings = make_test_settings(tmp_path, kafka_bootstrap)
-    builder = IndexBuilder(settings, kafka_bootstrap, "default")
-    for number in range(3):
-        builder.append([event for group in session_events(
-            "default", f"s-{number}", acl("acme", "*"), turns=2, words="deploy") for event in group])
+    builder = _sessions(settings, kafka_bootstrap, 3)
     builder.commit("structured")
     planner = Planner(settings, kafka_bootstrap)
     try:
@@ -131,10 +138,7 @@ def test_replaced_generations_free_their_tables_and_frozen_objects_stay_bounded(
     # loaded, go when the cache drops the generation, and switching generations of the same
     # data over and over leaves the permanent generation as large as it was.
     settings = make_test_settings(tmp_path, kafka_bootstrap)
-    builder = IndexBuilder(settings, kafka_bootstrap, "default")
-    for number in range(5):
-        builder.append([event for group in session_events(
-            "default", f"s-{number}", acl("acme", "*"), turns=2, words="deploy") for event in group])
+    builder = _sessions(settings, kafka_bootstrap, 5)
     planner = Planner(settings, kafka_bootstrap)
     readers = ReaderCache(shelter=CollectorShelter(refresh_every=8))
     tables: list[weakref.ref[object]] = []
