@@ -8,6 +8,7 @@ import json
 import socket
 import threading
 import warnings
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -354,25 +355,38 @@ def test_scores_do_not_depend_on_how_the_vectors_are_laid_out(tmp_path: Path) ->
     assert [h.chunk_id for h in many.search(duplicate, limit=3)] == ["c_00000007", "c_dup_a", "c_dup_b"]
 
 
+def _planned_merges(batch_bytes: int, batches: int) -> Iterator[tuple[list[str], int, dict[str, int]]]:
+    """The vector writer's merge plan followed over ``batches`` committed batches of
+    ``batch_bytes``: (merged segment names, merged bytes, the segment sizes after it) for each
+    merge, and ([], 0, sizes) once the merges after a batch are done."""
+    from sinks.vector_writer import merge_plan
+
+    sizes: dict[str, int] = {}
+    for generation in range(1, batches + 1):
+        sizes[f"seg-{generation:08d}"] = batch_bytes
+        round_number = 0
+        while group := merge_plan(sizes):
+            merged = sum(sizes.pop(name) for name in group)
+            sizes[f"merged-{generation:08d}-{round_number}"] = merged
+            round_number += 1
+            yield group, merged, sizes
+        yield [], 0, sizes
+
+
 def test_tiered_merges_keep_segments_few_and_rewrite_each_vector_a_log_number_of_times() -> None:
     """A million 256-d chunks in batches of 10 000: the merge plan the vector writer follows
     keeps at most MAX_SEGMENTS segments and rewrites each vector O(log n) times. Merging all
     segments every few batches (the old policy) rewrote each vector O(n) times."""
-    from sinks.vector_writer import MAX_SEGMENTS, MERGE_FACTOR, merge_plan
+    from sinks.vector_writer import MAX_SEGMENTS, MERGE_FACTOR
 
     batch_bytes = 10_000 * 256 * 4
-    sizes: dict[str, int] = {}
     rewritten = 0
-    for generation in range(1, 101):
-        sizes[f"seg-{generation:08d}"] = batch_bytes
-        round_number = 0
-        while group := merge_plan(sizes):
+    for group, merged, sizes in _planned_merges(batch_bytes, 100):
+        if group:
             assert group == sorted(group, key=lambda name: [int(p) for p in name.split("-")[1:]])
-            merged = sum(sizes.pop(name) for name in group)
-            sizes[f"merged-{generation:08d}-{round_number}"] = merged
             rewritten += merged
-            round_number += 1
-        assert len(sizes) <= MAX_SEGMENTS
+        else:
+            assert len(sizes) <= MAX_SEGMENTS
     total = sum(sizes.values())
     assert total == 100 * batch_bytes
     tiers = len({size.bit_length() // 2 for size in sizes.values()})
@@ -531,18 +545,10 @@ def test_no_tier_merge_builds_a_segment_past_the_cap() -> None:
     """A million 256-d chunks in batches of 10 000: no tier merge rebuilds a graph past
     MAX_MERGED_BYTES (the 640k-vector rebuild that cost a 1M build most of its time), and the
     segments above the cap stay few enough for MAX_SEGMENTS to be no concern."""
-    from sinks.vector_writer import MAX_MERGED_BYTES, MAX_SEGMENTS, merge_plan
+    from sinks.vector_writer import MAX_MERGED_BYTES, MAX_SEGMENTS
 
     batch_bytes = 10_000 * 3 * 256 * 4  # a turn chunk's vector and its two span vectors
-    sizes: dict[str, int] = {}
-    largest = 0
-    for generation in range(1, 101):
-        sizes[f"seg-{generation:08d}"] = batch_bytes
-        round_number = 0
-        while group := merge_plan(sizes):
-            merged = sum(sizes.pop(name) for name in group)
-            largest = max(largest, merged)
-            sizes[f"merged-{generation:08d}-{round_number}"] = merged
-            round_number += 1
+    steps = list(_planned_merges(batch_bytes, 100))
+    largest, sizes = max(merged for _, merged, _ in steps), steps[-1][2]
     assert largest <= MAX_MERGED_BYTES and largest == 16 * batch_bytes
     assert len(sizes) <= MAX_SEGMENTS // 2
