@@ -114,6 +114,7 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
         producer_linger=settings.producer_linger_seconds,
         table_cleanup_interval=3600.0,
     )
+    faust_compat.set_fetch_wait(app, settings.worker_fetch_wait_seconds)
     raw: dict[str, Any] = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw", "value_serializer": "raw"}
     l1_topic = app.topic(topics.l1, partitions=settings.l1_partitions, **raw)
     redacted_topic = app.topic(topics.redacted, partitions=settings.stream_partitions, **raw)

@@ -14,6 +14,14 @@ Patched (replaced on the class, once per process, by :func:`patch_faust_rebalanc
 - ``faust.transport.consumer.Consumer._new_offset(self, tp) -> int | None``: faust's commit
   moves past such a hole (its gap check is off by one, faust-streaming#312, #318). A partition
   marked skipped commits nothing until it was read again.
+- ``faust.transport.drivers.aiokafka.AIOKafkaConsumerThread._create_worker_consumer(self,
+  transport)``: faust builds the worker's ``AIOKafkaConsumer`` with ``fetch_max_wait_ms=1500``
+  and no setting for it. aiokafka keeps one fetch in flight per broker, over the partitions whose
+  fetched records are used up; while such a fetch waits on caught-up partitions (the redacted
+  topic the worker itself feeds), new records of the others (L1) are not fetched. With 1.5 s the
+  worker sat idle two thirds of the time on a backlog (docs/benchmarks.md, "The fetch that held
+  the worker"). The consumer's ``_fetch_max_wait_ms`` is set from :func:`set_fetch_wait` before
+  it starts.
 - ``faust.transport.drivers.aiokafka.AIOKafkaConsumerThread.seek_to_committed(self)`` (async):
   a partition kept across a rebalance without a committed offset is not repositioned (aiokafka
   seeks only to committed offsets > 0, faust-streaming#216); it is now sought to its beginning,
@@ -63,6 +71,7 @@ __all__ = [
     "rebalanced",
     "reread",
     "restored_key_partitions",
+    "set_fetch_wait",
     "skipped",
 ]
 
@@ -105,10 +114,26 @@ def patch_faust_rebalance() -> None:
 
         return await self.call_thread(seek)
 
+    original_create = AIOKafkaConsumerThread._create_worker_consumer
+
+    def create_worker_consumer(self: Any, transport: Any) -> Any:
+        consumer = original_create(self, transport)
+        wait_ms = self.app.__dict__.get("usl_fetch_wait_ms")
+        if wait_ms is not None:  # read by the fetcher aiokafka builds when the consumer starts
+            consumer._fetch_max_wait_ms = wait_ms
+        return consumer
+
+    AIOKafkaConsumerThread._create_worker_consumer = create_worker_consumer  # type: ignore[method-assign]
     Consumer.ack = ack  # type: ignore[method-assign]
     Consumer._new_offset = new_offset  # type: ignore[method-assign]
     AIOKafkaConsumerThread.seek_to_committed = seek_to_committed  # type: ignore[method-assign]
     Consumer.usl_patched = True  # type: ignore[attr-defined]
+
+
+def set_fetch_wait(app: faust.App, seconds: float) -> None:
+    """Let the broker hold a fetch of ``app``'s worker consumer at most ``seconds`` (module
+    docstring: faust hard-codes 1.5 s). Call before the worker starts."""
+    app.__dict__["usl_fetch_wait_ms"] = max(1, round(seconds * 1000))
 
 
 def skipped(consumer: Any) -> set[Any]:

@@ -58,6 +58,12 @@ class Settings:
         "USL_WORKER_BATCH_SECONDS", 0.05,
         "Longest a worker stage waits for its batch to fill; what it holds then is processed.", minimum=0.001,
     )
+    worker_fetch_wait_seconds: float = _setting(
+        "USL_WORKER_FETCH_WAIT_SECONDS", 0.1,
+        "Longest the broker holds a fetch of the worker's consumer that found nothing new. One fetch per broker is "
+        "in flight, so while it waits on caught-up topics the others' new records wait too (faust's 1.5 s held "
+        "the worker idle two thirds of the time).", minimum=0.001,
+    )
     producer_batch_bytes: int = _setting(
         "USL_PRODUCER_BATCH_BYTES", 524288,
         "Largest record batch the worker's producer builds per partition; keep it below the topics' max.message.bytes (1 MiB by default).",

@@ -98,3 +98,33 @@ def test_rebalance_guards_exist() -> None:
 @pytest.mark.parametrize("name", sorted(faust_compat.__all__))
 def test_every_helper_is_documented(name: str) -> None:
     assert getattr(faust_compat, name).__doc__, name
+
+
+@pytest.mark.parametrize(("setting", "expected_ms"), [(None, 100), ("0.02", 20)])
+def test_the_worker_consumer_waits_on_fetches_as_long_as_the_setting_says(
+    tmp_path: object, setting: str | None, expected_ms: int,
+) -> None:
+    """faust builds the worker's consumer with ``fetch_max_wait_ms=1500`` whatever it is told; a
+    fetch held that long on caught-up topics kept the worker idle on a backlog. No broker: the
+    consumer is built, not started."""
+    import asyncio
+
+    from streams.app import create_app
+    from streams.settings import Settings
+
+    env = {} if setting is None else {"USL_WORKER_FETCH_WAIT_SECONDS": setting}
+    settings = Settings.from_env(env, home=str(tmp_path))
+
+    async def built_wait() -> tuple[int, int]:
+        app = create_app(settings, "127.0.0.1:9")
+        thread = app.consumer._thread
+        assert params(thread._create_worker_consumer) == ["transport"]
+        consumer = thread._create_worker_consumer(app.transport)
+        # faust's own value, without the setting: if it changes, the patch may no longer be needed.
+        app.__dict__.pop("usl_fetch_wait_ms", None)
+        plain = thread._create_worker_consumer(app.transport)
+        await consumer.stop()
+        await plain.stop()
+        return consumer._fetch_max_wait_ms, plain._fetch_max_wait_ms
+
+    assert asyncio.run(built_wait()) == (expected_ms, 1500)
