@@ -338,18 +338,20 @@ def test_the_cache_stays_within_its_byte_bound(
     """Fetch generations of ``sizes`` KiB in turn into a cache of ``bound`` KiB: it never holds
     more, keeps the newest, and every fetch that fits is byte-identical."""
     store = make_object_store()
-    work = Path(tempfile.mkdtemp(prefix="usl-cache-"))
-    cache = GenerationCache(store, work / "cache", bound * 1024 + 4096)
-    for number, size in enumerate(sizes):
-        manifest, gen_dir = commit_local(work / f"idx-{number}", {"seg.bin": os.urandom(size * 1024)},
-                                         log_id=f"log{number}")
-        # The cache reads manifests, not the commit point: upload without committing.
-        remote = store.upload_generation(gen_dir, log_id=manifest.log_id, kind="text", shard=DEFAULT_SHARD,
-                                         line="live", generation_id=1, built_through_seq=1)
-        fetched = cache.fetch(remote.manifest_key)
-        assert tree(fetched) == tree(gen_dir)
-        assert cache.bytes_used() <= cache.max_bytes
-        assert cache.cached()[-1] == fetched.name
+    # hypothesis runs many examples per test: a directory of their own each, removed after it.
+    with tempfile.TemporaryDirectory(prefix="usl-cache-") as scratch:
+        work = Path(scratch)
+        cache = GenerationCache(store, work / "cache", bound * 1024 + 4096)
+        for number, size in enumerate(sizes):
+            manifest, gen_dir = commit_local(work / f"idx-{number}", {"seg.bin": os.urandom(size * 1024)},
+                                             log_id=f"log{number}")
+            # The cache reads manifests, not the commit point: upload without committing.
+            remote = store.upload_generation(gen_dir, log_id=manifest.log_id, kind="text", shard=DEFAULT_SHARD,
+                                             line="live", generation_id=1, built_through_seq=1)
+            fetched = cache.fetch(remote.manifest_key)
+            assert tree(fetched) == tree(gen_dir)
+            assert cache.bytes_used() <= cache.max_bytes
+            assert cache.cached()[-1] == fetched.name
 
 
 def test_the_cache_never_evicts_a_pinned_generation(
