@@ -17,7 +17,7 @@ from typing import Any
 from streams.asp import DEFAULT_MAX_EVENT_BYTES, canonical_bytes, fit_event
 from streams.exceptions import ImportFormatError, SchemaError
 from streams.importers.asp import iter_asp
-from streams.importers.base import BOM, RAW_MAX_CHARS, Accepted, Rejected, parse_json
+from streams.importers.base import BOM, RAW_MAX_CHARS, Accepted, Content, Rejected, parse_json
 from streams.importers.claude_code import AUXILIARY_TYPE_RE, SubagentLinks, iter_claude_code
 from streams.importers.codex import LINE_TYPES as CODEX_LINE_TYPES
 from streams.importers.codex import iter_codex
@@ -111,11 +111,14 @@ def import_files(
 def iter_file(
     path: Path, fmt: str, *, label: str, log_id: str = "default", acl: dict[str, Any] | None = None,
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES, links: SubagentLinks | None = None,
+    data: Content | None = None,
 ) -> Iterator[Accepted | Rejected]:
     """The records of one file of format ``fmt`` (one of FORMATS), labelled ``label:line``.
-    ``links`` carries Claude Code subagent links between the files of one import."""
+    ``links`` carries Claude Code subagent links between the files of one import. ``data`` is
+    the file's bytes when the caller holds them (read as ``path``: its name and suffix still
+    count); the file itself is then not read."""
     extra = {"links": {} if links is None else links} if fmt == "claude-code" else {}
-    for item in _IMPORTERS[fmt](Path(path), label=label, log_id=log_id, acl=acl, **extra):
+    for item in _IMPORTERS[fmt](Path(path), label=label, log_id=log_id, acl=acl, data=data, **extra):
         yield _fitted(item, max_event_bytes) if isinstance(item, Accepted) else item
 
 

@@ -15,6 +15,7 @@ from streams.exceptions import SchemaError
 from streams.importers.base import (
     BOM,
     Accepted,
+    Content,
     Rejected,
     iter_json_lines,
     raw_text,
@@ -24,10 +25,12 @@ __all__ = ["iter_asp"]
 
 
 def iter_asp(
-    path: Path, *, label: str, log_id: str = "default", acl: dict[str, Any] | None = None
+    path: Path, *, label: str, log_id: str = "default", acl: dict[str, Any] | None = None,
+    data: Content | None = None,
 ) -> Iterator[Accepted | Rejected]:
-    """One Accepted per valid event line of ``path``, one Rejected per bad line."""
-    for item in iter_json_lines(path, label=label, what="an ASP event"):
+    """One Accepted per valid event line of ``path`` (or of ``data``, its bytes), one Rejected
+    per bad line."""
+    for item in iter_json_lines(path, label=label, what="an ASP event", data=data):
         if isinstance(item, Rejected):
             yield item
             continue

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import copy
 import hashlib
-from collections.abc import Iterator
+import io
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +30,14 @@ __all__ = [
     "PAYLOAD_MAX_BYTES",
     "RAW_MAX_CHARS",
     "Accepted",
+    "Content",
     "JsonLine",
     "Rejected",
     "SessionEmitter",
     "iter_json_lines",
     "parse_json",
     "raw_text",
+    "read_bytes",
     "read_lines",
     "small_payload",
     "stable_id",
@@ -126,6 +130,10 @@ def valid_time(value: Any) -> str | None:
     return value
 
 
+#: A file's bytes as a caller holds them: one bytes object, or its parts in order (every part but
+#: the last ending in a newline), read as if they were joined.
+Content = bytes | tuple[bytes, ...]
+
 #: The UTF-8 byte order mark some editors write at the start of a file.
 BOM = b"\xef\xbb\xbf"
 _READ_BUFFER_BYTES = 1 << 20
@@ -164,8 +172,14 @@ def _parse_json(line: bytes | str) -> tuple[Any, str | None, bool]:
         return None, f"invalid JSON (truncated or not JSON): {exc}", False
 
 
-def read_lines(path: Path) -> Iterator[tuple[int, bytes]]:
-    """(1-based line number, line without its newline) for every non-blank line of ``path``."""
+def read_lines(path: Path, data: Content | None = None) -> Iterator[tuple[int, bytes]]:
+    """(1-based line number, line without its newline) for every non-blank line of ``path``, or
+    of ``data`` read as that file's bytes (a caller that already holds them: ``usl ingest``)."""
+    if data is not None:
+        # Each BytesIO shares its part's buffer: the file is not copied, nor joined to its tail.
+        parts = (data,) if isinstance(data, bytes) else data
+        yield from _non_blank(chain.from_iterable(io.BytesIO(part) for part in parts))
+        return
     try:
         # 1 MiB reads, not 8 KiB: each read lets go of the GIL, and getting it back waits for any
         # other busy thread (ingest connects to Kafka on one meanwhile): 29 MB read 30x slower
@@ -175,12 +189,27 @@ def read_lines(path: Path) -> Iterator[tuple[int, bytes]]:
         raise ImportFormatError(f"{path}: cannot read the file: {exc.strerror or exc}") from exc
     with handle:
         try:
-            for number, line in enumerate(handle, start=1):
-                stripped = line.strip()
-                if stripped:
-                    yield number, stripped
+            yield from _non_blank(handle)
         except OSError as exc:
             raise ImportFormatError(f"{path}: read failed: {exc.strerror or exc}") from exc
+
+
+def _non_blank(lines: Iterable[bytes]) -> Iterator[tuple[int, bytes]]:
+    for number, line in enumerate(lines, start=1):
+        stripped = line.strip()
+        if stripped:
+            yield number, stripped
+
+
+def read_bytes(path: Path, data: Content | None = None) -> bytes:
+    """The bytes of ``path`` (``data`` when the caller already holds them); ImportFormatError
+    when the file cannot be read."""
+    if data is not None:
+        return data if isinstance(data, bytes) else b"".join(data)
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise ImportFormatError(f"{path}: cannot read the file: {exc.strerror or exc}") from exc
 
 
 @dataclass(frozen=True)
@@ -196,11 +225,12 @@ class JsonLine:
     canonical: bool = False
 
 
-def iter_json_lines(path: Path, *, label: str, what: str) -> Iterator[JsonLine | Rejected]:
+def iter_json_lines(path: Path, *, label: str, what: str, data: Content | None = None) -> Iterator[JsonLine | Rejected]:
     """Every non-blank line of ``path`` in order: a :class:`JsonLine` when it is a JSON object,
     else a :class:`Rejected` (bad JSON, or "``what`` must be a JSON object, not list"), so each
-    importer dead-letters a bad line the same way. Unreadable files raise ImportFormatError."""
-    for number, line in read_lines(path):
+    importer dead-letters a bad line the same way. Unreadable files raise ImportFormatError.
+    ``data``: the file's bytes, when the caller holds them (:func:`read_lines`)."""
+    for number, line in read_lines(path, data):
         record = f"{label}:{number}"
         value, error, canonical = _parse_json(line)
         if error is not None:

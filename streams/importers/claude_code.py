@@ -18,6 +18,7 @@ from typing import Any
 
 from streams.importers.base import (
     Accepted,
+    Content,
     Rejected,
     SessionEmitter,
     iter_json_lines,
@@ -82,22 +83,24 @@ SubagentLinks = dict[tuple[str, str], tuple[str, str, Any]]
 
 def iter_claude_code(
     path: Path, *, label: str, log_id: str = "default", acl: dict[str, Any] | None = None,
-    links: SubagentLinks | None = None,
+    links: SubagentLinks | None = None, data: Content | None = None,
 ) -> Iterator[Accepted | Rejected]:
-    """Events of one Claude Code transcript, and a Rejected per line that cannot be imported.
+    """Events of one Claude Code transcript (``data``: its bytes, when the caller holds them),
+    and a Rejected per line that cannot be imported.
 
     ``links`` is shared by the files of one directory import: Claude Code keeps a subagent's
     transcript in its own file (``SESSION/subagents/agent-ID.jsonl``, after ``SESSION.jsonl`` in
     path order), and the main file's Task result is what ties the agentId to its call."""
-    yield from _Transcript(path, label=label, log_id=log_id, acl=acl, links=links).run()
+    yield from _Transcript(path, label=label, log_id=log_id, acl=acl, links=links, data=data).run()
 
 
 class _Transcript:
     """One pass over a transcript; holds the per-session state that lines refer back to."""
 
     def __init__(self, path: Path, *, label: str, log_id: str, acl: dict[str, Any] | None,
-                 links: SubagentLinks | None = None) -> None:
+                 links: SubagentLinks | None = None, data: Content | None = None) -> None:
         self.path = path
+        self.data = data
         self.links: SubagentLinks = {} if links is None else links
         self.label = label
         self.log_id = log_id
@@ -107,11 +110,11 @@ class _Transcript:
         self.line_events: dict[str, str] = {}  # uuid → eventId of the line's last event
         self.seen_uuids: dict[str, int] = {}  # uuid → line number, to refuse duplicates
         self.pending: list[_Pending] = []
-        self.title, self.model = _prescan(path)
+        self.title, self.model = _prescan(path, data)
 
     def run(self) -> Iterator[Result]:
         last_record = f"{self.label}:0"
-        for item in iter_json_lines(self.path, label=self.label, what="a transcript line"):
+        for item in iter_json_lines(self.path, label=self.label, what="a transcript line", data=self.data):
             last_record = item.record
             if isinstance(item, Rejected):
                 yield item
@@ -344,7 +347,7 @@ class _Transcript:
             yield from session.emitter.end_turn(record=last_record, raw="")
 
 
-def _prescan(path: Path) -> tuple[str | None, str | None]:
+def _prescan(path: Path, data: Content | None = None) -> tuple[str | None, str | None]:
     """(title, model) for session.started, which is emitted before the lines that carry them.
 
     The title is the summary whose ``leafUuid`` is a line of this file (else the first
@@ -354,7 +357,7 @@ def _prescan(path: Path) -> tuple[str | None, str | None]:
     uuids: set[bytes] = set()
     summaries: list[tuple[str, str | None]] = []
     model = None
-    for _, line in read_lines(path):
+    for _, line in read_lines(path, data):
         uuids.update(_UUID_FIELD.findall(line))
         if b'"summary"' in line:
             value, _error = parse_json(line)

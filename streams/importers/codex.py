@@ -21,6 +21,7 @@ import orjson
 
 from streams.importers.base import (
     Accepted,
+    Content,
     Rejected,
     SessionEmitter,
     iter_json_lines,
@@ -43,14 +44,16 @@ Result = Accepted | Rejected
 
 
 def iter_codex(path: Path, *, label: str, log_id: str = "default",
-               acl: dict[str, Any] | None = None) -> Iterator[Result]:
-    """Events of one Codex rollout, and a Rejected per line that cannot be imported."""
-    yield from _Rollout(path, label=label, log_id=log_id, acl=acl).run()
+               acl: dict[str, Any] | None = None, data: Content | None = None) -> Iterator[Result]:
+    """Events of one Codex rollout (``data``: its bytes, when the caller holds them), and a
+    Rejected per line that cannot be imported."""
+    yield from _Rollout(path, label=label, log_id=log_id, acl=acl, data=data).run()
 
 
 class _Rollout:
-    def __init__(self, path: Path, *, label: str, log_id: str, acl: dict[str, Any] | None) -> None:
-        self.path, self.label, self.log_id, self.acl = path, label, log_id, acl
+    def __init__(self, path: Path, *, label: str, log_id: str, acl: dict[str, Any] | None,
+                 data: Content | None = None) -> None:
+        self.path, self.label, self.log_id, self.acl, self.data = path, label, log_id, acl, data
         self.emitter: SessionEmitter | None = None
         self.model: str | None = None
         self.calls: dict[str, tuple[str, str]] = {}  # call_id -> (eventId, tool name)
@@ -63,7 +66,7 @@ class _Rollout:
 
     def run(self) -> Iterator[Result]:
         last_record = f"{self.label}:0"
-        for line in iter_json_lines(self.path, label=self.label, what="a rollout line"):
+        for line in iter_json_lines(self.path, label=self.label, what="a rollout line", data=self.data):
             last_record = line.record
             if isinstance(line, Rejected):
                 yield line

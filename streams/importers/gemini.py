@@ -26,11 +26,13 @@ import orjson
 
 from streams.importers.base import (
     Accepted,
+    Content,
     Rejected,
     SessionEmitter,
     iter_json_lines,
     parse_json,
     raw_text,
+    read_bytes,
     small_payload,
     valid_time,
 )
@@ -52,9 +54,10 @@ def is_gemini_record(value: Any) -> bool:
 
 
 def iter_gemini(path: Path, *, label: str, log_id: str = "default",
-                acl: dict[str, Any] | None = None) -> Iterator[Result]:
-    """Events of one Gemini CLI recording (document or JSONL), and a Rejected per bad record."""
-    recording = _Recording(path, label=label, log_id=log_id, acl=acl)
+                acl: dict[str, Any] | None = None, data: Content | None = None) -> Iterator[Result]:
+    """Events of one Gemini CLI recording (document or JSONL; ``data``: its bytes, when the
+    caller holds them), and a Rejected per bad record."""
+    recording = _Recording(path, label=label, log_id=log_id, acl=acl, data=data)
     if path.suffix.lower() == ".json":
         yield from recording.document()
     else:
@@ -62,8 +65,9 @@ def iter_gemini(path: Path, *, label: str, log_id: str = "default",
 
 
 class _Recording:
-    def __init__(self, path: Path, *, label: str, log_id: str, acl: dict[str, Any] | None) -> None:
-        self.path, self.label, self.log_id, self.acl = path, label, log_id, acl
+    def __init__(self, path: Path, *, label: str, log_id: str, acl: dict[str, Any] | None,
+                 data: Content | None = None) -> None:
+        self.path, self.label, self.log_id, self.acl, self.data = path, label, log_id, acl, data
         self.emitter: SessionEmitter | None = None
 
     def _session(self, header: dict[str, Any], record: str, raw: Any, time: str) -> list[Result]:
@@ -76,7 +80,7 @@ class _Recording:
                                           raw=raw, fields=fields)
 
     def document(self) -> Iterator[Result]:
-        data = self.path.read_bytes()
+        data = read_bytes(self.path, self.data)
         value, error = parse_json(data)
         record = f"{self.label}:1"
         if error is not None or not isinstance(value, dict) or not isinstance(value.get("messages"), list):
@@ -91,7 +95,7 @@ class _Recording:
     def lines(self) -> Iterator[Result]:
         header: dict[str, Any] = {}
         last_record = f"{self.label}:0"
-        for item in iter_json_lines(self.path, label=self.label, what="a recording line"):
+        for item in iter_json_lines(self.path, label=self.label, what="a recording line", data=self.data):
             last_record = item.record
             if isinstance(item, Rejected):
                 yield item

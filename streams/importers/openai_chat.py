@@ -19,13 +19,14 @@ from typing import Any
 
 import orjson
 
-from streams.exceptions import ImportFormatError
 from streams.importers.base import (
     Accepted,
+    Content,
     Rejected,
     SessionEmitter,
     parse_json,
     raw_text,
+    read_bytes,
     read_lines,
     small_payload,
     time_from_posix,
@@ -42,9 +43,11 @@ Result = Accepted | Rejected
 
 
 def iter_openai_chat(
-    path: Path, *, label: str, log_id: str = "default", acl: dict[str, Any] | None = None
+    path: Path, *, label: str, log_id: str = "default", acl: dict[str, Any] | None = None,
+    data: Content | None = None,
 ) -> Iterator[Accepted | Rejected]:
-    """Events of every conversation in ``path``, and a Rejected per unusable record.
+    """Events of every conversation in ``path`` (``data``: its bytes, when the caller holds
+    them), and a Rejected per unusable record.
 
     A record whose messages repeat those of the conversation before it and add to them is the
     next step of the same run (an agent loop logs one request per model call, each resending
@@ -52,7 +55,7 @@ def iter_openai_chat(
     that would repeat the history.
     """
     current: _Conversation | None = None
-    for conversation, conv_label, index in _conversations(path, label):
+    for conversation, conv_label, index in _conversations(path, label, data):
         if isinstance(conversation, Rejected):
             yield conversation
             continue
@@ -77,13 +80,10 @@ def iter_openai_chat(
         yield from current.finish()
 
 
-def _conversations(path: Path, label: str) -> Iterator[tuple[Any, str, object]]:
+def _conversations(path: Path, label: str, data: Content | None) -> Iterator[tuple[Any, str, object]]:
     """(conversation or Rejected, record label, position) for each conversation in the file."""
     if path.suffix.lower() != ".jsonl":
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise ImportFormatError(f"{path}: cannot read the file: {exc.strerror or exc}") from exc
+        data = read_bytes(path, data)
         document, error = parse_json(data)
         if error is None:
             yield from _document_conversations(document, label)
@@ -91,7 +91,7 @@ def _conversations(path: Path, label: str) -> Iterator[tuple[Any, str, object]]:
         if not _looks_like_jsonl(data):
             yield Rejected(label, error, raw_text(data)), label, 0
             return
-    for number, line in read_lines(path):
+    for number, line in read_lines(path, data):
         record = f"{label}:{number}"
         value, error = parse_json(line)
         if error is not None:

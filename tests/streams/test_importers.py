@@ -870,3 +870,29 @@ def test_a_queued_message_written_as_text_parts_keeps_its_text(tmp_path: Path) -
     assert not rejected
     (event,) = [e for e in events if e["type"] == "x.claude-code.queue-operation"]
     assert event["fields"] == {"operation": "enqueue", "text": "Hello\nWorld"}
+
+
+@pytest.mark.parametrize(("path", "fmt"), [
+    (ASP, "asp"), (CLAUDE, "claude-code"), (OPENAI_ARRAY, "openai-chat"), (OPENAI_JSONL, "openai-chat"),
+    *[(file, "codex") for file in sorted((FIXTURES / "codex").glob("*.jsonl"))],
+    *[(file, "gemini-cli") for file in sorted((FIXTURES / "gemini_cli").glob("*.jsonl"))],
+    (Path(__file__).resolve().parents[2] / "examples" / "sessions" / "claude-code-session.jsonl", "claude-code"),
+])
+def test_an_importer_given_a_files_bytes_reads_them_as_the_file(path: Path, fmt: str, tmp_path: Path) -> None:
+    """``usl ingest`` hands the importers the bytes it read (issue #16: no copy on disk): the
+    same records, byte for byte, as importing the file; the path only names them."""
+    elsewhere = tmp_path / path.name  # never written: an importer that opened it would fail
+    from_file = list(importers.iter_file(path, fmt, label=path.name))
+    from_bytes = list(importers.iter_file(elsewhere, fmt, label=path.name, data=path.read_bytes()))
+    assert from_bytes == from_file and len(from_file) > 3
+    assert [canonical_bytes(r.event) for r in from_bytes if isinstance(r, Accepted)] == [
+        canonical_bytes(r.event) for r in from_file if isinstance(r, Accepted)]
+
+
+def test_an_importer_reads_a_files_bytes_given_in_parts_as_one(tmp_path: Path) -> None:
+    """The parts of ``data`` are read as if joined (``usl ingest`` adds its end-of-input line
+    as a second part instead of copying the whole file to append it)."""
+    lines = ASP.read_bytes().splitlines(keepends=True)
+    whole = list(importers.iter_file(ASP, "asp", label="x"))
+    parts = (b"".join(lines[:3]), b"".join(lines[3:-1]), lines[-1])
+    assert list(importers.iter_file(tmp_path / "gone.jsonl", "asp", label="x", data=parts)) == whole
