@@ -136,6 +136,15 @@ def parse_time(value: str) -> datetime:
     """Parse an RFC 3339 time with an offset into an aware UTC datetime."""
     if not isinstance(value, str) or not _RFC3339.match(value):
         raise ValueError(f"not an RFC 3339 time with an offset: {value!r}")
+    end = value[-1]
+    if value[10] == "T" and ((end == "Z" and len(value) <= 27) or (end in "0123456789" and len(value) <= 32)):
+        # What importers write (an upper-case T and Z or an offset, at most 6 fractional digits:
+        # any more makes a matching time longer) fromisoformat reads as it is, as it reads the
+        # rewrite below; a third of parsing a time went into rewriting it (issue #16).
+        try:
+            return datetime.fromisoformat(value).astimezone(UTC)
+        except (ValueError, OverflowError):
+            pass  # refused below, in the words it always was
     text = value.replace("z", "Z").replace("Z", "+00:00").replace("t", "T").replace(" ", "T")
     # Python's fromisoformat takes at most 6 fractional digits; nanosecond stamps are common.
     text = _BEYOND_MICROSECONDS.sub(r"\1", text)

@@ -5,6 +5,7 @@ exactly what it did with the schema alone (issue #16: the direct check is the ch
 from __future__ import annotations
 
 import copy
+from datetime import UTC, datetime
 from typing import Any
 
 import fastjsonschema
@@ -97,3 +98,46 @@ def test_the_shapes_importers_write_take_the_direct_check() -> None:
     for event in (BASE, minimal, {**minimal, "type": "x.note", "fields": {}, "visibility": "hidden", "role": None},
                   {**minimal, "acl": {"tenant": "t"}}):
         assert _plainly_valid(event), event
+
+
+def _parse_time_by_rewrite(value: str) -> str:
+    """What ``parse_time`` answered before its direct path: every time rewritten for
+    ``fromisoformat`` (its datetime in ISO form, or the message of its error)."""
+    if not streams.asp._RFC3339.match(value):
+        return f"not an RFC 3339 time with an offset: {value!r}"
+    text = value.replace("z", "Z").replace("Z", "+00:00").replace("t", "T").replace(" ", "T")
+    try:
+        return datetime.fromisoformat(streams.asp._BEYOND_MICROSECONDS.sub(r"\1", text)).astimezone(UTC).isoformat()
+    except OverflowError:
+        return f"time out of range (years 1..9999 in UTC): {value!r}"
+    except ValueError as exc:
+        return str(exc)
+
+
+def _parse_time_answer(value: str) -> str:
+    try:
+        return streams.asp.parse_time(value).isoformat()  # its zone too (== compares instants)
+    except ValueError as exc:
+        return str(exc)
+
+
+TIME_PARTS = st.tuples(
+    st.sampled_from(["2026-01-31", "0001-01-01", "9999-12-31", "2026-02-30", "2026-13-01", "٢٠٢٦-01-31"]),
+    st.sampled_from(["T", "t", " "]),
+    st.sampled_from(["12:00:00", "23:59:60", "24:00:00", "00:00:00"]),
+    st.one_of(st.just(""), st.text("0123456789", min_size=1, max_size=10).map(lambda digits: "." + digits)),
+    st.sampled_from(["Z", "z", "+00:00", "-00:00", "+05:30", "-01:00", "+24:00", "", "Z\n", "+01:00\n"]),
+)
+
+
+@settings(max_examples=800, deadline=None)
+@given(TIME_PARTS)
+def test_property_parse_time_answers_as_the_rewrite_did(parts: tuple[str, ...]) -> None:
+    value = "".join(parts)
+    assert _parse_time_answer(value) == _parse_time_by_rewrite(value)
+
+
+def test_parse_time_takes_canonical_times_as_they_are() -> None:
+    assert streams.asp.parse_time("2026-01-31T12:00:00.123456Z") == datetime(2026, 1, 31, 12, 0, 0, 123456, tzinfo=UTC)
+    assert streams.asp.parse_time("2026-01-31T12:00:00.1234567Z") == datetime(2026, 1, 31, 12, 0, 0, 123456, tzinfo=UTC)
+    assert streams.asp.parse_time("2026-01-31t13:00:00+01:00") == datetime(2026, 1, 31, 12, tzinfo=UTC)
