@@ -218,7 +218,8 @@ class L1Producer:
         """Wait for every queued event; return the highest seq this producer appended (0 if none)."""
         self._producer.flush()
         for future in self._pending:
-            metadata = future.get(timeout=60)
+            # Done by now (flush): get() would time a wait per record only to find that out.
+            metadata = future.value if future.succeeded() else future.get(timeout=60)
             self._highest = max(self._highest, metadata.offset + 1)
         self._pending.clear()
         return self._highest

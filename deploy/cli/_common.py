@@ -41,6 +41,8 @@ def load_settings() -> Settings:
 def bootstrap_servers(current: Settings) -> str:
     """The Kafka bootstrap servers: the configured cluster, else the local broker (started if
     it is not running)."""
+    if current.bootstrap_servers:
+        return current.bootstrap_servers  # as ensure_broker answers, without loading the broker's module
     from deploy.kafka.broker import ensure_broker
 
     return ensure_broker(current)

@@ -8,7 +8,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -59,7 +59,8 @@ def ingest(
     if follow:
         follow_paths(current, servers, paths, fmt, log, err())
         return
-    summary = ingest_once(current, servers, paths, fmt, log, err(), show_progress=not json_out)
+    # --json: no console at all (rich is a tenth of the command's start, issue #16).
+    summary = ingest_once(current, servers, paths, fmt, log, None if json_out else err(), show_progress=not json_out)
     if json_out:
         print_json(summary)
         return
@@ -139,20 +140,25 @@ def _few_collections() -> Iterator[None]:
 
 
 def ingest_once(settings: Settings, bootstrap: str, paths: list[Path], fmt: str | None, log: str,
-                err: Console, *, show_progress: bool = True) -> dict[str, Any]:
-    """Import ``paths`` once; the summary ``usl ingest --json`` prints. Progress on stderr
-    (lines read of the input's total, records, rate and ETA) for a single PATH."""
-    from deploy.cli.progress import ImportProgress
+                err: Console | None, *, show_progress: bool = True) -> dict[str, Any]:
+    """Import ``paths`` once; the summary ``usl ingest --json`` prints. Progress on ``err``
+    (lines read of the input's total, records, rate and ETA) for a single PATH.
 
-    with ImportProgress(paths[0], err, enabled=show_progress and len(paths) == 1) as progress, _few_collections():
-        follower, appender = _follower(settings, bootstrap, paths, fmt, log, once=True,
-                                       on_record=progress.record)
+    No metrics are counted: this process serves no ``/metrics`` and its counters would end with
+    it (the summary says what they would; docs/operations.md)."""
+    with ExitStack() as stack:
+        on_record = None
+        if show_progress and len(paths) == 1 and err is not None:
+            from deploy.cli.progress import ImportProgress
+
+            on_record = stack.enter_context(ImportProgress(paths[0], err, enabled=True)).record
+        stack.enter_context(_few_collections())
+        follower, appender = _follower(settings, bootstrap, paths, fmt, log, once=True, on_record=on_record)
         try:
             report = follower.poll()
             committed = appender.committed_seq(log)
         finally:
             appender.close()
-    _count(report)
     reasons: Counter[str] = Counter(item.reason.split(":")[0][:80] for item in report.rejected_items)
     formats = sorted(report.formats)
     return {
