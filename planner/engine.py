@@ -41,6 +41,8 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_for_futures
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -138,6 +140,8 @@ VECTOR_FLOOR = 0.0
 VECTOR_RELATIVE_FLOOR = 0.0
 _MAX_OVERFETCH = 20_000
 _VECTOR_CACHE = 50_000
+_LEG_WORKERS = 2
+"""Threads of a planner's leg pool: this machine's cores; a query uses its own thread besides."""
 _RANKING = {"hybrid": ("text", "vector"), "text": ("text",), "vector": ("vector",)}
 # Tool results are outputs, not chunks: identical outputs of different calls stay apart.
 _UNCOLLAPSED = frozenset({"toolresults"})
@@ -149,6 +153,16 @@ def window_for(k: int) -> int:
     first page of 5 and one of 100 fuse the very same lists)."""
     del k
     return RANK_DEPTH
+
+
+@dataclass(frozen=True)
+class _VectorCandidates:
+    """The query's embedding and the vector index's hits (``reader`` None: the index was not
+    searched: no readable chunk at or below the cut, or the query embeds to zero)."""
+
+    query_vector: np.ndarray
+    reader: Any
+    hits: list[Any]
 
 
 @dataclass
@@ -208,6 +222,10 @@ class Planner:
     query reads the compacted watermark topic. ``warm_tail_every`` (seconds) starts a
     :class:`~planner.tailwarm.TailWarmer` that keeps the tail scans of recent ``latest`` and
     ``wait`` queries current as the log head moves (:meth:`close` stops it).
+    ``parallel_legs`` (default True): a hybrid query runs its text lists in a small thread pool
+    of the planner's own while the query's thread searches the vector index, whose segments
+    are searched in that pool too (tantivy and faiss release the GIL while they search); False
+    runs everything in the query's thread, one after the other. The answers are the same.
     """
 
     def __init__(
@@ -219,6 +237,7 @@ class Planner:
         tail_cap: int = TAIL_SCAN_CAP,
         acl_scan_cap: int = ACL_SCAN_CAP,
         warm_tail_every: float | None = None,
+        parallel_legs: bool = True,
     ) -> None:
         self.settings = settings
         self.bootstrap = bootstrap
@@ -236,6 +255,8 @@ class Planner:
         self._window = L1Window()
         self._vectors: dict[bytes, np.ndarray] = {}
         self._tails = SnapshotCache()
+        self.parallel_legs = parallel_legs
+        self._pool: ThreadPoolExecutor | None = None
         self.pinner = Pinner(self.root, holder=f"planner-{os.getpid()}")
         """Pins (and verifies) the generations every snapshot reads."""
         self.access = AccessLists(self._readers, self._window, scan_cap=acl_scan_cap)
@@ -375,9 +396,23 @@ class Planner:
             self.warmer.stop()
         with self._lock:
             readers, self._idle_l1 = self._idle_l1, []
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
         for reader in readers:
             with suppress(Exception):
                 reader.close()
+
+    def _legs(self) -> ThreadPoolExecutor | None:
+        """The pool that runs a query's legs beside its own thread (None: ``parallel_legs``
+        is off). Its tasks never wait on one another, so queries sharing it cannot deadlock."""
+        if not self.parallel_legs:
+            return None
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=_LEG_WORKERS,
+                                                thread_name_prefix="usl-query-leg")
+            return self._pool
 
     # -- the query ---------------------------------------------------------------------------
 
@@ -541,21 +576,47 @@ class Planner:
                                      "rule": "chunks holding the whole query as one phrase "
                                              "(quotes ignored), ranked by BM25"}
         text_pin = query.pin("text")
-        if "text" in ranking and text_pin is not None and cut > 0:
-            for source, text in (("text", req.query), ("phrase", phrase)):
-                if text is None:
-                    continue
-                ids, truncated = self._text_list(text_pin, text, window, cut,
-                                                 query.session_filter, query.unreadable, only,
-                                                 query.digests, query.table)
-                query.lists.append(RankedList(source, ids, window, truncated))
-                # BM25 scores are not shown: their corpus statistics include chunks the caller
-                # may not read. The rank says all there is to say.
-                for chunk_id in ids:
-                    query.indexed_scores.setdefault(chunk_id, {})
+        texts = [(source, text) for source, text in (("text", req.query), ("phrase", phrase))
+                 if text is not None] if "text" in ranking and text_pin is not None and cut > 0 else []
         vector_pin = query.pin("vector")
-        if "vector" in ranking and vector_pin is not None and query.embedder is not None:
-            self._rank_vectors(query, vector_pin, only)
+        vectors = "vector" in ranking and vector_pin is not None and query.embedder is not None
+        pool = self._legs() if texts and vectors else None
+
+        def text_lists() -> list[tuple[str, list[str], bool, dict[str, bytes]]]:
+            out = []
+            for source, text in texts:
+                assert text_pin is not None
+                digests: dict[str, bytes] = {}
+                ids, truncated = self._text_list(text_pin, text, window, cut, query.session_filter,
+                                                 query.unreadable, only, digests, query.table)
+                out.append((source, ids, truncated, digests))
+            return out
+
+        # Hybrid: the text lists run in the pool while this thread embeds the query and searches
+        # the vector index; the vector list then ranks what both found (docs/planner.md,
+        # "Performance"). The lists, notes and explain come out in the sequential order.
+        pending: Future[list[tuple[str, list[str], bool, dict[str, bytes]]]] | None = None
+        found = None
+        if pool is not None:
+            pending = pool.submit(text_lists)
+            try:
+                assert vector_pin is not None
+                found = self._vector_candidates(query, vector_pin, only, pool)
+            except BaseException:
+                wait_for_futures([pending])  # no leg outlives its query
+                if pending.exception() is not None:
+                    pending.result()  # the text leg ran first when sequential: its error wins
+                raise
+        for source, ids, truncated, digests in (pending.result() if pending is not None else text_lists()):
+            query.digests.update(digests)
+            query.lists.append(RankedList(source, ids, window, truncated))
+            # BM25 scores are not shown: their corpus statistics include chunks the caller
+            # may not read. The rank says all there is to say.
+            for chunk_id in ids:
+                query.indexed_scores.setdefault(chunk_id, {})
+        if vectors:
+            assert vector_pin is not None
+            self._rank_vectors(query, vector_pin, only, found)
         self._rank_provisional(query, phrase)
         tools_pin = query.pin("toolresults")
         if req.tool_results and tools_pin is not None and cut > 0:
@@ -566,7 +627,10 @@ class Planner:
             for candidate in tool_candidates:
                 query.candidates[candidate.id] = candidate
 
-    def _rank_vectors(self, query: QueryContext, pin: IndexPin, only: set[str] | None) -> None:
+    def _vector_candidates(self, query: QueryContext, pin: IndexPin, only: set[str] | None,
+                           pool: ThreadPoolExecutor | None) -> _VectorCandidates:
+        """The query's embedding and the vector index's own candidates (the part of the vector
+        list that does not depend on the text lists)."""
         allowed: Callable[[str], bool] | None = None
         if query.table is not None:
             rows, cut, session_filter = query.table.rows, query.cut, query.session_filter
@@ -578,14 +642,24 @@ class Planner:
                         and (only is None or chunk_id in only))
 
             allowed = permit
+        query_vector = np.asarray(query.embedder.embed([query.req.query]), dtype=np.float32)[0]
+        if not np.any(query_vector) or not (query.cut > 0 and allowed is not None):
+            return _VectorCandidates(query_vector, None, [])
+        reader = self._readers.vector(pin)
+        hits = reader.search(query_vector, limit=query.window + 1, allowed=allowed,
+                             fan_out=_fan_out(pool) if pool is not None else None)
+        return _VectorCandidates(query_vector, reader, hits)
 
+    def _rank_vectors(self, query: QueryContext, pin: IndexPin, only: set[str] | None,
+                      found: _VectorCandidates | None = None) -> None:
+        if found is None:
+            found = self._vector_candidates(query, pin, only, None)
         # In hybrid mode the chunks the text lists found are candidates of the vector list too:
         # ranked by their best event like the vector index's own (docs/planner.md).
         found_by_text = [chunk_id for ranked_list in query.lists if ranked_list.source in ("text", "phrase")
                          for chunk_id in ranked_list.ids]
         ranked, truncated, note = self._vector_list(
-            query.embedder, pin, query.req.query, query.window, query.cut, allowed,
-            query.provisional, found_by_text)
+            pin, found, query.window, query.provisional, query.embedder, found_by_text)
         query.notes["vector"] = note
         if ranked is not None:
             query.lists.append(RankedList("vector", [chunk_id for chunk_id, _ in ranked],
@@ -897,24 +971,22 @@ class Planner:
         return [hit.chunk_id for hit in kept[:window]], len(kept) > window
 
     def _vector_list(
-        self, embedder: Any, pin: IndexPin, query: str, window: int, cut: int,
-        allowed: Callable[[str], bool] | None, provisional: list[Candidate],
-        found_by_text: Sequence[str] = (),
+        self, pin: IndexPin, found: _VectorCandidates, window: int,
+        provisional: list[Candidate], embedder: Any, found_by_text: Sequence[str] = (),
     ) -> tuple[list[tuple[str, float]] | None, bool, dict[str, Any]]:
-        query_vector = np.asarray(embedder.embed([query]), dtype=np.float32)[0]
+        query_vector = found.query_vector
         note: dict[str, Any] = {"embedding": dict(pin.manifest.embedding or {}),
                                 "similarity": "cosine"}
         if not np.any(query_vector):
             note["skipped"] = "the query has no word the embedding model knows"
             return None, False, note
         scored: list[tuple[str, float]] = []
-        if cut > 0 and allowed is not None:
-            reader = self._readers.vector(pin)
-            hits = reader.search(query_vector, limit=window + 1, allowed=allowed)
+        if found.reader is not None:
+            hits = found.hits
             # Found by the whole chunk (or by the text lists), ranked by its best event
             # (docs/planner.md, "Vectors per event").
             pool = dict.fromkeys([hit.chunk_id for hit in hits] + list(found_by_text))
-            best_event = reader.event_scores(query_vector, pool)
+            best_event = found.reader.event_scores(query_vector, pool)
             if found_by_text:
                 note["candidates"] = {"vectorIndex": len(hits), "fromText": len(pool) - len(hits)}
             # An orthogonal or opposite vector is no evidence of relevance at all.
@@ -1063,6 +1135,25 @@ class Planner:
 
 
 # -- helpers -----------------------------------------------------------------------------------
+
+
+def _fan_out(pool: ThreadPoolExecutor) -> Callable[[Callable[[Any], Any], Sequence[Any]], list[Any]]:
+    """A ``map`` over ``pool`` that runs the first item in the calling thread, returns the
+    results in the items' order, and returns or raises only once every item has finished (the
+    first error in item order, as a loop would raise it): no task outlives the call."""
+
+    def run(fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
+        items = list(items)
+        if not items:
+            return []
+        rest = [pool.submit(fn, item) for item in items[1:]]
+        try:
+            first = fn(items[0])
+        finally:
+            wait_for_futures(rest)
+        return [first, *(future.result() for future in rest)]
+
+    return run
 
 
 _WARMER = Principal(tenant="", user="tail-warmer")

@@ -466,8 +466,10 @@ class _ShardedVectorReader:
     def __init__(self, readers: list[Any]) -> None:
         self._readers = readers
 
-    def search(self, query_vec: Any, *, limit: int, allowed: Callable[[str], bool] | None = None) -> list[Any]:
-        hits = [hit for reader in self._readers for hit in reader.search(query_vec, limit=limit, allowed=allowed)]
+    def search(self, query_vec: Any, *, limit: int, allowed: Callable[[str], bool] | None = None,
+               fan_out: Any = None) -> list[Any]:
+        hits = [hit for reader in self._readers
+                for hit in reader.search(query_vec, limit=limit, allowed=allowed, fan_out=fan_out)]
         hits.sort(key=lambda hit: (-hit.score, hit.chunk_id))
         return [replace(hit, rank=rank) for rank, hit in enumerate(hits[:limit], 1)]
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import io
 import re
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,6 +60,9 @@ HNSW_EF_SEARCH = 512
 #: An HNSW segment is scanned exactly once a filtered query would over-fetch more than this
 #: share of it: past that point a brute-force pass is both cheaper and exact.
 _EXHAUSTIVE_SHARE = 1 / 8
+
+FanOut = Callable[[Callable[[Any], Any], Sequence[Any]], Iterable[Any]]
+"""A ``map(fn, items)`` that yields ``fn(item)`` in the items' order, however it runs them."""
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 
@@ -318,7 +321,10 @@ class _Segment:
         candidate scoring strictly below the last of them proves nothing unseen can tie it,
         or the segment is exhausted.
         """
-        hits = self._top(query, limit, allowed)
+        return self.rescore(query, self._top(query, limit, allowed))
+
+    def rescore(self, query: np.ndarray, hits: list[tuple[float, str, int]]) -> list[tuple[float, str]]:
+        """(:func:`cosine`, chunkId) of each (search score, chunkId, row) hit."""
         if not hits:
             return []
         # cosine() of each hit, its float64 operands made once: the same numbers, without
@@ -404,12 +410,16 @@ class VectorReader:
         *,
         limit: int,
         allowed: Callable[[str], bool] | None = None,
+        fan_out: FanOut | None = None,
     ) -> list[VectorHit]:
         """The ``limit`` best chunks for ``query_vec`` over all segments.
 
         Order: score desc, then chunkId asc; a chunkId in several segments counts once, with
         its best score. ``allowed`` is applied before the top ``limit`` is taken, so a page
-        holds ``limit`` allowed chunks whenever that many exist.
+        holds ``limit`` allowed chunks whenever that many exist. ``fan_out``: a ``map`` that
+        may search the segments concurrently (faiss and BLAS release the GIL), returning each
+        segment's hits in segment order, so the result is the same as the sequential one;
+        ``allowed`` is then called from several threads.
         """
         if limit <= 0 or not self._segments:
             return []
@@ -429,9 +439,14 @@ class VectorReader:
                 verdict = decisions[chunk_id] = bool(allowed(chunk_id))
             return verdict
 
+        def candidates(segment: _Segment) -> list[tuple[float, str, int]]:
+            return segment._top(query, limit, permitted)
+
+        each = fan_out if fan_out is not None and len(self._segments) > 1 else map
+        found = list(each(candidates, self._segments))
         best: dict[str, float] = {}
-        for segment in self._segments:
-            for score, chunk_id in segment.top(query, limit, permitted):
+        for segment, hits in zip(self._segments, found, strict=True):
+            for score, chunk_id in segment.rescore(query, hits):
                 if score > best.get(chunk_id, -np.inf):
                     best[chunk_id] = score
         ranked = sorted(best.items(), key=lambda item: (-item[1], item[0]))[:limit]

@@ -8,6 +8,7 @@ straddles the cut.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -27,10 +28,12 @@ from planner.exceptions import (
     CursorMismatch,
     IndexUnavailable,
     NotFound,
+    PlannerError,
     QueryError,
 )
 from sinks.generations import GenerationStore
 from sinks.runner import index_root
+from sinks.vector import VectorIndexError
 from sinks.watermarks import WatermarkFollower
 from streams.settings import Settings
 from tests.planner.corpus import (
@@ -259,6 +262,80 @@ def test_an_embedder_other_than_the_index_falls_back_to_text(corpus: Corpus) -> 
     assert any("embeds queries with hash-32" in f for f in response["freshness"]["fallbacks"])
     assert response["freshness"]["watermarks"]["vector"] is not None
     assert "vector" not in response["explain"]["sources"]
+
+
+# -- concurrent legs ---------------------------------------------------------------------------
+
+
+def _leg_threads() -> set[threading.Thread]:
+    return {thread for thread in threading.enumerate() if thread.name.startswith("usl-query-leg")}
+
+
+def _without_cursors(pages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    # A cursor carries the time it was issued; what it leads to is compared page by page.
+    return [{key: value for key, value in page.items() if key != "cursor"} for page in pages]
+
+
+def test_hybrid_answers_the_same_with_its_legs_concurrent_or_sequential(
+    corpus: Corpus, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sequential = Planner(corpus.settings, corpus.bootstrap, follower=corpus.follower, parallel_legs=False)
+    concurrent = Planner(corpus.settings, corpus.bootstrap, follower=corpus.follower)
+    text_threads: list[str] = []
+    search_text = concurrent._readers.search_text
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        text_threads.append(threading.current_thread().name)
+        return search_text(*args, **kwargs)
+
+    monkeypatch.setattr(concurrent._readers, "search_text", recording)
+    try:
+        for principal in (ALICE, BOB, MALLORY):
+            for freshness in ("indexed", "latest"):
+                for query in ("deploy", "deploy pipeline", "deploy cache step", "rollout finished"):
+                    request = {"query": query, "freshness": freshness, "explain": True, "k": 2}
+                    assert (_without_cursors(all_pages(concurrent, request, principal))
+                            == _without_cursors(all_pages(sequential, request, principal)))
+    finally:
+        sequential.close()
+        concurrent.close()
+    assert text_threads and all(name.startswith("usl-query-leg") for name in text_threads)
+
+
+class _BrokenVectors:
+    def search(self, *args: Any, **kwargs: Any) -> Any:
+        raise VectorIndexError("vector segment seg-1: cannot read its vectors (boom)")
+
+
+@pytest.mark.parametrize("leg", ["text", "vector"])
+def test_a_failing_leg_fails_the_query_as_before_and_leaves_no_thread(
+    corpus: Corpus, leg: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def broken_text(*args: Any, **kwargs: Any) -> Any:
+        raise VectorIndexError("the text index is unreadable (boom)")
+
+    before = _leg_threads()
+    errors = {}
+    for parallel in (False, True):
+        planner = Planner(corpus.settings, corpus.bootstrap, follower=corpus.follower, parallel_legs=parallel)
+        if leg == "text":
+            monkeypatch.setattr(planner._readers, "search_text", broken_text)
+        else:
+            monkeypatch.setattr(planner._readers, "vector", lambda pin: _BrokenVectors())
+        try:
+            for _ in range(3):
+                with pytest.raises(PlannerError) as caught:
+                    planner.search({"query": "deploy", "mode": "hybrid"}, ALICE)
+                error = caught.value
+                errors[parallel] = (type(error), error.message, error.hint, repr(error.__cause__))
+            # The other leg alone still answers: nothing in the planner is left waiting.
+            assert planner.search({"query": "deploy", "mode": "vector" if leg == "text" else "text"},
+                                  ALICE)["results"]
+        finally:
+            planner.close()
+        assert _leg_threads() <= before  # the pool's threads ended with the planner
+    assert errors[True] == errors[False]
+    assert "VectorIndexError" in errors[True][1]
 
 
 # -- access control ----------------------------------------------------------------------------

@@ -9,8 +9,10 @@ import socket
 import threading
 import warnings
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import faiss
 import numpy as np
@@ -323,6 +325,33 @@ def test_dedup_across_segments_keeps_best_score(tmp_path: Path) -> None:
     assert len(chunk_ids) == len(set(chunk_ids)) == 300
     assert hits[0].chunk_id == "c_00000150" and hits[0].score == pytest.approx(1.0, abs=1e-5)
     assert chunk_ids[:20] == _exact(ids, vectors, vectors[150], 20)
+
+
+def test_segments_searched_concurrently_give_the_sequential_answer(tmp_path: Path) -> None:
+    ids, vectors = _corpus(6000, 32)
+    for number, (start, exact_max) in enumerate([(0, 0), (2000, 0), (4000, 10_000), (5000, 10_000)]):
+        end = start + (2000 if start < 4000 else 1000)
+        write_segment(tmp_path, f"s{number}", ids[start:end], vectors[start:end], exact_max=exact_max)
+    reader = VectorReader(tmp_path, [f"s{number}" for number in range(4)])
+    threads: set[str] = set()
+
+    def allowed(chunk_id: str) -> bool:
+        threads.add(threading.current_thread().name)
+        return int(chunk_id[2:]) % 10 != 3
+
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="fan") as pool:
+        for query in vectors[[5, 2500, 4100, 5900]]:
+            sequential = reader.search(query, limit=201, allowed=allowed)
+            concurrent = reader.search(query, limit=201, allowed=allowed, fan_out=pool.map)
+            assert concurrent == sequential
+            assert len(sequential) == 201
+    assert any(name.startswith("fan") for name in threads)  # the segments did run in the pool
+
+    def broken(fn: Any, items: Any) -> Any:
+        raise VectorIndexError("segment s2 is unreadable")
+
+    with pytest.raises(VectorIndexError, match="s2 is unreadable"):
+        reader.search(vectors[0], limit=10, fan_out=broken)
 
 
 def test_ties_are_broken_by_chunk_id(tmp_path: Path) -> None:
