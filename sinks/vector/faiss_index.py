@@ -21,6 +21,7 @@ lists its segments; :class:`VectorReader` searches all of them as one index.
 
 from __future__ import annotations
 
+import heapq
 import io
 import re
 from collections.abc import Callable, Collection, Iterable, Sequence
@@ -63,6 +64,11 @@ _EXHAUSTIVE_SHARE = 1 / 8
 
 FanOut = Callable[[Callable[[Any], Any], Sequence[Any]], Iterable[Any]]
 """A ``map(fn, items)`` that yields ``fn(item)`` in the items' order, however it runs them."""
+
+_RESCORE_MARGIN = 1e-3
+"""Most a segment's search score (float32 BLAS or faiss, summed in any order) is taken to
+differ from :func:`cosine` of the same unit vectors: the float32 rounding of a 256-term dot
+product of unit vectors is below 2e-5, so this is fifty times that."""
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 
@@ -444,6 +450,19 @@ class VectorReader:
 
         each = fan_out if fan_out is not None and len(self._segments) > 1 else map
         found = list(each(candidates, self._segments))
+        # Only hits that can still reach the top ``limit`` are re-scored with cosine(): each
+        # segment brings its own ``limit`` best, and with several segments most of them fall
+        # far below the ``limit``-th best search score. A search score is within
+        # _RESCORE_MARGIN of the hit's cosine, so a hit more than twice that below the cut
+        # would score strictly below ``limit`` others however it is re-scored.
+        by_search: dict[str, float] = {}
+        for hits in found:
+            for score, chunk_id, _row in hits:
+                if score > by_search.get(chunk_id, -np.inf):
+                    by_search[chunk_id] = score
+        if len(by_search) > limit:
+            floor = heapq.nlargest(limit, by_search.values())[-1] - 2 * _RESCORE_MARGIN
+            found = [[hit for hit in hits if hit[0] >= floor] for hits in found]
         best: dict[str, float] = {}
         for segment, hits in zip(self._segments, found, strict=True):
             for score, chunk_id in segment.rescore(query, hits):

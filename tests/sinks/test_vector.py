@@ -27,6 +27,7 @@ from sinks.vector import (
     VectorIndexError,
     VectorReader,
     cosine,
+    faiss_index,
     get_embedder,
     merge_segments,
     segment_files,
@@ -361,6 +362,40 @@ def test_ties_are_broken_by_chunk_id(tmp_path: Path) -> None:
     write_segment(tmp_path, "b", ids[30:], np.repeat(vector, 10, axis=0), exact_max=1000)
     hits = VectorReader(tmp_path, ["a", "b"]).search(vector[0], limit=5)
     assert [h.chunk_id for h in hits] == ["c_00", "c_01", "c_02", "c_03", "c_04"]
+
+
+def test_only_hits_that_can_reach_the_top_are_rescored_and_the_answer_is_exact(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ids, vectors = _corpus(5000, 64, seed=5)
+    vectors[4000:4100] = vectors[4100:4200]  # exact ties across segments, broken by chunkId
+    names = []
+    for number, start in enumerate(range(0, 5000, 1000)):
+        names.append(f"s{number}")
+        write_segment(tmp_path, names[-1], ids[start:start + 1000], vectors[start:start + 1000],
+                      exact_max=10_000)
+    reader = VectorReader(tmp_path, names)
+    rescored: list[int] = []
+    rescore = faiss_index._Segment.rescore
+
+    def counting(self: Any, query: Any, hits: Any) -> Any:
+        rescored.append(len(hits))
+        return rescore(self, query, hits)
+
+    monkeypatch.setattr(faiss_index._Segment, "rescore", counting)
+
+    def allowed(chunk_id: str) -> bool:
+        return int(chunk_id[2:]) % 7 != 0
+
+    for query in vectors[[4050, 4150, 10, 2222]]:
+        for limit in (1, 10, 201):
+            for rule in (None, allowed):
+                rescored.clear()
+                hits = reader.search(query, limit=limit, allowed=rule)
+                every = sorted((-cosine(vector, query), chunk_id) for chunk_id, vector in zip(ids, vectors, strict=True)
+                               if rule is None or rule(chunk_id))
+                assert [(h.chunk_id, h.score) for h in hits] == [(c, -s) for s, c in every[:limit]]
+                assert sum(rescored) < 5 * limit  # each segment found `limit`; most were left alone
 
 
 def test_scores_do_not_depend_on_how_the_vectors_are_laid_out(tmp_path: Path) -> None:
