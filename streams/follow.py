@@ -564,12 +564,14 @@ class Follower:
         tracked.held_events = []
 
     def _chunks(self, entries: Iterator[Accepted | Rejected]) -> Iterator[list[Accepted | Rejected]]:
-        """``entries`` in lists of ``stream_batch_events``; longer while L1 is still connecting
-        (importing meanwhile costs no wait)."""
+        """``entries`` in lists of ``stream_batch_events``, also while L1 is still connecting: a
+        first batch that grew until then held the whole file whenever importing it outran the
+        connection (10 000 events at once, a 190 MB peak against 115 MB, and 4 % more CPU in
+        page faults; issue #16)."""
         chunk: list[Accepted | Rejected] = []
         for entry in entries:
             chunk.append(entry)
-            if len(chunk) >= self.stream_batch_events and getattr(self.appender, "connected", lambda: True)():
+            if len(chunk) >= self.stream_batch_events:
                 yield chunk
                 chunk = []
         if chunk:
@@ -857,10 +859,6 @@ class ConnectingAppender:
     def event_ids(self, log_id: str, from_seq: int, sessions: set[str] | None = None,
                   to_seq: int | None = None) -> set[str]:
         return self.ready().event_ids(log_id, from_seq, sessions, to_seq)
-
-    def connected(self) -> bool:
-        """Whether the appender is made (or failed to be): calls no longer wait."""
-        return self._made.done()
 
     def dead_letter(self, item: Rejected) -> None:
         self.ready().dead_letter(item)

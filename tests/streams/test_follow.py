@@ -202,7 +202,8 @@ def test_a_file_of_no_known_format_is_skipped_and_named_once(tmp_path):
 
 def test_a_connecting_appender_lets_the_follower_import_before_it_waits(tmp_path):
     """``usl ingest`` connects to Kafka on a thread of its own (ConnectingAppender): the follower
-    reads and imports every record first, and waits for L1 only when it checks or appends."""
+    reads and imports a first batch (here the whole file) first, and waits for L1 only when it
+    checks or appends."""
     import threading
 
     from streams.follow import ConnectingAppender
@@ -241,6 +242,41 @@ def test_a_connecting_appender_lets_the_follower_import_before_it_waits(tmp_path
     assert seen_when_made == [expected]
     assert report.appended == len(l1.log) == len(one_shot_ids(transcript)) > 0
     assert appender.ready() is l1 and l1.closed
+
+
+def test_a_one_shot_import_holds_one_batch_while_l1_connects(tmp_path):
+    """The first batch does not grow while the clients connect: it is written ahead and sent
+    once they are, the next imported meanwhile (a batch that grew held the whole file at once,
+    issue #16)."""
+    import threading
+
+    from streams.follow import ConnectingAppender
+
+    transcript = tmp_path / "session.jsonl"
+    transcript.write_bytes(TRANSCRIPTS[0].read_bytes())
+    size = 5
+    assert len(list(iter_records(transcript))) > 3 * size
+    imported: list[str] = []
+    first_batch = threading.Event()
+    seen_when_made: list[int] = []
+    l1 = MemoryL1()
+
+    def on_record(label: str) -> None:
+        imported.append(label)
+        if len(imported) == size:
+            first_batch.set()
+
+    def connect() -> Any:
+        first_batch.wait(timeout=10)
+        time.sleep(0.2)  # a follower that went on importing would have read more by now
+        seen_when_made.append(len(imported))
+        return l1
+
+    appender = ConnectingAppender(connect)
+    report = Follower([transcript], appender=appender, store=PositionStore(tmp_path / "home"),
+                      once=True, on_record=on_record, stream_batch_events=size).poll()
+    assert seen_when_made == [size]
+    assert report.appended == len(l1.log) == len(one_shot_ids(transcript)) > 0
 
 
 def test_a_connecting_appender_raises_its_error_where_l1_is_first_needed(tmp_path):
