@@ -384,7 +384,7 @@ class GenerationStore:
             self._staging = None
         self._release_lock()
 
-    def commit(self, staging_dir: Path, manifest: Manifest) -> Manifest:
+    def commit(self, staging_dir: Path, manifest: Manifest, *, digests: FileDigests | None = None) -> Manifest:
         """Turn ``staging_dir`` (from :meth:`begin`) into the new current generation.
 
         Every file under the staging dir becomes a segment: refs given in
@@ -392,7 +392,8 @@ class GenerationStore:
         rest are hashed; files hard-linked from the parent generation reuse its hashes. The
         store sets ``line``, ``generation_id``, ``parent_generation_id`` and ``created_at``
         (if 0). Returns the manifest as committed. On any error the writer lock is released
-        and CURRENT is unchanged.
+        and CURRENT is unchanged. With ``digests``, a new file hashed before (a background
+        merge hashes its output where it built it) is not hashed again.
         """
         staging_dir = Path(staging_dir)
         if self._staging is None or staging_dir.resolve() != self._staging.resolve():
@@ -402,13 +403,13 @@ class GenerationStore:
                 f"manifest is for {manifest.log_id}/{manifest.kind}, store is {self.log_id}/{self.kind}"
             )
         try:
-            committed = self._commit(staging_dir, manifest)
+            committed = self._commit(staging_dir, manifest, digests)
         finally:
             self._staging = None
             self._release_lock()
         return committed
 
-    def _commit(self, staging_dir: Path, manifest: Manifest) -> Manifest:
+    def _commit(self, staging_dir: Path, manifest: Manifest, digests: FileDigests | None) -> Manifest:
         generation_id = int(staging_dir.name[len(_STAGING_PREFIX):])
         parent_id = self.current_id()
         if parent_id is not None and parent_id >= generation_id:
@@ -429,7 +430,7 @@ class GenerationStore:
         segments, fresh = _segments_for(
             staging_dir, manifest.segments,
             parent.segments if parent else (),
-            self.generation_dir(parent_id) if parent_id is not None else None,
+            self.generation_dir(parent_id) if parent_id is not None else None, digests,
         )
         final = replace(
             manifest,
@@ -449,7 +450,7 @@ class GenerationStore:
             shutil.rmtree(gen_dir)
         os.rename(staging_dir, gen_dir)
         fsync_directory(self.line_dir)
-        _verify_segments(gen_dir, segments, hash_paths=set(fresh))
+        _verify_segments(gen_dir, segments, hash_paths=set(fresh), digests=digests)
         for rel in fresh:
             # Committed files are shared by hard links with later generations: nothing may
             # ever write to them again.
@@ -682,6 +683,7 @@ def _segments_for(
     given: tuple[SegmentRef, ...],
     parent_segments: tuple[SegmentRef, ...],
     parent_dir: Path | None,
+    digests: FileDigests | None = None,
 ) -> tuple[tuple[SegmentRef, ...], list[str]]:
     """Segment refs of every file in ``staging_dir``, and the paths that are new (not
     hard links of the parent's files)."""
@@ -701,7 +703,8 @@ def _segments_for(
         if inherited is not None:
             digest, size = inherited.sha256, inherited.bytes
         else:
-            digest, size = sha256_file(staging_dir / rel)
+            digest, size = (digests.digest(staging_dir / rel, st), st.st_size) if digests is not None \
+                else sha256_file(staging_dir / rel)
             fresh.append(rel)
         ref = given_by_path.get(rel)
         if ref is not None:

@@ -8,6 +8,11 @@ immutable inputs; the loop then publishes the result as one more generation
 (:func:`commit_merge`), with the same ``builtThroughSeq``, offsets and records as its parent, so
 a merge changes how a generation is laid out and never what it holds.
 
+A merge must not slow the commits beside it either: the vector writer builds it in a child
+process at a lower priority (``VectorWriter.build_merge``), and the merger hashes the merged
+files here, in its thread, into the sink's :class:`FileDigests`, so publishing the merge (and
+verifying it before the next commit) reads none of its hundreds of MB in the sink loop.
+
 The inputs are hard links to the committed segment files, taken when the merge starts: GC may
 remove the generation they came from while the merge runs, the bytes stay. The merge is built
 outside the index root (``<home>/merges/<kind>/<log>/``), so no reader or GC ever sees it half
@@ -32,7 +37,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from sinks.generations import GenerationStore, Manifest, clone_into, link_or_copy
+from sinks.generations import FileDigests, GenerationStore, Manifest, clone_into, link_or_copy
 
 __all__ = ["BackgroundMerger", "MergeJob", "MergingWriter", "commit_merge", "merge_work_root"]
 
@@ -90,8 +95,11 @@ class BackgroundMerger:
     one generation at a time.
     """
 
-    def __init__(self, writer: MergingWriter, work_root: Path) -> None:
+    def __init__(self, writer: MergingWriter, work_root: Path, *, digests: FileDigests | None = None) -> None:
         self.writer = writer
+        # The sink loop's digests: the merged files are hashed here, in the background, so
+        # publishing the merge (and verifying it before the next commit) hashes nothing.
+        self.digests = digests
         self.work_root = Path(work_root)
         shutil.rmtree(self.work_root, ignore_errors=True)  # what a crash left mid-merge
         self._offers: dict[str, tuple[str, int, Path]] = {}
@@ -186,15 +194,20 @@ class BackgroundMerger:
         for name in names:
             for file in self.writer.segment_files(name):
                 link_or_copy(gen_dir / file, work_dir / file)
-        self.writer.build_merge(work_dir, list(names), new_name)
+        files = self.writer.build_merge(work_dir, list(names), new_name)
+        if self.digests is not None:
+            for file in files:
+                path = work_dir / file
+                self.digests.digest(path, path.stat())
         ended = time.monotonic()
         return MergeJob(log_id, line, generation_id, tuple(names), new_name, work_dir, ended - started, ended)
 
 
-def commit_merge(store: GenerationStore, current: Manifest, writer: MergingWriter, job: MergeJob) -> Manifest | None:
+def commit_merge(store: GenerationStore, current: Manifest, writer: MergingWriter, job: MergeJob, *,
+                 digests: FileDigests | None = None) -> Manifest | None:
     """Publish ``job`` as the generation after ``current``: the same records, watermark and
     offsets, its input segments replaced by the merged one. None (nothing committed) when an
-    input is no longer in ``current``."""
+    input is no longer in ``current``. ``digests``: those the merger hashed the merge with."""
     current_dir = store.generation_dir(current.generation_id)
     present = {ref.path for ref in current.segments}
     if not all(file in present for name in job.names for file in writer.segment_files(name)):
@@ -206,7 +219,7 @@ def commit_merge(store: GenerationStore, current: Manifest, writer: MergingWrite
         extra: dict[str, Any] = {**current.extra, "mergedFrom": list(job.names)}
         manifest = replace(current, generation_id=0, parent_generation_id=None, segments=(),
                            created_at=0.0, extra=extra)
-        return store.commit(staging, manifest)
+        return store.commit(staging, manifest, digests=digests)
     except BaseException:
         store.abort()
         raise

@@ -279,7 +279,8 @@ class SinkRunner:
             # Merges in the background; a catch-up run (rebuild, tests) merges inline, so it
             # ends with the layout it would have had.
             self.writer.background_merges = True
-            self._merger = BackgroundMerger(self.writer, merge_work_root(self.settings.home, work))
+            self._merger = BackgroundMerger(self.writer, merge_work_root(self.settings.home, work),
+                                            digests=self._digests)
         if isinstance(self.writer, TextWriter) and not until_caught_up:
             # tantivy merges in its own threads beside the commits (sinks/text_writer.py).
             self.writer.live = True
@@ -585,7 +586,7 @@ class SinkRunner:
                     continue
                 store = self._store(job.log_id, state.line)
                 store.verify(state.manifest, digests=self._digests)
-                committed = commit_merge(store, state.manifest, self.writer, job)
+                committed = commit_merge(store, state.manifest, self.writer, job, digests=self._digests)
                 if committed is None:
                     continue
                 usl_generation_switches_total.labels(kind=self.kind).inc()

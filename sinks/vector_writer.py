@@ -15,13 +15,18 @@ then grow in number linearly past the cap (7 at 1M, searched one after another);
 
 In the sink loop the merges run in the background (``background_merges``, set by the runner;
 see :mod:`sinks.merger`): ``write`` only adds the batch's segment, unless the segments pile up
-past ``HARD_MAX_SEGMENTS`` faster than the merger takes them. Rebuilds merge inline.
+past ``HARD_MAX_SEGMENTS`` faster than the merger takes them. Rebuilds merge inline. A background
+merge is built by :func:`merge_segments` in a child process at ``MERGE_NICENESS``, so the sink's
+commits keep their core and the GIL (``build_merge``).
 """
 
 from __future__ import annotations
 
 import math
+import os
 import re
+import subprocess
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Sequence
@@ -37,7 +42,8 @@ from sinks.vector.spans import span_vectors
 from streams.metrics import usl_embed_seconds, usl_generation_merges_total
 from streams.settings import Settings
 
-__all__ = ["HARD_MAX_SEGMENTS", "MAX_MERGED_BYTES", "MAX_SEGMENTS", "MERGE_FACTOR", "VectorWriter", "merge_plan", "segment_names"]
+__all__ = ["HARD_MAX_SEGMENTS", "MAX_MERGED_BYTES", "MAX_SEGMENTS", "MERGE_FACTOR", "MERGE_NICENESS", "VectorWriter", "merge_plan",
+           "segment_names"]
 
 MERGE_FACTOR = 4
 # A tier spans MERGE_FACTOR in vector bytes, starting at this size (about 250 chunks of 256
@@ -54,6 +60,23 @@ MAX_SEGMENTS = 24
 # bound on what a query searches when the merger falls behind.
 HARD_MAX_SEGMENTS = 3 * MAX_SEGMENTS
 _BATCH = 128
+# A background merge is built in a child process at this niceness (build_merge).
+MERGE_NICENESS = 10
+_MERGE_CHILD = """
+import os, sys, threading, time, orjson
+os.nice(int(sys.argv[1]))
+parent = os.getppid()
+
+def orphaned():  # the sink is gone, and with it the point of the merge
+    while os.getppid() == parent:
+        time.sleep(1)
+    os._exit(1)
+
+threading.Thread(target=orphaned, daemon=True).start()
+from sinks.vector.faiss_index import merge_segments
+job = orjson.loads(sys.argv[2])
+sys.stdout.buffer.write(orjson.dumps(merge_segments(job["dir"], job["names"], job["new"], job["exactMax"])))
+"""
 
 
 def segment_names(gen_dir: Path) -> list[str]:
@@ -122,7 +145,19 @@ class VectorWriter:
         return segment_files(name)
 
     def build_merge(self, work_dir: Path, names: list[str], new_name: str) -> list[str]:
-        files = merge_segments(work_dir, names, new_name, self.exact_max)
+        # In a child process, at a lower priority than the sink: a merge of 200 000 vectors in
+        # the sink's own thread held the GIL through its Python loops and its copies of
+        # hundreds of MB, and faiss's threads took both cores: sink-size flushes beside it took
+        # 3-8x their usual time and, on a busy machine, an event waited up to 10 s for the
+        # vector watermark, against about 2 s now (docs/benchmarks.md, "Merge-time vector lag at
+        # the sink's commit size"). The inputs and the output are files in work_dir already.
+        job = {"dir": str(work_dir), "names": names, "new": new_name, "exactMax": self.exact_max}
+        child = subprocess.run([sys.executable, "-c", _MERGE_CHILD, str(MERGE_NICENESS), orjson.dumps(job).decode()],
+                               capture_output=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+        if child.returncode != 0:
+            raise RuntimeError(f"merging {', '.join(names)} into {new_name} failed (exit {child.returncode}): "
+                               f"{child.stderr.decode(errors='replace').strip()[-2000:]}")
+        files: list[str] = orjson.loads(child.stdout)
         usl_generation_merges_total.labels(kind=self.kind).inc()
         return files
 

@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from sinks.generations import GenerationStore, Manifest
+from sinks import generations
+from sinks.generations import FileDigests, GenerationStore, Manifest
 from sinks.merger import BackgroundMerger, MergeJob, commit_merge
 from sinks.vector import VectorReader, get_embedder
 from sinks.vector_writer import HARD_MAX_SEGMENTS, MERGE_FACTOR, VectorWriter, segment_names
@@ -42,13 +43,15 @@ def _commit(store: GenerationStore, writer: VectorWriter, seq: int, records: lis
         raise
 
 
-def _answers(store: GenerationStore, manifest: Manifest, writer: VectorWriter) -> dict[str, list[tuple[str, float]]]:
+def _answers(store: GenerationStore, manifest: Manifest, writer: VectorWriter,
+             among: set[str] | None = None) -> dict[str, list[tuple[str, float]]]:
     gen_dir = store.generation_dir(manifest.generation_id)
     reader = VectorReader(gen_dir, segment_names(gen_dir))
     out = {}
     for query in ("refund deploy", "kafka broker timeout", "vector faiss chunk", "invoice retry"):
         vector = writer.embedder.embed([query])[0]
-        out[query] = [(h.chunk_id, round(h.score, 6)) for h in reader.search(vector, limit=30)]
+        hits = reader.search(vector, limit=30, allowed=None if among is None else among.__contains__)
+        out[query] = [(h.chunk_id, round(h.score, 6)) for h in hits]
     return out
 
 
@@ -120,6 +123,72 @@ def test_a_merge_in_flight_holds_no_commit_and_publishes_the_same_answers(
         gate.set()
         merger.close()
     assert not work.exists()
+
+
+def test_sink_size_commits_publish_while_a_merge_is_built_and_no_hit_changes(
+        setup: tuple[GenerationStore, VectorWriter, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A merge really being built (in its child process, not held at a gate): batches of a
+    sink's size commit meanwhile, each raising the watermark, and the merged chunks answer the
+    same before the merge, in every generation committed during it, and once it is published."""
+    store, writer, work = setup
+    merged_ids: set[str] = set()
+    for batch in range(1, MERGE_FACTOR + 1):
+        records = _records(batch, size=1500)
+        merged_ids.update(r["chunkId"] for r in records)
+        manifest = _commit(store, writer, batch, records)
+    before = _answers(store, manifest, writer, merged_ids)
+    building, built = threading.Event(), threading.Event()
+    build = writer.build_merge
+
+    def watched(work_dir: Path, names: list[str], new_name: str) -> list[str]:
+        building.set()
+        try:
+            return build(work_dir, names, new_name)
+        finally:
+            built.set()
+
+    writer.build_merge = watched  # type: ignore[method-assign]
+    digests = FileDigests()
+    merger = BackgroundMerger(writer, work, digests=digests)
+    during: list[Manifest] = []
+    try:
+        merger.offer("default", store.line, manifest.generation_id, store.generation_dir(manifest.generation_id))
+        assert building.wait(30), "no merge was planned for four segments of one tier"
+        seq = 100
+        while not built.is_set() and len(during) < 40:
+            seq += 1
+            manifest = _commit(store, writer, seq, _records(seq, size=20))
+            merger.offer("default", store.line, manifest.generation_id, store.generation_dir(manifest.generation_id))
+            if not built.is_set():
+                during.append(manifest)
+            time.sleep(0.01)
+        # The watermark moved on while the merge was built, and the merge's chunks answered as before.
+        assert len(during) >= 2, "batches waited for the merge being built"
+        assert [m.built_through_seq for m in during] == list(range(101, 101 + len(during)))
+        assert all(_answers(store, m, writer, merged_ids) == before for m in during)
+
+        (job,) = _wait_for(merger)
+        current = store.current()
+        assert current is not None and current.generation_id == manifest.generation_id
+        hashed: list[str] = []
+
+        def sha256_file(path: Path) -> tuple[str, int]:
+            hashed.append(path.name)
+            return original(path)
+
+        original = generations.sha256_file
+        with monkeypatch.context() as patch:
+            patch.setattr(generations, "sha256_file", sha256_file)
+            published = commit_merge(store, current, writer, job, digests=digests)
+        merger.settled(job)
+        # The merger hashed the merged files in its thread: publishing read none of them.
+        assert hashed == ["segments.json"]
+        assert published is not None and published.built_through_seq == current.built_through_seq
+        assert _answers(store, published, writer, merged_ids) == before
+        assert _answers(store, published, writer) == _answers(store, current, writer)
+        store.verify(published)  # digests the merger took in the background are the files' own
+    finally:
+        merger.close()
 
 
 def test_a_merge_whose_inputs_are_gone_is_dropped(setup: tuple[GenerationStore, VectorWriter, Path]) -> None:
