@@ -10,7 +10,10 @@ Builds, in one run on this machine:
   writers in batches of 10 000 (:class:`CorpusBuilder`: vector segment merges run in a
   background merger and publish as generations, as in a live sink), built through all but
   the last ``--tail-events`` events, with published watermarks (``benchmarks.harness``
-  builds the same corpus in steps with :func:`build_steps`);
+  builds the same corpus in steps with :func:`build_steps`); after the build, the live sink's
+  vector watermark while a merge as large as the build's largest runs beside it, in an index of
+  its own (:func:`merge_window`: a ``SinkRunner`` fed new chunks, committing at its own batch
+  size, against the same feed with no merge);
 
 then runs ``--queries`` random 1-3 word queries per combination through :class:`Planner`
 (the in-process engine the API and CLI use) as a principal who may read 90% of the sessions,
@@ -70,6 +73,9 @@ _FILLER = ("I looked at the code and the logs and the problem seems to come from
 _EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 _TURNS_PER_SESSION = 50
 _BATCH = 10_000
+# Chunks a second fed to the sink in the merge window (merge_window): about what one worker
+# delivers end to end (BENCHMARKS.md §1: ~380 L1 events/s, two events a turn).
+_SINK_RATE = 200.0
 
 
 def _acl(session_number: int) -> dict[str, Any]:
@@ -270,12 +276,15 @@ def merge_lag(commits: list[tuple[float, int]], appends: list[tuple[float, int]]
 
 
 def build_steps(settings: Any, bootstrap: str, sizes: tuple[int, ...] | list[int], tail_events: int,
-                builder: CorpusBuilder | None = None, batch: int = _BATCH) -> Iterator[dict[str, Any]]:
+                builder: CorpusBuilder | None = None, batch: int = _BATCH, *,
+                window: bool = True) -> Iterator[dict[str, Any]]:
     """Append the log of ``max(sizes)`` turns and index it; at each size, once every turn up to
     it is appended, its indexes cover all but the last ``tail_events`` events (merges settled)
     and their watermarks are published: yields that step's build figures (cumulative).
     ``builder``: the caller's (its writers' embedder serves recall), closed here all the same;
-    ``batch``: chunks per generation."""
+    ``batch``: chunks per generation. With ``window``, the last step also measures the live
+    sink's watermark during a merge as large as the largest of the build (:func:`merge_window`,
+    in an index of its own: ``sinkMerge``)."""
     from sinks.runner import watermark_of
     from sinks.watermarks import WatermarkPublisher
     from streams.asp import validate_event
@@ -336,6 +345,17 @@ def build_steps(settings: Any, bootstrap: str, sizes: tuple[int, ...] | list[int
                        "largestMergeVectors": max((m["vectors"] for m in merges), default=0),
                        "largestMerge": merge_lag(builder.vector_commits, appends, largest) if largest else None,
                        "totalSeconds": builder.clock() - started}
+            biggest = max(merges, key=lambda m: m["vectors"], default=None)
+            if window and target == max(sizes) and biggest is not None:
+                # Bench batches of 10 000 chunks hide what a merge does to a sink's 1 s commits.
+                began = time.monotonic()
+                vector = builder.store("vector")
+                current = vector.current()
+                assert current is not None
+                figures["sinkMerge"] = merge_window(
+                    settings, builder.writers["vector"], vector.generation_dir(current.generation_id),
+                    biggest["vectors"], start=2 * max(sizes), baseline_seconds=min(10.0, max(3.0, biggest["seconds"])))
+                figures["sinkMerge"]["measureSeconds"] = time.monotonic() - began
             paused = time.monotonic()
             yield figures
             builder.paused += time.monotonic() - paused
@@ -343,6 +363,197 @@ def build_steps(settings: Any, bootstrap: str, sizes: tuple[int, ...] | list[int
         builder.close()
         publisher.close()
         producer.close()
+
+
+# --------------------------------------------------------------------------- the merge window
+
+
+class _Watermarks:
+    """Stands in for the sink's :class:`WatermarkPublisher`: when each watermark went out."""
+
+    def __init__(self) -> None:
+        self.published: list[tuple[float, int, int]] = []  # (time, builtThroughSeq, generationId)
+
+    def publish(self, record: dict[str, Any]) -> None:
+        self.published.append((time.monotonic(), int(record["builtThroughSeq"]), int(record["generationId"])))
+
+    def close(self) -> None:
+        pass
+
+
+class _NoConsumer:
+    """What ``SinkRunner.flush`` asks its consumer: no partition is assigned (offsets are not
+    the point here)."""
+
+    def assignment(self) -> set[Any]:
+        return set()
+
+
+def merge_inputs(source_dir: Path, vectors: int, parts: int) -> list[tuple[list[str], Any, list[Any]]]:
+    """``parts`` equal slices (chunkIds, chunk vectors, span vectors per chunk) of the first
+    ``vectors`` chunks stored in the vector generation ``source_dir``: the inputs of a merge of
+    that size, with the corpus's own vectors."""
+    import numpy as np
+
+    from sinks.vector_writer import segment_names
+
+    ids: list[str] = []
+    rows: list[Any] = []
+    spans: list[Any] = []
+    for name in segment_names(source_dir):
+        meta = orjson.loads((source_dir / f"{name}.ids.json").read_bytes())
+        stored = np.load(source_dir / f"{name}.vec.npy", mmap_mode="r")
+        count = int(meta["count"])
+        offsets = meta.get("spanOffsets") or [0] * (count + 1)
+        take = min(count, vectors - len(ids))
+        ids += meta["chunkIds"][:take]
+        rows.append(np.array(stored[:take], dtype=np.float32))
+        spans += [np.array(stored[count + offsets[i]:count + offsets[i + 1]], dtype=np.float32) for i in range(take)]
+        if len(ids) >= vectors:
+            break
+    matrix = np.concatenate(rows)
+    size = -(-len(ids) // parts)
+    return [(ids[i:i + size], matrix[i:i + size], spans[i:i + size]) for i in range(0, len(ids), size)]
+
+
+def sink_commits(settings: Any, writer: Any, *, inputs: list[tuple[list[str], Any, list[Any]]] | None,
+                 start: int, rate: float, seconds: float) -> dict[str, Any]:
+    """Feed a vector :class:`sinks.runner.SinkRunner` ``rate`` chunks a second (new turns from
+    ``start``) and let it commit as the live sink does (its own ``flush_due`` rule:
+    ``sink_batch_size`` chunks or ``sink_batch_seconds``, group commit) into a fresh index under
+    ``settings.home``. With ``inputs``, the first generation holds them as one segment each,
+    a :class:`BackgroundMerger` runs beside the loop (it merges them first) and the run lasts
+    until that merge is published, then ``seconds`` more; without, ``seconds`` of commits and no
+    merger. Returns each watermark commit (time, builtThroughSeq), the feed (time, maxSeq every
+    chunk), the flushes' seconds, and the first merge's window."""
+    from sinks.generations import GenerationStore, Manifest
+    from sinks.merger import BackgroundMerger, MergeJob, merge_work_root
+    from sinks.runner import SinkRunner, index_root
+    from sinks.vector.faiss_index import write_segment
+    from sinks.vector_writer import MERGE_FACTOR
+    from sinks.writer import record_id
+
+    through = 2 * start
+    store = GenerationStore(index_root(settings), "default", "vector")
+    staging = store.begin()
+    try:
+        for number, (ids, vectors, spans) in enumerate(inputs or ()):
+            # A flat index each (no graph to build): the merge reads only the vectors.
+            write_segment(staging, f"input-{number:08d}", ids, vectors, exact_max=len(ids), spans=spans)
+        store.commit(staging, Manifest(
+            kind="vector", log_id="default", line=store.line, generation_id=0, built_through_seq=through,
+            schema_version="2", asp_version="1.0", chunker={}, embedding=writer.describe()["embedding"],
+            redaction_policy_hash="", chunk_count=sum(len(part[0]) for part in inputs or ()),
+            extra={**writer.describe(), "sourceProgress": {"chunks:0": through}}))
+    except BaseException:
+        store.abort()
+        raise
+    assert inputs is None or len(inputs) == MERGE_FACTOR
+    commits: list[tuple[float, int]] = []  # (time, builtThroughSeq) of each batch commit
+    merged: list[float] = []  # when each merge was published
+
+    def committed(manifest: Manifest) -> None:
+        if "mergedFrom" in manifest.extra:
+            merged.append(time.monotonic())
+        else:
+            commits.append((time.monotonic(), manifest.built_through_seq))
+
+    runner = SinkRunner(settings, "", writer, on_commit=committed)
+    runner._partitions = {"chunks": [0]}
+    runner._publisher = _Watermarks()  # type: ignore[assignment]
+    runner._consumer = _NoConsumer()  # type: ignore[assignment]
+    state = runner.logs["default"] = runner._load_log("default")
+    jobs: list[MergeJob] = []
+    background = writer.background_merges
+    if inputs is not None:
+        writer.background_merges = True
+        merger = runner._merger = BackgroundMerger(writer, merge_work_root(settings.home, "vector"),
+                                                  digests=runner._digests)
+        finished = merger.finished
+
+        def seen() -> list[MergeJob]:  # the jobs the loop publishes, for their build times
+            done = finished()
+            jobs.extend(done)
+            return done
+
+        merger.finished = seen  # type: ignore[method-assign]
+        merger.offer("default", store.line, state.manifest.generation_id,  # type: ignore[union-attr]
+                     store.generation_dir(state.manifest.generation_id))  # type: ignore[union-attr]
+    turns = generate(10 ** 9, start=start)
+    appends: list[tuple[float, int]] = []
+    flushes: list[float] = []
+    publishes: list[float] = []
+    began = time.monotonic()
+    fed = 0
+    ends = None if inputs is not None else began + seconds
+    try:
+        while ends is None or time.monotonic() < ends:
+            now = time.monotonic()
+            while fed <= (now - began) * rate:  # what arrived since the last poll
+                _, chunk = next(turns)
+                state.pending.append(chunk)
+                state.pending_ids.add(record_id(chunk))
+                state.progress["chunks:0"] = chunk["maxSeq"]
+                appends.append((began + fed / rate, chunk["maxSeq"]))
+                fed += 1
+            runner._progressed.add("default")
+            if runner._merger is not None:
+                published = time.monotonic()
+                if runner._publish_merges():
+                    publishes.append(time.monotonic() - published)
+            if ends is None and merged:
+                ends = merged[0] + seconds
+            if runner._should_flush():
+                flushed = time.monotonic()
+                runner.flush()
+                flushes.append(time.monotonic() - flushed)
+            time.sleep(0.01)  # the loop's poll
+    finally:
+        if runner._merger is not None:
+            runner._merger.close()
+        writer.background_merges = background
+    merge = None
+    if jobs:
+        merge = {"vectors": sum(len(part[0]) for part in inputs or ()), "seconds": jobs[0].seconds,
+                 "started": jobs[0].finished_at - jobs[0].seconds, "published": merged[0]}
+    return {"commits": commits, "appends": appends,
+            "flushSeconds": flushes, "publishSeconds": publishes, "merge": merge}
+
+
+def merge_window(settings: Any, writer: Any, source_dir: Path, vectors: int, *, start: int,
+                 rate: float = _SINK_RATE, baseline_seconds: float = 10.0) -> dict[str, Any]:
+    """The live sink's vector watermark while a merge of ``vectors`` runs (issue 21): the
+    first ``vectors`` chunks of the generation in ``source_dir`` as ``MERGE_FACTOR`` segments
+    of a fresh index under ``settings.home``, merged by a :class:`BackgroundMerger` while
+    :func:`sink_commits` feeds the sink ``rate`` chunks a second; first ``baseline_seconds``
+    of the same feed into another fresh index with no merge, for reference. Each as
+    :func:`merge_lag` reports it, plus the flushes' seconds."""
+    import dataclasses
+
+    from sinks.vector_writer import MERGE_FACTOR
+
+    def flushes(run: dict[str, Any]) -> dict[str, float]:
+        seconds = run["flushSeconds"] or [0.0]
+        return {"flushMedianSeconds": statistics.median(seconds), "flushMaxSeconds": max(seconds)}
+
+    home = Path(settings.home) / "merge-window"
+    try:
+        base = sink_commits(dataclasses.replace(settings, home=home / "baseline"), writer, inputs=None,
+                            start=start, rate=rate, seconds=baseline_seconds)
+        times = [at for at, _ in base["commits"]]
+        baseline = merge_lag(base["commits"], base["appends"],
+                             {"vectors": 0, "seconds": 0.0, "started": times[0], "published": times[-1]})
+        inputs = merge_inputs(source_dir, vectors, MERGE_FACTOR)
+        run = sink_commits(dataclasses.replace(settings, home=home / "merge"), writer, inputs=inputs,
+                           start=start + 10 ** 6, rate=rate, seconds=2.0)
+        assert run["merge"] is not None
+        lag = merge_lag(run["commits"], run["appends"], run["merge"])
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    return {**lag, **flushes(run), "publishMaxSeconds": max(run["publishSeconds"], default=0.0),
+            "rate": rate, "batchSize": settings.sink_batch_size, "batchSeconds": settings.sink_batch_seconds,
+            "baseline": {**{key: baseline[key] for key in ("windowSeconds", "stallSeconds", "lagSeconds",
+                                                           "lagSeqs", "medianCommitGapSeconds")}, **flushes(base)}}
 
 
 def build(settings: Any, bootstrap: str, chunks: int, tail_events: int) -> dict[str, Any]:
@@ -492,6 +703,12 @@ def main() -> None:
         print(f"  L1 append {figures['appendSeconds']:.1f} s; "
               + ", ".join(f"{kind} write {sec:.1f} s" for kind, sec in figures["writeSeconds"].items())
               + f"; total {figures['totalSeconds']:.1f} s", flush=True)
+        if sink := figures.get("sinkMerge"):
+            base = sink["baseline"]
+            print(f"  a merge of {sink['vectors']} vectors ({sink['mergeSeconds']:.1f} s) beside a sink fed "
+                  f"{sink['rate']:.0f} chunks/s: watermark lag {sink['lagSeconds']:.2f} s (no merge "
+                  f"{base['lagSeconds']:.2f}), stood still {sink['stallSeconds']:.2f} s (no merge "
+                  f"{base['stallSeconds']:.2f}), commit gap median {sink['medianCommitGapSeconds']:.2f} s", flush=True)
         follower = WatermarkFollower(bootstrap, settings).start()
         planner = Planner(settings, bootstrap, follower=follower)
         principal = parse_principal("tenant:acme/user:bench/groups:ops")

@@ -18,7 +18,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from benchmarks.bench_query import merge_lag
+from benchmarks.bench_query import generate as turns
+from benchmarks.bench_query import merge_lag, merge_window
 from benchmarks.harness import load_large
 from benchmarks.report import cache_section, growth_section, project, shard_section
 from benchmarks.workload import WorkloadConfig, generate, main
@@ -224,6 +225,48 @@ def test_merge_lag_is_the_watermark_during_the_merge_window() -> None:
     # A merge that holds commits: none from 20 s until 70 s.
     held = [c for c in commits if not 20 < c[0] < 70]
     assert merge_lag(held, appends, merge)["stallSeconds"] == 50.0
+
+
+SINK_MERGE = {"vectors": 200_000, "mergeSeconds": 100.0, "windowSeconds": 101.0, "commitsDuring": 150.0,
+              "stallSeconds": 1.8, "lagSeconds": 2.2, "lagSeqs": 880.0, "medianCommitGapSeconds": 0.6,
+              "flushMedianSeconds": 0.12, "flushMaxSeconds": 1.9, "publishMaxSeconds": 0.03, "rate": 200.0,
+              "batchSize": 512, "batchSeconds": 1.0,
+              "baseline": {"windowSeconds": 10.0, "stallSeconds": 1.0, "lagSeconds": 1.2, "lagSeqs": 470.0,
+                           "medianCommitGapSeconds": 0.67, "flushMedianSeconds": 0.13, "flushMaxSeconds": 0.24}}
+OLD_LAG = {"vectors": 200_000, "mergeSeconds": 61.8, "windowSeconds": 64.2, "commitsDuring": 8.0, "stallSeconds": 9.1,
+           "lagSeconds": 7.7, "lagSeqs": 20_000.0, "medianCommitGapSeconds": 7.2}
+
+
+def test_the_merge_window_at_the_sinks_commit_size_replaces_the_bench_batch_table() -> None:
+    build = {"batch": 10_000, "generateSeconds": 1.0, "appendSeconds": 1.0, "settleSeconds": 0.0, "merges": 3,
+             "mergeSeconds": 9.0, "totalSeconds": 30.0, "largestMergeVectors": 200_000, "largestMerge": OLD_LAG,
+             "writeSeconds": {"text": 1.0, "vector": 2.0, "structured": 1.0}}
+    steps = [{"chunks": 1_000_000, "build": {**build, "sinkMerge": SINK_MERGE}}]
+    text = "\n".join(growth_section(steps, {"rows": []}))
+    assert "fed 200 new chunks a second" in text and "512 chunks or 1.0 s" in text
+    assert "| longest an appended event waited for the vector watermark | **2.20** s | 1.20 s |" in text
+    assert "| longest the vector watermark stood still across the merge | 1.80 s | 1.00 s |" in text
+    assert "| a flush (median / longest) | 0.12 / 1.90 s | 0.13 / 0.24 s |" in text
+    assert "The lag is **under** the issue's 5 s." in text and "9.1" not in text
+    # Results written before the window existed still render their table.
+    old = "\n".join(growth_section([{"chunks": 1_000_000, "build": build}], {"rows": []}))
+    assert "| longest the vector watermark stood still across the merge | **9.1** |" in old
+
+
+def test_the_merge_window_runs_a_sink_beside_a_merge_and_cleans_up(tmp_path: Path) -> None:
+    from sinks.vector_writer import VectorWriter
+    from streams.settings import Settings
+
+    settings = Settings.from_env({}, home=tmp_path / "home", embedder="hash:64")
+    writer = VectorWriter(settings)
+    source = tmp_path / "gen-00000001"
+    source.mkdir()
+    writer.write(source, None, [chunk for _, chunk in turns(400)])
+    figures = merge_window(settings, writer, source, 400, start=10_000, rate=200.0, baseline_seconds=1.0)
+    assert figures["vectors"] == 400 and 0 < figures["mergeSeconds"] <= figures["windowSeconds"]
+    assert figures["lagSeconds"] > 0 and figures["flushMedianSeconds"] > 0 and figures["batchSize"] == 512
+    assert figures["baseline"]["medianCommitGapSeconds"] > 0 and figures["baseline"]["lagSeconds"] > 0
+    assert not writer.background_merges and not (tmp_path / "home" / "merge-window").exists()
 
 
 def test_projection_follows_the_last_two_steps_and_names_the_first_bound() -> None:
