@@ -28,6 +28,7 @@ Usage::
 
     .venv/bin/python benchmarks/bench_query.py [--chunks 100000] [--large] [--queries 100]
         [--tail-events 1000] [--embedder wordllama|hash:256] [--engine tantivy|whoosh] [--out FILE]
+    .venv/bin/python benchmarks/bench_query.py --merge-window 200000 [--embedder ...] [--out FILE]
 
 ``--large`` builds 1 000 000 chunks (slow: mostly embedding and index building). ``--out FILE``
 also writes the figures as JSON, which ``benchmarks/harness.py --include-large FILE`` puts in
@@ -666,6 +667,29 @@ def moved_head(settings: Any, bootstrap: str, follower: Any, principal: Any, *, 
             for name, values in figures.items()}
 
 
+def _merge_window_only(vectors: int, embedder: str, out: Path | None) -> None:
+    """``--merge-window``: the inputs embedded from new turns (flat, as merge_window writes
+    them), then :func:`merge_window`; no broker."""
+    from sinks.vector_writer import VectorWriter
+    from streams.settings import Settings
+
+    work = Path(tempfile.mkdtemp(prefix="usl-bench-merge-window-"))
+    try:
+        settings = Settings.from_env({}, home=work / "home", embedder=embedder)
+        writer = VectorWriter(settings)
+        source = work / "gen-00000001"
+        source.mkdir()
+        writer.exact_max = vectors  # one flat segment: the merge reads only its vectors
+        writer.write(source, None, [chunk for _, chunk in generate(vectors, start=5 * 10 ** 6)])
+        writer.exact_max = settings.vector_exact_max
+        figures = merge_window(settings, writer, source, vectors, start=6 * 10 ** 6)
+        print(json.dumps(figures, indent=1))
+        if out:
+            out.write_text(json.dumps(figures, indent=1) + "\n")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--chunks", type=int, default=100_000)
@@ -675,8 +699,13 @@ def main() -> None:
     parser.add_argument("--embedder", default=os.environ.get("USL_EMBEDDER", "wordllama"))
     parser.add_argument("--engine", default="tantivy")
     parser.add_argument("--out", type=Path, help="also write the figures here as JSON")
+    parser.add_argument("--merge-window", type=int, metavar="VECTORS",
+                        help="only the merge window (merge_window) of a merge of VECTORS freshly embedded chunks")
     args = parser.parse_args()
     chunks = 1_000_000 if args.large else args.chunks
+    if args.merge_window:
+        _merge_window_only(args.merge_window, args.embedder, args.out)
+        return
 
     from planner.acl import parse_principal
     from planner.engine import Planner
