@@ -23,7 +23,8 @@
    ``vector`` (faiss, merged by cosine with embeddings of trimmed and tail chunks: same model,
    comparable scores), ``tail`` (BM25 in-process over trimmed and tail texts: another corpus,
    so its own list) and ``toolresults``; fused by :func:`planner.rrf.fuse` and paged with
-   :func:`planner.rrf.after`.
+   :func:`planner.rrf.after`. In hybrid mode the text lists run in the planner's leg pool while
+   the query's thread searches the vector index (``parallel_legs``).
 
 Steps 1-3 are :meth:`Planner._search`, through :meth:`Planner.snapshot` (the
 :class:`~planner.pins.Snapshot` that SQL, SessionQL and export read through too). Steps 4-6 are
