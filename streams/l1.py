@@ -23,6 +23,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from streams.asp import canonical_bytes
 from streams.exceptions import BrokerError, SchemaError
+from streams.kafka_compat import skip_startup_backoff
 from streams.settings import Settings
 from streams.topics import Topics
 
@@ -129,6 +130,7 @@ class LogRegistry:
         if self._consumer is None:
             self._consumer = KafkaConsumer(bootstrap_servers=self._bootstrap, enable_auto_commit=False,
                                            isolation_level="read_committed", client_id="usl-log-registry")
+            skip_startup_backoff(self._consumer)  # its first read is waited for (streams.kafka_compat)
         return _read_to_end(self._consumer, self._topics.logs)
 
     def close(self) -> None:
@@ -208,9 +210,10 @@ class L1Producer:
             self.flush()
 
     def prefetch_metadata(self) -> None:
-        """Learn the L1 and registry topics' partitions now rather than at the first append: a
-        new kafka-python client waits about 100 ms before it asks (``ingest`` does this while
-        it imports)."""
+        """Learn the L1 and registry topics' partitions now rather than at the first append
+        (``ingest`` does this while it imports), without kafka-python's start-up backoff
+        (:mod:`streams.kafka_compat`)."""
+        skip_startup_backoff(self._producer)
         for topic in (self._topics.l1, self._topics.logs):
             self._producer.partitions_for(topic)
 
@@ -259,6 +262,7 @@ class L1Reader:
     def prefetch_metadata(self) -> None:
         """Learn the L1 topic's partitions now rather than at the first read (see
         :meth:`L1Producer.prefetch_metadata`)."""
+        skip_startup_backoff(self._consumer)
         self._consumer.partitions_for_topic(self._topics.l1)
 
     def _tp(self, log_id: str) -> TopicPartition | None:
