@@ -47,7 +47,7 @@ from concurrent.futures import wait as wait_for_futures
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -141,6 +141,7 @@ VECTOR_FLOOR = 0.0
 VECTOR_RELATIVE_FLOOR = 0.0
 _MAX_OVERFETCH = 20_000
 _VECTOR_CACHE = 50_000
+_T = TypeVar("_T")
 _LEG_WORKERS = 2
 """Threads of a planner's leg pool: this machine's cores; a query uses its own thread besides."""
 _RANKING = {"hybrid": ("text", "vector"), "text": ("text",), "vector": ("vector",)}
@@ -257,7 +258,7 @@ class Planner:
         self._vectors: dict[bytes, np.ndarray] = {}
         self._tails = SnapshotCache()
         self.parallel_legs = parallel_legs
-        self._pool: ThreadPoolExecutor | None = None
+        self._pool: _LegPool | None = None
         self.pinner = Pinner(self.root, holder=f"planner-{os.getpid()}")
         """Pins (and verifies) the generations every snapshot reads."""
         self.access = AccessLists(self._readers, self._window, scan_cap=acl_scan_cap)
@@ -399,20 +400,19 @@ class Planner:
             readers, self._idle_l1 = self._idle_l1, []
             pool, self._pool = self._pool, None
         if pool is not None:
-            pool.shutdown(wait=True)
+            pool.executor.shutdown(wait=True)
         for reader in readers:
             with suppress(Exception):
                 reader.close()
 
-    def _legs(self) -> ThreadPoolExecutor | None:
+    def _legs(self) -> _LegPool | None:
         """The pool that runs a query's legs beside its own thread (None: ``parallel_legs``
-        is off). Its tasks never wait on one another, so queries sharing it cannot deadlock."""
+        is off)."""
         if not self.parallel_legs:
             return None
         with self._lock:
             if self._pool is None:
-                self._pool = ThreadPoolExecutor(max_workers=_LEG_WORKERS,
-                                                thread_name_prefix="usl-query-leg")
+                self._pool = _LegPool(_LEG_WORKERS)
             return self._pool
 
     # -- the query ---------------------------------------------------------------------------
@@ -581,7 +581,7 @@ class Planner:
                  if text is not None] if "text" in ranking and text_pin is not None and cut > 0 else []
         vector_pin = query.pin("vector")
         vectors = "vector" in ranking and vector_pin is not None and query.embedder is not None
-        pool = self._legs() if texts and vectors else None
+        pool = self._legs() if vectors else None
 
         def text_lists() -> list[tuple[str, list[str], bool, dict[str, bytes]]]:
             out = []
@@ -598,8 +598,9 @@ class Planner:
         # "Performance"). The lists, notes and explain come out in the sequential order.
         pending: Future[list[tuple[str, list[str], bool, dict[str, bytes]]]] | None = None
         found = None
-        if pool is not None:
-            pending = pool.submit(text_lists)
+        if pool is not None and texts:
+            pending = pool.offload(text_lists)  # None: both threads busy, so run it here first
+        if pending is not None:
             try:
                 assert vector_pin is not None
                 found = self._vector_candidates(query, vector_pin, only, pool)
@@ -617,6 +618,8 @@ class Planner:
                 query.indexed_scores.setdefault(chunk_id, {})
         if vectors:
             assert vector_pin is not None
+            if found is None:  # sequential: after the text lists, as the vector list always was
+                found = self._vector_candidates(query, vector_pin, only, pool)
             self._rank_vectors(query, vector_pin, only, found)
         self._rank_provisional(query, phrase)
         tools_pin = query.pin("toolresults")
@@ -629,7 +632,7 @@ class Planner:
                 query.candidates[candidate.id] = candidate
 
     def _vector_candidates(self, query: QueryContext, pin: IndexPin, only: set[str] | None,
-                           pool: ThreadPoolExecutor | None) -> _VectorCandidates:
+                           pool: _LegPool | None) -> _VectorCandidates:
         """The query's embedding and the vector index's own candidates (the part of the vector
         list that does not depend on the text lists)."""
         allowed: Callable[[str], bool] | None = None
@@ -648,13 +651,11 @@ class Planner:
             return _VectorCandidates(query_vector, None, [])
         reader = self._readers.vector(pin)
         hits = reader.search(query_vector, limit=query.window + 1, allowed=allowed,
-                             fan_out=_fan_out(pool) if pool is not None else None)
+                             fan_out=pool.map if pool is not None else None)
         return _VectorCandidates(query_vector, reader, hits)
 
     def _rank_vectors(self, query: QueryContext, pin: IndexPin, only: set[str] | None,
-                      found: _VectorCandidates | None = None) -> None:
-        if found is None:
-            found = self._vector_candidates(query, pin, only, None)
+                      found: _VectorCandidates) -> None:
         # In hybrid mode the chunks the text lists found are candidates of the vector list too:
         # ranked by their best event like the vector index's own (docs/planner.md).
         found_by_text = [chunk_id for ranked_list in query.lists if ranked_list.source in ("text", "phrase")
@@ -1138,23 +1139,61 @@ class Planner:
 # -- helpers -----------------------------------------------------------------------------------
 
 
-def _fan_out(pool: ThreadPoolExecutor) -> Callable[[Callable[[Any], Any], Sequence[Any]], list[Any]]:
-    """A ``map`` over ``pool`` that runs the first item in the calling thread, returns the
-    results in the items' order, and returns or raises only once every item has finished (the
-    first error in item order, as a loop would raise it): no task outlives the call."""
+class _LegPool:
+    """A planner's threads for the legs of its queries. A task goes to a thread only when one
+    is free (else the query's own thread runs it, in its sequential place), so queries never
+    queue behind each other's legs, and no task waits on another: no deadlock."""
 
-    def run(fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
-        items = list(items)
-        if not items:
-            return []
-        rest = [pool.submit(fn, item) for item in items[1:]]
+    def __init__(self, workers: int) -> None:
+        self.executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="usl-query-leg")
+        self._free = threading.BoundedSemaphore(workers)
+
+    def offload(self, fn: Callable[..., _T], *args: Any) -> Future[_T] | None:
+        """``fn(*args)`` started on a free thread, or None when none is free."""
+        if not self._free.acquire(blocking=False):
+            return None
+
+        def run() -> _T:
+            try:
+                return fn(*args)
+            finally:
+                self._free.release()
+
         try:
-            first = fn(items[0])
-        finally:
-            wait_for_futures(rest)
-        return [first, *(future.result() for future in rest)]
+            return self.executor.submit(run)
+        except BaseException:
+            self._free.release()
+            raise
 
-    return run
+    def map(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
+        """``[fn(item) for item in items]``, the items after the first on free threads: the
+        results in the items' order, returned or raised (the first error in item order, as
+        the loop would raise it) only once every item has finished, so no task outlives the
+        call."""
+        items = list(items)
+        started = [None, *(self.offload(fn, item) for item in items[1:])]
+        results: list[Any] = []
+        try:
+            for item, future in zip(items, started, strict=True):
+                results.append(future if future is not None else _Done(fn(item)))
+        except BaseException:
+            wait_for_futures([future for future in started if future is not None])
+            for earlier in results:
+                if isinstance(earlier, Future):
+                    earlier.result()
+            raise
+        wait_for_futures([future for future in started if future is not None])
+        return [outcome.result() for outcome in results]
+
+
+@dataclass(frozen=True)
+class _Done:
+    """A result computed in the query's own thread, read like a finished future's."""
+
+    value: Any
+
+    def result(self) -> Any:
+        return self.value
 
 
 _WARMER = Principal(tenant="", user="tail-warmer")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -20,7 +21,7 @@ from hypothesis import strategies as st
 
 from planner.acl import parse_principal
 from planner.cursors import decode_cursor, load_cursor_key
-from planner.engine import Planner
+from planner.engine import Planner, _LegPool
 from planner.exceptions import (
     AccessDenied,
     CursorError,
@@ -300,6 +301,38 @@ def test_hybrid_answers_the_same_with_its_legs_concurrent_or_sequential(
         sequential.close()
         concurrent.close()
     assert text_threads and all(name.startswith("usl-query-leg") for name in text_threads)
+
+
+def test_the_leg_pool_never_queues_a_leg_and_returns_only_when_every_task_is_done() -> None:
+    pool = _LegPool(1)
+    release, finished = threading.Event(), []
+    try:
+        held = pool.offload(release.wait, 5)
+        assert held is not None
+        assert pool.offload(lambda: 1) is None  # the one thread is busy: the caller runs it
+
+        def slow(item: int) -> int:
+            time.sleep(0.01 * (3 - item))
+            finished.append(item)
+            return item * 10
+
+        assert pool.map(slow, [0, 1, 2]) == [0, 10, 20]  # all inline while the thread is held
+        release.set()
+        held.result()
+        finished.clear()
+
+        def failing(item: int) -> int:
+            slow(item)
+            if item >= 1:
+                raise ValueError(f"item {item}")
+            return item
+
+        with pytest.raises(ValueError, match="item 1"):  # the first error in item order
+            pool.map(failing, [0, 1, 2])
+        assert sorted(finished) == [0, 1, 2]  # nothing left running when it raised
+    finally:
+        release.set()
+        pool.executor.shutdown(wait=True)
 
 
 class _BrokenVectors:
