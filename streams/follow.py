@@ -374,8 +374,9 @@ class Follower:
             if found is not None:
                 parsed.append(found)
         if self.once and all(self._unvouched(item) for item in parsed):
+            in_l1 = _InL1(self.appender)
             for item in parsed:
-                self._stream(item, report)
+                self._stream(item, report, in_l1)
             return report
         for item in parsed:
             if self.once:
@@ -519,7 +520,7 @@ class Follower:
         return item.base is None or not (item.base.offset <= len(item.complete)
                                          and _sha(item.complete[: item.base.offset]) == item.base.prefix_sha)
 
-    def _stream(self, item: _Parsed, report: PollReport) -> None:
+    def _stream(self, item: _Parsed, report: PollReport, in_l1: _InL1) -> None:
         """One-shot import of a file no record vouches for, sent while it is imported: batches
         of about ``stream_batch_events`` events are written ahead and sent one after another,
         the next one imported while the last one travels (one process imports and sends on one
@@ -529,8 +530,9 @@ class Follower:
         nothing, so whoever imports the file after a crash checks it against L1 again (as a
         file without a record is), and a writer that planned against the old record fails its
         commit. Each batch is written ahead, sent and acknowledged as :meth:`PositionStore.commit`
-        does; what L1 held before the import is read once per log and session (up to the seq
-        it had when the import began: what this import appends is known by eventId)."""
+        does. What L1 held before the file's import comes from ``in_l1``, which reads each
+        record of L1 once for all the files of one pass (up to the seq L1 had when the file's
+        import began: what this import appends is known by eventId)."""
         tracked = self._tracked[item.key]
         expected = None if item.adopted is not None else item.base
         marker = FileRecord(path=str(item.path), log_id=self.log_id, format=item.fmt, offset=0, prefix_sha="",
@@ -540,14 +542,14 @@ class Follower:
                 self._tracked[item.key] = _Tracked(format=tracked.format)
                 return
             entries, sentinel = self._import_bytes(item.path, item.label, item.root, item.fmt, item.complete)
-            checked: dict[str, tuple[int, set[str]]] = {}  # log -> (its seq when first seen, sessions checked)
+            until: dict[str, int] = {}  # log -> L1's seq when this file first named it
             seen: set[str] = set()  # what L1 held before the import, and what it appended
             old_rejects = set(tracked.rejected)
             rejected: set[str] = set()
             for chunk in self._chunks(entry for entry in entries
                                       if not (isinstance(entry, Rejected) and entry.record == sentinel)):
                 self._seen(chunk)
-                seen |= self._present_before(chunk, checked)
+                seen |= in_l1.present(chunk, until)
                 events, canonical = _new_events(chunk, seen, report)
                 batch = _Batch(events=events, canonical=canonical, rejects=_new_rejects(chunk, old_rejects))
                 rejected.update(entry.record for entry in batch.rejects)
@@ -576,19 +578,6 @@ class Follower:
                 chunk = []
         if chunk:
             yield chunk
-
-    def _present_before(self, chunk: list[Accepted | Rejected], checked: dict[str, tuple[int, set[str]]]) -> set[str]:
-        """The eventIds L1 held, before this import began, for the chunk's sessions not checked yet."""
-        present: set[str] = set()
-        for log, sessions in _sessions_of(chunk).items():
-            if log not in checked:
-                checked[log] = (self.appender.committed_seq(log), set())
-            until, done = checked[log]
-            new = sessions - done
-            if new and until > 0:
-                present |= self.appender.event_ids(log, 1, new, to_seq=until)
-            done |= new
-        return present
 
     def _record(self, item: _Parsed, held: tuple[str, ...] = ()) -> FileRecord:
         """The record of ``item`` once every event of it but ``held`` is in L1."""
@@ -709,6 +698,42 @@ def _sessions(items: list[_Parsed]) -> dict[str, set[str]]:
         for log, sessions in _sessions_of(item.items).items():
             by_log.setdefault(log, set()).update(sessions)
     return by_log
+
+
+class _InL1:
+    """The eventIds L1 holds, per log, read once for all the files of one one-shot pass.
+
+    Each file asks up to the seq L1 had when its import began; only what lies past the last
+    read is read (mostly what the files before it appended), so a directory of N files reads
+    L1 once instead of N times (each file had read the whole log up to its start, issue #16).
+    It keeps every eventId of the log, not only those of the files' sessions: eventIds are
+    unique per log (streams.ownership), and a later file's sessions are not known in advance."""
+
+    def __init__(self, appender: Appender) -> None:
+        self.appender = appender
+        self.read: dict[str, tuple[int, set[str]]] = {}  # log -> (read through seq, its eventIds)
+
+    def present(self, chunk: list[Accepted | Rejected], until: dict[str, int]) -> set[str]:
+        """The eventIds of ``chunk`` that L1 held at the seq ``until`` names for their log (the
+        first chunk of a log sets it to L1's committed seq now)."""
+        present: set[str] = set()
+        for entry in chunk:
+            if not isinstance(entry, Accepted):
+                continue
+            log = entry.event["logId"]
+            if log not in until:
+                until[log] = self.appender.committed_seq(log)
+            ids = self._through(log, until[log])
+            if entry.event["eventId"] in ids:
+                present.add(entry.event["eventId"])
+        return present
+
+    def _through(self, log: str, seq: int) -> set[str]:
+        done, ids = self.read.get(log, (0, set()))
+        if seq > done:
+            ids |= self.appender.event_ids(log, done + 1, None, to_seq=seq)
+            self.read[log] = (seq, ids)
+        return ids
 
 
 def _sessions_of(entries: list[Accepted | Rejected]) -> dict[str, set[str]]:

@@ -338,7 +338,7 @@ def test_a_one_shot_import_sent_in_batches_leaves_each_event_once_after_a_crash_
 
 
 def test_a_one_shot_import_checks_what_l1_held_before_it_began(tmp_path):
-    """Streamed batches check L1 for each session once, up to the seq L1 had when the import
+    """Streamed batches check L1 once, up to the seq L1 had when the import
     began: events already there are left out, the import's own appends are not read back."""
     path = tmp_path / "session.jsonl"
     path.write_bytes(TRANSCRIPTS[0].read_bytes())
@@ -357,3 +357,33 @@ def test_a_one_shot_import_checks_what_l1_held_before_it_began(tmp_path):
     report = follower(path, l1, tmp_path / "lost-store", Clock(), once=True, stream_batch_events=3).poll()
     assert report.appended == 0 and report.duplicates == len(ids) and len(l1.log) == len(ids)
     assert reads and set(reads) == {len(ids)}
+
+
+def test_a_one_shot_import_of_a_directory_reads_each_l1_record_once(tmp_path):
+    """Every file of a directory is checked against what L1 held when its import began, but
+    the pass reads each L1 record at most once for all its files: it had read the whole log up to
+    its start once per file (a directory of N files into a log of M events: N x M records)."""
+    folder = tmp_path / "projects"
+    folder.mkdir()
+    for source in TRANSCRIPTS:
+        (folder / source.name).write_bytes(source.read_bytes())
+    expected = set().union(*(one_shot_ids(source) for source in TRANSCRIPTS))
+    l1 = MemoryL1()
+    spans: list[tuple[int, int]] = []
+    original = l1.event_ids
+
+    def event_ids(log_id: str, from_seq: int, sessions: set[str] | None = None, to_seq: int | None = None) -> set[str]:
+        spans.append((from_seq, len(l1.log) if to_seq is None else to_seq))
+        return original(log_id, from_seq, sessions, to_seq)
+
+    l1.event_ids = event_ids  # type: ignore[method-assign]
+    first = follower(folder, l1, tmp_path / "first", Clock(), once=True, stream_batch_events=4).poll()
+    assert first.appended == len(l1.log) == len(expected) and set(l1.counts()) == expected
+    read_first = [seq for start, end in spans for seq in range(start, end + 1)]
+    assert len(read_first) == len(set(read_first)) < len(l1.log)  # only what earlier files appended, once
+
+    spans.clear()  # the same files again, their records lost: everything is in L1 already
+    again = follower(folder, l1, tmp_path / "lost-store", Clock(), once=True, stream_batch_events=4).poll()
+    assert again.appended == 0 and again.duplicates == len(expected) and len(l1.log) == len(expected)
+    read_again = [seq for start, end in spans for seq in range(start, end + 1)]
+    assert sorted(read_again) == list(range(1, len(l1.log) + 1))
