@@ -62,21 +62,6 @@ HARD_MAX_SEGMENTS = 3 * MAX_SEGMENTS
 _BATCH = 128
 # A background merge is built in a child process at this niceness (build_merge).
 MERGE_NICENESS = 10
-_MERGE_CHILD = """
-import os, sys, threading, time, orjson
-os.nice(int(sys.argv[1]))
-parent = os.getppid()
-
-def orphaned():  # the sink is gone, and with it the point of the merge
-    while os.getppid() == parent:
-        time.sleep(1)
-    os._exit(1)
-
-threading.Thread(target=orphaned, daemon=True).start()
-from sinks.vector.faiss_index import merge_segments
-job = orjson.loads(sys.argv[2])
-sys.stdout.buffer.write(orjson.dumps(merge_segments(job["dir"], job["names"], job["new"], job["exactMax"])))
-"""
 
 
 def segment_names(gen_dir: Path) -> list[str]:
@@ -152,7 +137,8 @@ class VectorWriter:
         # vector watermark, against about 2 s now (docs/benchmarks.md, "Merge-time vector lag at
         # the sink's commit size"). The inputs and the output are files in work_dir already.
         job = {"dir": str(work_dir), "names": names, "new": new_name, "exactMax": self.exact_max}
-        child = subprocess.run([sys.executable, "-c", _MERGE_CHILD, str(MERGE_NICENESS), orjson.dumps(job).decode()],
+        child = subprocess.run([sys.executable, "-m", "sinks.vector.merge_child", str(MERGE_NICENESS),
+                                orjson.dumps(job).decode()],
                                capture_output=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
         if child.returncode != 0:
             raise RuntimeError(f"merging {', '.join(names)} into {new_name} failed (exit {child.returncode}): "
