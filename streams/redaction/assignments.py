@@ -92,7 +92,8 @@ class AssignmentRule(Rule):
     def fingerprint(self) -> list[str]:
         named = [f"{name}={rule}" for name, rule in sorted(_NAMED.items())]
         return [*super().fingerprint(), *_KEYWORDS, *named, self._pattern.pattern, self._flag.pattern, self._xml.pattern,
-                self._prose.pattern, _UUID.pattern, _IDENTIFIER.pattern, _password_like.__qualname__]
+                self._prose.pattern, _UUID.pattern, _IDENTIFIER.pattern, _password_like.__qualname__,
+                _in_sentence.__qualname__, _password_in_sentence.__qualname__]
 
     def hit_names(self) -> tuple[str, ...]:
         return (_PASSWORD, _SECRET, _PROSE, *sorted(set(_NAMED.values())), *ported_rule_names())
@@ -141,10 +142,13 @@ class AssignmentRule(Rule):
             if start < end:
                 continue  # inside the previous assignment (its name or value)
             match = self._pattern.match(scan.text, start)
+            if match is None or _in_sentence(match):
+                # A colon followed by words is a sentence ("the token: 9f8e… expired", "Key: the
+                # value is Zx81…"): the prose reading judges it too, apply keeps one span.
+                sentence = self._prose.match(scan.text, start)
+                if sentence is not None:
+                    prose.append(sentence)  # overlaps are settled in apply: assignments may follow
             if match is None:
-                match = self._prose.match(scan.text, start)
-                if match is not None:
-                    prose.append(match)  # overlaps are settled in apply: assignments may follow
                 continue
             matches.append(match)
             # Keywords inside the value are still tried: NPM_TOKEN="//host/:_authToken=..." is
@@ -179,9 +183,17 @@ class AssignmentRule(Rule):
                 value = value[: value.index("&")]
                 end = start + len(value)
             exported = text.endswith(("export ", "export\t"), 0, name_start)
-            if not quoted and match.group("sep") == ":" and match.group("eol") is None:
-                # "Password: must be 8 characters" is prose: a YAML/header value fills its line.
-                return None
+            if _in_sentence(match):
+                # "Password: must be 8 characters" is prose (a YAML/header value fills its line),
+                # but "password: hunter2 is wrong" gives one away: a password word's value with
+                # a digit in it is no word of the sentence. Longer random values of any secret
+                # word are the prose reading's (_candidates).
+                value = value.rstrip(".")
+                end = start + len(value)
+                if (name_class(name) != "password" or not _password_in_sentence(value) or is_marker_at(value, 0)
+                        or is_placeholder(value, quoted=False)):
+                    return None
+                return start, end, _PASSWORD
         else:
             name, exported = match.group("name"), kind == "flag"
         if not value or is_marker_at(value, 0) or is_placeholder(value, quoted=quoted):
@@ -231,6 +243,17 @@ class AssignmentRule(Rule):
 _NAME_EQUALS = re.compile(r"[A-Za-z_][A-Za-z_.-]{0,40}=", re.ASCII)
 _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}", re.ASCII)
 _IDENTIFIER = re.compile(r"[a-z]+(?:[_.-][a-z]+[0-9]{0,3})+|[A-Za-z][a-z]+(?:[A-Z][a-z]+[0-9]{0,3})+|[A-Z]+(?:_[A-Z]+[0-9]{0,3})+", re.ASCII)
+
+
+def _in_sentence(match: re.Match[str]) -> bool:
+    """An unquoted ``name: value`` that more words follow on its line."""
+    return match.group("bare") is not None and match.group("sep") == ":" and match.group("eol") is None
+
+
+def _password_in_sentence(value: str) -> bool:
+    """Policy 2.2: a password written in a sentence after ``password:`` ("password: hunter2 is
+    wrong"): 6+ characters with a digit, which no word of prose ("must", "required") has."""
+    return len(value) >= 6 and any(c.isdigit() for c in value) and not _UUID.fullmatch(value)
 
 
 def _password_like(value: str) -> bool:

@@ -303,6 +303,33 @@ def test_a_password_word_keeps_identifiers_and_plain_values(text: str) -> None:
     assert redact_text(text) == (text, {})
 
 
+# A colon-separated value that more words follow was read as prose and kept whole, so anything no
+# prefix rule knows leaked: found by pasting credentials into a chat message as a new user would.
+@pytest.mark.parametrize(("text", "secret", "rule"), [
+    ("the login fails, password: Hunter2-Baloney-991 and token x", "Hunter2-Baloney-991", "password-assignment"),
+    ("password: hunter2 is wrong", "hunter2", "password-assignment"),
+    ("Password: abc123XYZ then retry.", "abc123XYZ", "password-assignment"),
+    ("key: Qz81bXc9Lm2Nv7Kp4Rt6Yw3Hs8Df5Gj1 for staging", "Qz81bXc9Lm2Nv7Kp4Rt6Yw3Hs8Df5Gj1", "secret-in-prose"),
+    ("secret: f3c9a1b7e2d84f6a9c0b5e7d1a3f8c2e was rotated", "f3c9a1b7e2d84f6a9c0b5e7d1a3f8c2e", "secret-in-prose"),
+    ("Key: the value is Zx81bXc9Lm2Nv7Kp4Rt6Yw3 now", "Zx81bXc9Lm2Nv7Kp4Rt6Yw3", "secret-in-prose"),
+])
+def test_a_colon_value_that_words_follow_is_judged_as_a_sentence(text: str, secret: str, rule: str) -> None:
+    redacted, hits = redact_text(text)
+    assert secret not in redacted and hits == {rule: 1}, redacted
+
+
+@pytest.mark.parametrize("text", [
+    "Password: must be 8 characters",
+    "password: required and min 8",
+    "Password: 8 characters minimum",
+    "token: user_session_identifier_v2 is used",
+    "key: value pairs are kept",
+    "password: ${DB_PASSWORD} from the environment",
+])
+def test_a_colon_followed_by_plain_words_stays(text: str) -> None:
+    assert redact_text(text) == (text, {})
+
+
 # ---------------------------------------------------------------- policy 2.1: wrapped lines
 
 @pytest.mark.parametrize(("text", "expected"), [
