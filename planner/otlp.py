@@ -80,7 +80,7 @@ def _response(media_type: str, rejected: int, message: str) -> Response:
 
 async def traces_endpoint(request: Request, receiver: Any, principal: Principal) -> Response:
     """Decode, map and append; answer as OTLP/HTTP does."""
-    from planner.receivers import check_event
+    from planner.receivers import check_event, request_log
 
     media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if media_type not in (_PROTOBUF, "application/json"):
@@ -88,7 +88,7 @@ async def traces_endpoint(request: Request, receiver: Any, principal: Principal)
 
         raise UnsupportedMediaType(f"OTLP/HTTP bodies are protobuf or JSON, not {media_type or 'untyped'}",
                                    hint="Send Content-Type: application/x-protobuf or application/json.")
-    log_id = request.query_params.get("log", "default")
+    log_id = request_log(request.query_params.get("log", "default"))
     decoded = decode_request(await request.body(), media_type)
     checked: list[tuple[int, dict[str, Any]]] = []
     rejected: list[dict[str, Any]] = []

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -39,7 +40,7 @@ from streams.asp import DEFAULT_ACL, validate_event
 from streams.exceptions import SchemaError
 from streams.settings import Settings
 
-__all__ = ["MAX_EVENTS", "EventReceiver", "TooManyRequests", "check_event", "openapi_paths", "routes"]
+__all__ = ["MAX_EVENTS", "EventReceiver", "TooManyRequests", "check_event", "openapi_paths", "request_log", "routes"]
 
 MAX_EVENTS = 10000
 _MAX_WAITING = 4
@@ -166,6 +167,20 @@ class EventReceiver:
         rejected.sort(key=lambda item: item["index"])
         return {"appended": appended, "duplicates": duplicates, "rejected": rejected,
                 "l1CommittedSeq": reader.committed_seq(log_id)}
+
+
+# The ASP schema's logId (streams/schemas/asp-v1.schema.json).
+_LOG_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", re.ASCII)
+
+
+def request_log(value: Any) -> str:
+    """The log a receiver's request names (``"log"``, ``?log=``); QueryError (400) unless an event
+    can carry it, rather than answering 200 with every event rejected for its ``logId``."""
+    if not isinstance(value, str) or not _LOG_ID.fullmatch(value):
+        raise QueryError(f"{str(value)[:64]!r} is not a log name",
+                         hint="A log name is 1-128 letters, digits, '.', '_' and '-', starting with a letter or "
+                              'digit; leave it out for "default".')
+    return value
 
 
 def check_event(raw: Any, principal: Principal, log_id: str) -> tuple[dict[str, Any] | None, str]:
@@ -302,9 +317,7 @@ def routes(settings: Settings, bootstrap: str, principal_of: Callable[[Request],
         if isinstance(body, _RepeatedKeys):
             raise QueryError(f"the body holds the key {body.key!r} twice; each key may appear once",
                              hint='Send one "events" array (and at most one "log").')
-        log_id = body.get("log", "default")
-        if not isinstance(log_id, str) or not log_id or len(log_id) > 200:
-            raise QueryError('"log" must be a log name', hint='Leave it out for "default".')
+        log_id = request_log(body.get("log", "default"))
         if len(body["events"]) > MAX_EVENTS:
             raise QueryError(f"at most {MAX_EVENTS} events per request", hint="Send several batches.")
         answer = await run_in_threadpool(receiver.receive, body["events"], principal, log_id)
@@ -322,6 +335,7 @@ def routes(settings: Settings, bootstrap: str, principal_of: Callable[[Request],
 def openapi_paths(*, security: list[dict[str, list[str]]], principal: dict[str, Any],
                   errors: Callable[..., dict[str, Any]]) -> dict[str, Any]:
     """The receivers' entries of the OpenAPI document."""
+    log_schema = {"type": "string", "pattern": f"^{_LOG_ID.pattern}$"}
     answer = {"type": "object", "required": ["appended", "duplicates", "rejected", "l1CommittedSeq"],
               "properties": {
                   "appended": {"type": "integer", "minimum": 0},
@@ -345,14 +359,14 @@ def openapi_paths(*, security: list[dict[str, list[str]]], principal: dict[str, 
                     "events": {"type": "array", "description": f"At most {MAX_EVENTS} events.",
                                "items": {"description": "An ASP v1 event (streams/schemas/"
                                          "asp-v1.schema.json); anything else is listed in rejected"}},
-                    "log": {"type": "string", "minLength": 1, "maxLength": 200, "default": "default"}}}}}},
+                    "log": {**log_schema, "default": "default"}}}}}},
             "responses": {"200": {"description": "Appended, duplicates and rejected events",
                                   "content": {"application/json": {"schema": answer}}},
                           **errors(400, 401, 403, 413, 415, 500), **too_many}}},
         "/v1/traces": {"post": {
             "summary": "OTLP/HTTP traces receiver: OpenTelemetry GenAI spans become ASP events",
             "parameters": [principal, {"name": "log", "in": "query", "required": False,
-                                       "schema": {"type": "string", "default": "default"}}],
+                                       "schema": {**log_schema, "default": "default"}}],
             "security": security,
             "requestBody": {"required": True, "content": {
                 "application/x-protobuf": {"schema": {"type": "string", "format": "binary"}},

@@ -10,6 +10,7 @@ through the API) never imports rich, which is a good part of a shell command's s
 from __future__ import annotations
 
 import json
+import re
 import sys
 from functools import cache
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -28,7 +29,21 @@ __all__ = ["LOG_OPTION", "PRINCIPAL_OPTION", "bootstrap_servers", "err", "escape
 
 _CELL_CHARS = 80
 
-LOG_OPTION = typer.Option("default", "--log", envvar="USL_LOG", help="Log (L1 partition) to use.")
+# The ASP schema's logId (streams/schemas/asp-v1.schema.json).
+_LOG_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", re.ASCII)
+
+
+def _log_name(value: str) -> str:
+    # Refused up front: `usl ingest --log "team a"` appended nothing and dead-lettered every
+    # record of the file for its logId, exiting 0.
+    if not _LOG_ID.fullmatch(value):
+        raise typer.BadParameter(f"{value!r} is not a log name: 1-128 letters, digits, '.', '_' and '-', "
+                                 "starting with a letter or digit")
+    return value
+
+
+LOG_OPTION = typer.Option("default", "--log", envvar="USL_LOG", help="Log (L1 partition) to use.",
+                          callback=_log_name)
 PRINCIPAL_OPTION = typer.Option(None, "--as", envvar="USL_DEFAULT_PRINCIPAL",
                                 help="Principal, e.g. tenant:acme/user:alice/groups:eng.")
 

@@ -141,6 +141,10 @@ def test_otlp_json_maps_like_protobuf(served):
     assert types == ["session.started", "tool.call", "tool.result"]
     bad = httpx.post(f"{endpoint}/v1/traces", content=b"\x0a\xff", headers={"Content-Type": "application/x-protobuf"})
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "bad_query"
+    # a log no event can carry is refused whole, not answered 200 with every span rejected
+    bad_log = httpx.post(f"{endpoint}/v1/traces", params={"log": "team a"}, content=orjson.dumps(body),
+                         headers={"Content-Type": "application/json"}, timeout=30)
+    assert bad_log.status_code == 400 and "is not a log name" in bad_log.json()["error"]["message"], bad_log.text
     assert [i.reason for i in span_events({"resourceSpans": [{"scopeSpans": [{"spans": [
         {"traceId": "ab", "spanId": "cd", "attributes": [
             {"key": "gen_ai.operation.name", "value": {"stringValue": "chat"}}]}]}]}]})] == [

@@ -126,7 +126,9 @@ def test_an_event_with_a_repeated_key_is_refused_by_itself(api):
 
 def test_bad_bodies_are_400_with_the_error_shape(api):
     _settings, client, key_a, _key_b = api
-    for body in ({}, {"events": {}}, [], {"events": [], "log": ""}, {"events": [{}] * 10001}):
+    for body in ({}, {"events": {}}, [], {"events": [], "log": ""}, {"events": [{}] * 10001},
+                 # a log no event can carry: refused whole, not every event rejected for its logId
+                 {"events": session_events("s-bad-log"), "log": "team a"}, {"events": [], "log": "x" * 129}):
         response = post(client, key_a, body)
         assert response.status_code == 400, (body, response.text)
         assert set(response.json()) == {"error"}
