@@ -94,5 +94,10 @@ class Effects:
     must be held and they must be read again from the committed offset."""
     handled: dict[str, int] = field(default_factory=dict)
     """Per log, the highest seq the batch handled (the redaction stage's flush claims)."""
+    handled_on: dict[int, int] = field(default_factory=dict)
+    """Per L1 partition, the highest seq the batch handled, of any log (a flush tick of a log
+    that shares the partition releases it too)."""
+    partition_of: dict[str, int] = field(default_factory=dict)
+    """The L1 partition of each log the batch handled."""
     flushed: dict[str, int] = field(default_factory=dict)
     """Per log, the seq a flush tick of this effect claimed."""

@@ -71,6 +71,11 @@ class RedactionStage:
         # the clock restored from the changelog may be ahead of what the previous owner's producer
         # delivered before it died, while this process's own sends precede its tick on each partition.
         self.handled: dict[str, int] = {}
+        # Per L1 partition, the highest seq this process handled there, of any log, and each
+        # handled log's partition: logs share a partition once every partition is owned, and a
+        # log's records end where its partition's handled records do, whoever's they are.
+        self.handled_on: dict[int, int] = {}
+        self.partition_of: dict[str, int] = {}
         self.last_flush: dict[str, int] = {}
 
     def apply(self, batch: list[Record]) -> Effects:
@@ -130,6 +135,8 @@ class RedactionStage:
                 emit(*self._broadcast(tick))
             writes[LOG_CLOCKS, log_id] = (partition, clock)
             effects.handled[log_id] = max(effects.handled.get(log_id, 0), seq)
+            effects.handled_on[partition] = seq
+            effects.partition_of[log_id] = partition
         effects.writes = [TableWrite(table, partition, key, value)
                           for (table, key), (partition, value) in writes.items()]
         return effects
@@ -161,6 +168,9 @@ class RedactionStage:
         """The batch's writes (or a flush's ticks) are durable: remember what it handled."""
         for log_id, seq in effects.handled.items():
             self.handled[log_id] = max(self.handled.get(log_id, 0), seq)
+        for partition, seq in effects.handled_on.items():
+            self.handled_on[partition] = max(self.handled_on.get(partition, 0), seq)
+        self.partition_of.update(effects.partition_of)
         for log_id, seq in effects.flushed.items():
             self.last_flush[log_id] = seq
 
@@ -177,12 +187,13 @@ class RedactionStage:
         owner had nothing to handle, so no flush tick ever released the last seqs.
         """
         claims = dict(self.handled)
+        for log_id, partition in self.partition_of.items():
+            claims[log_id] = max(claims.get(log_id, 0), self.handled_on.get(partition, 0))
         for key, partition in list(restored.items()):
-            if is_offset_key(key) or not isinstance(key, str) or partition not in committed:
+            if is_offset_key(key) or not isinstance(key, str):
                 continue
-            offset = committed[partition]
-            if offset:
-                claims[key] = max(claims.get(key, 0), int(offset))
+            claims[key] = max(claims.get(key, 0), self.handled_on.get(partition, 0), int(committed.get(partition) or 0))
+        claims = {log_id: seq for log_id, seq in claims.items() if seq}
         effects = Effects()
         for log_id, seq in claims.items():
             clock = self.tables[LOG_CLOCKS].get(log_id)
@@ -191,7 +202,13 @@ class RedactionStage:
             # What the tick releases, not what was claimed: a claim past this process's clock (the
             # group committed further than the clock it holds) must be claimed again once the
             # clock gets there, or the log's last seqs wait for another event.
-            released = min(seq, int(clock["lastSeq"]))
+            # Records of other logs after this log's last one on its partition hold none of its
+            # events, so the partition's applied offset (stored with the clocks) ends the log too:
+            # without it, appending to one log left every log sharing its partition "behind"
+            # those seqs for good (wait:N timed out, status never caught up).
+            home = self.partition_of.get(log_id, restored.get(log_id))
+            applied = self.tables[LOG_CLOCKS].get(offset_key(home)) if home is not None else None
+            released = min(seq, max(int(clock["lastSeq"]), int(applied) + 1 if applied is not None else 0))
             if released <= self.last_flush.get(log_id, 0):
                 continue
             for item in self._broadcast(flush_tick({**clock, "lastSeq": released}, log_id)):

@@ -309,6 +309,34 @@ def test_a_flush_claim_past_the_clock_is_claimed_again_once_the_clock_gets_there
     assert not worker.redaction.flush({"default": 0}, {0: 5}).records  # nothing new: no tick
 
 
+def test_a_flush_tick_releases_the_seqs_of_other_logs_on_its_partition(log: list[dict[str, Any]]) -> None:
+    """Logs share an L1 partition once every partition is owned. Appending to one log left the
+    other's flush ticks at its own last seq, so its watermark stayed "behind" the other log's
+    seqs for good (seen as `usl status` lag 2326 and every wait:N timing out on real sessions)."""
+    worker = Worker(every=1000)
+    quiet = [{**e, "logId": "quiet"} for e in log[:5]]
+    busy = [{**e, "logId": "busy", "eventId": f"busy-{e['eventId']}"} for e in log[:4]]
+    worker.redact(l1_batch(quiet + busy))
+    flush = worker.redaction.flush({}, {})
+    released = {(b["logId"], b["seq"]) for b in (orjson.loads(r.value) for r in flush.records)}
+    assert released == {("quiet", 9), ("busy", 9)}
+    worker.perform(worker.redaction, flush)
+    # After a restart the clocks are restored: what the group committed on the partition releases
+    # the quiet log as far as the partition was applied, and the busy log's new seqs release it too.
+    restarted = Worker(every=1000)
+    restarted.tables[keys.LOG_CLOCKS].update(worker.tables[keys.LOG_CLOCKS])
+    restored = {"quiet": 0, "busy": 0, keys.offset_key(0): 0}
+    flush = restarted.redaction.flush(restored, {0: 9})
+    assert {(b["logId"], b["seq"]) for b in (orjson.loads(r.value) for r in flush.records)} == {
+        ("quiet", 9), ("busy", 9)}
+    restarted.perform(restarted.redaction, flush)
+    more = [{**e, "logId": "busy", "eventId": f"more-{e['eventId']}"} for e in log[4:6]]
+    restarted.redact(records([canonical_bytes(e) for e in more], first=9))
+    flush = restarted.redaction.flush(restored, {0: 9})
+    assert {(b["logId"], b["seq"]) for b in (orjson.loads(r.value) for r in flush.records)} == {
+        ("quiet", 11), ("busy", 11)}
+
+
 def run(worker: Worker, l1: list[Record], cuts: list[int]) -> None:
     """Redaction in batches cut at ``cuts``, then chunking of every partition in those cuts."""
     for start, end in zip([0, *cuts], [*cuts, len(l1)], strict=True):
