@@ -36,7 +36,7 @@ class Settings:
         "Existing Kafka cluster to use. Unset: the project starts its own single-node broker.",
     )
     topic_prefix: str = _setting("USL_TOPIC_PREFIX", "usl.", "Prefix of every topic name, so several deployments share a cluster.")
-    l1_partitions: int = _setting("USL_L1_PARTITIONS", 8, "Partitions of the L1 topic; each log owns one (fixed at topic creation).", minimum=1)
+    l1_partitions: int = _setting("USL_L1_PARTITIONS", 8, "Partitions of the L1 topic (fixed at topic creation); each log lives in one, and logs share them once there are more logs than partitions.", minimum=1)
     stream_partitions: int = _setting("USL_STREAM_PARTITIONS", 4, "Partitions of the redacted, tool-results and chunks topics.", minimum=1)
     replication_factor: int = _setting("USL_REPLICATION_FACTOR", 1, "Replication factor of every topic the project creates.", minimum=1)
     min_insync_replicas: int = _setting("USL_MIN_INSYNC_REPLICAS", 1, "min.insync.replicas of every topic the project creates.", minimum=1)
