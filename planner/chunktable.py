@@ -23,20 +23,31 @@ from __future__ import annotations
 
 import json
 import threading
+import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
+from itertools import repeat
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
+import numpy as np
 import pyarrow.parquet as pq
 
 from sinks.shard_tables import GenerationDirs, shard_segments
 from sinks.text.base import chunk_key, unique_keys
 
-__all__ = ["ChunkRow", "ChunkTable", "SegmentCache", "session_acls"]
+__all__ = ["ChunkRow", "ChunkTable", "SegmentCache", "VectorSegment", "session_acls"]
 
 _RECORD_CACHE_SIZE = 100_000
+#: Vector segments whose row map a table keeps (each is a weak entry that goes with its
+#: segment; the bound only matters if readers keep many segments open).
+_VECTOR_ROW_MAPS = 64
+#: Readable-session sets whose per-code bools are kept (one per principal and generation in use).
+_READABLE_SETS = 16
+_NEVER = np.iinfo(np.int64).max
+"""maxSeq of a vector row whose chunk the table lacks: above any cut."""
 # Decoded records added between two calls of a table's ``on_growth`` (see ChunkTable).
 _GROWTH_STEP = 10_000
 _COLUMNS = ("chunkId", "sessionId", "runId", "turnId", "episodeId", "minSeq", "maxSeq",
@@ -84,6 +95,7 @@ class SegmentCache:
         self._size = size
         self._items: OrderedDict[tuple[str, str, int, int], Any] = OrderedDict()
         self._lock = threading.Lock()
+        self.row_maps = _RowMaps()
 
     def load(self, path: Path) -> _Segment:
         return self._get("rows", path, lambda: _load_chunks(path))  # type: ignore[no-any-return]
@@ -145,6 +157,68 @@ def session_acls(gen_dirs: GenerationDirs, segments: SegmentCache) -> dict[str, 
     return {session_id: acl for session_id, (_, acl) in best.items()}
 
 
+class VectorSegment(Protocol):
+    """What a row mask needs of an open vector segment (:class:`sinks.vector.faiss_index`):
+    its chunkIds row by row, and chunkId -> row. It lives as long as the segment is open."""
+
+    @property
+    def chunk_ids(self) -> Sequence[str]: ...
+
+    @property
+    def rows(self) -> Mapping[str, int]: ...
+
+
+@dataclass(frozen=True)
+class _RowMap:
+    """A vector segment's rows as (session code, maxSeq) under one table: the row of the chunk
+    in the last of ``parts`` (the table's Parquet segments, in order) that holds it; code -1 and
+    the largest int64 where none does. ``ids``: the chunkIds list it was built from."""
+
+    parts: tuple[Any, ...]
+    ids: Sequence[str]
+    session: np.ndarray  # int32
+    max_seq: np.ndarray  # int64
+
+
+class _RowMaps:
+    """What the row maps share across tables (one per :class:`SegmentCache`): session codes,
+    which only grow, and per vector segment (weakly) its newest map, which the next
+    generation's table extends with its new Parquet segments instead of building anew."""
+
+    def __init__(self) -> None:
+        self.codes: dict[str, int] = {}
+        self.newest: weakref.WeakKeyDictionary[Any, _RowMap] = weakref.WeakKeyDictionary()
+        self.lock = threading.Lock()
+        # id(sessions) -> (sessions, codes known, bool per code). The access lists hand every
+        # query of a principal and generation the same frozenset, so this is computed once
+        # per (readable set, session count), not per query; the set is held, so its id is not
+        # reused while the entry lives.
+        self._readable: OrderedDict[int, tuple[AbstractSet[str], int, np.ndarray]] = OrderedDict()
+
+    def code(self, session_id: str) -> int:
+        # Under ``lock``: two threads must never give two sessions one code.
+        return self.codes.setdefault(session_id, len(self.codes))
+
+    def readable(self, sessions: AbstractSet[str]) -> np.ndarray:
+        """One bool per session code, True for ``sessions``, and a last False for code -1 (no
+        session). Sized to the codes known now: every map built before holds none beyond them."""
+        with self.lock:
+            count = len(self.codes)
+            found = self._readable.get(id(sessions))
+            if found is not None and found[0] is sessions and found[1] == count:
+                self._readable.move_to_end(id(sessions))
+                return found[2]
+            known = np.zeros(count + 1, dtype=bool)
+            if sessions:
+                listed = np.fromiter(map(self.codes.get, sessions, repeat(-1)), dtype=np.int64,
+                                     count=len(sessions))
+                known[listed[listed >= 0]] = True
+            self._readable[id(sessions)] = (sessions, count, known)
+            while len(self._readable) > _READABLE_SETS:
+                self._readable.popitem(last=False)
+            return known
+
+
 class ChunkTable:
     """Every chunk of one structured generation (or of every shard's): id → :class:`ChunkRow`.
 
@@ -166,6 +240,68 @@ class ChunkTable:
         self._records: dict[str, dict[str, Any]] = {}
         self._on_growth = on_growth
         self._grown = 0
+        self._maps = segments.row_maps
+        self._row_maps: weakref.WeakKeyDictionary[Any, _RowMap] = weakref.WeakKeyDictionary()
+
+    def row_map(self, segment: VectorSegment) -> _RowMap:
+        """Vector segment ``segment``'s rows as (session code, maxSeq) under this table, built
+        once per (segment, table) and kept weakly, so it goes with the segment (and with the
+        table). A table whose Parquet segments extend those of the segment's newest map (the
+        next generation of an unsharded index: new segments appended) patches a copy of it
+        with the rows of its new Parquet segments, O(new chunks); otherwise (the first table,
+        compacted or sharded segments) it is built from every row of the segment."""
+        chunk_ids = segment.chunk_ids
+        found = self._row_maps.get(segment)
+        if found is not None and found.ids is chunk_ids:
+            return found
+        maps = self._maps
+        with maps.lock:
+            parts = tuple(self._segments)
+            newest = maps.newest.get(segment)
+            if (newest is not None and newest.ids is chunk_ids and len(newest.parts) <= len(parts)
+                    and all(a is b for a, b in zip(newest.parts, parts, strict=False))):
+                session, max_seq = newest.session.copy(), newest.max_seq.copy()
+                rows = segment.rows
+                for part in parts[len(newest.parts):]:
+                    for chunk_id, row in part.rows.items():
+                        position = rows.get(chunk_id)
+                        if position is not None:
+                            session[position], max_seq[position] = maps.code(row.session_id), row.max_seq
+            else:
+                found_rows = list(map(self.rows.get, chunk_ids))
+                session = np.fromiter((-1 if row is None else maps.code(row.session_id) for row in found_rows),
+                                      dtype=np.int32, count=len(chunk_ids))
+                max_seq = np.fromiter((_NEVER if row is None else row.max_seq for row in found_rows),
+                                      dtype=np.int64, count=len(chunk_ids))
+            built = _RowMap(parts, chunk_ids, session, max_seq)
+            if newest is None or len(newest.parts) <= len(parts):
+                maps.newest[segment] = built
+            if len(self._row_maps) >= _VECTOR_ROW_MAPS:
+                self._row_maps.clear()
+            self._row_maps[segment] = built
+        return built
+
+    def row_filter(self, cut: int, sessions: AbstractSet[str] | None,
+                   only: Collection[str] | None) -> Callable[[VectorSegment], np.ndarray]:
+        """The vector engine's row mask (:data:`sinks.vector.faiss_index.RowMask`): True for
+        the rows whose chunk this table holds with ``maxSeq <= cut``, of ``sessions`` (None:
+        any) and among ``only`` (None: any), what the planner's per-chunk check judges, as a
+        few vectorized operations per segment. ``sessions`` is not changed while the mask is in
+        use (the access lists' frozensets never are)."""
+
+        def mask(segment: VectorSegment) -> np.ndarray:
+            found = self.row_map(segment)
+            allowed = found.max_seq <= cut
+            if sessions is not None:
+                allowed &= self._maps.readable(sessions)[found.session]
+            if only is not None:
+                rows = segment.rows
+                listed = np.zeros(len(allowed), dtype=bool)
+                listed[[rows[chunk_id] for chunk_id in only if chunk_id in rows]] = True
+                allowed &= listed
+            return allowed
+
+        return mask
 
     @property
     def chunk_keys(self) -> dict[int, str]:

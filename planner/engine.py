@@ -636,8 +636,13 @@ class Planner:
         """The query's embedding and the vector index's own candidates (the part of the vector
         list that does not depend on the text lists)."""
         allowed: Callable[[str], bool] | None = None
+        row_mask = None
         if query.table is not None:
             rows, cut, session_filter = query.table.rows, query.cut, query.session_filter
+            # The filter evaluated inside the engine, as a row mask per segment; ``permit``
+            # still judges the hits it returns (docs/planner.md, "The vector leg's filter inside
+            # the engine").
+            row_mask = query.table.row_filter(cut, session_filter, only)
 
             def permit(chunk_id: str) -> bool:
                 row = rows.get(chunk_id)
@@ -651,7 +656,7 @@ class Planner:
             return _VectorCandidates(query_vector, None, [])
         reader = self._readers.vector(pin)
         hits = reader.search(query_vector, limit=query.window + 1, allowed=allowed,
-                             fan_out=pool.map if pool is not None else None)
+                             fan_out=pool.map if pool is not None else None, row_mask=row_mask)
         return _VectorCandidates(query_vector, reader, hits)
 
     def _rank_vectors(self, query: QueryContext, pin: IndexPin, only: set[str] | None,

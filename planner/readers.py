@@ -467,9 +467,10 @@ class _ShardedVectorReader:
         self._readers = readers
 
     def search(self, query_vec: Any, *, limit: int, allowed: Callable[[str], bool] | None = None,
-               fan_out: Any = None) -> list[Any]:
+               fan_out: Any = None, row_mask: Any = None) -> list[Any]:
         hits = [hit for reader in self._readers
-                for hit in reader.search(query_vec, limit=limit, allowed=allowed, fan_out=fan_out)]
+                for hit in reader.search(query_vec, limit=limit, allowed=allowed, fan_out=fan_out,
+                                         row_mask=row_mask)]
         hits.sort(key=lambda hit: (-hit.score, hit.chunk_id))
         return [replace(hit, rank=rank) for rank, hit in enumerate(hits[:limit], 1)]
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import heapq
 import io
+import logging
 import re
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
@@ -41,6 +42,7 @@ __all__ = [
     "HNSW_EF_SEARCH",
     "HNSW_M",
     "SEGMENT_FORMAT",
+    "RowMask",
     "VectorHit",
     "VectorReader",
     "cosine",
@@ -65,10 +67,18 @@ _EXHAUSTIVE_SHARE = 1 / 8
 FanOut = Callable[[Callable[[Any], Any], Sequence[Any]], Iterable[Any]]
 """A ``map(fn, items)`` that yields ``fn(item)`` in the items' order, however it runs them."""
 
+RowMask = Callable[[Any], np.ndarray]
+"""``row_mask(segment)``: a bool array, one entry per row of an open segment, True for the rows
+a query may return. ``segment`` has ``chunk_ids`` (its chunkIds row by row) and ``rows``
+(chunkId -> row); it is the same object for every query while the segment is open, so work per
+segment can be cached under it (weakly, to go with the segment)."""
+
 _RESCORE_MARGIN = 1e-3
 """Most a segment's search score (float32 BLAS or faiss, summed in any order) is taken to
 differ from :func:`cosine` of the same unit vectors: the float32 rounding of a 256-term dot
 product of unit vectors is below 2e-5, so this is fifty times that."""
+
+logger = logging.getLogger(__name__)
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 
@@ -312,6 +322,10 @@ class _Segment:
                 raise VectorIndexError(f"vector segment {name}: faiss index disagrees with its metadata")
 
     @property
+    def chunk_ids(self) -> list[str]:
+        return self.data.chunk_ids
+
+    @property
     def rows(self) -> dict[str, int]:
         """chunkId -> row, built at the first span lookup (a reader that never ranks by
         spans never pays for it)."""
@@ -339,6 +353,59 @@ class _Segment:
         rows = self.data.vectors[[row for _score, _chunk_id, row in hits]].astype(np.float64)
         return [(float(np.float32(np.dot(vector, query64))), chunk_id)
                 for vector, (_score, chunk_id, _row) in zip(rows, hits, strict=True)]
+
+    def masked_top(self, query: np.ndarray, limit: int, mask: np.ndarray) -> list[tuple[float, str, int]]:
+        """Up to ``limit`` best (search score, chunkId, row) among the rows ``mask`` allows,
+        the filter evaluated inside the search: faiss skips the rows an
+        :class:`faiss.IDSelectorBitmap` excludes while it walks the HNSW graph, and a flat
+        segment's excluded rows are dropped before its top ``limit``. One pass, where the
+        Python filter (:meth:`_top`) over-fetched until ``limit`` allowed candidates were in
+        hand. Every row scoring at least the ``limit``-th allowed one is returned, ties at the
+        cut included, as :meth:`_top` does."""
+        allowed_rows = int(np.count_nonzero(mask))
+        if allowed_rows == 0:
+            return []
+        if not self.approximate or allowed_rows < self.count * _EXHAUSTIVE_SHARE:
+            # A selective filter makes a filtered graph walk visit many excluded nodes per
+            # allowed one; scanning exactly is both cheaper and exact there.
+            return self._scan_masked(query, limit, mask)
+        ids = self.data.chunk_ids
+        # IDSelectorBitmap reads bit (row & 7) of byte (row >> 3): little-endian bit order.
+        # The selector keeps a reference to ``bitmap`` for its own lifetime, and ``params``
+        # holds the selector, so the array outlives the search.
+        bitmap = np.packbits(mask, bitorder="little")
+        selector = faiss.IDSelectorBitmap(bitmap)  # type: ignore[call-arg, arg-type]  # the wrapper takes the array
+        k = min(limit + 1, allowed_rows)  # one beyond the cut, to see whether the cut is a tie
+        while k < self.count * _EXHAUSTIVE_SHARE:
+            # A breadth of 4k: what the per-chunk filter's second pass searched at (k = 4 (limit
+            # + 1)), which it reached whenever a tenth of the candidates were unreadable; at
+            # max(ef_search, k) the deep end of a 201-hit list lost recall (docs/planner.md).
+            params = faiss.SearchParametersHNSW(efSearch=max(self.ef_search, 4 * k), sel=selector)  # type: ignore[attr-defined]
+            scores, labels = self.index.search(query, k, params=params)
+            scores, labels = scores[0], labels[0]
+            if int((labels >= 0).sum()) < k:
+                break  # the filtered walk could not reach k allowed rows: only a scan is trustworthy
+            keep = mask[labels]  # always all of them; a selector that let one through is overruled
+            scores, labels = scores[keep], labels[keep]
+            if len(labels) >= allowed_rows or (len(labels) > limit and scores[-1] < scores[limit - 1]):
+                return _at_least(scores, labels, ids, limit)
+            if k >= allowed_rows:
+                break
+            k = min(k * 4, allowed_rows)  # a tie at the cut: look further
+        return self._scan_masked(query, limit, mask)
+
+    def _scan_masked(self, query: np.ndarray, limit: int, mask: np.ndarray) -> list[tuple[float, str, int]]:
+        # The whole segment's product, as _scan computes it, so a row scores the same bits
+        # with or without a mask and the masked answer is the unmasked one filtered.
+        scores = np.asarray(self.data.vectors @ query[0], dtype=np.float32)
+        rows = np.flatnonzero(mask)
+        kept = scores[rows]
+        if len(rows) > limit:
+            cut = np.partition(kept, len(kept) - limit)[len(kept) - limit]  # the limit-th best
+            best = kept >= cut
+            rows, kept = rows[best], kept[best]
+        order = np.argsort(-kept, kind="stable")
+        return _at_least(kept[order], rows[order], self.data.chunk_ids, limit)
 
     def _top(self, query: np.ndarray, limit: int, allowed: Callable[[str], bool]) -> list[tuple[float, str, int]]:
         if not self.approximate:
@@ -392,6 +459,14 @@ def _collect(
     return hits, False
 
 
+def _at_least(scores: np.ndarray, rows: np.ndarray, ids: list[str], limit: int) -> list[tuple[float, str, int]]:
+    """(score, chunkId, row) of the candidates (best first) scoring at least the ``limit``-th."""
+    if len(scores) > limit:
+        keep = scores >= scores[limit - 1]
+        scores, rows = scores[keep], rows[keep]
+    return [(score, ids[row], row) for score, row in zip(scores.tolist(), rows.tolist(), strict=True)]
+
+
 class VectorReader:
     """Searches a fixed list of segments (one generation) as one index.
 
@@ -417,6 +492,7 @@ class VectorReader:
         limit: int,
         allowed: Callable[[str], bool] | None = None,
         fan_out: FanOut | None = None,
+        row_mask: RowMask | None = None,
     ) -> list[VectorHit]:
         """The ``limit`` best chunks for ``query_vec`` over all segments.
 
@@ -426,6 +502,11 @@ class VectorReader:
         may search the segments concurrently (faiss and BLAS release the GIL), returning each
         segment's hits in segment order, so the result is the same as the sequential one;
         ``allowed`` is then called from several threads.
+
+        ``row_mask`` (:data:`RowMask`, with ``allowed``): the same filter as a bool array per
+        segment, evaluated inside the search (:meth:`_Segment.masked_top`) instead of by
+        calling ``allowed`` per candidate. ``allowed`` still judges the hits returned: should a
+        mask ever let an unreadable chunk through, the search runs again on ``allowed`` alone.
         """
         if limit <= 0 or not self._segments:
             return []
@@ -446,10 +527,26 @@ class VectorReader:
             return verdict
 
         def candidates(segment: _Segment) -> list[tuple[float, str, int]]:
+            if row_mask is not None and allowed is not None:
+                mask = np.asarray(row_mask(segment), dtype=bool)
+                if mask.shape != (segment.count,):
+                    raise VectorIndexError(f"vector segment {segment.data.name}: a row mask of shape "
+                                           f"{mask.shape} for {segment.count} rows")
+                return segment.masked_top(query, limit, mask)
             return segment._top(query, limit, permitted)
 
         each = fan_out if fan_out is not None and len(self._segments) > 1 else map
         found = list(each(candidates, self._segments))
+        ranked = self._merge(query, limit, found)
+        if row_mask is not None and allowed is not None and not all(permitted(c) for c, _ in ranked):
+            logger.error("vector search: a row mask let through a chunk the filter refuses; "
+                         "searching again without it")
+            return self.search(query_vec, limit=limit, allowed=allowed, fan_out=fan_out)
+        return [VectorHit(chunk_id, score, rank) for rank, (chunk_id, score) in enumerate(ranked, 1)]
+
+    def _merge(self, query: np.ndarray, limit: int, found: list[list[tuple[float, str, int]]]
+               ) -> list[tuple[str, float]]:
+        """The ``limit`` best (chunkId, cosine) of every segment's hits, each chunk once."""
         # Only hits that can still reach the top ``limit`` are re-scored with cosine(): each
         # segment brings its own ``limit`` best, and with several segments most of them fall
         # far below the ``limit``-th best search score. A search score is within
@@ -468,8 +565,7 @@ class VectorReader:
             for score, chunk_id in segment.rescore(query, hits):
                 if score > best.get(chunk_id, -np.inf):
                     best[chunk_id] = score
-        ranked = sorted(best.items(), key=lambda item: (-item[1], item[0]))[:limit]
-        return [VectorHit(chunk_id, score, rank) for rank, (chunk_id, score) in enumerate(ranked, 1)]
+        return sorted(best.items(), key=lambda item: (-item[1], item[0]))[:limit]
 
     def event_scores(self, query_vec: np.ndarray, chunk_ids: Collection[str]) -> dict[str, float]:
         """Each chunk's score by its best event: the best cosine of its span vectors, or of its

@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from planner.acl import parse_principal
+from planner.chunktable import ChunkTable
 from planner.cursors import decode_cursor, load_cursor_key
 from planner.engine import Planner, _LegPool
 from planner.exceptions import (
@@ -34,7 +35,7 @@ from planner.exceptions import (
 )
 from sinks.generations import GenerationStore
 from sinks.runner import index_root
-from sinks.vector import VectorIndexError
+from sinks.vector import VectorIndexError, faiss_index
 from sinks.watermarks import WatermarkFollower
 from streams.settings import Settings
 from tests.planner.corpus import (
@@ -412,6 +413,31 @@ def test_results_explain_and_cursors_reveal_nothing_across_the_boundary(corpus: 
             assert all(c["rank"] <= returned[s]["returned"]
                        for hit in page["results"] for s, c in hit["score"]["components"].items())
     assert pages[0]["results"], who
+
+
+@pytest.mark.parametrize("who", sorted(PRINCIPALS))
+def test_the_vector_filter_inside_the_engine_answers_as_the_per_chunk_check(
+        corpus: Corpus, who: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    principal = PRINCIPALS[who]
+    requests = [{"query": query, "mode": mode, "freshness": freshness, "k": 100, "explain": True}
+                for query in ("deploy", "rollout status", "secretproject migration")
+                for mode in ("vector", "hybrid") for freshness in ("indexed", "latest")]
+    masked: list[str] = []
+    masked_top = faiss_index._Segment.masked_top
+
+    def spy(segment: Any, *args: Any) -> Any:
+        masked.append(segment.data.name)
+        return masked_top(segment, *args)
+
+    monkeypatch.setattr(faiss_index._Segment, "masked_top", spy)
+    inside = [corpus.planner.search(request, principal) for request in requests]
+    assert masked  # the filter did run inside the search
+    monkeypatch.setattr(ChunkTable, "row_filter", lambda *args: None)  # the per-chunk check alone
+    per_chunk = [corpus.planner.search(request, principal) for request in requests]
+    for page in inside:
+        assert {hit["sessionId"] for hit in page["results"]} <= READABLE[who]
+    assert [{**page, "cursor": None} for page in inside] == [{**page, "cursor": None} for page in per_chunk]
+    assert "a row mask let through" not in caplog.text  # no mask was overruled
 
 
 def test_other_tenant_sees_only_its_tenant(corpus: Corpus) -> None:

@@ -307,6 +307,76 @@ def test_allowed_filter_applies_before_limit(tmp_path: Path, exact_max: int, sha
     assert len(calls) == len(set(calls))  # each id judged once, however often re-fetched
 
 
+def _mask_of(rule: Any) -> Any:
+    def row_mask(segment: Any) -> np.ndarray:
+        return np.array([rule(chunk_id) for chunk_id in segment.chunk_ids], dtype=bool)
+    return row_mask
+
+
+@pytest.mark.parametrize("share", [1, 3, 40], ids=["all", "2-in-3-allowed", "1-in-40-allowed"])
+def test_a_row_mask_gives_exact_segments_the_per_chunk_answer(tmp_path: Path, share: int) -> None:
+    ids, vectors = _corpus(6000, 32)
+    for number, start in enumerate(range(0, 6000, 2000)):
+        write_segment(tmp_path, f"s{number}", ids[start:start + 2000], vectors[start:start + 2000],
+                      exact_max=10_000)
+    reader = VectorReader(tmp_path, ["s0", "s1", "s2"])
+
+    def rule(chunk_id: str) -> bool:
+        return int(chunk_id[2:]) % share != 1 if share > 1 else True
+
+    for query in vectors[[3, 2500, 5999]]:
+        for limit in (1, 10, 201, 5000):
+            masked = reader.search(query, limit=limit, allowed=rule, row_mask=_mask_of(rule))
+            assert masked == reader.search(query, limit=limit, allowed=rule)
+
+
+def test_a_row_mask_searches_hnsw_once_and_finds_the_allowed_neighbours(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ids, vectors = _corpus(4000, 32)
+    write_segment(tmp_path, "s", ids, vectors, exact_max=0)
+    reader = VectorReader(tmp_path, ["s"])
+    searches: list[int] = []
+    index = reader._segments[0].index
+    original = index.search
+
+    def counted(x: Any, k: int, **options: Any) -> Any:
+        searches.append(k)
+        assert options["params"].sel is not None
+        return original(x, k, **options)
+
+    monkeypatch.setattr(index, "search", counted)
+
+    def rule(chunk_id: str) -> bool:
+        return int(chunk_id[2:]) % 10 != 3
+
+    found = 0
+    for query in vectors[:20]:
+        hits = reader.search(query, limit=10, allowed=rule, row_mask=_mask_of(rule))
+        assert len(hits) == 10 and all(rule(hit.chunk_id) for hit in hits)
+        found += len({hit.chunk_id for hit in hits} & set(_exact(ids, vectors, query, 10, rule)))
+    assert searches == [11] * 20  # one pass per query: the filter is inside the search
+    assert found / 200 >= 0.95
+
+
+def test_a_mask_that_lets_an_unreadable_chunk_through_is_overruled(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    ids, vectors = _corpus(3000, 32)
+    write_segment(tmp_path, "flat", ids[:1000], vectors[:1000], exact_max=10_000)
+    write_segment(tmp_path, "graph", ids[1000:], vectors[1000:], exact_max=0)
+    reader = VectorReader(tmp_path, ["flat", "graph"])
+
+    def rule(chunk_id: str) -> bool:
+        return int(chunk_id[2:]) % 2 == 0
+
+    for query in vectors[[1, 1001, 2001]]:  # each query's best chunk is one the rule refuses
+        wrong = reader.search(query, limit=10, allowed=rule, row_mask=_mask_of(lambda c: True))
+        assert all(rule(hit.chunk_id) for hit in wrong) and len(wrong) == 10
+        assert wrong == reader.search(query, limit=10, allowed=rule)
+    assert "a row mask let through" in caplog.text
+    with pytest.raises(VectorIndexError, match="row mask of shape"):
+        reader.search(vectors[0], limit=10, allowed=rule, row_mask=lambda segment: np.ones(3, bool))
+
+
 def test_filter_with_fewer_matches_than_limit(tmp_path: Path) -> None:
     ids, vectors = _corpus(500, 16)
     write_segment(tmp_path, "s", ids, vectors, exact_max=100)
