@@ -74,7 +74,7 @@ class AssignmentRule(Rule):
     _prose = re.compile(
         r"(?:passw(?:or)?ds?|passphrase|pwd|secret|token|credential|cookie|auth|key)[A-Za-z_-]{0,24}"
         r"(?:[^\w\r\n./(-]{1,4}(?:" + "|".join(_CONNECTORS) + r")){0,3}[^\w\r\n./(-]{1,4}"
-        r"(?P<bare>[A-Za-z0-9_+/=.~%-]{16,4096})",
+        r"(?P<bare>[A-Za-z0-9_+/=.~%-]{6,4096})",
         re.ASCII | re.IGNORECASE,
     )
 
@@ -93,7 +93,7 @@ class AssignmentRule(Rule):
         named = [f"{name}={rule}" for name, rule in sorted(_NAMED.items())]
         return [*super().fingerprint(), *_KEYWORDS, *named, self._pattern.pattern, self._flag.pattern, self._xml.pattern,
                 self._prose.pattern, _UUID.pattern, _IDENTIFIER.pattern, _password_like.__qualname__,
-                _in_sentence.__qualname__, _password_in_sentence.__qualname__]
+                _in_sentence.__qualname__, _password_in_sentence.__qualname__, _SHORT_NAME.pattern]
 
     def hit_names(self) -> tuple[str, ...]:
         return (_PASSWORD, _SECRET, _PROSE, *sorted(set(_NAMED.values())), *ported_rule_names())
@@ -114,7 +114,9 @@ class AssignmentRule(Rule):
             return text
         pieces: list[str] = []
         done = 0
-        for start, end, rule in sorted(found):
+        # At one place the longest reading wins: <password>N3xusPa55!</password> is the XML
+        # element's whole value, not the prose reading's shorter run.
+        for start, end, rule in sorted(found, key=lambda span: (span[0], -span[1], span[2])):
             if start < done:
                 continue
             pieces += (text[done:start], marker(rule))
@@ -227,6 +229,13 @@ class AssignmentRule(Rule):
         word = text[word_start:word_end]
         if name_class(word) is None or is_marker_at(value, 0):
             return None
+        if len(value) < 16:
+            # Short: only a password word's value with a digit ("my password is hunter2"), as
+            # after "password:" (_password_in_sentence); random tokens are 16+ characters.
+            if (name_class(word) != "password" or not _password_in_sentence(value) or _IDENTIFIER.fullmatch(value)
+                    or _SHORT_NAME.fullmatch(value) or _NAME_EQUALS.match(value)):
+                return None
+            return start, end, _PROSE
         # A vendor named just before ("the Heroku API key ...") decides by its value's shape.
         vendor = vendor_rule(text[max(0, word_start - 32): word_end], value)
         if vendor is not None:
@@ -241,6 +250,8 @@ class AssignmentRule(Rule):
 # A UUID is an identifier wherever it is written; snake, kebab, dotted and camel-case names are
 # identifiers too, however long.
 _NAME_EQUALS = re.compile(r"[A-Za-z_][A-Za-z_.-]{0,40}=", re.ASCII)
+# A short snake or dotted name with digits ("user_42", "node.v18"): a name, not a password.
+_SHORT_NAME = re.compile(r"[A-Za-z]+(?:[_.][A-Za-z0-9]+)+", re.ASCII)
 _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}", re.ASCII)
 _IDENTIFIER = re.compile(r"[a-z]+(?:[_.-][a-z]+[0-9]{0,3})+|[A-Za-z][a-z]+(?:[A-Z][a-z]+[0-9]{0,3})+|[A-Z]+(?:_[A-Z]+[0-9]{0,3})+", re.ASCII)
 

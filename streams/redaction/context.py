@@ -80,6 +80,27 @@ _AZURE_SAS = RegexRule(
     group="value",
 )
 
+# Clients whose password flag is one letter, so no secret-like name says what follows (the
+# assignment rule reads --password): mysql's -p takes its password glued (a bare "-p" prompts),
+# sshpass and registry logins take "-p VALUE", redis-cli "-a VALUE".
+_QUOTED_OR_BARE = r"(?P<value>'[^'\r\n]+'|\"[^\"\r\n]+\"|[^\s'\"|;&`]+)"
+_MYSQL_PASSWORD = RegexRule(
+    name="mysql-password",
+    triggers=("mysql", "mariadb"),
+    description="mysql / mariadb client -pPASSWORD (glued)",
+    pattern=re.compile(r"\b(?:mysql(?:dump|admin|import|check|sh)?|mariadb(?:-dump|-admin)?)\b[^\r\n|;&]*?[ \t]-p"
+                       r"(?=[^\s-])" + _QUOTED_OR_BARE, re.ASCII),
+    group="value",
+)
+_CLI_PASSWORD = RegexRule(
+    name="cli-password",
+    triggers=("sshpass", "login", "redis-cli"),
+    description="sshpass -p, docker / podman / nerdctl / helm registry login -p, redis-cli -a",
+    pattern=re.compile(r"\b(?:(?:sshpass|(?:docker|podman|nerdctl|helm[ \t]+registry)[ \t]+login)\b[^\r\n|;&]*?[ \t]-p"
+                       r"|redis-cli\b[^\r\n|;&]*?[ \t]-a)[ \t]+" + _QUOTED_OR_BARE, re.ASCII),
+    group="value",
+)
+
 URL_PASSWORD_RULE = RegexRule(
     name="url-password",
     repass=False,
@@ -162,7 +183,7 @@ _AWS_PAIR = tuple(
                     _AWS_SECRET + r"(?=[\s\S]{0,200}?" + _AWS_KEY_ID + ")")
 )
 
-CONTEXT_RULES: tuple[Rule, ...] = (_AZURE_SAS, _BEARER, _BASIC, *_AWS_PAIR)
+CONTEXT_RULES: tuple[Rule, ...] = (_AZURE_SAS, _BEARER, _BASIC, *_AWS_PAIR, _MYSQL_PASSWORD, _CLI_PASSWORD)
 
 
 class WrappedTailRule(Rule):

@@ -318,7 +318,27 @@ def test_a_colon_value_that_words_follow_is_judged_as_a_sentence(text: str, secr
     assert secret not in redacted and hits == {rule: 1}, redacted
 
 
+@pytest.mark.parametrize(("text", "secret", "rule"), [
+    ("mysql -u root -pS3cretPass123 mydb", "S3cretPass123", "mysql-password"),
+    ("mysqldump -h db -u app -p'Zx9 secret' shop > dump.sql", "Zx9 secret", "mysql-password"),
+    ("sshpass -p 'Hunter2Pass!' ssh bob@host", "Hunter2Pass!", "cli-password"),
+    ("docker login -u bob -p Sup3rS3cret registry.io", "Sup3rS3cret", "cli-password"),
+    ("redis-cli -h cache -a R3disPassw0rd ping", "R3disPassw0rd", "cli-password"),
+    ("my password is hunter2", "hunter2", "secret-in-prose"),
+    ("use password Tr0ub4dor3 to log in", "Tr0ub4dor3", "secret-in-prose"),
+    ("<password>N3xusPa55!</password>", "N3xusPa55!", "password-assignment"),
+])
+def test_passwords_no_name_announces_are_removed(text: str, secret: str, rule: str) -> None:
+    redacted, hits = redact_text(text)
+    assert secret not in redacted and hits == {rule: 1}, redacted
+
+
 @pytest.mark.parametrize("text", [
+    "mysql -u root -p shop",  # a bare -p prompts for the password
+    "ssh -p 2222 deploy@host && git log -p -3",
+    "docker login -u bob --password-stdin",
+    "reset the password for user_42 today",
+    "the password is 8 characters long, password hashing uses bcrypt12 rounds",
     "Password: must be 8 characters",
     "password: required and min 8",
     "Password: 8 characters minimum",
