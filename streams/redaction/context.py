@@ -101,6 +101,41 @@ _CLI_PASSWORD = RegexRule(
     group="value",
 )
 
+# curl -u/--user USER:PASSWORD: the ported rule (curl-auth-user) takes only word characters and
+# $@.- in a bare password, so "curl -u admin:Adm1nPass!" kept its password. A value that is a
+# redaction marker already ("[REDACTED:...]") has no user part here and is left alone.
+_CURL_USER = RegexRule(
+    name="cli-password",
+    triggers=("curl",),
+    description="curl -u / --user USER:PASSWORD, any characters in the password",
+    pattern=re.compile(r"\bcurl\b[^\r\n|;&]*?[ \t](?:-u|--user)(?:=|[ \t]+)['\"]?[^\s'\":\[]*:"
+                       r"(?P<value>[^\s'\"|;&`]+)", re.ASCII),
+    group="value",
+)
+# "password" in other languages, then (within a few words, no digit) a value of 8+ characters
+# holding a letter and a digit: "пароль: Qwerty12345 для входа", "密码是 Abc123456789xyz". The
+# English words are the assignment and prose rules' (streams.redaction.assignments).
+_PASSWORD_WORDS_ELSEWHERE = (
+    "пароль", "пароля", "паролем", "密码", "密碼", "口令", "パスワード", "비밀번호", "암호", "contraseña",
+    "contrasena", "mot de passe", "kennwort", "passwort", "senha", "şifre", "sifre", "hasło", "haslo",
+    "wachtwoord", "lösenord", "adgangskode", "salasana", "κωδικός", "סיסמה", "كلمة المرور", "كلمة السر",
+    "पासवर्ड",
+)
+_PASSWORD_CHARS = r"[A-Za-z0-9!#$%&*+\-./<=>?@^_~]"  # printable ASCII but quotes, brackets, , ; : and `
+_PASSWORD_ELSEWHERE = RegexRule(
+    name="password-in-prose",
+    lower_triggers=_PASSWORD_WORDS_ELSEWHERE,
+    description="a password written after the word password in another language",
+    pattern=re.compile(
+        r"(?:" + "|".join(re.escape(word) for word in _PASSWORD_WORDS_ELSEWHERE) + r")"
+        r"[^\r\n\d]{0,24}?(?<!" + _PASSWORD_CHARS + r")"
+        r"(?=" + _PASSWORD_CHARS + r"*\d)(?=" + _PASSWORD_CHARS + r"*[A-Za-z])"
+        r"(?P<value>" + _PASSWORD_CHARS + r"{8,128})(?!" + _PASSWORD_CHARS + r")",
+        re.IGNORECASE,
+    ),
+    group="value",
+)
+
 URL_PASSWORD_RULE = RegexRule(
     name="url-password",
     repass=False,
@@ -183,7 +218,8 @@ _AWS_PAIR = tuple(
                     _AWS_SECRET + r"(?=[\s\S]{0,200}?" + _AWS_KEY_ID + ")")
 )
 
-CONTEXT_RULES: tuple[Rule, ...] = (_AZURE_SAS, _BEARER, _BASIC, *_AWS_PAIR, _MYSQL_PASSWORD, _CLI_PASSWORD)
+CONTEXT_RULES: tuple[Rule, ...] = (_AZURE_SAS, _BEARER, _BASIC, *_AWS_PAIR, _MYSQL_PASSWORD, _CLI_PASSWORD, _CURL_USER,
+                                   _PASSWORD_ELSEWHERE)
 
 
 class WrappedTailRule(Rule):

@@ -328,6 +328,15 @@ def test_a_colon_value_that_words_follow_is_judged_as_a_sentence(text: str, secr
     ("my password is hunter2", "hunter2", "secret-in-prose"),
     ("use password Tr0ub4dor3 to log in", "Tr0ub4dor3", "secret-in-prose"),
     ("<password>N3xusPa55!</password>", "N3xusPa55!", "password-assignment"),
+    # The ported curl rule reads only word characters and $@.- in a bare password.
+    ("curl -u admin:Adm1nPass! https://api.example.com", "Adm1nPass!", "cli-password"),
+    ("curl -s --user=deploy:S3cr3t#pw%x https://x.io", "S3cr3t#pw%x", "cli-password"),
+    # The word for password in other languages.
+    ("пароль: Qwerty12345 для входа", "Qwerty12345", "password-in-prose"),
+    ("密码是 Abc123456789xyz", "Abc123456789xyz", "password-in-prose"),
+    ("パスワードはabc12345xyzです", "abc12345xyz", "password-in-prose"),
+    ("la contraseña es Madrid2024Sol", "Madrid2024Sol", "password-in-prose"),
+    ("mot de passe : Soleil2024!", "Soleil2024!", "password-in-prose"),
 ])
 def test_passwords_no_name_announces_are_removed(text: str, secret: str, rule: str) -> None:
     redacted, hits = redact_text(text)
@@ -336,6 +345,10 @@ def test_passwords_no_name_announces_are_removed(text: str, secret: str, rule: s
 
 @pytest.mark.parametrize("text", [
     "mysql -u root -p shop",  # a bare -p prompts for the password
+    "curl -u bob https://x.io",  # curl prompts for the password
+    "пароль должен быть не короче 8 символов",
+    "пароль для user42 сброшен",  # a name, not 8 characters
+    "密码已于 2024-01-05 更改",  # a date: no letter
     "ssh -p 2222 deploy@host && git log -p -3",
     "docker login -u bob --password-stdin",
     "reset the password for user_42 today",
