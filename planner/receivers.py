@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -36,7 +35,7 @@ from starlette.routing import Route
 
 from planner.acl import Principal
 from planner.exceptions import PlannerError, QueryError, error_body
-from streams.asp import DEFAULT_ACL, validate_event
+from streams.asp import DEFAULT_ACL, LOG_ID, validate_event
 from streams.exceptions import SchemaError
 from streams.settings import Settings
 
@@ -169,14 +168,10 @@ class EventReceiver:
                 "l1CommittedSeq": reader.committed_seq(log_id)}
 
 
-# The ASP schema's logId (streams/schemas/asp-v1.schema.json).
-_LOG_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", re.ASCII)
-
-
 def request_log(value: Any) -> str:
     """The log a receiver's request names (``"log"``, ``?log=``); QueryError (400) unless an event
     can carry it, rather than answering 200 with every event rejected for its ``logId``."""
-    if not isinstance(value, str) or not _LOG_ID.fullmatch(value):
+    if not isinstance(value, str) or not LOG_ID.fullmatch(value):
         raise QueryError(f"{str(value)[:64]!r} is not a log name",
                          hint="A log name is 1-128 letters, digits, '.', '_' and '-', starting with a letter or "
                               'digit; leave it out for "default".')
@@ -335,7 +330,7 @@ def routes(settings: Settings, bootstrap: str, principal_of: Callable[[Request],
 def openapi_paths(*, security: list[dict[str, list[str]]], principal: dict[str, Any],
                   errors: Callable[..., dict[str, Any]]) -> dict[str, Any]:
     """The receivers' entries of the OpenAPI document."""
-    log_schema = {"type": "string", "pattern": f"^{_LOG_ID.pattern}$"}
+    log_schema = {"type": "string", "pattern": f"^{LOG_ID.pattern}$"}
     answer = {"type": "object", "required": ["appended", "duplicates", "rejected", "l1CommittedSeq"],
               "properties": {
                   "appended": {"type": "integer", "minimum": 0},

@@ -26,6 +26,7 @@ __all__ = [
     "CUT_NOTE",
     "DEFAULT_MAX_EVENT_BYTES",
     "EVENT_TYPES",
+    "LOG_ID",
     "canonical_bytes",
     "event_time",
     "fit_event",
@@ -86,7 +87,8 @@ _PROPERTIES = frozenset({
 })
 _REQUIRED_IDS = ("eventId", "sessionId")
 _OPTIONAL_IDS = ("runId", "turnId", "episodeId", "parentSessionId", "parentEventId")
-_LOG_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
+LOG_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", re.ASCII)
+"""The schema's ``logId`` (fullmatch): the names an event can carry, so the names a log can have."""
 _CUSTOM_TYPE = re.compile(r"x\.[a-z0-9_.-]+\Z")
 _TYPES = frozenset(EVENT_TYPES)
 _ROLES = frozenset({"user", "assistant", "system", "developer", "tool"})
@@ -107,7 +109,7 @@ def _plainly_valid(event: dict[str, Any]) -> bool:
         if value is not None and (type(value) is not str or len(value) > 256):
             return False
     log_id, kind, role, time = event.get("logId"), event.get("type"), event.get("role"), event.get("time")
-    if type(log_id) is not str or not _LOG_ID.match(log_id):
+    if type(log_id) is not str or not LOG_ID.fullmatch(log_id):
         return False
     if type(kind) is not str or (kind not in _TYPES and not _CUSTOM_TYPE.match(kind)):
         return False
