@@ -35,8 +35,9 @@ from starlette.routing import Route
 
 from planner.acl import Principal
 from planner.exceptions import PlannerError, QueryError, error_body
-from streams.asp import DEFAULT_ACL, LOG_ID, validate_event
+from streams.asp import DEFAULT_ACL, validate_event
 from streams.exceptions import SchemaError
+from streams.names import LOG_ID
 from streams.settings import Settings
 
 __all__ = ["MAX_EVENTS", "EventReceiver", "TooManyRequests", "check_event", "openapi_paths", "request_log", "routes"]

@@ -18,7 +18,6 @@ A filter value is a string or a list of strings (any of them matches); ``timeFro
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +26,7 @@ from planner.cursors import query_hash
 from planner.exceptions import QueryError
 from planner.snapshot import Freshness, parse_freshness
 from streams.asp import parse_time, posix_seconds
+from streams.names import LOG_ID, LOG_ID_HINT
 
 __all__ = [
     "FILTER_FIELDS",
@@ -56,8 +56,8 @@ _TIME_FIELDS = ("timeFrom", "timeTo")
 _FIELDS = frozenset({"query", "log", "freshness", "k", "explain", "cursor", "mode", "filters",
                      "toolResults", "json"})
 #: A log name, wherever one comes in: the search body's ``log``, ``?log=`` of the GET endpoints.
-LOG_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}", re.ASCII)
-_LOG_NAME_HINT = "Log names are letters, digits, '.', '_' and '-'."
+LOG_NAME = LOG_ID
+_LOG_NAME_HINT = f"Log names are {LOG_ID_HINT}."
 _MAX_FILTER_VALUES = 1000
 
 

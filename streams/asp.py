@@ -20,6 +20,7 @@ import fastjsonschema
 import orjson
 
 from streams.exceptions import SchemaError
+from streams.names import LOG_ID
 
 __all__ = [
     "ASP_VERSION",
@@ -87,8 +88,6 @@ _PROPERTIES = frozenset({
 })
 _REQUIRED_IDS = ("eventId", "sessionId")
 _OPTIONAL_IDS = ("runId", "turnId", "episodeId", "parentSessionId", "parentEventId")
-LOG_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", re.ASCII)
-"""The schema's ``logId`` (fullmatch): the names an event can carry, so the names a log can have."""
 _CUSTOM_TYPE = re.compile(r"x\.[a-z0-9_.-]+\Z")
 _TYPES = frozenset(EVENT_TYPES)
 _ROLES = frozenset({"user", "assistant", "system", "developer", "tool"})

@@ -10,13 +10,13 @@ through the API) never imports rich, which is a good part of a shell command's s
 from __future__ import annotations
 
 import json
-import re
 import sys
 from functools import cache
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 
+from streams.names import LOG_ID, LOG_ID_HINT
 from streams.settings import Settings
 
 if TYPE_CHECKING:
@@ -29,16 +29,13 @@ __all__ = ["LOG_OPTION", "PRINCIPAL_OPTION", "bootstrap_servers", "err", "escape
 
 _CELL_CHARS = 80
 
-# The ASP schema's logId (streams/schemas/asp-v1.schema.json).
-_LOG_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", re.ASCII)
 
 
 def _log_name(value: str) -> str:
     # Refused up front: `usl ingest --log "team a"` appended nothing and dead-lettered every
     # record of the file for its logId, exiting 0.
-    if not _LOG_ID.fullmatch(value):
-        raise typer.BadParameter(f"{value!r} is not a log name: 1-128 letters, digits, '.', '_' and '-', "
-                                 "starting with a letter or digit")
+    if not LOG_ID.fullmatch(value):
+        raise typer.BadParameter(f"{value!r} is not a log name: {LOG_ID_HINT}")
     return value
 
 
