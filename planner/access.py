@@ -79,6 +79,13 @@ class AccessLists:
         base, overlay = self._layers(l1, log_id, structured, through_seq)
         return {**base, **overlay}  # type: ignore[dict-item]
 
+    def acl_of(self, l1: L1Reader, log_id: str, structured: IndexPin | None, through_seq: int,
+               session_id: str) -> Mapping[str, Any] | None:
+        """The access list of one session as of ``through_seq`` (None: no such session), as
+        :meth:`latest` would give it without building the whole map."""
+        base, overlay = self._layers(l1, log_id, structured, through_seq)
+        return overlay.get(session_id) or base.get(session_id)
+
     def _layers(self, l1: L1Reader, log_id: str, structured: IndexPin | None, through_seq: int,
                 ) -> tuple[Mapping[str, Mapping[str, Any]], dict[str, dict[str, Any]]]:
         """The structured generation's access lists (shared, never changed) and the sessions

@@ -319,7 +319,20 @@ def create_app(settings: Settings, bootstrap: str, *, planner: Any = None) -> St
         # tenant's sessions.
         principal = principal_of(request)
         log_id = log_param(request.query_params.get("log"))
-        return _JSON(for_principal(await run_in_threadpool(collect, log_id), principal))
+
+        def tenant_of(log: str, session_id: str, seq: int) -> str | None:
+            current = state.get("planner")
+            if current is None:
+                return None
+            try:
+                return current.session_tenant(log, session_id, seq)  # type: ignore[no-any-return]
+            except PlannerError:  # the log is gone, the structured index far behind: withheld
+                return None
+
+        def answer(log: str | None) -> dict[str, Any]:
+            return for_principal(collect(log), principal, tenant_of)
+
+        return _JSON(await run_in_threadpool(answer, log_id))
 
     def refresh_freshness_gauges() -> None:
         from planner.status import export_status_metrics

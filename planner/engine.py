@@ -367,6 +367,14 @@ class Planner:
             finally:
                 snapshot.close()
 
+    def session_tenant(self, log_id: str, session_id: str, seq: int) -> str | None:
+        """The tenant that owns ``session_id`` as of ``seq`` (None: unknown), by the ownership
+        rules every reader applies: an event without ``acl`` belongs to its session's tenant."""
+        with self.snapshot(log_id) as snapshot:
+            acl = self.access.acl_of(snapshot.l1, log_id, snapshot.pin("structured"), seq, session_id)
+        tenant = acl.get("tenant") if acl is not None else None
+        return tenant if isinstance(tenant, str) else None
+
     def watermarks(self, log_id: str) -> dict[str, dict[str, Any]]:
         """kind → the latest watermark of ``log_id`` (``generationId``, ``builtThroughSeq``,
         ...), from the follower when there is one, else read from the watermark topic."""

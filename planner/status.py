@@ -11,7 +11,7 @@ so every tenant still sees that and when a log is held back)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
@@ -84,19 +84,29 @@ def held_by(seq: int, raw: bytes | None) -> dict[str, Any]:
             "tenant": tenant if isinstance(tenant, str) else None}
 
 
-def for_principal(report: dict[str, Any], principal: Principal | None) -> dict[str, Any]:
+def for_principal(report: dict[str, Any], principal: Principal | None,
+                  tenant_of: Callable[[str, str, int], str | None] | None = None) -> dict[str, Any]:
     """``report`` as ``principal`` may see it: in each ``heldBy``, the ``sessionId`` and
-    ``turnId`` only when the held event's ``acl.tenant`` is the principal's tenant (an event
-    without ``acl`` names no tenant, so its ids are withheld too), and no ``tenant`` at all.
-    ``None`` is the operator reading the broker itself (``usl status`` without an API): every
-    id stays. The report itself (a cached, shared document) is not changed."""
+    ``turnId`` only when the held event's session belongs to the principal's tenant, and no
+    ``tenant`` at all. An event without ``acl`` names no tenant: it belongs to its session's,
+    which ``tenant_of(log, session, seq)`` tells (the API asks its planner; without it, or
+    when it cannot tell, the ids are withheld). ``None`` is the operator reading the broker
+    itself (``usl status`` without an API): every id stays. The report itself (a cached,
+    shared document) is not changed."""
     logs: dict[str, Any] = {}
+    resolved: dict[tuple[str, str, int], str | None] = {}
     for log_id, entry in report["logs"].items():
         indexes: dict[str, Any] = {}
         for kind, index in entry["indexes"].items():
             held = index.get("heldBy")
             if held:
-                own = principal is None or (held.get("tenant") is not None and held.get("tenant") == principal.tenant)
+                tenant = held.get("tenant")
+                if tenant is None and principal is not None and tenant_of is not None and held.get("sessionId"):
+                    key = (log_id, held["sessionId"], held["seq"])
+                    if key not in resolved:  # several indexes often wait on the same event
+                        resolved[key] = tenant_of(*key)
+                    tenant = resolved[key]
+                own = principal is None or (tenant is not None and tenant == principal.tenant)
                 held = {"seq": held["seq"], "sessionId": held["sessionId"] if own else None,
                         "turnId": held["turnId"] if own else None, "time": held["time"]}
             indexes[kind] = {**index, "heldBy": held}

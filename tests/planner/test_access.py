@@ -84,3 +84,5 @@ def test_readable_sessions_equal_can_read_over_the_latest_access_lists(
         assert got.unreadable == set(latest) - expected
         assert got.everything == (expected == set(latest))
         assert dict(got.acls) == latest
+        for session in (*SESSIONS, "pad"):  # one session's list, as `usl status` asks for it
+            assert access.acl_of(None, "default", pin, through, session) == latest.get(session)  # type: ignore[arg-type]

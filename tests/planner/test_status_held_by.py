@@ -81,6 +81,32 @@ def test_held_by_of_an_event_without_acl_names_no_session() -> None:
     assert held["sessionId"] is None and held["seq"] == 5
 
 
+@pytest.mark.parametrize(("owner", "principal", "sees_ids"), [
+    ("acme", "tenant:acme/user:bob", True),
+    ("acme", "tenant:globex/user:eve", False),
+    # the local operator's own import: no acl, the session created under the default tenant
+    ("default", "tenant:default/user:local", True),
+    (None, "tenant:default/user:local", False),  # the planner cannot tell: withheld
+])
+def test_an_event_without_acl_is_judged_by_its_sessions_tenant(owner: str | None, principal: str,
+                                                                sees_ids: bool) -> None:
+    report = build_status({"default": 9}, {("default", "text"): _watermark(4), ("default", "vector"): _watermark(4)},
+                          {("default", 5): 100.0}, now=200.0,
+                          held={("default", 5): held_by(5, orjson.dumps(
+                              {key: value for key, value in ACME_EVENT.items() if key != "acl"}))})
+    asked: list[tuple[str, str, int]] = []
+
+    def tenant_of(log: str, session: str, seq: int) -> str | None:
+        asked.append((log, session, seq))
+        return owner
+
+    view = for_principal(report, parse_principal(principal), tenant_of)["logs"]["default"]["indexes"]
+    for kind in ("text", "vector"):
+        held = view[kind]["heldBy"]
+        assert (held["sessionId"], held["turnId"]) == (("s-acme-secret-plan", "t-1") if sees_ids else (None, None))
+    assert asked == [("default", "s-acme-secret-plan", 5)]  # once for both indexes held by it
+
+
 def test_status_route_filters_held_by_by_the_keys_tenant(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def fake_status(settings: Any, bootstrap: str, *, log_id: str | None = None) -> dict[str, Any]:
         return _held_report(ACME_EVENT)
