@@ -68,7 +68,7 @@ def list_keys(json_out: bool = typer.Option(False, "--json", help="Print JSON.")
         out().print("no API keys: every /v1 request is refused until one is created")
 
 
-def revoke(name: str = typer.Argument(..., help="Name of the key (see `usl apikey list`).")) -> None:
+def revoke(name: str = typer.Argument(..., metavar="NAME", help="Name of the key (see `usl apikey list`).")) -> None:
     """Revoke an API key; a running API refuses it from its next request on."""
     from planner.auth import keys_path, revoke_key
 

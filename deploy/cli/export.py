@@ -38,7 +38,7 @@ def register(app: typer.Typer) -> None:
 
 
 def export_command(
-    what: str = typer.Argument("sessions", help="sessions (their redacted events, re-importable with "
+    what: str = typer.Argument("sessions", metavar="WHAT", help="sessions (their redacted events, re-importable with "
                                                 "`usl ingest --format asp`) | turns | hits."),
     query: str = typer.Option(None, "--query", "-q", help="The search whose hits to export (with hits)."),
     fmt: str = typer.Option("jsonl", "--format", help="jsonl | parquet."),

@@ -33,7 +33,7 @@ def register(app: typer.Typer) -> None:
 
 
 def ingest(
-    paths: list[Path] = typer.Argument(..., help="Files or directories to import."),
+    paths: list[Path] = typer.Argument(..., metavar="PATH", help="Files or directories to import."),
     fmt: str = typer.Option(None, "--format", help="asp | claude-code | openai-chat | codex | gemini-cli (default: detect)."),
     log: str = LOG_OPTION,
     follow: bool = typer.Option(False, "--follow", help="Keep tailing PATHS (growing files, new files in "

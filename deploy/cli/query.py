@@ -34,7 +34,7 @@ def register(app: typer.Typer) -> None:
 
 
 def search(
-    query: str = typer.Argument(..., help="What to search for: words (OR-ed) and \"quoted phrases\"."),
+    query: str = typer.Argument(..., metavar="QUERY", help="What to search for: words (OR-ed) and \"quoted phrases\"."),
     freshness: str = typer.Option("indexed", "--freshness",
                                   help="indexed | latest | wait:SECONDS (at most 300)."),
     k: int = typer.Option(10, "--k", "-k", help="Results per page (1-100)."),
@@ -146,7 +146,7 @@ def _indent(text: str) -> str:
 
 
 def sql(
-    query: str = typer.Argument(..., help="One read-only SELECT over sessions, runs, turns, events, tool_calls, chunks."),
+    query: str = typer.Argument(..., metavar="SQL", help="One read-only SELECT over sessions, runs, turns, events, tool_calls, chunks."),
     as_of: int = typer.Option(None, "--as-of", min=0, help="asOfSeq to read at (default: what the analytics index covers)."),
     principal_text: str = PRINCIPAL_OPTION,
     log: str = LOG_OPTION,

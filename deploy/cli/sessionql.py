@@ -26,7 +26,7 @@ def register(app: typer.Typer) -> None:
 
 
 def sessionql(
-    query: str = typer.Argument(..., help='A SessionQL query, e.g. \'FROM tool_calls WHERE '
+    query: str = typer.Argument(..., metavar="QUERY", help='A SessionQL query, e.g. \'FROM tool_calls WHERE '
                                           'status = "error" GROUP BY toolName\' (see docs/sql.md).'),
     as_of: int = typer.Option(None, "--as-of", min=0,
                               help="Answer at this log position (default: what the index covers)."),

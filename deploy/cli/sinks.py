@@ -46,7 +46,7 @@ def sink(
 
 
 def rebuild(
-    index: str = typer.Argument(..., help="Index kind: text, vector, structured, analytics, toolresults, or all."),
+    index: str = typer.Argument(..., metavar="INDEX", help="Index kind: text, vector, structured, analytics, toolresults, or all."),
     from_seq: int = typer.Option(1, "--from-seq", min=1, help="First L1 seq to replay; the new line holds nothing below it and queries disclose that range as uncovered."),
     log: str = LOG_OPTION,
     json_out: bool = typer.Option(False, "--json", help="Print the new manifests as JSON."),
