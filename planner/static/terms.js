@@ -1,12 +1,18 @@
 // Where the query's words occur in a hit's text, for the search page to mark them. The words
-// are the text index's terms (sinks/text/base.py, analyzer words+cjk-chars/2): lowercased runs
-// of letters and digits, except that each Chinese, Japanese or Korean character is a term of
-// its own, since those scripts have no spaces between words. Plain browser JavaScript, loaded
-// before app.js; under Node it exports the same functions for the tests.
+// are the text index's terms (sinks/text/base.py, analyzer words+spaceless-chars/3): lowercased
+// runs of letters and digits, except that each Chinese, Japanese or Korean character, and each
+// Thai, Lao, Myanmar or Khmer letter, is a term of its own, since those scripts have no spaces
+// between words. Plain browser JavaScript, loaded before app.js; under Node it exports the same
+// functions for the tests.
 "use strict";
 
-// The CJK ranges of sinks.text.base.CJK_RANGES.
-const CJK = "\u3005-\u3007\u3040-\u30FF\u31F0-\u31FF\u3400-\u4DBF\u4E00-\u9FFF\uAC00-\uD7AF"
+// The ranges of sinks.text.base.SPACELESS_RANGES (SOUTHEAST_ASIAN_RANGES, then CJK_RANGES).
+const CJK = "\u0E01-\u0E3A\u0E40-\u0E46\u0E4D\u0E50-\u0E59"
+  + "\u0E81-\u0E82\u0E84\u0E86-\u0E8A\u0E8C-\u0EA3\u0EA5\u0EA7-\u0EB9\u0EBB-\u0EBD\u0EC0-\u0EC4"
+  + "\u0EC6\u0ECD\u0ED0-\u0ED9\u0EDC-\u0EDF"
+  + "\u1000-\u1036\u1038\u103B-\u1049\u1050-\u109D"
+  + "\u1780-\u17B3\u17B6-\u17C8\u17D7\u17DC\u17E0-\u17E9\u17F0-\u17F9"
+  + "\u3005-\u3007\u3040-\u30FF\u31F0-\u31FF\u3400-\u4DBF\u4E00-\u9FFF\uAC00-\uD7AF"
   + "\uF900-\uFAFF\uFF66-\uFF9F\u{20000}-\u{3134F}";
 const WORD = new RegExp(`[${CJK}]|(?:(?![${CJK}])[\\p{L}\\p{N}])+`, "gu");
 const HAS_CJK = new RegExp(`[${CJK}]`, "u");

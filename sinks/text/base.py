@@ -11,12 +11,15 @@ brackets, ``field:value`` — is just text, tokenized like the indexed text. An 
 quote makes a phrase of the rest of the query.
 
 The analyzer (:data:`ANALYZER`, recorded in every text generation's manifest and in a marker
-file inside the index): lowercased runs of letters and digits, except that every Chinese,
-Japanese or Korean character (Han, kana, Hangul syllables) is a token of its own. Scripts
-written without spaces have no word boundaries to split on, so a CJK word is found as the
-phrase of its characters: any substring of a message, of any length, is then a phrase match.
-A query word that holds CJK characters (``数据库``, ``调用foo函数``) is searched both as its
-characters OR-ed and as one phrase of them, so the exact substring ranks first.
+file inside the index): lowercased runs of letters and digits, except that every character of
+a script written without spaces is a token of its own: Chinese, Japanese, Korean (Han, kana,
+Hangul syllables) and the Southeast Asian scripts Thai, Lao, Myanmar and Khmer. Such scripts
+have no word boundaries to split on, so a word of theirs is found as the phrase of its
+characters: any substring of a message, of any length, is then a phrase match. A query word
+that holds such characters (``数据库``, ``调用foo函数``, ``ฐานข้อมูล``) is searched both as its
+characters OR-ed and as one phrase of them, so the exact substring ranks first. In the
+Southeast Asian blocks, the signs tantivy's tokenizer does not count as letters (Thai tone
+marks, for one) separate tokens in both engines, so both index the same terms.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ __all__ = [
     "ANALYZER_MARKER",
     "CJK_RANGES",
     "MAX_TOKEN_BYTES",
+    "SOUTHEAST_ASIAN_RANGES",
+    "SPACELESS_RANGES",
     "WORD_PATTERN",
     "QueryClauses",
     "TextDoc",
@@ -59,10 +64,11 @@ __all__ = [
 # engines do the same so they index the same words.
 MAX_TOKEN_BYTES = 40
 
-ANALYZER = "words+cjk-chars/2"
+ANALYZER = "words+spaceless-chars/3"
 """The text analyzer's identity. Version 1 (no marker) kept a run of CJK characters as one
-token, so no substring of it could be found; an index of another analyzer is refused with
-the remedy (``usl rebuild text``), never searched with the wrong terms."""
+token, so no substring of it could be found; version 2 (``words+cjk-chars/2``) did the same to
+Thai, Lao, Myanmar and Khmer. An index of another analyzer is refused with the remedy
+(``usl rebuild text``), never searched with the wrong terms."""
 ANALYZER_MARKER = "usl-analyzer.json"
 CJK_RANGES: tuple[tuple[int, int], ...] = (
     (0x3005, 0x3007),  # 々 〆 〇
@@ -75,15 +81,30 @@ CJK_RANGES: tuple[tuple[int, int], ...] = (
     (0xFF66, 0xFF9F),  # halfwidth katakana
     (0x20000, 0x3134F),  # CJK unified ideographs extensions B-G
 )
-_CJK_CLASS = "".join(f"{chr(low)}-{chr(high)}" for low, high in CJK_RANGES)
+SOUTHEAST_ASIAN_RANGES: tuple[tuple[int, int], ...] = (
+    # The letters, vowel signs and digits of each block, as tantivy's simple tokenizer (Rust's
+    # char::is_alphanumeric) sees them: what it drops (tone marks, punctuation) must separate
+    # tokens in the Python analyzer too (tests/sinks/test_text_analyzer.py checks every code
+    # point of these blocks against tantivy).
+    (0x0E01, 0x0E3A), (0x0E40, 0x0E46), (0x0E4D, 0x0E4D), (0x0E50, 0x0E59),  # Thai
+    (0x0E81, 0x0E82), (0x0E84, 0x0E84), (0x0E86, 0x0E8A), (0x0E8C, 0x0EA3), (0x0EA5, 0x0EA5),  # Lao
+    (0x0EA7, 0x0EB9), (0x0EBB, 0x0EBD), (0x0EC0, 0x0EC4), (0x0EC6, 0x0EC6), (0x0ECD, 0x0ECD),
+    (0x0ED0, 0x0ED9), (0x0EDC, 0x0EDF),
+    (0x1000, 0x1036), (0x1038, 0x1038), (0x103B, 0x1049), (0x1050, 0x109D),  # Myanmar
+    (0x1780, 0x17B3), (0x17B6, 0x17C8), (0x17D7, 0x17D7), (0x17DC, 0x17DC), (0x17E0, 0x17E9),  # Khmer
+    (0x17F0, 0x17F9),
+)
+SPACELESS_RANGES = SOUTHEAST_ASIAN_RANGES + CJK_RANGES
+"""Every character of these is a token of its own (the module docstring)."""
+_CJK_CLASS = "".join(f"{chr(low)}-{chr(high)}" for low, high in SPACELESS_RANGES)
 WORD_PATTERN = f"[{_CJK_CLASS}]|[^\\W_{_CJK_CLASS}]+"
-"""Python ``re`` form of the analyzer's tokens: one CJK character, or a run of other letters
-and digits (tantivy's engine compiles the same classes in Rust syntax)."""
+"""Python ``re`` form of the analyzer's tokens: one character of a script without spaces, or a
+run of other letters and digits (tantivy gets the same terms from :func:`cjk_spaced` text)."""
 _WORD = re.compile(WORD_PATTERN)
 _CJK = re.compile(f"[{_CJK_CLASS}]")
-# UTF-8 lead bytes of U+3000..U+DFFF (0xE3..0xED), U+F000..U+FFFF (0xEF) and the
-# supplementary planes (0xF0): every CJK range above starts with one of them.
-_NOT_CJK_LEADS = bytes(b for b in range(256) if not (0xE3 <= b <= 0xED or b in (0xEF, 0xF0)))
+# UTF-8 lead bytes of U+0800..U+1FFF (0xE0, 0xE1), U+3000..U+DFFF (0xE3..0xED),
+# U+F000..U+FFFF (0xEF) and the supplementary planes (0xF0): every range above starts with one.
+_NOT_CJK_LEADS = bytes(b for b in range(256) if not (0xE0 <= b <= 0xE1 or 0xE3 <= b <= 0xED or b in (0xEF, 0xF0)))
 
 
 @dataclass(frozen=True)

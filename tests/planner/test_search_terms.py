@@ -48,6 +48,7 @@ def test_cjk_query_words_mark_their_substring() -> None:
         ["termRanges", "エラー: ファイルが見つかりません main.c", '"ファイルが" main'],
         ["termRanges", "Deploy step 1 of deploy", 'deploy "step 1"'],
         ["termRanges", "no such words here", "数据库"],
+        ["termRanges", "การเชื่อมต่อฐานข้อมูลล้มเหลว ฐาน", "ฐานข้อมูล"],
     )
     assert marked == [
         ["数据库", "数据 库"],  # the phrase of its characters, not each 库 on its own
@@ -55,10 +56,11 @@ def test_cjk_query_words_mark_their_substring() -> None:
         ["ファイルが", "main"],
         ["Deploy", "step 1", "deploy"],
         [],
+        ["ฐานข้อมูล"],
     ]
 
 
-_ALPHABET = st.sampled_from([*"abcXYZ019 _-.:，。\n数据库連接ファイルがエラーー々〇가나éßΩ", "𠀀", "ｶ"])
+_ALPHABET = st.sampled_from([*"abcXYZ019 _-.:，。\n数据库連接ファイルがエラーー々〇가나éßΩฐานข้อมูล๑ຂໍ້ချိတ်ភ្ជាប់", "𠀀", "ｶ"])
 
 
 @settings(max_examples=20, deadline=None)

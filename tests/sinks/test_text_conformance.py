@@ -250,6 +250,11 @@ CJK_DOCS = {
     "ko": "데이터베이스에서 연결 시간이 초과되었습니다",
     "mixed": "调用foo_bar函数时抛出ValueError，见src/app.py第42行",
     "en": "the database connection timed out, check the network settings",
+    # Also written without spaces between words (the tone marks of Thai and Lao are not letters).
+    "th": "การเชื่อมต่อฐานข้อมูลล้มเหลวเพราะเซิร์ฟเวอร์ไม่ตอบสนอง",
+    "lo": "ການເຊື່ອມຕໍ່ຖານຂໍ້ມູນລົ້ມເຫຼວ",
+    "my": "ဒေတာဘေ့စ်ချိတ်ဆက်မှုမအောင်မြင်ပါ",
+    "km": "ការតភ្ជាប់មូលដ្ឋានទិន្នន័យបានបរាជ័យ",
 }
 
 
@@ -275,7 +280,7 @@ def _substrings(text: str, rng: random.Random, count: int) -> list[str]:
 def test_cjk_substrings_are_found(engine: TextEngine, index_dir: Path):
     engine.add(index_dir, [chunk(doc_id, text) for doc_id, text in CJK_DOCS.items()])
     rng = random.Random(14)
-    for doc_id in ("zh", "ja", "ko", "mixed"):
+    for doc_id in ("zh", "ja", "ko", "mixed", "th", "lo", "my", "km"):
         for piece in _substrings(CJK_DOCS[doc_id], rng, 25):
             if not engine.analyze(piece):  # type: ignore[attr-defined]  # punctuation only
                 continue
@@ -285,7 +290,8 @@ def test_cjk_substrings_are_found(engine: TextEngine, index_dir: Path):
     for query, expected in (("数据库", "zh"), ("连接超时", "zh"), ("库", "zh"), ("タイムアウト", "ja"),
                             ("接続", "ja"), ("데이터베이스", "ko"), ("foo_bar函数", "mixed"),
                             ('"函数时抛出ValueError"', "mixed"), ("ValueError", "mixed"),
-                            ("app py", "mixed"), ("42行", "mixed")):
+                            ("app py", "mixed"), ("42行", "mixed"), ("ฐานข้อมูล", "th"), ("ล้มเหลว", "th"),
+                            ("ຖານຂໍ້ມູນ", "lo"), ("ချိတ်ဆက်", "my"), ("មូលដ្ឋានទិន្នន័យ", "km")):
         assert ids(engine.search(index_dir, query, limit=5))[:1] == [expected], query
     # A CJK word is a phrase of its characters: the same characters apart rank below it.
     engine.add(index_dir, [chunk("apart", "数 与 据 与 库")])
@@ -308,6 +314,20 @@ def test_engines_and_the_planner_analyze_alike():
         assert tantivy_engine.analyze(text) == expected, text
         assert whoosh_engine.analyze(text) == expected, text
         assert planner_analyze(text) == expected, text
+
+
+def test_every_letter_of_the_southeast_asian_blocks_splits_as_tantivy_splits_it():
+    # Their own-token ranges are written down from tantivy's tokenizer (Rust's notion of a
+    # letter, not Python's): a code point of the blocks that one engine keeps and the other
+    # drops would index different terms in the text index and the planner's tail scan.
+    from sinks.text.base import SOUTHEAST_ASIAN_RANGES, analyze_text
+
+    tantivy_engine = TantivyEngine()
+    for low, high in ((0x0E00, 0x0EFF), (0x1000, 0x109F), (0x1780, 0x17FF)):
+        for code in range(low, high + 1):
+            text = f"a{chr(code)}b {chr(code)}"
+            assert tantivy_engine.analyze(text) == analyze_text(text), hex(code)
+    assert all(low <= high for low, high in SOUTHEAST_ASIAN_RANGES)
 
 
 def test_an_index_of_the_old_analyzer_is_refused(engine: TextEngine, index_dir: Path):
