@@ -34,6 +34,8 @@ from typing import TYPE_CHECKING, Any
 
 from planner.acl import Principal, can_read
 from planner.exceptions import PlannerError, QueryError
+from planner.request import MODES, log_param
+from planner.snapshot import parse_freshness
 from streams.exceptions import USLError
 
 if TYPE_CHECKING:
@@ -65,15 +67,21 @@ def export(planner: Planner, principal: Principal, params: Mapping[str, Any]) ->
     kind = str(params.get("what") or "sessions")
     if kind not in KINDS:
         raise QueryError(f"cannot export {kind!r}", hint=f"Export one of: {', '.join(KINDS)}.")
-    log_id = str(params.get("log") or "default")
+    log_id = log_param(str(params.get("log") or "default")) or "default"
     as_of = _optional_int(params, "asOfSeq", minimum=0)
+    # The search parameters are checked whatever is exported: a malformed one is a mistake
+    # the caller should hear of, even where it would not change the rows.
+    limit = _optional_int(params, "limit", minimum=1) or _DEFAULT_HIT_LIMIT
+    mode = params.get("mode")
+    if mode is not None and mode not in MODES:
+        raise QueryError(f"mode {mode!r} is not one of {', '.join(MODES)}")
+    freshness = str(params.get("freshness") or "indexed")
+    parse_freshness(freshness)
     if kind == "hits":
         query = params.get("query")
         if not query:
             raise QueryError("exporting hits needs a query", hint='Add query, e.g. query=retry budget.')
-        limit = _optional_int(params, "limit", minimum=1) or _DEFAULT_HIT_LIMIT
-        return _hits(planner, principal, log_id, str(query), str(params.get("freshness") or "indexed"),
-                     str(params.get("mode") or "hybrid"), limit, as_of)
+        return _hits(planner, principal, log_id, str(query), freshness, str(mode or "hybrid"), limit, as_of)
     if params.get("query"):
         raise QueryError(f"a query applies to exporting hits, not {kind}",
                          hint="Leave the query out, or export hits.")

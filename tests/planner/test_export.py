@@ -116,3 +116,20 @@ def pa_buffer(data: bytes) -> Any:
     import pyarrow as pa
 
     return pa.BufferReader(data)
+
+
+@pytest.mark.parametrize("params", [
+    {"what": "sessions", "mode": "null"},  # found by the API fuzz: accepted when nothing was searched
+    {"what": "turns", "mode": ""},
+    {"what": "sessions", "freshness": "soon"},
+    {"what": "sessions", "limit": "0"},
+    {"what": "sessions", "log": "team a"},
+    {"what": "hits", "query": "x", "mode": "bm25"},
+])
+def test_a_malformed_search_parameter_is_refused_whatever_is_exported(params: dict[str, str]) -> None:
+    from planner.acl import parse_principal
+    from planner.exceptions import QueryError
+    from planner.export import export
+
+    with pytest.raises(QueryError):
+        export(None, parse_principal("tenant:default/user:local"), params)  # type: ignore[arg-type]
