@@ -438,7 +438,7 @@ class Follower:
         fmt = tracked.format
         if self.once:
             complete = data  # a one-shot import takes the file as it is, a cut last line too
-        elif fmt in DOCUMENT_FORMATS or path.suffix.lower() == ".json":
+        elif _is_document(fmt, path):
             complete = data if parse_json(data)[1] is None else b""
         else:
             complete = data[: data.rfind(b"\n") + 1]
@@ -504,7 +504,7 @@ class Follower:
         record name of the sentinel line (None: a JSON document, no sentinel). The importer
         reads ``data`` itself, not the file: a copy written to disk and read back was a tenth
         of a one-shot import's CPU (issue #16)."""
-        line_file = fmt not in DOCUMENT_FORMATS and path.suffix.lower() != ".json"
+        line_file = not _is_document(fmt, path)
         body = data if data.endswith(_NEWLINE) or not data else data + _NEWLINE
         links = self._links.setdefault(root, {})
         entries = iter_file(path, fmt, label=label, log_id=self.log_id, acl=self.acl,
@@ -698,6 +698,15 @@ def _sessions(items: list[_Parsed]) -> dict[str, set[str]]:
         for log, sessions in _sessions_of(item.items).items():
             by_log.setdefault(log, set()).update(sessions)
     return by_log
+
+
+def _is_document(fmt: str, path: Path) -> bool:
+    """Whether ``path`` is read as one JSON document (only once the whole of it parses) rather
+    than line by line: a ``*.json`` file, or a document format's file that is not ``*.jsonl``.
+    An OpenAI-chat ``*.jsonl`` (a conversation or a message per line) grows by lines: taken as
+    a document it never parsed whole, and a followed one was never imported."""
+    suffix = path.suffix.lower()
+    return suffix == ".json" or (fmt in DOCUMENT_FORMATS and suffix != ".jsonl")
 
 
 class _InL1:

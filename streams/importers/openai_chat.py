@@ -1,8 +1,9 @@
 """OpenAI chat-completions message lists → ASP v1 events.
 
 Accepted shapes: a JSON array of messages; an object ``{"messages": [...], "id"?, "created"?,
-"model"?, "title"?}``; a JSON array of such conversations (objects or message arrays); or JSONL
-with one conversation per line. Logged API exchanges (a chat.completion response, a
+"model"?, "title"?}``; a JSON array of such conversations (objects or message arrays); JSONL
+with one conversation per line; or JSONL with one message per line (each run of such lines is
+one conversation). Logged API exchanges (a chat.completion response, a
 request/response pair, Batch API lines, and the Responses API's requests, responses and item
 lists) count as conversations too (:func:`api_conversation`). Conversations carry no
 per-message times, so message ``i`` is
@@ -32,7 +33,7 @@ from streams.importers.base import (
     time_from_posix,
 )
 
-__all__ = ["ROLES", "SOURCE", "api_conversation", "iter_openai_chat"]
+__all__ = ["ROLES", "SOURCE", "api_conversation", "is_message_line", "iter_openai_chat"]
 
 SOURCE = "openai-chat"
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
@@ -91,13 +92,36 @@ def _conversations(path: Path, label: str, data: Content | None) -> Iterator[tup
         if not _looks_like_jsonl(data):
             yield Rejected(label, error, raw_text(data)), label, 0
             return
+    # Lines that are single chat messages (an agent that logs each message as it goes) are one
+    # conversation together: each run of them, a cut or unreadable line inside it included.
+    run: list[Any] = []
+    first = last = 0
     for number, line in read_lines(path, data):
         record = f"{label}:{number}"
         value, error = parse_json(line)
+        if error is None and is_message_line(value):
+            if not run:
+                first = number
+            run.append(value)
+            last = number
+            continue
         if error is not None:
             yield Rejected(record, error, raw_text(line)), record, number
-        else:
-            yield value, record, number
+            continue
+        if run:
+            yield run, f"{label}:{first}-{last}", first
+            run = []
+        yield value, record, number
+    if run:
+        yield run, f"{label}:{first}-{last}", first
+
+
+def is_message_line(value: Any) -> bool:
+    """A JSONL line that is one chat-completions message (``role`` and nothing of a whole
+    conversation, a logged API call or another format's record)."""
+    return (isinstance(value, dict) and value.get("role") in ROLES and "type" not in value
+            and "messages" not in value and ("content" in value or "tool_calls" in value
+                                             or "function_call" in value))
 
 
 def _looks_like_jsonl(data: bytes) -> bool:

@@ -139,10 +139,12 @@ def _non_blank_lines(path: Path) -> set[int]:
             if line.strip()}
 
 
-def _line_of(record: str, label: str) -> int:
+def _lines_of(record: str, label: str) -> range:
+    """The lines a record name covers: ``label:N`` (or ``label:N/...``), or a run of lines
+    ``label:N-M`` (OpenAI chat messages one per line, one conversation together)."""
     assert record.startswith(f"{label}:"), record
-    number = record[len(label) + 1:].split("/", 1)[0]
-    return int(number)
+    first, _, last = record[len(label) + 1:].split("/", 1)[0].partition("-")
+    return range(int(first), int(last or first) + 1)
 
 
 def check_results(results: list[Any], path: Path, label: str) -> None:
@@ -159,7 +161,7 @@ def check_results(results: list[Any], path: Path, label: str) -> None:
             assert "Traceback" not in result.reason
             assert isinstance(result.raw, str) and len(result.raw) <= RAW_MAX_CHARS
         if result.record != f"{label}:0":  # the end of a file with no lines at all
-            seen.add(_line_of(result.record, label))
+            seen.update(_lines_of(result.record, label))
     missing = _non_blank_lines(path) - seen
     assert not missing, f"lines {sorted(missing)} vanished without an event or a reject"
 

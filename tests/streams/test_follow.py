@@ -3,6 +3,7 @@ middle of a batch, truncation, rotation and deletion all leave each event exactl
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,40 @@ def test_growing_transcript_each_event_once_and_partial_line_waits(tmp_path):
     clock.now += 10
     tail.poll()
     assert set(l1.counts()) == expected and max(l1.counts().values()) == 1
+
+
+OPENAI = ROOT / "tests" / "fixtures" / "importers" / "openai_chat"
+
+
+def _message_lines() -> bytes:
+    messages = json.loads((OPENAI / "support_chat.json").read_text())
+    return b"".join(json.dumps(message).encode() + b"\n" for message in messages)
+
+
+@pytest.mark.parametrize("source", [(OPENAI / "conversations.jsonl").read_bytes(), _message_lines()],
+                         ids=["a conversation per line", "a message per line"])
+def test_a_growing_openai_chat_jsonl_is_followed_line_by_line(tmp_path, source):
+    # OpenAI-chat counted as a document format, and a *.jsonl of it never parsed whole: a
+    # followed one was never imported, not even its complete lines.
+    live = tmp_path / "runs" / "agent.jsonl"
+    live.parent.mkdir()
+    live.write_bytes(b"")
+    l1, clock = MemoryL1(), Clock()
+    tail = follower(live.parent, l1, tmp_path / "home", clock)
+    appended = []
+    for line in source.splitlines(keepends=True):
+        with live.open("ab") as handle:
+            handle.write(line)
+        tail.poll()
+        appended.append(len(l1.log))
+        clock.now += 1
+    clock.now += 10
+    tail.poll()
+    assert appended[0] > 0 or appended[1] > 0  # imported as lines arrive, not at the end
+    assert set(l1.counts()) == one_shot_ids(live) and max(l1.counts().values()) == 1
+    # One run of message lines is one session, however many polls it arrived over.
+    assert len({event["sessionId"] for event in l1.log}) == len(
+        {i.event["sessionId"] for i in iter_records(live) if isinstance(i, Accepted)})
 
 
 def test_restart_resumes_and_one_shot_appends_nothing(tmp_path):

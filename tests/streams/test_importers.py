@@ -352,6 +352,28 @@ def test_openai_jsonl_form() -> None:
     assert len(developer) == 1 and "turnId" not in developer[0]
 
 
+def test_openai_jsonl_of_one_message_per_line_is_one_conversation(tmp_path: Path) -> None:
+    # An agent that logs each chat message as a line as it goes, its last line cut mid-write.
+    messages = json.loads(OPENAI_ARRAY.read_text())
+    lines = [json.dumps(message) for message in messages]
+    cut = lines[3][: len(lines[3]) // 2]
+    path = tmp_path / "run.jsonl"
+    path.write_text("\n".join([*lines[:3], cut, *lines[4:], '{"role": "user", "content": "still typ']) + "\n")
+    assert detect_format(path) == "openai-chat"
+    accepted, rejected = split(path)
+    assert len({event["sessionId"] for event in accepted}) == 1  # one run, the cut line inside it
+    assert {r.record for r in rejected} == {"run.jsonl:4", f"run.jsonl:{len(lines) + 1}"}
+    assert all(r.reason.startswith("invalid JSON") for r in rejected)
+    # The same events as the array's, but the result of the tool call whose line was cut.
+    whole, _ = split(OPENAI_ARRAY)
+    kinds = Counter(e["type"] for e in whole)
+    kinds["tool.result"] -= 1
+    assert Counter(e["type"] for e in accepted) == kinds
+    assert [e["fields"].get("text") for e in accepted if e["type"] == "message"] == [
+        e["fields"].get("text") for e in whole if e["type"] == "message"]
+    assert len(assert_turns_well_formed(accepted)) == len(assert_turns_well_formed(whole))
+
+
 def test_openai_document_shapes(tmp_path: Path) -> None:
     conversation = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
     many = tmp_path / "many.json"
