@@ -38,6 +38,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -584,8 +585,20 @@ class Planner:
             query.notes["phrase"] = {"sources": ["phrase", "tailPhrase"],
                                      "rule": "chunks holding the whole query as one phrase "
                                              "(quotes ignored), ranked by BM25"}
+        # Hybrid: the query's identifiers (codes, paths, snake_case) as a list of their own, so
+        # a chunk naming what the query names exactly counts twice and a vector list that
+        # cannot see such words does not outvote it (docs/planner.md, "Identifiers").
+        identifiers = identifier_query(req.query) if req.mode == "hybrid" and "text" in ranking else None
+        if identifiers is not None:
+            query.notes["identifiers"] = {"sources": ["identifier", "tailIdentifier"],
+                                          "query": identifiers,
+                                          "rule": "chunks holding any of the query's identifiers (words "
+                                                  "mixing letters and digits, runs of five or more "
+                                                  "capitals, words joined by _ / . or :), ranked by BM25 "
+                                                  "over them"}
         text_pin = query.pin("text")
-        texts = [(source, text) for source, text in (("text", req.query), ("phrase", phrase))
+        texts = [(source, text) for source, text in (("text", req.query), ("phrase", phrase),
+                                                     ("identifier", identifiers))
                  if text is not None] if "text" in ranking and text_pin is not None and cut > 0 else []
         vector_pin = query.pin("vector")
         vectors = "vector" in ranking and vector_pin is not None and query.embedder is not None
@@ -629,7 +642,7 @@ class Planner:
             if found is None:  # sequential: after the text lists, as the vector list always was
                 found = self._vector_candidates(query, vector_pin, only, pool)
             self._rank_vectors(query, vector_pin, only, found)
-        self._rank_provisional(query, phrase)
+        self._rank_provisional(query, phrase, identifiers)
         tools_pin = query.pin("toolresults")
         if req.tool_results and tools_pin is not None and cut > 0:
             tool_candidates, truncated = self._tool_list(tools_pin, req.query, window, cut,
@@ -671,7 +684,8 @@ class Planner:
                       found: _VectorCandidates) -> None:
         # In hybrid mode the chunks the text lists found are candidates of the vector list too:
         # ranked by their best event like the vector index's own (docs/planner.md).
-        found_by_text = [chunk_id for ranked_list in query.lists if ranked_list.source in ("text", "phrase")
+        found_by_text = [chunk_id for ranked_list in query.lists
+                         if ranked_list.source in ("text", "phrase", "identifier")
                          for chunk_id in ranked_list.ids]
         ranked, truncated, note = self._vector_list(
             pin, found, query.window, query.provisional, query.embedder, found_by_text)
@@ -682,7 +696,7 @@ class Planner:
             for chunk_id, score in ranked:
                 query.indexed_scores.setdefault(chunk_id, {})["vector"] = score
 
-    def _rank_provisional(self, query: QueryContext, phrase: str | None) -> None:
+    def _rank_provisional(self, query: QueryContext, phrase: str | None, identifiers: str | None) -> None:
         """Trimmed and tail texts (and tail tool results) ranked in-process; a trimmed chunk
         whose kept text no longer matches the query drops out here."""
         textual = [c for c in query.provisional
@@ -692,7 +706,8 @@ class Planner:
         by_id = {c.id: c for c in textual}
         texts = [(c.id, c.text or "") for c in textual]
         window = query.window
-        for source, text in (("tail", query.req.query), ("tailPhrase", phrase)):
+        for source, text in (("tail", query.req.query), ("tailPhrase", phrase),
+                             ("tailIdentifier", identifiers)):
             ranked = rank_texts(clauses_of(text), texts) if text is not None else []
             if ranked:
                 query.lists.append(RankedList(source, [i for i, _ in ranked[:window]], window,
@@ -1220,6 +1235,36 @@ def whole_query_phrase(query: str) -> str | None:
     if not bare.strip() or len(clauses_of(f'"{bare}"').phrases) != 1:
         return None
     return f'"{bare.strip()}"'
+
+
+# A word that names something exactly: a code mixing letters and digits (H9ZU1C, HAT290,
+# E0425, gift_card_5094406), a run of five or more capitals (HXDUBJ, ENOENT), or a word joined by
+# _ / . or : (snake_case, paths, file and module names, main..HEAD). CamelCase is left out: in a
+# recollection it is mostly a proper name (LaGuardia, OpenTelemetry) the embedder knows.
+_IDENTIFIER_EDGES = ",;:!?()[]{}<>\"'`."
+_CODE = re.compile(r"[A-Za-z0-9_-]{5,}")
+_CAPITALS = re.compile(r"[A-Z]{5,}")
+_JOINED = re.compile(r"[\w./:-]*\w[_/.:]+\w[\w./:-]*")
+_LETTER = re.compile(r"[A-Za-z]")
+_DIGIT = re.compile(r"[0-9]")
+
+
+def query_identifiers(query: str) -> list[str]:
+    """The identifier-like words of ``query`` (first occurrence order, each once)."""
+    found: dict[str, None] = {}
+    for word in query.replace('"', " ").split():
+        word = word.strip(_IDENTIFIER_EDGES)
+        if (_CODE.fullmatch(word) and _LETTER.search(word) and _DIGIT.search(word)) \
+                or _CAPITALS.fullmatch(word) or (_JOINED.fullmatch(word) and _LETTER.search(word)):
+            found.setdefault(word, None)
+    return list(found)
+
+
+def identifier_query(query: str) -> str | None:
+    """The query's identifiers as a text query, each quoted (a path is a phrase of its parts),
+    or None when it has none."""
+    quoted = " ".join(f'"{word}"' for word in query_identifiers(query))
+    return quoted if quoted and clauses_of(quoted) else None
 
 
 def _as_watermark(value: Mapping[str, Any] | None) -> tuple[int, int] | None:

@@ -765,6 +765,25 @@ def _known_answer_events(log_id: str, phrase: str, tag: str, rng: Any) -> tuple[
     return distractors, target
 
 
+RECALLS = (("the deploy where staging rejected the rollout of ticket QX7P2K", "QX7P2K"),
+           ("the release where canary halted the upgrade of build ZR4K8M", "ZR4K8M"))
+
+
+def _identifier_events(log_id: str, recall: str, identifier: str, tag: str,
+                       rng: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """30 short distractors, each with two of the recollection's words, and one long target
+    naming its identifier and those words amid filler. The filler dilutes the target in both
+    lists: BM25 ranks the short distractors first (the rare identifier is one term of seven)
+    and the hash embedder ranks the target far down, so without the identifier list the
+    distractors both lists rank in the middle come before it."""
+    words = [word for word in recall.split() if len(word) > 3 and word != identifier]
+    distractors = [event for i in range(30)
+                   for event in _turn(log_id, f"{tag}-d{i}", 100 + i, " ".join(rng.sample(words, 2)) + f" memo{i}")]
+    filler = [rng.choice(FILLER) for _ in range(40)]
+    target = _turn(log_id, f"{tag}-target", 140, " ".join([*filler[:20], identifier, *words, *filler[20:]]))
+    return distractors, target
+
+
 SPAN_TASKS = ("rotate the signing keys of the billing service",
               "rebuild the search index after the schema change")
 
@@ -794,12 +813,16 @@ def known(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
     rng = random.Random(3)
     indexed_distractors, indexed_target = _known_answer_events("known", PHRASES[0], "a", rng)
     tail_distractors, tail_target = _known_answer_events("known", PHRASES[1], "b", rng)
+    id_distractors, id_target = _identifier_events("known", *RECALLS[0], "id-indexed", rng)
+    id_tail_distractors, id_tail_target = _identifier_events("known", *RECALLS[1], "id-tail", rng)
+    builder.append(id_distractors + id_target + id_tail_distractors)
     builder.append(indexed_distractors + indexed_target + tail_distractors)
     builder.append(_turn("known", "zh-indexed", 70, CJK_TEXTS[0]) + _turn("known", "ja-indexed", 71, CJK_TEXTS[1]))
     builder.append(_task_and_output("known", "span-indexed", 80, SPAN_TASKS[0])
                    + _span_distractors("known", SPAN_TASKS[0], "span-i") + _span_distractors("known", SPAN_TASKS[1], "span-t"))
     builder.commit()
     builder.append(tail_target)  # above every watermark: only latest's tail scan holds it
+    builder.append(id_tail_target)
     builder.append(_turn("known", "zh-tail", 72, CJK_TEXTS[2]))
     builder.append(_task_and_output("known", "span-tail", 81, SPAN_TASKS[1]))
     follower = WatermarkFollower(kafka_bootstrap, settings).start()
@@ -828,6 +851,43 @@ def test_hybrid_keeps_an_exact_match_that_text_finds(known: Planner, phrase: str
     components = explained["results"][0]["score"]["components"]
     assert {"phrase", "text"} <= set(components) or {"tail", "tailPhrase"} <= set(components)
     assert explained["explain"]["phrase"]["sources"] == ["phrase", "tailPhrase"]
+
+
+@pytest.mark.parametrize(("recall", "target", "freshness"), [
+    (RECALLS[0][0], "id-indexed-target", "indexed"), (RECALLS[0][0], "id-indexed-target", "latest"),
+    (RECALLS[1][0], "id-tail-target", "latest"),
+])
+def test_hybrid_keeps_a_chunk_naming_the_querys_identifier(known: Planner, monkeypatch: pytest.MonkeyPatch,
+                                                          recall: str, target: str, freshness: str) -> None:
+    import planner.engine
+
+    def rank(mode: str) -> int | None:
+        response = known.search({"query": recall, "log": "known", "mode": mode, "k": 10,
+                                 "freshness": freshness}, ALICE)
+        return next((i for i, hit in enumerate(response["results"], 1) if hit["sessionId"] == target), None)
+
+    assert rank("hybrid") == 1
+    explained = known.search({"query": recall, "log": "known", "k": 1, "freshness": freshness,
+                              "explain": True}, ALICE)
+    assert {"identifier", "tailIdentifier"} & set(explained["results"][0]["score"]["components"])
+    assert explained["explain"]["identifiers"]["query"] == f'"{recall.split()[-1]}"'
+    # Without the identifier list, the distractors both lists rank in the middle outvote it.
+    monkeypatch.setattr(planner.engine, "identifier_query", lambda query: None)
+    assert (rank("hybrid") or 11) > 1
+
+
+@pytest.mark.parametrize(("query", "identifiers"), [
+    ("changing reservation HXDUBJ, out a day later", ["HXDUBJ"]),
+    ("drop Ethan from H9ZU1C and pay with gift_card_5094406.", ["H9ZU1C", "gift_card_5094406"]),
+    ("fatal: pathspec 'priv/repo/migrations/add.exs' did not match", ["priv/repo/migrations/add.exs"]),
+    ("git log main..HEAD failed with ENOENT (twice)", ["main..HEAD", "ENOENT"]),
+    ("the Detroit LaGuardia trip on May 27th at 3pm, JSON and NYC", []),
+])
+def test_query_identifiers(query: str, identifiers: list[str]) -> None:
+    from planner.engine import identifier_query, query_identifiers
+
+    assert query_identifiers(query) == identifiers
+    assert identifier_query(query) == (" ".join(f'"{word}"' for word in identifiers) or None)
 
 
 @pytest.mark.parametrize(("task", "target", "fresh"), [
