@@ -93,7 +93,8 @@ class AssignmentRule(Rule):
         named = [f"{name}={rule}" for name, rule in sorted(_NAMED.items())]
         return [*super().fingerprint(), *_KEYWORDS, *named, self._pattern.pattern, self._flag.pattern, self._xml.pattern,
                 self._prose.pattern, _UUID.pattern, _IDENTIFIER.pattern, _password_like.__qualname__,
-                _in_sentence.__qualname__, _password_in_sentence.__qualname__, _SHORT_NAME.pattern]
+                _in_sentence.__qualname__, _password_in_sentence.__qualname__, _SHORT_NAME.pattern,
+                _secret_in_sentence.__qualname__, _WORD_BEFORE.pattern]
 
     def hit_names(self) -> tuple[str, ...]:
         return (_PASSWORD, _SECRET, _PROSE, *sorted(set(_NAMED.values())), *ported_rule_names())
@@ -230,10 +231,17 @@ class AssignmentRule(Rule):
         if name_class(word) is None or is_marker_at(value, 0):
             return None
         if len(value) < 16:
-            # Short: only a password word's value with a digit ("my password is hunter2"), as
-            # after "password:" (_password_in_sentence); random tokens are 16+ characters.
-            if (name_class(word) != "password" or not _password_in_sentence(value) or _IDENTIFIER.fullmatch(value)
-                    or _SHORT_NAME.fullmatch(value) or _NAME_EQUALS.match(value)):
+            # Short: a password word's value with a digit ("my password is hunter2"), as after
+            # "password:" (_password_in_sentence), and after another secret word ("the secret
+            # key is 7f3a9c2e1b") a value of letters and digits mixed (_secret_in_sentence);
+            # random tokens are 16+ characters.
+            kind = name_class(word)
+            if kind == "key":  # "secret key", "API key" are secret words; "primary key" is none
+                before = _WORD_BEFORE.search(text, max(0, word_start - 32), word_start)
+                kind = name_class(f"{before.group(1)} {word}") if before else None
+            short = (_password_in_sentence(value) if kind == "password"
+                     else _secret_in_sentence(value) if kind == "secret" else False)
+            if not short or _IDENTIFIER.fullmatch(value) or _SHORT_NAME.fullmatch(value) or _NAME_EQUALS.match(value):
                 return None
             return start, end, _PROSE
         # A vendor named just before ("the Heroku API key ...") decides by its value's shape.
@@ -247,6 +255,7 @@ class AssignmentRule(Rule):
         return None
 
 
+_WORD_BEFORE = re.compile(r"([A-Za-z]+)[ \t]+\Z", re.ASCII)
 # A UUID is an identifier wherever it is written; snake, kebab, dotted and camel-case names are
 # identifiers too, however long.
 _NAME_EQUALS = re.compile(r"[A-Za-z_][A-Za-z_.-]{0,40}=", re.ASCII)
@@ -265,6 +274,14 @@ def _password_in_sentence(value: str) -> bool:
     """Policy 2.2: a password written in a sentence after ``password:`` ("password: hunter2 is
     wrong"): 6+ characters with a digit, which no word of prose ("must", "required") has."""
     return len(value) >= 6 and any(c.isdigit() for c in value) and not _UUID.fullmatch(value)
+
+
+def _secret_in_sentence(value: str) -> bool:
+    """Policy 2.2: a short secret written in a sentence after a secret word that is not a
+    password word ("the secret key is 7f3a9c2e1b", "my token was ab12cd34ef"): 8+ characters of
+    letters and digits with at least two of each, which no word or number of prose has."""
+    return (len(value) >= 8 and value.isascii() and value.isalnum() and sum(c.isdigit() for c in value) >= 2
+            and sum(c.isalpha() for c in value) >= 2)
 
 
 def _password_like(value: str) -> bool:

@@ -232,6 +232,29 @@ def test_prose_without_a_secret_is_kept(text: str) -> None:
     assert redact_text(text) == (text, {})
 
 
+@pytest.mark.parametrize(("text", "secret"), [
+    ("the secret key is 7f3a9c2e1b", "7f3a9c2e1b"),
+    ("my token was ab12cd34ef.", "ab12cd34ef"),
+    ("the api key is x9y8z7w6, keep it safe", "x9y8z7w6"),
+    ("auth token: Zq8v3Lk2X for staging", "Zq8v3Lk2X"),
+])
+def test_a_short_secret_after_a_secret_word_is_removed(text: str, secret: str) -> None:
+    redacted, hits = redact_text(text)
+    assert secret not in redacted and hits == {"secret-in-prose": 1}, redacted
+
+
+@pytest.mark.parametrize("text", [
+    "the primary key is id42abc7",  # a key that is no secret
+    "the key is 7f3a9c2e",  # "key" alone: a commit, a cache entry, a row
+    "the cache key is page1234ab",
+    "the token is v2 now",
+    "the secret key is sk12",  # too short to tell from a word
+    "my access token is 2025-10-14",
+])
+def test_a_short_value_after_a_plain_word_is_kept(text: str) -> None:
+    assert redact_text(text) == (text, {})
+
+
 def test_ids_holding_a_secret_are_replaced_by_a_stable_id_everywhere() -> None:
     secret = "ghp_fKtHF4vUCsMehGAkWvj7FAc9QeWJKY40uvSw"
     call = event("tool.call", toolName="Bash", toolCallId=f"call-{secret}", input={"command": "ls"})
