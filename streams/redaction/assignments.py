@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from streams.redaction.base import Rule, Scan, is_marker_at, marker
+from streams.redaction.base import MARKER_PREFIX, Rule, Scan, is_marker_at, marker
 from streams.redaction.entropy import HEX_MIN_ENTROPY, looks_random, shannon_entropy
 from streams.redaction.keys import is_placeholder, name_class
 from streams.redaction.vendors import ported_rule_names, vendor_rule
@@ -94,7 +94,7 @@ class AssignmentRule(Rule):
         return [*super().fingerprint(), *_KEYWORDS, *named, self._pattern.pattern, self._flag.pattern, self._xml.pattern,
                 self._prose.pattern, _UUID.pattern, _IDENTIFIER.pattern, _password_like.__qualname__,
                 _in_sentence.__qualname__, _password_in_sentence.__qualname__, _SHORT_NAME.pattern,
-                _secret_in_sentence.__qualname__, _WORD_BEFORE.pattern]
+                _secret_in_sentence.__qualname__, _WORD_BEFORE.pattern, _inside_marker.__qualname__]
 
     def hit_names(self) -> tuple[str, ...]:
         return (_PASSWORD, _SECRET, _PROSE, *sorted(set(_NAMED.values())), *ported_rule_names())
@@ -228,7 +228,7 @@ class AssignmentRule(Rule):
         while word_end < len(text) and (text[word_end].isalnum() or text[word_end] in "_-"):
             word_end += 1
         word = text[word_start:word_end]
-        if name_class(word) is None or is_marker_at(value, 0):
+        if name_class(word) is None or is_marker_at(value, 0) or _inside_marker(text, word_start):
             return None
         if len(value) < 16:
             # Short: a password word's value with a digit ("my password is hunter2"), as after
@@ -274,6 +274,13 @@ def _password_in_sentence(value: str) -> bool:
     """Policy 2.2: a password written in a sentence after ``password:`` ("password: hunter2 is
     wrong"): 6+ characters with a digit, which no word of prose ("must", "required") has."""
     return len(value) >= 6 and any(c.isdigit() for c in value) and not _UUID.fullmatch(value)
+
+
+def _inside_marker(text: str, position: int) -> bool:
+    """``position`` lies in a replacement marker ("[REDACTED:url-password]"): the rule name in
+    it is no secret word of the text ("...:[REDACTED:url-password]@10.0.0.5:3306" kept its host)."""
+    opened = text.rfind(MARKER_PREFIX, max(0, position - 64), position + 1)
+    return opened != -1 and "]" not in text[opened:position]
 
 
 def _secret_in_sentence(value: str) -> bool:

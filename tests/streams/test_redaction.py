@@ -243,6 +243,16 @@ def test_a_short_secret_after_a_secret_word_is_removed(text: str, secret: str) -
     assert secret not in redacted and hits == {"secret-in-prose": 1}, redacted
 
 
+@pytest.mark.parametrize(("text", "kept"), [
+    ("mysql://root:Zq8v3Lk2Xw9R@10.0.0.5:3306/app", "@10.0.0.5:3306/app"),
+    ("psql postgres://admin:s3cr3tP4ssw0rdQ@10.1.2.3:5432/prod", "@10.1.2.3:5432/prod"),
+])
+def test_a_markers_rule_name_is_no_secret_word(text: str, kept: str) -> None:
+    # The "password" of "[REDACTED:url-password]" made the host after it a password in prose.
+    redacted, hits = redact_text(text)
+    assert redacted.endswith(kept) and hits == {"url-password": 1}, redacted
+
+
 @pytest.mark.parametrize("text", [
     "the primary key is id42abc7",  # a key that is no secret
     "the key is 7f3a9c2e",  # "key" alone: a commit, a cache entry, a row
