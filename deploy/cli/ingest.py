@@ -159,7 +159,7 @@ def ingest_once(settings: Settings, bootstrap: str, paths: list[Path], fmt: str 
             committed = appender.committed_seq(log)
         finally:
             appender.close()
-    reasons: Counter[str] = Counter(item.reason.split(":")[0][:80] for item in report.rejected_items)
+    reasons: Counter[str] = Counter(_reason_group(item.reason) for item in report.rejected_items)
     formats = sorted(report.formats)
     return {
         "path": str(paths[0]) if len(paths) == 1 else [str(p) for p in paths],
@@ -198,3 +198,12 @@ def follow_paths(settings: Settings, bootstrap: str, paths: list[Path], fmt: str
     finally:
         appender.close()
     err.print(f"stopped following; appended {totals['appended']} event(s), rejected {totals['rejected']}")
+
+
+def _reason_group(reason: str) -> str:
+    """What rejects are counted under: the reason up to its first colon, at most 80 characters,
+    cut after a whole word ("... not one of system, developer, user, …", not "... user, assista")."""
+    head = reason.split(":")[0]
+    if len(head) <= 80:
+        return head
+    return head[:80].rsplit(" ", 1)[0].rstrip(",;") + " …"

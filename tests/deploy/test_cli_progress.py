@@ -97,3 +97,14 @@ def test_ingest_json_is_quiet_on_stderr(make_settings: Callable[..., Settings], 
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["eventsAppended"] > 0
     assert done.stderr == ""
+
+
+@pytest.mark.parametrize(("reason", "group"), [
+    ("invalid JSON (truncated or not JSON): unexpected end of data", "invalid JSON (truncated or not JSON)"),
+    ("field 'messages[8].role' is 'weird', not one of system, developer, user, assistant, tool, function",
+     "field 'messages[8].role' is 'weird', not one of system, developer, user …"),
+])
+def test_rejects_are_counted_under_a_reason_cut_after_a_whole_word(reason: str, group: str) -> None:
+    from deploy.cli.ingest import _reason_group
+
+    assert _reason_group(reason) == group
