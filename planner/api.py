@@ -64,11 +64,12 @@ from planner.acl import Principal
 from planner.auth import KeyRing, allowed_hosts, authenticate, host_allowed, keys_path
 from planner.exceptions import NotFound, PlannerError, QueryError, Unauthorized, error_body
 from planner.export import endpoint as export_endpoint
-from planner.request import LOG_NAME, log_param
+from planner.request import log_param
 from planner.status_history import endpoint as status_history_endpoint
 from planner.tailwarm import WARM_EVERY_SECONDS
 from streams.exceptions import USLError
 from streams.metrics import METRICS_CONTENT_TYPE, metrics_text
+from streams.names import LOG_ID
 from streams.settings import Settings
 
 __all__ = [
@@ -569,7 +570,7 @@ def openapi(*, auth_required: bool = True) -> dict[str, Any]:
             "/v1/status": {"get": {
                 "summary": "L1 committed seq and, per index, generation, watermark and lag",
                 "parameters": [{"name": "log", "in": "query", "required": False,
-                                "schema": {"type": "string", "pattern": f"^{LOG_NAME.pattern}$"}}],
+                                "schema": {"type": "string", "pattern": f"^{LOG_ID.pattern}$"}}],
                 "security": security,
                 "responses": {"200": {"description": "Status", "content": json_body},
                               **_errors(400, 401, 500)}}},

@@ -30,7 +30,6 @@ from streams.names import LOG_ID, LOG_ID_HINT
 
 __all__ = [
     "FILTER_FIELDS",
-    "LOG_NAME",
     "MAX_K",
     "MAX_QUERY_CHARS",
     "MODES",
@@ -55,8 +54,6 @@ FILTER_FIELDS = {
 _TIME_FIELDS = ("timeFrom", "timeTo")
 _FIELDS = frozenset({"query", "log", "freshness", "k", "explain", "cursor", "mode", "filters",
                      "toolResults", "json"})
-#: A log name, wherever one comes in: the search body's ``log``, ``?log=`` of the GET endpoints.
-LOG_NAME = LOG_ID
 _LOG_NAME_HINT = f"Log names are {LOG_ID_HINT}."
 _MAX_FILTER_VALUES = 1000
 
@@ -185,7 +182,7 @@ def parse_request(body: Any) -> SearchRequest:
     if len(query) > MAX_QUERY_CHARS:
         raise QueryError(f"the query is longer than {MAX_QUERY_CHARS} characters")
     log = _optional(body, "log", str, "default")
-    if not LOG_NAME.fullmatch(log):
+    if not LOG_ID.fullmatch(log):
         raise QueryError(f"field 'log' {log!r} is not a log name", hint=_LOG_NAME_HINT)
     freshness = parse_freshness(_optional(body, "freshness", str, "indexed"))
     k = _optional(body, "k", int, 10)
@@ -272,6 +269,6 @@ def _filters(raw: Any) -> Filters:
 def log_param(log_id: str | None) -> str | None:
     """The ``?log=`` query parameter of a GET endpoint: None (every log) or a log name;
     QueryError (400) for anything else."""
-    if log_id is not None and not LOG_NAME.fullmatch(log_id):
+    if log_id is not None and not LOG_ID.fullmatch(log_id):
         raise QueryError(f"{log_id[:64]!r} is not a log name", hint=_LOG_NAME_HINT)
     return log_id

@@ -30,7 +30,6 @@ __all__ = ["LOG_OPTION", "PRINCIPAL_OPTION", "bootstrap_servers", "err", "escape
 _CELL_CHARS = 80
 
 
-
 def _log_name(value: str) -> str:
     # Refused up front: `usl ingest --log "team a"` appended nothing and dead-lettered every
     # record of the file for its logId, exiting 0.

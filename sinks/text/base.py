@@ -84,7 +84,7 @@ CJK_RANGES: tuple[tuple[int, int], ...] = (
 SOUTHEAST_ASIAN_RANGES: tuple[tuple[int, int], ...] = (
     # The letters, vowel signs and digits of each block, as tantivy's simple tokenizer (Rust's
     # char::is_alphanumeric) sees them: what it drops (tone marks, punctuation) must separate
-    # tokens in the Python analyzer too (tests/sinks/test_text_analyzer.py checks every code
+    # tokens in the Python analyzer too (tests/sinks/test_text_conformance.py checks every code
     # point of these blocks against tantivy).
     (0x0E01, 0x0E3A), (0x0E40, 0x0E46), (0x0E4D, 0x0E4D), (0x0E50, 0x0E59),  # Thai
     (0x0E81, 0x0E82), (0x0E84, 0x0E84), (0x0E86, 0x0E8A), (0x0E8C, 0x0EA3), (0x0EA5, 0x0EA5),  # Lao

@@ -228,14 +228,14 @@ class AssignmentRule(Rule):
         while word_end < len(text) and (text[word_end].isalnum() or text[word_end] in "_-"):
             word_end += 1
         word = text[word_start:word_end]
-        if name_class(word) is None or is_marker_at(value, 0) or _inside_marker(text, word_start):
+        kind = name_class(word)
+        if kind is None or is_marker_at(value, 0) or _inside_marker(text, word_start):
             return None
         if len(value) < 16:
             # Short: a password word's value with a digit ("my password is hunter2"), as after
             # "password:" (_password_in_sentence), and after another secret word ("the secret
             # key is 7f3a9c2e1b") a value of letters and digits mixed (_secret_in_sentence);
             # random tokens are 16+ characters.
-            kind = name_class(word)
             if kind == "key":  # "secret key", "API key" are secret words; "primary key" is none
                 before = _WORD_BEFORE.search(text, max(0, word_start - 32), word_start)
                 kind = name_class(f"{before.group(1)} {word}") if before else None
@@ -250,7 +250,7 @@ class AssignmentRule(Rule):
             return start, end, vendor
         if _UUID.fullmatch(value) or _IDENTIFIER.fullmatch(value) or _NAME_EQUALS.match(value):
             return None  # an id, a name, or name=value text (the assignment rule's to judge)
-        if looks_random(value) or (name_class(word) == "password" and _password_like(value)):
+        if looks_random(value) or (kind == "password" and _password_like(value)):
             return start, end, _PROSE
         return None
 

@@ -59,10 +59,11 @@ def test_a_failed_collect_is_skipped() -> None:
 def test_every_log_parameter_takes_the_search_bodys_rule(name: str) -> None:
     """``?log=`` of status and status history and the search body's ``log`` share one rule."""
     from planner.exceptions import QueryError
-    from planner.request import LOG_NAME, log_param, parse_request
+    from planner.request import log_param, parse_request
+    from streams.names import LOG_ID
 
     assert log_param(None) is None
-    valid = LOG_NAME.fullmatch(name) is not None
+    valid = LOG_ID.fullmatch(name) is not None
     try:
         parse_request({"query": "x", "log": name})
         body_ok = True
