@@ -267,7 +267,9 @@ def test_the_merge_window_runs_a_sink_beside_a_merge_and_cleans_up(tmp_path: Pat
     writer.write(source, None, [chunk for _, chunk in turns(400)])
     figures = merge_window(settings, writer, source, 400, start=10_000, rate=200.0, baseline_seconds=1.0)
     assert figures["vectors"] == 400 and 0 < figures["mergeSeconds"] <= figures["windowSeconds"]
-    assert figures["lagSeconds"] > 0 and figures["flushMedianSeconds"] > 0 and figures["batchSize"] == 512
+    # A merge of 400 vectors can be published before the sink's first commit, when no appended
+    # event has waited yet: the lag may be 0 here (merge_lag's own tests check its arithmetic).
+    assert figures["lagSeconds"] >= 0 and figures["flushMedianSeconds"] > 0 and figures["batchSize"] == 512
     assert figures["baseline"]["medianCommitGapSeconds"] > 0 and figures["baseline"]["lagSeconds"] > 0
     assert not writer.background_merges and not (tmp_path / "home" / "merge-window").exists()
 
