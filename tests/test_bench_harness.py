@@ -265,7 +265,7 @@ def test_the_merge_window_runs_a_sink_beside_a_merge_and_cleans_up(tmp_path: Pat
     source = tmp_path / "gen-00000001"
     source.mkdir()
     writer.write(source, None, [chunk for _, chunk in turns(400)])
-    figures = merge_window(settings, writer, source, 400, start=10_000, rate=200.0, baseline_seconds=1.0)
+    figures = merge_window(settings, writer, source, 400, start=10_000, rate=200.0, baseline_seconds=2.0)
     assert figures["vectors"] == 400 and 0 < figures["mergeSeconds"] <= figures["windowSeconds"]
     # A merge of 400 vectors can be published before the sink's first commit, when no appended
     # event has waited yet: the lag may be 0 here (merge_lag's own tests check its arithmetic).
