@@ -304,6 +304,11 @@ class _Transcript:
             self.pending.append(entry)
             return
         yield self._auxiliary_event(session, entry, time)
+        if _ends_turn(line_type, line):
+            # Claude Code says here that the agent finished responding: the turn ends now, not
+            # when the next human message or the file's end shows it, so a followed session's
+            # last turn is chunked (and searchable under `indexed`) as soon as it is written.
+            yield from session.emitter.end_turn(record=record, raw=raw)
 
     def _auxiliary_event(self, session: _Session, entry: _Pending, time: str) -> Result:
         emitter = session.emitter
@@ -556,6 +561,16 @@ def _usage(usage: Any) -> dict[str, int] | None:
         if isinstance(usage.get(key), int) and not isinstance(usage.get(key), bool)
     }
     return mapped or None
+
+
+def _ends_turn(line_type: str, line: dict[str, Any]) -> bool:
+    """A main-conversation ``system`` line Claude Code writes once the agent finished its turn:
+    ``turn_duration``, or ``stop_hook_summary`` when no Stop hook kept the agent going."""
+    if line_type != "system" or line.get("isSidechain") is True:
+        return False
+    subtype = line.get("subtype")
+    return subtype == "turn_duration" or (
+        subtype == "stop_hook_summary" and line.get("preventedContinuation") is not True)
 
 
 def _own_time(line: dict[str, Any]) -> str | None:

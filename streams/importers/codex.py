@@ -37,6 +37,8 @@ SOURCE = "codex"
 LINE_TYPES = frozenset({"session_meta", "response_item", "turn_context", "event_msg", "compacted"})
 _CALLS = {"function_call": "arguments", "custom_tool_call": "input", "local_shell_call": "action"}
 _OUTPUTS = ("function_call_output", "custom_tool_call_output", "local_shell_call_output")
+# The event_msg kinds that end a turn (older Codex versions name it task_complete).
+_TURN_ENDS = frozenset({"task_complete", "turn_complete", "turn_aborted"})
 _INJECTED = ("<environment_context>", "<user_instructions>", "<user_shell_command>", "# AGENTS.md",
              "<permissions instructions>")
 
@@ -109,6 +111,10 @@ class _Rollout:
             yield emitter.emit(f"x.codex.{line_type}", event_id=emitter.event_id("x", number), time=time,
                                record=record, raw=raw, visibility="hidden",
                                fields={"kind": kind} if kind else {}, payload=small_payload(payload))
+            if line_type == "event_msg" and kind in _TURN_ENDS:
+                # Codex records the turn's end itself: it ends here, so a followed rollout's
+                # last turn is chunked as soon as it is written, not when the file goes idle.
+                yield from emitter.end_turn(record=record, raw=raw)
             return
         yield from self._item(emitter, payload, number, time, record, raw)
 

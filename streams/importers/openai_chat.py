@@ -69,12 +69,15 @@ def iter_openai_chat(
                 and current.continued_by(meta["messages"])):
             yield from current.extend(meta, conv_label)
             continue
+        if problem is not None:
+            # Rejected before the conversation before it is finished: a record that is no
+            # conversation says nothing about whether that one is over (when the follower's
+            # end-of-input line is that record, its end must come after it, as the end of input).
+            yield Rejected(conv_label, problem, raw_text(conversation))
+            continue
         if current is not None:
             yield from current.finish()
             current = None
-        if problem is not None:
-            yield Rejected(conv_label, problem, raw_text(conversation))
-            continue
         current = _Conversation(conversation, meta, label=conv_label, key=(label, index), log_id=log_id, acl=acl)
         yield from current.begin(meta)
     if current is not None:
@@ -159,6 +162,7 @@ class _Conversation:
         )
         self.messages: list[Any] = []  # those imported so far
         self.last_record = label
+        self.answered = False  # the last turn ended at the assistant's answer
 
     def begin(self, meta: dict[str, Any]) -> Iterator[Result]:
         """session.started and the events of every message of ``meta`` (the conversation's
@@ -213,7 +217,10 @@ class _Conversation:
             yield Rejected(record, reason, raw_text(message))
             return
         payload = small_payload(message)
-        if role == "user":
+        if role == "user" or (self.answered and emitter.turn_id is None):
+            # After an answer, whatever comes next opens a turn of its own, as a user message
+            # does; a message outside every turn would form a unit that nothing closes.
+            self.answered = False
             yield from emitter.start_turn(index, time=time, record=record, raw=message)
         if role in ("tool", "function"):
             yield self._tool_result(emitter, message, index, time, record, payload)
@@ -249,6 +256,12 @@ class _Conversation:
                 emitter, {"id": None, "function": legacy_call}, index, "function_call",
                 time, record, message, payload,
             )
+        elif text and not tool_calls and message.get("type") != "reasoning" and emitter.turn_id is not None:
+            # An answer that calls no tool ends the turn: the model waits for the user now. So
+            # a followed run's last turn is chunked as soon as its answer is written, not
+            # once the file has been idle.
+            self.answered = True
+            yield from emitter.end_turn(record=record, raw=message)
 
     def _tool_call(
         self, emitter: SessionEmitter, call: Any, index: int, position: int | str, time: str,

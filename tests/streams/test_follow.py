@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from streams.chunking import Chunker, ChunkerConfig, default_tokenizer
 from streams.follow import Follower, PositionStore
 from streams.importers import Accepted, iter_records
 from streams.testing import Clock, Crash, MemoryL1
@@ -422,3 +423,46 @@ def test_a_one_shot_import_of_a_directory_reads_each_l1_record_once(tmp_path):
     assert again.appended == 0 and again.duplicates == len(expected) and len(l1.log) == len(expected)
     read_again = [seq for start, end in spans for seq in range(start, end + 1)]
     assert sorted(read_again) == list(range(1, len(l1.log) + 1))
+
+
+ENDED_BY_THE_AGENT = {
+    "claude-code stop_hook_summary": (ROOT / "tests" / "fixtures" / "turn_ends" / "491e126e-1e71-469c-ade2-fcc8af567c74.jsonl").read_bytes(),
+    "codex task_complete": (ROOT / "tests" / "fixtures" / "importers" / "codex"
+                            / "rollout-2026-06-05T04-58-20-019e9625-802f-7e91-840a-cfe88d14117a.jsonl").read_bytes(),
+    "openai-chat answer": _message_lines(),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ENDED_BY_THE_AGENT))
+def test_a_turn_the_agent_ended_goes_out_without_waiting_for_the_file_to_go_idle(name, tmp_path):
+    """Real transcripts whose last turn the agent itself ended (a record saying so, or an answer
+    that calls no tool): followed line by line with the clock standing still, L1 holds every
+    event of the one-shot import, the last turn's end included: nothing waits for idleness."""
+    source = ENDED_BY_THE_AGENT[name]
+    suffix = ".jsonl"
+    live = tmp_path / "projects" / ("rollout-live" if name.startswith("codex") else "live")
+    live = live.with_suffix(suffix)
+    live.parent.mkdir(parents=True)
+    live.write_bytes(b"")
+    l1, clock = MemoryL1(), Clock()
+    tail = follower(tmp_path / "projects", l1, tmp_path / "home", clock)
+    tail.poll()
+    for line in source.splitlines(keepends=True):
+        with live.open("ab") as handle:
+            handle.write(line)
+        tail.poll()
+    expected = one_shot_ids(live)
+    assert not l1.dead and set(l1.counts()) <= expected and max(l1.counts().values()) == 1
+    # What is held back (an OpenAI run's session.ended) closes no unit: every turn is chunked.
+    assert {e["type"] for e in l1.log if e["type"].endswith(".ended")} >= {"turn.ended"}
+    chunker = Chunker(ChunkerConfig(), default_tokenizer(), policy_hash="policy-test")
+    states: dict[str, dict] = {}
+    for seq, event in enumerate(l1.log, start=1):
+        state = states.setdefault(event["sessionId"], chunker.new_state(event["sessionId"]))
+        chunker.on_event(state, event["logId"], seq, event)
+    assert all(chunker.open_min_seq(state) is None for state in states.values())
+    clock.now += 10
+    tail.poll()
+    assert set(l1.counts()) == expected and max(l1.counts().values()) == 1
+    assert [e["eventId"] for e in l1.log] == [
+        i.event["eventId"] for i in iter_records(live) if isinstance(i, Accepted)]  # the one-shot order

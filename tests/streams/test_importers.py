@@ -918,3 +918,75 @@ def test_an_importer_reads_a_files_bytes_given_in_parts_as_one(tmp_path: Path) -
     whole = list(importers.iter_file(ASP, "asp", label="x"))
     parts = (b"".join(lines[:3]), b"".join(lines[3:-1]), lines[-1])
     assert list(importers.iter_file(tmp_path / "gone.jsonl", "asp", label="x", data=parts)) == whole
+
+
+CODEX_REAL = FIXTURES / "codex" / "rollout-2026-06-05T04-58-20-019e9625-802f-7e91-840a-cfe88d14117a.jsonl"
+CLAUDE_STOP = FIXTURES.parent / "turn_ends" / "491e126e-1e71-469c-ade2-fcc8af567c74.jsonl"
+
+
+@pytest.mark.parametrize(("path", "marker"), [
+    (CLAUDE_STOP, "x.claude-code.system"), (CODEX_REAL, "x.codex.event_msg"),
+], ids=["claude-code stop_hook_summary", "codex task_complete"])
+def test_a_turn_ends_where_the_agent_recorded_its_end(path: Path, marker: str) -> None:
+    """Real transcripts say when the agent finished its turn (Claude Code's stop_hook_summary or
+    turn_duration line, Codex's task_complete): turn.ended follows that record at once, so a
+    followed file's last turn needs no idle wait, and nothing after it reopens a unit."""
+    results = [r for r in iter_records(path) if isinstance(r, Accepted)]
+    ends = [i for i, r in enumerate(results) if r.event["type"] == "turn.ended"]
+    assert ends and all(results[i - 1].event["type"] == marker for i in ends)
+    assert all(results[i - 1].record == results[i].record for i in ends)  # the same line
+    last = results[ends[-1] - 1].event
+    assert last.get("fields", {}).get("subtype", last.get("fields", {}).get("kind")) in (
+        "stop_hook_summary", "turn_duration", "task_complete")
+
+
+def test_claude_code_turn_end_records_and_a_stop_hook_that_keeps_the_agent_going(tmp_path: Path) -> None:
+    def system(uuid: str, subtype: str, **extra: object) -> dict:
+        return {"parentUuid": None, "isSidechain": False, "sessionId": "s-1", "type": "system",
+                "subtype": subtype, "uuid": uuid, "timestamp": "2025-10-14T09:00:05.000Z", **extra}
+
+    path = write_lines(tmp_path / "stops.jsonl", [
+        cc_line("u1", "user", "fix the build"),
+        cc_line("a1", "assistant", [{"type": "text", "text": "Looking."}], parent="u1"),
+        system("h1", "stop_hook_summary", preventedContinuation=True),  # a Stop hook said go on
+        cc_line("a2", "assistant", [{"type": "text", "text": "Fixed."}], parent="h1"),
+        system("h2", "stop_hook_summary", preventedContinuation=False),
+        system("d1", "turn_duration", durationMs=5000),
+        cc_line("n1", "user", "<task-notification>done</task-notification>", parent="d1"),
+        cc_line("a3", "assistant", [{"type": "text", "text": "The task finished."}], parent="n1"),
+        system("d2", "turn_duration", durationMs=100),
+        {**system("d3", "turn_duration"), "isSidechain": True},
+    ])
+    events, _ = split(path)
+    kinds = [(e["type"], e.get("fields", {}).get("subtype")) for e in events]
+    ended = [i for i, kind in enumerate(kinds) if kind[0] == "turn.ended"]
+    assert [kinds[i - 1] for i in ended] == [("x.claude-code.system", "stop_hook_summary"),
+                                             ("x.claude-code.system", "turn_duration")]
+    # The hook that kept the agent going left "Fixed." in the first turn; the notification the
+    # agent answered after the turn's end is a turn of its own.
+    by_text = {e["fields"].get("text"): e.get("turnId") for e in events if e["type"] == "message"}
+    assert by_text["Looking."] == by_text["Fixed."] != by_text["The task finished."]
+    assert events[-1]["type"] == "x.claude-code.system" and events[-1].get("turnId") is None
+
+
+def test_openai_an_answer_without_tool_calls_ends_the_turn(tmp_path: Path) -> None:
+    messages = [
+        {"role": "system", "content": "You are a support agent."},
+        {"role": "user", "content": "Where is my order?"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "find", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "shipped"},
+        {"role": "assistant", "content": "It shipped yesterday."},
+        {"role": "assistant", "content": "Anything else?"},
+    ]
+    path = write_lines(tmp_path / "run.jsonl", messages)
+    events, rejected = split(path, "openai-chat")
+    assert not rejected
+    types = [e["type"] for e in events]
+    answer = next(i for i, e in enumerate(events) if e["fields"].get("text") == "It shipped yesterday.")
+    assert types[answer + 1] == "turn.ended"
+    follow_up = next(e for e in events if e["fields"].get("text") == "Anything else?")
+    assert follow_up["turnId"] and follow_up["turnId"] != events[answer]["turnId"]
+    assert types.count("turn.started") == types.count("turn.ended") == 2
+    system = next(e for e in events if e["fields"].get("text") == "You are a support agent.")
+    assert system.get("turnId") is None
