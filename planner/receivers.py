@@ -5,7 +5,8 @@
                       (:mod:`streams.importers.otel`)
 
 Both answer only after L1 acknowledged the appended events (idempotent producer, ``acks=all``):
-``{"appended", "duplicates", "rejected": [{"index", "reason"}], "l1CommittedSeq"}``. The caller's
+``{"appended", "duplicates", "rejected": [{"index", "reason"}], "l1CommittedSeq"}`` (and, for
+``/v1/events``, ``turnsAdded``: see :func:`frame_loose_events`). The caller's
 principal (its API key's) decides the tenant: an event's ``acl.tenant`` must be that tenant. An
 event without ``acl`` keeps the session's access list when the session is the caller's tenant's,
 is refused when it is another tenant's, and starts a new session with the caller's tenant and the
@@ -40,7 +41,8 @@ from streams.exceptions import SchemaError
 from streams.names import LOG_ID
 from streams.settings import Settings
 
-__all__ = ["MAX_EVENTS", "EventReceiver", "TooManyRequests", "check_event", "openapi_paths", "request_log", "routes"]
+__all__ = ["MAX_EVENTS", "EventReceiver", "TooManyRequests", "check_event", "frame_loose_events", "openapi_paths",
+           "request_log", "routes"]
 
 MAX_EVENTS = 10000
 _MAX_WAITING = 4
@@ -114,11 +116,14 @@ class EventReceiver:
                 rejected.append({"index": index, "reason": reason})
             else:
                 checked.append((index, event))
-        return self.append(checked, rejected, log_id, principal.tenant)
+        framed, turns = frame_loose_events(checked)
+        return {**self.append(framed, rejected, log_id, principal.tenant), "turnsAdded": turns}
 
-    def append(self, checked: list[tuple[int, dict[str, Any]]], rejected: list[dict[str, Any]],
+    def append(self, checked: list[tuple[int | None, dict[str, Any]]], rejected: list[dict[str, Any]],
                log_id: str, tenant: str) -> dict[str, Any]:
-        """Append already checked events (``(index, event)``), skipping eventIds L1 holds."""
+        """Append already checked events (``(index, event)``), skipping eventIds L1 holds. An
+        index of None is an event the receiver added (a turn's frame): it is appended like the
+        others but counted in none of the answer's figures."""
         with self._waiting_lock:
             if self._waiting >= _MAX_WAITING:
                 raise TooManyRequests("L1 appends are queued up; this batch was not appended",
@@ -131,7 +136,7 @@ class EventReceiver:
             with self._waiting_lock:
                 self._waiting -= 1
 
-    def _append_locked(self, checked: list[tuple[int, dict[str, Any]]], rejected: list[dict[str, Any]],
+    def _append_locked(self, checked: list[tuple[int | None, dict[str, Any]]], rejected: list[dict[str, Any]],
                        log_id: str, tenant: str) -> dict[str, Any]:
         from kafka.errors import KafkaError
 
@@ -144,20 +149,22 @@ class EventReceiver:
             for index, event in checked:
                 key = _digest(log_id, event["eventId"])
                 if key in seen or key in fresh:
-                    duplicates += 1
+                    duplicates += index is not None
                     continue
                 owned, reason = _with_owner(event, owners, tenant)
                 if owned is None:
-                    rejected.append({"index": index, "reason": reason})
+                    if index is not None:
+                        rejected.append({"index": index, "reason": reason})
                     continue
                 try:
                     producer.append(owned)
                 except SchemaError as exc:  # over USL_MAX_EVENT_BYTES
-                    rejected.append({"index": index, "reason": exc.reason})
+                    if index is not None:
+                        rejected.append({"index": index, "reason": exc.reason})
                     continue
                 _own(owners, owned)
                 fresh.add(key)
-                appended += 1
+                appended += index is not None
             producer.flush()
         except KafkaError as exc:
             raise TooManyRequests(f"L1 did not acknowledge the batch in time ({type(exc).__name__})",
@@ -167,6 +174,57 @@ class EventReceiver:
         rejected.sort(key=lambda item: item["index"])
         return {"appended": appended, "duplicates": duplicates, "rejected": rejected,
                 "l1CommittedSeq": reader.committed_seq(log_id)}
+
+
+def frame_loose_events(checked: list[tuple[int, dict[str, Any]]]) -> tuple[list[tuple[int | None, dict[str, Any]]], int]:
+    """``checked`` with a turn framed around the loose events of each session: for a session
+    whose events in this request name no turn or episode (no ``turnId``/``episodeId``, no
+    ``turn.*``/``episode.*`` event), the events that would be chunked (they render text; a
+    ``session.started`` only when nothing else of its session is) get a ``turnId``, a ``turn.started`` before the first and a ``turn.ended`` after the last
+    (index None). Without it they would form a session-level unit that only another unit of
+    the session, or G of later log time, closes: on a quiet log they were never searchable
+    under ``indexed``. The frame's ids derive from the first framed eventId, so a retried
+    request frames the same turn (its markers are duplicates then). Returns the list and the
+    number of turns framed."""
+    from streams.chunking.render import render_event
+    from streams.importers.base import stable_id
+
+    structured: set[str] = set()
+    loose: dict[str, list[int]] = {}
+    openings: dict[str, list[int]] = {}  # a session.started that renders (its title)
+    for position, (_, event) in enumerate(checked):
+        session = event["sessionId"]
+        if event.get("turnId") or event.get("episodeId") or event["type"].startswith(("turn.", "episode.")):
+            structured.add(session)
+        elif render_event(event) is not None:
+            (openings if event["type"] == "session.started" else loose).setdefault(session, []).append(position)
+    # A session's start stays outside the turn (the turn that follows closes its unit), unless
+    # nothing follows it in this request.
+    frames = {session: loose.get(session) or openings[session]
+              for session in {*loose, *openings} - structured}
+    if not frames:
+        return list(checked), 0
+    starts: dict[int, dict[str, Any]] = {}
+    ends: dict[int, dict[str, Any]] = {}
+    members: dict[int, str] = {}
+    for session, positions in frames.items():
+        first, last = checked[positions[0]][1], checked[positions[-1]][1]
+        turn_id = stable_id("turn", first["logId"], session, "events", first["eventId"])
+        common = {"logId": first["logId"], "sessionId": session, "turnId": turn_id,
+                  **({"acl": first["acl"]} if "acl" in first else {}), "fields": {}}
+        starts[positions[0]] = validate_event({**common, "eventId": stable_id("usl", turn_id, "started"),
+                                               "type": "turn.started", "role": "user", "time": first["time"]})
+        ends[positions[-1]] = validate_event({**common, "eventId": stable_id("usl", turn_id, "ended"),
+                                              "type": "turn.ended", "time": last["time"]})
+        members.update(dict.fromkeys(positions, turn_id))
+    framed: list[tuple[int | None, dict[str, Any]]] = []
+    for position, (index, event) in enumerate(checked):
+        if position in starts:
+            framed.append((None, starts[position]))
+        framed.append((index, {**event, "turnId": members[position]} if position in members else event))
+        if position in ends:
+            framed.append((None, ends[position]))
+    return framed, len(frames)
 
 
 def request_log(value: Any) -> str:
@@ -339,7 +397,10 @@ def openapi_paths(*, security: list[dict[str, list[str]]], principal: dict[str, 
                   "rejected": {"type": "array", "items": {
                       "type": "object", "required": ["index", "reason"],
                       "properties": {"index": {"type": "integer"}, "reason": {"type": "string"}}}},
-                  "l1CommittedSeq": {"type": "integer", "minimum": 0}}}
+                  "l1CommittedSeq": {"type": "integer", "minimum": 0},
+                  "turnsAdded": {"type": "integer", "minimum": 0, "description": (
+                      "POST /v1/events: sessions whose loose events (no turn or episode) were framed "
+                      "in a turn of their own")}}}
     too_many = {"429": {"description": "L1 cannot keep up; retry after Retry-After seconds",
                         "headers": {"Retry-After": {"schema": {"type": "string"}}},
                         "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}}

@@ -176,3 +176,22 @@ def test_events_route_is_in_the_openapi_document():
     assert {"200", "401", "429"} <= set(post_events["responses"])
 
 
+
+
+def test_loose_events_are_framed_in_a_turn_once(api):
+    """Events posted without turn markers get a turn of their own (planner.receivers.
+    frame_loose_events): L1 holds them inside turn.started/turn.ended, the answer counts only
+    the caller's events, and a retry appends nothing, markers included."""
+    settings, client, key_a, _key_b = api
+    events = acme([{**e, "turnId": None} for e in session_events("s-loose", turns=1)
+                   if not e["type"].startswith("turn.")])
+    events = [{k: v for k, v in e.items() if v is not None} for e in events]
+    answer = post(client, key_a, {"events": events}).json()
+    assert (answer["appended"], answer["duplicates"], answer["turnsAdded"]) == (len(events), 0, 1)
+    in_l1 = l1_events(settings)
+    assert [e["type"] for e in in_l1] == ["session.started", "turn.started",
+                                          *[e["type"] for e in events[1:]], "turn.ended"]
+    assert len({e.get("turnId") for e in in_l1[1:]}) == 1 and in_l1[1]["acl"]["tenant"] == "acme"
+    again = post(client, key_a, {"events": events}).json()
+    assert (again["appended"], again["duplicates"]) == (0, len(events))
+    assert len(l1_events(settings)) == len(in_l1)

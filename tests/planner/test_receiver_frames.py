@@ -1,0 +1,90 @@
+"""POST /v1/events frames the loose events of a session in a turn of their own, so that what a
+client posts without turn markers is chunked (and searchable under `indexed`) at once instead
+of holding its log's watermark until another unit or G of later log time closes it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from planner.receivers import frame_loose_events
+from streams.asp import validate_event
+from streams.chunking import Chunker, ChunkerConfig, default_tokenizer
+from streams.testing import session_events
+
+CHUNKER = Chunker(ChunkerConfig(), default_tokenizer(), policy_hash="policy-test")
+
+
+def loose(session: str, count: int, *, start: int = 0) -> list[dict[str, Any]]:
+    """Messages and tool events of ``session`` without any turn: what a simple client posts."""
+    kinds = [("message", "user", {"text": "deploy the billing service"}),
+             ("tool.call", "assistant", {"toolName": "bash", "toolCallId": "c1", "input": {"command": "make deploy"}}),
+             ("tool.result", "tool", {"toolName": "bash", "toolCallId": "c1", "output": "deployed"}),
+             ("message", "assistant", {"text": "Deployed."})]
+    events = []
+    for n in range(start, start + count):
+        kind, role, fields = kinds[n % len(kinds)]
+        events.append(validate_event({
+            "eventId": f"{session}-loose-{n}", "logId": "default", "sessionId": session, "type": kind,
+            "role": role, "time": f"2026-11-01T09:{n // 60 % 60:02d}:{n % 60:02d}Z", "fields": fields}))
+    return events
+
+
+def open_units(events: list[dict[str, Any]]) -> dict[str, int | None]:
+    states: dict[str, dict] = {}
+    for seq, event in enumerate(events, start=1):
+        state = states.setdefault(event["sessionId"], CHUNKER.new_state(event["sessionId"]))
+        CHUNKER.on_event(state, event["logId"], seq, event)
+    return {sid: CHUNKER.open_min_seq(state) for sid, state in states.items()}
+
+
+def test_loose_events_get_a_turn_and_leave_no_unit_open() -> None:
+    events = loose("s-loose", 6)
+    assert open_units(events) == {"s-loose": 1}  # as posted, they hold the log back
+    framed, turns = frame_loose_events(list(enumerate(events)))
+    assert turns == 1 and open_units([event for _, event in framed]) == {"s-loose": None}
+    kinds = [event["type"] for _, event in framed]
+    assert kinds[0] == "turn.started" and kinds[-1] == "turn.ended" and len(framed) == len(events) + 2
+    assert [index for index, _ in framed] == [None, *range(len(events)), None]
+    assert len({event["turnId"] for _, event in framed}) == 1
+    again, _ = frame_loose_events(list(enumerate(events)))
+    assert again == framed  # a retried request frames the same turn: its markers are duplicates
+
+
+def test_sessions_with_their_own_turns_or_nothing_to_chunk_are_left_as_they_are() -> None:
+    structured = session_events("s-turns", turns=2)
+    quiet = [validate_event({"eventId": "q1", "logId": "default", "sessionId": "s-quiet", "type": "session.started",
+                             "time": "2026-11-01T09:00:00Z", "fields": {}})]
+    mixed = [*loose("s-mixed", 1), {**loose("s-mixed", 1, start=1)[0], "turnId": "client-turn"}]
+    checked = list(enumerate([*structured, *quiet, *mixed]))
+    assert frame_loose_events(checked) == (checked, 0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(1, 5), st.booleans()), min_size=1, max_size=6))
+def test_every_posted_event_keeps_its_place_and_no_unit_stays_open(plan: list[tuple[str, int, bool]]) -> None:
+    """Interleaved requests' worth of sessions, some with their own complete turns: the
+    caller's events come out in their order with their indexes, and after the frame no
+    session leaves a unit open."""
+    events: list[dict[str, Any]] = []
+    for number, (session, count, with_turns) in enumerate(plan):
+        name = f"s-{session}-{'t' if with_turns else 'l'}"
+        events += session_events(f"{name}-{number}", turns=1) if with_turns else loose(name, count, start=10 * number)
+    framed, turns = frame_loose_events(list(enumerate(events)))
+    assert [(index, event["eventId"]) for index, event in framed if index is not None] == [
+        (index, event["eventId"]) for index, event in enumerate(events)]
+    assert turns == len({e["sessionId"] for e in events if "-l" in e["sessionId"]})
+    assert all(value is None for value in open_units([event for _, event in framed]).values())
+
+
+def test_a_sessions_start_stays_outside_its_turn_unless_it_is_all_there_is() -> None:
+    started = validate_event({"eventId": "s-1-start", "logId": "default", "sessionId": "s-1", "type": "session.started",
+                              "time": "2026-11-01T08:59:00Z", "fields": {"title": "billing deploy"}})
+    framed, _ = frame_loose_events(list(enumerate([started, *loose("s-1", 2)])))
+    assert [e["type"] for _, e in framed] == ["session.started", "turn.started", "message", "tool.call", "turn.ended"]
+    assert "turnId" not in framed[0][1]
+    alone, turns = frame_loose_events([(0, started)])
+    assert turns == 1 and [e["type"] for _, e in alone] == ["turn.started", "session.started", "turn.ended"]
+    assert open_units([e for _, e in alone]) == {"s-1": None}
