@@ -9,8 +9,9 @@ of ``DOCUMENT_FORMATS``) is read only when the whole of it parses.
 
 The end of a growing file is not the end of its session: the ``turn.ended`` / ``episode.ended``
 an importer emits at the end of its input are held back until the file has been idle for
-``USL_FOLLOW_IDLE_SECONDS`` (or it is deleted); if the turn goes on later, its real end has the
-same eventId and is not appended again.
+``USL_FOLLOW_IDLE_SECONDS`` (or it is deleted); if the turn goes on after its end went out, its
+later events get an end of their own (an end's eventId names the turn's last event), which
+closes them as one chunk unit.
 
 What makes it exactly once (:class:`PositionStore`, one JSON file under ``$USL_HOME/follow``):
 

@@ -274,6 +274,9 @@ class SessionEmitter:
         self.last_time: str | None = None
         self._turn_last_time: str | None = None
         self._episode_last_time: str | None = None
+        # The last event of the open turn / episode: its end's id names it (see end_turn).
+        self._turn_last_event = ""
+        self._episode_last_event = ""
 
     def event_id(self, *parts: object) -> str:
         """A deterministic eventId unique to this log, session and source position."""
@@ -325,8 +328,10 @@ class SessionEmitter:
         self.last_time = time
         if turn is not None:
             self._turn_last_time = time
+            self._turn_last_event = event_id
         if episode is not None:
             self._episode_last_time = time
+            self._episode_last_event = event_id
         return Accepted(validated, record, canonical=canonical)
 
     def start_session(
@@ -359,8 +364,12 @@ class SessionEmitter:
             return results
         turn_id, time = self.turn_id, self._turn_last_time or self.last_time
         self.turn_id = None
+        # The end's id names the turn's last event: a followed file's turn that goes on after
+        # its end went out (the file was idle) gets an end of its own after the new events,
+        # which closes them as one unit; the same end id would be a duplicate L1 drops, and the
+        # new events would stay an open unit until the session's next turn.
         results.append(self.emit(
-            "turn.ended", event_id=stable_id(self.id_prefix, turn_id, "ended"),
+            "turn.ended", event_id=stable_id(self.id_prefix, turn_id, "ended", self._turn_last_event),
             time=time or "1970-01-01T00:00:00.000Z", record=record, raw=raw, turn_id=turn_id,
         ))
         return results
@@ -393,7 +402,7 @@ class SessionEmitter:
         episode_id, time = self.episode_id, self._episode_last_time or self.last_time
         self.episode_id = None
         return [self.emit(
-            "episode.ended", event_id=stable_id(self.id_prefix, episode_id, "ended"),
+            "episode.ended", event_id=stable_id(self.id_prefix, episode_id, "ended", self._episode_last_event),
             time=time or "1970-01-01T00:00:00.000Z", record=record, raw=raw,
             episode_id=episode_id,
         )]

@@ -185,14 +185,16 @@ def test_truncation_rotation_and_deletion(tmp_path):
     assert max(l1.counts().values()) == 1
     assert set(l1.counts()) == set(first) | one_shot_ids(live)
     # Truncation and a rewrite with part of the old content: nothing old is appended again,
-    # also by a restarted follower that never saw the old content.
+    # also by a restarted follower that never saw the old content. What is new is the end of
+    # the turn the rewritten file now ends in (an end's id names the turn's last event).
     before = len(l1.log)
     live.write_bytes(b"".join(TRANSCRIPTS[1].read_bytes().splitlines(keepends=True)[:5]))
     restarted = follower(root, l1, tmp_path / "home", clock)
     restarted.poll()
     clock.now += 10
     restarted.poll()
-    assert len(l1.log) == before
+    assert [e["type"] for e in l1.log[before:]] in ([], ["turn.ended"]) and max(l1.counts().values()) == 1
+    before = len(l1.log)
     # Deletion releases what was held back; the store keeps the file's record.
     grow = root / "b.jsonl"
     grow.write_bytes(TRANSCRIPTS[0].read_bytes().replace(b"5b0e2f1c-", b"6b0e2f1c-"))
@@ -466,3 +468,30 @@ def test_a_turn_the_agent_ended_goes_out_without_waiting_for_the_file_to_go_idle
     assert set(l1.counts()) == expected and max(l1.counts().values()) == 1
     assert [e["eventId"] for e in l1.log] == [
         i.event["eventId"] for i in iter_records(live) if isinstance(i, Accepted)]  # the one-shot order
+
+
+def test_a_turn_that_goes_on_after_its_end_went_out_is_closed_again(tmp_path):
+    """A live agent's tool call outlasts USL_FOLLOW_IDLE_SECONDS: the file goes idle mid-turn,
+    so the turn's end goes out; then the turn goes on. Its later events get an end of their
+    own (an end's id names the turn's last event) and leave no unit open, where an end with
+    the turn's one id was a duplicate that L1 dropped, and they stayed open until the next turn."""
+    source = ENDED_BY_THE_AGENT["claude-code stop_hook_summary"].splitlines(keepends=True)
+    live = tmp_path / "projects" / "live.jsonl"
+    live.parent.mkdir(parents=True)
+    live.write_bytes(b"".join(source[:5]))  # up to a tool call that is still running
+    l1, clock = MemoryL1(), Clock()
+    tail = follower(tmp_path / "projects", l1, tmp_path / "home", clock)
+    tail.poll()
+    clock.now += 10
+    tail.poll()
+    assert [e["type"] for e in l1.log].count("turn.ended") == 1  # idle: the end went out
+    with live.open("ab") as handle:
+        handle.write(b"".join(source[5:]))
+    tail.poll()
+    ends = [e for e in l1.log if e["type"] == "turn.ended"]
+    assert len(ends) == 2 and ends[0]["turnId"] == ends[1]["turnId"] and max(l1.counts().values()) == 1
+    chunker = Chunker(ChunkerConfig(), default_tokenizer(), policy_hash="policy-test")
+    state = chunker.new_state(l1.log[0]["sessionId"])
+    for seq, event in enumerate(l1.log, start=1):
+        chunker.on_event(state, event["logId"], seq, event)
+    assert chunker.open_min_seq(state) is None
