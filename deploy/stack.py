@@ -76,7 +76,13 @@ def start_process(settings: Settings, name: str, args: list[str], env: dict[str,
 
 
 def stop_process(pid: int, *, grace_seconds: float = 20.0) -> None:
-    terminate(pid, grace_seconds=grace_seconds, group=True)
+    """Stop ``pid`` with its process group when it leads one (what :func:`start_process`
+    starts), else alone: a ``usl up`` in the foreground shares the group of whatever ran it."""
+    try:
+        leads = os.getpgid(pid) == pid
+    except ProcessLookupError:
+        return
+    terminate(pid, grace_seconds=grace_seconds, group=leads)
 
 
 def sink_children(settings: Settings) -> dict[str, list[str]]:
@@ -100,6 +106,10 @@ def supervise(settings: Settings, children: dict[str, list[str]], env: dict[str,
     so a restarted worker or sink resumes without loss.
     """
     stop = stop_signals()
+    # `usl down` finds the supervisor by this file and stops it first; a foreground `usl up`
+    # that nothing recorded went on restarting the processes `usl down` had stopped.
+    own = _run_dir(settings) / "supervisor.pid"
+    own.write_text(json.dumps(process_record(os.getpid(), sys.argv)))
     pids = {name: start_process(settings, name, args, env) for name, args in children.items()}
     started = dict.fromkeys(children, time.monotonic())
     backoff = dict.fromkeys(children, 1.0)
@@ -130,6 +140,7 @@ def supervise(settings: Settings, children: dict[str, list[str]], env: dict[str,
             if name in pids and name not in next_start:
                 stop_process(pids[name])
             (_run_dir(settings) / f"{name}.pid").unlink(missing_ok=True)
+        own.unlink(missing_ok=True)
 
 
 def stop_stack(settings: Settings) -> list[str]:

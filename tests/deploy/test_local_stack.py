@@ -281,3 +281,49 @@ def test_usl_up_refuses_a_port_another_server_holds(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr
     assert not (home / "kafka" / "broker.json").exists()  # refused before a broker started
     assert not stack.running(Settings.from_env({}, home=home))
+
+
+_FOREGROUND_UP = """
+import json, subprocess, sys
+from pathlib import Path
+from deploy import stack
+from deploy.process import process_record
+from streams.settings import Settings
+
+settings = Settings.from_env({}, home=Path(sys.argv[1]))
+sleeper = [sys.executable, "-c", "import time; time.sleep(120)"]
+
+def start(settings, name, args, env=None):  # a stand-in stack process, started as start_process does
+    proc = subprocess.Popen(sleeper, start_new_session=True)
+    (stack._run_dir(settings) / f"{name}.pid").write_text(json.dumps(process_record(proc.pid, sleeper)))
+    return proc.pid
+
+stack.start_process = start
+stack.supervise(settings, {"worker-1": ["worker"]}, {})
+"""
+
+
+def test_usl_down_stops_a_foreground_usl_up_before_it_restarts_anything(tmp_path: Path) -> None:
+    """`usl up` without --detach supervises in the foreground, in the process group of whatever
+    ran it. `usl down` must stop it first (else it restarts what `usl down` stops) and only it,
+    not its group: here a shell leads the group, so signalling the group by the supervisor's
+    pid would reach nothing and leave it running."""
+    settings = Settings.from_env({}, home=tmp_path)
+    script = tmp_path / "up.py"
+    script.write_text(_FOREGROUND_UP)
+    shell = subprocess.Popen(["bash", "-c", f'"{sys.executable}" "{script}" "{tmp_path}"; true'],
+                             start_new_session=True, cwd=Path(__file__).resolve().parents[2])
+    try:
+        deadline = time.monotonic() + 30
+        while set(stack.running(settings)) != {"supervisor", "worker-1"} and time.monotonic() < deadline:
+            time.sleep(0.1)
+        before = stack.running(settings)
+        assert set(before) == {"supervisor", "worker-1"} and os.getpgid(before["supervisor"]) == shell.pid
+        assert sorted(stack.stop_stack(settings)) == ["supervisor", "worker-1"]
+        time.sleep(2.5)  # longer than the supervisor's restart back-off
+        assert stack.running(settings) == {} and not any(pid_alive(pid) for pid in before.values())
+        assert shell.wait(timeout=10) == 0  # the shell that ran it was not signalled
+    finally:
+        if shell.poll() is None:
+            os.killpg(shell.pid, 9)
+            shell.wait()
