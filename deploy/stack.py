@@ -108,8 +108,11 @@ def supervise(settings: Settings, children: dict[str, list[str]], env: dict[str,
     stop = stop_signals()
     # `usl down` finds the supervisor by this file and stops it first; a foreground `usl up`
     # that nothing recorded went on restarting the processes `usl down` had stopped.
+    # (With --detach the parent wrote this file and polls it: replaced whole, never seen half.)
     own = _run_dir(settings) / "supervisor.pid"
-    own.write_text(json.dumps(process_record(os.getpid(), sys.argv)))
+    partial = own.with_suffix(".pid.tmp")
+    partial.write_text(json.dumps(process_record(os.getpid(), sys.argv)))
+    os.replace(partial, own)
     pids = {name: start_process(settings, name, args, env) for name, args in children.items()}
     started = dict.fromkeys(children, time.monotonic())
     backoff = dict.fromkeys(children, 1.0)
