@@ -80,7 +80,7 @@ def _response(media_type: str, rejected: int, message: str) -> Response:
 
 async def traces_endpoint(request: Request, receiver: Any, principal: Principal) -> Response:
     """Decode, map and append; answer as OTLP/HTTP does."""
-    from planner.receivers import check_event, request_log
+    from planner.receivers import check_event, frame_loose_events, request_log
 
     media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if media_type not in (_PROTOBUF, "application/json"):
@@ -101,7 +101,9 @@ async def traces_endpoint(request: Request, receiver: Any, principal: Principal)
             rejected.append({"index": index, "reason": reason, "record": item.record})
         else:
             rejected.append({"index": index, "reason": item.reason, "record": item.record})
-    answer = await run_in_threadpool(receiver.append, checked, rejected, log_id, principal.tenant)
+    # A span's tool calls and an agent's own messages are in no turn: framed, as /v1/events does.
+    framed, _ = frame_loose_events(checked)
+    answer = await run_in_threadpool(receiver.append, framed, rejected, log_id, principal.tenant)
     refused = {str(r.get("record", r["index"])).split(" ")[0] for r in answer["rejected"]}
     reasons = "; ".join(sorted({r["reason"] for r in answer["rejected"]}))[:1000]
     return _response(media_type, len(refused), reasons)

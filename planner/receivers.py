@@ -177,31 +177,35 @@ class EventReceiver:
 
 
 def frame_loose_events(checked: list[tuple[int, dict[str, Any]]]) -> tuple[list[tuple[int | None, dict[str, Any]]], int]:
-    """``checked`` with a turn framed around the loose events of each session: for a session
-    whose events in this request name no turn or episode (no ``turnId``/``episodeId``, no
-    ``turn.*``/``episode.*`` event), the events that would be chunked (they render text; a
-    ``session.started`` only when nothing else of its session is) get a ``turnId``, a ``turn.started`` before the first and a ``turn.ended`` after the last
-    (index None). Without it they would form a session-level unit that only another unit of
-    the session, or G of later log time, closes: on a quiet log they were never searchable
-    under ``indexed``. The frame's ids derive from the first framed eventId, so a retried
-    request frames the same turn (its markers are duplicates then). Returns the list and the
-    number of turns framed."""
+    """``checked`` with a turn framed around each session's trailing loose events: those after
+    the session's last event in a turn or episode in this request (all of them when it has
+    none) that name no turn or episode and would be chunked (they render text; a
+    ``session.started`` only when nothing else of its session is) get a ``turnId``, a
+    ``turn.started`` before the first and a ``turn.ended`` after the last (index None).
+
+    Loose events form a session-level unit that closes when another unit of the session
+    starts, or once the log's clock is G past it: loose events before a turn are closed by that
+    turn, but trailing ones stayed open, never searchable under ``indexed`` on a quiet log and
+    holding back every later event of their L1 partition meanwhile. A frame only adds the
+    close (the events it holds were one unit already). Its ids derive from the first framed
+    eventId, so a retried request frames the same turn (its markers are duplicates then).
+    Returns the list and the number of turns framed."""
     from streams.chunking.render import render_event
     from streams.importers.base import stable_id
 
-    structured: set[str] = set()
     loose: dict[str, list[int]] = {}
     openings: dict[str, list[int]] = {}  # a session.started that renders (its title)
     for position, (_, event) in enumerate(checked):
         session = event["sessionId"]
         if event.get("turnId") or event.get("episodeId") or event["type"].startswith(("turn.", "episode.")):
-            structured.add(session)
+            loose[session] = []  # what came before is closed by this unit
+            openings[session] = []
         elif render_event(event) is not None:
             (openings if event["type"] == "session.started" else loose).setdefault(session, []).append(position)
     # A session's start stays outside the turn (the turn that follows closes its unit), unless
     # nothing follows it in this request.
-    frames = {session: loose.get(session) or openings[session]
-              for session in {*loose, *openings} - structured}
+    frames = {session: positions for session in sorted({*loose, *openings})
+              if (positions := loose.get(session) or openings.get(session))}
     if not frames:
         return list(checked), 0
     starts: dict[int, dict[str, Any]] = {}
@@ -210,8 +214,8 @@ def frame_loose_events(checked: list[tuple[int, dict[str, Any]]]) -> tuple[list[
     for session, positions in frames.items():
         first, last = checked[positions[0]][1], checked[positions[-1]][1]
         turn_id = stable_id("turn", first["logId"], session, "events", first["eventId"])
-        common = {"logId": first["logId"], "sessionId": session, "turnId": turn_id,
-                  **({"acl": first["acl"]} if "acl" in first else {}), "fields": {}}
+        common: dict[str, Any] = {"logId": first["logId"], "sessionId": session, "turnId": turn_id, "fields": {}}
+        common.update((key, first[key]) for key in ("acl", "runId") if key in first)
         starts[positions[0]] = validate_event({**common, "eventId": stable_id("usl", turn_id, "started"),
                                                "type": "turn.started", "role": "user", "time": first["time"]})
         ends[positions[-1]] = validate_event({**common, "eventId": stable_id("usl", turn_id, "ended"),
@@ -399,7 +403,7 @@ def openapi_paths(*, security: list[dict[str, list[str]]], principal: dict[str, 
                       "properties": {"index": {"type": "integer"}, "reason": {"type": "string"}}}},
                   "l1CommittedSeq": {"type": "integer", "minimum": 0},
                   "turnsAdded": {"type": "integer", "minimum": 0, "description": (
-                      "POST /v1/events: sessions whose loose events (no turn or episode) were framed "
+                      "POST /v1/events: sessions whose trailing loose events (in no turn or episode) were framed "
                       "in a turn of their own")}}}
     too_many = {"429": {"description": "L1 cannot keep up; retry after Retry-After seconds",
                         "headers": {"Retry-After": {"schema": {"type": "string"}}},

@@ -88,3 +88,73 @@ def test_a_sessions_start_stays_outside_its_turn_unless_it_is_all_there_is() -> 
     alone, turns = frame_loose_events([(0, started)])
     assert turns == 1 and [e["type"] for _, e in alone] == ["turn.started", "session.started", "turn.ended"]
     assert open_units([e for _, e in alone]) == {"s-1": None}
+
+
+def test_loose_events_after_a_turn_are_framed_and_those_before_one_are_left() -> None:
+    """Loose events before a turn are closed by that turn; those after the last one were not."""
+    before, after = loose("s-2", 2), loose("s-2", 3, start=2)
+    events = [*before, *session_events("s-2", turns=1)[1:], *after]
+    framed, turns = frame_loose_events(list(enumerate(events)))
+    assert turns == 1 and all("turnId" not in e for _, e in framed[:2])
+    assert [e["type"] for _, e in framed][-5:] == ["turn.started", "tool.result", "message", "message", "turn.ended"]
+    assert open_units([e for _, e in framed]) == {"s-2": None}
+
+
+def _agent_run_spans() -> list[Any]:
+    """An agent run as GenAI instrumentation records it: invoke_agent > chat, execute_tool, with
+    the agent's own input and output messages on its span."""
+    import orjson
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("usl-test")
+    common = {"gen_ai.conversation.id": "conv-frames"}
+    question = orjson.dumps([{"role": "user", "parts": [{"type": "text", "content": "Will it hail in Reykjavik?"}]}]).decode()
+    answer = orjson.dumps([{"role": "assistant", "parts": [{"type": "text", "content": "Graupel after midnight."}]}]).decode()
+    call = orjson.dumps([{"role": "assistant", "parts": [{"type": "tool_call", "id": "call_1", "name": "get_forecast",
+                                                          "arguments": {"city": "Reykjavik"}}]}]).decode()
+    with tracer.start_as_current_span("invoke_agent", attributes={
+            **common, "gen_ai.operation.name": "invoke_agent", "gen_ai.input.messages": question,
+            "gen_ai.output.messages": answer}):
+        with tracer.start_as_current_span("chat", attributes={
+                **common, "gen_ai.operation.name": "chat", "gen_ai.input.messages": question,
+                "gen_ai.output.messages": call}):
+            pass
+        with tracer.start_as_current_span("execute_tool", attributes={
+                **common, "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "get_forecast",
+                "gen_ai.tool.call.id": "call_1", "gen_ai.tool.call.result": "graupel showers"}):
+            pass
+    provider.shutdown()
+    return list(exporter.get_finished_spans())
+
+
+def test_an_agent_runs_spans_leave_no_unit_open_one_export_per_span_or_one_batch() -> None:
+    """A tool span's call and result, and the agent span's own messages, are in no turn: as
+    mapped they stayed an open unit after the run (never searchable under `indexed` on a quiet
+    log); the receiver frames them, exported span by span as SimpleSpanProcessor does or in
+    one batch."""
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    from planner.otlp import decode_request
+    from streams.importers import Accepted
+    from streams.importers.otel import span_events
+
+    def mapped(spans: list[Any]) -> list[tuple[int, dict[str, Any]]]:
+        request = decode_request(encode_spans(spans).SerializeToString(), "application/x-protobuf")
+        return [(index, item.event) for index, item in enumerate(span_events(request)) if isinstance(item, Accepted)]
+
+    def in_l1(batches: list[list[tuple[int | None, dict[str, Any]]]]) -> list[dict[str, Any]]:
+        seen: set[str] = set()  # L1 keeps the first copy of an eventId
+        return [e for batch in batches for _, e in batch if not (e["eventId"] in seen or seen.add(e["eventId"]))]
+
+    spans = _agent_run_spans()
+    assert open_units(in_l1([mapped([span]) for span in spans])) != {"conv-frames": None}
+    per_span = in_l1([frame_loose_events(mapped([span]))[0] for span in spans])
+    batch = in_l1([frame_loose_events(mapped(spans))[0]])
+    assert open_units(per_span) == open_units(batch) == {"conv-frames": None}
+    texts = {e["fields"].get("output") or e["fields"].get("text") for e in batch if e["type"] in ("message", "tool.result")}
+    assert {"graupel showers", "Graupel after midnight."} <= texts
