@@ -80,7 +80,8 @@ def _response(media_type: str, rejected: int, message: str) -> Response:
 
 async def traces_endpoint(request: Request, receiver: Any, principal: Principal) -> Response:
     """Decode, map and append; answer as OTLP/HTTP does."""
-    from planner.receivers import check_event, frame_loose_events, request_log
+    from planner.receivers import check_event, request_log
+    from streams.importers.frames import frame_loose_events
 
     media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if media_type not in (_PROTOBUF, "application/json"):

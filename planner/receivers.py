@@ -6,7 +6,7 @@
 
 Both answer only after L1 acknowledged the appended events (idempotent producer, ``acks=all``):
 ``{"appended", "duplicates", "rejected": [{"index", "reason"}], "l1CommittedSeq"}`` (and, for
-``/v1/events``, ``turnsAdded``: see :func:`frame_loose_events`). The caller's
+``/v1/events``, ``turnsAdded``: see :mod:`streams.importers.frames`). The caller's
 principal (its API key's) decides the tenant: an event's ``acl.tenant`` must be that tenant. An
 event without ``acl`` keeps the session's access list when the session is the caller's tenant's,
 is refused when it is another tenant's, and starts a new session with the caller's tenant and the
@@ -38,11 +38,11 @@ from planner.acl import Principal
 from planner.exceptions import PlannerError, QueryError, error_body
 from streams.asp import DEFAULT_ACL, validate_event
 from streams.exceptions import SchemaError
+from streams.importers.frames import frame_loose_events
 from streams.names import LOG_ID
 from streams.settings import Settings
 
-__all__ = ["MAX_EVENTS", "EventReceiver", "TooManyRequests", "check_event", "frame_loose_events", "openapi_paths",
-           "request_log", "routes"]
+__all__ = ["MAX_EVENTS", "EventReceiver", "TooManyRequests", "check_event", "openapi_paths", "request_log", "routes"]
 
 MAX_EVENTS = 10000
 _MAX_WAITING = 4
@@ -174,61 +174,6 @@ class EventReceiver:
         rejected.sort(key=lambda item: item["index"])
         return {"appended": appended, "duplicates": duplicates, "rejected": rejected,
                 "l1CommittedSeq": reader.committed_seq(log_id)}
-
-
-def frame_loose_events(checked: list[tuple[int, dict[str, Any]]]) -> tuple[list[tuple[int | None, dict[str, Any]]], int]:
-    """``checked`` with a turn framed around each session's trailing loose events: those after
-    the session's last event in a turn or episode in this request (all of them when it has
-    none) that name no turn or episode and would be chunked (they render text; a
-    ``session.started`` only when nothing else of its session is) get a ``turnId``, a
-    ``turn.started`` before the first and a ``turn.ended`` after the last (index None).
-
-    Loose events form a session-level unit that closes when another unit of the session
-    starts, or once the log's clock is G past it: loose events before a turn are closed by that
-    turn, but trailing ones stayed open, never searchable under ``indexed`` on a quiet log and
-    holding back every later event of their L1 partition meanwhile. A frame only adds the
-    close (the events it holds were one unit already). Its ids derive from the first framed
-    eventId, so a retried request frames the same turn (its markers are duplicates then).
-    Returns the list and the number of turns framed."""
-    from streams.chunking.render import render_event
-    from streams.importers.base import stable_id
-
-    loose: dict[str, list[int]] = {}
-    openings: dict[str, list[int]] = {}  # a session.started that renders (its title)
-    for position, (_, event) in enumerate(checked):
-        session = event["sessionId"]
-        if event.get("turnId") or event.get("episodeId") or event["type"].startswith(("turn.", "episode.")):
-            loose[session] = []  # what came before is closed by this unit
-            openings[session] = []
-        elif render_event(event) is not None:
-            (openings if event["type"] == "session.started" else loose).setdefault(session, []).append(position)
-    # A session's start stays outside the turn (the turn that follows closes its unit), unless
-    # nothing follows it in this request.
-    frames = {session: positions for session in sorted({*loose, *openings})
-              if (positions := loose.get(session) or openings.get(session))}
-    if not frames:
-        return list(checked), 0
-    starts: dict[int, dict[str, Any]] = {}
-    ends: dict[int, dict[str, Any]] = {}
-    members: dict[int, str] = {}
-    for session, positions in frames.items():
-        first, last = checked[positions[0]][1], checked[positions[-1]][1]
-        turn_id = stable_id("turn", first["logId"], session, "events", first["eventId"])
-        common: dict[str, Any] = {"logId": first["logId"], "sessionId": session, "turnId": turn_id, "fields": {}}
-        common.update((key, first[key]) for key in ("acl", "runId") if key in first)
-        starts[positions[0]] = validate_event({**common, "eventId": stable_id("usl", turn_id, "started"),
-                                               "type": "turn.started", "role": "user", "time": first["time"]})
-        ends[positions[-1]] = validate_event({**common, "eventId": stable_id("usl", turn_id, "ended"),
-                                              "type": "turn.ended", "time": last["time"]})
-        members.update(dict.fromkeys(positions, turn_id))
-    framed: list[tuple[int | None, dict[str, Any]]] = []
-    for position, (index, event) in enumerate(checked):
-        if position in starts:
-            framed.append((None, starts[position]))
-        framed.append((index, {**event, "turnId": members[position]} if position in members else event))
-        if position in ends:
-            framed.append((None, ends[position]))
-    return framed, len(frames)
 
 
 def request_log(value: Any) -> str:

@@ -14,13 +14,14 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from streams.asp import DEFAULT_MAX_EVENT_BYTES, canonical_bytes, fit_event
+from streams.asp import DEFAULT_MAX_EVENT_BYTES, canonical_bytes, fit_event, validate_event_bytes
 from streams.exceptions import ImportFormatError, SchemaError
 from streams.importers.asp import iter_asp
 from streams.importers.base import BOM, RAW_MAX_CHARS, Accepted, Content, Rejected, parse_json
 from streams.importers.claude_code import AUXILIARY_TYPE_RE, SubagentLinks, iter_claude_code
 from streams.importers.codex import LINE_TYPES as CODEX_LINE_TYPES
 from streams.importers.codex import iter_codex
+from streams.importers.frames import LooseTails
 from streams.importers.gemini import is_gemini_record, iter_gemini
 from streams.importers.openai_chat import api_conversation, is_message_line, iter_openai_chat
 
@@ -118,8 +119,21 @@ def iter_file(
     the file's bytes when the caller holds them (read as ``path``: its name and suffix still
     count); the file itself is then not read."""
     extra = {"links": {} if links is None else links} if fmt == "claude-code" else {}
+    # ASP events are taken as they are, turns or not: a file that ends in a run of loose events
+    # would leave that run an open chunk unit, so an empty turn after it closes it.
+    tails = LooseTails() if fmt == "asp" else None
+    record = label
     for item in _IMPORTERS[fmt](Path(path), label=label, log_id=log_id, acl=acl, data=data, **extra):
-        yield _fitted(item, max_event_bytes) if isinstance(item, Accepted) else item
+        if isinstance(item, Accepted):
+            item = _fitted(item, max_event_bytes)
+            if tails is not None and isinstance(item, Accepted):
+                tails.feed(item.event)
+                record = item.record
+        yield item
+    for closer in tails.finish() if tails is not None else ():
+        # After the end of the input: a follower holds it back until the file is idle.
+        validated, canonical = validate_event_bytes(closer, record=record)
+        yield Accepted(validated, record, canonical=canonical)
 
 
 def _fitted(item: Accepted, limit: int) -> Accepted | Rejected:

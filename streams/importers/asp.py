@@ -1,7 +1,9 @@
 """ASP JSONL: files that already hold canonical events, one per line.
 
 The events are taken as they are (their own eventIds, times and lineage); the importer only
-fills ``logId`` and ``acl`` when an event leaves them out, and validates each line.
+fills ``logId`` and ``acl`` when an event leaves them out, and validates each line. (Reading a
+file, :func:`streams.importers.iter_file` then frames its loose events in turns of their own:
+:mod:`streams.importers.frames`.)
 """
 
 from __future__ import annotations

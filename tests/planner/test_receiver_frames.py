@@ -9,9 +9,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planner.receivers import frame_loose_events
 from streams.asp import validate_event
 from streams.chunking import Chunker, ChunkerConfig, default_tokenizer
+from streams.importers.frames import frame_loose_events
 from streams.testing import session_events
 
 CHUNKER = Chunker(ChunkerConfig(), default_tokenizer(), policy_hash="policy-test")

@@ -179,8 +179,7 @@ def test_events_route_is_in_the_openapi_document():
 
 
 def test_loose_events_are_framed_in_a_turn_once(api):
-    """Events posted without turn markers get a turn of their own (planner.receivers.
-    frame_loose_events): L1 holds them inside turn.started/turn.ended, the answer counts only
+    """Events posted without turn markers get a turn of their own (streams.importers.frames): L1 holds them inside turn.started/turn.ended, the answer counts only
     the caller's events, and a retry appends nothing, markers included."""
     settings, client, key_a, _key_b = api
     events = acme([{**e, "turnId": None} for e in session_events("s-loose", turns=1)

@@ -495,3 +495,39 @@ def test_a_turn_that_goes_on_after_its_end_went_out_is_closed_again(tmp_path):
     for seq, event in enumerate(l1.log, start=1):
         chunker.on_event(state, event["logId"], seq, event)
     assert chunker.open_min_seq(state) is None
+
+
+def test_a_growing_asp_file_of_loose_events_is_closed_again(tmp_path):
+    """Loose ASP events (no turn) are closed by an empty turn after them, which waits, like an
+    importer's end, for the file to go idle; when the file grows after that, the new loose
+    events get a closing turn of their own, so no unit is left open either time."""
+    def line(n: int) -> bytes:
+        return json.dumps({"eventId": f"e{n}", "sessionId": "s-grow", "type": "message", "role": "user",
+                           "time": f"2026-11-01T09:00:{n:02d}Z", "fields": {"text": f"step {n} of the rollout"}}).encode() + b"\n"
+
+    live = tmp_path / "logs" / "events.jsonl"
+    live.parent.mkdir(parents=True)
+    live.write_bytes(line(1) + line(2))
+    l1, clock = MemoryL1(), Clock()
+    tail = follower(tmp_path / "logs", l1, tmp_path / "home", clock)
+    tail.poll()
+    assert [e["type"] for e in l1.log] == ["message", "message"]  # the closing turn waits
+    chunker = Chunker(ChunkerConfig(), default_tokenizer(), policy_hash="policy-test")
+
+    def open_unit() -> int | None:
+        state = chunker.new_state("s-grow")
+        for seq, event in enumerate(l1.log, start=1):
+            chunker.on_event(state, event["logId"], seq, event)
+        return chunker.open_min_seq(state)
+
+    clock.now += 10
+    tail.poll()
+    assert l1.log[-1]["type"] == "turn.ended" and open_unit() is None
+    with live.open("ab") as handle:
+        handle.write(line(3))
+    tail.poll()
+    clock.now += 10
+    tail.poll()
+    assert [e["type"] for e in l1.log].count("turn.ended") == 2 and open_unit() is None
+    assert all("turnId" not in e for e in l1.log if e["type"] == "message")
+    assert max(l1.counts().values()) == 1

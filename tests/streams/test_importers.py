@@ -990,3 +990,36 @@ def test_openai_an_answer_without_tool_calls_ends_the_turn(tmp_path: Path) -> No
     assert types.count("turn.started") == types.count("turn.ended") == 2
     system = next(e for e in events if e["fields"].get("text") == "You are a support agent.")
     assert system.get("turnId") is None
+
+
+def test_an_asp_file_ending_in_loose_events_is_closed_by_an_empty_turn(tmp_path: Path) -> None:
+    """An ASP file whose last messages name no turn (hand-written, or exported from elsewhere)
+    left a session-level unit open at its end: never searchable under `indexed` on a quiet log.
+    The events stay as they are; an empty turn after the run closes its unit. Loose events
+    before a turn are closed by that turn and get nothing."""
+    def event(n: int, kind: str, **extra: object) -> dict:
+        return {"eventId": f"e{n}", "sessionId": "s-asp", "type": kind, "time": f"2026-11-01T09:00:{n:02d}Z",
+                "fields": {"text": f"line {n} of the deploy notes"} if kind == "message" else {}, **extra}
+
+    lines = [event(0, "session.started"), event(1, "message", role="user"), event(2, "message", role="assistant"),
+             event(3, "turn.started", turnId="t1"), event(4, "message", role="user", turnId="t1"),
+             event(5, "turn.ended", turnId="t1"), event(6, "message", role="user"), event(7, "x.note")]
+    path = write_lines(tmp_path / "loose.jsonl", lines)
+    events, rejected = split(path, "asp")
+    assert not rejected
+    assert [e["eventId"] for e in events[:8]] == [f"e{n}" for n in range(8)]
+    assert all(e == validate_event({**line, "logId": "default"}) for e, line in zip(events, lines, strict=False))
+    assert [e["type"] for e in events[8:]] == ["turn.started", "turn.ended"]
+    assert events[8]["turnId"] == events[9]["turnId"] and events[9]["time"] == lines[6]["time"]
+    assert split(path, "asp")[0] == events  # deterministic
+    chunker = Chunker(ChunkerConfig(), default_tokenizer(), policy_hash="policy-test")
+
+    def open_unit(stream: list[dict]) -> int | None:
+        state = chunker.new_state("s-asp")
+        for seq, item in enumerate(stream, start=1):
+            chunker.on_event(state, item["logId"], seq, item)
+        return chunker.open_min_seq(state)
+
+    assert open_unit(events) is None and open_unit(events[:8]) == 7
+    # A file whose loose events come before its turns, or that ends in a turn, gets nothing.
+    assert split(write_lines(tmp_path / "closed.jsonl", lines[:6]), "asp")[0] == events[:6]
