@@ -467,12 +467,15 @@ class GenerationStore:
         safe_holder = re.sub(r"[^A-Za-z0-9_.-]", "_", holder)[:64] or "anon"
         path = pins_dir / f"{generation_id:08d}.{safe_holder}.{uuid.uuid4().hex[:16]}.pin"
         pin = Pin(path, generation_id, holder, time.time() + _positive_ttl(ttl_seconds))
-        pin._write()
-        # GC renames a generation away *before* it looks at pins for the last time, so once
-        # our pin file exists, either we see the directory gone here or GC sees our pin.
-        if not (self.generation_dir(generation_id) / MANIFEST_FILE).exists():
-            pin.release()
-            raise GenerationError(f"generation {generation_id} of {self._what()} does not exist")
+        # GC decides and moves generations away under the exclusive lock, pinning happens under
+        # the shared one: either GC ran first and we see the directory gone here, or it sees our
+        # pin and never moves the generation (once moved, even for a moment, a reader holding a
+        # pin found its files missing: a planner query failed with "manifest unreadable").
+        with self._pins_lock(exclusive=False):
+            pin._write()
+            if not (self.generation_dir(generation_id) / MANIFEST_FILE).exists():
+                pin.release()
+                raise GenerationError(f"generation {generation_id} of {self._what()} does not exist")
         return pin
 
     def pin_current(self, *, ttl_seconds: float, holder: str) -> tuple[Manifest, Pin] | None:
@@ -513,29 +516,40 @@ class GenerationStore:
         if current is None:
             return []
         self._sweep_expired_pins()
-        pinned = self.pinned_ids()
-        self._sweep_trash(pinned)
-        committed = self.generation_ids()
-        keep = set(committed[-keep_last:]) if keep_last > 0 else set()
-        keep.add(current)
-        deleted: list[int] = []
-        for generation_id in committed:
-            if generation_id in keep or generation_id in pinned:
-                continue
-            trash = self.line_dir / f"{_TRASH_PREFIX}{generation_id:08d}-{uuid.uuid4().hex[:8]}"
-            try:
-                os.rename(self.generation_dir(generation_id), trash)
-            except FileNotFoundError:
-                continue  # another GC got there first
-            if generation_id in self.pinned_ids():  # a reader pinned it while we decided
-                with contextlib.suppress(FileNotFoundError):  # or a concurrent GC restored it
-                    os.rename(trash, self.generation_dir(generation_id))
-                continue
+        trashed: list[tuple[int, Path]] = []
+        with self._pins_lock(exclusive=True):  # no pin is added until the moves are done
+            pinned = self.pinned_ids()
+            self._sweep_trash(pinned)
+            committed = self.generation_ids()
+            keep = set(committed[-keep_last:]) if keep_last > 0 else set()
+            keep.add(current)
+            for generation_id in committed:
+                if generation_id in keep or generation_id in pinned:
+                    continue
+                trash = self.line_dir / f"{_TRASH_PREFIX}{generation_id:08d}-{uuid.uuid4().hex[:8]}"
+                try:
+                    os.rename(self.generation_dir(generation_id), trash)
+                except FileNotFoundError:
+                    continue  # another GC got there first
+                trashed.append((generation_id, trash))
+        for _generation_id, trash in trashed:  # outside the lock: readers pin meanwhile
             shutil.rmtree(trash, ignore_errors=True)
-            deleted.append(generation_id)
-        if deleted:
+        if trashed:
             fsync_directory(self.line_dir)
-        return deleted
+        return [generation_id for generation_id, _ in trashed]
+
+    @contextlib.contextmanager
+    def _pins_lock(self, *, exclusive: bool) -> Iterator[None]:
+        """The line's pin lock (``pins/gc.lock``): shared while a reader pins, exclusive while GC
+        decides what to move away. flock: a holder killed with -9 releases it."""
+        pins_dir = self.line_dir / _PINS_DIR
+        pins_dir.mkdir(parents=True, exist_ok=True)
+        descriptor = os.open(pins_dir / "gc.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            yield
+        finally:
+            os.close(descriptor)
 
     # -- lines -------------------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -387,3 +388,54 @@ def test_kill_9_inside_commit_never_exposes_a_partial_generation(store: Generati
     assert last_id > 5, "the child never got far enough to exercise commits"
     nxt = commit_files(store, {f"seg-{last_id + 1}.bin": b"z"}, clone=True)
     assert nxt.generation_id == last_id + 1
+
+
+def test_a_pin_taken_while_gc_decides_never_sees_its_generation_missing(store: GenerationStore, monkeypatch):
+    """A reader pins generation 1 just after GC read the pins (the race a kill -9 crash test
+    once caught on a loaded machine). GC used to move the directory away and back when it saw
+    the late pin: meanwhile the reader, holding its pin, found the manifest missing. Now the
+    pin waits for GC, and then either finds the generation gone (GC ran first) or keeps it."""
+    for n in range(3):
+        commit_files(store, {f"seg-{n}.bin": b"x"})
+    seen_missing: list[int] = []
+    outcome: dict[str, object] = {}
+
+    def reader() -> None:
+        try:
+            pin = store.pin(1, ttl_seconds=30, holder="late-reader")
+        except GenerationError as exc:
+            outcome["refused"] = str(exc)
+            return
+        outcome["pinned"] = True
+        with pin:
+            deadline = time.monotonic() + 0.5
+            while time.monotonic() < deadline:
+                if not (store.generation_dir(1) / "manifest.json").exists():
+                    seen_missing.append(1)
+                time.sleep(0.001)
+
+    real_pinned_ids = store.pinned_ids
+    started: list[threading.Thread] = []
+
+    def pins_then_a_late_reader() -> set[int]:
+        pinned = real_pinned_ids()
+        if not started:  # GC's decision is made: now the reader pins
+            thread = threading.Thread(target=reader)
+            started.append(thread)
+            thread.start()
+            thread.join(timeout=0.3)  # the old GC: pinned by now; the new one: the reader waits
+        return pinned
+
+    real_rename = os.rename
+
+    def slow_move(source: object, target: object) -> None:  # a loaded machine, between two steps
+        real_rename(source, target)
+        if ".trash-gen-" in str(target):
+            time.sleep(0.05)
+
+    monkeypatch.setattr(store, "pinned_ids", pins_then_a_late_reader)
+    monkeypatch.setattr(generations.os, "rename", slow_move)
+    store.gc(keep_last=1)
+    started[0].join(timeout=10)
+    assert not seen_missing, "a pinned generation's files went missing under its reader"
+    assert outcome.get("refused") or (outcome.get("pinned") and (store.generation_dir(1) / "manifest.json").exists())
