@@ -12,9 +12,10 @@ events that may come without turns close such runs. The receivers (``POST /v1/ev
 in a loose run gets an empty turn after it (:class:`LooseTails`), which closes the run's unit
 as any next unit of the session would. Either adds only the close: the chunks are the same.
 
-Ids are deterministic: the turn's from the first framed event, its end's also from the last one
-(as an importer's end names the turn's last event), so a retried request or a re-imported file
-frames the same turn, and a file that grew past its frame's end gets an end of its own.
+Ids are deterministic. A frame's turn derives from its first event and its end also from its
+last one (as an importer's end names the turn's last event), so a retried request frames the same
+turn; a closing turn derives from the run's last event, so a re-imported file closes the same run
+and a file that grew with more loose events is closed again after them.
 """
 
 from __future__ import annotations
@@ -24,23 +25,23 @@ from typing import Any
 from streams.asp import validate_event
 from streams.importers.base import stable_id
 
-__all__ = ["LooseTails", "frame_end", "frame_loose_events", "frame_start", "in_unit", "renders"]
+__all__ = ["LooseTails", "frame_loose_events"]
 
 
-def in_unit(event: dict[str, Any]) -> bool:
+def _in_unit(event: dict[str, Any]) -> bool:
     """Whether ``event`` belongs to a turn or an episode (or opens or closes one)."""
     return bool(event.get("turnId") or event.get("episodeId")) or str(event.get("type")).startswith(
         ("turn.", "episode."))
 
 
-def renders(event: dict[str, Any]) -> bool:
+def _renders(event: dict[str, Any]) -> bool:
     """Whether ``event`` has text for a chunk (what opens a session-level unit)."""
     from streams.chunking.render import render_event
 
     return render_event(event) is not None
 
 
-def frame_id(first: dict[str, Any]) -> str:
+def _frame_id(first: dict[str, Any]) -> str:
     return stable_id("turn", first["logId"], first["sessionId"], "events", first["eventId"])
 
 
@@ -53,12 +54,12 @@ def _marker(kind: str, event_id: str, turn_id: str, like: dict[str, Any], time: 
     return validate_event(marker)
 
 
-def frame_start(first: dict[str, Any], turn_id: str) -> dict[str, Any]:
+def _frame_start(first: dict[str, Any], turn_id: str) -> dict[str, Any]:
     """The ``turn.started`` of a frame whose first event is ``first``."""
     return _marker("turn.started", stable_id("usl", turn_id, "started"), turn_id, first, first["time"])
 
 
-def frame_end(last: dict[str, Any], turn_id: str) -> dict[str, Any]:
+def _frame_end(last: dict[str, Any], turn_id: str) -> dict[str, Any]:
     """The ``turn.ended`` of a frame whose last event is ``last`` (timed at it)."""
     return _marker("turn.ended", stable_id("usl", turn_id, "ended", last["eventId"]), turn_id, last, last["time"])
 
@@ -74,10 +75,10 @@ def frame_loose_events(checked: list[tuple[int, dict[str, Any]]]) -> tuple[list[
     openings: dict[str, list[int]] = {}  # a session.started that renders (its title)
     for position, (_, event) in enumerate(checked):
         session = event["sessionId"]
-        if in_unit(event):
+        if _in_unit(event):
             loose[session] = []  # what came before is closed by this unit
             openings[session] = []
-        elif renders(event):
+        elif _renders(event):
             (openings if event["type"] == "session.started" else loose).setdefault(session, []).append(position)
     frames = {session: positions for session in sorted({*loose, *openings})
               if (positions := loose.get(session) or openings.get(session))}
@@ -88,9 +89,9 @@ def frame_loose_events(checked: list[tuple[int, dict[str, Any]]]) -> tuple[list[
     members: dict[int, str] = {}
     for positions in frames.values():
         first, last = checked[positions[0]][1], checked[positions[-1]][1]
-        turn_id = frame_id(first)
-        starts[positions[0]] = frame_start(first, turn_id)
-        ends[positions[-1]] = frame_end(last, turn_id)
+        turn_id = _frame_id(first)
+        starts[positions[0]] = _frame_start(first, turn_id)
+        ends[positions[-1]] = _frame_end(last, turn_id)
         members.update(dict.fromkeys(positions, turn_id))
     framed: list[tuple[int | None, dict[str, Any]]] = []
     for position, (index, event) in enumerate(checked):
@@ -115,9 +116,9 @@ class LooseTails:
 
     def feed(self, event: dict[str, Any]) -> None:
         session = event["sessionId"]
-        if in_unit(event) or event.get("type") == "session.ended":
+        if _in_unit(event) or event.get("type") == "session.ended":
             self._tails.pop(session, None)  # a unit of its own closes the loose run
-        elif renders(event):
+        elif _renders(event):
             self._tails.pop(session, None)  # kept in the order the runs' last events came
             self._tails[session] = event
 
