@@ -4,7 +4,8 @@ A recording is one JSON document ``{"sessionId", "projectHash", "startTime", "la
 "messages": [...]}``, rewritten as the chat goes on; the same records also come as JSONL (a
 header line with ``sessionId`` / ``projectHash``, then one message per line). Messages:
 
-- ``user`` starts a human turn and is its ``message``;
+- ``user`` starts a human turn and is its ``message``; a ``gemini`` answer that calls no tool ends
+  it;
 - ``gemini`` is the assistant's ``message`` (``model``, ``usage`` from ``tokens``); its
   ``thoughts`` are hidden thinking messages; each of its ``toolCalls`` is a ``tool.call`` and a
   ``tool.result`` (output from the ``functionResponse``, ``status`` ok unless the call's status
@@ -135,8 +136,12 @@ class _Recording:
         assert emitter is not None
         key = str(message["id"]) if isinstance(message.get("id"), str) else f"at-{index}"
         text = _text(message.get("content"))
-        if kind == "user":
+        if kind == "user" or (kind in ("gemini", "error") and emitter.turn_id is None):
+            # A reply or an error outside every turn (after an answer ended one, or in a
+            # recording that opens with the model) opens a turn of its own, as a user message
+            # does: outside every turn it would form a unit that nothing closes.
             yield from emitter.start_turn(key, time=time, record=record, raw=message)
+        if kind == "user":
             yield emitter.emit("message", event_id=emitter.event_id(key), time=time, record=record,
                                raw=message, role="user", fields={"text": text})
         elif kind == "gemini":
@@ -189,6 +194,10 @@ class _Recording:
                                record=record, raw=message, role="tool", parent_event_id=call_event,
                                fields={"toolCallId": call_id, "toolName": name,
                                        "status": "error" if failed else "ok", "output": output})
+        if text and not _items(message.get("toolCalls")) and emitter.turn_id is not None:
+            # An answer that calls no tool ends the turn (the model waits for the user now), so a
+            # recording followed line by line has its last turn chunked as soon as it is written.
+            yield from emitter.end_turn(record=record, raw=message)
 
 
 def _items(value: Any) -> list[Any]:

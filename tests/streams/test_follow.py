@@ -432,6 +432,8 @@ ENDED_BY_THE_AGENT = {
     "codex task_complete": (ROOT / "tests" / "fixtures" / "importers" / "codex"
                             / "rollout-2026-06-05T04-58-20-019e9625-802f-7e91-840a-cfe88d14117a.jsonl").read_bytes(),
     "openai-chat answer": _message_lines(),
+    "gemini-cli answer": (ROOT / "tests" / "fixtures" / "importers" / "gemini_cli"
+                          / "session-rejection-gemini-001.jsonl").read_bytes(),
 }
 
 

@@ -78,3 +78,27 @@ def test_follow_reads_a_rewritten_recording_once(tmp_path):
     tail.poll()
     assert max(l1.counts().values()) == 1 and not l1.dead
     assert set(l1.counts()) == {e["eventId"] for e in events(as_document(tmp_path))}
+
+
+def test_an_answer_ends_its_turn_and_a_model_first_recording_leaves_no_unit_open(tmp_path):
+    """The model's answer that calls no tool ends the turn (a followed recording's last turn is
+    chunked at once); a reply outside every turn (a recording that opens with the model, or a
+    second reply after an answer) opens a turn of its own instead of a unit nothing closes."""
+    from streams.chunking import Chunker, ChunkerConfig, default_tokenizer
+
+    found = events(FIXTURE)
+    answer = next(i for i, e in enumerate(found) if e["fields"].get("text", "").startswith("You're welcome"))
+    assert found[answer + 1]["type"] == "turn.ended" and answer + 2 == len(found)
+    header, *messages = [orjson.loads(line) for line in FIXTURE.read_bytes().splitlines()]
+    model_first = tmp_path / "model-first.jsonl"
+    replies = [m for m in messages if m.get("type") == "gemini"]
+    model_first.write_bytes(b"\n".join(orjson.dumps(m) for m in [header, replies[-1], replies[0], replies[-1] | {
+        "id": "again", "content": "One more thing: restart the service."}]) + b"\n")
+    chunker = Chunker(ChunkerConfig(), default_tokenizer(), policy_hash="policy-test")
+    for path in (FIXTURE, model_first):
+        stream = events(path)
+        assert all(e.get("turnId") for e in stream if e["type"] in ("message", "tool.call", "tool.result", "error"))
+        state = chunker.new_state(stream[0]["sessionId"])
+        for seq, event in enumerate(stream, start=1):
+            chunker.on_event(state, event["logId"], seq, event)
+        assert chunker.open_min_seq(state) is None
