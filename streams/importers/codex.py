@@ -122,6 +122,12 @@ class _Rollout:
               raw: bytes) -> Iterator[Result]:
         item_type = item.get("type")
         event_id = emitter.event_id(number, 0)
+        visible = isinstance(item_type, str) and (
+            (item_type == "message" and item.get("role") == "assistant") or item_type in _CALLS or item_type in _OUTPUTS)
+        if visible and emitter.turn_id is None:
+            # The agent's work outside every turn (after task_complete, or in a rollout that
+            # opens mid-session) opens a turn of its own: it would form a unit nothing closes.
+            yield from emitter.start_turn(number, time=time, record=record, raw=raw)
         if item_type == "message":
             role = item.get("role")
             text = _content_text(item.get("content"))

@@ -59,3 +59,23 @@ def test_real_session_context_is_hidden_and_the_prompt_starts_the_turn():
                        ("message", "assistant", "[REDACTED_ASSISTANT_TEXT]")]
     hidden = {e["type"] for e in found if e.get("visibility") == "hidden"}
     assert {"x.codex.event_msg", "x.codex.turn_context", "message"} <= hidden
+
+
+def test_the_agents_work_outside_every_turn_opens_one_and_no_unit_stays_open(tmp_path: Path) -> None:
+    """A rollout cut to start mid-session (a resumed or forked rollout) opens with the agent's
+    own lines: they get a turn of their own, as after task_complete, instead of a session-level
+    unit that nothing closes. Checked on the real rollout with its user message cut out."""
+    from streams.chunking import Chunker, ChunkerConfig, default_tokenizer
+
+    lines = REAL.read_bytes().splitlines(keepends=True)
+    cut = tmp_path / REAL.name
+    cut.write_bytes(b"".join(line for line in lines if b'"role":"user"' not in line.replace(b" ", b"")))
+    found = events(cut)
+    assert any(e["type"] == "message" and e.get("role") == "assistant" for e in found)
+    assert all(e.get("turnId") for e in found if e["type"] in ("message", "tool.call", "tool.result")
+               and e.get("visibility") != "hidden")
+    chunker = Chunker(ChunkerConfig(), default_tokenizer(), policy_hash="policy-test")
+    state = chunker.new_state(found[0]["sessionId"])
+    for seq, event in enumerate(found, start=1):
+        chunker.on_event(state, event["logId"], seq, event)
+    assert chunker.open_min_seq(state) is None
