@@ -39,7 +39,7 @@ from planner.exceptions import PlannerError, QueryError, error_body
 from streams.asp import DEFAULT_ACL, validate_event
 from streams.exceptions import SchemaError
 from streams.importers.frames import frame_loose_events
-from streams.names import LOG_ID
+from streams.names import LOG_ID, LOG_ID_HINT
 from streams.settings import Settings
 
 __all__ = ["MAX_EVENTS", "EventReceiver", "TooManyRequests", "check_event", "openapi_paths", "request_log", "routes"]
@@ -181,8 +181,7 @@ def request_log(value: Any) -> str:
     can carry it, rather than answering 200 with every event rejected for its ``logId``."""
     if not isinstance(value, str) or not LOG_ID.fullmatch(value):
         raise QueryError(f"{str(value)[:64]!r} is not a log name",
-                         hint="A log name is 1-128 letters, digits, '.', '_' and '-', starting with a letter or "
-                              'digit; leave it out for "default".')
+                         hint=f'A log name is {LOG_ID_HINT}; leave it out for "default".')
     return value
 
 

@@ -605,8 +605,10 @@ class GenerationStore:
                         path.unlink()
 
     def _sweep_trash(self, pinned: set[int]) -> None:
-        """Finish what a crashed GC left: restore a trashed generation that is pinned (the GC
-        died before renaming it back), delete old trash."""
+        """Finish what a crashed GC left: delete old trash, and restore a trashed generation
+        that is pinned. Under the pin lock GC never moves a pinned generation, so only a GC of an
+        earlier version leaves one (it moved a generation before its last look at the pins, and
+        could die before moving it back)."""
         now = time.time()
         for path in self.line_dir.iterdir():
             if not path.name.startswith(_TRASH_PREFIX):
