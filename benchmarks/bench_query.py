@@ -173,7 +173,7 @@ class CorpusBuilder:
         return GenerationStore(self.root, "default", kind)
 
     def commit(self, batch: list[dict[str, Any]]) -> None:
-        from sinks.generations import Manifest
+        from sinks.generations import Manifest, chunk_seq_bound
         from streams.asp import ASP_VERSION
 
         if not batch:
@@ -191,7 +191,7 @@ class CorpusBuilder:
                     kind=kind, log_id="default", line=store.line, generation_id=0,
                     built_through_seq=through, schema_version="1", asp_version=ASP_VERSION, chunker={},
                     embedding=describe.get("embedding"), redaction_policy_hash="bench",
-                    chunk_count=len(batch), extra=describe))
+                    chunk_count=len(batch), extra={**describe, **chunk_seq_bound(previous, batch)}))
             except BaseException:
                 store.abort()
                 raise

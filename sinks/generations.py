@@ -56,7 +56,7 @@ import stat
 import threading
 import time
 import uuid
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import TracebackType
@@ -75,12 +75,14 @@ __all__ = [
     "CURRENT_FILE",
     "DEFAULT_LINE",
     "MANIFEST_FILE",
+    "MAX_CHUNK_SEQ",
     "FileDigests",
     "GenerationStore",
     "Manifest",
     "Pin",
     "RedactionPolicyMismatchError",
     "SegmentRef",
+    "chunk_seq_bound",
     "clone_into",
     "link_or_copy",
     "read_current",
@@ -650,6 +652,26 @@ class GenerationStore:
             fd, self._lock_fd = self._lock_fd, None
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
+
+
+#: ``Manifest.extra`` key: the highest ``maxSeq`` of any chunk the generation holds.
+MAX_CHUNK_SEQ = "maxChunkSeq"
+
+
+def chunk_seq_bound(previous: Manifest | None, records: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """``{MAX_CHUNK_SEQ: n}`` for the manifest's ``extra`` of a generation that adds ``records``
+    to ``previous``: no chunk it holds ends above ``n``. A sink commits the chunks it has before
+    the progress of every partition reaches them, so ``builtThroughSeq`` is no such bound; this
+    one lets a reader whose cut is at or above it skip the per-chunk ``maxSeq`` filter
+    (docs/planner.md, "Performance"). Empty when ``previous`` was written without the bound:
+    what it holds is then unknown, and so is every later generation's bound."""
+    if previous is not None and not isinstance(previous.extra.get(MAX_CHUNK_SEQ), int):
+        return {}
+    highest = int(previous.extra[MAX_CHUNK_SEQ]) if previous is not None else 0
+    for record in records:
+        if record.get("kind") == "chunk":
+            highest = max(highest, int(record["maxSeq"]))
+    return {MAX_CHUNK_SEQ: highest}
 
 
 def read_current(root: Path, log_id: str, kind: str) -> Manifest | None:

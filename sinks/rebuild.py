@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 from kafka import KafkaConsumer, TopicPartition
 
-from sinks.generations import GenerationStore, Manifest
+from sinks.generations import GenerationStore, Manifest, chunk_seq_bound
 from sinks.runner import index_root, watermark_of, write_ids
 from sinks.service import make_writer, pipeline_versions
 from sinks.shards import Shard
@@ -230,7 +230,8 @@ def rebuild(settings: Settings, bootstrap: str, kind: str, *, log_id: str = "def
                 chunker=dict(versions["chunker"]), embedding=describe.get("embedding"),
                 redaction_policy_hash=str(versions["redactionPolicy"]), source_offsets=offsets,
                 chunk_count=(manifest.chunk_count if manifest else 0) + len(pending),
-                extra={**describe, "rebuild": {"fromSeq": from_seq, "replayedThroughSeq": replay.last_seq}},
+                extra={**describe, "rebuild": {"fromSeq": from_seq, "replayedThroughSeq": replay.last_seq},
+                       **chunk_seq_bound(manifest, pending)},
             ))
         except BaseException:
             store.abort()

@@ -35,7 +35,7 @@ import orjson
 from kafka import KafkaConsumer, TopicPartition
 
 from sinks.exceptions import GenerationError, GenerationLockedError, SinkError
-from sinks.generations import FileDigests, GenerationStore, Manifest
+from sinks.generations import FileDigests, GenerationStore, Manifest, chunk_seq_bound
 from sinks.merger import BackgroundMerger, MergingWriter, commit_merge, merge_work_root
 from sinks.shards import Shard
 from sinks.watermarks import WatermarkPublisher
@@ -542,7 +542,8 @@ class SinkRunner:
                 source_offsets=offsets,
                 progress={int(k.split(":")[1]): v for k, v in state.progress.items() if k.startswith("chunks:")},
                 chunk_count=(previous.chunk_count if previous else 0) + len(records),
-                extra={**describe, "sourceProgress": dict(state.progress)},
+                extra={**describe, "sourceProgress": dict(state.progress),
+                       **chunk_seq_bound(previous, records)},
             )
             committed = store.commit(staging, manifest)
         except BaseException:

@@ -59,6 +59,8 @@ log = logging.getLogger("usl.sink")
 _LOCK_FILES = (".tantivy-writer.lock", ".tantivy-meta.lock")
 _CACHE_SIZE = 32
 _TERM_SET_CACHE = 64
+#: Up to this many chunk ids are looked up with one term query each (``_documents_of``).
+_ID_CLAUSES = 2048
 _UNINDEXED = "usl_unindexed"
 SCHEMA_VERSION = "3"
 _KEY_FIELDS = ("chunkKey", "digestHigh", "digestLow")
@@ -146,7 +148,15 @@ class TantivyEngine:
             return None, []
         index = self._open(Path(directory))
         searcher = index.searcher()
-        query = Query.term_set_query(index.schema, "chunkId", ids)
+        if len(ids) <= _ID_CLAUSES:
+            # A term query per id: each reads one short posting list, where a term set query
+            # fills a bitset as large as the index (3x slower for a page's 200 ids over a
+            # million chunks; docs/planner.md, "Performance"). Past a few thousand ids the
+            # bitset wins.
+            query = Query.boolean_query([(Occur.Should, Query.term_query(index.schema, "chunkId", chunk_id))
+                                         for chunk_id in ids])
+        else:
+            query = Query.term_set_query(index.schema, "chunkId", ids)
         return searcher, [address for _, address in searcher.search(query, limit=len(ids), count=False).hits]
 
     def create(self, directory: Path) -> None:

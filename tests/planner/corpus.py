@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sinks.generations import GenerationStore, Manifest
+from sinks.generations import GenerationStore, Manifest, chunk_seq_bound
 from sinks.rebuild import ReplayStream
 from sinks.runner import index_root
 from sinks.service import make_writer, pipeline_versions
@@ -141,7 +141,7 @@ class IndexBuilder:
                 schema_version=str(describe.get("schemaVersion", "1")), asp_version=ASP_VERSION,
                 chunker=dict(self.versions["chunker"]), embedding=describe.get("embedding"),
                 redaction_policy_hash=str(self.versions["redactionPolicy"]),
-                chunk_count=len(batch), extra=describe,
+                chunk_count=len(batch), extra={**describe, **chunk_seq_bound(previous, batch)},
             ))
         except BaseException:
             store.abort()

@@ -33,7 +33,7 @@ from planner.exceptions import (
     PlannerError,
     QueryError,
 )
-from sinks.generations import GenerationStore
+from sinks.generations import MAX_CHUNK_SEQ, GenerationStore
 from sinks.runner import index_root
 from sinks.vector import VectorIndexError, faiss_index
 from sinks.watermarks import WatermarkFollower
@@ -851,6 +851,33 @@ def test_hybrid_keeps_an_exact_match_that_text_finds(known: Planner, phrase: str
     components = explained["results"][0]["score"]["components"]
     assert {"phrase", "text"} <= set(components) or {"tail", "tailPhrase"} <= set(components)
     assert explained["explain"]["phrase"]["sources"] == ["phrase", "tailPhrase"]
+
+
+def test_the_text_index_filters_on_maxseq_only_when_a_chunk_may_lie_above_the_cut(
+        corpus: Corpus, known: Planner, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine's maxSeq range filter is left out only where the text generation's manifest
+    bounds every chunk at or below the cut (planner.engine.above_cut); a generation holding a
+    chunk past the cut keeps it, and that chunk stays out of ``indexed`` answers."""
+    from sinks.text.tantivy_engine import TantivyEngine
+
+    asked: list[int | None] = []
+    search_text = TantivyEngine.search
+
+    def spy(self: TantivyEngine, directory: Path, query: str, **options: Any) -> Any:
+        asked.append(options.get("max_seq"))
+        return search_text(self, directory, query, **options)
+
+    monkeypatch.setattr(TantivyEngine, "search", spy)
+    # The corpus's text generation holds s-alice's straddling chunk, which ends past the cut.
+    assert corpus.manifests["text"].extra[MAX_CHUNK_SEQ] > corpus.cut
+    reply = corpus.sessions["s-alice"][3][-2]["fields"]["text"].split()[-1]
+    assert search(corpus, query=reply, freshness="indexed", mode="text")["results"] == []
+    assert asked and set(asked) == {corpus.cut}
+    asked.clear()
+    response = known.search({"query": PHRASES[0], "log": "known", "mode": "text", "k": 10,
+                             "freshness": "indexed"}, ALICE)
+    assert response["results"][0]["sessionId"] == "a-target"
+    assert asked and set(asked) == {None}
 
 
 @pytest.mark.parametrize(("recall", "target", "freshness"), [

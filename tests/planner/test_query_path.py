@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from planner.engine import above_cut
 from planner.exceptions import CursorExpired
 from planner.pins import Snapshot
 from planner.request import Filters
@@ -25,6 +27,7 @@ from planner.snapshot import (
     with_refusals,
     with_vector_fallback,
 )
+from sinks.generations import MAX_CHUNK_SEQ
 
 PLANNER = Path(__file__).resolve().parents[2] / "planner"
 
@@ -131,6 +134,20 @@ def test_results_end_at_the_rank_depth_only_when_a_source_had_more() -> None:
     end = depth_end(lists, 2)
     assert end is not None and end["sources"] == ["text"] and end["depth"] == 2
     assert depth_end([RankedList("text", ["a"], 2, False)], 2) is None
+
+
+def _pin_of(*bounds: Any) -> Any:
+    parts = tuple(SimpleNamespace(manifest=SimpleNamespace(extra={} if bound is None else {MAX_CHUNK_SEQ: bound}))
+                  for bound in bounds)
+    return SimpleNamespace(shards=parts)
+
+
+def test_the_seq_filter_is_skipped_only_where_every_shard_bounds_its_chunks_at_the_cut() -> None:
+    assert above_cut(_pin_of(None), 50)  # written without the bound: anything may lie above
+    assert above_cut(_pin_of(51), 50)
+    assert not above_cut(_pin_of(50), 50) and not above_cut(_pin_of(3), 50)
+    assert above_cut(_pin_of(10, 51), 50) and above_cut(_pin_of(10, None), 50)
+    assert not above_cut(_pin_of(10, 50), 50)
 
 
 @given(st.sampled_from(["s1", "s2"]), st.sampled_from(["bash", "grep"]),

@@ -74,6 +74,20 @@ def test_exception_hierarchy():
     assert issubclass(GenerationLockedError, GenerationError)
 
 
+def test_a_generation_bounds_the_maxseq_of_every_chunk_it_holds_or_says_nothing():
+    chunks = [{"kind": "chunk", "maxSeq": 12}, {"kind": "chunk", "maxSeq": 30}, {"kind": "event", "seq": 99}]
+    first = manifest(extra=generations.chunk_seq_bound(None, chunks))
+    # The bound is the chunks' own, not the batch's highest seq nor builtThroughSeq: a sink
+    # commits chunks before every partition's progress reaches them.
+    assert first.extra == {generations.MAX_CHUNK_SEQ: 30}
+    assert generations.chunk_seq_bound(first, [{"kind": "chunk", "maxSeq": 20}]) == {generations.MAX_CHUNK_SEQ: 30}
+    assert generations.chunk_seq_bound(first, [{"kind": "chunk", "maxSeq": 41}]) == {generations.MAX_CHUNK_SEQ: 41}
+    assert generations.chunk_seq_bound(None, []) == {generations.MAX_CHUNK_SEQ: 0}
+    # A generation written without the bound (an older version) leaves every later one unbounded.
+    assert generations.chunk_seq_bound(manifest(extra={"engine": "tantivy"}), chunks) == {}
+    assert Manifest.from_json(first.dumps()).extra == first.extra
+
+
 def test_commit_current_verify(store: GenerationStore):
     assert store.current() is None
     first = commit_files(store, {"a.bin": b"alpha", "sub/b.bin": b"beta"}, built_through_seq=7)

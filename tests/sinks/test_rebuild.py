@@ -22,7 +22,7 @@ import orjson
 import pytest
 
 from deploy.testing import Stack, settings_env
-from sinks.generations import GenerationStore
+from sinks.generations import MAX_CHUNK_SEQ, GenerationStore
 from sinks.rebuild import ReplayStream, rebuild
 from sinks.runner import SinkRunner, index_root
 from sinks.service import ALL_KINDS, make_writer, pipeline_versions
@@ -113,6 +113,12 @@ def replayed_chunks(settings: Settings, from_seq: int = 1) -> dict[str, bytes]:
     return chunks
 
 
+def _chunk_seq_bound(settings: Settings, kind: str) -> Any:
+    manifest = GenerationStore(index_root(settings), "default", kind).current()
+    assert manifest is not None
+    return manifest.extra.get(MAX_CHUNK_SEQ)
+
+
 def cli_rebuild(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "deploy.cli", "rebuild", *args], env=settings_env(settings),
                           capture_output=True, text=True, timeout=400, check=False)
@@ -157,6 +163,9 @@ def test_rebuild_from_offset_zero_reproduces_the_live_indexes_even_after_deletin
 
     # Invariant 4 at the source: replaying L1 yields the live chunks, byte for byte.
     assert replayed_chunks(settings) == live_chunks
+    # Every text generation bounds its chunks' maxSeq (the planner skips its seq filter at or above it).
+    highest = max(orjson.loads(chunk)["maxSeq"] for chunk in live_chunks.values())
+    assert _chunk_seq_bound(settings, "text") == highest
 
     # (a) rebuild text through the CLI, vector and structured through the function.
     started = time.monotonic()
@@ -167,6 +176,7 @@ def test_rebuild_from_offset_zero_reproduces_the_live_indexes_even_after_deletin
     for kind in ("vector", "structured"):
         rebuilt = rebuild(settings, bootstrap, kind)
         assert (rebuilt.line, rebuilt.built_through_seq) == ("rebuild-1", head)
+    assert _chunk_seq_bound(settings, "text") == highest
     for kind in ("text", "vector", "structured"):
         assert GenerationStore(index_root(settings), "default", kind).line == "rebuild-1"
         assert snapshot(settings, kind) == live[kind], f"rebuilt {kind} differs from the live line"
