@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,16 @@ from streams.metrics import (
     usl_ticks_total,
 )
 from streams.settings import Settings
-from streams.stages import ChunkingStage, Effects, Gaps, Metric, Produce, Record, RedactionStage
+from streams.stages import (
+    ChunkingStage,
+    Effects,
+    Gaps,
+    Metric,
+    Produce,
+    Record,
+    RedactionStage,
+    Tails,
+)
 from streams.stages import keys as state
 from streams.stages.effects import TopicRole
 from streams.topics import Topics, app_id, faust_tables
@@ -132,6 +142,7 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
         default_tokenizer(), policy_hash=policy,
     )
     gaps = Gaps()
+    tails = Tails(gaps)
     redaction_stage = RedactionStage(settings, tables=tables, gaps=gaps, policy=policy)
     chunking_stage = ChunkingStage(chunker, tables=tables, gaps=gaps, partitions=settings.stream_partitions)
 
@@ -197,6 +208,18 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
 
     @app.timer(interval=0.5)
     async def reread_skipped() -> None:
+        # A partition's last records that faust fetched but never handed on show no record past
+        # them, so no stage finds them missing (streams.stages.gaps.Tails); hold them too.
+        if not faust_compat.settled(app):
+            tails.reset()
+        else:
+            applied = {(topic, partition): tables[table].get(state.offset_key(partition))
+                       for topic, table, partitions in ((topics.l1, state.LOG_CLOCKS, settings.l1_partitions),
+                                                        (topics.redacted, state.CHUNKER_PROGRESS,
+                                                         settings.stream_partitions))
+                       for partition in range(partitions)}
+            faust_compat.hold(app, tails.check(time.monotonic(), faust_compat.ends(app, (topics.l1, topics.redacted)),
+                                               applied))
         await faust_compat.reread(app, gaps)
 
     @app.timer(interval=settings.flush_tick_seconds)

@@ -34,6 +34,11 @@ Read or written without patching:
   ``Consumer.perform_seek()``: :func:`reread` seeks back to the committed offsets and forgets
   the acks of the range that is read again.
 - ``Consumer._committed_offset``: the offsets the group committed, for flush-tick claims.
+- ``Consumer.highwater(tp)`` (aiokafka's ``AIOKafkaConsumer.highwater``): each source partition's
+  end offset as the last fetch response gave it, for :func:`ends`: faust also drops records it
+  fetched without acking them (below its read offset after a seek back, the rest of a fetch when
+  a rebalance begins), and a partition's last records dropped so are found only by comparing
+  its end with what the stage applied (:class:`streams.stages.gaps.Tails`).
 - ``faust.stores.memory.Store._key_partition``: the changelog partition of each key restored
   into a memory table, for flush-tick claims of logs whose clocks moved here.
 - ``Collection.data``, ``Collection.changelog_topic``, ``Collection.key_serializer`` /
@@ -47,6 +52,8 @@ Read or written without patching:
   commit flushes the producer first either way.
 - ``App.flow_control``, ``App.consumer_generation_id`` and ``Message.generation_id``:
   :func:`rebalanced` tells whether a batch's records may now belong to another worker.
+- ``App.in_recovery`` (set by faust's table recovery): :func:`settled` is false while tables are
+  restored, when what a stage applied is not yet known.
 - ``faust.Worker.spinner``: faust's terminal spinner sets the root logger to DEBUG so that every
   log call spins it; aiokafka then builds a debug LogRecord for every message sent (~10% of the
   worker's CPU). :func:`quiet_worker` removes it.
@@ -58,12 +65,14 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import faust
+from faust.exceptions import ConsumerNotStarted
 from faust.types import TP
 
 from streams.stages.gaps import Gaps
 
 __all__ = [
     "committed_offsets",
+    "ends",
     "hold",
     "patch_faust_rebalance",
     "put_all",
@@ -72,6 +81,7 @@ __all__ = [
     "reread",
     "restored_key_partitions",
     "set_fetch_wait",
+    "settled",
     "skipped",
 ]
 
@@ -189,6 +199,23 @@ def committed_offsets(app: faust.App, topic: str) -> dict[int, int]:
             if tp.topic == topic and tp in assigned and offset is not None}
 
 
+def ends(app: faust.App, topics: Iterable[str]) -> dict[tuple[str, int], int]:
+    """Per partition of ``topics`` assigned to this process, its end offset (the offset its next
+    record gets) as the consumer's last fetch of it saw; partitions not fetched yet are left out."""
+    wanted = set(topics)
+    found = {}
+    for tp in list(app.consumer.assignment()):
+        if tp.topic not in wanted:
+            continue
+        try:
+            end = app.consumer.highwater(tp)
+        except (AssertionError, ConsumerNotStarted):  # aiokafka checks tp is still assigned: a rebalance began
+            continue
+        if end is not None:
+            found[tp.topic, tp.partition] = int(end)
+    return found
+
+
 def restored_key_partitions(table: Any) -> dict[Any, int]:
     """Key -> changelog partition of every key of a memory table."""
     return dict(getattr(table.data, "_key_partition", {}))
@@ -201,6 +228,11 @@ def rebalanced(app: faust.App, generation_ids: Iterable[int | None]) -> bool:
         return True
     generation = app.consumer_generation_id
     return any(generation_id != generation for generation_id in generation_ids)
+
+
+def settled(app: faust.App) -> bool:
+    """True when no rebalance is under way and no table is being restored."""
+    return bool(app.flow_control.is_active()) and not getattr(app, "in_recovery", False)
 
 
 def quiet_worker(worker: faust.Worker) -> None:

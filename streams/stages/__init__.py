@@ -12,14 +12,15 @@ tests drive the stages with dicts for tables.
 - :mod:`streams.stages.keys`: the one spelling of every table name and key;
 - :mod:`streams.stages.records`: the one definition of each derived record (event, tool result,
   chunk), which the rebuild replay and the planner's tail scan build too;
-- :mod:`streams.stages.gaps`: records a consumer never delivered.
+- :mod:`streams.stages.gaps`: records a consumer never delivered, a partition's last ones included.
 """
 
 from __future__ import annotations
 
 from streams.stages.chunking import ChunkingStage
 from streams.stages.effects import Effects, Marker, Metric, Produce, Record, TableWrite
-from streams.stages.gaps import Gaps
+from streams.stages.gaps import Gaps, Tails
 from streams.stages.redaction import RedactionStage
 
-__all__ = ["ChunkingStage", "Effects", "Gaps", "Marker", "Metric", "Produce", "Record", "RedactionStage", "TableWrite"]
+__all__ = ["ChunkingStage", "Effects", "Gaps", "Marker", "Metric", "Produce", "Record", "RedactionStage", "TableWrite",
+           "Tails"]

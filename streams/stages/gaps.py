@@ -6,17 +6,30 @@ source partition; a record past the next offset means some were skipped. The sta
 apply it, the wiring holds the partition's commits and seeks back to the committed offset, and the
 records arrive again. A hole that is still there after :data:`MAX_ROUNDS` seeks is real (e.g.
 transaction markers on L1) and is accepted.
+
+A hole at the end of a partition shows no record past it: faust also drops records it already
+fetched without handing them to a stage (records below its read offset after a seek back, the
+rest of a fetch when a rebalance begins), and when they were a partition's last ones nothing
+arrived to reveal them until the log grew again. :class:`Tails` finds those: a partition whose
+end offset, as the consumer last saw it, is past the stage's last applied record while neither
+moved for :data:`TAIL_PATIENCE_SECONDS` is read again the same way.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
-__all__ = ["MAX_ROUNDS", "Gaps"]
+__all__ = ["MAX_ROUNDS", "TAIL_PATIENCE_SECONDS", "Gaps", "Tails"]
 
 log = logging.getLogger("usl.worker")
 
 MAX_ROUNDS = 3
+
+TAIL_PATIENCE_SECONDS = 5.0
+"""How long a partition's unapplied end may stand still before it is read again: far longer than
+a batch takes (a batch that is only slow is read again for nothing, which is safe), far shorter
+than anyone waits for an index."""
 
 SourcePartition = tuple[str, int]
 
@@ -44,3 +57,46 @@ class Gaps:
         if source in self.expected:
             key = (source, self.expected.pop(source))
             self.rounds[key] = self.rounds.get(key, 0) + 1
+
+
+class Tails:
+    """Source partitions whose last records were read by the consumer but never applied."""
+
+    def __init__(self, gaps: Gaps, patience: float = TAIL_PATIENCE_SECONDS) -> None:
+        self.gaps = gaps
+        self.patience = patience
+        # Per source partition: (last applied offset, end offset) when first seen so, and since when;
+        # None once that end was accepted.
+        self.seen: dict[SourcePartition, tuple[tuple[int, int], float | None]] = {}
+
+    def check(self, now: float, ends: Mapping[SourcePartition, int],
+              applied: Mapping[SourcePartition, int | None]) -> list[SourcePartition]:
+        """The partitions to read again: per source partition, ``ends`` is its end offset (the
+        offset its next record gets) as the consumer last saw it and ``applied`` the offset of the
+        last record the stage applied from it. A partition is read again once its records up to the
+        end stood unapplied, with nothing moving, for ``patience`` seconds; after
+        :data:`MAX_ROUNDS` such reads with nothing applied the end is accepted as it is."""
+        stalled: list[SourcePartition] = []
+        for source, end in sorted(ends.items()):
+            last = applied.get(source)
+            if last is None or end <= last + 1:  # caught up, or nothing applied to judge by
+                self.seen.pop(source, None)
+                continue
+            state = (last, end)
+            seen = self.seen.get(source)
+            if seen is None or seen[0] != state:
+                self.seen[source] = (state, now)
+                continue
+            since = seen[1]
+            if since is None or now - since < self.patience:
+                continue
+            if self.gaps.hole(source, end, last):
+                self.seen[source] = (state, now)  # the next read waits as long again
+                stalled.append(source)
+            else:
+                self.seen[source] = (state, None)
+        return stalled
+
+    def reset(self) -> None:
+        """Forget what was seen (a rebalance moves positions and restores tables)."""
+        self.seen.clear()

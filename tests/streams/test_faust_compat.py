@@ -64,6 +64,13 @@ def test_consumer_bookkeeping_the_rereader_touches_exists() -> None:
         assert f"{attribute} =" in source, attribute
     assert inspect.iscoroutinefunction(Consumer.perform_seek)
     assert params(Consumer.assignment) == ["self"]
+    # faust_compat.ends: each partition's end offset from the last fetch (aiokafka's highwater).
+    from aiokafka import AIOKafkaConsumer
+    from faust.transport.consumer import ThreadDelegateConsumer
+
+    assert params(ThreadDelegateConsumer.highwater) == ["self", "tp"]
+    assert params(AIOKafkaConsumerThread.highwater) == ["self", "tp"]
+    assert params(AIOKafkaConsumer.highwater) == ["self", "partition"]
 
 
 def test_table_store_and_producer_internals_exist() -> None:
@@ -93,6 +100,10 @@ def test_rebalance_guards_exist() -> None:
     for name in ("flow_control", "consumer_generation_id", "producer", "consumer"):
         assert hasattr(faust.App, name), name
     assert "self.spinner =" in inspect.getsource(faust.Worker.__init__)
+    # faust_compat.settled: recovery sets the flag on the app, which does not declare it.
+    from faust.tables.recovery import Recovery
+
+    assert "self.app.in_recovery = True" in inspect.getsource(Recovery)
 
 
 @pytest.mark.parametrize("name", sorted(faust_compat.__all__))

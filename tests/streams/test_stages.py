@@ -28,8 +28,10 @@ from streams.stages import (
     Produce,
     Record,
     RedactionStage,
+    Tails,
     keys,
 )
+from streams.stages.gaps import MAX_ROUNDS
 
 SECRET = "ghp_R8x2Kq9LmZt4Vb7Nw1Yc5Hd3Jf6Gs0Pa2Ue8"  # a GitHub token shape
 ALICE = {"tenant": "acme", "read": ["user:alice"]}
@@ -271,6 +273,38 @@ def test_a_hole_is_not_applied_until_read_again_or_accepted(log: list[dict[str, 
     accepted = worker.redaction.apply(batch[4:])  # still there after three seeks: the hole is real
     events = [r for r in produced(accepted, "redacted") if orjson.loads(r.value)["kind"] == "event"]
     assert not accepted.holes and [orjson.loads(r.value)["seq"] for r in events] == [5, 6]
+
+
+def test_an_unapplied_partition_end_is_read_again_once_it_stands_still() -> None:
+    """A partition's last records that the consumer read past but never handed on: nothing past
+    them shows a hole, so their end offset against what the stage applied does."""
+    gaps = Gaps()
+    tails = Tails(gaps, patience=5.0)
+    source = (REDACTED, 1)
+    assert tails.check(0.0, {source: 817, (REDACTED, 0): 834}, {source: 687, (REDACTED, 0): 833}) == []
+    assert tails.check(4.0, {source: 817}, {source: 687}) == []  # maybe a batch still on its way
+    assert tails.check(6.0, {source: 817}, {source: 687}) == [source]
+    assert tails.check(7.0, {source: 817}, {source: 687}) == []  # read again: waits as long again
+    gaps.reread(source)
+    assert tails.check(6.0 + 5.0, {source: 817}, {source: 687}) == [source]
+    assert tails.check(12.0, {source: 817}, {source: 700}) == []  # records arrived: it moves again
+    assert tails.check(17.5, {source: 817}, {source: 816}) == []  # caught up
+    assert tails.check(30.0, {source: 817}, {source: 816}) == [] and source not in tails.seen
+    assert tails.check(40.0, {source: 817}, {source: None}) == []  # nothing applied to judge by
+
+
+def test_an_unapplied_end_that_reading_again_never_fills_is_accepted() -> None:
+    gaps = Gaps()
+    tails = Tails(gaps, patience=1.0)
+    source = (L1, 0)
+    read = []
+    for second in range(20):
+        for found in tails.check(float(second), {source: 51}, {source: 49}):  # e.g. a transaction marker
+            read.append(second)
+            gaps.reread(found)
+    assert len(read) == MAX_ROUNDS, read
+    assert tails.check(21.0, {source: 54}, {source: 51}) == []  # records applied, more written: judged afresh
+    assert tails.check(23.0, {source: 54}, {source: 51}) == [source]
 
 
 def test_flush_ticks_claim_what_was_handled_once(log: list[dict[str, Any]]) -> None:
