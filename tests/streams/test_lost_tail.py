@@ -69,7 +69,7 @@ def test_a_tail_faust_read_but_never_handed_on_is_read_again(make_settings: Call
     start = datetime(2026, 11, 3, 9, 0, tzinfo=UTC)
     head = [session_events(f"head-s{i}", turns=2, seed=i, start=start + timedelta(seconds=i)) for i in range(3)]
     tail = session_events("tail-s0", turns=2, seed=7, start=start + timedelta(minutes=10))
-    env = {"PYTHONPATH": os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")]),
+    env = {"PYTHONPATH": os.pathsep.join(p for p in (str(hook), os.environ.get("PYTHONPATH")) if p),
            "USL_TEST_DROP_TOPIC": settings.topic("redacted"), "USL_TEST_DROP_FROM": '"tail-s0"',
            "USL_TEST_DROP_LOG": str(dropped)}
     stack = Stack(settings)
