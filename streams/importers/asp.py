@@ -2,8 +2,8 @@
 
 The events are taken as they are (their own eventIds, times and lineage); the importer only
 fills ``logId`` and ``acl`` when an event leaves them out, and validates each line. (Reading a
-file, :func:`streams.importers.iter_file` then frames its loose events in turns of their own:
-:mod:`streams.importers.frames`.)
+file, :func:`streams.importers.iter_file` then closes a run of loose events it ends in with an
+empty turn after it: :mod:`streams.importers.frames`.)
 """
 
 from __future__ import annotations

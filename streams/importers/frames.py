@@ -127,7 +127,8 @@ class LooseTails:
         closers = []
         for last in self._tails.values():
             turn_id = stable_id("turn", last["logId"], last["sessionId"], "close", last["eventId"])
-            closers += [_marker("turn.started", stable_id("usl", turn_id, "started"), turn_id, last, last["time"]),
+            # The end's id needs no eventId of its own: the turn's id already names the run's last event.
+            closers += [_frame_start(last, turn_id),
                         _marker("turn.ended", stable_id("usl", turn_id, "ended"), turn_id, last, last["time"])]
         self._tails.clear()
         return closers
