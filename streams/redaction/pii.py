@@ -155,11 +155,12 @@ def _within(host: str, domains: tuple[str, ...]) -> bool:
     return any(host == domain or host.endswith("." + domain) for domain in domains)
 
 
-# 13 to 19 digits, optionally grouped by spaces or dashes, not inside a longer number or a
-# decimal fraction, nor glued to a word (a hex id, a build tag). The
-# lookbehind comes after the first digit so the pattern starts with a character class, which
-# the regex engine skips ahead to in C: half the cost of leading with the lookbehind.
-_CARD = re.compile(r"\d(?<![\w.-]\d)(?:[ -]?\d){12,18}(?![\w-]|\.\d)", re.ASCII)
+# A run of digit groups, each separated from the next by one space or dash: where card numbers
+# are looked for. A card is a range of whole groups of a run (see _CardRule).
+_RUN = re.compile(r"\d+(?:[ -]\d+)*", re.ASCII)
+# A number glued to one of these (before it: a word, a version, a dash-joined name; after it: a
+# word or a decimal fraction) is part of something else (a hex id, a build tag, 0.84442185…).
+_GLUED = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 # (first digits, lengths) of the card networks: Visa, Mastercard, Amex, Discover, Diners,
 # JCB, UnionPay. A number outside them (an order id, a timestamp) is left alone.
 _NETWORKS: tuple[tuple[tuple[str, ...], tuple[int, ...]], ...] = (
@@ -183,53 +184,91 @@ def _luhn(digits: str) -> bool:
     return total % 10 == 0
 
 
-def _payment_card(match: re.Match[str]) -> bool:
-    text = match.group(0)
-    separators = {char for char in text if not char.isdigit()}
-    if len(separators) > 1:
-        return False  # 1234-5678 9012 3456 is not how a card number is written
-    digits = text.replace(" ", "").replace("-", "")
+def _payment_card(digits: str) -> bool:
     return _luhn(digits) and any(
         digits.startswith(prefixes) and len(digits) in lengths for prefixes, lengths in _NETWORKS
     )
 
 
-# Digits become "0", letters, "_" and "." (decimals: 0.8444218515250481) "a", spaces and dashes stay, everything else (punctuation,
-# UTF-8 bytes) becomes a space. Every card number in its usual spellings, not glued to a word or
-# a longer number, then shows one of these shapes (13 digits in a row, or the 4-4-4 and 4-6-4
-# groups of 16- and 15-digit cards), found with ``in`` at C speed.
+def _card_shaped(sizes: list[int]) -> bool:
+    """Whether groups of these sizes are how a card number is written: one group of 13-19
+    digits, groups of four (the last one to four: 4-4-4-4, 4-4-4-1, 4-4-4-4-3), or the 4-6-5 and
+    4-6-4 of American Express and Diners."""
+    if len(sizes) == 1:
+        return 13 <= sizes[0] <= 19
+    if sizes[0] != 4:
+        return False
+    if all(size == 4 for size in sizes[:-1]) and 1 <= sizes[-1] <= 4:
+        return 13 <= sum(sizes) <= 19
+    return len(sizes) == 3 and sizes[1] == 6 and sizes[2] in (4, 5)
+
+
+def _cards_in_run(text: str, run: re.Match[str]) -> list[tuple[int, int]]:
+    """The card numbers in one run of digit groups, as spans of ``text``: ranges of whole groups
+    joined by one kind of separator, card-shaped, Luhn-valid and of a card network, leftmost
+    first and the longest at each start. A run can hold a card and more ('4111 1111 1111 1111 5',
+    'ref 12 4111111111111111', a near miss '6248 4000 0000 0000 6' ending in a whole 13-digit
+    Visa): which number was meant cannot be told, and a card left readable is the worse mistake."""
+    start, end = run.span()
+    groups = [(match.start() + start, match.end() + start) for match in re.finditer(r"\d+", run.group(0), re.ASCII)]
+    free_start = start == 0 or text[start - 1] not in _GLUED
+    after = text[end:end + 2]
+    free_end = not after or (after[0] not in _GLUED or (after[0] == "." and not after[1:].isdigit()))
+    spans: list[tuple[int, int]] = []
+    first = 0 if free_start else 1
+    while first < len(groups):
+        found = None
+        for last in range(min(len(groups), first + 19) - 1, first - 1, -1):
+            if last == len(groups) - 1 and not free_end:
+                continue
+            sizes = [b - a for a, b in groups[first:last + 1]]
+            if not 13 <= sum(sizes) <= 19 or not _card_shaped(sizes):
+                continue
+            separators = {text[groups[k][1]] for k in range(first, last)}
+            if len(separators) > 1:
+                continue  # 1234-5678 9012 3456 is not how a card number is written
+            if _payment_card("".join(text[a:b] for a, b in groups[first:last + 1])):
+                found = last
+                break
+        if found is None:
+            first += 1
+            continue
+        spans.append((groups[first][0], groups[found][1]))
+        first = found + 1
+    return spans
+
+
+# Digits become "0", letters, "_" and "." "a", spaces and dashes stay, everything else
+# (punctuation, UTF-8 bytes) becomes a space. Every card-shaped range of digit groups (see
+# _card_shaped) then shows one of these shapes (13 digits in a row, or the 4-4-4 and 4-6-4
+# groups of longer cards), found with ``in`` at C speed.
 _CARD_CLASSES = bytes(
     ord("0") if chr(byte).isdigit() else ord("a") if chr(byte).isalpha() or chr(byte) in "_."
     else byte if byte in (ord(" "), ord("-")) else ord(" ")
     for byte in range(128)
 ) + b" " * 128
-_CARD_SHAPES = (b" " + b"0" * 13, b" 0000 0000 0000", b" 0000-0000-0000", b" 0000 000000 0000", b" 0000-000000-0000")
+_CARD_SHAPES = (b"0" * 13, b"0000 0000 0000", b"0000-0000-0000", b"0000 000000 0000", b"0000-000000-0000")
+# 13 or more digits, spaces and dashes from a digit to a digit: the stretches of text that can
+# hold a run long enough to be a card, so that only those are split into runs.
+_STRETCH = re.compile(r"\d[\d -]{11,}\d", re.ASCII)
 
 
 @dataclass(frozen=True, eq=False)
-class _CardRule(RegexRule):
-    """The card pattern is tried at every digit, which costs more than all other rules together
-    on logs; a byte-level shape test (C speed) skips the texts that hold no card-shaped number."""
+class _CardRule(Rule):
+    """Looking for cards costs more than all other rules together on logs (every digit could
+    start one): a byte-level shape test (C speed) skips the texts that hold no card-shaped
+    number, and only stretches of 13+ digits and separators are split into runs."""
 
     def apply(self, scan: Scan, hits: dict[str, int]) -> str:
         text = scan.text
-        shapes = b" " + text.encode("utf-8", "surrogatepass").translate(_CARD_CLASSES)
+        shapes = text.encode("utf-8", "surrogatepass").translate(_CARD_CLASSES)
         if not any(shape in shapes for shape in _CARD_SHAPES):
             return text
-        if not text.isascii():
-            return super().apply(scan, hits)
-        # ASCII: byte and character positions agree, so the pattern runs only where a shape starts.
-        starts = set()
-        for shape in _CARD_SHAPES:
-            position = shapes.find(shape)
-            while position != -1:
-                starts.add(position)  # the shape's leading space is the character before the number
-                position = shapes.find(shape, position + 1)
         spans: list[tuple[int, int]] = []
-        for start in sorted(starts):
-            match = self.pattern.match(text, start)
-            if match is not None and (not spans or start >= spans[-1][1]) and _payment_card(match):
-                spans.append(match.span())
+        for stretch in _STRETCH.finditer(text):
+            for run in _RUN.finditer(text, stretch.start(), stretch.end()):
+                if run.end() - run.start() >= 13:
+                    spans += _cards_in_run(text, run)
         if not spans:
             return text
         pieces: list[str] = []
@@ -242,14 +281,15 @@ class _CardRule(RegexRule):
         return "".join(pieces)
 
     def fingerprint(self) -> list[str]:
-        return [*super().fingerprint(), *(shape.decode() for shape in _CARD_SHAPES)]
+        # Version 2: ranges of whole groups of a run, card-shaped (policy 2.3).
+        return [*super().fingerprint(), "runs-of-groups", _RUN.pattern, _STRETCH.pattern, "".join(sorted(_GLUED)),
+                *(shape.decode() for shape in _CARD_SHAPES)]
 
 
 PAYMENT_CARD_RULE = _CardRule(
     name="payment-card",
     needs=frozenset("0123456789"),
-    description="payment card numbers: 13-19 digits (spaces or dashes allowed) of a card network, Luhn-valid",
-    pattern=_CARD,
-    check=_payment_card,
+    description="payment card numbers: 13-19 digits of a card network, Luhn-valid, written whole or in groups "
+                "of four (4-6-5 and 4-6-4 for American Express and Diners) split by spaces or dashes",
     repass=False,
 )

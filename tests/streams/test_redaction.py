@@ -28,7 +28,7 @@ from streams.redaction import (
 from streams.redaction.events import stable_id
 from streams.redaction.pii import _NETWORKS as CARD_NETWORKS
 from streams.redaction.samples import SEEDED_SECRETS
-from streams.redaction.text import clip
+from streams.redaction.text import clip, redact_text_plain
 from streams.redaction.vendors import ported_rule_names
 from tests.fixtures.secrets import battery
 
@@ -60,7 +60,7 @@ def test_exported_members() -> None:
         "DEFAULT_POLICY", "POLICY_VERSION", "RedactedEvent", "RedactionPolicy", "policy_hash",
         "redact_event", "redact_text", "rule_names",
     }
-    assert POLICY_VERSION == "2.2"
+    assert POLICY_VERSION == "2.3"
 
 
 # ---------------------------------------------------------------- labelled corpus
@@ -762,39 +762,78 @@ def card_numbers(draw: Any) -> tuple[str, str]:
     return written(good), written(bad)
 
 
-@given(card=card_numbers(), before=st.sampled_from(["", "card ", "pan=", "paid with ", '{"pan": "']),
+# Before: text that is not ASCII, and a short number just before the card, which once hid it.
+@given(card=card_numbers(), before=st.sampled_from(["", "card ", "pan=", "paid with ", '{"pan": "', "数量 ", "qty 3 ",
+                                                   "é ref 12 ", "カード番号:"]),
        after=st.sampled_from(["", " exp 12/29", ",", '"}', "\n"]))
 @settings(max_examples=300)
 def test_card_numbers_are_redacted_and_near_misses_are_kept(card: tuple[str, str], before: str, after: str) -> None:
     good, bad = card
     redacted, hits = redact_text(f"{before}{good}{after}")
     assert good not in redacted and hits.get("payment-card") == 1, redacted
-    tail = _card_from_a_later_group(bad)
-    if tail is None:
+    inside = _card_inside(bad)
+    if inside is None:
         assert redact_text(f"{before}{bad}{after}") == (f"{before}{bad}{after}", {})
     else:
-        # A near miss of 17+ digits in groups can end in a whole valid card that starts at one
-        # of its groups ('6248 4000 0000 0000 6': a 13-digit Visa from the second group). Which
-        # one was meant cannot be told; a card left readable is the worse mistake, so it goes.
+        # A near miss in groups can hold a whole valid card in some of its groups ('6248 4000
+        # 0000 0000 6': a 13-digit Visa from the second group on). Which number was meant cannot
+        # be told; a card left readable is the worse mistake, so it goes.
         redacted, hits = redact_text(f"{before}{bad}{after}")
-        assert tail not in redacted and hits.get("payment-card") == 1, redacted
+        assert inside not in redacted and hits.get("payment-card") == 1, redacted
 
 
 def test_a_grouped_number_ending_in_a_whole_card_loses_that_card() -> None:
     """Found by hypothesis: a 17-digit near miss whose last three groups are a valid Visa."""
     assert redact_text("6248 4000 0000 0000 6") == ("6248 [REDACTED:payment-card]", {"payment-card": 1})
-    assert _card_from_a_later_group("6248 4000 0000 0000 6") == "4000 0000 0000 6"
+    assert _card_inside("6248 4000 0000 0000 6") == "4000 0000 0000 6"
 
 
-def _card_from_a_later_group(written: str) -> str | None:
-    """The groups of ``written`` from one after its first on, when their digits are a Luhn-valid
-    number of a card network the rule knows, else None."""
-    groups = written.replace("-", " ").split()
-    for first in range(1, len(groups)):
-        digits = "".join(groups[first:])
-        valid = _check_digit(digits[:-1]) == digits[-1] if len(digits) > 1 else False
-        if valid and any(digits.startswith(prefixes) and len(digits) in lengths for prefixes, lengths in CARD_NETWORKS):
-            return written[len(written) - len(" ".join(groups[first:])):]
+@pytest.mark.parametrize(("text", "expected"), [
+    # Found on a text that was not ASCII: a small number before a card took the card with it
+    # into a 17-digit run that no network has, and the card stayed readable.
+    ("数量 3 4111 1111 1111 1111", "数量 3 [REDACTED:payment-card]"),
+    ("é ref 12 4111111111111111", "é ref 12 [REDACTED:payment-card]"),
+    ("Qty 3 4111 1111 1111 1111", "Qty 3 [REDACTED:payment-card]"),
+    # A stray group after the card, in any text.
+    ("card 4111 1111 1111 1111 5 items", "card [REDACTED:payment-card] 5 items"),
+    ("card 4111-1111-1111-1111-5", "card [REDACTED:payment-card]-5"),
+    # Dash-grouped as space-grouped: the near miss loses the valid card at its end.
+    ("6291-4000-0000-0000-6", "6291-[REDACTED:payment-card]"),
+    ("é 6291 4000 0000 0000 6", "é 6291 [REDACTED:payment-card]"),
+    ("2024-4111 1111 1111 1111", "2024-[REDACTED:payment-card]"),
+    ("信用卡4111111111111111", "信用卡[REDACTED:payment-card]"),
+    ("カード番号:4111-1111-1111-1111です", "カード番号:[REDACTED:payment-card]です"),
+    ("amex 3782 822463 10005 ok", "amex [REDACTED:payment-card] ok"),
+    # Kept: glued to a word or a decimal, Luhn-invalid, or grouped as no card is written.
+    ("card-4111111111111111", "card-4111111111111111"),
+    ("x4111111111111111", "x4111111111111111"),
+    ("4111111111111111.5", "4111111111111111.5"),
+    ("0.4111111111111111", "0.4111111111111111"),
+    ("trace id 4111111111111112 was sampled", "trace id 4111111111111112 was sampled"),
+    ("1234-5678 9012 3456", "1234-5678 9012 3456"),
+    ("41 11 11 11 11 11 11 11", "41 11 11 11 11 11 11 11"),
+    ("4111 111111111111", "4111 111111111111"),
+])
+def test_cards_are_found_wherever_their_groups_stand(text: str, expected: str) -> None:
+    assert redact_text(text)[0] == expected
+    assert redact_text_plain(text)[0] == expected
+
+
+def _card_inside(written: str) -> str | None:
+    """The leftmost, then longest, range of whole groups of ``written`` (one separator) that is
+    written as a card (one group, groups of four, or 4-6-5 / 4-6-4) and whose digits are a
+    Luhn-valid number of a card network the rule knows, else None."""
+    separator = "-" if "-" in written else " "
+    groups = written.split(separator)
+    for first in range(len(groups)):
+        for last in range(len(groups), first, -1):
+            chosen = groups[first:last]
+            sizes = [len(group) for group in chosen]
+            shaped = (len(sizes) == 1 or (sizes[0] == 4 and (all(size == 4 for size in sizes[:-1]) or sizes[1:] in ([6, 4], [6, 5]))))
+            digits = "".join(chosen)
+            valid = len(digits) > 1 and _check_digit(digits[:-1]) == digits[-1]
+            if shaped and valid and any(digits.startswith(prefixes) and len(digits) in lengths for prefixes, lengths in CARD_NETWORKS):
+                return separator.join(chosen)
     return None
 
 
