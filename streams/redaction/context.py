@@ -136,14 +136,18 @@ _PASSWORD_ELSEWHERE = RegexRule(
     group="value",
 )
 
+# The scheme's slashes may be JSON-escaped (PHP's json_encode writes ``https:\/\/``, others
+# ``\u002f``) in a tool's output. A password may hold a "#": no host:port is followed by "#" and
+# then "@" before any "/", so only a password makes that shape.
 URL_PASSWORD_RULE = RegexRule(
     name="url-password",
     repass=False,
     needs=frozenset(":"),
-    triggers=("://",),
-    description="password in scheme://user:password@host (database, broker and HTTP URLs)",
+    triggers=("://", ":\\/\\/", ":\\u002f\\u002f", ":\\u002F\\u002F"),
+    description="password in scheme://user:password@host (database, broker and HTTP URLs), also JSON-escaped",
     pattern=re.compile(
-        r"://(?<=[A-Za-z0-9]://)[^\s/?#@:\"'<>]*:(?P<value>[^\s/?#@\"'<>]+)@(?=[A-Za-z0-9\[])",
+        r":(?<=[A-Za-z0-9]:)(?:/|\\/|\\u002[fF])(?:/|\\/|\\u002[fF])[^\s/?#@:\"'<>]*:"
+        r"(?P<value>[^\s/?@\"'<>]+)@(?=[A-Za-z0-9\[])",
         re.ASCII,
     ),
     group="value",

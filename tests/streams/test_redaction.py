@@ -841,3 +841,19 @@ def test_card_redaction_can_be_switched_off() -> None:
     text = "card 4111 1111 1111 1111"
     assert redact_text(text, RedactionPolicy(redact_payment_cards=False)) == (text, {})
     assert policy_hash(RedactionPolicy(redact_payment_cards=False)) != policy_hash()
+
+
+# Policy 2.3, later: a URL's password holding "#", and URLs whose slashes are JSON-escaped.
+@pytest.mark.parametrize(("text", "expected"), [
+    ("lftp ftp://ci:bQE4oQ4K7#cu@ftp.example.com/up", "lftp ftp://ci:[REDACTED:url-password]@ftp.example.com/up"),
+    ("amqp://app:Xk#92mLq!@rabbit:5672/v", "amqp://app:[REDACTED:url-password]@rabbit:5672/v"),
+    ('{"url":"https:\\/\\/app:S3cr3t!x@db.example.com\\/x"}', '{"url":"https:\\/\\/app:[REDACTED:url-password]@db.example.com\\/x"}'),
+    ('"https:\\u002f\\u002fci:dbhvWnv!KVA0@host.example\\u002fp"', '"https:\\u002f\\u002fci:[REDACTED:url-password]@host.example\\u002fp"'),
+    # near misses: a fragment or a port before an address, an escaped URL without a password
+    ("http://localhost:3000#/login@x", "http://localhost:3000#/login@x"),
+    ("open http://localhost:4000/#section", "open http://localhost:4000/#section"),
+    ('"https:\\/\\/github.com\\/marot\\/spotter"', '"https:\\/\\/github.com\\/marot\\/spotter"'),
+])
+def test_url_passwords_with_a_hash_or_escaped_slashes(text: str, expected: str) -> None:
+    assert redact_text(text)[0] == expected
+    assert redact_text_plain(text)[0] == expected
