@@ -13,7 +13,7 @@ __all__ = ["AssignmentRule"]
 
 _NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 # Where a candidate starts: each keyword is searched literally in the lower-cased text.
-_KEYWORDS = ("passw", "passphrase", "pwd", "secret", "token", "credential", "cookie", "auth", "key")
+_KEYWORDS = ("pass", "pwd", "secret", "token", "credential", "cookie", "auth", "key")
 _KEYWORD_SET = frozenset(_KEYWORDS)
 # Names whose values have a rule of their own, by their letters only (SecretAccessKey,
 # aws_secret_access_key, AccountKey).
@@ -50,7 +50,7 @@ class AssignmentRule(Rule):
     """
 
     _pattern = re.compile(
-        r"(?:passw(?:or)?ds?|passphrase|pwd|secret|token|credential|cookie|auth|key)"
+        r"(?:passw(?:or)?ds?|passphrase|pass|pwd|secret|token|credential|cookie|auth|key)"
         r"[A-Za-z0-9_.-]{0,48}(?P<close>\\?[\"']?)[ \t]*"
         r"(?P<sep>:=|=>|=(?![=~])|:(?![:/\\]))[ \t]*"
         r"(?:\\?\"(?P<dq>[^\"\\\r\n]{1,4096})\\?\"|'(?P<sq>[^'\r\n]{1,4096})'"

@@ -52,6 +52,8 @@ _DESCRIPTIVE_SUFFIXES = frozenset({
     "at", "on", "days", "seconds", "minutes", "hours", "ms", "s", "lifetime", "algorithm",
     "alg", "class", "schema", "config", "settings", "error", "errors", "message",
 })
+# Words before "pass" that make it a step or a count, not a password.
+_PASS_COUNTS = frozenset({"first", "second", "third", "last", "next", "single", "multi", "one", "two", "each", "per", "by", "fast", "slow", "full", "final", "dry", "test", "tests"})
 # Words seen in the common "not a secret" spellings: publicKey, publishable_key, key_id, ...
 _NEGATING_WORDS = frozenset({"public", "publishable", "max", "num", "total", "no", "is", "has", "use"})
 
@@ -66,6 +68,10 @@ def name_class(name: str) -> NameClass | None:
         return None
     # Run-together spellings (PGPASSWORD, SLACKTOKEN, clientsecret) count as well.
     if any(word in _PASSWORD_WORDS or "password" in word or "passwd" in word or "passphrase" in word for word in words):
+        return "password"
+    if len(words) > 1 and words[-1] == "pass" and words[-2] not in _PASS_COUNTS:
+        # DB_PASS, SMTP_PASS, ansible_become_pass, dbPass; a bare "pass" is a test count
+        # ({"pass": 12}) and first_pass a step of an algorithm.
         return "password"
     if any(word in _SECRET_WORDS or "secret" in word or word.endswith(("token", "apikey")) for word in words):
         return "secret"
@@ -119,6 +125,6 @@ def fingerprint() -> list[list[str]]:
     """The word lists behind :func:`name_class` and :func:`is_placeholder`, for the policy hash."""
     lists = (
         _PASSWORD_WORDS, _SECRET_WORDS, _SECRET_KEY_QUALIFIERS, _PLAIN_KEY_QUALIFIERS,
-        _DESCRIPTIVE_SUFFIXES, _NEGATING_WORDS, _PLACEHOLDER_WORDS, _MASK_CHARS,
+        _DESCRIPTIVE_SUFFIXES, _NEGATING_WORDS, _PLACEHOLDER_WORDS, _MASK_CHARS, _PASS_COUNTS,
     )
     return [sorted(words) for words in lists] + [[_WORDS.pattern, _REFERENCE.pattern, *_REFERENCE_WORDS]]

@@ -857,3 +857,26 @@ def test_card_redaction_can_be_switched_off() -> None:
 def test_url_passwords_with_a_hash_or_escaped_slashes(text: str, expected: str) -> None:
     assert redact_text(text)[0] == expected
     assert redact_text_plain(text)[0] == expected
+
+
+# Policy 2.3, later: a name ending in "pass" after a qualifier is a password's name.
+@pytest.mark.parametrize(("text", "expected"), [
+    ("export DB_PASS=Falconwinter3143@", "export DB_PASS=[REDACTED:password-assignment]"),
+    ("db_host=localhost\ndb_pass=wj7jfYexi-pRPotZZ\n", "db_host=localhost\ndb_pass=[REDACTED:password-assignment]\n"),
+    ("ansible-playbook site.yml -e 'ansible_become_pass=bQE4oQ4K7#cu'",
+     "ansible-playbook site.yml -e 'ansible_become_pass=[REDACTED:password-assignment]'"),
+    ('const dbPass = "Xy12abc!";', 'const dbPass = "[REDACTED:password-assignment]";'),
+    # near misses: test counts, algorithm steps, words holding "pass"
+    ('{"pass": 12, "fail": 0}', '{"pass": 12, "fail": 0}'),
+    ("first_pass = 3", "first_pass = 3"),
+    ("passed=12 failed=0 bypass=1234567", "passed=12 failed=0 bypass=1234567"),
+    ("the test will pass 12345678 times", "the test will pass 12345678 times"),
+])
+def test_names_ending_in_pass_hold_passwords(text: str, expected: str) -> None:
+    assert redact_text(text)[0] == expected
+    assert redact_text_plain(text)[0] == expected
+
+
+def test_a_pass_named_field_is_a_secret_field() -> None:
+    event = {"type": "tool.call", "fields": {"input": {"smtp_pass": "hunter22", "pass": 3}}}
+    assert redact_event(event).event["fields"]["input"] == {"smtp_pass": "[REDACTED:secret-field]", "pass": 3}
