@@ -6,7 +6,7 @@ import base64
 import binascii
 import re
 
-from streams.redaction.base import RegexRule, Rule, Scan, marker
+from streams.redaction.base import Check, RegexRule, Rule, Scan, marker
 
 __all__ = ["CONTEXT_RULES", "PRIVATE_KEY_RULE", "URL_PASSWORD_RULE", "EnvDumpRule", "WrappedTailRule"]
 
@@ -112,6 +112,53 @@ _CURL_USER = RegexRule(
                        r"(?P<value>[^\s'\"|;&`]+)", re.ASCII),
     group="value",
 )
+# More clients whose password flag names no password (2.3, later): mongo / mongosh -p, az login
+# -p, the OpenLDAP tools' -w, httpie's -a USER:PASSWORD, smbclient / rpcclient -U USER%PASSWORD,
+# openssl's -passin / -passout pass:PASSWORD, and htpasswd -b (batch mode: the password is the
+# last argument, after FILE and USER, or after USER with -n).
+def _cli_rule(triggers: tuple[str, ...], description: str, pattern: str, check: Check | None = None) -> RegexRule:
+    return RegexRule(name="cli-password", triggers=triggers, description=description,
+                     pattern=re.compile(pattern, re.ASCII), group="value", check=check)
+
+
+def _htpasswd_file(match: re.Match[str]) -> bool:
+    flags = match.group("flags")
+    return "b" in flags and "n" not in flags
+
+
+def _htpasswd_stdout(match: re.Match[str]) -> bool:
+    flags = match.group("flags")
+    return "b" in flags and "n" in flags
+
+
+_BARE_ARG = r"[^\s|;&`-][^\s|;&`]*"
+_CLI_FLAG_PASSWORDS = (
+    _cli_rule(("mongo", "az"), "mongo / mongosh -p PASSWORD, az login -p PASSWORD",
+              r"\b(?:mongo|mongosh|az[ \t]+login)\b[^\r\n|;&]*?[ \t]-p[ \t]+" + _QUOTED_OR_BARE),
+    _cli_rule(("ldap",), "OpenLDAP tools' -w PASSWORD",
+              r"\bldap(?:search|modify|add|delete|whoami|passwd|compare|modrdn|exop)\b[^\r\n|;&]*?[ \t]-w[ \t]+" + _QUOTED_OR_BARE),
+    _cli_rule(("http",), "httpie -a / --auth USER:PASSWORD",
+              r"\bhttps?(?:[ \t][^\r\n|;&]*?)?[ \t](?:-a|--auth)(?:=|[ \t]+)['\"]?[^\s'\":\[]+:(?P<value>[^\s'\"|;&`]+)"),
+    _cli_rule(("client", "smbmap", "smbcacls"), "smbclient / rpcclient -U USER%PASSWORD",
+              r"\b(?:smbclient|rpcclient|smbmap|smbcacls)\b[^\r\n|;&]*?[ \t](?:-U|--user)(?:=|[ \t]+)['\"]?[^\s'\"%\[]+%"
+              r"(?P<value>[^\s'\"|;&`]+)"),
+    _cli_rule(("pass:",), "openssl -passin / -passout / -pass pass:PASSWORD",
+              r"[ \t]-pass(?:in|out|word)?[ \t]+['\"]?pass:(?P<value>[^\s'\"|;&`]+)"),
+    # A secret echoed into a command that reads it from stdin: echo X | docker login
+    # --password-stdin, | gh auth login --with-token, | gcloud secrets create, | vercel env add.
+    _cli_rule(("echo", "printf"), "echo SECRET | a command reading a secret from stdin",
+              r"\b(?:echo|printf)(?:[ \t]+-[neE]+)*[ \t]+(?P<value>'[^'$\r\n]{6,}'|\"[^\"$\r\n]{6,}\"|[^\s'\"$|;&`<>]{6,})[ \t]*\|"
+              r"(?=[^\r\n;&]*?(?:--password-stdin|--with-token|\bsecrets?[ \t]+(?:create|versions[ \t]+add|set)\b"
+              r"|\benv[ \t]+add\b|--data-file[= ]-|\bauth[ \t]+login\b|\bchpasswd\b|\bpasswd[ \t]+--stdin\b))"),
+    _cli_rule(("htpasswd",), "htpasswd -b FILE USER PASSWORD",
+              r"\bhtpasswd(?P<flags>(?:[ \t]+-[A-Za-z]+)+)[ \t]+" + _BARE_ARG + r"[ \t]+" + _BARE_ARG
+              + r"[ \t]+(?P<value>" + _BARE_ARG + ")", check=_htpasswd_file),
+    _cli_rule(("htpasswd",), "htpasswd -nb USER PASSWORD",
+              r"\bhtpasswd(?P<flags>(?:[ \t]+-[A-Za-z]+)+)[ \t]+" + _BARE_ARG + r"[ \t]+(?P<value>" + _BARE_ARG + ")",
+              check=_htpasswd_stdout),
+)
+
+
 # "password" in other languages, then (within a few words, no digit) a value of 8+ characters
 # holding a letter and a digit: "пароль: Qwerty12345 для входа", "密码是 Abc123456789xyz". The
 # English words are the assignment and prose rules' (streams.redaction.assignments).
@@ -222,7 +269,7 @@ _AWS_PAIR = tuple(
                     _AWS_SECRET + r"(?=[\s\S]{0,200}?" + _AWS_KEY_ID + ")")
 )
 
-CONTEXT_RULES: tuple[Rule, ...] = (_AZURE_SAS, _BEARER, _BASIC, *_AWS_PAIR, _MYSQL_PASSWORD, _CLI_PASSWORD, _CURL_USER,
+CONTEXT_RULES: tuple[Rule, ...] = (_AZURE_SAS, _BEARER, _BASIC, *_AWS_PAIR, _MYSQL_PASSWORD, _CLI_PASSWORD, *_CLI_FLAG_PASSWORDS, _CURL_USER,
                                    _PASSWORD_ELSEWHERE)
 
 

@@ -880,3 +880,35 @@ def test_names_ending_in_pass_hold_passwords(text: str, expected: str) -> None:
 def test_a_pass_named_field_is_a_secret_field() -> None:
     event = {"type": "tool.call", "fields": {"input": {"smtp_pass": "hunter22", "pass": 3}}}
     assert redact_event(event).event["fields"]["input"] == {"smtp_pass": "[REDACTED:secret-field]", "pass": 3}
+
+
+# Policy 2.3, later: more clients whose password flag names no password, and a secret echoed
+# into a command that reads one from stdin.
+@pytest.mark.parametrize(("text", "expected"), [
+    ("mongosh --host m -u app -p wj7jfYexi-pRPotZZ --authenticationDatabase admin",
+     "mongosh --host m -u app -p [REDACTED:cli-password] --authenticationDatabase admin"),
+    ("az login --service-principal -u http://app -p Qx8~vL2#pp --tenant t",
+     "az login --service-principal -u http://app -p [REDACTED:cli-password] --tenant t"),
+    ("ldapsearch -x -D cn=admin,dc=corp -w S3cr3t!pw -b dc=corp", "ldapsearch -x -D cn=admin,dc=corp -w [REDACTED:cli-password] -b dc=corp"),
+    ("http -a deploy:pw12345678 GET https://api.example.com/me", "http -a deploy:[REDACTED:cli-password] GET https://api.example.com/me"),
+    ("smbclient //fs/share -U deploy%Wq9#mm2x", "smbclient //fs/share -U deploy%[REDACTED:cli-password]"),
+    ("openssl pkcs12 -export -in c.pem -out o.p12 -passout pass:Xk92!mLq", "openssl pkcs12 -export -in c.pem -out o.p12 -passout pass:[REDACTED:cli-password]"),
+    ("htpasswd -b -c /etc/nginx/.htpasswd admin Falconwinter3143@", "htpasswd -b -c /etc/nginx/.htpasswd admin [REDACTED:cli-password]"),
+    ("htpasswd -nbB admin S3cret!x", "htpasswd -nbB admin [REDACTED:cli-password]"),
+    ("echo xHGKlTre4788rey | docker login --username ci --password-stdin ghcr.io",
+     "echo [REDACTED:cli-password] | docker login --username ci --password-stdin ghcr.io"),
+    ("echo -n 'wj7jfYexi-pRPotZZ' | gcloud secrets create db-pass --data-file=-",
+     "echo -n [REDACTED:cli-password] | gcloud secrets create db-pass --data-file=-"),
+    ("echo O2xd9VMap9f6Ukye2DoJyfLm | vercel env add API_TOKEN production", "echo [REDACTED:cli-password] | vercel env add API_TOKEN production"),
+    # near misses: prompts, variables, files, other meanings of the flags
+    ("ldapsearch -W -b dc=corp", "ldapsearch -W -b dc=corp"),
+    ("htpasswd -c /etc/nginx/.htpasswd admin", "htpasswd -c /etc/nginx/.htpasswd admin"),
+    ("openssl rsa -passin file:pw.txt -passout env:PASS", "openssl rsa -passin file:pw.txt -passout env:PASS"),
+    ("echo $CR_PAT | docker login ghcr.io -u x --password-stdin", "echo $CR_PAT | docker login ghcr.io -u x --password-stdin"),
+    ('echo "${TOKEN}" | gh auth login --with-token', 'echo "${TOKEN}" | gh auth login --with-token'),
+    ("echo hello_world | grep hello", "echo hello_world | grep hello"),
+    ("see https://example.com -a foo:bar", "see https://example.com -a foo:bar"),
+])
+def test_more_cli_passwords_and_secrets_piped_to_stdin(text: str, expected: str) -> None:
+    assert redact_text(text)[0] == expected
+    assert redact_text_plain(text)[0] == expected
