@@ -80,6 +80,18 @@ _AZURE_SAS = RegexRule(
     group="value",
 )
 
+# A signed URL's signature (S3 / GCS V4 presigned URLs, CloudFront, any ?signature=) and an STS
+# session token in one grant access until they expire, like a token (2.3, later).
+_URL_SIGNATURE = RegexRule(
+    name="url-signature",
+    needs=frozenset("="),
+    lower_triggers=("signature=", "security-token="),
+    description="signature= / X-Amz-Signature= / X-Goog-Signature= / X-Amz-Security-Token= of a signed URL",
+    pattern=re.compile(r"(?<=[?&;])(?:x-amz-signature|x-goog-signature|signature|x-amz-security-token)="
+                       r"(?P<value>[A-Za-z0-9%+/=_.~-]{16,})", re.ASCII | re.IGNORECASE),
+    group="value",
+)
+
 # Clients whose password flag is one letter, so no secret-like name says what follows (the
 # assignment rule reads --password): mysql's -p takes its password glued (a bare "-p" prompts),
 # sshpass and registry logins take "-p VALUE", redis-cli "-a VALUE".
@@ -269,7 +281,7 @@ _AWS_PAIR = tuple(
                     _AWS_SECRET + r"(?=[\s\S]{0,200}?" + _AWS_KEY_ID + ")")
 )
 
-CONTEXT_RULES: tuple[Rule, ...] = (_AZURE_SAS, _BEARER, _BASIC, *_AWS_PAIR, _MYSQL_PASSWORD, _CLI_PASSWORD, *_CLI_FLAG_PASSWORDS, _CURL_USER,
+CONTEXT_RULES: tuple[Rule, ...] = (_AZURE_SAS, _URL_SIGNATURE, _BEARER, _BASIC, *_AWS_PAIR, _MYSQL_PASSWORD, _CLI_PASSWORD, *_CLI_FLAG_PASSWORDS, _CURL_USER,
                                    _PASSWORD_ELSEWHERE)
 
 

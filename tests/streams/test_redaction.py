@@ -912,3 +912,23 @@ def test_a_pass_named_field_is_a_secret_field() -> None:
 def test_more_cli_passwords_and_secrets_piped_to_stdin(text: str, expected: str) -> None:
     assert redact_text(text)[0] == expected
     assert redact_text_plain(text)[0] == expected
+
+
+# Policy 2.3, later: the signature (and STS token) of a presigned URL grants access like a token.
+@pytest.mark.parametrize(("text", "expected"), [
+    ("https://b.s3.amazonaws.com/q1.pdf?X-Amz-Expires=3600&X-Amz-SignedHeaders=host&X-Amz-Signature=d6695e43d2243733f83f4faebdaacfae1b520610",
+     "https://b.s3.amazonaws.com/q1.pdf?X-Amz-Expires=3600&X-Amz-SignedHeaders=host&X-Amz-Signature=[REDACTED:url-signature]"),
+    ("https://b.s3.amazonaws.com/a?X-Amz-Security-Token=IQoJb3JpZ2luX2VjEHYaCXVzLWVhc3QtMSJH%2F&X-Amz-Date=20240501T000000Z",
+     "https://b.s3.amazonaws.com/a?X-Amz-Security-Token=[REDACTED:url-signature]&X-Amz-Date=20240501T000000Z"),
+    ("https://storage.googleapis.com/b/o?X-Goog-SignedHeaders=host&X-Goog-Signature=0a1b2c3d4e5f60718293a4b5c6d7e8f9",
+     "https://storage.googleapis.com/b/o?X-Goog-SignedHeaders=host&X-Goog-Signature=[REDACTED:url-signature]"),
+    ("https://cdn.example.com/f.zip?expires=1717000000&signature=00be090a6338ae584aac8e6e0265d0dcee1ad1fe",
+     "https://cdn.example.com/f.zip?expires=1717000000&signature=[REDACTED:url-signature]"),
+    # near misses: short values, no URL parameter
+    ("https://x/api?signature=abc", "https://x/api?signature=abc"),
+    ("verify the signature=0123456789abcdef0123 first", "verify the signature=0123456789abcdef0123 first"),
+    ("X-Amz-SignedHeaders=host;x-amz-date", "X-Amz-SignedHeaders=host;x-amz-date"),
+])
+def test_signed_url_signatures_are_redacted(text: str, expected: str) -> None:
+    assert redact_text(text)[0] == expected
+    assert redact_text_plain(text)[0] == expected
