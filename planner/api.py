@@ -80,6 +80,7 @@ __all__ = [
     "RequestGuard",
     "UnsupportedMediaType",
     "create_app",
+    "not_json",
     "openapi",
 ]
 
@@ -158,14 +159,23 @@ def _guarded(handler: Handler) -> Handler:
     return endpoint
 
 
+def not_json(media_type: str, *, accepted: str = "JSON",
+             header: str = "Content-Type: application/json") -> UnsupportedMediaType:
+    """The 415 of a body sent as ``media_type``: what to add to the request, curl's way included
+    (``curl -d`` alone sends a form type, the commonest way to meet this error)."""
+    return UnsupportedMediaType(
+        f"a request body must be {accepted}, not {media_type or 'untyped'}",
+        hint=f"Send the header {header}; with curl, add -H '{header}' "
+             "(curl -d alone sends application/x-www-form-urlencoded).")
+
+
 def _check_media_type(headers: Headers) -> None:
     """Refuse a body that is not JSON (or protobuf, for OTLP) with 415: a web page can post
     text/plain or a form to any address without asking first, but never JSON."""
     media_type = headers.get("content-type", "").split(";")[0].strip().lower()
     if media_type not in _BODY_MEDIA_TYPES and not (
             media_type.startswith("application/") and media_type.endswith("+json")):
-        raise UnsupportedMediaType(f"a request body must be JSON, not {media_type or 'untyped'}",
-                                   hint="Send Content-Type: application/json.")
+        raise not_json(media_type)
 
 
 async def _json_body(request: Request) -> Any:

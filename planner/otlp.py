@@ -85,10 +85,9 @@ async def traces_endpoint(request: Request, receiver: Any, principal: Principal)
 
     media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if media_type not in (_PROTOBUF, "application/json"):
-        from planner.api import UnsupportedMediaType
+        from planner.api import not_json
 
-        raise UnsupportedMediaType(f"OTLP/HTTP bodies are protobuf or JSON, not {media_type or 'untyped'}",
-                                   hint="Send Content-Type: application/x-protobuf or application/json.")
+        raise not_json(media_type, accepted="OTLP protobuf or JSON")
     log_id = request_log(request.query_params.get("log", "default"))
     decoded = decode_request(await request.body(), media_type)
     checked: list[tuple[int, dict[str, Any]]] = []

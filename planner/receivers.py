@@ -281,10 +281,9 @@ async def _body(request: Request) -> Any:
         raise QueryError("the request body is empty; send a JSON object", hint='For example {"events": []}.')
     media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if media_type != "application/json" and not media_type.endswith("+json"):
-        from planner.api import UnsupportedMediaType
+        from planner.api import not_json
 
-        raise UnsupportedMediaType(f"a request body must be JSON, not {media_type or 'untyped'}",
-                                   hint="Send Content-Type: application/json.")
+        raise not_json(media_type)
     try:
         return _parse(raw)
     except orjson.JSONDecodeError:

@@ -57,3 +57,16 @@ def test_readme_commands_and_ci() -> None:
     makefile = (ROOT / "Makefile").read_text()
     assert re.search(r"^demo:", makefile, re.M) and re.search(r"^test:", makefile, re.M)
     assert "make test" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_curl_examples_that_post_json_say_so() -> None:
+    """The API takes only JSON bodies (docs/security.md) and ``curl -d`` alone sends a form type:
+    every printed curl command that sends a body names its Content-Type, so it works as printed."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    commands = [(page.name, line) for page in pages
+                for line in page.read_text().replace("\\\n", " ").splitlines()]  # continued lines joined
+    posts = [(page, line) for page, line in commands
+             if re.match(r"\s*(\$ )?curl\b", line) and re.search(r"\s(-d|--data(-raw|-binary)?)\s", line)]
+    assert posts, "the README's curl examples were not found"
+    for page, line in posts:
+        assert re.search(r"-H ['\"]Content-Type: application/json['\"]", line), f"{page}: {line}"

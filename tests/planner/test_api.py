@@ -218,6 +218,22 @@ def test_a_post_body_must_be_json(tmp_path: Path, content_type: str | None) -> N
         assert_refused(response, 415, "unsupported_media_type")
 
 
+def test_the_415_says_what_to_add(tmp_path: Path) -> None:
+    """``curl -d`` without -H sends a form type: the refusal names the header to add, with keys
+    (checked by the route) as without (checked before routing)."""
+    form = {"Content-Type": "application/x-www-form-urlencoded"}
+    config = Settings.from_env({}, home=tmp_path / "keyed")
+    key, _entry = create_key(keys_path(config), "tenant:acme/user:dave")
+    keyed = TestClient(create_app(config, "127.0.0.1:9", planner=EchoPlanner()), base_url=LOCAL)
+    for client, sent in ((guarded_client(tmp_path / "keyless"), form),
+                         (keyed, {**form, "Authorization": f"Bearer {key}"})):
+        for route in ("/v1/search", "/v1/events"):
+            error = client.post(route, content=b'{"query": "x"}', headers=sent).json()["error"]
+            assert error["code"] == "unsupported_media_type"
+            assert "not application/x-www-form-urlencoded" in error["message"]
+            assert "add -H 'Content-Type: application/json'" in error["hint"], error
+
+
 @pytest.mark.parametrize("content_type", ["application/json", "application/json; charset=utf-8",
                                           "Application/JSON", "application/vnd.usl+json"])
 def test_json_media_types_are_accepted(tmp_path: Path, content_type: str) -> None:
