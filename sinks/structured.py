@@ -11,10 +11,16 @@ Each batch adds (only non-empty ones; ``<n>`` is shared by the batch, zstd-compr
   find chunks that straddle a snapshot and trim them;
 - ``sessions-<n>.parquet`` one row per redacted event with the event's acl and lineage ids;
   the latest acl of a session is the one on its highest-seq row;
-- ``lineage-<n>.parquet``  edges ``kind, fromId → toId, seq``: ``session-parent``
-  (parentSessionId → sessionId), ``run-session`` (runId → sessionId), ``episode-session``
-  (episodeId → sessionId), ``event-cause`` (parentEventId → eventId, e.g. tool.call →
-  tool.result). ``sessionId`` is the session of the event the edge was read from.
+- ``lineage-<n>.parquet``  edges ``kind, fromId → toId, seq``, each from parent to child:
+  ``session-parent`` (parentSessionId → sessionId), ``run-session`` (sessionId → runId),
+  ``episode-session`` (sessionId → episodeId: a subagent's episode), ``event-cause``
+  (parentEventId → eventId, e.g. tool.call → tool.result, or → the episode.started of the
+  subagent it spawned). ``sessionId`` is the session of the event the edge was read from.
+
+Generations written before lineage 2 hold ``run-session`` / ``episode-session`` the other way
+round (runId → sessionId); their segments are reused by later generations, so the reader turns
+every such edge to start at its ``sessionId`` column (the session that declared it, always the
+session end of the edge) whichever way it was written: no rebuild is needed.
 """
 
 from __future__ import annotations
@@ -45,6 +51,8 @@ __all__ = ["SCHEMAS", "SCHEMA_VERSION", "StructuredReader", "StructuredWriter"]
 SCHEMA_VERSION = "1"
 _STRINGS = pa.list_(pa.string())
 _MAX_LINEAGE_DEPTH = 64
+# Edge kinds whose parent end is the declaring session (``sessionId``).
+_SESSION_PARENT_KINDS = "('run-session', 'episode-session')"
 
 SCHEMAS: dict[str, pa.Schema] = {
     "chunks": pa.schema([
@@ -240,7 +248,9 @@ class StructuredReader:
         as_of_seq: int | None = None,
     ) -> list[dict[str, Any]]:
         """Edges reachable from ``entity_id`` (a session, run, episode or event id), following
-        edges forward (descendants) or backward (ancestors), only edges with seq <= as_of_seq.
+        edges forward (descendants: from parent to child) or backward (ancestors), only edges
+        with seq <= as_of_seq. A session's descendants are its runs, its (subagent) episodes and
+        its child sessions; an event's are the events it caused.
 
         Each edge: ``kind, fromId, toId, seq`` (its first appearance), ``sessionId`` (whose
         event declared it; the caller checks ACLs) and ``depth`` (1 = adjacent). Ordered by
@@ -250,10 +260,16 @@ class StructuredReader:
             raise SinkError(f"lineage direction must be 'ancestors' or 'descendants', not {direction!r}")
         near, far = ("fromId", "toId") if direction == "descendants" else ("toId", "fromId")
         bound = "" if as_of_seq is None else "WHERE seq <= $as_of"
+        # Older segments hold a session's run/episode edges as child → session: turn them round.
+        reversed_ = f"kind IN {_SESSION_PARENT_KINDS} AND fromId <> sessionId"
         sql = f"""
-            WITH RECURSIVE edges AS (
+            WITH RECURSIVE declared AS (
+                SELECT kind, CASE WHEN {reversed_} THEN toId ELSE fromId END AS fromId,
+                       CASE WHEN {reversed_} THEN fromId ELSE toId END AS toId, seq, sessionId
+                FROM lineage {bound}
+            ), edges AS (
                 SELECT kind, fromId, toId, min(seq) AS seq, arg_min(sessionId, seq) AS sessionId
-                FROM lineage {bound} GROUP BY kind, fromId, toId
+                FROM declared GROUP BY kind, fromId, toId
             ), walk(kind, fromId, toId, seq, sessionId, depth) AS (
                 SELECT kind, fromId, toId, seq, sessionId, 1 FROM edges WHERE {near} = $entity
                 UNION
@@ -353,8 +369,9 @@ def _lineage_rows(record: dict[str, Any]) -> list[dict[str, Any]]:
     session_id = event["sessionId"]
     edges = [
         ("session-parent", event.get("parentSessionId"), session_id),
-        ("run-session", event.get("runId"), session_id),
-        ("episode-session", event.get("episodeId"), session_id),
+        # A session is the parent of its runs and episodes: DESCENDANTS of a session reach them.
+        ("run-session", session_id, event.get("runId")),
+        ("episode-session", session_id, event.get("episodeId")),
         ("event-cause", event.get("parentEventId"), event.get("eventId")),
     ]
     return [

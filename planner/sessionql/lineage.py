@@ -6,8 +6,8 @@ the caller cannot read:
 
 - the session whose event declared it is readable;
 - ``session-parent``: both sessions are readable (a hidden parent's id is never shown);
-- ``run-session`` / ``episode-session``: the session is readable (the run or episode id was
-  declared by that session's own events);
+- ``run-session`` / ``episode-session`` (session → its run or episode): the session is readable
+  (the run or episode id was declared by that session's own events);
 - ``event-cause``: both events belong to readable sessions (an event unknown at ``asOfSeq``
   counts as unreadable);
 - any other kind: dropped (fail closed).
@@ -78,7 +78,7 @@ def _admissible(edge: dict[str, Any], readable: set[str], owners: dict[str, str]
     if kind == "session-parent":
         return edge["fromId"] in readable and edge["toId"] in readable
     if kind in ("run-session", "episode-session"):
-        return edge["toId"] in readable
+        return edge["fromId"] in readable
     if kind == "event-cause":
         return owners.get(edge["fromId"]) in readable and owners.get(edge["toId"]) in readable
     return False

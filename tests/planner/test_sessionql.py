@@ -148,16 +148,22 @@ def test_max_result_bytes_truncates(gens: tuple[Path, Path]) -> None:
 
 
 def test_lineage_never_passes_through_a_hidden_session(gens: tuple[Path, Path]) -> None:
-    assert edges(run(gens, 'LINEAGE DESCENDANTS OF "root"')) == {("session-parent", "root", "side", 1)}
+    assert edges(run(gens, 'LINEAGE DESCENDANTS OF "root"')) == {
+        ("run-session", "root", "root-r", 1), ("session-parent", "root", "side", 1)}
     assert edges(run(gens, 'LINEAGE DESCENDANTS OF "root"', who=BOB)) == {
-        ("session-parent", "root", "hidden", 1), ("session-parent", "root", "side", 1),
-        ("session-parent", "hidden", "grand", 2)}
+        ("run-session", "root", "root-r", 1), ("session-parent", "root", "hidden", 1),
+        ("session-parent", "root", "side", 1), ("run-session", "hidden", "hidden-r", 2),
+        ("session-parent", "hidden", "grand", 2), ("run-session", "grand", "grand-r", 3),
+        ("episode-session", "grand", "grand-ep", 3)}
     assert edges(run(gens, 'LINEAGE DESCENDANTS OF "root"', who=GINA)) == set()
     # grand is readable, but its parent is not: ann sees its run and episode, not its parent.
-    assert edges(run(gens, 'LINEAGE ANCESTORS OF "grand"')) == {
-        ("run-session", "grand-r", "grand", 1), ("episode-session", "grand-ep", "grand", 1)}
-    assert ("session-parent", "root", "hidden", 2) in edges(
-        run(gens, 'LINEAGE ANCESTORS OF "grand"', who=BOB))
+    assert edges(run(gens, 'LINEAGE DESCENDANTS OF "grand"')) == {
+        ("run-session", "grand", "grand-r", 1), ("episode-session", "grand", "grand-ep", 1)}
+    assert edges(run(gens, 'LINEAGE ANCESTORS OF "grand"')) == set()
+    assert edges(run(gens, 'LINEAGE ANCESTORS OF "grand"', who=BOB)) == {
+        ("session-parent", "hidden", "grand", 1), ("session-parent", "root", "hidden", 2)}
+    # A run's (or a subagent episode's) ancestor is the session it belongs to.
+    assert edges(run(gens, 'LINEAGE ANCESTORS OF "grand-ep"')) == {("episode-session", "grand", "grand-ep", 1)}
 
 
 def test_lineage_of_a_hidden_entity_is_the_lineage_of_nothing(gens: tuple[Path, Path]) -> None:

@@ -176,19 +176,50 @@ def test_lineage_follows_edges_both_ways_and_stops_on_cycles(tmp_path: Path) -> 
     with StructuredReader(gen) as reader:
         down = reader.lineage("root", "descendants")
         assert [(e["kind"], e["fromId"], e["toId"], e["depth"]) for e in down] == [
-            ("session-parent", "root", "child", 1), ("session-parent", "child", "grandchild", 2)]
-        assert down[0]["seq"] == 4 and down[0]["sessionId"] == "child"
-        assert [e["toId"] for e in reader.lineage("root", "descendants", as_of_seq=8)] == ["child"]
+            ("run-session", "root", "run1", 1), ("session-parent", "root", "child", 1),
+            ("episode-session", "child", "ep1", 2), ("session-parent", "child", "grandchild", 2)]
+        assert down[1]["seq"] == 4 and down[1]["sessionId"] == "child"
+        assert [e["toId"] for e in reader.lineage("root", "descendants", as_of_seq=8)] == [
+            "run1", "child", "ep1"]
         up = reader.lineage("grandchild", "ancestors")
-        assert [(e["fromId"], e["depth"]) for e in up] == [("child", 1), ("ep1", 2), ("root", 2),
-                                                          ("run1", 3)]
-        assert [e["toId"] for e in reader.lineage("run1", "descendants")] == ["root", "child", "grandchild"]
+        assert [(e["fromId"], e["depth"]) for e in up] == [("child", 1), ("root", 2)]
+        # A session is the parent of its runs and episodes, whichever comes first in the log.
+        assert [(e["kind"], e["toId"]) for e in reader.lineage("child", "descendants")] == [
+            ("episode-session", "ep1"), ("session-parent", "grandchild")]
+        assert [(e["kind"], e["fromId"], e["depth"]) for e in reader.lineage("ep1", "ancestors")] == [
+            ("episode-session", "child", 1), ("session-parent", "root", 2)]
+        assert reader.lineage("run1", "descendants") == []
         assert [(e["kind"], e["fromId"]) for e in reader.lineage("res1", "ancestors")] == [
             ("event-cause", "call1")]
         assert {e["toId"] for e in reader.lineage("x", "descendants")} == {"x", "y"}
         assert reader.lineage("nobody", "ancestors") == []
         with pytest.raises(SinkError):
             reader.lineage("root", "sideways")  # type: ignore[arg-type]
+
+
+def test_lineage_reads_run_and_episode_edges_written_child_first(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Generations written before lineage 2 stored ``runId → sessionId``; the next generation
+    reuses those segments beside new ones, and the reader answers the same for both."""
+    current = sinks.structured._lineage_rows
+
+    def child_first(record: dict[str, Any]) -> list[dict[str, Any]]:
+        return [{**edge, "fromId": edge["toId"], "toId": edge["fromId"]}
+                if edge["kind"] in ("run-session", "episode-session") else edge
+                for edge in current(record)]
+
+    store = tmp_path / "store"
+    monkeypatch.setattr(sinks.structured, "_lineage_rows", child_first)
+    commit_batches(store, StructuredWriter(), [[
+        make_event(1, "s", "session.started", run_id="r-old", episode_id="ep-old")]])
+    monkeypatch.setattr(sinks.structured, "_lineage_rows", current)
+    gen, = commit_batches(store, StructuredWriter(), [[
+        make_event(2, "s", "message", run_id="r-new", episode_id="ep-new")]])
+    with StructuredReader(gen) as reader:
+        assert {(e["kind"], e["fromId"], e["toId"]) for e in reader.lineage("s", "descendants")} == {
+            ("run-session", "s", "r-new"), ("episode-session", "s", "ep-new"),
+            ("run-session", "s", "r-old"), ("episode-session", "s", "ep-old")}
+        assert [e["fromId"] for e in reader.lineage("ep-old", "ancestors")] == ["s"]
 
 
 def test_reader_on_an_empty_generation(tmp_path: Path) -> None:
