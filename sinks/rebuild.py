@@ -34,7 +34,7 @@ from streams.stages.records import chunk_record, redact_admitted
 from streams.ticks import advance_clock, event_clock_time
 from streams.topics import Topics
 
-__all__ = ["ReplayStream", "rebuild", "resume_offsets"]
+__all__ = ["ReplayStream", "check_replay_range", "rebuild", "resume_offsets"]
 
 class ReplayStream:
     """L1 events → the derived records the pipeline would produce (redacted events, tool
@@ -185,11 +185,30 @@ def _shard_filter(bootstrap: str, settings: Settings, sources: tuple[str, ...],
     return owned
 
 
+def check_replay_range(log_id: str, from_seq: int, l1_seq: int, *, known: bool) -> None:
+    """Refuse a rebuild that would replay nothing: of a log L1 does not know (its index
+    directories and watermark would make a phantom log appear in status), or from past the
+    log's committed seq (an empty line would be switched live in place of the index)."""
+    if not known:
+        raise USLError(f"no log named {log_id!r}: nothing to rebuild (`usl status` lists the logs)")
+    if from_seq > l1_seq:
+        raise USLError(f"--from-seq {from_seq} is past the end of log {log_id!r} (L1 seq {l1_seq}): "
+                       f"nothing to replay; use a seq from 1 to {l1_seq}" if l1_seq else
+                       f"log {log_id!r} holds no events yet: nothing to rebuild")
+
+
 def rebuild(settings: Settings, bootstrap: str, kind: str, *, log_id: str = "default", from_seq: int = 1,
             batch_size: int = 2000, progress: Callable[[int, int], None] | None = None,
             shard: Shard | None = None) -> Manifest:
     """Replay L1 from ``from_seq`` into a new line for ``kind`` (of ``shard``: only the records
     of its partitions, into its own lines), verify, and switch to it."""
+    reader = L1Reader(bootstrap, settings)
+    try:
+        target = reader.committed_seq(log_id)
+        check_replay_range(log_id, from_seq, target, known=reader.registry.partition_of(log_id) is not None)
+    except BaseException:
+        reader.close()
+        raise
     writer = make_writer(kind, settings)
     versions = pipeline_versions(settings)
     root = index_root(settings)
@@ -201,14 +220,12 @@ def rebuild(settings: Settings, bootstrap: str, kind: str, *, log_id: str = "def
     old_line = live.line if live.current_id() is not None else None
     line = live.new_rebuild_line()
     store = GenerationStore(root, log_id, kind, line, shard=shard_name)
-    reader = L1Reader(bootstrap, settings)
     replay = ReplayStream(settings, log_id)
     wanted = {"chunks": "chunk", "redacted": "event", "toolresults": "toolresult"}
     kinds = {wanted[s] for s in writer.sources}
     chunk_based = "chunks" in writer.sources
     manifest: Manifest | None = None
     pending: list[dict[str, Any]] = []
-    target = reader.committed_seq(log_id)
 
     def commit(final: bool) -> Manifest:
         nonlocal pending

@@ -55,7 +55,9 @@ def rebuild(
 ) -> None:
     """Replay L1 into a new generation line beside the live one, catch up, verify, switch.
 
-    Progress on stderr (not with --json): seqs replayed of the log's, rate and ETA."""
+    A log L1 does not know, or a --from-seq past the log's committed seq, is an error (exit
+    code 2) that creates and switches nothing. Progress on stderr (not with --json): seqs
+    replayed of the log's, rate and ETA."""
     import time
 
     from deploy.cli.progress import rebuild_progress

@@ -371,3 +371,30 @@ def test_rebuild_from_seq_is_disclosed_as_uncovered_by_the_planner(make_settings
     assert freshness["label"].endswith("-partial")
     assert {"fromSeq": 1, "toSeq": from_seq - 1} in freshness["uncovered"]
     assert all(piece["seq"] >= from_seq for hit in response["results"] for piece in hit["evidence"])
+
+
+def test_a_rebuild_that_would_replay_nothing_is_refused_and_changes_nothing(
+        make_settings: Callable[..., Settings]) -> None:
+    """``--from-seq`` past the log's head switched an empty line live (exit 0), and ``--log`` of
+    no log made one appear in ``usl status``: both are one clear error line with exit code 2, and
+    the index, its watermarks and the list of logs stay as they were."""
+    from planner.status import collect_status
+
+    settings = make_settings(embedder="hash:64")
+    Stack(settings)
+    head = append_events(settings, _events("nr", 2))
+    built = cli_rebuild(settings, "text", "--json")
+    assert built.returncode == 0, built.stderr[-2000:]
+    before = current_generation(settings, "text")
+    bootstrap = settings.bootstrap_servers or ""
+    marks = read_watermarks(bootstrap, settings)
+    for args, said in (((f"--from-seq={head + 1}",), f"past the end of log 'default' (L1 seq {head})"),
+                       (("--log", "nosuch"), "no log named 'nosuch'")):
+        refused = cli_rebuild(settings, "text", *args)
+        assert refused.returncode == 2, (args, refused.stdout, refused.stderr[-2000:])
+        assert said in refused.stderr and "Traceback" not in refused.stderr
+        assert refused.stderr.strip().count("\n") == 0, refused.stderr  # one line
+    assert current_generation(settings, "text") == before
+    assert read_watermarks(bootstrap, settings) == marks
+    assert not [path for path in index_root(settings).rglob("*") if path.name == "nosuch"]
+    assert "nosuch" not in json.dumps(collect_status(settings, bootstrap))
