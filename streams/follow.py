@@ -281,6 +281,9 @@ class PollReport:
     cut: int = 0
     formats: set[str] = field(default_factory=set)
     rejected_items: list[Rejected] = field(default_factory=list)
+    # Records still bad that an earlier import of the same file already dead-lettered: not sent
+    # again, but a re-import must not read as if the file were clean.
+    rejected_before: list[Rejected] = field(default_factory=list)
     undetected: list[str] = field(default_factory=list)  # files whose format cannot be told (yet)
 
 
@@ -559,6 +562,7 @@ class Follower:
                 report.appended += len(batch.events)
                 report.rejected += len(batch.rejects)
                 report.rejected_items += batch.rejects
+                report.rejected_before += _old_rejects(chunk, old_rejects)
             record = self._record(item)
             stream.finish(record)
         report.formats.add(item.fmt)
@@ -634,6 +638,7 @@ class Follower:
         report.formats.add(item.fmt)
         report.rejected += len(rejects)
         report.rejected_items += rejects
+        report.rejected_before += _old_rejects(release, old_rejects)
         batch.events += new_events
         batch.canonical += canonical
         batch.rejects += rejects
@@ -691,6 +696,11 @@ def _new_events(entries: list[Accepted | Rejected], seen: set[str],
 def _new_rejects(entries: list[Accepted | Rejected], old_rejects: set[str]) -> list[Rejected]:
     """The rejects of ``entries`` not dead-lettered before (by their record name)."""
     return [entry for entry in entries if isinstance(entry, Rejected) and entry.record not in old_rejects]
+
+
+def _old_rejects(entries: list[Accepted | Rejected], old_rejects: set[str]) -> list[Rejected]:
+    """The rejects of ``entries`` an earlier import already dead-lettered."""
+    return [entry for entry in entries if isinstance(entry, Rejected) and entry.record in old_rejects]
 
 
 def _sessions(items: list[_Parsed]) -> dict[str, set[str]]:
@@ -774,9 +784,11 @@ class KafkaAppender:
     """The follower's L1: the idempotent :class:`streams.l1.L1Producer`, an :class:`L1Reader`
     to check what a log holds, and the dead-letter topic."""
 
-    def __init__(self, bootstrap: str, settings: Any, *, prefetch: bool = False) -> None:
+    def __init__(self, bootstrap: str, settings: Any, *, prefetch: bool = False,
+                 log_id: str | None = None) -> None:
         """``prefetch`` also asks for the L1 and registry topics' partitions now (see
-        :meth:`streams.l1.L1Producer.prefetch_metadata`), while the registry is read."""
+        :meth:`streams.l1.L1Producer.prefetch_metadata`), while the registry is read;
+        ``log_id`` is the log this import appends to, named in its dead letters."""
         from streams.l1 import L1Producer, L1Reader, LogRegistry
 
         # One registry consumer for the process: a log new to L1 is looked up again before its
@@ -785,7 +797,7 @@ class KafkaAppender:
         self._producer = L1Producer(bootstrap, settings, self.registry)
         self._reader = L1Reader(bootstrap, settings, self.registry)
         self._dead: DeadLetters | None = None  # made at the first reject: most imports have none
-        self._bootstrap, self._settings = bootstrap, settings
+        self._bootstrap, self._settings, self._log_id = bootstrap, settings, log_id
         self.highest = 0
         steps: list[Callable[[], object]] = [self.registry.refresh]
         if prefetch:
@@ -818,7 +830,8 @@ class KafkaAppender:
             from streams.l1 import DeadLetters
 
             self._dead = DeadLetters(self._bootstrap, self._settings)
-        self._dead.publish(stage="ingest", reason=item.reason, record=item.record, raw=item.raw)
+        self._dead.publish(stage="ingest", reason=item.reason, record=item.record, raw=item.raw,
+                           log_id=self._log_id)
 
     def close(self) -> None:
         self._producer.close()

@@ -28,7 +28,7 @@ from streams.settings import Settings
 from streams.topics import Topics
 
 __all__ = ["AppendedEvent", "DeadLetters", "L1Producer", "L1Reader", "LogRegistry", "dead_letter_excerpt",
-           "follow_topic", "read_topic_to_end"]
+           "follow_topic", "read_dead_letters", "read_topic_to_end"]
 
 _RAW_LIMIT = 4096
 
@@ -332,6 +332,37 @@ def dead_letter_excerpt(raw: str) -> str:
     return redact_text(raw)[0][:_RAW_LIMIT] if raw else ""
 
 
+def read_dead_letters(bootstrap: str, settings: Settings, *, log_id: str | None = None,
+                      limit: int = 20) -> list[dict[str, Any]]:
+    """The newest ``limit`` dead letters, newest first (of ``log_id`` only, when given: a letter
+    names its log when the record was read that far). Each is the letter as published plus
+    ``offset`` on the dead-letter topic; ``time`` falls back to the record's timestamp (the
+    worker's letters carry none). The topic is kept 30 days and holds only what failed, so it
+    is read whole; a letter that is not JSON is listed with that as its reason."""
+    from collections import deque
+
+    kept: deque[dict[str, Any]] = deque(maxlen=max(1, limit))
+    for message in read_topic_to_end(bootstrap, Topics.from_settings(settings).deadletters):
+        letter = _letter(message)
+        if log_id is None or letter.get("logId") == log_id:
+            kept.append(letter)
+    return list(reversed(kept))
+
+
+def _letter(message: Any) -> dict[str, Any]:
+    try:
+        letter = orjson.loads(message.value or b"")
+    except orjson.JSONDecodeError:
+        letter = None
+    if not isinstance(letter, dict):
+        letter = {"stage": (message.key or b"").decode("utf-8", "replace") or None,
+                  "reason": "this dead letter is not a JSON object", "raw": ""}
+    if not letter.get("time") and isinstance(message.timestamp, int) and message.timestamp > 0:
+        letter["time"] = datetime.fromtimestamp(message.timestamp / 1000, UTC).isoformat(
+            timespec="milliseconds").replace("+00:00", "Z")
+    return {**letter, "offset": message.offset}
+
+
 class DeadLetters:
     """Publishes records that could not be processed, with the reason, to ``usl.deadletters``."""
 
@@ -342,7 +373,7 @@ class DeadLetters:
                                                    enable_idempotence=True, client_id="usl-deadletters")
 
     def publish(self, *, stage: str, reason: str, record: str | None = None, raw: str = "",
-                source: dict[str, Any] | None = None) -> None:
+                source: dict[str, Any] | None = None, log_id: str | None = None) -> None:
         from streams.redaction import redact_text
 
         safe_raw = dead_letter_excerpt(raw)
@@ -351,6 +382,8 @@ class DeadLetters:
             "stage": stage, "reason": safe_reason, "record": record, "source": source,
             "raw": safe_raw, "time": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
         }
+        if log_id is not None:
+            letter["logId"] = log_id
         self._producer.send(self._topic, key=stage.encode(), value=orjson.dumps(letter))
 
     def close(self) -> None:

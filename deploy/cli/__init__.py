@@ -6,7 +6,8 @@ made here, and imports nothing of this package but the shared helpers (:mod:`._c
 
 - :mod:`.stack` ``up``, ``down``, ``status``, ``serve`` (the local stack; :mod:`deploy.stack`)
 - :mod:`.ingest` ``ingest`` (one-shot and ``--follow``); :mod:`.worker` ``worker``;
-  :mod:`.sinks` ``sink``, ``rebuild``; :mod:`.topics` ``topics create``
+  :mod:`.sinks` ``sink``, ``rebuild``; :mod:`.topics` ``topics create``; :mod:`.deadletters`
+  ``deadletters`` (read from the broker)
 - :mod:`.query` ``search``, ``sql``; :mod:`.sessionql` ``sessionql``; :mod:`.export` ``export``
   (through the planner API when one answers, else in process: :mod:`._api`)
 - :mod:`.apikey` ``apikey create|list|revoke``
@@ -26,7 +27,18 @@ from types import ModuleType
 
 import typer
 
-from deploy.cli import apikey, export, ingest, query, sessionql, sinks, stack, topics, worker
+from deploy.cli import (
+    apikey,
+    deadletters,
+    export,
+    ingest,
+    query,
+    sessionql,
+    sinks,
+    stack,
+    topics,
+    worker,
+)
 from deploy.cli._common import err, escape
 from deploy.cli.typer_compat import install as _coerce_without_pydantic
 from streams.exceptions import USLError
@@ -35,7 +47,8 @@ __all__ = ["GROUPS", "app", "build_app", "main"]
 
 _coerce_without_pydantic()  # about 0.2 s less per command (deploy/cli/typer_compat.py)
 
-GROUPS: tuple[ModuleType, ...] = (topics, ingest, stack, worker, sinks, apikey, export, query, sessionql)
+GROUPS: tuple[ModuleType, ...] = (topics, ingest, deadletters, stack, worker, sinks, apikey, export, query,
+                                   sessionql)
 
 
 def _usl() -> None:

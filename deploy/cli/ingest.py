@@ -75,6 +75,11 @@ def ingest(
         out().print(f"  rejected {count:>5}  {reason}")
     for example in summary["rejectedRecords"][:5]:
         out().print(f"    e.g. {example['record']}: {example['reason']}")
+    if summary["rejectedEarlier"]:
+        out().print(f"  still bad {summary['rejectedEarlier']:>4}  record(s) an earlier import already "
+                    "dead-lettered (not sent again; `usl deadletters` lists them)")
+        for example in summary["rejectedEarlierRecords"][:5]:
+            out().print(f"    e.g. {example['record']}: {example['reason']}")
     skipped = summary["skippedFiles"]
     if skipped:
         out().print(f"  skipped {len(skipped)} file(s) whose format cannot be told from their first records "
@@ -109,7 +114,7 @@ def _follower(settings: Settings, bootstrap: str, paths: list[Path], fmt: str | 
         from streams.topics import ensure_topics
 
         ensure_topics(bootstrap, settings)
-        return KafkaAppender(bootstrap, settings, prefetch=True)
+        return KafkaAppender(bootstrap, settings, prefetch=True, log_id=log)
 
     # Topics and clients are made while the follower imports the files (issue #16): making them
     # is mostly waiting for the broker (0.3-1 s for a fresh topic prefix), importing is CPU.
@@ -168,6 +173,8 @@ def ingest_once(settings: Settings, bootstrap: str, paths: list[Path], fmt: str 
         "eventsAppended": report.appended, "duplicatesSkipped": report.duplicates, "eventsCut": report.cut,
         "rejected": report.rejected, "rejectedByReason": dict(reasons),
         "rejectedRecords": [{"record": i.record, "reason": i.reason} for i in report.rejected_items[:20]],
+        "rejectedEarlier": len(report.rejected_before),
+        "rejectedEarlierRecords": [{"record": i.record, "reason": i.reason} for i in report.rejected_before[:20]],
         "skippedFiles": list(report.undetected),
         "l1CommittedSeq": committed,
     }

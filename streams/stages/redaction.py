@@ -46,14 +46,18 @@ class State(Protocol):
     def get(self, key: str, /) -> Any: ...
 
 
-def dead_letter(stage: str, reason_code: str, reason: str, source: dict[str, Any], raw_value: bytes) -> list[Any]:
+def dead_letter(stage: str, reason_code: str, reason: str, source: dict[str, Any], raw_value: bytes,
+                log_id: str | None = None) -> list[Any]:
     """The record and the metric of a dead letter. Its reason is redacted and its raw value cut to
-    a redacted excerpt: the dead-letter topic must hold no secret either."""
+    a redacted excerpt: the dead-letter topic must hold no secret either. ``log_id`` when the
+    record was read far enough to name its log (``usl deadletters --log``)."""
     from streams.l1 import dead_letter_excerpt
     from streams.redaction import redact_text
 
     safe_raw = dead_letter_excerpt(raw_value.decode("utf-8", errors="replace"))
     letter = {"stage": stage, "reason": redact_text(reason)[0], "record": None, "source": source, "raw": safe_raw}
+    if log_id is not None:
+        letter["logId"] = log_id
     return [Produce("deadletters", stage.encode(), orjson.dumps(letter)),
             Metric("usl_dead_letters_total", (("stage", stage), ("reason", reason_code)))]
 
@@ -121,7 +125,7 @@ class RedactionStage:
                 emit(Metric("usl_duplicate_events_total", (("stage", "redaction"),)))
             elif admission.event is None:
                 emit(*dead_letter("redaction", admission.reason_code or "schema", admission.reason or "rejected",
-                                  source, record.value or b""))
+                                  source, record.value or b"", log_id))
             else:
                 produced, redacted = self._redacted(admission.event, log_id, seq, when, source)
                 emit(*produced)
@@ -148,7 +152,8 @@ class RedactionStage:
         try:
             redacted = redact_admitted(event, log_id, seq, policy=self.policy, clock_time=when)
         except Exception as exc:  # a rule bug must not stop the log; the event is dead-lettered
-            return dead_letter("redaction", "redaction_failed", f"redaction failed: {type(exc).__name__}", source, b""), False
+            return dead_letter("redaction", "redaction_failed", f"redaction failed: {type(exc).__name__}", source, b"",
+                               log_id), False
         items: list[Any] = [Metric("usl_redactions_total", (("rule", rule),), count) for rule, count in redacted.hits.items()]
         key = redacted.event["sessionId"].encode()
         items += [Produce(_ROLE_OF_KIND[body["kind"]], key, orjson.dumps(body)) for body in redacted.records]

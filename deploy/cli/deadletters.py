@@ -1,0 +1,80 @@
+"""``usl deadletters``: what was rejected and why, newest first, without a Kafka client.
+
+Reads the dead-letter topic from the broker, as ``usl ingest`` writes it (the configured
+cluster, else the local broker). There is no API route: a dead letter holds a redacted excerpt
+of any tenant's input, and the API's keys read one tenant's sessions only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+
+from deploy.cli._common import bootstrap_servers, escape, load_settings, out, print_json
+from streams.names import LOG_ID, LOG_ID_HINT
+
+__all__ = ["COMMANDS", "deadletters", "register", "source_of"]
+
+COMMANDS = ("deadletters",)  # the names register() adds
+_RAW_CHARS = 120
+_REASON_CHARS = 160
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``deadletters`` to ``app``."""
+    app.command("deadletters")(deadletters)
+
+
+def _log_or_all(value: str | None) -> str | None:
+    if value is not None and not LOG_ID.fullmatch(value):
+        raise typer.BadParameter(f"{value!r} is not a log name: {LOG_ID_HINT}")
+    return value
+
+
+def deadletters(
+    log: str | None = typer.Option(None, "--log", callback=_log_or_all,
+                                   help="Only the dead letters of this log (default: every log; a record "
+                                        "unreadable before its log was known names none)."),
+    limit: int = typer.Option(20, "--limit", min=1, max=10000, help="How many, newest first."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON: {\"deadLetters\": [...]}."),
+) -> None:
+    """List dead letters (records rejected by ingest, the pipeline or a sink), newest first: time,
+    stage, source (file:line or topic[partition]@offset), log, reason and the raw record,
+    redacted and trimmed (--json: up to 4 KiB each)."""
+    from streams.l1 import read_dead_letters
+
+    settings = load_settings()
+    letters = read_dead_letters(bootstrap_servers(settings), settings, log_id=log, limit=limit)
+    if json_out:
+        print_json({"deadLetters": [{**letter, "sourceText": source_of(letter)} for letter in letters],
+                    "log": log, "limit": limit})
+        return
+    console = out()
+    if not letters:
+        console.print(f"no dead letters{f' of log {log!r}' if log else ''}")
+        return
+    for letter in letters:
+        console.print(escape(_line(letter)), soft_wrap=True, highlight=False)
+
+
+def source_of(letter: dict[str, Any]) -> str:
+    """Where the rejected record came from: ``file:line`` (ingest), ``topic[partition]@offset``
+    (a topic the pipeline read), else ``?``."""
+    if isinstance(letter.get("record"), str) and letter["record"]:
+        return str(letter["record"])
+    source = letter.get("source")
+    if isinstance(source, dict) and "topic" in source:
+        return f"{source.get('topic')}[{source.get('partition')}]@{source.get('offset')}"
+    return "?"
+
+
+def _line(letter: dict[str, Any]) -> str:
+    raw = " ".join(str(letter.get("raw") or "").split())
+    reason = " ".join(str(letter.get("reason") or "").split())
+    return (f"{letter.get('time') or '?'}  {letter.get('stage') or '?'}  {source_of(letter)}  "
+            f"log={letter.get('logId') or '?'}  {_trim(reason, _REASON_CHARS)}  | {_trim(raw, _RAW_CHARS)}")
+
+
+def _trim(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -1,0 +1,60 @@
+"""``usl deadletters`` lists what was rejected, newest first, from the broker; a re-import of a
+file that still holds a bad line says so instead of reporting the file clean."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from deploy.cli import app
+
+pytestmark = pytest.mark.kafka
+
+ROOT = Path(__file__).resolve().parents[2]
+TRANSCRIPT = ROOT / "examples" / "sessions" / "claude-code-session.jsonl"
+
+
+def _with_bad_line(path: Path, bad: str) -> Path:
+    lines = TRANSCRIPT.read_text().splitlines()
+    path.write_text("\n".join([*lines[:3], bad, *lines[3:]]) + "\n")
+    return path
+
+
+def _usl(env: dict[str, str], *args: str) -> str:
+    result = CliRunner().invoke(app, list(args), env=env)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_deadletters_newest_first_by_log_and_a_reimport_names_the_bad_line(
+        tmp_path: Path, kafka_bootstrap: str) -> None:
+    env = {"USL_HOME": str(tmp_path / "home"), "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
+           "USL_TOPIC_PREFIX": f"t{uuid.uuid4().hex[:10]}.", "USL_API_URL": ""}
+    first = _with_bad_line(tmp_path / "first.jsonl", '{"type": "user", "cut')
+    second = _with_bad_line(tmp_path / "second.jsonl", '{"type": "user", "message": 7, "sk": "AKIAIOSFODNN7EXAMPLE"}')
+    assert _usl(env, "deadletters").strip() == "no dead letters"
+    one = json.loads(_usl(env, "ingest", str(first), "--json"))
+    assert one["rejected"] == 1 and one["rejectedEarlier"] == 0
+    _usl(env, "ingest", str(second), "--log", "other", "--json")
+
+    again = json.loads(_usl(env, "ingest", str(first), "--json"))
+    assert again["eventsAppended"] == 0 and again["rejected"] == 0  # not dead-lettered twice ...
+    assert again["rejectedEarlier"] == 1  # ... but the summary says the line is still bad
+    assert again["rejectedEarlierRecords"][0]["record"] == "first.jsonl:4"
+    assert "still bad" in _usl(env, "ingest", str(first))
+
+    letters = json.loads(_usl(env, "deadletters", "--json"))["deadLetters"]
+    assert [(d["sourceText"], d["logId"], d["stage"]) for d in letters] == [
+        ("second.jsonl:4", "other", "ingest"), ("first.jsonl:4", "default", "ingest")]
+    assert all(d["time"] and d["reason"] for d in letters)
+    assert "AKIAIOSFODNN7EXAMPLE" not in json.dumps(letters)  # the raw record is redacted
+    only = json.loads(_usl(env, "deadletters", "--log", "default", "--limit", "5", "--json"))["deadLetters"]
+    assert [d["sourceText"] for d in only] == ["first.jsonl:4"]
+    assert len(json.loads(_usl(env, "deadletters", "--limit", "1", "--json"))["deadLetters"]) == 1
+    human = _usl(env, "deadletters").strip().splitlines()
+    assert len(human) == 2 and "second.jsonl:4" in human[0] and "log=other" in human[0]
+    assert "first.jsonl:4" in human[1] and '{"type": "user", "cut' in human[1]
