@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
 from functools import cache
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
     from planner.exceptions import PlannerError
 
 __all__ = ["LOG_OPTION", "PRINCIPAL_OPTION", "bootstrap_servers", "err", "escape", "fail", "load_settings", "out",
-           "print_json", "render_rows"]
+           "print_json", "render_rows", "tsv_lines"]
 
 _CELL_CHARS = 80
 
@@ -61,10 +62,11 @@ def bootstrap_servers(current: Settings) -> str:
 
 @cache
 def out() -> Console:
-    """The console of human output (stdout)."""
+    """The console of human output (stdout). Piped, it wraps no line: a console there has no
+    width, and a cursor or an evidence list cut at 80 columns is of no use to a script."""
     from rich.console import Console
 
-    return Console()
+    return Console(soft_wrap=not sys.stdout.isatty())
 
 
 @cache
@@ -102,14 +104,22 @@ def fail(exc: PlannerError, json_out: bool) -> NoReturn:
 
 
 def render_rows(response: dict[str, Any]) -> None:
-    """Human output of SQL and SessionQL: the rows as a table, then one line on the snapshot
-    the answer reflects (and the normalized query, for SessionQL)."""
-    from rich.table import Table
+    """Output of SQL and SessionQL without ``--json``: on a terminal the rows as a table, piped
+    the rows as tab-separated values (:func:`tsv_lines`); then one line on the snapshot the
+    answer reflects (and the normalized query, for SessionQL), on stderr when piped so that
+    stdout holds the rows only."""
+    if sys.stdout.isatty():
+        from rich.table import Table
 
-    table = Table(*map(str, response["columns"]), show_lines=False, header_style="bold")
-    for row in response["rows"]:
-        table.add_row(*(_cell(value) for value in row))
-    out().print(table)
+        table = Table(*map(str, response["columns"]), show_lines=False, header_style="bold")
+        for row in response["rows"]:
+            table.add_row(*(_cell(value) for value in row))
+        out().print(table)
+        notes = out()
+    else:
+        sys.stdout.writelines(tsv_lines(response["columns"], response["rows"]))
+        sys.stdout.flush()  # the rows before the notes on stderr, when both go to one file
+        notes = err()
     parts = [f"{response['rowCount']} row{'s' if response['rowCount'] != 1 else ''}"
              + (" (truncated)" if response["truncated"] else ""),
              f"asOfSeq {response['asOfSeq']}"]
@@ -118,11 +128,36 @@ def render_rows(response: dict[str, Any]) -> None:
     if response.get("uncovered"):
         span = response["uncovered"]
         parts.append(f"uncovered {span['fromSeq']}..{span['toSeq']}")
-    out().print(escape(" · ".join(parts)), style="dim")
+    notes.print(escape(" · ".join(parts)), style="dim")
     if response.get("query"):
-        out().print(escape(f"query: {response['query']}"), style="dim")
+        notes.print(escape(f"query: {response['query']}"), style="dim")
     if response.get("notice"):
-        out().print(escape(response["notice"]), style="dim")
+        notes.print(escape(response["notice"]), style="dim")
+
+
+def tsv_lines(columns: list[Any], rows: list[list[Any]]) -> Iterator[str]:
+    """A header of the column names, then one line per row, tab-separated and whole (nothing
+    cut), as PostgreSQL's COPY text format writes them: NULL as ``\\N``, a list or object as
+    JSON, and a backslash, tab, newline or carriage return in a value as ``\\\\``, ``\\t``,
+    ``\\n``, ``\\r`` so each row stays one line."""
+    yield "\t".join(_tsv_value(str(name)) for name in columns) + "\n"
+    for row in rows:
+        yield "\t".join(_tsv_value(value) for value in row) + "\n"
+
+
+def _tsv_value(value: Any) -> str:
+    if value is None:
+        return "\\N"
+    if isinstance(value, (list, dict)):
+        text = json.dumps(value, ensure_ascii=False)
+    elif isinstance(value, bool):
+        text = "true" if value else "false"
+    else:
+        text = str(value)
+    return text.translate(_TSV_ESCAPES)
+
+
+_TSV_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
 
 
 def _cell(value: Any) -> str:

@@ -3,8 +3,8 @@
 Both ask the planner API when one answers (``USL_API_URL``, or the local stack that ``usl up``
 runs), else run the planner in this process (:mod:`deploy.cli._api`). ``usl search`` prints one
 block per hit plus a freshness line that says at which log position the answer was taken and
-what it does not cover; ``usl sql`` prints the rows as a table. ``--json`` prints exactly the
-HTTP API's response (or its error body).
+what it does not cover; ``usl sql`` prints the rows as a table (piped: tab-separated, whole).
+``--json`` prints exactly the HTTP API's response (or its error body).
 """
 
 from __future__ import annotations
@@ -152,7 +152,10 @@ def sql(
     log: str = LOG_OPTION,
     json_out: bool = typer.Option(False, "--json", help="Print the API's JSON response."),
 ) -> None:
-    """Run read-only SQL on the analytics snapshot at one asOfSeq, under your ACL."""
+    """Run read-only SQL on the analytics snapshot at one asOfSeq, under your ACL.
+
+    On a terminal the rows are a table; piped, tab-separated under a header line, whole (NULL
+    as `\\N`; backslash, tab and newline escaped as `\\\\`, `\\t`, `\\n`), the snapshot line on stderr."""
     body: dict[str, Any] = {"query": query, "log": log}
     if as_of is not None:
         body["asOfSeq"] = as_of

@@ -34,7 +34,9 @@ def sessionql(
     log: str = LOG_OPTION,
     json_out: bool = typer.Option(False, "--json", help="Print the API's JSON response."),
 ) -> None:
-    """Run one SessionQL query at one asOfSeq, over the sessions you may read."""
+    """Run one SessionQL query at one asOfSeq, over the sessions you may read.
+
+    Rows print as `usl sql` prints them: a table on a terminal, tab-separated when piped."""
     body: dict[str, Any] = {"query": query, "log": log}
     if as_of is not None:
         body["asOfSeq"] = as_of

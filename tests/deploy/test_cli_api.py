@@ -171,6 +171,34 @@ def test_the_api_is_asked_as_the_cli_principal(served: tuple[Settings, str, int]
     assert [hit["chunkId"] for hit in default["results"]] == [hit["chunkId"] for hit in mallory["results"]]
 
 
+def test_piped_output_is_for_scripts(served: tuple[Settings, str, int]) -> None:
+    """Piped (not a terminal), ``usl sql`` printed its table squeezed into 80 columns, every cell
+    cut to '…'; now the rows are tab-separated under a header, whole, the same values as
+    ``--json``, and the snapshot line goes to stderr. ``usl search`` wraps no line (a cursor
+    stays whole)."""
+    settings, url, _ = served
+    env = env_of(settings, USL_API_URL=url, KAFKA_BOOTSTRAP_SERVERS=DEAD_BROKER, COLUMNS="80")
+    query = "SELECT * FROM events ORDER BY seq LIMIT 3"
+    piped = usl(env, "sql", query, "--as", ALICE)
+    answer = json.loads(usl(env, "sql", query, "--as", ALICE, "--json").stdout)
+    assert piped.returncode == 0, piped.stderr
+    header, *lines = piped.stdout.splitlines()
+    assert header.split("\t") == answer["columns"] and len(answer["columns"]) > 8
+    assert len(lines) == len(answer["rows"]) == 3 and "…" not in piped.stdout
+    for line, row in zip(lines, answer["rows"], strict=True):
+        for cell, value in zip(line.split("\t"), row, strict=True):
+            if value is None:
+                assert cell == "\\N"
+            elif isinstance(value, str):  # whole, its backslashes, tabs and newlines escaped
+                assert cell == value.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n") \
+                    .replace("\r", "\\r")
+    assert "3 rows · asOfSeq" in piped.stderr
+    search = usl(env, "search", "deploy", "--as", ALICE, "--k", "1")
+    cursor = json.loads(usl(env, "search", "deploy", "--as", ALICE, "--k", "1", "--json").stdout)["cursor"]
+    assert search.returncode == 0 and cursor
+    assert re.search(r"^next page: the same command with --cursor c1\.\S{60,}$", search.stdout, re.M), search.stdout
+
+
 def test_with_api_keys_the_cli_sends_its_key(served: tuple[Settings, str, int]) -> None:
     """Runs last in this module: once a keys file exists the API enforces keys for good."""
     settings, url, _ = served
