@@ -20,7 +20,7 @@ from streams.redaction.base import MARKER_PREFIX, marker
 from streams.redaction.entropy import looks_random
 from streams.redaction.keys import NameClass, name_class
 from streams.redaction.policy import DEFAULT_POLICY, RedactionPolicy, policy_hash
-from streams.redaction.text import clip, redact_text, redact_text_into
+from streams.redaction.text import clip, redact_text, redact_text_into, summarize
 from streams.redaction.vendors import token_heads
 
 __all__ = ["ID_KEYS", "OUTPUT_KEYS", "STRUCTURAL_FIELDS", "STRUCTURAL_KEYS", "RedactedEvent", "redact_event", "stable_id"]
@@ -97,7 +97,7 @@ def redact_event(event: dict[str, Any], policy: RedactionPolicy | None = None) -
         fields = dict(redacted["fields"]) if isinstance(redacted.get("fields"), dict) else {}
         if output_key is not None and isinstance(raw_fields, dict):
             text = _as_text(walker.walk(raw_fields[output_key], cap=None))
-            fields["summary"] = clip(text, policy.summary_chars, note_inside=False)
+            fields["summary"] = summarize(text, policy.summary_chars, policy.summary_tail_chars)
             fields["outputBytes"] = len(text.encode("utf-8"))
             redacted["fields"] = fields
         else:

@@ -34,6 +34,8 @@ class RedactionPolicy:
     - ``env_dump_min_lines``: this many consecutive ``NAME=value`` lines are an environment
       dump and are replaced whole.
     - ``summary_chars``: characters of a tool result's redacted output kept as its indexed summary.
+    - ``summary_tail_chars``: characters of the output's end kept after them (where a traceback's
+      error, a test run's counts and an exit status are), after a `` … [N bytes] … `` note.
     - ``max_field_chars``: longest string kept in an indexed event's fields (message text is
       exempt: it is the conversation the chunker splits); longer strings are cut.
     """
@@ -45,6 +47,7 @@ class RedactionPolicy:
     keep_domains: tuple[str, ...] = ()
     env_dump_min_lines: int = 3
     summary_chars: int = 280
+    summary_tail_chars: int = 200
     max_field_chars: int = 8192
 
     def __post_init__(self) -> None:
@@ -56,8 +59,9 @@ class RedactionPolicy:
             object.__setattr__(self, name, tuple(item.strip().lower() for item in value))
         if self.env_dump_min_lines < 2:
             raise ConfigError(f"redaction policy: env_dump_min_lines must be >= 2, got {self.env_dump_min_lines}")
-        if self.summary_chars < 0:
-            raise ConfigError(f"redaction policy: summary_chars must be >= 0, got {self.summary_chars}")
+        for name in ("summary_chars", "summary_tail_chars"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"redaction policy: {name} must be >= 0, got {getattr(self, name)}")
         if self.max_field_chars < 64:
             raise ConfigError(f"redaction policy: max_field_chars must be >= 64, got {self.max_field_chars}")
         # Hashed once: the policy keys the caches of every redacted string.

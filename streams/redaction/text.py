@@ -14,7 +14,7 @@ from streams.redaction.base import MARKER_PREFIX, USER_MARKER, Rule, Scan, marke
 from streams.redaction.policy import DEFAULT_POLICY, RedactionPolicy
 from streams.redaction.rules import build_rules
 
-__all__ = ["WRAPPED_BREAK", "WRAPPED_HEAD", "clip", "redact_text", "redact_text_into", "redact_text_plain", "rejoin_fingerprint"]
+__all__ = ["WRAPPED_BREAK", "WRAPPED_HEAD", "clip", "redact_text", "redact_text_into", "redact_text_plain", "rejoin_fingerprint", "summarize"]
 
 _MAX_PASSES = 8  # converges in 1-2 passes on real text; a bound keeps odd input cheap
 _SHORTEST_FINDING = 6  # a@b.io; nothing any rule replaces is shorter
@@ -298,6 +298,30 @@ def _one_pass(text: str, rules: tuple[Rule, ...], hits: dict[str, int], *, plain
                 chars = frozenset(redacted) if len(redacted) <= _SHORT_TEXT else None
                 again = again or rule.repass
     return scan.text, again
+
+
+def summarize(text: str, head: int, tail: int) -> str:
+    """``text`` when it has at most ``head + tail`` characters; else its first ``head`` and last
+    ``tail`` characters around a `` … [N bytes] … `` note (N: UTF-8 size of the whole text).
+
+    The end of a tool's output is where its outcome is (a traceback's exception, a test run's
+    counts, an exit status), so a summary keeps it beside the beginning. The end starts after a
+    line break when one falls in its first quarter, and neither cut splits a marker."""
+    if len(text) <= head + tail:
+        return text
+    clipped = clip(text, head, note_inside=False)
+    if tail <= 0:
+        return clipped
+    start = len(text) - tail
+    opening = text.rfind("[", max(0, start - 64), start)
+    if opening != -1 and (text.startswith(MARKER_PREFIX, opening) or text.startswith(USER_MARKER, opening)):
+        closing = text.find("]", opening)
+        if closing >= start:
+            start = closing + 1
+    newline = text.find("\n", start, start + tail // 4)
+    if newline != -1:
+        start = newline + 1
+    return f"{clipped} … {text[start:]}"
 
 
 def clip(text: str, limit: int, *, note_inside: bool = True) -> str:

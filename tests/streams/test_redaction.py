@@ -28,7 +28,7 @@ from streams.redaction import (
 from streams.redaction.events import stable_id
 from streams.redaction.pii import _NETWORKS as CARD_NETWORKS
 from streams.redaction.samples import SEEDED_SECRETS
-from streams.redaction.text import clip, redact_text_plain
+from streams.redaction.text import clip, redact_text_plain, summarize
 from streams.redaction.vendors import ported_rule_names
 from tests.fixtures.secrets import battery
 
@@ -570,7 +570,9 @@ def test_tool_result_output_becomes_summary_and_goes_whole_to_tool_result() -> N
     full = output.replace("ghp_fKtHF4vUCsMehGAkWvj7FAc9QeWJKY40uvSw", "[REDACTED:github-token]")
     size = len(full.encode())
     assert fields["outputBytes"] == size
-    assert fields["summary"] == full[:280] + f" … [{size} bytes]"
+    # The beginning, the size, and the end, where the outcome is (here the redacted token).
+    assert fields["summary"].startswith(full[:280] + f" … [{size} bytes] … line of output\n")
+    assert fields["summary"].endswith("line of output\ntoken [REDACTED:github-token]\n")
     assert fields["status"] == "error" and fields["toolName"] == "Bash"
     record = result.tool_result
     assert record is not None
@@ -580,6 +582,38 @@ def test_tool_result_output_becomes_summary_and_goes_whole_to_tool_result() -> N
         "status": "error", "policy": policy_hash(),
     }
     assert result.hits == {"github-token": 1}
+
+
+def test_a_tool_outputs_summary_keeps_its_end_where_the_error_is() -> None:
+    """Found by a new user: a traceback's last line (the exception) was past the 280 characters a
+    summary kept, so a search for it found nothing but the tool-results index."""
+    frames = '  File "/srv/app/loader.py", line 88, in load\n    return json.loads(raw)\n' * 12
+    output = f"Traceback (most recent call last):\n{frames}json.decoder.JSONDecodeError: Unterminated string starting at: line 1 column 5 (char 4)\n"
+    summary = redact_event(event("tool.result", toolName="Bash", status="error", output=output)).event["fields"]["summary"]
+    assert summary.startswith("Traceback (most recent call last):")
+    assert summary.endswith("json.decoder.JSONDecodeError: Unterminated string starting at: line 1 column 5 (char 4)\n")
+    assert f" … [{len(output)} bytes] … " in summary
+    # The end starts at a line when one begins near its cut.
+    assert summary.split(" bytes] … ", 1)[1].startswith(("  File", "    return", "json.decoder"))
+
+
+@given(st.lists(st.sampled_from(["word ", "\n", "[REDACTED:github-token]", "[USER]", "é", "x" * 30]), max_size=80),
+       st.integers(0, 300), st.integers(0, 300))
+def test_summaries_keep_both_ends_and_never_split_a_marker(pieces: list[str], head: int, tail: int) -> None:
+    text = "".join(pieces)
+    summary = summarize(text, head, tail)
+    if len(text) <= head + tail:
+        assert summary == text
+        return
+    assert summary.startswith(text[:max(0, head - 64)]) and f"[{len(text.encode())} bytes]" in summary
+    end = summary.rsplit(" bytes]", 1)[1].removeprefix(" … ") if tail else ""
+    assert text.endswith(end) and len(end) <= tail
+    # Every "[" that starts a marker in the summary is a whole marker.
+    for position in range(len(summary)):
+        if summary.startswith("[REDACTED:", position):
+            assert summary.startswith("[REDACTED:github-token]", position)
+        if summary.startswith("[USE", position):
+            assert summary.startswith("[USER]", position)
 
 
 def test_short_tool_output_is_its_own_summary_and_blocks_are_joined() -> None:
@@ -707,7 +741,7 @@ def test_policy_hash_is_stable_across_processes() -> None:
 
 @pytest.mark.parametrize("change", [
     {"redact_home_usernames": False}, {"redact_emails": False}, {"redacted_domains": ("corp.example",)},
-    {"keep_domains": ("example.org",)}, {"env_dump_min_lines": 4}, {"summary_chars": 100},
+    {"keep_domains": ("example.org",)}, {"env_dump_min_lines": 4}, {"summary_chars": 100}, {"summary_tail_chars": 100},
     {"max_field_chars": 4096},
 ])
 def test_policy_hash_changes_with_every_option(change: dict[str, Any]) -> None:
@@ -715,7 +749,7 @@ def test_policy_hash_changes_with_every_option(change: dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize("bad", [
-    {"env_dump_min_lines": 1}, {"summary_chars": -1}, {"max_field_chars": 10}, {"redacted_domains": "corp.example"},
+    {"env_dump_min_lines": 1}, {"summary_chars": -1}, {"summary_tail_chars": -1}, {"max_field_chars": 10}, {"redacted_domains": "corp.example"},
 ])
 def test_invalid_policy_is_refused(bad: dict[str, Any]) -> None:
     with pytest.raises(ConfigError):
