@@ -5,7 +5,11 @@ hex ``traceId`` / ``spanId``, typed attribute values); ``planner.otlp`` turns pr
 same shape. Only spans with ``gen_ai.operation.name`` become events; ``docs/importers.md`` has the
 mapping. In short:
 
-- the session is ``gen_ai.conversation.id`` (else ``otel-<traceId>``);
+- the session is the span's ``gen_ai.conversation.id``; a span without one (instrumentations
+  often set it on the agent or chat span only, not on ``execute_tool``) takes its nearest
+  ancestor's in the request, else the conversation of its trace in the request (the earliest
+  span that names one), else ``otel-<traceId>``. The choice is the event's ``sessionId`` in L1;
+  nothing recomputes it later;
 - ``invoke_agent`` → ``run.started`` / ``run.ended`` (runId from the span), the agent's
   ``gen_ai.agent.*`` in its fields; its captured input and output messages;
 - ``chat`` (also ``generate_content``, ``text_completion``) → a turn: ``turn.started``, its input
@@ -148,6 +152,27 @@ class _Batch:
         self.spans = {(_hex(s.get("traceId")), _hex(s.get("spanId"))): (r, s, attributes(s.get("attributes")))
                       for r, s in spans}
 
+    def session_of(self, trace: str, span: dict[str, Any], attrs: dict[str, Any]) -> str:
+        """The span's conversation, else its nearest ancestor's, else its trace's (the earliest
+        span of the trace in the request naming one, by start time then spanId), else
+        ``otel-<traceId>``."""
+        own = _conversation(attrs)
+        if own:
+            return own
+        parent, seen = _hex(span.get("parentSpanId")), 0
+        while parent and seen < 64:
+            found = self.spans.get((trace, parent))
+            if found is None:
+                break
+            _resource, above, above_attrs = found
+            if _conversation(above_attrs):
+                return _conversation(above_attrs)
+            parent, seen = _hex(above.get("parentSpanId")), seen + 1
+        named = sorted((_nanos(other.get("startTimeUnixNano")), span_id, _conversation(other_attrs))
+                       for (other_trace, span_id), (_r, other, other_attrs) in self.spans.items()
+                       if other_trace == trace and _conversation(other_attrs))
+        return named[0][2] if named else f"otel-{trace}"
+
     def run_of(self, trace: str, span: dict[str, Any], attrs: dict[str, Any]) -> str | None:
         if attrs.get("gen_ai.operation.name") in AGENT_OPERATIONS:
             return stable_id("run", trace, _hex(span.get("spanId")))
@@ -184,7 +209,8 @@ def span_events(request: dict[str, Any], *, log_id: str = "default") -> Iterator
             yield Rejected(record, "a span needs startTimeUnixNano", raw_text(span))
             continue
         yield from _Span(log_id, record, resource, span, attrs, operation, trace, span_id, start,
-                         end or start, batch.run_of(trace, span, attrs), started).events()
+                         end or start, batch.run_of(trace, span, attrs), started,
+                         batch.session_of(trace, span, attrs)).events()
 
 
 class _Span:
@@ -192,12 +218,11 @@ class _Span:
 
     def __init__(self, log_id: str, record: str, resource: dict[str, Any], span: dict[str, Any],
                  attrs: dict[str, Any], operation: str, trace: str, span_id: str, start: str, end: str,
-                 run_id: str | None, started: set[str]) -> None:
+                 run_id: str | None, started: set[str], session: str) -> None:
         self.log_id, self.record, self.span, self.attrs = log_id, record, span, attrs
         self.operation, self.trace, self.span_id = operation, trace, span_id
         self.start, self.end, self.run_id, self.started = start, end, run_id, started
-        conversation = attrs.get("gen_ai.conversation.id")
-        self.session = str(conversation) if conversation else f"otel-{trace}"
+        self.session = session
         self.service = resource.get("service.name")
         parent = _hex(span.get("parentSpanId"))
         self.parent_event = _anchor(log_id, trace, parent) if parent else None
@@ -314,6 +339,18 @@ class _Span:
                          fields={"toolCallId": call_id, "toolName": name,
                                  "status": "error" if self.failed else "ok", "output": output},
                          parent=anchor, turn=False)
+
+
+def _conversation(attrs: dict[str, Any]) -> str:
+    value = attrs.get("gen_ai.conversation.id")
+    return str(value) if value else ""
+
+
+def _nanos(value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0
 
 
 def _anchor(log_id: str, trace: str, span_id: str) -> str:

@@ -156,3 +156,33 @@ def test_otlp_json_maps_like_protobuf(served):
 
 #: A reader of tenant default (the tenant keyless writes get).
 READER_PRINCIPAL = Principal(tenant="default", user="tester")
+
+
+def test_a_tool_span_without_the_conversation_joins_its_agents_session(served):
+    """The SDK's batch processor exports the run in one request; only the agent and chat spans
+    carry gen_ai.conversation.id. Every event lands in that one session (before, the tool span's
+    went to otel-<traceId>, splitting the run over two sessions)."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    settings, _planner, endpoint = served
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=f"{endpoint}/v1/traces")))
+    tracer = provider.get_tracer("usl-test")
+    conversation = {"gen_ai.conversation.id": "qa-otel-conv-1"}
+    with tracer.start_as_current_span("invoke_agent", attributes={**conversation, "gen_ai.operation.name": "invoke_agent"}):
+        with tracer.start_as_current_span("chat", attributes={**conversation, "gen_ai.operation.name": "chat",
+                                                              "gen_ai.output.messages": orjson.dumps([
+                                                                  {"role": "assistant", "parts": [
+                                                                      {"type": "text", "content": "checking"}]}]).decode()}):
+            pass
+        with tracer.start_as_current_span("execute_tool lookup", attributes={
+                "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup",
+                "gen_ai.tool.call.result": "found it"}):
+            pass
+    provider.shutdown()
+    events = l1_events(settings)
+    assert {e["type"] for e in events} >= {"run.started", "turn.started", "tool.call", "tool.result"}
+    assert {e["sessionId"] for e in events} == {"qa-otel-conv-1"}
+    assert len({e["runId"] for e in events if e.get("runId")}) == 1

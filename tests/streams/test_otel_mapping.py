@@ -48,3 +48,46 @@ def test_any_spans_map_without_raising(spans: list[Any], junk: Any) -> None:
         for item in span_events(request if isinstance(request, dict) else {}):
             if isinstance(item, Accepted):
                 assert validate_event(item.event) == item.event
+
+
+def _span(span_id: str, parent: str, operation: str, conversation: str | None = None,
+          trace: str = "5b8efff798038103d269b633813fc60c", start: int = 1764579600) -> dict[str, Any]:
+    attributes = [{"key": "gen_ai.operation.name", "value": {"stringValue": operation}}]
+    if conversation is not None:
+        attributes.append({"key": "gen_ai.conversation.id", "value": {"stringValue": conversation}})
+    return {"traceId": trace, "spanId": span_id, "parentSpanId": parent, "attributes": attributes,
+            "startTimeUnixNano": str(start * 10**9), "endTimeUnixNano": str((start + 1) * 10**9)}
+
+
+def _sessions(*spans: dict[str, Any]) -> dict[str, set[str]]:
+    """span id → the sessions of its events."""
+    by_span: dict[str, set[str]] = {}
+    for item in span_events({"resourceSpans": [{"scopeSpans": [{"spans": list(spans)}]}]}):
+        assert isinstance(item, Accepted), item
+        span_id = item.record.split("/")[-1]
+        if item.event["type"] != "session.started":
+            by_span.setdefault(span_id, set()).add(item.event["sessionId"])
+    return by_span
+
+
+def test_a_span_without_a_conversation_takes_its_ancestors_or_its_traces() -> None:
+    """GenAI instrumentations often set gen_ai.conversation.id on the agent (and chat) span only:
+    a tool span without it belongs to that conversation, not to a session of its own, whatever
+    the order of the spans in the request (children usually come first)."""
+    agent, chat = "a000000000000001", "c000000000000002"
+    tool, nested, stray = "e000000000000003", "e000000000000004", "e000000000000005"
+    sessions = _sessions(
+        _span(nested, tool, "execute_tool"),  # a tool inside a tool: its grandparent names it
+        _span(tool, agent, "execute_tool"),
+        _span(stray, "ffffffffffffffff", "execute_tool"),  # its parent is in no request yet
+        _span(chat, agent, "chat", "qa-otel-conv-1"),
+        _span(agent, "", "invoke_agent", "qa-otel-conv-1"),
+    )
+    assert sessions == {span: {"qa-otel-conv-1"} for span in (agent, chat, tool, nested, stray)}
+    # Its own attribute wins; a trace naming no conversation keeps otel-<traceId>; with two
+    # conversations in a trace, an orphan takes the earliest span's (start time, then spanId).
+    other = "0af7651916cd43dd8448eb211c80319c"
+    sessions = _sessions(_span(tool, agent, "execute_tool", "mine"), _span(agent, "", "invoke_agent", "theirs"),
+                         _span(stray, "ffffffffffffffff", "execute_tool", trace=other),
+                         _span(nested, "ffffffffffffffff", "execute_tool"))
+    assert sessions == {tool: {"mine"}, agent: {"theirs"}, stray: {f"otel-{other}"}, nested: {"theirs"}}
