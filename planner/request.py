@@ -18,6 +18,7 @@ A filter value is a string or a list of strings (any of them matches); ``timeFro
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -163,6 +164,12 @@ class SearchRequest:
         return query_hash(self.defining())
 
 
+def _searchable(char: str) -> bool:
+    """A letter, a digit, or a symbol such as an emoji (vector search finds those)."""
+    category = unicodedata.category(char)
+    return category[0] in "LN" or category == "So"
+
+
 def parse_request(body: Any) -> SearchRequest:
     """Validate a request body; a :class:`QueryError` names the first bad field."""
     if not isinstance(body, Mapping):
@@ -179,6 +186,11 @@ def parse_request(body: Any) -> SearchRequest:
     query = query.strip()
     if not query:
         raise QueryError("the query is empty", hint="Give at least one word to search for.")
+    if not any(_searchable(char) for char in query):
+        # Text mode found nothing for '***' while vector and hybrid ranked every chunk against
+        # the embedding of punctuation and answered ten arbitrary hits as if they matched.
+        raise QueryError(f"the query {query[:40]!r} has nothing to search for: no letter, digit or symbol",
+                         hint="Give at least one word to search for; punctuation and quotes alone match nothing.")
     if len(query) > MAX_QUERY_CHARS:
         raise QueryError(f"the query is longer than {MAX_QUERY_CHARS} characters")
     log = _optional(body, "log", str, "default")

@@ -90,6 +90,10 @@ def test_bad_principal(client: TestClient, route: str) -> None:
 
 @pytest.mark.parametrize(("body", "status", "code"), [
     ({"query": ""}, 400, "bad_query"),
+    # Nothing to search for: vector and hybrid answered ten arbitrary hits for these.
+    ({"query": "***"}, 400, "bad_query"),
+    ({"query": '""'}, 400, "bad_query"),
+    ({"query": "!!! -- ?"}, 400, "bad_query"),
     ({"query": "deploy", "k": 1000}, 400, "bad_query"),
     ({"query": "deploy", "freshness": "wait:9999"}, 400, "bad_query"),
     ({"query": "deploy", "cursor": "c1.AAAA.BBBB"}, 400, "bad_cursor"),
@@ -126,3 +130,5 @@ def test_successes_are_not_errors(client: TestClient) -> None:
         if method == "GET":
             assert client.get(route).status_code == 200, route
     assert client.post("/v1/search", json={"query": "deploy"}).status_code == 200
+    for query in ("🦄", "数据库", "C++", '"exit 1"', "$HOME"):  # a symbol, a letter or a digit is something to find
+        assert client.post("/v1/search", json={"query": query}).status_code == 200, query
