@@ -59,6 +59,7 @@ from planner.acl import (
     policy_fingerprint,
 )
 from planner.chunktable import ChunkTable
+from planner.coherence import CHUNK_KINDS, find_mismatch, origins_of_pin, remedy
 from planner.cursors import (
     check_binding,
     cursor_payload,
@@ -72,6 +73,7 @@ from planner.exceptions import (
     CursorError,
     CursorExpired,
     CursorMismatch,
+    IndexMismatch,
     IndexUnavailable,
     NotFound,
     PlannerError,
@@ -477,6 +479,12 @@ class Planner:
         """The freshness decision on the pinned generations (so what the response reports is
         exactly what is read), with every fallback and refusal disclosed."""
         req, pins, problems = query.req, query.snapshot.pins, query.snapshot.problems
+        # The chunk-keyed indexes must name the same chunks, or every join below drops hits
+        # while the coverage looks complete (planner.coherence): refuse before reading any.
+        mismatch = find_mismatch(origin for kind in CHUNK_KINDS
+                                 if (pin := pins.get(kind)) is not None for origin in origins_of_pin(pin))
+        if mismatch is not None:
+            raise IndexMismatch(mismatch.message(req.log), hint=remedy(req.log))
         seen: dict[str, tuple[int, int] | None] = {
             kind: (pin.watermark if (pin := pins.get(kind)) is not None else None)
             for kind in req.required_kinds

@@ -14,6 +14,7 @@ do, never a traceback::
         ├── AccessDenied   403 forbidden          the principal lacks a scope the request needs
         ├── NotFound       404 not_found          no such route or log (never says what exists)
         └── IndexUnavailable 503 index_unavailable  a required index has no generation yet
+            └── IndexMismatch 503 index_mismatch  the indexes a search joins hold different chunks
 
 ``QueryError`` is the project's one error of that name: every malformed request or query (search,
 SQL, SessionQL through :class:`planner.sessionql.exceptions.SessionQLError`) raises it. An index
@@ -23,6 +24,10 @@ planner never lets an empty query reach one.
 ``CursorExpired`` is 410 Gone rather than 400: the request was well formed and the cursor was
 genuine, but the resource it pointed at (a pinned snapshot page) no longer exists, and the
 remedy differs from a bad cursor: re-run the query without a cursor.
+
+``IndexMismatch`` is an ``IndexUnavailable``: the indexes exist but cannot be read together
+(built under different redaction policies or chunkers, :mod:`planner.coherence`), and like a
+missing index it clears once an operator rebuilds, which its hint names.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ __all__ = [
     "CursorError",
     "CursorExpired",
     "CursorMismatch",
+    "IndexMismatch",
     "IndexUnavailable",
     "NotFound",
     "PlannerError",
@@ -90,6 +96,10 @@ class NotFound(PlannerError):
 
 class IndexUnavailable(PlannerError):
     status, code = 503, "index_unavailable"
+
+
+class IndexMismatch(IndexUnavailable):
+    status, code = 503, "index_mismatch"
 
 
 def error_body(exc: PlannerError) -> dict[str, Any]:

@@ -6,20 +6,27 @@ watermark names the open unit that holds it back (SPEC §10, invariant 11).
 
 ``heldBy`` names a session, so what the API answers goes through :func:`for_principal`: a
 caller sees the session and turn ids only of an event of its own tenant (the seq and time stay,
-so every tenant still sees that and when a log is held back)."""
+so every tenant still sees that and when a log is held back).
+
+Each index shows the ``redactionPolicy`` hash its watermark records, and a log whose
+chunk-keyed indexes disagree on it (or on the chunker) has a ``mismatch`` entry saying which
+and what to run: searches of that log are refused meanwhile (:mod:`planner.coherence`)."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import orjson
 from kafka import KafkaConsumer, TopicPartition
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from planner.acl import Principal
+from planner.coherence import CHUNK_KINDS, ChunkOrigin, find_mismatch, origins_of_watermark, remedy
 from sinks.kinds import ALL_KINDS
 from sinks.watermarks import read_watermarks
 from streams.l1 import L1Reader
@@ -116,9 +123,12 @@ def for_principal(report: dict[str, Any], principal: Principal | None,
 
 def build_status(l1_seqs: dict[str, int], watermarks: dict[tuple[str, str], dict[str, Any]],
                  append_time: dict[tuple[str, int], float], *, now: float,
-                 held: Mapping[tuple[str, int], dict[str, Any]] | None = None) -> dict[str, Any]:
+                 held: Mapping[tuple[str, int], dict[str, Any]] | None = None,
+                 origins: Mapping[tuple[str, str], Sequence[ChunkOrigin]] | None = None) -> dict[str, Any]:
     """The status document (pure, so the API and CLI agree and tests can call it). ``held``:
-    the :func:`held_by` entry of the first event above a watermark, per (log, seq)."""
+    the :func:`held_by` entry of the first event above a watermark, per (log, seq); ``origins``:
+    what built each watermark's generations (:func:`planner.coherence.origins_of_watermark`),
+    per (log, kind)."""
     logs: dict[str, Any] = {}
     log_ids = sorted(set(l1_seqs) | {log for log, _ in watermarks})
     for log_id in log_ids:
@@ -156,8 +166,29 @@ def build_status(l1_seqs: dict[str, int], watermarks: dict[tuple[str, str], dict
                            "lagSeqs": max(l1_seq - int(shard["builtThroughSeq"]), 0),
                            "line": shard.get("line", "live")}
                     for name, shard in sorted(shards.items())}
-        logs[log_id] = {"l1CommittedSeq": l1_seq, "indexes": indexes}
+        for kind, index in indexes.items():
+            policies = sorted({origin.policy for origin in (origins or {}).get((log_id, kind), ())
+                               if origin.policy})
+            index["redactionPolicy"] = " / ".join(policies) or None
+        logs[log_id] = {"l1CommittedSeq": l1_seq, "indexes": indexes,
+                        "mismatch": _mismatch(log_id, origins or {}, indexes)}
     return {"logs": logs, "generatedAt": now}
+
+
+def _mismatch(log_id: str, origins: Mapping[tuple[str, str], Sequence[ChunkOrigin]],
+              indexes: dict[str, Any]) -> dict[str, Any] | None:
+    """The log's ``mismatch`` entry (None: its chunk-keyed indexes agree, as far as their
+    manifests record); the verdict of each index involved says so too."""
+    mismatch = find_mismatch(origin for kind in CHUNK_KINDS for origin in origins.get((log_id, kind), ()))
+    if mismatch is None:
+        return None
+    values = mismatch.by_kind()
+    for kind, value in values.items():
+        others = ", ".join(f"{other} {theirs}" for other, theirs in values.items() if theirs != value)
+        indexes[kind]["verdict"] = (f"mismatch: {mismatch.what} {value}, unlike {others}; searches "
+                                    f"are refused until `usl rebuild all --log {log_id}`")
+    return {"what": mismatch.what, "indexes": values, "message": mismatch.message(log_id),
+            "remedy": remedy(log_id)}
 
 
 def export_status_metrics(report: dict[str, Any]) -> None:
@@ -188,7 +219,9 @@ def collect_status(settings: Settings, bootstrap: str, *, log_id: str | None = N
         if l1_seqs.get(log, 0) > int(wm["builtThroughSeq"]):
             wanted.setdefault(log, set()).add(int(wm["builtThroughSeq"]) + 1)
     times, held = _first_unindexed(bootstrap, settings, partition_of, wanted)
-    report = build_status(l1_seqs, watermarks, times, now=time.time(), held=held)
+    root = Path(settings.home).resolve() / "indexes"  # sinks.runner.index_root, without its imports
+    origins = {(log, kind): origins_of_watermark(root, log, kind, wm) for (log, kind), wm in watermarks.items()}
+    report = build_status(l1_seqs, watermarks, times, now=time.time(), held=held, origins=origins)
     report["bootstrap"] = bootstrap
     return report
 
@@ -199,7 +232,7 @@ def render_status(report: dict[str, Any], console: Console) -> None:
         return
     for log_id, entry in report["logs"].items():
         table = Table(title=f"log {log_id!r} — L1 committed seq {entry['l1CommittedSeq']}", title_justify="left")
-        for column in ("index", "gen", "through", "lag", "lag s", "committed"):
+        for column in ("index", "gen", "through", "lag", "lag s", "committed", "policy"):
             table.add_column(column, no_wrap=True)
         table.add_column("verdict")
         for kind, idx in entry["indexes"].items():
@@ -208,8 +241,12 @@ def render_status(report: dict[str, Any], console: Console) -> None:
             table.add_row(kind, str(idx["generationId"] if idx["generationId"] is not None else "-"),
                           str(idx["builtThroughSeq"] if idx["builtThroughSeq"] is not None else "-"),
                           str(idx["lagSeqs"]), "-" if idx["lagSeconds"] is None else f"{idx['lagSeconds']:.1f}",
-                          last_text, idx["verdict"])
+                          last_text, (idx.get("redactionPolicy") or "-")[:8], idx["verdict"])
         console.print(table)
+        mismatch = entry.get("mismatch")
+        if mismatch:
+            console.print(f"  [red]searches refused:[/] {escape(mismatch['message'])}")
+            console.print(f"  {escape(mismatch['remedy'])}")
         holders = {(h["seq"], h["sessionId"], h["turnId"]) for h in
                    (idx.get("heldBy") for idx in entry["indexes"].values()) if h}
         for seq, session_id, turn_id in sorted(holders, key=lambda h: h[0]):

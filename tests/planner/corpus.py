@@ -17,7 +17,7 @@ from typing import Any
 
 from sinks.generations import GenerationStore, Manifest, chunk_seq_bound
 from sinks.rebuild import ReplayStream
-from sinks.runner import index_root
+from sinks.runner import index_root, watermark_of
 from sinks.service import make_writer, pipeline_versions
 from sinks.watermarks import WatermarkPublisher
 from streams.asp import ASP_VERSION, validate_event
@@ -146,12 +146,7 @@ class IndexBuilder:
         except BaseException:
             store.abort()
             raise
-        self.publisher.publish({
-            "logId": self.log_id, "kind": kind, "line": manifest.line,
-            "generationId": manifest.generation_id, "builtThroughSeq": manifest.built_through_seq,
-            "manifest": str(store.manifest_path(manifest.generation_id)),
-            "committedAt": manifest.created_at, "versions": {},
-        })
+        self.publisher.publish(watermark_of(manifest, store, self.versions))
         return manifest
 
     def close(self) -> None:
