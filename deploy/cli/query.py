@@ -80,7 +80,7 @@ def render_response(response: dict[str, Any], request: dict[str, Any]) -> None:
         sources = " · ".join(f"{source} #{c['rank']}" for source, c in hit["score"]["components"].items())
         out().print(f"[bold]{number}.[/] rrf {hit['score']['rrf']:.5f}  ({escape(sources)})  "
                     f"[dim]{escape('  '.join(where))}[/]")
-        out().print(_snippet(hit["text"], hit["evidence"]))
+        out().print(_snippet(hit["text"], hit["evidence"], str(request.get("query", ""))))
         proof = ", ".join(f"{piece['eventId']}@{piece['seq']}" for piece in hit["evidence"])
         out().print(f"   [dim]evidence: {escape(proof)}[/]")
     if not response["results"]:
@@ -118,27 +118,76 @@ def freshness_line(response: dict[str, Any]) -> str:
     return escape("freshness: " + " · ".join(parts))
 
 
-def _snippet(text: str, evidence: list[dict[str, Any]]) -> Text:
-    """The hit's text with each evidence span styled (UTF-8 byte offsets → characters)."""
+def _snippet(text: str, evidence: list[dict[str, Any]], query: str = "") -> Text:
+    """The hit's text with each evidence span styled (UTF-8 byte offsets → characters) and the
+    query's words underlined, cut to about ``_SNIPPET_CHARS`` around where they match (a
+    chunk holds many events; its first lines need not be the ones the query found)."""
     from rich.text import Text
 
     data = text.encode("utf-8")
-    shown = Text("   ")
-    position = 0
+    styled = Text(text)
     for number, piece in enumerate(sorted(evidence, key=lambda p: p["start"])):
         start = len(data[: piece["start"]].decode("utf-8", "replace"))
         end = len(data[: piece["end"]].decode("utf-8", "replace"))
-        start = max(start, position)
-        if start >= end:
-            continue
-        shown.append(_indent(text[position:start]))
-        shown.append(_indent(text[start:end]), style=_EVIDENCE_STYLES[number % 2])
-        position = end
-    shown.append(_indent(text[position:]))
-    if len(shown.plain) > _SNIPPET_CHARS + 3:
-        shown.truncate(_SNIPPET_CHARS + 3)
+        if start < end:
+            styled.stylize(_EVIDENCE_STYLES[number % 2], start, end)
+    matches = _matches(text, query)
+    for start, end in matches:
+        styled.stylize("underline", start, end)
+    first = _window(text, matches)
+    last = min(len(text), first + _SNIPPET_CHARS)
+    shown = Text("   " + ("…" if first else ""))
+    shown.append_text(Text("\n   ").join(styled[first:last].split("\n", allow_blank=True)))
+    if last < len(text):
         shown.append("…")
     return shown
+
+
+def _matches(text: str, query: str) -> list[tuple[int, int]]:
+    """Character spans of ``text`` where the query's quoted phrases and words occur, in order
+    (case-insensitive; words of one character only inside a phrase)."""
+    import re
+
+    lowered = text.lower()
+    if len(lowered) != len(text):  # a lowercasing that changes lengths (İ): no positions to trust
+        return []
+    phrases = [phrase.strip().lower() for phrase in re.findall(r'"([^"]+)"', query)]
+    words = [word.lower() for word in re.findall(r"\w+", re.sub(r'"[^"]*"?', " ", query)) if len(word) > 1]
+    spans = []
+    for needle in {*phrases, *words}:
+        if needle:
+            spans += [(m.start(), m.end()) for m in re.finditer(re.escape(needle), lowered)]
+    return sorted(spans)
+
+
+def _window(text: str, matches: list[tuple[int, int]]) -> int:
+    """Where a ``_SNIPPET_CHARS`` window starts: before the run of matches holding the most
+    different words (then the most matches), at a line's start when one is near; at the text's
+    start when the first window holds as much."""
+    if len(text) <= _SNIPPET_CHARS or not matches:
+        return 0
+    from collections import Counter
+
+    span = _SNIPPET_CHARS - _SNIPPET_CHARS // 5
+    words = [text[a:b].lower() for a, b in matches]
+    inside: Counter[str] = Counter()
+    best, start, end = (0, 0), 0, 0
+    for first, (position, _) in enumerate(matches):  # two pointers: each match enters and leaves once
+        while end < len(matches) and (end <= first or matches[end][1] <= position + span):
+            inside[words[end]] += 1
+            end += 1
+        weight = (len(inside), sum(inside.values()))
+        if weight > best:
+            best, start = weight, position
+        inside[words[first]] -= 1
+        if not inside[words[first]]:
+            del inside[words[first]]
+    opening = [word for (a, b), word in zip(matches, words, strict=True) if b <= _SNIPPET_CHARS]
+    if (len(set(opening)), len(opening)) >= best:
+        return 0
+    first = max(0, min(start - _SNIPPET_CHARS // 5, len(text) - _SNIPPET_CHARS))
+    line = text.find("\n", first, start)
+    return line + 1 if line != -1 else first
 
 
 def _indent(text: str) -> str:

@@ -1,0 +1,43 @@
+"""What ``usl search`` shows of a hit: the part of the chunk the query found, not its first lines."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+from rich.console import Console
+
+from deploy.cli.query import _SNIPPET_CHARS, _snippet
+
+
+def _shown(text: str, query: str) -> str:
+    console = Console(width=200, record=True, color_system=None)
+    console.print(_snippet(text, [{"start": 0, "end": len(text.encode())}], query))
+    return console.export_text()
+
+
+def test_a_phrase_deep_in_a_chunk_is_shown() -> None:
+    """Found by a new user: the phrase sat 1 481 bytes into its chunk and the output showed the
+    chunk's first three events only."""
+    text = "[user] run the tests again please\n" * 50 + "[assistant] I need to add it back since the import broke\n" \
+        + "[tool.result Bash ok] 12 passed\n" * 30
+    shown = _shown(text, '"I need to add it back since"')
+    assert "I need to add it back since the import broke" in shown
+    assert shown.lstrip().startswith("…[user]")  # cut at a line's start, and marked as cut
+    assert shown.rstrip().endswith("…")
+
+
+def test_the_densest_words_choose_the_window() -> None:
+    text = "migration " + "filler words here\n" * 60 + "refunds table migration failed on refunds\n" + "more\n" * 60
+    assert "refunds table migration failed" in _shown(text, "refunds migration failed")
+
+
+def test_a_chunk_whose_start_matches_is_shown_from_its_start() -> None:
+    text = "[user] deploy the api\n" + "line\n" * 200
+    assert _shown(text, "deploy").lstrip().startswith("[user] deploy the api")
+    assert _shown("[user] short", "nothing matches").strip() == "[user] short"
+
+
+@given(st.text(max_size=1500), st.text(max_size=30))
+def test_any_text_and_query_give_a_bounded_snippet(text: str, query: str) -> None:
+    plain = _snippet(text, [{"start": 0, "end": len(text.encode())}], query).plain
+    assert len(plain.replace("\n   ", "\n")) <= _SNIPPET_CHARS + 5
