@@ -16,14 +16,16 @@ from itertools import pairwise
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from deploy.cli._common import bootstrap_servers, err, escape, fail, load_settings
+from deploy.cli._common import err, escape, fail, load_settings
+from planner.exceptions import PlannerError
 from streams.exceptions import USLError
 from streams.settings import Settings
 
 if TYPE_CHECKING:
     from planner.client import Client
 
-__all__ = ["api_client", "api_target", "call_planner", "in_process", "through_api", "with_api"]
+__all__ = ["StackNotRunning", "api_client", "api_target", "call_planner", "in_process", "reading_bootstrap_servers",
+           "through_api", "with_api"]
 
 _T = TypeVar("_T")
 
@@ -48,19 +50,55 @@ def in_process(current: Settings, principal_text: str | None, json_out: bool,
     ``USL_DEFAULT_PRINCIPAL``); a planner or broker error is the command's error."""
     from planner.acl import parse_principal
     from planner.engine import Planner
-    from planner.exceptions import PlannerError
 
     try:
         principal = parse_principal(principal_text or current.acl_default)
-        planner = Planner(current, bootstrap_servers(current))
+        planner = Planner(current, reading_bootstrap_servers(current))
         try:
             return call(planner, principal)
         finally:
             planner.close()
     except PlannerError as exc:
-        fail(exc, json_out)
+        fail(_nothing_indexes(current, exc), json_out)
     except USLError as exc:
         fail(PlannerError(str(exc)), json_out)
+
+
+class StackNotRunning(PlannerError):
+    """Nothing to read: no cluster is configured and no local broker runs under ``USL_HOME``."""
+
+    status, code = 503, "not_running"
+
+
+def reading_bootstrap_servers(current: Settings) -> str:
+    """The broker a command that only reads (search, sql, sessionql, export, status) asks: the
+    configured cluster, else the local broker while it runs. Such a command starts none: a
+    search of an empty ``USL_HOME`` left a broker running after it exited, to answer that no log
+    existed; it now says what to start."""
+    if current.bootstrap_servers:
+        return current.bootstrap_servers
+    from deploy.kafka.broker import local_broker_status
+
+    running = local_broker_status(current)
+    if running is None:
+        raise StackNotRunning(f"no USL stack is running under USL_HOME={Path(current.home).resolve()}: "
+                              "start it with `usl up --detach`")
+    return running.bootstrap
+
+
+def _nothing_indexes(current: Settings, exc: PlannerError) -> PlannerError:
+    """``exc``, its hint saying what to start when it asks to wait for an index (503) or to
+    ingest first (404) while no worker or sink of the local stack runs: nothing would ever
+    index, and waiting would never end."""
+    if exc.status not in (404, 503) or isinstance(exc, StackNotRunning) or current.bootstrap_servers:
+        return exc
+    from deploy.stack import running
+
+    if any(name.startswith(("worker", "sinks")) for name in running(current)):
+        return exc
+    exc.hint = ("Nothing indexes while the stack is down: start it with `usl up --detach`, "
+                "then ingest (`usl ingest PATH`) and ask again.")
+    return exc
 
 
 def api_target(current: Settings) -> tuple[str, bool] | None:

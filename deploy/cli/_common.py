@@ -97,9 +97,10 @@ def fail(exc: PlannerError, json_out: bool) -> NoReturn:
     if json_out:
         print_json(error_body(exc))
     else:
-        err().print(f"[red]error {exc.status} {exc.code}:[/] {escape(exc.message)}")
+        # Unwrapped, as main() prints other errors: a message is one line, even when long.
+        err().print(f"[red]error {exc.status} {exc.code}:[/] {escape(exc.message)}", soft_wrap=True)
         if exc.hint:
-            err().print(f"  {escape(exc.hint)}")
+            err().print(f"  {escape(exc.hint)}", soft_wrap=True)
     raise typer.Exit(2)
 
 

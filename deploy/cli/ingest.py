@@ -43,7 +43,8 @@ def ingest(
     """Append the events of PATHS to the L1 log, each event once (an imported file appends nothing
     again); rejected records go to the dead-letter topic. In a directory, a file whose format its
     first records do not show (a manifest, notes) is skipped and listed; a file named as PATH
-    must be a transcript.
+    must be a transcript. Without a stack (`usl up`) the events wait in L1, unindexed: the local
+    broker is started for the command and stopped after it.
 
     Progress on stderr: lines read of the input's total, records, rate and ETA; with --follow, a
     line per poll that appended something."""
@@ -55,12 +56,13 @@ def ingest(
     if missing and not follow:
         raise USLError(f"{missing[0]} does not exist")
     current = load_settings()
-    servers = bootstrap_servers(current)
-    if follow:
-        follow_paths(current, servers, paths, fmt, log, err())
-        return
-    # --json: no console at all (rich is a tenth of the command's start, issue #16).
-    summary = ingest_once(current, servers, paths, fmt, log, None if json_out else err(), show_progress=not json_out)
+    with _broker_to_append_to(current) as servers:
+        if follow:
+            follow_paths(current, servers, paths, fmt, log, err())
+            return
+        # --json: no console at all (rich is a tenth of the command's start, issue #16).
+        summary = ingest_once(current, servers, paths, fmt, log, None if json_out else err(),
+                              show_progress=not json_out)
     if json_out:
         print_json(summary)
         return
@@ -142,6 +144,31 @@ def _few_collections() -> Iterator[None]:
         yield
     finally:
         gc.set_threshold(*thresholds)
+
+
+@contextmanager
+def _broker_to_append_to(current: Settings) -> Iterator[str]:
+    """The bootstrap servers to append to: the configured cluster, else the local broker,
+    started if it is not running. Without a stack under ``USL_HOME`` (no ``usl up``) the events
+    reach L1 but nothing indexes them, which the user is told; and a broker this command
+    started is stopped again when it ends (L1 stays on disk for ``usl up``), so an ingest
+    leaves no daemon behind."""
+    if current.bootstrap_servers:
+        yield current.bootstrap_servers
+        return
+    from deploy.kafka.broker import local_broker_status, stop_broker
+    from deploy.stack import running
+
+    started = local_broker_status(current) is None
+    servers = bootstrap_servers(current)
+    if not running(current):
+        err().print(f"[yellow]note:[/] no USL stack runs under USL_HOME={Path(current.home).resolve()}: "
+                    "the events go to L1, and nothing indexes them until `usl up --detach`", soft_wrap=True)
+    try:
+        yield servers
+    finally:
+        if started and not running(current):  # a `usl up` started meanwhile uses this broker
+            stop_broker(current)
 
 
 def ingest_once(settings: Settings, bootstrap: str, paths: list[Path], fmt: str | None, log: str,

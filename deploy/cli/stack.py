@@ -14,8 +14,8 @@ from urllib.parse import quote
 
 import typer
 
-from deploy.cli._api import through_api
-from deploy.cli._common import bootstrap_servers, err, load_settings, out, print_json
+from deploy.cli._api import reading_bootstrap_servers, through_api
+from deploy.cli._common import bootstrap_servers, err, fail, load_settings, out, print_json
 from streams.exceptions import USLError
 
 if TYPE_CHECKING:
@@ -43,9 +43,14 @@ def status(
     path = "/v1/status" + (f"?log={quote(log, safe='')}" if log else "")
     report = through_api(settings, None, json_out, "GET", path, None)
     if report is None:
+        from planner.exceptions import PlannerError
         from planner.status import collect_status, for_principal
 
-        report = for_principal(collect_status(settings, bootstrap_servers(settings), log_id=log), None)
+        try:
+            bootstrap = reading_bootstrap_servers(settings)
+        except PlannerError as exc:
+            fail(exc, json_out)
+        report = for_principal(collect_status(settings, bootstrap, log_id=log), None)
     if json_out:
         print_json(report)
         return
