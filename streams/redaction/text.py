@@ -301,27 +301,20 @@ def _one_pass(text: str, rules: tuple[Rule, ...], hits: dict[str, int], *, plain
 
 
 def summarize(text: str, head: int, tail: int) -> str:
-    """``text`` when it has at most ``head + tail`` characters; else its first ``head`` and last
-    ``tail`` characters around a `` … [N bytes] … `` note (N: UTF-8 size of the whole text).
+    """``text`` when it has at most ``head + tail`` characters; else its first ``head``
+    characters, a `` … [N bytes] … `` note (N: UTF-8 size of the whole text) and its last whole
+    lines that fit in ``tail`` characters (none when its last line alone is longer).
 
-    The end of a tool's output is where its outcome is (a traceback's exception, a test run's
-    counts, an exit status), so a summary keeps it beside the beginning. The end starts after a
-    line break when one falls in its first quarter, and neither cut splits a marker."""
+    The last lines of a tool's output are where its outcome is (a traceback's exception, a test
+    run's counts, an exit status), so a summary keeps them beside the beginning; the end of a
+    long one-line output (a JSON document) is no outcome, and only adds noise to the chunk."""
     if len(text) <= head + tail:
         return text
     clipped = clip(text, head, note_inside=False)
-    if tail <= 0:
+    newline = text.find("\n", len(text) - tail - 1) if tail > 0 else -1
+    if newline == -1 or not text[newline + 1:].strip():
         return clipped
-    start = len(text) - tail
-    opening = text.rfind("[", max(0, start - 64), start)
-    if opening != -1 and (text.startswith(MARKER_PREFIX, opening) or text.startswith(USER_MARKER, opening)):
-        closing = text.find("]", opening)
-        if closing >= start:
-            start = closing + 1
-    newline = text.find("\n", start, start + tail // 4)
-    if newline != -1:
-        start = newline + 1
-    return f"{clipped} … {text[start:]}"
+    return f"{clipped} … {text[newline + 1:]}"
 
 
 def clip(text: str, limit: int, *, note_inside: bool = True) -> str:

@@ -593,8 +593,12 @@ def test_a_tool_outputs_summary_keeps_its_end_where_the_error_is() -> None:
     assert summary.startswith("Traceback (most recent call last):")
     assert summary.endswith("json.decoder.JSONDecodeError: Unterminated string starting at: line 1 column 5 (char 4)\n")
     assert f" … [{len(output)} bytes] … " in summary
-    # The end starts at a line when one begins near its cut.
+    # The end is whole lines.
     assert summary.split(" bytes] … ", 1)[1].startswith(("  File", "    return", "json.decoder"))
+    # A long output of one line (a JSON document) has no outcome at its end: only its beginning.
+    document = '{"reservation_id": "H8Q05L", "flights": [' + ", ".join(['{"origin": "JFK", "destination": "SFO"}'] * 30) + "]}"
+    summary = redact_event(event("tool.result", toolName="get_reservation", status="ok", output=document)).event["fields"]["summary"]
+    assert summary == document[:280] + f" … [{len(document)} bytes]"
 
 
 @given(st.lists(st.sampled_from(["word ", "\n", "[REDACTED:github-token]", "[USER]", "é", "x" * 30]), max_size=80),
