@@ -48,6 +48,7 @@ _SECRET_FIELD = "secret-field"
 # An id with no run of 16 letters and digits (a UUID, "turn-3", "s1") has no room for a secret.
 _HEX_ID = re.compile(r"(?:(?P<head>[A-Za-z]{1,12})[_-])?(?:[0-9a-f]{8,64}|[0-9A-F]{8,64})(?:-[0-9a-fA-F]{1,12})*", re.ASCII)
 _LONG_ALNUM_RUN = re.compile(r"[A-Za-z0-9]{16}", re.ASCII)
+_FAILED = frozenset({"error", "failed", "failure"})  # tool.result statuses that keep the output's end
 _ROOM = 16  # the run _LONG_ALNUM_RUN looks for: a shorter id has none (the regex need not run)
 _SHORT_KEY = 8  # keys shorter than this cannot hold anything a rule replaces
 
@@ -97,7 +98,9 @@ def redact_event(event: dict[str, Any], policy: RedactionPolicy | None = None) -
         fields = dict(redacted["fields"]) if isinstance(redacted.get("fields"), dict) else {}
         if output_key is not None and isinstance(raw_fields, dict):
             text = _as_text(walker.walk(raw_fields[output_key], cap=None))
-            fields["summary"] = summarize(text, policy.summary_chars, policy.summary_tail_chars)
+            # A failed tool's last lines say how it failed; a successful one's beginning is enough.
+            tail = policy.summary_tail_chars if str(fields.get("status", "")).lower() in _FAILED else 0
+            fields["summary"] = summarize(text, policy.summary_chars, tail)
             fields["outputBytes"] = len(text.encode("utf-8"))
             redacted["fields"] = fields
         else:

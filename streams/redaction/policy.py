@@ -34,8 +34,8 @@ class RedactionPolicy:
     - ``env_dump_min_lines``: this many consecutive ``NAME=value`` lines are an environment
       dump and are replaced whole.
     - ``summary_chars``: characters of a tool result's redacted output kept as its indexed summary.
-    - ``summary_tail_chars``: the output's last whole lines kept after them, up to this many
-      characters (where a traceback's error, a test run's counts and an exit status are), after a
+    - ``summary_tail_chars``: a failed tool's last whole output lines kept after them, up to this
+      many characters (where a traceback's error and a test run's failures are), after a
       `` … [N bytes] … `` note.
     - ``max_field_chars``: longest string kept in an indexed event's fields (message text is
       exempt: it is the conversation the chunker splits); longer strings are cut.

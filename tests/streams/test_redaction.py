@@ -597,8 +597,11 @@ def test_a_tool_outputs_summary_keeps_its_end_where_the_error_is() -> None:
     assert summary.split(" bytes] … ", 1)[1].startswith(("  File", "    return", "json.decoder"))
     # A long output of one line (a JSON document) has no outcome at its end: only its beginning.
     document = '{"reservation_id": "H8Q05L", "flights": [' + ", ".join(['{"origin": "JFK", "destination": "SFO"}'] * 30) + "]}"
-    summary = redact_event(event("tool.result", toolName="get_reservation", status="ok", output=document)).event["fields"]["summary"]
+    summary = redact_event(event("tool.result", toolName="get_reservation", status="error", output=document)).event["fields"]["summary"]
     assert summary == document[:280] + f" … [{len(document)} bytes]"
+    # A tool that succeeded is summed up by its beginning (its end is one more line of data).
+    summary = redact_event(event("tool.result", toolName="Bash", status="ok", output=output)).event["fields"]["summary"]
+    assert summary == output[:280] + f" … [{len(output)} bytes]"
 
 
 @given(st.lists(st.sampled_from(["word ", "\n", "[REDACTED:github-token]", "[USER]", "é", "x" * 30]), max_size=80),
