@@ -6,6 +6,10 @@ The body is an ``ExportTraceServiceRequest`` (``application/x-protobuf``, decode
 caller's tenant, dedup by eventId, and the answer only after L1 committed them. The answer is an
 ``ExportTraceServiceResponse`` in the request's encoding, with ``partialSuccess`` naming how many
 spans were refused and why. The log is ``?log=NAME`` (default ``default``).
+
+Spans are mapped under the receiver's append lock, after it read what L1 holds, so a span
+without ``gen_ai.conversation.id`` joins the conversation that earlier spans of its trace named,
+in any request or receiver (:class:`streams.importers.otel.TraceSessions`).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from starlette.responses import Response
 from planner.acl import Principal
 from planner.exceptions import QueryError
 from streams.importers.base import Accepted
-from streams.importers.otel import span_events
+from streams.importers.otel import TraceSessions, span_events
 
 __all__ = ["decode_request", "traces_endpoint"]
 
@@ -90,20 +94,27 @@ async def traces_endpoint(request: Request, receiver: Any, principal: Principal)
         raise not_json(media_type, accepted="OTLP protobuf or JSON")
     log_id = request_log(request.query_params.get("log", "default"))
     decoded = decode_request(await request.body(), media_type)
-    checked: list[tuple[int, dict[str, Any]]] = []
     rejected: list[dict[str, Any]] = []
-    for index, item in enumerate(span_events(decoded, log_id=log_id)):
-        if isinstance(item, Accepted):
-            event, reason = check_event(item.event, principal, log_id)
-            if event is not None:
-                checked.append((index, event))
-                continue
-            rejected.append({"index": index, "reason": reason, "record": item.record})
-        else:
-            rejected.append({"index": index, "reason": item.reason, "record": item.record})
-    # A span's tool calls and an agent's own messages are in no turn: framed, as /v1/events does.
-    framed, _ = frame_loose_events(checked)
-    answer = await run_in_threadpool(receiver.append, framed, rejected, log_id, principal.tenant)
+
+    def mapped(known: TraceSessions) -> list[tuple[int | None, dict[str, Any]]]:
+        """The request's events, each span in the session ``known`` (what L1 holds of its trace)
+        and the request choose (:func:`span_events`); run under the receiver's append lock."""
+        checked: list[tuple[int, dict[str, Any]]] = []
+        for index, item in enumerate(span_events(decoded, log_id=log_id, known=known)):
+            if isinstance(item, Accepted):
+                event, reason = check_event(item.event, principal, log_id)
+                if event is not None:
+                    checked.append((index, event))
+                    continue
+                rejected.append({"index": index, "reason": reason, "record": item.record})
+            else:
+                rejected.append({"index": index, "reason": item.reason, "record": item.record})
+        # A span's tool calls and an agent's own messages are in no turn: framed, as /v1/events does.
+        framed, _ = frame_loose_events(checked)
+        links = known.links(log_id, (event for _, event in checked))
+        return [*framed, *((None, link) for link in links)]
+
+    answer = await run_in_threadpool(receiver.append, mapped, rejected, log_id, principal.tenant)
     refused = {str(r.get("record", r["index"])).split(" ")[0] for r in answer["rejected"]}
     reasons = "; ".join(sorted({r["reason"] for r in answer["rejected"]}))[:1000]
     return _response(media_type, len(refused), reasons)

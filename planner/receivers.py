@@ -39,6 +39,7 @@ from planner.exceptions import PlannerError, QueryError, error_body
 from streams.asp import DEFAULT_ACL, validate_event
 from streams.exceptions import SchemaError
 from streams.importers.frames import frame_loose_events
+from streams.importers.otel import TraceSessions
 from streams.names import LOG_ID, LOG_ID_HINT
 from streams.settings import Settings
 
@@ -46,6 +47,8 @@ __all__ = ["MAX_EVENTS", "EventReceiver", "TooManyRequests", "check_event", "ope
 
 MAX_EVENTS = 10000
 _MAX_WAITING = 4
+#: Events to append, as ``(index in the request, event)``; None for an event the receiver added.
+Checked = list[tuple[int | None, dict[str, Any]]]
 _RETRY_AFTER_SECONDS = 2
 
 
@@ -74,6 +77,7 @@ class EventReceiver:
         self._clients: tuple[Any, Any] | None = None
         self._seen: dict[str, set[bytes]] = {}
         self._owners: dict[str, dict[str, str]] = {}  # log -> sessionId -> owning tenant
+        self._traces: dict[str, TraceSessions] = {}  # log -> its OpenTelemetry traces' sessions
         self._read_through: dict[str, int] = {}
 
     def _l1(self) -> tuple[Any, Any]:
@@ -97,12 +101,14 @@ class EventReceiver:
     def _catch_up(self, reader: Any, log_id: str) -> set[bytes]:
         seen = self._seen.setdefault(log_id, set())
         owners = self._owners.setdefault(log_id, {})
+        traces = self._traces.setdefault(log_id, TraceSessions())
         start = self._read_through.get(log_id, 0) + 1
         end = reader.committed_seq(log_id)
         if end >= start:
             for _seq, event in reader.read(log_id, start, end):
                 seen.add(_digest(log_id, str(event.get("eventId"))))
                 _own(owners, event)
+                traces.feed(event)
         self._read_through[log_id] = max(end, start - 1)
         return seen
 
@@ -119,11 +125,16 @@ class EventReceiver:
         framed, turns = frame_loose_events(checked)
         return {**self.append(framed, rejected, log_id, principal.tenant), "turnsAdded": turns}
 
-    def append(self, checked: list[tuple[int | None, dict[str, Any]]], rejected: list[dict[str, Any]],
-               log_id: str, tenant: str) -> dict[str, Any]:
+    def append(self, checked: Checked | Callable[[TraceSessions], Checked],
+               rejected: list[dict[str, Any]], log_id: str, tenant: str) -> dict[str, Any]:
         """Append already checked events (``(index, event)``), skipping eventIds L1 holds. An
         index of None is an event the receiver added (a turn's frame): it is appended like the
-        others but counted in none of the answer's figures."""
+        others but counted in none of the answer's figures.
+
+        ``checked`` may instead be a function that makes the events (and adds to ``rejected``)
+        from what the log holds of its OpenTelemetry traces: it runs under the append lock, after
+        this receiver read what every producer appended, so the sessions it chooses follow every
+        span L1 had then."""
         with self._waiting_lock:
             if self._waiting >= _MAX_WAITING:
                 raise TooManyRequests("L1 appends are queued up; this batch was not appended",
@@ -136,15 +147,18 @@ class EventReceiver:
             with self._waiting_lock:
                 self._waiting -= 1
 
-    def _append_locked(self, checked: list[tuple[int | None, dict[str, Any]]], rejected: list[dict[str, Any]],
-                       log_id: str, tenant: str) -> dict[str, Any]:
+    def _append_locked(self, checked: Checked | Callable[[TraceSessions], Checked],
+                       rejected: list[dict[str, Any]], log_id: str, tenant: str) -> dict[str, Any]:
         from kafka.errors import KafkaError
 
         producer, reader = self._l1()
         appended = duplicates = 0
+        written: list[dict[str, Any]] = []
         try:
             seen = self._catch_up(reader, log_id)
-            owners = self._owners[log_id]
+            owners, traces = self._owners[log_id], self._traces[log_id]
+            if callable(checked):
+                checked = checked(traces)
             fresh: set[bytes] = set()
             for index, event in checked:
                 key = _digest(log_id, event["eventId"])
@@ -164,6 +178,7 @@ class EventReceiver:
                     continue
                 _own(owners, owned)
                 fresh.add(key)
+                written.append(owned)
                 appended += index is not None
             producer.flush()
         except KafkaError as exc:
@@ -171,6 +186,8 @@ class EventReceiver:
                                   hint=f"Retry after {_RETRY_AFTER_SECONDS} s; events already "
                                        "appended count as duplicates then.") from None
         seen |= fresh
+        for event in written:  # as the next catch-up will read them (feeding twice changes nothing)
+            traces.feed(event)
         rejected.sort(key=lambda item: item["index"])
         return {"appended": appended, "duplicates": duplicates, "rejected": rejected,
                 "l1CommittedSeq": reader.committed_seq(log_id)}

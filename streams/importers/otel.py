@@ -5,11 +5,17 @@ hex ``traceId`` / ``spanId``, typed attribute values); ``planner.otlp`` turns pr
 same shape. Only spans with ``gen_ai.operation.name`` become events; ``docs/importers.md`` has the
 mapping. In short:
 
-- the session is the span's ``gen_ai.conversation.id``; a span without one (instrumentations
-  often set it on the agent or chat span only, not on ``execute_tool``) takes its nearest
-  ancestor's in the request, else the conversation of its trace in the request (the earliest
-  span that names one), else ``otel-<traceId>``. The choice is the event's ``sessionId`` in L1;
-  nothing recomputes it later;
+- the session is the span's ``gen_ai.conversation.id``; a span without one (the conventions
+  put it on ``invoke_agent`` and inference spans, not on ``execute_tool``) goes where L1 already
+  has it (an exporter's retry), else to its nearest ancestor's conversation (in the request or in
+  L1), else to its trace's (the one L1 knows, else the earliest span naming one in the request),
+  else to ``otel-<traceId>``. What L1 knows comes from :class:`TraceSessions`, which the
+  receiver feeds with the log's events. The choice is the event's ``sessionId`` in L1, and the
+  first event of every span records its trace and span in ``payload.otel``, so nothing decides
+  again: a receiver rebuilt from L1 knows every earlier choice. Once a trace's conversation is
+  known, ``otel-<traceId>`` gets one ``x.otel.conversation`` event naming it as
+  ``parentSessionId`` (:meth:`TraceSessions.links`), so lineage leads from the conversation to
+  the spans that came before it;
 - ``invoke_agent`` → ``run.started`` / ``run.ended`` (runId from the span), the agent's
   ``gen_ai.agent.*`` in its fields; its captured input and output messages;
 - ``chat`` (also ``generate_content``, ``text_completion``) → a turn: ``turn.started``, its input
@@ -30,7 +36,8 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from collections.abc import Iterator
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import orjson
@@ -39,7 +46,8 @@ from streams.asp import validate_event
 from streams.exceptions import SchemaError
 from streams.importers.base import Accepted, Rejected, raw_text, stable_id, time_from_posix
 
-__all__ = ["AGENT_OPERATIONS", "CHAT_OPERATIONS", "TOOL_OPERATIONS", "attributes", "iter_spans", "span_events"]
+__all__ = ["AGENT_OPERATIONS", "CHAT_OPERATIONS", "TOOL_OPERATIONS", "TraceSessions", "attributes", "iter_spans",
+           "span_events"]
 
 AGENT_OPERATIONS = frozenset({"invoke_agent", "create_agent", "invoke_workflow"})
 CHAT_OPERATIONS = frozenset({"chat", "generate_content", "text_completion"})
@@ -145,33 +153,138 @@ def _text(message: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
     return "\n".join(texts), calls
 
 
+class _Trace:
+    __slots__ = ("conversation", "linked", "orphaned", "spans")
+
+    def __init__(self) -> None:
+        self.conversation = ""  # the first conversation its spans' events went to, in L1 order
+        self.orphaned = ""  # the time of its first span event in otel-<traceId>, if any
+        self.linked = False  # otel-<traceId> names the conversation (x.otel.conversation)
+        self.spans: dict[str, str] = {}  # spanId -> the session its events went to
+
+
+class TraceSessions:
+    """What a log's events say about its OpenTelemetry traces: the session each span's events
+    went to and each trace's conversation, read from the ``payload.otel`` of the events
+    :func:`span_events` makes (:meth:`feed` them in L1 order; feeding one twice changes nothing).
+
+    A receiver keeps one per log, rebuilt from L1 when it starts, so the session it chooses for a
+    span follows every earlier span of the trace, whichever request or receiver brought them.
+    It holds the ``max_traces`` traces fed or looked up last: a span of a trace that fell out is
+    mapped as though its trace were new (a retry of its own spans then is not recognized)."""
+
+    def __init__(self, max_traces: int = 100_000) -> None:
+        self._traces: OrderedDict[str, _Trace] = OrderedDict()
+        self._max_traces = max_traces
+        self._unlinked: set[str] = set()  # conversation known, otel-<traceId> not yet linked to it
+
+    def _get(self, trace: str) -> _Trace | None:
+        entry = self._traces.get(trace)
+        if entry is not None:
+            self._traces.move_to_end(trace)
+        return entry
+
+    def feed(self, event: dict[str, Any]) -> None:
+        mark = _mark(event)
+        if mark is None:
+            return
+        trace = mark["traceId"]
+        entry = self._get(trace)
+        if entry is None:
+            entry = self._traces[trace] = _Trace()
+            if len(self._traces) > self._max_traces:
+                dropped, _ = self._traces.popitem(last=False)
+                self._unlinked.discard(dropped)
+        session = str(event.get("sessionId"))
+        if mark.get("conversation"):
+            entry.linked = True
+        elif mark.get("spanId"):
+            entry.spans.setdefault(mark["spanId"], session)
+            if session == f"otel-{trace}":
+                entry.orphaned = entry.orphaned or str(event.get("time"))
+            else:
+                entry.conversation = entry.conversation or session
+        if entry.conversation and entry.orphaned and not entry.linked:
+            self._unlinked.add(trace)
+        else:
+            self._unlinked.discard(trace)
+
+    def span_session(self, trace: str, span_id: str) -> str:
+        """The session the span's events went to ("" if none did)."""
+        entry = self._get(trace)
+        return entry.spans.get(span_id, "") if entry is not None else ""
+
+    def conversation(self, trace: str) -> str:
+        entry = self._get(trace)
+        return entry.conversation if entry is not None else ""
+
+    def links(self, log_id: str, events: Iterable[dict[str, Any]] = ()) -> list[dict[str, Any]]:
+        """The ``x.otel.conversation`` events still missing: one in ``otel-<traceId>`` for every
+        trace with events there whose conversation is known, from the events fed or from
+        ``events`` (about to be appended). Ids derive from log and trace, so whichever
+        receiver appends one first, the others' copies are duplicates."""
+        revealed: dict[str, str] = {}
+        for event in events:
+            mark = _mark(event)
+            if mark is not None and mark.get("spanId") and event["sessionId"] != f"otel-{mark['traceId']}":
+                revealed.setdefault(mark["traceId"], str(event["sessionId"]))
+        found = []
+        for trace in sorted(self._unlinked | revealed.keys()):
+            entry = self._traces.get(trace)
+            if entry is None or not entry.orphaned or entry.linked:
+                continue
+            conversation = entry.conversation or revealed[trace]
+            found.append(validate_event({
+                "eventId": stable_id("otel", log_id, trace, "conversation"), "logId": log_id,
+                "sessionId": f"otel-{trace}", "parentSessionId": conversation, "type": "x.otel.conversation",
+                "time": entry.orphaned, "fields": {"conversationId": conversation, "traceId": trace},
+                "payload": {"otel": {"traceId": trace, "conversation": conversation}}}))
+        return found
+
+
+def _mark(event: dict[str, Any]) -> dict[str, Any] | None:
+    payload = event.get("payload")
+    mark = payload.get("otel") if isinstance(payload, dict) else None
+    return mark if isinstance(mark, dict) and isinstance(mark.get("traceId"), str) else None
+
+
 class _Batch:
     """The spans of one request, for the lineage lookups."""
 
-    def __init__(self, spans: list[tuple[dict[str, Any], dict[str, Any]]]) -> None:
+    def __init__(self, spans: list[tuple[dict[str, Any], dict[str, Any]]], known: TraceSessions) -> None:
         self.spans = {(_hex(s.get("traceId")), _hex(s.get("spanId"))): (r, s, attributes(s.get("attributes")))
                       for r, s in spans}
+        self.known = known
 
     def session_of(self, trace: str, span: dict[str, Any], attrs: dict[str, Any]) -> str:
-        """The span's conversation, else its nearest ancestor's, else its trace's (the earliest
-        span of the trace in the request naming one, by start time then spanId), else
-        ``otel-<traceId>``."""
+        """The span's conversation; else where L1 has its events (a retry must neither move nor
+        duplicate them); else its nearest ancestor's conversation, the ancestor in the request
+        or in L1; else its trace's, as L1 knows it or as the earliest span of the trace in the
+        request names it (by start time then spanId); else ``otel-<traceId>``."""
         own = _conversation(attrs)
         if own:
             return own
+        orphan = f"otel-{trace}"
+        known = self.known.span_session(trace, _hex(span.get("spanId")))
+        if known:
+            return known
         parent, seen = _hex(span.get("parentSpanId")), 0
         while parent and seen < 64:
             found = self.spans.get((trace, parent))
+            above_attrs = found[2] if found is not None else {}
+            recorded = self.known.span_session(trace, parent)
+            conversation = _conversation(above_attrs) or (recorded if recorded != orphan else "")
+            if conversation:
+                return conversation
             if found is None:
                 break
-            _resource, above, above_attrs = found
-            if _conversation(above_attrs):
-                return _conversation(above_attrs)
-            parent, seen = _hex(above.get("parentSpanId")), seen + 1
+            parent, seen = _hex(found[1].get("parentSpanId")), seen + 1
+        if self.known.conversation(trace):
+            return self.known.conversation(trace)
         named = sorted((_nanos(other.get("startTimeUnixNano")), span_id, _conversation(other_attrs))
                        for (other_trace, span_id), (_r, other, other_attrs) in self.spans.items()
                        if other_trace == trace and _conversation(other_attrs))
-        return named[0][2] if named else f"otel-{trace}"
+        return named[0][2] if named else orphan
 
     def run_of(self, trace: str, span: dict[str, Any], attrs: dict[str, Any]) -> str | None:
         if attrs.get("gen_ai.operation.name") in AGENT_OPERATIONS:
@@ -189,10 +302,12 @@ class _Batch:
         return None
 
 
-def span_events(request: dict[str, Any], *, log_id: str = "default") -> Iterator[Accepted | Rejected]:
-    """The ASP events of every GenAI span of ``request`` (an OTLP/JSON-shaped dict)."""
+def span_events(request: dict[str, Any], *, log_id: str = "default",
+                known: TraceSessions | None = None) -> Iterator[Accepted | Rejected]:
+    """The ASP events of every GenAI span of ``request`` (an OTLP/JSON-shaped dict); ``known``:
+    what the log already holds of the traces (nothing if None)."""
     spans = list(iter_spans(request))
-    batch = _Batch(spans)
+    batch = _Batch(spans, known if known is not None else TraceSessions(max_traces=0))
     started: set[str] = set()
     for index, (resource, span) in enumerate(spans):
         attrs = attributes(span.get("attributes"))
@@ -237,6 +352,8 @@ class _Span:
               turn: bool = True, run: bool = True) -> Accepted | Rejected:
         event: dict[str, Any] = {"eventId": event_id, "logId": self.log_id, "sessionId": self.session,
                                  "type": event_type, "time": time, "fields": fields or {}}
+        if event_id == _anchor(self.log_id, self.trace, self.span_id):  # the span's first event
+            event["payload"] = {"otel": {"traceId": self.trace, "spanId": self.span_id}}
         for key, value in (("runId", self.run_id if run else None), ("turnId", self.turn_id if turn else None),
                            ("role", role), ("parentEventId", parent)):
             if value is not None:

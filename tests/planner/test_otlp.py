@@ -186,3 +186,100 @@ def test_a_tool_span_without_the_conversation_joins_its_agents_session(served):
     assert {e["type"] for e in events} >= {"run.started", "turn.started", "tool.call", "tool.result"}
     assert {e["sessionId"] for e in events} == {"qa-otel-conv-1"}
     assert len({e["runId"] for e in events if e.get("runId")}) == 1
+
+
+def test_spans_exported_one_by_one_join_the_conversation_their_trace_named(served):
+    """SimpleSpanProcessor, conversation on the agent and chat spans only (as the conventions
+    have it): a tool span that ends after the first chat span joins the conversation, though its
+    agent span comes last (it went to otel-<traceId> before). The tool span before any chat
+    cannot know it: it keeps otel-<traceId>, which then names the conversation as its parent."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    settings, planner, endpoint = served
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=f"{endpoint}/v1/traces")))
+    tracer = provider.get_tracer("usl-test")
+    conversation = {"gen_ai.conversation.id": "qa-otel-conv-2"}
+    with tracer.start_as_current_span("invoke_agent", attributes={**conversation, "gen_ai.operation.name": "invoke_agent"}):
+        with tracer.start_as_current_span("execute_tool profile", attributes={
+                "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "profile",
+                "gen_ai.tool.call.result": "the user lives in Reykjavik"}):
+            pass
+        with tracer.start_as_current_span("chat", attributes={**conversation, "gen_ai.operation.name": "chat"}):
+            pass
+        with tracer.start_as_current_span("execute_tool get_forecast", attributes={
+                "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "get_forecast",
+                "gen_ai.tool.call.result": "graupel showers expected after midnight"}) as span:
+            trace = f"{span.get_span_context().trace_id:032x}"
+    provider.shutdown()
+    events = l1_events(settings)
+    assert max(Counter(e["eventId"] for e in events).values()) == 1
+    tools = {e["fields"]["toolName"]: e["sessionId"] for e in events if e["type"] == "tool.call"}
+    assert tools == {"profile": f"otel-{trace}", "get_forecast": "qa-otel-conv-2"}
+    assert {e["sessionId"] for e in events} == {f"otel-{trace}", "qa-otel-conv-2"}
+    assert Counter(e["type"] for e in events if e["sessionId"] == f"otel-{trace}") == Counter([
+        "session.started", "turn.started", "tool.call", "tool.result", "turn.ended", "x.otel.conversation"])
+    links = [e for e in events if e.get("parentSessionId")]
+    assert [(e["type"], e["sessionId"], e["parentSessionId"]) for e in links] == [
+        ("x.otel.conversation", f"otel-{trace}", "qa-otel-conv-2")]
+    hits = planner.search({"query": "graupel", "freshness": "latest", "mode": "text"}, READER_PRINCIPAL)["results"]
+    assert hits and hits[0]["sessionId"] == "qa-otel-conv-2"
+
+
+def test_json_spans_children_first_over_requests_and_replicas(served):
+    """One span per OTLP/JSON request, children first, the last two to another receiver (an API
+    replica that reads L1 when it starts): one session but for the tool span that came before
+    anything named the conversation; a retry to either receiver appends nothing and moves
+    nothing."""
+    import httpx
+
+    settings, _planner, endpoint = served
+    trace, agent = "0af7651916cd43dd8448eb211c80319c", "a000000000000001"
+
+    def span(span_id: str, parent: str, operation: str, *, conversation: bool = False,
+             **extra: str) -> dict[str, Any]:
+        attributes = {"gen_ai.operation.name": operation, **extra,
+                      **({"gen_ai.conversation.id": "qa-otel-conv-3"} if conversation else {})}
+        return {"traceId": trace, "spanId": span_id, "parentSpanId": parent, "name": operation,
+                "startTimeUnixNano": "1764579600000000000", "endTimeUnixNano": "1764579601000000000",
+                "attributes": [{"key": k, "value": {"stringValue": v}} for k, v in attributes.items()]}
+
+    requests = [span("e000000000000002", agent, "execute_tool", **{"gen_ai.tool.name": "first"}),
+                span("c000000000000003", agent, "chat", conversation=True),
+                span("e000000000000004", agent, "execute_tool", **{"gen_ai.tool.name": "second"}),
+                span(agent, "", "invoke_agent", conversation=True)]
+    app = create_app(settings, settings.bootstrap_servers or "")
+    port = free_port()
+    replica = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=replica.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not replica.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        def post(url: str, one: dict[str, Any]) -> None:
+            body = {"resourceSpans": [{"scopeSpans": [{"spans": [one]}]}]}
+            response = httpx.post(f"{url}/v1/traces", content=orjson.dumps(body),
+                                  headers={"Content-Type": "application/json"}, timeout=30)
+            assert response.status_code == 200 and response.json() == {}, response.text
+
+        other = f"http://127.0.0.1:{port}"
+        for index, one in enumerate(requests):
+            post(endpoint if index < 2 else other, one)
+        events = l1_events(settings)
+        for url in (endpoint, other):
+            for one in requests:
+                post(url, one)
+        assert l1_events(settings) == events
+    finally:
+        replica.should_exit = True
+        thread.join(10)
+    assert max(Counter(e["eventId"] for e in events).values()) == 1
+    tools = {e["fields"]["toolName"]: e["sessionId"] for e in events if e["type"] == "tool.call"}
+    assert tools == {"first": f"otel-{trace}", "second": "qa-otel-conv-3"}
+    assert {e["sessionId"] for e in events if e["type"] != "x.otel.conversation"} - {f"otel-{trace}"} \
+        == {"qa-otel-conv-3"}
+    assert [(e["sessionId"], e["parentSessionId"]) for e in events if e["type"] == "x.otel.conversation"] == [
+        (f"otel-{trace}", "qa-otel-conv-3")]

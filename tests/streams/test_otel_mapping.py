@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from streams.asp import validate_event
 from streams.importers.base import Accepted
-from streams.importers.otel import span_events
+from streams.importers.otel import TraceSessions, span_events
 from tests.fuzz.profile import fuzz, json_values
 
 OPERATIONS = st.sampled_from(["invoke_agent", "chat", "execute_tool", "embeddings", ""])
@@ -91,3 +91,67 @@ def test_a_span_without_a_conversation_takes_its_ancestors_or_its_traces() -> No
                          _span(stray, "ffffffffffffffff", "execute_tool", trace=other),
                          _span(nested, "ffffffffffffffff", "execute_tool"))
     assert sessions == {tool: {"mine"}, agent: {"theirs"}, stray: {f"otel-{other}"}, nested: {"theirs"}}
+
+
+class _Log:
+    """L1 as a receiver sees it: events by eventId (a repeat is a duplicate), fed to ``known``."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+        self.known = TraceSessions()
+
+    def post(self, *spans: dict[str, Any]) -> list[dict[str, Any]]:
+        """One export request: the events it appends (the receiver's mapping and links)."""
+        mapped = []
+        for item in span_events({"resourceSpans": [{"scopeSpans": [{"spans": list(spans)}]}]}, known=self.known):
+            assert isinstance(item, Accepted), item
+            mapped.append(item.event)
+        held = {e["eventId"] for e in self.events}
+        new = [e for e in [*mapped, *self.known.links("default", mapped)] if e["eventId"] not in held]
+        for event in new:
+            self.events.append(event)
+            self.known.feed(event)
+        return new
+
+
+def test_spans_exported_one_by_one_join_their_traces_conversation() -> None:
+    """A SimpleSpanProcessor exports each span as it ends, children before their parent; the
+    conventions put gen_ai.conversation.id on the agent and chat spans, never on execute_tool.
+    A tool span after the first chat joins the conversation (it went to otel-<traceId> before);
+    one before it cannot know it: it stays in otel-<traceId>, which then names the conversation
+    as its parent session. A retry, or a receiver rebuilt from L1, changes nothing."""
+    agent, chat1, chat2 = "a000000000000001", "c000000000000002", "c000000000000003"
+    tool0, tool1 = "e000000000000004", "e000000000000005"
+    trace, conversation = "5b8efff798038103d269b633813fc60c", "qa-otel-conv-1"
+    requests = [[_span(tool0, agent, "execute_tool")], [_span(chat1, agent, "chat", conversation)],
+                [_span(tool1, agent, "execute_tool")], [_span(chat2, agent, "chat", conversation)],
+                [_span(agent, "", "invoke_agent", conversation)]]
+    log = _Log()
+    appended = [log.post(*request) for request in requests]
+    assert {e["sessionId"] for e in appended[0]} == {f"otel-{trace}"}
+    for later in appended[1:]:
+        assert {e["sessionId"] for e in later if e["type"] != "x.otel.conversation"} == {conversation}
+    links = [e for e in log.events if e["type"] == "x.otel.conversation"]
+    assert [(e["sessionId"], e["parentSessionId"]) for e in links] == [(f"otel-{trace}", conversation)]
+    assert links[0] in appended[1]  # with the span that revealed the conversation
+    for request in requests:  # an exporter retries: nothing new, nothing moved
+        assert log.post(*request) == []
+    rebuilt = TraceSessions()  # another receiver, or this one restarted, reads L1 first
+    for event in log.events:
+        rebuilt.feed(event)
+    for request in requests:
+        again = list(span_events({"resourceSpans": [{"scopeSpans": [{"spans": request}]}]}, known=rebuilt))
+        assert all(isinstance(i, Accepted) and i.event in log.events for i in again)
+    assert rebuilt.links("default") == []
+
+
+def test_a_span_takes_its_ancestors_conversation_from_an_earlier_request() -> None:
+    """Two agents of one trace in two conversations: a tool span sent alone after both joins its
+    own agent's (its parent's events in L1), not the trace's first."""
+    first, second, tool = "a000000000000001", "a000000000000002", "e000000000000003"
+    log = _Log()
+    log.post(_span(first, "", "invoke_agent", "first"))
+    log.post(_span(second, "", "invoke_agent", "second"))
+    assert {e["sessionId"] for e in log.post(_span(tool, second, "execute_tool"))} == {"second"}
+    assert {e["sessionId"] for e in log.post(_span("e000000000000004", "ffffffffffffffff", "execute_tool"))} \
+        == {"first"}  # no ancestor known: the trace's conversation
