@@ -6,7 +6,7 @@ import base64
 import binascii
 import re
 
-from streams.redaction.base import Check, RegexRule, Rule, Scan, marker
+from streams.redaction.base import Check, RegexRule, Rule, Scan, is_marker_at, marker
 
 __all__ = ["CONTEXT_RULES", "PRIVATE_KEY_RULE", "URL_PASSWORD_RULE", "EnvDumpRule", "WrappedTailRule"]
 
@@ -171,6 +171,55 @@ _CLI_FLAG_PASSWORDS = (
 )
 
 
+# Session cookies are bearer credentials: whoever replays one is logged in (2.3, later). A
+# cookie list is read where one is given: curl's -b / --cookie argument (a value without "=" is
+# a cookie-jar file) and a Cookie: / Set-Cookie: header line. Each name=value pair keeps its
+# name; the value goes when it is 16+ characters or 8+ mixing letters and digits (theme=dark,
+# lang=en, Path=/ and Max-Age=3600 stay).
+class CookieRule(Rule):
+    """Values of session cookies in curl -b / --cookie arguments and Cookie / Set-Cookie headers."""
+
+    _lists = re.compile(
+        r"(?:\bcurl\b[^\r\n|;&]*?[ \t](?:-b|--cookie)(?:=|[ \t]+)(?:'(?P<sq>[^'\r\n]+)'|\"(?P<dq>[^\"\r\n]+)\"|(?P<bare>[^\s'\"|;&`]+))"
+        r"|(?<![A-Za-z0-9_-])(?:set-)?cookie[\"']?:[ \t]*(?P<header>[^\r\n\"'`]+))",
+        re.ASCII | re.IGNORECASE,
+    )
+    _pair = re.compile(r"(?:^|(?<=[;\s]))(?P<name>[A-Za-z0-9_.!#$%&*+^|~-]{1,64})=(?P<value>[^;\s,\"'`]+)", re.ASCII)
+
+    def __init__(self) -> None:
+        super().__init__(name="session-cookie", lower_triggers=("cookie", "curl"), needs=frozenset("="),
+                         description="values of cookies in curl -b / --cookie and Cookie: / Set-Cookie: headers "
+                         "(16+ characters, or 8+ mixing letters and digits)")
+
+    def fingerprint(self) -> list[str]:
+        return [*super().fingerprint(), self._lists.pattern, self._pair.pattern, _cookie_secret.__qualname__]
+
+    def apply(self, scan: Scan, hits: dict[str, int]) -> str:
+        text = scan.text
+        pieces: list[str] = []
+        done = 0
+        for cookies in self._lists.finditer(text):
+            group = next(name for name in ("sq", "dq", "bare", "header") if cookies.group(name) is not None)
+            offset = cookies.start(group)
+            for pair in self._pair.finditer(cookies.group(group)):
+                start, end = offset + pair.start("value"), offset + pair.end("value")
+                if start < done or is_marker_at(text, start) or not _cookie_secret(pair.group("value")):
+                    continue
+                pieces += (text[done:start], marker(self.name))
+                done = end
+        if not pieces:
+            return text
+        hits[self.name] = hits.get(self.name, 0) + len(pieces) // 2
+        pieces.append(text[done:])
+        return "".join(pieces)
+
+
+def _cookie_secret(value: str) -> bool:
+    if len(value) >= 16:
+        return not value.isdigit()  # an expiry or a count, however long, is no credential
+    return len(value) >= 8 and any(c.isdigit() for c in value) and any(c.isalpha() for c in value)
+
+
 # "password" in other languages, then (within a few words, no digit) a value of 8+ characters
 # holding a letter and a digit: "пароль: Qwerty12345 для входа", "密码是 Abc123456789xyz". The
 # English words are the assignment and prose rules' (streams.redaction.assignments).
@@ -282,6 +331,7 @@ _AWS_PAIR = tuple(
 )
 
 CONTEXT_RULES: tuple[Rule, ...] = (_AZURE_SAS, _URL_SIGNATURE, _BEARER, _BASIC, *_AWS_PAIR, _MYSQL_PASSWORD, _CLI_PASSWORD, *_CLI_FLAG_PASSWORDS, _CURL_USER,
+                                   CookieRule(),
                                    _PASSWORD_ELSEWHERE)
 
 

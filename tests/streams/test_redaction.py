@@ -973,3 +973,25 @@ def test_more_cli_passwords_and_secrets_piped_to_stdin(text: str, expected: str)
 def test_signed_url_signatures_are_redacted(text: str, expected: str) -> None:
     assert redact_text(text)[0] == expected
     assert redact_text_plain(text)[0] == expected
+
+
+# Policy 2.3, later: a session cookie is a bearer credential; its name stays, its value goes.
+@pytest.mark.parametrize(("text", "expected"), [
+    ("curl -b 'session=EcvpnyNfv1GQb7l2ArDyCnXAzdAKQoLn' https://app.example.com/dashboard",
+     "curl -b 'session=[REDACTED:session-cookie]' https://app.example.com/dashboard"),
+    ('curl -s --cookie "sid=a8f3kd9s2lq0xv7c; theme=dark" https://x.io',
+     'curl -s --cookie "sid=[REDACTED:session-cookie]; theme=dark" https://x.io'),
+    ("curl -b JSESSIONID=A1B2C3D4E5F6 https://x.io", "curl -b JSESSIONID=[REDACTED:session-cookie] https://x.io"),
+    ("Cookie: session=EcvpnyNfv1GQb7l2ArDy; csrftoken=Kx9sd8f7g6h5j4k3l2; theme=dark",
+     "Cookie: session=[REDACTED:session-cookie]; csrftoken=[REDACTED:session-cookie]; theme=dark"),
+    ("Set-Cookie: sessionid=abc123def456ghi789jkl; Path=/; Max-Age=3600; HttpOnly",
+     "Set-Cookie: sessionid=[REDACTED:session-cookie]; Path=/; Max-Age=3600; HttpOnly"),
+    # near misses: harmless cookies, a cookie-jar file, a cookie's name in code
+    ("curl -b 'theme=dark; lang=en' https://x.io", "curl -b 'theme=dark; lang=en' https://x.io"),
+    ("curl -b cookies.txt -c cookies.txt https://x.io", "curl -b cookies.txt -c cookies.txt https://x.io"),
+    ("Set-Cookie: theme=dark; Path=/; Max-Age=31536000", "Set-Cookie: theme=dark; Path=/; Max-Age=31536000"),
+    ("SESSION_COOKIE_NAME=sessionid", "SESSION_COOKIE_NAME=sessionid"),
+])
+def test_session_cookie_values_are_redacted(text: str, expected: str) -> None:
+    assert redact_text(text)[0] == expected
+    assert redact_text_plain(text)[0] == expected
