@@ -11,7 +11,9 @@ line. L1 is only read, never written.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +36,8 @@ from streams.stages.records import chunk_record, redact_admitted
 from streams.ticks import advance_clock, event_clock_time
 from streams.topics import Topics
 
-__all__ = ["ReplayStream", "check_replay_range", "rebuild", "resume_offsets"]
+__all__ = ["BuiltLine", "ReplayStream", "build_line", "check_replay_range", "rebuild", "rebuild_together", "resume_offsets",
+           "switch_to"]
 
 class ReplayStream:
     """L1 events → the derived records the pipeline would produce (redacted events, tool
@@ -197,11 +200,59 @@ def check_replay_range(log_id: str, from_seq: int, l1_seq: int, *, known: bool) 
                        f"log {log_id!r} holds no events yet: nothing to rebuild")
 
 
+@dataclass(frozen=True)
+class BuiltLine:
+    """A rebuilt line, verified and not yet active: :func:`switch_to` makes it the index."""
+
+    kind: str
+    manifest: Manifest
+    store: GenerationStore
+    live: GenerationStore
+    old_line: str | None
+    versions: dict[str, Any]
+
+
 def rebuild(settings: Settings, bootstrap: str, kind: str, *, log_id: str = "default", from_seq: int = 1,
             batch_size: int = 2000, progress: Callable[[int, int], None] | None = None,
             shard: Shard | None = None) -> Manifest:
     """Replay L1 from ``from_seq`` into a new line for ``kind`` (of ``shard``: only the records
     of its partitions, into its own lines), verify, and switch to it."""
+    built = build_line(settings, bootstrap, kind, log_id=log_id, from_seq=from_seq, batch_size=batch_size,
+                       progress=progress, shard=shard)
+    switch_to(settings, bootstrap, built)
+    return built.manifest
+
+
+def rebuild_together(settings: Settings, bootstrap: str, kinds: Sequence[str], *, log_id: str = "default",
+                     from_seq: int = 1, shard: Shard | None = None,
+                     progress: Callable[[str], AbstractContextManager[Callable[[int, int], None] | None]] | None = None,
+                     switched: Callable[[Manifest], None] | None = None) -> list[Manifest]:
+    """Rebuild every index of ``kinds`` and switch them only when all are built and verified
+    (``usl rebuild all``). ``progress(kind)`` gives the replay's progress callback for the time
+    that kind is built; ``switched`` hears of each switch.
+
+    Switching each kind when it is done would leave a log's indexes built under two redaction
+    policies or chunkers for as long as the kinds after it take (the vector index, the slowest,
+    for most of the rebuild), and the planner refuses to join such indexes (503 index_mismatch):
+    searches would fail for the whole rebuild after an upgrade. Built first, the old lines keep
+    answering, coherently, until the switches, which follow each other within moments."""
+    built = []
+    for kind in kinds:
+        with nullcontext() if progress is None else progress(kind) as report:
+            built.append(build_line(settings, bootstrap, kind, log_id=log_id, from_seq=from_seq,
+                                    progress=report, shard=shard))
+    for line in built:
+        switch_to(settings, bootstrap, line)
+        if switched is not None:
+            switched(line.manifest)
+    return [line.manifest for line in built]
+
+
+def build_line(settings: Settings, bootstrap: str, kind: str, *, log_id: str = "default", from_seq: int = 1,
+               batch_size: int = 2000, progress: Callable[[int, int], None] | None = None,
+               shard: Shard | None = None) -> BuiltLine:
+    """Replay L1 from ``from_seq`` into a new line for ``kind`` and verify it; the live line
+    stays active."""
     reader = L1Reader(bootstrap, settings)
     try:
         target = reader.committed_seq(log_id)
@@ -270,14 +321,19 @@ def rebuild(settings: Settings, bootstrap: str, kind: str, *, log_id: str = "def
     finally:
         reader.close()
     store.verify(manifest)
-    live.set_active_line(line)
+    return BuiltLine(kind=kind, manifest=manifest, store=store, live=live, old_line=old_line, versions=versions)
+
+
+def switch_to(settings: Settings, bootstrap: str, built: BuiltLine) -> None:
+    """Make ``built`` the active line of its index, publish its watermark, retire the old line."""
+    manifest, store, live = built.manifest, built.store, built.live
+    live.set_active_line(manifest.line)
     publisher = WatermarkPublisher(bootstrap, settings)
     try:
-        publisher.publish(watermark_of(manifest, store, versions))
+        publisher.publish(watermark_of(manifest, store, built.versions))
     finally:
         publisher.close()
-    if old_line is not None and old_line != line:
-        old = GenerationStore(root, log_id, kind, old_line, shard=shard_name)
-        (Path(old.line_dir) / "RETIRED").write_text(f"replaced by {line} at {time.time():.0f}\n")
+    if built.old_line is not None and built.old_line != manifest.line:
+        old = GenerationStore(index_root(settings), manifest.log_id, built.kind, built.old_line, shard=live.shard)
+        (Path(old.line_dir) / "RETIRED").write_text(f"replaced by {manifest.line} at {time.time():.0f}\n")
         old.gc(keep_last=0)
-    return manifest

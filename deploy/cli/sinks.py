@@ -6,12 +6,15 @@ generation line beside the live one (:mod:`sinks.rebuild`), with progress on std
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from deploy.cli._common import LOG_OPTION, bootstrap_servers, err, load_settings, out, print_json
 from streams.exceptions import USLError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
 
 __all__ = ["COMMANDS", "rebuild", "register", "sink"]
 
@@ -56,12 +59,14 @@ def rebuild(
     """Replay L1 into a new generation line beside the live one, catch up, verify, switch.
 
     A log L1 does not know, or a --from-seq past the log's committed seq, is an error (exit
-    code 2) that creates and switches nothing. Progress on stderr (not with --json): seqs
-    replayed of the log's, rate and ETA."""
+    code 2) that creates and switches nothing. With INDEX all, every kind is built and verified
+    before any is switched, so the old indexes answer until the new ones replace them together.
+    Progress on stderr (not with --json): seqs replayed of the log's, rate and ETA."""
     import time
+    from contextlib import contextmanager
 
     from deploy.cli.progress import rebuild_progress
-    from sinks.rebuild import rebuild as run_rebuild
+    from sinks.rebuild import rebuild_together
     from sinks.service import ALL_KINDS
     from sinks.shards import parse_shard
 
@@ -72,22 +77,29 @@ def rebuild(
     settings = load_settings()
     bootstrap = bootstrap_servers(settings)
     results = []
-    for kind in kinds:
+
+    @contextmanager
+    def progress_of(kind: str) -> Iterator[Callable[[int, int], None]]:
         with rebuild_progress(kind, err(), enabled=not json_out) as progress:
             task = progress.add_task(kind, total=None, count="seq -", rate="-")
             started = time.monotonic()
 
-            def report(seq: int, total: int, task: Any = task, progress: Any = progress,
-                       started: float = started) -> None:
+            def report(seq: int, total: int) -> None:
                 rate = (seq - from_seq + 1) / max(time.monotonic() - started, 1e-6)
                 progress.update(task, completed=seq, total=total, count=f"seq {seq:,}/{total:,}",
                                 rate=f"{rate:,.0f} seqs/s")
 
-            manifest = run_rebuild(settings, bootstrap, kind, log_id=log, from_seq=from_seq, progress=report,
-                                   shard=owned)
+            yield report
+
+    def switched(manifest: Any) -> None:
         results.append(manifest.to_json())
         if not json_out:
-            out().print(f"rebuilt {kind} of log {log!r}: line {manifest.line}, generation {manifest.generation_id}, "
-                        f"built through seq {manifest.built_through_seq}, {manifest.chunk_count} records; now active")
+            out().print(f"rebuilt {manifest.kind} of log {log!r}: line {manifest.line}, generation "
+                        f"{manifest.generation_id}, built through seq {manifest.built_through_seq}, "
+                        f"{manifest.chunk_count} records; now active")
+
+    # With all, no kind is switched before every kind is built (sinks.rebuild.rebuild_together).
+    rebuild_together(settings, bootstrap, kinds, log_id=log, from_seq=from_seq, shard=owned,
+                     progress=progress_of, switched=switched)
     if json_out:
         print_json({"rebuilt": results})

@@ -398,3 +398,44 @@ def test_a_rebuild_that_would_replay_nothing_is_refused_and_changes_nothing(
     assert read_watermarks(bootstrap, settings) == marks
     assert not [path for path in index_root(settings).rglob("*") if path.name == "nosuch"]
     assert "nosuch" not in json.dumps(collect_status(settings, bootstrap))
+
+
+def test_rebuild_all_switches_no_index_before_every_index_is_built(
+        make_settings: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Switched one by one, a rebuild after a redaction policy change left text under the new
+    policy and structured under the old for as long as the vector index took, and the planner
+    refuses to join such indexes: searches failed for the whole rebuild. ``usl rebuild all``
+    (``rebuild_together``) builds and verifies every kind first; each stays on its live line
+    until then."""
+    import sinks.rebuild as rebuild_module
+
+    settings = make_settings(embedder="hash:64")
+    Stack(settings)
+    head = append_events(settings, _events("tg", 3))
+    kinds = ("text", "vector", "structured")
+    for kind in kinds:
+        rebuild(settings, settings.bootstrap_servers or "", kind)  # a live line of each to replace
+    calls: list[tuple[str, str, dict[str, str]]] = []
+    build, switch = rebuild_module.build_line, rebuild_module.switch_to
+
+    def active() -> dict[str, str]:
+        return {kind: GenerationStore(index_root(settings), "default", kind).line for kind in kinds}
+
+    def building(*args: Any, **kwargs: Any) -> Any:
+        built = build(*args, **kwargs)
+        calls.append(("built", built.kind, active()))
+        return built
+
+    def switching(settings_: Settings, bootstrap: str, built: Any) -> None:
+        switch(settings_, bootstrap, built)
+        calls.append(("switched", built.kind, active()))
+
+    monkeypatch.setattr(rebuild_module, "build_line", building)
+    monkeypatch.setattr(rebuild_module, "switch_to", switching)
+    manifests = rebuild_module.rebuild_together(settings, settings.bootstrap_servers or "", kinds)
+    assert [(step, kind) for step, kind, _ in calls] == [("built", k) for k in kinds] + [("switched", k) for k in kinds]
+    for step, _, lines in calls:
+        if step == "built":
+            assert lines == dict.fromkeys(kinds, "rebuild-1"), lines  # every index still on the line it had
+    assert calls[-1][2] == dict.fromkeys(kinds, "rebuild-2")
+    assert [(m.kind, m.line, m.built_through_seq) for m in manifests] == [(k, "rebuild-2", head) for k in kinds]
