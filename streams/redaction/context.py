@@ -8,7 +8,7 @@ import re
 
 from streams.redaction.base import Check, RegexRule, Rule, Scan, is_marker_at, marker
 
-__all__ = ["CONTEXT_RULES", "PRIVATE_KEY_RULE", "URL_PASSWORD_RULE", "EnvDumpRule", "WrappedTailRule"]
+__all__ = ["CONTEXT_RULES", "DSN_PASSWORD_RULE", "PRIVATE_KEY_RULE", "URL_PASSWORD_RULE", "EnvDumpRule", "WrappedTailRule"]
 
 _KEY_LABEL = r"-----BEGIN[A-Z0-9 ]{0,32}PRIVATE KEY(?: BLOCK)?-----"
 PRIVATE_KEY_RULE = RegexRule(
@@ -260,6 +260,74 @@ URL_PASSWORD_RULE = RegexRule(
     ),
     group="value",
 )
+
+
+
+class DsnPasswordRule(Rule):
+    """``user:password@host`` without a scheme (2.3, later): a Go driver's DSN
+    (``app:pw@tcp(db:3306)/app``, ``@unix(/tmp/mysql.sock)``), and ``user:pw@host:port`` or
+    ``user:pw@host/db`` written bare. The URL rule needs ``scheme://`` before the user.
+
+    Each ``@`` is found with ``str.find`` and the user and password are read backwards from it in
+    a short window, so text without such a shape costs one ``in`` test. Outside a Go DSN the
+    password must hold a digit or a symbol, and the host an IP address or a port or path after
+    it: ``email:bob42@example.com``, ``mailto:``, ``git@github.com:org/repo``, ``scp user@host:path``
+    and ``nginx:1.25@sha256:…`` stay."""
+
+    _before = re.compile(r"(?:^|(?<=[\s\"'=(,;`]))(?P<user>[A-Za-z_][A-Za-z0-9_.-]{0,63}):(?P<value>[^\s/@\"'<>`]{1,128})\Z", re.ASCII)
+    _go = re.compile(r"(?:tcp|udp|unix)\(", re.ASCII)
+    _host = re.compile(r"(?P<host>[A-Za-z0-9][A-Za-z0-9.-]{0,252})(?P<after>:[0-9]{2,5}\b|/)?", re.ASCII)
+    _ip = re.compile(r"[0-9]{1,3}(?:\.[0-9]{1,3}){3}", re.ASCII)
+    _schemes = frozenset({"mailto", "sip", "sips", "xmpp", "tel", "acct", "im", "pres", "git", "ssh", "pkg", "urn", "npm"})
+
+    def __init__(self) -> None:
+        super().__init__(name="url-password", triggers=("@",), needs=frozenset("@"), repass=False,
+                         description="password in user:password@host without a scheme (Go DSNs @tcp(...) / "
+                         "@unix(...), user:pw@host:port, user:pw@host/db)")
+
+    def fingerprint(self) -> list[str]:
+        return [*super().fingerprint(), self._before.pattern, self._go.pattern, self._host.pattern, self._ip.pattern,
+                *sorted(self._schemes)]
+
+    def apply(self, scan: Scan, hits: dict[str, int]) -> str:
+        text = scan.text
+        pieces: list[str] = []
+        done = 0
+        at = text.find("@")
+        while at != -1:
+            found = self._password_before(text, at)
+            if found is not None and found[0] >= done:
+                pieces += (text[done: found[0]], marker(self.name))
+                done = found[1]
+            at = text.find("@", at + 1)
+        if not pieces:
+            return text
+        hits[self.name] = hits.get(self.name, 0) + len(pieces) // 2
+        pieces.append(text[done:])
+        return "".join(pieces)
+
+    def _password_before(self, text: str, at: int) -> tuple[int, int] | None:
+        window = max(0, at - 200)
+        before = self._before.search(text, window, at)
+        if before is None or before.group("user").lower() in self._schemes:
+            return None
+        value = before.group("value")
+        start = before.start("value")
+        if is_marker_at(text, start) or "[REDACTED:" in value:
+            return None
+        if self._go.match(text, at + 1):
+            return start, at
+        host = self._host.match(text, at + 1)
+        if host is None or host.group("host").lower().startswith("sha"):
+            return None
+        if host.group("after") is None and not self._ip.fullmatch(host.group("host")):
+            return None
+        if value.replace(".", "").isdigit() or (value.isalpha() and value.isascii()):
+            return None  # a version (nginx:1.25@…) or a word: no password
+        return start, at
+
+
+DSN_PASSWORD_RULE = DsnPasswordRule()
 
 _TOKEN_CHARS = r"[A-Za-z0-9._~+/=-]"
 

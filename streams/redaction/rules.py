@@ -16,6 +16,7 @@ from streams.redaction.assignments import AssignmentRule
 from streams.redaction.base import Rule
 from streams.redaction.context import (
     CONTEXT_RULES,
+    DSN_PASSWORD_RULE,
     PRIVATE_KEY_RULE,
     URL_PASSWORD_RULE,
     EnvDumpRule,
@@ -32,7 +33,7 @@ __all__ = ["build_rules", "rule_names"]
 @lru_cache(maxsize=64)
 def build_rules(policy: RedactionPolicy) -> tuple[Rule, ...]:
     """Every rule ``policy`` applies, in application order."""
-    rules: list[Rule] = [PRIVATE_KEY_RULE, EnvDumpRule(policy.env_dump_min_lines), URL_PASSWORD_RULE]
+    rules: list[Rule] = [PRIVATE_KEY_RULE, EnvDumpRule(policy.env_dump_min_lines), URL_PASSWORD_RULE, DSN_PASSWORD_RULE]
     if policy.redact_emails:
         rules.append(EmailRule(policy.keep_domains))
     if policy.redacted_domains:

@@ -995,3 +995,22 @@ def test_signed_url_signatures_are_redacted(text: str, expected: str) -> None:
 def test_session_cookie_values_are_redacted(text: str, expected: str) -> None:
     assert redact_text(text)[0] == expected
     assert redact_text_plain(text)[0] == expected
+
+
+# Policy 2.3, later: user:password@host without a scheme (Go DSNs, bare connection strings).
+@pytest.mark.parametrize(("text", "expected"), [
+    ('db, err := sql.Open("mysql", "deploy:J23!A*O-35j0W4@tcp(db:3306)/app")',
+     'db, err := sql.Open("mysql", "deploy:[REDACTED:url-password]@tcp(db:3306)/app")'),
+    ("MYSQL_DSN=app:hunter2@unix(/tmp/mysql.sock)/shop", "MYSQL_DSN=app:[REDACTED:url-password]@unix(/tmp/mysql.sock)/shop"),
+    ("psql admin:Pa55word@db.internal:5432/app", "psql admin:[REDACTED:url-password]@db.internal:5432/app"),
+    ("connect with admin:S3cr3t!x@10.0.0.5 then", "connect with admin:[REDACTED:url-password]@10.0.0.5 then"),
+    # near misses: e-mail addresses, git and scp remotes, image digests, port numbers, words
+    ("git clone git@github.com:org/repo.git && scp a.txt user@host:/tmp/x",
+     "git clone git@github.com:org/repo.git && scp a.txt user@host:/tmp/x"),
+    ("image: redis:7.2-alpine@sha256:0123abcd", "image: redis:7.2-alpine@sha256:0123abcd"),
+    ("hosts: web1:8080@lb/x", "hosts: web1:8080@lb/x"),
+    ("user:password@host:5432/db", "user:password@host:5432/db"),
+])
+def test_passwords_in_user_password_at_host_without_a_scheme(text: str, expected: str) -> None:
+    assert redact_text(text)[0] == expected
+    assert redact_text_plain(text)[0] == expected
