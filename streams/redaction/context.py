@@ -307,8 +307,12 @@ class DsnPasswordRule(Rule):
         return "".join(pieces)
 
     def _password_before(self, text: str, at: int) -> tuple[int, int] | None:
-        window = max(0, at - 200)
-        before = self._before.search(text, window, at)
+        # Most "@"s are e-mail addresses and decorators: no ":" right before, without a space
+        # or "/" between, means no password; only then is the regex tried, from 65 before it.
+        colon = text.rfind(":", max(0, at - 129), at)
+        if colon == -1 or colon == at - 1 or any(c in " \t\r\n/" for c in text[colon + 1: at]):
+            return None
+        before = self._before.search(text, max(0, colon - 65), at)
         if before is None or before.group("user").lower() in self._schemes:
             return None
         value = before.group("value")
