@@ -13,7 +13,8 @@ __all__ = ["AssignmentRule"]
 
 _NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 # Where a candidate starts: each keyword is searched literally in the lower-cased text.
-_KEYWORDS = ("pass", "pwd", "secret", "token", "credential", "cookie", "auth", "key")
+# "pw" starts prose only ("the root pw is ..."): as a name, pscale_pw_... is a token's prefix.
+_KEYWORDS = ("pass", "pwd", "pw", "secret", "token", "credential", "cookie", "auth", "key")
 _KEYWORD_SET = frozenset(_KEYWORDS)
 # Names whose values have a rule of their own, by their letters only (SecretAccessKey,
 # aws_secret_access_key, AccountKey).
@@ -31,7 +32,20 @@ _CONNECTORS = (
     "our", "their", "this", "that", "new", "old", "value", "here", "now", "it", "as", "with", "using", "use",
     "used", "called", "named", "reads", "says", "equals", "i", "we", "you", "and", "staging", "production",
     "prod", "dev", "test", "api", "access", "secret", "private",
+    # 2.3, later: the same sentence in Spanish, French, German and Portuguese ("El token de acceso
+    # es ...", "das Token ist ...", "o token de acesso é ..."; accented letters are separators).
+    "de", "del", "es", "el", "la", "le", "est", "ist", "der", "die", "das", "o", "os", "su", "mon", "ton",
+    "votre", "mein", "dein", "meu", "seu", "acceso", "acesso", "acces", "zugang", "zugriff", "para", "pour",
 )
+# After a password word only (2.3, later): the account or thing it opens ("the passphrase for the
+# key is ...", "the password for the admin account is ...").
+_PASSWORD_CONNECTORS = (*_CONNECTORS, "key", "account", "user", "root", "admin", "server", "database", "db",
+                        "box", "wifi", "login", "vault", "machine", "host")
+# A password in a sentence may hold any printable ASCII but quotes, brackets and , ; : ` (as
+# password-in-prose reads it); a sentence's own full stop, "!" or "?" after it is no part of it.
+_PROSE_PASSWORD_CHARS = r"[A-Za-z0-9!#$%&*+\-./<=>?@^_~]"
+# The short password words: "the root pw is ...", "pass: ...", only before is / was / = / :.
+_SHORT_PASSWORD_WORDS = frozenset({"pass", "pw", "pwd"})
 _PASSWORD, _SECRET, _PROSE = "password-assignment", "secret-assignment", "secret-in-prose"
 
 
@@ -77,6 +91,15 @@ class AssignmentRule(Rule):
         r"(?P<bare>[A-Za-z0-9_+/=.~%-]{6,4096})",
         re.ASCII | re.IGNORECASE,
     )
+    # Prose after a password word (2.3, later): more connecting words, and a value with symbols
+    # ("my password is SZd1!N7Ibm1a", "the root pw is qLpH-_tc4F"). Tried beside _prose; at one
+    # place the longer reading wins, so what _prose redacted stays redacted.
+    _prose_password = re.compile(
+        r"(?P<word>passw(?:or)?ds?|passphrase|pass|pwd|pw)(?![A-Za-z])"
+        r"(?P<between>(?:[^\w\r\n./(-]{1,4}(?:" + "|".join(_PASSWORD_CONNECTORS) + r")){0,4}[^\w\r\n./(-]{1,4})"
+        r"(?P<bare>" + _PROSE_PASSWORD_CHARS + r"{6,128})(?!" + _PROSE_PASSWORD_CHARS + r")",
+        re.ASCII | re.IGNORECASE,
+    )
 
     def __init__(self) -> None:
         super().__init__(
@@ -92,7 +115,7 @@ class AssignmentRule(Rule):
     def fingerprint(self) -> list[str]:
         named = [f"{name}={rule}" for name, rule in sorted(_NAMED.items())]
         return [*super().fingerprint(), *_KEYWORDS, *named, self._pattern.pattern, self._flag.pattern, self._xml.pattern,
-                self._prose.pattern, _UUID.pattern, _IDENTIFIER.pattern, _password_like.__qualname__,
+                self._prose.pattern, self._prose_password.pattern, *sorted(_SHORT_PASSWORD_WORDS), _UUID.pattern, _IDENTIFIER.pattern, _password_like.__qualname__,
                 _in_sentence.__qualname__, _password_in_sentence.__qualname__, _SHORT_NAME.pattern,
                 _secret_in_sentence.__qualname__, _WORD_BEFORE.pattern, _inside_marker.__qualname__]
 
@@ -151,6 +174,9 @@ class AssignmentRule(Rule):
                 sentence = self._prose.match(scan.text, start)
                 if sentence is not None:
                     prose.append(sentence)  # overlaps are settled in apply: assignments may follow
+                sentence = self._prose_password.match(scan.text, start)
+                if sentence is not None:
+                    prose.append(sentence)
             if match is None:
                 continue
             matches.append(match)
@@ -210,6 +236,10 @@ class AssignmentRule(Rule):
         if vendor is not None:
             return start, end, vendor
         name_kind = name_class(name)
+        if name_kind is None and name.lower() in _SHORT_PASSWORD_WORDS and _short_word_password(value):
+            # A bare "pass" is a test count ({"pass": 12}, "pass: ok"); with a letter and a digit
+            # or a symbol ("pass: Xy7!kk2", pass: "RgwPM3C8OJV") it is a password (2.3, later).
+            return start, end, _PASSWORD
         if name_kind is None:
             return None
         if name_kind == "password":
@@ -220,6 +250,8 @@ class AssignmentRule(Rule):
 
 
     def _judge_prose(self, text: str, match: re.Match[str]) -> tuple[int, int, str] | None:
+        if match.re is self._prose_password:
+            return self._judge_prose_password(text, match)
         start, end = match.span("bare")
         value = match.group("bare").rstrip(".-")
         end = start + len(value)
@@ -253,6 +285,52 @@ class AssignmentRule(Rule):
         if looks_random(value) or (kind == "password" and _password_like(value)):
             return start, end, _PROSE
         return None
+
+
+    def _judge_prose_password(self, text: str, match: re.Match[str]) -> tuple[int, int, str] | None:
+        start = match.start("bare")
+        value = match.group("bare").rstrip(".!?-")
+        word = match.group("word").lower()
+        word_start = _name_start(text, match.start())
+        if word_start != match.start() or _inside_marker(text, word_start) or is_marker_at(value, 0):
+            return None  # inside a longer name (DB_PASS is the assignment rule's) or a marker
+        between = match.group("between")
+        if between.rstrip()[-1:] in ("<", "{", "[", "$", "%"):
+            return None  # a placeholder: <password>, {{ password }}, $DB_PASSWORD
+        if word in _SHORT_PASSWORD_WORDS and (between.strip().lower() not in _SHORT_SEPARATORS
+                                              or not _short_word_password(value)):
+            return None  # "first pass of the data", "pw" alone: only "pass is" / "pw:" / "pwd =" give one
+        if not _password_in_prose(value) or is_placeholder(value, quoted=False):
+            return None
+        if len(value) >= 16 and value.isalnum():
+            return None  # letters and digits only: _prose's reading decides (random, or mixed case)
+        return start, start + len(value), _PROSE
+
+
+_SHORT_SEPARATORS = frozenset({"is", "was", "=", ":", "is:", "is ="})
+
+
+def _password_in_prose(value: str) -> bool:
+    """A password in a sentence (2.3, later): 6+ characters with a letter and a digit or a symbol
+    and not a name, a path or a number with units ("SZd1!N7Ibm1a", "Tigerfalcon7961@")."""
+    if len(value) < 6 or not any(c.isalpha() for c in value):
+        return False
+    if not any(c.isdigit() for c in value) and value.isalnum():
+        return False
+    if _IDENTIFIER.fullmatch(value) or _SHORT_NAME.fullmatch(value) or _UUID.fullmatch(value) or _NAME_EQUALS.match(value):
+        return False
+    if _VERSION.fullmatch(value):
+        return False
+    return "/" not in value and "://" not in value and "@" not in value[:-1]
+
+
+def _short_word_password(value: str) -> bool:
+    """After "pass" / "pw" / "pwd" (a test count, a step, a directory too): a capital or a symbol
+    besides . - _ as well ("pass: py3.11-linux" is a build name)."""
+    return _password_in_prose(value) and (any(c.isupper() for c in value) or any(c in "!#$%&*+=?@^~" for c in value))
+
+
+_VERSION = re.compile(r"[vV]?[0-9]+(?:\.[0-9]+)+(?:[-+.][A-Za-z0-9.]+)?", re.ASCII)
 
 
 _WORD_BEFORE = re.compile(r"([A-Za-z]+)[ \t]+\Z", re.ASCII)

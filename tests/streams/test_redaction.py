@@ -1014,3 +1014,34 @@ def test_session_cookie_values_are_redacted(text: str, expected: str) -> None:
 def test_passwords_in_user_password_at_host_without_a_scheme(text: str, expected: str) -> None:
     assert redact_text(text)[0] == expected
     assert redact_text_plain(text)[0] == expected
+
+
+# Policy 2.3, later: passwords in sentences after pw / pwd / pass, with symbols, after "the
+# passphrase for the key is", and secret words in Spanish, French, German and Portuguese sentences.
+@pytest.mark.parametrize(("text", "expected"), [
+    ("the root pw is qLpHja-_tc4FJNp", "the root pw is [REDACTED:secret-in-prose]"),
+    ("ok, pass: Xy7!kk2Q", "ok, pass: [REDACTED:password-assignment]"),
+    ('smtp:\n  user: mailer\n  pass: "RgwPM3C8OJV"\n', 'smtp:\n  user: mailer\n  pass: "[REDACTED:password-assignment]"\n'),
+    ("my password is SZd1!N7Ibm1a", "my password is [REDACTED:secret-in-prose]"),
+    ("my password is 390y^2s#oA please don't share it", "my password is [REDACTED:secret-in-prose] please don't share it"),
+    ("The passphrase for the key is Summerocean7809$", "The passphrase for the key is [REDACTED:secret-in-prose]"),
+    ("the passphrase is Tigerfalcon7961@", "the passphrase is [REDACTED:secret-in-prose]"),
+    ("El token de acceso es cWS5VMjcWrNJF1EXkUXxAooFTlLvIgCa", "El token de acceso es [REDACTED:secret-in-prose]"),
+    ("o token de acesso é cWS5VMjcWrNJF1EXkUXxAooFTlLvIgCa", "o token de acesso é [REDACTED:secret-in-prose]"),
+    ("das Token ist cWS5VMjcWrNJF1EXkUXxAooFTlLvIgCa", "das Token ist [REDACTED:secret-in-prose]"),
+    # near misses: placeholders, references, counts, steps, build names, words
+    ("the password is <password> for now", "the password is <password> for now"),
+    ("the password is ******** here", "the password is ******** here"),
+    ("password: ${DB_PASSWORD} and password=os.environ['DB_PASSWORD']",
+     "password: ${DB_PASSWORD} and password=os.environ['DB_PASSWORD']"),
+    ("the first pass is 2x faster than the second", "the first pass is 2x faster than the second"),
+    ("pass: 1523/1600 tests, a pass: py3.11-linux", "pass: 1523/1600 tests, a pass: py3.11-linux"),
+    ('{"pass": 12, "fail": 0}', '{"pass": 12, "fail": 0}'),
+    ("the pw is wrong: try again; Password is required! Please retry",
+     "the pw is wrong: try again; Password is required! Please retry"),
+    ("the passphrase is correct horse battery", "the passphrase is correct horse battery"),
+    ("El token de acceso es válido hasta mañana", "El token de acceso es válido hasta mañana"),
+])
+def test_passwords_in_sentences_with_short_words_symbols_and_other_languages(text: str, expected: str) -> None:
+    assert redact_text(text)[0] == expected
+    assert redact_text_plain(text)[0] == expected
