@@ -83,3 +83,18 @@ def test_an_error_fragment_also_printed_outside_any_turn_is_not_asked() -> None:
     asked = error_task(corpus, count=10, seed=1)
     assert [task["query"] for task in asked] == ["fatal: not a git repository (or any parent)"]
     assert asked[0]["turnId"] == "t-2"
+
+
+def test_an_error_ending_is_the_last_telling_line_of_a_long_output_past_its_beginning() -> None:
+    from benchmarks.eval.run import Corpus, error_task
+
+    frames = "".join(f'  File "/srv/app/m{n}.py", line {n}, in f{n}\n    g{n}()\n' for n in range(12))
+    long_output = f"Exit code 1\nTraceback (most recent call last):\n{frames}KeyError: 'refund_total' missing from order payload\n\n"
+    corpus = Corpus(events=[
+        {"type": "tool.result", "eventId": "e-1", "sessionId": "s-1", "turnId": "t-1",
+         "fields": {"status": "error", "output": long_output, "toolName": "Bash"}},
+        {"type": "tool.result", "eventId": "e-2", "sessionId": "s-1", "turnId": "t-2",  # short: its summary holds it all
+         "fields": {"status": "error", "output": "Traceback (most recent call last):\nValueError: bad literal x", "toolName": "Bash"}},
+    ])
+    asked = error_task(corpus, count=10, seed=1, ending=True)
+    assert [(task["query"], task["turnId"]) for task in asked] == [("KeyError: 'refund_total' missing from order payload", "t-1")]

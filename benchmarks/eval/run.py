@@ -297,8 +297,17 @@ def _error_fragment(output: str) -> str | None:
     return None
 
 
-def error_task(corpus: Corpus, count: int, seed: int) -> list[dict[str, Any]]:
-    """Seeded error fragments, each found in the failed tool results of exactly one turn."""
+def _error_ending(output: str) -> str | None:
+    """The last telling line of a tool's error output (a traceback's exception, a failing test
+    run's summary), at most 12 words; None if none is."""
+    return _error_fragment("\n".join(reversed(output.splitlines())))
+
+
+def error_task(corpus: Corpus, count: int, seed: int, *, ending: bool = False) -> list[dict[str, Any]]:
+    """Seeded error fragments, each found in the failed tool results of exactly one turn. With
+    ``ending``: the last telling line of outputs longer than a summary's first 280 characters
+    (what an engineer pastes from the end of a traceback), asked of the chunks, not of the
+    tool-results index."""
     failed = []
     outputs_by_turn: dict[str, list[str]] = defaultdict(list)
     for event in corpus.events:
@@ -313,8 +322,11 @@ def error_task(corpus: Corpus, count: int, seed: int) -> list[dict[str, Any]]:
             failed.append(event)
     candidates: dict[str, dict[str, Any]] = {}
     for event in failed:
-        fragment = _error_fragment(str(event["fields"].get("output") or ""))
-        if fragment is None or fragment in candidates:
+        output = str(event["fields"].get("output") or "")
+        if ending and len(output) <= 480:
+            continue  # 2.2's summaries held the first 280 characters: the end of longer outputs only
+        fragment = _error_ending(output) if ending else _error_fragment(output)
+        if fragment is None or fragment in candidates or (ending and normalise(output[:280]).find(fragment) != -1):
             continue
         needle = fragment.lower()
         turns = {turn for turn, outputs in outputs_by_turn.items() if any(needle in o for o in outputs)}
@@ -366,7 +378,8 @@ def pagination(asker: Asker, queries: list[str], mode: str, freshness: str, seed
 
 
 def measure(asker: Asker, corpus: Corpus, phrases: list[dict[str, Any]], paraphrases: list[dict[str, Any]],
-            errors: list[dict[str, Any]], page_queries: list[str], seed: int) -> dict[str, Any]:
+            errors: list[dict[str, Any]], page_queries: list[str], seed: int,
+            endings: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     def phrase_hit(task: Mapping[str, Any], result: Mapping[str, Any]) -> bool:
         return contains_phrase(str(result.get("text") or ""), task["query"])
 
@@ -384,6 +397,7 @@ def measure(asker: Asker, corpus: Corpus, phrases: list[dict[str, Any]], paraphr
             phrase_rows = _ranks(asker, phrases, mode, freshness, corpus, phrase_hit)
             para_rows = _ranks(asker, paraphrases, mode, freshness, corpus, session_hit)
             error_rows = _ranks(asker, errors, mode, freshness, corpus, turn_hit)
+            ending_rows = _ranks(asker, endings or [], mode, freshness, corpus, turn_hit)
             page_rows = pagination(asker, page_queries, mode, freshness, seed)
             table[key] = {
                 "mode": mode, "freshness": freshness,
@@ -392,10 +406,12 @@ def measure(asker: Asker, corpus: Corpus, phrases: list[dict[str, Any]], paraphr
                 "paraphraseMrr": mrr([r["rank"] for r in para_rows]), "paraphraseQueries": len(para_rows),
                 "errorHit": hit_at([r["rank"] for r in error_rows], K),
                 "errorMrr": mrr([r["rank"] for r in error_rows]), "errorQueries": len(error_rows),
+                "errorEndHit": hit_at([r["rank"] for r in ending_rows], K),
+                "errorEndMrr": mrr([r["rank"] for r in ending_rows]), "errorEndQueries": len(ending_rows),
                 "pagesEqual": mean([1.0 if r["equal"] else 0.0 for r in page_rows]), "pageQueries": len(page_rows),
                 "latencyP50Ms": statistics.median(asker.latency[key]) if asker.latency[key] else None,
                 "detail": {"phrases": phrase_rows, "paraphrases": para_rows, "errors": error_rows,
-                           "pagination": page_rows},
+                           "errorEndings": ending_rows, "pagination": page_rows},
             }
             say(f"{key}: {len(asker.latency[key])} queries in {time.monotonic() - began:.0f}s")
     return table
@@ -445,14 +461,15 @@ def run(*, label: str, seed: int, phrase_count: int, error_count: int, page_coun
             running.kill("worker")
             phrases = phrase_task(corpus, phrase_count, seed)
             errors = error_task(corpus, error_count, seed)
+            endings = error_task(corpus, error_count, seed, ending=True)
             rng = random.Random(seed)
             pool = [t["query"] for t in phrases] + [t["query"] for t in paraphrases]
             page_queries = rng.sample(pool, min(page_count, len(pool)))
-            say(f"{len(phrases)} phrases, {len(paraphrases)} paraphrases, {len(errors)} errors, "
+            say(f"{len(phrases)} phrases, {len(paraphrases)} paraphrases, {len(errors)} errors, {len(endings)} error endings, "
                 f"{len(page_queries)} pagination queries")
             asker = Asker(settings)
             try:
-                table = measure(asker, corpus, phrases, paraphrases, errors, page_queries, seed)
+                table = measure(asker, corpus, phrases, paraphrases, errors, page_queries, seed, endings)
             finally:
                 asker.close()
             chunk_sessions = Counter(chunk["sessionId"] for chunk in corpus.chunks)
@@ -467,7 +484,7 @@ def run(*, label: str, seed: int, phrase_count: int, error_count: int, page_coun
                         "heldBackSessions": sorted(held), "l1Head": tail_head, "indexedThrough": head,
                         "ingest": summaries},
                 "indexSeconds": index_seconds, "queryErrors": dict(asker.errors),
-                "tasks": {"phrases": phrases, "errors": errors, "paraphrases": len(paraphrases),
+                "tasks": {"phrases": phrases, "errors": errors, "errorEndings": endings, "paraphrases": len(paraphrases),
                           "paginationQueries": page_queries, "pageTotal": PAGE_TOTAL},
                 "table": table,
             }
@@ -493,14 +510,17 @@ def _f(value: float | None, digits: int = 2) -> str:
 
 
 def table_markdown(result: Mapping[str, Any]) -> list[str]:
+    endings = any("errorEndHit" in row for row in result["table"].values())
     lines = ["| mode | freshness | exact phrase recall@10 | paraphrase hit@10 | paraphrase MRR | error hit@10 "
-             "| error MRR | pages equal | p50 ms |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "| error MRR |" + (" error end hit@10 | error end MRR |" if endings else "") + " pages equal | p50 ms |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: |" + (" ---: | ---: |" if endings else "") + " ---: | ---: |"]
     for row in result["table"].values():
+        ending = (f" {_f(row['errorEndHit'])} ({row['errorEndQueries']}) | {_f(row['errorEndMrr'], 3)} |"
+                  if endings else "")
         lines.append(f"| {row['mode']} | {row['freshness']} | {_f(row['phraseRecall'])} ({row['phraseQueries']}) "
                      f"| {_f(row['paraphraseHit'])} ({row['paraphraseQueries']}) | {_f(row['paraphraseMrr'], 3)} "
-                     f"| {_f(row['errorHit'])} ({row['errorQueries']}) | {_f(row['errorMrr'], 3)} "
-                     f"| {_f(row['pagesEqual'])} ({row['pageQueries']}) | {_f(row['latencyP50Ms'], 0)} |")
+                     f"| {_f(row['errorHit'])} ({row['errorQueries']}) | {_f(row['errorMrr'], 3)} |{ending}"
+                     f" {_f(row['pagesEqual'])} ({row['pageQueries']}) | {_f(row['latencyP50Ms'], 0)} |")
     return lines
 
 
@@ -538,8 +558,13 @@ def report(runs: list[Mapping[str, Any]]) -> str:
         "Audited claim by claim against the sessions (`benchmarks/eval_data/AUDIT.md`): runs before `after-audit` "
         "asked 11 tau-bench queries whose facts their conversations do not hold.",
         "- **error hit@10 / MRR**: the first telling line (at most 12 words) of a failed tool result, unique to one "
-        "turn of the set (no other tool result prints it, turn-less ones included); hit = a result of that turn. Asked with `toolResults: true` by a principal with the "
-        "`toolresults` scope.",
+        "turn of the set (no other tool result prints it, turn-less ones included); hit = a result of that turn. Asked "
+        "of the chunks (no `toolResults`; runs before `after-s13` said `toolResults: true` here, but every run asked "
+        "the chunks).",
+        "- **error end hit@10 / MRR** (from run `after-s13`): the last telling line of a failed tool result longer "
+        "than 480 characters and not among its first 280 (a traceback's exception, a failing test run's summary: "
+        "what an engineer pastes from the end of an output), unique to one turn; hit = a result of that turn. Asked "
+        "of the chunks too.",
         f"- **pages equal**: pages of seeded random sizes summing to {PAGE_TOTAL}, each following the previous "
         f"cursor, concatenated, against one page of k={PAGE_TOTAL}; the share of queries where the chunk ids are "
         "equal.",
