@@ -174,9 +174,10 @@ class AssignmentRule(Rule):
                 sentence = self._prose.match(scan.text, start)
                 if sentence is not None:
                     prose.append(sentence)  # overlaps are settled in apply: assignments may follow
-                sentence = self._prose_password.match(scan.text, start)
-                if sentence is not None:
-                    prose.append(sentence)
+                if scan.text[start] in "pP":  # a password word: pass..., pw, pwd
+                    sentence = self._prose_password.match(scan.text, start)
+                    if sentence is not None:
+                        prose.append(sentence)
             if match is None:
                 continue
             matches.append(match)

@@ -7,6 +7,8 @@ import binascii
 import re
 
 from streams.redaction.base import Check, RegexRule, Rule, Scan, is_marker_at, marker
+from streams.redaction.entropy import looks_random
+from streams.redaction.keys import is_placeholder, name_class
 
 __all__ = ["CONTEXT_RULES", "DSN_PASSWORD_RULE", "PRIVATE_KEY_RULE", "URL_PASSWORD_RULE", "EnvDumpRule", "WrappedTailRule"]
 
@@ -220,6 +222,81 @@ def _cookie_secret(value: str) -> bool:
     return len(value) >= 8 and any(c.isdigit() for c in value) and any(c.isalpha() for c in value)
 
 
+# Credentials written in code where no "name = value" says so (2.3, later): a requests / httpx
+# auth tuple and the Basic/Digest auth classes take (user, password); a subscript assignment
+# (os.environ['DB_PASSWORD'] = '...', $_ENV["API_TOKEN"] = "...") and the (name, value) calls that
+# set one (PHP define, os.environ.setdefault, putenv, Go os.Setenv) name it in quotes. Only
+# quoted literals count: auth=(user, os.environ["PW"]) and ['password', 'email'] stay.
+class CodeCredentialRule(Rule):
+    """Passwords of auth tuples and values set under a quoted secret-like name in code."""
+
+    _auth = re.compile(
+        r"(?:auth(?<!\wauth)[ \t]*=[ \t]*\(|Auth(?<=BasicAuth|igestAuth|ProxyAuth)\()[ \t]*"
+        r"(?:[A-Za-z_]+[ \t]*=[ \t]*)?(['\"])[^'\"\r\n]{0,128}\1[ \t]*,[ \t]*(?:[A-Za-z_]+[ \t]*=[ \t]*)?"
+        r"(['\"])(?P<value>[^'\"\r\n]{1,512})\2", re.ASCII)
+    _subscript = re.compile(
+        r"\[[ \t]*(['\"])(?P<name>[A-Za-z0-9_.-]{1,64})\1[ \t]*\][ \t]*=(?![=~>])"
+        r"[ \t]*(['\"])(?P<value>[^'\"\r\n]{1,512})\3", re.ASCII)
+    _call = re.compile(
+        r"\b(?:define|setdefault|putenv|setenv|Setenv|set_env)\([ \t]*(['\"])(?P<name>[A-Za-z0-9_.-]{1,64})\1[ \t]*,"
+        r"[ \t]*(['\"])(?P<value>[^'\"\r\n]{1,512})\3", re.ASCII)
+    _calls = ("define(", "setdefault(", "putenv(", "setenv(", "set_env(")
+
+    def __init__(self) -> None:
+        super().__init__(name="password-assignment", triggers=("']", '"]'), lower_triggers=("auth", *self._calls),
+                         needs=frozenset("'\""),
+                         description="passwords of auth=(user, password) / HTTPBasicAuth(user, password) and values "
+                         "set under a quoted secret-like name: env['DB_PASSWORD'] = '...', define('DB_PASSWORD', '...'), "
+                         "os.environ.setdefault / putenv / os.Setenv")
+
+    def fingerprint(self) -> list[str]:
+        return [*super().fingerprint(), self._auth.pattern, self._subscript.pattern, self._call.pattern]
+
+    def hit_names(self) -> tuple[str, ...]:
+        return ("password-assignment", "secret-assignment")
+
+    def apply(self, scan: Scan, hits: dict[str, int]) -> str:
+        text = scan.text
+        lowered = scan.lower()
+        found: list[tuple[int, int, str]] = []
+        if "auth" in lowered:
+            for match in self._auth.finditer(text):
+                if not is_placeholder(match.group("value"), quoted=True):
+                    found.append((*match.span("value"), "password-assignment"))
+        named: list[re.Match[str]] = []
+        if "']" in text or '"]' in text:
+            named += self._subscript.finditer(text)
+        if any(call in lowered for call in self._calls):
+            named += self._call.finditer(text)
+        for match in named:
+            rule = _named_value_rule(match.group("name"), match.group("value"))
+            if rule is not None:
+                found.append((*match.span("value"), rule))
+        pieces: list[str] = []
+        done = 0
+        for start, end, rule in sorted(found):
+            if start < done or is_marker_at(text, start):
+                continue
+            pieces += (text[done:start], marker(rule))
+            done = end
+            hits[rule] = hits.get(rule, 0) + 1
+        if not pieces:
+            return text
+        pieces.append(text[done:])
+        return "".join(pieces)
+
+
+def _named_value_rule(name: str, value: str) -> str | None:
+    if is_placeholder(value, quoted=True):
+        return None
+    kind = name_class(name)
+    if kind == "password":
+        return "password-assignment"
+    if kind is not None and looks_random(value):
+        return "secret-assignment"
+    return None
+
+
 # "password" in other languages, then (within a few words, no digit) a value of 8+ characters
 # holding a letter and a digit: "пароль: Qwerty12345 для входа", "密码是 Abc123456789xyz". The
 # English words are the assignment and prose rules' (streams.redaction.assignments).
@@ -403,7 +480,7 @@ _AWS_PAIR = tuple(
 )
 
 CONTEXT_RULES: tuple[Rule, ...] = (_AZURE_SAS, _URL_SIGNATURE, _BEARER, _BASIC, *_AWS_PAIR, _MYSQL_PASSWORD, _CLI_PASSWORD, *_CLI_FLAG_PASSWORDS, _CURL_USER,
-                                   CookieRule(),
+                                   CookieRule(), CodeCredentialRule(),
                                    _PASSWORD_ELSEWHERE)
 
 

@@ -1045,3 +1045,26 @@ def test_passwords_in_user_password_at_host_without_a_scheme(text: str, expected
 def test_passwords_in_sentences_with_short_words_symbols_and_other_languages(text: str, expected: str) -> None:
     assert redact_text(text)[0] == expected
     assert redact_text_plain(text)[0] == expected
+
+
+# Policy 2.3, later: credentials in code that no "name = value" announces.
+@pytest.mark.parametrize(("text", "expected"), [
+    ("requests.get(url, auth=('deploy', 'RU-VKqbid4'))", "requests.get(url, auth=('deploy', '[REDACTED:password-assignment]'))"),
+    ("s.auth = HTTPBasicAuth('user', 'RU-VKqbid4')", "s.auth = HTTPBasicAuth('user', '[REDACTED:password-assignment]')"),
+    ('requests.get(u, auth=HTTPDigestAuth("u", "Zq9!xyz"))', 'requests.get(u, auth=HTTPDigestAuth("u", "[REDACTED:password-assignment]"))'),
+    ("os.environ['DB_PASSWORD'] = 'Xk8mq2Lz1'", "os.environ['DB_PASSWORD'] = '[REDACTED:password-assignment]'"),
+    ('os.environ["PGPASSWORD"]="hunter"', 'os.environ["PGPASSWORD"]="[REDACTED:password-assignment]"'),
+    ('$_ENV["API_TOKEN"] = "a8f3kd9s2lq0xv7cA1b2";', '$_ENV["API_TOKEN"] = "[REDACTED:secret-assignment]";'),
+    ("define('DB_PASSWORD', 'wp-pass');", "define('DB_PASSWORD', '[REDACTED:password-assignment]');"),
+    ('os.Setenv("DB_PASSWORD", "s3cr3t!") // and os.environ.setdefault("DB_PASSWORD", "devpass1")',
+     'os.Setenv("DB_PASSWORD", "[REDACTED:password-assignment]") // and os.environ.setdefault("DB_PASSWORD", "[REDACTED:password-assignment]")'),
+    # near misses: values that are no literal, placeholders, field lists, comparisons, plain names
+    ('auth=(user, os.environ["PW"]); auth=("user", "<password>")', 'auth=(user, os.environ["PW"]); auth=("user", "<password>")'),
+    ('fields = ["username", "password", "email"]', 'fields = ["username", "password", "email"]'),
+    ('os.environ["DB_PASSWORD"] = "${DB_PASSWORD}"; cfg["password"] == "x"',
+     'os.environ["DB_PASSWORD"] = "${DB_PASSWORD}"; cfg["password"] == "x"'),
+    ("define('DB_NAME', 'wordpress'); d['token'] = 'abc'", "define('DB_NAME', 'wordpress'); d['token'] = 'abc'"),
+])
+def test_credentials_in_code_without_a_name_equals_value(text: str, expected: str) -> None:
+    assert redact_text(text)[0] == expected
+    assert redact_text_plain(text)[0] == expected
