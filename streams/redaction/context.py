@@ -286,8 +286,54 @@ class CodeCredentialRule(Rule):
         return "".join(pieces)
 
 
-def _named_value_rule(name: str, value: str) -> str | None:
-    if is_placeholder(value, quoted=True):
+# A container's environment as a list of name / value pairs (2.3, later): Kubernetes and compose
+# YAML ("- name: DB_PASSWORD" and "value: ..." on the next line) and ECS task definitions
+# ({"name": "DB_PASSWORD", "value": "..."}). The field walker judges such pairs in an event's own
+# fields; in text (a manifest cat'ed or written by a tool) the name is on the line before.
+class EnvListRule(Rule):
+    """The value of a name / value pair whose name is secret-like."""
+
+    _pair = re.compile(
+        r"name(?<![A-Za-z0-9_]name)[\"']?[ \t]*:[ \t]*([\"']?)(?P<name>[A-Za-z_][A-Za-z0-9_.-]{0,127})\1[ \t]*,?[ \t]*\r?\n?"
+        r"[ \t]*(?:-[ \t]+)?[\"']?value[\"']?[ \t]*:[ \t]*"
+        r"(?:\"(?P<dq>[^\"\r\n]{1,4096})\"|'(?P<sq>[^'\r\n]{1,4096})'|(?P<bare>[^\s\"'#,}{\[\]][^\r\n#,}]{0,4095}?))[ \t]*(?=$|[\r\n,}#])",
+        re.ASCII | re.MULTILINE)
+
+    def __init__(self) -> None:
+        super().__init__(name="password-assignment", triggers=("value",), needs=frozenset(":"),
+                         description="the value of a secret-like name in a name / value list (Kubernetes and "
+                         "compose env:, ECS task definitions)")
+
+    def fingerprint(self) -> list[str]:
+        return [*super().fingerprint(), self._pair.pattern]
+
+    def hit_names(self) -> tuple[str, ...]:
+        return ("password-assignment", "secret-assignment")
+
+    def apply(self, scan: Scan, hits: dict[str, int]) -> str:
+        text = scan.text
+        if "name" not in text:
+            return text
+        pieces: list[str] = []
+        done = 0
+        for match in self._pair.finditer(text):
+            group = next(name for name in ("dq", "sq", "bare") if match.group(name) is not None)
+            value = match.group(group)
+            rule = _named_value_rule(match.group("name"), value, quoted=group != "bare")
+            start, end = match.span(group)
+            if rule is None or start < done or is_marker_at(text, start):
+                continue
+            pieces += (text[done:start], marker(rule))
+            done = end
+            hits[rule] = hits.get(rule, 0) + 1
+        if not pieces:
+            return text
+        pieces.append(text[done:])
+        return "".join(pieces)
+
+
+def _named_value_rule(name: str, value: str, *, quoted: bool = True) -> str | None:
+    if is_placeholder(value, quoted=quoted):
         return None
     kind = name_class(name)
     if kind == "password":
@@ -480,7 +526,7 @@ _AWS_PAIR = tuple(
 )
 
 CONTEXT_RULES: tuple[Rule, ...] = (_AZURE_SAS, _URL_SIGNATURE, _BEARER, _BASIC, *_AWS_PAIR, _MYSQL_PASSWORD, _CLI_PASSWORD, *_CLI_FLAG_PASSWORDS, _CURL_USER,
-                                   CookieRule(), CodeCredentialRule(),
+                                   CookieRule(), CodeCredentialRule(), EnvListRule(),
                                    _PASSWORD_ELSEWHERE)
 
 

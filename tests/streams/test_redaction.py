@@ -1068,3 +1068,22 @@ def test_passwords_in_sentences_with_short_words_symbols_and_other_languages(tex
 def test_credentials_in_code_without_a_name_equals_value(text: str, expected: str) -> None:
     assert redact_text(text)[0] == expected
     assert redact_text_plain(text)[0] == expected
+
+
+# Policy 2.3, later: a secret-like name and its value in a name / value list (Kubernetes, compose, ECS).
+@pytest.mark.parametrize(("text", "expected"), [
+    ('env:\n  - name: DB_PASSWORD\n    value: "p8m6wnKOntVcu"\n  - name: LOG_LEVEL\n    value: info\n',
+     'env:\n  - name: DB_PASSWORD\n    value: "[REDACTED:password-assignment]"\n  - name: LOG_LEVEL\n    value: info\n'),
+    ("env:\n- name: API_TOKEN\n  value: a8f3kd9s2lq0xv7cA1b2X\n", "env:\n- name: API_TOKEN\n  value: [REDACTED:secret-assignment]\n"),
+    ('[{"name": "DB_PASSWORD", "value": "Hunter2!x"}, {"name": "PORT", "value": "8080"}]',
+     '[{"name": "DB_PASSWORD", "value": "[REDACTED:password-assignment]"}, {"name": "PORT", "value": "8080"}]'),
+    # near misses: a secret reference, templates, a non-secret name, a secret name's plain value
+    ("- name: DB_PASSWORD\n  valueFrom:\n    secretKeyRef:\n      name: db\n      key: password\n",
+     "- name: DB_PASSWORD\n  valueFrom:\n    secretKeyRef:\n      name: db\n      key: password\n"),
+    ('- name: DB_PASSWORD\n  value: ${DB_PASSWORD}\n- name: SECRET_KEY\n  value: "{{ .Values.secretKey }}"',
+     '- name: DB_PASSWORD\n  value: ${DB_PASSWORD}\n- name: SECRET_KEY\n  value: "{{ .Values.secretKey }}"'),
+    ("- name: TOKEN_TTL\n  value: 3600\n- name: API_TOKEN\n  value: none", "- name: TOKEN_TTL\n  value: 3600\n- name: API_TOKEN\n  value: none"),
+])
+def test_secret_values_in_name_value_env_lists(text: str, expected: str) -> None:
+    assert redact_text(text)[0] == expected
+    assert redact_text_plain(text)[0] == expected
