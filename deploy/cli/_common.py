@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from planner.exceptions import PlannerError
 
 __all__ = ["LOG_OPTION", "PRINCIPAL_OPTION", "bootstrap_servers", "err", "escape", "fail", "load_settings", "out",
-           "print_json", "render_rows", "tsv_lines"]
+           "print_json", "printable", "render_rows", "tsv_lines"]
 
 _CELL_CHARS = 80
 
@@ -77,11 +77,25 @@ def err() -> Console:
     return Console(stderr=True)
 
 
+# Control characters as their Unicode pictures (ESC as ␛), C1 controls as �: one character for
+# one, so offsets into a text stay right. Tabs and line breaks stay.
+_CONTROLS = {code: 0x2400 + code for code in range(0x20) if code not in (0x09, 0x0A)} | {0x7F: 0x2421} \
+    | dict.fromkeys(range(0x80, 0xA0), 0xFFFD)
+
+
+def printable(text: str) -> str:
+    """``text`` with its control characters shown, not obeyed: a transcript's tool output holds
+    terminal escapes (colours, a clear screen, a window title an attacker chose), which must not
+    reach the terminal of whoever searches it."""
+    return text.translate(_CONTROLS)
+
+
 def escape(text: str) -> str:
-    """``text`` with rich markup escaped, to print as it is."""
+    """``text`` with rich markup escaped and control characters shown (:func:`printable`), to
+    print as it is."""
     from rich.markup import escape as rich_escape
 
-    return rich_escape(text)
+    return rich_escape(printable(text))
 
 
 def print_json(data: Any) -> None:

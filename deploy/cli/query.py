@@ -14,7 +14,15 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from deploy.cli._api import call_planner
-from deploy.cli._common import LOG_OPTION, PRINCIPAL_OPTION, escape, out, print_json, render_rows
+from deploy.cli._common import (
+    LOG_OPTION,
+    PRINCIPAL_OPTION,
+    escape,
+    out,
+    print_json,
+    printable,
+    render_rows,
+)
 
 if TYPE_CHECKING:
     from rich.text import Text
@@ -125,7 +133,7 @@ def _snippet(text: str, evidence: list[dict[str, Any]], query: str = "") -> Text
     from rich.text import Text
 
     data = text.encode("utf-8")
-    styled = Text(text)
+    styled = Text(printable(text))
     for number, piece in enumerate(sorted(evidence, key=lambda p: p["start"])):
         start = len(data[: piece["start"]].decode("utf-8", "replace"))
         end = len(data[: piece["end"]].decode("utf-8", "replace"))

@@ -41,3 +41,15 @@ def test_a_chunk_whose_start_matches_is_shown_from_its_start() -> None:
 def test_any_text_and_query_give_a_bounded_snippet(text: str, query: str) -> None:
     plain = _snippet(text, [{"start": 0, "end": len(text.encode())}], query).plain
     assert len(plain.replace("\n   ", "\n")) <= _SNIPPET_CHARS + 5
+
+
+def test_terminal_escapes_in_a_hit_are_shown_not_obeyed() -> None:
+    """Found by a new user: a transcript's ESC[2J cleared the searcher's screen and ESC]0; set
+    its window title; tool output an attacker wrote reaches whoever searches it."""
+    from deploy.cli._common import escape
+
+    text = "[user] \x1b[31mRED\x1b[0m \x1b]0;pwned-title\x07 okapi \x1b[2J\x9b2J done"
+    plain = _snippet(text, [{"start": 0, "end": len(text.encode())}], "okapi").plain
+    assert not any(ord(char) < 0x20 and char not in "\n\t" or 0x7F <= ord(char) < 0xA0 for char in plain)
+    assert "␛[31mRED" in plain and "okapi" in plain and len(plain) == len("   " + text)
+    assert "\x1b" not in escape("cell \x1b[2J") and "␛[2J" in escape("cell \x1b[2J")
