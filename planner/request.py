@@ -207,6 +207,15 @@ def parse_request(body: Any) -> SearchRequest:
     mode = _optional(body, "mode", str, "hybrid").strip().lower()
     if mode not in MODES:
         raise QueryError(f"unknown mode {mode!r}", hint="Use hybrid, text or vector.")
+    if mode == "text":
+        from planner.local import clauses_of
+
+        clauses = clauses_of(query)
+        if not clauses.terms and not clauses.phrases:
+            # '🚀' in text mode answered no results, as if nothing held it; the index has no term for it.
+            raise QueryError(f"the query {query[:40]!r} has no word the text index holds: it indexes runs of letters "
+                             "and digits, not emoji or other symbols",
+                             hint="Search it with mode vector or hybrid, or add a word.")
     tool_results = _optional(body, "toolResults", bool, False)
     filters = _filters(body.get("filters"))
     return SearchRequest(query=query, log=log, freshness=freshness, k=k, explain=explain,

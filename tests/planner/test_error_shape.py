@@ -94,6 +94,7 @@ def test_bad_principal(client: TestClient, route: str) -> None:
     ({"query": "***"}, 400, "bad_query"),
     ({"query": '""'}, 400, "bad_query"),
     ({"query": "!!! -- ?"}, 400, "bad_query"),
+    ({"query": "🚀 💥", "mode": "text"}, 400, "bad_query"),  # nothing the text index holds
     ({"query": "deploy", "k": 1000}, 400, "bad_query"),
     ({"query": "deploy", "freshness": "wait:9999"}, 400, "bad_query"),
     ({"query": "deploy", "cursor": "c1.AAAA.BBBB"}, 400, "bad_cursor"),
