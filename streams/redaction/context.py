@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import itertools
 import re
 
 from streams.redaction.base import Check, RegexRule, Rule, Scan, is_marker_at, marker
@@ -332,6 +333,88 @@ class EnvListRule(Rule):
         return "".join(pieces)
 
 
+# A markdown table with a password / token / secret / API key column (2.3, later): the header
+# names the secret once and each row's cell holds one ("| grafana | admin | 5PLmd_Ba*oU |").
+class MarkdownTableRule(Rule):
+    """Cells of a markdown table's column whose header is a secret-like name."""
+
+    _rule_line = re.compile(r"^[ \t]*\|?[ \t]*:?-{3,}:?[ \t]*(?:\|[ \t]*:?-{3,}:?[ \t]*)+\|?[ \t]*\r?$", re.MULTILINE | re.ASCII)
+    _cell_edge = re.compile(r"(?<!\\)\|")
+
+    def __init__(self) -> None:
+        super().__init__(name="password-assignment", triggers=("---",), needs=frozenset("|"),
+                         description="cells of a markdown table's password / token / secret / API key column")
+
+    def fingerprint(self) -> list[str]:
+        return [*super().fingerprint(), self._rule_line.pattern, self._cell_edge.pattern]
+
+    def hit_names(self) -> tuple[str, ...]:
+        return ("password-assignment", "secret-assignment")
+
+    def apply(self, scan: Scan, hits: dict[str, int]) -> str:
+        text = scan.text
+        if "|" not in text:
+            return text
+        found: list[tuple[int, int, str]] = []
+        for rule_line in self._rule_line.finditer(text):
+            header_end = rule_line.start() - 1
+            if header_end < 0:
+                continue
+            header_start = text.rfind("\n", 0, header_end) + 1
+            columns = {index: header for index, (_, header) in enumerate(self._cells(text, header_start, header_end))
+                       if name_class(header.strip("`*_ ")) is not None}
+            if not columns:
+                continue
+            row_start = rule_line.end() + 1
+            while row_start < len(text):
+                row_end = text.find("\n", row_start)
+                row_end = len(text) if row_end == -1 else row_end
+                if "|" not in text[row_start:row_end]:
+                    break
+                for index, (start, cell) in enumerate(self._cells(text, row_start, row_end)):
+                    if index in columns:
+                        value = cell.strip("`")
+                        rule = _named_value_rule(columns[index].strip("`*_ "), value) if _table_secret(value) else None
+                        if rule is not None:
+                            offset = start + cell.index(value)
+                            found.append((offset, offset + len(value), rule))
+                row_start = row_end + 1
+        pieces: list[str] = []
+        done = 0
+        for start, end, rule in sorted(found):
+            if start < done or is_marker_at(text, start):
+                continue
+            pieces += (text[done:start], marker(rule))
+            done = end
+            hits[rule] = hits.get(rule, 0) + 1
+        if not pieces:
+            return text
+        pieces.append(text[done:])
+        return "".join(pieces)
+
+    def _cells(self, text: str, start: int, end: int) -> list[tuple[int, str]]:
+        """``(start, stripped text)`` of each cell of the row ``text[start:end]``."""
+        line = text[start:end].rstrip("\r")
+        edges = [edge.start() for edge in self._cell_edge.finditer(line)]
+        if line.strip()[:1] != "|":
+            edges.insert(0, -1)
+        if line.strip()[-1:] != "|":
+            edges.append(len(line))
+        cells = []
+        for left, right in itertools.pairwise(edges):
+            raw = line[left + 1: right]
+            stripped = raw.strip()
+            cells.append((start + left + 1 + (raw.index(stripped) if stripped else 0), stripped))
+        return cells
+
+
+def _table_secret(value: str) -> bool:
+    # A column may describe passwords rather than list them ("| password | required |", "12"):
+    # a cell holds one when it is one token with a letter and a digit or a symbol.
+    return (bool(value) and not any(c.isspace() for c in value) and any(c.isalpha() for c in value)
+            and (any(c.isdigit() for c in value) or not value.replace("_", "").replace("-", "").isalnum()))
+
+
 def _named_value_rule(name: str, value: str, *, quoted: bool = True) -> str | None:
     if is_placeholder(value, quoted=quoted):
         return None
@@ -526,7 +609,7 @@ _AWS_PAIR = tuple(
 )
 
 CONTEXT_RULES: tuple[Rule, ...] = (_AZURE_SAS, _URL_SIGNATURE, _BEARER, _BASIC, *_AWS_PAIR, _MYSQL_PASSWORD, _CLI_PASSWORD, *_CLI_FLAG_PASSWORDS, _CURL_USER,
-                                   CookieRule(), CodeCredentialRule(), EnvListRule(),
+                                   CookieRule(), CodeCredentialRule(), EnvListRule(), MarkdownTableRule(),
                                    _PASSWORD_ELSEWHERE)
 
 

@@ -1087,3 +1087,24 @@ def test_credentials_in_code_without_a_name_equals_value(text: str, expected: st
 def test_secret_values_in_name_value_env_lists(text: str, expected: str) -> None:
     assert redact_text(text)[0] == expected
     assert redact_text_plain(text)[0] == expected
+
+
+# Policy 2.3, later: a markdown table's password / token / secret / API key column holds secrets.
+@pytest.mark.parametrize(("text", "expected"), [
+    ("| service | user | password |\n|---|---|---|\n| grafana | admin | 5PLmd_Ba*oUTkaoQuN |\n| jenkins | ci | jIMcs8haQtTuo |",
+     "| service | user | password |\n|---|---|---|\n| grafana | admin | [REDACTED:password-assignment] |\n"
+     "| jenkins | ci | [REDACTED:password-assignment] |"),
+    ("| env | token |\n|---|---|\n| staging | 2NDkgXHdifOdO1Ko8Nt8mFArHkeD5hWo |\n",
+     "| env | token |\n|---|---|\n| staging | [REDACTED:secret-assignment] |\n"),
+    ("Name | API Key\n:--- | :---:\nprod | `a8f3kd9s2lq0xv7cA1b2X`\n\nafter", "Name | API Key\n:--- | :---:\nprod | `[REDACTED:secret-assignment]`\n\nafter"),
+    # near misses: a column describing passwords, placeholders, a non-secret column, no table
+    ("| field | password |\n|---|---|\n| required | yes |\n| min length | 12 |",
+     "| field | password |\n|---|---|\n| required | yes |\n| min length | 12 |"),
+    ("| user | password |\n|---|---|\n| bob | <see vault> |\n| amy | ******** |\n| eve | ${PW} |",
+     "| user | password |\n|---|---|\n| bob | <see vault> |\n| amy | ******** |\n| eve | ${PW} |"),
+    ("| token type | lifetime |\n|---|---|\n| access | 3600s |", "| token type | lifetime |\n|---|---|\n| access | 3600s |"),
+    ("grep password | sort\n---\nfoo | bar-9x", "grep password | sort\n---\nfoo | bar-9x"),
+])
+def test_secret_columns_of_markdown_tables(text: str, expected: str) -> None:
+    assert redact_text(text)[0] == expected
+    assert redact_text_plain(text)[0] == expected
