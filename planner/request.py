@@ -26,7 +26,7 @@ from typing import Any
 from planner.cursors import query_hash
 from planner.exceptions import QueryError
 from planner.snapshot import Freshness, parse_freshness
-from streams.asp import parse_time, posix_seconds
+from streams.asp import ROLES, parse_time, posix_seconds
 from streams.names import LOG_ID, LOG_ID_HINT
 
 __all__ = [
@@ -261,13 +261,19 @@ def _filters(raw: Any) -> Filters:
                          hint="Known filters: " + ", ".join(sorted(known)) + ".")
     values: dict[str, tuple[str, ...]] = {}
     for name in FILTER_FIELDS:
-        value = raw.get(name)
-        if value is None:
+        if name not in raw:
             continue
+        value = raw[name]
+        if value is None:  # {"sessionId": null} narrowed nothing, silently
+            raise QueryError(f"filter {name!r} is null", hint="Leave the filter out to keep every value.")
         items = [value] if isinstance(value, str) else value
         if (not isinstance(items, list) or not items or len(items) > _MAX_FILTER_VALUES
                 or not all(isinstance(item, str) and item for item in items)):
             raise QueryError(f"filter {name!r} must be a non-empty string or a list of them")
+        if name == "role" and not set(items) <= ROLES:
+            # A role no event can have ('robot', 'User': roles are lower-case) matched nothing.
+            raise QueryError(f"filter 'role' {sorted(set(items) - ROLES)} is not an event role",
+                             hint="Roles: " + ", ".join(sorted(ROLES)) + ".")
         values[name] = tuple(sorted(set(items)))
     times: dict[str, float] = {}
     texts: dict[str, str] = {}

@@ -28,6 +28,7 @@ __all__ = [
     "DEFAULT_MAX_EVENT_BYTES",
     "EVENT_TYPES",
     "LOG_ID",
+    "ROLES",
     "canonical_bytes",
     "event_time",
     "fit_event",
@@ -90,7 +91,8 @@ _REQUIRED_IDS = ("eventId", "sessionId")
 _OPTIONAL_IDS = ("runId", "turnId", "episodeId", "parentSessionId", "parentEventId")
 _CUSTOM_TYPE = re.compile(r"x\.[a-z0-9_.-]+\Z")
 _TYPES = frozenset(EVENT_TYPES)
-_ROLES = frozenset({"user", "assistant", "system", "developer", "tool"})
+ROLES = frozenset({"user", "assistant", "system", "developer", "tool"})
+"""The roles an event may have (``role``)."""
 _VISIBILITIES = frozenset({"visible", "hidden"})
 _READER = re.compile(r"(\*|user:.+|group:.+)\Z")
 
@@ -112,7 +114,7 @@ def _plainly_valid(event: dict[str, Any]) -> bool:
         return False
     if type(kind) is not str or (kind not in _TYPES and not _CUSTOM_TYPE.match(kind)):
         return False
-    if role is not None and (type(role) is not str or role not in _ROLES):
+    if role is not None and (type(role) is not str or role not in ROLES):
         return False
     if type(time) is not str or not _RFC3339.match(time):
         return False

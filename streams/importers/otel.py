@@ -42,7 +42,7 @@ from typing import Any
 
 import orjson
 
-from streams.asp import validate_event
+from streams.asp import ROLES, validate_event
 from streams.exceptions import SchemaError
 from streams.importers.base import Accepted, Rejected, raw_text, stable_id, time_from_posix
 
@@ -52,7 +52,6 @@ __all__ = ["AGENT_OPERATIONS", "CHAT_OPERATIONS", "TOOL_OPERATIONS", "TraceSessi
 AGENT_OPERATIONS = frozenset({"invoke_agent", "create_agent", "invoke_workflow"})
 CHAT_OPERATIONS = frozenset({"chat", "generate_content", "text_completion"})
 TOOL_OPERATIONS = frozenset({"execute_tool"})
-_ROLES = {"user", "assistant", "system", "developer", "tool"}
 _STATUS_ERROR = {2, "STATUS_CODE_ERROR"}
 
 
@@ -407,7 +406,7 @@ class _Span:
             text, calls = _text(message)
             if not text and not calls:
                 continue
-            role = message.get("role") if isinstance(message.get("role"), str) and message["role"] in _ROLES \
+            role = message.get("role") if isinstance(message.get("role"), str) and message["role"] in ROLES \
                 else "user"
             # Each call repeats the conversation so far: the same message at the same place
             # in the same conversation is one event.

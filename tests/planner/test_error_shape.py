@@ -133,3 +133,15 @@ def test_successes_are_not_errors(client: TestClient) -> None:
     assert client.post("/v1/search", json={"query": "deploy"}).status_code == 200
     for query in ("🦄", "数据库", "C++", '"exit 1"', "$HOME"):  # a symbol, a letter or a digit is something to find
         assert client.post("/v1/search", json={"query": query}).status_code == 200, query
+
+
+@pytest.mark.parametrize("filters", [{"role": "robot"}, {"role": ["user", "User"]}, {"sessionId": None}, {"toolName": None}])
+def test_filters_that_could_match_nothing_are_refused(client: TestClient, filters: dict[str, Any]) -> None:
+    """A role no event has and a null value answered 200 with nothing (or everything) found."""
+    error = assert_error(client.post("/v1/search", json={"query": "deploy", "filters": filters}), 400, "bad_query")
+    assert next(iter(filters)) in error["message"]
+
+
+def test_every_event_role_is_a_filter(client: TestClient) -> None:
+    for role in ("user", "assistant", "system", "developer", "tool"):
+        assert client.post("/v1/search", json={"query": "deploy", "filters": {"role": role}}).status_code == 200
