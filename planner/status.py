@@ -247,13 +247,19 @@ def render_status(report: dict[str, Any], console: Console) -> None:
         if mismatch:
             console.print(f"  [red]searches refused:[/] {escape(mismatch['message'])}")
             console.print(f"  {escape(mismatch['remedy'])}")
-        holders = {(h["seq"], h["sessionId"], h["turnId"]) for h in
-                   (idx.get("heldBy") for idx in entry["indexes"].values()) if h}
-        for seq, session_id, turn_id in sorted(holders, key=lambda h: h[0]):
+        # One line per event that holds indexes back, naming the indexes it holds (several
+        # indexes usually wait on the same one).
+        holders: dict[tuple[int, str | None, str | None], list[str]] = {}
+        for kind, idx in entry["indexes"].items():
+            held_by = idx.get("heldBy")
+            if held_by:
+                holders.setdefault((held_by["seq"], held_by["sessionId"], held_by["turnId"]), []).append(kind)
+        for (seq, session_id, turn_id), kinds in sorted(holders.items(), key=lambda item: item[0][0]):
+            which = ", ".join(kinds)
             if session_id is None:
                 # Not the caller's tenant's event (or one without an acl, or unreadable): its ids
                 # are withheld by for_principal, so there is nothing to name but the seq.
-                console.print(f"  first unindexed event: seq {seq} (its session is not shown to you)")
+                console.print(f"  {which} held back by seq {seq} (its session is not shown to you)")
                 continue
             turn = f", turn {turn_id!r}" if turn_id else ""
-            console.print(f"  first unindexed event: seq {seq}, session {session_id!r}{turn}")
+            console.print(escape(f"  {which} held back by seq {seq}: session {session_id!r}{turn}"))

@@ -37,11 +37,11 @@ def test_a_lagging_index_names_the_first_event_above_its_watermark() -> None:
     assert report["logs"]["default"]["indexes"]["structured"]["heldBy"] is None  # missing
     out = io.StringIO()
     render_status(report, Console(file=out, width=200))
-    assert "first unindexed event: seq 5, session 's-open', turn 't-2099'" in out.getvalue()
+    assert "text held back by seq 5: session 's-open', turn 't-2099'" in out.getvalue()
     # Read as another tenant's principal, the ids are withheld and the line says so, never "None".
     out = io.StringIO()
     render_status(for_principal(report, parse_principal("tenant:other/user:bob")), Console(file=out, width=200))
-    assert "first unindexed event: seq 5 (its session is not shown to you)" in out.getvalue()
+    assert "text held back by seq 5 (its session is not shown to you)" in out.getvalue()
     assert "None" not in out.getvalue()
 
 
@@ -121,3 +121,15 @@ def test_status_route_filters_held_by_by_the_keys_tenant(tmp_path: Path, monkeyp
         assert response.status_code == 200, response.text
         assert response.json()["logs"]["default"]["indexes"]["text"]["heldBy"]["sessionId"] == session
         assert "s-acme-secret-plan" not in response.text or session is not None
+
+
+def test_status_names_the_indexes_each_holding_event_holds() -> None:
+    """Found by a new user: four unlabelled 'first unindexed event' lines for five indexes."""
+    raw = orjson.dumps({"eventId": "e5", "sessionId": "s-open", "turnId": "t-1", "time": "2099-01-01T00:00:00Z"})
+    report = build_status({"default": 9}, {("default", "text"): _watermark(4), ("default", "vector"): _watermark(4),
+                                           ("default", "structured"): _watermark(9)},
+                          {("default", 5): 100.0}, now=200.0, held={("default", 5): held_by(5, raw)})
+    out = io.StringIO()
+    render_status(report, Console(file=out, width=200))
+    lines = [line for line in out.getvalue().splitlines() if "held back by" in line]
+    assert lines == ["  text, vector held back by seq 5: session 's-open', turn 't-1'"]
