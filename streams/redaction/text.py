@@ -39,10 +39,10 @@ characters, a digit or a capital among the first six, and not with a name and ``
 (the next line of an env file or YAML) nor with PEM armour (``-----BEGIN``). The break is a
 literal the regex engine skips to; every test runs in the engine. :data:`WRAPPED_HEAD` looks
 further back."""
-WRAPPED_HEAD = re.compile(rf"[=:/](?={_VALUE_CHAR}{{6,200}}\Z)", re.ASCII)
+WRAPPED_HEAD = re.compile(rf"(?:[=:/]|[=:][ \t]+)(?={_VALUE_CHAR}{{6,200}}\Z)", re.ASCII)
 """What the line before such a break must end in (searched up to the break): a value of six or
-more characters without a space after its ``=``, ``:`` or ``/``; a digit or a capital must be
-among them."""
+more characters after its ``=``, ``:`` or ``/`` (2.3, later: or after ``=`` / ``:`` and spaces, as
+in ``key: sk_live_Y1aAob`` then the rest of the key); a digit or a capital must be among them."""
 _DIGIT_OR_CAPITAL = re.compile(r"[A-Z0-9]", re.ASCII)
 _JOIN_WINDOW = 512  # characters of each line around a break that are redacted joined
 

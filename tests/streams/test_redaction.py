@@ -1108,3 +1108,15 @@ def test_secret_values_in_name_value_env_lists(text: str, expected: str) -> None
 def test_secret_columns_of_markdown_tables(text: str, expected: str) -> None:
     assert redact_text(text)[0] == expected
     assert redact_text_plain(text)[0] == expected
+
+
+# Policy 2.3, later: a secret wrapped after "key: " (a space after the separator) goes whole.
+@pytest.mark.parametrize(("text", "expected"), [
+    ("sk_live key: sk_live_Y1aAob\nNCEedeg57AAvjUgSpP", "sk_live key: [REDACTED:stripe-key]"),
+    ("token: ghp_16C7e42F292c\n6912E7710c838347Ae178B4a rest", "token: [REDACTED:github-token]\n rest"),
+    # near misses: a value and the next line's words, the next line of YAML
+    ("name: Foo1234\nBarBaz99 is here", "name: Foo1234\nBarBaz99 is here"),
+    ("image: api:V1234567\nreplicas: 3", "image: api:V1234567\nreplicas: 3"),
+])
+def test_a_secret_wrapped_after_a_spaced_separator(text: str, expected: str) -> None:
+    assert redact_text(text)[0] == expected
