@@ -304,7 +304,10 @@ class AssignmentRule(Rule):
         if not _password_in_prose(value) or is_placeholder(value, quoted=False):
             return None
         if len(value) >= 16 and value.isalnum():
-            return None  # letters and digits only: _prose's reading decides (random, or mixed case)
+            # Letters and digits only: as _prose decides after the long password words (random,
+            # or mixed case), which does not read pw / pwd / pass.
+            if word not in _SHORT_PASSWORD_WORDS or not (looks_random(value) or _password_like(value)):
+                return None
         return start, start + len(value), _PROSE
 
 

@@ -1020,6 +1020,7 @@ def test_passwords_in_user_password_at_host_without_a_scheme(text: str, expected
 # passphrase for the key is", and secret words in Spanish, French, German and Portuguese sentences.
 @pytest.mark.parametrize(("text", "expected"), [
     ("the root pw is qLpHja-_tc4FJNp", "the root pw is [REDACTED:secret-in-prose]"),
+    ("the root pw is ZOR36rSGnF5DQiRUL", "the root pw is [REDACTED:secret-in-prose]"),
     ("ok, pass: Xy7!kk2Q", "ok, pass: [REDACTED:password-assignment]"),
     ('smtp:\n  user: mailer\n  pass: "RgwPM3C8OJV"\n', 'smtp:\n  user: mailer\n  pass: "[REDACTED:password-assignment]"\n'),
     ("my password is SZd1!N7Ibm1a", "my password is [REDACTED:secret-in-prose]"),
