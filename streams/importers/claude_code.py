@@ -60,7 +60,8 @@ class _Session:
     active: bool = False
     tool_calls: dict[str, tuple[str, str]] = field(default_factory=dict)  # id → (eventId, name)
     subagent_calls: list[tuple[str, str, Any]] = field(default_factory=list)
-    usage_seen: set[str] = field(default_factory=set)
+    # message.id → the usage snapshot of its last line that got an event (see _counted_usage).
+    usage_seen: dict[str, dict[str, int]] = field(default_factory=dict)
     episode_agent: str | None = None
 
 
@@ -236,9 +237,8 @@ class _Transcript:
         parent_event_id = self.line_events.get(parent_uuid) if isinstance(parent_uuid, str) else None
         model = message.get("model") if role == "assistant" else None
         api_id = message.get("id") if isinstance(message.get("id"), str) else None
-        usage = _usage(message.get("usage")) if role == "assistant" else None
-        if api_id is not None and api_id in session.usage_seen:
-            usage = None  # split lines repeat the response's usage; count it once
+        snapshot = _usage(message.get("usage")) if role == "assistant" else None
+        usage = _counted_usage(snapshot, session.usage_seen.get(api_id) if api_id else None)
         payload = small_payload(line)
         line_kind = _line_kind(line)
         last_event_id = None
@@ -252,11 +252,14 @@ class _Transcript:
                 yield Rejected(record, built, raw_text(raw))
                 continue
             event_type, event_role, fields, visibility, call_event_key = built
-            if usage is not None and event_type in ("message", "tool.call"):
-                fields["usage"] = usage
-                usage = None
-                if api_id is not None:
-                    session.usage_seen.add(api_id)
+            if snapshot is not None and event_type in ("message", "tool.call"):
+                if usage:
+                    fields["usage"] = usage
+                if api_id is not None:  # a count that went down counts nothing, nor again later
+                    before = session.usage_seen.get(api_id, {})
+                    session.usage_seen[api_id] = {
+                        key: max(value, before.get(key, 0)) for key, value in (before | snapshot).items()}
+                snapshot = usage = None
             event_id = emitter.event_id(position, index)
             parent = parent_event_id
             if call_event_key is not None:
@@ -490,6 +493,8 @@ def _block_event(
         elif not isinstance(arguments, dict):
             arguments = {"_raw": arguments}
         fields = {"toolName": name, "toolCallId": call_id, "input": arguments}
+        if isinstance(model, str):
+            fields["model"] = model  # the call's usage is the model's: count it under its name
         return "tool.call", "assistant", fields, None, None
     if block_type == "tool_result":
         call_id = block.get("tool_use_id")
@@ -552,15 +557,37 @@ def _result_text(content: Any) -> str:
     return raw_text(content)
 
 
+_USAGE_KEYS = (
+    ("input_tokens", "inputTokens"), ("output_tokens", "outputTokens"),
+    ("cache_read_input_tokens", "cacheReadInputTokens"),
+    ("cache_creation_input_tokens", "cacheCreationInputTokens"),
+)
+
+
 def _usage(usage: Any) -> dict[str, int] | None:
+    """The token counts of a line's ``message.usage`` (a snapshot of its response so far)."""
     if not isinstance(usage, dict):
         return None
     mapped = {
         name: usage[key]
-        for key, name in (("input_tokens", "inputTokens"), ("output_tokens", "outputTokens"))
-        if isinstance(usage.get(key), int) and not isinstance(usage.get(key), bool)
+        for key, name in _USAGE_KEYS
+        if isinstance(usage.get(key), int) and not isinstance(usage.get(key), bool) and usage[key] >= 0
     }
     return mapped or None
+
+
+def _counted_usage(snapshot: dict[str, int] | None, before: dict[str, int] | None) -> dict[str, int] | None:
+    """What a line adds to its response's usage: each count's increase over the snapshot of the
+    response's line before it (all of it on the response's first line).
+
+    Claude Code writes one line per content block of a response, each with the usage of the
+    stream so far: the input and cache counts stay, the output count grows (1 on an opening
+    text line, the full count on the closing tool_use line). Summing the increases over a
+    response's events gives its last snapshot, and each line's share is known when the line
+    arrives, so a follower that has not seen the later lines yet emits the same event."""
+    if snapshot is None or before is None:
+        return snapshot
+    return {key: value - before.get(key, 0) for key, value in snapshot.items() if value > before.get(key, 0)}
 
 
 def _ends_turn(line_type: str, line: dict[str, Any]) -> bool:

@@ -193,7 +193,8 @@ def test_claude_code_blocks_thinking_usage_and_tools() -> None:
     response = [event for event in accepted if (event.get("payload") or {}).get("message", {}).get("id") == "msg_01A7kQ2vYHq9TzE3"]
     assert [event["type"] for event in response] == ["message", "message", "tool.call"]
     assert [("usage" in event["fields"]) for event in response] == [True, False, False]
-    assert response[0]["fields"]["usage"] == {"inputTokens": 4, "outputTokens": 9}
+    assert response[0]["fields"]["usage"] == {
+        "inputTokens": 4, "outputTokens": 9, "cacheReadInputTokens": 12873, "cacheCreationInputTokens": 2148}
 
     calls = {event["fields"]["toolCallId"]: event for event in accepted if event["type"] == "tool.call"}
     assert [call["fields"]["toolName"] for call in calls.values()] == [
@@ -211,6 +212,43 @@ def test_claude_code_blocks_thinking_usage_and_tools() -> None:
     assert Counter(statuses.values()) == {"ok": 6, "error": 1}
     read = next(r for r in results if r["fields"]["toolCallId"] == "toolu_01Read4Lp9")
     assert read["fields"]["output"].startswith("     1→from datetime import date")
+
+
+def test_claude_code_usage_counts_each_lines_increase_of_its_responses_snapshot(tmp_path: Path) -> None:
+    """Claude Code writes a response's blocks on lines of their own, each with the usage of the
+    stream so far (real msg_01VUJh…: output 1 on the text line, 1 502 on the tool_use line). The
+    events' counts sum to the last snapshot, and a prefix of the file (a follower that has not
+    seen the later lines) yields the same events."""
+    def snapshot(output: int) -> dict:
+        return {"input_tokens": 1, "cache_creation_input_tokens": 301, "cache_read_input_tokens": 73495,
+                "output_tokens": output, "service_tier": "standard"}
+
+    def response_line(uuid: str, parent: str, block: dict, output: int) -> dict:
+        line = cc_line(uuid, "assistant", [block], parent=parent)
+        line["message"].update({"id": "msg_01VUJh", "model": "claude-opus-4-6", "usage": snapshot(output)})
+        return line
+
+    lines = [
+        cc_line("u1", "user", "plan the refactor"),
+        response_line("a1", "u1", {"type": "thinking", "thinking": "Let me look."}, 1),
+        response_line("a2", "a1", {"type": "text", "text": "I'll read the module."}, 1),
+        response_line("a3", "a2", {"type": "tool_use", "id": "toolu_1", "name": "Read", "input": {}}, 1502),
+        response_line("a4", "a3", {"type": "text", "text": "A stale snapshot."}, 900),
+    ]
+    accepted, rejected = split(write_lines(tmp_path / "s.jsonl", lines), "claude-code")
+    assert rejected == []
+    response = [event for event in accepted if event.get("role") == "assistant"]
+    assert [event["fields"].get("usage") for event in response] == [
+        {"inputTokens": 1, "outputTokens": 1, "cacheReadInputTokens": 73495, "cacheCreationInputTokens": 301},
+        None, {"outputTokens": 1501}, None,
+    ]
+    assert sum(event["fields"].get("usage", {}).get("outputTokens", 0) for event in response) == 1502
+    # The call's tokens count under the model that wrote it.
+    assert [event["fields"].get("model") for event in response] == ["claude-opus-4-6"] * 4
+
+    for cut in range(2, len(lines)):
+        prefix, _ = split(write_lines(tmp_path / "s.jsonl", lines[:cut]), "claude-code")
+        assert [event for event in prefix if event.get("role") == "assistant"] == response[:cut - 1]
 
 
 def test_claude_code_sidechain_is_an_episode() -> None:
