@@ -345,6 +345,7 @@ class _Span:
         code = status.get("code")
         self.failed = isinstance(code, int | str) and code in _STATUS_ERROR
         self.status_message = str(status.get("message") or "")
+        self.usage: dict[str, int] | None = None  # the span's token counts until an event carries them
 
     def event(self, event_type: str, event_id: str, time: str, *, role: str | None = None,
               fields: dict[str, Any] | None = None, parent: str | None = None,
@@ -384,12 +385,17 @@ class _Span:
                       **({"model": model} if model else {})}
             yield self.event("run.started", anchor, self.start, fields=fields, parent=self.parent_event)
             opening = anchor
+        # Only an inference span's usage is counted: an agent span's is the sum of its inference
+        # calls (so the conventions and the instrumentations have it), and both would count twice.
+        self.usage = _usage(self.attrs) if self.operation in CHAT_OPERATIONS else None
         yield from self._messages(anchor, model)
         if self.failed:
             yield self.event("error", stable_id("otel", anchor, "error"), self.end,
                              fields={"message": self.status_message or f"{self.operation} failed"})
         closing = "turn.ended" if self.operation in CHAT_OPERATIONS else "run.ended"
-        yield self.event(closing, stable_id("otel", anchor, "ended"), self.end, parent=opening)
+        # Without captured output messages (content capture is often off) the turn's end counts it.
+        ending = {"usage": self.usage, **({"model": model} if model else {})} if self.usage else None
+        yield self.event(closing, stable_id("otel", anchor, "ended"), self.end, parent=opening, fields=ending)
 
     def _messages(self, anchor: str, model: Any) -> Iterator[Accepted | Rejected]:
         history = _messages(self.attrs.get("gen_ai.input.messages"))
@@ -414,8 +420,6 @@ class _Span:
             event_id = stable_id("otel", self.log_id, self.session, "in", position, digest)
             yield self.event("message", event_id, self.start, role=role,
                              fields={"text": text, **({"toolCalls": calls} if calls else {})})
-        usage = {"inputTokens": self.attrs.get("gen_ai.usage.input_tokens"),
-                 "outputTokens": self.attrs.get("gen_ai.usage.output_tokens")}
         for position, message in enumerate(_messages(self.attrs.get("gen_ai.output.messages"))):
             text, calls = _text(message)
             if not text and not calls:
@@ -425,8 +429,8 @@ class _Span:
                 fields["toolCalls"] = calls
             if model:
                 fields["model"] = model
-            if position == 0 and any(v is not None for v in usage.values()):
-                fields["usage"] = {k: v for k, v in usage.items() if v is not None}
+            if self.usage:  # on the first output message that is an event
+                fields["usage"], self.usage = self.usage, None
             yield self.event("message", stable_id("otel", anchor, "out", position), self.end,
                              role="assistant", fields=fields, parent=anchor)
 
@@ -476,3 +480,10 @@ def _anchor(log_id: str, trace: str, span_id: str) -> str:
 def _camel(dotted: str) -> str:
     head, *rest = dotted.replace("_", ".").split(".")
     return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+def _usage(attrs: dict[str, Any]) -> dict[str, int] | None:
+    usage = {name: attrs.get(key) for key, name in (
+        ("gen_ai.usage.input_tokens", "inputTokens"), ("gen_ai.usage.output_tokens", "outputTokens"))}
+    counted = {name: value for name, value in usage.items() if isinstance(value, int) and not isinstance(value, bool)}
+    return counted or None

@@ -155,3 +155,31 @@ def test_a_span_takes_its_ancestors_conversation_from_an_earlier_request() -> No
     assert {e["sessionId"] for e in log.post(_span(tool, second, "execute_tool"))} == {"second"}
     assert {e["sessionId"] for e in log.post(_span("e000000000000004", "ffffffffffffffff", "execute_tool"))} \
         == {"first"}  # no ancestor known: the trace's conversation
+
+
+def _with(span: dict[str, Any], **attributes: Any) -> dict[str, Any]:
+    for key, value in attributes.items():
+        typed = {"intValue": str(value)} if isinstance(value, int) else {"stringValue": value}
+        span["attributes"].append({"key": key.replace("__", "."), "value": typed})
+    return span
+
+
+def test_tokens_count_once_per_inference_call_captured_or_not() -> None:
+    """An agent span's usage is the sum of its inference calls' (pydantic-ai, MAF, ...): only
+    the inference spans count. A chat span whose first output message has no text still counts,
+    and so does one without captured messages (its turn's end carries the usage)."""
+    usage = {"gen_ai__usage__input_tokens": 56, "gen_ai__usage__output_tokens": 5}
+    agent = _with(_span("a0", "", "invoke_agent", "conv-1"), gen_ai__usage__input_tokens=113,
+                  gen_ai__usage__output_tokens=11,
+                  gen_ai__output__messages='[{"role": "assistant", "parts": [{"type": "text", "content": "done"}]}]')
+    captured = _with(_span("c1", "a0", "chat", "conv-1"), **usage, gen_ai__output__messages=(
+        '[{"role": "assistant", "parts": []}, {"role": "assistant", "parts": [{"type": "text", "content": "hi"}]}]'))
+    bare = _with(_span("c2", "a0", "chat", "conv-1"), gen_ai__usage__input_tokens=57,
+                 gen_ai__usage__output_tokens=6, gen_ai__request__model="m-1")
+    events = [item.event for item in span_events({"resourceSpans": [{"scopeSpans": [{"spans": [agent, captured, bare]}]}]})
+              if isinstance(item, Accepted)]
+    counted = [(event["type"], event["fields"]["usage"]) for event in events if "usage" in event["fields"]]
+    assert counted == [("message", {"inputTokens": 56, "outputTokens": 5}),
+                       ("turn.ended", {"inputTokens": 57, "outputTokens": 6})]
+    assert next(event for event in events if event["type"] == "turn.ended" and "usage" in event["fields"])[
+        "fields"]["model"] == "m-1"
