@@ -10,6 +10,9 @@ each session's latest, so a revocation applies at once) and redacted as the inde
     out (``sessionId`` narrows it to one session: the search page's session view). One ASP v1
     event per line: ``usl ingest FILE --format asp`` imports it into another
     deployment, which then finds what this one finds (``tests/planner/test_export.py``).
+    Every event carries its session's access list as this export applied it (the latest one,
+    also where the event that set it is hidden or a later hidden event revoked a reader), so
+    the import rebuilds each session with exactly that list whichever of its lines it keeps.
     As the redaction agent does, the first seq of an ``eventId`` wins, and an event whose
     tenant is not its session's owner is left out. ``asOfSeq`` defaults to the committed L1 seq.
 ``turns``
@@ -194,7 +197,11 @@ def _sessions(planner: Planner, principal: Principal, log_id: str, as_of: int | 
                         continue
                     if event.get("visibility") == "hidden":
                         continue
-                    yield redact_event(event).event
+                    # Every line states the session's access list, the one this export applied:
+                    # a line's own acl may be an older one, and the event that set the list may
+                    # be hidden (left out), so a re-import would otherwise rebuild the session
+                    # with another list, or the default one readable by its whole tenant.
+                    yield {**redact_event(event).event, "acl": dict(acls[session])}
         except USLError as exc:
             raise PlannerError(f"the export failed while reading the log: {exc}",
                                hint="Check `usl status`; retry once the broker answers.") from exc

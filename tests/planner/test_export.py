@@ -118,6 +118,51 @@ def pa_buffer(data: bytes) -> Any:
     return pa.BufferReader(data)
 
 
+def test_every_exported_event_carries_its_sessions_access_list(make_settings: Callable[..., Settings]) -> None:
+    """The events that set a session's access list may be hidden (left out of the export), and
+    a visible one may state a list a later hidden event revoked: each exported line states the
+    session's latest list, so the import (the ownership rules every path applies, replayed
+    here over the file) rebuilds every session with the list the exporter's deployment applies."""
+    from planner.acl import parse_principal
+    from planner.engine import Planner
+    from planner.export import export, parquet_bytes
+    from streams.ownership import Owners, current_acl
+
+    settings = make_settings()
+    only_alice = {"tenant": "acme", "read": ["user:alice"]}
+
+    def events(session: str, first_acl: dict[str, Any] | None) -> list[dict[str, Any]]:
+        made = [{key: value for key, value in event.items() if key != "acl"}
+                for event in session_events(session, turns=1, seed=3)]
+        hidden = {"eventId": f"{session}-meta", "logId": "default", "sessionId": session, "type": "x.meta",
+                  "visibility": "hidden", "time": made[0]["time"], "fields": {}}
+        if first_acl is None:  # the list is set by a visible event, then revoked by a hidden one
+            made[0]["acl"] = {"tenant": "acme", "read": ["user:alice", "user:bob"]}
+            return [*made[:3], {**hidden, "type": "session.acl", "acl": only_alice}, *made[3:]]
+        return [{**hidden, "acl": first_acl}, *made]
+
+    hidden_first = events("hq-s", only_alice)
+    revoked = events("rv-s", None)
+    append_events(settings, [*hidden_first, *revoked, *events("bob-s", {"tenant": "acme", "read": ["user:bob"]})])
+    planner = Planner(settings, settings.bootstrap_servers or "")
+    try:
+        alice = parse_principal("tenant:acme/user:alice")
+        rows = list(export(planner, alice, {"what": "sessions"}).rows)
+        table = pq.read_table(pa_buffer(parquet_bytes(export(planner, alice, {"what": "sessions"}))))
+    finally:
+        planner.close()
+    assert {row["sessionId"] for row in rows} == {"hq-s", "rv-s"}
+    assert len(rows) == len(hidden_first) - 1 + len(revoked) - 1  # the hidden events stay out
+    assert all(row["acl"] == only_alice for row in rows)
+    assert [json.loads(acl) for acl in table.column("acl").to_pylist()] == [only_alice] * len(rows)
+
+    imported = Owners()
+    for seq, row in enumerate(rows, start=1):
+        assert imported.admit(row, seq).verdict == "accepted"
+    assert {session: current_acl(state) for session, state in imported.sessions.items()} == {
+        "hq-s": only_alice, "rv-s": only_alice}
+
+
 @pytest.mark.parametrize("params", [
     {"what": "sessions", "mode": "null"},  # found by the API fuzz: accepted when nothing was searched
     {"what": "turns", "mode": ""},
