@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Sequence
 from functools import lru_cache
 
-from sinks.text.base import MAX_TOKEN_BYTES, WORD_PATTERN, QueryClauses, parse_query
+from sinks.text.base import MAX_TOKEN_BYTES, WORD_PATTERN, QueryClauses, folded, parse_query
 
 __all__ = ["analyze", "clauses_of", "matches", "rank_texts"]
 
@@ -34,7 +34,7 @@ def analyze(text: str) -> list[str]:
 @lru_cache(maxsize=1 << 14)
 def _terms(text: str) -> tuple[str, ...]:
     # Tail texts recur from query to query (the same tail, a little longer): analyze once.
-    return tuple(token for token in _WORD.findall(text.lower())
+    return tuple(token for token in _WORD.findall(folded(text).lower())
                  if len(token.encode("utf-8")) < MAX_TOKEN_BYTES)
 
 

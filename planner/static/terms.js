@@ -1,5 +1,6 @@
 // Where the query's words occur in a hit's text, for the search page to mark them. The words
-// are the text index's terms (sinks/text/base.py, analyzer words+spaceless-chars/3): lowercased
+// are the text index's terms (sinks/text/base.py, analyzer nfkc+words+spaceless-chars/4): of the
+// NFKC form of the text (full-width letters, ligatures, half-width kana folded), lowercased
 // runs of letters and digits, except that each Chinese, Japanese or Korean character, and each
 // Thai, Lao, Myanmar or Khmer letter, is a term of its own, since those scripts have no spaces
 // between words. Plain browser JavaScript, loaded before app.js; under Node it exports the same
@@ -18,7 +19,7 @@ const WORD = new RegExp(`[${CJK}]|(?:(?![${CJK}])[\\p{L}\\p{N}])+`, "gu");
 const HAS_CJK = new RegExp(`[${CJK}]`, "u");
 
 function words(text) {
-  return [...(text || "").toLowerCase().matchAll(WORD)].map((m) => m[0]);
+  return [...(text || "").normalize("NFKC").toLowerCase().matchAll(WORD)].map((m) => m[0]);
 }
 
 // The query as the page marks it: single words and "quoted phrases". A word holding CJK
@@ -46,7 +47,7 @@ function queryTerms(query) {
 function termRanges(text, query) {
   const { terms, phrases } = queryTerms(query);
   if (!terms.size && !phrases.length) return [];
-  const tokens = [...text.matchAll(WORD)].map((m) => ({ from: m.index, to: m.index + m[0].length, word: m[0].toLowerCase() }));
+  const tokens = [...text.matchAll(WORD)].map((m) => ({ from: m.index, to: m.index + m[0].length, word: m[0].normalize("NFKC").toLowerCase() }));
   const ranges = [];
   tokens.forEach((token, i) => {
     if (terms.has(token.word)) ranges.push([token.from, token.to]);

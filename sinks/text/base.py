@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import unicodedata
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +54,7 @@ __all__ = [
     "cjk_spaced",
     "collect_top",
     "dedupe_last_wins",
+    "folded",
     "parse_query",
     "text_digest",
     "to_text_doc",
@@ -64,11 +66,13 @@ __all__ = [
 # engines do the same so they index the same words.
 MAX_TOKEN_BYTES = 40
 
-ANALYZER = "words+spaceless-chars/3"
+ANALYZER = "nfkc+words+spaceless-chars/4"
 """The text analyzer's identity. Version 1 (no marker) kept a run of CJK characters as one
 token, so no substring of it could be found; version 2 (``words+cjk-chars/2``) did the same to
-Thai, Lao, Myanmar and Khmer. An index of another analyzer is refused with the remedy
-(``usl rebuild text``), never searched with the wrong terms."""
+Thai, Lao, Myanmar and Khmer; version 3 (``words+spaceless-chars/3``) did not fold Unicode
+forms, so ``café`` written with a combining accent (macOS paths, NFD) was the two words ``cafe``
+and nothing, and ``ｆｕｌｌｗｉｄｔｈ`` matched no ``fullwidth``. An index of another analyzer
+is refused with the remedy (``usl rebuild text``), never searched with the wrong terms."""
 ANALYZER_MARKER = "usl-analyzer.json"
 CJK_RANGES: tuple[tuple[int, int], ...] = (
     (0x3005, 0x3007),  # 々 〆 〇
@@ -249,9 +253,21 @@ def parse_query(query: str, analyze: Callable[[str], list[str]]) -> QueryClauses
     return QueryClauses(terms=tuple(terms), phrases=tuple(phrases))
 
 
+def folded(text: str) -> str:
+    """``text`` in Unicode normal form NFKC, the analyzer's first step: a letter and its
+    combining accent become one letter (``cafe\u0301`` → ``café``), compatibility forms their
+    plain ones (full-width ``ＡＢＣ``, ligatures, half-width katakana). ``text`` itself (the same
+    object) when it is already folded."""
+    if text.isascii() or unicodedata.is_normalized("NFKC", text):
+        return text
+    return unicodedata.normalize("NFKC", text)
+
+
 def cjk_spaced(text: str) -> str:
-    """``text`` with a space on each side of every CJK character, so a tokenizer that splits
-    on non-alphanumerics makes each a token; other text is returned unchanged (same object)."""
+    """``text`` :func:`folded`, with a space on each side of every CJK character, so a
+    tokenizer that splits on non-alphanumerics makes each a token: what the tantivy engines
+    index and search. ``text`` itself (the same object) when neither changes it."""
+    text = folded(text)
     # Cheap checks first (C loops at memory speed; the regex scans about 20 MB/s): a text
     # whose UTF-8 has no lead byte of a CJK block's code points holds no CJK character.
     if text.isascii() or not text.encode("utf-8", "surrogatepass").translate(None, _NOT_CJK_LEADS) \
@@ -262,7 +278,7 @@ def cjk_spaced(text: str) -> str:
 
 def analyze_text(text: str) -> list[str]:
     """The analyzer in pure Python: the terms both engines index for ``text``."""
-    return [token for token in _WORD.findall(text.lower())
+    return [token for token in _WORD.findall(folded(text).lower())
             if len(token.encode("utf-8")) < MAX_TOKEN_BYTES]
 
 

@@ -30,6 +30,7 @@ from sinks.text.base import (
     check_analyzer,
     collect_top,
     dedupe_last_wins,
+    folded,
     parse_query,
     text_digest,
     write_analyzer_marker,
@@ -41,13 +42,30 @@ _LOCK_FILES = ("MAIN_WRITELOCK", "MAIN_READLOCK")
 _CACHE_SIZE = 32
 
 
+class _FoldingTokenizer(analysis.Tokenizer):  # type: ignore[misc]
+    """The regex tokenizer over :func:`sinks.text.base.folded` text (NFKC), as the tantivy
+    engine gets it from ``cjk_spaced``."""
+
+    def __init__(self) -> None:
+        self._inner = analysis.RegexTokenizer(WORD_PATTERN)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _FoldingTokenizer)
+
+    def __hash__(self) -> int:
+        return hash(_FoldingTokenizer)
+
+    def __call__(self, value: str, **kwargs: Any) -> Any:
+        return self._inner(folded(value), **kwargs)
+
+
 def _analyzer() -> analysis.Analyzer:
     # The same terms as the tantivy engine: one CJK character or a run of other letters and
-    # digits, lowercased, no stop words, long tokens dropped with their positions kept
-    # (renumber=False), so phrases behave alike. (Whoosh counts the limit in characters,
-    # tantivy in bytes.)
+    # digits of NFKC-folded text, lowercased, no stop words, long tokens dropped with their
+    # positions kept (renumber=False), so phrases behave alike. (Whoosh counts the limit in
+    # characters, tantivy in bytes.)
     return (
-        analysis.RegexTokenizer(WORD_PATTERN)
+        _FoldingTokenizer()
         | analysis.LowercaseFilter()
         | analysis.StopFilter(stoplist=frozenset(), minsize=1, maxsize=MAX_TOKEN_BYTES - 1, renumber=False)
     )

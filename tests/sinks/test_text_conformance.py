@@ -302,13 +302,29 @@ def test_cjk_substrings_are_found(engine: TextEngine, index_dir: Path):
         "zh": CJK_DOCS["zh"], "mixed": CJK_DOCS["mixed"]}
 
 
+def test_a_word_is_found_in_any_of_its_unicode_forms(engine: TextEngine, index_dir: Path):
+    """Found by a new user: 'café' written with a combining accent (macOS paths are NFD) was the
+    words 'cafe' and nothing, so the precomposed 'café' found nothing; full-width letters and
+    ligatures matched no plain word. Text and query are folded to NFKC before tokenizing."""
+    engine.add(index_dir, [chunk("nfd", "the cafe\u0301 nai\u0308ve recipe"),
+                           chunk("wide", "ＦＵＬＬＷＩＤＴＨ ｶﾀｶﾅ and the ﬁle"),
+                           chunk("plain", "a plain cafe, naive and plain")])
+    for query, expected in (("café", "nfd"), ("cafe\u0301", "nfd"), ('"café naïve"', "nfd"), ("naïve", "nfd"),
+                            ("fullwidth", "wide"), ("カタカナ", "wide"), ("file", "wide"), ("ＣＡＦＥ", "plain")):
+        hits = ids(engine.search(index_dir, query, limit=5))
+        assert hits and hits[0] == expected, (query, hits)
+    # The stored text is the chunk's own, not its folded form.
+    assert "cafe\u0301" in engine.fetch_texts(index_dir, ["nfd"])["nfd"]  # type: ignore[attr-defined]
+
+
 def test_engines_and_the_planner_analyze_alike():
     from planner.local import analyze as planner_analyze
     from sinks.text.base import analyze_text
 
     tantivy_engine, whoosh_engine = TantivyEngine(), WhooshEngine()
     samples = [*CJK_DOCS.values(), "Привет мир", "café crème", "x² ½ ①", "🙂 emoji 𠀀𠀁 々ー",
-               "a" * 45 + "数" + "b" * 39, "ＡＢＣ ｶﾀｶﾅ", "tab\tand\nnewline_under"]
+               "a" * 45 + "数" + "b" * 39, "ＡＢＣ ｶﾀｶﾅ", "tab\tand\nnewline_under", "cafe\u0301 nai\u0308ve ﬁle",
+               "ภาษาไทยคำ"]
     for text in samples:
         expected = analyze_text(text)
         assert tantivy_engine.analyze(text) == expected, text
