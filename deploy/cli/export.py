@@ -8,6 +8,7 @@ stderr says how many rows and at which asOfSeq.
 
 from __future__ import annotations
 
+import io
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -67,10 +68,18 @@ def export_command(
         sys.stdout.flush()
     else:
         output.write_bytes(data)
-    rows = data.count(b"\n") if fmt == "jsonl" else None
     where = str(output) if output is not None else "stdout"
-    err().print(escape(f"exported {what} of log {log!r} at asOfSeq {as_of_seq}"
-                     + (f": {rows} rows" if rows is not None else "") + f" to {where} ({fmt})"))
+    err().print(escape(f"exported {what} of log {log!r} at asOfSeq {as_of_seq}: {row_count(data, fmt)} rows"
+                       f" to {where} ({fmt})"))
+
+
+def row_count(data: bytes, fmt: str) -> int:
+    """The rows of an export: its lines, or what the Parquet footer says."""
+    if fmt == "jsonl":
+        return data.count(b"\n")
+    import pyarrow.parquet as pq
+
+    return int(pq.ParquetFile(io.BytesIO(data)).metadata.num_rows)
 
 
 def _through_api(current: Any, principal_text: str | None, fmt: str,
