@@ -16,12 +16,19 @@ is not appended again. An event with a key written twice in any of its objects
 (``{"sessionId": "mine", "sessionId": "theirs"}``) is refused by index, as the worker
 dead-letters it (``duplicate_keys``): parsers disagree on which copy counts.
 
+A refused event that states an ``acl`` would have set who may read its session from there on,
+so the later events of that session in the request that state no ``acl`` of their own are
+refused with it (each saying so): appended, they would carry another list, the tenant-wide
+default ``read: ["*"]`` of a session the refused event was to create. An event of the session
+that states its own ``acl`` sets the list again, and the session's later events pass as usual.
+
 When appends queue up behind L1 (more than ``_MAX_WAITING`` batches waiting, or the broker does
 not acknowledge in time) the answer is 429 with ``Retry-After``.
 """
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 import threading
@@ -116,20 +123,28 @@ class EventReceiver:
         """Check, dedupe and append ``events``; the answer of ``POST /v1/events``."""
         checked: list[tuple[int, dict[str, Any]]] = []
         rejected: list[dict[str, Any]] = []
+        refused: dict[str, list[int]] = {}
         for index, raw in enumerate(events):
             event, reason = check_event(raw, principal, log_id)
             if event is None:
                 rejected.append({"index": index, "reason": reason})
+                refuse_list(refused, raw, index)
             else:
                 checked.append((index, event))
         framed, turns = frame_loose_events(checked)
-        return {**self.append(framed, rejected, log_id, principal.tenant), "turnsAdded": turns}
+        return {**self.append(framed, rejected, log_id, principal.tenant, refused), "turnsAdded": turns}
 
     def append(self, checked: Checked | Callable[[TraceSessions], Checked],
-               rejected: list[dict[str, Any]], log_id: str, tenant: str) -> dict[str, Any]:
+               rejected: list[dict[str, Any]], log_id: str, tenant: str,
+               refused: dict[str, list[int]] | None = None) -> dict[str, Any]:
         """Append already checked events (``(index, event)``), skipping eventIds L1 holds. An
         index of None is an event the receiver added (a turn's frame): it is appended like the
         others but counted in none of the answer's figures.
+
+        ``refused`` (filled by :func:`refuse_list`) maps a session to the indexes of the refused
+        events of the request that stated an ``acl``; its later events without ``acl`` are
+        refused too (added to ``rejected``) until one stating an ``acl`` is appended, and so are
+        those after an event this append refuses.
 
         ``checked`` may instead be a function that makes the events (and adds to ``rejected``)
         from what the log holds of its OpenTelemetry traces: it runs under the append lock, after
@@ -142,13 +157,15 @@ class EventReceiver:
             self._waiting += 1
         try:
             with self._lock:
-                return self._append_locked(checked, rejected, log_id, tenant)
+                return self._append_locked(checked, rejected, log_id, tenant,
+                                           {} if refused is None else refused)
         finally:
             with self._waiting_lock:
                 self._waiting -= 1
 
     def _append_locked(self, checked: Checked | Callable[[TraceSessions], Checked],
-                       rejected: list[dict[str, Any]], log_id: str, tenant: str) -> dict[str, Any]:
+                       rejected: list[dict[str, Any]], log_id: str, tenant: str,
+                       refused: dict[str, list[int]]) -> dict[str, Any]:
         from kafka.errors import KafkaError
 
         producer, reader = self._l1()
@@ -160,22 +177,29 @@ class EventReceiver:
             if callable(checked):
                 checked = checked(traces)
             fresh: set[bytes] = set()
-            for index, event in checked:
+            listed: dict[str, int] = {}  # session -> index of its last appended event stating an acl
+            for (index, event), at in zip(checked, _positions(checked), strict=True):
                 key = _digest(log_id, event["eventId"])
                 if key in seen or key in fresh:
                     duplicates += index is not None
                     continue
                 owned, reason = _with_owner(event, owners, tenant)
-                if owned is None:
+                if owned is not None:
+                    reason = _after_refused_list(refused, listed, event, at) or ""
+                if owned is None or reason:
                     if index is not None:
                         rejected.append({"index": index, "reason": reason})
+                        refuse_list(refused, event, index)
                     continue
                 try:
                     producer.append(owned)
                 except SchemaError as exc:  # over USL_MAX_EVENT_BYTES
                     if index is not None:
                         rejected.append({"index": index, "reason": exc.reason})
+                        refuse_list(refused, event, index)
                     continue
+                if "acl" in event:  # the session's list is set again: what follows inherits it
+                    listed[event["sessionId"]] = at
                 _own(owners, owned)
                 fresh.add(key)
                 written.append(owned)
@@ -221,6 +245,45 @@ def check_event(raw: Any, principal: Principal, log_id: str) -> tuple[dict[str, 
         return validate_event(event), ""
     except SchemaError as exc:
         return None, f"{exc.reason} (field {exc.field})" if exc.field else exc.reason
+
+
+def refuse_list(refused: dict[str, list[int]], raw: Any, index: int) -> None:
+    """Note that the event ``raw`` at ``index`` was refused, if it stated an ``acl`` (and a
+    session): its session's later events without ``acl`` are then refused by ``append``."""
+    if isinstance(raw, dict) and "acl" in raw and isinstance(raw.get("sessionId"), str):
+        bisect.insort(refused.setdefault(raw["sessionId"], []), index)
+
+
+def _positions(checked: Checked) -> list[int]:
+    """Each event's place in the request: its index; for one the receiver added, the index of
+    the event it frames (a ``turn.started`` the next one's, anything else the previous one's)."""
+    positions: list[int] = []
+    previous = -1
+    for index, _event in checked:
+        previous = previous if index is None else index
+        positions.append(previous)
+    upcoming = max(positions, default=-1) + 1
+    for place in range(len(checked) - 1, -1, -1):
+        index, event = checked[place]
+        if index is not None:
+            upcoming = index
+        elif event.get("type") == "turn.started":
+            positions[place] = upcoming
+    return positions
+
+
+def _after_refused_list(refused: dict[str, list[int]], listed: dict[str, int], event: dict[str, Any],
+                        at: int) -> str | None:
+    """Why ``event`` (at request index ``at``) is refused: an earlier event of its session that
+    stated an ``acl`` was, and no event stating one was appended since; None when it may go on."""
+    if "acl" in event:
+        return None
+    before = [index for index in refused.get(event["sessionId"], ()) if index <= at]
+    if not before or before[-1] <= listed.get(event["sessionId"], -1):
+        return None
+    return (f"event {before[-1]} of this request, of the same session {event['sessionId']!r}, stated the "
+            "session's access list and was rejected; this event states no acl, so it would be "
+            "readable under another list: send it with the session's acl, or after that event")
 
 
 def _own(owners: dict[str, str], event: dict[str, Any]) -> None:

@@ -194,3 +194,31 @@ def test_loose_events_are_framed_in_a_turn_once(api):
     again = post(client, key_a, {"events": events}).json()
     assert (again["appended"], again["duplicates"]) == (0, len(events))
     assert len(l1_events(settings)) == len(in_l1)
+
+
+def test_an_event_refused_with_its_access_list_takes_its_sessions_later_events_with_it(api):
+    """The QA's batch: a session's first event states an acl the key may not write (another
+    tenant), the rest state none. Appended alone, they would have created the session with the
+    caller's tenant-wide default read ["*"]: they are refused with it, each saying why, and so
+    are their turn frames. An event stating an acl of its own sets the list again."""
+    settings, client, _key_a, key_b = api
+    loose = [{k: v for k, v in e.items() if k != "turnId"} for e in session_events("hp-s", turns=1)
+             if not e["type"].startswith("turn.")][:4]
+    private = {**loose[0], "eventId": "hp-1", "acl": {"tenant": "acme", "read": ["user:alice"]}}
+    answer = post(client, key_b, {"events": [private, *loose[1:]]}).json()
+    assert answer["appended"] == 0 and [r["index"] for r in answer["rejected"]] == [0, 1, 2, 3]
+    assert "acl.tenant 'acme'" in answer["rejected"][0]["reason"]
+    assert all("event 0 of this request" in r["reason"] for r in answer["rejected"][1:])
+    assert l1_events(settings) == []  # no event, and no frame of a turn around them
+
+    # A list the key may write, stated again, lets what follows through; an event accepted
+    # before the refusal does not.
+    own = {"tenant": "globex", "read": ["user:bob"]}
+    events = session_events("hp-t", turns=1)
+    batch = [{**events[0], "acl": own}, {**events[1], "acl": {"tenant": "acme", "read": ["*"]}},
+             events[2], {**events[3], "acl": own}, events[4]]
+    answer = post(client, key_b, {"events": batch}).json()
+    assert [r["index"] for r in answer["rejected"]] == [1, 2] and answer["appended"] == 3
+    stored = l1_events(settings)
+    assert [e["eventId"] for e in stored] == [batch[i]["eventId"] for i in (0, 3, 4)]
+    assert stored[0]["acl"] == stored[1]["acl"] == own and "acl" not in stored[2]
