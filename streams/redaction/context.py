@@ -182,11 +182,11 @@ _CLI_FLAG_PASSWORDS = (
 class CookieRule(Rule):
     """Values of session cookies in curl -b / --cookie arguments and Cookie / Set-Cookie headers."""
 
-    _lists = re.compile(
-        r"(?:\bcurl\b[^\r\n|;&]*?[ \t](?:-b|--cookie)(?:=|[ \t]+)(?:'(?P<sq>[^'\r\n]+)'|\"(?P<dq>[^\"\r\n]+)\"|(?P<bare>[^\s'\"|;&`]+))"
-        r"|(?<![A-Za-z0-9_-])(?:set-)?cookie[\"']?:[ \t]*(?P<header>[^\r\n\"'`]+))",
-        re.ASCII | re.IGNORECASE,
+    _curl = re.compile(
+        r"\bcurl\b[^\r\n|;&]*?[ \t](?:-b|--cookie)(?:=|[ \t]+)(?:'(?P<sq>[^'\r\n]+)'|\"(?P<dq>[^\"\r\n]+)\"|(?P<bare>[^\s'\"|;&`]+))",
+        re.ASCII,
     )
+    _header = re.compile(r"(?<![A-Za-z0-9_-])(?:set-)?cookie[\"']?:[ \t]*(?P<header>[^\r\n\"'`]+)", re.ASCII | re.IGNORECASE)
     _pair = re.compile(r"(?:^|(?<=[;\s]))(?P<name>[A-Za-z0-9_.!#$%&*+^|~-]{1,64})=(?P<value>[^;\s,\"'`]+)", re.ASCII)
 
     def __init__(self) -> None:
@@ -195,14 +195,19 @@ class CookieRule(Rule):
                          "(16+ characters, or 8+ mixing letters and digits)")
 
     def fingerprint(self) -> list[str]:
-        return [*super().fingerprint(), self._lists.pattern, self._pair.pattern, _cookie_secret.__qualname__]
+        return [*super().fingerprint(), self._curl.pattern, self._header.pattern, self._pair.pattern, _cookie_secret.__qualname__]
 
     def apply(self, scan: Scan, hits: dict[str, int]) -> str:
         text = scan.text
         pieces: list[str] = []
         done = 0
-        for cookies in self._lists.finditer(text):
-            group = next(name for name in ("sq", "dq", "bare", "header") if cookies.group(name) is not None)
+        lists: list[re.Match[str]] = []
+        if "curl" in text and ("-b" in text or "--cookie" in text):
+            lists += self._curl.finditer(text)
+        if "cookie" in scan.lower():
+            lists += self._header.finditer(text)
+        for cookies in sorted(lists, key=lambda match: match.start()):
+            group = next(name for name in ("sq", "dq", "bare", "header") if cookies.groupdict().get(name) is not None)
             offset = cookies.start(group)
             for pair in self._pair.finditer(cookies.group(group)):
                 start, end = offset + pair.start("value"), offset + pair.end("value")
@@ -244,7 +249,7 @@ class CodeCredentialRule(Rule):
     _calls = ("define(", "setdefault(", "putenv(", "setenv(", "set_env(")
 
     def __init__(self) -> None:
-        super().__init__(name="password-assignment", triggers=("']", '"]'), lower_triggers=("auth", *self._calls),
+        super().__init__(name="password-assignment", triggers=("]=", "] ="), lower_triggers=("auth", *self._calls),
                          needs=frozenset("'\""),
                          description="passwords of auth=(user, password) / HTTPBasicAuth(user, password) and values "
                          "set under a quoted secret-like name: env['DB_PASSWORD'] = '...', define('DB_PASSWORD', '...'), "
@@ -260,12 +265,12 @@ class CodeCredentialRule(Rule):
         text = scan.text
         lowered = scan.lower()
         found: list[tuple[int, int, str]] = []
-        if "auth" in lowered:
+        if "auth" in lowered and "(" in text:
             for match in self._auth.finditer(text):
                 if not is_placeholder(match.group("value"), quoted=True):
                     found.append((*match.span("value"), "password-assignment"))
         named: list[re.Match[str]] = []
-        if "']" in text or '"]' in text:
+        if "]=" in text or "] =" in text:
             named += self._subscript.finditer(text)
         if any(call in lowered for call in self._calls):
             named += self._call.finditer(text)
@@ -497,6 +502,8 @@ class DsnPasswordRule(Rule):
 
     def apply(self, scan: Scan, hits: dict[str, int]) -> str:
         text = scan.text
+        if ":" not in text:
+            return text
         pieces: list[str] = []
         done = 0
         at = text.find("@")
