@@ -16,7 +16,7 @@ from typing import Any
 
 from streams.asp import DEFAULT_MAX_EVENT_BYTES, canonical_bytes, fit_event, validate_event_bytes
 from streams.exceptions import ImportFormatError, SchemaError
-from streams.importers.asp import iter_asp
+from streams.importers.asp import RefusedLists, iter_asp
 from streams.importers.base import BOM, RAW_MAX_CHARS, Accepted, Content, Rejected, parse_json
 from streams.importers.claude_code import AUXILIARY_TYPE_RE, SubagentLinks, iter_claude_code
 from streams.importers.codex import LINE_TYPES as CODEX_LINE_TYPES
@@ -118,14 +118,20 @@ def iter_file(
     ``links`` carries Claude Code subagent links between the files of one import. ``data`` is
     the file's bytes when the caller holds them (read as ``path``: its name and suffix still
     count); the file itself is then not read."""
-    extra = {"links": {} if links is None else links} if fmt == "claude-code" else {}
+    extra: dict[str, Any] = {"links": {} if links is None else links} if fmt == "claude-code" else {}
+    # A rejected line that set its session's access list takes the session's later lines with it.
+    refused = RefusedLists() if fmt == "asp" else None
+    if refused is not None:
+        extra["refused"] = refused
     # ASP events are taken as they are, turns or not: a file that ends in a run of loose events
     # would leave that run an open chunk unit, so an empty turn after it closes it.
     tails = LooseTails() if fmt == "asp" else None
     record = label
     for item in _IMPORTERS[fmt](Path(path), label=label, log_id=log_id, acl=acl, data=data, **extra):
         if isinstance(item, Accepted):
-            item = _fitted(item, max_event_bytes)
+            event, item = item.event, _fitted(item, max_event_bytes)
+            if refused is not None and isinstance(item, Rejected):
+                refused.refuse(event, item.record)  # too big to keep: as if it were invalid
             if tails is not None and isinstance(item, Accepted):
                 tails.feed(item.event)
                 record = item.record

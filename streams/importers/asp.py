@@ -4,6 +4,12 @@ The events are taken as they are (their own eventIds, times and lineage); the im
 fills ``logId`` and ``acl`` when an event leaves them out, and validates each line. (Reading a
 file, :func:`streams.importers.iter_file` then closes a run of loose events it ends in with an
 empty turn after it: :mod:`streams.importers.frames`.)
+
+A rejected event that states an ``acl`` would have set who may read its session from there on;
+the later events of that session in the import that state none are rejected with it (each
+naming it), until one that states an ``acl`` is accepted (:class:`RefusedLists`): accepted,
+they would create the session with the default ``read: ["*"]`` or stay under the list the
+rejected event was to replace.
 """
 
 from __future__ import annotations
@@ -23,15 +29,44 @@ from streams.importers.base import (
     raw_text,
 )
 
-__all__ = ["iter_asp"]
+__all__ = ["RefusedLists", "iter_asp"]
+
+
+class RefusedLists:
+    """The sessions of one import whose event stating an ``acl`` was rejected, with that
+    event's record, until an event of the session stating an ``acl`` is accepted."""
+
+    def __init__(self) -> None:
+        self._refused: dict[str, str] = {}
+
+    def refuse(self, event: dict[str, Any], record: str) -> None:
+        """Note the rejected ``event`` (if it states an ``acl`` and names a session)."""
+        if "acl" in event and isinstance(event.get("sessionId"), str):
+            self._refused.setdefault(event["sessionId"], record)
+
+    def reason(self, event: dict[str, Any]) -> str | None:
+        """Why the valid ``event`` is rejected after such an event; None when it may go on
+        (stating an ``acl``, it sets the session's list again)."""
+        session = event["sessionId"]
+        first = self._refused.get(session)
+        if first is None:
+            return None
+        if "acl" in event:
+            del self._refused[session]
+            return None
+        return (f"event {first} of the same session {session!r} stated the session's access list and "
+                "was rejected; this event states no acl, so it would be readable under another list: "
+                "fix that event (or give this one the session's acl) and import the file again")
 
 
 def iter_asp(
     path: Path, *, label: str, log_id: str = "default", acl: dict[str, Any] | None = None,
-    data: Content | None = None,
+    data: Content | None = None, refused: RefusedLists | None = None,
 ) -> Iterator[Accepted | Rejected]:
     """One Accepted per valid event line of ``path`` (or of ``data``, its bytes), one Rejected
-    per bad line."""
+    per bad line, and per line after a rejected one that set its session's list (``refused``,
+    shared with the caller, who notes what it rejects in turn)."""
+    refused = RefusedLists() if refused is None else refused
     for item in iter_json_lines(path, label=label, what="an ASP event", data=data):
         if isinstance(item, Rejected):
             yield item
@@ -46,7 +81,10 @@ def iter_asp(
         canonical = item.raw.removeprefix(BOM) if item.canonical and len(event) == len(item.value) else None
         try:
             validated, encoded = validate_event_bytes(event, record=record, encoded=canonical)
-            yield Accepted(validated, record, canonical=encoded)
         except SchemaError as exc:
+            refused.refuse(event, record)
             reason = f"{exc.reason} (field {exc.field})" if exc.field else exc.reason
             yield Rejected(record, reason, raw_text(line))
+            continue
+        after = refused.reason(validated)
+        yield Accepted(validated, record, canonical=encoded) if after is None else Rejected(record, after, raw_text(line))

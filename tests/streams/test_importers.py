@@ -1061,3 +1061,27 @@ def test_an_asp_file_ending_in_loose_events_is_closed_by_an_empty_turn(tmp_path:
     assert open_unit(events) is None and open_unit(events[:8]) == 7
     # A file whose loose events come before its turns, or that ends in a turn, gets nothing.
     assert split(write_lines(tmp_path / "closed.jsonl", lines[:6]), "asp")[0] == events[:6]
+
+
+def test_an_asp_line_rejected_with_its_access_list_takes_its_sessions_later_lines(tmp_path: Path) -> None:
+    """The session's first line sets its list but is invalid (dead-lettered by usl ingest): the
+    lines after it without acl would create the session readable by the default tenant's
+    ``*``. They are rejected naming it, until a line states an acl; other sessions go on."""
+    def line(event_id: str, session: str, **extra: object) -> str:
+        return json.dumps({"eventId": event_id, "sessionId": session, "type": "message", "role": "user",
+                           "time": "2026-01-01T00:00:01Z", "fields": {"text": event_id}, **extra})
+
+    private = {"tenant": "acme", "read": ["user:alice"]}
+    path = tmp_path / "hq.jsonl"
+    path.write_text("\n".join([
+        line("hq-1", "hq-s", type="x.meta", visibility="hidden", acl=private, time="yesterday"),
+        line("hq-2", "hq-s"), line("other-1", "other-s"), line("hq-3", "hq-s"),
+        line("hq-4", "hq-s", acl=private), line("hq-5", "hq-s"),
+    ]) + "\n")
+    outcome = {item.event["eventId"] if isinstance(item, Accepted) else item.record: item
+               for item in iter_records(path, "asp")}
+    assert {key for key, item in outcome.items() if isinstance(item, Rejected)} == {
+        "hq.jsonl:1", "hq.jsonl:2", "hq.jsonl:4"}
+    assert all("event hq.jsonl:1 of the same session 'hq-s'" in outcome[record].reason  # type: ignore[union-attr]
+               for record in ("hq.jsonl:2", "hq.jsonl:4"))
+    assert {"other-1", "hq-4", "hq-5"} <= outcome.keys()
