@@ -249,8 +249,10 @@ class CodeCredentialRule(Rule):
     _calls = ("define(", "setdefault(", "putenv(", "setenv(", "set_env(")
 
     def __init__(self) -> None:
+        # literals: "]=" is too short to be a trigger of its own, so the prefilter's automaton
+        # says where one of these occurs instead of eight ``in`` tests over every text.
         super().__init__(name="password-assignment", triggers=("]=", "] ="), lower_triggers=("auth", *self._calls),
-                         needs=frozenset("'\""),
+                         needs=frozenset("'\""), literals=("]=", "] =", "auth", *self._calls),
                          description="passwords of auth=(user, password) / HTTPBasicAuth(user, password) and values "
                          "set under a quoted secret-like name: env['DB_PASSWORD'] = '...', define('DB_PASSWORD', '...'), "
                          "os.environ.setdefault / putenv / os.Setenv")
