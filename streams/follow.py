@@ -41,6 +41,7 @@ import hashlib
 import os
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
@@ -285,6 +286,9 @@ class PollReport:
     # again, but a re-import must not read as if the file were clean.
     rejected_before: list[Rejected] = field(default_factory=list)
     undetected: list[str] = field(default_factory=list)  # files whose format cannot be told (yet)
+    # Accepted events (new or already in L1) per log they name: an ASP file's events keep their
+    # own logId whatever --log says, and the summary must say where they went.
+    logs: Counter[str] = field(default_factory=Counter)
 
 
 @dataclass
@@ -683,6 +687,7 @@ def _new_events(entries: list[Accepted | Rejected], seen: set[str],
         if not isinstance(entry, Accepted):
             continue
         event_id = entry.event["eventId"]
+        report.logs[str(entry.event.get("logId"))] += 1
         if event_id in seen:
             report.duplicates += 1
             continue

@@ -14,7 +14,15 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from deploy.cli._common import LOG_OPTION, bootstrap_servers, err, load_settings, out, print_json
+from deploy.cli._common import (
+    LOG_OPTION,
+    bootstrap_servers,
+    err,
+    escape,
+    load_settings,
+    out,
+    print_json,
+)
 from deploy.process import stop_signals
 from streams.exceptions import USLError
 from streams.settings import Settings
@@ -67,27 +75,35 @@ def ingest(
         print_json(summary)
         return
     read, appended, cut = summary["recordsRead"], summary["eventsAppended"], summary["eventsCut"]
-    out().print(f"read {read} records from {', '.join(str(p) for p in paths)} ({summary['format']}); appended "
-                f"{appended} events to log {log!r} (L1 seq now {summary['l1CommittedSeq']}); "
-                f"{summary['duplicatesSkipped']} already in L1; rejected {summary['rejected']}")
+    others = {name: count for name, count in summary["eventsByLog"].items() if name != log}
+    where = f"log {log!r} (L1 seq now {summary['l1CommittedSeq']})" if not others else \
+        "logs " + ", ".join(repr(name) for name in summary["eventsByLog"])
+    out().print(escape(f"read {read} records from {', '.join(str(p) for p in paths)} ({summary['format']}); appended "
+                       f"{appended} events to {where}; {summary['duplicatesSkipped']} already in L1; "
+                       f"rejected {summary['rejected']}"))
+    if others:
+        # An ASP event names its log; --log only names the log of records that do not.
+        err().print(escape(f"note: {sum(others.values())} event(s) name their own log ("
+                           + ", ".join(f"{name!r}: {count}" for name, count in others.items())
+                           + f") and stay in it; --log {log!r} applies to records that name none"))
     if cut:
         out().print(f"  cut {cut} event(s) over {current.max_event_bytes} bytes (USL_MAX_EVENT_BYTES) to fit; "
                     "their fields._truncated says so")
     for reason, count in Counter(summary["rejectedByReason"]).most_common():
-        out().print(f"  rejected {count:>5}  {reason}")
+        out().print(escape(f"  rejected {count:>5}  {reason}"))
     for example in summary["rejectedRecords"][:5]:
-        out().print(f"    e.g. {example['record']}: {example['reason']}")
+        out().print(escape(f"    e.g. {example['record']}: {example['reason']}"))
     if summary["rejectedEarlier"]:
         out().print(f"  still bad {summary['rejectedEarlier']:>4}  record(s) an earlier import already "
                     "dead-lettered (not sent again; `usl deadletters` lists them)")
         for example in summary["rejectedEarlierRecords"][:5]:
-            out().print(f"    e.g. {example['record']}: {example['reason']}")
+            out().print(escape(f"    e.g. {example['record']}: {example['reason']}"))
     skipped = summary["skippedFiles"]
     if skipped:
         out().print(f"  skipped {len(skipped)} file(s) whose format cannot be told from their first records "
                     "(not a transcript? pass --format to import them as one):")
         for path in skipped[:10]:
-            out().print(f"    {path}")
+            out().print(escape(f"    {path}"))
 
 
 def dead_letter_reason(reason: str) -> str:
@@ -204,6 +220,7 @@ def ingest_once(settings: Settings, bootstrap: str, paths: list[Path], fmt: str 
         "rejectedEarlierRecords": [{"record": i.record, "reason": i.reason} for i in report.rejected_before[:20]],
         "skippedFiles": list(report.undetected),
         "l1CommittedSeq": committed,
+        "eventsByLog": dict(sorted(report.logs.items())),
     }
 
 
