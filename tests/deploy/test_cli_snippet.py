@@ -50,6 +50,6 @@ def test_terminal_escapes_in_a_hit_are_shown_not_obeyed() -> None:
 
     text = "[user] \x1b[31mRED\x1b[0m \x1b]0;pwned-title\x07 okapi \x1b[2J\x9b2J done"
     plain = _snippet(text, [{"start": 0, "end": len(text.encode())}], "okapi").plain
-    assert not any(ord(char) < 0x20 and char not in "\n\t" or 0x7F <= ord(char) < 0xA0 for char in plain)
+    assert not any((ord(char) < 0x20 and char not in "\n\t") or 0x7F <= ord(char) < 0xA0 for char in plain)
     assert "␛[31mRED" in plain and "okapi" in plain and len(plain) == len("   " + text)
     assert "\x1b" not in escape("cell \x1b[2J") and "␛[2J" in escape("cell \x1b[2J")
