@@ -71,10 +71,11 @@ def out() -> Console:
 
 @cache
 def err() -> Console:
-    """The console of progress, warnings and errors (stderr)."""
+    """The console of progress, warnings and errors (stderr). Redirected, it wraps no line
+    either: a path cut at 80 columns ('hits.pa rquet') in a log is a path no one can copy."""
     from rich.console import Console
 
-    return Console(stderr=True)
+    return Console(stderr=True, soft_wrap=not sys.stderr.isatty())
 
 
 # Control characters as their Unicode pictures (ESC as ␛), C1 controls as �: one character for
