@@ -22,7 +22,7 @@ Replacements are markers that no rule matches again, which makes redaction idemp
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 __all__ = [
@@ -35,6 +35,7 @@ __all__ = [
     "ascii_lower",
     "is_marker_at",
     "marker",
+    "replace_spans",
 ]
 
 MARKER_PREFIX = "[REDACTED:"
@@ -60,6 +61,24 @@ def marker(rule_name: str) -> str:
 def is_marker_at(text: str, position: int) -> bool:
     """True when a replacement marker starts at ``position`` of ``text``."""
     return text.startswith(MARKER_PREFIX, position) or text.startswith(USER_MARKER, position)
+
+
+def replace_spans(text: str, spans: Iterable[tuple[int, int, str]], hits: dict[str, int]) -> str:
+    """``text`` with each ``(start, end, rule)`` span replaced by that rule's marker and counted
+    in ``hits``, in order of start; a span that starts inside an earlier one, or where a marker
+    already stands, is left out. ``text`` itself when nothing is replaced."""
+    pieces: list[str] = []
+    done = 0
+    for start, end, rule in sorted(spans):
+        if start < done or is_marker_at(text, start):
+            continue
+        pieces += (text[done:start], marker(rule))
+        done = end
+        hits[rule] = hits.get(rule, 0) + 1
+    if not pieces:
+        return text
+    pieces.append(text[done:])
+    return "".join(pieces)
 
 
 def ascii_lower(text: str) -> str:

@@ -7,7 +7,7 @@ import binascii
 import itertools
 import re
 
-from streams.redaction.base import Check, RegexRule, Rule, Scan, is_marker_at, marker
+from streams.redaction.base import Check, RegexRule, Rule, Scan, is_marker_at, marker, replace_spans
 from streams.redaction.entropy import looks_random
 from streams.redaction.keys import is_placeholder, name_class
 
@@ -199,27 +199,18 @@ class CookieRule(Rule):
 
     def apply(self, scan: Scan, hits: dict[str, int]) -> str:
         text = scan.text
-        pieces: list[str] = []
-        done = 0
         lists: list[re.Match[str]] = []
         if "curl" in text and ("-b" in text or "--cookie" in text):
             lists += self._curl.finditer(text)
         if "cookie" in scan.lower():
             lists += self._header.finditer(text)
-        for cookies in sorted(lists, key=lambda match: match.start()):
+        found: list[tuple[int, int, str]] = []
+        for cookies in lists:
             group = next(name for name in ("sq", "dq", "bare", "header") if cookies.groupdict().get(name) is not None)
             offset = cookies.start(group)
-            for pair in self._pair.finditer(cookies.group(group)):
-                start, end = offset + pair.start("value"), offset + pair.end("value")
-                if start < done or is_marker_at(text, start) or not _cookie_secret(pair.group("value")):
-                    continue
-                pieces += (text[done:start], marker(self.name))
-                done = end
-        if not pieces:
-            return text
-        hits[self.name] = hits.get(self.name, 0) + len(pieces) // 2
-        pieces.append(text[done:])
-        return "".join(pieces)
+            found += [(offset + pair.start("value"), offset + pair.end("value"), self.name)
+                      for pair in self._pair.finditer(cookies.group(group)) if _cookie_secret(pair.group("value"))]
+        return replace_spans(text, found, hits)
 
 
 def _cookie_secret(value: str) -> bool:
@@ -280,18 +271,7 @@ class CodeCredentialRule(Rule):
             rule = _named_value_rule(match.group("name"), match.group("value"))
             if rule is not None:
                 found.append((*match.span("value"), rule))
-        pieces: list[str] = []
-        done = 0
-        for start, end, rule in sorted(found):
-            if start < done or is_marker_at(text, start):
-                continue
-            pieces += (text[done:start], marker(rule))
-            done = end
-            hits[rule] = hits.get(rule, 0) + 1
-        if not pieces:
-            return text
-        pieces.append(text[done:])
-        return "".join(pieces)
+        return replace_spans(text, found, hits)
 
 
 # A container's environment as a list of name / value pairs (2.3, later): Kubernetes and compose
@@ -322,22 +302,13 @@ class EnvListRule(Rule):
         text = scan.text
         if "name" not in text:
             return text
-        pieces: list[str] = []
-        done = 0
+        found: list[tuple[int, int, str]] = []
         for match in self._pair.finditer(text):
             group = next(name for name in ("dq", "sq", "bare") if match.group(name) is not None)
-            value = match.group(group)
-            rule = _named_value_rule(match.group("name"), value, quoted=group != "bare")
-            start, end = match.span(group)
-            if rule is None or start < done or is_marker_at(text, start):
-                continue
-            pieces += (text[done:start], marker(rule))
-            done = end
-            hits[rule] = hits.get(rule, 0) + 1
-        if not pieces:
-            return text
-        pieces.append(text[done:])
-        return "".join(pieces)
+            rule = _named_value_rule(match.group("name"), match.group(group), quoted=group != "bare")
+            if rule is not None:
+                found.append((*match.span(group), rule))
+        return replace_spans(text, found, hits)
 
 
 # A markdown table with a password / token / secret / API key column (2.3, later): the header
@@ -386,18 +357,7 @@ class MarkdownTableRule(Rule):
                             offset = start + cell.index(value)
                             found.append((offset, offset + len(value), rule))
                 row_start = row_end + 1
-        pieces: list[str] = []
-        done = 0
-        for start, end, rule in sorted(found):
-            if start < done or is_marker_at(text, start):
-                continue
-            pieces += (text[done:start], marker(rule))
-            done = end
-            hits[rule] = hits.get(rule, 0) + 1
-        if not pieces:
-            return text
-        pieces.append(text[done:])
-        return "".join(pieces)
+        return replace_spans(text, found, hits)
 
     def _cells(self, text: str, start: int, end: int) -> list[tuple[int, str]]:
         """``(start, stripped text)`` of each cell of the row ``text[start:end]``."""

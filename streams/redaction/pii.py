@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from streams.redaction.base import USER_MARKER, RegexRule, Rule, Scan, marker
+from streams.redaction.base import USER_MARKER, RegexRule, Rule, Scan, marker, replace_spans
 
 __all__ = ["PAYMENT_CARD_RULE", "DomainRule", "EmailRule", "home_rules"]
 
@@ -269,16 +269,7 @@ class _CardRule(Rule):
             for run in _RUN.finditer(text, stretch.start(), stretch.end()):
                 if run.end() - run.start() >= 13:
                     spans += _cards_in_run(text, run)
-        if not spans:
-            return text
-        pieces: list[str] = []
-        done = 0
-        for start, end in spans:
-            pieces += (text[done:start], marker(self.name))
-            done = end
-        pieces.append(text[done:])
-        hits[self.name] = hits.get(self.name, 0) + len(spans)
-        return "".join(pieces)
+        return replace_spans(text, [(start, end, self.name) for start, end in spans], hits)
 
     def fingerprint(self) -> list[str]:
         # Version 2: ranges of whole groups of a run, card-shaped (policy 2.3).

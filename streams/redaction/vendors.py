@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from streams.redaction.base import LONG_TOKEN, Rule, Scan, is_marker_at, marker
+from streams.redaction.base import LONG_TOKEN, Rule, Scan, replace_spans
 from streams.redaction.entropy import shannon_entropy
 from streams.redaction.ported import KEYWORD_RULES, NAMED_RULES, PREFIX_RULES
 
@@ -139,7 +139,7 @@ class PrefixTokenRule(Rule):
             spans += self._at_run_heads(scan) if text.isascii() else self._at_plain_literals(scan)
         else:
             spans = self._at_literals(scan)
-        return _replace(text, spans, hits)
+        return replace_spans(text, spans, hits)
 
     def _at_separators(self, scan: Scan) -> list[tuple[int, int, str]]:
         """Prefixes with a separator, found from every separator a gate lets through."""
@@ -305,7 +305,7 @@ class KeywordRule(Rule):
                 if begin < 0 or begin == end or shannon_entropy(match.group(rule.group)) < rule.entropy:
                     continue
                 spans.append((begin, end, rule.name))
-        return _replace(text, spans, hits)
+        return replace_spans(text, spans, hits)
 
 
 # Keyword rules whose secrets may be short; the others are tried only in texts with a long token.
@@ -327,23 +327,6 @@ def _keyword_rules() -> list[tuple[str, tuple[str, ...], str, bool, float]]:
         keywords, source = _OVERRIDES.get(name, (keywords, source))
         rules.append((name, keywords, source, ci, entropy))
     return rules
-
-
-def _replace(text: str, spans: list[tuple[int, int, str]], hits: dict[str, int]) -> str:
-    if not spans:
-        return text
-    pieces: list[str] = []
-    done = 0
-    for start, end, name in sorted(spans):
-        if start < done or is_marker_at(text, start):
-            continue
-        pieces += (text[done:start], marker(name))
-        done = end
-        hits[name] = hits.get(name, 0) + 1
-    if not pieces:
-        return text
-    pieces.append(text[done:])
-    return "".join(pieces)
 
 
 _NAMED = [(tuple(keywords), _compile(name, f"(?:{source})", ci, entropy)) for name, keywords, source, ci, entropy in NAMED_RULES]
