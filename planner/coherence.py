@@ -97,13 +97,8 @@ def origins_of_pin(pin: IndexPin) -> list[ChunkOrigin]:
     """The origin of each generation ``pin`` holds (one per shard of a sharded kind)."""
     out = []
     for part in pin.shards:
-        where = f"generation {part.generation_id}"
-        if part.shard:
-            where = f"{part.shard} {where}"
-        if part.line != DEFAULT_LINE:
-            where += f", line {part.line}"
-        out.append(ChunkOrigin(pin.kind, where, part.manifest.redaction_policy_hash,
-                               dict(part.manifest.chunker or {})))
+        out.append(ChunkOrigin(pin.kind, _where(part.generation_id, part.shard, part.line),
+                               part.manifest.redaction_policy_hash, dict(part.manifest.chunker or {})))
     return out
 
 
@@ -121,13 +116,17 @@ def origins_of_watermark(root: Path, log_id: str, kind: str, watermark: Mapping[
             manifest = GenerationStore(root, log_id, kind, line, shard=shard).load(int(record["generationId"]))
         except (GenerationError, OSError, KeyError, TypeError, ValueError):
             continue
-        where = f"generation {manifest.generation_id}"
-        if shard:
-            where = f"{shard} {where}"
-        if line != DEFAULT_LINE:
-            where += f", line {line}"
-        out.append(ChunkOrigin(kind, where, manifest.redaction_policy_hash, dict(manifest.chunker or {})))
+        out.append(ChunkOrigin(kind, _where(manifest.generation_id, shard, line), manifest.redaction_policy_hash,
+                               dict(manifest.chunker or {})))
     return out
+
+
+def _where(generation_id: int, shard: str | None, line: str) -> str:
+    """``generation 41``, ``shard-1-of-2 generation 3``, ``generation 2, line rebuild-1``."""
+    where = f"generation {generation_id}"
+    if shard:
+        where = f"{shard} {where}"
+    return where if line == DEFAULT_LINE else f"{where}, line {line}"
 
 
 def find_mismatch(origins: Iterable[ChunkOrigin]) -> Mismatch | None:
