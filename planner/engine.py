@@ -58,7 +58,7 @@ from planner.acl import (
     Principal,
     policy_fingerprint,
 )
-from planner.chunktable import ChunkTable
+from planner.chunktable import ChunkRow, ChunkTable
 from planner.coherence import CHUNK_KINDS, find_mismatch, origins_of_pin, remedy
 from planner.cursors import (
     check_binding,
@@ -112,7 +112,7 @@ from planner.tailwarm import TailWarmer
 from planner.trim import trim_chunk
 from sinks.generations import MAX_CHUNK_SEQ
 from sinks.runner import index_root
-from sinks.text.base import text_digest
+from sinks.text.base import HitCheck, text_digest
 from sinks.watermarks import WatermarkFollower, read_watermarks
 from streams.asp import posix_seconds
 from streams.exceptions import USLError
@@ -993,14 +993,21 @@ class Planner:
         # search. Leaving out the unreadable ones keeps the same chunks, because every chunk an
         # index holds at or below the cut belongs to a session the structured index knows.
         exclude: AbstractSet[str] = frozenset()
+        readable = len(sessions) if sessions is not None else 0
         if sessions is not None and len(unreadable) < len(sessions):
             sessions, exclude = None, unreadable
         limit = window + 1
         max_seq = cut if above_cut(pin, cut) else None
+        # Filters that keep most chunks may be judged on the engine's own top hits instead,
+        # from the chunk table's rows (sinks.text.base.HitCheck; the same hits either way).
+        checked = None
+        if table is not None and sessions is None and only is None and (exclude or max_seq is not None):
+            checked = HitCheck(_keeps(table.rows, exclude, max_seq),
+                               readable / (readable + len(exclude)) if exclude else 1.0)
         while True:
             raw = self._readers.search_text(pin, query, limit=limit, max_seq=max_seq,
                                             session_ids=sessions, exclude_sessions=exclude,
-                                            chunk_ids_by_key=keys)
+                                            chunk_ids_by_key=keys, checked=checked)
             kept = [hit for hit in raw if only is None or hit.chunk_id in only]
             if len(kept) > window or len(raw) < limit or limit >= _MAX_OVERFETCH:
                 break
@@ -1275,6 +1282,20 @@ def identifier_query(query: str) -> str | None:
     or None when it has none."""
     quoted = " ".join(f'"{word}"' for word in query_identifiers(query))
     return quoted if quoted and clauses_of(quoted) else None
+
+
+def _keeps(rows: Mapping[str, ChunkRow], unreadable: AbstractSet[str],
+           max_seq: int | None) -> Callable[[str], bool]:
+    """What the text list's filters (maxSeq <= ``max_seq``, no session of ``unreadable``)
+    judge of a hit, from the chunk table's rows. A chunk the table lacks is judged out: the
+    fusion drops it anyway."""
+
+    def keeps(chunk_id: str) -> bool:
+        row = rows.get(chunk_id)
+        return (row is not None and row.session_id not in unreadable
+                and (max_seq is None or row.max_seq <= max_seq))
+
+    return keeps
 
 
 def above_cut(pin: IndexPin, cut: int) -> bool:

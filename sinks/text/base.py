@@ -44,6 +44,7 @@ __all__ = [
     "SOUTHEAST_ASIAN_RANGES",
     "SPACELESS_RANGES",
     "WORD_PATTERN",
+    "HitCheck",
     "QueryClauses",
     "TextDoc",
     "TextEngine",
@@ -124,6 +125,19 @@ class TextHit:
 
 
 @dataclass(frozen=True)
+class HitCheck:
+    """A search's filters as a judgement of each hit, which an engine may use instead of
+    filtering inside the index when they keep most of it: rank without them, keep the hits
+    ``keeps`` admits, and filter inside the index only when too few were kept to fill the
+    limit. The caller promises that ``keeps(chunkId)`` judges a hit exactly as the search's
+    ``max_seq``/``session_ids``/``exclude_sessions``/``exclude_ids`` do; ``share`` is its
+    estimate of the share of the index's chunks they keep (how far past the limit to look)."""
+
+    keeps: Callable[[str], bool]
+    share: float
+
+
+@dataclass(frozen=True)
 class TextDoc:
     """What the text index stores of a chunk."""
 
@@ -180,10 +194,12 @@ class TextEngine(Protocol):
         exclude_ids: Collection[str] = (),
         chunk_ids_by_key: Mapping[int, str] | None = None,
         exclude_sessions: Collection[str] = (),
+        checked: HitCheck | None = None,
     ) -> list[TextHit]:
         """Top ``limit`` hits with maxSeq <= ``max_seq``, in ``session_ids`` (None: any) and
         not in ``exclude_sessions``, not in ``exclude_ids``; filters apply inside the engine,
-        before the limit. The planner names whichever of its readable and unreadable sessions
+        before the limit (or, given ``checked``, to the engine's own top hits when those hold
+        enough that pass: :class:`HitCheck`; the same hits either way). The planner names whichever of its readable and unreadable sessions
         are fewer (a filter's cost grows with the chunks of the sessions it names); an engine
         may keep the filter it built for a frozenset and reuse it for that very object.
         ``chunk_ids_by_key`` (:func:`chunk_key` → chunkId, colliding keys left out) lets an

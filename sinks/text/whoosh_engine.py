@@ -24,6 +24,7 @@ from sinks.exceptions import EngineError
 from sinks.text.base import (
     MAX_TOKEN_BYTES,
     WORD_PATTERN,
+    HitCheck,
     QueryClauses,
     TextDoc,
     TextHit,
@@ -145,8 +146,10 @@ class WhooshEngine:
         exclude_ids: Collection[str] = (),
         chunk_ids_by_key: Mapping[int, str] | None = None,
         exclude_sessions: Collection[str] = (),
+        checked: HitCheck | None = None,
     ) -> list[TextHit]:
-        # Whoosh reads each hit's stored fields anyway: the key map has nothing to save.
+        # Whoosh reads each hit's stored fields anyway: the key map has nothing to save. Its
+        # filters stay inside the search: a HitCheck is a shortcut an engine may take.
         clauses = parse_query(query, self.analyze)
         if not clauses or limit <= 0 or (session_ids is not None and len(session_ids) == 0):
             return []
@@ -164,11 +167,13 @@ class WhooshEngine:
         exclude_ids: Collection[str] = (),
         chunk_ids_by_key: Mapping[int, str] | None = None,
         exclude_sessions: Collection[str] = (),
+        checked: HitCheck | None = None,
     ) -> list[TextHit]:
         """:meth:`search` over the indexes of every shard of one index, as one index over all
         of them: BM25F takes its statistics (document count, each term's document frequency,
         the field's total length) from outside, summed over the shards, so every shard scores
         its chunks as one index would, and its ``limit`` best hold its part of the top."""
+        del checked  # the shards keep their filters inside each index
         clauses = parse_query(query, self.analyze)
         if not clauses or limit <= 0 or (session_ids is not None and len(session_ids) == 0):
             return []

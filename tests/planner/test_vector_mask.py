@@ -104,6 +104,25 @@ def test_each_generation_gets_its_own_rows_extended_or_rebuilt(tmp_path: Path) -
     _check(ChunkTable(g3, cache), segments, rng)
 
 
+def test_a_mask_asked_again_is_the_one_made_for_that_set_and_cut(tmp_path: Path) -> None:
+    """The queries of one principal between two commits share a mask (made once, read-only);
+    another readable set, another cut or a structured filter gets its own."""
+    rng = random.Random(9)
+    rows = [_chunk(f"c{n:05d}", f"s{rng.randrange(20)}", rng.randrange(1, 1000)) for n in range(2000)]
+    table = ChunkTable(_generation(tmp_path / "g", rows), SegmentCache())
+    segment = _Segment([f"c{n:05d}" for n in range(2000)])
+    readers = frozenset(f"s{n}" for n in range(15))
+    first = table.row_filter(500, readers, None)(segment)
+    assert table.row_filter(500, readers, None)(segment) is first
+    assert not first.flags.writeable
+    for cut, sessions, only in ((700, readers, None), (500, frozenset(readers), None),
+                                (500, None, None), (500, readers, {"c00001", "c00002"})):
+        got = table.row_filter(cut, sessions, only)(segment)
+        assert got.tolist() == [_permit(table, cut, sessions, only, c) for c in segment.chunk_ids]
+    assert table.row_filter(500, readers, None)(segment).tolist() == \
+        [_permit(table, 500, readers, None, c) for c in segment.chunk_ids]
+
+
 def test_a_few_readable_sessions_leave_only_their_rows(tmp_path: Path) -> None:
     rows = [_chunk(f"c{n:04d}", f"s{n % 50}", 10) for n in range(1000)]
     table = ChunkTable(_generation(tmp_path / "g", rows), SegmentCache())

@@ -15,7 +15,7 @@ import sinks.text as text_pkg
 from sinks.exceptions import EmptyQueryError, EngineError, UnknownEngineError
 from sinks.generations import GenerationStore, Manifest, clone_into
 from sinks.text import TextEngine, get_engine
-from sinks.text.base import collect_top, parse_query, to_text_doc
+from sinks.text.base import HitCheck, collect_top, parse_query, to_text_doc
 from sinks.text.tantivy_engine import TantivyEngine
 from sinks.text.whoosh_engine import WhooshEngine
 
@@ -456,7 +456,7 @@ _KEYED_WORDS = ("deploy", "failed", "refunds", "orders", "table", "cache", "kafk
 
 
 @pytest.fixture(scope="module", params=sorted(ENGINES))
-def keyed_index(request, tmp_path_factory) -> tuple[TextEngine, Path, list[str]]:
+def keyed_index(request, tmp_path_factory) -> tuple[TextEngine, Path, list[str], dict[str, tuple[str, int]]]:
     """An index of 60 chunks over few words (many score ties, some identical texts)."""
     engine = ENGINES[request.param]()
     directory = tmp_path_factory.mktemp(f"keyed-{request.param}") / "index"
@@ -469,7 +469,8 @@ def keyed_index(request, tmp_path_factory) -> tuple[TextEngine, Path, list[str]]
     docs += [chunk(f"k{number:03d}", "deploy kafka 数据库", max_seq=number + 1) for number in range(0, 60, 7)]
     for start in range(0, len(docs), 20):  # several segments
         engine.add(directory, docs[start:start + 20])
-    return engine, directory, sorted({doc["chunkId"] for doc in docs})
+    rows = {doc["chunkId"]: (doc["sessionId"], doc["maxSeq"]) for doc in docs}  # the last version
+    return engine, directory, sorted(rows), rows
 
 
 @settings(max_examples=40, deadline=None)
@@ -482,12 +483,58 @@ def test_the_key_map_never_changes_the_hits(keyed_index, known: set[int], query:
     stored documents) are the hits named from stored documents: ids, scores, ranks, digests."""
     from sinks.text.base import chunk_key
 
-    engine, directory, chunk_ids = keyed_index
+    engine, directory, chunk_ids, _ = keyed_index
     by_key = {chunk_key(chunk_ids[number]): chunk_ids[number] for number in known}
     plain = engine.search(directory, query, limit=limit, max_seq=max_seq)
     keyed = engine.search(directory, query, limit=limit, max_seq=max_seq, chunk_ids_by_key=by_key)
     assert keyed == plain
     assert all(hit.digest is not None for hit in keyed)
+
+
+@settings(max_examples=60, deadline=None)
+@given(excluded=st.sets(st.sampled_from(["s0", "s1", "s2", "s3"]), max_size=3),
+       query=st.sampled_from(["deploy", "kafka offset", '"deploy failed"', "table 数据库", "cache orders refunds"]),
+       limit=st.integers(1, 30), max_seq=st.one_of(st.none(), st.integers(1, 60)),
+       share=st.floats(0.5, 1.0))
+def test_a_hit_check_never_changes_the_hits(keyed_index, excluded: set[str], query: str, limit: int,
+                                            max_seq: int | None, share: float):
+    """Filters judged on the engine's own top hits (HitCheck) give the hits of the filters
+    applied inside the index, whatever the share claimed: ids, scores, ranks, digests."""
+    engine, directory, _, rows = keyed_index
+    calls = []
+
+    def keeps(chunk_id: str) -> bool:
+        calls.append(chunk_id)
+        session, seq = rows[chunk_id]
+        return session not in excluded and (max_seq is None or seq <= max_seq)
+
+    inside = engine.search(directory, query, limit=limit, max_seq=max_seq,
+                           exclude_sessions=frozenset(excluded))
+    checked = engine.search(directory, query, limit=limit, max_seq=max_seq,
+                            exclude_sessions=frozenset(excluded), checked=HitCheck(keeps, share))
+    assert checked == inside
+    if engine.name == "tantivy" and (excluded or max_seq is not None):
+        assert calls  # the check was what judged the hits (or found too few and fell back)
+
+
+def test_a_hit_check_that_keeps_too_few_falls_back_to_the_index(tmp_path: Path):
+    """A check that keeps far fewer hits than its share claims: the filters run inside the index
+    and the hits are complete."""
+    engine = TantivyEngine()
+    engine.create(tmp_path / "index")
+    engine.add(tmp_path / "index", [chunk(f"{session}{i:03d}", "needle " * (3 if session == "a" else 1),
+                                          session=session.upper(), max_seq=i)
+                                    for session, count in (("a", 300), ("b", 40)) for i in range(1, count + 1)])
+    seen = []
+
+    def keeps(chunk_id: str) -> bool:
+        seen.append(chunk_id)
+        return chunk_id.startswith("b")
+
+    hits = engine.search(tmp_path / "index", "needle", limit=30, exclude_sessions=frozenset({"A"}),
+                         checked=HitCheck(keeps, 0.99))
+    assert ids(hits) == [f"b{i:03d}" for i in range(1, 31)]
+    assert seen and all(chunk_id.startswith("a") for chunk_id in seen)  # the index's top: all left out
 
 
 def test_tantivy_names_hits_from_the_key_column(tmp_path: Path):
