@@ -8,6 +8,17 @@ watermark names the open unit that holds it back (SPEC §10, invariant 11).
 caller sees the session and turn ids only of an event of its own tenant (the seq and time stay,
 so every tenant still sees that and when a log is held back).
 
+L1 seqs are positions in a partition that several logs may share, so what status reports of a
+log counts that log's events alone: ``heldBy`` is the first event *of the log* above the
+watermark and ``lagSeqs`` the log's events above it (read from L1 up to ``_SCAN_LIMIT`` records
+past the watermark; what lies beyond is counted whole). An index held back by an open unit (a
+turn with no end yet) is ``waiting``, not ``catching up``: it moves once the turn ends.
+
+A sink that cannot extend a log's line (built under another redaction policy or chunker than the
+sink writes, :func:`sinks.runner.stall_of`) publishes the line's watermark with a ``stalled``
+entry; the index then shows it (``stalled``) and the verdict ``stalled: ...`` naming the
+rebuild that ends it. A ``log`` that does not exist is a :class:`planner.exceptions.NotFound`.
+
 Each index shows the ``redactionPolicy`` hash its watermark records, and a log whose
 chunk-keyed indexes disagree on it (or on the chunker) has a ``mismatch`` entry saying which
 and what to run: searches of that log are refused meanwhile (:mod:`planner.coherence`)."""
@@ -15,7 +26,7 @@ and what to run: searches of that log are refused meanwhile (:mod:`planner.coher
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +38,7 @@ from rich.table import Table
 
 from planner.acl import Principal
 from planner.coherence import CHUNK_KINDS, ChunkOrigin, find_mismatch, origins_of_watermark, remedy
+from planner.exceptions import NotFound
 from sinks.kinds import ALL_KINDS
 from sinks.watermarks import read_watermarks
 from streams.l1 import L1Reader
@@ -37,36 +49,100 @@ __all__ = ["INDEX_KINDS", "build_status", "collect_status", "export_status_metri
            "render_status"]
 
 INDEX_KINDS = ALL_KINDS
+#: L1 records read past a log's lowest watermark to find and count its own unindexed events
+#: (its partition may be shared); the rest, if any, is counted as the log's.
+_SCAN_LIMIT = 20_000
+_UNIT_ENDS = frozenset({"turn.ended", "episode.ended", "session.ended"})
 
 
-def _first_unindexed(bootstrap: str, settings: Settings, partition_of: dict[str, int],
-                     wanted: dict[str, set[int]]) -> tuple[dict[tuple[str, int], float],
-                                                           dict[tuple[str, int], dict[str, Any]]]:
-    """Append time (broker timestamp, seconds) and the :func:`held_by` entry of the L1 record
-    at each wanted seq."""
-    found: dict[tuple[str, int], float] = {}
-    held: dict[tuple[str, int], dict[str, Any]] = {}
+class Unindexed:
+    """What L1 holds of a log above each of its watermarks (keys: ``(log, through + 1)``)."""
+
+    def __init__(self) -> None:
+        self.append_time: dict[tuple[str, int], float] = {}
+        """Broker append time (seconds) of the log's first event above the watermark."""
+        self.held: dict[tuple[str, int], dict[str, Any]] = {}
+        """The :func:`held_by` entry of that event."""
+        self.pending: dict[tuple[str, int], int] = {}
+        """The log's events above the watermark."""
+        self.open_unit: set[tuple[str, int]] = set()
+        """Watermarks whose first unindexed event is in a turn (or episode) with no end yet."""
+
+
+def _unindexed(bootstrap: str, settings: Settings, partition_of: dict[str, int], l1_seqs: dict[str, int],
+               wanted: dict[str, set[int]]) -> Unindexed:
+    """Read each wanted log's partition once, from its lowest wanted watermark (a builtThroughSeq)
+    up, keeping the records of that log only, and tell for every wanted watermark what is above
+    it (:class:`Unindexed`)."""
+    found = Unindexed()
     if not any(wanted.values()):
-        return found, held
+        return found
     topic = Topics.from_settings(settings).l1
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
                              isolation_level="read_committed")
     try:
-        for log_id, seqs in wanted.items():
-            if log_id not in partition_of:
+        for log_id, throughs in wanted.items():
+            if log_id not in partition_of or not throughs:
                 continue
             tp = TopicPartition(topic, partition_of[log_id])
-            consumer.assign([tp])
-            for seq in sorted(seqs):
-                consumer.seek(tp, seq - 1)
-                batch = consumer.poll(timeout_ms=2000, max_records=1)
-                records = batch.get(tp, [])
-                if records:
-                    found[(log_id, seq)] = records[0].timestamp / 1000.0
-                    held[(log_id, seq)] = held_by(seq, records[0].value)
+            start = min(throughs)
+            end = min(l1_seqs.get(log_id, 0), start + _SCAN_LIMIT)
+            mine = _read_log(consumer, tp, log_id, start, end)
+            for through in throughs:
+                key = (log_id, through + 1)
+                above = [record for record in mine if record[0] > through]
+                found.pending[key] = len(above) + max(l1_seqs.get(log_id, 0) - max(end, through), 0)
+                if not above:
+                    continue
+                seq, timestamp, raw, event = above[0]
+                found.append_time[key] = timestamp
+                found.held[key] = held_by(seq, raw)
+                if end >= l1_seqs.get(log_id, 0) and _unit_open(event, [later for _, _, _, later in above[1:]]):
+                    found.open_unit.add(key)
     finally:
         consumer.close()
-    return found, held
+    return found
+
+
+def _read_log(consumer: KafkaConsumer, tp: TopicPartition, log_id: str, after: int,
+              through: int) -> list[tuple[int, float, bytes | None, dict[str, Any]]]:
+    """(seq, append time, raw value, event) of the records of ``log_id`` with ``after < seq <=
+    through`` on ``tp``; a record that names no log (unreadable: dead-lettered) is nobody's."""
+    out: list[tuple[int, float, bytes | None, dict[str, Any]]] = []
+    if through <= after:
+        return out
+    consumer.assign([tp])
+    consumer.seek(tp, after)
+    deadline = time.monotonic() + 10
+    while consumer.position(tp) < through and time.monotonic() < deadline:
+        for record in consumer.poll(timeout_ms=1000, max_records=5000).get(tp, []):
+            seq = record.offset + 1
+            if seq > through:
+                return out
+            try:
+                event = orjson.loads(record.value or b"")
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(event, dict) and event.get("logId") == log_id:
+                out.append((seq, record.timestamp / 1000.0, record.value, event))
+    return out
+
+
+def _unit_open(event: dict[str, Any], later: list[dict[str, Any]]) -> bool:
+    """Whether ``event`` is in a turn or episode that none of the ``later`` events of its log
+    ends: no end event of it or of its session, no event of another unit of the session."""
+    unit = ("episodeId", event.get("episodeId")) if event.get("episodeId") else ("turnId", event.get("turnId"))
+    if not unit[1]:
+        return False
+    session = event.get("sessionId")
+    for other in later:
+        if other.get("sessionId") != session:
+            continue
+        if other.get("type") == "session.ended" or other.get(unit[0]) != unit[1]:
+            return False
+        if other.get("type") in _UNIT_ENDS:
+            return False
+    return True
 
 
 def held_by(seq: int, raw: bytes | None) -> dict[str, Any]:
@@ -124,11 +200,15 @@ def for_principal(report: dict[str, Any], principal: Principal | None,
 def build_status(l1_seqs: dict[str, int], watermarks: dict[tuple[str, str], dict[str, Any]],
                  append_time: dict[tuple[str, int], float], *, now: float,
                  held: Mapping[tuple[str, int], dict[str, Any]] | None = None,
-                 origins: Mapping[tuple[str, str], Sequence[ChunkOrigin]] | None = None) -> dict[str, Any]:
-    """The status document (pure, so the API and CLI agree and tests can call it). ``held``:
-    the :func:`held_by` entry of the first event above a watermark, per (log, seq); ``origins``:
-    what built each watermark's generations (:func:`planner.coherence.origins_of_watermark`),
-    per (log, kind)."""
+                 origins: Mapping[tuple[str, str], Sequence[ChunkOrigin]] | None = None,
+                 pending: Mapping[tuple[str, int], int] | None = None,
+                 open_unit: Collection[tuple[str, int]] = ()) -> dict[str, Any]:
+    """The status document (pure, so the API and CLI agree and tests can call it). Keyed by
+    (log, builtThroughSeq + 1): ``append_time`` and ``held``, the append time and the
+    :func:`held_by` entry of the log's first event above a watermark; ``pending``, the log's
+    events above it (without it, every seq above it counts); ``open_unit``, the watermarks whose
+    first such event is in a turn not ended yet. ``origins``: what built each watermark's
+    generations (:func:`planner.coherence.origins_of_watermark`), per (log, kind)."""
     logs: dict[str, Any] = {}
     log_ids = sorted(set(l1_seqs) | {log for log, _ in watermarks})
     for log_id in log_ids:
@@ -137,28 +217,38 @@ def build_status(l1_seqs: dict[str, int], watermarks: dict[tuple[str, str], dict
         for kind in INDEX_KINDS:
             wm = watermarks.get((log_id, kind))
             if wm is None:
-                indexes[kind] = {"generationId": None, "builtThroughSeq": None, "lagSeqs": l1_seq,
+                indexes[kind] = {"generationId": None, "builtThroughSeq": None,
+                                 "lagSeqs": (pending or {}).get((log_id, 1), l1_seq),
                                  "lagSeconds": None, "lastCommit": None, "line": None,
-                                 "verdict": "missing: no generation committed yet", "heldBy": None}
+                                 "verdict": "missing: no generation committed yet", "heldBy": None,
+                                 "stalled": None}
                 continue
             through = int(wm["builtThroughSeq"])
-            lag = max(l1_seq - through, 0)
-            oldest = append_time.get((log_id, through + 1)) if lag else None
+            key = (log_id, through + 1)
+            lag = max((pending or {}).get(key, l1_seq - through), 0)
+            oldest = append_time.get(key) if lag else None
             lag_seconds = 0.0 if lag == 0 else (round(max(now - oldest, 0.0), 3) if oldest else None)
-            if lag == 0:
+            heldby = (held or {}).get(key) if lag else None
+            stalled = _stalled(wm)
+            if stalled is not None:
+                verdict = (f"stalled: built under {stalled['what']} {stalled['built']}, this code writes "
+                           f"{stalled['writes']}; not indexing until `usl rebuild all --log {log_id}`")
+            elif lag == 0:
                 verdict = "ok: caught up"
+            elif key in open_unit and heldby is not None:
+                verdict = (f"waiting: an open turn holds seq {heldby['seq']}; it is indexed once the turn "
+                           "ends or idles out")
             elif lag_seconds is not None and lag_seconds > 60:
                 verdict = f"behind: {lag} seqs, oldest unindexed event appended {lag_seconds:.0f}s ago"
             else:
                 verdict = f"catching up: {lag} seqs behind"
             shards = wm.get("shards")
-            if isinstance(shards, dict) and wm.get("shard") and lag:
+            if isinstance(shards, dict) and wm.get("shard") and lag and stalled is None:
                 verdict += f" (slowest shard: {wm['shard']})"
             indexes[kind] = {
                 "generationId": wm["generationId"], "builtThroughSeq": through, "lagSeqs": lag,
                 "lagSeconds": lag_seconds, "lastCommit": wm.get("committedAt"), "line": wm.get("line", "live"),
-                "verdict": verdict,
-                "heldBy": (held or {}).get((log_id, through + 1)) if lag else None,
+                "verdict": verdict, "heldBy": heldby, "stalled": stalled,
             }
             if isinstance(shards, dict):  # sink shards: the kind's watermark is their minimum
                 indexes[kind]["shards"] = {
@@ -175,6 +265,19 @@ def build_status(l1_seqs: dict[str, int], watermarks: dict[tuple[str, str], dict
     return {"logs": logs, "generatedAt": now}
 
 
+def _stalled(watermark: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The ``stalled`` entry a sink published with ``watermark`` (of a sharded kind: the first
+    stalled shard's, naming it), or None."""
+    shards = watermark.get("shards")
+    records = sorted(shards.items()) if isinstance(shards, Mapping) else [(None, watermark)]
+    for shard, record in records:
+        stalled = record.get("stalled") if isinstance(record, Mapping) else None
+        if isinstance(stalled, Mapping) and {"what", "built", "writes"} <= set(stalled):
+            entry = {name: stalled.get(name) for name in ("what", "built", "writes", "generationId", "since")}
+            return {**entry, "shard": shard} if shard else entry
+    return None
+
+
 def _mismatch(log_id: str, origins: Mapping[tuple[str, str], Sequence[ChunkOrigin]],
               indexes: dict[str, Any]) -> dict[str, Any] | None:
     """The log's ``mismatch`` entry (None: its chunk-keyed indexes agree, as far as their
@@ -184,6 +287,8 @@ def _mismatch(log_id: str, origins: Mapping[tuple[str, str], Sequence[ChunkOrigi
         return None
     values = mismatch.by_kind()
     for kind, value in values.items():
+        if indexes[kind].get("stalled"):
+            continue  # not indexing says more; the mismatch line under the table says the rest
         others = ", ".join(f"{other} {theirs}" for other, theirs in values.items() if theirs != value)
         indexes[kind]["verdict"] = (f"mismatch: {mismatch.what} {value}, unlike {others}; searches "
                                     f"are refused until `usl rebuild all --log {log_id}`")
@@ -212,16 +317,22 @@ def collect_status(settings: Settings, bootstrap: str, *, log_id: str | None = N
         reader.close()
     watermarks = read_watermarks(bootstrap, settings)
     if log_id is not None:
-        l1_seqs = {log_id: l1_seqs.get(log_id, 0)}
         watermarks = {k: v for k, v in watermarks.items() if k[0] == log_id}
+        if log_id not in partition_of and not watermarks:
+            raise NotFound(f"no log named {log_id!r}",
+                           hint="`usl status` without --log lists the logs; ingest events into this one first.")
+        l1_seqs = {log_id: l1_seqs.get(log_id, 0)}
     wanted: dict[str, set[int]] = {}
-    for (log, _kind), wm in watermarks.items():
-        if l1_seqs.get(log, 0) > int(wm["builtThroughSeq"]):
-            wanted.setdefault(log, set()).add(int(wm["builtThroughSeq"]) + 1)
-    times, held = _first_unindexed(bootstrap, settings, partition_of, wanted)
+    for log in l1_seqs:
+        throughs = {int(wm["builtThroughSeq"]) for (of, _kind), wm in watermarks.items() if of == log}
+        if any((log, kind) not in watermarks for kind in INDEX_KINDS):
+            throughs.add(0)  # a missing index lags by every event of the log
+        wanted[log] = {through for through in throughs if l1_seqs[log] > through}
+    found = _unindexed(bootstrap, settings, partition_of, l1_seqs, wanted)
     root = Path(settings.home).resolve() / "indexes"  # sinks.runner.index_root, without its imports
     origins = {(log, kind): origins_of_watermark(root, log, kind, wm) for (log, kind), wm in watermarks.items()}
-    report = build_status(l1_seqs, watermarks, times, now=time.time(), held=held, origins=origins)
+    report = build_status(l1_seqs, watermarks, found.append_time, now=time.time(), held=found.held,
+                          origins=origins, pending=found.pending, open_unit=found.open_unit)
     report["bootstrap"] = bootstrap
     return report
 
@@ -243,6 +354,14 @@ def render_status(report: dict[str, Any], console: Console) -> None:
                           str(idx["lagSeqs"]), "-" if idx["lagSeconds"] is None else f"{idx['lagSeconds']:.1f}",
                           last_text, (idx.get("redactionPolicy") or "-")[:8], idx["verdict"])
         console.print(table)
+        stalled_kinds: dict[tuple[str, str, str], list[str]] = {}
+        for kind, idx in entry["indexes"].items():
+            if idx.get("stalled"):
+                stall = idx["stalled"]
+                stalled_kinds.setdefault((stall["what"], str(stall["built"]), str(stall["writes"])), []).append(kind)
+        for (what, built, writes), kinds in stalled_kinds.items():
+            console.print(escape(f"  not indexing {', '.join(kinds)}: built under {what} {built}, the sinks write "
+                                 f"{writes}; run `usl rebuild all --log {log_id}`"), style="red")
         mismatch = entry.get("mismatch")
         if mismatch:
             console.print(f"  [red]searches refused:[/] {escape(mismatch['message'])}")

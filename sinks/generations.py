@@ -33,6 +33,10 @@ generation's is refused (:class:`RedactionPolicyMismatchError`, counted as
 ``usl_sink_failures_total{reason="policy_mismatch"}``), because a new generation hard-links its
 parent's files and would otherwise serve text redacted under two policies as one index. An
 index built under another policy is rebuilt into a new line (``usl rebuild KIND``).
+:func:`pipeline_difference` is the rule that tells whether a line was built under another
+policy or chunker than a process would write: a sink does not commit to such a line (it stalls
+that line alone, :mod:`sinks.runner`), and ``usl rebuild KIND`` refuses to leave a log's
+chunk-keyed kinds on different sides of it.
 
 Integrity: ``manifest.json`` carries ``manifestSha256``, the SHA-256 of its own canonical
 text without that field, so a damaged manifest is refused on load
@@ -85,6 +89,7 @@ __all__ = [
     "chunk_seq_bound",
     "clone_into",
     "link_or_copy",
+    "pipeline_difference",
     "read_current",
     "sha256_file",
 ]
@@ -656,6 +661,24 @@ class GenerationStore:
 
 #: ``Manifest.extra`` key: the highest ``maxSeq`` of any chunk the generation holds.
 MAX_CHUNK_SEQ = "maxChunkSeq"
+
+
+def pipeline_difference(built_policy: str, built_chunker: Mapping[str, Any], writes_policy: str,
+                        writes_chunker: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    """How what a generation was built under (its manifest's policy hash and chunker) differs
+    from what a process writes: ``("redaction policy", built, writes)``, else ``("chunker",
+    built settings, written settings)`` over the chunker settings both record that differ, else
+    None. A value one side does not record (an empty hash, a setting an older release did not
+    write) is no evidence either way; the same rule as :func:`planner.coherence.find_mismatch`
+    applies between the kinds of a log."""
+    if built_policy and writes_policy and built_policy != writes_policy:
+        return "redaction policy", built_policy, writes_policy
+    differing = sorted(key for key in set(built_chunker) & set(writes_chunker)
+                       if repr(built_chunker[key]) != repr(writes_chunker[key]))
+    if differing:
+        return ("chunker", ", ".join(f"{key}={built_chunker[key]}" for key in differing),
+                ", ".join(f"{key}={writes_chunker[key]}" for key in differing))
+    return None
 
 
 def chunk_seq_bound(previous: Manifest | None, records: Iterable[Mapping[str, Any]]) -> dict[str, int]:

@@ -17,6 +17,16 @@ publishes nothing and is retried with back-off, so the sink catches up once the 
 At start-up every log's current generation is verified against its manifest (and before each
 commit, the files the next generation reuses); a generation that fails is never built on: the
 log is rebuilt from L1 into a new line (:func:`sinks.rebuild.rebuild`) that replaces it.
+
+Stalled lines: a log whose active line was built under another redaction policy or chunker
+than this process writes (:func:`sinks.generations.pipeline_difference`: the code was upgraded
+to a new policy, or ``usl rebuild KIND --log LOG`` ran newer code) cannot take another
+generation, since one line never mixes them. The runner stops consuming and committing for that
+log alone, says so once in its log, sets ``usl_index_stalled{log,kind}`` and republishes the
+line's watermark with a ``stalled`` entry, which ``usl status`` turns into its verdict; every
+other log goes on indexing. Once ``usl rebuild all --log LOG`` switches the log to a line of
+this process's pipeline, the runner follows the switch (:meth:`SinkRunner._follow_line_switches`)
+and the stall ends.
 """
 
 from __future__ import annotations
@@ -35,7 +45,14 @@ import orjson
 from kafka import KafkaConsumer, TopicPartition
 
 from sinks.exceptions import GenerationError, GenerationLockedError, SinkError
-from sinks.generations import FileDigests, GenerationStore, Manifest, chunk_seq_bound
+from sinks.generations import (
+    FileDigests,
+    GenerationStore,
+    Manifest,
+    RedactionPolicyMismatchError,
+    chunk_seq_bound,
+    pipeline_difference,
+)
 from sinks.merger import BackgroundMerger, MergingWriter, commit_merge, merge_work_root
 from sinks.shards import Shard
 from sinks.watermarks import WatermarkPublisher
@@ -48,6 +65,7 @@ from streams.metrics import (
     usl_duplicate_events_total,
     usl_generation_id,
     usl_generation_switches_total,
+    usl_index_stalled,
     usl_records_total,
     usl_sink_batch_chunks,
     usl_sink_batch_seconds,
@@ -58,7 +76,8 @@ from streams.metrics import (
 from streams.settings import Settings
 from streams.topics import Topics
 
-__all__ = ["LogState", "SinkRunner", "flush_due", "index_root", "is_disk_error", "watermark_of", "write_ids"]
+__all__ = ["LogState", "SinkRunner", "flush_due", "index_root", "is_disk_error", "stall_of", "watermark_of",
+           "write_ids"]
 
 log = logging.getLogger("usl.sink")
 
@@ -128,9 +147,30 @@ def _commit_gap(settings: Settings, last_flush_seconds: float) -> float:
     return max(settings.sink_commit_gap_seconds, _EARLY_COMMIT_SPACING * last_flush_seconds)
 
 
-def watermark_of(manifest: Manifest, store: GenerationStore, versions: dict[str, Any]) -> dict[str, Any]:
+def stall_of(manifest: Manifest | None, versions: dict[str, Any], *, chunk_based: bool = True) -> dict[str, Any] | None:
+    """The ``stalled`` entry of a line whose current generation ``manifest`` was built under
+    another redaction policy or (for a sink that reads chunks, ``chunk_based``) chunker than
+    ``versions`` (:func:`sinks.service.pipeline_versions`) write; None when the sink can commit
+    to it."""
+    if manifest is None:
+        return None
+    difference = pipeline_difference(
+        manifest.redaction_policy_hash, manifest.chunker if chunk_based else {},
+        str(versions.get("redactionPolicy") or ""), versions.get("chunker", {}) if chunk_based else {})
+    if difference is None:
+        return None
+    what, built, writes = difference
+    return {"what": what, "built": built, "writes": writes, "generationId": manifest.generation_id,
+            "since": time.time(),
+            "message": (f"built under {what} {built}, this sink writes {writes}: run "
+                        f"usl rebuild all --log {manifest.log_id}")}
+
+
+def watermark_of(manifest: Manifest, store: GenerationStore, versions: dict[str, Any],
+                 stalled: dict[str, Any] | None = None) -> dict[str, Any]:
     """The watermark record a committed generation publishes (docs/architecture.md); a
-    shard's names its shard (``shard-I-of-N``)."""
+    shard's names its shard (``shard-I-of-N``); a stalled line's carries the ``stalled``
+    entry of :func:`stall_of`."""
     record = {
         "logId": manifest.log_id, "kind": manifest.kind, "line": manifest.line,
         "generationId": manifest.generation_id, "builtThroughSeq": manifest.built_through_seq,
@@ -139,6 +179,8 @@ def watermark_of(manifest: Manifest, store: GenerationStore, versions: dict[str,
     }
     if store.shard is not None:
         record["shard"] = store.shard
+    if stalled is not None:
+        record["stalled"] = stalled
     return record
 
 
@@ -153,6 +195,9 @@ class LogState:
     # (source, partition) -> highest seq known to be fully delivered for this log
     progress: dict[str, int] = field(default_factory=dict)
     line: str | None = None
+    # Set while the line was built under another policy or chunker (stall_of): nothing of the
+    # log is buffered or committed until a rebuild switches it to a line the sink can extend.
+    stalled: dict[str, Any] | None = None
 
 
 def _load_ids(gen_dir: Path) -> set[str]:
@@ -197,6 +242,7 @@ class SinkRunner:
         self._digests = FileDigests()
         self._failures = 0
         self._merger: BackgroundMerger | None = None
+        self._stalled_reported: set[tuple[str, str | None]] = set()
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -208,10 +254,32 @@ class SinkRunner:
         store = self._store(log_id)
         manifest = store.current()
         state = LogState(manifest=manifest, line=store.line)
-        if manifest is not None:
+        state.stalled = stall_of(manifest, self.versions, chunk_based="chunks" in self.sources)
+        self._note_stall(log_id, state)
+        if manifest is not None and state.stalled is None:
             state.ids = _load_ids(store.generation_dir(manifest.generation_id))
             state.progress = {k: int(v) for k, v in manifest.extra.get("sourceProgress", {}).items()}
         return state
+
+    def _note_stall(self, log_id: str, state: LogState) -> None:
+        """Log a line's stall once (not per record, not per restart of the loop), and keep the
+        gauge on it."""
+        usl_index_stalled.labels(log=log_id, kind=self.kind).set(1 if state.stalled else 0)
+        key = (log_id, state.line)
+        if state.stalled is None:
+            if any(reported == log_id for reported, _line in self._stalled_reported):
+                log.warning("%s sink: log %s resumes indexing on line %s", self.label, log_id, state.line)
+            self._stalled_reported = {k for k in self._stalled_reported if k[0] != log_id}
+            return
+        if key in self._stalled_reported:
+            return
+        self._stalled_reported.add(key)
+        stalled = state.stalled
+        log.error("%s sink: log %s stalled: line %s (generation %s) was built under %s %s, this sink "
+                  "writes %s; one line never mixes them, so this log is not indexed (the other logs "
+                  "are) until `usl rebuild all --log %s` switches it to a new line", self.label, log_id,
+                  state.line, stalled["generationId"], stalled["what"], stalled["built"], stalled["writes"],
+                  log_id)
 
     def _known_logs(self) -> list[str]:
         logs = set()
@@ -233,6 +301,8 @@ class SinkRunner:
                 needed = []
                 for log_id in self._known_logs():
                     state = self.logs.setdefault(log_id, self._load_log(log_id))
+                    if state.stalled is not None:
+                        continue  # reads nothing; the rebuild that ends the stall says where it resumes
                     if state.manifest is not None:
                         needed.append(int(state.manifest.source_offsets.get(topic, {}).get(partition, 0)))
                     else:
@@ -403,6 +473,8 @@ class SinkRunner:
         state = self.logs.get(log_id)
         if state is None:
             state = self.logs[log_id] = self._load_log(log_id)
+        if state.stalled is not None:
+            return  # the rebuild that ends the stall records where its line resumes
         key = f"{source}:{tp.partition}"
         manifest = state.manifest
         if manifest is not None and record.offset < manifest.source_offsets.get(tp.topic, {}).get(tp.partition, 0):
@@ -476,13 +548,26 @@ class SinkRunner:
             offsets[tp.topic][tp.partition] = int(self._consumer.position(tp))
         committed = False
         for log_id, state in sorted(self.logs.items()):
+            if state.stalled is not None:
+                continue
             through = self.built_through(state)
             advanced = state.manifest is None or through > state.manifest.built_through_seq
             if not state.pending and not advanced:
                 continue
             if not state.pending and state.manifest is None and through == 0:
                 continue
-            self._commit(log_id, state, through, dict(offsets))
+            try:
+                self._commit(log_id, state, through, dict(offsets))
+            except RedactionPolicyMismatchError:
+                # The line changed under this state (another writer committed to it): stall the
+                # log as the check at load time would have.
+                fresh = self._load_log(log_id)
+                if fresh.stalled is None:
+                    raise
+                self.logs[log_id] = fresh
+                if fresh.manifest is not None:
+                    self._publish(log_id, fresh.manifest, self._store(log_id, fresh.line))
+                continue
             committed = True
         # Only once every log's commit went through: a failed one is retried as soon as due.
         self._progressed.clear()
@@ -608,4 +693,6 @@ class SinkRunner:
 
     def _publish(self, log_id: str, manifest: Manifest, store: GenerationStore) -> None:
         assert self._publisher is not None
-        self._publisher.publish(watermark_of(manifest, store, self.versions))
+        state = self.logs.get(log_id)
+        stalled = state.stalled if state is not None and state.line == store.line else None
+        self._publisher.publish(watermark_of(manifest, store, self.versions, stalled))

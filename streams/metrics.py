@@ -58,6 +58,7 @@ __all__ = [
     "usl_generation_switches_total",
     "usl_index_lag_seconds",
     "usl_index_lag_seqs",
+    "usl_index_stalled",
     "usl_l1_committed_seq",
     "usl_objectstore_backlog_generations",
     "usl_objectstore_publish_failures_total",
@@ -235,6 +236,12 @@ usl_index_lag_seqs = _metric(
     "Committed L1 seq minus the index's builtThroughSeq.",
     ["log", "kind"],
 )
+usl_index_stalled = _metric(
+    Gauge, "usl_index_stalled",
+    "1 while the sink does not index this log because its line was built under another redaction "
+    "policy or chunker than the sink writes (run usl rebuild all --log LOG), else 0; per log and index kind.",
+    ["log", "kind"],
+)
 usl_index_lag_seconds = _metric(
     Gauge, "usl_index_lag_seconds",
     "Age of the oldest committed L1 event the index does not cover yet.",
@@ -309,6 +316,7 @@ ALL_METRIC_NAMES: tuple[str, ...] = (
     "usl_l1_committed_seq",
     "usl_index_lag_seqs",
     "usl_index_lag_seconds",
+    "usl_index_stalled",
     "usl_query_seconds",
     "usl_queries_total",
     "usl_tail_scan_events",

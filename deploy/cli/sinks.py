@@ -55,6 +55,11 @@ def rebuild(
     json_out: bool = typer.Option(False, "--json", help="Print the new manifests as JSON."),
     shard: str = typer.Option("", "--shard", help="Rebuild shard I of N (I/N) of the index: only "
                               "the records of its partitions, into its own lines. Empty: the unsharded index."),
+    allow_mismatch: bool = typer.Option(False, "--allow-mismatch",
+                                        help="Rebuild one chunk-keyed kind (text, vector, structured) even "
+                                             "though the log's other such kinds were built under another "
+                                             "redaction policy or chunker: the log's searches are then refused "
+                                             "(503 index_mismatch) until those are rebuilt too."),
 ) -> None:
     """Replay L1 into a new generation line beside the live one, catch up, verify, switch.
 
@@ -76,6 +81,8 @@ def rebuild(
         raise USLError(f"unknown index {index!r}; use one of {', '.join(ALL_KINDS)} or all")
     settings = load_settings()
     bootstrap = bootstrap_servers(settings)
+    if index != "all" and not allow_mismatch:
+        _refuse_a_mismatch(settings, bootstrap, index, log)
     results = []
 
     @contextmanager
@@ -103,3 +110,36 @@ def rebuild(
                      progress=progress_of, switched=switched)
     if json_out:
         print_json({"rebuilt": results})
+
+def _refuse_a_mismatch(settings: Any, bootstrap: str, kind: str, log_id: str) -> None:
+    """Refuse (exit 2) to rebuild ``kind`` alone when the log's other chunk-keyed kinds were
+    built under another redaction policy or chunker than this rebuild writes: switched, it would
+    join them under different chunk ids and every search of the log would answer 503
+    index_mismatch (:mod:`planner.coherence`) until they are rebuilt too."""
+    from planner.coherence import CHUNK_KINDS, origins_of_watermark
+    from sinks.generations import pipeline_difference
+    from sinks.runner import index_root
+    from sinks.service import pipeline_versions
+    from sinks.watermarks import read_watermarks
+
+    if kind not in CHUNK_KINDS:
+        return  # keyed by event (tool results) or read alone (analytics): no join to break
+    versions = pipeline_versions(settings)
+    disagree: dict[str, str] = {}
+    writes = ""
+    for (of, other), watermark in read_watermarks(bootstrap, settings).items():
+        if of != log_id or other == kind or other not in CHUNK_KINDS:
+            continue
+        for origin in origins_of_watermark(index_root(settings), log_id, other, watermark):
+            difference = pipeline_difference(origin.policy, origin.chunker, str(versions["redactionPolicy"]),
+                                             versions["chunker"])
+            if difference is not None:
+                what, built, new = difference
+                disagree[other] = f"{what} {built}"
+                writes = f"{what} {new}"
+    if disagree:
+        kinds = ", ".join(f"{other} ({value})" for other, value in sorted(disagree.items()))
+        raise USLError(f"rebuilding {kind} alone would build it under {writes} while {kinds} of log "
+                       f"{log_id!r} stay as they are: every search of the log would answer 503 "
+                       f"index_mismatch until they are rebuilt too; run `usl rebuild all --log {log_id}`, "
+                       f"or add --allow-mismatch to rebuild {kind} alone")

@@ -48,9 +48,9 @@ def status(
 
         try:
             bootstrap = reading_bootstrap_servers(settings)
-        except PlannerError as exc:
+            report = for_principal(collect_status(settings, bootstrap, log_id=log), None)
+        except PlannerError as exc:  # a --log that does not exist: 404 and exit 2, as the API's
             fail(exc, json_out)
-        report = for_principal(collect_status(settings, bootstrap, log_id=log), None)
     if json_out:
         print_json(report)
         return

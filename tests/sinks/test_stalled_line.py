@@ -1,0 +1,139 @@
+"""A log whose line the sink cannot extend (built under another redaction policy or chunker than
+the sink writes) stalls alone: every other log keeps indexing, the stall is published with the
+line's watermark for ``usl status``, and ``usl rebuild all --log LOG`` ends it.
+
+Before, the sink's commit to such a line raised ``RedactionPolicyMismatchError`` and the whole
+sink process exited, on every restart again: no log was indexed any more."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from deploy.testing import Stack
+from planner.status import collect_status
+from sinks.generations import GenerationStore, Manifest
+from sinks.rebuild import rebuild
+from sinks.runner import SinkRunner, index_root, stall_of
+from sinks.service import make_writer, pipeline_versions
+from sinks.watermarks import read_watermarks
+from streams.settings import Settings
+from streams.testing import append_events, interleave, session_events
+
+KIND = "structured"
+
+
+def _manifest(policy: str, **chunker: Any) -> Manifest:
+    return Manifest(kind=KIND, log_id="rx", line="live", generation_id=7, built_through_seq=3, schema_version="1",
+                    asp_version="1", chunker=chunker, embedding=None, redaction_policy_hash=policy)
+
+
+def test_a_line_of_another_policy_or_chunker_is_stalled_by_one_rule() -> None:
+    versions = {"redactionPolicy": "new", "chunker": {"version": "3", "targetTokens": 512}}
+    assert stall_of(_manifest("new", version="3", targetTokens=512), versions) is None
+    assert stall_of(None, versions) is None
+    policy = stall_of(_manifest("old", version="3", targetTokens=512), versions)
+    assert policy is not None
+    assert (policy["what"], policy["built"], policy["writes"], policy["generationId"]) == (
+        "redaction policy", "old", "new", 7)
+    assert "usl rebuild all --log rx" in policy["message"]
+    chunker = stall_of(_manifest("new", version="3", targetTokens=768), versions)
+    assert chunker is not None
+    assert (chunker["what"], chunker["built"], chunker["writes"]) == ("chunker", "targetTokens=768", "targetTokens=512")
+    # A setting the generation does not record is no evidence; a sink that reads no chunks
+    # (tool results) is not stalled by the chunker.
+    assert stall_of(_manifest("new", version="3"), versions) is None
+    assert stall_of(_manifest("new", version="3", targetTokens=768), versions, chunk_based=False) is None
+
+
+def _events(log_id: str, prefix: str, seed: int) -> list[dict[str, Any]]:
+    return interleave(*[session_events(f"{prefix}-{i}", turns=2, seed=seed + i, log_id=log_id) for i in range(2)],
+                      seed=seed)
+
+
+def _through(settings: Settings, log_id: str) -> int:
+    manifest = GenerationStore(index_root(settings), log_id, KIND).current()
+    return 0 if manifest is None else manifest.built_through_seq
+
+
+def _wait(predicate: Callable[[], bool], what: str, thread: threading.Thread, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert thread.is_alive(), f"the sink stopped while waiting for {what}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def _run(runner: SinkRunner, failures: list[BaseException]) -> threading.Thread:
+    def drive() -> None:
+        try:
+            runner.run()
+        except BaseException as exc:
+            failures.append(exc)
+
+    thread = threading.Thread(target=drive, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.kafka
+def test_a_log_of_another_policy_stalls_alone_until_rebuilt(make_settings: Callable[..., Settings]) -> None:
+    settings = make_settings(embedder="hash:64")
+    bootstrap = settings.bootstrap_servers or ""
+    current = pipeline_versions(settings)
+    earlier = {**current, "redactionPolicy": "0123456789abcdef"}  # an earlier release's sinks
+    stack = Stack(settings)
+    failures: list[BaseException] = []
+    runner: SinkRunner | None = None
+    thread: threading.Thread | None = None
+    try:
+        stack.worker()
+        heads = {log: append_events(settings, _events(log, f"{log}-a", seed)) for seed, log in enumerate(("rx", "ok"))}
+        # Both logs indexed by the earlier release's sink.
+        runner = SinkRunner(settings, bootstrap, make_writer(KIND, settings), versions=earlier)
+        thread = _run(runner, failures)
+        _wait(lambda: all(_through(settings, log) >= seq for log, seq in heads.items()), "the first index", thread)
+        runner.stop()
+        thread.join(timeout=60)
+        assert not failures
+        # The upgrade: 'ok' is rebuilt under this code's policy, 'rx' not yet.
+        rebuild(settings, bootstrap, KIND, log_id="ok")
+        runner = SinkRunner(settings, bootstrap, make_writer(KIND, settings), versions=current)
+        thread = _run(runner, failures)
+        heads = {log: append_events(settings, _events(log, f"{log}-b", 10 + seed))
+                 for seed, log in enumerate(("rx", "ok"))}
+        rx_before = _through(settings, "rx")
+        # Before: the commit to rx's line raised RedactionPolicyMismatchError and the sink exited,
+        # leaving 'ok' unindexed too.
+        _wait(lambda: _through(settings, "ok") >= heads["ok"], "the log under this policy", thread)
+        assert not failures and _through(settings, "rx") == rx_before
+        watermark = read_watermarks(bootstrap, settings)[("rx", KIND)]
+        assert watermark["stalled"]["what"] == "redaction policy"
+        assert (watermark["stalled"]["built"], watermark["stalled"]["writes"]) == (
+            earlier["redactionPolicy"], current["redactionPolicy"])
+        assert "stalled" not in read_watermarks(bootstrap, settings)[("ok", KIND)]
+        index = collect_status(settings, bootstrap, log_id="rx")["logs"]["rx"]["indexes"][KIND]
+        assert index["verdict"].startswith(
+            f"stalled: built under redaction policy {earlier['redactionPolicy']}, this code writes "
+            f"{current['redactionPolicy']}")
+        assert "usl rebuild all --log rx" in index["verdict"]
+        assert index["stalled"]["what"] == "redaction policy"
+        # The rebuild switches rx to a line of this policy: the running sink follows it.
+        rebuild(settings, bootstrap, KIND, log_id="rx")
+        more = append_events(settings, _events("rx", "rx-c", 20))
+        _wait(lambda: _through(settings, "rx") >= more, "the rebuilt log", thread)
+        assert not failures
+        _wait(lambda: "stalled" not in read_watermarks(bootstrap, settings)[("rx", KIND)], "the stall to clear",
+              thread)
+        index = collect_status(settings, bootstrap, log_id="rx")["logs"]["rx"]["indexes"][KIND]
+        assert index["stalled"] is None and not index["verdict"].startswith("stalled")
+    finally:
+        if runner is not None:
+            runner.stop()
+        if thread is not None:
+            thread.join(timeout=60)
+        stack.close()
