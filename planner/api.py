@@ -59,7 +59,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from planner import receivers
+from planner import otlp, receivers
 from planner.acl import Principal
 from planner.auth import KeyRing, allowed_hosts, authenticate, host_allowed, keys_path
 from planner.exceptions import NotFound, PlannerError, QueryError, Unauthorized, error_body
@@ -169,12 +169,14 @@ def not_json(media_type: str, *, accepted: str = "JSON",
              "(curl -d alone sends application/x-www-form-urlencoded).")
 
 
-def _check_media_type(headers: Headers) -> None:
+def _check_media_type(headers: Headers, path: str = "") -> None:
     """Refuse a body that is not JSON (or protobuf, for OTLP) with 415: a web page can post
     text/plain or a form to any address without asking first, but never JSON."""
     media_type = headers.get("content-type", "").split(";")[0].strip().lower()
     if media_type not in _BODY_MEDIA_TYPES and not (
             media_type.startswith("application/") and media_type.endswith("+json")):
+        if path == "/v1/traces":  # the OTLP receiver: protobuf is what exporters send
+            raise not_json(media_type, accepted=otlp.OTLP_ACCEPTED, header=otlp.OTLP_HEADER)
         raise not_json(media_type)
 
 
@@ -256,7 +258,7 @@ class RequestGuard:
         length = headers.get("content-length")
         has_body = "transfer-encoding" in headers or (length is not None and length.strip() != "0")
         if keyless and has_body:
-            _check_media_type(headers)
+            _check_media_type(headers, scope["path"])
         if length is not None and length.strip().isascii() and length.strip().isdigit() \
                 and int(length) > self.max_body_bytes:
             raise self._too_large()

@@ -5,7 +5,10 @@ The body is an ``ExportTraceServiceRequest`` (``application/x-protobuf``, decode
 (:mod:`streams.importers.otel`) that go through :class:`planner.receivers.EventReceiver`: the
 caller's tenant, dedup by eventId, and the answer only after L1 committed them. The answer is an
 ``ExportTraceServiceResponse`` in the request's encoding, with ``partialSuccess`` naming how many
-spans were refused and why. The log is ``?log=NAME`` (default ``default``).
+spans were refused and why, or (``rejectedSpans`` 0, a warning as OTLP has it) which events were
+cut to fit ``USL_MAX_EVENT_BYTES``. The log is ``?log=NAME`` (default ``default``). A body may be
+gzip or deflate compressed (``Content-Encoding``, :mod:`planner.bodies`): OTLP/HTTP requires
+servers to accept gzip, and exporters send it (the Collector's by default).
 
 Spans are mapped under the receiver's append lock, after it read what L1 holds, so a span
 without ``gen_ai.conversation.id`` joins the conversation that earlier spans of its trace named,
@@ -23,13 +26,17 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from planner.acl import Principal
+from planner.bodies import json_error, json_kind, read_body
 from planner.exceptions import QueryError
 from streams.importers.base import Accepted
 from streams.importers.otel import TraceSessions, span_events
 
-__all__ = ["decode_request", "traces_endpoint"]
+__all__ = ["OTLP_ACCEPTED", "OTLP_HEADER", "decode_request", "traces_endpoint"]
 
 _PROTOBUF = "application/x-protobuf"
+#: What a 415 of /v1/traces says it takes, and the header it names (OTLP exporters send protobuf).
+OTLP_ACCEPTED = "OTLP protobuf (application/x-protobuf) or OTLP JSON (application/json)"
+OTLP_HEADER = "Content-Type: application/x-protobuf"
 
 
 def decode_request(body: bytes, media_type: str) -> dict[str, Any]:
@@ -57,27 +64,54 @@ def decode_request(body: bytes, media_type: str) -> dict[str, Any]:
         return request
     try:
         request = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        raise QueryError("the body is not valid OTLP JSON", hint="Send an ExportTraceServiceRequest.") from None
-    if not isinstance(request, dict) or not isinstance(request.get("resourceSpans", []), list):
-        raise QueryError("an OTLP request is a JSON object with a resourceSpans array",
-                         hint='For example {"resourceSpans": []}.')
+    except orjson.JSONDecodeError as exc:
+        raise json_error(exc, "the OTLP JSON body", hint="Send an ExportTraceServiceRequest.") from None
+    problem = _shape_problem(request)
+    if problem is not None:
+        raise QueryError(f"the body is not an OTLP ExportTraceServiceRequest: {problem}",
+                         hint='For example {"resourceSpans": [{"scopeSpans": [{"spans": [...]}]}]}.')
     return request
 
 
+def _shape_problem(request: Any) -> str | None:
+    """What in an OTLP/JSON request is not the list or object OTLP has there (down to each
+    span), or None. Without this check a ``"spans": 5`` would be read as no spans: 200, and the
+    exporter would never learn its spans were dropped. ``null`` stands for an empty list, as in
+    protobuf's JSON mapping."""
+    if not isinstance(request, dict):
+        return f"it must be a JSON object, not {json_kind(request)}"
+    levels = ("resourceSpans", "scopeSpans", "spans")
+    pending: list[tuple[str, dict[str, Any], int]] = [("", request, 0)]
+    while pending:
+        where, parent, level = pending.pop()
+        items = parent.get(levels[level])
+        path = f"{where}.{levels[level]}" if where else levels[level]
+        if items is None:
+            continue
+        if not isinstance(items, list):
+            return f"{path} must be a list, not {json_kind(items)}"
+        for position, item in enumerate(items):
+            if not isinstance(item, dict):
+                return f"{path}[{position}] must be an object, not {json_kind(item)}"
+            if level + 1 < len(levels):
+                pending.append((f"{path}[{position}]", item, level + 1))
+    return None
+
+
 def _response(media_type: str, rejected: int, message: str) -> Response:
+    """An ExportTraceServiceResponse; a message with no span rejected is a warning."""
     if media_type == _PROTOBUF:
         from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
             ExportTraceServiceResponse,
         )
 
         answer = ExportTraceServiceResponse()
-        if rejected:
+        if rejected or message:
             answer.partial_success.rejected_spans = rejected
             answer.partial_success.error_message = message
         return Response(answer.SerializeToString(), media_type=_PROTOBUF)
     body: dict[str, Any] = {}
-    if rejected:
+    if rejected or message:
         body["partialSuccess"] = {"rejectedSpans": rejected, "errorMessage": message}
     return Response(orjson.dumps(body), media_type="application/json")
 
@@ -91,10 +125,13 @@ async def traces_endpoint(request: Request, receiver: Any, principal: Principal)
     if media_type not in (_PROTOBUF, "application/json"):
         from planner.api import not_json
 
-        raise not_json(media_type, accepted="OTLP protobuf or JSON")
+        raise not_json(media_type, accepted=OTLP_ACCEPTED, header=OTLP_HEADER)
     log_id = request_log(request.query_params.get("log", "default"))
-    decoded = decode_request(await request.body(), media_type)
+    settings = receiver.settings
+    decoded = decode_request(await read_body(request, settings.api_max_body_bytes), media_type)
     rejected: list[dict[str, Any]] = []
+    cuts: set[int] = set()
+    records: dict[int, str] = {}
 
     def mapped(known: TraceSessions) -> list[tuple[int | None, dict[str, Any]]]:
         """The request's events, each span in the session ``known`` (what L1 holds of its trace)
@@ -102,9 +139,12 @@ async def traces_endpoint(request: Request, receiver: Any, principal: Principal)
         checked: list[tuple[int, dict[str, Any]]] = []
         for index, item in enumerate(span_events(decoded, log_id=log_id, known=known)):
             if isinstance(item, Accepted):
-                event, reason = check_event(item.event, principal, log_id)
+                event, reason, cut = check_event(item.event, principal, log_id, settings.max_event_bytes)
                 if event is not None:
                     checked.append((index, event))
+                    records[index] = item.record
+                    if cut:
+                        cuts.add(index)
                     continue
                 rejected.append({"index": index, "reason": reason, "record": item.record})
             else:
@@ -114,7 +154,13 @@ async def traces_endpoint(request: Request, receiver: Any, principal: Principal)
         links = known.links(log_id, (event for _, event in checked))
         return [*framed, *((None, link) for link in links)]
 
-    answer = await run_in_threadpool(receiver.append, mapped, rejected, log_id, principal.tenant)
+    answer = await run_in_threadpool(receiver.append, mapped, rejected, log_id, principal.tenant, cuts=cuts)
     refused = {str(r.get("record", r["index"])).split(" ")[0] for r in answer["rejected"]}
-    reasons = "; ".join(sorted({r["reason"] for r in answer["rejected"]}))[:1000]
-    return _response(media_type, len(refused), reasons)
+    reasons = "; ".join(sorted({r["reason"] for r in answer["rejected"]}))
+    if answer["truncated"]:
+        cut = ", ".join(f"{records[item['index']].split(' ')[0]} ({item['originalBytes']} bytes)"
+                        for item in answer["truncated"])
+        reasons = "; ".join(filter(None, [reasons, (
+            f"{len(answer['truncated'])} event(s) over USL_MAX_EVENT_BYTES were appended cut to "
+            f"{answer['truncated'][0]['limitBytes']} bytes, as fields._truncated records: {cut}")]))
+    return _response(media_type, len(refused), reasons[:1000])

@@ -6,13 +6,20 @@
 
 Both answer only after L1 acknowledged the appended events (idempotent producer, ``acks=all``):
 ``{"appended", "duplicates", "rejected": [{"index", "reason"}], "l1CommittedSeq"}`` (and, for
-``/v1/events``, ``turnsAdded``: see :mod:`streams.importers.frames`). The caller's
+``/v1/events``, ``turnsAdded``: see :mod:`streams.importers.frames`; ``truncated`` and
+``conflicts``, below). Bodies may be gzip or deflate compressed (:mod:`planner.bodies`). The caller's
 principal (its API key's) decides the tenant: an event's ``acl.tenant`` must be that tenant. An
 event without ``acl`` keeps the session's access list when the session is the caller's tenant's,
 is refused when it is another tenant's, and starts a new session with the caller's tenant and the
 tenant-wide default ``read: ["*"]`` (ownership as :mod:`streams.ownership` decides it: the first
-event's tenant owns the session). Bad events are listed by index; the rest are appended. An eventId L1 already holds in that log counts as a duplicate and
-is not appended again. An event with a key written twice in any of its objects
+event's tenant owns the session). Bad events are listed by index, among them those whose fields have
+another type than their event type needs (:mod:`planner.event_fields`); the rest are appended.
+An event over ``USL_MAX_EVENT_BYTES`` is cut as ``usl ingest`` cuts it (``streams.asp.fit_event``:
+its longest strings, recorded in ``fields._truncated``) and listed in ``truncated``
+(``{"index", "eventId", "originalBytes", "limitBytes"}``). An eventId L1 already holds in that log
+counts as a duplicate and is not appended again; when its content differs from the copy L1 holds
+(but for an ``acl`` or ``turnId`` the request leaves to the receiver) it is also listed in
+``conflicts`` (``{"index", "eventId", "reason"}``): the first copy stands. An event with a key written twice in any of its objects
 (``{"sessionId": "mine", "sessionId": "theirs"}``) is refused by index, as the worker
 dead-letters it (``duplicate_keys``): parsers disagree on which copy counts.
 
@@ -32,7 +39,7 @@ import bisect
 import hashlib
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 import orjson
@@ -42,9 +49,18 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from planner.acl import Principal
+from planner.bodies import json_error, json_kind, read_body
+from planner.event_fields import fields_problem
 from planner.exceptions import PlannerError, QueryError, error_body
-from streams.asp import DEFAULT_ACL, validate_event
+from streams.asp import (
+    DEFAULT_ACL,
+    DEFAULT_MAX_EVENT_BYTES,
+    canonical_bytes,
+    fit_event,
+    validate_event,
+)
 from streams.exceptions import SchemaError
+from streams.importers.base import stable_id
 from streams.importers.frames import frame_loose_events
 from streams.importers.otel import TraceSessions
 from streams.names import LOG_ID, LOG_ID_HINT
@@ -67,6 +83,33 @@ def _digest(log_id: str, event_id: str) -> bytes:
     return hashlib.blake2b(f"{log_id}\x1f{event_id}".encode(), digest_size=16).digest()
 
 
+_UNSTATED = bytes(8)
+_CONFLICT_PARTS = ((0, "content"), (8, "acl"), (16, "turnId"))
+
+
+def _fingerprint(event: dict[str, Any]) -> bytes:
+    """What tells two copies of an eventId apart: 8 bytes of hash each for the event but its
+    ``acl`` and ``turnId``, its ``acl``, and its ``turnId`` (zeros when it states none). The
+    receiver may add those two (a new session's default list, a frame's turn), so L1's copy has
+    them where the request's does not; they count only when the request states them."""
+    body = {key: value for key, value in event.items() if key not in ("acl", "turnId")}
+    return b"".join(_UNSTATED if value is None else
+                    hashlib.blake2b(canonical_bytes(value) if isinstance(value, dict) else orjson.dumps(value),
+                                    digest_size=8).digest()
+                    for value in (body, event.get("acl"), event.get("turnId") or None))
+
+
+def _conflict(held: bytes, sent: bytes, event_id: str) -> str | None:
+    """Why the copy of ``event_id`` whose fingerprint is ``sent`` is not the one L1 holds."""
+    for start, part in _CONFLICT_PARTS:
+        mine = sent[start:start + 8]
+        if mine != held[start:start + 8] and (start == 0 or mine != _UNSTATED):
+            return (f"eventId {event_id!r} is already in the log with different {part}; the first copy "
+                    "stands and this one was not appended (an eventId names one event: give new "
+                    "content a new eventId)")
+    return None
+
+
 class EventReceiver:
     """Appends checked events to L1 and knows every eventId each log holds.
 
@@ -82,7 +125,7 @@ class EventReceiver:
         self._waiting = 0
         self._waiting_lock = threading.Lock()
         self._clients: tuple[Any, Any] | None = None
-        self._seen: dict[str, set[bytes]] = {}
+        self._seen: dict[str, dict[bytes, bytes]] = {}  # log -> eventId digest -> fingerprint
         self._owners: dict[str, dict[str, str]] = {}  # log -> sessionId -> owning tenant
         self._traces: dict[str, TraceSessions] = {}  # log -> its OpenTelemetry traces' sessions
         self._read_through: dict[str, int] = {}
@@ -105,15 +148,15 @@ class EventReceiver:
             reader.close()
             self._clients = None
 
-    def _catch_up(self, reader: Any, log_id: str) -> set[bytes]:
-        seen = self._seen.setdefault(log_id, set())
+    def _catch_up(self, reader: Any, log_id: str) -> dict[bytes, bytes]:
+        seen = self._seen.setdefault(log_id, {})
         owners = self._owners.setdefault(log_id, {})
         traces = self._traces.setdefault(log_id, TraceSessions())
         start = self._read_through.get(log_id, 0) + 1
         end = reader.committed_seq(log_id)
         if end >= start:
             for _seq, event in reader.read(log_id, start, end):
-                seen.add(_digest(log_id, str(event.get("eventId"))))
+                seen[_digest(log_id, str(event.get("eventId")))] = _fingerprint(event)
                 _own(owners, event)
                 traces.feed(event)
         self._read_through[log_id] = max(end, start - 1)
@@ -124,19 +167,26 @@ class EventReceiver:
         checked: list[tuple[int, dict[str, Any]]] = []
         rejected: list[dict[str, Any]] = []
         refused: dict[str, list[int]] = {}
+        cuts: set[int] = set()
+        fingerprints: dict[int, bytes] = {}  # before the receiver adds an acl or a frame's turnId
         for index, raw in enumerate(events):
-            event, reason = check_event(raw, principal, log_id)
+            event, reason, cut = check_event(raw, principal, log_id, self.settings.max_event_bytes)
             if event is None:
                 rejected.append({"index": index, "reason": reason})
                 refuse_list(refused, raw, index)
             else:
                 checked.append((index, event))
+                fingerprints[index] = _fingerprint(event)
+                if cut:
+                    cuts.add(index)
         framed, turns = frame_loose_events(checked)
-        return {**self.append(framed, rejected, log_id, principal.tenant, refused), "turnsAdded": turns}
+        return {**self.append(framed, rejected, log_id, principal.tenant, refused, cuts=cuts,
+                              fingerprints=fingerprints), "turnsAdded": turns}
 
     def append(self, checked: Checked | Callable[[TraceSessions], Checked],
                rejected: list[dict[str, Any]], log_id: str, tenant: str,
-               refused: dict[str, list[int]] | None = None) -> dict[str, Any]:
+               refused: dict[str, list[int]] | None = None, *, cuts: Collection[int] = (),
+               fingerprints: dict[int, bytes] | None = None) -> dict[str, Any]:
         """Append already checked events (``(index, event)``), skipping eventIds L1 holds. An
         index of None is an event the receiver added (a turn's frame): it is appended like the
         others but counted in none of the answer's figures.
@@ -149,7 +199,12 @@ class EventReceiver:
         ``checked`` may instead be a function that makes the events (and adds to ``rejected``)
         from what the log holds of its OpenTelemetry traces: it runs under the append lock, after
         this receiver read what every producer appended, so the sessions it chooses follow every
-        span L1 had then."""
+        span L1 had then.
+
+        ``cuts`` are the indexes of events :func:`check_event` cut to fit (listed in the answer's
+        ``truncated`` once appended); ``fingerprints`` the :func:`_fingerprint` of each event as
+        the request had it, by index: a duplicate whose content differs is listed in
+        ``conflicts``."""
         with self._waiting_lock:
             if self._waiting >= _MAX_WAITING:
                 raise TooManyRequests("L1 appends are queued up; this batch was not appended",
@@ -158,30 +213,38 @@ class EventReceiver:
         try:
             with self._lock:
                 return self._append_locked(checked, rejected, log_id, tenant,
-                                           {} if refused is None else refused)
+                                           {} if refused is None else refused, cuts, fingerprints or {})
         finally:
             with self._waiting_lock:
                 self._waiting -= 1
 
     def _append_locked(self, checked: Checked | Callable[[TraceSessions], Checked],
                        rejected: list[dict[str, Any]], log_id: str, tenant: str,
-                       refused: dict[str, list[int]]) -> dict[str, Any]:
+                       refused: dict[str, list[int]], cuts: Collection[int],
+                       fingerprints: dict[int, bytes]) -> dict[str, Any]:
         from kafka.errors import KafkaError
 
         producer, reader = self._l1()
         appended = duplicates = 0
         written: list[dict[str, Any]] = []
+        truncated: list[dict[str, Any]] = []
+        conflicts: list[dict[str, Any]] = []
         try:
             seen = self._catch_up(reader, log_id)
             owners, traces = self._owners[log_id], self._traces[log_id]
             if callable(checked):
                 checked = checked(traces)
-            fresh: set[bytes] = set()
+            fresh: dict[bytes, bytes] = {}
             listed: dict[str, int] = {}  # session -> index of its last appended event stating an acl
             for (index, event), at in zip(checked, _positions(checked), strict=True):
                 key = _digest(log_id, event["eventId"])
-                if key in seen or key in fresh:
+                held = seen.get(key) or fresh.get(key)
+                if held is not None:
                     duplicates += index is not None
+                    sent = fingerprints.get(index) if index is not None else None
+                    conflict = None if sent is None else _conflict(held, sent, event["eventId"])
+                    if conflict:
+                        conflicts.append({"index": index, "eventId": event["eventId"], "reason": conflict})
                     continue
                 owned, reason = _with_owner(event, owners, tenant)
                 if owned is not None:
@@ -201,20 +264,22 @@ class EventReceiver:
                 if "acl" in event:  # the session's list is set again: what follows inherits it
                     listed[event["sessionId"]] = at
                 _own(owners, owned)
-                fresh.add(key)
+                fresh[key] = _fingerprint(owned)
                 written.append(owned)
                 appended += index is not None
+                if index in cuts:
+                    truncated.append({"index": index, "eventId": owned["eventId"], **owned["fields"]["_truncated"]})
             producer.flush()
         except KafkaError as exc:
             raise TooManyRequests(f"L1 did not acknowledge the batch in time ({type(exc).__name__})",
                                   hint=f"Retry after {_RETRY_AFTER_SECONDS} s; events already "
                                        "appended count as duplicates then.") from None
-        seen |= fresh
+        seen.update(fresh)
         for event in written:  # as the next catch-up will read them (feeding twice changes nothing)
             traces.feed(event)
         rejected.sort(key=lambda item: item["index"])
         return {"appended": appended, "duplicates": duplicates, "rejected": rejected,
-                "l1CommittedSeq": reader.committed_seq(log_id)}
+                "l1CommittedSeq": reader.committed_seq(log_id), "truncated": truncated, "conflicts": conflicts}
 
 
 def request_log(value: Any) -> str:
@@ -226,25 +291,51 @@ def request_log(value: Any) -> str:
     return value
 
 
-def check_event(raw: Any, principal: Principal, log_id: str) -> tuple[dict[str, Any] | None, str]:
-    """The event as it will be appended, or None and why it is refused."""
+def check_event(raw: Any, principal: Principal, log_id: str,
+                max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> tuple[dict[str, Any] | None, str, int]:
+    """The event as it will be appended, or None and why it is refused; and the bytes cut from it.
+
+    An event over ``max_event_bytes`` is cut as ``usl ingest`` cuts one (``fit_event``: its
+    longest strings, the cut recorded in ``fields._truncated``), to leave room for what the
+    receiver may add to it (a new session's ``acl``, a frame's ``turnId``): the same event is
+    cut the same way whatever its session already holds, so a retry is a plain duplicate."""
     if not isinstance(raw, dict):
-        return None, f"an event must be a JSON object, not {type(raw).__name__}"
+        return None, f"an event must be a JSON object, not {json_kind(raw)}", 0
     repeated = _repeated_key(raw)
     if repeated is not None:
-        return None, f"duplicate key {repeated!r} in a JSON object; each key may appear once"
+        return None, f"duplicate key {repeated!r} in a JSON object; each key may appear once", 0
     event = dict(raw)
     event.setdefault("logId", log_id)
     if event["logId"] != log_id:
-        return None, f"logId {event['logId']!r} is not this request's log {log_id!r} (one log per request)"
+        return None, f"logId {event['logId']!r} is not this request's log {log_id!r} (one log per request)", 0
     acl = event.get("acl")
     if isinstance(acl, dict) and acl.get("tenant") != principal.tenant:
         return None, (f"acl.tenant {acl.get('tenant')!r} is not the caller's tenant {principal.tenant!r}; "
-                      "an API key writes only its own tenant's events")
+                      "an API key writes only its own tenant's events"), 0
     try:
-        return validate_event(event), ""
+        event = validate_event(event)
     except SchemaError as exc:
-        return None, f"{exc.reason} (field {exc.field})" if exc.field else exc.reason
+        return None, f"{exc.reason} (field {exc.field})" if exc.field else exc.reason, 0
+    problem = fields_problem(event)
+    if problem is not None:
+        return None, problem, 0
+    try:
+        fitted, cut = fit_event(event, max_event_bytes - _room(event, principal.tenant))
+    except SchemaError as exc:
+        return None, exc.reason, 0
+    return fitted, "", cut
+
+
+def _room(event: dict[str, Any], tenant: str) -> int:
+    """Bytes the receiver may add to ``event``: a new session's default ``acl``, and the
+    ``turnId`` of a frame (:mod:`streams.importers.frames`) around a loose event."""
+    added: dict[str, Any] = {}
+    if "acl" not in event:
+        added["acl"] = {"tenant": tenant, "read": ["*"]}
+    if not (event.get("turnId") or event.get("episodeId")):
+        added["turnId"] = stable_id("turn", "")
+    # Each key joins the event's object with a comma; the braces of ``added`` are not added.
+    return len(canonical_bytes(added)) - 2 + len(added) if added else 0
 
 
 def refuse_list(refused: dict[str, list[int]], raw: Any, index: int) -> None:
@@ -352,23 +443,26 @@ def _parse(raw: bytes) -> Any:
     try:
         return json.loads(raw, object_pairs_hook=_mark_repeats)
     except RecursionError:
-        raise QueryError("the request body is nested too deeply", hint="Send events as ASP v1 defines them.") from None
+        raise QueryError("the request body is nested too deeply for its repeated keys to be checked",
+                         hint="Send events as ASP v1 defines them.") from None
 
 
-async def _body(request: Request) -> Any:
-    raw = await request.body()
-    if not raw.strip():
+async def _body(request: Request, max_bytes: int) -> Any:
+    if not (await request.body()).strip():
         raise QueryError("the request body is empty; send a JSON object", hint='For example {"events": []}.')
     media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if media_type != "application/json" and not media_type.endswith("+json"):
         from planner.api import not_json
 
         raise not_json(media_type)
+    raw = await read_body(request, max_bytes)  # decoded (Content-Encoding)
+    if not raw.strip():
+        raise QueryError("the request body is empty once decoded; send a JSON object",
+                         hint='For example {"events": []}.')
     try:
         return _parse(raw)
-    except orjson.JSONDecodeError:
-        raise QueryError("the request body is not valid JSON",
-                         hint="Send a JSON object with Content-Type: application/json.") from None
+    except orjson.JSONDecodeError as exc:
+        raise json_error(exc) from None
 
 
 def _answer(handler: Callable[[Request], Any]) -> Callable[[Request], Any]:
@@ -391,7 +485,7 @@ def routes(settings: Settings, bootstrap: str, principal_of: Callable[[Request],
 
     async def events(request: Request) -> Response:
         principal = principal_of(request)
-        body = await _body(request)
+        body = await _body(request, settings.api_max_body_bytes)
         if not isinstance(body, dict) or not isinstance(body.get("events"), list):
             raise QueryError('the body must be an object with an "events" array',
                              hint='For example {"events": [{"eventId": "...", ...}]}.')
@@ -427,7 +521,19 @@ def openapi_paths(*, security: list[dict[str, list[str]]], principal: dict[str, 
                   "l1CommittedSeq": {"type": "integer", "minimum": 0},
                   "turnsAdded": {"type": "integer", "minimum": 0, "description": (
                       "POST /v1/events: sessions whose trailing loose events (in no turn or episode) were framed "
-                      "in a turn of their own")}}}
+                      "in a turn of their own")},
+                  "truncated": {"type": "array", "description": (
+                      "POST /v1/events: appended events that were over USL_MAX_EVENT_BYTES, their longest strings "
+                      "cut to fit (fields._truncated records it)"), "items": {
+                      "type": "object", "required": ["index", "eventId", "originalBytes", "limitBytes"],
+                      "properties": {"index": {"type": "integer"}, "eventId": {"type": "string"},
+                                     "originalBytes": {"type": "integer"}, "limitBytes": {"type": "integer"}}}},
+                  "conflicts": {"type": "array", "description": (
+                      "POST /v1/events: duplicates (counted in duplicates) whose content differs from the copy the "
+                      "log holds; the first copy stands"), "items": {
+                      "type": "object", "required": ["index", "eventId", "reason"],
+                      "properties": {"index": {"type": "integer"}, "eventId": {"type": "string"},
+                                     "reason": {"type": "string"}}}}}}
     too_many = {"429": {"description": "L1 cannot keep up; retry after Retry-After seconds",
                         "headers": {"Retry-After": {"schema": {"type": "string"}}},
                         "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}}

@@ -115,6 +115,28 @@ def _hex(value: Any) -> str:
         return ""  # not an id: the span is refused for it
 
 
+def _id_problem(value: Any, as_hex: str, name: str, size: int) -> str | None:
+    """Why ``value`` (read as ``as_hex``) is no span ``name``, or None. Any hex is taken, as it
+    always was (the id only has to be stable); the message names the length OTLP gives it."""
+    if value is None or value == "":
+        return f"a span needs a {name}"
+    if as_hex:
+        return None
+    return (f"{name} {str(value)[:48]!r} is not hex of the right length (OTLP: {2 * size} hex digits, an "
+            f"id of {size} bytes, or its base64 as protobuf's JSON mapping writes it)")
+
+
+def _time_problem(value: Any, name: str) -> str:
+    """Why ``value`` is not a span time (``_time`` read none)."""
+    if value is None or value == "":
+        return f"a span needs {name}"
+    try:
+        int(value)
+    except (TypeError, ValueError):
+        return f"{name} {str(value)[:48]!r} is not a number (nanoseconds since the Unix epoch)"
+    return f"{name} {str(value)[:48]!r} is not a time after the Unix epoch in nanoseconds"
+
+
 def _time(nanos: Any) -> str | None:
     try:
         value = int(nanos)
@@ -315,12 +337,12 @@ def span_events(request: dict[str, Any], *, log_id: str = "default",
             continue
         trace, span_id = _hex(span.get("traceId")), _hex(span.get("spanId"))
         record = f"span[{index}] {trace}/{span_id}"
-        if not trace or not span_id:
-            yield Rejected(record, "a span needs a traceId and a spanId", raw_text(span))
-            continue
+        problem = (_id_problem(span.get("traceId"), trace, "traceId", 16)
+                   or _id_problem(span.get("spanId"), span_id, "spanId", 8))
         start, end = _time(span.get("startTimeUnixNano")), _time(span.get("endTimeUnixNano"))
-        if start is None:
-            yield Rejected(record, "a span needs startTimeUnixNano", raw_text(span))
+        if problem is not None or start is None:
+            problem = problem or _time_problem(span.get("startTimeUnixNano"), "startTimeUnixNano")
+            yield Rejected(record, problem, raw_text(span))
             continue
         yield from _Span(log_id, record, resource, span, attrs, operation, trace, span_id, start,
                          end or start, batch.run_of(trace, span, attrs), started,

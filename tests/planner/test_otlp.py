@@ -283,3 +283,94 @@ def test_json_spans_children_first_over_requests_and_replicas(served):
         == {"qa-otel-conv-3"}
     assert [(e["sessionId"], e["parentSessionId"]) for e in events if e["type"] == "x.otel.conversation"] == [
         (f"otel-{trace}", "qa-otel-conv-3")]
+
+
+def test_a_gzip_exporter_is_received_and_an_oversized_result_is_cut_not_lost(served):
+    """The OpenTelemetry SDK exporter with compression=gzip (the Collector's otlphttp exporter
+    gzips by default) got 400 "not valid OTLP JSON" and, not retrying a 400, lost its spans. And
+    a 2.4 MB gen_ai.tool.call.result lost its tool.result while its tool.call was kept: it is
+    cut as `usl ingest` cuts one, and partialSuccess says so without rejecting a span."""
+    import gzip
+
+    import httpx
+    from opentelemetry.exporter.otlp.proto.http import Compression
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
+
+    settings, _planner, endpoint = served
+    results: list[SpanExportResult] = []
+
+    class Recording(OTLPSpanExporter):
+        def export(self, spans: Any) -> SpanExportResult:
+            results.append(super().export(spans))
+            return results[-1]
+
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(Recording(endpoint=f"{endpoint}/v1/traces",
+                                                              compression=Compression.Gzip)))
+    tracer = provider.get_tracer("usl-test")
+    conversation = {"gen_ai.conversation.id": "qa-otel-gzip"}
+    with tracer.start_as_current_span("chat", attributes={**conversation, "gen_ai.operation.name": "chat",
+                                                          "gen_ai.input.messages": orjson.dumps([{
+                                                              "role": "user", "parts": [{"type": "text",
+                                                                                         "content": "dump the ledger"}]}]).decode()}):
+        pass
+    with tracer.start_as_current_span("execute_tool dump", attributes={
+            **conversation, "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "dump",
+            "gen_ai.tool.call.id": "call_big", "gen_ai.tool.call.result": "ledger row\n" * 240_000}):
+        pass
+    provider.shutdown()
+    assert results == [SpanExportResult.SUCCESS] * 2
+    events = l1_events(settings)
+    assert {e["sessionId"] for e in events} == {"qa-otel-gzip"}
+    texts = [e["fields"]["text"] for e in events if e["type"] == "message"]
+    assert texts == ["dump the ledger"]
+    result = next(e for e in events if e["type"] == "tool.result")
+    assert next(e for e in events if e["type"] == "tool.call")["fields"]["toolCallId"] == "call_big"
+    assert result["fields"]["_truncated"]["originalBytes"] > settings.max_event_bytes
+    assert result["fields"]["output"].startswith("ledger row\nledger row\n")
+
+    # The answer of such a request: no span rejected, the cut named (a warning, as OTLP has it).
+    span = {"traceId": "5b8efff798038103d269b633813fc60d", "spanId": "eee19b7ec3c1b175",
+            "startTimeUnixNano": "1764579600000000000", "attributes": [
+                {"key": "gen_ai.operation.name", "value": {"stringValue": "execute_tool"}},
+                {"key": "gen_ai.tool.call.result", "value": {"stringValue": "row\n" * 600_000}}]}
+    body = gzip.compress(orjson.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}))
+    response = httpx.post(f"{endpoint}/v1/traces", content=body, timeout=30,
+                          headers={"Content-Type": "application/json", "Content-Encoding": "gzip"})
+    assert response.status_code == 200, response.text
+    warning = response.json()["partialSuccess"]
+    assert warning["rejectedSpans"] == 0 and "fields._truncated" in warning["errorMessage"]
+
+
+def test_otlp_errors_say_what_is_wrong(served):
+    """`"spans": 5` was a 200 {} (the spans silently dropped); a bad id or time was named
+    vaguely; text/plain's 415 named JSON only; a plain body labelled gzip was accepted."""
+    import httpx
+
+    _settings, _planner, endpoint = served
+
+    def send(content: bytes, **headers: str) -> Any:
+        return httpx.post(f"{endpoint}/v1/traces", content=content, timeout=30,
+                          headers={"Content-Type": "application/json", **headers})
+
+    shape = send(b'{"resourceSpans": [{"scopeSpans": [{"spans": 5}]}]}')
+    assert shape.status_code == 400
+    assert "resourceSpans[0].scopeSpans[0].spans must be a list, not a number" in shape.json()["error"]["message"]
+    good = {"traceId": "5b8efff798038103d269b633813fc60c", "spanId": "eee19b7ec3c1b174",
+            "startTimeUnixNano": "1764579600000000000",
+            "attributes": [{"key": "gen_ai.operation.name", "value": {"stringValue": "chat"}}]}
+    for change, says in (({"traceId": "zz"}, "traceId 'zz' is not hex of the right length (OTLP: 32 hex digits"),
+                         ({"spanId": "span-1"}, "spanId 'span-1' is not hex of the right length (OTLP: 16 hex digits"),
+                         ({"startTimeUnixNano": "abc"}, "startTimeUnixNano 'abc' is not a number")):
+        body = orjson.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [{**good, **change}]}]}]})
+        answer = send(body).json()["partialSuccess"]
+        assert answer["rejectedSpans"] == 1 and says in answer["errorMessage"], answer
+    plain = send(b"{}", **{"Content-Type": "text/plain"})
+    assert plain.status_code == 415 and "application/x-protobuf" in plain.json()["error"]["message"]
+    labelled = send(b'{"resourceSpans": []}', **{"Content-Encoding": "gzip"})
+    assert labelled.status_code == 400 and "not valid gzip data" in labelled.json()["error"]["message"]
+    assert send(b'{"resourceSpans": []}', **{"Content-Encoding": "br"}).status_code == 415
+    surrogate = send(b'{"resourceSpans": [{"x": "\\ud800"}]}')
+    assert surrogate.status_code == 400 and "lone UTF-16 surrogate" in surrogate.json()["error"]["message"]

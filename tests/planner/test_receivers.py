@@ -222,3 +222,101 @@ def test_an_event_refused_with_its_access_list_takes_its_sessions_later_events_w
     stored = l1_events(settings)
     assert [e["eventId"] for e in stored] == [batch[i]["eventId"] for i in (0, 3, 4)]
     assert stored[0]["acl"] == stored[1]["acl"] == own and "acl" not in stored[2]
+
+
+def test_compressed_bodies_are_read_and_bounded_after_decompression(make_settings):
+    """gzip and deflate bodies are what they decode to; an unknown coding is a 415, a body that
+    is not what its coding says a 400 naming it, and the size limit holds after inflating."""
+    import gzip
+    import json
+    import zlib
+
+    settings = make_settings(api_max_body_bytes=1 << 20)
+    app = create_app(settings, settings.bootstrap_servers or "", planner=_NoPlanner())
+    events = session_events("s-gzip", turns=1)
+    body = json.dumps({"events": events}).encode()
+    with TestClient(app, base_url="http://localhost") as client:
+        def send(content: bytes, coding: str) -> Any:
+            return client.post("/v1/events", content=content,
+                               headers={"Content-Type": "application/json", "Content-Encoding": coding})
+
+        answer = send(gzip.compress(body), "gzip")
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["appended"] == len(events)
+        assert send(zlib.compress(body), "deflate").json()["duplicates"] == len(events)
+        plain = send(body, "gzip")
+        assert plain.status_code == 400 and "not valid gzip data" in plain.json()["error"]["message"]
+        unknown = send(body, "br")
+        assert unknown.status_code == 415 and "'br' is not supported" in unknown.json()["error"]["message"]
+        bomb = send(gzip.compress(b'{"events": [' + b" " * (4 << 20) + b"]}"), "gzip")
+        assert bomb.status_code == 413 and "decompresses to more than" in bomb.json()["error"]["message"]
+    assert len(l1_events(settings)) == len(events)
+
+
+def test_an_oversized_event_is_cut_and_reported_not_refused(api):
+    """As `usl ingest` does: the longest strings are cut, fields._truncated records it, and the
+    answer lists it in truncated. A retry is a plain duplicate (the same cut), not a conflict."""
+    settings, client, key_a, _key_b = api
+    events = session_events("s-big", turns=1)
+    result = next(i for i, e in enumerate(events) if e["type"] == "tool.result")
+    events[result] = {**events[result], "fields": {**events[result]["fields"], "output": "line\n" * 400_000}}
+    answer = post(client, key_a, {"events": events}).json()
+    assert answer["appended"] == len(events) and answer["rejected"] == []
+    assert [(t["index"], t["eventId"]) for t in answer["truncated"]] == [(result, events[result]["eventId"])]
+    assert answer["truncated"][0]["originalBytes"] > settings.max_event_bytes >= answer["truncated"][0]["limitBytes"]
+    stored = {e["eventId"]: e for e in l1_events(settings)}[events[result]["eventId"]]
+    assert stored["fields"]["_truncated"]["originalBytes"] == answer["truncated"][0]["originalBytes"]
+    assert stored["fields"]["output"].startswith("line\nline\n")
+    again = post(client, key_a, {"events": events}).json()
+    assert (again["appended"], again["duplicates"], again["conflicts"], again["truncated"]) == (0, len(events), [], [])
+
+
+def test_events_whose_fields_are_not_what_their_type_needs_are_refused(api):
+    """The QA's batch: a message whose text is a number or a list and a tool.call with a numeric
+    toolName and no toolCallId were appended (search showed "[tool.call]", tool_calls a NULL
+    toolName). Each is refused by index, naming the field; the valid events of the batch pass."""
+    settings, client, key_a, _key_b = api
+    events = acme(session_events("s-fields", turns=1))
+    message = next(e for e in events if e["type"] == "message")
+    bad = [{**message, "eventId": "f-1", "fields": {"text": 12345}},
+           {**message, "eventId": "f-2", "fields": {"text": ["a", "b"]}},
+           {**message, "eventId": "f-3", "type": "tool.call", "fields": {"toolName": 7}}]
+    answer = post(client, key_a, {"events": [*events, *bad]}).json()
+    assert answer["appended"] == len(events)
+    reasons = {r["index"]: r["reason"] for r in answer["rejected"]}
+    assert sorted(reasons) == [len(events), len(events) + 1, len(events) + 2]
+    assert "fields.text of a message must be a string, not a number" in reasons[len(events)]
+    assert "not an array" in reasons[len(events) + 1]
+    assert "fields.toolName of a tool.call" in reasons[len(events) + 2]
+    assert {e["eventId"] for e in l1_events(settings)} == {e["eventId"] for e in events}
+
+
+def test_errors_say_what_is_wrong_in_json_terms(api):
+    _settings, client, key_a, _key_b = api
+    answer = post(client, key_a, {"events": [None, "event", 5, [1], True]}).json()
+    assert [r["reason"] for r in answer["rejected"]] == [
+        f"an event must be a JSON object, not {kind}" for kind in ("null", "a string", "a number", "an array", "a boolean")]
+    headers = {"Authorization": f"Bearer {key_a}", "Content-Type": "application/json"}
+    for body, says in ((b'{"events": [{"eventId": "\\ud800"}]}', "lone UTF-16 surrogate escape"),
+                       (b'{"events": ' + b"[" * 3000 + b"]" * 3000 + b"}", "nested more than 1024 levels deep")):
+        response = client.post("/v1/events", content=body, headers=headers)
+        assert response.status_code == 400 and says in response.json()["error"]["message"], response.text
+
+
+def test_the_same_event_id_with_other_content_is_a_conflict(api):
+    """Counted among the duplicates (the first copy stands), and listed in conflicts: content
+    changed under an eventId is a producer bug it should hear of. What the receiver added (a
+    new session's acl, a frame's turnId) is no difference."""
+    _settings, client, key_a, _key_b = api
+    events = session_events("s-conflict", turns=1)
+    loose = [{k: v for k, v in e.items() if k != "turnId"} for e in events if not e["type"].startswith("turn.")]
+    assert post(client, key_a, {"events": loose}).json()["appended"] == len(loose)
+    message = next(i for i, e in enumerate(loose) if e["type"] == "message")
+    changed = {**loose[message], "fields": {"text": "something else"}}
+    answer = post(client, key_a, {"events": [*loose[:message], changed, *loose[message + 1:]]}).json()
+    assert (answer["appended"], answer["duplicates"]) == (0, len(loose))
+    assert [(c["index"], c["eventId"]) for c in answer["conflicts"]] == [(message, changed["eventId"])]
+    assert "different content" in answer["conflicts"][0]["reason"]
+    retagged = {**loose[message], "acl": {"tenant": "acme", "read": ["user:alice"]}}
+    answer = post(client, key_a, {"events": [retagged]}).json()
+    assert [c["index"] for c in answer["conflicts"]] == [0] and "different acl" in answer["conflicts"][0]["reason"]

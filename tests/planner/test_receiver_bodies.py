@@ -1,0 +1,127 @@
+"""The receivers' pure checks: Content-Encoding decoding with its size cap, what a 400 says about
+a body that is not JSON, the fields each event type needs, and cutting an oversized event."""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+from typing import Any
+
+import orjson
+import pytest
+
+from planner.acl import Principal
+from planner.api import PayloadTooLarge, UnsupportedMediaType
+from planner.bodies import decode_body, json_error
+from planner.event_fields import fields_problem
+from planner.exceptions import QueryError
+from planner.otlp import decode_request
+from planner.receivers import check_event
+from streams.asp import canonical_bytes
+
+BODY = b'{"events": [{"eventId": "e1"}]}'
+
+
+@pytest.mark.parametrize(("header", "encoded"), [
+    ("gzip", gzip.compress(BODY)), ("x-gzip", gzip.compress(BODY)), ("GZIP", gzip.compress(BODY)),
+    ("deflate", zlib.compress(BODY)), ("deflate", zlib.compress(BODY)[2:-4]),  # zlib, and raw deflate
+    ("identity", BODY), ("gzip, identity", gzip.compress(BODY)),
+    ("deflate, gzip", gzip.compress(zlib.compress(BODY))),  # applied in order, undone last first
+    ("gzip", gzip.compress(BODY[:10]) + gzip.compress(BODY[10:])),  # two gzip members are one stream
+])
+def test_bodies_are_decoded_as_content_encoding_says(header: str, encoded: bytes) -> None:
+    assert decode_body(encoded, header, 1 << 20) == BODY
+
+
+def test_undecodable_unknown_and_inflating_bodies_are_refused_by_name() -> None:
+    for header, encoded in (("gzip", BODY), ("gzip", gzip.compress(BODY)[:-6]), ("deflate", b"\x00junk")):
+        with pytest.raises(QueryError, match=f"not valid {header} data"):
+            decode_body(encoded, header, 1 << 20)
+    for header in ("br", "zstd", "gzip, compress"):
+        with pytest.raises(UnsupportedMediaType, match="not supported"):
+            decode_body(BODY, header, 1 << 20)
+    # The cap holds on the decoded size, whatever the compressed size: 10 MiB of zeros is ~10 KiB.
+    bomb = gzip.compress(bytes(10 << 20))
+    assert len(bomb) < 64 << 10
+    with pytest.raises(PayloadTooLarge, match="decompresses to more than 1048576 bytes"):
+        decode_body(bomb, "gzip", 1 << 20)
+    assert decode_body(gzip.compress(bytes(1 << 20)), "gzip", 1 << 20) == bytes(1 << 20)  # the limit itself passes
+
+
+@pytest.mark.parametrize(("raw", "says"), [
+    (b'{"events": [{"eventId": "\\ud800"}]}', "lone UTF-16 surrogate escape"),
+    (b"[" * 5000 + b"]" * 5000, "nested more than 1024 levels deep"),
+    (b'{"events": [1,]}', "trailing comma is not allowed at line 1, column 14"),
+    ('{"t": "é"}'.encode("latin-1"), "is not UTF-8 text"),
+])
+def test_a_body_that_is_not_json_says_what_is_wrong(raw: bytes, says: str) -> None:
+    with pytest.raises(orjson.JSONDecodeError) as caught:
+        orjson.loads(raw)
+    error = json_error(caught.value)
+    assert says in error.message and error.status == 400
+
+
+@pytest.mark.parametrize(("body", "says"), [
+    ({"resourceSpans": [{"scopeSpans": [{"spans": 5}]}]}, "resourceSpans[0].scopeSpans[0].spans must be a list, not a number"),
+    ({"resourceSpans": {}}, "resourceSpans must be a list, not an object"),
+    ({"resourceSpans": [{"scopeSpans": "x"}]}, "resourceSpans[0].scopeSpans must be a list, not a string"),
+    ({"resourceSpans": [{"scopeSpans": [{"spans": [None]}]}]}, "spans[0] must be an object, not null"),
+    ([], "it must be a JSON object, not an array"),
+])
+def test_otlp_json_of_another_shape_is_a_400_naming_where(body: Any, says: str) -> None:
+    with pytest.raises(QueryError, match="not an OTLP ExportTraceServiceRequest") as caught:
+        decode_request(orjson.dumps(body), "application/json")
+    assert says in caught.value.message
+    assert decode_request(b'{"resourceSpans": [{"scopeSpans": [{"spans": null}]}]}', "application/json")
+
+
+def _event(event_type: str, **fields: Any) -> dict[str, Any]:
+    return {"eventId": "e", "sessionId": "s", "type": event_type, "time": "2026-01-01T00:00:00Z", "fields": fields}
+
+
+@pytest.mark.parametrize(("event", "says"), [
+    (_event("message", text=12345), "fields.text of a message must be a string, not a number"),
+    (_event("message", text=["a", "b"]), "fields.text of a message must be a string, not an array"),
+    (_event("message"), "a message needs fields.text"),
+    (_event("tool.call", toolName=7), "fields.toolName of a tool.call must be a non-empty string, not a number"),
+    (_event("tool.call", toolName="", toolCallId="c", input={}), "non-empty string, not an empty string"),
+    (_event("tool.call", toolName="grep", input={}), "a tool.call needs fields.toolCallId"),
+    (_event("tool.call", toolName="grep", toolCallId="c"), "a tool.call needs fields.input"),
+    (_event("tool.call", toolName="grep", toolCallId="c", input="ls"), "must be an object of its arguments, not a string"),
+    (_event("tool.result", toolName="grep"), "a tool.result needs fields.toolCallId"),
+    (_event("tool.result", toolCallId="c", output={"rows": 1}), "fields.output of a tool.result must be a string, not an object"),
+    (_event("tool.result", toolCallId="c", status=False), "fields.status of a tool.result must be a string, not a boolean"),
+    (_event("error", code=3), "an error needs fields.message"),
+])
+def test_an_event_whose_fields_are_not_what_its_type_needs_is_refused(event: dict[str, Any], says: str) -> None:
+    assert says in (fields_problem(event) or "")
+    checked, reason, _cut = check_event(event, Principal(tenant="acme", user="a"), "default")
+    assert checked is None and says in reason
+
+
+@pytest.mark.parametrize("event", [
+    _event("message", text=""), _event("message", content="the renderer reads content too"),
+    _event("tool.call", name="grep", toolCallId="c", arguments={"q": 1}),
+    _event("tool.result", toolCallId=""),  # Codex: an output that names no call
+    _event("tool.result", toolCallId="c", status="ok", output="done"),  # Claude Code: no toolName yet
+    _event("error", text="boom"), _event("turn.ended", usage="anything"), _event("x.custom", text=5),
+])
+def test_the_variants_importers_write_pass(event: dict[str, Any]) -> None:
+    assert fields_problem(event) is None
+    assert check_event(event, Principal(tenant="acme", user="a"), "default")[0] is not None
+
+
+def test_an_oversized_event_is_cut_with_room_for_what_the_receiver_adds() -> None:
+    """As ``usl ingest`` cuts one (fit_event), below the limit by the bytes of a new session's
+    acl and a frame's turnId, so the appended event fits whatever the receiver adds."""
+    limit = 100_000
+    event = _event("tool.result", toolCallId="c", toolName="dump", status="ok", output="row\n" * 60_000)
+    checked, reason, cut = check_event(event, Principal(tenant="acme", user="a"), "default", limit)
+    assert checked is not None and reason == "" and cut > 0
+    assert checked["fields"]["_truncated"]["originalBytes"] > limit
+    grown = {**checked, "acl": {"tenant": "acme", "read": ["*"]}, "turnId": "turn_" + "0" * 32}
+    assert len(canonical_bytes(grown)) <= limit
+    assert checked["fields"]["output"].startswith("row\nrow\n")
+    many = _event("message", text="x", **{f"k{i}": "v" for i in range(20_000)})
+    refused, reason, _ = check_event(many, Principal(tenant="acme", user="a"), "default", limit)
+    assert refused is None and "cannot make it fit" in reason
