@@ -10,12 +10,17 @@ from pathlib import Path
 import typer
 
 from deploy.cli import app
+from deploy.cli._help import flowing
 
 HEADER = """# CLI reference
 
 `usl` is the one command line of USL Search. Option defaults can come from the environment
-(see `docs/configuration.md`); `--json` prints machine-readable output; progress goes to
-stderr. Errors print one line (`error: ...`) and exit with code 2, never a traceback.
+(see `docs/configuration.md`); `--json` prints machine-readable output (UTF-8, as the API
+answers); progress goes to stderr. Errors print one line on stderr and exit with code 2, never a
+traceback: `error: ...` for what went wrong while running, and for a usage error (an unknown
+option, a missing argument, a bad value) ``error: ... (see `usl COMMAND --help`)``. A command
+stopped with Ctrl-C exits with code 130. `usl --version` prints the package version and the
+redaction policy (version and hash) and chunker version this code writes into every index.
 """
 
 
@@ -32,8 +37,9 @@ def commands(group: object, prefix: str) -> list[tuple[str, object]]:
 
 def render() -> str:
     lines = [HEADER]
-    for full, command in commands(typer.main.get_command(app), "usl"):
-        lines += [f"## `{full}`", "", (command.help or "").strip().replace("\n", " "), ""]  # type: ignore[attr-defined]
+    top = typer.main.get_command(app)
+    for full, command in [("usl", top), *commands(top, "usl")]:
+        lines += [f"## `{full}`", "", flowing(command.help), ""]  # type: ignore[attr-defined]
         params = [p for p in command.params if p.name != "help"]  # type: ignore[attr-defined]
         if params:
             lines += ["| argument / option | default | meaning |", "|---|---|---|"]
@@ -43,7 +49,8 @@ def render() -> str:
                 continue
             default = None if callable(p.default) else p.default
             env = f" (env `{p.envvar}`)" if p.envvar else ""
-            lines.append(f"| `{' / '.join(p.opts)}` | `{default}` | {(p.help or '').replace('|', '/')}{env} |")
+            value = f" {p.metavar}" if p.metavar else ""
+            lines.append(f"| `{' / '.join(p.opts)}{value}` | `{default}` | {(p.help or '').replace('|', '/')}{env} |")
         lines.append("")
     return "\n".join(lines)
 

@@ -40,6 +40,7 @@ from deploy.cli import (
     worker,
 )
 from deploy.cli._common import err, escape
+from deploy.cli._help import Group, humane
 from deploy.cli.typer_compat import install as _coerce_without_pydantic
 from streams.exceptions import USLError
 
@@ -51,7 +52,34 @@ GROUPS: tuple[ModuleType, ...] = (topics, ingest, deadletters, stack, worker, si
                                    sessionql)
 
 
-def _usl() -> None:
+def _print_version(wanted: bool) -> None:
+    if not wanted:
+        return
+    from importlib.metadata import PackageNotFoundError, version
+
+    from deploy.cli._common import load_settings
+    from sinks.service import pipeline_versions
+
+    try:
+        package = version("usl-search")
+    except PackageNotFoundError:
+        package = "(not installed)"
+    # What this code writes into every chunk, manifest and watermark: an index built under another
+    # policy or chunker is one `usl rebuild` away from agreeing with it.
+    written = pipeline_versions(load_settings())
+    chunker = written["chunker"]
+    sys.stdout.write(f"usl-search {package}\n"
+                     f"redaction policy {written['redactionPolicyVersion']} (hash {written['redactionPolicy']})\n"
+                     f"chunker {chunker['version']} (tokenizer {chunker['tokenizer']}, {chunker['targetTokens']} "
+                     f"tokens, overlap {chunker['overlapTokens']})\n")
+    raise typer.Exit()
+
+
+def _usl(
+    version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                 help="Print the version, the redaction policy and the chunker this code "
+                                      "writes, and exit."),
+) -> None:
     # A callback keeps `usl COMMAND ...` a group of commands even when one group registered a
     # single command (typer runs a lone command as the whole program otherwise).
     pass
@@ -65,11 +93,12 @@ def build_app(groups: Sequence[ModuleType] = GROUPS) -> typer.Typer:
         no_args_is_help=True,
         add_completion=True,
         pretty_exceptions_enable=False,
+        cls=Group,
     )
     built.callback()(_usl)
     for group in groups:
         group.register(built)
-    return built
+    return humane(built)
 
 
 app = build_app()

@@ -39,9 +39,9 @@ def _log_name(value: str) -> str:
     return value
 
 
-LOG_OPTION = typer.Option("default", "--log", envvar="USL_LOG", help="Log (L1 partition) to use.",
+LOG_OPTION = typer.Option("default", "--log", envvar="USL_LOG", metavar="NAME", help="Log (L1 partition) to use.",
                           callback=_log_name)
-PRINCIPAL_OPTION = typer.Option(None, "--as", envvar="USL_DEFAULT_PRINCIPAL",
+PRINCIPAL_OPTION = typer.Option(None, "--as", envvar="USL_DEFAULT_PRINCIPAL", metavar="PRINCIPAL",
                                 help="Principal, e.g. tenant:acme/user:alice/groups:eng.")
 
 
@@ -100,8 +100,19 @@ def escape(text: str) -> str:
 
 
 def print_json(data: Any) -> None:
-    """``data`` as indented JSON on stdout (the ``--json`` output of every command)."""
-    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
+    """``data`` as indented JSON on stdout (the ``--json`` output of every command), in UTF-8 as
+    the API answers: text in any script reads as itself, not as ``\\uXXXX``. A lone surrogate
+    (which UTF-8 cannot hold, and which the API's orjson refuses outright) is written as its JSON
+    escape, so the output stays valid JSON and valid UTF-8 and the command does not crash."""
+    encoded = (json.dumps(data, indent=2, sort_keys=False, ensure_ascii=False) + "\n").encode("utf-8",
+                                                                                            "backslashreplace")
+    stdout = getattr(sys.stdout, "buffer", None)
+    if stdout is None:  # a text-only stream (a test's StringIO): what the bytes say
+        sys.stdout.write(encoded.decode("utf-8"))
+        return
+    sys.stdout.flush()
+    stdout.write(encoded)
+    stdout.flush()
 
 
 def fail(exc: PlannerError, json_out: bool) -> NoReturn:

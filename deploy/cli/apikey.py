@@ -27,9 +27,9 @@ def register(app: typer.Typer) -> None:
 
 
 def create(
-    principal: str = typer.Option(..., "--principal",
+    principal: str = typer.Option(..., "--principal", metavar="PRINCIPAL",
                                   help="Principal the key stands for, e.g. tenant:acme/user:alice/groups:ops."),
-    name: str = typer.Option(None, "--name", help="Name to list and revoke it by (default: USER-HASHPREFIX)."),
+    name: str = typer.Option(None, "--name", metavar="NAME", help="Name to list and revoke it by (default: USER-HASHPREFIX)."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON (includes the key, once)."),
 ) -> None:
     """Create an API key for PRINCIPAL and print it once; only its hash is stored."""

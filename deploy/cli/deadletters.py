@@ -33,7 +33,7 @@ def _log_or_all(value: str | None) -> str | None:
 
 
 def deadletters(
-    log: str | None = typer.Option(None, "--log", callback=_log_or_all,
+    log: str | None = typer.Option(None, "--log", callback=_log_or_all, metavar="NAME",
                                    help="Only the dead letters of this log (default: every log; a record "
                                         "unreadable before its log was known names none)."),
     limit: int = typer.Option(20, "--limit", min=1, max=10000, help="How many, newest first."),

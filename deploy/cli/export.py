@@ -41,12 +41,12 @@ def register(app: typer.Typer) -> None:
 def export_command(
     what: str = typer.Argument("sessions", metavar="WHAT", help="sessions (their redacted events, re-importable with "
                                                 "`usl ingest --format asp`) | turns | hits."),
-    query: str = typer.Option(None, "--query", "-q", help="The search whose hits to export (with hits)."),
-    fmt: str = typer.Option("jsonl", "--format", help="jsonl | parquet."),
+    query: str = typer.Option(None, "--query", "-q", metavar="QUERY", help="The search whose hits to export (with hits)."),
+    fmt: str = typer.Option("jsonl", "--format", metavar="FORMAT", help="jsonl | parquet."),
     output: Path = typer.Option(None, "--output", "-o", help="File to write (default: stdout)."),
-    as_of: int = typer.Option(None, "--as-of", min=0, help="asOfSeq to export at (default: the freshest)."),
-    freshness: str = typer.Option("indexed", "--freshness", help="Of the search, with hits."),
-    mode: str = typer.Option("hybrid", "--mode", help="Of the search, with hits: hybrid | text | vector."),
+    as_of: int = typer.Option(None, "--as-of", min=0, metavar="SEQ", help="asOfSeq to export at (default: the freshest)."),
+    freshness: str = typer.Option("indexed", "--freshness", metavar="FRESHNESS", help="Of the search, with hits."),
+    mode: str = typer.Option("hybrid", "--mode", metavar="MODE", help="Of the search, with hits: hybrid | text | vector."),
     limit: int = typer.Option(None, "--limit", min=1, help="At most this many hits (default 10000)."),
     principal_text: str = PRINCIPAL_OPTION,
     log: str = LOG_OPTION,
@@ -54,6 +54,11 @@ def export_command(
     """Export what you may read at one asOfSeq: sessions' events, turns, or a search's hits."""
     if fmt not in ("jsonl", "parquet"):
         raise USLError(f"unknown format {fmt!r}; use jsonl or parquet")
+    # Said here in the CLI's words: the planner's own hints name the API's parameters (query=...).
+    if what == "hits" and not query:
+        raise USLError("exporting hits needs a query: add -q/--query, e.g. `usl export hits -q 'retry budget'`")
+    if what != "hits" and query:
+        raise USLError(f"-q/--query applies to `usl export hits`, not to {what}: leave it out, or export hits")
     params: dict[str, Any] = {"what": what, "log": log, "query": query, "asOfSeq": as_of,
                               "freshness": freshness if what == "hits" else None,
                               "mode": mode if what == "hits" else None, "limit": limit}

@@ -30,9 +30,18 @@ from streams.settings import Settings
 if TYPE_CHECKING:
     from rich.console import Console
 
-__all__ = ["COMMANDS", "dead_letter_reason", "follow_paths", "ingest", "ingest_once", "register"]
+__all__ = ["COMMANDS", "IngestInterrupted", "dead_letter_reason", "follow_paths", "ingest", "ingest_once", "register"]
 
 COMMANDS = ("ingest",)  # the names register() adds
+_REJECTS_SHOWN = 3  # per poll of --follow: enough to see what is wrong, `usl deadletters` has the rest
+
+
+class IngestInterrupted(KeyboardInterrupt):
+    """A one-shot import stopped by Ctrl-C, with what reached L1 before it."""
+
+    def __init__(self, appended: int, l1_seq: int) -> None:
+        super().__init__(appended, l1_seq)
+        self.appended, self.l1_seq = appended, l1_seq
 
 
 def register(app: typer.Typer) -> None:
@@ -41,8 +50,9 @@ def register(app: typer.Typer) -> None:
 
 
 def ingest(
+    ctx: typer.Context,
     paths: list[Path] = typer.Argument(..., metavar="PATH", help="Files or directories to import."),
-    fmt: str = typer.Option(None, "--format", help="asp | claude-code | openai-chat | codex | gemini-cli (default: detect)."),
+    fmt: str = typer.Option(None, "--format", metavar="FORMAT", help="asp | claude-code | openai-chat | codex | gemini-cli (default: detect)."),
     log: str = LOG_OPTION,
     follow: bool = typer.Option(False, "--follow", help="Keep tailing PATHS (growing files, new files in "
                                 "directories) until stopped; positions under USL_HOME/follow."),
@@ -64,13 +74,24 @@ def ingest(
     if missing and not follow:
         raise USLError(f"{missing[0]} does not exist")
     current = load_settings()
-    with _broker_to_append_to(current) as servers:
-        if follow:
-            follow_paths(current, servers, paths, fmt, log, err())
-            return
-        # --json: no console at all (rich is a tenth of the command's start, issue #16).
-        summary = ingest_once(current, servers, paths, fmt, log, None if json_out else err(),
-                              show_progress=not json_out)
+    try:
+        with _broker_to_append_to(current) as servers:
+            if follow:
+                follow_paths(current, servers, paths, fmt, log, err())
+                return
+            # --json: no console at all (rich is a tenth of the command's start, issue #16).
+            summary = ingest_once(current, servers, paths, fmt, log, None if json_out else err(),
+                                  show_progress=not json_out)
+    except IngestInterrupted as stopped:
+        # At least: a batch in flight at Ctrl-C may still arrive; the re-run counts it as already in L1.
+        reached = (f"at least {stopped.appended} event(s) reached L1 before Ctrl-C (L1 seq {stopped.l1_seq} or later)"
+                   if stopped.appended else "Ctrl-C came before L1 acknowledged any event")
+        err().print(escape(f"interrupted: {reached}; run the same command again to import the rest: "
+                           "what L1 already holds is not appended twice"), soft_wrap=True)
+        raise typer.Exit(130) from None
+    except KeyboardInterrupt:  # before the import began (starting the broker, connecting)
+        err().print("interrupted before the import began: nothing was appended")
+        raise typer.Exit(130) from None
     if json_out:
         print_json(summary)
         return
@@ -81,8 +102,10 @@ def ingest(
     out().print(escape(f"read {read} records from {', '.join(str(p) for p in paths)} ({summary['format']}); appended "
                        f"{appended} events to {where}; {summary['duplicatesSkipped']} already in L1; "
                        f"rejected {summary['rejected']}"))
-    if others:
-        # An ASP event names its log; --log only names the log of records that do not.
+    source = ctx.get_parameter_source("log")
+    if others and source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT"):
+        # An ASP event names its log; --log only names the log of records that do not. Said only
+        # to whoever chose a log: without --log the line above says where the events went.
         err().print(escape(f"note: {sum(others.values())} event(s) name their own log ("
                            + ", ".join(f"{name!r}: {count}" for name, count in others.items())
                            + f") and stay in it; --log {log!r} applies to records that name none"))
@@ -176,11 +199,11 @@ def _broker_to_append_to(current: Settings) -> Iterator[str]:
     from deploy.stack import running
 
     started = local_broker_status(current) is None
-    servers = bootstrap_servers(current)
-    if not running(current):
-        err().print(f"[yellow]note:[/] no USL stack runs under USL_HOME={Path(current.home).resolve()}: "
-                    "the events go to L1, and nothing indexes them until `usl up --detach`", soft_wrap=True)
-    try:
+    try:  # a Ctrl-C while the broker starts stops it too
+        servers = bootstrap_servers(current)
+        if not running(current):
+            err().print(f"[yellow]note:[/] no USL stack runs under USL_HOME={Path(current.home).resolve()}: "
+                        "the events go to L1, and nothing indexes them until `usl up --detach`", soft_wrap=True)
         yield servers
     finally:
         if started and not running(current):  # a `usl up` started meanwhile uses this broker
@@ -202,9 +225,15 @@ def ingest_once(settings: Settings, bootstrap: str, paths: list[Path], fmt: str 
             on_record = stack.enter_context(ImportProgress(paths[0], err, enabled=True)).record
         stack.enter_context(_few_collections())
         follower, appender = _follower(settings, bootstrap, paths, fmt, log, once=True, on_record=on_record)
+        tally = _Tally(appender)
+        follower.appender = tally
         try:
             report = follower.poll()
             committed = appender.committed_seq(log)
+        except KeyboardInterrupt:
+            # What the broker acknowledged is in L1 (the follower's write-ahead record says which
+            # file it came from); a re-run checks the file against L1 and appends only the rest.
+            raise IngestInterrupted(tally.acknowledged, tally.highest_seq) from None
         finally:
             appender.close()
     reasons: Counter[str] = Counter(_reason_group(item.reason) for item in report.rejected_items)
@@ -224,13 +253,34 @@ def ingest_once(settings: Settings, bootstrap: str, paths: list[Path], fmt: str 
     }
 
 
+class _Tally:
+    """The appender of a one-shot import, counting the events L1 acknowledged: what an import
+    stopped by Ctrl-C says it appended."""
+
+    def __init__(self, appender: Any) -> None:
+        self._appender = appender
+        self.sent = self.acknowledged = self.highest_seq = 0
+
+    def append(self, event: dict[str, Any], canonical: bytes | None = None) -> None:
+        self._appender.append(event, canonical)
+        self.sent += 1
+
+    def flush(self) -> int:
+        self.highest_seq = self._appender.flush()
+        self.acknowledged = self.sent
+        return self.highest_seq
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._appender, name)
+
+
 def follow_paths(settings: Settings, bootstrap: str, paths: list[Path], fmt: str | None, log: str,
                  err: Console) -> None:
     """Tail ``paths`` until SIGTERM/SIGINT; a line on stderr per poll that appended something."""
     stop = stop_signals()
     follower, appender = _follower(settings, bootstrap, paths, fmt, log, once=False)
-    err.print(f"following {', '.join(str(p) for p in paths)} into log {log!r} "
-              f"(positions in {follower.store.path})")
+    err.print(escape(f"following {', '.join(str(p) for p in paths)} into log {log!r} "
+                     f"(positions in {follower.store.path})"))
     totals = Counter[str]()
 
     def on_poll(report: Any) -> None:
@@ -242,6 +292,11 @@ def follow_paths(settings: Settings, bootstrap: str, paths: list[Path], fmt: str
             err.print(f"{time.strftime('%H:%M:%S')} appended {report.appended} event(s) from "
                       f"{report.files} file(s), rejected {report.rejected}; L1 seq "
                       f"{appender.highest}; total appended {totals['appended']}")
+            # Where and why, as a one-shot import says it: a bare count sends the user hunting.
+            for item in report.rejected_items[:_REJECTS_SHOWN]:
+                err.print(escape(f"  rejected {item.record}: {item.reason}"), soft_wrap=True)
+            if report.rejected > _REJECTS_SHOWN:
+                err.print(f"  … and {report.rejected - _REJECTS_SHOWN} more (`usl deadletters` lists them)")
             sys.stderr.flush()
 
     try:

@@ -43,17 +43,17 @@ def register(app: typer.Typer) -> None:
 
 def search(
     query: str = typer.Argument(..., metavar="QUERY", help="What to search for: words (OR-ed) and \"quoted phrases\"."),
-    freshness: str = typer.Option("indexed", "--freshness",
+    freshness: str = typer.Option("indexed", "--freshness", metavar="FRESHNESS",
                                   help="indexed | latest | wait:SECONDS (at most 300)."),
     k: int = typer.Option(10, "--k", "-k", help="Results per page (1-100)."),
     explain: bool = typer.Option(False, "--explain", help="Show how the answer was decided."),
     principal_text: str = PRINCIPAL_OPTION,
-    cursor: str = typer.Option(None, "--cursor", help="Continue after a previous page."),
+    cursor: str = typer.Option(None, "--cursor", metavar="CURSOR", help="Continue after a previous page."),
     json_out: bool = typer.Option(False, "--json", help="Print the API's JSON response."),
     log: str = LOG_OPTION,
-    mode: str = typer.Option("hybrid", "--mode", help="hybrid | text | vector."),
-    sessions: list[str] = typer.Option(None, "--session", help="Only this session (repeatable)."),
-    tools: list[str] = typer.Option(None, "--tool", help="Only chunks using this tool (repeatable)."),
+    mode: str = typer.Option("hybrid", "--mode", metavar="MODE", help="hybrid | text | vector."),
+    sessions: list[str] = typer.Option(None, "--session", metavar="ID", help="Only this session (repeatable)."),
+    tools: list[str] = typer.Option(None, "--tool", metavar="NAME", help="Only chunks using this tool (repeatable)."),
     tool_results: bool = typer.Option(False, "--tool-results",
                                       help="Search full tool results too (needs scopes:toolresults)."),
 ) -> None:
@@ -204,7 +204,7 @@ def _indent(text: str) -> str:
 
 def sql(
     query: str = typer.Argument(..., metavar="SQL", help="One read-only SELECT over sessions, runs, turns, events, tool_calls, chunks."),
-    as_of: int = typer.Option(None, "--as-of", min=0, help="asOfSeq to read at (default: what the analytics index covers)."),
+    as_of: int = typer.Option(None, "--as-of", min=0, metavar="SEQ", help="asOfSeq to read at (default: what the analytics index covers)."),
     principal_text: str = PRINCIPAL_OPTION,
     log: str = LOG_OPTION,
     json_out: bool = typer.Option(False, "--json", help="Print the API's JSON response."),

@@ -28,7 +28,7 @@ def register(app: typer.Typer) -> None:
 def sessionql(
     query: str = typer.Argument(..., metavar="QUERY", help='A SessionQL query, e.g. \'FROM tool_calls WHERE '
                                           'status = "error" GROUP BY toolName\' (see docs/sql.md).'),
-    as_of: int = typer.Option(None, "--as-of", min=0,
+    as_of: int = typer.Option(None, "--as-of", min=0, metavar="SEQ",
                               help="Answer at this log position (default: what the index covers)."),
     principal_text: str = PRINCIPAL_OPTION,
     log: str = LOG_OPTION,

@@ -28,9 +28,9 @@ def register(app: typer.Typer) -> None:
 
 
 def sink(
-    kind: str = typer.Option("text,vector,structured,analytics,toolresults", "--kind",
+    kind: str = typer.Option("text,vector,structured,analytics,toolresults", "--kind", metavar="KINDS",
                              help="Comma-separated index kinds to run in this process."),
-    shard: str = typer.Option("", "--shard", envvar="USL_SINK_SHARD",
+    shard: str = typer.Option("", "--shard", envvar="USL_SINK_SHARD", metavar="I/N",
                               help="Run shard I of N of each kind (I/N, e.g. 0/2): only the derived "
                                    "topics' partitions p with p % N == I, into that shard's own "
                                    "generations. Empty: one shard reads every partition."),
@@ -50,10 +50,10 @@ def sink(
 
 def rebuild(
     index: str = typer.Argument(..., metavar="INDEX", help="Index kind: text, vector, structured, analytics, toolresults, or all."),
-    from_seq: int = typer.Option(1, "--from-seq", min=1, help="First L1 seq to replay; the new line holds nothing below it and queries disclose that range as uncovered."),
+    from_seq: int = typer.Option(1, "--from-seq", min=1, metavar="SEQ", help="First L1 seq to replay; the new line holds nothing below it and queries disclose that range as uncovered."),
     log: str = LOG_OPTION,
     json_out: bool = typer.Option(False, "--json", help="Print the new manifests as JSON."),
-    shard: str = typer.Option("", "--shard", help="Rebuild shard I of N (I/N) of the index: only "
+    shard: str = typer.Option("", "--shard", metavar="I/N", help="Rebuild shard I of N (I/N) of the index: only "
                               "the records of its partitions, into its own lines. Empty: the unsharded index."),
     allow_mismatch: bool = typer.Option(False, "--allow-mismatch",
                                         help="Rebuild one chunk-keyed kind (text, vector, structured) even "

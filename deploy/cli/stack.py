@@ -36,7 +36,7 @@ def register(app: typer.Typer) -> None:
 
 def status(
     json_out: bool = typer.Option(False, "--json", help="Print JSON (SPEC §12 status shape)."),
-    log: str = typer.Option(None, "--log", help="Only this log."),
+    log: str = typer.Option(None, "--log", metavar="NAME", help="Only this log."),
 ) -> None:
     """Committed L1 seq of each log and, per index, generation, watermark and lag."""
     settings = load_settings()
@@ -94,7 +94,7 @@ def _local_object_store_env(settings: Settings) -> dict[str, str]:
 
 def up(
     detach: bool = typer.Option(False, "--detach", help="Start in the background and return."),
-    port: int = typer.Option(None, "--port", envvar="USL_API_PORT", help="Planner API port (default 8765)."),
+    port: int = typer.Option(None, "--port", envvar="USL_API_PORT", metavar="PORT", help="Planner API port (default 8765)."),
     workers: int = typer.Option(1, "--workers", min=1, help="Pipeline worker processes to start."),
 ) -> None:
     """Start the local stack: broker (if none is configured), topics, workers, sinks, planner API;
@@ -159,10 +159,12 @@ def up(
 
 
 def serve(
-    host: str = typer.Option(None, "--host", envvar="USL_API_HOST", help="Interface to listen on."),
-    port: int = typer.Option(None, "--port", envvar="USL_API_PORT", help="Port to listen on."),
+    host: str = typer.Option(None, "--host", envvar="USL_API_HOST", metavar="HOST", help="Interface to listen on."),
+    port: int = typer.Option(None, "--port", envvar="USL_API_PORT", metavar="PORT", help="Port to listen on."),
 ) -> None:
-    """Run the planner's HTTP API (POST /v1/search, /v1/sql; GET /v1/status, /metrics, /).
+    """Run the planner's HTTP API: POST /v1/search, /v1/sql, /v1/sessionql, /v1/events (ASP events
+    into L1), /v1/traces (OTLP traces into L1); GET /v1/status, /v1/status/history, /v1/export,
+    /metrics, /healthz, /openapi.json, and the search page at / (its files under /static).
 
     Beyond loopback (--host 0.0.0.0) it starts only with API keys (`usl apikey create`).
     """

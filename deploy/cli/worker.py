@@ -18,7 +18,7 @@ def register(app: typer.Typer) -> None:
     app.command()(worker)
 
 
-def worker(loglevel: str = typer.Option("warn", "--loglevel", help="crit | error | warn | info | debug")) -> None:
+def worker(loglevel: str = typer.Option("warn", "--loglevel", metavar="LEVEL", help="crit | error | warn | info | debug")) -> None:
     """Run a pipeline worker (redaction + chunking agents); scale out by starting more."""
     from streams.app import run_worker
 

@@ -34,3 +34,10 @@ def test_an_asp_file_of_another_log_is_named_where_it_went(tmp_path: Path, kafka
     assert result.exit_code == 0, result.output
     assert "to logs 'default'" in result.output and "to log 'reimp'" not in result.output
     assert f"{len(events)} event(s) name their own log ('default': {len(events)})" in result.output
+
+    # Without --log there is no --log to explain: the summary line says where the events went.
+    other = tmp_path / "other.jsonl"
+    other.write_text("".join(json.dumps({**event, "logId": "elsewhere"}) + "\n" for event in events))
+    result = CliRunner().invoke(app, ["ingest", str(other), "--format", "asp"], env=env)
+    assert result.exit_code == 0, result.output
+    assert "to logs 'elsewhere'" in result.output and "name their own log" not in result.output

@@ -1,0 +1,99 @@
+"""What the CLI says while it runs, in its own words: JSON in UTF-8, hints that name its options,
+and ingest messages that say where, why and what next. No broker: the import is a fake."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from deploy.cli import _common, app
+from deploy.cli import ingest as ingest_module
+from streams.follow import PollReport
+from streams.importers.base import Rejected
+
+_NO_STACK = {"KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:9", "USL_API_URL": ""}
+
+
+def test_json_is_utf8_and_survives_a_lone_surrogate(capsysbinary: pytest.CaptureFixture[bytes]) -> None:
+    """Found by a new user: `usl search --json` wrote every non-ASCII character as \\uXXXX."""
+    _common.print_json({"text": "café · 日本語 · 🙂", "broken": "a\ud800b"})
+    written = capsysbinary.readouterr().out
+    assert "café · 日本語 · 🙂".encode() in written
+    assert json.loads(written.decode("utf-8")) == {"text": "café · 日本語 · 🙂", "broken": "a\ud800b"}
+
+
+def test_export_hits_without_a_query_names_the_option(tmp_path: Path) -> None:
+    """Found by a new user: it printed the API's hint 'Add query, e.g. query=retry budget.'"""
+    result = CliRunner().invoke(app, ["export", "hits"], env={"USL_HOME": str(tmp_path), **_NO_STACK})
+    assert result.exit_code != 0 and "-q/--query" in str(result.exception) and "query=" not in str(result.exception)
+    result = CliRunner().invoke(app, ["export", "turns", "-q", "retry"], env={"USL_HOME": str(tmp_path), **_NO_STACK})
+    assert result.exit_code != 0 and "-q/--query" in str(result.exception)
+
+
+class _Appender:
+    highest = 0
+
+    def __init__(self) -> None:
+        self.registry = self
+
+    def append(self, event: dict[str, Any], canonical: bytes | None = None) -> None:
+        self.highest += 1
+
+    def flush(self) -> int:
+        return self.highest
+
+    def close(self) -> None:
+        pass
+
+
+class _Follower:
+    """Appends ``acknowledged`` events in one flushed batch, more unflushed, then is stopped."""
+
+    def __init__(self, appender: _Appender, reports: list[PollReport], acknowledged: int = 0) -> None:
+        self.appender, self.reports, self.acknowledged = appender, reports, acknowledged
+        self.store = type("Store", (), {"path": Path("/tmp/positions.json")})()
+
+    def poll(self) -> PollReport:
+        for _ in range(self.acknowledged):
+            self.appender.append({})
+        self.appender.flush()
+        self.appender.append({})  # in flight when Ctrl-C comes
+        raise KeyboardInterrupt
+
+    def run(self, *, poll_seconds: float, should_stop: Any, on_poll: Any) -> None:
+        for report in self.reports:
+            on_poll(report)
+
+
+def _fake_follower(monkeypatch: pytest.MonkeyPatch, follower: _Follower) -> None:
+    monkeypatch.setattr(ingest_module, "_follower", lambda *args, **kwargs: (follower, follower.appender))
+
+
+def test_an_interrupted_import_says_what_reached_l1_and_how_to_resume(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by a new user: Ctrl-C exited 130 without a word."""
+    transcript = tmp_path / "s.jsonl"
+    transcript.write_text("{}\n")
+    _fake_follower(monkeypatch, _Follower(_Appender(), [], acknowledged=7))
+    result = CliRunner().invoke(app, ["ingest", str(transcript)], env={"USL_HOME": str(tmp_path), **_NO_STACK})
+    assert result.exit_code == 130
+    said = " ".join(result.output.split())
+    assert "interrupted: at least 7 event(s) reached L1 before Ctrl-C" in said and "run the same command again" in said
+
+
+def test_the_follower_says_where_and_why_it_rejected(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by a new user: the follower printed 'rejected 1' and nothing else."""
+    rejects = [Rejected(record=f"live.jsonl:{n}", reason=f"invalid JSON at column {n}", raw="{") for n in range(1, 6)]
+    report = PollReport(files=1, records_read=6, appended=1, rejected=5, rejected_items=rejects)
+    _fake_follower(monkeypatch, _Follower(_Appender(), [report]))
+    monkeypatch.setattr(ingest_module, "_count", lambda report: None)
+    result = CliRunner().invoke(app, ["ingest", "--follow", str(tmp_path)],
+                                env={"USL_HOME": str(tmp_path), **_NO_STACK})
+    assert result.exit_code == 0, result.output
+    assert "rejected live.jsonl:1: invalid JSON at column 1" in result.output
+    assert "rejected live.jsonl:3: invalid JSON at column 3" in result.output
+    assert "live.jsonl:4" not in result.output and "and 2 more (`usl deadletters` lists them)" in result.output
