@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import re
 
-from streams.redaction.base import MARKER_PREFIX, Rule, Scan, is_marker_at, marker
+from streams.redaction.base import MARKER_PREFIX, RegexRule, Rule, Scan, is_marker_at, marker
 from streams.redaction.entropy import HEX_MIN_ENTROPY, looks_random, shannon_entropy
 from streams.redaction.keys import is_placeholder, name_class
 from streams.redaction.vendors import ported_rule_names, vendor_rule
 
-__all__ = ["AssignmentRule"]
+__all__ = ["CREDENTIAL_PAIR_RULE", "AssignmentRule"]
 
 _NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 # Where a candidate starts: each keyword is searched literally in the lower-cased text.
@@ -390,3 +390,35 @@ def _name_start(text: str, position: int) -> int:
     while start > limit and text[start - 1] in _NAME_CHARS:
         start -= 1
     return start
+
+
+# A user and a password after a word for credentials, split by a slash (2.4): "the creds are
+# deploy / Xy7#pw9q", "login: admin/S3cret!", "credentials for staging: ci / Tq8$wLm2". The word
+# is followed by ":" / "=" or by connecting words ("login page/Home2" and "credentials for
+# dev/staging2024" name pages and environments), and the password is judged as one after "pw is":
+# a capital or a symbol besides . - _ as well. Only the password goes; the user stays searchable.
+_PAIR_CONNECTORS = ("are", "is", "were", "was", "for", "the", "to", "of", "on", "my", "our", "your", "its",
+                    "here", "now", "staging", "prod", "production", "dev", "test", "admin", "root", "db",
+                    "server", "user", "account", "details", "info")
+
+
+def _credential_pair(match: re.Match[str]) -> bool:
+    value = match.group("value")
+    return _short_word_password(value) and not is_placeholder(value, quoted=False)
+
+
+CREDENTIAL_PAIR_RULE = RegexRule(
+    name=_PROSE,
+    lower_triggers=("cred", "login"),
+    anchored=True,
+    description="a password written after a user and a slash in a sentence about credentials or a login",
+    pattern=re.compile(
+        r"(?<![A-Za-z])(?:creds|credentials?|logins?)(?![A-Za-z])"
+        r"(?:(?:[ \t]+(?:" + "|".join(_PAIR_CONNECTORS) + r")(?![A-Za-z])){1,4}[ \t]*[:=]?|[ \t]*[:=])[ \t]*"
+        r"[A-Za-z0-9_.@+-]{1,64}[ \t]*/[ \t]*"
+        r"(?P<value>" + _PROSE_PASSWORD_CHARS + r"{6,128}?)(?=[.!?-]*(?!" + _PROSE_PASSWORD_CHARS + r"))",
+        re.ASCII | re.IGNORECASE,
+    ),
+    group="value",
+    check=_credential_pair,
+)

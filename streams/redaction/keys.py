@@ -52,6 +52,10 @@ _DESCRIPTIVE_SUFFIXES = frozenset({
     "at", "on", "days", "seconds", "minutes", "hours", "ms", "s", "lifetime", "algorithm",
     "alg", "class", "schema", "config", "settings", "error", "errors", "message",
 })
+# Names ending in a descriptive word that still hold a credential's part (2.4): a GCP service
+# account's private_key_id is the id of the private key its JSON file holds, printed nowhere else.
+# Its value goes when it looks random, as a *key* name's does.
+_SECRET_IDS = frozenset({("private", "key", "id")})
 # Words before "pass" that make it a step or a count, not a password.
 _PASS_COUNTS = frozenset({"first", "second", "third", "last", "next", "single", "multi", "one", "two", "each", "per", "by", "fast", "slow", "full", "final", "dry", "test", "tests"})
 # Words seen in the common "not a secret" spellings: publicKey, publishable_key, key_id, ...
@@ -64,6 +68,8 @@ def name_class(name: str) -> NameClass | None:
     words = [word.lower() for word in _WORDS.findall(name)]
     if not words:
         return None
+    if tuple(words[-3:]) in _SECRET_IDS:
+        return "key"
     if words[-1] in _DESCRIPTIVE_SUFFIXES or any(word in _NEGATING_WORDS for word in words):
         return None
     # Run-together spellings (PGPASSWORD, SLACKTOKEN, clientsecret) count as well.
@@ -127,4 +133,4 @@ def fingerprint() -> list[list[str]]:
         _PASSWORD_WORDS, _SECRET_WORDS, _SECRET_KEY_QUALIFIERS, _PLAIN_KEY_QUALIFIERS,
         _DESCRIPTIVE_SUFFIXES, _NEGATING_WORDS, _PLACEHOLDER_WORDS, _MASK_CHARS, _PASS_COUNTS,
     )
-    return [sorted(words) for words in lists] + [[_WORDS.pattern, _REFERENCE.pattern, *_REFERENCE_WORDS]]
+    return [sorted(words) for words in lists] + [sorted(" ".join(words) for words in _SECRET_IDS)] + [[_WORDS.pattern, _REFERENCE.pattern, *_REFERENCE_WORDS]]

@@ -1,7 +1,7 @@
-"""Redaction policy v2.3: the options a deployment chooses, and the hash that names them.
+"""Redaction policy v2.4: the options a deployment chooses, and the hash that names them.
 
 The hash covers the policy version, every rule's name, triggers and pattern, the entropy
-thresholds, how wrapped lines are rejoined and every option, so an index built under one policy can never be mistaken for
+thresholds, how wrapped lines are rejoined, which JSON literals are read decoded and every option, so an index built under one policy can never be mistaken for
 one built under another: it goes into every manifest, chunk and redacted record.
 """
 
@@ -16,7 +16,7 @@ from streams.exceptions import ConfigError
 
 __all__ = ["DEFAULT_POLICY", "POLICY_VERSION", "RedactionPolicy", "policy_hash"]
 
-POLICY_VERSION = "2.3"
+POLICY_VERSION = "2.4"
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,7 @@ def policy_hash(policy: RedactionPolicy | None = None) -> str:
 @lru_cache(maxsize=64)
 def _hash(policy: RedactionPolicy) -> str:
     # Imported here because the rule set is built from a policy.
-    from streams.redaction import entropy, keys, text
+    from streams.redaction import entropy, keys, literals, text
     from streams.redaction.rules import build_rules
 
     definition = {
@@ -93,6 +93,7 @@ def _hash(policy: RedactionPolicy) -> str:
         "entropy": [entropy.MIN_TOKEN_CHARS, entropy.HEX_MIN_ENTROPY, entropy.TOKEN_MIN_ENTROPY],
         "names": keys.fingerprint(),
         "wrapped": text.rejoin_fingerprint(),
+        "literals": literals.fingerprint(),
     }
     encoded = json.dumps(definition, sort_keys=True, ensure_ascii=True, separators=(",", ":"))
     return hashlib.sha256(encoded.encode("ascii")).hexdigest()[:16]

@@ -1,16 +1,18 @@
-"""Redacting one text: rejoin wrapped lines, then run the triggered rules until nothing changes."""
+"""Redacting one text: rejoin wrapped lines, run the triggered rules until nothing changes, then
+read the escaped JSON literals left in it."""
 
 from __future__ import annotations
 
 import re
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from functools import lru_cache
 
 import ahocorasick
 
 from streams.exceptions import RedactionError
 from streams.redaction.base import MARKER_PREFIX, USER_MARKER, Rule, Scan, marker
+from streams.redaction.literals import redact_literals
 from streams.redaction.policy import DEFAULT_POLICY, RedactionPolicy
 from streams.redaction.rules import build_rules
 
@@ -98,17 +100,30 @@ def redact_text_plain(text: str, policy: RedactionPolicy | None = None) -> tuple
         text, again = _one_pass(text, rules, hits, plain=True)
         if not again:
             break
+    if "\\" in text and '"' in text:
+        text = redact_literals(text, hits, lambda literal: _items(redact_text_plain(literal, policy)))
     return text, hits
 
 
-def _redact(text: str, rules: tuple[Rule, ...]) -> tuple[str, dict[str, int]]:
+def _items(redaction: tuple[str, dict[str, int]]) -> tuple[str, Iterable[tuple[str, int]]]:
+    return redaction[0], redaction[1].items()
+
+
+def _redact(text: str, policy: RedactionPolicy) -> tuple[str, dict[str, int]]:
+    rules = build_rules(policy)
     hits: dict[str, int] = {}
     if "\n" in text:
-        text = _rejoin(text, hits, lambda joined: _redact(joined, rules))
+        text = _rejoin(text, hits, lambda joined: _redact(joined, policy))
     for _ in range(_MAX_PASSES):
         text, again = _one_pass(text, rules, hits)
         if not again:
             break
+    if "\\" in text and '"' in text:
+        # JSON text in the text: its literals' escaped line breaks and quotes, read as such
+        # (streams.redaction.literals). After the rules, so what they find across literals (a
+        # key block in a string per line) goes as before; the literals' redaction goes through
+        # the memories, as any text's does.
+        text = redact_literals(text, hits, lambda literal: _remembered(literal, policy))
     return text, hits
 
 
@@ -177,8 +192,15 @@ def _rejoin(text: str, hits: dict[str, int], redact: Callable[[str], tuple[str, 
 
 @lru_cache(maxsize=8192)
 def _redact_short(text: str, policy: RedactionPolicy) -> tuple[str, tuple[tuple[str, int], ...]]:
-    redacted, hits = _redact(text, build_rules(policy))
+    redacted, hits = _redact(text, policy)
     return redacted, tuple(hits.items())
+
+
+def _remembered(text: str, policy: RedactionPolicy) -> tuple[str, tuple[tuple[str, int], ...]]:
+    """:func:`redact_text` of ``text`` with its hits as pairs, from memory when it is there."""
+    if len(text) < _SHORTEST_FINDING:
+        return text, ()
+    return _redact_short(text, policy) if len(text) <= _REMEMBERED_CHARS else _redact_long(text, policy)
 
 
 class _Prefilter:
@@ -244,7 +266,7 @@ class _LongMemory:
         if found is not None:
             self.entries.move_to_end(key)
             return found
-        redacted, hits = _redact(text, build_rules(policy))
+        redacted, hits = _redact(text, policy)
         found = self.entries[key] = (redacted, tuple(hits.items()))
         self.chars += len(text)
         while self.chars > _LONG_MEMORY_CHARS:

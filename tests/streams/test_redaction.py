@@ -60,7 +60,7 @@ def test_exported_members() -> None:
         "DEFAULT_POLICY", "POLICY_VERSION", "RedactedEvent", "RedactionPolicy", "policy_hash",
         "redact_event", "redact_text", "rule_names",
     }
-    assert POLICY_VERSION == "2.3"
+    assert POLICY_VERSION == "2.4"
 
 
 # ---------------------------------------------------------------- labelled corpus
@@ -1121,3 +1121,188 @@ def test_secret_columns_of_markdown_tables(text: str, expected: str) -> None:
 ])
 def test_a_secret_wrapped_after_a_spaced_separator(text: str, expected: str) -> None:
     assert redact_text(text)[0] == expected
+
+
+# ---------------------------------------------------------------- policy 2.4: JSON text inside a string
+
+# A GCP service account's key file and line-based text that only reads right with real line breaks.
+GCP_KEY_BODY = "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7Qx9fK2mZpL0vTq8Rw3yN"
+GCP_KEY_ID = "8f3a1c9e2b7d4f6a0c5e8b1d3f7a9c2e4b6d8f0a"
+GCP_SERVICE_ACCOUNT = {
+    "type": "service_account", "project_id": "demo-proj", "private_key_id": GCP_KEY_ID,
+    "private_key": f"-----BEGIN PRIVATE KEY-----\n{GCP_KEY_BODY}\nb4Hq2Jk9Lm3Np5Qr7St9Uv1Wx3Yz5Ab7Cd9Ef1Gh3Ij5Kl7\n-----END PRIVATE KEY-----\n",
+    "client_email": "svc@demo-proj.iam.gserviceaccount.com", "client_id": "1234567890",
+}
+# kind: (text, the secrets that must go, text that must stay)
+LINE_BASED = {
+    "env-dump": ("PATH=/usr/bin\nREGION=eu-west-1\nSEED_VALUE=Rf4kT9xQ2mWv8Lp3\nHOME=/root\n", ["Rf4kT9xQ2mWv8Lp3"], []),
+    "markdown-table": ("| user | password |\n|---|---|\n| deploy | Xy7#pw9qLm |\n", ["Xy7#pw9qLm"], ["| deploy |"]),
+    # Found read escaped too (the value runs on into the next key, which goes with it, as before).
+    "yaml": ("DB_PASSWORD: Hu7kq2Zq9w\nDB_HOST: db.internal\nport: 5432\n", ["Hu7kq2Zq9w"], ["port: 5432"]),
+    "k8s-env-list": ("env:\n  - name: DB_PASSWORD\n    value: Vb8$kq3Lm2\n  - name: LOG_LEVEL\n    value: debug\n",
+                     ["Vb8$kq3Lm2"], ["LOG_LEVEL"]),
+    "gcp-service-account": (json.dumps(GCP_SERVICE_ACCOUNT, indent=2), [GCP_KEY_BODY[20:60], GCP_KEY_ID], ["demo-proj"]),
+}
+
+
+def _in_one_json_value(text: str) -> str:
+    return json.dumps({"stdout": text, "exitCode": 0})
+
+
+def _json_in_json(text: str) -> str:
+    return json.dumps({"body": json.dumps({"data": text})})
+
+
+def _serialised_twice(text: str) -> str:
+    return json.dumps(json.dumps({"kind": "Secret", "data": {"file": text}}, indent=2))
+
+
+LAYERS = {"one JSON value": _in_one_json_value, "JSON in a JSON string": _json_in_json, "a document serialised twice": _serialised_twice}
+
+
+def _kept(kept: str, redacted: str) -> bool:
+    # The kept text may stand behind one or two layers of escaping.
+    once = json.dumps(kept)[1:-1]
+    return any(form in redacted for form in (kept, once, json.dumps(once)[1:-1]))
+
+
+@pytest.mark.parametrize("layer", sorted(LAYERS))
+@pytest.mark.parametrize("kind", sorted(LINE_BASED))
+def test_line_based_secrets_inside_json_strings_go(kind: str, layer: str) -> None:
+    text, secrets, kept = LINE_BASED[kind]
+    encoded = LAYERS[layer](text)
+    for redact in (redact_text, redact_text_plain):
+        redacted, hits = redact(encoded)
+        assert not [secret for secret in secrets if secret in redacted], (kind, layer, redacted)
+        assert all(_kept(part, redacted) for part in kept), (kind, layer, redacted)
+        assert hits
+    assert redact_text(redacted)[0] == redacted
+
+
+@pytest.mark.parametrize("kind", sorted(LINE_BASED))
+def test_line_based_secrets_in_tool_call_arguments_and_tool_results_go(kind: str) -> None:
+    """OpenAI chat keeps a tool call's ``arguments`` as a JSON string; a Claude Code tool_result
+    may hold a JSON document serialised once more, pretty-printed, as text blocks."""
+    text, secrets, _ = LINE_BASED[kind]
+    call = event("tool.call", toolName="write_file", toolCallId="call_1", input=json.dumps({"path": "f", "content": text}))
+    result = event("tool.result", toolName="Bash", toolCallId="toolu_1", status="ok",
+                   output=[{"type": "text", "text": json.dumps(json.dumps({"data": {"f": text}}, indent=2))}])
+    for redacted in (redact_event(call), redact_event(result)):
+        shown = dumps(redacted.event) + dumps(redacted.tool_result)
+        assert not [secret for secret in secrets if secret in shown], (kind, shown)
+
+
+def test_json_in_a_string_changes_only_the_secret() -> None:
+    """A literal that lost a secret keeps its other bytes: its quotes, ``\\u`` and ``\\/``
+    escapes, non-ASCII text; the rest of the text keeps every byte."""
+    text = ('{"log": "caf\\u00e9 \\u002f ok\\nPATH=\\/usr\\/bin\\nREGION=eu\\nSEED=Rf4kT9xQ2mWv8Lp3\\n", '
+            '"url": "https:\\u002f\\u002fci:dbhvWnv!KVA0@host.example\\u002fp", "n": 1}')
+    redacted, hits = redact_text(text)
+    assert redacted == ('{"log": "caf\\u00e9 \\u002f ok\\n[REDACTED:env-dump]\\n", '
+                        '"url": "https:\\u002f\\u002fci:[REDACTED:url-password]@host.example\\u002fp", "n": 1}')
+    assert hits == {"env-dump": 1, "url-password": 1}
+    assert json.loads(redacted)["log"] == "café / ok\n[REDACTED:env-dump]\n"
+
+
+def test_a_key_block_in_a_string_per_line_still_goes_whole() -> None:
+    """The rules read the text as it stands before its literals are read decoded: a key block
+    written one line per string (Python's implicit concatenation, a JSON array of lines) goes
+    whole, BEGIN to END, as before; read literal by literal, only its BEGIN line would."""
+    source = ('KEY = (\n    "-----BEGIN RSA PRIVATE KEY-----\\n"\n'
+              f'    "{GCP_KEY_BODY}\\n"\n    "b4Hq2Jk9Lm3Np5Qr7St9Uv1Wx3Yz5Ab7Cd9Ef1Gh3Ij5Kl7\\n"\n'
+              '    "-----END RSA PRIVATE KEY-----"\n)\n')
+    for text in (source, json.dumps({"content": source}), json.dumps(["-----BEGIN PRIVATE KEY-----\n", f"{GCP_KEY_BODY}\n", "-----END PRIVATE KEY-----"])):
+        redacted, hits = redact_text(text)
+        assert GCP_KEY_BODY[:40] not in redacted and "b4Hq2Jk9" not in redacted and hits == {"private-key": 1}, redacted
+
+
+@pytest.mark.parametrize("text", [
+    json.dumps({"file": "def main():\n    print(\"hello\\n\")\n    return {\"a\": 1}\n", "lines": 4}, indent=2),
+    json.dumps(json.dumps({"body": "Fixed the \"flaky\" test.\n\n| a | b |\n|---|---|\n| 1 | 2 |\n"})),
+    json.dumps({"args": json.dumps({"command": "grep -n \"password\" src/*.py\nls -la"})}),
+    '{"re": "\\\\d+\\\\s*=\\\\s*\\"x\\"", "bad": "\\x41\\q", "cut": "unterminated\\n',
+    'print("a\\nb\\nc")  # code, not JSON: "\\d" and \'\\n\' stay',
+])
+def test_json_in_a_string_without_secrets_keeps_every_byte(text: str) -> None:
+    assert redact_text(text) == (text, {})
+    assert redact_text_plain(text) == (text, {})
+
+
+@pytest.mark.parametrize(("text", "gone"), [
+    (f'"private_key_id": "{GCP_KEY_ID}"', True),
+    (f"private_key_id = {GCP_KEY_ID}", True),
+    (f"PRIVATE_KEY_ID={GCP_KEY_ID}", True),
+    (f'{{"privateKeyId": "{GCP_KEY_ID}"}}', True),
+    # near misses: other ids, a placeholder, a value that is no random id
+    (f'"key_id": "{GCP_KEY_ID}"', False),
+    (f'"client_id": "{GCP_KEY_ID}"', False),
+    ('"private_key_id": "<your key id>"', False),
+    ('"private_key_id": null', False),
+])
+def test_a_gcp_private_key_id_goes(text: str, gone: bool) -> None:
+    redacted, _ = redact_text(text)
+    assert GCP_KEY_ID not in redacted if gone else redacted == text, redacted
+
+
+def test_a_gcp_private_key_id_field_goes() -> None:
+    fields = redact_event(event("tool.call", toolName="x", input={"private_key_id": GCP_KEY_ID, "key_id": "k-123"})).event["fields"]
+    assert fields["input"] == {"private_key_id": "[REDACTED:secret-field]", "key_id": "k-123"}
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("the creds are deploy / Xy7#pw9q for staging", "the creds are deploy / [REDACTED:secret-in-prose] for staging"),
+    ("credentials: deploy/Xy7#pw9q", "credentials: deploy/[REDACTED:secret-in-prose]"),
+    ("Login is admin / S3cretPass.", "Login is admin / [REDACTED:secret-in-prose]."),
+    ("login for staging: ci / Tq8$wLm2, then deploy", "login for staging: ci / [REDACTED:secret-in-prose], then deploy"),
+    # near misses: pages, paths, environments, placeholders, a password without a capital or symbol
+    ("open the login page/Home2 first", "open the login page/Home2 first"),
+    ("credentials in config/secrets.yml", "credentials in config/secrets.yml"),
+    ("credentials for dev/staging2024", "credentials for dev/staging2024"),
+    ("the login/logout flow", "the login/logout flow"),
+    ("Login: <user>/<password>", "Login: <user>/<password>"),
+    ("creds are deploy/${DB_PASSWORD}", "creds are deploy/${DB_PASSWORD}"),
+    ("credential helper: osxkeychain/manager-core2", "credential helper: osxkeychain/manager-core2"),
+])
+def test_a_user_and_password_after_creds_or_login(text: str, expected: str) -> None:
+    assert redact_text(text)[0] == expected
+    assert redact_text_plain(text)[0] == expected
+    assert redact_text(json.dumps({"note": text + "\nok"}))[0] == json.dumps({"note": expected + "\nok"})
+
+
+LINE_SECRETS = st.sampled_from([
+    ("PATH=/usr/bin\nREGION=eu\nSEED_VALUE={s}\nHOME=/root", "Rf4kT9xQ2mWv8Lp3"),
+    ("| user | password |\n|---|---|\n| deploy | {s} |", "Xy7#pw9qLm"),
+    ("- name: DB_PASSWORD\n  value: {s}\n- name: LOG_LEVEL\n  value: debug", "Vb8$kq3Lm2"),
+    ("-----BEGIN PRIVATE KEY-----\n{s}\n-----END PRIVATE KEY-----", GCP_KEY_BODY),
+    ("the creds are deploy / {s}", "Xy7#pw9q"),
+]) | st.sampled_from(SEEDED_SECRETS).map(lambda secret: ("{s}", secret))
+PLAIN_TEXT = st.lists(st.sampled_from([*"abcdefgh xyz.,;:-_()[]{}|#\"\\/\n\t=é", "the", " word", "line\n", '"q"', "\\n"]),
+                      max_size=40).map("".join)
+
+
+def _encodings(text: str) -> st.SearchStrategy[str]:
+    once = st.sampled_from([json.dumps(text), json.dumps(text, ensure_ascii=False), json.dumps({"output": text, "ok": True}),
+                            json.dumps([{"type": "text", "text": text}], indent=2)])
+    return once | once.map(lambda encoded: json.dumps({"arguments": encoded})) | once.map(json.dumps)
+
+
+@PROPERTY
+@given(st.data(), LINE_SECRETS, PLAIN_TEXT, PLAIN_TEXT)
+def test_a_secret_json_encoded_once_or_twice_never_survives(data: st.DataObject, template: tuple[str, str],
+                                                               before: str, after: str) -> None:
+    shape, secret = template
+    encoded = data.draw(_encodings(before + "\n" + shape.format(s=secret) + "\n" + after))
+    redacted, hits = redact_text(encoded)
+    assert secret not in redacted and hits, encoded
+    assert redact_text(redacted)[0] == redacted
+
+
+@PROPERTY
+@given(st.data(), PLAIN_TEXT)
+def test_text_without_secrets_is_unchanged_json_encoded(data: st.DataObject, text: str) -> None:
+    """JSON-in-string handling changes nothing that holds no secret: where the plain text is
+    left as it is, so is each of its JSON encodings."""
+    if redact_text(text)[0] != text:
+        return
+    encoded = data.draw(_encodings(text))
+    assert redact_text(encoded) == (encoded, {})

@@ -99,3 +99,22 @@ def test_literal_scan_cases_match_the_plain_path() -> None:
         f"{SEEDED_SECRETS[0]} then ghp_{body[:36]}",  # a change, then a prefix the next rule must still find
     ):
         _same(text)
+
+
+def test_json_encoded_battery_cases_match_the_plain_path() -> None:
+    """Policy 2.4 reads escaped JSON literals decoded, many at once (streams.redaction.literals):
+    the battery's cases and the corpus JSON-encoded once and twice, and side by side in one document."""
+    texts = [case.text for case in battery.cases()][::5]
+    texts += [json.loads(line)["text"] for line in CORPUS.read_text("utf-8").splitlines() if line.strip()]
+    for text in texts:
+        _same(json.dumps(text))
+        _same(json.dumps({"output": json.dumps(text)}))
+    for start in range(0, len(texts), 12):
+        _same(json.dumps(texts[start: start + 12], indent=2))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.lists(PIECES, max_size=12).map("".join), min_size=1, max_size=6), st.booleans())
+def test_json_encoded_generated_text_matches_the_plain_path(values: list[str], twice: bool) -> None:
+    document = json.dumps({f"k{index}": value for index, value in enumerate(values)}, ensure_ascii=twice)
+    _same(json.dumps(document) if twice else document)
