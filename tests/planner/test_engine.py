@@ -473,6 +473,36 @@ def test_the_text_index_filters_by_the_smaller_side_of_the_access_lists(
         assert all(set(o["session_ids"]) == READABLE[who] and not o["exclude_sessions"] for o in asked)
 
 
+def test_a_text_list_judged_on_the_engine_top_gives_the_same_answers(
+        corpus: Corpus, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Over a large index the planner hands tantivy the unreadable sessions as a HitCheck too
+    # (planner.engine._CHECK_LEFT_OUT chunks left out); here every search qualifies, and the
+    # answers are those of the filter inside the index.
+    import planner.engine as engine_module
+
+    asked: list[dict[str, Any]] = []
+    search_text = corpus.planner._readers.search_text
+
+    def recording(index: Any, query: str, **options: Any) -> Any:
+        asked.append(options)
+        return search_text(index, query, **options)
+
+    monkeypatch.setattr(corpus.planner._readers, "search_text", recording)
+
+    def answers() -> list[Any]:
+        return [[hit["chunkId"] for hit in
+                 search(corpus, ALICE, query=query, mode=mode, k=100)["results"]]
+                for query in ("deploy", "refund fix", "secretproject deploy") for mode in ("text", "hybrid")]
+
+    inside = answers()
+    assert asked and all(o["checked"] is None for o in asked)
+    asked.clear()
+    monkeypatch.setattr(engine_module, "_CHECK_LEFT_OUT", 0)
+    assert answers() == inside
+    assert asked and all(o["checked"] is not None and o["exclude_sessions"] for o in asked)
+    assert any(inside)
+
+
 def test_full_tool_results_need_the_scope(corpus: Corpus) -> None:
     with pytest.raises(AccessDenied):
         search(corpus, ALICE, query="fulloutput0", toolResults=True)
