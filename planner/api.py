@@ -585,7 +585,7 @@ def openapi(*, auth_required: bool = True) -> dict[str, Any]:
                                 "schema": {"type": "string", "pattern": f"^{LOG_ID.pattern}$"}}],
                 "security": security,
                 "responses": {"200": {"description": "Status", "content": json_body},
-                              **_errors(400, 401, 500)}}},
+                              **_errors(400, 401, 404, 500)}}},
             "/v1/status/history": {"get": {
                 "summary": "Each index's generation, watermark and lag over the last minutes, "
                            "sampled by the API every 2 s (planner.status_history)",

@@ -453,7 +453,7 @@ def _populate_every_metric() -> None:
                           metrics.usl_objectstore_publish_failures_total):
             collector.labels(kind=kind)
         for gauge in (metrics.usl_generation_id, metrics.usl_watermark_seq,
-                      metrics.usl_index_lag_seqs, metrics.usl_index_lag_seconds):
+                      metrics.usl_index_lag_seqs, metrics.usl_index_lag_seconds, metrics.usl_index_stalled):
             gauge.labels(log="deploy_test", kind=kind)
     for mode in metrics.QUERY_MODES:
         metrics.usl_query_seconds.labels(mode=mode)
