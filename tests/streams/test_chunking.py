@@ -490,6 +490,32 @@ def test_a_session_imported_after_newer_ones_is_cut_as_in_date_order(newer_first
     assert sorted(canonical(agent)) == sorted(canonical(chunks))
 
 
+def test_a_real_session_imported_after_a_newer_one_chunks_as_in_date_order() -> None:
+    """The real Claude Code turn of tests/fixtures/turn_ends (Claude Code 2.1.38, 2026-02-10),
+    imported before and after a session dated a month later, with a tick every 4 seqs: the same
+    chunks either way (chunker 1.0 cut it at each tick once the newer session came first)."""
+    from pathlib import Path
+
+    from streams.importers import file_format, import_files
+    from streams.importers.base import Accepted
+
+    path = Path(__file__).parents[1] / "fixtures" / "turn_ends" / "491e126e-1e71-469c-ade2-fcc8af567c74.jsonl"
+    real = [item.event for item in import_files([(path, path.name, file_format(path))])
+            if isinstance(item, Accepted)]
+    assert len({e["sessionId"] for e in real}) == 1 and len(real) > 10
+    newer = [event(f"n{i}", "message", session="s-newer", turn="u1", role="user", text=f"later {i}",
+                   t=(datetime(2026, 3, 12, tzinfo=UTC) - T0).total_seconds() + i) for i in range(6)]
+    chunker = Chunker(ChunkerConfig(), default_tokenizer(), policy_hash="policy-test")
+
+    def real_chunks(ordered: list[dict[str, Any]]) -> list[list[str]]:
+        records = make_ticks(list(enumerate(ordered, 1)), 4)
+        return [c["evidenceEventIds"] for c in chunk_stream(records, chunker, finalize=True)
+                if c["sessionId"] == real[0]["sessionId"]]
+
+    in_order = real_chunks([*real, *newer])
+    assert in_order and real_chunks([*newer, *real]) == in_order
+
+
 def test_a_quiet_session_is_still_cut_once_a_tick_interval_passes_without_it(chunker: Chunker) -> None:
     log = [(1, event("a", "message", turn="t1", role="user", text="hello", t=0)),
            (2, event("b", "message", turn="t1", role="user", text="again", t=1))]
