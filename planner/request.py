@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from planner.bodies import json_kind
 from planner.cursors import query_hash
 from planner.exceptions import QueryError
 from planner.snapshot import Freshness, parse_freshness
@@ -228,32 +229,18 @@ def _optional(body: Mapping[str, Any], name: str, kind: type, default: Any) -> A
         return default
     # bool is an int subclass: k=true must not pass as k=1.
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise QueryError(f"field {name!r} must be {_TYPE_NAMES[kind]}, not {_json_type(value)}")
+        raise QueryError(f"field {name!r} must be {_TYPE_NAMES[kind]}, not {json_kind(value)}")
     return value
 
 
 _TYPE_NAMES = {str: "a string", int: "an integer", bool: "true or false"}
 
 
-def _json_type(value: Any) -> str:
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "an object"
-    return "null" if value is None else type(value).__name__
-
-
 def _filters(raw: Any) -> Filters:
     if raw is None:
         return Filters()
     if not isinstance(raw, Mapping):
-        raise QueryError(f"field 'filters' must be an object, not {_json_type(raw)}")
+        raise QueryError(f"field 'filters' must be an object, not {json_kind(raw)}")
     known = set(FILTER_FIELDS) | set(_TIME_FIELDS)
     unknown = sorted(set(raw) - known)
     if unknown:

@@ -446,12 +446,8 @@ def test_other_tenant_sees_only_its_tenant(corpus: Corpus) -> None:
     assert search(corpus, ALICE, query="secretproject", mode="text", k=100)["results"] == []
 
 
-@pytest.mark.parametrize("who", ["alice", "carol"])
-def test_the_text_index_filters_by_the_smaller_side_of_the_access_lists(
-        corpus: Corpus, who: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Alice may read 3 of the 5 sessions: the text index leaves out the 2 others (a filter
-    # costs per chunk of the sessions it names). Carol reads 1: only that one is kept. Either
-    # way the text list holds readable chunks only.
+def _record_text_searches(corpus: Corpus, monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """The options of every text search the planner asks of its readers from now on."""
     asked: list[dict[str, Any]] = []
     search_text = corpus.planner._readers.search_text
 
@@ -460,6 +456,16 @@ def test_the_text_index_filters_by_the_smaller_side_of_the_access_lists(
         return search_text(index, query, **options)
 
     monkeypatch.setattr(corpus.planner._readers, "search_text", recording)
+    return asked
+
+
+@pytest.mark.parametrize("who", ["alice", "carol"])
+def test_the_text_index_filters_by_the_smaller_side_of_the_access_lists(
+        corpus: Corpus, who: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Alice may read 3 of the 5 sessions: the text index leaves out the 2 others (a filter
+    # costs per chunk of the sessions it names). Carol reads 1: only that one is kept. Either
+    # way the text list holds readable chunks only.
+    asked = _record_text_searches(corpus, monkeypatch)
     every = {"s-alice", "s-eng", "s-all", "s-bob", "s-other"}
     for _ in range(2):  # the second query reuses the filter built for the first
         response = search(corpus, PRINCIPALS[who], query="deploy", mode="text", k=100)
@@ -480,14 +486,7 @@ def test_a_text_list_judged_on_the_engine_top_gives_the_same_answers(
     # answers are those of the filter inside the index.
     import planner.engine as engine_module
 
-    asked: list[dict[str, Any]] = []
-    search_text = corpus.planner._readers.search_text
-
-    def recording(index: Any, query: str, **options: Any) -> Any:
-        asked.append(options)
-        return search_text(index, query, **options)
-
-    monkeypatch.setattr(corpus.planner._readers, "search_text", recording)
+    asked = _record_text_searches(corpus, monkeypatch)
 
     def answers() -> list[Any]:
         return [[hit["chunkId"] for hit in
