@@ -590,7 +590,7 @@ class SinkRunner:
             # The records re-read from the new line's offsets deliver progress again.
             fresh = self._load_log(log_id)
             self.logs[log_id] = fresh
-            log.warning("%s sink: log %s switched to line %s", self.label, log_id, fresh.line)
+            log.info("%s sink: log %s switched to line %s", self.label, log_id, fresh.line)
             if fresh.manifest is None:
                 continue
             # A commit of the old line may have published its watermark after the rebuild
@@ -646,8 +646,6 @@ class SinkRunner:
         usl_sink_commit_seconds.labels(kind=self.kind).observe(time.monotonic() - written)
         usl_sink_batch_chunks.labels(kind=self.kind).observe(len(records))
         usl_generation_switches_total.labels(kind=self.kind).inc()
-        usl_generation_id.labels(log=log_id, kind=self.kind).set(committed.generation_id)
-        usl_watermark_seq.labels(log=log_id, kind=self.kind).set(committed.built_through_seq)
         state.ids.update(state.pending_ids)
         state.pending = []
         state.pending_ids = set()
@@ -676,7 +674,6 @@ class SinkRunner:
                 if committed is None:
                     continue
                 usl_generation_switches_total.labels(kind=self.kind).inc()
-                usl_generation_id.labels(log=job.log_id, kind=self.kind).set(committed.generation_id)
                 state.manifest = committed
                 self._publish(job.log_id, committed, store)
                 if self.on_commit is not None:
@@ -692,7 +689,14 @@ class SinkRunner:
         return published
 
     def _publish(self, log_id: str, manifest: Manifest, store: GenerationStore) -> None:
+        """Publish ``manifest``'s watermark and set the gauges to it: every publication (a
+        commit, a background merge, the republish at start-up, after a line switch and of a
+        stalled line) goes through here, so ``usl_watermark_seq`` and ``usl_generation_id``
+        always show the last published watermark, also after a restart that commits nothing
+        (which USLWatermarkStalled must see) and after a rebuild switched the line."""
         assert self._publisher is not None
         state = self.logs.get(log_id)
         stalled = state.stalled if state is not None and state.line == store.line else None
         self._publisher.publish(watermark_of(manifest, store, self.versions, stalled))
+        usl_generation_id.labels(log=log_id, kind=self.kind).set(manifest.generation_id)
+        usl_watermark_seq.labels(log=log_id, kind=self.kind).set(manifest.built_through_seq)
