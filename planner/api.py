@@ -68,7 +68,7 @@ from planner.request import log_param
 from planner.status_history import endpoint as status_history_endpoint
 from planner.tailwarm import WARM_EVERY_SECONDS
 from streams.exceptions import USLError
-from streams.metrics import METRICS_CONTENT_TYPE, metrics_text
+from streams.metrics import METRICS_CONTENT_TYPE, metrics_text, served_by
 from streams.names import LOG_ID
 from streams.settings import Settings
 
@@ -357,7 +357,7 @@ def create_app(settings: Settings, bootstrap: str, *, planner: Any = None) -> St
 
     async def metrics(request: Request) -> Response:
         await run_in_threadpool(refresh_freshness_gauges)
-        return Response(metrics_text(), media_type=METRICS_CONTENT_TYPE)
+        return Response(metrics_text(served_by("planner")), media_type=METRICS_CONTENT_TYPE)
 
     async def healthz(request: Request) -> Response:
         return _JSON({"status": "ok", "ready": state.get("planner") is not None})

@@ -13,10 +13,16 @@ Layout (``root`` is usually ``$USL_HOME/indexes``)::
     <root>/<logId>/<kind>/<line>/pins/*.pin           readers' pins (JSON, with an expiry)
     <root>/<logId>/<kind>/<line>/.staging-gen-...     the generation being written (one writer)
     <root>/<logId>/<kind>/<line>/.writer.lock         flock held by the line's writer
+    <root>/<logId>/<kind>/<line>/RETIRED              the line was replaced (``usl rebuild``)
 
 A sink shard (:mod:`sinks.shards`) has the same layout one level down, in
 ``<root>/<logId>/<kind>/shard-I-of-N/`` (``GenerationStore(..., shard="shard-I-of-N")``); a
 shard directory is never a line.
+
+A line replaced by a rebuild is *retired* (:meth:`GenerationStore.retire`); once nothing can
+read it any more, :mod:`sinks.retired` deletes it whole: :meth:`GenerationStore.take_line_away`
+renames it out of the way under its pin lock, so a reader either pinned it first (and the line
+stays) or finds it gone (GenerationError, never a half-deleted line).
 
 A new generation reuses the files of the previous one by hard-linking them (:func:`clone_into`),
 so deleting an old generation directory never breaks a newer one. ``SegmentRef.path`` is
@@ -60,7 +66,7 @@ import stat
 import threading
 import time
 import uuid
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import TracebackType
@@ -78,8 +84,10 @@ __all__ = [
     "ACTIVE_FILE",
     "CURRENT_FILE",
     "DEFAULT_LINE",
+    "LINE_TRASH_PREFIX",
     "MANIFEST_FILE",
     "MAX_CHUNK_SEQ",
+    "RETIRED_FILE",
     "FileDigests",
     "GenerationStore",
     "Manifest",
@@ -98,6 +106,9 @@ DEFAULT_LINE = "live"
 ACTIVE_FILE = "ACTIVE"
 CURRENT_FILE = "CURRENT"
 MANIFEST_FILE = "manifest.json"
+RETIRED_FILE = "RETIRED"
+#: Prefix of a retired line renamed away for deletion (in the kind or shard directory).
+LINE_TRASH_PREFIX = ".trash-line-"
 _PINS_DIR = "pins"
 
 
@@ -470,7 +481,6 @@ class GenerationStore:
     def pin(self, generation_id: int, *, ttl_seconds: float, holder: str) -> Pin:
         """Keep ``generation_id`` from GC until released or ``ttl_seconds`` from now."""
         pins_dir = self.line_dir / _PINS_DIR
-        pins_dir.mkdir(parents=True, exist_ok=True)
         safe_holder = re.sub(r"[^A-Za-z0-9_.-]", "_", holder)[:64] or "anon"
         path = pins_dir / f"{generation_id:08d}.{safe_holder}.{uuid.uuid4().hex[:16]}.pin"
         pin = Pin(path, generation_id, holder, time.time() + _positive_ttl(ttl_seconds))
@@ -478,11 +488,18 @@ class GenerationStore:
         # the shared one: either GC ran first and we see the directory gone here, or it sees our
         # pin and never moves the generation (once moved, even for a moment, a reader holding a
         # pin found its files missing: a planner query failed with "manifest unreadable").
-        with self._pins_lock(exclusive=False):
-            pin._write()
-            if not (self.generation_dir(generation_id) / MANIFEST_FILE).exists():
-                pin.release()
-                raise GenerationError(f"generation {generation_id} of {self._what()} does not exist")
+        # A retired line is deleted by renaming it away under the exclusive lock: a reader that
+        # waited for the lock then finds no directory to write its pin in, and is told the
+        # generation is gone (never recreating the line's directory).
+        try:
+            with self._pins_lock(exclusive=False):
+                pin._write()
+                if not (self.generation_dir(generation_id) / MANIFEST_FILE).exists():
+                    pin.release()
+                    raise GenerationError(f"generation {generation_id} of {self._what()} does not exist")
+        except FileNotFoundError as exc:
+            raise GenerationError(f"generation {generation_id} of {self._what()} does not exist "
+                                  "(its line was removed)") from exc
         return pin
 
     def pin_current(self, *, ttl_seconds: float, holder: str) -> tuple[Manifest, Pin] | None:
@@ -550,7 +567,7 @@ class GenerationStore:
         """The line's pin lock (``pins/gc.lock``): shared while a reader pins, exclusive while GC
         decides what to move away. flock: a holder killed with -9 releases it."""
         pins_dir = self.line_dir / _PINS_DIR
-        pins_dir.mkdir(parents=True, exist_ok=True)
+        pins_dir.mkdir(exist_ok=True)  # not parents: a removed line must stay removed
         descriptor = os.open(pins_dir / "gc.lock", os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
@@ -575,7 +592,55 @@ class GenerationStore:
         _check_line(line)
         if not (self.kind_dir / line / CURRENT_FILE).exists():
             raise GenerationError(f"line {line!r} of {self.log_id}/{self.kind} has no committed generation")
+        # A retired line made active again (a rollback) must not be collected as retired.
+        (self.kind_dir / line / RETIRED_FILE).unlink(missing_ok=True)
         atomic_write(self.kind_dir / ACTIVE_FILE, f"{line}\n")
+
+    def retire(self, replaced_by: str) -> None:
+        """Mark this line as replaced by ``replaced_by``: :mod:`sinks.retired` deletes it once
+        it has been retired for the grace period and no pin holds it. The file's mtime is the
+        retirement time."""
+        atomic_write(self.line_dir / RETIRED_FILE, f"replaced by {replaced_by} at {time.time():.0f}\n")
+
+    def retired_at(self) -> float | None:
+        """When this line was retired (epoch seconds), or None if it is not."""
+        try:
+            return (self.line_dir / RETIRED_FILE).stat().st_mtime
+        except FileNotFoundError:
+            return None
+
+    def take_line_away(self, still_removable: Callable[[], bool]) -> Path | None:
+        """Rename this whole line out of the way (to a hidden ``.trash-line-*`` directory beside
+        it, returned; the caller deletes it) if no unexpired pin holds any of its generations,
+        no writer holds its lock and ``still_removable()`` agrees, all checked under the line's
+        exclusive pin lock; else None. Expired pins are swept first.
+
+        Under that lock no reader can add a pin, so a reader either pinned before (and the
+        line stays) or finds the line gone afterwards (:meth:`pin` raises GenerationError)."""
+        # Never through _acquire_lock or with mkdir(parents=True): another collector may have
+        # taken the line away meanwhile, and its directory must not come back.
+        try:
+            self._sweep_expired_pins()
+            descriptor = os.open(self.line_dir / _LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        except FileNotFoundError:
+            return None
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(descriptor)
+            return None  # a writer is still committing to it
+        try:
+            with self._pins_lock(exclusive=True):
+                if self.pinned_ids() or not still_removable():
+                    return None
+                trash = self.kind_dir / f"{LINE_TRASH_PREFIX}{self.line}-{uuid.uuid4().hex[:8]}"
+                os.rename(self.line_dir, trash)
+                fsync_directory(self.kind_dir)
+                return trash
+        except FileNotFoundError:
+            return None
+        finally:
+            os.close(descriptor)
 
     def new_rebuild_line(self) -> str:
         """A fresh ``rebuild-<n>`` line name for a rebuild beside the live line."""

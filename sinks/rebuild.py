@@ -5,7 +5,8 @@ process, straight from L1 (so a new chunker, embedder or redaction policy takes 
 writes generations into a fresh ``rebuild-N`` line, catches up with the log head, verifies,
 computes where the live sink must resume on the derived topics so the new line misses
 nothing, switches the ACTIVE line atomically, publishes the watermark and retires the old
-line. L1 is only read, never written.
+line (deleted once past its grace and unpinned: :mod:`sinks.retired`). L1 is only read, never
+written.
 """
 
 from __future__ import annotations
@@ -14,13 +15,13 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import orjson
 from kafka import KafkaConsumer, TopicPartition
 
 from sinks.generations import GenerationStore, Manifest, chunk_seq_bound
+from sinks.retired import collect_retired_lines
 from sinks.runner import index_root, watermark_of, write_ids
 from sinks.service import make_writer, pipeline_versions
 from sinks.shards import Shard
@@ -333,7 +334,11 @@ def switch_to(settings: Settings, bootstrap: str, built: BuiltLine) -> None:
         publisher.publish(watermark_of(manifest, store, built.versions))
     finally:
         publisher.close()
+    root = index_root(settings)
     if built.old_line is not None and built.old_line != manifest.line:
-        old = GenerationStore(index_root(settings), manifest.log_id, built.kind, built.old_line, shard=live.shard)
-        (Path(old.line_dir) / "RETIRED").write_text(f"replaced by {manifest.line} at {time.time():.0f}\n")
+        old = GenerationStore(root, manifest.log_id, built.kind, built.old_line, shard=live.shard)
+        old.retire(manifest.line)
         old.gc(keep_last=0)
+    # Lines retired by earlier rebuilds whose grace has passed (this one's has just begun).
+    collect_retired_lines(root, manifest.log_id, built.kind, shard=live.shard,
+                          grace_seconds=settings.retired_line_grace_seconds)

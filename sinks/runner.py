@@ -54,6 +54,7 @@ from sinks.generations import (
     pipeline_difference,
 )
 from sinks.merger import BackgroundMerger, MergingWriter, commit_merge, merge_work_root
+from sinks.retired import collect_retired_lines_due
 from sinks.shards import Shard
 from sinks.watermarks import WatermarkPublisher
 from sinks.writer import IndexWriter, record_id
@@ -655,6 +656,8 @@ class SinkRunner:
         if self.on_commit is not None:
             self.on_commit(committed)
         store.gc(keep_last=3)
+        collect_retired_lines_due(self.root, log_id, self.kind, shard=store.shard,
+                                  grace_seconds=self.settings.retired_line_grace_seconds)
         if self._merger is not None:
             self._merger.offer(log_id, store.line, committed.generation_id, committed_dir)
 

@@ -37,14 +37,15 @@ def pipeline_versions(settings: Settings) -> dict[str, Any]:
 def run_sinks(settings: Settings, bootstrap: str, kinds: Sequence[str], *, shard: Shard | None = None) -> None:
     """Run the given sinks (each as ``shard`` of its kind, if given) until SIGTERM/SIGINT; a
     failing sink stops the process (exit 1)."""
-    from streams.metrics import start_metrics_server
+    from streams.logs import configure_logging
+    from streams.metrics import served_by, start_metrics_server
     from streams.topics import ensure_topics
 
-    logging.basicConfig(level=logging.WARNING, format="[%(asctime)s] %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("kafka").setLevel(logging.WARNING)
+    configure_logging("usl.sink")
     ensure_topics(bootstrap, settings)
-    port = start_metrics_server(settings.metrics_port)
-    log.warning("sink metrics on http://127.0.0.1:%d/metrics", port)
+    port = start_metrics_server(settings.metrics_port,
+                                families=served_by("sinks", *(["vector sink"] if "vector" in kinds else [])))
+    log.info("sink metrics on http://127.0.0.1:%d/metrics", port)
     versions = pipeline_versions(settings)
     hooks = {kind: object_store_hook(settings, bootstrap, kind, shard=None if shard is None else shard.name)
              for kind in kinds}

@@ -237,13 +237,15 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
 
 def run_worker(settings: Settings, bootstrap: str, *, loglevel: str = "warn") -> None:
     """Run the faust worker in this process until it is stopped (SIGTERM/SIGINT)."""
-    from streams.metrics import start_metrics_server
+    from streams.logs import configure_logging, faust_logging_config, level_of
+    from streams.metrics import served_by, start_metrics_server
     from streams.topics import ensure_topics
 
+    configure_logging("usl.worker", loglevel)
     ensure_topics(bootstrap, settings)
-    port = start_metrics_server(settings.metrics_port)
-    log.warning("worker metrics on http://127.0.0.1:%d/metrics", port)
+    port = start_metrics_server(settings.metrics_port, families=served_by("worker"))
+    log.info("worker metrics on http://127.0.0.1:%d/metrics", port)
     app = create_app(settings, bootstrap)
-    worker = faust.Worker(app, loglevel=loglevel, quiet=True)
+    worker = faust.Worker(app, loglevel=level_of(loglevel), quiet=True, logging_config=faust_logging_config())
     faust_compat.quiet_worker(worker)
     worker.execute_from_commandline()

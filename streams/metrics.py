@@ -16,36 +16,41 @@ Labels are of low cardinality only: ``stage``, ``kind`` (index kind or tick kind
 user, principal, query text or anything taken from an event never becomes a label value: a
 label value is exported verbatim, and invariant 7 forbids secrets in metric labels.
 
-Every process serves its own ``/metrics``: workers and sinks call
-:func:`start_metrics_server`; the planner's ASGI app returns :func:`metrics_text`.
+Every process serves its own ``/metrics``, with the families it sets only
+(:data:`PROCESS_METRICS`): workers and sinks call :func:`start_metrics_server`; the planner's
+ASGI app returns :func:`metrics_text`.
 """
 
 from __future__ import annotations
 
 import socket
-from collections.abc import Sequence
+from collections.abc import Collection, Iterator, Sequence
 from importlib import metadata
 from typing import Any, TypeVar
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     REGISTRY,
+    CollectorRegistry,
     Counter,
     Gauge,
     Histogram,
     generate_latest,
     start_http_server,
 )
+from prometheus_client.metrics_core import Metric
 
 __all__ = [
     "ALL_METRIC_NAMES",
     "DEAD_LETTER_REASONS",
     "INDEX_KINDS",
     "METRICS_CONTENT_TYPE",
+    "PROCESS_METRICS",
     "QUERY_MODES",
     "SINK_FAILURE_REASONS",
     "STAGES",
     "metrics_text",
+    "served_by",
     "start_metrics_server",
     "usl_build_info",
     "usl_chunks_emitted_total",
@@ -224,7 +229,7 @@ usl_embed_seconds = _metric(
     buckets=_LATENCY_BUCKETS,
 )
 
-# --- freshness (published by whoever reads L1 and the watermarks: sinks and planner) -------
+# --- freshness (set by the planner, which reads L1 and the watermarks) ----------------------
 
 usl_l1_committed_seq = _metric(
     Gauge, "usl_l1_committed_seq",
@@ -327,15 +332,62 @@ ALL_METRIC_NAMES: tuple[str, ...] = (
 )
 
 
-def start_metrics_server(port: int = 0, host: str = "127.0.0.1") -> int:
-    """Serve ``/metrics`` of the default registry from a daemon thread; return the bound port.
+#: The metric families each process sets, so the only ones it serves (docs/operations.md,
+#: "exported by"): a family a process never sets would be scraped at zero from it, and a
+#: histogram at zero is a NaN series in every quantile panel grouped by job.
+PROCESS_METRICS: dict[str, tuple[str, ...]] = {
+    "worker": ("usl_records_total", "usl_dead_letters_total", "usl_duplicate_events_total",
+               "usl_redactions_total", "usl_chunks_emitted_total", "usl_ticks_total",
+               "usl_progress_marker_seq"),
+    "sinks": ("usl_records_total", "usl_dead_letters_total", "usl_duplicate_events_total",
+              "usl_sink_batch_seconds", "usl_sink_commit_seconds", "usl_sink_batch_chunks",
+              "usl_sink_failures_total", "usl_objectstore_backlog_generations",
+              "usl_objectstore_publish_failures_total", "usl_generation_switches_total",
+              "usl_generation_merges_total", "usl_generation_id", "usl_watermark_seq", "usl_index_stalled"),
+    # Only a sinks process that runs the vector sink embeds.
+    "vector sink": ("usl_embed_seconds",),
+    "planner": ("usl_l1_committed_seq", "usl_index_lag_seqs", "usl_index_lag_seconds", "usl_query_seconds",
+                "usl_queries_total", "usl_tail_scan_events", "usl_query_fallbacks_total",
+                "usl_cursor_refusals_total"),
+}
+
+
+def served_by(*processes: str) -> frozenset[str]:
+    """The families a process made of ``processes`` (keys of :data:`PROCESS_METRICS`) serves:
+    theirs and ``usl_build_info``."""
+    return frozenset({"usl_build_info"}.union(*(PROCESS_METRICS[name] for name in processes)))
+
+
+class _Only:
+    """The default registry's families named in ``families``, and no others."""
+
+    def __init__(self, families: Collection[str]) -> None:
+        # The client names a counter's family without its "_total".
+        self._names = {name.removesuffix("_total") for name in families}
+
+    def collect(self) -> Iterator[Metric]:
+        return (family for family in REGISTRY.collect() if family.name in self._names)
+
+
+def _registry(families: Collection[str] | None) -> CollectorRegistry:
+    if families is None:
+        return REGISTRY
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Only(families))
+    return registry
+
+
+def start_metrics_server(port: int = 0, host: str = "127.0.0.1", *,
+                         families: Collection[str] | None = None) -> int:
+    """Serve ``/metrics`` of the default registry (only ``families``, e.g. :func:`served_by`,
+    if given) from a daemon thread; return the bound port.
 
     ``port=0`` picks a free port (what ``USL_METRICS_PORT=0`` means), so several workers on
     one host never collide; the caller logs or publishes the port it got.
     """
     if port == 0:
         port = _free_port(host)
-    result = start_http_server(port, addr=host)
+    result = start_http_server(port, addr=host, registry=_registry(families))
     # prometheus-client >= 0.17 returns (server, thread): report what the server really bound.
     if isinstance(result, tuple):
         return int(result[0].server_port)
@@ -349,6 +401,7 @@ def _free_port(host: str) -> int:
         return int(probe.getsockname()[1])
 
 
-def metrics_text() -> bytes:
-    """The default registry in Prometheus text format, for an ASGI ``GET /metrics`` route."""
-    return generate_latest(REGISTRY)
+def metrics_text(families: Collection[str] | None = None) -> bytes:
+    """The default registry (only ``families``, if given) in Prometheus text format, for an
+    ASGI ``GET /metrics`` route."""
+    return generate_latest(_registry(families))

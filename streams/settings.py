@@ -163,6 +163,12 @@ class Settings:
         secret=True,
     )
     cursor_ttl_seconds: int = _setting("USL_CURSOR_TTL_SECONDS", 3600, "How long a cursor stays valid.", minimum=0)
+    retired_line_grace_seconds: int = _setting(
+        "USL_RETIRED_LINE_GRACE_SECONDS", 900,
+        "How long a generation line replaced by `usl rebuild` stays on disk before it is deleted "
+        "(and then only once no query or cursor pins it); at least 600, the planner's query pin TTL.",
+        minimum=600,
+    )
     acl_default: str = _setting(
         "USL_DEFAULT_PRINCIPAL", "tenant:default/user:local",
         "Principal used by the CLI when --as is not given.",

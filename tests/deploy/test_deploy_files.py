@@ -166,6 +166,51 @@ def test_metrics_text_and_server_expose_build_info() -> None:
     assert metrics.METRICS_CONTENT_TYPE.startswith("text/plain")
 
 
+def test_each_process_serves_only_the_families_it_sets() -> None:
+    """A family a process never sets was served at zero by it: the worker's usl_embed_seconds
+    made the embedding panel's per-job quantile a NaN series."""
+    served = set().union(*metrics.PROCESS_METRICS.values()) | {"usl_build_info"}
+    assert served == set(metrics.ALL_METRIC_NAMES)
+    metrics.usl_chunks_emitted_total.inc(0)  # unlabelled: served from import on
+    for processes, present, absent in (
+            (("worker",), {"usl_chunks_emitted_total", "usl_build_info"},
+             {"usl_embed_seconds", "usl_query_seconds", "usl_tail_scan_events"}),
+            (("sinks",), {"usl_build_info"}, {"usl_embed_seconds", "usl_chunks_emitted_total", "usl_tail_scan_events"}),
+            (("sinks", "vector sink"), {"usl_embed_seconds_bucket"}, {"usl_tail_scan_events"}),
+            (("planner",), {"usl_tail_scan_events_bucket", "usl_build_info"},
+             {"usl_embed_seconds", "usl_chunks_emitted_total"})):
+        text = metrics.metrics_text(metrics.served_by(*processes)).decode()
+        names = set(re.findall(r"^(usl_[a-z0-9_]+)", text, re.MULTILINE))
+        assert present <= names and not absent & {n for name in names for n in (name, _family_of(name))}, \
+            (processes, sorted(names))
+    # Without a selection (tests, one process holding everything) the whole registry.
+    assert b"usl_embed_seconds_bucket" in metrics.metrics_text()
+
+
+def _family_of(sample: str) -> str:
+    for suffix in (*HISTOGRAM_SUFFIXES, "_created"):
+        if sample.endswith(suffix):
+            return sample.removesuffix(suffix)
+    return sample
+
+
+def test_operations_doc_names_the_processes_that_set_each_metric() -> None:
+    """The metrics table's "exported by" column is PROCESS_METRICS (ingest, which serves no
+    /metrics, aside)."""
+    spelled = {"workers": "worker", "sinks": "sinks", "vector sink": "vector sink", "planner": "planner"}
+    rows = {match.group(1): match.group(2) for match in
+            re.finditer(r"^\| `(usl_[a-z0-9_]+)` \|.*\| ([^|]+) \|$", OPERATIONS.read_text(), re.MULTILINE)}
+    assert set(rows) == set(metrics.ALL_METRIC_NAMES)
+    for name, column in rows.items():
+        if name == "usl_build_info":
+            assert column.strip() == "every process"
+            continue
+        named = {part.strip() for part in column.split(",")} - {"ingest"}
+        assert named <= set(spelled), (name, column)
+        expected = {process for process, families in metrics.PROCESS_METRICS.items() if name in families}
+        assert {spelled[part] for part in named} == expected, (name, column)
+
+
 # --- Grafana --------------------------------------------------------------------------------
 
 
