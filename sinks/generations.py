@@ -671,7 +671,8 @@ class GenerationStore:
                     path.unlink(missing_ok=True)
         pins_dir = self.line_dir / _PINS_DIR
         if pins_dir.is_dir():  # temp files of pin writers that died mid-write
-            for path in pins_dir.glob(".*.tmp-*"):
+            # streams.fsio.atomic_write names them .NAME.PID-HEX.tmp; older writers .NAME.tmp-*.
+            for path in [*pins_dir.glob(".*.tmp"), *pins_dir.glob(".*.tmp-*")]:
                 with contextlib.suppress(FileNotFoundError):
                     if now - path.stat().st_mtime > _TRASH_GRACE_SECONDS:
                         path.unlink()

@@ -261,6 +261,23 @@ def test_pins_prevent_gc_and_expired_pins_do_not(store: GenerationStore):
     assert store.generation_ids() == [4, 5]
 
 
+def test_gc_sweeps_what_a_pin_writer_left_when_it_died_mid_write(store: GenerationStore):
+    import os
+
+    commit_files(store, {"s.bin": b"x"})
+    store.pin(1, ttl_seconds=60, holder="query")
+    pins = store.line_dir / "pins"
+    # What atomic_write leaves when its process dies between writing and renaming.
+    staged = pins / f".1-query.pin.{os.getpid()}-0a1b2c3d.tmp"
+    staged.write_text("{}")
+    fresh = pins / f".2-query.pin.{os.getpid()}-0a1b2c3e.tmp"
+    fresh.write_text("{}")
+    old = time.time() - 3600
+    os.utime(staged, (old, old))
+    store.gc(keep_last=1)
+    assert not staged.exists() and fresh.exists()  # a writer may still be renaming the fresh one
+
+
 def test_pin_is_visible_to_other_processes(store: GenerationStore):
     for i in range(3):
         commit_files(store, {f"s{i}.bin": b"x"})
