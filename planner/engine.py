@@ -104,6 +104,7 @@ from planner.snapshot import (
     wait_satisfied,
     with_rebuilt_lines,
     with_refusals,
+    with_stalls,
     with_uncovered,
     with_vector_fallback,
 )
@@ -512,6 +513,7 @@ class Planner:
         rebuilt_from = {kind: int((pin.manifest.extra.get("rebuild") or {}).get("fromSeq", 1))
                         for kind, pin in pins.items() if pin is not None}
         decision = with_rebuilt_lines(decision, rebuilt_from)
+        decision = with_stalls(decision, query.snapshot.watermarks, req.log)
         if decision.fallbacks and not query.warming:
             usl_query_fallbacks_total.labels(
                 reason="vector_unusable" if vector_problem else "vector_missing").inc()

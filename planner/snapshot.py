@@ -52,6 +52,7 @@ __all__ = [
     "wait_satisfied",
     "with_rebuilt_lines",
     "with_refusals",
+    "with_stalls",
     "with_uncovered",
     "with_vector_fallback",
 ]
@@ -324,6 +325,26 @@ def with_rebuilt_lines(decision: SnapshotDecision, from_seqs: Mapping[str, int])
                                       f"the {kind} index was rebuilt from seq {starts} and holds "
                                       f"nothing below it")
     return decision
+
+
+def with_stalls(decision: SnapshotDecision, watermarks: Mapping[str, Mapping[str, Any] | None],
+                log_id: str) -> SnapshotDecision:
+    """Say which required index is stalled (its watermark, kind → record, carries the ``stalled``
+    entry a sink publishes for a line built under another policy or chunker,
+    :func:`sinks.runner.stall_of`): its lag then grows until a rebuild, it does not catch up."""
+    stalled = []
+    for kind in decision.required:
+        record = watermarks.get(kind) or {}
+        shards = record.get("shards")
+        for name, part in sorted(shards.items()) if isinstance(shards, Mapping) else [(None, record)]:
+            stall = part.get("stalled") if isinstance(part, Mapping) else None
+            if isinstance(stall, Mapping) and {"what", "built", "writes"} <= set(stall):
+                where = f"{kind} ({name})" if name else kind
+                stalled.append(f"{where}: stalled: built under {stall['what']} {stall['built']}, the sinks "
+                               f"write {stall['writes']}; not indexing this log until `usl rebuild all "
+                               f"--log {log_id}`")
+                break
+    return replace(decision, reasons=(*decision.reasons, *stalled)) if stalled else decision
 
 
 def with_refusals(decision: SnapshotDecision, problems: Mapping[str, str]) -> SnapshotDecision:

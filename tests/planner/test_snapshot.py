@@ -16,6 +16,7 @@ from planner.snapshot import (
     parse_freshness,
     record_tail_scan,
     wait_satisfied,
+    with_stalls,
     with_uncovered,
 )
 
@@ -214,3 +215,24 @@ def test_latest_and_wait_cover_up_to_l1_or_disclose(l1, marks, required, scanned
     if not covered:
         assert after.uncovered[-1].to_seq == l1
         assert after.label == f"{mode.mode}-partial"
+
+
+def test_a_stalled_index_is_named_stalled_not_only_behind():
+    """A stalled log's answer said '356 seqs behind L1' and nothing else: as if it would catch up."""
+    stall = {"what": "chunker", "built": "targetTokens=768", "writes": "targetTokens=512", "generationId": 4}
+    decision = choose_as_of(LATEST, 400, {"text": (4, 44), "structured": (4, 44)}, ("text", "structured"))
+    assert "text: generation 4 built through 44 (356 seqs behind L1)" in decision.reasons
+    shown = with_stalls(decision, {"text": {"builtThroughSeq": 44, "stalled": stall},
+                                   "structured": {"builtThroughSeq": 44, "shards": {
+                                       "shard-0-of-2": {"builtThroughSeq": 44},
+                                       "shard-1-of-2": {"builtThroughSeq": 50, "stalled": stall}}},
+                                   "vector": {"stalled": stall}}, "steady")
+    added = shown.reasons[len(decision.reasons):]
+    assert shown.reasons[:len(decision.reasons)] == decision.reasons  # additive only
+    assert added == (
+        "structured (shard-1-of-2): stalled: built under chunker targetTokens=768, the sinks write "
+        "targetTokens=512; not indexing this log until `usl rebuild all --log steady`",
+        "text: stalled: built under chunker targetTokens=768, the sinks write targetTokens=512; not "
+        "indexing this log until `usl rebuild all --log steady`")
+    assert with_stalls(decision, {"text": {"builtThroughSeq": 44}, "structured": None}, "steady") == decision
+

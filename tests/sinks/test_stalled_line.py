@@ -7,6 +7,8 @@ sink process exited, on every restart again: no log was indexed any more."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -14,15 +16,16 @@ from typing import Any
 
 import pytest
 
-from deploy.testing import Stack
+from deploy.testing import Stack, settings_env
 from planner.status import collect_status
 from sinks.generations import GenerationStore, Manifest
 from sinks.rebuild import rebuild
-from sinks.runner import SinkRunner, index_root, stall_of
+from sinks.runner import SinkRunner, index_root, stall_of, watermark_of
 from sinks.service import make_writer, pipeline_versions
-from sinks.watermarks import read_watermarks
+from sinks.watermarks import WatermarkPublisher, read_watermarks
 from streams.settings import Settings
 from streams.testing import append_events, interleave, session_events
+from streams.topics import ensure_topics
 
 KIND = "structured"
 
@@ -137,3 +140,48 @@ def test_a_log_of_another_policy_stalls_alone_until_rebuilt(make_settings: Calla
         if thread is not None:
             thread.join(timeout=60)
         stack.close()
+
+
+def test_a_rebuild_under_other_settings_than_the_stalled_sinks_is_refused(
+        make_settings: Callable[..., Settings]) -> None:
+    """The upgrade trap: the sinks run with USL_CHUNK_TOKENS=512 and stall on a 768 line; a
+    rebuild from a shell without the setting wrote 768 again, said 'now active' and exited 0,
+    and the log stayed stalled."""
+    settings = make_settings(embedder="hash:64")
+    bootstrap = settings.bootstrap_servers or ""
+    ensure_topics(bootstrap, settings)
+    for seed, log_id in enumerate(("ok", "rx")):
+        append_events(settings, _events(log_id, f"{log_id}-a", seed))
+    built = rebuild(settings, bootstrap, "text", log_id="rx")  # under the default 768
+    sinks = pipeline_versions(settings)
+    sinks["chunker"] = {**sinks["chunker"], "targetTokens": 512}
+    stall = stall_of(built, sinks)
+    assert stall is not None
+    publisher = WatermarkPublisher(bootstrap, settings)
+    try:  # what a sink running with 512 publishes for that line
+        publisher.publish(watermark_of(built, GenerationStore(index_root(settings), "rx", "text"), sinks, stall))
+    finally:
+        publisher.close()
+
+    def cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "deploy.cli", "rebuild", *args],
+                              env={**settings_env(settings), **env}, capture_output=True, text=True,
+                              timeout=400, check=False)
+
+    for args in (("--log", "rx"), ("--all-logs",)):
+        refused = cli("text", *args)
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        message = " ".join(refused.stderr.split())
+        assert "text of log 'rx' is stalled: the sinks write chunker targetTokens=512; this rebuild would " \
+               "write targetTokens=768" in message
+        assert "USL_CHUNK_TOKENS=512" in message and "Traceback" not in message
+    assert GenerationStore(index_root(settings), "ok", "text").current() is None  # no log was rebuilt
+    assert GenerationStore(index_root(settings), "rx", "text").current() == built
+    done = cli("text", "--all-logs", USL_CHUNK_TOKENS="512")
+    assert done.returncode == 0, done.stdout + done.stderr
+    text = " ".join(done.stdout.split())
+    assert "rebuilt text of log 'ok'" in text and "rebuilt text of log 'rx'" in text
+    for log_id in ("ok", "rx"):
+        manifest = GenerationStore(index_root(settings), log_id, "text").current()
+        assert manifest is not None and manifest.chunker["targetTokens"] == 512
+
