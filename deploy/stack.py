@@ -7,12 +7,19 @@ runs that process is a stale entry, removed and never signalled (:mod:`deploy.pr
 
 Every process starts with umask 077 and ``$USL_HOME`` is created 0700, so index files, logs and
 pid files are readable by their owner only.
+
+Each worker and sink the supervisor runs keeps its ``/metrics`` port across restarts: the ports
+are chosen once and recorded in ``$USL_HOME/run/metrics-ports.json`` (kept by ``usl down``, so
+the next ``usl up`` reuses them too), and every start passes its own as ``USL_METRICS_PORT``.
+Chosen per start (``USL_METRICS_PORT=0``), a restarted process answered on a new port that no
+scrape configuration named.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -29,7 +36,7 @@ from deploy.process import (
 from sinks.kinds import ALL_KINDS as _SINK_KINDS
 from streams.settings import Settings
 
-__all__ = ["running", "sink_children", "start_process", "stop_process", "stop_stack", "supervise"]
+__all__ = ["metrics_ports", "running", "sink_children", "start_process", "stop_process", "stop_stack", "supervise"]
 
 STACK = ("worker", "sinks", "api")
 _STABLE_SECONDS = 10.0
@@ -97,6 +104,70 @@ def sink_children(settings: Settings) -> dict[str, list[str]]:
             for index in range(count)}
 
 
+#: The usl commands that serve /metrics on USL_METRICS_PORT (the API serves it on its own port).
+_METRICS_COMMANDS = ("worker", "sink")
+_METRICS_HOST = "127.0.0.1"  # streams.metrics.start_metrics_server's
+
+
+def metrics_ports(settings: Settings) -> dict[str, int]:
+    """Name → the ``/metrics`` port the supervisor gives that stack process (empty before the
+    first ``usl up``)."""
+    try:
+        recorded = json.loads((_run_dir(settings) / "metrics-ports.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(recorded, dict):
+        return {}
+    return {str(name): port for name, port in recorded.items() if isinstance(port, int) and 0 < port < 65536}
+
+
+def _port_free(port: int) -> bool:
+    """Whether a server could listen on ``port`` now (with SO_REUSEADDR, as the metrics server
+    binds: connections of the previous process in TIME_WAIT do not hold the port)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((_METRICS_HOST, port))
+        except OSError:
+            return False
+    return True
+
+
+def _any_free_port(taken: set[int]) -> int:
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.bind((_METRICS_HOST, 0))
+            port = int(probe.getsockname()[1])
+        if port not in taken:
+            return port
+
+
+def _choose_metrics_ports(settings: Settings, children: dict[str, list[str]]) -> dict[str, int]:
+    """The metrics port of every child that serves one: the port recorded for it (by an earlier
+    ``usl up``) while free; else, with ``USL_METRICS_PORT`` set, that port for the first such
+    child and the ports after it for the next; else a free port. Recorded before any starts."""
+    recorded = metrics_ports(settings)
+    ports: dict[str, int] = {}
+    names = [name for name, args in children.items() if args and args[0] in _METRICS_COMMANDS]
+    for offset, name in enumerate(names):
+        wanted = [recorded[name]] if name in recorded else []
+        if settings.metrics_port:
+            wanted.insert(0, settings.metrics_port + offset)
+        free = [port for port in wanted if port not in ports.values() and _port_free(port)]
+        ports[name] = free[0] if free else _any_free_port(set(ports.values()))
+        if wanted and ports[name] != wanted[0]:
+            print(f"{name}: metrics port {wanted[0]} is taken; using {ports[name]}", flush=True)
+    _record_metrics_ports(settings, ports)
+    return ports
+
+
+def _record_metrics_ports(settings: Settings, ports: dict[str, int]) -> None:
+    path = _run_dir(settings) / "metrics-ports.json"
+    partial = path.with_suffix(".json.tmp")
+    partial.write_text(json.dumps(ports, sort_keys=True))
+    os.replace(partial, path)  # `usl up --detach` and `usl status` read it: never half written
+
+
 def supervise(settings: Settings, children: dict[str, list[str]], env: dict[str, str]) -> None:
     """Run ``children`` (name → usl arguments) and restart any that exits, until SIGTERM/SIGINT.
 
@@ -113,7 +184,20 @@ def supervise(settings: Settings, children: dict[str, list[str]], env: dict[str,
     partial = own.with_suffix(".pid.tmp")
     partial.write_text(json.dumps(process_record(os.getpid(), sys.argv)))
     os.replace(partial, own)
-    pids = {name: start_process(settings, name, args, env) for name, args in children.items()}
+    ports = _choose_metrics_ports(settings, children)
+
+    def start(name: str) -> int:
+        if name not in ports:
+            return start_process(settings, name, children[name], env)
+        if not _port_free(ports[name]):  # something else took it while the process was down
+            taken, ports[name] = ports[name], _any_free_port(set(ports.values()))
+            print(f"{name}: metrics port {taken} is taken; {name} serves /metrics on {ports[name]} from now "
+                  "on (update the scrape configuration)", flush=True)
+            _record_metrics_ports(settings, ports)
+        print(f"{name}: metrics on http://{_METRICS_HOST}:{ports[name]}/metrics", flush=True)
+        return start_process(settings, name, children[name], {**env, "USL_METRICS_PORT": str(ports[name])})
+
+    pids = {name: start(name) for name in children}
     started = dict.fromkeys(children, time.monotonic())
     backoff = dict.fromkeys(children, 1.0)
     next_start: dict[str, float] = {}
@@ -121,11 +205,11 @@ def supervise(settings: Settings, children: dict[str, list[str]], env: dict[str,
         while not stop.is_set():
             time.sleep(0.5)
             now = time.monotonic()
-            for name, args in children.items():
+            for name in children:
                 if name in next_start:
                     if now >= next_start[name]:
                         del next_start[name]
-                        pids[name] = start_process(settings, name, args, env)
+                        pids[name] = start(name)
                         started[name] = now
                     continue
                 try:

@@ -173,7 +173,14 @@ class Settings:
         "USL_DEFAULT_PRINCIPAL", "tenant:default/user:local",
         "Principal used by the CLI when --as is not given.",
     )
-    metrics_port: int = _setting("USL_METRICS_PORT", 0, "Port of a worker's /metrics (0 = choose a free port).", minimum=0)
+    metrics_port: int = _setting(
+        "USL_METRICS_PORT", 0,
+        "Port of the /metrics of a worker or sink (0 = choose a free port). Under `usl up` the "
+        "supervisor gives each worker and sink its own port, kept across restarts and the next "
+        "`usl up` (recorded in USL_HOME/run/metrics-ports.json, listed by `usl up` and `usl "
+        "status`); set, it is the first of those ports and the next processes take the ports after it.",
+        minimum=0,
+    )
     kafka_version: str = _setting("USL_KAFKA_VERSION", "4.1.1", "Apache Kafka version the local broker runs.")
     kafka_cache: Path = _setting(
         "USL_KAFKA_CACHE", Path.home() / ".cache" / "usl",

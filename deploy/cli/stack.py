@@ -57,6 +57,22 @@ def status(
     from planner.status import render_status
 
     render_status(report, out())
+    from deploy.stack import running
+
+    # A stack of `usl up` runs on this machine (checked without creating USL_HOME where none is).
+    if (Path(settings.home).resolve() / "run" / "supervisor.pid").is_file() and "supervisor" in running(settings):
+        _print_metrics_ports(settings, f"{settings.api_url or f'http://{settings.api_host}:{settings.api_port}'}/metrics")
+
+
+def _print_metrics_ports(settings: Settings, api_metrics: str) -> None:
+    """The /metrics address of every process of the local stack: the supervisor keeps each
+    worker's and sink's port across restarts (deploy.stack), so a scrape configuration can name them."""
+    from deploy.stack import metrics_ports
+
+    ports = metrics_ports(settings)
+    listed = ", ".join(f"{name} :{port}" for name, port in sorted(ports.items()))
+    out().print(f"metrics: API {api_metrics}" + (f"; {listed} (http://127.0.0.1:PORT/metrics, the same "
+                                                 "ports after every restart)" if listed else ""))
 
 
 def down(keep_broker: bool = typer.Option(False, "--keep-broker",
@@ -146,6 +162,7 @@ def up(
             stop_stack(settings)
             raise USLError(f"the planner API did not answer on {url} within 180s; see {settings.home}/logs")
         out().print(f"USL Search is up: broker {bootstrap}, API {url} (search page at {url}/)")
+        _print_metrics_ports(settings, f"{url}/metrics")
         out().print(f"logs in {Path(settings.home).resolve() / 'logs'}; stop with `usl down`")
         return
     children = {f"worker-{n + 1}": ["worker"] for n in range(workers)}
