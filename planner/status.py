@@ -345,17 +345,28 @@ def render_status(report: dict[str, Any], console: Console) -> None:
         console.print("no logs yet: ingest something with `usl ingest PATH`")
         return
     for log_id, entry in report["logs"].items():
-        table = Table(title=f"log {log_id!r} — L1 committed seq {entry['l1CommittedSeq']}", title_justify="left")
-        for column in ("index", "gen", "through", "lag", "lag s", "committed", "policy"):
+        # One policy for every index goes in the title: at 80 columns the column left the
+        # verdict 9 characters, and every `ok: caught up` took two lines.
+        policies = {(idx.get("redactionPolicy") or "-")[:8] for idx in entry["indexes"].values()}
+        title = f"log {log_id!r} — L1 committed seq {entry['l1CommittedSeq']}"
+        if len(policies) == 1 and policies != {"-"}:
+            title += f" — redaction policy {policies.pop()}"
+            policies.clear()
+        table = Table(title=title, title_justify="left")
+        columns = ("index", "gen", "through", "lag", "lag s", "committed") + (("policy",) if policies else ())
+        for column in columns:
             table.add_column(column, no_wrap=True)
         table.add_column("verdict")
         for kind, idx in entry["indexes"].items():
             last = idx["lastCommit"]
             last_text = time.strftime("%H:%M:%S", time.localtime(last)) if last else "-"
-            table.add_row(kind, str(idx["generationId"] if idx["generationId"] is not None else "-"),
-                          str(idx["builtThroughSeq"] if idx["builtThroughSeq"] is not None else "-"),
-                          str(idx["lagSeqs"]), "-" if idx["lagSeconds"] is None else f"{idx['lagSeconds']:.1f}",
-                          last_text, (idx.get("redactionPolicy") or "-")[:8], idx["verdict"])
+            cells = [kind, str(idx["generationId"] if idx["generationId"] is not None else "-"),
+                     str(idx["builtThroughSeq"] if idx["builtThroughSeq"] is not None else "-"),
+                     str(idx["lagSeqs"]), "-" if idx["lagSeconds"] is None else f"{idx['lagSeconds']:.1f}",
+                     last_text]
+            if policies:
+                cells.append((idx.get("redactionPolicy") or "-")[:8])
+            table.add_row(*cells, idx["verdict"])
         console.print(table)
         stalled_kinds: dict[tuple[str, str, str], list[str]] = {}
         for kind, idx in entry["indexes"].items():

@@ -167,3 +167,21 @@ def test_rebuilding_one_kind_under_another_policy_is_refused(kafka_bootstrap: st
     allowed = cli("text", "--log", "default", "--allow-mismatch")
     assert allowed.returncode == 0, allowed.stderr[-2000:]
     assert "now active" in allowed.stdout
+
+
+def test_one_policy_goes_in_the_title_and_a_verdict_fits_80_columns() -> None:
+    every = {("rx", kind): _watermark(30, redactionPolicy="306c8b9cb001d554")
+             for kind in ("text", "vector", "structured", "analytics", "toolresults")}
+    report = build_status({"rx": 30}, every, {}, now=100.0)
+    for index in report["logs"]["rx"]["indexes"].values():
+        index["redactionPolicy"] = "306c8b9cb001d554"
+    out = io.StringIO()
+    render_status(report, Console(file=out, width=80))
+    shown = out.getvalue()
+    assert "redaction policy 306c8b9c" in shown.splitlines()[0]
+    assert shown.count("ok: caught up") == 5  # one line each, not 'ok:' over 'caught up'
+    # Indexes under different policies keep the column, which shows which is which.
+    report["logs"]["rx"]["indexes"]["text"]["redactionPolicy"] = "2fdadad94be4e113"
+    out = io.StringIO()
+    render_status(report, Console(file=out, width=200))
+    assert "policy" in out.getvalue().splitlines()[2] and "2fdadad9" in out.getvalue()
