@@ -35,11 +35,10 @@ not acknowledge in time) the answer is 429 with ``Retry-After``.
 
 from __future__ import annotations
 
-import bisect
 import hashlib
 import json
 import threading
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import orjson
@@ -60,6 +59,7 @@ from streams.asp import (
     validate_event,
 )
 from streams.exceptions import SchemaError
+from streams.importers.asp import RefusedLists
 from streams.importers.base import stable_id
 from streams.importers.frames import frame_loose_events
 from streams.importers.otel import TraceSessions
@@ -166,14 +166,14 @@ class EventReceiver:
         """Check, dedupe and append ``events``; the answer of ``POST /v1/events``."""
         checked: list[tuple[int, dict[str, Any]]] = []
         rejected: list[dict[str, Any]] = []
-        refused: dict[str, list[int]] = {}
+        refused: list[tuple[int, Any]] = []  # (index, event) of those refused here, in order
         cuts: set[int] = set()
         fingerprints: dict[int, bytes] = {}  # before the receiver adds an acl or a frame's turnId
         for index, raw in enumerate(events):
             event, reason, cut = check_event(raw, principal, log_id, self.settings.max_event_bytes)
             if event is None:
                 rejected.append({"index": index, "reason": reason})
-                refuse_list(refused, raw, index)
+                refused.append((index, raw))
             else:
                 checked.append((index, event))
                 fingerprints[index] = _fingerprint(event)
@@ -185,16 +185,17 @@ class EventReceiver:
 
     def append(self, checked: Checked | Callable[[TraceSessions], Checked],
                rejected: list[dict[str, Any]], log_id: str, tenant: str,
-               refused: dict[str, list[int]] | None = None, *, cuts: Collection[int] = (),
+               refused: Sequence[tuple[int, Any]] = (), *, cuts: Collection[int] = (),
                fingerprints: dict[int, bytes] | None = None) -> dict[str, Any]:
         """Append already checked events (``(index, event)``), skipping eventIds L1 holds. An
         index of None is an event the receiver added (a turn's frame): it is appended like the
         others but counted in none of the answer's figures.
 
-        ``refused`` (filled by :func:`refuse_list`) maps a session to the indexes of the refused
-        events of the request that stated an ``acl``; its later events without ``acl`` are
-        refused too (added to ``rejected``) until one stating an ``acl`` is appended, and so are
-        those after an event this append refuses.
+        ``refused`` holds the events of the request refused before the append, ``(index,
+        event)`` in index order: one that stated an ``acl`` takes its session's later events
+        without ``acl`` with it (added to ``rejected``) until one stating an ``acl`` is appended,
+        as does an event stating one that this append refuses (``RefusedLists``, the rule
+        ``usl ingest`` applies to an ASP file).
 
         ``checked`` may instead be a function that makes the events (and adds to ``rejected``)
         from what the log holds of its OpenTelemetry traces: it runs under the append lock, after
@@ -212,15 +213,15 @@ class EventReceiver:
             self._waiting += 1
         try:
             with self._lock:
-                return self._append_locked(checked, rejected, log_id, tenant,
-                                           {} if refused is None else refused, cuts, fingerprints or {})
+                return self._append_locked(checked, rejected, log_id, tenant, refused, cuts,
+                                           fingerprints or {})
         finally:
             with self._waiting_lock:
                 self._waiting -= 1
 
     def _append_locked(self, checked: Checked | Callable[[TraceSessions], Checked],
                        rejected: list[dict[str, Any]], log_id: str, tenant: str,
-                       refused: dict[str, list[int]], cuts: Collection[int],
+                       refused: Sequence[tuple[int, Any]], cuts: Collection[int],
                        fingerprints: dict[int, bytes]) -> dict[str, Any]:
         from kafka.errors import KafkaError
 
@@ -235,8 +236,13 @@ class EventReceiver:
             if callable(checked):
                 checked = checked(traces)
             fresh: dict[bytes, bytes] = {}
-            listed: dict[str, int] = {}  # session -> index of its last appended event stating an acl
+            lists = RefusedLists(remedy="send it with the session's acl, or after that event")
+            earlier = iter(refused)
+            pending = next(earlier, None)
             for (index, event), at in zip(checked, _positions(checked), strict=True):
+                while pending is not None and pending[0] <= at:  # refused before it in the request
+                    _refuse(lists, pending[1], pending[0])
+                    pending = next(earlier, None)
                 key = _digest(log_id, event["eventId"])
                 held = seen.get(key) or fresh.get(key)
                 if held is not None:
@@ -248,21 +254,19 @@ class EventReceiver:
                     continue
                 owned, reason = _with_owner(event, owners, tenant)
                 if owned is not None:
-                    reason = _after_refused_list(refused, listed, event, at) or ""
+                    reason = lists.reason(event) or ""
                 if owned is None or reason:
                     if index is not None:
                         rejected.append({"index": index, "reason": reason})
-                        refuse_list(refused, event, index)
+                        _refuse(lists, event, index)
                     continue
                 try:
                     producer.append(owned)
                 except SchemaError as exc:  # over USL_MAX_EVENT_BYTES
                     if index is not None:
                         rejected.append({"index": index, "reason": exc.reason})
-                        refuse_list(refused, event, index)
+                        _refuse(lists, event, index)
                     continue
-                if "acl" in event:  # the session's list is set again: what follows inherits it
-                    listed[event["sessionId"]] = at
                 _own(owners, owned)
                 fresh[key] = _fingerprint(owned)
                 written.append(owned)
@@ -338,11 +342,11 @@ def _room(event: dict[str, Any], tenant: str) -> int:
     return len(canonical_bytes(added)) - 2 + len(added) if added else 0
 
 
-def refuse_list(refused: dict[str, list[int]], raw: Any, index: int) -> None:
-    """Note that the event ``raw`` at ``index`` was refused, if it stated an ``acl`` (and a
-    session): its session's later events without ``acl`` are then refused by ``append``."""
-    if isinstance(raw, dict) and "acl" in raw and isinstance(raw.get("sessionId"), str):
-        bisect.insort(refused.setdefault(raw["sessionId"], []), index)
+def _refuse(lists: RefusedLists, event: Any, index: int) -> None:
+    """Note the refused ``event`` at ``index``: stating an ``acl``, it takes its session's later
+    events without one with it."""
+    if isinstance(event, dict):
+        lists.refuse(event, f"{index} of this request,")
 
 
 def _positions(checked: Checked) -> list[int]:
@@ -361,20 +365,6 @@ def _positions(checked: Checked) -> list[int]:
         elif event.get("type") == "turn.started":
             positions[place] = upcoming
     return positions
-
-
-def _after_refused_list(refused: dict[str, list[int]], listed: dict[str, int], event: dict[str, Any],
-                        at: int) -> str | None:
-    """Why ``event`` (at request index ``at``) is refused: an earlier event of its session that
-    stated an ``acl`` was, and no event stating one was appended since; None when it may go on."""
-    if "acl" in event:
-        return None
-    before = [index for index in refused.get(event["sessionId"], ()) if index <= at]
-    if not before or before[-1] <= listed.get(event["sessionId"], -1):
-        return None
-    return (f"event {before[-1]} of this request, of the same session {event['sessionId']!r}, stated the "
-            "session's access list and was rejected; this event states no acl, so it would be "
-            "readable under another list: send it with the session's acl, or after that event")
 
 
 def _own(owners: dict[str, str], event: dict[str, Any]) -> None:

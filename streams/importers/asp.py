@@ -33,11 +33,15 @@ __all__ = ["RefusedLists", "iter_asp"]
 
 
 class RefusedLists:
-    """The sessions of one import whose event stating an ``acl`` was rejected, with that
-    event's record, until an event of the session stating an ``acl`` is accepted."""
+    """The sessions of one import (or of one ``POST /v1/events``, :mod:`planner.receivers`)
+    whose event stating an ``acl`` was rejected, with that event's record, until an event of the
+    session stating an ``acl`` is accepted. ``remedy`` ends the reason given to the events
+    refused after it."""
 
-    def __init__(self) -> None:
+    def __init__(self, remedy: str = "fix that event (or give this one the session's acl) and import "
+                                     "the file again") -> None:
         self._refused: dict[str, str] = {}
+        self._remedy = remedy
 
     def refuse(self, event: dict[str, Any], record: str) -> None:
         """Note the rejected ``event`` (if it states an ``acl`` and names a session)."""
@@ -55,8 +59,8 @@ class RefusedLists:
             del self._refused[session]
             return None
         return (f"event {first} of the same session {session!r} stated the session's access list and "
-                "was rejected; this event states no acl, so it would be readable under another list: "
-                "fix that event (or give this one the session's acl) and import the file again")
+                f"was rejected; this event states no acl, so it would be readable under another list: "
+                f"{self._remedy}")
 
 
 def iter_asp(
