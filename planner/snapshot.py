@@ -48,6 +48,7 @@ __all__ = [
     "choose_as_of",
     "label_for",
     "parse_freshness",
+    "published_stall",
     "record_tail_scan",
     "wait_satisfied",
     "with_rebuilt_lines",
@@ -327,23 +328,32 @@ def with_rebuilt_lines(decision: SnapshotDecision, from_seqs: Mapping[str, int])
     return decision
 
 
+def published_stall(watermark: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The ``stalled`` entry a sink published with ``watermark`` (:func:`sinks.runner.stall_of`:
+    its line was built under another policy or chunker than the sink writes; of a sharded kind,
+    the first stalled shard's, naming it), or None."""
+    shards = watermark.get("shards")
+    records = sorted(shards.items()) if isinstance(shards, Mapping) else [(None, watermark)]
+    for shard, record in records:
+        stalled = record.get("stalled") if isinstance(record, Mapping) else None
+        if isinstance(stalled, Mapping) and {"what", "built", "writes"} <= set(stalled):
+            entry = {name: stalled.get(name) for name in ("what", "built", "writes", "generationId", "since")}
+            return {**entry, "shard": shard} if shard else entry
+    return None
+
+
 def with_stalls(decision: SnapshotDecision, watermarks: Mapping[str, Mapping[str, Any] | None],
                 log_id: str) -> SnapshotDecision:
-    """Say which required index is stalled (its watermark, kind → record, carries the ``stalled``
-    entry a sink publishes for a line built under another policy or chunker,
-    :func:`sinks.runner.stall_of`): its lag then grows until a rebuild, it does not catch up."""
+    """Say which required index is stalled (its watermark, kind → record, carries the entry
+    :func:`published_stall` reads): its lag then grows until a rebuild, it does not catch up."""
     stalled = []
     for kind in decision.required:
-        record = watermarks.get(kind) or {}
-        shards = record.get("shards")
-        for name, part in sorted(shards.items()) if isinstance(shards, Mapping) else [(None, record)]:
-            stall = part.get("stalled") if isinstance(part, Mapping) else None
-            if isinstance(stall, Mapping) and {"what", "built", "writes"} <= set(stall):
-                where = f"{kind} ({name})" if name else kind
-                stalled.append(f"{where}: stalled: built under {stall['what']} {stall['built']}, the sinks "
-                               f"write {stall['writes']}; not indexing this log until `usl rebuild all "
-                               f"--log {log_id}`")
-                break
+        stall = published_stall(watermarks.get(kind) or {})
+        if stall is not None:
+            where = f"{kind} ({stall['shard']})" if stall.get("shard") else kind
+            stalled.append(f"{where}: stalled: built under {stall['what']} {stall['built']}, the sinks "
+                           f"write {stall['writes']}; not indexing this log until `usl rebuild all "
+                           f"--log {log_id}`")
     return replace(decision, reasons=(*decision.reasons, *stalled)) if stalled else decision
 
 

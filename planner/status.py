@@ -39,6 +39,7 @@ from rich.table import Table
 from planner.acl import Principal
 from planner.coherence import CHUNK_KINDS, ChunkOrigin, find_mismatch, origins_of_watermark, remedy
 from planner.exceptions import NotFound
+from planner.snapshot import published_stall
 from sinks.kinds import ALL_KINDS
 from sinks.watermarks import read_watermarks
 from streams.l1 import L1Reader
@@ -229,7 +230,7 @@ def build_status(l1_seqs: dict[str, int], watermarks: dict[tuple[str, str], dict
             oldest = append_time.get(key) if lag else None
             lag_seconds = 0.0 if lag == 0 else (round(max(now - oldest, 0.0), 3) if oldest else None)
             heldby = (held or {}).get(key) if lag else None
-            stalled = _stalled(wm)
+            stalled = published_stall(wm)
             if stalled is not None:
                 verdict = (f"stalled: built under {stalled['what']} {stalled['built']}, this code writes "
                            f"{stalled['writes']}; not indexing until `usl rebuild all --log {log_id}`")
@@ -263,19 +264,6 @@ def build_status(l1_seqs: dict[str, int], watermarks: dict[tuple[str, str], dict
         logs[log_id] = {"l1CommittedSeq": l1_seq, "indexes": indexes,
                         "mismatch": _mismatch(log_id, origins or {}, indexes)}
     return {"logs": logs, "generatedAt": now}
-
-
-def _stalled(watermark: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The ``stalled`` entry a sink published with ``watermark`` (of a sharded kind: the first
-    stalled shard's, naming it), or None."""
-    shards = watermark.get("shards")
-    records = sorted(shards.items()) if isinstance(shards, Mapping) else [(None, watermark)]
-    for shard, record in records:
-        stalled = record.get("stalled") if isinstance(record, Mapping) else None
-        if isinstance(stalled, Mapping) and {"what", "built", "writes"} <= set(stalled):
-            entry = {name: stalled.get(name) for name in ("what", "built", "writes", "generationId", "since")}
-            return {**entry, "shard": shard} if shard else entry
-    return None
 
 
 def _mismatch(log_id: str, origins: Mapping[tuple[str, str], Sequence[ChunkOrigin]],
