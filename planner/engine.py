@@ -81,7 +81,7 @@ from planner.exceptions import (
 )
 from planner.explain import Candidate, build_explain, generation_json, result_row, tool_candidate
 from planner.l1window import L1Window
-from planner.local import clauses_of, rank_texts
+from planner.local import analyze, clauses_of, rank_texts
 from planner.pins import QUERY_PIN_SECONDS, Pinner, Snapshot
 from planner.readers import IndexPin, ReaderCache
 from planner.request import Filters, SearchRequest, parse_request
@@ -610,8 +610,13 @@ class Planner:
                                                   "mixing letters and digits, runs of five or more "
                                                   "capitals, words joined by _ / . or :), ranked by BM25 "
                                                   "over them"}
+        words = content_words(req.query) if req.mode == "hybrid" and "text" in ranking else None
+        if words is not None:
+            query.notes["text"] = {"sources": ["text", "tail"], "query": words,
+                                   "rule": "the query's words without English function words (a, the, "
+                                           "to, ...), which match nearly every chunk"}
         text_pin = query.pin("text")
-        texts = [(source, text) for source, text in (("text", req.query), ("phrase", phrase),
+        texts = [(source, text) for source, text in (("text", words or req.query), ("phrase", phrase),
                                                      ("identifier", identifiers))
                  if text is not None] if "text" in ranking and text_pin is not None and cut > 0 else []
         vector_pin = query.pin("vector")
@@ -656,7 +661,7 @@ class Planner:
             if found is None:  # sequential: after the text lists, as the vector list always was
                 found = self._vector_candidates(query, vector_pin, only, pool)
             self._rank_vectors(query, vector_pin, only, found)
-        self._rank_provisional(query, phrase, identifiers)
+        self._rank_provisional(query, phrase, identifiers, words)
         tools_pin = query.pin("toolresults")
         if req.tool_results and tools_pin is not None and cut > 0:
             tool_candidates, truncated = self._tool_list(tools_pin, req.query, window, cut,
@@ -710,7 +715,8 @@ class Planner:
             for chunk_id, score in ranked:
                 query.indexed_scores.setdefault(chunk_id, {})["vector"] = score
 
-    def _rank_provisional(self, query: QueryContext, phrase: str | None, identifiers: str | None) -> None:
+    def _rank_provisional(self, query: QueryContext, phrase: str | None, identifiers: str | None,
+                          words: str | None) -> None:
         """Trimmed and tail texts (and tail tool results) ranked in-process; a trimmed chunk
         whose kept text no longer matches the query drops out here."""
         textual = [c for c in query.provisional
@@ -720,7 +726,7 @@ class Planner:
         by_id = {c.id: c for c in textual}
         texts = [(c.id, c.text or "") for c in textual]
         window = query.window
-        for source, text in (("tail", query.req.query), ("tailPhrase", phrase),
+        for source, text in (("tail", words or query.req.query), ("tailPhrase", phrase),
                              ("tailIdentifier", identifiers)):
             ranked = rank_texts(clauses_of(text), texts) if text is not None else []
             if ranked:
@@ -1251,6 +1257,36 @@ class _Done:
 
 _WARMER = Principal(tenant="", user="tail-warmer")
 """The warmer's stand-in principal: it reads no access list and ranks nothing."""
+
+
+# English function words (Lucene's English stop set). In hybrid mode the text list ranks the
+# query without them: they match nearly every chunk of English prose, so on them alone a
+# chunk entered the text list (and the vector list's candidates) and took fusion votes from
+# chunks that share the query's content. Text mode ranks the words as typed (docs/planner.md,
+# "Function words in hybrid mode").
+STOP_WORDS = frozenset(
+    "a an and are as at be but by for if in into is it no not of on or such that the their then there these "
+    "they this to was will with".split())
+
+
+def content_words(query: str) -> str | None:
+    """``query`` without its unquoted :data:`STOP_WORDS`, quoted phrases kept whole; None when
+    it has none, or nothing else (a query of function words alone is ranked as typed)."""
+    kept: list[str] = []
+    dropped = False
+    # Odd-indexed parts are inside quotes, as the text engines' parser reads them.
+    for index, piece in enumerate(query.split('"')):
+        if index % 2:
+            if piece.strip():
+                kept.append(f'"{piece}"')
+            continue
+        for word in piece.split():
+            terms = analyze(word)
+            if terms and all(term in STOP_WORDS for term in terms):
+                dropped = True
+            else:
+                kept.append(word)
+    return " ".join(kept) if dropped and kept else None
 
 
 def whole_query_phrase(query: str) -> str | None:

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from planner.acl import parse_principal
 from planner.chunktable import ChunkTable
 from planner.cursors import decode_cursor, load_cursor_key
-from planner.engine import Planner, _LegPool
+from planner.engine import STOP_WORDS, Planner, _LegPool
 from planner.exceptions import (
     AccessDenied,
     CursorError,
@@ -811,6 +811,84 @@ def _identifier_events(log_id: str, recall: str, identifier: str, tag: str,
     filler = [rng.choice(FILLER) for _ in range(40)]
     target = _turn(log_id, f"{tag}-target", 140, " ".join([*filler[:20], identifier, *words, *filler[20:]]))
     return distractors, target
+
+
+GRAMMAR = ("the pump on the boat was leaking oil into the bilge",
+           "the kiln in the studio was cracking pots at the glaze")
+
+
+def _grammar_events(log_id: str, recall: str, tag: str, number: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """20 chunks sharing only the recollection's function words (the, was, on, into) and one
+    holding all its content words amid filler. With the function words in its text list,
+    hybrid mode ranked each distractor high in both lists (BM25 gives them text ranks, the hash
+    embedder finds them nearest) and the target last of the top 20; ranked on its content
+    words, the text list holds only the target."""
+    grammar = [word for word in recall.split() if word in STOP_WORDS]
+    content = [word for word in recall.split() if word not in STOP_WORDS]
+    distractors = [event for i in range(20)
+                   for event in _turn(log_id, f"{tag}-d{i}", number + i,
+                                      " ".join(grammar[j % len(grammar)] + f" {FILLER[(i + j) % len(FILLER)]}"
+                                               for j in range(3 + i % 4)))]
+    target = _turn(log_id, f"{tag}-target", number + 20,
+                   " ".join([*FILLER[:12], *content, *FILLER[12:24]]))
+    return distractors, target
+
+
+@pytest.fixture(scope="module")
+def grammar(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Planner]:
+    settings = make_test_settings(tmp_path_factory.mktemp("grammar"), kafka_bootstrap)
+    builder = IndexBuilder(settings, kafka_bootstrap, "grammar")
+    indexed = _grammar_events("grammar", GRAMMAR[0], "g-indexed", 100)
+    tail = _grammar_events("grammar", GRAMMAR[1], "g-tail", 200)
+    builder.append(indexed[0] + indexed[1])
+    builder.commit()
+    builder.append(tail[0] + tail[1])  # above every watermark: only latest's tail scan holds it
+    follower = WatermarkFollower(kafka_bootstrap, settings).start()
+    planner = Planner(settings, kafka_bootstrap, follower=follower)
+    yield planner
+    planner.close()
+    follower.stop()
+    builder.close()
+
+
+@pytest.mark.parametrize(("recall", "target", "freshness"), [
+    (GRAMMAR[0], "g-indexed-target", "indexed"), (GRAMMAR[0], "g-indexed-target", "latest"),
+    (GRAMMAR[1], "g-tail-target", "latest"),
+])
+def test_hybrid_ranks_the_text_list_on_the_querys_content_words(
+        grammar: Planner, monkeypatch: pytest.MonkeyPatch, recall: str, target: str, freshness: str) -> None:
+    import planner.engine
+
+    def rank(mode: str) -> int | None:
+        response = grammar.search({"query": recall, "log": "grammar", "mode": mode, "k": 10,
+                                   "freshness": freshness}, ALICE)
+        return next((i for i, hit in enumerate(response["results"], 1) if hit["sessionId"] == target), None)
+
+    assert rank("hybrid") == 1
+    explained = grammar.search({"query": recall, "log": "grammar", "k": 3, "freshness": freshness,
+                                "explain": True}, ALICE)
+    assert explained["explain"]["text"]["query"] == " ".join(w for w in recall.split() if w not in STOP_WORDS)
+    # A chunk sharing only function words with the query has no text rank, only a vector one.
+    for hit in explained["results"][1:]:
+        assert set(hit["score"]["components"]) == {"vector"}
+    # Ranked on every word, the function words give each distractor a text rank too and the
+    # distractors outvote the target.
+    monkeypatch.setattr(planner.engine, "content_words", lambda query: None)
+    assert (rank("hybrid") or 11) > 10
+
+
+@pytest.mark.parametrize(("query", "words"), [
+    ("said plans had changed and the reservation was cancelled", "said plans had changed reservation cancelled"),
+    ('the "end of the line" error in the build', '"end of the line" error build'),
+    ("Is it NOT the cache?", "cache?"),
+    ("to be or not to be", None),
+    ("pump leaking oil", None),
+    ("the 東京 trip to the coast", "東京 trip coast"),
+])
+def test_content_words(query: str, words: str | None) -> None:
+    from planner.engine import content_words
+
+    assert content_words(query) == words
 
 
 SPAN_TASKS = ("rotate the signing keys of the billing service",
