@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from streams.redaction.base import MARKER_PREFIX, RegexRule, Rule, Scan, is_marker_at, marker
 from streams.redaction.entropy import HEX_MIN_ENTROPY, looks_random, shannon_entropy
-from streams.redaction.keys import is_placeholder, name_class
+from streams.redaction.keys import DESCRIPTIVE_SUFFIXES, is_placeholder, name_class
 from streams.redaction.vendors import ported_rule_names, vendor_rule
 
 __all__ = ["CREDENTIAL_PAIR_RULE", "AssignmentRule"]
@@ -25,7 +26,7 @@ _NAMED = {
     "accountkey": "azure-storage-key",
     "sharedaccesskey": "azure-storage-key",
 }
-_SHORTEST_PROSE = 20  # "key " and a 16-character value
+_SHORTEST_PROSE = 12  # "password " and a 6-character value (2.5; was 20, "key " and 16 characters)
 # Words that may stand between a secret's name and its value in prose.
 _CONNECTORS = (
     "is", "was", "are", "were", "be", "been", "for", "of", "to", "in", "set", "the", "a", "an", "my", "your",
@@ -117,7 +118,11 @@ class AssignmentRule(Rule):
         return [*super().fingerprint(), *_KEYWORDS, *named, self._pattern.pattern, self._flag.pattern, self._xml.pattern,
                 self._prose.pattern, self._prose_password.pattern, *sorted(_SHORT_PASSWORD_WORDS), _UUID.pattern, _IDENTIFIER.pattern, _password_like.__qualname__,
                 _in_sentence.__qualname__, _password_in_sentence.__qualname__, _SHORT_NAME.pattern,
-                _secret_in_sentence.__qualname__, _WORD_BEFORE.pattern, _inside_marker.__qualname__]
+                _secret_in_sentence.__qualname__, _WORD_BEFORE.pattern, _inside_marker.__qualname__,
+                _SAID_STEP.pattern, _GOES_ON.pattern, _GOES_ON_MARKER.pattern, _goes_on.__qualname__, _SAID_VALUE.pattern, str(_SAID_WORDS), _PASSPHRASE.pattern, *sorted(_NOT_THE_SECRET),
+                *_CLAUSE_END, *sorted(_FIRST_ONLY), *sorted(_SAID_NEXT),
+                _said_in_sentence.__qualname__, _said_value.__qualname__, _BLOCK_SCALAR.pattern,
+                _block_scalar.__qualname__]
 
     def hit_names(self) -> tuple[str, ...]:
         return (_PASSWORD, _SECRET, _PROSE, *sorted(set(_NAMED.values())), *ported_rule_names())
@@ -131,9 +136,10 @@ class AssignmentRule(Rule):
             found += self._spans(text, self._flag.finditer(text), kind="flag")
         if "</" in text:
             found += self._spans(text, self._xml.finditer(text), kind="xml")
-        assignments, prose = self._candidates(scan)
+        assignments, prose, stated = self._candidates(scan)
         found += self._spans(text, assignments, kind="assignment")
         found += self._spans(text, prose, kind="prose")
+        found += stated
         if not found:
             return text
         pieces: list[str] = []
@@ -149,8 +155,10 @@ class AssignmentRule(Rule):
         pieces.append(text[done:])
         return "".join(pieces)
 
-    def _candidates(self, scan: Scan) -> tuple[list[re.Match[str]], list[re.Match[str]]]:
-        """``name = value`` matches, and prose matches where no assignment starts."""
+    def _candidates(self, scan: Scan) -> tuple[list[re.Match[str]], list[re.Match[str]],
+                                               list[tuple[int, int, str]]]:
+        """``name = value`` matches, prose matches where no assignment starts, and the spans of
+        values a sentence states further on (:func:`_said_in_sentence`)."""
         starts: set[int] = set()
         if scan.literal_hits is not None:
             # Every keyword is among the literals the automaton reported, with its places.
@@ -162,7 +170,7 @@ class AssignmentRule(Rule):
                 while position != -1:
                     starts.add(position)
                     position = lowered.find(keyword, position + 1)
-        matches, prose = [], []
+        matches, prose, stated = [], [], []
         end = 0
         for start in sorted(starts):
             if start < end:
@@ -178,13 +186,20 @@ class AssignmentRule(Rule):
                     sentence = self._prose_password.match(scan.text, start)
                     if sentence is not None:
                         prose.append(sentence)
+                said = _said_in_sentence(scan.text, start)
+                if said is not None:
+                    stated.append(said)
+            if match is None:
+                block = _block_scalar(scan.text, start)
+                if block is not None:
+                    stated.append(block)
             if match is None:
                 continue
             matches.append(match)
             # Keywords inside the value are still tried: NPM_TOKEN="//host/:_authToken=..." is
             # judged by its inner assignment when the outer one keeps its value.
             end = match.end("sep")
-        return matches, prose
+        return matches, prose, stated
 
     def _spans(self, text: str, matches: object, *, kind: str) -> list[tuple[int, int, str]]:
         spans = []
@@ -245,7 +260,9 @@ class AssignmentRule(Rule):
             return None
         if name_kind == "password":
             return start, end, _PASSWORD
-        if exported or looks_random(value):
+        if exported or looks_random(value) or _secret_in_sentence(value):
+            # 2.5: also 8+ letters and digits with two of each (client_secret: Tr0ub4dor3x,
+            # token: "ab12cd34ef"), as after a secret word in a sentence.
             return start, end, _SECRET
         return None
 
@@ -264,6 +281,8 @@ class AssignmentRule(Rule):
         kind = name_class(word)
         if kind is None or is_marker_at(value, 0) or _inside_marker(text, word_start):
             return None
+        if _goes_on(text, end):
+            return None  # "the password for prod-db-01 is X": the sentence says what it is further on
         if len(value) < 16:
             # Short: a password word's value with a digit ("my password is hunter2"), as after
             # "password:" (_password_in_sentence), and after another secret word ("the secret
@@ -303,6 +322,8 @@ class AssignmentRule(Rule):
             return None  # "first pass of the data", "pw" alone: only "pass is" / "pw:" / "pwd =" give one
         if not _password_in_prose(value) or is_placeholder(value, quoted=False):
             return None
+        if _goes_on(text, start + len(value)):
+            return None  # "the password for prod-db-01 is X": the sentence says what it is further on
         if len(value) >= 16 and value.isalnum():
             # Letters and digits only: as _prose decides after the long password words (random,
             # or mixed case), which does not read pw / pwd / pass.
@@ -312,6 +333,162 @@ class AssignmentRule(Rule):
 
 
 _SHORT_SEPARATORS = frozenset({"is", "was", "=", ":", "is:", "is ="})
+# After a value read from a sentence: the sentence names its secret later ("for X is Y", 2.5).
+_GOES_ON = re.compile(r"(?:[ \t]+(?:is|was)[ \t]+|:[ \t]+)(?P<value>" + _PROSE_PASSWORD_CHARS + r"{6,128})",
+                      re.ASCII | re.IGNORECASE)
+
+
+_GOES_ON_MARKER = re.compile(r"(?:[ \t]+(?:is|was)[ \t]+|:[ \t]+)" + re.escape(MARKER_PREFIX), re.ASCII | re.IGNORECASE)
+
+
+def _goes_on(text: str, end: int) -> bool:
+    """After a value read from a sentence, the sentence goes on to say what the secret is ("the
+    password for prod-db-01 is Tr0ub4dor3x"): the first value was what it is for."""
+    if _GOES_ON_MARKER.match(text, end):
+        return True  # already said and redacted (a second reading of the text)
+    later = _GOES_ON.match(text, end)
+    return later is not None and _password_in_prose(later.group("value").rstrip(".!?-"))
+
+
+# Policy 2.5: a sentence that names a secret and, a few words on, says what it is ("the password
+# for the staging db is Tr0ub4dor3x", "root's password on the box: X", "the token for CI is X",
+# "password was changed to X", "the DB password (X) expired"). The words between may be any
+# (hosts, users, environments), which the connector lists cannot know; what decides is a
+# separator (is, was, :, =, ->, to, 's) followed by a value the secret's kind allows. Read from
+# each secret word up to eight words on, on its line and in its sentence.
+_SAID_STEP = re.compile(
+    r"[ \t]*(?:(?P<sep>is|was|are|were|now|->|=>|:=|:|=|to|'s)(?![A-Za-z])|(?P<word>[^\s:=]+|\S))",
+    re.ASCII | re.IGNORECASE)
+_SAID_VALUE = re.compile(
+    r"[ \t]*(?:\"(?P<dq>[^\"\r\n]{4,128})\"|'(?P<sq>[^'\r\n]{4,128})'|`(?P<bq>[^`\r\n]{4,128})`"
+    r"|\((?P<paren>" + _PROSE_PASSWORD_CHARS + r"{6,128})\)"
+    r"|(?P<bare>" + _PROSE_PASSWORD_CHARS + r"{6,128})(?!" + _PROSE_PASSWORD_CHARS + r"))",
+    re.ASCII)
+_SAID_WORDS = 8
+# What may follow the secret word in such a sentence: a space, or a separator touching it.
+_SAID_NEXT = frozenset(" \t:'=-(")
+# A word right after the secret word that makes it a thing about the secret: the suffixes that
+# make a name descriptive (token_count, password_file), but the verbs and prepositions a
+# sentence goes on with ("the password set to ...", "the key on the box: ...").
+_NOT_THE_SECRET = (DESCRIPTIVE_SUFFIXES - {"on", "at", "set", "changed", "reset", "s"}) | {
+    "helper", "helpers", "hash", "hashes", "hashing", "generator", "counts"}
+_CLAUSE_END = (".", "!", "?", ";", ",")
+# Separators of an assignment, not of a sentence: only right after the secret word.
+_FIRST_ONLY = frozenset({"=", ":=", "=>"})
+# Three or more words of letters, quoted after "password ... is": a passphrase.
+_PASSPHRASE = re.compile(r"[A-Za-z]{2,}(?:[ -][A-Za-z]{2,}){2,}", re.ASCII)
+
+
+# Names recur (key, token, Auth, api_key): classify each once.
+_word_class = lru_cache(maxsize=4096)(name_class)
+
+
+def _said_in_sentence(text: str, start: int) -> tuple[int, int, str] | None:
+    """The span of the value a sentence states for the secret word at ``start``, and its rule."""
+    word_end = start
+    while word_end < len(text) and (text[word_end].isalnum() or text[word_end] in "_-"):
+        word_end += 1
+    if text[word_end: word_end + 1] not in _SAID_NEXT:
+        return None  # keyboard., tokenizer(, auth/...: no sentence goes on from here
+    word_start = _name_start(text, start)
+    word = text[word_start:word_end]
+    kind = _word_class(word)
+    if kind == "key":  # "secret key", "API key" are secret words; "primary key" is none
+        before = _WORD_BEFORE.search(text, max(0, word_start - 32), word_start)
+        kind = _word_class(f"{before.group(1)} {word}") if before else None
+    if kind not in ("password", "secret") or _inside_marker(text, word_start):
+        return None
+    short = word.lower() in _SHORT_PASSWORD_WORDS
+    position = word_end
+    paren = _SAID_VALUE.match(text, position)  # "the DB password (X) expired", not Auth(Base)
+    if paren is not None and paren.group("paren") is not None:
+        spaced = paren.start("paren") > position + 1
+        return _said_value(paren, kind, short) if kind == "password" and spaced else None
+    for number in range(_SAID_WORDS + 1):
+        step = _SAID_STEP.match(text, position)
+        if step is None:
+            return None
+        group = "sep" if step.group("sep") is not None else "word"
+        # Words of a sentence stand apart (a separator may touch one: "password:", "on the
+        # box:"); a glued run is a name or a value, the assignment rule's.
+        if group == "word" and step.start(group) == position:
+            return None
+        position = step.end()
+        if group == "sep" and number and step.group("sep") in _FIRST_ONLY:
+            return None  # "encoding = ...", "x == ...": another name's value, code
+        if group == "word":
+            following = step.group("word")
+            if following.endswith(_CLAUSE_END) or any(c in following for c in "()[]{}"):
+                return None  # the sentence or clause ended, or this is code
+            if not number and following.rstrip(":,").lower() in _NOT_THE_SECRET:
+                return None  # "the credential helper is ...", "the token count was ...": not the secret
+            continue
+        value = _SAID_VALUE.match(text, position)
+        if value is not None and value.group("paren") is None:
+            said = _said_value(value, kind, short)
+            if said is not None and not _goes_on(text, said[1]):
+                return said
+    return None
+
+
+# A YAML block scalar under a secret name (2.5): "password: |" and the lines indented under it.
+_BLOCK_SCALAR = re.compile(r"[A-Za-z0-9_.-]{0,48}[\"']?[ \t]*:[ \t]*[|>][-+1-9]{0,2}[ \t]*\r?\n", re.ASCII)
+
+
+def _block_scalar(text: str, start: int) -> tuple[int, int, str] | None:
+    """The span of a block scalar's lines under a password or secret name at ``start``."""
+    header = _BLOCK_SCALAR.match(text, start)
+    if header is None:
+        return None
+    name_start = _name_start(text, start)
+    kind = name_class(text[name_start: header.start() + len(header.group().split(":")[0])].strip("\"' \t"))
+    if kind not in ("password", "secret"):
+        return None
+    line_start = text.rfind("\n", 0, name_start) + 1
+    indent = len(text[line_start:name_start]) - len(text[line_start:name_start].lstrip(" \t"))
+    first = last = -1
+    position = header.end()
+    while position < len(text):
+        newline = text.find("\n", position)
+        line_end = len(text) if newline == -1 else newline
+        line = text[position:line_end].rstrip("\r")
+        content = line.lstrip(" \t")
+        if content:
+            if len(line) - len(content) <= indent:
+                break
+            first = position + len(line) - len(content) if first < 0 else first
+            last = position + len(line.rstrip())
+        position = line_end + 1
+    if first < 0:
+        return None
+    lines = [line.strip() for line in text[first:last].splitlines()]
+    if is_marker_at(lines[0], 0) or is_placeholder(" ".join(lines), quoted=False):
+        return None
+    if kind == "secret" and not any(looks_random(line) or _secret_in_sentence(line) for line in lines):
+        return None
+    return first, last, _PASSWORD if kind == "password" else _SECRET
+
+
+def _said_value(match: re.Match[str], kind: str, short: bool) -> tuple[int, int, str] | None:
+    group = next(name for name in ("dq", "sq", "bq", "paren", "bare") if match.group(name) is not None)
+    value = match.group(group)
+    if group == "bare":
+        value = value.rstrip(".!?-")
+    start = match.start(group)
+    if not value or is_marker_at(value, 0) or is_placeholder(value, quoted=group != "bare"):
+        return None
+    if any(c.isspace() for c in value):
+        # Words in quotes: a passphrase after a password word, or no secret ("a secret").
+        allowed = kind == "password" and not short and _PASSPHRASE.fullmatch(value) is not None and len(value) >= 12
+        return (start, start + len(value), _PROSE) if allowed else None
+    if kind == "password":
+        allowed = _short_word_password(value) if short else _password_in_prose(value)
+        if allowed and len(value) >= 16 and value.isalnum():
+            allowed = looks_random(value) or _password_like(value)
+    else:
+        allowed = ((_secret_in_sentence(value) or looks_random(value)) and "/" not in value and not _UUID.fullmatch(value)
+                   and not _IDENTIFIER.fullmatch(value) and not _NAME_EQUALS.match(value))
+    return (start, start + len(value), _PROSE) if allowed else None
 
 
 def _password_in_prose(value: str) -> bool:
@@ -397,7 +574,8 @@ def _name_start(text: str, position: int) -> int:
 # is followed by ":" / "=" or by connecting words ("login page/Home2" and "credentials for
 # dev/staging2024" name pages and environments), and the password is judged as one after "pw is":
 # a capital or a symbol besides . - _ as well. Only the password goes; the user stays searchable.
-_PAIR_CONNECTORS = ("are", "is", "were", "was", "for", "the", "to", "of", "on", "my", "our", "your", "its",
+_PAIR_CONNECTORS = ("are", "is", "were", "was", "for", "the", "to", "of", "on", "my", "our", "your", "its", "with",
+                    "as", "using", "use",
                     "here", "now", "staging", "prod", "production", "dev", "test", "admin", "root", "db",
                     "server", "user", "account", "details", "info")
 

@@ -11,7 +11,7 @@ from functools import lru_cache
 from itertools import pairwise
 from typing import Literal
 
-__all__ = ["NameClass", "fingerprint", "is_placeholder", "name_class"]
+__all__ = ["DESCRIPTIVE_SUFFIXES", "NameClass", "fingerprint", "is_placeholder", "name_class"]
 
 NameClass = Literal["password", "secret", "key"]
 """``password``: any real value is a secret; ``secret``: a credential name (``token``,
@@ -40,7 +40,7 @@ _PLAIN_KEY_QUALIFIERS = frozenset({
     "i18n", "cursor", "page", "next", "prev", "react", "list", "label", "ref",
 })
 # A trailing word that makes the whole name describe a secret rather than hold one.
-_DESCRIPTIVE_SUFFIXES = frozenset({
+DESCRIPTIVE_SUFFIXES = frozenset({
     "id", "ids", "name", "names", "file", "files", "path", "paths", "dir", "type", "types",
     "kind", "size", "length", "len", "count", "url", "uri", "endpoint", "env", "var", "field",
     "header", "prefix", "suffix", "format", "limit", "limits", "expiry", "expires",
@@ -70,7 +70,7 @@ def name_class(name: str) -> NameClass | None:
         return None
     if tuple(words[-3:]) in _SECRET_IDS:
         return "key"
-    if words[-1] in _DESCRIPTIVE_SUFFIXES or any(word in _NEGATING_WORDS for word in words):
+    if words[-1] in DESCRIPTIVE_SUFFIXES or any(word in _NEGATING_WORDS for word in words):
         return None
     # Run-together spellings (PGPASSWORD, SLACKTOKEN, clientsecret) count as well.
     if any(word in _PASSWORD_WORDS or "password" in word or "passwd" in word or "passphrase" in word for word in words):
@@ -131,6 +131,6 @@ def fingerprint() -> list[list[str]]:
     """The word lists behind :func:`name_class` and :func:`is_placeholder`, for the policy hash."""
     lists = (
         _PASSWORD_WORDS, _SECRET_WORDS, _SECRET_KEY_QUALIFIERS, _PLAIN_KEY_QUALIFIERS,
-        _DESCRIPTIVE_SUFFIXES, _NEGATING_WORDS, _PLACEHOLDER_WORDS, _MASK_CHARS, _PASS_COUNTS,
+        DESCRIPTIVE_SUFFIXES, _NEGATING_WORDS, _PLACEHOLDER_WORDS, _MASK_CHARS, _PASS_COUNTS,
     )
     return [sorted(words) for words in lists] + [sorted(" ".join(words) for words in _SECRET_IDS)] + [[_WORDS.pattern, _REFERENCE.pattern, *_REFERENCE_WORDS]]
