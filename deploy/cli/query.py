@@ -104,6 +104,12 @@ def render_response(response: dict[str, Any], request: dict[str, Any]) -> None:
         for source, info in explain["sources"].items():
             cut = "truncated" if info["truncated"] else "complete"
             out().print(f"  {source}: window {info['window']}, returned {info['returned']} ({cut})")
+        # Lists that rank other words than the query's own say which (hybrid's text list without
+        # function words, the identifier list), or a hybrid answer cannot be retraced by hand.
+        for name, label in (("text", "text list ranked"), ("identifiers", "identifier list ranked")):
+            ranked = explain.get(name)
+            if isinstance(ranked, dict) and ranked.get("query"):
+                out().print(f"  {label}: {escape(str(ranked['query']))} [dim]({escape(str(ranked.get('rule', '')))})[/]")
         for fallback in explain["fallbacks"]:
             out().print(f"  fallback: {escape(fallback)}")
         out().print("  [dim](--json shows the full explain object)[/]")

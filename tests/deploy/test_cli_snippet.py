@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from rich.console import Console
@@ -53,3 +54,21 @@ def test_terminal_escapes_in_a_hit_are_shown_not_obeyed() -> None:
     assert not any((ord(char) < 0x20 and char not in "\n\t") or 0x7F <= ord(char) < 0xA0 for char in plain)
     assert "␛[31mRED" in plain and "okapi" in plain and len(plain) == len("   " + text)
     assert "\x1b" not in escape("cell \x1b[2J") and "␛[2J" in escape("cell \x1b[2J")
+
+
+def test_explain_names_the_words_each_list_ranked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by a new user: hybrid's text list ranks the query without its function words, and
+    only ``--json`` said so; the plain ``--explain`` now names what each such list ranked."""
+    from deploy.cli import query
+
+    console = Console(width=200, record=True, color_system=None)
+    monkeypatch.setattr(query, "out", lambda: console)
+    monkeypatch.setattr(query, "freshness_line", lambda response: "asOfSeq 7")
+    response = {"results": [], "explain": {
+        "freshness": {"reasons": ["as of seq 7"]}, "sources": {}, "fallbacks": [],
+        "text": {"sources": ["text", "tail"], "query": "plans changed reservation cancelled", "rule": "without function words"},
+        "identifiers": {"sources": ["identifier"], "query": '"HXDUBJ"', "rule": "codes"}}}
+    query.render_response(response, {"query": "plans had changed and the reservation was cancelled HXDUBJ"})
+    shown = console.export_text()
+    assert "text list ranked: plans changed reservation cancelled (without function words)" in shown
+    assert 'identifier list ranked: "HXDUBJ" (codes)' in shown
