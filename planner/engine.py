@@ -210,7 +210,8 @@ class QueryContext:
     candidates: dict[str, Candidate] = field(default_factory=dict)
     indexed_scores: dict[str, dict[str, float]] = field(default_factory=dict)
     digests: dict[str, bytes] = field(default_factory=dict)
-    """Text digests of indexed candidates, as the text engine gave them with its hits."""
+    """Text digests of indexed candidates, as the text engine gave them with its hits or the
+    vector segments with theirs."""
     chunk_digests: dict[str, bytes] = field(default_factory=dict)
     """Text digest of every chunk candidate that has a text (set by ``_collapse_duplicates``)."""
     lists: list[RankedList] = field(default_factory=list)
@@ -709,6 +710,12 @@ class Planner:
         ranked, truncated, note = self._vector_list(
             pin, found, query.window, query.provisional, query.embedder, found_by_text)
         query.notes["vector"] = note
+        # The vector index's own candidates bring their texts' digests from their segments, so
+        # _collapse_duplicates asks the text index only for those whose segment has none (a
+        # text list's digest of the same chunk came first and is kept).
+        for hit in found.hits:
+            if hit.digest is not None:
+                query.digests.setdefault(hit.chunk_id, hit.digest)
         if ranked is not None:
             query.lists.append(RankedList("vector", [chunk_id for chunk_id, _ in ranked],
                                           query.window, truncated))
@@ -768,9 +775,10 @@ class Planner:
                      for chunk_id in ranked.ids if candidates[chunk_id].kind == "chunk"}
         digests = {chunk_id: text_digest(text) for chunk_id in chunk_ids
                    if (text := candidates[chunk_id].text) is not None}
-        # Indexed candidates: the digest the text engine gave with its hit, else (vector-only
-        # candidates) the digest the engine keeps, or else the stored text (the page reads the
-        # texts of its own hits later).
+        # Indexed candidates: the digest the text engine gave with its hit or the vector
+        # segment with its own, else (candidates of segments without digests) the digest the
+        # text engine keeps, or else the stored text (the page reads the texts of its own hits
+        # later).
         for chunk_id in chunk_ids - digests.keys():
             if chunk_id in query.digests:
                 digests[chunk_id] = query.digests[chunk_id]

@@ -36,6 +36,7 @@ from typing import Any
 import orjson
 
 from sinks.generations import clone_into, link_or_copy
+from sinks.text.base import text_digest
 from sinks.vector import get_embedder
 from sinks.vector.faiss_index import merge_segments, segment_files, write_segment
 from sinks.vector.spans import span_vectors
@@ -100,8 +101,12 @@ class VectorWriter:
             spans = span_vectors(self.embedder, [(r["text"], r.get("evidence") or ()) for r in records],
                                  int(vectors.shape[1]))
             usl_embed_seconds.observe(time.monotonic() - started)
+            # The digest of the text the text sink stores for each chunk (its TextDoc text), so
+            # a query collapses identical vector candidates without asking the text index.
+            digests = [text_digest(str(r.get("text") or "")) for r in records]
             name = f"seg-{staging.name.rsplit('-', 1)[-1]}"
-            written += write_segment(staging, name, ids, vectors, exact_max=self.exact_max, spans=spans)
+            written += write_segment(staging, name, ids, vectors, exact_max=self.exact_max, spans=spans,
+                                     digests=digests)
         generation = staging.name.rsplit('-', 1)[-1]
         round_number = 0
         while group := self._inline_plan(staging):

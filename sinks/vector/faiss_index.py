@@ -7,9 +7,16 @@ A segment ``NAME`` is three files, each written once and never changed:
 - ``NAME.vec.npy``  the raw float32 vectors, so segments can be merged and scores recomputed
                     exactly without re-embedding: one row per chunk, then (format 2) the
                     chunks' *span* vectors, one per event the chunk holds;
-- ``NAME.ids.json`` metadata (format, count, dimension, index kind), the chunkIds row by row
-                    and (format 2) ``spanOffsets``: chunk ``i``'s span rows are
-                    ``count + spanOffsets[i] .. count + spanOffsets[i + 1]``.
+- ``NAME.ids.json`` metadata (format, count, dimension, index kind), the chunkIds row by row,
+                    (format 2) ``spanOffsets``: chunk ``i``'s span rows are
+                    ``count + spanOffsets[i] .. count + spanOffsets[i + 1]``, and, when the
+                    writer gave them, ``textDigests``: base64 of the chunks' 16-byte
+                    :func:`sinks.text.base.text_digest` values, row by row.
+
+The text digests let a query tell vector candidates of identical text apart without asking the
+text index (docs/planner.md, "Identical texts count once"). They are an extra key, not a new
+format: a reader that does not know it ignores it, and a segment without it (written before
+them, or merged from one) answers searches as before, its hits without a digest.
 
 The faiss index holds the chunk vectors only: candidates are found by the whole chunk, then
 ranked by the best of their events (:meth:`VectorReader.event_scores`, docs/planner.md). A
@@ -21,6 +28,8 @@ lists its segments; :class:`VectorReader` searches all of them as one index.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import heapq
 import io
 import logging
@@ -81,6 +90,8 @@ product of unit vectors is below 2e-5, so this is fifty times that."""
 logger = logging.getLogger(__name__)
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+#: Bytes of one chunk's text digest (:func:`sinks.text.base.text_digest`).
+_DIGEST_BYTES = 16
 
 
 def cosine(vector: np.ndarray, query: np.ndarray) -> float:
@@ -95,11 +106,14 @@ def cosine(vector: np.ndarray, query: np.ndarray) -> float:
 
 @dataclass(frozen=True, slots=True)
 class VectorHit:
-    """One vector search result: ``score`` is the cosine similarity, ``rank`` starts at 1."""
+    """One vector search result: ``score`` is the cosine similarity, ``rank`` starts at 1.
+    ``digest`` is :func:`sinks.text.base.text_digest` of the chunk's text as its segment
+    stored it (None: a segment written without digests)."""
 
     chunk_id: str
     score: float
     rank: int
+    digest: bytes | None = None
 
 
 def segment_files(name: str) -> list[str]:
@@ -118,12 +132,15 @@ def write_segment(
     *,
     exact_max: int,
     spans: Sequence[np.ndarray] | None = None,
+    digests: Sequence[bytes] | None = None,
 ) -> list[str]:
     """Write segment ``name`` into ``directory`` and return the file names written.
 
     ``vectors`` is float32 ``(len(chunk_ids), dim)``, rows L2-normalised; ``spans`` (one
-    ``(n_i, dim)`` array per chunk, possibly empty) are the chunks' span vectors. A chunkId
-    given twice (a replayed record in one batch) is stored once, from its last row, as an upsert.
+    ``(n_i, dim)`` array per chunk, possibly empty) are the chunks' span vectors; ``digests``
+    (one 16-byte value per chunk) are :func:`sinks.text.base.text_digest` of the chunks' texts.
+    A chunkId given twice (a replayed record in one batch) is stored once, from its last row, as
+    an upsert.
     Segments are immutable: writing over an existing one is refused. Each file is written to
     a temporary name, fsynced and renamed, so a crash leaves no partial segment.
     """
@@ -138,10 +155,17 @@ def write_segment(
         else [np.zeros((0, matrix.shape[1]), dtype=np.float32)] * len(ids)
     if len(span_list) != len(ids):
         raise VectorIndexError(f"segment {name}: {len(ids)} chunkIds but span vectors for {len(span_list)}")
+    digest_list = None if digests is None else [bytes(digest) for digest in digests]
+    if digest_list is not None and len(digest_list) != len(ids):
+        raise VectorIndexError(f"segment {name}: {len(ids)} chunkIds but text digests for {len(digest_list)}")
+    if digest_list is not None and any(len(digest) != _DIGEST_BYTES for digest in digest_list):
+        raise VectorIndexError(f"segment {name}: a text digest is not {_DIGEST_BYTES} bytes")
     if len(set(ids)) != len(ids):
         last_row = {chunk_id: row for row, chunk_id in enumerate(ids)}
         keep = sorted(last_row.values())
         ids, matrix, span_list = [ids[row] for row in keep], matrix[keep], [span_list[row] for row in keep]
+        if digest_list is not None:
+            digest_list = [digest_list[row] for row in keep]
     offsets = np.concatenate([[0], np.cumsum([len(part) for part in span_list], dtype=np.int64)])
     span_matrix = np.concatenate(span_list) if span_list else np.zeros((0, matrix.shape[1]), dtype=np.float32)
     if not np.isfinite(matrix).all() or not np.isfinite(span_matrix).all():
@@ -166,6 +190,9 @@ def write_segment(
         "spanCount": int(offsets[-1]),
         "spanOffsets": offsets.tolist(),
     }
+    if digest_list is not None:
+        # One string, not a list of 16-byte values: a fraction of the bytes and one parse.
+        meta["textDigests"] = base64.b64encode(b"".join(digest_list)).decode("ascii")
     buffer = io.BytesIO()
     np.save(buffer, np.concatenate([matrix, span_matrix]), allow_pickle=False)
     atomic_write(directory / f"{name}.vec.npy", buffer.getvalue())
@@ -181,7 +208,8 @@ def merge_segments(directory: Path, names: Sequence[str], new_name: str, exact_m
 
     A chunkId found in several segments keeps the copy from the last segment listed (newest
     wins, as an upsert). Chunk ids are derived from chunk content, so such copies normally
-    carry identical vectors and the rule only matters for determinism.
+    carry identical vectors and the rule only matters for determinism. The chunks' text
+    digests are kept when every segment has them; otherwise the merged segment has none.
     """
     directory = Path(directory)
     segments = [_SegmentData.open(directory, name) for name in names]
@@ -192,16 +220,19 @@ def merge_segments(directory: Path, names: Sequence[str], new_name: str, exact_m
     ids: list[str] = []
     parts: list[np.ndarray] = []
     spans: list[np.ndarray] = []
+    digests: list[bytes] | None = [] if all(segment.digests is not None for segment in segments) else None
     for position, segment in enumerate(segments):
         keep = [row for row, chunk_id in enumerate(segment.chunk_ids) if owner[chunk_id] == (position, row)]
         ids.extend(segment.chunk_ids[row] for row in keep)
         parts.append(np.asarray(segment.vectors[keep], dtype=np.float32))
         spans.extend(np.asarray(segment.spans_of(row), dtype=np.float32) for row in keep)
+        if digests is not None:
+            digests.extend(segment.known_digest(row) for row in keep)
     dimension = segments[0].dimension if segments else 0
     if any(segment.dimension != dimension for segment in segments):
         raise VectorIndexError(f"cannot merge segments of different dimensions into {new_name}")
     matrix = np.concatenate(parts) if parts else np.zeros((0, dimension), dtype=np.float32)
-    return write_segment(directory, new_name, ids, matrix, exact_max=exact_max, spans=spans)
+    return write_segment(directory, new_name, ids, matrix, exact_max=exact_max, spans=spans, digests=digests)
 
 
 def vectors_for(directory: Path, names: Sequence[str], chunk_ids: Sequence[str]) -> dict[str, np.ndarray]:
@@ -256,7 +287,10 @@ class _SegmentData:
 
     ``vectors`` and ``spans`` are plain ndarray views of the mapping, not ``np.memmap``s:
     slicing a memmap runs Python code per slice, and a query slices a few hundred rows per
-    segment (re-scoring hits, each candidate's best event)."""
+    segment (re-scoring hits, each candidate's best event).
+
+    ``digests``: the chunks' 16-byte text digests concatenated row by row (None: the segment
+    was written without them)."""
 
     name: str
     meta: dict[str, Any]
@@ -264,6 +298,7 @@ class _SegmentData:
     vectors: np.ndarray
     spans: np.ndarray
     span_offsets: np.ndarray
+    digests: bytes | None = None
 
     @property
     def dimension(self) -> int:
@@ -272,6 +307,18 @@ class _SegmentData:
     def spans_of(self, row: int) -> np.ndarray:
         """Chunk ``row``'s span vectors (none in a format 1 segment)."""
         return self.spans[self.span_offsets[row]:self.span_offsets[row + 1]]
+
+    def digest_of(self, row: int) -> bytes | None:
+        """Chunk ``row``'s text digest (None in a segment without digests)."""
+        if self.digests is None:
+            return None
+        return self.digests[row * _DIGEST_BYTES:(row + 1) * _DIGEST_BYTES]
+
+    def known_digest(self, row: int) -> bytes:
+        """Chunk ``row``'s text digest, in a segment known to have them."""
+        digest = self.digest_of(row)
+        assert digest is not None
+        return digest
 
     @classmethod
     def open(cls, directory: Path, name: str) -> _SegmentData:
@@ -294,7 +341,22 @@ class _SegmentData:
         if (vectors.shape != (count + span_count, meta["dimension"]) or len(ids) != count
                 or offsets.shape != (count + 1,) or int(offsets[-1]) != span_count):
             raise VectorIndexError(f"vector segment {name}: files disagree on its size")
-        return cls(name, meta, ids, vectors[:count], vectors[count:], offsets)
+        digests = _decode_digests(name, meta.pop("textDigests", None), count)
+        return cls(name, meta, ids, vectors[:count], vectors[count:], offsets, digests)
+
+
+def _decode_digests(name: str, encoded: Any, count: int) -> bytes | None:
+    """The ``textDigests`` of a segment's metadata as raw bytes (None when it has none)."""
+    if encoded is None:
+        return None
+    try:
+        digests = base64.b64decode(str(encoded), validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise VectorIndexError(f"vector segment {name}: unreadable text digests ({exc})") from None
+    if len(digests) != count * _DIGEST_BYTES:
+        raise VectorIndexError(f"vector segment {name}: text digests for {len(digests) // _DIGEST_BYTES} "
+                               f"of its {count} chunks")
+    return digests
 
 
 class _Segment:
@@ -542,7 +604,19 @@ class VectorReader:
             logger.error("vector search: a row mask let through a chunk the filter refuses; "
                          "searching again without it")
             return self.search(query_vec, limit=limit, allowed=allowed, fan_out=fan_out)
-        return [VectorHit(chunk_id, score, rank) for rank, (chunk_id, score) in enumerate(ranked, 1)]
+        digests = self._digests(found, {chunk_id for chunk_id, _ in ranked})
+        return [VectorHit(chunk_id, score, rank, digests.get(chunk_id))
+                for rank, (chunk_id, score) in enumerate(ranked, 1)]
+
+    def _digests(self, found: list[list[tuple[float, str, int]]], wanted: set[str]) -> dict[str, bytes]:
+        """The text digest of each chunk in ``wanted``, from the last segment listed whose hits
+        hold it (the copy a merge keeps), when that segment has digests."""
+        known: dict[str, bytes | None] = {}
+        for segment, hits in zip(self._segments, found, strict=True):
+            for _score, chunk_id, row in hits:
+                if chunk_id in wanted:
+                    known[chunk_id] = segment.data.digest_of(row)
+        return {chunk_id: digest for chunk_id, digest in known.items() if digest is not None}
 
     def _merge(self, query: np.ndarray, limit: int, found: list[list[tuple[float, str, int]]]
                ) -> list[tuple[str, float]]:

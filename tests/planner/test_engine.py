@@ -1178,6 +1178,70 @@ def test_a_text_repeated_in_many_sessions_is_one_result(paging: tuple[IndexBuild
         assert max(count for by_source in stands_for.values() for count in by_source.values()) >= 5
 
 
+def _without_build_times(answer: dict[str, Any]) -> dict[str, Any]:
+    """``answer`` without what differs between two builds of the same events: the cursor
+    (signed with the time) and when each generation was created."""
+    out = {key: value for key, value in answer.items() if key != "cursor"}
+    for generation in out["explain"]["generations"].values():
+        generation.pop("createdAt")
+    return out
+
+
+def test_vector_candidates_bring_their_text_digests_from_their_segments(
+        kafka_bootstrap: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The vector index's candidates collapse on the digests their segments keep: the text
+    index is not asked for theirs (issue 21: 4.5 ms a query at 1M chunks). Over the same log
+    indexed by a vector sink that wrote no digests (older code), the text index is asked for
+    them, and every answer, collapse and explain is the same."""
+    import sinks.vector_writer
+    from sinks.text.tantivy_engine import TantivyEngine
+    from sinks.vector_writer import segment_names
+
+    asked: list[str] = []
+    fetch = TantivyEngine.fetch_digests
+
+    def spy(self: TantivyEngine, directory: Path, chunk_ids: Any) -> dict[str, bytes]:
+        asked.extend(chunk_ids)
+        return fetch(self, directory, chunk_ids)
+
+    monkeypatch.setattr(TantivyEngine, "fetch_digests", spy)
+    requests = [{"query": query, "log": "twins", "mode": mode, "k": 50, "explain": True}
+                for query in ("policy deploy step", "rollout of deploy") for mode in ("vector", "hybrid")]
+    events = [event for number in range(6) for event in _turn("twins", f"s-boiler{number}", 80 + number, BOILERPLATE)]
+    events += interleaved("twins")[0]
+
+    def answers(home: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """The requests' answers over a fresh index of the same events, and its segments' metadata."""
+        settings = make_test_settings(tmp_path / home, kafka_bootstrap)
+        builder = IndexBuilder(settings, kafka_bootstrap, "twins")
+        planner = Planner(settings, kafka_bootstrap)
+        try:
+            builder.append(events)
+            gen_id = builder.commit()["vector"].generation_id
+            gen_dir = GenerationStore(index_root(settings), "twins", "vector").generation_dir(gen_id)
+            metas = [json.loads((gen_dir / f"{name}.ids.json").read_text()) for name in segment_names(gen_dir)]
+            return [_without_build_times(planner.search(request, ALICE)) for request in requests], metas
+        finally:
+            planner.close()
+            builder.close()
+
+    with_digests, metas = answers("with")
+    assert metas and all(meta["textDigests"] for meta in metas)
+    assert asked == []
+    assert any("vector" in answer["explain"]["duplicates"]["standsFor"] for answer in with_digests)
+
+    write_segment = sinks.vector_writer.write_segment
+    monkeypatch.setattr(sinks.vector_writer, "write_segment",
+                        lambda *args, digests=None, **options: write_segment(*args, **options))
+    without, metas = answers("without")
+    assert metas and not any("textDigests" in meta for meta in metas)
+    # A vector-mode answer's indexed hits were found by the vector index alone.
+    vector_only = {hit["chunkId"] for request, answer in zip(requests, without, strict=True)
+                   if request["mode"] == "vector" for hit in answer["results"] if hit["origin"] == "index"}
+    assert vector_only and vector_only <= set(asked)
+    assert without == with_digests
+
+
 def test_results_end_explicitly_at_the_rank_depth(corpus: Corpus, monkeypatch: pytest.MonkeyPatch) -> None:
     import planner.engine as engine_module
 

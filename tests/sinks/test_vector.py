@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import itertools
 import json
@@ -686,3 +687,132 @@ def test_no_tier_merge_builds_a_segment_past_the_cap() -> None:
     largest, sizes = max(merged for _, merged, _ in steps), steps[-1][2]
     assert largest <= MAX_MERGED_BYTES and largest == 16 * batch_bytes
     assert len(sizes) <= MAX_SEGMENTS // 2
+
+
+# --------------------------------------------------------------------------- text digests
+
+
+def _digests(ids: list[str]) -> list[bytes]:
+    return [hashlib.blake2b(chunk_id.encode(), digest_size=16).digest() for chunk_id in ids]
+
+
+def _segment_digests(reader: VectorReader, query: np.ndarray, limit: int) -> dict[str, bytes | None]:
+    return {hit.chunk_id: hit.digest for hit in reader.search(query, limit=limit)}
+
+
+@pytest.mark.parametrize("exact_max", [10_000, 0], ids=["flat", "hnsw"])
+def test_text_digests_round_trip_and_upserts_keep_their_row(tmp_path: Path, exact_max: int) -> None:
+    ids, vectors = _corpus(40, 16)
+    digests = _digests(ids)
+    # c_00000003 given twice: the last row wins, its digest with it.
+    write_segment(tmp_path, "s", [*ids, ids[3]], np.concatenate([vectors, vectors[3:4]]),
+                  exact_max=exact_max, digests=[*digests, b"\x07" * 16])
+    meta = json.loads((tmp_path / "s.ids.json").read_text())
+    assert meta["format"] == faiss_index.SEGMENT_FORMAT and isinstance(meta["textDigests"], str)
+    expected = {**dict(zip(ids, digests, strict=True)), ids[3]: b"\x07" * 16}
+    assert _segment_digests(VectorReader(tmp_path, ["s"]), vectors[0], 40) == expected
+    # A segment of many: every hit names its own digest, whichever segment held it.
+    write_segment(tmp_path, "t", ids[40:] or ["extra"], _corpus(1, 16, seed=9)[1], exact_max=exact_max,
+                  digests=[b"\x01" * 16])
+    assert _segment_digests(VectorReader(tmp_path, ["s", "t"]), vectors[0], 41) == {**expected, "extra": b"\x01" * 16}
+
+
+def test_text_digests_are_validated(tmp_path: Path) -> None:
+    ids, vectors = _corpus(3, 8)
+    with pytest.raises(VectorIndexError, match="text digests for 2"):
+        write_segment(tmp_path, "a", ids, vectors, exact_max=10, digests=_digests(ids)[:2])
+    with pytest.raises(VectorIndexError, match="not 16 bytes"):
+        write_segment(tmp_path, "b", ids, vectors, exact_max=10, digests=[b"short"] * 3)
+    write_segment(tmp_path, "c", ids, vectors, exact_max=10, digests=_digests(ids))
+    meta = json.loads((tmp_path / "c.ids.json").read_text())
+    (tmp_path / "c.ids.json").write_text(json.dumps({**meta, "textDigests": base64.b64encode(b"\0" * 32).decode()}))
+    with pytest.raises(VectorIndexError, match="text digests for 2 of its 3 chunks"):
+        VectorReader(tmp_path, ["c"])
+    (tmp_path / "c.ids.json").write_text(json.dumps({**meta, "textDigests": "not base64!"}))
+    with pytest.raises(VectorIndexError, match="unreadable text digests"):
+        VectorReader(tmp_path, ["c"])
+
+
+def test_merge_keeps_text_digests_only_when_every_input_has_them(tmp_path: Path) -> None:
+    ids, vectors = _corpus(90, 16)
+    digests = _digests(ids)
+    write_segment(tmp_path, "a", ids[:60], vectors[:60], exact_max=10_000, digests=digests[:60])
+    # Overlapping ids: the newest copy (segment b) wins, its digest with it.
+    newer = [b"\x09" * 16 if row < 60 else digest for row, digest in enumerate(digests[50:], 50)]
+    write_segment(tmp_path, "b", ids[50:], vectors[50:], exact_max=10_000, digests=newer)
+    write_segment(tmp_path, "old", ids[:5], vectors[:5], exact_max=10_000)  # written without digests
+    merge_segments(tmp_path, ["a", "b"], "ab", exact_max=10_000)
+    expected = {**dict(zip(ids, digests, strict=True)), **dict(zip(ids[50:], newer, strict=True))}
+    assert _segment_digests(VectorReader(tmp_path, ["ab"]), vectors[7], 90) == expected
+    assert _segment_digests(VectorReader(tmp_path, ["a", "b"]), vectors[7], 90) == expected
+    merge_segments(tmp_path, ["ab", "old"], "mixed", exact_max=10_000)
+    assert "textDigests" not in json.loads((tmp_path / "mixed.ids.json").read_text())
+    assert set(_segment_digests(VectorReader(tmp_path, ["mixed"]), vectors[7], 90).values()) == {None}
+    # A newer copy in a segment without digests: its digest is unknown, not the older one's.
+    assert _segment_digests(VectorReader(tmp_path, ["ab", "old"]), vectors[2], 90)[ids[2]] is None
+
+
+def test_a_segment_without_text_digests_searches_as_before(tmp_path: Path) -> None:
+    """A segment written before the digests (no ``textDigests`` key) answers the same search
+    as one with them, its hits without a digest; a reader that ignores the key (older code)
+    reads a new segment as it always did."""
+    ids, vectors = _corpus(200, 16)
+    write_segment(tmp_path, "old", ids, vectors, exact_max=10_000)
+    write_segment(tmp_path, "new", ids, vectors, exact_max=10_000, digests=_digests(ids))
+    assert "textDigests" not in json.loads((tmp_path / "old.ids.json").read_text())
+    old, new = VectorReader(tmp_path, ["old"]), VectorReader(tmp_path, ["new"])
+    for row in (0, 99):
+        old_hits, new_hits = old.search(vectors[row], limit=20), new.search(vectors[row], limit=20)
+        assert all(hit.digest is None for hit in old_hits)
+        assert [(h.chunk_id, h.score, h.rank) for h in old_hits] == [(h.chunk_id, h.score, h.rank) for h in new_hits]
+        assert old.event_scores(vectors[row], ids) == new.event_scores(vectors[row], ids)
+    old_meta = json.loads((tmp_path / "old.ids.json").read_text())
+    new_meta = json.loads((tmp_path / "new.ids.json").read_text())
+    assert set(new_meta) - set(old_meta) == {"textDigests"} and new_meta["format"] == old_meta["format"]
+
+
+def test_the_vector_sink_stores_the_digest_of_the_text_the_text_sink_stores(tmp_path: Path) -> None:
+    """Through the real writers: for every chunk, the digest its vector segment gives (after
+    the writer's inline merges and a background merge in its child process) is text_digest
+    of the text the text index stores, the digest the text index itself gives."""
+    from sinks.testing import commit_batches, make_chunk, tantivy_docs
+    from sinks.text.base import text_digest
+    from sinks.text.tantivy_engine import TantivyEngine
+    from sinks.text_writer import TextWriter
+    from sinks.vector_writer import MERGE_FACTOR, VectorWriter, segment_names
+    from streams.settings import Settings
+
+    special = ["café au lait", "cafe\u0301 au lait", "日本語のテキストを検索する", "", "  spaced  \n out  "]
+    batches = []
+    for number in range(MERGE_FACTOR + 1):  # enough same-tier segments for an inline merge
+        batch = [make_chunk(f"s{number}", [10 * number + i, 10 * number + i + 1]) for i in range(4)]
+        batch[0]["text"] = special[number % len(special)]
+        batches.append(batch)
+    replayed = dict(batches[-1][1], text="a replayed chunk's newer text")
+    batches[-1].append(replayed)  # an upsert within a batch: the last copy wins in both sinks
+    settings = Settings.from_env({}, home=tmp_path / "home", embedder="hash:64")
+    vector_writer = VectorWriter(settings)
+    text_gen = commit_batches(tmp_path / "text", TextWriter("tantivy"), batches)[-1]
+    vector_gen = commit_batches(tmp_path / "vector", vector_writer, batches)[-1]
+    names = segment_names(vector_gen)
+    assert any(name.startswith("merged-") for name in names), names
+    engine = TantivyEngine()
+    # The chunk's own text, as the page reads it (the indexed form of CJK text is spaced).
+    stored = engine.fetch_texts(text_gen, [doc["chunkId"] for doc in tantivy_docs(text_gen, "chunkId")])
+    assert stored[replayed["chunkId"]] == replayed["text"] and special[2] in stored.values()
+    ids = list(stored)
+    from_text_index = engine.fetch_digests(text_gen, ids)
+
+    def segment_digests(directory: Path, segments: list[str]) -> dict[str, bytes | None]:
+        reader = VectorReader(directory, segments)
+        return _segment_digests(reader, vector_writer.embedder.embed(["event"])[0], len(ids) + 5)
+
+    assert segment_digests(vector_gen, names) == from_text_index == {
+        chunk_id: text_digest(text) for chunk_id, text in stored.items()}
+    work = tmp_path / "work"
+    work.mkdir()
+    for name in names:
+        for file in segment_files(name):
+            (work / file).write_bytes((vector_gen / file).read_bytes())
+    vector_writer.build_merge(work, names, "merged-background")
+    assert segment_digests(work, ["merged-background"]) == from_text_index
