@@ -122,7 +122,8 @@ class AssignmentRule(Rule):
                 _SAID_STEP.pattern, _GOES_ON.pattern, _GOES_ON_MARKER.pattern, _goes_on.__qualname__, _SAID_VALUE.pattern, str(_SAID_WORDS), _PASSPHRASE.pattern, *sorted(_NOT_THE_SECRET),
                 *_CLAUSE_END, *sorted(_FIRST_ONLY), *sorted(_SAID_NEXT),
                 _said_in_sentence.__qualname__, _said_value.__qualname__, _BLOCK_SCALAR.pattern,
-                _block_scalar.__qualname__]
+                _block_scalar.__qualname__, *sorted(_MANAGERS), *sorted(_FLAG_PROSE), _PLAIN_RUN.pattern,
+                *sorted(_PREDICATES), *_PREDICATE_ENDINGS, _plain_password.__qualname__]
 
     def hit_names(self) -> tuple[str, ...]:
         return (_PASSWORD, _SECRET, _PROSE, *sorted(set(_NAMED.values())), *ported_rule_names())
@@ -241,6 +242,8 @@ class AssignmentRule(Rule):
                 return start, end, _PASSWORD
         else:
             name, exported = match.group("name"), kind == "flag"
+            if kind == "flag" and not quoted and value.lower() in _FLAG_PROSE:
+                return None  # "WARNING! Using --password via the CLI is insecure." (docker login)
         if not value or is_marker_at(value, 0) or is_placeholder(value, quoted=quoted):
             return None
         if not quoted and text[end: end + 1] in ("(", "["):
@@ -281,8 +284,8 @@ class AssignmentRule(Rule):
         kind = name_class(word)
         if kind is None or is_marker_at(value, 0) or _inside_marker(text, word_start):
             return None
-        if _goes_on(text, end):
-            return None  # "the password for prod-db-01 is X": the sentence says what it is further on
+        if _goes_on(text, end) or value.lower() in _MANAGERS:
+            return None  # "the password for prod-db-01 is X", "the password is in 1Password"
         if len(value) < 16:
             # Short: a password word's value with a digit ("my password is hunter2"), as after
             # "password:" (_password_in_sentence), and after another secret word ("the secret
@@ -317,10 +320,13 @@ class AssignmentRule(Rule):
         between = match.group("between")
         if between.rstrip()[-1:] in ("<", "{", "[", "$", "%"):
             return None  # a placeholder: <password>, {{ password }}, $DB_PASSWORD
-        if word in _SHORT_PASSWORD_WORDS and (between.strip().lower() not in _SHORT_SEPARATORS
-                                              or not _short_word_password(value)):
+        bare_pw = word in ("pw", "pwd") and not between.strip() and any(c.isdigit() for c in value)
+        if word in _SHORT_PASSWORD_WORDS and not bare_pw and (between.strip().lower() not in _SHORT_SEPARATORS
+                                                              or not _short_word_password(value)):
             return None  # "first pass of the data", "pw" alone: only "pass is" / "pw:" / "pwd =" give one
-        if not _password_in_prose(value) or is_placeholder(value, quoted=False):
+        if bare_pw and not _short_word_password(value):
+            return None  # "# pw Summer4sl1!" (2.5): a capital or symbol and a digit, right after pw
+        if not _password_in_prose(value) or is_placeholder(value, quoted=False) or value.lower() in _MANAGERS:
             return None
         if _goes_on(text, start + len(value)):
             return None  # "the password for prod-db-01 is X": the sentence says what it is further on
@@ -428,7 +434,60 @@ def _said_in_sentence(text: str, start: int) -> tuple[int, int, str] | None:
             said = _said_value(value, kind, short)
             if said is not None and not _goes_on(text, said[1]):
                 return said
+        if kind == "password" and not short and step.group("sep").lower() in ("is", "was", ":"):
+            plain = _plain_password(text, position)
+            if plain is not None:
+                return plain
     return None
+
+
+# Password managers: "the password is in 1Password" names where it is kept (2.5).
+_MANAGERS = frozenset({"1password", "lastpass", "bitwarden", "keepass", "keepassxc", "dashlane", "keychain", "vault"})
+# A flag's value that is a word of the sentence the flag is named in, not its value (2.5).
+_FLAG_PROSE = frozenset({"via", "on", "in", "at", "from", "with", "for", "is", "was", "to", "and", "or", "flag",
+                         "option", "argument", "parameter", "when", "if", "instead", "only", "directly"})
+# A password of plain words (2.5): "the admin password is sunflower", "the wifi password is correct
+# horse battery staple." One word of 4+ letters, or three to six, ending the clause; not a word
+# that says something of the password (required, wrong, stored, ...: the list and the endings of
+# adjectives and participles) and, among several, no function word.
+_PLAIN_WORD = re.compile(r"[A-Za-z]{3,24}", re.ASCII)
+_PLAIN_RUN = re.compile(r"[ \t]*(?P<words>[A-Za-z]{3,24}(?:[ \t]+[A-Za-z]{3,24}){0,5})(?=[ \t]*(?:[.,;!?\r\n]|$))",
+                        re.ASCII)
+_PREDICATES = frozenset("""
+required incorrect wrong invalid expired empty missing correct fine okay same different strong weak long short
+secure insecure hidden masked encrypted hashed changed reset updated needed optional blank null none unknown
+visible valid mandatory default unchanged unset set stored saved case sensitive too not also still now here
+there below above attached shown known generated random temporary new old good bad simple complex easy hard
+lost forgotten locked disabled enabled active inactive right left ready done secret private public personal
+shared unique identical similar great nice cool broken working stale compromised leaked rotated revoked sent
+emailed printed logged cached displayed redacted mine yours theirs his hers ours gone available unavailable
+accepted rejected ignored this that what which where why when who the your our their its and but with for
+from into over under under about after before between through during without within along among than then
+very quite really just only even much more most less least same such each every any all both either neither
+same wrong right true false yes
+""".split())
+_PREDICATE_ENDINGS = ("ed", "ing", "able", "ible", "ive", "ous", "ful", "less", "al", "ent", "ant", "ic", "ory", "ary",
+                      "ly", "ish")
+
+
+def _plain_password(text: str, position: int) -> tuple[int, int, str] | None:
+    """The span of a plain-word password a sentence states at ``position``, if it is one."""
+    run = _PLAIN_RUN.match(text, position)
+    if run is None:
+        return None
+    words = [word.lower() for word in run.group("words").split()]
+    telling = sum(word in _PREDICATES or word.endswith(_PREDICATE_ENDINGS) for word in words)
+    if len(words) == 2 or any(word in STOP_PROSE for word in words) or telling > 1:
+        return None  # "is the same", "is not set", "is case sensitive too"
+    if len(words) == 1 and (len(words[0]) < 4 or telling or words[0] in _MANAGERS
+                            or is_placeholder(words[0], quoted=True)):
+        return None
+    return run.start("words"), run.end("words"), _PROSE
+
+
+# English function words, which no passphrase of three or more words is made of alone.
+STOP_PROSE = frozenset("a an and are as at be but by for if in into is it no not of on or such that the their then "
+                       "there these they this to was will with".split())
 
 
 # A YAML block scalar under a secret name (2.5): "password: |" and the lines indented under it.
@@ -481,6 +540,8 @@ def _said_value(match: re.Match[str], kind: str, short: bool) -> tuple[int, int,
         # Words in quotes: a passphrase after a password word, or no secret ("a secret").
         allowed = kind == "password" and not short and _PASSPHRASE.fullmatch(value) is not None and len(value) >= 12
         return (start, start + len(value), _PROSE) if allowed else None
+    if value.lower() in _MANAGERS:
+        return None  # "my password is in 1Password": where it is kept, not what it is
     if kind == "password":
         allowed = _short_word_password(value) if short else _password_in_prose(value)
         if allowed and len(value) >= 16 and value.isalnum():

@@ -65,6 +65,8 @@ class EnvDumpRule(Rule):
         for match in self.pattern.finditer(framed):
             if _UPPER_NAME.search(match.group(1)) is None:
                 continue
+            if not any(_may_be_secret(line.split("=", 1)[1]) for line in match.group(1).splitlines()):
+                continue  # 2.5: a script's NAME="$(...)" lines: no value to hide
             pieces += (framed[done: match.start(1)], marker(self.name))
             done = match.end(1)
         if not pieces:
@@ -72,6 +74,22 @@ class EnvDumpRule(Rule):
         hits[self.name] = hits.get(self.name, 0) + len(pieces) // 2
         pieces.append(framed[done:])
         return "".join(pieces)
+
+
+def _template(value: str) -> bool:
+    """A template's placeholder for a password (``${DB_PASS}``, ``{secret_key}``, ``<pw>``,
+    ``%(password)s``, ``****``), not a password, however weak (``user:pass@host`` is one)."""
+    return value[:1] in ("$", "{", "<", "%") or set(value) <= set("*xX.#")
+
+
+_SHELL_VALUE = re.compile(r"[\"']?(?:\$|`)", re.ASCII)
+
+
+def _may_be_secret(value: str) -> bool:
+    """Whether an environment line's value could be a secret (2.5): not a shell expression or
+    reference (``"$(jq -r .session_id)"``, ``$HOME``, a backquote), which only a script writes."""
+    value = value.strip()
+    return bool(value) and not _SHELL_VALUE.match(value)
 
 
 _AZURE_SAS = RegexRule(
@@ -165,6 +183,19 @@ _CLI_FLAG_PASSWORDS = (
               r"\b(?:echo|printf)(?:[ \t]+-[neE]+)*[ \t]+(?P<value>'[^'$\r\n]{6,}'|\"[^\"$\r\n]{6,}\"|[^\s'\"$|;&`<>]{6,})[ \t]*\|"
               r"(?=[^\r\n;&]*?(?:--password-stdin|--with-token|\bsecrets?[ \t]+(?:create|versions[ \t]+add|set)\b"
               r"|\benv[ \t]+add\b|--data-file[= ]-|\bauth[ \t]+login\b|\bchpasswd\b|\bpasswd[ \t]+--stdin\b))"),
+    # 2.5: useradd / usermod -p, keytool's store and key passwords, openssl enc -k, and
+    # PowerShell's ConvertTo-SecureString "..." -AsPlainText.
+    _cli_rule(("useradd", "usermod"), "useradd / usermod -p PASSWORD",
+              r"\buser(?:add|mod)\b[^\r\n|;&]*?[ \t](?:-p|--password)[ \t]+" + _QUOTED_OR_BARE),
+    _cli_rule(("keytool", "pass"), "keytool -storepass / -keypass / -srcstorepass / -deststorepass PASSWORD",
+              r"[ \t]-(?:src|dest|new)?(?:store|key)pass[ \t]+(?!:env|:file)" + _QUOTED_OR_BARE),
+    _cli_rule(("openssl",), "openssl enc -k PASSWORD",
+              r"\bopenssl\b[^\r\n|;&]*?[ \t]-k[ \t]+" + _QUOTED_OR_BARE),
+    RegexRule(name="cli-password", lower_triggers=("securestring",),
+              description="ConvertTo-SecureString \"PASSWORD\" -AsPlainText", group="value",
+              pattern=re.compile(r"ConvertTo-SecureString[ \t]+(?:-String[ \t]+)?"
+                                 r"(?P<value>'[^'\r\n]+'|\"[^\"\r\n]+\"|[^\s'\"|;&`-][^\s'\"|;&`]*)"
+                                 r"(?=[^\r\n]*-AsPlainText)", re.ASCII | re.IGNORECASE)),
     _cli_rule(("htpasswd",), "htpasswd -b FILE USER PASSWORD",
               r"\bhtpasswd(?P<flags>(?:[ \t]+-[A-Za-z]+)+)[ \t]+" + _BARE_ARG + r"[ \t]+" + _BARE_ARG
               + r"[ \t]+(?P<value>" + _BARE_ARG + ")", check=_htpasswd_file),
@@ -401,6 +432,7 @@ _PASSWORD_WORDS_ELSEWHERE = (
     "contrasena", "mot de passe", "kennwort", "passwort", "senha", "şifre", "sifre", "hasło", "haslo",
     "wachtwoord", "lösenord", "adgangskode", "salasana", "κωδικός", "סיסמה", "كلمة المرور", "كلمة السر",
     "पासवर्ड",
+    "clave",  # 2.5: Spanish "key" / "password" ("La clave del wifi es ...")
 )
 _PASSWORD_CHARS = r"[A-Za-z0-9!#$%&*+\-./<=>?@^_~]"  # printable ASCII but quotes, brackets, , ; : and `
 _PASSWORD_ELSEWHERE = RegexRule(
@@ -427,11 +459,14 @@ URL_PASSWORD_RULE = RegexRule(
     triggers=("://", ":\\/\\/", ":\\u002f\\u002f", ":\\u002F\\u002F"),
     description="password in scheme://user:password@host (database, broker and HTTP URLs), also JSON-escaped",
     pattern=re.compile(
-        r":(?<=[A-Za-z0-9]:)(?:/|\\/|\\u002[fF])(?:/|\\/|\\u002[fF])[^\s/?#@:\"'<>]*:"
+        r":(?<=[A-Za-z0-9]:)(?:/|\\/|\\u002[fF])(?:/|\\/|\\u002[fF])[^\s/?#@:\"'<>\[]*:"
         r"(?P<value>[^\s/?@\"'<>]+)@(?=[A-Za-z0-9\[])",
         re.ASCII,
     ),
     group="value",
+    # 2.5: https://[REDACTED:github-token]@host held a "user:password" in its marker, and
+    # postgres://user:${DB_PASS}@host a template's placeholder.
+    check=lambda match: not _template(match.group("value")),
 )
 
 
@@ -492,7 +527,7 @@ class DsnPasswordRule(Rule):
             return None
         value = before.group("value")
         start = before.start("value")
-        if is_marker_at(text, start) or "[REDACTED:" in value:
+        if is_marker_at(text, start) or "[REDACTED:" in value or _template(value):
             return None
         if self._go.match(text, at + 1):
             return start, at
@@ -577,9 +612,55 @@ _AWS_PAIR = tuple(
                     _AWS_SECRET + r"(?=[\s\S]{0,200}?" + _AWS_KEY_ID + ")")
 )
 
+# redis.conf / sentinel: "requirepass X" and "masterauth X" lines (2.5).
+_CONFIG_PASSWORD = RegexRule(
+    name="password-assignment",
+    lower_triggers=("requirepass", "masterauth"),
+    description="redis.conf requirepass / masterauth PASSWORD lines",
+    pattern=re.compile(r"^[ \t]*(?:requirepass|masterauth)[ \t]+(?P<value>\"[^\"\r\n]+\"|[^\s\"#]+)",
+                       re.ASCII | re.IGNORECASE | re.MULTILINE),
+    group="value",
+    check=lambda match: not is_placeholder(match.group("value"), quoted=False),
+)
+# A ~/.pgpass line, host:port:database:user:password, as `cat ~/.pgpass` prints it (2.5).
+_PGPASS = RegexRule(
+    name="password-assignment",
+    triggers=(":5432:", ":5433:", ":6432:", ":*:"),
+    description="~/.pgpass lines host:port:database:user:PASSWORD",
+    pattern=re.compile(r"^[ \t]*[A-Za-z0-9_.*-]+:(?:[0-9]{2,5}|\*):[^:\s]+:[^:\s]+:(?P<value>\S+)[ \t]*$",
+                       re.ASCII | re.MULTILINE),
+    group="value",
+    check=lambda match: not is_placeholder(match.group("value"), quoted=False),
+)
+
+
+def _used_as_secret(match: re.Match[str]) -> bool:
+    value = match.group("value")
+    words = match.group("what").lower().split()
+    kind = name_class("_".join(words[-2:]))
+    if kind == "key":
+        kind = None  # "use X as the key": a dict key, a sort key
+    if kind == "password":
+        return any(c.isdigit() for c in value) or not value.isalpha() or looks_random(value)
+    return kind == "secret" and (looks_random(value) or (len(value) >= 8 and any(c.isdigit() for c in value)
+                                                          and any(c.isalpha() for c in value)))
+
+
+# "use X as the password", "I'll use `X` as the API key" (2.5): the value comes before its name.
+_USED_AS = RegexRule(
+    name="secret-in-prose",
+    lower_triggers=("use ",),
+    description="a value used as the password, token or API key in a sentence (\"use X as the password\")",
+    pattern=re.compile(r"\buse[ \t]+[`'\"]?(?P<value>[^\s`'\"]{6,128}?)[`'\"]?[ \t]+as[ \t]+(?:(?:the|a|an|my|your|our|its|new)[ \t]+)?"
+                       r"(?P<what>(?:[A-Za-z]+[ \t]+){0,2}?(?:password|passphrase|passwd|token|secret|key))(?![A-Za-z])",
+                       re.ASCII | re.IGNORECASE),
+    group="value",
+    check=_used_as_secret,
+)
+
 CONTEXT_RULES: tuple[Rule, ...] = (_AZURE_SAS, _URL_SIGNATURE, _BEARER, _BASIC, *_AWS_PAIR, _MYSQL_PASSWORD, _CLI_PASSWORD, *_CLI_FLAG_PASSWORDS, _CURL_USER,
                                    CookieRule(), CodeCredentialRule(), EnvListRule(), MarkdownTableRule(),
-                                   _PASSWORD_ELSEWHERE)
+                                   _PASSWORD_ELSEWHERE, _CONFIG_PASSWORD, _PGPASS, _USED_AS)
 
 
 class WrappedTailRule(Rule):

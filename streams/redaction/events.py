@@ -98,6 +98,11 @@ def redact_event(event: dict[str, Any], policy: RedactionPolicy | None = None) -
         fields = dict(redacted["fields"]) if isinstance(redacted.get("fields"), dict) else {}
         if output_key is not None and isinstance(raw_fields, dict):
             text = _as_text(walker.walk(raw_fields[output_key], cap=None))
+            if bare_secret(text):
+                # 2.5: `printenv DB_PASSWORD`, `op read ...`, `... | base64 -d` print the secret
+                # alone; no name beside it says so, but nothing else prints one generated token.
+                text = marker(SECRET_OUTPUT)
+                walker.hits[SECRET_OUTPUT] = walker.hits.get(SECRET_OUTPUT, 0) + 1
             # A failed tool's last lines say how it failed; a successful one's beginning is enough.
             tail = policy.summary_tail_chars if str(fields.get("status", "")).lower() in _FAILED else 0
             fields["summary"] = summarize(text, policy.summary_chars, tail)
@@ -108,6 +113,33 @@ def redact_event(event: dict[str, Any], policy: RedactionPolicy | None = None) -
             text = str(fields.get("summary", ""))
         tool_result = _tool_result_record(redacted, fields, text, policy)
     return RedactedEvent(event=redacted, tool_result=tool_result, hits=walker.hits)
+
+
+SECRET_OUTPUT = "secret-output"
+_BARE_SYMBOLS = frozenset("!#$%&*+=?@^~")
+_HEX_OR_NUMBER = re.compile(r"[0-9a-fA-F]+|[0-9.,:+-]+", re.ASCII)
+_NAME_SHAPES = re.compile(r"[a-z]+(?:[_.-][a-z0-9]+)*|[A-Z][a-z]+(?:[A-Z][a-z]+)+|[A-Z][A-Z0-9_]*", re.ASCII)
+_UUID_SHAPE = re.compile(r"[0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}", re.ASCII)
+
+
+def bare_secret(output: str) -> bool:
+    """Whether a tool's whole output is one token that reads like a password or key (2.5): 8-128
+    characters without a space, a letter and a digit, and mixed case or a symbol; not hex or a
+    number (a commit, a hash, an id), a name, a path, a URL, an e-mail, a UUID or a version."""
+    token = output.strip()
+    if not 8 <= len(token) <= 128 or not token.isascii() or any(c.isspace() for c in token):
+        return False
+    if token.startswith(MARKER_PREFIX) or "/" in token or "\\" in token or "://" in token or ":" in token:
+        return False
+    if _HEX_OR_NUMBER.fullmatch(token) or _NAME_SHAPES.fullmatch(token) or _UUID_SHAPE.fullmatch(token):
+        return False
+    if "@" in token[1:-1] and "." in token.split("@")[-1]:
+        return False  # an e-mail address
+    letters, digits = any(c.isalpha() for c in token), any(c.isdigit() for c in token)
+    mixed = any(c.isupper() for c in token) and any(c.islower() for c in token)
+    if not (letters and digits and (mixed or any(c in _BARE_SYMBOLS for c in token))):
+        return False
+    return not re.fullmatch(r"[vV]?[0-9]+(?:\.[0-9]+)+[-+.A-Za-z0-9]*", token)
 
 
 def _tool_result_record(event: dict[str, Any], fields: dict[str, Any], text: str, policy: RedactionPolicy) -> dict[str, Any]:

@@ -20,7 +20,10 @@ random (``SIGNING_KEY`` yes, ``sort_key = "created_at"`` no)."""
 
 _WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 
-_PASSWORD_WORDS = frozenset({"password", "passwd", "passphrase", "pwd", "passwort", "pw"})
+_PASSWORD_WORDS = frozenset({"password", "passwd", "passphrase", "pwd", "passwort", "pw",
+                             # 2.5: run-together names of tools and configs (SSHPASS=, redis.conf
+                             # requirepass / masterauth, keytool storepass / keypass, PGPASS)
+                             "sshpass", "requirepass", "masterauth", "storepass", "keypass", "pgpass"})
 _SECRET_WORDS = frozenset({
     "secret", "secrets", "token", "credential", "credentials", "cookie", "cookies",
     "authorization", "auth", "apikey", "privatekey", "accesskey", "sessionkey", "clientsecret",
@@ -121,10 +124,17 @@ def is_placeholder(value: str, *, quoted: bool) -> bool:
         # A dotted name is an attribute access; a lowercase snake name containing a secret word
         # is a variable holding the secret (password=db_password), not the secret itself.
         if "." in stripped:
-            # settings.DB_PASSWORD is an attribute access; pk.eyJ1Ijoi... is a dotted token.
-            return all(len(part) <= 32 for part in stripped.split("."))
+            # settings.DB_PASSWORD is an attribute access; pk.eyJ1Ijoi... and hvs.llAj7n4Ju… (2.5)
+            # are dotted tokens.
+            return all(len(part) <= 32 and not _token_part(part) for part in stripped.split("."))
         return any(word in stripped for word in _REFERENCE_WORDS)
     return False
+
+
+def _token_part(part: str) -> bool:
+    """A run of 12+ letters and digits mixing both cases and digits: generated, not a name."""
+    return (len(part) >= 12 and part.isalnum() and sum(c.isdigit() for c in part) >= 2
+            and any(c.isupper() for c in part) and any(c.islower() for c in part))
 
 
 def fingerprint() -> list[list[str]]:

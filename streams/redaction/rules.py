@@ -56,4 +56,4 @@ def build_rules(policy: RedactionPolicy) -> tuple[Rule, ...]:
 def rule_names(policy: RedactionPolicy | None = None) -> list[str]:
     """Names of every marker ``policy`` can produce (the keys of ``hits``), sorted."""
     names = {name for rule in build_rules(policy or RedactionPolicy()) for name in rule.hit_names()}
-    return sorted(names | {"secret-field"})
+    return sorted(names | {"secret-field", "secret-output"})

@@ -316,7 +316,7 @@ _SHORT_BODIES = frozenset({"curl-auth-header", "curl-auth-user", "sidekiq-sensit
 _COVERED = frozenset({"jwt", "twilio-api-key", "aws-access-token", "slack-webhook-url"})
 # Vault's legacy "s." + 24 characters matches inside dotted names (this.something...): only the
 # current hvs. form is kept.
-_OVERRIDES = {"vault-service-token": (("hvs.",), r"hvs\.[\w-]{90,120}")}
+_OVERRIDES = {"vault-service-token": (("hvs.", "hvr."), r"hv[sr]\.[\w-]{24,300}")}  # 2.5: hvs. and hvr. of any length
 
 
 def _keyword_rules() -> list[tuple[str, tuple[str, ...], str, bool, float]]:

@@ -94,7 +94,8 @@ def test_corpus_and_battery_cover_every_secret_rule() -> None:
     covered = {row["rule"] for row in load_corpus() if row["label"] == "secret"}
     for _, _, hits in battery_results():
         covered |= set(hits)
-    assert set(rule_names()) - {"secret-field"} - set(ported_rule_names()) - covered == set()
+    # secret-field and secret-output are redact_event's own (a field's name, a tool's whole output).
+    assert set(rule_names()) - {"secret-field", "secret-output"} - set(ported_rule_names()) - covered == set()
 
 
 def test_an_aws_secret_goes_with_its_key_id_and_nothing_else_near_it_does() -> None:
@@ -1040,7 +1041,8 @@ def test_passwords_in_user_password_at_host_without_a_scheme(text: str, expected
     ('{"pass": 12, "fail": 0}', '{"pass": 12, "fail": 0}'),
     ("the pw is wrong: try again; Password is required! Please retry",
      "the pw is wrong: try again; Password is required! Please retry"),
-    ("the passphrase is correct horse battery", "the passphrase is correct horse battery"),
+    # 2.5: three plain words ending the clause after "passphrase is" are the passphrase.
+    ("the passphrase is correct horse battery", "the passphrase is [REDACTED:secret-in-prose]"),
     ("El token de acceso es válido hasta mañana", "El token de acceso es válido hasta mañana"),
 ])
 def test_passwords_in_sentences_with_short_words_symbols_and_other_languages(text: str, expected: str) -> None:
@@ -1387,3 +1389,67 @@ def test_a_password_a_sentence_states_never_survives(word: str, between: list[st
     redacted, _ = redact_text(text)
     assert secret not in redacted, text
     assert redact_text(redacted)[0] == redacted
+
+
+# Found by seeding 150 secrets into real transcripts and ingesting them as a new user (a red-team
+# pass over policy 2.5's first draft): these survived into every index.
+@pytest.mark.parametrize(("text", "secret", "rule"), [
+    ("vault login hvs.s9RhFWsb51OUeOPvORVrUz0O && openssl rand", "hvs.s9RhFWsb51OUeOPvORVrUz0O", "vault-service-token"),
+    ("export VAULT_TOKEN=hvs.llAj7n4JuXFZo2qh20xlReGs && vault kv get", "llAj7n4JuXFZo2qh20xlReGs", None),
+    ("sudo useradd -m -p Us3r0NksyR deploy", "Us3r0NksyR", "cli-password"),
+    ("keytool -import -alias ca -keystore ks.jks -storepass KswkMRu2vQuZ -file ca.pem", "KswkMRu2vQuZ", "cli-password"),
+    ("openssl enc -aes-256-cbc -k EncoUKFnT2gBN -in a -out b", "EncoUKFnT2gBN", "cli-password"),
+    ('$p = ConvertTo-SecureString "P@ssCd89bwoj" -AsPlainText -Force', "P@ssCd89bwoj", "cli-password"),
+    ("SSHPASS=SshYUzLYfaBfB sshpass -e ssh root@host", "SshYUzLYfaBfB", "password-assignment"),
+    ("bind 127.0.0.1\nrequirepass RqIfcWGPykw3YT\nmasterauth Mq8vLz2kR\n", "RqIfcWGPykw3YT", "password-assignment"),
+    ("db.internal:5432:app:spotter:PgPass7EK5O46E", "PgPass7EK5O46E", "password-assignment"),
+    ("I'll use `P@ssgZteLc!` as the password", "P@ssgZteLc!", "secret-in-prose"),
+    ("use 09feda739c628efa20124d6d003a6630 as the API key", "09feda739c628efa20124d6d003a6630", "secret-in-prose"),
+    ("La clave del wifi es ClaveStQ0tM9", "ClaveStQ0tM9", "password-in-prose"),
+    ("ssh root@10.0.0.5 uptime  # pw Summer4sl1X", "Summer4sl1X", "secret-in-prose"),
+    ("And the admin password is sunflower", "sunflower", "secret-in-prose"),
+    ("the wifi password is correct horse battery staple.", "correct horse battery staple", "secret-in-prose"),
+])
+def test_secrets_a_red_team_seeded_into_transcripts_are_removed(text: str, secret: str, rule: str | None) -> None:
+    redacted, hits = redact_text(text)
+    assert secret not in redacted and hits, redacted
+    assert rule is None or rule in hits, hits
+    assert redact_text(redacted)[0] == redacted
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    # docker login's own warning, a password manager, template placeholders, a script's variables
+    ("WARNING! Using --password via the CLI is insecure. Use --password-stdin.", None),
+    ("the password is in 1Password, ask ops", None),
+    ("postgres://app:${DB_PASS}@db:5432/app and s3://{access_key}:{secret_key}@bucket/x", None),
+    ('INPUT="$(cat)"\nSESSION_ID="$(echo "$INPUT" | jq -r \'.session_id // empty\')"\n'
+     'TOOL_NAME="$(echo "$INPUT" | jq -r \'.tool_name\')"\nCWD="$(pwd)"\n', None),
+    ("use id as the key, and use this as the password field", None),
+    ("the password is required; the password is the same; the password is below.", None),
+    ("cd /srv/app && pwd", None),
+    ("the password is case sensitive too", None),
+    # a token in a URL's user part: one well-formed marker, not a marker inside a marker
+    ("git clone https://ghp_16C7e42F292c6912E7710c838347Ae178B4a@github.com/o/r",
+     "git clone https://[REDACTED:github-token]@github.com/o/r"),
+])
+def test_what_the_red_team_pass_found_redacted_wrongly_stays(text: str, expected: str | None) -> None:
+    assert redact_text(text)[0] == (text if expected is None else expected)
+
+
+@pytest.mark.parametrize(("output", "gone"), [
+    ("Winter2024!Plaza\n", True),  # printenv DB_ROOT_PASSWORD
+    ("eyWlmikOB1eL", True),  # kubectl get secret ... | base64 -d
+    ("VHIwdWI0ZG9yM3g=", True),  # kubectl get secret -o jsonpath='{.data.password}'
+    ("8b44fbe5ab768873f4f88e5690e80b0c0a1b2c3d\n", False),  # git rev-parse HEAD
+    ("v1.2.3", False), ("main", False), ("ip-10-0-0-5", False), ("feature/add-login2", False),
+    ("3f6c2a8e-1b7d-4c55-9e0a-5d2f8b1c7e94", False), ("42 passed in 3.1s", False), ("/srv/app/src", False),
+])
+def test_a_tool_output_that_is_one_secret_token_is_removed(output: str, gone: bool) -> None:
+    result = redact_event(event("tool.result", toolName="Bash", toolCallId="c1", status="ok", output=output))
+    record = result.tool_result
+    assert record is not None
+    if gone:
+        assert record["text"] == "[REDACTED:secret-output]" and result.hits == {"secret-output": 1}
+        assert output.strip() not in json.dumps(result.event)
+    else:
+        assert record["text"] == output and "secret-output" not in result.hits
