@@ -365,10 +365,13 @@ def _goes_on(text: str, end: int) -> bool:
 _SAID_STEP = re.compile(
     r"[ \t]*(?:(?P<sep>is|was|are|were|now|->|=>|:=|:|=|to|'s)(?![A-Za-z])|(?P<word>[^\s:=]+|\S))",
     re.ASCII | re.IGNORECASE)
+# A stated password may hold letters of any script (Contraseña2024, Zürich2024!), not spaces or
+# the punctuation of other scripts.
+_SAID_CHARS = r"(?:" + _PROSE_PASSWORD_CHARS + r"|[^\x00-\x7f\s\u2000-\u206f\u3000-\u303f\uff00-\uffef])"
 _SAID_VALUE = re.compile(
     r"[ \t]*(?:\"(?P<dq>[^\"\r\n]{4,128})\"|'(?P<sq>[^'\r\n]{4,128})'|`(?P<bq>[^`\r\n]{4,128})`"
-    r"|\((?P<paren>" + _PROSE_PASSWORD_CHARS + r"{6,128})\)"
-    r"|(?P<bare>" + _PROSE_PASSWORD_CHARS + r"{6,128})(?!" + _PROSE_PASSWORD_CHARS + r"))",
+    r"|\((?P<paren>" + _SAID_CHARS + r"{6,128})\)"
+    r"|(?P<bare>" + _SAID_CHARS + r"{6,128})(?!" + _SAID_CHARS + r"))",
     re.ASCII)
 _SAID_WORDS = 8
 # What may follow the secret word in such a sentence: a space, or a separator touching it.
@@ -648,11 +651,11 @@ def _credential_pair(match: re.Match[str]) -> bool:
 
 CREDENTIAL_PAIR_RULE = RegexRule(
     name=_PROSE,
-    lower_triggers=("cred", "login"),
+    lower_triggers=("cred", "login", "zugangsdaten", "anmeldedaten", "identifiants"),
     anchored=True,
     description="a password written after a user and a slash in a sentence about credentials or a login",
     pattern=re.compile(
-        r"(?<![A-Za-z])(?:creds|credentials?|logins?)(?![A-Za-z])"
+        r"(?<![A-Za-z])(?:creds|credentials?|logins?|zugangsdaten|anmeldedaten|identifiants|credenciales)(?![A-Za-z])"
         r"(?:(?:[ \t]+(?:" + "|".join(_PAIR_CONNECTORS) + r")(?![A-Za-z])){1,4}[ \t]*[:=]?|[ \t]*[:=])[ \t]*"
         r"[A-Za-z0-9_.@+-]{1,64}[ \t]*/[ \t]*"
         r"(?P<value>" + _PROSE_PASSWORD_CHARS + r"{6,128}?)(?=[.!?-]*(?!" + _PROSE_PASSWORD_CHARS + r"))",

@@ -433,6 +433,8 @@ _PASSWORD_WORDS_ELSEWHERE = (
     "wachtwoord", "lösenord", "adgangskode", "salasana", "κωδικός", "סיסמה", "كلمة المرور", "كلمة السر",
     "पासवर्ड",
     "clave",  # 2.5: Spanish "key" / "password" ("La clave del wifi es ...")
+    # 2.5: words for a token or a secret key ("令牌是 …", "API密钥: …", "トークンは …", "le jeton est …")
+    "令牌", "密钥", "秘钥", "トークン", "토큰", "jeton", "clé secrète", "schlüssel",
 )
 _PASSWORD_CHARS = r"[A-Za-z0-9!#$%&*+\-./<=>?@^_~]"  # printable ASCII but quotes, brackets, , ; : and `
 _PASSWORD_ELSEWHERE = RegexRule(

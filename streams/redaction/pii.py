@@ -59,6 +59,9 @@ _FILE_EXTENSIONS = frozenset({
 })
 
 
+_MARKER_END = re.compile(r"\[REDACTED:[a-z0-9-]+\]\Z", re.ASCII)
+
+
 class EmailRule(Rule):
     """E-mail addresses, found from their ``@`` so only candidates cost any Python time.
 
@@ -75,7 +78,7 @@ class EmailRule(Rule):
         object.__setattr__(self, "keep_domains", tuple(domain.lower() for domain in keep_domains))
 
     def fingerprint(self) -> list[str]:
-        return [*super().fingerprint(), self._at.pattern, self._local.pattern, *sorted(_FILE_EXTENSIONS)]
+        return [*super().fingerprint(), self._at.pattern, self._local.pattern, _MARKER_END.pattern, *sorted(_FILE_EXTENSIONS)]
 
     def apply(self, scan: Scan, hits: dict[str, int]) -> str:
         text = scan.text
@@ -87,6 +90,8 @@ class EmailRule(Rule):
             local = self._local.search(text, max(done, at - 64), at)
             if local is None or (local.start() and text[local.start() - 1] in _LOCAL_CHARS):
                 continue  # no local part, or one longer than an address allows
+            if _MARKER_END.search(text, max(0, local.start() - 48), local.start()):
+                continue  # glued to a marker: it was glued to the address the marker replaced
             if local.group(0) == "git" or text.endswith("://", 0, local.start()):
                 continue  # git@host is an SSH login; scheme://user@host is a URL login
             domain = match.group("domain").lower()

@@ -33,7 +33,7 @@ UNDERSCORE_GATE = _gate("_", (
 ))
 DASH_GATE = _gate("-", (
     "glpat-", "gldt-", "glrt-", "glptt-", "glft-", "glsoat-", "glcbt-", "xox[bpares]-", "xapp-",
-    "sk-", "pypi-", "AGE-", "sq0csp-", "sq0atp-",
+    "sk-", "pypi-", "AGE-", "sq0csp-", "sq0atp-", "GOCSPX-",
 ))
 DOT_GATE = _gate(".", ("SG\\.", "ya29\\.", "hooks\\.", "discord\\.", "discordapp\\."))
 _SEPARATOR = {UNDERSCORE_GATE: "_", DASH_GATE: "-", DOT_GATE: "."}
@@ -174,6 +174,8 @@ TOKEN_RULES: tuple[RegexRule, ...] = (
            gate=_U, before=None),
     _token("digitalocean-token", ("dop_v1_", "doo_v1_", "dor_v1_"), "[a-f0-9]{64}", "DigitalOcean tokens",
            gate=_U, before=None),
+    _token("google-oauth-client-secret", ("GOCSPX-",), "[A-Za-z0-9_-]{28}", "Google OAuth client secret (2.5)",
+           gate=_D, before=None, after="[A-Za-z0-9_-]"),
     _token("age-secret-key", ("AGE-SECRET-KEY-1",), "[0-9A-Z]{58}", "age encryption secret key",
            gate=_D, before=None, after="[A-Za-z0-9]"),
     # Any base64url JSON object of 12+ bytes, with up to two more dot-separated segments: a whole

@@ -1409,6 +1409,15 @@ def test_a_password_a_sentence_states_never_survives(word: str, between: list[st
     ("ssh root@10.0.0.5 uptime  # pw Summer4sl1X", "Summer4sl1X", "secret-in-prose"),
     ("And the admin password is sunflower", "sunflower", "secret-in-prose"),
     ("the wifi password is correct horse battery staple.", "correct horse battery staple", "secret-in-prose"),
+    # its near misses, in other languages and scripts
+    ("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", "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", "google-oauth-client-secret"),
+    ("令牌是 Abc123XyzQ98", "Abc123XyzQ98", "password-in-prose"),
+    ("API密钥: sk9Xq2Lm8Np4Rt", "sk9Xq2Lm8Np4Rt", "password-in-prose"),
+    ("トークンは Abc123XyzQ98 です", "Abc123XyzQ98", "password-in-prose"),
+    ("le jeton est Abc123XyzQ98", "Abc123XyzQ98", "password-in-prose"),
+    ("Zugangsdaten: admin / Xy7#pw9qL", "Xy7#pw9qL", "secret-in-prose"),
+    ("my password is Contraseña2024", "Contraseña2024", "secret-in-prose"),
+    ("the password is Zürich2024 now", "Zürich2024", "secret-in-prose"),
 ])
 def test_secrets_a_red_team_seeded_into_transcripts_are_removed(text: str, secret: str, rule: str | None) -> None:
     redacted, hits = redact_text(text)
@@ -1453,3 +1462,10 @@ def test_a_tool_output_that_is_one_secret_token_is_removed(output: str, gone: bo
         assert output.strip() not in json.dumps(result.event)
     else:
         assert record["text"] == output and "secret-output" not in result.hits
+
+
+def test_an_address_glued_to_a_redacted_one_stays_as_the_first_pass_left_it() -> None:
+    """Found by the idempotence property: "0@0.AA_@0.AA" lost its first address, and a second
+    pass then took "_@0.AA", which the first had left glued to it."""
+    once = redact_text("0@0.AA_@0.AA")[0]
+    assert once == "[REDACTED:email]_@0.AA" and redact_text(once)[0] == once
