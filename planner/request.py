@@ -18,6 +18,7 @@ A filter value is a string or a list of strings (any of them matches); ``timeFro
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -214,8 +215,12 @@ def parse_request(body: Any) -> SearchRequest:
         clauses = clauses_of(query)
         if not clauses.terms and not clauses.phrases:
             # '🚀' in text mode answered no results, as if nothing held it; the index has no term for it.
-            raise QueryError(f"the query {query[:40]!r} has no word the text index holds: it indexes runs of letters "
-                             "and digits, not emoji or other symbols",
+            from sinks.text.base import MAX_TOKEN_BYTES, WORD_PATTERN
+
+            long_words = [w for w in re.findall(WORD_PATTERN, query) if len(w.encode("utf-8")) >= MAX_TOKEN_BYTES]
+            why = (f"words of {MAX_TOKEN_BYTES} bytes or more (a base64 blob, a long run of letters) are not indexed"
+                   if long_words else "it indexes runs of letters and digits, not emoji or other symbols")
+            raise QueryError(f"the query {query[:40]!r} has no word the text index holds: {why}",
                              hint="Search it with mode vector or hybrid, or add a word.")
     tool_results = _optional(body, "toolResults", bool, False)
     filters = _filters(body.get("filters"))

@@ -63,16 +63,19 @@ __all__ = [
     "write_analyzer_marker",
 ]
 
-# Tantivy's default tokenizer drops tokens of 40 bytes or more (hashes, base64 blobs); both
-# engines do the same so they index the same words.
-MAX_TOKEN_BYTES = 40
+# Tokens of this many bytes or more (base64 blobs, minified runs) are dropped, by both engines
+# alike so they index the same words. Analyzer 5 keeps up to 64: a commit's SHA-1 (40 hex
+# digits) and a SHA-256 digest (64) are what people search for; analyzer 4 dropped them at 40,
+# tantivy's default.
+MAX_TOKEN_BYTES = 65
 
-ANALYZER = "nfkc+words+spaceless-chars/4"
+ANALYZER = "nfkc+words+spaceless-chars/5"
 """The text analyzer's identity. Version 1 (no marker) kept a run of CJK characters as one
 token, so no substring of it could be found; version 2 (``words+cjk-chars/2``) did the same to
 Thai, Lao, Myanmar and Khmer; version 3 (``words+spaceless-chars/3``) did not fold Unicode
 forms, so ``café`` written with a combining accent (macOS paths, NFD) was the two words ``cafe``
-and nothing, and ``ｆｕｌｌｗｉｄｔｈ`` matched no ``fullwidth``. An index of another analyzer
+and nothing, and ``ｆｕｌｌｗｉｄｔｈ`` matched no ``fullwidth``; version 4 (``/4``) dropped
+tokens of 40 bytes or more, so no commit hash could be searched. An index of another analyzer
 is refused with the remedy (``usl rebuild text``), never searched with the wrong terms."""
 ANALYZER_MARKER = "usl-analyzer.json"
 CJK_RANGES: tuple[tuple[int, int], ...] = (

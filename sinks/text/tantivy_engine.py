@@ -52,7 +52,7 @@ from sinks.text.base import (
 )
 from sinks.text.global_bm25 import Shard, field_stats, global_top
 
-__all__ = ["LiveIndex", "TantivyEngine", "index_opstamp"]
+__all__ = ["WORDS_TOKENIZER", "LiveIndex", "TantivyEngine", "index_opstamp"]
 
 log = logging.getLogger("usl.sink")
 
@@ -66,14 +66,18 @@ _CHECK_SHARE = 0.5
 #: Up to this many chunk ids are looked up with one term query each (``_documents_of``).
 _ID_CLAUSES = 2048
 _UNINDEXED = "usl_unindexed"
+# The "text" field's analyzer, registered under its own name on every open: tantivy's built-in
+# "default" drops tokens of 40 bytes or more, and analyzer 5 keeps them up to MAX_TOKEN_BYTES.
+WORDS_TOKENIZER = "usl_words"
 SCHEMA_VERSION = "3"
 _KEY_FIELDS = ("chunkKey", "digestHigh", "digestLow")
 
 
 def _analyzer() -> tantivy.TextAnalyzer:
-    """The indexed terms: tantivy's "default" analyzer (simple tokenizer, long tokens dropped,
-    lowercased) over :func:`cjk_spaced` text, which is exactly ``sinks.text.base.analyze_text``
-    (the regex tokenizer gives the same terms directly but indexes about 5x slower)."""
+    """The indexed terms: tantivy's simple tokenizer, tokens of :data:`MAX_TOKEN_BYTES` or more
+    dropped, lowercased, over :func:`cjk_spaced` text, which is exactly
+    ``sinks.text.base.analyze_text`` (the regex tokenizer gives the same terms directly but
+    indexes about 5x slower)."""
     return (
         tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
         .filter(tantivy.Filter.remove_long(MAX_TOKEN_BYTES))
@@ -92,11 +96,11 @@ def _schema() -> tantivy.Schema:
     builder.add_text_field("chunkId", stored=True, tokenizer_name="raw")
     builder.add_text_field("sessionId", tokenizer_name="raw")
     builder.add_text_field("logId", tokenizer_name="raw")
-    # "text" holds cjk_spaced(text), indexed with the "default" analyzer; the query side
+    # "text" holds cjk_spaced(text), indexed with the WORDS_TOKENIZER analyzer; the query side
     # analyzes with the same, so query terms are the indexed terms. For the few chunks where
     # that differs from the chunk's own text (CJK), the own text is also stored, unindexed,
     # in "source": the chunk's byte offsets point into it.
-    builder.add_text_field("text", stored=True, tokenizer_name="default")
+    builder.add_text_field("text", stored=True, tokenizer_name=WORDS_TOKENIZER)
     builder.add_text_field("source", stored=True, tokenizer_name=_UNINDEXED, index_option="basic")
     builder.add_integer_field("minSeq", indexed=True, fast=True)
     builder.add_integer_field("maxSeq", indexed=True, fast=True)
@@ -364,6 +368,7 @@ class TantivyEngine:
                               f"writes and searches schema {SCHEMA_VERSION} (chunk keys as fast "
                               f"fields); rebuild it from the log: usl rebuild text") from exc
         index.register_tokenizer(_UNINDEXED, _unindexed())
+        index.register_tokenizer(WORDS_TOKENIZER, _analyzer())
         return index
 
     def _open(self, directory: Path) -> tantivy.Index:

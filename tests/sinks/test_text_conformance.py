@@ -359,10 +359,21 @@ def test_an_index_of_the_old_analyzer_is_refused(engine: TextEngine, index_dir: 
 
 
 def test_long_tokens_are_dropped_alike(engine: TextEngine, index_dir: Path):
-    blob = "a" * 45
+    blob = "a" * 70
     engine.add(index_dir, [chunk("c1", f"token {blob} here")])
     assert engine.search(index_dir, blob, limit=5) == []
     assert ids(engine.search(index_dir, "token here", limit=5)) == ["c1"]
+
+
+def test_a_commit_hash_and_a_sha256_digest_are_found(engine: TextEngine, index_dir: Path):
+    """Found by a new user: a query of a 40-hex commit hash was refused in text mode (analyzer 4
+    dropped tokens of 40 bytes or more, tantivy's default), so no commit could be looked up."""
+    commit = "8d32506afcb476de8d6e7916ae6315168d022507"
+    digest = "sha256:" + "4f" * 32
+    engine.add(index_dir, [chunk("c1", f"HEAD is now at {commit} fix the build"),
+                           chunk("c2", f"pulled image {digest}"), chunk("c3", "nothing here")])
+    assert ids(engine.search(index_dir, commit, limit=5)) == ["c1"]
+    assert ids(engine.search(index_dir, digest, limit=5)) == ["c2"]
 
 
 def _file_hashes(directory: Path) -> dict[str, str]:
