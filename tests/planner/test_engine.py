@@ -11,6 +11,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -563,12 +564,21 @@ def live(kafka_bootstrap: str, tmp_path: Path) -> Iterator[tuple[IndexBuilder, P
     order, _ = interleaved("live")
     builder.append(order)
     builder.commit()
-    follower = WatermarkFollower(kafka_bootstrap, settings).start()
-    planner = Planner(settings, kafka_bootstrap, follower=follower)
-    yield builder, planner
-    planner.close()
-    follower.stop()
-    builder.close()
+    with _serving(settings, kafka_bootstrap, builder) as planner:
+        yield builder, planner
+
+
+@contextmanager
+def _serving(settings: Settings, bootstrap: str, builder: IndexBuilder) -> Iterator[Planner]:
+    """A planner following ``builder``'s watermarks as ``usl serve`` does; closes all three."""
+    follower = WatermarkFollower(bootstrap, settings).start()
+    planner = Planner(settings, bootstrap, follower=follower)
+    try:
+        yield planner
+    finally:
+        planner.close()
+        follower.stop()
+        builder.close()
 
 
 def wait_for_watermark(planner: Planner, kind: str, generation_id: int) -> None:
@@ -843,12 +853,8 @@ def grammar(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> I
     builder.append(indexed[0] + indexed[1])
     builder.commit()
     builder.append(tail[0] + tail[1])  # above every watermark: only latest's tail scan holds it
-    follower = WatermarkFollower(kafka_bootstrap, settings).start()
-    planner = Planner(settings, kafka_bootstrap, follower=follower)
-    yield planner
-    planner.close()
-    follower.stop()
-    builder.close()
+    with _serving(settings, kafka_bootstrap, builder) as planner:
+        yield planner
 
 
 @pytest.mark.parametrize(("recall", "target", "freshness"), [
@@ -932,12 +938,8 @@ def known(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
     builder.append(id_tail_target)
     builder.append(_turn("known", "zh-tail", 72, CJK_TEXTS[2]))
     builder.append(_task_and_output("known", "span-tail", 81, SPAN_TASKS[1]))
-    follower = WatermarkFollower(kafka_bootstrap, settings).start()
-    planner = Planner(settings, kafka_bootstrap, follower=follower)
-    yield planner
-    planner.close()
-    follower.stop()
-    builder.close()
+    with _serving(settings, kafka_bootstrap, builder) as planner:
+        yield planner
 
 
 @pytest.mark.parametrize(("phrase", "target", "freshness"), [
@@ -1096,16 +1098,12 @@ def paging(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> It
         groups = session_events("paging", f"s-extra{number}", acl("acme", "*"), turns=3, words=words)
         builder.append([event for group in groups for event in group])
     builder.commit()
-    follower = WatermarkFollower(kafka_bootstrap, settings).start()
-    planner = Planner(settings, kafka_bootstrap, follower=follower)
-    wait_for = builder.commit()["text"].generation_id
-    deadline = __import__("time").monotonic() + 10
-    while planner.watermarks("paging").get("text", {}).get("generationId", 0) < wait_for:
-        assert __import__("time").monotonic() < deadline
-    yield builder, planner
-    planner.close()
-    follower.stop()
-    builder.close()
+    with _serving(settings, kafka_bootstrap, builder) as planner:
+        wait_for = builder.commit()["text"].generation_id
+        deadline = __import__("time").monotonic() + 10
+        while planner.watermarks("paging").get("text", {}).get("generationId", 0) < wait_for:
+            assert __import__("time").monotonic() < deadline
+        yield builder, planner
 
 
 _new_sessions = iter(range(10_000))
