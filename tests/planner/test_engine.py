@@ -581,6 +581,12 @@ def _serving(settings: Settings, bootstrap: str, builder: IndexBuilder) -> Itera
         builder.close()
 
 
+def _session_rank(planner: Planner, query: str, log: str, mode: str, freshness: str, session: str) -> int | None:
+    """The rank of ``session``'s first chunk in the top 10 of ``query`` (None: not there)."""
+    response = planner.search({"query": query, "log": log, "mode": mode, "k": 10, "freshness": freshness}, ALICE)
+    return next((i for i, hit in enumerate(response["results"], 1) if hit["sessionId"] == session), None)
+
+
 def wait_for_watermark(planner: Planner, kind: str, generation_id: int) -> None:
     import time
 
@@ -866,9 +872,7 @@ def test_hybrid_ranks_the_text_list_on_the_querys_content_words(
     import planner.engine
 
     def rank(mode: str) -> int | None:
-        response = grammar.search({"query": recall, "log": "grammar", "mode": mode, "k": 10,
-                                   "freshness": freshness}, ALICE)
-        return next((i for i, hit in enumerate(response["results"], 1) if hit["sessionId"] == target), None)
+        return _session_rank(grammar, recall, "grammar", mode, freshness, target)
 
     assert rank("hybrid") == 1
     explained = grammar.search({"query": recall, "log": "grammar", "k": 3, "freshness": freshness,
@@ -949,9 +953,7 @@ def known(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
 def test_hybrid_keeps_an_exact_match_that_text_finds(known: Planner, phrase: str, target: str,
                                                      freshness: str) -> None:
     def rank(mode: str) -> int | None:
-        response = known.search({"query": phrase, "log": "known", "mode": mode, "k": 10,
-                                 "freshness": freshness}, ALICE)
-        return next((i for i, hit in enumerate(response["results"], 1) if hit["sessionId"] == target), None)
+        return _session_rank(known, phrase, "known", mode, freshness, target)
 
     assert rank("text") == 1
     assert rank("hybrid") == 1
@@ -998,9 +1000,7 @@ def test_hybrid_keeps_a_chunk_naming_the_querys_identifier(known: Planner, monke
     import planner.engine
 
     def rank(mode: str) -> int | None:
-        response = known.search({"query": recall, "log": "known", "mode": mode, "k": 10,
-                                 "freshness": freshness}, ALICE)
-        return next((i for i, hit in enumerate(response["results"], 1) if hit["sessionId"] == target), None)
+        return _session_rank(known, recall, "known", mode, freshness, target)
 
     assert rank("hybrid") == 1
     explained = known.search({"query": recall, "log": "known", "k": 1, "freshness": freshness,
