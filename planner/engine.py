@@ -116,6 +116,7 @@ from sinks.runner import index_root
 from sinks.text.base import HitCheck, text_digest
 from sinks.watermarks import WatermarkFollower, read_watermarks
 from streams.asp import posix_seconds
+from streams.english import FUNCTION_WORDS
 from streams.exceptions import USLError
 from streams.l1 import L1Reader, LogRegistry
 from streams.metrics import (
@@ -1267,14 +1268,11 @@ _WARMER = Principal(tenant="", user="tail-warmer")
 """The warmer's stand-in principal: it reads no access list and ranks nothing."""
 
 
-# English function words (Lucene's English stop set). In hybrid mode the text list ranks the
-# query without them: they match nearly every chunk of English prose, so on them alone a
-# chunk entered the text list (and the vector list's candidates) and took fusion votes from
-# chunks that share the query's content. Text mode ranks the words as typed (docs/planner.md,
-# "Function words in hybrid mode").
-STOP_WORDS = frozenset(
-    "a an and are as at be but by for if in into is it no not of on or such that the their then there these "
-    "they this to was will with".split())
+# In hybrid mode the text list ranks the query without English function words: they match
+# nearly every chunk of English prose, so on them alone a chunk entered the text list (and the
+# vector list's candidates) and took fusion votes from chunks that share the query's content.
+# Text mode ranks the words as typed (docs/planner.md, "Function words in hybrid mode").
+STOP_WORDS = FUNCTION_WORDS
 
 
 def content_words(query: str) -> str | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
+from streams.english import FUNCTION_WORDS
 from streams.redaction.base import MARKER_PREFIX, RegexRule, Rule, Scan, is_marker_at, marker
 from streams.redaction.entropy import HEX_MIN_ENTROPY, looks_random, shannon_entropy
 from streams.redaction.keys import DESCRIPTIVE_SUFFIXES, is_placeholder, name_class
@@ -480,7 +481,7 @@ def _plain_password(text: str, position: int) -> tuple[int, int, str] | None:
         return None
     words = [word.lower() for word in run.group("words").split()]
     telling = sum(word in _PREDICATES or word.endswith(_PREDICATE_ENDINGS) for word in words)
-    if len(words) == 2 or any(word in STOP_PROSE for word in words) or telling > 1:
+    if len(words) == 2 or any(word in FUNCTION_WORDS for word in words) or telling > 1:
         return None  # "is the same", "is not set", "is case sensitive too"
     if len(words) == 1 and (len(words[0]) < 4 or telling or words[0] in _MANAGERS
                             or is_placeholder(words[0], quoted=True)):
@@ -488,9 +489,6 @@ def _plain_password(text: str, position: int) -> tuple[int, int, str] | None:
     return run.start("words"), run.end("words"), _PROSE
 
 
-# English function words, which no passphrase of three or more words is made of alone.
-STOP_PROSE = frozenset("a an and are as at be but by for if in into is it no not of on or such that the their then "
-                       "there these they this to was will with".split())
 
 
 # A YAML block scalar under a secret name (2.5): "password: |" and the lines indented under it.
