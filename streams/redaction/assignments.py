@@ -11,7 +11,7 @@ from streams.redaction.entropy import HEX_MIN_ENTROPY, looks_random, shannon_ent
 from streams.redaction.keys import DESCRIPTIVE_SUFFIXES, is_placeholder, name_class
 from streams.redaction.vendors import ported_rule_names, vendor_rule
 
-__all__ = ["CREDENTIAL_PAIR_RULE", "AssignmentRule"]
+__all__ = ["CREDENTIAL_PAIR_RULE", "AssignmentRule", "bare_secret"]
 
 _NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 # Where a candidate starts: each keyword is searched literally in the lower-cased text.
@@ -195,7 +195,6 @@ class AssignmentRule(Rule):
                 block = _block_scalar(scan.text, start)
                 if block is not None:
                     stated.append(block)
-            if match is None:
                 continue
             matches.append(match)
             # Keywords inside the value are still tried: NPM_TOKEN="//host/:_authToken=..." is
@@ -454,7 +453,6 @@ _FLAG_PROSE = frozenset({"via", "on", "in", "at", "from", "with", "for", "is", "
 # horse battery staple." One word of 4+ letters, or three to six, ending the clause; not a word
 # that says something of the password (required, wrong, stored, ...: the list and the endings of
 # adjectives and participles) and, among several, no function word.
-_PLAIN_WORD = re.compile(r"[A-Za-z]{3,24}", re.ASCII)
 _PLAIN_RUN = re.compile(r"[ \t]*(?P<words>[A-Za-z]{3,24}(?:[ \t]+[A-Za-z]{3,24}){0,5})(?=[ \t]*(?:[.,;!?\r\n]|$))",
                         re.ASCII)
 _PREDICATES = frozenset("""
@@ -466,9 +464,9 @@ lost forgotten locked disabled enabled active inactive right left ready done sec
 shared unique identical similar great nice cool broken working stale compromised leaked rotated revoked sent
 emailed printed logged cached displayed redacted mine yours theirs his hers ours gone available unavailable
 accepted rejected ignored this that what which where why when who the your our their its and but with for
-from into over under under about after before between through during without within along among than then
-very quite really just only even much more most less least same such each every any all both either neither
-same wrong right true false yes
+from into over under about after before between through during without within along among than then
+very quite really just only even much more most less least such each every any all both either neither
+true false yes
 """.split())
 _PREDICATE_ENDINGS = ("ed", "ing", "able", "ible", "ive", "ous", "ful", "less", "al", "ent", "ant", "ic", "ory", "ary",
                       "ly", "ish")
@@ -489,8 +487,6 @@ def _plain_password(text: str, position: int) -> tuple[int, int, str] | None:
     return run.start("words"), run.end("words"), _PROSE
 
 
-
-
 # A YAML block scalar under a secret name (2.5): "password: |" and the lines indented under it.
 _BLOCK_SCALAR = re.compile(r"[A-Za-z0-9_.-]{0,48}[\"']?[ \t]*:[ \t]*[|>][-+1-9]{0,2}[ \t]*\r?\n", re.ASCII)
 
@@ -501,7 +497,7 @@ def _block_scalar(text: str, start: int) -> tuple[int, int, str] | None:
     if header is None:
         return None
     name_start = _name_start(text, start)
-    kind = name_class(text[name_start: header.start() + len(header.group().split(":")[0])].strip("\"' \t"))
+    kind = _word_class(text[name_start: header.start() + len(header.group().split(":")[0])].strip("\"' \t"))
     if kind not in ("password", "secret"):
         return None
     line_start = text.rfind("\n", 0, name_start) + 1
@@ -584,6 +580,33 @@ _NAME_EQUALS = re.compile(r"[A-Za-z_][A-Za-z_.-]{0,40}=", re.ASCII)
 _SHORT_NAME = re.compile(r"[A-Za-z]+(?:[_.][A-Za-z0-9]+)+", re.ASCII)
 _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}", re.ASCII)
 _IDENTIFIER = re.compile(r"[a-z]+(?:[_.-][a-z]+[0-9]{0,3})+|[A-Za-z][a-z]+(?:[A-Z][a-z]+[0-9]{0,3})+|[A-Z]+(?:_[A-Z]+[0-9]{0,3})+", re.ASCII)
+
+
+# A tool's whole output that is one secret (redact_event's secret-output, 2.5).
+_BARE_SYMBOLS = frozenset("!#$%&*+=?@^~")
+_HEX_OR_NUMBER = re.compile(r"[0-9a-fA-F]+|[0-9.,:+-]+", re.ASCII)
+_BARE_VERSION = re.compile(r"[vV]?[0-9]+(?:\.[0-9]+)+[-+.A-Za-z0-9]*", re.ASCII)
+_NAME_SHAPES = re.compile(r"[a-z]+(?:[_.-][a-z0-9]+)*|[A-Z][a-z]+(?:[A-Z][a-z]+)+|[A-Z][A-Z0-9_]*", re.ASCII)
+
+
+def bare_secret(output: str) -> bool:
+    """Whether a tool's whole output is one token that reads like a password or key (2.5): 8-128
+    characters without a space, a letter and a digit, and mixed case or a symbol; not hex or a
+    number (a commit, a hash, an id), a name, a path, a URL, an e-mail, a UUID or a version."""
+    token = output.strip()
+    if not 8 <= len(token) <= 128 or not token.isascii() or any(c.isspace() for c in token):
+        return False
+    if token.startswith(MARKER_PREFIX) or "/" in token or "\\" in token or "://" in token or ":" in token:
+        return False
+    if _HEX_OR_NUMBER.fullmatch(token) or _NAME_SHAPES.fullmatch(token) or _UUID.fullmatch(token):
+        return False
+    if "@" in token[1:-1] and "." in token.split("@")[-1]:
+        return False  # an e-mail address
+    letters, digits = any(c.isalpha() for c in token), any(c.isdigit() for c in token)
+    mixed = any(c.isupper() for c in token) and any(c.islower() for c in token)
+    if not (letters and digits and (mixed or any(c in _BARE_SYMBOLS for c in token))):
+        return False
+    return not _BARE_VERSION.fullmatch(token)
 
 
 def _in_sentence(match: re.Match[str]) -> bool:

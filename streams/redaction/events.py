@@ -16,6 +16,7 @@ from functools import lru_cache
 from typing import Any
 
 from streams.exceptions import RedactionError
+from streams.redaction.assignments import bare_secret
 from streams.redaction.base import MARKER_PREFIX, marker
 from streams.redaction.entropy import looks_random
 from streams.redaction.keys import NameClass, name_class
@@ -116,32 +117,6 @@ def redact_event(event: dict[str, Any], policy: RedactionPolicy | None = None) -
 
 
 SECRET_OUTPUT = "secret-output"
-_BARE_SYMBOLS = frozenset("!#$%&*+=?@^~")
-_HEX_OR_NUMBER = re.compile(r"[0-9a-fA-F]+|[0-9.,:+-]+", re.ASCII)
-_NAME_SHAPES = re.compile(r"[a-z]+(?:[_.-][a-z0-9]+)*|[A-Z][a-z]+(?:[A-Z][a-z]+)+|[A-Z][A-Z0-9_]*", re.ASCII)
-_UUID_SHAPE = re.compile(r"[0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}", re.ASCII)
-
-
-def bare_secret(output: str) -> bool:
-    """Whether a tool's whole output is one token that reads like a password or key (2.5): 8-128
-    characters without a space, a letter and a digit, and mixed case or a symbol; not hex or a
-    number (a commit, a hash, an id), a name, a path, a URL, an e-mail, a UUID or a version."""
-    token = output.strip()
-    if not 8 <= len(token) <= 128 or not token.isascii() or any(c.isspace() for c in token):
-        return False
-    if token.startswith(MARKER_PREFIX) or "/" in token or "\\" in token or "://" in token or ":" in token:
-        return False
-    if _HEX_OR_NUMBER.fullmatch(token) or _NAME_SHAPES.fullmatch(token) or _UUID_SHAPE.fullmatch(token):
-        return False
-    if "@" in token[1:-1] and "." in token.split("@")[-1]:
-        return False  # an e-mail address
-    letters, digits = any(c.isalpha() for c in token), any(c.isdigit() for c in token)
-    mixed = any(c.isupper() for c in token) and any(c.islower() for c in token)
-    if not (letters and digits and (mixed or any(c in _BARE_SYMBOLS for c in token))):
-        return False
-    return not re.fullmatch(r"[vV]?[0-9]+(?:\.[0-9]+)+[-+.A-Za-z0-9]*", token)
-
-
 def _tool_result_record(event: dict[str, Any], fields: dict[str, Any], text: str, policy: RedactionPolicy) -> dict[str, Any]:
     return {
         "kind": "toolresult",
