@@ -37,7 +37,6 @@ from sinks.exceptions import EngineError
 from sinks.generations import clone_into
 from sinks.text.base import (
     ANALYZER,
-    MAX_TOKEN_BYTES,
     QueryClauses,
     check_analyzer,
     cjk_spaced,
@@ -46,7 +45,7 @@ from sinks.text.base import (
     write_analyzer_marker,
 )
 from sinks.text.global_bm25 import Shard, field_stats, global_top
-from sinks.text.tantivy_engine import WORDS_TOKENIZER
+from sinks.text.tantivy_engine import WORDS_TOKENIZER, words_analyzer
 from sinks.writer import record_id
 
 __all__ = ["COPY_NAMES", "SCHEMA_VERSION", "ToolResultsReader", "ToolResultsWriter", "search_shards"]
@@ -67,23 +66,12 @@ def _schema() -> tantivy.Schema:
     for name in ("id", "logId", "sessionId", "eventId", "toolCallId", "toolName", "status", "time"):
         builder.add_text_field(name, stored=True, tokenizer_name="raw")
     builder.add_integer_field("seq", stored=True, indexed=True, fast=True)
-    # "text" holds cjk_spaced(output), indexed by _analyzer() (the text index's, registered as
+    # "text" holds cjk_spaced(output), indexed by words_analyzer() (the text index's, registered as
     # WORDS_TOKENIZER on every open); "source" the output itself, stored only, for the outputs
     # where the two differ (CJK).
     builder.add_text_field("text", stored=True, tokenizer_name=WORDS_TOKENIZER)
     builder.add_bytes_field("source", stored=True, indexed=False)
     return builder.build()
-
-
-def _analyzer() -> tantivy.TextAnalyzer:
-    """The text index's analyzer (simple tokenizer, tokens of MAX_TOKEN_BYTES or more dropped,
-    lowercased); over :func:`cjk_spaced` text its terms are ``sinks.text.base.analyze_text``'s."""
-    return (
-        tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
-        .filter(tantivy.Filter.remove_long(MAX_TOKEN_BYTES))
-        .filter(tantivy.Filter.lowercase())
-        .build()
-    )
 
 
 class ToolResultsWriter:
@@ -131,7 +119,7 @@ class ToolResultsWriter:
     def _index(self, directory: Path, *, reuse: bool) -> tantivy.Index:
         try:
             index = tantivy.Index(self._schema, path=str(directory), reuse=reuse)
-            index.register_tokenizer(WORDS_TOKENIZER, _analyzer())
+            index.register_tokenizer(WORDS_TOKENIZER, words_analyzer())
             return index
         except ValueError as exc:
             raise EngineError(f"cannot open the tool-results index {directory.name}: {exc}") from exc
@@ -163,12 +151,12 @@ class ToolResultsReader:
         check_analyzer(self.gen_dir, kind=_KIND)
         try:
             self._index = tantivy.Index.open(str(self.gen_dir))
-            self._index.register_tokenizer(WORDS_TOKENIZER, _analyzer())
+            self._index.register_tokenizer(WORDS_TOKENIZER, words_analyzer())
         except ValueError as exc:
             raise EngineError(f"cannot open the tool-results index {self.gen_dir.name}: {exc}") from exc
         # A committed generation never changes: no reload watcher.
         self._index.config_reader("manual", 0)
-        self._analyzer = _analyzer()
+        self._analyzer = words_analyzer()
 
     def count(self) -> int:
         """Number of documents in the generation."""

@@ -52,7 +52,7 @@ from sinks.text.base import (
 )
 from sinks.text.global_bm25 import Shard, field_stats, global_top
 
-__all__ = ["WORDS_TOKENIZER", "LiveIndex", "TantivyEngine", "index_opstamp"]
+__all__ = ["WORDS_TOKENIZER", "LiveIndex", "TantivyEngine", "index_opstamp", "words_analyzer"]
 
 log = logging.getLogger("usl.sink")
 
@@ -73,8 +73,8 @@ SCHEMA_VERSION = "3"
 _KEY_FIELDS = ("chunkKey", "digestHigh", "digestLow")
 
 
-def _analyzer() -> tantivy.TextAnalyzer:
-    """The indexed terms: tantivy's simple tokenizer, tokens of :data:`MAX_TOKEN_BYTES` or more
+def words_analyzer() -> tantivy.TextAnalyzer:
+    """The indexed terms of the text and tool-results indexes: tantivy's simple tokenizer, tokens of :data:`MAX_TOKEN_BYTES` or more
     dropped, lowercased, over :func:`cjk_spaced` text, which is exactly
     ``sinks.text.base.analyze_text`` (the regex tokenizer gives the same terms directly but
     indexes about 5x slower)."""
@@ -124,7 +124,7 @@ class TantivyEngine:
         self.heap_bytes = heap_bytes
         self.threads = threads
         self._schema = _schema()
-        self._analyzer = _analyzer()
+        self._analyzer = words_analyzer()
         self._cache: OrderedDict[tuple[Any, ...], tantivy.Index] = OrderedDict()
         self._lock = threading.Lock()
         self._term_sets: OrderedDict[tuple[str, int], tuple[frozenset[str], Query]] = OrderedDict()
@@ -368,7 +368,7 @@ class TantivyEngine:
                               f"writes and searches schema {SCHEMA_VERSION} (chunk keys as fast "
                               f"fields); rebuild it from the log: usl rebuild text") from exc
         index.register_tokenizer(_UNINDEXED, _unindexed())
-        index.register_tokenizer(WORDS_TOKENIZER, _analyzer())
+        index.register_tokenizer(WORDS_TOKENIZER, words_analyzer())
         return index
 
     def _open(self, directory: Path) -> tantivy.Index:
