@@ -12,16 +12,14 @@ corpus, other statistics), which is why the planner fuses them as their own rank
 from __future__ import annotations
 
 import math
-import re
 from collections import Counter
 from collections.abc import Sequence
 from functools import lru_cache
 
-from sinks.text.base import MAX_TOKEN_BYTES, WORD_PATTERN, QueryClauses, folded, parse_query
+from sinks.text.base import QueryClauses, analyze_text, parse_query
 
 __all__ = ["analyze", "clauses_of", "matches", "rank_texts"]
 
-_WORD = re.compile(WORD_PATTERN)
 _K1 = 1.2
 _B = 0.75
 
@@ -34,8 +32,7 @@ def analyze(text: str) -> list[str]:
 @lru_cache(maxsize=1 << 14)
 def _terms(text: str) -> tuple[str, ...]:
     # Tail texts recur from query to query (the same tail, a little longer): analyze once.
-    return tuple(token for token in _WORD.findall(folded(text).lower())
-                 if len(token.encode("utf-8")) < MAX_TOKEN_BYTES)
+    return tuple(analyze_text(text))
 
 
 @lru_cache(maxsize=1 << 14)
