@@ -31,9 +31,10 @@ from __future__ import annotations
 import base64
 import binascii
 import heapq
-import io
 import logging
+import os
 import re
+import uuid
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -170,19 +171,46 @@ def write_segment(
     span_matrix = np.concatenate(span_list) if span_list else np.zeros((0, matrix.shape[1]), dtype=np.float32)
     if not np.isfinite(matrix).all() or not np.isfinite(span_matrix).all():
         raise VectorIndexError(f"segment {name}: vectors contain NaN or infinity")
+    return _write_files(directory, name, ids, [matrix], [span_matrix], offsets,
+                        None if digest_list is None else b"".join(digest_list), exact_max=exact_max)
+
+
+def _write_files(directory: Path, name: str, ids: list[str], vector_blocks: list[np.ndarray],
+                 span_blocks: list[np.ndarray], offsets: np.ndarray, digests: bytes | None, *,
+                 exact_max: int, graph: Any = None, graph_source: str | None = None) -> list[str]:
+    """Write segment ``name``'s files from its rows: the chunks' vectors in ``vector_blocks``
+    and their span vectors in ``span_blocks`` (each list concatenated in order), ``offsets``
+    into the spans per chunk, ``digests`` 16 bytes per chunk; the graph built, or ``graph``
+    (an HNSW index holding the first ``graph.ntotal`` rows, segment ``graph_source``'s)
+    extended with the rest. Building an HNSW graph is inserting its rows one by one, so an
+    extended graph is the same kind of graph as one built from scratch."""
     files = segment_files(name)
     directory.mkdir(parents=True, exist_ok=True)
     existing = [file for file in files if (directory / file).exists()]
     if existing:
         raise VectorIndexError(f"segment {name} already exists in {directory} (segments are immutable)")
-
-    approximate = matrix.shape[0] > exact_max
-    index = _build_index(matrix, approximate)
+    dimension = int(vector_blocks[0].shape[1])
+    count = len(ids)
+    approximate = count > exact_max
+    extended = 0
+    if graph is not None:
+        extended = int(graph.ntotal)
+        if not approximate or not 0 < extended <= count or graph.d != dimension:
+            raise VectorIndexError(f"segment {name}: cannot extend the graph of {graph_source}")
+        index = graph
+        skip = extended
+        for block in vector_blocks:  # the rows past the graph's own, block by block
+            if skip < len(block):
+                index.add(np.ascontiguousarray(block[skip:], dtype=np.float32))
+            skip = max(0, skip - len(block))
+    else:
+        matrix = vector_blocks[0] if len(vector_blocks) == 1 else np.concatenate(vector_blocks)
+        index = _build_index(np.ascontiguousarray(matrix, dtype=np.float32), approximate)
     meta = {
         "format": SEGMENT_FORMAT,
         "name": name,
-        "count": len(ids),
-        "dimension": int(matrix.shape[1]),
+        "count": count,
+        "dimension": dimension,
         "metric": "inner_product",
         "index": "hnsw" if approximate else "flat",
         "hnsw": {"M": HNSW_M, "efConstruction": HNSW_EF_CONSTRUCTION} if approximate else None,
@@ -190,17 +218,44 @@ def write_segment(
         "spanCount": int(offsets[-1]),
         "spanOffsets": offsets.tolist(),
     }
-    if digest_list is not None:
+    if digests is not None:
         # One string, not a list of 16-byte values: a fraction of the bytes and one parse.
-        meta["textDigests"] = base64.b64encode(b"".join(digest_list)).decode("ascii")
-    buffer = io.BytesIO()
-    np.save(buffer, np.concatenate([matrix, span_matrix]), allow_pickle=False)
-    atomic_write(directory / f"{name}.vec.npy", buffer.getvalue())
+        meta["textDigests"] = base64.b64encode(digests).decode("ascii")
+    if graph is not None:
+        # Where the graph came from: a merge that inserted rows into another segment's graph.
+        meta["graphFrom"] = {"segment": graph_source, "rows": extended}
+    _write_npy(directory / f"{name}.vec.npy", [*vector_blocks, *span_blocks], count + int(offsets[-1]), dimension)
     atomic_write(directory / f"{name}.faiss", faiss.serialize_index(index).tobytes())
     # The metadata goes last: a segment whose ids.json exists is complete.
     atomic_write(directory / f"{name}.ids.json", orjson.dumps(meta))
     fsync_directory(directory)
     return files
+
+
+#: Rows written to a vector file at a time: a merge of a million chunks streams its gigabytes
+#: of vectors from the inputs' mappings instead of holding them (and a copy) in memory.
+_WRITE_ROWS = 65_536
+
+
+def _write_npy(path: Path, blocks: list[np.ndarray], rows: int, dimension: int) -> None:
+    """``np.save`` of the blocks concatenated (float32, ``rows`` x ``dimension``), written
+    block by block to a temporary name, fsynced and renamed as :func:`atomic_write` does."""
+    staging = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        descriptor = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "wb") as handle:
+            np.lib.format.write_array_header_1_0(
+                handle, {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)), "fortran_order": False,
+                         "shape": (rows, dimension)})
+            for block in blocks:
+                for start in range(0, len(block), _WRITE_ROWS):
+                    handle.write(np.ascontiguousarray(block[start:start + _WRITE_ROWS], dtype=np.float32).data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(staging, path)
+    except BaseException:
+        staging.unlink(missing_ok=True)
+        raise
 
 
 def merge_segments(directory: Path, names: Sequence[str], new_name: str, exact_max: int) -> list[str]:
@@ -210,29 +265,72 @@ def merge_segments(directory: Path, names: Sequence[str], new_name: str, exact_m
     wins, as an upsert). Chunk ids are derived from chunk content, so such copies normally
     carry identical vectors and the rule only matters for determinism. The chunks' text
     digests are kept when every segment has them; otherwise the merged segment has none.
+
+    When the first segment is an HNSW segment that keeps every row, the merged graph is its
+    graph with the other segments' rows inserted (``graphFrom`` in the metadata); otherwise a
+    graph is built over every row. Either way the merged segment holds the same rows, vectors,
+    spans and digests in the same order.
     """
     directory = Path(directory)
+    if not _NAME.match(new_name):
+        raise VectorIndexError(f"invalid segment name {new_name!r}: use letters, digits, '.', '_', '-'")
     segments = [_SegmentData.open(directory, name) for name in names]
+    if not segments:
+        raise VectorIndexError(f"merge into {new_name}: no segments given")
+    dimension = segments[0].dimension
+    if any(segment.dimension != dimension for segment in segments):
+        raise VectorIndexError(f"cannot merge segments of different dimensions into {new_name}")
     owner: dict[str, tuple[int, int]] = {}
     for position, segment in enumerate(segments):
         for row, chunk_id in enumerate(segment.chunk_ids):
             owner[chunk_id] = (position, row)
     ids: list[str] = []
-    parts: list[np.ndarray] = []
-    spans: list[np.ndarray] = []
-    digests: list[bytes] | None = [] if all(segment.digests is not None for segment in segments) else None
+    vector_blocks: list[np.ndarray] = []
+    span_blocks: list[np.ndarray] = []
+    span_counts: list[np.ndarray] = []
+    with_digests = all(segment.digests is not None for segment in segments)
+    digests: list[bytes] = []
+    kept_first = 0
     for position, segment in enumerate(segments):
-        keep = [row for row, chunk_id in enumerate(segment.chunk_ids) if owner[chunk_id] == (position, row)]
+        keep = np.array([row for row, chunk_id in enumerate(segment.chunk_ids) if owner[chunk_id] == (position, row)],
+                        dtype=np.int64)
+        if position == 0:
+            kept_first = len(keep)
+        if len(keep) == len(segment.chunk_ids):  # every row: the segment's blocks as they are
+            ids.extend(segment.chunk_ids)
+            vector_blocks.append(segment.vectors)
+            span_blocks.append(segment.spans)
+            span_counts.append(np.diff(segment.span_offsets))
+            if with_digests:
+                digests.append(segment.digests or b"")
+            continue
         ids.extend(segment.chunk_ids[row] for row in keep)
-        parts.append(np.asarray(segment.vectors[keep], dtype=np.float32))
-        spans.extend(np.asarray(segment.spans_of(row), dtype=np.float32) for row in keep)
-        if digests is not None:
-            digests.extend(segment.known_digest(row) for row in keep)
-    dimension = segments[0].dimension if segments else 0
-    if any(segment.dimension != dimension for segment in segments):
-        raise VectorIndexError(f"cannot merge segments of different dimensions into {new_name}")
-    matrix = np.concatenate(parts) if parts else np.zeros((0, dimension), dtype=np.float32)
-    return write_segment(directory, new_name, ids, matrix, exact_max=exact_max, spans=spans, digests=digests)
+        vector_blocks.append(np.asarray(segment.vectors[keep], dtype=np.float32))
+        starts, ends = segment.span_offsets[keep], segment.span_offsets[keep + 1]
+        counts = ends - starts
+        # The kept rows' span rows, in order: each row's range start..end, all at once.
+        before = np.cumsum(counts) - counts
+        span_rows = np.repeat(starts - before, counts) + np.arange(int(counts.sum()), dtype=np.int64)
+        span_blocks.append(np.asarray(segment.spans[span_rows], dtype=np.float32))
+        span_counts.append(counts)
+        if with_digests:
+            digests.extend(segment.known_digest(int(row)) for row in keep)
+    offsets = np.concatenate([[0], np.cumsum(np.concatenate(span_counts), dtype=np.int64)])
+    graph = None
+    base = segments[0]
+    if base.meta["index"] == "hnsw" and len(ids) > exact_max and kept_first == len(base.chunk_ids):
+        # The first segment's rows come first and none was replaced by a later copy: its graph
+        # holds them already, so only the other segments' rows are inserted. A merge into the
+        # large segment then costs what it adds, not the size of what it adds to.
+        try:
+            graph = faiss.read_index(str(directory / f"{base.name}.faiss"))
+        except RuntimeError as exc:
+            raise VectorIndexError(f"vector segment {base.name}: cannot read its faiss index ({exc})") from None
+        if graph.ntotal != len(base.chunk_ids):
+            raise VectorIndexError(f"vector segment {base.name}: faiss index disagrees with its metadata")
+    return _write_files(directory, new_name, ids, vector_blocks, span_blocks, offsets,
+                        b"".join(digests) if with_digests else None, exact_max=exact_max,
+                        graph=graph, graph_source=base.name if graph is not None else None)
 
 
 def vectors_for(directory: Path, names: Sequence[str], chunk_ids: Sequence[str]) -> dict[str, np.ndarray]:

@@ -518,7 +518,8 @@ def test_tiered_merges_keep_segments_few_and_rewrite_each_vector_a_log_number_of
     rewritten = 0
     for group, merged, sizes in _planned_merges(batch_bytes, 100):
         if group:
-            assert group == sorted(group, key=lambda name: [int(p) for p in name.split("-")[1:]])
+            # Oldest first (newest wins); past the cap the largest, whose graph is extended, leads.
+            assert group[1:] == sorted(group[1:], key=lambda name: [int(p) for p in name.split("-")[1:]])
             rewritten += merged
         else:
             assert len(sizes) <= MAX_SEGMENTS
@@ -545,6 +546,73 @@ def test_merge_equals_union(tmp_path: Path) -> None:
     found = vectors_for(tmp_path, ["merged"], ["c_00000005", "c_00000350", "missing"])
     assert set(found) == {"c_00000005", "c_00000350"}
     np.testing.assert_array_equal(found["c_00000350"], vectors[350])
+
+
+def _recall_at_10(reader: VectorReader, ids: list[str], vectors: np.ndarray, seed: int = 3) -> float:
+    rng = np.random.default_rng(seed)
+    queries = vectors[rng.choice(len(ids), 100, replace=False)] + rng.normal(scale=0.05, size=(100, vectors.shape[1]))
+    queries = (queries / np.linalg.norm(queries, axis=1, keepdims=True)).astype(np.float32)
+    exact = np.argsort(-(queries @ vectors.T), axis=1)[:, :10]
+    return float(np.mean([
+        len({h.chunk_id for h in reader.search(q, limit=10)} & {ids[i] for i in truth}) / 10
+        for q, truth in zip(queries, exact, strict=True)
+    ]))
+
+
+def test_a_merge_into_an_hnsw_segment_extends_its_graph(tmp_path: Path) -> None:
+    """The first segment's graph gets the others' rows inserted: the merged segment holds the
+    same rows, vectors, spans and digests in the same order as one whose graph was built from
+    scratch, its graph is as good (recall against exact search), and its own metadata says
+    whose graph it extended."""
+    ids, vectors = _corpus(12_000, 32, clusters=120)
+    spans = [vectors[row:row + (row % 3)] for row in range(len(ids))]
+    digests = _digests(ids)
+    cuts = [(0, 8_000), (8_000, 10_000), (10_000, 12_000)]
+    for number, (low, high) in enumerate(cuts):
+        write_segment(tmp_path, f"p{number}", ids[low:high], vectors[low:high], exact_max=1_000,
+                      spans=spans[low:high], digests=digests[low:high])
+    merge_segments(tmp_path, ["p0", "p1", "p2"], "extended", exact_max=1_000)
+    extended = json.loads((tmp_path / "extended.ids.json").read_text())
+    assert extended["graphFrom"] == {"segment": "p0", "rows": 8_000}
+    # The same rows with a graph of its own: the first input flat, so nothing to extend.
+    (tmp_path / "flat").mkdir()
+    write_segment(tmp_path / "flat", "p0", ids[:8_000], vectors[:8_000], exact_max=10_000,
+                  spans=spans[:8_000], digests=digests[:8_000])
+    for number in (1, 2):
+        for file in segment_files(f"p{number}"):
+            (tmp_path / "flat" / file).write_bytes((tmp_path / file).read_bytes())
+    merge_segments(tmp_path / "flat", ["p0", "p1", "p2"], "rebuilt", exact_max=1_000)
+    rebuilt = json.loads((tmp_path / "flat" / "rebuilt.ids.json").read_text())
+    assert "graphFrom" not in rebuilt and rebuilt["index"] == extended["index"] == "hnsw"
+    assert {k: v for k, v in extended.items() if k not in ("graphFrom", "name")} == \
+        {k: v for k, v in rebuilt.items() if k != "name"}
+    np.testing.assert_array_equal(np.load(tmp_path / "extended.vec.npy"),
+                                  np.load(tmp_path / "flat" / "rebuilt.vec.npy"))
+    assert faiss.read_index(str(tmp_path / "extended.faiss")).hnsw.efConstruction == faiss_index.HNSW_EF_CONSTRUCTION
+    assert _recall_at_10(VectorReader(tmp_path, ["extended"]), ids, vectors) >= 0.95
+    assert _recall_at_10(VectorReader(tmp_path / "flat", ["rebuilt"]), ids, vectors) >= 0.95
+
+
+def test_a_merge_that_replaces_a_row_of_the_first_segment_builds_a_new_graph(tmp_path: Path) -> None:
+    """Newest wins: a later copy of a chunk the first segment holds drops that row, so the
+    first segment's graph no longer fits and the merged graph is built over every row."""
+    ids, vectors = _corpus(3_000, 16)
+    spans = [vectors[row:row + (row % 4)] for row in range(len(ids))]
+    write_segment(tmp_path, "base", ids[:2_000], vectors[:2_000], exact_max=500, spans=spans[:2_000])
+    # Holds ids[1000] and ids[1999] again (the first with other span vectors), and an empty segment.
+    write_segment(tmp_path, "later", [ids[1_000], *ids[1_999:]], vectors[[1_000, *range(1_999, 3_000)]],
+                  exact_max=500, spans=[spans[7], *spans[1_999:]])
+    write_segment(tmp_path, "empty", [], np.zeros((0, 16), dtype=np.float32), exact_max=500)
+    merge_segments(tmp_path, ["base", "empty", "later"], "merged", exact_max=500)
+    meta = json.loads((tmp_path / "merged.ids.json").read_text())
+    assert "graphFrom" not in meta and meta["count"] == 3_000
+    assert meta["chunkIds"][999:1_001] == [ids[999], ids[1_001]]
+    assert meta["chunkIds"][1_997:2_000] == [ids[1_998], ids[1_000], ids[1_999]]
+    merged = faiss_index._SegmentData.open(tmp_path, "merged")
+    expected = [*spans[:1_000], *spans[1_001:1_999], spans[7], *spans[1_999:]]
+    for row in (0, 3, 998, 999, 1_997, 1_998, 1_999, 2_999):
+        np.testing.assert_array_equal(merged.spans_of(row), expected[row])
+    assert _recall_at_10(VectorReader(tmp_path, ["merged"]), ids, vectors) >= 0.95
 
 
 def test_vectors_for_prefers_the_newest_segment(tmp_path: Path) -> None:
@@ -676,17 +744,46 @@ def test_evidence_texts_cut_a_chunk_into_its_events() -> None:
     assert got[2].shape == (1, 16)  # "?? !!" has no word: left out
 
 
-def test_no_tier_merge_builds_a_segment_past_the_cap() -> None:
+def test_no_merge_rebuilds_a_graph_past_the_cap_and_large_segments_become_one() -> None:
     """A million 256-d chunks in batches of 10 000: no tier merge rebuilds a graph past
-    MAX_MERGED_BYTES (the 640k-vector rebuild that cost a 1M build most of its time), and the
-    segments above the cap stay few enough for MAX_SEGMENTS to be no concern."""
-    from sinks.vector_writer import MAX_MERGED_BYTES, MAX_SEGMENTS
+    MAX_MERGED_BYTES (the 640k-vector rebuild that cost a 1M build most of its time); past it,
+    segments are merged into the largest, listed first, whose graph the merge extends, so one
+    large segment remains (not one per 160k chunks, each a graph a query searches), and the
+    graph work stays a few times the data."""
+    from sinks.vector_writer import MAX_MERGED_BYTES, MAX_SEGMENTS, MERGE_FACTOR
 
     batch_bytes = 10_000 * 3 * 256 * 4  # a turn chunk's vector and its two span vectors
+    cap = MAX_MERGED_BYTES // MERGE_FACTOR
     steps = list(_planned_merges(batch_bytes, 100))
-    largest, sizes = max(merged for _, merged, _ in steps), steps[-1][2]
-    assert largest <= MAX_MERGED_BYTES and largest == 16 * batch_bytes
+    graph_work = 0
+    for group, merged, before_sizes in _merges_with_inputs(batch_bytes, 100):
+        first = before_sizes[group[0]]
+        if first > cap:  # extends the first's graph: the others' rows are the work
+            assert first == max(before_sizes[name] for name in group)
+            graph_work += merged - first
+        else:
+            assert merged <= MAX_MERGED_BYTES
+            graph_work += merged
+    sizes = steps[-1][2]
+    assert sum(1 for size in sizes.values() if size > cap) == 1
     assert len(sizes) <= MAX_SEGMENTS // 2
+    assert graph_work <= 4 * sum(sizes.values())
+
+
+def _merges_with_inputs(batch_bytes: int, batches: int) -> Iterator[tuple[list[str], int, dict[str, int]]]:
+    """As :func:`_planned_merges`, each merge with the sizes of the segments before it."""
+    from sinks.vector_writer import merge_plan
+
+    sizes: dict[str, int] = {}
+    for generation in range(1, batches + 1):
+        sizes[f"seg-{generation:08d}"] = batch_bytes
+        round_number = 0
+        while group := merge_plan(sizes):
+            before = dict(sizes)
+            merged = sum(sizes.pop(name) for name in group)
+            sizes[f"merged-{generation:08d}-{round_number}"] = merged
+            round_number += 1
+            yield group, merged, before
 
 
 # --------------------------------------------------------------------------- text digests
