@@ -36,6 +36,7 @@ candidates), ``_rank`` (the ranked lists), ``_fuse`` and ``_page`` (page, cursor
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 import os
 import re
@@ -623,24 +624,27 @@ class Planner:
                  if text is not None] if "text" in ranking and text_pin is not None and cut > 0 else []
         vector_pin = query.pin("vector")
         vectors = "vector" in ranking and vector_pin is not None and query.embedder is not None
-        pool = self._legs() if vectors else None
+        # The text lists (text, phrase, identifier) are independent searches too: in the pool
+        # they run side by side, as the vector index's segments do.
+        pool = self._legs() if vectors or len(texts) > 1 else None
+
+        def text_list(source_text: tuple[str, str]) -> tuple[str, list[str], bool, dict[str, bytes]]:
+            source, text = source_text
+            assert text_pin is not None
+            digests: dict[str, bytes] = {}
+            ids, truncated = self._text_list(text_pin, text, window, cut, query.session_filter,
+                                             query.unreadable, only, digests, query.table)
+            return source, ids, truncated, digests
 
         def text_lists() -> list[tuple[str, list[str], bool, dict[str, bytes]]]:
-            out = []
-            for source, text in texts:
-                assert text_pin is not None
-                digests: dict[str, bytes] = {}
-                ids, truncated = self._text_list(text_pin, text, window, cut, query.session_filter,
-                                                 query.unreadable, only, digests, query.table)
-                out.append((source, ids, truncated, digests))
-            return out
+            return pool.map(text_list, texts) if pool is not None else [text_list(t) for t in texts]
 
         # Hybrid: the text lists run in the pool while this thread embeds the query and searches
         # the vector index; the vector list then ranks what both found (docs/planner.md,
         # "Performance"). The lists, notes and explain come out in the sequential order.
         pending: Future[list[tuple[str, list[str], bool, dict[str, bytes]]]] | None = None
         found = None
-        if pool is not None and texts:
+        if vectors and pool is not None and texts:
             pending = pool.offload(text_lists)  # None: both threads busy, so run it here first
         if pending is not None:
             try:
@@ -1234,24 +1238,46 @@ class _LegPool:
             raise
 
     def map(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
-        """``[fn(item) for item in items]``, the items after the first on free threads: the
-        results in the items' order, returned or raised (the first error in item order, as
-        the loop would raise it) only once every item has finished, so no task outlives the
-        call."""
+        """``[fn(item) for item in items]``, shared between the calling thread and the free
+        threads: each takes the next item not yet started until none is left, so a thread
+        that finishes early takes more (segments of very different sizes, a pool busy with
+        another leg). The results in the items' order, returned or raised (the first error in
+        item order, as the loop would raise it) only once every item has finished, so no task
+        outlives the call."""
         items = list(items)
-        started = [None, *(self.offload(fn, item) for item in items[1:])]
-        results: list[Any] = []
+        outcomes: list[Any] = [None] * len(items)
+        taken = itertools.count()
+        lock = threading.Lock()
+
+        def drain() -> None:
+            while True:
+                with lock:
+                    index = next(taken)
+                if index >= len(items):
+                    return
+                try:
+                    outcomes[index] = _Done(fn(items[index]))
+                except BaseException as exc:  # kept for its place in item order
+                    outcomes[index] = _Raised(exc)
+
+        helpers = [future for future in (self.offload(drain) for _ in items[1:]) if future is not None]
         try:
-            for item, future in zip(items, started, strict=True):
-                results.append(future if future is not None else _Done(fn(item)))
-        except BaseException:
-            wait_for_futures([future for future in started if future is not None])
-            for earlier in results:
-                if isinstance(earlier, Future):
-                    earlier.result()
-            raise
-        wait_for_futures([future for future in started if future is not None])
-        return [outcome.result() for outcome in results]
+            drain()
+        finally:
+            wait_for_futures(helpers)
+        for future in helpers:
+            future.result()  # drain itself never raises; a broken pool would
+        return [outcome.result() for outcome in outcomes]
+
+
+@dataclass(frozen=True)
+class _Raised:
+    """An item's error, raised when its result is read (in item order)."""
+
+    error: BaseException
+
+    def result(self) -> Any:
+        raise self.error
 
 
 @dataclass(frozen=True)

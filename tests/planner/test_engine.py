@@ -337,6 +337,60 @@ def test_the_leg_pool_never_queues_a_leg_and_returns_only_when_every_task_is_don
         pool.executor.shutdown(wait=True)
 
 
+def test_the_leg_pool_shares_the_items_between_its_threads_and_the_caller() -> None:
+    """A thread that is done takes the next item: one slow item (a large segment) does not
+    leave the rest queued behind it on the calling thread. Item 0 waits until every other
+    item has finished, which only threads other than its own can do."""
+    pool = _LegPool(2)
+    others_done = threading.Event()
+    done: list[int] = []
+    lock = threading.Lock()
+
+    def work(item: int) -> bool:
+        if item == 0:
+            return others_done.wait(10)
+        with lock:
+            done.append(item)
+            if len(done) == 6:
+                others_done.set()
+        return True
+
+    try:
+        assert pool.map(work, range(7)) == [True] * 7
+        assert sorted(done) == [1, 2, 3, 4, 5, 6]
+    finally:
+        others_done.set()
+        pool.executor.shutdown(wait=True)
+
+
+def test_text_mode_runs_its_lists_side_by_side_with_the_same_answers(
+    corpus: Corpus, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Text mode's lists (the words, the whole query as a phrase) are searched in the leg
+    pool, and the pages are those of the sequential planner."""
+    sequential = Planner(corpus.settings, corpus.bootstrap, follower=corpus.follower, parallel_legs=False)
+    concurrent = Planner(corpus.settings, corpus.bootstrap, follower=corpus.follower)
+    threads: list[str] = []
+    search_text = concurrent._readers.search_text
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        threads.append(threading.current_thread().name)
+        return search_text(*args, **kwargs)
+
+    monkeypatch.setattr(concurrent._readers, "search_text", recording)
+    try:
+        for principal in (ALICE, BOB):
+            for freshness in ("indexed", "latest"):
+                for query in ("deploy", "deploy pipeline", '"cache step" rollout'):
+                    request = {"query": query, "mode": "text", "freshness": freshness, "explain": True, "k": 2}
+                    assert (_without_cursors(all_pages(concurrent, request, principal))
+                            == _without_cursors(all_pages(sequential, request, principal)))
+    finally:
+        sequential.close()
+        concurrent.close()
+    assert any(name.startswith("usl-query-leg") for name in threads)
+
+
 class _BrokenVectors:
     def search(self, *args: Any, **kwargs: Any) -> Any:
         raise VectorIndexError("vector segment seg-1: cannot read its vectors (boom)")
