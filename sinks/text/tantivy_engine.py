@@ -11,6 +11,14 @@ digest from those columns instead of its stored document, which at a window of a
 hits was most of a query's cost. An index of schema 2 lacks them and is refused with the remedy
 (``usl rebuild text``).
 
+Word pairs: the ``pairs`` field holds every two adjacent terms of ``text`` as one term
+(``a_b``). A phrase is searched only over the chunks holding each of its adjacent pairs (a
+filter scoring 0), so tantivy checks positions in the few chunks that can match instead of in
+every chunk holding all its words: two common words at a million chunks took 11-15 ms as a
+plain phrase. Same hits, same scores. An index written before the field existed lacks it (same
+schema version: the field only adds); its phrases are searched as before and its new documents
+get no pairs, until ``usl rebuild text``.
+
 :meth:`TantivyEngine.search_shards` searches the indexes of several sink shards as one index:
 same hits, same order, same scores (:mod:`sinks.text.global_bm25`).
 """
@@ -69,6 +77,8 @@ _UNINDEXED = "usl_unindexed"
 # The "text" field's analyzer, registered under its own name on every open: tantivy's built-in
 # "default" drops tokens of 40 bytes or more, and analyzer 5 keeps them up to MAX_TOKEN_BYTES.
 WORDS_TOKENIZER = "usl_words"
+# The "pairs" field's analyzer: its value is the text's adjacent word pairs, space-separated.
+PAIRS_TOKENIZER = "usl_pairs"
 SCHEMA_VERSION = "3"
 _KEY_FIELDS = ("chunkKey", "digestHigh", "digestLow")
 
@@ -110,7 +120,28 @@ def _schema() -> tantivy.Schema:
     # Schema 3: a hit's chunk id and text digest as columns (module docstring).
     for name in _KEY_FIELDS:
         builder.add_unsigned_field(name, fast=True)
+    # Every two adjacent terms of "text" as one term "a_b" (module docstring, "Word pairs").
+    builder.add_text_field("pairs", tokenizer_name=PAIRS_TOKENIZER, index_option="freq")
     return builder.build()
+
+
+def _pairs_analyzer() -> tantivy.TextAnalyzer:
+    return tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.whitespace()).build()
+
+
+def _pair(first: str, second: str) -> str:
+    # The words tokenizer keeps letters and digits only, so "_" cannot occur inside a term.
+    return f"{first}_{second}"
+
+
+def _has_pairs(schema: tantivy.Schema) -> bool:
+    """Whether an index of this schema has the "pairs" field (indexes written before it was
+    added have not; their phrases are searched without it, with the same answers)."""
+    try:
+        Query.term_query(schema, "pairs", "_")
+    except ValueError:
+        return False
+    return True
 
 
 class TantivyEngine:
@@ -189,7 +220,7 @@ class TantivyEngine:
         try:
             writer = index.writer(heap_size=self.heap_bytes, num_threads=self.threads)
             try:
-                _upsert(writer, text_docs)
+                _upsert(writer, text_docs, index.schema)
             except BaseException:
                 writer.rollback()
                 raise
@@ -302,8 +333,8 @@ class TantivyEngine:
                     exclude_sessions: Collection[str]) -> Query:
         """The search query: the clauses OR-ed (BM25), and the filters, which score 0."""
         should = [(Occur.Should, Query.term_query(schema, "text", term)) for term in clauses.terms]
-        should += [(Occur.Should, Query.phrase_query(schema, "text", list(phrase)))
-                   for phrase in clauses.phrases]
+        pairs = _has_pairs(schema)
+        should += [(Occur.Should, self._phrase(schema, list(phrase), pairs)) for phrase in clauses.phrases]
         must: list[tuple[Occur, Query]] = [(Occur.Must, Query.boolean_query(should))]
         # Filters score 0, so a hit's score is its text score whatever the filters are.
         if max_seq is not None:
@@ -317,6 +348,19 @@ class TantivyEngine:
         if exclude_ids:
             must.append((Occur.MustNot, Query.term_set_query(schema, "chunkId", sorted(exclude_ids))))
         return Query.boolean_query(must)
+
+    @staticmethod
+    def _phrase(schema: tantivy.Schema, terms: list[str], pairs: bool) -> Query:
+        """The phrase query of ``terms``; where the index has word pairs, only over the chunks
+        holding each adjacent pair of them, a filter that scores 0 (so the same hits, the same
+        scores). A phrase of common words otherwise checks positions in every chunk holding all
+        of them: 11-15 ms at a million chunks for two words, against 3 ms for the words alone."""
+        phrase = Query.phrase_query(schema, "text", terms)
+        if not pairs or len(terms) < 2:
+            return phrase
+        every_pair = Query.boolean_query([(Occur.Must, Query.term_query(schema, "pairs", _pair(a, b)))
+                                          for a, b in zip(terms, terms[1:])])
+        return Query.boolean_query([(Occur.Must, phrase), (Occur.Must, Query.const_score_query(every_pair, 0.0))])
 
     def _term_set(self, schema: tantivy.Schema, field: str, values: Collection[str]) -> Query:
         """A term set query of ``values``; one of a frozenset is kept and reused for that very
@@ -369,6 +413,7 @@ class TantivyEngine:
                               f"fields); rebuild it from the log: usl rebuild text") from exc
         index.register_tokenizer(_UNINDEXED, _unindexed())
         index.register_tokenizer(WORDS_TOKENIZER, words_analyzer())
+        index.register_tokenizer(PAIRS_TOKENIZER, _pairs_analyzer())
         return index
 
     def _open(self, directory: Path) -> tantivy.Index:
@@ -419,7 +464,9 @@ def _named(searcher: tantivy.Searcher, addresses: list[Any],
     return named
 
 
-def _document(doc: TextDoc) -> tantivy.Document:
+def _document(doc: TextDoc, analyzer: tantivy.TextAnalyzer | None = None) -> tantivy.Document:
+    """The document of ``doc``; with ``analyzer`` (the words analyzer, for an index with the
+    "pairs" field) its adjacent word pairs too."""
     fields: dict[str, Any] = {
         "chunkId": doc.chunk_id,
         "sessionId": doc.session_id,
@@ -431,6 +478,12 @@ def _document(doc: TextDoc) -> tantivy.Document:
     }
     if fields["text"] is not doc.text:
         fields["source"] = doc.text
+    if analyzer is not None:
+        # Adjacent terms of the analyzed text: a phrase's terms sit at adjacent positions, and
+        # so are adjacent here (a dropped long token leaves a gap the phrase does not cross).
+        terms = analyzer.analyze(fields["text"])
+        if len(terms) > 1:
+            fields["pairs"] = " ".join(_pair(a, b) for a, b in zip(terms, terms[1:]))
     for name, values in (("roles", doc.roles), ("toolNames", doc.tool_names), ("types", doc.types)):
         if values:
             fields[name] = list(values)
@@ -443,12 +496,14 @@ def _document(doc: TextDoc) -> tantivy.Document:
     return document
 
 
-def _upsert(writer: tantivy.IndexWriter, docs: Sequence[TextDoc]) -> None:
+def _upsert(writer: tantivy.IndexWriter, docs: Sequence[TextDoc], schema: tantivy.Schema) -> None:
     """Upsert ``docs`` by chunk id and commit: each delete applies to every earlier document
-    with that id, its add after it."""
+    with that id, its add after it. An index of a ``schema`` without the "pairs" field (one
+    written before it) gets documents without it."""
+    analyzer = words_analyzer() if _has_pairs(schema) else None
     for doc in docs:
         writer.delete_documents_by_term("chunkId", doc.chunk_id)
-        writer.add_document(_document(doc))
+        writer.add_document(_document(doc, analyzer))
     writer.commit()
 
 
@@ -497,7 +552,7 @@ class LiveIndex:
         if not text_docs:
             return
         try:
-            _upsert(self._writer, text_docs)
+            _upsert(self._writer, text_docs, self._index.schema)
         except ValueError as exc:
             self._writer.rollback()
             raise EngineError(f"tantivy could not write {self.work_dir}: {exc}") from exc

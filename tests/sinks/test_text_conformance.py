@@ -606,3 +606,85 @@ def test_tantivy_reads_digests_from_its_columns(tmp_path: Path, monkeypatch: pyt
     assert engine.fetch_digests(tmp_path / "index", [*texts, "absent"]) == expected
     monkeypatch.setattr(tantivy_engine, "chunk_key", lambda chunk_id: 7)
     assert engine.fetch_digests(tmp_path / "index", [*texts, "absent"]) == expected
+
+
+def _engine_without_pairs(monkeypatch: pytest.MonkeyPatch) -> TantivyEngine:
+    """A tantivy engine that creates indexes as the schema before the "pairs" field did."""
+    import tantivy
+
+    from sinks.text import tantivy_engine
+
+    def older() -> tantivy.Schema:
+        builder = tantivy.SchemaBuilder()
+        builder.add_text_field("chunkId", stored=True, tokenizer_name="raw")
+        builder.add_text_field("sessionId", tokenizer_name="raw")
+        builder.add_text_field("logId", tokenizer_name="raw")
+        builder.add_text_field("text", stored=True, tokenizer_name=tantivy_engine.WORDS_TOKENIZER)
+        builder.add_text_field("source", stored=True, tokenizer_name="usl_unindexed", index_option="basic")
+        builder.add_integer_field("minSeq", indexed=True, fast=True)
+        builder.add_integer_field("maxSeq", indexed=True, fast=True)
+        builder.add_float_field("eventTime", stored=True, indexed=True, fast=True)
+        for name in ("roles", "toolNames", "types"):
+            builder.add_text_field(name, tokenizer_name="raw")
+        for name in ("chunkKey", "digestHigh", "digestLow"):
+            builder.add_unsigned_field(name, fast=True)
+        return builder.build()
+
+    with monkeypatch.context() as patch:
+        patch.setattr(tantivy_engine, "_schema", older)
+        return TantivyEngine()
+
+
+_PAIR_WORDS = ["red", "green", "blue", "red", "deploy", "x" * 70, "漢字", "Ünïcode", "42"]
+
+
+@settings(max_examples=25, deadline=None)
+@given(texts=st.lists(st.lists(st.sampled_from(_PAIR_WORDS), min_size=1, max_size=12), min_size=1, max_size=30),
+       phrases=st.lists(st.lists(st.sampled_from(_PAIR_WORDS), min_size=2, max_size=4), min_size=1, max_size=4))
+def test_word_pairs_never_change_what_a_phrase_finds(tmp_path_factory, texts: list[list[str]],
+                                                     phrases: list[list[str]]):
+    """The same chunks indexed with and without the "pairs" field give the same hits and the
+    same scores for any phrase (long tokens dropped between words, CJK characters, repeated
+    words), with and without filters."""
+    monkeypatch = pytest.MonkeyPatch()
+    try:
+        plain = _engine_without_pairs(monkeypatch)
+    finally:
+        monkeypatch.undo()
+    paired = TantivyEngine()
+    base = tmp_path_factory.mktemp("pairs")
+    docs = [chunk(f"c{i:02d}", " ".join(words), session=f"s{i % 3}", max_seq=i + 1) for i, words in enumerate(texts)]
+    for engine, name in ((plain, "plain"), (paired, "paired")):
+        engine.create(base / name)
+        engine.add(base / name, docs)
+    from sinks.text.tantivy_engine import _has_pairs
+
+    assert not _has_pairs(plain._open(base / "plain").schema) and _has_pairs(paired._open(base / "paired").schema)
+    for phrase in phrases:
+        for query, options in ((f'"{" ".join(phrase)}"', {}), (f'"{" ".join(phrase)}" green', {"max_seq": 10}),
+                               (" ".join(phrase) + ' "red red"', {"exclude_sessions": {"s1"}})):
+            want = [(hit.chunk_id, hit.score) for hit in paired.search(base / "plain", query, limit=40, **options)]
+            got = [(hit.chunk_id, hit.score) for hit in paired.search(base / "paired", query, limit=40, **options)]
+            assert got == want, query
+
+
+def test_an_index_without_word_pairs_is_read_and_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """An index written before the "pairs" field keeps working: its phrases are found, and new
+    documents go in (without pairs) through both the one-shot and the live writer."""
+    from sinks.text.tantivy_engine import LiveIndex, _has_pairs
+
+    older = _engine_without_pairs(monkeypatch)
+    directory = tmp_path / "old"
+    older.create(directory)
+    older.add(directory, [chunk("a", "the deploy failed again")])
+    engine = TantivyEngine()
+    assert not _has_pairs(engine._open(directory).schema)
+    engine.add(directory, [chunk("b", "deploy failed twice")])
+    live = LiveIndex(engine, tmp_path / "live", directory)
+    live.add([chunk("c", "a deploy failed at noon")])
+    staged = tmp_path / "staged"
+    staged.mkdir()
+    live.stage(staged)
+    live.close()
+    assert sorted(ids(engine.search(staged, '"deploy failed"', limit=5))) == ["a", "b", "c"]
+    assert ids(engine.search(staged, '"failed deploy"', limit=5)) == []
