@@ -225,7 +225,7 @@ def _write_files(directory: Path, name: str, ids: list[str], vector_blocks: list
         # Where the graph came from: a merge that inserted rows into another segment's graph.
         meta["graphFrom"] = {"segment": graph_source, "rows": extended}
     _write_npy(directory / f"{name}.vec.npy", [*vector_blocks, *span_blocks], count + int(offsets[-1]), dimension)
-    atomic_write(directory / f"{name}.faiss", faiss.serialize_index(index).tobytes())
+    _write_faiss(directory / f"{name}.faiss", index)
     # The metadata goes last: a segment whose ids.json exists is complete.
     atomic_write(directory / f"{name}.ids.json", orjson.dumps(meta))
     fsync_directory(directory)
@@ -235,23 +235,57 @@ def _write_files(directory: Path, name: str, ids: list[str], vector_blocks: list
 #: Rows written to a vector file at a time: a merge of a million chunks streams its gigabytes
 #: of vectors from the inputs' mappings instead of holding them (and a copy) in memory.
 _WRITE_ROWS = 65_536
+#: Bytes a segment file may have unsynced while it is written. A merge's gigabytes left dirty
+#: until one fsync at the end made the live sink's own small fsyncs wait behind them (a flush
+#: of 3.5 s beside a merge into a million-chunk segment).
+_SYNC_BYTES = 64 * 1024 * 1024
 
 
 def _write_npy(path: Path, blocks: list[np.ndarray], rows: int, dimension: int) -> None:
     """``np.save`` of the blocks concatenated (float32, ``rows`` x ``dimension``), written
-    block by block to a temporary name, fsynced and renamed as :func:`atomic_write` does."""
-    staging = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        descriptor = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(descriptor, "wb") as handle:
+    block by block."""
+
+    def write(staging: Path) -> None:
+        with os.fdopen(os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as handle:
             np.lib.format.write_array_header_1_0(
                 handle, {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)), "fortran_order": False,
                          "shape": (rows, dimension)})
+            unsynced = 0
             for block in blocks:
                 for start in range(0, len(block), _WRITE_ROWS):
-                    handle.write(np.ascontiguousarray(block[start:start + _WRITE_ROWS], dtype=np.float32).data)
-            handle.flush()
-            os.fsync(handle.fileno())
+                    part = np.ascontiguousarray(block[start:start + _WRITE_ROWS], dtype=np.float32)
+                    handle.write(part.data)
+                    unsynced += part.nbytes
+                    if unsynced >= _SYNC_BYTES:
+                        handle.flush()
+                        os.fdatasync(handle.fileno())
+                        unsynced = 0
+
+    _staged(path, write)
+
+
+def _write_faiss(path: Path, index: Any) -> None:
+    """The faiss index, written by faiss itself: no serialized copy of it in memory."""
+
+    def write(staging: Path) -> None:
+        faiss.write_index(index, str(staging))
+        os.chmod(staging, 0o600)
+
+    _staged(path, write)
+
+
+def _staged(path: Path, write: Callable[[Path], None]) -> None:
+    """``write(staging)`` creates a temporary file beside ``path``; it is then fsynced and
+    renamed over ``path``, as :func:`streams.fsio.atomic_write` does (the directory is synced
+    by the caller, once the segment's files are all there)."""
+    staging = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        write(staging)
+        descriptor = os.open(staging, os.O_RDONLY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
         os.replace(staging, path)
     except BaseException:
         staging.unlink(missing_ok=True)
