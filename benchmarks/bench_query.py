@@ -215,6 +215,8 @@ class CorpusBuilder:
                 current = store.current()
                 committed = commit_merge(store, current, self.merger.writer, job) if current else None
                 self.merges.append({"vectors": int(meta["count"]), "inputs": len(job.names),
+                                    # rows already in the graph it extended (0: a new graph)
+                                    "graphRows": int((meta.get("graphFrom") or {}).get("rows", 0)),
                                     "seconds": job.seconds, "started": job.finished_at - job.seconds - self.paused,
                                     "ended": job.finished_at - self.paused, "published": self.clock(),
                                     "dropped": committed is None, "settling": self.settling})
@@ -346,8 +348,10 @@ def build_steps(settings: Any, bootstrap: str, sizes: tuple[int, ...] | list[int
                        "largestMergeVectors": max((m["vectors"] for m in merges), default=0),
                        "largestMerge": merge_lag(builder.vector_commits, appends, largest) if largest else None,
                        "totalSeconds": builder.clock() - started}
-            biggest = max(merges, key=lambda m: m["vectors"], default=None)
-            if window and target == max(sizes) and biggest is not None:
+            # The longest merge is the one a sink waits beside longest: a graph built from
+            # scratch over a tier, or rows inserted into the large segment's graph.
+            longest = max(merges, key=lambda m: m["seconds"], default=None)
+            if window and target == max(sizes) and longest is not None:
                 # Bench batches of 10 000 chunks hide what a merge does to a sink's 1 s commits.
                 began = time.monotonic()
                 vector = builder.store("vector")
@@ -355,7 +359,8 @@ def build_steps(settings: Any, bootstrap: str, sizes: tuple[int, ...] | list[int
                 assert current is not None
                 figures["sinkMerge"] = merge_window(
                     settings, builder.writers["vector"], vector.generation_dir(current.generation_id),
-                    biggest["vectors"], start=2 * max(sizes), baseline_seconds=min(10.0, max(3.0, biggest["seconds"])))
+                    longest["vectors"], graph_rows=longest["graphRows"], start=2 * max(sizes),
+                    baseline_seconds=min(10.0, max(3.0, longest["seconds"])))
                 figures["sinkMerge"]["measureSeconds"] = time.monotonic() - began
             paused = time.monotonic()
             yield figures
@@ -390,10 +395,12 @@ class _NoConsumer:
         return set()
 
 
-def merge_inputs(source_dir: Path, vectors: int, parts: int) -> list[tuple[list[str], Any, list[Any]]]:
+def merge_inputs(source_dir: Path, vectors: int, parts: int, *, skip: str | None = None,
+                 ) -> list[tuple[list[str], Any, list[Any]]]:
     """``parts`` equal slices (chunkIds, chunk vectors, span vectors per chunk) of the first
-    ``vectors`` chunks stored in the vector generation ``source_dir``: the inputs of a merge of
-    that size, with the corpus's own vectors."""
+    ``vectors`` chunks stored in the vector generation ``source_dir`` (leaving out segment
+    ``skip``): the inputs of a merge of that size, with the corpus's own vectors. When the
+    segments hold fewer, the rest are their chunks again under new ids (``again-N-``)."""
     import numpy as np
 
     from sinks.vector_writer import segment_names
@@ -401,15 +408,21 @@ def merge_inputs(source_dir: Path, vectors: int, parts: int) -> list[tuple[list[
     ids: list[str] = []
     rows: list[Any] = []
     spans: list[Any] = []
-    for name in segment_names(source_dir):
-        meta = orjson.loads((source_dir / f"{name}.ids.json").read_bytes())
-        stored = np.load(source_dir / f"{name}.vec.npy", mmap_mode="r")
-        count = int(meta["count"])
-        offsets = meta.get("spanOffsets") or [0] * (count + 1)
-        take = min(count, vectors - len(ids))
-        ids += meta["chunkIds"][:take]
-        rows.append(np.array(stored[:take], dtype=np.float32))
-        spans += [np.array(stored[count + offsets[i]:count + offsets[i + 1]], dtype=np.float32) for i in range(take)]
+    names = [name for name in segment_names(source_dir) if name != skip] or segment_names(source_dir)
+    for round_number in itertools.count():
+        prefix = f"again-{round_number}-" if round_number else ""
+        for name in names:
+            meta = orjson.loads((source_dir / f"{name}.ids.json").read_bytes())
+            stored = np.load(source_dir / f"{name}.vec.npy", mmap_mode="r")
+            count = int(meta["count"])
+            offsets = meta.get("spanOffsets") or [0] * (count + 1)
+            take = min(count, vectors - len(ids))
+            ids += [prefix + chunk_id for chunk_id in meta["chunkIds"][:take]]
+            rows.append(np.array(stored[:take], dtype=np.float32))
+            spans += [np.array(stored[count + offsets[i]:count + offsets[i + 1]], dtype=np.float32)
+                      for i in range(take)]
+            if len(ids) >= vectors:
+                break
         if len(ids) >= vectors:
             break
     matrix = np.concatenate(rows)
@@ -418,29 +431,40 @@ def merge_inputs(source_dir: Path, vectors: int, parts: int) -> list[tuple[list[
 
 
 def sink_commits(settings: Any, writer: Any, *, inputs: list[tuple[list[str], Any, list[Any]]] | None,
-                 start: int, rate: float, seconds: float) -> dict[str, Any]:
+                 start: int, rate: float, seconds: float, base: Path | None = None) -> dict[str, Any]:
     """Feed a vector :class:`sinks.runner.SinkRunner` ``rate`` chunks a second (new turns from
     ``start``) and let it commit as the live sink does (its own ``flush_due`` rule:
     ``sink_batch_size`` chunks or ``sink_batch_seconds``, group commit) into a fresh index under
     ``settings.home``. With ``inputs``, the first generation holds them as one segment each,
     a :class:`BackgroundMerger` runs beside the loop (it merges them first) and the run lasts
     until that merge is published, then ``seconds`` more; without, ``seconds`` of commits and no
-    merger. Returns each watermark commit (time, builtThroughSeq), the feed (time, maxSeq every
+    merger. ``base`` (a segment's path without its suffixes): linked in as the first input,
+    whose graph the merge extends with the inputs' rows. Returns each watermark commit (time, builtThroughSeq), the feed (time, maxSeq every
     chunk), the flushes' seconds, and the first merge's window."""
-    from sinks.generations import GenerationStore, Manifest
+    from sinks.generations import GenerationStore, Manifest, link_or_copy
     from sinks.merger import BackgroundMerger, MergeJob, merge_work_root
     from sinks.runner import SinkRunner, index_root
-    from sinks.vector.faiss_index import write_segment
-    from sinks.vector_writer import MERGE_FACTOR
+    from sinks.vector.faiss_index import segment_files, write_segment
     from sinks.writer import record_id
 
     through = 2 * start
     store = GenerationStore(index_root(settings), "default", "vector")
     staging = store.begin()
+    names = []
+    base_rows = 0
     try:
+        if base is not None:
+            names.append("input-base")
+            for file in segment_files(base.name):
+                link_or_copy(base.parent / file, staging / file.replace(base.name, "input-base", 1))
+            meta = orjson.loads((staging / "input-base.ids.json").read_bytes())
+            (staging / "input-base.ids.json").unlink()  # a link: not written through
+            (staging / "input-base.ids.json").write_bytes(orjson.dumps({**meta, "name": "input-base"}))
+            base_rows = int(meta["count"])
         for number, (ids, vectors, spans) in enumerate(inputs or ()):
             # A flat index each (no graph to build): the merge reads only the vectors.
-            write_segment(staging, f"input-{number:08d}", ids, vectors, exact_max=len(ids), spans=spans)
+            names.append(f"input-{number:08d}")
+            write_segment(staging, names[-1], ids, vectors, exact_max=len(ids), spans=spans)
         store.commit(staging, Manifest(
             kind="vector", log_id="default", line=store.line, generation_id=0, built_through_seq=through,
             schema_version="2", asp_version="1.0", chunker={}, embedding=writer.describe()["embedding"],
@@ -449,7 +473,10 @@ def sink_commits(settings: Any, writer: Any, *, inputs: list[tuple[list[str], An
     except BaseException:
         store.abort()
         raise
-    assert inputs is None or len(inputs) == MERGE_FACTOR
+    first = store.current()
+    assert first is not None
+    # The merge re-enacted is the one the writer's own plan makes of these inputs.
+    assert inputs is None or writer.plan_merge(store.generation_dir(first.generation_id)) == names
     commits: list[tuple[float, int]] = []  # (time, builtThroughSeq) of each batch commit
     merged: list[float] = []  # when each merge was published
 
@@ -464,6 +491,9 @@ def sink_commits(settings: Any, writer: Any, *, inputs: list[tuple[list[str], An
     runner._publisher = _Watermarks()  # type: ignore[assignment]
     runner._consumer = _NoConsumer()  # type: ignore[assignment]
     state = runner.logs["default"] = runner._load_log("default")
+    # The sink's first flush hashes the generation it builds on (once per process: a linked
+    # segment of a million chunks is gigabytes); that is its start, not the merge's doing.
+    store.verify(first, digests=runner._digests)
     jobs: list[MergeJob] = []
     background = writer.background_merges
     if inputs is not None:
@@ -515,23 +545,27 @@ def sink_commits(settings: Any, writer: Any, *, inputs: list[tuple[list[str], An
         writer.background_merges = background
     merge = None
     if jobs:
-        merge = {"vectors": sum(len(part[0]) for part in inputs or ()), "seconds": jobs[0].seconds,
+        merge = {"vectors": base_rows + sum(len(part[0]) for part in inputs or ()), "seconds": jobs[0].seconds,
                  "started": jobs[0].finished_at - jobs[0].seconds, "published": merged[0]}
     return {"commits": commits, "appends": appends,
             "flushSeconds": flushes, "publishSeconds": publishes, "merge": merge}
 
 
 def merge_window(settings: Any, writer: Any, source_dir: Path, vectors: int, *, start: int,
-                 rate: float = _SINK_RATE, baseline_seconds: float = 10.0) -> dict[str, Any]:
-    """The live sink's vector watermark while a merge of ``vectors`` runs (issue 21): the
-    first ``vectors`` chunks of the generation in ``source_dir`` as ``MERGE_FACTOR`` segments
-    of a fresh index under ``settings.home``, merged by a :class:`BackgroundMerger` while
+                 graph_rows: int = 0, rate: float = _SINK_RATE, baseline_seconds: float = 10.0) -> dict[str, Any]:
+    """The live sink's vector watermark while a merge of ``vectors`` runs (issue 21), in a
+    fresh index under ``settings.home``, merged by a :class:`BackgroundMerger` while
     :func:`sink_commits` feeds the sink ``rate`` chunks a second; first ``baseline_seconds``
     of the same feed into another fresh index with no merge, for reference. Each as
-    :func:`merge_lag` reports it, plus the flushes' seconds."""
+    :func:`merge_lag` reports it, plus the flushes' seconds.
+
+    The merge's inputs: with ``graph_rows`` (a merge that extended a graph of that many rows),
+    the largest segment of the generation in ``source_dir`` (at least as large, linked in) and
+    the ``vectors - graph_rows`` rows inserted into its graph as one segment; else the first
+    ``vectors`` chunks as ``MERGE_FACTOR`` segments, whose graph is built from scratch."""
     import dataclasses
 
-    from sinks.vector_writer import MERGE_FACTOR
+    from sinks.vector_writer import MERGE_FACTOR, segment_names
 
     def flushes(run: dict[str, Any]) -> dict[str, float]:
         seconds = run["flushSeconds"] or [0.0]
@@ -544,14 +578,22 @@ def merge_window(settings: Any, writer: Any, source_dir: Path, vectors: int, *, 
         times = [at for at, _ in base["commits"]]
         baseline = merge_lag(base["commits"], base["appends"],
                              {"vectors": 0, "seconds": 0.0, "started": times[0], "published": times[-1]})
-        inputs = merge_inputs(source_dir, vectors, MERGE_FACTOR)
+        graph = None
+        if graph_rows:
+            sizes = {name: (source_dir / f"{name}.vec.npy").stat().st_size for name in segment_names(source_dir)}
+            graph = source_dir / max(sizes, key=lambda name: sizes[name])
+            inputs = merge_inputs(source_dir, vectors - graph_rows, 1, skip=graph.name)
+            graph_rows = int(orjson.loads((source_dir / f"{graph.name}.ids.json").read_bytes())["count"])
+        else:
+            inputs = merge_inputs(source_dir, vectors, MERGE_FACTOR)
         run = sink_commits(dataclasses.replace(settings, home=home / "merge"), writer, inputs=inputs,
-                           start=start + 10 ** 6, rate=rate, seconds=2.0)
+                           start=start + 10 ** 6, rate=rate, seconds=2.0, base=graph)
         assert run["merge"] is not None
         lag = merge_lag(run["commits"], run["appends"], run["merge"])
     finally:
         shutil.rmtree(home, ignore_errors=True)
     return {**lag, **flushes(run), "publishMaxSeconds": max(run["publishSeconds"], default=0.0),
+            "graphRows": graph_rows, "inserted": sum(len(part[0]) for part in inputs),
             "rate": rate, "batchSize": settings.sink_batch_size, "batchSeconds": settings.sink_batch_seconds,
             "baseline": {**{key: baseline[key] for key in ("windowSeconds", "stallSeconds", "lagSeconds",
                                                            "lagSeqs", "medianCommitGapSeconds")}, **flushes(base)}}

@@ -185,10 +185,16 @@ def _sink_merge_lines(sink: dict[str, Any], build: dict[str, Any]) -> list[str]:
     (``bench_query.merge_window``) against the same feed with no merge: the issue's goal."""
     base = sink["baseline"]
     verdict = "under" if sink["lagSeconds"] < 5 else "over"
-    return ["Vector watermark during the largest merge, at the live sink's commit size (issue 21: its lag stays under "
-            "5 s). After the build, a fresh vector index holds the first "
-            f"{n(sink['vectors'])} chunks of the corpus as the inputs of one merge (the largest of the build merged "
-            f"{n(build.get('largestMergeVectors'))} vectors), a `BackgroundMerger` merges them while a `SinkRunner` is "
+    if sink.get("graphRows"):
+        shape = (f"holds the corpus's largest segment ({n(sink['graphRows'])} chunks, its files linked) and "
+                 f"{n(sink['inserted'])} more chunks as one segment: the shape of the build's longest merge, which "
+                 "inserted rows into the large segment's graph (the largest merge of the build held "
+                 f"{n(build.get('largestMergeVectors'))} vectors)")
+    else:
+        shape = (f"holds the first {n(sink['vectors'])} chunks of the corpus as the inputs of one merge whose graph "
+                 f"is built from scratch (the largest of the build merged {n(build.get('largestMergeVectors'))} vectors)")
+    return ["Vector watermark during the longest merge, at the live sink's commit size (issue 21: its lag stays under "
+            f"5 s). After the build, a fresh vector index {shape}, a `BackgroundMerger` merges them while a `SinkRunner` is "
             f"fed {n(sink['rate'])} new chunks a second and commits as the live sink does (its own rule: "
             f"{n(sink['batchSize'])} chunks or {n(sink['batchSeconds'], 1)} s, group commit); the same feed without "
             f"a merge ({n(base['windowSeconds'], 0)} s) is the reference. The merge took {n(sink['mergeSeconds'], 1)} s; "
