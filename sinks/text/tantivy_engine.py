@@ -130,9 +130,12 @@ def _pairs_analyzer() -> tantivy.TextAnalyzer:
     return tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.whitespace()).build()
 
 
+# The words tokenizer keeps letters and digits only, so "_" cannot occur inside a term.
+_PAIR_SEPARATOR = "_"
+
+
 def _pair(first: str, second: str) -> str:
-    # The words tokenizer keeps letters and digits only, so "_" cannot occur inside a term.
-    return f"{first}_{second}"
+    return f"{first}{_PAIR_SEPARATOR}{second}"
 
 
 def _has_pairs(schema: tantivy.Schema) -> bool:
@@ -484,7 +487,7 @@ def _document(doc: TextDoc, analyzer: tantivy.TextAnalyzer | None = None) -> tan
         # so are adjacent here (a dropped long token leaves a gap the phrase does not cross).
         terms = analyzer.analyze(fields["text"])
         if len(terms) > 1:
-            fields["pairs"] = " ".join(_pair(a, b) for a, b in itertools.pairwise(terms))
+            fields["pairs"] = " ".join(map(_PAIR_SEPARATOR.join, itertools.pairwise(terms)))
     for name, values in (("roles", doc.roles), ("toolNames", doc.tool_names), ("types", doc.types)):
         if values:
             fields[name] = list(values)
