@@ -279,30 +279,40 @@ def _without_cursors(pages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{key: value for key, value in page.items() if key != "cursor"} for page in pages]
 
 
-def test_hybrid_answers_the_same_with_its_legs_concurrent_or_sequential(
-    corpus: Corpus, monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def _text_threads_of_equal_pages(corpus: Corpus, monkeypatch: pytest.MonkeyPatch, principals: tuple[Any, ...],
+                                 queries: tuple[str, ...], **request: Any) -> list[str]:
+    """Every page of each query asked of a planner with its legs concurrent equals the
+    sequential planner's (under both freshness modes, with explain); the names of the threads
+    that searched the text index."""
     sequential = Planner(corpus.settings, corpus.bootstrap, follower=corpus.follower, parallel_legs=False)
     concurrent = Planner(corpus.settings, corpus.bootstrap, follower=corpus.follower)
-    text_threads: list[str] = []
+    threads: list[str] = []
     search_text = concurrent._readers.search_text
 
     def recording(*args: Any, **kwargs: Any) -> Any:
-        text_threads.append(threading.current_thread().name)
+        threads.append(threading.current_thread().name)
         return search_text(*args, **kwargs)
 
     monkeypatch.setattr(concurrent._readers, "search_text", recording)
     try:
-        for principal in (ALICE, BOB, MALLORY):
+        for principal in principals:
             for freshness in ("indexed", "latest"):
-                for query in ("deploy", "deploy pipeline", "deploy cache step", "rollout finished"):
-                    request = {"query": query, "freshness": freshness, "explain": True, "k": 2}
-                    assert (_without_cursors(all_pages(concurrent, request, principal))
-                            == _without_cursors(all_pages(sequential, request, principal)))
+                for query in queries:
+                    asked = {**request, "query": query, "freshness": freshness, "explain": True, "k": 2}
+                    assert (_without_cursors(all_pages(concurrent, asked, principal))
+                            == _without_cursors(all_pages(sequential, asked, principal)))
     finally:
         sequential.close()
         concurrent.close()
-    assert text_threads and all(name.startswith("usl-query-leg") for name in text_threads)
+    return threads
+
+
+def test_hybrid_answers_the_same_with_its_legs_concurrent_or_sequential(
+    corpus: Corpus, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    threads = _text_threads_of_equal_pages(corpus, monkeypatch, (ALICE, BOB, MALLORY),
+                                           ("deploy", "deploy pipeline", "deploy cache step", "rollout finished"))
+    assert threads and all(name.startswith("usl-query-leg") for name in threads)
 
 
 def test_the_leg_pool_never_queues_a_leg_and_returns_only_when_every_task_is_done() -> None:
@@ -368,26 +378,8 @@ def test_text_mode_runs_its_lists_side_by_side_with_the_same_answers(
 ) -> None:
     """Text mode's lists (the words, the whole query as a phrase) are searched in the leg
     pool, and the pages are those of the sequential planner."""
-    sequential = Planner(corpus.settings, corpus.bootstrap, follower=corpus.follower, parallel_legs=False)
-    concurrent = Planner(corpus.settings, corpus.bootstrap, follower=corpus.follower)
-    threads: list[str] = []
-    search_text = concurrent._readers.search_text
-
-    def recording(*args: Any, **kwargs: Any) -> Any:
-        threads.append(threading.current_thread().name)
-        return search_text(*args, **kwargs)
-
-    monkeypatch.setattr(concurrent._readers, "search_text", recording)
-    try:
-        for principal in (ALICE, BOB):
-            for freshness in ("indexed", "latest"):
-                for query in ("deploy", "deploy pipeline", '"cache step" rollout'):
-                    request = {"query": query, "mode": "text", "freshness": freshness, "explain": True, "k": 2}
-                    assert (_without_cursors(all_pages(concurrent, request, principal))
-                            == _without_cursors(all_pages(sequential, request, principal)))
-    finally:
-        sequential.close()
-        concurrent.close()
+    threads = _text_threads_of_equal_pages(corpus, monkeypatch, (ALICE, BOB),
+                                           ("deploy", "deploy pipeline", '"cache step" rollout'), mode="text")
     assert any(name.startswith("usl-query-leg") for name in threads)
 
 
