@@ -351,6 +351,8 @@ def build_steps(settings: Any, bootstrap: str, sizes: tuple[int, ...] | list[int
             # The longest merge is the one a sink waits beside longest: a graph built from
             # scratch over a tier, or rows inserted into the large segment's graph.
             longest = max(merges, key=lambda m: m["seconds"], default=None)
+            if longest is not None:
+                figures["longestMerge"] = {key: longest[key] for key in ("vectors", "graphRows", "seconds")}
             if window and target == max(sizes) and longest is not None:
                 # Bench batches of 10 000 chunks hide what a merge does to a sink's 1 s commits.
                 began = time.monotonic()
