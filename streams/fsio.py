@@ -10,19 +10,28 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
-__all__ = ["atomic_write", "fsync_directory"]
+__all__ = ["atomic_write", "fsync_directory", "replace_with"]
 
 
 def atomic_write(path: Path, data: bytes | str, *, durable: bool = True, mode: int = 0o600) -> None:
     """Replace ``path`` with ``data`` (str is written as UTF-8); new files get ``mode``."""
     body = data.encode("utf-8") if isinstance(data, str) else data
+    replace_with(path, lambda handle: handle.write(body), durable=durable, mode=mode)
+
+
+def replace_with(path: Path, write: Callable[[BinaryIO], object], *, durable: bool = True,
+                 mode: int = 0o600) -> None:
+    """Replace ``path`` with what ``write(handle)`` writes to a new file, as :func:`atomic_write`
+    does with bytes: for content too large to hold in memory at once, written piece by piece."""
     staging = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
     try:
         descriptor = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
         with os.fdopen(descriptor, "wb") as handle:
-            handle.write(body)
+            write(handle)
             handle.flush()
             if durable:
                 os.fsync(handle.fileno())
