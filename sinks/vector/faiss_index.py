@@ -34,18 +34,17 @@ import heapq
 import logging
 import os
 import re
-import uuid
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import faiss
 import numpy as np
 import orjson
 
 from sinks.vector.errors import VectorIndexError
-from streams.fsio import atomic_write, fsync_directory
+from streams.fsio import atomic_write, fsync_directory, replace_with
 
 __all__ = [
     "HNSW_EF_CONSTRUCTION",
@@ -245,51 +244,28 @@ def _write_npy(path: Path, blocks: list[np.ndarray], rows: int, dimension: int) 
     """``np.save`` of the blocks concatenated (float32, ``rows`` x ``dimension``), written
     block by block."""
 
-    def write(staging: Path) -> None:
-        with os.fdopen(os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as handle:
-            np.lib.format.write_array_header_1_0(
-                handle, {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)), "fortran_order": False,
-                         "shape": (rows, dimension)})
-            unsynced = 0
-            for block in blocks:
-                for start in range(0, len(block), _WRITE_ROWS):
-                    part = np.ascontiguousarray(block[start:start + _WRITE_ROWS], dtype=np.float32)
-                    handle.write(part.data)
-                    unsynced += part.nbytes
-                    if unsynced >= _SYNC_BYTES:
-                        handle.flush()
-                        os.fdatasync(handle.fileno())
-                        unsynced = 0
+    def write(handle: BinaryIO) -> None:
+        np.lib.format.write_array_header_1_0(
+            handle, {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)), "fortran_order": False,
+                     "shape": (rows, dimension)})
+        unsynced = 0
+        for block in blocks:
+            for start in range(0, len(block), _WRITE_ROWS):
+                part = np.ascontiguousarray(block[start:start + _WRITE_ROWS], dtype=np.float32)
+                handle.write(part.data)
+                unsynced += part.nbytes
+                if unsynced >= _SYNC_BYTES:
+                    handle.flush()
+                    os.fdatasync(handle.fileno())
+                    unsynced = 0
 
-    _staged(path, write)
+    replace_with(path, write)
 
 
 def _write_faiss(path: Path, index: Any) -> None:
-    """The faiss index, written by faiss itself: no serialized copy of it in memory."""
-
-    def write(staging: Path) -> None:
-        faiss.write_index(index, str(staging))
-        os.chmod(staging, 0o600)
-
-    _staged(path, write)
-
-
-def _staged(path: Path, write: Callable[[Path], None]) -> None:
-    """``write(staging)`` creates a temporary file beside ``path``; it is then fsynced and
-    renamed over ``path``, as :func:`streams.fsio.atomic_write` does (the directory is synced
-    by the caller, once the segment's files are all there)."""
-    staging = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        write(staging)
-        descriptor = os.open(staging, os.O_RDONLY)
-        try:
-            os.fsync(descriptor)
-        finally:
-            os.close(descriptor)
-        os.replace(staging, path)
-    except BaseException:
-        staging.unlink(missing_ok=True)
-        raise
+    """The faiss index, streamed through faiss's writer in pieces: no serialized copy of it
+    in memory."""
+    replace_with(path, lambda handle: faiss.write_index(index, faiss.PyCallbackIOWriter(handle.write)))  # type: ignore[attr-defined]
 
 
 def merge_segments(directory: Path, names: Sequence[str], new_name: str, exact_max: int) -> list[str]:
@@ -356,12 +332,7 @@ def merge_segments(directory: Path, names: Sequence[str], new_name: str, exact_m
         # The first segment's rows come first and none was replaced by a later copy: its graph
         # holds them already, so only the other segments' rows are inserted. A merge into the
         # large segment then costs what it adds, not the size of what it adds to.
-        try:
-            graph = faiss.read_index(str(directory / f"{base.name}.faiss"))
-        except RuntimeError as exc:
-            raise VectorIndexError(f"vector segment {base.name}: cannot read its faiss index ({exc})") from None
-        if graph.ntotal != len(base.chunk_ids):
-            raise VectorIndexError(f"vector segment {base.name}: faiss index disagrees with its metadata")
+        graph = _read_graph(directory, base)
     return _write_files(directory, new_name, ids, vector_blocks, span_blocks, offsets,
                         b"".join(digests) if with_digests else None, exact_max=exact_max,
                         graph=graph, graph_source=base.name if graph is not None else None)
@@ -477,6 +448,17 @@ class _SegmentData:
         return cls(name, meta, ids, vectors[:count], vectors[count:], offsets, digests)
 
 
+def _read_graph(directory: Path, segment: _SegmentData) -> Any:
+    """The faiss index of an HNSW ``segment``, checked against its metadata."""
+    try:
+        index = faiss.read_index(str(directory / f"{segment.name}.faiss"))
+    except RuntimeError as exc:
+        raise VectorIndexError(f"vector segment {segment.name}: cannot read its faiss index ({exc})") from None
+    if index.ntotal != len(segment.chunk_ids) or index.d != segment.dimension:
+        raise VectorIndexError(f"vector segment {segment.name}: faiss index disagrees with its metadata")
+    return index
+
+
 def _decode_digests(name: str, encoded: Any, count: int) -> bytes | None:
     """The ``textDigests`` of a segment's metadata as raw bytes (None when it has none)."""
     if encoded is None:
@@ -508,12 +490,7 @@ class _Segment:
         self._rows: dict[str, int] | None = None
         self.index: Any = None
         if self.approximate:
-            try:
-                self.index = faiss.read_index(str(directory / f"{name}.faiss"))
-            except RuntimeError as exc:
-                raise VectorIndexError(f"vector segment {name}: cannot read its faiss index ({exc})") from None
-            if self.index.ntotal != self.count or self.index.d != self.data.dimension:
-                raise VectorIndexError(f"vector segment {name}: faiss index disagrees with its metadata")
+            self.index = _read_graph(directory, self.data)
 
     @property
     def chunk_ids(self) -> list[str]:
