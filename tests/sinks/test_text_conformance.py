@@ -528,6 +528,56 @@ def test_a_hit_check_never_changes_the_hits(keyed_index, excluded: set[str], que
         assert calls  # the check was what judged the hits (or found too few and fell back)
 
 
+@settings(max_examples=60, deadline=None)
+@given(known=st.sets(st.integers(0, 59)), excluded=st.sets(st.sampled_from(["s0", "s1", "s2", "s3"]), max_size=2),
+       query=st.sampled_from(["deploy", "kafka offset", '"deploy failed"', "cache orders refunds"]),
+       limit=st.integers(1, 40), share=st.one_of(st.none(), st.floats(0.5, 1.0)))
+def test_a_short_window_is_the_head_of_a_long_one(keyed_index, known: set[int], excluded: set[str],
+                                                  query: str, limit: int, share: float | None):
+    """The top ``limit`` is the first ``limit`` of the top 200, ties at the boundary included,
+    whether the hits are named from the key column or stored documents and whether a HitCheck
+    or the index applies the filters: an engine that stops naming hits at the ``limit``-th
+    score must still have every hit tied with it."""
+    from sinks.text.base import chunk_key
+
+    engine, directory, chunk_ids, rows = keyed_index
+    by_key = {chunk_key(chunk_ids[i]): chunk_ids[i] for i in known}
+
+    def keeps(chunk_id: str) -> bool:
+        return rows[chunk_id][0] not in excluded
+
+    checked = HitCheck(keeps, share) if share is not None else None
+
+    def top(n: int) -> list[tuple[str, float, bytes | None]]:
+        hits = engine.search(directory, query, limit=n, exclude_sessions=frozenset(excluded),
+                             chunk_ids_by_key=by_key, checked=checked)
+        assert [hit.rank for hit in hits] == list(range(1, len(hits) + 1))
+        return [(hit.chunk_id, hit.score, hit.digest) for hit in hits]
+
+    assert top(limit) == top(200)[:limit]
+
+
+def test_tantivy_judges_only_the_hits_that_can_make_the_top(tmp_path: Path):
+    """Hits scoring below the ``limit``-th kept one are never judged nor named: a window asked
+    wide for ties (past twice the limit) cost as much again to name as the hits themselves."""
+    engine = TantivyEngine()
+    engine.create(tmp_path / "index")
+    # Distinct scores: chunk i holds the word i times.
+    engine.add(tmp_path / "index", [chunk(f"c{i:03d}", "needle " * i + "hay " * (200 - i), session=f"s{i % 10}")
+                                    for i in range(1, 201)])
+    judged: list[str] = []
+
+    def keeps(chunk_id: str) -> bool:
+        judged.append(chunk_id)
+        return not chunk_id.endswith("0")  # session s0 left out
+
+    hits = engine.search(tmp_path / "index", "needle", limit=10, exclude_sessions=frozenset({"s0"}),
+                         checked=HitCheck(keeps, 0.9))
+    expected = [f"c{i:03d}" for i in range(200, 0, -1) if i % 10][:10]
+    assert ids(hits) == expected
+    assert len(judged) == 12  # the 10 kept, 1 left out among them, and the first scoring below
+
+
 def test_a_hit_check_that_keeps_too_few_falls_back_to_the_index(tmp_path: Path):
     """A check that keeps far fewer hits than its share claims: the filters run inside the index
     and the hits are complete."""
