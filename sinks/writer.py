@@ -72,6 +72,8 @@ def record_id(record: dict[str, Any]) -> str:
 
 # -- helpers shared by the Parquet writers (structured, analytics) and their readers ---------
 
+#: Bytes of record batches a merge holds before writing them as one row group.
+_MERGE_BUFFER_BYTES = 32 << 20
 _SEGMENT = re.compile(r"^(?P<table>[a-z_]+)-(?P<number>\d{8})\.parquet$")
 
 
@@ -121,11 +123,22 @@ def compact_segments(directory: Path, table: str, schema: pa.Schema, number: int
         return None
     chosen = full[0][:fanout]
     name = f"{table}-{number:08d}.parquet"
-    # Stream batch by batch: a merge of the top tier must not need its whole size in memory.
+    # Batches gathered up to _MERGE_BUFFER_BYTES, each lot written as one row group: a merge of
+    # the top tier must not need its whole size in memory, and a batch written alone is a row
+    # group of its own, so merges of merges of one-batch segments wrote files of a dozen tiny
+    # row groups, slower to write (most of an analytics commit) and to read.
     with pq.ParquetWriter(directory / name, schema, compression="zstd") as out:
+        lot: list[pa.RecordBatch] = []
+        held = 0
         for batch in ds.dataset([str(p) for p in chosen], schema=schema, format="parquet").to_batches():
             if batch.num_rows:
-                out.write_batch(batch)
+                lot.append(batch)
+                held += batch.nbytes
+            if held >= _MERGE_BUFFER_BYTES:
+                out.write_table(pa.Table.from_batches(lot, schema=schema))
+                lot, held = [], 0
+        if lot:
+            out.write_table(pa.Table.from_batches(lot, schema=schema))
     for path in chosen:
         path.unlink()
     return name

@@ -257,3 +257,28 @@ def test_reader_is_fast_at_100k_chunks(tmp_path: Path) -> None:
     print(f"100k chunks: filter + straddling + 1000 chunk_meta in {elapsed * 1000:.0f} ms")
     assert elapsed < 5.0
     assert os.access(gen, os.R_OK)
+
+
+def test_a_merge_writes_its_rows_in_order_as_few_row_groups(tmp_path: Path) -> None:
+    """Merged segments keep every row in order, and merges of merges do not pile up a row group
+    per input batch (they did: a dozen tiny row groups per file, most of a small commit's cost)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from sinks.writer import compact_segments, parquet_segments, write_segment
+
+    schema = pa.schema([("n", pa.int64()), ("text", pa.string())])
+    written: list[int] = []
+    number = 0
+    for _ in range(3):
+        for _ in range(8):
+            number += 1
+            rows = list(range(len(written), len(written) + 5))
+            written += rows
+            write_segment(tmp_path, "t", number, pa.table({"n": rows, "text": [f"row {n}" for n in rows]}, schema=schema))
+            if compact_segments(tmp_path, "t", schema, number + 1, base_bytes=1 << 20) is not None:
+                number += 1
+    files = parquet_segments(tmp_path, "t")
+    assert [n for path in files for n in pq.read_table(path)["n"].to_pylist()] == written
+    assert all(pq.ParquetFile(path).num_row_groups == 1 for path in files)
+    assert len(files) < 8
