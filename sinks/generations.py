@@ -72,6 +72,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+import orjson
+
 from sinks.exceptions import (
     GenerationError,
     GenerationLockedError,
@@ -776,22 +778,28 @@ def clone_into(src_gen_dir: Path, dst_dir: Path, *, copy_names: Collection[str])
     or glob patterns), which are copied: an engine may replace those files while writing.
     Only the files the source manifest lists are cloned, never lock or temp files.
     """
-    src_gen_dir, dst_dir = Path(src_gen_dir), Path(dst_dir)
-    manifest_path = src_gen_dir / MANIFEST_FILE
+    manifest_path = Path(src_gen_dir) / MANIFEST_FILE
     if manifest_path.exists():
         rel_paths = [s.path for s in Manifest.from_json(manifest_path.read_bytes()).segments]
     else:
-        rel_paths = list(_walk_files(src_gen_dir))
+        rel_paths = list(_walk_files(Path(src_gen_dir)))
+    # Strings, not Paths: a commit clones every file of its generation (hundreds for the
+    # Parquet indexes), and Path arithmetic cost more than the links themselves.
+    source, target = os.fspath(src_gen_dir), os.fspath(dst_dir)
+    made: set[str] = set()
     for rel in rel_paths:
-        src, dst = src_gen_dir / rel, dst_dir / rel
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        if any(fnmatch.fnmatchcase(src.name, pattern) for pattern in copy_names):
+        src, dst = os.path.join(source, rel), os.path.join(target, rel)
+        parent = os.path.dirname(dst)
+        if parent not in made:
+            os.makedirs(parent, exist_ok=True)
+            made.add(parent)
+        if copy_names and any(fnmatch.fnmatchcase(os.path.basename(rel), pattern) for pattern in copy_names):
             shutil.copyfile(src, dst)
             continue
         link_or_copy(src, dst)
 
 
-def link_or_copy(src: Path, dst: Path) -> None:
+def link_or_copy(src: str | Path, dst: str | Path) -> None:
     """Hard-link ``src`` as ``dst``; on another filesystem or one without hard links, copy it
     (the same guarantees: neither file is written again). A missing ``src`` raises."""
     try:
@@ -822,16 +830,19 @@ def _segments_for(
         raise ManifestVerificationError(f"segments listed but not written: {sorted(missing)}")
     segments: list[SegmentRef] = []
     fresh: list[str] = []
+    staging = os.fspath(staging_dir)
+    parent = os.fspath(parent_dir) if parent_dir is not None else None
     for rel in files:
-        st = os.stat(staging_dir / rel)
+        path = os.path.join(staging, rel)
+        st = os.stat(path)
         inherited = parent_by_path.get(rel)
-        if inherited is not None and not _same_file(st, parent_dir, rel, inherited):
+        if inherited is not None and not _same_file(st, parent, rel, inherited):
             inherited = None
         if inherited is not None:
             digest, size = inherited.sha256, inherited.bytes
         else:
-            digest, size = (digests.digest(staging_dir / rel, st), st.st_size) if digests is not None \
-                else sha256_file(staging_dir / rel)
+            digest, size = (digests.digest(path, st), st.st_size) if digests is not None \
+                else sha256_file(path)
             fresh.append(rel)
         ref = given_by_path.get(rel)
         if ref is not None:
@@ -844,11 +855,11 @@ def _segments_for(
     return tuple(segments), fresh
 
 
-def _same_file(st: os.stat_result, parent_dir: Path | None, rel: str, ref: SegmentRef) -> bool:
+def _same_file(st: os.stat_result, parent_dir: str | None, rel: str, ref: SegmentRef) -> bool:
     if parent_dir is None:
         return False
     try:
-        parent_st = os.stat(parent_dir / rel)
+        parent_st = os.stat(os.path.join(parent_dir, rel))
     except FileNotFoundError:
         return False
     return (st.st_dev, st.st_ino) == (parent_st.st_dev, parent_st.st_ino) and st.st_size == ref.bytes
@@ -871,14 +882,14 @@ class FileDigests:
     def _key(st: os.stat_result) -> tuple[int, int, int, int]:
         return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
-    def remember(self, path: Path, digest: str) -> None:
+    def remember(self, path: str | Path, digest: str) -> None:
         """Record the hash a writer just computed and verified for ``path``."""
         with self._lock:
             if len(self._known) >= self._size:
                 self._known.clear()
             self._known[self._key(os.stat(path))] = digest
 
-    def digest(self, path: Path, st: os.stat_result) -> str:
+    def digest(self, path: str | Path, st: os.stat_result) -> str:
         key = self._key(st)
         with self._lock:
             known = self._known.get(key)
@@ -896,10 +907,11 @@ class FileDigests:
 def _verify_segments(gen_dir: Path, segments: tuple[SegmentRef, ...], *, hash_paths: set[str] | None,
                      digests: FileDigests | None = None) -> None:
     """Check each segment's size, and its hash when ``hash_paths`` is None or names it."""
+    directory = os.fspath(gen_dir)
     for ref in segments:
-        path = gen_dir / ref.path
+        path = os.path.join(directory, ref.path)
         try:
-            st = path.stat()
+            st = os.stat(path)
         except FileNotFoundError as exc:
             raise ManifestVerificationError(f"{gen_dir.name}: {ref.path} is missing") from exc
         size = st.st_size
@@ -912,6 +924,27 @@ def _verify_segments(gen_dir: Path, segments: tuple[SegmentRef, ...], *, hash_pa
 
 
 def _canonical(body: dict[str, Any]) -> str:
+    """The manifest's canonical text: ``json.dumps(sort_keys, indent=1, ensure_ascii=False)``.
+
+    The same bytes through orjson, its 2-space indent halved, whenever orjson writes every
+    value as ``json`` does: ``json``'s indenting encoder is pure Python, and every commit and
+    every reader's load encodes the manifest twice (its checksum, then the text), 2-3 ms apiece
+    for a generation of a few hundred files. Whether it does is checked on the compact forms,
+    which both write in C: a float ``json`` writes in exponent form, NaN (orjson: null), an int
+    past 64 bits or a key that is not a string, and the text comes from ``json``."""
+    try:
+        compact = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
+    except orjson.JSONEncodeError:
+        compact = None
+    if compact is not None and compact.decode() == json.dumps(body, sort_keys=True, ensure_ascii=False,
+                                                              separators=(",", ":")):
+        text = orjson.dumps(body, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode()
+        depth = 1
+        while "\n" + "  " * depth in text:
+            # Shallowest first: a line made d spaces deep never has the 2d' of a deeper level.
+            text = re.sub(f"\n{'  ' * depth}(?! )", "\n" + " " * depth, text)
+            depth += 1
+        return text + "\n"
     return json.dumps(body, sort_keys=True, indent=1, ensure_ascii=False) + "\n"
 
 
@@ -920,9 +953,12 @@ def _manifest_checksum(body: dict[str, Any]) -> str:
 
 
 def _walk_files(directory: Path) -> Iterator[str]:
-    for dirpath, _dirnames, filenames in os.walk(directory):
+    """The path of each file under ``directory``, relative to it, with ``/`` separators."""
+    top = os.fspath(Path(directory))
+    for dirpath, _dirnames, filenames in os.walk(top):
+        prefix = "" if dirpath == top else os.path.relpath(dirpath, top).replace(os.sep, "/") + "/"
         for name in filenames:
-            rel = Path(dirpath, name).relative_to(directory).as_posix()
+            rel = prefix + name
             if rel != MANIFEST_FILE:
                 yield rel
 
@@ -931,7 +967,7 @@ def _dirs_bottom_up(directory: Path) -> list[Path]:
     return [Path(d) for d, _subdirs, _files in os.walk(directory, topdown=False)]
 
 
-def sha256_file(path: Path) -> tuple[str, int]:
+def sha256_file(path: str | Path) -> tuple[str, int]:
     """The SHA-256 (hex) and size of a file, read in 1 MiB blocks."""
     digest = hashlib.sha256()
     size = 0

@@ -172,8 +172,8 @@ def test_sink_size_commits_publish_while_a_merge_is_built_and_no_hit_changes(
         assert current is not None and current.generation_id == manifest.generation_id
         hashed: list[str] = []
 
-        def sha256_file(path: Path) -> tuple[str, int]:
-            hashed.append(path.name)
+        def sha256_file(path: str | Path) -> tuple[str, int]:
+            hashed.append(Path(path).name)
             return original(path)
 
         original = generations.sha256_file

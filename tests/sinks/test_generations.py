@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import sinks.generations as generations
 from sinks.exceptions import GenerationError, GenerationLockedError, ManifestVerificationError
@@ -470,3 +472,41 @@ def test_a_pin_taken_while_gc_decides_never_sees_its_generation_missing(store: G
     started[0].join(timeout=10)
     assert not seen_missing, "a pinned generation's files went missing under its reader"
     assert outcome.get("refused") or (outcome.get("pinned") and (store.generation_dir(1) / "manifest.json").exists())
+
+
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(1 << 70), 1 << 70) | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(st.characters(blacklist_categories=("Cs",))),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=30)
+
+
+@settings(max_examples=400, deadline=None)
+@given(body=st.dictionaries(st.text(max_size=8), _JSON_VALUES, max_size=6))
+def test_canonical_text_is_json_dumps_whichever_encoder_writes_it(body):
+    """Manifests are checked against their canonical text: the fast encoder must write the
+    very bytes of json.dumps(sort_keys, indent=1, ensure_ascii=False), floats of every range,
+    control and non-ASCII characters, ints past 64 bits included."""
+    assert generations._canonical(body) == json.dumps(body, sort_keys=True, indent=1, ensure_ascii=False) + "\n"
+
+
+def test_canonical_text_of_a_manifest_is_json_dumps(monkeypatch):
+    """A manifest's text is json's, written by orjson (json's pure-Python indenting encoder not
+    called) unless a value needs json; nested several levels deep."""
+    segments = [{"path": f"seg-{i}.parquet", "bytes": i * 977, "sha256": "ab" * 32, "rows": i} for i in range(300)]
+    plain = {"segments": segments, "createdAt": 1767305602.123456,
+             "extra": {"name": "données\u2028", "deep": [[{"a": [1, {"b": []}]}]]}}
+    odd = {**plain, "extra": {"tiny": 1e-07, "huge": 1e20, "nan": float("nan")}}
+    expected = {id(body): json.dumps(body, sort_keys=True, indent=1, ensure_ascii=False) + "\n" for body in (plain, odd)}
+    indents = []
+    dumps = json.dumps
+
+    def spy(*args, **kwargs):
+        indents.append(kwargs.get("indent"))
+        return dumps(*args, **kwargs)
+
+    monkeypatch.setattr(generations.json, "dumps", spy)
+    assert generations._canonical(plain) == expected[id(plain)]
+    assert 1 not in indents
+    assert generations._canonical(odd) == expected[id(odd)]
+    assert 1 in indents
