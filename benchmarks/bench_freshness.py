@@ -46,9 +46,12 @@ __all__ = ["main"]
 _METRIC = re.compile(r'(usl_sink_commit_seconds_(?:sum|count)|usl_sink_batch_seconds_sum)\{kind="(\w+)"\} (\S+)')
 
 
-def _scrape(port: int) -> dict[str, float]:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
-    return {f"{m.group(1)}/{m.group(2)}": float(m.group(3)) for m in map(_METRIC.match, text.splitlines()) if m}
+def _scrape(ports: list[int]) -> dict[str, float]:
+    found = {}
+    for port in ports:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+        found.update({f"{m.group(1)}/{m.group(2)}": float(m.group(3)) for m in map(_METRIC.match, text.splitlines()) if m})
+    return found
 
 
 def _commits(before: dict[str, float], after: dict[str, float], seconds: float) -> dict[str, dict[str, float]]:
@@ -85,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=20.0, help="length of each steady phase")
     parser.add_argument("--events", type=int, default=15_000, help="events of the end-to-end phase")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--sink-processes", choices=("one", "per-kind"), default="one",
+                        help="all sinks in one `usl sink` process (as `usl up` runs them), or one process per kind")
     args = parser.parse_args(argv)
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     if not bootstrap:
@@ -94,7 +99,6 @@ def main(argv: list[str] | None = None) -> int:
     home = Path(tempfile.mkdtemp(prefix=f"usl-bench-freshness-{args.label}-"))
     settings = Settings.from_env({}, home=home, bootstrap_servers=bootstrap,
                                  topic_prefix=f"fresh{uuid.uuid4().hex[:8]}.", **overrides)
-    port = free_port()
     stack = Stack(settings)
     coverage = Coverage(settings.stream_partitions)
     published: list[float] = []  # seconds from a watermark's commit to this process seeing it
@@ -108,29 +112,32 @@ def main(argv: list[str] | None = None) -> int:
     tails: list[Tail] = []
     try:
         stack.worker(env=worker_env)
-        stack.sinks(env={"USL_METRICS_PORT": str(port)})
+        groups = [",".join(KINDS)] if args.sink_processes == "one" else list(KINDS)
+        ports = [free_port() for _ in groups]
+        for number, (kinds, port) in enumerate(zip(groups, ports, strict=True)):
+            stack.sinks(kinds, name=f"sinks-{number}", env={"USL_METRICS_PORT": str(port)})
         topics = Topics.from_settings(settings)
         tails.append(Tail(bootstrap, topics.watermarks, on_watermark))
         tails.append(Tail(bootstrap, topics.chunks, coverage.on_chunk_record))
         _, head = append(settings, generate(sessions=2, config=WorkloadConfig(seed=1001, concurrent=2)))
         coverage.wait((*KINDS, "chunks"), head, timeout=300)
         for rate in (float(value) for value in args.rates.split(",")):
-            before, began, mark = _scrape(port), time.monotonic(), len(published)
+            before, began, mark = _scrape(ports), time.monotonic(), len(published)
             row = steady(settings, coverage, rate, args.seconds, 2000 + int(rate))
-            row["sinks"] = _commits(before, _scrape(port), time.monotonic() - began)
+            row["sinks"] = _commits(before, _scrape(ports), time.monotonic() - began)
             hops = sorted(published[mark:])
             row["publishToSeenMs"] = {"p50": round(1000 * hops[len(hops) // 2], 1),
                                       "p99": round(1000 * hops[int(len(hops) * 0.99)], 1)}
             result[f"steady{rate:g}"] = row
             print(args.label, f"{rate:g}", json.dumps(row), flush=True)
         events = list(generate(events=args.events, seed=7000))
-        before, began = _scrape(port), time.monotonic()
+        before, began = _scrape(ports), time.monotonic()
         count, head = append(settings, events)
         done = coverage.wait((*KINDS, "chunks"), head, timeout=1800)
         finished = max(done[kind] for kind in KINDS)
         result["endToEnd"] = {"events": count, "eventsPerSecond": round(count / (finished - began), 1),
                               "perIndex": {name: round(count / (at - began), 1) for name, at in done.items()},
-                              "sinks": _commits(before, _scrape(port), finished - began)}
+                              "sinks": _commits(before, _scrape(ports), finished - began)}
         print(args.label, "e2e", json.dumps(result["endToEnd"]), flush=True)
     finally:
         for tail in tails:
