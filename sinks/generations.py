@@ -700,13 +700,17 @@ class GenerationStore:
         """Remove what a crashed writer left: staging dirs, temp files, and generation dirs
         renamed into place but never made current (no reader can have seen them)."""
         current = self.current_id() or 0
+        removed = False
         for path in self.line_dir.iterdir():
             m = _GEN_RE.match(path.name)
             if path.name.startswith(_STAGING_PREFIX) or (m and int(m.group(1)) > current):
                 shutil.rmtree(path)
+                removed = True
             elif path.name.startswith(".") and ".tmp-" in path.name:
                 path.unlink(missing_ok=True)
-        fsync_directory(self.line_dir)
+                removed = True
+        if removed:  # every begin() runs this; a directory fsync is a disk flush
+            fsync_directory(self.line_dir)
 
     def _acquire_lock(self) -> None:
         if self._lock_fd is not None:
