@@ -66,6 +66,7 @@ import stat
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -216,7 +217,28 @@ class Manifest:
     @classmethod
     def from_json(cls, data: dict[str, Any] | str | bytes) -> Manifest:
         """Parse :meth:`to_json` output (a dict, or its JSON text). Text whose
-        ``manifestSha256`` does not match its content raises ManifestVerificationError."""
+        ``manifestSha256`` does not match its content raises ManifestVerificationError.
+
+        Text parsed lately is answered from memory, keyed by its very bytes (a damaged file is
+        other bytes): a commit reads its parent's manifest three times (verify, parent, clone),
+        each a parse and a canonical encoding for the checksum."""
+        if not isinstance(data, str | bytes):
+            return cls._parsed(data)
+        key = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else bytes(data)
+        with _PARSED_LOCK:
+            found = _PARSED.get(key)
+            if found is not None:
+                _PARSED.move_to_end(key)
+                return found
+        manifest = cls._parsed(data)
+        with _PARSED_LOCK:
+            _PARSED[key] = manifest
+            while len(_PARSED) > _PARSED_SIZE:
+                _PARSED.popitem(last=False)
+        return manifest
+
+    @classmethod
+    def _parsed(cls, data: dict[str, Any] | str | bytes) -> Manifest:
         try:
             obj = json.loads(data) if isinstance(data, str | bytes) else data
         except ValueError as exc:  # also UnicodeDecodeError: a flipped byte may break UTF-8
@@ -256,6 +278,13 @@ class Manifest:
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise GenerationError(f"malformed manifest: {exc!r}") from exc
+
+
+#: Manifest texts parsed lately (Manifest.from_json), least recently used first. Manifests are
+#: never changed once made, so one object serves every reader of the same bytes.
+_PARSED: OrderedDict[bytes, Manifest] = OrderedDict()
+_PARSED_LOCK = threading.Lock()
+_PARSED_SIZE = 32
 
 
 class Pin:

@@ -510,3 +510,14 @@ def test_canonical_text_of_a_manifest_is_json_dumps(monkeypatch):
     assert 1 not in indents
     assert generations._canonical(odd) == expected[id(odd)]
     assert 1 in indents
+
+
+def test_a_manifest_text_parsed_again_is_the_same_object_and_damage_still_shows(store: GenerationStore):
+    committed = commit_files(store, {"a.bin": b"payload"})
+    text = store.manifest_path(committed.generation_id).read_bytes()
+    assert Manifest.from_json(text) is Manifest.from_json(bytes(text))
+    damaged = text.replace(b'"chunkCount": 0', b'"chunkCount": 7')
+    assert damaged != text
+    for _ in range(2):  # a refusal is never remembered as a manifest
+        with pytest.raises(ManifestVerificationError):
+            Manifest.from_json(damaged)
