@@ -499,14 +499,18 @@ def _leading(searcher: tantivy.Searcher, query: Query, asked: int, limit: int, n
     else:
         if keeps is not None and len(hits) == asked:
             return None
-    unnamed = [i for i, (_, _, _, digest) in enumerate(kept) if digest is None]
+    digests: dict[int, bytes] = {}
+    unnamed = [i for i, hit in enumerate(kept) if hit[3] is None]
     if unnamed:
         addresses = [kept[i][2] for i in unnamed]
-        halves = zip(*(searcher.fast_field_values(name, addresses) for name in _KEY_FIELDS[1:]), strict=True)
-        for i, (high, low) in zip(unnamed, halves, strict=True):
-            score, chunk_id, address, _ = kept[i]
-            kept[i] = (score, chunk_id, address, int(high).to_bytes(8, "big") + int(low).to_bytes(8, "big"))
-    return [(score, chunk_id, digest) for score, chunk_id, _, digest in kept]  # type: ignore[misc]
+        highs, lows = (searcher.fast_field_values(name, addresses) for name in _KEY_FIELDS[1:])
+        for i, high, low in zip(unnamed, highs, lows, strict=True):
+            if high is None or low is None:  # no digest in the columns: from the stored text
+                digests[i] = text_digest(_stored_text(searcher.doc(kept[i][2])))
+            else:
+                digests[i] = int(high).to_bytes(8, "big") + int(low).to_bytes(8, "big")
+    return [(score, chunk_id, digest if digest is not None else digests[i])
+            for i, (score, chunk_id, _, digest) in enumerate(kept)]
 
 
 def _document(doc: TextDoc, analyzer: tantivy.TextAnalyzer | None = None) -> tantivy.Document:
