@@ -499,17 +499,10 @@ def _leading(searcher: tantivy.Searcher, query: Query, asked: int, limit: int, n
     else:
         if keeps is not None and len(hits) == asked:
             return None
-    digests: dict[int, bytes] = {}
+    # The kept hits named by key still need their digests: from the columns, as _named reads them.
     unnamed = [i for i, hit in enumerate(kept) if hit[3] is None]
-    if unnamed:
-        addresses = [kept[i][2] for i in unnamed]
-        highs, lows = (searcher.fast_field_values(name, addresses) for name in _KEY_FIELDS[1:])
-        for i, high, low in zip(unnamed, highs, lows, strict=True):
-            if high is None or low is None:  # no digest in the columns: from the stored text
-                digests[i] = text_digest(_stored_text(searcher.doc(kept[i][2])))
-            else:
-                digests[i] = int(high).to_bytes(8, "big") + int(low).to_bytes(8, "big")
-    return [(score, chunk_id, digest if digest is not None else digests[i])
+    named = dict(zip(unnamed, _named(searcher, [kept[i][2] for i in unnamed], by_key), strict=True))
+    return [(score, chunk_id, digest if digest is not None else named[i][1])
             for i, (score, chunk_id, _, digest) in enumerate(kept)]
 
 
