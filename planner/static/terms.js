@@ -1,10 +1,12 @@
 // Where the query's words occur in a hit's text, for the search page to mark them. The words
-// are the text index's terms (sinks/text/base.py, analyzer nfkc+words+spaceless-chars/4): of the
-// NFKC form of the text (full-width letters, ligatures, half-width kana folded), lowercased
-// runs of letters and digits, except that each Chinese, Japanese or Korean character, and each
-// Thai, Lao, Myanmar or Khmer letter, is a term of its own, since those scripts have no spaces
-// between words. Plain browser JavaScript, loaded before app.js; under Node it exports the same
-// functions for the tests.
+// are the text index's terms (sinks/text/base.py, analyzer json-strings+nfkc+words+spaceless-chars/6):
+// of the NFKC form of the text (full-width letters, ligatures, half-width kana folded), lowercased
+// runs of letters and digits (Unicode's Alphabetic, so with the vowel signs of Devanagari and the
+// other Indic scripts, as tantivy reads them), except that each Chinese, Japanese or Korean
+// character, and each Thai, Lao, Myanmar or Khmer letter, is a term of its own, since those
+// scripts have no spaces between words. The page marks the text as shown, so a word the index
+// read out of a JSON escape ("\u043f...") is found but not marked. Plain browser JavaScript,
+// loaded before app.js; under Node it exports the same functions for the tests.
 "use strict";
 
 // The ranges of sinks.text.base.SPACELESS_RANGES (SOUTHEAST_ASIAN_RANGES, then CJK_RANGES).
@@ -15,7 +17,7 @@ const CJK = "\u0E01-\u0E3A\u0E40-\u0E46\u0E4D\u0E50-\u0E59"
   + "\u1780-\u17B3\u17B6-\u17C8\u17D7\u17DC\u17E0-\u17E9\u17F0-\u17F9"
   + "\u3005-\u3007\u3040-\u30FF\u31F0-\u31FF\u3400-\u4DBF\u4E00-\u9FFF\uAC00-\uD7AF"
   + "\uF900-\uFAFF\uFF66-\uFF9F\u{20000}-\u{3134F}";
-const WORD = new RegExp(`[${CJK}]|(?:(?![${CJK}])[\\p{L}\\p{N}])+`, "gu");
+const WORD = new RegExp(`[${CJK}]|(?:(?![${CJK}])[\\p{Alphabetic}\\p{N}])+`, "gu");
 const HAS_CJK = new RegExp(`[${CJK}]`, "u");
 
 function words(text) {

@@ -981,12 +981,15 @@ def known(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
     builder.append(id_distractors + id_target + id_tail_distractors)
     builder.append(indexed_distractors + indexed_target + tail_distractors)
     builder.append(_turn("known", "zh-indexed", 70, CJK_TEXTS[0]) + _turn("known", "ja-indexed", 71, CJK_TEXTS[1]))
+    builder.append(_turn("known", "hi-indexed", 73, MARKED_TEXTS[0]) + _turn("known", "json-indexed", 75, MARKED_TEXTS[2]))
     builder.append(_task_and_output("known", "span-indexed", 80, SPAN_TASKS[0])
                    + _span_distractors("known", SPAN_TASKS[0], "span-i") + _span_distractors("known", SPAN_TASKS[1], "span-t"))
     builder.commit()
     builder.append(tail_target)  # above every watermark: only latest's tail scan holds it
     builder.append(id_tail_target)
     builder.append(_turn("known", "zh-tail", 72, CJK_TEXTS[2]))
+    builder.append(_turn("known", "hi-tail", 74, MARKED_TEXTS[1]) + _turn("known", "hi-noise", 76, MARKED_TEXTS[3])
+                   + _turn("known", "json-tail", 77, MARKED_TEXTS[4]))
     builder.append(_task_and_output("known", "span-tail", 81, SPAN_TASKS[1]))
     with _serving(settings, kafka_bootstrap, builder) as planner:
         yield planner
@@ -1122,6 +1125,31 @@ def test_a_cjk_substring_is_found_in_the_index_and_the_tail(known: Planner, quer
     if fresh == ("latest",):  # only the tail scan holds it
         indexed = known.search({"query": query, "log": "known", "mode": "text"}, ALICE)["results"]
         assert session not in {hit["sessionId"] for hit in indexed}
+
+
+# Hindi (vowel signs are marks), JSON tool output with escaped Cyrillic, and Hindi words that
+# share only letters with डेटाबेस: the index (tantivy) and the tail scan (the Python analyzer)
+# must read them alike.
+MARKED_TEXTS = ("डेटाबेस कनेक्शन का समय समाप्त हो गया",
+                "परिनियोजन विफल: डेटाबेस से कनेक्शन टूटा",
+                '[tool.result api ok] {"day": "\\u043f\\u044f\\u0442\\u043d\\u0438\\u0446\\u0430\\n\\u0440\\u0435\\u043b\\u0438\\u0437"}',
+                "बस से टमाटर डाक",
+                '[tool.result api ok] {"day": "\\u043f\\u044f\\u0442\\u043d\\u0438\\u0446\\u0430", "note": "\\u0441\\u0431\\u043e\\u0439"}')
+
+
+@pytest.mark.parametrize(("query", "sessions", "freshness"), [
+    ("डेटाबेस", {"hi-indexed"}, "indexed"), ("डेटाबेस", {"hi-indexed", "hi-tail"}, "latest"),
+    ("пятница", {"json-indexed"}, "indexed"),
+    ("пятница", {"json-indexed", "json-tail"}, "latest"), ("релиз", {"json-indexed"}, "latest"),
+    ("сбой", {"json-tail"}, "latest"),
+])
+def test_marked_scripts_and_json_escapes_read_alike_in_the_index_and_the_tail(
+        known: Planner, query: str, sessions: set[str], freshness: str) -> None:
+    """Found on real sessions: the tail scan split डेटाबेस at each vowel sign, so a Hindi query
+    matched any tail chunk sharing a consonant (hi-noise), and a tool's escaped JSON hid its words
+    from both; text mode now finds the same sessions in the index and the tail."""
+    response = known.search({"query": query, "log": "known", "mode": "text", "freshness": freshness, "k": 10}, ALICE)
+    assert {hit["sessionId"] for hit in response["results"]} == sessions
 
 
 MODES = ("hybrid", "text", "vector")

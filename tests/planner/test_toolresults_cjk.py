@@ -31,6 +31,9 @@ INDEXED = {
     "ja": "src/main.c:3:5: エラー: 'config' が宣言されていません。コンパイルに失敗しました",
     "zh": "2026-01-31 12:00:06 ERROR 数据库连接超时，正在重试第3次",
     "mixed": "Traceback: 调用foo_bar函数时抛出ValueError at src/app.py:42行",
+    # An API's JSON as most JSON writers print it: every non-ASCII character escaped.
+    "json": '{"error": "\\u0431\\u0430\\u0437\\u0430 \\u0434\\u0430\\u043d\\u043d\\u044b\\u0445\\n'
+            '\\u043d\\u0435\\u0434\\u043e\\u0441\\u0442\\u0443\\u043f\\u043d\\u0430", "code": 503}',
 }
 TAIL = {"tail": "テストが3件失敗しました: test_payment_refund で残高が一致しません"}
 OTHER_TENANT = "数据库连接超时 globex の出力"
@@ -92,6 +95,7 @@ def corpus(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> It
 @pytest.mark.parametrize(("query", "expected"), [
     ("宣言されていません", "ja"), ("コンパイル", "ja"), ("连接超时", "zh"), ("重试", "zh"),
     ("foo_bar函数", "mixed"), ('"函数时抛出ValueError"', "mixed"), ("42行", "mixed"),
+    ("недоступна", "json"), ('"база данных недоступна"', "json"),
 ])
 def test_a_cjk_substring_of_an_indexed_output_is_found(corpus: Corpus, query: str, expected: str) -> None:
     hits = corpus.tools(query)

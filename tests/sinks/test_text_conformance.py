@@ -317,6 +317,105 @@ def test_a_word_is_found_in_any_of_its_unicode_forms(engine: TextEngine, index_d
     assert "cafe\u0301" in engine.fetch_texts(index_dir, ["nfd"])["nfd"]  # type: ignore[attr-defined]
 
 
+# A Claude Code tool result as a real session wrote it (an agent's `jq .` of a transcript: the
+# messages are JSON strings, their line breaks and dashes escaped), an OpenTelemetry tool
+# result from a Python instrumentation (json.dumps escapes every non-ASCII character), JSON in a
+# JSON string, and a quoted Windows path in a command, which is not JSON.
+JSON_DOCS = {
+    "jq": '[tool.result Bash ok] {\n  "type": "user",\n  "message": {\n    "role": "user",\n'
+          '    "content": "<command-name>/create-beads</command-name>\\n\\n### Phase 3: Draft Bead'
+          ' Content\\n\\nUse the Task tool with `subagent_type=Plan` \\u2014 not summaries"\n  }\n}',
+    "otel": '[tool.result search_flights ok] {"flights": ["NH106 \\u043f\\u044f\\u0442\\u043d\\u0438'
+            '\\u0446\\u0430 10:05", "\\u4e88\\u7d04\\u6e08\\u307f"]}',
+    "nested": '[tool.result mcp ok] {"text": "{\\"status\\": \\"failed\\\\nretrying\\"}"}',
+    "windows": '[tool.call Bash] command=cd "C:\\tools\\bin" && dir',
+}
+
+
+def test_words_inside_json_strings_are_found(engine: TextEngine, index_dir: Path):
+    """Found on real sessions: in a tool's JSON output the escaped line break glued itself to
+    the next word (`\\n\\nUse` indexed `nuse`), and a Python instrumentation's escaped Cyrillic or
+    Japanese (`\\u043f...`) indexed `u043f` and no word of it. JSON string literals are read as
+    JSON reads them (analyzer 6); a quoted path in a command is not JSON and keeps its letters."""
+    engine.add(index_dir, [chunk(doc_id, text) for doc_id, text in JSON_DOCS.items()])
+    for query, expected in (('"Use the Task tool"', "jq"), ('"Draft Bead Content"', "jq"), ("summaries", "jq"),
+                            ("пятница", "otel"), ("予約", "otel"), ('"failed retrying"', "nested"),
+                            ("retrying", "nested"), ('"C tools bin"', "windows")):
+        assert ids(engine.search(index_dir, query, limit=5))[:1] == [expected], query
+    for absent in ("nuse", "u043f", "nretrying", "ools"):
+        assert engine.search(index_dir, absent, limit=5) == [], absent
+    # The stored text is the chunk's own, escapes and all (evidence offsets point into it).
+    assert engine.fetch_texts(index_dir, ["otel", "jq"]) == {  # type: ignore[attr-defined]
+        "otel": JSON_DOCS["otel"], "jq": JSON_DOCS["jq"]}
+
+
+_PLAIN = st.text(st.characters(blacklist_characters='"\\', blacklist_categories=("Cs", "Cn")), max_size=40)
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=_PLAIN, depth=st.integers(1, 3), ascii_only=st.booleans(), as_list=st.booleans())
+def test_a_text_written_as_json_analyzes_as_the_text(text: str, depth: int, ascii_only: bool, as_list: bool):
+    """A text JSON-encoded (once, or as JSON inside a JSON string, ASCII-escaped or not) holds
+    the very words of the text: what a tool writes as JSON is found by what it says."""
+    import json
+
+    from sinks.text.base import analyze_text
+
+    encoded = json.dumps([text] if as_list else text, ensure_ascii=ascii_only)
+    for _ in range(depth - 1):
+        encoded = json.dumps({"text": encoded}, ensure_ascii=ascii_only)
+    assert [t for t in analyze_text(encoded) if t != "text"] == [t for t in analyze_text(text) if t != "text"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(st.sampled_from('"\\nu0041tbd8cf{[,: x\u00e9'), max_size=60)
+       | st.text(st.characters(blacklist_categories=("Cs", "Cn")), max_size=60))
+def test_reading_json_strings_never_fails_and_keeps_utf8(text: str):
+    from sinks.text.base import analyze_text, json_unescaped
+
+    read = json_unescaped(text)
+    read.encode("utf-8")  # an escaped lone surrogate ("\\ud800") never reaches a tokenizer
+    assert _TANTIVY.analyze(text) == analyze_text(text)
+    if "\\" not in text:
+        assert read is text
+
+
+_TANTIVY = TantivyEngine()
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(st.characters(blacklist_categories=("Cs", "Cn")), max_size=60)
+       | st.text(st.sampled_from("aा्ंँ़ািু ाׁ٘ Ⓐ𑀸数ค้ _-"), max_size=30))
+def test_tantivy_and_the_python_analyzer_read_any_text_alike(text: str):
+    """Found on a Hindi session: the planner's analyzer (tail scans, whoosh) split डेटाबेस at
+    every vowel sign (Python's \\w has no combining marks), while the tantivy index held it
+    whole; the same query matched other words in the tail than in the index. Any assigned
+    character: an unassigned one inside the CJK blocks is a term to Python, nothing to tantivy."""
+    from sinks.text.base import analyze_text
+
+    assert _TANTIVY.analyze(text) == analyze_text(text)
+
+
+def test_every_code_point_is_a_word_character_exactly_when_tantivy_says_so():
+    import re
+
+    import tantivy
+
+    from sinks.text.base import SPACELESS_RANGES, WORD_PATTERN
+
+    simple = tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple()).build()
+    points = [code for code in range(0x110000) if not 0xD800 <= code <= 0xDFFF]
+    rust: set[int] = set()
+    for start in range(0, len(points), 20000):  # one character per token, spaced
+        for token in simple.analyze(" ".join(map(chr, points[start:start + 20000]))):
+            rust.update(map(ord, token))
+    spaceless = {code for low, high in SPACELESS_RANGES for code in range(low, high + 1)}
+    word = re.compile(WORD_PATTERN)
+    differ = [hex(code) for code in points
+              if code not in spaceless and (code in rust) != bool(word.fullmatch(chr(code)))]
+    assert differ == [], differ[:20]
+
+
 def test_engines_and_the_planner_analyze_alike():
     from planner.local import analyze as planner_analyze
     from sinks.text.base import analyze_text
@@ -324,7 +423,7 @@ def test_engines_and_the_planner_analyze_alike():
     tantivy_engine, whoosh_engine = TantivyEngine(), WhooshEngine()
     samples = [*CJK_DOCS.values(), "Привет мир", "café crème", "x² ½ ①", "🙂 emoji 𠀀𠀁 々ー",
                "a" * 45 + "数" + "b" * 39, "ＡＢＣ ｶﾀｶﾅ", "tab\tand\nnewline_under", "cafe\u0301 nai\u0308ve ﬁle",
-               "ภาษาไทยคำ"]
+               "ภาษาไทยคำ", *JSON_DOCS.values()]
     for text in samples:
         expected = analyze_text(text)
         assert tantivy_engine.analyze(text) == expected, text
