@@ -509,8 +509,12 @@ class Planner:
                        if seen.get(kind) is None]
             if not refused:
                 raise
-            # The generation exists but was refused: say why, not that there is none.
-            raise IndexUnavailable(f"{exc}; " + "; ".join(refused), hint=exc.hint) from exc
+            # The generation exists but was refused: say why, not that there is none, and that
+            # waiting will not bring it (the refusal names the rebuild that does).
+            raise IndexUnavailable(
+                "an index of this log cannot be read: " + "; ".join(refused),
+                hint="Run the rebuild it names (`usl status` lists the index as stalled); meanwhile "
+                     "freshness latest reads the log directly.") from exc
         if vector_pin is not None:
             decision = with_vector_fallback(decision, vector_pin.watermark, vector_problem)
         rebuilt_from = {kind: int((pin.manifest.extra.get("rebuild") or {}).get("fromSeq", 1))

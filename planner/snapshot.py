@@ -328,16 +328,19 @@ def with_rebuilt_lines(decision: SnapshotDecision, from_seqs: Mapping[str, int])
     return decision
 
 
-def published_stall(watermark: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The ``stalled`` entry a sink published with ``watermark`` (:func:`sinks.runner.stall_of`:
-    its line was built under another policy or chunker than the sink writes; of a sharded kind,
-    the first stalled shard's, naming it), or None."""
+def published_stall(watermark: Mapping[str, Any], log_id: str) -> dict[str, Any] | None:
+    """The ``stalled`` entry a sink published with ``watermark`` of ``log_id``
+    (:func:`sinks.runner.stall_of`: its line was built under another policy, chunker or text
+    analyzer than the sink writes; of a sharded kind, the first stalled shard's, naming it), with
+    the ``remedy`` that ends it, or None."""
     shards = watermark.get("shards")
     records = sorted(shards.items()) if isinstance(shards, Mapping) else [(None, watermark)]
     for shard, record in records:
         stalled = record.get("stalled") if isinstance(record, Mapping) else None
         if isinstance(stalled, Mapping) and {"what", "built", "writes"} <= set(stalled):
             entry = {name: stalled.get(name) for name in ("what", "built", "writes", "generationId", "since")}
+            # A sink of an older release published no remedy: its stalls were all pipeline changes.
+            entry["remedy"] = stalled.get("remedy") or f"usl rebuild all --log {log_id}"
             return {**entry, "shard": shard} if shard else entry
     return None
 
@@ -348,12 +351,11 @@ def with_stalls(decision: SnapshotDecision, watermarks: Mapping[str, Mapping[str
     :func:`published_stall` reads): its lag then grows until a rebuild, it does not catch up."""
     stalled = []
     for kind in decision.required:
-        stall = published_stall(watermarks.get(kind) or {})
+        stall = published_stall(watermarks.get(kind) or {}, log_id)
         if stall is not None:
             where = f"{kind} ({stall['shard']})" if stall.get("shard") else kind
             stalled.append(f"{where}: stalled: built under {stall['what']} {stall['built']}, the sinks "
-                           f"write {stall['writes']}; not indexing this log until `usl rebuild all "
-                           f"--log {log_id}`")
+                           f"write {stall['writes']}; not indexing this log until `{stall['remedy']}`")
     return replace(decision, reasons=(*decision.reasons, *stalled)) if stalled else decision
 
 

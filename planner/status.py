@@ -230,10 +230,10 @@ def build_status(l1_seqs: dict[str, int], watermarks: dict[tuple[str, str], dict
             oldest = append_time.get(key) if lag else None
             lag_seconds = 0.0 if lag == 0 else (round(max(now - oldest, 0.0), 3) if oldest else None)
             heldby = (held or {}).get(key) if lag else None
-            stalled = published_stall(wm)
+            stalled = published_stall(wm, log_id)
             if stalled is not None:
                 verdict = (f"stalled: built under {stalled['what']} {stalled['built']}, this code writes "
-                           f"{stalled['writes']}; not indexing until `usl rebuild all --log {log_id}`")
+                           f"{stalled['writes']}; not indexing until `{stalled['remedy']}`")
             elif lag == 0:
                 verdict = "ok: caught up"
             elif key in open_unit and heldby is not None:
@@ -356,14 +356,18 @@ def render_status(report: dict[str, Any], console: Console) -> None:
                 cells.append((idx.get("redactionPolicy") or "-")[:8])
             table.add_row(*cells, idx["verdict"])
         console.print(table)
-        stalled_kinds: dict[tuple[str, str, str], list[str]] = {}
+        stalled_kinds: dict[tuple[str, str, str], dict[str, list[str]]] = {}
         for kind, idx in entry["indexes"].items():
             if idx.get("stalled"):
                 stall = idx["stalled"]
-                stalled_kinds.setdefault((stall["what"], str(stall["built"]), str(stall["writes"])), []).append(kind)
-        for (what, built, writes), kinds in stalled_kinds.items():
+                remedy = str(stall.get("remedy") or f"usl rebuild all --log {log_id}")
+                stalled_kinds.setdefault((stall["what"], str(stall["built"]), str(stall["writes"])),
+                                         {}).setdefault(remedy, []).append(kind)
+        for (what, built, writes), remedies in stalled_kinds.items():
+            kinds = [kind for named in remedies.values() for kind in named]
+            run = " and ".join(f"`{remedy}`" for remedy in remedies)
             console.print(escape(f"  not indexing {', '.join(kinds)}: built under {what} {built}, the sinks write "
-                                 f"{writes}; run `usl rebuild all --log {log_id}`"), style="red")
+                                 f"{writes}; run {run}"), style="red")
         mismatch = entry.get("mismatch")
         if mismatch:
             console.print(f"  [red]searches refused:[/] {escape(mismatch['message'])}")

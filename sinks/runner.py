@@ -148,23 +148,31 @@ def _commit_gap(settings: Settings, last_flush_seconds: float) -> float:
     return max(settings.sink_commit_gap_seconds, _EARLY_COMMIT_SPACING * last_flush_seconds)
 
 
-def stall_of(manifest: Manifest | None, versions: dict[str, Any], *, chunk_based: bool = True) -> dict[str, Any] | None:
+def stall_of(manifest: Manifest | None, versions: dict[str, Any], *, chunk_based: bool = True,
+             analyzer: str | None = None) -> dict[str, Any] | None:
     """The ``stalled`` entry of a line whose current generation ``manifest`` was built under
     another redaction policy or (for a sink that reads chunks, ``chunk_based``) chunker than
-    ``versions`` (:func:`sinks.service.pipeline_versions`) write; None when the sink can commit
-    to it."""
+    ``versions`` (:func:`sinks.service.pipeline_versions`) write, or (for a sink whose writer
+    names one, ``analyzer``) another text analyzer; None when the sink can commit to it. The
+    entry's ``remedy`` is the rebuild that ends the stall: every kind for a pipeline change
+    (the kinds join by chunk id), the one kind for an analyzer."""
     if manifest is None:
         return None
     difference = pipeline_difference(
         manifest.redaction_policy_hash, manifest.chunker if chunk_based else {},
         str(versions.get("redactionPolicy") or ""), versions.get("chunker", {}) if chunk_based else {})
+    remedy = f"usl rebuild all --log {manifest.log_id}"
+    if difference is None and analyzer is not None:
+        built_with = str(manifest.extra.get("analyzer") or "words/1")  # no marker: the first analyzer
+        if built_with != analyzer:
+            difference = ("text analyzer", built_with, analyzer)
+            remedy = f"usl rebuild {manifest.kind} --log {manifest.log_id}"
     if difference is None:
         return None
     what, built, writes = difference
     return {"what": what, "built": built, "writes": writes, "generationId": manifest.generation_id,
-            "since": time.time(),
-            "message": (f"built under {what} {built}, this sink writes {writes}: run "
-                        f"usl rebuild all --log {manifest.log_id}")}
+            "since": time.time(), "remedy": remedy,
+            "message": f"built under {what} {built}, this sink writes {writes}: run {remedy}"}
 
 
 def watermark_of(manifest: Manifest, store: GenerationStore, versions: dict[str, Any],
@@ -244,6 +252,9 @@ class SinkRunner:
         self._failures = 0
         self._merger: BackgroundMerger | None = None
         self._stalled_reported: set[tuple[str, str | None]] = set()
+        # The text analyzer this writer's terms come from (text, toolresults): a line of another
+        # one stalls like a line of another policy, never crashes the sink for every log.
+        self._analyzer: str | None = writer.describe().get("analyzer")
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -255,7 +266,8 @@ class SinkRunner:
         store = self._store(log_id)
         manifest = store.current()
         state = LogState(manifest=manifest, line=store.line)
-        state.stalled = stall_of(manifest, self.versions, chunk_based="chunks" in self.sources)
+        state.stalled = stall_of(manifest, self.versions, chunk_based="chunks" in self.sources,
+                                 analyzer=self._analyzer)
         self._note_stall(log_id, state)
         if manifest is not None and state.stalled is None:
             state.ids = _load_ids(store.generation_dir(manifest.generation_id))
@@ -278,9 +290,9 @@ class SinkRunner:
         stalled = state.stalled
         log.error("%s sink: log %s stalled: line %s (generation %s) was built under %s %s, this sink "
                   "writes %s; one line never mixes them, so this log is not indexed (the other logs "
-                  "are) until `usl rebuild all --log %s` switches it to a new line", self.label, log_id,
+                  "are) until `%s` switches it to a new line", self.label, log_id,
                   state.line, stalled["generationId"], stalled["what"], stalled["built"], stalled["writes"],
-                  log_id)
+                  stalled["remedy"])
 
     def _known_logs(self) -> list[str]:
         logs = set()

@@ -55,13 +55,29 @@ def test_a_stalled_index_says_so_and_what_ends_it() -> None:
     assert text["verdict"] == ("stalled: built under redaction policy 2fdadad94be4e113, this code writes "
                                "685d251b0a4acb35; not indexing until `usl rebuild all --log rx`")
     assert text["stalled"] == {"what": "redaction policy", "built": "2fdadad94be4e113",
-                               "writes": "685d251b0a4acb35", "generationId": 41, "since": 1.0}
+                               "writes": "685d251b0a4acb35", "generationId": 41, "since": 1.0,
+                               "remedy": "usl rebuild all --log rx"}
     assert text["lagSeqs"] == 10 and text["builtThroughSeq"] == 20  # the contract's fields stay
     assert report["logs"]["rx"]["indexes"]["vector"]["stalled"] is None
     out = io.StringIO()
     render_status(report, Console(file=out, width=250))
     assert ("not indexing text: built under redaction policy 2fdadad94be4e113, the sinks write 685d251b0a4acb35; "
             "run `usl rebuild all --log rx`") in out.getvalue()
+
+
+def test_an_analyzer_stall_names_each_kind_s_own_rebuild() -> None:
+    analyzer = {"what": "text analyzer", "built": "a/5", "writes": "a/6", "generationId": 41, "since": 1.0}
+    report = build_status({"rx": 30}, {
+        ("rx", "text"): _watermark(20, stalled={**analyzer, "remedy": "usl rebuild text --log rx"}),
+        ("rx", "toolresults"): _watermark(20, stalled={**analyzer, "remedy": "usl rebuild toolresults --log rx"})},
+        {}, now=100.0)
+    text = report["logs"]["rx"]["indexes"]["text"]
+    assert text["verdict"] == ("stalled: built under text analyzer a/5, this code writes a/6; not indexing until "
+                               "`usl rebuild text --log rx`")
+    out = io.StringIO()
+    render_status(report, Console(file=out, width=250))
+    assert ("not indexing text, toolresults: built under text analyzer a/5, the sinks write a/6; run "
+            "`usl rebuild text --log rx` and `usl rebuild toolresults --log rx`") in out.getvalue()
 
 
 def test_a_stalled_shard_stalls_its_kind() -> None:

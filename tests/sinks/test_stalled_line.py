@@ -7,6 +7,7 @@ sink process exited, on every restart again: no log was indexed any more."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 import threading
@@ -51,6 +52,74 @@ def test_a_line_of_another_policy_or_chunker_is_stalled_by_one_rule() -> None:
     # (tool results) is not stalled by the chunker.
     assert stall_of(_manifest("new", version="3"), versions) is None
     assert stall_of(_manifest("new", version="3", targetTokens=768), versions, chunk_based=False) is None
+
+
+def test_a_text_line_of_another_analyzer_is_stalled_with_its_own_rebuild() -> None:
+    versions = {"redactionPolicy": "new", "chunker": {"version": "3"}}
+    current = Manifest(kind="text", log_id="rx", line="live", generation_id=4, built_through_seq=3,
+                       schema_version="3", asp_version="1", chunker={"version": "3"}, embedding=None,
+                       redaction_policy_hash="new", extra={"analyzer": "nfkc+words+spaceless-chars/5"})
+    stall = stall_of(current, versions, analyzer="json-strings+nfkc+words+spaceless-chars/6")
+    assert stall is not None
+    assert (stall["what"], stall["built"], stall["writes"], stall["remedy"]) == (
+        "text analyzer", "nfkc+words+spaceless-chars/5", "json-strings+nfkc+words+spaceless-chars/6",
+        "usl rebuild text --log rx")
+    assert stall_of(current, versions, analyzer="nfkc+words+spaceless-chars/5") is None
+    assert stall_of(current, versions) is None  # a writer without an analyzer (structured, vector)
+    # A pipeline change outranks it: every kind must be rebuilt then, this one with them.
+    older = stall_of(dataclasses.replace(current, redaction_policy_hash="old"), versions, analyzer="x")
+    assert older is not None and older["remedy"] == "usl rebuild all --log rx"
+
+
+@pytest.mark.kafka
+def test_a_text_log_of_another_analyzer_stalls_alone_until_its_text_is_rebuilt(
+        make_settings: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found upgrading a running stack to analyzer 6: the text and tool-results sinks opened a
+    log's analyzer-5 index, raised, and restarted every few seconds with a traceback, indexing
+    no log at all; `usl status` said "catching up"."""
+    import sinks.text.base
+    import sinks.text_writer
+
+    settings = make_settings(embedder="hash:64")
+    bootstrap = settings.bootstrap_servers or ""
+    stack = Stack(settings)
+    failures: list[BaseException] = []
+    runner: SinkRunner | None = None
+    thread: threading.Thread | None = None
+    try:
+        stack.worker()
+        heads = {log: append_events(settings, _events(log, f"{log}-a", seed)) for seed, log in enumerate(("rx", "ok"))}
+        with monkeypatch.context() as patch:  # rx's text index as the previous release wrote it
+            for module in (sinks.text.base, sinks.text_writer):
+                patch.setattr(module, "ANALYZER", "nfkc+words+spaceless-chars/5")
+            rebuild(settings, bootstrap, "text", log_id="rx")
+        runner = SinkRunner(settings, bootstrap, make_writer("text", settings), versions=pipeline_versions(settings))
+        thread = _run(runner, failures)
+        heads = {log: append_events(settings, _events(log, f"{log}-b", 10 + seed)) for seed, log in enumerate(("rx", "ok"))}
+
+        def through(log_id: str) -> int:
+            manifest = GenerationStore(index_root(settings), log_id, "text").current()
+            return 0 if manifest is None else manifest.built_through_seq
+
+        rx_before = through("rx")
+        _wait(lambda: through("ok") >= heads["ok"], "the log of this analyzer", thread)
+        assert not failures and through("rx") == rx_before
+        stalled = read_watermarks(bootstrap, settings)[("rx", "text")]["stalled"]
+        assert (stalled["what"], stalled["remedy"]) == ("text analyzer", "usl rebuild text --log rx")
+        index = collect_status(settings, bootstrap, log_id="rx")["logs"]["rx"]["indexes"]["text"]
+        assert index["verdict"].startswith("stalled: built under text analyzer nfkc+words+spaceless-chars/5")
+        assert index["verdict"].endswith("not indexing until `usl rebuild text --log rx`")
+        rebuild(settings, bootstrap, "text", log_id="rx")
+        _wait(lambda: through("rx") >= heads["rx"], "the rebuilt log", thread)
+        _wait(lambda: "stalled" not in read_watermarks(bootstrap, settings)[("rx", "text")], "the stall to clear",
+              thread)
+        assert not failures
+    finally:
+        if runner is not None:
+            runner.stop()
+        if thread is not None:
+            thread.join(timeout=60)
+        stack.close()
 
 
 def _events(log_id: str, prefix: str, seed: int) -> list[dict[str, Any]]:
