@@ -377,7 +377,7 @@ def render_status(report: dict[str, Any], console: Console) -> None:
         holders: dict[tuple[int, str | None, str | None], list[str]] = {}
         for kind, idx in entry["indexes"].items():
             held_by = idx.get("heldBy")
-            if held_by:
+            if held_by and not idx.get("stalled"):  # a stalled index waits for a rebuild, not an event
                 holders.setdefault((held_by["seq"], held_by["sessionId"], held_by["turnId"]), []).append(kind)
         for (seq, session_id, turn_id), kinds in sorted(holders.items(), key=lambda item: item[0][0]):
             which = ", ".join(kinds)

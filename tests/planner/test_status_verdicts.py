@@ -70,7 +70,7 @@ def test_an_analyzer_stall_names_each_kind_s_own_rebuild() -> None:
     report = build_status({"rx": 30}, {
         ("rx", "text"): _watermark(20, stalled={**analyzer, "remedy": "usl rebuild text --log rx"}),
         ("rx", "toolresults"): _watermark(20, stalled={**analyzer, "remedy": "usl rebuild toolresults --log rx"})},
-        {}, now=100.0)
+        {}, now=100.0, held={("rx", 21): {"seq": 21, "sessionId": "s1", "turnId": None}})
     text = report["logs"]["rx"]["indexes"]["text"]
     assert text["verdict"] == ("stalled: built under text analyzer a/5, this code writes a/6; not indexing until "
                                "`usl rebuild text --log rx`")
@@ -78,6 +78,7 @@ def test_an_analyzer_stall_names_each_kind_s_own_rebuild() -> None:
     render_status(report, Console(file=out, width=250))
     assert ("not indexing text, toolresults: built under text analyzer a/5, the sinks write a/6; run "
             "`usl rebuild text --log rx` and `usl rebuild toolresults --log rx`") in out.getvalue()
+    assert "held back by" not in out.getvalue()  # it waits for the rebuild, not for an event
 
 
 def test_a_stalled_shard_stalls_its_kind() -> None:
