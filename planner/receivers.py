@@ -482,7 +482,13 @@ def routes(settings: Settings, bootstrap: str, principal_of: Callable[[Request],
         if isinstance(body, _RepeatedKeys):
             raise QueryError(f"the body holds the key {body.key!r} twice; each key may appear once",
                              hint='Send one "events" array (and at most one "log").')
-        log_id = request_log(body.get("log", "default"))
+        # ?log= as /v1/traces takes it (an OTLP exporter cannot add a body field); it was
+        # ignored here, so the events went to 'default' while the caller searched the named log.
+        named = request.query_params.get("log")
+        if named is not None and "log" in body and body["log"] != named:
+            raise QueryError(f"the log is named twice, ?log={named} and \"log\": {body['log']!r}",
+                             hint="Name it once, in the query string or in the body.")
+        log_id = request_log(body.get("log", named if named is not None else "default"))
         if len(body["events"]) > MAX_EVENTS:
             raise QueryError(f"at most {MAX_EVENTS} events per request", hint="Send several batches.")
         answer = await run_in_threadpool(receiver.receive, body["events"], principal, log_id)
@@ -530,7 +536,10 @@ def openapi_paths(*, security: list[dict[str, list[str]]], principal: dict[str, 
     return {
         "/v1/events": {"post": {
             "summary": "Append a batch of ASP v1 events to L1; answers after L1 committed them",
-            "parameters": [principal],
+            "parameters": [principal, {"name": "log", "in": "query", "required": False,
+                                       "description": "The log, as the body's \"log\" names it (not both, "
+                                                      "unless the same)",
+                                       "schema": {**log_schema, "default": "default"}}],
             "security": security,
             "requestBody": {"required": True, "content": {"application/json": {"schema": {
                 "type": "object", "required": ["events"], "properties": {

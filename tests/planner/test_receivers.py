@@ -73,6 +73,26 @@ def test_appends_after_commit_dedupes_and_lists_bad_events(api):
     assert Counter(e["eventId"] for e in l1_events(settings)) == Counter(e["eventId"] for e in events)
 
 
+def test_the_log_may_be_named_in_the_query_string_as_for_traces(api):
+    """Found by a new user: `POST /v1/events?log=ev` (as /v1/traces takes it) appended to
+    'default', answered 200, and `usl search --log ev` said there is no log 'ev'."""
+    settings, client, key_a, _key_b = api
+    events = [{key: value for key, value in event.items() if key != "logId"}  # as a plain producer sends them
+              for event in acme(session_events("s-qlog", turns=1))]
+    answer = client.post("/v1/events?log=ev", json={"events": events}, headers={"Authorization": f"Bearer {key_a}"})
+    assert answer.status_code == 200 and answer.json()["appended"] == len(events), answer.text
+    assert {e["eventId"] for e in l1_events(settings, "ev")} == {e["eventId"] for e in events}
+    assert l1_events(settings) == []
+    same = client.post("/v1/events?log=ev", json={"events": events, "log": "ev"},
+                       headers={"Authorization": f"Bearer {key_a}"})
+    assert same.status_code == 200 and same.json()["duplicates"] == len(events)
+    twice = client.post("/v1/events?log=ev", json={"events": events, "log": "other"},
+                        headers={"Authorization": f"Bearer {key_a}"})
+    assert twice.status_code == 400 and "named twice" in twice.json()["error"]["message"]
+    bad = client.post("/v1/events?log=no%20spaces", json={"events": events}, headers={"Authorization": f"Bearer {key_a}"})
+    assert bad.status_code == 400, bad.text
+
+
 def test_a_key_writes_only_its_own_tenants_events(api):
     settings, client, key_a, key_b = api
     events = session_events("s-acme", turns=1)
