@@ -20,13 +20,14 @@ log = logging.getLogger("usl.sink")
 
 def pipeline_versions(settings: Settings) -> dict[str, Any]:
     """Chunker and redaction versions recorded in every manifest and watermark."""
-    from streams.chunking import ChunkerConfig, default_tokenizer
+    from streams.chunking import ChunkerConfig
+    from streams.chunking.tokenizer import default_tokenizer_identity
     from streams.redaction import POLICY_VERSION, policy_hash
 
     config = ChunkerConfig(target_tokens=settings.chunk_tokens, overlap_tokens=settings.chunk_overlap_tokens,
                            idle_gap_seconds=settings.idle_gap_seconds)
     return {
-        "chunker": {"version": config.version, "tokenizer": default_tokenizer().identity,
+        "chunker": {"version": config.version, "tokenizer": default_tokenizer_identity(),
                     "targetTokens": config.target_tokens, "overlapTokens": config.overlap_tokens,
                     "idleGapSeconds": config.idle_gap_seconds, "tickEverySeqs": settings.tick_every_seqs},
         "redactionPolicy": policy_hash(),

@@ -11,6 +11,7 @@ Counts never include special tokens (``<s>``): the embedder is called without th
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import logging
 import re
@@ -28,6 +29,7 @@ from tokenizers import Tokenizer as _HFTokenizer
 __all__ = ["HFTokenizer", "Tokenizer", "count_many", "default_tokenizer", "import_wordllama", "substring_counter"]
 
 _WORDLLAMA_CONFIG = "l2_supercat_tokenizer_config.json"
+_DEFAULT_NAME = "wordllama/l2_supercat"
 
 
 @runtime_checkable
@@ -51,7 +53,7 @@ class HFTokenizer:
 
     def __init__(self, path: Path | str, *, name: str) -> None:
         data = Path(path).read_bytes()
-        self.identity = f"{name}@{hashlib.sha256(data).hexdigest()[:12]}"
+        self.identity = _identity(name, data)
         self._tokenizer = _HFTokenizer.from_str(data.decode("utf-8"))
         # The file may carry padding/truncation settings; a count must see the whole text.
         self._tokenizer.no_padding()
@@ -281,10 +283,29 @@ def import_wordllama() -> ModuleType:
     return wordllama
 
 
+def _identity(name: str, config: bytes) -> str:
+    return f"{name}@{hashlib.sha256(config).hexdigest()[:12]}"
+
+
+@cache
+def default_tokenizer_identity() -> str:
+    """``default_tokenizer().identity`` without loading it: the same hash of the same file,
+    found without importing wordllama and parsing the tokenizer (together about a second), so
+    ``usl --version``, ``usl status`` and a sink's start do not pay for a tokenizer they never
+    use."""
+    spec = importlib.util.find_spec("wordllama")
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    for location in locations:
+        path = Path(location) / "tokenizers" / _WORDLLAMA_CONFIG
+        if path.is_file():
+            return _identity(_DEFAULT_NAME, path.read_bytes())
+    return default_tokenizer().identity  # an unusual install: ask the loaded tokenizer
+
+
 @cache
 def default_tokenizer() -> HFTokenizer:
     """The default embedder's tokenizer (wordllama ``l2_supercat``), loaded once per process."""
     import_wordllama()  # resources.files would import it with its logging side effect
     config = resources.files("wordllama.tokenizers").joinpath(_WORDLLAMA_CONFIG)
     with resources.as_file(config) as path:
-        return HFTokenizer(path, name="wordllama/l2_supercat")
+        return HFTokenizer(path, name=_DEFAULT_NAME)

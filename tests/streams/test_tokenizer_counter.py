@@ -23,6 +23,14 @@ _ALPHABET = st.sampled_from([*"ab z  \u2581\n\t.=_/-1:", "日本", "語", "🙂"
 _TEXT = st.lists(_ALPHABET, min_size=1, max_size=120).map("".join)
 
 
+def test_the_default_tokenizers_identity_is_known_without_loading_it() -> None:
+    # What manifests and watermarks record (sinks.service.pipeline_versions): it must name the
+    # tokenizer the chunker loads, or every index would look built by another chunker.
+    from streams.chunking.tokenizer import default_tokenizer_identity
+
+    assert default_tokenizer_identity() == default_tokenizer().identity
+
+
 def test_the_default_tokenizer_is_piece_local() -> None:
     # If a new wordllama tokenizer stopped being piece-local the counter would silently fall back
     # to encoding every substring; this says so instead.
