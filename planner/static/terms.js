@@ -1,5 +1,5 @@
 // Where the query's words occur in a hit's text, for the search page to mark them. The words
-// are the text index's terms (sinks/text/base.py, analyzer json-strings+nfkc+words+spaceless-chars/6):
+// are the text index's terms (sinks/text/base.py, analyzer json-strings+no-ansi+nfkc+words+spaceless-chars/6):
 // of the NFKC form of the text (full-width letters, ligatures, half-width kana folded), lowercased
 // runs of letters and digits (Unicode's Alphabetic, so with the vowel signs of Devanagari and the
 // other Indic scripts, as tantivy reads them), except that each Chinese, Japanese or Korean
@@ -21,7 +21,13 @@ const WORD = new RegExp(`[${CJK}]|(?:(?![${CJK}])[\\p{Alphabetic}\\p{N}])+`, "gu
 const HAS_CJK = new RegExp(`[${CJK}]`, "u");
 
 function words(text) {
-  return [...(text || "").normalize("NFKC").toLowerCase().matchAll(WORD)].map((m) => m[0]);
+  return [...(text || "").normalize("NFKC").matchAll(WORD)].map((m) => lower(m[0]));
+}
+
+// Split, then lowercase character by character, as tantivy does: İ lowercases to i and a
+// combining dot (lowercasing first would split it off), and a word-final Σ to σ, not ς.
+function lower(word) {
+  return [...word].map((character) => character.toLowerCase()).join("");
 }
 
 // The query as the page marks it: single words and "quoted phrases". A word holding CJK
@@ -49,7 +55,7 @@ function queryTerms(query) {
 function termRanges(text, query) {
   const { terms, phrases } = queryTerms(query);
   if (!terms.size && !phrases.length) return [];
-  const tokens = [...text.matchAll(WORD)].map((m) => ({ from: m.index, to: m.index + m[0].length, word: m[0].normalize("NFKC").toLowerCase() }));
+  const tokens = [...text.matchAll(WORD)].map((m) => ({ from: m.index, to: m.index + m[0].length, word: lower(m[0].normalize("NFKC")) }));
   const ranges = [];
   tokens.forEach((token, i) => {
     if (terms.has(token.word)) ranges.push([token.from, token.to]);

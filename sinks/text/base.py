@@ -60,10 +60,12 @@ __all__ = [
     "dedupe_last_wins",
     "folded",
     "json_unescaped",
+    "lower_term",
     "parse_query",
     "text_digest",
     "to_text_doc",
     "unique_keys",
+    "without_ansi",
     "write_analyzer_marker",
 ]
 
@@ -73,7 +75,7 @@ __all__ = [
 # tantivy's default.
 MAX_TOKEN_BYTES = 65
 
-ANALYZER = "json-strings+nfkc+words+spaceless-chars/6"
+ANALYZER = "json-strings+no-ansi+nfkc+words+spaceless-chars/6"
 """The text analyzer's identity. Version 1 (no marker) kept a run of CJK characters as one
 token, so no substring of it could be found; version 2 (``words+cjk-chars/2``) did the same to
 Thai, Lao, Myanmar and Khmer; version 3 (``words+spaceless-chars/3``) did not fold Unicode
@@ -82,7 +84,8 @@ and nothing, and ``ｆｕｌｌｗｉｄｔｈ`` matched no ``fullwidth``; versi
 tokens of 40 bytes or more, so no commit hash could be searched; version 5
 (``nfkc+words+spaceless-chars/5``) read the escapes of JSON strings as letters, so in a tool's JSON
 output ``"Draft\\n\\nUse the tool"`` held the word ``nuse`` and no ``use``, and
-``"\\u043f\\u044f\\u0442"`` the words ``u043f`` … instead of ``пят``. An index of another
+``"\\u043f\\u044f\\u0442"`` the words ``u043f`` … instead of ``пят``, and coloured output
+``ESC[31mFAILED`` the word ``31mfailed``. An index of another
 analyzer is refused with the remedy (``usl rebuild text``), never searched with the wrong terms."""
 ANALYZER_MARKER = "usl-analyzer.json"
 CJK_RANGES: tuple[tuple[int, int], ...] = (
@@ -286,14 +289,28 @@ def parse_query(query: str, analyze: Callable[[str], list[str]]) -> QueryClauses
 
 
 def folded(text: str) -> str:
-    """``text`` as the analyzer reads it, its first steps: :func:`json_unescaped`, then Unicode
-    normal form NFKC: a letter and its combining accent become one letter (``cafe\u0301`` →
-    ``café``), compatibility forms their plain ones (full-width ``ＡＢＣ``, ligatures, half-width
-    katakana). ``text`` itself (the same object) when it is already folded."""
-    text = json_unescaped(text)
+    """``text`` as the analyzer reads it, its first steps: :func:`json_unescaped`, terminal
+    escape sequences out (:func:`without_ansi`), then Unicode normal form NFKC: a letter and its
+    combining accent become one letter (``cafe\u0301`` → ``café``), compatibility forms their
+    plain ones (full-width ``ＡＢＣ``, ligatures, half-width katakana). ``text`` itself (the same
+    object) when it is already folded."""
+    text = without_ansi(json_unescaped(text))
     if text.isascii() or unicodedata.is_normalized("NFKC", text):
         return text
     return unicodedata.normalize("NFKC", text)
+
+
+# A terminal escape sequence: CSI (colours, cursor moves: ESC [ ... final byte), OSC (titles,
+# links: ESC ] ... BEL or ESC \), or a two-byte one (ESC and one character).
+_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
+
+
+def without_ansi(text: str) -> str:
+    """``text`` with its terminal escape sequences as spaces. Coloured tool output (test runners,
+    compilers, ``git`` with colour on) writes ``ESC[31mFAILED ESC[0mtest_refund``: the sequence's
+    ``[31m`` would otherwise join the word after it (``31mfailed``, ``0mtest_refund``), and
+    neither word could be found. ``text`` itself when it holds no ESC."""
+    return _ANSI.sub(" ", text) if "\x1b" in text else text
 
 
 # One JSON string literal, exactly as JSON writes one: no raw control characters, no escapes
@@ -336,7 +353,7 @@ def _decoded_literal(match: re.Match[str]) -> str:
     if start and text[start - 1] not in "{[,:":
         return literal
     # The pattern admits only JSON's own syntax, so json reads every match.
-    return f" {_UNSPELLABLE.sub(' ', json.loads(literal))} "
+    return f" {_UNSPELLABLE.sub(' ', without_ansi(json.loads(literal)))} "
 
 
 def cjk_spaced(text: str) -> str:
@@ -353,11 +370,22 @@ def cjk_spaced(text: str) -> str:
 
 
 def analyze_text(text: str) -> list[str]:
-    """The analyzer in pure Python: the terms both engines index for ``text``."""
-    text = folded(text).lower()
+    """The analyzer in pure Python: the terms both engines index for ``text``. Split, measured,
+    then lowercased, in tantivy's order: ``İ`` lowercases to ``i`` and a combining dot, which
+    lowercasing first would then split off."""
+    text = folded(text)
     words = _WORD_UNMARKED if text.isascii() or _MARKS.isdisjoint(text) else _WORD
-    return [token for token in words.findall(text)
-            if len(token.encode("utf-8")) < MAX_TOKEN_BYTES]
+    return [lower_term(token) for token in words.findall(text) if len(token.encode("utf-8")) < MAX_TOKEN_BYTES]
+
+
+def lower_term(token: str) -> str:
+    """``token`` lowercased as tantivy lowercases it, character by character: Python's
+    ``lower()`` alone writes a word-final capital sigma as final sigma (``ΟΔΟΣ`` → ``οδος``),
+    which tantivy indexes as ``οδοσ``."""
+    lowered = token.lower()
+    if "ς" in lowered and "Σ" in token:
+        return "".join(character.lower() for character in token)
+    return lowered
 
 
 def write_analyzer_marker(directory: Path) -> None:

@@ -32,6 +32,7 @@ from sinks.text.base import (
     collect_top,
     dedupe_last_wins,
     folded,
+    lower_term,
     parse_query,
     text_digest,
     write_analyzer_marker,
@@ -60,6 +61,15 @@ class _FoldingTokenizer(analysis.Tokenizer):  # type: ignore[misc]
         return self._inner(folded(value), **kwargs)
 
 
+class _LowercaseFilter(analysis.Filter):  # type: ignore[misc]
+    """Lowercase as tantivy does (:func:`sinks.text.base.lower_term`), not as ``str.lower``."""
+
+    def __call__(self, tokens: Any) -> Any:
+        for token in tokens:
+            token.text = lower_term(token.text)
+            yield token
+
+
 def _analyzer() -> analysis.Analyzer:
     # The same terms as the tantivy engine: one CJK character or a run of other letters and
     # digits of NFKC-folded text, lowercased, no stop words, long tokens dropped with their
@@ -67,7 +77,7 @@ def _analyzer() -> analysis.Analyzer:
     # characters, tantivy in bytes.)
     return (
         _FoldingTokenizer()
-        | analysis.LowercaseFilter()
+        | _LowercaseFilter()
         | analysis.StopFilter(stoplist=frozenset(), minsize=1, maxsize=MAX_TOKEN_BYTES - 1, renumber=False)
     )
 

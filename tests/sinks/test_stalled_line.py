@@ -59,10 +59,10 @@ def test_a_text_line_of_another_analyzer_is_stalled_with_its_own_rebuild() -> No
     current = Manifest(kind="text", log_id="rx", line="live", generation_id=4, built_through_seq=3,
                        schema_version="3", asp_version="1", chunker={"version": "3"}, embedding=None,
                        redaction_policy_hash="new", extra={"analyzer": "nfkc+words+spaceless-chars/5"})
-    stall = stall_of(current, versions, analyzer="json-strings+nfkc+words+spaceless-chars/6")
+    stall = stall_of(current, versions, analyzer="json-strings+no-ansi+nfkc+words+spaceless-chars/6")
     assert stall is not None
     assert (stall["what"], stall["built"], stall["writes"], stall["remedy"]) == (
-        "text analyzer", "nfkc+words+spaceless-chars/5", "json-strings+nfkc+words+spaceless-chars/6",
+        "text analyzer", "nfkc+words+spaceless-chars/5", "json-strings+no-ansi+nfkc+words+spaceless-chars/6",
         "usl rebuild text --log rx")
     assert stall_of(current, versions, analyzer="nfkc+words+spaceless-chars/5") is None
     assert stall_of(current, versions) is None  # a writer without an analyzer (structured, vector)

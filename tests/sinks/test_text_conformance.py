@@ -329,6 +329,11 @@ JSON_DOCS = {
             '\\u0446\\u0430 10:05", "\\u4e88\\u7d04\\u6e08\\u307f"]}',
     "nested": '[tool.result mcp ok] {"text": "{\\"status\\": \\"failed\\\\nretrying\\"}"}',
     "windows": '[tool.call Bash] command=cd "C:\\tools\\bin" && dir',
+    # pytest --color=yes as a Bash tool printed it, and a progress line from a real session's
+    # JSON (its ESC written \u001b).
+    "ansi": '[tool.result Bash error] \x1b[31mFAILED\x1b[0m tests/test_pay.py::test_refund_rounds - '
+            'AssertionError\n\x1b[1m\x1b[31m1 failed\x1b[0m\x1b[1m in 0.12s\x1b[0m',
+    "progress": '{"type": "bash_progress", "output": "\\u001b[0mWaiting for lock on the build directory"}',
 }
 
 
@@ -340,9 +345,10 @@ def test_words_inside_json_strings_are_found(engine: TextEngine, index_dir: Path
     engine.add(index_dir, [chunk(doc_id, text) for doc_id, text in JSON_DOCS.items()])
     for query, expected in (('"Use the Task tool"', "jq"), ('"Draft Bead Content"', "jq"), ("summaries", "jq"),
                             ("пятница", "otel"), ("予約", "otel"), ('"failed retrying"', "nested"),
-                            ("retrying", "nested"), ('"C tools bin"', "windows")):
+                            ("retrying", "nested"), ('"C tools bin"', "windows"), ("FAILED", "ansi"),
+                            ('"1 failed in 0 12s"', "ansi"), ('"Waiting for lock"', "progress")):
         assert ids(engine.search(index_dir, query, limit=5))[:1] == [expected], query
-    for absent in ("nuse", "u043f", "nretrying", "ools"):
+    for absent in ("nuse", "u043f", "nretrying", "ools", "31mfailed", "0mwaiting", "0mtests"):
         assert engine.search(index_dir, absent, limit=5) == [], absent
     # The stored text is the chunk's own, escapes and all (evidence offsets point into it).
     assert engine.fetch_texts(index_dir, ["otel", "jq"]) == {  # type: ignore[attr-defined]
@@ -365,6 +371,24 @@ def test_a_text_written_as_json_analyzes_as_the_text(text: str, depth: int, asci
     for _ in range(depth - 1):
         encoded = json.dumps({"text": encoded}, ensure_ascii=ascii_only)
     assert [t for t in analyze_text(encoded) if t != "text"] == [t for t in analyze_text(text) if t != "text"]
+
+
+_SGR = st.builds(lambda codes: "\x1b[" + ";".join(map(str, codes)) + "m", st.lists(st.integers(0, 107), max_size=3))
+
+
+@settings(max_examples=200, deadline=None)
+@given(words=st.lists(st.text(st.characters(whitelist_categories=("L", "Nd")), min_size=1, max_size=8), max_size=8),
+       colours=st.lists(_SGR, min_size=9, max_size=9))
+def test_colour_codes_leave_the_words_as_they_are(words: list[str], colours: list[str]):
+    """Coloured output (an SGR sequence before, after or between any words) analyzes as the
+    plain text: ``ESC[31mFAILED`` is the word ``failed``, not ``31mfailed``."""
+    from sinks.text.base import analyze_text
+
+    plain = " ".join(words)
+    # Each word wrapped as a terminal writes it: a colour before, a reset (or another colour) after.
+    coloured = " ".join(f"{before}{word}{after}" for before, word, after in zip(colours, words, colours[1:], strict=False))
+    assert analyze_text(coloured) == analyze_text(plain)
+    assert _TANTIVY.analyze(coloured) == analyze_text(plain)
 
 
 @settings(max_examples=300, deadline=None)
@@ -423,7 +447,7 @@ def test_engines_and_the_planner_analyze_alike():
     tantivy_engine, whoosh_engine = TantivyEngine(), WhooshEngine()
     samples = [*CJK_DOCS.values(), "Привет мир", "café crème", "x² ½ ①", "🙂 emoji 𠀀𠀁 々ー",
                "a" * 45 + "数" + "b" * 39, "ＡＢＣ ｶﾀｶﾅ", "tab\tand\nnewline_under", "cafe\u0301 nai\u0308ve ﬁle",
-               "ภาษาไทยคำ", *JSON_DOCS.values()]
+               "ภาษาไทยคำ", "İstanbul ΣΊΣΥΦΟΣ σίσυφος ẞ", "नमस्ते डेटाबेस", *JSON_DOCS.values()]
     for text in samples:
         expected = analyze_text(text)
         assert tantivy_engine.analyze(text) == expected, text
