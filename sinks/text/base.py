@@ -37,6 +37,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from sinks.exceptions import EmptyQueryError, EngineError
 from sinks.text.letters import WORD_MARK_RANGES
+from streams.ansi import without_ansi
 from streams.asp import posix_seconds
 
 __all__ = [
@@ -65,7 +66,6 @@ __all__ = [
     "text_digest",
     "to_text_doc",
     "unique_keys",
-    "without_ansi",
     "write_analyzer_marker",
 ]
 
@@ -298,19 +298,6 @@ def folded(text: str) -> str:
     if text.isascii() or unicodedata.is_normalized("NFKC", text):
         return text
     return unicodedata.normalize("NFKC", text)
-
-
-# A terminal escape sequence: CSI (colours, cursor moves: ESC [ ... final byte), OSC (titles,
-# links: ESC ] ... BEL or ESC \), or a two-byte one (ESC and one character).
-_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
-
-
-def without_ansi(text: str) -> str:
-    """``text`` with its terminal escape sequences as spaces. Coloured tool output (test runners,
-    compilers, ``git`` with colour on) writes ``ESC[31mFAILED ESC[0mtest_refund``: the sequence's
-    ``[31m`` would otherwise join the word after it (``31mfailed``, ``0mtest_refund``), and
-    neither word could be found. ``text`` itself when it holds no ESC."""
-    return _ANSI.sub(" ", text) if "\x1b" in text else text
 
 
 # One JSON string literal, exactly as JSON writes one: no raw control characters, no escapes

@@ -16,7 +16,7 @@ from streams.exceptions import ConfigError
 
 __all__ = ["DEFAULT_POLICY", "POLICY_VERSION", "RedactionPolicy", "policy_hash"]
 
-POLICY_VERSION = "2.5"
+POLICY_VERSION = "2.6"
 
 
 @dataclass(frozen=True)
@@ -94,6 +94,7 @@ def _hash(policy: RedactionPolicy) -> str:
         "names": keys.fingerprint(),
         "wrapped": text.rejoin_fingerprint(),
         "literals": literals.fingerprint(),
+        "ansi": text.ansi_fingerprint(),
     }
     encoded = json.dumps(definition, sort_keys=True, ensure_ascii=True, separators=(",", ":"))
     return hashlib.sha256(encoded.encode("ascii")).hexdigest()[:16]

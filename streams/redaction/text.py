@@ -10,6 +10,7 @@ from functools import lru_cache
 
 import ahocorasick
 
+from streams.ansi import ANSI_SEQUENCE, without_ansi
 from streams.exceptions import RedactionError
 from streams.redaction.base import MARKER_PREFIX, USER_MARKER, Rule, Scan, marker
 from streams.redaction.literals import redact_literals
@@ -62,6 +63,9 @@ def redact_text(text: str, policy: RedactionPolicy | None = None) -> tuple[str, 
     """
     if not isinstance(text, str):
         raise RedactionError(f"redact_text takes a str, not {type(text).__name__}")
+    # Colour codes out first (2.6): in `ESC[32mAPI_KEY:ESC[39m value` they stand between a
+    # secret's name and its value, where no rule expects them; a terminal shows none of them.
+    text = without_ansi(text, "")
     if len(text) < _SHORTEST_FINDING:
         return text, {}
     if len(text) <= _REMEMBERED_CHARS:
@@ -76,6 +80,7 @@ def redact_text(text: str, policy: RedactionPolicy | None = None) -> tuple[str, 
 def redact_text_into(text: str, hits: dict[str, int], policy: RedactionPolicy | None = None) -> str:
     """:func:`redact_text` adding its replacements to ``hits`` (the event walker's per-event
     count) instead of returning a new dict: the same redaction, one call for each string."""
+    text = without_ansi(text, "")
     if len(text) < _SHORTEST_FINDING:
         return text
     if len(text) <= _REMEMBERED_CHARS:
@@ -90,6 +95,7 @@ def redact_text_into(text: str, hits: dict[str, int], policy: RedactionPolicy | 
 def redact_text_plain(text: str, policy: RedactionPolicy | None = None) -> tuple[str, dict[str, int]]:
     """:func:`redact_text` without any shortcut: no memory, and every rule applied to every
     text, whatever its gates say. Slow; the reference the fast path is tested against."""
+    text = without_ansi(text, "")
     if len(text) < _SHORTEST_FINDING:
         return text, {}
     hits: dict[str, int] = {}
@@ -112,6 +118,7 @@ def _items(redaction: tuple[str, dict[str, int]]) -> tuple[str, Iterable[tuple[s
 def _redact(text: str, policy: RedactionPolicy) -> tuple[str, dict[str, int]]:
     rules = build_rules(policy)
     hits: dict[str, int] = {}
+    text = without_ansi(text, "")  # also what a JSON literal's \u001b escapes decode to
     if "\n" in text:
         text = _rejoin(text, hits, lambda joined: _redact(joined, policy))
     for _ in range(_MAX_PASSES):
@@ -125,6 +132,11 @@ def _redact(text: str, policy: RedactionPolicy) -> tuple[str, dict[str, int]]:
         # the memories, as any text's does.
         text = redact_literals(text, hits, lambda literal: _remembered(literal, policy))
     return text, hits
+
+
+def ansi_fingerprint() -> str:
+    """What the policy removes before its rules read a text (part of the policy hash)."""
+    return ANSI_SEQUENCE.pattern
 
 
 def rejoin_fingerprint() -> list[str]:

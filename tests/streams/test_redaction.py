@@ -60,7 +60,7 @@ def test_exported_members() -> None:
         "DEFAULT_POLICY", "POLICY_VERSION", "RedactedEvent", "RedactionPolicy", "policy_hash",
         "redact_event", "redact_text", "rule_names",
     }
-    assert POLICY_VERSION == "2.5"
+    assert POLICY_VERSION == "2.6"
 
 
 # ---------------------------------------------------------------- labelled corpus
@@ -149,6 +149,46 @@ def test_battery_recall_is_at_least_99_percent_in_every_context() -> None:
     assert total == 1.0, missed
     for context, (found, n) in by_context.items():
         assert found == n, (context, [m for m in missed if m[1] == context])
+
+
+_SGR = ("1", "31", "32", "33", "36", "1;31", "0", "39", "22", "38;5;208")
+
+
+def _coloured(text: str, seed: int) -> str:
+    """``text`` as a terminal with colour on writes it: a colour before each word (and the
+    name before a ``=`` or ``:``) and a reset after, as heroku, kubectl, vault and test runners do."""
+    import random
+    import re
+
+    rng = random.Random(seed)
+    return re.sub(r"[^\s=:]+", lambda word: f"\x1b[{rng.choice(_SGR)}m{word.group()}\x1b[0m", text)
+
+
+def test_battery_recall_holds_in_coloured_output() -> None:
+    """Found by a new user's coloured tool output: `ESC[32mAPI_KEY:ESC[39m value`, `password:
+    ESC[33mvalueESC[0m` and `ESC[1mSECRET_KEYESC[0m = "value"` kept their values under policy 2.5
+    (the codes stood between a secret's name and its value). 2.6 removes them first."""
+    missed = []
+    for number, (case, _survivors, _hits) in enumerate(battery_results()):
+        redacted, _ = redact_text(_coloured(case.text, number))
+        survivors = case.survivors(redacted)
+        if survivors or "\x1b" in redacted:
+            missed.append((case.format_id, case.context, survivors[:2]))
+    assert missed == []
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_colour_codes_anywhere_redact_as_the_plain_text(data: st.DataObject) -> None:
+    case = data.draw(st.sampled_from([case for case, _, _ in battery_results()]))
+    text = case.text
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(text)), max_size=6)))
+    codes = data.draw(st.lists(st.sampled_from([f"\x1b[{code}m" for code in _SGR] + ["\x1b]0;title\x07", "\x1b[2K"]),
+                               min_size=len(cuts), max_size=len(cuts)))
+    coloured = "".join(text[start:end] + code for start, end, code in zip([0, *cuts], cuts, codes, strict=False))
+    coloured += text[cuts[-1]:] if cuts else text
+    assert redact_text(coloured) == redact_text(text)
+    assert redact_text_plain(coloured)[0] == redact_text(text)[0]
 
 
 @pytest.mark.parametrize("source", ["gitleaks", "detect-secrets", "usl"])
