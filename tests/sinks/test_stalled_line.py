@@ -12,11 +12,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
 
+import sinks.text.base as sinks_text_base
+import sinks.text_writer as sinks_text_writer
 from deploy.testing import Stack, settings_env
 from planner.status import collect_status
 from sinks.generations import GenerationStore, Manifest
@@ -77,49 +80,30 @@ def test_a_text_log_of_another_analyzer_stalls_alone_until_its_text_is_rebuilt(
     """Found upgrading a running stack to analyzer 6: the text and tool-results sinks opened a
     log's analyzer-5 index, raised, and restarted every few seconds with a traceback, indexing
     no log at all; `usl status` said "catching up"."""
-    import sinks.text.base
-    import sinks.text_writer
-
     settings = make_settings(embedder="hash:64")
     bootstrap = settings.bootstrap_servers or ""
-    stack = Stack(settings)
-    failures: list[BaseException] = []
-    runner: SinkRunner | None = None
-    thread: threading.Thread | None = None
-    try:
-        stack.worker()
+    with _sinks(settings) as sinks:
         heads = {log: append_events(settings, _events(log, f"{log}-a", seed)) for seed, log in enumerate(("rx", "ok"))}
         with monkeypatch.context() as patch:  # rx's text index as the previous release wrote it
-            for module in (sinks.text.base, sinks.text_writer):
+            for module in (sinks_text_base, sinks_text_writer):
                 patch.setattr(module, "ANALYZER", "nfkc+words+spaceless-chars/5")
             rebuild(settings, bootstrap, "text", log_id="rx")
-        runner = SinkRunner(settings, bootstrap, make_writer("text", settings), versions=pipeline_versions(settings))
-        thread = _run(runner, failures)
+        thread = sinks.start(SinkRunner(settings, bootstrap, make_writer("text", settings),
+                                        versions=pipeline_versions(settings)))
         heads = {log: append_events(settings, _events(log, f"{log}-b", 10 + seed)) for seed, log in enumerate(("rx", "ok"))}
-
-        def through(log_id: str) -> int:
-            manifest = GenerationStore(index_root(settings), log_id, "text").current()
-            return 0 if manifest is None else manifest.built_through_seq
-
-        rx_before = through("rx")
-        _wait(lambda: through("ok") >= heads["ok"], "the log of this analyzer", thread)
-        assert not failures and through("rx") == rx_before
+        rx_before = _through(settings, "rx", "text")
+        _wait(lambda: _through(settings, "ok", "text") >= heads["ok"], "the log of this analyzer", thread)
+        assert not sinks.failures and _through(settings, "rx", "text") == rx_before
         stalled = read_watermarks(bootstrap, settings)[("rx", "text")]["stalled"]
         assert (stalled["what"], stalled["remedy"]) == ("text analyzer", "usl rebuild text --log rx")
         index = collect_status(settings, bootstrap, log_id="rx")["logs"]["rx"]["indexes"]["text"]
         assert index["verdict"].startswith("stalled: built under text analyzer nfkc+words+spaceless-chars/5")
         assert index["verdict"].endswith("not indexing until `usl rebuild text --log rx`")
         rebuild(settings, bootstrap, "text", log_id="rx")
-        _wait(lambda: through("rx") >= heads["rx"], "the rebuilt log", thread)
+        _wait(lambda: _through(settings, "rx", "text") >= heads["rx"], "the rebuilt log", thread)
         _wait(lambda: "stalled" not in read_watermarks(bootstrap, settings)[("rx", "text")], "the stall to clear",
               thread)
-        assert not failures
-    finally:
-        if runner is not None:
-            runner.stop()
-        if thread is not None:
-            thread.join(timeout=60)
-        stack.close()
+        assert not sinks.failures
 
 
 def _events(log_id: str, prefix: str, seed: int) -> list[dict[str, Any]]:
@@ -127,8 +111,8 @@ def _events(log_id: str, prefix: str, seed: int) -> list[dict[str, Any]]:
                       seed=seed)
 
 
-def _through(settings: Settings, log_id: str) -> int:
-    manifest = GenerationStore(index_root(settings), log_id, KIND).current()
+def _through(settings: Settings, log_id: str, kind: str = KIND) -> int:
+    manifest = GenerationStore(index_root(settings), log_id, kind).current()
     return 0 if manifest is None else manifest.built_through_seq
 
 
@@ -138,6 +122,39 @@ def _wait(predicate: Callable[[], bool], what: str, thread: threading.Thread, ti
         assert thread.is_alive(), f"the sink stopped while waiting for {what}"
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.2)
+
+
+class _Sinks:
+    """A worker, and one sink runner at a time in a thread, whose failures are kept."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.stack = Stack(settings)
+        self.stack.worker()
+        self.failures: list[BaseException] = []
+        self.runner: SinkRunner | None = None
+        self.thread: threading.Thread | None = None
+
+    def start(self, runner: SinkRunner) -> threading.Thread:
+        self.stop()
+        self.runner, self.thread = runner, _run(runner, self.failures)
+        return self.thread
+
+    def stop(self) -> None:
+        if self.runner is not None:
+            self.runner.stop()
+        if self.thread is not None:
+            self.thread.join(timeout=60)
+        self.runner = self.thread = None
+
+
+@contextmanager
+def _sinks(settings: Settings) -> Iterator[_Sinks]:
+    sinks = _Sinks(settings)
+    try:
+        yield sinks
+    finally:
+        sinks.stop()
+        sinks.stack.close()
 
 
 def _run(runner: SinkRunner, failures: list[BaseException]) -> threading.Thread:
@@ -158,31 +175,23 @@ def test_a_log_of_another_policy_stalls_alone_until_rebuilt(make_settings: Calla
     bootstrap = settings.bootstrap_servers or ""
     current = pipeline_versions(settings)
     earlier = {**current, "redactionPolicy": "0123456789abcdef"}  # an earlier release's sinks
-    stack = Stack(settings)
-    failures: list[BaseException] = []
-    runner: SinkRunner | None = None
-    thread: threading.Thread | None = None
-    try:
-        stack.worker()
+    with _sinks(settings) as sinks:
         heads = {log: append_events(settings, _events(log, f"{log}-a", seed)) for seed, log in enumerate(("rx", "ok"))}
         # Both logs indexed by the earlier release's sink.
-        runner = SinkRunner(settings, bootstrap, make_writer(KIND, settings), versions=earlier)
-        thread = _run(runner, failures)
+        thread = sinks.start(SinkRunner(settings, bootstrap, make_writer(KIND, settings), versions=earlier))
         _wait(lambda: all(_through(settings, log) >= seq for log, seq in heads.items()), "the first index", thread)
-        runner.stop()
-        thread.join(timeout=60)
-        assert not failures
+        sinks.stop()
+        assert not sinks.failures
         # The upgrade: 'ok' is rebuilt under this code's policy, 'rx' not yet.
         rebuild(settings, bootstrap, KIND, log_id="ok")
-        runner = SinkRunner(settings, bootstrap, make_writer(KIND, settings), versions=current)
-        thread = _run(runner, failures)
+        thread = sinks.start(SinkRunner(settings, bootstrap, make_writer(KIND, settings), versions=current))
         heads = {log: append_events(settings, _events(log, f"{log}-b", 10 + seed))
                  for seed, log in enumerate(("rx", "ok"))}
         rx_before = _through(settings, "rx")
         # Before: the commit to rx's line raised RedactionPolicyMismatchError and the sink exited,
         # leaving 'ok' unindexed too.
         _wait(lambda: _through(settings, "ok") >= heads["ok"], "the log under this policy", thread)
-        assert not failures and _through(settings, "rx") == rx_before
+        assert not sinks.failures and _through(settings, "rx") == rx_before
         watermark = read_watermarks(bootstrap, settings)[("rx", KIND)]
         assert watermark["stalled"]["what"] == "redaction policy"
         assert (watermark["stalled"]["built"], watermark["stalled"]["writes"]) == (
@@ -198,17 +207,11 @@ def test_a_log_of_another_policy_stalls_alone_until_rebuilt(make_settings: Calla
         rebuild(settings, bootstrap, KIND, log_id="rx")
         more = append_events(settings, _events("rx", "rx-c", 20))
         _wait(lambda: _through(settings, "rx") >= more, "the rebuilt log", thread)
-        assert not failures
+        assert not sinks.failures
         _wait(lambda: "stalled" not in read_watermarks(bootstrap, settings)[("rx", KIND)], "the stall to clear",
               thread)
         index = collect_status(settings, bootstrap, log_id="rx")["logs"]["rx"]["indexes"][KIND]
         assert index["stalled"] is None and not index["verdict"].startswith("stalled")
-    finally:
-        if runner is not None:
-            runner.stop()
-        if thread is not None:
-            thread.join(timeout=60)
-        stack.close()
 
 
 def test_a_rebuild_under_other_settings_than_the_stalled_sinks_is_refused(
