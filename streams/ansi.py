@@ -12,9 +12,17 @@ import re
 
 __all__ = ["ANSI_SEQUENCE", "without_ansi"]
 
-ANSI_SEQUENCE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
-"""One sequence: CSI (colours, cursor moves: ``ESC [`` parameters, final byte), OSC (titles,
-links: ``ESC ]`` to BEL or ``ESC \\``), or a two-byte one (``ESC`` and one character)."""
+_MARKER = r"\[[A-Z]+[:\]]"  # a redaction marker's start: [REDACTED:…], [USER]
+ANSI_SEQUENCE = re.compile(
+    rf"\x1b(?:(?={_MARKER})|\[(?={_MARKER})|\[(?![A-Z]+[:\]])[0-?]*[A-Za-z@`~]"
+    rf"|\][^\x07\x1b]{{0,512}}(?:\x07|\x1b\\)|[()][AB0-2])")
+"""One sequence, of the kinds programs write into captured output: CSI (colours, erasing,
+cursor moves: ``ESC [``, parameters, a letter), OSC (titles, links: ``ESC ]`` to BEL or ``ESC \\``,
+at most 512 characters; an unterminated one is left) or a character set (``ESC ( B``, which
+``tput sgr0`` writes). Nothing looser: a sequence's last byte is a letter, and a bare ``ESC [``
+or ``ESC (`` followed by a space or a quote is no sequence, so no secret written after one
+loses its first character. Before a redaction marker (``[REDACTED:…]``, ``[USER]``) only the
+``ESC`` or ``ESC [`` goes, never the marker's first characters."""
 
 
 def without_ansi(text: str, replacement: str = " ") -> str:

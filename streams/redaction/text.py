@@ -10,7 +10,7 @@ from functools import lru_cache
 
 import ahocorasick
 
-from streams.ansi import ANSI_SEQUENCE, without_ansi
+from streams.ansi import ANSI_SEQUENCE
 from streams.exceptions import RedactionError
 from streams.redaction.base import MARKER_PREFIX, USER_MARKER, Rule, Scan, marker
 from streams.redaction.literals import redact_literals
@@ -63,10 +63,6 @@ def redact_text(text: str, policy: RedactionPolicy | None = None) -> tuple[str, 
     """
     if not isinstance(text, str):
         raise RedactionError(f"redact_text takes a str, not {type(text).__name__}")
-    # Colour codes out first (2.6): in `ESC[32mAPI_KEY:ESC[39m value` they stand between a
-    # secret's name and its value, where no rule expects them; a terminal shows none of them.
-    if "\x1b" in text:
-        text = ANSI_SEQUENCE.sub("", text)
     if len(text) < _SHORTEST_FINDING:
         return text, {}
     if len(text) <= _REMEMBERED_CHARS:
@@ -81,8 +77,6 @@ def redact_text(text: str, policy: RedactionPolicy | None = None) -> tuple[str, 
 def redact_text_into(text: str, hits: dict[str, int], policy: RedactionPolicy | None = None) -> str:
     """:func:`redact_text` adding its replacements to ``hits`` (the event walker's per-event
     count) instead of returning a new dict: the same redaction, one call for each string."""
-    if "\x1b" in text:  # inline: this runs for every string of every event
-        text = ANSI_SEQUENCE.sub("", text)
     if len(text) < _SHORTEST_FINDING:
         return text
     if len(text) <= _REMEMBERED_CHARS:
@@ -97,12 +91,15 @@ def redact_text_into(text: str, hits: dict[str, int], policy: RedactionPolicy | 
 def redact_text_plain(text: str, policy: RedactionPolicy | None = None) -> tuple[str, dict[str, int]]:
     """:func:`redact_text` without any shortcut: no memory, and every rule applied to every
     text, whatever its gates say. Slow; the reference the fast path is tested against."""
-    text = without_ansi(text, "")
     if len(text) < _SHORTEST_FINDING:
         return text, {}
+    return _redact_plain(ANSI_SEQUENCE.sub("", text) if "\x1b" in text else text, policy)
+
+
+def _redact_plain(text: str, policy: RedactionPolicy | None) -> tuple[str, dict[str, int]]:
     hits: dict[str, int] = {}
     if "\n" in text:
-        text = _rejoin(text, hits, lambda joined: redact_text_plain(joined, policy))
+        text = _rejoin(text, hits, lambda joined: _redact_plain(joined, policy))
     rules = build_rules(policy or DEFAULT_POLICY)
     for _ in range(_MAX_PASSES):
         text, again = _one_pass(text, rules, hits, plain=True)
@@ -118,11 +115,19 @@ def _items(redaction: tuple[str, dict[str, int]]) -> tuple[str, Iterable[tuple[s
 
 
 def _redact(text: str, policy: RedactionPolicy) -> tuple[str, dict[str, int]]:
+    # Terminal escape sequences out first (2.6): in `ESC[32mAPI_KEY:ESC[39m value` they stand
+    # between a secret's name and its value, where no rule expects them, and a terminal shows
+    # none of them. JSON literals come through here too, with what their \u001b decode to.
+    if "\x1b" in text:
+        text = ANSI_SEQUENCE.sub("", text)
+    return _redact_as_written(text, policy)
+
+
+def _redact_as_written(text: str, policy: RedactionPolicy) -> tuple[str, dict[str, int]]:
     rules = build_rules(policy)
     hits: dict[str, int] = {}
-    text = without_ansi(text, "")  # also what a JSON literal's \u001b escapes decode to
     if "\n" in text:
-        text = _rejoin(text, hits, lambda joined: _redact(joined, policy))
+        text = _rejoin(text, hits, lambda joined: _redact_as_written(joined, policy))
     for _ in range(_MAX_PASSES):
         text, again = _one_pass(text, rules, hits)
         if not again:

@@ -180,6 +180,8 @@ def test_battery_recall_holds_in_coloured_output() -> None:
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_colour_codes_anywhere_redact_as_the_plain_text(data: st.DataObject) -> None:
+    """Colour codes anywhere in a battery text, inside its secret too: the redaction of the
+    text the terminal shows, in the fast path and the plain reference."""
     case = data.draw(st.sampled_from([case for case, _, _ in battery_results()]))
     text = case.text
     cuts = sorted(data.draw(st.lists(st.integers(0, len(text)), max_size=6)))
