@@ -11,8 +11,8 @@ brackets, ``field:value`` — is just text, tokenized like the indexed text. An 
 quote makes a phrase of the rest of the query.
 
 The analyzer (:data:`ANALYZER`, recorded in every text generation's manifest and in a marker
-file inside the index) reads text with its JSON string literals decoded (:func:`json_unescaped`)
-and folded to NFKC: lowercased runs of letters and digits (with the marks Unicode counts as
+file inside the index) reads text with its JSON string literals decoded (:func:`json_unescaped`),
+its terminal escape sequences as spaces and folded to NFKC: lowercased runs of letters and digits (with the marks Unicode counts as
 letters, as tantivy splits: ``sinks.text.letters``), except that every character of
 a script written without spaces is a token of its own: Chinese, Japanese, Korean (Han, kana,
 Hangul syllables) and the Southeast Asian scripts Thai, Lao, Myanmar and Khmer. Such scripts
