@@ -12,20 +12,27 @@ import re
 
 __all__ = ["ANSI_SEQUENCE", "without_ansi"]
 
-_MARKER = r"\[[A-Z]+[:\]]"  # a redaction marker's start: [REDACTED:…], [USER]
+_MARKER_NAME = r"[A-Z]+[:\]]"  # what follows a redaction marker's "[": REDACTED:…, USER]
 ANSI_SEQUENCE = re.compile(
-    rf"\x1b(?:(?={_MARKER})|\[(?={_MARKER})|\[(?![A-Z]+[:\]])[0-?]*[A-Za-z@`~]"
+    rf"\x1b(?:\[(?!{_MARKER_NAME})[0-?]*[A-Za-z@`~]"
     rf"|\][^\x07\x1b]{{0,512}}(?:\x07|\x1b\\)|[()][AB0-2])")
 """One sequence, of the kinds programs write into captured output: CSI (colours, erasing,
 cursor moves: ``ESC [``, parameters, a letter), OSC (titles, links: ``ESC ]`` to BEL or ``ESC \\``,
 at most 512 characters; an unterminated one is left) or a character set (``ESC ( B``, which
 ``tput sgr0`` writes). Nothing looser: a sequence's last byte is a letter, and a bare ``ESC [``
 or ``ESC (`` followed by a space or a quote is no sequence, so no secret written after one
-loses its first character. Before a redaction marker (``[REDACTED:…]``, ``[USER]``) only the
-``ESC`` or ``ESC [`` goes, never the marker's first characters."""
+loses its first character. ``ESC [`` before a redaction marker (``[REDACTED:…]``, ``[USER]``)
+is none either: redacting its output again must not take the marker's ``[R``."""
 
 
 def without_ansi(text: str, replacement: str = " ") -> str:
-    """``text`` with each escape sequence replaced by ``replacement``; ``text`` itself (the same
-    object) when it holds no ESC."""
-    return ANSI_SEQUENCE.sub(replacement, text) if "\x1b" in text else text
+    """``text`` with each escape sequence replaced by ``replacement``, until none is left:
+    removing one can join an ``ESC`` before it to the text after it into a new one
+    (``ESC ESC[31m [31m``), and removing sequences twice must change nothing. ``text`` itself
+    (the same object) when it holds no ESC."""
+    while "\x1b" in text:
+        removed = ANSI_SEQUENCE.sub(replacement, text)
+        if removed == text:
+            break
+        text = removed
+    return text

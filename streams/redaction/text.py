@@ -10,7 +10,7 @@ from functools import lru_cache
 
 import ahocorasick
 
-from streams.ansi import ANSI_SEQUENCE
+from streams.ansi import ANSI_SEQUENCE, without_ansi
 from streams.exceptions import RedactionError
 from streams.redaction.base import MARKER_PREFIX, USER_MARKER, Rule, Scan, marker
 from streams.redaction.literals import redact_literals
@@ -93,7 +93,7 @@ def redact_text_plain(text: str, policy: RedactionPolicy | None = None) -> tuple
     text, whatever its gates say. Slow; the reference the fast path is tested against."""
     if len(text) < _SHORTEST_FINDING:
         return text, {}
-    return _redact_plain(ANSI_SEQUENCE.sub("", text) if "\x1b" in text else text, policy)
+    return _redact_plain(without_ansi(text, ""), policy)
 
 
 def _redact_plain(text: str, policy: RedactionPolicy | None) -> tuple[str, dict[str, int]]:
@@ -118,9 +118,7 @@ def _redact(text: str, policy: RedactionPolicy) -> tuple[str, dict[str, int]]:
     # Terminal escape sequences out first (2.6): in `ESC[32mAPI_KEY:ESC[39m value` they stand
     # between a secret's name and its value, where no rule expects them, and a terminal shows
     # none of them. JSON literals come through here too, with what their \u001b decode to.
-    if "\x1b" in text:
-        text = ANSI_SEQUENCE.sub("", text)
-    return _redact_as_written(text, policy)
+    return _redact_as_written(without_ansi(text, ""), policy)
 
 
 def _redact_as_written(text: str, policy: RedactionPolicy) -> tuple[str, dict[str, int]]:
@@ -141,9 +139,10 @@ def _redact_as_written(text: str, policy: RedactionPolicy) -> tuple[str, dict[st
     return text, hits
 
 
-def ansi_fingerprint() -> str:
-    """What the policy removes before its rules read a text (part of the policy hash)."""
-    return ANSI_SEQUENCE.pattern
+def ansi_fingerprint() -> list[str]:
+    """What the policy removes before its rules read a text (part of the policy hash): the
+    sequences, removed until none is left."""
+    return [ANSI_SEQUENCE.pattern, "until none is left"]
 
 
 def rejoin_fingerprint() -> list[str]:

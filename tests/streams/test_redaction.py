@@ -523,6 +523,8 @@ FRAGMENTS = st.one_of(
         "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\n-----END RSA PRIVATE KEY-----", "https://u:p4ss@h.io/",
         "[REDACTED:email]", "[USER]", "A=1\n", "=", "@", "://", "sk-", "AKIA", "\n", "/home/", "a@b.io",
         "x.io", "-", "_", ".", "0", "A", "token: ", "key=", "--password ", "<secret>", "</secret>", "eyJ",
+        # Colour codes and their pieces (policy 2.6 removes sequences; removing one can form another).
+        "\x1b", "\x1b[", "[31m", "\x1b[31m", "\x1b[0m", "m", "[",
     ]),
 )
 
