@@ -50,6 +50,7 @@ __all__ = [
     "parse_freshness",
     "published_stall",
     "record_tail_scan",
+    "stall_remedy",
     "wait_satisfied",
     "with_rebuilt_lines",
     "with_refusals",
@@ -339,10 +340,15 @@ def published_stall(watermark: Mapping[str, Any], log_id: str) -> dict[str, Any]
         stalled = record.get("stalled") if isinstance(record, Mapping) else None
         if isinstance(stalled, Mapping) and {"what", "built", "writes"} <= set(stalled):
             entry = {name: stalled.get(name) for name in ("what", "built", "writes", "generationId", "since")}
-            # A sink of an older release published no remedy: its stalls were all pipeline changes.
-            entry["remedy"] = stalled.get("remedy") or f"usl rebuild all --log {log_id}"
+            entry["remedy"] = stall_remedy(stalled, log_id)
             return {**entry, "shard": shard} if shard else entry
     return None
+
+
+def stall_remedy(stalled: Mapping[str, Any], log_id: str) -> str:
+    """The command that ends the stall ``stalled`` of ``log_id``: the one its sink named; a sink
+    (or an API) of an older release named none, and its stalls were all pipeline changes."""
+    return str(stalled.get("remedy") or f"usl rebuild all --log {log_id}")
 
 
 def with_stalls(decision: SnapshotDecision, watermarks: Mapping[str, Mapping[str, Any] | None],

@@ -39,7 +39,7 @@ from rich.table import Table
 from planner.acl import Principal
 from planner.coherence import CHUNK_KINDS, ChunkOrigin, find_mismatch, origins_of_watermark, remedy
 from planner.exceptions import NotFound
-from planner.snapshot import published_stall
+from planner.snapshot import published_stall, stall_remedy
 from sinks.kinds import ALL_KINDS
 from sinks.watermarks import read_watermarks
 from streams.l1 import L1Reader
@@ -360,9 +360,8 @@ def render_status(report: dict[str, Any], console: Console) -> None:
         for kind, idx in entry["indexes"].items():
             if idx.get("stalled"):
                 stall = idx["stalled"]
-                remedy = str(stall.get("remedy") or f"usl rebuild all --log {log_id}")
                 stalled_kinds.setdefault((stall["what"], str(stall["built"]), str(stall["writes"])),
-                                         {}).setdefault(remedy, []).append(kind)
+                                         {}).setdefault(stall_remedy(stall, log_id), []).append(kind)
         for (what, built, writes), remedies in stalled_kinds.items():
             kinds = [kind for named in remedies.values() for kind in named]
             run = " and ".join(f"`{remedy}`" for remedy in remedies)
