@@ -1074,11 +1074,10 @@ class Planner:
             # Trimmed and tail chunks are embedded now, with the model that built the index.
             from sinks.vector import cosine  # faiss loads with the first vector search
 
-            vectors, span_vectors, flat = self._provisional_vectors(
+            rows, flat = self._provisional_vectors(
                 embedder, [(c.text or "", c.record.get("evidence") or ()) for c in chunks])
-            for candidate, vector, span_block in zip(chunks, vectors, span_vectors, strict=True):
-                spans = [row for row in span_block if np.any(row)]
-                score = max(cosine(row, query_vector) for row in spans) if spans else cosine(vector, query_vector)
+            for candidate, block in zip(chunks, rows, strict=True):
+                score = max(cosine(row, query_vector) for row in block)
                 if score > VECTOR_FLOOR:
                     candidate.scores["vector"] = float(score)
                     scored.append((candidate.id, float(score)))
@@ -1115,21 +1114,32 @@ class Planner:
 
     def _provisional_vectors(
         self, embedder: Any, chunks: Sequence[tuple[str, Sequence[Mapping[str, Any]]]],
-    ) -> tuple[np.ndarray, list[np.ndarray], int]:
-        """(vector of each chunk text, vectors of each chunk's events, events embedded) for
-        ``(text, evidence)`` pairs: chunks and events in one embedder call (one pass of its
-        batched tokenizer), each text served from the cache when an earlier query or the
-        warmer embedded it."""
+    ) -> tuple[list[np.ndarray], int]:
+        """(the vectors each chunk ranks by, events embedded) for ``(text, evidence)`` pairs: a
+        chunk ranks by its best event, as in the index (docs/planner.md, "Vectors per event"),
+        so the vector of its whole text is embedded only for a chunk of one event or of events
+        with no word the model knows. Each text is served from the cache when an earlier query
+        or the warmer embedded it."""
         from sinks.vector.spans import evidence_texts
 
         events = [evidence_texts(text, evidence) for text, evidence in chunks]
         flat = [piece for pieces in events for piece in pieces]
-        embedded = self._embed_chunks(embedder, [text for text, _ in chunks] + flat)
-        spans, start = [], len(chunks)
+        embedded = self._embed_chunks(embedder, flat) if flat else np.zeros((0, 0), dtype=np.float32)
+        rows: list[np.ndarray | None] = []
+        start = 0
         for pieces in events:
-            spans.append(embedded[start:start + len(pieces)])
+            block = embedded[start:start + len(pieces)]
             start += len(pieces)
-        return embedded[:len(chunks)], spans, len(flat)
+            block = block[np.any(block != 0, axis=1)] if len(block) else block
+            rows.append(block if len(block) else None)
+        # A chunk's text is about as long as its events' together: embedding it as well, as
+        # the sink does for its own search, doubled the embedder's work of an uncached tail.
+        whole = [index for index, block in enumerate(rows) if block is None]
+        if whole:
+            vectors = self._embed_chunks(embedder, [chunks[index][0] for index in whole])
+            for index, vector in zip(whole, vectors, strict=True):
+                rows[index] = vector[None, :]
+        return [block for block in rows if block is not None], len(flat)
 
     def _warm_tail(self, key: Any) -> None:
         """What a ``latest`` query of ``key`` (log, mode, tool results) would compute before

@@ -1088,6 +1088,31 @@ def test_a_chunk_ranks_by_its_best_event_in_vector_mode(known: Planner, task: st
         assert response["results"][0]["score"]["components"]["vector"]["score"] > 0.9
 
 
+def test_a_tail_chunk_of_several_events_is_embedded_by_its_events_only(known: Planner,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Its whole vector never ranks it (its best event does), so embedding its text as well
+    # would only double the embedder's work of an uncached tail.
+    first = known.search({"query": SPAN_TASKS[1], "log": "known", "mode": "vector", "k": 3,
+                          "freshness": "latest"}, ALICE)
+    embedder = known._embedder
+    assert embedder is not None
+    seen: list[str] = []
+    embed = embedder.embed
+    monkeypatch.setattr(embedder, "embed", lambda texts: seen.extend(texts) or embed(texts))
+    monkeypatch.setattr(known, "_vectors", {})
+    again = known.search({"query": SPAN_TASKS[1], "log": "known", "mode": "vector", "k": 3,
+                          "freshness": "latest", "explain": True}, ALICE)
+    assert again["results"] == first["results"]
+    assert again["explain"]["vector"]["eventsEmbeddedNow"] > 0
+    from sinks.vector.spans import evidence_texts
+
+    chunks = [hit for hit in again["results"] if hit["sessionId"] == "span-tail"]
+    assert chunks and all(len(hit["evidence"]) >= 2 for hit in chunks), "only the tail holds it"
+    for hit in chunks:
+        assert hit["text"] not in seen
+        assert set(evidence_texts(hit["text"], hit["evidence"])) <= set(seen)
+
+
 def test_hybrid_ranks_what_text_found_by_its_best_event_too(known: Planner, monkeypatch: pytest.MonkeyPatch) -> None:
     # A window of 5: the vector index's own top 5 (by whole chunk) misses the target, whose
     # tool output dilutes its whole vector; text finds it, and the vector list then ranks it
