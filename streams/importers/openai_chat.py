@@ -65,9 +65,12 @@ def iter_openai_chat(
         # An API exchange's id names one model call, so it never says "another conversation";
         # a conversation's own id does.
         own_id = None if exchange is not None else meta["id"]
+        unread = exchange.get("responseProblem") if exchange is not None else None
         if (current is not None and problem is None and own_id in (None, current.emitter.session_id)
                 and current.continued_by(meta["messages"])):
             yield from current.extend(meta, conv_label)
+            if unread is not None:
+                yield Rejected(f"{conv_label}/response", unread, raw_text(conversation))
             continue
         if problem is not None:
             # Rejected before the conversation before it is finished: a record that is no
@@ -80,6 +83,10 @@ def iter_openai_chat(
             current = None
         current = _Conversation(conversation, meta, label=conv_label, key=(label, index), log_id=log_id, acl=acl)
         yield from current.begin(meta)
+        if unread is not None:
+            # The request's messages are imported; the answer the log holds but this cannot
+            # read is dead-lettered, never dropped without a word.
+            yield Rejected(f"{conv_label}/response", unread, raw_text(conversation))
     if current is not None:
         yield from current.finish()
 
@@ -331,7 +338,14 @@ def api_conversation(value: Any) -> dict[str, Any] | None:
     "body": {"messages"}}``, output ``{"custom_id", "response": {"body": {"choices"}}}``). The
     conversation is the request's messages followed by the first choice's message; id, created
     and model come from the response (else the request, else ``custom_id``).
+
+    A response logged as it was streamed (a list of ``chat.completion.chunk`` objects, or of
+    Responses API stream events) is assembled into the message it streamed, and an object an SDK
+    serialised with its type (``{"__type__": ..., "__data__": {...}}``) is read as its data. A
+    response that is there but holds no answer this can read is named in the conversation's
+    ``responseProblem``: the caller dead-letters it, so the answer is never lost silently.
     """
+    value = _unwrapped(value)
     if not isinstance(value, dict) or isinstance(value.get("messages"), list):
         return None
     request, response = value.get("request"), value.get("response")
@@ -342,7 +356,8 @@ def api_conversation(value: Any) -> dict[str, Any] | None:
     if response is None and (isinstance(value.get("choices"), list) or _is_responses_response(value)):
         response = value
     request = _body(request)
-    response = _body(response)
+    logged_response = response
+    response = _streamed(_body(response))
     sent = _sent_messages(request) if isinstance(request, dict) else None
     choices = response.get("choices") if isinstance(response, dict) else None
     output = response.get("output") if _is_responses_response(response) else None
@@ -350,7 +365,7 @@ def api_conversation(value: Any) -> dict[str, Any] | None:
         return None
     messages = list(sent) if isinstance(sent, list) else []
     if isinstance(choices, list) and choices:
-        first = choices[0]
+        first = _unwrapped(choices[0])
         messages.append(first.get("message", first) if isinstance(first, dict) else first)
     if isinstance(output, list):
         messages += output
@@ -364,7 +379,94 @@ def api_conversation(value: Any) -> dict[str, Any] | None:
                 break
     if "id" not in conversation and isinstance(value.get("custom_id"), str):
         conversation["id"] = value["custom_id"]
+    if logged_response is not None and not isinstance(choices, list) and not isinstance(output, list):
+        conversation["responseProblem"] = _response_problem(response)
     return conversation
+
+
+def _unwrapped(value: Any) -> Any:
+    """An object an SDK serialised with its type (``{"__type__": "openai.types...ChatCompletion",
+    "__data__": {...}}``, as API recorders write them) as its data; anything else unchanged."""
+    if isinstance(value, dict) and isinstance(value.get("__type__"), str) and "__data__" in value:
+        return value["__data__"]
+    return value
+
+
+def _streamed(response: Any) -> Any:
+    """A response logged as the list of what was streamed, as the response it amounts to.
+
+    ``chat.completion.chunk`` objects become one chat.completion whose first choice's message
+    joins the deltas (text and refusal concatenated, tool calls merged by their ``index``, their
+    ``arguments`` concatenated); Responses API stream events become the ``response`` of their
+    ``response.completed`` (else last ``response.*``) event. Anything else is returned unchanged.
+    """
+    if not isinstance(response, list):
+        return response
+    items = [_unwrapped(item) for item in response]
+    events = [item.get("response") for item in items
+              if isinstance(item, dict) and isinstance(item.get("type"), str) and item["type"].startswith("response.")
+              and _is_responses_response(item.get("response"))]
+    if events:
+        done = [item["response"] for item in items if isinstance(item, dict) and item.get("type") == "response.completed"
+                and _is_responses_response(item.get("response"))]
+        return (done or events)[-1]
+    chunks = [item for item in items if isinstance(item, dict) and isinstance(item.get("choices"), list)]
+    if not chunks or len(chunks) != len([item for item in items if isinstance(item, dict) and "choices" in item]):
+        return response
+    message: dict[str, Any] = {"role": "assistant", "content": None}
+    calls: dict[Any, dict[str, Any]] = {}
+    legacy: dict[str, Any] = {}
+    for chunk in chunks:
+        for choice in chunk["choices"]:
+            choice = _unwrapped(choice)
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else choice.get("message")
+            if not isinstance(delta, dict):
+                continue
+            for key in ("content", "refusal"):
+                if isinstance(delta.get(key), str):
+                    message[key] = (message.get(key) or "") + delta[key]
+            for position, call in enumerate(delta.get("tool_calls") or []):
+                if isinstance(call, dict):
+                    _merge_call(calls.setdefault(call.get("index", position), {}), call)
+            if isinstance(delta.get("function_call"), dict):
+                _merge_call(legacy, {"function": delta["function_call"]})
+    if calls:
+        keys = sorted(calls) if all(isinstance(key, int) for key in calls) else list(calls)
+        message["tool_calls"] = [calls[key] for key in keys]
+    if legacy:
+        message["function_call"] = legacy["function"]
+    first = chunks[0]
+    assembled = {key: first[key] for key in ("id", "created", "model") if key in first}
+    assembled.update({"object": "chat.completion", "choices": [{"index": 0, "message": message}]})
+    return assembled
+
+
+def _merge_call(call: dict[str, Any], delta: dict[str, Any]) -> None:
+    """Add one streamed tool-call delta to the call assembled so far."""
+    for key in ("id", "type"):
+        if isinstance(delta.get(key), str) and delta[key] and not call.get(key):
+            call[key] = delta[key]
+    function = delta.get("function")
+    if isinstance(function, dict):
+        target = call.setdefault("function", {})
+        if isinstance(function.get("name"), str) and function["name"] and not target.get("name"):
+            target["name"] = function["name"]
+        if isinstance(function.get("arguments"), str):
+            target["arguments"] = target.get("arguments", "") + function["arguments"]
+
+
+def _response_problem(response: Any) -> str:
+    """Why a logged response gave no answer to import (for its dead letter)."""
+    if isinstance(response, dict) and isinstance(response.get("error"), dict | str):
+        error = response["error"]
+        detail = error.get("message") if isinstance(error, dict) else error
+        return f"field 'response' is an API error, not an answer: {str(detail)[:200]}"
+    shape = (f"an object with keys {', '.join(sorted(map(str, response))[:8])}" if isinstance(response, dict)
+             else type(response).__name__)
+    return ("field 'response' holds no chat.completion 'choices', Responses API 'output' or stream of "
+            f"either ({shape}); the request's messages are imported, the answer is not")
 
 
 def _is_responses_response(value: Any) -> bool:
@@ -414,9 +516,11 @@ def _chat_message(item: Any) -> Any:
 
 
 def _body(part: Any) -> Any:
-    """A Batch API request or response keeps the API's JSON under ``body``."""
-    if isinstance(part, dict) and isinstance(part.get("body"), dict):
-        return part["body"]
+    """A Batch API request or response keeps the API's JSON under ``body`` (an API recorder's,
+    as its SDK serialised it: the streamed chunks of a list, or ``{"__type__", "__data__"}``)."""
+    part = _unwrapped(part)
+    if isinstance(part, dict) and isinstance(_unwrapped(part.get("body")), dict | list):
+        return _unwrapped(part["body"])
     return part
 
 
