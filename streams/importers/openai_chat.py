@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 
 from streams.importers.base import (
+    BOM,
     Accepted,
     Content,
     Rejected,
@@ -93,6 +94,7 @@ def iter_openai_chat(
 
 def _conversations(path: Path, label: str, data: Content | None) -> Iterator[tuple[Any, str, object]]:
     """(conversation or Rejected, record label, position) for each conversation in the file."""
+    skip = 0  # lines a JSON document took (those after it are read as lines)
     if path.suffix.lower() != ".jsonl":
         data = read_bytes(path, data)
         document, error = parse_json(data)
@@ -102,11 +104,21 @@ def _conversations(path: Path, label: str, data: Content | None) -> Iterator[tup
         if not _looks_like_jsonl(data):
             yield Rejected(label, error, raw_text(data)), label, 0
             return
+    elif (found := _jsonl_document(path, data)) is not None:
+        # One JSON document saved under .jsonl (a pretty-printed array of conversations or
+        # messages): read line by line, every line of it would be rejected and nothing imported.
+        document, through = found
+        yield from _document_conversations(document, label)
+        if through is None:
+            return
+        skip = through
     # Lines that are single chat messages (an agent that logs each message as it goes) are one
     # conversation together: each run of them, a cut or unreadable line inside it included.
     run: list[Any] = []
     first = last = 0
     for number, line in read_lines(path, data):
+        if number <= skip:
+            continue
         record = f"{label}:{number}"
         value, error = parse_json(line)
         if error is None and is_message_line(value):
@@ -121,6 +133,12 @@ def _conversations(path: Path, label: str, data: Content | None) -> Iterator[tup
         if run:
             yield run, f"{label}:{first}-{last}", first
             run = []
+        if _is_conversation_list(value):
+            # A line holding an array of conversations (json.dumps of a list, saved as .jsonl):
+            # each is a conversation, as in a JSON document, not one message list.
+            for position, item in enumerate(value):
+                yield item, f"{record}#{position}", f"{number}#{position}"
+            continue
         yield value, record, number
     if run:
         yield run, f"{label}:{first}-{last}", first
@@ -132,6 +150,35 @@ def is_message_line(value: Any) -> bool:
     return (isinstance(value, dict) and value.get("role") in ROLES and "type" not in value
             and "messages" not in value and ("content" in value or "tool_calls" in value
                                              or "function_call" in value))
+
+
+def _jsonl_document(path: Path, data: Content | None) -> tuple[Any, int | None] | None:
+    """The JSON document a ``.jsonl`` file holds when its first non-blank line is no JSON text
+    alone (``[`` or ``{`` opening a pretty-printed document) but the whole file is one, and None
+    (nothing after it); else None. When the caller holds the bytes as parts and all but the last
+    part are the document (a follower adds an end-of-input line), the second item is how many
+    lines the document took: the line after it is read as a line."""
+    first = next(iter(read_lines(path, data)), None)
+    if first is None or parse_json(first[1])[1] is None or first[1].removeprefix(BOM)[:1] not in (b"[", b"{"):
+        return None
+    document, error = parse_json(read_bytes(path, data))
+    if error is None:
+        return document, None
+    if isinstance(data, tuple) and len(data) > 1:
+        head = b"".join(data[:-1])
+        document, error = parse_json(head)
+        if error is None:
+            return document, head.count(b"\n") + (not head.endswith(b"\n"))
+    return None
+
+
+def _is_conversation_list(value: Any) -> bool:
+    """A JSON array whose items are whole conversations (message lists, ``{"messages"}``
+    objects or logged API exchanges), not the messages of one."""
+    return isinstance(value, list) and bool(value) and all(
+        isinstance(item, list) or (isinstance(item, dict) and "role" not in item and (
+            isinstance(item.get("messages"), list) or api_conversation(item) is not None))
+        for item in value)
 
 
 def _looks_like_jsonl(data: bytes) -> bool:
