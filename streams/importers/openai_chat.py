@@ -240,7 +240,8 @@ class _Conversation:
         for index in range(len(self.messages), len(messages)):
             self.last_record = record = f"{label}/messages[{index}]"
             time = time_from_posix(self.base + index)
-            yield from self._message(self.emitter, messages[index], index, time, record, meta["model"])
+            yield from self._message(self.emitter, messages[index], index, time, record, meta["model"],
+                                     calls_follow=_calls_follow(messages, index))
         self.messages = list(messages)
 
     def finish(self) -> Iterator[Result]:
@@ -253,7 +254,7 @@ class _Conversation:
 
     def _message(
         self, emitter: SessionEmitter, message: Any, index: int, time: str, record: str,
-        model: str | None,
+        model: str | None, *, calls_follow: bool = False,
     ) -> Iterator[Result]:
         if not isinstance(message, dict):
             reason = f"messages[{index}] must be an object, not {type(message).__name__}"
@@ -310,10 +311,13 @@ class _Conversation:
                 emitter, {"id": None, "function": legacy_call}, index, "function_call",
                 time, record, message, payload,
             )
-        elif text and not tool_calls and message.get("type") != "reasoning" and emitter.turn_id is not None:
+        elif (text and not tool_calls and message.get("type") != "reasoning" and not calls_follow
+              and emitter.turn_id is not None):
             # An answer that calls no tool ends the turn: the model waits for the user now. So
             # a followed run's last turn is chunked as soon as its answer is written, not
-            # once the file has been idle.
+            # once the file has been idle. A Responses API message item that the same
+            # response's function calls follow (a preamble: "Let me check the forecast.") is
+            # no such answer: the turn goes on with the calls.
             self.answered = True
             yield from emitter.end_turn(record=record, raw=message)
 
@@ -374,6 +378,21 @@ class _Conversation:
             record=record, raw=message, role="tool", fields=fields, parent_event_id=parent,
             payload=payload,
         )
+
+
+_CALL_ITEMS = ("function_call", "custom_tool_call")
+
+
+def _calls_follow(messages: list[Any], index: int) -> bool:
+    """Whether the Responses API ``message`` item at ``index`` is followed, past reasoning
+    items, by a function call: the items of one response, the text a preamble to the calls."""
+    if not isinstance(messages[index], dict) or messages[index].get("type") != "message":
+        return False
+    for later in messages[index + 1:]:
+        kind = later.get("type") if isinstance(later, dict) else None
+        if kind != "reasoning":
+            return kind in _CALL_ITEMS
+    return False
 
 
 def api_conversation(value: Any) -> dict[str, Any] | None:
