@@ -548,7 +548,9 @@ def _sent_messages(request: dict[str, Any]) -> list[Any] | None:
     sent = request.get("input")
     if isinstance(sent, str):
         sent = [{"role": "user", "content": sent}]
-    if not isinstance(sent, list):
+    if not isinstance(sent, list) or (sent and all(isinstance(item, str | int | float) for item in sent)):
+        # Responses API input items are objects: a list of strings or numbers is the input of
+        # an embeddings (or moderations) request, no conversation.
         return None
     instructions = request.get("instructions")
     if isinstance(instructions, str) and instructions:
