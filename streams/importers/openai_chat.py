@@ -639,13 +639,17 @@ def _derived_session_id(key: tuple[str, object], messages: list[Any]) -> str:
 
 
 def _content_text(message: dict[str, Any]) -> str:
-    """Text of a message: a string, ``null``, or parts (non-text parts as ``[type]``)."""
+    """Text of a message: a string, ``null``, or parts (non-text parts as ``[type]``). A part's
+    text may be the Assistants API's ``{"value": ..., "annotations"}``; one part given alone,
+    not in a list, is read as a list of it (an image part's data is never text)."""
     content = message.get("content")
     if content is None:
         refusal = message.get("refusal")
         return refusal if isinstance(refusal, str) else ""
     if isinstance(content, str):
         return content
+    if isinstance(content, dict) and isinstance(content.get("type"), str):
+        content = [content]
     if isinstance(content, list):
         parts = []
         for part in content:
@@ -653,6 +657,8 @@ def _content_text(message: dict[str, Any]) -> str:
                 parts.append(part)
             elif isinstance(part, dict):
                 text = part.get("text", part.get("refusal"))
+                if isinstance(text, dict) and isinstance(text.get("value"), str):
+                    text = text["value"]
                 parts.append(text if isinstance(text, str) else f"[{part.get('type', 'part')}]")
         return "\n".join(parts)
     return raw_text(content)
