@@ -328,11 +328,18 @@ class _Conversation:
         legacy = position == "function_call"
         where = f"messages[{index}].function_call" if legacy else f"messages[{index}].tool_calls[{position}]"
         function = call.get("function") if isinstance(call, dict) else None
+        if function is None and isinstance(call, dict) and call.get("type") == "custom" and isinstance(
+                call.get("custom"), dict):
+            # A custom tool's call (free-form input, GPT-5): its input is text, kept as
+            # {"input": ...} as the Responses API's custom_tool_call is.
+            function = {"name": call["custom"].get("name"), "arguments": {"input": call["custom"].get("input")}}
+            where += ".custom"
         if not isinstance(function, dict):
             return Rejected(record, f"missing field '{where}.function'", raw_text(message))
         name = function.get("name")
         if not isinstance(name, str) or not name:
-            return Rejected(record, f"missing field '{where}.function.name'", raw_text(message))
+            field = f"{where}.name" if where.endswith(".custom") else f"{where}.function.name"
+            return Rejected(record, f"missing field '{field}'", raw_text(message))
         call_id = call.get("id")
         if legacy:
             call_id = f"function_call-{index}"
