@@ -57,6 +57,9 @@ def iter_openai_chat(
     that would repeat the history.
     """
     current: _Conversation | None = None
+    # Per session id of this file, the messages imported under it (their signatures): a later
+    # conversation that reuses an id for other messages must not have them taken for copies.
+    imported: dict[str, list[tuple[Any, ...]]] = {}
     for conversation, conv_label, index in _conversations(path, label, data):
         if isinstance(conversation, Rejected):
             yield conversation
@@ -67,9 +70,10 @@ def iter_openai_chat(
         # a conversation's own id does.
         own_id = None if exchange is not None else meta["id"]
         unread = exchange.get("responseProblem") if exchange is not None else None
-        if (current is not None and problem is None and own_id in (None, current.emitter.session_id)
+        if (current is not None and problem is None and own_id in (None, current.source_id)
                 and current.continued_by(meta["messages"])):
             yield from current.extend(meta, conv_label)
+            imported[current.emitter.session_id] = [_signature(m) for m in current.messages]
             if unread is not None:
                 yield Rejected(f"{conv_label}/response", unread, raw_text(conversation))
             continue
@@ -82,8 +86,18 @@ def iter_openai_chat(
         if current is not None:
             yield from current.finish()
             current = None
+        signatures = [_signature(m) for m in meta["messages"]]
+        source_id = meta["id"]
+        if source_id is not None and not _same_conversation(imported.get(source_id), signatures):
+            # The id names another conversation earlier in the file (a reused or constant id, a
+            # regenerated branch): its events would share eventIds with that one's and be
+            # dropped downstream as duplicates. It is a session of its own, named by its place.
+            meta = {**meta, "id": f"{source_id}@{index}"}
         current = _Conversation(conversation, meta, label=conv_label, key=(label, index), log_id=log_id, acl=acl)
+        current.source_id = source_id
         yield from current.begin(meta)
+        known = imported.get(current.emitter.session_id, [])
+        imported[current.emitter.session_id] = signatures if len(signatures) >= len(known) else known
         if unread is not None:
             # The request's messages are imported; the answer the log holds but this cannot
             # read is dead-lettered, never dropped without a word.
@@ -215,6 +229,7 @@ class _Conversation:
             log_id=log_id, acl=acl,
         )
         self.messages: list[Any] = []  # those imported so far
+        self.source_id: str | None = meta["id"]  # the id the record gave (sessionId may add @position)
         self.last_record = label
         self.answered = False  # the last turn ended at the assistant's answer
 
@@ -632,6 +647,16 @@ def _signature(message: Any) -> tuple[Any, ...]:
     calls = message.get("tool_calls")
     call_ids = tuple(c.get("id") for c in calls if isinstance(c, dict)) if isinstance(calls, list) else ()
     return (message.get("role"), _content_text(message), call_ids, message.get("tool_call_id"))
+
+
+def _same_conversation(earlier: list[tuple[Any, ...]] | None, later: list[tuple[Any, ...]]) -> bool:
+    """Whether ``later`` (message signatures) can be the conversation imported as ``earlier``
+    under the same id: nothing imported yet, or one of them starts with the other (a repeat, an
+    earlier step, or a later step of the same run)."""
+    if earlier is None:
+        return True
+    shorter = min(len(earlier), len(later))
+    return earlier[:shorter] == later[:shorter]
 
 
 def _derived_session_id(key: tuple[str, object], messages: list[Any]) -> str:
