@@ -8,6 +8,7 @@ Errors name the field and the input record.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Iterator
@@ -30,6 +31,7 @@ __all__ = [
     "LOG_ID",
     "ROLES",
     "canonical_bytes",
+    "event_digest",
     "event_time",
     "fit_event",
     "load_schema",
@@ -283,6 +285,12 @@ def _refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
                 raise SchemaError(f"duplicate key {key!r} in a JSON object; each key may appear once")
             seen.add(key)
     return obj
+
+
+def event_digest(canonical: bytes) -> bytes:
+    """8 bytes that tell two copies of an event apart: a hash of its canonical bytes (what L1
+    holds of it)."""
+    return hashlib.blake2b(canonical, digest_size=8).digest()
 
 
 def canonical_bytes(event: dict[str, Any]) -> bytes:

@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import orjson
 
+from streams.asp import canonical_bytes, event_digest
 from streams.exceptions import ImportFormatError
 from streams.fsio import atomic_write
 from streams.importers import DOCUMENT_FORMATS, Accepted, Rejected, file_format, iter_file
@@ -80,8 +81,10 @@ class Appender(Protocol):
 
     def flush(self) -> int: ...
 
-    def event_ids(self, log_id: str, from_seq: int, sessions: set[str] | None = None,
-                  to_seq: int | None = None) -> set[str]: ...
+    def event_digests(self, log_id: str, from_seq: int, sessions: set[str] | None = None,
+                      to_seq: int | None = None) -> dict[str, bytes | None]:
+        """eventId -> :func:`streams.l1.event_digest` of the copy L1 holds, for the events of
+        ``log_id`` from ``from_seq`` (up to ``to_seq``), of ``sessions`` when given."""
 
     def dead_letter(self, item: Rejected) -> None: ...
 
@@ -206,7 +209,7 @@ class PositionStore:
         present: set[str] = set()
         for log, from_seq in wal["fromSeqs"].items():
             sessions = {e["sessionId"] for e in wal["events"] if e["logId"] == log}
-            present |= appender.event_ids(log, int(from_seq) + 1, sessions)
+            present.update(appender.event_digests(log, int(from_seq) + 1, sessions))
         for event in wal["events"]:
             if event["eventId"] not in present:
                 appender.append(event)
@@ -298,7 +301,9 @@ class _Tracked:
     signature: tuple[int, int, int, int] | None = None
     format: str | None = None
     record: FileRecord | None = None
-    appended: set[str] | None = None  # eventIds of this file in L1, valid for ``record``
+    # eventIds of this file in L1, valid for ``record``: each with the digest of the copy L1
+    # held before this file appended it (None: this file appended it, see _new_events)
+    appended: dict[str, bytes | None] | None = None
     rejected: set[str] = field(default_factory=set)  # records dead-lettered, valid for ``record``
     held_events: list[dict[str, Any]] = field(default_factory=list)
     changed_at: float = 0.0
@@ -551,22 +556,23 @@ class Follower:
                 return
             entries, sentinel = self._import_bytes(item.path, item.label, item.root, item.fmt, item.complete)
             until: dict[str, int] = {}  # log -> L1's seq when this file first named it
-            seen: set[str] = set()  # what L1 held before the import, and what it appended
+            seen: dict[str, bytes | None] = {}  # what L1 held before the import, and what it appended
             old_rejects = set(tracked.rejected)
             rejected: set[str] = set()
             for chunk in self._chunks(entry for entry in entries
                                       if not (isinstance(entry, Rejected) and entry.record == sentinel)):
                 self._seen(chunk)
-                seen |= in_l1.present(chunk, until)
-                events, canonical = _new_events(chunk, seen, report)
-                batch = _Batch(events=events, canonical=canonical, rejects=_new_rejects(chunk, old_rejects))
+                seen.update(in_l1.present(chunk, until))
+                events, canonical, conflicts = _new_events(chunk, seen, report)
+                batch = _Batch(events=events, canonical=canonical,
+                               rejects=_new_rejects([*chunk, *conflicts], old_rejects))
                 rejected.update(entry.record for entry in batch.rejects)
                 stream.send(batch)
                 report.records_read += len(chunk)
                 report.appended += len(batch.events)
                 report.rejected += len(batch.rejects)
                 report.rejected_items += batch.rejects
-                report.rejected_before += _old_rejects(chunk, old_rejects)
+                report.rejected_before += _old_rejects([*chunk, *conflicts], old_rejects)
             record = self._record(item)
             stream.finish(record)
         report.formats.add(item.fmt)
@@ -600,7 +606,7 @@ class Follower:
         """The events to append and the records to write for the files that changed."""
         batch = _Batch()
         unknown: list[_Parsed] = []
-        known: dict[str, tuple[set[str], set[str]]] = {}  # key -> (appended ids, rejected records)
+        known: dict[str, tuple[dict[str, bytes | None], set[str]]] = {}  # key -> (appended ids, rejected records)
         for item in parsed:
             tracked = self._tracked[item.key]
             if item.base is not None and tracked.record == item.base and tracked.appended is not None:
@@ -609,16 +615,18 @@ class Follower:
                     _sha(item.complete[: item.base.offset]) == item.base.prefix_sha:
                 before = item.items if item.base.offset == len(item.complete) else self._import(
                     item.path, item.label, item.root, item.fmt, item.complete[: item.base.offset])[0]
-                ids = {i.event["eventId"] for i in before if isinstance(i, Accepted)} - set(item.base.held)
+                held = set(item.base.held)
+                ids = dict.fromkeys(i.event["eventId"] for i in before
+                                    if isinstance(i, Accepted) and i.event["eventId"] not in held)
                 known[item.key] = (ids, {i.record for i in before if isinstance(i, Rejected)})
             elif tracked.new and item.base is None:
-                known[item.key] = (set(), set())
+                known[item.key] = ({}, set())
             else:
                 unknown.append(item)
-                known[item.key] = (set(), set(tracked.rejected))
+                known[item.key] = ({}, set(tracked.rejected))
         if unknown:
             for log, sessions in _sessions(unknown).items():
-                present = self.appender.event_ids(log, 1, sessions)
+                present = self.appender.event_digests(log, 1, sessions)
                 for item in unknown:
                     known[item.key][0].update(present)
         for item in parsed:
@@ -626,23 +634,23 @@ class Follower:
             self._plan_file(item, appended, old_rejects, batch, report)
         return batch
 
-    def _plan_file(self, item: _Parsed, appended: set[str], old_rejects: set[str], batch: _Batch,
+    def _plan_file(self, item: _Parsed, appended: dict[str, bytes | None], old_rejects: set[str], batch: _Batch,
                    report: PollReport) -> None:
         tracked = self._tracked[item.key]
         # What the importer said only because its input ended waits until the file is idle.
         idle = self.once or self.clock() - tracked.changed_at >= self.idle_seconds
         release = item.items if idle else item.items[: item.stable]
-        seen = set(appended)
-        new_events, canonical = _new_events(release, seen, report)
+        seen = dict(appended)
+        new_events, canonical, conflicts = _new_events(release, seen, report)
         held = [e.event for e in item.items[len(release):]
                 if isinstance(e, Accepted) and e.event["eventId"] not in seen]
-        rejects = _new_rejects(release, old_rejects)
+        rejects = _new_rejects([*release, *conflicts], old_rejects)
         record = self._record(item, held=tuple(e["eventId"] for e in held))
         report.records_read += len(item.items)
         report.formats.add(item.fmt)
         report.rejected += len(rejects)
         report.rejected_items += rejects
-        report.rejected_before += _old_rejects(release, old_rejects)
+        report.rejected_before += _old_rejects([*release, *conflicts], old_rejects)
         batch.events += new_events
         batch.canonical += canonical
         batch.rejects += rejects
@@ -677,25 +685,48 @@ class Follower:
         self._commit(batch, report)
 
 
-def _new_events(entries: list[Accepted | Rejected], seen: set[str],
-                report: PollReport) -> tuple[list[dict[str, Any]], list[bytes | None]]:
-    """The accepted events of ``entries`` whose ids ``seen`` lacks, with their canonical bytes;
-    ``seen`` gains their ids, and each repeat counts as a duplicate."""
+def _new_events(entries: list[Accepted | Rejected], seen: dict[str, bytes | None], report: PollReport,
+                ) -> tuple[list[dict[str, Any]], list[bytes | None], list[Rejected]]:
+    """The accepted events of ``entries`` whose ids ``seen`` lacks, with their canonical bytes,
+    and the conflicts: events whose id L1 holds with other content. ``seen`` gains the new
+    events' ids; a repeat of what L1 holds counts as a duplicate.
+
+    ``seen`` maps each id to the digest of the copy L1 held before this import read it (None
+    for what this file appended itself: an importer may word an end event otherwise once its
+    file grew, and the first copy stands). An id another file or conversation already used is
+    no duplicate but another event under the same name: dropping it without a word lost the
+    second of two conversations a dataset numbered alike (``"id": "1"`` in two files); it is
+    dead-lettered with its reason, as ``POST /v1/events`` reports its conflicts."""
     events: list[dict[str, Any]] = []
     canonical: list[bytes | None] = []
+    conflicts: list[Rejected] = []
     for entry in entries:
         if not isinstance(entry, Accepted):
             continue
         event_id = entry.event["eventId"]
         report.logs[str(entry.event.get("logId"))] += 1
         if event_id in seen:
-            report.duplicates += 1
+            held = seen[event_id]
+            if held is None:
+                report.duplicates += 1
+                continue
+            mine = entry.canonical if entry.canonical is not None else canonical_bytes(entry.event)
+            if event_digest(mine) == held:
+                report.duplicates += 1
+            else:
+                conflicts.append(Rejected(
+                    entry.record,
+                    f"event already in log {entry.event.get('logId')!r} with other content: eventId "
+                    f"{event_id!r} names another event there (another file or conversation uses the "
+                    "same ids); the first copy stands and this one was not appended: give the "
+                    "conversation an id of its own, or import it into another log (--log)",
+                    mine.decode("utf-8", "replace")))
             continue
-        seen.add(event_id)
+        seen[event_id] = None
         events.append(entry.event)
         canonical.append(entry.canonical)
         report.cut += entry.cut > 0
-    return events, canonical
+    return events, canonical, conflicts
 
 
 def _new_rejects(entries: list[Accepted | Rejected], old_rejects: set[str]) -> list[Rejected]:
@@ -736,12 +767,13 @@ class _InL1:
 
     def __init__(self, appender: Appender) -> None:
         self.appender = appender
-        self.read: dict[str, tuple[int, set[str]]] = {}  # log -> (read through seq, its eventIds)
+        # log -> (read through seq, its eventIds and their digests)
+        self.read: dict[str, tuple[int, dict[str, bytes | None]]] = {}
 
-    def present(self, chunk: list[Accepted | Rejected], until: dict[str, int]) -> set[str]:
+    def present(self, chunk: list[Accepted | Rejected], until: dict[str, int]) -> dict[str, bytes | None]:
         """The eventIds of ``chunk`` that L1 held at the seq ``until`` names for their log (the
-        first chunk of a log sets it to L1's committed seq now)."""
-        present: set[str] = set()
+        first chunk of a log sets it to L1's committed seq now), with their copies' digests."""
+        present: dict[str, bytes | None] = {}
         for entry in chunk:
             if not isinstance(entry, Accepted):
                 continue
@@ -749,14 +781,17 @@ class _InL1:
             if log not in until:
                 until[log] = self.appender.committed_seq(log)
             ids = self._through(log, until[log])
-            if entry.event["eventId"] in ids:
-                present.add(entry.event["eventId"])
+            event_id = entry.event["eventId"]
+            if event_id in ids:
+                present[event_id] = ids[event_id]
         return present
 
-    def _through(self, log: str, seq: int) -> set[str]:
-        done, ids = self.read.get(log, (0, set()))
+    def _through(self, log: str, seq: int) -> dict[str, bytes | None]:
+        done, ids = self.read.get(log, (0, {}))
         if seq > done:
-            ids |= self.appender.event_ids(log, done + 1, None, to_seq=seq)
+            # The first copy stands: a later one (a conflict some import left) never replaces it.
+            for event_id, digest in self.appender.event_digests(log, done + 1, None, to_seq=seq).items():
+                ids.setdefault(event_id, digest)
             self.read[log] = (seq, ids)
         return ids
 
@@ -825,10 +860,13 @@ class KafkaAppender:
         self.highest = self._producer.flush()
         return self.highest
 
-    def event_ids(self, log_id: str, from_seq: int, sessions: set[str] | None = None,
-                  to_seq: int | None = None) -> set[str]:
-        return {str(event["eventId"]) for _seq, event in self._reader.read(log_id, from_seq, to_seq)
-                if sessions is None or event.get("sessionId") in sessions}
+    def event_digests(self, log_id: str, from_seq: int, sessions: set[str] | None = None,
+                      to_seq: int | None = None) -> dict[str, bytes | None]:
+        digests: dict[str, bytes | None] = {}
+        for _seq, event in self._reader.read(log_id, from_seq, to_seq, digests=True):
+            if sessions is None or event.get("sessionId") in sessions:
+                digests.setdefault(str(event["eventId"]), event.digest)
+        return digests
 
     def dead_letter(self, item: Rejected) -> None:
         if self._dead is None:
@@ -909,9 +947,9 @@ class ConnectingAppender:
     def flush(self) -> int:
         return self.ready().flush()
 
-    def event_ids(self, log_id: str, from_seq: int, sessions: set[str] | None = None,
-                  to_seq: int | None = None) -> set[str]:
-        return self.ready().event_ids(log_id, from_seq, sessions, to_seq)
+    def event_digests(self, log_id: str, from_seq: int, sessions: set[str] | None = None,
+                      to_seq: int | None = None) -> dict[str, bytes | None]:
+        return self.ready().event_digests(log_id, from_seq, sessions, to_seq)
 
     def dead_letter(self, item: Rejected) -> None:
         self.ready().dead_letter(item)

@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from streams.asp import canonical_bytes
+from streams.asp import canonical_bytes, event_digest
 from streams.exceptions import BrokerError, SchemaError
 from streams.kafka_compat import skip_startup_backoff
 from streams.settings import Settings
@@ -234,15 +234,17 @@ class L1Producer:
 
 class AppendedEvent(dict[str, Any]):
     """An event as read from L1, with its record's ``append_time`` (POSIX seconds, None if the
-    record has none). A plain dict otherwise: readers that do not care never notice, and the
+    record has none) and, when the reader was asked for it, ``digest`` (:func:`event_digest`
+    of the record). A plain dict otherwise: readers that do not care never notice, and the
     paths that bound event time by append time (:func:`streams.ticks.clock_time`) read it as the
     agent reads the record's timestamp, so a replay bounds every event as the stream did."""
 
-    __slots__ = ("append_time",)
+    __slots__ = ("append_time", "digest")
 
-    def __init__(self, event: dict[str, Any], append_time: float | None) -> None:
+    def __init__(self, event: dict[str, Any], append_time: float | None, digest: bytes | None = None) -> None:
         super().__init__(event)
         self.append_time = append_time
+        self.digest = digest
 
 
 class L1Reader:
@@ -284,9 +286,9 @@ class L1Reader:
         return {log_id: self.committed_seq(log_id) for log_id in sorted(self._registry.logs)}
 
     def read(self, log_id: str, from_seq: int = 1, to_seq: int | None = None,
-             *, timeout_seconds: float = 60.0) -> Iterator[tuple[int, dict[str, Any]]]:
+             *, timeout_seconds: float = 60.0, digests: bool = False) -> Iterator[tuple[int, AppendedEvent]]:
         """(seq, event) for every event of ``log_id`` with from_seq <= seq <= to_seq, in order;
-        each event an :class:`AppendedEvent`.
+        each event an :class:`AppendedEvent` (with its ``digest`` when ``digests``).
 
         ``timeout_seconds`` bounds a wait for the broker without progress, not the whole read:
         a rebuild that indexes between records may take hours over a long log.
@@ -316,7 +318,8 @@ class L1Reader:
                     continue
                 if isinstance(event, dict) and event.get("logId") == log_id:
                     stamp = record.timestamp
-                    yield seq, AppendedEvent(event, stamp / 1000.0 if stamp and stamp > 0 else None)
+                    yield seq, AppendedEvent(event, stamp / 1000.0 if stamp and stamp > 0 else None,
+                                             event_digest(record.value) if digests else None)
             if records:  # progress: the clock restarts after the caller had its records
                 deadline = time.monotonic() + timeout_seconds
 

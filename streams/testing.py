@@ -24,7 +24,7 @@ from typing import Any
 
 import orjson
 
-from streams.asp import canonical_bytes, validate_event
+from streams.asp import canonical_bytes, event_digest, validate_event
 from streams.importers.base import Rejected
 from streams.l1 import L1Producer, L1Reader, read_topic_to_end
 from streams.settings import Settings
@@ -255,10 +255,13 @@ class MemoryL1:
     def flush(self) -> int:
         return len(self.log)
 
-    def event_ids(self, log_id: str, from_seq: int, sessions: set[str] | None = None,
-                  to_seq: int | None = None) -> set[str]:
-        return {e["eventId"] for e in self.log[max(from_seq - 1, 0):to_seq]
-                if e["logId"] == log_id and (sessions is None or e["sessionId"] in sessions)}
+    def event_digests(self, log_id: str, from_seq: int, sessions: set[str] | None = None,
+                      to_seq: int | None = None) -> dict[str, bytes | None]:
+        digests: dict[str, bytes | None] = {}
+        for e in self.log[max(from_seq - 1, 0):to_seq]:
+            if e["logId"] == log_id and (sessions is None or e["sessionId"] in sessions):
+                digests.setdefault(e["eventId"], event_digest(canonical_bytes(e)))
+        return digests
 
     def dead_letter(self, item: Rejected) -> None:
         self.dead.append(item)

@@ -41,3 +41,31 @@ def test_an_asp_file_of_another_log_is_named_where_it_went(tmp_path: Path, kafka
     result = CliRunner().invoke(app, ["ingest", str(other), "--format", "asp"], env=env)
     assert result.exit_code == 0, result.output
     assert "to logs 'elsewhere'" in result.output and "name their own log" not in result.output
+
+
+def test_a_conversation_under_another_files_ids_is_reported_not_dropped(tmp_path: Path, kafka_bootstrap: str) -> None:
+    """Found by a new user: two OpenAI chat datasets numbered alike ("id": "1"); the second
+    file's conversation printed 'appended 0 ... 2 already in L1' and was nowhere, with no dead
+    letter. Its events are conflicts now: rejected with the reason, in `usl deadletters`."""
+    env = {"USL_HOME": str(tmp_path / "home"), "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
+           "USL_TOPIC_PREFIX": f"t{uuid.uuid4().hex[:10]}.", "USL_API_URL": ""}
+    for name, words in (("a.jsonl", "volcanoes"), ("b.jsonl", "glaciers")):
+        (tmp_path / name).write_text(json.dumps({"id": "1", "messages": [
+            {"role": "user", "content": f"tell me about {words}"},
+            {"role": "assistant", "content": f"{words} are well documented."}]}) + "\n")
+    first = CliRunner().invoke(app, ["ingest", str(tmp_path / "a.jsonl"), "--json"], env=env)
+    assert first.exit_code == 0, first.output
+    assert json.loads(first.output)["eventsAppended"] > 0
+    second = CliRunner().invoke(app, ["ingest", str(tmp_path / "b.jsonl"), "--json"], env=env)
+    assert second.exit_code == 0, second.output
+    summary = json.loads(second.output)
+    # Events that say nothing of the content (the session's start) are the same bytes: duplicates.
+    assert summary["eventsAppended"] == 0
+    assert summary["rejected"] == sum(summary["rejectedByReason"].values()) > 0
+    assert all(reason.startswith("event already in log 'default' with other content")
+               for reason in summary["rejectedByReason"])
+    letters = CliRunner().invoke(app, ["deadletters", "--json"], env=env)
+    assert letters.exit_code == 0, letters.output
+    assert "with other content" in letters.output and "b.jsonl" in letters.output
+    again = CliRunner().invoke(app, ["ingest", str(tmp_path / "a.jsonl"), "--json"], env=env)
+    assert json.loads(again.output)["eventsAppended"] == 0 and json.loads(again.output)["rejected"] == 0

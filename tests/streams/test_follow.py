@@ -385,13 +385,14 @@ def test_a_one_shot_import_checks_what_l1_held_before_it_began(tmp_path):
     follower(path, l1, tmp_path / "first", Clock(), once=True, stream_batch_events=3).poll()
     assert len(l1.log) == len(ids)
     reads: list[int | None] = []
-    original = l1.event_ids
+    original = l1.event_digests
 
-    def event_ids(log_id: str, from_seq: int, sessions: set[str] | None = None, to_seq: int | None = None) -> set[str]:
+    def event_digests(log_id: str, from_seq: int, sessions: set[str] | None = None,
+                      to_seq: int | None = None) -> dict[str, bytes | None]:
         reads.append(to_seq)
         return original(log_id, from_seq, sessions, to_seq)
 
-    l1.event_ids = event_ids  # type: ignore[method-assign]
+    l1.event_digests = event_digests  # type: ignore[method-assign]
     report = follower(path, l1, tmp_path / "lost-store", Clock(), once=True, stream_batch_events=3).poll()
     assert report.appended == 0 and report.duplicates == len(ids) and len(l1.log) == len(ids)
     assert reads and set(reads) == {len(ids)}
@@ -408,13 +409,14 @@ def test_a_one_shot_import_of_a_directory_reads_each_l1_record_once(tmp_path):
     expected = set().union(*(one_shot_ids(source) for source in TRANSCRIPTS))
     l1 = MemoryL1()
     spans: list[tuple[int, int]] = []
-    original = l1.event_ids
+    original = l1.event_digests
 
-    def event_ids(log_id: str, from_seq: int, sessions: set[str] | None = None, to_seq: int | None = None) -> set[str]:
+    def event_digests(log_id: str, from_seq: int, sessions: set[str] | None = None,
+                      to_seq: int | None = None) -> dict[str, bytes | None]:
         spans.append((from_seq, len(l1.log) if to_seq is None else to_seq))
         return original(log_id, from_seq, sessions, to_seq)
 
-    l1.event_ids = event_ids  # type: ignore[method-assign]
+    l1.event_digests = event_digests  # type: ignore[method-assign]
     first = follower(folder, l1, tmp_path / "first", Clock(), once=True, stream_batch_events=4).poll()
     assert first.appended == len(l1.log) == len(expected) and set(l1.counts()) == expected
     read_first = [seq for start, end in spans for seq in range(start, end + 1)]
@@ -533,3 +535,44 @@ def test_a_growing_asp_file_of_loose_events_is_closed_again(tmp_path):
     assert [e["type"] for e in l1.log].count("turn.ended") == 2 and open_unit() is None
     assert all("turnId" not in e for e in l1.log if e["type"] == "message")
     assert max(l1.counts().values()) == 1
+
+
+def _chat(folder: Path, name: str, conversation_id: str, words: str) -> Path:
+    path = folder / name
+    path.write_text(json.dumps({"id": conversation_id, "messages": [
+        {"role": "user", "content": f"tell me about {words}"},
+        {"role": "assistant", "content": f"{words} are well documented."}]}) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("once", [True, False])
+def test_another_files_event_under_a_used_id_is_dead_lettered_not_dropped(tmp_path: Path, once: bool) -> None:
+    """Two datasets numbered alike (``"id": "1"`` in both): the second file's conversation has
+    the first's eventIds. Counted "already in L1", it was lost without a word; it is a conflict,
+    dead-lettered with its reason, and the first copy stands. A true re-import (same content)
+    still appends nothing and letters nothing."""
+    folder = tmp_path / "chats"
+    folder.mkdir()
+    first = _chat(folder, "a.jsonl", "1", "volcanoes")
+    l1 = MemoryL1()
+    clock = Clock()
+    report = Follower([first], appender=l1, store=PositionStore(tmp_path / "store-a"), idle_seconds=0.0,
+                      clock=clock, once=True).poll()
+    assert report.appended == len(l1.log) > 0 and not l1.dead
+    second = _chat(folder, "b.jsonl", "1", "glaciers")
+    follow = Follower([second], appender=l1, store=PositionStore(tmp_path / "store-b"), idle_seconds=0.0,
+                      clock=clock, once=once)
+    report = follow.poll()
+    if not once:
+        clock.now += 10
+        report = follow.poll()
+    assert not [e for e in l1.log if "glaciers" in json.dumps(e)]
+    letters = [item for item in l1.dead if "with other content" in item.reason]
+    assert letters and report.appended == 0
+    assert all("glaciers" in item.raw or "b.jsonl" in item.record for item in letters)
+    assert "eventId" in letters[0].reason and "--log" in letters[0].reason
+    # The same file again, from a store that lost its record: the same bytes, only duplicates.
+    before = len(l1.dead)
+    again = Follower([first], appender=l1, store=PositionStore(tmp_path / "store-c"), idle_seconds=0.0,
+                     clock=clock, once=True).poll()
+    assert again.appended == 0 and again.duplicates > 0 and len(l1.dead) == before
