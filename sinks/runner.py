@@ -149,13 +149,14 @@ def _commit_gap(settings: Settings, last_flush_seconds: float) -> float:
 
 
 def stall_of(manifest: Manifest | None, versions: dict[str, Any], *, chunk_based: bool = True,
-             analyzer: str | None = None) -> dict[str, Any] | None:
+             analyzer: str | None = None, schema: str | None = None) -> dict[str, Any] | None:
     """The ``stalled`` entry of a line whose current generation ``manifest`` was built under
     another redaction policy or (for a sink that reads chunks, ``chunk_based``) chunker than
     ``versions`` (:func:`sinks.service.pipeline_versions`) write, or (for a sink whose writer
-    names one, ``analyzer``) another text analyzer; None when the sink can commit to it. The
-    entry's ``remedy`` is the rebuild that ends the stall: every kind for a pipeline change
-    (the kinds join by chunk id), the one kind for an analyzer."""
+    names one, ``analyzer``) another text analyzer, or (for a writer that cannot extend an index
+    of another schema, ``schema``) another index schema; None when the sink can commit to it.
+    The entry's ``remedy`` is the rebuild that ends the stall: every kind for a pipeline change
+    (the kinds join by chunk id), the one kind for an analyzer or a schema."""
     if manifest is None:
         return None
     difference = pipeline_difference(
@@ -167,6 +168,9 @@ def stall_of(manifest: Manifest | None, versions: dict[str, Any], *, chunk_based
         if built_with != analyzer:
             difference = ("text analyzer", built_with, analyzer)
             remedy = f"usl rebuild {manifest.kind} --log {manifest.log_id}"
+    if difference is None and schema is not None and manifest.schema_version != schema:
+        difference = (f"{manifest.kind} index schema", manifest.schema_version, schema)
+        remedy = f"usl rebuild {manifest.kind} --log {manifest.log_id}"
     if difference is None:
         return None
     what, built, writes = difference
@@ -255,6 +259,9 @@ class SinkRunner:
         # The text analyzer this writer's terms come from (text, toolresults): a line of another
         # one stalls like a line of another policy, never crashes the sink for every log.
         self._analyzer: str | None = writer.describe().get("analyzer")
+        # Likewise an index whose schema the writer cannot extend (sinks.toolresults).
+        self._schema: str | None = (str(writer.describe().get("schemaVersion"))
+                                    if getattr(writer, "schema_stalls", False) else None)
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -267,7 +274,7 @@ class SinkRunner:
         manifest = store.current()
         state = LogState(manifest=manifest, line=store.line)
         state.stalled = stall_of(manifest, self.versions, chunk_based="chunks" in self.sources,
-                                 analyzer=self._analyzer)
+                                 analyzer=self._analyzer, schema=self._schema)
         self._note_stall(log_id, state)
         if manifest is not None and state.stalled is None:
             state.ids = _load_ids(store.generation_dir(manifest.generation_id))

@@ -50,20 +50,25 @@ from sinks.writer import record_id
 
 __all__ = ["COPY_NAMES", "SCHEMA_VERSION", "ToolResultsReader", "ToolResultsWriter", "search_shards"]
 
-SCHEMA_VERSION = "2"
-"""Schema 2: the CJK-aware analyzer and the unindexed ``source`` field (schema 1 had neither)."""
+SCHEMA_VERSION = "3"
+"""Schema 3: ``runId`` and ``turnId`` stored, so a hit names its run and turn once indexed as it
+did from the tail scan. Schema 2: the CJK-aware analyzer and the unindexed ``source`` field
+(schema 1 had neither). An index of another schema cannot be extended (tantivy refuses a writer
+of another schema): the sink stalls its log until ``usl rebuild toolresults`` (``schema_stalls``)."""
 COPY_NAMES = ("meta.json", ".managed.json")
 """Files tantivy replaces on commit: copied into a new generation, never hard-linked."""
 
 # Tantivy leaves these behind after a writer or reader; a generation must not carry them.
 _LOCK_FILES = (".tantivy-writer.lock", ".tantivy-meta.lock")
-_STORED = ("id", "logId", "sessionId", "seq", "eventId", "toolCallId", "toolName", "status", "text", "time")
+_STORED = ("id", "logId", "sessionId", "seq", "eventId", "toolCallId", "toolName", "status", "text", "time",
+           "runId", "turnId")
+_RAW_FIELDS = ("logId", "sessionId", "eventId", "toolCallId", "toolName", "status", "time", "runId", "turnId")
 _KIND = "toolresults"
 
 
 def _schema() -> tantivy.Schema:
     builder = tantivy.SchemaBuilder()
-    for name in ("id", "logId", "sessionId", "eventId", "toolCallId", "toolName", "status", "time"):
+    for name in ("id", *_RAW_FIELDS):
         builder.add_text_field(name, stored=True, tokenizer_name="raw")
     builder.add_integer_field("seq", stored=True, indexed=True, fast=True)
     # "text" holds cjk_spaced(output), indexed by words_analyzer() (the text index's, registered as
@@ -79,6 +84,7 @@ class ToolResultsWriter:
 
     kind = "toolresults"
     sources: tuple[str, ...] = ("toolresults",)
+    schema_stalls = True  # see SCHEMA_VERSION
 
     def __init__(self, *, heap_bytes: int = 64_000_000, threads: int = 1) -> None:
         self.heap_bytes = heap_bytes
@@ -258,7 +264,7 @@ def _document(record: dict[str, Any]) -> tantivy.Document:
                               "text": cjk_spaced(output)}
     if fields["text"] is not output:
         fields["source"] = output.encode("utf-8")
-    for name in ("logId", "sessionId", "eventId", "toolCallId", "toolName", "status", "time"):
+    for name in _RAW_FIELDS:
         value = record.get(name)
         if value is not None:
             fields[name] = str(value)

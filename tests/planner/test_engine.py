@@ -560,6 +560,18 @@ def test_full_tool_results_need_the_scope(corpus: Corpus) -> None:
     assert all(hit["evidence"][0]["seq"] <= response["asOfSeq"] for hit in tools)
 
 
+
+@pytest.mark.parametrize("freshness", ["indexed", "latest"])
+def test_a_tool_result_names_its_turn_from_the_index_as_from_the_tail(corpus: Corpus, freshness: str) -> None:
+    """Found by a new user: the same tool-result hit named its turnId from the tail scan and
+    turnId null once indexed (the index did not store it)."""
+    response = search(corpus, ALICE_TOOLS, query="fulloutput0", toolResults=True, k=100, freshness=freshness)
+    tools = [hit for hit in response["results"] if hit["kind"] == "toolresult"]
+    assert tools
+    for hit in tools:
+        assert hit["turnId"] and hit["turnId"].startswith(hit["sessionId"] + "-t"), hit
+
+
 # -- cursors -------------------------------------------------------------------------------------
 
 

@@ -74,6 +74,51 @@ def test_a_text_line_of_another_analyzer_is_stalled_with_its_own_rebuild() -> No
     assert older is not None and older["remedy"] == "usl rebuild all --log rx"
 
 
+def test_a_tool_results_line_of_another_schema_is_stalled_with_its_own_rebuild() -> None:
+    versions = {"redactionPolicy": "new", "chunker": {"version": "3"}}
+    current = Manifest(kind="toolresults", log_id="rx", line="live", generation_id=4, built_through_seq=3,
+                       schema_version="2", asp_version="1", chunker={}, embedding=None,
+                       redaction_policy_hash="new", extra={"analyzer": "a"})
+    stall = stall_of(current, versions, chunk_based=False, analyzer="a", schema="3")
+    assert stall is not None
+    assert (stall["what"], stall["built"], stall["writes"], stall["remedy"]) == (
+        "toolresults index schema", "2", "3", "usl rebuild toolresults --log rx")
+    assert stall_of(current, versions, chunk_based=False, analyzer="a", schema="2") is None
+    assert stall_of(current, versions, chunk_based=False, analyzer="a") is None  # a writer that extends any
+
+
+@pytest.mark.kafka
+def test_a_tool_results_log_of_the_old_schema_stalls_alone_until_rebuilt(
+        make_settings: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Schema 3 stores each output's runId and turnId; tantivy refuses a writer of that schema on
+    a schema-2 index, which would have crashed the sink for every log on each restart."""
+    import sinks.toolresults as toolresults
+
+    settings = make_settings(embedder="hash:64")
+    bootstrap = settings.bootstrap_servers or ""
+    with _sinks(settings) as sinks:
+        heads = {log: append_events(settings, _events(log, f"{log}-a", seed)) for seed, log in enumerate(("rx", "ok"))}
+        with monkeypatch.context() as patch:  # rx's tool-results index as the previous release wrote it
+            patch.setattr(toolresults, "SCHEMA_VERSION", "2")
+            patch.setattr(toolresults, "_STORED", toolresults._STORED[:-2])
+            patch.setattr(toolresults, "_RAW_FIELDS", toolresults._RAW_FIELDS[:-2])
+            rebuild(settings, bootstrap, "toolresults", log_id="rx")
+        assert GenerationStore(index_root(settings), "rx", "toolresults").current().schema_version == "2"
+        thread = sinks.start(SinkRunner(settings, bootstrap, make_writer("toolresults", settings),
+                                        versions=pipeline_versions(settings)))
+        heads = {log: append_events(settings, _events(log, f"{log}-b", 10 + seed)) for seed, log in enumerate(("rx", "ok"))}
+        rx_before = _through(settings, "rx", "toolresults")
+        _wait(lambda: _through(settings, "ok", "toolresults") >= heads["ok"], "the log of this schema", thread)
+        assert not sinks.failures and _through(settings, "rx", "toolresults") == rx_before
+        stalled = read_watermarks(bootstrap, settings)[("rx", "toolresults")]["stalled"]
+        assert (stalled["what"], stalled["remedy"]) == ("toolresults index schema", "usl rebuild toolresults --log rx")
+        rebuild(settings, bootstrap, "toolresults", log_id="rx")
+        _wait(lambda: _through(settings, "rx", "toolresults") >= heads["rx"], "the rebuilt log", thread)
+        _wait(lambda: "stalled" not in read_watermarks(bootstrap, settings)[("rx", "toolresults")],
+              "the stall to clear", thread)
+        assert not sinks.failures
+
+
 @pytest.mark.kafka
 def test_a_text_log_of_another_analyzer_stalls_alone_until_its_text_is_rebuilt(
         make_settings: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch) -> None:

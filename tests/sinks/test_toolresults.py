@@ -182,7 +182,7 @@ def test_the_analyzer_is_recorded(tmp_path: Path) -> None:
 
     writer = ToolResultsWriter()
     assert writer.describe()["analyzer"] == ANALYZER
-    assert sinks.toolresults.SCHEMA_VERSION == "2"
+    assert sinks.toolresults.SCHEMA_VERSION == "3"
     gen, = commit_batches(tmp_path, writer, [[make_toolresult(1, "s", "出力")]])
     assert ANALYZER_MARKER in [seg.path for seg in
                                Manifest.from_json((gen / "manifest.json").read_bytes()).segments]
