@@ -17,6 +17,7 @@ import typer
 from deploy.cli._api import reading_bootstrap_servers, through_api
 from deploy.cli._common import bootstrap_servers, err, fail, load_settings, out, print_json
 from streams.exceptions import USLError
+from streams.names import LOG_ID, LOG_ID_HINT
 
 if TYPE_CHECKING:
     from streams.settings import Settings
@@ -34,9 +35,17 @@ def register(app: typer.Typer) -> None:
     app.command()(serve)
 
 
+def _log_or_all(value: str | None) -> str | None:
+    # A usage error, as every other command's --log: unchecked, the API answered 400 bad_query
+    # and the in-process path 404 not_found for the same name (SPEC §12: the same output).
+    if value is not None and not LOG_ID.fullmatch(value):
+        raise typer.BadParameter(f"{value!r} is not a log name: {LOG_ID_HINT}")
+    return value
+
+
 def status(
     json_out: bool = typer.Option(False, "--json", help="Print JSON (SPEC §12 status shape)."),
-    log: str = typer.Option(None, "--log", metavar="NAME", help="Only this log."),
+    log: str = typer.Option(None, "--log", metavar="NAME", callback=_log_or_all, help="Only this log."),
 ) -> None:
     """Committed L1 seq of each log and, per index, generation, watermark and lag."""
     settings = load_settings()

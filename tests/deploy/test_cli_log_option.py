@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 from deploy.cli import app
 
 COMMANDS = [["ingest", "transcript.jsonl"], ["search", "deploy"], ["sql", "SELECT 1"],
-            ["sessionql", "FROM sessions"], ["rebuild", "text"], ["export", "sessions"], ["deadletters"]]
+            ["sessionql", "FROM sessions"], ["rebuild", "text"], ["export", "sessions"], ["deadletters"],
+            ["status"]]
 
 
 @pytest.mark.parametrize("args", COMMANDS, ids=lambda args: args[0])
