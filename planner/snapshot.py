@@ -64,6 +64,9 @@ MAX_WAIT_SECONDS = 300.0
 OPTIONAL_KINDS = frozenset({"vector"})
 
 _WAIT = re.compile(r"wait:([0-9]+(?:\.[0-9]+)?)")  # ASCII digits only, as the OpenAPI pattern says
+_NEGATIVE_WAIT = re.compile(r"wait:-[0-9]+(?:\.[0-9]+)?")
+# wait:0 is refused: "between 0 and 300" read as if it were allowed.
+_WAIT_RANGE_HINT = f"Wait more than 0 and at most {MAX_WAIT_SECONDS:g} seconds, e.g. wait:5."
 
 
 @dataclass(frozen=True)
@@ -165,8 +168,10 @@ def parse_freshness(text: str) -> Freshness:
             return Freshness("wait", seconds)
         raise QueryError(
             f"freshness wait:{match.group(1)} is out of range",
-            hint=f"Wait between 0 and {MAX_WAIT_SECONDS:g} seconds, e.g. wait:5.",
+            hint=_WAIT_RANGE_HINT,
         )
+    if _NEGATIVE_WAIT.fullmatch(value):  # wait:-5 is a number out of range, not an unknown word
+        raise QueryError(f"freshness {value} is out of range", hint=_WAIT_RANGE_HINT)
     raise QueryError(
         f"unknown freshness {text!r}",
         hint="Use indexed, latest or wait:SECONDS (for example wait:5).",

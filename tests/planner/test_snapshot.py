@@ -46,6 +46,15 @@ def test_bad_freshness_is_a_clear_query_error(text):
     assert caught.value.hint and "wait:" in caught.value.hint
 
 
+@pytest.mark.parametrize("text", ["wait:0", "wait:0.0", "wait:301", "wait:-1", "wait:-0.5"])
+def test_a_wait_out_of_range_says_the_range_it_allows(text):
+    # wait:0 was refused with the hint "Wait between 0 and 300 seconds", which it is.
+    with pytest.raises(QueryError) as caught:
+        parse_freshness(text)
+    assert "out of range" in caught.value.message
+    assert "more than 0 and at most 300 seconds" in caught.value.hint
+
+
 def test_indexed_takes_the_minimum_and_explains_it():
     decision = choose_as_of(INDEXED, 500, {"text": (12, 480), "vector": (9, 470)},
                             ["text", "vector"])
