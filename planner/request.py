@@ -197,7 +197,8 @@ def parse_request(body: Any) -> SearchRequest:
         raise QueryError(f"the query is longer than {MAX_QUERY_CHARS} characters")
     log = _optional(body, "log", str, "default")
     if not LOG_ID.fullmatch(log):
-        raise QueryError(f"field 'log' {log!r} is not a log name", hint=_LOG_NAME_HINT)
+        # Cut as log_param cuts it: a 1 MB "log" came back whole in the error body.
+        raise QueryError(f"field 'log' {log[:64]!r} is not a log name", hint=_LOG_NAME_HINT)
     freshness = parse_freshness(_optional(body, "freshness", str, "indexed"))
     k = _optional(body, "k", int, 10)
     if not 1 <= k <= MAX_K:

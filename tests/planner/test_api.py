@@ -313,6 +313,13 @@ def test_freshness_takes_ascii_digits_only(freshness: str) -> None:
     assert parse_request({"query": "x", "freshness": "wait:5.5"}).freshness.wait_seconds == 5.5
 
 
+def test_a_bad_search_log_is_not_echoed_whole() -> None:
+    """A 5000-character ``log`` came back whole in the 400 body; log_param cuts it at 64."""
+    with pytest.raises(QueryError) as caught:
+        parse_request({"query": "x", "log": "a" * 4000 + "!"})
+    assert "is not a log name" in caught.value.message and len(caught.value.message) < 200
+
+
 def test_with_keys_the_key_is_checked_first_then_the_media_type(tmp_path: Path) -> None:
     config = Settings.from_env({}, home=tmp_path)
     key, _entry = create_key(keys_path(config), "tenant:acme/user:dave")
