@@ -260,7 +260,12 @@ def _filters(raw: Any) -> Filters:
         if value is None:  # {"sessionId": null} narrowed nothing, silently
             raise QueryError(f"filter {name!r} is null", hint="Leave the filter out to keep every value.")
         items = [value] if isinstance(value, str) else value
-        if (not isinstance(items, list) or not items or len(items) > _MAX_FILTER_VALUES
+        if isinstance(items, list) and len(items) > _MAX_FILTER_VALUES:
+            # Said as what it is: 1001 valid ids were refused as "must be a non-empty string or
+            # a list of them", which they are.
+            raise QueryError(f"filter {name!r} lists {len(items)} values; at most {_MAX_FILTER_VALUES} are allowed",
+                             hint="Narrow the filter, or run the search once per group of values.")
+        if (not isinstance(items, list) or not items
                 or not all(isinstance(item, str) and item for item in items)):
             raise QueryError(f"filter {name!r} must be a non-empty string or a list of them")
         if name == "role" and not set(items) <= ROLES:

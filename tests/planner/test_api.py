@@ -320,6 +320,15 @@ def test_a_bad_search_log_is_not_echoed_whole() -> None:
     assert "is not a log name" in caught.value.message and len(caught.value.message) < 200
 
 
+def test_too_many_filter_values_say_the_limit() -> None:
+    """1001 well-formed values were refused as "must be a non-empty string or a list of them"."""
+    ids = [f"s-{i}" for i in range(1001)]
+    with pytest.raises(QueryError) as caught:
+        parse_request({"query": "x", "filters": {"sessionId": ids}})
+    assert "at most 1000" in caught.value.message and "1001" in caught.value.message
+    assert parse_request({"query": "x", "filters": {"sessionId": ids[:1000]}}).filters.values["sessionId"]
+
+
 def test_with_keys_the_key_is_checked_first_then_the_media_type(tmp_path: Path) -> None:
     config = Settings.from_env({}, home=tmp_path)
     key, _entry = create_key(keys_path(config), "tenant:acme/user:dave")
