@@ -153,7 +153,7 @@ _LEG_WORKERS = 2
 """Threads of a planner's leg pool: this machine's cores; a query uses its own thread besides."""
 _RANKING = {"hybrid": ("text", "vector"), "text": ("text",), "vector": ("vector",)}
 # Tool results are outputs, not chunks: identical outputs of different calls stay apart.
-_UNCOLLAPSED = frozenset({"toolresults"})
+_UNCOLLAPSED = frozenset({"toolresults", "toolresultsPhrase", "toolresultsIdentifier"})
 _NO_TEXT = text_digest("")
 # Chunks a text list's session filter is expected to leave out from which its hits are judged
 # on the engine's own top instead (HitCheck).
@@ -680,6 +680,20 @@ class Planner:
                                           truncated))
             for candidate in tool_candidates:
                 query.candidates[candidate.id] = candidate
+            # The phrase and identifier lists of the full tool results, as chunks have theirs
+            # (and tail tool results have in tailPhrase, tailIdentifier): with only the one
+            # toolresults list, a tool result holding the very phrase asked for, ranked 1st by
+            # it, sat behind every chunk that text and vector both found (55th in hybrid mode
+            # while text mode ranked it 1st).
+            for source, text in (("toolresultsPhrase", phrase), ("toolresultsIdentifier", identifiers)):
+                if text is None:
+                    continue
+                more, more_truncated = self._tool_list(tools_pin, text, window, cut,
+                                                       query.readable_tools, req.filters)
+                if more:
+                    query.lists.append(RankedList(source, [c.id for c in more], window, more_truncated))
+                    for candidate in more:
+                        query.candidates.setdefault(candidate.id, candidate)
 
     def _vector_candidates(self, query: QueryContext, pin: IndexPin, only: set[str] | None,
                            pool: _LegPool | None) -> _VectorCandidates:

@@ -1052,6 +1052,56 @@ def test_the_text_index_filters_on_maxseq_only_when_a_chunk_may_lie_above_the_cu
     assert asked and set(asked) == {None}
 
 
+TOOL_PHRASE = "vacuum stalled because orphaned ledger snapshots kept piling"
+
+
+def _tool_output_events(log_id: str, rng: Any) -> list[dict[str, Any]]:
+    """40 short chunk distractors with five of the phrase's words each (text and vector both
+    rank them), and one turn whose tool output holds the whole phrase past the 400 characters
+    its chunk keeps: only the tool-results index holds the phrase."""
+    words = TOOL_PHRASE.split()
+    common = [w for w in words if w not in words[2:4]]
+    events = [event for i in range(40)
+              for event in _turn(log_id, f"tr-d{i}", i, " ".join(rng.sample(common, 5)) + f" note{i}")]
+    started, message, ended = _turn(log_id, "tr-target", 50, "let me look at the maintenance job")
+    call = {**message, "eventId": "tr-target-call", "type": "tool.call", "role": "assistant",
+            "fields": {"toolName": "Bash", "toolCallId": "tr-call", "input": {"command": "journalctl -u vac"}}}
+    output = " ".join(rng.choice(FILLER) for _ in range(120)) + f" {TOOL_PHRASE} " + "done"
+    result = {**message, "eventId": "tr-target-result", "type": "tool.result", "role": "tool",
+              "fields": {"toolName": "Bash", "toolCallId": "tr-call", "status": "ok", "output": output}}
+    return [*events, started, message, call, result, ended]
+
+
+@pytest.fixture(scope="module")
+def tool_known(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Planner]:
+    import random
+
+    settings = make_test_settings(tmp_path_factory.mktemp("toolknown"), kafka_bootstrap)
+    builder = IndexBuilder(settings, kafka_bootstrap, "toolknown")
+    builder.append(_tool_output_events("toolknown", random.Random(5)))
+    builder.commit()
+    with _serving(settings, kafka_bootstrap, builder) as planner:
+        yield planner
+
+
+@pytest.mark.parametrize("query", [TOOL_PHRASE, f'"{TOOL_PHRASE}"'])
+def test_hybrid_keeps_a_tool_result_holding_the_phrase_that_text_finds(tool_known: Planner, query: str) -> None:
+    """With only the toolresults list, the tool result holding the whole phrase (ranked 1st
+    by text mode) sat behind every distractor chunk that text and vector both rank in hybrid
+    mode; its phrase list counts it twice, as the chunks' phrase list counts them."""
+    def tool_rank(mode: str) -> int | None:
+        response = tool_known.search({"query": query, "log": "toolknown", "mode": mode, "k": 10,
+                                      "toolResults": True, "explain": True}, ALICE_TOOLS)
+        return next((i for i, hit in enumerate(response["results"], 1)
+                     if hit["kind"] == "toolresult" and TOOL_PHRASE in hit["text"]), None)
+
+    assert tool_rank("text") == 1
+    assert tool_rank("hybrid") == 1
+    hit = tool_known.search({"query": query, "log": "toolknown", "k": 1, "toolResults": True},
+                            ALICE_TOOLS)["results"][0]
+    assert {"toolresults", "toolresultsPhrase"} <= set(hit["score"]["components"])
+
+
 @pytest.mark.parametrize(("recall", "target", "freshness"), [
     (RECALLS[0][0], "id-indexed-target", "indexed"), (RECALLS[0][0], "id-indexed-target", "latest"),
     (RECALLS[1][0], "id-tail-target", "latest"),
