@@ -206,7 +206,7 @@ class SqlAttachment:
             if "reading the Arrow source failed" in str(exc):  # Arrow failed on a file
                 raise IndexUnavailable("the analytics index could not be read",
                                        hint="Retry; if it persists, check `usl status`.") from None
-            raise QueryError(self._clean(exc), hint=_HINT) from None
+            raise QueryError(self._clean(exc, sql), hint=_HINT) from None
         except (OSError, pa.ArrowException) as exc:
             # The pinned generation's files are gone or damaged: not the caller's fault.
             raise IndexUnavailable("the analytics index could not be read",
@@ -266,9 +266,9 @@ class SqlAttachment:
         return (ds.dataset(files, schema=schema, format="parquet").filter(snapshot)
                 if files else schema.empty_table())
 
-    def _clean(self, exc: duckdb.Error) -> str:
-        """DuckDB's message without server paths (user-written literals may stay)."""
-        message = str(exc).strip()
+    def _clean(self, exc: duckdb.Error, sql: str) -> str:
+        """DuckDB's message without server paths (user-written literals may stay), on one line."""
+        message = _one_line(str(exc).strip(), sql)
         for path in (*self.analytics_gen_dirs, *self.structured_gen_dirs):
             message = message.replace(str(path.resolve()), "<index>").replace(str(path), "<index>")
         if isinstance(exc, duckdb.PermissionException | duckdb.IOException):
@@ -337,12 +337,44 @@ def _check_arguments(sql: Any, as_of_seq: Any, timeout_seconds: float, max_rows:
         raise QueryError(f"memory limit {memory_limit!r} is not like 512MB")
 
 
+_CONTEXT_LINE = re.compile(r"LINE (\d+): ")
+
+
+def _one_line(message: str, sql: str) -> str:
+    """DuckDB's error as one line: its ``LINE n: <query>`` and caret lines become "at line n,
+    column c" (the column only where the shown text is found in the query: DuckDB cuts long
+    lines with "..."). An error message is one line for the CLI and for logs; DuckDB's came
+    as five, with a blank one."""
+    lines = message.split("\n")
+    place = ""
+    for index, line in enumerate(lines[:-1]):
+        context = _CONTEXT_LINE.match(line)
+        caret_line = lines[index + 1]
+        if context is None or not caret_line.strip().startswith("^"):
+            continue
+        number = int(context.group(1))
+        place = f" at line {number}"
+        shown = line[context.end():]
+        cut_front = shown.startswith("...")
+        body = shown[3:] if cut_front else shown
+        body = body[:-3] if body.endswith("...") else body
+        source_lines = sql.split("\n")
+        source = source_lines[number - 1] if 0 < number <= len(source_lines) else ""
+        offset = source.find(body) if body else -1
+        if offset >= 0:
+            caret = len(caret_line) - len(caret_line.lstrip(" ")) - context.end() - (3 if cut_front else 0)
+            place += f", column {offset + caret + 1}"
+        lines = lines[:index] + lines[index + 2:]
+        break
+    return " ".join(part.strip() for part in lines if part.strip()) + place
+
+
 def _validate(con: duckdb.DuckDBPyConnection, sql: str) -> None:
     """Refuse anything but one read-only SELECT over the views and computed tables."""
     try:
         statements = duckdb.extract_statements(sql)
     except duckdb.Error as exc:
-        raise QueryError(f"the SQL does not parse: {exc}", hint=_HINT) from None
+        raise QueryError(f"the SQL does not parse: {_one_line(str(exc), sql)}", hint=_HINT) from None
     if len(statements) != 1:
         raise QueryError(f"send exactly one SQL statement, not {len(statements)}", hint=_HINT)
     kind = statements[0].type

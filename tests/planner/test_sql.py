@@ -556,3 +556,20 @@ def test_the_issue_query_and_lineage_masks(lineage_attachment: SqlAttachment) ->
                     "(SELECT 1) SELECT 1) q, _raw_events r WHERE r.parentSessionId IS NOT NULL",
                     acls=acls)
     assert "_raw_events" in error.message
+
+
+@pytest.mark.parametrize(("sql", "where", "token"), [
+    ("SELEC 1", "at line 1, column 1", "SELEC"),
+    ("SELECT 1\nFROM events\nWHERE nosuchcolumn = 2", "at line 3, column 7", "nosuchcolumn"),
+    ("SELECT 1 FROM events WHERE " + " AND ".join(f"seq <> {i}" for i in range(80)) + " AND nosuch = 1",
+     "at line 1, column", "nosuch"),
+])
+def test_a_duckdb_error_is_one_line_with_its_place(attachment: SqlAttachment, sql: str, where: str,
+                                                   token: str) -> None:
+    """DuckDB's errors came as five lines (a blank one, ``LINE 1: ...`` and a caret line); the
+    CLI prints an error as one line, so the place is said in words, as SessionQL says it."""
+    error = refused(attachment, sql)
+    assert "\n" not in error.message and "LINE" not in error.message and "^" not in error.message
+    assert where in error.message
+    line, column = (int(n) for n in error.message.rsplit("at line ", 1)[1].split(", column "))
+    assert sql.split("\n")[line - 1][column - 1:].startswith(token)
