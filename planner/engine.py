@@ -616,7 +616,8 @@ class Planner:
                                           "rule": "chunks holding any of the query's identifiers (words "
                                                   "mixing letters and digits, runs of five or more "
                                                   "capitals, words joined by _ / . or :), ranked by BM25 "
-                                                  "over them"}
+                                                  "over them; only those holding the whole query when "
+                                                  "some chunk does"}
         words = content_words(req.query) if req.mode == "hybrid" and "text" in ranking else None
         if words is not None:
             query.notes["text"] = {"sources": ["text", "tail"], "query": words,
@@ -779,8 +780,9 @@ class Planner:
                 candidates[chunk_id] = Candidate(
                     chunk_id, "chunk", "index", row["sessionId"], float(row["eventTime"] or 0.0),
                     row, scores=query.indexed_scores[chunk_id])
-        query.lists = [RankedList(ranked.source, [i for i in ranked.ids if i in candidates],
-                                  ranked.window, ranked.truncated) for ranked in query.lists]
+        query.lists = identifiers_within_phrase(
+            [RankedList(ranked.source, [i for i in ranked.ids if i in candidates], ranked.window, ranked.truncated)
+             for ranked in query.lists])
         self._collapse_duplicates(query)
         used = {chunk_id for ranked in query.lists for chunk_id in ranked.ids}
         hits = self._one_per_text(query, fuse(query.lists, event_time={i: candidates[i].event_time
@@ -1327,6 +1329,27 @@ _WARMER = Principal(tenant="", user="tail-warmer")
 # vector list's candidates) and took fusion votes from chunks that share the query's content.
 # Text mode ranks the words as typed (docs/planner.md, "Function words in hybrid mode").
 STOP_WORDS = FUNCTION_WORDS
+
+
+_PHRASE_SOURCES = frozenset({"phrase", "tailPhrase", "toolresultsPhrase"})
+_IDENTIFIER_SOURCES = frozenset({"identifier", "tailIdentifier", "toolresultsIdentifier"})
+
+
+def identifiers_within_phrase(lists: Sequence[RankedList]) -> list[RankedList]:
+    """``lists`` with each identifier list cut to the chunks holding the whole query, when
+    some chunk holds it (a phrase list is not empty).
+
+    The identifier list lets a chunk naming the query's identifier outvote a vector list that
+    cannot read it. When the query is a phrase chunks hold, it is a phrase pasted from a
+    session (`on bead spotter-a0y.`), and every chunk merely naming the identifier got that
+    vote too: with the vector list's, chunks without the phrase outranked four of the seven
+    that held it (hybrid kept 3 of text mode's 7 in its first 10). Kept to the holders, the
+    list counts for them alone, so hybrid finds what text finds."""
+    holders = {chunk_id for ranked in lists if ranked.source in _PHRASE_SOURCES for chunk_id in ranked.ids}
+    if not holders:
+        return list(lists)
+    return [RankedList(ranked.source, [i for i in ranked.ids if i in holders], ranked.window, ranked.truncated)
+            if ranked.source in _IDENTIFIER_SOURCES else ranked for ranked in lists]
 
 
 def content_words(query: str) -> str | None:

@@ -1123,6 +1123,33 @@ def test_hybrid_keeps_a_chunk_naming_the_querys_identifier(known: Planner, monke
     assert (rank("hybrid") or 11) > 1
 
 
+def test_when_chunks_hold_the_whole_query_the_identifier_list_counts_them_alone() -> None:
+    """The ranks a real session gave `on bead spotter-a0y.` (text mode: the seven chunks
+    holding the phrase first): chunks naming the bead without the phrase, found by the
+    identifier and vector lists, outranked four of the holders in hybrid mode."""
+    from planner.engine import identifiers_within_phrase
+    from planner.rrf import RankedList, fuse
+
+    holders = [f"p{i}" for i in range(1, 8)]
+    others = [f"o{i}" for i in range(1, 9)]
+    lists = [
+        RankedList("text", ["p2", "p1", "p3", "o1", "p5", "o2", "p4", "p6", "p7", "o3", *others[3:]], 200),
+        RankedList("phrase", holders, 200),
+        RankedList("identifier", ["o4", "o1", "o2", "o5", "p1", "o6", *holders[1:], *others[6:]], 200),
+        RankedList("vector", ["o2", "o1", "o7", "o5", "p1", "o4", "o8", "o3"], 200),
+    ]
+    times = {chunk_id: 1.0 for ranked in lists for chunk_id in ranked.ids}
+
+    def first(fused_lists: list[RankedList]) -> set[str]:
+        return {hit.chunk_id for hit in fuse(fused_lists, event_time=times)[:7]}
+
+    assert first(lists) != set(holders)  # as it was
+    assert first(identifiers_within_phrase(lists)) == set(holders)
+    # No chunk holds the whole query (a recollection, not a paste): the identifier list stays.
+    unchanged = [ranked for ranked in lists if ranked.source != "phrase"]
+    assert identifiers_within_phrase(unchanged) == unchanged
+
+
 @pytest.mark.parametrize(("query", "identifiers"), [
     ("changing reservation HXDUBJ, out a day later", ["HXDUBJ"]),
     ("drop Ethan from H9ZU1C and pay with gift_card_5094406.", ["H9ZU1C", "gift_card_5094406"]),
