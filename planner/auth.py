@@ -186,13 +186,17 @@ class KeyRing:
 
 
 def presented_key(headers: Any) -> str | None:
-    """The key of a request: ``Authorization: Bearer KEY`` or ``X-API-Key: KEY``."""
+    """The key of a request: ``Authorization: Bearer KEY`` or ``X-API-Key: KEY`` (both only
+    when they agree: which of two keys a request meant is not for the server to pick, and the
+    principal it runs as depends on it)."""
     authorization = headers.get("authorization") or ""
     scheme, _, token = authorization.strip().partition(" ")
-    if scheme.lower() == "bearer" and token.strip():
-        return token.strip()
-    api_key = (headers.get("x-api-key") or "").strip()
-    return api_key or None
+    bearer = token.strip() if scheme.lower() == "bearer" and token.strip() else None
+    api_key = (headers.get("x-api-key") or "").strip() or None
+    if bearer is not None and api_key is not None and bearer != api_key:
+        raise Unauthorized("the request presents two different API keys",
+                           hint="Send one key: Authorization: Bearer KEY or X-API-Key: KEY.")
+    return bearer or api_key
 
 
 def authenticate(ring: KeyRing, headers: Any, principal_header: str | None,

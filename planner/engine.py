@@ -603,7 +603,8 @@ class Planner:
         phrase = whole_query_phrase(req.query) if "text" in ranking else None
         if phrase is not None:
             # The phrase is the request's own query (explain.request has it); not echoed twice.
-            query.notes["phrase"] = {"sources": ["phrase", "tailPhrase"],
+            query.notes["phrase"] = {"sources": ["phrase", "tailPhrase",
+                                                 *(["toolresultsPhrase"] if req.tool_results else [])],
                                      "rule": "chunks holding the whole query as one phrase "
                                              "(quotes ignored), ranked by BM25"}
         # Hybrid: the query's identifiers (codes, paths, snake_case) as a list of their own, so
@@ -611,7 +612,8 @@ class Planner:
         # cannot see such words does not outvote it (docs/planner.md, "Identifiers").
         identifiers = identifier_query(req.query) if req.mode == "hybrid" and "text" in ranking else None
         if identifiers is not None:
-            query.notes["identifiers"] = {"sources": ["identifier", "tailIdentifier"],
+            query.notes["identifiers"] = {"sources": ["identifier", "tailIdentifier",
+                                                      *(["toolresultsIdentifier"] if req.tool_results else [])],
                                           "query": identifiers,
                                           "rule": "chunks holding any of the query's identifiers (words "
                                                   "mixing letters and digits, runs of five or more "

@@ -408,3 +408,18 @@ def test_the_search_page_sends_the_key_it_keeps_in_the_tab(public_api: tuple[Sta
         assert key not in stored["url"] and key[len(KEY_PREFIX):][:16] not in stored["url"]
         page.goto(f"{base}/")  # the same tab keeps the key
         assert page.evaluate("document.getElementById('apikey').value") == key
+
+
+def test_two_different_keys_in_one_request_are_refused() -> None:
+    """Found by a new user: with `Authorization: Bearer K1` and `X-API-Key: K2` the Bearer key
+    won without a word; which principal a request runs as is not for the server to guess."""
+    from planner.auth import presented_key
+    from planner.exceptions import Unauthorized
+
+    assert presented_key({"authorization": "Bearer k1"}) == "k1"
+    assert presented_key({"x-api-key": "k2"}) == "k2"
+    assert presented_key({"authorization": "Bearer k1", "x-api-key": "k1"}) == "k1"
+    assert presented_key({}) is None
+    with pytest.raises(Unauthorized, match="two different API keys") as refused:
+        presented_key({"authorization": "Bearer k1", "x-api-key": "k2"})
+    assert "k1" not in str(refused.value) and "k2" not in str(refused.value)
