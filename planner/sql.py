@@ -190,7 +190,7 @@ class SqlAttachment:
         try:
             watchdog.start()
             _validate(con, sql)
-            self._prepare(con, as_of_seq, allowed)
+            self._prepare(con, self._covered_through(as_of_seq), allowed)
             con.execute("SET lock_configuration = true")
             result = con.execute(sql)
             columns = [d[0] for d in result.description or ()]
@@ -222,10 +222,18 @@ class SqlAttachment:
         if truncated_by is not None:
             body["truncation"] = {"reason": truncated_by, "maxRows": max_rows,
                                   "maxResultBytes": max_result_bytes}
-        built = self._generations.get("analytics", {}).get("builtThroughSeq")
-        if built is not None and built < as_of_seq:
-            body["uncovered"] = {"fromSeq": built + 1, "toSeq": as_of_seq}
+        if self._covered_through(as_of_seq) < as_of_seq:
+            body["uncovered"] = {"fromSeq": self._covered_through(as_of_seq) + 1, "toSeq": as_of_seq}
         return body
+
+    def _covered_through(self, as_of_seq: int) -> int:
+        """The last seq the answer holds: ``as_of_seq``, or the analytics generation's
+        ``builtThroughSeq`` when that is less. A generation holds rows past its watermark (a
+        partition the sink read further than another), but not all of them: read, they made an
+        answer that named them uncovered yet counted some, and changed with the sink's timing
+        instead of the log position."""
+        built = self._generations.get("analytics", {}).get("builtThroughSeq")
+        return as_of_seq if built is None else min(as_of_seq, int(built))
 
     def _prepare(self, con: duckdb.DuckDBPyConnection, as_of_seq: int, allowed: list[str]) -> None:
         """Define the public views over the snapshot's visible rows, and nothing else.
