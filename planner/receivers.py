@@ -179,9 +179,9 @@ class EventReceiver:
                 fingerprints[index] = _fingerprint(event)
                 if cut:
                     cuts.add(index)
-        framed, turns = frame_loose_events(checked)
-        return {**self.append(framed, rejected, log_id, principal.tenant, refused, cuts=cuts,
-                              fingerprints=fingerprints), "turnsAdded": turns}
+        framed, _turns = frame_loose_events(checked)
+        return self.append(framed, rejected, log_id, principal.tenant, refused, cuts=cuts,
+                           fingerprints=fingerprints)
 
     def append(self, checked: Checked | Callable[[TraceSessions], Checked],
                rejected: list[dict[str, Any]], log_id: str, tenant: str,
@@ -230,6 +230,13 @@ class EventReceiver:
         written: list[dict[str, Any]] = []
         truncated: list[dict[str, Any]] = []
         conflicts: list[dict[str, Any]] = []
+        # A frame's markers (index None, turn.*: streams.importers.frames) go out only with an
+        # event of the frame that L1 does not hold yet: a request re-sending events L1 holds in
+        # other frames (a replay, a retry batched otherwise) would otherwise append an empty turn,
+        # or a second turn.ended that moves an earlier turn's end (the SQL turns view).
+        waiting: dict[str, dict[str, Any]] = {}  # frame turnId -> its turn.started, not yet sent
+        opened: set[str] = set()  # frames with an event of the caller's that L1 did not hold
+        frames_written: set[str] = set()
         try:
             seen = self._catch_up(reader, log_id)
             owners, traces = self._owners[log_id], self._traces[log_id]
@@ -239,10 +246,45 @@ class EventReceiver:
             lists = RefusedLists(remedy="send it with the session's acl, or after that event")
             earlier = iter(refused)
             pending = next(earlier, None)
+
+            def put(index: int | None, event: dict[str, Any]) -> None:
+                nonlocal appended, duplicates
+                key = _digest(log_id, event["eventId"])
+                owned, reason = _with_owner(event, owners, tenant)
+                if owned is not None:
+                    reason = lists.reason(event) or ""
+                if owned is None or reason:
+                    if index is not None:
+                        rejected.append({"index": index, "reason": reason})
+                        _refuse(lists, event, index)
+                    return
+                try:
+                    producer.append(owned)
+                except SchemaError as exc:  # over USL_MAX_EVENT_BYTES
+                    if index is not None:
+                        rejected.append({"index": index, "reason": exc.reason})
+                        _refuse(lists, event, index)
+                    return
+                _own(owners, owned)
+                fresh[key] = _fingerprint(owned)
+                written.append(owned)
+                appended += index is not None
+                if index is None and str(event.get("type")).startswith("turn."):
+                    frames_written.add(str(event.get("turnId")))
+                if index in cuts:
+                    truncated.append({"index": index, "eventId": owned["eventId"], **owned["fields"]["_truncated"]})
+
             for (index, event), at in zip(checked, _positions(checked), strict=True):
                 while pending is not None and pending[0] <= at:  # refused before it in the request
                     _refuse(lists, pending[1], pending[0])
                     pending = next(earlier, None)
+                marker = index is None and event["type"] in ("turn.started", "turn.ended")
+                if marker and event["type"] == "turn.started":
+                    waiting[event["turnId"]] = event
+                    continue
+                if marker and event["turnId"] not in opened:
+                    waiting.pop(event["turnId"], None)
+                    continue  # no event of this frame was new: its end would end nothing new
                 key = _digest(log_id, event["eventId"])
                 held = seen.get(key) or fresh.get(key)
                 if held is not None:
@@ -252,27 +294,12 @@ class EventReceiver:
                     if conflict:
                         conflicts.append({"index": index, "eventId": event["eventId"], "reason": conflict})
                     continue
-                owned, reason = _with_owner(event, owners, tenant)
-                if owned is not None:
-                    reason = lists.reason(event) or ""
-                if owned is None or reason:
-                    if index is not None:
-                        rejected.append({"index": index, "reason": reason})
-                        _refuse(lists, event, index)
-                    continue
-                try:
-                    producer.append(owned)
-                except SchemaError as exc:  # over USL_MAX_EVENT_BYTES
-                    if index is not None:
-                        rejected.append({"index": index, "reason": exc.reason})
-                        _refuse(lists, event, index)
-                    continue
-                _own(owners, owned)
-                fresh[key] = _fingerprint(owned)
-                written.append(owned)
-                appended += index is not None
-                if index in cuts:
-                    truncated.append({"index": index, "eventId": owned["eventId"], **owned["fields"]["_truncated"]})
+                start = waiting.pop(str(event.get("turnId")), None) if index is not None else None
+                if start is not None:
+                    opened.add(start["turnId"])
+                    if _digest(log_id, start["eventId"]) not in seen and _digest(log_id, start["eventId"]) not in fresh:
+                        put(None, start)
+                put(index, event)
             producer.flush()
         except KafkaError as exc:
             raise TooManyRequests(f"L1 did not acknowledge the batch in time ({type(exc).__name__})",
@@ -283,7 +310,8 @@ class EventReceiver:
             traces.feed(event)
         rejected.sort(key=lambda item: item["index"])
         return {"appended": appended, "duplicates": duplicates, "rejected": rejected,
-                "l1CommittedSeq": reader.committed_seq(log_id), "truncated": truncated, "conflicts": conflicts}
+                "l1CommittedSeq": reader.committed_seq(log_id), "truncated": truncated, "conflicts": conflicts,
+                "turnsAdded": len(frames_written)}
 
 
 def request_log(value: Any) -> str:

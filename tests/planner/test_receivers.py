@@ -340,3 +340,35 @@ def test_the_same_event_id_with_other_content_is_a_conflict(api):
     retagged = {**loose[message], "acl": {"tenant": "acme", "read": ["user:alice"]}}
     answer = post(client, key_a, {"events": [retagged]}).json()
     assert [c["index"] for c in answer["conflicts"]] == [0] and "different acl" in answer["conflicts"][0]["reason"]
+
+
+def test_a_replay_of_framed_events_appends_no_marker(api):
+    """QA: a client that posted loose events one per request and then replays them in one
+    request (or replays a suffix of an earlier batch) sends only events L1 holds. Their frame
+    has new ids, and its markers used to go out alone: a second turn.ended for each earlier
+    turn, which moved that turn's end in the SQL turns view, or an empty turn. Now a frame's
+    markers go out only with an event of it that L1 did not hold, and turnsAdded counts them."""
+    settings, client, key_a, _key_b = api
+    events = acme([{k: v for k, v in e.items() if k != "turnId"} for e in session_events("s-replay", turns=1)
+                   if not e["type"].startswith("turn.") and e["type"] != "session.started"])[:3]
+    for event in events:
+        answer = post(client, key_a, {"events": [event]}).json()
+        assert (answer["appended"], answer["turnsAdded"]) == (1, 1)
+    in_l1 = l1_events(settings)
+    assert len(in_l1) == 3 * 3
+    for replay in (events, events[1:], events[:2]):
+        answer = post(client, key_a, {"events": replay}).json()
+        assert (answer["appended"], answer["duplicates"], answer["turnsAdded"]) == (0, len(replay), 0)
+    assert l1_events(settings) == in_l1
+
+    # A replay that brings a new event still frames it: in the frame's turn (whose start L1
+    # holds from the first post of events[1]), ended after it.
+    new = {**events[-1], "eventId": "s-replay-new"}
+    answer = post(client, key_a, {"events": [*events[1:], new]}).json()
+    assert (answer["appended"], answer["duplicates"], answer["turnsAdded"]) == (1, 2, 1)
+    added = l1_events(settings)[len(in_l1):]
+    assert [e["type"] for e in added] == [new["type"], "turn.ended"]
+    assert added[0]["turnId"] == added[1]["turnId"] == in_l1[3]["turnId"]
+    fresh = {**events[-1], "eventId": "s-replay-fresh"}
+    answer = post(client, key_a, {"events": [events[0], fresh]}).json()
+    assert (answer["appended"], answer["duplicates"], answer["turnsAdded"]) == (1, 1, 1)
