@@ -291,6 +291,23 @@ class _Transcript:
         if agent is not None:
             self.links.setdefault((session.emitter.session_id, agent), call)
 
+    def _link_progress(self, session: _Session, line: dict[str, Any]) -> None:
+        """Remember the call a subagent's ``agent_progress`` line names: Claude Code writes
+        them to the main file while the subagent runs (``parentToolUseID`` is the Task/Agent
+        call, ``data.agentId`` the subagent), long before the call's result. A follower sees
+        the subagent's own file grow long before that result too: without this, its episode
+        went out unlinked (no ``parentEventId``, ``toolCallId`` or ``title``), and its eventId
+        then stood for good, while a one-shot import of the finished directory linked it."""
+        data = line.get("data")
+        if not isinstance(data, dict) or data.get("type") != "agent_progress":
+            return
+        agent, call_id = data.get("agentId"), line.get("parentToolUseID")
+        if not isinstance(agent, str) or not agent or not isinstance(call_id, str):
+            return
+        call = next((c for c in session.subagent_calls if c[1] == call_id), None)
+        if call is not None:
+            self.links.setdefault((session.emitter.session_id, agent), call)
+
     # -- auxiliary lines --------------------------------------------------------------------
 
     def _auxiliary(
@@ -298,6 +315,8 @@ class _Transcript:
     ) -> Iterator[Result]:
         session_id = line.get("sessionId") if isinstance(line.get("sessionId"), str) else None
         session = self.sessions.get(session_id) if session_id else self.current
+        if line_type == "progress" and session is not None:
+            self._link_progress(session, line)
         entry = _Pending(record, raw, number, line_type, line, session_id)
         if session is None or not session.active:
             self.pending.append(entry)

@@ -1085,3 +1085,43 @@ def test_an_asp_line_rejected_with_its_access_list_takes_its_sessions_later_line
     assert all("event hq.jsonl:1 of the same session 'hq-s'" in outcome[record].reason  # type: ignore[union-attr]
                for record in ("hq.jsonl:2", "hq.jsonl:4"))
     assert {"other-1", "hq-4", "hq-5"} <= outcome.keys()
+
+
+def test_a_running_subagents_file_is_linked_by_its_progress_lines(tmp_path: Path) -> None:
+    """QA: while a subagent runs, the main file holds the Agent call and Claude Code's
+    agent_progress lines (parentToolUseID, data.agentId), not yet the call's result; the
+    subagent's own file is already there. A follower imports exactly that state, and the
+    episode's eventId then stands: it must be linked as the finished directory's import links
+    it, from the progress lines."""
+    session = tmp_path / "s-1.jsonl"
+    progress = {"type": "progress", "sessionId": "s-1", "uuid": "p1", "parentUuid": "a1", "isSidechain": False,
+                "timestamp": "2025-10-14T09:00:02.500Z", "toolUseID": "agent_msg_1",
+                "parentToolUseID": "toolu_agent",
+                "data": {"type": "agent_progress", "agentId": "ab12cd", "prompt": "list modules",
+                         "normalizedMessages": []}}
+    running = [
+        cc_line("u1", "user", "survey the code"),
+        cc_line("a1", "assistant", [{"type": "tool_use", "id": "toolu_agent", "name": "Agent",
+                                      "input": {"description": "Survey modules", "prompt": "list modules"}}],
+                parent="u1", time="2025-10-14T09:00:01.000Z"),
+        progress,
+    ]
+    write_lines(session, running)
+    (tmp_path / "s-1" / "subagents").mkdir(parents=True)
+    write_lines(tmp_path / "s-1" / "subagents" / "agent-ab12cd.jsonl", [
+        cc_line("x1", "user", "list modules", isSidechain=True, agentId="ab12cd", time="2025-10-14T09:00:02.000Z"),
+    ])
+    events, rejected = split(tmp_path)
+    assert not rejected
+    call = next(e for e in events if e["type"] == "tool.call")
+    (episode,) = [e for e in events if e["type"] == "episode.started"]
+    assert episode["parentEventId"] == call["eventId"]
+    assert episode["fields"] == {"toolCallId": "toolu_agent", "title": "Survey modules", "agentId": "ab12cd"}
+
+    # The finished directory (the result naming the agent) gives the same episode event.
+    write_lines(session, [*running, cc_line(
+        "u2", "user", [{"type": "tool_result", "tool_use_id": "toolu_agent", "content": "Found 3 modules."}],
+        parent="a1", time="2025-10-14T09:00:09.000Z", toolUseResult={"status": "completed", "agentId": "ab12cd"})])
+    finished, rejected = split(tmp_path)
+    assert not rejected
+    assert next(e for e in finished if e["type"] == "episode.started") == episode
