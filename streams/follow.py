@@ -3,7 +3,8 @@
 A :class:`Follower` polls its paths (files, or directories searched for ``*.jsonl`` / ``*.json``
 recursively, so new files are found). A file that changed is imported again from its start
 (importers are deterministic: the same bytes yield the same eventIds) up to its last newline,
-so a line still being written waits for its newline; events whose eventId this file already
+so a line still being written waits for its newline (a last line that is a whole JSON object is
+taken without one once the file is idle: some writers end a file without it); events whose eventId this file already
 appended are left out, and the rest are appended. A JSON document (a ``*.json`` file, or a format
 of ``DOCUMENT_FORMATS``) is read only when the whole of it parses.
 
@@ -308,6 +309,7 @@ class _Tracked:
     held_events: list[dict[str, Any]] = field(default_factory=list)
     changed_at: float = 0.0
     new: bool = False  # created while this follower ran: no L1 check needed
+    tail: bool = False  # the file ends in a line without its newline, looked at again when idle
 
 
 @dataclass
@@ -424,7 +426,8 @@ class Follower:
         try:
             stat = path.stat()
             signature = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
-            if signature == tracked.signature and not (tracked.record and tracked.record.held):
+            if signature == tracked.signature and not (tracked.record and tracked.record.held) \
+                    and not tracked.tail:
                 return None
             data = path.read_bytes()
         except FileNotFoundError:
@@ -455,6 +458,15 @@ class Follower:
             complete = data if parse_json(data)[1] is None else b""
         else:
             complete = data[: data.rfind(b"\n") + 1]
+            tracked.tail = not _blank(data[len(complete):])
+            if tracked.tail and now - tracked.changed_at >= self.idle_seconds:
+                # A last line that never got its newline (a file written by a tool that ends
+                # without one): once the file is idle and the line is a whole JSON object, it
+                # is complete, as a one-shot import takes it; a cut line never parses, and
+                # waits (unread until the file changes again) for the rest.
+                tracked.tail = False
+                if _whole_object(data[len(complete):]):
+                    complete = data
         if _blank(complete):
             return None
         adopted = None
@@ -807,6 +819,12 @@ def _sessions_of(entries: list[Accepted | Rejected]) -> dict[str, set[str]]:
 
 def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def _whole_object(line: bytes) -> bool:
+    """Whether ``line`` is one whole JSON object (what a transcript line is)."""
+    value, error = parse_json(line.strip())
+    return error is None and isinstance(value, dict)
 
 
 def _blank(data: bytes) -> bool:
