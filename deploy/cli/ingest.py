@@ -77,7 +77,9 @@ def ingest(
     try:
         with _broker_to_append_to(current) as servers:
             if follow:
-                follow_paths(current, servers, paths, fmt, log, err())
+                followed = follow_paths(current, servers, paths, fmt, log, err())
+                if json_out:  # the summary of what this follower appended, once it is stopped
+                    print_json(followed)
                 return
             # --json: no console at all (rich is a tenth of the command's start, issue #16).
             summary = ingest_once(current, servers, paths, fmt, log, None if json_out else err(),
@@ -275,8 +277,9 @@ class _Tally:
 
 
 def follow_paths(settings: Settings, bootstrap: str, paths: list[Path], fmt: str | None, log: str,
-                 err: Console) -> None:
-    """Tail ``paths`` until SIGTERM/SIGINT; a line on stderr per poll that appended something."""
+                 err: Console) -> dict[str, Any]:
+    """Tail ``paths`` until SIGTERM/SIGINT; a line on stderr per poll that appended something.
+    Returns what ``--json`` prints once stopped: the totals of this run."""
     stop = stop_signals()
     follower, appender = _follower(settings, bootstrap, paths, fmt, log, once=False)
     err.print(escape(f"following {', '.join(str(p) for p in paths)} into log {log!r} "
@@ -299,11 +302,16 @@ def follow_paths(settings: Settings, bootstrap: str, paths: list[Path], fmt: str
                 err.print(f"  … and {report.rejected - _REJECTS_SHOWN} more (`usl deadletters` lists them)")
             sys.stderr.flush()
 
+    committed = 0
     try:
         follower.run(poll_seconds=settings.follow_poll_seconds, should_stop=stop.is_set, on_poll=on_poll)
+        committed = appender.committed_seq(log)
     finally:
         appender.close()
     err.print(f"stopped following; appended {totals['appended']} event(s), rejected {totals['rejected']}")
+    return {"path": str(paths[0]) if len(paths) == 1 else [str(p) for p in paths], "logId": log,
+            "follow": True, "eventsAppended": totals["appended"], "rejected": totals["rejected"],
+            "l1CommittedSeq": committed}
 
 
 def _reason_group(reason: str) -> str:

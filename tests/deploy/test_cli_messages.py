@@ -46,6 +46,9 @@ class _Appender:
     def flush(self) -> int:
         return self.highest
 
+    def committed_seq(self, log_id: str) -> int:
+        return self.highest
+
     def close(self) -> None:
         pass
 
@@ -97,3 +100,20 @@ def test_the_follower_says_where_and_why_it_rejected(tmp_path: Path, monkeypatch
     assert "rejected live.jsonl:1: invalid JSON at column 1" in result.output
     assert "rejected live.jsonl:3: invalid JSON at column 3" in result.output
     assert "live.jsonl:4" not in result.output and "and 2 more (`usl deadletters` lists them)" in result.output
+
+
+def test_a_follower_stopped_prints_its_summary_with_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by a new user: `usl ingest --follow --json` printed nothing on stdout when stopped
+    (the option says "Print the summary as JSON"), so a script had no totals to read."""
+    report = PollReport(files=1, records_read=4, appended=3, rejected=1,
+                        rejected_items=[Rejected(record="live.jsonl:2", reason="invalid JSON", raw="{")])
+    appender = _Appender()
+    appender.highest = 42
+    _fake_follower(monkeypatch, _Follower(appender, [report, PollReport(files=1, appended=2)]))
+    monkeypatch.setattr(ingest_module, "_count", lambda report: None)
+    result = CliRunner().invoke(app, ["ingest", "--follow", "--json", str(tmp_path)],
+                                env={"USL_HOME": str(tmp_path), **_NO_STACK})
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["eventsAppended"] == 5 and summary["rejected"] == 1 and summary["l1CommittedSeq"] == 42
+    assert summary["logId"] == "default" and summary["follow"] is True
