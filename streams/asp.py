@@ -153,11 +153,20 @@ def parse_time(value: str) -> datetime:
     text = value.replace("z", "Z").replace("Z", "+00:00").replace("t", "T").replace(" ", "T")
     # Python's fromisoformat takes at most 6 fractional digits; nanosecond stamps are common.
     text = _BEYOND_MICROSECONDS.sub(r"\1", text)
+    if text[17:19] == "60":
+        # A leap second (RFC 3339 allows :60) is the last instant of its minute: datetime has
+        # no 61st second, and the event is no less valid for it.
+        text = f"{text[:17]}59.999999{text[-6:]}"  # the offset: +00:00 for Z after the rewrite
     try:
         return datetime.fromisoformat(text).astimezone(UTC)
     except OverflowError:
         # 9999-12-31T23:59:59-01:00 is a valid RFC 3339 time but past datetime's range in UTC.
         raise ValueError(f"time out of range (years 1..9999 in UTC): {value!r}") from None
+    except ValueError:
+        # Python's words name its own types ("offset must be a timedelta strictly between
+        # -timedelta(hours=24) and ..."); the sender needs to know which part is wrong.
+        raise ValueError(f"not a valid RFC 3339 time: {value!r} (a month, day, hour, minute or second "
+                         "out of range, or an offset beyond ±23:59)") from None
 
 
 def event_time(event: dict[str, Any]) -> float:

@@ -106,12 +106,15 @@ def _parse_time_by_rewrite(value: str) -> str:
     if not streams.asp._RFC3339.match(value):
         return f"not an RFC 3339 time with an offset: {value!r}"
     text = value.replace("z", "Z").replace("Z", "+00:00").replace("t", "T").replace(" ", "T")
+    if text[17:19] == "60":  # a leap second: the last instant of its minute
+        text = text[:17] + "59.999999" + text[-6:]
     try:
         return datetime.fromisoformat(streams.asp._BEYOND_MICROSECONDS.sub(r"\1", text)).astimezone(UTC).isoformat()
     except OverflowError:
         return f"time out of range (years 1..9999 in UTC): {value!r}"
-    except ValueError as exc:
-        return str(exc)
+    except ValueError:
+        return (f"not a valid RFC 3339 time: {value!r} (a month, day, hour, minute or second out of range, "
+                "or an offset beyond ±23:59)")
 
 
 def _parse_time_answer(value: str) -> str:
@@ -141,3 +144,14 @@ def test_parse_time_takes_canonical_times_as_they_are() -> None:
     assert streams.asp.parse_time("2026-01-31T12:00:00.123456Z") == datetime(2026, 1, 31, 12, 0, 0, 123456, tzinfo=UTC)
     assert streams.asp.parse_time("2026-01-31T12:00:00.1234567Z") == datetime(2026, 1, 31, 12, 0, 0, 123456, tzinfo=UTC)
     assert streams.asp.parse_time("2026-01-31t13:00:00+01:00") == datetime(2026, 1, 31, 12, tzinfo=UTC)
+
+
+def test_a_time_out_of_range_is_said_in_rfc_3339_words_and_a_leap_second_is_a_time() -> None:
+    """Found by a new user posting to /v1/events: `+25:00` was refused as "offset must be a
+    timedelta strictly between -timedelta(hours=24) and timedelta(hours=24)", and RFC 3339's
+    leap second `23:59:60` as "second must be in 0..59"."""
+    with pytest.raises(ValueError, match="not a valid RFC 3339 time") as refused:
+        streams.asp.parse_time("2026-01-01T00:00:00+25:00")
+    assert "timedelta" not in str(refused.value)
+    assert streams.asp.parse_time("2016-12-31T23:59:60Z") == datetime(2016, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)
+    assert streams.asp.parse_time("2016-12-31T18:59:60-05:00") == datetime(2016, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)
