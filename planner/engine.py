@@ -80,7 +80,14 @@ from planner.exceptions import (
     PlannerError,
     QueryError,
 )
-from planner.explain import Candidate, build_explain, generation_json, result_row, tool_candidate
+from planner.explain import (
+    TOOL_KINDS,
+    Candidate,
+    build_explain,
+    generation_json,
+    result_row,
+    tool_candidate,
+)
 from planner.l1window import L1Window
 from planner.local import analyze, clauses_of, rank_texts
 from planner.pins import QUERY_PIN_SECONDS, Pinner, Snapshot
@@ -753,7 +760,7 @@ class Planner:
         """Trimmed and tail texts (and tail tool results) ranked in-process; a trimmed chunk
         whose kept text no longer matches the query drops out here."""
         textual = [c for c in query.provisional
-                   if "text" in _RANKING[query.req.mode] or c.kind == "toolresult"]
+                   if "text" in _RANKING[query.req.mode] or c.kind in TOOL_KINDS]
         if not textual:
             return
         by_id = {c.id: c for c in textual}

@@ -18,7 +18,7 @@ from planner.rrf import DEFAULT_K, FusedHit, RankedList, encode_sort_key, sort_k
 from planner.snapshot import SnapshotDecision
 from streams.asp import posix_seconds
 
-__all__ = ["Candidate", "build_explain", "generation_json", "result_row", "rfc3339", "tool_candidate"]
+__all__ = ["TOOL_KINDS", "Candidate", "build_explain", "generation_json", "result_row", "rfc3339", "tool_candidate"]
 
 
 @dataclass
@@ -67,7 +67,7 @@ def result_row(hit: FusedHit, candidate: Candidate, as_of_seq: int) -> dict[str,
         "kind": candidate.kind,
         "origin": candidate.origin,
     }
-    if candidate.kind == "toolresult":
+    if candidate.kind in TOOL_KINDS:
         row["toolName"] = record.get("toolName")
         row["status"] = record.get("status")
     return row
@@ -143,8 +143,14 @@ def generation_json(pin: IndexPin) -> dict[str, Any]:
     return body
 
 
+TOOL_KINDS = frozenset({"toolresult", "toolcall"})
+"""Candidates of the tool-results index: a tool's output, or the whole input of a call."""
+
+
 def tool_candidate(record: Mapping[str, Any], *, origin: str) -> Candidate:
-    """A full tool result (from the index or the tail scan) as a rankable candidate."""
+    """A full tool result or call input (from the index or the tail scan) as a rankable
+    candidate; an index of schema 2 holds outputs only, and names no kind."""
+    kind = "toolcall" if record.get("kind") == "toolcall" else "toolresult"
     seq = int(record["seq"])
     text = str(record.get("text") or "")
     row = {
@@ -153,7 +159,7 @@ def tool_candidate(record: Mapping[str, Any], *, origin: str) -> Candidate:
         "evidence": [{"eventId": record.get("eventId"), "seq": seq, "start": 0,
                       "end": len(text.encode("utf-8"))}],
     }
-    return Candidate(f"toolresult:{record.get('logId')}:{seq}", "toolresult", origin,
+    return Candidate(f"{kind}:{record.get('logId')}:{seq}", kind, origin,
                      str(record.get("sessionId")), posix_seconds(record.get("time")), row, text=text)
 
 

@@ -219,7 +219,7 @@ class Querier(threading.Thread):
         for row in payload.get("results") or ():
             if any(int(piece["seq"]) > as_of for piece in row.get("evidence") or ()):
                 record.problems.append(f"{row['chunkId']} carries evidence past asOfSeq {as_of}")
-            if row.get("origin") != "tail" and row.get("kind") != "toolresult":
+            if row.get("origin") != "tail" and row.get("kind", "chunk") == "chunk":
                 record.chunk_ids.append(str(row["chunkId"]))
         generations = (payload.get("explain") or {}).get("generations") or {}
         for kind, info in generations.items():

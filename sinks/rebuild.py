@@ -26,7 +26,7 @@ from sinks.runner import index_root, watermark_of, write_ids
 from sinks.service import make_writer, pipeline_versions
 from sinks.shards import Shard
 from sinks.watermarks import WatermarkPublisher
-from sinks.writer import record_id
+from sinks.writer import RECORD_KINDS, SOURCE_KINDS, record_id
 from streams.asp import ASP_VERSION, validate_event
 from streams.exceptions import USLError
 from streams.l1 import L1Reader
@@ -141,7 +141,7 @@ def resume_offsets(bootstrap: str, settings: Settings, sources: tuple[str, ...],
                         if body.get("logId") != log_id:
                             continue
                         seq = body.get("maxSeq") if body.get("kind") == "chunk" else body.get("seq")
-                        if body.get("kind") in ("chunk", "event", "toolresult") and int(seq) > through:
+                        if body.get("kind") in RECORD_KINDS and int(seq) > through:
                             found[tp.partition] = record.offset
                     if tp.partition not in found and consumer.position(tp) >= ends[tp]:
                         found[tp.partition] = ends[tp]
@@ -273,8 +273,7 @@ def build_line(settings: Settings, bootstrap: str, kind: str, *, log_id: str = "
     line = live.new_rebuild_line()
     store = GenerationStore(root, log_id, kind, line, shard=shard_name)
     replay = ReplayStream(settings, log_id)
-    wanted = {"chunks": "chunk", "redacted": "event", "toolresults": "toolresult"}
-    kinds = {wanted[s] for s in writer.sources}
+    kinds = {kind for source in writer.sources for kind in SOURCE_KINDS[source]}
     chunk_based = "chunks" in writer.sources
     manifest: Manifest | None = None
     pending: list[dict[str, Any]] = []

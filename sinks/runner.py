@@ -57,7 +57,7 @@ from sinks.merger import BackgroundMerger, MergingWriter, commit_merge, merge_wo
 from sinks.retired import collect_retired_lines_due
 from sinks.shards import Shard
 from sinks.watermarks import WatermarkPublisher
-from sinks.writer import IndexWriter, record_id
+from sinks.writer import RECORD_KINDS, IndexWriter, record_id
 from streams.asp import ASP_VERSION
 from streams.fsio import atomic_write
 from streams.metrics import (
@@ -509,7 +509,7 @@ class SinkRunner:
         if source != "chunks":
             state.progress[key] = max(state.progress.get(key, 0), int(body["seq"]))
             self._progressed.add(log_id)
-        if kind not in ("chunk", "event", "toolresult"):
+        if kind not in RECORD_KINDS:
             return
         if kind == "chunk" and body.get("provisional"):
             return

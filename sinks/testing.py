@@ -31,7 +31,7 @@ from sinks.runner import index_root
 from sinks.text import get_engine
 from sinks.vector_writer import segment_names
 from sinks.watermarks import read_watermarks
-from sinks.writer import IndexWriter, parquet_segments
+from sinks.writer import SOURCE_KINDS, IndexWriter, parquet_segments
 from streams.l1 import L1Reader, read_topic_to_end
 from streams.settings import Settings
 from streams.testing import chunk_set, topic_records
@@ -242,7 +242,8 @@ def expected_keys(settings: Settings) -> dict[str, set[Any]]:
     """What the derived topics say each index must hold."""
     chunks = set(chunk_set(settings))
     events = [r for r in topic_records(settings, "redacted") if r.get("kind") == "event"]
-    results = {f"{r['logId']}:{r['seq']}" for r in topic_records(settings, "toolresults") if r.get("kind") == "toolresult"}
+    results = {f"{r['logId']}:{r['seq']}" for r in topic_records(settings, "toolresults")
+               if r.get("kind") in SOURCE_KINDS["toolresults"]}
     return {
         "chunks": chunks,
         "events": {int(r["seq"]) for r in events},

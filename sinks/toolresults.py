@@ -52,7 +52,8 @@ __all__ = ["COPY_NAMES", "SCHEMA_VERSION", "ToolResultsReader", "ToolResultsWrit
 
 SCHEMA_VERSION = "3"
 """Schema 3: ``runId`` and ``turnId`` stored, so a hit names its run and turn once indexed as it
-did from the tail scan. Schema 2: the CJK-aware analyzer and the unindexed ``source`` field
+did from the tail scan, and ``kind``: ``toolresult`` (a tool's output) or ``toolcall`` (the whole
+input of a call whose chunk shows it cut, :func:`streams.redaction.events.redact_event`). Schema 2: the CJK-aware analyzer and the unindexed ``source`` field
 (schema 1 had neither). An index of another schema cannot be extended (tantivy refuses a writer
 of another schema): the sink stalls its log until ``usl rebuild toolresults`` (``schema_stalls``)."""
 COPY_NAMES = ("meta.json", ".managed.json")
@@ -61,8 +62,11 @@ COPY_NAMES = ("meta.json", ".managed.json")
 # Tantivy leaves these behind after a writer or reader; a generation must not carry them.
 _LOCK_FILES = (".tantivy-writer.lock", ".tantivy-meta.lock")
 _STORED = ("id", "logId", "sessionId", "seq", "eventId", "toolCallId", "toolName", "status", "text", "time",
-           "runId", "turnId")
-_RAW_FIELDS = ("logId", "sessionId", "eventId", "toolCallId", "toolName", "status", "time", "runId", "turnId")
+           "runId", "turnId", "kind")
+_RAW_FIELDS = ("logId", "sessionId", "eventId", "toolCallId", "toolName", "status", "time", "runId", "turnId",
+               "kind")
+KINDS = ("toolresult", "toolcall")
+"""The records this index holds: tools' outputs, and the whole inputs of calls a chunk shows cut."""
 _KIND = "toolresults"
 
 
@@ -108,7 +112,7 @@ class ToolResultsWriter:
             write_analyzer_marker(staging)
         docs: dict[str, dict[str, Any]] = {}
         for record in records:
-            if record.get("kind") == "toolresult":
+            if record.get("kind") in KINDS:
                 docs.pop(record_id(record), None)  # last wins, in record order
                 docs[record_id(record)] = record
         try:

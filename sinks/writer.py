@@ -25,6 +25,8 @@ import pyarrow.parquet as pq
 from sinks.generations import MANIFEST_FILE, Manifest, clone_into
 
 __all__ = [
+    "RECORD_KINDS",
+    "SOURCE_KINDS",
     "IndexWriter",
     "compact_segments",
     "next_segment_number",
@@ -34,6 +36,14 @@ __all__ = [
     "seed_generation",
     "write_segment",
 ]
+
+
+SOURCE_KINDS: dict[str, tuple[str, ...]] = {
+    "chunks": ("chunk",), "redacted": ("event",), "toolresults": ("toolresult", "toolcall"),
+}
+"""The records each derived topic carries that a sink indexes (``streams.stages.records``)."""
+
+RECORD_KINDS = frozenset(kind for kinds in SOURCE_KINDS.values() for kind in kinds)
 
 
 @runtime_checkable

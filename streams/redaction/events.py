@@ -61,7 +61,9 @@ class RedactedEvent:
     ``event``: the ASP event to index (no payload, strings redacted, tool output summarized).
     ``tool_result``: for ``tool.result`` events, the record for the ``usl.toolresults``
     stream (``kind``, ids, ``toolCallId``, ``toolName``, ``status``, the full redacted output
-    as ``text``, ``time``, ``acl``, ``policy``; the agent adds ``seq``); otherwise ``None``.
+    as ``text``, ``time``, ``acl``, ``policy``; the agent adds ``seq``); for a ``tool.call``
+    whose input a chunk shows cut, the same record of kind ``toolcall`` holding the whole
+    input (:func:`_tool_call_record`); otherwise ``None``.
     ``hits``: replacements made, by rule name (for the redactions-by-rule metric).
     """
 
@@ -113,6 +115,8 @@ def redact_event(event: dict[str, Any], policy: RedactionPolicy | None = None) -
             # Already summarized (a redacted event redacted again): the summary is all there is.
             text = str(fields.get("summary", ""))
         tool_result = _tool_result_record(redacted, fields, text, policy)
+    elif event.get("type") == "tool.call" and isinstance(raw_fields, dict):
+        tool_result = _tool_call_record(redacted, raw_fields, policy)
     return RedactedEvent(event=redacted, tool_result=tool_result, hits=walker.hits)
 
 
@@ -133,6 +137,45 @@ def _tool_result_record(event: dict[str, Any], fields: dict[str, Any], text: str
         "acl": event.get("acl"),
         "policy": policy_hash(policy),
     }
+
+
+INPUT_KEYS = ("input", "arguments", "params")
+"""Where a ``tool.call`` event carries its input, in order of preference (as its rendering reads it)."""
+
+SHOWN_INPUT_CHARS = 400
+"""Longest input value a chunk shows of a tool call (``streams.chunking.render.MAX_VALUE_CHARS``)."""
+
+
+def _tool_call_record(event: dict[str, Any], raw_fields: dict[str, Any], policy: RedactionPolicy) -> dict[str, Any] | None:
+    """The tool-results record of a ``tool.call`` whose input a chunk shows cut: the whole
+    input, redacted as the event's fields are but uncut, one ``key: value`` line per key
+    (sorted). A chunk shows each value up to :data:`SHOWN_INPUT_CHARS`; the file an agent
+    wrote, the patch it applied or the script it ran is found here whole, in the ACL-isolated
+    index, as a tool's output is. None when the chunk shows it all."""
+    key = next((name for name in INPUT_KEYS if name in raw_fields), None)
+    if key is None:
+        return None
+    # A walker of its own: the event's walk already counted these replacements.
+    tool_input = _Walker(policy).fields({key: raw_fields[key]}, cap=None)[key]
+    if isinstance(tool_input, dict):
+        values = [(str(name), _shown(tool_input[name])) for name in sorted(tool_input, key=str)]
+        if all(len(value) <= SHOWN_INPUT_CHARS for _, value in values):
+            return None
+        text = "\n".join(f"{name}: {value}" for name, value in values)
+    else:
+        text = _shown(tool_input)
+        if len(text) <= SHOWN_INPUT_CHARS:
+            return None
+    shown = event.get("fields")
+    fields: dict[str, Any] = shown if isinstance(shown, dict) else {}
+    return {**_tool_result_record(event, {**fields, "status": None}, text, policy), "kind": "toolcall"}
+
+
+def _shown(value: Any) -> str:
+    """A value as a rendering shows it: a string as it is, anything else as compact JSON."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=str)
 
 
 def _as_text(output: Any) -> str:

@@ -36,7 +36,8 @@ from streams.ticks import advance_clock, event_clock_time, flush_tick, new_clock
 
 __all__ = ["RedactionStage", "State", "dead_letter"]
 
-_ROLE_OF_KIND: dict[str, TopicRole] = {"event": "redacted", "toolresult": "toolresults"}
+_ROLE_OF_KIND: dict[str, TopicRole] = {"event": "redacted", "toolresult": "toolresults",
+                                         "toolcall": "toolresults"}
 """The derived topic each kind of record (:mod:`streams.stages.records`) is sent to."""
 
 

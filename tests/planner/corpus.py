@@ -20,6 +20,7 @@ from sinks.rebuild import ReplayStream
 from sinks.runner import index_root, watermark_of
 from sinks.service import make_writer, pipeline_versions
 from sinks.watermarks import WatermarkPublisher
+from sinks.writer import SOURCE_KINDS
 from streams.asp import ASP_VERSION, validate_event
 from streams.l1 import L1Producer
 from streams.settings import Settings
@@ -28,7 +29,6 @@ from streams.topics import ensure_topics
 __all__ = ["ALL_KINDS", "IndexBuilder", "acl", "interleaved", "make_test_settings", "session_events"]
 
 ALL_KINDS = ("structured", "text", "vector", "toolresults")
-_SOURCE_KINDS = {"chunks": "chunk", "redacted": "event", "toolresults": "toolresult"}
 
 
 def acl(tenant: str, *read: str) -> dict[str, Any]:
@@ -122,7 +122,7 @@ class IndexBuilder:
 
     def _commit(self, kind: str) -> Manifest:
         writer = self.writers.get(kind) or self.writers.setdefault(kind, make_writer(kind, self.settings))
-        wanted = {_SOURCE_KINDS[source] for source in writer.sources}
+        wanted = {kind for source in writer.sources for kind in SOURCE_KINDS[source]}
         start = self.written.get(kind, 0)
         batch = [r for r in self.records[start:] if r["kind"] in wanted]
         self.written[kind] = len(self.records)

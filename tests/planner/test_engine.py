@@ -1079,9 +1079,25 @@ def tool_known(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -
     settings = make_test_settings(tmp_path_factory.mktemp("toolknown"), kafka_bootstrap)
     builder = IndexBuilder(settings, kafka_bootstrap, "toolknown")
     builder.append(_tool_output_events("toolknown", random.Random(5)))
+    builder.append(_long_input_events("toolknown", "wi-indexed", 60, WRITTEN[0]))
     builder.commit()
+    builder.append(_long_input_events("toolknown", "wi-tail", 61, WRITTEN[1]))  # only latest reads it
     with _serving(settings, kafka_bootstrap, builder) as planner:
         yield planner
+
+
+WRITTEN = ("def reconcile_orphaned_ledger_snapshots(batch):", "class CrimsonWalrusBallet(Exception):")
+
+
+def _long_input_events(log_id: str, session_id: str, number: int, written: str) -> list[dict[str, Any]]:
+    """A turn whose Write call's file content holds ``written`` far past the 400 characters a
+    chunk shows of an input value."""
+    started, message, ended = _turn(log_id, session_id, number, "now write the module")
+    content = "\n".join(f"CONSTANT_{i} = {i}" for i in range(80)) + f"\n\n{written}\n    pass\n"
+    call = {**message, "eventId": f"{session_id}-call", "type": "tool.call", "role": "assistant",
+            "fields": {"toolName": "Write", "toolCallId": f"{session_id}-c",
+                       "input": {"file_path": "/repo/ledger.py", "content": content}}}
+    return [started, message, call, ended]
 
 
 @pytest.mark.parametrize("query", [TOOL_PHRASE, f'"{TOOL_PHRASE}"'])
@@ -1100,6 +1116,29 @@ def test_hybrid_keeps_a_tool_result_holding_the_phrase_that_text_finds(tool_know
     hit = tool_known.search({"query": query, "log": "toolknown", "k": 1, "toolResults": True},
                             ALICE_TOOLS)["results"][0]
     assert {"toolresults", "toolresultsPhrase"} <= set(hit["score"]["components"])
+
+
+@pytest.mark.parametrize(("written", "session", "fresh"), [
+    (WRITTEN[0], "wi-indexed", ("indexed", "latest")), (WRITTEN[1], "wi-tail", ("latest",)),
+])
+def test_a_tool_calls_whole_input_is_found_with_the_tool_results(tool_known: Planner, written: str, session: str,
+                                                                 fresh: tuple[str, ...]) -> None:
+    """Found by a new user: a phrase of a file the agent wrote, past the 400 characters a chunk
+    shows of an input value, was found by no search. The whole input is in the tool-results
+    index (kind toolcall), behind the same scope as tools' outputs."""
+    for freshness in fresh:
+        for mode in ("text", "hybrid"):
+            response = tool_known.search({"query": written, "log": "toolknown", "mode": mode, "k": 5,
+                                          "freshness": freshness, "toolResults": True}, ALICE_TOOLS)
+            hit = response["results"][0]
+            assert (hit["kind"], hit["sessionId"], hit["toolName"], hit["status"]) == (
+                "toolcall", session, "Write", None), (freshness, mode)
+            assert written in hit["text"] and hit["text"].startswith("content: CONSTANT_0 = 0")
+            assert hit["text"].endswith("file_path: /repo/ledger.py")
+            assert hit["evidence"][0]["eventId"] == f"{session}-call"
+    without = tool_known.search({"query": written, "log": "toolknown", "mode": "text", "freshness": "latest"},
+                                ALICE)["results"]
+    assert all(written not in hit["text"] for hit in without)  # the chunk shows the first 400 characters
 
 
 @pytest.mark.parametrize(("recall", "target", "freshness"), [

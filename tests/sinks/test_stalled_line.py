@@ -100,8 +100,8 @@ def test_a_tool_results_log_of_the_old_schema_stalls_alone_until_rebuilt(
         heads = {log: append_events(settings, _events(log, f"{log}-a", seed)) for seed, log in enumerate(("rx", "ok"))}
         with monkeypatch.context() as patch:  # rx's tool-results index as the previous release wrote it
             patch.setattr(toolresults, "SCHEMA_VERSION", "2")
-            patch.setattr(toolresults, "_STORED", toolresults._STORED[:-2])
-            patch.setattr(toolresults, "_RAW_FIELDS", toolresults._RAW_FIELDS[:-2])
+            patch.setattr(toolresults, "_STORED", toolresults._STORED[:-3])
+            patch.setattr(toolresults, "_RAW_FIELDS", toolresults._RAW_FIELDS[:-3])
             rebuild(settings, bootstrap, "toolresults", log_id="rx")
         assert GenerationStore(index_root(settings), "rx", "toolresults").current().schema_version == "2"
         thread = sinks.start(SinkRunner(settings, bootstrap, make_writer("toolresults", settings),

@@ -570,7 +570,9 @@ def test_seeded_secret_never_survives_in_nested_fields(data: st.DataObject) -> N
     field = data.draw(st.sampled_from(["input", "text", "toolName", "status", "toolCallId", "id", "kind"]))
     result = redact_event({**event(type_, **{field: value}), "payload": {"raw": secret}})
     assert secret not in dumps(result.event)
-    assert result.tool_result is None
+    # A call's input a chunk would show cut goes whole to the tool-results stream: redacted too.
+    assert result.tool_result is None or (type_, field, result.tool_result["kind"]) == ("tool.call", "input", "toolcall")
+    assert secret not in dumps(result.tool_result)
     assert result.hits
 
 
@@ -627,6 +629,40 @@ def test_tool_result_output_becomes_summary_and_goes_whole_to_tool_result() -> N
         "status": "error", "policy": policy_hash(),
     }
     assert result.hits == {"github-token": 1}
+
+
+def test_a_tool_calls_input_a_chunk_shows_cut_goes_whole_to_the_tool_results() -> None:
+    content = "x = 1\n" * 100 + "token ghp_fKtHF4vUCsMehGAkWvj7FAc9QeWJKY40uvSw\n"
+    result = redact_event(event("tool.call", toolName="Write", toolCallId="c1",
+                                input={"file_path": "/a.py", "content": content, "mode": {"append": False}}))
+    record = result.tool_result
+    assert record is not None
+    full = content.replace("ghp_fKtHF4vUCsMehGAkWvj7FAc9QeWJKY40uvSw", "[REDACTED:github-token]")
+    assert record["text"] == f"content: {full}\nfile_path: /a.py\nmode: {{\"append\":false}}"
+    assert {key: record[key] for key in ("kind", "eventId", "toolCallId", "toolName", "status")} == {
+        "kind": "toolcall", "eventId": "e-1", "toolCallId": "c1", "toolName": "Write", "status": None}
+    assert result.hits == {"github-token": 1}  # counted once, for the event
+    assert result.event["fields"]["input"]["content"] == full  # the event keeps its own (capped) copy
+    # What a chunk shows whole (every value up to 400 characters) has no record.
+    assert redact_event(event("tool.call", toolName="Bash", input={"command": "x" * 400})).tool_result is None
+    assert redact_event(event("tool.call", toolName="Bash", input="y" * 401)).tool_result["text"] == "y" * 401
+    assert redact_event(event("tool.call", toolName="Bash")).tool_result is None
+
+
+def test_the_whole_battery_in_a_files_content_leaves_no_secret_in_the_tool_call_record() -> None:
+    """Every battery case redaction catches in text, inside the content of a Write call long
+    enough to go whole to the tool-results index: none of its secret is left in the record."""
+    missed = []
+    for case in battery.cases():
+        if case.survivors(redact_text(case.text)[0]):
+            continue  # the battery test lists redaction's own misses
+        content = "# settings\n" + "filler line\n" * 40 + case.text + "\n"
+        record = redact_event(event("tool.call", toolName="Write", toolCallId="c",
+                                    input={"file_path": "f", "content": content})).tool_result
+        assert record is not None and record["kind"] == "toolcall"
+        if case.survivors(record["text"]):
+            missed.append((case.format_id, case.context))
+    assert not missed
 
 
 def test_a_tool_outputs_summary_keeps_its_end_where_the_error_is() -> None:
