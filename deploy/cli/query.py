@@ -55,7 +55,8 @@ def search(
     sessions: list[str] = typer.Option(None, "--session", metavar="ID", help="Only this session (repeatable)."),
     tools: list[str] = typer.Option(None, "--tool", metavar="NAME", help="Only chunks using this tool (repeatable)."),
     tool_results: bool = typer.Option(False, "--tool-results",
-                                      help="Search full tool results too (needs scopes:toolresults)."),
+                                      help="Search full tool results too, and the whole inputs of tool calls "
+                                           "a chunk shows cut (needs scopes:toolresults)."),
 ) -> None:
     """Search one log at one asOfSeq, with evidence for every hit."""
     request: dict[str, Any] = {"query": query, "freshness": freshness, "k": k, "explain": explain,

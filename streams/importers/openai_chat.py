@@ -151,7 +151,8 @@ def _conversations(path: Path, label: str, data: Content | None) -> Iterator[tup
             # A line holding an array of conversations (json.dumps of a list, saved as .jsonl):
             # each is a conversation, as in a JSON document, not one message list.
             for position, item in enumerate(value):
-                yield item, f"{record}#{position}", f"{number}#{position}"
+                # Named as a part of the line (label:N/K), as every record of a line file is.
+                yield item, f"{record}/{position}", f"{number}.{position}"
             continue
         yield value, record, number
     if run:

@@ -33,7 +33,7 @@ from sinks.writer import IndexWriter, record_id
 
 
 def test_public_surface() -> None:
-    assert set(sinks.writer.__all__) == {"IndexWriter", "compact_segments", "next_segment_number",
+    assert set(sinks.writer.__all__) == {"RECORD_KINDS", "SOURCE_KINDS", "IndexWriter", "compact_segments", "next_segment_number",
                                          "parquet_segments", "record_id", "scan_sql",
                                          "seed_generation", "write_segment"}
     assert set(sinks.structured.__all__) == {"SCHEMAS", "SCHEMA_VERSION", "StructuredReader",
