@@ -94,29 +94,16 @@ def test_a_tool_results_log_of_the_old_schema_stalls_alone_until_rebuilt(
     a schema-2 index, which would have crashed the sink for every log on each restart."""
     import sinks.toolresults as toolresults
 
-    settings = make_settings(embedder="hash:64")
-    bootstrap = settings.bootstrap_servers or ""
-    with _sinks(settings) as sinks:
-        heads = {log: append_events(settings, _events(log, f"{log}-a", seed)) for seed, log in enumerate(("rx", "ok"))}
-        with monkeypatch.context() as patch:  # rx's tool-results index as the previous release wrote it
+    def schema_2() -> None:  # rx's tool-results index as the previous release wrote it
+        with monkeypatch.context() as patch:
             patch.setattr(toolresults, "SCHEMA_VERSION", "2")
             patch.setattr(toolresults, "_STORED", toolresults._STORED[:-3])
             patch.setattr(toolresults, "_RAW_FIELDS", toolresults._RAW_FIELDS[:-3])
-            rebuild(settings, bootstrap, "toolresults", log_id="rx")
+            rebuild(settings, settings.bootstrap_servers or "", "toolresults", log_id="rx")
         assert GenerationStore(index_root(settings), "rx", "toolresults").current().schema_version == "2"
-        thread = sinks.start(SinkRunner(settings, bootstrap, make_writer("toolresults", settings),
-                                        versions=pipeline_versions(settings)))
-        heads = {log: append_events(settings, _events(log, f"{log}-b", 10 + seed)) for seed, log in enumerate(("rx", "ok"))}
-        rx_before = _through(settings, "rx", "toolresults")
-        _wait(lambda: _through(settings, "ok", "toolresults") >= heads["ok"], "the log of this schema", thread)
-        assert not sinks.failures and _through(settings, "rx", "toolresults") == rx_before
-        stalled = read_watermarks(bootstrap, settings)[("rx", "toolresults")]["stalled"]
-        assert (stalled["what"], stalled["remedy"]) == ("toolresults index schema", "usl rebuild toolresults --log rx")
-        rebuild(settings, bootstrap, "toolresults", log_id="rx")
-        _wait(lambda: _through(settings, "rx", "toolresults") >= heads["rx"], "the rebuilt log", thread)
-        _wait(lambda: "stalled" not in read_watermarks(bootstrap, settings)[("rx", "toolresults")],
-              "the stall to clear", thread)
-        assert not sinks.failures
+
+    settings = make_settings(embedder="hash:64")
+    _stalls_alone_until_rebuilt(settings, "toolresults", schema_2, "toolresults index schema 2")
 
 
 @pytest.mark.kafka
@@ -125,28 +112,39 @@ def test_a_text_log_of_another_analyzer_stalls_alone_until_its_text_is_rebuilt(
     """Found upgrading a running stack to analyzer 6: the text and tool-results sinks opened a
     log's analyzer-5 index, raised, and restarted every few seconds with a traceback, indexing
     no log at all; `usl status` said "catching up"."""
+    def analyzer_5() -> None:  # rx's text index as the previous release wrote it
+        with monkeypatch.context() as patch:
+            for module in (sinks_text_base, sinks_text_writer):
+                patch.setattr(module, "ANALYZER", "nfkc+words+spaceless-chars/5")
+            rebuild(settings, settings.bootstrap_servers or "", "text", log_id="rx")
+
     settings = make_settings(embedder="hash:64")
+    _stalls_alone_until_rebuilt(settings, "text", analyzer_5, "text analyzer nfkc+words+spaceless-chars/5")
+
+
+def _stalls_alone_until_rebuilt(settings: Settings, kind: str, build_old: Callable[[], None], built: str) -> None:
+    """Logs rx and ok; rx's ``kind`` index built by ``build_old`` as an older release would:
+    the sink indexes ok, leaves rx alone with a stall naming ``built`` and the rebuild of ``kind``
+    alone, and indexes rx again once that rebuild has run, never failing."""
     bootstrap = settings.bootstrap_servers or ""
     with _sinks(settings) as sinks:
         heads = {log: append_events(settings, _events(log, f"{log}-a", seed)) for seed, log in enumerate(("rx", "ok"))}
-        with monkeypatch.context() as patch:  # rx's text index as the previous release wrote it
-            for module in (sinks_text_base, sinks_text_writer):
-                patch.setattr(module, "ANALYZER", "nfkc+words+spaceless-chars/5")
-            rebuild(settings, bootstrap, "text", log_id="rx")
-        thread = sinks.start(SinkRunner(settings, bootstrap, make_writer("text", settings),
+        build_old()
+        thread = sinks.start(SinkRunner(settings, bootstrap, make_writer(kind, settings),
                                         versions=pipeline_versions(settings)))
         heads = {log: append_events(settings, _events(log, f"{log}-b", 10 + seed)) for seed, log in enumerate(("rx", "ok"))}
-        rx_before = _through(settings, "rx", "text")
-        _wait(lambda: _through(settings, "ok", "text") >= heads["ok"], "the log of this analyzer", thread)
-        assert not sinks.failures and _through(settings, "rx", "text") == rx_before
-        stalled = read_watermarks(bootstrap, settings)[("rx", "text")]["stalled"]
-        assert (stalled["what"], stalled["remedy"]) == ("text analyzer", "usl rebuild text --log rx")
-        index = collect_status(settings, bootstrap, log_id="rx")["logs"]["rx"]["indexes"]["text"]
-        assert index["verdict"].startswith("stalled: built under text analyzer nfkc+words+spaceless-chars/5")
-        assert index["verdict"].endswith("not indexing until `usl rebuild text --log rx`")
-        rebuild(settings, bootstrap, "text", log_id="rx")
-        _wait(lambda: _through(settings, "rx", "text") >= heads["rx"], "the rebuilt log", thread)
-        _wait(lambda: "stalled" not in read_watermarks(bootstrap, settings)[("rx", "text")], "the stall to clear",
+        rx_before = _through(settings, "rx", kind)
+        _wait(lambda: _through(settings, "ok", kind) >= heads["ok"], "the log of this release", thread)
+        assert not sinks.failures and _through(settings, "rx", kind) == rx_before
+        remedy = f"usl rebuild {kind} --log rx"
+        stalled = read_watermarks(bootstrap, settings)[("rx", kind)]["stalled"]
+        assert (f"{stalled['what']} {stalled['built']}", stalled["remedy"]) == (built, remedy)
+        index = collect_status(settings, bootstrap, log_id="rx")["logs"]["rx"]["indexes"][kind]
+        assert index["verdict"].startswith(f"stalled: built under {built}")
+        assert index["verdict"].endswith(f"not indexing until `{remedy}`")
+        rebuild(settings, bootstrap, kind, log_id="rx")
+        _wait(lambda: _through(settings, "rx", kind) >= heads["rx"], "the rebuilt log", thread)
+        _wait(lambda: "stalled" not in read_watermarks(bootstrap, settings)[("rx", kind)], "the stall to clear",
               thread)
         assert not sinks.failures
 

@@ -873,6 +873,18 @@ def test_responses_api_runs_import_as_conversations(tmp_path: Path) -> None:
         "session.started", "message", "tool.call", "tool.result", "message", "session.ended"]
 
 
+def _linked_survey_episode(folder: Path) -> dict[str, object]:
+    """The one episode of ``folder``'s import, checked to be linked to its "Survey modules"
+    Task call (no record rejected)."""
+    events, rejected = split(folder)
+    assert not rejected
+    call = next(e for e in events if e["type"] == "tool.call")
+    (episode,) = [e for e in events if e["type"] == "episode.started"]
+    assert episode["parentEventId"] == call["eventId"]
+    assert episode["fields"] == {"toolCallId": "toolu_agent", "title": "Survey modules", "agentId": "ab12cd"}
+    return episode
+
+
 @pytest.mark.parametrize("named_in", ["toolUseResult", "result text"])
 def test_a_subagent_file_is_linked_to_the_call_in_its_sessions_file(tmp_path: Path, named_in: str) -> None:
     """Claude Code keeps a subagent's transcript in SESSION/subagents/agent-ID.jsonl; the main
@@ -894,12 +906,7 @@ def test_a_subagent_file_is_linked_to_the_call_in_its_sessions_file(tmp_path: Pa
         cc_line("x2", "assistant", [{"type": "text", "text": "web, api, db"}], parent="x1",
                 isSidechain=True, agentId="ab12cd", time="2025-10-14T09:00:05.000Z"),
     ])
-    events, rejected = split(tmp_path)
-    assert not rejected
-    call = next(e for e in events if e["type"] == "tool.call")
-    (episode,) = [e for e in events if e["type"] == "episode.started"]
-    assert episode["parentEventId"] == call["eventId"]
-    assert episode["fields"] == {"toolCallId": "toolu_agent", "title": "Survey modules", "agentId": "ab12cd"}
+    _linked_survey_episode(tmp_path)
     # Imported alone, the subagent file has no call to point at (and says nothing it cannot know).
     alone, _ = split(tmp_path / "s-1" / "subagents" / "agent-ab12cd.jsonl")
     assert next(e for e in alone if e["type"] == "episode.started")["fields"] == {"agentId": "ab12cd"}
@@ -1111,12 +1118,7 @@ def test_a_running_subagents_file_is_linked_by_its_progress_lines(tmp_path: Path
     write_lines(tmp_path / "s-1" / "subagents" / "agent-ab12cd.jsonl", [
         cc_line("x1", "user", "list modules", isSidechain=True, agentId="ab12cd", time="2025-10-14T09:00:02.000Z"),
     ])
-    events, rejected = split(tmp_path)
-    assert not rejected
-    call = next(e for e in events if e["type"] == "tool.call")
-    (episode,) = [e for e in events if e["type"] == "episode.started"]
-    assert episode["parentEventId"] == call["eventId"]
-    assert episode["fields"] == {"toolCallId": "toolu_agent", "title": "Survey modules", "agentId": "ab12cd"}
+    episode = _linked_survey_episode(tmp_path)
 
     # The finished directory (the result naming the agent) gives the same episode event.
     write_lines(session, [*running, cc_line(
