@@ -343,22 +343,22 @@ def create_app(settings: Settings, bootstrap: str, *, planner: Any = None) -> St
     async def status(request: Request) -> Response:
         from planner.status import for_principal
 
-        # Log names and positions are not for strangers; heldBy names only the caller's
-        # tenant's sessions.
+        # Log names and positions are not for strangers; heldBy names only sessions the caller
+        # may read.
         principal = principal_of(request)
         log_id = log_param(request.query_params.get("log"))
 
-        def tenant_of(log: str, session_id: str, seq: int) -> str | None:
+        def readable(log: str, session_id: str) -> bool:
             current = state.get("planner")
             if current is None:
-                return None
+                return False
             try:
-                return current.session_tenant(log, session_id, seq)  # type: ignore[no-any-return]
+                return bool(current.session_readable(log, session_id, principal))
             except PlannerError:  # the log is gone, the structured index far behind: withheld
-                return None
+                return False
 
         def answer(log: str | None) -> dict[str, Any]:
-            return for_principal(collect(log), principal, tenant_of)
+            return for_principal(collect(log), principal, readable)
 
         return _JSON(await run_in_threadpool(answer, log_id))
 

@@ -385,13 +385,15 @@ class Planner:
             finally:
                 snapshot.close()
 
-    def session_tenant(self, log_id: str, session_id: str, seq: int) -> str | None:
-        """The tenant that owns ``session_id`` as of ``seq`` (None: unknown), by the ownership
-        rules every reader applies: an event without ``acl`` belongs to its session's tenant."""
+    def session_readable(self, log_id: str, session_id: str, principal: Principal) -> bool:
+        """Whether ``principal`` may read ``session_id`` by its latest access list (the rule
+        every answer applies; an unknown session is readable by nobody)."""
+        from planner.acl import can_read
+
         with self.snapshot(log_id) as snapshot:
-            acl = self.access.acl_of(snapshot.l1, log_id, snapshot.pin("structured"), seq, session_id)
-        tenant = acl.get("tenant") if acl is not None else None
-        return tenant if isinstance(tenant, str) else None
+            acl = self.access.acl_of(snapshot.l1, log_id, snapshot.pin("structured"), snapshot.l1_seq,
+                                     session_id)
+        return acl is not None and can_read(principal, acl)
 
     def watermarks(self, log_id: str) -> dict[str, dict[str, Any]]:
         """kind → the latest watermark of ``log_id`` (``generationId``, ``builtThroughSeq``,

@@ -5,8 +5,8 @@ is built through a seq only once every event up to it is inside an emitted chunk
 watermark names the open unit that holds it back (SPEC §10, invariant 11).
 
 ``heldBy`` names a session, so what the API answers goes through :func:`for_principal`: a
-caller sees the session and turn ids only of an event of its own tenant (the seq and time stay,
-so every tenant still sees that and when a log is held back).
+caller sees the session and turn ids only of a session it may read (the seq and time stay, so
+every caller still sees that and when a log is held back).
 
 L1 seqs are positions in a partition that several logs may share, so what status reports of a
 log counts that log's events alone: ``heldBy`` is the first event *of the log* above the
@@ -169,28 +169,29 @@ def held_by(seq: int, raw: bytes | None) -> dict[str, Any]:
 
 
 def for_principal(report: dict[str, Any], principal: Principal | None,
-                  tenant_of: Callable[[str, str, int], str | None] | None = None) -> dict[str, Any]:
+                  readable: Callable[[str, str], bool] | None = None) -> dict[str, Any]:
     """``report`` as ``principal`` may see it: in each ``heldBy``, the ``sessionId`` and
-    ``turnId`` only when the held event's session belongs to the principal's tenant, and no
-    ``tenant`` at all. An event without ``acl`` names no tenant: it belongs to its session's,
-    which ``tenant_of(log, session, seq)`` tells (the API asks its planner; without it, or
-    when it cannot tell, the ids are withheld). ``None`` is the operator reading the broker
-    itself (``usl status`` without an API): every id stays. The report itself (a cached,
-    shared document) is not changed."""
+    ``turnId`` only when the principal may read the held event's session
+    (``readable(log, session)``, by its latest access list, as every answer judges it; the API
+    asks its planner; without it, or when it cannot tell, the ids are withheld), and no
+    ``tenant`` at all. ``None`` is the operator reading the broker itself (``usl status``
+    without an API): every id stays. The report itself (a cached, shared document) is not
+    changed."""
     logs: dict[str, Any] = {}
-    resolved: dict[tuple[str, str, int], str | None] = {}
+    resolved: dict[tuple[str, str], bool] = {}
     for log_id, entry in report["logs"].items():
         indexes: dict[str, Any] = {}
         for kind, index in entry["indexes"].items():
             held = index.get("heldBy")
             if held:
                 tenant = held.get("tenant")
-                if tenant is None and principal is not None and tenant_of is not None and held.get("sessionId"):
-                    key = (log_id, held["sessionId"], held["seq"])
+                own = principal is None
+                if not own and held.get("sessionId") and readable is not None \
+                        and (tenant is None or tenant == principal.tenant):  # type: ignore[union-attr]
+                    key = (log_id, held["sessionId"])
                     if key not in resolved:  # several indexes often wait on the same event
-                        resolved[key] = tenant_of(*key)
-                    tenant = resolved[key]
-                own = principal is None or (tenant is not None and tenant == principal.tenant)
+                        resolved[key] = readable(*key)
+                    own = resolved[key]
                 held = {"seq": held["seq"], "sessionId": held["sessionId"] if own else None,
                         "turnId": held["turnId"] if own else None, "time": held["time"]}
             indexes[kind] = {**index, "heldBy": held}
@@ -381,7 +382,7 @@ def render_status(report: dict[str, Any], console: Console) -> None:
         for (seq, session_id, turn_id), kinds in sorted(holders.items(), key=lambda item: item[0][0]):
             which = ", ".join(kinds)
             if session_id is None:
-                # Not the caller's tenant's event (or one without an acl, or unreadable): its ids
+                # Not a session the caller may read (or an unreadable record): its ids
                 # are withheld by for_principal, so there is nothing to name but the seq.
                 console.print(f"  {which} held back by seq {seq} (its session is not shown to you)")
                 continue

@@ -1554,3 +1554,11 @@ def test_a_text_generation_of_the_old_analyzer_is_refused(kafka_bootstrap: str, 
     finally:
         planner.close()
         builder.close()
+
+
+@pytest.mark.parametrize("who", sorted(PRINCIPALS))
+def test_a_session_is_readable_to_whom_its_latest_access_list_admits(corpus: Corpus, who: str) -> None:
+    """What `GET /v1/status` asks before a heldBy names a session (planner.status.for_principal)."""
+    principal = PRINCIPALS[who]
+    sessions = {"s-alice", "s-bob", "s-eng", "s-all", "s-other", "s-nobody-knows"}
+    assert {s for s in sessions if corpus.planner.session_readable("default", s, principal)} == READABLE[who]

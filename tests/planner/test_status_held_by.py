@@ -60,63 +60,76 @@ ACME_EVENT = {"eventId": "e5", "sessionId": "s-acme-secret-plan", "turnId": "t-1
               "acl": {"tenant": "acme", "read": ["user:alice"]}}
 
 
+def _readable_by(caller: Any, *users: str) -> Any:
+    """The API's ``readable(log, session)`` for ``caller``, of a session only those users of
+    acme may read; it keeps what it was asked."""
+    asked: list[tuple[str, str]] = []
+
+    def readable(log: str, session: str) -> bool:
+        asked.append((log, session))
+        return bool(caller.tenant == "acme" and caller.user in users)
+
+    readable.asked = asked  # type: ignore[attr-defined]
+    return readable
+
+
 @pytest.mark.parametrize(("principal", "sees_ids"), [
-    ("tenant:acme/user:bob", True),  # the tenant's own session: its ids, whoever may read it
+    ("tenant:acme/user:alice", True),  # the one reader of the session
+    # Found by a new user: another user of the tenant saw the id of a session only alice may
+    # read (its name alone says what it is about: s-acme-secret-plan).
+    ("tenant:acme/user:bob", False),
     ("tenant:globex/user:eve", False),
     ("tenant:default/user:anonymous", False),
 ])
-def test_held_by_names_only_the_callers_tenants_sessions(principal: str, sees_ids: bool) -> None:
+def test_held_by_names_only_sessions_the_caller_may_read(principal: str, sees_ids: bool) -> None:
     report = _held_report(ACME_EVENT)
-    held = for_principal(report, parse_principal(principal))["logs"]["default"]["indexes"]["text"]["heldBy"]
+    caller = parse_principal(principal)
+    readable = _readable_by(caller, "alice")
+    held = for_principal(report, caller, readable)["logs"]["default"]["indexes"]["text"]["heldBy"]
     expected = ("s-acme-secret-plan", "t-1") if sees_ids else (None, None)
     assert (held["sessionId"], held["turnId"]) == expected
     assert held["seq"] == 5 and held["time"] == "2099-01-01T00:00:00Z" and "tenant" not in held
-    # the shared (cached) report is not changed by one caller's view
+    # Another tenant's event is withheld without asking; the shared (cached) report is unchanged.
+    assert readable.asked == ([] if caller.tenant != "acme" else [("default", "s-acme-secret-plan")])
     assert report["logs"]["default"]["indexes"]["text"]["heldBy"]["sessionId"] == "s-acme-secret-plan"
+    # Without a planner to ask, nobody but the operator is told.
+    assert for_principal(report, caller)["logs"]["default"]["indexes"]["text"]["heldBy"]["sessionId"] is None
 
 
-def test_held_by_of_an_event_without_acl_names_no_session() -> None:
-    report = _held_report({key: value for key, value in ACME_EVENT.items() if key != "acl"})
-    held = for_principal(report, parse_principal("tenant:acme/user:bob"))["logs"]["default"]["indexes"]["text"]["heldBy"]
-    assert held["sessionId"] is None and held["seq"] == 5
-
-
-@pytest.mark.parametrize(("owner", "principal", "sees_ids"), [
-    ("acme", "tenant:acme/user:bob", True),
-    ("acme", "tenant:globex/user:eve", False),
-    # the local operator's own import: no acl, the session created under the default tenant
-    ("default", "tenant:default/user:local", True),
-    (None, "tenant:default/user:local", False),  # the planner cannot tell: withheld
-])
-def test_an_event_without_acl_is_judged_by_its_sessions_tenant(owner: str | None, principal: str,
-                                                                sees_ids: bool) -> None:
+def test_an_event_without_acl_is_judged_by_its_sessions_access_list() -> None:
     report = build_status({"default": 9}, {("default", "text"): _watermark(4), ("default", "vector"): _watermark(4)},
                           {("default", 5): 100.0}, now=200.0,
                           held={("default", 5): held_by(5, orjson.dumps(
                               {key: value for key, value in ACME_EVENT.items() if key != "acl"}))})
-    asked: list[tuple[str, str, int]] = []
-
-    def tenant_of(log: str, session: str, seq: int) -> str | None:
-        asked.append((log, session, seq))
-        return owner
-
-    view = for_principal(report, parse_principal(principal), tenant_of)["logs"]["default"]["indexes"]
-    for kind in ("text", "vector"):
-        held = view[kind]["heldBy"]
-        assert (held["sessionId"], held["turnId"]) == (("s-acme-secret-plan", "t-1") if sees_ids else (None, None))
-    assert asked == [("default", "s-acme-secret-plan", 5)]  # once for both indexes held by it
+    for user, sees_ids in (("alice", True), ("bob", False)):
+        caller = parse_principal(f"tenant:acme/user:{user}")
+        readable = _readable_by(caller, "alice")
+        view = for_principal(report, caller, readable)
+        for kind in ("text", "vector"):
+            held = view["logs"]["default"]["indexes"][kind]["heldBy"]
+            assert (held["sessionId"], held["turnId"]) == (("s-acme-secret-plan", "t-1") if sees_ids else (None, None))
+        assert readable.asked == [("default", "s-acme-secret-plan")]  # once for both indexes held by it
 
 
-def test_status_route_filters_held_by_by_the_keys_tenant(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+class _Planner:
+    """What the status route asks of its planner."""
+
+    def session_readable(self, log_id: str, session_id: str, principal: Any) -> bool:
+        return principal.tenant == "acme" and principal.user == "alice"
+
+
+def test_status_route_names_held_by_sessions_only_to_their_readers(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     def fake_status(settings: Any, bootstrap: str, *, log_id: str | None = None) -> dict[str, Any]:
         return _held_report(ACME_EVENT)
 
     monkeypatch.setattr(planner.status, "collect_status", fake_status)
     settings = Settings.from_env({}, home=tmp_path)
-    acme_key, _ = create_key(keys_path(settings), "tenant:acme/user:bob")
+    alice_key, _ = create_key(keys_path(settings), "tenant:acme/user:alice")
+    bob_key, _ = create_key(keys_path(settings), "tenant:acme/user:bob")
     globex_key, _ = create_key(keys_path(settings), "tenant:globex/user:eve")
-    client = TestClient(create_app(settings, "127.0.0.1:9", planner=object()), base_url="http://localhost:8765")
-    for key, session in ((acme_key, "s-acme-secret-plan"), (globex_key, None)):
+    client = TestClient(create_app(settings, "127.0.0.1:9", planner=_Planner()), base_url="http://localhost:8765")
+    for key, session in ((alice_key, "s-acme-secret-plan"), (bob_key, None), (globex_key, None)):
         response = client.get("/v1/status", headers={"Authorization": f"Bearer {key}"})
         assert response.status_code == 200, response.text
         assert response.json()["logs"]["default"]["indexes"]["text"]["heldBy"]["sessionId"] == session
