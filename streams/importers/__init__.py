@@ -23,7 +23,12 @@ from streams.importers.codex import LINE_TYPES as CODEX_LINE_TYPES
 from streams.importers.codex import iter_codex
 from streams.importers.frames import LooseTails
 from streams.importers.gemini import is_gemini_record, iter_gemini
-from streams.importers.openai_chat import api_conversation, is_message_line, iter_openai_chat
+from streams.importers.openai_chat import (
+    api_conversation,
+    conversation_messages,
+    is_message_line,
+    iter_openai_chat,
+)
 
 __all__ = ["DOCUMENT_FORMATS", "FORMATS", "Accepted", "Rejected", "detect_format", "file_format",
            "import_files", "iter_file", "iter_records"]
@@ -247,6 +252,6 @@ def _sniff_value(value: Any) -> str | None:
         # system, queue-operation, progress (hook runs at session start), and the line types
         # newer clients add: a transcript may open with many of them.
         return "claude-code"
-    if isinstance(value.get("messages"), list) or api_conversation(value) is not None or is_message_line(value):
+    if conversation_messages(value) is not None or api_conversation(value) is not None or is_message_line(value):
         return "openai-chat"
     return None

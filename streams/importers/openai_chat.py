@@ -34,7 +34,7 @@ from streams.importers.base import (
     time_from_posix,
 )
 
-__all__ = ["ROLES", "SOURCE", "api_conversation", "is_message_line", "iter_openai_chat"]
+__all__ = ["MESSAGE_LIST_KEYS", "ROLES", "SOURCE", "api_conversation", "conversation_messages", "is_message_line", "iter_openai_chat"]
 
 SOURCE = "openai-chat"
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
@@ -159,6 +159,26 @@ def _conversations(path: Path, label: str, data: Content | None) -> Iterator[tup
         yield run, f"{label}:{first}-{last}", first
 
 
+MESSAGE_LIST_KEYS = ("messages", "traj", "trajectory", "conversation", "history")
+"""Where a conversation object holds its chat messages: ``messages`` (the API's name), else the
+names agent benchmarks dump their runs under (tau-bench's ``traj``), taken only when every item
+is a message (an object with a ``role``), so another format's ``trajectory`` is not mistaken."""
+
+
+def conversation_messages(value: Any) -> list[Any] | None:
+    """The chat messages of a conversation object (see :data:`MESSAGE_LIST_KEYS`), or None."""
+    if not isinstance(value, dict):
+        return None
+    messages = value.get("messages")
+    if isinstance(messages, list):
+        return messages
+    for key in MESSAGE_LIST_KEYS[1:]:
+        items = value.get(key)
+        if isinstance(items, list) and items and all(isinstance(item, dict) and "role" in item for item in items):
+            return items
+    return None
+
+
 def is_message_line(value: Any) -> bool:
     """A JSONL line that is one chat-completions message (``role`` and nothing of a whole
     conversation, a logged API call or another format's record)."""
@@ -192,7 +212,7 @@ def _is_conversation_list(value: Any) -> bool:
     objects or logged API exchanges), not the messages of one."""
     return isinstance(value, list) and bool(value) and all(
         isinstance(item, list) or (isinstance(item, dict) and "role" not in item and (
-            isinstance(item.get("messages"), list) or api_conversation(item) is not None))
+            conversation_messages(item) is not None or api_conversation(item) is not None))
         for item in value)
 
 
@@ -623,8 +643,8 @@ def _conversation_parts(value: Any) -> tuple[dict[str, Any], str | None]:
         return meta, None
     if not isinstance(value, dict):
         return meta, f"a conversation must be a list of messages or an object, not {type(value).__name__}"
-    messages = value.get("messages")
-    if not isinstance(messages, list):
+    messages = conversation_messages(value)
+    if messages is None:
         return meta, "missing field 'messages' (a list of chat messages)"
     meta["messages"] = messages = [_chat_message(item) for item in messages]
     created = value.get("created")

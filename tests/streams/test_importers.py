@@ -1127,3 +1127,36 @@ def test_a_running_subagents_file_is_linked_by_its_progress_lines(tmp_path: Path
     finished, rejected = split(tmp_path)
     assert not rejected
     assert next(e for e in finished if e["type"] == "episode.started") == episode
+
+
+TAU_TRAJ = [
+    {"role": "system", "content": "You are an airline agent."},
+    {"role": "user", "content": "I want to cancel reservation EHGLP3."},
+    {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function", "function": {
+        "name": "get_reservation_details", "arguments": "{\"reservation_id\": \"EHGLP3\"}"}}]},
+    {"role": "tool", "tool_call_id": "call_1", "name": "get_reservation_details",
+     "content": "{\"reservation_id\": \"EHGLP3\", \"cabin\": \"economy\"}"},
+    {"role": "assistant", "content": "The reservation EHGLP3 is in economy; economy fares cannot be refunded."},
+]
+
+
+def test_a_benchmark_dump_of_runs_under_traj_is_openai_chat(tmp_path: Path) -> None:
+    """Found by a new user: tau-bench's published trajectories (`historical_trajectories/*.json`:
+    runs with `task_id`, `reward`, `info` and the chat messages under `traj`) could not be told
+    apart ("format cannot be told") and needed a converter. Two trials of one task are two
+    sessions; a `trajectory` of another shape (no roles) is no conversation."""
+    runs = [{"task_id": 0, "trial": trial, "reward": 1.0, "info": {"task": {"user_id": "mia"}}, "traj": TAU_TRAJ}
+            for trial in (0, 1)]
+    path = tmp_path / "gpt-4o-airline.json"
+    path.write_text(json.dumps(runs, indent=2))
+    assert detect_format(path) == "openai-chat"
+    events, rejected = split(path)
+    assert not rejected
+    assert len({e["sessionId"] for e in events}) == 2
+    calls = [e for e in events if e["type"] == "tool.call"]
+    assert [c["fields"]["toolName"] for c in calls] == ["get_reservation_details"] * 2
+    assert any("cannot be refunded" in str(e["fields"].get("text")) for e in events if e["type"] == "message")
+    other = tmp_path / "swe.json"
+    other.write_text(json.dumps([{"trajectory": [{"action": "ls", "observation": "a.py"}]}]))
+    with pytest.raises(ImportFormatError, match="cannot tell the format"):
+        detect_format(other)
