@@ -732,7 +732,7 @@ def _new_events(entries: list[Accepted | Rejected], seen: dict[str, bytes | None
                     f"{event_id!r} names another event there (another file or conversation uses the "
                     "same ids); the first copy stands and this one was not appended: give the "
                     "conversation an id of its own, or import it into another log (--log)",
-                    mine.decode("utf-8", "replace")))
+                    mine.decode("utf-8", "replace"), log_id=str(entry.event.get("logId") or "") or None))
             continue
         seen[event_id] = None
         events.append(entry.event)
@@ -891,8 +891,10 @@ class KafkaAppender:
             from streams.l1 import DeadLetters
 
             self._dead = DeadLetters(self._bootstrap, self._settings)
+        # A conflict names the log whose copy stands, not the import's --log (an ASP event
+        # names its own log and goes there, whatever --log says).
         self._dead.publish(stage="ingest", reason=item.reason, record=item.record, raw=item.raw,
-                           log_id=self._log_id)
+                           log_id=item.log_id or self._log_id)
 
     def close(self) -> None:
         self._producer.close()

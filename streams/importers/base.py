@@ -68,11 +68,13 @@ class Accepted:
 
 @dataclass(frozen=True)
 class Rejected:
-    """An input record that could not become an event: where it is, why, and its first 4 KiB."""
+    """An input record that could not become an event: where it is, why, and its first 4 KiB;
+    ``log_id`` is the log the record was for when it names one (None: the import's --log)."""
 
     record: str
     reason: str
     raw: str
+    log_id: str | None = None
 
 
 Result = Accepted | Rejected
