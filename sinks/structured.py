@@ -246,6 +246,7 @@ class StructuredReader:
         entity_id: str,
         direction: Literal["ancestors", "descendants"] = "descendants",
         as_of_seq: int | None = None,
+        max_depth: int = _MAX_LINEAGE_DEPTH,
     ) -> list[dict[str, Any]]:
         """Edges reachable from ``entity_id`` (a session, run, episode or event id), following
         edges forward (descendants: from parent to child) or backward (ancestors), only edges
@@ -254,7 +255,7 @@ class StructuredReader:
 
         Each edge: ``kind, fromId, toId, seq`` (its first appearance), ``sessionId`` (whose
         event declared it; the caller checks ACLs) and ``depth`` (1 = adjacent). Ordered by
-        depth, seq, kind, fromId, toId. Cycles terminate; depth is capped at 64.
+        depth, seq, kind, fromId, toId. Cycles terminate; depth is capped at ``max_depth`` (64).
         """
         if direction not in ("ancestors", "descendants"):
             raise SinkError(f"lineage direction must be 'ancestors' or 'descendants', not {direction!r}")
@@ -275,7 +276,7 @@ class StructuredReader:
                 UNION
                 SELECT e.kind, e.fromId, e.toId, e.seq, e.sessionId, w.depth + 1
                 FROM edges e JOIN walk w ON e.{near} = w.{far}
-                WHERE w.depth < {_MAX_LINEAGE_DEPTH}
+                WHERE w.depth < {int(max_depth)}
             )
             SELECT kind, fromId, toId, seq, sessionId, min(depth) AS depth FROM walk
             GROUP BY ALL ORDER BY depth, seq, kind, fromId, toId

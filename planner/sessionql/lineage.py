@@ -15,8 +15,8 @@ the caller cannot read:
 Then it walks again from the entity over the kept edges only, so an entity reachable only
 through a hidden session is not reached, and depths count kept edges. The reader's walk is a
 superset of this one (every kept path is one of its paths, never shorter), so walking its
-answer again loses nothing; both stop at depth :data:`MAX_DEPTH`.
-"""
+answer again loses nothing; both stop at depth :data:`MAX_DEPTH`. The reader is asked one level
+deeper, so :func:`lineage_walk` knows whether the cap left edges out (``cut``)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ import pyarrow as pa
 from sinks.shard_tables import GenerationDirs, shard_scan_sql
 from sinks.structured import SCHEMAS, StructuredReader
 
-__all__ = ["LINEAGE_SCHEMA", "MAX_DEPTH", "readable_lineage"]
+__all__ = ["LINEAGE_SCHEMA", "MAX_DEPTH", "lineage_walk", "readable_lineage"]
 
 MAX_DEPTH = 64
 """Deepest edge returned; the structured reader's walk stops at the same depth."""
@@ -56,11 +56,26 @@ def readable_lineage(
     toId. An entity of a hidden session (or one that does not exist) has no edges. A sharded
     structured index (every shard's generation in ``structured_gen_dir``) is read as one.
     """
+    return lineage_walk(structured_gen_dir, entity_id, direction, as_of_seq=as_of_seq,
+                        readable=readable, reader=reader)[0]
+
+
+def lineage_walk(
+    structured_gen_dir: GenerationDirs,
+    entity_id: str,
+    direction: Literal["ancestors", "descendants"],
+    *,
+    as_of_seq: int,
+    readable: Collection[str],
+    reader: StructuredReader | None = None,
+) -> tuple[list[dict[str, Any]], bool]:
+    """:func:`readable_lineage`'s edges, and whether the depth cap left readable edges out
+    (an edge at depth :data:`MAX_DEPTH` + 1 exists): the answer is then incomplete."""
     allowed = set(readable)
     own = reader is None
     reader = StructuredReader(structured_gen_dir) if reader is None else reader
     try:
-        edges = reader.lineage(entity_id, direction, as_of_seq)
+        edges = reader.lineage(entity_id, direction, as_of_seq, max_depth=MAX_DEPTH + 1)
     finally:
         if own:
             reader.close()
@@ -68,7 +83,9 @@ def readable_lineage(
                  for end in ("fromId", "toId")}
     owners = _event_owners(structured_gen_dir, event_ids, as_of_seq)
     kept = [edge for edge in edges if _admissible(edge, allowed, owners)]
-    return _walk(entity_id, direction, kept)
+    walked = _walk(entity_id, direction, kept, MAX_DEPTH + 1)
+    within = [edge for edge in walked if edge["depth"] <= MAX_DEPTH]
+    return within, len(within) < len(walked)
 
 
 def _admissible(edge: dict[str, Any], readable: set[str], owners: dict[str, str]) -> bool:
@@ -84,7 +101,8 @@ def _admissible(edge: dict[str, Any], readable: set[str], owners: dict[str, str]
     return False
 
 
-def _walk(entity_id: str, direction: str, edges: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _walk(entity_id: str, direction: str, edges: list[dict[str, Any]],
+          max_depth: int = MAX_DEPTH) -> list[dict[str, Any]]:
     """Breadth first from ``entity_id``: each edge once, at the depth it is first reached."""
     near, far = ("fromId", "toId") if direction == "descendants" else ("toId", "fromId")
     leaving: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -92,7 +110,7 @@ def _walk(entity_id: str, direction: str, edges: list[dict[str, Any]]) -> list[d
         leaving[edge[near]].append(edge)
     reached: dict[tuple[str, str, str], dict[str, Any]] = {}
     frontier, seen, depth = [entity_id], {entity_id}, 1
-    while frontier and depth <= MAX_DEPTH:
+    while frontier and depth <= max_depth:
         following = []
         for node in frontier:
             for edge in leaving.get(node, ()):

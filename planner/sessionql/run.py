@@ -20,7 +20,7 @@ import pyarrow as pa
 from planner.acl import Principal, can_read
 from planner.exceptions import IndexUnavailable, QueryError
 from planner.sessionql.compile import CompiledQuery, compile_query
-from planner.sessionql.lineage import LINEAGE_SCHEMA, readable_lineage
+from planner.sessionql.lineage import LINEAGE_SCHEMA, MAX_DEPTH, lineage_walk
 from planner.sessionql.nodes import LineageSource, Query, to_text
 from planner.sessionql.parser import parse
 from sinks.exceptions import GenerationError
@@ -107,8 +107,8 @@ def _lineage(query: Query, compiled: CompiledQuery, as_of_seq: int, principal: P
         raise IndexUnavailable("the structured index has no generation to read lineage from yet",
                                hint="Wait until `usl status` shows the structured index.")
     readable = {sid for sid, acl in session_acls.items() if can_read(principal, acl)}
-    edges = readable_lineage(structured_gen_dir, source.entity_id, source.direction,
-                             as_of_seq=as_of_seq, readable=readable)
+    edges, cut = lineage_walk(structured_gen_dir, source.entity_id, source.direction,
+                              as_of_seq=as_of_seq, readable=readable)
     con = duckdb.connect(":memory:", config={
         "threads": 1, "memory_limit": "256MB", "autoinstall_known_extensions": False,
         "autoload_known_extensions": False, "python_enable_replacements": False,
@@ -128,8 +128,11 @@ def _lineage(query: Query, compiled: CompiledQuery, as_of_seq: int, principal: P
         "asOfSeq": as_of_seq, "generations": {"structured": manifest.generation_id},
         "columns": list(compiled.columns), "types": types,
         "rows": [[_plain(value) for value in row] for row in rows[:max_rows]],
-        "rowCount": min(len(rows), max_rows), "truncated": len(rows) > max_rows,
+        "rowCount": min(len(rows), max_rows), "truncated": len(rows) > max_rows or cut,
     }
+    if cut and len(rows) <= max_rows:
+        # The walk stopped at the depth cap with edges beyond it: the rows are not all there is.
+        body["truncation"] = {"reason": "depth", "maxDepth": MAX_DEPTH}
     if manifest.built_through_seq < as_of_seq:
         body["uncovered"] = {"fromSeq": manifest.built_through_seq + 1, "toSeq": as_of_seq}
     return body

@@ -609,3 +609,28 @@ def test_a_damaged_generation_is_never_read_and_the_answer_says_so(kafka_bootstr
     finally:
         planner_.close()
         builder.close()
+
+
+def test_lineage_cut_at_the_depth_cap_says_so(tmp_path: Path) -> None:
+    """Found on real Claude Code sessions: every message names the previous one as its cause,
+    so LINEAGE DESCENDANTS OF an early tool call stopped at depth 64 and answered
+    `truncated: false`, as if the rest of the conversation had no descendants."""
+    from planner.sessionql.lineage import MAX_DEPTH
+
+    def chain(length: int) -> list[dict[str, Any]]:
+        records = [make_event(1, "root", "session.started", event_id="e-0", acl=ACLS["root"])]
+        for i in range(1, length + 1):
+            records.append(make_event(i + 1, "root", "message", event_id=f"e-{i}", acl=ACLS["root"],
+                                      parent_event_id=f"e-{i - 1}", fields={"text": "t"}))
+        return records
+
+    for length, cut in ((MAX_DEPTH, False), (MAX_DEPTH + 5, True)):
+        root = tmp_path / str(length)
+        root.mkdir()
+        records = chain(length)
+        analytics = commit_batches(root, AnalyticsWriter(), [records])[-1]
+        structured = commit_batches(root, StructuredWriter(), [records])[-1]
+        body = run((analytics, structured), 'LINEAGE DESCENDANTS OF "e-0"', as_of=length + 1)
+        assert body["rowCount"] == MAX_DEPTH and max(row[5] for row in body["rows"]) == MAX_DEPTH
+        assert body["truncated"] is cut, length
+        assert body.get("truncation") == ({"reason": "depth", "maxDepth": MAX_DEPTH} if cut else None)
