@@ -63,6 +63,13 @@ def export_command(
                               "freshness": freshness if what == "hits" else None,
                               "mode": mode if what == "hits" else None, "limit": limit}
     params = {name: value for name, value in params.items() if value is not None}
+    if output is not None:
+        # Said before the export runs (it may take a while), in one line, not as a traceback.
+        if output.is_dir():
+            raise USLError(f"cannot write the export to {str(output)!r}: it is a directory; name a file, "
+                           f"e.g. -o {str(output / ('export.' + fmt))!r}")
+        if not output.parent.is_dir():
+            raise USLError(f"cannot write the export to {str(output)!r}: no directory {str(output.parent)!r}")
     current = load_settings()
     answer = _through_api(current, principal_text, fmt, params)
     if answer is None:
@@ -72,7 +79,10 @@ def export_command(
         sys.stdout.buffer.write(data)
         sys.stdout.flush()
     else:
-        output.write_bytes(data)
+        try:
+            output.write_bytes(data)
+        except OSError as exc:
+            raise USLError(f"cannot write the export to {str(output)!r}: {exc.strerror or exc}") from None
     where = str(output) if output is not None else "stdout"
     err().print(escape(f"exported {what} of log {log!r} at asOfSeq {as_of_seq}: {row_count(data, fmt)} rows"
                        f" to {where} ({fmt})"))

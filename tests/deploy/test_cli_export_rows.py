@@ -33,3 +33,34 @@ def test_the_summary_counts_the_rows_of_either_format(
                               mode="hybrid", limit=None, principal_text=None, log="default")
     assert output.read_bytes() == data
     assert f"at asOfSeq 42: 3 rows to {output} ({fmt})" in " ".join(capsys.readouterr().err.split())
+
+
+@pytest.mark.parametrize("where", ["missing/dir/hits.jsonl", "."])
+def test_an_output_that_cannot_be_written_is_one_line_before_the_export(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str,
+) -> None:
+    """Found by a new user: `usl export sessions -o /no/such/dir/x.jsonl` (or -o a directory) ran
+    the whole export, then ended in a FileNotFoundError / IsADirectoryError traceback (exit 1)."""
+    from streams.exceptions import USLError
+
+    asked: list[object] = []
+    monkeypatch.setattr(export_cli, "load_settings", lambda: None)
+    monkeypatch.setattr(export_cli, "_through_api", lambda *args: asked.append(args) or (42, b"{}\n"))
+    with pytest.raises(USLError, match="cannot write the export to"):
+        export_cli.export_command("sessions", query=None, fmt="jsonl", output=tmp_path / where, as_of=None,
+                                  freshness="indexed", mode="hybrid", limit=None, principal_text=None,
+                                  log="default")
+    assert asked == []
+
+
+def test_a_failed_write_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from streams.exceptions import USLError
+
+    monkeypatch.setattr(export_cli, "load_settings", lambda: None)
+    monkeypatch.setattr(export_cli, "_through_api", lambda *args: (42, b"{}\n"))
+    output = tmp_path / "x.jsonl"
+    monkeypatch.setattr(Path, "write_bytes", lambda self, data: (_ for _ in ()).throw(PermissionError(13, "Permission denied")))
+    with pytest.raises(USLError, match="Permission denied"):
+        export_cli.export_command("sessions", query=None, fmt="jsonl", output=output, as_of=None,
+                                  freshness="indexed", mode="hybrid", limit=None, principal_text=None,
+                                  log="default")
