@@ -575,7 +575,7 @@ class Follower:
                                       if not (isinstance(entry, Rejected) and entry.record == sentinel)):
                 self._seen(chunk)
                 seen.update(in_l1.present(chunk, until))
-                events, canonical, conflicts = _new_events(chunk, seen, report)
+                events, canonical, conflicts = _new_events(chunk, seen, report, fmt=item.fmt)
                 batch = _Batch(events=events, canonical=canonical,
                                rejects=_new_rejects([*chunk, *conflicts], old_rejects))
                 rejected.update(entry.record for entry in batch.rejects)
@@ -653,7 +653,7 @@ class Follower:
         idle = self.once or self.clock() - tracked.changed_at >= self.idle_seconds
         release = item.items if idle else item.items[: item.stable]
         seen = dict(appended)
-        new_events, canonical, conflicts = _new_events(release, seen, report)
+        new_events, canonical, conflicts = _new_events(release, seen, report, fmt=item.fmt)
         held = [e.event for e in item.items[len(release):]
                 if isinstance(e, Accepted) and e.event["eventId"] not in seen]
         rejects = _new_rejects([*release, *conflicts], old_rejects)
@@ -698,7 +698,7 @@ class Follower:
 
 
 def _new_events(entries: list[Accepted | Rejected], seen: dict[str, bytes | None], report: PollReport,
-                ) -> tuple[list[dict[str, Any]], list[bytes | None], list[Rejected]]:
+                *, fmt: str) -> tuple[list[dict[str, Any]], list[bytes | None], list[Rejected]]:
     """The accepted events of ``entries`` whose ids ``seen`` lacks, with their canonical bytes,
     and the conflicts: events whose id L1 holds with other content. ``seen`` gains the new
     events' ids; a repeat of what L1 holds counts as a duplicate.
@@ -708,7 +708,12 @@ def _new_events(entries: list[Accepted | Rejected], seen: dict[str, bytes | None
     file grew, and the first copy stands). An id another file or conversation already used is
     no duplicate but another event under the same name: dropping it without a word lost the
     second of two conversations a dataset numbered alike (``"id": "1"`` in two files); it is
-    dead-lettered with its reason, as ``POST /v1/events`` reports its conflicts."""
+    dead-lettered with its reason, as ``POST /v1/events`` reports its conflicts.
+
+    Only for ids an importer derives from its source (``fmt`` other than ``asp``): an ASP
+    file's events carry their producer's own ids, and the ASP file most often imported over
+    its log is an export of it (``usl export``), whose events are the log's own, redacted and
+    with their access lists: duplicates, as they always were, not thousands of conflicts."""
     events: list[dict[str, Any]] = []
     canonical: list[bytes | None] = []
     conflicts: list[Rejected] = []
@@ -719,7 +724,7 @@ def _new_events(entries: list[Accepted | Rejected], seen: dict[str, bytes | None
         report.logs[str(entry.event.get("logId"))] += 1
         if event_id in seen:
             held = seen[event_id]
-            if held is None:
+            if held is None or fmt == "asp":
                 report.duplicates += 1
                 continue
             mine = entry.canonical if entry.canonical is not None else canonical_bytes(entry.event)

@@ -579,6 +579,7 @@ def test_another_files_event_under_a_used_id_is_dead_lettered_not_dropped(tmp_pa
     assert letters and report.appended == 0
     assert all("glaciers" in item.raw or "b.jsonl" in item.record for item in letters)
     assert "eventId" in letters[0].reason and "--log" in letters[0].reason
+    assert {item.log_id for item in letters} == {"default"}  # filed under the log it names
     # The same file again, from a store that lost its record: the same bytes, only duplicates.
     before = len(l1.dead)
     again = Follower([first], appender=l1, store=PositionStore(tmp_path / "store-c"), idle_seconds=0.0,
