@@ -30,7 +30,7 @@ import pyarrow as pa
 from sinks.shard_tables import GenerationDirs, shard_scan_sql
 from sinks.structured import SCHEMAS, StructuredReader
 
-__all__ = ["LINEAGE_SCHEMA", "MAX_DEPTH", "lineage_walk", "readable_lineage"]
+__all__ = ["LINEAGE_SCHEMA", "MAX_DEPTH", "lineage_walk"]
 
 MAX_DEPTH = 64
 """Deepest edge returned; the structured reader's walk stops at the same depth."""
@@ -39,25 +39,6 @@ LINEAGE_SCHEMA = pa.schema([
     ("kind", pa.string()), ("fromId", pa.string()), ("toId", pa.string()), ("seq", pa.int64()),
     ("sessionId", pa.string()), ("depth", pa.int64()),
 ])
-
-
-def readable_lineage(
-    structured_gen_dir: GenerationDirs,
-    entity_id: str,
-    direction: Literal["ancestors", "descendants"],
-    *,
-    as_of_seq: int,
-    readable: Collection[str],
-    reader: StructuredReader | None = None,
-) -> list[dict[str, Any]]:
-    """Edges reachable from ``entity_id`` through sessions in ``readable``, at ``as_of_seq``.
-
-    Rows: ``kind, fromId, toId, seq, sessionId, depth``, ordered by depth, seq, kind, fromId,
-    toId. An entity of a hidden session (or one that does not exist) has no edges. A sharded
-    structured index (every shard's generation in ``structured_gen_dir``) is read as one.
-    """
-    return lineage_walk(structured_gen_dir, entity_id, direction, as_of_seq=as_of_seq,
-                        readable=readable, reader=reader)[0]
 
 
 def lineage_walk(
@@ -69,8 +50,14 @@ def lineage_walk(
     readable: Collection[str],
     reader: StructuredReader | None = None,
 ) -> tuple[list[dict[str, Any]], bool]:
-    """:func:`readable_lineage`'s edges, and whether the depth cap left readable edges out
-    (an edge at depth :data:`MAX_DEPTH` + 1 exists): the answer is then incomplete."""
+    """Edges reachable from ``entity_id`` through sessions in ``readable``, at ``as_of_seq``,
+    and whether the depth cap left readable edges out (an edge at depth :data:`MAX_DEPTH` + 1
+    exists): the answer is then incomplete.
+
+    Rows: ``kind, fromId, toId, seq, sessionId, depth``, ordered by depth, seq, kind, fromId,
+    toId. An entity of a hidden session (or one that does not exist) has no edges. A sharded
+    structured index (every shard's generation in ``structured_gen_dir``) is read as one.
+    """
     allowed = set(readable)
     own = reader is None
     reader = StructuredReader(structured_gen_dir) if reader is None else reader

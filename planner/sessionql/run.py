@@ -3,7 +3,7 @@
 Table queries run as their compiled SQL through :class:`planner.sql.SqlAttachment`: the very
 views, the very snapshot and ACL filtering (rows of unreadable sessions and rows above
 ``asOfSeq`` never reach DuckDB), the same lock-down, timeout and memory limit. Lineage queries
-read the structured generation through :func:`planner.sessionql.lineage.readable_lineage`
+read the structured generation through :func:`planner.sessionql.lineage.lineage_walk`
 and run the compiled SQL over those edges in a private, locked in-memory DuckDB.
 """
 
