@@ -686,26 +686,21 @@ class Planner:
         self._rank_provisional(query, phrase, identifiers, words)
         tools_pin = query.pin("toolresults")
         if req.tool_results and tools_pin is not None and cut > 0:
-            tool_candidates, truncated = self._tool_list(tools_pin, req.query, window, cut,
-                                                         query.readable_tools, req.filters)
-            query.lists.append(RankedList("toolresults", [c.id for c in tool_candidates], window,
-                                          truncated))
-            for candidate in tool_candidates:
-                query.candidates[candidate.id] = candidate
-            # The phrase and identifier lists of the full tool results, as chunks have theirs
-            # (and tail tool results have in tailPhrase, tailIdentifier): with only the one
-            # toolresults list, a tool result holding the very phrase asked for, ranked 1st by
-            # it, sat behind every chunk that text and vector both found (55th in hybrid mode
-            # while text mode ranked it 1st).
-            for source, text in (("toolresultsPhrase", phrase), ("toolresultsIdentifier", identifiers)):
+            # The full tool results by the query, and by its phrase and identifier lists as
+            # chunks (and tail tool results, in tailPhrase, tailIdentifier) have theirs: with
+            # only the one toolresults list, a tool result holding the very phrase asked for,
+            # ranked 1st by it, sat behind every chunk that text and vector both found (55th in
+            # hybrid mode while text mode ranked it 1st).
+            for source, text in (("toolresults", req.query), ("toolresultsPhrase", phrase),
+                                 ("toolresultsIdentifier", identifiers)):
                 if text is None:
                     continue
-                more, more_truncated = self._tool_list(tools_pin, text, window, cut,
-                                                       query.readable_tools, req.filters)
-                if more:
-                    query.lists.append(RankedList(source, [c.id for c in more], window, more_truncated))
-                    for candidate in more:
-                        query.candidates.setdefault(candidate.id, candidate)
+                found_tools, truncated = self._tool_list(tools_pin, text, window, cut,
+                                                         query.readable_tools, req.filters)
+                if found_tools or source == "toolresults":  # explain shows the main list, empty or not
+                    query.lists.append(RankedList(source, [c.id for c in found_tools], window, truncated))
+                for candidate in found_tools:
+                    query.candidates.setdefault(candidate.id, candidate)
 
     def _vector_candidates(self, query: QueryContext, pin: IndexPin, only: set[str] | None,
                            pool: _LegPool | None) -> _VectorCandidates:
