@@ -84,7 +84,7 @@ class Appender(Protocol):
 
     def event_digests(self, log_id: str, from_seq: int, sessions: set[str] | None = None,
                       to_seq: int | None = None) -> dict[str, bytes | None]:
-        """eventId -> :func:`streams.l1.event_digest` of the copy L1 holds, for the events of
+        """eventId -> :func:`streams.asp.event_digest` of the copy L1 holds, for the events of
         ``log_id`` from ``from_seq`` (up to ``to_seq``), of ``sessions`` when given."""
 
     def dead_letter(self, item: Rejected) -> None: ...

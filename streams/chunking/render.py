@@ -23,12 +23,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["MAX_VALUE_CHARS", "param_keys", "render_event", "tool_name", "tool_status"]
+__all__ = ["MAX_VALUE_CHARS", "TOOL_INPUT_KEYS", "param_keys", "render_event", "tool_name", "tool_status",
+           "value_text"]
 
 MAX_VALUE_CHARS = 400
 """Longest tool-call value or unsummarized tool output kept in a rendering (in characters)."""
 
 _ELLIPSIS = "…"
+
+TOOL_INPUT_KEYS = ("input", "arguments", "params")
+"""Where a ``tool.call`` event carries its input, in order of preference."""
 
 
 def render_event(event: dict[str, Any]) -> str | None:
@@ -127,7 +131,7 @@ _RENDERERS = {
 
 
 def _tool_input(fields: dict[str, Any]) -> Any:
-    for key in ("input", "arguments", "params"):
+    for key in TOOL_INPUT_KEYS:
         if key in fields:
             return fields[key]
     return None
@@ -145,7 +149,13 @@ def _text(value: Any) -> str:
 
 
 def _value(value: Any) -> str:
-    return _truncate(value if isinstance(value, str) else _compact(value))
+    return _truncate(value_text(value))
+
+
+def value_text(value: Any) -> str:
+    """A tool-call value as a rendering shows it before the cut: a string as it is, anything
+    else as compact JSON."""
+    return value if isinstance(value, str) else _compact(value)
 
 
 def _compact(value: Any) -> str:

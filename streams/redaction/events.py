@@ -139,43 +139,33 @@ def _tool_result_record(event: dict[str, Any], fields: dict[str, Any], text: str
     }
 
 
-INPUT_KEYS = ("input", "arguments", "params")
-"""Where a ``tool.call`` event carries its input, in order of preference (as its rendering reads it)."""
-
-SHOWN_INPUT_CHARS = 400
-"""Longest input value a chunk shows of a tool call (``streams.chunking.render.MAX_VALUE_CHARS``)."""
-
-
 def _tool_call_record(event: dict[str, Any], raw_fields: dict[str, Any], policy: RedactionPolicy) -> dict[str, Any] | None:
     """The tool-results record of a ``tool.call`` whose input a chunk shows cut: the whole
     input, redacted as the event's fields are but uncut, one ``key: value`` line per key
-    (sorted). A chunk shows each value up to :data:`SHOWN_INPUT_CHARS`; the file an agent
-    wrote, the patch it applied or the script it ran is found here whole, in the ACL-isolated
-    index, as a tool's output is. None when the chunk shows it all."""
-    key = next((name for name in INPUT_KEYS if name in raw_fields), None)
+    (sorted). A chunk shows each value up to ``MAX_VALUE_CHARS``; the file an agent wrote, the
+    patch it applied or the script it ran is found here whole, in the ACL-isolated index, as a
+    tool's output is. None when the chunk shows it all."""
+    # What a chunk shows is the chunker's rendering, so its numbers are asked of it; loaded
+    # here, not with this module, so redacting text alone (dead letters) never loads a tokenizer.
+    from streams.chunking.render import MAX_VALUE_CHARS, TOOL_INPUT_KEYS, value_text
+
+    key = next((name for name in TOOL_INPUT_KEYS if name in raw_fields), None)
     if key is None:
         return None
     # A walker of its own: the event's walk already counted these replacements.
     tool_input = _Walker(policy).fields({key: raw_fields[key]}, cap=None)[key]
     if isinstance(tool_input, dict):
-        values = [(str(name), _shown(tool_input[name])) for name in sorted(tool_input, key=str)]
-        if all(len(value) <= SHOWN_INPUT_CHARS for _, value in values):
+        values = [(str(name), value_text(tool_input[name])) for name in sorted(tool_input, key=str)]
+        if all(len(value) <= MAX_VALUE_CHARS for _, value in values):
             return None
         text = "\n".join(f"{name}: {value}" for name, value in values)
     else:
-        text = _shown(tool_input)
-        if len(text) <= SHOWN_INPUT_CHARS:
+        text = value_text(tool_input)
+        if len(text) <= MAX_VALUE_CHARS:
             return None
     shown = event.get("fields")
     fields: dict[str, Any] = shown if isinstance(shown, dict) else {}
     return {**_tool_result_record(event, {**fields, "status": None}, text, policy), "kind": "toolcall"}
-
-
-def _shown(value: Any) -> str:
-    """A value as a rendering shows it: a string as it is, anything else as compact JSON."""
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=str)
 
 
 def _as_text(output: Any) -> str:
