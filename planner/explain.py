@@ -16,6 +16,7 @@ from typing import Any
 from planner.readers import IndexPin
 from planner.rrf import DEFAULT_K, FusedHit, RankedList, encode_sort_key, sort_key, truncation
 from planner.snapshot import SnapshotDecision
+from sinks.writer import SOURCE_KINDS
 from streams.asp import posix_seconds
 
 __all__ = ["TOOL_KINDS", "Candidate", "build_explain", "generation_json", "result_row", "rfc3339", "tool_candidate"]
@@ -143,8 +144,9 @@ def generation_json(pin: IndexPin) -> dict[str, Any]:
     return body
 
 
-TOOL_KINDS = frozenset({"toolresult", "toolcall"})
-"""Candidates of the tool-results index: a tool's output, or the whole input of a call."""
+TOOL_KINDS = frozenset(SOURCE_KINDS["toolresults"])
+"""Candidates of the tool-results index: a tool's output (``toolresult``), or the whole input of
+a call (``toolcall``)."""
 
 
 def tool_candidate(record: Mapping[str, Any], *, origin: str) -> Candidate:

@@ -186,11 +186,12 @@ class SqlAttachment:
         except duckdb.Error as exc:
             raise QueryError(f"cannot start the SQL engine with memory limit {memory_limit!r}: "
                              f"{exc}") from None
+        covered = self._covered_through(as_of_seq)
         watchdog = _Watchdog(con, timeout_seconds)
         try:
             watchdog.start()
             _validate(con, sql)
-            self._prepare(con, self._covered_through(as_of_seq), allowed)
+            self._prepare(con, covered, allowed)
             con.execute("SET lock_configuration = true")
             result = con.execute(sql)
             columns = [d[0] for d in result.description or ()]
@@ -222,8 +223,8 @@ class SqlAttachment:
         if truncated_by is not None:
             body["truncation"] = {"reason": truncated_by, "maxRows": max_rows,
                                   "maxResultBytes": max_result_bytes}
-        if self._covered_through(as_of_seq) < as_of_seq:
-            body["uncovered"] = {"fromSeq": self._covered_through(as_of_seq) + 1, "toSeq": as_of_seq}
+        if covered < as_of_seq:
+            body["uncovered"] = {"fromSeq": covered + 1, "toSeq": as_of_seq}
         return body
 
     def _covered_through(self, as_of_seq: int) -> int:

@@ -46,16 +46,17 @@ from sinks.text.base import (
 )
 from sinks.text.global_bm25 import Shard, field_stats, global_top
 from sinks.text.tantivy_engine import WORDS_TOKENIZER, words_analyzer
-from sinks.writer import record_id
+from sinks.writer import SOURCE_KINDS, record_id
 
 __all__ = ["COPY_NAMES", "SCHEMA_VERSION", "ToolResultsReader", "ToolResultsWriter", "search_shards"]
 
 SCHEMA_VERSION = "3"
 """Schema 3: ``runId`` and ``turnId`` stored, so a hit names its run and turn once indexed as it
 did from the tail scan, and ``kind``: ``toolresult`` (a tool's output) or ``toolcall`` (the whole
-input of a call whose chunk shows it cut, :func:`streams.redaction.events.redact_event`). Schema 2: the CJK-aware analyzer and the unindexed ``source`` field
-(schema 1 had neither). An index of another schema cannot be extended (tantivy refuses a writer
-of another schema): the sink stalls its log until ``usl rebuild toolresults`` (``schema_stalls``)."""
+input of a call whose chunk shows it cut, :func:`streams.redaction.events.redact_event`).
+Schema 2: the CJK-aware analyzer and the unindexed ``source`` field (schema 1 had neither). An
+index of another schema cannot be extended (tantivy refuses a writer of another schema): the
+sink stalls its log until ``usl rebuild toolresults`` (``schema_stalls``)."""
 COPY_NAMES = ("meta.json", ".managed.json")
 """Files tantivy replaces on commit: copied into a new generation, never hard-linked."""
 
@@ -65,8 +66,6 @@ _STORED = ("id", "logId", "sessionId", "seq", "eventId", "toolCallId", "toolName
            "runId", "turnId", "kind")
 _RAW_FIELDS = ("logId", "sessionId", "eventId", "toolCallId", "toolName", "status", "time", "runId", "turnId",
                "kind")
-KINDS = ("toolresult", "toolcall")
-"""The records this index holds: tools' outputs, and the whole inputs of calls a chunk shows cut."""
 _KIND = "toolresults"
 
 
@@ -112,7 +111,7 @@ class ToolResultsWriter:
             write_analyzer_marker(staging)
         docs: dict[str, dict[str, Any]] = {}
         for record in records:
-            if record.get("kind") in KINDS:
+            if record.get("kind") in SOURCE_KINDS["toolresults"]:
                 docs.pop(record_id(record), None)  # last wins, in record order
                 docs[record_id(record)] = record
         try:
