@@ -455,7 +455,7 @@ def api_conversation(value: Any) -> dict[str, Any] | None:
     ``responseProblem``: the caller dead-letters it, so the answer is never lost silently.
     """
     value = _unwrapped(value)
-    if not isinstance(value, dict) or isinstance(value.get("messages"), list):
+    if not isinstance(value, dict) or conversation_messages(value) is not None:
         return None
     request, response = value.get("request"), value.get("response")
     if request is None and isinstance(value.get("body"), dict):
