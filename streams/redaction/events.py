@@ -149,22 +149,21 @@ def _tool_call_record(event: dict[str, Any], raw_fields: dict[str, Any], policy:
     # here, not with this module, so redacting text alone (dead letters) never loads a tokenizer.
     from streams.chunking.render import MAX_VALUE_CHARS, TOOL_INPUT_KEYS, value_text
 
+    shown = event.get("fields")
+    fields: dict[str, Any] = shown if isinstance(shown, dict) else {}
+    # Whether the chunk shows it cut is read off the event as redacted (what the chunk renders):
+    # the uncut walk below, a second redaction of the input, runs only for the few calls that are.
+    shown_input = next((fields[name] for name in TOOL_INPUT_KEYS if name in fields), None)
+    values = shown_input.values() if isinstance(shown_input, dict) else (shown_input,)
     key = next((name for name in TOOL_INPUT_KEYS if name in raw_fields), None)
-    if key is None:
+    if key is None or all(len(value_text(value)) <= MAX_VALUE_CHARS for value in values):
         return None
     # A walker of its own: the event's walk already counted these replacements.
     tool_input = _Walker(policy).fields({key: raw_fields[key]}, cap=None)[key]
     if isinstance(tool_input, dict):
-        values = [(str(name), value_text(tool_input[name])) for name in sorted(tool_input, key=str)]
-        if all(len(value) <= MAX_VALUE_CHARS for _, value in values):
-            return None
-        text = "\n".join(f"{name}: {value}" for name, value in values)
+        text = "\n".join(f"{name}: {value_text(tool_input[name])}" for name in sorted(tool_input, key=str))
     else:
         text = value_text(tool_input)
-        if len(text) <= MAX_VALUE_CHARS:
-            return None
-    shown = event.get("fields")
-    fields: dict[str, Any] = shown if isinstance(shown, dict) else {}
     return {**_tool_result_record(event, {**fields, "status": None}, text, policy), "kind": "toolcall"}
 
 
