@@ -41,8 +41,26 @@ def _log_name(value: str) -> str:
 
 LOG_OPTION = typer.Option("default", "--log", envvar="USL_LOG", metavar="NAME", help="Log (L1 partition) to use.",
                           callback=_log_name)
+
+
+def _principal(value: str | None) -> str | None:
+    # Refused up front: `--as ''` ran as the default principal, so a script whose variable came
+    # out empty read with the default's rights instead of failing.
+    if value is None:
+        return value
+    from planner.acl import parse_principal
+    from planner.exceptions import QueryError
+
+    try:
+        parse_principal(value)
+    except QueryError as exc:
+        raise typer.BadParameter(f"{exc.message}. {exc.hint}, or leave --as out to use "
+                                 "USL_DEFAULT_PRINCIPAL.") from None
+    return value
+
+
 PRINCIPAL_OPTION = typer.Option(None, "--as", envvar="USL_DEFAULT_PRINCIPAL", metavar="PRINCIPAL",
-                                help="Principal, e.g. tenant:acme/user:alice/groups:eng.")
+                                help="Principal, e.g. tenant:acme/user:alice/groups:eng.", callback=_principal)
 
 
 def load_settings() -> Settings:

@@ -29,3 +29,18 @@ def test_the_environment_variable_is_checked_too(tmp_path: Path) -> None:
     env = {"USL_HOME": str(tmp_path / "home"), "USL_LOG": "team a", "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:9"}
     result = CliRunner().invoke(app, ["search", "deploy"], env=env)
     assert result.exit_code == 2 and "is not a log name" in result.output, result.output
+
+
+PRINCIPAL_COMMANDS = [["search", "deploy"], ["sql", "SELECT 1"], ["sessionql", "FROM sessions"],
+                      ["export", "sessions"]]
+
+
+@pytest.mark.parametrize("args", PRINCIPAL_COMMANDS, ids=lambda args: args[0])
+@pytest.mark.parametrize("principal", ["", " ", "user:alice", "tenant:acme"])
+def test_a_bad_principal_is_a_usage_error(args: list[str], principal: str, tmp_path: Path) -> None:
+    # `--as ''` once ran as the default principal: an empty variable in a script widened a read.
+    env = {"USL_HOME": str(tmp_path / "home"), "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:9"}
+    result = CliRunner().invoke(app, [*args, "--as", principal], env=env)
+    assert result.exit_code == 2, result.output
+    assert "invalid principal" in result.output and "USL_DEFAULT_PRINCIPAL" in result.output
+    assert not (tmp_path / "home").exists()  # nothing ran
