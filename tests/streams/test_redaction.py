@@ -28,7 +28,7 @@ from streams.redaction import (
 from streams.redaction.events import stable_id
 from streams.redaction.pii import _NETWORKS as CARD_NETWORKS
 from streams.redaction.samples import SEEDED_SECRETS
-from streams.redaction.text import clip, redact_text_plain, summarize
+from streams.redaction.text import WRAPPED_BREAK, clip, redact_text_plain, summarize
 from streams.redaction.vendors import ported_rule_names
 from tests.fixtures.secrets import battery
 
@@ -60,7 +60,7 @@ def test_exported_members() -> None:
         "DEFAULT_POLICY", "POLICY_VERSION", "RedactedEvent", "RedactionPolicy", "policy_hash",
         "redact_event", "redact_text", "rule_names",
     }
-    assert POLICY_VERSION == "2.6"
+    assert POLICY_VERSION == "2.7"
 
 
 # ---------------------------------------------------------------- labelled corpus
@@ -484,6 +484,21 @@ def test_findings_that_meet_at_a_break_are_not_joined() -> None:
 ])
 def test_lines_that_only_look_wrapped_are_kept(text: str) -> None:
     assert redact_text(text) == (text, {})
+
+
+@pytest.mark.parametrize("record", [
+    "2026-01-12T10:00:00.000Z INFO next", "2026/01/12 10:00:00 next", "2026.01.12 next",
+    "16:03:26.628 [warning] HeatmapCalculator", "9:05:01 PM worker up",
+])
+def test_a_log_record_after_a_value_is_no_candidate(record: str) -> None:
+    """Policy 2.7: a line starting with a date or a time of day is a log's next record. In a log
+    whose every line ended in `request_id=…` each break was tried joined, which tripled the cost
+    of redacting it (docs/redaction.md); the text came out the same."""
+    text = f"GET /api/sessions 200 request_id=F1a2B3c4D5e6\n{record}"
+    assert WRAPPED_BREAK.search(text) is None
+    assert redact_text(text) == (text, {})
+    # the same break before a token's rest is still tried
+    assert WRAPPED_BREAK.search("request_id=F1a2B3c4D5e6\n20260112T10x9Zq") is not None
 
 
 # ---------------------------------------------------------------- seeded secrets
