@@ -21,8 +21,9 @@
    window is taken, so ranks never have gaps;
 6. ranked lists, each a window of ``max(50, 5k)`` candidates: ``text`` (the text index),
    ``vector`` (faiss, merged by cosine with embeddings of trimmed and tail chunks: same model,
-   comparable scores), ``tail`` (BM25 in-process over trimmed and tail texts: another corpus,
-   so its own list) and ``toolresults``; fused by :func:`planner.rrf.fuse` and paged with
+   comparable scores), trimmed and tail chunks merged into the text lists by BM25 under the
+   text index's statistics (``tail``: tail tool results, BM25 over themselves: another corpus,
+   so their own list) and ``toolresults``; fused by :func:`planner.rrf.fuse` and paged with
    :func:`planner.rrf.after`. In hybrid mode the text lists run in the planner's leg pool while
    the query's thread searches the vector index (``parallel_legs``).
 
@@ -89,7 +90,7 @@ from planner.explain import (
     tool_candidate,
 )
 from planner.l1window import L1Window
-from planner.local import analyze, clauses_of, rank_texts
+from planner.local import analyze, clauses_of, rank_texts, rank_texts_as_index
 from planner.pins import QUERY_PIN_SECONDS, Pinner, Snapshot
 from planner.readers import IndexPin, ReaderCache
 from planner.request import Filters, SearchRequest, parse_request
@@ -218,6 +219,9 @@ class QueryContext:
     """Trimmed and tail candidates: not in any index, ranked in-process."""
     candidates: dict[str, Candidate] = field(default_factory=dict)
     indexed_scores: dict[str, dict[str, float]] = field(default_factory=dict)
+    text_scores: dict[str, dict[str, float]] = field(default_factory=dict)
+    """BM25 score of each hit of each text-index list (``text``, ``phrase``, ``identifier``),
+    to merge trimmed and tail chunks into it by score; never shown (see ``_rank``)."""
     digests: dict[str, bytes] = field(default_factory=dict)
     """Text digests of indexed candidates, as the text engine gave them with its hits or the
     vector segments with theirs."""
@@ -648,8 +652,10 @@ class Planner:
             source, text = source_text
             assert text_pin is not None
             digests: dict[str, bytes] = {}
+            scores: dict[str, float] = {}
             ids, truncated = self._text_list(text_pin, text, window, cut, query.session_filter,
-                                             query.unreadable, only, digests, query.table)
+                                             query.unreadable, only, digests, query.table, scores)
+            query.text_scores[source] = scores  # one key per list: safe from the pool's threads
             return source, ids, truncated, digests
 
         def text_lists() -> list[tuple[str, list[str], bool, dict[str, bytes]]]:
@@ -755,22 +761,71 @@ class Planner:
     def _rank_provisional(self, query: QueryContext, phrase: str | None, identifiers: str | None,
                           words: str | None) -> None:
         """Trimmed and tail texts (and tail tool results) ranked in-process; a trimmed chunk
-        whose kept text no longer matches the query drops out here."""
+        whose kept text no longer matches the query drops out here.
+
+        Chunks are scored with the text index's statistics and merged into the index's list
+        of the same query by score (docs/planner.md, "Tail chunks in the index's lists"): a
+        list of their own would give the tail's best match the index's best match's vote,
+        however poor a match it is. Tool results (the tool-results index is another corpus),
+        and every text when the index has no list or its engine no statistics, keep their
+        own lists, ranked by BM25 over themselves."""
         textual = [c for c in query.provisional
                    if "text" in _RANKING[query.req.mode] or c.kind in TOOL_KINDS]
         if not textual:
             return
         by_id = {c.id: c for c in textual}
-        texts = [(c.id, c.text or "") for c in textual]
         window = query.window
-        for source, text in (("tail", words or query.req.query), ("tailPhrase", phrase),
-                             ("tailIdentifier", identifiers)):
-            ranked = rank_texts(clauses_of(text), texts) if text is not None else []
+        sources = (("tail", "text", words or query.req.query), ("tailPhrase", "phrase", phrase),
+                   ("tailIdentifier", "identifier", identifiers))
+        merged = self._merge_into_index_lists(query, [c for c in textual if c.kind == "chunk"],
+                                              [(indexed, text) for _, indexed, text in sources])
+        for source, indexed, text in sources:
+            own = [(c.id, c.text or "") for c in textual if not (indexed in merged and c.kind == "chunk")]
+            ranked = rank_texts(clauses_of(text), own) if text is not None and own else []
             if ranked:
                 query.lists.append(RankedList(source, [i for i, _ in ranked[:window]], window,
                                               len(ranked) > window))
                 for chunk_id, score in ranked[:window]:
                     by_id[chunk_id].scores[source] = score
+
+    def _merge_into_index_lists(self, query: QueryContext, chunks: Sequence[Candidate],
+                                lists: Sequence[tuple[str, str | None]]) -> set[str]:
+        """Merge ``chunks`` (trimmed and tail chunks) into each text-index list named in
+        ``lists`` (source, its query) that this query has, by BM25 under the index's own
+        statistics (:func:`planner.local.rank_texts_as_index`); the sources merged into."""
+        text_pin = query.pin("text")
+        present = {ranked.source: position for position, ranked in enumerate(query.lists)
+                   if ranked.source in query.text_scores}
+        wanted = [(source, text) for source, text in lists if text is not None and source in present]
+        if not chunks or text_pin is None or not wanted:
+            return set()
+        parsed = [(source, clauses_of(text)) for source, text in wanted]
+        terms = sorted({term for _, clauses in parsed
+                        for term in (*clauses.terms, *(t for phrase in clauses.phrases for t in phrase))})
+        statistics = self._readers.text_statistics(text_pin, terms)
+        if statistics is None or statistics[0].max_docs <= 0:
+            return set()
+        docs = [(c.id, c.text or "") for c in chunks]
+        merged: set[str] = set()
+        for source, clauses in parsed:
+            position = present[source]
+            listed = query.lists[position]
+            scores = query.text_scores[source]
+            ranked = rank_texts_as_index(clauses, docs, *statistics)
+            # The index's ids first: a provisional chunk never shares an id with an indexed hit
+            # (the index answers at or below the cut, these above it), but a copy never counts twice.
+            pairs = {chunk_id: scores[chunk_id] for chunk_id in listed.ids}
+            for chunk_id, score in ranked:
+                pairs.setdefault(chunk_id, score)
+            order = sorted(pairs.items(), key=lambda item: (-item[1], item[0]))
+            query.lists[position] = RankedList(source, [chunk_id for chunk_id, _ in order[:query.window]],
+                                               query.window, listed.truncated or len(order) > query.window)
+            merged.add(source)
+        query.notes["provisionalMerged"] = {
+            "sources": sorted(merged),
+            "rule": "trimmed and tail chunks scored by BM25 with the text index's statistics and "
+                    "merged into the index's list of the same query by score"}
+        return merged
 
     def _fuse(self, query: QueryContext) -> list[FusedHit]:
         """Every listed candidate resolved (indexed ones from the chunk table), the lists fused
@@ -1033,7 +1088,8 @@ class Planner:
     def _text_list(self, pin: IndexPin, query: str, window: int, cut: int,
                    sessions: AbstractSet[str] | None, unreadable: AbstractSet[str],
                    only: set[str] | None, digests: dict[str, bytes],
-                   table: ChunkTable | None) -> tuple[list[str], bool]:
+                   table: ChunkTable | None,
+                   scores: dict[str, float] | None = None) -> tuple[list[str], bool]:
         # The hits' ids from the index's key column, mapped through the structured generation's
         # ids (a hit the table lacks is dropped from the fusion anyway; the engine reads its
         # stored document to name it all the same).
@@ -1068,6 +1124,8 @@ class Planner:
         for hit in kept[:window]:
             if hit.digest is not None:
                 digests[hit.chunk_id] = hit.digest
+            if scores is not None:
+                scores[hit.chunk_id] = hit.score
         return [hit.chunk_id for hit in kept[:window]], len(kept) > window
 
     def _vector_list(

@@ -389,6 +389,15 @@ class ReaderCache:
         hits.sort(key=lambda hit: (-hit.score, hit.chunk_id))
         return [replace(hit, rank=rank) for rank, hit in enumerate(hits[:limit], 1)]
 
+    def text_statistics(self, index: IndexPin, terms: Collection[str]) -> tuple[Any, dict[str, int]] | None:
+        """The generation's BM25 statistics (every shard's summed) for ``terms``, from an engine
+        that gives them (``term_statistics``); None from one that does not."""
+        statistics = getattr(self.text_engine(index), "term_statistics", None)
+        if not callable(statistics):
+            return None
+        stats, freqs = statistics([part.directory for part in index.shards], terms)
+        return stats, dict(freqs)
+
     def toolresults(self, index: IndexPin) -> Any:
         """The full tool results reader of the generation (of a sharded one: over every shard's)."""
         from sinks.toolresults import ToolResultsReader

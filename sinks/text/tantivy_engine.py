@@ -60,7 +60,7 @@ from sinks.text.base import (
     unique_keys,
     write_analyzer_marker,
 )
-from sinks.text.global_bm25 import Shard, field_stats, global_top
+from sinks.text.global_bm25 import FieldStats, Shard, field_stats, global_top
 
 __all__ = ["WORDS_TOKENIZER", "LiveIndex", "TantivyEngine", "index_opstamp", "words_analyzer"]
 
@@ -326,6 +326,21 @@ class TantivyEngine:
         hits = global_top(shards, "text", clauses, limit)
         return [TextHit(chunk_id=hit.key, score=hit.score, rank=rank, digest=hit.payload)
                 for rank, hit in enumerate(hits, 1)]
+
+    def term_statistics(self, directories: Sequence[Path],
+                        terms: Collection[str]) -> tuple[FieldStats, dict[str, int]]:
+        """What this engine's BM25 reads of the indexes in ``directories`` taken as one (the
+        shards of one generation): the ``text`` field's document and token counts and each of
+        ``terms``' document frequency, so texts outside the index can be scored as it would
+        score them (:func:`planner.local.rank_texts_as_index`)."""
+        stats = FieldStats(0, 0)
+        freqs = dict.fromkeys(terms, 0)
+        for directory in directories:
+            searcher = self._open(Path(directory)).searcher()
+            stats += field_stats(Path(directory), "text")
+            for term in freqs:
+                freqs[term] += int(searcher.doc_freq("text", term))
+        return stats, freqs
 
     def _full_query(self, schema: tantivy.Schema, clauses: QueryClauses, max_seq: int | None,
                     session_ids: Collection[str] | None, exclude_ids: Collection[str],
