@@ -14,13 +14,16 @@ With ``--real``: ``redact_event`` MB/s per core on the events the importers make
 repository's real transcripts (tests/fixtures/importers, examples/sessions,
 benchmarks/eval_data/sessions), and the secret replacements their text gets (false positives).
 
-With ``--real --against TREE``: the same events through ``redact_event`` of this tree and of
+With ``--workload N``: the same on N events of the benchmark workload (``benchmarks.workload``,
+the events the harness measures, seed ``--seed``).
+
+With ``--real`` or ``--workload N`` and ``--against TREE``: the same events through ``redact_event`` of this tree and of
 ``TREE`` (another version's source, e.g. ``git archive e924674 | tar -x -C TREE``), each in a
 fresh process (empty memories) with ``PYTHONPATH`` at its tree, alternately ``--repeat`` times,
 and the ratio of each pair: a speed target set on another machine is checked as a ratio
 measured in one run.
 
-Run: ``python benchmarks/bench_redaction.py [--mb 20] [--seed 7] [--json] [--real [--against TREE]]``.
+Run: ``python benchmarks/bench_redaction.py [--mb 20] [--seed 7] [--json] [--real | --workload N] [--against TREE]``.
 """
 
 from __future__ import annotations
@@ -274,15 +277,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--real", action="store_true",
                         help="measure on the repository's real transcripts instead: redact_event MB/s per core "
                              "on their events and the secret replacements their text gets (false positives)")
+    parser.add_argument("--workload", type=int, metavar="N",
+                        help="measure redact_event on N events of the benchmark workload (seed --seed) instead")
     parser.add_argument("--against", type=Path, metavar="TREE",
-                        help="with --real: also time another version's source tree, alternately, and "
-                             "report the ratio of each pair")
+                        help="with --real or --workload: also time another version's source tree, alternately, "
+                             "and report the ratio of each pair")
     args = parser.parse_args(argv)
+    if args.real and args.workload:
+        parser.error("--real and --workload choose the events: give one")
     if args.against is not None:
-        if not args.real:
-            parser.error("--against needs --real")
+        if not (args.real or args.workload):
+            parser.error("--against needs --real or --workload")
         return _against(args)
-    if args.real:
+    if args.real or args.workload:
         return _real(args)
 
     documents = generate_documents(args.mb, args.seed)
@@ -351,9 +358,17 @@ print(json.dumps(time.process_time() - started))
 """
 
 
+def _corpus(args: argparse.Namespace, root: Path) -> list[dict[str, Any]]:
+    if args.workload:
+        from benchmarks.workload import generate
+
+        return list(generate(events=args.workload, seed=args.seed))
+    return real_events(root)
+
+
 def _against(args: argparse.Namespace) -> dict[str, Any]:
     root = Path(__file__).resolve().parents[1]
-    events = real_events(root)
+    events = _corpus(args, root)
     megabytes = sum(len(json.dumps(event, ensure_ascii=False).encode("utf-8")) for event in events) / 1e6
     pairs = []
     with tempfile.TemporaryDirectory() as work:
@@ -381,7 +396,7 @@ def _against(args: argparse.Namespace) -> dict[str, Any]:
 
 def _real(args: argparse.Namespace) -> dict[str, Any]:
     root = Path(__file__).resolve().parents[1]
-    events = real_events(root)
+    events = _corpus(args, root)
     megabytes = sum(len(json.dumps(event, ensure_ascii=False).encode("utf-8")) for event in events) / 1e6
     redact_event(events[0])
     seconds = _measure(redact_event, events, args.repeat)
@@ -400,7 +415,8 @@ def _real(args: argparse.Namespace) -> dict[str, Any]:
         print(json.dumps(result))
     else:
         fp = result["false_positives"]
-        print(f"real transcripts: {result['events']} events, {result['event_megabytes']} MB "
+        source = f"workload (seed {args.seed})" if args.workload else "real transcripts"
+        print(f"{source}: {result['events']} events, {result['event_megabytes']} MB "
               f"(mean {result['mean_event_bytes']} bytes)")
         print(f"redact_event: {result['redact_event_mb_per_s']} MB/s per core ({result['redact_event_events_per_s']} events/s)")
         print(f"secret replacements in their text: {fp['secret_replacements']} in {fp['megabytes']} MB "
