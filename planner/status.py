@@ -28,10 +28,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
-from kafka import KafkaConsumer, TopicPartition
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -41,10 +40,11 @@ from planner.coherence import CHUNK_KINDS, ChunkOrigin, find_mismatch, origins_o
 from planner.exceptions import NotFound
 from planner.snapshot import published_stall, stall_remedy
 from sinks.kinds import ALL_KINDS
-from sinks.watermarks import read_watermarks
-from streams.l1 import L1Reader
 from streams.settings import Settings
 from streams.topics import Topics
+
+if TYPE_CHECKING:
+    from kafka import KafkaConsumer, TopicPartition
 
 __all__ = ["INDEX_KINDS", "build_status", "collect_status", "export_status_metrics", "for_principal", "held_by",
            "render_status"]
@@ -78,6 +78,8 @@ def _unindexed(bootstrap: str, settings: Settings, partition_of: dict[str, int],
     found = Unindexed()
     if not any(wanted.values()):
         return found
+    from kafka import KafkaConsumer, TopicPartition
+
     topic = Topics.from_settings(settings).l1
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
                              isolation_level="read_committed")
@@ -301,6 +303,10 @@ def collect_status(settings: Settings, bootstrap: str, *, log_id: str | None = N
     # Watermarks first: a sink publishes one only for seqs already committed in L1, so an L1
     # seq read after it is at or above it. Read the other way round, a commit between the two
     # reads showed builtThroughSeq above l1CommittedSeq (1 poll in 57 under load).
+    # Imported here: `usl status` through the API only renders the report (kafka is a third of it).
+    from sinks.watermarks import read_watermarks
+    from streams.l1 import L1Reader
+
     watermarks = read_watermarks(bootstrap, settings)
     reader = L1Reader(bootstrap, settings)
     try:

@@ -63,12 +63,21 @@ class _FakeAPI(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
+    status = {"logs": {"refunds": {"l1CommittedSeq": 7, "indexes": {
+        kind: {"generationId": 3, "builtThroughSeq": 7, "lagSeqs": 0, "lagSeconds": 0.0, "lastCommit": 1.0,
+               "line": "live", "verdict": "ok: caught up", "heldBy": None, "stalled": None,
+               "redactionPolicy": "e6a48b952abcb39a"}
+        for kind in ("text", "vector", "structured", "analytics", "toolresults")}}}}
+
     def do_GET(self) -> None:
-        self._reply({"status": "ok", "ready": True})
+        self._reply(self.status if self.path.startswith("/v1/status") else {"status": "ok", "ready": True})
+
+    sql = {"columns": ["one"], "types": ["INTEGER"], "rows": [[1]], "rowCount": 1, "truncated": False,
+           "asOfSeq": 7, "generations": {"analytics": {"generationId": 3, "builtThroughSeq": 7}}}
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        self._reply(self.answer)
+        self._reply(self.sql if self.path.startswith("/v1/sql") else self.answer)
 
     def log_message(self, *args: Any) -> None:
         pass
@@ -117,6 +126,33 @@ def test_search_through_the_api_loads_no_heavy_library(fake_api: str, tmp_path: 
               if any(name == heavy or name.startswith(heavy + ".") for heavy in HEAVY)}
     assert not loaded, f"usl search --json through the API imported {sorted(loaded)}"
     assert "planner.client" in report["modules"]  # it did go through the API client
+
+
+#: What a command that only asks the API may load besides what ``usl search --json`` may: the
+#: table it prints (rich), and the names of the index kinds and their lines (sinks.kinds,
+#: sinks.generations), which `usl status` renders.
+TABLE_OK = ("rich", "sinks")
+
+
+@pytest.mark.parametrize("args", [["status", "--json"], ["status"], ["status", "--log", "refunds"],
+                                  ["sql", "select 1"], ["sql", "select 1", "--json"]],
+                         ids=" ".join)
+def test_commands_answered_by_the_api_load_no_kafka(fake_api: str, tmp_path: Path, args: list[str]) -> None:
+    """``usl status`` imported kafka (through planner.status and streams.topics) only to render
+    what the API answered: a third of the command's time."""
+    env = {"PATH": "/usr/bin:/bin", "USL_API_URL": fake_api, "USL_HOME": str(tmp_path),
+           "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1", "COLUMNS": "120"}
+    done = subprocess.run([sys.executable, "-c", _RUN_AND_LIST_MODULES, *args], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=120)
+    report = json.loads(done.stderr.rpartition("MODULES ")[2])
+    assert report["code"] == 0, done.stderr
+    if args[0] == "status" and "--json" not in args:
+        assert "ok: caught up" in done.stdout
+    allowed = TABLE_OK if "--json" not in args else ()
+    loaded = {name for name in report["modules"]
+              if any(name == heavy or name.startswith(heavy + ".") for heavy in HEAVY)
+              and not any(name == ok or name.startswith(ok + ".") for ok in allowed)}
+    assert not loaded, f"usl {' '.join(args)} through the API imported {sorted({n.split('.')[0] for n in loaded})}"
 
 
 #: What ``usl ingest --json`` needs no more than the plain producer it is measured against does

@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 
 import planner.status as status
+import sinks.watermarks
+import streams.l1
 from planner.status import INDEX_KINDS, Unindexed, collect_status
 from streams.settings import Settings
 
@@ -47,8 +49,9 @@ def test_a_poll_never_shows_a_watermark_above_the_committed_l1_seq(tmp_path: Pat
         return {("default", kind): {"generationId": 3, "builtThroughSeq": through, "committedAt": 1.0,
                                     "line": "live"} for kind in INDEX_KINDS}
 
-    monkeypatch.setattr(status, "L1Reader", Reader)
-    monkeypatch.setattr(status, "read_watermarks", watermarks)
+    # collect_status imports these when called (a status the API answers needs no kafka).
+    monkeypatch.setattr(streams.l1, "L1Reader", Reader)
+    monkeypatch.setattr(sinks.watermarks, "read_watermarks", watermarks)
     monkeypatch.setattr(status, "_unindexed", lambda *args: Unindexed())
     monkeypatch.setattr(status, "origins_of_watermark", lambda *args: ())
     settings = Settings.from_env({}, home=tmp_path, topic_prefix="t.", bootstrap_servers="127.0.0.1:1")
