@@ -621,13 +621,18 @@ class Follower:
         known: dict[str, tuple[dict[str, bytes | None], set[str]]] = {}  # key -> (appended ids, rejected records)
         for item in parsed:
             tracked = self._tracked[item.key]
-            if item.base is not None and tracked.record == item.base and tracked.appended is not None:
+            # What this process remembers of the file holds only while the file still begins
+            # with what it read: a file rewritten with an earlier line edited is checked against
+            # L1, as a restarted follower checks it (else the edit was dropped as a duplicate,
+            # without the dead letter a conflict gets).
+            base = item.base if item.base is not None and item.base.offset <= len(item.complete) and \
+                _sha(item.complete[: item.base.offset]) == item.base.prefix_sha else None
+            if base is not None and tracked.record == base and tracked.appended is not None:
                 known[item.key] = (tracked.appended, tracked.rejected)
-            elif item.base is not None and item.base.offset <= len(item.complete) and \
-                    _sha(item.complete[: item.base.offset]) == item.base.prefix_sha:
-                before = item.items if item.base.offset == len(item.complete) else self._import(
-                    item.path, item.label, item.root, item.fmt, item.complete[: item.base.offset])[0]
-                held = set(item.base.held)
+            elif base is not None:
+                before = item.items if base.offset == len(item.complete) else self._import(
+                    item.path, item.label, item.root, item.fmt, item.complete[: base.offset])[0]
+                held = set(base.held)
                 ids = dict.fromkeys(i.event["eventId"] for i in before
                                     if isinstance(i, Accepted) and i.event["eventId"] not in held)
                 known[item.key] = (ids, {i.record for i in before if isinstance(i, Rejected)})

@@ -621,3 +621,38 @@ def test_a_whole_last_line_without_its_newline_is_imported_once_the_file_is_idle
     clock.now += 10
     tail.poll()
     assert len(l1.log) == after and max(l1.counts().values()) == 1
+
+
+@pytest.mark.parametrize("restart", [False, True], ids=["same follower", "restarted follower"])
+def test_a_line_edited_in_a_rewritten_file_is_a_conflict_for_a_running_follower_too(tmp_path, restart):
+    """A followed transcript rewritten with one of its earlier lines edited (an editor's save,
+    a tool that rewrites the file): the edited event keeps its eventId with other content. A
+    restarted follower checked the file against L1 and dead-lettered it as a conflict; the
+    follower that had appended the first version took its own memory of the file's eventIds
+    without checking that the file still began with what it had read, and dropped the edit
+    as a duplicate, without a dead letter."""
+    root = tmp_path / "sessions"
+    root.mkdir()
+    live = root / "a.jsonl"
+    lines = TRANSCRIPTS[0].read_bytes().splitlines(keepends=True)
+    live.write_bytes(b"".join(lines[:6]))
+    l1, clock = MemoryL1(), Clock()
+    tail = follower(root, l1, tmp_path / "home", clock)
+    tail.poll()
+    assert len(l1.log) > 0 and not l1.dead
+    edited = next(i for i, line in enumerate(lines[:6]) if b'"assistant"' in line and b'"text"' in line)
+    value = json.loads(lines[edited])
+    block = next(b for b in value["message"]["content"] if b.get("type") == "text")
+    block["text"] += " (edited later)"
+    lines[edited] = json.dumps(value).encode() + b"\n"
+    live.write_bytes(b"".join(lines))
+    if restart:
+        tail = follower(root, l1, tmp_path / "home", clock)
+    tail.poll()
+    clock.now += 10
+    tail.poll()
+    assert not [e for e in l1.log if "edited later" in json.dumps(e)]  # the first copy stands
+    letters = [item for item in l1.dead if "with other content" in item.reason]
+    assert [item.record for item in letters] == [f"a.jsonl:{edited + 1}"]
+    assert max(l1.counts().values()) == 1
+    assert set(l1.counts()) == one_shot_ids(live)  # the rest of the grown file went in
