@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import re
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -154,6 +155,69 @@ def _messages(value: Any) -> list[dict[str, Any]]:
         except orjson.JSONDecodeError:
             return [{"role": "user", "parts": [{"type": "text", "content": value}]}]
     return [m for m in value if isinstance(m, dict)] if isinstance(value, list) else []
+
+
+#: ``llm.request.type`` of the instrumentations that predate ``gen_ai.operation.name``
+#: (OpenLLMetry's) → the operation it names.
+_REQUEST_TYPES = {"chat": "chat", "completion": "text_completion"}
+#: Span events of the GenAI conventions before 1.37 that carry a message of the input.
+_INPUT_EVENTS = {"gen_ai.system.message": "system", "gen_ai.user.message": "user",
+                 "gen_ai.assistant.message": "assistant", "gen_ai.tool.message": "tool"}
+_NUMBERED = re.compile(r"gen_ai\.(prompt|completion)\.(\d+)\.(role|content)")
+
+
+def _with_older_content(attrs: dict[str, Any], span: dict[str, Any]) -> dict[str, Any]:
+    """``attrs`` with the operation and the messages that instrumentations older than the
+    conventions' ``gen_ai.input.messages`` / ``gen_ai.output.messages`` record otherwise, in
+    that shape: numbered ``gen_ai.prompt.N.*`` / ``gen_ai.completion.N.*`` attributes and
+    ``llm.request.type`` (OpenLLMetry), the ``gen_ai.*.message`` / ``gen_ai.choice`` span
+    events (the conventions up to 1.36), the ``gen_ai.content.prompt`` / ``.completion``
+    events (OpenLIT), and ``gen_ai.usage.prompt_tokens`` / ``completion_tokens``. Such a span
+    was answered 200 and its content (or, without ``gen_ai.operation.name``, the whole span)
+    was dropped without a word. What the span states in the current shape is kept as it is."""
+    found = dict(attrs)
+    if not isinstance(found.get("gen_ai.operation.name"), str) and \
+            _REQUEST_TYPES.get(str(found.get("llm.request.type"))):
+        found["gen_ai.operation.name"] = _REQUEST_TYPES[str(found["llm.request.type"])]
+    for old, new in (("gen_ai.usage.prompt_tokens", "gen_ai.usage.input_tokens"),
+                     ("gen_ai.usage.completion_tokens", "gen_ai.usage.output_tokens")):
+        if new not in found and old in found:
+            found[new] = found[old]
+    numbered: dict[tuple[str, int], dict[str, Any]] = {}
+    for key, value in attrs.items():
+        if (match := _NUMBERED.fullmatch(key)) is not None:
+            numbered.setdefault((match[1], int(match[2])), {})[match[3]] = value
+    inputs: list[dict[str, Any]] = []
+    outputs: list[dict[str, Any]] = []
+    for (kind, _index), fields in sorted(numbered.items()):
+        role = fields.get("role") if isinstance(fields.get("role"), str) else \
+            ("user" if kind == "prompt" else "assistant")
+        if isinstance(fields.get("content"), str):
+            (inputs if kind == "prompt" else outputs).append({"role": role, "content": fields["content"]})
+    for item in _list(span.get("events")):
+        event = _dict(item)
+        name, values = event.get("name"), attributes(event.get("attributes"))
+        if name in _INPUT_EVENTS and isinstance(values.get("content"), str):
+            inputs.append({"role": values.get("role") if isinstance(values.get("role"), str)
+                           else _INPUT_EVENTS[name], "content": values["content"]})
+        elif name == "gen_ai.choice":
+            message = values.get("message")
+            if isinstance(message, str):
+                try:
+                    message = orjson.loads(message)
+                except orjson.JSONDecodeError:
+                    message = {"content": message}
+            if isinstance(message, dict) and isinstance(message.get("content"), str):
+                outputs.append({"role": "assistant", "content": message["content"]})
+        elif name == "gen_ai.content.prompt" and isinstance(values.get("gen_ai.prompt"), str):
+            inputs.append({"role": "user", "content": values["gen_ai.prompt"]})
+        elif name == "gen_ai.content.completion" and isinstance(values.get("gen_ai.completion"), str):
+            outputs.append({"role": "assistant", "content": values["gen_ai.completion"]})
+    if inputs and "gen_ai.input.messages" not in found:
+        found["gen_ai.input.messages"] = inputs
+    if outputs and "gen_ai.output.messages" not in found:
+        found["gen_ai.output.messages"] = outputs
+    return found
 
 
 def _text(message: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
@@ -331,7 +395,7 @@ def span_events(request: dict[str, Any], *, log_id: str = "default",
     batch = _Batch(spans, known if known is not None else TraceSessions(max_traces=0))
     started: set[str] = set()
     for index, (resource, span) in enumerate(spans):
-        attrs = attributes(span.get("attributes"))
+        attrs = _with_older_content(attributes(span.get("attributes")), span)
         operation = attrs.get("gen_ai.operation.name")
         if not isinstance(operation, str):
             continue

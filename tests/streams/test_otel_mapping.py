@@ -183,3 +183,56 @@ def test_tokens_count_once_per_inference_call_captured_or_not() -> None:
                        ("turn.ended", {"inputTokens": 57, "outputTokens": 6})]
     assert next(event for event in events if event["type"] == "turn.ended" and "usage" in event["fields"])[
         "fields"]["model"] == "m-1"
+
+
+def _attrs(**values: Any) -> list[dict[str, Any]]:
+    return [{"key": key, "value": {"intValue": str(value)} if isinstance(value, int) else {"stringValue": value}}
+            for key, value in values.items()]
+
+
+def _chat_messages(span: dict[str, Any]) -> list[tuple[str, str]]:
+    events = [item.event for item in span_events({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]})
+              if isinstance(item, Accepted)]
+    return [(event["role"], event["fields"]["text"]) for event in events if event["type"] == "message"]
+
+
+def _legacy_span(attributes: list[dict[str, Any]], events: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return {"traceId": "7c8efff798038103d269b633813fc61d", "spanId": "aaa19b7ec3c1b174", "name": "openai.chat",
+            "attributes": attributes, "events": events or [],
+            "startTimeUnixNano": "1764579600000000000", "endTimeUnixNano": "1764579601000000000"}
+
+
+def test_the_older_shapes_of_a_chat_call_keep_their_messages() -> None:
+    """What OpenLLMetry, OpenLIT and the conventions before 1.37 record of a chat call: numbered
+    ``gen_ai.prompt.N`` / ``gen_ai.completion.N`` attributes (and ``llm.request.type`` instead of
+    ``gen_ai.operation.name``: the whole span was ignored), ``gen_ai.user.message`` /
+    ``gen_ai.choice`` events, ``gen_ai.content.prompt`` / ``.completion`` events. Each was
+    answered 200 while its messages (or the span) were dropped."""
+    openllmetry = _legacy_span(_attrs(**{
+        "llm.request.type": "chat", "gen_ai.system": "openai", "gen_ai.request.model": "gpt-4o-mini",
+        "gen_ai.prompt.0.role": "system", "gen_ai.prompt.0.content": "You are helpful.",
+        "gen_ai.prompt.1.role": "user", "gen_ai.prompt.1.content": "Capital of Mongolia?",
+        "gen_ai.completion.0.role": "assistant", "gen_ai.completion.0.content": "Ulaanbaatar.",
+        "gen_ai.usage.prompt_tokens": 25, "gen_ai.usage.completion_tokens": 9}))
+    assert _chat_messages(openllmetry) == [("system", "You are helpful."), ("user", "Capital of Mongolia?"),
+                                           ("assistant", "Ulaanbaatar.")]
+    usage = [item.event["fields"].get("usage") for item in span_events(
+        {"resourceSpans": [{"scopeSpans": [{"spans": [openllmetry]}]}]}) if isinstance(item, Accepted)]
+    assert {"inputTokens": 25, "outputTokens": 9} in usage
+
+    def event(name: str, **values: Any) -> dict[str, Any]:
+        return {"name": name, "timeUnixNano": "1764579600000000000", "attributes": _attrs(**values)}
+
+    semconv = _legacy_span(_attrs(**{"gen_ai.operation.name": "chat"}), [
+        event("gen_ai.system.message", content="Be terse."), event("gen_ai.user.message", content="A prime > 100?"),
+        event("gen_ai.choice", index=0, message='{"role": "assistant", "content": "101"}')])
+    assert _chat_messages(semconv) == [("system", "Be terse."), ("user", "A prime > 100?"), ("assistant", "101")]
+    openlit = _legacy_span(_attrs(**{"gen_ai.operation.name": "chat"}), [
+        event("gen_ai.content.prompt", **{"gen_ai.prompt": "user: Largest ocean?"}),
+        event("gen_ai.content.completion", **{"gen_ai.completion": "The Pacific."})])
+    assert _chat_messages(openlit) == [("user", "user: Largest ocean?"), ("assistant", "The Pacific.")]
+    # The current shape, where a span states it, is what counts.
+    both = _legacy_span(_attrs(**{"gen_ai.operation.name": "chat", "gen_ai.prompt.0.content": "old",
+                                  "gen_ai.input.messages": '[{"role": "user", "parts": [{"type": "text", '
+                                                           '"content": "new"}]}]'}))
+    assert _chat_messages(both) == [("user", "new")]
