@@ -23,8 +23,9 @@ from kafka import KafkaConsumer, TopicPartition
 from sinks.generations import GenerationStore, Manifest, chunk_seq_bound
 from sinks.retired import collect_retired_lines
 from sinks.runner import index_root, watermark_of, write_ids
-from sinks.service import make_writer, pipeline_versions
+from sinks.service import make_writer
 from sinks.shards import Shard
+from sinks.versions import pipeline_versions
 from sinks.watermarks import WatermarkPublisher
 from sinks.writer import RECORD_KINDS, SOURCE_KINDS, record_id
 from streams.asp import ASP_VERSION, validate_event

@@ -12,28 +12,12 @@ from sinks.kinds import ALL_KINDS, WRITERS, make_writer
 from sinks.objectstore.hook import object_store_hook
 from sinks.runner import SinkRunner
 from sinks.shards import Shard
+from sinks.versions import pipeline_versions
 from streams.settings import Settings
 
 __all__ = ["ALL_KINDS", "WRITERS", "make_writer", "pipeline_versions", "run_sinks"]
 
 log = logging.getLogger("usl.sink")
-
-def pipeline_versions(settings: Settings) -> dict[str, Any]:
-    """Chunker and redaction versions recorded in every manifest and watermark."""
-    from streams.chunking import ChunkerConfig
-    from streams.chunking.tokenizer import default_tokenizer_identity
-    from streams.redaction import POLICY_VERSION, policy_hash
-
-    config = ChunkerConfig(target_tokens=settings.chunk_tokens, overlap_tokens=settings.chunk_overlap_tokens,
-                           idle_gap_seconds=settings.idle_gap_seconds)
-    return {
-        "chunker": {"version": config.version, "tokenizer": default_tokenizer_identity(),
-                    "targetTokens": config.target_tokens, "overlapTokens": config.overlap_tokens,
-                    "idleGapSeconds": config.idle_gap_seconds, "tickEverySeqs": settings.tick_every_seqs},
-        "redactionPolicy": policy_hash(),
-        "redactionPolicyVersion": POLICY_VERSION,
-    }
-
 
 def run_sinks(settings: Settings, bootstrap: str, kinds: Sequence[str], *, shard: Shard | None = None) -> None:
     """Run the given sinks (each as ``shard`` of its kind, if given) until SIGTERM/SIGINT; a

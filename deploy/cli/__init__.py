@@ -58,7 +58,7 @@ def _print_version(wanted: bool) -> None:
     from importlib.metadata import PackageNotFoundError, version
 
     from deploy.cli._common import load_settings
-    from sinks.service import pipeline_versions
+    from sinks.versions import pipeline_versions
 
     try:
         package = version("usl-search")

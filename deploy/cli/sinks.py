@@ -139,7 +139,7 @@ def _refuse_a_mismatch(settings: Any, bootstrap: str, kind: str, log_id: str) ->
     from planner.coherence import CHUNK_KINDS, origins_of_watermark
     from sinks.generations import pipeline_difference
     from sinks.runner import index_root
-    from sinks.service import pipeline_versions
+    from sinks.versions import pipeline_versions
     from sinks.watermarks import read_watermarks
 
     if kind not in CHUNK_KINDS:
@@ -195,7 +195,7 @@ def _refuse_a_stall(settings: Any, bootstrap: str, kinds: list[str], logs: list[
     old one, so the index would stay stalled after a rebuild that reported success. Only a
     stall tells what the sinks write (a watermark's ``versions`` are its publisher's, which is
     the last rebuild's until the sink commits), so an index that is not stalled is not checked."""
-    from sinks.service import pipeline_versions
+    from sinks.versions import pipeline_versions
     from sinks.watermarks import read_watermarks
 
     refusal = stall_refusal(read_watermarks(bootstrap, settings), kinds, logs, pipeline_versions(settings))

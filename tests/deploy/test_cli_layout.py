@@ -175,3 +175,23 @@ def test_ingest_loads_no_heavy_library(make_settings: Any, tmp_path: Path) -> No
     loaded = {name for name in report["modules"]
               if any(name == heavy or name.startswith(heavy + ".") for heavy in INGEST_HEAVY)}
     assert not loaded, f"usl ingest imported {sorted(loaded)}"
+
+
+#: What ``usl --version`` reads: the chunker's tokenizer identity (numpy and the tokenizer come
+#: with it) and the redaction policy; not the sinks' writers.
+VERSION_HEAVY = ("faust", "aiokafka", "kafka", "pyarrow", "tantivy", "faiss", "duckdb", "sinks.runner",
+                 "sinks.objectstore", "planner.engine")
+
+
+def test_version_loads_no_writer(tmp_path: Path) -> None:
+    """``usl --version`` took half a second importing pyarrow and kafka through sinks.service
+    (the sinks' writers) for three lines of versions."""
+    env = {"PATH": "/usr/bin:/bin", "USL_HOME": str(tmp_path), "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1"}
+    done = subprocess.run([sys.executable, "-c", _RUN_AND_LIST_MODULES, "--version"], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=120)
+    report = json.loads(done.stderr.rpartition("MODULES ")[2])
+    assert report["code"] == 0, done.stderr
+    assert done.stdout.startswith("usl-search ") and "redaction policy" in done.stdout
+    loaded = {name for name in report["modules"]
+              if any(name == heavy or name.startswith(heavy + ".") for heavy in VERSION_HEAVY)}
+    assert not loaded, f"usl --version imported {sorted(loaded)}"
