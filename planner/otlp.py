@@ -132,12 +132,14 @@ async def traces_endpoint(request: Request, receiver: Any, principal: Principal)
     rejected: list[dict[str, Any]] = []
     cuts: set[int] = set()
     records: dict[int, str] = {}
+    raws: dict[int, Any] = {}  # each event as mapped, by index: what a dead letter shows
 
     def mapped(known: TraceSessions) -> list[tuple[int | None, dict[str, Any]]]:
         """The request's events, each span in the session ``known`` (what L1 holds of its trace)
         and the request choose (:func:`span_events`); run under the receiver's append lock."""
         checked: list[tuple[int, dict[str, Any]]] = []
         for index, item in enumerate(span_events(decoded, log_id=log_id, known=known)):
+            raws[index] = item.event if isinstance(item, Accepted) else item.raw
             if isinstance(item, Accepted):
                 event, reason, cut = check_event(item.event, principal, log_id, settings.max_event_bytes)
                 if event is not None:
@@ -155,6 +157,7 @@ async def traces_endpoint(request: Request, receiver: Any, principal: Principal)
         return [*framed, *((None, link) for link in links)]
 
     answer = await run_in_threadpool(receiver.append, mapped, rejected, log_id, principal.tenant, cuts=cuts)
+    await run_in_threadpool(receiver.dead_letter, "/v1/traces", log_id, answer, raws)
     refused = {str(r.get("record", r["index"])).split(" ")[0] for r in answer["rejected"]}
     reasons = "; ".join(sorted({r["reason"] for r in answer["rejected"]}))
     if answer["truncated"]:

@@ -29,6 +29,9 @@ refused with it (each saying so): appended, they would carry another list, the t
 default ``read: ["*"]`` of a session the refused event was to create. An event of the session
 that states its own ``acl`` sets the list again, and the session's later events pass as usual.
 
+Every event a request has refused, and every conflict, is also a dead letter (stage ``receiver``,
+``usl deadletters``): an OpenTelemetry exporter only logs a partial success.
+
 When appends queue up behind L1 (more than ``_MAX_WAITING`` batches waiting, or the broker does
 not acknowledge in time) the answer is 429 with ``Retry-After``.
 """
@@ -37,8 +40,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import threading
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -67,6 +71,8 @@ from streams.names import LOG_ID, LOG_ID_HINT
 from streams.settings import Settings
 
 __all__ = ["MAX_EVENTS", "EventReceiver", "TooManyRequests", "check_event", "openapi_paths", "request_log", "routes"]
+
+log = logging.getLogger("usl.api")
 
 MAX_EVENTS = 10000
 _MAX_WAITING = 4
@@ -125,6 +131,7 @@ class EventReceiver:
         self._waiting = 0
         self._waiting_lock = threading.Lock()
         self._clients: tuple[Any, Any] | None = None
+        self._dead: Any = None  # the dead-letter producer, made at the first refusal
         self._seen: dict[str, dict[bytes, bytes]] = {}  # log -> eventId digest -> fingerprint
         self._owners: dict[str, dict[str, str]] = {}  # log -> sessionId -> owning tenant
         self._traces: dict[str, TraceSessions] = {}  # log -> its OpenTelemetry traces' sessions
@@ -147,6 +154,34 @@ class EventReceiver:
             producer.close()
             reader.close()
             self._clients = None
+        if self._dead is not None:
+            self._dead.close()
+            self._dead = None
+
+    def dead_letter(self, route: str, log_id: str, answer: dict[str, Any], raws: Mapping[int, Any]) -> None:
+        """Publish the events ``answer`` refused or found in conflict to ``usl.deadletters``
+        (stage ``receiver``), as ``usl ingest`` publishes a file's: the caller reads the answer,
+        but an OTLP exporter only logs a partial success, and an operator looks in ``usl
+        deadletters``. ``raws``: each event as the request had it, by index."""
+        letters = [(item, item["reason"]) for item in answer["rejected"]]
+        letters += [(item, item["reason"]) for item in answer.get("conflicts", ())]
+        if not letters:
+            return
+        from streams.l1 import DeadLetters
+
+        try:
+            if self._dead is None:
+                self._dead = DeadLetters(self.bootstrap, self.settings)
+            for item, reason in letters:
+                index = item["index"]
+                raw = raws.get(index)
+                where = item.get("record") or f"events[{index}]"
+                self._dead.publish(stage="receiver", reason=reason, log_id=log_id, record=f"POST {route} {where}",
+                                   raw=raw if isinstance(raw, str) else "" if raw is None else
+                                   orjson.dumps(raw, default=str).decode("utf-8", "replace"))
+            self._dead.flush()
+        except Exception:  # the answer already names them; a letter lost is logged
+            log.warning("could not dead-letter %d refused event(s) of %s", len(letters), route, exc_info=True)
 
     def _catch_up(self, reader: Any, log_id: str) -> dict[bytes, bytes]:
         seen = self._seen.setdefault(log_id, {})
@@ -180,8 +215,10 @@ class EventReceiver:
                 if cut:
                     cuts.add(index)
         framed, _turns = frame_loose_events(checked)
-        return self.append(framed, rejected, log_id, principal.tenant, refused, cuts=cuts,
-                           fingerprints=fingerprints)
+        answer = self.append(framed, rejected, log_id, principal.tenant, refused, cuts=cuts,
+                             fingerprints=fingerprints)
+        self.dead_letter("/v1/events", log_id, answer, dict(enumerate(events)))
+        return answer
 
     def append(self, checked: Checked | Callable[[TraceSessions], Checked],
                rejected: list[dict[str, Any]], log_id: str, tenant: str,

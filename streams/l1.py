@@ -389,6 +389,10 @@ class DeadLetters:
             letter["logId"] = log_id
         self._producer.send(self._topic, key=stage.encode(), value=orjson.dumps(letter))
 
+    def flush(self) -> None:
+        """Wait until every letter published so far is acknowledged."""
+        self._producer.flush()
+
     def close(self) -> None:
         self._producer.flush()
         if self._own:

@@ -373,6 +373,13 @@ def test_otlp_errors_say_what_is_wrong(served):
         body = orjson.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [{**good, **change}]}]}]})
         answer = send(body).json()["partialSuccess"]
         assert answer["rejectedSpans"] == 1 and says in answer["errorMessage"], answer
+    # An exporter only logs a partial success: each refused span is a dead letter too.
+    from streams.l1 import read_dead_letters
+
+    letters = read_dead_letters(_settings.bootstrap_servers or "", _settings, log_id="default")
+    assert len(letters) == 3 and {letter["stage"] for letter in letters} == {"receiver"}
+    assert all(letter["record"].startswith("POST /v1/traces ") for letter in letters)
+    assert any("traceId 'zz'" in letter["reason"] for letter in letters)
     plain = send(b"{}", **{"Content-Type": "text/plain"})
     assert plain.status_code == 415 and "application/x-protobuf" in plain.json()["error"]["message"]
     labelled = send(b'{"resourceSpans": []}', **{"Content-Encoding": "gzip"})

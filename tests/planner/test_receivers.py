@@ -372,3 +372,28 @@ def test_a_replay_of_framed_events_appends_no_marker(api):
     fresh = {**events[-1], "eventId": "s-replay-fresh"}
     answer = post(client, key_a, {"events": [events[0], fresh]}).json()
     assert (answer["appended"], answer["duplicates"], answer["turnsAdded"]) == (1, 1, 1)
+
+
+def test_refused_and_conflicting_events_are_dead_lettered(api):
+    """QA: a refused event was named only in the answer; `usl deadletters` showed nothing, so
+    an operator never saw what a producer sent wrong. Each refusal and each conflict is now a
+    dead letter of stage receiver, naming the request's index, with its reason and the event."""
+    from streams.l1 import read_dead_letters
+
+    settings, client, key_a, _key_b = api
+    events = acme(session_events("s-dead", turns=1))
+    first = post(client, key_a, {"events": events}).json()
+    assert first["appended"] == len(events) and not first["rejected"]
+    assert read_dead_letters(settings.bootstrap_servers or "", settings) == []  # none for a clean batch
+    message = next(i for i, e in enumerate(events) if e["type"] == "message")
+    changed = {**events[message], "fields": {"text": "something else"}}
+    bad = {**events[0], "eventId": "e-when", "time": "yesterday"}
+    answer = post(client, key_a, {"events": [changed, bad, {"eventId": "x"}]}).json()
+    assert [r["index"] for r in answer["rejected"]] == [1, 2] and len(answer["conflicts"]) == 1
+    letters = read_dead_letters(settings.bootstrap_servers or "", settings, log_id="default")
+    by_record = {letter["record"]: letter for letter in letters}
+    assert set(by_record) == {"POST /v1/events events[0]", "POST /v1/events events[1]", "POST /v1/events events[2]"}
+    assert {letter["stage"] for letter in letters} == {"receiver"}
+    assert by_record["POST /v1/events events[1]"]["reason"] == answer["rejected"][0]["reason"]
+    assert "e-when" in by_record["POST /v1/events events[1]"]["raw"]
+    assert "different content" in by_record["POST /v1/events events[0]"]["reason"]
