@@ -102,6 +102,7 @@ from planner.rrf import (
     depth_end,
     first_copies,
     fuse,
+    newest_first_among_ties,
     sort_key,
 )
 from planner.snapshot import (
@@ -219,9 +220,11 @@ class QueryContext:
     """Trimmed and tail candidates: not in any index, ranked in-process."""
     candidates: dict[str, Candidate] = field(default_factory=dict)
     indexed_scores: dict[str, dict[str, float]] = field(default_factory=dict)
-    text_scores: dict[str, dict[str, float]] = field(default_factory=dict)
-    """BM25 score of each hit of each text-index list (``text``, ``phrase``, ``identifier``),
-    to merge trimmed and tail chunks into it by score; never shown (see ``_rank``)."""
+    list_scores: dict[str, dict[str, float]] = field(default_factory=dict)
+    """The score each chunk list ranked its ids by (BM25 of ``text``, ``phrase``, ``identifier``
+    and the tail lists; cosine of ``vector``): trimmed and tail chunks are merged into the
+    text-index lists by it, and runs of equal scores are ordered newest first by it; never
+    shown (see ``_rank``)."""
     digests: dict[str, bytes] = field(default_factory=dict)
     """Text digests of indexed candidates, as the text engine gave them with its hits or the
     vector segments with theirs."""
@@ -655,7 +658,7 @@ class Planner:
             scores: dict[str, float] = {}
             ids, truncated = self._text_list(text_pin, text, window, cut, query.session_filter,
                                              query.unreadable, only, digests, query.table, scores)
-            query.text_scores[source] = scores  # one key per list: safe from the pool's threads
+            query.list_scores[source] = scores  # one key per list: safe from the pool's threads
             return source, ids, truncated, digests
 
         def text_lists() -> list[tuple[str, list[str], bool, dict[str, bytes]]]:
@@ -755,6 +758,7 @@ class Planner:
         if ranked is not None:
             query.lists.append(RankedList("vector", [chunk_id for chunk_id, _ in ranked],
                                           query.window, truncated))
+            query.list_scores["vector"] = dict(ranked)
             for chunk_id, score in ranked:
                 query.indexed_scores.setdefault(chunk_id, {})["vector"] = score
 
@@ -785,6 +789,7 @@ class Planner:
             if ranked:
                 query.lists.append(RankedList(source, [i for i, _ in ranked[:window]], window,
                                               len(ranked) > window))
+                query.list_scores[source] = dict(ranked[:window])
                 for chunk_id, score in ranked[:window]:
                     by_id[chunk_id].scores[source] = score
 
@@ -795,7 +800,7 @@ class Planner:
         statistics (:func:`planner.local.rank_texts_as_index`); the sources merged into."""
         text_pin = query.pin("text")
         present = {ranked.source: position for position, ranked in enumerate(query.lists)
-                   if ranked.source in query.text_scores}
+                   if ranked.source in query.list_scores}
         wanted = [(source, text) for source, text in lists if text is not None and source in present]
         if not chunks or text_pin is None or not wanted:
             return set()
@@ -810,7 +815,7 @@ class Planner:
         for source, clauses in parsed:
             position = present[source]
             listed = query.lists[position]
-            scores = query.text_scores[source]
+            scores = query.list_scores[source]
             ranked = rank_texts_as_index(clauses, docs, *statistics)
             # The index's ids first: a provisional chunk never shares an id with an indexed hit
             # (the index answers at or below the cut, these above it), but a copy never counts twice.
@@ -820,6 +825,7 @@ class Planner:
             order = sorted(pairs.items(), key=lambda item: (-item[1], item[0]))
             query.lists[position] = RankedList(source, [chunk_id for chunk_id, _ in order[:query.window]],
                                                query.window, listed.truncated or len(order) > query.window)
+            query.list_scores[source] = dict(order[:query.window])
             merged.add(source)
         query.notes["provisionalMerged"] = {
             "sources": sorted(merged),
@@ -844,6 +850,12 @@ class Planner:
         query.lists = identifiers_within_phrase(
             [RankedList(ranked.source, [i for i in ranked.ids if i in candidates], ranked.window, ranked.truncated)
              for ranked in query.lists])
+        # Runs of equal scores newest first before the first copy of each text is kept: the
+        # engines' chunkId order carries the redaction policy's hash (docs/planner.md, "Ties").
+        recency = {chunk_id: (candidate.event_time, _last_seq(candidate))
+                   for chunk_id, candidate in candidates.items() if candidate.kind == "chunk"}
+        query.lists = [newest_first_among_ties(ranked, query.list_scores[ranked.source], recency)
+                       if ranked.source in query.list_scores else ranked for ranked in query.lists]
         self._collapse_duplicates(query)
         used = {chunk_id for ranked in query.lists for chunk_id in ranked.ids}
         hits = self._one_per_text(query, fuse(query.lists, event_time={i: candidates[i].event_time
@@ -1487,6 +1499,11 @@ def _keeps(rows: Mapping[str, ChunkRow], unreadable: AbstractSet[str],
                 and (max_seq is None or row.max_seq <= max_seq))
 
     return keeps
+
+
+def _last_seq(candidate: Candidate) -> int:
+    """The log position of a chunk's last event (its ``maxSeq``; 0 for a record without one)."""
+    return int(candidate.record.get("maxSeq") or 0)
 
 
 def above_cut(pin: IndexPin, cut: int) -> bool:

@@ -44,6 +44,7 @@ __all__ = [
     "encode_sort_key",
     "first_copies",
     "fuse",
+    "newest_first_among_ties",
     "sort_key",
     "truncation",
 ]
@@ -212,6 +213,38 @@ def decode_sort_key(value: Any) -> SortKey:
         raise CursorError("the cursor's sort key is malformed",
                           hint="Run the query again without a cursor.")
     return SortKey(-score, best_rank, -float(when), chunk_id)
+
+
+def newest_first_among_ties(ranked: RankedList, scores: Mapping[str, float],
+                            recency: Mapping[str, tuple[float, int]]) -> RankedList:
+    """``ranked`` with each run of equal scores ordered newest first: ``recency`` (event time,
+    then the chunk's last seq) descending, then chunkId ascending.
+
+    The engines break score ties by chunkId, and a chunk id carries the redaction policy's hash.
+    Copies of one text (a system prompt in every session) always tie, so the copy a list ranked
+    first, the one :func:`collapse_duplicates` keeps and the session a result names, changed
+    with every policy version while no text did. Event time and seq come from the log: the
+    same under any policy and on replay. It is the fusion's own tie rule too (newer first).
+    Only the ids the list holds are reordered: a run cut at the window's end keeps the
+    members the engine chose. A list with an id that has no score is returned as given.
+    """
+    if any(chunk_id not in scores or chunk_id not in recency for chunk_id in ranked.ids):
+        return ranked
+    ids = list(ranked.ids)
+    ordered: list[str] = []
+    start = 0
+    while start < len(ids):
+        end = start + 1
+        while end < len(ids) and scores[ids[end]] == scores[ids[start]]:
+            end += 1
+        run = ids[start:end]
+        if len(run) > 1:
+            run.sort(key=lambda chunk_id: (-recency[chunk_id][0], -recency[chunk_id][1], chunk_id))
+        ordered += run
+        start = end
+    if ordered == ids:
+        return ranked
+    return RankedList(ranked.source, ordered, ranked.window, ranked.truncated)
 
 
 def collapse_duplicates(ranked: RankedList, digests: Mapping[str, bytes]) -> tuple[RankedList, dict[str, int]]:

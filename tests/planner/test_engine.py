@@ -1565,3 +1565,37 @@ def test_a_session_is_readable_to_whom_its_latest_access_list_admits(corpus: Cor
     principal = PRINCIPALS[who]
     sessions = {"s-alice", "s-bob", "s-eng", "s-all", "s-other", "s-nobody-knows"}
     assert {s for s in sessions if corpus.planner.session_readable("default", s, principal)} == READABLE[who]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_copy_of_a_repeated_text_that_stands_for_it_is_the_newest(
+        kafka_bootstrap: str, tmp_path: Path, mode: str) -> None:
+    """Copies of one text tie in every list; the one kept (and so the session the result names)
+    is the newest copy, not the lowest chunk id, which carries the redaction policy's hash and so
+    changed with every policy version. Two texts, their sessions' times in opposite orders, so
+    the lowest id cannot be the newest copy of both; under ``latest`` a newer copy in the L1
+    tail stands for both the indexed copies and itself."""
+    second = "audit: every table keeps its owner and the owner signs each schema change"
+    times = {f"s-twin{number}": (60 + number, 90 - number) for number in range(6)}
+    settings = make_test_settings(tmp_path / "ties", kafka_bootstrap)
+    builder = IndexBuilder(settings, kafka_bootstrap, "ties")
+    with _serving(settings, kafka_bootstrap, builder) as planner:
+        for session, (first_at, second_at) in times.items():
+            builder.append(_turn("ties", session, first_at, BOILERPLATE) + _turn("ties", session, second_at, second))
+        committed = builder.commit()
+        deadline = __import__("time").monotonic() + 10
+        while any(planner.watermarks("ties").get(kind, {}).get("generationId", 0) < committed[kind].generation_id
+                  for kind in ("text", "vector", "structured")):
+            assert __import__("time").monotonic() < deadline
+
+        def kept(text: str, freshness: str) -> list[str]:
+            response = planner.search({"query": text, "log": "ties", "mode": mode, "k": 20,
+                                       "freshness": freshness}, ALICE)
+            return [hit["sessionId"] for hit in response["results"] if text in hit["text"]]
+
+        for freshness in ("indexed", "latest"):
+            assert kept(BOILERPLATE, freshness) == ["s-twin5"], freshness
+            assert kept(second, freshness) == ["s-twin0"], freshness
+        builder.append(_turn("ties", "s-twin-tail", 99, BOILERPLATE))  # the L1 tail only
+        assert kept(BOILERPLATE, "latest") == ["s-twin-tail"]
+        assert kept(BOILERPLATE, "indexed") == ["s-twin5"]

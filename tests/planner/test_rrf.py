@@ -18,6 +18,7 @@ from planner.rrf import (
     decode_sort_key,
     encode_sort_key,
     fuse,
+    newest_first_among_ties,
     sort_key,
     truncation,
 )
@@ -193,3 +194,48 @@ def test_collapse_is_a_prefix_stable_filter(ids: list[str], digests: dict[str, b
     for cut in range(len(ids) + 1):
         shallow, _ = collapse_duplicates(RankedList("vector", ids[:cut], window=25), digests)
         assert list(shallow.ids) == kept[:len(shallow.ids)]
+
+
+@st.composite
+def tied_lists(draw):
+    """A list in the engines' order (score descending, then chunkId), with few distinct scores
+    and times so runs of equal scores are common; every chunk's seq is its own."""
+    count = draw(st.integers(0, 20))
+    ids = [f"c_{i:02d}" for i in range(count)]
+    scores = {chunk: draw(st.sampled_from([1.0, 2.5, 7.0])) for chunk in ids}
+    recency = {chunk: (draw(st.sampled_from([10.0, 20.0, 30.0])), seq)
+               for seq, chunk in zip(draw(st.permutations(range(count))), ids, strict=True)}
+    return scores, recency
+
+
+def _engine_order(scores):
+    return sorted(scores, key=lambda chunk: (-scores[chunk], chunk))
+
+
+@settings(max_examples=300)
+@given(case=tied_lists(), data=st.data())
+def test_ties_newest_first_does_not_depend_on_chunk_ids(case, data) -> None:
+    """Only runs of equal scores are reordered, each newest first (time, then seq, descending);
+    and renaming the chunks (another redaction policy's hash in their ids), which reorders
+    the engines' ties, gives the same chunks in the same order."""
+    scores, recency = case
+    ranked = newest_first_among_ties(RankedList("text", _engine_order(scores), window=25), scores, recency)
+    assert sorted(ranked.ids) == sorted(scores)
+    assert [scores[c] for c in ranked.ids] == sorted(scores.values(), reverse=True)
+    for above, below in pairwise(ranked.ids):
+        if scores[above] == scores[below]:
+            assert recency[above] > recency[below]
+    names = data.draw(st.permutations([f"c_{i:02d}" for i in range(len(scores))]))
+    renamed = dict(zip(scores, names, strict=True))
+    again = newest_first_among_ties(
+        RankedList("text", _engine_order({renamed[c]: s for c, s in scores.items()}), window=25),
+        {renamed[c]: s for c, s in scores.items()}, {renamed[c]: r for c, r in recency.items()})
+    assert list(again.ids) == [renamed[c] for c in ranked.ids]
+
+
+def test_ties_newest_first_leaves_a_list_without_scores_as_given() -> None:
+    ranked = RankedList("toolresults", ["b", "a"], window=5)
+    assert newest_first_among_ties(ranked, {"b": 1.0}, {"a": (2.0, 1), "b": (1.0, 2)}) is ranked
+    assert newest_first_among_ties(ranked, {"a": 1.0, "b": 1.0}, {"a": (2.0, 1)}) is ranked
+    flipped = newest_first_among_ties(ranked, {"a": 1.0, "b": 1.0}, {"a": (2.0, 1), "b": (1.0, 2)})
+    assert flipped == RankedList("toolresults", ["a", "b"], window=5)
