@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 __all__ = [
     "LONG_TOKEN",
     "MARKER_PREFIX",
+    "PLAIN_WORDS",
     "USER_MARKER",
     "RegexRule",
     "Rule",
@@ -35,6 +36,8 @@ __all__ = [
     "ascii_lower",
     "is_marker_at",
     "marker",
+    "plain_words",
+    "plain_words_fingerprint",
     "replace_spans",
 ]
 
@@ -51,6 +54,26 @@ LONG_TOKEN = 16
 _ALNUM = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-=+/."
 _ALNUM_AS_A = bytes(ord("a") if byte in _ALNUM else ord(" ") for byte in range(256))
 _LONG_RUN = b"a" * LONG_TOKEN
+
+
+_WORD = r"(?:[A-Z]{0,8}[a-z]{2,}(?:[A-Z][a-z]{2,})*|[A-Z][a-z]|[A-Z]{2,}|[0-9]+)"
+PLAIN_WORDS = re.compile(rf"{_WORD}(?:[._/:=-]+{_WORD})*[.:]?", re.ASCII)
+"""Words, names and numbers joined by ``. _ / : = -`` (``FAILED``, ``TimeoutError``,
+``README.md``, ``HTTP/1.1``, ``2026-01-05``, ``test_api.py``, ``EXIT_CODE=3``): what starts a
+log's next line, never the rest of a random token (case mixed within a word, letters glued to
+digits, a lone letter)."""
+_WORDS_HAVE = re.compile(r"[A-Za-z]{2}|[0-9]{4}-[0-9]{2}-[0-9]{2}|[0-9]{2}:[0-9]{2}:[0-9]{2}", re.ASCII)
+
+
+def plain_words(text: str) -> bool:
+    """Whether ``text`` is :data:`PLAIN_WORDS` with a word of two letters or more in it, or a
+    date or a time: digit groups alone (``8134-054-8``) may continue a wrapped token or card."""
+    return PLAIN_WORDS.fullmatch(text) is not None and _WORDS_HAVE.search(text) is not None
+
+
+def plain_words_fingerprint() -> list[str]:
+    """What decides :func:`plain_words`, for the policy hash."""
+    return [PLAIN_WORDS.pattern, _WORDS_HAVE.pattern]
 
 
 def marker(rule_name: str) -> str:

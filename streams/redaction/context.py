@@ -7,7 +7,17 @@ import binascii
 import itertools
 import re
 
-from streams.redaction.base import Check, RegexRule, Rule, Scan, is_marker_at, marker, replace_spans
+from streams.redaction.base import (
+    Check,
+    RegexRule,
+    Rule,
+    Scan,
+    is_marker_at,
+    marker,
+    plain_words,
+    plain_words_fingerprint,
+    replace_spans,
+)
 from streams.redaction.entropy import looks_random
 from streams.redaction.keys import is_placeholder, name_class
 
@@ -669,7 +679,8 @@ class WrappedTailRule(Rule):
     """The rest of a secret wrapped onto the next line (a terminal or an editor broke a long
     line): a line that ends with a replacement marker, followed by a line starting with a run of
     token characters with a digit or a capital in it, loses that run too. Runs shorter than
-    eight characters, words and identifiers stay."""
+    eight characters, words and identifiers stay, and (2.7) so do words, names and numbers joined
+    by punctuation (``README.md``, ``HTTP/1.1``, ``2026-01-05``: :func:`plain_words`)."""
 
     _tail = re.compile(r"\[REDACTED:(?P<rule>[a-z0-9-]+)\][ \t]*\r?\n(?P<tail>[A-Za-z0-9_+/=.~-]{8,})(?![^\s\"'`,;)\]}|])", re.ASCII)
     _token_like = re.compile(r"[^0-9A-Z]*[0-9A-Z]", re.ASCII)
@@ -680,7 +691,8 @@ class WrappedTailRule(Rule):
                          description="the continuation of a redacted secret wrapped onto the next line")
 
     def fingerprint(self) -> list[str]:
-        return [*super().fingerprint(), self._tail.pattern, self._token_like.pattern, self._identifier.pattern]
+        return [*super().fingerprint(), self._tail.pattern, self._token_like.pattern, self._identifier.pattern,
+                *plain_words_fingerprint()]
 
     def hit_names(self) -> tuple[str, ...]:
         return ()  # counted under the rule whose secret it continues
@@ -691,7 +703,7 @@ class WrappedTailRule(Rule):
         done = 0
         for match in self._tail.finditer(text):
             tail = match.group("tail")
-            if not self._token_like.match(tail) or self._identifier.fullmatch(tail):
+            if not self._token_like.match(tail) or self._identifier.fullmatch(tail) or plain_words(tail):
                 continue
             rule = match.group("rule")
             pieces += (text[done: match.start("tail")], marker(rule))

@@ -12,7 +12,15 @@ import ahocorasick
 
 from streams.ansi import ANSI_SEQUENCE, without_ansi
 from streams.exceptions import RedactionError
-from streams.redaction.base import MARKER_PREFIX, USER_MARKER, Rule, Scan, marker
+from streams.redaction.base import (
+    MARKER_PREFIX,
+    USER_MARKER,
+    Rule,
+    Scan,
+    marker,
+    plain_words,
+    plain_words_fingerprint,
+)
 from streams.redaction.literals import redact_literals
 from streams.redaction.policy import DEFAULT_POLICY, RedactionPolicy
 from streams.redaction.rules import build_rules
@@ -52,6 +60,7 @@ WRAPPED_HEAD = re.compile(rf"(?:[=:/]|[=:][ \t]+)(?={_VALUE_CHAR}{{6,200}}\Z)", 
 more characters after its ``=``, ``:`` or ``/`` (2.3, later: or after ``=`` / ``:`` and spaces, as
 in ``key: sk_live_Y1aAob`` then the rest of the key); a digit or a capital must be among them."""
 _DIGIT_OR_CAPITAL = re.compile(r"[A-Z0-9]", re.ASCII)
+_FIRST_TOKEN = re.compile(r"[^\s\"'`,;)\]}|]*")  # the next line's first token, whole
 _JOIN_WINDOW = 512  # characters of each line around a break that are redacted joined
 
 
@@ -152,12 +161,16 @@ def ansi_fingerprint() -> list[str]:
 
 def rejoin_fingerprint() -> list[str]:
     """What decides which line breaks :func:`_rejoin` tries, for the policy hash."""
-    return [WRAPPED_BREAK.pattern, WRAPPED_HEAD.pattern, _DIGIT_OR_CAPITAL.pattern, str(_JOIN_WINDOW)]
+    return [WRAPPED_BREAK.pattern, WRAPPED_HEAD.pattern, _DIGIT_OR_CAPITAL.pattern, str(_JOIN_WINDOW), *plain_words_fingerprint(), _FIRST_TOKEN.pattern]
 
 
 def _rejoin(text: str, hits: dict[str, int], redact: Callable[[str], tuple[str, dict[str, int]]]) -> str:
     """``text`` with each secret a line break cut in two (a terminal or an editor wrapped a long
     line) replaced whole.
+
+    A replacement that takes of the next line's first token when that token is plain words
+    (:func:`plain_words`: ``FAILED``, ``HTTP/1.1``) is no wrapped secret: each line is then
+    redacted on its own (2.7).
 
     At each :data:`WRAPPED_BREAK` after a :data:`WRAPPED_HEAD`, the two lines (up to :data:`_JOIN_WINDOW` characters of each
     on either side) are redacted joined into one. When a replacement crosses the place of the
@@ -199,6 +212,12 @@ def _rejoin(text: str, hits: dict[str, int], redact: Callable[[str], tuple[str, 
             same_end += 1
         if not (same_start < len(before) < len(joined) - same_end):
             continue  # nothing crosses the break: each line is redacted on its own
+        if plain_words(_FIRST_TOKEN.match(after).group()):  # type: ignore[union-attr]
+            # 2.7: the replacement took (part of) the next line's first token, and that token is
+            # a word that starts a log line (`FAILED`, `TimeoutError`, `README.md`, `2026-01-05`
+            # of which a token took `2026`), not the rest of a secret:
+            # a value ending one line is no reason to swallow the next line's first word.
+            continue
         if redacted == redact(before)[0] + redact(after)[0]:
             continue  # two findings meet at the break (a URL, then a key block): no secret spans it
         kept = redacted[: len(redacted) - same_end]

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from streams.redaction.base import LONG_TOKEN, Rule, Scan, replace_spans
+from streams.redaction.base import LONG_TOKEN, Rule, Scan, plain_words, replace_spans
 from streams.redaction.entropy import shannon_entropy
 from streams.redaction.ported import KEYWORD_RULES, NAMED_RULES, PREFIX_RULES
 
@@ -48,6 +48,7 @@ _SHORT_HEAD = 4
 # A token is extended over directly following characters of the same kind, so a token a little
 # longer than its format says is removed whole rather than cut.
 _TAIL = re.compile(r"[A-Za-z0-9]*", re.ASCII)
+_TOKEN_END = re.compile(r"[A-Za-z0-9+/=_.~-]", re.ASCII)  # what a token's last character may be
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,17 @@ class _Ported:
         begin, end = match.span(self.group)
         if begin < 0 or begin == end or shannon_entropy(match.group(self.group)) < self.entropy:
             return None
-        return begin, _TAIL.match(text, end).end()  # type: ignore[union-attr]
+        if not _TOKEN_END.match(text, end - 1):
+            # 2.7: the pattern took the character that ends the token (gitleaks' `(?:[^…]|\Z)`):
+            # the token ends before it, and is not extended over the next line's first word.
+            return begin, end - 1
+        end = _TAIL.match(text, end).end()  # type: ignore[union-attr]
+        cut = text.rfind("\n", begin, end)
+        if cut != -1 and plain_words(text[cut + 1: end]):
+            # 2.7: a format that may wrap (base64 across lines) does not take a log line's first
+            # word (`…==` then `FAILED`) for the rest of its token.
+            end = cut - 1 if text[cut - 1: cut] == "\r" else cut
+        return begin, end
 
 
 def _compile(name: str, source: str, ci: bool, entropy: float) -> _Ported:

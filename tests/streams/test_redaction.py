@@ -1564,3 +1564,41 @@ def test_an_address_glued_to_a_redacted_one_stays_as_the_first_pass_left_it() ->
     pass then took "_@0.AA", which the first had left glued to it."""
     once = redact_text("0@0.AA_@0.AA")[0]
     assert once == "[REDACTED:email]_@0.AA" and redact_text(once)[0] == once
+
+
+# ---------------------------------------------------------------- policy 2.7: the line after a secret
+
+# What a log's next line starts with: a test runner's verdict, an exception, a file, a status line,
+# a date, another variable's value.
+LOG_LINE_STARTS = ["FAILED tests/test_api.py::test_login", "PASSED", "TimeoutError: read timed out",
+                   "AssertionError", "README.md updated", "HTTP/1.1 200 OK", "2026-01-05 12:00:00 INFO started",
+                   "ERROR_CODE=3", "tests/test_api.py::test_refund FAILED", "Traceback (most recent call last):"]
+
+
+@pytest.mark.parametrize("next_line", LOG_LINE_STARTS)
+@pytest.mark.parametrize("line", [
+    "API_KEY=Zx81Qm7vT2xLp9Rz4Kd8", "export GITHUB_TOKEN=ghp_R8x2Lq9ZkV3mT7wY1pN4sB6dF0hJ5cX8aE2u",
+    "token: sk_live_51HxYzAbCdEfGhIjKlMnOpQrStUv", "AWS_SECRET_ACCESS_KEY=Qm7vT2xLp9Rz4Kd8Wn3Jh6Yb1Fc5Gs0AeUoIiPlM",
+    "curl -u admin:Zx81Qm7vT2xLp9", "sk-proj-abcdefghijklmnopqrstuvwxyz0123456789ABCD",
+])
+def test_the_word_on_the_line_after_a_secret_stays(line: str, next_line: str) -> None:
+    """Found by a new user: under 2.6 a line ending in a secret took the next line's first word
+    with it (`API_KEY=[REDACTED:secret-assignment]` then ` tests/test_api.py::test_login`: the
+    FAILED was gone, and `HTTP/1.1` or `2026` of a date too), so a search for FAILED missed the
+    run. The rejoin of wrapped lines and the wrapped-tail rule now leave plain words alone."""
+    redacted = redact_text(f"{line}\n{next_line}")[0]
+    assert redacted.endswith("\n" + next_line) and "[REDACTED:" in redacted
+    assert redact_text_plain(f"{line}\n{next_line}")[0] == redacted
+
+
+@PROPERTY
+@given(st.sampled_from([(row["name"], row["template"], secret) for row in battery.formats() if not row["multiline"]
+                        for secret in row["secrets"]]),
+       st.sampled_from(LOG_LINE_STARTS), FILLER)
+def test_a_secret_never_takes_the_next_lines_words(case: tuple[str, str, str], next_line: str, after: str) -> None:
+    """Any battery secret at the end of a line: it goes, the next line's words stay."""
+    name, template, secret = case
+    text = f"export {name}={template.replace('{s}', secret)}\n{next_line} {after}"
+    redacted = redact_text(text)[0]
+    assert battery.leaked(secret, redacted, text.replace(secret, "\n")) == []
+    assert f"\n{next_line} " in redacted or redact_text(f"{next_line} {after}")[0] in redacted
