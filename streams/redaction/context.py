@@ -7,6 +7,7 @@ import binascii
 import itertools
 import re
 
+from streams.redaction.assignments import bare_secret
 from streams.redaction.base import (
     Check,
     RegexRule,
@@ -670,9 +671,70 @@ _USED_AS = RegexRule(
     check=_used_as_secret,
 )
 
+
+# A command whose output is a secret, and that output (2.7). A tool's whole output that is one
+# secret token is judged in streams.redaction.events (secret-output); the same output also
+# arrives inside text: a terminal session pasted into a prompt or printed by a script
+# (`$ op read op://prod/db/password` and the password on the next line), and Claude Code's `!`
+# shell mode, whose output is a user message of its own: `<bash-stdout>…</bash-stdout>`.
+_PROMPT = r"(?:[ \t]*(?:[$#%>❯➜]|PS[ \t][^>\r\n]{0,80}>|[\w.@~:/-]{1,80}[$#%])[ \t]+)?"
+_SECRET_COMMANDS = (
+    r"printenv[ \t]+(?P<env>[A-Za-z_][A-Za-z0-9_]*)[ \t]*",
+    r"echo[ \t]+[\"']?\$\{?(?P<var>[A-Za-z_][A-Za-z0-9_]*)\}?[\"']?[ \t]*",
+    r"op[ \t]+(?:read|item[ \t]+get[ \t][^\r\n]*--(?:fields?|reveal))\b[^\r\n]*",
+    r"aws[ \t]+(?:configure[ \t]+get[ \t]+[^\s]*(?:secret|token)|secretsmanager[ \t]+get-secret-value[ \t][^\r\n]*text"
+    r"|ssm[ \t]+get-parameters?[ \t][^\r\n]*--with-decryption[^\r\n]*text|ecr[ \t]+get-login-password)[^\r\n]*",
+    r"(?:gh[ \t]+auth[ \t]+token|heroku[ \t]+auth:token|az[ \t]+account[ \t]+get-access-token"
+    r"|gcloud[ \t]+(?:auth[ \t]+(?:application-default[ \t]+)?print-(?:access|identity)-token|secrets[ \t]+versions[ \t]+access))\b[^\r\n]*",
+    r"(?:vault[ \t]+(?:kv[ \t]+get|read)[ \t][^\r\n]*-field[= ]|security[ \t]+find-(?:generic|internet)-password[ \t][^\r\n]*-w\b"
+    r"|lpass[ \t]+show[ \t][^\r\n]*--password|bw[ \t]+get[ \t]+password|doppler[ \t]+secrets[ \t]+get[ \t][^\r\n]*--plain"
+    r"|pass[ \t]+show[ \t]|sops[ \t][^\r\n]*--extract)[^\r\n]*",
+    r"(?:kubectl|oc)[ \t][^\r\n]*\bsecrets?\b[^\r\n]*\|[ \t]*base64[ \t]+(?:-d|--decode|-D)\b[^\r\n]*",
+    r"cat[ \t]+[^\s|;&]*(?:master\.key|\.key|secret|token|passw|credential|apikey|api_key)[^\s|;&]*[ \t]*",
+    r"(?:openssl[ \t]+rand[ \t]+-(?:base64|hex)|pwgen|python3?[ \t]+-c[ \t]+[^\r\n]*secrets\.token_"
+    r"|head[ \t]+-c[ \t]*[0-9]+[ \t]+/dev/urandom)\b[^\r\n]*",
+)
+_COMMAND_OUTPUT = re.compile(
+    r"^" + _PROMPT + r"(?:" + "|".join(_SECRET_COMMANDS) + r")\r?\n[ \t]*(?P<value>[^\s<>\"'`]{8,512})[ \t]*\r?$",
+    re.MULTILINE)
+
+
+def _command_secret(match: re.Match[str]) -> bool:
+    name = match.group("env") or match.group("var")
+    if name is not None and name_class(name) is None:
+        return False  # printenv PATH, echo $HOME
+    value = match.group("value")
+    if value.startswith(("[REDACTED:", "http://", "https://")):
+        return False  # a URL's password is url-password's
+    # The command says what it prints: a value with a letter and a digit (a hex key too), or
+    # one that looks random, is that secret; a word ("null", "unauthorized") is not.
+    return (any(c.isalpha() for c in value) and any(c.isdigit() for c in value)) or looks_random(value)
+
+
+_COMMAND_SECRET = RegexRule(
+    name="secret-output",
+    lower_triggers=("printenv", "echo", "op ", "aws ", "auth", "gcloud", "vault", "security", "lpass", "bw get", "doppler",
+                    "pass show", "sops", "base64", "cat ", "openssl", "pwgen", "secrets.token", "/dev/urandom"),
+    needs=frozenset("\n"),
+    description="the output of a command that prints a secret (printenv TOKEN, op read, gh auth token, "
+                "vault kv get -field, kubectl get secret ... | base64 -d, cat master.key), on the line after it",
+    pattern=_COMMAND_OUTPUT,
+    group="value",
+    check=_command_secret,
+)
+_SHELL_MODE_SECRET = RegexRule(
+    name="secret-output",
+    lower_triggers=("-stdout>",),
+    description="Claude Code's ! shell mode: an output (<bash-stdout>) that is one secret token",
+    pattern=re.compile(r"<(?P<tag>bash-stdout|local-command-stdout)>[ \t\r\n]*(?P<value>[^\s<]{8,128})[ \t\r\n]*</(?P=tag)>"),
+    group="value",
+    check=lambda match: bare_secret(match.group("value")),
+)
+
 CONTEXT_RULES: tuple[Rule, ...] = (_AZURE_SAS, _URL_SIGNATURE, _BEARER, _BASIC, *_AWS_PAIR, _MYSQL_PASSWORD, _CLI_PASSWORD, *_CLI_FLAG_PASSWORDS, _CURL_USER,
                                    CookieRule(), CodeCredentialRule(), EnvListRule(), MarkdownTableRule(),
-                                   _PASSWORD_ELSEWHERE, _CONFIG_PASSWORD, _PGPASS, _USED_AS)
+                                   _PASSWORD_ELSEWHERE, _CONFIG_PASSWORD, _PGPASS, _USED_AS,
+                                   _COMMAND_SECRET, _SHELL_MODE_SECRET)
 
 
 class WrappedTailRule(Rule):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import string
 import subprocess
 import sys
 from pathlib import Path
@@ -1602,3 +1603,60 @@ def test_a_secret_never_takes_the_next_lines_words(case: tuple[str, str, str], n
     redacted = redact_text(text)[0]
     assert battery.leaked(secret, redacted, text.replace(secret, "\n")) == []
     assert f"\n{next_line} " in redacted or redact_text(f"{next_line} {after}")[0] in redacted
+
+
+# ---------------------------------------------------------------- policy 2.7: what a command prints
+
+SECRET_PRINTING = [
+    "$ printenv STRIPE_SECRET", "printenv DB_PASSWORD", "dev@box:~/app$ echo $GITHUB_TOKEN", '$ echo "${API_KEY}"',
+    "$ op read op://prod/db/password", "$ op item get 'Prod DB' --fields password",
+    "$ aws configure get aws_secret_access_key", "❯ gh auth token", "$ heroku auth:token",
+    "$ vault kv get -field=password secret/app", "$ security find-generic-password -s deploy -w",
+    "$ kubectl get secret db -o jsonpath='{.data.password}' | base64 -d", "$ cat config/master.key",
+    "$ openssl rand -hex 32", "# doppler secrets get STRIPE_KEY --plain",
+    "aws ssm get-parameter --name /prod/db --with-decryption --query Parameter.Value --output text",
+]
+
+
+@pytest.mark.parametrize("command", SECRET_PRINTING)
+def test_what_a_secret_printing_command_prints_is_removed(command: str) -> None:
+    """Found by a new user's byte scan: a terminal session pasted into a prompt (or printed by a
+    script) kept the secret a command printed on the next line, which only a tool's whole output
+    was judged for (2.5). `aws configure get aws_secret_access_key` then the key, `op read`, a
+    `printenv` of a secret name, `cat config/master.key` (a hex key: the command says what it is)."""
+    for value in ("zOQQ2l+ZkAFezmkyGKNGupcIDCEhbMJrQ5tJ3uvZ", "Secr3t!ifHf2k", "1281a471a6e97aa651b9f3f7b86fd43d"):
+        redacted, hits = redact_text(f"{command}\n{value}\n$ exit")
+        assert hits == {"secret-output": 1}
+        assert redacted == f"{command}\n[REDACTED:secret-output]\n$ exit", redacted
+        assert redact_text_plain(f"{command}\n{value}\n$ exit")[0] == redacted
+
+
+@pytest.mark.parametrize("text", [
+    "$ printenv PATH\n/usr/local/bin:/usr/bin", "$ echo $SHELL\nbash5x", "$ aws configure get region\neu-west-1",
+    "$ cat secrets.txt\nnull", "$ gh auth token\nunauthorized", "$ git rev-parse HEAD\n9f86d081884c7d659a2feaa0c55ad015a3bf4f1b",
+    "$ printenv API_KEY\n$ ls", "$ cat token.txt\nhello world 42", "$ echo $TOKEN_COUNT\n8192",
+])
+def test_what_other_commands_print_stays(text: str) -> None:
+    assert redact_text(text)[0] == text
+
+
+@pytest.mark.parametrize(("stdout", "gone"), [
+    ("Xk9pLm2QrT7vBn4W", True), ("Winter2024!Plaza", True), ("main", False), ("v1.2.3", False),
+    ("9f86d081884c7d659a2feaa0c55ad015a3bf4f1b", False), ("42 passed in 3.1s", False),
+])
+def test_claude_code_shell_mode_output_that_is_one_secret_is_removed(stdout: str, gone: bool) -> None:
+    """`! printenv DB_PASSWORD` in Claude Code: the output is a user message of its own,
+    `<bash-stdout>…</bash-stdout>`, which no tool result's judgement (2.5) reached."""
+    text = f"<bash-stdout>{stdout}</bash-stdout><bash-stderr></bash-stderr>"
+    result = redact_event(event("message", text=text, kind="command-output"))
+    expected = text.replace(stdout, "[REDACTED:secret-output]") if gone else text
+    assert result.event["fields"]["text"] == expected
+
+
+@PROPERTY
+@given(st.sampled_from(SECRET_PRINTING),
+       st.text(alphabet=string.ascii_letters + string.digits + "+/=_-!#%", min_size=12, max_size=64)
+       .filter(lambda value: any(c.isdigit() for c in value) and any(c.isalpha() for c in value)), FILLER)
+def test_a_printed_secret_never_survives(command: str, value: str, after: str) -> None:
+    redacted = redact_text(f"{command}\n{value}\n{after}")[0]
+    assert battery.leaked(value, redacted, f"{command}\n\n{after}") == []
