@@ -147,12 +147,13 @@ _CLI_PASSWORD = RegexRule(
 
 # curl -u/--user USER:PASSWORD: the ported rule (curl-auth-user) takes only word characters and
 # $@.- in a bare password, so "curl -u admin:Adm1nPass!" kept its password. A value that is a
-# redaction marker already ("[REDACTED:...]") has no user part here and is left alone.
+# redaction marker already ("[REDACTED:...]") has no user part here and is left alone; a user
+# that is one (2.7: Twilio's "-u AC…:TOKEN", the account SID gone first) is a user.
 _CURL_USER = RegexRule(
     name="cli-password",
     triggers=("curl",),
     description="curl -u / --user USER:PASSWORD, any characters in the password",
-    pattern=re.compile(r"\bcurl\b[^\r\n|;&]*?[ \t](?:-u|--user)(?:=|[ \t]+)['\"]?[^\s'\":\[]*:"
+    pattern=re.compile(r"\bcurl\b[^\r\n|;&]*?[ \t](?:-u|--user)(?:=|[ \t]+)['\"]?(?:\[REDACTED:[a-z0-9-]+\]|[^\s'\":\[]*):"
                        r"(?P<value>[^\s'\"|;&`]+)", re.ASCII),
     group="value",
 )
@@ -625,6 +626,51 @@ _AWS_PAIR = tuple(
                     _AWS_SECRET + r"(?=[\s\S]{0,200}?" + _AWS_KEY_ID + ")")
 )
 
+
+# Twilio's auth token is 32 hex digits that only the account SID beside it names (2.7): `Client(
+# "AC…", "…")`, `-u AC…:…`, `TWILIO_ACCOUNT_SID=AC… TWILIO_AUTH_TOKEN=…` in prose or a CSV row.
+_TWILIO_SID = r"\[REDACTED:twilio-account-sid\]"
+_TWILIO_TOKEN = r"(?<![0-9A-Za-z])(?P<value>[0-9a-f]{32})(?![0-9A-Za-z])"
+_TWILIO_PAIR = RegexRule(
+    name="twilio-auth-token",
+    needs=frozenset("["),
+    triggers=("[REDACTED:twilio-account-sid]",),
+    repass=False,
+    description="Twilio auth tokens (32 hex) within 120 characters after a Twilio account SID",
+    pattern=re.compile(_TWILIO_SID + r"[^\r\n]{0,120}?" + _TWILIO_TOKEN, re.ASCII),
+    group="value",
+    check=lambda match: any(c.isdigit() for c in match.group("value")) and any(c.isalpha() for c in match.group("value")),
+)
+
+# An Authorization header's credentials under any scheme (2.7): Bearer and Basic have their rules;
+# Okta's `SSWS`, `Token` (Django REST framework, GitHub), `Bot` (Discord), `GenieKey`, `Splunk`,
+# `DSN`… were kept unless their token had a format of its own.
+_AUTH_SCHEME = RegexRule(
+    name="authorization-credentials",
+    lower_triggers=("authorization",),
+    anchored=True,
+    description="the credentials of an Authorization header under any scheme (SSWS, Token, Bot, ...)",
+    pattern=re.compile(r"authorization[\"']?[ \t]*[:=][ \t]*[\"']?(?!bearer\b|basic\b|aws4-)[A-Za-z][A-Za-z0-9_.-]{1,24}[ \t]+"
+                       rf"(?P<value>{_TOKEN_CHARS}{{8,}})", re.ASCII | re.IGNORECASE),
+    group="value",
+    check=lambda match: (any(c.isdigit() for c in match.group("value")) and any(c.isalpha() for c in match.group("value")))
+    or looks_random(match.group("value")),
+)
+
+# A URL whose user is a token and has no password (2.7): a Sentry DSN's key
+# (`https://<32 hex>@o1.ingest.sentry.io/2`), `https://<token>@github.com/…`, a webhook relay.
+# The user goes when it looks random or is 32+ hex digits; `git@`, `deploy@`, `user_42@` stay.
+_URL_TOKEN = RegexRule(
+    name="url-token",
+    needs=frozenset("@"),
+    triggers=("://",),
+    repass=False,
+    description="a token as a URL's user, without a password (Sentry DSN keys)",
+    pattern=re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://(?P<value>[A-Za-z0-9_~.-]{16,256})@(?=[A-Za-z0-9\[])", re.ASCII),
+    group="value",
+    check=lambda match: looks_random(match.group("value")) or re.fullmatch(r"[0-9a-f]{32,}", match.group("value")) is not None,
+)
+
 # redis.conf / sentinel: "requirepass X" and "masterauth X" lines (2.5).
 _CONFIG_PASSWORD = RegexRule(
     name="password-assignment",
@@ -731,7 +777,7 @@ _SHELL_MODE_SECRET = RegexRule(
     check=lambda match: bare_secret(match.group("value")),
 )
 
-CONTEXT_RULES: tuple[Rule, ...] = (_AZURE_SAS, _URL_SIGNATURE, _BEARER, _BASIC, *_AWS_PAIR, _MYSQL_PASSWORD, _CLI_PASSWORD, *_CLI_FLAG_PASSWORDS, _CURL_USER,
+CONTEXT_RULES: tuple[Rule, ...] = (_AZURE_SAS, _URL_SIGNATURE, _BEARER, _BASIC, _AUTH_SCHEME, *_AWS_PAIR, _TWILIO_PAIR, _URL_TOKEN, _MYSQL_PASSWORD, _CLI_PASSWORD, *_CLI_FLAG_PASSWORDS, _CURL_USER,
                                    CookieRule(), CodeCredentialRule(), EnvListRule(), MarkdownTableRule(),
                                    _PASSWORD_ELSEWHERE, _CONFIG_PASSWORD, _PGPASS, _USED_AS,
                                    _COMMAND_SECRET, _SHELL_MODE_SECRET)

@@ -1660,3 +1660,45 @@ def test_claude_code_shell_mode_output_that_is_one_secret_is_removed(stdout: str
 def test_a_printed_secret_never_survives(command: str, value: str, after: str) -> None:
     redacted = redact_text(f"{command}\n{value}\n{after}")[0]
     assert battery.leaked(value, redacted, f"{command}\n\n{after}") == []
+
+
+# ---------------------------------------------------------------- policy 2.7: named by what is beside them
+
+TWILIO_SID = "AC" + "0b3f5e8a9c2d4e6f8a1b3c5d7e9f0a2b"
+TWILIO_TOKEN = "05ce4249dcaa315bba76d66907c321cc"
+SENTRY_KEY = "04aa1632dd1b63ed2ae2b1e327782170"
+OKTA_TOKEN = "00Y_xHP9l8-ZXlt81N2mu_jNmIM2SslMYPuqQIYOSy"
+
+
+@pytest.mark.parametrize(("text", "secret"), [
+    (f"client = Client('{TWILIO_SID}', '{TWILIO_TOKEN}')", TWILIO_TOKEN),
+    (f"curl -X POST https://api.twilio.com/2010-04-01/Accounts/{TWILIO_SID}/Messages.json -u {TWILIO_SID}:{TWILIO_TOKEN}", TWILIO_TOKEN),
+    (f"account {TWILIO_SID} / auth {TWILIO_TOKEN}", TWILIO_TOKEN),
+    (f"SENTRY_DSN=https://{SENTRY_KEY}@o123456.ingest.sentry.io/4504", SENTRY_KEY),
+    (f'sentry_sdk.init(dsn="https://{SENTRY_KEY}@o1.ingest.sentry.io/2")', SENTRY_KEY),
+    ("git clone https://Zx81Qm7vT2xLp9Rz4Kd8Wn3J@git.example.com/o/r.git", "Zx81Qm7vT2xLp9Rz4Kd8Wn3J"),
+    (f"curl -H 'Authorization: SSWS {OKTA_TOKEN}' https://acme.okta.com/api/v1/users", OKTA_TOKEN),
+    ('headers = {"Authorization": "Token 9944b09199c62bcf9418ad846dd0e4bbdfc6ee4b"}', "9944b09199c62bcf9418ad846dd0e4bbdfc6ee4b"),
+    ("Authorization: GenieKey eb243592-faa2-4ba2-a551q-1afdf565c889", "eb243592-faa2-4ba2-a551q-1afdf565c889"),
+    ("Authorization: Negotiate YIIGhgYGKwYBBQUCoIIGejCCBnagMDAuBgkqhkiG9w0BAgIGCSqGSIb3EgECAgY",
+     "YIIGhgYGKwYBBQUCoIIGejCCBnagMDAuBgkqhkiG9w0BAgIGCSqGSIb3EgECAgY"),
+])
+def test_a_secret_named_by_what_is_beside_it_is_removed(text: str, secret: str) -> None:
+    """Found by a new user's byte scan of every index: a Twilio auth token (32 hex digits only the
+    account SID beside it names; `curl -u SID:TOKEN` lost only the SID, which left no user for the
+    curl rule), a Sentry DSN's key (a URL's user without a password) and an Authorization header's
+    credentials under a scheme other than Bearer or Basic (Okta's SSWS) were kept under 2.6."""
+    redacted = redact_text(text)[0]
+    assert battery.leaked(secret, redacted, text.replace(secret, "\n")) == [], redacted
+    assert redact_text_plain(text)[0] == redacted
+
+
+@pytest.mark.parametrize("text", [
+    "git clone git@github.com:o/r.git", "ssh://deploy@host/x", "https://user_42@example.com/x",
+    "https://first.last.name.here@mail.example.com", "Authorization: required for every call",
+    'Authorization: Digest username="Mufasa", realm="testrealm"',
+    f"{TWILIO_SID} sent 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b",  # a commit (40 hex), no token
+])
+def test_what_only_looks_named_stays(text: str) -> None:
+    redacted = redact_text(text)[0]
+    assert redacted == text.replace(TWILIO_SID, "[REDACTED:twilio-account-sid]")
