@@ -201,6 +201,11 @@ _CLI_FLAG_PASSWORDS = (
               r"\buser(?:add|mod)\b[^\r\n|;&]*?[ \t](?:-p|--password)[ \t]+" + _QUOTED_OR_BARE),
     _cli_rule(("keytool", "pass"), "keytool -storepass / -keypass / -srcstorepass / -deststorepass PASSWORD",
               r"[ \t]-(?:src|dest|new)?(?:store|key)pass[ \t]+(?!:env|:file)" + _QUOTED_OR_BARE),
+    # 2.7: archivers' passwords: zip -P / --password, 7z -pPASSWORD and rar -pPASSWORD (glued).
+    _cli_rule(("zip",), "zip / zipcloak -P PASSWORD",
+              r"\b(?:zip|zipcloak)\b[^\r\n|;&]*?[ \t](?:-P|--password)[ \t]+" + _QUOTED_OR_BARE),
+    _cli_rule(("7z", "rar"), "7z / 7za / rar / unrar -pPASSWORD",
+              r"\b(?:7z[az]?|7zz|rar|unrar)\b[^\r\n|;&]*?[ \t]-p(?=[^\s-])" + _QUOTED_OR_BARE),
     _cli_rule(("openssl",), "openssl enc -k PASSWORD",
               r"\bopenssl\b[^\r\n|;&]*?[ \t]-k[ \t]+" + _QUOTED_OR_BARE),
     RegexRule(name="cli-password", lower_triggers=("securestring",),
@@ -447,6 +452,9 @@ _PASSWORD_WORDS_ELSEWHERE = (
     "clave",  # 2.5: Spanish "key" / "password" ("La clave del wifi es ...")
     # 2.5: words for a token or a secret key ("令牌是 …", "API密钥: …", "トークンは …", "le jeton est …")
     "令牌", "密钥", "秘钥", "トークン", "토큰", "jeton", "clé secrète", "schlüssel",
+    # 2.7: "key" and "token" in Russian, Japanese, Portuguese, Italian, Spanish, Polish ("Вот мой
+    # ключ API: …", "APIキーは …", "a chave da API é …"): a key written in prose, not a password.
+    "ключ", "токен", "секрет", "キー", "シークレット", "chave", "chiave", "llave", "klucz",
 )
 _PASSWORD_CHARS = r"[A-Za-z0-9!#$%&*+\-./<=>?@^_~]"  # printable ASCII but quotes, brackets, , ; : and `
 _PASSWORD_ELSEWHERE = RegexRule(
@@ -671,6 +679,41 @@ _URL_TOKEN = RegexRule(
     check=lambda match: looks_random(match.group("value")) or re.fullmatch(r"[0-9a-f]{32,}", match.group("value")) is not None,
 )
 
+
+# A PuTTY private key file (2.7): its key is the base64 after "Private-Lines: N", up to its MAC.
+_PUTTY_KEY = RegexRule(
+    name="private-key",
+    triggers=("Private-Lines:",),
+    repass=False,
+    description="the private lines of a PuTTY key file (.ppk), through its Private-MAC",
+    pattern=re.compile(r"Private-Lines:[ \t]*[0-9]+[ \t]*\r?\n(?P<value>[A-Za-z0-9+/=\r\n]+?(?:\r?\nPrivate-(?:MAC|Hash):[ \t]*[0-9a-fA-F]+)?)"
+                       r"(?=\r?\n|\Z)", re.ASCII),
+    group="value",
+)
+
+# An AWS SSM SecureString is a secret by its type, whatever its name (2.7): `aws ssm get-parameter
+# --with-decryption` prints {"Name": "/prod/db/password", "Type": "SecureString", "Value": "…"}, and
+# `aws ssm put-parameter --type SecureString --value …` sets one.
+_SECURE_STRING = (
+    RegexRule(name="secret-assignment", lower_triggers=("securestring",),
+              description="the Value of an AWS SSM SecureString parameter (get-parameter output)", group="value",
+              pattern=re.compile(r"\"Type\"[ \t]*:[ \t]*\"SecureString\"[^{}]{0,400}?\"Value\"[ \t]*:[ \t]*\"(?P<value>(?:[^\"\\\\\r\n]|\\\\.){1,4096})\"",
+                                 re.ASCII | re.IGNORECASE)),
+    RegexRule(name="secret-assignment", lower_triggers=("securestring",),
+              description="aws ssm put-parameter --type SecureString --value VALUE", group="value",
+              pattern=re.compile(r"\bput-parameter\b(?=[^\r\n|;&]*--type[ =]+['\"]?SecureString)[^\r\n|;&]*?[ \t]--value(?:=|[ \t]+)"
+                                 r"(?P<value>'[^'\r\n]+'|\"[^\"\r\n]+\"|[^\s'\"|;&`]+)", re.ASCII)),
+)
+
+# Django's generated SECRET_KEY (2.7): `django-insecure-` and 50 characters, some of them the
+# punctuation (`!@#$%^&*(-_=+)`) where the prose rule's value ended.
+_DJANGO_KEY = RegexRule(
+    name="django-secret-key",
+    triggers=("django-insecure-",),
+    description="a Django generated SECRET_KEY (django-insecure-...)",
+    pattern=re.compile(r"django-insecure-[a-z0-9!@#$%^&*(\-_=+)]{40,60}", re.ASCII),
+)
+
 # redis.conf / sentinel: "requirepass X" and "masterauth X" lines (2.5).
 _CONFIG_PASSWORD = RegexRule(
     name="password-assignment",
@@ -780,7 +823,7 @@ _SHELL_MODE_SECRET = RegexRule(
 CONTEXT_RULES: tuple[Rule, ...] = (_AZURE_SAS, _URL_SIGNATURE, _BEARER, _BASIC, _AUTH_SCHEME, *_AWS_PAIR, _TWILIO_PAIR, _URL_TOKEN, _MYSQL_PASSWORD, _CLI_PASSWORD, *_CLI_FLAG_PASSWORDS, _CURL_USER,
                                    CookieRule(), CodeCredentialRule(), EnvListRule(), MarkdownTableRule(),
                                    _PASSWORD_ELSEWHERE, _CONFIG_PASSWORD, _PGPASS, _USED_AS,
-                                   _COMMAND_SECRET, _SHELL_MODE_SECRET)
+                                   _COMMAND_SECRET, _SHELL_MODE_SECRET, _PUTTY_KEY, *_SECURE_STRING, _DJANGO_KEY)
 
 
 class WrappedTailRule(Rule):

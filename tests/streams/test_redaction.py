@@ -1702,3 +1702,40 @@ def test_a_secret_named_by_what_is_beside_it_is_removed(text: str, secret: str) 
 def test_what_only_looks_named_stays(text: str) -> None:
     redacted = redact_text(text)[0]
     assert redacted == text.replace(TWILIO_SID, "[REDACTED:twilio-account-sid]")
+
+
+# ---------------------------------------------------------------- policy 2.7: more shapes a new user's secrets took
+
+@pytest.mark.parametrize(("text", "secret"), [
+    ("Вот мой ключ API: OQYoYzl1Q5OIYHdFUoMuZWDV6kCJ3BLTzapEFWIn — не публикуй его.", "OQYoYzl1Q5OIYHdFUoMuZWDV6kCJ3BLTzapEFWIn"),
+    ("токен бота: 8hG2kLm9Qx4Rt7Vz1Wp5", "8hG2kLm9Qx4Rt7Vz1Wp5"),
+    ("APIキーは sk9LmQ2xR7vT3pZ8wK4n です", "sk9LmQ2xR7vT3pZ8wK4n"),
+    ("a chave da API é Qz81Lm2Kp9Xw4Tn7", "Qz81Lm2Kp9Xw4Tn7"),
+    ("zip -P yeJmIjLIy97 backup.zip db.sql", "yeJmIjLIy97"),
+    ("7z a -pyeJmIjLIy97 backup.7z db.sql", "yeJmIjLIy97"),
+    ("unrar x -p'Tr0ub4dor&3' backup.rar", "Tr0ub4dor&3"),
+    ("PuTTY-User-Key-File-3: ssh-rsa\nEncryption: none\nComment: key\nPublic-Lines: 1\nAAAAB3NzaC1yc2E\nPrivate-Lines: 2\n"
+     "GeK5W7i+wwmr3k8FvZodKLWgxarktH2Iig5QFPJOCge9yGrWYW5FC6vNBUlFIuiS\nQm7vT2xLp9Rz4Kd8Wn3Jh6Yb1Fc5Gs0AeUoIiPlM\n"
+     "Private-MAC: 46e4b8a18d42e4eb5d9d70a9a67b7b49ebdd459ad002b9ec2ad82c0dab4a4c67\n",
+     "GeK5W7i+wwmr3k8FvZodKLWgxarktH2Iig5QFPJOCge9yGrWYW5FC6vNBUlFIuiS Qm7vT2xLp9Rz4Kd8Wn3Jh6Yb1Fc5Gs0AeUoIiPlM"),
+    (json.dumps({"Parameter": {"Name": "/prod/db/password", "Type": "SecureString", "Value": "Secr3t!ifHf2k", "Version": 3}}, indent=4),
+     "Secr3t!ifHf2k"),
+    ("aws ssm put-parameter --name /prod/api --type SecureString --value Zx81Qm7vT2x --overwrite", "Zx81Qm7vT2x"),
+    ("I set the Django secret to django-insecure-n-8!1p^(-spkba**96oszqx6^bv!2y_mnvwol1=g6&#3i3%0ok in settings.py",
+     "django-insecure-n-8!1p^(-spkba**96oszqx6^bv!2y_mnvwol1=g6&#3i3%0ok"),
+])
+def test_more_shapes_of_secrets_are_removed(text: str, secret: str) -> None:
+    """Kept under 2.6 (a new user's battery): a key in Russian, Japanese or Portuguese prose, an
+    archiver's password, a PuTTY key file, an AWS SSM SecureString (a secret by its type), a
+    Django generated SECRET_KEY in a sentence (its punctuation ended the prose rule's value)."""
+    redacted = redact_text(text)[0]
+    assert battery.leaked(secret, redacted, text.replace(secret, "\n")) == [], redacted
+    assert redact_text_plain(text)[0] == redacted
+
+
+@pytest.mark.parametrize("text", [
+    "ключ 2024 года к успеху", "Используйте ключ --force для перезаписи", "キーボード: JIS配列",
+    'zip -r dist.zip build/', "7z x archive.7z -oout", json.dumps({"Parameter": {"Name": "x", "Type": "String", "Value": "eu-west-1"}}),
+])
+def test_more_shapes_that_are_no_secret_stay(text: str) -> None:
+    assert redact_text(text) == (text, {})
