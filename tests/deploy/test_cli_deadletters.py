@@ -58,3 +58,24 @@ def test_deadletters_newest_first_by_log_and_a_reimport_names_the_bad_line(
     human = _usl(env, "deadletters").strip().splitlines()
     assert len(human) == 2 and "second.jsonl:4" in human[0] and "log=other" in human[0]
     assert "first.jsonl:4" in human[1] and '{"type": "user", "cut' in human[1]
+
+
+def test_dead_letters_written_under_an_older_policy_are_shown_redacted_under_this_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by a new user's byte scan after upgrading to redaction policy 2.7: the indexes are
+    rebuilt under the new policy, but the dead-letter topic never is, so `usl deadletters` kept
+    showing a Twilio auth token that 2.6 left beside the SID it removed. No broker needed: the
+    topic's records are what read_dead_letters returns."""
+    import streams.l1
+
+    token = "05ce4249dcaa315bba76d66907c321cc"
+    written = {"time": "2026-12-06T05:09:26Z", "stage": "ingest", "record": "dl-session.jsonl:6", "logId": "default",
+               "reason": "missing field 'timestamp'",
+               "raw": '{"type":"assistant","message":{"content":"token [REDACTED:twilio-account-sid] ' + token + '"}}'}
+    monkeypatch.setattr(streams.l1, "read_dead_letters", lambda *args, **kwargs: [dict(written)])
+    env = {"USL_HOME": str(tmp_path / "home"), "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:9", "USL_API_URL": ""}
+    for args in (["deadletters"], ["deadletters", "--json"]):
+        shown = _usl(env, *args)
+        assert token not in shown and "dl-session.jsonl:6" in shown
+    letter = json.loads(_usl(env, "deadletters", "--json"))["deadLetters"][0]
+    assert letter["raw"].endswith('token [REDACTED:twilio-account-sid] [REDACTED:twilio-auth-token]"}}')
