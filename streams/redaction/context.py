@@ -724,12 +724,13 @@ _CONFIG_PASSWORD = RegexRule(
     group="value",
     check=lambda match: not is_placeholder(match.group("value"), quoted=False),
 )
-# A ~/.pgpass line, host:port:database:user:password, as `cat ~/.pgpass` prints it (2.5).
+# A ~/.pgpass line, host:port:database:user:password, as `cat ~/.pgpass` prints it (2.5); in
+# 2.7 also after a space (a line pasted after a sentence).
 _PGPASS = RegexRule(
     name="password-assignment",
     triggers=(":5432:", ":5433:", ":6432:", ":*:"),
     description="~/.pgpass lines host:port:database:user:PASSWORD",
-    pattern=re.compile(r"^[ \t]*[A-Za-z0-9_.*-]+:(?:[0-9]{2,5}|\*):[^:\s]+:[^:\s]+:(?P<value>\S+)[ \t]*$",
+    pattern=re.compile(r"(?:^|(?<=[ \t]))[ \t]*[A-Za-z0-9_.*-]+:(?:[0-9]{2,5}|\*):[^:\s]+:[^:\s]+:(?P<value>\S+)[ \t]*$",
                        re.ASCII | re.MULTILINE),
     group="value",
     check=lambda match: not is_placeholder(match.group("value"), quoted=False),
@@ -784,7 +785,8 @@ _SECRET_COMMANDS = (
     r"|head[ \t]+-c[ \t]*[0-9]+[ \t]+/dev/urandom)\b[^\r\n]*",
 )
 _COMMAND_OUTPUT = re.compile(
-    r"^" + _PROMPT + r"(?:" + "|".join(_SECRET_COMMANDS) + r")\r?\n[ \t]*(?P<value>[^\s<>\"'`]{8,512})[ \t]*\r?$",
+    # At a line's start, or after a `$ ` prompt in a line (a terminal line pasted after a sentence).
+    r"(?:^" + _PROMPT + r"|(?<=[ \t])[$❯➜][ \t]+)(?:" + "|".join(_SECRET_COMMANDS) + r")\r?\n[ \t]*(?P<value>[^\s<>\"'`]{8,512})[ \t]*\r?$",
     re.MULTILINE)
 
 

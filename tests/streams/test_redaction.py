@@ -1739,3 +1739,17 @@ def test_more_shapes_of_secrets_are_removed(text: str, secret: str) -> None:
 ])
 def test_more_shapes_that_are_no_secret_stay(text: str) -> None:
     assert redact_text(text) == (text, {})
+
+
+@pytest.mark.parametrize(("text", "secret"), [
+    ("Can you look those up for me? $ aws configure get aws_secret_access_key\nzOQQ2l+ZkAFezmkyGKNGupcIDCEhbMJrQ5tJ3uvZ\n",
+     "zOQQ2l+ZkAFezmkyGKNGupcIDCEhbMJrQ5tJ3uvZ"),
+    ("cd /app && $ op item get 'Prod DB' --fields password\nqerwvbkaRjaBi5VPqC", "qerwvbkaRjaBi5VPqC"),
+    ("Do you have any later flights? db.internal:5432:app:app_user:qerwvbkaRjaBi5VPqC", "qerwvbkaRjaBi5VPqC"),
+])
+def test_a_terminal_line_pasted_after_a_sentence_loses_its_secret(text: str, secret: str) -> None:
+    """Found by the live byte scan of 2.7's first draft: a user's message with a terminal line
+    pasted after a sentence on the same line (`… for me? $ aws configure get …` and the key on the
+    next line, a .pgpass line after a question) kept it; both rules read only at a line's start."""
+    assert secret not in redact_text(text)[0]
+    assert secret not in redact_text_plain(text)[0]
