@@ -82,7 +82,35 @@ class Chunker:
         return {
             "v": STATE_VERSION, "sessionId": session_id, "logId": None,
             "lastSeq": 0, "lastTickSeq": 0, "acl": None, "seen": {}, "unit": None,
+            "policy": self.policy_hash,
         }
+
+    def _under_this_policy(self, state: dict[str, Any]) -> None:
+        """Redact the open unit's texts again when ``state`` was made under another redaction
+        policy (or before states named theirs).
+
+        A worker's chunker states outlive an upgrade of the redaction policy (they are restored
+        from the changelog), and ``usl rebuild`` rebuilds the indexes from L1 but not them: a turn
+        open across the upgrade closed into a chunk that named the new policy and carried texts
+        redacted under the old one, so a secret the new policy removes (2.7: a Twilio auth token
+        beside its SID) reached the rebuilt text index. Redaction is idempotent and only ever
+        removes, so the texts are redacted again, their counts taken anew; such a chunk may differ
+        from what a rebuild makes of the turn from L1 (the next rebuild makes it so)."""
+        if state.get("policy") == self.policy_hash:
+            return
+        state["policy"] = self.policy_hash
+        unit = state.get("unit")
+        if not unit:
+            return
+        from streams.redaction import redact_text  # only on the first event after an upgrade
+
+        for segment in unit["segments"]:
+            text = redact_text(segment["text"])[0]
+            if text != segment["text"]:
+                size = len(text.encode("utf-8"))
+                segment.update(text=text, tokens=self.tokenizer.count(text), bytes=size,
+                               part=[segment["part"][0], segment["part"][0] + size])
+        unit["tokens"] = sum(segment["tokens"] for segment in unit["segments"])
 
     def on_event(self, state: dict[str, Any], log_id: str, seq: int, event: dict[str, Any], *,
                  clock_time: float | None = None) -> list[dict[str, Any]]:
@@ -130,6 +158,7 @@ class Chunker:
     ) -> list[dict[str, Any]]:
         """``on_event`` with the rendering and its token count already computed (batch path)."""
         self._check(state, event)
+        self._under_this_policy(state)
         # A record at or below what this state already applied is a redelivery: skip it.
         if seq <= max(state["lastSeq"], state["lastTickSeq"]):
             return []
@@ -179,6 +208,7 @@ class Chunker:
         """Apply a log-clock tick: a regular tick cuts a unit idle for more than G of log time."""
         if tick.get("flush"):
             return []  # flush ticks depend on timing, so they never move a boundary
+        self._under_this_policy(state)
         if state["logId"] is not None and tick["logId"] != state["logId"]:
             return []
         seq = tick["seq"]
@@ -197,6 +227,7 @@ class Chunker:
 
     def close(self, state: dict[str, Any], *, provisional: bool = False) -> list[dict[str, Any]]:
         """Close the open unit now and return its chunks; ``provisional`` marks them as such."""
+        self._under_this_policy(state)
         return self._close_unit(state, provisional=provisional)
 
     def open_min_seq(self, state: dict[str, Any]) -> int | None:

@@ -66,6 +66,12 @@ class ChunkingStage:
             bodies.append(body)
             event = body.get("event") if isinstance(body, dict) and body.get("kind") == "event" else None
             if isinstance(event, dict):
+                if body.get("policy") != self.chunker.policy_hash:
+                    # Redacted before an upgrade of the policy and chunked after it: redacted again
+                    # (idempotent), so its chunk carries what the policy it names would keep.
+                    from streams.redaction import redact_event
+
+                    event = body["event"] = redact_event(event).event
                 events[index] = event
         renderings: list[Any] = [None] * len(batch)
         for index, rendering in zip(events, self.chunker.render_many(list(events.values()), capture_errors=True),

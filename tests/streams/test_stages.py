@@ -459,3 +459,42 @@ def test_the_rebuild_replay_derives_the_stages_records_byte_for_byte(seed: int, 
     live_chunks = sorted(orjson.dumps({"kind": "chunk", **chunk}) for chunk in worker.chunks())
     assert sorted(orjson.dumps(r) for r in replayed if r["kind"] == "chunk") == live_chunks
     assert live_chunks
+
+
+# A Twilio auth token beside its SID: policy 2.6 removed the SID and kept the token, 2.7 removes both.
+TWILIO_TOKEN = "05ce4249dcaa315bba76d66907c321cc"
+AS_26_LEFT_IT = f"my twilio creds: [REDACTED:twilio-account-sid] {TWILIO_TOKEN}"
+
+
+def _chunk_texts(worker: Worker) -> str:
+    return "\n".join(chunk["text"] for chunk in worker.chunks())
+
+
+def test_a_turn_open_across_a_policy_upgrade_is_chunked_under_the_new_policy() -> None:
+    """Found by a new user's byte scan after upgrading redaction 2.6 -> 2.7 and `usl rebuild all`:
+    the worker's chunker state (restored from its changelog) still held the open turn's text as
+    2.6 redacted it, and when the turn ended its chunk, naming 2.7, put the Twilio token 2.7
+    removes into the rebuilt text index. Both a state made under another policy and a
+    redacted-topic record redacted under one are now redacted again before they are chunked."""
+    from streams.stages.records import event_record
+
+    worker = Worker()
+    old = Chunker(ChunkerConfig(target_tokens=64, overlap_tokens=8, idle_gap_seconds=60.0), default_tokenizer(),
+                  policy_hash="policy-2.6")
+    message = event("s9", 1, "message", turn="s9-t0", text=AS_26_LEFT_IT)
+    state = old.new_state("s9")
+    assert old.on_event(state, "default", 1, message) == []  # the open turn, as 2.6 left it
+    state.pop("policy", None)  # as states were written before they named their policy
+    worker.tables[keys.CHUNKER_SESSIONS][keys.session_key("default", "s9")] = state
+    ended = event_record("default", 2, event("s9", 2, "turn.ended", turn="s9-t0"), policy=policy_hash(), clock_time=None)
+    worker.chunk(records([orjson.dumps(ended)], topic=REDACTED))
+    texts = _chunk_texts(worker)
+    assert "my twilio creds" in texts and TWILIO_TOKEN not in texts
+
+    # A record 2.6 redacted, chunked after the upgrade: redacted again first.
+    backlog = [event_record("default", 3, event("s8", 3, "message", turn="s8-t0", text=AS_26_LEFT_IT), policy="policy-2.6",
+                            clock_time=None),
+               event_record("default", 4, event("s8", 4, "turn.ended", turn="s8-t0"), policy="policy-2.6", clock_time=None)]
+    worker.chunk(records([orjson.dumps(record) for record in backlog], topic=REDACTED, first=1))
+    texts = _chunk_texts(worker)
+    assert texts.count("my twilio creds") == 2 and TWILIO_TOKEN not in texts
