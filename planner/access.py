@@ -65,7 +65,7 @@ class AccessLists:
         self._readers = readers
         self._window = window
         self._lock = threading.Lock()
-        self._overlays: dict[tuple[str, int], tuple[int, Owners]] = {}
+        self._overlays: dict[tuple[str, str, int], tuple[int, Owners]] = {}
         # (structured generation, principal) -> (readable, unreadable) sessions of the generation.
         self._readable: dict[tuple[str, str, str, frozenset[str]],
                              tuple[frozenset[str], frozenset[str]]] = {}
@@ -93,7 +93,8 @@ class AccessLists:
         base: Mapping[str, Mapping[str, Any]] = (
             self._readers.session_acls(structured) if structured is not None else {})
         start = structured.built_through_seq + 1 if structured is not None else 1
-        return base, self.overlay(l1, log_id, start, through_seq, base)
+        return base, self.overlay(l1, log_id, start, through_seq, base,
+                                  generation=structured.key if structured is not None else "")
 
     def readable(self, principal: Principal, l1: L1Reader, log_id: str,
                  structured: IndexPin | None, through_seq: int) -> Readable:
@@ -139,11 +140,14 @@ class AccessLists:
         return Readable(acls=acls, sessions=sessions, unreadable=unreadable)
 
     def overlay(self, l1: L1Reader, log_id: str, from_seq: int, to_seq: int,
-                indexed: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+                indexed: Mapping[str, Mapping[str, Any]], *, generation: str = "") -> dict[str, dict[str, Any]]:
         """sessionId → its access list after the L1 events of ``from_seq..to_seq`` (``indexed``:
-        the access lists below ``from_seq``), extended from the previous query's overlay of the
-        same start."""
-        key = (log_id, from_seq)
+        the access lists below ``from_seq``, of the structured generation named ``generation``),
+        extended from the previous query's overlay of the same generation and start."""
+        # The generation is part of the key: who owns a session the tail names depends on the
+        # lists below the start, and two generations may share a watermark (a property test
+        # found the overlay of one served for the other, with another tenant's ownership).
+        key = (log_id, generation, from_seq)
         with self._lock:
             cached = self._overlays.get(key)
         through, owners = cached if cached is not None and cached[0] <= to_seq else (from_seq - 1, Owners())
