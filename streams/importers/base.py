@@ -180,7 +180,7 @@ def read_lines(path: Path, data: Content | None = None) -> Iterator[tuple[int, b
     if data is not None:
         # Each BytesIO shares its part's buffer: the file is not copied, nor joined to its tail.
         parts = (data,) if isinstance(data, bytes) else data
-        yield from _non_blank(chain.from_iterable(io.BytesIO(part) for part in parts))
+        yield from non_blank(chain.from_iterable(io.BytesIO(part) for part in parts))
         return
     try:
         # 1 MiB reads, not 8 KiB: each read lets go of the GIL, and getting it back waits for any
@@ -191,13 +191,14 @@ def read_lines(path: Path, data: Content | None = None) -> Iterator[tuple[int, b
         raise ImportFormatError(f"{path}: cannot read the file: {exc.strerror or exc}") from exc
     with handle:
         try:
-            yield from _non_blank(handle)
+            yield from non_blank(handle)
         except OSError as exc:
             raise ImportFormatError(f"{path}: read failed: {exc.strerror or exc}") from exc
 
 
-def _non_blank(lines: Iterable[bytes]) -> Iterator[tuple[int, bytes]]:
-    for number, line in enumerate(lines, start=1):
+def non_blank(lines: Iterable[bytes], start: int = 1) -> Iterator[tuple[int, bytes]]:
+    """(line number counted from ``start``, stripped line) of every line that is not blank."""
+    for number, line in enumerate(lines, start=start):
         stripped = line.strip()
         if stripped:
             yield number, stripped
@@ -233,14 +234,18 @@ def iter_json_lines(path: Path, *, label: str, what: str, data: Content | None =
     importer dead-letters a bad line the same way. Unreadable files raise ImportFormatError.
     ``data``: the file's bytes, when the caller holds them (:func:`read_lines`)."""
     for number, line in read_lines(path, data):
-        record = f"{label}:{number}"
-        value, error, canonical = _parse_json(line)
-        if error is not None:
-            yield Rejected(record, error, raw_text(line))
-        elif not isinstance(value, dict):
-            yield Rejected(record, f"{what} must be a JSON object, not {type(value).__name__}", raw_text(line))
-        else:
-            yield JsonLine(number, record, value, line, canonical)
+        yield json_line(number, line, label=label, what=what)
+
+
+def json_line(number: int, line: bytes, *, label: str, what: str) -> JsonLine | Rejected:
+    """Line ``number`` of a JSONL file (stripped, not blank) as :func:`iter_json_lines` reads it."""
+    record = f"{label}:{number}"
+    value, error, canonical = _parse_json(line)
+    if error is not None:
+        return Rejected(record, error, raw_text(line))
+    if not isinstance(value, dict):
+        return Rejected(record, f"{what} must be a JSON object, not {type(value).__name__}", raw_text(line))
+    return JsonLine(number, record, value, line, canonical)
 
 
 def _schema_reason(exc: SchemaError) -> str:

@@ -10,18 +10,23 @@ documented in ``docs/importers.md``.
 
 from __future__ import annotations
 
+import copy
+import io
 import re
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from streams.importers.base import (
     Accepted,
     Content,
+    JsonLine,
     Rejected,
     SessionEmitter,
     iter_json_lines,
+    json_line,
+    non_blank,
     parse_json,
     raw_text,
     read_lines,
@@ -29,7 +34,7 @@ from streams.importers.base import (
     valid_time,
 )
 
-__all__ = ["AUXILIARY_TYPE_RE", "SOURCE", "SubagentLinks", "iter_claude_code"]
+__all__ = ["AUXILIARY_TYPE_RE", "SOURCE", "SubagentLinks", "TranscriptCursor", "iter_claude_code"]
 
 SOURCE = "claude-code"
 
@@ -51,6 +56,7 @@ _INTERRUPT_PREFIX = "[Request interrupted by user"
 # Context the client injects into the user's side of the conversation (todo reminders, "file
 # changed" notes), like an isMeta line but without the flag.
 _INJECTED_PREFIX = "<system-reminder>"
+_WHAT = "a transcript line"
 _UUID_FIELD = re.compile(rb'"uuid"\s*:\s*"([^"\\]+)"')
 
 
@@ -95,11 +101,67 @@ def iter_claude_code(
     yield from _Transcript(path, label=label, log_id=log_id, acl=acl, links=links, data=data).run()
 
 
+class TranscriptCursor:
+    """A Claude Code import kept open between the parts of a growing file (follow mode): each
+    :meth:`feed` reads only the lines written since the last, numbered on from them, so it says
+    what an import of the whole file says of those lines; :meth:`finish` says what the import
+    says at the end of its input, and the cursor reads on after it.
+
+    What a one-shot import decides from the whole file before its first line (the title and
+    model of ``session.started``, see :func:`_prescan`) and the subagent links its sidechain
+    lines looked up (``links``, shared by a directory's files) may change as files grow; the
+    lines read before would then be read otherwise, and :meth:`feed` says the cursor is stale
+    instead of reading on."""
+
+    def __init__(self, path: Path, *, label: str, log_id: str = "default", acl: dict[str, Any] | None = None,
+                 links: SubagentLinks | None = None) -> None:
+        self.path, self.label, self.log_id, self.acl = path, label, log_id, acl
+        self.links: SubagentLinks = {} if links is None else links
+        self.lines = 0  # the lines fed so far (blank ones too: they are numbered)
+        self._scan = _Prescan()
+        self._transcript: _Transcript | None = None
+        self.stale = False  # a feed found it stale: it reads nothing more
+
+    def feed(self, data: bytes) -> list[Result] | None:
+        """The records of ``data`` (whole lines: it ends with a newline), the file's bytes after
+        those fed before; None when the cursor is stale (a fresh import must read the file)."""
+        if data and not data.endswith(b"\n"):
+            raise ValueError("a cursor reads whole lines: data must end with a newline")
+        lines = list(non_blank(io.BytesIO(data), start=self.lines + 1))
+        self._scan.update(line for _, line in lines)
+        if self.stale:
+            return None
+        transcript = self._transcript
+        if transcript is None:
+            transcript = self._transcript = _Transcript(
+                self.path, label=self.label, log_id=self.log_id, acl=self.acl, links=self.links,
+                facts=self._scan.facts())
+        elif (transcript.title, transcript.model) != self._scan.facts() or any(
+                key in self.links for key in transcript.link_misses):
+            self.stale = True  # what it read is not what a fresh import reads now
+            return None
+        results: list[Result] = []
+        for number, line in lines:
+            results += transcript._line(json_line(number, line, label=self.label, what=_WHAT))
+        self.lines += data.count(b"\n")
+        return results
+
+    def finish(self, last_record: str) -> list[Result]:
+        """What the import says at the end of its input, ``last_record`` the input's last record
+        (the cursor is left as it was)."""
+        if self._transcript is None or self.stale:
+            return []
+        return list(self._transcript.ending()._finish(last_record))
+
+
 class _Transcript:
     """One pass over a transcript; holds the per-session state that lines refer back to."""
 
     def __init__(self, path: Path, *, label: str, log_id: str, acl: dict[str, Any] | None,
-                 links: SubagentLinks | None = None, data: Content | None = None) -> None:
+                 links: SubagentLinks | None = None, data: Content | None = None,
+                 facts: tuple[str | None, str | None] | None = None) -> None:
+        """``facts``: :func:`_prescan`'s (title, model) of the whole file, when the caller knows
+        them (else the file, or ``data``, is scanned for them now)."""
         self.path = path
         self.data = data
         self.links: SubagentLinks = {} if links is None else links
@@ -111,27 +173,46 @@ class _Transcript:
         self.line_events: dict[str, str] = {}  # uuid → eventId of the line's last event
         self.seen_uuids: dict[str, int] = {}  # uuid → line number, to refuse duplicates
         self.pending: list[_Pending] = []
-        self.title, self.model = _prescan(path, data)
+        # Subagent links looked up and not found: a later link under one of them changes what
+        # a fresh import of the same lines says (see TranscriptCursor.feed).
+        self.link_misses: set[tuple[str, str]] = set()
+        self.title, self.model = _prescan(path, data) if facts is None else facts
 
     def run(self) -> Iterator[Result]:
         last_record = f"{self.label}:0"
-        for item in iter_json_lines(self.path, label=self.label, what="a transcript line", data=self.data):
+        for item in iter_json_lines(self.path, label=self.label, what=_WHAT, data=self.data):
             last_record = item.record
-            if isinstance(item, Rejected):
-                yield item
-                continue
-            number, record, value, line = item.number, item.record, item.value, item.raw
-            line_type = value.get("type")
-            if line_type in ("user", "assistant"):
-                yield from self._conversation(value, line_type, record, line, number)
-            elif line_type in _AUXILIARY_TYPES or (
-                    isinstance(line_type, str) and AUXILIARY_TYPE_RE.fullmatch(line_type)):
-                yield from self._auxiliary(value, line_type, record, line, number)
-            elif line_type is None:
-                yield Rejected(record, "missing field 'type'", raw_text(line))
-            else:
-                yield Rejected(record, f"foreign record type {line_type!r}", raw_text(line))
+            yield from self._line(item)
         yield from self._finish(last_record)
+
+    def _line(self, item: JsonLine | Rejected) -> Iterator[Result]:
+        """The records of one line of the file (:func:`iter_json_lines`' reading of it)."""
+        if isinstance(item, Rejected):
+            yield item
+            return
+        number, record, value, line = item.number, item.record, item.value, item.raw
+        line_type = value.get("type")
+        if line_type in ("user", "assistant"):
+            yield from self._conversation(value, line_type, record, line, number)
+        elif line_type in _AUXILIARY_TYPES or (
+                isinstance(line_type, str) and AUXILIARY_TYPE_RE.fullmatch(line_type)):
+            yield from self._auxiliary(value, line_type, record, line, number)
+        elif line_type is None:
+            yield Rejected(record, "missing field 'type'", raw_text(line))
+        else:
+            yield Rejected(record, f"foreign record type {line_type!r}", raw_text(line))
+
+    def ending(self) -> _Transcript:
+        """A copy whose :meth:`_finish` leaves this one as it was: what ``_finish`` changes (the
+        pending lines, the sessions' emitters and the sessions it may add) is copied, what it
+        only reads (the lines' and calls' ids, the links) is shared."""
+        copied = copy.copy(self)
+        copied.sessions = {key: replace(session, emitter=copy.copy(session.emitter))
+                           for key, session in self.sessions.items()}
+        copied.pending = list(self.pending)
+        if self.current is not None:
+            copied.current = copied.sessions[self.current.emitter.session_id]
+        return copied
 
     def _session(self, session_id: str) -> _Session:
         if session_id not in self.sessions:
@@ -198,6 +279,8 @@ class _Transcript:
         fields: dict[str, Any] = {}
         parent_event_id = None
         linked = self.links.get((emitter.session_id, agent)) if agent is not None else None
+        if agent is not None and linked is None:
+            self.link_misses.add((emitter.session_id, agent))
         if linked is not None:
             # The call's result named this agent (possibly in the main transcript's file).
             parent_event_id, call_id, call_input = linked
@@ -381,25 +464,39 @@ def _prescan(path: Path, data: Content | None = None) -> tuple[str | None, str |
     summary); the model is the first real (non-synthetic) assistant model. Only lines that can
     hold either are parsed.
     """
-    uuids: set[bytes] = set()
-    summaries: list[tuple[str, str | None]] = []
-    model = None
-    for _, line in read_lines(path, data):
-        uuids.update(_UUID_FIELD.findall(line))
-        if b'"summary"' in line:
-            value, _error = parse_json(line)
-            if isinstance(value, dict) and value.get("type") == "summary":
-                text, leaf = value.get("summary"), value.get("leafUuid")
-                if isinstance(text, str) and text:
-                    summaries.append((text, leaf if isinstance(leaf, str) else None))
-        if model is None and b'"model"' in line and b'"assistant"' in line:
-            value, _error = parse_json(line)
-            message = value.get("message") if isinstance(value, dict) else None
-            if isinstance(message, dict) and isinstance(message.get("model"), str):
-                model = message["model"] if message["model"] != "<synthetic>" else None
-    own = [text for text, leaf in summaries if leaf is not None and leaf.encode() in uuids]
-    title = own[0] if own else (summaries[0][0] if summaries else None)
-    return title, model
+    scan = _Prescan()
+    scan.update(line for _, line in read_lines(path, data))
+    return scan.facts()
+
+
+class _Prescan:
+    """What :func:`_prescan` gathers, line by line, so a growing file's facts are kept up to date
+    with only its new lines read (:class:`TranscriptCursor`)."""
+
+    def __init__(self) -> None:
+        self.uuids: set[bytes] = set()
+        self.summaries: list[tuple[str, str | None]] = []
+        self.model: str | None = None
+
+    def update(self, lines: Iterable[bytes]) -> None:
+        for line in lines:
+            self.uuids.update(_UUID_FIELD.findall(line))
+            if b'"summary"' in line:
+                value, _error = parse_json(line)
+                if isinstance(value, dict) and value.get("type") == "summary":
+                    text, leaf = value.get("summary"), value.get("leafUuid")
+                    if isinstance(text, str) and text:
+                        self.summaries.append((text, leaf if isinstance(leaf, str) else None))
+            if self.model is None and b'"model"' in line and b'"assistant"' in line:
+                value, _error = parse_json(line)
+                message = value.get("message") if isinstance(value, dict) else None
+                if isinstance(message, dict) and isinstance(message.get("model"), str):
+                    self.model = message["model"] if message["model"] != "<synthetic>" else None
+
+    def facts(self) -> tuple[str | None, str | None]:
+        own = [text for text, leaf in self.summaries if leaf is not None and leaf.encode() in self.uuids]
+        title = own[0] if own else (self.summaries[0][0] if self.summaries else None)
+        return title, self.model
 
 
 def _check_conversation_line(

@@ -1,0 +1,59 @@
+"""Imports kept open between the parts of a growing file (follow mode).
+
+:func:`open_cursor` gives a :class:`FileCursor` for the formats whose importer can read on
+where it stopped; :func:`streams.importers.iter_file` stays what an import of the whole file
+says, and a cursor says the same of the same lines.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from streams.asp import DEFAULT_MAX_EVENT_BYTES
+from streams.importers import _fitted
+from streams.importers.base import Accepted, Rejected
+from streams.importers.claude_code import SubagentLinks, TranscriptCursor
+
+__all__ = ["FileCursor", "open_cursor"]
+
+
+class FileCursor:
+    """An import of a growing line file kept open between its parts (follow mode), for the
+    formats whose importer can read on where it stopped (:func:`open_cursor`): ``feed`` and
+    ``finish`` say what :func:`iter_file` says of the same lines and at the same end, events
+    over the size limit cut or rejected as it does."""
+
+    def __init__(self, cursor: TranscriptCursor, max_event_bytes: int) -> None:
+        self._cursor = cursor
+        self._limit = max_event_bytes
+
+    @property
+    def lines(self) -> int:
+        """The lines read so far (the next one fed is line ``lines + 1``)."""
+        return self._cursor.lines
+
+    def feed(self, data: bytes) -> list[Accepted | Rejected] | None:
+        """The records of ``data`` (whole lines), read after those fed before; None when what
+        was read before would now be read otherwise (the cursor is stale: import the file anew)."""
+        items = self._cursor.feed(data)
+        return None if items is None else [self._fit(item) for item in items]
+
+    def finish(self, last_record: str) -> list[Accepted | Rejected]:
+        """What the import says once its input ended at ``last_record``; the cursor reads on."""
+        return [self._fit(item) for item in self._cursor.finish(last_record)]
+
+    def _fit(self, item: Accepted | Rejected) -> Accepted | Rejected:
+        return _fitted(item, self._limit) if isinstance(item, Accepted) else item
+
+
+def open_cursor(path: Path, fmt: str, *, label: str, log_id: str = "default", acl: dict[str, Any] | None = None,
+                max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+                links: SubagentLinks | None = None) -> FileCursor | None:
+    """A :class:`FileCursor` for a file of format ``fmt`` (arguments as :func:`iter_file`'s), or
+    None when its importer reads only whole files. Only Claude Code transcripts have one: they
+    are what is followed as it grows, often to tens of MB."""
+    if fmt != "claude-code":
+        return None
+    return FileCursor(TranscriptCursor(Path(path), label=label, log_id=log_id, acl=acl,
+                                       links={} if links is None else links), max_event_bytes)

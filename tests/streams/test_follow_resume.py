@@ -1,0 +1,298 @@
+"""A follower reads a growing Claude Code transcript on from where it stopped (its import kept
+open between polls) and appends exactly what a follower that imports the whole file on every
+change appends: the same events, byte for byte, the same dead letters and the same records,
+through any split of the writes, restarts and crashes; and the eventIds of a one-shot import."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from streams import follow
+from streams.follow import Follower, PositionStore
+from streams.importers import Accepted, iter_records
+from streams.testing import Clock, Crash, MemoryL1
+
+ROOT = Path(__file__).resolve().parents[2]
+SESSION = "7d1c9a52-5b8e-4f0b-9c3a-1e2f3a4b5c6d"
+
+
+def _line(kind: str, uuid: str, minute: int, content: Any, *, parent: str | None = None,
+          model: str = "claude-sonnet-4-5-20250929", **extra: Any) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": kind, "content": content}
+    if kind == "assistant":
+        message.update({"id": f"msg_{uuid}", "model": model,
+                        "usage": {"input_tokens": 10, "output_tokens": minute}})
+    return {"parentUuid": parent, "isSidechain": False, "sessionId": SESSION, "type": kind, "message": message,
+            "uuid": uuid, "timestamp": f"2026-03-01T10:{minute:02d}:00.000Z", "cwd": "/src/app", **extra}
+
+
+def _made_up_session() -> dict[str, bytes]:
+    """A main transcript and its subagent's file with what makes an import of the whole file say
+    otherwise of its early lines than of a prefix: its title (a summary whose leaf comes later),
+    its model (a synthetic one first), a subagent link learned after the subagent's first line;
+    and lines a follower must dead-letter once: bad JSON, a duplicate uuid, an unknown block."""
+    main = [
+        {"type": "file-history-snapshot", "messageId": "m0", "snapshot": {"trackedFileBackups": {}}},
+        {"type": "summary", "summary": "An early title", "leafUuid": "nowhere"},
+        _line("user", "u1", 1, "make the tests pass"),
+        _line("assistant", "a1", 2, [{"type": "text", "text": "No response requested."}], parent="u1",
+              model="<synthetic>"),
+        _line("assistant", "a2", 3, [{"type": "tool_use", "id": "call-1", "name": "Task",
+                                      "input": {"description": "look around", "prompt": "find the tests"}}],
+              parent="a1"),
+        {"type": "progress", "sessionId": SESSION, "parentToolUseID": "call-1", "toolUseID": "p1",
+         "timestamp": "2026-03-01T10:04:00.000Z", "data": {"type": "agent_progress", "agentId": "b2"}},
+        "{not json",
+        _line("user", "u2", 5, [{"type": "tool_result", "tool_use_id": "call-1", "content": "found them"}],
+              parent="a2", toolUseResult={"agentId": "a7"}),
+        _line("assistant", "a3", 6, [{"type": "text", "text": "Done."}, {"type": "mystery"}], parent="u2"),
+        {"type": "system", "subtype": "turn_duration", "sessionId": SESSION, "isSidechain": False,
+         "timestamp": "2026-03-01T10:07:00.000Z"},
+        _line("user", "u2", 8, "a duplicate uuid"),
+        {"type": "summary", "summary": "The title", "leafUuid": "u9"},
+        "",
+        _line("user", "u9", 9, "and now the docs"),
+        _line("assistant", "a9", 10, [{"type": "text", "text": "On it."}], parent="u9"),
+        # Two subagents in this file (older Claude Code), the second called starting first: the
+        # first one's start is tied to its call by guess until its result names it.
+        _line("assistant", "a10", 11, [
+            {"type": "tool_use", "id": "call-2", "name": "Task", "input": {"description": "docs one"}},
+            {"type": "tool_use", "id": "call-3", "name": "Task", "input": {"description": "docs two"}}],
+            parent="a9"),
+        {**_line("user", "b1", 12, "docs two"), "isSidechain": True, "agentId": "b"},
+        {**_line("assistant", "b2", 13, [{"type": "text", "text": "two done"}], parent="b1"),
+         "isSidechain": True, "agentId": "b"},
+        _line("user", "u14", 14, [{"type": "tool_result", "tool_use_id": "call-3", "content": "two done"}],
+              parent="a10", toolUseResult={"agentId": "b"}),
+        {**_line("user", "c1", 15, "docs one"), "isSidechain": True, "agentId": "c"},
+        _line("user", "u16", 16, [{"type": "tool_result", "tool_use_id": "call-2", "content": "one done"}],
+              parent="u14", toolUseResult={"agentId": "c"}),
+    ]
+    sub = [
+        {**_line("user", "s1", 3, "find the tests"), "isSidechain": True, "agentId": "a7"},
+        {**_line("assistant", "s2", 4, [{"type": "text", "text": "tests/ holds them"}], parent="s1"),
+         "isSidechain": True, "agentId": "a7"},
+    ]
+
+    def lines(values: list[Any]) -> bytes:
+        return b"".join((v if isinstance(v, str) else json.dumps(v)).encode() + b"\n" for v in values)
+
+    return {f"{SESSION}.jsonl": lines(main), f"{SESSION}/subagents/agent-a7.jsonl": lines(sub)}
+
+
+def _sessions() -> list[dict[str, bytes]]:
+    found = [
+        {"session.jsonl": (ROOT / "examples" / "sessions" / "claude-code-session.jsonl").read_bytes()},
+        {"3f6c2a8e.jsonl": (ROOT / "tests" / "fixtures" / "importers" / "claude_code"
+                            / "3f6c2a8e-1b7d-4c55-9e0a-5d2f8b1c7e94.jsonl").read_bytes()},
+        {"491e126e.jsonl": (ROOT / "tests" / "fixtures" / "turn_ends"
+                            / "491e126e-1e71-469c-ade2-fcc8af567c74.jsonl").read_bytes()},
+        _made_up_session(),
+    ]
+    # Real transcripts (a session file and its subagents' files) where there are some, e.g.
+    # USL_TEST_CLAUDE_CODE_DIR=~/.claude/projects/NAME: only the fixtures run without it.
+    real = os.environ.get("USL_TEST_CLAUDE_CODE_DIR")
+    for main in sorted(Path(real).glob("*.jsonl")) if real else []:
+        files = {main.name: main.read_bytes()}
+        for sub in sorted(main.with_suffix("").glob("subagents/*.jsonl")):
+            files[sub.relative_to(main.parent).as_posix()] = sub.read_bytes()
+        found.append(files)
+    return found
+
+
+SESSIONS = _sessions()
+
+
+class Pair:
+    """The follower under test (resumed imports) and today's (whole imports), in step."""
+
+    def __init__(self, root: Path, home: Path, clock: Clock, l1s: tuple[MemoryL1, MemoryL1]) -> None:
+        self.root, self.home, self.clock, self.l1s = root, home, clock, l1s
+        self.followers = [self._follower(i) for i in range(2)]
+
+    def _follower(self, i: int) -> Follower:
+        return Follower([self.root], appender=self.l1s[i], store=PositionStore(self.home / str(i)),
+                        idle_seconds=5.0, clock=self.clock, resume=i == 0)
+
+    def restart(self) -> None:
+        self.followers = [self._follower(i) for i in range(2)]
+
+    def poll(self, crash_in: int | None) -> bool:
+        """Both poll (both killed at the same append, when ``crash_in``); whether they crashed."""
+        crashed = []
+        for i, l1 in enumerate(self.l1s):
+            l1.crash_in = crash_in
+            try:
+                self.followers[i].poll()
+                crashed.append(False)
+            except Crash:
+                self.followers[i] = self._follower(i)
+                crashed.append(True)
+            l1.crash_in = None
+        assert crashed[0] == crashed[1]
+        self.check()
+        return crashed[0]
+
+    def check(self) -> None:
+        resumed, whole = self.l1s
+        assert resumed.log == whole.log  # the same events in the same order, field for field
+        assert [(d.record, d.reason, d.raw, d.log_id) for d in resumed.dead] == \
+            [(d.record, d.reason, d.raw, d.log_id) for d in whole.dead]
+        records = [PositionStore(self.home / str(i)).records(self.l1s[i]) for i in range(2)]
+        assert records[0] == records[1]
+
+
+def _one_shot_ids(root: Path) -> set[str]:
+    return {i.event["eventId"] for i in iter_records(root) if isinstance(i, Accepted)}
+
+
+@settings(max_examples=40 if len(SESSIONS) <= 4 else 80, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(data=st.data())
+def test_a_resumed_follower_appends_what_a_whole_import_appends(tmp_path_factory, data):
+    tmp = tmp_path_factory.mktemp("resume")
+    files = data.draw(st.sampled_from(SESSIONS))
+    root = tmp / "projects"
+    root.mkdir()
+    # Each file written in pieces cut anywhere (mid-line too), the files' pieces interleaved.
+    pieces: list[tuple[str, int]] = []
+    for name, content in files.items():
+        ends = [i + 1 for i, byte in enumerate(content) if byte == ord("\n")]
+        anywhere = st.integers(1, len(content))
+        cuts = sorted(set(data.draw(st.lists(st.one_of(st.sampled_from(ends), anywhere), max_size=16), label=name)))
+        pieces += [(name, cut) for cut in [*cuts, len(content)]]
+    order = data.draw(st.permutations(range(len(pieces))), label="order")
+    # A file's pieces keep their order: the n-th slot of a file takes its n-th cut.
+    slots: dict[str, list[int]] = {}
+    for name, cut in pieces:
+        slots.setdefault(name, []).append(cut)
+    schedule = [pieces[i][0] for i in order]
+    clock = Clock()
+    started = clock.now
+    pair = Pair(root, tmp / "home", clock, (MemoryL1(), MemoryL1()))
+    pair.poll(None)  # the files are made while it follows them: they are growing from the start
+    written = dict.fromkeys(files, 0)
+    released_early = restarted = False
+    for name in schedule:
+        cut = slots[name].pop(0)
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("ab") as handle:
+            handle.write(files[name][written[name]:cut])
+        written[name] = cut
+        pause = data.draw(st.sampled_from([0.0, 0.0, 1.0, 6.0]), label="pause")
+        clock.now += pause
+        unfinished = any(written[n] < len(c) for n, c in files.items())
+        released_early |= pause > 5 and unfinished
+        # Crashes and restarts now and then: after one a file is imported whole, until it grows.
+        crash_in = data.draw(st.integers(0, 20), label="crash") if data.draw(st.integers(0, 3)) == 0 else None
+        restarted |= pair.poll(crash_in)
+        if data.draw(st.integers(0, 9), label="restart") == 0:
+            pair.restart()
+            restarted = True
+        # A restarted follower dates a file's last change from its mtime (real time).
+        released_early |= restarted and clock.now - started >= 5 and unfinished
+    clock.now += 10
+    pair.poll(None)
+    pair.poll(None)
+    resumed = pair.l1s[0]
+    assert not resumed.log or max(resumed.counts().values()) == 1
+    expected = _one_shot_ids(root)
+    if released_early:
+        assert set(resumed.counts()) >= expected
+    else:
+        assert set(resumed.counts()) == expected
+
+
+def test_a_subagent_tied_to_its_call_later_is_read_as_a_whole_import_reads_it(tmp_path):
+    """A subagent's start tied to a call by guess (its result, naming it, comes later) is read
+    otherwise once that result is there: a later subagent's start then takes the call the first
+    one left, as an import of the whole file says, not the one a cursor's guess left."""
+    files = _made_up_session()
+    name = f"{SESSION}.jsonl"
+    lines = files[name].splitlines(keepends=True)
+    uuids = {json.loads(line).get("uuid"): n for n, line in enumerate(lines) if line.startswith(b"{\"")}
+    root = tmp_path / "projects"
+    root.mkdir()
+    pair = Pair(root, tmp_path / "home", Clock(), (MemoryL1(), MemoryL1()))
+    for end in (uuids["b1"] + 1, uuids["u14"] + 1, uuids["c1"] + 1, len(lines)):
+        (root / name).write_bytes(b"".join(lines[:end]))
+        pair.poll(None)
+    started = [e for e in pair.l1s[0].log if e["type"] == "episode.started" and e["fields"].get("agentId") == "c"]
+    assert started[0]["fields"]["toolCallId"] == "call-2"
+
+
+def test_a_growing_transcript_is_read_on_not_imported_again(tmp_path, monkeypatch):
+    """Once it grew under the follower's eyes, a transcript's new lines are all that is read; a
+    line that changes what the import said of its earlier lines (here a summary naming one of
+    them, the session's title) makes it import the whole file again. A file as the follower
+    found it is imported whole without keeping its import open (old transcripts stay old)."""
+    opened: list[str] = []
+    fed: list[int] = []
+    whole: list[str] = []
+    original_cursor, original_iter_file = follow.open_cursor, follow.iter_file
+
+    def open_cursor(*args: Any, **kwargs: Any) -> Any:
+        made = original_cursor(*args, **kwargs)
+        assert made is not None
+        cursor = made  # a FileCursor (mypy narrows no name a nested class reads)
+        opened.append(kwargs["label"])
+
+        class Counted:
+            lines = property(lambda _self: cursor.lines)
+            finish = cursor.finish
+
+            def feed(self, chunk: bytes) -> Any:
+                fed.append(len(chunk))
+                return cursor.feed(chunk)
+
+        return Counted()
+
+    def iter_file(*args: Any, **kwargs: Any) -> Any:
+        whole.append(kwargs["label"])
+        return original_iter_file(*args, **kwargs)
+
+    monkeypatch.setattr(follow, "open_cursor", open_cursor)
+    monkeypatch.setattr(follow, "iter_file", iter_file)
+    source = (ROOT / "examples" / "sessions" / "claude-code-session.jsonl").read_bytes()
+    lines = source.splitlines(keepends=True)[1:]  # without its summary line
+    live = tmp_path / "live.jsonl"
+    live.write_bytes(b"".join(lines[:3]))
+    l1, clock = MemoryL1(), Clock()
+    tail = Follower([live], appender=l1, store=PositionStore(tmp_path / "home"), idle_seconds=5.0, clock=clock)
+    tail.poll()
+    assert whole == ["live.jsonl"] and opened == []
+    for line in lines[3:]:
+        with live.open("ab") as handle:
+            handle.write(line)
+        tail.poll()
+    assert whole == ["live.jsonl"] and opened == ["live.jsonl"]
+    assert fed == [len(b"".join(lines[:4]))] + [len(line) for line in lines[4:]]
+    uuid = json.loads(lines[0])["uuid"]
+    with live.open("ab") as handle:
+        handle.write(json.dumps({"type": "summary", "summary": "Named late", "leafUuid": uuid}).encode() + b"\n")
+    tail.poll()
+    assert opened == ["live.jsonl"] * 2 and fed[-1] == live.stat().st_size and whole == ["live.jsonl"]
+    clock.now += 10
+    tail.poll()
+    assert set(l1.counts()) == _one_shot_ids(live) and max(l1.counts().values()) == 1
+    # A file idle for long lets its import go (a session that ended); it is imported whole when
+    # it grows again, and read on after that.
+    clock.now += follow._CURSOR_KEPT_SECONDS
+    tail.poll()
+    again = [line.replace(b'"a0000000-', b'"b0000000-') for line in lines[:2]]  # new uuids
+    for line in again:
+        with live.open("ab") as handle:
+            handle.write(line)
+        tail.poll()
+    assert opened == ["live.jsonl"] * 3
+    assert fed[-2:] == [live.stat().st_size - len(again[1]), len(again[1])]
+    clock.now += 10
+    tail.poll()
+    assert set(l1.counts()) >= _one_shot_ids(live) and max(l1.counts().values()) == 1
