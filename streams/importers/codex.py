@@ -13,6 +13,8 @@ it, so a re-import (or a follower reading the growing file) yields the same ids.
 
 from __future__ import annotations
 
+import copy
+import io
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,18 +27,21 @@ from streams.importers.base import (
     Rejected,
     SessionEmitter,
     iter_json_lines,
+    json_line,
+    non_blank,
     raw_text,
     small_payload,
     valid_time,
 )
 from streams.importers.claude_code import AUXILIARY_TYPE_RE
 
-__all__ = ["LINE_TYPES", "SOURCE", "iter_codex"]
+__all__ = ["LINE_TYPES", "SOURCE", "RolloutCursor", "iter_codex"]
 
 SOURCE = "codex"
 LINE_TYPES = frozenset({"session_meta", "response_item", "turn_context", "event_msg", "compacted"})
 _CALLS = {"function_call": "arguments", "custom_tool_call": "input", "local_shell_call": "action"}
 _OUTPUTS = ("function_call_output", "custom_tool_call_output", "local_shell_call_output")
+_WHAT = "a rollout line"
 # The event_msg kinds that end a turn (older Codex versions name it task_complete).
 _TURN_ENDS = frozenset({"task_complete", "turn_complete", "turn_aborted"})
 _INJECTED = ("<environment_context>", "<user_instructions>", "<user_shell_command>", "# AGENTS.md",
@@ -50,6 +55,40 @@ def iter_codex(path: Path, *, label: str, log_id: str = "default",
     """Events of one Codex rollout (``data``: its bytes, when the caller holds them), and a
     Rejected per line that cannot be imported."""
     yield from _Rollout(path, label=label, log_id=log_id, acl=acl, data=data).run()
+
+
+class RolloutCursor:
+    """A Codex import kept open between the parts of a growing rollout (follow mode): each
+    :meth:`feed` reads only the lines written since the last, numbered on, and says what an
+    import of the whole file says of them (a line's events depend only on the lines before it);
+    :meth:`finish` says what the import says at the end of its input (the open turn's end)."""
+
+    def __init__(self, path: Path, *, label: str, log_id: str = "default",
+                 acl: dict[str, Any] | None = None) -> None:
+        self._rollout = _Rollout(path, label=label, log_id=log_id, acl=acl)
+        self.label = label
+        self.lines = 0  # the lines fed so far (blank ones too: they are numbered)
+
+    def feed(self, data: bytes) -> list[Result]:
+        """The records of ``data`` (whole lines: it ends with a newline), the bytes after those
+        fed before."""
+        if data and not data.endswith(b"\n"):
+            raise ValueError("a cursor reads whole lines: data must end with a newline")
+        results: list[Result] = []
+        for number, raw in non_blank(io.BytesIO(data), start=self.lines + 1):
+            line = json_line(number, raw, label=self.label, what=_WHAT)
+            if isinstance(line, Rejected):
+                results.append(line)
+            else:
+                results += self._rollout._line(line.value, line.number, line.record, line.raw)
+        self.lines += data.count(b"\n")
+        return results
+
+    def finish(self, last_record: str) -> list[Result]:
+        """What the import says at the end of its input, ``last_record`` the input's last record
+        (the cursor is left as it was: the end is said by a copy of the session's emitter)."""
+        emitter = self._rollout.emitter
+        return [] if emitter is None else copy.copy(emitter).end_turn(record=last_record, raw="")
 
 
 class _Rollout:
@@ -68,7 +107,7 @@ class _Rollout:
 
     def run(self) -> Iterator[Result]:
         last_record = f"{self.label}:0"
-        for line in iter_json_lines(self.path, label=self.label, what="a rollout line", data=self.data):
+        for line in iter_json_lines(self.path, label=self.label, what=_WHAT, data=self.data):
             last_record = line.record
             if isinstance(line, Rejected):
                 yield line

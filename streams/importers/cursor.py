@@ -14,6 +14,7 @@ from streams.asp import DEFAULT_MAX_EVENT_BYTES
 from streams.importers import _fitted
 from streams.importers.base import Accepted, Rejected
 from streams.importers.claude_code import SubagentLinks, TranscriptCursor
+from streams.importers.codex import RolloutCursor
 
 __all__ = ["FileCursor", "open_cursor"]
 
@@ -24,7 +25,7 @@ class FileCursor:
     ``finish`` say what :func:`iter_file` says of the same lines and at the same end, events
     over the size limit cut or rejected as it does."""
 
-    def __init__(self, cursor: TranscriptCursor, max_event_bytes: int) -> None:
+    def __init__(self, cursor: TranscriptCursor | RolloutCursor, max_event_bytes: int) -> None:
         self._cursor = cursor
         self._limit = max_event_bytes
 
@@ -51,9 +52,13 @@ def open_cursor(path: Path, fmt: str, *, label: str, log_id: str = "default", ac
                 max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
                 links: SubagentLinks | None = None) -> FileCursor | None:
     """A :class:`FileCursor` for a file of format ``fmt`` (arguments as :func:`iter_file`'s), or
-    None when its importer reads only whole files. Only Claude Code transcripts have one: they
-    are what is followed as it grows, often to tens of MB."""
-    if fmt != "claude-code":
-        return None
-    return FileCursor(TranscriptCursor(Path(path), label=label, log_id=log_id, acl=acl,
-                                       links={} if links is None else links), max_event_bytes)
+    None when its importer reads only whole files. Claude Code transcripts and Codex rollouts
+    have one: they are the agents' files followed as they grow, to tens of MB. (A Gemini CLI
+    recording is rewritten whole; ASP and OpenAI-chat files are imported whole on every change,
+    as before.)"""
+    if fmt == "claude-code":
+        return FileCursor(TranscriptCursor(Path(path), label=label, log_id=log_id, acl=acl,
+                                           links={} if links is None else links), max_event_bytes)
+    if fmt == "codex":
+        return FileCursor(RolloutCursor(Path(path), label=label, log_id=log_id, acl=acl), max_event_bytes)
+    return None

@@ -1,5 +1,5 @@
-"""A follower reads a growing Claude Code transcript on from where it stopped (its import kept
-open between polls) and appends exactly what a follower that imports the whole file on every
+"""A follower reads a growing Claude Code transcript or Codex rollout on from where it stopped
+(its import kept open between polls) and appends exactly what a follower that imports the whole file on every
 change appends: the same events, byte for byte, the same dead letters and the same records,
 through any split of the writes, restarts and crashes; and the eventIds of a one-shot import."""
 
@@ -94,6 +94,8 @@ def _sessions() -> list[dict[str, bytes]]:
         {"491e126e.jsonl": (ROOT / "tests" / "fixtures" / "turn_ends"
                             / "491e126e-1e71-469c-ade2-fcc8af567c74.jsonl").read_bytes()},
         _made_up_session(),
+        *({f"rollout-{n}.jsonl": path.read_bytes()}
+          for n, path in enumerate(sorted((ROOT / "tests" / "fixtures" / "importers" / "codex").glob("*.jsonl")))),
     ]
     # Real transcripts (a session file and its subagents' files) where there are some, e.g.
     # USL_TEST_CLAUDE_CODE_DIR=~/.claude/projects/NAME: only the fixtures run without it.
@@ -152,7 +154,7 @@ def _one_shot_ids(root: Path) -> set[str]:
     return {i.event["eventId"] for i in iter_records(root) if isinstance(i, Accepted)}
 
 
-@settings(max_examples=40 if len(SESSIONS) <= 4 else 80, deadline=None,
+@settings(max_examples=50 if len(SESSIONS) <= 6 else 100, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(data=st.data())
 def test_a_resumed_follower_appends_what_a_whole_import_appends(tmp_path_factory, data):
