@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import itertools
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -19,14 +21,14 @@ from sinks.generations import GenerationStore, Manifest, chunk_seq_bound
 from sinks.rebuild import ReplayStream
 from sinks.runner import index_root, watermark_of
 from sinks.service import make_writer, pipeline_versions
-from sinks.watermarks import WatermarkPublisher
+from sinks.watermarks import WatermarkFollower, WatermarkPublisher
 from sinks.writer import SOURCE_KINDS
 from streams.asp import ASP_VERSION, validate_event
 from streams.l1 import L1Producer
 from streams.settings import Settings
 from streams.topics import ensure_topics
 
-__all__ = ["ALL_KINDS", "IndexBuilder", "acl", "interleaved", "make_test_settings", "session_events"]
+__all__ = ["ALL_KINDS", "IndexBuilder", "acl", "interleaved", "make_test_settings", "serving", "session_events"]
 
 ALL_KINDS = ("structured", "text", "vector", "toolresults")
 
@@ -196,3 +198,18 @@ def interleaved(log_id: str) -> tuple[list[dict[str, Any]], dict[str, list[list[
     alice_turn, all_turn = sessions["s-alice"][3], sessions["s-all"][2] + sessions["s-all"][3]
     order += alice_turn[:2] + all_turn + alice_turn[2:]
     return order, sessions
+
+
+@contextmanager
+def serving(settings: Settings, bootstrap: str, builder: IndexBuilder) -> Iterator[Any]:
+    """A planner following ``builder``'s watermarks as ``usl serve`` does; closes all three."""
+    from planner.engine import Planner
+
+    follower = WatermarkFollower(bootstrap, settings).start()
+    planner = Planner(settings, bootstrap, follower=follower)
+    try:
+        yield planner
+    finally:
+        planner.close()
+        follower.stop()
+        builder.close()

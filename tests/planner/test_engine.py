@@ -11,7 +11,6 @@ import json
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -44,6 +43,7 @@ from tests.planner.corpus import (
     acl,
     interleaved,
     make_test_settings,
+    serving,
     session_events,
 )
 
@@ -625,21 +625,8 @@ def live(kafka_bootstrap: str, tmp_path: Path) -> Iterator[tuple[IndexBuilder, P
     order, _ = interleaved("live")
     builder.append(order)
     builder.commit()
-    with _serving(settings, kafka_bootstrap, builder) as planner:
+    with serving(settings, kafka_bootstrap, builder) as planner:
         yield builder, planner
-
-
-@contextmanager
-def _serving(settings: Settings, bootstrap: str, builder: IndexBuilder) -> Iterator[Planner]:
-    """A planner following ``builder``'s watermarks as ``usl serve`` does; closes all three."""
-    follower = WatermarkFollower(bootstrap, settings).start()
-    planner = Planner(settings, bootstrap, follower=follower)
-    try:
-        yield planner
-    finally:
-        planner.close()
-        follower.stop()
-        builder.close()
 
 
 def _session_rank(planner: Planner, query: str, log: str, mode: str, freshness: str, session: str) -> int | None:
@@ -920,7 +907,7 @@ def grammar(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> I
     builder.append(indexed[0] + indexed[1])
     builder.commit()
     builder.append(tail[0] + tail[1])  # above every watermark: only latest's tail scan holds it
-    with _serving(settings, kafka_bootstrap, builder) as planner:
+    with serving(settings, kafka_bootstrap, builder) as planner:
         yield planner
 
 
@@ -1006,7 +993,7 @@ def known(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
     builder.append(_turn("known", "hi-tail", 74, MARKED_TEXTS[1]) + _turn("known", "hi-noise", 76, MARKED_TEXTS[3])
                    + _turn("known", "json-tail", 77, MARKED_TEXTS[4]))
     builder.append(_task_and_output("known", "span-tail", 81, SPAN_TASKS[1]))
-    with _serving(settings, kafka_bootstrap, builder) as planner:
+    with serving(settings, kafka_bootstrap, builder) as planner:
         yield planner
 
 
@@ -1085,7 +1072,7 @@ def tool_known(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -
     builder.append(_long_input_events("toolknown", "wi-indexed", 60, WRITTEN[0]))
     builder.commit()
     builder.append(_long_input_events("toolknown", "wi-tail", 61, WRITTEN[1]))  # only latest reads it
-    with _serving(settings, kafka_bootstrap, builder) as planner:
+    with serving(settings, kafka_bootstrap, builder) as planner:
         yield planner
 
 
@@ -1328,7 +1315,7 @@ def paging(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> It
         groups = session_events("paging", f"s-extra{number}", acl("acme", "*"), turns=3, words=words)
         builder.append([event for group in groups for event in group])
     builder.commit()
-    with _serving(settings, kafka_bootstrap, builder) as planner:
+    with serving(settings, kafka_bootstrap, builder) as planner:
         wait_for = builder.commit()["text"].generation_id
         deadline = __import__("time").monotonic() + 10
         while planner.watermarks("paging").get("text", {}).get("generationId", 0) < wait_for:
@@ -1579,7 +1566,7 @@ def test_the_copy_of_a_repeated_text_that_stands_for_it_is_the_newest(
     times = {f"s-twin{number}": (60 + number, 90 - number) for number in range(6)}
     settings = make_test_settings(tmp_path / "ties", kafka_bootstrap)
     builder = IndexBuilder(settings, kafka_bootstrap, "ties")
-    with _serving(settings, kafka_bootstrap, builder) as planner:
+    with serving(settings, kafka_bootstrap, builder) as planner:
         for session, (first_at, second_at) in times.items():
             builder.append(_turn("ties", session, first_at, BOILERPLATE) + _turn("ties", session, second_at, second))
         committed = builder.commit()

@@ -22,8 +22,7 @@ from planner.engine import Planner
 from planner.local import clauses_of, field_norm, rank_texts_as_index
 from sinks.text.base import parse_query
 from sinks.text.tantivy_engine import TantivyEngine
-from sinks.watermarks import WatermarkFollower
-from tests.planner.corpus import IndexBuilder, acl, make_test_settings
+from tests.planner.corpus import IndexBuilder, acl, make_test_settings, serving
 
 ENGINE = TantivyEngine()
 WORDS = ("deploy", "refund", "kafka", "broker", "timeout", "retry", "cache", "数", "据")
@@ -99,14 +98,8 @@ def planner(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> I
                              " ".join(FILLER) + f" test {number} " + " ".join(reversed(FILLER))))
     builder.append(_turn("strong-tail", 50, "a flaky websocket reconnect test again: the reconnect "
                                             "websocket handler raced the test teardown"))
-    follower = WatermarkFollower(kafka_bootstrap, settings).start()
-    planner = Planner(settings, kafka_bootstrap, follower=follower)
-    try:
-        yield planner
-    finally:
-        planner.close()
-        follower.stop()
-        builder.close()
+    with serving(settings, kafka_bootstrap, builder) as served:
+        yield served
 
 
 def _sessions(planner: Planner, **request: Any) -> list[str]:
