@@ -30,7 +30,7 @@ from streams.importers.openai_chat import (
     iter_openai_chat,
 )
 
-__all__ = ["DOCUMENT_FORMATS", "FORMATS", "Accepted", "Rejected", "detect_format", "file_format",
+__all__ = ["DOCUMENT_FORMATS", "FORMATS", "Accepted", "Rejected", "detect_format", "file_format", "fitted",
            "import_files", "iter_file", "iter_records"]
 
 _SUFFIXES = (".jsonl", ".json")
@@ -134,7 +134,7 @@ def iter_file(
     record = label
     for item in _IMPORTERS[fmt](Path(path), label=label, log_id=log_id, acl=acl, data=data, **extra):
         if isinstance(item, Accepted):
-            event, item = item.event, _fitted(item, max_event_bytes)
+            event, item = item.event, fitted(item, max_event_bytes)
             if refused is not None and isinstance(item, Rejected):
                 refused.refuse(event, item.record)  # too big to keep: as if it were invalid
             if tails is not None and isinstance(item, Accepted):
@@ -147,7 +147,9 @@ def iter_file(
         yield Accepted(validated, record, canonical=canonical)
 
 
-def _fitted(item: Accepted, limit: int) -> Accepted | Rejected:
+def fitted(item: Accepted, limit: int) -> Accepted | Rejected:
+    """``item`` as an import keeps it under ``limit`` bytes: as it is, cut to fit
+    (``streams.asp.fit_event``), or rejected when it cannot be cut to fit."""
     if item.canonical is not None and len(item.canonical) <= limit:
         return item  # fits as it is (what fit_event would measure first)
     try:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from streams.asp import DEFAULT_MAX_EVENT_BYTES
-from streams.importers import _fitted
+from streams.importers import fitted
 from streams.importers.base import Accepted, Rejected
 from streams.importers.claude_code import SubagentLinks, TranscriptCursor
 from streams.importers.codex import RolloutCursor
@@ -45,7 +45,7 @@ class FileCursor:
         return [self._fit(item) for item in self._cursor.finish(last_record)]
 
     def _fit(self, item: Accepted | Rejected) -> Accepted | Rejected:
-        return _fitted(item, self._limit) if isinstance(item, Accepted) else item
+        return fitted(item, self._limit) if isinstance(item, Accepted) else item
 
 
 def open_cursor(path: Path, fmt: str, *, label: str, log_id: str = "default", acl: dict[str, Any] | None = None,
