@@ -163,8 +163,7 @@ class EventReceiver:
         (stage ``receiver``), as ``usl ingest`` publishes a file's: the caller reads the answer,
         but an OTLP exporter only logs a partial success, and an operator looks in ``usl
         deadletters``. ``raws``: each event as the request had it, by index."""
-        letters = [(item, item["reason"]) for item in answer["rejected"]]
-        letters += [(item, item["reason"]) for item in answer.get("conflicts", ())]
+        letters = [*answer["rejected"], *answer.get("conflicts", ())]
         if not letters:
             return
         from streams.l1 import DeadLetters
@@ -172,11 +171,11 @@ class EventReceiver:
         try:
             if self._dead is None:
                 self._dead = DeadLetters(self.bootstrap, self.settings)
-            for item, reason in letters:
+            for item in letters:
                 index = item["index"]
                 raw = raws.get(index)
                 where = item.get("record") or f"events[{index}]"
-                self._dead.publish(stage="receiver", reason=reason, log_id=log_id, record=f"POST {route} {where}",
+                self._dead.publish(stage="receiver", reason=item["reason"], log_id=log_id, record=f"POST {route} {where}",
                                    raw=raw if isinstance(raw, str) else "" if raw is None else
                                    orjson.dumps(raw, default=str).decode("utf-8", "replace"))
             self._dead.flush()
