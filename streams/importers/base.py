@@ -196,6 +196,14 @@ def read_lines(path: Path, data: Content | None = None) -> Iterator[tuple[int, b
             raise ImportFormatError(f"{path}: read failed: {exc.strerror or exc}") from exc
 
 
+def fed_lines(data: bytes, fed: int) -> list[tuple[int, bytes]]:
+    """The non-blank lines of ``data``, the whole lines a follow cursor is fed after the ``fed``
+    lines before them (ValueError unless ``data`` ends with a newline), numbered on from those."""
+    if data and not data.endswith(b"\n"):
+        raise ValueError("a cursor reads whole lines: data must end with a newline")
+    return list(non_blank(io.BytesIO(data), start=fed + 1))
+
+
 def non_blank(lines: Iterable[bytes], start: int = 1) -> Iterator[tuple[int, bytes]]:
     """(line number counted from ``start``, stripped line) of every line that is not blank."""
     for number, line in enumerate(lines, start=start):

@@ -11,7 +11,6 @@ documented in ``docs/importers.md``.
 from __future__ import annotations
 
 import copy
-import io
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
@@ -24,9 +23,9 @@ from streams.importers.base import (
     JsonLine,
     Rejected,
     SessionEmitter,
+    fed_lines,
     iter_json_lines,
     json_line,
-    non_blank,
     parse_json,
     raw_text,
     read_lines,
@@ -125,9 +124,7 @@ class TranscriptCursor:
     def feed(self, data: bytes) -> list[Result] | None:
         """The records of ``data`` (whole lines: it ends with a newline), the file's bytes after
         those fed before; None when the cursor is stale (a fresh import must read the file)."""
-        if data and not data.endswith(b"\n"):
-            raise ValueError("a cursor reads whole lines: data must end with a newline")
-        lines = list(non_blank(io.BytesIO(data), start=self.lines + 1))
+        lines = fed_lines(data, self.lines)
         self._scan.update(line for _, line in lines)
         if self.stale:
             return None

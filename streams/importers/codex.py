@@ -14,7 +14,6 @@ it, so a re-import (or a follower reading the growing file) yields the same ids.
 from __future__ import annotations
 
 import copy
-import io
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,9 +25,9 @@ from streams.importers.base import (
     Content,
     Rejected,
     SessionEmitter,
+    fed_lines,
     iter_json_lines,
     json_line,
-    non_blank,
     raw_text,
     small_payload,
     valid_time,
@@ -72,10 +71,8 @@ class RolloutCursor:
     def feed(self, data: bytes) -> list[Result]:
         """The records of ``data`` (whole lines: it ends with a newline), the bytes after those
         fed before."""
-        if data and not data.endswith(b"\n"):
-            raise ValueError("a cursor reads whole lines: data must end with a newline")
         results: list[Result] = []
-        for number, raw in non_blank(io.BytesIO(data), start=self.lines + 1):
+        for number, raw in fed_lines(data, self.lines):
             line = json_line(number, raw, label=self.label, what=_WHAT)
             if isinstance(line, Rejected):
                 results.append(line)
