@@ -275,7 +275,8 @@ def test_a_growing_transcript_is_read_on_not_imported_again(tmp_path, monkeypatc
             handle.write(line)
         tail.poll()
     assert whole == ["live.jsonl"] and opened == ["live.jsonl"]
-    assert fed == [len(b"".join(lines[:4]))] + [len(line) for line in lines[4:]]
+    # Its first change: a new import reads the prefix its record vouches for, then reads on.
+    assert fed == [len(b"".join(lines[:3]))] + [len(line) for line in lines[3:]]
     uuid = json.loads(lines[0])["uuid"]
     with live.open("ab") as handle:
         handle.write(json.dumps({"type": "summary", "summary": "Named late", "leafUuid": uuid}).encode() + b"\n")
@@ -284,8 +285,8 @@ def test_a_growing_transcript_is_read_on_not_imported_again(tmp_path, monkeypatc
     clock.now += 10
     tail.poll()
     assert set(l1.counts()) == _one_shot_ids(live) and max(l1.counts().values()) == 1
-    # A file idle for long lets its import go (a session that ended); it is imported whole when
-    # it grows again, and read on after that.
+    # A file idle for long lets its import go (a session that ended); when it grows again a new
+    # import reads the prefix its record vouches for, then reads on.
     clock.now += follow._CURSOR_KEPT_SECONDS
     tail.poll()
     again = [line.replace(b'"a0000000-', b'"b0000000-') for line in lines[:2]]  # new uuids
@@ -294,7 +295,65 @@ def test_a_growing_transcript_is_read_on_not_imported_again(tmp_path, monkeypatc
             handle.write(line)
         tail.poll()
     assert opened == ["live.jsonl"] * 3
-    assert fed[-2:] == [live.stat().st_size - len(again[1]), len(again[1])]
+    assert fed[-3:] == [live.stat().st_size - len(again[0]) - len(again[1]), len(again[0]), len(again[1])]
     clock.now += 10
     tail.poll()
     assert set(l1.counts()) >= _one_shot_ids(live) and max(l1.counts().values()) == 1
+
+
+def test_a_restarted_follower_reads_on_from_its_position(tmp_path, monkeypatch):
+    """A restarted follower reads a file that grew (while it was down, or after its restart)
+    once: a new import reads the prefix the file's record vouches for and reads on from there,
+    not the prefix imported to learn what was appended and then the whole file (twice a 15 MB
+    transcript's 0.45 s). It appends what a follower that imports the whole file appends."""
+    read: list[int] = []
+    original_cursor, original_iter_file = follow.open_cursor, follow.iter_file
+
+    def open_cursor(*args: Any, **kwargs: Any) -> Any:
+        made = original_cursor(*args, **kwargs)
+        assert made is not None
+        cursor = made
+
+        class Counted:
+            lines = property(lambda _self: cursor.lines)
+            finish = cursor.finish
+
+            def feed(self, chunk: bytes) -> Any:
+                read.append(len(chunk))
+                return cursor.feed(chunk)
+
+        return Counted()
+
+    def iter_file(*args: Any, **kwargs: Any) -> Any:
+        data = kwargs["data"]
+        read.append(sum(map(len, data)) if isinstance(data, tuple) else len(data))
+        return original_iter_file(*args, **kwargs)
+
+    monkeypatch.setattr(follow, "open_cursor", open_cursor)
+    monkeypatch.setattr(follow, "iter_file", iter_file)
+    lines = (ROOT / "examples" / "sessions" / "claude-code-session.jsonl").read_bytes().splitlines(keepends=True)[1:]
+    root = tmp_path / "projects"
+    root.mkdir()
+    live = root / "live.jsonl"
+    live.write_bytes(b"".join(lines[:3]))
+    clock = Clock()
+    pair = Pair(root, tmp_path / "home", clock, (MemoryL1(), MemoryL1()))
+    pair.poll(None)
+    for grown_while_down in (True, False, True):
+        pair.restart()
+        if grown_while_down:
+            with live.open("ab") as handle:
+                handle.write(lines.pop(3))
+        read.clear()
+        pair.followers[0].poll()
+        with live.open("ab") as handle:
+            handle.write(lines.pop(3))
+        pair.followers[0].poll()
+        # The file (with the sentinel line a whole import reads after it) once, and that's all.
+        assert 0 < sum(read) <= live.stat().st_size + len(follow._SENTINEL)
+        pair.followers[1].poll()
+        pair.followers[1].poll()
+        pair.check()
+    clock.now += 10
+    pair.poll(None)
+    assert set(pair.l1s[0].counts()) == _one_shot_ids(live)
