@@ -84,6 +84,9 @@ _SENTINEL = b'{"type": "usl.follow.end-of-input"}\n'
 # How long a file's import is kept open after its last change (see Follower._resume): long past
 # a pause of its session's user, short of keeping every transcript a long-lived follower saw grow.
 _CURSOR_KEPT_SECONDS = 600.0
+# In what a file appended (``_Tracked.appended``): the digest of an event L1 holds with other
+# content, which no event's digest equals (an import of the file says the conflict again).
+_CONFLICT = b""
 
 
 class Appender(Protocol):
@@ -107,7 +110,9 @@ class Appender(Protocol):
 @dataclass(frozen=True)
 class FileRecord:
     """What one file has appended: its first ``offset`` bytes (``prefix_sha``) were imported and
-    every event of them is in L1 except ``held`` (end events waiting for the file to go idle)."""
+    every event of them is in L1 except ``held`` (end events waiting for the file to go idle)
+    and ``conflicts`` (events whose eventId L1 holds with other content: dead-lettered once, and
+    said again by the next import of the file, not counted as already in L1)."""
 
     path: str
     log_id: str
@@ -118,10 +123,11 @@ class FileRecord:
     held: tuple[str, ...] = ()
     device: int = 0
     inode: int = 0
+    conflicts: tuple[str, ...] = ()
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> FileRecord:
-        return cls(**{**data, "held": tuple(data.get("held", ()))})
+        return cls(**{**data, "held": tuple(data.get("held", ())), "conflicts": tuple(data.get("conflicts", ()))})
 
 
 @dataclass
@@ -285,6 +291,10 @@ def _jsonable(record: FileRecord | None) -> dict[str, Any] | None:
         return None
     data = asdict(record)
     data["held"] = list(record.held)
+    if record.conflicts:
+        data["conflicts"] = list(record.conflicts)
+    else:  # a record without conflicts reads as one an earlier release wrote (commit compares them)
+        del data["conflicts"]
     return data
 
 
@@ -614,12 +624,8 @@ class Follower:
         before = importer.feed(complete[: record.offset])
         assert before is not None  # a new cursor is never stale
         if tracked.record != record or tracked.appended is None:
-            before += self._end(importer, label)
-            held = set(record.held)
             tracked.record = record
-            tracked.appended = dict.fromkeys(item.event["eventId"] for item in before if isinstance(item, Accepted)
-                                             and item.event["eventId"] not in held)
-            tracked.rejected = {item.record for item in before if isinstance(item, Rejected)}
+            tracked.appended, tracked.rejected = _vouched_for(before + self._end(importer, label), record)
         new = importer.feed(complete[record.offset:])
         if new is None:
             # The subagent links the prefix taught are forgotten: the whole file is imported as
@@ -737,7 +743,7 @@ class Follower:
                 report.rejected += len(batch.rejects)
                 report.rejected_items += batch.rejects
                 report.rejected_before += _old_rejects([*chunk, *conflicts], old_rejects)
-            record = self._record(item)
+            record = self._record(item, conflicts=_conflicts(seen))
             stream.finish(record)
         report.formats.add(item.fmt)
         tracked.record, tracked.appended = record, seen
@@ -758,8 +764,8 @@ class Follower:
         if chunk:
             yield chunk
 
-    def _record(self, item: _Parsed, held: tuple[str, ...] = ()) -> FileRecord:
-        """The record of ``item`` once every event of it but ``held`` is in L1."""
+    def _record(self, item: _Parsed, held: tuple[str, ...] = (), conflicts: tuple[str, ...] = ()) -> FileRecord:
+        """The record of ``item`` once every event of it but ``held`` and ``conflicts`` is in L1."""
         if item.resumed_sha is not None and item.base is not None:
             # The file begins with the base's bytes, which hold its first line: only the new
             # bytes were hashed, on from the base's prefix.
@@ -769,7 +775,7 @@ class Follower:
         return FileRecord(
             path=str(item.path), log_id=self.log_id, format=item.fmt, offset=len(item.complete),
             prefix_sha=prefix_sha, first_line_sha=first_line_sha,
-            held=held, device=item.stat.st_dev, inode=item.stat.st_ino,
+            held=held, device=item.stat.st_dev, inode=item.stat.st_ino, conflicts=conflicts,
         )
 
     def _plan(self, parsed: list[_Parsed], report: PollReport) -> _Batch:
@@ -794,10 +800,7 @@ class Follower:
             elif base is not None:
                 before = item.items if base.offset == len(item.complete) else self._import(
                     item.path, item.label, item.root, item.fmt, item.complete[: base.offset])[0]
-                held = set(base.held)
-                ids = dict.fromkeys(i.event["eventId"] for i in before
-                                    if isinstance(i, Accepted) and i.event["eventId"] not in held)
-                known[item.key] = (ids, {i.record for i in before if isinstance(i, Rejected)})
+                known[item.key] = _vouched_for(before, base)
             elif tracked.new and item.base is None:
                 known[item.key] = ({}, set())
             else:
@@ -824,7 +827,7 @@ class Follower:
         held = [e.event for e in item.items[len(release):]
                 if isinstance(e, Accepted) and e.event["eventId"] not in seen]
         rejects = _new_rejects([*release, *conflicts], old_rejects)
-        record = self._record(item, held=tuple(e["eventId"] for e in held))
+        record = self._record(item, held=tuple(e["eventId"] for e in held), conflicts=_conflicts(seen))
         if item.cursor is not None:
             item.cursor.record = record  # valid once the batch commits and the record is this
         tracked.cursor = item.cursor
@@ -901,6 +904,7 @@ def _new_events(entries: list[Accepted | Rejected], seen: dict[str, bytes | None
             if event_digest(mine) == held:
                 report.duplicates += 1
             else:
+                seen[event_id] = _CONFLICT  # the file's record keeps it (see _vouched_for)
                 conflicts.append(Rejected(
                     entry.record,
                     f"event already in log {entry.event.get('logId')!r} with other content: eventId "
@@ -914,6 +918,32 @@ def _new_events(entries: list[Accepted | Rejected], seen: dict[str, bytes | None
         canonical.append(entry.canonical)
         report.cut += entry.cut > 0
     return events, canonical, conflicts
+
+
+def _vouched_for(before: list[Accepted | Rejected],
+                 record: FileRecord) -> tuple[dict[str, bytes | None], set[str]]:
+    """What a file whose first ``record.offset`` bytes say ``before`` (their import, its end
+    too) appended, as ``_Tracked.appended`` and ``_Tracked.rejected`` say it: every event but
+    those ``record`` holds back, its conflicts marked as such (so an import of the file says
+    them again, as records an earlier import dead-lettered, not as events L1 holds), and the
+    records dead-lettered."""
+    held, conflicts = set(record.held), set(record.conflicts)
+    appended: dict[str, bytes | None] = {}
+    rejected: set[str] = set()
+    for item in before:
+        if isinstance(item, Rejected):
+            rejected.add(item.record)
+        elif (event_id := item.event["eventId"]) in conflicts:
+            appended[event_id] = _CONFLICT
+            rejected.add(item.record)
+        elif event_id not in held:
+            appended[event_id] = None
+    return appended, rejected
+
+
+def _conflicts(seen: dict[str, bytes | None]) -> tuple[str, ...]:
+    """The eventIds :func:`_new_events` found L1 holding with other content."""
+    return tuple(sorted(event_id for event_id, digest in seen.items() if digest == _CONFLICT))
 
 
 def _new_rejects(entries: list[Accepted | Rejected], old_rejects: set[str]) -> list[Rejected]:

@@ -656,3 +656,42 @@ def test_a_line_edited_in_a_rewritten_file_is_a_conflict_for_a_running_follower_
     assert [item.record for item in letters] == [f"a.jsonl:{edited + 1}"]
     assert max(l1.counts().values()) == 1
     assert set(l1.counts()) == one_shot_ids(live)  # the rest of the grown file went in
+
+
+@pytest.mark.parametrize("restart", [False, True], ids=["same follower", "restarted follower"])
+def test_an_import_after_a_conflict_says_it_again(tmp_path, restart):
+    """QA: after a followed file's edited line was dead-lettered as a conflict, importing the
+    file again (``usl ingest`` of it, its record vouching for it) read clean: "0 appended, N
+    already in L1, rejected 0", the conflicting event counted as already in L1 though L1 holds
+    another. The file's record keeps its conflicts, through later growth read on by the
+    cursor and restarts: an import says them as records an earlier import dead-lettered
+    (``rejectedEarlier``), without a second dead letter."""
+    root = tmp_path / "sessions"
+    root.mkdir()
+    live = root / "a.jsonl"
+    lines = TRANSCRIPTS[0].read_bytes().splitlines(keepends=True)
+    live.write_bytes(b"".join(lines[:6]))
+    l1, clock = MemoryL1(), Clock()
+    tail = follower(root, l1, tmp_path / "home", clock)
+    tail.poll()
+    edited = next(i for i, line in enumerate(lines[:6]) if b'"assistant"' in line and b'"text"' in line)
+    value = json.loads(lines[edited])
+    next(b for b in value["message"]["content"] if b.get("type") == "text")["text"] += " (edited later)"
+    lines[edited] = json.dumps(value).encode() + b"\n"
+    live.write_bytes(b"".join(lines[:8]))
+    tail.poll()
+    assert [item.record for item in l1.dead] == [f"a.jsonl:{edited + 1}"]
+    for line in lines[8:]:  # the agent goes on: read on from the position
+        if restart:
+            tail = follower(root, l1, tmp_path / "home", clock)
+        with live.open("ab") as handle:
+            handle.write(line)
+        tail.poll()
+    clock.now += 10
+    tail.poll()
+    assert set(l1.counts()) == one_shot_ids(live) and len(l1.dead) == 1
+    again = follower(live, l1, tmp_path / "home", clock, once=True).poll()
+    assert again.appended == 0 and len(l1.dead) == 1
+    assert [item.record for item in again.rejected_before] == [f"a.jsonl:{edited + 1}"]
+    assert "with other content" in again.rejected_before[0].reason
+    assert again.duplicates == again.records_read - 1  # all but the conflict
