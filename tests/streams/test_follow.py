@@ -4,6 +4,8 @@ middle of a batch, truncation, rotation and deletion all leave each event exactl
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -695,3 +697,98 @@ def test_an_import_after_a_conflict_says_it_again(tmp_path, restart):
     assert [item.record for item in again.rejected_before] == [f"a.jsonl:{edited + 1}"]
     assert "with other content" in again.rejected_before[0].reason
     assert again.duplicates == again.records_read - 1  # all but the conflict
+
+
+def _listed_by_rglob(follow: Follower, root: Path) -> list[tuple[str, Path, str, Path]]:
+    """What a follower listed before it kept directories' listings: ``rglob`` on every poll."""
+    files = sorted((p for p in root.rglob("*") if p.is_file() and p.suffix.lower() in (".jsonl", ".json")),
+                   key=lambda p: p.relative_to(root).as_posix())
+    return [(follow._key(p), p, p.relative_to(root).as_posix(), root) for p in files]
+
+
+def _age(root: Path, seconds: float) -> None:
+    """Every directory under ``root`` last changed ``seconds`` ago (each at its own time)."""
+    for n, directory in enumerate([root, *(p for p in root.rglob("*") if p.is_dir())]):
+        then = time.time() - seconds - n
+        os.utime(directory, (then, then))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=st.lists(st.tuples(st.sampled_from(["make", "make-other", "append", "delete", "rename", "mkdir",
+                                                 "rmdir", "age"]), st.integers(0, 5), st.integers(0, 5)),
+                      max_size=25))
+def test_a_followed_tree_lists_what_rglob_lists(tmp_path_factory, steps):
+    """The followed files of a directory tree, whose directories' listings are kept while their
+    mtimes stand still, are at every poll those ``rglob`` finds (files made, deleted, renamed,
+    directories made and removed, in the same mtime tick or long after)."""
+    root = tmp_path_factory.mktemp("tree") / "projects"
+    root.mkdir()
+    (root / "linked-target").mkdir()
+    (root / "linked-target" / "x.jsonl").write_text("{}\n")
+    (root / "link").symlink_to(root / "linked-target")  # rglob does not enter it
+    follow = Follower([root], appender=MemoryL1(), store=PositionStore(root.parent / "home"))
+    assert follow._files() == _listed_by_rglob(follow, root)
+    for step, a, b in steps:
+        dirs = [root, *sorted(p for p in root.rglob("*") if p.is_dir() and not p.is_symlink())]
+        files = sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink())
+        where = dirs[a % len(dirs)]
+        if step == "make":
+            (where / f"s{b}.jsonl").write_text("{}\n")
+        elif step == "make-other":
+            (where / f"notes{b}.{'JSON' if b % 2 else 'txt'}").write_text("{}\n")
+        elif step == "append" and files:
+            with files[b % len(files)].open("a") as handle:
+                handle.write("{}\n")
+        elif step == "delete" and files:
+            files[b % len(files)].unlink()
+        elif step == "rename" and files:
+            files[b % len(files)].rename(where / f"r{b}-{files[b % len(files)].name}")
+        elif step == "mkdir":
+            (where / f"d{b}").mkdir(exist_ok=True)
+        elif step == "rmdir" and where != root and where.name != "linked-target":
+            shutil.rmtree(where)
+        elif step == "age":
+            _age(root, 60 + b)
+        assert follow._files() == _listed_by_rglob(follow, root)
+
+
+def test_an_idle_poll_lists_no_directory_whose_mtime_stood_still(tmp_path, monkeypatch):
+    """QA: every 0.5 s poll listed the followed tree again (``rglob``) and parsed every file's
+    position: with 2 000 files in 40 directories, 40 ms and 11 ms of CPU of a 56 ms idle poll. A
+    directory whose mtime has not moved (and is not recent) keeps its listing, and positions are
+    parsed again only when their bytes changed; a file appended in place is still seen (every
+    file is stat'ed), and a new file moves its directory's mtime."""
+    root = tmp_path / "projects"
+    lines = TRANSCRIPTS[0].read_bytes().splitlines(keepends=True)
+    for n in range(6):
+        (root / f"p{n % 3}").mkdir(parents=True, exist_ok=True)
+        (root / f"p{n % 3}" / f"s{n}.jsonl").write_bytes(lines[0])
+    _age(root, 60)
+    l1, clock = MemoryL1(), Clock()
+    tail = follower(root, l1, tmp_path / "home", clock)
+    tail.poll()
+    listed: list[str] = []
+    scandir = os.scandir
+
+    def counted(path: Any = ".") -> Any:
+        listed.append(str(path))
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", counted)
+    loads: list[int] = []
+    load = PositionStore._load
+    monkeypatch.setattr(PositionStore, "_load", lambda store, *args: loads.append(1) or load(store, *args))
+    clock.now += 10
+    tail.poll()
+    tail.poll()
+    assert listed == []
+    assert len(loads) == 1  # parsed again once: the first poll wrote them after it read them
+    before = len(l1.log)
+    with (root / "p1" / "s1.jsonl").open("ab") as handle:
+        handle.write(lines[1])
+    tail.poll()
+    assert listed == [] and len(l1.log) > before
+    (root / "p2" / "new.jsonl").write_bytes(lines[0].replace(b"a0000000-", b"c0000000-"))
+    tail.poll()
+    assert listed == [str(root / "p2")]
+    assert str(root / "p2" / "new.jsonl") in {str(path) for _key, path, _label, _root in tail._files()}
