@@ -68,7 +68,7 @@ from streams.exceptions import ImportFormatError
 from streams.fsio import atomic_write
 from streams.importers import DOCUMENT_FORMATS, Accepted, Rejected, file_format, iter_file
 from streams.importers.base import parse_json
-from streams.importers.cursor import FileCursor, open_cursor
+from streams.importers.cursor import FileCursor, open_cursor, settled
 
 if TYPE_CHECKING:
     from streams.l1 import DeadLetters
@@ -613,6 +613,13 @@ class Follower:
         if record is None:
             adopted = self._renamed(stat, complete, records)
         base = record or adopted
+        if not self.once and base is None and now - tracked.changed_at < self.idle_seconds \
+                and not settled(fmt, complete):
+            # A new file whose first events would go out otherwise than an import of the grown
+            # file says them (a transcript's session.started before its model is written):
+            # held back until it is, or until the file is idle.
+            tracked.tail = True  # looked at again at every poll until then, grown or not
+            return None
         if not self.once and base is not None and base.offset == len(complete) \
                 and base.prefix_sha == _sha(complete) \
                 and not (base.held and now - tracked.changed_at >= self.idle_seconds):

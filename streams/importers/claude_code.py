@@ -33,7 +33,7 @@ from streams.importers.base import (
     valid_time,
 )
 
-__all__ = ["AUXILIARY_TYPE_RE", "SOURCE", "SubagentLinks", "TranscriptCursor", "iter_claude_code"]
+__all__ = ["AUXILIARY_TYPE_RE", "SOURCE", "SubagentLinks", "TranscriptCursor", "iter_claude_code", "names_model"]
 
 SOURCE = "claude-code"
 
@@ -452,6 +452,15 @@ class _Transcript:
         self.pending = []
         for session in self.sessions.values():
             yield from session.emitter.end_turn(record=last_record, raw="")
+
+
+def names_model(data: bytes) -> bool:
+    """Whether the transcript ``data`` names the model its ``session.started`` takes (the first
+    real assistant model, :func:`_prescan`): until it does, what an import says of its first
+    line may still change (see :func:`streams.importers.cursor.settled`)."""
+    scan = _Prescan()
+    scan.update(line for _, line in read_lines(Path(), data))
+    return scan.model is not None
 
 
 def _prescan(path: Path, data: Content | None = None) -> tuple[str | None, str | None]:

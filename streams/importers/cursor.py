@@ -13,10 +13,10 @@ from typing import Any
 from streams.asp import DEFAULT_MAX_EVENT_BYTES
 from streams.importers import fitted
 from streams.importers.base import Accepted, Rejected
-from streams.importers.claude_code import SubagentLinks, TranscriptCursor
+from streams.importers.claude_code import SubagentLinks, TranscriptCursor, names_model
 from streams.importers.codex import RolloutCursor
 
-__all__ = ["FileCursor", "open_cursor"]
+__all__ = ["FileCursor", "open_cursor", "settled"]
 
 
 class FileCursor:
@@ -62,3 +62,15 @@ def open_cursor(path: Path, fmt: str, *, label: str, log_id: str = "default", ac
     if fmt == "codex":
         return FileCursor(RolloutCursor(Path(path), label=label, log_id=log_id, acl=acl), max_event_bytes)
     return None
+
+
+def settled(fmt: str, data: bytes) -> bool:
+    """Whether an import of a new file's first lines ``data`` already says of them what an import
+    of the grown file will (else a follower waits for more lines, or for the file to go idle).
+
+    A Claude Code transcript's ``session.started`` (its first event) takes the session's model
+    from the first real assistant line, which the agent writes a few seconds after the user's
+    prompt: sent before that line, it went to L1 without its model (every real transcript
+    followed as written), and a later import of the file, finding its eventId with other content
+    in L1, dead-lettered it as a conflict."""
+    return fmt != "claude-code" or names_model(data)

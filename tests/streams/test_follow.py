@@ -767,6 +767,9 @@ def test_an_idle_poll_lists_no_directory_whose_mtime_stood_still(tmp_path, monke
     l1, clock = MemoryL1(), Clock()
     tail = follower(root, l1, tmp_path / "home", clock)
     tail.poll()
+    clock.now += 10
+    tail.poll()  # what waited for the files to go idle went out: the positions changed
+    tail.poll()
     listed: list[str] = []
     scandir = os.scandir
 
@@ -778,11 +781,9 @@ def test_an_idle_poll_lists_no_directory_whose_mtime_stood_still(tmp_path, monke
     loads: list[int] = []
     load = PositionStore._load
     monkeypatch.setattr(PositionStore, "_load", lambda store, *args: loads.append(1) or load(store, *args))
-    clock.now += 10
     tail.poll()
     tail.poll()
-    assert listed == []
-    assert len(loads) == 1  # parsed again once: the first poll wrote them after it read them
+    assert listed == [] and loads == []
     before = len(l1.log)
     with (root / "p1" / "s1.jsonl").open("ab") as handle:
         handle.write(lines[1])
@@ -792,3 +793,38 @@ def test_an_idle_poll_lists_no_directory_whose_mtime_stood_still(tmp_path, monke
     tail.poll()
     assert listed == [str(root / "p2")]
     assert str(root / "p2" / "new.jsonl") in {str(path) for _key, path, _label, _root in tail._files()}
+
+
+def test_a_new_transcript_waits_for_its_model_before_its_session_starts(tmp_path):
+    """QA: Claude Code writes the user's prompt a few seconds before the first assistant line,
+    which names the model a one-shot import puts on ``session.started``. A follower polling in
+    between sent ``session.started`` without it (every real transcript followed as written),
+    and a later ``usl ingest`` of the file (another store) dead-lettered it as a conflict. A new
+    transcript waits until a real model is written, or until it is idle."""
+    lines = TRANSCRIPTS[0].read_bytes().splitlines(keepends=True)[1:]  # no summary: the prompt first
+    root = tmp_path / "projects"
+    root.mkdir()
+    live = root / "live.jsonl"
+    l1, clock = MemoryL1(), Clock()
+    tail = follower(root, l1, tmp_path / "home", clock)
+    tail.poll()
+    for line in lines:
+        with live.open("ab") as handle:
+            handle.write(line)
+        tail.poll()
+        clock.now += 1
+    clock.now += 10
+    tail.poll()
+    one_shot = [i.event for i in iter_records(live) if isinstance(i, Accepted) and i.event["type"] == "session.started"]
+    assert [e for e in l1.log if e["type"] == "session.started"] == one_shot and one_shot[0]["fields"]["model"]
+    again = Follower([live], appender=l1, store=PositionStore(tmp_path / "other"), once=True).poll()
+    assert again.appended == 0 and not again.rejected_items and not l1.dead
+    # A prompt nothing answers (yet) goes out once the file is idle.
+    quiet = root / "quiet.jsonl"
+    quiet.write_bytes(lines[0].replace(b"a0000000-", b"d0000000-").replace(b'"sessionId": "', b'"sessionId": "q'))
+    os.utime(quiet, (clock.now, clock.now))  # just written, on the clock the follower reads
+    tail.poll()
+    assert not [e for e in l1.log if e["sessionId"].startswith("q")]
+    clock.now += 10
+    tail.poll()
+    assert [e["type"] for e in l1.log if e["sessionId"].startswith("q")][:2] == ["session.started", "turn.started"]
