@@ -9,8 +9,8 @@ taken without one once the file is idle: some writers end a file without it); ev
 appended are left out, and the rest are appended. A JSON document (a ``*.json`` file, or a format
 of ``DOCUMENT_FORMATS``) is read only when the whole of it parses.
 
-A Claude Code transcript or a Codex rollout (the files people follow as they grow, to tens of
-MB) is not imported again: its import is kept open between polls (:mod:`streams.importers.cursor`) and reads on from
+A Claude Code transcript, a Codex rollout or an ASP file (the files people follow as they grow,
+to tens of MB) is not imported again: its import is kept open between polls (:mod:`streams.importers.cursor`) and reads on from
 the file's recorded offset, only the new lines, numbered on, so it says of them what an import
 of the whole file says; the end of its input is said on a copy. The prefix is still hashed to
 see that the file begins with what was read. Without a cursor (a restart, one let go) a new one

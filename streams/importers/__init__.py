@@ -124,27 +124,47 @@ def iter_file(
     the file's bytes when the caller holds them (read as ``path``: its name and suffix still
     count); the file itself is then not read."""
     extra: dict[str, Any] = {"links": {} if links is None else links} if fmt == "claude-code" else {}
-    # A rejected line that set its session's access list takes the session's later lines with it.
-    refused = RefusedLists() if fmt == "asp" else None
-    if refused is not None:
-        extra["refused"] = refused
-    # ASP events are taken as they are, turns or not: a file that ends in a run of loose events
-    # would leave that run an open chunk unit, so an empty turn after it closes it.
-    tails = LooseTails() if fmt == "asp" else None
-    record = label
+    reading = AspReading(label) if fmt == "asp" else None
+    if reading is not None:
+        extra["refused"] = reading.refused
     for item in _IMPORTERS[fmt](Path(path), label=label, log_id=log_id, acl=acl, data=data, **extra):
         if isinstance(item, Accepted):
             event, item = item.event, fitted(item, max_event_bytes)
-            if refused is not None and isinstance(item, Rejected):
-                refused.refuse(event, item.record)  # too big to keep: as if it were invalid
-            if tails is not None and isinstance(item, Accepted):
-                tails.feed(item.event)
-                record = item.record
+            if reading is not None:
+                reading.took(event, item)
         yield item
-    for closer in tails.finish() if tails is not None else ():
+    if reading is not None:
         # After the end of the input: a follower holds it back until the file is idle.
-        validated, canonical = validate_event_bytes(closer, record=record)
-        yield Accepted(validated, record, canonical=canonical)
+        yield from reading.closers()
+
+
+class AspReading:
+    """What an import of an ASP file keeps from line to line beyond the importer's own reading
+    (:func:`iter_file`, and a follower's cursor reading on, :mod:`streams.importers.cursor`)."""
+
+    def __init__(self, label: str) -> None:
+        # A rejected line that set its session's access list takes the session's later lines with it.
+        self.refused = RefusedLists()
+        # ASP events are taken as they are, turns or not: a file that ends in a run of loose
+        # events would leave that run an open chunk unit, so an empty turn after it closes it.
+        self.tails = LooseTails()
+        self.record = label  # the last accepted event's record (the closers are named after it)
+
+    def took(self, event: dict[str, Any], item: Accepted | Rejected) -> None:
+        """The importer accepted ``event``, which the size limit made ``item``."""
+        if isinstance(item, Rejected):
+            self.refused.refuse(event, item.record)  # too big to keep: as if it were invalid
+        else:
+            self.tails.feed(item.event)
+            self.record = item.record
+
+    def closers(self) -> list[Accepted]:
+        """The empty turns that close the loose runs the input ends in (the runs are kept)."""
+        closed = []
+        for closer in self.tails.closers():
+            validated, canonical = validate_event_bytes(closer, record=self.record)
+            closed.append(Accepted(validated, self.record, canonical=canonical))
+        return closed
 
 
 def fitted(item: Accepted, limit: int) -> Accepted | Rejected:

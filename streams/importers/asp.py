@@ -24,12 +24,16 @@ from streams.importers.base import (
     BOM,
     Accepted,
     Content,
+    JsonLine,
     Rejected,
     iter_json_lines,
     raw_text,
 )
 
-__all__ = ["RefusedLists", "iter_asp"]
+__all__ = ["WHAT", "RefusedLists", "asp_line", "iter_asp"]
+
+#: What a line of an ASP file must be (named in its reject).
+WHAT = "an ASP event"
 
 
 class RefusedLists:
@@ -71,24 +75,29 @@ def iter_asp(
     per bad line, and per line after a rejected one that set its session's list (``refused``,
     shared with the caller, who notes what it rejects in turn)."""
     refused = RefusedLists() if refused is None else refused
-    for item in iter_json_lines(path, label=label, what="an ASP event", data=data):
-        if isinstance(item, Rejected):
-            yield item
-            continue
-        record, line = item.record, item.raw
-        event = dict(item.value)
-        # The event's own logId and acl win: the file may deliberately span several logs.
-        event.setdefault("logId", log_id)
-        if acl is not None:
-            event.setdefault("acl", acl)
-        # A canonical line with nothing filled in is already the bytes L1 stores.
-        canonical = item.raw.removeprefix(BOM) if item.canonical and len(event) == len(item.value) else None
-        try:
-            validated, encoded = validate_event_bytes(event, record=record, encoded=canonical)
-        except SchemaError as exc:
-            refused.refuse(event, record)
-            reason = f"{exc.reason} (field {exc.field})" if exc.field else exc.reason
-            yield Rejected(record, reason, raw_text(line))
-            continue
-        after = refused.reason(validated)
-        yield Accepted(validated, record, canonical=encoded) if after is None else Rejected(record, after, raw_text(line))
+    for item in iter_json_lines(path, label=label, what=WHAT, data=data):
+        yield asp_line(item, log_id=log_id, acl=acl, refused=refused)
+
+
+def asp_line(item: JsonLine | Rejected, *, log_id: str, acl: dict[str, Any] | None,
+             refused: RefusedLists) -> Accepted | Rejected:
+    """What :func:`iter_asp` says of one line (``iter_json_lines``' reading of it), after the
+    lines whose rejects ``refused`` noted: a follower's cursor reads on line by line."""
+    if isinstance(item, Rejected):
+        return item
+    record, line = item.record, item.raw
+    event = dict(item.value)
+    # The event's own logId and acl win: the file may deliberately span several logs.
+    event.setdefault("logId", log_id)
+    if acl is not None:
+        event.setdefault("acl", acl)
+    # A canonical line with nothing filled in is already the bytes L1 stores.
+    canonical = item.raw.removeprefix(BOM) if item.canonical and len(event) == len(item.value) else None
+    try:
+        validated, encoded = validate_event_bytes(event, record=record, encoded=canonical)
+    except SchemaError as exc:
+        refused.refuse(event, record)
+        reason = f"{exc.reason} (field {exc.field})" if exc.field else exc.reason
+        return Rejected(record, reason, raw_text(line))
+    after = refused.reason(validated)
+    return Accepted(validated, record, canonical=encoded) if after is None else Rejected(record, after, raw_text(line))

@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from streams.asp import DEFAULT_MAX_EVENT_BYTES
-from streams.importers import fitted
-from streams.importers.base import Accepted, Rejected
+from streams.importers import AspReading, fitted
+from streams.importers.asp import WHAT as ASP_WHAT
+from streams.importers.asp import asp_line
+from streams.importers.base import Accepted, Rejected, fed_lines, json_line
 from streams.importers.claude_code import SubagentLinks, TranscriptCursor, names_model
 from streams.importers.codex import RolloutCursor
 
@@ -25,7 +27,8 @@ class FileCursor:
     ``finish`` say what :func:`iter_file` says of the same lines and at the same end, events
     over the size limit cut or rejected as it does."""
 
-    def __init__(self, cursor: TranscriptCursor | RolloutCursor, max_event_bytes: int) -> None:
+    def __init__(self, cursor: TranscriptCursor | RolloutCursor | AspCursor, max_event_bytes: int | None) -> None:
+        """``max_event_bytes`` None: ``cursor`` fits its events itself."""
         self._cursor = cursor
         self._limit = max_event_bytes
 
@@ -45,7 +48,39 @@ class FileCursor:
         return [self._fit(item) for item in self._cursor.finish(last_record)]
 
     def _fit(self, item: Accepted | Rejected) -> Accepted | Rejected:
-        return fitted(item, self._limit) if isinstance(item, Accepted) else item
+        return fitted(item, self._limit) if isinstance(item, Accepted) and self._limit is not None else item
+
+
+class AspCursor:
+    """An ASP import kept open between the parts of a growing file (follow mode): what
+    :func:`iter_file` says of each line depends only on the lines before it (the sessions whose
+    access list a rejected line refused, the loose runs to close), so :meth:`feed` reads only
+    the new lines, numbered on; :meth:`finish` gives the empty turns that close the loose runs
+    the input ends in, and the cursor reads on after them. Events are fitted to the size limit
+    here: one cut into a reject refuses its session's list, as in :func:`iter_file`."""
+
+    def __init__(self, *, label: str, log_id: str, acl: dict[str, Any] | None, max_event_bytes: int) -> None:
+        self.label, self.log_id, self.acl, self._limit = label, log_id, acl, max_event_bytes
+        self._reading = AspReading(label)
+        self.lines = 0  # the lines fed so far (blank ones too: they are numbered)
+
+    def feed(self, data: bytes) -> list[Accepted | Rejected]:
+        """The records of ``data`` (whole lines), the file's bytes after those fed before."""
+        results: list[Accepted | Rejected] = []
+        for number, raw in fed_lines(data, self.lines):
+            item = asp_line(json_line(number, raw, label=self.label, what=ASP_WHAT), log_id=self.log_id,
+                            acl=self.acl, refused=self._reading.refused)
+            if isinstance(item, Accepted):
+                event, item = item.event, fitted(item, self._limit)
+                self._reading.took(event, item)
+            results.append(item)
+        self.lines += data.count(b"\n")
+        return results
+
+    def finish(self, last_record: str) -> list[Accepted | Rejected]:
+        """What the import says at the end of its input (named after its last accepted event,
+        not ``last_record``, as :func:`iter_file` names them)."""
+        return list(self._reading.closers())
 
 
 def open_cursor(path: Path, fmt: str, *, label: str, log_id: str = "default", acl: dict[str, Any] | None = None,
@@ -53,14 +88,17 @@ def open_cursor(path: Path, fmt: str, *, label: str, log_id: str = "default", ac
                 links: SubagentLinks | None = None) -> FileCursor | None:
     """A :class:`FileCursor` for a file of format ``fmt`` (arguments as :func:`iter_file`'s), or
     None when its importer reads only whole files. Claude Code transcripts and Codex rollouts
-    have one: they are the agents' files followed as they grow, to tens of MB. (A Gemini CLI
-    recording is rewritten whole; ASP and OpenAI-chat files are imported whole on every change,
-    as before.)"""
+    have one: they are the agents' files followed as they grow, to tens of MB; so do ASP files
+    (a producer's event log, an ``usl export`` grown on). (A Gemini CLI recording is rewritten
+    whole; an OpenAI-chat file is imported whole on every change: a run of message lines is one
+    conversation named by its first and last lines and its messages, see docs/importers.md.)"""
     if fmt == "claude-code":
         return FileCursor(TranscriptCursor(Path(path), label=label, log_id=log_id, acl=acl,
                                            links={} if links is None else links), max_event_bytes)
     if fmt == "codex":
         return FileCursor(RolloutCursor(Path(path), label=label, log_id=log_id, acl=acl), max_event_bytes)
+    if fmt == "asp":
+        return FileCursor(AspCursor(label=label, log_id=log_id, acl=acl, max_event_bytes=max_event_bytes), None)
     return None
 
 

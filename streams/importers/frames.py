@@ -123,12 +123,18 @@ class LooseTails:
             self._tails[session] = event
 
     def finish(self) -> list[dict[str, Any]]:
-        """The closing turns' markers, in the order their runs' last events came."""
+        """The closing turns' markers, in the order their runs' last events came (the runs are
+        then forgotten)."""
+        closers = self.closers()
+        self._tails.clear()
+        return closers
+
+    def closers(self) -> list[dict[str, Any]]:
+        """:meth:`finish`'s markers, the runs kept (a follower's cursor reads on after them)."""
         closers = []
         for last in self._tails.values():
             turn_id = stable_id("turn", last["logId"], last["sessionId"], "close", last["eventId"])
             # The end's id needs no eventId of its own: the turn's id already names the run's last event.
             closers += [_frame_start(last, turn_id),
                         _marker("turn.ended", stable_id("usl", turn_id, "ended"), turn_id, last, last["time"])]
-        self._tails.clear()
         return closers
