@@ -407,6 +407,7 @@ def create_app(settings: Settings, bootstrap: str, *, planner: Any = None) -> St
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         follower: Any = None
+        warming: threading.Thread | None = None
         if state.get("planner") is None:
             from planner.engine import Planner
             from sinks.watermarks import WatermarkFollower
@@ -425,9 +426,16 @@ def create_app(settings: Settings, bootstrap: str, *, planner: Any = None) -> St
             state["planner"] = Planner(settings, bootstrap, follower=follower,
                                        warm_tail_every=WARM_EVERY_SECONDS)
             state["owned"] = True
+            # Beside the first requests, not before them: the server answers at once, and a
+            # search that comes later than the warm-up no longer loads the embedder itself.
+            warming = threading.Thread(target=state["planner"].warm_up, name="usl-planner-warm-up",
+                                       daemon=True)
+            warming.start()
         try:
             yield
         finally:
+            if warming is not None:
+                warming.join(timeout=30)
             if state.pop("owned", False):
                 state["planner"].close()
                 state["planner"] = None

@@ -270,6 +270,26 @@ def test_an_embedder_other_than_the_index_falls_back_to_text(corpus: Corpus) -> 
     assert "vector" not in response["explain"]["sources"]
 
 
+def test_warm_up_loads_what_a_first_query_would_and_changes_no_answer(
+        corpus: Corpus, monkeypatch: pytest.MonkeyPatch) -> None:
+    fresh = Planner(corpus.settings, corpus.bootstrap, follower=corpus.follower)
+    try:
+        fresh.warm_up("no-such-log")  # nothing to warm: no error either
+        fresh.warm_up()
+        assert fresh._embedder is not None and fresh._tail is not None
+        def loaded_again(*_: Any, **__: Any) -> Any:
+            pytest.fail("the first query loaded what the warm-up should have")
+
+        monkeypatch.setattr("sinks.vector.get_embedder", loaded_again)
+        monkeypatch.setattr(fresh._readers, "_sheltered", loaded_again)  # chunk table, access lists
+        request = {"query": "deploy", "mode": "hybrid", "freshness": "latest", "k": 20}
+        warmed = fresh.search(request, ALICE)
+        monkeypatch.undo()
+        assert _without_cursors([warmed]) == _without_cursors([corpus.planner.search(request, ALICE)])
+    finally:
+        fresh.close()
+
+
 # -- concurrent legs ---------------------------------------------------------------------------
 
 
