@@ -47,9 +47,10 @@ FAULT_ARGS ?= --rounds 5 --seed 1
 faults: install
 	$(BIN)/python -m reliability $(FAULT_ARGS) --out RELIABILITY.md
 
-# EVAL.md and benchmarks/results/eval*.json: search quality on real public transcripts (a few
-# minutes). EVAL_ARGS="--label after" adds a labelled table; the set is rebuilt from snapshots
-# (EVAL_ARGS="--snapshots DIR") when benchmarks/eval_data/sessions/ is missing.
+# EVAL.md and benchmarks/results/{eval,heldout}*.json: search quality on real public transcripts,
+# two sets (~3 min). EVAL_ARGS="--label after" adds a labelled table, "--set heldout" (or main)
+# runs one set; a set is rebuilt from snapshots (EVAL_ARGS="--snapshots DIR") when its folder
+# (benchmarks/eval_data/sessions/, sessions-heldout/) is missing.
 eval: install
 	USL_EVAL_VIA_MAKE=1 $(BIN)/python -W ignore -m benchmarks.eval $(EVAL_ARGS)
 

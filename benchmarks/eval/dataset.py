@@ -1,17 +1,27 @@
-"""The evaluation set: public, real agent transcripts, rebuilt from local git snapshots.
+"""The evaluation sets: public, real agent transcripts, rebuilt from local git snapshots.
 
-Every file comes from a public repository at a pinned commit (``SOURCES``): the repository's
-licence is recorded next to it and in ``benchmarks/eval_data/NOTICE.md``. The transcripts are
-not committed here; ``build`` reads them from snapshots (bare or normal git directories, one
-per repository, found as ``<snapshots>/<owner>+<name>/repo`` or ``<snapshots>/<owner>/<name>``)
-and writes them, in formats ``usl ingest`` reads, under ``benchmarks/eval_data/sessions/``::
+Two sets (``SETS``), each searched on a stack of its own:
 
-    sessions/claude-code/...   Claude Code session JSONL (subagent files beside their parent)
-    sessions/openai-chat/...   OpenAI chat-completions tool-calling runs, one per JSONL line
+- ``main`` (``SOURCES``): marot/spotter's Claude Code sessions and tau-bench's airline runs,
+  the set the ranking work of the project was measured and tuned on;
+- ``heldout`` (``HELDOUT_SOURCES``): 42 Claude Code sessions of two other repositories that
+  the ranking was not tuned on, a check that the figures of ``main`` are not its own.
+
+Every file comes from a public repository at a pinned commit: the repository's licence is
+recorded next to it and in ``benchmarks/eval_data/NOTICE.md``. The transcripts are not
+committed here; ``build`` reads them from snapshots (bare or normal git directories, one per
+repository, found as ``<snapshots>/<owner>+<name>/repo`` or ``<snapshots>/<owner>/<name>``)
+and writes them, in formats ``usl ingest`` reads, under ``benchmarks/eval_data/<set dir>/``
+(``sessions/`` for ``main``, ``sessions-heldout/`` for ``heldout``; both git-ignored)::
+
+    <set dir>/claude-code/...   Claude Code session JSONL (subagent files beside their parent)
+    <set dir>/openai-chat/...   OpenAI chat-completions tool-calling runs, one per JSONL line
+    <set dir>/manifest.json     per file: where it came from, its session ids, whether it is
+                                held back as the not-yet-indexed tail
 
 Usage::
 
-    .venv/bin/python -m benchmarks.eval.dataset [--snapshots /work/.mirror] [--out DIR]
+    .venv/bin/python -m benchmarks.eval.dataset [--set main|heldout|all] [--snapshots /work/.mirror] [--out DIR]
 
 A snapshot can be made with ``git clone https://github.com/OWNER/NAME`` and
 ``git -C NAME checkout COMMIT``; the builder reads each file at its pinned commit.
@@ -23,14 +33,21 @@ import argparse
 import json
 import subprocess
 import sys
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DATA_DIR", "SOURCES", "Source", "build", "find_snapshot"]
+__all__ = ["DATA_DIR", "HELDOUT_SOURCES", "SETS", "SOURCES", "EvalSet", "Source", "build", "file_key",
+           "find_snapshot", "pick_checkpoints"]
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "eval_data"
 SESSIONS = "sessions"
+# Entire checkpoints of 60-600 kB: real work, yet quick to ingest (the held-out check of
+# session 20 chose them so; the bounds stay, so its figures and these compare).
+CHECKPOINT_BYTES = (60_000, 600_000)
+# The agents whose checkpoints are Claude Code transcripts: the "Gemini CLI" ones are too.
+CHECKPOINT_AGENTS = ("Claude Code", "Gemini CLI")
 
 
 @dataclass(frozen=True)
@@ -43,7 +60,10 @@ class Source:
     fmt: str  # the `usl ingest --format` of what `build` writes
     paths: tuple[str, ...]  # files, or folders whose *.jsonl files are taken (recursively)
     description: str
-    convert: str = "copy"  # copy | tau-bench
+    convert: str = "copy"  # copy | tau-bench | entire-checkpoints
+    # The last ``held_back`` files picked (in the converter's order) are the set's tail: ingested
+    # after the sinks stop, so only ``latest`` can find them.
+    held_back: int = 0
 
 
 SOURCES: tuple[Source, ...] = (
@@ -64,6 +84,45 @@ SOURCES: tuple[Source, ...] = (
                     "customer); the first trial of each of the 50 tasks.",
     ),
 )
+
+
+HELDOUT_SOURCES: tuple[Source, ...] = (
+    Source(
+        repo="entireio/cli", commit="394f81fab87f71aa8938d91ff7a067c524ff344b", licence="MIT",
+        fmt="claude-code", paths=(), convert="entire-checkpoints", held_back=5,
+        description="Real Claude Code sessions the Entire CLI checkpointed (branch "
+                    "`entire/checkpoints/v1`, each checkpoint's `full.jsonl`) while its developers "
+                    "built it, a Go command-line tool: per session its largest checkpoint, sessions "
+                    "of 60-600 kB, by start time, every other one; the last 5 are held back.",
+    ),
+    Source(
+        repo="DRMacIver/claude-reliability", commit="4e49f16a86de76d9b0dc3ea2b8526677abe89f52",
+        licence="MIT", fmt="claude-code", paths=("snapshot-tests/tests",), convert="copy",
+        description="Recorded Claude Code runs on small tasks (a script, a Rust port, stop-hook "
+                    "cases): the `transcript.jsonl` of each snapshot test.",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class EvalSet:
+    """One evaluation set: its sources, where it is built, the committed queries asked of it."""
+
+    name: str
+    sources: tuple[Source, ...]
+    directory: str  # under DATA_DIR; git-ignored
+    queries: str  # the committed query file under DATA_DIR
+
+
+SETS: dict[str, EvalSet] = {
+    "main": EvalSet("main", SOURCES, SESSIONS, "paraphrases.json"),
+    "heldout": EvalSet("heldout", HELDOUT_SOURCES, "sessions-heldout", "heldout.json"),
+}
+
+
+def file_key(repo: str, file: str) -> str:
+    """How queries name a built file: ``owner/name:<path under the source's folder, no .jsonl>``."""
+    return f"{repo}:{file.removesuffix('.jsonl')}"
 
 
 def find_snapshot(snapshots: Path, repo: str) -> Path:
@@ -119,6 +178,59 @@ def _copy(source: Source, git_dir: Path, out: Path) -> list[dict[str, Any]]:
     return written
 
 
+def pick_checkpoints(checkpoints: Iterable[tuple[str, int | None, Mapping[str, Any]]]) -> list[str]:
+    """The Entire checkpoints taken, in order: (checkpoint folder, bytes of its ``full.jsonl`` or
+    None, its ``metadata.json``) in, folders out. Per session the largest checkpoint (the first
+    listed of equal ones), of a Claude Code transcript, sizes within ``CHECKPOINT_BYTES``; by
+    ``created_at`` (stable), every other one, so neighbouring checkpoints of one day's work do
+    not crowd the set."""
+    best: dict[Any, tuple[str, int, str]] = {}
+    for folder, size, meta in checkpoints:
+        if size is None or meta.get("agent") not in CHECKPOINT_AGENTS:
+            continue
+        session = meta.get("session_id")
+        if session not in best or size > best[session][1]:
+            best[session] = (folder, size, str(meta.get("created_at") or ""))
+    low, high = CHECKPOINT_BYTES
+    chosen = sorted((pick for pick in best.values() if low <= pick[1] <= high), key=lambda pick: pick[2])
+    return [folder for folder, _, _ in chosen[::2]]
+
+
+def _blobs(git_dir: Path, specs: list[str]) -> list[bytes]:
+    """Many ``git show COMMIT:PATH`` at once (``git cat-file --batch``: one process, not 1 300)."""
+    done = subprocess.run(["git", "-C", str(git_dir), "cat-file", "--batch"], input="".join(f"{s}\n" for s in specs).encode(),
+                          check=True, capture_output=True).stdout
+    bodies, at = [], 0
+    for spec in specs:
+        header_end = done.index(b"\n", at)
+        header = done[at:header_end].split()
+        if header[-1] == b"missing":
+            raise FileNotFoundError(f"{spec} is missing from the snapshot")
+        size = int(header[2])
+        bodies.append(done[header_end + 1:header_end + 1 + size])
+        at = header_end + 1 + size + 1
+    return bodies
+
+
+def _entire(source: Source, git_dir: Path, out: Path) -> list[dict[str, Any]]:
+    sizes = dict(_listed(git_dir, source.commit, "."))
+    # A session's checkpoint folder is <2 hex>/<10 hex>/<n>/: its metadata.json is 3 levels down.
+    metas = [path for path in sizes if path.count("/") == 3 and path.endswith("/metadata.json")]
+    bodies = _blobs(git_dir, [f"{source.commit}:{path}" for path in metas])
+    folders = pick_checkpoints((path.rsplit("/", 1)[0], sizes.get(path.rsplit("/", 1)[0] + "/full.jsonl"), json.loads(body))
+                               for path, body in zip(metas, bodies, strict=True))
+    written = []
+    for number, folder in enumerate(folders):
+        path = f"{folder}/full.jsonl"
+        body = _git(git_dir, "show", f"{source.commit}:{path}")
+        target = out / f"{folder.replace('/', '-')}.jsonl"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(body)
+        written.append({"file": target.name, "from": path, "bytes": len(body),
+                        "heldBack": number >= len(folders) - source.held_back})
+    return written
+
+
 def tau_conversations(runs: list[dict[str, Any]], domain: str) -> list[dict[str, Any]]:
     """The first trial of each task as an OpenAI chat conversation with a stable id."""
     chosen: dict[int, dict[str, Any]] = {}
@@ -147,17 +259,33 @@ def _tau(source: Source, git_dir: Path, out: Path) -> list[dict[str, Any]]:
     return written
 
 
-def build(snapshots: Path, out: Path = DATA_DIR) -> dict[str, Any]:
-    """Write every source's sessions under ``out/sessions/<format>/``; the manifest written."""
-    manifest: dict[str, Any] = {"sources": []}
-    for source in SOURCES:
+_CONVERTERS = {"copy": _copy, "tau-bench": _tau, "entire-checkpoints": _entire}
+
+
+def _session_ids(path: Path, fmt: str) -> list[str]:
+    from streams.importers import Accepted, iter_records
+
+    return sorted({item.event["sessionId"] for item in iter_records(path, fmt) if isinstance(item, Accepted)})
+
+
+def build(snapshots: Path, out: Path = DATA_DIR, eval_set: EvalSet = SETS["main"]) -> dict[str, Any]:
+    """Write every source's sessions of ``eval_set`` under ``out/<its directory>/<format>/``;
+    the manifest written. Each file's entry names its session ids as ``usl ingest`` assigns
+    them, which is how a query about a file knows its answer."""
+    root = out / eval_set.directory
+    manifest: dict[str, Any] = {"set": eval_set.name, "sources": []}
+    for source in eval_set.sources:
         git_dir = find_snapshot(snapshots, source.repo)
-        target = out / SESSIONS / source.fmt / source.repo.replace("/", "+")
-        convert = _tau if source.convert == "tau-bench" else _copy
-        files = convert(source, git_dir, target)
+        target = root / source.fmt / source.repo.replace("/", "+")
+        files = _CONVERTERS[source.convert](source, git_dir, target)
+        for entry in files:
+            entry["key"] = file_key(source.repo, entry["file"])
+            entry["sessions"] = _session_ids(target / entry["file"], source.fmt)
+            entry["file"] = (target / entry["file"]).relative_to(root).as_posix()
+            entry.setdefault("heldBack", False)
         manifest["sources"].append({"repo": source.repo, "commit": source.commit, "licence": source.licence,
                                     "format": source.fmt, "description": source.description, "files": files})
-    (out / SESSIONS / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    (root / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     return manifest
 
 
@@ -166,14 +294,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--snapshots", type=Path, default=Path("/work/.mirror"),
                         help="directory holding one git snapshot per source repository")
     parser.add_argument("--out", type=Path, default=DATA_DIR)
+    parser.add_argument("--set", choices=(*SETS, "all"), default="all", help="which evaluation set to build")
     args = parser.parse_args(argv)
-    try:
-        manifest = build(args.snapshots, args.out)
-    except (FileNotFoundError, subprocess.CalledProcessError) as error:
-        print(f"cannot build the evaluation set: {error}", file=sys.stderr)
-        return 1
-    for source in manifest["sources"]:
-        print(f"{source['repo']}: {len(source['files'])} files", file=sys.stderr)
+    for eval_set in SETS.values() if args.set == "all" else (SETS[args.set],):
+        try:
+            manifest = build(args.snapshots, args.out, eval_set)
+        except (FileNotFoundError, subprocess.CalledProcessError) as error:
+            print(f"cannot build the evaluation set {eval_set.name}: {error}", file=sys.stderr)
+            return 1
+        for source in manifest["sources"]:
+            held = sum(1 for entry in source["files"] if entry["heldBack"])
+            print(f"{eval_set.name}: {source['repo']}: {len(source['files'])} files, {held} held back", file=sys.stderr)
     return 0
 
 
