@@ -712,12 +712,17 @@ class Planner:
             # may not read. The rank says all there is to say.
             for chunk_id in ids:
                 query.indexed_scores.setdefault(chunk_id, {})
+        vector_at = len(query.lists)  # the vector list follows the text-index lists
         if vectors:
             assert vector_pin is not None
             if found is None:  # sequential: after the text lists, as the vector list always was
                 found = self._vector_candidates(query, vector_pin, only, pool)
-            self._rank_vectors(query, vector_pin, only, found)
+        # Trimmed and tail chunks join the text lists first: in hybrid mode the chunks those
+        # lists hold are vector candidates, provisional ones as the index's own.
         self._rank_provisional(query, phrase, identifiers, words)
+        if vectors:
+            assert vector_pin is not None and found is not None
+            self._rank_vectors(query, vector_pin, only, found, vector_at)
         tools_pin = query.pin("toolresults")
         if req.tool_results and tools_pin is not None and cut > 0:
             # The full tool results by the query, and by its phrase and identifier lists as
@@ -765,7 +770,7 @@ class Planner:
         return _VectorCandidates(query_vector, reader, hits)
 
     def _rank_vectors(self, query: QueryContext, pin: IndexPin, only: set[str] | None,
-                      found: _VectorCandidates) -> None:
+                      found: _VectorCandidates, position: int) -> None:
         # In hybrid mode the chunks the text lists found are candidates of the vector list too:
         # ranked by their best event like the vector index's own (docs/planner.md).
         found_by_text = [chunk_id for ranked_list in query.lists
@@ -781,8 +786,8 @@ class Planner:
             if hit.digest is not None:
                 query.digests.setdefault(hit.chunk_id, hit.digest)
         if ranked is not None:
-            query.lists.append(RankedList("vector", [chunk_id for chunk_id, _ in ranked],
-                                          query.window, truncated))
+            query.lists.insert(position, RankedList("vector", [chunk_id for chunk_id, _ in ranked],
+                                                    query.window, truncated))
             query.list_scores["vector"] = dict(ranked)
             for chunk_id, score in ranked:
                 query.indexed_scores.setdefault(chunk_id, {})["vector"] = score
@@ -1176,30 +1181,52 @@ class Planner:
             note["skipped"] = "the query has no word the embedding model knows"
             return None, False, note
         scored: list[tuple[str, float]] = []
-        if found.reader is not None:
-            hits = found.hits
-            # Found by the whole chunk (or by the text lists), ranked by its best event
-            # (docs/planner.md, "Vectors per event").
-            pool = dict.fromkeys([hit.chunk_id for hit in hits] + list(found_by_text))
-            best_event = found.reader.event_scores(query_vector, pool)
-            if found_by_text:
-                note["candidates"] = {"vectorIndex": len(hits), "fromText": len(pool) - len(hits)}
-            # An orthogonal or opposite vector is no evidence of relevance at all.
-            scored += [(chunk_id, score) for chunk_id, score in best_event.items() if score > VECTOR_FLOOR]
+        hits = found.hits if found.reader is not None else []
         chunks = [c for c in provisional if c.kind == "chunk" and c.text]
+        rows: list[np.ndarray] = []
+        nearest = {hit.chunk_id for hit in hits}
         if chunks:
             # Trimmed and tail chunks are embedded now, with the model that built the index.
             from sinks.vector import cosine  # faiss loads with the first vector search
 
-            rows, flat = self._provisional_vectors(
+            rows, wholes, flat = self._provisional_vectors(
                 embedder, [(c.text or "", c.record.get("evidence") or ()) for c in chunks])
+            # Candidates as the index will have them once it holds these chunks: the window's
+            # nearest by whole vector over the index's and these together (the index's search
+            # gave its window + 1 nearest, in the same order and score), and what the text
+            # lists found. With every one of them a candidate, a tail chunk that `latest` ranked
+            # 1st by its best event was no candidate at the same head once indexed, and an
+            # indexed chunk the tail pushes out of the window was one under `latest` only
+            # (docs/planner.md, "Vectors per event").
+            joint = [(hit.score, hit.chunk_id) for hit in hits]
+            joint += [(cosine(whole, query_vector), c.id) for c, whole in zip(chunks, wholes, strict=True)]
+            joint.sort(key=lambda item: (-item[0], item[1]))
+            nearest = {chunk_id for _, chunk_id in joint[:window + 1]}
+            note["embeddedNow"] = len(chunks)
+            note["eventsEmbeddedNow"] = flat
+        by_text = set(found_by_text)
+        if found.reader is not None:
+            # Found by the whole chunk (or by the text lists), ranked by its best event
+            # (docs/planner.md, "Vectors per event").
+            indexed = [hit.chunk_id for hit in hits if hit.chunk_id in nearest]
+            provisional_ids = {c.id for c in chunks}
+            pool = dict.fromkeys(indexed + [i for i in found_by_text if i not in provisional_ids])
+            best_event = found.reader.event_scores(query_vector, pool)
+            if found_by_text:
+                note["candidates"] = {"vectorIndex": len(indexed), "fromText": len(pool) - len(indexed)}
+            # An orthogonal or opposite vector is no evidence of relevance at all.
+            scored += [(chunk_id, score) for chunk_id, score in best_event.items() if score > VECTOR_FLOOR]
+        if chunks:
+            admitted = 0
             for candidate, block in zip(chunks, rows, strict=True):
+                if candidate.id not in nearest and candidate.id not in by_text:
+                    continue
+                admitted += 1
                 score = max(cosine(row, query_vector) for row in block)
                 if score > VECTOR_FLOOR:
                     candidate.scores["vector"] = float(score)
                     scored.append((candidate.id, float(score)))
-            note["embeddedNow"] = len(chunks)
-            note["eventsEmbeddedNow"] = flat
+            note["provisionalCandidates"] = admitted
         scored.sort(key=lambda item: (-item[1], item[0]))
         # The relevance floor: a weak neighbour adds noise to the fusion, never an answer.
         floor = max(VECTOR_FLOOR, VECTOR_RELATIVE_FLOOR * scored[0][1]) if scored else VECTOR_FLOOR
@@ -1231,32 +1258,28 @@ class Planner:
 
     def _provisional_vectors(
         self, embedder: Any, chunks: Sequence[tuple[str, Sequence[Mapping[str, Any]]]],
-    ) -> tuple[list[np.ndarray], int]:
-        """(the vectors each chunk ranks by, events embedded) for ``(text, evidence)`` pairs: a
-        chunk ranks by its best event, as in the index (docs/planner.md, "Vectors per event"),
-        so the vector of its whole text is embedded only for a chunk of one event or of events
-        with no word the model knows. Each text is served from the cache when an earlier query
-        or the warmer embedded it."""
+    ) -> tuple[list[np.ndarray], np.ndarray, int]:
+        """(the vectors each chunk ranks by, the vector of each whole text, events embedded) for
+        ``(text, evidence)`` pairs: a chunk ranks by its best event, as in the index
+        (docs/planner.md, "Vectors per event"), by its whole text when it has one event or its
+        events no word the model knows, and is a candidate by its whole text. Each text is
+        served from the cache when an earlier query or the warmer embedded it."""
         from sinks.vector.spans import evidence_texts
 
         events = [evidence_texts(text, evidence) for text, evidence in chunks]
         flat = [piece for pieces in events for piece in pieces]
         embedded = self._embed_chunks(embedder, flat) if flat else np.zeros((0, 0), dtype=np.float32)
-        rows: list[np.ndarray | None] = []
+        # The whole texts too, as the sink embeds them: the index finds its candidates by them.
+        wholes = self._embed_chunks(embedder, [text for text, _ in chunks]) if chunks \
+            else np.zeros((0, 0), dtype=np.float32)
+        rows: list[np.ndarray] = []
         start = 0
-        for pieces in events:
+        for number, pieces in enumerate(events):
             block = embedded[start:start + len(pieces)]
             start += len(pieces)
             block = block[np.any(block != 0, axis=1)] if len(block) else block
-            rows.append(block if len(block) else None)
-        # A chunk's text is about as long as its events' together: embedding it as well, as
-        # the sink does for its own search, doubled the embedder's work of an uncached tail.
-        whole = [index for index, block in enumerate(rows) if block is None]
-        if whole:
-            vectors = self._embed_chunks(embedder, [chunks[index][0] for index in whole])
-            for index, vector in zip(whole, vectors, strict=True):
-                rows[index] = vector[None, :]
-        return [block for block in rows if block is not None], len(flat)
+            rows.append(block if len(block) else wholes[number][None, :])
+        return rows, wholes, len(flat)
 
     def _warm_tail(self, key: Any) -> None:
         """What a ``latest`` query of ``key`` (log, mode, tool results) would compute before

@@ -9,6 +9,7 @@ place of the first ten for every query (paraphrase MRR 0.82 indexed, 0.51 latest
 from __future__ import annotations
 
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -146,3 +147,63 @@ def test_pages_of_a_merged_list_equal_one_page(planner: Planner, mode: str) -> N
         if not cursor:
             break
     assert paged == whole
+
+
+# -- the vector list: a tail chunk is a candidate as it will be once indexed ---------------------
+
+VECTOR_QUERY = "grafana dashboard panel"
+
+
+@pytest.mark.kafka
+def test_a_tail_chunk_has_the_vector_rank_it_gets_once_indexed(
+    kafka_bootstrap: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found on real Claude Code sessions: under ``latest`` every tail chunk was a candidate of
+    the vector list and ranked by its best event, while the index's candidates are its
+    ``RANK_DEPTH`` nearest chunks by whole vector. A tail chunk whose one event matched the query
+    but whose tool output filled its text came 1st, and once indexed it was no candidate at
+    all (and indexed chunks it had pushed out of that window came back): the same chunks at the
+    same head in another order. Here the window is 3, so four indexed chunks nearer by whole
+    vector keep the tail's chunk out once it is indexed."""
+    import planner.engine as engine
+
+    monkeypatch.setattr(engine, "RANK_DEPTH", 3)
+    settings = make_test_settings(tmp_path, kafka_bootstrap)
+    builder = IndexBuilder(settings, kafka_bootstrap, "vecrank")
+    for number in range(6):
+        builder.append([{**event, "logId": "vecrank"}
+                        for event in _turn(f"near-{number}", number, f"grafana dashboard {FILLER[number]}")])
+    builder.commit()
+    # The tail: the query verbatim in one event, a long unrelated output in the other.
+    base = {"logId": "vecrank", "sessionId": "tail", "time": "2026-01-01T01:00:00Z",
+            "acl": acl("acme", "*"), "turnId": "tail-t1"}
+    builder.append([
+        {**base, "eventId": "tail-s", "type": "turn.started", "role": "user"},
+        {**base, "eventId": "tail-u", "type": "message", "role": "user",
+         "fields": {"text": VECTOR_QUERY}},
+        {**base, "eventId": "tail-a", "type": "message", "role": "assistant",
+         "fields": {"text": " ".join(FILLER * 8)}},
+        {**base, "eventId": "tail-e", "type": "turn.ended", "role": "assistant"}])
+    with serving(settings, kafka_bootstrap, builder) as served:
+        def ranked(mode: str, freshness: str) -> list[tuple[str, dict[str, Any]]]:
+            response = served.search({"query": VECTOR_QUERY, "log": "vecrank", "mode": mode, "k": 10,
+                                      "freshness": freshness}, ALICE)
+            return [(hit["chunkId"], hit["score"]["components"]) for hit in response["results"]]
+
+        before = ranked("vector", "latest")
+        hybrid_before = dict(ranked("hybrid", "latest"))
+        manifests = builder.commit()
+        deadline = time.monotonic() + 10
+        while served.watermarks("vecrank").get("vector", {}).get("generationId") != \
+                manifests["vector"].generation_id:
+            assert time.monotonic() < deadline, "the vector watermark never moved"
+            time.sleep(0.05)
+        after = ranked("vector", "indexed")
+        hybrid_after = dict(ranked("hybrid", "indexed"))
+    assert [chunk_id for chunk_id, _ in before] == [chunk_id for chunk_id, _ in after]
+    assert before == after
+    # In hybrid mode the text list finds the tail's chunk, so it is a vector candidate as the
+    # index's chunks the text lists find are, before and after it is indexed.
+    tail_chunk = next(chunk_id for chunk_id, components in hybrid_after.items() if "text" in components
+                      and chunk_id not in dict(after))
+    assert "vector" in hybrid_before[tail_chunk] and "vector" in hybrid_after[tail_chunk]
