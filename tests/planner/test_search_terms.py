@@ -61,7 +61,7 @@ def test_cjk_query_words_mark_their_substring() -> None:
 
 
 _ALPHABET = st.sampled_from([*"abcXYZ019 _-.:，。\n数据库連接ファイルがエラーー々〇가나éßΩฐานข้อมูล๑ຂໍ້ချိတ်ភ្ជាប់"
-                             "डेटाबेस्ंডাটাবেসதரவுத்مَرْحَبًاⒶİΣΊΟΔ", "𠀀", "ｶ"])
+                             "डेटाबेस्ंডাটাবেসதரவுத்مَرْحَبًاⒶİΣΊΟΔ・゠゛゜･ﾞﾟ", "𠀀", "ｶ", "\u3099"])
 
 
 @settings(max_examples=20, deadline=None)

@@ -861,3 +861,38 @@ def test_an_index_without_word_pairs_is_read_and_written(tmp_path: Path, monkeyp
     live.close()
     assert sorted(ids(engine.search(staged, '"deploy failed"', limit=5))) == ["a", "b", "c"]
     assert ids(engine.search(staged, '"failed deploy"', limit=5)) == []
+
+
+def test_every_code_point_of_the_cjk_blocks_splits_as_tantivy_splits_it():
+    """Found on Japanese sessions: the katakana middle dot of ``コード・レビュー`` (and ``゠``, the
+    voiced sound marks ``゛゜`` and their combining forms, which half-width ``ﾞﾟ`` fold to) lie
+    inside the kana block that was taken whole as one token per character, so the Python
+    analyzer (the planner's tail scan, whoosh) made each a term while tantivy drops them as
+    punctuation. A tail chunk then had another length than its indexed copy (another BM25
+    score) and ``"コードレビュー"`` was a phrase of it in the index but not in the tail."""
+    from sinks.text.base import CJK_RANGES, analyze_text
+
+    tantivy_engine = TantivyEngine()
+    differ = []
+    # The blocks whole (the ranges leave out what tantivy drops), and the ranges themselves.
+    for low, high in ((0x3000, 0x30FF), (0xAC00, 0xD7AF), (0xF900, 0xFAFF), (0xFF00, 0xFFEF), *CJK_RANGES):
+        for code in range(low, high + 1):
+            text = f"a{chr(code)}b {chr(code)} ア{chr(code)}イ"
+            if tantivy_engine.analyze(text) != analyze_text(text):
+                differ.append(hex(code))
+    assert differ == [], differ[:20]
+
+
+def test_a_kana_phrase_across_a_middle_dot_matches_in_the_tail_as_in_the_index(tmp_path: Path):
+    from planner.local import clauses_of, matches
+
+    engine = TantivyEngine()
+    index_dir = tmp_path / "index"
+    engine.create(index_dir)
+    engine.add(index_dir, [chunk("c1", "コード・レビューを依頼しました"), chunk("c2", "データベース・マイグレーション")])
+    for query in ('"コードレビュー"', "コード・レビュー", '"データベース マイグレーション"'):
+        indexed = {hit.chunk_id for hit in engine.search(index_dir, query, limit=5)}
+        tail = {chunk_id for chunk_id, text in (("c1", "コード・レビューを依頼しました"),
+                                                ("c2", "データベース・マイグレーション"))
+                if matches(clauses_of(query), text)}
+        assert indexed == tail, query
