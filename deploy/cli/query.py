@@ -9,6 +9,8 @@ what it does not cover; ``usl sql`` prints the rows as a table (piped: tab-separ
 
 from __future__ import annotations
 
+import itertools
+import unicodedata
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -167,12 +169,28 @@ def _matches(text: str, query: str) -> list[tuple[int, int]]:
     if len(lowered) != len(text):  # a lowercasing that changes lengths (İ): no positions to trust
         return []
     phrases = [phrase.strip().lower() for phrase in re.findall(r'"([^"]+)"', query)]
-    words = [word.lower() for word in re.findall(r"\w+", re.sub(r'"[^"]*"?', " ", query)) if len(word) > 1]
+    unquoted = re.sub(r'"[^"]*"?', " ", query)
+    # A word keeps its vowel signs and viramas: \w has none, so परीक्षण was read as पर and षण
+    # and those were marked inside other words (and chose the window).
+    words = ["".join(run).lower() for joined, run in itertools.groupby(unquoted, key=_word_character)
+             if joined]
     spans = []
-    for needle in {*phrases, *words}:
+    for needle in {*phrases, *(word for word in words if len(word) > 1)}:
         if needle:
-            spans += [(m.start(), m.end()) for m in re.finditer(re.escape(needle), lowered)]
+            # Never up to the middle of a letter and its marks (कर inside करें).
+            spans += [(m.start(), m.end()) for m in re.finditer(re.escape(needle), lowered)
+                      if m.end() == len(text) or not _joins_previous(text[m.end()])]
     return sorted(spans)
+
+
+def _word_character(character: str) -> bool:
+    return character.isalnum() or character == "_" or _joins_previous(character)
+
+
+def _joins_previous(character: str) -> bool:
+    """Whether ``character`` belongs to the letter before it: a combining mark (vowel signs,
+    viramas, accents) or a zero-width joiner."""
+    return unicodedata.category(character)[0] == "M" or character == "\u200d"
 
 
 def _window(text: str, matches: list[tuple[int, int]]) -> int:

@@ -72,3 +72,18 @@ def test_explain_names_the_words_each_list_ranked(monkeypatch: pytest.MonkeyPatc
     shown = console.export_text()
     assert "text list ranked: plans changed reservation cancelled (without function words)" in shown
     assert 'identifier list ranked: "HXDUBJ" (codes)' in shown
+
+
+def test_words_with_vowel_signs_are_marked_whole_and_never_split() -> None:
+    """Found on a Hindi session: Python's ``\\w`` has no vowel signs, so the query word
+    परीक्षण was read as पर and षण, underlined inside परिणाम and the word पर wherever they
+    occur (and chose the snippet's window by them), and ठीक marked nothing. A word is marked
+    where it occurs whole, never up to the middle of a letter and its vowel sign."""
+    from deploy.cli.query import _matches
+
+    text = "मैंने पुनः प्रयास टाइमर ठीक कर दिया है; पुनः कनेक्शन परीक्षण अब सफल है। परिणाम पर करें"
+    assert [text[a:b] for a, b in _matches(text, "परीक्षण")] == ["परीक्षण"]
+    assert [text[a:b] for a, b in _matches(text, "ठीक")] == ["ठीक"]
+    # कर is a word of its own here, and the start of करें, whose vowel sign it must not cut.
+    assert [(text[a:b], a) for a, b in _matches(text, "कर")] == [("कर", text.index(" कर ") + 1)]
+    assert [text[a:b] for a, b in _matches(text, '"सफल है"')] == ["सफल है"]
