@@ -34,6 +34,9 @@ ACL_SCAN_CAP = 200_000
 """Most L1 events read to bring access lists up to date; beyond it the query is refused (503)
 rather than answered with access lists that may miss a revocation."""
 _OVERLAYS = 16
+_PER_OVERLAY = 4
+"""Snapshots kept per overlay (log, generation, start): the log head's, and older ones a
+cursor's page asks for (its first page's seq) while queries at the head extend the newest."""
 _READABLE = 64
 """Principals x structured generations whose readable sessions are remembered."""
 
@@ -55,6 +58,15 @@ class Readable:
         """Whether ``sessions`` is every session known (then no session filter is needed)."""
         return not self.unreadable
 
+    def within(self, other: Readable) -> Readable:
+        """What both this and ``other`` let the principal read (``acls`` stay this one's); this
+        very object when ``other`` takes nothing away (engines keep the filters they built for
+        the very sets, see :meth:`AccessLists.readable`)."""
+        if self.sessions <= other.sessions:
+            return self
+        return Readable(acls=self.acls, sessions=self.sessions & other.sessions,
+                        unreadable=self.unreadable | (self.sessions - other.sessions))
+
 
 class AccessLists:
     """Latest access lists per log (thread-safe); ``scan_cap`` bounds the L1 events one
@@ -65,7 +77,9 @@ class AccessLists:
         self._readers = readers
         self._window = window
         self._lock = threading.Lock()
-        self._overlays: dict[tuple[str, str, int], tuple[int, Owners]] = {}
+        self._overlays: dict[tuple[str, str, int], dict[int, Owners]] = {}
+        """Per overlay (log, generation, start): through seq → its owners, least recently used
+        first."""
         # (structured generation, principal) -> (readable, unreadable) sessions of the generation.
         self._readable: dict[tuple[str, str, str, frozenset[str]],
                              tuple[frozenset[str], frozenset[str]]] = {}
@@ -149,8 +163,12 @@ class AccessLists:
         # found the overlay of one served for the other, with another tenant's ownership).
         key = (log_id, generation, from_seq)
         with self._lock:
-            cached = self._overlays.get(key)
-        through, owners = cached if cached is not None and cached[0] <= to_seq else (from_seq - 1, Owners())
+            snapshots = self._overlays.get(key, {})
+            through = max((seq for seq in snapshots if seq <= to_seq), default=from_seq - 1)
+            cached = snapshots.pop(through, None)
+            if cached is not None:
+                snapshots[through] = cached  # used now: the last to go
+        owners = cached if cached is not None else Owners()
         if through >= to_seq:
             return {session: current_acl(state) for session, state in owners.sessions.items()}
         if to_seq - through > self.scan_cap:
@@ -169,7 +187,15 @@ class AccessLists:
                 continue
             owners.admit(event, seq)
         with self._lock:
-            self._overlays[key] = (to_seq, owners)
+            # A few per overlay, the least recently used going first: a cursor's page (as of its
+            # first page's seq) and the queries at the head each find theirs instead of reading
+            # the log again from ``from_seq``.
+            snapshots = self._overlays.pop(key, {})
+            snapshots.pop(to_seq, None)
+            snapshots[to_seq] = owners
+            while len(snapshots) > _PER_OVERLAY:
+                snapshots.pop(next(iter(snapshots)))
+            self._overlays[key] = snapshots
             while len(self._overlays) > _OVERLAYS:
                 self._overlays.pop(next(iter(self._overlays)))
         return {session: current_acl(state) for session, state in owners.sessions.items()}

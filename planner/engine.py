@@ -588,6 +588,13 @@ class Planner:
         """Access lists up to the committed seq now: the sessions (and the full tool results)
         ``principal`` may read."""
         access = query.snapshot.readable(query.principal, query.pin("structured"))
+        if query.cursor is not None:
+            # A cursor's page reads no session its first page could not (the access lists as of
+            # the first page's L1 seq, which the cursor binds): a session shared since puts its
+            # hits into the lists, every hit below moves down a rank, and the next pages served
+            # again hits already served. A revocation still applies at once (rrf.after).
+            first = query.snapshot.readable(query.principal, query.pin("structured"), query.l1_seq)
+            access = access.within(first)
         acls, readable = access.acls, access.sessions
         query.acls, query.readable = acls, readable
         # Every chunk an index holds at or below the cut belongs to a session the structured

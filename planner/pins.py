@@ -229,9 +229,12 @@ class Snapshot:
         through = self.l1_seq if through_seq is None else through_seq
         return self.access.latest(self.l1, self.log_id, structured, through)
 
-    def readable(self, principal: Principal, structured: IndexPin | None) -> Readable:
-        """What ``principal`` may read as of ``l1_seq`` (see :meth:`AccessLists.readable`)."""
-        return self.access.readable(principal, self.l1, self.log_id, structured, self.l1_seq)
+    def readable(self, principal: Principal, structured: IndexPin | None,
+                 through_seq: int | None = None) -> Readable:
+        """What ``principal`` may read as of ``through_seq`` (default: ``l1_seq``; see
+        :meth:`AccessLists.readable`)."""
+        through = self.l1_seq if through_seq is None else through_seq
+        return self.access.readable(principal, self.l1, self.log_id, structured, through)
 
     def keep_for(self, seconds: float) -> None:
         """On close, extend the pins by ``seconds`` instead of releasing them (a cursor's next

@@ -184,7 +184,9 @@ def after(hits: Sequence[FusedHit], key: SortKey) -> list[FusedHit]:
     list. ``key`` need not belong to any hit in ``hits``: if sessions were revoked since the
     previous page, the remaining hits only move up (ranks are recomputed without the revoked
     ones), so no hit already served repeats; an unserved hit that moved above the key is
-    skipped, the price of never letting ranks reveal what the caller cannot see.
+    skipped, the price of never letting ranks reveal what the caller cannot see. A session
+    granted since would push served hits down past the key, to be served again: the planner
+    keeps such sessions out of a cursor's pages.
     """
     return list(hits[bisect_right(hits, key, key=sort_key):])
 

@@ -84,6 +84,10 @@ def test_readable_sessions_equal_can_read_over_the_latest_access_lists(
                               built_through_seq=watermark)
         through = watermark + min(extra, len(events))
         latest = access.latest(None, "default", pin, through)  # type: ignore[arg-type]
+        # The cached overlays (several seqs per generation, asked in any order) give what one
+        # read from the watermark gives.
+        fresh = AccessLists(readers, _Window(padding + events))  # type: ignore[arg-type]
+        assert latest == fresh.latest(None, "default", pin, through)  # type: ignore[arg-type]
         expected = {session for session, acl in latest.items() if can_read(principal, acl)}
         got = access.readable(principal, None, "default", pin, through)  # type: ignore[arg-type]
         assert got.sessions == expected
@@ -92,3 +96,27 @@ def test_readable_sessions_equal_can_read_over_the_latest_access_lists(
         assert dict(got.acls) == latest
         for session in (*SESSIONS, "pad"):  # one session's list, as `usl status` asks for it
             assert access.acl_of(None, "default", pin, through, session) == latest.get(session)  # type: ignore[arg-type]
+
+
+def test_a_cursor_page_and_the_head_each_keep_their_overlay() -> None:
+    """A cursor's page reads the access lists as of its first page's seq, and the queries beside
+    it as of the head: with one overlay per generation kept, each replaced the other's and every
+    page read the log again from the watermark (55-89 ms of CPU per page with the structured
+    index 4 400 events behind a growing log, 8 ms before)."""
+    readers = _Readers({"/gen/0": {}})
+    events = [_acl_event(n, f"s{n % 8}", {"tenant": "acme", "read": ["*"]}) for n in range(1, 41)]
+    reads: list[tuple[int, int]] = []
+
+    class Counting(_Window):
+        def read(self, l1: Any, log_id: str, from_seq: int, to_seq: int) -> Iterator[tuple[int, dict[str, Any]]]:
+            reads.append((from_seq, to_seq))
+            return super().read(l1, log_id, from_seq, to_seq)
+
+    access = AccessLists(readers, Counting(events))  # type: ignore[arg-type]
+    pin = SimpleNamespace(directory=Path("/gen/0"), key="/gen/0", built_through_seq=0)
+    first_page = access.latest(None, "default", pin, 20)  # type: ignore[arg-type]
+    for head in range(21, 31):  # the head moves; a cursor's page asks for seq 20 between
+        access.latest(None, "default", pin, head)  # type: ignore[arg-type]
+        reads.clear()
+        assert access.latest(None, "default", pin, 20) == first_page  # type: ignore[arg-type]
+        assert reads == []

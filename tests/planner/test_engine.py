@@ -721,6 +721,30 @@ def test_a_revocation_applies_at_once_also_to_open_cursors(live: tuple[IndexBuil
     assert "s-eng" in {hit["sessionId"] for hit in planner.search({**request, "k": 100}, BOB)["results"]}
 
 
+@pytest.mark.parametrize("mode", ["text", "vector", "hybrid"])
+@pytest.mark.parametrize("freshness", ["indexed", "latest"])
+def test_a_grant_between_pages_never_serves_a_hit_twice(live: tuple[IndexBuilder, Planner], mode: str,
+                                                        freshness: str) -> None:
+    """Found on real sessions: a session shared with the caller between two pages put its hits
+    into the lists, every hit below them moved down a rank, and later pages served again hits
+    the first page had served (vector mode: all three of a page of three). A cursor's page
+    reads no session its first page could not; a revocation still applies at once (above)."""
+    builder, planner = live
+    request = {"query": "deploy step", "log": "live", "k": 3, "mode": mode, "freshness": freshness}
+    one_shot = [hit["chunkId"] for hit in planner.search({**request, "k": 100}, CAROL)["results"]]
+    pages = [planner.search(request, CAROL)]
+    # s-bob is shared with carol: only L1 learns of it.
+    builder.append([{"eventId": f"s-bob-grant-{mode}-{freshness}", "logId": "live", "sessionId": "s-bob",
+                     "type": "session.acl", "time": "2026-01-01T05:00:00Z",
+                     "acl": acl("acme", "user:bob", "user:carol")}], feed=False)
+    assert "s-bob" in {hit["sessionId"] for hit in planner.search({**request, "k": 100}, CAROL)["results"]}
+    while pages[-1]["cursor"]:
+        pages.append(planner.search({**request, "cursor": pages[-1]["cursor"]}, CAROL))
+    served = [hit["chunkId"] for page in pages for hit in page["results"]]
+    assert len(served) == len(set(served)), "a hit served twice"
+    assert served == one_shot
+
+
 def test_indexed_without_any_generation_is_unavailable(kafka_bootstrap: str, tmp_path: Path) -> None:
     settings = make_test_settings(tmp_path, kafka_bootstrap)
     builder = IndexBuilder(settings, kafka_bootstrap, "empty")

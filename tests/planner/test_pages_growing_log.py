@@ -6,7 +6,9 @@ The planner tests elsewhere page over a fixed log or with one commit between pag
 (``test_engine.py``, ``test_tail_ranking.py``). Here hypothesis draws the page sizes, the
 principal, and what happens between pages: events appended past every watermark (the L1 tail
 the next page must not see: its cursor binds the first page's head), generations committed
-(the indexes the next page must not read: its cursor binds the first page's), or nothing.
+(the indexes the next page must not read: its cursor binds the first page's), a session
+shared with the caller (whose hits would push the served ones down a rank, so a cursor's page
+reads no session its first page could not), or nothing.
 The corpus repeats words and texts on purpose: BM25 and cosine ties are ordered newest first
 inside a list (``planner.rrf.newest_first_among_ties``), copies are collapsed, and tail chunks
 are merged into the index's lists by the index's own statistics, each a place where an order
@@ -33,6 +35,8 @@ pytestmark = pytest.mark.kafka
 LOG = "growing"
 PRINCIPALS = {"alice": parse_principal("tenant:acme/user:alice/groups:eng"),
               "bob": parse_principal("tenant:acme/user:bob")}
+CALLED = {"alice": {"*", "user:alice", "group:eng"}, "bob": {"*", "user:bob"}}
+"""What each principal's access-list entries are called."""
 ACCESS = [acl("acme", "*"), acl("acme", "user:alice"), acl("acme", "group:eng"), acl("acme", "user:bob")]
 WORDS = ("deploy", "retry", "timeout", "cache", "broker", "重连", "тест")
 _numbers = itertools.count(1)
@@ -74,6 +78,19 @@ class Growing:
             self.readers[events[0]["sessionId"]] = set(access["read"])
             self.builder.append(events)
 
+    def share(self, who: str) -> None:
+        """The newest session ``who`` cannot read is shared with ``who`` (L1 only)."""
+        names = CALLED[who]
+        session = next((session for session, readers in reversed(self.readers.items())
+                        if not readers & names), None)
+        if session is None:
+            return
+        self.seed += 1
+        self.readers[session] = self.readers[session] | {f"user:{who}"}
+        self.builder.append([{"eventId": f"{session}-share-{self.seed}", "logId": LOG, "sessionId": session,
+                              "type": "session.acl", "time": "2026-02-01T01:00:00Z",
+                              "acl": acl("acme", *sorted(self.readers[session]))}])
+
     def commit(self) -> None:
         manifests = self.builder.commit()
         deadline = time.monotonic() + 10
@@ -96,13 +113,13 @@ def growing(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> I
         yield state
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                  HealthCheck.too_slow])
 @given(mode=st.sampled_from(["text", "vector", "hybrid"]),
        freshness=st.sampled_from(["indexed", "latest", "wait:0.2"]),
        who=st.sampled_from(sorted(PRINCIPALS)),
        query=st.lists(st.sampled_from(WORDS), min_size=1, max_size=3).map(" ".join),
-       pages=st.lists(st.tuples(st.integers(1, 7), st.sampled_from(["none", "append", "commit"])),
+       pages=st.lists(st.tuples(st.integers(1, 7), st.sampled_from(["none", "append", "commit", "share"])),
                       min_size=1, max_size=6))
 def test_pages_equal_one_page_while_the_log_grows(growing: Growing, mode: str, freshness: str,
                                                     who: str, query: str,
@@ -128,12 +145,13 @@ def test_pages_equal_one_page_while_the_log_grows(growing: Growing, mode: str, f
         elif between == "commit":
             growing.append()
             growing.commit()
+        elif between == "share":
+            growing.share(who)
         if not cursor:
             break
     assert len(served) == len(set(served)), "a hit served twice"
     assert served == [hit["chunkId"] for hit in whole["results"]][:len(served)]
     if cursor is None:  # the pages ran out: nothing left unserved
         assert len(served) == len(whole["results"])
-    # Only sessions the caller may read, and the pages were not empty for want of them.
-    names = {"alice": {"*", "user:alice", "group:eng"}, "bob": {"*", "user:bob"}}[who]
-    assert all(growing.readers[hit["sessionId"]] & names for hit in whole["results"])
+    # Only sessions the caller may read (the one-shot page came before any share).
+    assert all(growing.readers[hit["sessionId"]] & CALLED[who] for hit in whole["results"])
