@@ -127,8 +127,14 @@ def is_placeholder(value: str, *, quoted: bool) -> bool:
             # settings.DB_PASSWORD is an attribute access; pk.eyJ1Ijoi... and hvs.llAj7n4Ju… (2.5)
             # are dotted tokens.
             return all(len(part) <= 32 and not _token_part(part) for part in stripped.split("."))
-        return any(word in stripped for word in _REFERENCE_WORDS)
+        # A variable is a word or words joined by "_", with at most one digit at its end
+        # (db_password, token2); a digit inside or a run of them at the end is a password a
+        # person made from a word (s3cr3tpass, passw0rd1, mypass123), which read as one (2.8).
+        return any(word in stripped for word in _REFERENCE_WORDS) and not _MADE_FROM_A_WORD.fullmatch(stripped)
     return False
+
+
+_MADE_FROM_A_WORD = re.compile(r"[a-z]*(?:[0-9]+[a-z]+)+[0-9]*|[a-z]+[0-9]{2,}", re.ASCII)
 
 
 def _token_part(part: str) -> bool:
@@ -143,4 +149,4 @@ def fingerprint() -> list[list[str]]:
         _PASSWORD_WORDS, _SECRET_WORDS, _SECRET_KEY_QUALIFIERS, _PLAIN_KEY_QUALIFIERS,
         DESCRIPTIVE_SUFFIXES, _NEGATING_WORDS, _PLACEHOLDER_WORDS, _MASK_CHARS, _PASS_COUNTS,
     )
-    return [sorted(words) for words in lists] + [sorted(" ".join(words) for words in _SECRET_IDS)] + [[_WORDS.pattern, _REFERENCE.pattern, *_REFERENCE_WORDS]]
+    return [sorted(words) for words in lists] + [sorted(" ".join(words) for words in _SECRET_IDS)] + [[_WORDS.pattern, _REFERENCE.pattern, _MADE_FROM_A_WORD.pattern, *_REFERENCE_WORDS]]

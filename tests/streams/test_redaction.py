@@ -1753,3 +1753,45 @@ def test_a_terminal_line_pasted_after_a_sentence_loses_its_secret(text: str, sec
     next line, a .pgpass line after a question) kept it; both rules read only at a line's start."""
     assert secret not in redact_text(text)[0]
     assert secret not in redact_text_plain(text)[0]
+
+
+# ---------------------------------------------------------------- policy 2.8: a password made from a word
+
+@pytest.mark.parametrize(("text", "secret"), [
+    ("password = s3cr3tpass", "s3cr3tpass"), ("PGPASSWORD=mypass123 psql -h db", "mypass123"),
+    ("./manage --password=passw0rd1", "passw0rd1"), ("client_secret: s3cr3tpass", "s3cr3tpass"),
+    ("[testpypi]\nusername: me\npassword: s3cr3tpass\n", "s3cr3tpass"), ("token=t0k3ntoken", "t0k3ntoken"),
+    ("apiVersion: v1\nkind: Secret\nstringData:\n  api-token: s3cr3tpass\n", "s3cr3tpass"),
+    (json.dumps([{"Config": {"Env": ["DB_PASS=s3cr3tpass", "PATH=/usr/bin"]}}], indent=4), "s3cr3tpass"),
+])
+def test_a_password_made_from_a_word_is_no_variable(text: str, secret: str) -> None:
+    """Found by a new user's adversarial round (2.8): an unquoted lowercase value holding a secret
+    word was read as a variable (`password=db_password`), so `password = s3cr3tpass`, `PGPASSWORD=
+    mypass123` and `DB_PASS=s3cr3tpass` in `docker inspect`'s Env kept the password. A digit inside
+    the word, or two at its end, is what a person does to a word to make it a password."""
+    redacted = redact_text(text)[0]
+    assert secret not in redacted, redacted
+    assert redact_text_plain(text)[0] == redacted
+
+
+@pytest.mark.parametrize("text", [
+    "login(user, password=db_password)", "connect(token=api_token)", "password=pass1", "key=key_2",
+    "auth=auth_header", "secret = secret_v2", "password = self.password",
+])
+def test_a_variable_holding_a_password_stays(text: str) -> None:
+    assert redact_text(text) == (text, {})
+
+
+@PROPERTY
+@given(st.sampled_from(["password = ", "PGPASSWORD=", "--password=", "passwd: ", "DB_PASS="]),
+       st.sampled_from(["pass", "secret", "token", "key", "pwd", "auth", "cred"]),
+       st.from_regex(r"[a-z]{0,6}[0-9]{1,3}[a-z]{1,6}|[0-9]{2,4}", fullmatch=True), st.booleans(), FILLER)
+def test_a_word_made_into_a_password_never_survives(name: str, word: str, made: str, before: bool, after: str) -> None:
+    """A password name's value made of a secret word and digits is no variable (a variable's digit,
+    if any, ends it: `db_pass2`). Other secret names keep the 2.5 bar (two letters and two digits)."""
+    value = word + made if before else made + word
+    if not any(c.isdigit() for c in value[:-1]) or value.isdigit():
+        return
+    text = f"{name}{value}\n{after}"
+    redacted = redact_text(text)[0]
+    assert value not in redacted.split("\n")[0], redacted
