@@ -856,7 +856,27 @@ _SHELL_MODE_SECRET = RegexRule(
     check=lambda match: bare_secret(match.group("value")),
 )
 
-CONTEXT_RULES: tuple[Rule, ...] = (_AZURE_SAS, _URL_SIGNATURE, _BEARER, _BASIC, _AUTH_SCHEME, *_AWS_PAIR, _TWILIO_PAIR, _URL_TOKEN, _MYSQL_PASSWORD, _CLI_PASSWORD, *_CLI_FLAG_PASSWORDS, _CURL_USER,
+# A password hash (2.8): an htpasswd line (`alice:$2y$05$…`, `bob:$apr1$…`, `{SHA}…`), a shadow
+# line (`root:$6$…`), a Django or Argon2 hash in a dump. Each is cracked offline as fast as its
+# scheme allows (apr1 and md5-crypt very fast), so it is a secret wherever it stands; the scheme's
+# own marks ($2y$, $apr1$, rounds=, v=19) make it unmistakable. Replaced whole, salt and all.
+_CRYPT = r"[./A-Za-z0-9]"
+_PASSWORD_HASH = RegexRule(
+    name="password-hash",
+    triggers=("$2a$", "$2b$", "$2x$", "$2y$", "$apr1$", "$1$", "$5$", "$6$", "$y$", "$argon2", "{SHA}", "{SSHA}", "pbkdf2_sha"),
+    description="password hashes: bcrypt, apr1 / md5-crypt, sha256 / sha512-crypt, yescrypt, Argon2, {SHA} / {SSHA}, "
+                "Django pbkdf2 (htpasswd and shadow lines, dumps)",
+    pattern=re.compile(
+        r"(?<![A-Za-z0-9./$])(?:\$2[abxy]\$[0-9]{2}\$" + _CRYPT + r"{53}"
+        r"|\$(?:apr1|1)\$" + _CRYPT + r"{1,8}\$" + _CRYPT + r"{22}"
+        r"|\$[56]\$(?:rounds=[0-9]{1,9}\$)?" + _CRYPT + r"{1,16}\$" + _CRYPT + r"{43,86}"
+        r"|\$y\$" + _CRYPT + r"{1,32}\$" + _CRYPT + r"{1,86}\$" + _CRYPT + r"{43}"
+        r"|\$argon2(?:id|i|d)\$v=[0-9]{1,3}\$[a-z]=[0-9]+(?:,[a-z]=[0-9]+)*\$[A-Za-z0-9+/]{8,}\$[A-Za-z0-9+/]{16,}"
+        r"|\{S?SHA\}[A-Za-z0-9+/]{27,}={0,2}"
+        r"|pbkdf2_sha(?:1|256)\$[0-9]{1,9}\$[A-Za-z0-9]{1,64}\$[A-Za-z0-9+/]{20,}={0,2})(?![A-Za-z0-9./+=$])", re.ASCII),
+)
+
+CONTEXT_RULES: tuple[Rule, ...] = (_PASSWORD_HASH, _AZURE_SAS, _URL_SIGNATURE, _BEARER, _BASIC, _AUTH_SCHEME, *_AWS_PAIR, _TWILIO_PAIR, _URL_TOKEN, _MYSQL_PASSWORD, _CLI_PASSWORD, *_CLI_FLAG_PASSWORDS, _CURL_USER,
                                    CookieRule(), CodeCredentialRule(), EnvListRule(), MarkdownTableRule(),
                                    _PASSWORD_ELSEWHERE, _CONFIG_PASSWORD, _PGPASS, _USED_AS,
                                    _COMMAND_SECRET, _SHELL_MODE_SECRET, _PUTTY_KEY, *_SECURE_STRING, _DJANGO_KEY)

@@ -1795,3 +1795,48 @@ def test_a_word_made_into_a_password_never_survives(name: str, word: str, made: 
     text = f"{name}{value}\n{after}"
     redacted = redact_text(text)[0]
     assert value not in redacted.split("\n")[0], redacted
+
+
+# ---------------------------------------------------------------- policy 2.8: password hashes
+
+BCRYPT = "$2y$05$6bC.N2e/oiT7gA0jMhbZwe9H0lJ3cEwZfS0g7Kx1oq5xYt6Rbc3zG"
+PASSWORD_HASHES = [
+    BCRYPT, "$apr1$r31.....$HqJZimcKQFAMYayBlzkrA/", "$1$saltsalt$qjXMvOEqNEkzcZp3YnvxL/",
+    "$6$rounds=5000$saltsaltsa$Lk9Q2vB7xN3mP5wR8tY1uI4oA6sD0fG2hJ4kL6zX8cV0bN2mQ4wE6rT8yU0iO2pA4sD6fG8hJ0kL2zX4cV6bN8",
+    "$5$rK7a9Qw2$3bN9vQwErTyUiOp1AsDfGhJkLzXcVbNm0Qw2ErTyUi4", "$y$j9T$F5Jx5fExrKuJdhq7n1Bd00$WnaUkB2wDdkrbXdZ6T0ZnMQx4qYlkGGsl7qR3x5Wd2/",
+    "$argon2id$v=19$m=65536,t=3,p=4$c2FsdHNhbHRzYWx0$Zm9vYmFyYmF6cXV4Zm9vYmFyYmF6cXV4",
+    "{SHA}W6ph5Mm5Pz8GgiULbPgzG37mj9g=", "pbkdf2_sha256$600000$Xb1Qz8rT$Qm7vT2xLp9Rz4Kd8Wn3Jh6Yb1Fc5Gs0AeUoIiPlM=",
+]
+
+
+@pytest.mark.parametrize("hashed", PASSWORD_HASHES)
+@pytest.mark.parametrize("template", ["alice:{h}", "root:{h}:19000:0:99999:7:::", "     3→deploy:{h}\n",
+                                      "UPDATE users SET password = '{h}' WHERE id = 7;", '{{"password_hash": "{h}"}}'])
+def test_a_password_hash_is_removed(hashed: str, template: str) -> None:
+    """docs/redaction.md's Limits (2.7): an htpasswd line (`user:$2y$05$…`, `user:$apr1$…`) kept its
+    hash, and a shadow line, an Argon2 or Django hash in a dump too. A fast scheme (apr1, md5-crypt,
+    {SHA}) is cracked offline in minutes: 2.8 removes every hash a scheme's marks name."""
+    text = template.format(h=hashed)
+    redacted, hits = redact_text(text)
+    assert hashed[8:] not in redacted and hashed[-12:] not in redacted, redacted
+    assert "password-hash" in hits or "secret-assignment" in hits or "password-assignment" in hits
+    assert redact_text_plain(text)[0] == redacted
+
+
+@pytest.mark.parametrize("text", [
+    "awk '{print $1$2}' file", 'echo "$1$2$3"', "costs $5$ per item", "the $6$ prefix means sha512-crypt",
+    "{SHA} is the prefix", "$2y$10$ is bcrypt's prefix, the cost 10", "price: $1$99.99",
+])
+def test_what_only_starts_like_a_password_hash_stays(text: str) -> None:
+    assert redact_text(text) == (text, {})
+
+
+@PROPERTY
+@given(st.sampled_from(["$2b$12$", "$apr1$", "$1$", "$6$", "$5$rounds=656000$"]),
+       st.text(alphabet=string.ascii_letters + string.digits + "./", min_size=86, max_size=86), FILLER, FILLER)
+def test_a_password_hash_never_survives(scheme: str, body: str, before: str, after: str) -> None:
+    salt, rest = (body[:0], body[:53]) if scheme.startswith("$2") else (body[:8] + "$", body[8:8 + (22 if "1$" in scheme else 86)])
+    hashed = scheme + salt + rest
+    text = f"{before}\nadmin:{hashed}\n{after}"
+    redacted = redact_text(text)[0]
+    assert battery.leaked(rest, redacted, f"{before}\nadmin:\n{after}") == [], redacted
