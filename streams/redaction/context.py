@@ -284,9 +284,10 @@ class CodeCredentialRule(Rule):
         r"\[[ \t]*(['\"])(?P<name>[A-Za-z0-9_.-]{1,64})\1[ \t]*\][ \t]*=(?![=~>])"
         r"[ \t]*(['\"])(?P<value>[^'\"\r\n]{1,512})\3", re.ASCII)
     _call = re.compile(
-        r"\b(?:define|setdefault|putenv|setenv|Setenv|set_env)\([ \t]*(['\"])(?P<name>[A-Za-z0-9_.-]{1,64})\1[ \t]*,"
+        r"\b(?:define|setdefault|putenv|setenv|Setenv|set_env|SetEnvironmentVariable)\([ \t]*(['\"])(?P<name>[A-Za-z0-9_.-]{1,64})\1[ \t]*,"
         r"[ \t]*(['\"])(?P<value>[^'\"\r\n]{1,512})\3", re.ASCII)
-    _calls = ("define(", "setdefault(", "putenv(", "setenv(", "set_env(")
+    # 2.8: PowerShell's [Environment]::SetEnvironmentVariable('DB_PASS', '...', 'Machine').
+    _calls = ("define(", "setdefault(", "putenv(", "setenv(", "set_env(", "setenvironmentvariable(")
 
     def __init__(self) -> None:
         # literals: "]=" is too short to be a trigger of its own, so the prefilter's automaton
@@ -295,7 +296,7 @@ class CodeCredentialRule(Rule):
                          needs=frozenset("'\""), literals=("]=", "] =", "auth", *self._calls),
                          description="passwords of auth=(user, password) / HTTPBasicAuth(user, password) and values "
                          "set under a quoted secret-like name: env['DB_PASSWORD'] = '...', define('DB_PASSWORD', '...'), "
-                         "os.environ.setdefault / putenv / os.Setenv")
+                         "os.environ.setdefault / putenv / os.Setenv / [Environment]::SetEnvironmentVariable")
 
     def fingerprint(self) -> list[str]:
         return [*super().fingerprint(), self._auth.pattern, self._subscript.pattern, self._call.pattern]
@@ -321,6 +322,39 @@ class CodeCredentialRule(Rule):
             if rule is not None:
                 found.append((*match.span("value"), rule))
         return replace_spans(text, found, hits)
+
+
+# Windows sets a variable without `=` (2.8): PowerShell's `Set-Item -Path Env:DB_PASSWORD -Value X`
+# (New-Item, Set-Content; `Env:\\NAME`) and cmd's `setx NAME X`, so no assignment rule read the
+# name beside its value (`$env:NAME = "X"` and `set NAME=X` they read).
+_WINDOWS_ENV = re.compile(
+    r"(?:\b(?:Set-Item|New-Item|Set-Content|si|ni)[ \t]+(?:-Path[ \t]+)?['\"]?Env:\\?(?P<name>[A-Za-z_][A-Za-z0-9_]{0,127})['\"]?"
+    r"(?:[ \t]+-Value)?|\bsetx[ \t]+(?P<setx>[A-Za-z_][A-Za-z0-9_]{0,127}))[ \t]+"
+    r"(?:'(?P<sq>[^'\r\n]+)'|\"(?P<dq>[^\"\r\n]+)\"|(?P<bare>[^\s'\"|;&`-][^\s'\"|;&`]*))", re.ASCII | re.IGNORECASE)
+
+
+class WindowsEnvRule(Rule):
+    """The value of a secret-like variable set by Set-Item / New-Item Env:NAME or setx NAME."""
+
+    def __init__(self) -> None:
+        super().__init__(name="password-assignment", lower_triggers=("env:", "setx"),
+                         description="a secret-like variable's value set by PowerShell Set-Item / New-Item Env:NAME "
+                         "-Value or cmd setx NAME")
+
+    def fingerprint(self) -> list[str]:
+        return [*super().fingerprint(), _WINDOWS_ENV.pattern]
+
+    def hit_names(self) -> tuple[str, ...]:
+        return ("password-assignment", "secret-assignment")
+
+    def apply(self, scan: Scan, hits: dict[str, int]) -> str:
+        found: list[tuple[int, int, str]] = []
+        for match in _WINDOWS_ENV.finditer(scan.text):
+            group = next(name for name in ("sq", "dq", "bare") if match.group(name) is not None)
+            rule = _named_value_rule(match.group("name") or match.group("setx"), match.group(group), quoted=group != "bare")
+            if rule is not None:
+                found.append((*match.span(group), rule))
+        return replace_spans(scan.text, found, hits)
 
 
 # A container's environment as a list of name / value pairs (2.3, later): Kubernetes and compose
@@ -877,7 +911,7 @@ _PASSWORD_HASH = RegexRule(
 )
 
 CONTEXT_RULES: tuple[Rule, ...] = (_PASSWORD_HASH, _AZURE_SAS, _URL_SIGNATURE, _BEARER, _BASIC, _AUTH_SCHEME, *_AWS_PAIR, _TWILIO_PAIR, _URL_TOKEN, _MYSQL_PASSWORD, _CLI_PASSWORD, *_CLI_FLAG_PASSWORDS, _CURL_USER,
-                                   CookieRule(), CodeCredentialRule(), EnvListRule(), MarkdownTableRule(),
+                                   CookieRule(), CodeCredentialRule(), WindowsEnvRule(), EnvListRule(), MarkdownTableRule(),
                                    _PASSWORD_ELSEWHERE, _CONFIG_PASSWORD, _PGPASS, _USED_AS,
                                    _COMMAND_SECRET, _SHELL_MODE_SECRET, _PUTTY_KEY, *_SECURE_STRING, _DJANGO_KEY)
 

@@ -1840,3 +1840,48 @@ def test_a_password_hash_never_survives(scheme: str, body: str, before: str, aft
     text = f"{before}\nadmin:{hashed}\n{after}"
     redacted = redact_text(text)[0]
     assert battery.leaked(rest, redacted, f"{before}\nadmin:\n{after}") == [], redacted
+
+
+# ---------------------------------------------------------------- policy 2.8: PowerShell and cmd
+
+WINDOWS_SETTERS = [
+    "$env:{name} = '{value}'", '$Env:{name}="{value}"', "[Environment]::SetEnvironmentVariable('{name}','{value}','Machine')",
+    '[System.Environment]::SetEnvironmentVariable("{name}", "{value}", [System.EnvironmentVariableTarget]::User)',
+    'Set-Item -Path Env:{name} -Value "{value}"', "Set-Item Env:{name} '{value}'", "New-Item -Path Env:\\{name} -Value {value}",
+    'setx {name} "{value}"', "setx {name} {value} /M", 'set "{name}={value}"',
+]
+
+
+@pytest.mark.parametrize("setter", WINDOWS_SETTERS)
+@pytest.mark.parametrize(("name", "value"), [("DB_PASS", "Summer2024!x"), ("DB_PASSWORD", "s3cr3tpass"),
+                                             ("OPENAI_API_KEY", "Zq8vR2nL5tY7wK3mX9pB")])
+def test_a_secret_set_by_powershell_or_cmd_is_removed(setter: str, name: str, value: str) -> None:
+    """docs/redaction.md's Limits (2.7) named PowerShell's `$env:X = "..."` and
+    `[Environment]::SetEnvironmentVariable(...)`: the first was read, the second kept single-quoted
+    values (`'DB_PASS','Summer2024!x'`) and left `!x` of double-quoted ones, and `Set-Item
+    Env:NAME -Value X` / `setx NAME X`, with no `=`, kept every value."""
+    text = setter.format(name=name, value=value)
+    redacted = redact_text(text)[0]
+    assert battery.leaked(value, redacted, text.replace(value, "\n")) == [] and "!x" not in redacted, redacted
+    assert redact_text_plain(text)[0] == redacted
+
+
+@pytest.mark.parametrize("text", [
+    'setx PATH "%PATH%;C:\\bin"', 'Set-Item -Path Env:PATH -Value "C:\\tools"', "setx DB_PASSWORD %DB_PASSWORD%",
+    "Set-Item Env:API_TOKEN $token", "[Environment]::SetEnvironmentVariable('JAVA_HOME', 'C:\\jdk-21', 'Machine')",
+    "setx NODE_ENV production",
+])
+def test_what_powershell_or_cmd_sets_that_is_no_secret_stays(text: str) -> None:
+    assert redact_text(text) == (text, {})
+
+
+@PROPERTY
+@given(st.sampled_from(WINDOWS_SETTERS), st.sampled_from(["DB_PASSWORD", "ADMIN_PASS", "SA_PASSWORD", "PGPASSWORD"]),
+       # No ".": a bare `A000.A00` reads as an attribute (a placeholder), as `password=settings.PW` does.
+       st.text(alphabet=string.ascii_letters + string.digits + "!#%*+-?@^_~", min_size=8, max_size=40)
+       .filter(lambda value: any(c.isdigit() for c in value) and any(c.isalpha() for c in value) and value[0] not in "-%"),
+       FILLER)
+def test_a_password_set_by_powershell_or_cmd_never_survives(setter: str, name: str, value: str, after: str) -> None:
+    text = setter.format(name=name, value=value) + "\n" + after
+    redacted = redact_text(text)[0]
+    assert battery.leaked(value, redacted, setter.format(name=name, value="\n") + "\n" + after) == [], redacted
