@@ -816,6 +816,9 @@ _SECRET_COMMANDS = (
     r"|pass[ \t]+show[ \t]|sops[ \t][^\r\n]*--extract)[^\r\n]*",
     r"(?:kubectl|oc)[ \t][^\r\n]*\bsecrets?\b[^\r\n]*\|[ \t]*base64[ \t]+(?:-d|--decode|-D)\b[^\r\n]*",
     r"cat[ \t]+[^\s|;&]*(?:master\.key|\.key|secret|token|passw|credential|apikey|api_key)[^\s|;&]*[ \t]*",
+    # 2.8: terraform output -raw NAME and heroku config:get NAME of a secret-like name.
+    r"(?:terraform|tofu)[ \t]+output[ \t]+-raw[ \t]+(?P<tf>[A-Za-z_][A-Za-z0-9_-]*)[ \t]*",
+    r"heroku[ \t]+config:get[ \t]+(?P<hk>[A-Za-z_][A-Za-z0-9_]*)\b[^\r\n]*",
     r"(?:openssl[ \t]+rand[ \t]+-(?:base64|hex)|pwgen|python3?[ \t]+-c[ \t]+[^\r\n]*secrets\.token_"
     r"|head[ \t]+-c[ \t]*[0-9]+[ \t]+/dev/urandom)\b[^\r\n]*",
 )
@@ -825,7 +828,8 @@ _COMMAND_OUTPUT = re.compile(
     r"(?:" + "|".join(_SECRET_COMMANDS) + r")\r?\n[ \t]*(?P<value>[^\s<>\"'`]{8,512})[ \t]*\r?$", re.MULTILINE)
 _BEFORE_COMMAND = re.compile(r"(?:\A" + _PROMPT + r"|[ \t][$❯➜][ \t]+)\Z")
 _COMMAND_WORDS = ("printenv", "echo", "op ", "aws ", "gh ", "heroku", "az ", "gcloud", "vault", "security", "lpass",
-                  "bw ", "doppler", "pass ", "sops", "kubectl", "oc ", "cat ", "openssl", "pwgen", "python", "head ")
+                  "bw ", "doppler", "pass ", "sops", "kubectl", "oc ", "cat ", "openssl", "pwgen", "python", "head ",
+                  "terraform", "tofu")
 
 
 def _command_secret(match: re.Match[str]) -> bool:
@@ -833,7 +837,7 @@ def _command_secret(match: re.Match[str]) -> bool:
     line_start = text.rfind("\n", 0, match.start()) + 1
     if not _BEFORE_COMMAND.search(text[line_start: match.start()]):
         return False  # a word inside a line (`develop `, `the cat `), not a command it starts
-    name = match.group("env") or match.group("var")
+    name = match.group("env") or match.group("var") or match.group("tf") or match.group("hk")
     if name is not None and name_class(name) is None:
         return False  # printenv PATH, echo $HOME
     value = match.group("value")
@@ -851,7 +855,7 @@ _COMMAND_SIGNS = ("printenv", "echo $", 'echo "$', "echo '$", "op read", "op ite
                   "ssm get", "get-login-password", "auth token", "auth:token", "get-access-token", "print-access-token",
                   "print-identity-token", "versions access", "-field", "-password", "lpass show", "bw get", "secrets get",
                   "pass show", "--extract", "base64 -d", "base64 --decode", "rand -", "pwgen", "secrets.token_",
-                  "/dev/urandom")
+                  "/dev/urandom", "output -raw", "config:get")
 _CAT_SECRET_FILE = re.compile(r"cat[ \t]+[^\s|;&]*(?:key|secret|token|passw|credential)")
 
 
@@ -910,10 +914,119 @@ _PASSWORD_HASH = RegexRule(
         r"|pbkdf2_sha(?:1|256)\$[0-9]{1,9}\$[A-Za-z0-9]{1,64}\$[A-Za-z0-9+/]{20,}={0,2})(?![A-Za-z0-9./+=$])", re.ASCII),
 )
 
+# Documents that say their values are secret by what they are, not by the values' names (2.8):
+# a Kubernetes Secret (`kubectl get secret -o yaml/json`, a manifest an agent writes: every value
+# under `data:` is base64 of a secret, `DATABASE_URL`, `.dockerconfigjson` and `stripe` as much as
+# `password`), `vault kv get` (its Data table, or `"data"` in its JSON), `terraform output -json`
+# (`"sensitive": true`), `heroku config` (a random-looking value of any name), `az storage account
+# keys list` (`"keyName"` and its `"value"`), and a Key / Value or Name / Value table (PowerShell's
+# `Get-ChildItem env:`, `vault read`) whose row's name is secret-like.
+_K8S_SECRET = re.compile(r"^[ \t-]*kind:[ \t]*Secret[ \t]*\r?$", re.MULTILINE)
+_YAML_DATA = re.compile(r"^(?P<indent>[ \t]*)(?:data|stringData):[ \t]*\r?\n", re.MULTILINE)
+_YAML_ROW = re.compile(r"(?P<indent>[ \t]*)(?P<key>[^\s:#'\"][^:\r\n]*?|'[^'\r\n]*'|\"[^\"\r\n]*\")[ \t]*:(?:[ \t]+(?P<value>[^\s#|>][^\r\n]*?))?[ \t]*\r?$")
+_JSON_OBJECT = re.compile(r"\"(?:data|stringData)\"[ \t\r\n]*:[ \t\r\n]*\{(?P<body>[^{}]*)\}")
+_JSON_VALUE = re.compile(r"\"(?:[^\"\\\r\n]|\\.)*\"[ \t\r\n]*:[ \t\r\n]*\"(?P<value>(?:[^\"\\\r\n]|\\.)+)\"")
+_SENSITIVE = re.compile(r"\"sensitive\"[ \t\r\n]*:[ \t\r\n]*true[ \t\r\n]*,[ \t\r\n]*\"type\"[ \t\r\n]*:[ \t\r\n]*(?:\"[^\"\r\n]*\"|\[[^\]{}]*\])"
+                        r"[ \t\r\n]*,[ \t\r\n]*\"value\"[ \t\r\n]*:[ \t\r\n]*\"(?P<value>(?:[^\"\\\r\n]|\\.)+)\"")
+_AZURE_KEY = re.compile(r"\"keyName\"[ \t]*:[ \t]*\"[^\"\r\n]*\"[^{}]{0,400}?\"value\"[ \t]*:[ \t]*\"(?P<value>[^\"\\\r\n]{8,})\"")
+_VAULT_DATA = re.compile(r"^=+[ \t]+(?:Secret[ \t]+)?Data[ \t]+=+[ \t]*\r?\n(?=Key[ \t]+Value)", re.MULTILINE)
+_TABLE = re.compile(r"^(?P<head>Key|Name)[ \t]+Value[ \t]*\r?\n-{2,}[ \t]+-{2,}[ \t]*\r?\n(?P<rows>(?:[ \t]*\S[^\r\n]*\r?(?:\n|\Z))+)", re.MULTILINE)
+_TABLE_ROW = re.compile(r"^(?P<key>\S+)[ \t]+(?P<value>\S[^\r\n]*?)[ \t]*\r?$", re.MULTILINE)
+_CONFIG_VARS = re.compile(r"^=== [^\r\n]*Config Vars[ \t]*\r?\n(?P<rows>(?:[A-Za-z_][A-Za-z0-9_]*:[^\r\n]*\r?(?:\n|\Z))+)", re.MULTILINE)
+_CONFIG_ROW = re.compile(r"^(?P<key>[A-Za-z_][A-Za-z0-9_]*):[ \t]+(?P<value>\S[^\r\n]*?)[ \t]*\r?$", re.MULTILINE)
+
+
+class SecretDocumentRule(Rule):
+    """Values a secret store's or a secret manifest's output holds, whatever their names."""
+
+    def __init__(self) -> None:
+        # Each document's own mark (lower-cased): a table's header runs into its dashes.
+        super().__init__(name="secret-assignment",
+                         lower_triggers=("kind: secret", '"kind": "secret"', '"kind":"secret"', "lease_duration", '"sensitive"',
+                                         '"keyname"', "config vars", "value\n--", "value\r\n--"),
+                         description="values of Kubernetes Secret data / stringData, vault kv get Data, terraform output "
+                         "\"sensitive\": true, heroku config vars that look random, az storage keys, and Key / Name / "
+                         "Value tables' rows with secret-like names")
+
+    def fingerprint(self) -> list[str]:
+        return [*super().fingerprint(), *(pattern.pattern for pattern in (
+            _K8S_SECRET, _YAML_DATA, _YAML_ROW, _JSON_OBJECT, _JSON_VALUE, _SENSITIVE, _AZURE_KEY, _VAULT_DATA, _TABLE,
+            _TABLE_ROW, _CONFIG_VARS, _CONFIG_ROW))]
+
+    def hit_names(self) -> tuple[str, ...]:
+        return ("password-assignment", "secret-assignment")
+
+    def apply(self, scan: Scan, hits: dict[str, int]) -> str:
+        text, lowered = scan.text, scan.lower()
+        found: list[tuple[int, int, str]] = []
+        if "kind" in lowered and "secret" in lowered:
+            if "kind: secret" in lowered and "data" in lowered and _K8S_SECRET.search(text):
+                found += self._yaml_data(text)
+            if '"kind"' in text and re.search(r"\"kind\"[ \t]*:[ \t]*\"Secret\"", text):
+                found += self._json_data(text)
+        if "lease_duration" in text:
+            found += self._json_data(text)
+        if "sensitive" in text:
+            found += [(*match.span("value"), self.name) for match in _SENSITIVE.finditer(text) if _secret_value(match.group("value"))]
+        if '"keyName"' in text:
+            found += [(*match.span("value"), self.name) for match in _AZURE_KEY.finditer(text) if _secret_value(match.group("value"))]
+        if "value\n--" in lowered or "value\r\n--" in lowered:
+            vault = {match.end() for match in _VAULT_DATA.finditer(text)} if "Data" in text else set()
+            for table in _TABLE.finditer(text):
+                offset = table.start("rows")
+                for row in _TABLE_ROW.finditer(table.group("rows")):
+                    value = row.group("value")
+                    rule = (self.name if table.start() in vault and _secret_value(value)
+                            else _named_value_rule(row.group("key"), value, quoted=False))
+                    if rule is not None:
+                        found.append((offset + row.start("value"), offset + row.end("value"), rule))
+        if "config vars" in lowered:
+            for block in _CONFIG_VARS.finditer(text):
+                offset = block.start("rows")
+                for row in _CONFIG_ROW.finditer(block.group("rows")):
+                    value = row.group("value")
+                    rule = _named_value_rule(row.group("key"), value, quoted=False) or (self.name if looks_random(value) else None)
+                    if rule is not None:
+                        found.append((offset + row.start("value"), offset + row.end("value"), rule))
+        return replace_spans(text, found, hits)
+
+    def _yaml_data(self, text: str) -> list[tuple[int, int, str]]:
+        found = []
+        for block in _YAML_DATA.finditer(text):
+            indent = len(block.group("indent").expandtabs())
+            position = block.end()
+            while position < len(text):
+                end = text.find("\n", position)
+                end = len(text) if end == -1 else end + 1
+                line = text[position:end].rstrip("\r\n")
+                if line.strip():
+                    if len(line) - len(line.lstrip()) <= indent:
+                        break
+                    row = _YAML_ROW.fullmatch(line)
+                    if row is not None and row.group("value") is not None and _secret_value(row.group("value").strip("'\"")):
+                        found.append((position + row.start("value"), position + row.end("value"), self.name))
+                position = end
+        return found
+
+    def _json_data(self, text: str) -> list[tuple[int, int, str]]:
+        found = []
+        for block in _JSON_OBJECT.finditer(text):
+            offset = block.start("body")
+            found += [(offset + pair.start("value"), offset + pair.end("value"), self.name)
+                      for pair in _JSON_VALUE.finditer(block.group("body")) if _secret_value(pair.group("value"))]
+        return found
+
+
+def _secret_value(value: str) -> bool:
+    """A value a secret document holds: anything but a placeholder or a marker."""
+    return bool(value.strip()) and not is_marker_at(value, 0) and not is_placeholder(value, quoted=True)
+
+
 CONTEXT_RULES: tuple[Rule, ...] = (_PASSWORD_HASH, _AZURE_SAS, _URL_SIGNATURE, _BEARER, _BASIC, _AUTH_SCHEME, *_AWS_PAIR, _TWILIO_PAIR, _URL_TOKEN, _MYSQL_PASSWORD, _CLI_PASSWORD, *_CLI_FLAG_PASSWORDS, _CURL_USER,
                                    CookieRule(), CodeCredentialRule(), WindowsEnvRule(), EnvListRule(), MarkdownTableRule(),
                                    _PASSWORD_ELSEWHERE, _CONFIG_PASSWORD, _PGPASS, _USED_AS,
-                                   _COMMAND_SECRET, _SHELL_MODE_SECRET, _PUTTY_KEY, *_SECURE_STRING, _DJANGO_KEY)
+                                   _COMMAND_SECRET, _SHELL_MODE_SECRET, _PUTTY_KEY, *_SECURE_STRING, _DJANGO_KEY,
+                                   SecretDocumentRule())
 
 
 class WrappedTailRule(Rule):

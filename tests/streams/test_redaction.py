@@ -1252,7 +1252,8 @@ def _json_in_json(text: str) -> str:
 
 
 def _serialised_twice(text: str) -> str:
-    return json.dumps(json.dumps({"kind": "Secret", "data": {"file": text}}, indent=2))
+    # A ConfigMap: a Secret's data goes whole since 2.8, which leaves no kept text to check.
+    return json.dumps(json.dumps({"kind": "ConfigMap", "data": {"file": text}}, indent=2))
 
 
 LAYERS = {"one JSON value": _in_one_json_value, "JSON in a JSON string": _json_in_json, "a document serialised twice": _serialised_twice}
@@ -1885,3 +1886,74 @@ def test_a_password_set_by_powershell_or_cmd_never_survives(setter: str, name: s
     text = setter.format(name=name, value=value) + "\n" + after
     redacted = redact_text(text)[0]
     assert battery.leaked(value, redacted, setter.format(name=name, value="\n") + "\n" + after) == [], redacted
+
+
+# ---------------------------------------------------------------- policy 2.8: what a secret store prints
+
+def _b64(text: str) -> str:
+    import base64
+    return base64.b64encode(text.encode()).decode()
+
+
+K8S_URL, K8S_DOCKER = _b64("postgres://app:Pw9x2kQ@db/app"), _b64('{"auths":{"ghcr.io":{"auth":"bWU6Z2hwX1I4eDJMcTla"}}}')
+SECRET_DOCUMENTS = [
+    (f"apiVersion: v1\ndata:\n  DATABASE_URL: {K8S_URL}\n  SMTP_HOST: {_b64('smtp.example.org')}\nkind: Secret\n"
+     "metadata:\n  name: app\ntype: Opaque\n", [K8S_URL, _b64("smtp.example.org")]),
+    (f"apiVersion: v1\nitems:\n- apiVersion: v1\n  data:\n    .dockerconfigjson: {K8S_DOCKER}\n  kind: Secret\n  metadata:\n"
+     "    name: regcred\nkind: List\n", [K8S_DOCKER]),
+    ("apiVersion: v1\nkind: Secret\nmetadata:\n  name: api\nstringData:\n  stripe: rk_live_abc123XYZ\n  webhook: whk-Summer2024\n",
+     ["rk_live_abc123XYZ", "whk-Summer2024"]),
+    (json.dumps({"apiVersion": "v1", "data": {"stripe": _b64("rk_live_abc123XYZ"), "url": K8S_URL}, "kind": "Secret",
+                 "metadata": {"name": "x", "labels": {"app": "web"}}}, indent=4), [_b64("rk_live_abc123XYZ"), K8S_URL]),
+    (json.dumps({"request_id": "5e1f", "lease_id": "", "lease_duration": 0, "renewable": False,
+                 "data": {"data": {"api": "s3cr3tpass", "pw": "Summer2024!x"}, "metadata": {"version": 3}}}, indent=2),
+     ["s3cr3tpass", "Summer2024!x"]),
+    ("======= Metadata =======\nKey                Value\n---                -----\ncreated_time       2026-01-01T00:00:00Z\n"
+     "version            3\n\n====== Data ======\nKey         Value\n---         -----\nstripe      rk_live_abc123XYZ\n"
+     "smtp        Summer2024!x\n", ["rk_live_abc123XYZ", "Summer2024!x"]),
+    (json.dumps({"db_password": {"sensitive": True, "type": "string", "value": "Summer2024!x"},
+                 "admin_creds": {"sensitive": True, "type": "string", "value": "Zq8vR2nL5tY7wK3mX9pB"},
+                 "url": {"sensitive": False, "type": "string", "value": "https://app.example.com"}}, indent=2),
+     ["Summer2024!x", "Zq8vR2nL5tY7wK3mX9pB"]),
+    ("=== myapp Config Vars\nDATABASE_URL:   postgres://u:Pw9x2kQ@h/d\nSESSION_SIGNER: Zq8vR2nL5tY7wK3mX9pB\n"
+     "NODE_ENV:       production\n", ["Zq8vR2nL5tY7wK3mX9pB", "Pw9x2kQ"]),
+    (json.dumps([{"creationTime": "2026-01-01T00:00:00Z", "keyName": "key1", "permissions": "FULL",
+                  "value": "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="}], indent=2),
+     ["Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="]),
+    ("Name                           Value\n----                           -----\nAPPDATA                        C:\\Users\\x\n"
+     "DB_PASSWORD                    Summer2024!x\nPATH                           C:\\bin\n", ["Summer2024!x"]),
+    ("$ terraform output -raw db_password\nSumm3r2024x\n$ heroku config:get SECRET_KEY_BASE -a app\nZq8vR2nL5tY7wK3mX9pB\n",
+     ["Summ3r2024x", "Zq8vR2nL5tY7wK3mX9pB"]),
+]
+
+
+@pytest.mark.parametrize(("text", "secrets"), SECRET_DOCUMENTS)
+def test_what_a_secret_store_prints_is_removed(text: str, secrets: list[str]) -> None:
+    """Found by a new user's adversarial round (2.8): a document that says its values are secret
+    by what it is kept the values whose names said nothing: a Kubernetes Secret's `data:` (base64 of
+    a `DATABASE_URL` with its password, a `.dockerconfigjson`) and `stringData:`, `vault kv get`'s
+    Data (table and JSON), `terraform output -json`'s `"sensitive": true` values, a random-looking
+    `heroku config` value, `az storage account keys list`'s key, and `terraform output -raw` /
+    `heroku config:get` of a secret name printed on the next line."""
+    redacted = redact_text(text)[0]
+    for secret in secrets:
+        assert battery.leaked(secret, redacted, text.replace(secret, "\n")) == [], redacted
+    assert redact_text_plain(text)[0] == redacted
+    for event_ in (event("tool.result", toolName="Bash", status="ok", output=text), event("tool.call", toolName="Write",
+                                                                                          input={"file_path": "x", "content": text})):
+        result = redact_event(event_)
+        blob = dumps(result.event) + dumps(result.tool_result)
+        assert not any(secret in blob or json.dumps(secret)[1:-1] in blob for secret in secrets), blob
+
+
+@pytest.mark.parametrize("text", [
+    "apiVersion: v1\nkind: ConfigMap\ndata:\n  LOG_LEVEL: debug\n  DB_HOST: db.internal\n",
+    "======= Metadata =======\nKey                Value\n---                -----\ncreated_time       2026-01-01T00:00:00Z\nversion            3\n",
+    json.dumps({"url": {"sensitive": False, "type": "string", "value": "https://app.example.com"}}, indent=2),
+    "=== myapp Config Vars\nNODE_ENV:        production\nWEB_CONCURRENCY: 2\nLOG_LEVEL:       info\n",
+    "Name                           Value\n----                           -----\nAPPDATA                        C:\\Users\\x\nPATH                           C:\\bin\n",
+    "$ terraform output -raw lb_dns_name\nweb-1234.elb.amazonaws.com", "$ heroku config:get WEB_CONCURRENCY\n2",
+    json.dumps({"data": {"name": "web", "replicas": 3}, "kind": "Deployment"}),
+])
+def test_what_other_documents_hold_stays(text: str) -> None:
+    assert redact_text(text)[0] == text.replace("C:\\Users\\x", "C:\\Users\\[USER]")
