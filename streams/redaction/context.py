@@ -128,6 +128,13 @@ _URL_SIGNATURE = RegexRule(
 # Clients whose password flag is one letter, so no secret-like name says what follows (the
 # assignment rule reads --password): mysql's -p takes its password glued (a bare "-p" prompts),
 # sshpass and registry logins take "-p VALUE", redis-cli "-a VALUE".
+def _cli_value(match: re.Match[str]) -> bool:
+    """A flag's value that is a password, not a shell reference standing for one (2.8: `redis-cli -a
+    $REDIS_PASSWORD`, `sshpass -p "$PW"`, `-P %SA_PASSWORD%` lost the variable's name)."""
+    value = match.group("value").strip("'\"")
+    return bool(value) and not is_placeholder(value, quoted=True) and not (value[0] == "%" and value[-1] == "%")
+
+
 _QUOTED_OR_BARE = r"(?P<value>'[^'\r\n]+'|\"[^\"\r\n]+\"|[^\s'\"|;&`]+)"
 _MYSQL_PASSWORD = RegexRule(
     name="mysql-password",
@@ -136,14 +143,16 @@ _MYSQL_PASSWORD = RegexRule(
     pattern=re.compile(r"\b(?:mysql(?:dump|admin|import|check|sh)?|mariadb(?:-dump|-admin)?)\b[^\r\n|;&]*?[ \t]-p"
                        r"(?=[^\s-])" + _QUOTED_OR_BARE, re.ASCII),
     group="value",
+    check=_cli_value,
 )
 _CLI_PASSWORD = RegexRule(
     name="cli-password",
     triggers=("sshpass", "login", "redis-cli"),
-    description="sshpass -p, docker / podman / nerdctl / helm registry login -p, redis-cli -a",
+    description="sshpass -p, docker / podman / nerdctl / helm registry login -p, redis-cli -a / --pass",
     pattern=re.compile(r"\b(?:(?:sshpass|(?:docker|podman|nerdctl|helm[ \t]+registry)[ \t]+login)\b[^\r\n|;&]*?[ \t]-p"
-                       r"|redis-cli\b[^\r\n|;&]*?[ \t]-a)[ \t]+" + _QUOTED_OR_BARE, re.ASCII),
+                       r"|redis-cli\b[^\r\n|;&]*?[ \t](?:-a|--pass))[ \t]+" + _QUOTED_OR_BARE, re.ASCII),
     group="value",
+    check=_cli_value,
 )
 
 # curl -u/--user USER:PASSWORD: the ported rule (curl-auth-user) takes only word characters and
@@ -164,7 +173,7 @@ _CURL_USER = RegexRule(
 # last argument, after FILE and USER, or after USER with -n).
 def _cli_rule(triggers: tuple[str, ...], description: str, pattern: str, check: Check | None = None) -> RegexRule:
     return RegexRule(name="cli-password", triggers=triggers, description=description,
-                     pattern=re.compile(pattern, re.ASCII), group="value", check=check)
+                     pattern=re.compile(pattern, re.ASCII), group="value", check=check or _cli_value)
 
 
 def _htpasswd_file(match: re.Match[str]) -> bool:
@@ -195,7 +204,14 @@ _CLI_FLAG_PASSWORDS = (
     _cli_rule(("echo", "printf"), "echo SECRET | a command reading a secret from stdin",
               r"\b(?:echo|printf)(?:[ \t]+-[neE]+)*[ \t]+(?P<value>'[^'$\r\n]{6,}'|\"[^\"$\r\n]{6,}\"|[^\s'\"$|;&`<>]{6,})[ \t]*\|"
               r"(?=[^\r\n;&]*?(?:--password-stdin|--with-token|\bsecrets?[ \t]+(?:create|versions[ \t]+add|set)\b"
-              r"|\benv[ \t]+add\b|--data-file[= ]-|\bauth[ \t]+login\b|\bchpasswd\b|\bpasswd[ \t]+--stdin\b))"),
+              r"|\benv[ \t]+add\b|--data-file[= ]-|\bauth[ \t]+login\b|\bchpasswd\b|\bpasswd[ \t]+--stdin\b"
+              r"|\bsecret[ \t]+put\b|\bsecrets:set\b|\benv:set\b))"),
+    # 2.8: SQL Server's tools take -P PASSWORD (sqlcmd, bcp, osql, isql), and gh secret set NAME
+    # --body / -b VALUE sets a repository secret from its argument.
+    _cli_rule(("sqlcmd", "bcp", "osql", "isql"), "sqlcmd / bcp / osql / isql -P PASSWORD",
+              r"\b(?:sqlcmd|bcp|osql|isql)\b[^\r\n|;&]*?[ \t]-P[ \t]*" + _QUOTED_OR_BARE),
+    _cli_rule(("secret",), "gh secret set NAME --body / -b VALUE",
+              r"\bgh[ \t]+secret[ \t]+set\b[^\r\n|;&]*?[ \t](?:--body(?:=|[ \t]+)|-b[ \t]*)" + _QUOTED_OR_BARE),
     # 2.5: useradd / usermod -p, keytool's store and key passwords, openssl enc -k, and
     # PowerShell's ConvertTo-SecureString "..." -AsPlainText.
     _cli_rule(("useradd", "usermod"), "useradd / usermod -p PASSWORD",

@@ -1957,3 +1957,33 @@ def test_what_a_secret_store_prints_is_removed(text: str, secrets: list[str]) ->
 ])
 def test_what_other_documents_hold_stays(text: str) -> None:
     assert redact_text(text)[0] == text.replace("C:\\Users\\x", "C:\\Users\\[USER]")
+
+
+# ---------------------------------------------------------------- policy 2.8: more clients' password flags
+
+@pytest.mark.parametrize(("text", "secret"), [
+    ("redis-cli -h cache --pass hunter2Secret! ping", "hunter2Secret!"),
+    ("sqlcmd -S db -U sa -P 'hunter2Secret!' -Q 'select 1'", "hunter2Secret!"), ("sqlcmd -S . -U sa -Ps3cr3tpass", "s3cr3tpass"),
+    ("bcp dbo.t out f.dat -S db -U sa -P Summer2024!x -c", "Summer2024!x"),
+    ("gh secret set API_KEY --body Zq8vR2nL5tY7wK3mX9pB", "Zq8vR2nL5tY7wK3mX9pB"),
+    ('gh secret set API_KEY -b"Zq8vR2nL5tY7wK3mX9pB"', "Zq8vR2nL5tY7wK3mX9pB"),
+    ("echo Zq8vR2nL5tY7wK3mX9pB | wrangler secret put API_TOKEN", "Zq8vR2nL5tY7wK3mX9pB"),
+    ("echo -n Summer2024x | npx wrangler secret put DB_PASS", "Summer2024x"),
+])
+def test_more_clients_passwords_are_removed(text: str, secret: str) -> None:
+    """Kept under 2.7 (a new user's adversarial round): redis-cli's long `--pass`, SQL Server's
+    `-P` (sqlcmd, bcp), `gh secret set --body / -b` and a secret echoed into `wrangler secret put`."""
+    redacted = redact_text(text)[0]
+    assert battery.leaked(secret, redacted, text.replace(secret, "\n")) == [], redacted
+    assert redact_text_plain(text)[0] == redacted
+
+
+@pytest.mark.parametrize("text", [
+    "redis-cli -a $REDIS_PASSWORD ping", 'sshpass -p "$PW" ssh root@host', "mysql -u root -p$MYSQL_ROOT_PASSWORD app",
+    "sqlcmd -S db -U sa -P %SA_PASSWORD%", "sqlcmd -S db -E -Q 'select 1'", "gh secret set API_KEY < key.txt",
+    "docker login -u me -p ${REGISTRY_TOKEN} ghcr.io",
+])
+def test_a_flag_given_a_shell_variable_keeps_it(text: str) -> None:
+    """2.7 replaced the variable a script passes (`redis-cli -a $REDIS_PASSWORD`): no secret, and
+    the name a reader searches for. 2.8 keeps a `$VAR`, `${VAR}`, `"$VAR"` or `%VAR%` value."""
+    assert redact_text(text) == (text, {})
