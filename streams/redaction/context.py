@@ -42,8 +42,21 @@ PRIVATE_KEY_RULE = RegexRule(
     ),
 )
 
-_ENV_LINE = r"(?:export[ \t]+)?[A-Za-z_][A-Za-z0-9_]*=(?!=)[^\r\n]*"
-_UPPER_NAME = re.compile(r"^(?:export[ \t]+)?[A-Z_]*[A-Z][A-Z0-9_]*=", re.MULTILINE | re.ASCII)
+# What may stand before a NAME=value line of a dump (2.8): Claude Code's Read tool numbers each
+# line of the file it shows (`     2→NAME=value`; `cat -n` a tab), `export -p` / `declare -p`
+# write `declare -x NAME="value"`, and a list in JSON or YAML (`docker inspect`'s Env array:
+# `"NAME=value",`; `- NAME=value` in compose) indents and quotes it. Under 2.7 a .env file read by
+# the Read tool was no dump, and a value under a name no rule knows (`SESSION_SIGNER=…`) stayed.
+# Indentation alone stays no dump's (`    NAME=doctest.NAME,` is a call's keywords).
+# One alternation, each branch anchored on its own first character, so a line of code that starts
+# with spaces costs one failed `[ \t]*` (the dump rule tries every line break of every text).
+_ENV_KEYWORD = r"(?:export[ \t]+|declare[ \t]+-[a-zA-Z]*x[a-zA-Z]*[ \t]+)"
+_ENV_LEAD = (r"(?:[ \t]*(?:[0-9]{1,7}(?:→|\t)(?:" + _ENV_KEYWORD + r"|\"|-[ \t]+\"?)?|-[ \t]+\"?|\")|" + _ENV_KEYWORD + r")?")
+_ENV_LINE = r"[A-Za-z_][A-Za-z0-9_]*=(?!=)[^\r\n]*"
+_UPPER_NAME = re.compile(r"^" + _ENV_LEAD + r"[A-Z_]*[A-Z][A-Z0-9_]*=", re.MULTILINE | re.ASCII)
+
+
+_ENV_VALUE_END = re.compile(r"\"?,?[ \t]*$")  # a JSON list item's closing quote and comma
 
 
 class EnvDumpRule(Rule):
@@ -61,7 +74,7 @@ class EnvDumpRule(Rule):
         super().__init__(name="env-dump", triggers=("=",), repass=False, needs=frozenset("="), description=(
             f"{min_lines} or more consecutive NAME=value lines (env, printenv, .env files), replaced whole"
         ))
-        pattern = re.compile(rf"\n({_ENV_LINE}(?:\r?\n{_ENV_LINE}){{{min_lines - 1},}})", re.ASCII)
+        pattern = re.compile(rf"\n(?P<lead>{_ENV_LEAD})({_ENV_LINE}(?:\r?\n{_ENV_LEAD}{_ENV_LINE}){{{min_lines - 1},}})", re.ASCII)
         object.__setattr__(self, "pattern", pattern)
 
     def fingerprint(self) -> list[str]:
@@ -75,12 +88,13 @@ class EnvDumpRule(Rule):
         pieces: list[str] = []
         done = 1
         for match in self.pattern.finditer(framed):
-            if _UPPER_NAME.search(match.group(1)) is None:
+            block = match.group(1) + match.group(2)
+            if _UPPER_NAME.search(block) is None:
                 continue
-            if not any(_may_be_secret(line.split("=", 1)[1]) for line in match.group(1).splitlines()):
+            if not any(_may_be_secret(_ENV_VALUE_END.sub("", line.split("=", 1)[1])) for line in block.splitlines()):
                 continue  # 2.5: a script's NAME="$(...)" lines: no value to hide
-            pieces += (framed[done: match.start(1)], marker(self.name))
-            done = match.end(1)
+            pieces += (framed[done: match.start(2)], marker(self.name))
+            done = match.end(2)
         if not pieces:
             return text
         hits[self.name] = hits.get(self.name, 0) + len(pieces) // 2

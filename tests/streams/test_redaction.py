@@ -1987,3 +1987,51 @@ def test_a_flag_given_a_shell_variable_keeps_it(text: str) -> None:
     """2.7 replaced the variable a script passes (`redis-cli -a $REDIS_PASSWORD`): no secret, and
     the name a reader searches for. 2.8 keeps a `$VAR`, `${VAR}`, `"$VAR"` or `%VAR%` value."""
     assert redact_text(text) == (text, {})
+
+
+# ---------------------------------------------------------------- policy 2.8: a dump as tools show it
+
+SIGNER = "Zq8vR2nL5tY7wK3mX9pB"
+ENV_LEADS = {
+    "Read tool": lambda number, line: f"{number:>6}→{line}",
+    "cat -n": lambda number, line: f"{number:>6}\t{line}",
+    "export -p": lambda number, line: 'declare -x {}="{}"'.format(*line.split("=", 1)),
+    "docker inspect": lambda number, line: f'                "{line}",',
+    "compose list": lambda number, line: f"      - {line}",
+}
+
+
+@pytest.mark.parametrize("lead", sorted(ENV_LEADS))
+def test_an_environment_dump_as_a_tool_shows_it_is_removed(lead: str) -> None:
+    """Found by a new user's adversarial round (2.8): Claude Code's Read tool shows a `.env` file
+    with a number before each line (`     2→SESSION_SIGNER=…`), so it was no dump and a value under
+    a name no rule knows stayed; so did `export -p`'s `declare -x`, `docker inspect`'s Env array
+    and a compose `environment:` list."""
+    lines = ["NODE_ENV=production", f"SESSION_SIGNER={SIGNER}", "PORT=3000"]
+    text = "\n".join(ENV_LEADS[lead](number, line) for number, line in enumerate(lines, 1)) + "\n"
+    for redacted in (redact_text(text)[0], redact_text_plain(text)[0],
+                     redact_event(event("tool.result", toolName="Read", status="ok", output=text)).tool_result["text"]):
+        assert SIGNER not in redacted and "[REDACTED:env-dump]" in redacted, redacted
+
+
+@pytest.mark.parametrize("text", [
+    "    return dict(\n        NORMALIZE_WHITESPACE=doctest.NORMALIZE_WHITESPACE,\n        ELLIPSIS=doctest.ELLIPSIS,\n"
+    "        NUMBER=_get_number_flag(),\n    )",
+    "     1→a=1\n     2→b=2\n     3→c=3\n",
+    '     1→SESSION_ID="$(jq -r .session_id)"\n     2→CWD="$(pwd)"\n     3→LOG="$HOME/log"\n',
+    "     1→defmodule Spotter.Repo do\n     2→  use Ecto.Repo,\n     3→    otp_app: :spotter\n",
+])
+def test_what_only_looks_like_a_dump_as_a_tool_shows_it_stays(text: str) -> None:
+    assert redact_text(text) == (text, {})
+
+
+@PROPERTY
+@given(st.sampled_from(sorted(ENV_LEADS)),
+       st.lists(st.from_regex(r"[A-Z][A-Z0-9_]{2,20}", fullmatch=True), min_size=3, max_size=6, unique=True),
+       st.text(alphabet=string.ascii_letters + string.digits, min_size=20, max_size=40).filter(
+           lambda value: sum(c.isdigit() for c in value) >= 3 and sum(c.isupper() for c in value) >= 3
+           and sum(c.islower() for c in value) >= 3), st.integers(0, 5))
+def test_a_value_of_a_dump_as_a_tool_shows_it_never_survives(lead: str, names: list[str], value: str, at: int) -> None:
+    lines = [f"{name}={'plain' if i != at % len(names) else value}" for i, name in enumerate(names)]
+    text = "\n".join(ENV_LEADS[lead](number, line) for number, line in enumerate(lines, 1))
+    assert value not in redact_text(text)[0]
