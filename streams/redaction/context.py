@@ -139,6 +139,34 @@ _URL_SIGNATURE = RegexRule(
     group="value",
 )
 
+# An OAuth authorization code in a redirect (2.8): `…/callback?code=…&state=…` (or in the fragment)
+# is exchanged for tokens by whoever holds it, within minutes. Only a URL that also carries the
+# flow's `state=` is read, so a `?code=` of anything else (a country, an error code) stays.
+def _oauth_redirect(match: re.Match[str]) -> bool:
+    text = match.string
+    # The URL around it: back and on to a space, a quote or a bracket (within 2 KB: a URL's length).
+    low, high = max(0, match.start() - 2048), min(len(text), match.end() + 2048)
+    start = max(text.rfind(character, low, match.start()) for character in " \t\r\n\"'<>`(") + 1
+    end = min((position for position in (text.find(character, match.end(), high) for character in " \t\r\n\"'<>`)")
+               if position != -1), default=high)
+    start = max(start, low)
+    url = text[start:end].lower()
+    value = match.group("value")
+    # ERR_CONNECTION_REFUSED_01 is an error's code, not a grant.
+    return "state=" in url and any(c.isdigit() for c in value) and any(c.isalpha() for c in value) and not plain_words(value)
+
+
+_OAUTH_CODE = RegexRule(
+    name="oauth-code",
+    needs=frozenset("="),
+    lower_triggers=("code=",),
+    description="code= of an OAuth redirect URL (one that carries state=)",
+    pattern=re.compile(r"(?<=[?&#])code=(?P<value>[A-Za-z0-9%+/=_.~-]{16,})", re.ASCII | re.IGNORECASE),
+    group="value",
+    check=_oauth_redirect,
+)
+
+
 # Clients whose password flag is one letter, so no secret-like name says what follows (the
 # assignment rule reads --password): mysql's -p takes its password glued (a bare "-p" prompts),
 # sshpass and registry logins take "-p VALUE", redis-cli "-a VALUE".
@@ -1052,7 +1080,7 @@ def _secret_value(value: str) -> bool:
     return bool(value.strip()) and not is_marker_at(value, 0) and not is_placeholder(value, quoted=True)
 
 
-CONTEXT_RULES: tuple[Rule, ...] = (_PASSWORD_HASH, _AZURE_SAS, _URL_SIGNATURE, _BEARER, _BASIC, _AUTH_SCHEME, *_AWS_PAIR, _TWILIO_PAIR, _URL_TOKEN, _MYSQL_PASSWORD, _CLI_PASSWORD, *_CLI_FLAG_PASSWORDS, _CURL_USER,
+CONTEXT_RULES: tuple[Rule, ...] = (_PASSWORD_HASH, _AZURE_SAS, _URL_SIGNATURE, _OAUTH_CODE, _BEARER, _BASIC, _AUTH_SCHEME, *_AWS_PAIR, _TWILIO_PAIR, _URL_TOKEN, _MYSQL_PASSWORD, _CLI_PASSWORD, *_CLI_FLAG_PASSWORDS, _CURL_USER,
                                    CookieRule(), CodeCredentialRule(), WindowsEnvRule(), EnvListRule(), MarkdownTableRule(),
                                    _PASSWORD_ELSEWHERE, _CONFIG_PASSWORD, _PGPASS, _USED_AS,
                                    _COMMAND_SECRET, _SHELL_MODE_SECRET, _PUTTY_KEY, *_SECURE_STRING, _DJANGO_KEY,

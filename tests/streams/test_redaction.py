@@ -2035,3 +2035,28 @@ def test_a_value_of_a_dump_as_a_tool_shows_it_never_survives(lead: str, names: l
     lines = [f"{name}={'plain' if i != at % len(names) else value}" for i, name in enumerate(names)]
     text = "\n".join(ENV_LEADS[lead](number, line) for number, line in enumerate(lines, 1))
     assert value not in redact_text(text)[0]
+
+
+# ---------------------------------------------------------------- policy 2.8: an OAuth redirect's code
+
+@pytest.mark.parametrize(("text", "secret"), [
+    ("https://app.example.com/cb?code=Zq8vR2nL5tY7wK3mX9pB&state=xyz", "Zq8vR2nL5tY7wK3mX9pB"),
+    ("Redirected to http://localhost:8080/callback?state=af0ifjsldkj&code=4/0AX4XfWhQm7vT2xLp9Rz4Kd8Wn3J now",
+     "4/0AX4XfWhQm7vT2xLp9Rz4Kd8Wn3J"),
+    ('{"url": "https://app.example.com/cb#state=1&code=SplxlOBeZQQYbYS6WxSbIA9"}', "SplxlOBeZQQYbYS6WxSbIA9"),
+])
+def test_an_oauth_redirects_code_is_removed(text: str, secret: str) -> None:
+    """Kept under 2.7 (a new user's adversarial round): a redirect's authorization code, which
+    whoever holds it exchanges for tokens (the access_token of an implicit flow's fragment was
+    already found by its name)."""
+    redacted = redact_text(text)[0]
+    assert secret not in redacted and "[REDACTED:oauth-code]" in redacted, redacted
+    assert redact_text_plain(text)[0] == redacted
+
+
+@pytest.mark.parametrize("text", [
+    "https://x.example/errors?code=ERR_CONNECTION_REFUSED_01&state=a", "https://restcountries.com/v3.1/alpha?code=DEU",
+    "https://x.example/?code=abc123def456ghi789", "see https://x.example/verify?code=123456&state=pending",
+])
+def test_a_code_that_is_no_grant_stays(text: str) -> None:
+    assert redact_text(text) == (text, {})
