@@ -329,10 +329,11 @@ class L1Reader:
 
 def dead_letter_excerpt(raw: str) -> str:
     """The input a dead letter may carry: redacted whole, then cut to 4 KiB (a cut first
-    could split a secret and leak its prefix)."""
-    from streams.redaction import redact_text  # dead letters must not carry secrets either
+    could split a secret and leak its prefix). A record that was itself cut short (a JSONL line
+    cut inside a token) loses its last token too (:func:`streams.redaction.text.redact_excerpt`)."""
+    from streams.redaction.text import redact_excerpt  # dead letters must not carry secrets either
 
-    return redact_text(raw)[0][:_RAW_LIMIT] if raw else ""
+    return redact_excerpt(raw)[:_RAW_LIMIT] if raw else ""
 
 
 def read_dead_letters(bootstrap: str, settings: Settings, *, log_id: str | None = None,

@@ -66,8 +66,15 @@ def _redacted(letter: dict[str, Any]) -> dict[str, Any]:
     not be shown by `usl deadletters` after the upgrade either. Redaction is idempotent, so a
     letter written under this policy shows as it was written."""
     from streams.redaction import redact_text
+    from streams.redaction.text import redact_excerpt
 
-    return {**letter, **{key: redact_text(letter[key])[0] for key in ("raw", "reason") if isinstance(letter.get(key), str)}}
+    redacted = dict(letter)
+    if isinstance(letter.get("reason"), str):
+        redacted["reason"] = redact_text(letter["reason"])[0]
+    if isinstance(letter.get("raw"), str):
+        # 2.8: a record cut short keeps no cut token's start (a letter written under 2.7 did).
+        redacted["raw"] = redact_excerpt(letter["raw"])
+    return redacted
 
 
 def source_of(letter: dict[str, Any]) -> str:

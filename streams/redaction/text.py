@@ -25,7 +25,8 @@ from streams.redaction.literals import redact_literals
 from streams.redaction.policy import DEFAULT_POLICY, RedactionPolicy
 from streams.redaction.rules import build_rules
 
-__all__ = ["WRAPPED_BREAK", "WRAPPED_HEAD", "clip", "redact_text", "redact_text_into", "redact_text_plain", "rejoin_fingerprint", "summarize"]
+__all__ = ["WRAPPED_BREAK", "WRAPPED_HEAD", "clip", "redact_excerpt", "redact_text", "redact_text_into", "redact_text_plain",
+           "rejoin_fingerprint", "summarize"]
 
 _MAX_PASSES = 8  # converges in 1-2 passes on real text; a bound keeps odd input cheap
 _SHORTEST_FINDING = 6  # a@b.io; nothing any rule replaces is shorter
@@ -86,6 +87,30 @@ def redact_text(text: str, policy: RedactionPolicy | None = None) -> tuple[str, 
     else:
         redacted, found = _redact_long(text, policy or DEFAULT_POLICY)
     return redacted, dict(found)
+
+
+# The last token of a text that ends inside one (2.8).
+_CUT_TAIL = re.compile(r"[^\s\"'`<>(){}\[\],;|]{6,}\Z")
+CUT_TOKEN = "cut-token"
+
+
+def redact_excerpt(text: str, policy: RedactionPolicy | None = None) -> str:
+    """A record's text that may have been cut short, redacted: :func:`redact_text`, then the last
+    token when the text ends inside one and it has a letter and a digit (``[REDACTED:cut-token]``).
+
+    A JSONL line cut in the middle of a secret (a crash mid-write, a copied prefix) is rejected,
+    and its dead letter shows the line: the rules know a token by its whole length
+    (``ghp_`` and 36, ``sk-ant-api03-`` and 93) or by what follows it (the ``@`` after a URL's
+    password), so a cut one is no format any more and its first characters stayed (2.8). A
+    whole record ends in ``}`` or ``]``, never inside a token, so this only ever reads cut ones."""
+    redacted = redact_text(text, policy)[0]
+    tail = _CUT_TAIL.search(redacted)
+    if tail is None:
+        return redacted
+    token = tail.group()
+    if not (any(c.isalpha() for c in token) and any(c.isdigit() for c in token)):
+        return redacted
+    return redacted[: tail.start()] + marker(CUT_TOKEN)
 
 
 def redact_text_into(text: str, hits: dict[str, int], policy: RedactionPolicy | None = None) -> str:

@@ -79,3 +79,19 @@ def test_dead_letters_written_under_an_older_policy_are_shown_redacted_under_thi
         assert token not in shown and "dl-session.jsonl:6" in shown
     letter = json.loads(_usl(env, "deadletters", "--json"))["deadLetters"][0]
     assert letter["raw"].endswith('token [REDACTED:twilio-account-sid] [REDACTED:twilio-auth-token]"}}')
+
+
+def test_a_dead_letter_cut_inside_a_secret_is_shown_without_its_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by a new user's adversarial round (2.8): a JSONL line cut inside a GitHub token was
+    dead-lettered with the token's first 18 characters, which no rule knew as a token any more.
+    A letter written before the fix is shown without them too."""
+    import streams.l1
+
+    cut = "ghp_Tr8x2Lq9ZkV3mT7wY1"
+    written = {"time": "2026-12-06T05:09:26Z", "stage": "ingest", "record": "cut.jsonl:9", "logId": "default",
+               "reason": "invalid JSON (truncated or not JSON): unexpected end of data: line 1 column 80",
+               "raw": '{"type":"user","message":{"role":"user","content":"please use ' + cut}
+    monkeypatch.setattr(streams.l1, "read_dead_letters", lambda *args, **kwargs: [dict(written)])
+    env = {"USL_HOME": str(tmp_path / "home"), "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:9", "USL_API_URL": ""}
+    letter = json.loads(_usl(env, "deadletters", "--json"))["deadLetters"][0]
+    assert cut[4:12] not in letter["raw"] and letter["raw"].endswith("[REDACTED:cut-token]"), letter["raw"]

@@ -2060,3 +2060,44 @@ def test_an_oauth_redirects_code_is_removed(text: str, secret: str) -> None:
 ])
 def test_a_code_that_is_no_grant_stays(text: str) -> None:
     assert redact_text(text) == (text, {})
+
+
+# ---------------------------------------------------------------- policy 2.8: a record cut inside a secret
+
+from streams.l1 import dead_letter_excerpt  # noqa: E402
+from streams.redaction.text import redact_excerpt  # noqa: E402
+
+CUT_LINE = '{"type": "user", "message": {"role": "user", "content": "please use '
+
+
+@pytest.mark.parametrize("cut", [
+    "ghp_Tr8x2Lq9ZkV3mT7wY1", "sk-ant-api03-Zq8vR2nL5tY7w", "glpat-Zq8vR2nL5t", "hf_Zq8vR2nL5tY7wK3mX9",
+    "AIzaSyZq8vR2nL5tY7wK3mX9", "npm_Bx4Dz8Fb1Hd5Jf9Lh", "postgres://app:Pw9x2", "AKIAIOSFODNN7EXAMPLF / zOQQ2l+ZkAFezmkyGK",
+])
+def test_a_record_cut_inside_a_secret_keeps_no_start_of_it(cut: str) -> None:
+    """Found by a new user's adversarial round (2.8): a JSONL line cut in the middle of a secret is
+    rejected, and its dead letter (`usl deadletters`, the dead-letter topic) showed the line with
+    the secret's first characters: the rules know a token by its whole length (`ghp_` and 36) or
+    by what follows it (a URL password's `@`)."""
+    secret = cut.split(" / ")[-1]
+    for excerpt in (dead_letter_excerpt(CUT_LINE + cut), redact_excerpt(CUT_LINE + cut)):
+        assert battery.leaked(secret, excerpt, CUT_LINE) == [], excerpt
+        assert excerpt.startswith(CUT_LINE)
+
+
+@pytest.mark.parametrize("raw", [CUT_LINE + 'the build finished"}}', CUT_LINE + "see the README", CUT_LINE + "x", "not json at all"])
+def test_a_record_that_ends_in_words_or_whole_keeps_them(raw: str) -> None:
+    assert dead_letter_excerpt(raw) == raw == redact_excerpt(redact_excerpt(raw))
+
+
+@PROPERTY
+@given(st.sampled_from([case for case in battery.cases() if case.context == "plain prose" and case.secret in case.text]),
+       st.integers(10, 200))
+def test_a_battery_secret_cut_anywhere_never_survives_in_a_dead_letter(case: battery.Case, at: int) -> None:
+    start = case.text.index(case.secret)
+    cut = case.text[: start + min(at, len(case.secret))]
+    piece = cut[start:]
+    if not (any(c.isalpha() for c in piece) and any(c.isdigit() for c in piece)) or any(c.isspace() for c in piece):
+        return  # a cut after plain letters (`glpat-Zq`) or across a space is no token's start this reads
+    excerpt = dead_letter_excerpt(cut)
+    assert battery.leaked(piece, excerpt, case.text[:start]) == [], excerpt
