@@ -1,4 +1,4 @@
-"""Secrets a user seeds into real sessions never survive redaction (policy 2.7).
+"""Secrets a user seeds into real sessions never survive redaction (policy 2.8).
 
 Real transcripts nobody on the team wrote (``tests/fixtures/turn_ends``: a Claude Code turn of
 marot/spotter; ``tests/fixtures/importers/openai_chat``), with secrets of many kinds spliced
@@ -145,3 +145,133 @@ def test_secrets_seeded_into_real_openai_chat_runs_never_survive(tmp_path: Path)
     redacted = _redacted(events)
     assert _leaks(redacted) == []
     assert "FAILED tests/test_deploy.py::test_push" in redacted
+
+
+# Policy 2.8: shapes real agents produce, as a new user's adversarial round seeded them into the
+# same real turn: Claude Code's Read tool showing a .env file (`     2→NAME=value`), kubectl get
+# secret -o yaml (base64 data of names that say nothing), docker inspect's Env array, vault kv get,
+# terraform output -json, heroku config, az storage keys, an htpasswd file, SQL Server / redis /
+# gh secret flags, PowerShell's Set-Item Env: and SetEnvironmentVariable, Write / Edit inputs of
+# JSON and YAML configs, an OAuth redirect, a password made from a word; and a line cut inside a
+# token, which is rejected and dead-lettered.
+def _b64(text: str) -> str:
+    import base64
+    return base64.b64encode(text.encode()).decode()
+
+
+SIGNER, DOCKER_SIGNER = "Sg7Ye3Bq6Hu1Jd5Mc0Ta", "Dk4Ct6Ev9Gx2Iz5Ka8Mb"
+K8S_URL, VAULT_VALUE, TF_VALUE = _b64("postgres://app:Lx8vQ2nR7k@db.internal/app"), "Harbor!2029xq", "Tf8!snsQz2Ul7b"
+HEROKU_VALUE, AZURE_KEY = "Hk3Oc7Qe1Sg4Ui8Wk2Ym", "Qm7vT2xLp9Rz4Kd8Wn3Jh6Yb1Fc5Gs0AeUoIiPlMnBvCxZaSdFgHjKlQwErTyUiOpAbCdEfGhIjKlMnOpQrStUvW=="
+BCRYPT, APR1 = "$2y$05$Hq7vK2mNx9Lp4Rz8Wt1Yu3Io5Pa6Sd0Fg2Hj4Kl6Zx8Cv0Bn2Mq4W", "$apr1$Qx7Lm2Np$Tz9Wk4Rv8Yb1Hc5Jd3Gf6A"
+SQLCMD, REDIS, GH_BODY, PS_ITEM, PS_SETENV = "Sq1!ServerPw77", "Rd5!cachePass", "Gh8Dz1Fk6Jm3Lo7Nq0Ps4B", "Kestrel88!vault", "Winter2031!Qz"
+JSON_PASSWORD, YAML_SECRET, OAUTH, WORD_PASSWORD = "Js0n!Passw0rd77", "Yc2Ao5Cq9Es3Gu6Iw0Ky1K", "4/0AX4XfWhOa7Eu3Gw6Iy0Ka4Mc8Y3", "m0nk3yb4rpass"
+CUT = "ghp_Tr8x2Lq9ZkV3mT7wY1pN4sB6dF0hJ5cX8aE2v"
+SECRETS_28 = [SIGNER, DOCKER_SIGNER, K8S_URL, VAULT_VALUE, TF_VALUE, HEROKU_VALUE, AZURE_KEY, BCRYPT[7:], APR1[14:], SQLCMD,
+              REDIS, GH_BODY, PS_ITEM, PS_SETENV, JSON_PASSWORD, YAML_SECRET, OAUTH, WORD_PASSWORD]
+TOOL_SHAPES_28: list[tuple[str, dict[str, Any], str]] = [
+    ("Read", {"file_path": "/srv/app/.env"},
+     f"     1→NODE_ENV=production\n     2→SESSION_SIGNER={SIGNER}\n     3→PORT=3000\n"),
+    ("Bash", {"command": "kubectl get secret app -o yaml"},
+     f"apiVersion: v1\ndata:\n  DATABASE_URL: {K8S_URL}\nkind: Secret\nmetadata:\n  name: app\ntype: Opaque\n"),
+    ("Bash", {"command": "docker inspect web"},
+     json.dumps([{"Config": {"Env": ["PATH=/usr/local/bin", f"SESSION_SIGNER={DOCKER_SIGNER}", "LANG=C.UTF-8"]}}], indent=4)),
+    ("Bash", {"command": "vault kv get secret/mail"},
+     f"====== Data ======\nKey         Value\n---         -----\nsmtp        {VAULT_VALUE}\nuser        mailer\n"),
+    ("Bash", {"command": "terraform output -json"},
+     json.dumps({"db_password": {"sensitive": True, "type": "string", "value": TF_VALUE}}, indent=2)),
+    ("Bash", {"command": "heroku config -a spotter"}, f"=== spotter Config Vars\nNODE_ENV:        production\nSESSION_KEYRING: {HEROKU_VALUE}\n"),
+    ("Bash", {"command": "az storage account keys list -n acct"},
+     json.dumps([{"keyName": "key1", "permissions": "FULL", "value": AZURE_KEY}], indent=2)),
+    ("Read", {"file_path": "/etc/nginx/.htpasswd"}, f"     1→admin:{BCRYPT}\n     2→deploy:{APR1}\n"),
+    ("Bash", {"command": f"sqlcmd -S db -U sa -P '{SQLCMD}' -Q 'select 1' && redis-cli --pass {REDIS} ping"}, "1\nPONG"),
+    ("Bash", {"command": f"gh secret set API_KEY --body {GH_BODY} && ./manage --password={WORD_PASSWORD}"}, "✓ Set secret API_KEY"),
+    ("PowerShell", {"command": f'Set-Item -Path Env:ADMIN_PASSWORD -Value "{PS_ITEM}"'}, ""),
+    ("Write", {"file_path": "/srv/app/config.json", "content": json.dumps({"db": {"password": JSON_PASSWORD}}, indent=2)}, "ok"),
+    ("Edit", {"file_path": "/srv/app/oauth.yaml", "old_string": "client_secret:", "new_string": f"client_secret: {YAML_SECRET}\n"}, "ok"),
+]
+PROMPT_28 = (f"I ran [Environment]::SetEnvironmentVariable('DB_PASS','{PS_SETENV}','Machine') and the login went to "
+             f"http://localhost:8080/callback?state=af0ifjsldkj&code={OAUTH} then hung.")
+
+
+def _claude_code_28(tmp_path: Path) -> Path:
+    lines = [json.loads(line) for line in CLAUDE_CODE.read_text().splitlines()]
+    call = next(line for line in lines if line.get("type") == "assistant"
+                and any(block.get("type") == "tool_use" for block in line["message"]["content"]))
+    result = next(line for line in lines if line.get("type") == "user" and isinstance(line["message"].get("content"), list))
+    prompt = next(line for line in lines if line.get("type") == "user" and isinstance(line["message"].get("content"), str))
+    spliced = [json.loads(json.dumps(line)) for line in lines]
+    for line in spliced:
+        if line.get("uuid") == prompt.get("uuid"):
+            line["message"]["content"] += "\n\n" + PROMPT_28
+    parent = spliced[-1].get("uuid")
+    for number, (tool, tool_input, output) in enumerate(TOOL_SHAPES_28):
+        call_id = f"toolu_28{number:02d}"
+        use = json.loads(json.dumps(call))
+        use.update(uuid=f"00000000-0000-0000-0028-{number:012d}", parentUuid=parent)
+        use["message"]["content"] = [{"type": "tool_use", "id": call_id, "name": tool, "input": tool_input}]
+        answer = json.loads(json.dumps(result))
+        answer.update(uuid=f"00000000-0000-0000-0028-{number + 100:012d}", parentUuid=use["uuid"])
+        answer["message"]["content"] = [{"type": "tool_result", "tool_use_id": call_id,
+                                         "content": output if number % 2 else [{"type": "text", "text": output}]}]
+        spliced += [use, answer]
+        parent = answer["uuid"]
+    cut = json.dumps({**prompt, "uuid": "00000000-0000-0000-0028-999999999999", "parentUuid": parent,
+                      "message": {"role": "user", "content": f"please use {CUT} for the push"}})
+    path = tmp_path / CLAUDE_CODE.name
+    path.write_text("".join(json.dumps(line) + "\n" for line in spliced) + cut[: cut.index(CUT) + 22] + "\n")
+    return path
+
+
+def test_secrets_of_2_8_seeded_into_a_real_claude_code_turn_never_survive(tmp_path: Path) -> None:
+    from streams.l1 import dead_letter_excerpt
+
+    results = list(iter_claude_code(_claude_code_28(tmp_path), label="t"))
+    events = [result.event for result in results if hasattr(result, "event")]
+    raw = json.dumps(events, ensure_ascii=False)
+    assert all(secret in raw or json.dumps(secret)[1:-1] in raw for secret in SECRETS_28)  # all planted
+    redacted = _redacted(events)
+    letters = [dead_letter_excerpt(getattr(result, "raw", "")) for result in results if not hasattr(result, "event")]
+    assert len(letters) == 1 and "please use [REDACTED:cut-token]" in letters[0]  # the cut line, dead-lettered
+    blob = redacted + "\n".join(letters)
+    leaks = sorted({secret[:12] for secret in [*SECRETS_28, CUT[4:]] for i in range(len(secret) - NEEDLE + 1)
+                    if secret[i: i + NEEDLE] in blob or json.dumps(secret[i: i + NEEDLE])[1:-1] in blob})
+    assert leaks == []
+    # What is no secret stays: the Read tool's line numbers, a manifest's names, a vault user.
+    assert "     1→" in redacted and "DATABASE_URL: [REDACTED:secret-assignment]" in redacted and "NODE_ENV:" in redacted
+
+
+def test_secrets_of_2_8_seeded_into_real_openai_chat_runs_never_survive(tmp_path: Path) -> None:
+    lines = OPENAI_CHAT.read_text().splitlines(keepends=True)
+    spliced, calls, outputs = [], 0, 0
+    # The fixture's runs, four times over (each copy its own conversation ids): every shape's input
+    # lands in a tool call's arguments and every output in a tool's message.
+    copies = [line.replace('"chatcmpl-', f'"chatcmpl-c{copy}-') for copy in range(4) for line in lines]
+    for line in copies:
+        try:
+            conversation = json.loads(line)
+        except json.JSONDecodeError:
+            spliced.append(line)
+            continue
+        messages = conversation.get("messages") if isinstance(conversation, dict) else None
+        for message in (m for m in messages or () if isinstance(m, dict)):
+            for call in message.get("tool_calls") or ():
+                tool, tool_input, _ = TOOL_SHAPES_28[calls % len(TOOL_SHAPES_28)]
+                call["function"]["arguments"] = json.dumps({**tool_input, "tool": tool})
+                calls += 1
+            if message.get("role") == "tool":
+                message["content"] = TOOL_SHAPES_28[outputs % len(TOOL_SHAPES_28)][2]
+                outputs += 1
+            elif message.get("role") == "user" and isinstance(message.get("content"), str):
+                message["content"] += " " + PROMPT_28
+        spliced.append(json.dumps(conversation) + "\n")
+    path = tmp_path / OPENAI_CHAT.name
+    path.write_text("".join(spliced))
+    events = [result.event for result in iter_openai_chat(path, label="t") if hasattr(result, "event")]
+    assert min(calls, outputs) >= len(TOOL_SHAPES_28) and any(event["type"] == "tool.result" for event in events)
+    raw = json.dumps(events, ensure_ascii=False)
+    planted = [secret for secret in SECRETS_28 if secret in raw or json.dumps(secret)[1:-1] in raw
+               or json.dumps(json.dumps(secret)[1:-1])[1:-1] in raw]
+    assert planted == SECRETS_28
+    redacted = _redacted(events)
+    assert sorted({secret[:12] for secret in SECRETS_28 for i in range(len(secret) - NEEDLE + 1)
+                   if secret[i: i + NEEDLE] in redacted or json.dumps(secret[i: i + NEEDLE])[1:-1] in redacted}) == []
