@@ -625,6 +625,16 @@ def test_a_whole_last_line_without_its_newline_is_imported_once_the_file_is_idle
     assert len(l1.log) == after and max(l1.counts().values()) == 1
 
 
+def _edit_an_assistant_line(lines: list[bytes]) -> int:
+    """Append " (edited later)" to the text of the first assistant line among the first six of
+    ``lines`` (in place), as an editor's save would; its index."""
+    edited = next(i for i, line in enumerate(lines[:6]) if b'"assistant"' in line and b'"text"' in line)
+    value = json.loads(lines[edited])
+    next(b for b in value["message"]["content"] if b.get("type") == "text")["text"] += " (edited later)"
+    lines[edited] = json.dumps(value).encode() + b"\n"
+    return edited
+
+
 @pytest.mark.parametrize("restart", [False, True], ids=["same follower", "restarted follower"])
 def test_a_line_edited_in_a_rewritten_file_is_a_conflict_for_a_running_follower_too(tmp_path, restart):
     """A followed transcript rewritten with one of its earlier lines edited (an editor's save,
@@ -642,11 +652,7 @@ def test_a_line_edited_in_a_rewritten_file_is_a_conflict_for_a_running_follower_
     tail = follower(root, l1, tmp_path / "home", clock)
     tail.poll()
     assert len(l1.log) > 0 and not l1.dead
-    edited = next(i for i, line in enumerate(lines[:6]) if b'"assistant"' in line and b'"text"' in line)
-    value = json.loads(lines[edited])
-    block = next(b for b in value["message"]["content"] if b.get("type") == "text")
-    block["text"] += " (edited later)"
-    lines[edited] = json.dumps(value).encode() + b"\n"
+    edited = _edit_an_assistant_line(lines)
     live.write_bytes(b"".join(lines))
     if restart:
         tail = follower(root, l1, tmp_path / "home", clock)
@@ -676,10 +682,7 @@ def test_an_import_after_a_conflict_says_it_again(tmp_path, restart):
     l1, clock = MemoryL1(), Clock()
     tail = follower(root, l1, tmp_path / "home", clock)
     tail.poll()
-    edited = next(i for i, line in enumerate(lines[:6]) if b'"assistant"' in line and b'"text"' in line)
-    value = json.loads(lines[edited])
-    next(b for b in value["message"]["content"] if b.get("type") == "text")["text"] += " (edited later)"
-    lines[edited] = json.dumps(value).encode() + b"\n"
+    edited = _edit_an_assistant_line(lines)
     live.write_bytes(b"".join(lines[:8]))
     tail.poll()
     assert [item.record for item in l1.dead] == [f"a.jsonl:{edited + 1}"]

@@ -270,6 +270,22 @@ def test_a_subagent_tied_to_its_call_later_is_read_as_a_whole_import_reads_it(tm
     assert started[0]["fields"]["toolCallId"] == "call-2"
 
 
+def _counted(made: Any, sizes: list[int]) -> Any:
+    """``made`` (a FileCursor) with the size of every chunk fed to it appended to ``sizes``."""
+    assert made is not None
+    cursor = made  # mypy narrows no name a nested class reads
+
+    class Counted:
+        lines = property(lambda _self: cursor.lines)
+        finish = cursor.finish
+
+        def feed(self, chunk: bytes) -> Any:
+            sizes.append(len(chunk))
+            return cursor.feed(chunk)
+
+    return Counted()
+
+
 def test_a_growing_transcript_is_read_on_not_imported_again(tmp_path, monkeypatch):
     """Once it grew under the follower's eyes, a transcript's new lines are all that is read; a
     line that changes what the import said of its earlier lines (here a summary naming one of
@@ -281,20 +297,8 @@ def test_a_growing_transcript_is_read_on_not_imported_again(tmp_path, monkeypatc
     original_cursor, original_iter_file = follow.open_cursor, follow.iter_file
 
     def open_cursor(*args: Any, **kwargs: Any) -> Any:
-        made = original_cursor(*args, **kwargs)
-        assert made is not None
-        cursor = made  # a FileCursor (mypy narrows no name a nested class reads)
         opened.append(kwargs["label"])
-
-        class Counted:
-            lines = property(lambda _self: cursor.lines)
-            finish = cursor.finish
-
-            def feed(self, chunk: bytes) -> Any:
-                fed.append(len(chunk))
-                return cursor.feed(chunk)
-
-        return Counted()
+        return _counted(original_cursor(*args, **kwargs), fed)
 
     def iter_file(*args: Any, **kwargs: Any) -> Any:
         whole.append(kwargs["label"])
@@ -350,19 +354,7 @@ def test_a_restarted_follower_reads_on_from_its_position(tmp_path, monkeypatch):
     original_cursor, original_iter_file = follow.open_cursor, follow.iter_file
 
     def open_cursor(*args: Any, **kwargs: Any) -> Any:
-        made = original_cursor(*args, **kwargs)
-        assert made is not None
-        cursor = made
-
-        class Counted:
-            lines = property(lambda _self: cursor.lines)
-            finish = cursor.finish
-
-            def feed(self, chunk: bytes) -> Any:
-                read.append(len(chunk))
-                return cursor.feed(chunk)
-
-        return Counted()
+        return _counted(original_cursor(*args, **kwargs), read)
 
     def iter_file(*args: Any, **kwargs: Any) -> Any:
         data = kwargs["data"]
