@@ -97,7 +97,7 @@ class AssignmentRule(Rule):
     # ("my password is SZd1!N7Ibm1a", "the root pw is qLpH-_tc4F"). Tried beside _prose; at one
     # place the longer reading wins, so what _prose redacted stays redacted.
     _prose_password = re.compile(
-        r"(?P<word>passw(?:or)?ds?|passphrase|pass|pwd|pw)(?![A-Za-z])"
+        r"(?P<word>passw(?:or)?ds?|passphrase|pass|pwd|pw|secret)(?![A-Za-z])"
         r"(?P<between>(?:[^\w\r\n./(-]{1,4}(?:" + "|".join(_PASSWORD_CONNECTORS) + r")){0,4}[^\w\r\n./(-]{1,4})"
         r"(?P<bare>" + _PROSE_PASSWORD_CHARS + r"{6,128})(?!" + _PROSE_PASSWORD_CHARS + r")",
         re.ASCII | re.IGNORECASE,
@@ -117,7 +117,7 @@ class AssignmentRule(Rule):
     def fingerprint(self) -> list[str]:
         named = [f"{name}={rule}" for name, rule in sorted(_NAMED.items())]
         return [*super().fingerprint(), *_KEYWORDS, *named, self._pattern.pattern, self._flag.pattern, self._xml.pattern,
-                self._prose.pattern, self._prose_password.pattern, *sorted(_SHORT_PASSWORD_WORDS), _UUID.pattern, _IDENTIFIER.pattern, _password_like.__qualname__,
+                self._prose.pattern, self._prose_password.pattern, *sorted(_SHORT_PASSWORD_WORDS), *sorted(_SECRET_SEPARATORS), _UUID.pattern, _IDENTIFIER.pattern, _password_like.__qualname__,
                 _in_sentence.__qualname__, _password_in_sentence.__qualname__, _SHORT_NAME.pattern,
                 _secret_in_sentence.__qualname__, _WORD_BEFORE.pattern, _inside_marker.__qualname__,
                 _SAID_STEP.pattern, _GOES_ON.pattern, _GOES_ON_MARKER.pattern, _goes_on.__qualname__, _SAID_VALUE.pattern, str(_SAID_WORDS), _PASSPHRASE.pattern, *sorted(_NOT_THE_SECRET),
@@ -184,7 +184,7 @@ class AssignmentRule(Rule):
                 sentence = self._prose.match(scan.text, start)
                 if sentence is not None:
                     prose.append(sentence)  # overlaps are settled in apply: assignments may follow
-                if scan.text[start] in "pP":  # a password word: pass..., pw, pwd
+                if scan.text[start] in "pPsS":  # a password word: pass..., pw, pwd; or "secret"
                     sentence = self._prose_password.match(scan.text, start)
                     if sentence is not None:
                         prose.append(sentence)
@@ -263,7 +263,11 @@ class AssignmentRule(Rule):
             return None
         if name_kind == "password":
             return start, end, _PASSWORD
-        if exported or looks_random(value) or _secret_in_sentence(value):
+        if exported or looks_random(value) or _secret_in_sentence(value) or (
+                "secret" in name.lower() and _short_word_password(value) and any(c in _BARE_SYMBOLS for c in value)):
+            # 2.8: also a password-shaped value with a symbol under a name saying secret
+            # (secret: Qw3rty!23); not under token or key names, which name grammar rules and
+            # patterns as often ("token = 1*tchar").
             # 2.5: also 8+ letters and digits with two of each (client_secret: Tr0ub4dor3x,
             # token: "ab12cd34ef"), as after a secret word in a sentence.
             return start, end, _SECRET
@@ -320,6 +324,15 @@ class AssignmentRule(Rule):
         between = match.group("between")
         if between.rstrip()[-1:] in ("<", "{", "[", "$", "%"):
             return None  # a placeholder: <password>, {{ password }}, $DB_PASSWORD
+        if word == "secret":
+            # 2.8: "the new secret is zQ8#pL2!vX9m", "set the secret to s3cr3t-v@lue-99": _prose
+            # reads no symbol, so such a value went whole. Only right after is / was / to / : / =,
+            # and shaped as a password (a digit, and a capital or a symbol besides . - _): "the
+            # secret to fast builds is caching", "secret: true" stay.
+            if between.strip().lower() not in _SECRET_SEPARATORS or not _short_word_password(value) \
+                    or is_placeholder(value, quoted=False) or _goes_on(text, start + len(value)):
+                return None
+            return start, start + len(value), _PROSE
         bare_pw = word in ("pw", "pwd") and not between.strip() and any(c.isdigit() for c in value)
         if word in _SHORT_PASSWORD_WORDS and not bare_pw and (between.strip().lower() not in _SHORT_SEPARATORS
                                                               or not _short_word_password(value)):
@@ -339,6 +352,7 @@ class AssignmentRule(Rule):
 
 
 _SHORT_SEPARATORS = frozenset({"is", "was", "=", ":", "is:", "is ="})
+_SECRET_SEPARATORS = _SHORT_SEPARATORS | {"to", "is now", "was set to", "set to"}
 # After a value read from a sentence: the sentence names its secret later ("for X is Y", 2.5).
 _GOES_ON = re.compile(r"(?:[ \t]+(?:is|was)[ \t]+|:[ \t]+)(?P<value>" + _PROSE_PASSWORD_CHARS + r"{6,128})",
                       re.ASCII | re.IGNORECASE)

@@ -1798,6 +1798,45 @@ def test_a_word_made_into_a_password_never_survives(name: str, word: str, made: 
     assert value not in redacted.split("\n")[0], redacted
 
 
+# ------------------------------------------------- policy 2.8: a password-shaped secret's value
+
+@pytest.mark.parametrize(("text", "secret"), [
+    ("rotate it; the new secret is zQ8#pL2!vX9m", "zQ8#pL2!vX9m"),
+    ("The secret was set to Tr0ub4dor&3.", "Tr0ub4dor&3"),
+    ("secret: Qw3rty!23", "Qw3rty!23"),
+    ("client_secret: Ab3!xyz9Q", "Ab3!xyz9Q"),
+    ("the webhook secret is now Wh00k$ecret9 for prod", "Wh00k$ecret9"),
+])
+def test_a_password_shaped_secret_never_survives(text: str, secret: str) -> None:
+    """QA, session 21: after "secret" a value with a symbol went whole (the prose reading after
+    secret words reads letters, digits and _+/=.~%- only, and an assignment's value needs
+    entropy): `the new secret is zQ8#pL2!vX9m`, `secret: Qw3rty!23`."""
+    redacted = redact_text(text)[0]
+    assert secret not in redacted, redacted
+    assert redact_text_plain(text)[0] == redacted
+
+
+@pytest.mark.parametrize("text", [
+    "the secret to fast builds is caching", "secret: true", "secret: ${{ secrets.API }}", "the secret is out",
+    "secretName: tls-secret-2", "client_secret: abc-def", "the secret is v1.2.3-rc1", "token = 1*tchar",
+    "the secret is <your-secret-1>", "kind: Secret",
+])
+def test_what_only_follows_a_secret_word_stays(text: str) -> None:
+    assert redact_text(text) == (text, {})
+
+
+@PROPERTY
+@given(st.sampled_from(["the secret is ", "the new secret was ", "secret: ", "set the secret to ", "api_secret = "]),
+       st.text(alphabet=string.ascii_letters, min_size=4, max_size=8), st.sampled_from("!#$%&*+?^~"),
+       st.integers(10, 9999), FILLER)
+def test_a_secret_with_a_symbol_never_survives(lead: str, letters: str, symbol: str, number: int, after: str) -> None:
+    """Six characters and more, a capital, a symbol and digits ("@" inside reads as an address)."""
+    value = f"{letters.capitalize()}{symbol}{number}"
+    text = f"{lead}{value}\n{after}"
+    redacted = redact_text(text)[0]
+    assert value not in redacted.split("\n")[0], redacted
+
+
 # ---------------------------------------------------------------- policy 2.8: password hashes
 
 BCRYPT = "$2y$05$6bC.N2e/oiT7gA0jMhbZwe9H0lJ3cEwZfS0g7Kx1oq5xYt6Rbc3zG"
