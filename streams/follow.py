@@ -721,8 +721,8 @@ class Follower:
         if new is None:
             # The subagent links the prefix taught are forgotten: the whole file is imported as
             # it would have been without this look (links are only ever added, never changed).
-            for key in links.keys() - linked:
-                del links[key]
+            for link in links.keys() - linked:
+                del links[link]
             return None
         prefix.update(memoryview(complete)[record.offset:])
         return _Parsed(key, path, label, root, complete, new + self._end(importer, label), len(new), fmt, stat,
