@@ -625,6 +625,20 @@ def test_a_whole_last_line_without_its_newline_is_imported_once_the_file_is_idle
     assert len(l1.log) == after and max(l1.counts().values()) == 1
 
 
+def _following_six_lines(tmp_path: Path) -> tuple[Path, Path, list[bytes], MemoryL1, Clock, Follower]:
+    """A follower of ``sessions/a.jsonl`` holding the first six lines of a real transcript, after
+    its first poll: (root, the file, all the transcript's lines, L1, clock, follower)."""
+    root = tmp_path / "sessions"
+    root.mkdir()
+    live = root / "a.jsonl"
+    lines = TRANSCRIPTS[0].read_bytes().splitlines(keepends=True)
+    live.write_bytes(b"".join(lines[:6]))
+    l1, clock = MemoryL1(), Clock()
+    tail = follower(root, l1, tmp_path / "home", clock)
+    tail.poll()
+    return root, live, lines, l1, clock, tail
+
+
 def _edit_an_assistant_line(lines: list[bytes]) -> int:
     """Append " (edited later)" to the text of the first assistant line among the first six of
     ``lines`` (in place), as an editor's save would; its index."""
@@ -643,14 +657,7 @@ def test_a_line_edited_in_a_rewritten_file_is_a_conflict_for_a_running_follower_
     follower that had appended the first version took its own memory of the file's eventIds
     without checking that the file still began with what it had read, and dropped the edit
     as a duplicate, without a dead letter."""
-    root = tmp_path / "sessions"
-    root.mkdir()
-    live = root / "a.jsonl"
-    lines = TRANSCRIPTS[0].read_bytes().splitlines(keepends=True)
-    live.write_bytes(b"".join(lines[:6]))
-    l1, clock = MemoryL1(), Clock()
-    tail = follower(root, l1, tmp_path / "home", clock)
-    tail.poll()
+    root, live, lines, l1, clock, tail = _following_six_lines(tmp_path)
     assert len(l1.log) > 0 and not l1.dead
     edited = _edit_an_assistant_line(lines)
     live.write_bytes(b"".join(lines))
@@ -674,14 +681,7 @@ def test_an_import_after_a_conflict_says_it_again(tmp_path, restart):
     another. The file's record keeps its conflicts, through later growth read on by the
     cursor and restarts: an import says them as records an earlier import dead-lettered
     (``rejectedEarlier``), without a second dead letter."""
-    root = tmp_path / "sessions"
-    root.mkdir()
-    live = root / "a.jsonl"
-    lines = TRANSCRIPTS[0].read_bytes().splitlines(keepends=True)
-    live.write_bytes(b"".join(lines[:6]))
-    l1, clock = MemoryL1(), Clock()
-    tail = follower(root, l1, tmp_path / "home", clock)
-    tail.poll()
+    root, live, lines, l1, clock, tail = _following_six_lines(tmp_path)
     edited = _edit_an_assistant_line(lines)
     live.write_bytes(b"".join(lines[:8]))
     tail.poll()
