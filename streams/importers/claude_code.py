@@ -458,9 +458,7 @@ def names_model(data: bytes) -> bool:
     """Whether the transcript ``data`` names the model its ``session.started`` takes (the first
     real assistant model, :func:`_prescan`): until it does, what an import says of its first
     line may still change (see :func:`streams.importers.cursor.settled`)."""
-    scan = _Prescan()
-    scan.update(line for _, line in read_lines(Path(), data))
-    return scan.model is not None
+    return _prescan(Path(), data)[1] is not None
 
 
 def _prescan(path: Path, data: Content | None = None) -> tuple[str | None, str | None]:
