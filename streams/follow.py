@@ -664,11 +664,14 @@ class Follower:
             return None
         record, base, adopted = records  # the file's own record, the plan's base, a renamed file's
         view = memoryview(complete)
-        # The record's prefix, hashed once: ``_read`` hashes only a file that did not grow.
-        prefix = None if record is None or not 0 < record.offset <= len(complete) \
-            or complete[record.offset - 1:record.offset] != _NEWLINE else hashlib.sha256(view[: record.offset])
-        if prefix is not None and prefix.hexdigest() != (record.prefix_sha if record is not None else None):
-            prefix = None
+        # The record's prefix, hashed once (``_read`` hashes only a file that did not grow); None
+        # unless the file still begins with the bytes the record vouches for.
+        prefix = None
+        if record is not None and 0 < record.offset <= len(complete) \
+                and complete[record.offset - 1:record.offset] == _NEWLINE:
+            prefix = hashlib.sha256(view[: record.offset])
+            if prefix.hexdigest() != record.prefix_sha:
+                prefix = None
         if prefix is not None and record is not None and cursor is not None and cursor.record == record \
                 == tracked.record and tracked.appended is not None:
             new = cursor.importer.feed(complete[record.offset:])
