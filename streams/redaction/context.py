@@ -1017,12 +1017,12 @@ class SecretDocumentRule(Rule):
     def apply(self, scan: Scan, hits: dict[str, int]) -> str:
         text, lowered = scan.text, scan.lower()
         found: list[tuple[int, int, str]] = []
+        json_secret = False
         if "kind" in lowered and "secret" in lowered:
             if "kind: secret" in lowered and "data" in lowered and _K8S_SECRET.search(text):
                 found += self._yaml_data(text)
-            if '"kind"' in text and re.search(r"\"kind\"[ \t]*:[ \t]*\"Secret\"", text):
-                found += self._json_data(text)
-        if "lease_duration" in text:
+            json_secret = '"kind"' in text and re.search(r"\"kind\"[ \t]*:[ \t]*\"Secret\"", text) is not None
+        if json_secret or "lease_duration" in text:  # a Secret's JSON, vault's: one reading of their data
             found += self._json_data(text)
         if "sensitive" in text:
             found += [(*match.span("value"), self.name) for match in _SENSITIVE.finditer(text) if _secret_value(match.group("value"))]
