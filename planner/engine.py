@@ -395,9 +395,9 @@ class Planner:
     def warm_up(self, log_id: str = "default") -> None:
         """Load what the first query of a fresh process would load: the query embedder, the
         tail scan's tokenizer, and the readers of ``log_id``'s current generations (chunk table,
-        access lists, vector and text indexes). The first search after ``usl up`` took 1.5 s of which 1.0 s
-        was the embedder's import and load; the API runs this beside its first requests. Never
-        raises: a log not yet ingested or an index not yet built is simply not warmed."""
+        access lists, vector and text indexes). The first search after ``usl up`` took 1.5 s, of
+        which 1.0 s was the embedder's import and load; the API runs this beside its first
+        requests. Never raises: a log not yet ingested or an index not yet built is not warmed."""
         try:
             self._tail_scan()
             with self.snapshot(log_id) as snapshot:
