@@ -291,6 +291,9 @@ def create_app(settings: Settings, bootstrap: str, *, planner: Any = None) -> St
     state: dict[str, Any] = {"planner": planner}
     status_cache: dict[str, tuple[float, dict[str, Any]]] = {}
     status_lock = threading.Lock()
+    from planner.status import DeadLetterTally
+
+    dead_letters = DeadLetterTally()  # read on by every status collect, not from the start
     keys = KeyRing(keys_path(settings))
 
     def principal_of(request: Request) -> Principal:
@@ -329,7 +332,7 @@ def create_app(settings: Settings, bootstrap: str, *, planner: Any = None) -> St
             cached = status_cache.get(key)
             if cached and time.monotonic() - cached[0] < _STATUS_CACHE_SECONDS:
                 return cached[1]
-        report = collect_status(settings, bootstrap, log_id=log_id)
+        report = collect_status(settings, bootstrap, log_id=log_id, dead_letters=dead_letters)
         report.pop("bootstrap", None)  # an internal address is not the caller's business
         with status_lock:
             now = time.monotonic()

@@ -21,10 +21,18 @@ rebuild that ends it. A ``log`` that does not exist is a :class:`planner.excepti
 
 Each index shows the ``redactionPolicy`` hash its watermark records, and a log whose
 chunk-keyed indexes disagree on it (or on the chunker) has a ``mismatch`` entry saying which
-and what to run: searches of that log are refused meanwhile (:mod:`planner.coherence`)."""
+and what to run: searches of that log are refused meanwhile (:mod:`planner.coherence`).
+
+Each log also shows its ``deadLetters``: how many records of it were rejected (by stage) and
+when the newest was, so an import that lost lines shows in status, not only in
+``usl deadletters``; letters that name no log (unreadable before their log was known) are
+counted in the report's own ``deadLetters``, and so are those of a log that has no event in L1
+(``logsWithoutEvents``: every record of its import was rejected). Counts, stages and times only: a reason can name
+another tenant's session, and reading them is the operator's ``usl deadletters``."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
@@ -46,7 +54,7 @@ from streams.topics import Topics
 if TYPE_CHECKING:
     from kafka import KafkaConsumer, TopicPartition
 
-__all__ = ["INDEX_KINDS", "build_status", "collect_status", "export_status_metrics", "for_principal", "held_by",
+__all__ = ["INDEX_KINDS", "DeadLetterTally", "build_status", "collect_status", "export_status_metrics", "for_principal", "held_by",
            "render_status"]
 
 INDEX_KINDS = ALL_KINDS
@@ -54,6 +62,67 @@ INDEX_KINDS = ALL_KINDS
 #: (its partition may be shared); the rest, if any, is counted as the log's.
 _SCAN_LIMIT = 20_000
 _UNIT_ENDS = frozenset({"turn.ended", "episode.ended", "session.ended"})
+
+
+class DeadLetterTally:
+    """Dead letters per log, read on from where the previous read ended: the API's status
+    (also behind every ``/metrics`` scrape) reads only what was written since, not the topic's
+    30 days again. Letters the topic no longer holds (retention) are forgotten."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # the API collects status on several threads
+        self._next = 0
+        # offset, logId, stage, time of each letter still on the topic: a few bytes each, and the
+        # topic holds only what failed.
+        self._letters: list[tuple[int, str | None, str | None, str | None]] = []
+
+    def read(self, bootstrap: str, settings: Settings) -> dict[str | None, dict[str, Any]]:
+        """``{logId or None: {"count", "byStage", "newest"}}`` of the letters on the topic now."""
+        with self._lock:
+            letters = self._read_on(bootstrap, settings)
+        tally: dict[str | None, dict[str, Any]] = {}
+        for _, log_id, stage, at in letters:
+            entry = tally.setdefault(log_id, {"count": 0, "byStage": {}, "newest": None})
+            entry["count"] += 1
+            entry["byStage"][stage or "unknown"] = entry["byStage"].get(stage or "unknown", 0) + 1
+            entry["newest"] = at or entry["newest"]  # the topic is in the order they were written
+        return tally
+
+    def _read_on(self, bootstrap: str, settings: Settings) -> list[tuple[int, str | None, str | None, str | None]]:
+        from kafka import KafkaConsumer, TopicPartition
+
+        from streams.l1 import letter_of
+
+        tp = TopicPartition(Topics.from_settings(settings).deadletters, 0)
+        consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                                 isolation_level="read_committed", consumer_timeout_ms=1000)
+        try:
+            if not consumer.partitions_for_topic(tp.topic):
+                return []
+            consumer.assign([tp])
+            first = consumer.beginning_offsets([tp])[tp]
+            end = consumer.end_offsets([tp])[tp]
+            if end < self._next:  # the topic was made again: count it afresh
+                self._next, self._letters = 0, []
+            self._letters = [letter for letter in self._letters if letter[0] >= first]
+            self._next = max(self._next, first)
+            consumer.seek(tp, self._next)
+            deadline = time.monotonic() + 10
+            while consumer.position(tp) < end and time.monotonic() < deadline:
+                for record in consumer.poll(timeout_ms=500, max_records=5000).get(tp, []):
+                    letter = letter_of(record)
+                    log_id, stage, at = letter.get("logId"), letter.get("stage"), letter.get("time")
+                    self._letters.append((record.offset, log_id if isinstance(log_id, str) else None,
+                                          stage if isinstance(stage, str) else None,
+                                          at if isinstance(at, str) else None))
+                    self._next = record.offset + 1
+        finally:
+            consumer.close()
+        return list(self._letters)
+
+
+def _no_dead_letters() -> dict[str, Any]:
+    return {"count": 0, "byStage": {}, "newest": None}
 
 
 class Unindexed:
@@ -206,13 +275,16 @@ def build_status(l1_seqs: dict[str, int], watermarks: dict[tuple[str, str], dict
                  held: Mapping[tuple[str, int], dict[str, Any]] | None = None,
                  origins: Mapping[tuple[str, str], Sequence[ChunkOrigin]] | None = None,
                  pending: Mapping[tuple[str, int], int] | None = None,
-                 open_unit: Collection[tuple[str, int]] = ()) -> dict[str, Any]:
+                 open_unit: Collection[tuple[str, int]] = (),
+                 dead_letters: Mapping[str | None, dict[str, Any]] | None = None) -> dict[str, Any]:
     """The status document (pure, so the API and CLI agree and tests can call it). Keyed by
     (log, builtThroughSeq + 1): ``append_time`` and ``held``, the append time and the
     :func:`held_by` entry of the log's first event above a watermark; ``pending``, the log's
     events above it (without it, every seq above it counts); ``open_unit``, the watermarks whose
     first such event is in a turn not ended yet. ``origins``: what built each watermark's
-    generations (:func:`planner.coherence.origins_of_watermark`), per (log, kind)."""
+    generations (:func:`planner.coherence.origins_of_watermark`), per (log, kind);
+    ``dead_letters``: :meth:`DeadLetterTally.read`."""
+    letters = dead_letters or {}
     logs: dict[str, Any] = {}
     log_ids = sorted(set(l1_seqs) | {log for log, _ in watermarks})
     for log_id in log_ids:
@@ -265,8 +337,14 @@ def build_status(l1_seqs: dict[str, int], watermarks: dict[tuple[str, str], dict
                                if origin.policy})
             index["redactionPolicy"] = " / ".join(policies) or None
         logs[log_id] = {"l1CommittedSeq": l1_seq, "indexes": indexes,
-                        "mismatch": _mismatch(log_id, origins or {}, indexes)}
-    return {"logs": logs, "generatedAt": now}
+                        "mismatch": _mismatch(log_id, origins or {}, indexes),
+                        "deadLetters": letters.get(log_id) or _no_dead_letters()}
+    # A log whose every record was rejected has no events in L1, so no entry above: its letters
+    # are what says why (an import that appended nothing).
+    only_letters = {log: entry for log, entry in sorted(letters.items(), key=lambda item: item[0] or "")
+                    if log is not None and log not in logs}
+    return {"logs": logs, "generatedAt": now,
+            "deadLetters": {**(letters.get(None) or _no_dead_letters()), "logsWithoutEvents": only_letters}}
 
 
 def _mismatch(log_id: str, origins: Mapping[tuple[str, str], Sequence[ChunkOrigin]],
@@ -299,7 +377,8 @@ def export_status_metrics(report: dict[str, Any]) -> None:
                 usl_index_lag_seconds.labels(log=log_id, kind=kind).set(index["lagSeconds"])
 
 
-def collect_status(settings: Settings, bootstrap: str, *, log_id: str | None = None) -> dict[str, Any]:
+def collect_status(settings: Settings, bootstrap: str, *, log_id: str | None = None,
+                   dead_letters: DeadLetterTally | None = None) -> dict[str, Any]:
     # Watermarks first: a sink publishes one only for seqs already committed in L1, so an L1
     # seq read after it is at or above it. Read the other way round, a commit between the two
     # reads showed builtThroughSeq above l1CommittedSeq (1 poll in 57 under load).
@@ -329,8 +408,10 @@ def collect_status(settings: Settings, bootstrap: str, *, log_id: str | None = N
     found = _unindexed(bootstrap, settings, partition_of, l1_seqs, wanted)
     root = Path(settings.home).resolve() / "indexes"  # sinks.runner.index_root, without its imports
     origins = {(log, kind): origins_of_watermark(root, log, kind, wm) for (log, kind), wm in watermarks.items()}
+    letters = (dead_letters or DeadLetterTally()).read(bootstrap, settings)
     report = build_status(l1_seqs, watermarks, found.append_time, now=time.time(), held=found.held,
-                          origins=origins, pending=found.pending, open_unit=found.open_unit)
+                          origins=origins, pending=found.pending, open_unit=found.open_unit,
+                          dead_letters=letters)
     report["bootstrap"] = bootstrap
     return report
 
@@ -338,7 +419,6 @@ def collect_status(settings: Settings, bootstrap: str, *, log_id: str | None = N
 def render_status(report: dict[str, Any], console: Console) -> None:
     if not report["logs"]:
         console.print("no logs yet: ingest something with `usl ingest PATH`")
-        return
     for log_id, entry in report["logs"].items():
         # One policy for every index goes in the title: at 80 columns the column left the
         # verdict 9 characters, and every `ok: caught up` took two lines.
@@ -394,3 +474,23 @@ def render_status(report: dict[str, Any], console: Console) -> None:
                 continue
             turn = f", turn {turn_id!r}" if turn_id else ""
             console.print(escape(f"  {which} held back by seq {seq}: session {session_id!r}{turn}"))
+        _print_dead_letters(entry.get("deadLetters"), console, log_id)
+    _print_dead_letters(report.get("deadLetters"), console, None)
+    for log_id, letters in (report.get("deadLetters") or {}).get("logsWithoutEvents", {}).items():
+        _print_dead_letters(letters, console, log_id, events=False)
+
+
+def _print_dead_letters(letters: dict[str, Any] | None, console: Console, log_id: str | None, *,
+                        events: bool = True) -> None:
+    """One line when records were rejected: how many, by which stage, when the newest was."""
+    if not letters or not letters.get("count"):
+        return
+    count = letters["count"]
+    stages = ", ".join(f"{stage} {n}" for stage, n in sorted(letters["byStage"].items()))
+    newest = f", newest {letters['newest']}" if letters.get("newest") else ""
+    whose = f"of log {log_id!r}" if log_id is not None else "naming no log (unreadable records)"
+    if not events:
+        whose += ", which has no events in L1"
+    command = f"usl deadletters --log {log_id}" if log_id is not None else "usl deadletters"
+    noun = "dead letter" if count == 1 else "dead letters"
+    console.print(escape(f"  {count} {noun} {whose} ({stages}{newest}): `{command}`"), style="yellow")

@@ -28,7 +28,7 @@ from streams.settings import Settings
 from streams.topics import Topics
 
 __all__ = ["AppendedEvent", "DeadLetters", "L1Producer", "L1Reader", "LogRegistry", "dead_letter_excerpt",
-           "follow_topic", "read_dead_letters", "read_topic_to_end"]
+           "follow_topic", "letter_of", "read_dead_letters", "read_topic_to_end"]
 
 _RAW_LIMIT = 4096
 
@@ -347,13 +347,15 @@ def read_dead_letters(bootstrap: str, settings: Settings, *, log_id: str | None 
 
     kept: deque[dict[str, Any]] = deque(maxlen=max(1, limit))
     for message in read_topic_to_end(bootstrap, Topics.from_settings(settings).deadletters):
-        letter = _letter(message)
+        letter = letter_of(message)
         if log_id is None or letter.get("logId") == log_id:
             kept.append(letter)
     return list(reversed(kept))
 
 
-def _letter(message: Any) -> dict[str, Any]:
+def letter_of(message: Any) -> dict[str, Any]:
+    """The dead letter a record of the topic holds, with its ``offset``, and the record's time
+    where the letter has none."""
     try:
         letter = orjson.loads(message.value or b"")
     except orjson.JSONDecodeError:

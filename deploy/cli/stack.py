@@ -47,7 +47,8 @@ def status(
     json_out: bool = typer.Option(False, "--json", help="Print JSON (SPEC §12 status shape)."),
     log: str = typer.Option(None, "--log", metavar="NAME", callback=_log_or_all, help="Only this log."),
 ) -> None:
-    """Committed L1 seq of each log and, per index, generation, watermark and lag."""
+    """Committed L1 seq of each log and, per index, generation, watermark and lag; and how many
+    records of each log were dead-lettered (`usl deadletters` lists them)."""
     settings = load_settings()
     path = "/v1/status" + (f"?log={quote(log, safe='')}" if log else "")
     report = through_api(settings, None, json_out, "GET", path, None)

@@ -439,6 +439,13 @@ function renderStatus(report) {
       el("span", { class: "figures" }, figures),
       el("span", { class: "peak" }, `lag chart: last ${seconds} s, peak ${peak} seqs`)));
     }
+    const letters = entry.deadLetters;
+    if (letters && letters.count) {
+      const stages = Object.entries(letters.byStage || {}).map(([stage, n]) => `${stage} ${n}`).join(", ");
+      block.append(el("p", { class: "dead-letters", "data-count": letters.count },
+        `${letters.count} dead letter${letters.count === 1 ? "" : "s"} (${stages}` +
+        `${letters.newest ? `, newest ${letters.newest}` : ""}): usl deadletters --log ${logId}`));
+    }
     blocks.push(block);
   }
   if (!blocks.length) blocks.push(el("p", { class: "muted" }, "No logs yet: ingest something with usl ingest PATH."));

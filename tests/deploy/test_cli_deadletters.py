@@ -95,3 +95,43 @@ def test_a_dead_letter_cut_inside_a_secret_is_shown_without_its_start(tmp_path: 
     env = {"USL_HOME": str(tmp_path / "home"), "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:9", "USL_API_URL": ""}
     letter = json.loads(_usl(env, "deadletters", "--json"))["deadLetters"][0]
     assert cut[4:12] not in letter["raw"] and letter["raw"].endswith("[REDACTED:cut-token]"), letter["raw"]
+
+
+def test_status_counts_each_logs_dead_letters_and_a_tally_reads_on_from_where_it_ended(
+        tmp_path: Path, kafka_bootstrap: str) -> None:
+    from planner.status import DeadLetterTally
+    from streams.l1 import DeadLetters
+    from streams.settings import Settings
+
+    prefix = f"t{uuid.uuid4().hex[:10]}."
+    env = {"USL_HOME": str(tmp_path / "home"), "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
+           "USL_TOPIC_PREFIX": prefix, "USL_API_URL": ""}
+    _usl(env, "ingest", str(_with_bad_line(tmp_path / "a.jsonl", '{"type": "user", "cut')), "--json")
+    _usl(env, "ingest", str(TRANSCRIPT), "--log", "clean", "--json")
+    report = json.loads(_usl(env, "status", "--json"))
+    assert report["logs"]["default"]["deadLetters"]["count"] == 1
+    assert report["logs"]["default"]["deadLetters"]["byStage"] == {"ingest": 1}
+    assert report["logs"]["default"]["deadLetters"]["newest"]
+    assert report["logs"]["clean"]["deadLetters"] == {"count": 0, "byStage": {}, "newest": None}
+    assert report["deadLetters"]["count"] == 0 and report["deadLetters"]["logsWithoutEvents"] == {}
+    human = _usl(env, "status")
+    assert "1 dead letter of log 'default' (ingest 1" in human and "usl deadletters --log default" in human
+    assert "of log 'clean'" not in human
+
+    settings = Settings.from_env({"USL_TOPIC_PREFIX": prefix}, home=tmp_path / "home")
+    tally = DeadLetterTally()
+    assert tally.read(kafka_bootstrap, settings)["default"]["count"] == 1
+    letters = DeadLetters(kafka_bootstrap, settings)
+    letters.publish(stage="sink", reason="r", raw="x", log_id="clean")
+    letters.publish(stage="worker", reason="r", raw="y")  # unreadable before its log was known
+    letters.close()
+    bad = tmp_path / "bad.jsonl"  # every line rejected: the log has no event in L1 ...
+    bad.write_text('{"type": "user", "cut\n')
+    _usl(env, "ingest", str(bad), "--format", "claude-code", "--log", "lost", "--json")
+    report = json.loads(_usl(env, "status", "--json"))  # ... and status still says why
+    assert "lost" not in report["logs"] and report["deadLetters"]["logsWithoutEvents"]["lost"]["count"] == 1
+    assert "1 dead letter of log 'lost', which has no events in L1" in _usl(env, "status")
+    again = tally.read(kafka_bootstrap, settings)  # read on: the same counts as a new tally's
+    assert again == DeadLetterTally().read(kafka_bootstrap, settings)
+    assert again["default"]["count"] == 1 and again["clean"]["byStage"] == {"sink": 1}
+    assert again[None]["count"] == 1

@@ -267,7 +267,7 @@ def test_status_refuses_malformed_log_names_and_keeps_a_bounded_cache(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     asked: list[str | None] = []
 
-    def fake_status(settings: Any, bootstrap: str, *, log_id: str | None = None) -> dict[str, Any]:
+    def fake_status(settings: Any, bootstrap: str, *, log_id: str | None = None, **_: Any) -> dict[str, Any]:
         asked.append(log_id)
         return {"logs": {}}
 

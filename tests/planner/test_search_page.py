@@ -202,6 +202,17 @@ def test_search_page_shows_results_evidence_explain_and_status(
         page.evaluate("window.scrollTo(0, 0); true")
         page.screenshot(SCREENSHOTS / "search-page.png", full_page=True)
         page.screenshot(SCREENSHOTS / "status-chart.png", selector="#status-panel")
+
+        # A rejected record of the log shows under its indexes (after the screenshots: they show
+        # a clean log).
+        from streams.l1 import DeadLetters
+
+        letters = DeadLetters(stack.settings.bootstrap_servers or "", stack.settings)
+        letters.publish(stage="ingest", reason="not JSON", raw="{cut", log_id="default")
+        letters.close()
+        page.wait_for("[...document.querySelectorAll('#status .dead-letters')].some((p) => "
+                      "p.dataset.count === '1' && p.textContent.includes('usl deadletters --log default'))",
+                      timeout=TIMEOUT, what="the dead letter to show")
         assert not [line for line in page.console if line.startswith("exception")], page.console
     for name in ("search-page.png", "status-chart.png"):
         assert (SCREENSHOTS / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

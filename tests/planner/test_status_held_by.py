@@ -120,7 +120,7 @@ class _Planner:
 
 def test_status_route_names_held_by_sessions_only_to_their_readers(tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    def fake_status(settings: Any, bootstrap: str, *, log_id: str | None = None) -> dict[str, Any]:
+    def fake_status(settings: Any, bootstrap: str, *, log_id: str | None = None, **_: Any) -> dict[str, Any]:
         return _held_report(ACME_EVENT)
 
     monkeypatch.setattr(planner.status, "collect_status", fake_status)

@@ -54,6 +54,7 @@ def test_a_poll_never_shows_a_watermark_above_the_committed_l1_seq(tmp_path: Pat
     monkeypatch.setattr(sinks.watermarks, "read_watermarks", watermarks)
     monkeypatch.setattr(status, "_unindexed", lambda *args: Unindexed())
     monkeypatch.setattr(status, "origins_of_watermark", lambda *args: ())
+    monkeypatch.setattr(status.DeadLetterTally, "read", lambda *args: {})
     settings = Settings.from_env({}, home=tmp_path, topic_prefix="t.", bootstrap_servers="127.0.0.1:1")
     for _poll in range(3):
         entry = collect_status(settings, "127.0.0.1:1")["logs"]["default"]
