@@ -151,8 +151,11 @@ def _snippet(text: str, evidence: list[dict[str, Any]], query: str = "") -> Text
     matches = _matches(text, query)
     for start, end in matches:
         styled.stylize("underline", start, end)
-    first = _window(text, matches)
-    last = min(len(text), first + _SNIPPET_CHARS)
+    # Cut between characters a reader sees, not inside one: a cut through 👨‍👩‍👧‍👦 showed a
+    # man and a dangling joiner, one through रें or é (written as e and its accent) a bare
+    # consonant or e.
+    first = _boundary_at_or_before(text, _window(text, matches))
+    last = _boundary_at_or_before(text, min(len(text), first + _SNIPPET_CHARS))
     shown = Text("   " + ("…" if first else ""))
     shown.append_text(Text("\n   ").join(styled[first:last].split("\n", allow_blank=True)))
     if last < len(text):
@@ -161,26 +164,66 @@ def _snippet(text: str, evidence: list[dict[str, Any]], query: str = "") -> Text
 
 
 def _matches(text: str, query: str) -> list[tuple[int, int]]:
-    """Character spans of ``text`` where the query's quoted phrases and words occur, in order
-    (case-insensitive; words of one character only inside a phrase)."""
+    """Character spans of ``text`` where the query's quoted phrases and words occur, in order,
+    compared as the text index compares them: NFKC-folded and lowercased (words of one
+    character only inside a phrase). A span always covers whole characters as a reader sees
+    them (a letter with its marks)."""
     import re
 
-    lowered = text.lower()
-    if len(lowered) != len(text):  # a lowercasing that changes lengths (İ): no positions to trust
-        return []
-    phrases = [phrase.strip().lower() for phrase in re.findall(r'"([^"]+)"', query)]
+    folded, starts, ends = _folded(text)
+    phrases = [_fold(phrase.strip()) for phrase in re.findall(r'"([^"]+)"', query)]
     unquoted = re.sub(r'"[^"]*"?', " ", query)
     # A word keeps its vowel signs and viramas: \w has none, so परीक्षण was read as पर and षण
     # and those were marked inside other words (and chose the window).
-    words = ["".join(run).lower() for joined, run in itertools.groupby(unquoted, key=_word_character)
-             if joined]
+    words = [_fold("".join(run)) for joined, run in itertools.groupby(unquoted, key=_word_character) if joined]
     spans = []
     for needle in {*phrases, *(word for word in words if len(word) > 1)}:
         if needle:
-            # Never up to the middle of a letter and its marks (कर inside करें).
-            spans += [(m.start(), m.end()) for m in re.finditer(re.escape(needle), lowered)
-                      if m.end() == len(text) or not _joins_previous(text[m.end()])]
-    return sorted(spans)
+            spans += _occurrences(needle, folded, starts, ends)
+    return sorted(set(spans))
+
+
+def _occurrences(needle: str, folded: str, starts: list[int], ends: list[int]) -> list[tuple[int, int]]:
+    """Where ``needle`` occurs in ``folded`` over whole letters, as spans of the original text.
+    Occurrences may overlap: one refused for starting or ending inside a letter (ff inside ﬀ,
+    कर inside करें) must not hide the next."""
+    found = []
+    at = folded.find(needle)
+    while at != -1:
+        end = at + len(needle)
+        if (at == 0 or starts[at - 1] != starts[at]) and (end == len(folded) or starts[end] != starts[end - 1]):
+            found.append((starts[at], ends[end - 1]))
+        at = folded.find(needle, at + 1)
+    return found
+
+
+def _fold(text: str) -> str:
+    return unicodedata.normalize("NFKC", text).lower()
+
+
+def _folded(text: str) -> tuple[str, list[int], list[int]]:
+    """``text`` as the index reads it (NFKC, lowercased) and, for each of its characters, where
+    the letter it came from starts and ends in ``text``. The index matched `café` in a text that
+    spells it `cafe` and a combining accent (macOS file names), or ＡＢＣ in full width, and the
+    snippet marked nothing and, with no match to centre on, could show none of it; lowercasing
+    that changes a length (İ) no longer drops every mark either."""
+    if text.isascii():
+        lowered = text.lower()
+        return lowered, list(range(len(text))), list(range(1, len(text) + 1))
+    pieces: list[str] = []
+    starts: list[int] = []
+    ends: list[int] = []
+    start = 0
+    while start < len(text):
+        end = start + 1
+        while end < len(text) and (_joins_previous(text[end]) or text[end] in _HANGUL_VOWELS_AND_FINALS):
+            end += 1
+        piece = _fold(text[start:end])
+        pieces.append(piece)
+        starts += [start] * len(piece)
+        ends += [end] * len(piece)
+        start = end
+    return "".join(pieces), starts, ends
 
 
 def _word_character(character: str) -> bool:
@@ -191,6 +234,43 @@ def _joins_previous(character: str) -> bool:
     """Whether ``character`` belongs to the letter before it: a combining mark (vowel signs,
     viramas, accents) or a zero-width joiner."""
     return unicodedata.category(character)[0] == "M" or character == "\u200d"
+
+
+#: Emoji skin tones (Sk) and tag characters (Cf, subdivision flags) belong to the emoji before them.
+_EMOJI_MODIFIERS = range(0x1F3FB, 0x1F400)
+_TAGS = range(0xE0020, 0xE0080)
+_REGIONAL_INDICATORS = range(0x1F1E6, 0x1F200)
+#: Conjoining jamo that NFKC composes with the jamo before them into one Hangul syllable.
+_HANGUL_VOWELS_AND_FINALS = frozenset(map(chr, range(0x1160, 0x1200)))
+#: How far back a cut looks for a boundary: a longer run of marks is no character anyone reads.
+_LONGEST_CLUSTER = 32
+
+
+def _boundary_at_or_before(text: str, position: int) -> int:
+    """The last place at or before ``position`` where ``text`` may be cut without splitting what
+    a reader sees as one character: a letter and its marks, a conjunct joined by a virama, an
+    emoji sequence joined by ZWJ or modified by a skin tone or tags, a flag's two regional
+    indicators (a simplified UAX #29; the standard library has no grapheme clusters). Past
+    ``_LONGEST_CLUSTER`` characters back it gives up and cuts at ``position``."""
+    for candidate in range(position, max(0, position - _LONGEST_CLUSTER), -1):
+        if candidate >= len(text) or _is_boundary(text, candidate):
+            return candidate
+    return position if position > _LONGEST_CLUSTER else 0
+
+
+def _is_boundary(text: str, position: int) -> bool:
+    after, before = text[position], text[position - 1]
+    if (_joins_previous(after) or ord(after) in _EMOJI_MODIFIERS or ord(after) in _TAGS or before == "\u200d"
+            or after in _HANGUL_VOWELS_AND_FINALS):
+        return False
+    if unicodedata.combining(before) == 9 and after.isalpha():  # a virama joins the next consonant
+        return False
+    if ord(after) in _REGIONAL_INDICATORS and ord(before) in _REGIONAL_INDICATORS:
+        run = 0
+        while position - run - 1 >= 0 and ord(text[position - run - 1]) in _REGIONAL_INDICATORS:
+            run += 1
+        return run % 2 == 0  # flags pair from the run's start
+    return True
 
 
 def _window(text: str, matches: list[tuple[int, int]]) -> int:

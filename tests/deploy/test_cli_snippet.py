@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
+import unicodedata
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -87,3 +90,72 @@ def test_words_with_vowel_signs_are_marked_whole_and_never_split() -> None:
     # कर is a word of its own here, and the start of करें, whose vowel sign it must not cut.
     assert [(text[a:b], a) for a, b in _matches(text, "कर")] == [("कर", text.index(" कर ") + 1)]
     assert [text[a:b] for a, b in _matches(text, '"सफल है"')] == ["सफल है"]
+
+
+def test_text_the_index_folds_is_marked_and_shown() -> None:
+    """Found on a live stack: a session whose text spells `café` as `cafe` and a combining accent
+    (as macOS writes file names) was found by `usl search café`, and the snippet underlined
+    nothing; deep in a long chunk, with no match to centre on, it did not show the word at all.
+    Full-width letters, which the index folds (NFKC) too, were the same."""
+    from deploy.cli.query import _matches
+
+    decomposed = unicodedata.normalize("NFD", "Le café du résumé est prêt")
+    assert [decomposed[a:b] for a, b in _matches(decomposed, "café RÉSUMÉ")] == [
+        unicodedata.normalize("NFD", "café"), unicodedata.normalize("NFD", "résumé")]
+    assert _matches("ＡＢＣ error", "abc") == [(0, 3)]
+    assert _matches("İstanbul error", "error") == [(9, 14)]  # lowercasing İ lengthens the text
+    shown = _shown("line\n" * 200 + decomposed + "\n" + "more\n" * 200, "café")
+    assert unicodedata.normalize("NFD", "café") in shown
+
+
+def test_a_snippet_never_cuts_a_character_in_two() -> None:
+    """The snippet was cut at 480 code points: through 👨‍👩‍👧‍👦 it showed a man and a dangling
+    joiner; through a letter and its accent or vowel sign, the bare letter."""
+    family = "👨\u200d👩\u200d👧\u200d👦"
+    for cluster in (family, "e\u0301", "रें", "क्ष", "🇯🇵", "👍🏽"):
+        for pad in range(_SNIPPET_CHARS - len(cluster) - 1, _SNIPPET_CHARS + 1):
+            text = "x" * pad + cluster + " tail"
+            plain = _snippet(text, [], "").plain
+            assert cluster in plain or plain.endswith("x…"), (cluster, pad, plain[-12:])
+
+
+_CLUSTERS = ("a", "f", "Z", "é", "e\u0301", "ｆ", "ﬁ", "ﬀ", "数", "ก", "กี่", "रें", "क्ष", "ट", "ا", "ب", "\u05e9\u05c1",
+             "👨\u200d👩\u200d👧\u200d👦", "🇯🇵", "🇫🇷", "👍🏽", "\u1100\u1161", "\u1100\u1161\u11a8", "가", "🏴\U000e0067\U000e0062\U000e0065\U000e006e\U000e0067\U000e007f",
+             " ", "\n", ".")
+
+
+@given(st.lists(st.sampled_from(_CLUSTERS), max_size=60), st.integers(min_value=0, max_value=400))
+def test_cuts_fall_between_the_characters_a_reader_sees(clusters: list[str], position: int) -> None:
+    from deploy.cli.query import _boundary_at_or_before
+
+    text = "".join(clusters)
+    boundaries = {0, *itertools.accumulate(len(cluster) for cluster in clusters)}
+    position = min(position, len(text))
+    cut = _boundary_at_or_before(text, position)
+    assert cut in boundaries and cut <= position
+    assert not any(cut < boundary <= position for boundary in boundaries)  # the nearest one
+
+
+_LETTERS = tuple(cluster for cluster in _CLUSTERS if all(char.isalnum() or unicodedata.category(char)[0] == "M"
+                                                          for char in cluster))
+
+
+@given(st.lists(st.sampled_from((*_LETTERS, " ")), min_size=2, max_size=40), st.data())
+def test_a_query_word_is_marked_where_the_index_would_find_it(clusters: list[str], data: st.DataObject) -> None:
+    """Any run of whole letters of the text, asked in any case and normal form, is marked exactly
+    over those letters."""
+    from deploy.cli.query import _matches
+
+    text = "".join(clusters)
+    start = data.draw(st.integers(0, len(clusters) - 2))
+    end = data.draw(st.integers(start + 2, len(clusters)))
+    if " " in clusters[start:end]:
+        return
+    word = "".join(clusters[start:end])
+    query = data.draw(st.sampled_from((word, word.upper(), unicodedata.normalize("NFD", word),
+                                       unicodedata.normalize("NFKC", word))))
+    spans = _matches(text, query)  # "aa" in "aaa" twice: occurrences may overlap
+    offset = sum(len(cluster) for cluster in clusters[:start])
+    assert (offset, offset + len(word)) in spans
+    boundaries = {0, *itertools.accumulate(len(cluster) for cluster in clusters)}
+    assert all(a in boundaries and b in boundaries for a, b in spans)
