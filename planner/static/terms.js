@@ -53,11 +53,34 @@ function queryTerms(query) {
   return { terms, phrases };
 }
 
+// text as the index reads it (NFKC) and, for each UTF-16 unit of that, where the character it
+// came from (with the marks after it) starts and ends in text. Words are found in the folded
+// text, as the index finds them, and marked over the characters they came from: split before
+// folding, "cafe" + a combining accent (as macOS writes file names) was the word "cafe" and an
+// accent, and a search for café, which the index found, marked nothing.
+function folded(text) {
+  let out = "";
+  const starts = [];
+  const ends = [];
+  // A character, the marks after it and, after a Hangul initial, the vowel and final jamo
+  // that NFKC composes with it into one syllable.
+  for (const m of (text || "").matchAll(/[^\p{M}\u1160-\u11FF][\p{M}\u1160-\u11FF]*|[\p{M}\u1160-\u11FF]+/gsu)) {
+    const piece = m[0].normalize("NFKC");
+    out += piece;
+    for (let i = 0; i < piece.length; i++) {
+      starts.push(m.index);
+      ends.push(m.index + m[0].length);
+    }
+  }
+  return { out, starts, ends };
+}
+
 // [from, to) string ranges of text where a query word or a whole phrase occurs.
 function termRanges(text, query) {
   const { terms, phrases } = queryTerms(query);
   if (!terms.size && !phrases.length) return [];
-  const tokens = [...text.matchAll(WORD)].map((m) => ({ from: m.index, to: m.index + m[0].length, word: lower(m[0].normalize("NFKC")) }));
+  const { out, starts, ends } = folded(text);
+  const tokens = [...out.matchAll(WORD)].map((m) => ({ from: starts[m.index], to: ends[m.index + m[0].length - 1], word: lower(m[0]) }));
   const ranges = [];
   tokens.forEach((token, i) => {
     if (terms.has(token.word)) ranges.push([token.from, token.to]);

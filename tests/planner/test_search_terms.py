@@ -72,3 +72,34 @@ def test_the_page_splits_words_as_the_text_index_does(texts: list[str]) -> None:
     for text, words in zip(texts, page, strict=True):
         indexed = analyze_text(text)
         assert [w for w in words if len(w.encode("utf-8")) < MAX_TOKEN_BYTES] == indexed, text
+
+
+def test_text_the_index_folds_is_marked_over_what_it_came_from() -> None:
+    """Found with `usl search café` on a live stack: the index folds text to NFKC before it splits
+    words, so it found `cafe` written with a combining accent (as macOS writes file names), and
+    the page, which split the text as written, marked nothing. Folded, the word is marked over
+    the letters and accents it came from."""
+    decomposed = "Le cafe\u0301 du re\u0301sume\u0301 est pre\u0302t"
+    marked = run(
+        ["termRanges", decomposed, "café RÉSUMÉ"],
+        ["termRanges", "ＡＢＣ error and ﬁle", "abc file"],
+        ["termRanges", "カ\u3099ス", "ガス"],
+        ["termRanges", decomposed, '"du résumé"'],
+    )
+    assert marked == [["cafe\u0301", "re\u0301sume\u0301"], ["ＡＢＣ", "ﬁle"], ["カ\u3099ス"], ["du re\u0301sume\u0301"]]
+
+
+@settings(max_examples=10, deadline=None)
+@given(texts=st.lists(st.text(_ALPHABET, min_size=1, max_size=40), min_size=30, max_size=30))
+def test_any_normal_form_of_a_text_marks_the_same_words(texts: list[str]) -> None:
+    import unicodedata
+
+    calls = []
+    for text in texts:
+        query = " ".join(analyze_text(text)[:2]) or "x"
+        for form in ("NFC", "NFD"):
+            calls.append(["termRanges", unicodedata.normalize(form, text), query])
+    marked = run(*calls)
+    for composed, decomposed in zip(marked[::2], marked[1::2], strict=True):
+        assert [unicodedata.normalize("NFKC", word) for word in decomposed] == [
+            unicodedata.normalize("NFKC", word) for word in composed]
