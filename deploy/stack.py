@@ -33,7 +33,6 @@ from deploy.process import (
     stop_signals,
     terminate,
 )
-from sinks.kinds import ALL_KINDS as _SINK_KINDS
 from streams.settings import Settings
 
 __all__ = ["metrics_ports", "running", "sink_children", "start_process", "stop_process", "stop_stack", "supervise"]
@@ -99,7 +98,11 @@ def sink_children(settings: Settings) -> dict[str, list[str]]:
     count = settings.sink_shards
     if count == 1:
         return {"sinks": ["sink"]}
-    kinds = ",".join(_SINK_KINDS)
+    # Imported here: the sinks package loads its generation store, which `usl status` (that
+    # imports this module to tell whether a stack runs) does not need.
+    from sinks.kinds import ALL_KINDS
+
+    kinds = ",".join(ALL_KINDS)
     return {f"sinks-shard-{index}": ["sink", "--kind", kinds, "--shard", f"{index}/{count}"]
             for index in range(count)}
 

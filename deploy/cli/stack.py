@@ -64,7 +64,7 @@ def status(
     if json_out:
         print_json(report)
         return
-    from planner.status import render_status
+    from planner.status_render import render_status
 
     render_status(report, out())
     from deploy.stack import running
