@@ -672,7 +672,8 @@ class Planner:
         if words is not None:
             query.notes["text"] = {"sources": ["text", "tail"], "query": words,
                                    "rule": "the query's words without English function words (a, the, "
-                                           "to, ...), which match nearly every chunk"}
+                                           "to, ...), which match nearly every chunk; the chunks holding "
+                                           "the whole query as one phrase first"}
         text_pin = query.pin("text")
         texts = [(source, text) for source, text in (("text", words or req.query), ("phrase", phrase),
                                                      ("identifier", identifiers))
@@ -893,6 +894,8 @@ class Planner:
                    for chunk_id, candidate in candidates.items() if candidate.kind == "chunk"}
         query.lists = [newest_first_among_ties(ranked, query.list_scores[ranked.source], recency)
                        if ranked.source in query.list_scores else ranked for ranked in query.lists]
+        if "text" in query.notes:  # hybrid's text lists rank the content words alone
+            query.lists = phrase_holders_first(query.lists)
         self._collapse_duplicates(query)
         used = {chunk_id for ranked in query.lists for chunk_id in ranked.ids}
         hits = self._one_per_text(query, fuse(query.lists, event_time={i: candidates[i].event_time
@@ -1464,6 +1467,8 @@ STOP_WORDS = FUNCTION_WORDS
 
 _PHRASE_SOURCES = frozenset({"phrase", "tailPhrase", "toolresultsPhrase"})
 _IDENTIFIER_SOURCES = frozenset({"identifier", "tailIdentifier", "toolresultsIdentifier"})
+_TEXT_PHRASE = {"text": "phrase", "tail": "tailPhrase"}  # each text list, the phrase list of its chunks
+_PHRASE_OF = frozenset(_TEXT_PHRASE.values())
 
 
 def identifiers_within_phrase(lists: Sequence[RankedList]) -> list[RankedList]:
@@ -1481,6 +1486,30 @@ def identifiers_within_phrase(lists: Sequence[RankedList]) -> list[RankedList]:
         return list(lists)
     return [RankedList(ranked.source, [i for i in ranked.ids if i in holders], ranked.window, ranked.truncated)
             if ranked.source in _IDENTIFIER_SOURCES else ranked for ranked in lists]
+
+
+def phrase_holders_first(lists: Sequence[RankedList]) -> list[RankedList]:
+    """``lists`` with the chunks holding the whole query first in the text lists (the index's
+    phrase list's in its order in ``text``, the tail's in ``tail``), for a text list that ranks
+    the query's content words alone.
+
+    A phrase pasted from a session is often mostly function words (`flight, it can`): text mode
+    ranks its holder first on them, but hybrid's text list ranked `flight, can`, which a hundred
+    chunks hold, and the holder came 30th there, or past the window; chunks ranked middling by
+    both the text and the vector list then outvoted it (9th), so hybrid found less than text.
+    Its words in order are what the dropped words stood for. A holder holds every content word,
+    so it is a text match the window may only have cut off."""
+    holders = {ranked.source: ranked.ids for ranked in lists if ranked.source in _PHRASE_OF}
+    out = []
+    for ranked in lists:
+        first = holders.get(_TEXT_PHRASE.get(ranked.source, ""), [])
+        if first:
+            leading = set(first)
+            ids = [*first, *(i for i in ranked.ids if i not in leading)]
+            ranked = RankedList(ranked.source, ids[:ranked.window], ranked.window,
+                                ranked.truncated or len(ids) > ranked.window)
+        out.append(ranked)
+    return out
 
 
 def content_words(query: str) -> str | None:

@@ -979,6 +979,55 @@ def test_hybrid_ranks_the_text_list_on_the_querys_content_words(
     assert (rank("hybrid") or 11) > 10
 
 
+PASTED = ("flight, it can", "kiln, it can")
+
+
+def _pasted_events(log_id: str, pasted: str, tag: str, number: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A phrase pasted from a session that is mostly function words (`flight, it can`), held
+    by one long chunk amid filler, and 150 short chunks holding its content words apart
+    (`can ... flight`): ranked on `flight, can`, the text list put the holder last and the hash
+    embedder the distractors nearest, so with the phrase list's one vote it came 10th or later."""
+    noun = pasted.split(",")[0]
+    distractors = [event for i in range(150)
+                   for event in _turn(log_id, f"{tag}-d{i}", number + i,
+                                      f"can {FILLER[i % len(FILLER)]} {noun} word{i}")]
+    target = _turn(log_id, f"{tag}-target", number + 150,
+                   " ".join([*FILLER, f"the {noun}, it can", *FILLER, *FILLER]))
+    return distractors, target
+
+
+@pytest.fixture(scope="module")
+def pasted(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Planner]:
+    settings = make_test_settings(tmp_path_factory.mktemp("pasted"), kafka_bootstrap)
+    builder = IndexBuilder(settings, kafka_bootstrap, "pasted")
+    indexed = _pasted_events("pasted", PASTED[0], "p-indexed", 100)
+    tail = _pasted_events("pasted", PASTED[1], "p-tail", 400)
+    builder.append(indexed[0] + indexed[1])
+    builder.commit()
+    builder.append(tail[0] + tail[1])  # above every watermark: only latest's tail scan holds it
+    with serving(settings, kafka_bootstrap, builder) as planner:
+        yield planner
+
+
+@pytest.mark.parametrize(("query", "target", "freshness"), [
+    (PASTED[0], "p-indexed-target", "indexed"), (PASTED[0], "p-indexed-target", "latest"),
+    (PASTED[1], "p-tail-target", "latest"),
+])
+def test_hybrid_finds_a_pasted_phrase_of_function_words_first_as_text_does(
+        pasted: Planner, monkeypatch: pytest.MonkeyPatch, query: str, target: str, freshness: str) -> None:
+    import planner.engine
+
+    def rank(mode: str) -> int | None:
+        return _session_rank(pasted, query, "pasted", mode, freshness, target)
+
+    assert rank("text") == 1
+    assert rank("hybrid") == 1
+    # Without the holders first, the text list ranks the holder on `flight, can` alone, below
+    # the distractors, and they outvote its phrase rank.
+    monkeypatch.setattr(planner.engine, "phrase_holders_first", list)
+    assert (rank("hybrid") or 11) > 1
+
+
 @pytest.mark.parametrize(("query", "words"), [
     ("said plans had changed and the reservation was cancelled", "said plans had changed reservation cancelled"),
     ('the "end of the line" error in the build', '"end of the line" error build'),
