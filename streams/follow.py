@@ -9,7 +9,7 @@ taken without one once the file is idle: some writers end a file without it); ev
 appended are left out, and the rest are appended. A JSON document (a ``*.json`` file, or a format
 of ``DOCUMENT_FORMATS``) is read only when the whole of it parses.
 
-A Claude Code transcript, a Codex rollout or an ASP file (the files people follow as they grow,
+A Claude Code transcript, a Codex rollout, an ASP file or an OpenAI-chat JSONL (the files people follow as they grow,
 to tens of MB) is not imported again: its import is kept open between polls (:mod:`streams.importers.cursor`) and reads on from
 the file's recorded offset, only the new lines, numbered on, so it says of them what an import
 of the whole file says; the end of its input is said on a copy. The prefix is still hashed to
@@ -694,7 +694,8 @@ class Follower:
         if importer is None:
             return None
         items = importer.feed(complete)
-        assert items is not None  # a new cursor is never stale
+        if items is None:  # a file its importer reads only whole, for now
+            return None
         return _Parsed(key, path, label, root, complete, items + self._end(importer, label), len(items), fmt,
                        stat, base, adopted, _Cursor(importer))
 
@@ -716,7 +717,8 @@ class Follower:
             return None
         linked = set(links)
         before = importer.feed(complete[: record.offset])
-        assert before is not None  # a new cursor is never stale
+        if before is None:  # a file its importer reads only whole, for now
+            return None
         if tracked.record != record or tracked.appended is None:
             tracked.record = record
             tracked.appended, tracked.rejected = _vouched_for(before + self._end(importer, label), record)

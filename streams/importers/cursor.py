@@ -17,6 +17,7 @@ from streams.importers.asp import asp_line
 from streams.importers.base import Accepted, Rejected, fed_lines, json_line
 from streams.importers.claude_code import SubagentLinks, TranscriptCursor, names_model
 from streams.importers.codex import RolloutCursor
+from streams.importers.openai_chat import ChatCursor
 
 __all__ = ["FileCursor", "open_cursor", "settled"]
 
@@ -27,7 +28,8 @@ class FileCursor:
     ``finish`` say what :func:`iter_file` says of the same lines and at the same end, events
     over the size limit cut or rejected as it does."""
 
-    def __init__(self, cursor: TranscriptCursor | RolloutCursor | AspCursor, max_event_bytes: int | None) -> None:
+    def __init__(self, cursor: TranscriptCursor | RolloutCursor | AspCursor | ChatCursor,
+                 max_event_bytes: int | None) -> None:
         """``max_event_bytes`` None: ``cursor`` fits its events itself."""
         self._cursor = cursor
         self._limit = max_event_bytes
@@ -39,7 +41,9 @@ class FileCursor:
 
     def feed(self, data: bytes) -> list[Accepted | Rejected] | None:
         """The records of ``data`` (whole lines), read after those fed before; None when what
-        was read before would now be read otherwise (the cursor is stale: import the file anew)."""
+        was read before would now be read otherwise (the cursor is stale: import the file anew),
+        or, for a cursor's first part, when the import reads the file only whole (an OpenAI-chat
+        file that may be one pretty-printed document)."""
         items = self._cursor.feed(data)
         return None if items is None else [self._fit(item) for item in items]
 
@@ -89,9 +93,10 @@ def open_cursor(path: Path, fmt: str, *, label: str, log_id: str = "default", ac
     """A :class:`FileCursor` for a file of format ``fmt`` (arguments as :func:`iter_file`'s), or
     None when its importer reads only whole files. Claude Code transcripts and Codex rollouts
     have one: they are the agents' files followed as they grow, to tens of MB; so do ASP files
-    (a producer's event log, an ``usl export`` grown on). (A Gemini CLI recording is rewritten
-    whole; an OpenAI-chat file is imported whole on every change: a run of message lines is one
-    conversation named by its first and last lines and its messages, see docs/importers.md.)"""
+    (a producer's event log, an ``usl export`` grown on) and OpenAI-chat JSONL (a conversation or
+    a message per line: an agent loop's log, each line resending the history, grows to tens of
+    MB and was imported whole on every change). A Gemini CLI recording is rewritten whole, and
+    an OpenAI-chat ``*.json`` is one document."""
     if fmt == "claude-code":
         return FileCursor(TranscriptCursor(Path(path), label=label, log_id=log_id, acl=acl,
                                            links={} if links is None else links), max_event_bytes)
@@ -99,6 +104,8 @@ def open_cursor(path: Path, fmt: str, *, label: str, log_id: str = "default", ac
         return FileCursor(RolloutCursor(Path(path), label=label, log_id=log_id, acl=acl), max_event_bytes)
     if fmt == "asp":
         return FileCursor(AspCursor(label=label, log_id=log_id, acl=acl, max_event_bytes=max_event_bytes), None)
+    if fmt == "openai-chat" and Path(path).suffix.lower() == ".jsonl":
+        return FileCursor(ChatCursor(label=label, log_id=log_id, acl=acl), max_event_bytes)
     return None
 
 

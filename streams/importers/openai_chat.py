@@ -13,6 +13,7 @@ the wall clock. The mapping is documented in ``docs/importers.md``.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +27,7 @@ from streams.importers.base import (
     Content,
     Rejected,
     SessionEmitter,
+    fed_lines,
     parse_json,
     raw_text,
     read_bytes,
@@ -34,7 +36,7 @@ from streams.importers.base import (
     time_from_posix,
 )
 
-__all__ = ["MESSAGE_LIST_KEYS", "ROLES", "SOURCE", "api_conversation", "conversation_messages", "is_message_line", "iter_openai_chat"]
+__all__ = ["MESSAGE_LIST_KEYS", "ROLES", "SOURCE", "ChatCursor", "api_conversation", "conversation_messages", "is_message_line", "iter_openai_chat"]
 
 SOURCE = "openai-chat"
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
@@ -56,54 +58,183 @@ def iter_openai_chat(
     the history): its new messages continue that session instead of starting another one
     that would repeat the history.
     """
-    current: _Conversation | None = None
-    # Per session id of this file, the messages imported under it (their signatures): a later
-    # conversation that reuses an id for other messages must not have them taken for copies.
-    imported: dict[str, list[tuple[Any, ...]]] = {}
+    reading = _Reading(label=label, log_id=log_id, acl=acl)
     for conversation, conv_label, index in _conversations(path, label, data):
+        yield from reading.take(conversation, conv_label, index)
+    yield from reading.end()
+
+
+class _Reading:
+    """What :func:`iter_openai_chat` keeps from one conversation to the next: the conversation
+    still open (a later record may continue it) and the messages imported under each session id.
+    :class:`ChatCursor` keeps one open between the parts of a growing file."""
+
+    def __init__(self, *, label: str, log_id: str, acl: dict[str, Any] | None) -> None:
+        self.label, self.log_id, self.acl = label, log_id, acl
+        self.current: _Conversation | None = None
+        # Per session id of this file, the messages imported under it (their signatures' digests,
+        # not the signatures: a cursor keeps these for every conversation of a growing file, and
+        # the texts were 1.2 times the file): a later conversation that reuses an id for other
+        # messages must not have them taken for copies.
+        self.imported: dict[str, list[bytes]] = {}
+
+    def take(self, conversation: Any, conv_label: str, index: object) -> Iterator[Result]:
+        """The records of one conversation (or the Rejected :func:`_conversations` gave)."""
         if isinstance(conversation, Rejected):
             yield conversation
-            continue
+            return
+        current, imported = self.current, self.imported
         exchange = api_conversation(conversation)
         meta, problem = _conversation_parts(exchange or conversation)
         # An API exchange's id names one model call, so it never says "another conversation";
         # a conversation's own id does.
         own_id = None if exchange is not None else meta["id"]
         unread = exchange.get("responseProblem") if exchange is not None else None
+        run = conversation if isinstance(conversation, _Run) else None
         if (current is not None and problem is None and own_id in (None, current.source_id)
                 and current.continued_by(meta["messages"])):
-            yield from current.extend(meta, conv_label)
-            imported[current.emitter.session_id] = [_signature(m) for m in current.messages]
+            yield from current.extend(meta, conv_label, run)
+            imported[current.emitter.session_id] = [_signature_digest(m) for m in current.messages]
             if unread is not None:
                 yield Rejected(f"{conv_label}/response", unread, raw_text(conversation))
-            continue
+            return
         if problem is not None:
             # Rejected before the conversation before it is finished: a record that is no
             # conversation says nothing about whether that one is over (when the follower's
             # end-of-input line is that record, its end must come after it, as the end of input).
             yield Rejected(conv_label, problem, raw_text(conversation))
-            continue
+            return
         if current is not None:
             yield from current.finish()
-            current = None
-        signatures = [_signature(m) for m in meta["messages"]]
+            self.current = None
+        signatures = [_signature_digest(m) for m in meta["messages"]]
         source_id = meta["id"]
         if source_id is not None and not _same_conversation(imported.get(source_id), signatures):
             # The id names another conversation earlier in the file (a reused or constant id, a
             # regenerated branch): its events would share eventIds with that one's and be
             # dropped downstream as duplicates. It is a session of its own, named by its place.
             meta = {**meta, "id": f"{source_id}@{index}"}
-        current = _Conversation(conversation, meta, label=conv_label, key=(label, index), log_id=log_id, acl=acl)
+        current = self.current = _Conversation(conversation, meta, label=conv_label, key=(self.label, index),
+                                               log_id=self.log_id, acl=self.acl)
         current.source_id = source_id
-        yield from current.begin(meta)
+        yield from current.begin(meta, run)
         known = imported.get(current.emitter.session_id, [])
         imported[current.emitter.session_id] = signatures if len(signatures) >= len(known) else known
         if unread is not None:
             # The request's messages are imported; the answer the log holds but this cannot
             # read is dead-lettered, never dropped without a word.
             yield Rejected(f"{conv_label}/response", unread, raw_text(conversation))
-    if current is not None:
-        yield from current.finish()
+
+    def end(self) -> Iterator[Result]:
+        """What the end of the input says: the open conversation's end."""
+        if self.current is not None:
+            yield from self.current.finish()
+
+
+class _Run(list[Any]):
+    """The messages of a run of lines that each hold one, and the line each came from (what a
+    message's record names: the run's last line is not known while a followed file grows)."""
+
+    def __init__(self, label: str) -> None:
+        super().__init__()
+        self.label = label
+        self.lines: list[int] = []
+
+    def add(self, number: int, message: Any) -> None:
+        self.append(message)
+        self.lines.append(number)
+
+
+class ChatCursor:
+    """An OpenAI-chat JSONL import kept open between the parts of a growing file (follow mode):
+    :meth:`feed` reads only the new lines, numbered on, and says of them what
+    :func:`iter_openai_chat` says of the whole file read up to them with the follower's
+    end-of-input line after them; :meth:`finish` says what the end of the input says (the open
+    conversation's end), and the cursor reads on after it.
+
+    Every record but a run of message lines is read from its own line and what came before it.
+    A run is one conversation named by its first message: its messages are said as their lines
+    come, as a whole import ended there says them. The cursor goes stale (a fresh import must
+    read the file) where the lines read before would now be read otherwise: a run that, grown,
+    turns out to continue the conversation before it, and a file whose first line is no JSON
+    text alone (one pretty-printed document, read whole)."""
+
+    def __init__(self, *, label: str, log_id: str = "default", acl: dict[str, Any] | None = None) -> None:
+        self.label = label
+        self.lines = 0  # the lines fed so far (blank ones too: they are numbered)
+        self.stale = False
+        self._reading = _Reading(label=label, log_id=log_id, acl=acl)
+        self._run: _Run | None = None  # the run of message lines still open, taken as read so far
+        # The conversation the open run did not continue (finished when the run began): a whole
+        # import continues it when the grown run repeats its messages and adds to them.
+        self._before_run: _Conversation | None = None
+        self._first_seen = False
+
+    def feed(self, data: bytes) -> list[Result] | None:
+        """The records of ``data`` (whole lines), the file's bytes after those fed before; None
+        when the cursor is stale."""
+        lines = fed_lines(data, self.lines)
+        if self.stale:
+            return None
+        results: list[Result] = []
+        for number, line in lines:
+            if not self._first_seen:
+                self._first_seen = True
+                if parse_json(line)[1] is not None and line.removeprefix(BOM)[:1] in (b"[", b"{"):
+                    self.stale = True  # perhaps a document's first line (see _jsonl_document)
+                    return None
+            record = f"{self.label}:{number}"
+            value, error = parse_json(line)
+            if error is None and is_message_line(value):
+                if self._grow_run(number, value, results):
+                    continue
+                self.stale = True
+                return None
+            if error is not None:
+                results.append(Rejected(record, error, raw_text(line)))
+                continue
+            self._run = self._before_run = None
+            if _is_conversation_list(value):
+                for position, item in enumerate(value):
+                    results += self._reading.take(item, f"{record}/{position}", f"{number}.{position}")
+                continue
+            results += self._reading.take(value, record, number)
+        self.lines += data.count(b"\n")
+        return results
+
+    def _grow_run(self, number: int, message: Any, results: list[Result]) -> bool:
+        """Add one message line to the open run (opening one), its records to ``results``;
+        False when the run now reads otherwise than the lines before said (stale)."""
+        reading = self._reading
+        if self._run is None:
+            # One message never continues a conversation (that takes two, and one more): the run
+            # begins a conversation of its own, as a whole import ended here says.
+            self._before_run = reading.current
+            run = self._run = _Run(self.label)
+            run.add(number, message)
+            results += reading.take(run, f"{self.label}:{number}-{number}", number)
+            return True
+        run = self._run
+        run.add(number, message)
+        if self._before_run is not None and self._before_run.continued_by(run):
+            return False  # a whole import takes the grown run for the conversation before it, continued
+        current = reading.current
+        assert current is not None  # the run's own conversation
+        meta, _problem = _conversation_parts(run)
+        results += current.extend(meta, f"{self.label}:{run.lines[0]}-{number}", run)
+        signatures = [_signature_digest(m) for m in current.messages]
+        known = reading.imported.get(current.emitter.session_id, [])
+        reading.imported[current.emitter.session_id] = signatures if len(signatures) >= len(known) else known
+        return True
+
+    def finish(self, last_record: str) -> list[Result]:
+        """What the import says at the end of its input (the cursor is left as it was)."""
+        current = self._reading.current
+        if current is None or self.stale:
+            return []
+        ending = copy.copy(current)
+        ending.emitter = copy.copy(current.emitter)
+        return list(ending.finish())
 
 
 def _conversations(path: Path, label: str, data: Content | None) -> Iterator[tuple[Any, str, object]]:
@@ -128,25 +259,21 @@ def _conversations(path: Path, label: str, data: Content | None) -> Iterator[tup
         skip = through
     # Lines that are single chat messages (an agent that logs each message as it goes) are one
     # conversation together: each run of them, a cut or unreadable line inside it included.
-    run: list[Any] = []
-    first = last = 0
+    run = _Run(label)
     for number, line in read_lines(path, data):
         if number <= skip:
             continue
         record = f"{label}:{number}"
         value, error = parse_json(line)
         if error is None and is_message_line(value):
-            if not run:
-                first = number
-            run.append(value)
-            last = number
+            run.add(number, value)
             continue
         if error is not None:
             yield Rejected(record, error, raw_text(line)), record, number
             continue
         if run:
-            yield run, f"{label}:{first}-{last}", first
-            run = []
+            yield run, f"{label}:{run.lines[0]}-{run.lines[-1]}", run.lines[0]
+            run = _Run(label)
         if _is_conversation_list(value):
             # A line holding an array of conversations (json.dumps of a list, saved as .jsonl):
             # each is a conversation, as in a JSON document, not one message list.
@@ -156,7 +283,7 @@ def _conversations(path: Path, label: str, data: Content | None) -> Iterator[tup
             continue
         yield value, record, number
     if run:
-        yield run, f"{label}:{first}-{last}", first
+        yield run, f"{label}:{run.lines[0]}-{run.lines[-1]}", run.lines[0]
 
 
 MESSAGE_LIST_KEYS = ("messages", "traj", "trajectory", "conversation", "history")
@@ -254,14 +381,14 @@ class _Conversation:
         self.last_record = label
         self.answered = False  # the last turn ended at the assistant's answer
 
-    def begin(self, meta: dict[str, Any]) -> Iterator[Result]:
+    def begin(self, meta: dict[str, Any], run: _Run | None = None) -> Iterator[Result]:
         """session.started and the events of every message of ``meta`` (the conversation's
-        parts); the session stays open."""
+        parts); the session stays open. ``run``: as :meth:`extend`'s."""
         fields = {name: meta[name] for name in ("title", "model") if meta[name]}
         yield from self.emitter.start_session(
             time=time_from_posix(self.base), record=self.label, raw=self.value, fields=fields,
         )
-        yield from self.extend(meta, self.label)
+        yield from self.extend(meta, self.label, run)
 
     def continued_by(self, messages: list[Any]) -> bool:
         """Whether ``messages`` start with every message of this conversation (two at least)
@@ -269,12 +396,17 @@ class _Conversation:
         return (len(self.messages) >= 2 and len(messages) > len(self.messages)
                 and all(_signature(a) == _signature(b) for a, b in zip(self.messages, messages, strict=False)))
 
-    def extend(self, meta: dict[str, Any], label: str) -> Iterator[Result]:
+    def extend(self, meta: dict[str, Any], label: str, run: _Run | None = None) -> Iterator[Result]:
         """The events of the messages past those already imported; message i is timed at the
-        first record's ``created`` + i, so the steps of a run read as one timeline."""
+        first record's ``created`` + i, so the steps of a run read as one timeline.
+
+        ``run``: the run of message lines ``meta`` was read from; a message's line names its records
+        (``run.jsonl:7``): a name that stays as the run grows, so a follower that reads the run
+        again dead-letters a bad message once, not once per name the run's span gave it."""
         messages: list[Any] = meta["messages"]
         for index in range(len(self.messages), len(messages)):
-            self.last_record = record = f"{label}/messages[{index}]"
+            self.last_record = record = (f"{run.label}:{run.lines[index]}" if run is not None
+                                         else f"{label}/messages[{index}]")
             time = time_from_posix(self.base + index)
             yield from self._message(self.emitter, messages[index], index, time, record, meta["model"],
                                      calls_follow=_calls_follow(messages, index))
@@ -670,8 +802,13 @@ def _signature(message: Any) -> tuple[Any, ...]:
     return (message.get("role"), _content_text(message), call_ids, message.get("tool_call_id"))
 
 
-def _same_conversation(earlier: list[tuple[Any, ...]] | None, later: list[tuple[Any, ...]]) -> bool:
-    """Whether ``later`` (message signatures) can be the conversation imported as ``earlier``
+def _signature_digest(message: Any) -> bytes:
+    """16 bytes that tell :func:`_signature` apart."""
+    return hashlib.blake2b(repr(_signature(message)).encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
+def _same_conversation(earlier: list[bytes] | None, later: list[bytes]) -> bool:
+    """Whether ``later`` (message signature digests) can be the conversation imported as ``earlier``
     under the same id: nothing imported yet, or one of them starts with the other (a repeat, an
     earlier step, or a later step of the same run)."""
     if earlier is None:
