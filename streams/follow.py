@@ -67,7 +67,7 @@ from streams.asp import canonical_bytes, event_digest
 from streams.exceptions import ImportFormatError
 from streams.fsio import atomic_write
 from streams.importers import DOCUMENT_FORMATS, Accepted, Rejected, file_format, iter_file
-from streams.importers.base import parse_json
+from streams.importers.base import parse_json, stable_id
 from streams.importers.cursor import FileCursor, open_cursor, settled
 
 if TYPE_CHECKING:
@@ -117,7 +117,8 @@ class FileRecord:
     """What one file has appended: its first ``offset`` bytes (``prefix_sha``) were imported and
     every event of them is in L1 except ``held`` (end events waiting for the file to go idle)
     and ``conflicts`` (events whose eventId L1 holds with other content: dead-lettered once, and
-    said again by the next import of the file, not counted as already in L1)."""
+    said again by the next import of the file, not counted as already in L1); ``started`` says
+    what each of its sessions' ``session.started`` said when it went out."""
 
     path: str
     log_id: str
@@ -129,10 +130,19 @@ class FileRecord:
     device: int = 0
     inode: int = 0
     conflicts: tuple[str, ...] = ()
+    # (eventId, hex event_digest) of each session.started this file put in L1, as last sent:
+    # what an import of the grown file says of it is compared with it (see _amendments).
+    started: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> FileRecord:
-        return cls(**{**data, "held": tuple(data.get("held", ())), "conflicts": tuple(data.get("conflicts", ()))})
+        # Fields a later release added are left out: its positions must not stop this one.
+        known = {name: value for name, value in data.items() if name in _RECORD_FIELDS}
+        return cls(**{**known, "held": tuple(data.get("held", ())), "conflicts": tuple(data.get("conflicts", ())),
+                      "started": tuple((str(a), str(b)) for a, b in data.get("started", ()))})
+
+
+_RECORD_FIELDS = frozenset(FileRecord.__dataclass_fields__)
 
 
 @dataclass
@@ -173,10 +183,18 @@ class PositionStore:
         state.setdefault("version", 1)
         state.setdefault("files", {})
         state.setdefault("wal", None)
+        for part in (state, state["wal"] or {}):
+            for key, started in (part.pop("started", None) or {}).items():
+                if part.get("files", {}).get(key) is not None:
+                    part["files"][key]["started"] = started
         return state
 
     def _save(self, state: dict[str, Any]) -> None:
-        atomic_write(self.path, orjson.dumps(state))
+        """Write ``state``, each record's ``started`` beside the records (see :func:`_started_beside`)."""
+        saved = _started_beside(state)
+        if state["wal"] is not None:
+            saved["wal"] = _started_beside(state["wal"])
+        atomic_write(self.path, orjson.dumps(saved))
 
     def records(self, appender: Appender) -> dict[str, FileRecord]:
         """Every file's record (a batch left written ahead is finished first)."""
@@ -259,6 +277,26 @@ class PositionStore:
         self._save(state)
 
 
+def _started_beside(part: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``part`` (the store's state, or its write-ahead batch) whose records'
+    ``started`` lists are under ``"started"``, beside ``"files"`` (:meth:`PositionStore._load`
+    puts them back): a release before them refused a record with a key it did not know, so its
+    follower failed to start on positions a later release wrote. It keeps what it does not
+    read, and a record it wrote is read with the ``started`` list it had (stale at worst: a
+    session's facts are then compared with what they were before it ran)."""
+    files: dict[str, Any] = {}
+    started: dict[str, Any] = {}
+    for key, record in part["files"].items():
+        if record is not None and "started" in record:
+            started[key] = record["started"]
+            record = {name: value for name, value in record.items() if name != "started"}
+        files[key] = record
+    saved = {**part, "files": files}
+    if started:
+        saved["started"] = started
+    return saved
+
+
 class _Stream:
     """The write-ahead batches of one file's one-shot import, under the store's lock: each is
     written ahead, then sent; it is acknowledged (and its rejects dead-lettered) before the next
@@ -310,10 +348,13 @@ def _jsonable(record: FileRecord | None) -> dict[str, Any] | None:
         return None
     data = asdict(record)
     data["held"] = list(record.held)
-    if record.conflicts:
-        data["conflicts"] = list(record.conflicts)
-    else:  # a record without conflicts reads as one an earlier release wrote (commit compares them)
-        del data["conflicts"]
+    # A record without conflicts (or started) reads as one an earlier release wrote (commit
+    # compares them).
+    for name in ("conflicts", "started"):
+        if getattr(record, name):
+            data[name] = [list(item) if isinstance(item, tuple) else item for item in getattr(record, name)]
+        else:
+            del data[name]
     return data
 
 
@@ -825,11 +866,14 @@ class Follower:
             seen: dict[str, bytes | None] = {}  # what L1 held before the import, and what it appended
             old_rejects = set(tracked.rejected)
             rejected: set[str] = set()
+            started: dict[str, str] = {}
             for chunk in self._chunks(entry for entry in entries
                                       if not (isinstance(entry, Rejected) and entry.record == sentinel)):
                 self._seen(chunk)
                 seen.update(in_l1.present(chunk, until))
                 events, canonical, conflicts = _new_events(chunk, seen, report, fmt=item.fmt)
+                started.update(_amendments(chunk, seen, None, {event["eventId"] for event in events},
+                                           fmt=item.fmt)[1])
                 batch = _Batch(events=events, canonical=canonical,
                                rejects=_new_rejects([*chunk, *conflicts], old_rejects))
                 rejected.update(entry.record for entry in batch.rejects)
@@ -839,7 +883,7 @@ class Follower:
                 report.rejected += len(batch.rejects)
                 report.rejected_items += batch.rejects
                 report.rejected_before += _old_rejects([*chunk, *conflicts], old_rejects)
-            record = self._record(item, conflicts=_conflicts(seen))
+            record = self._record(item, conflicts=_conflicts(seen), started=tuple(sorted(started.items())))
             stream.finish(record)
         report.formats.add(item.fmt)
         tracked.record, tracked.appended = record, seen
@@ -860,7 +904,8 @@ class Follower:
         if chunk:
             yield chunk
 
-    def _record(self, item: _Parsed, held: tuple[str, ...] = (), conflicts: tuple[str, ...] = ()) -> FileRecord:
+    def _record(self, item: _Parsed, held: tuple[str, ...] = (), conflicts: tuple[str, ...] = (),
+                started: tuple[tuple[str, str], ...] = ()) -> FileRecord:
         """The record of ``item`` once every event of it but ``held`` and ``conflicts`` is in L1."""
         if item.resumed_sha is not None and item.base is not None:
             # The file begins with the base's bytes, which hold its first line: only the new
@@ -871,7 +916,7 @@ class Follower:
         return FileRecord(
             path=str(item.path), log_id=self.log_id, format=item.fmt, offset=len(item.complete),
             prefix_sha=prefix_sha, first_line_sha=first_line_sha,
-            held=held, device=item.stat.st_dev, inode=item.stat.st_ino, conflicts=conflicts,
+            held=held, device=item.stat.st_dev, inode=item.stat.st_ino, conflicts=conflicts, started=started,
         )
 
     def _plan(self, parsed: list[_Parsed], report: PollReport) -> _Batch:
@@ -920,10 +965,15 @@ class Follower:
         release = item.items if idle else item.items[: item.stable]
         seen = dict(appended)
         new_events, canonical, conflicts = _new_events(release, seen, report, fmt=item.fmt)
+        amended, started = _amendments(release, seen, item.base, {event["eventId"] for event in new_events},
+                                       fmt=item.fmt)
+        new_events += amended
+        canonical += [None] * len(amended)
         held = [e.event for e in item.items[len(release):]
                 if isinstance(e, Accepted) and e.event["eventId"] not in seen]
         rejects = _new_rejects([*release, *conflicts], old_rejects)
-        record = self._record(item, held=tuple(e["eventId"] for e in held), conflicts=_conflicts(seen))
+        record = self._record(item, held=tuple(e["eventId"] for e in held), conflicts=_conflicts(seen),
+                              started=started)
         if item.cursor is not None:
             item.cursor.record = record  # valid once the batch commits and the record is this
         tracked.cursor = item.cursor
@@ -1014,6 +1064,38 @@ def _new_events(entries: list[Accepted | Rejected], seen: dict[str, bytes | None
         canonical.append(entry.canonical)
         report.cut += entry.cut > 0
     return events, canonical, conflicts
+
+
+def _amendments(entries: list[Accepted | Rejected], seen: dict[str, bytes | None], base: FileRecord | None,
+                sent: set[str], *, fmt: str) -> tuple[list[dict[str, Any]], tuple[tuple[str, str], ...]]:
+    """The ``session.started`` events to append again because what the file now says of them
+    changed since this file sent them, and the file's record of them (``FileRecord.started``).
+
+    A transcript's session.started takes facts its file may state only later (Claude Code
+    writes a summary, the session's title, when it likes; the first model comes with the first
+    answer). An import of the grown file says them under the same eventId, and what this file
+    appended itself is never compared again (the first copy stands), so a followed session
+    never had its title: not in ``sessions.title``, and the ``[session] title=…`` text a one-shot
+    import makes searchable was never indexed. Such a session.started goes out once more, the
+    same event with its new fields under an eventId of its own (named after its content, so a
+    crash mid-batch or a restart sends it once). A file whose record predates ``started``, or
+    ASP events (their producer's own), are not compared."""
+    known = dict(base.started) if base is not None else {}
+    amended: list[dict[str, Any]] = []
+    for entry in entries:
+        if not isinstance(entry, Accepted) or entry.event["type"] != "session.started" or fmt == "asp":
+            continue
+        event_id = entry.event["eventId"]
+        digest = event_digest(entry.canonical if entry.canonical is not None
+                              else canonical_bytes(entry.event)).hex()
+        held = seen.get(event_id)
+        if event_id in sent or (held is not None and held.hex() == digest):  # sent now, or L1 holds this copy
+            known[event_id] = digest
+        elif event_id in known and known[event_id] != digest and event_id in seen and seen[event_id] is None:
+            prefix = event_id.split("_", 1)[0] if "_" in event_id else "amended"
+            amended.append({**entry.event, "eventId": stable_id(prefix, event_id, "amended", digest)})
+            known[event_id] = digest
+    return amended, tuple(sorted(known.items()))
 
 
 def _vouched_for(before: list[Accepted | Rejected],

@@ -1,0 +1,121 @@
+"""A followed transcript whose session facts come after its session.started went out (a summary
+naming the session, the first model written after the file sat idle) gets them in L1: the
+session.started goes out once more with them, once, through restarts and crashes, as the
+whole-import follower sends it; a one-shot import of the grown file still appends it once."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from streams.follow import Follower, PositionStore
+from streams.testing import Clock, Crash, MemoryL1
+from tests.streams.test_follow_resume import SESSION, _but_amendments, _line, _one_shot_ids
+
+
+def _transcript() -> list[bytes]:
+    lines = [
+        _line("user", "u1", 1, "fix the login bug"),
+        _line("assistant", "a1", 2, [{"type": "text", "text": "Looking."}], parent="u1"),
+        _line("user", "u2", 3, "and add a test"),
+        _line("assistant", "a2", 4, [{"type": "text", "text": "Done."}], parent="u2"),
+        {"type": "summary", "summary": "Login bug fixed", "leafUuid": "a2"},
+        _line("user", "u3", 5, "thanks"),
+    ]
+    return [json.dumps(line).encode() + b"\n" for line in lines]
+
+
+def _started(l1: MemoryL1) -> list[dict[str, object]]:
+    return [e["fields"] for e in l1.log if e["type"] == "session.started"]
+
+
+def _follow(tmp: Path, l1: MemoryL1, clock: Clock, *, resume: bool = True) -> Follower:
+    return Follower([tmp / "projects"], appender=l1, store=PositionStore(tmp / ("home" if resume else "home-whole")),
+                    idle_seconds=5.0, clock=clock, resume=resume)
+
+
+def test_a_title_written_late_reaches_the_session(tmp_path):
+    (tmp_path / "projects").mkdir()
+    live = tmp_path / "projects" / f"{SESSION}.jsonl"
+    lines = _transcript()
+    clock, l1, whole = Clock(), MemoryL1(), MemoryL1()
+    followers = [_follow(tmp_path, l1, clock), _follow(tmp_path, whole, clock, resume=False)]
+    for follower in followers:
+        follower.poll()
+    for line in lines:
+        with live.open("ab") as handle:
+            handle.write(line)
+        for follower in followers:
+            follower.poll()
+        clock.now += 1
+    clock.now += 10
+    for follower in followers:
+        follower.poll()
+    assert [fields.get("title") for fields in _started(l1)] == [None, "Login bug fixed"]
+    assert l1.log == whole.log  # what a follower importing the whole file on every change sends
+    assert max(l1.counts().values()) == 1 and not l1.dead
+    assert _but_amendments(l1, live) == _one_shot_ids(live)
+    # A restarted follower, a one-shot import over the same positions: nothing sent again.
+    again = _follow(tmp_path, l1, clock)
+    again.poll()
+    with live.open("ab") as handle:
+        handle.write(json.dumps(_line("assistant", "a3", 6, [{"type": "text", "text": "Welcome."}],
+                                      parent="u3")).encode() + b"\n")
+    again.poll()
+    Follower([tmp_path / "projects"], appender=l1, store=PositionStore(tmp_path / "home"), once=True).poll()
+    assert [fields.get("title") for fields in _started(l1)] == [None, "Login bug fixed"]
+    assert max(l1.counts().values()) == 1
+
+
+def test_a_model_written_after_an_idle_pause_reaches_the_session(tmp_path):
+    """The prompt sat alone in the file past the idle time (the model thinking): its start went
+    out without the model, which comes with the first answer."""
+    (tmp_path / "projects").mkdir()
+    live = tmp_path / "projects" / f"{SESSION}.jsonl"
+    lines = _transcript()[:2]
+    clock, l1 = Clock(), MemoryL1()
+    follower = _follow(tmp_path, l1, clock)
+    follower.poll()
+    live.write_bytes(lines[0])
+    follower.poll()
+    clock.now += 10
+    follower.poll()
+    assert [fields.get("model") for fields in _started(l1)] == [None]
+    with live.open("ab") as handle:
+        handle.write(lines[1])
+    # Killed while the batch that sends it again is on its way: whoever comes next finishes it.
+    l1.crash_in = 1
+    try:
+        follower.poll()
+    except Crash:
+        pass
+    follower = _follow(tmp_path, l1, clock)
+    follower.poll()
+    clock.now += 10
+    follower.poll()
+    assert [fields.get("model") for fields in _started(l1)] == [None, "claude-sonnet-4-5-20250929"]
+    assert max(l1.counts().values()) == 1
+
+
+def test_positions_stay_readable_by_the_release_before(tmp_path):
+    """A follower of the release before refused a record with a key it did not know
+    (``FileRecord(**record)``): it failed to start on the positions this one wrote. What each
+    session.started said lives beside the records, and a record with a key this release does
+    not know (a later one's) is read."""
+    (tmp_path / "projects").mkdir()
+    live = tmp_path / "projects" / f"{SESSION}.jsonl"
+    live.write_bytes(b"".join(_transcript()[:2]))
+    clock, l1 = Clock(), MemoryL1()
+    _follow(tmp_path, l1, clock).poll()
+    store = PositionStore(tmp_path / "home")
+    saved = json.loads(store.path.read_bytes())
+    before = {"path", "log_id", "format", "offset", "prefix_sha", "first_line_sha", "held", "device", "inode",
+              "conflicts"}
+    assert all(set(record) <= before for record in saved["files"].values())
+    assert list(saved["started"]) == list(saved["files"])
+    (record,) = store.records(l1).values()
+    assert record.started and record.started[0][0] == next(
+        e["eventId"] for e in l1.log if e["type"] == "session.started")
+    saved["files"] = {key: {**value, "from_a_later_release": 1} for key, value in saved["files"].items()}
+    store.path.write_bytes(json.dumps(saved).encode())
+    assert list(PositionStore(tmp_path / "home").records(l1).values()) == [record]
