@@ -2129,6 +2129,34 @@ def test_a_record_that_ends_in_words_or_whole_keeps_them(raw: str) -> None:
     assert dead_letter_excerpt(raw) == raw == redact_excerpt(redact_excerpt(raw))
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("ab1Z9_-= \t\n\"'`<>(){}[],;|é")), max_size=40))
+def test_a_cut_token_is_found_as_the_anchored_search_found_it(text: str) -> None:
+    """The last token is read backwards from the end: what ``[^...]{6,}\\Z`` searched for."""
+    import re
+
+    from streams.redaction import text as text_module
+
+    old = re.compile(r"[^\s\"'`<>(){}\[\],;|]{6,}\Z").search(text)
+    new = text_module._CUT_TAIL.match(text[::-1])
+    assert (old.group() if old else None) == (new.group()[::-1] if new else None)
+
+
+def test_a_long_token_is_dead_lettered_in_linear_time() -> None:
+    """Found by a new user posting a 3 MB event that the receiver refused: its dead letter's
+    excerpt searched for the cut last token from every position of the 3 MB string (35 s for
+    40 KB), holding the API's GIL: every request, /healthz too, hung until it was killed."""
+    import time
+
+    started = time.process_time()
+    for size in (40_000, 3_000_000):
+        raw = '{"fields": {"text": "' + "y" * size + '"}}'
+        assert redact_excerpt(raw) == raw
+        assert redact_excerpt(raw + " then Zq8vR2nL5t").endswith(" then [REDACTED:cut-token]")
+        assert redact_excerpt("y1" * size).startswith("[REDACTED:")  # one token, cut: all of it
+    assert time.process_time() - started < 5
+
+
 @PROPERTY
 @given(st.sampled_from([case for case in battery.cases() if case.context == "plain prose" and case.secret in case.text]),
        st.integers(10, 200))
