@@ -164,6 +164,9 @@ _REQUEST_TYPES = {"chat": "chat", "completion": "text_completion"}
 _INPUT_EVENTS = {"gen_ai.system.message": "system", "gen_ai.user.message": "user",
                  "gen_ai.assistant.message": "assistant", "gen_ai.tool.message": "tool"}
 _NUMBERED = re.compile(r"gen_ai\.(prompt|completion)\.(\d+)\.(role|content)")
+#: The event the conventions from 1.37 on may record a call's messages on, in place of the span's
+#: attributes (``gen_ai.input.messages``, ``gen_ai.output.messages``, ``gen_ai.system_instructions``).
+_DETAILS_EVENT = "gen_ai.client.inference.operation.details"
 
 
 def _with_older_content(attrs: dict[str, Any], span: dict[str, Any]) -> dict[str, Any]:
@@ -174,7 +177,10 @@ def _with_older_content(attrs: dict[str, Any], span: dict[str, Any]) -> dict[str
     events (the conventions up to 1.36), the ``gen_ai.content.prompt`` / ``.completion``
     events (OpenLIT), and ``gen_ai.usage.prompt_tokens`` / ``completion_tokens``. Such a span
     was answered 200 and its content (or, without ``gen_ai.operation.name``, the whole span)
-    was dropped without a word. What the span states in the current shape is kept as it is."""
+    was dropped without a word. The ``gen_ai.*`` attributes of a
+    ``gen_ai.client.inference.operation.details`` span event (the conventions' place for the
+    content from 1.37 on, besides the span) count as the span's. What the span states in the
+    current shape is kept as it is."""
     found = dict(attrs)
     if not isinstance(found.get("gen_ai.operation.name"), str) and \
             _REQUEST_TYPES.get(str(found.get("llm.request.type"))):
@@ -197,7 +203,13 @@ def _with_older_content(attrs: dict[str, Any], span: dict[str, Any]) -> dict[str
     for item in _list(span.get("events")):
         event = _dict(item)
         name, values = event.get("name"), attributes(event.get("attributes"))
-        if name in _INPUT_EVENTS and isinstance(values.get("content"), str):
+        if name == _DETAILS_EVENT:
+            # The conventions from 1.37 on may record a call's content on this event (the same
+            # attributes, structured) instead of the span: read as the span's own attributes.
+            for key, value in values.items():
+                if key.startswith("gen_ai.") and key not in found:
+                    found[key] = value
+        elif name in _INPUT_EVENTS and isinstance(values.get("content"), str):
             inputs.append({"role": values.get("role") if isinstance(values.get("role"), str)
                            else _INPUT_EVENTS[name], "content": values["content"]})
         elif name == "gen_ai.choice":

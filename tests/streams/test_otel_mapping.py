@@ -236,3 +236,33 @@ def test_the_older_shapes_of_a_chat_call_keep_their_messages() -> None:
                                   "gen_ai.input.messages": '[{"role": "user", "parts": [{"type": "text", '
                                                            '"content": "new"}]}]'}))
     assert _chat_messages(both) == [("user", "new")]
+
+
+def _structured(value: Any) -> dict[str, Any]:
+    """``value`` as an OTLP AnyValue in structured form (kvlist and array values)."""
+    if isinstance(value, dict):
+        return {"kvlistValue": {"values": [{"key": key, "value": _structured(item)} for key, item in value.items()]}}
+    if isinstance(value, list):
+        return {"arrayValue": {"values": [_structured(item) for item in value]}}
+    return {"stringValue": value}
+
+
+def test_a_chat_call_recorded_on_its_operation_details_event_keeps_its_messages() -> None:
+    """The conventions from 1.37 on may record a chat call's content on its
+    ``gen_ai.client.inference.operation.details`` event (structured), not on the span: such a
+    span was a turn without messages, answered 200."""
+    asked = [{"role": "user", "parts": [{"type": "text", "content": "Book me to Oslo"}]}]
+    answered = [{"role": "assistant", "parts": [{"type": "text", "content": "SK4021 at 9:05."}],
+                 "finish_reason": "stop"}]
+    details = {"name": "gen_ai.client.inference.operation.details", "timeUnixNano": "1764579600500000000",
+               "attributes": [{"key": "gen_ai.input.messages", "value": _structured(asked)},
+                              {"key": "gen_ai.output.messages", "value": _structured(answered)},
+                              {"key": "gen_ai.system_instructions",
+                               "value": _structured([{"type": "text", "content": "You book flights."}])}]}
+    chat = _legacy_span(_attrs(**{"gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o"}), [details])
+    assert _chat_messages(chat) == [("system", "You book flights."), ("user", "Book me to Oslo"),
+                                    ("assistant", "SK4021 at 9:05.")]
+    # What the span itself states counts first.
+    own = _legacy_span(_attrs(**{"gen_ai.operation.name": "chat", "gen_ai.input.messages": '[{"role": "user", '
+                                 '"parts": [{"type": "text", "content": "on the span"}]}]'}), [details])
+    assert ("user", "on the span") in _chat_messages(own) and ("user", "Book me to Oslo") not in _chat_messages(own)
