@@ -88,9 +88,15 @@ _AGGREGATES = """
     count(*) FILTER (WHERE type = 'message') AS messageCount,
     count(*) FILTER (WHERE type = 'tool.call') AS toolCallCount,
     count(*) FILTER (WHERE type = 'error' OR (type = 'tool.result' AND status = 'error')) AS errorCount,
-    coalesce(sum(inputTokens), 0) AS inputTokens, coalesce(sum(outputTokens), 0) AS outputTokens,
-    arg_min(model, seq) FILTER (WHERE model IS NOT NULL) AS model
-"""
+    coalesce(sum(inputTokens), 0) AS inputTokens, coalesce(sum(outputTokens), 0) AS outputTokens"""
+_FIRST_MODEL = "arg_min(model, seq) FILTER (WHERE model IS NOT NULL)"
+# A session's model is what its session.started names (the main agent's), else the first named:
+# a followed session's subagent often answers before the main agent (its files are written side
+# by side), and the first model named was the subagent's where a one-shot import (files in path
+# order) named the main agent's. (A followed file's session.started that learned its model late
+# goes out again with it: streams.follow.)
+_SESSION_MODEL = ("coalesce(arg_min(model, seq) FILTER (WHERE type = 'session.started' AND model IS NOT NULL), "
+                  f"{_FIRST_MODEL}) AS model")
 
 _VIEW_SQL = {
     "sessions": f"""
@@ -98,16 +104,17 @@ _VIEW_SQL = {
             arg_min(parentSessionId, seq) FILTER (WHERE parentSessionId IS NOT NULL) AS parentSessionId,
             arg_min(title, seq) FILTER (WHERE type = 'session.started' AND title IS NOT NULL) AS title,
             len(list_distinct(list(runId))) AS runCount, len(list_distinct(list(turnId))) AS turnCount,
-            bool_or(type = 'session.ended') AS ended, {_AGGREGATES}
+            bool_or(type = 'session.ended') AS ended, {_AGGREGATES}, {_SESSION_MODEL}
         FROM events GROUP BY sessionId""",
     "runs": f"""
         SELECT runId, sessionId,
             arg_min(title, seq) FILTER (WHERE type = 'run.started' AND title IS NOT NULL) AS title,
-            len(list_distinct(list(turnId))) AS turnCount, bool_or(type = 'run.ended') AS ended, {_AGGREGATES}
+            len(list_distinct(list(turnId))) AS turnCount, bool_or(type = 'run.ended') AS ended, {_AGGREGATES},
+            {_FIRST_MODEL} AS model
         FROM events WHERE runId IS NOT NULL GROUP BY sessionId, runId""",
     "turns": f"""
         SELECT turnId, sessionId, arg_min(runId, seq) FILTER (WHERE runId IS NOT NULL) AS runId,
-            bool_or(type = 'turn.ended') AS ended, {_AGGREGATES}
+            bool_or(type = 'turn.ended') AS ended, {_AGGREGATES}, {_FIRST_MODEL} AS model
         FROM events WHERE turnId IS NOT NULL GROUP BY sessionId, turnId""",
     # Each body below reads one relation, named here only inside its own view (a CTE): see
     # _prepare. Tool results come in as columns prefixed "r_", already grouped per call.

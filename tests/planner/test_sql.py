@@ -594,3 +594,26 @@ def test_rows_past_the_generations_watermark_are_not_read(gens: tuple[Path, Path
     assert body["uncovered"] == {"fromSeq": 21, "toSeq": 100}
     assert body["rows"] == run(attachment=SqlAttachment(analytics, structured), sql=sql, as_of=20)["rows"]
     assert body["rows"] != run(attachment=SqlAttachment(analytics, structured), sql=sql, as_of=100)["rows"]
+
+
+def test_a_sessions_model_is_the_one_its_start_names(tmp_path: Path) -> None:
+    """A followed Claude Code session's subagent (another model, its own file) often answers
+    before the main agent: the first model named was the subagent's, where a one-shot import of
+    the same files named the main agent's. Its session.started (sent again by the follower once
+    the main model is known) names the session's model; a session whose start names none keeps
+    the first model named."""
+    acl = {"tenant": "acme", "read": ["user:ann"]}
+    records = [
+        make_event(1, "s-live", "session.started", acl=acl, fields={"cwd": "/src"}),
+        make_event(2, "s-live", "message", role="assistant", acl=acl, fields={"text": "sub", "model": "m-sub"}),
+        make_event(3, "s-live", "message", role="assistant", acl=acl, fields={"text": "main", "model": "m-main"}),
+        make_event(4, "s-live", "session.started", acl=acl, fields={"cwd": "/src", "model": "m-main"}),
+        make_event(5, "s-plain", "session.started", acl=acl, fields={}),
+        make_event(6, "s-plain", "message", role="assistant", acl=acl, fields={"text": "hi", "model": "m-first"}),
+        make_event(7, "s-plain", "message", role="assistant", acl=acl, fields={"text": "hi", "model": "m-later"}),
+    ]
+    attachment = SqlAttachment(commit_batches(tmp_path, AnalyticsWriter(), [records])[-1],
+                               commit_batches(tmp_path, StructuredWriter(), [records])[-1])
+    rows = attachment.query("SELECT sessionId, model FROM sessions ORDER BY 1", as_of_seq=7, principal=ANN,
+                            session_acls={"s-live": acl, "s-plain": acl})["rows"]
+    assert rows == [["s-live", "m-main"], ["s-plain", "m-first"]]
