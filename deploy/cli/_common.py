@@ -97,9 +97,12 @@ def err() -> Console:
 
 
 # Control characters as their Unicode pictures (ESC as ␛), C1 controls as �: one character for
-# one, so offsets into a text stay right. Tabs and line breaks stay.
+# one, so offsets into a text stay right. Tabs and line breaks stay. The bidirectional
+# embeddings, overrides and isolates (U+202A-202E, U+2066-2069) go as � too: in tool output they
+# make a terminal show a line in another order than its characters ("Trojan Source"), and
+# right-to-left text shows rightly without them (the marks U+200E/200F stay).
 _CONTROLS = {code: 0x2400 + code for code in range(0x20) if code not in (0x09, 0x0A)} | {0x7F: 0x2421} \
-    | dict.fromkeys(range(0x80, 0xA0), 0xFFFD)
+    | dict.fromkeys(range(0x80, 0xA0), 0xFFFD) | dict.fromkeys([*range(0x202A, 0x202F), *range(0x2066, 0x206A)], 0xFFFD)
 
 
 def printable(text: str) -> str:

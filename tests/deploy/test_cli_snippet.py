@@ -59,6 +59,18 @@ def test_terminal_escapes_in_a_hit_are_shown_not_obeyed() -> None:
     assert "\x1b" not in escape("cell \x1b[2J") and "␛[2J" in escape("cell \x1b[2J")
 
 
+def test_bidirectional_overrides_in_a_hit_are_shown_not_obeyed() -> None:
+    """Found by a new user: U+202E in tool output made the terminal print `access_level = "user"`
+    of a line that says otherwise ("Trojan Source"); Arabic and Hebrew need none of them."""
+    from deploy.cli._common import printable
+
+    controls = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+    text = f"[tool.result] if admin {controls} okapi"
+    plain = _snippet(text, [{"start": 0, "end": len(text.encode())}], "okapi").plain
+    assert not set(controls) & set(plain) and plain.count("\ufffd") == len(controls)
+    assert printable("مرحبا بالعالم \u200fשלום") == "مرحبا بالعالم \u200fשלום"
+
+
 def test_explain_names_the_words_each_list_ranked(monkeypatch: pytest.MonkeyPatch) -> None:
     """Found by a new user: hybrid's text list ranks the query without its function words, and
     only ``--json`` said so; the plain ``--explain`` now names what each such list ranked."""
