@@ -444,6 +444,7 @@ def create_app(settings: Settings, bootstrap: str, *, planner: Any = None) -> St
                 state["planner"] = None
             if follower is not None:
                 follower.stop()
+            dead_letters.close()
 
     routes = [
         Route("/v1/search", _guarded(search), methods=["POST"]),

@@ -73,6 +73,8 @@ class DeadLetterTally:
         # offset, logId, stage, time of each letter still on the topic: a few bytes each, and the
         # topic holds only what failed.
         self._letters: list[tuple[int, str | None, str | None, str | None]] = []
+        self._consumer: Any = None
+        self._bootstrap: str | None = None
 
     def read(self, bootstrap: str, settings: Settings) -> dict[str | None, dict[str, Any]]:
         """``{logId or None: {"count", "byStage", "newest"}}`` of the letters on the topic now."""
@@ -87,17 +89,12 @@ class DeadLetterTally:
         return tally
 
     def _read_on(self, bootstrap: str, settings: Settings) -> list[tuple[int, str | None, str | None, str | None]]:
-        from kafka import KafkaConsumer, TopicPartition
-
         from streams.l1 import letter_of
 
-        tp = TopicPartition(Topics.from_settings(settings).deadletters, 0)
-        consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
-                                 isolation_level="read_committed", consumer_timeout_ms=1000)
+        consumer, tp = self._consumer_of(bootstrap, settings)
+        if consumer is None:
+            return []
         try:
-            if not consumer.partitions_for_topic(tp.topic):
-                return []
-            consumer.assign([tp])
             first = consumer.beginning_offsets([tp])[tp]
             end = consumer.end_offsets([tp])[tp]
             if end < self._next:  # the topic was made again: count it afresh
@@ -114,9 +111,34 @@ class DeadLetterTally:
                                           stage if isinstance(stage, str) else None,
                                           at if isinstance(at, str) else None))
                     self._next = record.offset + 1
-        finally:
-            consumer.close()
+        except Exception:
+            self.close()  # a broker that went away: the next read connects afresh
+            raise
         return list(self._letters)
+
+    def _consumer_of(self, bootstrap: str, settings: Settings) -> tuple[Any, Any]:
+        """The tally's consumer, assigned to the topic (None while the topic does not exist).
+        Kept between reads: connecting and fetching metadata cost ~110 ms, the read of what
+        is new a few."""
+        from kafka import KafkaConsumer, TopicPartition
+
+        tp = TopicPartition(Topics.from_settings(settings).deadletters, 0)
+        if self._consumer is not None and self._bootstrap != bootstrap:
+            self.close()
+        if self._consumer is None:
+            self._consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                                           isolation_level="read_committed", consumer_timeout_ms=1000)
+            self._bootstrap = bootstrap
+        if not self._consumer.assignment():
+            if not self._consumer.partitions_for_topic(tp.topic):
+                return None, tp
+            self._consumer.assign([tp])
+        return self._consumer, tp
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
 
 
 def _no_dead_letters() -> dict[str, Any]:
@@ -406,7 +428,12 @@ def collect_status(settings: Settings, bootstrap: str, *, log_id: str | None = N
     found = _unindexed(bootstrap, settings, partition_of, l1_seqs, wanted)
     root = Path(settings.home).resolve() / "indexes"  # sinks.runner.index_root, without its imports
     origins = {(log, kind): origins_of_watermark(root, log, kind, wm) for (log, kind), wm in watermarks.items()}
-    letters = (dead_letters or DeadLetterTally()).read(bootstrap, settings)
+    tally = dead_letters or DeadLetterTally()
+    try:
+        letters = tally.read(bootstrap, settings)
+    finally:
+        if dead_letters is None:
+            tally.close()
     report = build_status(l1_seqs, watermarks, found.append_time, now=time.time(), held=found.held,
                           origins=origins, pending=found.pending, open_unit=found.open_unit,
                           dead_letters=letters)
