@@ -291,9 +291,9 @@ def create_app(settings: Settings, bootstrap: str, *, planner: Any = None) -> St
     state: dict[str, Any] = {"planner": planner}
     status_cache: dict[str, tuple[float, dict[str, Any]]] = {}
     status_lock = threading.Lock()
-    from planner.status import DeadLetterTally
+    from planner.status import StatusSources
 
-    dead_letters = DeadLetterTally()  # read on by every status collect, not from the start
+    status_sources = StatusSources()  # kept: each collect reads on through the same consumers
     keys = KeyRing(keys_path(settings))
 
     def principal_of(request: Request) -> Principal:
@@ -332,7 +332,7 @@ def create_app(settings: Settings, bootstrap: str, *, planner: Any = None) -> St
             cached = status_cache.get(key)
             if cached and time.monotonic() - cached[0] < _STATUS_CACHE_SECONDS:
                 return cached[1]
-        report = collect_status(settings, bootstrap, log_id=log_id, dead_letters=dead_letters)
+        report = collect_status(settings, bootstrap, log_id=log_id, sources=status_sources)
         report.pop("bootstrap", None)  # an internal address is not the caller's business
         with status_lock:
             now = time.monotonic()
@@ -444,7 +444,7 @@ def create_app(settings: Settings, bootstrap: str, *, planner: Any = None) -> St
                 state["planner"] = None
             if follower is not None:
                 follower.stop()
-            dead_letters.close()
+            status_sources.close()
 
     routes = [
         Route("/v1/search", _guarded(search), methods=["POST"]),

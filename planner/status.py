@@ -52,7 +52,7 @@ from streams.topics import Topics
 if TYPE_CHECKING:
     from kafka import KafkaConsumer, TopicPartition
 
-__all__ = ["INDEX_KINDS", "DeadLetterTally", "build_status", "collect_status", "export_status_metrics", "for_principal", "held_by",
+__all__ = ["INDEX_KINDS", "DeadLetterTally", "StatusSources", "build_status", "collect_status", "export_status_metrics", "for_principal", "held_by",
            "render_status"]
 
 INDEX_KINDS = ALL_KINDS
@@ -139,6 +139,63 @@ class DeadLetterTally:
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
+
+
+class StatusSources:
+    """What a status collect reads through, kept between collects: the watermarks and the logs'
+    committed L1 seqs (each through a consumer of its own) and the dead-letter tally. The API
+    keeps one for its life: a new kafka-python client costs ~100 ms of connection and metadata,
+    and a cold ``/v1/status`` took ~0.6 s, mostly three of them. ``usl status`` without an API
+    makes one for its collect."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # the API collects status on several threads
+        self.dead_letters = DeadLetterTally()
+        self._bootstrap: str | None = None
+        self._watermarks: Any = None  # sinks.watermarks.WatermarkReader
+        self._reader: Any = None  # streams.l1.L1Reader, over a registry that keeps its consumer
+
+    def read(self, bootstrap: str, settings: Settings) -> tuple[dict[tuple[str, str], dict[str, Any]],
+                                                                dict[str, int], dict[str, int]]:
+        """The watermarks, then each log's committed L1 seq, and each log's partition."""
+        # Imported here: `usl status` through the API only renders the report.
+        from sinks.watermarks import WatermarkReader
+        from streams.l1 import L1Reader, LogRegistry
+
+        with self._lock:
+            if self._bootstrap != bootstrap:
+                self._close()
+            self._bootstrap = bootstrap
+            try:
+                if self._watermarks is None:
+                    self._watermarks = WatermarkReader(bootstrap, settings)
+                # Watermarks first: a sink publishes one only for seqs already committed in L1,
+                # so an L1 seq read after it is at or above it. Read the other way round, a
+                # commit between the two reads showed builtThroughSeq above l1CommittedSeq (1
+                # poll in 57 under load).
+                watermarks = self._watermarks.read()
+                if self._reader is None:
+                    registry = LogRegistry(bootstrap, settings, keep_consumer=True, refresh=False)
+                    self._reader = L1Reader(bootstrap, settings, registry=registry)
+                l1_seqs = self._reader.committed_seqs()
+                return watermarks, l1_seqs, self._reader.registry.logs
+            except Exception:
+                self._close()  # the next collect connects afresh
+                raise
+
+    def close(self) -> None:
+        with self._lock:
+            self._close()
+        self.dead_letters.close()
+
+    def _close(self) -> None:
+        if self._watermarks is not None:
+            self._watermarks.close()
+            self._watermarks = None
+        if self._reader is not None:
+            self._reader.close()
+            self._reader.registry.close()
+            self._reader = None
 
 
 def _no_dead_letters() -> dict[str, Any]:
@@ -398,21 +455,20 @@ def export_status_metrics(report: dict[str, Any]) -> None:
 
 
 def collect_status(settings: Settings, bootstrap: str, *, log_id: str | None = None,
-                   dead_letters: DeadLetterTally | None = None) -> dict[str, Any]:
-    # Watermarks first: a sink publishes one only for seqs already committed in L1, so an L1
-    # seq read after it is at or above it. Read the other way round, a commit between the two
-    # reads showed builtThroughSeq above l1CommittedSeq (1 poll in 57 under load).
-    # Imported here: `usl status` through the API only renders the report (kafka is a third of it).
-    from sinks.watermarks import read_watermarks
-    from streams.l1 import L1Reader
-
-    watermarks = read_watermarks(bootstrap, settings)
-    reader = L1Reader(bootstrap, settings)
+                   sources: StatusSources | None = None) -> dict[str, Any]:
+    """The status report (:func:`build_status`), read through ``sources`` (the API's, kept
+    between collects) or through readers made for this collect alone."""
+    own = sources is None
+    readers = sources or StatusSources()
     try:
-        l1_seqs = reader.committed_seqs()
-        partition_of = reader.registry.logs
+        return _collect(settings, bootstrap, log_id, readers)
     finally:
-        reader.close()
+        if own:
+            readers.close()
+
+
+def _collect(settings: Settings, bootstrap: str, log_id: str | None, sources: StatusSources) -> dict[str, Any]:
+    watermarks, l1_seqs, partition_of = sources.read(bootstrap, settings)
     if log_id is not None:
         watermarks = {k: v for k, v in watermarks.items() if k[0] == log_id}
         if log_id not in partition_of and not watermarks:
@@ -428,12 +484,7 @@ def collect_status(settings: Settings, bootstrap: str, *, log_id: str | None = N
     found = _unindexed(bootstrap, settings, partition_of, l1_seqs, wanted)
     root = Path(settings.home).resolve() / "indexes"  # sinks.runner.index_root, without its imports
     origins = {(log, kind): origins_of_watermark(root, log, kind, wm) for (log, kind), wm in watermarks.items()}
-    tally = dead_letters or DeadLetterTally()
-    try:
-        letters = tally.read(bootstrap, settings)
-    finally:
-        if dead_letters is None:
-            tally.close()
+    letters = sources.dead_letters.read(bootstrap, settings)
     report = build_status(l1_seqs, watermarks, found.append_time, now=time.time(), held=found.held,
                           origins=origins, pending=found.pending, open_unit=found.open_unit,
                           dead_letters=letters)

@@ -35,8 +35,8 @@ def test_a_poll_never_shows_a_watermark_above_the_committed_l1_seq(tmp_path: Pat
     world = _World()
 
     class Reader:
-        def __init__(self, *args: Any) -> None:
-            self.registry = type("Registry", (), {"logs": {"default": 0}})()
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            self.registry = type("Registry", (), {"logs": {"default": 0}, "close": lambda self: None})()
 
         def committed_seqs(self) -> dict[str, int]:
             return {"default": world.advance()}
@@ -44,19 +44,32 @@ def test_a_poll_never_shows_a_watermark_above_the_committed_l1_seq(tmp_path: Pat
         def close(self) -> None:
             pass
 
-    def watermarks(*args: Any) -> dict[tuple[str, str], dict[str, Any]]:
-        through = world.advance()
-        return {("default", kind): {"generationId": 3, "builtThroughSeq": through, "committedAt": 1.0,
-                                    "line": "live"} for kind in INDEX_KINDS}
+    class Watermarks:
+        def __init__(self, *args: Any) -> None:
+            pass
+
+        def read(self) -> dict[tuple[str, str], dict[str, Any]]:
+            through = world.advance()
+            return {("default", kind): {"generationId": 3, "builtThroughSeq": through, "committedAt": 1.0,
+                                        "line": "live"} for kind in INDEX_KINDS}
+
+        def close(self) -> None:
+            pass
 
     # collect_status imports these when called (a status the API answers needs no kafka).
     monkeypatch.setattr(streams.l1, "L1Reader", Reader)
-    monkeypatch.setattr(sinks.watermarks, "read_watermarks", watermarks)
+    monkeypatch.setattr(streams.l1, "LogRegistry", lambda *args, **kwargs: None)
+    monkeypatch.setattr(sinks.watermarks, "WatermarkReader", Watermarks)
     monkeypatch.setattr(status, "_unindexed", lambda *args: Unindexed())
     monkeypatch.setattr(status, "origins_of_watermark", lambda *args: ())
     monkeypatch.setattr(status.DeadLetterTally, "read", lambda *args: {})
     settings = Settings.from_env({}, home=tmp_path, topic_prefix="t.", bootstrap_servers="127.0.0.1:1")
     for _poll in range(3):
         entry = collect_status(settings, "127.0.0.1:1")["logs"]["default"]
+        for kind, index in entry["indexes"].items():
+            assert index["builtThroughSeq"] <= entry["l1CommittedSeq"], (kind, index, entry["l1CommittedSeq"])
+    kept = status.StatusSources()  # the API's: the same readers for every poll
+    for _poll in range(3):
+        entry = collect_status(settings, "127.0.0.1:1", sources=kept)["logs"]["default"]
         for kind, index in entry["indexes"].items():
             assert index["builtThroughSeq"] <= entry["l1CommittedSeq"], (kind, index, entry["l1CommittedSeq"])
