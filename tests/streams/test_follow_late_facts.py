@@ -10,17 +10,17 @@ from pathlib import Path
 
 from streams.follow import Follower, PositionStore
 from streams.testing import Clock, Crash, MemoryL1
-from tests.streams.test_follow_resume import SESSION, _but_amendments, _line, _one_shot_ids
+from tests.streams.follow_kit import SESSION, but_amendments, one_shot_ids, transcript_line
 
 
 def _transcript() -> list[bytes]:
     lines = [
-        _line("user", "u1", 1, "fix the login bug"),
-        _line("assistant", "a1", 2, [{"type": "text", "text": "Looking."}], parent="u1"),
-        _line("user", "u2", 3, "and add a test"),
-        _line("assistant", "a2", 4, [{"type": "text", "text": "Done."}], parent="u2"),
+        transcript_line("user", "u1", 1, "fix the login bug"),
+        transcript_line("assistant", "a1", 2, [{"type": "text", "text": "Looking."}], parent="u1"),
+        transcript_line("user", "u2", 3, "and add a test"),
+        transcript_line("assistant", "a2", 4, [{"type": "text", "text": "Done."}], parent="u2"),
         {"type": "summary", "summary": "Login bug fixed", "leafUuid": "a2"},
-        _line("user", "u3", 5, "thanks"),
+        transcript_line("user", "u3", 5, "thanks"),
     ]
     return [json.dumps(line).encode() + b"\n" for line in lines]
 
@@ -54,12 +54,12 @@ def test_a_title_written_late_reaches_the_session(tmp_path):
     assert [fields.get("title") for fields in _started(l1)] == [None, "Login bug fixed"]
     assert l1.log == whole.log  # what a follower importing the whole file on every change sends
     assert max(l1.counts().values()) == 1 and not l1.dead
-    assert _but_amendments(l1, live) == _one_shot_ids(live)
+    assert but_amendments(l1, live) == one_shot_ids(live)
     # A restarted follower, a one-shot import over the same positions: nothing sent again.
     again = _follow(tmp_path, l1, clock)
     again.poll()
     with live.open("ab") as handle:
-        handle.write(json.dumps(_line("assistant", "a3", 6, [{"type": "text", "text": "Welcome."}],
+        handle.write(json.dumps(transcript_line("assistant", "a3", 6, [{"type": "text", "text": "Welcome."}],
                                       parent="u3")).encode() + b"\n")
     again.poll()
     Follower([tmp_path / "projects"], appender=l1, store=PositionStore(tmp_path / "home"), once=True).poll()

@@ -18,7 +18,7 @@ from streams.follow import Follower, PositionStore
 from streams.importers import Accepted, Rejected, iter_file
 from streams.importers.cursor import open_cursor
 from streams.testing import Clock, Crash, MemoryL1
-from tests.streams.test_follow_resume import LIMIT, _counted, _one_shot_ids
+from tests.streams.follow_kit import LIMIT, counted, one_shot_ids
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -165,7 +165,7 @@ def test_a_growing_chat_log_appends_what_a_whole_import_appends(tmp_path_factory
     pair.poll(None)
     resumed = pair.l1s[0]
     assert max(resumed.counts().values()) == 1
-    expected = _one_shot_ids(root)
+    expected = one_shot_ids(root)
     if released_early or name == "loop.jsonl":  # what went out before the run grew stays
         assert set(resumed.counts()) >= expected
     else:
@@ -213,7 +213,7 @@ def test_a_growing_chat_log_is_read_on_not_imported_again(tmp_path, monkeypatch)
         return original_iter_file(*args, **kwargs)
 
     def open_cursor_(*args: Any, **kwargs: Any) -> Any:
-        return _counted(original_cursor(*args, **kwargs), fed)
+        return counted(original_cursor(*args, **kwargs), fed)
 
     monkeypatch.setattr(follow, "iter_file", iter_file_)
     monkeypatch.setattr(follow, "open_cursor", open_cursor_)
@@ -234,6 +234,6 @@ def test_a_growing_chat_log_is_read_on_not_imported_again(tmp_path, monkeypatch)
     tail.poll()
     assert whole == ["run.jsonl"]  # the follower's first look only
     assert [n for n in fed if n] == [len(b"".join(lines[:2]))] + [len(line) for line in lines[2:]]
-    assert set(l1.counts()) == _one_shot_ids(root) and max(l1.counts().values()) == 1
+    assert set(l1.counts()) == one_shot_ids(root) and max(l1.counts().values()) == 1
     # A bad message inside a run is dead-lettered once, named by its line, however the run grew.
     assert [d.record for d in l1.dead].count(f"run.jsonl:{len(_agent_loop()) + 5}") == 1

@@ -15,24 +15,17 @@ from hypothesis import strategies as st
 
 from streams import follow
 from streams.follow import Follower, PositionStore
-from streams.importers import Accepted, iter_records
 from streams.testing import Clock, Crash, MemoryL1
+from tests.streams.follow_kit import (
+    LIMIT,
+    SESSION,
+    but_amendments,
+    counted,
+    one_shot_ids,
+    transcript_line,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
-SESSION = "7d1c9a52-5b8e-4f0b-9c3a-1e2f3a4b5c6d"
-# Small, so that events are cut to fit, or rejected when they cannot be (the same limit for the
-# one-shot import the followers are compared with).
-LIMIT = 16384
-
-
-def _line(kind: str, uuid: str, minute: int, content: Any, *, parent: str | None = None,
-          model: str = "claude-sonnet-4-5-20250929", **extra: Any) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": kind, "content": content}
-    if kind == "assistant":
-        message.update({"id": f"msg_{uuid}", "model": model,
-                        "usage": {"input_tokens": 10, "output_tokens": minute}})
-    return {"parentUuid": parent, "isSidechain": False, "sessionId": SESSION, "type": kind, "message": message,
-            "uuid": uuid, "timestamp": f"2026-03-01T10:{minute:02d}:00.000Z", "cwd": "/src/app", **extra}
 
 
 def _made_up_session() -> dict[str, bytes]:
@@ -43,43 +36,43 @@ def _made_up_session() -> dict[str, bytes]:
     main = [
         {"type": "file-history-snapshot", "messageId": "m0", "snapshot": {"trackedFileBackups": {}}},
         {"type": "summary", "summary": "An early title", "leafUuid": "nowhere"},
-        _line("user", "u1", 1, "make the tests pass"),
-        _line("assistant", "a1", 2, [{"type": "text", "text": "No response requested."}], parent="u1",
+        transcript_line("user", "u1", 1, "make the tests pass"),
+        transcript_line("assistant", "a1", 2, [{"type": "text", "text": "No response requested."}], parent="u1",
               model="<synthetic>"),
-        _line("assistant", "a2", 3, [{"type": "tool_use", "id": "call-1", "name": "Task",
+        transcript_line("assistant", "a2", 3, [{"type": "tool_use", "id": "call-1", "name": "Task",
                                       "input": {"description": "look around", "prompt": "find the tests"}}],
               parent="a1"),
         {"type": "progress", "sessionId": SESSION, "parentToolUseID": "call-1", "toolUseID": "p1",
          "timestamp": "2026-03-01T10:04:00.000Z", "data": {"type": "agent_progress", "agentId": "b2"}},
         "{not json",
-        _line("user", "u2", 5, [{"type": "tool_result", "tool_use_id": "call-1", "content": "found them"}],
+        transcript_line("user", "u2", 5, [{"type": "tool_result", "tool_use_id": "call-1", "content": "found them"}],
               parent="a2", toolUseResult={"agentId": "a7"}),
-        _line("assistant", "a3", 6, [{"type": "text", "text": "Done."}, {"type": "mystery"}], parent="u2"),
+        transcript_line("assistant", "a3", 6, [{"type": "text", "text": "Done."}, {"type": "mystery"}], parent="u2"),
         {"type": "system", "subtype": "turn_duration", "sessionId": SESSION, "isSidechain": False,
          "timestamp": "2026-03-01T10:07:00.000Z"},
-        _line("user", "u2", 8, "a duplicate uuid"),
+        transcript_line("user", "u2", 8, "a duplicate uuid"),
         {"type": "summary", "summary": "The title", "leafUuid": "u9"},
         "",
-        _line("user", "u9", 9, "and now the docs"),
-        _line("assistant", "a9", 10, [{"type": "text", "text": "On it."}], parent="u9"),
+        transcript_line("user", "u9", 9, "and now the docs"),
+        transcript_line("assistant", "a9", 10, [{"type": "text", "text": "On it."}], parent="u9"),
         # Two subagents in this file (older Claude Code), the second called starting first: the
         # first one's start is tied to its call by guess until its result names it.
-        _line("assistant", "a10", 11, [
+        transcript_line("assistant", "a10", 11, [
             {"type": "tool_use", "id": "call-2", "name": "Task", "input": {"description": "docs one"}},
             {"type": "tool_use", "id": "call-3", "name": "Task", "input": {"description": "docs two"}}],
             parent="a9"),
-        {**_line("user", "b1", 12, "docs two"), "isSidechain": True, "agentId": "b"},
-        {**_line("assistant", "b2", 13, [{"type": "text", "text": "two done"}], parent="b1"),
+        {**transcript_line("user", "b1", 12, "docs two"), "isSidechain": True, "agentId": "b"},
+        {**transcript_line("assistant", "b2", 13, [{"type": "text", "text": "two done"}], parent="b1"),
          "isSidechain": True, "agentId": "b"},
-        _line("user", "u14", 14, [{"type": "tool_result", "tool_use_id": "call-3", "content": "two done"}],
+        transcript_line("user", "u14", 14, [{"type": "tool_result", "tool_use_id": "call-3", "content": "two done"}],
               parent="a10", toolUseResult={"agentId": "b"}),
-        {**_line("user", "c1", 15, "docs one"), "isSidechain": True, "agentId": "c"},
-        _line("user", "u16", 16, [{"type": "tool_result", "tool_use_id": "call-2", "content": "one done"}],
+        {**transcript_line("user", "c1", 15, "docs one"), "isSidechain": True, "agentId": "c"},
+        transcript_line("user", "u16", 16, [{"type": "tool_result", "tool_use_id": "call-2", "content": "one done"}],
               parent="u14", toolUseResult={"agentId": "c"}),
     ]
     sub = [
-        {**_line("user", "s1", 3, "find the tests"), "isSidechain": True, "agentId": "a7"},
-        {**_line("assistant", "s2", 4, [{"type": "text", "text": "tests/ holds them"}], parent="s1"),
+        {**transcript_line("user", "s1", 3, "find the tests"), "isSidechain": True, "agentId": "a7"},
+        {**transcript_line("assistant", "s2", 4, [{"type": "text", "text": "tests/ holds them"}], parent="s1"),
          "isSidechain": True, "agentId": "a7"},
     ]
 
@@ -190,17 +183,6 @@ class Pair:
         assert records[0] == records[1]
 
 
-def _one_shot_ids(root: Path) -> set[str]:
-    return {i.event["eventId"] for i in iter_records(root, max_event_bytes=LIMIT) if isinstance(i, Accepted)}
-
-
-def _but_amendments(l1: MemoryL1, root: Path) -> set[str]:
-    """The eventIds ``l1`` holds but the session.started a follower sent again because its
-    facts came later (a title, a model): what a one-shot import of ``root`` appends."""
-    one_shot = _one_shot_ids(root)
-    return {e["eventId"] for e in l1.log if e["eventId"] in one_shot or e["type"] != "session.started"}
-
-
 @settings(max_examples=60 if not os.environ.get("USL_TEST_CLAUDE_CODE_DIR") else 100, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(data=st.data())
@@ -252,11 +234,11 @@ def test_a_resumed_follower_appends_what_a_whole_import_appends(tmp_path_factory
     pair.poll(None)
     resumed = pair.l1s[0]
     assert not resumed.log or max(resumed.counts().values()) == 1
-    expected = _one_shot_ids(root)
+    expected = one_shot_ids(root)
     if released_early:
         assert set(resumed.counts()) >= expected
     else:
-        assert _but_amendments(resumed, root) == expected
+        assert but_amendments(resumed, root) == expected
 
 
 def test_a_subagent_tied_to_its_call_later_is_read_as_a_whole_import_reads_it(tmp_path):
@@ -277,22 +259,6 @@ def test_a_subagent_tied_to_its_call_later_is_read_as_a_whole_import_reads_it(tm
     assert started[0]["fields"]["toolCallId"] == "call-2"
 
 
-def _counted(made: Any, sizes: list[int]) -> Any:
-    """``made`` (a FileCursor) with the size of every chunk fed to it appended to ``sizes``."""
-    assert made is not None
-    cursor = made  # mypy narrows no name a nested class reads
-
-    class Counted:
-        lines = property(lambda _self: cursor.lines)
-        finish = cursor.finish
-
-        def feed(self, chunk: bytes) -> Any:
-            sizes.append(len(chunk))
-            return cursor.feed(chunk)
-
-    return Counted()
-
-
 def test_a_growing_transcript_is_read_on_not_imported_again(tmp_path, monkeypatch):
     """Once it grew under the follower's eyes, a transcript's new lines are all that is read; a
     line that changes what the import said of its earlier lines (here a summary naming one of
@@ -305,7 +271,7 @@ def test_a_growing_transcript_is_read_on_not_imported_again(tmp_path, monkeypatc
 
     def open_cursor(*args: Any, **kwargs: Any) -> Any:
         opened.append(kwargs["label"])
-        return _counted(original_cursor(*args, **kwargs), fed)
+        return counted(original_cursor(*args, **kwargs), fed)
 
     def iter_file(*args: Any, **kwargs: Any) -> Any:
         whole.append(kwargs["label"])
@@ -335,7 +301,7 @@ def test_a_growing_transcript_is_read_on_not_imported_again(tmp_path, monkeypatc
     assert opened == ["live.jsonl"] * 2 and fed[-1] == live.stat().st_size and whole == ["live.jsonl"]
     clock.now += 10
     tail.poll()
-    assert _but_amendments(l1, live) == _one_shot_ids(live) and max(l1.counts().values()) == 1
+    assert but_amendments(l1, live) == one_shot_ids(live) and max(l1.counts().values()) == 1
     # The title came after the session's start went out: the start goes out again, with it.
     started = [e["fields"].get("title") for e in l1.log if e["type"] == "session.started"]
     assert started == [None, "Named late"]
@@ -352,7 +318,7 @@ def test_a_growing_transcript_is_read_on_not_imported_again(tmp_path, monkeypatc
     assert fed[-3:] == [live.stat().st_size - len(again[0]) - len(again[1]), len(again[0]), len(again[1])]
     clock.now += 10
     tail.poll()
-    assert set(l1.counts()) >= _one_shot_ids(live) and max(l1.counts().values()) == 1
+    assert set(l1.counts()) >= one_shot_ids(live) and max(l1.counts().values()) == 1
 
 
 def test_a_restarted_follower_reads_on_from_its_position(tmp_path, monkeypatch):
@@ -364,7 +330,7 @@ def test_a_restarted_follower_reads_on_from_its_position(tmp_path, monkeypatch):
     original_cursor, original_iter_file = follow.open_cursor, follow.iter_file
 
     def open_cursor(*args: Any, **kwargs: Any) -> Any:
-        return _counted(original_cursor(*args, **kwargs), read)
+        return counted(original_cursor(*args, **kwargs), read)
 
     def iter_file(*args: Any, **kwargs: Any) -> Any:
         data = kwargs["data"]
@@ -398,7 +364,7 @@ def test_a_restarted_follower_reads_on_from_its_position(tmp_path, monkeypatch):
         pair.check()
     clock.now += 10
     pair.poll(None)
-    assert _but_amendments(pair.l1s[0], live) == _one_shot_ids(live)
+    assert but_amendments(pair.l1s[0], live) == one_shot_ids(live)
 
 
 def test_a_growing_asp_file_is_read_on_not_imported_again(tmp_path, monkeypatch):
@@ -429,5 +395,5 @@ def test_a_growing_asp_file_is_read_on_not_imported_again(tmp_path, monkeypatch)
     clock.now += 10
     tail.poll()
     assert whole == ["events.asp.jsonl"]  # the follower's first look only
-    assert set(l1.counts()) == _one_shot_ids(root) and max(l1.counts().values()) == 1
+    assert set(l1.counts()) == one_shot_ids(root) and max(l1.counts().values()) == 1
     assert [d.record for d in l1.dead] == [f"events.asp.jsonl:{n}" for n in (7, 8, 9, 13, 14)]
