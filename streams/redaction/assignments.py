@@ -6,12 +6,20 @@ import re
 from functools import lru_cache
 
 from streams.english import FUNCTION_WORDS
-from streams.redaction.base import MARKER_PREFIX, RegexRule, Rule, Scan, is_marker_at, marker
+from streams.redaction.base import (
+    MARKER_PREFIX,
+    RegexRule,
+    Rule,
+    Scan,
+    is_marker_at,
+    marker,
+    replace_spans,
+)
 from streams.redaction.entropy import HEX_MIN_ENTROPY, looks_random, shannon_entropy
 from streams.redaction.keys import DESCRIPTIVE_SUFFIXES, is_placeholder, name_class
 from streams.redaction.vendors import ported_rule_names, vendor_rule
 
-__all__ = ["CREDENTIAL_PAIR_RULE", "AssignmentRule", "bare_secret"]
+__all__ = ["CREDENTIAL_COLON_RULE", "CREDENTIAL_PAIR_RULE", "AssignmentRule", "PasswordBeforeRule", "bare_secret"]
 
 _NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 # Where a candidate starts: each keyword is searched literally in the lower-cased text.
@@ -324,6 +332,7 @@ class AssignmentRule(Rule):
         between = match.group("between")
         if between.rstrip()[-1:] in ("<", "{", "[", "$", "%"):
             return None  # a placeholder: <password>, {{ password }}, $DB_PASSWORD
+        between = between.replace("`", " ").replace("'", " ").replace('"', " ")  # "secret: `X`" (2.9)
         if word == "secret":
             # 2.8: "the new secret is zQ8#pL2!vX9m", "set the secret to s3cr3t-v@lue-99": _prose
             # reads no symbol, so such a value went whole. Only right after is / was / to / : / =,
@@ -333,6 +342,16 @@ class AssignmentRule(Rule):
                     or is_placeholder(value, quoted=False) or _goes_on(text, start + len(value)):
                 return None
             return start, start + len(value), _PROSE
+        if word in ("pw", "pwd") and between.strip().lower() in _SHORT_SEPARATORS:
+            # 2.9: "pw: correcthorsebatterystaple", "the pw is correct horse battery staple": a
+            # passphrase of small letters, a long word or three to six words ending the clause
+            # (pwd: unknown, pw is required stay: words that say something of the password).
+            long_word = _LONG_WORD.match(text, start)
+            if long_word is not None and not long_word.group().endswith(_PREDICATE_ENDINGS):
+                return start, long_word.end(), _PROSE
+            plain = _plain_password(text, start)
+            if plain is not None and " " in text[plain[0]:plain[1]]:
+                return plain
         bare_pw = word in ("pw", "pwd") and not between.strip() and any(c.isdigit() for c in value)
         if word in _SHORT_PASSWORD_WORDS and not bare_pw and (between.strip().lower() not in _SHORT_SEPARATORS
                                                               or not _short_word_password(value)):
@@ -352,6 +371,8 @@ class AssignmentRule(Rule):
 
 
 _SHORT_SEPARATORS = frozenset({"is", "was", "=", ":", "is:", "is ="})
+# One word of small letters after "pw:" this long is a passphrase, not a remark (2.9).
+_LONG_WORD = re.compile(r"[a-z]{12,64}(?=[ \t]*(?:[.,;!?\r\n]|$))", re.ASCII)
 _SECRET_SEPARATORS = _SHORT_SEPARATORS | {"to", "is now", "was set to", "set to"}
 # After a value read from a sentence: the sentence names its secret later ("for X is Y", 2.5).
 _GOES_ON = re.compile(r"(?:[ \t]+(?:is|was)[ \t]+|:[ \t]+)(?P<value>" + _PROSE_PASSWORD_CHARS + r"{6,128})",
@@ -377,7 +398,10 @@ def _goes_on(text: str, end: int) -> bool:
 # separator (is, was, :, =, ->, to, 's) followed by a value the secret's kind allows. Read from
 # each secret word up to eight words on, on its line and in its sentence.
 _SAID_STEP = re.compile(
-    r"[ \t]*(?:(?P<sep>is|was|are|were|now|->|=>|:=|:|=|to|'s)(?![A-Za-z])|(?P<word>[^\s:=]+|\S))",
+    r"[ \t]*(?:(?P<sep>is|was|are|were|be|now|->|=>|:=|:|=|to|'s)(?![A-Za-z])"
+    # 2.9: a marker or a quoted URL is one word: "Password for [REDACTED:email]: X", git's
+    # "Password for 'https://bob@github.com': X" (a prompt naming its account, then the answer).
+    r"|(?P<word>\[REDACTED:[a-z0-9-]{1,40}\]|'[^'\s]{1,200}'|[^\s:=]+|\S))",
     re.ASCII | re.IGNORECASE)
 # A stated password may hold letters of any script (Contraseña2024, Zürich2024!), not spaces or
 # the punctuation of other scripts.
@@ -402,6 +426,24 @@ _FIRST_ONLY = frozenset({"=", ":=", "=>"})
 _PASSPHRASE = re.compile(r"[A-Za-z]{2,}(?:[ -][A-Za-z]{2,}){2,}", re.ASCII)
 
 
+# A quoted phrase right after a password word (2.9).
+_QUOTED_PHRASE = re.compile(r"[ \t]+(?P<q>[\"'`\u2018\u201c])(?P<phrase>[A-Za-z][A-Za-z -]{10,126}[A-Za-z])[\"'`\u2019\u201d]")
+
+
+def _passphrase_words(phrase: str) -> bool:
+    """Three words and more of letters, none a function word and at most one saying something of
+    a password: "correct horse battery staple", not "must be at least eight characters"."""
+    if _PASSPHRASE.fullmatch(phrase) is None:
+        return False
+    if all(word[:1].isupper() for word in re.split(r"[ -]+", phrase)):
+        return False  # "Reset Password Link": a label in title case
+    words = [word.lower() for word in re.split(r"[ -]+", phrase)]
+    if any(word.startswith(("pass", "pw")) for word in words):
+        return False  # "the password 'forgot password flow'": about the password
+    telling = sum(word in _PREDICATES or word.endswith(_PREDICATE_ENDINGS) for word in words)
+    return not any(word in FUNCTION_WORDS for word in words) and telling <= 1
+
+
 # Names recur (key, token, Auth, api_key): classify each once.
 _word_class = lru_cache(maxsize=4096)(name_class)
 
@@ -423,6 +465,12 @@ def _said_in_sentence(text: str, start: int) -> tuple[int, int, str] | None:
         return None
     short = word.lower() in _SHORT_PASSWORD_WORDS
     position = word_end
+    if kind == "password" and not short:
+        quoted = _QUOTED_PHRASE.match(text, position)
+        if quoted is not None and _passphrase_words(quoted.group("phrase")):
+            # 2.9: "my password 'correct horse battery staple'": a passphrase quoted right after
+            # its word, with no is / : between (2.5 read it only after one).
+            return quoted.start("phrase"), quoted.end("phrase"), _PROSE
     paren = _SAID_VALUE.match(text, position)  # "the DB password (X) expired", not Auth(Base)
     if paren is not None and paren.group("paren") is not None:
         spaced = paren.start("paren") > position + 1
@@ -441,7 +489,8 @@ def _said_in_sentence(text: str, start: int) -> tuple[int, int, str] | None:
             return None  # "encoding = ...", "x == ...": another name's value, code
         if group == "word":
             following = step.group("word")
-            if following.endswith(_CLAUSE_END) or any(c in following for c in "()[]{}"):
+            if following.endswith(_CLAUSE_END) or (any(c in following for c in "()[]{}")
+                                                  and not is_marker_at(following, 0)):
                 return None  # the sentence or clause ended, or this is code
             if not number and following.rstrip(":,").lower() in _NOT_THE_SECRET:
                 return None  # "the credential helper is ...", "the token count was ...": not the secret
@@ -570,11 +619,18 @@ def _password_in_prose(value: str) -> bool:
         return False
     if not any(c.isdigit() for c in value) and value.isalnum():
         return False
-    if _IDENTIFIER.fullmatch(value) or _SHORT_NAME.fullmatch(value) or _UUID.fullmatch(value) or _NAME_EQUALS.match(value):
+    if _IDENTIFIER.fullmatch(value) or _UUID.fullmatch(value) or _NAME_EQUALS.match(value):
         return False
+    if _SHORT_NAME.fullmatch(value) and not any(c.isupper() for c in value):
+        return False  # user_42, node.v18 are names; with a capital (Girasole_77) a password (2.9)
     if _VERSION.fullmatch(value):
         return False
-    return "/" not in value and "://" not in value and "@" not in value[:-1]
+    # 2.9: an "@" inside is a password's symbol (P@ssw0rd!, p@55word) unless a host follows it:
+    # an address (deploy@example.com) or user@host is the e-mail and URL rules' to judge.
+    return "/" not in value and "://" not in value and not _AT_HOST.search(value)
+
+
+_AT_HOST = re.compile(r"@[A-Za-z0-9-]+\.[A-Za-z]", re.ASCII)
 
 
 def _short_word_password(value: str) -> bool:
@@ -699,3 +755,86 @@ CREDENTIAL_PAIR_RULE = RegexRule(
     group="value",
     check=_credential_pair,
 )
+
+
+# A user and a password joined by a colon after a word for credentials (2.9): "the creds are
+# root:toor", "credentials: deploy:Hunter2x", "login with admin:Pq7!vX2m" (after login a password
+# as after "pw is"). The pair is one token after ":" / "=" or is / are /
+# were / was (not "credentials for db:migrate", a task); the password may be short and plain (toor
+# is Kali's), but not a port or a time (digits only), a path or a name standing for it.
+def _credential_colon(match: re.Match[str]) -> bool:
+    value = match.group("value")
+    if match.group("word").lower().startswith("login") and not _short_word_password(value):
+        return False  # "login as root:wheel" names a group; after login the password is judged as after pw is
+    return (not value.isdigit() and not is_placeholder(value, quoted=False) and not _IDENTIFIER.fullmatch(value)
+            and not is_placeholder(match.group("user"), quoted=False))
+
+
+CREDENTIAL_COLON_RULE = RegexRule(
+    name=_PROSE,
+    lower_triggers=("cred", "login"),
+    anchored=True,
+    description="a password written after a user and a colon in a sentence about credentials or a login",
+    pattern=re.compile(
+        r"(?<![A-Za-z])(?P<word>creds|credentials?|logins?)(?![A-Za-z])(?:[ \t]+(?:are|is|were|was|with|as|using)|[ \t]*[:=])[ \t]+"
+        r"(?P<user>[A-Za-z_][A-Za-z0-9_.-]{0,63}):(?P<value>[A-Za-z0-9!#$%&*+\-.<=>?@^_~]{4,128}?)"
+        r"(?=[.!?]*(?![A-Za-z0-9!#$%&*+\-.<=>?@^_~:/]))",
+        re.ASCII | re.IGNORECASE,
+    ),
+    group="value",
+    check=_credential_colon,
+)
+
+
+class PasswordBeforeRule(Rule):
+    """A password written before its word (2.9): "Xy7#pw9q is the root password", "hunter2x was
+    my old password". Each password word is found with ``str.find`` and the value read backwards
+    on its line; the word must end the clause or lead to what it opens ("... password for the
+    box"), so "SHA256 is the password hash" stays, and the value is judged as after "pw is": a
+    letter, a digit, and a capital or a symbol."""
+
+    _words = ("password", "passphrase", "passwd", "pw")
+    _before = re.compile(r"(?:^|(?<=[\s\"'`(]))[\"'`]?(?P<value>" + _PROSE_PASSWORD_CHARS + r"{6,128}?)[\"'`]?[ \t]+"
+                         r"(?:is|was)[ \t]+(?:[A-Za-z'-]{1,16}[ \t]+){0,3}\Z", re.ASCII)
+    _after = re.compile(r"(?:passwords?|passphrase|passwd|pw)(?![A-Za-z0-9_-])(?=[ \t]*(?:[.,;!?)\r\n]|\Z"
+                        r"|(?:for|on|of|to|in|at|here|now|there|too|again|and|but)(?![A-Za-z])))", re.ASCII | re.IGNORECASE)
+
+    def __init__(self) -> None:
+        super().__init__(name=_PROSE, lower_triggers=self._words, literals=self._words,
+                         description="a password written before its word (\"X is the root password\")")
+
+    def fingerprint(self) -> list[str]:
+        return [*super().fingerprint(), self._before.pattern, self._after.pattern]
+
+    def apply(self, scan: Scan, hits: dict[str, int]) -> str:
+        text = scan.text
+        if " is " not in text and " was " not in text:
+            return text
+        lowered = scan.lower()
+        spans = []
+        for word in self._words:
+            position = lowered.find(word)
+            while position != -1:
+                span = self._value_before(text, position)
+                if span is not None:
+                    spans.append(span)
+                position = lowered.find(word, position + 1)
+        if not spans:
+            return text
+        return replace_spans(text, sorted(set(spans)), hits)
+
+    def _value_before(self, text: str, position: int) -> tuple[int, int, str] | None:
+        if position and (text[position - 1].isalnum() or text[position - 1] in "_-"):
+            return None  # inside a longer name (DB_PASSWORD, getpass)
+        if self._after.match(text, position) is None:
+            return None
+        line_start = max(text.rfind("\n", 0, position) + 1, position - 200)
+        before = self._before.search(text, line_start, position)
+        if before is None:
+            return None
+        value = before.group("value")
+        if is_marker_at(value, 0) or is_placeholder(value, quoted=False) or not _short_word_password(value):
+            return None
+        if value.isupper() or (value.islower() and value.isalnum()):
+            return None  # SHA256, md5sum2: names of things a password is made with, not one
+        return before.start("value"), before.end("value"), _PROSE

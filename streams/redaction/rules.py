@@ -12,7 +12,12 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from streams.redaction.assignments import CREDENTIAL_PAIR_RULE, AssignmentRule
+from streams.redaction.assignments import (
+    CREDENTIAL_COLON_RULE,
+    CREDENTIAL_PAIR_RULE,
+    AssignmentRule,
+    PasswordBeforeRule,
+)
 from streams.redaction.base import Rule
 from streams.redaction.context import (
     CONTEXT_RULES,
@@ -44,7 +49,7 @@ def build_rules(policy: RedactionPolicy) -> tuple[Rule, ...]:
     rules += (PrefixTokenRule(), KeywordRule())
     rules += (DiscordBotTokenRule(), TelegramBotTokenRule())
     rules += CONTEXT_RULES
-    rules += (AssignmentRule(), CREDENTIAL_PAIR_RULE)
+    rules += (AssignmentRule(), CREDENTIAL_PAIR_RULE, CREDENTIAL_COLON_RULE, PasswordBeforeRule())
     # After every rule that leaves a marker: a secret's wrapped continuation goes with it.
     rules.append(WrappedTailRule())
     if policy.redact_payment_cards:

@@ -61,7 +61,7 @@ def test_exported_members() -> None:
         "DEFAULT_POLICY", "POLICY_VERSION", "RedactedEvent", "RedactionPolicy", "policy_hash",
         "redact_event", "redact_text", "rule_names",
     }
-    assert POLICY_VERSION == "2.8"
+    assert POLICY_VERSION == "2.9"
 
 
 # ---------------------------------------------------------------- labelled corpus
@@ -2168,3 +2168,64 @@ def test_a_battery_secret_cut_anywhere_never_survives_in_a_dead_letter(case: bat
         return  # a cut after plain letters (`glpat-Zq`) or across a space is no token's start this reads
     excerpt = dead_letter_excerpt(cut)
     assert battery.leaked(piece, excerpt, case.text[:start]) == [], excerpt
+
+
+# ------------------------------------------------- policy 2.9: passwords a fourth adversarial round found in prose
+
+@pytest.mark.parametrize(("text", "secret"), [
+    ("pw: correcthorsebatterystaple", "correcthorsebatterystaple"),
+    ("the root pw is correcthorsebatterystaple, then log in", "correcthorsebatterystaple"),
+    ("the creds are root:toor on the test vm", "toor on"),
+    ("credentials: deploy:Hunter2x", "Hunter2x"),
+    ("login with admin:Pq7!vX2mLq", "Pq7!vX2mLq"),
+    ("Password for alice@example.com: Xq9vLm2pT", "Xq9vLm2pT"),
+    ("Password for 'https://bob@github.com': Np4!vR8xKz", "Np4!vR8xKz"),
+    ("the password is P@ssw0rd! for now", "P@ssw0rd"),
+    ("my password is p@55word", "p@55word"),
+    ("Xy7#pw9q is the root password", "Xy7#pw9q"),
+    ("Kj8#rn2Wq is the root password on staging", "Kj8#rn2Wq"),
+    ("la password è Girasole_77!", "Girasole_77"),
+    ("my password 'correct horse battery staple' please", "horse battery"),
+    ("the new password will be Pq7!vX2mLt", "Pq7!vX2mLt"),
+    ("Here's the secret: `Pq7!vX2mLm`", "Pq7!vX2mLm"),
+])
+def test_a_password_a_fourth_round_found_in_prose_never_survives(text: str, secret: str) -> None:
+    """QA, session 22 (policy 2.9): sentences 2.8 kept whole: a long passphrase of small letters
+    after pw, a user:password pair after creds or login, a prompt naming its account, an "@"
+    inside a password, a password before its word, a name-shaped password with a capital, a
+    quoted passphrase with no "is", "will be", a secret in backticks."""
+    redacted = redact_text(text)[0]
+    assert secret not in redacted, redacted
+    assert redact_text_plain(text)[0] == redacted
+    assert redact_text(redacted)[0] == redacted
+
+
+@pytest.mark.parametrize("text", [
+    "pw is required", "pw: sunflower", "pw: undefined", "SHA256 is the password hash", "bcrypt is the password hashing function",
+    "hunter2x was my old password.", "credentials for db:migrate", "creds: user:password", "creds are 10:30",
+    "credentials are stored in vault:secret/data", "password is user_42", "Password for 'https://bob@github.com': ",
+    "Username for 'https://github.com': bob", "the password is deploy@example.com",
+    "Password 'must be at least eight characters'", 'the password "Reset Password Link" button',
+    "the password must be at least 8 characters", "the password should be rotated", "login as root:wheel",
+    "the token will be available soon", "the password will be sent to you", "login with github:oauth",
+])
+def test_what_only_looks_like_a_fourth_round_password_stays(text: str) -> None:
+    redacted, _ = redact_text(text)
+    assert redacted == redact_text_plain(text)[0]
+    assert "REDACTED" not in redacted.replace("[REDACTED:email]", ""), redacted
+
+
+@PROPERTY
+@given(st.text(alphabet=string.ascii_lowercase, min_size=4, max_size=8), st.sampled_from("!#$%&*+?^~@"),
+       st.integers(10, 9999), st.sampled_from([
+           "{v} is the root password", "{v} was the admin password.", "the password is {v} for now",
+           "Password for [REDACTED:email]: {v}", "Password for 'https://u@git.example.org': {v}",
+           "the creds are deploy:{v}", "credentials: ci:{v}", "login with admin:{v}", "the new password will be {v}",
+           "the secret: `{v}`"]), FILLER)
+def test_a_fourth_round_password_in_prose_never_survives(letters: str, symbol: str, number: int, shape: str,
+                                                          after: str) -> None:
+    """A capital, small letters, a symbol (an "@" too) and digits, in each sentence 2.9 reads."""
+    value = f"{letters.capitalize()}{symbol}{number}"
+    text = shape.format(v=value) + "\n" + after
+    redacted = redact_text(text)[0]
+    assert value not in redacted.split("\n")[0], redacted
