@@ -25,7 +25,7 @@ from streams.redaction.literals import redact_literals
 from streams.redaction.policy import DEFAULT_POLICY, RedactionPolicy
 from streams.redaction.rules import build_rules
 
-__all__ = ["WRAPPED_BREAK", "WRAPPED_HEAD", "clip", "redact_excerpt", "redact_text", "redact_text_into", "redact_text_plain",
+__all__ = ["WRAPPED_BREAK", "WRAPPED_HEAD", "clip", "cut_tail", "redact_excerpt", "redact_text", "redact_text_into", "redact_text_plain",
            "rejoin_fingerprint", "summarize"]
 
 _MAX_PASSES = 8  # converges in 1-2 passes on real text; a bound keeps odd input cheap
@@ -92,9 +92,20 @@ def redact_text(text: str, policy: RedactionPolicy | None = None) -> tuple[str, 
 # The last token of a text that ends inside one (2.8), matched at the start of the reversed
 # text: searched for with ``...{6,}\Z``, every start inside a long token (a base64 image, a 3 MB
 # string) ran to the token's end and back, so a rejected 40 KB line took 35 s to dead-letter and
-# a 3 MB event held the API's GIL for hours.
-_CUT_TAIL = re.compile(r"[^\s\"'`<>(){}\[\],;|]{6,}")
+# a 3 MB event held the API's GIL for hours. A "|" inside the token is the token's own (2.9: a
+# Facebook access token is `APP_ID|SECRET`; cut after the bar it kept the app id), not a pipe's:
+# the run may hold bars, and those at its start are cut off it.
+_CUT_TAIL = re.compile(r"[^\s\"'`<>(){}\[\],;]+")
+_CUT_TAIL_LENGTH = 6
 CUT_TOKEN = "cut-token"
+
+
+def cut_tail(text: str) -> str:
+    """The token ``text`` ends in (6 characters or more; "" when it ends in none): read
+    backwards from the end, so in time linear in the token."""
+    tail = _CUT_TAIL.match(text[::-1])
+    token = tail.group().rstrip("|")[::-1] if tail is not None else ""
+    return token if len(token) >= _CUT_TAIL_LENGTH else ""
 
 
 def redact_excerpt(text: str, policy: RedactionPolicy | None = None) -> str:
@@ -107,10 +118,9 @@ def redact_excerpt(text: str, policy: RedactionPolicy | None = None) -> str:
     password), so a cut one is no format any more and its first characters stayed (2.8). A
     whole record ends in ``}`` or ``]``, never inside a token, so this only ever reads cut ones."""
     redacted = redact_text(text, policy)[0]
-    tail = _CUT_TAIL.match(redacted[::-1])
-    if tail is None:
+    token = cut_tail(redacted)
+    if not token:
         return redacted
-    token = tail.group()
     if not (any(c.isalpha() for c in token) and any(c.isdigit() for c in token)):
         return redacted
     return redacted[: len(redacted) - len(token)] + marker(CUT_TOKEN)

@@ -2112,6 +2112,8 @@ CUT_LINE = '{"type": "user", "message": {"role": "user", "content": "please use 
 @pytest.mark.parametrize("cut", [
     "ghp_Tr8x2Lq9ZkV3mT7wY1", "sk-ant-api03-Zq8vR2nL5tY7w", "glpat-Zq8vR2nL5t", "hf_Zq8vR2nL5tY7wK3mX9",
     "AIzaSyZq8vR2nL5tY7wK3mX9", "npm_Bx4Dz8Fb1Hd5Jf9Lh", "postgres://app:Pw9x2", "AKIAIOSFODNN7EXAMPLF / zOQQ2l+ZkAFezmkyGK",
+    # 2.9, found by the property below: a Facebook token (APP_ID|SECRET) cut after its bar
+    "529721213649917|C", "529721213649917|C7dQu0C8kUSr",
 ])
 def test_a_record_cut_inside_a_secret_keeps_no_start_of_it(cut: str) -> None:
     """Found by a new user's adversarial round (2.8): a JSONL line cut in the middle of a secret is
@@ -2132,14 +2134,15 @@ def test_a_record_that_ends_in_words_or_whole_keeps_them(raw: str) -> None:
 @settings(max_examples=300, deadline=None)
 @given(st.text(alphabet=st.sampled_from(list("ab1Z9_-= \t\n\"'`<>(){}[],;|é")), max_size=40))
 def test_a_cut_token_is_found_as_the_anchored_search_found_it(text: str) -> None:
-    """The last token is read backwards from the end: what ``[^...]{6,}\\Z`` searched for."""
+    """The last token is read backwards from the end: what the anchored search (2.9: a bar
+    inside the token is its own, one at its start is not) found from every position."""
     import re
 
-    from streams.redaction import text as text_module
+    from streams.redaction.text import cut_tail
 
-    old = re.compile(r"[^\s\"'`<>(){}\[\],;|]{6,}\Z").search(text)
-    new = text_module._CUT_TAIL.match(text[::-1])
-    assert (old.group() if old else None) == (new.group()[::-1] if new else None)
+    anchored = re.compile(r"(?<![^\s\"'`<>(){}\[\],;|])[^\s\"'`<>(){}\[\],;|][^\s\"'`<>(){}\[\],;]{5,}\Z")
+    found = anchored.search(text)
+    assert (found.group() if found else "") == cut_tail(text)
 
 
 def test_a_long_token_is_dead_lettered_in_linear_time() -> None:
