@@ -132,7 +132,9 @@ class AssignmentRule(Rule):
                 *_CLAUSE_END, *sorted(_FIRST_ONLY), *sorted(_SAID_NEXT),
                 _said_in_sentence.__qualname__, _said_value.__qualname__, _BLOCK_SCALAR.pattern,
                 _block_scalar.__qualname__, *sorted(_MANAGERS), *sorted(_FLAG_PROSE), _PLAIN_RUN.pattern,
-                *sorted(_PREDICATES), *_PREDICATE_ENDINGS, _plain_password.__qualname__]
+                *sorted(_PREDICATES), *_PREDICATE_ENDINGS, _plain_password.__qualname__,
+                _will_be.__qualname__, _LONG_WORD.pattern, _QUOTED_PHRASE.pattern, _passphrase_words.__qualname__,
+                _AT_HOST.pattern]
 
     def hit_names(self) -> tuple[str, ...]:
         return (_PASSWORD, _SECRET, _PROSE, *sorted(set(_NAMED.values())), *ported_rule_names())
@@ -498,6 +500,8 @@ def _said_in_sentence(text: str, start: int) -> tuple[int, int, str] | None:
         value = _SAID_VALUE.match(text, position)
         if value is not None and value.group("paren") is None:
             said = _said_value(value, kind, short)
+            if said is not None and step.group("sep").lower() == "be" and not _will_be(text[said[0]:said[1]]):
+                said = None  # "Password should be latin-1 encodable", "must be SHA256": what it is made of
             if said is not None and not _goes_on(text, said[1]):
                 return said
         if kind == "password" and not short and step.group("sep").lower() in ("is", "was", ":"):
@@ -505,6 +509,13 @@ def _said_in_sentence(text: str, start: int) -> tuple[int, int, str] | None:
             if plain is not None:
                 return plain
     return None
+
+
+def _will_be(value: str) -> bool:
+    """What a sentence says a password will be (2.9: "the new password will be Pq7!vX2m"): as after
+    "pw is", a capital or a symbol besides . - _, and not all capitals (SHA256, UTF-8 say how it is
+    made or written)."""
+    return _short_word_password(value) and not value.isupper()
 
 
 # Password managers: "the password is in 1Password" names where it is kept (2.5).

@@ -243,11 +243,14 @@ _CLI_FLAG_PASSWORDS = (
               r"[ \t]-pass(?:in|out|word)?[ \t]+['\"]?pass:(?P<value>[^\s'\"|;&`]+)"),
     # A secret echoed into a command that reads it from stdin: echo X | docker login
     # --password-stdin, | gh auth login --with-token, | gcloud secrets create, | vercel env add.
+    # 2.9: single quotes keep a "$" literal ('Pa$$w0rd' is the password, not a variable's).
     _cli_rule(("echo", "printf"), "echo SECRET | a command reading a secret from stdin",
-              r"\b(?:echo|printf)(?:[ \t]+-[neE]+)*[ \t]+(?P<value>'[^'$\r\n]{6,}'|\"[^\"$\r\n]{6,}\"|[^\s'\"$|;&`<>]{6,})[ \t]*\|"
+              r"\b(?:echo|printf)(?:[ \t]+-[neE]+)*[ \t]+(?P<value>'[^'\r\n]{6,}'|\"[^\"$\r\n]{6,}\"|[^\s'\"$|;&`<>]{6,})[ \t]*\|"
               r"(?=[^\r\n;&]*?(?:--password-stdin|--with-token|\bsecrets?[ \t]+(?:create|versions[ \t]+add|set)\b"
               r"|\benv[ \t]+add\b|--data-file[= ]-|\bauth[ \t]+login\b|\bchpasswd\b|\bpasswd[ \t]+--stdin\b"
-              r"|\bsecret[ \t]+put\b|\bsecrets:set\b|\benv:set\b))"),
+              r"|\bsecret[ \t]+put\b|\bsecrets:set\b|\benv:set\b"
+              # 2.9: sudo -S / --stdin reads the user's password from the pipe
+              r"|\bsudo[ \t]+(?:-[A-Za-z]*S[A-Za-z]*\b|--stdin\b)))"),
     # 2.8: SQL Server's tools take -P PASSWORD (sqlcmd, bcp, osql, isql), and gh secret set NAME
     # --body / -b VALUE sets a repository secret from its argument.
     _cli_rule(("sqlcmd", "bcp", "osql", "isql"), "sqlcmd / bcp / osql / isql -P PASSWORD",
@@ -550,15 +553,20 @@ _PASSWORD_WORDS_ELSEWHERE = (
     "ключ", "токен", "секрет", "キー", "シークレット", "chave", "chiave", "llave", "klucz",
 )
 _PASSWORD_CHARS = r"[A-Za-z0-9!#$%&*+\-./<=>?@^_~]"  # printable ASCII but quotes, brackets, , ; : and `
+# 2.9: letters of the alphabets written with spaces between words (Latin, Greek, Cyrillic) too:
+# "пароль: Медведь7!Zx" kept its first six letters. Not CJK letters, which run into the
+# words around a value ("密码是Abc123…").
+_SCRIPT_LETTERS = "\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u024f\u0370-\u03ff\u0400-\u04ff"
+_PASSWORD_CHARS_ELSEWHERE = r"[A-Za-z0-9!#$%&*+\-./<=>?@^_~" + _SCRIPT_LETTERS + r"]"
 _PASSWORD_ELSEWHERE = RegexRule(
     name="password-in-prose",
     lower_triggers=_PASSWORD_WORDS_ELSEWHERE,
     description="a password written after the word password in another language",
     pattern=re.compile(
         r"(?:" + "|".join(re.escape(word) for word in _PASSWORD_WORDS_ELSEWHERE) + r")"
-        r"[^\r\n\d]{0,24}?(?<!" + _PASSWORD_CHARS + r")"
-        r"(?=" + _PASSWORD_CHARS + r"*\d)(?=" + _PASSWORD_CHARS + r"*[A-Za-z])"
-        r"(?P<value>" + _PASSWORD_CHARS + r"{8,128})(?!" + _PASSWORD_CHARS + r")",
+        r"[^\r\n\d]{0,24}?(?<!" + _PASSWORD_CHARS_ELSEWHERE + r")"
+        r"(?=" + _PASSWORD_CHARS_ELSEWHERE + r"*\d)(?=" + _PASSWORD_CHARS_ELSEWHERE + r"*[A-Za-z" + _SCRIPT_LETTERS + r"])"
+        r"(?P<value>" + _PASSWORD_CHARS_ELSEWHERE + r"{8,128})(?!" + _PASSWORD_CHARS_ELSEWHERE + r")",
         re.IGNORECASE,
     ),
     group="value",
@@ -574,15 +582,28 @@ URL_PASSWORD_RULE = RegexRule(
     triggers=("://", ":\\/\\/", ":\\u002f\\u002f", ":\\u002F\\u002F"),
     description="password in scheme://user:password@host (database, broker and HTTP URLs), also JSON-escaped",
     pattern=re.compile(
-        r":(?<=[A-Za-z0-9]:)(?:/|\\/|\\u002[fF])(?:/|\\/|\\u002[fF])[^\s/?#@:\"'<>\[]*:"
-        r"(?P<value>[^\s/?@\"'<>]+)@(?=[A-Za-z0-9\[])",
+        r":(?<=[A-Za-z0-9]:)(?:/|\\/|\\u002[fF])(?:/|\\/|\\u002[fF])(?P<user>[^\s/?#@:\"'<>\[]*):"
+        r"(?P<value>[^\s/?@\"'<>]+(?:/[^\s/?@\"'<>]+)*)@(?=[A-Za-z0-9\[])",
         re.ASCII,
     ),
     group="value",
     # 2.5: https://[REDACTED:github-token]@host held a "user:password" in its marker, and
     # postgres://user:${DB_PASS}@host a template's placeholder.
-    check=lambda match: not _template(match.group("value")),
+    check=lambda match: not _template(match.group("value")) and _url_password_slash(match),
 )
+
+
+def _url_password_slash(match: re.Match[str]) -> bool:
+    """A "/" in a URL's password (2.9): a base64 or hand-typed password written unescaped
+    (mysql://root:Tr0ub/4d@db), not a host's port and path before an "@" in the path
+    (http://localhost:3000/@vite/client, https://host:8080/users/@me)."""
+    value = match.group("value")
+    if "/" not in value:
+        return True
+    return "." not in match.group("user") and _PORT_OR_ROUTE.match(value) is None and "#/" not in value
+
+
+_PORT_OR_ROUTE = re.compile(r"[0-9]+[#/]")  # localhost:3000/…, localhost:3000#/login: a port and a path
 
 
 
@@ -828,6 +849,45 @@ _PGPASS = RegexRule(
     group="value",
     check=lambda match: not is_placeholder(match.group("value"), quoted=False),
 )
+
+
+# A ~/.netrc entry's password (2.9): "machine api.heroku.com login me password <key>", on one line
+# or over several. The file says what the value is, so it goes whatever its shape: Heroku writes
+# its API key there, a UUID, which the prose reading keeps as an id.
+_NETRC = RegexRule(
+    name="password-assignment",
+    lower_triggers=("machine",),
+    anchored=True,
+    description="a ~/.netrc entry's password (machine HOST login USER password PASSWORD)",
+    pattern=re.compile(r"machine[ \t]+[^\s\"'`]+(?:\s+(?:login|account|port)[ \t]+\S+){0,3}\s+password[ \t]+"
+                       r"(?P<value>\S+)", re.ASCII | re.IGNORECASE),
+    group="value",
+    check=lambda match: not is_placeholder(match.group("value"), quoted=False),
+)
+
+
+_ATTRIBUTE = re.compile(r"<(?:add|property|setting|param|entry|parameter)\b[^<>]{0,200}?\b(?:key|name)[ \t]*=[ \t]*"
+                        r"[\"'](?P<name>[^\"'<>\r\n]{1,64})[\"'][^<>]{0,200}?\bvalue[ \t]*=[ \t]*"
+                        r"(?P<q>[\"'])(?P<value>(?:(?!(?P=q))[^<>\r\n]){1,4096})(?P=q)", re.ASCII | re.IGNORECASE)
+
+
+def _attribute_rule(rule: str) -> RegexRule:
+    """A config element naming its setting in one attribute and giving its value in another (2.9):
+    .NET's <add key="SmtpPassword" value="…"/>, Ant / Maven <property name="db.password"
+    value="…"/>, <setting name="ApiKey" value="…"/>. The XML rule reads <password>…</password>
+    only. Judged as a name / value list's item: any value under a password name, a random one
+    under another secret name (one rule per marker, on one pattern)."""
+    return RegexRule(
+        name=rule,
+        lower_triggers=("value=",),
+        description="<add key=\"NAME\" value=\"…\"/> and <property name=\"NAME\" value=\"…\"/> under a secret-like NAME",
+        pattern=_ATTRIBUTE,
+        group="value",
+        check=lambda match: _named_value_rule(match.group("name"), match.group("value")) == rule,
+    )
+
+
+_ATTRIBUTE_PAIRS = (_attribute_rule("password-assignment"), _attribute_rule("secret-assignment"))
 
 
 def _used_as_secret(match: re.Match[str]) -> bool:
@@ -1082,7 +1142,7 @@ def _secret_value(value: str) -> bool:
 
 CONTEXT_RULES: tuple[Rule, ...] = (_PASSWORD_HASH, _AZURE_SAS, _URL_SIGNATURE, _OAUTH_CODE, _BEARER, _BASIC, _AUTH_SCHEME, *_AWS_PAIR, _TWILIO_PAIR, _URL_TOKEN, _MYSQL_PASSWORD, _CLI_PASSWORD, *_CLI_FLAG_PASSWORDS, _CURL_USER,
                                    CookieRule(), CodeCredentialRule(), WindowsEnvRule(), EnvListRule(), MarkdownTableRule(),
-                                   _PASSWORD_ELSEWHERE, _CONFIG_PASSWORD, _PGPASS, _USED_AS,
+                                   _PASSWORD_ELSEWHERE, _CONFIG_PASSWORD, _PGPASS, _NETRC, *_ATTRIBUTE_PAIRS, _USED_AS,
                                    _COMMAND_SECRET, _SHELL_MODE_SECRET, _PUTTY_KEY, *_SECURE_STRING, _DJANGO_KEY,
                                    SecretDocumentRule())
 

@@ -2211,6 +2211,8 @@ def test_a_password_a_fourth_round_found_in_prose_never_survives(text: str, secr
     "Password 'must be at least eight characters'", 'the password "Reset Password Link" button',
     "the password must be at least 8 characters", "the password should be rotated", "login as root:wheel",
     "the token will be available soon", "the password will be sent to you", "login with github:oauth",
+    # the first draft read these as passwords (third-party docs: httpie, the FP corpus)
+    "Password should be latin-1 encodable.", "the password must be SHA256 hashed", "password must be utf-8",
 ])
 def test_what_only_looks_like_a_fourth_round_password_stays(text: str) -> None:
     redacted, _ = redact_text(text)
@@ -2228,6 +2230,54 @@ def test_what_only_looks_like_a_fourth_round_password_stays(text: str) -> None:
 def test_a_fourth_round_password_in_prose_never_survives(letters: str, symbol: str, number: int, shape: str,
                                                           after: str) -> None:
     """A capital, small letters, a symbol (an "@" too) and digits, in each sentence 2.9 reads."""
+    value = f"{letters.capitalize()}{symbol}{number}"
+    text = shape.format(v=value) + "\n" + after
+    redacted = redact_text(text)[0]
+    assert value not in redacted.split("\n")[0], redacted
+
+
+# ------------------------------------------------- policy 2.9: passwords a fourth adversarial round found in config and URLs
+
+@pytest.mark.parametrize(("text", "secret"), [
+    ("пароль: Медведь7!Zx для входа", "Медведь7"),
+    ("The DSN is mysql://root:Tr0ub/4d&r;x@10.0.3.7:3306/shop", "Tr0ub/4d"),
+    ("postgres://app:AbC/dEf+gh==@db:5432/x", "AbC/dEf"),
+    ("machine git.corp.example\n  login ops@corp.example\n  password 7c1e9a4b-2d8f-4e6a-b3c5-0f9d8e7a6b5c", "7c1e9a4b"),
+    ('<add key="SmtpPassword" value="Dn5!tQ2xLm" />', "Dn5!tQ2xLm"),
+    ('<property name="db.password" value="Tr0ub4dor&amp;3!"/>', "&amp;3!"),
+    ('<add key="DbPassword" value="winter-is-coming"/>', "winter-is-coming"),
+    ("echo 'Sd7#uX2qLm' | sudo -S apt-get update", "Sd7#uX2qLm"),
+    ("echo 'Pa$$w0rd9' | docker login -u ci --password-stdin", "Pa$$w0rd9"),
+])
+def test_a_password_a_fourth_round_found_in_config_never_survives(text: str, secret: str) -> None:
+    """QA, session 22 (policy 2.9): Cyrillic letters in a password after a foreign password word,
+    a "/" in a URL's password, a .netrc entry's password (a UUID: Heroku's key, kept when an
+    address after login pushed "heroku" away), a config element's value attribute under a password
+    name, a password echoed into sudo -S and a single-quoted one holding "$" echoed into any."""
+    redacted = redact_text(text)[0]
+    assert secret not in redacted, redacted
+    assert redact_text_plain(text)[0] == redacted
+    assert redact_text(redacted)[0] == redacted
+
+
+@pytest.mark.parametrize("text", [
+    "http://localhost:3000/@vite/client", "https://host:8080/users/x@me", "http://localhost:3000#/login@x",
+    "the machine password is stored", '<add key="PageSize" value="20"/>', '<add key="PasswordMinLength" value="8"/>',
+    '<param name="token" value="${TOKEN}"/>', '<add key="ApiKey" value="demo"/>', "echo hello world | sudo tee /etc/x",
+    "echo '$TOKEN' | gh auth login --with-token",
+    "пароль должен быть не короче 8 символов",
+])
+def test_what_only_looks_like_a_fourth_round_config_password_stays(text: str) -> None:
+    assert redact_text(text) == (text, {})
+
+
+@PROPERTY
+@given(st.text(alphabet=string.ascii_lowercase, min_size=4, max_size=8), st.sampled_from("!$%&*+^~"),
+       st.integers(10, 9999), st.sampled_from([
+           "machine git.example.org login ci@example.org password {v}", "mysql://root:{v}/{v}@db:3306/x",
+           '<add key="DbPassword" value="{v}"/>', "echo '{v}' | sudo -S true", "пароль: Ключ{v}"]), FILLER)
+def test_a_fourth_round_password_in_config_never_survives(letters: str, symbol: str, number: int, shape: str,
+                                                           after: str) -> None:
     value = f"{letters.capitalize()}{symbol}{number}"
     text = shape.format(v=value) + "\n" + after
     redacted = redact_text(text)[0]
