@@ -942,17 +942,25 @@ def _grammar_events(log_id: str, recall: str, tag: str, number: int) -> tuple[li
     return distractors, target
 
 
-@pytest.fixture(scope="module")
-def grammar(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Planner]:
-    settings = make_test_settings(tmp_path_factory.mktemp("grammar"), kafka_bootstrap)
-    builder = IndexBuilder(settings, kafka_bootstrap, "grammar")
-    indexed = _grammar_events("grammar", GRAMMAR[0], "g-indexed", 100)
-    tail = _grammar_events("grammar", GRAMMAR[1], "g-tail", 200)
-    builder.append(indexed[0] + indexed[1])
+def _indexed_and_tail(kafka_bootstrap: str, home: Path, log_id: str, indexed: list[dict[str, Any]],
+                      tail: list[dict[str, Any]]) -> Iterator[Planner]:
+    """A planner over ``indexed``, committed, and ``tail``, above every watermark: only latest's
+    tail scan holds it."""
+    settings = make_test_settings(home, kafka_bootstrap)
+    builder = IndexBuilder(settings, kafka_bootstrap, log_id)
+    builder.append(indexed)
     builder.commit()
-    builder.append(tail[0] + tail[1])  # above every watermark: only latest's tail scan holds it
+    builder.append(tail)
     with serving(settings, kafka_bootstrap, builder) as planner:
         yield planner
+
+
+@pytest.fixture(scope="module")
+def grammar(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Planner]:
+    indexed = _grammar_events("grammar", GRAMMAR[0], "g-indexed", 100)
+    tail = _grammar_events("grammar", GRAMMAR[1], "g-tail", 200)
+    yield from _indexed_and_tail(kafka_bootstrap, tmp_path_factory.mktemp("grammar"), "grammar",
+                                 indexed[0] + indexed[1], tail[0] + tail[1])
 
 
 @pytest.mark.parametrize(("recall", "target", "freshness"), [
@@ -998,15 +1006,10 @@ def _pasted_events(log_id: str, pasted: str, tag: str, number: int) -> tuple[lis
 
 @pytest.fixture(scope="module")
 def pasted(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Planner]:
-    settings = make_test_settings(tmp_path_factory.mktemp("pasted"), kafka_bootstrap)
-    builder = IndexBuilder(settings, kafka_bootstrap, "pasted")
     indexed = _pasted_events("pasted", PASTED[0], "p-indexed", 100)
     tail = _pasted_events("pasted", PASTED[1], "p-tail", 400)
-    builder.append(indexed[0] + indexed[1])
-    builder.commit()
-    builder.append(tail[0] + tail[1])  # above every watermark: only latest's tail scan holds it
-    with serving(settings, kafka_bootstrap, builder) as planner:
-        yield planner
+    yield from _indexed_and_tail(kafka_bootstrap, tmp_path_factory.mktemp("pasted"), "pasted",
+                                 indexed[0] + indexed[1], tail[0] + tail[1])
 
 
 @pytest.mark.parametrize(("query", "target", "freshness"), [

@@ -6,10 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from streams.follow import Follower, PositionStore
 from streams.importers import Accepted, iter_records
-from streams.testing import MemoryL1
+from streams.testing import Clock, Crash, MemoryL1
 
-__all__ = ["LIMIT", "SESSION", "but_amendments", "counted", "one_shot_ids", "transcript_line"]
+__all__ = ["LIMIT", "SESSION", "Pair", "but_amendments", "counted", "follow_as_it_grows", "one_shot_ids", "transcript_line"]
 
 SESSION = "7d1c9a52-5b8e-4f0b-9c3a-1e2f3a4b5c6d"
 # Small, so that events are cut to fit, or rejected when they cannot be (the same limit for the
@@ -52,3 +53,66 @@ def counted(made: Any, sizes: list[int]) -> Any:
             return cursor.feed(chunk)
 
     return Counted()
+
+
+def follow_as_it_grows(live: Path, lines: list[bytes], home: Path, *, first: int = 2) -> MemoryL1:
+    """What a follower of ``live``'s directory appends while ``live`` is written ``first`` lines
+    at once and then a line at a time, the follower polling after each, until it idles out."""
+    live.write_bytes(b"".join(lines[:first]))
+    l1, clock = MemoryL1(), Clock()
+    tail = Follower([live.parent], appender=l1, store=PositionStore(home), idle_seconds=5.0, clock=clock,
+                    max_event_bytes=LIMIT)
+    tail.poll()
+    for line in lines[first:]:
+        with live.open("ab") as handle:
+            handle.write(line)
+        tail.poll()
+    clock.now += 10
+    tail.poll()
+    return l1
+
+
+class Pair:
+    """The follower under test (resumed imports) and one importing the whole file on every
+    change, in step. ``dead_in_order=False`` compares their dead letters as sets: a whole import
+    of an OpenAI-chat file says a bad line inside a message run before the run's messages."""
+
+    def __init__(self, root: Path, home: Path, clock: Clock, l1s: tuple[MemoryL1, MemoryL1] | None = None, *,
+                 dead_in_order: bool = True) -> None:
+        self.root, self.home, self.clock = root, home, clock
+        self.l1s = l1s or (MemoryL1(), MemoryL1())
+        self.dead_in_order = dead_in_order
+        self.followers = [self._follower(i) for i in range(2)]
+
+    def _follower(self, i: int) -> Follower:
+        return Follower([self.root], appender=self.l1s[i], store=PositionStore(self.home / str(i)),
+                        idle_seconds=5.0, clock=self.clock, resume=i == 0, max_event_bytes=LIMIT)
+
+    def restart(self) -> None:
+        self.followers = [self._follower(i) for i in range(2)]
+
+    def poll(self, crash_in: int | None) -> bool:
+        """Both poll (both killed at the same append, when ``crash_in``); whether they crashed."""
+        crashed = []
+        for i, l1 in enumerate(self.l1s):
+            l1.crash_in = crash_in
+            try:
+                self.followers[i].poll()
+                crashed.append(False)
+            except Crash:
+                self.followers[i] = self._follower(i)
+                crashed.append(True)
+            l1.crash_in = None
+        assert crashed[0] == crashed[1]
+        self.check()
+        return crashed[0]
+
+    def check(self) -> None:
+        resumed, whole = self.l1s
+        assert resumed.log == whole.log  # the same events in the same order, field for field
+        dead = [[(d.record, d.reason, d.raw, d.log_id) for d in l1.dead] for l1 in self.l1s]
+        if not self.dead_in_order:
+            dead = [sorted(letters) for letters in dead]
+        assert dead[0] == dead[1]
+        records = [PositionStore(self.home / str(i)).records(self.l1s[i]) for i in range(2)]
+        assert records[0] == records[1]

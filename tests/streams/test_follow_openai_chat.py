@@ -14,11 +14,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from streams import follow
-from streams.follow import Follower, PositionStore
 from streams.importers import Accepted, Rejected, iter_file
 from streams.importers.cursor import open_cursor
-from streams.testing import Clock, Crash, MemoryL1
-from tests.streams.follow_kit import LIMIT, counted, one_shot_ids
+from streams.testing import Clock
+from tests.streams.follow_kit import LIMIT, Pair, counted, follow_as_it_grows, one_shot_ids
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -92,46 +91,6 @@ FILES = [
 ]
 
 
-def _dead(l1: MemoryL1) -> list[tuple[str, str, str, str | None]]:
-    # Sorted: a whole import says a bad line inside a run before the run's messages.
-    return sorted((d.record, d.reason, d.raw, d.log_id) for d in l1.dead)
-
-
-class Pair:
-    """The follower under test (its import kept open) and one importing the whole file on every
-    change, in step."""
-
-    def __init__(self, root: Path, home: Path, clock: Clock) -> None:
-        self.root, self.home, self.clock = root, home, clock
-        self.l1s = (MemoryL1(), MemoryL1())
-        self.restart()
-
-    def restart(self) -> None:
-        self.followers = [Follower([self.root], appender=self.l1s[i], store=PositionStore(self.home / str(i)),
-                                   idle_seconds=5.0, clock=self.clock, resume=i == 0, max_event_bytes=LIMIT)
-                          for i in range(2)]
-
-    def poll(self, crash_in: int | None) -> bool:
-        crashed = []
-        for i, l1 in enumerate(self.l1s):
-            l1.crash_in = crash_in
-            try:
-                self.followers[i].poll()
-                crashed.append(False)
-            except Crash:
-                self.followers[i] = Follower(
-                    [self.root], appender=l1, store=PositionStore(self.home / str(i)), idle_seconds=5.0,
-                    clock=self.clock, resume=i == 0, max_event_bytes=LIMIT)
-                crashed.append(True)
-            l1.crash_in = None
-        assert crashed[0] == crashed[1]
-        resumed, whole = self.l1s
-        assert resumed.log == whole.log
-        assert _dead(resumed) == _dead(whole)
-        assert PositionStore(self.home / "0").records(resumed) == PositionStore(self.home / "1").records(whole)
-        return crashed[0]
-
-
 @settings(max_examples=80, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(data=st.data())
@@ -145,7 +104,7 @@ def test_a_growing_chat_log_appends_what_a_whole_import_appends(tmp_path_factory
     cuts = sorted(set(data.draw(st.lists(st.one_of(st.sampled_from(ends), st.integers(1, len(content))),
                                          max_size=16), label="cuts")))
     clock = Clock()
-    pair = Pair(root, tmp / "home", clock)
+    pair = Pair(root, tmp / "home", clock, dead_in_order=False)
     pair.poll(None)  # made while followed: growing from the start
     written = 0
     released_early = False
@@ -220,18 +179,7 @@ def test_a_growing_chat_log_is_read_on_not_imported_again(tmp_path, monkeypatch)
     lines = _lines(_agent_loop() + _message_runs()).splitlines(keepends=True)
     root = tmp_path / "chats"
     root.mkdir()
-    live = root / "run.jsonl"
-    live.write_bytes(b"".join(lines[:2]))
-    l1, clock = MemoryL1(), Clock()
-    tail = Follower([root], appender=l1, store=PositionStore(tmp_path / "home"), idle_seconds=5.0, clock=clock,
-                    max_event_bytes=LIMIT)
-    tail.poll()
-    for line in lines[2:]:
-        with live.open("ab") as handle:
-            handle.write(line)
-        tail.poll()
-    clock.now += 10
-    tail.poll()
+    l1 = follow_as_it_grows(root / "run.jsonl", lines, tmp_path / "home")
     assert whole == ["run.jsonl"]  # the follower's first look only
     assert [n for n in fed if n] == [len(b"".join(lines[:2]))] + [len(line) for line in lines[2:]]
     assert set(l1.counts()) == one_shot_ids(root) and max(l1.counts().values()) == 1

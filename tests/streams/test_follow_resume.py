@@ -15,12 +15,14 @@ from hypothesis import strategies as st
 
 from streams import follow
 from streams.follow import Follower, PositionStore
-from streams.testing import Clock, Crash, MemoryL1
+from streams.testing import Clock, MemoryL1
 from tests.streams.follow_kit import (
     LIMIT,
     SESSION,
+    Pair,
     but_amendments,
     counted,
+    follow_as_it_grows,
     one_shot_ids,
     transcript_line,
 )
@@ -142,45 +144,6 @@ def _sessions() -> list[dict[str, bytes]]:
 
 
 SESSIONS = _sessions()
-
-
-class Pair:
-    """The follower under test (resumed imports) and today's (whole imports), in step."""
-
-    def __init__(self, root: Path, home: Path, clock: Clock, l1s: tuple[MemoryL1, MemoryL1]) -> None:
-        self.root, self.home, self.clock, self.l1s = root, home, clock, l1s
-        self.followers = [self._follower(i) for i in range(2)]
-
-    def _follower(self, i: int) -> Follower:
-        return Follower([self.root], appender=self.l1s[i], store=PositionStore(self.home / str(i)),
-                        idle_seconds=5.0, clock=self.clock, resume=i == 0, max_event_bytes=LIMIT)
-
-    def restart(self) -> None:
-        self.followers = [self._follower(i) for i in range(2)]
-
-    def poll(self, crash_in: int | None) -> bool:
-        """Both poll (both killed at the same append, when ``crash_in``); whether they crashed."""
-        crashed = []
-        for i, l1 in enumerate(self.l1s):
-            l1.crash_in = crash_in
-            try:
-                self.followers[i].poll()
-                crashed.append(False)
-            except Crash:
-                self.followers[i] = self._follower(i)
-                crashed.append(True)
-            l1.crash_in = None
-        assert crashed[0] == crashed[1]
-        self.check()
-        return crashed[0]
-
-    def check(self) -> None:
-        resumed, whole = self.l1s
-        assert resumed.log == whole.log  # the same events in the same order, field for field
-        assert [(d.record, d.reason, d.raw, d.log_id) for d in resumed.dead] == \
-            [(d.record, d.reason, d.raw, d.log_id) for d in whole.dead]
-        records = [PositionStore(self.home / str(i)).records(self.l1s[i]) for i in range(2)]
-        assert records[0] == records[1]
 
 
 @settings(max_examples=60 if not os.environ.get("USL_TEST_CLAUDE_CODE_DIR") else 100, deadline=None,
@@ -382,18 +345,7 @@ def test_a_growing_asp_file_is_read_on_not_imported_again(tmp_path, monkeypatch)
     lines = _made_up_asp()["events.asp.jsonl"].splitlines(keepends=True)
     root = tmp_path / "events"
     root.mkdir()
-    live = root / "events.asp.jsonl"
-    live.write_bytes(b"".join(lines[:2]))
-    l1, clock = MemoryL1(), Clock()
-    tail = Follower([root], appender=l1, store=PositionStore(tmp_path / "home"), idle_seconds=5.0, clock=clock,
-                    max_event_bytes=LIMIT)
-    tail.poll()
-    for line in lines[2:]:
-        with live.open("ab") as handle:
-            handle.write(line)
-        tail.poll()
-    clock.now += 10
-    tail.poll()
+    l1 = follow_as_it_grows(root / "events.asp.jsonl", lines, tmp_path / "home")
     assert whole == ["events.asp.jsonl"]  # the follower's first look only
     assert set(l1.counts()) == one_shot_ids(root) and max(l1.counts().values()) == 1
     assert [d.record for d in l1.dead] == [f"events.asp.jsonl:{n}" for n in (7, 8, 9, 13, 14)]
