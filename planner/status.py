@@ -42,9 +42,8 @@ import orjson
 
 from planner.acl import Principal
 from planner.coherence import CHUNK_KINDS, ChunkOrigin, find_mismatch, origins_of_watermark, remedy
-from planner.exceptions import NotFound
+from planner.exceptions import IndexUnavailable, NotFound
 from planner.snapshot import published_stall
-from planner.status_render import render_status
 from sinks.kinds import ALL_KINDS
 from streams.settings import Settings
 from streams.topics import Topics
@@ -52,8 +51,7 @@ from streams.topics import Topics
 if TYPE_CHECKING:
     from kafka import KafkaConsumer, TopicPartition
 
-__all__ = ["INDEX_KINDS", "DeadLetterTally", "StatusSources", "build_status", "collect_status", "export_status_metrics", "for_principal", "held_by",
-           "render_status"]
+__all__ = ["INDEX_KINDS", "DeadLetterTally", "StatusSources", "build_status", "collect_status", "export_status_metrics", "for_principal", "held_by"]
 
 INDEX_KINDS = ALL_KINDS
 #: L1 records read past a log's lowest watermark to find and count its own unindexed events
@@ -63,18 +61,17 @@ _UNIT_ENDS = frozenset({"turn.ended", "episode.ended", "session.ended"})
 
 
 class DeadLetterTally:
-    """Dead letters per log, read on from where the previous read ended: the API's status
-    (also behind every ``/metrics`` scrape) reads only what was written since, not the topic's
-    30 days again. Letters the topic no longer holds (retention) are forgotten."""
+    """Dead letters per log, read on from where the previous read ended through one kept
+    consumer (:class:`streams.l1.TopicTail`): the API's status (also behind every ``/metrics``
+    scrape) reads only what was written since, not the topic's 30 days again. Letters the topic
+    no longer holds (retention) are forgotten."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()  # the API collects status on several threads
-        self._next = 0
+        self._tail: Any = None  # streams.l1.TopicTail, made by the first read
         # offset, logId, stage, time of each letter still on the topic: a few bytes each, and the
         # topic holds only what failed.
         self._letters: list[tuple[int, str | None, str | None, str | None]] = []
-        self._consumer: Any = None
-        self._bootstrap: str | None = None
 
     def read(self, bootstrap: str, settings: Settings) -> dict[str | None, dict[str, Any]]:
         """``{logId or None: {"count", "byStage", "newest"}}`` of the letters on the topic now."""
@@ -89,104 +86,98 @@ class DeadLetterTally:
         return tally
 
     def _read_on(self, bootstrap: str, settings: Settings) -> list[tuple[int, str | None, str | None, str | None]]:
-        from streams.l1 import letter_of
+        from streams.l1 import TopicTail, letter_of
 
-        consumer, tp = self._consumer_of(bootstrap, settings)
-        if consumer is None:
-            return []
-        try:
-            first = consumer.beginning_offsets([tp])[tp]
-            end = consumer.end_offsets([tp])[tp]
-            if end < self._next:  # the topic was made again: count it afresh
-                self._next, self._letters = 0, []
-            self._letters = [letter for letter in self._letters if letter[0] >= first]
-            self._next = max(self._next, first)
-            consumer.seek(tp, self._next)
-            deadline = time.monotonic() + 10
-            while consumer.position(tp) < end and time.monotonic() < deadline:
-                for record in consumer.poll(timeout_ms=500, max_records=5000).get(tp, []):
-                    letter = letter_of(record)
-                    log_id, stage, at = letter.get("logId"), letter.get("stage"), letter.get("time")
-                    self._letters.append((record.offset, log_id if isinstance(log_id, str) else None,
-                                          stage if isinstance(stage, str) else None,
-                                          at if isinstance(at, str) else None))
-                    self._next = record.offset + 1
-        except Exception:
-            self.close()  # a broker that went away: the next read connects afresh
-            raise
+        if self._tail is None:
+            self._tail = TopicTail(bootstrap, Topics.from_settings(settings).deadletters)
+        restarted, records, first = self._tail.read()
+        if restarted:
+            self._letters = []
+        held = first.get(0, 0)
+        self._letters = [letter for letter in self._letters if letter[0] >= held]
+        for record in records:
+            letter = letter_of(record)
+            log_id, stage, at = letter.get("logId"), letter.get("stage"), letter.get("time")
+            self._letters.append((record.offset, log_id if isinstance(log_id, str) else None,
+                                  stage if isinstance(stage, str) else None, at if isinstance(at, str) else None))
         return list(self._letters)
 
-    def _consumer_of(self, bootstrap: str, settings: Settings) -> tuple[Any, Any]:
-        """The tally's consumer, assigned to the topic (None while the topic does not exist).
-        Kept between reads: connecting and fetching metadata cost ~110 ms, the read of what
-        is new a few."""
-        from kafka import KafkaConsumer, TopicPartition
-
-        tp = TopicPartition(Topics.from_settings(settings).deadletters, 0)
-        if self._consumer is not None and self._bootstrap != bootstrap:
-            self.close()
-        if self._consumer is None:
-            self._consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
-                                           isolation_level="read_committed", consumer_timeout_ms=1000)
-            self._bootstrap = bootstrap
-        if not self._consumer.assignment():
-            if not self._consumer.partitions_for_topic(tp.topic):
-                return None, tp
-            self._consumer.assign([tp])
-        return self._consumer, tp
-
     def close(self) -> None:
-        if self._consumer is not None:
-            self._consumer.close()
-            self._consumer = None
+        with self._lock:  # not under a read of another thread
+            if self._tail is not None:
+                self._tail.close()
+                self._tail = None
 
 
 class StatusSources:
-    """What a status collect reads through, kept between collects: the watermarks and the logs'
+    """What a status collect reads through, kept between collects: the watermarks, the logs'
     committed L1 seqs (each through a consumer of its own) and the dead-letter tally. The API
     keeps one for its life: a new kafka-python client costs ~100 ms of connection and metadata,
     and a cold ``/v1/status`` took ~0.6 s, mostly three of them. ``usl status`` without an API
     makes one for its collect."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()  # the API collects status on several threads
+        self._lock = threading.Lock()  # kafka-python consumers serve one thread at a time
+        self._closed = False
         self.dead_letters = DeadLetterTally()
         self._bootstrap: str | None = None
         self._watermarks: Any = None  # sinks.watermarks.WatermarkReader
         self._reader: Any = None  # streams.l1.L1Reader, over a registry that keeps its consumer
 
     def read(self, bootstrap: str, settings: Settings) -> tuple[dict[tuple[str, str], dict[str, Any]],
-                                                                dict[str, int], dict[str, int]]:
-        """The watermarks, then each log's committed L1 seq, and each log's partition."""
+                                                                dict[str, int], dict[str, int],
+                                                                dict[str | None, dict[str, Any]]]:
+        """The watermarks, then each log's committed L1 seq; each log's partition; and the dead
+        letters (:meth:`DeadLetterTally.read`)."""
+        if not self._lock.acquire(blocking=False):
+            # Another collect is reading through the kept consumers (the API's threads): this one
+            # reads through its own, as every collect did before they were kept, rather than
+            # queue behind one that may wait 30 s on an unreachable broker.
+            alone = StatusSources()
+            try:
+                return alone.read(bootstrap, settings)
+            finally:
+                alone.close()
+        try:
+            if self._closed:
+                raise IndexUnavailable("the API is shutting down", hint="Retry in a moment.")
+            return self._read(bootstrap, settings)
+        finally:
+            self._lock.release()
+
+    def _read(self, bootstrap: str, settings: Settings) -> tuple[dict[tuple[str, str], dict[str, Any]],
+                                                                 dict[str, int], dict[str, int],
+                                                                 dict[str | None, dict[str, Any]]]:
         # Imported here: `usl status` through the API only renders the report.
         from sinks.watermarks import WatermarkReader
         from streams.l1 import L1Reader, LogRegistry
 
-        with self._lock:
-            if self._bootstrap != bootstrap:
-                self._close()
-            self._bootstrap = bootstrap
-            try:
-                if self._watermarks is None:
-                    self._watermarks = WatermarkReader(bootstrap, settings)
-                # Watermarks first: a sink publishes one only for seqs already committed in L1,
-                # so an L1 seq read after it is at or above it. Read the other way round, a
-                # commit between the two reads showed builtThroughSeq above l1CommittedSeq (1
-                # poll in 57 under load).
-                watermarks = self._watermarks.read()
-                if self._reader is None:
-                    registry = LogRegistry(bootstrap, settings, keep_consumer=True, refresh=False)
-                    self._reader = L1Reader(bootstrap, settings, registry=registry)
-                l1_seqs = self._reader.committed_seqs()
-                return watermarks, l1_seqs, self._reader.registry.logs
-            except Exception:
-                self._close()  # the next collect connects afresh
-                raise
+        if self._bootstrap != bootstrap:
+            self._close()
+        self._bootstrap = bootstrap
+        try:
+            if self._watermarks is None:
+                self._watermarks = WatermarkReader(bootstrap, settings)
+            # Watermarks first: a sink publishes one only for seqs already committed in L1, so
+            # an L1 seq read after it is at or above it. Read the other way round, a commit
+            # between the two reads showed builtThroughSeq above l1CommittedSeq (1 poll in 57
+            # under load).
+            watermarks = self._watermarks.read()
+            if self._reader is None:
+                registry = LogRegistry(bootstrap, settings, keep_consumer=True, refresh=False)
+                self._reader = L1Reader(bootstrap, settings, registry=registry)
+            l1_seqs = self._reader.committed_seqs()
+            return watermarks, l1_seqs, self._reader.registry.logs, self.dead_letters.read(bootstrap, settings)
+        except Exception:
+            self._close()  # the next collect connects afresh
+            raise
 
     def close(self) -> None:
+        """Close the kept consumers, once no collect reads through them; later collects are
+        refused (the API is stopping)."""
         with self._lock:
+            self._closed = True
             self._close()
-        self.dead_letters.close()
 
     def _close(self) -> None:
         if self._watermarks is not None:
@@ -196,6 +187,7 @@ class StatusSources:
             self._reader.close()
             self._reader.registry.close()
             self._reader = None
+        self.dead_letters.close()
 
 
 def _no_dead_letters() -> dict[str, Any]:
@@ -468,10 +460,11 @@ def collect_status(settings: Settings, bootstrap: str, *, log_id: str | None = N
 
 
 def _collect(settings: Settings, bootstrap: str, log_id: str | None, sources: StatusSources) -> dict[str, Any]:
-    watermarks, l1_seqs, partition_of = sources.read(bootstrap, settings)
+    watermarks, l1_seqs, partition_of, letters = sources.read(bootstrap, settings)
     if log_id is not None:
         watermarks = {k: v for k, v in watermarks.items() if k[0] == log_id}
-        if log_id not in partition_of and not watermarks:
+        letters = {log_id: letters[log_id]} if log_id in letters else {}
+        if log_id not in partition_of and not watermarks and not letters:  # rejected whole: its letters say why
             raise NotFound(f"no log named {log_id!r}",
                            hint="`usl status` without --log lists the logs; ingest events into this one first.")
         l1_seqs = {log_id: l1_seqs.get(log_id, 0)}
@@ -484,7 +477,6 @@ def _collect(settings: Settings, bootstrap: str, log_id: str | None, sources: St
     found = _unindexed(bootstrap, settings, partition_of, l1_seqs, wanted)
     root = Path(settings.home).resolve() / "indexes"  # sinks.runner.index_root, without its imports
     origins = {(log, kind): origins_of_watermark(root, log, kind, wm) for (log, kind), wm in watermarks.items()}
-    letters = sources.dead_letters.read(bootstrap, settings)
     report = build_status(l1_seqs, watermarks, found.append_time, now=time.time(), held=found.held,
                           origins=origins, pending=found.pending, open_unit=found.open_unit,
                           dead_letters=letters)

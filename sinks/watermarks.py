@@ -15,11 +15,10 @@ import time
 from typing import Any
 
 import orjson
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import KafkaProducer
 
 from sinks.shards import fold_shards
-from streams.exceptions import BrokerError
-from streams.l1 import follow_topic, read_topic_to_end
+from streams.l1 import TopicTail, follow_topic, read_topic_to_end
 from streams.settings import Settings
 from streams.topics import Topics
 
@@ -70,49 +69,25 @@ def read_watermarks(bootstrap: str, settings: Settings) -> dict[tuple[str, str],
 
 
 class WatermarkReader:
-    """:func:`read_watermarks` through one kept consumer: each read applies only the records
-    written since the last, to the table the earlier reads built (the topic is compacted, so the
-    table equals a read from the beginning). A status that is polled (the API's ``/v1/status``
-    and ``/metrics``) so pays a new client's connection and metadata once, not per poll."""
+    """:func:`read_watermarks` read on: each read applies the records written since the last to
+    the table the earlier reads built (the topic is compacted, so that table is what a read from
+    its start gives), through one kept consumer (:class:`streams.l1.TopicTail`). One thread at a
+    time: the owner serialises its reads."""
 
     def __init__(self, bootstrap: str, settings: Settings) -> None:
-        self._bootstrap = bootstrap
-        self._topic = Topics.from_settings(settings).watermarks
-        self._consumer: Any = None
+        self._tail = TopicTail(bootstrap, Topics.from_settings(settings).watermarks)
         self._table: dict[tuple[str, str], dict[str, Any]] = {}
 
     def read(self, timeout_seconds: float = 30.0) -> dict[tuple[str, str], dict[str, Any]]:
-        try:
-            if self._consumer is None:
-                consumer = KafkaConsumer(bootstrap_servers=self._bootstrap, enable_auto_commit=False,
-                                         isolation_level="read_committed", client_id="usl-watermark-reader")
-                parts = consumer.partitions_for_topic(self._topic) or set()
-                if not parts:
-                    consumer.close()
-                    return {}
-                wanted = [TopicPartition(self._topic, p) for p in sorted(parts)]
-                consumer.assign(wanted)
-                consumer.seek_to_beginning(*wanted)
-                self._consumer, self._table = consumer, {}
-            consumer = self._consumer
-            wanted = list(consumer.assignment())
-            end = consumer.end_offsets(wanted)
-            deadline = time.monotonic() + timeout_seconds
-            while any(consumer.position(tp) < end[tp] for tp in wanted):
-                if time.monotonic() >= deadline:
-                    raise BrokerError(f"timed out reading {self._topic} to its end")
-                for records in consumer.poll(timeout_ms=500, max_records=5000).values():
-                    for record in records:
-                        _apply(self._table, record.key, record.value)
-        except Exception:
-            self.close()  # the next read starts again from the beginning, on a new connection
-            raise
+        restarted, records, _ = self._tail.read(timeout_seconds)
+        if restarted:
+            self._table = {}
+        for record in records:
+            _apply(self._table, record.key, record.value)
         return fold_shards({key: dict(value) for key, value in self._table.items()})
 
     def close(self) -> None:
-        if self._consumer is not None:
-            self._consumer.close()
-            self._consumer = None
+        self._tail.close()
 
 
 def _apply(table: dict[tuple[str, str], dict[str, Any]], key: bytes | None, value: bytes | None) -> None:

@@ -27,8 +27,8 @@ from streams.kafka_compat import skip_startup_backoff
 from streams.settings import Settings
 from streams.topics import Topics
 
-__all__ = ["AppendedEvent", "DeadLetters", "L1Producer", "L1Reader", "LogRegistry", "dead_letter_excerpt",
-           "follow_topic", "letter_of", "read_dead_letters", "read_topic_to_end"]
+__all__ = ["AppendedEvent", "DeadLetters", "L1Producer", "L1Reader", "LogRegistry", "TopicTail",
+           "dead_letter_excerpt", "follow_topic", "letter_of", "read_dead_letters", "read_on", "read_topic_to_end"]
 
 _RAW_LIMIT = 4096
 
@@ -73,20 +73,72 @@ def _read_to_end(consumer: KafkaConsumer, topic: str, *, partitions: Iterable[in
         return
     consumer.assign(wanted)
     consumer.seek_to_beginning(*wanted)
-    end = consumer.end_offsets(wanted)
-    remaining = {tp for tp in wanted if end[tp] > consumer.position(tp)}
+    yield from read_on(consumer, wanted, what=topic, timeout_seconds=timeout_seconds)
+
+
+def read_on(consumer: KafkaConsumer, partitions: list[TopicPartition], *, what: str,
+            timeout_seconds: float = 30.0) -> Iterator[Any]:
+    """The records of ``partitions`` from the consumer's positions up to their end offsets as
+    of now; a BrokerError when they are not all read within ``timeout_seconds``."""
+    end = consumer.end_offsets(partitions)
     deadline = time.monotonic() + timeout_seconds
-    while remaining and time.monotonic() < deadline:
-        batch = consumer.poll(timeout_ms=500, max_records=5000)
-        for tp, records in batch.items():
-            yield from records
-            if records and records[-1].offset + 1 >= end[tp]:
-                remaining.discard(tp)
-        for tp in list(remaining):
-            if consumer.position(tp) >= end[tp]:
-                remaining.discard(tp)
-    if remaining:
-        raise BrokerError(f"timed out reading {topic} to its end")
+    while any(consumer.position(tp) < end[tp] for tp in partitions):
+        if time.monotonic() >= deadline:
+            raise BrokerError(f"timed out reading {what} to its end")
+        for records in consumer.poll(timeout_ms=500, max_records=5000).values():
+            yield from records  # with any written since ``end``: the position is past them
+
+
+class TopicTail:
+    """A topic read on from where the last read ended, to its end at each read, through one
+    kept consumer: a status that is polled (the API's ``/v1/status`` and ``/metrics``) pays a
+    new client's connection and metadata (~100 ms) once, not per poll. One thread at a time:
+    the owner serialises its reads. After :meth:`close` or an error the next read starts from
+    the topic's beginning again, on a new connection; so does the read after the topic was made
+    again (its end below the position). Records retention deleted are skipped."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self._bootstrap = bootstrap
+        self.topic = topic
+        self._consumer: KafkaConsumer | None = None
+        self._partitions: list[TopicPartition] = []
+
+    def read(self, timeout_seconds: float = 30.0) -> tuple[bool, list[Any], dict[int, int]]:
+        """(whether this read starts from the beginning, the records written since the last
+        read, each partition's first offset still held)."""
+        try:
+            restarted = False
+            if self._consumer is None:
+                consumer = KafkaConsumer(bootstrap_servers=self._bootstrap, enable_auto_commit=False,
+                                         isolation_level="read_committed", client_id="usl-topic-tail")
+                skip_startup_backoff(consumer)
+                parts = consumer.partitions_for_topic(self.topic) or set()
+                if not parts:  # not created yet: nothing to read, and nothing kept
+                    consumer.close()
+                    return True, [], {}
+                self._partitions = [TopicPartition(self.topic, p) for p in sorted(parts)]
+                consumer.assign(self._partitions)
+                consumer.seek_to_beginning(*self._partitions)
+                self._consumer, restarted = consumer, True
+            consumer = self._consumer
+            first = consumer.beginning_offsets(self._partitions)
+            end = consumer.end_offsets(self._partitions)
+            if any(end[tp] < consumer.position(tp) for tp in self._partitions):
+                consumer.seek_to_beginning(*self._partitions)
+                restarted = True
+            for tp in self._partitions:
+                if consumer.position(tp) < first[tp]:
+                    consumer.seek(tp, first[tp])
+            records = list(read_on(consumer, self._partitions, what=self.topic, timeout_seconds=timeout_seconds))
+        except Exception:
+            self.close()
+            raise
+        return restarted, records, {tp.partition: offset for tp, offset in first.items()}
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
 
 
 class LogRegistry:

@@ -131,7 +131,30 @@ def test_status_counts_each_logs_dead_letters_and_a_tally_reads_on_from_where_it
     report = json.loads(_usl(env, "status", "--json"))  # ... and status still says why
     assert "lost" not in report["logs"] and report["deadLetters"]["logsWithoutEvents"]["lost"]["count"] == 1
     assert "1 dead letter of log 'lost', which has no events in L1" in _usl(env, "status")
+    only = json.loads(_usl(env, "status", "--log", "clean", "--json"))  # --log: that log's letters alone
+    assert list(only["logs"]) == ["clean"] and only["deadLetters"]["logsWithoutEvents"] == {}
+    lost = json.loads(_usl(env, "status", "--log", "lost", "--json"))  # found by its letters, not "no log"
+    assert lost["logs"]["lost"]["deadLetters"]["count"] == 1 and lost["logs"]["lost"]["l1CommittedSeq"] == 0
     again = tally.read(kafka_bootstrap, settings)  # read on: the same counts as a new tally's
     assert again == DeadLetterTally().read(kafka_bootstrap, settings)
     assert again["default"]["count"] == 1 and again["clean"]["byStage"] == {"sink": 1}
     assert again[None]["count"] == 1
+
+
+def test_status_sources_read_beside_a_busy_collect_and_refuse_once_closed(
+        tmp_path: Path, kafka_bootstrap: str) -> None:
+    """The API's kept consumers serve one collect at a time: another reads through its own
+    rather than queue (behind a broker that may not answer for 30 s), and none reads once the
+    API has closed them."""
+    from planner.exceptions import IndexUnavailable
+    from planner.status import StatusSources
+    from streams.settings import Settings
+
+    settings = Settings.from_env({"USL_TOPIC_PREFIX": f"t{uuid.uuid4().hex[:10]}."}, home=tmp_path / "home")
+    sources = StatusSources()
+    alone = sources.read(kafka_bootstrap, settings)
+    with sources._lock:  # a collect in progress on another thread
+        assert sources.read(kafka_bootstrap, settings) == alone
+    sources.close()
+    with pytest.raises(IndexUnavailable):
+        sources.read(kafka_bootstrap, settings)

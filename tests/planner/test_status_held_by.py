@@ -15,7 +15,8 @@ import planner.status
 from planner.acl import parse_principal
 from planner.api import create_app
 from planner.auth import create_key, keys_path
-from planner.status import build_status, for_principal, held_by, render_status
+from planner.status import build_status, for_principal, held_by
+from planner.status_render import render_status
 from streams.settings import Settings
 
 

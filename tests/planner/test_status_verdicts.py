@@ -23,7 +23,8 @@ import streams.redaction.text
 from deploy.testing import settings_env
 from planner.api import create_app
 from planner.exceptions import NotFound
-from planner.status import build_status, collect_status, held_by, render_status
+from planner.status import build_status, collect_status, held_by
+from planner.status_render import render_status
 from sinks.watermarks import WatermarkPublisher, read_watermarks
 from streams.redaction import RedactionPolicy
 from streams.testing import append_events
