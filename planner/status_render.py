@@ -20,7 +20,8 @@ def render_status(report: dict[str, Any], console: Console) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    if not report["logs"]:
+    letters = report.get("deadLetters") or {}
+    if not report["logs"] and not letters.get("count") and not letters.get("logsWithoutEvents"):
         console.print("no logs yet: ingest something with `usl ingest PATH`")
     for log_id, entry in report["logs"].items():
         # One policy for every index goes in the title: at 80 columns the column left the

@@ -412,6 +412,15 @@ function sparkline(points) {
   return svg;
 }
 
+// One line when records were rejected: how many, by stage, the newest one's time (null if none).
+function deadLettersLine(letters, whose, command) {
+  if (!letters || !letters.count) return null;
+  const stages = Object.entries(letters.byStage || {}).map(([stage, n]) => `${stage} ${n}`).join(", ");
+  return el("p", { class: "dead-letters", "data-count": letters.count },
+    `${letters.count} dead letter${letters.count === 1 ? "" : "s"} ${whose} (${stages}` +
+    `${letters.newest ? `, newest ${letters.newest}` : ""}): ${command}`);
+}
+
 function renderStatus(report) {
   const root = $("status");
   const now = Date.now();
@@ -439,14 +448,16 @@ function renderStatus(report) {
       el("span", { class: "figures" }, figures),
       el("span", { class: "peak" }, `lag chart: last ${seconds} s, peak ${peak} seqs`)));
     }
-    const letters = entry.deadLetters;
-    if (letters && letters.count) {
-      const stages = Object.entries(letters.byStage || {}).map(([stage, n]) => `${stage} ${n}`).join(", ");
-      block.append(el("p", { class: "dead-letters", "data-count": letters.count },
-        `${letters.count} dead letter${letters.count === 1 ? "" : "s"} (${stages}` +
-        `${letters.newest ? `, newest ${letters.newest}` : ""}): usl deadletters --log ${logId}`));
-    }
+    const letters = deadLettersLine(entry.deadLetters, `of this log`, `usl deadletters --log ${logId}`);
+    if (letters) block.append(letters);
     blocks.push(block);
+  }
+  // Letters that name no log, and logs whose every record was rejected (no events in L1).
+  const reportLetters = report.deadLetters || {};
+  const unnamed = deadLettersLine(reportLetters, "naming no log", "usl deadletters");
+  if (unnamed) blocks.push(unnamed);
+  for (const [logId, letters] of Object.entries(reportLetters.logsWithoutEvents || {})) {
+    blocks.push(deadLettersLine(letters, `of log ${logId}, which has no events in L1`, `usl deadletters --log ${logId}`));
   }
   if (!blocks.length) blocks.push(el("p", { class: "muted" }, "No logs yet: ingest something with usl ingest PATH."));
   root.replaceChildren(...blocks);
