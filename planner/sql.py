@@ -93,16 +93,17 @@ _FIRST_MODEL = "arg_min(model, seq) FILTER (WHERE model IS NOT NULL)"
 # A session's model is what its session.started names (the main agent's), else the first named:
 # a followed session's subagent often answers before the main agent (its files are written side
 # by side), and the first model named was the subagent's where a one-shot import (files in path
-# order) named the main agent's. (A followed file's session.started that learned its model late
-# goes out again with it: streams.follow.)
-_SESSION_MODEL = ("coalesce(arg_min(model, seq) FILTER (WHERE type = 'session.started' AND model IS NOT NULL), "
+# order) named the main agent's. A followed file's session.started that learned its model or
+# title late goes out again with them (streams.follow), so of session.started the last says most:
+# what a one-shot import of the whole file says.
+_SESSION_MODEL = ("coalesce(arg_max(model, seq) FILTER (WHERE type = 'session.started' AND model IS NOT NULL), "
                   f"{_FIRST_MODEL}) AS model")
 
 _VIEW_SQL = {
     "sessions": f"""
         SELECT sessionId, arg_max(logId, seq) AS logId, arg_max(tenant, seq) AS tenant,
             arg_min(parentSessionId, seq) FILTER (WHERE parentSessionId IS NOT NULL) AS parentSessionId,
-            arg_min(title, seq) FILTER (WHERE type = 'session.started' AND title IS NOT NULL) AS title,
+            arg_max(title, seq) FILTER (WHERE type = 'session.started' AND title IS NOT NULL) AS title,
             len(list_distinct(list(runId))) AS runCount, len(list_distinct(list(turnId))) AS turnCount,
             bool_or(type = 'session.ended') AS ended, {_AGGREGATES}, {_SESSION_MODEL}
         FROM events GROUP BY sessionId""",

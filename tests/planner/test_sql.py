@@ -607,13 +607,17 @@ def test_a_sessions_model_is_the_one_its_start_names(tmp_path: Path) -> None:
         make_event(1, "s-live", "session.started", acl=acl, fields={"cwd": "/src"}),
         make_event(2, "s-live", "message", role="assistant", acl=acl, fields={"text": "sub", "model": "m-sub"}),
         make_event(3, "s-live", "message", role="assistant", acl=acl, fields={"text": "main", "model": "m-main"}),
-        make_event(4, "s-live", "session.started", acl=acl, fields={"cwd": "/src", "model": "m-main"}),
+        make_event(4, "s-live", "session.started", acl=acl, fields={"cwd": "/src", "model": "m-main",
+                                                                        "title": "First summary"}),
         make_event(5, "s-plain", "session.started", acl=acl, fields={}),
         make_event(6, "s-plain", "message", role="assistant", acl=acl, fields={"text": "hi", "model": "m-first"}),
         make_event(7, "s-plain", "message", role="assistant", acl=acl, fields={"text": "hi", "model": "m-later"}),
+        # The file's own summary came later still: sent again, the last start says the title.
+        make_event(8, "s-live", "session.started", acl=acl, fields={"cwd": "/src", "model": "m-main",
+                                                                        "title": "The file's own title"}),
     ]
     attachment = SqlAttachment(commit_batches(tmp_path, AnalyticsWriter(), [records])[-1],
                                commit_batches(tmp_path, StructuredWriter(), [records])[-1])
-    rows = attachment.query("SELECT sessionId, model FROM sessions ORDER BY 1", as_of_seq=7, principal=ANN,
+    rows = attachment.query("SELECT sessionId, model, title FROM sessions ORDER BY 1", as_of_seq=8, principal=ANN,
                             session_acls={"s-live": acl, "s-plain": acl})["rows"]
-    assert rows == [["s-live", "m-main"], ["s-plain", "m-first"]]
+    assert rows == [["s-live", "m-main", "The file's own title"], ["s-plain", "m-first", None]]
