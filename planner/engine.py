@@ -221,6 +221,8 @@ class QueryContext:
     candidates: dict[str, Candidate] = field(default_factory=dict)
     indexed_scores: dict[str, dict[str, float]] = field(default_factory=dict)
     list_scores: dict[str, dict[str, float]] = field(default_factory=dict)
+    content_words: bool = False
+    """Hybrid's text lists rank the query without its function words (:func:`content_words`)."""
     """The score each chunk list ranked its ids by (BM25 of ``text``, ``phrase``, ``identifier``
     and the tail lists; cosine of ``vector``): trimmed and tail chunks are merged into the
     text-index lists by it, and runs of equal scores are ordered newest first by it; never
@@ -669,6 +671,7 @@ class Planner:
                                                   "over them; only those holding the whole query when "
                                                   "some chunk does"}
         words = content_words(req.query) if req.mode == "hybrid" and "text" in ranking else None
+        query.content_words = words is not None
         if words is not None:
             query.notes["text"] = {"sources": ["text", "tail"], "query": words,
                                    "rule": "the query's words without English function words (a, the, "
@@ -894,7 +897,7 @@ class Planner:
                    for chunk_id, candidate in candidates.items() if candidate.kind == "chunk"}
         query.lists = [newest_first_among_ties(ranked, query.list_scores[ranked.source], recency)
                        if ranked.source in query.list_scores else ranked for ranked in query.lists]
-        if "text" in query.notes:  # hybrid's text lists rank the content words alone
+        if query.content_words:
             query.lists = phrase_holders_first(query.lists)
         self._collapse_duplicates(query)
         used = {chunk_id for ranked in query.lists for chunk_id in ranked.ids}
