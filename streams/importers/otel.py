@@ -204,8 +204,6 @@ def _with_older_content(attrs: dict[str, Any], span: dict[str, Any]) -> dict[str
         event = _dict(item)
         name, values = event.get("name"), attributes(event.get("attributes"))
         if name == _DETAILS_EVENT:
-            # The conventions from 1.37 on may record a call's content on this event (the same
-            # attributes, structured) instead of the span: read as the span's own attributes.
             for key, value in values.items():
                 if key.startswith("gen_ai.") and key not in found:
                     found[key] = value

@@ -102,7 +102,7 @@ CUT_TOKEN = "cut-token"
 
 def cut_tail(text: str) -> str:
     """The token ``text`` ends in (6 characters or more; "" when it ends in none): read
-    backwards from the end, so in time linear in the token."""
+    backwards from the end, so in time linear in the text, not quadratic in the token."""
     tail = _CUT_TAIL.match(text[::-1])
     token = tail.group().rstrip("|")[::-1] if tail is not None else ""
     return token if len(token) >= _CUT_TAIL_LENGTH else ""
