@@ -411,6 +411,7 @@ def create_app(settings: Settings, bootstrap: str, *, planner: Any = None) -> St
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         follower: Any = None
         warming: threading.Thread | None = None
+        status_sources.open()
         if state.get("planner") is None:
             from planner.engine import Planner
             from sinks.watermarks import WatermarkFollower

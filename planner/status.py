@@ -42,7 +42,7 @@ import orjson
 
 from planner.acl import Principal
 from planner.coherence import CHUNK_KINDS, ChunkOrigin, find_mismatch, origins_of_watermark, remedy
-from planner.exceptions import IndexUnavailable, NotFound
+from planner.exceptions import NotFound
 from planner.snapshot import published_stall
 from sinks.kinds import ALL_KINDS
 from streams.settings import Settings
@@ -129,21 +129,21 @@ class StatusSources:
                                                                 dict[str | None, dict[str, Any]]]:
         """The watermarks, then each log's committed L1 seq; each log's partition; and the dead
         letters (:meth:`DeadLetterTally.read`)."""
-        if not self._lock.acquire(blocking=False):
-            # Another collect is reading through the kept consumers (the API's threads): this one
-            # reads through its own, as every collect did before they were kept, rather than
-            # queue behind one that may wait 30 s on an unreachable broker.
-            alone = StatusSources()
+        if self._lock.acquire(blocking=False):
             try:
-                return alone.read(bootstrap, settings)
+                if not self._closed:
+                    return self._read(bootstrap, settings)
             finally:
-                alone.close()
+                self._lock.release()
+        # Another collect is reading through the kept consumers (the API's threads), or the API
+        # has closed them: this one reads through its own, as every collect did before they were
+        # kept, rather than queue behind one that may wait 30 s on an unreachable broker, or
+        # reopen consumers no one would close.
+        alone = StatusSources()
         try:
-            if self._closed:
-                raise IndexUnavailable("the API is shutting down", hint="Retry in a moment.")
-            return self._read(bootstrap, settings)
+            return alone.read(bootstrap, settings)
         finally:
-            self._lock.release()
+            alone.close()
 
     def _read(self, bootstrap: str, settings: Settings) -> tuple[dict[tuple[str, str], dict[str, Any]],
                                                                  dict[str, int], dict[str, int],
@@ -172,9 +172,14 @@ class StatusSources:
             self._close()  # the next collect connects afresh
             raise
 
+    def open(self) -> None:
+        """Keep consumers again after :meth:`close` (the app started once more)."""
+        with self._lock:
+            self._closed = False
+
     def close(self) -> None:
-        """Close the kept consumers, once no collect reads through them; later collects are
-        refused (the API is stopping)."""
+        """Close the kept consumers, once no collect reads through them; until :meth:`open`,
+        collects read through consumers of their own (the API is stopping)."""
         with self._lock:
             self._closed = True
             self._close()
