@@ -67,7 +67,8 @@ class Export:
 def export(planner: Planner, principal: Principal, params: Mapping[str, Any]) -> Export:
     """Check ``params`` (``what``, ``log``, ``asOfSeq``, ``query``, ``freshness``, ``mode``,
     ``limit``) and return the export; rows are produced as they are iterated."""
-    kind = str(params.get("what") or "sessions")
+    # Absent is the default; given empty (`what=`) is a value, and not one of KINDS.
+    kind = str(params.get("what", "sessions"))
     if kind not in KINDS:
         raise QueryError(f"cannot export {kind!r}", hint=f"Export one of: {', '.join(KINDS)}.")
     log_id = log_param(str(params.get("log") or "default")) or "default"
