@@ -67,13 +67,21 @@ def read_topic_to_end(bootstrap: str, topic: str, *, partitions: Iterable[int] |
 def _read_to_end(consumer: KafkaConsumer, topic: str, *, partitions: Iterable[int] | None = None,
                  timeout_seconds: float = 30.0) -> Iterator[Any]:
     """:func:`read_topic_to_end` through ``consumer`` (left assigned to the topic's partitions)."""
+    wanted = _assign_from_beginning(consumer, topic, partitions)
+    if wanted:
+        yield from read_on(consumer, wanted, what=topic, timeout_seconds=timeout_seconds)
+
+
+def _assign_from_beginning(consumer: KafkaConsumer, topic: str,
+                           partitions: Iterable[int] | None = None) -> list[TopicPartition]:
+    """``consumer`` assigned to ``topic``'s partitions (those of ``partitions``), each at its
+    beginning; none while the topic does not exist."""
     parts = consumer.partitions_for_topic(topic) or set()
     wanted = [TopicPartition(topic, p) for p in sorted(parts) if partitions is None or p in set(partitions)]
-    if not wanted:
-        return
-    consumer.assign(wanted)
-    consumer.seek_to_beginning(*wanted)
-    yield from read_on(consumer, wanted, what=topic, timeout_seconds=timeout_seconds)
+    if wanted:
+        consumer.assign(wanted)
+        consumer.seek_to_beginning(*wanted)
+    return wanted
 
 
 def read_on(consumer: KafkaConsumer, partitions: list[TopicPartition], *, what: str,
@@ -112,13 +120,10 @@ class TopicTail:
                 consumer = KafkaConsumer(bootstrap_servers=self._bootstrap, enable_auto_commit=False,
                                          isolation_level="read_committed", client_id="usl-topic-tail")
                 skip_startup_backoff(consumer)
-                parts = consumer.partitions_for_topic(self.topic) or set()
-                if not parts:  # not created yet: nothing to read, and nothing kept
+                self._partitions = _assign_from_beginning(consumer, self.topic)
+                if not self._partitions:  # not created yet: nothing to read, and nothing kept
                     consumer.close()
                     return True, [], {}
-                self._partitions = [TopicPartition(self.topic, p) for p in sorted(parts)]
-                consumer.assign(self._partitions)
-                consumer.seek_to_beginning(*self._partitions)
                 self._consumer, restarted = consumer, True
             consumer = self._consumer
             first = consumer.beginning_offsets(self._partitions)
