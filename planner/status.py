@@ -64,10 +64,10 @@ class DeadLetterTally:
     """Dead letters per log, read on from where the previous read ended through one kept
     consumer (:class:`streams.l1.TopicTail`): the API's status (also behind every ``/metrics``
     scrape) reads only what was written since, not the topic's 30 days again. Letters the topic
-    no longer holds (retention) are forgotten."""
+    no longer holds (retention) are forgotten. One thread at a time: :class:`StatusSources`
+    reads and closes it under its lock."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()  # the API collects status on several threads
         self._tail: Any = None  # streams.l1.TopicTail, made by the first read
         # offset, logId, stage, time of each letter still on the topic: a few bytes each, and the
         # topic holds only what failed.
@@ -75,10 +75,8 @@ class DeadLetterTally:
 
     def read(self, bootstrap: str, settings: Settings) -> dict[str | None, dict[str, Any]]:
         """``{logId or None: {"count", "byStage", "newest"}}`` of the letters on the topic now."""
-        with self._lock:
-            letters = self._read_on(bootstrap, settings)
         tally: dict[str | None, dict[str, Any]] = {}
-        for _, log_id, stage, at in letters:
+        for _, log_id, stage, at in self._read_on(bootstrap, settings):
             entry = tally.setdefault(log_id, {"count": 0, "byStage": {}, "newest": None})
             entry["count"] += 1
             entry["byStage"][stage or "unknown"] = entry["byStage"].get(stage or "unknown", 0) + 1
@@ -100,13 +98,12 @@ class DeadLetterTally:
             log_id, stage, at = letter.get("logId"), letter.get("stage"), letter.get("time")
             self._letters.append((record.offset, log_id if isinstance(log_id, str) else None,
                                   stage if isinstance(stage, str) else None, at if isinstance(at, str) else None))
-        return list(self._letters)
+        return self._letters
 
     def close(self) -> None:
-        with self._lock:  # not under a read of another thread
-            if self._tail is not None:
-                self._tail.close()
-                self._tail = None
+        if self._tail is not None:
+            self._tail.close()
+            self._tail = None
 
 
 class StatusSources:
@@ -415,8 +412,7 @@ def build_status(l1_seqs: dict[str, int], watermarks: dict[tuple[str, str], dict
                         "deadLetters": letters.get(log_id) or _no_dead_letters()}
     # A log whose every record was rejected has no events in L1, so no entry above: its letters
     # are what says why (an import that appended nothing).
-    only_letters = {log: entry for log, entry in sorted(letters.items(), key=lambda item: item[0] or "")
-                    if log is not None and log not in logs}
+    only_letters = {log: letters[log] for log in sorted(log for log in letters if log is not None and log not in logs)}
     return {"logs": logs, "generatedAt": now,
             "deadLetters": {**(letters.get(None) or _no_dead_letters()), "logsWithoutEvents": only_letters}}
 
