@@ -180,7 +180,7 @@ class ChatCursor:
         for number, line in lines:
             if not self._first_seen:
                 self._first_seen = True
-                if parse_json(line)[1] is not None and line.removeprefix(BOM)[:1] in (b"[", b"{"):
+                if _opens_document(line):
                     self.stale = True  # perhaps a document's first line (see _jsonl_document)
                     return None
             record = f"{self.label}:{number}"
@@ -314,6 +314,12 @@ def is_message_line(value: Any) -> bool:
                                              or "function_call" in value))
 
 
+def _opens_document(line: bytes) -> bool:
+    """Whether ``line`` is no JSON text alone but may open a pretty-printed document (``[`` or
+    ``{``): a ``.jsonl`` file that starts so may be one document, read whole."""
+    return parse_json(line)[1] is not None and line.removeprefix(BOM)[:1] in (b"[", b"{")
+
+
 def _jsonl_document(path: Path, data: Content | None) -> tuple[Any, int | None] | None:
     """The JSON document a ``.jsonl`` file holds when its first non-blank line is no JSON text
     alone (``[`` or ``{`` opening a pretty-printed document) but the whole file is one, and None
@@ -321,7 +327,7 @@ def _jsonl_document(path: Path, data: Content | None) -> tuple[Any, int | None] 
     part are the document (a follower adds an end-of-input line), the second item is how many
     lines the document took: the line after it is read as a line."""
     first = next(iter(read_lines(path, data)), None)
-    if first is None or parse_json(first[1])[1] is None or first[1].removeprefix(BOM)[:1] not in (b"[", b"{"):
+    if first is None or not _opens_document(first[1]):
         return None
     document, error = parse_json(read_bytes(path, data))
     if error is None:
