@@ -232,7 +232,9 @@ def test_reader_on_an_empty_generation(tmp_path: Path) -> None:
         StructuredReader(tmp_path / "missing")
 
 
-def test_reader_is_fast_at_100k_chunks(tmp_path: Path) -> None:
+def test_reader_answers_at_100k_chunks(tmp_path: Path) -> None:
+    """The reader's filters over a 100k-chunk generation give the exact sets; the time is printed
+    for a reader of the log, never asserted (bench_query measures it, in ratios)."""
     plain, bash = make_chunk("s", [1, 3]), make_chunk("s", [1, 3], tool_names=("Bash",))
 
     def chunk(i: int) -> dict[str, Any]:
@@ -255,7 +257,6 @@ def test_reader_is_fast_at_100k_chunks(tmp_path: Path) -> None:
     assert len(straddlers) == 1 and len(meta) == 1000
     assert len(ids) == len([i for i in range(50_000) if i % 7 == 0 and i % 2 == 0])
     print(f"100k chunks: filter + straddling + 1000 chunk_meta in {elapsed * 1000:.0f} ms")
-    assert elapsed < 5.0
     assert os.access(gen, os.R_OK)
 
 

@@ -2148,7 +2148,11 @@ def test_a_cut_token_is_found_as_the_anchored_search_found_it(text: str) -> None
 def test_a_long_token_is_dead_lettered_in_linear_time() -> None:
     """Found by a new user posting a 3 MB event that the receiver refused: its dead letter's
     excerpt searched for the cut last token from every position of the 3 MB string (35 s for
-    40 KB), holding the API's GIL: every request, /healthz too, hung until it was killed."""
+    40 KB), holding the API's GIL: every request, /healthz too, hung until it was killed.
+
+    The bound is a hang guard, not a speed figure: the quadratic search needs hours for these
+    3 MB (35 s at 40 KB, x5 600 at 75x the size), the linear read well under a second; 120 s of
+    CPU tells the two apart on any machine however loaded (speed is bench_redaction's)."""
     import time
 
     started = time.process_time()
@@ -2157,7 +2161,7 @@ def test_a_long_token_is_dead_lettered_in_linear_time() -> None:
         assert redact_excerpt(raw) == raw
         assert redact_excerpt(raw + " then Zq8vR2nL5t").endswith(" then [REDACTED:cut-token]")
         assert redact_excerpt("y1" * size).startswith("[REDACTED:")  # one token, cut: all of it
-    assert time.process_time() - started < 5
+    assert time.process_time() - started < 120
 
 
 @PROPERTY
