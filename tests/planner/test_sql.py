@@ -349,6 +349,63 @@ def test_lockdown_holds_even_if_the_validator_let_a_statement_through(
     assert sorted(name for _db, _schema, name in names) == sorted(planner.sql.VIEWS)
 
 
+_KEPT_QUERIES = (
+    "SELECT sessionId, model, toolCallCount FROM sessions ORDER BY sessionId",
+    "SELECT seq, type FROM events ORDER BY seq",
+    "SELECT toolName, status FROM tool_calls ORDER BY sessionId",
+    "SELECT count(*) FROM chunks",
+)
+
+
+@fuzz(60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([ANN, BOB, ENG, OTHER]), st.sampled_from([3, 12, 30, 40, 100]),
+                          st.sampled_from(_KEPT_QUERIES)), min_size=1, max_size=8))
+def test_a_kept_connection_answers_as_a_fresh_one(
+        attachment: SqlAttachment, asked: list[tuple[Principal, int, str]]) -> None:
+    """Any order of principals, snapshots and queries over kept connections gives each query
+    the answer a fresh connection gives it: a kept connection is one key's (generation,
+    snapshot, readable sessions), and no query leaves anything for the next."""
+    kept = [run(attachment, sql, as_of=as_of, who=who) for who, as_of, sql in asked]
+    fresh = []
+    for who, as_of, sql in asked:
+        planner.sql._PREPARED.clear()
+        fresh.append(run(attachment, sql, as_of=as_of, who=who))
+    assert kept == fresh
+
+
+def test_the_views_are_built_once_per_snapshot_and_readable_sessions(
+        gens: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    attachment = SqlAttachment(*gens)
+    planner.sql._PREPARED.clear()
+    built: list[tuple[int, tuple[str, ...]]] = []
+    prepare = SqlAttachment._prepare
+
+    def counting(self: SqlAttachment, con: Any, as_of_seq: int, allowed: list[str]) -> None:
+        built.append((as_of_seq, tuple(allowed)))
+        prepare(self, con, as_of_seq, allowed)
+
+    monkeypatch.setattr(SqlAttachment, "_prepare", counting)
+    for _ in range(3):
+        assert run(attachment, "SELECT sessionId FROM sessions")["rows"] == [["s-ann"]]
+        assert run(attachment, "SELECT sessionId FROM sessions", who=BOB)["rows"] == [["s-bob"]]
+    run(attachment, "SELECT 1", as_of=12)
+    run(attachment, "SELECT 1", acls={**ACLS, "s-bob": ACLS["s-ann"]})  # bob's session now readable by ann
+    assert built == [(40, ("s-ann",)), (40, ("s-bob",)), (12, ("s-ann",)), (40, ("s-ann", "s-bob"))]
+
+
+def test_a_connection_whose_query_failed_or_timed_out_is_not_kept(attachment: SqlAttachment) -> None:
+    planner.sql._PREPARED.clear()
+    with pytest.raises(QueryError, match="longer than"):
+        run(attachment, "SELECT count(*) FROM range(200000) a, range(200000) b WHERE a.range <> b.range",
+            timeout_seconds=0.3)
+    assert not planner.sql._PREPARED._idle
+    with pytest.raises(QueryError):
+        run(attachment, "SELECT no_such_column FROM events")
+    assert not planner.sql._PREPARED._idle
+    assert run(attachment, "SELECT count(*) FROM events")["rows"] == [[6]]
+    assert len(planner.sql._PREPARED._idle) == 1
+
+
 def test_a_heavy_query_is_interrupted(attachment: SqlAttachment) -> None:
     started = time.monotonic()
     error = refused(attachment, "SELECT count(*) FROM range(200000) a, range(200000) b WHERE a.range <> b.range",
