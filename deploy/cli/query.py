@@ -47,7 +47,7 @@ def search(
     query: str = typer.Argument(..., metavar="QUERY", help="What to search for: words (OR-ed) and \"quoted phrases\"."),
     freshness: str = typer.Option("indexed", "--freshness", metavar="FRESHNESS",
                                   help="indexed | latest | wait:SECONDS (at most 300)."),
-    k: int = typer.Option(10, "--k", "-k", help="Results per page (1-100)."),
+    k: int = typer.Option(10, "--k", "-k", "--limit", "-n", help="Results per page (1-100)."),
     explain: bool = typer.Option(False, "--explain", help="Show how the answer was decided."),
     principal_text: str = PRINCIPAL_OPTION,
     cursor: str = typer.Option(None, "--cursor", metavar="CURSOR", help="Continue after a previous page."),

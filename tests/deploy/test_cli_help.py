@@ -102,7 +102,7 @@ def test_value_names_a_user_reads() -> None:
     assert "Usage: usl ingest [OPTIONS] PATH..." in _help(("ingest",), 120)
     search = _help(("search",), 120)
     assert "Usage: usl search [OPTIONS] QUERY" in search
-    assert re.search(r"--k\s+-k\s+N\s", search) and re.search(r"--log\s+NAME\s", search)
+    assert re.search(r"--k,--limit\s+-k,-n\s+N\s", search) and re.search(r"--log\s+NAME\s", search)
     assert re.search(r"--explain\s+Show", search)  # a flag takes no value
     assert "Usage: usl export [OPTIONS] [WHAT]" in _help(("export",), 120)
     assert re.search(r"--workers\s+N\s+Pipeline worker processes to start \(at least 1\)", _help(("up",), 120))
