@@ -544,9 +544,13 @@ class _Conversation:
                 return Rejected(record, f"missing field 'messages[{index}].name'", raw_text(message))
             parent, call_id = self.function_calls.get(name, (None, f"function_call-{name}"))
         else:
-            call_id = message.get("tool_call_id")
+            call_id = _answered_call(message)
             if not isinstance(call_id, str) or not call_id:
-                return Rejected(record, f"missing field 'messages[{index}].tool_call_id'", raw_text(message))
+                ids = message.get("tool_call_ids")
+                reason = (f"field 'messages[{index}].tool_call_ids' names {len(ids)} calls; a tool message "
+                          "answers one" if isinstance(ids, list) and len(ids) > 1
+                          else f"missing field 'messages[{index}].tool_call_id'")
+                return Rejected(record, reason, raw_text(message))
             if call_id in self.calls:
                 parent, name = self.calls[call_id]
         fields: dict[str, Any] = {"toolCallId": call_id}
@@ -805,7 +809,17 @@ def _signature(message: Any) -> tuple[Any, ...]:
         return ("?", repr(message))
     calls = message.get("tool_calls")
     call_ids = tuple(c.get("id") for c in calls if isinstance(c, dict)) if isinstance(calls, list) else ()
-    return (message.get("role"), _content_text(message), call_ids, message.get("tool_call_id"))
+    return (message.get("role"), _content_text(message), call_ids, _answered_call(message))
+
+
+def _answered_call(message: dict[str, Any]) -> Any:
+    """The id of the call a tool message answers: ``tool_call_id``, or the one id of a
+    ``tool_call_ids`` list (SWE-agent's function-calling trajectories name it so; a list of
+    several ids is no single answer, and gives None)."""
+    ids = message.get("tool_call_ids")
+    if "tool_call_id" not in message and isinstance(ids, list) and len(ids) == 1:
+        return ids[0]
+    return message.get("tool_call_id")
 
 
 def _signature_digest(message: Any) -> bytes:
