@@ -223,6 +223,9 @@ class QueryContext:
     list_scores: dict[str, dict[str, float]] = field(default_factory=dict)
     content_words: bool = False
     """Hybrid's text lists rank the query without its function words (:func:`content_words`)."""
+    tool_phrase: bool = False
+    """Hybrid with ``toolResults`` and a whole-query phrase: the tool results holding it lead
+    the ``toolresults`` list (:func:`tool_phrase_holders_first`)."""
     """The score each chunk list ranked its ids by (BM25 of ``text``, ``phrase``, ``identifier``
     and the tail lists; cosine of ``vector``): trimmed and tail chunks are merged into the
     text-index lists by it, and runs of equal scores are ordered newest first by it; never
@@ -735,6 +738,7 @@ class Planner:
             assert vector_pin is not None and found is not None
             self._rank_vectors(query, vector_pin, only, found, vector_at)
         tools_pin = query.pin("toolresults")
+        query.tool_phrase = req.mode == "hybrid" and req.tool_results and phrase is not None
         if req.tool_results and tools_pin is not None and cut > 0:
             # The full tool results by the query, and by its phrase and identifier lists as
             # chunks (and tail tool results, in tailPhrase, tailIdentifier) have theirs: with
@@ -899,6 +903,8 @@ class Planner:
                        if ranked.source in query.list_scores else ranked for ranked in query.lists]
         if query.content_words:
             query.lists = phrase_holders_first(query.lists)
+        if query.tool_phrase:
+            query.lists = tool_phrase_holders_first(query.lists)
         self._collapse_duplicates(query)
         used = {chunk_id for ranked in query.lists for chunk_id in ranked.ids}
         hits = self._one_per_text(query, fuse(query.lists, event_time={i: candidates[i].event_time
@@ -1471,7 +1477,7 @@ STOP_WORDS = FUNCTION_WORDS
 _PHRASE_SOURCES = frozenset({"phrase", "tailPhrase", "toolresultsPhrase"})
 _IDENTIFIER_SOURCES = frozenset({"identifier", "tailIdentifier", "toolresultsIdentifier"})
 _TEXT_PHRASE = {"text": "phrase", "tail": "tailPhrase"}  # each text list, the phrase list of its chunks
-_PHRASE_OF = frozenset(_TEXT_PHRASE.values())
+_TOOL_PHRASE = {"toolresults": "toolresultsPhrase"}
 
 
 def identifiers_within_phrase(lists: Sequence[RankedList]) -> list[RankedList]:
@@ -1502,10 +1508,28 @@ def phrase_holders_first(lists: Sequence[RankedList]) -> list[RankedList]:
     both the text and the vector list then outvoted it (9th), so hybrid found less than text.
     Its words in order are what the dropped words stood for. A holder holds every content word,
     so it is a text match the window may only have cut off."""
-    holders = {ranked.source: ranked.ids for ranked in lists if ranked.source in _PHRASE_OF}
+    return _holders_first(lists, _TEXT_PHRASE)
+
+
+def tool_phrase_holders_first(lists: Sequence[RankedList]) -> list[RankedList]:
+    """``lists`` with the full tool results holding the whole query first in the
+    ``toolresults`` list (in ``toolresultsPhrase``'s order), in hybrid mode.
+
+    A tool result has no vector list to vote for it, so in hybrid mode its two votes (the
+    ``toolresults`` rank and the phrase rank) met chunks that text and vector both ranked. For
+    a JSON fragment of a tool's output (`"timeout": 120`, `"bytes":274387,"code":200`) BM25 over
+    the words ranks the holder behind outputs repeating `timeout` or `code` (28th, 50th), and
+    chunks naming those words outvoted it: text mode ranked it 1st, hybrid 7th or past the
+    first 10. A holder holds every word of the query, so it is a match the words' order decides."""
+    return _holders_first(lists, _TOOL_PHRASE)
+
+
+def _holders_first(lists: Sequence[RankedList], leads: Mapping[str, str]) -> list[RankedList]:
+    """``lists`` with each list named in ``leads`` led by the ids of its phrase list."""
+    holders = {ranked.source: ranked.ids for ranked in lists if ranked.source in leads.values()}
     out = []
     for ranked in lists:
-        first = holders.get(_TEXT_PHRASE.get(ranked.source, ""), [])
+        first = holders.get(leads.get(ranked.source, ""), [])
         if first:
             leading = set(first)
             ids = [*first, *(i for i in ranked.ids if i not in leading)]

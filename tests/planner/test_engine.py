@@ -1204,6 +1204,64 @@ def test_hybrid_keeps_a_tool_result_holding_the_phrase_that_text_finds(tool_know
     assert {"toolresults", "toolresultsPhrase"} <= set(hit["score"]["components"])
 
 
+JSON_FRAGMENT = '"timeout": 120'
+
+
+def _json_fragment_events(log_id: str) -> list[dict[str, Any]]:
+    """A tool result holding ``JSON_FRAGMENT`` once in a long JSON output, behind 30 tool
+    outputs repeating its words (`timeout` and `120`, never in the fragment's order), so BM25
+    over the words ranks it last; and 30 chunks naming both words, which text and vector both
+    rank. Shaped on a real transcript's hook settings output, where hybrid put the holder
+    7th while text mode put it 1st."""
+    events: list[dict[str, Any]] = []
+    for i in range(30):
+        started, message, ended = _turn(log_id, f"jf-d{i}", i, f"set the job timeout to 120 seconds, try {i}")
+        call = {**message, "eventId": f"jf-d{i}-call", "type": "tool.call", "role": "assistant",
+                "fields": {"toolName": "Bash", "toolCallId": f"jf-d{i}-c", "input": {"command": "cat limits"}}}
+        output = f"120 120 timeout timeout limit{i} 120 retries timeout"
+        result = {**message, "eventId": f"jf-d{i}-result", "type": "tool.result", "role": "tool",
+                  "fields": {"toolName": "Bash", "toolCallId": f"jf-d{i}-c", "status": "ok", "output": output}}
+        events += [started, message, call, result, ended]
+    started, message, ended = _turn(log_id, "jf-target", 40, "let me read the hook settings")
+    call = {**message, "eventId": "jf-target-call", "type": "tool.call", "role": "assistant",
+            "fields": {"toolName": "Read", "toolCallId": "jf-c", "input": {"file_path": "/repo/.claude/settings.json"}}}
+    hooks = ",\n".join(f'    {{"type": "command", "command": "{word} check", "matcher": "{word}"}}' for word in FILLER)
+    output = f'{{\n  "hooks": [\n{hooks},\n    {{"type": "command", "command": "lint", "timeout": 120}}\n  ]\n}}'
+    result = {**message, "eventId": "jf-target-result", "type": "tool.result", "role": "tool",
+              "fields": {"toolName": "Read", "toolCallId": "jf-c", "status": "ok", "output": output}}
+    return [*events, started, message, call, result, ended]
+
+
+@pytest.fixture(scope="module")
+def tool_json(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Planner]:
+    settings = make_test_settings(tmp_path_factory.mktemp("tooljson"), kafka_bootstrap)
+    builder = IndexBuilder(settings, kafka_bootstrap, "tooljson")
+    builder.append(_json_fragment_events("tooljson"))
+    builder.commit()
+    with serving(settings, kafka_bootstrap, builder) as planner:
+        yield planner
+
+
+def test_hybrid_keeps_a_tool_result_holding_a_json_fragment_first_as_text_does(
+        tool_json: Planner, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tool result has no vector vote: with BM25 over the fragment's words ranking its holder
+    behind outputs repeating them, chunks that text and vector both rank outvoted its two
+    votes. Its phrase holders lead the toolresults list in hybrid mode, as chunks' lead the
+    text list (planner.engine.tool_phrase_holders_first)."""
+    import planner.engine
+
+    def tool_rank(mode: str) -> int | None:
+        response = tool_json.search({"query": JSON_FRAGMENT, "log": "tooljson", "mode": mode, "k": 10,
+                                     "toolResults": True}, ALICE_TOOLS)
+        return next((i for i, hit in enumerate(response["results"], 1)
+                     if hit["kind"] == "toolresult" and JSON_FRAGMENT in hit["text"]), None)
+
+    assert tool_rank("text") == 1
+    assert tool_rank("hybrid") == 1
+    monkeypatch.setattr(planner.engine, "tool_phrase_holders_first", list)
+    assert (tool_rank("hybrid") or 11) > 1
+
+
 @pytest.mark.parametrize(("written", "session", "fresh"), [
     (WRITTEN[0], "wi-indexed", ("indexed", "latest")), (WRITTEN[1], "wi-tail", ("latest",)),
 ])
