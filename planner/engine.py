@@ -221,15 +221,15 @@ class QueryContext:
     candidates: dict[str, Candidate] = field(default_factory=dict)
     indexed_scores: dict[str, dict[str, float]] = field(default_factory=dict)
     list_scores: dict[str, dict[str, float]] = field(default_factory=dict)
+    """The score each chunk list ranked its ids by (BM25 of ``text``, ``phrase``, ``identifier``
+    and the tail lists; cosine of ``vector``): trimmed and tail chunks are merged into the
+    text-index lists by it, and runs of equal scores are ordered newest first by it; never
+    shown (see ``_rank``)."""
     content_words: bool = False
     """Hybrid's text lists rank the query without its function words (:func:`content_words`)."""
     tool_phrase: bool = False
     """Hybrid with ``toolResults`` and a whole-query phrase: the tool results holding it lead
     the ``toolresults`` list (:func:`tool_phrase_holders_first`)."""
-    """The score each chunk list ranked its ids by (BM25 of ``text``, ``phrase``, ``identifier``
-    and the tail lists; cosine of ``vector``): trimmed and tail chunks are merged into the
-    text-index lists by it, and runs of equal scores are ordered newest first by it; never
-    shown (see ``_rank``)."""
     digests: dict[str, bytes] = field(default_factory=dict)
     """Text digests of indexed candidates, as the text engine gave them with its hits or the
     vector segments with theirs."""
