@@ -9,6 +9,7 @@ Routes (``GET /openapi.json`` describes them; ``docs/planner.md`` has examples):
 ``GET /v1/status``          L1 seq, generations, watermarks and lag (:mod:`planner.status`)
 ``POST /v1/events``         append ASP v1 events to L1 (:mod:`planner.receivers`)
 ``POST /v1/traces``         OTLP/HTTP receiver for OpenTelemetry GenAI spans (:mod:`planner.receivers`)
+``POST /v1/logs``           OTLP/HTTP receiver for their GenAI log records (the messages, :mod:`planner.otlp`)
 ``GET /metrics``            Prometheus metrics of this process
 ``GET /healthz``            liveness
 ``GET /openapi.json``       the OpenAPI 3.1 description of these routes
@@ -176,7 +177,7 @@ def _check_media_type(headers: Headers, path: str = "") -> None:
     media_type = headers.get("content-type", "").split(";")[0].strip().lower()
     if media_type not in _BODY_MEDIA_TYPES and not (
             media_type.startswith("application/") and media_type.endswith("+json")):
-        if path == "/v1/traces":  # the OTLP receiver: protobuf is what exporters send
+        if path in ("/v1/traces", "/v1/logs"):  # the OTLP receivers: protobuf is what exporters send
             raise not_json(media_type, accepted=otlp.OTLP_ACCEPTED, header=otlp.OTLP_HEADER)
         raise not_json(media_type)
 
@@ -454,7 +455,7 @@ def create_app(settings: Settings, bootstrap: str, *, planner: Any = None) -> St
         Route("/v1/status", _guarded(status), methods=["GET"]),
         Route("/v1/export", _guarded(export_endpoint(principal_of, the_planner)), methods=["GET"]),
         Route("/v1/status/history", _guarded(status_history_endpoint(principal_of, collect)), methods=["GET"]),
-        *receivers.routes(settings, bootstrap, principal_of, _guarded),  # POST /v1/events, /v1/traces
+        *receivers.routes(settings, bootstrap, principal_of, _guarded),  # POST /v1/events, /v1/traces, /v1/logs
         Route("/metrics", _guarded(metrics), methods=["GET"]),
         Route("/healthz", _guarded(healthz), methods=["GET"]),
         Route("/openapi.json", _guarded(openapi_json), methods=["GET"]),

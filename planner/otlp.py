@@ -1,4 +1,5 @@
-"""``POST /v1/traces``: the OTLP/HTTP traces receiver (protobuf or JSON).
+"""``POST /v1/traces`` and ``POST /v1/logs``: the OTLP/HTTP traces and logs receivers
+(protobuf or JSON).
 
 The body is an ``ExportTraceServiceRequest`` (``application/x-protobuf``, decoded with the
 ``opentelemetry-proto`` package, or ``application/json``). Its GenAI spans become ASP events
@@ -13,6 +14,11 @@ servers to accept gzip, and exporters send it (the Collector's by default).
 Spans are mapped under the receiver's append lock, after it read what L1 holds, so a span
 without ``gen_ai.conversation.id`` joins the conversation that earlier spans of its trace named,
 in any request or receiver (:class:`streams.importers.otel.TraceSessions`).
+
+``/v1/logs`` takes an ``ExportLogsServiceRequest`` the same way: the GenAI log records (the
+events instrumentations emit through the logs API, with the message content their spans lack)
+are read as the spans they were emitted in (:func:`streams.importers.otel.log_spans`) and go the
+same way from there; the answer is an ``ExportLogsServiceResponse`` (``rejectedLogRecords``).
 """
 
 from __future__ import annotations
@@ -29,9 +35,9 @@ from planner.acl import Principal
 from planner.bodies import json_error, json_kind, read_body
 from planner.exceptions import QueryError
 from streams.importers.base import Accepted
-from streams.importers.otel import TraceSessions, span_events
+from streams.importers.otel import TraceSessions, log_spans, span_events
 
-__all__ = ["OTLP_ACCEPTED", "OTLP_HEADER", "decode_request", "traces_endpoint"]
+__all__ = ["OTLP_ACCEPTED", "OTLP_HEADER", "decode_request", "logs_endpoint", "traces_endpoint"]
 
 _PROTOBUF = "application/x-protobuf"
 #: What a 415 of /v1/traces says it takes, and the header it names (OTLP exporters send protobuf).
@@ -39,48 +45,65 @@ OTLP_ACCEPTED = "OTLP protobuf (application/x-protobuf) or OTLP JSON (applicatio
 OTLP_HEADER = "Content-Type: application/x-protobuf"
 
 
-def decode_request(body: bytes, media_type: str) -> dict[str, Any]:
-    """An ExportTraceServiceRequest as an OTLP/JSON-shaped dict (ids as hex)."""
+#: Per signal: the request's name, its three nested lists, the ids its protobuf holds as bytes.
+_SIGNALS = {
+    "traces": ("ExportTraceServiceRequest", ("resourceSpans", "scopeSpans", "spans"),
+               ("traceId", "spanId", "parentSpanId")),
+    "logs": ("ExportLogsServiceRequest", ("resourceLogs", "scopeLogs", "logRecords"), ("traceId", "spanId")),
+}
+
+
+def decode_request(body: bytes, media_type: str, signal: str = "traces") -> dict[str, Any]:
+    """An ExportTraceServiceRequest (``signal`` "logs": an ExportLogsServiceRequest) as an
+    OTLP/JSON-shaped dict (ids as hex)."""
+    name, levels, ids = _SIGNALS[signal]
     if media_type == _PROTOBUF:
         from google.protobuf.json_format import MessageToDict
         from google.protobuf.message import DecodeError
-        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-            ExportTraceServiceRequest,
-        )
 
-        message = ExportTraceServiceRequest()
+        message = _message(signal, "Request")
         try:
             message.ParseFromString(body)
         except DecodeError:
-            raise QueryError("the body is not an OTLP ExportTraceServiceRequest (protobuf)",
+            raise QueryError(f"the body is not an OTLP {name} (protobuf)",
                              hint="Send what an OTLP/HTTP exporter sends, or OTLP JSON.") from None
         request: dict[str, Any] = MessageToDict(message)
-        for resource_spans in request.get("resourceSpans", []):
-            for scope_spans in resource_spans.get("scopeSpans", []):
-                for span in scope_spans.get("spans", []):
-                    for key in ("traceId", "spanId", "parentSpanId"):
-                        if span.get(key):
-                            span[key] = base64.b64decode(span[key]).hex()
+        for resource in request.get(levels[0], []):
+            for scope in resource.get(levels[1], []):
+                for item in scope.get(levels[2], []):
+                    for key in ids:
+                        if item.get(key):
+                            item[key] = base64.b64decode(item[key]).hex()
         return request
     try:
         request = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        raise json_error(exc, "the OTLP JSON body", hint="Send an ExportTraceServiceRequest.") from None
-    problem = _shape_problem(request)
+        raise json_error(exc, "the OTLP JSON body", hint=f"Send an {name}.") from None
+    problem = _shape_problem(request, levels)
     if problem is not None:
-        raise QueryError(f"the body is not an OTLP ExportTraceServiceRequest: {problem}",
-                         hint='For example {"resourceSpans": [{"scopeSpans": [{"spans": [...]}]}]}.')
+        raise QueryError(f"the body is not an OTLP {name}: {problem}",
+                         hint=f'For example {{"{levels[0]}": [{{"{levels[1]}": [{{"{levels[2]}": [...]}}]}}]}}.')
     return request
 
 
-def _shape_problem(request: Any) -> str | None:
+def _message(signal: str, kind: str) -> Any:
+    """An empty protobuf Export{Trace,Logs}Service{Request,Response} (imported when first used)."""
+    if signal == "logs":
+        from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
+
+        return getattr(logs_service_pb2, f"ExportLogsService{kind}")()
+    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+
+    return getattr(trace_service_pb2, f"ExportTraceService{kind}")()
+
+
+def _shape_problem(request: Any, levels: tuple[str, str, str] = _SIGNALS["traces"][1]) -> str | None:
     """What in an OTLP/JSON request is not the list or object OTLP has there (down to each
-    span), or None. Without this check a ``"spans": 5`` would be read as no spans: 200, and the
-    exporter would never learn its spans were dropped. ``null`` stands for an empty list, as in
-    protobuf's JSON mapping."""
+    span or log record), or None. Without this check a ``"spans": 5`` would be read as no
+    spans: 200, and the exporter would never learn its spans were dropped. ``null`` stands for
+    an empty list, as in protobuf's JSON mapping."""
     if not isinstance(request, dict):
         return f"it must be a JSON object, not {json_kind(request)}"
-    levels = ("resourceSpans", "scopeSpans", "spans")
     pending: list[tuple[str, dict[str, Any], int]] = [("", request, 0)]
     while pending:
         where, parent, level = pending.pop()
@@ -98,26 +121,35 @@ def _shape_problem(request: Any) -> str | None:
     return None
 
 
-def _response(media_type: str, rejected: int, message: str) -> Response:
-    """An ExportTraceServiceResponse; a message with no span rejected is a warning."""
+def _response(media_type: str, rejected: int, message: str, signal: str = "traces") -> Response:
+    """An Export{Trace,Logs}ServiceResponse; a message with nothing rejected is a warning."""
     if media_type == _PROTOBUF:
-        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-            ExportTraceServiceResponse,
-        )
-
-        answer = ExportTraceServiceResponse()
+        answer = _message(signal, "Response")
         if rejected or message:
-            answer.partial_success.rejected_spans = rejected
+            if signal == "logs":
+                answer.partial_success.rejected_log_records = rejected
+            else:
+                answer.partial_success.rejected_spans = rejected
             answer.partial_success.error_message = message
         return Response(answer.SerializeToString(), media_type=_PROTOBUF)
     body: dict[str, Any] = {}
     if rejected or message:
-        body["partialSuccess"] = {"rejectedSpans": rejected, "errorMessage": message}
+        counted = "rejectedLogRecords" if signal == "logs" else "rejectedSpans"
+        body["partialSuccess"] = {counted: rejected, "errorMessage": message}
     return Response(orjson.dumps(body), media_type="application/json")
 
 
 async def traces_endpoint(request: Request, receiver: Any, principal: Principal) -> Response:
     """Decode, map and append; answer as OTLP/HTTP does."""
+    return await _receive(request, receiver, principal, "traces")
+
+
+async def logs_endpoint(request: Request, receiver: Any, principal: Principal) -> Response:
+    """The GenAI log records as the spans they were emitted in; then as :func:`traces_endpoint`."""
+    return await _receive(request, receiver, principal, "logs")
+
+
+async def _receive(request: Request, receiver: Any, principal: Principal, signal: str) -> Response:
     from planner.receivers import check_event, request_log
     from streams.importers.frames import frame_loose_events
 
@@ -128,8 +160,11 @@ async def traces_endpoint(request: Request, receiver: Any, principal: Principal)
         raise not_json(media_type, accepted=OTLP_ACCEPTED, header=OTLP_HEADER)
     log_id = request_log(request.query_params.get("log", "default"))
     settings = receiver.settings
-    decoded = decode_request(await read_body(request, settings.api_max_body_bytes), media_type)
+    decoded = decode_request(await read_body(request, settings.api_max_body_bytes), media_type, signal)
     rejected: list[dict[str, Any]] = []
+    refused_records: list[Any] = []
+    if signal == "logs":
+        decoded, refused_records = log_spans(decoded)
     cuts: set[int] = set()
     records: dict[int, str] = {}
     raws: dict[int, Any] = {}  # each event as mapped, by index: what a dead letter shows
@@ -138,7 +173,8 @@ async def traces_endpoint(request: Request, receiver: Any, principal: Principal)
         """The request's events, each span in the session ``known`` (what L1 holds of its trace)
         and the request choose (:func:`span_events`); run under the receiver's append lock."""
         checked: list[tuple[int, dict[str, Any]]] = []
-        for index, item in enumerate(span_events(decoded, log_id=log_id, known=known)):
+        items = [*refused_records, *span_events(decoded, log_id=log_id, known=known)]
+        for index, item in enumerate(items):
             raws[index] = item.event if isinstance(item, Accepted) else item.raw
             if isinstance(item, Accepted):
                 event, reason, cut = check_event(item.event, principal, log_id, settings.max_event_bytes)
@@ -157,7 +193,7 @@ async def traces_endpoint(request: Request, receiver: Any, principal: Principal)
         return [*framed, *((None, link) for link in links)]
 
     answer = await run_in_threadpool(receiver.append, mapped, rejected, log_id, principal.tenant, cuts=cuts)
-    await run_in_threadpool(receiver.dead_letter, "/v1/traces", log_id, answer, raws)
+    await run_in_threadpool(receiver.dead_letter, f"/v1/{signal}", log_id, answer, raws)
     refused = {str(r.get("record", r["index"])).split(" ")[0] for r in answer["rejected"]}
     reasons = "; ".join(sorted({r["reason"] for r in answer["rejected"]}))
     if answer["truncated"]:
@@ -166,4 +202,4 @@ async def traces_endpoint(request: Request, receiver: Any, principal: Principal)
         reasons = "; ".join(filter(None, [reasons, (
             f"{len(answer['truncated'])} event(s) over USL_MAX_EVENT_BYTES were appended cut to "
             f"{answer['truncated'][0]['limitBytes']} bytes, as fields._truncated records: {cut}")]))
-    return _response(media_type, len(refused), reasons[:1000])
+    return _response(media_type, len(refused), reasons[:1000], signal)

@@ -2,6 +2,7 @@
 
 ``POST /v1/events``   a batch of ASP v1 events, ``{"events": [...], "log"?: "default"}``
 ``POST /v1/traces``   OTLP/HTTP traces (protobuf or JSON): GenAI spans become ASP events
+``POST /v1/logs``     OTLP/HTTP logs: GenAI log records, read as the spans they were emitted in
                       (:mod:`streams.importers.otel`)
 
 Both answer only after L1 acknowledged the appended events (idempotent producer, ``acks=all``):
@@ -563,8 +564,14 @@ def routes(settings: Settings, bootstrap: str, principal_of: Callable[[Request],
 
         return await traces_endpoint(request, receiver, principal_of(request))
 
+    async def logs(request: Request) -> Response:
+        from planner.otlp import logs_endpoint
+
+        return await logs_endpoint(request, receiver, principal_of(request))
+
     return [Route("/v1/events", guarded(_answer(events)), methods=["POST"]),
-            Route("/v1/traces", guarded(_answer(traces)), methods=["POST"])]
+            Route("/v1/traces", guarded(_answer(traces)), methods=["POST"]),
+            Route("/v1/logs", guarded(_answer(logs)), methods=["POST"])]
 
 
 def openapi_paths(*, security: list[dict[str, list[str]]], principal: dict[str, Any],
@@ -627,6 +634,21 @@ def openapi_paths(*, security: list[dict[str, list[str]]], principal: dict[str, 
                     "resourceSpans": {"type": "array"}}}}}},
             "responses": {"200": {"description": "ExportTraceServiceResponse (partialSuccess names "
                                                  "refused spans)", "content": {
+                "application/json": {"schema": {"type": "object"}},
+                "application/x-protobuf": {"schema": {"type": "string", "format": "binary"}}}},
+                **errors(400, 401, 403, 413, 415, 500), **too_many}}},
+        "/v1/logs": {"post": {
+            "summary": "OTLP/HTTP logs receiver: OpenTelemetry GenAI log records (the messages an "
+                       "instrumentation emits as events) join the events of the spans they were emitted in",
+            "parameters": [principal, {"name": "log", "in": "query", "required": False,
+                                       "schema": {**log_schema, "default": "default"}}],
+            "security": security,
+            "requestBody": {"required": True, "content": {
+                "application/x-protobuf": {"schema": {"type": "string", "format": "binary"}},
+                "application/json": {"schema": {"type": "object", "properties": {
+                    "resourceLogs": {"type": "array"}}}}}},
+            "responses": {"200": {"description": "ExportLogsServiceResponse (partialSuccess names "
+                                                 "refused records)", "content": {
                 "application/json": {"schema": {"type": "object"}},
                 "application/x-protobuf": {"schema": {"type": "string", "format": "binary"}}}},
                 **errors(400, 401, 403, 413, 415, 500), **too_many}}},

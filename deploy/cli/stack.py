@@ -190,7 +190,7 @@ def serve(
     port: int = typer.Option(None, "--port", envvar="USL_API_PORT", metavar="PORT", help="Port to listen on."),
 ) -> None:
     """Run the planner's HTTP API: POST /v1/search, /v1/sql, /v1/sessionql, /v1/events (ASP events
-    into L1), /v1/traces (OTLP traces into L1); GET /v1/status, /v1/status/history, /v1/export,
+    into L1), /v1/traces and /v1/logs (OTLP GenAI spans and log records into L1); GET /v1/status, /v1/status/history, /v1/export,
     /metrics, /healthz, /openapi.json, and the search page at / (its files under /static).
 
     Beyond loopback (--host 0.0.0.0) it starts only with API keys (`usl apikey create`).

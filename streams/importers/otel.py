@@ -30,6 +30,13 @@ mapping. In short:
   (a parent span outside the batch is taken to be that run).
 
 Ids are hashes of trace, span and content: a span exported twice yields the same events.
+
+GenAI *log records* (``POST /v1/logs``: the events the instrumentations emit through the logs
+API, e.g. OpenAI's ``gen_ai.user.message`` and ``gen_ai.choice`` with the message content, which
+their spans then lack) are read as the span they name: :func:`log_spans` gathers a span's records
+into one span of the shape above, its messages as ``gen_ai.input.messages`` /
+``gen_ai.output.messages``, so they become the same events (same ids) as those content
+attributes on the span itself would, in the span's session and turn.
 """
 
 from __future__ import annotations
@@ -48,7 +55,7 @@ from streams.exceptions import SchemaError
 from streams.importers.base import Accepted, Rejected, raw_text, stable_id, time_from_posix
 
 __all__ = ["AGENT_OPERATIONS", "CHAT_OPERATIONS", "TOOL_OPERATIONS", "TraceSessions", "attributes", "iter_spans",
-           "span_events"]
+           "log_spans", "span_events"]
 
 AGENT_OPERATIONS = frozenset({"invoke_agent", "create_agent", "invoke_workflow"})
 CHAT_OPERATIONS = frozenset({"chat", "generate_content", "text_completion"})
@@ -410,12 +417,14 @@ def span_events(request: dict[str, Any], *, log_id: str = "default",
         if not isinstance(operation, str):
             continue
         trace, span_id = _hex(span.get("traceId")), _hex(span.get("spanId"))
-        record = f"span[{index}] {trace}/{span_id}"
+        from_logs = bool(span.get(_FROM_LOGS))
+        record = f"logRecords@{trace}/{span_id}" if from_logs else f"span[{index}] {trace}/{span_id}"
         problem = (_id_problem(span.get("traceId"), trace, "traceId", 16)
                    or _id_problem(span.get("spanId"), span_id, "spanId", 8))
         start, end = _time(span.get("startTimeUnixNano")), _time(span.get("endTimeUnixNano"))
         if problem is not None or start is None:
-            problem = problem or _time_problem(span.get("startTimeUnixNano"), "startTimeUnixNano")
+            problem = problem or ("no record has a timeUnixNano or observedTimeUnixNano after the Unix epoch"
+                                  if from_logs else _time_problem(span.get("startTimeUnixNano"), "startTimeUnixNano"))
             yield Rejected(record, problem, raw_text(span))
             continue
         yield from _Span(log_id, record, resource, span, attrs, operation, trace, span_id, start,
@@ -483,7 +492,8 @@ class _Span:
             opening = anchor
         # Only an inference span's usage is counted: an agent span's is the sum of its inference
         # calls (so the conventions and the instrumentations have it), and both would count twice.
-        self.usage = _usage(self.attrs) if self.operation in CHAT_OPERATIONS else None
+        self.usage = _usage(self.attrs) if self.operation in CHAT_OPERATIONS and not self.span.get(_FROM_LOGS) \
+            else None  # a span's log records leave its token counts to the span
         yield from self._messages(anchor, model)
         if self.failed:
             yield self.event("error", stable_id("otel", anchor, "error"), self.end,
@@ -491,7 +501,11 @@ class _Span:
         closing = "turn.ended" if self.operation in CHAT_OPERATIONS else "run.ended"
         # Without captured output messages (content capture is often off) the turn's end counts it.
         ending = {"usage": self.usage, **({"model": model} if model else {})} if self.usage else None
-        yield self.event(closing, stable_id("otel", anchor, "ended"), self.end, parent=opening, fields=ending)
+        # A span's log records close the turn they opened, or reopened after the span closed it
+        # (exporters send the two in either order): an end of their own, not the span's, whose
+        # id would make whichever came second a duplicate.
+        ended = stable_id("otel", anchor, "ended", *(["logs"] if self.span.get(_FROM_LOGS) else []))
+        yield self.event(closing, ended, self.end, parent=opening, fields=ending)
 
     def _messages(self, anchor: str, model: Any) -> Iterator[Accepted | Rejected]:
         history = _messages(self.attrs.get("gen_ai.input.messages"))
@@ -555,6 +569,118 @@ class _Span:
                          fields={"toolCallId": call_id, "toolName": name,
                                  "status": "error" if self.failed else "ok", "output": output},
                          parent=anchor, turn=False)
+
+
+_FROM_LOGS = "_uslFromLogRecords"  # marks a span log_spans made: no OTLP field has an underscore
+#: The log records of the GenAI conventions up to 1.36 (and OpenAI's instrumentation since) that
+#: carry one input message each, by event name → the message's role.
+_MESSAGE_RECORDS = {f"gen_ai.{role}.message": role for role in ("system", "user", "assistant", "tool")}
+
+
+def log_spans(request: dict[str, Any]) -> tuple[dict[str, Any], list[Rejected]]:
+    """An ExportLogsServiceRequest (OTLP/JSON-shaped) as an ExportTraceServiceRequest of the
+    spans its GenAI records belong to, for :func:`span_events`; and the records refused.
+
+    A record is GenAI when its event name (``eventName``, or the ``event.name`` attribute of
+    older SDKs) starts with ``gen_ai.``; other records (an application's logs) are ignored, as
+    spans without ``gen_ai.operation.name`` are. Each span's records become one ``chat`` span
+    (the operation a ``gen_ai.client.inference.operation.details`` record names, if any) from
+    its first record's time to its last: ``gen_ai.{system,user,assistant,tool}.message`` in
+    order are its input messages, ``gen_ai.choice`` by ``index`` its output messages (their
+    ``tool_calls`` as tool-call parts, a tool message's ``id`` on its response part), and the
+    ``gen_ai.*`` attributes of an operation-details record are the span's. A GenAI record
+    without the trace and span it was emitted in is refused: no span, no turn or session to
+    put it in."""
+    spans: dict[tuple[int, str, str], dict[str, Any]] = {}
+    resources: list[dict[str, Any]] = []
+    rejected: list[Rejected] = []
+    number = -1
+    for resource_logs in _list(request.get("resourceLogs")):
+        resource_logs = _dict(resource_logs)
+        resources.append(_dict(resource_logs.get("resource")))
+        for scope_logs in _list(resource_logs.get("scopeLogs")):
+            for record in _list(_dict(scope_logs).get("logRecords")):
+                number += 1
+                record = _dict(record)
+                values = attributes(record.get("attributes"))
+                name = record.get("eventName") or values.get("event.name")
+                if not isinstance(name, str) or not name.startswith("gen_ai."):
+                    continue
+                trace, span_id = _hex(record.get("traceId")), _hex(record.get("spanId"))
+                if not trace or not span_id:
+                    rejected.append(Rejected(f"logRecord[{number}] {name}",
+                                             "a GenAI log record needs the traceId and spanId of the span it was "
+                                             "emitted in (the instrumentation's context)", raw_text(record)))
+                    continue
+                at = _nanos(record.get("timeUnixNano")) or _nanos(record.get("observedTimeUnixNano"))
+                span = spans.setdefault((len(resources) - 1, trace, span_id), {
+                    "traceId": trace, "spanId": span_id, "times": [], "inputs": [], "outputs": [], "details": [],
+                    "conversation": None})
+                span["times"].append(at)
+                body = _value(record.get("body"))
+                if name in _MESSAGE_RECORDS:
+                    span["inputs"].append(_log_message(_MESSAGE_RECORDS[name], body, values))
+                elif name == "gen_ai.choice":
+                    choice = _dict(body)
+                    message = choice.get("message") if isinstance(choice.get("message"), dict) else choice
+                    index = choice.get("index")
+                    span["outputs"].append((index if isinstance(index, int) else len(span["outputs"]),
+                                            _log_message("assistant", message, {})))
+                elif name == _DETAILS_EVENT:
+                    span["details"] += _list(record.get("attributes"))
+                if _conversation(values):
+                    span["conversation"] = span["conversation"] or _conversation(values)
+    by_resource: dict[int, list[dict[str, Any]]] = {}
+    for (resource, _trace, _span), found in spans.items():
+        times = [at for at in found["times"] if at > 0]
+        typed = [item for item in found["details"] if isinstance(item, dict) and isinstance(item.get("key"), str)
+                 and item["key"].startswith("gen_ai.")]
+        stated = {item["key"] for item in typed}
+        own = [("gen_ai.operation.name", "chat"), ("gen_ai.conversation.id", found["conversation"]),
+               ("gen_ai.input.messages", [m for m in found["inputs"] if m] or None),
+               ("gen_ai.output.messages", [m for _, m in sorted(found["outputs"], key=lambda o: o[0]) if m] or None)]
+        for key, value in own:
+            if value and key not in stated:
+                text = value if isinstance(value, str) else orjson.dumps(value).decode()
+                typed.append({"key": key, "value": {"stringValue": text}})
+        by_resource.setdefault(resource, []).append({
+            "traceId": found["traceId"], "spanId": found["spanId"], "name": "log records",
+            "startTimeUnixNano": str(min(times)) if times else None,
+            "endTimeUnixNano": str(max(times)) if times else None, "attributes": typed, _FROM_LOGS: True})
+    return {"resourceSpans": [{"resource": resources[index], "scopeSpans": [{"spans": found}]}
+                              for index, found in sorted(by_resource.items())]}, rejected
+
+
+def _log_message(role: str, body: Any, values: dict[str, Any]) -> dict[str, Any] | None:
+    """One message of a log record's body (``{"content", "tool_calls", "id"}``, or the text
+    itself) in the conventions' ``{"role", "parts"}`` shape; None when it holds nothing."""
+    message = _dict(body) if not isinstance(body, str) else {"content": body}
+    parts: list[dict[str, Any]] = []
+    content = message.get("content", values.get("content"))
+    if role == "tool" and content is not None:
+        parts.append({"type": "tool_call_response", "response": content,
+                      **({"id": message["id"]} if isinstance(message.get("id"), str) else {})})
+    elif isinstance(content, str) and content:
+        parts.append({"type": "text", "content": content})
+    elif isinstance(content, list):  # already parts, or OpenAI's list of content parts
+        for part in content:
+            if isinstance(part, dict) and part.get("type") in ("text", "tool_call", "tool_call_response"):
+                parts.append(part if "content" in part or part.get("type") != "text"
+                             else {"type": "text", "content": part.get("text")})
+    for call in _list(message.get("tool_calls")):
+        call = _dict(call)
+        function = _dict(call.get("function"))
+        arguments = function.get("arguments", call.get("arguments"))
+        if isinstance(arguments, str):
+            try:
+                arguments = orjson.loads(arguments)
+            except orjson.JSONDecodeError:
+                pass
+        parts.append({"type": "tool_call", "id": call.get("id"), "name": function.get("name", call.get("name")),
+                      "arguments": arguments})
+    if not parts:
+        return None
+    return {"role": message["role"] if isinstance(message.get("role"), str) else role, "parts": parts}
 
 
 def _conversation(attrs: dict[str, Any]) -> str:

@@ -387,3 +387,120 @@ def test_otlp_errors_say_what_is_wrong(served):
     assert send(b'{"resourceSpans": []}', **{"Content-Encoding": "br"}).status_code == 415
     surrogate = send(b'{"resourceSpans": [{"x": "\\ud800"}]}')
     assert surrogate.status_code == 400 and "lone UTF-16 surrogate" in surrogate.json()["error"]["message"]
+
+
+def send_logged_chat(endpoint: str, *, logs_first: bool, question: str) -> None:
+    """A chat call as OpenAI's instrumentation (opentelemetry-instrumentation-openai-v2) sends
+    it: the span holds model and tokens but no content; the messages are log records emitted in
+    the span's context (gen_ai.system/user.message, gen_ai.choice), exported by the logs
+    pipeline, before or after the span."""
+    from opentelemetry._logs import LogRecord
+    from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk._logs import LoggerProvider
+    from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    resource = Resource.create({"service.name": "limerick-bot"})
+    tracing, logging = TracerProvider(resource=resource), LoggerProvider(resource=resource)
+    tracing.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=f"{endpoint}/v1/traces")))
+    logging.add_log_record_processor(BatchLogRecordProcessor(OTLPLogExporter(endpoint=f"{endpoint}/v1/logs")))
+    logger, system = logging.get_logger("opentelemetry.instrumentation.openai_v2"), {"gen_ai.system": "openai"}
+    with tracing.get_tracer("usl-test").start_as_current_span("chat gpt-4o", attributes={
+            "gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o",
+            "gen_ai.usage.input_tokens": 24, "gen_ai.usage.output_tokens": 41}):
+        for name, body in (
+                ("gen_ai.system.message", {"content": "You are a helpful assistant."}),
+                ("gen_ai.user.message", {"content": question}),
+                ("gen_ai.choice", {"index": 0, "finish_reason": "tool_calls", "message": {
+                    "role": "assistant", "tool_calls": [{"id": "call_9", "type": "function", "function": {
+                        "name": "rhyme_lookup", "arguments": '{"word": "handler"}'}}]}}),
+                ("gen_ai.tool.message", {"content": "candler, dandler, handler", "id": "call_9"}),
+                ("gen_ai.choice", {"index": 1, "finish_reason": "stop", "message": {
+                    "role": "assistant", "content": "A logger who wrote to stderr found levels blurrier"}})):
+            logger.emit(LogRecord(event_name=name, attributes=system, body=body))
+    first, second = (logging, tracing) if logs_first else (tracing, logging)
+    first.force_flush()
+    second.force_flush()
+    tracing.shutdown()
+    logging.shutdown()
+
+
+@pytest.mark.parametrize("logs_first", [True, False], ids=["logs-first", "span-first"])
+def test_log_records_bring_the_messages_their_span_lacks(served, logs_first: bool) -> None:
+    """Found as a new user: OpenAI's OpenTelemetry instrumentation puts a call's messages in log
+    records (POST /v1/logs), not on the span; there was no /v1/logs, so such an agent's
+    sessions held turns with nothing to search. Exporters send spans and logs separately, in
+    either order: the turn holds the messages once, its tokens once, in one session."""
+    settings, planner, endpoint = served
+    question = "Please write me a limerick about Python logging handlers"
+    send_logged_chat(endpoint, logs_first=logs_first, question=question)
+    events = l1_events(settings)
+    assert max(Counter(e["eventId"] for e in events).values()) == 1
+    assert len({e["sessionId"] for e in events}) == 1 and len({e["turnId"] for e in events if e.get("turnId")}) == 1
+    messages = [(e["role"], e["fields"].get("text"), e["fields"].get("toolCalls")) for e in events if e["type"] == "message"]
+    assert messages == [
+        ("system", "You are a helpful assistant.", None), ("user", question, None),
+        ("tool", "candler, dandler, handler", None),
+        ("assistant", "", [{"id": "call_9", "name": "rhyme_lookup", "arguments": {"word": "handler"}}]),
+        ("assistant", "A logger who wrote to stderr found levels blurrier", None)]
+    usages = [e["fields"]["usage"] for e in events if "usage" in e.get("fields", {})]
+    assert usages == [{"inputTokens": 24, "outputTokens": 41}]
+    # Each source closes the turn it opened or reopened: the span's end and the records' own.
+    assert Counter(e["type"] for e in events)["turn.ended"] == 2
+    answer = planner.search({"query": "limerick Python logging", "freshness": "latest"}, READER_PRINCIPAL)
+    assert answer["results"][0]["sessionId"] == events[0]["sessionId"]
+    assert "limerick about Python logging" in answer["results"][0]["text"]
+
+
+def test_otlp_logs_json_and_what_is_refused(served):
+    """OTLP JSON log records: an application's own records are not GenAI (skipped, as spans
+    without gen_ai.operation.name are); a GenAI record outside any span is refused by name, as
+    rejectedLogRecords and a dead letter; a malformed body is a 400 naming the place."""
+    import httpx
+
+    settings, _planner, endpoint = served
+    trace, span = "6b8efff798038103d269b633813fc60d", "fee19b7ec3c1b175"
+
+    def record(name: str, body: Any, **extra: Any) -> dict[str, Any]:
+        return {"timeUnixNano": "1764579600000000000", "eventName": name, "traceId": trace, "spanId": span,
+                "body": body, **extra}
+
+    details = {"timeUnixNano": "1764579601000000000", "traceId": trace, "spanId": span, "attributes": [
+        {"key": "event.name", "value": {"stringValue": "gen_ai.client.inference.operation.details"}},
+        {"key": "gen_ai.operation.name", "value": {"stringValue": "generate_content"}},
+        {"key": "gen_ai.conversation.id", "value": {"stringValue": "conv-logs-1"}},
+        {"key": "gen_ai.output.messages", "value": {"stringValue": orjson.dumps([{"role": "assistant", "parts": [
+            {"type": "text", "content": "the quarterly ledger balances to the cent"}]}]).decode()}}]}
+    body = {"resourceLogs": [{"resource": {"attributes": [
+        {"key": "service.name", "value": {"stringValue": "ledger-agent"}}]}, "scopeLogs": [{"logRecords": [
+            {"timeUnixNano": "1764579600000000000", "body": {"stringValue": "GET /health 200"}},
+            record("gen_ai.user.message", {"kvlistValue": {"values": [
+                {"key": "content", "value": {"stringValue": "does the ledger balance?"}}]}}),
+            details,
+            record("gen_ai.user.message", {"stringValue": "no span here"}, traceId="", spanId="")]}]}]}
+    for _ in range(2):
+        response = httpx.post(f"{endpoint}/v1/logs", content=orjson.dumps(body),
+                              headers={"Content-Type": "application/json"}, timeout=30)
+        assert response.status_code == 200, response.text
+        refused = response.json()["partialSuccess"]
+        assert refused["rejectedLogRecords"] == 1 and "needs the traceId and spanId" in refused["errorMessage"]
+    events = l1_events(settings)
+    assert {e["sessionId"] for e in events} == {"conv-logs-1"}
+    assert [(e["type"], e.get("role"), e["fields"].get("text")) for e in events if e["type"] != "session.started"] == [
+        ("turn.started", "user", None), ("message", "user", "does the ledger balance?"),
+        ("message", "assistant", "the quarterly ledger balances to the cent"), ("turn.ended", None, None)]
+    from streams.l1 import read_dead_letters
+
+    letters = read_dead_letters(settings.bootstrap_servers or "", settings, log_id="default")
+    assert len(letters) == 2 and all(letter["record"].startswith("POST /v1/logs logRecord[3]") for letter in letters)
+    shape = httpx.post(f"{endpoint}/v1/logs", content=b'{"resourceLogs": [{"scopeLogs": [{"logRecords": 5}]}]}',
+                       headers={"Content-Type": "application/json"}, timeout=30)
+    assert shape.status_code == 400
+    assert "resourceLogs[0].scopeLogs[0].logRecords must be a list, not a number" in shape.json()["error"]["message"]
+    garbage = httpx.post(f"{endpoint}/v1/logs", content=b"\x0a\xff", headers={"Content-Type": "application/x-protobuf"})
+    assert garbage.status_code == 400 and "ExportLogsServiceRequest" in garbage.json()["error"]["message"]
+    plain = httpx.post(f"{endpoint}/v1/logs", content=b"{}", headers={"Content-Type": "text/plain"})
+    assert plain.status_code == 415 and "application/x-protobuf" in plain.json()["error"]["message"]
