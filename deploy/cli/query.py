@@ -166,8 +166,10 @@ def _snippet(text: str, evidence: list[dict[str, Any]], query: str = "") -> Text
 def _matches(text: str, query: str) -> list[tuple[int, int]]:
     """Character spans of ``text`` where the query's quoted phrases and words occur, in order,
     compared as the text index compares them: NFKC-folded and lowercased (words of one
-    character only inside a phrase). A span always covers whole characters as a reader sees
-    them (a letter with its marks)."""
+    character only inside a phrase), over whole terms: `log` is marked in `log in` and
+    `snake_log`, not inside `login` or `catalog`, which the index does not find by it (but
+    inside 数据库 for 数据, each of whose characters is a term). A span always covers whole
+    characters as a reader sees them (a letter with its marks)."""
     import re
 
     folded, starts, ends = _folded(text)
@@ -191,10 +193,31 @@ def _occurrences(needle: str, folded: str, starts: list[int], ends: list[int]) -
     at = folded.find(needle)
     while at != -1:
         end = at + len(needle)
-        if (at == 0 or starts[at - 1] != starts[at]) and (end == len(folded) or starts[end] != starts[end - 1]):
+        if (at == 0 or starts[at - 1] != starts[at]) and (end == len(folded) or starts[end] != starts[end - 1]) \
+                and _term_edge(folded, at) and _term_edge(folded, end):
             found.append((starts[at], ends[end - 1]))
         at = folded.find(needle, at + 1)
     return found
+
+
+def _term_edge(folded: str, at: int) -> bool:
+    """Whether a term of the index may begin or end at ``at`` of ``folded``: not between two
+    characters of one run of letters and digits (the index's terms are such runs; `_` and
+    punctuation split them), except where either is of a script written without spaces (Chinese,
+    Japanese, Korean, Thai, Lao, Myanmar, Khmer), each of whose characters is a term."""
+    if at == 0 or at == len(folded):
+        return True
+    return not (_in_term(folded[at - 1]) and _in_term(folded[at]))
+
+
+def _in_term(character: str) -> bool:
+    """A letter, digit or mark of a run of them the index keeps as one term."""
+    if not (character.isalnum() or _joins_previous(character)) or character == "\u200d":
+        return False
+    code = ord(character)
+    spaceless = 0x0E00 <= code <= 0x0EFF or 0x1000 <= code <= 0x109F or 0x1780 <= code <= 0x17FF \
+        or unicodedata.east_asian_width(character) in ("W", "F")
+    return not spaceless
 
 
 def _fold(text: str) -> str:
