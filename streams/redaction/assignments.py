@@ -13,13 +13,15 @@ from streams.redaction.base import (
     Scan,
     is_marker_at,
     marker,
+    plain_words,
     replace_spans,
 )
 from streams.redaction.entropy import HEX_MIN_ENTROPY, looks_random, shannon_entropy
 from streams.redaction.keys import DESCRIPTIVE_SUFFIXES, is_placeholder, name_class
 from streams.redaction.vendors import ported_rule_names, vendor_rule
 
-__all__ = ["CREDENTIAL_COLON_RULE", "CREDENTIAL_PAIR_RULE", "AssignmentRule", "PasswordBeforeRule", "bare_secret"]
+__all__ = ["ACCOUNT_ROW_RULE", "CREDENTIAL_COLON_RULE", "CREDENTIAL_PAIR_RULE", "CREDENTIAL_SPACE_RULE", "DEVICE_SECRET_RULES",
+           "AssignmentRule", "PasswordBeforeRule", "bare_secret"]
 
 _NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 # Where a candidate starts: each keyword is searched literally in the lower-cased text.
@@ -735,6 +737,12 @@ def _name_start(text: str, position: int) -> int:
     return start
 
 
+# 2.10: a label naming a user and a password at once ("u/p: admin / Hunter2!x", "user/pass:
+# deploy Xy7#pw9q"), read as "creds" is.
+_PAIR_LABELS = r"u/p|user(?:name)?/pass(?:word)?|login/pass(?:word)?|user/pw"
+_PAIR_LABEL_TRIGGERS = ("u/p", "user/p", "username/p", "login/p")
+
+
 # A user and a password after a word for credentials, split by a slash (2.4): "the creds are
 # deploy / Xy7#pw9q", "login: admin/S3cret!", "credentials for staging: ci / Tq8$wLm2". The word
 # is followed by ":" / "=" or by connecting words ("login page/Home2" and "credentials for
@@ -753,11 +761,11 @@ def _credential_pair(match: re.Match[str]) -> bool:
 
 CREDENTIAL_PAIR_RULE = RegexRule(
     name=_PROSE,
-    lower_triggers=("cred", "login", "zugangsdaten", "anmeldedaten", "identifiants"),
+    lower_triggers=("cred", "login", "zugangsdaten", "anmeldedaten", "identifiants", *_PAIR_LABEL_TRIGGERS),
     anchored=True,
     description="a password written after a user and a slash in a sentence about credentials or a login",
     pattern=re.compile(
-        r"(?<![A-Za-z])(?:creds|credentials?|logins?|zugangsdaten|anmeldedaten|identifiants|credenciales)(?![A-Za-z])"
+        r"(?<![A-Za-z])(?:" + _PAIR_LABELS + r"|creds|credentials?|logins?|zugangsdaten|anmeldedaten|identifiants|credenciales)(?![A-Za-z])"
         r"(?:(?:[ \t]+(?:" + "|".join(_PAIR_CONNECTORS) + r")(?![A-Za-z])){1,4}[ \t]*[:=]?|[ \t]*[:=])[ \t]*"
         r"[A-Za-z0-9_.@+-]{1,64}[ \t]*/[ \t]*"
         r"(?P<value>" + _PROSE_PASSWORD_CHARS + r"{6,128}?)(?=[.!?-]*(?!" + _PROSE_PASSWORD_CHARS + r"))",
@@ -783,11 +791,11 @@ def _credential_colon(match: re.Match[str]) -> bool:
 
 CREDENTIAL_COLON_RULE = RegexRule(
     name=_PROSE,
-    lower_triggers=("cred", "login"),
+    lower_triggers=("cred", "login", *_PAIR_LABEL_TRIGGERS),
     anchored=True,
     description="a password written after a user and a colon in a sentence about credentials or a login",
     pattern=re.compile(
-        r"(?<![A-Za-z])(?P<word>creds|credentials?|logins?)(?![A-Za-z])(?:[ \t]+(?:are|is|were|was|with|as|using)|[ \t]*[:=])[ \t]+"
+        r"(?<![A-Za-z])(?P<word>" + _PAIR_LABELS + r"|creds|credentials?|logins?)(?![A-Za-z])(?:[ \t]+(?:are|is|were|was|with|as|using)|[ \t]*[:=])[ \t]+"
         r"(?P<user>[A-Za-z_][A-Za-z0-9_.-]{0,63}):(?P<value>[A-Za-z0-9!#$%&*+\-.<=>?@^_~]{4,128}?)"
         r"(?=[.!?]*(?![A-Za-z0-9!#$%&*+\-.<=>?@^_~:/]))",
         re.ASCII | re.IGNORECASE,
@@ -795,6 +803,164 @@ CREDENTIAL_COLON_RULE = RegexRule(
     group="value",
     check=_credential_colon,
 )
+
+
+# A user and a password side by side after a word for credentials (2.10): "creds: admin
+# Xy7#pw9q", "u/p: deploy Hunter2!x". The pair ends its clause, and the password is judged as
+# after "pw is" and is no plain words: "credentials: see README.md", "creds are in Vault"
+# and "login: admin Dashboard" stay.
+def _credential_space(match: re.Match[str]) -> bool:
+    value = match.group("value")
+    return (_short_word_password(value) and not plain_words(value) and not is_placeholder(value, quoted=False)
+            and not is_placeholder(match.group("user"), quoted=False))
+
+
+CREDENTIAL_SPACE_RULE = RegexRule(
+    name=_PROSE,
+    lower_triggers=("cred", "login", *_PAIR_LABEL_TRIGGERS),
+    anchored=True,
+    description="a password written after a user and a space in a sentence about credentials or a login",
+    pattern=re.compile(
+        r"(?<![A-Za-z])(?:" + _PAIR_LABELS + r"|creds|credentials?|logins?)(?![A-Za-z])"
+        r"(?:[ \t]+(?:are|is|were|was)|[ \t]*[:=])[ \t]+"
+        r"(?P<user>[A-Za-z_][A-Za-z0-9_.@-]{0,63})[ \t]+(?P<value>" + _PROSE_PASSWORD_CHARS + r"{6,128}?)"
+        r"(?=[.!?]*(?:[ \t]*(?:[,;)]|\r?\n|\Z)))",
+        re.ASCII | re.IGNORECASE,
+    ),
+    group="value",
+    check=_credential_space,
+)
+
+
+# Secrets of devices and second factors (2.10), which no password word names: a PIN ("PIN:
+# 4821", "pin code 482193", "the PIN for the card is 5809"), a passcode, a Wi-Fi key ("the wifi
+# key is Tr4vel-Mug-88", wpa_supplicant's psk="…") and a TOTP seed ("the 2FA secret is JBSW…").
+# A PIN is short digits, so the word before it decides: a bare "pin" (a verb too: "pin 2024
+# versions") needs ":" / "=" / is / was or capitals; "pin code", "PIN number", "passcode" and
+# "PUK" need nothing. LED_PIN = 13 and pinned are no PIN (a letter, digit or _ before or after).
+_DEVICE_CONNECTORS = ("for", "of", "to", "on", "the", "my", "your", "our", "his", "her", "their", "card", "phone",
+                      "sim", "bank", "debit", "atm", "laptop", "device", "account", "door", "new", "old", "default",
+                      "now", "set", "changed", "has", "been")
+
+
+def _pin(match: re.Match[str]) -> bool:
+    if match.group("said") or match.group("word").lower() != "pin":
+        return True
+    # A bare pin before digits is a verb ("pin 2024 versions") unless written PIN right before them.
+    return match.group("word") == "PIN" and not match.group("between")
+
+
+def _passcode(match: re.Match[str]) -> bool:
+    value = match.group("value")
+    return (any(c.isdigit() for c in value) and not plain_words(value) and not is_placeholder(value, quoted=False)
+            and not _VERSION.fullmatch(value))
+
+
+def _wifi_key(match: re.Match[str]) -> bool:
+    value = match.group("value")
+    return _short_word_password(value) and not plain_words(value) and not is_placeholder(value, quoted=False)
+
+
+def _psk(match: re.Match[str]) -> bool:
+    value = match.group("value").strip("\"'")
+    return len(value) >= 8 and not is_placeholder(value, quoted=True) and not plain_words(value)
+
+
+def _totp_seed(match: re.Match[str]) -> bool:
+    value = match.group("value").replace(" ", "")
+    return len(value) >= 16 and (any(c in "234567" for c in value) or value.isupper())
+
+
+_DEVICE_BETWEEN = r"(?P<between>(?:[ \t]+(?:" + "|".join(_DEVICE_CONNECTORS) + r")(?![A-Za-z])){0,5})"
+_DEVICE_SAID = r"(?P<said>[ \t]*[:=]|[ \t]+(?:is|was|will[ \t]+be|is[ \t]+now)(?![A-Za-z])[ \t]*:?)?[ \t]*[\"'`]?"
+DEVICE_SECRET_RULES = (
+    RegexRule(
+        name=_PROSE, lower_triggers=("pin", "puk"), anchored=True, check=_pin, group="value",
+        description="a PIN or PUK: 4-8 digits after the word",
+        pattern=re.compile(
+            r"(?<![A-Za-z0-9_-])(?P<word>pin(?:[ \t-]?(?:code|number|no\.?))?|puk(?:[ \t-]?code)?)(?![A-Za-z0-9_-])"
+            + _DEVICE_BETWEEN + _DEVICE_SAID + r"(?P<value>[0-9]{4,8})(?![0-9A-Za-z_/-]|[.,:][0-9])",
+            re.ASCII | re.IGNORECASE),
+    ),
+    RegexRule(
+        name=_PROSE, lower_triggers=("passcode", "pass code", "pass-code"), anchored=True, check=_passcode, group="value",
+        description="a passcode: 4-32 characters with a digit after the word",
+        pattern=re.compile(
+            r"(?<![A-Za-z0-9_-])pass[ \t-]?codes?(?![A-Za-z0-9_-])" + _DEVICE_BETWEEN + _DEVICE_SAID
+            + r"(?P<value>[A-Za-z0-9!#$%&*+?@^_~-]{4,32})(?![A-Za-z0-9!#$%&*+?@^_~-])",
+            re.ASCII | re.IGNORECASE),
+    ),
+    RegexRule(
+        name=_PROSE, lower_triggers=("wifi", "wi-fi", "wlan", "wpa", "wep"), anchored=True,
+        check=_wifi_key, group="value",
+        description="a Wi-Fi key written after its name, judged as a password after \"pw is\"",
+        pattern=re.compile(
+            r"(?<![A-Za-z0-9_])(?:wi-?fi|wlan|wpa[23]?(?:[ \t-](?:personal|psk))?|wep)[ \t-]?"
+            r"(?:network[ \t-])?(?:key|code|psk|pass(?:word|phrase)?|pw)(?![A-Za-z0-9_-])"
+            + _DEVICE_BETWEEN + r"(?:[ \t]*[:=]|[ \t]+(?:is|was|will[ \t]+be)(?![A-Za-z])[ \t]*:?)[ \t]*[\"'`]?"
+            + r"(?P<value>" + _PROSE_PASSWORD_CHARS + r"{6,63}?)(?=[\"'`]?[.!?]*(?!" + _PROSE_PASSWORD_CHARS + r"))",
+            re.ASCII | re.IGNORECASE),
+    ),
+    RegexRule(
+        name=_PROSE, lower_triggers=("psk",), anchored=True, check=_psk, group="value",
+        description="wpa_supplicant / hostapd / NetworkManager psk=\"…\" (8-63 characters, or 64 hex digits)",
+        pattern=re.compile(
+            r"(?<![A-Za-z0-9_.-])(?:wpa_)?psk[ \t]*[=:][ \t]*(?P<value>\"[^\"\r\n]{8,63}\"|'[^'\r\n]{8,63}'|[^\s\"'#;]{8,64})",
+            re.ASCII | re.IGNORECASE),
+    ),
+    RegexRule(
+        name=_PROSE, lower_triggers=("totp", "otp", "2fa", "mfa", "authenticator", "two-factor"), anchored=True,
+        check=_totp_seed, group="value",
+        description="a TOTP seed: base32 after a second factor's secret, key or seed",
+        pattern=re.compile(
+            r"(?<![A-Za-z0-9_])(?:totp|otp|2fa|mfa|authenticator|two-factor)(?:[ \t-](?:app|setup|auth))?[ \t-]"
+            r"(?:secret|seed|key|setup[ \t-]key)(?![A-Za-z0-9_])" + _DEVICE_BETWEEN + _DEVICE_SAID
+            + r"(?P<value>(?:[A-Za-z2-7]{4}[ ]){3,15}[A-Za-z2-7]{4}|[A-Za-z2-7]{16,64})(?![A-Za-z0-9])",
+            re.ASCII | re.IGNORECASE),
+    ),
+)
+
+
+class AccountRowRule(Rule):
+    """A headerless markdown table row giving an account and its password (2.10): ``| prod-db |
+    admin | S3cr3t!pw |``. A table with a header is read by its column names; without one, a cell
+    holding a well-known account name (or an address the e-mail rule replaced) followed by a
+    cell that reads as a password after "pw is", no plain words, loses that cell."""
+
+    _accounts = ("admin", "administrator", "root", "postgres", "sa", "ubuntu", "ec2-user", "deploy", "deployer",
+                 "guest", "oracle", "mysql", "pi", "elastic", "jenkins", "sysadmin", "superuser", "dbadmin",
+                 "[REDACTED:email]")
+    _pair = re.compile(r"\|[ \t]*`?(?P<user>" + "|".join(re.escape(a) for a in _accounts) + r")`?[ \t]*\|[ \t]*`?"
+                       r"(?P<value>[^\s|`]{6,128})`?[ \t]*(?=\|)", re.ASCII | re.IGNORECASE)
+
+    def __init__(self) -> None:
+        super().__init__(name=_PASSWORD, triggers=("|",), needs=frozenset("|"), literals=("|",),
+                         description="a headerless table row's password after a well-known account name")
+
+    def fingerprint(self) -> list[str]:
+        return [*super().fingerprint(), self._pair.pattern]
+
+    def apply(self, scan: Scan, hits: dict[str, int]) -> str:
+        text = scan.text
+        spans = []
+        line_end = -1
+        for match in self._pair.finditer(text):
+            if match.start() > line_end:  # each line is found once, however many rows it holds
+                line_start = text.rfind("\n", line_end + 1, match.start()) + 1 or line_end + 1
+                line_end = text.find("\n", match.end())
+                line_end = len(text) if line_end == -1 else line_end
+                line = text[line_start:line_end].strip()
+            if not (line.startswith("|") or (line.endswith("|") and line.count("|") >= 4)):
+                continue  # a shell pipe ("grep x | admin | ..."), not a table row (one pasted after words may be)
+            value = match.group("value")
+            if (is_marker_at(value, 0) or not _short_word_password(value) or plain_words(value)
+                    or is_placeholder(value, quoted=False)):
+                continue
+            spans.append((match.start("value"), match.end("value"), _PASSWORD))
+        return replace_spans(text, spans, hits) if spans else text
+
+
+ACCOUNT_ROW_RULE = AccountRowRule()
 
 
 class PasswordBeforeRule(Rule):
@@ -806,7 +972,7 @@ class PasswordBeforeRule(Rule):
 
     _words = ("password", "passphrase", "passwd", "pw")
     _before = re.compile(r"(?:^|(?<=[\s\"'`(]))[\"'`]?(?P<value>" + _PROSE_PASSWORD_CHARS + r"{6,128}?)[\"'`]?[ \t]+"
-                         r"(?:is|was)[ \t]+(?:[A-Za-z'-]{1,16}[ \t]+){0,3}\Z", re.ASCII)
+                         r"(?:is|was|as)[ \t]+(?:[A-Za-z'-]{1,16}[ \t]+){0,3}\Z", re.ASCII)
     _after = re.compile(r"(?:passwords?|passphrase|passwd|pw)(?![A-Za-z0-9_-])(?=[ \t]*(?:[.,;!?)\r\n]|\Z"
                         r"|(?:for|on|of|to|in|at|here|now|there|too|again|and|but)(?![A-Za-z])))", re.ASCII | re.IGNORECASE)
 
@@ -819,8 +985,8 @@ class PasswordBeforeRule(Rule):
 
     def apply(self, scan: Scan, hits: dict[str, int]) -> str:
         text = scan.text
-        if " is " not in text and " was " not in text:
-            return text
+        if " is " not in text and " was " not in text and " as " not in text:
+            return text  # 2.10: "use X as the password" too
         lowered = scan.lower()
         spans = []
         for word in self._words:

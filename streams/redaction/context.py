@@ -23,7 +23,7 @@ from streams.redaction.base import (
 from streams.redaction.entropy import looks_random
 from streams.redaction.keys import is_placeholder, name_class
 
-__all__ = ["CONTEXT_RULES", "DSN_PASSWORD_RULE", "PRIVATE_KEY_RULE", "URL_PASSWORD_RULE", "EnvDumpRule", "WrappedTailRule"]
+__all__ = ["CONTEXT_RULES", "DSN_PASSWORD_RULE", "OPENVPN_KEY_RULE", "PRIVATE_KEY_RULE", "URL_PASSWORD_RULE", "EnvDumpRule", "WrappedTailRule"]
 
 _KEY_LABEL = r"-----BEGIN[A-Z0-9 ]{0,32}PRIVATE KEY(?: BLOCK)?-----"
 PRIVATE_KEY_RULE = RegexRule(
@@ -38,6 +38,22 @@ PRIVATE_KEY_RULE = RegexRule(
         _KEY_LABEL
         + r"(?:.{0,65536}?-----END[A-Z0-9 ]{0,32}PRIVATE KEY(?: BLOCK)?-----"
         + r"|[A-Za-z0-9+/=\s\\:,.-]*)",
+        re.ASCII | re.DOTALL,
+    ),
+)
+
+# OpenVPN's shared keys (2.10): a static key (`secret` / `tls-auth` / `tls-crypt`: 2048 bits of
+# hex, whoever holds it joins the tunnel) and a tls-crypt-v2 key, armoured as PEM is but without
+# "PRIVATE KEY" in their labels; an inline `<tls-crypt>` block of a .ovpn file holds the same.
+OPENVPN_KEY_RULE = RegexRule(
+    name="private-key",
+    repass=False,
+    needs=frozenset("-"),
+    triggers=("-----BEGIN OpenVPN",),
+    description="OpenVPN static and tls-crypt-v2 key blocks, BEGIN through END",
+    pattern=re.compile(
+        r"-----BEGIN OpenVPN [A-Za-z0-9 -]{1,40}key[A-Za-z0-9 -]{0,8}-----"
+        r"(?:.{0,16384}?-----END OpenVPN [A-Za-z0-9 -]{1,40}-----|[A-Za-z0-9+/=\s\\]*)",
         re.ASCII | re.DOTALL,
     ),
 )
@@ -228,6 +244,37 @@ def _htpasswd_stdout(match: re.Match[str]) -> bool:
     return "b" in flags and "n" in flags
 
 
+# SQL's IDENTIFIED BY (2.10) is English too ("the type identified by full_name"): only in a
+# statement naming a user or a role before it on its line (CREATE / ALTER USER, GRANT … TO), with
+# the password quoted or the keyword written in capitals as statements are.
+_SQL_ACCOUNT = re.compile(r"\b(?:user|role|login|grant)\b", re.ASCII | re.IGNORECASE)
+
+
+def _sql_identified(match: re.Match[str]) -> bool:
+    text, start = match.string, match.start()
+    line = text[text.rfind("\n", max(0, start - 200), start) + 1 or max(0, start - 200):start]
+    quoted = match.group("value")[:1] in "'\""
+    return (_SQL_ACCOUNT.search(line) is not None and (quoted or text.startswith("IDENTIFIED", start))
+            and _cli_value(match))
+
+
+_SSH_KEYGEN = re.compile(r"\bssh-keygen\b[^\r\n|;&]*\Z", re.ASCII)
+
+
+def _ssh_keygen(match: re.Match[str]) -> bool:
+    """A -N / -P flag of an ssh-keygen command on its line (within 300 characters before it)."""
+    return _SSH_KEYGEN.search(match.string, max(0, match.start() - 300), match.start()) is not None and _cli_value(match)
+
+
+_PROMPT_LINE = re.compile(r"(?:assword|assphrase|PIN)[^\r\n]{0,160}\r?\n[ \t]*\Z", re.ASCII)
+
+
+def _expect_send(match: re.Match[str]) -> bool:
+    """An expect script's ``send "…"`` that starts its line and answers a password prompt on the line before."""
+    text, start = match.string, match.start()
+    return _PROMPT_LINE.search(text, max(0, start - 200), start) is not None and _cli_value(match)
+
+
 _BARE_ARG = r"[^\s|;&`-][^\s|;&`]*"
 _CLI_FLAG_PASSWORDS = (
     _cli_rule(("mongo", "az"), "mongo / mongosh -p PASSWORD, az login -p PASSWORD",
@@ -247,7 +294,7 @@ _CLI_FLAG_PASSWORDS = (
     _cli_rule(("echo", "printf"), "echo SECRET | a command reading a secret from stdin",
               r"\b(?:echo|printf)(?:[ \t]+-[neE]+)*[ \t]+(?P<value>'[^'\r\n]{6,}'|\"[^\"$\r\n]{6,}\"|[^\s'\"$|;&`<>]{6,})[ \t]*\|"
               r"(?=[^\r\n;&]*?(?:--password-stdin|--with-token|\bsecrets?[ \t]+(?:create|versions[ \t]+add|set)\b"
-              r"|\benv[ \t]+add\b|--data-file[= ]-|\bauth[ \t]+login\b|\bchpasswd\b|\bpasswd[ \t]+--stdin\b"
+              r"|\benv[ \t]+add\b|--data-file[= ]-|\bauth[ \t]+login\b|\bchpasswd\b|\b(?:smb)?passwd\b"
               r"|\bsecret[ \t]+put\b|\bsecrets:set\b|\benv:set\b"
               # 2.9: sudo -S / --stdin reads the user's password from the pipe
               r"|\bsudo[ \t]+(?:-[A-Za-z]*S[A-Za-z]*\b|--stdin\b)))"),
@@ -275,6 +322,35 @@ _CLI_FLAG_PASSWORDS = (
               pattern=re.compile(r"ConvertTo-SecureString[ \t]+(?:-String[ \t]+)?"
                                  r"(?P<value>'[^'\r\n]+'|\"[^\"\r\n]+\"|[^\s'\"|;&`-][^\s'\"|;&`]*)"
                                  r"(?=[^\r\n]*-AsPlainText)", re.ASCII | re.IGNORECASE)),
+    # 2.10: mosquitto's clients take -P / --pw PASSWORD; rabbitmqctl add_user / change_password
+    # USER PASSWORD and Windows' net user USER PASSWORD take it as an argument (net user's `*`
+    # prompts and its `/add` options start with a slash); SQL's IDENTIFIED BY 'PASSWORD'
+    # (MySQL, Oracle: CREATE / ALTER USER), where no password word stands before the value.
+    _cli_rule(("mosquitto_",), "mosquitto_pub / _sub / _rr -P / --pw PASSWORD",
+              r"\bmosquitto_(?:pub|sub|rr)\b[^\r\n|;&]*?[ \t](?:-P|--pw)[ \t]+" + _QUOTED_OR_BARE),
+    _cli_rule(("rabbitmqctl",), "rabbitmqctl add_user / change_password USER PASSWORD",
+              r"\brabbitmqctl(?:\.bat)?\b[^\r\n|;&]*?[ \t](?:add_user|change_password)[ \t]+(?:'[^'\r\n]+'|\"[^\"\r\n]+\"|"
+              + _BARE_ARG + r")[ \t]+(?P<value>'[^'\r\n]+'|\"[^\"\r\n]+\"|" + _BARE_ARG + ")"),
+    RegexRule(name="cli-password", lower_triggers=("net user", "net.exe user"), group="value", check=_cli_value, anchored=True,
+              description="Windows net user USER PASSWORD",
+              pattern=re.compile(r"(?<![\w-])net(?:\.exe)?[ \t]+user[ \t]+(?:\"[^\"\r\n]{1,64}\"|[^\s\"/*|&]{1,64})[ \t]+"
+                                 r"(?P<value>\"[^\"\r\n]+\"|[^\s\"/*|&<>][^\s|&<>]*)", re.ASCII | re.IGNORECASE)),
+    RegexRule(name="cli-password", lower_triggers=("identified",), group="value", check=_sql_identified, anchored=True,
+              description="SQL IDENTIFIED [WITH PLUGIN] BY 'PASSWORD'",
+              pattern=re.compile(r"\bIDENTIFIED(?:[ \t]+WITH[ \t]+[A-Za-z_]{1,40})?[ \t]+BY[ \t]+(?!PASSWORD\b|VALUES\b)"
+                                 r"(?P<value>'[^'\r\n]+'|\"[^\"\r\n]+\"|[A-Za-z0-9!#$%*+./=?@^_~-]+)",
+                                 re.ASCII | re.IGNORECASE)),
+    # 2.10: ssh-keygen's new and old passphrases (-N / -P; -N '' is none), Oracle's clients' USER/PASSWORD
+    # logon (sqlplus scott/tiger@db, rman target sys/…, expdp / impdp / sqlldr), and expect's send of
+    # the answer to a password prompt on the line before.
+    _cli_rule(("ssh-keygen",), "ssh-keygen -N / -P PASSPHRASE (both, -p changes one to the other)",
+              r"(?<=[ \t])-[NP][ \t]+" + _QUOTED_OR_BARE, check=_ssh_keygen),
+    _cli_rule(("sqlplus", "rman target", "expdp", "impdp", "sqlldr"), "sqlplus / rman / expdp / impdp / sqlldr USER/PASSWORD[@DB]",
+              r"\b(?:sqlplus(?:64)?|rman[ \t]+target|expdp|impdp|sqlldr(?:[ \t]+userid=)?)(?:[ \t]+-[A-Za-z]+)*[ \t]+['\"]?"
+              r"[A-Za-z][A-Za-z0-9_$#]{0,63}/(?P<value>[^\s@/'\"]+)(?=[@'\"]|[ \t]|$)"),
+    RegexRule(name="cli-password", lower_triggers=("send",), group="value", check=_expect_send, anchored=True,
+              description="expect: send PASSWORD after a password prompt",
+              pattern=re.compile(r"send[ \t]+(?:--[ \t]+)?\"(?P<value>[^\"\r\n\\$]{4,128})(?:\\r|\\n)?\"", re.ASCII)),
     _cli_rule(("htpasswd",), "htpasswd -b FILE USER PASSWORD",
               r"\bhtpasswd(?P<flags>(?:[ \t]+-[A-Za-z]+)+)[ \t]+" + _BARE_ARG + r"[ \t]+" + _BARE_ARG
               + r"[ \t]+(?P<value>" + _BARE_ARG + ")", check=_htpasswd_file),

@@ -13,8 +13,11 @@ from __future__ import annotations
 from functools import lru_cache
 
 from streams.redaction.assignments import (
+    ACCOUNT_ROW_RULE,
     CREDENTIAL_COLON_RULE,
     CREDENTIAL_PAIR_RULE,
+    CREDENTIAL_SPACE_RULE,
+    DEVICE_SECRET_RULES,
     AssignmentRule,
     PasswordBeforeRule,
 )
@@ -22,6 +25,7 @@ from streams.redaction.base import Rule
 from streams.redaction.context import (
     CONTEXT_RULES,
     DSN_PASSWORD_RULE,
+    OPENVPN_KEY_RULE,
     PRIVATE_KEY_RULE,
     URL_PASSWORD_RULE,
     EnvDumpRule,
@@ -38,7 +42,7 @@ __all__ = ["build_rules", "rule_names"]
 @lru_cache(maxsize=64)
 def build_rules(policy: RedactionPolicy) -> tuple[Rule, ...]:
     """Every rule ``policy`` applies, in application order."""
-    rules: list[Rule] = [PRIVATE_KEY_RULE, EnvDumpRule(policy.env_dump_min_lines), URL_PASSWORD_RULE, DSN_PASSWORD_RULE]
+    rules: list[Rule] = [PRIVATE_KEY_RULE, OPENVPN_KEY_RULE, EnvDumpRule(policy.env_dump_min_lines), URL_PASSWORD_RULE, DSN_PASSWORD_RULE]
     if policy.redact_emails:
         rules.append(EmailRule(policy.keep_domains))
     if policy.redacted_domains:
@@ -49,7 +53,8 @@ def build_rules(policy: RedactionPolicy) -> tuple[Rule, ...]:
     rules += (PrefixTokenRule(), KeywordRule())
     rules += (DiscordBotTokenRule(), TelegramBotTokenRule())
     rules += CONTEXT_RULES
-    rules += (AssignmentRule(), CREDENTIAL_PAIR_RULE, CREDENTIAL_COLON_RULE, PasswordBeforeRule())
+    rules += (AssignmentRule(), CREDENTIAL_PAIR_RULE, CREDENTIAL_COLON_RULE, CREDENTIAL_SPACE_RULE, PasswordBeforeRule())
+    rules += (*DEVICE_SECRET_RULES, ACCOUNT_ROW_RULE)
     # After every rule that leaves a marker: a secret's wrapped continuation goes with it.
     rules.append(WrappedTailRule())
     if policy.redact_payment_cards:

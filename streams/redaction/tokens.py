@@ -188,10 +188,13 @@ TOKEN_RULES: tuple[RegexRule, ...] = (
 
 
 class TelegramBotTokenRule(Rule):
-    """Telegram bot tokens: ``<5-16 digit bot id>:A<34 characters>``, anchored on ``:A``."""
+    """Telegram bot tokens: ``<5-16 digit bot id>:A<34 characters>``, anchored on ``:A``.
+
+    2.10: also glued to ``bot`` as the Bot API's URLs write it
+    (``https://api.telegram.org/bot<token>/getUpdates``, the commonest place one is printed)."""
 
     _tail = re.compile(r":A[0-9A-Za-z_-]{34}(?![0-9A-Za-z_-])", re.ASCII)
-    _id = re.compile(r"(?<![0-9A-Za-z])[0-9]{5,16}\Z", re.ASCII)
+    _id = re.compile(r"(?:(?<=bot)|(?<![0-9A-Za-z]))[0-9]{5,16}\Z", re.ASCII)
 
     def __init__(self) -> None:
         super().__init__(name="telegram-bot-token", description="Telegram bot token", needs=frozenset(":"),
