@@ -984,7 +984,12 @@ _USED_AS = RegexRule(
     lower_triggers=("use ",),
     description="a value used as the password, token or API key in a sentence (\"use X as the password\")",
     pattern=re.compile(r"\buse[ \t]+[`'\"]?(?P<value>[^\s`'\"]{6,128}?)[`'\"]?[ \t]+as[ \t]+(?:(?:the|a|an|my|your|our|its|new)[ \t]+)?"
-                       r"(?P<what>(?:[A-Za-z]+[ \t]+){0,2}?(?:password|passphrase|passwd|token|secret|key))(?![A-Za-z])",
+                       r"(?P<what>(?:[A-Za-z]+[ \t]+){0,2}?(?:password|passphrase|passwd|token|secret|key))(?![A-Za-z])"
+                       # 2.10: "as the password hash", "as the token format": the word names a kind
+                       # of thing, not the value's role ("use SHA256 as the password hash").
+                       r"(?![ \t]+(?:hash|hashes|hasher|hashing|algorithm|scheme|format|type|field|column|"
+                       r"policy|policies|rules?|requirements?|length|strength|validator|validation|reset|"
+                       r"manager|prompt|generator|encoder|encoding|storage|salt|store)(?![A-Za-z]))",
                        re.ASCII | re.IGNORECASE),
     group="value",
     check=_used_as_secret,

@@ -2346,6 +2346,10 @@ def test_a_secret_a_fifth_round_found_never_survives(text: str, secret: str) -> 
     "mosquitto_pub -h host -P $MQTT_PASS -t x", "u/p are the up and down keys", "sqlplus / as sysdba",
     "sqlplus /nolog", "sqlplus scott/$PW@db", "ssh-keygen -N '' -f key", 'expect "login:"\nsend "admin1\\r"',
     'send "hello world"', "robot: 1234",
+    # "use X as the password hash": the words after the secret's name make it a kind of thing
+    "Use SHA256 as the password hash", "we use argon2id as the password hasher",
+    "use PBKDF2-SHA512 as the password hashing scheme", "use JWT_RS256 as the token format",
+    "use scrypt2 as the password storage", "use RS256 as the token signing algorithm",
 ])
 def test_what_only_looks_like_a_fifth_round_secret_stays(text: str) -> None:
     assert redact_text(text) == (text, {})
