@@ -604,6 +604,22 @@ def openapi_paths(*, security: list[dict[str, list[str]]], principal: dict[str, 
     too_many = {"429": {"description": "L1 cannot keep up; retry after Retry-After seconds",
                         "headers": {"Retry-After": {"schema": {"type": "string"}}},
                         "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}}
+
+    def otlp(summary: str, resources: str, answered: str) -> dict[str, Any]:
+        """An OTLP/HTTP receiver's entry: protobuf or JSON in, the same encoding out."""
+        return {"post": {
+            "summary": summary,
+            "parameters": [principal, {"name": "log", "in": "query", "required": False,
+                                       "schema": {**log_schema, "default": "default"}}],
+            "security": security,
+            "requestBody": {"required": True, "content": {
+                "application/x-protobuf": {"schema": {"type": "string", "format": "binary"}},
+                "application/json": {"schema": {"type": "object", "properties": {resources: {"type": "array"}}}}}},
+            "responses": {"200": {"description": answered, "content": {
+                "application/json": {"schema": {"type": "object"}},
+                "application/x-protobuf": {"schema": {"type": "string", "format": "binary"}}}},
+                **errors(400, 401, 403, 413, 415, 500), **too_many}}}
+
     return {
         "/v1/events": {"post": {
             "summary": "Append a batch of ASP v1 events to L1; answers after L1 committed them",
@@ -623,33 +639,9 @@ def openapi_paths(*, security: list[dict[str, list[str]]], principal: dict[str, 
             "responses": {"200": {"description": "Appended, duplicates and rejected events",
                                   "content": {"application/json": {"schema": answer}}},
                           **errors(400, 401, 403, 413, 415, 500), **too_many}}},
-        "/v1/traces": {"post": {
-            "summary": "OTLP/HTTP traces receiver: OpenTelemetry GenAI spans become ASP events",
-            "parameters": [principal, {"name": "log", "in": "query", "required": False,
-                                       "schema": {**log_schema, "default": "default"}}],
-            "security": security,
-            "requestBody": {"required": True, "content": {
-                "application/x-protobuf": {"schema": {"type": "string", "format": "binary"}},
-                "application/json": {"schema": {"type": "object", "properties": {
-                    "resourceSpans": {"type": "array"}}}}}},
-            "responses": {"200": {"description": "ExportTraceServiceResponse (partialSuccess names "
-                                                 "refused spans)", "content": {
-                "application/json": {"schema": {"type": "object"}},
-                "application/x-protobuf": {"schema": {"type": "string", "format": "binary"}}}},
-                **errors(400, 401, 403, 413, 415, 500), **too_many}}},
-        "/v1/logs": {"post": {
-            "summary": "OTLP/HTTP logs receiver: OpenTelemetry GenAI log records (the messages an "
-                       "instrumentation emits as events) join the events of the spans they were emitted in",
-            "parameters": [principal, {"name": "log", "in": "query", "required": False,
-                                       "schema": {**log_schema, "default": "default"}}],
-            "security": security,
-            "requestBody": {"required": True, "content": {
-                "application/x-protobuf": {"schema": {"type": "string", "format": "binary"}},
-                "application/json": {"schema": {"type": "object", "properties": {
-                    "resourceLogs": {"type": "array"}}}}}},
-            "responses": {"200": {"description": "ExportLogsServiceResponse (partialSuccess names "
-                                                 "refused records)", "content": {
-                "application/json": {"schema": {"type": "object"}},
-                "application/x-protobuf": {"schema": {"type": "string", "format": "binary"}}}},
-                **errors(400, 401, 403, 413, 415, 500), **too_many}}},
+        "/v1/traces": otlp("OTLP/HTTP traces receiver: OpenTelemetry GenAI spans become ASP events",
+                           "resourceSpans", "ExportTraceServiceResponse (partialSuccess names refused spans)"),
+        "/v1/logs": otlp("OTLP/HTTP logs receiver: OpenTelemetry GenAI log records (the messages an "
+                         "instrumentation emits as events) join the events of the spans they were emitted in",
+                         "resourceLogs", "ExportLogsServiceResponse (partialSuccess names refused records)"),
     }
