@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import cache
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -25,8 +26,8 @@ if TYPE_CHECKING:
 
     from planner.exceptions import PlannerError
 
-__all__ = ["LOG_OPTION", "PRINCIPAL_OPTION", "bootstrap_servers", "err", "escape", "fail", "load_settings", "out",
-           "print_json", "printable", "render_rows", "tsv_lines"]
+__all__ = ["LOG_OPTION", "PRINCIPAL_OPTION", "bootstrap_servers", "command_broker", "err", "escape", "fail",
+           "load_settings", "out", "print_json", "printable", "render_rows", "tsv_lines"]
 
 _CELL_CHARS = 80
 
@@ -76,6 +77,27 @@ def bootstrap_servers(current: Settings) -> str:
     from deploy.kafka.broker import ensure_broker
 
     return ensure_broker(current)
+
+
+@contextmanager
+def command_broker(current: Settings) -> Iterator[str]:
+    """The bootstrap servers of a command that ends (``ingest``, ``rebuild``, ``deadletters``,
+    ``topics create``): the configured cluster, else the local broker, started if it is not
+    running and stopped again when the command ends, unless a ``usl up`` started meanwhile uses
+    it. Before, every such command but ``ingest`` left the broker it started running (a JVM of
+    up to 768 MB) until someone ran ``usl down``."""
+    if current.bootstrap_servers:
+        yield current.bootstrap_servers
+        return
+    from deploy.kafka.broker import local_broker_status, stop_broker
+    from deploy.stack import running
+
+    started = local_broker_status(current) is None
+    try:  # a Ctrl-C while the broker starts stops it too
+        yield bootstrap_servers(current)
+    finally:
+        if started and not running(current):
+            stop_broker(current)
 
 
 @cache

@@ -1,7 +1,7 @@
 """``usl deadletters``: what was rejected and why, newest first, without a Kafka client.
 
 Reads the dead-letter topic from the broker, as ``usl ingest`` writes it (the configured
-cluster, else the local broker). There is no API route: a dead letter holds a redacted excerpt
+cluster, else the local broker, stopped again afterwards if this command started it). There is no API route: a dead letter holds a redacted excerpt
 of any tenant's input, and the API's keys read one tenant's sessions only.
 """
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import typer
 
-from deploy.cli._common import bootstrap_servers, escape, load_settings, out, print_json
+from deploy.cli._common import command_broker, escape, load_settings, out, print_json
 from streams.names import LOG_ID, LOG_ID_HINT
 
 __all__ = ["COMMANDS", "deadletters", "register", "source_of"]
@@ -46,7 +46,8 @@ def deadletters(
     from streams.l1 import read_dead_letters
 
     settings = load_settings()
-    letters = [_redacted(letter) for letter in read_dead_letters(bootstrap_servers(settings), settings, log_id=log, limit=limit)]
+    with command_broker(settings) as bootstrap:
+        letters = [_redacted(letter) for letter in read_dead_letters(bootstrap, settings, log_id=log, limit=limit)]
     if json_out:
         print_json({"deadLetters": [{**letter, "sourceText": source_of(letter)} for letter in letters],
                     "log": log, "limit": limit})

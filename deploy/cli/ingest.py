@@ -16,7 +16,7 @@ import typer
 
 from deploy.cli._common import (
     LOG_OPTION,
-    bootstrap_servers,
+    command_broker,
     err,
     escape,
     load_settings,
@@ -189,27 +189,16 @@ def _few_collections() -> Iterator[None]:
 
 @contextmanager
 def _broker_to_append_to(current: Settings) -> Iterator[str]:
-    """The bootstrap servers to append to: the configured cluster, else the local broker,
-    started if it is not running. Without a stack under ``USL_HOME`` (no ``usl up``) the events
-    reach L1 but nothing indexes them, which the user is told; and a broker this command
-    started is stopped again when it ends (L1 stays on disk for ``usl up``), so an ingest
-    leaves no daemon behind."""
-    if current.bootstrap_servers:
-        yield current.bootstrap_servers
-        return
-    from deploy.kafka.broker import local_broker_status, stop_broker
+    """The bootstrap servers to append to (:func:`deploy.cli._common.command_broker`). Without a
+    stack under ``USL_HOME`` (no ``usl up``) the events reach L1 but nothing indexes them, which
+    the user is told."""
     from deploy.stack import running
 
-    started = local_broker_status(current) is None
-    try:  # a Ctrl-C while the broker starts stops it too
-        servers = bootstrap_servers(current)
-        if not running(current):
+    with command_broker(current) as servers:
+        if not current.bootstrap_servers and not running(current):
             err().print(f"[yellow]note:[/] no USL stack runs under USL_HOME={Path(current.home).resolve()}: "
                         "the events go to L1, and nothing indexes them until `usl up --detach`", soft_wrap=True)
         yield servers
-    finally:
-        if started and not running(current):  # a `usl up` started meanwhile uses this broker
-            stop_broker(current)
 
 
 def ingest_once(settings: Settings, bootstrap: str, paths: list[Path], fmt: str | None, log: str,

@@ -10,7 +10,15 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from deploy.cli._common import LOG_OPTION, bootstrap_servers, err, load_settings, out, print_json
+from deploy.cli._common import (
+    LOG_OPTION,
+    bootstrap_servers,
+    command_broker,
+    err,
+    load_settings,
+    out,
+    print_json,
+)
 from streams.exceptions import USLError
 
 if TYPE_CHECKING:
@@ -85,48 +93,48 @@ def rebuild(
     if any(k not in ALL_KINDS for k in kinds):
         raise USLError(f"unknown index {index!r}; use one of {', '.join(ALL_KINDS)} or all")
     settings = load_settings()
-    bootstrap = bootstrap_servers(settings)
-    logs = _listed_logs(settings, bootstrap) if all_logs else [log]
-    # Every log is checked before any is built: a refusal after three of seven logs were
-    # rebuilt would leave the operator to work out which.
-    _refuse_a_stall(settings, bootstrap, kinds, logs)
-    if index != "all" and not allow_mismatch:
-        for log_id in logs:
-            _refuse_a_mismatch(settings, bootstrap, index, log_id)
-    results = []
+    with command_broker(settings) as bootstrap:
+        logs = _listed_logs(settings, bootstrap) if all_logs else [log]
+        # Every log is checked before any is built: a refusal after three of seven logs were
+        # rebuilt would leave the operator to work out which.
+        _refuse_a_stall(settings, bootstrap, kinds, logs)
+        if index != "all" and not allow_mismatch:
+            for log_id in logs:
+                _refuse_a_mismatch(settings, bootstrap, index, log_id)
+        results = []
 
-    @contextmanager
-    def progress_of(kind: str) -> Iterator[Callable[[int, int], None]]:
-        with rebuild_progress(kind, err(), enabled=not json_out) as progress:
-            task = progress.add_task(kind, total=None, count="seq -", rate="-")
-            started = time.monotonic()
+        @contextmanager
+        def progress_of(kind: str) -> Iterator[Callable[[int, int], None]]:
+            with rebuild_progress(kind, err(), enabled=not json_out) as progress:
+                task = progress.add_task(kind, total=None, count="seq -", rate="-")
+                started = time.monotonic()
 
-            def report(seq: int, total: int) -> None:
-                rate = (seq - from_seq + 1) / max(time.monotonic() - started, 1e-6)
-                progress.update(task, completed=seq, total=total, count=f"seq {seq:,}/{total:,}",
-                                rate=f"{rate:,.0f} seqs/s")
+                def report(seq: int, total: int) -> None:
+                    rate = (seq - from_seq + 1) / max(time.monotonic() - started, 1e-6)
+                    progress.update(task, completed=seq, total=total, count=f"seq {seq:,}/{total:,}",
+                                    rate=f"{rate:,.0f} seqs/s")
 
-            yield report
+                yield report
 
-    def switched(manifest: Any) -> None:
-        results.append(manifest.to_json())
-        if not json_out:
-            out().print(f"rebuilt {manifest.kind} of log {manifest.log_id!r}: line {manifest.line}, generation "
-                        f"{manifest.generation_id}, built through seq {manifest.built_through_seq}, "
-                        f"{manifest.chunk_count} records; now active")
+        def switched(manifest: Any) -> None:
+            results.append(manifest.to_json())
+            if not json_out:
+                out().print(f"rebuilt {manifest.kind} of log {manifest.log_id!r}: line {manifest.line}, generation "
+                            f"{manifest.generation_id}, built through seq {manifest.built_through_seq}, "
+                            f"{manifest.chunk_count} records; now active")
 
-    for number, log_id in enumerate(logs):
-        try:
-            # With all, no kind is switched before every kind is built (sinks.rebuild.rebuild_together).
-            rebuild_together(settings, bootstrap, kinds, log_id=log_id, from_seq=from_seq, shard=owned,
-                             progress=progress_of, switched=switched)
-        except USLError as exc:
-            if not all_logs:
-                raise
-            done = ", ".join(repr(name) for name in logs[:number]) or "none"
-            left = ", ".join(repr(name) for name in logs[number + 1:]) or "none"
-            raise USLError(f"rebuilding log {log_id!r} failed: {exc}; rebuilt before it: {done}; not "
-                           f"started: {left}") from exc
+        for number, log_id in enumerate(logs):
+            try:
+                # With all, no kind is switched before every kind is built (sinks.rebuild.rebuild_together).
+                rebuild_together(settings, bootstrap, kinds, log_id=log_id, from_seq=from_seq, shard=owned,
+                                 progress=progress_of, switched=switched)
+            except USLError as exc:
+                if not all_logs:
+                    raise
+                done = ", ".join(repr(name) for name in logs[:number]) or "none"
+                left = ", ".join(repr(name) for name in logs[number + 1:]) or "none"
+                raise USLError(f"rebuilding log {log_id!r} failed: {exc}; rebuilt before it: {done}; not "
+                               f"started: {left}") from exc
     if json_out:
         print_json({"rebuilt": results})
 
@@ -177,7 +185,7 @@ def _listed_logs(settings: Any, bootstrap: str) -> list[str]:
     logs = [log_id for log_id, seq in sorted(seqs.items()) if seq > 0]
     if not logs:
         raise USLError("no log holds events yet: nothing to rebuild (`usl status` lists the logs)")
-    err().print(f"rebuilding {len(logs)} logs one after another: {', '.join(logs)}")
+    err().print(f"rebuilding {len(logs)} log{'s' if len(logs) != 1 else ''} one after another: {', '.join(logs)}")
     return logs
 
 

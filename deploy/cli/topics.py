@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from deploy.cli._common import bootstrap_servers, load_settings, out, print_json
+from deploy.cli._common import command_broker, load_settings, out, print_json
 
 __all__ = ["COMMANDS", "create", "register"]
 
@@ -23,8 +23,8 @@ def create(json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -
     from streams.topics import ensure_topics, topic_specs
 
     settings = load_settings()
-    bootstrap = bootstrap_servers(settings)
-    created = ensure_topics(bootstrap, settings)
+    with command_broker(settings) as bootstrap:
+        created = ensure_topics(bootstrap, settings)
     specs = [{"topic": s.name, "partitions": s.partitions, "config": s.config,
               "created": s.name in created} for s in topic_specs(settings)]
     if json_out:

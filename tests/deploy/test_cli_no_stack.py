@@ -3,7 +3,8 @@
 A read-only command started the local broker, left it running after it exited, and then said
 that no log existed. It now starts nothing and says, in one line, what to start. ``usl ingest``
 needs a broker and starts one, says that nothing indexes until ``usl up``, and stops the broker
-it started when it ends.
+it started when it ends; so do the other commands that need a broker and end (``deadletters``,
+``topics create``, ``rebuild``), which left theirs running.
 """
 
 from __future__ import annotations
@@ -56,5 +57,25 @@ def test_ingest_without_a_stack_says_nothing_indexes_and_leaves_no_broker(tmp_pa
         state = json.loads((home / "kafka" / "broker.json").read_text())
         assert local_broker_status(settings) is None and not pid_alive(int(state["pid"]))
         assert usl(home, "search", "permission").returncode == 2
+    finally:
+        stop_broker(settings)
+
+
+#: Commands that need the broker and end, with what they answer without a stack.
+BROKER_COMMANDS = [(("deadletters",), 0, "no dead letters"), (("topics", "create"), 0, "usl.l1"),
+                   (("rebuild", "text"), 2, "no log named 'default'")]
+
+
+@pytest.mark.kafka
+@pytest.mark.parametrize(("args", "code", "said"), BROKER_COMMANDS, ids=[" ".join(c[0]) for c in BROKER_COMMANDS])
+def test_a_command_that_starts_the_broker_stops_it(tmp_path: Path, args: tuple[str, ...], code: int,
+                                                   said: str) -> None:
+    home = tmp_path / "home"
+    settings = Settings.from_env({}, home=home)
+    try:
+        done = usl(home, *args)
+        assert done.returncode == code and said in done.stdout + done.stderr, (done.stdout, done.stderr)
+        state = json.loads((home / "kafka" / "broker.json").read_text())
+        assert local_broker_status(settings) is None and not pid_alive(int(state["pid"]))
     finally:
         stop_broker(settings)
