@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from kafka.errors import KafkaError
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
@@ -64,12 +65,19 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from planner import otlp, receivers
 from planner.acl import Principal
 from planner.auth import KeyRing, allowed_hosts, authenticate, host_allowed, keys_path
-from planner.exceptions import NotFound, PlannerError, QueryError, Unauthorized, error_body
+from planner.exceptions import (
+    BrokerUnavailable,
+    NotFound,
+    PlannerError,
+    QueryError,
+    Unauthorized,
+    error_body,
+)
 from planner.export import endpoint as export_endpoint
 from planner.request import log_param
 from planner.status_history import endpoint as status_history_endpoint
 from planner.tailwarm import WARM_EVERY_SECONDS
-from streams.exceptions import USLError
+from streams.exceptions import BrokerError, USLError
 from streams.metrics import METRICS_CONTENT_TYPE, metrics_text, served_by
 from streams.names import LOG_ID
 from streams.settings import Settings
@@ -150,15 +158,28 @@ def _guarded(handler: Handler) -> Handler:
         except PlannerError as exc:
             return _error(exc)
         except USLError as exc:
+            if isinstance(exc, BrokerError):
+                return _broker_down(exc)
             # A broker or index failure: details (hosts, files) go to the log, not the caller.
             log.error("request failed: %s", exc, exc_info=exc)
             return _error(PlannerError(
                 f"the request failed ({type(exc).__name__}); the server log has the details",
                 hint="Check `usl status`; retry once the failing part is back."))
         except Exception as exc:
+            if isinstance(exc, KafkaError):
+                return _broker_down(exc)
             return _internal(exc)
 
     return endpoint
+
+
+def _broker_down(exc: Exception) -> Response:
+    # 503, not 500: nothing is wrong with the request or this server, and the remedy is the
+    # broker's (before, a stopped broker read "unexpected error ... check the planner's log").
+    log.error("request failed: the Kafka cluster does not answer: %s", exc, exc_info=exc)
+    return _error(BrokerUnavailable(
+        f"the Kafka cluster does not answer ({type(exc).__name__}); the server log has the details",
+        hint="Retry once the broker is back; `usl status` answers again then."))
 
 
 def not_json(media_type: str, *, accepted: str = "JSON",

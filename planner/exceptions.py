@@ -13,8 +13,9 @@ do, never a traceback::
         ├── Unauthorized   401 unauthorized       no API key, or not one of this deployment's
         ├── AccessDenied   403 forbidden          the principal lacks a scope the request needs
         ├── NotFound       404 not_found          no such route or log (never says what exists)
-        └── IndexUnavailable 503 index_unavailable  a required index has no generation yet
-            └── IndexMismatch 503 index_mismatch  the indexes a search joins hold different chunks
+        ├── IndexUnavailable 503 index_unavailable  a required index has no generation yet
+        │   └── IndexMismatch 503 index_mismatch  the indexes a search joins hold different chunks
+        └── BrokerUnavailable 503 broker_unavailable  the Kafka cluster does not answer
 
 ``QueryError`` is the project's one error of that name: every malformed request or query (search,
 SQL, SessionQL through :class:`planner.sessionql.exceptions.SessionQLError`) raises it. An index
@@ -100,6 +101,13 @@ class IndexUnavailable(PlannerError):
 
 class IndexMismatch(IndexUnavailable):
     status, code = 503, "index_mismatch"
+
+
+class BrokerUnavailable(PlannerError):
+    """The Kafka cluster the answer needs (L1, watermarks) does not answer. Before, this was a
+    500 ``internal`` that sent the caller to the server's log for a broker that was simply down."""
+
+    status, code = 503, "broker_unavailable"
 
 
 def error_body(exc: PlannerError) -> dict[str, Any]:

@@ -21,6 +21,7 @@ subcommand reads its defaults from the environment (see ``usl --help`` and
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 from types import ModuleType
@@ -44,7 +45,7 @@ from deploy.cli._help import Group, humane
 from deploy.cli.typer_compat import install as _coerce_without_pydantic
 from streams.exceptions import USLError
 
-__all__ = ["GROUPS", "app", "build_app", "main"]
+__all__ = ["GROUPS", "app", "build_app", "environment_error", "main"]
 
 _coerce_without_pydantic()  # about 0.2 s less per command (deploy/cli/typer_compat.py)
 
@@ -113,8 +114,39 @@ def app_for(args: Sequence[str]) -> typer.Typer:
     return build_app(owner) if len(owner) == 1 else app
 
 
+def environment_error(exc: BaseException) -> str | None:
+    """The one line that says what of the machine a command met, for an exception that is not a
+    bug of this code: a Kafka cluster that does not answer, a ``USL_HOME`` or file it cannot
+    create or write. None for anything else (a bug keeps its traceback)."""
+    kafka_errors = sys.modules.get("kafka.errors")  # loaded by whatever talked to Kafka
+    if kafka_errors is not None and isinstance(exc, kafka_errors.KafkaError):
+        from deploy.cli._common import load_settings
+
+        try:
+            configured = load_settings().bootstrap_servers
+        except USLError:
+            configured = None
+        detail = str(exc) if str(exc).startswith(type(exc).__name__) else f"{type(exc).__name__}: {exc}"
+        if configured:
+            return (f"the Kafka cluster at KAFKA_BOOTSTRAP_SERVERS={configured} does not answer ({detail}); "
+                    "check that it runs and that the variable names it")
+        return (f"the local Kafka broker does not answer ({detail}); restart the stack with `usl down`, "
+                "then `usl up --detach`")
+    if isinstance(exc, OSError) and exc.strerror:
+        from pathlib import Path
+
+        said = f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror
+        home = Path(os.environ.get("USL_HOME") or ".usl").absolute()
+        target = Path(os.fsdecode(exc.filename)).absolute() if isinstance(exc.filename, (str, bytes)) else None
+        if target is not None and (target == home or home in target.parents or target in home.parents):
+            said += f" (USL_HOME={home} must be a directory this user can create and write)"
+        return said
+    return None
+
+
 def main() -> None:
-    """Console entry point: USL errors become one clear line and exit code 2, never a traceback."""
+    """Console entry point: USL errors, and a Kafka cluster or a file system that refuses
+    (:func:`environment_error`), become one clear line and exit code 2, never a traceback."""
     try:
         app_for(sys.argv[1:2])()
     except USLError as exc:
@@ -122,3 +154,9 @@ def main() -> None:
         raise SystemExit(2) from None
     except KeyboardInterrupt:
         raise SystemExit(130) from None
+    except Exception as exc:
+        said = environment_error(exc)
+        if said is None:
+            raise
+        err().print(f"[red]error:[/] {escape(said)}", soft_wrap=True)
+        raise SystemExit(2) from None

@@ -117,3 +117,37 @@ def test_a_follower_stopped_prints_its_summary_with_json(tmp_path: Path, monkeyp
     summary = json.loads(result.stdout)
     assert summary["eventsAppended"] == 5 and summary["rejected"] == 1 and summary["l1CommittedSeq"] == 42
     assert summary["logId"] == "default" and summary["follow"] is True
+
+
+def _usl(tmp_path: Path, env: dict[str, str], *args: str) -> Any:
+    import os
+    import subprocess
+    import sys
+
+    base = {name: value for name, value in os.environ.items()
+            if name not in ("KAFKA_BOOTSTRAP_SERVERS", "USL_API_URL", "USL_API_KEY", "USL_HOME")}
+    return subprocess.run([sys.executable, "-m", "deploy.cli", *args], env={**base, "COLUMNS": "80", **env},
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("args", [("status",), ("deadletters",)])
+def test_a_cluster_that_does_not_answer_is_one_line_not_a_traceback(tmp_path: Path, args: tuple[str, ...]) -> None:
+    """Found by a platform engineer: with KAFKA_BOOTSTRAP_SERVERS naming a cluster that is down,
+    every command ended in kafka-python's traceback (KafkaTimeoutError), exit code 1."""
+    done = _usl(tmp_path, {"USL_HOME": str(tmp_path / "home"), "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:9"}, *args)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and done.stderr.count("\n") == 1, done.stderr
+    assert "KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:9 does not answer" in done.stderr
+
+
+@pytest.mark.parametrize("args", [("up", "--detach", "--port", "9"), ("ingest", "x.jsonl"), ("deadletters",)])
+def test_a_usl_home_that_cannot_be_made_is_one_line_not_a_traceback(tmp_path: Path, args: tuple[str, ...]) -> None:
+    """Found by a platform engineer: USL_HOME under a file (or in /proc) ended in a traceback of
+    pathlib's mkdir."""
+    (tmp_path / "a-file").write_text("")
+    (tmp_path / "x.jsonl").write_text("{}\n")
+    home = tmp_path / "a-file" / "home"
+    done = _usl(tmp_path, {"USL_HOME": str(home)}, *args)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and done.stderr.count("\n") == 1, done.stderr
+    assert f"Not a directory: {home}" in done.stderr and "USL_HOME=" in done.stderr

@@ -7,12 +7,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kafka.errors import KafkaTimeoutError
 from starlette.testclient import TestClient
 
 import planner.status
 from planner.api import PRINCIPAL_HEADER, create_app
 from planner.engine import Planner
 from planner.exceptions import CursorExpired
+from streams.exceptions import BrokerError
 from tests.planner.corpus import IndexBuilder, interleaved, make_test_settings
 
 pytestmark = pytest.mark.kafka
@@ -28,6 +30,10 @@ class Exploding(Planner):
         query = request.get("query") if isinstance(request, dict) else None
         if query == "boom":
             raise RuntimeError("secret internals at /srv/usl: Traceback")
+        if query == "broker-gone":  # what kafka-python raises when no broker answers
+            raise KafkaTimeoutError("Unable to bootstrap from 127.0.0.1:9 at /srv/usl")
+        if query == "broker-timeout":
+            raise BrokerError("timed out reading usl.l1 to its end at /srv/usl")
         if query == "gone":
             raise CursorExpired("the cursor expired (cursors live 3600 seconds)",
                                 hint="Run the query again without a cursor.")
@@ -102,6 +108,8 @@ def test_bad_principal(client: TestClient, route: str) -> None:
     ({"query": "deploy", "log": "unknown-log"}, 404, "not_found"),
     ({"query": "gone"}, 410, "cursor_expired"),
     ({"query": "boom"}, 500, "internal"),
+    ({"query": "broker-gone"}, 503, "broker_unavailable"),
+    ({"query": "broker-timeout"}, 503, "broker_unavailable"),
 ])
 def test_search_errors(client: TestClient, body: dict[str, Any], status: int, code: str) -> None:
     assert_error(client.post("/v1/search", json=body), status, code)
