@@ -1279,12 +1279,15 @@ class KafkaAppender:
         self._dead.publish(stage="ingest", reason=item.reason, record=item.record, raw=item.raw,
                            log_id=item.log_id or self._log_id)
 
-    def close(self) -> None:
-        self._producer.close()
-        self._reader.close()
-        if self._dead is not None:
-            self._dead.close()
-        self.registry.close()
+    def close(self, *, wait: bool = True) -> None:
+        """Close every client; ``wait``: first wait for what is queued (else drop it at once)."""
+        try:
+            self._producer.close(wait=wait)
+            if self._dead is not None:
+                self._dead.close(wait=wait)
+        finally:
+            self._reader.close()
+            self.registry.close()
 
 
 def _in_background(step: Callable[[], _T], name: str) -> Future[_T]:
@@ -1357,7 +1360,7 @@ class ConnectingAppender:
     def dead_letter(self, item: Rejected) -> None:
         self.ready().dead_letter(item)
 
-    def close(self) -> None:
+    def close(self, *, wait: bool = True) -> None:
         """Close the appender once made (waiting for it); nothing when making it failed."""
         if self._made.exception() is None:
-            self._made.result().close()
+            self._made.result().close(wait=wait)

@@ -1,4 +1,4 @@
-"""The one patch of kafka-python's internals, why, and the versions it was tested with.
+"""The patches of kafka-python's internals, why, and the versions they were tested with.
 
 ``usl ingest`` makes its Kafka clients while it imports, and the command waits for their first
 topic metadata (issue #16). kafka-python 3 (tested: 3.0.12) holds every client's first metadata
@@ -15,6 +15,15 @@ Patched names (``tests/streams/test_kafka_compat.py`` fails when an upgrade rena
   the client's bootstrap, so the first request goes out at once; a failed refresh stamps it
   again and the backoff applies as before.
 - ``KafkaProducer._metadata`` and ``KafkaConsumer._manager.cluster``: where a client keeps it.
+
+A producer whose broker is gone cannot be closed without waiting through the public API:
+``close(timeout=0)`` first flushes with that timeout, which raises ``KafkaTimeoutError`` while
+records are unsent, before it reaches its own force close; and the producer's ``__del__`` then
+tries again and prints that error's traceback at exit. :func:`close_now` (``usl ingest`` stopped
+by Ctrl-C or by a broker that is gone) does what that close would have done next:
+
+- ``KafkaProducer._sender.force_close()``: stops the sender thread, failing what it held;
+- ``KafkaProducer._closed``: set, so ``__del__`` and a later ``close()`` return at once.
 """
 
 from __future__ import annotations
@@ -22,8 +31,9 @@ from __future__ import annotations
 from typing import Any
 
 from kafka import KafkaConsumer, KafkaProducer
+from kafka.errors import KafkaTimeoutError
 
-__all__ = ["cluster_of", "skip_startup_backoff"]
+__all__ = ["close_now", "cluster_of", "skip_startup_backoff"]
 
 
 def cluster_of(client: KafkaProducer | KafkaConsumer) -> Any:
@@ -37,3 +47,14 @@ def skip_startup_backoff(client: KafkaProducer | KafkaConsumer) -> None:
     """Let ``client``'s first metadata request after its bootstrap go out without waiting
     ``retry_backoff_ms`` (see the module docstring); call it before that first request."""
     cluster_of(client)._last_refresh_ms = 0
+
+
+def close_now(producer: KafkaProducer) -> None:
+    """Close ``producer`` without waiting for what it has not sent (see the module docstring):
+    those records are dropped, and the caller says so."""
+    try:
+        producer.close(timeout=0)
+    except KafkaTimeoutError:
+        if producer._sender is not None:
+            producer._sender.force_close()
+        producer._closed = True

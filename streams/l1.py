@@ -20,10 +20,11 @@ from typing import Any
 
 import orjson
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.errors import KafkaTimeoutError
 
 from streams.asp import canonical_bytes, event_digest
 from streams.exceptions import BrokerError, SchemaError
-from streams.kafka_compat import skip_startup_backoff
+from streams.kafka_compat import close_now, skip_startup_backoff
 from streams.settings import Settings
 from streams.topics import Topics
 
@@ -31,6 +32,12 @@ __all__ = ["AppendedEvent", "DeadLetters", "L1Producer", "L1Reader", "LogRegistr
            "dead_letter_excerpt", "follow_topic", "letter_of", "read_dead_letters", "read_on", "read_topic_to_end"]
 
 _RAW_LIMIT = 4096
+#: How long :meth:`L1Producer.flush` waits while the broker acknowledges none of the events
+#: waiting on it before it gives up. kafka-python's own ``delivery_timeout_ms`` did not end the
+#: wait: with the broker killed mid-import, ``usl ingest`` waited silently for good (17 minutes
+#: and counting, the broker back after 10 of them), and Ctrl-C only moved the wait to ``close``.
+ACK_STALL_SECONDS = 60.0
+_ACK_POLL_SECONDS = 2.0
 
 
 def follow_topic(bootstrap: str, topic: str, *, client_id: str,
@@ -274,9 +281,27 @@ class L1Producer:
         for topic in (self._topics.l1, self._topics.logs):
             self._producer.partitions_for(topic)
 
-    def flush(self) -> int:
-        """Wait for every queued event; return the highest seq this producer appended (0 if none)."""
-        self._producer.flush()
+    def flush(self, stall_seconds: float = ACK_STALL_SECONDS) -> int:
+        """Wait for every queued event; return the highest seq this producer appended (0 if none).
+
+        Raises BrokerError once the broker has acknowledged none of the waiting events for
+        ``stall_seconds``: a slow broker that acknowledges some is waited for, one that is gone
+        is not waited for forever."""
+        acknowledged, deadline = -1, time.monotonic() + stall_seconds
+        while True:
+            try:
+                self._producer.flush(timeout=_ACK_POLL_SECONDS)
+                break
+            except KafkaTimeoutError:
+                done = sum(1 for future in self._pending if future.is_done)
+                if done > acknowledged:
+                    acknowledged, deadline = done, time.monotonic() + stall_seconds
+                elif time.monotonic() >= deadline:
+                    waiting = len(self._pending) - done
+                    raise BrokerError(
+                        f"the Kafka broker acknowledged none of the {waiting} event(s) waiting on it for "
+                        f"{stall_seconds:.0f} s (is it running? `usl status` says); what it acknowledged "
+                        "before is in L1, and running the import again appends only the rest") from None
         for future in self._pending:
             # Done by now (flush): get() would time a wait per record only to find that out.
             metadata = future.value if future.succeeded() else future.get(timeout=60)
@@ -284,9 +309,20 @@ class L1Producer:
         self._pending.clear()
         return self._highest
 
-    def close(self) -> None:
-        self.flush()
-        self._producer.close()
+    def close(self, *, wait: bool = True) -> None:
+        """Close the producer, first waiting for the queued events (:meth:`flush`) when ``wait``.
+        Without waiting (Ctrl-C, a broker that is gone) whatever is unacknowledged is dropped:
+        kafka-python's close() would flush it again, without bound."""
+        flushed = False
+        try:
+            if wait:
+                self.flush()
+                flushed = True
+        finally:
+            if flushed:
+                self._producer.close()
+            else:
+                close_now(self._producer)
 
 
 class AppendedEvent(dict[str, Any]):
@@ -453,7 +489,17 @@ class DeadLetters:
         """Wait until every letter published so far is acknowledged."""
         self._producer.flush()
 
-    def close(self) -> None:
-        self._producer.flush()
-        if self._own:
-            self._producer.close()
+    def close(self, *, wait: bool = True) -> None:
+        """Close; ``wait``: first wait (at most ACK_STALL_SECONDS) for the letters' acknowledgement."""
+        try:
+            if wait:
+                self._producer.flush(timeout=ACK_STALL_SECONDS)
+        except KafkaTimeoutError:
+            wait = False
+            raise BrokerError(f"the Kafka broker acknowledged no dead letter for {ACK_STALL_SECONDS:.0f} s "
+                              "(is it running? `usl status` says)") from None
+        finally:
+            if self._own and wait:
+                self._producer.close()
+            elif self._own:
+                close_now(self._producer)

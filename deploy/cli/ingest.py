@@ -218,15 +218,19 @@ def ingest_once(settings: Settings, bootstrap: str, paths: list[Path], fmt: str 
         follower, appender = _follower(settings, bootstrap, paths, fmt, log, once=True, on_record=on_record)
         tally = _Tally(appender)
         follower.appender = tally
+        finished = False
         try:
             report = follower.poll()
             committed = appender.committed_seq(log)
+            finished = True
         except KeyboardInterrupt:
             # What the broker acknowledged is in L1 (the follower's write-ahead record says which
             # file it came from); a re-run checks the file against L1 and appends only the rest.
             raise IngestInterrupted(tally.acknowledged, tally.highest_seq) from None
         finally:
-            appender.close()
+            # Stopped (Ctrl-C, a broker gone), close at once: waiting for the acknowledgements
+            # here held a Ctrl-C'd import for as long as the broker was away.
+            appender.close(wait=finished)
     reasons: Counter[str] = Counter(_reason_group(item.reason) for item in report.rejected_items)
     formats = sorted(report.formats)
     return {

@@ -49,8 +49,8 @@ class _Appender:
     def committed_seq(self, log_id: str) -> int:
         return self.highest
 
-    def close(self) -> None:
-        pass
+    def close(self, *, wait: bool = True) -> None:
+        self.closed_waiting = wait
 
 
 class _Follower:
@@ -81,9 +81,12 @@ def test_an_interrupted_import_says_what_reached_l1_and_how_to_resume(
     """Found by a new user: Ctrl-C exited 130 without a word."""
     transcript = tmp_path / "s.jsonl"
     transcript.write_text("{}\n")
-    _fake_follower(monkeypatch, _Follower(_Appender(), [], acknowledged=7))
+    appender = _Appender()
+    _fake_follower(monkeypatch, _Follower(appender, [], acknowledged=7))
     result = CliRunner().invoke(app, ["ingest", str(transcript)], env={"USL_HOME": str(tmp_path), **_NO_STACK})
     assert result.exit_code == 130
+    # Stopped, it does not wait for the acknowledgements: that held Ctrl-C while the broker was away.
+    assert appender.closed_waiting is False
     said = " ".join(result.output.split())
     assert "interrupted: at least 7 event(s) reached L1 before Ctrl-C" in said and "run the same command again" in said
 
