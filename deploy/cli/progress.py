@@ -68,7 +68,7 @@ class ImportProgress:
             TextColumn("{task.fields[lines]} lines · {task.fields[files]} · "
                        "{task.fields[records]:,} records · {task.fields[rate]}"),
             TextColumn("ETA"), TimeRemainingColumn(), TimeElapsedColumn(),
-            console=console, transient=True, disable=not enabled)
+            console=console, transient=True, disable=not _shown(console, enabled))
         self._task: TaskID | None = None
 
     def __enter__(self) -> ImportProgress:
@@ -116,4 +116,10 @@ def rebuild_progress(kind: str, console: Console, *, enabled: bool) -> Progress:
         TextColumn(f"[bold]rebuild {kind}[/]"), BarColumn(),
         TextColumn("{task.fields[count]} · {task.fields[rate]}"),
         TextColumn("ETA"), TimeRemainingColumn(), TimeElapsedColumn(),
-        console=console, transient=True, disable=not enabled)
+        console=console, transient=True, disable=not _shown(console, enabled))
+
+
+def _shown(console: Console, enabled: bool) -> bool:
+    """Whether a bar is drawn: only on a terminal. Elsewhere (a log file, a pipe) rich draws
+    nothing while it runs but leaves an empty line when it stops: one per rebuilt kind."""
+    return enabled and console.is_terminal

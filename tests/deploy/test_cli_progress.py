@@ -108,3 +108,15 @@ def test_rejects_are_counted_under_a_reason_cut_after_a_whole_word(reason: str, 
     from deploy.cli.ingest import _reason_group
 
     assert _reason_group(reason) == group
+
+
+def test_no_bar_and_no_empty_line_off_a_terminal(tmp_path: Path) -> None:
+    """Found by a platform engineer: `usl rebuild all 2>log` wrote five empty lines to the log,
+    `usl ingest 2>log` one."""
+    shown = io.StringIO()
+    with rebuild_progress("text", Console(file=shown, force_terminal=False), enabled=True) as progress:
+        task = progress.add_task("text", total=10, count="seq -", rate="-")
+        progress.update(task, completed=10)
+    with ImportProgress(directory(tmp_path), Console(file=shown, force_terminal=False), enabled=True) as bar:
+        bar.record("a.jsonl:1")
+    assert shown.getvalue() == ""
