@@ -146,7 +146,14 @@ def environment_error(exc: BaseException) -> str | None:
 
 def main() -> None:
     """Console entry point: USL errors, and a Kafka cluster or a file system that refuses
-    (:func:`environment_error`), become one clear line and exit code 2, never a traceback."""
+    (:func:`environment_error`), become one clear line and exit code 2, never a traceback.
+
+    Every command runs with umask 077, as the stack's processes do (deploy/process.py): a
+    ``usl rebuild`` from an operator's shell (umask 022) wrote its index lines 0644 and
+    ``usl ingest`` its follow positions 0644, while the docs promise 0600 whatever the umask."""
+    from deploy.process import PRIVATE_UMASK
+
+    os.umask(PRIVATE_UMASK)
     try:
         app_for(sys.argv[1:2])()
     except USLError as exc:

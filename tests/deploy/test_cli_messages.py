@@ -154,3 +154,17 @@ def test_a_usl_home_that_cannot_be_made_is_one_line_not_a_traceback(tmp_path: Pa
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr and done.stderr.count("\n") == 1, done.stderr
     assert f"Not a directory: {home}" in done.stderr and "USL_HOME=" in done.stderr
+
+
+def test_every_command_runs_with_a_private_umask(tmp_path: Path) -> None:
+    """Found by a platform engineer: `usl rebuild` run from a shell with umask 022 wrote its new
+    index line 0644 (the stack's processes run with umask 077, the CLI did not)."""
+    import subprocess
+    import sys
+
+    script = ("import os, sys\nos.umask(0o022)\nsys.argv = ['usl', 'topics', '--help']\n"
+              "from deploy.cli import main\ntry:\n    main()\nexcept SystemExit:\n    pass\n"
+              "print('umask', oct(os.umask(0)))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert "umask 0o77" in done.stdout, (done.stdout, done.stderr)
