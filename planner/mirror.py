@@ -259,8 +259,9 @@ class StoreMirror:
                         target.parent.mkdir(parents=True, exist_ok=True)
                         link_or_copy(path, target)
                         # Shared with the cache (and the next generation) by hard links:
-                        # nothing may write to it again, as to a sink's committed files.
-                        target.chmod(0o444)
+                        # nothing may write to it again, as to a sink's committed files, and
+                        # only its owner reads it (docs/security.md).
+                        target.chmod(0o400)
             if gen_dir.exists():  # an incomplete copy (a host crash): replaced whole
                 shutil.rmtree(gen_dir)
             os.rename(staging, gen_dir)

@@ -502,8 +502,9 @@ class GenerationStore:
         _verify_segments(gen_dir, segments, hash_paths=set(fresh), digests=digests)
         for rel in fresh:
             # Committed files are shared by hard links with later generations: nothing may
-            # ever write to them again.
-            (gen_dir / rel).chmod(stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
+            # ever write to them again. Nor may another user read them: 0444 undid the 0600
+            # that the umask of every USL process gives index files (docs/security.md).
+            (gen_dir / rel).chmod(stat.S_IRUSR)
         atomic_write(self.line_dir / CURRENT_FILE, f"{generation_id}\n")
         return final
 

@@ -173,6 +173,7 @@ def test_verify_detects_changed_and_missing_files(store: GenerationStore):
     path = store.generation_dir(1) / "a.bin"
     assert not os.access(path, os.W_OK) or os.geteuid() == 0
     assert path.stat().st_mode & 0o222 == 0  # committed files are read-only
+    assert path.stat().st_mode & 0o077 == 0  # and their owner's only: 0444 undid the umask 077
     path.chmod(0o644)
     path.write_bytes(b"ALPHA")
     with pytest.raises(ManifestVerificationError, match="SHA-256"):
