@@ -21,7 +21,7 @@ and the same readable sessions may be reused, below). Before any user SQL runs:
    ``timeout_seconds``.
 
 A connection whose views were built is kept for the next query of the same key: the same
-analytics generation, the same snapshot seq, the same readable sessions and memory limit (a
+analytics generation (its directories, by path and inode), the same snapshot seq, the same readable sessions and memory limit (a
 few, least recently used first out). Its views already say exactly what that query's would, and
 a SELECT changes nothing a later query sees (the configuration is frozen; nothing can be created);
 a connection whose query failed or whose timer fired is closed, never kept. Building the views
@@ -159,6 +159,13 @@ class SqlAttachment:
         if not self.analytics_gen_dirs or not all(path.is_dir() for path in self.analytics_gen_dirs):
             raise QueryError("the analytics index has no generation to query yet",
                              hint="Wait for the analytics sink to commit, then retry.")
+        # Each generation directory by path and inode: a home wiped and rebuilt under a running
+        # API makes the same paths again, and a connection kept for the old files must not answer.
+        try:
+            self._identity = tuple((str(path), path.stat().st_ino) for path in self.analytics_gen_dirs)
+        except OSError:
+            raise IndexUnavailable("the analytics index could not be read",
+                                   hint="Retry; if it persists, check `usl status`.") from None
         self._generations = {
             kind: info for kind, paths in (("analytics", self.analytics_gen_dirs),
                                            ("structured", self.structured_gen_dirs))
@@ -195,8 +202,7 @@ class SqlAttachment:
             raise QueryError("max_result_bytes must be a positive integer")
         allowed = sorted(sid for sid, acl in session_acls.items() if can_read(principal, acl))
         covered = self._covered_through(as_of_seq)
-        key = (tuple(str(path) for path in self.analytics_gen_dirs), covered, tuple(allowed),
-               memory_limit.strip().upper())
+        key = (self._identity, covered, tuple(allowed), memory_limit.strip().upper())
         con = _PREPARED.take(key)
         prepared = con is not None
         if con is None:
