@@ -266,7 +266,7 @@ def test_a_connecting_appender_lets_the_follower_import_before_it_waits(tmp_path
     class ClosingL1(MemoryL1):
         closed = False
 
-        def close(self) -> None:
+        def close(self, *, wait: bool = True) -> None:
             self.closed = True
 
     l1 = ClosingL1()
