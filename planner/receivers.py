@@ -163,8 +163,17 @@ class EventReceiver:
         """Publish the events ``answer`` refused or found in conflict to ``usl.deadletters``
         (stage ``receiver``), as ``usl ingest`` publishes a file's: the caller reads the answer,
         but an OTLP exporter only logs a partial success, and an operator looks in ``usl
-        deadletters``. ``raws``: each event as the request had it, by index."""
+        deadletters``. ``raws``: each event as the request had it, by index.
+
+        Both are counted as ``usl ingest`` counts a file's (``usl_records_total`` and
+        ``usl_dead_letters_total`` of stage ``ingest``), on the API's ``/metrics``: the
+        pipeline's ingest panel and ``USLDeadLettersRising`` saw nothing a receiver took in."""
+        from streams.metrics import dead_letter_reason, usl_dead_letters_total, usl_records_total
+
         letters = [*answer["rejected"], *answer.get("conflicts", ())]
+        usl_records_total.labels(stage="ingest").inc(answer.get("appended", 0))
+        for item in letters:
+            usl_dead_letters_total.labels(stage="ingest", reason=dead_letter_reason(str(item["reason"]))).inc()
         if not letters:
             return
         from streams.l1 import DeadLetters

@@ -49,6 +49,7 @@ __all__ = [
     "QUERY_MODES",
     "SINK_FAILURE_REASONS",
     "STAGES",
+    "dead_letter_reason",
     "metrics_text",
     "served_by",
     "start_metrics_server",
@@ -94,8 +95,21 @@ QUERY_MODES: tuple[str, ...] = ("indexed", "latest", "wait")
 #: Known values of the ``reason`` label of ``usl_dead_letters_total``.
 DEAD_LETTER_REASONS: tuple[str, ...] = (
     "invalid_json", "schema", "foreign_record", "redaction_failed", "chunking_failed", "sink_failed",
-    "foreign_tenant", "eventid_collision", "duplicate_keys",
+    "foreign_tenant", "eventid_collision", "duplicate_keys", "conflict",
 )
+
+
+def dead_letter_reason(reason: str) -> str:
+    """An importer's or receiver's message as the low-cardinality ``reason`` label of
+    :data:`usl_dead_letters_total`."""
+    lowered = reason.lower()
+    if "with other content" in lowered:
+        return "conflict"  # an eventId L1 holds with other content: the first copy stands
+    if "json" in lowered or "truncated" in lowered:
+        return "invalid_json"
+    if "foreign" in lowered or "unknown record" in lowered:
+        return "foreign_record"
+    return "schema"
 
 #: Values of the ``reason`` label of ``usl_sink_failures_total``.
 SINK_FAILURE_REASONS: tuple[str, ...] = ("write_error", "verification")
@@ -346,7 +360,9 @@ PROCESS_METRICS: dict[str, tuple[str, ...]] = {
               "usl_generation_merges_total", "usl_generation_id", "usl_watermark_seq", "usl_index_stalled"),
     # Only a sinks process that runs the vector sink embeds.
     "vector sink": ("usl_embed_seconds",),
-    "planner": ("usl_l1_committed_seq", "usl_index_lag_seqs", "usl_index_lag_seconds", "usl_query_seconds",
+    # The receivers (POST /v1/events, /v1/traces, /v1/logs) count what they append and refuse.
+    "planner": ("usl_records_total", "usl_dead_letters_total",
+                "usl_l1_committed_seq", "usl_index_lag_seqs", "usl_index_lag_seconds", "usl_query_seconds",
                 "usl_queries_total", "usl_tail_scan_events", "usl_query_fallbacks_total",
                 "usl_cursor_refusals_total"),
 }

@@ -30,7 +30,7 @@ from streams.settings import Settings
 if TYPE_CHECKING:
     from rich.console import Console
 
-__all__ = ["COMMANDS", "IngestInterrupted", "dead_letter_reason", "follow_paths", "ingest", "ingest_once", "register"]
+__all__ = ["COMMANDS", "IngestInterrupted", "follow_paths", "ingest", "ingest_once", "register"]
 
 COMMANDS = ("ingest",)  # the names register() adds
 _REJECTS_SHOWN = 3  # per poll of --follow: enough to see what is wrong, `usl deadletters` has the rest
@@ -131,18 +131,8 @@ def ingest(
             out().print(escape(f"    {path}"))
 
 
-def dead_letter_reason(reason: str) -> str:
-    """Map an importer's message to the low-cardinality reason label of the metric."""
-    lowered = reason.lower()
-    if "json" in lowered or "truncated" in lowered:
-        return "invalid_json"
-    if "foreign" in lowered or "unknown record" in lowered:
-        return "foreign_record"
-    return "schema"
-
-
 def _count(report: Any) -> None:
-    from streams.metrics import usl_dead_letters_total, usl_records_total
+    from streams.metrics import dead_letter_reason, usl_dead_letters_total, usl_records_total
 
     usl_records_total.labels(stage="ingest").inc(report.appended)
     for item in report.rejected_items:

@@ -481,12 +481,24 @@ def test_otlp_logs_json_and_what_is_refused(served):
                 {"key": "content", "value": {"stringValue": "does the ledger balance?"}}]}}),
             details,
             record("gen_ai.user.message", {"stringValue": "no span here"}, traceId="", spanId="")]}]}]}
+    def counted() -> tuple[float, float]:
+        """The API's ingest figures on /metrics: records appended, records refused."""
+        text = httpx.get(f"{endpoint}/metrics", timeout=30).text
+        values = [sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                      if line.startswith(family) and 'stage="ingest"' in line)
+                  for family in ("usl_records_total{", "usl_dead_letters_total{")]
+        return values[0], values[1]
+
+    before = counted()
     for _ in range(2):
         response = httpx.post(f"{endpoint}/v1/logs", content=orjson.dumps(body),
                               headers={"Content-Type": "application/json"}, timeout=30)
         assert response.status_code == 200, response.text
         refused = response.json()["partialSuccess"]
         assert refused["rejectedLogRecords"] == 1 and "needs the traceId and spanId" in refused["errorMessage"]
+    # The receivers count what they append and refuse, as usl ingest does (the retry appends nothing).
+    after = counted()
+    assert (after[0] - before[0], after[1] - before[1]) == (5, 2)
     events = l1_events(settings)
     assert {e["sessionId"] for e in events} == {"conv-logs-1"}
     assert [(e["type"], e.get("role"), e["fields"].get("text")) for e in events if e["type"] != "session.started"] == [
