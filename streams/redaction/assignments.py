@@ -789,13 +789,17 @@ def _credential_colon(match: re.Match[str]) -> bool:
             and not is_placeholder(match.group("user"), quoted=False))
 
 
+# The words the user:password and user password readings follow ("creds", "login", "u/p").
+_CREDENTIAL_WORDS = _PAIR_LABELS + r"|creds|credentials?|logins?"
+_CREDENTIAL_TRIGGERS = ("cred", "login", *_PAIR_LABEL_TRIGGERS)
+
 CREDENTIAL_COLON_RULE = RegexRule(
     name=_PROSE,
-    lower_triggers=("cred", "login", *_PAIR_LABEL_TRIGGERS),
+    lower_triggers=_CREDENTIAL_TRIGGERS,
     anchored=True,
     description="a password written after a user and a colon in a sentence about credentials or a login",
     pattern=re.compile(
-        r"(?<![A-Za-z])(?P<word>" + _PAIR_LABELS + r"|creds|credentials?|logins?)(?![A-Za-z])(?:[ \t]+(?:are|is|were|was|with|as|using)|[ \t]*[:=])[ \t]+"
+        r"(?<![A-Za-z])(?P<word>" + _CREDENTIAL_WORDS + r")(?![A-Za-z])(?:[ \t]+(?:are|is|were|was|with|as|using)|[ \t]*[:=])[ \t]+"
         r"(?P<user>[A-Za-z_][A-Za-z0-9_.-]{0,63}):(?P<value>[A-Za-z0-9!#$%&*+\-.<=>?@^_~]{4,128}?)"
         r"(?=[.!?]*(?![A-Za-z0-9!#$%&*+\-.<=>?@^_~:/]))",
         re.ASCII | re.IGNORECASE,
@@ -817,11 +821,11 @@ def _credential_space(match: re.Match[str]) -> bool:
 
 CREDENTIAL_SPACE_RULE = RegexRule(
     name=_PROSE,
-    lower_triggers=("cred", "login", *_PAIR_LABEL_TRIGGERS),
+    lower_triggers=_CREDENTIAL_TRIGGERS,
     anchored=True,
     description="a password written after a user and a space in a sentence about credentials or a login",
     pattern=re.compile(
-        r"(?<![A-Za-z])(?:" + _PAIR_LABELS + r"|creds|credentials?|logins?)(?![A-Za-z])"
+        r"(?<![A-Za-z])(?:" + _CREDENTIAL_WORDS + r")(?![A-Za-z])"
         r"(?:[ \t]+(?:are|is|were|was)|[ \t]*[:=])[ \t]+"
         r"(?P<user>[A-Za-z_][A-Za-z0-9_.@-]{0,63})[ \t]+(?P<value>" + _PROSE_PASSWORD_CHARS + r"{6,128}?)"
         r"(?=[.!?]*(?:[ \t]*(?:[,;)]|\r?\n|\Z)))",
