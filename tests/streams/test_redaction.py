@@ -40,6 +40,16 @@ SEPARATORS = st.sampled_from([" ", "\n", "\t", " (", ") ", ", ", "; ", '"', "'",
 FILLER = st.text(alphabet=st.characters(min_codepoint=9, max_codepoint=0x2FF, exclude_categories=("Cs",)), max_size=120)
 
 
+def symbol_password(letters: str, symbol: str, number: int) -> str:
+    """The passwords the rounds' properties seed: a capital, small letters, a symbol, digits."""
+    return f"{letters.capitalize()}{symbol}{number}"
+
+
+def redacted_lead(lead: str, after: str) -> str:
+    """``lead`` as redacted with filler ``after`` on the lines below it (its own lines only)."""
+    return "\n".join(redact_text(f"{lead}\n{after}")[0].split("\n")[: lead.count("\n") + 1])
+
+
 def load_corpus() -> list[dict[str, Any]]:
     return [json.loads(line) for line in CORPUS.read_text("utf-8").splitlines() if line.strip()]
 
@@ -1831,10 +1841,9 @@ def test_what_only_follows_a_secret_word_stays(text: str) -> None:
        st.integers(10, 9999), FILLER)
 def test_a_secret_with_a_symbol_never_survives(lead: str, letters: str, symbol: str, number: int, after: str) -> None:
     """Six characters and more, a capital, a symbol and digits ("@" inside reads as an address)."""
-    value = f"{letters.capitalize()}{symbol}{number}"
-    text = f"{lead}{value}\n{after}"
-    redacted = redact_text(text)[0]
-    assert value not in redacted.split("\n")[0], redacted
+    value = symbol_password(letters, symbol, number)
+    shown = redacted_lead(f"{lead}{value}", after)
+    assert value not in shown, shown
 
 
 # ---------------------------------------------------------------- policy 2.8: password hashes
@@ -2234,10 +2243,9 @@ def test_what_only_looks_like_a_fourth_round_password_stays(text: str) -> None:
 def test_a_fourth_round_password_in_prose_never_survives(letters: str, symbol: str, number: int, shape: str,
                                                           after: str) -> None:
     """A capital, small letters, a symbol (an "@" too) and digits, in each sentence 2.9 reads."""
-    value = f"{letters.capitalize()}{symbol}{number}"
-    text = shape.format(v=value) + "\n" + after
-    redacted = redact_text(text)[0]
-    assert value not in redacted.split("\n")[0], redacted
+    value = symbol_password(letters, symbol, number)
+    shown = redacted_lead(shape.format(v=value), after)
+    assert value not in shown, shown
 
 
 # ------------------------------------------------- policy 2.9: passwords a fourth adversarial round found in config and URLs
@@ -2282,10 +2290,9 @@ def test_what_only_looks_like_a_fourth_round_config_password_stays(text: str) ->
            '<add key="DbPassword" value="{v}"/>', "echo '{v}' | sudo -S true", "пароль: Ключ{v}"]), FILLER)
 def test_a_fourth_round_password_in_config_never_survives(letters: str, symbol: str, number: int, shape: str,
                                                            after: str) -> None:
-    value = f"{letters.capitalize()}{symbol}{number}"
-    text = shape.format(v=value) + "\n" + after
-    redacted = redact_text(text)[0]
-    assert value not in redacted.split("\n")[0], redacted
+    value = symbol_password(letters, symbol, number)
+    shown = redacted_lead(shape.format(v=value), after)
+    assert value not in shown, shown
 
 
 # ------------------------------------------------- policy 2.10: a fifth adversarial round
@@ -2366,10 +2373,9 @@ def test_what_only_looks_like_a_fifth_round_secret_stays(text: str) -> None:
 def test_a_fifth_round_password_never_survives(letters: str, symbol: str, number: int, shape: str, after: str) -> None:
     """A capital, small letters, a symbol and digits, in each place 2.10 reads a password."""
     assume(not (symbol == "$" and "send" in shape))  # Tcl substitutes "$10" inside double quotes: a variable
-    value = f"{letters.capitalize()}{symbol}{number}"
-    text = shape.format(v=value) + "\n" + after
-    redacted = redact_text(text)[0]
-    assert value not in redacted.rsplit("\n", 1)[0], redacted
+    value = symbol_password(letters, symbol, number)
+    shown = redacted_lead(shape.format(v=value), after)
+    assert value not in shown, shown
 
 
 @PROPERTY
