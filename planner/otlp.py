@@ -24,7 +24,8 @@ same way from there; the answer is an ``ExportLogsServiceResponse`` (``rejectedL
 from __future__ import annotations
 
 import base64
-from typing import Any
+import importlib
+from typing import Any, NamedTuple
 
 import orjson
 from starlette.concurrency import run_in_threadpool
@@ -45,18 +46,32 @@ OTLP_ACCEPTED = "OTLP protobuf (application/x-protobuf) or OTLP JSON (applicatio
 OTLP_HEADER = "Content-Type: application/x-protobuf"
 
 
-#: Per signal: the request's name, its three nested lists, the ids its protobuf holds as bytes.
+class _Signal(NamedTuple):
+    """What differs between the OTLP traces and logs receivers."""
+
+    service: str  # ExportTraceService / ExportLogsService: + Request, + Response
+    module: str  # where opentelemetry-proto defines them
+    levels: tuple[str, str, str]  # the request's three nested lists
+    ids: tuple[str, ...]  # the ids its protobuf holds as bytes
+    rejected: str  # partialSuccess' count, as JSON names it
+    rejected_field: str  # and as protobuf does
+
+
 _SIGNALS = {
-    "traces": ("ExportTraceServiceRequest", ("resourceSpans", "scopeSpans", "spans"),
-               ("traceId", "spanId", "parentSpanId")),
-    "logs": ("ExportLogsServiceRequest", ("resourceLogs", "scopeLogs", "logRecords"), ("traceId", "spanId")),
+    "traces": _Signal("ExportTraceService", "opentelemetry.proto.collector.trace.v1.trace_service_pb2",
+                      ("resourceSpans", "scopeSpans", "spans"), ("traceId", "spanId", "parentSpanId"),
+                      "rejectedSpans", "rejected_spans"),
+    "logs": _Signal("ExportLogsService", "opentelemetry.proto.collector.logs.v1.logs_service_pb2",
+                    ("resourceLogs", "scopeLogs", "logRecords"), ("traceId", "spanId"), "rejectedLogRecords",
+                    "rejected_log_records"),
 }
 
 
 def decode_request(body: bytes, media_type: str, signal: str = "traces") -> dict[str, Any]:
     """An ExportTraceServiceRequest (``signal`` "logs": an ExportLogsServiceRequest) as an
     OTLP/JSON-shaped dict (ids as hex)."""
-    name, levels, ids = _SIGNALS[signal]
+    kind = _SIGNALS[signal]
+    name, levels = f"{kind.service}Request", kind.levels
     if media_type == _PROTOBUF:
         from google.protobuf.json_format import MessageToDict
         from google.protobuf.message import DecodeError
@@ -71,7 +86,7 @@ def decode_request(body: bytes, media_type: str, signal: str = "traces") -> dict
         for resource in request.get(levels[0], []):
             for scope in resource.get(levels[1], []):
                 for item in scope.get(levels[2], []):
-                    for key in ids:
+                    for key in kind.ids:
                         if item.get(key):
                             item[key] = base64.b64decode(item[key]).hex()
         return request
@@ -88,16 +103,11 @@ def decode_request(body: bytes, media_type: str, signal: str = "traces") -> dict
 
 def _message(signal: str, kind: str) -> Any:
     """An empty protobuf Export{Trace,Logs}Service{Request,Response} (imported when first used)."""
-    if signal == "logs":
-        from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
-
-        return getattr(logs_service_pb2, f"ExportLogsService{kind}")()
-    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
-
-    return getattr(trace_service_pb2, f"ExportTraceService{kind}")()
+    found = _SIGNALS[signal]
+    return getattr(importlib.import_module(found.module), f"{found.service}{kind}")()
 
 
-def _shape_problem(request: Any, levels: tuple[str, str, str] = _SIGNALS["traces"][1]) -> str | None:
+def _shape_problem(request: Any, levels: tuple[str, str, str] = _SIGNALS["traces"].levels) -> str | None:
     """What in an OTLP/JSON request is not the list or object OTLP has there (down to each
     span or log record), or None. Without this check a ``"spans": 5`` would be read as no
     spans: 200, and the exporter would never learn its spans were dropped. ``null`` stands for
@@ -126,16 +136,12 @@ def _response(media_type: str, rejected: int, message: str, signal: str = "trace
     if media_type == _PROTOBUF:
         answer = _message(signal, "Response")
         if rejected or message:
-            if signal == "logs":
-                answer.partial_success.rejected_log_records = rejected
-            else:
-                answer.partial_success.rejected_spans = rejected
+            setattr(answer.partial_success, _SIGNALS[signal].rejected_field, rejected)
             answer.partial_success.error_message = message
         return Response(answer.SerializeToString(), media_type=_PROTOBUF)
     body: dict[str, Any] = {}
     if rejected or message:
-        counted = "rejectedLogRecords" if signal == "logs" else "rejectedSpans"
-        body["partialSuccess"] = {counted: rejected, "errorMessage": message}
+        body["partialSuccess"] = {_SIGNALS[signal].rejected: rejected, "errorMessage": message}
     return Response(orjson.dumps(body), media_type="application/json")
 
 
