@@ -199,7 +199,7 @@ async def _receive(request: Request, receiver: Any, principal: Principal, signal
         return [*framed, *((None, link) for link in links)]
 
     answer = await run_in_threadpool(receiver.append, mapped, rejected, log_id, principal.tenant, cuts=cuts)
-    await run_in_threadpool(receiver.dead_letter, f"/v1/{signal}", log_id, answer, raws)
+    await run_in_threadpool(receiver.settle, f"/v1/{signal}", log_id, answer, raws)
     refused = {str(r.get("record", r["index"])).split(" ")[0] for r in answer["rejected"]}
     reasons = "; ".join(sorted({r["reason"] for r in answer["rejected"]}))
     if answer["truncated"]:

@@ -159,15 +159,16 @@ class EventReceiver:
             self._dead.close()
             self._dead = None
 
-    def dead_letter(self, route: str, log_id: str, answer: dict[str, Any], raws: Mapping[int, Any]) -> None:
-        """Publish the events ``answer`` refused or found in conflict to ``usl.deadletters``
-        (stage ``receiver``), as ``usl ingest`` publishes a file's: the caller reads the answer,
-        but an OTLP exporter only logs a partial success, and an operator looks in ``usl
-        deadletters``. ``raws``: each event as the request had it, by index.
+    def settle(self, route: str, log_id: str, answer: dict[str, Any], raws: Mapping[int, Any]) -> None:
+        """Count what ``answer`` appended and refused, and publish the events it refused or
+        found in conflict to ``usl.deadletters`` (stage ``receiver``), as ``usl ingest`` does a
+        file's: the caller reads the answer, but an OTLP exporter only logs a partial success,
+        and an operator looks in ``usl deadletters``. ``raws``: each event as the request had
+        it, by index.
 
-        Both are counted as ``usl ingest`` counts a file's (``usl_records_total`` and
-        ``usl_dead_letters_total`` of stage ``ingest``), on the API's ``/metrics``: the
-        pipeline's ingest panel and ``USLDeadLettersRising`` saw nothing a receiver took in."""
+        The counts are ``usl ingest``'s (``usl_records_total`` and ``usl_dead_letters_total`` of
+        stage ``ingest``), on the API's ``/metrics``: the pipeline's ingest panel and
+        ``USLDeadLettersRising`` saw nothing a receiver took in."""
         from streams.metrics import dead_letter_reason, usl_dead_letters_total, usl_records_total
 
         letters = [*answer["rejected"], *answer.get("conflicts", ())]
@@ -226,7 +227,7 @@ class EventReceiver:
         framed, _turns = frame_loose_events(checked)
         answer = self.append(framed, rejected, log_id, principal.tenant, refused, cuts=cuts,
                              fingerprints=fingerprints)
-        self.dead_letter("/v1/events", log_id, answer, dict(enumerate(events)))
+        self.settle("/v1/events", log_id, answer, dict(enumerate(events)))
         return answer
 
     def append(self, checked: Checked | Callable[[TraceSessions], Checked],
