@@ -48,6 +48,7 @@ def run_sessionql(
     invisible). Table queries need ``analytics_gen_dir``; lineage queries need
     ``structured_gen_dir`` (either: one generation, or every shard's of a sharded index,
     read as one; ``generations`` then names the slowest shard's). Returns ``asOfSeq``, ``generations`` ({kind: generationId}),
+    ``watermarks`` ({kind: {generationId, builtThroughSeq}}, the SQL attachment's ``generations``),
     ``columns``, ``types``, ``rows`` (at most ``max_rows``, and for table queries no more than
     fit in ``max_result_bytes`` of JSON: the SQL attachment's cap, its default when ``None``),
     ``rowCount``, ``truncated`` (with ``truncation`` saying why, for table queries),
@@ -87,6 +88,9 @@ def _table(compiled: CompiledQuery, as_of_seq: int, principal: Principal,
     body: dict[str, Any] = {
         "asOfSeq": as_of_seq,
         "generations": {kind: info["generationId"] for kind, info in answer["generations"].items()},
+        # The SQL attachment's and search's shape, for tools that read all three; `generations`
+        # keeps its flat shape for the clients that already read it.
+        "watermarks": {kind: dict(info) for kind, info in answer["generations"].items()},
         "columns": answer["columns"], "types": answer["types"], "rows": answer["rows"],
         "rowCount": answer["rowCount"], "truncated": answer["truncated"], "sql": compiled.sql,
     }
@@ -126,6 +130,8 @@ def _lineage(query: Query, compiled: CompiledQuery, as_of_seq: int, principal: P
         con.close()
     body: dict[str, Any] = {
         "asOfSeq": as_of_seq, "generations": {"structured": manifest.generation_id},
+        "watermarks": {"structured": {"generationId": manifest.generation_id,
+                                      "builtThroughSeq": manifest.built_through_seq}},
         "columns": list(compiled.columns), "types": types,
         "rows": [[_plain(value) for value in row] for row in rows[:max_rows]],
         "rowCount": min(len(rows), max_rows), "truncated": len(rows) > max_rows or cut,

@@ -122,6 +122,10 @@ def test_response_shape(gens: tuple[Path, Path]) -> None:
     assert body["rows"] == [["Task", "ok"]]
     assert (body["rowCount"], body["truncated"], body["asOfSeq"]) == (1, False, 14)
     assert body["generations"] == {"analytics": 2, "structured": 2}
+    # The generations as /v1/sql names them, what each is built through beside its id.
+    sql = SqlAttachment(*gens).query("SELECT 1", as_of_seq=14, principal=ANN, session_acls=ACLS)
+    assert body["watermarks"] == sql["generations"]
+    assert {info["generationId"] for info in body["watermarks"].values()} == {2}
     assert body["query"] == 'FROM tool_calls WHERE toolName = "Task" SELECT toolName, status'
     assert "uncovered" not in body
     assert run(gens, "FROM events", as_of=20)["uncovered"] == {"fromSeq": 15, "toSeq": 20}
@@ -239,6 +243,8 @@ def test_lineage_takes_the_rest_of_the_language(gens: tuple[Path, Path]) -> None
                      "SELECT depth, count() AS edges ORDER BY depth", who=BOB)
     assert (body["columns"], body["rows"]) == (["depth", "edges"], [[1, 2], [2, 1]])
     assert body["generations"] == {"structured": 2}
+    assert body["watermarks"]["structured"]["generationId"] == 2
+    assert body["watermarks"]["structured"]["builtThroughSeq"] >= body["asOfSeq"]
     limited = run(gens, 'lineage descendants of "root" select toId order by toId desc limit 1', who=BOB)
     assert limited["rows"] == [["side"]]
     assert limited["query"] == 'LINEAGE DESCENDANTS OF "root" SELECT toId ORDER BY toId DESC LIMIT 1'
