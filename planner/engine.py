@@ -227,6 +227,12 @@ class QueryContext:
     shown (see ``_rank``)."""
     content_words: bool = False
     """Hybrid's text lists rank the query without its function words (:func:`content_words`)."""
+    cut_phrase: CutPhrase | None = None
+    """The query as a phrase pasted with a word cut at an edge, when no chunk holds it whole
+    (:meth:`Planner._rank_cut_phrase`); its holders lead the text lists as whole-phrase ones do."""
+    cut_index: tuple[list[str], bool, dict[str, float], dict[str, bytes]] | None = None
+    """The index's holders of :attr:`cut_phrase` (ids, truncated, scores, digests), found in the
+    text legs when the index's phrase list came back empty."""
     tool_phrase: bool = False
     """Hybrid with ``toolResults`` and a whole-query phrase: the tool results holding it lead
     the ``toolresults`` list (:func:`tool_phrase_holders_first`)."""
@@ -701,7 +707,12 @@ class Planner:
             return source, ids, truncated, digests
 
         def text_lists() -> list[tuple[str, list[str], bool, dict[str, bytes]]]:
-            return pool.map(text_list, texts) if pool is not None else [text_list(t) for t in texts]
+            found = pool.map(text_list, texts) if pool is not None else [text_list(t) for t in texts]
+            # A phrase no indexed chunk holds may be one pasted with a word cut at an edge: its
+            # inner words' holders are read here, in the leg, only when that list is empty.
+            if phrase is not None and any(source == "phrase" and not ids for source, ids, _, _ in found):
+                query.cut_index = self._cut_phrase_index(query, phrase, only)
+            return found
 
         # Hybrid: the text lists run in the pool while this thread embeds the query and searches
         # the vector index; the vector list then ranks what both found (docs/planner.md,
@@ -734,6 +745,8 @@ class Planner:
         # Trimmed and tail chunks join the text lists first: in hybrid mode the chunks those
         # lists hold are vector candidates, provisional ones as the index's own.
         self._rank_provisional(query, phrase, identifiers, words)
+        if phrase is not None and texts_ranked(query.lists, _PHRASE_LISTS) == 0:
+            self._rank_cut_phrase(query, phrase)
         if vectors:
             assert vector_pin is not None and found is not None
             self._rank_vectors(query, vector_pin, only, found, vector_at)
@@ -755,6 +768,64 @@ class Planner:
                     query.lists.append(RankedList(source, [c.id for c in found_tools], window, truncated))
                 for candidate in found_tools:
                     query.candidates.setdefault(candidate.id, candidate)
+
+    def _cut_phrase_index(self, query: QueryContext, phrase: str, only: set[str] | None,
+                          ) -> tuple[list[str], bool, dict[str, float], dict[str, bytes]] | None:
+        """The indexed chunks holding ``phrase`` pasted with a word cut at an edge
+        (:class:`CutPhrase`), in the index's order of its inner words as a phrase."""
+        cut, text_pin = CutPhrase.of(phrase), query.pin("text")
+        if cut is None or text_pin is None:
+            return None
+        scores: dict[str, float] = {}
+        digests: dict[str, bytes] = {}
+        ids, truncated = self._text_list(text_pin, cut.query, query.window, query.cut, query.session_filter,
+                                         query.unreadable, only, digests, query.table, scores)
+        texts = self._readers.texts(text_pin, ids) if ids else {}
+        kept = [chunk_id for chunk_id in ids if cut.holds(texts.get(chunk_id, ""))]
+        return (kept, truncated, {chunk_id: scores[chunk_id] for chunk_id in kept},
+                {chunk_id: digests[chunk_id] for chunk_id in kept if chunk_id in digests})
+
+    def _rank_cut_phrase(self, query: QueryContext, phrase: str) -> None:
+        """The phrase lists of a query pasted with a word cut at either edge, when no chunk
+        holds the whole query: the chunks holding its inner words as a phrase, the words at its
+        edges being the end (first) and start (last) of the words around them
+        (:class:`CutPhrase`); they lead the text lists, as the holders of a whole phrase do.
+
+        A phrase copied from a session often starts or ends inside a word (`can ask me quest`).
+        No chunk holds it whole, so the phrase list was empty and the text list ranked the
+        words: the session text mode ranked 7th came past hybrid's 50th result, chunks that
+        the text and vector lists both ranked middling outvoting it. The inner words are
+        searched as a phrase, so the index ranks them with its statistics and tail chunks are
+        merged by the same scores, and only the chunks whose edge words continue them stay."""
+        cut = CutPhrase.of(phrase)
+        if cut is None:
+            return
+        window = query.window
+        position = next((i for i, ranked in enumerate(query.lists) if ranked.source == "phrase"), None)
+        holders = [c for c in query.provisional if c.kind == "chunk" and cut.holds(c.text or "")]
+        merged: set[str] = set()
+        if position is not None and query.cut_index is not None:
+            kept, truncated, scores, digests = query.cut_index
+            query.digests.update(digests)
+            for chunk_id in kept:
+                query.indexed_scores.setdefault(chunk_id, {})
+            query.lists[position] = RankedList("phrase", kept, window, truncated)
+            query.list_scores["phrase"] = scores
+            merged = self._merge_into_index_lists(query, holders, [("phrase", cut.query)])
+        if holders and "phrase" not in merged:
+            ranked = rank_texts(clauses_of(cut.query), [(c.id, c.text or "") for c in holders])
+            if ranked:
+                query.lists = [listed for listed in query.lists if listed.source != "tailPhrase"]
+                query.lists.append(RankedList("tailPhrase", [i for i, _ in ranked[:window]], window,
+                                              len(ranked) > window))
+                query.list_scores["tailPhrase"] = dict(ranked[:window])
+        if texts_ranked(query.lists, _PHRASE_LISTS):
+            query.cut_phrase = cut
+            query.notes.setdefault("phrase", {})["cutEdges"] = {
+                "query": cut.query,
+                "rule": "no chunk holds the whole query: the chunks holding its inner words as a "
+                        "phrase, its first word ending and its last word starting the words around "
+                        "them (a phrase pasted with a word cut at either edge), first in the text lists"}
 
     def _vector_candidates(self, query: QueryContext, pin: IndexPin, only: set[str] | None,
                            pool: _LegPool | None) -> _VectorCandidates:
@@ -872,8 +943,9 @@ class Planner:
                                                query.window, listed.truncated or len(order) > query.window)
             query.list_scores[source] = dict(order[:query.window])
             merged.add(source)
+        earlier = query.notes.get("provisionalMerged", {}).get("sources", [])
         query.notes["provisionalMerged"] = {
-            "sources": sorted(merged),
+            "sources": sorted(merged.union(earlier)),
             "rule": "trimmed and tail chunks scored by BM25 with the text index's statistics and "
                     "merged into the index's list of the same query by score"}
         return merged
@@ -901,7 +973,7 @@ class Planner:
                    for chunk_id, candidate in candidates.items() if candidate.kind == "chunk"}
         query.lists = [newest_first_among_ties(ranked, query.list_scores[ranked.source], recency)
                        if ranked.source in query.list_scores else ranked for ranked in query.lists]
-        if query.content_words:
+        if query.content_words or query.cut_phrase is not None:
             query.lists = phrase_holders_first(query.lists)
         if query.tool_phrase:
             query.lists = tool_phrase_holders_first(query.lists)
@@ -1557,6 +1629,62 @@ def content_words(query: str) -> str | None:
             else:
                 kept.append(word)
     return " ".join(kept) if dropped and kept else None
+
+
+_PHRASE_LISTS = frozenset({"phrase", "tailPhrase"})
+
+
+def texts_ranked(lists: Sequence[RankedList], sources: AbstractSet[str]) -> int:
+    """How many ids the lists named in ``sources`` hold."""
+    return sum(len(ranked.ids) for ranked in lists if ranked.source in sources)
+
+
+@dataclass(frozen=True)
+class CutPhrase:
+    """A pasted phrase whose edge words may be cut: ``query`` searches its inner words as a
+    phrase; :meth:`holds` keeps the texts in which those words follow a word ending as the
+    first word does (four words or more) and precede one starting as the last word does.
+
+    Three words keep their first: two inner words are the least a phrase is (one word is the
+    text list itself)."""
+
+    query: str
+    head: tuple[str, ...]
+    inner: tuple[str, ...]
+    tail: tuple[str, ...]
+
+    @classmethod
+    def of(cls, phrase: str) -> CutPhrase | None:
+        words = phrase.strip('"').split()
+        if len(words) < 3:
+            return None
+        head_words, inner_words = (words[:1], words[1:-1]) if len(words) >= 4 else ([], words[:-1])
+        inner = tuple(analyze(" ".join(inner_words)))
+        tail = tuple(analyze(words[-1]))
+        head = tuple(analyze(" ".join(head_words)))
+        if len(inner) < 2 or not (head or tail):
+            return None
+        return cls(f'"{" ".join(inner_words)}"', head, inner, tail)
+
+    def holds(self, text: str) -> bool:
+        terms = analyze(text)
+        size = len(self.inner)
+        for start in range(len(terms) - size + 1):
+            if tuple(terms[start:start + size]) != self.inner:
+                continue
+            if self.head:
+                before = start - len(self.head)
+                if before < 0 or not terms[before].endswith(self.head[0]) \
+                        or tuple(terms[before + 1:start]) != self.head[1:]:
+                    continue
+            if self.tail:
+                after = start + size
+                last = after + len(self.tail) - 1
+                if last >= len(terms) or tuple(terms[after:last]) != self.tail[:-1] \
+                        or not terms[last].startswith(self.tail[-1]):
+                    continue
+            return True
+        return False
 
 
 def whole_query_phrase(query: str) -> str | None:

@@ -1031,6 +1031,76 @@ def test_hybrid_finds_a_pasted_phrase_of_function_words_first_as_text_does(
     assert (rank("hybrid") or 11) > 1
 
 
+# Pasted from real sessions with a word cut at an edge: the end of `you can ask me questions`
+# (DRMacIver/claude-reliability: hybrid ranked the session past its 50th result, text 7th) and
+# the start of `the reservation details`, as a selection that began inside a word (tau-bench).
+CUT = ("can ask me quest", "ervation details please confi", "can ask me abou")
+
+
+def _cut_events(log_id: str, tag: str, number: int, sentence: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """One long chunk holding ``sentence`` amid filler, and 150 short chunks holding its words
+    apart: ranked on its content words (`ask quest`), the text list put the holder last and
+    the hash embedder the short chunks nearest, and no chunk holds the cut query as a phrase."""
+    words = [word for word in sentence.split() if word not in STOP_WORDS]
+    distractors = [event for i in range(150)
+                   for event in _turn(log_id, f"{tag}-d{i}", number + i,
+                                      f"{words[i % len(words)]} {FILLER[i % len(FILLER)]} me word{i}")]
+    target = _turn(log_id, f"{tag}-target", number + 150, " ".join([*FILLER, sentence, *FILLER, *FILLER]))
+    return distractors, target
+
+
+@pytest.fixture(scope="module")
+def cut(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Planner]:
+    indexed = _cut_events("cut", "c-indexed", 100, "if you have any questions you can ask me questions anytime")
+    edge = _cut_events("cut", "c-edge", 300, "I have the reservation details please confirm the booking")
+    tail = _cut_events("cut", "c-tail", 500, "and then you can ask me about the flights")
+    yield from _indexed_and_tail(kafka_bootstrap, tmp_path_factory.mktemp("cut"), "cut",
+                                 indexed[0] + indexed[1] + edge[0] + edge[1], tail[0] + tail[1])
+
+
+@pytest.mark.parametrize(("query", "target", "freshness"), [
+    (CUT[0], "c-indexed-target", "indexed"), (CUT[0], "c-indexed-target", "latest"),
+    (CUT[1], "c-edge-target", "indexed"), (CUT[2], "c-tail-target", "latest"),
+])
+def test_a_phrase_pasted_with_a_cut_edge_word_finds_its_session_first(
+        cut: Planner, monkeypatch: pytest.MonkeyPatch, query: str, target: str, freshness: str) -> None:
+    import planner.engine
+
+    def rank(mode: str) -> int | None:
+        return _session_rank(cut, query, "cut", mode, freshness, target)
+
+    assert rank("text") == 1
+    assert rank("hybrid") == 1
+    explained = cut.search({"query": query, "log": "cut", "k": 1, "freshness": freshness, "explain": True}, ALICE)
+    assert "cutEdges" in explained["explain"]["phrase"]
+    # Without the inner words' phrase no chunk holds the query: hybrid ranked its content words
+    # alone and the short chunks outvoted the holder.
+    monkeypatch.setattr(planner.engine.CutPhrase, "of", classmethod(lambda cls, phrase: None))
+    assert (rank("hybrid") or 11) > 1
+
+
+_WORD = st.text(alphabet="abcdefghijklmnopqrstuvwxyz", min_size=1, max_size=9)
+
+
+@given(words=st.lists(_WORD, min_size=3, max_size=8), before=st.lists(_WORD, max_size=3),
+       after=st.lists(_WORD, max_size=3), head_cut=st.integers(0, 8), tail_cut=st.integers(0, 8))
+def test_a_cut_phrase_is_held_by_the_text_it_was_cut_from(words: list[str], before: list[str], after: list[str],
+                                                           head_cut: int, tail_cut: int) -> None:
+    from planner.engine import CutPhrase
+
+    text = " ".join([*before, *words, *after])
+    pasted = list(words)
+    if len(words) >= 4:  # three words keep their first
+        pasted[0] = words[0][min(head_cut, len(words[0]) - 1):]
+    pasted[-1] = words[-1][:max(1, len(words[-1]) - tail_cut)]
+    phrase = CutPhrase.of('"' + " ".join(pasted) + '"')
+    assert phrase is not None
+    assert phrase.holds(text)
+    # The inner words alone, without the edge words continuing them, are no holder.
+    inner = words[1:-1] if len(words) >= 4 else words[:-1]
+    assert not phrase.holds(" ".join([*inner, "0zz"]))
+
+
 @pytest.mark.parametrize(("query", "words"), [
     ("said plans had changed and the reservation was cancelled", "said plans had changed reservation cancelled"),
     ('the "end of the line" error in the build', '"end of the line" error build'),
