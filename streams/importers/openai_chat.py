@@ -457,6 +457,11 @@ class _Conversation:
         text = _content_text(message)
         tool_calls = message.get("tool_calls") or []
         legacy_call = message.get("function_call")
+        if _zero_valued(legacy_call):
+            # An OpenAI-compatible server that writes every field of its response type, empty
+            # ones too (Snowflake Cortex: `"function_call": {"name": "", "arguments": ""}` beside
+            # the real tool_calls), calls no legacy function: nothing to import, nothing to refuse.
+            legacy_call = None
         if text or not (tool_calls or legacy_call):
             fields: dict[str, Any] = {"text": text}
             reasoning = message.get("type") == "reasoning"
@@ -512,7 +517,7 @@ class _Conversation:
             return Rejected(record, f"missing field '{where}.function'", raw_text(message))
         name = function.get("name")
         if not isinstance(name, str) or not name:
-            field = f"{where}.name" if where.endswith(".custom") else f"{where}.function.name"
+            field = f"{where}.name" if where.endswith(".custom") or legacy else f"{where}.function.name"
             return Rejected(record, f"missing field '{field}'", raw_text(message))
         call_id = call.get("id")
         if legacy:
@@ -563,6 +568,13 @@ class _Conversation:
             record=record, raw=message, role="tool", fields=fields, parent_event_id=parent,
             payload=payload,
         )
+
+
+def _zero_valued(value: Any) -> bool:
+    """Whether ``value`` is an object whose every field is empty (``""``, ``null``, ``{}``,
+    ``[]``): a client's zero value written out, not data."""
+    return isinstance(value, dict) and all(field in ("", None) or field == {} or field == []
+                                           for field in value.values())
 
 
 _CALL_ITEMS = ("function_call", "custom_tool_call")
