@@ -1,7 +1,7 @@
 """Follow mode: tail growing transcripts into L1, each event exactly once.
 
-A :class:`Follower` polls its paths (files, or directories searched for ``*.jsonl`` / ``*.json``
-recursively, so new files are found; a directory is listed again when its mtime moves, see
+A :class:`Follower` polls its paths (files, or directories searched for ``*.jsonl`` / ``*.json`` /
+``*.traj`` recursively, so new files are found; a directory is listed again when its mtime moves, see
 :meth:`Follower._tree`). A file that changed is imported again from its start
 (importers are deterministic: the same bytes yield the same eventIds) up to its last newline,
 so a line still being written waits for its newline (a last line that is a whole JSON object is
@@ -66,7 +66,14 @@ import orjson
 from streams.asp import canonical_bytes, event_digest
 from streams.exceptions import ImportFormatError
 from streams.fsio import atomic_write
-from streams.importers import DOCUMENT_FORMATS, Accepted, Rejected, file_format, iter_file
+from streams.importers import (
+    DOCUMENT_FORMATS,
+    FILE_SUFFIXES,
+    Accepted,
+    Rejected,
+    file_format,
+    iter_file,
+)
 from streams.importers.base import parse_json, stable_id
 from streams.importers.cursor import FileCursor, open_cursor, settled
 
@@ -77,7 +84,6 @@ __all__ = ["Appender", "ConnectingAppender", "FileRecord", "Follower", "KafkaApp
            "PositionStore"]
 
 _T = TypeVar("_T")
-_SUFFIXES = (".jsonl", ".json")
 _END_TYPES = frozenset({"turn.ended", "episode.ended"})
 # Rejected by every importer as the line it reads (an unknown record type), never an event.
 _NEWLINE = b"\n"
@@ -546,7 +552,7 @@ class Follower:
         return f"{self.log_id}\x1f{path}"
 
     def _tree(self, root: Path) -> list[tuple[str, Path, str, Path]]:
-        """(key, path, label, root) of every ``*.jsonl`` / ``*.json`` file under ``root`` (as
+        """(key, path, label, root) of every ``FILE_SUFFIXES`` file under ``root`` (as
         ``root.rglob`` finds them: symlinked directories are not entered), sorted by label.
 
         A directory is listed again only when its mtime moved (a file made, deleted or renamed
@@ -590,7 +596,7 @@ class Follower:
                     try:
                         if entry.is_dir() and not entry.is_symlink():
                             directories.append(entry.name)
-                        elif os.path.splitext(entry.name)[1].lower() in _SUFFIXES and entry.is_file():
+                        elif os.path.splitext(entry.name)[1].lower() in FILE_SUFFIXES and entry.is_file():
                             path = Path(entry.path)
                             files.append((self._key(path), path, rel + entry.name, root))
                     except OSError:

@@ -23,9 +23,9 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-__all__ = ["ImportProgress", "count_lines", "input_files", "rebuild_progress"]
+from streams.importers import FILE_SUFFIXES
 
-_SUFFIXES = (".jsonl", ".json")
+__all__ = ["ImportProgress", "count_lines", "input_files", "rebuild_progress"]
 
 
 def input_files(path: Path) -> dict[str, Path]:
@@ -33,7 +33,7 @@ def input_files(path: Path) -> dict[str, Path]:
     (a file by its name; files of a directory by their path relative to it)."""
     if path.is_file():
         return {path.name: path}
-    files = sorted((p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in _SUFFIXES),
+    files = sorted((p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in FILE_SUFFIXES),
                    key=lambda p: p.relative_to(path).as_posix())
     return {file.relative_to(path).as_posix(): file for file in files}
 

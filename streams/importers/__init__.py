@@ -30,10 +30,14 @@ from streams.importers.openai_chat import (
     iter_openai_chat,
 )
 
-__all__ = ["DOCUMENT_FORMATS", "FORMATS", "Accepted", "Rejected", "detect_format", "file_format", "fitted",
-           "import_files", "iter_file", "iter_records"]
+__all__ = ["DOCUMENT_FORMATS", "FILE_SUFFIXES", "FORMATS", "Accepted", "Rejected", "detect_format", "file_format",
+           "fitted", "import_files", "iter_file", "iter_records"]
 
-_SUFFIXES = (".jsonl", ".json")
+#: The file names a directory import and a follower take, each a suffix some importer reads:
+#: ``.traj`` is SWE-agent's trajectory (one JSON document, ``{"history": [...]}``), which the
+#: openai-chat importer reads; left out, a directory of runs imported nothing, though each file
+#: imported on its own did.
+FILE_SUFFIXES = (".jsonl", ".json", ".traj")
 _SNIFF_LINES = 20
 _SNIFF_LINE_BYTES = 8 * 1024 * 1024
 
@@ -58,7 +62,7 @@ def detect_format(path: Path) -> str:
     if path.is_dir():
         found = {_file_format(file) for file in _files(path) if not _is_empty(file)}
         if not found:
-            raise ImportFormatError(f"{path}: no non-empty *.jsonl or *.json files to import")
+            raise ImportFormatError(f"{path}: no non-empty *.jsonl, *.json or *.traj files to import")
         if len(found) > 1:
             raise ImportFormatError(
                 f"{path}: holds files of several formats ({', '.join(sorted(found))}); "
@@ -78,7 +82,7 @@ def iter_records(
     acl: dict[str, Any] | None = None,
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
 ) -> Iterator[Accepted | Rejected]:
-    """Every record of ``path`` (a file, or a directory of *.jsonl / *.json files, recursively).
+    """Every record of ``path`` (a file, or a directory of FILE_SUFFIXES files, recursively).
 
     ``fmt`` is one of FORMATS, or None to detect it per file. Records are labelled
     ``file:line`` (files inside a directory by their path relative to it). Every file's format
@@ -181,7 +185,7 @@ def fitted(item: Accepted, limit: int) -> Accepted | Rejected:
 
 
 def _files(directory: Path) -> list[Path]:
-    files = [p for p in directory.rglob("*") if p.is_file() and p.suffix.lower() in _SUFFIXES]
+    files = [p for p in directory.rglob("*") if p.is_file() and p.suffix.lower() in FILE_SUFFIXES]
     return sorted(files, key=lambda p: p.relative_to(directory).as_posix())
 
 

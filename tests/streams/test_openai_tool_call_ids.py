@@ -55,3 +55,30 @@ def test_tool_call_id_wins_over_tool_call_ids(tmp_path: Path) -> None:
                                          "content": "ok"})))
     result = next(r.event for r in iter_records(path) if isinstance(r, Accepted) and r.event["type"] == "tool.result")
     assert result["fields"]["toolCallId"] == "call_PbWE"
+
+
+def test_a_directory_of_traj_files_is_imported_and_followed_as_each_file_alone(tmp_path: Path) -> None:
+    """SWE-agent writes its runs as ``*.traj``: a directory of them imported nothing (``no
+    non-empty *.jsonl or *.json files``) and a follower never saw them, though each file named
+    alone imported."""
+    from deploy.cli.progress import input_files
+    from streams.follow import Follower, PositionStore
+    from streams.importers import FILE_SUFFIXES, detect_format
+    from streams.testing import Clock, MemoryL1
+
+    runs = tmp_path / "trajectories"
+    (runs / "sub").mkdir(parents=True)
+    (runs / "sub" / "run.traj").write_text(json.dumps(_history({
+        "role": "tool", "tool_call_ids": ["call_PbWE"], "content": "Found /repo/tests/missing_colon.py"})))
+    alone = [r.event["type"] for r in iter_records(runs / "sub" / "run.traj") if isinstance(r, Accepted)]
+    assert "tool.result" in alone and ".traj" in FILE_SUFFIXES
+    assert detect_format(runs) == "openai-chat"
+    assert list(input_files(runs)) == ["sub/run.traj"]
+    imported = [r.event for r in iter_records(runs) if isinstance(r, Accepted)]
+    assert [e["type"] for e in imported] == alone  # the session is named after the label, sub/run.traj
+    l1, clock = MemoryL1(), Clock()
+    follower = Follower([runs], appender=l1, store=PositionStore(tmp_path / "home"), idle_seconds=5.0, clock=clock)
+    follower.poll()
+    clock.now += 10
+    follower.poll()
+    assert sorted(e["eventId"] for e in l1.log) == sorted(e["eventId"] for e in imported)
