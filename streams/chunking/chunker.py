@@ -50,7 +50,7 @@ class ChunkerConfig:
     overlap_tokens: int = 96
     idle_gap_seconds: float = 300.0
     max_clock_skew_seconds: float = 300.0
-    version: str = "1.1"
+    version: str = "1.2"
 
     def __post_init__(self) -> None:
         if self.target_tokens < MIN_TARGET_TOKENS:

@@ -4,7 +4,8 @@ Rendering is a pure, deterministic function of the event; its output is what byt
 point into, so changing it is a chunker version change. Formats (``docs/chunking.md``):
 
 - ``message``         ``[ROLE] text``                              (``fields.text``;
-  ``[ROLE thinking] text`` when ``fields.kind`` is ``thinking``)
+  ``[ROLE thinking] text`` when ``fields.kind`` is ``thinking``), then a
+  ``[tool.call NAME] key1=v1`` line per call of ``fields.toolCalls`` (``name``, ``arguments``)
 - ``tool.call``       ``[tool.call NAME] key1=v1, key2=v2``        (``fields.toolName``,
   ``fields.input``; keys sorted, each value at most 400 characters, non-strings as JSON)
 - ``tool.result``     ``[tool.result NAME STATUS] summary``        (``fields.summary``, else a
@@ -76,17 +77,41 @@ def param_keys(event: dict[str, Any]) -> list[str]:
 
 def _message(event: dict[str, Any], fields: dict[str, Any]) -> str | None:
     text = _text(fields.get("text", fields.get("content")))
-    if not text:
+    # The calls a model's answer asks for, when they ride on the message (OpenTelemetry's
+    # `tool_call` parts) instead of being tool.call events of their own as every importer makes
+    # them: rendered as such an event would be, so an answer that only calls tools still says
+    # which tool and with what (it rendered nothing, and its tool and arguments were unsearchable).
+    calls = [_call_text(call) for call in fields.get("toolCalls") or () if isinstance(call, dict)] \
+        if isinstance(fields.get("toolCalls"), list) else []
+    if not text and not calls:
         return None
     label = event.get("role") or "message"
     if fields.get("kind") == "thinking":
         label += " thinking"
-    return f"[{label}] {text}"
+    return "\n".join(([f"[{label}] {text}"] if text else []) + calls)
 
 
 def _tool_call(event: dict[str, Any], fields: dict[str, Any]) -> str:
-    head = _head("tool.call", tool_name(event))
-    tool_input = _tool_input(fields)
+    return _call_line(tool_name(event), _tool_input(fields))
+
+
+def _call_text(call: dict[str, Any]) -> str:
+    """A ``toolCalls`` item (``{"id", "name", "arguments"}``, the arguments an object or its
+    JSON text) as its tool.call event renders."""
+    name = call.get("name")
+    arguments = call.get("arguments")
+    if isinstance(arguments, str):
+        try:
+            parsed = json.loads(arguments)
+        except ValueError:
+            parsed = None
+        if isinstance(parsed, dict):
+            arguments = parsed
+    return _call_line(name if isinstance(name, str) else None, arguments)
+
+
+def _call_line(name: str | None, tool_input: Any) -> str:
+    head = _head("tool.call", name)
     if isinstance(tool_input, dict):
         body = ", ".join(f"{key}={_value(tool_input[key])}" for key in sorted(tool_input, key=str))
     else:

@@ -453,6 +453,9 @@ def test_log_records_bring_the_messages_their_span_lacks(served, logs_first: boo
     answer = planner.search({"query": "limerick Python logging", "freshness": "latest"}, READER_PRINCIPAL)
     assert answer["results"][0]["sessionId"] == events[0]["sessionId"]
     assert "limerick about Python logging" in answer["results"][0]["text"]
+    # The answer that only called a tool renders the call (chunker 1.2): its tool and arguments are found.
+    called = planner.search({"query": "rhyme_lookup", "freshness": "latest", "mode": "text"}, READER_PRINCIPAL)
+    assert any("[tool.call rhyme_lookup] word=handler" in hit["text"] for hit in called["results"])
 
 
 def test_otlp_logs_json_and_what_is_refused(served):

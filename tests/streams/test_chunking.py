@@ -406,6 +406,24 @@ def test_render_formats() -> None:
     assert render_event(event("12", "message", role="user", text="bad \ud800 surrogate")) == "[user] bad ? surrogate"
 
 
+def test_a_message_holding_tool_calls_renders_them_as_their_tool_call_events_do() -> None:
+    """OpenTelemetry GenAI output messages keep a model's tool calls on the message
+    (``fields.toolCalls``), where every importer makes each a tool.call event: an answer that only
+    called tools rendered nothing, so its tool and arguments were not searchable."""
+    called = {"toolName": "get_weather", "input": {"units": "metric", "city": "Paris"}}
+    as_event = render_event(event("13", "tool.call", role="assistant", **called))
+    assert as_event == "[tool.call get_weather] city=Paris, units=metric"
+    for arguments in ({"city": "Paris", "units": "metric"}, '{"units": "metric", "city": "Paris"}'):
+        only_calls = event("14", "message", role="assistant", text="",
+                           toolCalls=[{"id": "call_1", "name": "get_weather", "arguments": arguments}])
+        assert render_event(only_calls) == as_event
+    both = event("15", "message", role="assistant", text="Checking.", toolCalls=[
+        {"id": "c1", "name": "search", "arguments": "not json"}, {"id": "c2", "name": "noop"}, "junk"])
+    assert render_event(both) == "[assistant] Checking.\n[tool.call search] not json\n[tool.call noop]"
+    assert render_event(event("16", "message", role="assistant", text="", toolCalls="junk")) is None
+    assert ChunkerConfig().version == "1.2"  # rendering moved bytes: a chunker version change
+
+
 def test_long_event_is_split_into_overlapping_parts() -> None:
     tokenizer = default_tokenizer()
     text = "[user] " + " ".join(f"word{i} 日本語 🙂 naïve" for i in range(200))
