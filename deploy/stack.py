@@ -107,8 +107,9 @@ def sink_children(settings: Settings) -> dict[str, list[str]]:
             for index in range(count)}
 
 
-#: The usl commands that serve /metrics on USL_METRICS_PORT (the API serves it on its own port).
-_METRICS_COMMANDS = ("worker", "sink")
+#: The usl commands that serve /metrics on USL_METRICS_PORT (the API serves it on its own port):
+#: a worker, a sink and the follower of USL_FOLLOW (`ingest --follow`).
+_METRICS_COMMANDS = ("worker", "sink", "ingest")
 _METRICS_HOST = "127.0.0.1"  # streams.metrics.start_metrics_server's
 
 

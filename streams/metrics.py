@@ -360,6 +360,8 @@ PROCESS_METRICS: dict[str, tuple[str, ...]] = {
               "usl_generation_merges_total", "usl_generation_id", "usl_watermark_seq", "usl_index_stalled"),
     # Only a sinks process that runs the vector sink embeds.
     "vector sink": ("usl_embed_seconds",),
+    # `usl ingest --follow`, a long-lived process: what it appends and dead-letters.
+    "follower": ("usl_records_total", "usl_dead_letters_total"),
     # The receivers (POST /v1/events, /v1/traces, /v1/logs) count what they append and refuse.
     "planner": ("usl_records_total", "usl_dead_letters_total",
                 "usl_l1_committed_seq", "usl_index_lag_seqs", "usl_index_lag_seconds", "usl_query_seconds",

@@ -263,10 +263,15 @@ def follow_paths(settings: Settings, bootstrap: str, paths: list[Path], fmt: str
                  err: Console) -> dict[str, Any]:
     """Tail ``paths`` until SIGTERM/SIGINT; a line on stderr per poll that appended something.
     Returns what ``--json`` prints once stopped: the totals of this run."""
+    from streams.metrics import served_by, start_metrics_server
+
     stop = stop_signals()
+    # A follower runs for as long as the agents it follows: an operator needs to see it append
+    # (or dead-letter) as the worker and sinks are seen, and notice it stopped (the scrape fails).
+    port = start_metrics_server(settings.metrics_port, families=served_by("follower"))
     follower, appender = _follower(settings, bootstrap, paths, fmt, log, once=False)
     err.print(escape(f"following {', '.join(str(p) for p in paths)} into log {log!r} "
-                     f"(positions in {follower.store.path})"))
+                     f"(positions in {follower.store.path}; metrics on http://127.0.0.1:{port}/metrics)"))
     totals = Counter[str]()
 
     def on_poll(report: Any) -> None:

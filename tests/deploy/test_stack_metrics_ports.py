@@ -113,7 +113,7 @@ def test_ports_are_kept_across_usl_up_and_usl_metrics_port_pins_them(tmp_path: P
         base = int(probe.getsockname()[1])
     children = {"worker-1": ["worker"], "worker-2": ["worker"], "api": ["serve"], "follow": ["ingest"]}
     pinned = stack._choose_metrics_ports(Settings.from_env({}, home=tmp_path, metrics_port=base), children)
-    assert set(pinned) == {"worker-1", "worker-2"} and pinned["worker-1"] == base
-    assert pinned["worker-2"] != base  # one USL_METRICS_PORT no longer gives every process the same port
+    assert set(pinned) == {"worker-1", "worker-2", "follow"} and pinned["worker-1"] == base
+    assert len(set(pinned.values())) == 3  # one USL_METRICS_PORT no longer gives every process the same port
     # The next `usl up` (USL_METRICS_PORT unset) finds the ports recorded by the last one.
     assert stack._choose_metrics_ports(Settings.from_env({}, home=tmp_path), children) == pinned
