@@ -382,6 +382,11 @@ class PollReport:
     # again, but a re-import must not read as if the file were clean.
     rejected_before: list[Rejected] = field(default_factory=list)
     undetected: list[str] = field(default_factory=list)  # files whose format cannot be told (yet)
+    # (record, bytes) of each last line a file ends in, without its newline, that is no whole JSON
+    # object once the file is idle: cut off, or still being written very slowly. It waits for the
+    # rest (dead-lettered, a completed line would be imported later all the same), so it is said
+    # once here rather than nowhere.
+    cut_lines: list[tuple[str, int]] = field(default_factory=list)
     # Accepted events (new or already in L1) per log they name: an ASP file's events keep their
     # own logId whatever --log says, and the summary must say where they went.
     logs: Counter[str] = field(default_factory=Counter)
@@ -654,6 +659,8 @@ class Follower:
                 tracked.tail = False
                 if _whole_object(data[len(complete):]):
                     complete = data
+                else:
+                    report.cut_lines.append((f"{label}:{complete.count(_NEWLINE) + 1}", len(data) - len(complete)))
         if _blank(complete):
             return None
         adopted = None

@@ -278,6 +278,11 @@ def follow_paths(settings: Settings, bootstrap: str, paths: list[Path], fmt: str
         _count(report)
         for path in report.undetected:
             err.print(f"skipping {path}: its format cannot be told from its first records (yet)")
+        for record, size in report.cut_lines:
+            err.print(escape(f"waiting at {record}: the file has been idle for {settings.follow_idle_seconds:g}s and "
+                             f"its last line ({size} bytes) has no newline and is no whole JSON line: cut off? "
+                             "It is imported if the rest is written (`usl ingest` of the file as it is "
+                             "dead-letters it)"), soft_wrap=True)
         if report.appended or report.rejected:
             totals.update(appended=report.appended, rejected=report.rejected)
             err.print(f"{time.strftime('%H:%M:%S')} appended {report.appended} event(s) from "
