@@ -41,7 +41,8 @@ def rfc3339(posix: float) -> str:
     """RFC 3339 UTC with ``Z`` (microseconds only when there are some)."""
     moment = datetime.fromtimestamp(posix, UTC)
     fraction = f".{moment.microsecond:06d}" if moment.microsecond else ""
-    return moment.strftime("%Y-%m-%dT%H:%M:%S") + fraction + "Z"
+    # isoformat, not strftime: glibc's %Y writes years before 1000 without their zeros.
+    return moment.replace(tzinfo=None, microsecond=0).isoformat() + fraction + "Z"
 
 
 def result_row(hit: FusedHit, candidate: Candidate, as_of_seq: int) -> dict[str, Any]:

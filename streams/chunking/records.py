@@ -22,7 +22,9 @@ def rfc3339(moment: datetime) -> str:
     """``moment`` as RFC 3339 UTC with a ``Z``; microseconds only when there are some."""
     moment = moment.astimezone(UTC)
     fraction = f".{moment.microsecond:06d}" if moment.microsecond else ""
-    return moment.strftime("%Y-%m-%dT%H:%M:%S") + fraction + "Z"
+    # isoformat, not strftime: glibc's %Y writes year 1 as "1", a time nothing parses back (an
+    # event of 0001-01-01, which the schema allows, failed every sink and the planner's tail scan).
+    return moment.replace(tzinfo=None, microsecond=0).isoformat() + fraction + "Z"
 
 
 def chunk_id(

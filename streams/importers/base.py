@@ -118,7 +118,8 @@ def small_payload(record: Any) -> Any | None:
 def time_from_posix(seconds: float) -> str:
     """RFC 3339 UTC time with milliseconds, for sources that only have POSIX seconds."""
     moment = datetime.fromtimestamp(round(seconds, 3), UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+    # isoformat, not strftime: glibc's %Y writes years before 1000 without their zeros.
+    return moment.replace(tzinfo=None, microsecond=0).isoformat() + f".{moment.microsecond // 1000:03d}Z"
 
 
 def valid_time(value: Any) -> str | None:
