@@ -101,6 +101,19 @@ def _nothing_indexes(current: Settings, exc: PlannerError) -> PlannerError:
     return exc
 
 
+def _broker_gone(current: Settings, exc: Any, named: bool) -> Any:
+    """``exc``, its hint saying how to start the local broker again when the local stack's API
+    answers broker_unavailable because that broker stopped: it does not come back by itself, and
+    "retry once the broker is back" would be waited on for ever."""
+    if exc.code != "broker_unavailable" or named or current.bootstrap_servers:
+        return exc
+    from deploy.kafka.broker import local_broker_status
+
+    if local_broker_status(current) is None:
+        exc.hint = "The local Kafka broker of this stack has stopped: `usl up --detach` starts it again."
+    return exc
+
+
 def api_target(current: Settings) -> tuple[str, bool] | None:
     """The planner API the CLI should ask, and whether the user named it (``USL_API_URL``);
     else the API of the local stack under ``USL_HOME`` while ``usl up`` runs one; else None."""
@@ -176,6 +189,6 @@ def with_api(current: Settings, principal_text: str | None, json_out: bool,
     except APIError as exc:
         if exc.status == 401 and not current.api_key and not named:
             return None
-        fail(exc, json_out)
+        fail(_broker_gone(current, exc, named), json_out)
     finally:
         client.close()

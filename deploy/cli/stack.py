@@ -126,7 +126,9 @@ def up(
     """Start the local stack: broker (if none is configured), topics, workers, sinks, planner API;
     with USL_OBJECT_STORE and no USL_S3_ENDPOINT, a local S3Proxy too.
 
-    A supervisor restarts any stack process that exits; `usl down` stops everything.
+    A supervisor restarts any stack process that exits; `usl down` stops everything. Run over a
+    stack that is up, it starts the local broker again if that stopped (the supervisor does not
+    restart it), where the stack's processes look for it.
     """
     import os
     import time
@@ -143,6 +145,16 @@ def up(
     api_port = port or settings.api_port
     already = {name: pid for name, pid in running(settings).items() if pid != os.getpid()}
     if already:
+        from deploy.kafka.broker import revive_broker
+
+        # The supervisor restarts what of the stack exits, but not the local broker: with it
+        # dead the stack answers every command with broker_unavailable, and this said "already
+        # running". Start it again where the running processes look for it (or say why not).
+        revived = revive_broker(settings)
+        if revived:
+            out().print(f"the local Kafka broker had stopped: started it again at {revived}; "
+                        f"the running stack ({', '.join(sorted(already))}) reconnects to it")
+            return
         out().print(f"already running: {', '.join(sorted(already))} (use `usl down` first to restart)")
         return
     url = f"http://{settings.api_host}:{api_port}"

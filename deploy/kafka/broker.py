@@ -154,6 +154,30 @@ def _server_properties(data_dir: Path, port: int, controller_port: int) -> str:
     ])
 
 
+def revive_broker(settings: Settings) -> str | None:
+    """For ``usl up`` over a running stack: start the local broker again when it stopped (the
+    supervisor restarts the stack's processes, not the broker), at the address those processes
+    were given; return it, or None when there is nothing to revive (a configured cluster, no
+    local broker recorded, or it answers). A broker that cannot come back there (its process
+    runs but does not answer, or another program took its port) is a BrokerError naming what to do."""
+    state = _read_state(settings)
+    if settings.bootstrap_servers or not state or local_broker_status(settings) is not None:
+        return None
+    bootstrap = str(state.get("bootstrap", ""))
+    restart = "stop the stack with `usl down`, then start it with `usl up --detach`"
+    if _is_our_broker(state):
+        raise BrokerError(f"the local Kafka broker (pid {state.get('pid')}) runs but does not answer on {bootstrap}; "
+                          f"{restart} (its log: {_state_dir(settings) / 'broker.log'})")
+    if port_open(int(bootstrap.rsplit(":", 1)[1] or 0)):
+        raise BrokerError(f"the local Kafka broker has stopped and another program listens on its address "
+                          f"{bootstrap}, where the running stack looks for it; {restart}")
+    started = _start(settings)  # reuses the recorded ports when free, as they are
+    if started.bootstrap != bootstrap:  # taken between the check and the start
+        raise BrokerError(f"the local Kafka broker had stopped and could start again only at {started.bootstrap}, "
+                          f"not {bootstrap}, where the running stack looks for it; {restart}")
+    return started.bootstrap
+
+
 def ensure_broker(settings: Settings) -> str:
     """Bootstrap servers to use: the configured cluster, or the local broker (started if needed)."""
     if settings.bootstrap_servers:

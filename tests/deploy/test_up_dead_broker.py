@@ -1,0 +1,118 @@
+"""``usl up --detach`` over a running stack whose local broker died said "already running"
+(exit 0) while every command answered broker_unavailable, whose hint ("retry once the broker is
+back") would be waited on for ever: the supervisor restarts the stack's processes, never the
+broker. It now starts the broker again at the address the stack's processes were given, or says
+in one line (exit 2) why it cannot."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from deploy.kafka import broker
+from deploy.process import process_record
+from streams.exceptions import BrokerError
+from streams.settings import Settings
+
+
+def _settings(home: Path, **overrides: Any) -> Settings:
+    return Settings.from_env({}, home=home, **overrides)
+
+
+def _record_broker(home: Path, pid: int, cmd: list[str], port: int) -> None:
+    state = home / "kafka"
+    state.mkdir(parents=True, exist_ok=True)
+    (state / "broker.json").write_text(json.dumps({**process_record(pid, cmd), "bootstrap": f"127.0.0.1:{port}",
+                                                   "controllerPort": port + 1, "dataDir": str(state / "data")}))
+
+
+def _gone_pid() -> tuple[int, list[str]]:
+    cmd = [sys.executable, "-c", "pass"]
+    proc = subprocess.Popen(cmd)
+    proc.wait()
+    return proc.pid, cmd
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_a_dead_broker_is_started_again_at_its_address(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    port = _free_port()
+    _record_broker(tmp_path, *_gone_pid(), port)
+    started: list[str] = []
+
+    def start(settings: Settings) -> broker.BrokerInfo:
+        started.append(settings.home)
+        return broker.BrokerInfo(4242, f"127.0.0.1:{port}", port + 1, "data")
+
+    monkeypatch.setattr(broker, "_start", start)
+    assert broker.revive_broker(_settings(tmp_path)) == f"127.0.0.1:{port}" and len(started) == 1
+    # A configured cluster is not ours to start; nothing recorded, nothing to revive.
+    assert broker.revive_broker(_settings(tmp_path, bootstrap_servers="kafka:9092")) is None
+    assert broker.revive_broker(_settings(tmp_path / "elsewhere")) is None
+    assert len(started) == 1
+
+
+def test_a_broker_that_cannot_come_back_where_the_stack_looks_is_an_error(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(broker, "_start", lambda settings: pytest.fail("no broker may start"))
+    with socket.socket() as taken:  # another program took the broker's port
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        _record_broker(tmp_path, *_gone_pid(), int(taken.getsockname()[1]))
+        with pytest.raises(BrokerError, match=r"another program listens on its address .* `usl down`"):
+            broker.revive_broker(_settings(tmp_path))
+    # Its process still runs but does not answer (hung): a second broker would fight it for the data.
+    cmd = [sys.executable, "-c", "import time; time.sleep(60)"]
+    hung = subprocess.Popen(cmd)
+    try:
+        _record_broker(tmp_path, hung.pid, cmd, _free_port())
+        with pytest.raises(BrokerError, match=rf"\(pid {hung.pid}\) runs but does not answer"):
+            broker.revive_broker(_settings(tmp_path))
+    finally:
+        hung.kill()
+        hung.wait()
+
+
+def test_usl_up_over_a_running_stack_starts_its_dead_broker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from deploy import stack
+    from deploy.cli import build_app
+
+    monkeypatch.setenv("USL_HOME", str(tmp_path))
+    monkeypatch.delenv("KAFKA_BOOTSTRAP_SERVERS", raising=False)
+    monkeypatch.setattr(stack, "running", lambda settings: {"api": 11, "supervisor": 12, "worker-1": 13})
+    revived: list[str | None] = ["127.0.0.1:9999"]
+    monkeypatch.setattr(broker, "revive_broker", lambda settings: revived[0])
+    result = CliRunner().invoke(build_app(), ["up", "--detach"])
+    assert result.exit_code == 0, result.output
+    assert "the local Kafka broker had stopped: started it again at 127.0.0.1:9999" in result.output
+    assert "already running" not in result.output
+    revived[0] = None
+    result = CliRunner().invoke(build_app(), ["up", "--detach"])
+    assert result.exit_code == 0 and "already running: api, supervisor, worker-1" in result.output
+
+
+def test_broker_unavailable_from_the_local_stack_says_how_to_start_its_broker(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    from deploy.cli._api import _broker_gone
+    from planner.client import APIError
+
+    def answer() -> APIError:
+        return APIError(503, "broker_unavailable", "the Kafka cluster does not answer",
+                        hint="Retry once the broker is back; `usl status` answers again then.")
+
+    monkeypatch.setattr(broker, "local_broker_status", lambda settings: None)
+    assert "`usl up --detach` starts it again" in (_broker_gone(_settings(tmp_path), answer(), False).hint or "")
+    # A cluster the user runs, or an API the user named: theirs to bring back.
+    for settings, named in ((_settings(tmp_path, bootstrap_servers="kafka:9092"), False), (_settings(tmp_path), True)):
+        assert (_broker_gone(settings, answer(), named).hint or "").startswith("Retry once")
