@@ -289,6 +289,9 @@ class EventReceiver:
             owners, traces = self._owners[log_id], self._traces[log_id]
             if callable(checked):
                 checked = checked(traces)
+            # The frames' turns (a turn.started marker each); an end with none closes a client's
+            # turn that went on after its end (streams.importers.frames) and adds no turn.
+            frames = {event["turnId"] for index, event in checked if index is None and event["type"] == "turn.started"}
             fresh: dict[bytes, bytes] = {}
             lists = RefusedLists(remedy="send it with the session's acl, or after that event")
             earlier = iter(refused)
@@ -316,8 +319,10 @@ class EventReceiver:
                 fresh[key] = _fingerprint(owned)
                 written.append(owned)
                 appended += index is not None
-                if index is None and str(event.get("type")).startswith("turn."):
+                if index is None and str(event.get("type")).startswith("turn.") and event.get("turnId") in frames:
                     frames_written.add(str(event.get("turnId")))
+                elif index is not None and event.get("turnId"):
+                    opened.add(str(event["turnId"]))  # the end that closes a turn gone on after its end goes out
                 if index in cuts:
                     truncated.append({"index": index, "eventId": owned["eventId"], **owned["fields"]["_truncated"]})
 

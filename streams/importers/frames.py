@@ -70,7 +70,8 @@ def frame_loose_events(checked: list[tuple[int, dict[str, Any]]]) -> tuple[list[
     (all of them when it has none) that have text; a ``session.started`` only when nothing else
     of its session is there (the turn that follows it closes its unit). Markers come with index
     None. Loose events before a turn are closed by that turn and left as they are. Returns the
-    list and the number of turns framed."""
+    list and the number of turns framed. A turn the request ends before more of its events
+    (out of order) gets a ``turn.ended`` after them (:func:`_reopened_turns`)."""
     loose: dict[str, list[int]] = {}
     openings: dict[str, list[int]] = {}  # a session.started that renders (its title)
     for position, (_, event) in enumerate(checked):
@@ -82,10 +83,12 @@ def frame_loose_events(checked: list[tuple[int, dict[str, Any]]]) -> tuple[list[
             (openings if event["type"] == "session.started" else loose).setdefault(session, []).append(position)
     frames = {session: positions for session in sorted({*loose, *openings})
               if (positions := loose.get(session) or openings.get(session))}
-    if not frames:
+    reopened = _reopened_turns(checked)
+    if not frames and not reopened:
         return list(checked), 0
     starts: dict[int, dict[str, Any]] = {}
-    ends: dict[int, dict[str, Any]] = {}
+    ends: dict[int, dict[str, Any]] = {position: _frame_end(checked[position][1], turn_id)
+                                       for turn_id, position in reopened.items()}
     members: dict[int, str] = {}
     for positions in frames.values():
         first, last = checked[positions[0]][1], checked[positions[-1]][1]
@@ -101,6 +104,27 @@ def frame_loose_events(checked: list[tuple[int, dict[str, Any]]]) -> tuple[list[
         if position in ends:
             framed.append((None, ends[position]))
     return framed, len(frames)
+
+
+def _reopened_turns(checked: list[tuple[int, dict[str, Any]]]) -> dict[str, int]:
+    """turnId -> position of the last event of each turn that the request ends and then goes on
+    with (``turn.ended`` before the turn's other events, a client that sends them out of order),
+    with no ``turn.ended`` after them. Those events would open the turn's chunk unit again with
+    nothing to close it: on a quiet log never searchable under ``indexed``, holding back every
+    later event of the log. A ``turn.ended`` after the last of them closes it, as an importer
+    closes a turn that goes on after its end (its id names that event: a retry adds nothing)."""
+    ended: set[str] = set()
+    reopened: dict[str, int] = {}
+    for position, (_, event) in enumerate(checked):
+        turn = event.get("turnId")
+        if not turn or event.get("episodeId"):
+            continue  # an episode's events are its unit, whatever their turn
+        if event["type"] == "turn.ended":
+            ended.add(turn)
+            reopened.pop(turn, None)
+        elif turn in ended:
+            reopened[turn] = position
+    return reopened
 
 
 class LooseTails:

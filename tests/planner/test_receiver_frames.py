@@ -158,3 +158,26 @@ def test_an_agent_runs_spans_leave_no_unit_open_one_export_per_span_or_one_batch
     assert open_units(per_span) == open_units(batch) == {"conv-frames": None}
     texts = {e["fields"].get("output") or e["fields"].get("text") for e in batch if e["type"] in ("message", "tool.result")}
     assert {"graupel showers", "Graupel after midnight."} <= texts
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.data(), st.integers(1, 2))
+def test_a_turn_posted_out_of_order_is_closed_after_its_last_event(data: st.DataObject, turns: int) -> None:
+    """Found on a live stack: a client that posts a turn's turn.ended before the turn's other
+    events (out of order) opened the turn's unit again after its end with nothing to close it:
+    the log's indexes held at that event (`usl status`: waiting: an open turn holds seq N) until
+    the log clock moved a tick interval past it, which on a quiet log never happens. The
+    receiver now adds a turn.ended after such a turn's last event; every posted event keeps its
+    place, and a retry of the request frames the same close."""
+    events = session_events("s-ooo", turns=turns)
+    first_turn = [event for event in events if event.get("turnId") == "s-ooo-t0"]
+    shuffled = data.draw(st.permutations(first_turn))
+    posted = [events[0], *shuffled, *[event for event in events if event.get("turnId") not in (None, "s-ooo-t0")]]
+    framed, _ = frame_loose_events(list(enumerate(posted)))
+    assert [(index, event["eventId"]) for index, event in framed if index is not None] == [
+        (index, event["eventId"]) for index, event in enumerate(posted)]
+    assert all(value is None for value in open_units([event for _, event in framed]).values())
+    assert frame_loose_events(list(enumerate(posted))) == (framed, _)
+    ended_last = posted.index(first_turn[-1]) > max(posted.index(e) for e in first_turn if e is not first_turn[-1])
+    added = [event for index, event in framed if index is None]
+    assert (added == []) == ended_last  # in order: nothing added

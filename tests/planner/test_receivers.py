@@ -397,3 +397,20 @@ def test_refused_and_conflicting_events_are_dead_lettered(api):
     assert by_record["POST /v1/events events[1]"]["reason"] == answer["rejected"][0]["reason"]
     assert "e-when" in by_record["POST /v1/events events[1]"]["raw"]
     assert "different content" in by_record["POST /v1/events events[0]"]["reason"]
+
+
+def test_a_turn_posted_out_of_order_is_closed_and_a_retry_adds_nothing(api):
+    """Found on a live stack: turn.ended posted before the turn's message and turn.started left
+    the turn open after its end, and the log's indexes waited at it (`usl status`: waiting: an
+    open turn holds seq N) with nothing to end it. The receiver closes it after its last event."""
+    settings, client, key_a, _key_b = api
+    turn = acme([e for e in session_events("s-ooo", turns=1) if e.get("turnId")])
+    ended, others = turn[-1], turn[:-1]
+    answer = post(client, key_a, {"events": [ended, *others[::-1]]}).json()
+    assert (answer["appended"], answer["turnsAdded"], answer["rejected"]) == (len(turn), 0, [])
+    in_l1 = l1_events(settings)
+    assert [e["type"] for e in in_l1] == [ended["type"], *(e["type"] for e in others[::-1]), "turn.ended"]
+    assert in_l1[-1]["turnId"] == ended["turnId"] and in_l1[-1]["eventId"] != ended["eventId"]
+    again = post(client, key_a, {"events": [ended, *others[::-1]]}).json()
+    assert (again["appended"], again["duplicates"], again["turnsAdded"]) == (0, len(turn), 0)
+    assert l1_events(settings) == in_l1
