@@ -494,7 +494,11 @@ class _Span:
         # calls (so the conventions and the instrumentations have it), and both would count twice.
         self.usage = _usage(self.attrs) if self.operation in CHAT_OPERATIONS and not self.span.get(_FROM_LOGS) \
             else None  # a span's log records leave its token counts to the span
-        yield from self._messages(anchor, model)
+        last = anchor  # the span's last event so far
+        for item in self._messages(anchor, model):
+            if isinstance(item, Accepted):
+                last = item.event["eventId"]
+            yield item
         if self.failed:
             yield self.event("error", stable_id("otel", anchor, "error"), self.end,
                              fields={"message": self.status_message or f"{self.operation} failed"})
@@ -503,8 +507,13 @@ class _Span:
         ending = {"usage": self.usage, **({"model": model} if model else {})} if self.usage else None
         # A span's log records close the turn they opened, or reopened after the span closed it
         # (exporters send the two in either order): an end of their own, not the span's, whose
-        # id would make whichever came second a duplicate.
-        ended = stable_id("otel", anchor, "ended", *(["logs"] if self.span.get(_FROM_LOGS) else []))
+        # id would make whichever came second a duplicate. It names the last message they gave:
+        # a span's records may come in several exports (SimpleLogRecordProcessor sends each
+        # alone), and each export that reopens the turn must close it again, where one id for
+        # all was a duplicate that left the turn open after the second export (and the log's
+        # indexes waiting at it); a retried export names the same message, and adds nothing.
+        ended = stable_id("otel", anchor, "ended", "logs", last) if self.span.get(_FROM_LOGS) \
+            else stable_id("otel", anchor, "ended")
         yield self.event(closing, ended, self.end, parent=opening, fields=ending)
 
     def _messages(self, anchor: str, model: Any) -> Iterator[Accepted | Rejected]:

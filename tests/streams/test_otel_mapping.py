@@ -266,3 +266,47 @@ def test_a_chat_call_recorded_on_its_operation_details_event_keeps_its_messages(
     own = _legacy_span(_attrs(**{"gen_ai.operation.name": "chat", "gen_ai.input.messages": '[{"role": "user", '
                                  '"parts": [{"type": "text", "content": "on the span"}]}]'}), [details])
     assert ("user", "on the span") in _chat_messages(own) and ("user", "Book me to Oslo") not in _chat_messages(own)
+
+
+@given(st.permutations(["span", "system", "user", "choice"]))
+def test_a_spans_log_records_exported_one_by_one_leave_no_turn_open(order: list[str]) -> None:
+    """OpenAI's instrumentation emits a chat call's messages as log records; with the SDK's
+    SimpleLogRecordProcessor each record is an export of its own. Every export reopened the
+    span's turn and closed it with one turn.ended id for all, so from the second export on the
+    end was a duplicate and the turn stayed open: the log's indexes waited at it (`usl status`:
+    waiting: an open turn holds seq N). Each export now ends the turn again, in whatever order
+    the span and its records come; a retried export adds nothing."""
+    from streams.chunking import Chunker, ChunkerConfig, default_tokenizer
+    from streams.importers.otel import log_spans
+
+    trace, span_id = "5b8efff798038103d269b633813fc60d", "c000000000000009"
+    chat = _span(span_id, "", "chat", "qa-otel-logs")
+
+    def record(name: str, body: dict[str, Any], at: int) -> dict[str, Any]:
+        values = [{"key": key, "value": {"stringValue": text}} for key, text in body.items()]
+        return {"timeUnixNano": str(1_765_000_000_000_000_000 + at), "traceId": trace, "spanId": span_id,
+                "eventName": name, "body": {"kvlistValue": {"values": values}}}
+
+    exports = {"system": record("gen_ai.system.message", {"content": "You answer briefly."}, 1),
+               "user": record("gen_ai.user.message", {"content": "Is the cache stale?"}, 2),
+               "choice": record("gen_ai.choice", {"index": "0", "finish_reason": "stop"}, 3)}
+    log = _Log()
+    posted = []
+    for name in order:
+        if name == "span":
+            posted.append([chat])
+            log.post(chat)
+            continue
+        spans, refused = log_spans({"resourceLogs": [{"scopeLogs": [{"logRecords": [exports[name]]}]}]})
+        assert refused == []
+        request = [span for resource in spans["resourceSpans"] for scope in resource["scopeSpans"] for span in scope["spans"]]
+        posted.append(request)
+        log.post(*request)
+    chunker = Chunker(ChunkerConfig(), default_tokenizer(), policy_hash="p")
+    states: dict[str, Any] = {}
+    for seq, event in enumerate(log.events, 1):
+        state = states.setdefault(event["sessionId"], chunker.new_state(event["sessionId"]))
+        chunker.on_event(state, "default", seq, validate_event(event))
+    assert {sid: chunker.open_min_seq(state) for sid, state in states.items()} == dict.fromkeys(states)
+    for request in posted:  # an exporter retries each export: nothing new
+        assert log.post(*request) == []
