@@ -155,13 +155,37 @@ def _time(nanos: Any) -> str | None:
 
 def _messages(value: Any) -> list[dict[str, Any]]:
     """``gen_ai.input.messages`` / ``output.messages``: a JSON string (or list) of
-    ``{"role", "parts": [{"type": "text", "content"}, {"type": "tool_call", ...}]}``."""
+    ``{"role", "parts": [{"type": "text", "content"}, {"type": "tool_call", ...}]}``.
+
+    Instrumentations do not all write that shape: one message alone, an array attribute of
+    JSON strings, a plain string. Each is read as the messages it holds, and what is no message
+    as the text it is, never dropped: content a span carried must be searchable."""
     if isinstance(value, str):
         try:
             value = orjson.loads(value)
         except orjson.JSONDecodeError:
-            return [{"role": "user", "parts": [{"type": "text", "content": value}]}]
-    return [m for m in value if isinstance(m, dict)] if isinstance(value, list) else []
+            return [_plain_message(value)]
+        if not isinstance(value, list | dict):
+            return [_plain_message(orjson.dumps(value).decode())]
+    if isinstance(value, dict):
+        value = [value]
+    if not isinstance(value, list):
+        return []
+    found: list[dict[str, Any]] = []
+    for item in value:
+        if isinstance(item, str):
+            try:
+                parsed = orjson.loads(item)
+            except orjson.JSONDecodeError:
+                parsed = None
+            found.append(parsed if isinstance(parsed, dict) else _plain_message(item))
+        elif isinstance(item, dict):
+            found.append(item)
+    return found
+
+
+def _plain_message(text: str) -> dict[str, Any]:
+    return {"role": "user", "parts": [{"type": "text", "content": text}]}
 
 
 #: ``llm.request.type`` of the instrumentations that predate ``gen_ai.operation.name``
@@ -253,6 +277,14 @@ def _text(message: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
     if isinstance(message.get("content"), str):  # the older events shape
         texts.append(message["content"])
     return "\n".join(texts), calls
+
+
+def _reasoning(message: dict[str, Any]) -> str:
+    """The text of a message's ``reasoning`` parts (the model's thinking, semconv 1.37), which
+    the importers of agents' own transcripts keep as a hidden thinking message."""
+    return "\n".join(part["content"] for part in _list(message.get("parts"))
+                     if isinstance(part, dict) and part.get("type") == "reasoning"
+                     and isinstance(part.get("content"), str) and part["content"])
 
 
 class _Trace:
@@ -454,9 +486,11 @@ class _Span:
 
     def event(self, event_type: str, event_id: str, time: str, *, role: str | None = None,
               fields: dict[str, Any] | None = None, parent: str | None = None,
-              turn: bool = True, run: bool = True) -> Accepted | Rejected:
+              turn: bool = True, run: bool = True, hidden: bool = False) -> Accepted | Rejected:
         event: dict[str, Any] = {"eventId": event_id, "logId": self.log_id, "sessionId": self.session,
                                  "type": event_type, "time": time, "fields": fields or {}}
+        if hidden:
+            event["visibility"] = "hidden"
         if event_id == _anchor(self.log_id, self.trace, self.span_id):  # the span's first event
             event["payload"] = {"otel": {"traceId": self.trace, "spanId": self.span_id}}
         for key, value in (("runId", self.run_id if run else None), ("turnId", self.turn_id if turn else None),
@@ -529,10 +563,16 @@ class _Span:
             history = [{"role": "system", "parts": parts if isinstance(parts, list) else []}, *history]
         for position, message in enumerate(history):
             text, calls = _text(message)
-            if not text and not calls:
-                continue
             role = message.get("role") if isinstance(message.get("role"), str) and message["role"] in ROLES \
                 else "user"
+            thought = _reasoning(message)
+            if thought:
+                digest = hashlib.sha256(f"{role}\x1f{thought}".encode()).hexdigest()[:16]
+                yield self.event("message", stable_id("otel", self.log_id, self.session, "in", position, "thinking",
+                                                      digest),
+                                 self.start, role=role, fields={"text": thought, "kind": "thinking"}, hidden=True)
+            if not text and not calls:
+                continue
             # Each call repeats the conversation so far: the same message at the same place
             # in the same conversation is one event.
             digest = hashlib.sha256(f"{role}\x1f{text}".encode()).hexdigest()[:16]
@@ -541,6 +581,12 @@ class _Span:
                              fields={"text": text, **({"toolCalls": calls} if calls else {})})
         for position, message in enumerate(_messages(self.attrs.get("gen_ai.output.messages"))):
             text, calls = _text(message)
+            thought = _reasoning(message)
+            if thought:
+                yield self.event("message", stable_id("otel", anchor, "out", position, "thinking"), self.end,
+                                 role="assistant", fields={"text": thought, "kind": "thinking",
+                                                           **({"model": model} if model else {})},
+                                 parent=anchor, hidden=True)
             if not text and not calls:
                 continue
             fields: dict[str, Any] = {"text": text}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -310,3 +311,35 @@ def test_a_spans_log_records_exported_one_by_one_leave_no_turn_open(order: list[
     assert {sid: chunker.open_min_seq(state) for sid, state in states.items()} == dict.fromkeys(states)
     for request in posted:  # an exporter retries each export: nothing new
         assert log.post(*request) == []
+
+
+def _messages_of(value: dict[str, Any], key: str = "gen_ai.input.messages") -> list[tuple[str, str, str]]:
+    span = _legacy_span([*_attrs(**{"gen_ai.operation.name": "chat"}), {"key": key, "value": value}])
+    events = [item.event for item in span_events({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]})
+              if isinstance(item, Accepted)]
+    return [(event["role"], event["visibility"], event["fields"]["text"]) for event in events
+            if event["type"] == "message"]
+
+
+@pytest.mark.parametrize(("value", "text"), [
+    ({"stringValue": "plain words, no JSON"}, "plain words, no JSON"),
+    ({"stringValue": '{"role": "user", "parts": [{"type": "text", "content": "one message alone"}]}'},
+     "one message alone"),
+    ({"stringValue": '["a string in the array"]'}, "a string in the array"),
+    ({"stringValue": "4096"}, "4096"),
+    ({"arrayValue": {"values": [{"stringValue": '{"role": "user", "parts": [{"type": "text", "content": "an array '
+                                                'attribute of JSON strings"}]}'}]}},
+     "an array attribute of JSON strings"),
+])
+def test_messages_in_any_shape_an_instrumentation_writes_keep_their_text(value: dict[str, Any], text: str) -> None:
+    """Content a span carried is searchable whatever shape the instrumentation gave it: these
+    shapes appended nothing and the receiver answered 200."""
+    assert _messages_of(value) == [("user", "visible", text)]
+
+
+def test_reasoning_parts_are_a_hidden_thinking_message() -> None:
+    value = {"stringValue": '[{"role": "assistant", "parts": [{"type": "reasoning", "content": "Check the fare '
+                            'rules first."}, {"type": "text", "content": "The fare is refundable."}]}]'}
+    for key in ("gen_ai.input.messages", "gen_ai.output.messages"):
+        assert _messages_of(value, key) == [("assistant", "hidden", "Check the fare rules first."),
+                                            ("assistant", "visible", "The fare is refundable.")]
