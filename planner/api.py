@@ -40,6 +40,7 @@ a wrong method, malformed JSON, a bug), has the one shape of
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -104,6 +105,10 @@ _STATUS_CACHE_ENTRIES = 64
 # them is one a web page may post cross-site without asking first (CORS "simple" requests).
 _BODY_MEDIA_TYPES = frozenset({"application/json", "application/x-protobuf"})
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+# A refused body is read and dropped up to this many times the limit, for at most this long,
+# so its sender reads the 413 instead of a broken pipe (RequestGuard._drain).
+_DRAIN_FACTOR = 4
+_DRAIN_SECONDS = 30.0
 
 
 class MethodNotAllowed(PlannerError):
@@ -249,6 +254,8 @@ class RequestGuard:
         try:
             self._check(scope, headers)
         except PlannerError as exc:
+            if isinstance(exc, PayloadTooLarge):
+                await self._drain(headers, receive)
             await _error(exc)(scope, receive, send)
             return
         received = 0
@@ -275,6 +282,7 @@ class RequestGuard:
         except PayloadTooLarge as exc:  # raised by limited() inside a route that let it through
             if started:
                 raise
+            await self._drain(headers, receive)
             await _error(exc)(scope, receive, send)
         except ClientDisconnect:  # the caller went away; nothing to answer, nothing wrong here
             log.info("client disconnected during %s %s", scope["method"], scope["path"])
@@ -299,6 +307,27 @@ class RequestGuard:
         if length is not None and length.strip().isascii() and length.strip().isdigit() \
                 and int(length) > self.max_body_bytes:
             raise self._too_large()
+
+    async def _drain(self, headers: Headers, receive: Receive) -> None:
+        """Read and drop the rest of a refused body, up to a bound, before answering.
+
+        A client that sends its whole body before reading the answer (urllib, requests, the
+        OTLP exporters) saw a broken pipe instead of the 413 when the server closed while it
+        was still writing (about 20 MB and up here). One that asked to send only once allowed
+        (``Expect: 100-continue``, curl's way with large bodies) is answered at once: reading
+        would tell it to go on."""
+        if "100-continue" in headers.get("expect", "").lower():
+            return
+        read, limit = 0, _DRAIN_FACTOR * self.max_body_bytes
+        deadline = time.monotonic() + _DRAIN_SECONDS
+        with contextlib.suppress(Exception):  # the caller may be gone: the answer is all that is left
+            while read <= limit and time.monotonic() < deadline:
+                message = await asyncio.wait_for(receive(), max(0.0, deadline - time.monotonic()))
+                if message["type"] != "http.request":
+                    return
+                read += len(message.get("body", b""))
+                if not message.get("more_body"):
+                    return
 
     def _too_large(self) -> PayloadTooLarge:
         return PayloadTooLarge(

@@ -4,12 +4,19 @@ SQL, metrics, OpenAPI and the search page."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import uvicorn
 from starlette.testclient import TestClient
 
 import planner.status
@@ -261,6 +268,33 @@ def test_request_bodies_over_the_limit_are_refused(tmp_path: Path) -> None:
 
     assert_refused(client.post("/v1/search", content=chunks(), headers={"Content-Type": "application/json"}),
                    413, "payload_too_large")
+
+
+def test_a_body_sent_whole_before_the_answer_is_read_gets_the_413(tmp_path: Path) -> None:
+    """Clients that write the whole body before reading (urllib, requests, OTLP exporters) saw a
+    broken pipe, not the 413, when the server closed with megabytes of it still unread: under
+    real uvicorn the refused body is read and dropped first, up to four times the limit."""
+    config = Settings.from_env({}, home=tmp_path, api_max_body_bytes=4 << 20)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(create_app(config, "127.0.0.1:9", planner=EchoPlanner()),
+                                           host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        while not server.started:
+            time.sleep(0.02)
+        body = b'{"query": "' + b"x" * (16 << 20) + b'"}'
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/search", data=body,
+                                         headers={"Content-Type": "application/json"})
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=60)
+        assert refused.value.code == 413
+        assert json.loads(refused.value.read())["error"]["code"] == "payload_too_large"
+    finally:
+        server.should_exit = True
+        thread.join(10)
 
 
 def test_status_refuses_malformed_log_names_and_keeps_a_bounded_cache(
