@@ -21,7 +21,7 @@ from streams.redaction.keys import DESCRIPTIVE_SUFFIXES, is_placeholder, name_cl
 from streams.redaction.vendors import ported_rule_names, vendor_rule
 
 __all__ = ["ACCOUNT_ROW_RULE", "CREDENTIAL_COLON_RULE", "CREDENTIAL_PAIR_RULE", "CREDENTIAL_SPACE_RULE", "DEVICE_SECRET_RULES",
-           "AssignmentRule", "PasswordBeforeRule", "bare_secret"]
+           "AssignmentRule", "PasswordBeforeRule", "bare_secret", "passphrase_words"]
 
 _NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 # Where a candidate starts: each keyword is searched literally in the lower-cased text.
@@ -84,7 +84,7 @@ class AssignmentRule(Rule):
         re.ASCII | re.IGNORECASE | re.MULTILINE,
     )
     _flag = re.compile(
-        r"--(?<![A-Za-z0-9_-]--)(?P<name>[A-Za-z0-9-]{0,24}(?:password|passwd|passphrase|token|secret|api-key|apikey)"
+        r"--(?<![A-Za-z0-9_-]--)(?P<name>[A-Za-z0-9-]{0,24}(?:password|passwd|passphrase|token|secret|api-key|apikey|key)"
         r"[A-Za-z0-9-]{0,24})[ \t]+(?:\"(?P<dq>[^\"\r\n]{1,4096})\"|'(?P<sq>[^'\r\n]{1,4096})'"
         r"|(?P<bare>[^\s\"'|;&-][^\s\"'|;&]*))",
         re.ASCII | re.IGNORECASE,
@@ -127,7 +127,7 @@ class AssignmentRule(Rule):
     def fingerprint(self) -> list[str]:
         named = [f"{name}={rule}" for name, rule in sorted(_NAMED.items())]
         return [*super().fingerprint(), *_KEYWORDS, *named, self._pattern.pattern, self._flag.pattern, self._xml.pattern,
-                self._prose.pattern, self._prose_password.pattern, *sorted(_SHORT_PASSWORD_WORDS), *sorted(_SECRET_SEPARATORS), _UUID.pattern, _IDENTIFIER.pattern, _password_like.__qualname__,
+                self._prose.pattern, self._prose_password.pattern, _FLAG_WORDS.pattern, *sorted(_SHORT_PASSWORD_WORDS), *sorted(_SECRET_SEPARATORS), _UUID.pattern, _IDENTIFIER.pattern, _password_like.__qualname__,
                 _in_sentence.__qualname__, _password_in_sentence.__qualname__, _SHORT_NAME.pattern,
                 _secret_in_sentence.__qualname__, _WORD_BEFORE.pattern, _inside_marker.__qualname__,
                 _SAID_STEP.pattern, _GOES_ON.pattern, _GOES_ON_MARKER.pattern, _goes_on.__qualname__, _SAID_VALUE.pattern, str(_SAID_WORDS), _PASSPHRASE.pattern, *sorted(_NOT_THE_SECRET),
@@ -135,7 +135,7 @@ class AssignmentRule(Rule):
                 _said_in_sentence.__qualname__, _said_value.__qualname__, _BLOCK_SCALAR.pattern,
                 _block_scalar.__qualname__, *sorted(_MANAGERS), *sorted(_FLAG_PROSE), _PLAIN_RUN.pattern,
                 *sorted(_PREDICATES), *_PREDICATE_ENDINGS, _plain_password.__qualname__,
-                _will_be.__qualname__, _LONG_WORD.pattern, _QUOTED_PHRASE.pattern, _passphrase_words.__qualname__,
+                _will_be.__qualname__, _LONG_WORD.pattern, _QUOTED_PHRASE.pattern, passphrase_words.__qualname__,
                 _AT_HOST.pattern]
 
     def hit_names(self) -> tuple[str, ...]:
@@ -256,6 +256,10 @@ class AssignmentRule(Rule):
             name, exported = match.group("name"), kind == "flag"
             if kind == "flag" and not quoted and value.lower() in _FLAG_PROSE:
                 return None  # "WARNING! Using --password via the CLI is insecure." (docker login)
+            if kind == "flag" and _FLAG_WORDS.search(name) is None:
+                # 2.11: a --…key flag (--account-key, --authkey, --master-key) holds a key when
+                # its value looks random; --private-key ./id.pem names a file.
+                exported = False
         if not value or is_marker_at(value, 0) or is_placeholder(value, quoted=quoted):
             return None
         if not quoted and text[end: end + 1] in ("(", "["):
@@ -434,9 +438,11 @@ _PASSPHRASE = re.compile(r"[A-Za-z]{2,}(?:[ -][A-Za-z]{2,}){2,}", re.ASCII)
 _QUOTED_PHRASE = re.compile(r"[ \t]+(?P<q>[\"'`\u2018\u201c])(?P<phrase>[A-Za-z][A-Za-z -]{10,126}[A-Za-z])[\"'`\u2019\u201d]")
 
 
-def _passphrase_words(phrase: str) -> bool:
+def passphrase_words(phrase: str, *, ends_clause: bool = False) -> bool:
     """Three words and more of letters, none a function word and at most one saying something of
-    a password: "correct horse battery staple", not "must be at least eight characters"."""
+    a password: "correct horse battery staple", not "must be at least eight characters". Words
+    that end their clause unquoted (2.11) may hold as many such words as others ("purple elephant
+    dances quietly"), not more ("stored encrypted locally")."""
     if _PASSPHRASE.fullmatch(phrase) is None:
         return False
     if all(word[:1].isupper() for word in re.split(r"[ -]+", phrase)):
@@ -445,7 +451,8 @@ def _passphrase_words(phrase: str) -> bool:
     if any(word.startswith(("pass", "pw")) for word in words):
         return False  # "the password 'forgot password flow'": about the password
     telling = sum(word in _PREDICATES or word.endswith(_PREDICATE_ENDINGS) for word in words)
-    return not any(word in FUNCTION_WORDS for word in words) and telling <= 1
+    most = len(words) // 2 if ends_clause else 1
+    return not any(word in FUNCTION_WORDS for word in words) and telling <= most
 
 
 # Names recur (key, token, Auth, api_key): classify each once.
@@ -471,7 +478,7 @@ def _said_in_sentence(text: str, start: int) -> tuple[int, int, str] | None:
     position = word_end
     if kind == "password" and not short:
         quoted = _QUOTED_PHRASE.match(text, position)
-        if quoted is not None and _passphrase_words(quoted.group("phrase")):
+        if quoted is not None and passphrase_words(quoted.group("phrase")):
             # 2.9: "my password 'correct horse battery staple'": a passphrase quoted right after
             # its word, with no is / : between (2.5 read it only after one).
             return quoted.start("phrase"), quoted.end("phrase"), _PROSE
@@ -522,6 +529,7 @@ def _will_be(value: str) -> bool:
 
 # Password managers: "the password is in 1Password" names where it is kept (2.5).
 _MANAGERS = frozenset({"1password", "lastpass", "bitwarden", "keepass", "keepassxc", "dashlane", "keychain", "vault"})
+_FLAG_WORDS = re.compile(r"password|passwd|passphrase|token|secret|api-?key", re.ASCII | re.IGNORECASE)
 # A flag's value that is a word of the sentence the flag is named in, not its value (2.5).
 _FLAG_PROSE = frozenset({"via", "on", "in", "at", "from", "with", "for", "is", "was", "to", "and", "or", "flag",
                          "option", "argument", "parameter", "when", "if", "instead", "only", "directly"})

@@ -23,7 +23,8 @@ from streams.redaction.base import (
 from streams.redaction.entropy import looks_random
 from streams.redaction.keys import is_placeholder, name_class
 
-__all__ = ["CONTEXT_RULES", "DSN_PASSWORD_RULE", "OPENVPN_KEY_RULE", "PRIVATE_KEY_RULE", "URL_PASSWORD_RULE", "EnvDumpRule", "WrappedTailRule"]
+__all__ = ["CONTEXT_RULES", "DSN_PASSWORD_RULE", "OPENVPN_KEY_RULE", "PRIVATE_KEY_RULE", "URL_PASSWORD_RULE", "EnvDumpRule", "WrappedTailRule",
+           "named_value_rule", "table_secret"]
 
 _KEY_LABEL = r"-----BEGIN[A-Z0-9 ]{0,32}PRIVATE KEY(?: BLOCK)?-----"
 PRIVATE_KEY_RULE = RegexRule(
@@ -276,6 +277,17 @@ def _expect_send(match: re.Match[str]) -> bool:
 
 
 _BARE_ARG = r"[^\s|;&`-][^\s|;&`]*"
+# A secret piped into a command that reads one from stdin: --password-stdin, gh's --with-token,
+# gcloud / vercel / wrangler secrets, chpasswd and passwd, sudo -S.
+_PIPED_SECRET = (
+    r"(?P<value>'[^'\r\n]{6,}'|\"[^\"$\r\n]{6,}\"|[^\s'\"$|;&`<>]{6,})[ \t]*\|"
+    r"(?=[^\r\n;&]*?(?:--password-stdin|--with-token|\bsecrets?[ \t]+(?:create|versions[ \t]+add|set)\b"
+    r"|\benv[ \t]+add\b|--data-file[= ]-|\bauth[ \t]+login\b|\bchpasswd\b|\b(?:smb)?passwd\b"
+    r"|\bsecret[ \t]+put\b|\bsecrets:set\b|\benv:set\b"
+    # 2.9: sudo -S / --stdin reads the user's password from the pipe
+    r"|\bsudo[ \t]+(?:-[A-Za-z]*S[A-Za-z]*\b|--stdin\b)))"
+)
+_ARG = r"(?:'[^'\r\n]+'|\"[^\"\r\n]+\"|" + _BARE_ARG + ")"
 _CLI_FLAG_PASSWORDS = (
     _cli_rule(("mongo", "az"), "mongo / mongosh -p PASSWORD, az login -p PASSWORD",
               r"\b(?:mongo|mongosh|az[ \t]+login)\b[^\r\n|;&]*?[ \t]-p[ \t]+" + _QUOTED_OR_BARE),
@@ -292,12 +304,11 @@ _CLI_FLAG_PASSWORDS = (
     # --password-stdin, | gh auth login --with-token, | gcloud secrets create, | vercel env add.
     # 2.9: single quotes keep a "$" literal ('Pa$$w0rd' is the password, not a variable's).
     _cli_rule(("echo", "printf"), "echo SECRET | a command reading a secret from stdin",
-              r"\b(?:echo|printf)(?:[ \t]+-[neE]+)*[ \t]+(?P<value>'[^'\r\n]{6,}'|\"[^\"$\r\n]{6,}\"|[^\s'\"$|;&`<>]{6,})[ \t]*\|"
-              r"(?=[^\r\n;&]*?(?:--password-stdin|--with-token|\bsecrets?[ \t]+(?:create|versions[ \t]+add|set)\b"
-              r"|\benv[ \t]+add\b|--data-file[= ]-|\bauth[ \t]+login\b|\bchpasswd\b|\b(?:smb)?passwd\b"
-              r"|\bsecret[ \t]+put\b|\bsecrets:set\b|\benv:set\b"
-              # 2.9: sudo -S / --stdin reads the user's password from the pipe
-              r"|\bsudo[ \t]+(?:-[A-Za-z]*S[A-Za-z]*\b|--stdin\b)))"),
+              r"\b(?:echo|printf)(?:[ \t]+-[neE]+)*[ \t]+" + _PIPED_SECRET),
+    # 2.11: printf's format comes first (printf '%s\n' 'PASSWORD' | sudo -S …).
+    _cli_rule(("printf",), "printf FORMAT SECRET | a command reading a secret from stdin",
+              r"printf(?<![A-Za-z0-9_]printf)(?:[ \t]+--)?[ \t]+(?:'[^'\r\n]{0,40}%[^'\r\n]{0,40}'|\"[^\"\r\n]{0,40}%[^\"\r\n]{0,40}\")[ \t]+"
+              + _PIPED_SECRET),
     # 2.8: SQL Server's tools take -P PASSWORD (sqlcmd, bcp, osql, isql), and gh secret set NAME
     # --body / -b VALUE sets a repository secret from its argument.
     _cli_rule(("sqlcmd", "bcp", "osql", "isql"), "sqlcmd / bcp / osql / isql -P PASSWORD",
@@ -351,6 +362,38 @@ _CLI_FLAG_PASSWORDS = (
     RegexRule(name="cli-password", lower_triggers=("send",), group="value", check=_expect_send, anchored=True,
               description="expect: send PASSWORD after a password prompt",
               pattern=re.compile(r"send[ \t]+(?:--[ \t]+)?\"(?P<value>[^\"\r\n\\$]{4,128})(?:\\r|\\n)?\"", re.ASCII)),
+    # 2.11: clients that take a token or a password as a plain argument: cargo login TOKEN, poetry
+    # config http-basic.REPO USER PASSWORD / pypi-token.REPO TOKEN, MinIO's mc alias set / config
+    # host add ALIAS URL ACCESS-KEY SECRET-KEY, openssl passwd [-1|-5|-6|-apr1] PASSWORD (hashed in
+    # the command, plain on its line), and codecov -t TOKEN.
+    _cli_rule(("cargo",), "cargo login [--registry R] TOKEN",
+              r"cargo(?<![A-Za-z0-9_]cargo)[ \t]+login(?:[ \t]+--registry(?:=|[ \t]+)[^\s|;&]+)?[ \t]+(?P<value>'[^'\r\n]+'|\"[^\"\r\n]+\"|" + _BARE_ARG + ")"),
+    _cli_rule(("poetry",), "poetry config http-basic.REPO USER PASSWORD / pypi-token.REPO TOKEN",
+              r"poetry(?<![A-Za-z0-9_]poetry)[ \t]+config[ \t]+(?:--local[ \t]+)?(?:http-basic\.[A-Za-z0-9_.-]+[ \t]+" + _ARG
+              + r"|pypi-token\.[A-Za-z0-9_.-]+)[ \t]+(?P<value>'[^'\r\n]+'|\"[^\"\r\n]+\"|" + _BARE_ARG + ")"),
+    _cli_rule(("alias set", "host add"), "mc alias set / mc config host add ALIAS URL ACCESS-KEY SECRET-KEY",
+              r"\bmc[ \t]+(?:alias[ \t]+set|config[ \t]+host[ \t]+add)[ \t]+" + _ARG + r"[ \t]+" + _ARG + r"[ \t]+" + _ARG
+              + r"[ \t]+(?P<value>'[^'\r\n]+'|\"[^\"\r\n]+\"|" + _BARE_ARG + ")"),
+    _cli_rule(("passwd",), "openssl passwd [-1 | -5 | -6 | -apr1 | -salt S] PASSWORD",
+              r"openssl(?<![A-Za-z0-9_]openssl)[ \t]+passwd(?:[ \t]+-(?:1|5|6|apr1|aixmd5|crypt|quiet|table|reverse)\b|[ \t]+-salt[ \t]+[^\s|;&)]+)*"
+              r"[ \t]+(?P<value>'[^'\r\n]+'|\"[^\"\r\n]+\"|[^\s|;&`)'\"-][^\s|;&`)'\"]*)"),
+    # 2.11: the same commands fed by a here-string (gh secret set NAME <<< 'VALUE', docker login
+    # --password-stdin <<< …, wrangler secret put, vercel env add) or by a process substitution
+    # (--data-file=<(echo -n 'VALUE')); influx setup / v1 auth's -p PASSWORD; az keyvault secret
+    # set --value VALUE.
+    _cli_rule(("<<<",), "a command reading a secret from stdin <<< SECRET (a here-string)",
+              r"(?:--password-stdin|--with-token|\bsecrets?[ \t]+(?:create|versions[ \t]+add|set|put)\b|\benv[ \t]+add\b"
+              r"|\bauth[ \t]+login\b|\bchpasswd\b|\b(?:smb)?passwd\b|\bsecret[ \t]+put\b|\bsecrets:set\b|\benv:set\b"
+              r"|\bsudo[ \t]+(?:-[A-Za-z]*S[A-Za-z]*\b|--stdin\b))[^\r\n|;&<]{0,200}<<<[ \t]*"
+              r"(?P<value>'[^'\r\n]{6,}'|\"[^\"$\r\n]{6,}\"|[^\s'\"$|;&`<>]{6,})"),
+    _cli_rule(("<(echo", "<(printf"), "--data-file=<(echo -n SECRET) (a process substitution a secret's file flag reads)",
+              r"(?:--(?:data|password|passphrase|secret|token|key|pass)-?file|--from-file=[^\s=]{1,64})(?:=|[ \t]+)<\((?:echo|printf)(?:[ \t]+-[neE]+)*[ \t]+(?P<value>'[^'\r\n]{6,}'|\"[^\"$\r\n]{6,}\"|[^\s'\"$|;&`<>)]{6,})[ \t]*\)"),
+    _cli_rule(("influx",), "influx setup / user create / v1 auth -p / --password PASSWORD",
+              r"influx(?<![A-Za-z0-9_]influx)\b[^\r\n|;&]*?[ \t](?:-p|--password)(?:=|[ \t]+)" + _QUOTED_OR_BARE),
+    _cli_rule(("keyvault",), "az keyvault secret set --value VALUE",
+              r"keyvault(?<=\baz[ \t]keyvault)[ \t]+secret[ \t]+set\b[^\r\n|;&]*?[ \t]--value(?:=|[ \t]+)" + _QUOTED_OR_BARE),
+    _cli_rule(("codecov",), "codecov -t TOKEN",
+              r"codecov(?<![A-Za-z0-9_]codecov)\b[^\r\n|;&]*?[ \t]-t(?:=|[ \t]+)" + _QUOTED_OR_BARE),
     _cli_rule(("htpasswd",), "htpasswd -b FILE USER PASSWORD",
               r"\bhtpasswd(?P<flags>(?:[ \t]+-[A-Za-z]+)+)[ \t]+" + _BARE_ARG + r"[ \t]+" + _BARE_ARG
               + r"[ \t]+(?P<value>" + _BARE_ARG + ")", check=_htpasswd_file),
@@ -455,7 +498,7 @@ class CodeCredentialRule(Rule):
         if any(call in lowered for call in self._calls):
             named += self._call.finditer(text)
         for match in named:
-            rule = _named_value_rule(match.group("name"), match.group("value"))
+            rule = named_value_rule(match.group("name"), match.group("value"))
             if rule is not None:
                 found.append((*match.span("value"), rule))
         return replace_spans(text, found, hits)
@@ -488,7 +531,7 @@ class WindowsEnvRule(Rule):
         found: list[tuple[int, int, str]] = []
         for match in _WINDOWS_ENV.finditer(scan.text):
             group = next(name for name in ("sq", "dq", "bare") if match.group(name) is not None)
-            rule = _named_value_rule(match.group("name") or match.group("setx"), match.group(group), quoted=group != "bare")
+            rule = named_value_rule(match.group("name") or match.group("setx"), match.group(group), quoted=group != "bare")
             if rule is not None:
                 found.append((*match.span(group), rule))
         return replace_spans(scan.text, found, hits)
@@ -525,7 +568,7 @@ class EnvListRule(Rule):
         found: list[tuple[int, int, str]] = []
         for match in self._pair.finditer(text):
             group = next(name for name in ("dq", "sq", "bare") if match.group(name) is not None)
-            rule = _named_value_rule(match.group("name"), match.group(group), quoted=group != "bare")
+            rule = named_value_rule(match.group("name"), match.group(group), quoted=group != "bare")
             if rule is not None:
                 found.append((*match.span(group), rule))
         return replace_spans(text, found, hits)
@@ -536,7 +579,10 @@ class EnvListRule(Rule):
 class MarkdownTableRule(Rule):
     """Cells of a markdown table's column whose header is a secret-like name."""
 
-    _rule_line = re.compile(r"^[ \t]*\|?[ \t]*:?-{3,}:?[ \t]*(?:\|[ \t]*:?-{3,}:?[ \t]*)+\|?[ \t]*\r?$", re.MULTILINE | re.ASCII)
+    # 2.11: also a query result as psql (----+----) and the mysql client (+----+----+) print it:
+    # SELECT * FROM users shows a password column as a markdown table does.
+    _rule_line = re.compile(r"^[ \t]*(?:\|?[ \t]*:?-{3,}:?[ \t]*(?:\|[ \t]*:?-{3,}:?[ \t]*)+\|?|\+?-+(?:\+-+)+\+?)[ \t]*\r?$",
+                            re.MULTILINE | re.ASCII)
     _cell_edge = re.compile(r"(?<!\\)\|")
 
     def __init__(self) -> None:
@@ -572,7 +618,7 @@ class MarkdownTableRule(Rule):
                 for index, (start, cell) in enumerate(self._cells(text, row_start, row_end)):
                     if index in columns:
                         value = cell.strip("`")
-                        rule = _named_value_rule(columns[index].strip("`*_ "), value) if _table_secret(value) else None
+                        rule = named_value_rule(columns[index].strip("`*_ "), value) if table_secret(value) else None
                         if rule is not None:
                             offset = start + cell.index(value)
                             found.append((offset, offset + len(value), rule))
@@ -595,14 +641,14 @@ class MarkdownTableRule(Rule):
         return cells
 
 
-def _table_secret(value: str) -> bool:
+def table_secret(value: str) -> bool:
     # A column may describe passwords rather than list them ("| password | required |", "12"):
     # a cell holds one when it is one token with a letter and a digit or a symbol.
     return (bool(value) and not any(c.isspace() for c in value) and any(c.isalpha() for c in value)
             and (any(c.isdigit() for c in value) or not value.replace("_", "").replace("-", "").isalnum()))
 
 
-def _named_value_rule(name: str, value: str, *, quoted: bool = True) -> str | None:
+def named_value_rule(name: str, value: str, *, quoted: bool = True) -> str | None:
     if is_placeholder(value, quoted=quoted):
         return None
     kind = name_class(name)
@@ -627,6 +673,10 @@ _PASSWORD_WORDS_ELSEWHERE = (
     # 2.7: "key" and "token" in Russian, Japanese, Portuguese, Italian, Spanish, Polish ("Вот мой
     # ключ API: …", "APIキーは …", "a chave da API é …"): a key written in prose, not a password.
     "ключ", "токен", "секрет", "キー", "シークレット", "chave", "chiave", "llave", "klucz",
+    # 2.11: Catalan, Czech / Slovak, Hungarian, Croatian / Serbian / Bosnian, Slovene, Vietnamese,
+    # Indonesian / Malay, Thai, Persian, Bengali; a French API key ("ma clé API : …").
+    "contrasenya", "heslo", "jelszó", "jelszo", "lozinka", "lozinku", "geslo", "mật khẩu", "mat khau",
+    "kata sandi", "kata laluan", "รหัสผ่าน", "رمز عبور", "পাসওয়ার্ড", "clé api", "clé d'api", "clé d’api", "clef api",
 )
 _PASSWORD_CHARS = r"[A-Za-z0-9!#$%&*+\-./<=>?@^_~]"  # printable ASCII but quotes, brackets, , ; : and `
 # 2.9: letters of the alphabets written with spaces between words (Latin, Greek, Cyrillic) too:
@@ -858,6 +908,39 @@ _AUTH_SCHEME = RegexRule(
 # A URL whose user is a token and has no password (2.7): a Sentry DSN's key
 # (`https://<32 hex>@o1.ingest.sentry.io/2`), `https://<token>@github.com/…`, a webhook relay.
 # The user goes when it looks random or is 32+ hex digits; `git@`, `deploy@`, `user_42@` stay.
+# 2.11: OpenWeatherMap's API key is its URLs' appid parameter (32 hex digits), which no
+# secret word names.
+_APPID = RegexRule(
+    name="secret-assignment", triggers=("appid=",), description="OpenWeatherMap's ?appid=KEY (32 hex digits) in a URL",
+    pattern=re.compile(r"[?&;]appid=(?P<value>[0-9a-f]{32})(?![0-9A-Za-z])", re.ASCII), group="value",
+)
+# redis.conf's requirepass / masterauth (2.5) read as a config line; also inside a sentence or
+# a command ("add requirepass X to redis.conf", CONFIG SET requirepass X), the words being
+# redis's own.
+# Inside a sentence the value must not read as a word: a digit, a symbol or a capital after
+# its first letter ("the requirepass directive", "# requirepass foobared" stay).
+def _redis_password(match: re.Match[str]) -> bool:
+    value = match.group("value").strip("'\"")
+    return _cli_value(match) and (any(not c.isalpha() for c in value) or any(c.isupper() for c in value[1:]))
+
+
+_REDIS_AUTH = RegexRule(name="password-assignment", triggers=("requirepass", "masterauth"), group="value", check=_redis_password,
+                        description="requirepass / masterauth PASSWORD (redis) anywhere on a line",
+                        pattern=re.compile(r"\b(?:requirepass|masterauth)[ \t]+" + _QUOTED_OR_BARE, re.ASCII))
+
+
+# Jenkins prints its first administrator password in its log, alone two lines under this
+# sentence (docker logs jenkins); nothing on its line names it (2.11).
+_JENKINS_PASSWORD = RegexRule(
+    name="password-assignment", triggers=("following password to proceed",),
+    description="Jenkins' initial admin password under \"Please use the following password to proceed to installation:\"",
+    # docker compose prefixes each line with its service ("jenkins  | ").
+    pattern=re.compile(r"following password to proceed to installation:[ \t]*(?:\r?\n(?:[A-Za-z0-9_.-]{1,64}[ \t]*\|)?[ \t]*){1,3}"
+                       r"(?P<value>[0-9a-f]{32})(?![0-9A-Za-z])", re.ASCII),
+    group="value",
+)
+
+
 _URL_TOKEN = RegexRule(
     name="url-token",
     needs=frozenset("@"),
@@ -959,7 +1042,7 @@ def _attribute_rule(rule: str) -> RegexRule:
         description="<add key=\"NAME\" value=\"…\"/> and <property name=\"NAME\" value=\"…\"/> under a secret-like NAME",
         pattern=_ATTRIBUTE,
         group="value",
-        check=lambda match: _named_value_rule(match.group("name"), match.group("value")) == rule,
+        check=lambda match: named_value_rule(match.group("name"), match.group("value")) == rule,
     )
 
 
@@ -1176,7 +1259,7 @@ class SecretDocumentRule(Rule):
                 for row in _TABLE_ROW.finditer(table.group("rows")):
                     value = row.group("value")
                     rule = (self.name if table.start() in vault and _secret_value(value)
-                            else _named_value_rule(row.group("key"), value, quoted=False))
+                            else named_value_rule(row.group("key"), value, quoted=False))
                     if rule is not None:
                         found.append((offset + row.start("value"), offset + row.end("value"), rule))
         if "config vars" in lowered:
@@ -1184,7 +1267,7 @@ class SecretDocumentRule(Rule):
                 offset = block.start("rows")
                 for row in _CONFIG_ROW.finditer(block.group("rows")):
                     value = row.group("value")
-                    rule = _named_value_rule(row.group("key"), value, quoted=False) or (self.name if looks_random(value) else None)
+                    rule = named_value_rule(row.group("key"), value, quoted=False) or (self.name if looks_random(value) else None)
                     if rule is not None:
                         found.append((offset + row.start("value"), offset + row.end("value"), rule))
         return replace_spans(text, found, hits)
@@ -1222,6 +1305,7 @@ def _secret_value(value: str) -> bool:
 
 
 CONTEXT_RULES: tuple[Rule, ...] = (_PASSWORD_HASH, _AZURE_SAS, _URL_SIGNATURE, _OAUTH_CODE, _BEARER, _BASIC, _AUTH_SCHEME, *_AWS_PAIR, _TWILIO_PAIR, _URL_TOKEN, _MYSQL_PASSWORD, _CLI_PASSWORD, *_CLI_FLAG_PASSWORDS, _CURL_USER,
+                                   _APPID, _REDIS_AUTH, _JENKINS_PASSWORD,
                                    CookieRule(), CodeCredentialRule(), WindowsEnvRule(), EnvListRule(), MarkdownTableRule(),
                                    _PASSWORD_ELSEWHERE, _CONFIG_PASSWORD, _PGPASS, _NETRC, *_ATTRIBUTE_PAIRS, _USED_AS,
                                    _COMMAND_SECRET, _SHELL_MODE_SECRET, _PUTTY_KEY, *_SECURE_STRING, _DJANGO_KEY,

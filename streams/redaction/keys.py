@@ -28,6 +28,7 @@ _SECRET_WORDS = frozenset({
     "secret", "secrets", "token", "credential", "credentials", "cookie", "cookies",
     "authorization", "auth", "apikey", "privatekey", "accesskey", "sessionkey", "clientsecret",
     "secretkey", "authtoken", "accesstoken", "refreshtoken", "jwt", "bearer", "dsn",
+    "authkey",  # 2.11: tailscale up --authkey, TS_AUTHKEY
 })
 # "<qualifier> key" pairs that name a credential outright.
 _SECRET_KEY_QUALIFIERS = frozenset({

@@ -31,6 +31,7 @@ from streams.redaction.context import (
     EnvDumpRule,
     WrappedTailRule,
 )
+from streams.redaction.layouts import LAYOUT_RULES
 from streams.redaction.pii import PAYMENT_CARD_RULE, DomainRule, EmailRule, home_rules
 from streams.redaction.policy import RedactionPolicy
 from streams.redaction.tokens import TOKEN_RULES, DiscordBotTokenRule, TelegramBotTokenRule
@@ -53,6 +54,7 @@ def build_rules(policy: RedactionPolicy) -> tuple[Rule, ...]:
     rules += (PrefixTokenRule(), KeywordRule())
     rules += (DiscordBotTokenRule(), TelegramBotTokenRule())
     rules += CONTEXT_RULES
+    rules += LAYOUT_RULES
     rules += (AssignmentRule(), CREDENTIAL_PAIR_RULE, CREDENTIAL_COLON_RULE, CREDENTIAL_SPACE_RULE, PasswordBeforeRule())
     rules += (*DEVICE_SECRET_RULES, ACCOUNT_ROW_RULE)
     # After every rule that leaves a marker: a secret's wrapped continuation goes with it.
