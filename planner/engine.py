@@ -50,7 +50,7 @@ from concurrent.futures import wait as wait_for_futures
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -156,6 +156,10 @@ VECTOR_FLOOR = 0.0
 ``VECTOR_RELATIVE_FLOOR`` times the best cosine of the query); explain shows both."""
 VECTOR_RELATIVE_FLOOR = 0.0
 _MAX_OVERFETCH = 20_000
+_DISTINCT_OVERFETCH = 16
+"""An index list asks its engine for up to this many times its window while copies of texts
+above fill it (:func:`distinct_texts`): boilerplate shared by every session of an agent (a
+tool-calling benchmark's policy prompt) stops there, not at the window."""
 _VECTOR_CACHE = 50_000
 _T = TypeVar("_T")
 _LEG_WORKERS = 2
@@ -241,6 +245,9 @@ class QueryContext:
     vector segments with theirs."""
     chunk_digests: dict[str, bytes] = field(default_factory=dict)
     """Text digest of every chunk candidate that has a text (set by ``_collapse_duplicates``)."""
+    copies: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Per index list, how many copies of each kept chunk's text its search passed over to fill
+    the window with distinct texts (:func:`distinct_texts`); explain adds them to ``standsFor``."""
     lists: list[RankedList] = field(default_factory=list)
     notes: dict[str, Any] = field(default_factory=dict)
     """What explain says about each step, in the order the steps add it."""
@@ -701,9 +708,11 @@ class Planner:
             assert text_pin is not None
             digests: dict[str, bytes] = {}
             scores: dict[str, float] = {}
+            copies: dict[str, int] = {}
             ids, truncated = self._text_list(text_pin, text, window, cut, query.session_filter,
-                                             query.unreadable, only, digests, query.table, scores)
+                                             query.unreadable, only, digests, query.table, scores, copies)
             query.list_scores[source] = scores  # one key per list: safe from the pool's threads
+            query.copies[source] = copies
             return source, ids, truncated, digests
 
         def text_lists() -> list[tuple[str, list[str], bool, dict[str, bytes]]]:
@@ -878,9 +887,24 @@ class Planner:
         if not np.any(query_vector) or not (query.cut > 0 and allowed is not None):
             return _VectorCandidates(query_vector, None, [])
         reader = self._readers.vector(pin)
-        hits = reader.search(query_vector, limit=query.window + 1, allowed=allowed,
-                             fan_out=pool.map if pool is not None else None, row_mask=row_mask)
-        return _VectorCandidates(query_vector, reader, hits)
+        # The window's nearest distinct texts: copies of one text have one vector and would
+        # fill it (distinct_texts).
+        limit, cap = query.window + 1, _DISTINCT_OVERFETCH * (query.window + 1)
+        text_pin = query.pin("text")
+        while True:
+            hits = reader.search(query_vector, limit=limit, allowed=allowed,
+                                 fan_out=pool.map if pool is not None else None, row_mask=row_mask)
+            # Segments written without digests (older sinks): the text index's, as
+            # _collapse_duplicates asks it, so both kinds of segment give one answer.
+            missing = [hit.chunk_id for hit in hits if hit.digest is None]
+            stored = self._readers.digests(text_pin, missing) if missing and text_pin is not None else None
+            found, more, passed = distinct_texts(hits, query.window + 1, stored or {},
+                                                 rows=query.table.rows if query.table is not None else None)
+            if more or len(hits) < limit or limit >= cap:
+                break
+            limit *= 4
+        query.copies["vector"] = passed
+        return _VectorCandidates(query_vector, reader, found)
 
     def _rank_vectors(self, query: QueryContext, pin: IndexPin, only: set[str] | None,
                       found: _VectorCandidates, position: int) -> None:
@@ -1047,6 +1071,10 @@ class Planner:
         for ranked in query.lists:
             if ranked.source not in _UNCOLLAPSED:
                 ranked, stands_for = collapse_duplicates(ranked, digests)
+                kept = set(ranked.ids)
+                for chunk_id, count in query.copies.get(ranked.source, {}).items():
+                    if chunk_id in kept:
+                        stands_for[chunk_id] = stands_for.get(chunk_id, 0) + count
                 if stands_for:
                     collapsed[ranked.source] = stands_for
             lists.append(ranked)
@@ -1249,7 +1277,8 @@ class Planner:
                    sessions: AbstractSet[str] | None, unreadable: AbstractSet[str],
                    only: set[str] | None, digests: dict[str, bytes],
                    table: ChunkTable | None,
-                   scores: dict[str, float] | None = None) -> tuple[list[str], bool]:
+                   scores: dict[str, float] | None = None,
+                   copies: dict[str, int] | None = None) -> tuple[list[str], bool]:
         # The hits' ids from the index's key column, mapped through the structured generation's
         # ids (a hit the table lacks is dropped from the fusion anyway; the engine reads its
         # stored document to name it all the same).
@@ -1273,20 +1302,26 @@ class Planner:
             share = readable / (readable + len(exclude))
             if len(table.rows) * (1.0 - share) >= _CHECK_LEFT_OUT:
                 checked = HitCheck(_keeps(table.rows, exclude, max_seq), share)
+        distinct_cap = _DISTINCT_OVERFETCH * (window + 1)
         while True:
             raw = self._readers.search_text(pin, query, limit=limit, max_seq=max_seq,
                                             session_ids=sessions, exclude_sessions=exclude,
                                             chunk_ids_by_key=keys, checked=checked)
             kept = [hit for hit in raw if only is None or hit.chunk_id in only]
-            if len(kept) > window or len(raw) < limit or limit >= _MAX_OVERFETCH:
+            found, more, passed = distinct_texts(kept, window, rows=table.rows if table is not None else None)
+            if len(raw) < limit or limit >= _MAX_OVERFETCH:
+                break
+            if len(kept) > window and (more or limit >= distinct_cap):
                 break
             limit *= 4
-        for hit in kept[:window]:
+        for hit in found:
             if hit.digest is not None:
                 digests[hit.chunk_id] = hit.digest
             if scores is not None:
                 scores[hit.chunk_id] = hit.score
-        return [hit.chunk_id for hit in kept[:window]], len(kept) > window
+        if copies is not None:
+            copies.update(passed)
+        return [hit.chunk_id for hit in found], more or len(raw) >= limit
 
     def _vector_list(
         self, pin: IndexPin, found: _VectorCandidates, window: int,
@@ -1656,6 +1691,59 @@ def content_words(query: str) -> str | None:
             else:
                 kept.append(word)
     return " ".join(kept) if dropped and kept else None
+
+
+class _Copyable(Protocol):
+    """A text or vector hit: its chunk and its text's digest."""
+
+    @property
+    def chunk_id(self) -> str: ...
+
+    @property
+    def digest(self) -> bytes | None: ...
+
+
+_Hit = TypeVar("_Hit", bound=_Copyable)
+
+
+def distinct_texts(hits: Sequence[_Hit], window: int, digests: Mapping[str, bytes] | None = None,
+                   rows: Mapping[str, ChunkRow] | None = None) -> tuple[list[_Hit], bool, dict[str, int]]:
+    """The hits of the first ``window`` distinct texts in rank order, whether another distinct
+    text follows them, and per kept hit how many other copies of its text the hits hold.
+
+    Collapsing copies after the window was cut left a list of a few texts: a policy prompt every
+    run of a tool-calling benchmark starts with filled 189 of text's 201 places for "baggage
+    allowance", so the conversations about baggage ranked past the window and were never seen.
+
+    A hit's text is its digest, else the one ``digests`` names for it; with neither it is a text
+    of its own. Copies tie, and the one kept, at the first copy's place, is the newest by
+    ``rows`` (event time, then last seq, then chunk id, as :func:`newest_first_among_ties` orders
+    a run of ties): the chunk ids the engines break ties by carry the redaction policy's hash.
+    """
+    def age(hit: _Hit) -> tuple[float, int, str]:
+        row = rows.get(hit.chunk_id) if rows is not None else None
+        return (-(row.event_time or 0.0), -row.max_seq, hit.chunk_id) if row is not None \
+            else (0.0, 0, hit.chunk_id)
+
+    place: dict[bytes, int] = {}
+    count: dict[int, int] = {}
+    found: list[_Hit] = []
+    more = False
+    for hit in hits:
+        digest = hit.digest if hit.digest is not None else (digests or {}).get(hit.chunk_id)
+        if digest is not None and digest in place:
+            at = place[digest]
+            count[at] = count.get(at, 0) + 1
+            if rows is not None and age(hit) < age(found[at]):
+                found[at] = hit
+            continue
+        if len(found) == window:
+            more = True  # read on only for newer copies of the texts kept
+            continue
+        if digest is not None:
+            place[digest] = len(found)
+        found.append(hit)
+    return found, more, {found[at].chunk_id: copies for at, copies in count.items()}
 
 
 _PHRASE_LISTS = frozenset({"phrase", "tailPhrase"})

@@ -1643,6 +1643,31 @@ def test_a_text_repeated_in_many_sessions_is_one_result(paging: tuple[IndexBuild
         assert max(count for by_source in stands_for.values() for count in by_source.values()) >= 5
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_copies_of_one_text_do_not_fill_the_rank_depth(paging: tuple[IndexBuilder, Planner], mode: str,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each list holds its depth of distinct texts: copies of a text ranked above are passed
+    over by the search itself. Copies were collapsed only after the depth was cut, so a policy
+    prompt every run of a tool-calling benchmark starts with filled a list (189 of text's 201
+    places for "baggage allowance" over 190 real runs) and the distinct chunks below it, the
+    conversations the query was about, were never ranked."""
+    import planner.engine as engine_module
+
+    _, planner = paging
+    monkeypatch.setattr(engine_module, "RANK_DEPTH", 4)
+    response = planner.search({"query": "policy deploy step", "log": "paging", "mode": mode,
+                               "freshness": "indexed", "k": 50, "explain": True}, ALICE)
+    texts = [hit["text"] for hit in response["results"]]
+    # Six sessions hold the policy; more than four distinct chunks match its words (the
+    # property test above may have appended nearer ones, which the vector list then ranks first).
+    assert len(set(texts)) == len(texts) >= 4, texts
+    assert sum(BOILERPLATE in text for text in texts) == 1 or mode == "vector"
+    assert sum(BOILERPLATE in text for text in texts) <= 1
+    if any(BOILERPLATE in text for text in texts):
+        stands_for = response["explain"]["duplicates"]["standsFor"]
+        assert max(count for by_source in stands_for.values() for count in by_source.values()) >= 5
+
+
 def _without_build_times(answer: dict[str, Any]) -> dict[str, Any]:
     """``answer`` without what differs between two builds of the same events: the cursor
     (signed with the time) and when each generation was created."""
