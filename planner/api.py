@@ -75,7 +75,7 @@ from planner.exceptions import (
     error_body,
 )
 from planner.export import endpoint as export_endpoint
-from planner.request import log_param
+from planner.request import log_param, query_params
 from planner.status_history import endpoint as status_history_endpoint
 from planner.tailwarm import WARM_EVERY_SECONDS
 from streams.exceptions import BrokerError, USLError
@@ -400,7 +400,7 @@ def create_app(settings: Settings, bootstrap: str, *, planner: Any = None) -> St
         # Log names and positions are not for strangers; heldBy names only sessions the caller
         # may read.
         principal = principal_of(request)
-        log_id = log_param(request.query_params.get("log"))
+        log_id = log_param(query_params(request.query_params.multi_items(), ("log",)).get("log"))
 
         def readable(log: str, session_id: str) -> bool:
             current = state.get("planner")
@@ -682,6 +682,7 @@ def openapi(*, auth_required: bool = True) -> dict[str, Any]:
                                              "schema": schema} for name, schema in (
                     ("what", {"enum": ["sessions", "turns", "hits"], "default": "sessions"}),
                     ("format", {"enum": ["jsonl", "parquet"], "default": "jsonl"}),
+                    ("sessionId", {"type": "string", "description": "with what=sessions: only this session"}),
                     ("query", {"type": "string"}), ("asOfSeq", {"type": "integer", "minimum": 0}),
                     ("log", {"type": "string", "default": "default"}),
                     ("freshness", {"type": "string", "default": "indexed"}),

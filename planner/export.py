@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from planner.acl import Principal, can_read
 from planner.exceptions import PlannerError, QueryError
-from planner.request import MODES, log_param
+from planner.request import MODES, log_param, query_params
 from planner.snapshot import parse_freshness
 from streams.exceptions import USLError
 
@@ -49,6 +49,8 @@ __all__ = ["FORMATS", "KINDS", "Export", "export", "parquet_bytes", "write_jsonl
 KINDS = ("sessions", "turns", "hits")
 FORMATS = ("jsonl", "parquet")
 AS_OF_HEADER = "X-USL-As-Of-Seq"
+# The query parameters of GET /v1/export (its OpenAPI entry lists the same).
+PARAMS = ("what", "format", "log", "asOfSeq", "sessionId", "query", "freshness", "mode", "limit")
 _DEFAULT_HIT_LIMIT = 10000
 _TURN_PAGE = 5000
 _HIT_PAGE = 100
@@ -65,8 +67,8 @@ class Export:
 
 
 def export(planner: Planner, principal: Principal, params: Mapping[str, Any]) -> Export:
-    """Check ``params`` (``what``, ``log``, ``asOfSeq``, ``query``, ``freshness``, ``mode``,
-    ``limit``) and return the export; rows are produced as they are iterated."""
+    """Check ``params`` (``what``, ``log``, ``asOfSeq``, ``sessionId``, ``query``, ``freshness``,
+    ``mode``, ``limit``) and return the export; rows are produced as they are iterated."""
     # Absent is the default; given empty (`what=`) is a value, and not one of KINDS.
     kind = str(params.get("what", "sessions"))
     if kind not in KINDS:
@@ -85,13 +87,19 @@ def export(planner: Planner, principal: Principal, params: Mapping[str, Any]) ->
         query = params.get("query")
         if not query:
             raise QueryError("exporting hits needs a query", hint='Add query, e.g. query=retry budget.')
+        if params.get("sessionId") is not None:
+            raise QueryError("sessionId applies to exporting sessions, not hits",
+                             hint="Leave sessionId out, or export sessions.")
         return _hits(planner, principal, log_id, str(query), freshness, str(mode or "hybrid"), limit, as_of)
     if params.get("query"):
         raise QueryError(f"a query applies to exporting hits, not {kind}",
                          hint="Leave the query out, or export hits.")
-    if kind == "turns":
-        return _turns(planner, principal, log_id, as_of)
     only = params.get("sessionId")
+    if kind == "turns":
+        if only is not None:
+            raise QueryError("sessionId applies to exporting sessions, not turns",
+                             hint="Leave sessionId out, or export sessions.")
+        return _turns(planner, principal, log_id, as_of)
     return _sessions(planner, principal, log_id, as_of, str(only) if only else None)
 
 
@@ -250,7 +258,7 @@ def endpoint(principal_of: Any, the_planner: Any) -> Any:
 
     async def handle(request: Any) -> Any:
         principal = principal_of(request)
-        params = dict(request.query_params)
+        params = query_params(request.query_params.multi_items(), PARAMS)
         fmt = params.pop("format", "jsonl")
         limit = params.get("limit")
         if limit is not None and not (limit.isascii() and limit.isdigit() and len(limit) <= 9):

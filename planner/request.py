@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +40,7 @@ __all__ = [
     "SearchRequest",
     "log_param",
     "parse_request",
+    "query_params",
 ]
 
 MODES = ("hybrid", "text", "vector")
@@ -289,6 +290,29 @@ def _filters(raw: Any) -> Filters:
         raise QueryError("filter 'timeFrom' is after 'timeTo'")
     return Filters(values=values, time_from=times.get("timeFrom"), time_to=times.get("timeTo"),
                    time_text=texts)
+
+
+def query_params(pairs: Iterable[tuple[str, str]], known: Iterable[str]) -> dict[str, str]:
+    """The query string of a GET endpoint as a dict, each name one of ``known`` and given once;
+    QueryError (400) otherwise. A JSON body's unknown field is refused, so a query string's is
+    too: ``/v1/export?what=sessions&sessionid=S`` (one letter off) exported every session the
+    caller may read, and of ``?query=a&query=b`` the last silently won."""
+    names = tuple(known)
+    params: dict[str, str] = {}
+    unknown: list[str] = []
+    for name, value in pairs:
+        if name not in names:
+            if name not in unknown:
+                unknown.append(name)
+            continue
+        if name in params:
+            raise QueryError(f"query parameter {name!r} is given more than once", hint="Give each parameter once.")
+        params[name] = value
+    if unknown:
+        listed = ", ".join(repr(name[:64]) for name in unknown[:5]) + (", ..." if len(unknown) > 5 else "")
+        raise QueryError(f"unknown query parameter(s): {listed}",
+                         hint=f"Known parameters here: {', '.join(names) or 'none'}.")
+    return params
 
 
 def log_param(log_id: str | None) -> str | None:

@@ -98,21 +98,24 @@ def endpoint(principal_of: Callable[[Any], Any], collect: Callable[[str | None],
     from starlette.responses import JSONResponse
 
     from planner.exceptions import QueryError
-    from planner.request import log_param
+    from planner.request import log_param, query_params
 
     history = StatusHistory(lambda: collect(None))
 
     async def handle(request: Any) -> Any:
         principal_of(request)
         history.start()
+        params = query_params(request.query_params.multi_items(), ("log", "since"))
+        since: float | None = None
+        if "since" in params:
+            try:
+                since = float(params["since"])
+            except ValueError:
+                raise QueryError("since must be a time in seconds since the epoch, "
+                                 f"not {params['since'][:32]!r}") from None
+        log_id = log_param(params.get("log"))
         if not history.samples:
             await run_in_threadpool(history.sample)
-        since_text = request.query_params.get("since")
-        try:
-            since = float(since_text) if since_text is not None else None
-        except ValueError:
-            raise QueryError(f"since must be a time in seconds since the epoch, not {since_text[:32]!r}") from None
-        log_id = log_param(request.query_params.get("log"))
         return JSONResponse(history.view(log_id, since=since))
 
     return handle

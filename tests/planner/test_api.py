@@ -389,3 +389,45 @@ def test_a_key_written_twice_in_a_body_is_refused(tmp_path: Path) -> None:
     assert_refused(client.post("/v1/search", content=nested, headers=json_type), 400, "bad_query")
     spaced = b'{ "query" : "x",\n  "k": 3 }'  # any spacing of a body without repeats is fine
     assert client.post("/v1/search", content=spaced, headers=json_type).json() == {"asked": {"query": "x", "k": 3}}
+
+
+@pytest.mark.parametrize(("path", "params", "named"), [
+    # One letter off: this exported every session the caller may read instead of one.
+    ("/v1/export", [("what", "sessions"), ("sessionid", "s-1")], "'sessionid'"),
+    ("/v1/export", [("what", "hits"), ("q", "retry budget")], "'q'"),
+    ("/v1/export", [("what", "hits"), ("query", "a"), ("query", "b")], "'query'"),
+    ("/v1/status", [("logs", "default")], "'logs'"),
+    ("/v1/status", [("log", "a"), ("log", "b")], "'log'"),
+    ("/v1/status/history", [("sinse", "0")], "'sinse'"),
+    ("/v1/status/history", [("since", "0"), ("since", "1")], "'since'"),
+])
+def test_get_routes_refuse_unknown_and_repeated_query_parameters(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str, params: list[tuple[str, str]],
+        named: str) -> None:
+    monkeypatch.setattr(planner.status, "collect_status", lambda *_, **__: {"logs": {}})
+    response = guarded_client(tmp_path).get(path, params=params)
+    assert_refused(response, 400, "bad_query")
+    assert named in response.json()["error"]["message"]
+
+
+def test_the_openapi_document_lists_the_query_parameters_each_get_route_takes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What /openapi.json documents is what the route accepts: every documented parameter is
+    answered (not refused as unknown) and no other one is."""
+    monkeypatch.setattr(planner.status, "collect_status", lambda *_, **__: {"logs": {}})
+    client = guarded_client(tmp_path)
+    paths = client.get("/openapi.json").json()["paths"]
+    samples = {"what": "sessions", "format": "jsonl", "log": "default", "asOfSeq": "0", "sessionId": "s-1",
+               "freshness": "indexed", "mode": "hybrid", "limit": "5", "since": "0"}
+    for path in ("/v1/export", "/v1/status", "/v1/status/history"):
+        names = [p["name"] for p in paths[path]["get"]["parameters"] if p["in"] == "query"]
+        assert names, path
+        for name in names:
+            if name == "query":  # only with what=hits, where sessionId is refused
+                response = client.get(path, params={"what": "hits", "query": "x"})
+            else:
+                response = client.get(path, params={name: samples[name]})
+            if response.status_code == 400:
+                assert "unknown query parameter" not in response.json()["error"]["message"], (path, name)
+        assert_refused(client.get(path, params={"undocumented": "1"}), 400, "bad_query")
+    assert set(names) == {"log", "since"}
