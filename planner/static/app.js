@@ -123,10 +123,15 @@ function renderHit(hit, query, asOfSeq) {
     el("div", { class: "components" }, components));
 }
 
+// A number (2440, 0.25, an exact rrf 8579/139360) is never broken across lines, where a long
+// id or text in the next cell may be: a narrow table wraps those and keeps figures whole.
+const FIGURE = /^-?[0-9][0-9.,/e+-]*$/;
+
 function table(headers, rows) {
   return el("table", null,
     el("thead", null, el("tr", null, ...headers.map((h) => el("th", null, h)))),
-    el("tbody", null, ...rows.map((row) => el("tr", null, ...row.map((cell) => el("td", null, cell))))));
+    el("tbody", null, ...rows.map((row) => el("tr", null,
+      ...row.map((cell) => el("td", FIGURE.test(cell) ? { class: "figure" } : null, cell))))));
 }
 
 function renderExplain(explain) {
