@@ -214,7 +214,7 @@ async function search(cursor) {
   if (!cursor && body.results.length === 0) $("results").append(el("li", { class: "muted" }, "No results."));
   const more = $("more");
   more.hidden = !body.cursor;
-  more.onclick = () => search(body.cursor);
+  more.onclick = () => search(body.cursor).catch(failed);
   const panel = $("explain-panel");
   panel.hidden = !body.explain;
   if (body.explain) renderExplain(body.explain);
@@ -362,7 +362,7 @@ for (const kind of ["sql", "sessionql"]) {
   $(`${kind}-form`).addEventListener("submit", (event) => {
     event.preventDefault();
     rememberKey();
-    toUrl();
+    toUrl(true);
     runRows(kind).catch((err) => {
       $(`${kind}-error`).textContent = `request failed: ${err}`;
       $(`${kind}-error`).hidden = false;
@@ -507,12 +507,14 @@ async function pollStatus() {
   }
 }
 
+function failed(err) {
+  $("error").textContent = `request failed: ${err}`;
+  $("error").hidden = false;
+  document.body.dataset.search = "error";
+}
+
 function run() {
-  search(null).catch((err) => {
-    $("error").textContent = `request failed: ${err}`;
-    $("error").hidden = false;
-    document.body.dataset.search = "error";
-  });
+  search(null).catch(failed);
 }
 
 // A search is a link: ?q=QUERY&freshness=latest&mode=text&k=5&log=default&explain=1&toolResults=1&as=PRINCIPAL
@@ -525,17 +527,24 @@ const URL_CHECKS = { explain: "explain", toolResults: "toolResults" };
 
 function fromUrl() {
   const params = new URLSearchParams(window.location.search);
+  // A field the URL leaves out takes its default: Back from ?q=a&mode=text to ?q=b is a
+  // hybrid search again, not one that keeps the later search's mode.
   for (const [param, id] of Object.entries(URL_FIELDS)) {
     const value = params.get(param);
-    if (value === null) continue;
     const field = $(id);
+    if (value === null) {
+      field.value = field.tagName === "SELECT"
+        ? ([...field.options].find((o) => o.defaultSelected) || field.options[0]).value
+        : field.defaultValue;
+      continue;
+    }
     if (field.tagName === "SELECT" && ![...field.options].some((o) => o.value === value)) {
       field.append(el("option", { value }, value)); // e.g. wait:12
     }
     field.value = value;
   }
   for (const [param, id] of Object.entries(URL_CHECKS)) {
-    if (params.has(param)) $(id).checked = !["0", "false", "no"].includes(params.get(param));
+    $(id).checked = params.has(param) ? !["0", "false", "no"].includes(params.get(param)) : $(id).defaultChecked;
   }
   const tab = ["sql", "sessionql"].includes(params.get("tab")) ? params.get("tab") : "search";
   showTab(tab);
@@ -546,7 +555,10 @@ function fromUrl() {
   return Boolean(params.get("q"));
 }
 
-function toUrl() {
+// A search (or query) the user runs is a new history entry, so Back returns to the one before
+// and Forward comes back (popstate below runs it again); switching tabs only rewrites the
+// current entry. The same search run twice adds nothing.
+function toUrl(push) {
   const params = new URLSearchParams();
   for (const [param, id] of Object.entries(URL_FIELDS)) {
     const value = $(id).value.trim();
@@ -554,8 +566,24 @@ function toUrl() {
   }
   for (const [param, id] of Object.entries(URL_CHECKS)) if ($(id).checked) params.set(param, "1");
   if (document.body.dataset.tab && document.body.dataset.tab !== "search") params.set("tab", document.body.dataset.tab);
-  window.history.replaceState(null, "", `${window.location.pathname}?${params}`);
+  const url = `${window.location.pathname}?${params}`;
+  if (push && url !== `${window.location.pathname}${window.location.search}`) window.history.pushState(null, "", url);
+  else window.history.replaceState(null, "", url);
 }
+
+// Back and Forward: the form as that entry's URL has it, and its search (or query) run again.
+window.addEventListener("popstate", () => {
+  $("more").hidden = true;
+  $("error").hidden = true;
+  if (fromUrl()) {
+    run();
+  } else {
+    $("results").replaceChildren();
+    $("freshness-line").hidden = true;
+    $("explain-panel").hidden = true;
+    document.body.dataset.search = "idle";
+  }
+});
 
 function rememberKey() {
   const key = $("apikey").value.trim();
@@ -569,7 +597,7 @@ $("apikey").addEventListener("change", rememberKey);
 $("search-form").addEventListener("submit", (event) => {
   event.preventDefault();
   rememberKey();
-  toUrl();
+  toUrl(true);
   run();
 });
 document.body.dataset.search = "idle";

@@ -407,3 +407,43 @@ def test_search_page_fits_a_phone_and_a_desktop_with_long_lines(
             page.screenshot(SCREENSHOTS / f"long-lines-{width}.png", full_page=True)
             assert not [line for line in page.console if line.startswith("exception")], page.console
 
+
+def test_search_page_back_and_forward_between_searches(
+    served: tuple[Stack, str, int], chromium: str,
+) -> None:
+    """Each search is a history entry: Back shows the search before it (query, mode and its
+    results, run again), Forward the later one; running the same search again adds no entry.
+    With the URL only rewritten in place, Back left the page for wherever the user came from."""
+    _stack, api, _seq = served
+    state = """(() => ({
+      query: document.getElementById('query').value, mode: document.getElementById('mode').value,
+      url: window.location.search, entries: window.history.length,
+      hits: [...document.querySelectorAll('#results li.hit')].map((li) => li.dataset.chunkId),
+    }))()"""
+
+    def submit(page: Browser, query: str, mode: str) -> dict[str, Any]:
+        page.evaluate(f"document.getElementById('query').value = {json.dumps(query)};"
+                      f"document.getElementById('mode').value = {json.dumps(mode)};"
+                      "document.body.dataset.search = 'submitted';"
+                      "document.getElementById('search-form').requestSubmit(); true")
+        page.wait_for("document.body.dataset.search === 'done'", what=f"the search for {query}")
+        seen: dict[str, Any] = page.evaluate(state)
+        return seen
+
+    def go(page: Browser, step: str) -> dict[str, Any]:
+        page.evaluate(f"document.body.dataset.search = 'moved'; history.{step}(); true")
+        page.wait_for("document.body.dataset.search === 'done'", what=f"history.{step}()")
+        seen: dict[str, Any] = page.evaluate(state)
+        return seen
+
+    with Browser(chromium) as page:
+        page.goto(f"{api}/")
+        first = submit(page, QUERY, "hybrid")
+        second = submit(page, "pytest failure", "text")
+        assert second["entries"] == first["entries"] + 1 and "mode=text" in second["url"]
+        assert submit(page, "pytest failure", "text")["entries"] == second["entries"]
+        back = go(page, "back")
+        assert (back["query"], back["mode"], back["hits"]) == (QUERY, "hybrid", first["hits"]), back
+        forward = go(page, "forward")
+        assert (forward["query"], forward["mode"], forward["hits"]) == ("pytest failure", "text", second["hits"])
+        assert not [line for line in page.console if line.startswith("exception")], page.console
