@@ -583,6 +583,11 @@ def openapi(*, auth_required: bool = True) -> dict[str, Any]:
                       }}
     range_ = {"type": "object", "properties": {"fromSeq": {"type": "integer"},
                                                "toSeq": {"type": "integer"}}}
+    texts = {"type": "array", "items": {"type": "string"}}
+    nullable_int = {"type": ["integer", "null"]}
+    # Every field a search answer carries, so a client (the search page is one) can rely on
+    # what it reads: the SPEC §12 fields, required, and the rest the planner adds
+    # (tests/planner/test_api.py checks real answers have no field this leaves out).
     search_response = {"type": "object", "required": ["asOfSeq", "freshness", "results", "cursor"],
                        "properties": {
                            "asOfSeq": {"type": "integer"},
@@ -590,35 +595,74 @@ def openapi(*, auth_required: bool = True) -> dict[str, Any]:
                                "mode", "label", "l1CommittedSeq", "watermarks", "tailScan",
                                "uncovered"], "properties": {
                                "mode": {"enum": ["indexed", "latest", "wait"]},
-                               "label": {"type": "string"},
+                               "label": {"type": "string", "description": "the mode, with "
+                                         "-partial when part of the log is uncovered"},
+                               "asOfSeq": {"type": "integer"},
                                "l1CommittedSeq": {"type": "integer"},
+                               "indexThroughSeq": {"type": "integer", "description": "how far "
+                                                   "every index read is built"},
                                "watermarks": {"type": "object", "additionalProperties": {
                                    "type": ["object", "null"], "properties": {
                                        "generationId": {"type": "integer"},
                                        "builtThroughSeq": {"type": "integer"}}}},
                                "tailScan": {"oneOf": [range_, {"type": "null"}]},
-                               "uncovered": {"type": "array", "items": range_}}},
-                           "results": {"type": "array", "items": {"type": "object", "properties": {
+                               "uncovered": {"type": "array", "items": range_},
+                               "missing": {**texts, "description": "indexes with no generation"},
+                               "fallbacks": {**texts, "description": "what the planner did instead"},
+                               "reasons": {**texts, "description": "how asOfSeq was chosen"},
+                               "timedOut": {"type": "boolean", "description": "wait:SECONDS ran out"},
+                               "waitSeconds": {"type": "number", "description": "with mode wait"}}},
+                           "results": {"type": "array", "items": {"type": "object", "required": [
+                               "chunkId", "sessionId", "runId", "turnId", "episodeId", "text",
+                               "evidence", "score", "eventTime"], "properties": {
                                "chunkId": {"type": "string"}, "sessionId": {"type": "string"},
                                "runId": {"type": ["string", "null"]},
                                "turnId": {"type": ["string", "null"]},
                                "episodeId": {"type": ["string", "null"]},
                                "text": {"type": "string"},
-                               "evidence": {"type": "array", "items": {"type": "object", "properties": {
+                               "evidence": {"type": "array", "items": {"type": "object", "required": [
+                                   "eventId", "seq", "start", "end"], "properties": {
                                    "eventId": {"type": "string"}, "seq": {"type": "integer"},
                                    "start": {"type": "integer", "description": "UTF-8 byte offset"},
                                    "end": {"type": "integer"}}}},
-                               "score": {"type": "object", "properties": {
-                                   "rrf": {"type": "number"}, "components": {"type": "object"}}},
-                               "eventTime": {"type": "string", "format": "date-time"}}}},
+                               "score": {"type": "object", "required": ["rrf", "components"], "properties": {
+                                   "rrf": {"type": "number"},
+                                   "components": {"type": "object", "description": "per source "
+                                                  "(text, phrase, identifier, vector, ...)",
+                                                  "additionalProperties": {
+                                                      "type": "object", "required": ["rank", "contribution"],
+                                                      "properties": {
+                                                          "rank": {"type": "integer", "minimum": 1},
+                                                          "contribution": {"type": "number"},
+                                                          "score": {"type": "number", "description":
+                                                                    "the source's own score, where it "
+                                                                    "depends on the query and this item only"}}}}}},
+                               "eventTime": {"type": "string", "format": "date-time"},
+                               "kind": {"enum": ["chunk", "toolcall", "toolresult"], "description":
+                                        "a chunk of a turn, or (with toolResults) a tool call or result"},
+                               "origin": {"enum": ["index", "tail"], "description": "an index, or "
+                                          "the tail scan of events past it"},
+                               "toolName": {"type": ["string", "null"], "description": "tool chunks only"},
+                               "status": {"type": ["string", "null"], "description": "tool chunks only"}}}},
                            "cursor": {"type": ["string", "null"]},
                            "end": {"type": "object", "description": "present only when the results "
                                    "stop at the rank depth while a source had more matches",
                                    "properties": {"reason": {"enum": ["rankDepth"]},
                                                   "depth": {"type": "integer"},
-                                                  "sources": {"type": "array", "items": {"type": "string"}},
+                                                  "sources": texts,
                                                   "message": {"type": "string"}}},
-                           "explain": {"type": "object"}}}
+                           "explain": {"type": "object", "description": "with explain: true "
+                                       "(docs/planner.md, Explain)"}}}
+    # SPEC §12's status fields; the rest (verdicts, dead letters, ...) is in docs/operations.md.
+    status_response = {"type": "object", "required": ["logs"], "properties": {
+        "logs": {"type": "object", "additionalProperties": {
+            "type": "object", "required": ["l1CommittedSeq", "indexes"], "properties": {
+                "l1CommittedSeq": {"type": "integer"},
+                "indexes": {"type": "object", "additionalProperties": {
+                    "type": "object", "required": ["generationId", "builtThroughSeq", "lagSeqs", "lagSeconds"],
+                    "properties": {"generationId": nullable_int, "builtThroughSeq": nullable_int,
+                                   "lagSeqs": {"type": "integer"},
+                                   "lagSeconds": {"type": ["number", "null"]}}}}}}}}}
     return {
         "openapi": "3.1.0",
         "info": {"title": "USL Search planner API", "version": "1",
@@ -663,7 +707,8 @@ def openapi(*, auth_required: bool = True) -> dict[str, Any]:
                 "parameters": [{"name": "log", "in": "query", "required": False,
                                 "schema": {"type": "string", "pattern": f"^{LOG_ID.pattern}$"}}],
                 "security": security,
-                "responses": {"200": {"description": "Status", "content": json_body},
+                "responses": {"200": {"description": "Status", "content": {"application/json": {
+                    "schema": {"$ref": "#/components/schemas/StatusResponse"}}}},
                               **_errors(400, 401, 404, 500)}}},
             "/v1/status/history": {"get": {
                 "summary": "Each index's generation, watermark and lag over the last minutes, "
@@ -714,6 +759,7 @@ def openapi(*, auth_required: bool = True) -> dict[str, Any]:
             "schemas": {
                 "SearchRequest": search_request,
                 "SearchResponse": search_response,
+                "StatusResponse": status_response,
                 "Error": {"type": "object", "required": ["error"], "properties": {"error": {
                     "type": "object", "required": ["code", "message", "status"], "properties": {
                         "code": {"type": "string"}, "message": {"type": "string"},

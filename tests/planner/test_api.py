@@ -431,3 +431,66 @@ def test_the_openapi_document_lists_the_query_parameters_each_get_route_takes(
                 assert "unknown query parameter" not in response.json()["error"]["message"], (path, name)
         assert_refused(client.get(path, params={"undocumented": "1"}), 400, "bad_query")
     assert set(names) == {"log", "since"}
+
+
+def schema_problems(value: Any, schema: dict[str, Any], components: dict[str, Any], path: str = "$",
+                    *, strict: bool) -> list[str]:
+    """Where ``value`` breaks ``schema`` (the subset of JSON Schema the API's document uses);
+    ``strict``: an object's field that the schema does not describe is a problem too."""
+    if "$ref" in schema:
+        return schema_problems(value, components[schema["$ref"].rsplit("/", 1)[1]], components, path,
+                               strict=strict)
+    if "oneOf" in schema:
+        fits = [schema_problems(value, option, components, path, strict=strict) for option in schema["oneOf"]]
+        return [] if any(not problems for problems in fits) else [f"{path}: fits no option"]
+    if "enum" in schema:
+        return [] if value in schema["enum"] else [f"{path}: {value!r} not in {schema['enum']}"]
+    kinds = {"object": dict, "array": list, "string": str, "boolean": bool, "null": type(None),
+             "integer": int, "number": (int, float)}
+    types = schema.get("type")
+    if types is not None:
+        allowed = [types] if isinstance(types, str) else types
+        if not any(isinstance(value, kinds[t]) and not (t in ("integer", "number") and isinstance(value, bool))
+                   for t in allowed):
+            return [f"{path}: {type(value).__name__} is not {types}"]
+    problems: list[str] = []
+    if isinstance(value, dict):
+        properties = schema.get("properties", {})
+        problems += [f"{path}: {name} missing" for name in schema.get("required", []) if name not in value]
+        for name, item in value.items():
+            if name in properties:
+                problems += schema_problems(item, properties[name], components, f"{path}.{name}", strict=strict)
+            elif isinstance(schema.get("additionalProperties"), dict):
+                problems += schema_problems(item, schema["additionalProperties"], components, f"{path}.{name}",
+                                            strict=strict)
+            elif strict and properties:
+                problems.append(f"{path}.{name}: not in the document")
+    if isinstance(value, list) and "items" in schema:
+        for index, item in enumerate(value):
+            problems += schema_problems(item, schema["items"], components, f"{path}[{index}]", strict=strict)
+    return problems
+
+
+def test_the_openapi_document_describes_every_field_of_a_search_and_status_answer(client: TestClient) -> None:
+    """Real answers (every freshness, explain, full tool results, a second page) against
+    /openapi.json: a search answer has no field the document leaves out, the page included
+    (it reads origin, fallbacks and each source's rank); a status answer has SPEC §12's."""
+    document = client.get("/openapi.json").json()
+    components = document["components"]["schemas"]
+    search = document["paths"]["/v1/search"]["post"]["responses"]["200"]["content"]["application/json"]["schema"]
+    scoped = {PRINCIPAL_HEADER: ALICE[PRINCIPAL_HEADER] + "/scopes:toolresults"}
+    requests = [({"query": "deploy", "freshness": freshness, "explain": explain, "k": 3}, ALICE)
+                for freshness in ("indexed", "latest", "wait:1") for explain in (False, True)]
+    requests.append(({"query": "fulloutput0", "toolResults": True, "k": 50}, scoped))
+    seen: set[str] = set()
+    for body, headers in requests:
+        answer = post(client, body, headers).json()
+        assert answer["results"], body
+        assert schema_problems(answer, search, components, strict=True) == [], body
+        seen.update(hit["kind"] for hit in answer["results"])
+        if answer["cursor"]:
+            second = post(client, {**body, "cursor": answer["cursor"]}, headers).json()
+            assert schema_problems(second, search, components, strict=True) == [], body
+    assert {"chunk", "toolresult"} <= seen
+    status = document["paths"]["/v1/status"]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
+    assert schema_problems(client.get("/v1/status").json(), status, components, strict=False) == []
