@@ -54,6 +54,7 @@ class Browser:
         self._lock = threading.Lock()
         self.console: list[str] = []
         self._session: str | None = None
+        self._paused: queue.Queue[dict[str, Any]] = queue.Queue()
 
     # -- process and pipe -------------------------------------------------------------------
 
@@ -132,6 +133,8 @@ class Browser:
                 elif message.get("method") == "Runtime.consoleAPICalled":
                     args = message["params"].get("args", [])
                     self.console.append(" ".join(str(a.get("value", a.get("description", ""))) for a in args))
+                elif message.get("method") == "Fetch.requestPaused":
+                    self._paused.put(message["params"])
                 elif message.get("method") == "Runtime.exceptionThrown":
                     details = message["params"]["exceptionDetails"]
                     self.console.append("exception: " + str(details.get("exception", {}).get("description")
@@ -201,6 +204,30 @@ class Browser:
                 raise BrowserError(f"timed out after {timeout:.0f}s waiting for {what or expression}; "
                                    f"last error: {problem}; console: {self.console[-10:]}")
             time.sleep(0.25)
+
+    # -- requests held or answered by the test ----------------------------------------------
+
+    def intercept(self, url_pattern: str) -> None:
+        """Hold every request whose URL matches ``url_pattern`` (``*`` wildcards) until the test
+        lets it go (:meth:`release`) or answers it itself (:meth:`fulfil`)."""
+        self.call("Fetch.enable", patterns=[{"urlPattern": url_pattern}])
+
+    def held(self, *, timeout: float = 30.0) -> dict[str, Any]:
+        """The next request held by :meth:`intercept` (``requestId``, ``request`` {url, ...})."""
+        try:
+            return self._paused.get(timeout=timeout)
+        except queue.Empty:
+            raise BrowserError(f"no request was held within {timeout:.0f}s") from None
+
+    def release(self, request: dict[str, Any]) -> None:
+        """Let a held request go on to the server."""
+        self.call("Fetch.continueRequest", requestId=request["requestId"])
+
+    def fulfil(self, request: dict[str, Any], status: int, body: bytes, content_type: str) -> None:
+        """Answer a held request without the server, as a proxy in front of it might."""
+        self.call("Fetch.fulfillRequest", requestId=request["requestId"], responseCode=status,
+                  responseHeaders=[{"name": "Content-Type", "value": content_type}],
+                  body=base64.b64encode(body).decode())
 
     def screenshot(self, path: Path, *, selector: str | None = None, full_page: bool = False) -> Path:
         """Save a PNG of the viewport, the whole page, or one element's box."""

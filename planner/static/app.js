@@ -180,7 +180,32 @@ function freshnessLine(body) {
   line.hidden = false;
 }
 
+// An answer's JSON, or for a body that is not JSON (a proxy's HTML 502, a cut connection) an
+// error in the API's shape saying what came instead: never a bare "SyntaxError: Unexpected token".
+async function answerOf(response) {
+  const text = await response.text();
+  try {
+    const body = JSON.parse(text);
+    if (response.ok || (body && body.error)) return body;
+  } catch (err) { /* not JSON: described below */ }
+  const type = (response.headers.get("Content-Type") || "no content type").split(";")[0];
+  return { error: {
+    status: response.status, code: response.ok ? "not_json" : (response.statusText || "error"),
+    message: `the server answered with ${type}${text ? "" : " (empty)"} instead of the API's JSON`,
+    hint: "Is the page served by the planner API, or by a proxy in front of it that failed?",
+  } };
+}
+
+function errorText(e, status) {
+  return `${e.status || status} ${e.code || ""}: ${e.message || "request failed"}` + (e.hint ? ` — ${e.hint}` : "");
+}
+
+// Each new search is numbered; an answer (or a next page) of an older one that arrives after a
+// newer search started is dropped, so the results always belong to the query in the form.
+let searchNumber = 0;
+
 async function search(cursor) {
+  const mine = cursor ? searchNumber : ++searchNumber;
   document.body.dataset.search = "running";
   const request = cursor ? { ...lastRequest, cursor } : {
     query: $("query").value,
@@ -199,12 +224,18 @@ async function search(cursor) {
   const headers = { "Content-Type": "application/json", ...apiHeaders() };
   $("error").hidden = true;
   const response = await fetch("/v1/search", { method: "POST", headers, body: JSON.stringify(request) });
-  const body = await response.json();
-  if (!response.ok) {
-    const e = body.error || {};
-    $("error").textContent = `${e.status || response.status} ${e.code || ""}: ${e.message || "request failed"}` +
-      (e.hint ? ` — ${e.hint}` : "");
+  const body = await answerOf(response);
+  if (mine !== searchNumber) return;
+  if (body.error) {
+    $("error").textContent = errorText(body.error, response.status);
     $("error").hidden = false;
+    if (!cursor) {
+      // The last search's results are not this one's: leave none on the page under its error.
+      $("results").replaceChildren();
+      $("freshness-line").hidden = true;
+      $("explain-panel").hidden = true;
+    }
+    $("more").hidden = true;
     document.body.dataset.search = "error";
     return;
   }
@@ -214,7 +245,7 @@ async function search(cursor) {
   if (!cursor && body.results.length === 0) $("results").append(el("li", { class: "muted" }, "No results."));
   const more = $("more");
   more.hidden = !body.cursor;
-  more.onclick = () => search(body.cursor).catch(failed);
+  more.onclick = () => search(body.cursor).catch((err) => failed(err, mine));
   const panel = $("explain-panel");
   panel.hidden = !body.explain;
   if (body.explain) renderExplain(body.explain);
@@ -280,7 +311,7 @@ async function openSession(hit, asOfSeq, whole) {
   if (!response.ok) {
     let e = {};
     try { e = JSON.parse(text).error || {}; } catch (err) { /* not the error shape */ }
-    $("session-error").textContent = `${e.status || response.status} ${e.code || ""}: ${e.message || "request failed"}`;
+    $("session-error").textContent = errorText(e, response.status);
     $("session-error").hidden = false;
     document.body.dataset.session = "error";
     return;
@@ -333,7 +364,10 @@ function rowsLine(answer) {
   return parts.join(" · ");
 }
 
+const rowsNumber = { sql: 0, sessionql: 0 }; // as searchNumber, per tab
+
 async function runRows(kind) {
+  const mine = ++rowsNumber[kind];
   document.body.dataset[kind] = "running";
   const request = { query: $(`${kind}-query`).value, log: $("log").value || "default" };
   const asOf = $(`${kind}-asof`).value.trim();
@@ -342,12 +376,13 @@ async function runRows(kind) {
   const response = await fetch(`/v1/${kind}`, {
     method: "POST", headers: { "Content-Type": "application/json", ...apiHeaders() }, body: JSON.stringify(request),
   });
-  const answer = await response.json();
-  if (!response.ok) {
-    const e = answer.error || {};
-    $(`${kind}-error`).textContent = `${e.status || response.status} ${e.code || ""}: ${e.message || "request failed"}` +
-      (e.hint ? ` — ${e.hint}` : "");
+  const answer = await answerOf(response);
+  if (mine !== rowsNumber[kind]) return;
+  if (answer.error) {
+    $(`${kind}-error`).textContent = errorText(answer.error, response.status);
     $(`${kind}-error`).hidden = false;
+    $(`${kind}-result`).replaceChildren();
+    $(`${kind}-line`).hidden = true;
     document.body.dataset[kind] = "error";
     return;
   }
@@ -507,14 +542,19 @@ async function pollStatus() {
   }
 }
 
-function failed(err) {
+// A search that failed to get any answer (the network, a closed tab's server), unless a newer
+// search has started since.
+function failed(err, mine) {
+  if (mine !== searchNumber) return;
   $("error").textContent = `request failed: ${err}`;
   $("error").hidden = false;
   document.body.dataset.search = "error";
 }
 
 function run() {
-  search(null).catch(failed);
+  const answered = search(null); // numbers the search before its first await
+  const mine = searchNumber;
+  answered.catch((err) => failed(err, mine));
 }
 
 // A search is a link: ?q=QUERY&freshness=latest&mode=text&k=5&log=default&explain=1&toolResults=1&as=PRINCIPAL

@@ -447,3 +447,52 @@ def test_search_page_back_and_forward_between_searches(
         forward = go(page, "forward")
         assert (forward["query"], forward["mode"], forward["hits"]) == ("pytest failure", "text", second["hits"])
         assert not [line for line in page.console if line.startswith("exception")], page.console
+
+
+def test_search_page_shows_the_latest_search_and_says_what_a_non_json_answer_was(
+    served: tuple[Stack, str, int], chromium: str,
+) -> None:
+    """Two searches in flight (the first held back, as a slow wait:30 one is, the second typed
+    while it waits): the page shows the second's results whichever answer arrives last; the
+    first's used to replace them when it came back later, under the second's query. An answer
+    that is not the API's JSON (a proxy's HTML 502) is shown as its status and type, not
+    "SyntaxError: Unexpected token", and a failed search leaves no earlier search's results
+    on the page."""
+    _stack, api, _seq = served
+    state = """(() => ({
+      search: document.body.dataset.search, url: window.location.search,
+      hits: [...document.querySelectorAll('#results li.hit')].map((li) => li.dataset.chunkId),
+      freshness: !document.getElementById('freshness-line').hidden,
+      error: document.getElementById('error').hidden ? null : document.getElementById('error').textContent,
+      answered: performance.getEntriesByType('resource').filter((r) => r.name.endsWith('/v1/search')
+        && r.responseEnd > 0).length,
+    }))()"""
+
+    def submit(page: Browser, query: str) -> None:
+        page.evaluate(f"document.getElementById('query').value = {json.dumps(query)};"
+                      "document.getElementById('search-form').requestSubmit(); true")
+
+    with Browser(chromium) as page:
+        page.goto(f"{api}/")
+        page.intercept("*/v1/search")
+        submit(page, QUERY)
+        first = page.held()
+        submit(page, "pytest failure")
+        second = page.held()
+        page.release(second)
+        page.wait_for("document.body.dataset.search === 'done'", what="the second search")
+        page.release(first)
+        page.wait_for(f"({state}).answered >= 2", what="the first search's late answer")
+        seen = page.evaluate(state)
+        truth = post_search(api, {"query": "pytest failure"})
+        assert seen["hits"] == [hit["chunkId"] for hit in truth["results"]], seen
+        assert "pytest+failure" in seen["url"] and seen["search"] == "done"
+
+        submit(page, QUERY)
+        page.fulfil(page.held(), 502, b"<html><body>502 Bad Gateway</body></html>", "text/html")
+        page.wait_for("document.body.dataset.search === 'error'", what="the 502")
+        failed = page.evaluate(state)
+        assert "502" in failed["error"] and "text/html" in failed["error"], failed
+        assert "SyntaxError" not in failed["error"] and "Unexpected token" not in failed["error"]
+        assert failed["hits"] == [] and not failed["freshness"], failed
+        assert not [line for line in page.console if line.startswith("exception")], page.console
