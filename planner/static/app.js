@@ -104,7 +104,7 @@ function highlighted(text, evidence, query) {
   return pre;
 }
 
-function renderHit(hit, query, asOfSeq) {
+function renderHit(hit, query, asOfSeq, log) {
   const seqs = (hit.evidence || []).map((e) => e.seq);
   const seqText = seqs.length ? `seq ${Math.min(...seqs)}–${Math.max(...seqs)}` : "";
   const components = Object.entries(hit.score.components || {})
@@ -118,7 +118,7 @@ function renderHit(hit, query, asOfSeq) {
       hit.turnId ? el("span", null, `turn ${hit.turnId}`) : null,
       el("span", null, seqText),
       el("span", null, hit.eventTime),
-      sessionButton(hit, asOfSeq)),
+      sessionButton(hit, asOfSeq, log)),
     highlighted(hit.text || "", hit.evidence, query),
     el("div", { class: "components" }, components));
 }
@@ -241,7 +241,7 @@ async function search(cursor) {
   }
   if (!cursor) $("results").replaceChildren();
   freshnessLine(body);
-  for (const hit of body.results) $("results").append(renderHit(hit, request.query, body.asOfSeq));
+  for (const hit of body.results) $("results").append(renderHit(hit, request.query, body.asOfSeq, request.log));
   if (!cursor && body.results.length === 0) $("results").append(el("li", { class: "muted" }, "No results."));
   const more = $("more");
   more.hidden = !body.cursor;
@@ -256,14 +256,18 @@ async function search(cursor) {
 
 const SESSION_CONTEXT = 12; // events shown before the first and after the last evidence event
 
-function sessionButton(hit, asOfSeq) {
-  const button = el("button", { type: "button", class: "open-session", "data-session-id": hit.sessionId },
-    "open session");
-  button.addEventListener("click", () => openSession(hit, asOfSeq, false).catch((err) => {
+function showSession(hit, asOfSeq, log, whole) {
+  openSession(hit, asOfSeq, log, whole).catch((err) => {
     $("session-error").textContent = `request failed: ${err}`;
     $("session-error").hidden = false;
     document.body.dataset.session = "error";
-  }));
+  });
+}
+
+function sessionButton(hit, asOfSeq, log) {
+  const button = el("button", { type: "button", class: "open-session", "data-session-id": hit.sessionId },
+    "open session");
+  button.addEventListener("click", () => showSession(hit, asOfSeq, log, false));
   return button;
 }
 
@@ -300,11 +304,13 @@ function renderEvent(event, evidenceIds) {
   return item;
 }
 
-async function openSession(hit, asOfSeq, whole) {
+// The session is read from the log its hit came from, at the search's asOfSeq: the Log field
+// may have been changed since, and asOfSeq is a position in that log only.
+async function openSession(hit, asOfSeq, log, whole) {
   document.body.dataset.session = "loading";
   $("session-error").hidden = true;
   const params = new URLSearchParams({
-    what: "sessions", sessionId: hit.sessionId, log: $("log").value || "default", asOfSeq: String(asOfSeq),
+    what: "sessions", sessionId: hit.sessionId, log, asOfSeq: String(asOfSeq),
   });
   const response = await fetch(`/v1/export?${params}`, { headers: apiHeaders() });
   const text = await response.text();
@@ -334,7 +340,7 @@ async function openSession(hit, asOfSeq, whole) {
   $("timeline").replaceChildren(...events.slice(from, to).map((event) => renderEvent(event, evidenceIds)));
   const all = $("session-all");
   all.hidden = from === 0 && to === events.length;
-  all.onclick = () => openSession(hit, asOfSeq, true);
+  all.onclick = () => showSession(hit, asOfSeq, log, true);
   view.hidden = false;
   const first = document.querySelector("#timeline li.evidence");
   (first || view).scrollIntoView({ block: "center" });

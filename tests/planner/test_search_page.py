@@ -496,3 +496,28 @@ def test_search_page_shows_the_latest_search_and_says_what_a_non_json_answer_was
         assert "SyntaxError" not in failed["error"] and "Unexpected token" not in failed["error"]
         assert failed["hits"] == [] and not failed["freshness"], failed
         assert not [line for line in page.console if line.startswith("exception")], page.console
+
+
+def test_search_page_opens_a_hit_s_session_in_the_log_it_was_found_in(
+    served: tuple[Stack, str, int], chromium: str,
+) -> None:
+    """"open session" reads the hit's session from the log the search read, at its asOfSeq,
+    whatever the Log field says by then: after the field was changed without searching again,
+    it asked the other log for the session (404 no log named ..., or another log's session of
+    that id at a position of this one)."""
+    _stack, api, _seq = served
+    with Browser(chromium) as page:
+        page.goto(f"{api}/?{urllib.parse.urlencode({'q': QUERY, 'log': 'default'})}")
+        page.wait_for("document.body.dataset.search === 'done'", what="the search")
+        page.evaluate("document.getElementById('log').value = 'elsewhere';"
+                      "document.querySelector('#results li.hit .open-session').click(); true")
+        page.wait_for("['done', 'error'].includes(document.body.dataset.session)", what="the session view")
+        view = page.evaluate("""(() => ({
+          state: document.body.dataset.session,
+          error: document.getElementById('session-error').hidden ? null : document.getElementById('session-error').textContent,
+          session: document.getElementById('session-view').dataset.sessionId,
+          hit: document.querySelector('#results li.hit').dataset.sessionId,
+          evidence: document.querySelectorAll('#timeline li.evidence').length,
+        }))()""")
+        assert view["state"] == "done" and view["error"] is None, view
+        assert view["session"] == view["hit"] and view["evidence"] >= 1, view
