@@ -73,7 +73,8 @@ def export(planner: Planner, principal: Principal, params: Mapping[str, Any]) ->
     kind = str(params.get("what", "sessions"))
     if kind not in KINDS:
         raise QueryError(f"cannot export {kind!r}", hint=f"Export one of: {', '.join(KINDS)}.")
-    log_id = log_param(str(params.get("log") or "default")) or "default"
+    # Given empty is a value here too (as GET /v1/status takes it): not the default log.
+    log_id = "default" if params.get("log") is None else (log_param(str(params["log"])) or "default")
     as_of = _optional_int(params, "asOfSeq", minimum=0)
     # The search parameters are checked whatever is exported: a malformed one is a mistake
     # the caller should hear of, even where it would not change the rows.
@@ -100,7 +101,12 @@ def export(planner: Planner, principal: Principal, params: Mapping[str, Any]) ->
             raise QueryError("sessionId applies to exporting sessions, not turns",
                              hint="Leave sessionId out, or export sessions.")
         return _turns(planner, principal, log_id, as_of)
-    return _sessions(planner, principal, log_id, as_of, str(only) if only else None)
+    if only is not None and not str(only):
+        # ?sessionId= from an unset variable: exporting every session instead would be the
+        # opposite of what was asked.
+        raise QueryError("sessionId is empty", hint="Name one session, or leave sessionId out "
+                         "to export every session you may read.")
+    return _sessions(planner, principal, log_id, as_of, None if only is None else str(only))
 
 
 def _optional_int(params: Mapping[str, Any], name: str, *, minimum: int) -> int | None:

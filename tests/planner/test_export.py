@@ -173,6 +173,8 @@ def test_every_exported_event_carries_its_sessions_access_list(make_settings: Ca
     {"what": ""},  # found by the API fuzz: `what=` was exported as sessions, its default
     {"what": "turns", "sessionId": "s-1"},  # narrows sessions only: never ignored elsewhere
     {"what": "hits", "query": "x", "sessionId": "s-1"},
+    {"what": "sessions", "sessionId": ""},  # exported every session, the opposite of one
+    {"what": "turns", "log": ""},  # was the default log; GET /v1/status?log= is a 400
 ])
 def test_a_malformed_search_parameter_is_refused_whatever_is_exported(params: dict[str, str]) -> None:
     from planner.acl import parse_principal
