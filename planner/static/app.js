@@ -233,6 +233,7 @@ async function search(cursor) {
       // The last search's results are not this one's: leave none on the page under its error.
       $("results").replaceChildren();
       $("freshness-line").hidden = true;
+      $("meaning-only").hidden = true;
       $("explain-panel").hidden = true;
     }
     $("more").hidden = true;
@@ -243,6 +244,12 @@ async function search(cursor) {
   freshnessLine(body);
   for (const hit of body.results) $("results").append(renderHit(hit, request.query, body.asOfSeq, request.log));
   if (!cursor && body.results.length === 0) $("results").append(el("li", { class: "muted" }, "No results."));
+  // In hybrid mode the vector index always has nearest neighbours, so a query whose words occur
+  // nowhere still fills the page; say so instead of letting them pass for matches.
+  if (!cursor) {
+    $("meaning-only").hidden = request.mode === "vector" || body.results.length === 0
+      || !body.results.every((hit) => Object.keys(hit.score.components || {}).every((source) => source === "vector"));
+  }
   const more = $("more");
   more.hidden = !body.cursor;
   more.onclick = () => search(body.cursor).catch((err) => failed(err, mine));
@@ -626,6 +633,7 @@ window.addEventListener("popstate", () => {
   } else {
     $("results").replaceChildren();
     $("freshness-line").hidden = true;
+    $("meaning-only").hidden = true;
     $("explain-panel").hidden = true;
     document.body.dataset.search = "idle";
   }

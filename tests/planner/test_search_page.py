@@ -521,3 +521,31 @@ def test_search_page_opens_a_hit_s_session_in_the_log_it_was_found_in(
         }))()""")
         assert view["state"] == "done" and view["error"] is None, view
         assert view["session"] == view["hit"] and view["evidence"] >= 1, view
+
+
+def test_search_page_says_when_no_result_contains_the_query_s_words(
+    served: tuple[Stack, str, int], chromium: str,
+) -> None:
+    """In hybrid mode the vector index always has nearest neighbours, so a query whose words
+    occur nowhere filled the page with ten results that looked like matches. When every result
+    came from the vector source alone, the page now says so; otherwise, in text mode (which
+    answers "No results.") and in vector mode (where that is what was asked), it does not."""
+    _stack, api, _seq = served
+    nonsense = "zzqxqv flibbertigibbet"
+    with Browser(chromium) as page:
+        for query, mode, notice in ((nonsense, "hybrid", True), (QUERY, "hybrid", False),
+                                    (nonsense, "text", False), (nonsense, "vector", False)):
+            page.goto(f"{api}/?{urllib.parse.urlencode({'q': query, 'mode': mode})}")
+            page.wait_for("document.body.dataset.search === 'done'", what=f"{query} ({mode})")
+            seen = page.evaluate("""(() => ({
+              notice: !document.getElementById('meaning-only').hidden,
+              hits: document.querySelectorAll('#results li.hit').length,
+              empty: document.getElementById('results').textContent.includes('No results.'),
+            }))()""")
+            truth = post_search(api, {"query": query, "mode": mode})
+            assert seen["hits"] == len(truth["results"]), (query, mode, seen)
+            only_vector = bool(truth["results"]) and all(set(hit["score"]["components"]) == {"vector"}
+                                                         for hit in truth["results"])
+            assert only_vector == (mode != "text" and query == nonsense), (query, mode, truth["results"][:1])
+            assert seen["notice"] == notice, (query, mode, seen)
+            assert seen["empty"] == (mode == "text" and query == nonsense), (query, mode, seen)
