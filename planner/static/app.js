@@ -173,6 +173,13 @@ function freshnessLine(body) {
   parts.push((f.uncovered || []).length
     ? "uncovered " + f.uncovered.map((r) => `${r.fromSeq}..${r.toSeq}`).join(", ")
     : "nothing uncovered");
+  // "nothing uncovered" is about the snapshot up to asOfSeq; events committed after it (an
+  // indexed search while the indexes lag) were not searched either, and can be many.
+  const newer = f.l1CommittedSeq - body.asOfSeq;
+  if (newer > 0) {
+    parts.push(`${newer} newer event${newer === 1 ? "" : "s"} in L1 not searched` +
+      (f.mode === "latest" ? "" : " (freshness latest searches them)"));
+  }
   for (const fallback of f.fallbacks || []) parts.push(`fallback: ${fallback}`);
   const line = $("freshness-line");
   line.textContent = parts.join(" · ");

@@ -549,3 +549,27 @@ def test_search_page_says_when_no_result_contains_the_query_s_words(
             assert only_vector == (mode != "text" and query == nonsense), (query, mode, truth["results"][:1])
             assert seen["notice"] == notice, (query, mode, seen)
             assert seen["empty"] == (mode == "text" and query == nonsense), (query, mode, seen)
+
+
+def test_search_page_freshness_line_counts_the_events_an_indexed_search_left_out(
+    served: tuple[Stack, str, int], chromium: str,
+) -> None:
+    """While the indexes lag, an indexed search reads them at their asOfSeq: its freshness line
+    said "nothing uncovered" beside "L1 N", the events after asOfSeq uncounted. It now says how
+    many newer events were not searched and how to include them; a latest search has none."""
+    stack, api, seq = served
+    stack.kill("sinks", signal.SIGTERM)
+    more = interleave(*[session_events(f"lag-{n}", turns=2, seed=n) for n in range(2)])
+    new_seq = append_events(stack.settings, more)
+    with Browser(chromium) as page:
+        for freshness in ("indexed", "latest"):
+            page.goto(f"{api}/?{urllib.parse.urlencode({'q': QUERY, 'freshness': freshness})}")
+            page.wait_for("document.body.dataset.search === 'done'", what=f"the {freshness} search")
+            line = page.evaluate("document.getElementById('freshness-line').textContent")
+            truth = post_search(api, {"query": QUERY, "freshness": freshness})
+            newer = truth["freshness"]["l1CommittedSeq"] - truth["asOfSeq"]
+            if freshness == "indexed":
+                assert truth["asOfSeq"] <= seq < new_seq and newer >= new_seq - seq, truth["freshness"]
+                assert f"{newer} newer events in L1 not searched (freshness latest searches them)" in line, line
+            else:
+                assert newer == 0 and "not searched" not in line, line
