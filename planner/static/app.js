@@ -257,6 +257,11 @@ async function search(cursor) {
     $("meaning-only").hidden = request.mode === "vector" || body.results.length === 0
       || !body.results.every((hit) => Object.keys(hit.score.components || {}).every((source) => source === "vector"));
   }
+  // The last page of a search cut at the rank depth says so (and how to reach the rest), not
+  // just ends: "text had more matches; refine the query or add filters to reach them".
+  if (!body.cursor && body.end && body.end.message) {
+    $("results").append(el("li", { class: "muted results-end", "data-reason": body.end.reason }, body.end.message));
+  }
   const more = $("more");
   more.hidden = !body.cursor;
   more.onclick = () => search(body.cursor).catch((err) => failed(err, mine));

@@ -573,3 +573,32 @@ def test_search_page_freshness_line_counts_the_events_an_indexed_search_left_out
                 assert f"{newer} newer events in L1 not searched (freshness latest searches them)" in line, line
             else:
                 assert newer == 0 and "not searched" not in line, line
+
+
+def test_search_page_says_why_the_results_end_at_the_rank_depth(
+    served: tuple[Stack, str, int], chromium: str,
+) -> None:
+    """An answer whose results stop at the rank depth while a source had more matches carries
+    ``end`` (its message says how to reach them); the page showed nothing, the next-page
+    button simply gone. Over the real tau-bench transcripts a text search for "refund" ends
+    after 67 results that way. The sample corpus is too small to reach the depth, so the API's
+    own answer is given an ``end`` on its way to the page."""
+    _stack, api, _seq = served
+    answer = post_search(api, {"query": QUERY, "k": 10})
+    end = {"reason": "rankDepth", "depth": 200, "sources": ["text"],
+           "message": "results end at rank depth 200: text had more matches; refine the query or add "
+                      "filters to reach them"}
+    with Browser(chromium) as page:
+        page.goto(f"{api}/")
+        page.intercept("*/v1/search")
+        page.evaluate(f"document.getElementById('query').value = {json.dumps(QUERY)};"
+                      "document.getElementById('search-form').requestSubmit(); true")
+        page.fulfil(page.held(), 200, json.dumps({**answer, "cursor": None, "end": end}).encode(),
+                    "application/json")
+        page.wait_for("document.body.dataset.search === 'done'", what="the search")
+        seen = page.evaluate("""(() => ({
+          hits: document.querySelectorAll('#results li.hit').length,
+          end: [...document.querySelectorAll('#results li.results-end')].map((li) => li.textContent),
+          more: !document.getElementById('more').hidden,
+        }))()""")
+        assert seen == {"hits": len(answer["results"]), "end": [end["message"]], "more": False}, seen
