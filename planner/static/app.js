@@ -655,6 +655,9 @@ function rememberKey() {
   const key = $("apikey").value.trim();
   if (key) sessionStorage.setItem(KEY_STORE, key);
   else sessionStorage.removeItem(KEY_STORE);
+  // Where keys are enforced the history asked for at load was refused (no key yet): ask again
+  // with the key, or the lag chart starts empty until the next reload.
+  if (key && !Number($("status").dataset.serverSamples || 0)) loadHistory();
 }
 
 $("apikey").value = sessionStorage.getItem(KEY_STORE) || "";

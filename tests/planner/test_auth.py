@@ -402,6 +402,9 @@ def test_the_search_page_sends_the_key_it_keeps_in_the_tab(public_api: tuple[Sta
         assert chunk_ids == [hit["chunkId"] for hit in expected["results"]] and chunk_ids
         page.wait_for("Number(document.getElementById('status').dataset.polls || 0) >= 1",
                       what="a status poll with the key")
+        # The lag history refused at load (no key yet) is asked for again with the key.
+        page.wait_for("Number(document.getElementById('status').dataset.serverSamples || 0) >= 1",
+                      what="the server's lag history with the key")
         stored = page.evaluate("({session: sessionStorage.getItem('usl.apiKey'), local: localStorage.length,"
                                " url: window.location.href})")
         assert stored["session"] == key and stored["local"] == 0
