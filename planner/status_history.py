@@ -14,6 +14,7 @@ The thread starts with the first request, so an API nobody looks at samples noth
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import deque
@@ -111,11 +112,18 @@ def endpoint(principal_of: Callable[[Any], Any], collect: Callable[[str | None],
             try:
                 since = float(params["since"])
             except ValueError:
+                since = math.nan
+            if not math.isfinite(since):  # nan and inf parse, and matched nothing
                 raise QueryError("since must be a time in seconds since the epoch, "
-                                 f"not {params['since'][:32]!r}") from None
+                                 f"not {params['since'][:32]!r}",
+                                 hint="Send the t of the last sample you hold, e.g. since=1796570000.5.")
         log_id = log_param(params.get("log"))
         if not history.samples:
             await run_in_threadpool(history.sample)
+        if log_id is not None and not any(log_id in sample["logs"] for sample in history.samples):
+            # A log no sample holds may not exist: /v1/status's own answer (404) for one that
+            # does not, where an empty history read as a log with nothing to show.
+            await run_in_threadpool(collect, log_id)
         return JSONResponse(history.view(log_id, since=since))
 
     return handle

@@ -317,6 +317,27 @@ def test_status_refuses_malformed_log_names_and_keeps_a_bounded_cache(
     assert 0 < len(client.app.state.status_cache) <= 64  # type: ignore[attr-defined]
 
 
+def test_status_history_answers_an_unknown_log_and_an_endless_time_as_status_does(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``?log=`` of a log that does not exist was an empty 200 (``/v1/status``: 404), and
+    ``since=nan`` or ``inf`` parsed and matched no sample."""
+    from planner.exceptions import NotFound
+
+    def fake_status(settings: Any, bootstrap: str, *, log_id: str | None = None, **_: Any) -> dict[str, Any]:
+        if log_id not in (None, "default"):
+            raise NotFound(f"no log named {log_id!r}", hint="`usl status` lists the logs.")
+        return {"logs": {"default": {"l1CommittedSeq": 3, "indexes": {}}}}
+
+    monkeypatch.setattr(planner.status, "collect_status", fake_status)
+    client = guarded_client(tmp_path)
+    assert client.get("/v1/status/history", params={"log": "default"}).status_code == 200
+    assert_refused(client.get("/v1/status", params={"log": "nope"}), 404, "not_found")
+    assert_refused(client.get("/v1/status/history", params={"log": "nope"}), 404, "not_found")
+    for since in ("nan", "inf", "-inf", "soon"):
+        assert_refused(client.get("/v1/status/history", params={"since": since}), 400, "bad_query")
+    assert client.get("/v1/status/history", params={"since": "0"}).status_code == 200
+
+
 def test_a_client_that_disconnects_is_not_an_error(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     app = create_app(Settings.from_env({}, home=tmp_path), "127.0.0.1:9", planner=EchoPlanner())
     sent: list[dict[str, Any]] = []
