@@ -66,6 +66,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from planner import otlp, receivers
 from planner.acl import Principal
 from planner.auth import KeyRing, allowed_hosts, authenticate, host_allowed, keys_path
+from planner.bodies import json_error, without_bom
 from planner.exceptions import (
     BrokerUnavailable,
     NotFound,
@@ -214,11 +215,11 @@ async def _json_body(request: Request) -> Any:
         raise QueryError("the request body is empty; send a JSON object",
                          hint='For example {"query": "retry budget"}.')
     _check_media_type(request.headers)
+    raw = without_bom(raw)
     try:
         body = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        raise QueryError("the request body is not valid JSON",
-                         hint="Send a JSON object with Content-Type: application/json.") from None
+    except orjson.JSONDecodeError as exc:
+        raise json_error(exc) from None  # where, and whether it is the encoding
     if isinstance(body, dict) and orjson.dumps(body) != raw:
         # A key written twice ({"query": "a", "query": "b"}) is one parsers disagree on (the last
         # wins here, the first elsewhere): refused as /v1/events refuses it, never guessed.
@@ -713,13 +714,14 @@ def openapi(*, auth_required: bool = True) -> dict[str, Any]:
             "/v1/status/history": {"get": {
                 "summary": "Each index's generation, watermark and lag over the last minutes, "
                            "sampled by the API every 2 s (planner.status_history)",
-                "parameters": [{"name": "log", "in": "query", "required": False, "schema": {"type": "string"}},
+                "parameters": [{"name": "log", "in": "query", "required": False,
+                                "schema": {"type": "string", "pattern": f"^{LOG_ID.pattern}$"}},
                                {"name": "since", "in": "query", "required": False,
                                 "schema": {"type": "number"}, "description": "Only samples after this "
                                 "time (seconds since the epoch)."}],
                 "security": security,
                 "responses": {"200": {"description": "Samples, oldest first", "content": json_body},
-                              **_errors(400, 401, 500)}}},
+                              **_errors(400, 401, 404, 500)}}},
             "/v1/export": {"get": {
                 "summary": "Sessions' redacted events, turns or a search's hits at one asOfSeq "
                            "(planner.export); the position is in the X-USL-As-Of-Seq header",

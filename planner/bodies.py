@@ -22,7 +22,7 @@ from starlette.requests import Request
 
 from planner.exceptions import PlannerError, QueryError
 
-__all__ = ["CODINGS", "decode_body", "json_error", "json_kind", "read_body"]
+__all__ = ["CODINGS", "decode_body", "json_error", "json_kind", "read_body", "without_bom"]
 
 #: The content codings a receiver decodes (``x-gzip`` is gzip's old name, RFC 9110).
 CODINGS = ("gzip", "deflate", "identity")
@@ -97,6 +97,13 @@ def _too_large(max_bytes: int) -> PlannerError:
     return PayloadTooLarge(f"the request body decompresses to more than {max_bytes} bytes",
                            hint="Send smaller batches; the limit is USL_API_MAX_BODY_BYTES, "
                                 "counted after decompression.")
+
+
+def without_bom(raw: bytes) -> bytes:
+    """``raw`` without a leading UTF-8 byte order mark, which RFC 8259 lets a parser ignore and
+    Windows tools (PowerShell's ``Out-File``, Notepad) write before the JSON they save: such a
+    body was refused as "not valid JSON" with nothing to say why."""
+    return raw[3:] if raw.startswith(b"\xef\xbb\xbf") else raw
 
 
 def json_error(exc: orjson.JSONDecodeError, what: str = "the request body", hint: str = "") -> QueryError:

@@ -33,7 +33,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from planner.acl import Principal
-from planner.bodies import json_error, json_kind, read_body
+from planner.bodies import json_error, json_kind, read_body, without_bom
 from planner.exceptions import QueryError
 from streams.importers.base import Accepted
 from streams.importers.otel import TraceSessions, log_spans, span_events
@@ -91,7 +91,7 @@ def decode_request(body: bytes, media_type: str, signal: str = "traces") -> dict
                             item[key] = base64.b64decode(item[key]).hex()
         return request
     try:
-        request = orjson.loads(body)
+        request = orjson.loads(without_bom(body))
     except orjson.JSONDecodeError as exc:
         raise json_error(exc, "the OTLP JSON body", hint=f"Send an {name}.") from None
     problem = _shape_problem(request, levels)

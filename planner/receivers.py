@@ -53,7 +53,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from planner.acl import Principal
-from planner.bodies import json_error, json_kind, read_body
+from planner.bodies import json_error, json_kind, read_body, without_bom
 from planner.event_fields import fields_problem
 from planner.exceptions import PlannerError, QueryError, error_body
 from streams.asp import (
@@ -530,7 +530,7 @@ async def _body(request: Request, max_bytes: int) -> Any:
         raise QueryError("the request body is empty once decoded; send a JSON object",
                          hint='For example {"events": []}.')
     try:
-        return _parse(raw)
+        return _parse(without_bom(raw))
     except orjson.JSONDecodeError as exc:
         raise json_error(exc) from None
 

@@ -338,6 +338,21 @@ def test_status_history_answers_an_unknown_log_and_an_endless_time_as_status_doe
     assert client.get("/v1/status/history", params={"since": "0"}).status_code == 200
 
 
+def test_a_body_saved_with_a_byte_order_mark_is_read_and_a_bad_one_says_where(tmp_path: Path) -> None:
+    """Windows tools write a UTF-8 byte order mark before the JSON they save (RFC 8259 lets a
+    parser ignore it): such a search was refused as "not valid JSON" with nothing to say why. A
+    body that is not JSON says where, one in another encoding that it is not UTF-8."""
+    client = guarded_client(tmp_path)
+    json_type = {"Content-Type": "application/json"}
+    answer = client.post("/v1/search", content=b'\xef\xbb\xbf{"query": "retry budget"}', headers=json_type)
+    assert answer.status_code == 200 and answer.json()["asked"] == {"query": "retry budget"}
+    error = client.post("/v1/search", content=b'{"query": "retry budget",}', headers=json_type).json()["error"]
+    assert error["code"] == "bad_query" and "line 1, column" in error["message"]
+    latin = client.post("/v1/search", content='{"query": "café"}'.encode("latin-1"), headers=json_type)
+    assert_refused(latin, 400, "bad_query")
+    assert "not UTF-8" in latin.json()["error"]["message"]
+
+
 def test_a_client_that_disconnects_is_not_an_error(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     app = create_app(Settings.from_env({}, home=tmp_path), "127.0.0.1:9", planner=EchoPlanner())
     sent: list[dict[str, Any]] = []
