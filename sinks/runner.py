@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import threading
 import time
 from collections import defaultdict
@@ -83,6 +84,7 @@ __all__ = ["LogState", "SinkRunner", "flush_due", "index_root", "is_disk_error",
 log = logging.getLogger("usl.sink")
 
 _IDS_PREFIX = "ids-"
+_IDS_FOLD_RATIO = 2
 _DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS}
 # Engines written in Rust or C++ (tantivy, faiss) report a failed write as their own
 # exception type; these are the OS messages they pass on.
@@ -109,10 +111,44 @@ def index_root(settings: Settings) -> Path:
 
 
 def write_ids(staging: Path, ids: list[str]) -> None:
-    """Record the dedup ids a new generation adds (its ``ids-<generation>.txt``), if any."""
-    if ids:
-        generation_id = int(staging.name.rsplit("-", 1)[-1])
-        (staging / f"{_IDS_PREFIX}{generation_id:08d}.txt").write_text("\n".join(ids) + "\n")
+    """Record the dedup ids a new generation adds (its ``ids-<generation>.txt``), if any, and
+    fold the newest ids files together so a generation holds few of them.
+
+    A generation hard-links every file of its parent, so with one file per commit and none
+    ever merged, each generation held as many ids files as commits before it: after an hour
+    of a live stack the structured and analytics generations listed 2 700 files each, every
+    commit cloned, stat-ed and listed them all in its manifest, and a day would have made it
+    tens of thousands. Folding a file into the next newer one while it is at most
+    ``_IDS_FOLD_RATIO`` times as large keeps each file more than that much larger than the
+    next (so at most about log2 of the ids' bytes files), and rewrites each id a logarithmic
+    number of times. A fold writes a new file in place of the parent's links, never into them.
+    """
+    if not ids:
+        return
+    generation_id = int(staging.name.rsplit("-", 1)[-1])
+    (staging / f"{_IDS_PREFIX}{generation_id:08d}.txt").write_text("\n".join(ids) + "\n")
+    _fold_ids(staging)
+
+
+def _fold_ids(staging: Path) -> None:
+    files = sorted(staging.glob(f"{_IDS_PREFIX}*.txt"))  # zero-padded ids: oldest first
+    if len(files) < 2:
+        return
+    sizes = [path.stat().st_size for path in files]
+    first, total = len(files) - 1, sizes[-1]
+    while first > 0 and sizes[first - 1] <= _IDS_FOLD_RATIO * total:
+        first -= 1
+        total += sizes[first]
+    if first == len(files) - 1:
+        return
+    newest = files[-1]
+    folded = newest.with_name(newest.name + ".fold")
+    with folded.open("wb") as out:
+        for path in files[first:]:
+            out.write(path.read_bytes())
+    for path in files[first:-1]:
+        path.unlink()
+    os.replace(folded, newest)
 
 
 def flush_due(settings: Settings, *, pending: int, watermark_moves: bool, backlog: bool,
