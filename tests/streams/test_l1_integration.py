@@ -15,7 +15,7 @@ from deploy.cli import app
 from planner.status import collect_status
 from streams.asp import validate_event
 from streams.l1 import L1Reader, LogRegistry, read_topic_to_end
-from streams.topics import Topics, ensure_topics, topic_specs
+from streams.topics import COMPACTED_SEGMENT_MS, Topics, ensure_topics, topic_specs
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "importers"
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "sessions"
@@ -53,6 +53,7 @@ def test_topics_are_created_idempotently_with_their_configs(settings):
         assert configs[topics.l1]["retention.ms"] == "-1"
         assert configs[topics.l1]["cleanup.policy"] == "delete"
         assert configs[topics.watermarks]["cleanup.policy"] == "compact"
+        assert configs[topics.watermarks]["segment.ms"] == COMPACTED_SEGMENT_MS  # else never compacted
         partitions = {d["name"]: len(d["partitions"]) for d in admin.describe_topics([topics.l1])}
         assert partitions[topics.l1] == settings.l1_partitions
     finally:
