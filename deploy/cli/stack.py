@@ -128,7 +128,8 @@ def up(
 
     A supervisor restarts any stack process that exits; `usl down` stops everything. Run over a
     stack that is up, it starts the local broker again if that stopped (the supervisor does not
-    restart it), where the stack's processes look for it.
+    restart it), where the stack's processes look for it; over processes whose supervisor is
+    gone, it stops them and starts the stack again.
     """
     import os
     import time
@@ -144,6 +145,14 @@ def up(
     check_bind(settings, settings.api_host)  # before anything starts, not in a restart loop
     api_port = port or settings.api_port
     already = {name: pid for name, pid in running(settings).items() if pid != os.getpid()}
+    if already and "supervisor" not in already:
+        # Its supervisor is gone (killed, or the host's OOM killer): the processes run on with
+        # nothing to restart them, and this said "already running". They are stopped and the
+        # stack starts again under a supervisor of its own; every step downstream is idempotent.
+        stopped = stop_stack(settings)
+        out().print(f"the stack's supervisor had stopped, leaving {', '.join(sorted(stopped))} unsupervised: "
+                    "stopped them; starting the stack again")
+        already = {}
     if already:
         from deploy.kafka.broker import revive_broker
 

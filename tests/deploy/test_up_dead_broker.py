@@ -116,3 +116,31 @@ def test_broker_unavailable_from_the_local_stack_says_how_to_start_its_broker(tm
     # A cluster the user runs, or an API the user named: theirs to bring back.
     for settings, named in ((_settings(tmp_path, bootstrap_servers="kafka:9092"), False), (_settings(tmp_path), True)):
         assert (_broker_gone(settings, answer(), named).hint or "").startswith("Retry once")
+
+
+def test_processes_left_without_their_supervisor_are_started_again_under_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the supervisor killed, `usl up --detach` said "already running" (exit 0) over
+    processes nothing restarted any more. It stops them and starts the stack again."""
+    import deploy.jars
+    import deploy.stack
+    from deploy.cli import app
+
+    alive = {"api": 101, "sinks": 102, "worker-1": 103}
+    stopped: list[list[str]] = []
+
+    def stop_stack(settings: Settings) -> list[str]:
+        stopped.append(sorted(alive))
+        names = sorted(alive)
+        alive.clear()
+        return names
+
+    monkeypatch.setattr(deploy.stack, "running", lambda settings: dict(alive))
+    monkeypatch.setattr(deploy.stack, "stop_stack", stop_stack)
+    # The start that follows stops at its first check (the port is taken): far enough here.
+    monkeypatch.setattr(deploy.jars, "port_open", lambda port, host: True)
+    monkeypatch.setenv("USL_HOME", str(tmp_path))
+    result = CliRunner().invoke(app, ["up", "--detach", "--port", str(_free_port())])
+    assert stopped == [["api", "sinks", "worker-1"]], result.output
+    assert "supervisor had stopped" in result.output and "already running" not in result.output
+    assert "is taken" in str(result.exception)  # the start went on past the old processes
