@@ -102,6 +102,7 @@ from planner.rrf import (
     depth_end,
     first_copies,
     fuse,
+    newest_first,
     newest_first_among_ties,
     sort_key,
 )
@@ -891,14 +892,17 @@ class Planner:
         # fill it (distinct_texts).
         limit, cap = query.window + 1, _DISTINCT_OVERFETCH * (query.window + 1)
         text_pin = query.pin("text")
+        stored: dict[str, bytes] = {}
         while True:
             hits = reader.search(query_vector, limit=limit, allowed=allowed,
                                  fan_out=pool.map if pool is not None else None, row_mask=row_mask)
             # Segments written without digests (older sinks): the text index's, as
             # _collapse_duplicates asks it, so both kinds of segment give one answer.
-            missing = [hit.chunk_id for hit in hits if hit.digest is None]
-            stored = self._readers.digests(text_pin, missing) if missing and text_pin is not None else None
-            found, more, passed = distinct_texts(hits, query.window + 1, stored or {},
+            # A wider search asks only for the hits the narrower one did not bring.
+            missing = [hit.chunk_id for hit in hits if hit.digest is None and hit.chunk_id not in stored]
+            if missing and text_pin is not None:
+                stored.update(self._readers.digests(text_pin, missing) or {})
+            found, more, passed = distinct_texts(hits, query.window + 1, stored,
                                                  rows=query.table.rows if query.table is not None else None)
             if more or len(hits) < limit or limit >= cap:
                 break
@@ -1717,20 +1721,21 @@ def distinct_texts(hits: Sequence[_Hit], window: int, digests: Mapping[str, byte
 
     A hit's text is its digest, else the one ``digests`` names for it; with neither it is a text
     of its own. Copies tie, and the one kept, at the first copy's place, is the newest by
-    ``rows`` (event time, then last seq, then chunk id, as :func:`newest_first_among_ties` orders
-    a run of ties): the chunk ids the engines break ties by carry the redaction policy's hash.
+    ``rows`` (:func:`planner.rrf.newest_first`, the order :func:`newest_first_among_ties` gives a
+    run of ties): the chunk ids the engines break ties by carry the redaction policy's hash.
     """
     def age(hit: _Hit) -> tuple[float, int, str]:
         row = rows.get(hit.chunk_id) if rows is not None else None
-        return (-(row.event_time or 0.0), -row.max_seq, hit.chunk_id) if row is not None \
-            else (0.0, 0, hit.chunk_id)
+        return newest_first(hit.chunk_id, row.event_time or 0.0, row.max_seq) if row is not None \
+            else newest_first(hit.chunk_id, 0.0, 0)
 
+    named = digests or {}
     place: dict[bytes, int] = {}
     count: dict[int, int] = {}
     found: list[_Hit] = []
     more = False
     for hit in hits:
-        digest = hit.digest if hit.digest is not None else (digests or {}).get(hit.chunk_id)
+        digest = hit.digest if hit.digest is not None else named.get(hit.chunk_id)
         if digest is not None and digest in place:
             at = place[digest]
             count[at] = count.get(at, 0) + 1

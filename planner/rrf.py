@@ -44,6 +44,7 @@ __all__ = [
     "encode_sort_key",
     "first_copies",
     "fuse",
+    "newest_first",
     "newest_first_among_ties",
     "sort_key",
     "truncation",
@@ -217,6 +218,13 @@ def decode_sort_key(value: Any) -> SortKey:
     return SortKey(-score, best_rank, -float(when), chunk_id)
 
 
+def newest_first(chunk_id: str, event_time: float, last_seq: int) -> tuple[float, int, str]:
+    """The order of tied chunks, copies of one text among them: newest event time, then the
+    higher last seq, then chunkId. Event time and seq come from the log, the same under any
+    redaction policy and on replay."""
+    return (-event_time, -last_seq, chunk_id)
+
+
 def newest_first_among_ties(ranked: RankedList, scores: Mapping[str, float],
                             recency: Mapping[str, tuple[float, int]]) -> RankedList:
     """``ranked`` with each run of equal scores ordered newest first: ``recency`` (event time,
@@ -241,7 +249,7 @@ def newest_first_among_ties(ranked: RankedList, scores: Mapping[str, float],
             end += 1
         run = ids[start:end]
         if len(run) > 1:
-            run.sort(key=lambda chunk_id: (-recency[chunk_id][0], -recency[chunk_id][1], chunk_id))
+            run.sort(key=lambda chunk_id: newest_first(chunk_id, *recency[chunk_id]))
         ordered += run
         start = end
     if ordered == ids:
