@@ -84,22 +84,19 @@ def export(planner: Planner, principal: Principal, params: Mapping[str, Any]) ->
         raise QueryError(f"mode {mode!r} is not one of {', '.join(MODES)}")
     freshness = str(params.get("freshness") or "indexed")
     parse_freshness(freshness)
-    if kind == "hits":
-        query = params.get("query")
-        if not query:
-            raise QueryError("exporting hits needs a query", hint='Add query, e.g. query=retry budget.')
-        if params.get("sessionId") is not None:
-            raise QueryError("sessionId applies to exporting sessions, not hits",
-                             hint="Leave sessionId out, or export sessions.")
-        return _hits(planner, principal, log_id, str(query), freshness, str(mode or "hybrid"), limit, as_of)
-    if params.get("query"):
+    query = params.get("query")
+    if kind == "hits" and not query:
+        raise QueryError("exporting hits needs a query", hint='Add query, e.g. query=retry budget.')
+    if kind != "hits" and query:
         raise QueryError(f"a query applies to exporting hits, not {kind}",
                          hint="Leave the query out, or export hits.")
     only = params.get("sessionId")
+    if kind != "sessions" and only is not None:
+        raise QueryError(f"sessionId applies to exporting sessions, not {kind}",
+                         hint="Leave sessionId out, or export sessions.")
+    if kind == "hits":
+        return _hits(planner, principal, log_id, str(query), freshness, str(mode or "hybrid"), limit, as_of)
     if kind == "turns":
-        if only is not None:
-            raise QueryError("sessionId applies to exporting sessions, not turns",
-                             hint="Leave sessionId out, or export sessions.")
         return _turns(planner, principal, log_id, as_of)
     if only is not None and not str(only):
         # ?sessionId= from an unset variable: exporting every session instead would be the
