@@ -21,6 +21,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
 from planner.exceptions import PlannerError, QueryError
+from streams.importers.base import BOM
 
 __all__ = ["CODINGS", "decode_body", "json_error", "json_kind", "read_body", "without_bom"]
 
@@ -103,7 +104,7 @@ def without_bom(raw: bytes) -> bytes:
     """``raw`` without a leading UTF-8 byte order mark, which RFC 8259 lets a parser ignore and
     Windows tools (PowerShell's ``Out-File``, Notepad) write before the JSON they save: such a
     body was refused as "not valid JSON" with nothing to say why."""
-    return raw[3:] if raw.startswith(b"\xef\xbb\xbf") else raw
+    return raw.removeprefix(BOM)
 
 
 def json_error(exc: orjson.JSONDecodeError, what: str = "the request body", hint: str = "") -> QueryError:
