@@ -53,8 +53,8 @@ class L1Window:
             if window is not None and from_seq < window.first:
                 if window.first - from_seq > self.max_events:
                     # Far older than the window: read it directly, leave the window as it is.
-                    return _take(reader.read(log_id, from_seq, to_seq), limit)
-                older = list(reader.read(log_id, from_seq, window.first - 1))
+                    return _take(reader.read(log_id, from_seq, to_seq, clocks=True), limit)
+                older = list(reader.read(log_id, from_seq, window.first - 1, clocks=True))
                 window.seqs[:0] = [seq for seq, _ in older]
                 window.events[:0] = [event for _, event in older]
                 window.first = from_seq
@@ -66,7 +66,7 @@ class L1Window:
             if to_seq > window.last and (limit is None or len(found) < limit):
                 need = None if limit is None else limit - len(found)
                 complete = True
-                for seq, event in reader.read(log_id, window.last + 1, to_seq):
+                for seq, event in reader.read(log_id, window.last + 1, to_seq, clocks=True):
                     window.seqs.append(seq)
                     window.events.append(event)
                     found.append((seq, event))

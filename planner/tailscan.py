@@ -41,7 +41,7 @@ from streams.ownership import Owners, session_of_acl
 from streams.redaction import policy_hash, redact_event
 from streams.settings import Settings
 from streams.stages.records import toolresult_record
-from streams.ticks import event_clock_time
+from streams.ticks import clock_record_time, clock_time, event_clock_time
 
 __all__ = ["SnapshotCache", "TailResult", "TailScan", "TailSnapshot", "chunker_for"]
 
@@ -167,6 +167,10 @@ class TailScan:
         for seq, raw in events:
             if seq <= base.through or seq > to_seq:
                 continue
+            stamp = clock_record_time(raw)
+            if stamp is not None:  # a clock record: a quiet tick, no event (streams.ticks)
+                ticks[seq] = self._clock_record(feed, raw["logId"], seq, stamp, getattr(raw, "append_time", None))
+                continue
             feed.events_read += 1
             try:
                 event = validate_event(raw)
@@ -246,6 +250,15 @@ class TailScan:
                     "flush": False}
         feed.previous_seq = seq
         return tick
+
+    def _clock_record(self, feed: _Feed, log_id: str, seq: int, stamp: float,
+                      append_time: float | None) -> dict[str, Any]:
+        """The quiet tick of the clock record at ``seq``, as the redaction agent makes it."""
+        when = clock_time(stamp, append_time, self.chunker.config.max_clock_skew_seconds, feed.log_time)
+        if feed.log_time is None or when > feed.log_time:
+            feed.log_time = when
+        feed.previous_seq = seq
+        return {"kind": "tick", "logId": log_id, "seq": seq, "logTime": feed.log_time, "flush": False, "quiet": True}
 
     def _redact(self, feed: _Feed, seq: int, event: dict[str, Any],
                 want_tool_results: bool) -> dict[str, Any] | None:

@@ -35,7 +35,7 @@ from streams.ownership import Owners
 from streams.progress import marker_seq, new_progress, note_seq, note_session
 from streams.settings import Settings
 from streams.stages.records import chunk_record, redact_admitted
-from streams.ticks import advance_clock, event_clock_time
+from streams.ticks import advance_clock, clock_record_time, clock_time, event_clock_time
 from streams.topics import Topics
 
 __all__ = ["BuiltLine", "ReplayStream", "build_line", "check_replay_range", "rebuild", "rebuild_together", "resume_offsets",
@@ -69,6 +69,12 @@ class ReplayStream:
         """Records produced by the event at ``seq`` (in the order the pipeline emits them)."""
         out: list[dict[str, Any]] = []
         self.last_seq = max(self.last_seq, seq)
+        stamp = clock_record_time(raw_event)
+        if stamp is not None:  # a clock record: the clock moves, a quiet tick follows
+            note_seq(self.progress, seq)
+            return self._advance(seq, clock_time(stamp, getattr(raw_event, "append_time", None),
+                                                 self.settings.max_clock_skew_seconds, self.clock["maxTime"]),
+                                 quiet=True)
         try:
             event = validate_event(raw_event, record=f"L1 seq {seq}")
         except USLError:
@@ -93,7 +99,13 @@ class ReplayStream:
                 out += map(chunk_record, self.chunker.on_event(state, self.log_id, seq, redacted.event, clock_time=when))
                 note_session(self.progress, session_id, self.chunker.open_min_seq(state))
         note_seq(self.progress, seq)
-        self.clock, tick = advance_clock(self.clock, self.log_id, seq, when, self.settings.tick_every_seqs)
+        return out + self._advance(seq, when)
+
+    def _advance(self, seq: int, when: float | None, *, quiet: bool = False) -> list[dict[str, Any]]:
+        """The log clock past ``seq``, and the chunks the tick it triggers cuts."""
+        out: list[dict[str, Any]] = []
+        self.clock, tick = advance_clock(self.clock, self.log_id, seq, when, self.settings.tick_every_seqs,
+                                         quiet=quiet)
         if tick is not None:
             for session_id in sorted(self.progress["open"]):
                 state = self.sessions[session_id]
@@ -159,7 +171,7 @@ def _iter_l1(reader: L1Reader, log_id: str, from_seq: int) -> Iterator[tuple[int
         head = reader.committed_seq(log_id)
         if head < position:
             return
-        yield from reader.read(log_id, position, head)
+        yield from reader.read(log_id, position, head, clocks=True)
         position = head + 1
 
 

@@ -320,7 +320,7 @@ def replay_chunks(settings: Settings, log_ids: Sequence[str] = ("default",)) -> 
     try:
         for log_id in log_ids:
             replay = ReplayStream(settings, log_id)
-            for seq, event in reader.read(log_id):
+            for seq, event in reader.read(log_id, clocks=True):
                 for record in replay.feed(seq, event):
                     if record["kind"] == "chunk":
                         body = orjson.dumps(record, option=orjson.OPT_SORT_KEYS)

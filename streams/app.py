@@ -129,7 +129,7 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
     l1_topic = app.topic(topics.l1, partitions=settings.l1_partitions, **raw)
     redacted_topic = app.topic(topics.redacted, partitions=settings.stream_partitions, **raw)
     derived: dict[TopicRole, str] = {"redacted": topics.redacted, "toolresults": topics.toolresults,
-                                     "chunks": topics.chunks, "deadletters": topics.deadletters}
+                                     "chunks": topics.chunks, "deadletters": topics.deadletters, "l1": topics.l1}
     # Redaction state is co-partitioned with L1, chunker state with the redacted topic.
     tables = {name: app.Table(name, default=None, partitions=partitions)
               for name, partitions in faust_tables(settings).items()}
@@ -231,6 +231,12 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
         for fut in confirms:
             await fut
         redaction_stage.commit(effects)
+        if faust_compat.settled(app):
+            clocks = redaction_stage.quiet_clocks(restored, faust_compat.assigned(app, topics.l1),
+                                                  faust_compat.assigned(app, topics.redacted), now=time.time(),
+                                                  monotonic=time.monotonic())
+            for fut in await send(clocks):
+                await fut
 
     return app
 

@@ -71,6 +71,7 @@ from faust.types import TP
 from streams.stages.gaps import Gaps
 
 __all__ = [
+    "assigned",
     "committed_offsets",
     "ends",
     "hold",
@@ -197,6 +198,11 @@ def committed_offsets(app: faust.App, topic: str) -> dict[int, int]:
     assigned = app.consumer.assignment()
     return {tp.partition: int(offset) for tp, offset in list(committed.items())
             if tp.topic == topic and tp in assigned and offset is not None}
+
+
+def assigned(app: faust.App, topic: str) -> set[int]:
+    """The partitions of ``topic`` assigned to this process."""
+    return {tp.partition for tp in list(app.consumer.assignment()) if tp.topic == topic}
 
 
 def ends(app: faust.App, topics: Iterable[str]) -> dict[tuple[str, int], int]:

@@ -26,6 +26,7 @@ from streams.asp import canonical_bytes, event_digest
 from streams.exceptions import BrokerError, SchemaError
 from streams.kafka_compat import close_now, skip_startup_backoff
 from streams.settings import Settings
+from streams.ticks import clock_record_time
 from streams.topics import Topics
 
 __all__ = ["AppendedEvent", "DeadLetters", "L1Producer", "L1Reader", "LogRegistry", "TopicTail",
@@ -379,9 +380,12 @@ class L1Reader:
         return {log_id: self.committed_seq(log_id) for log_id in sorted(self._registry.logs)}
 
     def read(self, log_id: str, from_seq: int = 1, to_seq: int | None = None,
-             *, timeout_seconds: float = 60.0, digests: bool = False) -> Iterator[tuple[int, AppendedEvent]]:
+             *, timeout_seconds: float = 60.0, digests: bool = False,
+             clocks: bool = False) -> Iterator[tuple[int, AppendedEvent]]:
         """(seq, event) for every event of ``log_id`` with from_seq <= seq <= to_seq, in order;
-        each event an :class:`AppendedEvent` (with its ``digest`` when ``digests``).
+        each event an :class:`AppendedEvent` (with its ``digest`` when ``digests``). With
+        ``clocks``, the log's clock records too (:mod:`streams.ticks`: what replays the chunker
+        needs them; they are no events).
 
         ``timeout_seconds`` bounds a wait for the broker without progress, not the whole read:
         a rebuild that indexes between records may take hours over a long log.
@@ -409,7 +413,8 @@ class L1Reader:
                     # Bytes the worker dead-letters (not JSON, a tombstone): no reader may
                     # fail on them. Callers validate what is left, as the worker does.
                     continue
-                if isinstance(event, dict) and event.get("logId") == log_id:
+                if isinstance(event, dict) and event.get("logId") == log_id and (
+                        clocks or clock_record_time(event) is None):
                     stamp = record.timestamp
                     yield seq, AppendedEvent(event, stamp / 1000.0 if stamp and stamp > 0 else None,
                                              event_digest(record.value) if digests else None)

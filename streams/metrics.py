@@ -174,7 +174,7 @@ usl_chunks_emitted_total = _metric(
 )
 usl_ticks_total = _metric(
     Counter, "usl_ticks_total",
-    "Log-clock ticks broadcast by the redaction agent, by kind (regular|flush).",
+    "Log-clock ticks broadcast by the redaction agent, by kind (regular|flush|quiet).",
     ["kind"],
 )
 usl_progress_marker_seq = _metric(

@@ -74,6 +74,12 @@ class Settings:
         "How long the worker's producer waits for more records before it sends a partly filled batch.", minimum=0.0,
     )
     idle_gap_seconds: float = _setting("USL_IDLE_GAP_SECONDS", 300.0, "G: an open turn idle for more than G seconds of log time is cut at the next tick.", minimum=0.001)
+    quiet_log_seconds: float = _setting(
+        "USL_QUIET_LOG_SECONDS", 30.0,
+        "A log with no new record for this long, whose clock is more than G behind the present, gets a clock record "
+        "in L1 that moves its clock to the present, so the turns it left open are cut (once per quiet spell).",
+        minimum=0.1,
+    )
     max_clock_skew_seconds: float = _setting(
         "USL_MAX_CLOCK_SKEW_SECONDS", 300.0,
         "An event dated more than this past its L1 append time counts, for the log clock and idle cuts, "

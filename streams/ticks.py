@@ -15,16 +15,33 @@ event's clock time is its own time. One event dated 2099 therefore never moves t
 and its turn is cut like any idle turn once the log's time moves G past it -- in a live log and
 in an import of last year's transcripts alike. A far-past time needs no bound: the clock keeps
 its maximum, and an old turn is cut at the next tick.
+
+A log that goes quiet would keep an open turn open for good: log time only moves with events.
+So a worker that holds a log's clock and has seen no new record of it for
+``USL_QUIET_LOG_SECONDS``, while the present is more than G past the log's clock, appends a
+*clock record* to L1 (:func:`clock_record`: the log and the present, no event). Read back, it
+moves the log clock to its time (bounded like an event's) and triggers a *quiet* tick, which
+cuts every unit idle for more than G of the new log time, whether or not its session had an
+event since the previous tick. The record is in the log, so a replay cuts at the same place;
+at most one is written per quiet spell (the clock remembers the seq of the last one). Readers
+that want events (``L1Reader.read`` without ``clocks``) never see it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from streams.asp import event_time as _event_time
+from streams.asp import parse_time
 
-__all__ = ["DEFAULT_MAX_SKEW_SECONDS", "advance_clock", "clock_time", "event_clock_time",
-           "flush_tick", "new_clock"]
+__all__ = ["DEFAULT_MAX_SKEW_SECONDS", "advance_clock", "clock_record", "clock_record_time", "clock_time",
+           "event_clock_time", "flush_tick", "new_clock", "quiet_clock_due"]
+
+_CLOCK_MARK = "uslClock"
+"""The member that makes an L1 record a clock record; an event never has it (the schema refuses
+members it does not know), and a clock record has no eventId, so event readers skip it."""
 
 DEFAULT_MAX_SKEW_SECONDS = 300.0
 """Default of USL_MAX_CLOCK_SKEW_SECONDS."""
@@ -54,14 +71,45 @@ def event_clock_time(event: dict[str, Any], append_time: float | None, max_skew_
     return clock_time(when, append_time, max_skew_seconds, log_clock)
 
 
+def clock_record(log_id: str, when: float) -> dict[str, Any]:
+    """The L1 record that moves ``log_id``'s clock to ``when`` (POSIX seconds)."""
+    moment = datetime.fromtimestamp(when, UTC).replace(tzinfo=None)
+    return {_CLOCK_MARK: 1, "logId": log_id, "time": moment.isoformat(timespec="microseconds") + "Z"}
+
+
+def clock_record_time(record: Any) -> float | None:
+    """The time of an L1 clock record (a parsed JSON value); None for anything else."""
+    if not isinstance(record, Mapping) or record.get(_CLOCK_MARK) != 1 or not isinstance(record.get("logId"), str):
+        return None
+    try:
+        return parse_time(record["time"]).timestamp()
+    except (KeyError, ValueError):
+        return None
+
+
+def quiet_clock_due(clock: Mapping[str, Any] | None, *, now: float, quiet_for: float, quiet_seconds: float,
+                    idle_gap_seconds: float) -> bool:
+    """Whether a worker should append a clock record for a log whose ``clock`` it holds: no new
+    record of the log for ``quiet_for`` >= ``quiet_seconds``, its last record is not already a
+    clock record, and the present (``now``) is more than G past the log's clock (else the record
+    could cut nothing)."""
+    if not clock or clock.get("maxTime") is None or quiet_for < quiet_seconds:
+        return False
+    if clock.get("quietSeq") == clock["lastSeq"]:
+        return False
+    return bool(now - float(clock["maxTime"]) > idle_gap_seconds)
+
+
 def new_clock() -> dict[str, Any]:
     """Per-log clock state: last applied seq and max event time so far."""
     return {"lastSeq": 0, "maxTime": None}
 
 
 def advance_clock(clock: dict[str, Any], log_id: str, seq: int, event_time: float | None,
-                  every: int) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """Apply the event at ``seq``; return the new clock and the regular tick it triggers, if any.
+                  every: int, *, quiet: bool = False) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """Apply the event at ``seq`` (``quiet``: the clock record at ``seq``); return the new clock
+    and the tick it triggers, if any: a regular tick when ``seq`` passes a multiple of K, a quiet
+    tick after every clock record.
 
     A record at or below the clock's last seq is a replay and changes nothing.
     """
@@ -72,9 +120,13 @@ def advance_clock(clock: dict[str, Any], log_id: str, seq: int, event_time: floa
     if event_time is not None and (max_time is None or event_time > max_time):
         max_time = event_time
     new = {"lastSeq": seq, "maxTime": max_time}
+    if quiet:
+        new["quietSeq"] = seq
     tick = None
-    if seq // every > last // every:
+    if quiet or seq // every > last // every:
         tick = {"kind": "tick", "logId": log_id, "seq": seq, "logTime": max_time, "flush": False}
+        if quiet:
+            tick["quiet"] = True
     return new, tick
 
 

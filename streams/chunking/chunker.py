@@ -10,7 +10,8 @@ rules; in short:
   session-level events between turns;
 - a unit closes at its end event, when another unit of the session starts, after an event-time
   gap > G inside it, or at a regular tick whose ``logTime`` is > G past its latest event when
-  the session had no event since the previous tick it saw; these
+  the session had no event since the previous tick it saw (at a quiet tick, a log's clock record,
+  whether or not it had); these
   use each event's *clock time* when the caller gives it (event time bounded by append time,
   :func:`streams.ticks.clock_time`), so a far-future event cannot keep its unit open;
 - inside a unit, rendered events are packed into chunks of at most ``target_tokens``, each
@@ -220,7 +221,9 @@ class Chunker:
         # previous tick it saw. The log clock is the newest event time of any session, so a
         # session imported after newer ones (a backfill, a directory not in date order) looks
         # idle at every tick while its own events are still arriving; it was cut at each one.
-        if (unit is not None and state["lastSeq"] <= previous
+        # A quiet tick (a clock record, streams.ticks) comes only after the log had no record for
+        # a while: nothing is arriving, so the clock alone decides.
+        if (unit is not None and (state["lastSeq"] <= previous or tick.get("quiet"))
                 and tick["logTime"] - unit["lastTime"] > self.config.idle_gap_seconds):
             return self._close_unit(state, provisional=False)
         return []

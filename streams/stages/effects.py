@@ -21,8 +21,9 @@ from typing import Any, Literal
 
 __all__ = ["Effects", "Marker", "Metric", "Produce", "Record", "TableWrite", "TopicRole"]
 
-TopicRole = Literal["redacted", "toolresults", "chunks", "deadletters"]
-"""The derived topic a record goes to, by role; the wiring maps it to the deployment's name."""
+TopicRole = Literal["redacted", "toolresults", "chunks", "deadletters", "l1"]
+"""The topic a record goes to, by role; the wiring maps it to the deployment's name. Only clock
+records go to L1 (:mod:`streams.ticks`): a worker appends no event."""
 
 
 @dataclass(frozen=True)

@@ -24,15 +24,26 @@ from streams.settings import Settings
 from streams.stages.effects import Effects, Metric, Produce, Record, TableWrite, TopicRole
 from streams.stages.gaps import Gaps
 from streams.stages.keys import (
+    CHUNKER_PROGRESS,
     EVENT_FIRST_SEQ,
     LOG_CLOCKS,
     SESSION_OWNERS,
     digest_key,
     is_offset_key,
     offset_key,
+    progress_key,
 )
 from streams.stages.records import redact_admitted
-from streams.ticks import advance_clock, event_clock_time, flush_tick, new_clock
+from streams.ticks import (
+    advance_clock,
+    clock_record,
+    clock_record_time,
+    clock_time,
+    event_clock_time,
+    flush_tick,
+    new_clock,
+    quiet_clock_due,
+)
 
 __all__ = ["RedactionStage", "State", "dead_letter"]
 
@@ -82,6 +93,10 @@ class RedactionStage:
         self.handled_on: dict[int, int] = {}
         self.partition_of: dict[str, int] = {}
         self.last_flush: dict[str, int] = {}
+        # Per log, (its clock's last seq, when this process first saw the clock there): how long
+        # the log has been quiet. And per log, the last seq a clock record was sent after.
+        self.quiet_since: dict[str, tuple[int, float]] = {}
+        self.clock_sent: dict[str, int] = {}
 
     def apply(self, batch: list[Record]) -> Effects:
         """The effects of a batch of L1 records in offset order. Reads see the batch's own
@@ -110,7 +125,12 @@ class RedactionStage:
             source = {"topic": record.topic, "partition": partition, "offset": offset}
             try:
                 # A record without a value (None) is refused by the parser like any unreadable JSON.
-                event = validate_event(loads_event(cast(bytes, record.value)), record=f"{record.topic}[{partition}]@{offset}")
+                body = loads_event(cast(bytes, record.value))
+                stamp = clock_record_time(body)
+                if stamp is not None:
+                    emit(*self._clock_record(body["logId"], seq, stamp, record, read, writes, effects))
+                    continue
+                event = validate_event(body, record=f"{record.topic}[{partition}]@{offset}")
             except (orjson.JSONDecodeError, USLError) as exc:
                 code = "duplicate_keys" if "duplicate key" in str(exc) else "schema"
                 emit(*dead_letter("redaction", code, str(exc), source, record.value or b""))
@@ -146,6 +166,19 @@ class RedactionStage:
                           for (table, key), (partition, value) in writes.items()]
         return effects
 
+    def _clock_record(self, log_id: str, seq: int, stamp: float, record: Record, read: Any,
+                      writes: dict[tuple[str, str], tuple[int, Any]], effects: Effects) -> list[Any]:
+        """A clock record of ``log_id`` at ``seq``: the log's clock moves to its time (bounded as
+        an event's) and a quiet tick goes to every partition (:mod:`streams.ticks`)."""
+        clock = read(LOG_CLOCKS, log_id) or new_clock()
+        when = clock_time(stamp, record.timestamp, self.settings.max_clock_skew_seconds, clock["maxTime"])
+        clock, tick = advance_clock(clock, log_id, seq, when, self.settings.tick_every_seqs, quiet=True)
+        writes[LOG_CLOCKS, log_id] = (record.partition, clock)
+        effects.handled[log_id] = max(effects.handled.get(log_id, 0), seq)
+        effects.handled_on[record.partition] = seq
+        effects.partition_of[log_id] = record.partition
+        return self._broadcast(tick) if tick is not None else []
+
     def _redacted(self, event: dict[str, Any], log_id: str, seq: int, when: float | None,
                   source: dict[str, Any]) -> tuple[list[Any], bool]:
         """The records of an admitted event (its acl resolved: what every index sees) and True,
@@ -167,7 +200,8 @@ class RedactionStage:
         roles: tuple[TopicRole, ...] = ("redacted", "toolresults")
         items: list[Any] = [Produce(role, tick["logId"].encode(), body, partition=partition, confirm=True)
                             for role in roles for partition in range(self.settings.stream_partitions)]
-        items.append(Metric("usl_ticks_total", (("kind", "flush" if tick["flush"] else "regular"),)))
+        kind = "flush" if tick["flush"] else "quiet" if tick.get("quiet") else "regular"
+        items.append(Metric("usl_ticks_total", (("kind", kind),)))
         return items
 
     def commit(self, effects: Effects) -> None:
@@ -221,3 +255,49 @@ class RedactionStage:
                 (effects.metrics if isinstance(item, Metric) else effects.records).append(item)
             effects.flushed[log_id] = released
         return effects
+
+    def quiet_clocks(self, restored: Mapping[Any, int], assigned: set[int], chunking: set[int], *, now: float,
+                     monotonic: float) -> list[Produce]:
+        """Clock records for the logs whose clocks this process holds (on the L1 partitions
+        ``assigned`` to it) that have been quiet long enough (:func:`streams.ticks.quiet_clock_due`)
+        and hold a unit open, each to its log's L1 partition. ``chunking``: the redacted
+        partitions assigned to this process, whose progress tells whether a unit is open; with
+        some assigned elsewhere it cannot tell, and writes. ``now`` is the present (POSIX
+        seconds), ``monotonic`` measures the quiet. One per quiet spell: a record lost with its
+        sender is written again after the next event's quiet."""
+        homes = {key: partition for key, partition in restored.items()
+                 if isinstance(key, str) and not is_offset_key(key)}
+        homes.update(self.partition_of)
+        out: list[Produce] = []
+        for log_id, partition in sorted(homes.items()):
+            clock = self.tables[LOG_CLOCKS].get(log_id)
+            if not clock or partition not in assigned:
+                continue
+            last = int(clock["lastSeq"])
+            seen = self.quiet_since.get(log_id)
+            if seen is None or seen[0] != last:
+                self.quiet_since[log_id] = (last, monotonic)
+                continue
+            if self.clock_sent.get(log_id) == last or not quiet_clock_due(
+                    clock, now=now, quiet_for=monotonic - seen[1], quiet_seconds=self.settings.quiet_log_seconds,
+                    idle_gap_seconds=self.settings.idle_gap_seconds):
+                continue
+            if not self._holds_open(log_id, chunking):
+                continue
+            self.clock_sent[log_id] = last
+            out.append(Produce("l1", log_id.encode(), orjson.dumps(clock_record(log_id, now)), partition=partition,
+                               confirm=True))
+        return out
+
+    def _holds_open(self, log_id: str, chunking: set[int]) -> bool:
+        """Whether a unit of ``log_id`` may be open: False only when every redacted partition is
+        this process's and none holds an open unit of the log. Most quiet spells follow an import
+        whose turns all ended; a clock record after each would add a seq to the log after every
+        re-import too."""
+        partitions = range(self.settings.stream_partitions)
+        if not set(partitions) <= chunking:
+            return True
+        # A partition whose chunking has not caught up yet may still open one: it is asked again
+        # at the next flush, as long as the quiet lasts.
+        progress = [self.tables[CHUNKER_PROGRESS].get(progress_key(partition, log_id)) for partition in partitions]
+        return any(p is not None and p["open"] for p in progress)

@@ -141,3 +141,22 @@ def test_the_tail_scan_bounds_by_the_append_time_l1_carries(tmp_path: Path) -> N
     plain = [(seq, dict(event)) for seq, event in log]  # no append time: nothing bounds 2099
     unbounded = TailScan(chunker_for(settings), tick_every_seqs=2).run(plain, from_seq=1, to_seq=15)
     assert [c.get("provisional") for c in unbounded.chunks if c["sessionId"] == "evil"] == [True]
+
+
+def test_the_tail_scan_cuts_at_a_clock_record_as_the_agent_does(tmp_path: Path) -> None:
+    """``latest`` answers from a tail scan of L1: a quiet log's clock record (streams.ticks) must
+    cut the turn it cut in the stream there too, so the tail scan's chunk is the indexed one."""
+    from planner.tailscan import TailScan, chunker_for
+    from streams.l1 import AppendedEvent
+    from streams.ticks import clock_record
+    from tests.planner.corpus import make_test_settings
+
+    log = [(n, AppendedEvent(message(n, "open", "t-open", NOW + n), NOW + n)) for n in range(1, 4)]
+    settings = make_test_settings(tmp_path, "unused:9092", idle_gap_seconds=GAP)
+    scan = TailScan(chunker_for(settings), tick_every_seqs=1000)
+    held = scan.run(log, from_seq=1, to_seq=3)
+    assert [c.get("provisional") for c in held.chunks] == [True]  # open at the end of the range
+    clocked = [*log, (4, AppendedEvent(clock_record("default", NOW + 3 + GAP + 1), NOW + 3 + GAP + 1))]
+    cut = scan.run(clocked, from_seq=1, to_seq=4)
+    assert [bool(c.get("provisional")) for c in cut.chunks] == [False] and cut.skipped_invalid == 0
+    assert cut.chunks[0]["chunkId"] == held.chunks[0]["chunkId"]

@@ -214,7 +214,8 @@ def test_worker_markers_and_sink_watermark_wait_for_the_idle_cut(make_settings: 
     topic and the text watermark stay at the open turn's first seq - 1 while log time is
     within G of it, stay there after log time passes G but before the next regular tick (flush
     ticks never cut), and move past the turn once that tick arrives."""
-    settings = make_settings(tick_every_seqs=8, idle_gap_seconds=60.0, stream_partitions=2)
+    # Log time moves with events alone here: no clock record, however long a phase waits.
+    settings = make_settings(tick_every_seqs=8, idle_gap_seconds=60.0, stream_partitions=2, quiet_log_seconds=3600.0)
     busy = _BusySession("busy")
     # seqs 1-4: a closed turn (t+1..t+4); 5-7: the open turn (t+5..t+7).
     head_events = [busy.next(float(s)) for s in range(1, 5)] + _open_turn("open", 5.0)
@@ -274,3 +275,46 @@ def _offset_of(settings: Settings, chunk_id: str) -> tuple[int, int]:
         if body.get("chunkId") == chunk_id:
             return partition, offset
     raise AssertionError(f"chunk {chunk_id} is not on the chunks topic")
+
+
+@pytest.mark.kafka
+@pytest.mark.slow
+def test_a_quiet_log_is_released_by_the_worker_s_clock_record(make_settings: Callable[..., Settings]) -> None:
+    """Real ``usl worker`` + text sink, on a real Claude Code turn (tests/fixtures/turn_ends,
+    Claude Code 2.1.38) whose writer stopped before its end: its events as the importer makes
+    them, without the turn.ended and session.ended it adds at the end of its input, and nothing
+    appended after them. Before clock records the log clock never moved again, so the text
+    watermark stayed below the turn for good (``indexed`` answers never held it, nor anything
+    appended to the log later). Now, after USL_QUIET_LOG_SECONDS of quiet, the worker appends one
+    clock record: the turn is cut, the watermark reaches the record's seq, no second record
+    follows, and the rebuild replay of L1 derives the chunks the worker sent."""
+    from pathlib import Path
+
+    from sinks.testing import replay_chunks
+    from streams.importers import file_format, import_files
+    from streams.importers.base import Accepted
+    from streams.testing import chunk_set, l1_seq
+
+    path = Path(__file__).parents[1] / "fixtures" / "turn_ends" / "491e126e-1e71-469c-ade2-fcc8af567c74.jsonl"
+    real = [item.event for item in import_files([(path, path.name, file_format(path))]) if isinstance(item, Accepted)]
+    events = [e for e in real if e["type"] not in ("turn.ended", "session.ended")]
+    assert len(events) < len(real) and any(e["type"] == "message" for e in events)
+    settings = make_settings(tick_every_seqs=1000, quiet_log_seconds=1.0, stream_partitions=2)
+    stack = Stack(settings)
+    try:
+        stack.worker()
+        stack.sinks("text")
+        head = append_events(settings, events)
+        assert head == len(events)
+        wait_for_watermarks(settings, head + 1, ["text"], timeout=120)
+        assert l1_seq(settings) == head + 1
+        time.sleep(3.0)  # quiet again, but the log's last record is its clock record: no other
+        assert l1_seq(settings) == head + 1
+        chunks = [r for r in topic_records(settings, "chunks") if r.get("kind") == "chunk"]
+        cited = {event_id for chunk in chunks for event_id in chunk["evidenceEventIds"]}
+        assert {e["eventId"] for e in events if e["type"] == "message"} <= cited
+        assert not any(chunk.get("provisional") for chunk in chunks)
+        assert chunk_set(settings) == replay_chunks(settings)
+        check_markers(settings)
+    finally:
+        stack.close()

@@ -498,3 +498,137 @@ def test_a_turn_open_across_a_policy_upgrade_is_chunked_under_the_new_policy() -
     worker.chunk(records([orjson.dumps(record) for record in backlog], topic=REDACTED, first=1))
     texts = _chunk_texts(worker)
     assert texts.count("my twilio creds") == 2 and TWILIO_TOKEN not in texts
+
+
+# -- a quiet log's clock record ---------------------------------------------------------------
+
+QUIET_AT = datetime(2026, 11, 1, 12, 0, tzinfo=UTC).timestamp()  # hours after the log's events
+ALL = {0, 1}  # the worker chunks every redacted partition
+
+
+def quiet_worker() -> Worker:
+    """A worker that cuts at G = 60 s and writes a clock record after 5 s of quiet."""
+    from dataclasses import replace
+
+    worker = Worker(every=1000)  # no regular tick in these logs: only a clock record can cut
+    worker.redaction.settings = replace(worker.settings, idle_gap_seconds=60.0, quiet_log_seconds=5.0)
+    return worker
+
+
+def open_ended(name: str) -> list[dict[str, Any]]:
+    """A session whose last turn never ends (its writer stopped before turn.ended)."""
+    return session(name)[:-1]
+
+
+def chunk_all(worker: Worker) -> None:
+    worker.topics = {key: values for key, values in worker.topics.items() if key[0] != "chunks"}
+    worker.chunking = ChunkingStage(worker.chunking.chunker, tables=worker.tables, gaps=worker.gaps,
+                                    partitions=worker.settings.stream_partitions)
+    for name in (keys.CHUNKER_SESSIONS, keys.CHUNKER_PROGRESS):
+        worker.tables[name].clear()
+    for partition in range(worker.settings.stream_partitions):
+        worker.chunk(worker.redacted(partition))
+
+
+def test_a_quiet_log_gets_one_clock_record_and_it_cuts_the_turn_left_open() -> None:
+    """A turn whose end never comes, on a log nothing else is appended to: the log clock only
+    moved with events, so no tick ever cut the turn and it held every index of the log back for
+    good. After USL_QUIET_LOG_SECONDS of quiet the worker writes one clock record to L1; read
+    back, its quiet tick cuts the turn (its session had events since the last tick, which a
+    regular tick would wait for), and the markers reach the record's seq."""
+    worker = quiet_worker()
+    log = open_ended("s1")
+    l1 = l1_batch(log)
+    worker.redact(l1)
+    worker.perform(worker.redaction, worker.redaction.flush({}, {}))
+    chunk_all(worker)
+    assert min(worker.markers().values()) < len(log)  # the open turn holds its partition's
+    stage = worker.redaction
+    assert stage.quiet_clocks({}, {0}, ALL, now=QUIET_AT, monotonic=100.0) == []  # first sight of the clock
+    assert stage.quiet_clocks({}, {0}, ALL, now=QUIET_AT, monotonic=104.0) == []  # quiet for 4 s only
+    assert stage.quiet_clocks({}, {1}, ALL, now=QUIET_AT, monotonic=106.0) == []  # not this process's partition
+    [clock] = stage.quiet_clocks({}, {0}, ALL, now=QUIET_AT, monotonic=106.0)
+    assert (clock.topic, clock.partition, clock.confirm) == ("l1", 0, True)
+    assert stage.quiet_clocks({}, {0}, ALL, now=QUIET_AT + 600, monotonic=200.0) == []  # one per quiet spell
+
+    effects = worker.redact(records([clock.value], first=len(l1)))
+    assert not produced(effects, "deadletters")
+    ticks = [orjson.loads(r.value) for r in effects.records]
+    assert len(ticks) == 2 * worker.settings.stream_partitions
+    assert all(t["quiet"] and t["seq"] == len(log) + 1 and t["logTime"] == QUIET_AT for t in ticks)
+    assert counted(effects, "usl_ticks_total") == {(("kind", "quiet"),): 1}
+    worker.perform(worker.redaction, worker.redaction.flush({}, {}))
+    chunk_all(worker)
+    last_turn = [c for c in worker.chunks() if c["turnId"] == "s1-t1"]
+    assert last_turn and not any(c.get("provisional") for c in last_turn)
+    assert min(worker.markers().values()) == len(log) + 1
+    # Read back, the record is the log's last: no other follows, in this process or after a restart.
+    assert stage.quiet_clocks({}, {0}, ALL, now=QUIET_AT + 600, monotonic=300.0) == []
+    restarted = RedactionStage(stage.settings, tables=worker.tables, gaps=Gaps(), policy=stage.policy)
+    assert restarted.quiet_clocks({"default": 0}, {0}, set(), now=QUIET_AT + 600, monotonic=0.0) == []
+    assert restarted.quiet_clocks({"default": 0}, {0}, set(), now=QUIET_AT + 600, monotonic=60.0) == []
+
+
+def test_no_clock_record_while_the_present_is_within_g_of_the_log_clock() -> None:
+    """A live log pausing for less than G: its clock record could cut nothing, so none is written
+    (one comes once the pause passes G). Here the chunking partitions are another worker's, so
+    this one cannot see whether a turn is open and takes it that one may be."""
+    worker = quiet_worker()
+    log = open_ended("s1")
+    worker.redact(l1_batch(log))
+    last = datetime.fromisoformat(log[-1]["time"].replace("Z", "+00:00")).timestamp()
+    stage = worker.redaction
+    assert stage.quiet_clocks({}, {0}, set(), now=last + 30, monotonic=0.0) == []
+    assert stage.quiet_clocks({}, {0}, set(), now=last + 30, monotonic=50.0) == []
+    assert len(stage.quiet_clocks({}, {0}, set(), now=last + 61, monotonic=51.0)) == 1
+
+
+def test_no_clock_record_when_no_turn_is_open() -> None:
+    """An import whose turns all ended: a worker that chunks every partition sees nothing open
+    and writes no clock record, so a later re-import still appends nothing to the log. Until
+    the chunking stage has applied the log's last events it cannot tell, and asks again."""
+    worker = quiet_worker()
+    worker.redact(l1_batch(session("s1")))
+    stage = worker.redaction
+    assert stage.quiet_clocks({}, {0}, ALL, now=QUIET_AT, monotonic=0.0) == []
+    assert stage.quiet_clocks({}, {0}, ALL, now=QUIET_AT, monotonic=10.0) == []  # nothing chunked yet: open unknown
+    worker.perform(worker.redaction, worker.redaction.flush({}, {}))
+    chunk_all(worker)
+    assert stage.quiet_clocks({}, {0}, ALL, now=QUIET_AT, monotonic=20.0) == []
+    open_worker = quiet_worker()
+    open_worker.redact(l1_batch(open_ended("s1")))
+    open_worker.perform(open_worker.redaction, open_worker.redaction.flush({}, {}))
+    chunk_all(open_worker)
+    assert open_worker.redaction.quiet_clocks({}, {0}, ALL, now=QUIET_AT, monotonic=0.0) == []
+    assert len(open_worker.redaction.quiet_clocks({}, {0}, ALL, now=QUIET_AT, monotonic=10.0)) == 1
+
+
+@hsettings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), every=st.integers(1, 8), places=st.lists(st.floats(0, 1), min_size=1, max_size=3),
+       gaps=st.lists(st.sampled_from([-3600.0, 0.0, 30.0, 61.0, 3600.0]), min_size=3, max_size=3))
+def test_clock_records_cut_alike_in_the_stages_and_the_replay(seed: int, every: int, places: list[float],
+                                                              gaps: list[float]) -> None:
+    """Clock records anywhere in a log (a pause mid-import, at its end, one dated before the log's
+    clock): the rebuild replay (ReplayStream, from L1 with its clock records) derives the chunks
+    the stages send, byte for byte, so a rebuild cuts where the live worker did."""
+    from dataclasses import replace
+
+    from sinks.rebuild import ReplayStream
+    from streams.l1 import AppendedEvent
+    from streams.ticks import clock_record
+
+    log: list[dict[str, Any]] = [*interleaved(seed)[:-1]]
+    values = [canonical_bytes(e) for e in log]
+    for place, gap in sorted(zip(places, gaps, strict=False)):
+        at = int(place * len(values))
+        before = max(datetime.fromisoformat(e["time"].replace("Z", "+00:00")).timestamp() for e in log[:max(at, 1)])
+        values.insert(at, orjson.dumps(clock_record("default", before + gap)))
+    worker = Worker(every=every)
+    run(worker, records(values), [])
+    assert all(b"another tenant" in letter for letter in worker.topics.get(("deadletters", 0), []))  # no clock record
+    replay = ReplayStream(replace(worker.settings, chunk_tokens=64, chunk_overlap_tokens=8, idle_gap_seconds=60.0),
+                          "default")
+    stored = [AppendedEvent(orjson.loads(value), 1.8e9) for value in values]
+    replayed = [record for seq, e in enumerate(stored, start=1) for record in replay.feed(seq, e)]
+    live_chunks = sorted(orjson.dumps({"kind": "chunk", **chunk}) for chunk in worker.chunks())
+    assert sorted(orjson.dumps(r) for r in replayed if r["kind"] == "chunk") == live_chunks
