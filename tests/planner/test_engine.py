@@ -795,7 +795,8 @@ class _CountingReader:
         self.seqs = seqs
         self.calls: list[tuple[int, int]] = []
 
-    def read(self, log_id: str, from_seq: int, to_seq: int) -> Iterator[tuple[int, dict[str, Any]]]:
+    def read(self, log_id: str, from_seq: int, to_seq: int, *,
+             clocks: bool = False) -> Iterator[tuple[int, dict[str, Any]]]:
         self.calls.append((from_seq, to_seq))
         for seq in self.seqs:
             if from_seq <= seq <= to_seq:

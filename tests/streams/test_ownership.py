@@ -228,7 +228,7 @@ class _Reader:
     def __init__(self, events: list[tuple[int, dict[str, Any]]]) -> None:
         self.events = events
 
-    def read(self, log_id: str, from_seq: int, to_seq: int) -> Any:
+    def read(self, log_id: str, from_seq: int, to_seq: int, *, clocks: bool = False) -> Any:
         return iter([(seq, e) for seq, e in self.events if from_seq <= seq <= to_seq])
 
 
