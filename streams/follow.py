@@ -100,6 +100,23 @@ _RELIST_SECONDS = 30.0
 _CONFLICT = b""
 
 
+def _importers_fingerprint() -> str:
+    """SHA-256 of what decides the events a file yields: the importers, the ASP schema and the
+    cutting of oversized events. A record vouches that every event of its prefix is in L1 as
+    these importers said them; other importers may say more of the same bytes (an upgrade
+    that takes lines an earlier release dead-lettered), which L1 then lacks."""
+    streams = Path(__file__).resolve().parent
+    sources = [*sorted((streams / "importers").glob("*.py")), streams / "asp.py",
+               *sorted((streams / "schemas").glob("*.json"))]
+    digest = hashlib.sha256()
+    for source in sources:
+        digest.update(source.name.encode() + b"\0" + source.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+IMPORTERS = _importers_fingerprint()
+
+
 class Appender(Protocol):
     """What the follower needs of L1 (the tests drive the follower with an in-memory one)."""
 
@@ -189,6 +206,14 @@ class PositionStore:
         state.setdefault("version", 1)
         state.setdefault("files", {})
         state.setdefault("wal", None)
+        if state.get("importers") != IMPORTERS:
+            # Records other importers wrote (an upgrade, or a store from before this key) vouch
+            # for nothing: each file is checked against L1 once, and what these importers take
+            # that those did not is appended instead of being counted as already in L1.
+            state["files"] = {}
+            if state["wal"] is not None:
+                state["wal"]["files"] = {}
+            state["importers"] = IMPORTERS
         for part in (state, state["wal"] or {}):
             for key, started in (part.pop("started", None) or {}).items():
                 if part.get("files", {}).get(key) is not None:

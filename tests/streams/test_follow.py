@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from streams.chunking import Chunker, ChunkerConfig, default_tokenizer
 from streams.follow import Follower, PositionStore
-from streams.importers import Accepted, iter_records
+from streams.importers import Accepted, Rejected, iter_records
 from streams.testing import Clock, Crash, MemoryL1
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -835,3 +835,43 @@ def test_a_new_transcript_waits_for_its_model_before_its_session_starts(tmp_path
     clock.now += 10
     tail.poll()
     assert [e["type"] for e in l1.log if e["sessionId"].startswith("q")][:2] == ["session.started", "turn.started"]
+
+
+@pytest.mark.parametrize("once", [True, False])
+def test_positions_other_importers_wrote_vouch_for_nothing(tmp_path, monkeypatch, once):
+    """Found by re-importing a headless run's stream-json output after the release that imports
+    it: `usl ingest` appended nothing and counted the run's events as already in L1, which held
+    none of them. The file's record vouched for its bytes, and the events the new importers
+    found in them were taken for the ones the old importers had appended. An upgrade is what
+    makes users import their transcripts again, so records other importers wrote vouch for
+    nothing: the file is checked against L1 once, and only what L1 lacks is appended."""
+    import streams.follow
+
+    live = tmp_path / "session.jsonl"
+    shutil.copyfile(TRANSCRIPTS[1], live)
+    current, real = streams.follow.IMPORTERS, streams.follow.iter_file
+
+    def earlier_release(path, fmt, **options):  # dead-lettered every assistant line
+        for item in real(path, fmt, **options):
+            if isinstance(item, Accepted) and item.event.get("role") == "assistant":
+                yield Rejected(item.record, "not imported by this release", "")
+            else:
+                yield item
+
+    monkeypatch.setattr(streams.follow, "iter_file", earlier_release)
+    monkeypatch.setattr(streams.follow, "IMPORTERS", "an earlier release")
+    l1, clock = MemoryL1(), Clock()
+    follower(live, l1, tmp_path / "home", clock, once=True).poll()
+    missing = one_shot_ids(live) - set(l1.counts())
+    assert missing
+    monkeypatch.setattr(streams.follow, "iter_file", real)
+    monkeypatch.setattr(streams.follow, "IMPORTERS", current)
+    upgraded = follower(live, l1, tmp_path / "home", clock, once=once)
+    report = upgraded.poll()
+    clock.now += 10
+    upgraded.poll()
+    assert set(l1.counts()) == one_shot_ids(live) and max(l1.counts().values()) == 1
+    assert report.appended == len(missing)
+    # Written by these importers, the record vouches again: the next import appends nothing.
+    report = follower(live, l1, tmp_path / "home", clock, once=True).poll()
+    assert report.appended == 0 and report.duplicates > 0
