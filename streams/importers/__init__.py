@@ -266,7 +266,7 @@ def _sniff_value(value: Any) -> str | None:
     if isinstance(line_type, str) and line_type in CODEX_LINE_TYPES and isinstance(value.get("payload"), dict):
         return "codex"
     if line_type in ("user", "assistant") and "message" in value and (
-        "uuid" in value or "sessionId" in value
+        "uuid" in value or "sessionId" in value or "session_id" in value  # session_id: stream-json
     ):
         return "claude-code"
     if (line_type == "summary" and "leafUuid" in value) or (

@@ -56,6 +56,7 @@ _INTERRUPT_PREFIX = "[Request interrupted by user"
 # changed" notes), like an isMeta line but without the flag.
 _INJECTED_PREFIX = "<system-reminder>"
 _WHAT = "a transcript line"
+_EPOCH = "1970-01-01T00:00:00.000Z"
 _UUID_FIELD = re.compile(rb'"uuid"\s*:\s*"([^"\\]+)"')
 
 
@@ -225,16 +226,18 @@ class _Transcript:
     def _conversation(
         self, line: dict[str, Any], role: str, record: str, raw: bytes, number: int
     ) -> Iterator[Result]:
-        problem, blocks, time = _check_conversation_line(line, self.seen_uuids)
-        if problem is not None or time is None:
-            yield Rejected(record, problem or "missing field 'timestamp'", raw_text(raw))
+        problem, blocks, stamp = _check_conversation_line(line, self.seen_uuids)
+        if problem is not None:
+            yield Rejected(record, problem, raw_text(raw))
             return
+        session_id = _line_session(line) or self.path.stem
+        known = self.sessions.get(session_id)
+        # A stream line times nothing (stamp None): it keeps the file's order at the time of the
+        # event before it, the stream's first at the epoch (an OpenAI conversation's default).
+        time = stamp or (known.emitter.last_time if known else None) or _EPOCH
         uuid = line.get("uuid") if isinstance(line.get("uuid"), str) and line["uuid"] else None
         if uuid is not None:
             self.seen_uuids[uuid] = number
-        session_id = line.get("sessionId")
-        if not isinstance(session_id, str) or not session_id:
-            session_id = self.path.stem
         session = self._session(session_id)
         self.current = session
         emitter = session.emitter
@@ -249,7 +252,8 @@ class _Transcript:
                 time=time, record=record, raw=raw, fields=self._session_fields(line),
             )
             results += self._flush_pending(session, time)
-            if (role == "user" and _starts_human_turn(line, blocks)) or emitter.turn_id is None:
+            if (role == "user" and _starts_human_turn(line, blocks) and not _in_subagent(line)) \
+                    or emitter.turn_id is None:
                 # A transcript that opens with the agent (a resumed or headless session, a
                 # file cut from a longer one) still gets a turn, closed at the file's end; a
                 # session-level unit would stay open, and hold the log's watermark below it,
@@ -393,7 +397,7 @@ class _Transcript:
     def _auxiliary(
         self, line: dict[str, Any], line_type: str, record: str, raw: bytes, number: int
     ) -> Iterator[Result]:
-        session_id = line.get("sessionId") if isinstance(line.get("sessionId"), str) else None
+        session_id = _line_session(line)
         session = self.sessions.get(session_id) if session_id else self.current
         if line_type == "progress" and session is not None:
             self._link_progress(session, line)
@@ -523,12 +527,36 @@ def _check_conversation_line(
     else:
         return "field 'message.content' must be a string or a list of content blocks", [], None
     stamp = line.get("timestamp")
+    if stamp is None and "timestamp" not in line and _is_stream_line(line):
+        return None, blocks, None  # the caller places it after the event before it
     if stamp is None:
         return "missing field 'timestamp'", [], None
     time = valid_time(stamp)
     if time is None:
         return f"field 'timestamp' is not an RFC 3339 time with an offset: {stamp!r}", [], None
     return None, blocks, time
+
+
+def _line_session(line: dict[str, Any]) -> str | None:
+    """The session a line names: ``sessionId`` in a transcript, ``session_id`` in the stream-json
+    output of a headless run (``claude -p --output-format stream-json``)."""
+    for key in ("sessionId", "session_id"):
+        value = line.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def _is_stream_line(line: dict[str, Any]) -> bool:
+    """A line of a headless run's stream-json output, which names its session ``session_id`` and
+    times nothing (a transcript line names ``sessionId`` and must carry its ``timestamp``)."""
+    return "sessionId" not in line and isinstance(line.get("session_id"), str)
+
+
+def _in_subagent(line: dict[str, Any]) -> bool:
+    """A stream line of a subagent's conversation: the stream writes a subagent's lines inline,
+    naming the Task/Agent call that started it (``parent_tool_use_id``); its prompt is no human's."""
+    return isinstance(line.get("parent_tool_use_id"), str) and bool(line["parent_tool_use_id"])
 
 
 def _text_kind(text: str) -> str | None:
@@ -711,9 +739,14 @@ def _counted_usage(snapshot: dict[str, int] | None, before: dict[str, int] | Non
 
 
 def _ends_turn(line_type: str, line: dict[str, Any]) -> bool:
-    """A main-conversation ``system`` line Claude Code writes once the agent finished its turn:
-    ``turn_duration``, or ``stop_hook_summary`` when no Stop hook kept the agent going."""
-    if line_type != "system" or line.get("isSidechain") is True:
+    """A main-conversation line Claude Code writes once the agent finished its turn: a ``system``
+    ``turn_duration``, or ``stop_hook_summary`` when no Stop hook kept the agent going, and the
+    ``result`` a headless run's stream ends with."""
+    if line.get("isSidechain") is True or _in_subagent(line):
+        return False
+    if line_type == "result":
+        return True
+    if line_type != "system":
         return False
     subtype = line.get("subtype")
     return subtype == "turn_duration" or (
