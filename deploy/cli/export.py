@@ -50,6 +50,8 @@ def export_command(
     limit: int = typer.Option(None, "--limit", min=1, help="At most this many hits (default 10000)."),
     principal_text: str = PRINCIPAL_OPTION,
     log: str = LOG_OPTION,
+    session: str | None = typer.Option(None, "--session", metavar="ID",
+                                       help="Only this session's events (with sessions)."),
 ) -> None:
     """Export what you may read at one asOfSeq: sessions' events, turns, or a search's hits."""
     if fmt not in ("jsonl", "parquet"):
@@ -59,7 +61,9 @@ def export_command(
         raise USLError("exporting hits needs a query: add -q/--query, e.g. `usl export hits -q 'retry budget'`")
     if what != "hits" and query:
         raise USLError(f"-q/--query applies to `usl export hits`, not to {what}: leave it out, or export hits")
-    params: dict[str, Any] = {"what": what, "log": log, "query": query, "asOfSeq": as_of,
+    if what != "sessions" and session is not None:
+        raise USLError(f"--session applies to `usl export sessions`, not to {what}: leave it out, or export sessions")
+    params: dict[str, Any] = {"what": what, "log": log, "query": query, "asOfSeq": as_of, "sessionId": session,
                               "freshness": freshness if what == "hits" else None,
                               "mode": mode if what == "hits" else None, "limit": limit}
     params = {name: value for name, value in params.items() if value is not None}
@@ -101,7 +105,8 @@ def _through_api(current: Any, principal_text: str | None, fmt: str,
                  params: dict[str, Any]) -> tuple[int, bytes] | None:
     def ask(client: Client) -> tuple[int, bytes]:
         exported = client.export(params.pop("what"), fmt=fmt,  # type: ignore[arg-type]
-                                 as_of_seq=params.pop("asOfSeq", None), **params)
+                                 as_of_seq=params.pop("asOfSeq", None), session_id=params.pop("sessionId", None),
+                                 **params)
         return exported.as_of_seq, exported.data
 
     return with_api(current, principal_text, False, ask)

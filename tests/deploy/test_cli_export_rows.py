@@ -30,7 +30,7 @@ def test_the_summary_counts_the_rows_of_either_format(
     monkeypatch.setattr(export_cli, "_through_api", lambda *args: (42, data))
     output = tmp_path / f"hits.{fmt}"
     export_cli.export_command("hits", query="q", fmt=fmt, output=output, as_of=None, freshness="indexed",
-                              mode="hybrid", limit=None, principal_text=None, log="default")
+                              mode="hybrid", limit=None, principal_text=None, log="default", session=None)
     assert output.read_bytes() == data
     assert f"at asOfSeq 42: 3 rows to {output} ({fmt})" in " ".join(capsys.readouterr().err.split())
 
@@ -49,7 +49,7 @@ def test_an_output_that_cannot_be_written_is_one_line_before_the_export(
     with pytest.raises(USLError, match="cannot write the export to"):
         export_cli.export_command("sessions", query=None, fmt="jsonl", output=tmp_path / where, as_of=None,
                                   freshness="indexed", mode="hybrid", limit=None, principal_text=None,
-                                  log="default")
+                                  log="default", session=None)
     assert asked == []
 
 
@@ -63,4 +63,22 @@ def test_a_failed_write_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     with pytest.raises(USLError, match="Permission denied"):
         export_cli.export_command("sessions", query=None, fmt="jsonl", output=output, as_of=None,
                                   freshness="indexed", mode="hybrid", limit=None, principal_text=None,
-                                  log="default")
+                                  log="default", session=None)
+
+
+def test_one_sessions_events_are_exported_by_its_id(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by a new user: the API exports one session (`sessionId`, the search page's session
+    view), but `usl export` had no way to ask for it, so a session's events came only with every
+    other session's."""
+    from streams.exceptions import USLError
+
+    asked: list[dict] = []
+    monkeypatch.setattr(export_cli, "load_settings", lambda: None)
+    monkeypatch.setattr(export_cli, "_through_api", lambda current, principal, fmt, params: asked.append(params) or (7, b""))
+    export_cli.export_command("sessions", query=None, fmt="jsonl", output=tmp_path / "s.jsonl", as_of=None,
+                              freshness="indexed", mode="hybrid", limit=None, principal_text=None, log="default",
+                              session="8aef9b8f-ae65-42f1-b662-1b8e68b8fd1e")
+    assert asked[0]["sessionId"] == "8aef9b8f-ae65-42f1-b662-1b8e68b8fd1e"
+    with pytest.raises(USLError, match="--session applies to `usl export sessions`"):
+        export_cli.export_command("turns", query=None, fmt="jsonl", output=None, as_of=None, freshness="indexed",
+                                  mode="hybrid", limit=None, principal_text=None, log="default", session="s-1")
