@@ -323,7 +323,12 @@ def _window(text: str, matches: list[tuple[int, int]]) -> int:
         return 0
     first = max(0, min(start - _SNIPPET_CHARS // 5, len(text) - _SNIPPET_CHARS))
     line = text.find("\n", first, start)
-    return line + 1 if line != -1 else first
+    if line == -1:
+        return first
+    # Past blank lines: a window opening on one showed a line holding only its `…`.
+    while line + 1 < start and text[line + 1] == "\n":
+        line += 1
+    return line + 1
 
 
 def _indent(text: str) -> str:

@@ -206,3 +206,14 @@ def test_terms_are_marked_whole_in_every_script() -> None:
     assert marked("عن بقاعدة البيانات، قاعدة", "قاعدة") == ["قاعدة"]
     assert marked("数据库 的 数据", "数据") == ["数据", "数据"]  # each character is a term
     assert marked("ภาษาไทย ไทย", "ไทย") == ["ไทย", "ไทย"]
+
+
+def test_a_window_opening_on_blank_lines_starts_at_the_text_after_them() -> None:
+    """Found on a real Claude Code session (a web search's result: its query, a blank line, then
+    `Links: [{"title": ...`): the hit began with a line holding only `…`, the blank line the
+    window opened on, and the text it was cut for came a line later."""
+    text = "[user] why does the tray menu not update " + "and so on " * 60 + "\n" \
+        + "[tool.result WebSearch ok] Web search results for query: " + "ksni menu refresh " * 8 + "\n\n" \
+        + 'Links: [{"title":"ksni tray"},{"title":"ksni"},{"title":"tray"}]\n' + "filler\n" * 80
+    first = _shown(text, "title tray").splitlines()[0].strip()
+    assert first.startswith("…Links:")
