@@ -21,9 +21,9 @@ earlier ones) takes the whole import, which leaves a new cursor behind
 
 The end of a growing file is not the end of its session: the ``turn.ended`` / ``episode.ended``
 an importer emits at the end of its input are held back until the file has been idle for
-``USL_FOLLOW_IDLE_SECONDS`` (or it is deleted); if the turn goes on after its end went out, its
-later events get an end of their own (an end's eventId names the turn's last event), which
-closes them as one chunk unit.
+``USL_FOLLOW_IDLE_SECONDS`` (or it is deleted, or the follower stops); if the turn goes on after
+its end went out, its later events get an end of their own (an end's eventId names the turn's
+last event), which closes them as one chunk unit.
 
 What makes it exactly once (:class:`PositionStore`, one JSON file under ``$USL_HOME/follow``):
 
@@ -514,7 +514,8 @@ class Follower:
 
     def run(self, *, poll_seconds: float, should_stop: Callable[[], bool],
             on_poll: Callable[[PollReport], None] | None = None) -> None:
-        """Poll until ``should_stop()``; ``on_poll`` sees each poll's report."""
+        """Poll until ``should_stop()``, then :meth:`stop`; ``on_poll`` sees each poll's report
+        (the stop's too)."""
         while not should_stop():
             report = self.poll()
             if on_poll is not None:
@@ -522,6 +523,20 @@ class Follower:
             deadline = time.monotonic() + poll_seconds
             while time.monotonic() < deadline and not should_stop():
                 time.sleep(min(0.05, poll_seconds))
+        report = self.stop()
+        if on_poll is not None:
+            on_poll(report)
+
+    def stop(self) -> PollReport:
+        """Send the end events the followed files hold back, as their going idle would: once
+        this follower stops, nothing else sends them, and each open turn held its log's
+        indexes below it (``usl status``: waiting on an open turn) until the file was imported
+        again. A turn that goes on after it gets an end of its own, as after an idle pause."""
+        report = PollReport()
+        records = self.store.records(self.appender)
+        for key, tracked in list(self._tracked.items()):
+            self._release(key, tracked, records.get(key), report)
+        return report
 
     def poll(self) -> PollReport:
         """One pass over every followed file; appends what is new and commits its records."""
@@ -1045,13 +1060,17 @@ class Follower:
 
     def _gone(self, key: str, records: dict[str, FileRecord], report: PollReport) -> None:
         """A file that disappeared: its held-back end events go out now (its session is over)."""
-        tracked = self._tracked.pop(key)
-        record = records.get(key)
+        self._release(key, self._tracked.pop(key), records.get(key), report)
+
+    def _release(self, key: str, tracked: _Tracked, record: FileRecord | None, report: PollReport) -> None:
+        """Append the end events ``record`` holds back, as ``tracked`` knows them."""
         if record is None or not record.held or not tracked.held_events or tracked.record != record:
             return
         batch = _Batch(events=list(tracked.held_events), canonical=[None] * len(tracked.held_events))
         batch.records[key] = (record, FileRecord(**{**asdict(record), "held": ()}))
         self._commit(batch, report)
+        report.files += 1
+        tracked.held_events = []
 
 
 def _new_events(entries: list[Accepted | Rejected], seen: dict[str, bytes | None], report: PollReport,

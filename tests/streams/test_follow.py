@@ -875,3 +875,30 @@ def test_positions_other_importers_wrote_vouch_for_nothing(tmp_path, monkeypatch
     # Written by these importers, the record vouches again: the next import appends nothing.
     report = follower(live, l1, tmp_path / "home", clock, once=True).poll()
     assert report.appended == 0 and report.duplicates > 0
+
+
+def test_a_stopped_follower_ends_the_turns_it_held_open(tmp_path):
+    """Found by following a real Claude Code session and stopping the follower (Ctrl-C) seconds
+    after the user's last prompt: the turn's end, held back until the file went idle, never
+    went out, and `usl status` showed the log's indexes waiting on that open turn for good (the
+    chunker's idle cut needs later events in the log). A stopping follower sends what its files
+    hold back; if the turn goes on, its later events get an end of their own."""
+    lines = TRANSCRIPTS[1].read_bytes().splitlines(keepends=True)
+    live = tmp_path / "session.jsonl"
+    live.write_bytes(b"".join(lines[:16]))  # ends with the user's second prompt: its turn is open
+    l1, clock = MemoryL1(), Clock()
+    stops = iter([False, True])
+    follower(live, l1, tmp_path / "home", clock).run(poll_seconds=0, should_stop=lambda: next(stops))
+    assert set(l1.counts()) == one_shot_ids(live) and max(l1.counts().values()) == 1
+    chunker = Chunker(ChunkerConfig(), default_tokenizer(), policy_hash="policy-test")
+    state = chunker.new_state(l1.log[0]["sessionId"])
+    for seq, event in enumerate(l1.log, start=1):
+        chunker.on_event(state, event["logId"], seq, event)
+    assert chunker.open_min_seq(state) is None
+    with live.open("ab") as handle:
+        handle.write(b"".join(lines[16:]))
+    restarted = follower(live, l1, tmp_path / "home", clock)
+    restarted.poll()
+    clock.now += 10
+    restarted.poll()
+    assert set(l1.counts()) >= one_shot_ids(live) and max(l1.counts().values()) == 1
