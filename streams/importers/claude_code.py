@@ -307,8 +307,14 @@ class _Transcript:
             fields["title"] = self.title
         if self.model:
             fields["model"] = self.model
-        if isinstance(line.get("cwd"), str):
-            fields["cwd"] = line["cwd"]
+        cwd = line.get("cwd")
+        if not isinstance(cwd, str):
+            # A headless run's stream names its directory once, on the `system` `init` line
+            # that waits (pending) for the run's first conversation line.
+            cwd = next((entry.value["cwd"] for entry in self.pending
+                        if entry.line_type == "system" and isinstance(entry.value.get("cwd"), str)), None)
+        if cwd is not None:
+            fields["cwd"] = cwd
         return fields
 
     def _blocks(

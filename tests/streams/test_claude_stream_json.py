@@ -93,6 +93,7 @@ def test_a_headless_run_imports_whole(tmp_path: Path) -> None:
     ]
     started = events[0]
     assert started["fields"]["model"] == "claude-sonnet-4-6"
+    assert started["fields"]["cwd"] == "/work/repo"  # from the run's init line
     # The stream times nothing: its events keep the file's order at the epoch, as an OpenAI
     # conversation without `created` does; none is invented from the wall clock.
     assert {event["time"] for event in events} == {EPOCH}
