@@ -18,7 +18,8 @@ building (``rebuild-N`` before its switch), an abandoned one. Each kind director
 shard's directory (``shard-I-of-N``) is collected on its own.
 
 Who runs it: :func:`sinks.rebuild.switch_to` after each switch, and every sink after its
-commits, at most once a minute per log (:func:`collect_retired_lines_due`). Removal renames the
+commits and on a quiet log (:meth:`sinks.runner.SinkRunner.collect_quiet_logs`), at most once a
+minute per log (:func:`collect_retired_lines_due`). Removal renames the
 line to a hidden ``.trash-line-*`` directory under the line's exclusive pin lock, then deletes
 it: a reader that pins afterwards gets GenerationError (a cursor: CursorExpired), never a
 half-deleted line. A ``.trash-line-*`` left by a crash is deleted by the next pass.

@@ -97,6 +97,10 @@ _MAX_BACKOFF_SECONDS = 10.0
 # same cores); at the worker's full rate, early commits without this bound took 2-3x the wall
 # time per commit and cost 10-19 % of the end-to-end rate (docs/benchmarks.md, issue 16).
 _EARLY_COMMIT_SPACING = 4.0
+# Every collection of a line (after a commit, after a merge, on a quiet log) keeps the newest
+# this many generations besides the pinned ones, so the line holds the same generations
+# whichever of them ran last.
+_KEEP_LAST_GENERATIONS = 3
 
 
 def is_disk_error(exc: BaseException) -> bool:
@@ -292,6 +296,8 @@ class SinkRunner:
         self._failures = 0
         self._merger: BackgroundMerger | None = None
         self._stalled_reported: set[tuple[str, str | None]] = set()
+        # log id -> time.monotonic() of the last collection of its line (_collect)
+        self._collected: dict[str, float] = {}
         # The text analyzer this writer's terms come from (text, toolresults): a line of another
         # one stalls like a line of another policy, never crashes the sink for every log.
         self._analyzer: str | None = writer.describe().get("analyzer")
@@ -451,6 +457,7 @@ class SinkRunner:
                         continue
                     first_offsets.clear()
                     self._guarded(self.flush)
+                self.collect_quiet_logs()
                 if until_caught_up and all(self._consumer.position(tp) >= end for tp, end in ends.items()):
                     self._note_new_logs(first_offsets)
                     self.flush(force=True)
@@ -710,9 +717,7 @@ class SinkRunner:
         self._publish(log_id, committed, store)
         if self.on_commit is not None:
             self.on_commit(committed)
-        store.gc(keep_last=3)
-        collect_retired_lines_due(self.root, log_id, self.kind, shard=store.shard,
-                                  grace_seconds=self.settings.retired_line_grace_seconds)
+        self._collect(log_id, store)
         if self._merger is not None:
             self._merger.offer(log_id, store.line, committed.generation_id, committed_dir)
 
@@ -736,7 +741,7 @@ class SinkRunner:
                 self._publish(job.log_id, committed, store)
                 if self.on_commit is not None:
                     self.on_commit(committed)
-                store.gc(keep_last=3)
+                self._collect(job.log_id, store)
                 self._merger.offer(job.log_id, store.line, committed.generation_id,
                                    store.generation_dir(committed.generation_id))
                 published = True
@@ -745,6 +750,39 @@ class SinkRunner:
             finally:
                 self._merger.settled(job)
         return published
+
+    def _collect(self, log_id: str, store: GenerationStore) -> None:
+        """Collect ``store``'s line (its expired pins, and the generations beyond the newest
+        :data:`_KEEP_LAST_GENERATIONS` that no unexpired pin holds) and, when due, the log's
+        retired lines. Called from the sink loop only, between commits, so it never races a
+        commit of this runner; a commit of another process is safe too, since GC never touches
+        a generation above the CURRENT it read or that generation itself."""
+        store.gc(keep_last=_KEEP_LAST_GENERATIONS)
+        self._collected[log_id] = time.monotonic()
+        collect_retired_lines_due(self.root, log_id, self.kind, shard=store.shard,
+                                  grace_seconds=self.settings.retired_line_grace_seconds)
+
+    def collect_quiet_logs(self) -> list[str]:
+        """Collect the line of every log not collected for ``sink_gc_interval_seconds`` (a
+        commit or merge collects its own log's); return those logs. Without it, a log that gets
+        no new event keeps every pin that expired since its last commit, and the generations
+        those pins held, for as long as it stays quiet (docs/operations.md, "Generations and
+        pins"). Stalled logs too: their lines take pins like any other. A file system error is
+        logged and left for the next pass; it must not stop the sink."""
+        due = time.monotonic() - self.settings.sink_gc_interval_seconds
+        collected = []
+        for log_id, state in sorted(self.logs.items()):
+            if self._collected.get(log_id, float("-inf")) > due:
+                continue
+            try:
+                self._collect(log_id, self._store(log_id, state.line))
+            except (OSError, GenerationError) as exc:
+                self._collected[log_id] = time.monotonic()
+                log.warning("%s sink: collecting log %s failed (%s); retrying in %.0fs", self.label, log_id,
+                            exc, self.settings.sink_gc_interval_seconds)
+                continue
+            collected.append(log_id)
+        return collected
 
     def _publish(self, log_id: str, manifest: Manifest, store: GenerationStore) -> None:
         """Publish ``manifest``'s watermark and set the gauges to it: every publication (a

@@ -169,6 +169,13 @@ class Settings:
         secret=True,
     )
     cursor_ttl_seconds: int = _setting("USL_CURSOR_TTL_SECONDS", 3600, "How long a cursor stays valid.", minimum=0)
+    sink_gc_interval_seconds: float = _setting(
+        "USL_SINK_GC_INTERVAL_SECONDS", 60.0,
+        "How often a sink collects a log's line that no commit collected meanwhile: the generations "
+        "no unexpired pin holds (beyond the newest three) and expired pin files, so a quiet log's "
+        "expired cursor pins and the generations they held go without waiting for a new event.",
+        minimum=1.0,
+    )
     retired_line_grace_seconds: int = _setting(
         "USL_RETIRED_LINE_GRACE_SECONDS", 900,
         "How long a generation line replaced by `usl rebuild` stays on disk before it is deleted "
