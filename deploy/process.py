@@ -115,12 +115,16 @@ def _ps_command(pid: int) -> str | None:
     return (done.stdout.strip() or None) if done.returncode == 0 else None
 
 
-def terminate(pid: int, *, grace_seconds: float, group: bool = False) -> None:
+def terminate(pid: int, *, grace_seconds: float, group: bool = False, resume: bool = False) -> None:
     """SIGTERM ``pid`` (its whole process group with ``group``), reap it if it is our child,
-    and SIGKILL it if it is still alive after ``grace_seconds``. A process already gone is fine."""
+    and SIGKILL it if it is still alive after ``grace_seconds``. A process already gone is fine.
+    With ``resume``, SIGCONT follows the SIGTERM: a stopped process acts on SIGTERM only once it
+    runs again, and then shuts down cleanly instead of waiting for SIGKILL."""
     send = os.killpg if group else os.kill
     try:
         send(pid, signal.SIGTERM)
+        if resume:
+            send(pid, signal.SIGCONT)
     except ProcessLookupError:
         return
     deadline = time.monotonic() + grace_seconds

@@ -13,6 +13,9 @@ are chosen once and recorded in ``$USL_HOME/run/metrics-ports.json`` (kept by ``
 the next ``usl up`` reuses them too), and every start passes its own as ``USL_METRICS_PORT``.
 Chosen per start (``USL_METRICS_PORT=0``), a restarted process answered on a new port that no
 scrape configuration named.
+
+A process that hangs instead of exiting is found by probing those ports (and the API's
+``/healthz``), killed and restarted like one that exited (:mod:`deploy.liveness`).
 """
 
 from __future__ import annotations
@@ -23,8 +26,10 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
+from deploy.liveness import Watchdog
 from deploy.process import (
     PRIVATE_UMASK,
     is_same_process,
@@ -81,14 +86,16 @@ def start_process(settings: Settings, name: str, args: list[str], env: dict[str,
     return proc.pid
 
 
-def stop_process(pid: int, *, grace_seconds: float = 20.0) -> None:
+def stop_process(pid: int, *, grace_seconds: float = 20.0, resume: bool = False) -> None:
     """Stop ``pid`` with its process group when it leads one (what :func:`start_process`
-    starts), else alone: a ``usl up`` in the foreground shares the group of whatever ran it."""
+    starts), else alone: a ``usl up`` in the foreground shares the group of whatever ran it.
+    ``resume``: SIGCONT after SIGTERM (:func:`deploy.process.terminate`), for a process that
+    may be stopped."""
     try:
         leads = os.getpgid(pid) == pid
     except ProcessLookupError:
         return
-    terminate(pid, grace_seconds=grace_seconds, group=leads)
+    terminate(pid, grace_seconds=grace_seconds, group=leads, resume=resume)
 
 
 def sink_children(settings: Settings) -> dict[str, list[str]]:
@@ -172,13 +179,20 @@ def _record_metrics_ports(settings: Settings, ports: dict[str, int]) -> None:
     os.replace(partial, path)  # `usl up --detach` and `usl status` read it: never half written
 
 
-def supervise(settings: Settings, children: dict[str, list[str]], env: dict[str, str]) -> None:
-    """Run ``children`` (name → usl arguments) and restart any that exits, until SIGTERM/SIGINT.
+def supervise(settings: Settings, children: dict[str, list[str]], env: dict[str, str], *,
+              health: Mapping[str, str] | None = None) -> None:
+    """Run ``children`` (name → usl arguments) and restart any that exits or hangs, until
+    SIGTERM/SIGINT.
 
     Restarts back off (1 s doubling to 60 s) so a process that cannot start does not spin;
     a process that ran for a while before exiting is restarted after 1 s again (the back-off
     is for crash loops, not for the occasional crash). Every step downstream is idempotent,
     so a restarted worker or sink resumes without loss.
+
+    A child is hung when it stops answering HTTP (:mod:`deploy.liveness`): on its ``/metrics``
+    port (workers, sinks, the follower) or, for a child named in ``health`` (name → URL, the
+    API's ``/healthz``), there. It is then stopped (SIGTERM and SIGCONT, SIGKILL after 20 s;
+    the loop waits for that) and restarted as if it had exited.
     """
     stop = stop_signals()
     # `usl down` finds the supervisor by this file and stops it first; a foreground `usl up`
@@ -201,10 +215,17 @@ def supervise(settings: Settings, children: dict[str, list[str]], env: dict[str,
         print(f"{name}: metrics on http://{_METRICS_HOST}:{ports[name]}/metrics", flush=True)
         return start_process(settings, name, children[name], {**env, "USL_METRICS_PORT": str(ports[name])})
 
+    def probe_url(name: str) -> str | None:
+        if health and name in health:
+            return health[name]
+        return f"http://{_METRICS_HOST}:{ports[name]}/metrics" if name in ports else None
+
     pids = {name: start(name) for name in children}
     started = dict.fromkeys(children, time.monotonic())
     backoff = dict.fromkeys(children, 1.0)
     next_start: dict[str, float] = {}
+    killed: set[str] = set()
+    watchdog = Watchdog(settings, len(children))
     try:
         while not stop.is_set():
             time.sleep(0.5)
@@ -223,10 +244,20 @@ def supervise(settings: Settings, children: dict[str, list[str]], env: dict[str,
                 if done:
                     if now - started[name] >= _STABLE_SECONDS:
                         backoff[name] = 1.0
-                    print(f"{name} exited; restarting in {backoff[name]:.0f}s", flush=True)
+                    how = "was killed" if name in killed else "exited"
+                    killed.discard(name)
+                    print(f"{name} {how}; restarting in {backoff[name]:.0f}s", flush=True)
                     next_start[name] = now + backoff[name]
                     backoff[name] = min(backoff[name] * 2, 60.0)
+                    continue
+                hung = watchdog.check(name, pids[name], probe_url(name), now)
+                if hung is not None and name not in killed:
+                    print(f"{name} (pid {pids[name]}) is hung: {hung}; killing it (SIGTERM, then SIGKILL "
+                          "after 20s) to restart it", flush=True)
+                    killed.add(name)
+                    stop_process(pids[name], resume=True)  # the next tick reaps it and restarts it
     finally:
+        watchdog.close()
         for name in children:
             if name in pids and name not in next_start:
                 stop_process(pids[name])

@@ -194,6 +194,27 @@ class Settings:
         "status`); set, it is the first of those ports and the next processes take the ports after it.",
         minimum=0,
     )
+    liveness_probe_seconds: float = _setting(
+        "USL_LIVENESS_PROBE_SECONDS", 20.0,
+        "How often the supervisor of `usl up` probes each process that serves HTTP (the API's /healthz, every "
+        "worker's, sink's and follower's /metrics); a probe fails without an HTTP answer (any status) within 5 s, "
+        "or this interval if shorter.",
+        minimum=0.5,
+    )
+    liveness_failures: int = _setting(
+        "USL_LIVENESS_FAILURES", 6,
+        "Failed probes in a row after which the supervisor of `usl up` kills a process as hung (SIGTERM, then "
+        "SIGKILL) and restarts it, once it has also not answered for USL_LIVENESS_GRACE_SECONDS. 0: no liveness "
+        "check (only an exit restarts a process).",
+        minimum=0,
+    )
+    liveness_grace_seconds: float = _setting(
+        "USL_LIVENESS_GRACE_SECONDS", 120.0,
+        "Least time a process goes without answering a probe (counted from its start until it first answers) "
+        "before the supervisor of `usl up` kills it as hung: far longer than a healthy process ever pauses (a "
+        "full garbage collection, a large merge or commit, a slow start).",
+        minimum=0.0,
+    )
     kafka_version: str = _setting("USL_KAFKA_VERSION", "4.1.1", "Apache Kafka version the local broker runs.")
     kafka_cache: Path = _setting(
         "USL_KAFKA_CACHE", Path.home() / ".cache" / "usl",

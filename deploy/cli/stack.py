@@ -126,10 +126,11 @@ def up(
     """Start the local stack: broker (if none is configured), topics, workers, sinks, planner API;
     with USL_OBJECT_STORE and no USL_S3_ENDPOINT, a local S3Proxy too.
 
-    A supervisor restarts any stack process that exits; `usl down` stops everything. Run over a
-    stack that is up, it starts the local broker again if that stopped (the supervisor does not
-    restart it), where the stack's processes look for it; over processes whose supervisor is
-    gone, it stops them and starts the stack again.
+    A supervisor restarts any stack process that exits or hangs (stops answering HTTP, see
+    USL_LIVENESS_FAILURES); `usl down` stops everything. Run over a stack that is up, it starts
+    the local broker again if that stopped (the supervisor does not restart it), where the
+    stack's processes look for it; over processes whose supervisor is gone, it stops them and
+    starts the stack again.
     """
     import os
     import time
@@ -203,7 +204,14 @@ def up(
     if follow:  # USL_FOLLOW: a follower tails those transcripts into L1
         children["follow"] = ["ingest", "--follow", *follow]
     out().print(f"starting USL Search: broker {bootstrap}, API {url}; Ctrl-C stops it")
-    supervise(settings, children, env)
+    supervise(settings, children, env, health={"api": _health_url(settings.api_host, api_port)})
+
+
+def _health_url(host: str, port: int) -> str:
+    """Where the supervisor probes the API it runs on ``host``: a wildcard address is probed on
+    loopback, an IPv6 one in brackets."""
+    probed = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
+    return f"http://{f'[{probed}]' if ':' in probed else probed}:{port}/healthz"
 
 
 def serve(
