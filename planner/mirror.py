@@ -52,7 +52,8 @@ from streams.fsio import atomic_write, fsync_directory
 from streams.l1 import follow_topic
 from streams.settings import Settings
 
-__all__ = ["MIRROR_KEEP_LAST", "MIRROR_PIN_SECONDS", "MirrorFollower", "StoreMirror", "cache_dir"]
+__all__ = ["MIRROR_COLLECT_SECONDS", "MIRROR_KEEP_LAST", "MIRROR_PIN_SECONDS", "MirrorFollower", "StoreMirror",
+           "cache_dir"]
 
 log = logging.getLogger("usl.planner.mirror")
 
@@ -60,6 +61,8 @@ MIRROR_KEEP_LAST = 2
 """Generations the mirror keeps per line (besides any a query or cursor has pinned)."""
 MIRROR_PIN_SECONDS = 900.0
 """How long a store pin of the mirror holds a generation without renewal (renewed every third)."""
+MIRROR_COLLECT_SECONDS = 60.0
+"""How often the mirror collects every line it keeps, not only the one that just got a generation."""
 _STAGING_PREFIX = ".mirror-"
 _LOCK_FILE = ".mirror.lock"
 _RETRY_SECONDS = 2.0
@@ -75,7 +78,8 @@ class StoreMirror:
 
     def __init__(self, settings: Settings, bootstrap: str, *, root: Path | None = None,
                  cache_bytes: int | None = None, keep_last: int = MIRROR_KEEP_LAST,
-                 pin_ttl_seconds: float = MIRROR_PIN_SECONDS, store: ObjectStore | None = None) -> None:
+                 pin_ttl_seconds: float = MIRROR_PIN_SECONDS, store: ObjectStore | None = None,
+                 collect_seconds: float = MIRROR_COLLECT_SECONDS) -> None:
         if store is None and not settings.object_store:
             raise ConfigError("USL_PLANNER_SOURCE=object-store needs USL_OBJECT_STORE (s3://bucket/prefix) "
                               "and the store's USL_S3_* endpoint and keys")
@@ -92,6 +96,8 @@ class StoreMirror:
             raise
         self.keep_last = keep_last
         self.pin_ttl_seconds = pin_ttl_seconds
+        self.collect_seconds = collect_seconds
+        self._collected = time.monotonic()
         self.holder = f"planner-mirror-{socket.gethostname()}-{os.getpid()}"
         self._bootstrap = bootstrap
         self._pointers: dict[str, dict[str, Any]] = {}
@@ -196,6 +202,8 @@ class StoreMirror:
                 complete = False
                 self.last_error = exc
                 log.error("mirroring %s generation %s failed (%s); retrying", key, record.get("generationId"), exc)
+        if time.monotonic() - self._collected > self.collect_seconds:
+            self._collect_all()
         if time.monotonic() - self._pins_renewed > self.pin_ttl_seconds / 3:
             self._renew_pins()
         if not complete:
@@ -280,6 +288,24 @@ class StoreMirror:
                 self.store.unpin(self._store_pins.pop(pin_id))
             except ObjectStoreError:
                 pass  # it expires on its own
+
+    def _collect_all(self) -> None:
+        """Collect every line mirrored here. A line is collected when it gets a generation, but
+        the pins of this replica's queries and cursors also expire while their log stays quiet;
+        until a new generation came, what they held stayed on disk and pinned in the store (as
+        a sink's lines did: docs/operations.md, "Generations and pins")."""
+        for key in list(self._done):
+            record = self._pointers.get(key)
+            if record is None:
+                continue
+            log_id, kind, shard_name = key.split("/")
+            store = GenerationStore(self.root, log_id, kind, str(record["line"]),
+                                    shard=None if shard_name == DEFAULT_SHARD else shard_name)
+            try:
+                self._collect(key, store)
+            except (GenerationError, OSError) as exc:
+                log.warning("collecting the mirror of %s failed (%s); retrying", key, exc)
+        self._collected = time.monotonic()
 
     def _renew_pins(self) -> None:
         for pin_id, pin_key in list(self._store_pins.items()):

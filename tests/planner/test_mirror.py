@@ -99,7 +99,8 @@ def test_the_mirror_materializes_published_generations_as_the_planner_reads_them
                                  shard=f"shard-{index}-of-2") for index, through in ((0, 7), (1, 4))]
     replica = replica_of(settings, tmp_path / "b")
     bound = 60_000  # room for about two text generations: older ones must be evicted
-    mirror = StoreMirror(replica, settings.bootstrap_servers or "", cache_bytes=bound, keep_last=2)
+    mirror = StoreMirror(replica, settings.bootstrap_servers or "", cache_bytes=bound, keep_last=2,
+                         collect_seconds=0.5)
     follower = MirrorFollower(mirror).start(timeout_seconds=120)
     try:
         assert mirror.ready, mirror.last_error
@@ -144,6 +145,10 @@ def test_the_mirror_materializes_published_generations_as_the_planner_reads_them
         pins = [key for key, (_manifest, expires) in store.pins().items() if expires > time.time()]
         assert len(pins) == len(kept) + 2
         held.release()
+        # Nothing new is published: the replica still lets go of what no query holds any more.
+        wait_for(lambda: manifest.generation_id not in mirrored.generation_ids(), "the released generation to go",
+                 timeout=60)
+        assert len([key for key, (_m, expires) in store.pins().items() if expires > time.time()]) == len(kept) - 1 + 2
         commit_and_publish(settings, {"seg-0": os.urandom(20_000)}, through=10)
         wait_for(lambda: follower.snapshot()[("default", "text")]["builtThroughSeq"] == 10, "generation 10")
         assert manifest.generation_id not in mirrored.generation_ids()
