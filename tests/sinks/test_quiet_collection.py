@@ -13,75 +13,22 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any
 
 import pytest
-from kafka import TopicPartition
 
 import sinks.runner as runner_module
 from sinks.generations import GenerationStore, Manifest
 from sinks.runner import SinkRunner, index_root
 from streams.settings import Settings
+from tests.sinks.fakes import KIND, EmptyConsumer, NullWriter, RecordingPublisher
 
-KIND = "structured"
 VERSIONS = {"redactionPolicy": "p1", "chunker": {}}
-
-
-class _Writer:
-    kind = KIND
-    sources: tuple[str, ...] = ("chunks",)
-
-    def describe(self) -> dict[str, Any]:
-        return {"schemaVersion": "1"}
-
-    def write(self, staging: Path, previous: Path | None, records: Any) -> list[str]:
-        return []
-
-
-class _QuietConsumer:
-    """A consumer of one partition per topic on which nothing ever arrives."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self.positions: dict[TopicPartition, int] = {}
-
-    def partitions_for_topic(self, topic: str) -> set[int]:
-        return {0}
-
-    def assign(self, partitions: list[TopicPartition]) -> None:
-        self.positions = dict.fromkeys(partitions, 0)
-
-    def seek(self, tp: TopicPartition, offset: int) -> None:
-        self.positions[tp] = offset
-
-    def position(self, tp: TopicPartition) -> int:
-        return self.positions.get(tp, 0)
-
-    def poll(self, *, timeout_ms: int, **kwargs: Any) -> dict[TopicPartition, list[Any]]:
-        time.sleep(timeout_ms / 1000)
-        return {}
-
-    def assignment(self) -> set[TopicPartition]:
-        return set(self.positions)
-
-    def close(self) -> None:
-        pass
-
-
-class _Publisher:
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def publish(self, watermark: dict[str, Any]) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 @pytest.fixture
 def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
-    monkeypatch.setattr(runner_module, "KafkaConsumer", _QuietConsumer)
-    monkeypatch.setattr(runner_module, "WatermarkPublisher", _Publisher)
+    monkeypatch.setattr(runner_module, "KafkaConsumer", EmptyConsumer)
+    monkeypatch.setattr(runner_module, "WatermarkPublisher", RecordingPublisher)
     return Settings.from_env({}, home=tmp_path / "home", topic_prefix="t.", bootstrap_servers="127.0.0.1:1",
                              sink_gc_interval_seconds=1.0)
 
@@ -104,7 +51,7 @@ def _pin_files(store: GenerationStore) -> list[str]:
 
 
 def _loaded(settings: Settings, *log_ids: str) -> SinkRunner:
-    runner = SinkRunner(settings, "127.0.0.1:1", _Writer(), versions=VERSIONS)
+    runner = SinkRunner(settings, "127.0.0.1:1", NullWriter(), versions=VERSIONS)
     for log_id in log_ids:
         runner.logs[log_id] = runner._load_log(log_id)
     return runner
@@ -115,7 +62,7 @@ def test_a_quiet_log_loses_its_expired_pins_and_the_generations_they_held(settin
     for generation_id in (1, 2, 3, 4):  # cursors that stopped paging: their pins run out
         store.pin(generation_id, ttl_seconds=1.5, holder="cursor")
     paging = store.pin(5, ttl_seconds=3600, holder="cursor")  # a cursor still paging
-    runner = SinkRunner(settings, "127.0.0.1:1", _Writer(), versions=VERSIONS)
+    runner = SinkRunner(settings, "127.0.0.1:1", NullWriter(), versions=VERSIONS)
     thread = threading.Thread(target=runner.run, daemon=True)
     thread.start()
     try:

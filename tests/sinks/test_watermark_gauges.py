@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 import pytest
-from kafka import TopicPartition
 from prometheus_client import REGISTRY
 
 import sinks.runner as runner_module
@@ -23,70 +22,15 @@ from sinks.generations import GenerationStore, Manifest
 from sinks.runner import SinkRunner, index_root
 from sinks.watermarks import WatermarkPublisher
 from streams.settings import Settings
+from tests.sinks.fakes import KIND, EmptyConsumer, NullWriter, RecordingPublisher
 
-KIND = "structured"
 VERSIONS = {"redactionPolicy": "p1", "chunker": {}}
-
-
-class _Writer:
-    """Writes generations without files: enough for the runner's publish paths."""
-
-    kind = KIND
-    sources: tuple[str, ...] = ("chunks",)
-
-    def describe(self) -> dict[str, Any]:
-        return {"schemaVersion": "1"}
-
-    def write(self, staging: Path, previous: Path | None, records: Any) -> list[str]:
-        return []
-
-
-class _Consumer:
-    """A consumer of one empty partition per topic."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self.positions: dict[TopicPartition, int] = {}
-
-    def partitions_for_topic(self, topic: str) -> set[int]:
-        return {0}
-
-    def assign(self, partitions: list[TopicPartition]) -> None:
-        self.positions = dict.fromkeys(partitions, 0)
-
-    def seek(self, tp: TopicPartition, offset: int) -> None:
-        self.positions[tp] = offset
-
-    def end_offsets(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
-        return dict.fromkeys(partitions, 0)
-
-    def position(self, tp: TopicPartition) -> int:
-        return self.positions.get(tp, 0)
-
-    def poll(self, **kwargs: Any) -> dict[TopicPartition, list[Any]]:
-        return {}
-
-    def assignment(self) -> set[TopicPartition]:
-        return set(self.positions)
-
-    def close(self) -> None:
-        pass
-
-
-class _Publisher:
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self.published: list[dict[str, Any]] = []
-
-    def publish(self, watermark: dict[str, Any]) -> None:
-        self.published.append(watermark)
-
-    def close(self) -> None:
-        pass
 
 
 @pytest.fixture
 def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
-    monkeypatch.setattr(runner_module, "KafkaConsumer", _Consumer)
-    monkeypatch.setattr(runner_module, "WatermarkPublisher", _Publisher)
+    monkeypatch.setattr(runner_module, "KafkaConsumer", EmptyConsumer)
+    monkeypatch.setattr(runner_module, "WatermarkPublisher", RecordingPublisher)
     return Settings.from_env({}, home=tmp_path / "home", topic_prefix="t.", bootstrap_servers="127.0.0.1:1")
 
 
@@ -113,7 +57,7 @@ def test_a_restarted_sink_that_commits_nothing_exports_its_watermark(settings: S
     log_id = _log()
     _commit(settings, log_id, 50)
     _commit(settings, log_id, 64)
-    runner = SinkRunner(settings, "127.0.0.1:1", _Writer(), versions=VERSIONS)
+    runner = SinkRunner(settings, "127.0.0.1:1", NullWriter(), versions=VERSIONS)
     runner.run(until_caught_up=True)
     assert _gauges(log_id) == (2, 64)
 
@@ -121,7 +65,7 @@ def test_a_restarted_sink_that_commits_nothing_exports_its_watermark(settings: S
 def test_a_stalled_line_exports_the_watermark_it_republishes(settings: Settings) -> None:
     log_id = _log()
     _commit(settings, log_id, 30, policy="p0")  # built by an earlier release's policy
-    runner = SinkRunner(settings, "127.0.0.1:1", _Writer(), versions=VERSIONS)
+    runner = SinkRunner(settings, "127.0.0.1:1", NullWriter(), versions=VERSIONS)
     runner.run(until_caught_up=True)
     assert runner.logs[log_id].stalled is not None
     assert _gauges(log_id) == (1, 30)
@@ -131,9 +75,9 @@ def test_a_line_switch_exports_the_new_lines_generation(settings: Settings) -> N
     log_id = _log()
     for through in (10, 20, 30):
         _commit(settings, log_id, through)
-    runner = SinkRunner(settings, "127.0.0.1:1", _Writer(), versions=VERSIONS)
-    runner._consumer = _Consumer()  # what run() sets up, without the loop
-    publisher = _Publisher()
+    runner = SinkRunner(settings, "127.0.0.1:1", NullWriter(), versions=VERSIONS)
+    runner._consumer = EmptyConsumer()  # what run() sets up, without the loop
+    publisher = RecordingPublisher()
     runner._publisher = cast(WatermarkPublisher, publisher)
     runner.logs[log_id] = runner._load_log(log_id)
     runner._publish(log_id, _commit(settings, log_id, 40), GenerationStore(index_root(settings), log_id, KIND))
