@@ -52,7 +52,8 @@ _CONNECTORS = (
 # After a password word only (2.3, later): the account or thing it opens ("the passphrase for the
 # key is ...", "the password for the admin account is ...").
 _PASSWORD_CONNECTORS = (*_CONNECTORS, "key", "account", "user", "root", "admin", "server", "database", "db",
-                        "box", "wifi", "login", "vault", "machine", "host")
+                        "box", "wifi", "login", "vault", "machine", "host",
+                        "ko", "ay")  # 2.12: Tagalog ("ang password ko ay …")
 # A password in a sentence may hold any printable ASCII but quotes, brackets and , ; : ` (as
 # password-in-prose reads it); a sentence's own full stop, "!" or "?" after it is no part of it.
 _PROSE_PASSWORD_CHARS = r"[A-Za-z0-9!#$%&*+\-./<=>?@^_~]"
@@ -80,7 +81,8 @@ class AssignmentRule(Rule):
         r"[A-Za-z0-9_.-]{0,48}(?P<close>\\?[\"']?)[ \t]*"
         r"(?P<sep>:=|=>|=(?![=~])|:(?![:/\\]))[ \t]*"
         r"(?:\\?\"(?P<dq>[^\"\\\r\n]{1,4096})\\?\"|'(?P<sq>[^'\r\n]{1,4096})'"
-        r"|(?P<bare>[^\s\"'`,;<>|{}()]{1,4096})(?P<eol>(?=[ \t]*(?:$|\r?\n|[,;&})])))?)",
+        # 2.12: a NUL ends a bare value (/proc/PID/environ, env -0 separate their entries so).
+        r"|(?P<bare>[^\s\"'`,;<>|{}()\x00]{1,4096})(?P<eol>(?=[ \t]*(?:$|\r?\n|[,;&})\x00])))?)",
         re.ASCII | re.IGNORECASE | re.MULTILINE,
     )
     _flag = re.compile(
@@ -108,7 +110,8 @@ class AssignmentRule(Rule):
     # place the longer reading wins, so what _prose redacted stays redacted.
     _prose_password = re.compile(
         r"(?P<word>passw(?:or)?ds?|passphrase|pass|pwd|pw|secret)(?![A-Za-z])"
-        r"(?P<between>(?:[^\w\r\n./(-]{1,4}(?:" + "|".join(_PASSWORD_CONNECTORS) + r")){0,4}[^\w\r\n./(-]{1,4})"
+        # 2.12: up to six marks before the value: markdown's "**Password:** `X`" has five.
+        r"(?P<between>(?:[^\w\r\n./(-]{1,4}(?:" + "|".join(_PASSWORD_CONNECTORS) + r")){0,4}[^\w\r\n./(-]{1,6})"
         r"(?P<bare>" + _PROSE_PASSWORD_CHARS + r"{6,128})(?!" + _PROSE_PASSWORD_CHARS + r")",
         re.ASCII | re.IGNORECASE,
     )

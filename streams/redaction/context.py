@@ -26,7 +26,9 @@ from streams.redaction.keys import is_placeholder, name_class
 __all__ = ["CONTEXT_RULES", "DSN_PASSWORD_RULE", "OPENVPN_KEY_RULE", "PRIVATE_KEY_RULE", "URL_PASSWORD_RULE", "EnvDumpRule", "WrappedTailRule",
            "named_value_rule", "table_secret"]
 
-_KEY_LABEL = r"-----BEGIN[A-Z0-9 ]{0,32}PRIVATE KEY(?: BLOCK)?-----"
+# 2.12: also the SSH2 (RFC 4716) armour of ssh.com's and PuTTY's exports, four dashes and a space:
+# `---- BEGIN SSH2 ENCRYPTED PRIVATE KEY ----`.
+_KEY_LABEL = r"-----BEGIN[A-Z0-9 ]{0,32}PRIVATE KEY(?: BLOCK)?-----|---- BEGIN[A-Z0-9 ]{0,32}PRIVATE KEY ----"
 PRIVATE_KEY_RULE = RegexRule(
     name="private-key",
     repass=False,
@@ -36,8 +38,8 @@ PRIVATE_KEY_RULE = RegexRule(
     # A block normally ends at its END line; a block cut short (a truncated tool output) is
     # redacted through the end of its key material instead of being left half-visible.
     pattern=re.compile(
-        _KEY_LABEL
-        + r"(?:.{0,65536}?-----END[A-Z0-9 ]{0,32}PRIVATE KEY(?: BLOCK)?-----"
+        r"(?:" + _KEY_LABEL + r")"
+        + r"(?:.{0,65536}?(?:-----END[A-Z0-9 ]{0,32}PRIVATE KEY(?: BLOCK)?-----|---- END[A-Z0-9 ]{0,32}PRIVATE KEY ----)"
         + r"|[A-Za-z0-9+/=\s\\:,.-]*)",
         re.ASCII | re.DOTALL,
     ),
@@ -221,8 +223,8 @@ _CLI_PASSWORD = RegexRule(
 _CURL_USER = RegexRule(
     name="cli-password",
     triggers=("curl",),
-    description="curl -u / --user USER:PASSWORD, any characters in the password",
-    pattern=re.compile(r"\bcurl\b[^\r\n|;&]*?[ \t](?:-u|--user)(?:=|[ \t]+)['\"]?(?:\[REDACTED:[a-z0-9-]+\]|[^\s'\":\[]*):"
+    description="curl -u / --user / -U / --proxy-user USER:PASSWORD, any characters in the password",
+    pattern=re.compile(r"\bcurl\b[^\r\n|;&]*?[ \t](?:-u|--user|-U|--proxy-user)(?:=|[ \t]+)['\"]?(?:\[REDACTED:[a-z0-9-]+\]|[^\s'\":\[]*):"
                        r"(?P<value>[^\s'\"|;&`]+)", re.ASCII),
     group="value",
 )
@@ -277,6 +279,24 @@ def _expect_send(match: re.Match[str]) -> bool:
 
 
 _BARE_ARG = r"[^\s|;&`-][^\s|;&`]*"
+_SNMP = re.compile(r"(?<![A-Za-z0-9_])snmp[a-z]{2,16}\b[^\r\n|;&]*\Z", re.ASCII)
+
+
+def _snmp_secret(match: re.Match[str]) -> bool:
+    """A net-snmp command's community or pass phrase (`public` and `private` are the defaults, no secret)."""
+    return (_SNMP.search(match.string, max(0, match.start() - 300), match.start()) is not None and _cli_value(match)
+            and match.group("value").strip("'\"").lower() not in ("public", "private"))
+
+
+_REDIS_PROMPT = re.compile(r"(?:[0-9]:[0-9]{2,5}|redis|\])(?:\[[0-9]{1,2}\])?>[ \t]*\Z", re.ASCII)
+
+
+def _redis_prompt(match: re.Match[str]) -> bool:
+    """AUTH typed at a redis-cli prompt (`127.0.0.1:6379> AUTH X`, `redis> AUTH default X`), not the word in prose."""
+    text, start = match.string, match.start()
+    return _REDIS_PROMPT.search(text, max(0, start - 80), start) is not None and _cli_value(match)
+
+
 # A secret piped into a command that reads one from stdin: --password-stdin, gh's --with-token,
 # gcloud / vercel / wrangler secrets, chpasswd and passwd, sudo -S.
 _PIPED_SECRET = (
@@ -400,6 +420,47 @@ _CLI_FLAG_PASSWORDS = (
     _cli_rule(("htpasswd",), "htpasswd -nb USER PASSWORD",
               r"\bhtpasswd(?P<flags>(?:[ \t]+-[A-Za-z]+)+)[ \t]+" + _BARE_ARG + r"[ \t]+(?P<value>" + _BARE_ARG + ")",
               check=_htpasswd_stdout),
+    # 2.12: more clients that take a secret as an argument no password word names: vault login
+    # TOKEN, a redis-cli session's AUTH [USER] PASSWORD, the net-snmp tools' community (-c) and
+    # v3 pass phrases (-A, -X), Windows' net use \\HOST\SHARE PASSWORD /user:U, PsExec -p,
+    # FreeRDP /p:, rdesktop -p, lftp -u USER,PASSWORD, macOS security add-…-password -w, vsce /
+    # ovsx publish -p PAT, nuget push -k KEY / setapikey KEY, httpie's -A bearer -a TOKEN,
+    # HAProxy's insecure-password and MySQL's SET PASSWORD … = PASSWORD('X').
+    _cli_rule(("vault",), "vault login TOKEN",
+              r"vault(?<![A-Za-z0-9_-]vault)[ \t]+login(?:[ \t]+-(?:no-print|no-store|method=token|(?:address|namespace|format)=[^\s|;&]+))*"
+              r"[ \t]+(?P<value>'[^'\r\n=]+'|\"[^\"\r\n=]+\"|[^\s|;&`'\"=-][^\s|;&`'\"=]*)(?=[ \t]*(?:$|[|;&\r\n]))"),
+    RegexRule(name="cli-password", lower_triggers=("auth ",), group="value", check=_redis_prompt, anchored=True,
+              description="redis-cli: AUTH [USER] PASSWORD at a redis prompt (2.12)",
+              pattern=re.compile(r"auth[ \t]+(?:[A-Za-z0-9_.@-]{1,64}[ \t]+)?(?P<value>'[^'\r\n]+'|\"[^\"\r\n]+\"|[^\s'\"]{4,512})[ \t]*\r?$",
+                                 re.ASCII | re.IGNORECASE | re.MULTILINE)),
+    _cli_rule(("snmp",), "net-snmp tools' -c COMMUNITY, -A AUTH-PASSPHRASE, -X PRIV-PASSPHRASE",
+              r"(?<=[ \t])-[cAX][ \t]*(?P<value>'[^'\r\n]+'|\"[^\"\r\n]+\"|" + _BARE_ARG + ")", check=_snmp_secret),
+    RegexRule(name="cli-password", lower_triggers=("net use", "net.exe use"), group="value", check=_cli_value, anchored=True,
+              description="Windows net use [DRIVE:] \\\\HOST\\SHARE PASSWORD [/user:USER] (2.12)",
+              pattern=re.compile(r"net(?:\.exe)?[ \t]+use[ \t]+(?:[A-Za-z*]:[ \t]+)?\\\\[^\s]+(?:[ \t]+/user:[^\s]+)?[ \t]+"
+                                 r"(?P<value>\"[^\"\r\n]+\"|[^\s\"/*|&<>][^\s|&<>]*)", re.ASCII | re.IGNORECASE)),
+    _cli_rule(("psexec", "paexec"), "PsExec / PAExec -p PASSWORD",
+              r"(?<![A-Za-z0-9_])(?:psexec(?:64)?|paexec)(?:\.exe)?\b[^\r\n|;&]*?[ \t]-p[ \t]+(?P<value>'[^'\r\n]+'|\"[^\"\r\n]+\"|" + _BARE_ARG + ")"),
+    _cli_rule(("freerdp", "rdesktop"), "FreeRDP /p:PASSWORD, rdesktop -p PASSWORD",
+              r"(?:(?<![A-Za-z0-9_])(?:x|wl|sdl-)?freerdp3?\b[^\r\n|;&]*?[ \t][/-]p:|(?<![A-Za-z0-9_])rdesktop\b[^\r\n|;&]*?[ \t]-p[ \t]+)"
+              r"(?P<value>'[^'\r\n]+'|\"[^\"\r\n]+\"|" + _BARE_ARG + ")"),
+    _cli_rule(("lftp",), "lftp -u USER,PASSWORD",
+              r"(?<![A-Za-z0-9_])lftp\b[^\r\n|;&]*?[ \t]-u[ \t]+['\"]?[^\s,'\"]+,(?P<value>[^\s'\"|;&`]+)"),
+    _cli_rule(("-password",), "macOS security add-generic-password / add-internet-password -w PASSWORD",
+              r"(?<![A-Za-z0-9_])security[ \t]+add-(?:generic|internet)-password\b[^\r\n|;&]*?[ \t]-w[ \t]+(?P<value>'[^'\r\n]+'|\"[^\"\r\n]+\"|" + _BARE_ARG + ")"),
+    _cli_rule(("vsce", "ovsx"), "vsce / ovsx publish -p / --pat TOKEN",
+              r"(?<![A-Za-z0-9_])(?:vsce|ovsx)\b[^\r\n|;&]*?[ \t](?:-p|--pat)(?:=|[ \t]+)(?P<value>'[^'\r\n]+'|\"[^\"\r\n]+\"|" + _BARE_ARG + ")"),
+    _cli_rule(("nuget",), "nuget push -k / -ApiKey KEY, nuget setapikey KEY",
+              r"(?<![A-Za-z0-9_])nuget(?:\.exe)?[ \t]+(?:[^\r\n|;&]*?[ \t](?:-k|-ApiKey)|setapikey)[ \t]+(?P<value>'[^'\r\n]+'|\"[^\"\r\n]+\"|" + _BARE_ARG + ")"),
+    _cli_rule(("http",), "httpie -A bearer -a TOKEN",
+              r"\bhttps?[ \t][^\r\n|;&]*?(?:-A|--auth-type)(?:=|[ \t]+)bearer\b[^\r\n|;&]*?[ \t](?:-a|--auth)(?:=|[ \t]+)"
+              r"(?P<value>'[^'\r\n]+'|\"[^\"\r\n]+\"|" + _BARE_ARG + ")"),
+    _cli_rule(("insecure-password",), "HAProxy userlist: user NAME insecure-password PASSWORD",
+              r"\binsecure-password[ \t]+(?P<value>'[^'\r\n]+'|\"[^\"\r\n]+\"|" + _BARE_ARG + ")"),
+    RegexRule(name="cli-password", lower_triggers=("set password",), group="value", check=_cli_value, anchored=True,
+              description="MySQL SET PASSWORD [FOR USER] = [PASSWORD(]'X'[)] (2.12)",
+              pattern=re.compile(r"set[ \t]+password\b[^\r\n;=]{0,120}=[ \t]*(?:(?:old_)?password[ \t]*\([ \t]*)?"
+                                 r"(?P<value>'[^'\r\n]+'|\"[^\"\r\n]+\")", re.ASCII | re.IGNORECASE)),
 )
 
 
@@ -605,17 +666,30 @@ class MarkdownTableRule(Rule):
             if header_end < 0:
                 continue
             header_start = text.rfind("\n", 0, header_end) + 1
-            columns = {index: header for index, (_, header) in enumerate(self._cells(text, header_start, header_end))
-                       if name_class(header.strip("`*_ ")) is not None}
-            if not columns:
+            headers = [header for _, header in self._cells(text, header_start, header_end)]
+            columns = {index: header for index, header in enumerate(headers) if name_class(header.strip("`*_ ")) is not None}
+            # 2.12: a name / value table (`| Key | Value |`, `| Variable | Value |`) names each row's
+            # secret in its first cell: `| DB pass | X |`.
+            named_rows = len(headers) >= 2 and "value" in headers[1].lower() and 1 not in columns
+            if not columns and not named_rows:
                 continue
             row_start = rule_line.end() + 1
             while row_start < len(text):
                 row_end = text.find("\n", row_start)
                 row_end = len(text) if row_end == -1 else row_end
-                if "|" not in text[row_start:row_end]:
+                # A row that is another rule line starts the next table (2.12: its rows are that
+                # table's alone, so a text of many tables reads each row once).
+                if "|" not in text[row_start:row_end] or self._rule_line.match(text, row_start, row_end + 1):
                     break
-                for index, (start, cell) in enumerate(self._cells(text, row_start, row_end)):
+                cells = self._cells(text, row_start, row_end)
+                if named_rows and len(cells) >= 2:
+                    start, cell = cells[1]
+                    value = cell.strip("`")
+                    rule = named_value_rule(cells[0][1].strip("`*_ "), value) if table_secret(value) else None
+                    if rule is not None:
+                        offset = start + cell.index(value)
+                        found.append((offset, offset + len(value), rule))
+                for index, (start, cell) in enumerate(cells):
                     if index in columns:
                         value = cell.strip("`")
                         rule = named_value_rule(columns[index].strip("`*_ "), value) if table_secret(value) else None
@@ -677,6 +751,8 @@ _PASSWORD_WORDS_ELSEWHERE = (
     # Indonesian / Malay, Thai, Persian, Bengali; a French API key ("ma clé API : …").
     "contrasenya", "heslo", "jelszó", "jelszo", "lozinka", "lozinku", "geslo", "mật khẩu", "mat khau",
     "kata sandi", "kata laluan", "รหัสผ่าน", "رمز عبور", "পাসওয়ার্ড", "clé api", "clé d'api", "clé d’api", "clef api",
+    # 2.12: Romanian / Turkish / Italian, Latvian, Estonian, Lithuanian, Swahili, Icelandic.
+    "parola", "parole", "parool", "slaptažodis", "slaptazodis", "nenosiri", "lykilorð",
 )
 _PASSWORD_CHARS = r"[A-Za-z0-9!#$%&*+\-./<=>?@^_~]"  # printable ASCII but quotes, brackets, , ; : and `
 # 2.9: letters of the alphabets written with spaces between words (Latin, Greek, Cyrillic) too:
@@ -1097,7 +1173,7 @@ _SECRET_COMMANDS = (
     r"|lpass[ \t]+show[ \t][^\r\n]*--password|bw[ \t]+get[ \t]+password|doppler[ \t]+secrets[ \t]+get[ \t][^\r\n]*--plain"
     r"|pass[ \t]+show[ \t]|sops[ \t][^\r\n]*--extract)[^\r\n]*",
     r"(?:kubectl|oc)[ \t][^\r\n]*\bsecrets?\b[^\r\n]*\|[ \t]*base64[ \t]+(?:-d|--decode|-D)\b[^\r\n]*",
-    r"cat[ \t]+[^\s|;&]*(?:master\.key|\.key|secret|token|passw|credential|apikey|api_key)[^\s|;&]*[ \t]*",
+    r"cat[ \t]+[^\s|;&]*(?:master\.key|\.key|secret|token|passw|credential|apikey|api_key|vault[_-]pass)[^\s|;&]*[ \t]*",
     # 2.8: terraform output -raw NAME and heroku config:get NAME of a secret-like name.
     r"(?:terraform|tofu)[ \t]+output[ \t]+-raw[ \t]+(?P<tf>[A-Za-z_][A-Za-z0-9_-]*)[ \t]*",
     r"heroku[ \t]+config:get[ \t]+(?P<hk>[A-Za-z_][A-Za-z0-9_]*)\b[^\r\n]*",
@@ -1138,7 +1214,7 @@ _COMMAND_SIGNS = ("printenv", "echo $", 'echo "$', "echo '$", "op read", "op ite
                   "print-identity-token", "versions access", "-field", "-password", "lpass show", "bw get", "secrets get",
                   "pass show", "--extract", "base64 -d", "base64 --decode", "rand -", "pwgen", "secrets.token_",
                   "/dev/urandom", "output -raw", "config:get")
-_CAT_SECRET_FILE = re.compile(r"cat[ \t]+[^\s|;&]*(?:key|secret|token|passw|credential)")
+_CAT_SECRET_FILE = re.compile(r"cat[ \t]+[^\s|;&]*(?:key|secret|token|passw|credential|vault[_-]pass)")
 
 
 def _command_signs(lowered: str) -> bool:
@@ -1319,7 +1395,8 @@ class WrappedTailRule(Rule):
     eight characters, words and identifiers stay, and (2.7) so do words, names and numbers joined
     by punctuation (``README.md``, ``HTTP/1.1``, ``2026-01-05``: :func:`plain_words`)."""
 
-    _tail = re.compile(r"\[REDACTED:(?P<rule>[a-z0-9-]+)\][ \t]*\r?\n(?P<tail>[A-Za-z0-9_+/=.~-]{8,})(?![^\s\"'`,;)\]}|])", re.ASCII)
+    # 2.12: a shell line continuation (`export KEY=sk-…\` and the rest) between them too.
+    _tail = re.compile(r"\[REDACTED:(?P<rule>[a-z0-9-]+)\](?:[ \t]*\\)?[ \t]*\r?\n(?P<tail>[A-Za-z0-9_+/=.~-]{8,})(?![^\s\"'`,;)\]}|])", re.ASCII)
     _token_like = re.compile(r"[^0-9A-Z]*[0-9A-Z]", re.ASCII)
     _identifier = re.compile(r"[a-z]+(?:[_.-][a-z0-9]+)*|[A-Z][a-z]+(?:[A-Z][a-z]+)*|[A-Z]+(?:_[A-Z]+)*|[0-9]+", re.ASCII)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from streams.redaction.arguments import ARGUMENT_RULES
 from streams.redaction.assignments import (
     ACCOUNT_ROW_RULE,
     CREDENTIAL_COLON_RULE,
@@ -55,6 +56,7 @@ def build_rules(policy: RedactionPolicy) -> tuple[Rule, ...]:
     rules += (DiscordBotTokenRule(), TelegramBotTokenRule())
     rules += CONTEXT_RULES
     rules += LAYOUT_RULES
+    rules += ARGUMENT_RULES
     rules += (AssignmentRule(), CREDENTIAL_PAIR_RULE, CREDENTIAL_COLON_RULE, CREDENTIAL_SPACE_RULE, PasswordBeforeRule())
     rules += (*DEVICE_SECRET_RULES, ACCOUNT_ROW_RULE)
     # After every rule that leaves a marker: a secret's wrapped continuation goes with it.

@@ -29,7 +29,7 @@ def _gate(separator: str, prefixes: tuple[str, ...], lookahead: str = "") -> re.
 
 UNDERSCORE_GATE = _gate("_", (
     "gh[pousr]_", "github_pat_", "hf_", "npm_", "whsec_", "shp(?:at|ca|pa|ss)_", "[sr]k_live_",
-    "[sr]k_test_", "do[por]_v1_",
+    "[sr]k_test_", "do[por]_v1_", "lin_oauth_", "sb_secret_", "fm[12]_", "fm[12][ar]_",
 ))
 DASH_GATE = _gate("-", (
     "glpat-", "gldt-", "glrt-", "glptt-", "glft-", "glsoat-", "glcbt-", "xox[bpares]-", "xapp-",
@@ -182,6 +182,18 @@ TOKEN_RULES: tuple[RegexRule, ...] = (
            "Tailscale auth, API and OAuth client keys (2.11)", gate=_D, before=None, after="[A-Za-z0-9_-]"),
     _token("crates-io-token", ("cio",), "[A-Za-z0-9]{32}", "crates.io API token (2.11)",
            before="[A-Za-z0-9_]", after="[A-Za-z0-9]", check=_mixed),
+    # 2.12: Linear OAuth tokens, Supabase secret keys, Fly.io macaroon tokens (FlyV1 fm2_…, comma-joined
+    # parts), NuGet API keys (oy2 + 43 small letters and digits) and AWS STS session tokens, whose
+    # base64 always opens with the same protobuf header ("IQoJb3JpZ2luX2Vj…", older "FwoGZXIvYXdz…").
+    _token("linear-token", ("lin_oauth_",), "[a-f0-9]{64}", "Linear OAuth access token (2.12)", gate=_U, before=None),
+    _token("supabase-secret-key", ("sb_secret_",), "[A-Za-z0-9_-]{20,}", "Supabase secret API key (2.12)",
+           gate=_U, before=None, after="[A-Za-z0-9_-]", check=_mixed),
+    _token("fly-token", ("fm1_", "fm2_", "fm1a_", "fm1r_", "fm2a_", "fm2r_"), "[A-Za-z0-9+/=_-]{40,}", "Fly.io API and deploy tokens (2.12)",
+           gate=_U, before=None, after="[A-Za-z0-9+/=_-]", check=_mixed),
+    _token("nuget-api-key", ("oy2",), "[a-z0-9]{43}", "NuGet API key (2.12)", before="[A-Za-z0-9_]", after="[A-Za-z0-9]",
+           check=_mixed),
+    _token("aws-session-token", ("IQoJb3JpZ2luX2Vj", "FwoGZXIvYXdz"), "[A-Za-z0-9+/]{100,}={0,2}", "AWS STS session token (2.12)",
+           before=None, after="[A-Za-z0-9+/=]"),
     _token("age-secret-key", ("AGE-SECRET-KEY-1",), "[0-9A-Z]{58}", "age encryption secret key",
            gate=_D, before=None, after="[A-Za-z0-9]"),
     # Any base64url JSON object of 12+ bytes, with up to two more dot-separated segments: a whole

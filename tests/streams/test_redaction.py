@@ -71,7 +71,7 @@ def test_exported_members() -> None:
         "DEFAULT_POLICY", "POLICY_VERSION", "RedactedEvent", "RedactionPolicy", "policy_hash",
         "redact_event", "redact_text", "rule_names",
     }
-    assert POLICY_VERSION == "2.11"
+    assert POLICY_VERSION == "2.12"
 
 
 # ---------------------------------------------------------------- labelled corpus
@@ -368,15 +368,17 @@ def test_corpus_redaction_is_idempotent() -> None:
 
 # ---------------------------------------------------------------- policy 2.2: passwords in prose
 
-@pytest.mark.parametrize("text", [
-    "Done. The artifactory password APuWrk5qoBAAn33P is configured and the deploy works.",
-    "| variable | value |\n|---|---|\n| ARTIFACTORY_PASSWORD | APuWrk5qoBAAn33P |\n| REGION | eu-west-1 |",
-    "the db password is Xk3mPq9rTt2wLm8Z, rotate it monthly",
+@pytest.mark.parametrize(("text", "rule"), [
+    ("Done. The artifactory password APuWrk5qoBAAn33P is configured and the deploy works.", "secret-in-prose"),
+    # 2.12 reads a name / value table's rows by their first cell, before the prose rule
+    ("| variable | value |\n|---|---|\n| ARTIFACTORY_PASSWORD | APuWrk5qoBAAn33P |\n| REGION | eu-west-1 |",
+     "password-assignment"),
+    ("the db password is Xk3mPq9rTt2wLm8Z, rotate it monthly", "secret-in-prose"),
 ])
-def test_a_password_word_takes_a_mixed_value_below_the_entropy_of_other_secrets(text: str) -> None:
+def test_a_password_word_takes_a_mixed_value_below_the_entropy_of_other_secrets(text: str, rule: str) -> None:
     redacted, hits = redact_text(text)
     assert "APuWrk5qoBAAn33P" not in redacted and "Xk3mPq9rTt2wLm8Z" not in redacted, redacted
-    assert hits == {"secret-in-prose": 1}
+    assert hits == {rule: 1}
 
 
 @pytest.mark.parametrize("text", [
@@ -2551,6 +2553,187 @@ def test_the_sixth_round_readings_run_in_linear_time() -> None:
     shapes = ["user,password\n", "a" * 60 + ",password,b\n", "---+---\n| password |\n", 'x: str = "', "<<< ",
               "passphrase is alpha beta gamma ", "seed phrase: " + "word " * 30, "--authkey ", "requirepass ",
               '{"kty": "d": "' + "A" * 40]
+    for shape in shapes:
+        timings = []
+        for count in (4_000, 16_000):
+            started = time.process_time()
+            redact_text(shape * count)
+            timings.append(time.process_time() - started)
+        assert timings[1] < 8 * timings[0] + 0.2, (shape, timings)
+
+
+# ------------------------------------------------- policy 2.12: a seventh adversarial round
+
+@pytest.mark.parametrize(("text", "secret"), [
+    ('vault login s.Thf4VucSmEHgaKwVJ7faC9qE',
+     'ucSmEHgaKwVJ'),  # vault-legacy-login
+    ('LINEAR_TOKEN=lin_oauth_1c5cb347611a3ce9d97dcbee500fe7ee5fc324bdb2e1142a21c402364f9572b8',
+     'bee500fe7ee5'),  # linear-oauth
+    ("createClient(url, 'sb_secret_Njax7EBz3cl7CSgzAf31ddXP63ohM1f')",
+     '7EBz3cl7CSgz'),  # supabase-secret-prose
+    ('AZURE_DEVOPS_EXT_PAT=6rhhhzi8ooj3zkby07czdxvzpv1uz9du7jwp1axg7leu1m6boi0z',
+     'dxvzpv1uz9du'),  # azdo-pat-env
+    ('vsce publish -p 3cccrr8cgqh7a1pcshtwkhd6rf38j2h6is0srpf8s3oym9x39t44',
+     'khd6rf38j2h6'),  # azdo-pat-vsce
+    ('nuget push pkg.nupkg -k oy2r7g4ri0ga09h5zj0rhy23swswz79yua5y2tl8tj1yof',
+     'j0rhy23swswz'),  # nuget-k
+    ('FLY_API_TOKEN="FlyV1 fm2_1Ula=Y0XHNtF0BAnAmyMBDZW/iSZ0PSUNDMJV+73HBpSetjVEiMIsY5xCGcyF4GefcFUWoA6m1g/Ifxc0nz+CfLWVtwXAlyuOqxqzIP2sfxY7kse3EjDrTeQ"',
+     'sY5xCGcyF4Ge'),  # fly
+    ('---- BEGIN SSH2 ENCRYPTED PRIVATE KEY ----\nComment: "rsa-key-20240101"\nmGWqs59fquWOmI6MOUy7EEFM0Q1tJvUuVLqA9mThMNeOT/iPp7fUFguZkzaQeeMB\nNG+adLVThD2yOlPKbdfHfJrMFbWmrK7XBo00ELfSVTsRaZcqIA9E/qIIZGu0LsU/\n/RhmG7V3xmOIgdeZ6e/GyyrwzLdr2nAm+CO810m6SqbKty7ElqLiX40ePbFwXxiq\nTuVcsyn/oYUyBAWNf6gtMwRg1Jq4ilunwH//uCHPw5nT6Ep9RAiSYFyWjelD10Kw\n/ujpU/GsRZHUnVnGmxuXin8Zp4zNhuyox8iOa50UoFTj80JjyuykPh5BFntuhfIM\n0OnVWPzyrzy/rsXS0kRbrI0IAe3zbjQTcePkEwkQxjIibcnMuKuCJPpbA6R5jH5E\n---- END SSH2 ENCRYPTED PRIVATE KEY ----',
+     'OIgdeZ6e/Gyy'),  # ssh2-private
+    ("f = Fernet(b'BSwVXCOuGHaCb7TbST4D2Rhjd1b7GLArVegdWdWZO7b=')",
+     'ST4D2Rhjd1b7'),  # fernet
+    ('$ cat ~/.vault_pass\ni2G+A4LI1So6Vbr0fZdU0t3mnUb5KSYo==',
+     '6Vbr0fZdU0t3'),  # ansible-vault-pw-file
+    ("signingConfigs {\n    release {\n        storeFile file('release.jks')\n        storePassword 'ncmwt!JL46rfy'\n        keyAlias 'acme'\n    }\n}",
+     'ncmwt!JL46rfy'),  # gradle-signing
+    ('        keyPassword "nacgg!ZE28jhh"',
+     'nacgg!ZE28jhh'),  # gradle-keypassword
+    ('userlist admins\n    user admin insecure-password kxnse!TS28rfy',
+     'kxnse!TS28rfy'),  # haproxy-userlist
+    ("SET PASSWORD FOR 'root'@'localhost' = PASSWORD('wtivk#UT72icr');",
+     'wtivk#UT72icr'),  # mysql-set-password
+    ('127.0.0.1:6379> AUTH bepcu^KU74pya\nOK',
+     'bepcu^KU74pya'),  # redis-auth
+    ('redis> AUTH default cuedn%DV65qzi',
+     'cuedn%DV65qzi'),  # redis-auth-user
+    ('snmpwalk -v2c -c czqwm!BR48gcw 10.0.0.1 system',
+     'czqwm!BR48gcw'),  # snmp-community
+    ('snmpget -v3 -u admin -l authPriv -a SHA -A iimgs*SP83ywi -x AES -X qwknx+RD15zex 10.0.0.1 sysName.0',
+     'iimgs*SP83ywi'),  # snmp-v3
+    ('net use \\\\fs01\\share /user:ACME\\bob jbvtz+EM91nhi',
+     'jbvtz+EM91nhi'),  # netuse
+    ('psexec \\\\host -u admin -p yczjk*FE92dwf cmd',
+     'yczjk*FE92dwf'),  # psexec
+    ('xfreerdp /v:10.0.0.5 /u:Administrator /p:sikff#RH42ibh /cert:ignore',
+     'sikff#RH42ibh'),  # xfreerdp
+    ('lftp -u deploy,rkxbz^HW69rsg sftp://files.acme.io',
+     'rkxbz^HW69rsg'),  # lftp
+    ('security add-generic-password -a deploy -s acme-api -w ymrwg*XX32mgv',
+     'ymrwg*XX32mgv'),  # macos-security
+    ('server.login("alerts@acme.io", "xxkhb^PY65cec")',
+     'xxkhb^PY65cec'),  # smtp-login
+    ("smtp.login(user, 'cbrg iudm qvpi gdvp')  # gmail app password",
+     'g iudm qvpi '),  # google-app-password
+    ('the app-specific password is wfsx-bzwz-zcdz-khbh',
+     'x-bzwz-zcdz-'),  # apple-app-password-prose
+    ('var cred = new NetworkCredential("bob", "uzimf+MP45fqq");',
+     'uzimf+MP45fqq'),  # network-credential
+    ('token = jwt.encode(payload, "LAIFiub3Po6Jq3QtHHzYFqOAJC3WF3Tl", algorithm="HS256")',
+     '6Jq3QtHHzYFq'),  # jwt-encode-secret
+    ('sig = hmac.new(b"U26vyj37lc9py81kiMThNeuVIXWgjlOn", msg, hashlib.sha256).hexdigest()',
+     '9py81kiMThNe'),  # hmac-new
+    ("ftp = FTP('ftp.acme.io', 'deploy', 'ixses!PP95vfb')",
+     'ixses!PP95vfb'),  # ftplib
+    ("child.expect('Password:')\nchild.sendline('tjidw+QM76rhy')",
+     'tjidw+QM76rhy'),  # pexpect
+    ('https://mega.nz/file/OZAKqMqi#Ln7bAILLXvA306lsvVM-OvlacxtqjkKvOupRqOrU1Cu',
+     'svVM-Ovlacxt'),  # mega-fragment
+    ('https://privatebin.net/?5a94f3489967ea4b#cXZQOLytdK16X0uDBYO49UrZrCfiezMiLEpLsLQzpgIs',
+     'BYO49UrZrCfi'),  # privatebin
+    ('curl https://acme-fn.azurewebsites.net/api/HttpTrigger1?code=-5VHNKESiIWCCd4L6eXZorDQrvIJCPGUljmLa4jAHkdnL9Sw7w6Zcj==',
+     'DQrvIJCPGUlj'),  # azure-func-code
+    ("curl -X POST -d 'payload={}' https://mm.acme.io/hooks/hg1enr5sl1bs3ut9r6fg75voxh",
+     'sl1bs3ut9r6f'),  # mattermost-webhook
+    ('https://maker.ifttt.com/trigger/deploy/with/key/olnvf0je37gaRQBKgWuhYz',
+     '0je37gaRQBKg'),  # ifttt
+    ('http -A bearer -a xTxATUGvS6xrdz0iKcGFWZ4LKNE7wAF6qZFIPdqD api.acme.io/me',
+     '0iKcGFWZ4LKN'),  # httpie-bearer
+    ('curl -x http://proxy:3128 --proxy-user bob:wrjnv!DQ18uqp https://example.com',
+     'wrjnv!DQ18uqp'),  # curl-proxy-user
+    ('$ cat /proc/1/environ\nPATH=/usr/bin\x00HOSTNAME=web-1\x00API_SECRET=MAe4Y1195VYpHjouvF7ZqJTagISUc1dS635x7len\x00HOME=/root',
+     'ouvF7ZqJTagI'),  # env-nul
+    ('session token (valid 1h): IQoJb3JpZ2luX2VjESDHXQmlNU0TloWR5V5zXQmxRpezvLq6MPgMTqp0CMMX1hoHSjPvsrT66FrmpMoHtztu5jRJnKY3FFkX0LRfNR4AeGcBeTwTUy9jAdom+Eu3Q5QqA+TBr9yvD/FP8JLzpdh5K44ns+b3J0PsQ2aececrCzjkHB1mxmV867kzFM7pXD+WdivOqAtsxOrqqnSWCI7ocNAvb0hqgDJhuJwgCs1DlgCvGHe6MrJgsMSJ65eWjr8g0ZKDHS4rX00l2YALQQg4WADuoCH3heeN5aJdNdcM4Op3o8Uz8Upw5XMM5/NJe',
+     's+b3J0PsQ2ae'),  # aws-session-token-prose
+    ('| Key | Value |\n|-----|-------|\n| DB host | db.acme.io |\n| DB pass | ehsgq#DL68ksn |',
+     'ehsgq#DL68ksn'),  # md-table-kv
+    ('**Password:** `ffein!VR22ccp`',
+     'ffein!VR22ccp'),  # md-bold
+    ('parola mea este kuray#AS43ktv',
+     'kuray#AS43ktv'),  # prose-ro
+    ('parole ir rqwcj!JE75ath',
+     'rqwcj!JE75ath'),  # prose-lv
+    ('parool on nrhmk%EK96mhj',
+     'nrhmk%EK96mhj'),  # prose-et
+    ('slaptažodis yra cuwva!XK53vqi',
+     'cuwva!XK53vqi'),  # prose-lt
+    ('nenosiri ni xjfnm#CX68udd',
+     'xjfnm#CX68udd'),  # prose-sw
+    ('ang password ko ay gsibj+WU72rty',
+     'gsibj+WU72rty'),  # prose-tl
+    ('export OPENAI_API_KEY=sk-proj-DfqQ1OzqDVB7n5sVRmgMGG\\\nWSEigH9dwPX9R273Du2m2PEr8spNYbTmXhy3X5',
+     '273Du2m2PEr8'),  # split-backslash
+    ("echo 'vRtY7WrIp9Zl9HGH7pJWtxuIa46j9SaSKz3FH0RFSh1N731pzjHYQsYsFsuXm3bo' | base64 -d > ~/.ssh/id_ed25519",
+     '6j9SaSKz3FH0'),  # base64-echo
+])
+def test_a_secret_a_seventh_round_found_never_survives(text: str, secret: str) -> None:
+    """QA, session 25 (policy 2.12): secrets seeded into real Claude Code and OpenAI-chat sessions
+    and posted to /v1/events that reached the indexes under 2.11: vendor tokens (Linear OAuth,
+    Supabase secret keys, Fly.io, NuGet, AWS STS session tokens, a legacy Vault token after vault
+    login, an Azure DevOps *_PAT), an SSH2-armoured private key, clients' arguments (redis AUTH,
+    net-snmp, net use, PsExec, FreeRDP, lftp, security -w, vsce / nuget, httpie bearer, curl
+    --proxy-user, HAProxy, SET PASSWORD), library calls' literal credentials and keys, Gradle's
+    storePassword, URL fragments and webhook keys, app passwords, a NUL-separated environ, a Key /
+    Value markdown table, a bold label before a code span, six more languages' password words, a
+    shell line continuation and a key decoded into a key file."""
+    redacted = redact_text(text)[0]
+    assert secret not in redacted, redacted
+    assert redact_text_plain(text)[0] == redacted
+    assert redact_text(redacted)[0] == redacted
+
+
+@pytest.mark.parametrize("text", [
+    "vault login", "vault login -method=userpass username=bob", "vault login -method=oidc", "redis> AUTH",
+    "the AUTH command takes a password", "auth required for this endpoint", "snmpwalk -v2c -c public 10.0.0.1",
+    "snmpget -v2c -c $COMMUNITY host sysName.0", "net use Z: \\\\fs01\\share /user:ACME\\bob",
+    "net use \\\\fs01\\share * /user:bob", "psexec \\\\host -u admin cmd", "xfreerdp /v:host /u:admin",
+    "lftp -u deploy sftp://files.acme.io", "security add-generic-password -a bob -s svc -w", "vsce publish -p $VSCE_PAT",
+    "nuget push pkg.nupkg -k %NUGET_KEY%", "http -A bearer -a $TOKEN api.example.com", "curl -U $PROXY_USER https://x",
+    "server.login(user, password)", "smtp.login(os.environ['U'], os.environ['P'])", "NetworkCredential(user, pass)",
+    "jwt.encode(payload, settings.SECRET_KEY, algorithm='HS256')", "jwt.decode(token, key, algorithms=['HS256'])",
+    "hmac.new(key, msg, hashlib.sha256)", "Fernet(key)", "Fernet(Fernet.generate_key())", "FTP(host, user, passwd)",
+    "child.expect('Password:')\nchild.sendline(password)", "https://mega.nz/", "see issue #1234 and ?page=2#top",
+    "https://acme-fn.azurewebsites.net/api/HttpTrigger1?name=bob", "POST /hooks/ with a body",
+    "https://hooks.example.com/hooks/notifications-webhook-handler", "https://ifttt.com/maker_webhooks",
+    "the app password must be 16 letters", "app-specific password: see the Apple ID page", "GITHUB_PAT=$GITHUB_PAT",
+    "USE_PAT=true", "echo 'aGVsbG8gd29ybGQ=' | base64 -d", "echo \"$KEY_B64\" | base64 -d > id_ed25519",
+    "| Key | Value |\n|---|---|\n| DB host | db.acme.io |\n| password | required |", "**Password:** `$DB_PASSWORD`",
+    "**Password:** required", "la parola chiave è importante", "parole de passe", "    storePassword System.getenv('KS_PASS')",
+    "    keyPassword keystoreProperties['keyPassword']", "SET PASSWORD = PASSWORD(@new)", "user admin password $2y$05$" ,
+    "export PATH=/usr/bin\\\nREADME.md", "oy2 fm2_ratio IQoJ lin_oauth_ sb_secret_name",
+])
+def test_what_only_looks_like_a_seventh_round_secret_stays(text: str) -> None:
+    assert redact_text(text) == (text, {})
+
+
+@PROPERTY
+@given(st.text(alphabet=string.ascii_lowercase, min_size=5, max_size=8), st.sampled_from("!#%*+?^~@"),
+       st.integers(10, 9999), st.sampled_from([
+           "127.0.0.1:6379> AUTH {v}", "redis> auth default {v}", "snmpwalk -v2c -c {v} 10.0.0.1",
+           "snmpget -v3 -l authPriv -A {v} -X {v} host", "net use \\\\fs\\s {v} /user:bob", "psexec \\\\h -u a -p {v} cmd",
+           "xfreerdp /u:a /p:{v} /v:h", "lftp -u bob,{v} sftp://h", "security add-generic-password -a a -s s -w {v}",
+           "server.login('bob', '{v}')", "NetworkCredential(\"bob\", \"{v}\")", "FTP('h', 'bob', '{v}')",
+           "child.expect('Password: ')\nchild.sendline('{v}')", "    storePassword '{v}'", "user a insecure-password {v}",
+           "SET PASSWORD FOR 'a'@'%' = '{v}'", "**Password:** `{v}`", "- **Password**: `{v}`",
+           "| Name | Value |\n|---|---|\n| SMTP_PASS | {v} |", "parola: {v}", "curl --proxy-user bob:{v} https://x"]), FILLER)
+def test_a_seventh_round_password_never_survives(letters: str, symbol: str, number: int, shape: str, after: str) -> None:
+    """A capital, small letters, a symbol and digits, in each place 2.12 reads a password."""
+    value = symbol_password(letters, symbol, number)
+    shown = redacted_lead(shape.format(v=value), after)
+    assert value not in shown, shown
+
+
+def test_the_seventh_round_readings_run_in_linear_time() -> None:
+    """Each new reading starts at a literal; texts holding thousands of them grow linearly. A text of
+    many markdown tables reads each row once (2.11 read every row below each rule line: 4 000
+    `| Key | Password |` tables took 78 s)."""
+    import time
+
+    shapes = ["redis> AUTH x\n", "server.login(a, b ", "FTP(h, u, ", "jwt.encode(p, ", "hmac.new(", "Fernet(",
+              "expect('Password')\n", "?0123456789abcdef#", "/hooks/", "app password ", "A_PAT=", "echo x | base64 -d ",
+              "| Key | Value |\n|---|---|\n",
+              "| Key | Password |\n|---|---|\n", "    storePassword ", "snmpwalk -c ", "net use \\\\h ", "vault login ",
+              "**Password:** `", "[REDACTED:x]\\\n", "IQoJb3JpZ2luX2Vj", "oy2", "fm2_"]
     for shape in shapes:
         timings = []
         for count in (4_000, 16_000):
