@@ -412,7 +412,7 @@ _SAID_STEP = re.compile(
     r"[ \t]*(?:(?P<sep>is|was|are|were|be|now|->|=>|:=|:|=|to|'s)(?![A-Za-z])"
     # 2.9: a marker or a quoted URL is one word: "Password for [REDACTED:email]: X", git's
     # "Password for 'https://bob@github.com': X" (a prompt naming its account, then the answer).
-    r"|(?P<word>\[REDACTED:[a-z0-9-]{1,40}\]|'[^'\s]{1,200}'|[^\s:=]+|\S))",
+    r"|(?P<word>\[REDACTED:[a-z0-9-]{1,40}\]|'[^'\s]{1,200}'|[^\s:=]{1,1024}|\S))",
     re.ASCII | re.IGNORECASE)
 # A stated password may hold letters of any script (Contraseña2024, Zürich2024!), not spaces or
 # the punctuation of other scripts.

@@ -2733,7 +2733,10 @@ def test_the_seventh_round_readings_run_in_linear_time() -> None:
               "expect('Password')\n", "?0123456789abcdef#", "/hooks/", "app password ", "A_PAT=", "echo x | base64 -d ",
               "| Key | Value |\n|---|---|\n",
               "| Key | Password |\n|---|---|\n", "    storePassword ", "snmpwalk -c ", "net use \\\\h ", "vault login ",
-              "**Password:** `", "[REDACTED:x]\\\n", "IQoJb3JpZ2luX2Vj", "oy2", "fm2_"]
+              "**Password:** `", "[REDACTED:x]\\\n", "IQoJb3JpZ2luX2Vj", "oy2", "fm2_",
+              # A secret word glued to a run with no space: a sentence's next word was read to the
+              # end of the run, so 8 000 `NetworkCredential(` took 4.3 s, 16 000 minutes.
+              "NetworkCredential(", "Credential("]
     for shape in shapes:
         timings = []
         for count in (4_000, 16_000):
