@@ -38,7 +38,7 @@ import pyarrow.parquet as pq
 from sinks.shard_tables import GenerationDirs, shard_segments
 from sinks.text.base import chunk_key, unique_keys
 
-__all__ = ["ChunkRow", "ChunkTable", "SegmentCache", "VectorSegment", "session_acls"]
+__all__ = ["ChunkRow", "ChunkTable", "SegmentCache", "SessionAcls", "VectorSegment", "session_acls"]
 
 _RECORD_CACHE_SIZE = 100_000
 #: Vector segments whose row map a table keeps (each is a weak entry that goes with its
@@ -87,19 +87,41 @@ class _Segment:
     keys: dict[int, str]
 
 
-# sessionId -> ((seq, priority), acl): events (priority 1) win over chunks at the same seq.
-_Acls = dict[str, tuple[tuple[int, int], dict[str, Any]]]
+class _Acls(dict[str, tuple[tuple[int, int], dict[str, Any]]]):
+    """One segment's sessionId -> ((seq, priority), acl): events (priority 1) win over chunks
+    at the same seq. A class of its own so that the :class:`SegmentCache` can refer to it weakly."""
+
+    __slots__ = ("__weakref__",)
+
+
+class SessionAcls(dict[str, dict[str, Any]]):
+    """sessionId → access list of a generation (:func:`session_acls`). ``sources``: the
+    per-segment lists it was built from, held so that the :class:`SegmentCache` keeps them
+    while the map is in use (the next generation shares most of its segments)."""
+
+    __slots__ = ("sources",)
+    sources: tuple[_Acls, ...]
 
 
 class SegmentCache:
     """What was loaded from each Parquet segment, keyed by what and file identity (name,
-    inode, size): a hard link shared by later generations is the same file."""
+    inode, size): a hard link shared by later generations is the same file.
 
-    def __init__(self, size: int = 4096) -> None:
-        self._size = size
-        self._items: OrderedDict[tuple[str, str, int, int], Any] = OrderedDict()
+    An entry lives while a table built from it does (a :class:`ChunkTable` holds its
+    segments, a :class:`SessionAcls` its sources), not by count: the planner keeps the tables
+    of the newest generations, so the next generation, which shares most files with them,
+    reuses their segments, while a segment that compaction merged away goes with the last
+    table that read it. (Kept by count, every merge of a table's small segments stayed loaded:
+    at a commit every 2 s, dozens of copies of each chunk's row within the hour.)"""
+
+    def __init__(self) -> None:
+        self._items: weakref.WeakValueDictionary[tuple[str, str, int, int], Any] = \
+            weakref.WeakValueDictionary()
         self._lock = threading.Lock()
         self.row_maps = _RowMaps()
+
+    def __len__(self) -> int:
+        return len(self._items)
 
     def load(self, path: Path) -> _Segment:
         return self._get("rows", path, lambda: _load_chunks(path))  # type: ignore[no-any-return]
@@ -111,15 +133,12 @@ class SegmentCache:
         stat = path.stat()
         key = (what, path.name, stat.st_ino, stat.st_size)
         with self._lock:
-            if key in self._items:
-                self._items.move_to_end(key)
-                return self._items[key]
+            value = self._items.get(key)
+        if value is not None:
+            return value
         value = load()
         with self._lock:
-            self._items[key] = value
-            while len(self._items) > self._size:
-                self._items.popitem(last=False)
-        return value
+            return self._items.setdefault(key, value)  # two threads loaded it: both get one
 
 
 def _load_chunks(path: Path) -> _Segment:
@@ -137,7 +156,7 @@ def _load_chunks(path: Path) -> _Segment:
 def _load_acls(path: Path, from_chunks: bool) -> _Acls:
     seq_column, priority = ("maxSeq", 0) if from_chunks else ("seq", 1)
     table = pq.read_table(path, columns=["sessionId", seq_column, "tenant", "aclRead"]).to_pydict()
-    best: _Acls = {}
+    best = _Acls()
     for session_id, seq, tenant, read in zip(table["sessionId"], table[seq_column],
                                              table["tenant"], table["aclRead"], strict=True):
         rank = (int(seq), priority)
@@ -149,16 +168,20 @@ def _load_acls(path: Path, from_chunks: bool) -> _Acls:
     return best
 
 
-def session_acls(gen_dirs: GenerationDirs, segments: SegmentCache) -> dict[str, dict[str, Any]]:
+def session_acls(gen_dirs: GenerationDirs, segments: SegmentCache) -> SessionAcls:
     """sessionId → the acl on the session's highest-seq event (or newest chunk) in a
     structured generation (or every shard's of a sharded one)."""
-    best: _Acls = {}
-    for table, from_chunks in (("sessions", False), ("chunks", True)):
-        for path in shard_segments(gen_dirs, table):
-            for session_id, (rank, acl) in segments.load_acls(path, from_chunks=from_chunks).items():
-                if session_id not in best or rank >= best[session_id][0]:
-                    best[session_id] = (rank, acl)
-    return {session_id: acl for session_id, (_, acl) in best.items()}
+    sources = tuple(segments.load_acls(path, from_chunks=from_chunks)
+                    for table, from_chunks in (("sessions", False), ("chunks", True))
+                    for path in shard_segments(gen_dirs, table))
+    best: dict[str, tuple[tuple[int, int], dict[str, Any]]] = {}
+    for source in sources:
+        for session_id, (rank, acl) in source.items():
+            if session_id not in best or rank >= best[session_id][0]:
+                best[session_id] = (rank, acl)
+    acls = SessionAcls((session_id, acl) for session_id, (_, acl) in best.items())
+    acls.sources = sources
+    return acls
 
 
 class VectorSegment(Protocol):

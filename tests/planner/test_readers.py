@@ -160,6 +160,51 @@ def test_replaced_generations_free_their_tables_and_frozen_objects_stay_bounded(
         builder.close()
 
 
+def test_segments_compaction_replaced_go_with_the_generations_that_read_them(
+        kafka_bootstrap: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The structured sink writes a Parquet segment a commit and merges eight small ones into
+    # one; the planner loads each segment once and shares it with the next generation. Kept by
+    # count (4096), every merge stayed loaded: dozens of copies of each chunk's row an hour at
+    # one commit every 2 s, and the API's memory grew as long as commits came.
+    import planner.chunktable as chunktable
+
+    settings = make_test_settings(tmp_path, kafka_bootstrap)
+    builder = _sessions(settings, kafka_bootstrap, 2)
+    planner = Planner(settings, kafka_bootstrap)
+    readers = ReaderCache(shelter=None)
+    loaded: list[str] = []
+    for name in ("_load_chunks", "_load_acls"):
+        load = getattr(chunktable, name)
+        monkeypatch.setattr(chunktable, name, lambda path, *args, load=load: (
+            loaded.append(path.name), load(path, *args))[1])
+    listed: list[set[tuple[str, int]]] = []  # each generation's segments read (name, inode)
+    try:
+        for number in range(30):
+            builder.append([event for group in session_events(
+                "default", f"s-new-{number}", acl("acme", "*"), turns=1, words="deploy")
+                for event in group])
+            builder.commit("structured")
+            with planner.snapshot("default") as snapshot:
+                pin = snapshot.pin("structured")
+                assert pin is not None
+                files = {(path.name, path.stat().st_ino) for table in ("chunks", "sessions")
+                         for path in pin.directory.glob(f"{table}-*.parquet")}
+                loaded.clear()
+                readers.chunk_table(pin)
+                readers.session_acls(pin)
+                if listed:
+                    # A new generation reads its new segments only, the others are shared.
+                    assert set(loaded) == {name for name, _ in files - listed[-1]}, number
+                listed.append(files)
+        still_read = set().union(*listed[-6:])  # the generations the cache keeps tables of
+        assert set().union(*listed) - still_read, "no segment was merged away"
+        kept = {(name, inode) for _, name, inode, _ in list(readers._segments._items.keys())}
+        assert kept and kept <= still_read
+    finally:
+        planner.close()
+        builder.close()
+
+
 def test_a_cycle_frozen_while_alive_is_collected_at_the_next_refresh(thawed: None) -> None:
     # Freezing keeps cyclic garbage: a cycle frozen while in use is never collected once it is
     # unreachable, unless the permanent generation is handed back now and then.
