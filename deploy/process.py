@@ -5,6 +5,8 @@ which process they name.
   with :data:`PRIVATE_UMASK`, so what it creates under ``$USL_HOME`` -- L1 segments holding raw
   secrets, index files, logs -- is readable by its owner only (0600 files, 0700 directories),
   whatever the shell's umask. :func:`private_dir` makes ``$USL_HOME`` itself 0700.
+- Every process of the ``usl`` command keeps at most :data:`MALLOC_ARENAS` glibc malloc arenas
+  (:func:`cap_malloc_arenas`, unless ``MALLOC_ARENA_MAX`` is set).
 - A pid file records, besides the pid, the command line and :func:`identity` of the process
   (boot id and start time). :func:`is_same_process` holds only while that pid still runs that
   process, so ``usl down`` never signals a pid the system has since given to another program
@@ -13,6 +15,7 @@ which process they name.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
@@ -22,9 +25,18 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PRIVATE_UMASK", "identity", "is_same_process", "pid_alive", "private_dir", "process_record"]
+__all__ = ["MALLOC_ARENAS", "PRIVATE_UMASK", "cap_malloc_arenas", "identity", "is_same_process",
+           "pid_alive", "private_dir", "process_record"]
 
 PRIVATE_UMASK = 0o077
+MALLOC_ARENAS = 2
+"""glibc malloc arenas a process of the stack keeps. glibc gives threads up to eight arenas
+per core, and each arena keeps the high-water mark of what its threads held: the planner API
+answers from a pool of threads, and while index generations rolled every 2 s its 16 arenas
+held 150-160 MB that malloc_trim could give back (against ~80 MB in use), one more arena
+filling every few minutes; the sinks' held 260 MB (44 MB in use). With two, the API's stayed
+at ~125 MB and the sinks' at ~95 MB (docs/operations.md, "Memory")."""
+_M_ARENA_MAX = -8  # glibc's malloc.h
 _PROC = Path("/proc")
 
 
@@ -33,6 +45,20 @@ def private_dir(path: Path) -> Path:
     existing directory keeps the mode its owner gave it."""
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
     return path
+
+
+def cap_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
+    """Make glibc's malloc keep at most ``arenas`` arenas in this process; False where it did
+    not: ``MALLOC_ARENA_MAX`` is set (glibc applied it at start), or the C library is not
+    glibc. Call it before the process starts threads: glibc fixes its own limit once a ninth
+    arena exists."""
+    if "MALLOC_ARENA_MAX" in os.environ:
+        return False
+    try:
+        os.confstr("CS_GNU_LIBC_VERSION")
+    except (ValueError, OSError):
+        return False  # not glibc: mallopt's options may mean other things, or nothing
+    return bool(ctypes.CDLL(None).mallopt(_M_ARENA_MAX, arenas))
 
 
 def pid_alive(pid: int) -> bool:

@@ -150,10 +150,13 @@ def main() -> None:
 
     Every command runs with umask 077, as the stack's processes do (deploy/process.py): a
     ``usl rebuild`` from an operator's shell (umask 022) wrote its index lines 0644 and
-    ``usl ingest`` its follow positions 0644, while the docs promise 0600 whatever the umask."""
-    from deploy.process import PRIVATE_UMASK
+    ``usl ingest`` its follow positions 0644, while the docs promise 0600 whatever the umask.
+    And with two malloc arenas (:func:`deploy.process.cap_malloc_arenas`), set before any
+    command starts a thread."""
+    from deploy.process import PRIVATE_UMASK, cap_malloc_arenas
 
     os.umask(PRIVATE_UMASK)
+    cap_malloc_arenas()
     try:
         app_for(sys.argv[1:2])()
     except USLError as exc:

@@ -4,6 +4,7 @@ and ingest messages that say where, why and what next. No broker: the import is 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -168,3 +169,55 @@ def test_every_command_runs_with_a_private_umask(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
                           cwd=Path(__file__).resolve().parents[2])
     assert "umask 0o77" in done.stdout, (done.stdout, done.stderr)
+
+
+_ARENAS_SCRIPT = """
+import ctypes, sys, threading
+if sys.argv[1] == "usl":
+    sys.argv = ["usl", "topics", "--help"]
+    from deploy.cli import main
+    try:
+        main()
+    except SystemExit:
+        pass
+together = threading.Barrier(9)
+def hold():
+    held = bytearray(1 << 16)  # past Python's small-object allocator: from the thread's arena
+    together.wait()
+    together.wait()
+threads = [threading.Thread(target=hold) for _ in range(8)]
+for thread in threads:
+    thread.start()
+together.wait()
+ctypes.CDLL(None).malloc_stats()  # one "Arena N:" block per arena, on stderr
+together.wait()
+"""
+
+
+def _glibc() -> bool:
+    try:
+        return "glibc" in (os.confstr("CS_GNU_LIBC_VERSION") or "")
+    except (ValueError, OSError):
+        return False
+
+
+@pytest.mark.skipif(not _glibc(), reason="malloc arenas are glibc's")
+@pytest.mark.parametrize(("environment", "expected"), [({}, 2), ({"MALLOC_ARENA_MAX": "3"}, 3)])
+def test_every_command_keeps_two_malloc_arenas_unless_told(environment: dict[str, str], expected: int) -> None:
+    """While index generations rolled every 2 s, the planner API's threads spread over glibc's
+    16 malloc arenas (8 a core), each keeping its high-water mark: 150+ MB held free and one
+    more arena filling every few minutes. Every process of the CLI keeps two, or what
+    MALLOC_ARENA_MAX says."""
+    import subprocess
+    import sys
+
+    def arenas(mode: str) -> int:
+        env = {**{k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}, **environment}
+        done = subprocess.run([sys.executable, "-c", _ARENAS_SCRIPT, mode], capture_output=True,
+                              text=True, timeout=60, env=env, cwd=Path(__file__).resolve().parents[2])
+        assert done.returncode == 0, done.stderr
+        return sum(line.startswith("Arena ") for line in done.stderr.splitlines())
+
+    assert arenas("usl") == expected
+    if not environment:
+        assert arenas("python") == 9  # without it, each of the eight threads took an arena of its own
