@@ -280,6 +280,20 @@ class Manifest:
             raise GenerationError(f"malformed manifest: {exc!r}") from exc
 
 
+@contextlib.contextmanager
+def _pins_lock(pins_dir: Path, *, exclusive: bool) -> Iterator[None]:
+    """A line's pin lock (``pins/gc.lock``): shared while a reader pins or renews, exclusive
+    while GC sweeps pins and decides what to move away. flock: a holder killed with -9 releases
+    it."""
+    pins_dir.mkdir(exist_ok=True)  # not parents: a removed line must stay removed
+    descriptor = os.open(pins_dir / "gc.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(descriptor)
+
+
 #: Manifest texts parsed lately (Manifest.from_json), least recently used first. Manifests are
 #: never changed once made, so one object serves every reader of the same bytes.
 _PARSED: OrderedDict[bytes, Manifest] = OrderedDict()
@@ -299,10 +313,18 @@ class Pin:
 
     def renew(self, ttl_seconds: float) -> None:
         """Extend the pin to ``ttl_seconds`` from now (e.g. while a cursor stays open)."""
-        if not self.path.exists():
-            raise GenerationError(f"pin {self.path.name} was released or collected")
-        self.expires_at = time.time() + _positive_ttl(ttl_seconds)
-        self._write()
+        # Under the shared pin lock, as pinning: GC sweeps expired pins and moves generations
+        # under the exclusive one, so a pin renewed as it expired is either kept (and so its
+        # generation) or found gone here, never deleted after this write.
+        try:
+            with _pins_lock(self.path.parent, exclusive=False):
+                generation = self.path.parent.parent / f"gen-{self.generation_id:08d}" / MANIFEST_FILE
+                if not self.path.exists() or not generation.exists():
+                    raise GenerationError(f"pin {self.path.name} was released or collected")
+                self.expires_at = time.time() + _positive_ttl(ttl_seconds)
+                self._write()
+        except FileNotFoundError as exc:  # the line itself was removed
+            raise GenerationError(f"pin {self.path.name} was collected with its line") from exc
 
     def release(self) -> None:
         """Drop the pin; releasing twice is harmless."""
@@ -571,9 +593,9 @@ class GenerationStore:
         current = self.current_id()
         if current is None:
             return []
-        self._sweep_expired_pins()
         trashed: list[tuple[int, Path]] = []
-        with self._pins_lock(exclusive=True):  # no pin is added until the moves are done
+        with self._pins_lock(exclusive=True):  # no pin is added or renewed until the moves are done
+            self._sweep_expired_pins()
             pinned = self.pinned_ids()
             self._sweep_trash(pinned)
             committed = self.generation_ids()
@@ -594,18 +616,8 @@ class GenerationStore:
             fsync_directory(self.line_dir)
         return [generation_id for generation_id, _ in trashed]
 
-    @contextlib.contextmanager
-    def _pins_lock(self, *, exclusive: bool) -> Iterator[None]:
-        """The line's pin lock (``pins/gc.lock``): shared while a reader pins, exclusive while GC
-        decides what to move away. flock: a holder killed with -9 releases it."""
-        pins_dir = self.line_dir / _PINS_DIR
-        pins_dir.mkdir(exist_ok=True)  # not parents: a removed line must stay removed
-        descriptor = os.open(pins_dir / "gc.lock", os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(descriptor, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-            yield
-        finally:
-            os.close(descriptor)
+    def _pins_lock(self, *, exclusive: bool) -> contextlib.AbstractContextManager[None]:
+        return _pins_lock(self.line_dir / _PINS_DIR, exclusive=exclusive)
 
     # -- lines -------------------------------------------------------------------------------
 
@@ -645,14 +657,13 @@ class GenerationStore:
         """Rename this whole line out of the way (to a hidden ``.trash-line-*`` directory beside
         it, returned; the caller deletes it) if no unexpired pin holds any of its generations,
         no writer holds its lock and ``still_removable()`` agrees, all checked under the line's
-        exclusive pin lock; else None. Expired pins are swept first.
+        exclusive pin lock; else None. Expired pins are swept first, under that lock too.
 
         Under that lock no reader can add a pin, so a reader either pinned before (and the
         line stays) or finds the line gone afterwards (:meth:`pin` raises GenerationError)."""
         # Never through _acquire_lock or with mkdir(parents=True): another collector may have
         # taken the line away meanwhile, and its directory must not come back.
         try:
-            self._sweep_expired_pins()
             descriptor = os.open(self.line_dir / _LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
         except FileNotFoundError:
             return None
@@ -663,6 +674,7 @@ class GenerationStore:
             return None  # a writer is still committing to it
         try:
             with self._pins_lock(exclusive=True):
+                self._sweep_expired_pins()
                 if self.pinned_ids() or not still_removable():
                     return None
                 trash = self.kind_dir / f"{LINE_TRASH_PREFIX}{self.line}-{uuid.uuid4().hex[:8]}"

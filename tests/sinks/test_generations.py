@@ -299,6 +299,41 @@ def test_pin_is_visible_to_other_processes(store: GenerationStore):
     pin.release()
 
 
+def test_gc_sweeps_expired_pins_only_while_no_reader_pins_or_renews(store: GenerationStore):
+    """A reader renewing a pin as it expires holds the shared pin lock: GC, which sweeps expired
+    pins, waits for it, so the renewed pin (and its generation) is never swept after the write."""
+    for i in range(3):
+        commit_files(store, {f"s{i}.bin": b"x"})
+    pin = store.pin(1, ttl_seconds=60, holder="cursor")
+    pin.expires_at = time.time() - 1
+    pin._write()  # expired, about to be renewed
+    collected: list[list[int]] = []
+    with generations._pins_lock(store.line_dir / "pins", exclusive=False):  # the renew in flight
+        collector = threading.Thread(target=lambda: collected.append(store.gc(keep_last=1)))
+        collector.start()
+        collector.join(timeout=0.5)
+        assert pin.path.exists(), "GC swept a pin while a reader held the pin lock"
+        pin.expires_at = time.time() + 120
+        pin._write()
+    collector.join(timeout=30)
+    assert collected == [[2]] and pin.path.exists() and store.generation_dir(1).exists()
+    pin.release()
+
+
+def test_renewing_a_pin_whose_generation_was_collected_fails(store: GenerationStore):
+    for i in range(3):
+        commit_files(store, {f"s{i}.bin": b"x"})
+    pin = store.pin(1, ttl_seconds=60, holder="cursor")
+    pin.expires_at = time.time() - 1
+    pin._write()
+    path = pin.path
+    store.gc(keep_last=1)
+    assert not store.generation_dir(1).exists() and not path.exists()
+    path.write_text(json.dumps({"generationId": 1, "expiresAt": time.time() + 60}))  # a stale copy
+    with pytest.raises(GenerationError, match="released or collected"):
+        pin.renew(60)
+
+
 def test_pin_of_missing_generation_fails(store: GenerationStore):
     commit_files(store, {"a": b"a"})
     with pytest.raises(GenerationError):
