@@ -278,13 +278,9 @@ def host_allowed(host_header: str, extra: frozenset[str] = frozenset()) -> bool:
 
 
 def check_bind(settings: Settings, host: str) -> None:
-    """Refuse to listen beyond loopback without API keys, and on an IPv6 address, which the
-    server and the local stack's URLs do not support (:class:`ConfigError`, one line)."""
-    bare = host.strip().strip("[]")
-    if ":" in bare:
-        raise ConfigError(
-            f"the API listens on IPv4 addresses or host names, not the IPv6 address {host}: "
-            "use 127.0.0.1 (or localhost) for loopback, 0.0.0.0 for every interface")
+    """Refuse to listen beyond loopback without API keys (:class:`ConfigError`, one line). An IPv6
+    address is taken with or without brackets (``[::1]``, ``::1``): the server binds it bare and
+    the command line's URLs write it in brackets."""
     if is_loopback(host) or settings.api_allow_unauthenticated:
         return
     path = keys_path(settings)

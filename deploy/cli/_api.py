@@ -16,7 +16,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from deploy.cli._common import err, escape, fail, load_settings
+from deploy.cli._common import err, escape, fail, http_url, load_settings
 from planner.exceptions import PlannerError
 from streams.exceptions import USLError
 from streams.settings import Settings
@@ -132,9 +132,7 @@ def api_target(current: Settings) -> tuple[str, bool] | None:
             host = value
         elif flag == "--port":
             port = int(value) if value.isdigit() else port
-    if host in ("", "0.0.0.0", "::", "[::]"):
-        host = "127.0.0.1"  # listening everywhere includes loopback
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}", False
+    return http_url(host, port), False
 
 
 def api_client(current: Settings, principal_text: str | None) -> tuple[Client, bool] | None:

@@ -26,8 +26,8 @@ if TYPE_CHECKING:
 
     from planner.exceptions import PlannerError
 
-__all__ = ["LOG_OPTION", "PRINCIPAL_OPTION", "bootstrap_servers", "command_broker", "err", "escape", "fail",
-           "load_settings", "out", "print_json", "printable", "render_rows", "tsv_lines"]
+__all__ = ["LOG_OPTION", "PRINCIPAL_OPTION", "bare_host", "bootstrap_servers", "command_broker", "err", "escape", "fail",
+           "http_url", "load_settings", "out", "print_json", "printable", "render_rows", "tsv_lines"]
 
 _CELL_CHARS = 80
 
@@ -67,6 +67,23 @@ PRINCIPAL_OPTION = typer.Option(None, "--as", envvar="USL_DEFAULT_PRINCIPAL", me
 def load_settings() -> Settings:
     """The settings of this process, from the environment."""
     return Settings.from_env()
+
+
+def bare_host(host: str) -> str:
+    """``host`` as a socket (and uvicorn) takes it: an IPv6 address without the brackets a URL
+    writes it in (``[::1]`` is ``::1``)."""
+    host = host.strip()
+    return host[1:-1] if host.startswith("[") and host.endswith("]") else host
+
+
+def http_url(host: str, port: int, *, connect: bool = True) -> str:
+    """``http://HOST:PORT`` of a server that listens on ``host``: an IPv6 address in brackets
+    (RFC 3986: ``http://::1:8765`` names no port), and, to connect to it (``connect``), an
+    every-interface address as loopback (``0.0.0.0`` as 127.0.0.1, ``::`` as ::1)."""
+    bare = bare_host(host)
+    if connect:
+        bare = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}.get(bare, bare)
+    return f"http://[{bare}]:{port}" if ":" in bare else f"http://{bare}:{port}"
 
 
 def bootstrap_servers(current: Settings) -> str:

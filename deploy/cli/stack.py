@@ -15,7 +15,16 @@ from urllib.parse import quote
 import typer
 
 from deploy.cli._api import reading_bootstrap_servers, through_api
-from deploy.cli._common import bootstrap_servers, err, fail, load_settings, out, print_json
+from deploy.cli._common import (
+    bare_host,
+    bootstrap_servers,
+    err,
+    fail,
+    http_url,
+    load_settings,
+    out,
+    print_json,
+)
 from streams.exceptions import USLError
 from streams.names import LOG_ID, LOG_ID_HINT
 
@@ -71,7 +80,7 @@ def status(
 
     # A stack of `usl up` runs on this machine (checked without creating USL_HOME where none is).
     if (Path(settings.home).resolve() / "run" / "supervisor.pid").is_file() and "supervisor" in running(settings):
-        _print_metrics_ports(settings, f"{settings.api_url or f'http://{settings.api_host}:{settings.api_port}'}/metrics")
+        _print_metrics_ports(settings, f"{settings.api_url or http_url(settings.api_host, settings.api_port)}/metrics")
 
 
 def _print_metrics_ports(settings: Settings, api_metrics: str) -> None:
@@ -167,7 +176,7 @@ def up(
             return
         out().print(f"already running: {', '.join(sorted(already))} (use `usl down` first to restart)")
         return
-    url = f"http://{settings.api_host}:{api_port}"
+    url = http_url(settings.api_host, api_port)
     if port_open(api_port, settings.api_host):
         # Another stack (another USL_HOME) or any other server holds the port: our API could not
         # bind, yet the wait below and every later CLI command would be answered by that server.
@@ -204,14 +213,7 @@ def up(
     if follow:  # USL_FOLLOW: a follower tails those transcripts into L1
         children["follow"] = ["ingest", "--follow", *follow]
     out().print(f"starting USL Search: broker {bootstrap}, API {url}; Ctrl-C stops it")
-    supervise(settings, children, env, health={"api": _health_url(settings.api_host, api_port)})
-
-
-def _health_url(host: str, port: int) -> str:
-    """Where the supervisor probes the API it runs on ``host``: a wildcard address is probed on
-    loopback, an IPv6 one in brackets."""
-    probed = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
-    return f"http://{f'[{probed}]' if ':' in probed else probed}:{port}/healthz"
+    supervise(settings, children, env, health={"api": f"{url}/healthz"})
 
 
 def serve(
@@ -230,10 +232,10 @@ def serve(
     from planner.auth import check_bind
 
     settings = load_settings()
-    bind_host = host or settings.api_host
+    bind_host = bare_host(host or settings.api_host)
     bind_port = port or settings.api_port
     check_bind(settings, bind_host)
     bootstrap = bootstrap_servers(settings)
-    err().print(f"planner API on http://{bind_host}:{bind_port}/")
+    err().print(f"planner API on {http_url(bind_host, bind_port, connect=False)}/")
     uvicorn.run(create_app(settings, bootstrap), host=bind_host, port=bind_port,
                 log_level="warning", access_log=False)

@@ -291,11 +291,16 @@ def test_check_bind(tmp_path: Path) -> None:
         check_bind(settings, "0.0.0.0")
 
 
-@pytest.mark.parametrize("host", ["[::1]", "::1", "[::]", "::", "fe80::1"])
-def test_check_bind_refuses_ipv6_addresses_with_a_clear_error(tmp_path: Path, host: str) -> None:
-    """issue 15: [::1] passed the check, then uvicorn could not bind it and exited 3."""
-    with pytest.raises(ConfigError, match=r"use 127\.0\.0\.1"):
+@pytest.mark.parametrize(("host", "loopback"), [("[::1]", True), ("::1", True), ("[::]", False), ("::", False),
+                                               ("fe80::1", False)])
+def test_check_bind_takes_ipv6_addresses_by_the_loopback_rule(tmp_path: Path, host: str, loopback: bool) -> None:
+    """IPv6 addresses bind (bare, ``usl serve`` strips the brackets) under the rule IPv4 ones do:
+    loopback without keys, anything else only with keys."""
+    if loopback:
         check_bind(Settings.from_env({}, home=tmp_path), host)
+    else:
+        with pytest.raises(ConfigError, match="without API keys"):
+            check_bind(Settings.from_env({}, home=tmp_path), host)
 
 
 @pytest.mark.parametrize(("header", "extra", "allowed"), [
