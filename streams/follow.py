@@ -74,7 +74,7 @@ from streams.importers import (
     file_format,
     iter_file,
 )
-from streams.importers.base import parse_json, stable_id
+from streams.importers.base import line_parts, parse_json, stable_id
 from streams.importers.cursor import FileCursor, open_cursor, settled
 
 if TYPE_CHECKING:
@@ -1262,9 +1262,13 @@ def _sha(data: bytes) -> str:
 
 
 def _whole_object(line: bytes) -> bool:
-    """Whether ``line`` is one whole JSON object (what a transcript line is)."""
+    """Whether ``line`` is one whole JSON object (what a transcript line is), or whole JSON values
+    one after another (a writer that lost a newline: an import reads each, ``line_parts``)."""
     value, error = parse_json(line.strip())
-    return error is None and isinstance(value, dict)
+    if error is not None:
+        parts = line_parts(line.strip())
+        return parts is not None and all(whole for _start, _end, whole in parts)
+    return isinstance(value, dict)
 
 
 def _blank(data: bytes) -> bool:

@@ -12,8 +12,9 @@ from __future__ import annotations
 import copy
 import hashlib
 import io
+import json
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from itertools import chain
 from pathlib import Path
@@ -34,12 +35,17 @@ __all__ = [
     "JsonLine",
     "Rejected",
     "SessionEmitter",
+    "cut_note",
     "iter_json_lines",
+    "json_line",
+    "json_lines",
+    "line_parts",
     "parse_json",
     "raw_text",
     "read_bytes",
     "read_lines",
     "small_payload",
+    "split_line",
     "stable_id",
     "time_from_posix",
     "valid_time",
@@ -226,35 +232,210 @@ def read_bytes(path: Path, data: Content | None = None) -> bytes:
 
 @dataclass(frozen=True)
 class JsonLine:
-    """One line of a JSONL file that holds a JSON object: its 1-based line number, its record
-    name (``label:number``), the object and the line's bytes (for dead letters and payloads);
-    ``canonical`` says the bytes (without a byte order mark) are the object's canonical bytes."""
+    """One record of a JSONL file that is a JSON object: its 1-based line number, its record
+    name (``label:number``), the object and its bytes (for dead letters and payloads);
+    ``canonical`` says the bytes (without a byte order mark) are the object's canonical bytes.
+    ``at`` is where the record begins in its line: not 0 only for a later record of a line that
+    holds several (:func:`line_parts`), named ``label:number@at``."""
 
     number: int
     record: str
     value: dict[str, Any]
     raw: bytes
     canonical: bool = False
+    at: int = 0
+
+    @property
+    def position(self) -> str:
+        """The record's place in the file as its ids name it: the line number, ``NUMBER@AT`` for
+        a later record of a line (the same ids whether or not more records follow on the line)."""
+        return str(self.number) if self.at == 0 else f"{self.number}@{self.at}"
 
 
 def iter_json_lines(path: Path, *, label: str, what: str, data: Content | None = None) -> Iterator[JsonLine | Rejected]:
-    """Every non-blank line of ``path`` in order: a :class:`JsonLine` when it is a JSON object,
-    else a :class:`Rejected` (bad JSON, or "``what`` must be a JSON object, not list"), so each
-    importer dead-letters a bad line the same way. Unreadable files raise ImportFormatError.
-    ``data``: the file's bytes, when the caller holds them (:func:`read_lines`)."""
+    """Every record of every non-blank line of ``path`` in order (:func:`json_lines`): a
+    :class:`JsonLine` when it is a JSON object, else a :class:`Rejected` (bad JSON, or "``what``
+    must be a JSON object, not list"), so each importer dead-letters a bad line the same way.
+    Unreadable files raise ImportFormatError. ``data``: the file's bytes, when the caller holds
+    them (:func:`read_lines`)."""
     for number, line in read_lines(path, data):
-        yield json_line(number, line, label=label, what=what)
+        yield from json_lines(number, line, label=label, what=what)
 
 
-def json_line(number: int, line: bytes, *, label: str, what: str) -> JsonLine | Rejected:
-    """Line ``number`` of a JSONL file (stripped, not blank) as :func:`iter_json_lines` reads it."""
-    record = f"{label}:{number}"
+def json_lines(number: int, line: bytes, *, label: str, what: str) -> list[JsonLine | Rejected]:
+    """The records of line ``number`` of a JSONL file (stripped, not blank) as
+    :func:`iter_json_lines` reads them: the line, or the parts :func:`split_line` finds in it."""
+    whole = json_line(number, line, label=label, what=what)
+    parts = split_line(line) if isinstance(whole, Rejected) else None
+    if parts is None:
+        return [whole]
+    records: list[JsonLine | Rejected] = []
+    for at, part, cut_by in parts:
+        record = json_line(number, part, label=label, what=what, at=at)
+        if cut_by is not None and isinstance(record, Rejected):
+            record = replace(record, reason=cut_note(record.reason, cut_by))
+        records.append(record)
+    return records
+
+
+def split_line(line: bytes) -> list[tuple[int, bytes, int | None]] | None:
+    """``(at, bytes, cut_by)`` of each record of a JSONL line (stripped, not blank) that is no JSON
+    text but holds whole JSON values beside cut or stray bytes (:func:`line_parts`), else None (the
+    line is one record, bad as it may be). ``at`` is the byte a part begins at in the line,
+    ``cut_by`` where the record after a cut part begins (None for a whole value, or a part nothing
+    follows). A part at byte ``at`` > 0 is named ``label:number@at``: the first keeps the line's
+    name and ids, so a line that grows a second record (a writer that lost a newline) names its
+    first as before."""
+    parts = line_parts(line)
+    if parts is None:
+        return None
+    return [(start, line[start:end], None if whole or index + 1 == len(parts) else parts[index + 1][0])
+            for index, (start, end, whole) in enumerate(parts)]
+
+
+def cut_note(reason: str, cut_by: int) -> str:
+    """``reason`` of a part of a line cut short by the record at byte ``cut_by`` of the line."""
+    return f"{reason}; cut off by the record that begins at byte {cut_by} of the same line, read on its own"
+
+
+def json_line(number: int, line: bytes, *, label: str, what: str, at: int = 0) -> JsonLine | Rejected:
+    """Line ``number`` of a JSONL file (stripped, not blank) read as one record, or the part of
+    it from byte ``at`` on (:func:`json_lines`)."""
+    record = f"{label}:{number}" if at == 0 else f"{label}:{number}@{at}"
     value, error, canonical = _parse_json(line)
     if error is not None:
         return Rejected(record, error, raw_text(line))
     if not isinstance(value, dict):
         return Rejected(record, f"{what} must be a JSON object, not {type(value).__name__}", raw_text(line))
-    return JsonLine(number, record, value, line, canonical)
+    return JsonLine(number, record, value, line, canonical, at)
+
+
+_DECODER = json.JSONDecoder()
+_JSON_SPACE = " \t\r\n"
+
+
+def line_parts(line: bytes) -> list[tuple[int, int, bool]] | None:
+    """How a line that is no JSON text splits into JSON values and what is left between them:
+    ``(start, end, whole)`` byte spans covering it in order (``whole``: a complete JSON value),
+    or None when it holds no whole value beside something else (a line cut short, plain junk).
+
+    A writer that dies mid-line and starts again leaves its cut record and the next whole one on
+    one line (``{"type":"user","mess{"type":"assistant",...}``); one that forgets a newline
+    leaves two whole records (``{...}{...}``). Whole values are read from the start of the line;
+    where one is cut short, the next record begins at a ``{`` or ``[`` from which the rest of the
+    line reads as whole values and where the cut record could not go on with a value of its own
+    (inside one of its strings, after one of its values or keys): the latest such up to the place
+    the reading failed, else the earliest after it. Where the cut record could go on with a value
+    (after its ``:``, ``,`` in a list or ``[``), what follows is as likely the rest of a record
+    cut at the end of a line (``{"a":{"b":1}`` is one record cut short, not ``{"b":1}`` after a
+    cut) and is not split off: the whole line stays one rejected record, as before. Deterministic:
+    the bytes alone decide."""
+    try:
+        text = line.removeprefix(BOM).decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    shift = len(line) - len(line.removeprefix(BOM))
+    spans: list[tuple[int, int, bool]] = []
+    at = _skip_space(text, 0)
+    while at < len(text):
+        end, failed = _value_end(text, at)
+        if end is not None:
+            spans.append((at, end, True))
+            at = _skip_space(text, end)
+            continue
+        resumed = _resume(text, at, failed)
+        if resumed is None:
+            spans.append((at, len(text), False))
+            break
+        start, rest = resumed
+        spans += [(at, start, False), *rest]
+        break
+    if len(spans) < 2 or not any(whole for _start, _end, whole in spans):
+        return None
+
+    def byte(index: int) -> int:
+        return shift + len(text[:index].encode("utf-8"))
+
+    return [(byte(start) if start else 0, byte(end), whole) for start, end, whole in spans]
+
+
+def _skip_space(text: str, at: int) -> int:
+    while at < len(text) and text[at] in _JSON_SPACE:
+        at += 1
+    return at
+
+
+def _value_end(text: str, at: int) -> tuple[int | None, int]:
+    """(end of the JSON value that starts at ``at``, 0), or (None, where reading it failed)."""
+    try:
+        return _DECODER.raw_decode(text, at)[1], 0
+    except json.JSONDecodeError as exc:
+        return None, exc.pos
+    except RecursionError:
+        return None, at
+
+
+def _whole_values(text: str, at: int) -> list[tuple[int, int, bool]] | None:
+    """The spans of the JSON values that fill ``text`` from ``at`` to its end, or None."""
+    spans: list[tuple[int, int, bool]] = []
+    while (at := _skip_space(text, at)) < len(text):
+        end, _failed = _value_end(text, at)
+        if end is None:
+            return None
+        spans.append((at, end, True))
+        at = end
+    return spans
+
+
+def _record_starts(text: str, cut: int) -> list[int]:
+    """The places after ``cut`` where a ``{`` or ``[`` cannot be a value of the value that starts
+    at ``cut`` read as JSON so far: inside its strings, or where it expects no value."""
+    starts: list[int] = []
+    nesting: list[str] = []
+    in_string = escaped = False
+    expects_value = True
+    for index in range(cut, len(text)):
+        char = text[index]
+        if in_string:
+            if char in "{[" and index > cut:
+                starts.append(index)
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = expects_value = False
+            continue
+        if char in "{[" and index > cut and not expects_value:
+            starts.append(index)
+        if char == '"':
+            in_string = True
+        elif char in "{[":
+            nesting.append(char)
+            expects_value = char == "["
+        elif char in "}]":
+            if nesting:
+                nesting.pop()
+            expects_value = False
+        elif char == ":":
+            expects_value = True
+        elif char == ",":
+            expects_value = bool(nesting) and nesting[-1] == "["
+        elif char not in _JSON_SPACE:
+            expects_value = False
+    return starts
+
+
+def _resume(text: str, cut: int, failed: int) -> tuple[int, list[tuple[int, int, bool]]] | None:
+    """Where the record after the cut value starting at ``cut`` begins, and the whole values from
+    there to the end of the line (see :func:`line_parts`), or None."""
+    opening = _record_starts(text, cut)
+    before = [index for index in opening if index <= failed]
+    for start in [*reversed(before), *opening[len(before):]]:
+        rest = _whole_values(text, start)
+        if rest:
+            return start, rest
+    return None
 
 
 def _schema_reason(exc: SchemaError) -> str:

@@ -25,11 +25,12 @@ from streams.importers.base import (
     SessionEmitter,
     fed_lines,
     iter_json_lines,
-    json_line,
+    json_lines,
     parse_json,
     raw_text,
     read_lines,
     small_payload,
+    split_line,
     valid_time,
 )
 
@@ -58,6 +59,7 @@ _INJECTED_PREFIX = "<system-reminder>"
 _WHAT = "a transcript line"
 _EPOCH = "1970-01-01T00:00:00.000Z"
 _UUID_FIELD = re.compile(rb'"uuid"\s*:\s*"([^"\\]+)"')
+_SESSION_FIELD = re.compile(rb'"session(?:Id|_id)"\s*:\s*"([^"\\]+)"')
 
 
 @dataclass
@@ -77,7 +79,7 @@ class _Pending:
 
     record: str
     raw: bytes
-    number: int
+    place: str  # JsonLine.position of the line
     line_type: str
     value: dict[str, Any]
     session_id: str | None
@@ -118,7 +120,7 @@ class TranscriptCursor:
         self.path, self.label, self.log_id, self.acl = path, label, log_id, acl
         self.links: SubagentLinks = {} if links is None else links
         self.lines = 0  # the lines fed so far (blank ones too: they are numbered)
-        self._scan = _Prescan()
+        self._scan = _Prescan(path.stem)
         self._transcript: _Transcript | None = None
         self.stale = False  # a feed found it stale: it reads nothing more
 
@@ -134,13 +136,14 @@ class TranscriptCursor:
             transcript = self._transcript = _Transcript(
                 self.path, label=self.label, log_id=self.log_id, acl=self.acl, links=self.links,
                 facts=self._scan.facts())
-        elif (transcript.title, transcript.model) != self._scan.facts() or any(
+        elif (transcript.titles, transcript.model) != self._scan.facts() or any(
                 key in self.links for key in transcript.link_misses):
             self.stale = True  # what it read is not what a fresh import reads now
             return None
         results: list[Result] = []
         for number, line in lines:
-            results += transcript._line(json_line(number, line, label=self.label, what=_WHAT))
+            for part in json_lines(number, line, label=self.label, what=_WHAT):
+                results += transcript._line(part)
         self.lines += data.count(b"\n")
         return results
 
@@ -157,8 +160,8 @@ class _Transcript:
 
     def __init__(self, path: Path, *, label: str, log_id: str, acl: dict[str, Any] | None,
                  links: SubagentLinks | None = None, data: Content | None = None,
-                 facts: tuple[str | None, str | None] | None = None) -> None:
-        """``facts``: :func:`_prescan`'s (title, model) of the whole file, when the caller knows
+                 facts: tuple[_Titles, str | None] | None = None) -> None:
+        """``facts``: :func:`_prescan`'s (titles, model) of the whole file, when the caller knows
         them (else the file, or ``data``, is scanned for them now)."""
         self.path = path
         self.data = data
@@ -169,12 +172,12 @@ class _Transcript:
         self.sessions: dict[str, _Session] = {}
         self.current: _Session | None = None
         self.line_events: dict[str, str] = {}  # uuid → eventId of the line's last event
-        self.seen_uuids: dict[str, int] = {}  # uuid → line number, to refuse duplicates
+        self.seen_uuids: dict[str, str] = {}  # uuid → line number (JsonLine.position), to refuse duplicates
         self.pending: list[_Pending] = []
         # Subagent links looked up and not found: a later link under one of them changes what
         # a fresh import of the same lines says (see TranscriptCursor.feed).
         self.link_misses: set[tuple[str, str]] = set()
-        self.title, self.model = _prescan(path, data) if facts is None else facts
+        self.titles, self.model = _prescan(path, data) if facts is None else facts
 
     def run(self) -> Iterator[Result]:
         last_record = f"{self.label}:0"
@@ -188,13 +191,13 @@ class _Transcript:
         if isinstance(item, Rejected):
             yield item
             return
-        number, record, value, line = item.number, item.record, item.value, item.raw
+        place, record, value, line = item.position, item.record, item.value, item.raw
         line_type = value.get("type")
         if line_type in ("user", "assistant"):
-            yield from self._conversation(value, line_type, record, line, number)
+            yield from self._conversation(value, line_type, record, line, place)
         elif line_type in _AUXILIARY_TYPES or (
                 isinstance(line_type, str) and AUXILIARY_TYPE_RE.fullmatch(line_type)):
-            yield from self._auxiliary(value, line_type, record, line, number)
+            yield from self._auxiliary(value, line_type, record, line, place)
         elif line_type is None:
             yield Rejected(record, "missing field 'type'", raw_text(line))
         else:
@@ -224,7 +227,7 @@ class _Transcript:
     # -- conversation lines ---------------------------------------------------------------
 
     def _conversation(
-        self, line: dict[str, Any], role: str, record: str, raw: bytes, number: int
+        self, line: dict[str, Any], role: str, record: str, raw: bytes, place: str
     ) -> Iterator[Result]:
         problem, blocks, stamp = _check_conversation_line(line, self.seen_uuids)
         if problem is not None:
@@ -237,11 +240,11 @@ class _Transcript:
         time = stamp or (known.emitter.last_time if known else None) or _EPOCH
         uuid = line.get("uuid") if isinstance(line.get("uuid"), str) and line["uuid"] else None
         if uuid is not None:
-            self.seen_uuids[uuid] = number
+            self.seen_uuids[uuid] = place
         session = self._session(session_id)
         self.current = session
         emitter = session.emitter
-        position = uuid or f"line-{number}"
+        position = uuid or f"line-{place}"
         results: list[Result] = []
         if line.get("isSidechain") is True:
             results += self._flush_pending(session, time)
@@ -249,7 +252,7 @@ class _Transcript:
         else:
             results += emitter.end_episode(record=record, raw=raw)
             results += emitter.start_session(
-                time=time, record=record, raw=raw, fields=self._session_fields(line),
+                time=time, record=record, raw=raw, fields=self._session_fields(session_id, line),
             )
             results += self._flush_pending(session, time)
             if (role == "user" and _starts_human_turn(line, blocks) and not _in_subagent(line)) \
@@ -301,10 +304,11 @@ class _Transcript:
             parent_event_id=parent_event_id,
         )
 
-    def _session_fields(self, line: dict[str, Any]) -> dict[str, Any]:
+    def _session_fields(self, session_id: str, line: dict[str, Any]) -> dict[str, Any]:
         fields: dict[str, Any] = {}
-        if self.title:
-            fields["title"] = self.title
+        title = self.titles.of(session_id)
+        if title:
+            fields["title"] = title
         if self.model:
             fields["model"] = self.model
         cwd = line.get("cwd")
@@ -401,13 +405,13 @@ class _Transcript:
     # -- auxiliary lines --------------------------------------------------------------------
 
     def _auxiliary(
-        self, line: dict[str, Any], line_type: str, record: str, raw: bytes, number: int
+        self, line: dict[str, Any], line_type: str, record: str, raw: bytes, place: str
     ) -> Iterator[Result]:
         session_id = _line_session(line)
         session = self.sessions.get(session_id) if session_id else self.current
         if line_type == "progress" and session is not None:
             self._link_progress(session, line)
-        entry = _Pending(record, raw, number, line_type, line, session_id)
+        entry = _Pending(record, raw, place, line_type, line, session_id)
         if session is None or not session.active:
             self.pending.append(entry)
             return
@@ -425,7 +429,7 @@ class _Transcript:
     def _auxiliary_event(self, session: _Session, entry: _Pending, time: str) -> Result:
         emitter = session.emitter
         uuid = entry.value.get("uuid")
-        position = uuid if isinstance(uuid, str) and uuid else f"line-{entry.number}"
+        position = uuid if isinstance(uuid, str) and uuid else f"line-{entry.place}"
         return emitter.emit(
             f"x.claude-code.{entry.line_type}", event_id=emitter.event_id("x", position),
             time=_own_time(entry.value) or time, record=entry.record, raw=entry.raw,
@@ -471,50 +475,85 @@ def names_model(data: bytes) -> bool:
     return _prescan(Path(), data)[1] is not None
 
 
-def _prescan(path: Path, data: Content | None = None) -> tuple[str | None, str | None]:
-    """(title, model) for session.started, which is emitted before the lines that carry them.
-
-    The title is the summary whose ``leafUuid`` is a line of this file (else the first
-    summary); the model is the first real (non-synthetic) assistant model. Only lines that can
-    hold either are parsed.
-    """
-    scan = _Prescan()
+def _prescan(path: Path, data: Content | None = None) -> tuple[_Titles, str | None]:
+    """(titles, model) for session.started, which is emitted before the lines that carry them
+    (:meth:`_Prescan.facts`). Only lines that can hold either are parsed."""
+    scan = _Prescan(path.stem)
     scan.update(line for _, line in read_lines(path, data))
     return scan.facts()
 
 
+@dataclass(frozen=True)
+class _Titles:
+    """The title of each session of a transcript: the first summary whose ``leafUuid`` is a line
+    of that session, else the first summary whose leaf is no line of the file (Claude Code
+    writes the summary of the conversation a session resumes at the top of its file), else none.
+    A file of several sessions so gives each its own, not the file's first summary to all."""
+
+    own: tuple[tuple[str, str], ...] = ()  # (sessionId, title), in the order of the summaries
+    unplaced: str | None = None
+
+    def of(self, session_id: str) -> str | None:
+        return next((title for session, title in self.own if session == session_id), self.unplaced)
+
+
 class _Prescan:
     """What :func:`_prescan` gathers, line by line, so a growing file's facts are kept up to date
-    with only its new lines read (:class:`TranscriptCursor`)."""
+    with only its new lines read (:class:`TranscriptCursor`). ``default_session`` is the session
+    of a line that names none (the file's stem, as the importer has it)."""
 
-    def __init__(self) -> None:
-        self.uuids: set[bytes] = set()
+    def __init__(self, default_session: str) -> None:
+        self.default_session = default_session.encode()
+        self.line_sessions: dict[bytes, bytes] = {}  # uuid → the session of its (first) line
         self.summaries: list[tuple[str, str | None]] = []
         self.model: str | None = None
 
     def update(self, lines: Iterable[bytes]) -> None:
         for line in lines:
-            self.uuids.update(_UUID_FIELD.findall(line))
+            uuids = _UUID_FIELD.findall(line)
+            if uuids:
+                named = _SESSION_FIELD.search(line)
+                session = named.group(1) if named else self.default_session
+                for uuid in uuids:
+                    self.line_sessions.setdefault(uuid, session)
             if b'"summary"' in line:
-                value, _error = parse_json(line)
-                if isinstance(value, dict) and value.get("type") == "summary":
-                    text, leaf = value.get("summary"), value.get("leafUuid")
-                    if isinstance(text, str) and text:
-                        self.summaries.append((text, leaf if isinstance(leaf, str) else None))
+                for value in _line_values(line):
+                    if value.get("type") == "summary":
+                        text, leaf = value.get("summary"), value.get("leafUuid")
+                        if isinstance(text, str) and text:
+                            self.summaries.append((text, leaf if isinstance(leaf, str) else None))
             if self.model is None and b'"model"' in line and b'"assistant"' in line:
-                value, _error = parse_json(line)
-                message = value.get("message") if isinstance(value, dict) else None
-                if isinstance(message, dict) and isinstance(message.get("model"), str):
-                    self.model = message["model"] if message["model"] != "<synthetic>" else None
+                for value in _line_values(line):
+                    message = value.get("message")
+                    if self.model is None and isinstance(message, dict) and isinstance(message.get("model"), str):
+                        self.model = message["model"] if message["model"] != "<synthetic>" else None
 
-    def facts(self) -> tuple[str | None, str | None]:
-        own = [text for text, leaf in self.summaries if leaf is not None and leaf.encode() in self.uuids]
-        title = own[0] if own else (self.summaries[0][0] if self.summaries else None)
-        return title, self.model
+    def facts(self) -> tuple[_Titles, str | None]:
+        own: dict[str, str] = {}
+        unplaced: str | None = None
+        for text, leaf in self.summaries:
+            session = self.line_sessions.get(leaf.encode()) if leaf is not None else None
+            if session is None:
+                unplaced = unplaced or text
+            else:
+                own.setdefault(session.decode("utf-8", "replace"), text)
+        return _Titles(tuple(own.items()), unplaced), self.model
+
+
+def _line_values(line: bytes) -> list[dict[str, Any]]:
+    """The JSON objects of a transcript line: the line, or the records a line that is no JSON
+    text holds (:func:`streams.importers.base.split_line`)."""
+    value, error = parse_json(line)
+    if error is not None:
+        parts = split_line(line) or []
+        values = [parse_json(part)[0] for _at, part, _cut_by in parts]
+    else:
+        values = [value]
+    return [value for value in values if isinstance(value, dict)]
 
 
 def _check_conversation_line(
-    line: dict[str, Any], seen_uuids: dict[str, int]
+    line: dict[str, Any], seen_uuids: dict[str, str]
 ) -> tuple[str | None, list[Any], str | None]:
     """(problem, content blocks, time) of a user/assistant line; problem names the field."""
     uuid = line.get("uuid")

@@ -27,7 +27,7 @@ from streams.importers.base import (
     SessionEmitter,
     fed_lines,
     iter_json_lines,
-    json_line,
+    json_lines,
     raw_text,
     small_payload,
     valid_time,
@@ -73,11 +73,11 @@ class RolloutCursor:
         fed before."""
         results: list[Result] = []
         for number, raw in fed_lines(data, self.lines):
-            line = json_line(number, raw, label=self.label, what=_WHAT)
-            if isinstance(line, Rejected):
-                results.append(line)
-            else:
-                results += self._rollout._line(line.value, line.number, line.record, line.raw)
+            for line in json_lines(number, raw, label=self.label, what=_WHAT):
+                if isinstance(line, Rejected):
+                    results.append(line)
+                else:
+                    results += self._rollout._line(line.value, line.position, line.record, line.raw)
         self.lines += data.count(b"\n")
         return results
 
@@ -109,11 +109,11 @@ class _Rollout:
             if isinstance(line, Rejected):
                 yield line
             else:
-                yield from self._line(line.value, line.number, line.record, line.raw)
+                yield from self._line(line.value, line.position, line.record, line.raw)
         if self.emitter is not None:
             yield from self.emitter.end_turn(record=last_record, raw="")
 
-    def _line(self, value: dict[str, Any], number: int, record: str, raw: bytes) -> Iterator[Result]:
+    def _line(self, value: dict[str, Any], position: str, record: str, raw: bytes) -> Iterator[Result]:
         line_type = value.get("type")
         payload = value.get("payload")
         if not isinstance(line_type, str) or not (line_type in LINE_TYPES or AUXILIARY_TYPE_RE.fullmatch(line_type)):
@@ -136,7 +136,7 @@ class _Rollout:
                                             fields={_camel(k): v for k, v in fields.items()})
             # A second session_meta (a resumed or forked rollout) is kept, hidden.
             yield from started or [emitter.emit(
-                "x.codex.session_meta", event_id=emitter.event_id("x", number), time=time, record=record,
+                "x.codex.session_meta", event_id=emitter.event_id("x", position), time=time, record=record,
                 raw=raw, visibility="hidden", fields={}, payload=small_payload(payload))]
             return
         yield from emitter.start_session(time=time, record=record, raw=raw, fields={})
@@ -144,7 +144,7 @@ class _Rollout:
             self.model = payload["model"]
         if line_type != "response_item":
             kind = payload.get("type") if isinstance(payload.get("type"), str) else None
-            yield emitter.emit(f"x.codex.{line_type}", event_id=emitter.event_id("x", number), time=time,
+            yield emitter.emit(f"x.codex.{line_type}", event_id=emitter.event_id("x", position), time=time,
                                record=record, raw=raw, visibility="hidden",
                                fields={"kind": kind} if kind else {}, payload=small_payload(payload))
             if line_type == "event_msg" and kind in _TURN_ENDS:
@@ -152,23 +152,23 @@ class _Rollout:
                 # last turn is chunked as soon as it is written, not when the file goes idle.
                 yield from emitter.end_turn(record=record, raw=raw)
             return
-        yield from self._item(emitter, payload, number, time, record, raw)
+        yield from self._item(emitter, payload, position, time, record, raw)
 
-    def _item(self, emitter: SessionEmitter, item: dict[str, Any], number: int, time: str, record: str,
+    def _item(self, emitter: SessionEmitter, item: dict[str, Any], position: str, time: str, record: str,
               raw: bytes) -> Iterator[Result]:
         item_type = item.get("type")
-        event_id = emitter.event_id(number, 0)
+        event_id = emitter.event_id(position, 0)
         visible = isinstance(item_type, str) and (
             (item_type == "message" and item.get("role") == "assistant") or item_type in _CALLS or item_type in _OUTPUTS)
         if visible and emitter.turn_id is None:
             # The agent's work outside every turn (after task_complete, or in a rollout that
             # opens mid-session) opens a turn of its own: it would form a unit nothing closes.
-            yield from emitter.start_turn(number, time=time, record=record, raw=raw)
+            yield from emitter.start_turn(position, time=time, record=record, raw=raw)
         if item_type == "message":
             role = item.get("role")
             text = _content_text(item.get("content"))
             if role == "user" and not text.lstrip().startswith(_INJECTED):
-                yield from emitter.start_turn(number, time=time, record=record, raw=raw)
+                yield from emitter.start_turn(position, time=time, record=record, raw=raw)
                 yield emitter.emit("message", event_id=event_id, time=time, record=record, raw=raw,
                                    role="user", fields={"text": text})
             elif role == "assistant":
@@ -187,7 +187,7 @@ class _Rollout:
                                visibility="hidden")
         elif isinstance(item_type, str) and item_type in _CALLS:
             name = str(item.get("name") or ("shell" if item_type == "local_shell_call" else "tool"))
-            call_id = str(item.get("call_id") or item.get("id") or f"line-{number}")
+            call_id = str(item.get("call_id") or item.get("id") or f"line-{position}")
             self.calls[call_id] = (event_id, name)
             yield emitter.emit("tool.call", event_id=event_id, time=time, record=record, raw=raw,
                                role="assistant", fields={"toolName": name, "toolCallId": call_id,

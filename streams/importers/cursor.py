@@ -14,7 +14,7 @@ from streams.asp import DEFAULT_MAX_EVENT_BYTES
 from streams.importers import AspReading, fitted
 from streams.importers.asp import WHAT as ASP_WHAT
 from streams.importers.asp import asp_line
-from streams.importers.base import Accepted, Rejected, fed_lines, json_line
+from streams.importers.base import Accepted, Rejected, fed_lines, json_lines
 from streams.importers.claude_code import SubagentLinks, TranscriptCursor, names_model
 from streams.importers.codex import RolloutCursor
 from streams.importers.openai_chat import ChatCursor
@@ -72,12 +72,12 @@ class AspCursor:
         """The records of ``data`` (whole lines), the file's bytes after those fed before."""
         results: list[Accepted | Rejected] = []
         for number, raw in fed_lines(data, self.lines):
-            item = asp_line(json_line(number, raw, label=self.label, what=ASP_WHAT), log_id=self.log_id,
-                            acl=self.acl, refused=self._reading.refused)
-            if isinstance(item, Accepted):
-                event, item = item.event, fitted(item, self._limit)
-                self._reading.took(event, item)
-            results.append(item)
+            for part in json_lines(number, raw, label=self.label, what=ASP_WHAT):
+                item = asp_line(part, log_id=self.log_id, acl=self.acl, refused=self._reading.refused)
+                if isinstance(item, Accepted):
+                    event, item = item.event, fitted(item, self._limit)
+                    self._reading.took(event, item)
+                results.append(item)
         self.lines += data.count(b"\n")
         return results
 

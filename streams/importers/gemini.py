@@ -101,7 +101,7 @@ class _Recording:
             if isinstance(item, Rejected):
                 yield item
                 continue
-            number, record, value, line = item.number, item.record, item.value, item.raw
+            place, record, value, line = item.position, item.record, item.value, item.raw
             if "type" not in value and "projectHash" in value:
                 header = value
                 time = valid_time(value.get("startTime")) or valid_time(value.get("lastUpdated"))
@@ -111,14 +111,14 @@ class _Recording:
                     started = list(self._session(header, record, line, time))
                     assert self.emitter is not None
                     yield from started or [self.emitter.emit(
-                        "x.gemini-cli.header", event_id=self.emitter.event_id("header", number), time=time,
+                        "x.gemini-cli.header", event_id=self.emitter.event_id("header", place), time=time,
                         record=record, raw=line, visibility="hidden", fields={}, payload=small_payload(value))]
             else:
-                yield from self._message(header, value, number, record)
+                yield from self._message(header, value, place, record)
         if self.emitter is not None:
             yield from self.emitter.end_turn(record=last_record, raw="")
 
-    def _message(self, header: dict[str, Any], message: Any, index: int, record: str) -> Iterator[Result]:
+    def _message(self, header: dict[str, Any], message: Any, index: int | str, record: str) -> Iterator[Result]:
         if not isinstance(message, dict):
             yield Rejected(record, "a message must be a JSON object", raw_text(message))
             return

@@ -27,12 +27,14 @@ from streams.importers.base import (
     Content,
     Rejected,
     SessionEmitter,
+    cut_note,
     fed_lines,
     parse_json,
     raw_text,
     read_bytes,
     read_lines,
     small_payload,
+    split_line,
     time_from_posix,
 )
 
@@ -138,9 +140,9 @@ class _Run(list[Any]):
     def __init__(self, label: str) -> None:
         super().__init__()
         self.label = label
-        self.lines: list[int] = []
+        self.lines: list[int | str] = []  # a line's number, NUMBER@BYTE for a later record of a line
 
-    def add(self, number: int, message: Any) -> None:
+    def add(self, number: int | str, message: Any) -> None:
         self.append(message)
         self.lines.append(number)
 
@@ -183,26 +185,25 @@ class ChatCursor:
                 if _opens_document(line):
                     self.stale = True  # perhaps a document's first line (see _jsonl_document)
                     return None
-            record = f"{self.label}:{number}"
-            value, error = parse_json(line)
-            if error is None and is_message_line(value):
-                if self._grow_run(number, value, results):
+            for place, record, value, error, raw in _line_values(self.label, number, line):
+                if error is None and is_message_line(value):
+                    if self._grow_run(place, value, results):
+                        continue
+                    self.stale = True
+                    return None
+                if error is not None:
+                    results.append(Rejected(record, error, raw_text(raw)))
                     continue
-                self.stale = True
-                return None
-            if error is not None:
-                results.append(Rejected(record, error, raw_text(line)))
-                continue
-            self._run = self._before_run = None
-            if _is_conversation_list(value):
-                for position, item in enumerate(value):
-                    results += self._reading.take(item, f"{record}/{position}", f"{number}.{position}")
-                continue
-            results += self._reading.take(value, record, number)
+                self._run = self._before_run = None
+                if _is_conversation_list(value):
+                    for position, item in enumerate(value):
+                        results += self._reading.take(item, f"{record}/{position}", f"{place}.{position}")
+                    continue
+                results += self._reading.take(value, record, place)
         self.lines += data.count(b"\n")
         return results
 
-    def _grow_run(self, number: int, message: Any, results: list[Result]) -> bool:
+    def _grow_run(self, number: int | str, message: Any, results: list[Result]) -> bool:
         """Add one message line to the open run (opening one), its records to ``results``;
         False when the run now reads otherwise than the lines before said (stale)."""
         reading = self._reading
@@ -263,27 +264,43 @@ def _conversations(path: Path, label: str, data: Content | None) -> Iterator[tup
     for number, line in read_lines(path, data):
         if number <= skip:
             continue
-        record = f"{label}:{number}"
-        value, error = parse_json(line)
-        if error is None and is_message_line(value):
-            run.add(number, value)
-            continue
-        if error is not None:
-            yield Rejected(record, error, raw_text(line)), record, number
-            continue
-        if run:
-            yield run, f"{label}:{run.lines[0]}-{run.lines[-1]}", run.lines[0]
-            run = _Run(label)
-        if _is_conversation_list(value):
-            # A line holding an array of conversations (json.dumps of a list, saved as .jsonl):
-            # each is a conversation, as in a JSON document, not one message list.
-            for position, item in enumerate(value):
-                # Named as a part of the line (label:N/K), as every record of a line file is.
-                yield item, f"{record}/{position}", f"{number}.{position}"
-            continue
-        yield value, record, number
+        for place, record, value, error, raw in _line_values(label, number, line):
+            if error is None and is_message_line(value):
+                run.add(place, value)
+                continue
+            if error is not None:
+                yield Rejected(record, error, raw_text(raw)), record, place
+                continue
+            if run:
+                yield run, f"{label}:{run.lines[0]}-{run.lines[-1]}", run.lines[0]
+                run = _Run(label)
+            if _is_conversation_list(value):
+                # A line holding an array of conversations (json.dumps of a list, saved as .jsonl):
+                # each is a conversation, as in a JSON document, not one message list.
+                for position, item in enumerate(value):
+                    # Named as a part of the line (label:N/K), as every record of a line file is.
+                    yield item, f"{record}/{position}", f"{place}.{position}"
+                continue
+            yield value, record, place
     if run:
         yield run, f"{label}:{run.lines[0]}-{run.lines[-1]}", run.lines[0]
+
+
+def _line_values(label: str, number: int, line: bytes) -> Iterator[tuple[int | str, str, Any, str | None, bytes]]:
+    """(position, record, value, error, bytes) of each record of line ``number``: the line, or the
+    records a line that is no JSON text holds (:func:`streams.importers.base.split_line`), the
+    ``@BYTE`` of a later one in its position and name."""
+    value, error = parse_json(line)
+    parts = split_line(line) if error is not None else None
+    if parts is None:
+        yield number, f"{label}:{number}", value, error, line
+        return
+    for at, part, cut_by in parts:
+        value, error = parse_json(part)
+        if error is not None and cut_by is not None:
+            error = cut_note(error, cut_by)
+        place: int | str = f"{number}@{at}" if at else number
+        yield place, f"{label}:{place}", value, error, part
 
 
 MESSAGE_LIST_KEYS = ("messages", "traj", "trajectory", "conversation", "history")
