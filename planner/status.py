@@ -24,7 +24,8 @@ chunk-keyed indexes disagree on it (or on the chunker) has a ``mismatch`` entry 
 and what to run: searches of that log are refused meanwhile (:mod:`planner.coherence`).
 
 Each log also shows its ``deadLetters``: how many records of it were rejected (by stage) and
-when the newest was, so an import that lost lines shows in status, not only in
+when the newest was, pending ones only (a letter a later import resolved, the record taken
+since, is not counted: :meth:`streams.l1.DeadLetters.resolve`), so an import that lost lines shows in status, not only in
 ``usl deadletters``; letters that name no log (unreadable before their log was known) are
 counted in the report's own ``deadLetters``, and so are those of a log that has no event in L1
 (``logsWithoutEvents``: every record of its import was rejected). Counts, stages and times only: a reason can name
@@ -69,22 +70,23 @@ class DeadLetterTally:
 
     def __init__(self) -> None:
         self._tail: Any = None  # streams.l1.TopicTail, made by the first read
-        # offset, logId, stage, time of each letter still on the topic: a few bytes each, and the
-        # topic holds only what failed.
-        self._letters: list[tuple[int, str | None, str | None, str | None]] = []
+        # offset, logId, stage, time and resolution key of each pending letter still on the topic:
+        # a few bytes each, and the topic holds only what failed.
+        self._letters: list[tuple[int, str | None, str | None, str | None, tuple[Any, Any, Any] | None]] = []
 
     def read(self, bootstrap: str, settings: Settings) -> dict[str | None, dict[str, Any]]:
         """``{logId or None: {"count", "byStage", "newest"}}`` of the letters on the topic now."""
         tally: dict[str | None, dict[str, Any]] = {}
-        for _, log_id, stage, at in self._read_on(bootstrap, settings):
+        for _, log_id, stage, at, _key in self._read_on(bootstrap, settings):
             entry = tally.setdefault(log_id, {"count": 0, "byStage": {}, "newest": None})
             entry["count"] += 1
             entry["byStage"][stage or "unknown"] = entry["byStage"].get(stage or "unknown", 0) + 1
             entry["newest"] = at or entry["newest"]  # the topic is in the order they were written
         return tally
 
-    def _read_on(self, bootstrap: str, settings: Settings) -> list[tuple[int, str | None, str | None, str | None]]:
-        from streams.l1 import TopicTail, letter_of
+    def _read_on(self, bootstrap: str,
+                 settings: Settings) -> list[tuple[int, str | None, str | None, str | None, tuple[Any, Any, Any] | None]]:
+        from streams.l1 import TopicTail, letter_of, resolution_key
 
         if self._tail is None:
             self._tail = TopicTail(bootstrap, Topics.from_settings(settings).deadletters)
@@ -95,9 +97,14 @@ class DeadLetterTally:
         self._letters = [letter for letter in self._letters if letter[0] >= held]
         for record in records:
             letter = letter_of(record)
+            key = resolution_key(letter)
+            if letter.get("resolves"):
+                # A later import took the record: its earlier letters are no longer pending.
+                self._letters = [kept for kept in self._letters if kept[4] is None or kept[4] != key]
+                continue
             log_id, stage, at = letter.get("logId"), letter.get("stage"), letter.get("time")
             self._letters.append((record.offset, log_id if isinstance(log_id, str) else None,
-                                  stage if isinstance(stage, str) else None, at if isinstance(at, str) else None))
+                                  stage if isinstance(stage, str) else None, at if isinstance(at, str) else None, key))
         return self._letters
 
     def close(self) -> None:

@@ -134,6 +134,10 @@ class Appender(Protocol):
 
     def dead_letter(self, item: Rejected) -> None: ...
 
+    def resolve_dead_letter(self, record: str, log_id: str) -> None:
+        """Say that ``record``, dead-lettered by an earlier import, is imported now (a line cut off
+        then, completed since): its dead letter is no longer pending (``streams.l1.DeadLetters``)."""
+
 
 @dataclass(frozen=True)
 class FileRecord:
@@ -173,6 +177,8 @@ class _Batch:
     events: list[dict[str, Any]] = field(default_factory=list)
     canonical: list[bytes | None] = field(default_factory=list)  # each event's bytes, if known
     rejects: list[Rejected] = field(default_factory=list)
+    # (record, log) of records an earlier import dead-lettered that this one imports
+    resolved: list[tuple[str, str]] = field(default_factory=list)
     records: dict[str, tuple[FileRecord | None, FileRecord]] = field(default_factory=dict)
 
 
@@ -271,6 +277,8 @@ class PositionStore:
             appender.flush()
             for item in batch.rejects:
                 appender.dead_letter(item)
+            for record, log_id in batch.resolved:
+                appender.resolve_dead_letter(record, log_id)
             state["files"].update(state["wal"]["files"])
             state["wal"] = None
             self._save(state)
@@ -369,6 +377,8 @@ class _Stream:
         self._appender.flush()
         for item in self._sent.rejects:
             self._appender.dead_letter(item)
+        for record, log_id in self._sent.resolved:
+            self._appender.resolve_dead_letter(record, log_id)
         self._state["files"].update(self._state["wal"]["files"])
         self._state["wal"] = None
         self._sent = None
@@ -406,6 +416,9 @@ class PollReport:
     # Records still bad that an earlier import of the same file already dead-lettered: not sent
     # again, but a re-import must not read as if the file were clean.
     rejected_before: list[Rejected] = field(default_factory=list)
+    # Records an earlier import of the same file dead-lettered that this one imported (a cut
+    # last line, completed since): their dead letters are resolved.
+    resolved: list[str] = field(default_factory=list)
     undetected: list[str] = field(default_factory=list)  # files whose format cannot be told (yet)
     # (record, bytes) of each last line a file ends in, without its newline, that is no whole JSON
     # object once the file is idle: cut off, or still being written very slowly. It waits for the
@@ -919,6 +932,7 @@ class Follower:
             seen: dict[str, bytes | None] = {}  # what L1 held before the import, and what it appended
             old_rejects = set(tracked.rejected)
             rejected: set[str] = set()
+            resolved: set[str] = set()
             started: dict[str, str] = {}
             for chunk in self._chunks(entry for entry in entries
                                       if not (isinstance(entry, Rejected) and entry.record == sentinel)):
@@ -928,8 +942,11 @@ class Follower:
                 started.update(_amendments(chunk, seen, None, {event["eventId"] for event in events},
                                            fmt=item.fmt)[1])
                 batch = _Batch(events=events, canonical=canonical,
-                               rejects=_new_rejects([*chunk, *conflicts], old_rejects))
+                               rejects=_new_rejects([*chunk, *conflicts], old_rejects),
+                               resolved=_resolved(chunk, conflicts, old_rejects))
                 rejected.update(entry.record for entry in batch.rejects)
+                resolved.update(record for record, _log in batch.resolved)
+                report.resolved += [record for record, _log in batch.resolved]
                 stream.send(batch)
                 report.records_read += len(chunk)
                 report.appended += len(batch.events)
@@ -940,7 +957,7 @@ class Follower:
             stream.finish(record)
         report.formats.add(item.fmt)
         tracked.record, tracked.appended = record, seen
-        tracked.rejected = old_rejects | rejected
+        tracked.rejected = (old_rejects - resolved) | rejected
         tracked.held_events = []
 
     def _chunks(self, entries: Iterator[Accepted | Rejected]) -> Iterator[list[Accepted | Rejected]]:
@@ -1025,6 +1042,7 @@ class Follower:
         held = [e.event for e in item.items[len(release):]
                 if isinstance(e, Accepted) and e.event["eventId"] not in seen]
         rejects = _new_rejects([*release, *conflicts], old_rejects)
+        resolved = _resolved(release, conflicts, old_rejects)
         record = self._record(item, held=tuple(e["eventId"] for e in held), conflicts=_conflicts(seen),
                               started=started)
         if item.cursor is not None:
@@ -1038,11 +1056,13 @@ class Follower:
         batch.events += new_events
         batch.canonical += canonical
         batch.rejects += rejects
+        batch.resolved += resolved
+        report.resolved += [record for record, _log in resolved]
         stored = None if item.adopted is not None else item.base
         batch.records[item.key] = (stored, record)
         tracked.held_events = held
         tracked.appended = seen  # valid once the batch commits (see _commit)
-        tracked.rejected = old_rejects | {i.record for i in rejects}
+        tracked.rejected = (old_rejects - {record for record, _log in resolved}) | {i.record for i in rejects}
 
     def _commit(self, batch: _Batch, report: PollReport) -> None:
         if not batch.records:
@@ -1184,6 +1204,18 @@ def _conflicts(seen: dict[str, bytes | None]) -> tuple[str, ...]:
 def _new_rejects(entries: list[Accepted | Rejected], old_rejects: set[str]) -> list[Rejected]:
     """The rejects of ``entries`` not dead-lettered before (by their record name)."""
     return [entry for entry in entries if isinstance(entry, Rejected) and entry.record not in old_rejects]
+
+
+def _resolved(entries: list[Accepted | Rejected], conflicts: list[Rejected],
+              old_rejects: set[str]) -> list[tuple[str, str]]:
+    """(record, log) of each record an earlier import dead-lettered (``old_rejects``) that
+    ``entries`` import and no longer reject (a line cut off then, completed since)."""
+    still = {entry.record for entry in [*entries, *conflicts] if isinstance(entry, Rejected)}
+    resolved: dict[str, str] = {}
+    for entry in entries:
+        if isinstance(entry, Accepted) and entry.record in old_rejects and entry.record not in still:
+            resolved.setdefault(entry.record, entry.event["logId"])
+    return list(resolved.items())
 
 
 def _old_rejects(entries: list[Accepted | Rejected], old_rejects: set[str]) -> list[Rejected]:
@@ -1340,6 +1372,13 @@ class KafkaAppender:
         self._dead.publish(stage="ingest", reason=item.reason, record=item.record, raw=item.raw,
                            log_id=item.log_id or self._log_id)
 
+    def resolve_dead_letter(self, record: str, log_id: str) -> None:
+        if self._dead is None:
+            from streams.l1 import DeadLetters
+
+            self._dead = DeadLetters(self._bootstrap, self._settings)
+        self._dead.resolve(stage="ingest", record=record, log_id=log_id)
+
     def close(self, *, wait: bool = True) -> None:
         """Close every client; ``wait``: first wait for what is queued (else drop it at once)."""
         try:
@@ -1420,6 +1459,9 @@ class ConnectingAppender:
 
     def dead_letter(self, item: Rejected) -> None:
         self.ready().dead_letter(item)
+
+    def resolve_dead_letter(self, record: str, log_id: str) -> None:
+        self.ready().resolve_dead_letter(record, log_id)
 
     def close(self, *, wait: bool = True) -> None:
         """Close the appender once made (waiting for it); nothing when making it failed."""

@@ -30,7 +30,8 @@ from streams.ticks import clock_record_time
 from streams.topics import Topics
 
 __all__ = ["AppendedEvent", "DeadLetters", "L1Producer", "L1Reader", "LogRegistry", "TopicTail",
-           "dead_letter_excerpt", "follow_topic", "letter_of", "read_dead_letters", "read_on", "read_topic_to_end"]
+           "dead_letter_excerpt", "follow_topic", "letter_of", "read_dead_letters", "read_on", "read_topic_to_end",
+           "resolution_key"]
 
 _RAW_LIMIT = 4096
 #: How long :meth:`L1Producer.flush` waits while the broker acknowledges none of the events
@@ -435,20 +436,40 @@ def dead_letter_excerpt(raw: str) -> str:
 
 
 def read_dead_letters(bootstrap: str, settings: Settings, *, log_id: str | None = None,
-                      limit: int = 20) -> list[dict[str, Any]]:
-    """The newest ``limit`` dead letters, newest first (of ``log_id`` only, when given: a letter
-    names its log when the record was read that far). Each is the letter as published plus
-    ``offset`` on the dead-letter topic; ``time`` falls back to the record's timestamp (the
-    worker's letters carry none). The topic is kept 30 days and holds only what failed, so it
-    is read whole; a letter that is not JSON is listed with that as its reason."""
-    from collections import deque
-
-    kept: deque[dict[str, Any]] = deque(maxlen=max(1, limit))
+                      limit: int = 20, resolved: bool = False) -> list[dict[str, Any]]:
+    """The newest ``limit`` pending dead letters, newest first (of ``log_id`` only, when given: a
+    letter names its log when the record was read that far). Each is the letter as published
+    plus ``offset`` on the dead-letter topic; ``time`` falls back to the record's timestamp (the
+    worker's letters carry none). A letter a later import resolved (:meth:`DeadLetters.resolve`)
+    is left out, or, with ``resolved``, listed with ``resolvedAt`` (the resolution's time); the
+    resolutions themselves are never listed. The topic is kept 30 days and holds only what
+    failed, so it is read whole; a letter that is not JSON is listed with that as its reason."""
+    letters: list[dict[str, Any]] = []
+    open_letters: dict[tuple[Any, Any, Any], list[dict[str, Any]]] = {}
     for message in read_topic_to_end(bootstrap, Topics.from_settings(settings).deadletters):
         letter = letter_of(message)
-        if log_id is None or letter.get("logId") == log_id:
-            kept.append(letter)
-    return list(reversed(kept))
+        if log_id is not None and letter.get("logId") != log_id:
+            continue
+        key = resolution_key(letter)
+        if letter.get("resolves"):
+            for earlier in open_letters.pop(key, []) if key is not None else []:
+                earlier["resolvedAt"] = letter.get("time")
+            continue
+        letters.append(letter)
+        if key is not None:
+            open_letters.setdefault(key, []).append(letter)
+    shown = [letter for letter in letters if resolved or "resolvedAt" not in letter]
+    return list(reversed(shown[-max(1, limit):]))
+
+
+def resolution_key(letter: dict[str, Any]) -> tuple[Any, Any, Any] | None:
+    """What a resolution and the dead letters it resolves share: stage, log and record (an
+    import's ``file:line``); None for a letter no resolution names (a pipeline stage's, which
+    names its topic offset)."""
+    record = letter.get("record")
+    if not isinstance(record, str) or not record:
+        return None
+    return letter.get("stage"), letter.get("logId"), record
 
 
 def letter_of(message: Any) -> dict[str, Any]:
@@ -488,6 +509,18 @@ class DeadLetters:
         }
         if log_id is not None:
             letter["logId"] = log_id
+        self._producer.send(self._topic, key=stage.encode(), value=orjson.dumps(letter))
+
+    def resolve(self, *, stage: str, record: str, log_id: str) -> None:
+        """Say that ``record`` (``file:line``), which ``stage`` dead-lettered under ``log_id``
+        before, went through since (a line cut off at an import, completed at a later one). The
+        topic stays append-only: this is a letter of its own, ``resolves`` set, and readers
+        (``usl deadletters``, ``usl status``) leave the letters before it of the same stage, log
+        and record out of what is pending."""
+        letter = {"stage": stage, "resolves": True, "record": record, "logId": log_id, "source": None,
+                  "reason": "imported by a later import: the dead letters of this record before this one "
+                            "are resolved", "raw": "",
+                  "time": datetime.now(UTC).isoformat().replace("+00:00", "Z")}
         self._producer.send(self._topic, key=stage.encode(), value=orjson.dumps(letter))
 
     def flush(self) -> None:

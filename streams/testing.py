@@ -237,6 +237,7 @@ class MemoryL1:
     def __init__(self) -> None:
         self.log: list[dict[str, Any]] = []
         self.dead: list[Rejected] = []
+        self.resolved: list[tuple[str, str]] = []  # (record, log) whose dead letters an import resolved
         self.crash_in: int | None = None
 
     def committed_seq(self, log_id: str) -> int:
@@ -265,6 +266,9 @@ class MemoryL1:
 
     def dead_letter(self, item: Rejected) -> None:
         self.dead.append(item)
+
+    def resolve_dead_letter(self, record: str, log_id: str) -> None:
+        self.resolved.append((record, log_id))
 
     def counts(self) -> Counter[str]:
         """eventId → how many times it is in the log."""

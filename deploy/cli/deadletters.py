@@ -38,16 +38,21 @@ def deadletters(
                                         "unreadable before its log was known names none)."),
     limit: int = typer.Option(20, "--limit", min=1, max=10000, help="How many, newest first."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON: {\"deadLetters\": [...]}."),
+    resolved: bool = typer.Option(False, "--resolved",
+                                  help="Also list the dead letters a later import resolved (the record "
+                                       "imported since: a line cut off then, completed), marked resolved."),
 ) -> None:
-    """List dead letters (records rejected by ingest, the pipeline or a sink), newest first: time,
-    stage, source (file:line or topic[partition]@offset), log, reason and the raw record,
-    redacted (again, under this version's redaction policy) and trimmed (--json: up to 4 KiB
-    each)."""
+    """List pending dead letters (records rejected by ingest, the pipeline or a sink), newest
+    first: time, stage, source (file:line or topic[partition]@offset), log, reason and the raw
+    record, redacted (again, under this version's redaction policy) and trimmed (--json: up to
+    4 KiB each). A record a later import of its file took (a last line cut off then, completed
+    since) is no longer pending: its letter is left out unless --resolved."""
     from streams.l1 import read_dead_letters
 
     settings = load_settings()
     with command_broker(settings) as bootstrap:
-        letters = [_redacted(letter) for letter in read_dead_letters(bootstrap, settings, log_id=log, limit=limit)]
+        letters = [_redacted(letter) for letter in read_dead_letters(bootstrap, settings, log_id=log, limit=limit,
+                                                                     resolved=resolved)]
     if json_out:
         print_json({"deadLetters": [{**letter, "sourceText": source_of(letter)} for letter in letters],
                     "log": log, "limit": limit})
@@ -92,7 +97,8 @@ def source_of(letter: dict[str, Any]) -> str:
 def _line(letter: dict[str, Any]) -> str:
     raw = " ".join(str(letter.get("raw") or "").split())
     reason = " ".join(str(letter.get("reason") or "").split())
-    return (f"{letter.get('time') or '?'}  {letter.get('stage') or '?'}  {source_of(letter)}  "
+    state = f"  resolved {letter['resolvedAt']}" if letter.get("resolvedAt") else ""
+    return (f"{letter.get('time') or '?'}{state}  {letter.get('stage') or '?'}  {source_of(letter)}  "
             f"log={letter.get('logId') or '?'}  {_trim(reason, _REASON_CHARS)}  | {_trim(raw, _RAW_CHARS)}")
 
 

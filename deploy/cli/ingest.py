@@ -123,6 +123,11 @@ def ingest(
                     "dead-lettered (not sent again; `usl deadletters` lists them)")
         for example in summary["rejectedEarlierRecords"][:5]:
             out().print(escape(f"    e.g. {example['record']}: {example['reason']}"))
+    if summary["deadLettersResolved"]:
+        out().print(f"  resolved {summary['deadLettersResolved']:>5}  record(s) an earlier import dead-lettered are "
+                    "imported now (no longer pending in `usl deadletters` and `usl status`)")
+        for record in summary["deadLettersResolvedRecords"][:5]:
+            out().print(escape(f"    e.g. {record}"))
     skipped = summary["skippedFiles"]
     if skipped:
         out().print(f"  skipped {len(skipped)} file(s) whose format cannot be told from their first records "
@@ -232,6 +237,8 @@ def ingest_once(settings: Settings, bootstrap: str, paths: list[Path], fmt: str 
         "rejectedRecords": [{"record": i.record, "reason": i.reason} for i in report.rejected_items[:20]],
         "rejectedEarlier": len(report.rejected_before),
         "rejectedEarlierRecords": [{"record": i.record, "reason": i.reason} for i in report.rejected_before[:20]],
+        "deadLettersResolved": len(report.resolved),
+        "deadLettersResolvedRecords": report.resolved[:20],
         "skippedFiles": list(report.undetected),
         "l1CommittedSeq": committed,
         "eventsByLog": dict(sorted(report.logs.items())),

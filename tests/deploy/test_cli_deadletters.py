@@ -160,3 +160,37 @@ def test_status_sources_read_beside_a_busy_collect_and_keep_nothing_once_closed(
     sources.open()
     assert sources.read(kafka_bootstrap, settings) == alone and sources._watermarks is not None
     sources.close()
+
+
+def test_a_dead_letter_a_later_import_resolves_is_no_longer_pending(tmp_path: Path, kafka_bootstrap: str) -> None:
+    """The cut last line of a live transcript is dead-lettered; once the file is complete, the
+    next import takes it: `usl status` counts no dead letter, `usl deadletters` lists none
+    (--resolved lists it, with when), and a status tally reading on agrees. Real transcript:
+    tests/fixtures/turn_ends (marot/spotter)."""
+    from planner.status import DeadLetterTally
+    from streams.settings import Settings
+
+    real = ROOT / "tests" / "fixtures" / "turn_ends" / "491e126e-1e71-469c-ade2-fcc8af567c74.jsonl"
+    lines = real.read_bytes().splitlines()
+    live = tmp_path / "live.jsonl"
+    live.write_bytes(b"\n".join([*lines[:-1], lines[-1][:150]]))
+    prefix = f"t{uuid.uuid4().hex[:10]}."
+    env = {"USL_HOME": str(tmp_path / "home"), "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
+           "USL_TOPIC_PREFIX": prefix, "USL_API_URL": ""}
+    _usl(env, "ingest", str(live), "--json")
+    settings = Settings.from_env({"USL_TOPIC_PREFIX": prefix}, home=tmp_path / "home")
+    tally = DeadLetterTally()
+    assert tally.read(kafka_bootstrap, settings)["default"]["count"] == 1
+    assert json.loads(_usl(env, "status", "--json"))["logs"]["default"]["deadLetters"]["count"] == 1
+
+    live.write_bytes(b"\n".join(lines) + b"\n")
+    summary = json.loads(_usl(env, "ingest", str(live), "--json"))
+    assert (summary["deadLettersResolved"], summary["deadLettersResolvedRecords"]) == (1, [f"live.jsonl:{len(lines)}"])
+    assert summary["rejected"] == summary["rejectedEarlier"] == 0
+    assert json.loads(_usl(env, "status", "--json"))["logs"]["default"]["deadLetters"]["count"] == 0
+    assert "dead letter" not in _usl(env, "status")
+    assert json.loads(_usl(env, "deadletters", "--json"))["deadLetters"] == []
+    listed = json.loads(_usl(env, "deadletters", "--resolved", "--json"))["deadLetters"]
+    assert [(letter["record"], bool(letter["resolvedAt"])) for letter in listed] == [(f"live.jsonl:{len(lines)}", True)]
+    assert "resolved" in _usl(env, "deadletters", "--resolved")
+    assert tally.read(kafka_bootstrap, settings).get("default", {"count": 0})["count"] == 0
