@@ -311,6 +311,7 @@ def json_line(number: int, line: bytes, *, label: str, what: str, at: int = 0) -
 
 
 _DECODER = json.JSONDecoder()
+_RESUME_TRIES = 16
 _JSON_SPACE = " \t\r\n"
 
 
@@ -431,7 +432,10 @@ def _resume(text: str, cut: int, failed: int) -> tuple[int, list[tuple[int, int,
     there to the end of the line (see :func:`line_parts`), or None."""
     opening = _record_starts(text, cut)
     before = [index for index in opening if index <= failed]
-    for start in [*reversed(before), *opening[len(before):]]:
+    # Each try reads to the end of the line at worst: a cut line of a tool output full of
+    # brackets (a dumped array) would cost a read per bracket. The record after a cut begins at
+    # the latest opening before the failure, or the first after it, so a few tries find it.
+    for start in [*reversed(before), *opening[len(before):]][:_RESUME_TRIES]:
         rest = _whole_values(text, start)
         if rest:
             return start, rest

@@ -157,3 +157,19 @@ def test_a_follower_takes_a_last_line_of_two_whole_records_once_the_file_is_idle
     report = follower.poll()
     assert report.cut_lines == []
     assert {event["eventId"] for event in l1.log} == {event["eventId"] for event in _imported(CLAUDE)[0]}
+
+
+def test_a_cut_line_full_of_brackets_is_read_in_linear_time() -> None:
+    """A line cut inside a string full of openings (printed lists, nested objects) tries a few
+    places for the next record, not every opening: from each `[0] ` whole values were read to the
+    end of the line, so 16 000 of them took 105 s."""
+    import time
+
+    for shape in ('[0] ', '{} ', '[0,', '{"x":1, ', '[', '{"a":"'):
+        timings = []
+        for count in (4_000, 16_000):
+            line = ('{"a":"' + shape * count + 'x').encode()
+            started = time.process_time()
+            line_parts(line)
+            timings.append(time.process_time() - started)
+        assert timings[1] < 8 * timings[0] + 0.2, (shape, timings)
