@@ -21,7 +21,6 @@ rules; in short:
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, overload
@@ -165,10 +164,6 @@ class Chunker:
             return []
         state["lastSeq"] = seq
         state["logId"] = state["logId"] or log_id
-        seen_key = hashlib.sha256(str(event["eventId"]).encode("utf-8")).hexdigest()[:16]
-        if seen_key in state["seen"]:
-            return []
-        state["seen"][seen_key] = seq
         if isinstance(event.get("acl"), dict):
             state["acl"] = _copy_acl(event["acl"])
 
@@ -250,6 +245,13 @@ class Chunker:
     def _check(self, state: dict[str, Any], event: dict[str, Any]) -> None:
         if state.get("v") != STATE_VERSION:
             raise ChunkingError(f"chunker state version {state.get('v')!r} is not {STATE_VERSION}")
+        if state.get("seen"):
+            # States before 2026-12 kept a hash of every eventId of the session, rewritten to the
+            # changelog whole with every batch: a 40 000-event session passed the broker's 1 MiB
+            # message limit and stopped the worker. The ids are deduplicated before the chunker
+            # (first seq wins, streams.ownership), so the map is emptied; the key stays, for a
+            # worker of an earlier version that reads this state.
+            state["seen"] = {}
         if not isinstance(event.get("eventId"), str):
             raise ChunkingError(f"event without an eventId in session {state['sessionId']!r}")
         if event.get("sessionId") != state["sessionId"]:

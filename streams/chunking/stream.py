@@ -90,8 +90,12 @@ class _Run:
         self.states: dict[tuple[str, str], dict[str, Any]] = {}
         self.open: dict[str, set[str]] = {}
         self.chunks: list[dict[str, Any]] = []
+        self.event_ids: set[tuple[str, str]] = set()
 
     def events(self, records: list[dict[str, Any]]) -> None:
+        # The first copy of an eventId wins, as the redaction agent admits events
+        # (streams.ownership): the chunker itself no longer remembers a session's ids.
+        records = [record for record in records if self._first(record)]
         if not records:
             return
         for record, (text, tokens) in zip(records, self.chunker.render_many([r["event"] for r in records]),
@@ -104,6 +108,13 @@ class _Run:
             self.chunks += self.chunker.apply_event(state, log_id, record["seq"], event, text, tokens,
                                                     clock_time=record.get("clockTime"))
             self._track(log_id, session_id, state)
+
+    def _first(self, record: dict[str, Any]) -> bool:
+        key = (record["logId"], str(record["event"].get("eventId")))
+        if key in self.event_ids:
+            return False
+        self.event_ids.add(key)
+        return True
 
     def tick(self, tick: dict[str, Any]) -> None:
         log_id = tick["logId"]

@@ -585,6 +585,32 @@ def test_duplicate_event_ids_are_ignored(chunker: Chunker) -> None:
     assert [c["evidenceEventIds"] for c in chunks] == [["a"]]
 
 
+def test_a_long_sessions_state_does_not_grow_with_its_events(chunker: Chunker) -> None:
+    """The state is rewritten to the changelog with every batch: it holds the open unit, not a
+    record of every event (a map of seen ids did, and a 40 000-event session's state passed the
+    broker's 1 MiB message limit, stopping the worker for every log)."""
+    state = chunker.new_state("s1")
+    sizes = []
+    seq = 0
+    for turn in range(400):
+        for role in ("user", "assistant"):
+            seq += 1
+            chunker.on_event(state, "default", seq, event(f"e{seq}", "message", turn=f"t{turn}", role=role,
+                                                          text=f"turn {turn} says {role} things", t=float(seq)))
+        seq += 1
+        chunker.on_event(state, "default", seq, event(f"e{seq}", "turn.ended", turn=f"t{turn}", t=float(seq)))
+        sizes.append(len(json.dumps(state)))
+    assert state["unit"] is None and max(sizes) < 400, sizes[-3:]
+
+
+def test_a_state_of_an_earlier_worker_drops_its_map_of_seen_ids(chunker: Chunker) -> None:
+    state = chunker.new_state("s1")
+    state["seen"] = {f"{n:016x}": n for n in range(1, 1000)}
+    state["lastSeq"] = 999
+    chunks = chunker.on_event(state, "default", 1000, event("e1000", "message", turn="t", role="user", text="hi"))
+    assert chunks == [] and state["seen"] == {} and state["lastSeq"] == 1000
+
+
 def test_config_is_validated() -> None:
     with pytest.raises(ConfigError):
         ChunkerConfig(target_tokens=4)
