@@ -82,7 +82,8 @@ class HFTokenizer:
         return encoding
 
     def count(self, text: str) -> int:
-        return len(self._encode(text).ids)
+        # len() of the encoding, not of its ids: ``ids`` builds a Python list of every token.
+        return len(self._encode(text))
 
     def count_many(self, texts: Sequence[str], *, keep_over: int | None = None) -> list[int]:
         """``count`` for many texts at once (encoded in parallel by the Rust library).
@@ -92,15 +93,14 @@ class HFTokenizer:
         """
         if not texts:
             return []
-        if keep_over is None:
-            # The fast variant skips the character offsets a count never reads (a quarter of the
-            # encoding's CPU on real events); the ids, so the counts, are the same.
-            encodings = self._tokenizer.encode_batch_fast(list(texts), add_special_tokens=False)
-            return [len(encoding.ids) for encoding in encodings]
-        encodings = self._tokenizer.encode_batch(list(texts), add_special_tokens=False)
-        counts = [len(encoding.ids) for encoding in encodings]
-        self._kept = {id(text): (text, encoding)
-                      for text, encoding, count in zip(texts, encodings, counts, strict=True) if count > keep_over}
+        # The fast variant skips the character offsets (a quarter of the encoding's CPU on real
+        # events); the ids, so the counts, are the same. A kept encoding has no offsets either:
+        # a split takes them from its ids (_TokenSpans), or encodes the text again (_offsets).
+        encodings = self._tokenizer.encode_batch_fast(list(texts), add_special_tokens=False)
+        counts = [len(encoding) for encoding in encodings]
+        if keep_over is not None:
+            self._kept = {id(text): (text, encoding)
+                          for text, encoding, count in zip(texts, encodings, counts, strict=True) if count > keep_over}
         return counts
 
     def encode_offsets(self, text: str) -> np.ndarray:
@@ -115,7 +115,9 @@ class HFTokenizer:
             offsets = self._spans.offsets(encoding.ids) if self._spans is not None else None
             from_ids = offsets is not None
             if offsets is None:
-                offsets = np.array(encoding.offsets, dtype=np.int64).reshape(-1, 2)
+                # A kept encoding came from encode_batch_fast, whose offsets are all zero.
+                full = self._tokenizer.encode(text, add_special_tokens=False)
+                offsets = np.array(full.offsets, dtype=np.int64).reshape(-1, 2)
             held = self._last_offsets = (encoding, offsets, from_ids)
         return held[1], held[2]
 
@@ -138,7 +140,7 @@ class HFTokenizer:
             # A special token typed in the text (``<s>``) is split out before normalization and
             # each side gets its own word-start marker: pieces are no longer independent there.
             return lambda start, end: self.count(text[start:end])
-        starts = [0] + [match.start() for match in _PIECE_START.finditer(text)]
+        starts = _piece_starts(text)
         pieces = np.searchsorted(np.asarray(starts), offsets[:, 0], side="right") - 1
         # totals[k]: tokens of the pieces before piece k
         totals = [0, *np.cumsum(np.bincount(pieces, minlength=len(starts))).tolist()]
@@ -149,7 +151,7 @@ class HFTokenizer:
             if first > last:
                 return self.count(text[start:end])
             return (self.count(text[start:starts[first]]) + totals[last] - totals[first]
-                    + len(twin.encode(text[starts[last]:end], add_special_tokens=False).ids))
+                    + len(twin.encode(text[starts[last]:end], add_special_tokens=False)))
 
         return count
 
@@ -157,9 +159,16 @@ class HFTokenizer:
         return f"HFTokenizer({self.identity!r})"
 
 
-# Where a new piece starts: a space (or the marker character itself) after anything else.
-_PIECE_START = re.compile("(?<=[^ \u2581])[ \u2581]")
 _MARKER = "\u2581"
+
+
+def _piece_starts(text: str) -> list[int]:
+    """0 and where each next piece starts: a space (or the marker character itself) after
+    anything else. Found over the text's code points at once (a regex's match objects, one per
+    word, cost as much as the text's token counts)."""
+    points = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype="<u4")
+    space = (points == ord(" ")) | (points == ord(_MARKER))
+    return [0, *(np.flatnonzero(space[1:] & ~space[:-1]) + 1).tolist()]
 
 
 def _unprefixed_twin(config: dict[str, Any]) -> _HFTokenizer | None:

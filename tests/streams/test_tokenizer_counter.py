@@ -97,6 +97,19 @@ def test_offsets_from_ids_equal_the_librarys(text: str) -> None:
     assert tokenizer.encode_offsets(text).tolist() == want.tolist()
 
 
+@settings(max_examples=200, deadline=None)
+@given(text=_TEXT)
+def test_a_text_kept_by_a_batch_count_splits_as_its_own_encoding_would(text: str) -> None:
+    # count_many keeps the encodings of long texts for their split, and they come from the fast
+    # batch encoding, which leaves every offset at zero: a text whose offsets cannot come from
+    # its ids (a special token typed in it) must be encoded again, or its parts would be cut at 0.
+    tokenizer = default_tokenizer()
+    encoding = tokenizer._tokenizer.encode(text, add_special_tokens=False)
+    assert tokenizer.count_many([text, "a"], keep_over=0)[0] == len(encoding.ids)
+    assert tokenizer._kept[id(text)][0] is text
+    assert tokenizer.encode_offsets(text).tolist() == np.array(encoding.offsets, dtype=np.int64).reshape(-1, 2).tolist()
+
+
 def test_offsets_from_ids_on_real_transcripts() -> None:
     tokenizer = default_tokenizer()
     assert tokenizer._spans is not None
