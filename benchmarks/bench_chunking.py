@@ -10,20 +10,26 @@ one record at a time), the same for rendering plus one batched token count per e
 floor set by the tokenizer) and the ratio, chunks produced, mean tokens per chunk, and the
 size of the per-session state as JSON.
 
+With ``--transcripts PATH``: the events the importers make of the transcripts under PATH (a
+file or a directory), redacted, in the order they are imported, instead of generated sessions.
+``chunks_sha256`` hashes every chunk's bytes in order: two trees that chunk alike print the same.
+
 Usage::
 
-    .venv/bin/python benchmarks/bench_chunking.py [--events 50000] [--every 64] [--json]
+    .venv/bin/python benchmarks/bench_chunking.py [--events 50000 | --transcripts PATH] [--every 64] [--json]
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import random
 import statistics
 import sys
 import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from streams.chunking import (
@@ -107,14 +113,32 @@ def make_log(count: int, *, seed: int = 11, concurrent: int = 16) -> list[tuple[
     return log
 
 
+def transcript_log(path: Path) -> list[tuple[int, dict[str, Any]]]:
+    """The redacted events of the transcripts under ``path``, file by file in name order, as
+    (seq, event); files that are no transcript (a manifest) are left out."""
+    from streams.exceptions import ImportFormatError
+    from streams.importers import Accepted, iter_records
+    from streams.redaction import redact_event
+
+    events: list[dict[str, Any]] = []
+    for file in sorted(path.rglob("*.json*")) if path.is_dir() else [path]:
+        try:
+            events += [item.event for item in iter_records(file) if isinstance(item, Accepted)]
+        except ImportFormatError:
+            continue
+    return [(seq, redact_event(event).event) for seq, event in enumerate(events, start=1)]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=50_000)
     parser.add_argument("--every", type=int, default=64, help="K: a tick every K seqs")
+    parser.add_argument("--transcripts", type=Path, help="chunk the transcripts under this path instead")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
 
-    records = make_ticks(make_log(args.events), args.every, policy="bench")
+    log = transcript_log(args.transcripts) if args.transcripts else make_log(args.events)
+    records = make_ticks(log, args.every, policy="bench")
     events = sum(1 for record in records if record["kind"] == "event")
     chunker = Chunker(ChunkerConfig(), default_tokenizer(), policy_hash="bench")
 
@@ -158,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         "state_bytes_p50": int(statistics.median(state_bytes)),
         "state_bytes_max": max(state_bytes),
         "tokenizer": chunker.tokenizer.identity,
+        "chunks_sha256": hashlib.sha256(b"\n".join(json.dumps(chunk).encode() for chunk in chunks)).hexdigest(),
     }
     assert incremental == len(chunks), "the agent path and the batch path disagree"
     if args.json:
