@@ -54,6 +54,8 @@ LONG_TOKEN = 16
 _ALNUM = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-=+/."
 _ALNUM_AS_A = bytes(ord("a") if byte in _ALNUM else ord(" ") for byte in range(256))
 _LONG_RUN = b"a" * LONG_TOKEN
+# A literal head lets the engine skip ahead in C (a repeat's count would not).
+_LONG_RUNS = re.compile(b"a" * (LONG_TOKEN - 1) + b"a+")
 
 
 _WORD = r"(?:[A-Z]{0,8}[a-z]{2,}(?:[A-Z][a-z]{2,})*|[A-Z][a-z]|[A-Z]{2,}|[0-9]+)"
@@ -117,7 +119,7 @@ def ascii_lower(text: str) -> str:
 class Scan:
     """One text during one pass: its lower-cased form and gate results, computed on demand."""
 
-    __slots__ = ("_gates", "_long", "_lower", "_runs", "literal_hits", "text")
+    __slots__ = ("_bytes", "_gates", "_long", "_lower", "_runs", "literal_hits", "text")
 
     def __init__(self, text: str) -> None:
         self.text = text
@@ -128,6 +130,7 @@ class Scan:
         self._gates: dict[int, bool] = {}
         self._long: bool | None = None
         self._runs: list[tuple[int, int]] | None = None
+        self._bytes: bytes | None = None
 
     def has_long_token(self) -> bool:
         """Whether the text holds a run of :data:`LONG_TOKEN` ASCII word characters, as
@@ -139,19 +142,12 @@ class Scan:
     def long_runs(self) -> list[tuple[int, int]]:
         """``(start, end)`` of every run of :data:`LONG_TOKEN` or more ASCII word characters.
 
-        Found with ``bytes.find`` on the translated copy, so only ASCII texts (where byte and
-        character positions agree) may ask; a long token's prefix is at the start of its run."""
+        Found with ``bytes.find`` on the translated copy, one byte per character (2.13: a
+        non-ASCII character is one ``?``, so positions agree in every text); a long token's prefix
+        is at the start of its run."""
         if self._runs is None:
-            classes = self._classes()
-            runs: list[tuple[int, int]] = []
-            position = classes.find(_LONG_RUN)
-            while position != -1:
-                start = classes.rfind(b" ", 0, position) + 1
-                end = classes.find(b" ", position)
-                end = len(classes) if end == -1 else end
-                runs.append((start, end))
-                position = classes.find(_LONG_RUN, end)
-            self._runs = runs
+            # The first place a run of 16 can match is its run's start: one C scan finds them all.
+            self._runs = [match.span() for match in _LONG_RUNS.finditer(self._classes())]
         return self._runs
 
     def near_long_tokens(self) -> str:
@@ -163,8 +159,14 @@ class Scan:
         lowered = self.lower()
         return "\n".join(lowered[max(0, start - 24): end + 24] for start, end in self.long_runs())
 
+    def ascii_bytes(self) -> bytes:
+        """The text as bytes, one per character: a non-ASCII character is ``?``."""
+        if self._bytes is None:
+            self._bytes = self.text.encode("ascii", "replace")
+        return self._bytes
+
     def _classes(self) -> bytes:
-        return self.text.encode("utf-8", "surrogatepass").translate(_ALNUM_AS_A)
+        return self.ascii_bytes().translate(_ALNUM_AS_A)
 
     def lower(self) -> str:
         if self._lower is None:
