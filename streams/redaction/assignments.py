@@ -130,7 +130,7 @@ class AssignmentRule(Rule):
     def fingerprint(self) -> list[str]:
         named = [f"{name}={rule}" for name, rule in sorted(_NAMED.items())]
         return [*super().fingerprint(), *_KEYWORDS, *named, self._pattern.pattern, self._flag.pattern, self._xml.pattern,
-                self._prose.pattern, self._prose_password.pattern, _FLAG_WORDS.pattern, *sorted(_SHORT_PASSWORD_WORDS), *sorted(_SECRET_SEPARATORS), _UUID.pattern, _IDENTIFIER.pattern, _password_like.__qualname__,
+                self._prose.pattern, self._prose_password.pattern, _FLAG_WORDS.pattern, *sorted(_SHORT_PASSWORD_WORDS), *sorted(_SECRET_SEPARATORS), _UUID.pattern, _IDENTIFIER.pattern, _FLAG.pattern, _password_like.__qualname__,
                 _in_sentence.__qualname__, _password_in_sentence.__qualname__, _SHORT_NAME.pattern,
                 _secret_in_sentence.__qualname__, _WORD_BEFORE.pattern, _inside_marker.__qualname__,
                 _SAID_STEP.pattern, _GOES_ON.pattern, _GOES_ON_MARKER.pattern, _goes_on.__qualname__, _SAID_VALUE.pattern, str(_SAID_WORDS), _PASSPHRASE.pattern, *sorted(_NOT_THE_SECRET),
@@ -647,8 +647,8 @@ def _password_in_prose(value: str) -> bool:
         return False
     if _SHORT_NAME.fullmatch(value) and not any(c.isupper() for c in value):
         return False  # user_42, node.v18 are names; with a capital (Girasole_77) a password (2.9)
-    if _VERSION.fullmatch(value):
-        return False
+    if _VERSION.fullmatch(value) or _FLAG.fullmatch(value):
+        return False  # 2.13: a command's flag after a path naming a password (`--name /prod/db/password --type`)
     # 2.9: an "@" inside is a password's symbol (P@ssw0rd!, p@55word) unless a host follows it:
     # an address (deploy@example.com) or user@host is the e-mail and URL rules' to judge.
     return "/" not in value and "://" not in value and not _AT_HOST.search(value)
@@ -664,6 +664,7 @@ def _short_word_password(value: str) -> bool:
 
 
 _VERSION = re.compile(r"[vV]?[0-9]+(?:\.[0-9]+)+(?:[-+.][A-Za-z0-9.]+)?", re.ASCII)
+_FLAG = re.compile(r"--?[a-z][a-z-]*", re.ASCII)
 
 
 _WORD_BEFORE = re.compile(r"([A-Za-z]+)[ \t]+\Z", re.ASCII)

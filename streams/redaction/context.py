@@ -279,6 +279,11 @@ def _expect_send(match: re.Match[str]) -> bool:
 
 
 _BARE_ARG = r"[^\s|;&`-][^\s|;&`]*"
+
+
+def _named_argument(match: re.Match[str]) -> bool:
+    """A value set under a name that says it is a secret (2.13: `glab variable set DEPLOY_TOKEN --value X`)."""
+    return _cli_value(match) and name_class(match.group("name")) is not None
 _SNMP = re.compile(r"(?<![A-Za-z0-9_])snmp[a-z]{2,16}\b[^\r\n|;&]*\Z", re.ASCII)
 
 
@@ -454,6 +459,20 @@ _CLI_FLAG_PASSWORDS = (
               r"(?<![A-Za-z0-9_])nuget(?:\.exe)?[ \t]+(?:[^\r\n|;&]*?[ \t](?:-k|-ApiKey)|setapikey)[ \t]+(?P<value>'[^'\r\n]+'|\"[^\"\r\n]+\"|" + _BARE_ARG + ")"),
     _cli_rule(("http",), "httpie -A bearer -a TOKEN",
               r"\bhttps?[ \t][^\r\n|;&]*?(?:-A|--auth-type)(?:=|[ \t]+)bearer\b[^\r\n|;&]*?[ \t](?:-a|--auth)(?:=|[ \t]+)"
+              r"(?P<value>'[^'\r\n]+'|\"[^\"\r\n]+\"|" + _BARE_ARG + ")"),
+    # 2.13: database shells whose password flag is -p (Cassandra's cqlsh, Neo4j's cypher-shell,
+    # Couchbase's cbq and couchbase-cli), wpa_passphrase SSID PASSPHRASE, and the CLIs that set a
+    # variable or a secret by name (glab variable set NAME --value X, a secret-like NAME).
+    _cli_rule(("cqlsh", "cypher-shell", "cbq", "couchbase-cli"), "cqlsh / cypher-shell / cbq -p PASSWORD",
+              r"(?<![A-Za-z0-9_-])(?:cqlsh|cypher-shell|cbq|couchbase-cli)\b[^\r\n|;&]*?[ \t](?:-p|--password)(?:=|[ \t]+)"
+              r"(?P<value>'[^'\r\n]+'|\"[^\"\r\n]+\"|" + _BARE_ARG + ")"),
+    _cli_rule(("wpa_passphrase",), "wpa_passphrase SSID PASSPHRASE",
+              r"\bwpa_passphrase[ \t]+(?:'[^'\r\n]*'|\"[^\"\r\n]*\"|[^\s'\"]+)[ \t]+(?P<value>'[^'\r\n]+'|\"[^\"\r\n]+\"|" + _BARE_ARG + ")"),
+    _cli_rule(("glab",), "glab variable set / update NAME --value X (NAME secret-like)",
+              r"\bglab[ \t]+variable[ \t]+(?:set|update|create)[ \t]+(?P<name>[A-Za-z_][A-Za-z0-9_]*)[^\r\n|;&]*?[ \t](?:--value|-v)(?:=|[ \t]+)"
+              r"(?P<value>'[^'\r\n]+'|\"[^\"\r\n]+\"|" + _BARE_ARG + ")", check=_named_argument),
+    _cli_rule(("pulumi",), "pulumi config set --secret NAME X",
+              r"\bpulumi[ \t]+config[ \t]+set[ \t]+--secret[ \t]+(?:--?[A-Za-z-]+(?:=[^\s]+)?[ \t]+)*[^\s-][^\s]*[ \t]+"
               r"(?P<value>'[^'\r\n]+'|\"[^\"\r\n]+\"|" + _BARE_ARG + ")"),
     _cli_rule(("insecure-password",), "HAProxy userlist: user NAME insecure-password PASSWORD",
               r"\binsecure-password[ \t]+(?P<value>'[^'\r\n]+'|\"[^\"\r\n]+\"|" + _BARE_ARG + ")"),
@@ -1054,6 +1073,74 @@ _SECURE_STRING = (
                                  r"(?P<value>'[^'\r\n]+'|\"[^\"\r\n]+\"|[^\s'\"|;&`]+)", re.ASCII)),
 )
 
+# 2.13: a parameter that is a secret by its name, whatever its type (`--type String`, or none:
+# String is the default): `put-parameter --name /prod/db/password --value X`, judged as the value
+# of its name's last part (`password`, `api_token`, `stripe-secret-key`).
+_SSM_NAME = re.compile(r"[^\s/'\"|;&]+(?=['\"]?(?:[ \t]|$))", re.ASCII)
+
+
+def _named_parameter(match: re.Match[str]) -> bool:
+    name = _SSM_NAME.search(match.group("name"))
+    value = match.group("value").strip("'\"")
+    return (name is not None and value[:1] != "-"
+            and named_value_rule(name.group(0).replace("-", "_"), value, quoted=True) is not None)
+
+
+_NAMED_PARAMETER = RegexRule(
+    name="secret-assignment", lower_triggers=("put-parameter",), check=_named_parameter, group="value",
+    description="aws ssm put-parameter --name NAME --value VALUE, NAME secret-like (2.13)",
+    pattern=re.compile(r"\bput-parameter\b(?=[^\r\n|;&]*?[ \t]--name(?:=|[ \t]+)(?P<name>['\"]?[^\s'\"|;&]+))[^\r\n|;&]*?[ \t]--value(?:=|[ \t]+)"
+                       r"(?P<value>'[^'\r\n]+'|\"[^\"\r\n]+\"|[^\s'\"|;&`]+)", re.ASCII),
+)
+
+def _routing_key(match: re.Match[str]) -> bool:
+    value = match.group("value")
+    return any(c.isdigit() for c in value) and any(c.isalpha() for c in value)
+
+
+# A PagerDuty Events API integration key (2.13): `routing_key` (v2) or `service_key` (v1) and 32
+# letters and digits. A routing key names an AMQP route far more often (`orders.created`,
+# `#`), which is words and dots, never 32 letters and digits mixed.
+_ROUTING_KEY = RegexRule(
+    name="secret-assignment", lower_triggers=("routing_key", "routingkey", "routing-key", "routing key", "service_key"),
+    anchored=True, group="value", check=_routing_key,
+    description="PagerDuty routing_key / service_key: 32 letters and digits (2.13)",
+    pattern=re.compile(r"(?:routing[_ -]?|service_)key['\"]?[ \t]*(?:[:=]|=>|[ \t]is)[ \t]*['\"]?(?P<value>[A-Za-z0-9]{32})(?![A-Za-z0-9])",
+                       re.ASCII | re.IGNORECASE),
+)
+
+
+# pgbouncer's auth_file (`userlist.txt`, 2.13): a line of two quoted words, a user and a password,
+# plain or as PostgreSQL stores it (`md5…`, `SCRAM-SHA-256$…`: the password-hash rule takes those).
+# Nothing names them, so only a text that names the file (`userlist`, `auth_file`, `pgbouncer`)
+# loses any value; elsewhere a value must read as a password (a letter and a digit or symbol).
+_USERLIST = re.compile(r"^[ \t]*\"[^\"\s]{1,64}\"[ \t]+\"(?P<value>[^\"\r\n]{1,256})\"[ \t]*\r?$", re.ASCII | re.MULTILINE)
+_USERLIST_SIGNS = ("userlist", "auth_file", "pgbouncer")
+
+
+class UserlistRule(Rule):
+    """The password of each `"USER" "PASSWORD"` line of a pgbouncer auth file."""
+
+    def __init__(self) -> None:
+        super().__init__(name="password-assignment", triggers=('" "', '"\t"'),
+                         description="a pgbouncer userlist.txt line: \"USER\" \"PASSWORD\" (2.13)")
+
+    def fingerprint(self) -> list[str]:
+        return [*super().fingerprint(), _USERLIST.pattern, *_USERLIST_SIGNS]
+
+    def apply(self, scan: Scan, hits: dict[str, int]) -> str:
+        text = scan.text
+        named = any(sign in scan.lower() for sign in _USERLIST_SIGNS)
+        found = []
+        for match in _USERLIST.finditer(text):
+            value = match.group("value")
+            if is_placeholder(value, quoted=True) or is_marker_at(value, 0):
+                continue
+            if named or (table_secret(value) and not plain_words(value)):
+                found.append((*match.span("value"), self.name))
+        return replace_spans(text, found, hits) if found else text
+
+
 # Django's generated SECRET_KEY (2.7): `django-insecure-` and 50 characters, some of them the
 # punctuation (`!@#$%^&*(-_=+)`) where the prose rule's value ended.
 _DJANGO_KEY = RegexRule(
@@ -1174,6 +1261,8 @@ _SECRET_COMMANDS = (
     r"|pass[ \t]+show[ \t]|sops[ \t][^\r\n]*--extract)[^\r\n]*",
     r"(?:kubectl|oc)[ \t][^\r\n]*\bsecrets?\b[^\r\n]*\|[ \t]*base64[ \t]+(?:-d|--decode|-D)\b[^\r\n]*",
     r"cat[ \t]+[^\s|;&]*(?:master\.key|\.key|secret|token|passw|credential|apikey|api_key|vault[_-]pass)[^\s|;&]*[ \t]*",
+    # 2.13: an Erlang distribution cookie (RabbitMQ, CouchDB): 20 capitals, no digit.
+    r"cat[ \t]+[^\s|;&]*(?P<ck>\.erlang\.cookie)[ \t]*",
     # 2.8: terraform output -raw NAME and heroku config:get NAME of a secret-like name.
     r"(?:terraform|tofu)[ \t]+output[ \t]+-raw[ \t]+(?P<tf>[A-Za-z_][A-Za-z0-9_-]*)[ \t]*",
     r"heroku[ \t]+config:get[ \t]+(?P<hk>[A-Za-z_][A-Za-z0-9_]*)\b[^\r\n]*",
@@ -1195,6 +1284,8 @@ def _command_secret(match: re.Match[str]) -> bool:
     line_start = text.rfind("\n", 0, match.start()) + 1
     if not _BEFORE_COMMAND.search(text[line_start: match.start()]):
         return False  # a word inside a line (`develop `, `the cat `), not a command it starts
+    if match.group("ck") is not None:
+        return len(match.group("value")) >= 16 and not match.group("value").startswith("[REDACTED:")
     name = match.group("env") or match.group("var") or match.group("tf") or match.group("hk")
     if name is not None and name_class(name) is None:
         return False  # printenv PATH, echo $HOME
@@ -1214,7 +1305,7 @@ _COMMAND_SIGNS = ("printenv", "echo $", 'echo "$', "echo '$", "op read", "op ite
                   "print-identity-token", "versions access", "-field", "-password", "lpass show", "bw get", "secrets get",
                   "pass show", "--extract", "base64 -d", "base64 --decode", "rand -", "pwgen", "secrets.token_",
                   "/dev/urandom", "output -raw", "config:get")
-_CAT_SECRET_FILE = re.compile(r"cat[ \t]+[^\s|;&]*(?:key|secret|token|passw|credential|vault[_-]pass)")
+_CAT_SECRET_FILE = re.compile(r"cat[ \t]+[^\s|;&]*(?:key|secret|token|passw|credential|vault[_-]pass|cookie)")
 
 
 def _command_signs(lowered: str) -> bool:
@@ -1270,6 +1361,18 @@ _PASSWORD_HASH = RegexRule(
         r"|\$argon2(?:id|i|d)\$v=[0-9]{1,3}\$[a-z]=[0-9]+(?:,[a-z]=[0-9]+)*\$[A-Za-z0-9+/]{8,}\$[A-Za-z0-9+/]{16,}"
         r"|\{S?SHA\}[A-Za-z0-9+/]{27,}={0,2}"
         r"|pbkdf2_sha(?:1|256)\$[0-9]{1,9}\$[A-Za-z0-9]{1,64}\$[A-Za-z0-9+/]{20,}={0,2})(?![A-Za-z0-9./+=$])", re.ASCII),
+)
+
+# PostgreSQL's stored passwords (2.13): `md5` and the 32 hex digits of md5(password || user), and
+# a SCRAM-SHA-256 verifier (`SCRAM-SHA-256$4096:SALT$STOREDKEY:SERVERKEY`), in a pgbouncer
+# userlist, `pg_authid` / `pg_shadow` output or `ALTER ROLE … PASSWORD '…'`. The md5 form is
+# cracked as fast as md5 runs.
+_PG_PASSWORD_HASH = RegexRule(
+    name="password-hash", triggers=("md5", "SCRAM-SHA-256$"),
+    description="PostgreSQL password hashes: md5 + 32 hex digits, SCRAM-SHA-256 verifiers (2.13)",
+    pattern=re.compile(r"md5(?<![A-Za-z0-9_]md5)[0-9a-f]{32}(?![A-Za-z0-9])"
+                       r"|SCRAM-SHA-256(?<![A-Za-z0-9_]SCRAM-SHA-256)\$[0-9]{1,9}:[A-Za-z0-9+/]{4,}={0,2}\$[A-Za-z0-9+/]{4,}={0,2}:[A-Za-z0-9+/]{4,}={0,2}",
+                       re.ASCII),
 )
 
 # Documents that say their values are secret by what they are, not by the values' names (2.8):
@@ -1385,7 +1488,7 @@ CONTEXT_RULES: tuple[Rule, ...] = (_PASSWORD_HASH, _AZURE_SAS, _URL_SIGNATURE, _
                                    CookieRule(), CodeCredentialRule(), WindowsEnvRule(), EnvListRule(), MarkdownTableRule(),
                                    _PASSWORD_ELSEWHERE, _CONFIG_PASSWORD, _PGPASS, _NETRC, *_ATTRIBUTE_PAIRS, _USED_AS,
                                    _COMMAND_SECRET, _SHELL_MODE_SECRET, _PUTTY_KEY, *_SECURE_STRING, _DJANGO_KEY,
-                                   SecretDocumentRule())
+                                   SecretDocumentRule(), _PG_PASSWORD_HASH, _NAMED_PARAMETER, _ROUTING_KEY, UserlistRule())
 
 
 class WrappedTailRule(Rule):

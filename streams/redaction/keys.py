@@ -60,6 +60,9 @@ DESCRIPTIVE_SUFFIXES = frozenset({
 # account's private_key_id is the id of the private key its JSON file holds, printed nowhere else.
 # Its value goes when it looks random, as a *key* name's does.
 _SECRET_IDS = frozenset({("private", "key", "id")})
+# Names whose words say nothing secret but whose value is a credential (2.13): Bitwarden's CLI
+# session key, `export BW_SESSION=…` after `bw unlock`. Its value goes when it looks random.
+_SECRET_PAIRS = frozenset({("bw", "session")})
 # Words before "pass" that make it a step or a count, not a password.
 _PASS_COUNTS = frozenset({"first", "second", "third", "last", "next", "single", "multi", "one", "two", "each", "per", "by", "fast", "slow", "full", "final", "dry", "test", "tests"})
 # Words seen in the common "not a secret" spellings: publicKey, publishable_key, key_id, ...
@@ -72,7 +75,7 @@ def name_class(name: str) -> NameClass | None:
     words = [word.lower() for word in _WORDS.findall(name)]
     if not words:
         return None
-    if tuple(words[-3:]) in _SECRET_IDS:
+    if tuple(words[-3:]) in _SECRET_IDS or tuple(words[-2:]) in _SECRET_PAIRS:
         return "key"
     if words[-1] in DESCRIPTIVE_SUFFIXES or any(word in _NEGATING_WORDS for word in words):
         return None
@@ -150,4 +153,4 @@ def fingerprint() -> list[list[str]]:
         _PASSWORD_WORDS, _SECRET_WORDS, _SECRET_KEY_QUALIFIERS, _PLAIN_KEY_QUALIFIERS,
         DESCRIPTIVE_SUFFIXES, _NEGATING_WORDS, _PLACEHOLDER_WORDS, _MASK_CHARS, _PASS_COUNTS,
     )
-    return [sorted(words) for words in lists] + [sorted(" ".join(words) for words in _SECRET_IDS)] + [[_WORDS.pattern, _REFERENCE.pattern, _MADE_FROM_A_WORD.pattern, *_REFERENCE_WORDS]]
+    return [sorted(words) for words in lists] + [sorted(" ".join(words) for words in _SECRET_IDS | _SECRET_PAIRS)] + [[_WORDS.pattern, _REFERENCE.pattern, _MADE_FROM_A_WORD.pattern, *_REFERENCE_WORDS]]

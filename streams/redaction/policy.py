@@ -1,4 +1,4 @@
-"""Redaction policy v2.12: the options a deployment chooses, and the hash that names them.
+"""Redaction policy v2.13: the options a deployment chooses, and the hash that names them.
 
 The hash covers the policy version, every rule's name, triggers and pattern, the entropy
 thresholds, how wrapped lines are rejoined, which JSON literals are read decoded and every option, so an index built under one policy can never be mistaken for
@@ -16,7 +16,7 @@ from streams.exceptions import ConfigError
 
 __all__ = ["DEFAULT_POLICY", "POLICY_VERSION", "RedactionPolicy", "policy_hash"]
 
-POLICY_VERSION = "2.12"
+POLICY_VERSION = "2.13"
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,7 @@ def policy_hash(policy: RedactionPolicy | None = None) -> str:
 @lru_cache(maxsize=64)
 def _hash(policy: RedactionPolicy) -> str:
     # Imported here because the rule set is built from a policy.
-    from streams.redaction import entropy, keys, literals, text
+    from streams.redaction import entropy, keys, literals, pieces, text
     from streams.redaction.rules import build_rules
 
     definition = {
@@ -95,6 +95,7 @@ def _hash(policy: RedactionPolicy) -> str:
         "wrapped": text.rejoin_fingerprint(),
         "literals": literals.fingerprint(),
         "ansi": text.ansi_fingerprint(),
+        "repeats": pieces.repeated_fingerprint(),
     }
     encoded = json.dumps(definition, sort_keys=True, ensure_ascii=True, separators=(",", ":"))
     return hashlib.sha256(encoded.encode("ascii")).hexdigest()[:16]

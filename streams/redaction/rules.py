@@ -33,6 +33,7 @@ from streams.redaction.context import (
     WrappedTailRule,
 )
 from streams.redaction.layouts import LAYOUT_RULES
+from streams.redaction.pieces import CONCATENATED_RULE, PIECE_RULES
 from streams.redaction.pii import PAYMENT_CARD_RULE, DomainRule, EmailRule, home_rules
 from streams.redaction.policy import RedactionPolicy
 from streams.redaction.tokens import TOKEN_RULES, DiscordBotTokenRule, TelegramBotTokenRule
@@ -55,12 +56,14 @@ def build_rules(policy: RedactionPolicy) -> tuple[Rule, ...]:
     rules += (PrefixTokenRule(), KeywordRule())
     rules += (DiscordBotTokenRule(), TelegramBotTokenRule())
     rules += CONTEXT_RULES
+    rules += PIECE_RULES
     rules += LAYOUT_RULES
     rules += ARGUMENT_RULES
     rules += (AssignmentRule(), CREDENTIAL_PAIR_RULE, CREDENTIAL_COLON_RULE, CREDENTIAL_SPACE_RULE, PasswordBeforeRule())
     rules += (*DEVICE_SECRET_RULES, ACCOUNT_ROW_RULE)
-    # After every rule that leaves a marker: a secret's wrapped continuation goes with it.
-    rules.append(WrappedTailRule())
+    # After every rule that leaves a marker: a secret's wrapped continuation goes with it, and
+    # so do the other pieces of a secret split over joined string literals.
+    rules += (CONCATENATED_RULE, WrappedTailRule())
     if policy.redact_payment_cards:
         # Last: a card number inside a token or an assignment is already gone with it.
         rules.append(PAYMENT_CARD_RULE)

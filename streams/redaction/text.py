@@ -22,6 +22,7 @@ from streams.redaction.base import (
     plain_words_fingerprint,
 )
 from streams.redaction.literals import redact_literals
+from streams.redaction.pieces import redact_repeats
 from streams.redaction.policy import DEFAULT_POLICY, RedactionPolicy
 from streams.redaction.rules import build_rules
 
@@ -150,6 +151,7 @@ def redact_text_plain(text: str, policy: RedactionPolicy | None = None) -> tuple
 
 def _redact_plain(text: str, policy: RedactionPolicy | None) -> tuple[str, dict[str, int]]:
     hits: dict[str, int] = {}
+    original = text
     if "\n" in text:
         text = _rejoin(text, hits, lambda joined: _redact_plain(joined, policy))
     rules = build_rules(policy or DEFAULT_POLICY)
@@ -157,6 +159,7 @@ def _redact_plain(text: str, policy: RedactionPolicy | None) -> tuple[str, dict[
         text, again = _one_pass(text, rules, hits, plain=True)
         if not again:
             break
+    text = redact_repeats(original, text, hits)
     if "\\" in text and '"' in text:
         text = redact_literals(text, hits, lambda literal: _items(redact_text_plain(literal, policy)))
     return text, hits
@@ -176,12 +179,15 @@ def _redact(text: str, policy: RedactionPolicy) -> tuple[str, dict[str, int]]:
 def _redact_as_written(text: str, policy: RedactionPolicy) -> tuple[str, dict[str, int]]:
     rules = build_rules(policy)
     hits: dict[str, int] = {}
+    original = text
     if "\n" in text:
         text = _rejoin(text, hits, lambda joined: _redact_as_written(joined, policy))
     for _ in range(_MAX_PASSES):
         text, again = _one_pass(text, rules, hits)
         if not again:
             break
+    # A value the rules removed where it was named goes where the text repeats it bare (2.13).
+    text = redact_repeats(original, text, hits)
     if "\\" in text and '"' in text:
         # JSON text in the text: its literals' escaped line breaks and quotes, read as such
         # (streams.redaction.literals). After the rules, so what they find across literals (a

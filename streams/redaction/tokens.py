@@ -30,12 +30,13 @@ def _gate(separator: str, prefixes: tuple[str, ...], lookahead: str = "") -> re.
 UNDERSCORE_GATE = _gate("_", (
     "gh[pousr]_", "github_pat_", "hf_", "npm_", "whsec_", "shp(?:at|ca|pa|ss)_", "[sr]k_live_",
     "[sr]k_test_", "do[por]_v1_", "lin_oauth_", "sb_secret_", "fm[12]_", "fm[12][ar]_",
+    "rnd_", "sbp_", "hc[ax][im]k_", "re_",
 ))
 DASH_GATE = _gate("-", (
     "glpat-", "gldt-", "glrt-", "glptt-", "glft-", "glsoat-", "glcbt-", "xox[bpares]-", "xapp-",
-    "sk-", "pypi-", "AGE-", "sq0csp-", "sq0atp-", "GOCSPX-", "tskey-",
+    "sk-", "pypi-", "AGE-", "sq0csp-", "sq0atp-", "GOCSPX-", "tskey-", "sdk-", "mob-",
 ))
-DOT_GATE = _gate(".", ("SG\\.", "ya29\\.", "hooks\\.", "discord\\.", "discordapp\\."))
+DOT_GATE = _gate(".", ("SG\\.", "ya29\\.", "hooks\\.", "discord\\.", "discordapp\\.", "sl\\.u\\."))
 _SEPARATOR = {UNDERSCORE_GATE: "_", DASH_GATE: "-", DOT_GATE: "."}
 
 
@@ -194,6 +195,26 @@ TOKEN_RULES: tuple[RegexRule, ...] = (
            check=_mixed),
     _token("aws-session-token", ("IQoJb3JpZ2luX2Vj", "FwoGZXIvYXdz"), "[A-Za-z0-9+/]{100,}={0,2}", "AWS STS session token (2.12)",
            before=None, after="[A-Za-z0-9+/=]"),
+    # 2.13: Render API keys, Resend API keys (re_ + 8 + _ + 24), LaunchDarkly SDK keys, Supabase personal access tokens (sbp_ + 40 hex: the CLI's login),
+    # Honeycomb's v2 ingest and management keys, Dropbox's newer short-lived tokens (sl.u.…, a
+    # second dot where gitleaks' rule reads none), Google OAuth refresh tokens (1//0…), Asana
+    # personal access tokens (2/ + two 16-digit ids + : + 32 hex) and Salesforce session ids
+    # (the org id 00D…, "!" and the session's base62 and dots: what `sf org display` prints).
+    _token("render-api-key", ("rnd_",), "[A-Za-z0-9]{32}", "Render API key (2.13)", gate=_U, check=_mixed),
+    _token("supabase-access-token", ("sbp_",), "[a-f0-9]{40}", "Supabase personal access token (2.13)", gate=_U),
+    _token("honeycomb-key", ("hcaik_", "hcxik_", "hcamk_", "hcxmk_"), "[a-z0-9]{20,64}", "Honeycomb ingest / management key (2.13)",
+           gate=_U, check=_mixed),
+    _token("dropbox-token", ("sl.u.", "sl.B"), "[A-Za-z0-9_=-]{100,}", "Dropbox short-lived access token (2.13)",
+           before="[A-Za-z0-9_.]", after="[A-Za-z0-9_=-]"),
+    _token("google-refresh-token", ("1//0",), "[A-Za-z0-9_-]{40,}", "Google OAuth refresh token (2.13)",
+           before="[A-Za-z0-9_/:.]", after="[A-Za-z0-9_-]", check=_mixed),
+    _token("resend-api-key", ("re_",), "[A-Za-z0-9]{8}_[A-Za-z0-9]{24}", "Resend API key (2.13)", gate=_U, check=_mixed),
+    _token("launchdarkly-key", ("sdk-", "mob-"), "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}",
+           "LaunchDarkly server-side SDK and mobile keys: sdk- / mob- + a UUID (2.13)", gate=_D, after="[A-Za-z0-9_-]"),
+    _token("asana-token", ("2/",), "[0-9]{13,19}/[0-9]{13,19}:[a-f0-9]{32}", "Asana personal access token (2.13)",
+           before="[A-Za-z0-9_/.:-]", after="[A-Za-z0-9]"),
+    _token("salesforce-session", ("00D",), "[A-Za-z0-9]{12,15}![A-Za-z0-9._]{80,}", "Salesforce session id / access token (2.13)",
+           before="[A-Za-z0-9_]", after="[A-Za-z0-9._]"),
     _token("age-secret-key", ("AGE-SECRET-KEY-1",), "[0-9A-Z]{58}", "age encryption secret key",
            gate=_D, before=None, after="[A-Za-z0-9]"),
     # Any base64url JSON object of 12+ bytes, with up to two more dot-separated segments: a whole
