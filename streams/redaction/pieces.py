@@ -12,7 +12,7 @@ An eighth adversarial round found these kept under 2.12:
   (base58check, version 0x80), a Solana keypair file (64 numbers of 0-255), a minisign / signify
   secret key after its ``untrusted comment``, WordPress's ``AUTH_KEY`` / ``*_SALT`` constants, a
   Bitwarden CLI session key, rclone's ``config create`` key / value arguments, a Zapier catch
-  hook's URL.
+  hook's URL, the password line of an OpenVPN auth file printed by ``cat``.
 """
 
 from __future__ import annotations
@@ -214,6 +214,10 @@ class EncodedSecretRule(Rule):
         return replace_spans(text, found, hits) if found else text
 
 
+def _vpn_password(match: re.Match[str]) -> bool:
+    return not is_placeholder(match.group("value"), quoted=True) and MARKER_PREFIX not in match.group("value")
+
+
 def _salt(match: re.Match[str]) -> bool:
     # wp-config-sample.php's "put your unique phrase here" is words, as no generated salt is.
     return _WORDS_AND_SPACES.fullmatch(match.group("value")) is None
@@ -242,6 +246,13 @@ _KEY_FILES = (
     RegexRule(name="url-token", triggers=("hooks.zapier.com",), group="value",
               description="a Zapier catch hook's account and key (2.13)",
               pattern=re.compile(r"hooks\.zapier\.com/hooks/catch/(?P<value>[0-9]{4,12}/[A-Za-z0-9]{5,12})(?![A-Za-z0-9])", re.ASCII)),
+    # OpenVPN's auth-user-pass file printed: a user line, then the password (a VPN's auth / pass /
+    # credentials file by its path; the command rule reads only the line right after a command).
+    RegexRule(name="secret-output", lower_triggers=("vpn",), group="value", check=_vpn_password,
+              description="the password line of an OpenVPN auth-user-pass file printed by cat (2.13)",
+              pattern=re.compile(r"\bcat[ \t]+[^\s|;&]*vpn[^\s|;&]*(?:auth|pass|cred|login)[^\s|;&]*[ \t]*\r?\n"
+                                 r"[ \t]*[^\s]{1,64}[ \t]*\r?\n[ \t]*(?P<value>[^\s]{4,128})[ \t]*\r?$",
+                                 re.ASCII | re.MULTILINE)),
     # Bitwarden's CLI session key (`bw unlock` prints `export BW_SESSION="…"`).
     RegexRule(name="secret-assignment", triggers=("BW_SESSION",), group="value",
               description="a Bitwarden CLI session key, BW_SESSION=… (2.13)",

@@ -2784,6 +2784,8 @@ def test_the_seventh_round_readings_run_in_linear_time() -> None:
     ('DATABASE_URL=postgres://app:Zr8kW2pQ5t@db:5432/app\nZr8kW2pQ5t works from the bastion too',
      'Zr8kW2pQ5t'),  # repeat-url-password
     # The round's own seeds (a value per kind; the round used 89 kinds in 8 placements each).
+    ('$ cat /etc/openvpn/auth.txt\nbob\nmswfq+MJ47hyj',
+     'mswfq+MJ47hyj'),  # openvpn-auth
     ('Render gave me rnd_OiZqf5Gk1dlVF1kPNO1zRMfIxxwKHxzh as the API key for the blueprint sync',
      'rnd_OiZqf5Gk'),  # render-prose
     ('I generated sbp_6fd09aacae0b8734b8cf1b4c16d6e10f16c0ac9c in the dashboard',
@@ -2839,7 +2841,8 @@ def test_a_secret_an_eighth_round_found_never_survives(text: str, secret: str) -
     an SSM String parameter under a secret name, a pgbouncer userlist), a value repeated bare in the
     text that named it, and the round's new kinds: Render, Resend, Supabase access tokens,
     Honeycomb, LaunchDarkly, Dropbox sl.u., Asana, Salesforce session ids, Google refresh tokens,
-    Zapier hooks, a Solana keypair, a Bitcoin WIF key, minisign keys, an Erlang cookie, cqlsh /
+    Zapier hooks, a Solana keypair, a Bitcoin WIF key, minisign keys, an Erlang cookie, an OpenVPN
+    auth file, cqlsh /
     cypher-shell / wpa_passphrase / glab / pulumi / rclone arguments, WordPress salts, BW_SESSION."""
     redacted = redact_text(text)[0]
     assert secret not in redacted, redacted
@@ -2863,7 +2866,7 @@ def test_a_secret_an_eighth_round_found_never_survives(text: str, secret: str) -
     "cqlsh 10.0.0.7 -u cassandra -p $CASSANDRA_PASSWORD", "glab variable set LOG_LEVEL --value debug",
     "pulumi config set aws:region eu-west-1", "https://hooks.zapier.com/", "the solana keypair is in id.json",
     "5HueCGU8rMjxEXxiPuD5BDku4MkFqeZyd4dZ1jvhTVqvbTLvyTX",  # a WIF shape with a wrong checksum
-    "cat ~/.erlang.cookie\nnot found", "1//0 of the runs", "rnd_seed sbp_x hcaik_ sl.u.",
+    "cat ~/.erlang.cookie\nnot found", "cat /etc/openvpn/client.conf\nclient\ndev tun", "cat ~/vpn/login.conf\nbob\n$VPN_PASS", "1//0 of the runs", "rnd_seed sbp_x hcaik_ sl.u.",
     # A name a reading took for a value is not spread to where the text uses it.
     "import urllib2\nMovedAttribute('urlopen', 'urllib2', 'urllib.request')",
 ])
