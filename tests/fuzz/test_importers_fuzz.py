@@ -141,9 +141,11 @@ def _non_blank_lines(path: Path) -> set[int]:
 
 def _lines_of(record: str, label: str) -> range:
     """The lines a record name covers: ``label:N`` (or ``label:N/...``), or a run of lines
-    ``label:N-M`` (OpenAI chat messages one per line, one conversation together)."""
+    ``label:N-M`` (OpenAI chat messages one per line, one conversation together); a record that
+    begins at byte B of its line after another on the same line is ``N@B``."""
     assert record.startswith(f"{label}:"), record
     first, _, last = record[len(label) + 1:].split("/", 1)[0].partition("-")
+    first, last = first.split("@", 1)[0], last.split("@", 1)[0]
     return range(int(first), int(last or first) + 1)
 
 

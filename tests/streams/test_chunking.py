@@ -157,14 +157,19 @@ def first_occurrences(log: list[tuple[int, dict[str, Any]]]) -> dict[str, tuple[
 
 def run_incremental(chunker: Chunker, records: list[dict[str, Any]], *, roundtrip_at: int | None = None,
                     observe: Any = None) -> list[dict[str, Any]]:
-    """Feed records one at a time, as the faust agent does (ticks go to every session)."""
+    """Feed records one at a time, as the faust agent does (ticks go to every session). The
+    agent reads the redaction agent's output, which holds the first copy of each eventId only."""
     states: dict[tuple[str, str], dict[str, Any]] = {}
     chunks: list[dict[str, Any]] = []
+    admitted: dict[tuple[str, str], int] = {}
     for index, record in enumerate(records):
         if index == roundtrip_at:
             states = json.loads(json.dumps(states_to_json(states)), object_hook=None)
             states = {tuple(key.split("\x00")): value for key, value in states.items()}
         if record["kind"] == "event":
+            first = admitted.setdefault((record["logId"], record["event"]["eventId"]), record["seq"])
+            if first != record["seq"]:
+                continue  # a later copy: the redaction agent drops it (a redelivery is kept)
             key = (record["logId"], record["event"]["sessionId"])
             state = states.setdefault(key, chunker.new_state(key[1]))
             chunks += chunker.on_event(state, record["logId"], record["seq"], record["event"])
