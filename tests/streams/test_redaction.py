@@ -2406,20 +2406,26 @@ def test_a_telegram_token_in_its_bot_api_url_never_survives(bot: str, rest: str,
     assert rest[:12] not in redacted, redacted
 
 
-def test_the_fifth_round_readings_run_in_linear_time() -> None:
-    """Each new reading starts at a literal and reads a bounded value; a line holding many rows,
-    prompts or statements is looked up once, not once per match."""
+def assert_linear_time(shapes: list[str], counts: tuple[int, int] = (4_000, 16_000)) -> None:
+    """Each shape repeated four times as often costs at most eight times the CPU (plus 0.2 s of
+    noise): a reading that goes back over what it read grows sixteenfold."""
     import time
 
-    shapes = ["| admin | Xy7!abcd ", "GRANT user IDENTIFIED BY ", 'Password: send "xxxxxxxxxx" ', "PIN: 1234 ",
-              "creds: admin Xy7!abcd, ", "wifi key is Xy7!abcd ", "net user " + "a" * 80 + " "]
     for shape in shapes:
         timings = []
-        for count in (4_000, 16_000):
+        for count in counts:
             started = time.process_time()
             redact_text(shape * count)
             timings.append(time.process_time() - started)
         assert timings[1] < 8 * timings[0] + 0.2, (shape, timings)
+
+
+def test_the_fifth_round_readings_run_in_linear_time() -> None:
+    """Each new reading starts at a literal and reads a bounded value; a line holding many rows,
+    prompts or statements is looked up once, not once per match."""
+    shapes = ["| admin | Xy7!abcd ", "GRANT user IDENTIFIED BY ", 'Password: send "xxxxxxxxxx" ', "PIN: 1234 ",
+              "creds: admin Xy7!abcd, ", "wifi key is Xy7!abcd ", "net user " + "a" * 80 + " "]
+    assert_linear_time(shapes)
 
 
 # ------------------------------------------------- policy 2.11: a sixth adversarial round
@@ -2550,18 +2556,10 @@ def test_a_csv_password_column_goes_wherever_it_is(columns: int, position: int, 
 def test_the_sixth_round_readings_run_in_linear_time() -> None:
     """Each new reading starts at a literal or reads a line once; a text holding thousands of
     CSV headers, table rules, annotations or here-strings grows its cost linearly."""
-    import time
-
     shapes = ["user,password\n", "a" * 60 + ",password,b\n", "---+---\n| password |\n", 'x: str = "', "<<< ",
               "passphrase is alpha beta gamma ", "seed phrase: " + "word " * 30, "--authkey ", "requirepass ",
               '{"kty": "d": "' + "A" * 40]
-    for shape in shapes:
-        timings = []
-        for count in (4_000, 16_000):
-            started = time.process_time()
-            redact_text(shape * count)
-            timings.append(time.process_time() - started)
-        assert timings[1] < 8 * timings[0] + 0.2, (shape, timings)
+    assert_linear_time(shapes)
 
 
 # ------------------------------------------------- policy 2.12: a seventh adversarial round
@@ -2729,8 +2727,6 @@ def test_the_seventh_round_readings_run_in_linear_time() -> None:
     """Each new reading starts at a literal; texts holding thousands of them grow linearly. A text of
     many markdown tables reads each row once (2.11 read every row below each rule line: 4 000
     `| Key | Password |` tables took 78 s)."""
-    import time
-
     shapes = ["redis> AUTH x\n", "server.login(a, b ", "FTP(h, u, ", "jwt.encode(p, ", "hmac.new(", "Fernet(",
               "expect('Password')\n", "?0123456789abcdef#", "/hooks/", "app password ", "A_PAT=", "echo x | base64 -d ",
               "| Key | Value |\n|---|---|\n",
@@ -2739,13 +2735,7 @@ def test_the_seventh_round_readings_run_in_linear_time() -> None:
               # A secret word glued to a run with no space: a sentence's next word was read to the
               # end of the run, so 8 000 `NetworkCredential(` took 4.3 s, 16 000 minutes.
               "NetworkCredential(", "Credential("]
-    for shape in shapes:
-        timings = []
-        for count in (4_000, 16_000):
-            started = time.process_time()
-            redact_text(shape * count)
-            timings.append(time.process_time() - started)
-        assert timings[1] < 8 * timings[0] + 0.2, (shape, timings)
+    assert_linear_time(shapes)
 
 
 # ------------------------------------------------- policy 2.13: an eighth adversarial round
@@ -2913,18 +2903,10 @@ def test_base64_credentials_never_survive(user: str, password: str, before: str,
 
 def test_the_eighth_round_readings_run_in_linear_time() -> None:
     """Each new reading starts at a literal or a run found in C; texts holding thousands grow linearly."""
-    import time
-
     shapes = ['x = ("a"\n     "b")\n', '"a" +\n"b"\n', 'K = (\n"a"\n', "ZGVwbG95OlRyMHViNGRvcjNYcTc= ", "aGVsbG8gd29ybGQ= ",
               "routing_key: ", "put-parameter --name /a/password --value ", '"a" "b"\n', "md5", "SCRAM-SHA-256$1:",
               "rclone config create a b c d ", "2/1234567890123/", "00Dabcdefabcdef!", "1//0", "sdk-", "hooks.zapier.com/",
               "untrusted comment: secret key\n", "AUTH_KEY', '", "BW_SESSION=", "[1, 2, 3, 4] solana ",
               "5HueCGU8rMjxEXxiPuD5BDku4MkFqeZyd4dZ1jvhTVqvbTLvyTJ ", "DB_PASSWORD=Xy7#pw9q Xy7#pw9q\n",
               "b" * 399 + " ", "a" * 500]
-    for shape in shapes:
-        timings = []
-        for count in (2_000, 8_000):
-            started = time.process_time()
-            redact_text(shape * count)
-            timings.append(time.process_time() - started)
-        assert timings[1] < 8 * timings[0] + 0.2, (shape, timings)
+    assert_linear_time(shapes, counts=(2_000, 8_000))
