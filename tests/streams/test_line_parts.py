@@ -169,7 +169,10 @@ def test_a_cut_line_full_of_brackets_is_read_in_linear_time() -> None:
         timings = []
         for count in (4_000, 16_000):
             line = ('{"a":"' + shape * count + 'x').encode()
-            started = time.process_time()
-            line_parts(line)
-            timings.append(time.process_time() - started)
+            best = float("inf")
+            for _ in range(3):  # the best of three: a pause of a loaded machine is not the reading's
+                started = time.process_time()
+                line_parts(line)
+                best = min(best, time.process_time() - started)
+            timings.append(best)
         assert timings[1] < 8 * timings[0] + 0.2, (shape, timings)

@@ -2408,15 +2408,22 @@ def test_a_telegram_token_in_its_bot_api_url_never_survives(bot: str, rest: str,
 
 def assert_linear_time(shapes: list[str], counts: tuple[int, int] = (4_000, 16_000)) -> None:
     """Each shape repeated four times as often costs at most eight times the CPU (plus 0.2 s of
-    noise): a reading that goes back over what it read grows sixteenfold."""
+    noise): a reading that goes back over what it read grows sixteenfold. A shape over the bound
+    is timed twice more, the best of each count kept: a pause of a loaded machine (0.33 s for
+    8 000 rclone lines that take 0.06 s) passes, a quadratic reading fails every time."""
     import time
 
+    def cost(text: str) -> float:
+        started = time.process_time()
+        redact_text(text)
+        return time.process_time() - started
+
     for shape in shapes:
-        timings = []
-        for count in counts:
-            started = time.process_time()
-            redact_text(shape * count)
-            timings.append(time.process_time() - started)
+        timings = [cost(shape * count) for count in counts]
+        for _ in range(2):
+            if timings[1] < 8 * timings[0] + 0.2:
+                break
+            timings = [min(best, cost(shape * count)) for best, count in zip(timings, counts, strict=True)]
         assert timings[1] < 8 * timings[0] + 0.2, (shape, timings)
 
 
