@@ -1363,21 +1363,21 @@ class KafkaAppender:
         return digests
 
     def dead_letter(self, item: Rejected) -> None:
-        if self._dead is None:
-            from streams.l1 import DeadLetters
-
-            self._dead = DeadLetters(self._bootstrap, self._settings)
         # A conflict names the log whose copy stands, not the import's --log (an ASP event
         # names its own log and goes there, whatever --log says).
-        self._dead.publish(stage="ingest", reason=item.reason, record=item.record, raw=item.raw,
-                           log_id=item.log_id or self._log_id)
+        self._dead_letters().publish(stage="ingest", reason=item.reason, record=item.record, raw=item.raw,
+                                     log_id=item.log_id or self._log_id)
 
     def resolve_dead_letter(self, record: str, log_id: str) -> None:
+        self._dead_letters().resolve(stage="ingest", record=record, log_id=log_id)
+
+    def _dead_letters(self) -> DeadLetters:
+        """The dead-letter producer, made at the first letter (most imports write none)."""
         if self._dead is None:
             from streams.l1 import DeadLetters
 
             self._dead = DeadLetters(self._bootstrap, self._settings)
-        self._dead.resolve(stage="ingest", record=record, log_id=log_id)
+        return self._dead
 
     def close(self, *, wait: bool = True) -> None:
         """Close every client; ``wait``: first wait for what is queued (else drop it at once)."""

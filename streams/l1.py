@@ -503,13 +503,11 @@ class DeadLetters:
 
         safe_raw = dead_letter_excerpt(raw)
         safe_reason, _ = redact_text(reason)
-        letter = {
-            "stage": stage, "reason": safe_reason, "record": record, "source": source,
-            "raw": safe_raw, "time": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
-        }
+        letter: dict[str, Any] = {"stage": stage, "reason": safe_reason, "record": record, "source": source,
+                                  "raw": safe_raw}
         if log_id is not None:
             letter["logId"] = log_id
-        self._producer.send(self._topic, key=stage.encode(), value=orjson.dumps(letter))
+        self._send(letter)
 
     def resolve(self, *, stage: str, record: str, log_id: str) -> None:
         """Say that ``record`` (``file:line``), which ``stage`` dead-lettered under ``log_id``
@@ -517,11 +515,13 @@ class DeadLetters:
         topic stays append-only: this is a letter of its own, ``resolves`` set, and readers
         (``usl deadletters``, ``usl status``) leave the letters before it of the same stage, log
         and record out of what is pending."""
-        letter = {"stage": stage, "resolves": True, "record": record, "logId": log_id, "source": None,
-                  "reason": "imported by a later import: the dead letters of this record before this one "
-                            "are resolved", "raw": "",
-                  "time": datetime.now(UTC).isoformat().replace("+00:00", "Z")}
-        self._producer.send(self._topic, key=stage.encode(), value=orjson.dumps(letter))
+        self._send({"stage": stage, "resolves": True, "record": record, "logId": log_id, "source": None,
+                    "reason": "imported by a later import: the dead letters of this record before this one "
+                              "are resolved", "raw": ""})
+
+    def _send(self, letter: dict[str, Any]) -> None:
+        letter["time"] = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+        self._producer.send(self._topic, key=str(letter["stage"]).encode(), value=orjson.dumps(letter))
 
     def flush(self) -> None:
         """Wait until every letter published so far is acknowledged."""

@@ -14,7 +14,7 @@ import hashlib
 import io
 import json
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from itertools import chain
 from pathlib import Path
@@ -37,9 +37,9 @@ __all__ = [
     "SessionEmitter",
     "cut_note",
     "iter_json_lines",
-    "json_line",
     "json_lines",
     "line_parts",
+    "line_values",
     "parse_json",
     "raw_text",
     "read_bytes",
@@ -265,17 +265,25 @@ def iter_json_lines(path: Path, *, label: str, what: str, data: Content | None =
 def json_lines(number: int, line: bytes, *, label: str, what: str) -> list[JsonLine | Rejected]:
     """The records of line ``number`` of a JSONL file (stripped, not blank) as
     :func:`iter_json_lines` reads them: the line, or the parts :func:`split_line` finds in it."""
-    whole = json_line(number, line, label=label, what=what)
-    parts = split_line(line) if isinstance(whole, Rejected) else None
+    return [_json_record(number, at, part, value, error, canonical, label=label, what=what)
+            for at, part, value, error, canonical in line_values(line)]
+
+
+def line_values(line: bytes) -> list[tuple[int, bytes, Any, str | None, bool]]:
+    """``(at, bytes, value, error, canonical)`` of each record of a JSONL line (stripped, not
+    blank), as :func:`_parse_json` reads it: the line at 0, or, when it is no JSON text, each part
+    :func:`split_line` finds in it, a cut part's error saying where the record that cut it begins."""
+    value, error, canonical = _parse_json(line)
+    parts = split_line(line) if error is not None else None
     if parts is None:
-        return [whole]
-    records: list[JsonLine | Rejected] = []
+        return [(0, line, value, error, canonical)]
+    values: list[tuple[int, bytes, Any, str | None, bool]] = []
     for at, part, cut_by in parts:
-        record = json_line(number, part, label=label, what=what, at=at)
-        if cut_by is not None and isinstance(record, Rejected):
-            record = replace(record, reason=cut_note(record.reason, cut_by))
-        records.append(record)
-    return records
+        value, error, canonical = _parse_json(part)
+        if error is not None and cut_by is not None:
+            error = cut_note(error, cut_by)
+        values.append((at, part, value, error, canonical))
+    return values
 
 
 def split_line(line: bytes) -> list[tuple[int, bytes, int | None]] | None:
@@ -298,16 +306,16 @@ def cut_note(reason: str, cut_by: int) -> str:
     return f"{reason}; cut off by the record that begins at byte {cut_by} of the same line, read on its own"
 
 
-def json_line(number: int, line: bytes, *, label: str, what: str, at: int = 0) -> JsonLine | Rejected:
-    """Line ``number`` of a JSONL file (stripped, not blank) read as one record, or the part of
-    it from byte ``at`` on (:func:`json_lines`)."""
+def _json_record(number: int, at: int, raw: bytes, value: Any, error: str | None, canonical: bool, *,
+                 label: str, what: str) -> JsonLine | Rejected:
+    """The record of line ``number`` from byte ``at`` (:func:`line_values`): a JSON object, or
+    why not."""
     record = f"{label}:{number}" if at == 0 else f"{label}:{number}@{at}"
-    value, error, canonical = _parse_json(line)
     if error is not None:
-        return Rejected(record, error, raw_text(line))
+        return Rejected(record, error, raw_text(raw))
     if not isinstance(value, dict):
-        return Rejected(record, f"{what} must be a JSON object, not {type(value).__name__}", raw_text(line))
-    return JsonLine(number, record, value, line, canonical, at)
+        return Rejected(record, f"{what} must be a JSON object, not {type(value).__name__}", raw_text(raw))
+    return JsonLine(number, record, value, raw, canonical, at)
 
 
 _DECODER = json.JSONDecoder()

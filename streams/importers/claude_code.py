@@ -26,11 +26,10 @@ from streams.importers.base import (
     fed_lines,
     iter_json_lines,
     json_lines,
-    parse_json,
+    line_values,
     raw_text,
     read_lines,
     small_payload,
-    split_line,
     valid_time,
 )
 
@@ -542,14 +541,8 @@ class _Prescan:
 
 def _line_values(line: bytes) -> list[dict[str, Any]]:
     """The JSON objects of a transcript line: the line, or the records a line that is no JSON
-    text holds (:func:`streams.importers.base.split_line`)."""
-    value, error = parse_json(line)
-    if error is not None:
-        parts = split_line(line) or []
-        values = [parse_json(part)[0] for _at, part, _cut_by in parts]
-    else:
-        values = [value]
-    return [value for value in values if isinstance(value, dict)]
+    text holds (:func:`streams.importers.base.line_values`)."""
+    return [value for _at, _part, value, _error, _canonical in line_values(line) if isinstance(value, dict)]
 
 
 def _check_conversation_line(

@@ -27,14 +27,13 @@ from streams.importers.base import (
     Content,
     Rejected,
     SessionEmitter,
-    cut_note,
     fed_lines,
+    line_values,
     parse_json,
     raw_text,
     read_bytes,
     read_lines,
     small_payload,
-    split_line,
     time_from_posix,
 )
 
@@ -287,18 +286,10 @@ def _conversations(path: Path, label: str, data: Content | None) -> Iterator[tup
 
 
 def _line_values(label: str, number: int, line: bytes) -> Iterator[tuple[int | str, str, Any, str | None, bytes]]:
-    """(position, record, value, error, bytes) of each record of line ``number``: the line, or the
-    records a line that is no JSON text holds (:func:`streams.importers.base.split_line`), the
-    ``@BYTE`` of a later one in its position and name."""
-    value, error = parse_json(line)
-    parts = split_line(line) if error is not None else None
-    if parts is None:
-        yield number, f"{label}:{number}", value, error, line
-        return
-    for at, part, cut_by in parts:
-        value, error = parse_json(part)
-        if error is not None and cut_by is not None:
-            error = cut_note(error, cut_by)
+    """(position, record, value, error, bytes) of each record of line ``number``
+    (:func:`streams.importers.base.line_values`), the ``@BYTE`` of a later one in its position
+    and name."""
+    for at, part, value, error, _canonical in line_values(line):
         place: int | str = f"{number}@{at}" if at else number
         yield place, f"{label}:{place}", value, error, part
 
