@@ -22,6 +22,8 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+from tests.source import parse
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("streams", "sinks", "planner", "deploy", "reliability", "benchmarks")
 
@@ -68,7 +70,7 @@ def imported_modules(name: str, path: Path, known: set[str]) -> set[str]:
     """The project modules ``name`` imports when it is loaded."""
     is_package = path.name == "__init__.py"
     found: set[str] = set()
-    for node in _runtime_statements(ast.parse(path.read_text(), str(path)).body):
+    for node in _runtime_statements(parse(path).body):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -195,7 +197,7 @@ def _third_party(graph_files: dict[str, Path]) -> list[str]:
     """Every non-project module the project imports at module level, to load before forking."""
     names: set[str] = set()
     for path in graph_files.values():
-        for node in _runtime_statements(ast.parse(path.read_text(), str(path)).body):
+        for node in _runtime_statements(parse(path).body):
             if isinstance(node, ast.Import):
                 names.update(alias.name for alias in node.names)
             elif isinstance(node, ast.ImportFrom) and not node.level and node.module:

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.source import parse
+
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED_PATTERNS = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
 #: Top-level names of this repository that are not installed packages.
@@ -37,7 +39,7 @@ def _imports(path: Path, text: str | None = None) -> Iterator[tuple[int, str]]:
     """(line, absolute dotted name) of every import in ``path`` (or in ``text`` as if it were
     ``path``), relative ones resolved; ``from a import b`` yields ``a`` and ``a.b``."""
     package = path.relative_to(ROOT).with_suffix("").parts[:-1]
-    tree = ast.parse(path.read_text() if text is None else text, str(path))
+    tree = parse(path, text)
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             yield from ((node.lineno, alias.name) for alias in node.names)

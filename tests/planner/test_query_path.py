@@ -28,6 +28,7 @@ from planner.snapshot import (
     with_vector_fallback,
 )
 from sinks.generations import MAX_CHUNK_SEQ
+from tests.source import parse
 
 PLANNER = Path(__file__).resolve().parents[2] / "planner"
 
@@ -172,7 +173,7 @@ def test_no_module_reaches_into_the_planners_private_state() -> None:
     for path in sorted(PLANNER.rglob("*.py")):
         if path.name == "engine.py":
             continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(parse(path)):
             if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
                     and node.value.id == "planner" and node.attr.startswith("_")):
                 offenders.append(f"{path.relative_to(PLANNER.parent)}:{node.lineno} planner.{node.attr}")
