@@ -56,6 +56,17 @@ def search(
     mode: str = typer.Option("hybrid", "--mode", metavar="MODE", help="hybrid | text | vector."),
     sessions: list[str] = typer.Option(None, "--session", metavar="ID", help="Only this session (repeatable)."),
     tools: list[str] = typer.Option(None, "--tool", metavar="NAME", help="Only chunks using this tool (repeatable)."),
+    runs: list[str] = typer.Option(None, "--run", metavar="ID", help="Only this run (repeatable)."),
+    turns: list[str] = typer.Option(None, "--turn", metavar="ID", help="Only this turn (repeatable)."),
+    statuses: list[str] = typer.Option(None, "--status", metavar="STATUS",
+                                       help="Only chunks holding a tool result of this status, e.g. error (repeatable)."),
+    roles: list[str] = typer.Option(None, "--role", metavar="ROLE",
+                                    help="Only chunks holding an event of this role: user, assistant, system, "
+                                         "developer, tool (repeatable)."),
+    time_from: str = typer.Option(None, "--time-from", metavar="TIME",
+                                  help="Only chunks with events at or after this RFC 3339 time, e.g. 2026-01-31T12:00:00Z."),
+    time_to: str = typer.Option(None, "--time-to", metavar="TIME",
+                                help="Only chunks with events at or before this RFC 3339 time."),
     tool_results: bool = typer.Option(False, "--tool-results",
                                       help="Search full tool results too, and the whole inputs of tool calls "
                                            "a chunk shows cut (needs scopes:toolresults)."),
@@ -64,8 +75,13 @@ def search(
     request: dict[str, Any] = {"query": query, "freshness": freshness, "k": k, "explain": explain,
                                "cursor": cursor, "log": log, "mode": mode,
                                "toolResults": tool_results}
-    filters = {name: list(values) for name, values in (("sessionId", sessions), ("toolName", tools))
-               if values}
+    # The API's filters, each under its own option: a filter the command line could not say
+    # (a time range, errors only) sent people to curl.
+    filters: dict[str, Any] = {name: list(values) for name, values in (
+        ("sessionId", sessions), ("toolName", tools), ("runId", runs), ("turnId", turns),
+        ("status", statuses), ("role", roles)) if values}
+    filters.update((name, value) for name, value in (("timeFrom", time_from), ("timeTo", time_to))
+                   if value is not None)
     if filters:
         request["filters"] = filters
     response = call_planner(principal_text, json_out, lambda planner, principal: planner.search(request, principal),
