@@ -45,7 +45,10 @@ def render() -> str:
             lines += ["| argument / option | default | meaning |", "|---|---|---|"]
         for p in params:
             if p.param_type_name == "argument":
-                lines.append(f"| `{p.name.upper()}` | required | {(getattr(p, 'help', '') or '').replace('|', '/')} |")
+                # Named as the usage line names it, and required only when it is.
+                name = (p.metavar or p.name.upper()) + ("..." if p.nargs != 1 and not (p.metavar or "").endswith("...") else "")
+                need = "required" if p.required else f"`{p.default}`"
+                lines.append(f"| `{name}` | {need} | {(getattr(p, 'help', '') or '').replace('|', '/')} |")
                 continue
             default = None if callable(p.default) else p.default
             env = f" (env `{p.envvar}`)" if p.envvar else ""

@@ -33,6 +33,22 @@ def test_cli_reference_is_current() -> None:
         "docs/cli.md is stale: run .venv/bin/python scripts/gen_cli_docs.py"
 
 
+def test_cli_reference_names_arguments_as_the_usage_line_does() -> None:
+    """Found by a new user: docs/cli.md listed `usl sql QUERY` and `usl ingest PATHS` where
+    `--help` says `SQL` and `PATH...`, and `usl export`'s WHAT as required (it defaults to
+    sessions)."""
+    from typer.testing import CliRunner
+
+    from deploy.cli import app
+
+    text = (ROOT / "docs" / "cli.md").read_text()
+    for command, usage, row in [("sql", "usl sql [OPTIONS] SQL", "| `SQL` | required |"),
+                                ("ingest", "usl ingest [OPTIONS] PATH...", "| `PATH...` | required |"),
+                                ("export", "usl export [OPTIONS] [WHAT]", "| `WHAT` | `sessions` |")]:
+        assert usage in CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "120"}).output
+        assert row in text, row
+
+
 def test_every_metric_is_documented() -> None:
     from streams.metrics import ALL_METRIC_NAMES
 
