@@ -21,6 +21,8 @@ traceback: `error: ...` for what went wrong while running, and for a usage error
 option, a missing argument, a bad value) ``error: ... (see `usl COMMAND --help`)``. A command
 stopped with Ctrl-C exits with code 130. `usl --version` prints the package version and the
 redaction policy (version and hash) and chunker version this code writes into every index.
+An argument that starts with `-` (a flag pasted as the query) is read as an option; put it after
+`--`, options first: `usl search --mode text -- '--force-with-lease'`.
 """
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from typer._click.exceptions import ClickException, NoArgsIsHelpError
+from typer._click.exceptions import ClickException, NoArgsIsHelpError, NoSuchOption
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 __all__ = ["Command", "Group", "flowing", "humane", "usage_error_line"]
@@ -166,6 +166,13 @@ def usage_error_line(exc: ClickException) -> str:
     message = " ".join(exc.format_message().split())
     ctx = getattr(exc, "ctx", None)
     path = ctx.command_path if ctx is not None else "usl"
+    if isinstance(exc, NoSuchOption) and ctx is not None:
+        # A query pasted from a session often starts with a flag (`-e 'require Logger'`,
+        # `--force-with-lease`): click reads it as an option, and the remedy is click's `--`.
+        arguments = [param for param in ctx.command.get_params(ctx) if isinstance(param, TyperArgument)]
+        if arguments:
+            name = _usage_name(arguments[0]).strip("[]").removesuffix("...")
+            message += f"; a {name} that starts with - goes after --: `{path} [OPTIONS] -- {name}`"
     return printable(f"error: {message} (see `{path} --help`)")
 
 

@@ -120,6 +120,25 @@ def test_a_usage_error_is_one_line(args: list[str]) -> None:
     assert not set(result.output) & set("╭╮╰╯│")
 
 
+@pytest.mark.parametrize(("args", "said"), [
+    (["search", "--exclude-dir=.git"], "a QUERY that starts with - goes after --: `usl search [OPTIONS] -- QUERY`"),
+    (["search", "--log-level=debug"], "a QUERY that starts with - goes after --"),  # click suggests --log too
+    (["sql", "-1"], "a SQL that starts with - goes after --: `usl sql [OPTIONS] -- SQL`"),
+    (["ingest", "-notes.jsonl"], "a PATH that starts with - goes after --: `usl ingest [OPTIONS] -- PATH`"),
+])
+def test_a_value_read_as_an_unknown_option_says_how_to_pass_it(args: list[str], said: str) -> None:
+    """Found by a new user: a command or flag pasted from a session as the query
+    (`usl search "-e 'require Logger'"`) was refused as an unknown option, with no word of `--`."""
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2
+    assert said in result.output and result.output.count("\n") == 1, result.output
+
+
+def test_an_option_of_a_command_without_arguments_gets_no_such_hint() -> None:
+    result = CliRunner().invoke(app, ["status", "--bogus"])
+    assert result.exit_code == 2 and "goes after --" not in result.output, result.output
+
+
 def test_version_says_what_the_code_writes() -> None:
     from importlib.metadata import version
 
