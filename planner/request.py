@@ -195,7 +195,9 @@ def parse_request(body: Any) -> SearchRequest:
         raise QueryError(f"the query {query[:40]!r} has nothing to search for: no letter, digit or symbol",
                          hint="Give at least one word to search for; punctuation and quotes alone match nothing.")
     if len(query) > MAX_QUERY_CHARS:
-        raise QueryError(f"the query is longer than {MAX_QUERY_CHARS} characters")
+        # Said with its length and what to do: a pasted stack trace or tool output is the usual one.
+        raise QueryError(f"the query is {len(query)} characters long; at most {MAX_QUERY_CHARS} are searched",
+                         hint="Search its most telling line or a few of its words; quote a phrase to find it exactly.")
     log = _optional(body, "log", str, "default")
     if not LOG_ID.fullmatch(log):
         # Cut as log_param cuts it: a 1 MB "log" came back whole in the error body.

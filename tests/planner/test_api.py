@@ -390,6 +390,16 @@ def test_a_bad_search_log_is_not_echoed_whole() -> None:
     assert "is not a log name" in caught.value.message and len(caught.value.message) < 200
 
 
+def test_a_query_too_long_says_its_length_and_what_to_search_instead() -> None:
+    """Found by a new user pasting a whole stack trace: "the query is longer than 2000
+    characters", with no length and no word of what to send instead."""
+    with pytest.raises(QueryError) as caught:
+        parse_request({"query": "Traceback line " * 200})
+    assert "2999 characters" in caught.value.message and "2000" in caught.value.message
+    assert caught.value.hint and "line" in caught.value.hint
+    assert parse_request({"query": "x" * 2000}).query
+
+
 def test_too_many_filter_values_say_the_limit() -> None:
     """1001 well-formed values were refused as "must be a non-empty string or a list of them"."""
     ids = [f"s-{i}" for i in range(1001)]
