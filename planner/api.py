@@ -737,7 +737,12 @@ def openapi(*, auth_required: bool = True) -> dict[str, Any]:
                     ("limit", {"type": "integer", "minimum": 1, "default": 10000})))],
                 "security": security,
                 "responses": {"200": {"description": "JSONL or Parquet", "content": {
-                    "application/x-ndjson": {}, "application/vnd.apache.parquet": {}}},
+                    "application/x-ndjson": {}, "application/vnd.apache.parquet": {}}, "headers": {
+                    "X-USL-As-Of-Seq": {"description": "The log position the export reflects",
+                                        "schema": {"type": "integer"}},
+                    "X-USL-Results-End": {"description": "Of hits: the search's end (JSON: reason, depth, "
+                                          "sources, message) when its results stopped at the rank depth "
+                                          "while a source had more matches", "schema": {"type": "string"}}}},
                     **_errors(400, 401, 403, 404, 500, 503)}}},
             **receivers.openapi_paths(security=security, principal=principal, errors=_errors),
             "/metrics": {"get": {"summary": "Prometheus metrics", "responses": {

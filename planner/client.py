@@ -40,6 +40,7 @@ __all__ = ["APIError", "Client", "Evidence", "Exported", "SearchHit", "SearchRes
 
 PRINCIPAL_HEADER = "X-USL-Principal"
 AS_OF_HEADER = "X-USL-As-Of-Seq"
+END_HEADER = "X-USL-Results-End"
 _DEFAULT_TIMEOUT = 120.0
 _CONNECT_TIMEOUT = 2.0
 
@@ -79,11 +80,13 @@ class SearchResponse(TypedDict, total=False):
 
 @dataclass(frozen=True)
 class Exported:
-    """An export: the log position it reflects, its format and its bytes."""
+    """An export: the log position it reflects, its format and its bytes; of hits, ``end`` is
+    the search's ``end`` when its results stopped at the rank depth with more matches."""
 
     as_of_seq: int
     format: str
     data: bytes
+    end: dict[str, Any] | None = None
 
 
 class APIError(PlannerError):
@@ -204,7 +207,8 @@ class Client:
         status, headers, data = self._exchange("GET", f"/v1/export?{query_string}", None, timeout=self.timeout)
         if status >= 400:
             raise _api_error(status, data)
-        return Exported(int(headers.get(AS_OF_HEADER.lower(), -1)), fmt, data)
+        end = headers.get(END_HEADER.lower())
+        return Exported(int(headers.get(AS_OF_HEADER.lower(), -1)), fmt, data, json.loads(end) if end else None)
 
     # -- transport ----------------------------------------------------------------------------
 

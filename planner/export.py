@@ -20,7 +20,9 @@ each session's latest, so a revocation applies at once) and redacted as the inde
     analytics index's ``asOfSeq`` (or an earlier one).
 ``hits``
     Every result of a search (``query``, ``freshness``, ``mode``), page after page at the first
-    page's ``asOfSeq``, up to ``limit`` hits (default 10 000).
+    page's ``asOfSeq``, up to ``limit`` hits (default 10 000). When the results stop at the rank
+    depth while a source had more (the search's ``end``), the export says so: ``end`` of
+    :class:`Export`, the ``X-USL-Results-End`` header, ``usl.end`` in Parquet metadata.
 
 Formats: ``jsonl`` (one JSON object per line) or ``parquet`` (one column per top-level field;
 objects and lists are JSON text; the ``usl.asOfSeq`` and ``usl.export`` keys of the file's
@@ -44,11 +46,13 @@ from streams.exceptions import USLError
 if TYPE_CHECKING:
     from planner.engine import Planner
 
-__all__ = ["FORMATS", "KINDS", "Export", "export", "parquet_bytes", "write_jsonl"]
+__all__ = ["END_HEADER", "FORMATS", "KINDS", "Export", "export", "parquet_bytes", "write_jsonl"]
 
 KINDS = ("sessions", "turns", "hits")
 FORMATS = ("jsonl", "parquet")
 AS_OF_HEADER = "X-USL-As-Of-Seq"
+# The search's `end` (JSON) when a hits export stopped at the rank depth with more matches.
+END_HEADER = "X-USL-Results-End"
 # The query parameters of GET /v1/export (its OpenAPI entry lists the same).
 PARAMS = ("what", "format", "log", "asOfSeq", "sessionId", "query", "freshness", "mode", "limit")
 _DEFAULT_HIT_LIMIT = 10000
@@ -64,6 +68,8 @@ class Export:
     log: str
     as_of_seq: int
     rows: Iterator[dict[str, Any]]
+    # Of hits: the search's `end` when its results stopped at the rank depth with more matches.
+    end: dict[str, Any] | None = None
 
 
 def export(planner: Planner, principal: Principal, params: Mapping[str, Any]) -> Export:
@@ -128,19 +134,22 @@ def _hits(planner: Planner, principal: Principal, log_id: str, query: str, fresh
         raise QueryError(f"hits are exported at the search's asOfSeq ({first['asOfSeq']}), not {as_of}",
                          hint="Leave asOfSeq out; the export says which position it reflects.")
 
-    def rows() -> Iterator[dict[str, Any]]:
-        page, served = first, 0
-        while True:
-            for rank, hit in enumerate(page["results"], start=served + 1):
-                if rank > limit:
-                    return
-                yield {"rank": rank, "asOfSeq": first["asOfSeq"], **hit}
-            served += len(page["results"])
-            if not page.get("cursor") or not page["results"] or served >= limit:
-                return
-            page = planner.search({**request, "cursor": page["cursor"]}, principal)
-
-    return Export("hits", log_id, int(first["asOfSeq"]), rows())
+    # Read whole before answering (the rank depth bounds them): where the results stopped at
+    # it is known only on the last page, and an export that ended there without a word read as
+    # every hit of the search.
+    rows: list[dict[str, Any]] = []
+    page, end = first, None
+    while True:
+        rows += ({"rank": len(rows) + 1, "asOfSeq": first["asOfSeq"], **hit}
+                 for hit in page["results"][:limit - len(rows)])
+        if len(rows) >= limit:
+            break
+        if page.get("end"):
+            end = page["end"]
+        if not page.get("cursor") or not page["results"]:
+            break
+        page = planner.search({**request, "cursor": page["cursor"]}, principal)
+    return Export("hits", log_id, int(first["asOfSeq"]), iter(rows), end)
 
 
 def _turns(planner: Planner, principal: Principal, log_id: str, as_of: int | None) -> Export:
@@ -248,6 +257,8 @@ def parquet_bytes(result: Export) -> bytes:
         columns[name] = values
     table = pa.table(columns) if columns else pa.table({})
     metadata = {"usl.asOfSeq": str(result.as_of_seq), "usl.export": result.kind, "usl.log": result.log}
+    if result.end is not None:
+        metadata["usl.end"] = json.dumps(result.end, sort_keys=True)
     table = table.replace_schema_metadata(metadata)
     sink = io.BytesIO()
     pq.write_table(table, sink)
@@ -270,6 +281,8 @@ def endpoint(principal_of: Any, the_planner: Any) -> Any:
             raise QueryError(f"unknown export format {fmt!r}", hint="Use format=jsonl or format=parquet.")
         result = await run_in_threadpool(export, the_planner(), principal, params)
         headers = {AS_OF_HEADER: str(result.as_of_seq)}
+        if result.end is not None:
+            headers[END_HEADER] = json.dumps(result.end, sort_keys=True, separators=(",", ":"))
         if fmt == "parquet":
             body = await run_in_threadpool(parquet_bytes, result)
             return Response(body, media_type="application/vnd.apache.parquet", headers=headers)

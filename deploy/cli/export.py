@@ -78,7 +78,7 @@ def export_command(
     answer = _through_api(current, principal_text, fmt, params)
     if answer is None:
         answer = _in_process(current, principal_text, fmt, params)
-    as_of_seq, data = answer
+    as_of_seq, data, end = answer
     if output is None:
         sys.stdout.buffer.write(data)
         sys.stdout.flush()
@@ -90,6 +90,8 @@ def export_command(
     where = str(output) if output is not None else "stdout"
     err().print(escape(f"exported {what} of log {log!r} at asOfSeq {as_of_seq}: {row_count(data, fmt)} rows"
                        f" to {where} ({fmt})"))
+    if end is not None:
+        err().print(escape(str(end.get("message") or end)))
 
 
 def row_count(data: bytes, fmt: str) -> int:
@@ -102,23 +104,23 @@ def row_count(data: bytes, fmt: str) -> int:
 
 
 def _through_api(current: Any, principal_text: str | None, fmt: str,
-                 params: dict[str, Any]) -> tuple[int, bytes] | None:
-    def ask(client: Client) -> tuple[int, bytes]:
+                 params: dict[str, Any]) -> tuple[int, bytes, dict[str, Any] | None] | None:
+    def ask(client: Client) -> tuple[int, bytes, dict[str, Any] | None]:
         exported = client.export(params.pop("what"), fmt=fmt,  # type: ignore[arg-type]
                                  as_of_seq=params.pop("asOfSeq", None), session_id=params.pop("sessionId", None),
                                  **params)
-        return exported.as_of_seq, exported.data
+        return exported.as_of_seq, exported.data, exported.end
 
     return with_api(current, principal_text, False, ask)
 
 
 def _in_process(current: Any, principal_text: str | None, fmt: str,
-                params: dict[str, Any]) -> tuple[int, bytes]:
-    def run(planner: Any, principal: Any) -> tuple[int, bytes]:
+                params: dict[str, Any]) -> tuple[int, bytes, dict[str, Any] | None]:
+    def run(planner: Any, principal: Any) -> tuple[int, bytes, dict[str, Any] | None]:
         from planner.export import export, parquet_bytes, write_jsonl
 
         result = export(planner, principal, params)
         data = parquet_bytes(result) if fmt == "parquet" else b"".join(write_jsonl(result.rows))
-        return result.as_of_seq, data
+        return result.as_of_seq, data, result.end
 
     return in_process(current, principal_text, False, run)

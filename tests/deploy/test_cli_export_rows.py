@@ -27,7 +27,7 @@ def test_the_summary_counts_the_rows_of_either_format(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], fmt: str, data: bytes,
 ) -> None:
     monkeypatch.setattr(export_cli, "load_settings", lambda: None)
-    monkeypatch.setattr(export_cli, "_through_api", lambda *args: (42, data))
+    monkeypatch.setattr(export_cli, "_through_api", lambda *args: (42, data, None))
     output = tmp_path / f"hits.{fmt}"
     export_cli.export_command("hits", query="q", fmt=fmt, output=output, as_of=None, freshness="indexed",
                               mode="hybrid", limit=None, principal_text=None, log="default", session=None)
@@ -45,7 +45,7 @@ def test_an_output_that_cannot_be_written_is_one_line_before_the_export(
 
     asked: list[object] = []
     monkeypatch.setattr(export_cli, "load_settings", lambda: None)
-    monkeypatch.setattr(export_cli, "_through_api", lambda *args: asked.append(args) or (42, b"{}\n"))
+    monkeypatch.setattr(export_cli, "_through_api", lambda *args: asked.append(args) or (42, b"{}\n", None))
     with pytest.raises(USLError, match="cannot write the export to"):
         export_cli.export_command("sessions", query=None, fmt="jsonl", output=tmp_path / where, as_of=None,
                                   freshness="indexed", mode="hybrid", limit=None, principal_text=None,
@@ -57,7 +57,7 @@ def test_a_failed_write_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     from streams.exceptions import USLError
 
     monkeypatch.setattr(export_cli, "load_settings", lambda: None)
-    monkeypatch.setattr(export_cli, "_through_api", lambda *args: (42, b"{}\n"))
+    monkeypatch.setattr(export_cli, "_through_api", lambda *args: (42, b"{}\n", None))
     output = tmp_path / "x.jsonl"
     monkeypatch.setattr(Path, "write_bytes", lambda self, data: (_ for _ in ()).throw(PermissionError(13, "Permission denied")))
     with pytest.raises(USLError, match="Permission denied"):
@@ -74,7 +74,7 @@ def test_one_sessions_events_are_exported_by_its_id(tmp_path: Path, monkeypatch:
 
     asked: list[dict] = []
     monkeypatch.setattr(export_cli, "load_settings", lambda: None)
-    monkeypatch.setattr(export_cli, "_through_api", lambda current, principal, fmt, params: asked.append(params) or (7, b""))
+    monkeypatch.setattr(export_cli, "_through_api", lambda current, principal, fmt, params: asked.append(params) or (7, b"", None))
     export_cli.export_command("sessions", query=None, fmt="jsonl", output=tmp_path / "s.jsonl", as_of=None,
                               freshness="indexed", mode="hybrid", limit=None, principal_text=None, log="default",
                               session="8aef9b8f-ae65-42f1-b662-1b8e68b8fd1e")
