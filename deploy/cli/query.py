@@ -115,6 +115,9 @@ def render_response(response: dict[str, Any], request: dict[str, Any]) -> None:
     out().print(freshness_line(response))
     if response.get("cursor"):
         out().print(f"[dim]next page: the same command with --cursor {escape(response['cursor'])}[/]")
+    if response.get("end"):
+        # The last page of results cut at the rank depth: without this line it read as every match.
+        out().print(escape(str(response["end"].get("message") or response["end"])))
     explain = response.get("explain")
     if explain:
         out().print("[bold]explain[/]")
