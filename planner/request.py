@@ -27,6 +27,7 @@ from typing import Any
 from planner.bodies import json_kind
 from planner.cursors import query_hash
 from planner.exceptions import QueryError
+from planner.quotes import phrase_quotes
 from planner.snapshot import Freshness, parse_freshness
 from streams.asp import ROLES, parse_time, posix_seconds
 from streams.names import LOG_ID, LOG_ID_HINT
@@ -186,7 +187,7 @@ def parse_request(body: Any) -> SearchRequest:
     if not isinstance(query, str):
         raise QueryError("field 'query' is required and must be a string",
                          hint='Send e.g. {"query": "retry budget"}.')
-    query = query.strip()
+    query = phrase_quotes(query).strip()
     if not query:
         raise QueryError("the query is empty", hint="Give at least one word to search for.")
     if not any(_searchable(char) for char in query):

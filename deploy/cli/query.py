@@ -191,6 +191,9 @@ def _matches(text: str, query: str) -> list[tuple[int, int]]:
     characters as a reader sees them (a letter with its marks)."""
     import re
 
+    from planner.quotes import phrase_quotes
+
+    query = phrase_quotes(query)  # as the planner read it: “a b” is the phrase it searched
     folded, starts, ends = _folded(text)
     phrases = [_fold(phrase.strip()) for phrase in re.findall(r'"([^"]+)"', query)]
     unquoted = re.sub(r'"[^"]*"?', " ", query)

@@ -42,7 +42,8 @@ function queryTerms(query) {
     if (tokens.length > 1) phrases.push(tokens);
     else if (tokens.length === 1) terms.add(tokens[0]);
   };
-  const rest = (query || "").replace(/"([^"]*)"/g, (_, phrase) => {
+  // Every double quotation mark is the phrase quote, as the planner reads it (planner/quotes.py).
+  const rest = (query || "").replace(/[\u201c\u201d\u201e\u201f\u00ab\u00bb\uff02\u301d\u301e\u301f]/g, '"').replace(/"([^"]*)"/g, (_, phrase) => {
     add(words(phrase));
     return " ";
   });

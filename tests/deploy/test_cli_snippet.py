@@ -217,3 +217,11 @@ def test_a_window_opening_on_blank_lines_starts_at_the_text_after_them() -> None
         + 'Links: [{"title":"ksni tray"},{"title":"ksni"},{"title":"tray"}]\n' + "filler\n" * 80
     first = _shown(text, "title tray").splitlines()[0].strip()
     assert first.startswith("…Links:")
+
+
+def test_a_phrase_in_smart_quotes_is_marked_as_the_phrase() -> None:
+    """The planner reads “step 1” as the phrase "step 1" (planner.quotes); so does the snippet."""
+    from deploy.cli.query import _matches
+
+    text = "step 2 failed; step 1 passed"
+    assert [text[a:b] for a, b in _matches(text, "\u201cstep 1\u201d")] == ["step 1"]

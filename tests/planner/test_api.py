@@ -400,6 +400,17 @@ def test_a_query_too_long_says_its_length_and_what_to_search_instead() -> None:
     assert parse_request({"query": "x" * 2000}).query
 
 
+@pytest.mark.parametrize("typed", ["\u201cexit code 1\u201d", "\u201eexit code 1\u201c", "\u00abexit code 1\u00bb",
+                                   "\uff02exit code 1\uff02", "\u301dexit code 1\u301e", "\u301dexit code 1\u301f"])
+def test_any_double_quotation_mark_makes_a_phrase(typed: str) -> None:
+    """Found by a new user: “exit code 1” (smart quotes, as an editor or chat writes them) and
+    the full-width ＂ NFKC folds to " were read as words, so text mode answered every chunk
+    holding one of them where "exit code 1" answers the chunks holding the phrase."""
+    assert parse_request({"query": typed}).query == '"exit code 1"'
+    assert parse_request({"query": f"deploy {typed}"}).query_hash() == parse_request(
+        {"query": 'deploy "exit code 1"'}).query_hash()
+
+
 def test_too_many_filter_values_say_the_limit() -> None:
     """1001 well-formed values were refused as "must be a non-empty string or a list of them"."""
     ids = [f"s-{i}" for i in range(1001)]

@@ -103,3 +103,12 @@ def test_any_normal_form_of_a_text_marks_the_same_words(texts: list[str]) -> Non
     for composed, decomposed in zip(marked[::2], marked[1::2], strict=True):
         assert [unicodedata.normalize("NFKC", word) for word in decomposed] == [
             unicodedata.normalize("NFKC", word) for word in composed]
+
+
+def test_every_double_quotation_mark_quotes_a_phrase_as_the_planner_reads_it() -> None:
+    """The page marks the phrase the planner searched (planner.quotes): “step 1” is one phrase."""
+    from planner.quotes import _QUOTES
+
+    marks = [chr(code) for code in _QUOTES]
+    marked = run(*[["termRanges", "Deploy step 1 of deploy", f"{mark}step 1{mark}"] for mark in marks])
+    assert marked == [["step 1"]] * len(marks)
