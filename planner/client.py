@@ -163,7 +163,9 @@ class Client:
                 return
 
     def iter_results(self, query: str, *, limit: int | None = None, **options: Any) -> Iterator[SearchHit]:
-        """The hits of a search in rank order across pages, up to ``limit`` (default: all)."""
+        """The hits of a search in rank order across pages, up to ``limit`` (default: all the
+        search gives, which stop at the rank depth; the last page's ``end`` from
+        :meth:`iter_pages` says when a source had more)."""
         served = 0
         for page in self.iter_pages(query, **options):
             for hit in page.get("results", []):
