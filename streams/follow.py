@@ -852,13 +852,17 @@ class Follower:
                 self.on_record(entry.record)
 
     def _renamed(self, stat: os.stat_result, complete: bytes, records: dict[str, FileRecord]) -> FileRecord | None:
-        """A record this file had under another path (renamed or rotated), if its prefix agrees."""
+        """A record this file had under another path (renamed or rotated), if its prefix agrees
+        and that path no longer holds what the record describes. A copy of a file beside it is
+        a file of its own: adopting the original's record took the copy's events for appended,
+        and an OpenAI conversation without an id (its session named after the file) was lost."""
         first = _sha(_first_line(complete))
         for other in records.values():
             if other.log_id != self.log_id or not (
                     (other.device, other.inode) == (stat.st_dev, stat.st_ino) or other.first_line_sha == first):
                 continue
-            if other.offset <= len(complete) and _sha(complete[: other.offset]) == other.prefix_sha:
+            if other.offset <= len(complete) and _sha(complete[: other.offset]) == other.prefix_sha \
+                    and not _still_at_its_path(other):
                 return other
         return None
 
@@ -1287,6 +1291,19 @@ def _sessions_of(entries: list[Accepted | Rejected]) -> dict[str, set[str]]:
             by_log.setdefault(entry.event["logId"], set()).add(entry.event["sessionId"])
     return by_log
 
+
+
+def _still_at_its_path(record: FileRecord) -> bool:
+    """Whether ``record.path`` is still the file ``record`` describes: the same inode, still
+    beginning with the bytes it vouches for (a file rotated by copy and truncate is not)."""
+    try:
+        with open(record.path, "rb") as handle:
+            stat = os.fstat(handle.fileno())
+            if (stat.st_dev, stat.st_ino) != (record.device, record.inode):
+                return False
+            return _sha(handle.read(record.offset)) == record.prefix_sha
+    except OSError:
+        return False
 
 
 def _sha(data: bytes) -> str:

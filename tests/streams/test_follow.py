@@ -216,6 +216,27 @@ def test_truncation_rotation_and_deletion(tmp_path):
     assert len(l1.log) > held_before and max(l1.counts().values()) == 1
 
 
+@pytest.mark.parametrize("once", [True, False], ids=["usl ingest", "--follow"])
+def test_a_copy_beside_its_original_is_a_file_of_its_own(tmp_path, once):
+    # A copy has the original's first line and bytes, which let it adopt the original's position
+    # as if renamed: its events counted as appended. An OpenAI conversation without an id is a
+    # session named after its file, so the copy's conversation was never appended.
+    messages = json.loads((OPENAI / "support_chat.json").read_text())
+    root = tmp_path / "runs"
+    root.mkdir()
+    (root / "run-a.jsonl").write_text(json.dumps({"messages": messages}) + "\n")
+    l1, clock = MemoryL1(), Clock()
+    tail = follower(root, l1, tmp_path / "home", clock, once=once)
+    tail.poll()
+    shutil.copy(root / "run-a.jsonl", root / "run-b.jsonl")
+    clock.now += 10
+    tail.poll()
+    clock.now += 10
+    tail.poll()
+    assert set(l1.counts()) == one_shot_ids(root / "run-a.jsonl") | one_shot_ids(root / "run-b.jsonl")
+    assert len({e["sessionId"] for e in l1.log}) == 2 and max(l1.counts().values()) == 1
+
+
 def test_one_shot_of_a_missing_path_is_a_clear_error(tmp_path):
     from streams.exceptions import ImportFormatError
 
