@@ -34,6 +34,7 @@ from streams.importers.base import (
     read_bytes,
     read_lines,
     small_payload,
+    split_line,
     time_from_posix,
 )
 
@@ -324,8 +325,11 @@ def is_message_line(value: Any) -> bool:
 
 def _opens_document(line: bytes) -> bool:
     """Whether ``line`` is no JSON text alone but may open a pretty-printed document (``[`` or
-    ``{``): a ``.jsonl`` file that starts so may be one document, read whole."""
-    return parse_json(line)[1] is not None and line.removeprefix(BOM)[:1] in (b"[", b"{")
+    ``{``): a ``.jsonl`` file that starts so may be one document, read whole. A line that holds
+    whole records (two that lost the newline between them, or a cut one and a whole one) is a
+    line: taken for a document's start, it made a follower import the whole file on every change."""
+    return parse_json(line)[1] is not None and line.removeprefix(BOM)[:1] in (b"[", b"{") \
+        and split_line(line.removeprefix(BOM).strip()) is None
 
 
 def _jsonl_document(path: Path, data: Content | None) -> tuple[Any, int | None] | None:

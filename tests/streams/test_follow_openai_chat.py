@@ -185,3 +185,23 @@ def test_a_growing_chat_log_is_read_on_not_imported_again(tmp_path, monkeypatch)
     assert set(l1.counts()) == one_shot_ids(root) and max(l1.counts().values()) == 1
     # A bad message inside a run is dead-lettered once, named by its line, however the run grew.
     assert [d.record for d in l1.dead].count(f"run.jsonl:{len(_agent_loop()) + 5}") == 1
+
+
+def test_a_chat_log_whose_first_line_holds_two_records_is_read_on(tmp_path, monkeypatch):
+    """A first line of two records (a writer that lost a newline) was taken for the start of a
+    pretty-printed document: the follower imported the whole file on every change."""
+    whole: list[str] = []
+    original_iter_file = follow.iter_file
+
+    def iter_file_(*args: Any, **kwargs: Any) -> Any:
+        whole.append(kwargs["label"])
+        return original_iter_file(*args, **kwargs)
+
+    monkeypatch.setattr(follow, "iter_file", iter_file_)
+    lines = _lines(_message_runs()).splitlines(keepends=True)
+    lines[:2] = [lines[0].rstrip(b"\n") + lines[1]]
+    root = tmp_path / "chats"
+    root.mkdir()
+    l1 = follow_as_it_grows(root / "run.jsonl", lines, tmp_path / "home", first=1)
+    assert len(whole) <= 1, whole  # at most the follower's first look
+    assert set(l1.counts()) == one_shot_ids(root) and max(l1.counts().values()) == 1
