@@ -76,6 +76,7 @@ from streams.importers import (
 )
 from streams.importers.base import line_parts, parse_json, stable_id
 from streams.importers.cursor import FileCursor, open_cursor, settled
+from streams.importers.frames import LooseTails
 
 if TYPE_CHECKING:
     from streams.l1 import DeadLetters
@@ -1097,6 +1098,11 @@ class Follower:
         tracked.held_events = []
 
 
+# Formats whose session ids name one session wherever they appear (Claude Code's are UUIDs), so
+# that two files naming one are two parts of it, not two conversations numbered alike.
+_SESSIONS_SPAN_FILES = frozenset({"claude-code"})
+
+
 def _new_events(entries: list[Accepted | Rejected], seen: dict[str, bytes | None], report: PollReport,
                 *, fmt: str) -> tuple[list[dict[str, Any]], list[bytes | None], list[Rejected]]:
     """The accepted events of ``entries`` whose ids ``seen`` lacks, with their canonical bytes,
@@ -1117,6 +1123,7 @@ def _new_events(entries: list[Accepted | Rejected], seen: dict[str, bytes | None
     events: list[dict[str, Any]] = []
     canonical: list[bytes | None] = []
     conflicts: list[Rejected] = []
+    amended_ids: set[str] = set()
     for entry in entries:
         if not isinstance(entry, Accepted):
             continue
@@ -1128,8 +1135,22 @@ def _new_events(entries: list[Accepted | Rejected], seen: dict[str, bytes | None
                 report.duplicates += 1
                 continue
             mine = entry.canonical if entry.canonical is not None else canonical_bytes(entry.event)
-            if event_digest(mine) == held:
+            digest = event_digest(mine)
+            if digest == held:
                 report.duplicates += 1
+            elif entry.event["type"] == "session.started" and fmt in _SESSIONS_SPAN_FILES:
+                # Another file of the session started it (a resumed session goes on in a file of
+                # its own) and this one says more of it (the title its summary gives): that goes
+                # out once more, as a followed file's later facts do (see _amendments). L1 is
+                # asked for it (_InL1.present), so a re-import sends it once.
+                amended = _amended(entry.event, digest.hex())
+                if amended["eventId"] in seen:
+                    report.duplicates += 1
+                else:
+                    seen[amended["eventId"]] = None
+                    amended_ids.add(amended["eventId"])
+                    events.append(amended)
+                    canonical.append(None)
             else:
                 seen[event_id] = _CONFLICT  # the file's record keeps it (see _vouched_for)
                 conflicts.append(Rejected(
@@ -1144,7 +1165,24 @@ def _new_events(entries: list[Accepted | Rejected], seen: dict[str, bytes | None
         events.append(entry.event)
         canonical.append(entry.canonical)
         report.cut += entry.cut > 0
-    return events, canonical, conflicts
+    closers = _closers(events, amended_ids)
+    return events + closers, canonical + [None] * len(closers), conflicts
+
+
+def _closers(events: list[dict[str, Any]], amended: set[str]) -> list[dict[str, Any]]:
+    """The empty turns that close what a ``session.started`` another file of its session amends
+    (one of ``amended``) opens when nothing of its session after it in ``events`` does: it
+    renders (its title), so it is a session-level chunk unit, and the turns of the file that
+    amends it are in L1 already (the lines a resumed session's file repeats). Left open, it held
+    back every later event of the log from ``indexed`` until the log went quiet."""
+    sessions = {event["sessionId"] for event in events if event["eventId"] in amended}
+    if not sessions:
+        return []
+    tails = LooseTails()
+    for event in events:
+        if event["sessionId"] in sessions:
+            tails.feed(event)
+    return tails.finish()
 
 
 def _amendments(entries: list[Accepted | Rejected], seen: dict[str, bytes | None], base: FileRecord | None,
@@ -1173,10 +1211,26 @@ def _amendments(entries: list[Accepted | Rejected], seen: dict[str, bytes | None
         if event_id in sent or (held is not None and held.hex() == digest):  # sent now, or L1 holds this copy
             known[event_id] = digest
         elif event_id in known and known[event_id] != digest and event_id in seen and seen[event_id] is None:
-            prefix = event_id.split("_", 1)[0] if "_" in event_id else "amended"
-            amended.append({**entry.event, "eventId": stable_id(prefix, event_id, "amended", digest)})
+            amended.append(_amended(entry.event, digest))
             known[event_id] = digest
     return amended, tuple(sorted(known.items()))
+
+
+def _amended(event: dict[str, Any], digest: str) -> dict[str, Any]:
+    """``event`` (a session.started) under an eventId of its own, named after its content
+    (``digest``), so a crash mid-batch, a restart or a re-import sends it once."""
+    event_id = event["eventId"]
+    prefix = event_id.split("_", 1)[0] if "_" in event_id else "amended"
+    return {**event, "eventId": stable_id(prefix, event_id, "amended", digest)}
+
+
+def _amended_ids(entry: Accepted) -> tuple[str, ...]:
+    """The eventId :func:`_new_events` gives ``entry`` when L1 holds its eventId with other
+    content: a session.started amended (another file of its session started it)."""
+    if entry.event["type"] != "session.started":
+        return ()
+    mine = entry.canonical if entry.canonical is not None else canonical_bytes(entry.event)
+    return (_amended(entry.event, event_digest(mine).hex())["eventId"],)
 
 
 def _vouched_for(before: list[Accepted | Rejected],
@@ -1269,9 +1323,9 @@ class _InL1:
             if log not in until:
                 until[log] = self.appender.committed_seq(log)
             ids = self._through(log, until[log])
-            event_id = entry.event["eventId"]
-            if event_id in ids:
-                present[event_id] = ids[event_id]
+            for event_id in (entry.event["eventId"], *_amended_ids(entry)):
+                if event_id in ids:
+                    present[event_id] = ids[event_id]
         return present
 
     def _through(self, log: str, seq: int) -> dict[str, bytes | None]:

@@ -11,6 +11,7 @@ documented in ``docs/importers.md``.
 from __future__ import annotations
 
 import copy
+import hashlib
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
@@ -214,6 +215,18 @@ class _Transcript:
             copied.current = copied.sessions[self.current.emitter.session_id]
         return copied
 
+    def _line_position(self, session_id: str, place: str, raw: bytes) -> str:
+        """What stands in for the ``uuid`` of a line without one (a summary, a file history
+        snapshot, a queue operation) in its session's ids: its line number, and in a file that
+        is not the session's own ``SESSION.jsonl`` a digest of the line too. A session spans
+        files (a resumed session goes on in a file of another name that repeats its lines, a
+        subagent's lines have a file of their own), and two of its files both have a line 1
+        without a uuid: named by the number alone, the second file's was dead-lettered as a
+        conflict with the first's. The digest, not the file's name, keeps a renamed file's ids."""
+        if self.path.stem == session_id:
+            return f"line-{place}"
+        return f"line-{place}-{hashlib.sha256(raw).hexdigest()[:16]}"
+
     def _session(self, session_id: str) -> _Session:
         if session_id not in self.sessions:
             emitter = SessionEmitter(
@@ -243,7 +256,7 @@ class _Transcript:
         session = self._session(session_id)
         self.current = session
         emitter = session.emitter
-        position = uuid or f"line-{place}"
+        position = uuid or self._line_position(session_id, place, raw)
         results: list[Result] = []
         if line.get("isSidechain") is True:
             results += self._flush_pending(session, time)
@@ -428,7 +441,7 @@ class _Transcript:
     def _auxiliary_event(self, session: _Session, entry: _Pending, time: str) -> Result:
         emitter = session.emitter
         uuid = entry.value.get("uuid")
-        position = uuid if isinstance(uuid, str) and uuid else f"line-{entry.place}"
+        position = uuid if isinstance(uuid, str) and uuid else self._line_position(emitter.session_id, entry.place, entry.raw)
         return emitter.emit(
             f"x.claude-code.{entry.line_type}", event_id=emitter.event_id("x", position),
             time=_own_time(entry.value) or time, record=entry.record, raw=entry.raw,

@@ -119,3 +119,31 @@ def test_positions_stay_readable_by_the_release_before(tmp_path):
     saved["files"] = {key: {**value, "from_a_later_release": 1} for key, value in saved["files"].items()}
     store.path.write_bytes(json.dumps(saved).encode())
     assert list(PositionStore(tmp_path / "home").records(l1).values()) == [record]
+
+
+def test_a_session_that_goes_on_in_a_file_of_another_name_conflicts_with_nothing(tmp_path):
+    """A resumed Claude Code session goes on in a file of another name that begins with the
+    summary of the conversation it resumes and repeats its lines (their sessionId and uuids
+    kept). Its line 1 and the first file's, both without a uuid, were one eventId (a line's
+    number stood in for its uuid) and its session.started, titled by that summary, was the
+    first file's: both were dead-lettered as conflicts and the session never had its title."""
+    root = tmp_path / "projects"
+    root.mkdir()
+    lines = _transcript()[:4]
+    snapshot = {"type": "file-history-snapshot", "messageId": "u1", "isSnapshotUpdate": False,
+                "snapshot": {"messageId": "u1", "trackedFileBackups": {}, "timestamp": "2026-03-01T10:01:00.000Z"}}
+    (root / f"{SESSION}.jsonl").write_bytes(json.dumps(snapshot).encode() + b"\n" + b"".join(lines))
+    summary = {"type": "summary", "summary": "Login bug fixed", "leafUuid": "a2"}
+    later = transcript_line("user", "u9", 9, "one more thing", parent="a2", sessionId="5e55a9e2-0000-4000-8000-000000000001")
+    (root / "resumed.jsonl").write_bytes(b"".join(json.dumps(line).encode() + b"\n" for line in [summary])
+                                         + b"".join(lines) + json.dumps(later).encode() + b"\n")
+    l1 = MemoryL1()
+    for once in range(2):  # the second import appends nothing
+        Follower([root], appender=l1, store=PositionStore(tmp_path / f"home{once}"), once=True).poll()
+    assert not l1.dead and max(l1.counts().values()) == 1
+    assert [fields.get("title") for fields in _started(l1)] == [None, "Login bug fixed", None]
+    assert [e["type"] for e in l1.log if e["sessionId"] == SESSION and e["type"].startswith("x.")] == [
+        "x.claude-code.file-history-snapshot", "x.claude-code.summary"]
+    # The amended start opens a session-level unit that nothing else of the file closes: an empty
+    # turn does (else every later event of the log waited for the log to go quiet).
+    assert [e["type"] for e in l1.log if e["sessionId"] == SESSION][-2:] == ["turn.started", "turn.ended"]
