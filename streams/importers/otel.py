@@ -663,9 +663,13 @@ def log_spans(request: dict[str, Any]) -> tuple[dict[str, Any], list[Rejected]]:
                     continue
                 trace, span_id = _hex(record.get("traceId")), _hex(record.get("spanId"))
                 if not trace or not span_id:
-                    rejected.append(Rejected(f"logRecord[{number}] {name}",
-                                             "a GenAI log record needs the traceId and spanId of the span it was "
-                                             "emitted in (the instrumentation's context)", raw_text(record)))
+                    # A malformed id is named as /v1/traces names it, not as one left out.
+                    malformed = [problem for value, as_hex, field, size in (
+                        (record.get("traceId"), trace, "traceId", 16), (record.get("spanId"), span_id, "spanId", 8))
+                        if value not in (None, "") and (problem := _id_problem(value, as_hex, field, size))]
+                    rejected.append(Rejected(f"logRecord[{number}] {name}", "; ".join(malformed) or (
+                        "a GenAI log record needs the traceId and spanId of the span it was emitted in (the "
+                        "instrumentation's context)"), raw_text(record)))
                     continue
                 at = _nanos(record.get("timeUnixNano")) or _nanos(record.get("observedTimeUnixNano"))
                 span = spans.setdefault((len(resources) - 1, trace, span_id), {

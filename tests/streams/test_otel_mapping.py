@@ -343,3 +343,19 @@ def test_reasoning_parts_are_a_hidden_thinking_message() -> None:
     for key in ("gen_ai.input.messages", "gen_ai.output.messages"):
         assert _messages_of(value, key) == [("assistant", "hidden", "Check the fare rules first."),
                                             ("assistant", "visible", "The fare is refundable.")]
+
+
+@pytest.mark.parametrize(("ids", "reason"), [
+    ({}, "needs the traceId and spanId"),
+    ({"traceId": "zz", "spanId": "c000000000000009"}, "traceId 'zz' is not hex of the right length"),
+    ({"traceId": "5b8efff798038103d269b633813fc60d", "spanId": "not-an-id"}, "spanId 'not-an-id' is not hex"),
+])
+def test_a_log_record_with_a_malformed_id_is_refused_naming_it(ids: dict[str, str], reason: str) -> None:
+    # A malformed traceId was refused as if left out ("needs the traceId and spanId"), where
+    # /v1/traces names the id and the length OTLP gives it.
+    from streams.importers.otel import log_spans
+
+    record = {"timeUnixNano": "1765000000000000001", "eventName": "gen_ai.user.message",
+              "body": {"kvlistValue": {"values": [{"key": "content", "value": {"stringValue": "hi"}}]}}, **ids}
+    _spans, refused = log_spans({"resourceLogs": [{"scopeLogs": [{"logRecords": [record]}]}]})
+    assert len(refused) == 1 and reason in refused[0].reason
