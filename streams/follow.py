@@ -51,6 +51,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import re
 import threading
 import time
 from collections import Counter
@@ -181,6 +182,7 @@ class _Batch:
     # (record, log) of records an earlier import dead-lettered that this one imports
     resolved: list[tuple[str, str]] = field(default_factory=list)
     records: dict[str, tuple[FileRecord | None, FileRecord]] = field(default_factory=dict)
+    planned: set[str] = field(default_factory=set)  # the eventIds of ``events``, as files add them
 
 
 class PositionStore:
@@ -1017,7 +1019,7 @@ class Follower:
                 before = item.items if base.offset == len(item.complete) else self._import(
                     item.path, item.label, item.root, item.fmt, item.complete[: base.offset])[0]
                 known[item.key] = _vouched_for(before, base)
-            elif tracked.new and item.base is None:
+            elif tracked.new and item.base is None and not _continues_a_session(item):
                 known[item.key] = ({}, set())
             else:
                 unknown.append(item)
@@ -1044,6 +1046,12 @@ class Follower:
                                        fmt=item.fmt)
         new_events += amended
         canonical += [None] * len(amended)
+        # Two files of one session may say one event (a resumed session's file repeats the end of
+        # a turn its first file holds back until idle): the batch appends it once.
+        kept = [i for i, event in enumerate(new_events) if event["eventId"] not in batch.planned]
+        report.duplicates += len(new_events) - len(kept)
+        new_events, canonical = [new_events[i] for i in kept], [canonical[i] for i in kept]
+        batch.planned.update(event["eventId"] for event in new_events)
         held = [e.event for e in item.items[len(release):]
                 if isinstance(e, Accepted) and e.event["eventId"] not in seen]
         rejects = _new_rejects([*release, *conflicts], old_rejects)
@@ -1222,6 +1230,23 @@ def _amended(event: dict[str, Any], digest: str) -> dict[str, Any]:
     event_id = event["eventId"]
     prefix = event_id.split("_", 1)[0] if "_" in event_id else "amended"
     return {**event, "eventId": stable_id(prefix, event_id, "amended", digest)}
+
+
+def _continues_a_session(item: _Parsed) -> bool:
+    """Whether a file made while followed is a Claude Code session file (named by a session's
+    UUID) that starts another session: a session resumed in a file of its own, which repeats
+    the session's lines. Its events may be in L1 already, so it is checked against L1 as a file
+    no record vouches for (a new file is not, which spares reading the log for every new
+    transcript, a headless run's output saved under a name of its own too): taken for new, it
+    appended the session's every event a second time, and its title under the first start's
+    id, which the indexes drop as a duplicate."""
+    stem = item.path.stem
+    return item.fmt in _SESSIONS_SPAN_FILES and _SESSION_FILE.fullmatch(stem) is not None and any(
+        isinstance(entry, Accepted) and entry.event["type"] == "session.started"
+        and entry.event["sessionId"] != stem for entry in item.items)
+
+
+_SESSION_FILE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 def _amended_ids(entry: Accepted) -> tuple[str, ...]:

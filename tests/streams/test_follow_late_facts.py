@@ -121,6 +121,35 @@ def test_positions_stay_readable_by_the_release_before(tmp_path):
     assert list(PositionStore(tmp_path / "home").records(l1).values()) == [record]
 
 
+_RESUMED_BY = "5e55a9e2-0000-4000-8000-000000000001"
+
+
+def _session_and_its_resumed_file(root: Path) -> tuple[bytes, bytes]:
+    """A session's own file, which begins with a file history snapshot, and the file of
+    another name Claude Code resumes it in: the summary of what it resumes, the session's lines
+    repeated (their sessionId and uuids kept), then the resumed session's first line."""
+    lines = _transcript()[:4]
+    snapshot = {"type": "file-history-snapshot", "messageId": "u1", "isSnapshotUpdate": False,
+                "snapshot": {"messageId": "u1", "trackedFileBackups": {}, "timestamp": "2026-03-01T10:01:00.000Z"}}
+    summary = {"type": "summary", "summary": "Login bug fixed", "leafUuid": "a2"}
+    later = transcript_line("user", "u9", 9, "one more thing", parent="a2", sessionId=_RESUMED_BY)
+    return (json.dumps(snapshot).encode() + b"\n" + b"".join(lines),
+            json.dumps(summary).encode() + b"\n" + b"".join(lines) + json.dumps(later).encode() + b"\n")
+
+
+def _resumed_in_l1(l1: MemoryL1) -> None:
+    assert not l1.dead and max(l1.counts().values()) == 1
+    assert [fields.get("title") for fields in _started(l1)] == [None, "Login bug fixed", None]
+    assert [e["type"] for e in l1.log if e["sessionId"] == SESSION and e["type"].startswith("x.")] == [
+        "x.claude-code.file-history-snapshot", "x.claude-code.summary"]
+    # The amended start opens a session-level unit that nothing else of the file closes: an empty
+    # turn does (else every later event of the log waited for the log to go quiet).
+    of_session = [e for e in l1.log if e["sessionId"] == SESSION]
+    amended = next(i for i, e in enumerate(of_session) if e["type"] == "session.started" and e["fields"].get("title"))
+    after = [(e["type"], e.get("turnId")) for e in of_session[amended + 1:] if e["type"].startswith("turn.")]
+    assert any(("turn.ended", turn) in after for kind, turn in after if kind == "turn.started")
+
+
 def test_a_session_that_goes_on_in_a_file_of_another_name_conflicts_with_nothing(tmp_path):
     """A resumed Claude Code session goes on in a file of another name that begins with the
     summary of the conversation it resumes and repeats its lines (their sessionId and uuids
@@ -129,21 +158,32 @@ def test_a_session_that_goes_on_in_a_file_of_another_name_conflicts_with_nothing
     first file's: both were dead-lettered as conflicts and the session never had its title."""
     root = tmp_path / "projects"
     root.mkdir()
-    lines = _transcript()[:4]
-    snapshot = {"type": "file-history-snapshot", "messageId": "u1", "isSnapshotUpdate": False,
-                "snapshot": {"messageId": "u1", "trackedFileBackups": {}, "timestamp": "2026-03-01T10:01:00.000Z"}}
-    (root / f"{SESSION}.jsonl").write_bytes(json.dumps(snapshot).encode() + b"\n" + b"".join(lines))
-    summary = {"type": "summary", "summary": "Login bug fixed", "leafUuid": "a2"}
-    later = transcript_line("user", "u9", 9, "one more thing", parent="a2", sessionId="5e55a9e2-0000-4000-8000-000000000001")
-    (root / "resumed.jsonl").write_bytes(b"".join(json.dumps(line).encode() + b"\n" for line in [summary])
-                                         + b"".join(lines) + json.dumps(later).encode() + b"\n")
+    own, resumed = _session_and_its_resumed_file(root)
+    (root / f"{SESSION}.jsonl").write_bytes(own)
+    (root / "resumed.jsonl").write_bytes(resumed)
     l1 = MemoryL1()
     for once in range(2):  # the second import appends nothing
         Follower([root], appender=l1, store=PositionStore(tmp_path / f"home{once}"), once=True).poll()
-    assert not l1.dead and max(l1.counts().values()) == 1
-    assert [fields.get("title") for fields in _started(l1)] == [None, "Login bug fixed", None]
-    assert [e["type"] for e in l1.log if e["sessionId"] == SESSION and e["type"].startswith("x.")] == [
-        "x.claude-code.file-history-snapshot", "x.claude-code.summary"]
-    # The amended start opens a session-level unit that nothing else of the file closes: an empty
-    # turn does (else every later event of the log waited for the log to go quiet).
-    assert [e["type"] for e in l1.log if e["sessionId"] == SESSION][-2:] == ["turn.started", "turn.ended"]
+    _resumed_in_l1(l1)
+
+
+def test_a_followed_session_resumed_in_a_new_file_is_appended_once(tmp_path):
+    """A follower took a file made while it ran for new, unchecked against L1: a resumed
+    session's file (named after the session that resumes it) appended the session's every
+    event a second time."""
+    root = tmp_path / "projects"
+    root.mkdir()
+    own, resumed = _session_and_its_resumed_file(root)
+    (root / f"{SESSION}.jsonl").write_bytes(own)
+    clock, l1 = Clock(), MemoryL1()
+    tail = _follow(tmp_path, l1, clock)
+    tail.poll()
+    head, last = resumed.rsplit(b"\n", 2)[0] + b"\n", resumed.rsplit(b"\n", 2)[1] + b"\n"
+    (root / f"{_RESUMED_BY}.jsonl").write_bytes(head)
+    for grown in (b"", last):
+        with (root / f"{_RESUMED_BY}.jsonl").open("ab") as handle:
+            handle.write(grown)
+        tail.poll()
+        clock.now += 10
+        tail.poll()
+    _resumed_in_l1(l1)
