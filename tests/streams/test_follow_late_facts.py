@@ -187,3 +187,30 @@ def test_a_followed_session_resumed_in_a_new_file_is_appended_once(tmp_path):
         clock.now += 10
         tail.poll()
     _resumed_in_l1(l1)
+
+
+def test_the_name_a_user_gives_a_session_is_its_title(tmp_path):
+    """`/rename` writes a `custom-title` line (no uuid, no timestamp); the last one names the
+    session, before any summary. It was kept as a hidden line only: the session's title stayed
+    the summary's, or none, and the name the user searches by was in no index."""
+    root = tmp_path / "projects"
+    root.mkdir()
+    live = root / f"{SESSION}.jsonl"
+    rename = [{"type": "custom-title", "customTitle": name, "sessionId": SESSION} for name in ("login", "login-fix")]
+    lines = _transcript()  # holds a summary naming a line of the session
+    transcript = b"".join(lines[:5]) + b"".join(json.dumps(line).encode() + b"\n" for line in rename) + lines[5]
+    clock, l1 = Clock(), MemoryL1()
+    tail = _follow(tmp_path, l1, clock)
+    tail.poll()
+    for line in transcript.splitlines(keepends=True):
+        with live.open("ab") as handle:
+            handle.write(line)
+        tail.poll()
+        clock.now += 1
+    clock.now += 10
+    tail.poll()
+    assert [fields.get("title") for fields in _started(l1)][-1] == "login-fix"
+    assert max(l1.counts().values()) == 1 and not l1.dead
+    one_shot = MemoryL1()
+    Follower([root], appender=one_shot, store=PositionStore(tmp_path / "home-once"), once=True).poll()
+    assert [fields.get("title") for fields in _started(one_shot)] == ["login-fix"]
