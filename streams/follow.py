@@ -162,13 +162,18 @@ class FileRecord:
     # (eventId, hex event_digest) of each session.started this file put in L1, as last sent:
     # what an import of the grown file says of it is compared with it (see _amendments).
     started: tuple[tuple[str, str], ...] = ()
+    # End events sent because the file went idle (or its follower stopped) before it grew: an
+    # import of the grown file no longer says them (the turn went on), but a later record may
+    # say one again (a conversation repeated further down), and it is in L1 (see _vouched_for).
+    released: tuple[str, ...] = ()
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> FileRecord:
         # Fields a later release added are left out: its positions must not stop this one.
         known = {name: value for name, value in data.items() if name in _RECORD_FIELDS}
         return cls(**{**known, "held": tuple(data.get("held", ())), "conflicts": tuple(data.get("conflicts", ())),
-                      "started": tuple((str(a), str(b)) for a, b in data.get("started", ()))})
+                      "started": tuple((str(a), str(b)) for a, b in data.get("started", ())),
+                      "released": tuple(data.get("released", ()))})
 
 
 _RECORD_FIELDS = frozenset(FileRecord.__dataclass_fields__)
@@ -394,7 +399,7 @@ def _jsonable(record: FileRecord | None) -> dict[str, Any] | None:
     data["held"] = list(record.held)
     # A record without conflicts (or started) reads as one an earlier release wrote (commit
     # compares them).
-    for name in ("conflicts", "started"):
+    for name in ("conflicts", "started", "released"):
         if getattr(record, name):
             data[name] = [list(item) if isinstance(item, tuple) else item for item in getattr(record, name)]
         else:
@@ -982,7 +987,7 @@ class Follower:
             yield chunk
 
     def _record(self, item: _Parsed, held: tuple[str, ...] = (), conflicts: tuple[str, ...] = (),
-                started: tuple[tuple[str, str], ...] = ()) -> FileRecord:
+                started: tuple[tuple[str, str], ...] = (), released: tuple[str, ...] = ()) -> FileRecord:
         """The record of ``item`` once every event of it but ``held`` and ``conflicts`` is in L1."""
         if item.resumed_sha is not None and item.base is not None:
             # The file begins with the base's bytes, which hold its first line: only the new
@@ -994,6 +999,7 @@ class Follower:
             path=str(item.path), log_id=self.log_id, format=item.fmt, offset=len(item.complete),
             prefix_sha=prefix_sha, first_line_sha=first_line_sha,
             held=held, device=item.stat.st_dev, inode=item.stat.st_ino, conflicts=conflicts, started=started,
+            released=tuple(dict.fromkeys(released)),
         )
 
     def _plan(self, parsed: list[_Parsed], report: PollReport) -> _Batch:
@@ -1056,8 +1062,9 @@ class Follower:
                 if isinstance(e, Accepted) and e.event["eventId"] not in seen]
         rejects = _new_rejects([*release, *conflicts], old_rejects)
         resolved = _resolved(release, conflicts, old_rejects)
+        sent_early = [e.event["eventId"] for e in item.items[item.stable:] if idle and isinstance(e, Accepted)]
         record = self._record(item, held=tuple(e["eventId"] for e in held), conflicts=_conflicts(seen),
-                              started=started)
+                              started=started, released=(*(item.base.released if item.base else ()), *sent_early))
         if item.cursor is not None:
             item.cursor.record = record  # valid once the batch commits and the record is this
         tracked.cursor = item.cursor
@@ -1100,7 +1107,8 @@ class Follower:
         if record is None or not record.held or not tracked.held_events or tracked.record != record:
             return
         batch = _Batch(events=list(tracked.held_events), canonical=[None] * len(tracked.held_events))
-        batch.records[key] = (record, FileRecord(**{**asdict(record), "held": ()}))
+        batch.records[key] = (record, FileRecord(**{**asdict(record), "held": (),
+                                                    "released": (*record.released, *record.held)}))
         self._commit(batch, report)
         report.files += 1
         tracked.held_events = []
@@ -1263,8 +1271,8 @@ def _vouched_for(before: list[Accepted | Rejected],
     """What a file whose first ``record.offset`` bytes say ``before`` (their import, its end
     too) appended, as ``_Tracked.appended`` and ``_Tracked.rejected`` say it: every event but
     those ``record`` holds back, its conflicts marked as such (so an import of the file says
-    them again, as records an earlier import dead-lettered, not as events L1 holds), and the
-    records dead-lettered."""
+    them again, as records an earlier import dead-lettered, not as events L1 holds), the end
+    events it sent before it grew (``record.released``), and the records dead-lettered."""
     held, conflicts = set(record.held), set(record.conflicts)
     appended: dict[str, bytes | None] = {}
     rejected: set[str] = set()
@@ -1276,6 +1284,8 @@ def _vouched_for(before: list[Accepted | Rejected],
             rejected.add(item.record)
         elif event_id not in held:
             appended[event_id] = None
+    for event_id in record.released:
+        appended.setdefault(event_id, None)
     return appended, rejected
 
 

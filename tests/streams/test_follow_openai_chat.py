@@ -205,3 +205,26 @@ def test_a_chat_log_whose_first_line_holds_two_records_is_read_on(tmp_path, monk
     l1 = follow_as_it_grows(root / "run.jsonl", lines, tmp_path / "home", first=1)
     assert len(whole) <= 1, whole  # at most the follower's first look
     assert set(l1.counts()) == one_shot_ids(root) and max(l1.counts().values()) == 1
+
+
+def test_an_end_sent_while_the_file_was_idle_is_not_sent_again_after_a_restart(tmp_path):
+    """Found by the property test above: an agent loop's first step, idle, had its turn's end
+    sent; the next step went on with the turn (an import of the grown file no longer says that
+    end), and a restarted follower, vouched for by the position, took a later repeat of the
+    first step's record for new and appended that end a second time."""
+    loop = _agent_loop()
+    lines = _lines([loop[0], loop[1], loop[0]]).splitlines(keepends=True)
+    root = tmp_path / "chats"
+    root.mkdir()
+    clock = Clock()
+    pair = Pair(root, tmp_path / "home", clock, dead_in_order=False)
+    pair.poll(None)
+    for index, line in enumerate(lines):
+        with (root / "loop.jsonl").open("ab") as handle:
+            handle.write(line)
+        clock.now += 6.0 if index == 0 else 0.0  # idle after the first step: its end goes out
+        pair.poll(None)
+        pair.restart()
+    clock.now += 10
+    pair.poll(None)
+    assert max(pair.l1s[0].counts().values()) == 1
