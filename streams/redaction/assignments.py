@@ -21,6 +21,7 @@ from streams.redaction.keys import DESCRIPTIVE_SUFFIXES, is_placeholder, name_cl
 from streams.redaction.vendors import ported_rule_names, vendor_rule
 
 __all__ = ["ACCOUNT_ROW_RULE", "CREDENTIAL_COLON_RULE", "CREDENTIAL_PAIR_RULE", "CREDENTIAL_SPACE_RULE", "DEVICE_SECRET_RULES",
+           "LOGIN_PAIR_RULE",
            "AssignmentRule", "PasswordBeforeRule", "bare_secret", "passphrase_words"]
 
 _NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
@@ -841,6 +842,22 @@ CREDENTIAL_SPACE_RULE = RegexRule(
         r"(?:[ \t]+(?:are|is|were|was)|[ \t]*[:=])[ \t]+"
         r"(?P<user>[A-Za-z_][A-Za-z0-9_.@-]{0,63})[ \t]+(?P<value>" + _PROSE_PASSWORD_CHARS + r"{6,128}?)"
         r"(?=[.!?]*(?:[ \t]*(?:[,;)]|\r?\n|\Z)))",
+        re.ASCII | re.IGNORECASE,
+    ),
+    group="value",
+    check=_credential_space,
+)
+
+# 2.14: a login given as USER / PASSWORD after "log in with" / "sign in as" ("Log in with `admin` /
+# `Xk9#mPq2z` on staging"), code spans and bold marks around either; the password judged as above.
+LOGIN_PAIR_RULE = RegexRule(
+    name=_PROSE,
+    lower_triggers=("log in ", "login ", "sign in ", "signin ", "log-in "),
+    anchored=True,
+    description="a password after USER / in a sentence that logs in with them (2.14)",
+    pattern=re.compile(
+        r"(?:log[ -]?in|sign[ -]?in)[ \t]+(?:with|as|using)[ \t]+[`*'\"]{0,2}(?P<user>[A-Za-z_][A-Za-z0-9_.@-]{0,63})[`*'\"]{0,2}"
+        r"[ \t]*/[ \t]*[`*'\"]{0,2}(?P<value>" + _PROSE_PASSWORD_CHARS + r"{6,128}?)(?=[`*'\"]{0,2}(?:[.!?,;)]|[ \t]|\r?\n|\Z))",
         re.ASCII | re.IGNORECASE,
     ),
     group="value",

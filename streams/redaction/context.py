@@ -347,8 +347,8 @@ _CLI_FLAG_PASSWORDS = (
     _cli_rule(("keytool", "pass"), "keytool -storepass / -keypass / -srcstorepass / -deststorepass PASSWORD",
               r"[ \t]-(?:src|dest|new)?(?:store|key)pass[ \t]+(?!:env|:file)" + _QUOTED_OR_BARE),
     # 2.7: archivers' passwords: zip -P / --password, 7z -pPASSWORD and rar -pPASSWORD (glued).
-    _cli_rule(("zip",), "zip / zipcloak -P PASSWORD",
-              r"\b(?:zip|zipcloak)\b[^\r\n|;&]*?[ \t](?:-P|--password)[ \t]+" + _QUOTED_OR_BARE),
+    _cli_rule(("zip",), "zip / zipcloak / unzip (2.14) -P PASSWORD",
+              r"\b(?:un)?(?:zip|zipcloak)\b[^\r\n|;&]*?[ \t](?:-P|--password)[ \t]+" + _QUOTED_OR_BARE),
     _cli_rule(("7z", "rar"), "7z / 7za / rar / unrar -pPASSWORD",
               r"\b(?:7z[az]?|7zz|rar|unrar)\b[^\r\n|;&]*?[ \t]-p(?=[^\s-])" + _QUOTED_OR_BARE),
     _cli_rule(("openssl",), "openssl enc -k PASSWORD",
@@ -474,6 +474,20 @@ _CLI_FLAG_PASSWORDS = (
     _cli_rule(("pulumi",), "pulumi config set --secret NAME X",
               r"\bpulumi[ \t]+config[ \t]+set[ \t]+--secret[ \t]+(?:--?[A-Za-z-]+(?:=[^\s]+)?[ \t]+)*[^\s-][^\s]*[ \t]+"
               r"(?P<value>'[^'\r\n]+'|\"[^\"\r\n]+\"|" + _BARE_ARG + ")"),
+    # 2.14: PuTTY's plink / pscp / psftp -pw, ipmitool -P, schtasks /RP (and /P of a remote
+    # host's user), DB2's CONNECT TO DB USER U USING X, Oracle's thin JDBC URL USER/X@.
+    _cli_rule(("plink", "pscp", "psftp"), "plink / pscp / psftp -pw PASSWORD",
+              r"(?<![A-Za-z0-9_])(?:plink|pscp|psftp)(?:\.exe)?\b[^\r\n|;&]*?[ \t]-pw[ \t]+" + _QUOTED_OR_BARE),
+    _cli_rule(("ipmitool",), "ipmitool -P PASSWORD",
+              r"(?<![A-Za-z0-9_])ipmitool\b[^\r\n|;&]*?[ \t]-P[ \t]+" + _QUOTED_OR_BARE),
+    _cli_rule(("schtasks", "SCHTASKS"), "schtasks /RP / /P PASSWORD",
+              r"(?<![A-Za-z0-9_])(?:schtasks|SCHTASKS)(?:\.exe)?\b[^\r\n|;&]*?[ \t]/(?:[Rr]?[Pp])[ \t]+" + _QUOTED_OR_BARE),
+    RegexRule(name="cli-password", lower_triggers=(" using ",), group="value", check=_cli_value,
+              description="DB2 / SQL CONNECT TO DB USER USER USING PASSWORD (2.14)",
+              pattern=re.compile(r"\bconnect[ \t]+to[ \t]+[^\s]+[ \t]+user[ \t]+[^\s]+[ \t]+using[ \t]+" + _QUOTED_OR_BARE,
+                                 re.ASCII | re.IGNORECASE)),
+    _cli_rule(("oracle:thin", "oracle:oci"), "Oracle JDBC jdbc:oracle:thin:USER/PASSWORD@",
+              r"jdbc:oracle:(?:thin|oci8?):[A-Za-z][A-Za-z0-9_$#]{0,63}/(?P<value>[^\s@/'\"]+)@"),
     _cli_rule(("insecure-password",), "HAProxy userlist: user NAME insecure-password PASSWORD",
               r"\binsecure-password[ \t]+(?P<value>'[^'\r\n]+'|\"[^\"\r\n]+\"|" + _BARE_ARG + ")"),
     RegexRule(name="cli-password", lower_triggers=("set password",), group="value", check=_cli_value, anchored=True,
@@ -495,7 +509,9 @@ class CookieRule(Rule):
         r"\bcurl\b[^\r\n|;&]*?[ \t](?:-b|--cookie)(?:=|[ \t]+)(?:'(?P<sq>[^'\r\n]+)'|\"(?P<dq>[^\"\r\n]+)\"|(?P<bare>[^\s'\"|;&`]+))",
         re.ASCII,
     )
-    _header = re.compile(r"(?<![A-Za-z0-9_-])(?:set-)?cookie[\"']?:[ \t]*(?P<header>[^\r\n\"'`]+)", re.ASCII | re.IGNORECASE)
+    # 2.14: also a HAR header entry, {"name": "Cookie", "value": "…"}.
+    _header = re.compile(r"(?<![A-Za-z0-9_-])(?:set-)?cookie(?:[\"']?:|\"[ \t]*,[ \t]*\"value\"[ \t]*:[ \t]*\")[ \t]*(?P<header>[^\r\n\"'`]+)",
+                         re.ASCII | re.IGNORECASE)
     _pair = re.compile(r"(?:^|(?<=[;\s]))(?P<name>[A-Za-z0-9_.!#$%&*+^|~-]{1,64})=(?P<value>[^;\s,\"'`]+)", re.ASCII)
 
     def __init__(self) -> None:
@@ -785,7 +801,8 @@ _PASSWORD_ELSEWHERE = RegexRule(
     description="a password written after the word password in another language",
     pattern=re.compile(
         r"(?:" + "|".join(re.escape(word) for word in _PASSWORD_WORDS_ELSEWHERE) + r")"
-        r"[^\r\n\d]{0,24}?(?<!" + _PASSWORD_CHARS_ELSEWHERE + r")"
+        # 2.14: 32 characters between, not 24 ("Das Passwort für die Datenbank lautet …").
+        r"[^\r\n\d]{0,32}?(?<!" + _PASSWORD_CHARS_ELSEWHERE + r")"
         r"(?=" + _PASSWORD_CHARS_ELSEWHERE + r"*\d)(?=" + _PASSWORD_CHARS_ELSEWHERE + r"*[A-Za-z" + _SCRIPT_LETTERS + r"])"
         r"(?P<value>" + _PASSWORD_CHARS_ELSEWHERE + r"{8,128})(?!" + _PASSWORD_CHARS_ELSEWHERE + r")",
         re.IGNORECASE,
@@ -1266,6 +1283,10 @@ _SECRET_COMMANDS = (
     # 2.8: terraform output -raw NAME and heroku config:get NAME of a secret-like name.
     r"(?:terraform|tofu)[ \t]+output[ \t]+-raw[ \t]+(?P<tf>[A-Za-z_][A-Za-z0-9_-]*)[ \t]*",
     r"heroku[ \t]+config:get[ \t]+(?P<hk>[A-Za-z_][A-Za-z0-9_]*)\b[^\r\n]*",
+    # 2.14: libsecret's secret-tool lookup, gopass show, Argo CD's initial admin password,
+    # a new Consul / Nomad gossip key.
+    r"(?:secret-tool[ \t]+lookup|gopass[ \t]+(?:show|cat)|argocd[ \t]+admin[ \t]+initial-password"
+    r"|(?:consul|nomad)[ \t]+(?:keygen|operator[ \t]+gossip[ \t]+keyring[ \t]+generate))\b[^\r\n]*",
     r"(?:openssl[ \t]+rand[ \t]+-(?:base64|hex)|pwgen|python3?[ \t]+-c[ \t]+[^\r\n]*secrets\.token_"
     r"|head[ \t]+-c[ \t]*[0-9]+[ \t]+/dev/urandom)\b[^\r\n]*",
 )
@@ -1276,7 +1297,7 @@ _COMMAND_OUTPUT = re.compile(
 _BEFORE_COMMAND = re.compile(r"(?:\A" + _PROMPT + r"|[ \t][$❯➜][ \t]+)\Z")
 _COMMAND_WORDS = ("printenv", "echo", "op ", "aws ", "gh ", "heroku", "az ", "gcloud", "vault", "security", "lpass",
                   "bw ", "doppler", "pass ", "sops", "kubectl", "oc ", "cat ", "openssl", "pwgen", "python", "head ",
-                  "terraform", "tofu")
+                  "terraform", "tofu", "secret-tool", "gopass", "argocd", "consul", "nomad")
 
 
 def _command_secret(match: re.Match[str]) -> bool:
@@ -1304,7 +1325,8 @@ _COMMAND_SIGNS = ("printenv", "echo $", 'echo "$', "echo '$", "op read", "op ite
                   "ssm get", "get-login-password", "auth token", "auth:token", "get-access-token", "print-access-token",
                   "print-identity-token", "versions access", "-field", "-password", "lpass show", "bw get", "secrets get",
                   "pass show", "--extract", "base64 -d", "base64 --decode", "rand -", "pwgen", "secrets.token_",
-                  "/dev/urandom", "output -raw", "config:get")
+                  "/dev/urandom", "output -raw", "config:get", "secret-tool lookup", "gopass show", "gopass cat",
+                  "initial-password", "keygen", "keyring generate")
 _CAT_SECRET_FILE = re.compile(r"cat[ \t]+[^\s|;&]*(?:key|secret|token|passw|credential|vault[_-]pass|cookie)")
 
 

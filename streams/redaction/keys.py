@@ -11,6 +11,8 @@ from functools import lru_cache
 from itertools import pairwise
 from typing import Literal
 
+from streams.redaction.entropy import looks_random
+
 __all__ = ["DESCRIPTIVE_SUFFIXES", "NameClass", "fingerprint", "is_placeholder", "name_class"]
 
 NameClass = Literal["password", "secret", "key"]
@@ -134,7 +136,9 @@ def is_placeholder(value: str, *, quoted: bool) -> bool:
         # A variable is a word or words joined by "_", with at most one digit at its end
         # (db_password, token2); a digit inside or a run of them at the end is a password a
         # person made from a word (s3cr3tpass, passw0rd1, mypass123), which read as one (2.8).
-        return any(word in stripped for word in _REFERENCE_WORDS) and not _MADE_FROM_A_WORD.fullmatch(stripped)
+        # 2.14: a word glued to a generated run (esecret_cjpx…5zcsfw4, an Anyscale key) is a key.
+        return (any(word in stripped for word in _REFERENCE_WORDS) and not _MADE_FROM_A_WORD.fullmatch(stripped)
+                and not any(len(part) >= 16 and looks_random(part) for part in stripped.split("_")))
     return False
 
 

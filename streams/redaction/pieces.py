@@ -1,4 +1,4 @@
-"""Secrets written in pieces, encoded, or named by the file they stand in (policy 2.13).
+"""Secrets written in pieces, encoded, or named by the file they stand in (policy 2.13, 2.14).
 
 An eighth adversarial round found these kept under 2.12:
 
@@ -162,6 +162,29 @@ def _credentials(value: str) -> bool:
             and _NOT_A_PASSWORD.fullmatch(password) is None)
 
 
+# 2.14: the base64 of an assignment a secret-like name makes secret (`echo REJfUEFTU1dP… | base64
+# -d > .env`, a CI variable holding an encoded .env or JSON): decoded to printable lines (a line
+# break's byte leads with C or D), a `NAME=value`, `NAME: value` or `"NAME": "value"` among them
+# judged as the assignment it is.
+_TEXT_LEADS = _PRINTABLE_LEADS + "CD"
+_ENCODED_ASSIGNMENT = re.compile(r"^[ \t]*(?:export[ \t]+)?[\"']?(?P<name>[A-Za-z_][A-Za-z0-9_.-]{0,63})[\"']?[ \t]*[=:][ \t]*[\"']?"
+                                 r"(?P<value>[^\s\"',}]{1,256})", re.ASCII | re.MULTILINE)
+
+
+def _encoded_assignment(value: str) -> bool:
+    if len(value) % 4 or value[::4].strip(_TEXT_LEADS):
+        return False
+    try:
+        decoded = base64.b64decode(value, validate=True).decode("ascii")
+    except (binascii.Error, ValueError):
+        return False
+    if not decoded.isprintable() and not decoded.replace("\n", "").replace("\r", "").replace("\t", "").isprintable():
+        return False
+    return any(named_value_rule(pair.group("name"), pair.group("value")) is not None
+               for line in decoded.replace("{", "\n").replace(",", "\n").splitlines()
+               for pair in [_ENCODED_ASSIGNMENT.match(line)] if pair is not None)
+
+
 def _wif(value: str) -> bool:
     if not 51 <= len(value) <= 52 or value[0] not in "5KL" or value.strip(_B58):
         return False
@@ -183,10 +206,10 @@ class EncodedSecretRule(Rule):
     def fingerprint(self) -> list[str]:
         return [*super().fingerprint(), _B64_CLASSES.decode("latin-1"), _B64_CANDIDATE.pattern.decode(), str(_LONGEST_CANDIDATE),
                 _PRINTABLE_LEADS, _USER_PASSWORD.pattern.decode(), _NOT_A_PASSWORD.pattern.decode(), _B58,
-                _credentials.__qualname__, _wif.__qualname__]
+                _credentials.__qualname__, _wif.__qualname__, _TEXT_LEADS, _ENCODED_ASSIGNMENT.pattern, _encoded_assignment.__qualname__]
 
     def hit_names(self) -> tuple[str, ...]:
-        return ("basic-auth", "bitcoin-private-key")
+        return ("basic-auth", "bitcoin-private-key", "secret-assignment")
 
     def apply(self, scan: Scan, hits: dict[str, int]) -> str:
         text = scan.text
@@ -211,6 +234,8 @@ class EncodedSecretRule(Rule):
                 found.append((start, end, "basic-auth"))
             elif _wif(value):
                 found.append((start, end, "bitcoin-private-key"))
+            elif _encoded_assignment(value):
+                found.append((start, end, "secret-assignment"))
         return replace_spans(text, found, hits) if found else text
 
 

@@ -19,6 +19,7 @@ from streams.redaction.assignments import (
     CREDENTIAL_PAIR_RULE,
     CREDENTIAL_SPACE_RULE,
     DEVICE_SECRET_RULES,
+    LOGIN_PAIR_RULE,
     AssignmentRule,
     PasswordBeforeRule,
 )
@@ -36,6 +37,7 @@ from streams.redaction.layouts import LAYOUT_RULES
 from streams.redaction.pieces import CONCATENATED_RULE, PIECE_RULES
 from streams.redaction.pii import PAYMENT_CARD_RULE, DomainRule, EmailRule, home_rules
 from streams.redaction.policy import RedactionPolicy
+from streams.redaction.printed import PRINTED_RULES
 from streams.redaction.tokens import TOKEN_RULES, DiscordBotTokenRule, TelegramBotTokenRule
 from streams.redaction.vendors import KeywordRule, PrefixTokenRule
 
@@ -55,11 +57,14 @@ def build_rules(policy: RedactionPolicy) -> tuple[Rule, ...]:
     rules += TOKEN_RULES
     rules += (PrefixTokenRule(), KeywordRule())
     rules += (DiscordBotTokenRule(), TelegramBotTokenRule())
+    # 2.14's readings by a tool's own marks come first: a pwdump line is also five colon-separated
+    # fields, which the .pgpass reading would take for a password in its last.
+    rules += PRINTED_RULES
     rules += CONTEXT_RULES
     rules += PIECE_RULES
     rules += LAYOUT_RULES
     rules += ARGUMENT_RULES
-    rules += (AssignmentRule(), CREDENTIAL_PAIR_RULE, CREDENTIAL_COLON_RULE, CREDENTIAL_SPACE_RULE, PasswordBeforeRule())
+    rules += (AssignmentRule(), CREDENTIAL_PAIR_RULE, CREDENTIAL_COLON_RULE, CREDENTIAL_SPACE_RULE, LOGIN_PAIR_RULE, PasswordBeforeRule())
     rules += (*DEVICE_SECRET_RULES, ACCOUNT_ROW_RULE)
     # After every rule that leaves a marker: a secret's wrapped continuation goes with it, and
     # so do the other pieces of a secret split over joined string literals.

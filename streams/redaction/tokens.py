@@ -15,6 +15,7 @@ import binascii
 import re
 
 from streams.redaction.base import RegexRule, Rule, Scan, is_marker_at, marker
+from streams.redaction.entropy import looks_random
 
 __all__ = ["TOKEN_RULES", "DiscordBotTokenRule", "TelegramBotTokenRule"]
 
@@ -31,12 +32,14 @@ UNDERSCORE_GATE = _gate("_", (
     "gh[pousr]_", "github_pat_", "hf_", "npm_", "whsec_", "shp(?:at|ca|pa|ss)_", "[sr]k_live_",
     "[sr]k_test_", "do[por]_v1_", "lin_oauth_", "sb_secret_", "fm[12]_", "fm[12][ar]_",
     "rnd_", "sbp_", "hc[ax][im]k_", "re_",
+    "gsk_", "figd_", "jina_", "esecret_", "nfp_", "essu_", "pdl_live_apikey_", "pdl_sdbx_apikey_", "live_", "os_v2_app_", "pk_",
 ))
 DASH_GATE = _gate("-", (
     "glpat-", "gldt-", "glrt-", "glptt-", "glft-", "glsoat-", "glcbt-", "xox[bpares]-", "xapp-",
     "sk-", "pypi-", "AGE-", "sq0csp-", "sq0atp-", "GOCSPX-", "tskey-", "sdk-", "mob-",
+    "xox[cd]-", "tvly-", "fc-", "pa-", "csk-", "RGAPI-",
 ))
-DOT_GATE = _gate(".", ("SG\\.", "ya29\\.", "hooks\\.", "discord\\.", "discordapp\\.", "sl\\.u\\."))
+DOT_GATE = _gate(".", ("SG\\.", "ya29\\.", "hooks\\.", "discord\\.", "discordapp\\.", "sl\\.u\\.", "dp\\.s[ta]\\.", "dp\\.ct\\.", "dp\\.scim\\.", "dp\\.audit\\."))
 _SEPARATOR = {UNDERSCORE_GATE: "_", DASH_GATE: "-", DOT_GATE: "."}
 
 
@@ -99,6 +102,14 @@ def _mixed(match: re.Match[str]) -> bool:
     body = match.group(0)
     classes = sum((any(c.isdigit() for c in body), any(c.isupper() for c in body), any(c.islower() for c in body)))
     return classes >= 2
+
+
+def _random_body(match: re.Match[str]) -> bool:
+    # A short prefix (pa-, live_, K00) before a name is a name: the body must read as generated.
+    return looks_random(_SHORT_PREFIX.sub("", match.group(0), count=1))
+
+
+_SHORT_PREFIX = re.compile(r"pa-|live_|K00", re.ASCII)
 
 
 _WORDS_ONLY = re.compile(r"(?:[A-Z][a-z]{2,})+|[a-z]+", re.ASCII)
@@ -215,6 +226,52 @@ TOKEN_RULES: tuple[RegexRule, ...] = (
            before="[A-Za-z0-9_/.:-]", after="[A-Za-z0-9]"),
     _token("salesforce-session", ("00D",), "[A-Za-z0-9]{12,15}![A-Za-z0-9._]{80,}", "Salesforce session id / access token (2.13)",
            before="[A-Za-z0-9_]", after="[A-Za-z0-9._]"),
+    # 2.14: a ninth round's vendors, whose keys a user pastes anywhere (a prompt, a table, a log):
+    # Slack's browser-session token and cookie (xoxc- / xoxd-, what slackdump and friends take),
+    # Groq, Figma, Tavily, Firecrawl (fc- + 32 hex), Voyage AI (pa- + 43), Jina, Cerebras, Anyscale,
+    # Doppler's service, service-account, CLI, SCIM and audit tokens (dp.st.CONFIG.… and the rest;
+    # gitleaks reads dp.pt. only), Netlify (nfp_), Elastic serverless (essu_), Paddle, Mollie
+    # (live_ + 30, random: a name is not), OneSignal's v2 keys, Riot Games (RGAPI- + a UUID),
+    # Klaviyo private keys (pk_ + 34 hex: Stripe's publishable pk_live_ / pk_test_ keys are
+    # letters and digits after a word, and public), Google Cloud Storage HMAC access ids (GOOG1 +
+    # 50-60: the secret beside one is read by its label), Backblaze B2 application keys (K00N +
+    # 27), Trello tokens (ATTA + 64 hex + 8) and Azure DevOps' 84-character PATs (AZDO at 76).
+    _token("slack-token", ("xoxc-", "xoxd-"), "[0-9A-Za-z%-]{30,}", "Slack browser-session token and d cookie (2.14)",
+           gate=_D, before=None, after="[A-Za-z0-9%_-]", check=_mixed),
+    _token("groq-api-key", ("gsk_",), "[A-Za-z0-9]{48,56}", "Groq API key (2.14)", gate=_U, check=_mixed),
+    _token("figma-token", ("figd_",), "[A-Za-z0-9_-]{36,48}", "Figma personal access token (2.14)", gate=_U, check=_mixed),
+    _token("tavily-api-key", ("tvly-",), "(?:dev-|prod-)?[A-Za-z0-9]{32}", "Tavily API key (2.14)", gate=_D, check=_mixed),
+    _token("firecrawl-api-key", ("fc-",), "[a-f0-9]{32}", "Firecrawl API key (2.14)", gate=_D, after="[A-Za-z0-9_-]",
+           check=_mixed),
+    _token("voyage-api-key", ("pa-",), "[A-Za-z0-9_-]{43}", "Voyage AI API key (2.14)", gate=_D, after="[A-Za-z0-9_-]",
+           check=_random_body),
+    _token("jina-api-key", ("jina_",), "[A-Za-z0-9]{50,70}", "Jina AI API key (2.14)", gate=_U, check=_mixed),
+    _token("cerebras-api-key", ("csk-",), "[a-z0-9]{40,56}", "Cerebras API key (2.14)", gate=_D, after="[A-Za-z0-9_-]",
+           check=_mixed),
+    _token("anyscale-api-key", ("esecret_",), "[A-Za-z0-9]{20,40}", "Anyscale API key (2.14)", gate=_U, check=_mixed),
+    _token("doppler-token", ("dp.st.", "dp.sa.", "dp.ct.", "dp.scim.", "dp.audit."), "(?:[a-z0-9_-]{1,40}\\.)?[A-Za-z0-9]{40,44}",
+           "Doppler service, service-account, CLI, SCIM and audit tokens (2.14)", gate=_P, before="[A-Za-z0-9_.]",
+           after="[A-Za-z0-9]", check=_mixed),
+    _token("netlify-token", ("nfp_",), "[A-Za-z0-9]{36,40}", "Netlify personal access token (2.14)", gate=_U, check=_mixed),
+    _token("elastic-api-key", ("essu_",), "[A-Za-z0-9+/=_-]{40,}", "Elastic serverless API key (2.14)", gate=_U,
+           after="[A-Za-z0-9+/=_-]", check=_mixed),
+    _token("paddle-api-key", ("pdl_live_apikey_", "pdl_sdbx_apikey_"), "[a-z0-9]{26}_[A-Za-z0-9]{22}_[A-Za-z0-9]{3}",
+           "Paddle Billing API key (2.14)", gate=_U),
+    _token("mollie-api-key", ("live_",), "[A-Za-z0-9]{30}", "Mollie live API key (2.14)", gate=_U, check=_random_body),
+    _token("onesignal-api-key", ("os_v2_app_", "os_v2_org_"), "[a-z0-9]{50,}", "OneSignal v2 REST API key (2.14)", gate=_U,
+           check=_mixed),
+    _token("riot-api-key", ("RGAPI-",), "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", "Riot Games API key (2.14)",
+           gate=_D, after="[A-Za-z0-9_-]"),
+    _token("klaviyo-api-key", ("pk_",), "[a-f0-9]{34}", "Klaviyo private API key (2.14)", gate=_U, check=_mixed),
+    _token("gcs-hmac-access-id", ("GOOG1",), "[A-Z0-9]{50,60}", "Google Cloud Storage HMAC access id (2.14)",
+           before="[A-Za-z0-9_]", after="[A-Za-z0-9]", check=_mixed),
+    _token("backblaze-application-key", ("K00",), "[0-9][A-Za-z0-9+/]{27}", "Backblaze B2 application key (2.14)",
+           before="[A-Za-z0-9_+/]", after="[A-Za-z0-9+/]", check=_random_body),
+    _token("trello-token", ("ATTA",), "[a-f0-9]{64}[A-F0-9]{8}", "Trello API token (2.14)", before="[A-Za-z0-9_]",
+           after="[A-Za-z0-9]"),
+    RegexRule(name="azure-devops-pat", triggers=("AZDO",), description="Azure DevOps personal access token, 84 characters (2.14)",
+              pattern=re.compile(r"(?<![A-Za-z0-9])[A-Za-z0-9]{76}AZDO[A-Za-z0-9]{4}(?![A-Za-z0-9])", re.ASCII),
+              check=lambda match: looks_random(match.group(0))),
     _token("age-secret-key", ("AGE-SECRET-KEY-1",), "[0-9A-Z]{58}", "age encryption secret key",
            gate=_D, before=None, after="[A-Za-z0-9]"),
     # Any base64url JSON object of 12+ bytes, with up to two more dot-separated segments: a whole

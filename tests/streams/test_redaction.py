@@ -73,7 +73,7 @@ def test_exported_members() -> None:
         "DEFAULT_POLICY", "POLICY_VERSION", "RedactedEvent", "RedactionPolicy", "policy_hash",
         "redact_event", "redact_text", "rule_names",
     }
-    assert POLICY_VERSION == "2.13"
+    assert POLICY_VERSION == "2.14"
 
 
 # ---------------------------------------------------------------- labelled corpus
@@ -2916,4 +2916,162 @@ def test_the_eighth_round_readings_run_in_linear_time() -> None:
               "untrusted comment: secret key\n", "AUTH_KEY', '", "BW_SESSION=", "[1, 2, 3, 4] solana ",
               "5HueCGU8rMjxEXxiPuD5BDku4MkFqeZyd4dZ1jvhTVqvbTLvyTJ ", "DB_PASSWORD=Xy7#pw9q Xy7#pw9q\n",
               "b" * 399 + " ", "a" * 500]
+    assert_linear_time(shapes, counts=(2_000, 8_000))
+
+
+# ------------------------------------------------- policy 2.14: a ninth adversarial round
+
+@pytest.mark.parametrize(("text", "secret"), [
+    ('from tavily import TavilyClient\nclient = TavilyClient("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")',
+     'tvly-dev-lEK'),  # tavily
+    ('export ANYSCALE_CLI_TOKEN=esecret_cjpxhc3ed9i1ztou68x5zcsfw4',
+     'esecret_cjpx'),  # anyscale
+    ('The service token dp.st is at dp.st.dev.peHZOsdPTEyYItUNuSyEJ2IRr05AJHPbFME8JpqG if you need it.',
+     'dp.st.dev.pe'),  # doppler-st-prose
+    ('gsutil hmac create sa@x.iam.gserviceaccount.com\nAccess ID:   GOOG1EM8APNAWMTK3WQOAVD7MHJMT2OFC6K8O1M4SC9IUXX2QA0W04M9YV2KR\nSecret:      5ZRjRZKWmeSIKOKELmuHmsd5yt/scAbWOaV74x35',
+     'GOOG1EM8APNA'),  # gcs-hmac
+    ('b2 account authorize 0051234567890ab000000000a K005EvqOJDaJBIowfeZdMwG1hsHhMEx',
+     'K005EvqOJDaJ'),  # b2-appkey
+    ('$mollie->setApiKey("live_1diheHlvw3h3Q0NJzicRvaxHWaOYYZ");',
+     'live_1diheHl'),  # mollie
+    ('channel_alias: https://conda.anaconda.org/t/ac-110ho0h6-iv9c-5pbo/',
+     'ac-110ho0h6-'),  # anaconda
+    ('Unseal Key 1: zzVh7Y4GyAn0pomeofXl7cVy67vKP37Kya2UxzAimAyE\nUnseal Key 2: JbL7Dx3B3bkZ4ag8rrIu19mW95y/J3s/2nTqTQqeU7t=\n\nInitial Root Token: hvs.EXAMPLE',
+     'zzVh7Y4GyAn0'),  # vault-unseal
+    ('encrypt = "/gQYGVj/JR+5lFQ3IIQLkfxJgIkAlK0FxDHIB3MgJBr="\nserver = true',
+     '/gQYGVj/JR+5'),  # consul-gossip
+    ('spring.datasource.url=jdbc:oracle:thin:scott/abgvc#RW50jko@//db.internal:1521/ORCL',
+     'abgvc#RW50jk'),  # jdbc-oracle
+    ('FROM node:20\nENV DB_PASSWORD ewxbg@TT31qad\nRUN npm ci',
+     'ewxbg@TT31qa'),  # dockerfile-env
+    ('db2 connect to SAMPLE user db2inst1 using lsxnh*DX63leh',
+     'lsxnh*DX63le'),  # db2-using
+    ('plink -ssh admin@10.0.0.9 -pw wcrnx+WH84utx "uptime"',
+     'wcrnx+WH84ut'),  # plink
+    ('ipmitool -I lanplus -H 10.0.0.50 -U ADMIN -P ffslw!WJ96sbi chassis power status',
+     'ffslw!WJ96sb'),  # ipmitool
+    ('schtasks /Create /TN backup /TR c:\\b.bat /SC DAILY /RU ACME\\svc /RP tjuji#SX99lgy',
+     'tjuji#SX99lg'),  # schtasks
+    ('lang en_US.UTF-8\nrootpw --plaintext dslod!ZP44xqe\ntimezone UTC',
+     'dslod!ZP44xq'),  # kickstart
+    ('#cloud-config\nchpasswd:\n  list: |\n    root:dsmtd?IG34wcy\n  expire: false',
+     'dsmtd?IG34wc'),  # cloud-init-chpasswd
+    ('<AdministratorPassword>\n  <Value>mbgfd^VN18cjx</Value>\n  <PlainText>true</PlainText>\n</AdministratorPassword>',
+     'mbgfd^VN18cj'),  # unattend-xml
+    ('    Security key           : Present\n    Key Content            : dtvlh~DW46pem',
+     'dtvlh~DW46pe'),  # netsh-wlan
+    ('$ secret-tool lookup service smtp user bob\nzlzye@XS61yii',
+     'zlzye@XS61yi'),  # secret-tool
+    ('$ bin/elasticsearch-reset-password -u elastic\nPassword for the [elastic] user successfully reset.\nNew value: usper~BZ83gyv',
+     'usper~BZ83gy'),  # es-reset
+    ('$ argocd admin initial-password -n argocd\nibwwt!VN99wmq\n\n This password must be only used for first time login.',
+     'ibwwt!VN99wm'),  # argocd-initial
+    ('┌──────────────┬──────────────────────────────────────────┐\n│ Name         │ Value                                    │\n├──────────────┼──────────────────────────────────────────┤\n│ API_KEY      │ Pl9FzafUzWqsZOvdplHWwyWk0KOBkygUhF8CbChP │\n└──────────────┴──────────────────────────────────────────┘',
+     'Pl9FzafUzWqs'),  # box-table
+    ('║ DB_HOST     │ db.internal ║\n║ DB_PASSWORD │ ftazq?II67ysz ║\n║ DB_USER     │ app ║',
+     'ftazq?II67ys'),  # box-table-pw
+    ('Administrator:500:aad3b435b51404eeaad3b435b51404ee:072463410ea2addda3be7537207d2c33:::',
+     '072463410ea2'),  # ntlm
+    ('GitHub recovery codes:\ns0cjc-2hru5\nu8e1e-2nb7n\n5w86w-fs3i6\n0w97a-aeo90\n6fyoi-m7rcw',
+     's0cjc-2hru5'),  # recovery-codes
+    ('&lt;pre&gt;{&quot;db_password&quot;: &quot;jfyuj+JJ37hbr&quot;}&lt;/pre&gt;',
+     'jfyuj+JJ37hb'),  # html-escaped
+    ('302 Location: https://sso.acme.dev/login?next=postgres%3A%2F%2Fapp%3Ajasbt!RP20zho%40db.internal%3A5432%2Fapp',
+     'jasbt!RP20zh'),  # percent-url-in-query
+    ('echo REJfUEFTU1dPUkQ9bnZkdHMqWVc5MnFhZQo= | base64 -d > .env',
+     'REJfUEFTU1dP'),  # b64-of-env
+    ('unzip -P ufagx%MT29sgi backup.zip',
+     'ufagx%MT29sg'),  # unzip-P
+    # The round's second batch (39 kinds of config files, URLs, HAR and prose): three kept under 2.13.
+    ('{"name": "Cookie", "value": "sessionid=2FbRJcvuu2Wf1PmGrx3rJej5ynMFe7kp; csrftoken=abc"}',
+     '2FbRJcvuu2Wf'),  # har-cookie
+    ('Das Passwort für die Datenbank lautet auovt~ME40qyz.',
+     'auovt~ME40qy'),  # de-prose
+    ('Log in with `admin` / `xucde#LG48kpa` on the staging box.',
+     'xucde#LG48kp'),  # md-code-inline
+])
+def test_a_secret_a_ninth_round_found_never_survives(text: str, secret: str) -> None:
+    """QA, session 27 (policy 2.14): secrets spliced into a real Claude Code turn (prompt, assistant
+    text, Bash command, tool result as a string and as blocks) and a real tau-bench OpenAI-chat run
+    (prompt, tool-call arguments, tool message, reply) that survived 2.13's redact_event: vendor
+    keys with no rule (Tavily, Anyscale, Doppler service tokens, GCS HMAC ids, Backblaze, Mollie,
+    Anaconda), what installers and consoles print (vault's unseal keys, a gossip key, kickstart,
+    cloud-init chpasswd, unattend.xml, netsh's Key Content, Elasticsearch's reset, Argo CD's initial
+    password, secret-tool, pwdump lines, recovery codes), clients' arguments (plink -pw, ipmitool -P,
+    schtasks /RP, DB2 USING, unzip -P, Oracle's thin JDBC URL), a Dockerfile's ENV NAME value,
+    box-drawn tables, and encodings (HTML-escaped JSON, a URL percent-encoded in a query, the
+    base64 of an .env line)."""
+    redacted = redact_text(text)[0]
+    assert secret not in redacted, redacted
+    assert redact_text_plain(text)[0] == redacted
+    assert redact_text(redacted)[0] == redacted
+
+
+NINTH_ROUND_TOKENS = [
+    "xoxc-187892434298-817317797379-968968441611-c5c5b5892a9288d75ab7cec5eba361a0c5c5b5892a9288d75ab7cec5eba361",
+    "xoxd-0EDn00yDl5ErpMbESYq%2FOQLJjnxVQQogYftFBiQqCV%2BiqTMBr8wp7KHA1PH3bVmDiP01s3",
+    "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",
+    "figd_rbZBNIZpk1GizXOyskvQ1Wrgxb4QzwKmA7yEjQym", "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",
+    "fc-9276e05c9e16c568281d488df9454011", "pa-vmtG_x9UzPxM5VhiSG664eQv0A60T-5JURplekp45kz",
+    "jina_FWE9Ra4eH8ltMOWYrz7Z45tt5yexIJ1Bwz4792zTqc4i6FwQKfxLM55aZZGQ",
+    "csk-jrjp2s9eoxmcusb1zxxz7su1k1v7y7tb52izllssiiwpatng", "esecret_cjpxhc3ed9i1ztou68x5zcsfw4",
+    "dp.st.prd.ZNdpSoOAL4v8V62oHSZQviltQm0DdnVVYhjEvGPp", "dp.sa.ZNdpSoOAL4v8V62oHSZQviltQm0DdnVVYhjEvGPp123",
+    "a3anXn9k3ksu9mI4ROnl89Sm995ytbxAk7jqevt0MLaMRTvetw0tESulEETldq8b8Vw2zbJYAxyLAZDO1aCc",
+    "GOOG1EM8APNAWMTK3WQOAVD7MHJMT2OFC6K8O1M4SC9IUXX2QA0W04M9YV2KR", "K005EvqOJDaJBIowfeZdMwG1hsHhMEx",
+    "ATTAb7df7b87ddd7595ab0c5d261e15cd748a3a9a8fd19d70f7dd199396ac0056979E1FDFA41",
+    "nfp_a3u2HeSsksF604IpAijOOVNcUYe93XydQXn2", "essu_gXyPsvjut5KqOERp6G1XslUVMHL66JiLVN9FPBwvHraYQ2IRGIwOwJ59m5KgH0GV2Jz7TS",
+    "pdl_live_apikey_010wf7petjmdmnh99yr7ytfgss_m0izgGams5WT3oVWt2kbHM_yl2", "live_1diheHlvw3h3Q0NJzicRvaxHWaOYYZ",
+    "os_v2_app_dbwnoyr6ggy9hp997liav7r9uahk6ltr48q8pgzhhqa10mdin55cebhr16xdtqefh", "RGAPI-f90e628c-2389-45bf-af3d-a63785bf2983",
+    "pk_323d5f7d388c8393cf981f57ac78f6fada",
+]
+
+
+@pytest.mark.parametrize("token", NINTH_ROUND_TOKENS)
+@pytest.mark.parametrize("shape", ["ok, I will use {t} for that", "请用这个令牌{t}推送", "| prod | {t} |", '{{"k": "{t}"}}', "`{t}`"])
+def test_a_ninth_round_vendor_key_never_survives_wherever_it_stands(token: str, shape: str) -> None:
+    """Each new prefix format alone, with no name or secret word near it: in prose, glued to CJK
+    text, in a table cell, a JSON string and a code span."""
+    redacted = redact_text(shape.format(t=token))[0]
+    assert token[6:18] not in redacted, redacted
+
+
+@pytest.mark.parametrize("text", [
+    "def test_live_stream_handler(): pass", "STRIPE_PUBLISHABLE_KEY=pk_live_51Hxyz", "pa-ssword", "the K00 line",
+    "dp.st.prd is set", "live_reload_enabled_for_all_the_dev", "token=access_token_for_the_service2", "password=db_password",
+    "│ LOG_LEVEL │ debug │", "FROM python:3.12\nENV PYTHONUNBUFFERED 1", "Set encrypt = true in the TLS stanza",
+    "schtasks /Create /TN backup /SC DAILY /RU SYSTEM", "Save your recovery codes:\nprint them out\nstore them safely",
+    "?next=https%3A%2F%2Fexample.com%2Fdashboard%40home", "TE9HX0xFVkVMPWRlYnVnCg==", "rootpw --iscrypted --lock",
+    "  chpasswd:\n    expire: false", "Unseal Key 1: see below", "db2 connect to SAMPLE user db2inst1 using $DB2_PASSWORD",
+    "KEY CONTENT: ", "New value: ", "&quot;name&quot;: &quot;app&quot;", "https://conda.anaconda.org/conda-forge/",
+    "Administrator:500:::", "ENV DB_PASSWORD_FILE /run/secrets/db",
+    "log in with GitHub / Google", "Sign in with email / password", "log in as root / see docs",
+    "login with admin / README.md", '{"name": "Cookie", "value": "theme=dark; lang=en"}',
+])
+def test_what_only_looks_like_a_ninth_round_secret_stays(text: str) -> None:
+    assert redact_text(text) == (text, {})
+
+
+@PROPERTY
+@given(st.text(alphabet=string.ascii_lowercase, min_size=5, max_size=8), st.sampled_from("!#%*+?^~@"),
+       st.integers(10, 9999), st.sampled_from([
+           "plink -ssh admin@host -pw '{v}' uptime", "ipmitool -H 10.0.0.5 -U ADMIN -P '{v}' power status",
+           "schtasks /Create /TN t /RU svc /RP '{v}'", "db2 connect to SAMPLE user db2inst1 using '{v}'",
+           "unzip -P '{v}' backup.zip", "jdbc:oracle:thin:scott/{v}@db:1521/ORCL", "rootpw --plaintext {v}",
+           "<AdministratorPassword><Value>{v}</Value></AdministratorPassword>", "    Key Content            : {v}",
+           "FROM x\nENV DB_PASSWORD {v}", "║ DB_PASSWORD │ {v} ║", "&quot;db_password&quot;: &quot;{v}&quot;",
+           "#cloud-config\nchpasswd:\n  list: |\n    root:{v}\n", "$ secret-tool lookup service smtp\n{v}",
+           "Password for the [elastic] user successfully reset.\nNew value: {v}", "Log in with `admin` / `{v}` on staging",
+           "Das Passwort für die Datenbank lautet {v}."]), FILLER)
+def test_a_ninth_round_password_never_survives(letters: str, symbol: str, number: int, shape: str, after: str) -> None:
+    """A capital, small letters, a symbol and digits, in each place 2.14 reads a password."""
+    value = symbol_password(letters, symbol, number)
+    shown = redacted_lead(shape.format(v=value), after)
+    assert value not in shown, shown
+
+
+def test_the_ninth_round_readings_run_in_linear_time() -> None:
+    """Each new reading starts at a literal or a trigger; texts holding thousands grow linearly."""
+    shapes = ["Unseal Key 1: ", 'encrypt = "', "a:1:", ":::", "Key Content : ", "New value: ", "<Value>", "rootpw ", "ENV A ",
+              "│ A │ ", "%3A%2F%2Fa%3A", "&quot;a&quot;: &quot;", "chpasswd:\n  list: |\n", "recovery codes\n", "gsk_", "dp.st.",
+              "AZDO", "K00", "live_", "pa-", " using ", "plink -pw ", "anaconda.org/t/", "b" * 399 + " "]
     assert_linear_time(shapes, counts=(2_000, 8_000))
