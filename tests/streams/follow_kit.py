@@ -10,7 +10,7 @@ from streams.follow import Follower, PositionStore
 from streams.importers import Accepted, iter_records
 from streams.testing import Clock, Crash, MemoryL1
 
-__all__ = ["LIMIT", "SESSION", "Pair", "but_amendments", "counted", "follow_as_it_grows", "one_shot_ids", "transcript_line"]
+__all__ = ["LIMIT", "SESSION", "Pair", "but_amendments", "counted", "follow_as_it_grows", "one_shot_ids", "transcript_line", "write_as_written"]
 
 SESSION = "7d1c9a52-5b8e-4f0b-9c3a-1e2f3a4b5c6d"
 # Small, so that events are cut to fit, or rejected when they cannot be (the same limit for the
@@ -70,6 +70,18 @@ def follow_as_it_grows(live: Path, lines: list[bytes], home: Path, *, first: int
     clock.now += 10
     tail.poll()
     return l1
+
+
+def write_as_written(live: Path, lines: list[bytes], tail: Follower, clock: Clock) -> None:
+    """Append ``lines`` to ``live`` one a second, ``tail`` polling after each, then let it idle
+    out: a transcript as its agent writes it."""
+    for line in lines:
+        with live.open("ab") as handle:
+            handle.write(line)
+        tail.poll()
+        clock.now += 1
+    clock.now += 10
+    tail.poll()
 
 
 class Pair:

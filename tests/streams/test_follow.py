@@ -18,6 +18,7 @@ from streams.chunking import Chunker, ChunkerConfig, default_tokenizer
 from streams.follow import Follower, PositionStore
 from streams.importers import Accepted, Rejected, iter_records
 from streams.testing import Clock, Crash, MemoryL1
+from tests.streams.follow_kit import write_as_written
 
 ROOT = Path(__file__).resolve().parents[2]
 TRANSCRIPTS = [
@@ -836,13 +837,7 @@ def test_a_new_transcript_waits_for_its_model_before_its_session_starts(tmp_path
     l1, clock = MemoryL1(), Clock()
     tail = follower(root, l1, tmp_path / "home", clock)
     tail.poll()
-    for line in lines:
-        with live.open("ab") as handle:
-            handle.write(line)
-        tail.poll()
-        clock.now += 1
-    clock.now += 10
-    tail.poll()
+    write_as_written(live, lines, tail, clock)
     one_shot = [i.event for i in iter_records(live) if isinstance(i, Accepted) and i.event["type"] == "session.started"]
     assert [e for e in l1.log if e["type"] == "session.started"] == one_shot and one_shot[0]["fields"]["model"]
     again = Follower([live], appender=l1, store=PositionStore(tmp_path / "other"), once=True).poll()

@@ -10,7 +10,13 @@ from pathlib import Path
 
 from streams.follow import Follower, PositionStore
 from streams.testing import Clock, Crash, MemoryL1
-from tests.streams.follow_kit import SESSION, but_amendments, one_shot_ids, transcript_line
+from tests.streams.follow_kit import (
+    SESSION,
+    but_amendments,
+    one_shot_ids,
+    transcript_line,
+    write_as_written,
+)
 
 
 def _transcript() -> list[bytes]:
@@ -202,13 +208,7 @@ def test_the_name_a_user_gives_a_session_is_its_title(tmp_path):
     clock, l1 = Clock(), MemoryL1()
     tail = _follow(tmp_path, l1, clock)
     tail.poll()
-    for line in transcript.splitlines(keepends=True):
-        with live.open("ab") as handle:
-            handle.write(line)
-        tail.poll()
-        clock.now += 1
-    clock.now += 10
-    tail.poll()
+    write_as_written(live, transcript.splitlines(keepends=True), tail, clock)
     assert [fields.get("title") for fields in _started(l1)][-1] == "login-fix"
     assert max(l1.counts().values()) == 1 and not l1.dead
     one_shot = MemoryL1()
