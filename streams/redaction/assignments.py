@@ -850,6 +850,7 @@ CREDENTIAL_SPACE_RULE = RegexRule(
 
 # 2.14: a login given as USER / PASSWORD after "log in with" / "sign in as" ("Log in with `admin` /
 # `Xk9#mPq2z` on staging"), code spans and bold marks around either; the password judged as above.
+# Sentence marks end it only before a space or the line's end: `Hunter!22` holds one.
 LOGIN_PAIR_RULE = RegexRule(
     name=_PROSE,
     lower_triggers=("log in ", "login ", "sign in ", "signin ", "log-in "),
@@ -857,7 +858,7 @@ LOGIN_PAIR_RULE = RegexRule(
     description="a password after USER / in a sentence that logs in with them (2.14)",
     pattern=re.compile(
         r"(?:log[ -]?in|sign[ -]?in)[ \t]+(?:with|as|using)[ \t]+[`*'\"]{0,2}(?P<user>[A-Za-z_][A-Za-z0-9_.@-]{0,63})[`*'\"]{0,2}"
-        r"[ \t]*/[ \t]*[`*'\"]{0,2}(?P<value>" + _PROSE_PASSWORD_CHARS + r"{6,128}?)(?=[`*'\"]{0,2}(?:[.!?,;)]|[ \t]|\r?\n|\Z))",
+        r"[ \t]*/[ \t]*[`*'\"]{0,2}(?P<value>" + _PROSE_PASSWORD_CHARS + r"{6,128}?)(?=[`*'\"]{0,2}[.!?,;)]*(?:[ \t]|\r?\n|\Z))",
         re.ASCII | re.IGNORECASE,
     ),
     group="value",

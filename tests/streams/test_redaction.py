@@ -2989,6 +2989,9 @@ def test_the_eighth_round_readings_run_in_linear_time() -> None:
      'auovt~ME40qy'),  # de-prose
     ('Log in with `admin` / `xucde#LG48kpa` on the staging box.',
      'xucde#LG48kp'),  # md-code-inline
+    # Found by CI's draw of the property below: a sentence mark inside the password ended it.
+    ('Log in with `admin` / `Aaaaaa!10` on staging', 'Aaaaaa!10'),
+    ('Sign in as root / Hunter?22, then deploy.', 'Hunter?22'),
 ])
 def test_a_secret_a_ninth_round_found_never_survives(text: str, secret: str) -> None:
     """QA, session 27 (policy 2.14): secrets spliced into a real Claude Code turn (prompt, assistant
