@@ -378,12 +378,13 @@ _CLI_FLAG_PASSWORDS = (
                                  re.ASCII | re.IGNORECASE)),
     # 2.10: ssh-keygen's new and old passphrases (-N / -P; -N '' is none), Oracle's clients' USER/PASSWORD
     # logon (sqlplus scott/tiger@db, rman target sys/…, expdp / impdp / sqlldr), and expect's send of
-    # the answer to a password prompt on the line before.
+    # the answer to a password prompt on the line before. The password runs to the token's last `@`
+    # (`Secret@10@db` holds one) and may end its line.
     _cli_rule(("ssh-keygen",), "ssh-keygen -N / -P PASSPHRASE (both, -p changes one to the other)",
               r"(?<=[ \t])-[NP][ \t]+" + _QUOTED_OR_BARE, check=_ssh_keygen),
     _cli_rule(("sqlplus", "rman target", "expdp", "impdp", "sqlldr"), "sqlplus / rman / expdp / impdp / sqlldr USER/PASSWORD[@DB]",
               r"\b(?:sqlplus(?:64)?|rman[ \t]+target|expdp|impdp|sqlldr(?:[ \t]+userid=)?)(?:[ \t]+-[A-Za-z]+)*[ \t]+['\"]?"
-              r"[A-Za-z][A-Za-z0-9_$#]{0,63}/(?P<value>[^\s@/'\"]+)(?=[@'\"]|[ \t]|$)"),
+              r"[A-Za-z][A-Za-z0-9_$#]{0,63}/(?P<value>[^\s/'\"]+?)(?=@[^\s@'\"]*(?:['\"]|\s|$)|['\"]|\s|$)"),
     RegexRule(name="cli-password", lower_triggers=("send",), group="value", check=_expect_send, anchored=True,
               description="expect: send PASSWORD after a password prompt",
               pattern=re.compile(r"send[ \t]+(?:--[ \t]+)?\"(?P<value>[^\"\r\n\\$]{4,128})(?:\\r|\\n)?\"", re.ASCII)),
@@ -487,7 +488,7 @@ _CLI_FLAG_PASSWORDS = (
               pattern=re.compile(r"\bconnect[ \t]+to[ \t]+[^\s]+[ \t]+user[ \t]+[^\s]+[ \t]+using[ \t]+" + _QUOTED_OR_BARE,
                                  re.ASCII | re.IGNORECASE)),
     _cli_rule(("oracle:thin", "oracle:oci"), "Oracle JDBC jdbc:oracle:thin:USER/PASSWORD@",
-              r"jdbc:oracle:(?:thin|oci8?):[A-Za-z][A-Za-z0-9_$#]{0,63}/(?P<value>[^\s@/'\"]+)@"),
+              r"jdbc:oracle:(?:thin|oci8?):[A-Za-z][A-Za-z0-9_$#]{0,63}/(?P<value>[^\s/'\"]+?)@(?=[^\s@'\"]*(?:['\"]|\s|$))"),
     _cli_rule(("insecure-password",), "HAProxy userlist: user NAME insecure-password PASSWORD",
               r"\binsecure-password[ \t]+(?P<value>'[^'\r\n]+'|\"[^\"\r\n]+\"|" + _BARE_ARG + ")"),
     RegexRule(name="cli-password", lower_triggers=("set password",), group="value", check=_cli_value, anchored=True,

@@ -2992,6 +2992,11 @@ def test_the_eighth_round_readings_run_in_linear_time() -> None:
     # Found by CI's draw of the property below: a sentence mark inside the password ended it.
     ('Log in with `admin` / `Aaaaaa!10` on staging', 'Aaaaaa!10'),
     ('Sign in as root / Hunter?22, then deploy.', 'Hunter?22'),
+    # Found by drawing the fifth and ninth rounds' properties longer: a password holding `@` in an
+    # Oracle logon ended at its first `@` (`False` alone is no password), and one ending its line stayed.
+    ('sqlplus app/False@10@db', 'False@10'),
+    ('jdbc:oracle:thin:scott/Secret@10@db:1521/ORCL', 'Secret@10'),
+    ('sqlplus app/Xq7pLm9\nexit', 'Xq7pLm9'),
 ])
 def test_a_secret_a_ninth_round_found_never_survives(text: str, secret: str) -> None:
     """QA, session 27 (policy 2.14): secrets spliced into a real Claude Code turn (prompt, assistant
