@@ -67,6 +67,7 @@ from planner import otlp, receivers
 from planner.acl import Principal
 from planner.auth import KeyRing, allowed_hosts, authenticate, host_allowed, keys_path
 from planner.bodies import json_error, without_bom
+from planner.client import PRINCIPAL_HEADER
 from planner.exceptions import (
     BrokerUnavailable,
     NotFound,
@@ -98,7 +99,6 @@ __all__ = [
 
 log = logging.getLogger("usl.api")
 
-PRINCIPAL_HEADER = "X-USL-Principal"
 STATIC_DIR = Path(__file__).with_name("static")
 _STATUS_CACHE_SECONDS = 1.0
 _STATUS_CACHE_ENTRIES = 64

@@ -36,10 +36,13 @@ from typing import Any, Literal, TypedDict
 from planner.exceptions import PlannerError
 from streams.exceptions import USLError
 
-__all__ = ["APIError", "Client", "Evidence", "Exported", "SearchHit", "SearchResponse", "Unreachable"]
+__all__ = ["AS_OF_HEADER", "END_HEADER", "PRINCIPAL_HEADER", "APIError", "Client", "Evidence", "Exported", "SearchHit",
+           "SearchResponse", "Unreachable"]
 
+# The API's own headers: the server (planner.api, planner.export) reads and writes these names.
 PRINCIPAL_HEADER = "X-USL-Principal"
 AS_OF_HEADER = "X-USL-As-Of-Seq"
+# Of a hits export: the search's `end` (JSON) when its results stopped at the rank depth.
 END_HEADER = "X-USL-Results-End"
 _DEFAULT_TIMEOUT = 120.0
 _CONNECT_TIMEOUT = 2.0

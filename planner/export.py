@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from planner.acl import Principal, can_read
+from planner.client import AS_OF_HEADER, END_HEADER
 from planner.exceptions import PlannerError, QueryError
 from planner.request import MODES, log_param, query_params
 from planner.snapshot import parse_freshness
@@ -46,13 +47,10 @@ from streams.exceptions import USLError
 if TYPE_CHECKING:
     from planner.engine import Planner
 
-__all__ = ["END_HEADER", "FORMATS", "KINDS", "Export", "export", "parquet_bytes", "write_jsonl"]
+__all__ = ["FORMATS", "KINDS", "Export", "export", "parquet_bytes", "write_jsonl"]
 
 KINDS = ("sessions", "turns", "hits")
 FORMATS = ("jsonl", "parquet")
-AS_OF_HEADER = "X-USL-As-Of-Seq"
-# The search's `end` (JSON) when a hits export stopped at the rank depth with more matches.
-END_HEADER = "X-USL-Results-End"
 # The query parameters of GET /v1/export (its OpenAPI entry lists the same).
 PARAMS = ("what", "format", "log", "asOfSeq", "sessionId", "query", "freshness", "mode", "limit")
 _DEFAULT_HIT_LIMIT = 10000

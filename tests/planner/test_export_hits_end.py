@@ -21,8 +21,8 @@ import deploy.cli.export
 from deploy.cli import app
 from planner.acl import parse_principal
 from planner.api import create_app
-from planner.client import Client
-from planner.export import END_HEADER, export, parquet_bytes
+from planner.client import END_HEADER, Client
+from planner.export import export, parquet_bytes
 from streams.settings import Settings
 
 END = {"reason": "rankDepth", "depth": 5, "sources": ["text"],
