@@ -1221,8 +1221,7 @@ def _amendments(entries: list[Accepted | Rejected], seen: dict[str, bytes | None
         if not isinstance(entry, Accepted) or entry.event["type"] != "session.started" or fmt == "asp":
             continue
         event_id = entry.event["eventId"]
-        digest = event_digest(entry.canonical if entry.canonical is not None
-                              else canonical_bytes(entry.event)).hex()
+        digest = _digest(entry).hex()
         held = seen.get(event_id)
         if event_id in sent or (held is not None and held.hex() == digest):  # sent now, or L1 holds this copy
             known[event_id] = digest
@@ -1230,6 +1229,11 @@ def _amendments(entries: list[Accepted | Rejected], seen: dict[str, bytes | None
             amended.append(_amended(entry.event, digest))
             known[event_id] = digest
     return amended, tuple(sorted(known.items()))
+
+
+def _digest(entry: Accepted) -> bytes:
+    """The digest of ``entry``'s event as L1 would hold it (its canonical bytes)."""
+    return event_digest(entry.canonical if entry.canonical is not None else canonical_bytes(entry.event))
 
 
 def _amended(event: dict[str, Any], digest: str) -> dict[str, Any]:
@@ -1262,8 +1266,7 @@ def _amended_ids(entry: Accepted) -> tuple[str, ...]:
     content: a session.started amended (another file of its session started it)."""
     if entry.event["type"] != "session.started":
         return ()
-    mine = entry.canonical if entry.canonical is not None else canonical_bytes(entry.event)
-    return (_amended(entry.event, event_digest(mine).hex())["eventId"],)
+    return (_amended(entry.event, _digest(entry).hex())["eventId"],)
 
 
 def _vouched_for(before: list[Accepted | Rejected],
