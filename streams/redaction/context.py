@@ -24,7 +24,7 @@ from streams.redaction.entropy import looks_random
 from streams.redaction.keys import is_placeholder, name_class
 
 __all__ = ["CONTEXT_RULES", "DSN_PASSWORD_RULE", "OPENVPN_KEY_RULE", "PRIVATE_KEY_RULE", "URL_PASSWORD_RULE", "EnvDumpRule", "WrappedTailRule",
-           "named_value_rule", "table_secret"]
+           "named_value_rule", "secret_value", "table_secret"]
 
 # 2.12: also the SSH2 (RFC 4716) armour of ssh.com's and PuTTY's exports, four dashes and a space:
 # `---- BEGIN SSH2 ENCRYPTED PRIVATE KEY ----`.
@@ -1451,16 +1451,16 @@ class SecretDocumentRule(Rule):
         if json_secret or "lease_duration" in text:  # a Secret's JSON, vault's: one reading of their data
             found += self._json_data(text)
         if "sensitive" in text:
-            found += [(*match.span("value"), self.name) for match in _SENSITIVE.finditer(text) if _secret_value(match.group("value"))]
+            found += [(*match.span("value"), self.name) for match in _SENSITIVE.finditer(text) if secret_value(match.group("value"))]
         if '"keyName"' in text:
-            found += [(*match.span("value"), self.name) for match in _AZURE_KEY.finditer(text) if _secret_value(match.group("value"))]
+            found += [(*match.span("value"), self.name) for match in _AZURE_KEY.finditer(text) if secret_value(match.group("value"))]
         if "value\n--" in lowered or "value\r\n--" in lowered:
             vault = {match.end() for match in _VAULT_DATA.finditer(text)} if "Data" in text else set()
             for table in _TABLE.finditer(text):
                 offset = table.start("rows")
                 for row in _TABLE_ROW.finditer(table.group("rows")):
                     value = row.group("value")
-                    rule = (self.name if table.start() in vault and _secret_value(value)
+                    rule = (self.name if table.start() in vault and secret_value(value)
                             else named_value_rule(row.group("key"), value, quoted=False))
                     if rule is not None:
                         found.append((offset + row.start("value"), offset + row.end("value"), rule))
@@ -1487,7 +1487,7 @@ class SecretDocumentRule(Rule):
                     if len(line) - len(line.lstrip()) <= indent:
                         break
                     row = _YAML_ROW.fullmatch(line)
-                    if row is not None and row.group("value") is not None and _secret_value(row.group("value").strip("'\"")):
+                    if row is not None and row.group("value") is not None and secret_value(row.group("value").strip("'\"")):
                         found.append((position + row.start("value"), position + row.end("value"), self.name))
                 position = end
         return found
@@ -1497,11 +1497,11 @@ class SecretDocumentRule(Rule):
         for block in _JSON_OBJECT.finditer(text):
             offset = block.start("body")
             found += [(offset + pair.start("value"), offset + pair.end("value"), self.name)
-                      for pair in _JSON_VALUE.finditer(block.group("body")) if _secret_value(pair.group("value"))]
+                      for pair in _JSON_VALUE.finditer(block.group("body")) if secret_value(pair.group("value"))]
         return found
 
 
-def _secret_value(value: str) -> bool:
+def secret_value(value: str) -> bool:
     """A value a secret document holds: anything but a placeholder or a marker."""
     return bool(value.strip()) and not is_marker_at(value, 0) and not is_placeholder(value, quoted=True)
 

@@ -12,15 +12,13 @@ import binascii
 import re
 
 from streams.redaction.base import RegexRule, Rule, Scan, is_marker_at, replace_spans
-from streams.redaction.context import named_value_rule, table_secret
-from streams.redaction.keys import is_placeholder
+from streams.redaction.context import named_value_rule, secret_value, table_secret
 
 __all__ = ["PRINTED_RULES"]
 
 
 def _value(match: re.Match[str]) -> bool:
-    value = match.group("value").strip("'\"")
-    return bool(value) and not is_marker_at(value, 0) and not is_placeholder(value, quoted=True)
+    return secret_value(match.group("value").strip("'\""))
 
 
 def _gossip_key(match: re.Match[str]) -> bool:
