@@ -147,12 +147,20 @@ _B58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
 _B58_INDEX = {c: i for i, c in enumerate(_B58)}
 
 
-def _credentials(value: str) -> bool:
-    if len(value) % 4 or value[::4].strip(_PRINTABLE_LEADS):
-        return False
+def _base64_of(value: str, leads: str) -> bytes | None:
+    """``value`` decoded, when it is base64 whose every fourth character is one of ``leads`` (the
+    top bits of the bytes a reading wants: a cheap test before decoding)."""
+    if len(value) % 4 or value[::4].strip(leads):
+        return None
     try:
-        decoded = base64.b64decode(value, validate=True)
+        return base64.b64decode(value, validate=True)
     except (binascii.Error, ValueError):
+        return None
+
+
+def _credentials(value: str) -> bool:
+    decoded = _base64_of(value, _PRINTABLE_LEADS)
+    if decoded is None:
         return False
     pair = _USER_PASSWORD.fullmatch(decoded)
     if pair is None:
@@ -172,12 +180,10 @@ _ENCODED_ASSIGNMENT = re.compile(r"^[ \t]*(?:export[ \t]+)?[\"']?(?P<name>[A-Za-
 
 
 def _encoded_assignment(value: str) -> bool:
-    if len(value) % 4 or value[::4].strip(_TEXT_LEADS):
+    raw = _base64_of(value, _TEXT_LEADS)
+    if raw is None or not raw.isascii():
         return False
-    try:
-        decoded = base64.b64decode(value, validate=True).decode("ascii")
-    except (binascii.Error, ValueError):
-        return False
+    decoded = raw.decode("ascii")
     if not decoded.isprintable() and not decoded.replace("\n", "").replace("\r", "").replace("\t", "").isprintable():
         return False
     return any(named_value_rule(pair.group("name"), pair.group("value")) is not None
