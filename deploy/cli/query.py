@@ -184,7 +184,8 @@ def _snippet(text: str, evidence: list[dict[str, Any]], query: str = "") -> Text
 
 def _matches(text: str, query: str) -> list[tuple[int, int]]:
     """Character spans of ``text`` where the query's quoted phrases and words occur, in order,
-    compared as the text index compares them: NFKC-folded and lowercased (words of one
+    compared as the text index compares them: NFKC-folded, letters folded (``sinks.text.base.LETTER_FOLDS``)
+    and lowercased (words of one
     character only inside a phrase), over whole terms: `log` is marked in `log in` and
     `snake_log`, not inside `login` or `catalog`, which the index does not find by it (but
     inside 数据库 for 数据, each of whose characters is a term). A span always covers whole
@@ -243,11 +244,16 @@ def _in_term(character: str) -> bool:
 
 
 def _fold(text: str) -> str:
-    return unicodedata.normalize("NFKC", text).lower()
+    """``text`` NFKC-folded, its letters folded and lowercased as the text index reads them: a
+    query's ``ΟΔΟΣ`` lowercased whole was ``οδος``, the text's ``ΟΔΟΣ`` letter by letter
+    ``οδοσ``, and the word the index found was not marked."""
+    from sinks.text.base import letters_folded, lower_term
+
+    return lower_term(letters_folded(unicodedata.normalize("NFKC", text)))
 
 
 def _folded(text: str) -> tuple[str, list[int], list[int]]:
-    """``text`` as the index reads it (NFKC, lowercased) and, for each of its characters, where
+    """``text`` as the index reads it (NFKC, letters folded, lowercased) and, for each of its characters, where
     the letter it came from starts and ends in ``text``. The index matched `café` in a text that
     spells it `cafe` and a combining accent (macOS file names), or ＡＢＣ in full width, and the
     snippet marked nothing and, with no match to centre on, could show none of it; lowercasing
@@ -327,7 +333,7 @@ def _window(text: str, matches: list[tuple[int, int]]) -> int:
     from collections import Counter
 
     span = _SNIPPET_CHARS - _SNIPPET_CHARS // 5
-    words = [text[a:b].lower() for a, b in matches]
+    words = [_fold(text[a:b]) for a, b in matches]  # one word however it is spelled (ёлку, елку)
     inside: Counter[str] = Counter()
     best, start, end = (0, 0), 0, 0
     for first, (position, _) in enumerate(matches):  # two pointers: each match enters and leaves once

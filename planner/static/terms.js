@@ -1,6 +1,8 @@
 // Where the query's words occur in a hit's text, for the search page to mark them. The words
-// are the text index's terms (sinks/text/base.py, analyzer json-strings+no-ansi+nfkc+words+spaceless-chars/6):
-// of the NFKC form of the text (full-width letters, ligatures, half-width kana folded), lowercased
+// are the text index's terms (sinks/text/base.py, analyzer json-strings+no-ansi+nfkc+letter-folds+words+spaceless-chars/7):
+// of the NFKC form of the text (full-width letters, ligatures, half-width kana folded) with the
+// letters of LETTER_FOLDS written as their plain ones (ё as е, ß as ss, Greek accents and Arabic
+// and Hebrew vowel points dropped), lowercased
 // runs of letters and digits (Unicode's Alphabetic, so with the vowel signs of Devanagari and the
 // other Indic scripts, as tantivy reads them), except that each Chinese, Japanese or Korean
 // character, and each Thai, Lao, Myanmar or Khmer letter, is a term of its own, since those
@@ -21,9 +23,23 @@ const CJK = "\u0E01-\u0E3A\u0E40-\u0E46\u0E4D\u0E50-\u0E59"
   + "\u{2EBF0}-\u{2EE5D}\u{2F800}-\u{2FA1D}\u{30000}-\u{3134A}";
 const WORD = new RegExp(`[${CJK}]|(?:(?![${CJK}])[\\p{Alphabetic}\\p{N}])+`, "gu");
 const HAS_CJK = new RegExp(`[${CJK}]`, "u");
+// sinks.text.base.LETTER_FOLDS: a character matching FOLDABLE is written as FOLDS gives it, or
+// dropped (the Arabic and Hebrew vowel points).
+const FOLDS = {
+  "ё": "е", "Ё": "Е", "ς": "σ",
+  "ά": "α", "έ": "ε", "ή": "η", "ί": "ι", "ό": "ο", "ύ": "υ", "ώ": "ω", "ΐ": "ι", "ΰ": "υ", "ϊ": "ι", "ϋ": "υ",
+  "Ά": "Α", "Έ": "Ε", "Ή": "Η", "Ί": "Ι", "Ό": "Ο", "Ύ": "Υ", "Ώ": "Ω", "Ϊ": "Ι", "Ϋ": "Υ",
+  "İ": "I", "ß": "ss", "ẞ": "ss",
+};
+const FOLDABLE = /[ёЁςάέήίόύώΐΰϊϋΆΈΉΊΌΎΏΪΫİßẞ\u064B-\u0652\u0640\u0591-\u05BD\u05BF\u05C1\u05C2\u05C4\u05C5\u05C7]/gu;
+
+// NFKC, then the letter folds, as sinks.text.base.folded reads text.
+function fold(text) {
+  return text.normalize("NFKC").replace(FOLDABLE, (character) => FOLDS[character] || "");
+}
 
 function words(text) {
-  return [...(text || "").normalize("NFKC").matchAll(WORD)].map((m) => lower(m[0]));
+  return [...fold(text || "").matchAll(WORD)].map((m) => lower(m[0]));
 }
 
 // Split, then lowercase character by character, as tantivy does: İ lowercases to i and a
@@ -54,7 +70,7 @@ function queryTerms(query) {
   return { terms, phrases };
 }
 
-// text as the index reads it (NFKC) and, for each UTF-16 unit of that, where the character it
+// text as the index reads it (NFKC, letters folded) and, for each UTF-16 unit of that, where the character it
 // came from (with the marks after it) starts and ends in text. Words are found in the folded
 // text, as the index finds them, and marked over the characters they came from: split before
 // folding, "cafe" + a combining accent (as macOS writes file names) was the word "cafe" and an
@@ -66,7 +82,7 @@ function folded(text) {
   // A character, the marks after it and, after a Hangul initial, the vowel and final jamo
   // that NFKC composes with it into one syllable.
   for (const m of (text || "").matchAll(/[^\p{M}\u1160-\u11FF][\p{M}\u1160-\u11FF]*|[\p{M}\u1160-\u11FF]+/gsu)) {
-    const piece = m[0].normalize("NFKC");
+    const piece = fold(m[0]);
     out += piece;
     for (let i = 0; i < piece.length; i++) {
       starts.push(m.index);

@@ -12,7 +12,9 @@ quote makes a phrase of the rest of the query.
 
 The analyzer (:data:`ANALYZER`, recorded in every text generation's manifest and in a marker
 file inside the index) reads text with its JSON string literals decoded (:func:`json_unescaped`),
-its terminal escape sequences as spaces and folded to NFKC: lowercased runs of letters and digits (with the marks Unicode counts as
+its terminal escape sequences as spaces, folded to NFKC and with the letters of
+:data:`LETTER_FOLDS` written as their plain ones (``ё`` as ``е``, a final ``ς`` as ``σ``, ``ß``
+as ``ss``, Greek accents and Arabic and Hebrew vowel points dropped): lowercased runs of letters and digits (with the marks Unicode counts as
 letters, as tantivy splits: ``sinks.text.letters``), except that every character of
 a script written without spaces is a token of its own: Chinese, Japanese, Korean (Han, kana,
 Hangul syllables) and the Southeast Asian scripts Thai, Lao, Myanmar and Khmer. Such scripts
@@ -44,6 +46,7 @@ __all__ = [
     "ANALYZER",
     "ANALYZER_MARKER",
     "CJK_RANGES",
+    "LETTER_FOLDS",
     "MAX_TOKEN_BYTES",
     "SOUTHEAST_ASIAN_RANGES",
     "SPACELESS_RANGES",
@@ -61,6 +64,7 @@ __all__ = [
     "dedupe_last_wins",
     "folded",
     "json_unescaped",
+    "letters_folded",
     "lower_term",
     "parse_query",
     "text_digest",
@@ -75,7 +79,7 @@ __all__ = [
 # tantivy's default.
 MAX_TOKEN_BYTES = 65
 
-ANALYZER = "json-strings+no-ansi+nfkc+words+spaceless-chars/6"
+ANALYZER = "json-strings+no-ansi+nfkc+letter-folds+words+spaceless-chars/7"
 """The text analyzer's identity. Version 1 (no marker) kept a run of CJK characters as one
 token, so no substring of it could be found; version 2 (``words+cjk-chars/2``) did the same to
 Thai, Lao, Myanmar and Khmer; version 3 (``words+spaceless-chars/3``) did not fold Unicode
@@ -85,7 +89,9 @@ tokens of 40 bytes or more, so no commit hash could be searched; version 5
 (``nfkc+words+spaceless-chars/5``) read the escapes of JSON strings as letters, so in a tool's JSON
 output ``"Draft\\n\\nUse the tool"`` held the word ``nuse`` and no ``use``, and
 ``"\\u043f\\u044f\\u0442"`` the words ``u043f`` … instead of ``пят``, and coloured output
-``ESC[31mFAILED`` the word ``31mfailed``. An index of another
+``ESC[31mFAILED`` the word ``31mfailed``; version 6 (``json-strings+no-ansi+nfkc+words+spaceless-chars/6``)
+kept the spellings of :data:`LETTER_FOLDS` apart, so ``елка`` found no ``ёлка``, ``οδος`` no
+``ΟΔΟΣ``, ``istanbul`` no ``İstanbul``, ``strasse`` no ``Straße`` and ``محمد`` no ``مُحَمَّد``. An index of another
 analyzer is refused with the remedy (``usl rebuild text``), never searched with the wrong terms."""
 ANALYZER_MARKER = "usl-analyzer.json"
 CJK_RANGES: tuple[tuple[int, int], ...] = (
@@ -301,12 +307,49 @@ def folded(text: str) -> str:
     """``text`` as the analyzer reads it, its first steps: :func:`json_unescaped`, terminal
     escape sequences out (:func:`without_ansi`), then Unicode normal form NFKC: a letter and its
     combining accent become one letter (``cafe\u0301`` → ``café``), compatibility forms their
-    plain ones (full-width ``ＡＢＣ``, ligatures, half-width katakana). ``text`` itself (the same
-    object) when it is already folded."""
+    plain ones (full-width ``ＡＢＣ``, ligatures, half-width katakana); then the letters of
+    :data:`LETTER_FOLDS` as their plain letters (:func:`letters_folded`). ``text`` itself (the
+    same object) when it is already folded."""
     text = without_ansi(json_unescaped(text))
-    if text.isascii() or unicodedata.is_normalized("NFKC", text):
+    if text.isascii():
         return text
-    return unicodedata.normalize("NFKC", text)
+    if not unicodedata.is_normalized("NFKC", text):
+        text = unicodedata.normalize("NFKC", text)
+    return letters_folded(text)
+
+
+LETTER_FOLDS: dict[str, str] = {
+    # Russian writes ё as е in all but dictionaries and primers, and agents write either
+    # (ещё, еще): a query for елка found no ёлка, Алена no Алёна.
+    "ё": "е", "Ё": "Е",
+    # Greek: a word-final sigma is σ in capitals (ΟΔΟΣ lowercases to οδοσ), and capitals drop
+    # the tonos, so the lowercase οδός, ΔΙΑΚΟΜΙΣΤΗΣ's own word διακομιστής, matched neither;
+    # the tonos and dialytika go (Lucene's GreekLowerCaseFilter does the same).
+    "ς": "σ",
+    "ά": "α", "έ": "ε", "ή": "η", "ί": "ι", "ό": "ο", "ύ": "υ", "ώ": "ω", "ΐ": "ι", "ΰ": "υ", "ϊ": "ι", "ϋ": "υ",
+    "Ά": "Α", "Έ": "Ε", "Ή": "Η", "Ί": "Ι", "Ό": "Ο", "Ύ": "Υ", "Ώ": "Ω", "Ϊ": "Ι", "Ϋ": "Υ",
+    # Turkish capital İ lowercases to i and a combining dot, so İstanbul was no istanbul and
+    # İSTANBUL found no istanbul (Lucene lowercases it to i).
+    "İ": "I",
+    # German capitals write ß as SS (GRÖSSE, STRASSE), and Swiss German always does.
+    "ß": "ss", "ẞ": "ss",
+    # Arabic vowel marks (harakat: tanwin, fatha, damma, kasra, shadda, sukun) and the
+    # stretching tatweel, and Hebrew points (niqqud, dagesh, the shin and sin dots, cantillation):
+    # written in some texts and almost never typed, so مُحَمَّد was no محمد, שָׁלוֹם no שלום
+    # (Lucene's ArabicNormalizationFilter drops the same Arabic marks).
+    **dict.fromkeys(map(chr, range(0x064B, 0x0653)), ""), "\u0640": "",
+    **dict.fromkeys(map(chr, [*range(0x0591, 0x05BE), 0x05BF, 0x05C1, 0x05C2, 0x05C4, 0x05C5, 0x05C7]), ""),
+}
+"""Letters the analyzer writes as others (analyzer 7), after NFKC and before words are split:
+spellings of one word that readers take for the same and keyboards rarely type alike. Latin
+accents are kept (``año`` is not ``ano``, and Vietnamese is mostly accents)."""
+_LETTER_TABLE = str.maketrans(LETTER_FOLDS)
+_FOLDABLE = re.compile("[" + "".join(LETTER_FOLDS) + "]")
+
+
+def letters_folded(text: str) -> str:
+    """``text`` with :data:`LETTER_FOLDS` applied; ``text`` itself when it holds none of them."""
+    return text.translate(_LETTER_TABLE) if _FOLDABLE.search(text) else text
 
 
 # One JSON string literal, exactly as JSON writes one: no raw control characters, no escapes

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sinks.text.base import MAX_TOKEN_BYTES, analyze_text
+from sinks.text.base import LETTER_FOLDS, MAX_TOKEN_BYTES, analyze_text
 
 TERMS_JS = Path(__file__).resolve().parents[2] / "planner" / "static" / "terms.js"
 NODE = shutil.which("node")
@@ -61,7 +61,7 @@ def test_cjk_query_words_mark_their_substring() -> None:
 
 
 _ALPHABET = st.sampled_from([*"abcXYZ019 _-.:，。\n数据库連接ファイルがエラーー々〇가나éßΩฐานข้อมูล๑ຂໍ້ချိတ်ភ្ជាប់"
-                             "डेटाबेस्ंডাটাবেসதரவுத்مَرْحَبًاⒶİΣΊΟΔ・゠゛゜･ﾞﾟ", "𠀀", "ｶ", "\u3099"])
+                             "डेटाबेस्ंডাটাবেসதரவுத்مَرْحَبًاⒶİΣΊΟΔ・゠゛゜･ﾞﾟ", "𠀀", "ｶ", "\u3099", *LETTER_FOLDS])
 
 
 @settings(max_examples=20, deadline=None)
@@ -103,6 +103,16 @@ def test_any_normal_form_of_a_text_marks_the_same_words(texts: list[str]) -> Non
     for composed, decomposed in zip(marked[::2], marked[1::2], strict=True):
         assert [unicodedata.normalize("NFKC", word) for word in decomposed] == [
             unicodedata.normalize("NFKC", word) for word in composed]
+
+
+def test_spellings_the_index_folds_are_marked_over_what_they_came_from() -> None:
+    """The index reads ё as е, a final ς as σ, İ as I, ß as ss and drops Greek accents and
+    Arabic and Hebrew vowel points (analyzer 7): what it finds is marked, over the letters as written."""
+    text = "Ещё ёлку; ο ΔΙΑΚΟΜΙΣΤΗΣ στην ΟΔΟΣ; İstanbul, Größe; مُحَمَّد الـعـربـيـة; שָׁלוֹם"
+    marked = run(*[["termRanges", text, query] for query in
+                   ("елку еще", "οδος", '"ο διακομιστής"', "istanbul", "GRÖSSE", "محمد العربية", "שלום")])
+    assert marked == [["Ещё", "ёлку"], ["ΟΔΟΣ"], ["ο ΔΙΑΚΟΜΙΣΤΗΣ"], ["İstanbul"], ["Größe"],
+                      ["مُحَمَّد", "الـعـربـيـة"], ["שָׁלוֹם"]]
 
 
 def test_every_double_quotation_mark_quotes_a_phrase_as_the_planner_reads_it() -> None:

@@ -409,7 +409,7 @@ _TANTIVY = TantivyEngine()
 
 @settings(max_examples=300, deadline=None)
 @given(text=st.text(st.characters(blacklist_categories=("Cs", "Cn")), max_size=60)
-       | st.text(st.sampled_from("aा्ंँ़ািু ाׁ٘ Ⓐ𑀸数ค้ _-"), max_size=30))
+       | st.text(st.sampled_from("aा्ंँ़ািু ाׁ٘ Ⓐ𑀸数ค้ _-ёЁςΣάΐİßẞـּً֑"), max_size=30))
 def test_tantivy_and_the_python_analyzer_read_any_text_alike(text: str):
     """Found on a Hindi session: the planner's analyzer (tail scans, whoosh) split डेटाबेस at
     every vowel sign (Python's \\w has no combining marks), while the tantivy index held it
@@ -447,7 +447,7 @@ def test_engines_and_the_planner_analyze_alike():
     tantivy_engine, whoosh_engine = TantivyEngine(), WhooshEngine()
     samples = [*CJK_DOCS.values(), "Привет мир", "café crème", "x² ½ ①", "🙂 emoji 𠀀𠀁 々ー",
                "a" * 45 + "数" + "b" * 39, "ＡＢＣ ｶﾀｶﾅ", "tab\tand\nnewline_under", "cafe\u0301 nai\u0308ve ﬁle",
-               "ภาษาไทยคำ", "İstanbul ΣΊΣΥΦΟΣ σίσυφος ẞ", "नमस्ते डेटाबेस", *JSON_DOCS.values()]
+               "ภาษาไทยคำ", "İstanbul ΣΊΣΥΦΟΣ σίσυφος ẞ", "नमस्ते डेटाबेस", *(text for text, _ in SPELLINGS.values()), *JSON_DOCS.values()]
     for text in samples:
         expected = analyze_text(text)
         assert tantivy_engine.analyze(text) == expected, text
@@ -895,4 +895,45 @@ def test_a_kana_phrase_across_a_middle_dot_matches_in_the_tail_as_in_the_index(t
         tail = {chunk_id for chunk_id, text in (("c1", "コード・レビューを依頼しました"),
                                                 ("c2", "データベース・マイグレーション"))
                 if matches(clauses_of(query), text)}
+        assert indexed == tail, query
+
+
+# A word as one text writes it and as a reader types it (analyzer 7, sinks.text.base.LETTER_FOLDS).
+SPELLINGS = {
+    "ru": ("Ещё раз проверь ёлку зависимостей, Алёна", ("елку", "ЕЛКУ", "еще", "Алена", '"еще раз"')),
+    "el": ("Σφάλμα: ο ΔΙΑΚΟΜΙΣΤΗΣ δεν απαντά στην ΟΔΟΣ", ("οδος", "οδός", "διακομιστής", "απαντα", '"ο διακομιστης"')),
+    "tr": ("İstanbul'daki sunucuya bağlanılamadı, İZMİR", ("istanbul", "ISTANBUL", "izmir", "İzmir")),
+    "de": ("Die Größe der Datei; die Straße wurde nicht gefunden", ("GRÖSSE", "grösse", "strasse", "STRASSE")),
+    "ar": ("مُحَمَّد كتب: الـعـربـيـة", ("محمد", "العربية")),
+    "he": ("שָׁלוֹם עוֹלָם", ("שלום", '"שלום עולם"')),
+}
+
+
+def test_spellings_readers_take_for_one_word_find_each_other(engine: TextEngine, index_dir: Path):
+    """Found searching real sessions with Russian, Greek, Turkish, German, Arabic and Hebrew
+    written into them: `елку` found no `ёлку` (Russian writes ё as е almost always), `οδος` no
+    `ΟΔΟΣ` (a capital final sigma was indexed as σ, the typed word holds ς), `istanbul` no
+    `İstanbul` (lowercased to i and a combining dot), `strasse` and `GRÖSSE` no `Straße` and
+    `Größe`, `محمد` no `مُحَمَّد`, `שלום` no `שָׁלוֹם` (vowel points nobody types)."""
+    engine.add(index_dir, [chunk(name, text) for name, (text, _) in SPELLINGS.items()]
+               + [chunk("latin", "el año pasado, château")])
+    for name, (text, queries) in SPELLINGS.items():
+        for query in (*queries, text):
+            hits = ids(engine.search(index_dir, query, limit=5))
+            assert hits[:1] == [name], (query, hits)
+    # Latin accents stay apart: año is not ano, and Vietnamese is mostly accents.
+    assert ids(engine.search(index_dir, "ano", limit=5)) == []
+    assert "Ещё" in engine.fetch_texts(index_dir, ["ru"])["ru"]  # type: ignore[attr-defined]
+
+
+def test_folded_letters_match_in_the_tail_as_in_the_index(tmp_path: Path):
+    from planner.local import clauses_of, matches
+
+    engine = TantivyEngine()
+    index_dir = tmp_path / "index"
+    engine.create(index_dir)
+    engine.add(index_dir, [chunk(name, text) for name, (text, _) in SPELLINGS.items()])
+    for query in itertools.chain.from_iterable(queries for _, queries in SPELLINGS.values()):
+        indexed = {hit.chunk_id for hit in engine.search(index_dir, query, limit=10)}
+        tail = {name for name, (text, _) in SPELLINGS.items() if matches(clauses_of(query), text)}
         assert indexed == tail, query
