@@ -329,8 +329,9 @@ LETTER_FOLDS: dict[str, str] = {
     "ά": "α", "έ": "ε", "ή": "η", "ί": "ι", "ό": "ο", "ύ": "υ", "ώ": "ω", "ΐ": "ι", "ΰ": "υ", "ϊ": "ι", "ϋ": "υ",
     "Ά": "Α", "Έ": "Ε", "Ή": "Η", "Ί": "Ι", "Ό": "Ο", "Ύ": "Υ", "Ώ": "Ω", "Ϊ": "Ι", "Ϋ": "Υ",
     # Turkish capital İ lowercases to i and a combining dot, so İstanbul was no istanbul and
-    # İSTANBUL found no istanbul (Lucene lowercases it to i).
-    "İ": "I",
+    # İSTANBUL found no istanbul (Lucene lowercases it to i); and Turkish writes ı's capital I,
+    # which lowercases to i, so Diyarbakır was no DİYARBAKIR and ısparta no ISPARTA.
+    "İ": "I", "ı": "i",
     # German capitals write ß as SS (GRÖSSE, STRASSE), and Swiss German always does.
     "ß": "ss", "ẞ": "ss",
     # Arabic vowel marks (harakat: tanwin, fatha, damma, kasra, shadda, sukun) and the

@@ -409,7 +409,7 @@ _TANTIVY = TantivyEngine()
 
 @settings(max_examples=300, deadline=None)
 @given(text=st.text(st.characters(blacklist_categories=("Cs", "Cn")), max_size=60)
-       | st.text(st.sampled_from("aा्ंँ़ািু ाׁ٘ Ⓐ𑀸数ค้ _-ёЁςΣάΐİßẞـּً֑"), max_size=30))
+       | st.text(st.sampled_from("aा्ंँ़ািু ाׁ٘ Ⓐ𑀸数ค้ _-ёЁςΣάΐİıßẞـּً֑"), max_size=30))
 def test_tantivy_and_the_python_analyzer_read_any_text_alike(text: str):
     """Found on a Hindi session: the planner's analyzer (tail scans, whoosh) split डेटाबेस at
     every vowel sign (Python's \\w has no combining marks), while the tantivy index held it
@@ -902,7 +902,7 @@ def test_a_kana_phrase_across_a_middle_dot_matches_in_the_tail_as_in_the_index(t
 SPELLINGS = {
     "ru": ("Ещё раз проверь ёлку зависимостей, Алёна", ("елку", "ЕЛКУ", "еще", "Алена", '"еще раз"')),
     "el": ("Σφάλμα: ο ΔΙΑΚΟΜΙΣΤΗΣ δεν απαντά στην ΟΔΟΣ", ("οδος", "οδός", "διακομιστής", "απαντα", '"ο διακομιστης"')),
-    "tr": ("İstanbul'daki sunucuya bağlanılamadı, İZMİR", ("istanbul", "ISTANBUL", "izmir", "İzmir")),
+    "tr": ("İstanbul'daki sunucuya bağlanılamadı, DİYARBAKIR", ("istanbul", "ISTANBUL", "Diyarbakır", "BAĞLANILAMADI")),
     "de": ("Die Größe der Datei; die Straße wurde nicht gefunden", ("GRÖSSE", "grösse", "strasse", "STRASSE")),
     "ar": ("مُحَمَّد كتب: الـعـربـيـة", ("محمد", "العربية")),
     "he": ("שָׁלוֹם עוֹלָם", ("שלום", '"שלום עולם"')),
@@ -913,7 +913,7 @@ def test_spellings_readers_take_for_one_word_find_each_other(engine: TextEngine,
     """Found searching real sessions with Russian, Greek, Turkish, German, Arabic and Hebrew
     written into them: `елку` found no `ёлку` (Russian writes ё as е almost always), `οδος` no
     `ΟΔΟΣ` (a capital final sigma was indexed as σ, the typed word holds ς), `istanbul` no
-    `İstanbul` (lowercased to i and a combining dot), `strasse` and `GRÖSSE` no `Straße` and
+    `İstanbul` (lowercased to i and a combining dot), `Diyarbakır` no `DİYARBAKIR`, `strasse` and `GRÖSSE` no `Straße` and
     `Größe`, `محمد` no `مُحَمَّد`, `שלום` no `שָׁלוֹם` (vowel points nobody types)."""
     engine.add(index_dir, [chunk(name, text) for name, (text, _) in SPELLINGS.items()]
                + [chunk("latin", "el año pasado, château")])
