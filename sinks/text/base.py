@@ -91,7 +91,9 @@ output ``"Draft\\n\\nUse the tool"`` held the word ``nuse`` and no ``use``, and
 ``"\\u043f\\u044f\\u0442"`` the words ``u043f`` … instead of ``пят``, and coloured output
 ``ESC[31mFAILED`` the word ``31mfailed``; version 6 (``json-strings+no-ansi+nfkc+words+spaceless-chars/6``)
 kept the spellings of :data:`LETTER_FOLDS` apart, so ``елка`` found no ``ёлка``, ``οδος`` no
-``ΟΔΟΣ``, ``istanbul`` no ``İstanbul``, ``strasse`` no ``Straße`` and ``محمد`` no ``مُحَمَّد``. An index of another
+``ΟΔΟΣ``, ``istanbul`` no ``İstanbul``, ``strasse`` no ``Straße`` and ``محمد`` no ``مُحَمَّد``, and
+it read a JSON string the redaction stage's cut of a long output ends (no closing quote) as its
+escapes, ``u0451u043c``, not ``ём``. An index of another
 analyzer is refused with the remedy (``usl rebuild text``), never searched with the wrong terms."""
 ANALYZER_MARKER = "usl-analyzer.json"
 CJK_RANGES: tuple[tuple[int, int], ...] = (
@@ -354,8 +356,12 @@ def letters_folded(text: str) -> str:
 
 
 # One JSON string literal, exactly as JSON writes one: no raw control characters, no escapes
-# but JSON's (so ``"C:\new\x"`` in prose is not one, nor a Python ``'...'`` string).
-_JSON_STRING = re.compile(r'"[^"\\\x00-\x1f]*(?:\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})[^"\\\x00-\x1f]*)*"')
+# but JSON's (so ``"C:\new\x"`` in prose is not one, nor a Python ``'...'`` string); or one
+# that the redaction stage's cut of a long text ends (streams.redaction.text.clip writes
+# `` … [N bytes]`` after it), maybe inside an escape: the literal is read up to its last whole
+# character. A tool's long JSON output is cut so inside its longest string, its message.
+_JSON_STRING = re.compile(r'"(?P<body>[^"\\\x00-\x1f]*(?:\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})[^"\\\x00-\x1f]*)*)'
+                          r'(?:"|(?:\\(?:u[0-9a-fA-F]{0,3})?)?(?= … \[\d+ bytes\]))')
 # What a decoded literal may hold that no tokenizer should see: control characters (a decoded
 # ``\n``), and surrogates JSON can escape alone (``\ud800``) but UTF-8 cannot encode.
 _UNSPELLABLE = re.compile("[\x00-\x1f\ud800-\udfff]")
@@ -392,8 +398,9 @@ def _decoded_literal(match: re.Match[str]) -> str:
         start -= 1
     if start and text[start - 1] not in "{[,:":
         return literal
-    # The pattern admits only JSON's own syntax, so json reads every match.
-    return f" {_UNSPELLABLE.sub(' ', without_ansi(json.loads(literal)))} "
+    # The pattern admits only JSON's own syntax, so json reads every match (a cut one closed).
+    said = json.loads('"' + match.group("body") + '"')
+    return f" {_UNSPELLABLE.sub(' ', without_ansi(said))} "
 
 
 def cjk_spaced(text: str) -> str:

@@ -373,6 +373,30 @@ def test_a_text_written_as_json_analyzes_as_the_text(text: str, depth: int, asci
     assert [t for t in analyze_text(encoded) if t != "text"] == [t for t in analyze_text(text) if t != "text"]
 
 
+@settings(max_examples=200, deadline=None)
+@given(words=st.lists(st.text(st.characters(whitelist_categories=("L", "Nd")), min_size=1, max_size=8),
+                      min_size=1, max_size=40), data=st.data())
+def test_a_json_output_cut_inside_a_string_holds_its_words_up_to_the_cut(words: list[str], data: st.DataObject):
+    """Found with a tool's JSON error in Russian (Python's json.dumps escapes every non-ASCII
+    character, six bytes a letter): the redaction stage cuts a long output inside its message
+    string (`{"detail": "\u0451\u043c... … [544 bytes]`), the literal had no closing quote, and
+    none of its words, `ёмкость` among them, was indexed. A cut literal is read up to its last
+    whole character."""
+    import json
+
+    from sinks.text.base import analyze_text
+    from streams.redaction.text import clip
+
+    text = " ".join(words)
+    encoded = json.dumps({"message": text})
+    cut = clip(encoded, data.draw(st.integers(40, max(40, len(encoded) + 1))))
+    head, _, note = cut.partition(" … [")
+    kept = max((k for k in range(len(text) + 1) if head.startswith(json.dumps({"message": text[:k]})[:-2])),
+               default=0)
+    expected = ["message", *analyze_text(text[:kept])] if note else analyze_text(encoded)
+    assert analyze_text(cut)[:len(expected)] == expected
+
+
 _SGR = st.builds(lambda codes: "\x1b[" + ";".join(map(str, codes)) + "m", st.lists(st.integers(0, 107), max_size=3))
 
 
