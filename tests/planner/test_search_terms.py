@@ -108,6 +108,8 @@ def test_any_normal_form_of_a_text_marks_the_same_words(texts: list[str]) -> Non
 def test_spellings_the_index_folds_are_marked_over_what_they_came_from() -> None:
     """The index reads ё as е, a final ς as σ, İ as I, ß as ss and drops Greek accents and
     Arabic and Hebrew vowel points (analyzer 7): what it finds is marked, over the letters as written."""
+    every = " ".join(f"a{letter}b {letter}Б" for letter in LETTER_FOLDS)  # each fold, inside a word and at its end
+    assert run(["words", every]) == [analyze_text(every)]
     text = "Ещё ёлку; ο ΔΙΑΚΟΜΙΣΤΗΣ στην ΟΔΟΣ; İstanbul, DİYARBAKIR, Größe; مُحَمَّد الـعـربـيـة; שָׁלוֹם"
     marked = run(*[["termRanges", text, query] for query in
                    ("елку еще", "οδος", '"ο διακομιστής"', "istanbul diyarbakır", "GRÖSSE", "محمد العربية", "שלום")])
