@@ -22,7 +22,7 @@ from streams.redaction.vendors import ported_rule_names, vendor_rule
 
 __all__ = ["ACCOUNT_ROW_RULE", "CREDENTIAL_COLON_RULE", "CREDENTIAL_PAIR_RULE", "CREDENTIAL_SPACE_RULE", "DEVICE_SECRET_RULES",
            "LOGIN_PAIR_RULE",
-           "AssignmentRule", "PasswordBeforeRule", "bare_secret", "passphrase_words"]
+           "NAMED_ABOVE_RULE", "AssignmentRule", "PasswordBeforeRule", "bare_secret", "passphrase_words"]
 
 _NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 # Where a candidate starts: each keyword is searched literally in the lower-cased text.
@@ -1049,3 +1049,79 @@ class PasswordBeforeRule(Rule):
         if value.isupper() or (value.islower() and value.isalnum()):
             return None  # SHA256, md5sum2: names of things a password is made with, not one
         return before.start("value"), before.end("value"), _PROSE
+
+
+# 2.15: a secret alone on the line after a sentence that names it ("Here is your new API key:",
+# "The database password is" / `value` / "(keep it safe)"): the prose readings stop at the line's
+# end. The naming line is a sentence (no code's `= { } ; < >`, no `for` / `if` / `def` leading it)
+# whose secret word is followed only by connecting words or a parenthesis before `:` or a final
+# is / are / was (a word before it or after it: `password:` alone is YAML's); the next line is one token and nothing else (a bullet, backticks or bold around
+# it), judged as after the word on one line but shaped as a secret: a letter and a digit.
+_ABOVE_WORDS = ("pass", "pwd", "secret", "token", "key", "credential", "creds")
+_ABOVE_CONNECTORS = (*_PASSWORD_CONNECTORS, "below", "follows", "following", "generated", "created", "issued", "initial",
+                     "temporary", "default", "one-time")
+_NAMED_ABOVE = re.compile(
+    r"(?P<word>passw(?:or)?ds?|passphrase|passcode|pwd|tokens?|secrets?|keys?|credentials?|creds)"
+    r"(?![A-Za-z0-9_-])(?P<rest>(?:[ \t]+(?:(?:" + "|".join(_ABOVE_CONNECTORS) + r")(?![A-Za-z0-9_-])|\([^()\r\n]{1,48}\)))*)"
+    r"(?P<colon>[ \t]*[:\uff1a])?(?:\*\*|__)?[ \t]*\r?\n(?:[ \t]*\r?\n)?"
+    r"[ \t]*(?:[-*>][ \t]+)?(?:\*\*)?(?P<q>[`\"']?)(?P<value>[^\s`\"'][^\s`\"']{5,255})(?P=q)(?:\*\*)?[ \t]*\r?(?=\n|\Z)",
+    re.ASCII | re.IGNORECASE,
+)
+_CODE_LINE = re.compile(r"[ \t]*(?:for|if|elif|while|def|case|with|class|except|else|return|switch|function|fn|match)\b"
+                        r"|[^\r\n]*[={};<>]", re.ASCII)
+_FILE_NAME = re.compile(r"[^\s]+\.(?:json|ya?ml|txt|pem|key|env|py|js|ts|md|sh|toml|ini|cfg|conf|log|csv|crt|p12)", re.ASCII | re.IGNORECASE)
+_TOKEN_SHAPED = re.compile(r"[A-Za-z0-9_+/=.~-]{8,256}", re.ASCII)
+
+
+def _named_above(match: re.Match[str]) -> bool:
+    text, value = match.string, match.group("value")
+    rest = match.group("rest").split()
+    if match.group("colon") is None and (not rest or rest[-1].lower() not in ("is", "are", "was", "were")):
+        return False
+    line_start = text.rfind("\n", 0, match.start()) + 1
+    if _CODE_LINE.match(text, line_start, match.start()) or _inside_marker(text, match.start()):
+        return False
+    if not text[line_start: match.start()].strip(" \t#*-") and not rest:
+        return False  # a YAML key (`password:` over a list or a value): no sentence names it
+    if match.start() > line_start and (text[match.start() - 1].isalnum() or text[match.start() - 1] in "_$.-"):
+        return False  # inside a longer name (DB_PASSWORD:, monkey:)
+    if is_marker_at(value, 0) or is_placeholder(value, quoted=False) or _NAME_EQUALS.match(value) or _FILE_NAME.fullmatch(value):
+        return False
+    word = match.group("word")
+    if word.lower().startswith("key"):
+        before = _WORD_BEFORE.search(text, max(line_start, match.start() - 32), match.start())
+        word = f"{before.group(1)} {word}" if before else word  # "API key", "secret key"; "primary key" is none
+    kind = name_class(word)
+    if kind == "password":
+        return _password_in_prose(value) and any(c.isdigit() for c in value)
+    if kind is None or not any(c.isdigit() for c in value) or not any(c.isalpha() for c in value):
+        return False  # "primary key:", a word, a number
+    if looks_random(value):
+        return True
+    if kind != "secret" or _TOKEN_SHAPED.fullmatch(value) is None:
+        return False  # a bare "key:" gives away only random values
+    return not (_IDENTIFIER.fullmatch(value) or _SHORT_NAME.fullmatch(value) or _VERSION.fullmatch(value)
+                or (_HEX_OR_NUMBER.fullmatch(value) and len(value) <= 12))
+
+
+# How a naming line ends: `in` tests (C speed) before the secret words are each tried, as most texts
+# holding "key" or "token" have no such line. Spaces before the break are rare enough to test too.
+_NAMING_ENDS = (":\n", ":\r", ": \n", "\uff1a", " is\n", " is\r", " is \n", " are\n", " was\n", " were\n", "**\n", "__\n")
+
+
+class _NamedAboveRule(RegexRule):
+    def fingerprint(self) -> list[str]:
+        return [*super().fingerprint(), *_NAMING_ENDS, _CODE_LINE.pattern, _FILE_NAME.pattern, _TOKEN_SHAPED.pattern]
+
+    def apply(self, scan: Scan, hits: dict[str, int]) -> str:
+        text = scan.text
+        if not any(end in text for end in _NAMING_ENDS):
+            return text
+        return super().apply(scan, hits)
+
+
+NAMED_ABOVE_RULE = _NamedAboveRule(
+    name=_PROSE, lower_triggers=_ABOVE_WORDS, needs=frozenset("\n"), anchored=True, group="value", check=_named_above,
+    description="a secret alone on the line after a sentence naming it (\"Here is your API key:\" / VALUE) (2.15)",
+    pattern=_NAMED_ABOVE,
+)

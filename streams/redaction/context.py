@@ -814,6 +814,7 @@ _PASSWORD_ELSEWHERE = RegexRule(
 # The scheme's slashes may be JSON-escaped (PHP's json_encode writes ``https:\/\/``, others
 # ``\u002f``) in a tool's output. A password may hold a "#": no host:port is followed by "#" and
 # then "@" before any "/", so only a password makes that shape.
+_URL_CHAR = r"(?:[^\s/?@\"'<>]|\?(?![A-Za-z0-9_.%-]*=))"
 URL_PASSWORD_RULE = RegexRule(
     name="url-password",
     repass=False,
@@ -821,8 +822,14 @@ URL_PASSWORD_RULE = RegexRule(
     triggers=("://", ":\\/\\/", ":\\u002f\\u002f", ":\\u002F\\u002F"),
     description="password in scheme://user:password@host (database, broker and HTTP URLs), also JSON-escaped",
     pattern=re.compile(
-        r":(?<=[A-Za-z0-9]:)(?:/|\\/|\\u002[fF])(?:/|\\/|\\u002[fF])(?P<user>[^\s/?#@:\"'<>\[]*):"
-        r"(?P<value>[^\s/?@\"'<>]+(?:/[^\s/?@\"'<>]+)*)@(?=[A-Za-z0-9\[])",
+        r":(?<=[A-Za-z0-9]:)(?:/|\\/|\\u002[fF])(?:/|\\/|\\u002[fF])(?P<user>[^\s/?#:\"'<>\[]*):"
+        # 2.15: a user or a password holding "@" written raw (https://bob@corp.com:pw@host/,
+        # https://u:p@ss@host/): the authority ends at its last "@", as URL parsers read it, so
+        # the password runs to the "@" after which no other stands before the path. Tried first;
+        # without a second "@" the 2.9 reading below.
+        # A "?" in the password too where no query (`?name=`) starts, and not after a port (_url_password_slash).
+        r"(?P<value>" + _URL_CHAR + r"*(?:@" + _URL_CHAR + r"*)+(?=@[A-Za-z0-9\[][^\s/?@\"'<>]*(?![^\s/?\"'<>]))"
+        r"|" + _URL_CHAR + r"+(?:/[^\s/?@\"'<>]+)*)@(?=[A-Za-z0-9\[])",
         re.ASCII,
     ),
     group="value",
@@ -833,10 +840,14 @@ URL_PASSWORD_RULE = RegexRule(
 
 
 def _url_password_slash(match: re.Match[str]) -> bool:
-    """A "/" in a URL's password (2.9): a base64 or hand-typed password written unescaped
+    """A "/" (2.9) or a "?" (2.15) in a URL's password: a base64 or hand-typed password written unescaped
     (mysql://root:Tr0ub/4d@db), not a host's port and path before an "@" in the path
     (http://localhost:3000/@vite/client, https://host:8080/users/@me)."""
     value = match.group("value")
+    if "?" in value:
+        # 2.15: "Pa?ss10" is a password; localhost:3000?next=a@b is a port and a query.
+        if value.partition("?")[0].isdigit():
+            return False
     if "/" not in value:
         return True
     return "." not in match.group("user") and _PORT_OR_ROUTE.match(value) is None and "#/" not in value
@@ -857,7 +868,9 @@ class DsnPasswordRule(Rule):
     it: ``email:bob42@example.com``, ``mailto:``, ``git@github.com:org/repo``, ``scp user@host:path``
     and ``nginx:1.25@sha256:…`` stay."""
 
-    _before = re.compile(r"(?:^|(?<=[\s\"'=(,;`]))(?P<user>[A-Za-z_][A-Za-z0-9_.-]{0,63}):(?P<value>[^\s/@\"'<>`]{1,128})\Z", re.ASCII)
+    # 2.15: an "@" inside the password (`app:p@ss99@db:5432`): read back from the last "@", whose
+    # host the checks below judge; an earlier "@" has no port or path after its "host".
+    _before = re.compile(r"(?:^|(?<=[\s\"'=(,;`]))(?P<user>[A-Za-z_][A-Za-z0-9_.-]{0,63}):(?P<value>[^\s/\"'<>`]{1,128})\Z", re.ASCII)
     _go = re.compile(r"(?:tcp|udp|unix)\(", re.ASCII)
     _host = re.compile(r"(?P<host>[A-Za-z0-9][A-Za-z0-9.-]{0,252})(?P<after>:[0-9]{2,5}\b|/)?", re.ASCII)
     _ip = re.compile(r"[0-9]{1,3}(?:\.[0-9]{1,3}){3}", re.ASCII)

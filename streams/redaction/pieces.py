@@ -139,6 +139,9 @@ _B64_ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789
 _B64_CLASSES = bytes(ord("b") if byte in _B64_ALPHABET else ord(" ") for byte in range(256))
 _B64_CANDIDATE = re.compile(b"b" * 15 + b"b+")  # a literal head: the engine skips ahead in C
 _LONGEST_CANDIDATE = 400
+# 2.15: the base64 of a whole `.env` or JSON config runs past 400 (`echo … | base64 -d > .env`, a CI
+# variable, a Secret's data): longer candidates, up to 64 KiB, are read as an encoded assignment only.
+_LONGEST_ENCODED_FILE = 65536
 # Every fourth character of the base64 of printable text encodes a byte's top six bits: 8-31.
 _PRINTABLE_LEADS = "IJKLMNOPQRSTUVWXYZabcdef"
 _USER_PASSWORD = re.compile(rb"(?P<user>[A-Za-z0-9._@+\\-]{1,64}):(?P<password>[\x21-\x7e]{6,128})", re.ASCII)
@@ -210,7 +213,7 @@ class EncodedSecretRule(Rule):
         super().__init__(name="basic-auth", description="base64 of user:password standing alone; Bitcoin WIF keys (2.13)")
 
     def fingerprint(self) -> list[str]:
-        return [*super().fingerprint(), _B64_CLASSES.decode("latin-1"), _B64_CANDIDATE.pattern.decode(), str(_LONGEST_CANDIDATE),
+        return [*super().fingerprint(), _B64_CLASSES.decode("latin-1"), _B64_CANDIDATE.pattern.decode(), str(_LONGEST_CANDIDATE), str(_LONGEST_ENCODED_FILE), *map(str, _WRAP_WIDTHS), _wrapped_encoded_file.__qualname__,
                 _PRINTABLE_LEADS, _USER_PASSWORD.pattern.decode(), _NOT_A_PASSWORD.pattern.decode(), _B58,
                 _credentials.__qualname__, _wif.__qualname__, _TEXT_LEADS, _ENCODED_ASSIGNMENT.pattern, _encoded_assignment.__qualname__]
 
@@ -222,11 +225,13 @@ class EncodedSecretRule(Rule):
         if not scan.has_long_token():
             return text
         found = []
+        runs = []
         for candidate in _B64_CANDIDATE.finditer(scan.ascii_bytes().translate(_B64_CLASSES)):
             start, end = candidate.span()
+            runs.append((start, end))
             length = end - start
-            if length > _LONGEST_CANDIDATE or (length % 4 and not 51 <= length <= 52 and text[end - 1] != "="
-                                               and text.find("=", start, end) == -1):
+            if length > _LONGEST_ENCODED_FILE or (length % 4 and not 51 <= length <= 52 and text[end - 1] != "="
+                                                  and text.find("=", start, end) == -1):
                 continue  # base64 credentials come in fours; a WIF key is 51 or 52 long
             inner = text.find("=", start, end)
             if inner != -1:
@@ -236,13 +241,41 @@ class EncodedSecretRule(Rule):
                     inner = text.rfind("=", start, inner)
                 start = start if inner == -1 else inner + 1
             value = text[start:end]
-            if _credentials(value):
+            if end - start > _LONGEST_CANDIDATE:
+                # 2.15: only a whole encoded file (an .env, a JSON config) is this long.
+                if _encoded_assignment(value):
+                    found.append((start, end, "secret-assignment"))
+            elif _credentials(value):
                 found.append((start, end, "basic-auth"))
             elif _wif(value):
                 found.append((start, end, "bitcoin-private-key"))
             elif _encoded_assignment(value):
                 found.append((start, end, "secret-assignment"))
+        found += _wrapped_encoded_file(text, runs)
         return replace_spans(text, found, hits) if found else text
+
+
+# 2.15: `base64 FILE` wraps its output at 76 columns (`openssl base64` at 64), so an encoded .env
+# printed by a tool is lines of one width and a shorter last one, none of which decodes to a whole
+# assignment. Runs of those widths on consecutive lines are joined and read as one.
+_WRAP_WIDTHS = (64, 76)
+
+
+def _wrapped_encoded_file(text: str, runs: list[tuple[int, int]]) -> list[tuple[int, int, str]]:
+    found: list[tuple[int, int, str]] = []
+    index = 0
+    while index < len(runs):
+        width = runs[index][1] - runs[index][0]
+        last = index
+        if width in _WRAP_WIDTHS:
+            while last + 1 < len(runs) and runs[last][1] - runs[last][0] == width and \
+                    text[runs[last][1]: runs[last + 1][0]] in ("\n", "\r\n") and runs[last + 1][1] - runs[last + 1][0] <= width:
+                last += 1
+        if last > index and sum(end - start for start, end in runs[index: last + 1]) <= _LONGEST_ENCODED_FILE \
+                and _encoded_assignment("".join(text[start:end] for start, end in runs[index: last + 1])):
+            found += [(start, end, "secret-assignment") for start, end in runs[index: last + 1]]
+        index = last + 1
+    return found
 
 
 def _vpn_password(match: re.Match[str]) -> bool:

@@ -153,14 +153,33 @@ class RecoveryCodesRule(Rule):
                          description="two-factor recovery / backup codes listed after a line naming them (2.14)")
 
     def fingerprint(self) -> list[str]:
-        return [*super().fingerprint(), _RECOVERY_CODES.pattern, _CODE.pattern]
+        return [*super().fingerprint(), _RECOVERY_CODES.pattern, _CODE.pattern, _codes.__qualname__, _HEX_LETTERS.pattern,
+                _NO_VOWEL.pattern]
 
     def apply(self, scan: Scan, hits: dict[str, int]) -> str:
         text = scan.text
         found = [(block.start("codes") + code.start(), block.start("codes") + code.end(), self.name)
-                 for block in _RECOVERY_CODES.finditer(text) for code in _CODE.finditer(block.group("codes"))
-                 if any(c.isdigit() for c in code.group(0))]
+                 for block in _RECOVERY_CODES.finditer(text) if _codes(codes := list(_CODE.finditer(block.group("codes"))))
+                 for code in codes]
         return replace_spans(text, found, hits) if found else text
+
+
+def _codes(codes: list[re.Match[str]]) -> bool:
+    """Whether the lines under a recovery codes line are codes: one holds a digit (2.14), or (2.15)
+    all are letters of one shape joined by a dash, hex letters (GitHub's codes are hex: `abcde-fbcad`)
+    or random ones (a half with no vowel: `wxyzq-rtvbn`). Words a sentence lists after the name
+    ("print them out", "well-known") are joined by spaces, differ in length or all have vowels."""
+    if any(c.isdigit() for code in codes for c in code.group(0)):
+        return True
+    halves = [code.group(0).split("-") for code in codes]
+    if len({tuple(map(len, pair)) for pair in halves}) != 1 or len(halves[0]) != 2:
+        return False
+    return (all(_HEX_LETTERS.fullmatch(half) for pair in halves for half in pair)
+            or any(_NO_VOWEL.fullmatch(half) for pair in halves for half in pair))
+
+
+_HEX_LETTERS = re.compile(r"[a-f]+", re.ASCII | re.IGNORECASE)
+_NO_VOWEL = re.compile(r"[b-df-hj-np-tv-xz]+", re.ASCII | re.IGNORECASE)
 
 
 PRINTED_RULES: tuple[Rule, ...] = (*_PRINTED, ChpasswdListRule(), RecoveryCodesRule())

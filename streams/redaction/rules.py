@@ -20,6 +20,7 @@ from streams.redaction.assignments import (
     CREDENTIAL_SPACE_RULE,
     DEVICE_SECRET_RULES,
     LOGIN_PAIR_RULE,
+    NAMED_ABOVE_RULE,
     AssignmentRule,
     PasswordBeforeRule,
 )
@@ -64,7 +65,8 @@ def build_rules(policy: RedactionPolicy) -> tuple[Rule, ...]:
     rules += PIECE_RULES
     rules += LAYOUT_RULES
     rules += ARGUMENT_RULES
-    rules += (AssignmentRule(), CREDENTIAL_PAIR_RULE, CREDENTIAL_COLON_RULE, CREDENTIAL_SPACE_RULE, LOGIN_PAIR_RULE, PasswordBeforeRule())
+    rules += (AssignmentRule(), CREDENTIAL_PAIR_RULE, CREDENTIAL_COLON_RULE, CREDENTIAL_SPACE_RULE, LOGIN_PAIR_RULE, PasswordBeforeRule(),
+               NAMED_ABOVE_RULE)
     rules += (*DEVICE_SECRET_RULES, ACCOUNT_ROW_RULE)
     # After every rule that leaves a marker: a secret's wrapped continuation goes with it, and
     # so do the other pieces of a secret split over joined string literals.

@@ -10,6 +10,7 @@ import re
 import string
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +81,7 @@ def test_exported_members() -> None:
         "DEFAULT_POLICY", "POLICY_VERSION", "RedactedEvent", "RedactionPolicy", "policy_hash",
         "redact_event", "redact_text", "rule_names",
     }
-    assert POLICY_VERSION == "2.14"
+    assert POLICY_VERSION == "2.15"
 
 
 # ---------------------------------------------------------------- labelled corpus
@@ -3090,3 +3091,63 @@ def test_the_ninth_round_readings_run_in_linear_time() -> None:
               "│ A │ ", "%3A%2F%2Fa%3A", "&quot;a&quot;: &quot;", "chpasswd:\n  list: |\n", "recovery codes\n", "gsk_", "dp.st.",
               "AZDO", "K00", "live_", "pa-", " using ", "plink -pw ", "anaconda.org/t/", "b" * 399 + " "]
     assert_linear_time(shapes, counts=(2_000, 8_000))
+
+
+def _encoded_env(lines: int, secret_line: str) -> str:
+    env = "\n".join(f"FEATURE_FLAG_{n}=enabled" for n in range(lines)) + f"\n{secret_line}\n"
+    return base64.b64encode(env.encode()).decode()
+
+
+_LONG_ENV = _encoded_env(25, "DB_PASSWORD=pvxqe#TR41kdm")
+_WRAPPED_ENV = "\n".join(textwrap.wrap(_encoded_env(20, "API_TOKEN=Hq8vN2rLx5TzW1bKp9cYd3Fm7Gs4Jt6E"), 76))
+
+
+@pytest.mark.parametrize(("text", "secret"), [
+    ("mongosh 'mongodb://root:pa@sspmdvu^YD75lbz@mongo:27017/admin'", "sspmdvu^YD75lbz"),
+    ("git clone https://deploy:p@ssw0rd9@gitlab.internal/acme/app.git", "ssw0rd9"),
+    ("pip install --index-url https://bob@acme.io:wqkzt!PD22xbn@pypi.acme.io/simple app", "wqkzt!PD22xbn"),
+    ("DSN=app:Tr0ub@L7VgjOzP@db:5432/app", "L7VgjOzP"),
+    ("Here is your new API key:\ngyxFu00ARFUUCUmgVhJhEgjhyloDASeu\n(keep it safe, it won't be shown again)", "gyxFu00ARFUU"),
+    ("The password for the staging database is:\n  nodod?TD87ddt\n", "nodod?TD87dd"),
+    ("**Your personal access token:**\n\n`XGTk4iYVWxKfxHeWhjqaIbNS0WixIXZoDAmTV7As`", "XGTk4iYVWxKf"),
+    ("The API key is\nq7Rt2Lm9Xz4Wb8Kp\n(keep it safe)", "q7Rt2Lm9Xz4W"),
+    (f"echo {_LONG_ENV} | base64 -d > .env", _LONG_ENV[-60:]),
+    (f"$ base64 .env\n{_WRAPPED_ENV}\n$ ls", _WRAPPED_ENV[:40]),
+    ("Recovery codes:\nabcdf-qkscw\nwxyzq-rtvbn\nhjkmp-qrstu\nbcdfg-hjklm\n", "qkscw"),
+    ("Recovery codes:\nabcde-fbcad\nfaced-ebbed\n", "fbcad"),
+])
+def test_a_secret_2_14_left_never_survives(text: str, secret: str) -> None:
+    """The four shapes 2.14's Limits named: a URL password holding `@`, a value alone on the line
+    after the sentence naming it, the base64 of a whole `.env` (over 400 characters, or wrapped at
+    76 columns as `base64` prints it), recovery codes without a digit."""
+    redacted = redact_text(text)[0]
+    assert secret not in redacted, redacted
+    assert redact_text_plain(text)[0] == redacted
+    assert redact_text(redacted)[0] == redacted
+
+
+def test_a_url_password_holding_at_signs_keeps_the_host() -> None:
+    assert redact_text("mongodb://root:pa@ss@w0rd@mongo:27017/admin")[0] == "mongodb://root:[REDACTED:url-password]@mongo:27017/admin"
+    assert redact_text("https://user:pw@host/a@b")[0] == "https://user:[REDACTED:url-password]@host/a@b"
+
+
+@pytest.mark.parametrize("text", [
+    # A line naming a secret over a line that is no secret, or a YAML key over its value.
+    "for key in keys:\n    x1y2z3w4", "The primary key:\nuser_id2", "Update the token refresh logic:\nstep2",
+    "The password is:\nrequired", "Set the key:\nPYTHONPATH", "Token usage:\n12345678", "API key file:\nconfig2.json",
+    "Key changes:\n  v2.3.1", "The token is:\nexpired", "The commit for the token fix is:\nabc1234", "The key is:\nsha256",
+    "The key is:\nuser_session_v2", "The password:\n/etc/app/pw.txt", "The token is\n${API_TOKEN}", "Key:\nValue2x",
+    "The public key:\nssh-ed25519", "Primary key:\nid12345678", "password:\n  - hunter2x", "Password:\nhunter2X",
+    # Words after a recovery codes line; an "@" in a URL's path or query.
+    "Backup codes:\nwell-known\nlong-lived", "Recovery codes:\nfirst-class\nthird-party\n",
+    "http://localhost:3000/@vite/client", "https://host.example:8080/u/x@me", "https://host:8080?a@b",
+])
+def test_what_only_looks_like_a_shape_2_14_left_stays(text: str) -> None:
+    assert redact_text(text) == (text, {})
+
+
+def test_long_base64_of_text_without_a_secret_stays() -> None:
+    plain = base64.b64encode("\n".join(f"LOG_LEVEL_{n}=debug" for n in range(40)).encode()).decode()
+    wrapped = "\n".join(textwrap.wrap(plain, 76))
+    for text in (f"echo {plain} | base64 -d", f"$ base64 x\n{wrapped}"):
+        assert redact_text(text) == (text, {})
