@@ -36,6 +36,25 @@ def _key_value(match: re.Match[str]) -> bool:
     return len(value) >= 8 and not is_placeholder(value, quoted=True) and not value.isalpha()
 
 
+_PASSWORD_FIELD = re.compile(r"['\"][^'\"\r\n]{0,128}(?:passw|pwd|passphrase)[^'\"\r\n]{0,128}['\"]", re.ASCII | re.IGNORECASE)
+
+
+def _typed_password(match: re.Match[str]) -> bool:
+    """The field typed into names a password: in the call's own selector (page.fill('#password', X))
+    or in the chain before it on its line (cy.get('#password').type(X))."""
+    if not _quoted_value(match) or any(c.isspace() for c in match.group("value")):
+        return False
+    selector = match.group("selector")
+    if selector is not None:
+        return _PASSWORD_FIELD.search(f"'{selector}'") is not None
+    line_start = match.string.rfind("\n", 0, match.start()) + 1
+    return _PASSWORD_FIELD.search(match.string, max(line_start, match.start() - 200), match.start()) is not None
+
+
+def _method_password(match: re.Match[str]) -> bool:
+    return _quoted_value(match) and not any(c.isspace() for c in match.group("value"))
+
+
 _Q = r"b?(?P<q>['\"])"  # a Python bytes literal's b too: Fernet(b'…'), hmac.new(b"…", …)
 _CALLS = (
     # smtplib / imaplib / ftplib / poplib's login(user, password), .NET's NetworkCredential and
@@ -52,6 +71,38 @@ _CALLS = (
               description="ftplib.FTP(HOST, USER, \"PASSWORD\") (2.12)",
               pattern=re.compile(r"\bFTP(?:_TLS)?\([ \t]*[^,()\r\n]{1,128},[ \t]*[^,()\r\n]{1,128},[ \t]*"
                                  + _Q + r"(?P<value>[^'\"\r\n]{1,256})(?P=q)", re.ASCII)),
+    # 2.15: a database client's connect call whose third argument is the password: PHP's new PDO(DSN,
+    # USER, PW) / mysqli, JDBC's DriverManager.getConnection(URL, USER, PW), Perl's DBI->connect.
+    RegexRule(name="password-assignment", lower_triggers=("pdo(", "getconnection(", "dbi->connect(", "mysqli(", "mysqli_connect(",
+                                                          "mysql_connect("),
+              anchored=True, group="value", check=_quoted_value,
+              description="new PDO / mysqli / DriverManager.getConnection / DBI->connect(DSN, USER, \"PASSWORD\") (2.15)",
+              pattern=re.compile(r"(?:pdo|getconnection|dbi->connect|mysqli|mysqli_connect|mysql_connect)\([ \t]*[^,()\r\n]{1,256},"
+                                 r"[ \t]*[^,()\r\n]{1,128},[ \t]*" + _Q + r"(?P<value>[^'\"\r\n]{1,256})(?P=q)",
+                                 re.ASCII | re.IGNORECASE)),
+    # 2.15: browser automation typing into a password field: Cypress cy.get('#password').type('X'),
+    # Selenium find_element(By.ID, "password").send_keys("X"), Playwright getByLabel('Password')
+    # .fill('X') and page.fill('#password', 'X'): a selector or label naming a password before it.
+    RegexRule(name="password-assignment", lower_triggers=(".type(", ".fill(", ".send_keys(", ".sendkeys(", ".setvalue(",
+                                                          ".presssequentially("),
+              anchored=True, group="value", check=_typed_password,
+              description="browser automation typing a literal into a password field: .type / .fill / send_keys (2.15)",
+              pattern=re.compile(r"\.(?:type|fill|send_keys|sendkeys|setvalue|presssequentially)\([ \t]*"
+                                 r"(?:(?P<sq>['\"])(?P<selector>[^'\"\r\n]{1,128})(?P=sq)[ \t]*,[ \t]*)?"
+                                 + _Q + r"(?P<value>[^'\"\r\n]{1,256})(?P=q)", re.ASCII | re.IGNORECASE)),
+    # 2.15: a builder's or setter's password method with a literal: PgConnectOptions::new()
+    # .password("X"), setPassword("X"), withPassword("X"); a random literal under a token / secret /
+    # API key method.
+    RegexRule(name="password-assignment", lower_triggers=("password(", "passwd(", "passphrase("), group="value",
+              check=_method_password,
+              description=".password(\"X\") / setPassword(\"X\") / withPassword(\"X\") (2.15)",
+              pattern=re.compile(r"\.(?:set|with)?(?:password|passwd|passphrase)\([ \t]*" + _Q + r"(?P<value>[^'\"\r\n]{1,256})(?P=q)[ \t]*\)",
+                                 re.ASCII | re.IGNORECASE)),
+    RegexRule(name="secret-assignment", lower_triggers=("secret(", "token(", "apikey(", "api_key("), group="value",
+              check=_random_value,
+              description=".token(\"X\") / setApiKey(\"X\") / withClientSecret(\"X\") of a random literal (2.15)",
+              pattern=re.compile(r"\.(?:set|with)?(?:client_?)?(?:secret|token|api_?key)\([ \t]*" + _Q + r"(?P<value>[^'\"\r\n]{1,256})(?P=q)[ \t]*\)",
+                                 re.ASCII | re.IGNORECASE)),
     # A signing or encryption key written into the call that uses it: PyJWT / jsonwebtoken's
     # encode / decode / sign / verify(payload, KEY), hmac.new(KEY, …), crypto.createHmac(ALG, KEY),
     # Fernet(KEY). A variable (SECRET_KEY, settings.X) is no literal and stays.

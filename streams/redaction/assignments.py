@@ -87,7 +87,8 @@ class AssignmentRule(Rule):
         re.ASCII | re.IGNORECASE | re.MULTILINE,
     )
     _flag = re.compile(
-        r"--(?<![A-Za-z0-9_-]--)(?P<name>[A-Za-z0-9-]{0,24}(?:password|passwd|passphrase|token|secret|api-key|apikey|key)"
+        # 2.15: a name ending in `-pass` too (`--admin-pass X`, `--db-pass`); `--pass` alone is judged as a bare pass.
+        r"--(?<![A-Za-z0-9_-]--)(?P<name>[A-Za-z0-9-]{0,24}(?:password|passwd|passphrase|token|secret|api-key|apikey|key|(?<=-)pass(?![A-Za-z]))"
         r"[A-Za-z0-9-]{0,24})[ \t]+(?:\"(?P<dq>[^\"\r\n]{1,4096})\"|'(?P<sq>[^'\r\n]{1,4096})'"
         r"|(?P<bare>[^\s\"'|;&-][^\s\"'|;&]*))",
         re.ASCII | re.IGNORECASE,
@@ -102,7 +103,9 @@ class AssignmentRule(Rule):
     # then a value, which must look random (_judge_prose).
     _prose = re.compile(
         r"(?:passw(?:or)?ds?|passphrase|pwd|secret|token|credential|cookie|auth|key)[A-Za-z_-]{0,24}"
-        r"(?:[^\w\r\n./(-]{1,4}(?:" + "|".join(_CONNECTORS) + r")){0,3}[^\w\r\n./(-]{1,4}"
+        # 2.15: five or six marks before the value when they are markdown's ("- **API Key**: `X`"), not
+        # code's ("password}' | base64").
+        r"(?:[^\w\r\n./(-]{1,4}(?:" + "|".join(_CONNECTORS) + r")){0,3}(?:[^\w\r\n./(-]{1,4}|[*:` \t]{5,6})"
         r"(?P<bare>[A-Za-z0-9_+/=.~%-]{6,4096})",
         re.ASCII | re.IGNORECASE,
     )
@@ -140,7 +143,7 @@ class AssignmentRule(Rule):
                 _block_scalar.__qualname__, *sorted(_MANAGERS), *sorted(_FLAG_PROSE), _PLAIN_RUN.pattern,
                 *sorted(_PREDICATES), *_PREDICATE_ENDINGS, _plain_password.__qualname__,
                 _will_be.__qualname__, _LONG_WORD.pattern, _QUOTED_PHRASE.pattern, passphrase_words.__qualname__,
-                _AT_HOST.pattern]
+                _AT_HOST.pattern, _METHOD.pattern]
 
     def hit_names(self) -> tuple[str, ...]:
         return (_PASSWORD, _SECRET, _PROSE, *sorted(set(_NAMED.values())), *ported_rule_names())
@@ -372,6 +375,8 @@ class AssignmentRule(Rule):
             return None  # "# pw Summer4sl1!" (2.5): a capital or symbol and a digit, right after pw
         if not _password_in_prose(value) or is_placeholder(value, quoted=False) or value.lower() in _MANAGERS:
             return None
+        if _METHOD.fullmatch(value):
+            return None  # 2.15: get("password").strip_all, find_element(…"password").send_keys: a method
         if _goes_on(text, start + len(value)):
             return None  # "the password for prod-db-01 is X": the sentence says what it is further on
         if len(value) >= 16 and value.isalnum():
@@ -383,6 +388,7 @@ class AssignmentRule(Rule):
 
 
 _SHORT_SEPARATORS = frozenset({"is", "was", "=", ":", "is:", "is ="})
+_METHOD = re.compile(r"\.[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
 # One word of small letters after "pw:" this long is a passphrase, not a remark (2.9).
 _LONG_WORD = re.compile(r"[a-z]{12,64}(?=[ \t]*(?:[.,;!?\r\n]|$))", re.ASCII)
 _SECRET_SEPARATORS = _SHORT_SEPARATORS | {"to", "is now", "was set to", "set to"}
@@ -410,7 +416,9 @@ def _goes_on(text: str, end: int) -> bool:
 # separator (is, was, :, =, ->, to, 's) followed by a value the secret's kind allows. Read from
 # each secret word up to eight words on, on its line and in its sentence.
 _SAID_STEP = re.compile(
-    r"[ \t]*(?:(?P<sep>is|was|are|were|be|now|->|=>|:=|:|=|to|'s)(?![A-Za-z])"
+    # 2.15: "is" in Italian, Portuguese, Spanish, French, German, Danish / Norwegian, Swedish and
+    # Polish after an English password word ("La password dell'utente admin è …").
+    r"[ \t]*(?:(?P<sep>is|was|are|were|be|now|->|=>|:=|:|=|to|'s|\u00e8|\u00e9|es|est|ist|er|\u00e4r|jest)(?![A-Za-z\u00c0-\u024f])"
     # 2.9: a marker or a quoted URL is one word: "Password for [REDACTED:email]: X", git's
     # "Password for 'https://bob@github.com': X" (a prompt naming its account, then the answer).
     r"|(?P<word>\[REDACTED:[a-z0-9-]{1,40}\]|'[^'\s]{1,200}'|[^\s:=]{1,1024}|\S))",
@@ -1007,7 +1015,8 @@ class PasswordBeforeRule(Rule):
     _words = ("password", "passphrase", "passwd", "pw")
     _before = re.compile(r"(?:^|(?<=[\s\"'`(]))[\"'`]?(?P<value>" + _PROSE_PASSWORD_CHARS + r"{6,128}?)[\"'`]?[ \t]+"
                          r"(?:is|was|as)[ \t]+(?:[A-Za-z'-]{1,16}[ \t]+){0,3}\Z", re.ASCII)
-    _after = re.compile(r"(?:passwords?|passphrase|passwd|pw)(?![A-Za-z0-9_-])(?=[ \t]*(?:[.,;!?)\r\n]|\Z"
+    # 2.15: a closing quote or a table's bar ends the clause too (the sentence in a JSON string or a cell).
+    _after = re.compile(r"(?:passwords?|passphrase|passwd|pw)(?![A-Za-z0-9_-])(?=[ \t]*(?:[.,;!?)\r\n\"'`|]|\Z"
                         r"|(?:for|on|of|to|in|at|here|now|there|too|again|and|but)(?![A-Za-z])))", re.ASCII | re.IGNORECASE)
 
     def __init__(self) -> None:

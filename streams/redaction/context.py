@@ -397,6 +397,10 @@ _CLI_FLAG_PASSWORDS = (
     _cli_rule(("poetry",), "poetry config http-basic.REPO USER PASSWORD / pypi-token.REPO TOKEN",
               r"poetry(?<![A-Za-z0-9_]poetry)[ \t]+config[ \t]+(?:--local[ \t]+)?(?:http-basic\.[A-Za-z0-9_.-]+[ \t]+" + _ARG
               + r"|pypi-token\.[A-Za-z0-9_.-]+)[ \t]+(?P<value>'[^'\r\n]+'|\"[^\"\r\n]+\"|" + _BARE_ARG + ")"),
+    # 2.15: composer config [--global|--auth] http-basic.HOST USER PASSWORD, which composer writes to auth.json.
+    _cli_rule(("composer",), "composer config http-basic.HOST USER PASSWORD",
+              r"composer(?<![A-Za-z0-9_]composer)[ \t]+config[ \t]+(?:--(?:global|auth)[ \t]+|-g[ \t]+)*http-basic\.[A-Za-z0-9_.-]+[ \t]+"
+              + _ARG + r"[ \t]+(?P<value>'[^'\r\n]+'|\"[^\"\r\n]+\"|" + _BARE_ARG + ")"),
     _cli_rule(("alias set", "host add"), "mc alias set / mc config host add ALIAS URL ACCESS-KEY SECRET-KEY",
               r"\bmc[ \t]+(?:alias[ \t]+set|config[ \t]+host[ \t]+add)[ \t]+" + _ARG + r"[ \t]+" + _ARG + r"[ \t]+" + _ARG
               + r"[ \t]+(?P<value>'[^'\r\n]+'|\"[^\"\r\n]+\"|" + _BARE_ARG + ")"),
@@ -565,18 +569,27 @@ class CodeCredentialRule(Rule):
         r"[ \t]*(['\"])(?P<value>[^'\"\r\n]{1,512})\3", re.ASCII)
     # 2.8: PowerShell's [Environment]::SetEnvironmentVariable('DB_PASS', '...', 'Machine').
     _calls = ("define(", "setdefault(", "putenv(", "setenv(", "set_env(", "setenvironmentvariable(")
+    # 2.15: a default a program falls back to when the variable is unset is the secret written in
+    # code: os.getenv("DB_PASSWORD", "X"), os.environ.get, Ruby's ENV.fetch, Laravel's env(), Node's
+    # process.env.DB_PASSWORD || "X" (`??` too).
+    _default = re.compile(
+        r"(?:\b(?:getenv|environ\.get|ENV\.fetch|env)\([ \t]*(['\"])(?P<name>[A-Za-z0-9_.-]{1,64})\1[ \t]*,"
+        r"|\bprocess\.env\.(?P<node>[A-Za-z0-9_]{1,64})[ \t]*(?:\|\||\?\?)"
+        r"|\bENV\[[ \t]*(['\"])(?P<ruby>[A-Za-z0-9_]{1,64})\4[ \t]*\][ \t]*\|\|)"
+        r"[ \t]*(['\"])(?P<value>[^'\"\r\n]{1,512})\6", re.ASCII)
+    _defaults = ("getenv(", "environ.get(", "env.fetch(", "env(", "process.env.", "env[")
 
     def __init__(self) -> None:
         # literals: "]=" is too short to be a trigger of its own, so the prefilter's automaton
         # says where one of these occurs instead of eight ``in`` tests over every text.
-        super().__init__(name="password-assignment", triggers=("]=", "] ="), lower_triggers=("auth", *self._calls),
-                         needs=frozenset("'\""), literals=("]=", "] =", "auth", *self._calls),
+        super().__init__(name="password-assignment", triggers=("]=", "] ="), lower_triggers=("auth", *self._calls, *self._defaults),
+                         needs=frozenset("'\""), literals=("]=", "] =", "auth", *self._calls, *self._defaults),
                          description="passwords of auth=(user, password) / HTTPBasicAuth(user, password) and values "
                          "set under a quoted secret-like name: env['DB_PASSWORD'] = '...', define('DB_PASSWORD', '...'), "
                          "os.environ.setdefault / putenv / os.Setenv / [Environment]::SetEnvironmentVariable")
 
     def fingerprint(self) -> list[str]:
-        return [*super().fingerprint(), self._auth.pattern, self._subscript.pattern, self._call.pattern]
+        return [*super().fingerprint(), self._auth.pattern, self._subscript.pattern, self._call.pattern, self._default.pattern]
 
     def hit_names(self) -> tuple[str, ...]:
         return ("password-assignment", "secret-assignment")
@@ -594,8 +607,11 @@ class CodeCredentialRule(Rule):
             named += self._subscript.finditer(text)
         if any(call in lowered for call in self._calls):
             named += self._call.finditer(text)
+        if any(call in lowered for call in self._defaults):
+            named += self._default.finditer(text)
         for match in named:
-            rule = named_value_rule(match.group("name"), match.group("value"))
+            name = match.group("name") or match.groupdict().get("node") or match.groupdict().get("ruby") or ""
+            rule = named_value_rule(name, match.group("value"))
             if rule is not None:
                 found.append((*match.span("value"), rule))
         return replace_spans(text, found, hits)
@@ -610,27 +626,52 @@ _WINDOWS_ENV = re.compile(
     r"(?:'(?P<sq>[^'\r\n]+)'|\"(?P<dq>[^\"\r\n]+)\"|(?P<bare>[^\s'\"|;&`-][^\s'\"|;&`]*))", re.ASCII | re.IGNORECASE)
 
 
+# 2.15: fish's `set -gx NAME VALUE` (`-x`, `-Ux`, `--export`, `-g`: a flag says it is fish) and Tcl /
+# expect's `set NAME "VALUE"`, `set NAME VALUE` with a NAME in capitals: no `=` either. Without a flag
+# or quotes a value needs a digit or a symbol ("set PASSWORD to expire" is a sentence), and it ends
+# its command (a JSON string's closing quote too).
+_SHELL_SET = re.compile(
+    r"(?<![A-Za-z0-9_$.-])set[ \t]+(?P<flags>(?:--?[A-Za-z]+[ \t]+)*)(?P<name>[A-Za-z_][A-Za-z0-9_]{0,127})[ \t]+"
+    r"(?:'(?P<sq>[^'\r\n]+)'|\"(?P<dq>[^\"\r\n$]+)\"|(?P<bare>[^\s'\"|;&`$-][^\s'\"|;&`]*))(?=[ \t]*(?:$|[;|&#\"]))",
+    re.ASCII | re.MULTILINE)
+
+
+def _shell_set_value(match: re.Match[str], group: str) -> bool:
+    if match.group("flags") or group != "bare":
+        return True
+    value = match.group("bare")
+    return match.group("name").isupper() and table_secret(value)
+
+
 class WindowsEnvRule(Rule):
-    """The value of a secret-like variable set by Set-Item / New-Item Env:NAME or setx NAME."""
+    """The value of a secret-like variable set by Set-Item / New-Item Env:NAME, setx NAME, or
+    (2.15) fish's and Tcl's set NAME."""
 
     def __init__(self) -> None:
-        super().__init__(name="password-assignment", lower_triggers=("env:", "setx"),
+        super().__init__(name="password-assignment", lower_triggers=("env:", "setx", "set "), literals=("env:", "setx", "set "),
                          description="a secret-like variable's value set by PowerShell Set-Item / New-Item Env:NAME "
-                         "-Value or cmd setx NAME")
+                         "-Value, cmd setx NAME, fish set -x NAME, Tcl set NAME")
 
     def fingerprint(self) -> list[str]:
-        return [*super().fingerprint(), _WINDOWS_ENV.pattern]
+        return [*super().fingerprint(), _WINDOWS_ENV.pattern, _SHELL_SET.pattern, _shell_set_value.__qualname__]
 
     def hit_names(self) -> tuple[str, ...]:
         return ("password-assignment", "secret-assignment")
 
     def apply(self, scan: Scan, hits: dict[str, int]) -> str:
         found: list[tuple[int, int, str]] = []
-        for match in _WINDOWS_ENV.finditer(scan.text):
+        # Each reading only where its own word is: the Windows one has no literal the engine skips to.
+        for match in _WINDOWS_ENV.finditer(scan.text) if "env:" in scan.lower() or "setx" in scan.lower() else ():
             group = next(name for name in ("sq", "dq", "bare") if match.group(name) is not None)
             rule = named_value_rule(match.group("name") or match.group("setx"), match.group(group), quoted=group != "bare")
             if rule is not None:
                 found.append((*match.span(group), rule))
+        if "set " in scan.text:
+            for match in _SHELL_SET.finditer(scan.text):
+                group = next(name for name in ("sq", "dq", "bare") if match.group(name) is not None)
+                rule = named_value_rule(match.group("name"), match.group(group), quoted=group != "bare")
+                if rule is not None and _shell_set_value(match, group):
+                    found.append((*match.span(group), rule))
         return replace_spans(scan.text, found, hits)
 
 
@@ -789,6 +830,8 @@ _PASSWORD_WORDS_ELSEWHERE = (
     "kata sandi", "kata laluan", "รหัสผ่าน", "رمز عبور", "পাসওয়ার্ড", "clé api", "clé d'api", "clé d’api", "clef api",
     # 2.12: Romanian / Turkish / Italian, Latvian, Estonian, Lithuanian, Swahili, Icelandic.
     "parola", "parole", "parool", "slaptažodis", "slaptazodis", "nenosiri", "lykilorð",
+    # 2.15: Norwegian ("Passordet til wifi er …").
+    "passord",
 )
 _PASSWORD_CHARS = r"[A-Za-z0-9!#$%&*+\-./<=>?@^_~]"  # printable ASCII but quotes, brackets, , ; : and `
 # 2.9: letters of the alphabets written with spaces between words (Latin, Greek, Cyrillic) too:
@@ -1519,7 +1562,39 @@ def secret_value(value: str) -> bool:
     return bool(value.strip()) and not is_marker_at(value, 0) and not is_placeholder(value, quoted=True)
 
 
-CONTEXT_RULES: tuple[Rule, ...] = (_PASSWORD_HASH, _AZURE_SAS, _URL_SIGNATURE, _OAUTH_CODE, _BEARER, _BASIC, _AUTH_SCHEME, *_AWS_PAIR, _TWILIO_PAIR, _URL_TOKEN, _MYSQL_PASSWORD, _CLI_PASSWORD, *_CLI_FLAG_PASSWORDS, _CURL_USER,
+def _paired_password(match: re.Match[str]) -> bool:
+    """After `-u USER`, a `-p` that is a password, not a port (`docker run -u 1000 -p 8080:80`, `-p
+    5432`) or a path: a letter and a digit or a symbol, no `:` or `/`, not a flag."""
+    value = match.group("value").strip("'\"")
+    return (_cli_value(match) and value[:1] != "-" and table_secret(value) and ":" not in value and "/" not in value
+            and any(c.isalpha() for c in value))
+
+
+def _device_secret(match: re.Match[str]) -> bool:
+    return _cli_value(match) and match.group("value").lower() not in ("public", "private")
+
+
+_ROUND_TEN = (
+    # 2.15: `-u USER -p PASSWORD`, the convention of client logins no earlier rule names (OpenShift's
+    # oc login, Cloud Foundry's cf login, twine upload, az sql server create, ...).
+    _cli_rule((" -u ", "\t-u "), "-u USER -p PASSWORD (oc / cf login, twine, az sql server create, ...)",
+              r"(?<=[ \t])-u[ \t]+['\"]?[^\s'\"|;&`-][^\s'\"|;&`]*['\"]?[ \t]+-p[ \t]+" + _QUOTED_OR_BARE, _paired_password),
+    # Cisco IOS / NX-OS configuration: `username U [privilege N] password|secret [0|7] X`, `enable
+    # password|secret [0|7] X`, `snmp-server community X` (a type 5 / 8 / 9 hash is password-hash's).
+    RegexRule(name="cli-password", lower_triggers=("snmp-server", "enable password", "enable secret", "privilege",
+                                                   *(f"{word} {digit} " for word in ("password", "secret") for digit in range(10))),
+              group="value", check=_device_secret,
+              description="Cisco username / enable password or secret, snmp-server community (2.15)",
+              # The encryption type (0 plain, 7 reversible) or a privilege level says it is a device's
+              # configuration, not a sentence ("username and password fields", "enable password auth").
+              pattern=re.compile(r"(?:^|(?<=[\s\"'|`]))(?:(?:username[ \t]+[^\s\"'|`]{1,64}(?:[ \t]+privilege[ \t]+[0-9]{1,2}[ \t]+"
+                                 r"(?:password|secret)(?:[ \t]+[0-9])?|[ \t]+(?:password|secret)[ \t]+[0-9])|enable[ \t]+(?:password|secret)[ \t]+[0-9])"
+                                 r"|snmp-server[ \t]+community)[ \t]+(?P<value>[^\s\"'|`]{1,128})",
+                                 re.ASCII | re.MULTILINE)),
+)
+
+
+CONTEXT_RULES: tuple[Rule, ...] = (_PASSWORD_HASH, _AZURE_SAS, _URL_SIGNATURE, _OAUTH_CODE, _BEARER, _BASIC, _AUTH_SCHEME, *_AWS_PAIR, _TWILIO_PAIR, _URL_TOKEN, _MYSQL_PASSWORD, _CLI_PASSWORD, *_CLI_FLAG_PASSWORDS, *_ROUND_TEN, _CURL_USER,
                                    _APPID, _REDIS_AUTH, _JENKINS_PASSWORD,
                                    CookieRule(), CodeCredentialRule(), WindowsEnvRule(), EnvListRule(), MarkdownTableRule(),
                                    _PASSWORD_ELSEWHERE, _CONFIG_PASSWORD, _PGPASS, _NETRC, *_ATTRIBUTE_PAIRS, _USED_AS,

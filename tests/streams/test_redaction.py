@@ -3126,6 +3126,49 @@ def test_a_secret_2_14_left_never_survives(text: str, secret: str) -> None:
     assert redact_text(redacted)[0] == redacted
 
 
+@pytest.mark.parametrize(("text", "secret"), [
+    ("set -gx DATABASE_PASSWORD xbran*RB77bkn", "xbran*RB77bk"),
+    ('{"cmd": "set -gx DATABASE_PASSWORD xbran*RB77bkn"}', "xbran*RB77bk"),
+    ('set password "S3cret!x9q"', "S3cret!x9q"),
+    ("composer config http-basic.repo.acme.io deploy dwUQoRT92myxFQifSOFBo6uu", "dwUQoRT92myx"),
+    ("$pdo = new PDO('mysql:host=db;dbname=app', 'root', 'rkbht%KT71jkr');", "rkbht%KT71jk"),
+    ('Connection c = DriverManager.getConnection("jdbc:postgresql://db/app", "app", "opvvc#PV26ahx");', "opvvc#PV26ah"),
+    ('my $dbh = DBI->connect("dbi:Pg:dbname=app;host=db", "app", "bszlk+VE12rex", {RaiseError => 1});', "bszlk+VE12re"),
+    ('DB_PASSWORD = os.getenv("DB_PASSWORD", "mcdrp^FZ25jbi")', "mcdrp^FZ25jb"),
+    ("const key = process.env.STRIPE_SECRET || 'Zq81Lm4pXk9Wv2Tb7Nc3';", "Zq81Lm4pXk9W"),
+    ("password = ENV.fetch('DB_PASSWORD', 'tyhgq!LE48zpa')", "tyhgq!LE48zp"),
+    ("La password dell'utente admin è haijn+HE98xan.", "haijn+HE98xa"),
+    ("Passordet til wifi er tdint%KP75qnq.", "tdint%KP75qn"),
+    ("az sql server create -n acme-sql -g rg -u sqladmin -p kivct!UO57zru", "kivct!UO57zr"),
+    ("twine upload -u deploy -p qbitm#DA75ifs dist/*", "qbitm#DA75if"),
+    ("oc login https://api.ocp.acme.io:6443 -u developer -p zpoff^OF15gim", "zpoff^OF15gi"),
+    ("cf login -a https://api.cf.acme.io -u ci -p chonr%KD27jlx -o acme -s prod", "chonr%KD27jl"),
+    ("cy.get('#password').type('azfvn~EK51nvk')", "azfvn~EK51nv"),
+    ("await page.getByLabel('Password').fill('euzye%VZ32xdm');", "euzye%VZ32xd"),
+    ("await page.fill('#password', 'euzye%VZ32xdm');", "euzye%VZ32xd"),
+    ('driver.find_element(By.ID, "password").send_keys("gybxo*TL31jgc")', "gybxo*TL31jg"),
+    ('{"code": "driver.find_element(By.ID, \\"password\\").send_keys(\\"gybxo*TL31jgc\\")"}', "gybxo*TL31jg"),
+    ("username admin privilege 15 password 0 fcltf!DK14iwc", "fcltf!DK14iw"),
+    ('{"line": "username admin secret 0 fcltf!DK14iwc"}', "fcltf!DK14iw"),
+    ("snmp-server community H2w1hmACdIVBI5vt RO", "H2w1hmACdIVB"),
+    ("./install.sh --admin-pass eaiuj?SA61gyh --email ops@acme.io", "eaiuj?SA61gy"),
+    ("- **API Key**: `xQeYwDg8RP63QbKSh6dyP3v0vWeS0Mo4`", "xQeYwDg8RP63"),
+    ('let opts = PgConnectOptions::new().host("db").username("app").password("gtlxa+VJ86wof");', "gtlxa+VJ86wo"),
+    ('{"stdout": "you can ssh in as deploy with qyybe?KF66ute as the password"}', "qyybe?KF66ut"),
+    ("| note | you can ssh in as deploy with qyybe?KF66ute as the password |", "qyybe?KF66ut"),
+])
+def test_a_secret_a_tenth_round_found_never_survives(text: str, secret: str) -> None:
+    """QA, session 28 (policy 2.15): what a battery of 136 secrets spliced into real transcripts
+    found kept under 2.14: fish's and Tcl's `set`, connect calls taking a password as an argument, a variable's default in
+    code, `-u USER -p X`, browser automation typing into a password field, Cisco configuration, a
+    `--…-pass` flag, a bold label before a code span, a builder's `.password("X")`, Italian and
+    Norwegian prose, and a password named after it in a JSON string or a table cell."""
+    redacted = redact_text(text)[0]
+    assert secret not in redacted, redacted
+    assert redact_text_plain(text)[0] == redacted
+    assert redact_text(redacted)[0] == redacted
+
+
 def test_a_url_password_holding_at_signs_keeps_the_host() -> None:
     assert redact_text("mongodb://root:pa@ss@w0rd@mongo:27017/admin")[0] == "mongodb://root:[REDACTED:url-password]@mongo:27017/admin"
     assert redact_text("https://user:pw@host/a@b")[0] == "https://user:[REDACTED:url-password]@host/a@b"
@@ -3146,8 +3189,47 @@ def test_what_only_looks_like_a_shape_2_14_left_stays(text: str) -> None:
     assert redact_text(text) == (text, {})
 
 
+@pytest.mark.parametrize("text", [
+    # set in prose and shell references; -p as a port; Cisco words in prose.
+    "We set password expiry to 90 days", "set PASSWORD to expire", "set -e DB_PASSWORD", "set -gx TOKEN $other",
+    "set -q API_KEY", "docker run -u 1000 -p 8080:80 nginx", "psql -u app -p 5432 app", "ssh -u deploy -p 2222 host",
+    "Username and password fields are required", "Enable password authentication", "snmp-server community public RO",
+    # Method chains after a quoted password word (2.14 took `.strip_all` for a password).
+    'x = get("password").strip_all', 'form.field("password").validate_all',
+    # Fields that are no password, references, and defaults that are no secret.
+    "cy.get('#email').type('bob1234x')", "page.fill('#username', 'admin123')", "cy.get('#password').type(Cypress.env('pw'))",
+    'os.getenv("LOG_LEVEL", "debug2")', "process.env.PORT || '3000'", 'os.environ.get("API_KEY", "")',
+    'builder.token("(")', "--pass 3 --bypass-cache yes",
+])
+def test_what_only_looks_like_a_tenth_round_secret_stays(text: str) -> None:
+    assert redact_text(text) == (text, {})
+
+
 def test_long_base64_of_text_without_a_secret_stays() -> None:
     plain = base64.b64encode("\n".join(f"LOG_LEVEL_{n}=debug" for n in range(40)).encode()).decode()
     wrapped = "\n".join(textwrap.wrap(plain, 76))
     for text in (f"echo {plain} | base64 -d", f"$ base64 x\n{wrapped}"):
         assert redact_text(text) == (text, {})
+
+
+@PROPERTY
+@given(PASSWORD_LETTERS, st.sampled_from("!#%*+?^~"),
+       st.integers(10, 9999), st.sampled_from([
+           "mongodb://root:p@{v}@mongo:27017/admin", "Here is the database password:\n  {v}", "set -gx DB_PASSWORD {v}",
+           "new PDO('mysql:host=db', 'root', '{v}')", 'os.getenv("DB_PASSWORD", "{v}")', "oc login https://h:6443 -u dev -p {v}",
+           "cy.get('#password').type('{v}')", "username admin privilege 15 password 0 {v}", "./setup --admin-pass {v}",
+           '.password("{v}")', "La password dell'utente admin è {v}.", "Passordet er {v}.",
+           "composer config http-basic.repo.example deploy {v}"]), FILLER)
+def test_a_tenth_round_password_never_survives(letters: str, symbol: str, number: int, shape: str, after: str) -> None:
+    """A capital, small letters, a symbol and digits, in each place 2.15 reads a password."""
+    value = symbol_password(letters, symbol, number)
+    shown = redacted_lead(shape.format(v=value), after)
+    assert value not in shown, shown
+
+
+def test_the_tenth_round_readings_run_in_linear_time() -> None:
+    """Each new reading starts at a literal or a trigger, and the wrapped base64 is joined in one pass."""
+    shapes = ["https://a:b@c@", "a:b@c@d ", "the API key:\nAb12Cd34Ef56Gh78\n", "set -gx A b ", "-u a -p b ", "getenv('A', 'b') ",
+              "process.env.A || 'b' ", ".type('x') ", "'password').fill('x') ", "username a password 0 b\n", "--a-pass b ",
+              ".password('b') ", "recovery codes\nabcde-fghij\n", "b" * 76 + "\n", "b" * 401 + " "]
+    assert_linear_time(shapes, counts=(2_000, 8_000))
