@@ -14,7 +14,7 @@ The analyzer (:data:`ANALYZER`, recorded in every text generation's manifest and
 file inside the index) reads text with its JSON string literals decoded (:func:`json_unescaped`),
 its terminal escape sequences as spaces, folded to NFKC and with the letters of
 :data:`LETTER_FOLDS` written as their plain ones (``ё`` as ``е``, a final ``ς`` as ``σ``, ``ß``
-as ``ss``, Greek accents and Arabic and Hebrew vowel points dropped): lowercased runs of letters and digits (with the marks Unicode counts as
+as ``ss``, Greek accents and Arabic and Hebrew vowel points dropped, Arabic alef variants as alef): lowercased runs of letters and digits (with the marks Unicode counts as
 letters, as tantivy splits: ``sinks.text.letters``), except that every character of
 a script written without spaces is a token of its own: Chinese, Japanese, Korean (Han, kana,
 Hangul syllables) and the Southeast Asian scripts Thai, Lao, Myanmar and Khmer. Such scripts
@@ -91,7 +91,8 @@ output ``"Draft\\n\\nUse the tool"`` held the word ``nuse`` and no ``use``, and
 ``"\\u043f\\u044f\\u0442"`` the words ``u043f`` … instead of ``пят``, and coloured output
 ``ESC[31mFAILED`` the word ``31mfailed``; version 6 (``json-strings+no-ansi+nfkc+words+spaceless-chars/6``)
 kept the spellings of :data:`LETTER_FOLDS` apart, so ``елка`` found no ``ёлка``, ``οδος`` no
-``ΟΔΟΣ``, ``istanbul`` no ``İstanbul``, ``strasse`` no ``Straße`` and ``محمد`` no ``مُحَمَّد``, and
+``ΟΔΟΣ``, ``istanbul`` no ``İstanbul``, ``strasse`` no ``Straße``, ``محمد`` no ``مُحَمَّد`` and
+``احمد`` no ``أحمد``, and
 it read a JSON string the redaction stage's cut of a long output ends (no closing quote) as its
 escapes, ``u0451u043c``, not ``ём``. An index of another
 analyzer is refused with the remedy (``usl rebuild text``), never searched with the wrong terms."""
@@ -341,6 +342,12 @@ LETTER_FOLDS: dict[str, str] = {
     # written in some texts and almost never typed, so مُحَمَّد was no محمد, שָׁלוֹם no שלום
     # (Lucene's ArabicNormalizationFilter drops the same Arabic marks).
     **dict.fromkeys(map(chr, range(0x064B, 0x0653)), ""), "\u0640": "",
+    # Arabic letters typed as their plain forms (as Lucene's ArabicNormalizer does; alef wasla
+    # too): alef with hamza or madda as alef (أحمد is typed احمد); alef maksura as yeh; teh marbuta as heh.
+    # Persian and Urdu keyboards write yeh and kaf as their own letters (ی, ک): the Arabic ones
+    # (Lucene's PersianNormalizer), so a query typed on either keyboard finds text of the other.
+    "\u0622": "\u0627", "\u0623": "\u0627", "\u0625": "\u0627", "\u0671": "\u0627",
+    "\u0649": "\u064a", "\u0629": "\u0647", "\u06cc": "\u064a", "\u06a9": "\u0643",
     **dict.fromkeys(map(chr, [*range(0x0591, 0x05BE), 0x05BF, 0x05C1, 0x05C2, 0x05C4, 0x05C5, 0x05C7]), ""),
 }
 """Letters the analyzer writes as others (analyzer 7), after NFKC and before words are split:

@@ -929,6 +929,10 @@ SPELLINGS = {
     "tr": ("İstanbul'daki sunucuya bağlanılamadı, DİYARBAKIR", ("istanbul", "ISTANBUL", "Diyarbakır", "BAĞLANILAMADI")),
     "de": ("Die Größe der Datei; die Straße wurde nicht gefunden", ("GRÖSSE", "grösse", "strasse", "STRASSE")),
     "ar": ("مُحَمَّد كتب: الـعـربـيـة", ("محمد", "العربية")),
+    # Alef with hamza or madda typed as alef, alef maksura as yeh, teh marbuta as heh; a Persian
+    # keyboard's yeh and kaf (ی, ک) for the Arabic ones.
+    "ar2": ("أحمد، إبراهيم في المدرسة على الطاولة", ("احمد", "ابراهيم", "المدرسه", "علي")),
+    "fa": ("خطای اتصال به پایگاه داده: کلید یافت نشد", ("خطاي", "كليد", '"پايگاه داده"')),
     "he": ("שָׁלוֹם עוֹלָם", ("שלום", '"שלום עולם"')),
 }
 
