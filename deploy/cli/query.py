@@ -9,6 +9,7 @@ what it does not cover; ``usl sql`` prints the rows as a table (piped: tab-separ
 
 from __future__ import annotations
 
+import functools
 import itertools
 import unicodedata
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,8 @@ from deploy.cli._common import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from rich.text import Text
 
 __all__ = ["COMMANDS", "freshness_line", "register", "render_response", "search", "sql"]
@@ -247,9 +250,18 @@ def _fold(text: str) -> str:
     """``text`` NFKC-folded, its letters folded and lowercased as the text index reads them: a
     query's ``ΟΔΟΣ`` lowercased whole was ``οδος``, the text's ``ΟΔΟΣ`` letter by letter
     ``οδοσ``, and the word the index found was not marked."""
+    letters_folded, lower_term = _index_folds()
+    return lower_term(letters_folded(unicodedata.normalize("NFKC", text)))
+
+
+@functools.cache
+def _index_folds() -> tuple[Callable[[str], str], Callable[[str], str]]:
+    """The text index's letter folds and lowercasing, imported on first use: ``sinks.text`` loads
+    the engines, which no other CLI command needs at start-up; and once, since `_folded` folds a
+    result's text one character at a time (an import statement there was most of its cost)."""
     from sinks.text.base import letters_folded, lower_term
 
-    return lower_term(letters_folded(unicodedata.normalize("NFKC", text)))
+    return letters_folded, lower_term
 
 
 def _folded(text: str) -> tuple[str, list[int], list[int]]:
