@@ -1574,7 +1574,7 @@ def _device_secret(match: re.Match[str]) -> bool:
     return _cli_value(match) and match.group("value").lower() not in ("public", "private")
 
 
-_ROUND_TEN = (
+_LOGIN_AND_DEVICE_PASSWORDS = (
     # 2.15: `-u USER -p PASSWORD`, the convention of client logins no earlier rule names (OpenShift's
     # oc login, Cloud Foundry's cf login, twine upload, az sql server create, ...).
     _cli_rule((" -u ", "\t-u "), "-u USER -p PASSWORD (oc / cf login, twine, az sql server create, ...)",
@@ -1594,7 +1594,7 @@ _ROUND_TEN = (
 )
 
 
-CONTEXT_RULES: tuple[Rule, ...] = (_PASSWORD_HASH, _AZURE_SAS, _URL_SIGNATURE, _OAUTH_CODE, _BEARER, _BASIC, _AUTH_SCHEME, *_AWS_PAIR, _TWILIO_PAIR, _URL_TOKEN, _MYSQL_PASSWORD, _CLI_PASSWORD, *_CLI_FLAG_PASSWORDS, *_ROUND_TEN, _CURL_USER,
+CONTEXT_RULES: tuple[Rule, ...] = (_PASSWORD_HASH, _AZURE_SAS, _URL_SIGNATURE, _OAUTH_CODE, _BEARER, _BASIC, _AUTH_SCHEME, *_AWS_PAIR, _TWILIO_PAIR, _URL_TOKEN, _MYSQL_PASSWORD, _CLI_PASSWORD, *_CLI_FLAG_PASSWORDS, *_LOGIN_AND_DEVICE_PASSWORDS, _CURL_USER,
                                    _APPID, _REDIS_AUTH, _JENKINS_PASSWORD,
                                    CookieRule(), CodeCredentialRule(), WindowsEnvRule(), EnvListRule(), MarkdownTableRule(),
                                    _PASSWORD_ELSEWHERE, _CONFIG_PASSWORD, _PGPASS, _NETRC, *_ATTRIBUTE_PAIRS, _USED_AS,
