@@ -434,7 +434,13 @@ class SinkRunner:
             positions = self._start_positions()
             for log_id, state in sorted(self.logs.items()):
                 if state.manifest is not None:  # its last publish may have been lost in a crash
-                    self._publish(log_id, state.manifest, self._store(log_id, state.line))
+                    store = self._store(log_id, state.line)
+                    self._publish(log_id, state.manifest, store)
+                    if self._merger is not None:
+                        # A merge a crash or stop took with it is planned again now, not only
+                        # after the log's next commit, which a quiet log may never have.
+                        self._merger.offer(log_id, store.line, state.manifest.generation_id,
+                                           store.generation_dir(state.manifest.generation_id))
             self._consumer.assign(list(positions))
             for tp, offset in positions.items():
                 self._consumer.seek(tp, offset)

@@ -293,3 +293,62 @@ def test_the_live_sink_merges_in_the_background_and_matches_a_rebuild(make_setti
     rebuilt = rebuild(settings, bootstrap, "vector")
     assert rebuilt.chunk_count == commits[-1].chunk_count
     assert _answers(GenerationStore(index_root(settings), "default", "vector", rebuilt.line), rebuilt, writer) == live
+
+
+def test_a_restarted_sink_merges_what_it_left_unmerged_without_a_new_commit(make_settings: Any) -> None:
+    """A sink stopped before it merged (as a kill in the middle of a merge leaves it) plans the
+    merge again when it starts, though nothing new arrives: a quiet log's layout does not wait
+    for a commit that may never come."""
+    from deploy.testing import Stack
+    from sinks.runner import SinkRunner, index_root
+    from sinks.service import make_writer, pipeline_versions
+    from sinks.vector_writer import merge_plan
+    from streams.testing import append_events, interleave, session_events
+
+    settings = make_settings(embedder="hash:64", sink_batch_size=2, sink_batch_seconds=0.2)
+    bootstrap = settings.bootstrap_servers or ""
+    stack = Stack(settings)
+    store = GenerationStore(index_root(settings), "default", "vector")
+
+    def run_until(runner: SinkRunner, done: Any, what: str) -> None:
+        thread = threading.Thread(target=runner.run, daemon=True)
+        thread.start()
+        try:
+            deadline = time.monotonic() + 120
+            while not done():
+                assert time.monotonic() < deadline, what
+                assert thread.is_alive(), "the sink runner stopped"
+                time.sleep(0.1)
+        finally:
+            runner.stop()
+            thread.join(timeout=60)
+
+    try:
+        stack.worker()
+        head = append_events(settings, interleave(*[session_events(f"quiet-{i}", turns=2, seed=40 + i)
+                                                    for i in range(3)], seed=4))
+        first: list[Manifest] = []
+        unmerging = make_writer("vector", settings)
+        unmerging.plan_merge = lambda gen_dir: []  # type: ignore[method-assign]  # stopped before it merged
+        run_until(SinkRunner(settings, bootstrap, unmerging, versions=pipeline_versions(settings),
+                             on_commit=first.append),
+                  lambda: bool(first) and first[-1].built_through_seq >= head, "the vector sink fell behind")
+        current = store.current()
+        assert current is not None and "mergedFrom" not in current.extra
+        assert merge_plan(_segment_sizes_of(store.generation_dir(current.generation_id))), \
+            "the test needs a layout that wants a merge"
+
+        second: list[Manifest] = []
+        run_until(SinkRunner(settings, bootstrap, make_writer("vector", settings),
+                             versions=pipeline_versions(settings), on_commit=second.append),
+                  lambda: any("mergedFrom" in m.extra for m in second), "no merge after the restart")
+    finally:
+        stack.close()
+    merged = [m for m in second if "mergedFrom" in m.extra]
+    assert merged[0].built_through_seq == current.built_through_seq == head
+    assert merged[0].chunk_count == current.chunk_count
+
+
+def _segment_sizes_of(gen_dir: Path) -> dict[str, int]:
+    from sinks.vector_writer import _segment_sizes
+    return _segment_sizes(gen_dir)
