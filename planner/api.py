@@ -78,6 +78,7 @@ from planner.exceptions import (
 )
 from planner.export import endpoint as export_endpoint
 from planner.request import log_param, query_params
+from planner.status_history import StatusHistory
 from planner.status_history import endpoint as status_history_endpoint
 from planner.tailwarm import WARM_EVERY_SECONDS
 from streams.exceptions import BrokerError, USLError
@@ -395,6 +396,8 @@ def create_app(settings: Settings, bootstrap: str, *, planner: Any = None) -> St
             status_cache[key] = (now, report)
         return report
 
+    status_history = StatusHistory(lambda: collect(None))
+
     async def status(request: Request) -> Response:
         from planner.status import for_principal
 
@@ -497,6 +500,9 @@ def create_app(settings: Settings, bootstrap: str, *, planner: Any = None) -> St
                 state["planner"] = None
             if follower is not None:
                 follower.stop()
+            # Before the sources close: a sample taken after would open a client of its own,
+            # and a thread left sampling outlives the app (a test's, an embedding program's).
+            status_history.stop()
             status_sources.close()
 
     routes = [
@@ -505,7 +511,8 @@ def create_app(settings: Settings, bootstrap: str, *, planner: Any = None) -> St
         Route("/v1/sessionql", _guarded(sessionql), methods=["POST"]),
         Route("/v1/status", _guarded(status), methods=["GET"]),
         Route("/v1/export", _guarded(export_endpoint(principal_of, the_planner)), methods=["GET"]),
-        Route("/v1/status/history", _guarded(status_history_endpoint(principal_of, collect)), methods=["GET"]),
+        Route("/v1/status/history", _guarded(status_history_endpoint(principal_of, collect, status_history)),
+              methods=["GET"]),
         *receivers.routes(settings, bootstrap, principal_of, _guarded),  # POST /v1/events, /v1/traces, /v1/logs
         Route("/metrics", _guarded(metrics), methods=["GET"]),
         Route("/healthz", _guarded(healthz), methods=["GET"]),

@@ -73,7 +73,13 @@ class StatusHistory:
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop sampling (the server shuts down); a later :meth:`start` samples again."""
+        with self._lock:
+            thread, self._thread = self._thread, None
         self._stop.set()
+        if thread is not None:
+            thread.join(timeout=30)
+        self._stop.clear()
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -92,16 +98,16 @@ class StatusHistory:
         return {"everySeconds": self.every, "keep": self.samples.maxlen, "samples": samples}
 
 
-def endpoint(principal_of: Callable[[Any], Any], collect: Callable[[str | None], dict[str, Any]]) -> Any:
+def endpoint(principal_of: Callable[[Any], Any], collect: Callable[[str | None], dict[str, Any]],
+             history: StatusHistory) -> Any:
     """The ``GET /v1/status/history[?log=L&since=T]`` handler of :func:`planner.api.create_app`;
-    it needs what ``GET /v1/status`` needs (a key, where keys are enforced)."""
+    it needs what ``GET /v1/status`` needs (a key, where keys are enforced). ``history`` samples
+    from the first request on; the app stops it when it shuts down."""
     from starlette.concurrency import run_in_threadpool
     from starlette.responses import JSONResponse
 
     from planner.exceptions import QueryError
     from planner.request import log_param, query_params
-
-    history = StatusHistory(lambda: collect(None))
 
     async def handle(request: Any) -> Any:
         principal_of(request)

@@ -159,11 +159,25 @@ class EchoPlanner:
         return {"asked": body}
 
 
+_STARTED: list[TestClient] = []
+
+
+@pytest.fixture(autouse=True)
+def _shut_down_guarded_clients() -> Iterator[None]:
+    """Each app a test started shuts down after it, as a server's does: its status history
+    thread sampled on for the rest of the worker's tests, against a broker that is not there."""
+    yield
+    while _STARTED:
+        _STARTED.pop().__exit__(None, None, None)
+
+
 def guarded_client(tmp_path: Path, *, keys: bool = False, **settings: Any) -> TestClient:
     config = Settings.from_env({}, home=tmp_path, **settings)
     if keys:
         create_key(keys_path(config), "tenant:acme/user:dave")
-    return TestClient(create_app(config, "127.0.0.1:9", planner=EchoPlanner()), base_url=LOCAL)
+    client = TestClient(create_app(config, "127.0.0.1:9", planner=EchoPlanner()), base_url=LOCAL)
+    _STARTED.append(client.__enter__())  # its lifespan runs, so its shutdown does too
+    return client
 
 
 def assert_refused(response: Any, status: int, code: str) -> None:
@@ -336,6 +350,10 @@ def test_status_history_answers_an_unknown_log_and_an_endless_time_as_status_doe
     for since in ("nan", "inf", "-inf", "soon"):
         assert_refused(client.get("/v1/status/history", params={"since": since}), 400, "bad_query")
     assert client.get("/v1/status/history", params={"since": "0"}).status_code == 200
+    client.__exit__(None, None, None)
+    _STARTED.remove(client)
+    assert not [t for t in threading.enumerate() if t.name == "usl-status-history"], \
+        "the status history sampled on after its app shut down"
 
 
 def test_a_body_saved_with_a_byte_order_mark_is_read_and_a_bad_one_says_where(tmp_path: Path) -> None:

@@ -146,11 +146,12 @@ def test_status_of_a_log_that_does_not_exist_is_not_found(kafka_bootstrap: str, 
     with pytest.raises(NotFound) as missing:
         collect_status(settings, kafka_bootstrap, log_id="nosuch")
     assert missing.value.message == "no log named 'nosuch'"
-    client = TestClient(create_app(settings, kafka_bootstrap, planner=object()), base_url="http://localhost:8765")
-    response = client.get("/v1/status", params={"log": "nosuch"})
-    assert response.status_code == 404
-    assert response.json()["error"]["code"] == "not_found"
-    assert client.get("/v1/status", params={"log": "rx"}).status_code == 200
+    # Entered, so the consumers its status collects keep are closed when it shuts down.
+    with TestClient(create_app(settings, kafka_bootstrap, planner=object()), base_url="http://localhost:8765") as client:
+        response = client.get("/v1/status", params={"log": "nosuch"})
+        assert response.status_code == 404
+        assert response.json()["error"]["code"] == "not_found"
+        assert client.get("/v1/status", params={"log": "rx"}).status_code == 200
     done = subprocess.run([sys.executable, "-m", "deploy.cli", "status", "--log", "nosuch"],
                           env={**settings_env(settings), "USL_API_URL": ""}, capture_output=True, text=True,
                           timeout=120, check=False)
