@@ -264,19 +264,37 @@ def _with_older_content(attrs: dict[str, Any], span: dict[str, Any]) -> dict[str
 def _text(message: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
     texts: list[str] = []
     calls: list[dict[str, Any]] = []
-    for part in _list(message.get("parts")):
-        if not isinstance(part, dict):
+    content = message.get("content")
+    if isinstance(content, str):  # the older events shape
+        content = [content]
+    # The conventions' parts, then the content blocks that instrumentations passing the
+    # provider's own messages through write (OpenAI's and Anthropic's ``content`` list,
+    # ``{"type": "text", "text"}``): those spans were answered 200 and their text dropped.
+    for part in [*_list(message.get("parts")), *_list(content)]:
+        if isinstance(part, str):
+            texts.append(part)
+        elif not isinstance(part, dict):
             continue
-        if part.get("type") == "text" and isinstance(part.get("content"), str):
-            texts.append(part["content"])
-        elif part.get("type") == "tool_call":
-            calls.append({k: part.get(k) for k in ("id", "name", "arguments") if part.get(k) is not None})
-        elif part.get("type") == "tool_call_response" and part.get("response") is not None:
-            response = part["response"]
-            texts.append(response if isinstance(response, str) else orjson.dumps(response).decode())
-    if isinstance(message.get("content"), str):  # the older events shape
-        texts.append(message["content"])
+        elif part.get("type") in _TEXT_PARTS:
+            said = part["content"] if "content" in part else part.get("text")
+            if isinstance(said, str):
+                texts.append(said)
+            elif said is not None:
+                texts.append(orjson.dumps(said).decode())
+        elif part.get("type") in ("tool_call", "tool_use"):
+            call = {**part, "arguments": part["input"]} if "arguments" not in part and "input" in part else part
+            calls.append({k: call.get(k) for k in ("id", "name", "arguments") if call.get(k) is not None})
+        elif part.get("type") in ("tool_call_response", "tool_result"):
+            response = part.get("response", part.get("content"))
+            if isinstance(response, list):
+                response = _text({"content": response})[0]
+            if response is not None:
+                texts.append(response if isinstance(response, str) else orjson.dumps(response).decode())
     return "\n".join(texts), calls
+
+
+#: Part types whose ``content`` (or, in the providers' blocks, ``text``) is the message's text.
+_TEXT_PARTS = frozenset({"text", "input_text", "output_text"})
 
 
 def _reasoning(message: dict[str, Any]) -> str:

@@ -330,11 +330,32 @@ def _messages_of(value: dict[str, Any], key: str = "gen_ai.input.messages") -> l
     ({"arrayValue": {"values": [{"stringValue": '{"role": "user", "parts": [{"type": "text", "content": "an array '
                                                 'attribute of JSON strings"}]}'}]}},
      "an array attribute of JSON strings"),
+    # The providers' own messages passed through (OpenAI's and Anthropic's content blocks).
+    ({"stringValue": '[{"role": "user", "content": [{"type": "text", "text": "an OpenAI content list"}]}]'},
+     "an OpenAI content list"),
+    ({"stringValue": '[{"role": "user", "content": [{"type": "input_text", "text": "a Responses API input"}]}]'},
+     "a Responses API input"),
+    ({"stringValue": '[{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": '
+                     '[{"type": "text", "text": "an Anthropic tool result"}]}]}]'},
+     "an Anthropic tool result"),
+    ({"stringValue": '[{"role": "user", "parts": [{"type": "text", "text": "a text part with text"}]}]'},
+     "a text part with text"),
 ])
 def test_messages_in_any_shape_an_instrumentation_writes_keep_their_text(value: dict[str, Any], text: str) -> None:
     """Content a span carried is searchable whatever shape the instrumentation gave it: these
     shapes appended nothing and the receiver answered 200."""
     assert _messages_of(value) == [("user", "visible", text)]
+
+
+def test_a_providers_tool_use_block_is_a_tool_call() -> None:
+    """An assistant message holding Anthropic's ``tool_use`` block keeps its text and the call."""
+    value = {"stringValue": '[{"role": "assistant", "content": [{"type": "text", "text": "looking it up"}, '
+                            '{"type": "tool_use", "id": "toolu_1", "name": "get_reservation", "input": {"id": "ABC"}}]}]'}
+    span = _legacy_span([*_attrs(**{"gen_ai.operation.name": "chat"}), {"key": "gen_ai.output.messages", "value": value}])
+    events = [item.event for item in span_events({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]})
+              if isinstance(item, Accepted) and item.event["type"] == "message"]
+    assert [(e["fields"]["text"], e["fields"]["toolCalls"]) for e in events] == [
+        ("looking it up", [{"id": "toolu_1", "name": "get_reservation", "arguments": {"id": "ABC"}}])]
 
 
 def test_reasoning_parts_are_a_hidden_thinking_message() -> None:
