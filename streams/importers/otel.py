@@ -409,17 +409,20 @@ class _Batch:
         self.known = known
 
     def session_of(self, trace: str, span: dict[str, Any], attrs: dict[str, Any]) -> str:
-        """The span's conversation; else where L1 has its events (a retry must neither move nor
-        duplicate them); else its nearest ancestor's conversation, the ancestor in the request
+        """Where L1 has its events (a retry must neither move nor duplicate them); else the
+        span's conversation; else its nearest ancestor's conversation, the ancestor in the request
         or in L1; else its trace's, as L1 knows it or as the earliest span of the trace in the
-        request names it (by start time then spanId); else ``otel-<traceId>``."""
+        request names it (by start time then spanId); else ``otel-<traceId>``. A span sent again
+        naming another conversation stays where it went: its turn's start and end, whose ids
+        name no session, were duplicates, and its messages went to the other session with that
+        turnId, a turn never closed there that held the log's indexes back."""
+        known = self.known.span_session(trace, _hex(span.get("spanId")))
+        if known:
+            return known
         own = _conversation(attrs)
         if own:
             return own
         orphan = f"otel-{trace}"
-        known = self.known.span_session(trace, _hex(span.get("spanId")))
-        if known:
-            return known
         parent, seen = _hex(span.get("parentSpanId")), 0
         while parent and seen < 64:
             found = self.spans.get((trace, parent))

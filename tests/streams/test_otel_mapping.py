@@ -158,6 +158,27 @@ def test_a_span_takes_its_ancestors_conversation_from_an_earlier_request() -> No
         == {"first"}  # no ancestor known: the trace's conversation
 
 
+def test_a_span_sent_again_naming_another_conversation_stays_where_it_went() -> None:
+    """Its turn's start and end are duplicates (their ids name no session): its messages in the
+    other session opened that turn there, never to be closed, and the open turn held every index
+    of the log back (`usl status`: waiting on an open turn)."""
+    def chat(conversation: str) -> dict[str, Any]:
+        return _with(_span("c000000000000002", "", "chat", conversation),
+                     gen_ai__input__messages='[{"role": "user", "parts": [{"type": "text", "content": "hello"}]}]')
+
+    from streams.chunking import Chunker, ChunkerConfig, default_tokenizer
+
+    log = _Log()
+    assert {e["sessionId"] for e in log.post(chat("first"))} == {"first"}
+    assert log.post(chat("second")) == []
+    chunker = Chunker(ChunkerConfig(), default_tokenizer(), policy_hash="p")
+    states: dict[str, Any] = {}
+    for seq, event in enumerate(log.events, 1):
+        state = states.setdefault(event["sessionId"], chunker.new_state(event["sessionId"]))
+        chunker.on_event(state, "default", seq, validate_event(event))
+    assert {sid: chunker.open_min_seq(state) for sid, state in states.items()} == {"first": None}
+
+
 def _with(span: dict[str, Any], **attributes: Any) -> dict[str, Any]:
     for key, value in attributes.items():
         typed = {"intValue": str(value)} if isinstance(value, int) else {"stringValue": value}
