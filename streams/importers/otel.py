@@ -465,13 +465,18 @@ def span_events(request: dict[str, Any], *, log_id: str = "default",
     batch = _Batch(spans, known if known is not None else TraceSessions(max_traces=0))
     started: set[str] = set()
     for index, (resource, span) in enumerate(spans):
+        trace, span_id = _hex(span.get("traceId")), _hex(span.get("spanId"))
+        from_logs = bool(span.get(_FROM_LOGS))
+        record = f"logRecords@{trace}/{span_id}" if from_logs else f"span[{index}] {trace}/{span_id}"
+        if span.get("attributes") is not None and not isinstance(span["attributes"], list):
+            # Read as no attributes, the span was no GenAI span: ignored, answered 200.
+            yield Rejected(record, "the span's attributes must be a list of {key, value} objects, "
+                                   f"not {type(span['attributes']).__name__}", raw_text(span))
+            continue
         attrs = _with_older_content(attributes(span.get("attributes")), span)
         operation = attrs.get("gen_ai.operation.name")
         if not isinstance(operation, str):
             continue
-        trace, span_id = _hex(span.get("traceId")), _hex(span.get("spanId"))
-        from_logs = bool(span.get(_FROM_LOGS))
-        record = f"logRecords@{trace}/{span_id}" if from_logs else f"span[{index}] {trace}/{span_id}"
         problem = (_id_problem(span.get("traceId"), trace, "traceId", 16)
                    or _id_problem(span.get("spanId"), span_id, "spanId", 8))
         start, end = _time(span.get("startTimeUnixNano")), _time(span.get("endTimeUnixNano"))

@@ -179,6 +179,14 @@ def test_a_span_sent_again_naming_another_conversation_stays_where_it_went() -> 
     assert {sid: chunker.open_min_seq(state) for sid, state in states.items()} == {"first": None}
 
 
+def test_a_span_whose_attributes_are_no_list_is_refused_naming_them() -> None:
+    """Read as no attributes, it was no GenAI span: ignored, and the exporter answered 200."""
+    span = {**_span("c000000000000002", "", "chat", "conv"), "attributes": '{"gen_ai.operation.name": "chat"}'}
+    items = list(span_events({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}))
+    assert [(type(item).__name__, item.reason) for item in items] == [
+        ("Rejected", "the span's attributes must be a list of {key, value} objects, not str")]
+
+
 def _with(span: dict[str, Any], **attributes: Any) -> dict[str, Any]:
     for key, value in attributes.items():
         typed = {"intValue": str(value)} if isinstance(value, int) else {"stringValue": value}
