@@ -183,3 +183,36 @@ def test_a_malformed_search_parameter_is_refused_whatever_is_exported(params: di
 
     with pytest.raises(QueryError):
         export(None, parse_principal("tenant:default/user:local"), params)  # type: ignore[arg-type]
+
+
+def test_an_export_of_one_session_reads_past_the_others_events(make_settings: Callable[..., Settings],
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Validating every event of the log was a fifth of `usl export --session` (2.5 s for 30
+    rows of a 17 000-event log): the other sessions' events are left out unread, and an eventId
+    one of them holds still keeps a later copy out, as the indexes keep it out."""
+    import streams.asp
+    from planner.acl import parse_principal
+    from planner.engine import Planner
+    from planner.export import export
+
+    settings = make_settings()
+    mine, theirs = session_events("one-s", turns=1, seed=3), session_events("other-s", turns=2, seed=4)
+    taken = {**mine[1], "eventId": theirs[1]["eventId"]}  # an eventId another session holds
+    append_events(settings, [*theirs, *mine, taken])
+    validated: list[str] = []
+    real = streams.asp.validate_event
+
+    def counting(event: Any, **options: Any) -> dict[str, Any]:
+        validated.append(str(event.get("sessionId")))
+        return real(event, **options)
+
+    monkeypatch.setattr(streams.asp, "validate_event", counting)
+    planner = Planner(settings, settings.bootstrap_servers or "")
+    try:
+        rows = list(export(planner, parse_principal("tenant:default/user:u"), {"what": "sessions",
+                                                                               "sessionId": "one-s"}).rows)
+    finally:
+        planner.close()
+    assert [row["eventId"] for row in rows] == [event["eventId"] for event in mine
+                                                if event.get("visibility") != "hidden"]
+    assert set(validated) == {"one-s"}
