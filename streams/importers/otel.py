@@ -264,13 +264,15 @@ def _with_older_content(attrs: dict[str, Any], span: dict[str, Any]) -> dict[str
 def _text(message: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
     texts: list[str] = []
     calls: list[dict[str, Any]] = []
-    content = message.get("content")
+    parts, content = message.get("parts"), message.get("content")
+    if isinstance(parts, str):  # text where the conventions have a list of parts
+        parts = [parts]
     if isinstance(content, str):  # the older events shape
         content = [content]
     # The conventions' parts, then the content blocks that instrumentations passing the
     # provider's own messages through write (OpenAI's and Anthropic's ``content`` list,
     # ``{"type": "text", "text"}``): those spans were answered 200 and their text dropped.
-    for part in [*_list(message.get("parts")), *_list(content)]:
+    for part in [*_list(parts), *_list(content)]:
         if isinstance(part, str):
             texts.append(part)
         elif not isinstance(part, dict):

@@ -369,6 +369,7 @@ def _messages_of(value: dict[str, Any], key: str = "gen_ai.input.messages") -> l
      "an Anthropic tool result"),
     ({"stringValue": '[{"role": "user", "parts": [{"type": "text", "text": "a text part with text"}]}]'},
      "a text part with text"),
+    ({"stringValue": '[{"role": "user", "parts": "parts as one string"}]'}, "parts as one string"),
 ])
 def test_messages_in_any_shape_an_instrumentation_writes_keep_their_text(value: dict[str, Any], text: str) -> None:
     """Content a span carried is searchable whatever shape the instrumentation gave it: these
