@@ -90,7 +90,7 @@ class AssignmentRule(Rule):
         # 2.15: a name ending in `-pass` too (`--admin-pass X`, `--db-pass`); `--pass` alone is judged as a bare pass.
         r"--(?<![A-Za-z0-9_-]--)(?P<name>[A-Za-z0-9-]{0,24}(?:password|passwd|passphrase|token|secret|api-key|apikey|key|(?<=-)pass(?![A-Za-z]))"
         r"[A-Za-z0-9-]{0,24})[ \t]+(?:\"(?P<dq>[^\"\r\n]{1,4096})\"|'(?P<sq>[^'\r\n]{1,4096})'"
-        r"|(?P<bare>[^\s\"'|;&-][^\s\"'|;&]*))",
+        r"|(?P<bare>[^\s\"'|;&-][^\s\"'|;&]*(?:&[^\s\"'|;&]+)*))",
         re.ASCII | re.IGNORECASE,
     )
     _xml = re.compile(
@@ -105,7 +105,8 @@ class AssignmentRule(Rule):
         r"(?:passw(?:or)?ds?|passphrase|pwd|secret|token|credential|cookie|auth|key)[A-Za-z_-]{0,24}"
         # 2.15: five or six marks before the value when they are markdown's ("- **API Key**: `X`"), not
         # code's ("password}' | base64").
-        r"(?:[^\w\r\n./(-]{1,4}(?:" + "|".join(_CONNECTORS) + r")){0,3}(?:[^\w\r\n./(-]{1,4}|[*:` \t]{5,6})"
+        # 2.16: a hyphen between spaces is a dash ("API key - X"); glued, it joins words (token-based).
+        r"(?:[^\w\r\n./(-]{1,4}(?:" + "|".join(_CONNECTORS) + r")){0,3}(?:[^\w\r\n./(-]{1,4}|[*:` \t]{5,6}|[ \t]--?[ \t])"
         r"(?P<bare>[A-Za-z0-9_+/=.~%-]{6,4096})",
         re.ASCII | re.IGNORECASE,
     )
@@ -115,7 +116,7 @@ class AssignmentRule(Rule):
     _prose_password = re.compile(
         r"(?P<word>passw(?:or)?ds?|passphrase|pass|pwd|pw|secret)(?![A-Za-z])"
         # 2.12: up to six marks before the value: markdown's "**Password:** `X`" has five.
-        r"(?P<between>(?:[^\w\r\n./(-]{1,4}(?:" + "|".join(_PASSWORD_CONNECTORS) + r")){0,4}[^\w\r\n./(-]{1,6})"
+        r"(?P<between>(?:[^\w\r\n./(-]{1,4}(?:" + "|".join(_PASSWORD_CONNECTORS) + r")){0,4}(?:[^\w\r\n./(-]{1,6}|[ \t]--?[ \t]))"
         r"(?P<bare>" + _PROSE_PASSWORD_CHARS + r"{6,128})(?!" + _PROSE_PASSWORD_CHARS + r")",
         re.ASCII | re.IGNORECASE,
     )
@@ -782,11 +783,12 @@ def _credential_pair(match: re.Match[str]) -> bool:
 
 CREDENTIAL_PAIR_RULE = RegexRule(
     name=_PROSE,
-    lower_triggers=("cred", "login", "zugangsdaten", "anmeldedaten", "identifiants", *_PAIR_LABEL_TRIGGERS),
+    lower_triggers=("cred", "login", "zugangsdaten", "anmeldedaten", "identifiants", "wi-fi", "wifi", "wlan", *_PAIR_LABEL_TRIGGERS),
     anchored=True,
     description="a password written after a user and a slash in a sentence about credentials or a login",
     pattern=re.compile(
-        r"(?<![A-Za-z])(?:" + _PAIR_LABELS + r"|creds|credentials?|logins?|zugangsdaten|anmeldedaten|identifiants|credenciales)(?![A-Za-z])"
+        # 2.16: a wireless network's name and password ("Wi-Fi: AcmeGuest / X").
+        r"(?<![A-Za-z])(?:" + _PAIR_LABELS + r"|creds|credentials?|logins?|zugangsdaten|anmeldedaten|identifiants|credenciales|wi-?fi|wlan)(?![A-Za-z])"
         r"(?:(?:[ \t]+(?:" + "|".join(_PAIR_CONNECTORS) + r")(?![A-Za-z])){1,4}[ \t]*[:=]?|[ \t]*[:=])[ \t]*"
         r"[A-Za-z0-9_.@+-]{1,64}[ \t]*/[ \t]*"
         r"(?P<value>" + _PROSE_PASSWORD_CHARS + r"{6,128}?)(?=[.!?-]*(?!" + _PROSE_PASSWORD_CHARS + r"))",
@@ -858,6 +860,14 @@ CREDENTIAL_SPACE_RULE = RegexRule(
 
 # 2.14: a login given as USER / PASSWORD after "log in with" / "sign in as" ("Log in with `admin` /
 # `Xk9#mPq2z` on staging"), code spans and bold marks around either; the password judged as above.
+# 2.16: USER with PASSWORD ("Log in as root with fw9*RWS63 and change it"), which holds a symbol
+# or looks random: after "with" come ways to log in too ("with OAuth2.0", "with Hunter2FA").
+def _login_pair(match: re.Match[str]) -> bool:
+    value = match.group("value")
+    if match.group("with") and not (any(c in "!#$%&*+=?@^~" for c in value) or looks_random(value)):
+        return False
+    return _credential_space(match)
+
 # Sentence marks end it only before a space or the line's end: `Hunter!22` holds one.
 LOGIN_PAIR_RULE = RegexRule(
     name=_PROSE,
@@ -866,11 +876,13 @@ LOGIN_PAIR_RULE = RegexRule(
     description="a password after USER / in a sentence that logs in with them (2.14)",
     pattern=re.compile(
         r"(?:log[ -]?in|sign[ -]?in)[ \t]+(?:with|as|using)[ \t]+[`*'\"]{0,2}(?P<user>[A-Za-z_][A-Za-z0-9_.@-]{0,63})[`*'\"]{0,2}"
-        r"[ \t]*/[ \t]*[`*'\"]{0,2}(?P<value>" + _PROSE_PASSWORD_CHARS + r"{6,128}?)(?=[`*'\"]{0,2}[.!?,;)]*(?:[ \t]|\r?\n|\Z))",
+        # 2.16: or after "with" ("Log in as root with X and then change it").
+        r"(?:[ \t]*/[ \t]*|[ \t]+(?P<with>with|using)[ \t]+)[`*'\"]{0,2}(?P<value>" + _PROSE_PASSWORD_CHARS + r"{6,128}?)"
+        r"(?=[`*'\"]{0,2}[.!?,;)]*(?:[ \t]|\r?\n|\Z))",
         re.ASCII | re.IGNORECASE,
     ),
     group="value",
-    check=_credential_space,
+    check=_login_pair,
 )
 
 
@@ -1068,11 +1080,14 @@ class PasswordBeforeRule(Rule):
 # it), judged as after the word on one line but shaped as a secret: a letter and a digit.
 _ABOVE_WORDS = ("pass", "pwd", "secret", "token", "key", "credential", "creds")
 _ABOVE_CONNECTORS = (*_PASSWORD_CONNECTORS, "below", "follows", "following", "generated", "created", "issued", "initial",
-                     "temporary", "default", "one-time")
+                     "temporary", "default", "one-time",
+                     # 2.16: "Here's the token you asked for —": what was asked for, rotated, …
+                     "asked", "requested", "wanted", "needed", "just", "rotated")
 _NAMED_ABOVE = re.compile(
     r"(?P<word>passw(?:or)?ds?|passphrase|passcode|pwd|tokens?|secrets?|keys?|credentials?|creds)"
     r"(?![A-Za-z0-9_-])(?P<rest>(?:[ \t]+(?:(?:" + "|".join(_ABOVE_CONNECTORS) + r")(?![A-Za-z0-9_-])|\([^()\r\n]{1,48}\)))*)"
-    r"(?P<colon>[ \t]*[:\uff1a])?(?:\*\*|__)?[ \t]*\r?\n(?:[ \t]*\r?\n)?"
+    # 2.16: a dash ends the naming line as a colon does ("… you asked for —", "API key -").
+    r"(?P<colon>[ \t]*[:\uff1a\u2014\u2013]|[ \t]+-)?(?:\*\*|__)?[ \t]*\r?\n(?:[ \t]*\r?\n)?"
     r"[ \t]*(?:[-*>][ \t]+)?(?:\*\*)?(?P<q>[`\"']?)(?P<value>[^\s`\"'][^\s`\"']{5,255})(?P=q)(?:\*\*)?[ \t]*\r?(?=\n|\Z)",
     re.ASCII | re.IGNORECASE,
 )
@@ -1115,7 +1130,8 @@ def _named_above(match: re.Match[str]) -> bool:
 
 # How a naming line ends: `in` tests (C speed) before the secret words are each tried, as most texts
 # holding "key" or "token" have no such line. Spaces before the break are rare enough to test too.
-_NAMING_ENDS = (":\n", ":\r", ": \n", "\uff1a", " is\n", " is\r", " is \n", " are\n", " was\n", " were\n", "**\n", "__\n")
+_NAMING_ENDS = (":\n", ":\r", ": \n", "\uff1a", " is\n", " is\r", " is \n", " are\n", " was\n", " were\n", "**\n", "__\n",
+                "\u2014\n", "\u2013\n", " -\n")
 
 
 class _NamedAboveRule(RegexRule):

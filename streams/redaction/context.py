@@ -192,11 +192,14 @@ _OAUTH_CODE = RegexRule(
 def _cli_value(match: re.Match[str]) -> bool:
     """A flag's value that is a password, not a shell reference standing for one (2.8: `redis-cli -a
     $REDIS_PASSWORD`, `sshpass -p "$PW"`, `-P %SA_PASSWORD%` lost the variable's name)."""
-    value = match.group("value").strip("'\"")
+    value = match.group("value").strip("'\"\\")
     return bool(value) and not is_placeholder(value, quoted=True) and not (value[0] == "%" and value[-1] == "%")
 
 
-_QUOTED_OR_BARE = r"(?P<value>'[^'\r\n]+'|\"[^\"\r\n]+\"|[^\s'\"|;&`]+)"
+# 2.16: a value in a JSON string's escaped quotes (`-N \"X\"` in a tool call's arguments) is the
+# quotes' content, and a bare value runs on over an "&" glued between its characters
+# (`-storepass afve&XCB32`: a hand-typed password, not a job sent to the background).
+_QUOTED_OR_BARE = r"(?P<value>\\\"[^\"\\\r\n]+\\\"|'[^'\r\n]+'|\"[^\"\r\n]+\"|[^\s'\"|;&`]+(?:&[^\s'\"|;&`]+)*)"
 _MYSQL_PASSWORD = RegexRule(
     name="mysql-password",
     triggers=("mysql", "mariadb"),
@@ -278,7 +281,13 @@ def _expect_send(match: re.Match[str]) -> bool:
     return _PROMPT_LINE.search(text, max(0, start - 200), start) is not None and _cli_value(match)
 
 
-_BARE_ARG = r"[^\s|;&`-][^\s|;&`]*"
+def _echoed_to_file(match: re.Match[str]) -> bool:
+    value = match.group("value").strip("'\"")
+    return (_cli_value(match) and any(c.isalpha() for c in value)
+            and any(c.isdigit() or c.isupper() or c in "!#$%&*+=?@^~" for c in value))
+
+
+_BARE_ARG = r"[^\s|;&`-][^\s|;&`]*(?:&[^\s|;&`]+)*"
 
 
 def _named_argument(match: re.Match[str]) -> bool:
@@ -334,6 +343,14 @@ _CLI_FLAG_PASSWORDS = (
     _cli_rule(("printf",), "printf FORMAT SECRET | a command reading a secret from stdin",
               r"printf(?<![A-Za-z0-9_]printf)(?:[ \t]+--)?[ \t]+(?:'[^'\r\n]{0,40}%[^'\r\n]{0,40}'|\"[^\"\r\n]{0,40}%[^\"\r\n]{0,40}\")[ \t]+"
               + _PIPED_SECRET),
+    # 2.16: a secret echoed into a file named for one (`echo 'X' > ~/.vault_pass.txt`, `> token`,
+    # `>> .git-credentials`): one word with a letter and a digit, a capital or a symbol (not `echo on >
+    # pass.log`, `echo 0 > pass_count`).
+    _cli_rule(("echo", "printf"), "echo SECRET > a file whose name says it holds a secret (2.16)",
+              r"\b(?:echo|printf)(?:[ \t]+-[neE]+)*[ \t]+(?P<value>'[^'\s]{6,}'|\"[^\"$\s]{6,}\"|[^\s'\"$|;&`<>]{6,})"
+              r"[ \t]*>>?[ \t]*['\"]?(?:[^\s'\";&|<>]*/)?[^\s/'\";&|<>]*"
+              r"(?i:pass|secret|token|cred|api[_-]?key)[^\s/'\";&|<>]*['\"]?(?=[\s;&|)]|$)",
+              _echoed_to_file),
     # 2.8: SQL Server's tools take -P PASSWORD (sqlcmd, bcp, osql, isql), and gh secret set NAME
     # --body / -b VALUE sets a repository secret from its argument.
     _cli_rule(("sqlcmd", "bcp", "osql", "isql"), "sqlcmd / bcp / osql / isql -P PASSWORD",
@@ -832,6 +849,13 @@ _PASSWORD_WORDS_ELSEWHERE = (
     "parola", "parole", "parool", "slaptažodis", "slaptazodis", "nenosiri", "lykilorð",
     # 2.15: Norwegian ("Passordet til wifi er …").
     "passord",
+    # 2.16: Bulgarian / Macedonian, Serbian / Macedonian in Cyrillic, Azerbaijani, Albanian, Afrikaans,
+    # Welsh, Basque, Galician, Georgian, Armenian, Kazakh, Mongolian, Urdu, Tamil, Telugu, Kannada,
+    # Malayalam, Gujarati, Punjabi, Sinhala, Amharic, Burmese, Khmer, Lao ("Паролата за базата е …").
+    "парола", "лозинка", "лозинку", "лозинке", "şifrə", "fjalëkalim", "wagwoord", "cyfrinair", "pasahitz",
+    "contrasinal", "პაროლი", "գաղտնաբառ", "құпия сөз", "нууц үг", "پاس ورڈ", "کلمہ عبور", "கடவுச்சொல்",
+    "పాస్‌వర్డ్", "పాస్వర్డ్", "ಪಾಸ್‌ವರ್ಡ್", "ಪಾಸ್ವರ್ಡ್", "പാസ്‌വേഡ്", "പാസ്വേഡ്", "પાસવર્ડ", "ਪਾਸਵਰਡ", "මුරපදය",
+    "የይለፍ ቃል", "စကားဝှက်", "ពាក្យសម្ងាត់", "ລະຫັດຜ່ານ",
 )
 _PASSWORD_CHARS = r"[A-Za-z0-9!#$%&*+\-./<=>?@^_~]"  # printable ASCII but quotes, brackets, , ; : and `
 # 2.9: letters of the alphabets written with spaces between words (Latin, Greek, Cyrillic) too:
@@ -1043,6 +1067,15 @@ _AWS_PAIR = tuple(
                     _AWS_SECRET + r"(?=[\s\S]{0,200}?" + _AWS_KEY_ID + ")")
 )
 
+# 2.16: `aws configure` prompts with the value it holds in brackets and the answer after the colon
+# ("AWS Secret Access Key [None]: wJalr…"); the key id's prompt above shows only its last four
+# characters, so no key id is near the secret.
+_AWS_PROMPT = RegexRule(
+    name="aws-secret-access-key", lower_triggers=("secret access key [",),
+    description="the answer to aws configure's \"AWS Secret Access Key [CURRENT]:\" prompt (2.16)",
+    pattern=re.compile(r"Secret Access Key[ \t]+\[[^\]\r\n]{0,48}\]:[ \t]*" + _AWS_SECRET, re.ASCII | re.IGNORECASE),
+    group="value", check=_aws_secret,
+)
 
 # Twilio's auth token is 32 hex digits that only the account SID beside it names (2.7): `Client(
 # "AC…", "…")`, `-u AC…:…`, `TWILIO_ACCOUNT_SID=AC… TWILIO_AUTH_TOKEN=…` in prose or a CSV row.
@@ -1594,7 +1627,7 @@ _LOGIN_AND_DEVICE_PASSWORDS = (
 )
 
 
-CONTEXT_RULES: tuple[Rule, ...] = (_PASSWORD_HASH, _AZURE_SAS, _URL_SIGNATURE, _OAUTH_CODE, _BEARER, _BASIC, _AUTH_SCHEME, *_AWS_PAIR, _TWILIO_PAIR, _URL_TOKEN, _MYSQL_PASSWORD, _CLI_PASSWORD, *_CLI_FLAG_PASSWORDS, *_LOGIN_AND_DEVICE_PASSWORDS, _CURL_USER,
+CONTEXT_RULES: tuple[Rule, ...] = (_PASSWORD_HASH, _AZURE_SAS, _URL_SIGNATURE, _OAUTH_CODE, _BEARER, _BASIC, _AUTH_SCHEME, *_AWS_PAIR, _AWS_PROMPT, _TWILIO_PAIR, _URL_TOKEN, _MYSQL_PASSWORD, _CLI_PASSWORD, *_CLI_FLAG_PASSWORDS, *_LOGIN_AND_DEVICE_PASSWORDS, _CURL_USER,
                                    _APPID, _REDIS_AUTH, _JENKINS_PASSWORD,
                                    CookieRule(), CodeCredentialRule(), WindowsEnvRule(), EnvListRule(), MarkdownTableRule(),
                                    _PASSWORD_ELSEWHERE, _CONFIG_PASSWORD, _PGPASS, _NETRC, *_ATTRIBUTE_PAIRS, _USED_AS,
