@@ -48,6 +48,12 @@ _AUXILIARY_TYPES = ("summary", "system", "file-history-snapshot", "queue-operati
 # a dead letter; a type outside it (not a short lowercase name) is rejected as foreign.
 AUXILIARY_TYPE_RE = re.compile(r"[a-z][a-z0-9_-]{0,63}")
 _SUBAGENT_TOOLS = ("Task", "Agent")
+# A call the model makes: a client tool's, or one the API runs itself (the advisor, web search,
+# code execution: ``server_tool_use``; an MCP connector's ``mcp_tool_use``), whose result comes
+# back in the same response as a ``*_tool_result`` block.
+_CALL_BLOCKS = ("tool_use", "server_tool_use", "mcp_tool_use")
+_SERVER_RESULT_TEXT = ("title", "url", "text", "stdout", "stderr", "error_code", "content")
+_SERVER_RESULT_OPAQUE = ("encrypted_content", "encrypted_index", "encrypted_stdout", "signature")
 _COMMAND_PREFIXES = ("<command-name>", "<command-message>", "<bash-input>")
 _OUTPUT_PREFIXES = (
     "<local-command-stdout>", "<local-command-stderr>", "<bash-stdout>", "<bash-stderr>",
@@ -689,12 +695,12 @@ def _block_event(
         if isinstance(model, str):
             fields["model"] = model
         return "message", "assistant", fields, "hidden", None
-    if block_type == "tool_use":
+    if block_type in _CALL_BLOCKS:
         call_id, name = block.get("id"), block.get("name")
         if not isinstance(call_id, str) or not call_id:
-            return f"missing field '{where}.id' of a tool_use block"
+            return f"missing field '{where}.id' of a {block_type} block"
         if not isinstance(name, str) or not name:
-            return f"missing field '{where}.name' of a tool_use block"
+            return f"missing field '{where}.name' of a {block_type} block"
         arguments = block.get("input")
         if arguments is None:
             arguments = {}
@@ -704,15 +710,19 @@ def _block_event(
         if isinstance(model, str):
             fields["model"] = model  # the call's usage is the model's: count it under its name
         return "tool.call", "assistant", fields, None, None
-    if block_type == "tool_result":
+    server_result = isinstance(block_type, str) and block_type.endswith("_tool_result")
+    if block_type == "tool_result" or server_result:
         call_id = block.get("tool_use_id")
         if not isinstance(call_id, str) or not call_id:
-            return f"missing field '{where}.tool_use_id' of a tool_result block"
+            return f"missing field '{where}.tool_use_id' of a {block_type} block"
         fields = {"toolCallId": call_id}
         if call_id in session.tool_calls:
             fields["toolName"] = session.tool_calls[call_id][1]
-        fields["status"] = "error" if block.get("is_error") is True else "ok"
-        fields["output"] = _result_text(block.get("content"))
+        content = block.get("content")
+        failed = block.get("is_error") is True or (
+            server_result and isinstance(content, dict) and str(content.get("type", "")).endswith("_error"))
+        fields["status"] = "error" if failed else "ok"
+        fields["output"] = "\n".join(_server_result_parts(content)) if server_result else _result_text(content)
         return "tool.result", "tool", fields, None, call_id
     if block_type in ("image", "document"):
         return "message", role, {"text": f"[{block_type}]", "kind": block_type}, None, None
@@ -731,6 +741,28 @@ def _remember_call(
         session.subagent_calls = [
             call for call in session.subagent_calls if call[1] != fields["toolCallId"]
         ]
+
+
+def _server_result_parts(value: Any) -> Iterator[str]:
+    """The readable text of a server tool's result (``web_search_tool_result``,
+    ``web_fetch_tool_result``, ``advisor_tool_result``, ``code_execution_tool_result``, ...):
+    its titles, URLs, texts, outputs and error codes in the order the API wrote them. Their
+    shapes differ per tool and grow with the API, so they are walked, not mapped one by one;
+    encrypted payloads and signatures are opaque, and a ``data`` is text only in a ``text``
+    source (a fetched page), never an image's or PDF's base64."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, list):
+        for item in value:
+            yield from _server_result_parts(item)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if key in _SERVER_RESULT_TEXT and isinstance(item, str) and item:
+                yield item
+            elif key == "data" and value.get("type") == "text" and isinstance(item, str):
+                yield item
+            elif isinstance(item, (dict, list)) and key not in _SERVER_RESULT_OPAQUE:
+                yield from _server_result_parts(item)
 
 
 _AGENT_ID_LINE = re.compile(r"^agentId: ([A-Za-z0-9_-]{1,64})", re.MULTILINE)

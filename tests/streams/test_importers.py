@@ -308,6 +308,51 @@ def test_claude_code_problem_lines(tmp_path: Path) -> None:
     assert {event["sessionId"] for event in accepted} == {"s-1", "fallback-session"}
 
 
+def test_claude_code_server_tool_blocks_are_calls_and_results(tmp_path: Path) -> None:
+    """Claude Code 2.1 writes the advisor's blocks into its transcripts (`server_tool_use`
+    named `advisor`, then `advisor_tool_result`), and an Agent SDK run's stream-json carries the
+    API's web search, web fetch and code execution the same way. They were dead-lettered as
+    unknown block types, losing the query, the advice and the pages found."""
+    blocks = [
+        {"type": "server_tool_use", "id": "srvtoolu_01adv", "name": "advisor", "input": {}},
+        {"type": "advisor_tool_result", "tool_use_id": "srvtoolu_01adv",
+         "content": {"type": "advisor_result", "text": "Prefer a bounded worker queue.", "stop_reason": "end_turn"}},
+        {"type": "server_tool_use", "id": "srvtoolu_01ws", "name": "web_search", "input": {"query": "faust rebalance"}},
+        {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_01ws", "content": [
+            {"type": "web_search_result", "title": "Rebalancing in Faust", "url": "https://example.org/faust",
+             "encrypted_content": "EqgfCioIARgB", "page_age": "May 1, 2025"}]},
+        {"type": "server_tool_use", "id": "srvtoolu_01wf", "name": "web_fetch", "input": {"url": "https://example.org/a"}},
+        {"type": "web_fetch_tool_result", "tool_use_id": "srvtoolu_01wf", "content": {
+            "type": "web_fetch_result", "url": "https://example.org/a", "content": {
+                "type": "document", "title": "Page A",
+                "source": {"type": "text", "media_type": "text/plain", "data": "Consumer groups rebalance on join."}}}},
+        {"type": "server_tool_use", "id": "srvtoolu_01ce", "name": "bash_code_execution", "input": {"command": "ls"}},
+        {"type": "bash_code_execution_tool_result", "tool_use_id": "srvtoolu_01ce",
+         "content": {"type": "bash_code_execution_tool_result_error", "error_code": "unavailable"}},
+        {"type": "text", "text": "Done."},
+    ]
+    lines = [cc_line("u1", "user", "how does faust rebalance?")]
+    lines += [cc_line(f"a{i}", "assistant", [block], parent=f"a{i - 1}" if i else "u1")
+              for i, block in enumerate(blocks)]
+    accepted, rejected = split(write_lines(tmp_path / "s-1.jsonl", lines), "claude-code")
+    assert rejected == []
+    calls = {e["fields"]["toolCallId"]: e for e in accepted if e["type"] == "tool.call"}
+    assert {k: (c["fields"]["toolName"], c["fields"]["input"]) for k, c in calls.items()} == {
+        "srvtoolu_01adv": ("advisor", {}), "srvtoolu_01ws": ("web_search", {"query": "faust rebalance"}),
+        "srvtoolu_01wf": ("web_fetch", {"url": "https://example.org/a"}),
+        "srvtoolu_01ce": ("bash_code_execution", {"command": "ls"})}
+    results = {e["fields"]["toolCallId"]: e for e in accepted if e["type"] == "tool.result"}
+    assert {k: (r["fields"]["status"], r["fields"]["output"]) for k, r in results.items()} == {
+        "srvtoolu_01adv": ("ok", "Prefer a bounded worker queue."),
+        "srvtoolu_01ws": ("ok", "Rebalancing in Faust\nhttps://example.org/faust"),
+        "srvtoolu_01wf": ("ok", "https://example.org/a\nPage A\nConsumer groups rebalance on join."),
+        "srvtoolu_01ce": ("error", "unavailable")}
+    for call_id, result in results.items():
+        assert result["parentEventId"] == calls[call_id]["eventId"]
+        assert result["fields"]["toolName"] == calls[call_id]["fields"]["toolName"]
+    assert len({e["turnId"] for e in accepted if e.get("turnId")}) == 1
+
+
 def test_claude_code_subagent_file_without_main_chain(tmp_path: Path) -> None:
     lines = [
         {**cc_line("s1", "user", "Look for TODOs"), "isSidechain": True, "agentId": "a91f"},
