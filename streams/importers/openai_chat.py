@@ -474,6 +474,18 @@ class _Conversation:
             # ones too (Snowflake Cortex: `"function_call": {"name": "", "arguments": ""}` beside
             # the real tool_calls), calls no legacy function: nothing to import, nothing to refuse.
             legacy_call = None
+        thought = message.get("reasoning_content", message.get("reasoning")) if role == "assistant" else None
+        if isinstance(thought, str) and thought.strip():
+            # The model's thinking as DeepSeek, vLLM, SGLang and OpenRouter return it beside the
+            # answer: hidden, as a Responses API reasoning item. It carries no payload, so the
+            # message's own events stay what they were before it was read.
+            thinking: dict[str, Any] = {"text": thought, "kind": "thinking"}
+            if model:
+                thinking["model"] = model
+            yield emitter.emit(
+                "message", event_id=emitter.event_id(index, "reasoning"), time=time, record=record,
+                raw=message, role=role, fields=thinking, visibility="hidden",
+            )
         if text or not (tool_calls or legacy_call):
             fields: dict[str, Any] = {"text": text}
             reasoning = message.get("type") == "reasoning"
@@ -671,7 +683,7 @@ def _streamed(response: Any) -> Any:
     """A response logged as the list of what was streamed, as the response it amounts to.
 
     ``chat.completion.chunk`` objects become one chat.completion whose first choice's message
-    joins the deltas (text and refusal concatenated, tool calls merged by their ``index``, their
+    joins the deltas (text, refusal and reasoning concatenated, tool calls merged by their ``index``, their
     ``arguments`` concatenated); Responses API stream events become the ``response`` of their
     ``response.completed`` (else last ``response.*``) event. Anything else is returned unchanged.
     """
@@ -699,7 +711,7 @@ def _streamed(response: Any) -> Any:
             delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else choice.get("message")
             if not isinstance(delta, dict):
                 continue
-            for key in ("content", "refusal"):
+            for key in ("content", "refusal", "reasoning_content", "reasoning"):
                 if isinstance(delta.get(key), str):
                     message[key] = (message.get(key) or "") + delta[key]
             for position, call in enumerate(delta.get("tool_calls") or []):

@@ -475,6 +475,34 @@ def test_openai_document_shapes(tmp_path: Path) -> None:
     assert accepted[0]["sessionId"] == "conv-b"
 
 
+def test_openai_reasoning_content_is_kept_as_hidden_thinking(tmp_path: Path) -> None:
+    """DeepSeek, vLLM and SGLang return the model's thinking as the message's
+    `reasoning_content` (OpenRouter: `reasoning`), and agent runs log it so; it was dropped.
+    It is a hidden thinking message before the answer; the message's own events are unchanged."""
+    plain = [
+        {"role": "user", "content": "list the files"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "a.py"},
+        {"role": "assistant", "content": "One file: a.py."},
+    ]
+    thoughts = {1: {"reasoning_content": "Need to inspect files first."},
+                3: {"reasoning": "The listing shows one file."}}
+    thinking = [{**message, **thoughts.get(i, {})} for i, message in enumerate(plain)]
+    before, _ = split(write_lines(tmp_path / "plain.jsonl", [{"id": "run-1", "model": "deepseek-r1", "messages": plain}]))
+    after, rejected = split(write_lines(tmp_path / "plain.jsonl", [{"id": "run-1", "model": "deepseek-r1", "messages": thinking}]))
+    assert rejected == []
+    hidden = [event for event in after if event.get("visibility") == "hidden"]
+    assert [(event["fields"]["text"], event["fields"]["kind"], event["fields"]["model"]) for event in hidden] == [
+        ("Need to inspect files first.", "thinking", "deepseek-r1"), ("The listing shows one file.", "thinking", "deepseek-r1")]
+    assert [event for event in after if event not in hidden] == [
+        {**event, "payload": thinking[plain.index(event["payload"])]} if "payload" in event else event
+        for event in before]
+    # Thinking comes before what the model did with it.
+    order = [(event["type"], event["fields"].get("kind")) for event in after if event.get("role") == "assistant"]
+    assert order == [("message", "thinking"), ("tool.call", None), ("message", "thinking"), ("message", None)]
+
+
 def test_openai_problem_messages(tmp_path: Path) -> None:
     path = tmp_path / "chat.json"
     path.write_text(json.dumps({"messages": [

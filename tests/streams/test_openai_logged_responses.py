@@ -79,6 +79,18 @@ def test_a_streamed_response_is_assembled(tmp_path: Path) -> None:
             ("call_rolv1ozt", {"city": "Tokyo"})]
 
 
+def test_a_streamed_responses_reasoning_is_assembled(tmp_path: Path) -> None:
+    """vLLM and DeepSeek stream the thinking as `reasoning_content` deltas before the answer."""
+    chunks = [_chunk({"role": "assistant", "reasoning_content": "Tokyo needs "}),
+              _chunk({"reasoning_content": "a lookup."}), _chunk({"content": "It is sunny."}, finish="stop")]
+    path = tmp_path / "stream.json"
+    path.write_text(json.dumps({"request": REQUEST, "response": {"body": chunks, "is_streaming": True}}))
+    events, rejected = _split(path)
+    assert rejected == []
+    assert [(e["fields"]["text"], e.get("visibility")) for e in events if e.get("role") == "assistant"] == [
+        ("Tokyo needs a lookup.", "hidden"), ("It is sunny.", "visible")]
+
+
 def test_a_response_holding_no_answer_is_dead_lettered(tmp_path: Path) -> None:
     path = tmp_path / "calls.jsonl"
     lines = [
