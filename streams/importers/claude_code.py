@@ -437,23 +437,36 @@ class _Transcript:
         if time is None:
             self.pending.append(entry)
             return
-        yield self._auxiliary_event(session, entry, time)
+        yield from self._auxiliary_events(session, entry, time)
         if _ends_turn(line_type, line):
             # Claude Code says here that the agent finished responding: the turn ends now, not
             # when the next human message or the file's end shows it, so a followed session's
             # last turn is chunked (and searchable under `indexed`) as soon as it is written.
             yield from session.emitter.end_turn(record=record, raw=raw)
 
-    def _auxiliary_event(self, session: _Session, entry: _Pending, time: str) -> Result:
+    def _auxiliary_events(self, session: _Session, entry: _Pending, time: str) -> list[Result]:
         emitter = session.emitter
         uuid = entry.value.get("uuid")
         position = uuid if isinstance(uuid, str) and uuid else self._line_position(emitter.session_id, entry.place, entry.raw)
-        return emitter.emit(
+        time = _own_time(entry.value) or time
+        results = [emitter.emit(
             f"x.claude-code.{entry.line_type}", event_id=emitter.event_id("x", position),
-            time=_own_time(entry.value) or time, record=entry.record, raw=entry.raw,
+            time=time, record=entry.record, raw=entry.raw,
             fields=_auxiliary_fields(entry.line_type, entry.value), visibility="hidden",
             payload=small_payload(entry.value),
-        )
+        )]
+        prompt = _queued_prompt(entry.value) if entry.line_type == "attachment" else None
+        if prompt is not None:
+            # What the user typed while the agent worked, which Claude Code hands the model
+            # inside the running turn and records only as this attachment: the user's words,
+            # searchable like any prompt, in the turn that read them.
+            if emitter.turn_id is None and emitter.episode_id is None:
+                results += emitter.start_turn(position, time=time, record=entry.record, raw=entry.raw)
+            results.append(emitter.emit(
+                "message", event_id=emitter.event_id(position, "queued"), time=time, record=entry.record,
+                raw=entry.raw, role="user", fields={"text": prompt, "kind": "queued"},
+            ))
+        return results
 
     def _flush_pending(self, session: _Session, time: str) -> list[Result]:
         """Place waiting auxiliary lines of this session right after its first conversation line."""
@@ -461,7 +474,7 @@ class _Transcript:
         keep: list[_Pending] = []
         for entry in self.pending:
             if entry.session_id in (None, session.emitter.session_id):
-                results.append(self._auxiliary_event(session, entry, time))
+                results += self._auxiliary_events(session, entry, time)
             else:
                 keep.append(entry)
         self.pending = keep
@@ -480,7 +493,7 @@ class _Transcript:
                 )
                 yield Rejected(entry.record, reason, raw_text(entry.raw))
                 continue
-            yield self._auxiliary_event(session, entry, time)
+            yield from self._auxiliary_events(session, entry, time)
         self.pending = []
         for session in self.sessions.values():
             yield from session.emitter.end_turn(record=last_record, raw="")
@@ -851,6 +864,22 @@ def _own_time(line: dict[str, Any]) -> str | None:
     if time is None and isinstance(snapshot, dict):
         time = valid_time(snapshot.get("timestamp"))
     return time
+
+
+def _queued_prompt(line: dict[str, Any]) -> str | None:
+    """The text of an ``attachment`` line that is a prompt the user queued while the agent was
+    busy (``queued_command``, ``commandMode`` ``prompt``), else None: a queued task
+    notification or an injected reminder is no prompt."""
+    attachment = line.get("attachment")
+    if not isinstance(attachment, dict) or attachment.get("type") != "queued_command":
+        return None
+    if attachment.get("commandMode", "prompt") != "prompt" or attachment.get("isMeta") is True:
+        return None
+    prompt = attachment.get("prompt")
+    text = _result_text(prompt) if isinstance(prompt, str | list) else ""
+    if not text.strip() or _text_kind(text) == "meta":
+        return None
+    return text
 
 
 def _auxiliary_fields(line_type: str, line: dict[str, Any]) -> dict[str, Any]:

@@ -353,6 +353,41 @@ def test_claude_code_server_tool_blocks_are_calls_and_results(tmp_path: Path) ->
     assert len({e["turnId"] for e in accepted if e.get("turnId")}) == 1
 
 
+def test_claude_code_prompt_queued_mid_turn_is_a_user_message(tmp_path: Path) -> None:
+    """What the user types while the agent works reaches the model mid-turn, and Claude Code
+    (2.1.x) records it only as a `queued_command` attachment (after the queue's `enqueue` and
+    `remove` with `absorbed_mid_turn`). It was kept hidden: the user's words were not found."""
+    def aux(kind: str, uuid: str | None, **extra: object) -> dict:
+        return {"type": kind, "sessionId": "s-1", "timestamp": "2025-10-14T09:00:03.000Z",
+                **({"uuid": uuid, "parentUuid": "a1"} if uuid else {}), **extra}
+
+    lines = [
+        cc_line("u1", "user", "add a forecast screen"),
+        cc_line("a1", "assistant", [{"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": "ls"}}],
+                parent="u1"),
+        aux("queue-operation", None, operation="enqueue", content="also add tests for it"),
+        aux("queue-operation", None, operation="remove", content="also add tests for it", reason="absorbed_mid_turn"),
+        aux("attachment", "q1", attachment={"type": "queued_command", "prompt": "also add tests for it",
+                                            "commandMode": "prompt", "origin": {"kind": "human"}}),
+        aux("attachment", "q2", attachment={"type": "queued_command", "commandMode": "task-notification",
+                                            "prompt": "<task-notification><task-id>b1</task-id></task-notification>"}),
+        aux("attachment", "q3", attachment={"type": "queued_command", "commandMode": "prompt",
+                                            "prompt": [{"type": "text", "text": "match this layout"}, {"type": "image"}]}),
+        cc_line("u2", "user", [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "app.py"}], parent="q3"),
+        cc_line("a2", "assistant", [{"type": "text", "text": "Adding tests too."}], parent="u2"),
+    ]
+    accepted, rejected = split(write_lines(tmp_path / "s-1.jsonl", lines), "claude-code")
+    assert rejected == []
+    queued = [e for e in accepted if e["type"] == "message" and e["fields"].get("kind") == "queued"]
+    assert [(e["role"], e["visibility"], e["fields"]["text"]) for e in queued] == [
+        ("user", "visible", "also add tests for it"), ("user", "visible", "match this layout\n[image]")]
+    # In the running turn, which they start no other of.
+    assert [e["type"] for e in accepted].count("turn.started") == 1
+    assert {e["turnId"] for e in queued} == {accepted[1]["turnId"]}
+    # The attachment lines are kept as they were.
+    assert sum(e["type"] == "x.claude-code.attachment" for e in accepted) == 3
+
+
 def test_claude_code_subagent_file_without_main_chain(tmp_path: Path) -> None:
     lines = [
         {**cc_line("s1", "user", "Look for TODOs"), "isSidechain": True, "agentId": "a91f"},
