@@ -509,6 +509,15 @@ class _Conversation:
         for position, call in enumerate(tool_calls):
             yield self._tool_call(emitter, call, index, position, time, record, message, payload)
             payload = None
+        if message.get("type") in _HOSTED_CALLS and tool_calls and tool_calls[0]["id"] in self.calls:
+            # A hosted tool's item holds what the call found as well: its result.
+            call_id = tool_calls[0]["id"]
+            output, status = _hosted_result(message)
+            fields = {"toolCallId": call_id, "toolName": self.calls[call_id][1], "status": status, "output": output}
+            yield emitter.emit(
+                "tool.result", event_id=emitter.event_id(index, "tool_result"), time=time, record=record,
+                raw=message, role="tool", fields=fields, parent_event_id=self.calls[call_id][0],
+            )
         if legacy_call is not None:
             yield self._tool_call(
                 emitter, {"id": None, "function": legacy_call}, index, "function_call",
@@ -601,7 +610,13 @@ def _zero_valued(value: Any) -> bool:
                                            for field in value.values())
 
 
-_CALL_ITEMS = ("function_call", "custom_tool_call")
+# Built-in tools whose call an item of its own answers: (tool name, the field of its input).
+_PAIRED_CALLS = {"computer_call": ("computer", "action"), "local_shell_call": ("local_shell", "action"),
+                 "shell_call": ("shell", "action"), "apply_patch_call": ("apply_patch", "operation")}
+_PAIRED_OUTPUTS = ("computer_call_output", "local_shell_call_output", "shell_call_output", "apply_patch_call_output")
+# Tools the API runs itself: one item holds the call and what it found.
+_HOSTED_CALLS = ("web_search_call", "file_search_call", "code_interpreter_call", "image_generation_call", "mcp_call")
+_CALL_ITEMS = ("function_call", "custom_tool_call", *_PAIRED_CALLS, *_HOSTED_CALLS)
 
 
 def _calls_follow(messages: list[Any], index: int) -> bool:
@@ -783,25 +798,96 @@ def _chat_message(item: Any) -> Any:
     """A Responses API item as the chat message it amounts to (one message per item, so
     positions keep naming the source item); chat messages and unknown items pass unchanged.
 
-    ``function_call`` / ``custom_tool_call`` → an assistant message with one tool call;
-    ``function_call_output`` / ``custom_tool_call_output`` → a tool message; ``reasoning`` →
-    an assistant message with its summary text (imported hidden, as thinking)."""
+    ``function_call`` / ``custom_tool_call`` (and the built-in tools' calls answered by an
+    item of their own: ``computer_call``, ``local_shell_call``, ``shell_call``,
+    ``apply_patch_call``) → an assistant message with one tool call; their ``*_output`` items →
+    a tool message; a hosted tool's call, which holds its result (``web_search_call``,
+    ``file_search_call``, ``code_interpreter_call``, ``image_generation_call``, ``mcp_call``) →
+    an assistant message with one tool call, whose result :meth:`_Conversation._message` adds;
+    ``reasoning`` → an assistant message with its summary text (imported hidden, as thinking)."""
     if not isinstance(item, dict) or "role" in item:
         return item
     kind = item.get("type")
+    if not isinstance(kind, str):
+        return item
     if kind in ("function_call", "custom_tool_call") and isinstance(item.get("call_id"), str):
         arguments = item.get("arguments") if kind == "function_call" else {"input": item.get("input")}
         call = {"id": item["call_id"], "type": "function",
                 "function": {"name": item.get("name"), "arguments": arguments}}
         return {**item, "role": "assistant", "content": None, "tool_calls": [call]}
-    if kind in ("function_call_output", "custom_tool_call_output"):
-        return {**item, "role": "tool", "tool_call_id": item.get("call_id"), "content": item.get("output")}
+    if kind in _PAIRED_CALLS and isinstance(item.get("call_id"), str):
+        name, key = _PAIRED_CALLS[kind]
+        call = {"id": item["call_id"], "type": "function", "function": {"name": name, "arguments": item.get(key)}}
+        return {**item, "role": "assistant", "content": None, "tool_calls": [call]}
+    if kind in _HOSTED_CALLS:
+        name, arguments = _hosted_call(item)
+        call_id = item.get("id") if isinstance(item.get("id"), str) and item["id"] else item.get("call_id")
+        call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+        return {**item, "role": "assistant", "content": None, "tool_calls": [call]}
+    if kind in ("function_call_output", "custom_tool_call_output", *_PAIRED_OUTPUTS):
+        call_id = item.get("call_id", item.get("id") if kind == "local_shell_call_output" else None)
+        return {**item, "role": "tool", "tool_call_id": call_id, "content": _output_text(item.get("output"))}
     if kind == "reasoning":
         summary = item.get("summary")
         parts = summary if isinstance(summary, list) else []
         text = "\n".join(part["text"] for part in parts if isinstance(part, dict) and isinstance(part.get("text"), str))
         return {**item, "role": "assistant", "content": text}
     return item
+
+
+def _hosted_call(item: dict[str, Any]) -> tuple[Any, Any]:
+    """(tool name, input) of a hosted tool's call item."""
+    kind = item["type"]
+    if kind == "mcp_call":
+        return item.get("name"), item.get("arguments")
+    if kind == "web_search_call":
+        action = item.get("action")
+        if not isinstance(action, dict):
+            return "web_search", {"query": item.get("query")}
+        return "web_search", {key: value for key, value in action.items() if key != "sources"}  # what it found
+    if kind == "file_search_call":
+        return "file_search", {"queries": item.get("queries")}
+    if kind == "code_interpreter_call":
+        return "code_interpreter", {"code": item.get("code")}
+    return "image_generation", {}
+
+
+def _hosted_result(item: dict[str, Any]) -> tuple[str, str]:
+    """(output, status) of a hosted tool's call item: what it found, as text (sources, files
+    and their text, logs, an MCP tool's output; an image as ``[image]``)."""
+    kind, parts = item["type"], []
+    if kind == "mcp_call":
+        parts += [value if isinstance(value, str) else raw_text(value) for value in (item.get("output"), item.get("error"))
+                  if value not in (None, "")]
+    elif kind == "web_search_call":
+        action = item.get("action")
+        for source in (action.get("sources") if isinstance(action, dict) else None) or []:
+            if isinstance(source, dict) and isinstance(source.get("url"), str):
+                parts.append(source["url"])
+    elif kind == "file_search_call":
+        for found in item.get("results") or []:
+            if isinstance(found, dict):
+                parts += [found[key] for key in ("filename", "text") if isinstance(found.get(key), str)]
+    elif kind == "code_interpreter_call":
+        for output in item.get("outputs") or []:
+            if isinstance(output, dict):
+                parts.append(output["logs"] if isinstance(output.get("logs"), str) else f"[{output.get('type')}]")
+    elif item.get("result"):
+        parts.append("[image]")
+    failed = item.get("status") in ("failed", "incomplete") or bool(kind == "mcp_call" and item.get("error"))
+    return "\n".join(part for part in parts if part), "error" if failed else "ok"
+
+
+def _output_text(output: Any) -> Any:
+    """A built-in tool's output as a tool message's content: text as it is, a shell's
+    ``[{stdout, stderr, outcome}]`` as its streams, a screenshot as ``[computer_screenshot]``."""
+    if isinstance(output, list) and any(isinstance(part, dict) and ("stdout" in part or "stderr" in part)
+                                        for part in output):
+        return "\n".join(part[key] for part in output if isinstance(part, dict)
+                         for key in ("stdout", "stderr") if isinstance(part.get(key), str) and part[key])
+    if isinstance(output, dict) and not isinstance(output.get("text"), str):
+        return [output]
+    return output
 
 
 def _body(part: Any) -> Any:

@@ -967,11 +967,11 @@ def test_responses_api_runs_import_as_conversations(tmp_path: Path) -> None:
 
     bare = tmp_path / "bare.json"
     bare.write_text(json.dumps({"id": "resp_3", "object": "response", "created_at": 1764000100, "model": "gpt-4.1",
-                                "output": [call, {"type": "web_search_call", "id": "ws_1"}, answer]}))
+                                "output": [call, {"type": "mcp_list_tools", "id": "mcpl_1"}, answer]}))
     events, rejected = split(bare)
     assert [e["type"] for e in events] == ["session.started", "tool.call", "message", "session.ended"]
     assert [(r.record, r.reason) for r in rejected] == [
-        ("bare.json/messages[1]", "Responses API item type 'web_search_call' is not imported")]
+        ("bare.json/messages[1]", "Responses API item type 'mcp_list_tools' is not imported")]
 
     items = tmp_path / "items.json"
     items.write_text(json.dumps([user, call, output, answer]))
@@ -979,6 +979,61 @@ def test_responses_api_runs_import_as_conversations(tmp_path: Path) -> None:
     assert not rejected
     assert [e["type"] for e in events if e["type"] not in ("turn.started", "turn.ended")] == [
         "session.started", "message", "tool.call", "tool.result", "message", "session.ended"]
+
+
+def test_responses_api_built_in_tools_are_calls_and_results(tmp_path: Path) -> None:
+    """The Responses API's built-in tools (the Agents SDK's WebSearchTool, FileSearchTool,
+    CodeInterpreterTool, HostedMCPTool, ComputerTool, LocalShellTool, ShellTool, ApplyPatchTool)
+    leave items of their own in a run's output and input list. Each was dead-lettered as an
+    item type not imported, losing the query, the files found and the code run."""
+    items = [
+        {"role": "user", "content": [{"type": "input_text", "text": "find the rebalance notes"}]},
+        {"type": "web_search_call", "id": "ws_1", "status": "completed",
+         "action": {"type": "search", "query": "faust rebalance", "sources": [{"type": "url", "url": "https://example.org/f"}]}},
+        {"type": "file_search_call", "id": "fs_1", "status": "completed", "queries": ["rebalance"],
+         "results": [{"file_id": "file-1", "filename": "notes.md", "score": 0.9, "text": "Rebalance happens on join."}]},
+        {"type": "code_interpreter_call", "id": "ci_1", "status": "completed", "code": "print(2 + 2)",
+         "container_id": "cntr_1", "outputs": [{"type": "logs", "logs": "4"}]},
+        {"type": "mcp_call", "id": "mcp_1", "server_label": "gh", "name": "create_issue",
+         "arguments": '{"title": "flaky rebalance test"}', "output": None, "error": "permission denied"},
+        {"type": "image_generation_call", "id": "ig_1", "status": "completed", "result": "iVBORw0KGgo="},
+        {"type": "computer_call", "id": "cu_1", "call_id": "call_c", "action": {"type": "click", "x": 1, "y": 2},
+         "pending_safety_checks": [], "status": "completed"},
+        {"type": "computer_call_output", "call_id": "call_c",
+         "output": {"type": "computer_screenshot", "image_url": "data:image/png;base64,AAAA"}},
+        {"type": "local_shell_call", "id": "lsh_1", "call_id": "call_l",
+         "action": {"type": "exec", "command": ["ls", "-la"], "env": {}}, "status": "completed"},
+        {"type": "local_shell_call_output", "id": "call_l", "output": "total 0"},
+        {"type": "shell_call", "call_id": "call_s", "action": {"commands": ["git status"]}, "status": "completed"},
+        {"type": "shell_call_output", "call_id": "call_s",
+         "output": [{"stdout": "nothing to commit", "stderr": "", "outcome": {"type": "exit", "exit_code": 0}}]},
+        {"type": "apply_patch_call", "call_id": "call_p", "status": "completed",
+         "operation": {"type": "update_file", "path": "a.py", "diff": "@@ -1 +1 @@\n-a\n+b"}},
+        {"type": "apply_patch_call_output", "call_id": "call_p", "status": "completed", "output": "patched a.py"},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "All done."}]},
+    ]
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(items))
+    events, rejected = split(path)
+    assert rejected == []
+    calls = {e["fields"]["toolCallId"]: e for e in events if e["type"] == "tool.call"}
+    assert [(c["fields"]["toolName"], c["fields"]["input"]) for c in calls.values()] == [
+        ("web_search", {"type": "search", "query": "faust rebalance"}), ("file_search", {"queries": ["rebalance"]}),
+        ("code_interpreter", {"code": "print(2 + 2)"}), ("create_issue", {"title": "flaky rebalance test"}),
+        ("image_generation", {}), ("computer", {"type": "click", "x": 1, "y": 2}),
+        ("local_shell", {"type": "exec", "command": ["ls", "-la"], "env": {}}), ("shell", {"commands": ["git status"]}),
+        ("apply_patch", {"type": "update_file", "path": "a.py", "diff": "@@ -1 +1 @@\n-a\n+b"})]
+    results = [e for e in events if e["type"] == "tool.result"]
+    assert [(r["fields"]["toolName"], r["fields"]["status"], r["fields"]["output"]) for r in results] == [
+        ("web_search", "ok", "https://example.org/f"), ("file_search", "ok", "notes.md\nRebalance happens on join."),
+        ("code_interpreter", "ok", "4"), ("create_issue", "error", "permission denied"),
+        ("image_generation", "ok", "[image]"), ("computer", "ok", "[computer_screenshot]"),
+        ("local_shell", "ok", "total 0"), ("shell", "ok", "nothing to commit"), ("apply_patch", "ok", "patched a.py")]
+    for result in results:
+        assert result["parentEventId"] == calls[result["fields"]["toolCallId"]]["eventId"]
+    # One turn, which the answer ends.
+    assert [e["type"] for e in events].count("turn.started") == 1
+    assert [e["type"] for e in events][-3:] == ["message", "turn.ended", "session.ended"]
 
 
 def _linked_survey_episode(folder: Path) -> dict[str, object]:
