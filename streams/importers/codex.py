@@ -158,8 +158,10 @@ class _Rollout:
               raw: bytes) -> Iterator[Result]:
         item_type = item.get("type")
         event_id = emitter.event_id(position, 0)
+        search = _web_search(item) if item_type == "web_search_call" else None
         visible = isinstance(item_type, str) and (
-            (item_type == "message" and item.get("role") == "assistant") or item_type in _CALLS or item_type in _OUTPUTS)
+            (item_type == "message" and item.get("role") == "assistant") or item_type in _CALLS or item_type in _OUTPUTS
+            or search is not None)
         if visible and emitter.turn_id is None:
             # The agent's work outside every turn (after task_complete, or in a rollout that
             # opens mid-session) opens a turn of its own: it would form a unit nothing closes.
@@ -204,6 +206,25 @@ class _Rollout:
             kind = item_type if isinstance(item_type, str) else "unknown"
             yield emitter.emit("x.codex.response_item", event_id=event_id, time=time, record=record, raw=raw,
                                visibility="hidden", fields={"kind": kind}, payload=small_payload(item))
+            if search is not None:
+                # The web search the model ran (Codex keeps no result): its query or page, kept
+                # as a call beside the item's hidden event, which stays as it was.
+                call_id = str(item.get("call_id") or item.get("id") or f"line-{position}")
+                yield emitter.emit("tool.call", event_id=emitter.event_id(position, "web_search"), time=time,
+                                   record=record, raw=raw, role="assistant",
+                                   fields={"toolName": "web_search", "toolCallId": call_id, "input": search})
+
+
+def _web_search(item: dict[str, Any]) -> dict[str, Any] | None:
+    """What a ``web_search_call`` item searched or opened (its ``action``: a query, a page, a
+    pattern in a page), or None when it says nothing (older rollouts write only its status)."""
+    action = item.get("action")
+    if isinstance(action, dict) and any(isinstance(action.get(key), str) and action[key]
+                                        for key in ("query", "url", "pattern")):
+        return action
+    if isinstance(item.get("query"), str) and item["query"]:
+        return {"query": item["query"]}
+    return None
 
 
 def _content_text(content: Any) -> str:

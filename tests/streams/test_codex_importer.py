@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from streams.importers import Accepted, Rejected, detect_format, iter_records
@@ -79,3 +80,27 @@ def test_the_agents_work_outside_every_turn_opens_one_and_no_unit_stays_open(tmp
     for seq, event in enumerate(found, start=1):
         chunker.on_event(state, event["logId"], seq, event)
     assert chunker.open_min_seq(state) is None
+
+
+def test_a_web_search_is_a_call(tmp_path: Path) -> None:
+    """Codex records each web search the model runs as a `web_search_call` item (its `action`: a
+    query, a page opened, a pattern found in a page). It was only a hidden event: what the
+    agent searched for was not found. It is a `web_search` call now, beside that event."""
+    lines = REAL.read_bytes().splitlines(keepends=True)
+    stamp = '{"timestamp":"2026-06-05T04:58:40.000Z","type":"response_item","payload":'
+    searches = [
+        {"type": "web_search_call", "id": "ws_1", "status": "completed",
+         "action": {"type": "search", "query": "faust consumer rebalance", "queries": ["faust consumer rebalance"]}},
+        {"type": "web_search_call", "status": "completed", "action": {"type": "open_page", "url": "https://example.org/f"}},
+        {"type": "web_search_call", "status": "completed"},
+    ]
+    path = tmp_path / REAL.name
+    path.write_bytes(b"".join(lines[:-1]) + "".join(stamp + json.dumps(s) + "}\n" for s in searches).encode() + lines[-1])
+    before = events(REAL)
+    found = events(path)
+    calls = [e for e in found if e["type"] == "tool.call" and e["fields"]["toolName"] == "web_search"]
+    assert [(c["fields"]["toolCallId"], c["fields"]["input"]) for c in calls] == [
+        ("ws_1", searches[0]["action"]), (f"line-{len(lines) + 1}", searches[1]["action"])]
+    assert all(c["turnId"] for c in calls)
+    assert sum(e["type"] == "x.codex.response_item" for e in found) == sum(
+        e["type"] == "x.codex.response_item" for e in before) + 3
