@@ -176,6 +176,11 @@ def _parse_json(line: bytes | str) -> tuple[Any, str | None, bool]:
             try:
                 line.decode("utf-8")
             except UnicodeDecodeError as bad:
+                if bad.end == len(line) and bad.reason == "unexpected end of data":
+                    # The line stops inside a character: a record cut off (a writer killed, a
+                    # file copied while written), not a file in another encoding.
+                    return None, (f"invalid JSON (truncated or not JSON): cut off inside a UTF-8 "
+                                  f"character at offset {bad.start}"), False
                 return None, (f"not valid UTF-8: byte 0x{line[bad.start]:02x} at offset {bad.start} "
                               "(the file must be UTF-8)"), False
         return None, f"invalid JSON (truncated or not JSON): {exc}", False
@@ -339,10 +344,10 @@ def line_parts(line: bytes) -> list[tuple[int, int, bool]] | None:
     cut at the end of a line (``{"a":{"b":1}`` is one record cut short, not ``{"b":1}`` after a
     cut) and is not split off: the whole line stays one rejected record, as before. Deterministic:
     the bytes alone decide."""
-    try:
-        text = line.removeprefix(BOM).decode("utf-8")
-    except UnicodeDecodeError:
-        return None
+    # A writer killed inside a multi-byte character leaves a line that is no UTF-8: its bytes
+    # stand in as surrogates (the cut record's last string), so the whole record after it is
+    # still found, and the cut part read on its own says it was cut off there.
+    text = line.removeprefix(BOM).decode("utf-8", "surrogateescape")
     shift = len(line) - len(line.removeprefix(BOM))
     spans: list[tuple[int, int, bool]] = []
     at = _skip_space(text, 0)
@@ -363,7 +368,7 @@ def line_parts(line: bytes) -> list[tuple[int, int, bool]] | None:
         return None
 
     def byte(index: int) -> int:
-        return shift + len(text[:index].encode("utf-8"))
+        return shift + len(text[:index].encode("utf-8", "surrogateescape"))
 
     return [(byte(start) if start else 0, byte(end), whole) for start, end, whole in spans]
 

@@ -729,6 +729,19 @@ def test_invalid_utf8_is_named_as_such(tmp_path: Path) -> None:
     assert any(e["type"] == "message" for e in accepted)
 
 
+def test_a_last_line_cut_inside_a_character_is_named_cut_off(tmp_path: Path) -> None:
+    """A transcript copied while Claude Code wrote it can end inside a multi-byte character. That
+    line is cut off, as one cut between two ASCII bytes is, not a file in another encoding."""
+    path = tmp_path / "t.jsonl"
+    good = json.dumps(cc_line("u1", "user", "hello"), ensure_ascii=False).encode()
+    cut = json.dumps(cc_line("u2", "user", "naïve café"), ensure_ascii=False).encode()
+    path.write_bytes(good + b"\n" + cut[:cut.index("é".encode()) + 1])
+    accepted, rejected = split(path)
+    assert [r.reason for r in rejected] == [
+        f"invalid JSON (truncated or not JSON): cut off inside a UTF-8 character at offset {cut.index('é'.encode())}"]
+    assert any(e["type"] == "message" for e in accepted)
+
+
 _COMPLETION = {
     "id": "chatcmpl-9", "object": "chat.completion", "created": 1730000000, "model": "gpt-4o",
     "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {

@@ -80,6 +80,24 @@ def test_a_cut_record_loses_only_itself_to_the_whole_one_after_it(source: Path, 
     assert _imported(crashed)[0] == events
 
 
+def test_a_record_cut_inside_a_character_loses_only_itself(tmp_path: Path) -> None:
+    """The cut falls inside a multi-byte character of the real transcript's line: that line is no
+    UTF-8, and the whole record after the cut was dead-lettered with it as `not valid UTF-8`."""
+    lines = _lines(CLAUDE)
+    at = next(i for i, line in enumerate(lines[:-1]) if any(byte >= 0xC0 for byte in line))
+    cut = next(i for i, byte in enumerate(lines[at]) if byte >= 0xC0) + 1
+    crashed = tmp_path / CLAUDE.name
+    crashed.write_bytes(b"\n".join([*lines[:at], lines[at][:cut] + lines[at + 1], *lines[at + 2:]]) + b"\n")
+    events, rejected = _imported(crashed)
+    assert [(item.record, item.reason) for item in rejected] == [(
+        f"{CLAUDE.name}:{at + 1}", f"invalid JSON (truncated or not JSON): cut off inside a UTF-8 character at offset "
+        f"{cut - 1}; cut off by the record that begins at byte {cut} of the same line, read on its own")]
+    lost = tmp_path / "lost" / CLAUDE.name
+    lost.parent.mkdir()
+    lost.write_bytes(b"\n".join([*lines[:at], *lines[at + 1:]]) + b"\n")
+    assert events == _imported(lost)[0]
+
+
 def test_a_reimport_of_a_file_with_a_crashed_line_appends_nothing_and_dead_letters_nothing(tmp_path: Path) -> None:
     """Through usl ingest's path (a one-shot Follower): the second import of the same file finds
     every event in L1 (no conflict) and the cut part already dead-lettered."""
@@ -106,6 +124,10 @@ def test_a_reimport_of_a_file_with_a_crashed_line_appends_nothing_and_dead_lette
     (b'{"a":1} junk', [(0, 7, True), (8, 12, False)]),
     (b'{"a":1}{"b":', [(0, 7, True), (7, 12, False)]),
     ('{"é":1}{"b":2}'.encode(), [(0, 8, True), (8, 15, True)]),  # bytes, not characters
+    # A writer killed inside a character ("é" is c3 a9): the line is no UTF-8, yet its whole
+    # record is found (it was rejected with the cut part, as a file that is not UTF-8).
+    (b'{"t":"caf\xc3{"b":"\xe2\x98\x83"}', [(0, 10, False), (10, 21, True)]),
+    (b'{"t":"caf\xff"}', None),  # one record with a stray byte: not split
     # One record cut short, whose rest reads as a value: not split (as likely a line cut at its
     # end as a record glued after a cut between a key and its value).
     (b'{"a":{"b":{"c":1}}', None),
