@@ -2,7 +2,9 @@
 
 A recording is one JSON document ``{"sessionId", "projectHash", "startTime", "lastUpdated",
 "messages": [...]}``, rewritten as the chat goes on; the same records also come as JSONL (a
-header line with ``sessionId`` / ``projectHash``, then one message per line). Messages:
+header line with ``sessionId`` / ``projectHash``, then one message per line), which newer
+versions write as a log of changes: a message appended again each time it changes, ``$set``
+and ``$rewindTo`` lines (``docs/importers.md``). Messages:
 
 - ``user`` starts a human turn and is its ``message``; a ``gemini`` answer that calls no tool ends
   it;
@@ -70,6 +72,18 @@ class _Recording:
                  data: Content | None = None) -> None:
         self.path, self.label, self.log_id, self.acl, self.data = path, label, log_id, acl, data
         self.emitter: SessionEmitter | None = None
+        # Gemini CLI appends a message again, whole, each time its tool calls, their results or
+        # its tokens change: the ids of the messages and events taken so far, so that a later
+        # copy adds only what the earlier ones did not say.
+        self.messages: set[str] = set()
+        self.emitted: set[str] = set()
+
+    def _new(self, event_id: str) -> bool:
+        """Whether ``event_id`` is not out yet (and is now)."""
+        if event_id in self.emitted:
+            return False
+        self.emitted.add(event_id)
+        return True
 
     def _session(self, header: dict[str, Any], record: str, raw: Any, time: str) -> list[Result]:
         if self.emitter is None:
@@ -102,7 +116,9 @@ class _Recording:
                 yield item
                 continue
             place, record, value, line = item.position, item.record, item.value, item.raw
-            if "type" not in value and "projectHash" in value:
+            if _is_update(value):
+                yield from self._update(header, value, place, record, line)
+            elif "type" not in value and "projectHash" in value:
                 header = value
                 time = valid_time(value.get("startTime")) or valid_time(value.get("lastUpdated"))
                 if time is None:
@@ -117,6 +133,28 @@ class _Recording:
                 yield from self._message(header, value, place, record)
         if self.emitter is not None:
             yield from self.emitter.end_turn(record=last_record, raw="")
+
+    def _update(self, header: dict[str, Any], value: dict[str, Any], place: int | str, record: str,
+                line: bytes) -> Iterator[Result]:
+        """A ``{"$set": {...}}`` line (metadata: ``lastUpdated``, ``summary``, or ``messages``, the
+        conversation as it stands after a compression or rollback) or a ``{"$rewindTo": id}`` line
+        (the user went back to before that message): kept hidden. The messages of a ``$set`` are
+        read as message lines; a rewind takes nothing back, as what was said before it was said."""
+        kind = "set" if "$set" in value else "rewind"
+        changes = value.get("$set")
+        if isinstance(changes, dict):
+            for index, message in enumerate(_items(changes.get("messages"))):
+                yield from self._message(header, message, f"{place}-{index}", f"{record}/$set.messages[{index}]")
+        time = (self.emitter.last_time if self.emitter else None) or valid_time(header.get("startTime"))
+        if self.emitter is None or time is None:
+            yield Rejected(record, f"a ${kind} line before the recording's header and first message",
+                           raw_text(line))
+            return
+        fields: dict[str, Any] = ({"keys": sorted(map(str, changes))} if isinstance(changes, dict)
+                                  else {"messageId": str(value.get("$rewindTo"))})
+        yield self.emitter.emit(f"x.gemini-cli.{kind}", event_id=self.emitter.event_id(kind, place), time=time,
+                                record=record, raw=line, visibility="hidden", fields=fields,
+                                payload=small_payload(value))
 
     def _message(self, header: dict[str, Any], message: Any, index: int | str, record: str) -> Iterator[Result]:
         if not isinstance(message, dict):
@@ -136,6 +174,16 @@ class _Recording:
         assert emitter is not None
         key = str(message["id"]) if isinstance(message.get("id"), str) else f"at-{index}"
         text = _text(message.get("content"))
+        again = key in self.messages
+        self.messages.add(key)
+        if again:
+            # A later copy of a message (its tool calls or their results came): kept hidden, and
+            # only what the earlier copies did not say is imported, in the turn it is in.
+            yield emitter.emit("x.gemini-cli.update", event_id=emitter.event_id(key, "update", index), time=time,
+                               record=record, raw=message, visibility="hidden", fields={"messageId": key})
+            if kind == "gemini":
+                yield from self._reply(emitter, message, key, text, time, record, again=True)
+            return
         if kind == "user" or (kind in ("gemini", "error") and emitter.turn_id is None):
             # A reply or an error outside every turn (after an answer ended one, or in a
             # recording that opens with the model) opens a turn of its own, as a user message
@@ -155,9 +203,9 @@ class _Recording:
                                payload=small_payload(message))
 
     def _reply(self, emitter: SessionEmitter, message: dict[str, Any], key: str, text: str, time: str,
-               record: str) -> Iterator[Result]:
+               record: str, *, again: bool = False) -> Iterator[Result]:
         for position, thought in enumerate(_items(message.get("thoughts"))):
-            if isinstance(thought, dict):
+            if isinstance(thought, dict) and self._new(emitter.event_id(key, "thought", position)):
                 summary = ": ".join(str(thought[k]) for k in ("subject", "description") if thought.get(k))
                 yield emitter.emit("message", event_id=emitter.event_id(key, "thought", position),
                                    time=valid_time(thought.get("timestamp")) or time, record=record, raw=message,
@@ -171,33 +219,54 @@ class _Recording:
             usage = {"inputTokens": tokens.get("input"), "outputTokens": tokens.get("output")}
             fields["usage"] = {k: v for k, v in usage.items() if isinstance(v, int)}
         reply_id = emitter.event_id(key)
-        if not text and not _items(message.get("toolCalls")) and not _items(message.get("thoughts")):
+        if not text and not _items(message.get("toolCalls")) and not _items(message.get("thoughts")) \
+                and not again and self._new(reply_id):
             yield emitter.emit("x.gemini-cli.gemini", event_id=reply_id, time=time, record=record, raw=message,
                                visibility="hidden", fields=fields, payload=small_payload(message))
-        if text:
+        if text and self._new(reply_id):
             yield emitter.emit("message", event_id=reply_id, time=time, record=record, raw=message,
                                role="assistant", fields=fields)
         for position, call in enumerate(_items(message.get("toolCalls"))):
             if not isinstance(call, dict):
-                yield Rejected(record, f"toolCalls[{position}] is not an object", raw_text(message))
+                if not again:
+                    yield Rejected(record, f"toolCalls[{position}] is not an object", raw_text(message))
                 continue
             name = str(call.get("name") or "tool")
             call_id = str(call.get("id") or f"{key}-{position}")
             call_time = valid_time(call.get("timestamp")) or time
             call_event = emitter.event_id(key, "call", position)
             args = call.get("args")
-            yield emitter.emit("tool.call", event_id=call_event, time=call_time, record=record, raw=message,
-                               role="assistant", fields={"toolName": name, "toolCallId": call_id,
-                                                         "input": args if isinstance(args, dict) else {}})
+            if self._new(call_event):
+                if again and emitter.turn_id is None:
+                    # Gemini CLI writes a reply's text before its calls: that first copy, an
+                    # answer calling no tool, ended the turn, so the calls open one of their own
+                    # (as a follower that read the first copy alone had to end the turn there).
+                    yield from emitter.start_turn(f"{key}/calls", time=call_time, record=record, raw=message)
+                yield emitter.emit("tool.call", event_id=call_event, time=call_time, record=record, raw=message,
+                                   role="assistant", fields={"toolName": name, "toolCallId": call_id,
+                                                             "input": args if isinstance(args, dict) else {}})
+            result_event = emitter.event_id(key, "result", position)
+            if call.get("status") in _RUNNING or not self._new(result_event):
+                continue  # no result yet: it comes with a later copy of the message
             output, failed = _result(call)
-            yield emitter.emit("tool.result", event_id=emitter.event_id(key, "result", position), time=call_time,
+            yield emitter.emit("tool.result", event_id=result_event, time=call_time,
                                record=record, raw=message, role="tool", parent_event_id=call_event,
                                fields={"toolCallId": call_id, "toolName": name,
                                        "status": "error" if failed else "ok", "output": output})
-        if text and not _items(message.get("toolCalls")) and emitter.turn_id is not None:
+        if text and not again and not _items(message.get("toolCalls")) and emitter.turn_id is not None:
             # An answer that calls no tool ends the turn (the model waits for the user now), so a
             # recording followed line by line has its last turn chunked as soon as it is written.
             yield from emitter.end_turn(record=record, raw=message)
+
+
+# A tool call's states before it has a result (gemini-cli's scheduler): a message copy that
+# records the call in one of them says nothing of its result yet.
+_RUNNING = ("validating", "scheduled", "executing", "awaiting_approval")
+
+
+def _is_update(value: dict[str, Any]) -> bool:
+    """A JSONL recording's ``$set`` (metadata) or ``$rewindTo`` line."""
+    return isinstance(value.get("$set"), dict) or isinstance(value.get("$rewindTo"), str)
 
 
 def _items(value: Any) -> list[Any]:

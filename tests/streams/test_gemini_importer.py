@@ -102,3 +102,89 @@ def test_an_answer_ends_its_turn_and_a_model_first_recording_leaves_no_unit_open
         for seq, event in enumerate(stream, start=1):
             chunker.on_event(state, event["logId"], seq, event)
         assert chunker.open_min_seq(state) is None
+
+
+def _upsert_log() -> list[dict]:
+    """A recording as gemini-cli's ChatRecordingService writes its `.jsonl` (packages/core/src/
+    services/chatRecordingService.ts): it appends a message again, whole, each time its tool
+    calls or their results change, patches metadata with `$set` lines (`messages` after a
+    compression), and marks a rewind with `$rewindTo`."""
+    call = {"id": "t1", "name": "replace", "args": {"file_path": "README.md", "old_string": "teh", "new_string": "the"},
+            "timestamp": "2026-09-29T14:00:03Z"}
+    reply = {"id": "g1", "timestamp": "2026-09-29T14:00:02Z", "type": "gemini", "content": "Fixing the typo.",
+             "model": "gemini-2.5-pro", "tokens": {"input": 100, "output": 20, "cached": 0, "total": 120}}
+    done = {**call, "status": "success", "result": [
+        {"functionResponse": {"id": "t1", "name": "replace", "response": {"output": "Successfully modified README.md"}}}]}
+    return [
+        {"sessionId": "g-123", "projectHash": "abc", "startTime": "2026-09-29T14:00:00Z",
+         "lastUpdated": "2026-09-29T14:00:00Z", "kind": "main"},
+        {"id": "u1", "timestamp": "2026-09-29T14:00:01Z", "type": "user", "content": [{"text": "fix the typo in README"}]},
+        {"$set": {"lastUpdated": "2026-09-29T14:00:02Z"}},
+        reply,
+        {**reply, "toolCalls": [{**call, "status": "executing", "result": None}]},
+        {**reply, "toolCalls": [done]},
+        {"id": "g2", "timestamp": "2026-09-29T14:00:05Z", "type": "gemini", "content": "Fixed.", "model": "gemini-2.5-pro"},
+        {"$set": {"summary": "Fix README typo"}},
+        {"id": "u2", "timestamp": "2026-09-29T14:01:00Z", "type": "user", "content": [{"text": "now in French"}]},
+        {"$rewindTo": "u2"},
+        {"$set": {"messages": [
+            {"id": "u1", "timestamp": "2026-09-29T14:00:01Z", "type": "user", "content": [{"text": "fix the typo in README"}]},
+            {"id": "s1", "timestamp": "2026-09-29T14:02:00Z", "type": "user", "content": [{"text": "<state_snapshot>typo fixed</state_snapshot>"}]}]}},
+        {"id": "u3", "timestamp": "2026-09-29T14:02:01Z", "type": "user", "content": [{"text": "now in German"}]},
+    ]
+
+
+def test_an_upsert_log_recording_gives_each_event_once_with_the_final_result(tmp_path: Path) -> None:
+    """The `$set` and `$rewindTo` lines were dead-lettered as foreign records, and a message's
+    later copies emitted its events again under the same ids: the call's result as the copy
+    recording it `executing` said it (an error, no output) stood, the real output was dropped."""
+    path = tmp_path / "session-2026-09-29T14-00-g-123abc.jsonl"
+    lines = [orjson.dumps(record) + b"\n" for record in _upsert_log()]
+    path.write_bytes(b"".join(lines))
+    found = events(path)
+    assert len({e["eventId"] for e in found}) == len(found)
+    results = [e for e in found if e["type"] == "tool.result"]
+    assert [(r["fields"]["status"], r["fields"]["output"]) for r in results] == [("ok", "Successfully modified README.md")]
+    assert [e["fields"]["text"] for e in found if e["type"] == "message" and e["role"] == "user"] == [
+        "fix the typo in README", "now in French", "<state_snapshot>typo fixed</state_snapshot>", "now in German"]
+    assert [e["fields"]["text"] for e in found if e["type"] == "message" and e["role"] == "assistant"] == [
+        "Fixing the typo.", "Fixed."]
+    assert [(e["type"], e["fields"]) for e in found if e["type"] in ("x.gemini-cli.set", "x.gemini-cli.rewind")] == [
+        ("x.gemini-cli.set", {"keys": ["lastUpdated"]}), ("x.gemini-cli.set", {"keys": ["summary"]}),
+        ("x.gemini-cli.rewind", {"messageId": "u2"}), ("x.gemini-cli.set", {"keys": ["messages"]})]
+    reply = next(e for e in found if e["fields"].get("text") == "Fixing the typo.")
+    call = next(e for e in found if e["type"] == "tool.call")
+    # The reply's text came first and ended the turn (as it did for a follower that read only
+    # that copy): its calls, written into a later copy, are a turn of their own.
+    assert call["turnId"] == results[0]["turnId"] != reply["turnId"]
+    assert all(e.get("turnId") for e in found if e["type"] in ("message", "tool.call", "tool.result"))
+    # A follower that read the file while the call ran said nothing the finished file contradicts.
+    for cut in range(2, len(lines)):
+        path.write_bytes(b"".join(lines[:cut]))
+        prefix = {e["eventId"]: e for e in events(path) if not e["type"].startswith(("turn.", "session."))}
+        assert all(prefix[key] == event for event in found if (key := event["eventId"]) in prefix)
+        assert set(prefix) <= {e["eventId"] for e in found}
+
+
+def test_a_followed_upsert_log_recording_appends_what_a_one_shot_import_does(tmp_path: Path) -> None:
+    """Followed line by line as Gemini CLI writes it: nothing dead-lettered, each event once,
+    and, once idle, what the one-shot import of the finished file gives (the final result)."""
+    from streams.follow import Follower, PositionStore
+    from streams.testing import Clock, MemoryL1
+
+    live = tmp_path / "chats" / "session-2026-09-29T14-00-g-123abc.jsonl"
+    live.parent.mkdir()
+    live.write_bytes(b"")
+    l1, clock = MemoryL1(), Clock()
+    tail = Follower([live.parent], appender=l1, store=PositionStore(tmp_path / "home"), idle_seconds=5.0, clock=clock)
+    tail.poll()
+    for record in _upsert_log():
+        with live.open("ab") as handle:
+            handle.write(orjson.dumps(record) + b"\n")
+        tail.poll()
+    clock.now += 10
+    tail.poll()
+    assert not l1.dead and max(l1.counts().values()) == 1
+    assert set(l1.counts()) == {e["eventId"] for e in events(live)}
+    assert [(e["fields"]["status"], e["fields"]["output"]) for e in l1.log if e["type"] == "tool.result"] == [
+        ("ok", "Successfully modified README.md")]
