@@ -18,6 +18,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from streams.importers.base import (
     Accepted,
     Content,
@@ -178,7 +180,9 @@ class _Transcript:
         self.sessions: dict[str, _Session] = {}
         self.current: _Session | None = None
         self.line_events: dict[str, str] = {}  # uuid → eventId of the line's last event
-        self.seen_uuids: dict[str, str] = {}  # uuid → line number (JsonLine.position), to refuse duplicates
+        # uuid → (line number (JsonLine.position), digest of what it said), to tell a copy of a
+        # line from another line under its uuid
+        self.seen_uuids: dict[str, tuple[str, bytes]] = {}
         self.pending: list[_Pending] = []
         # Subagent links looked up and not found: a later link under one of them changes what
         # a fresh import of the same lines says (see TranscriptCursor.feed).
@@ -247,7 +251,20 @@ class _Transcript:
     def _conversation(
         self, line: dict[str, Any], role: str, record: str, raw: bytes, place: str
     ) -> Iterator[Result]:
-        problem, blocks, stamp = _check_conversation_line(line, self.seen_uuids)
+        uuid = line.get("uuid") if isinstance(line.get("uuid"), str) and line["uuid"] else None
+        if uuid is not None and uuid in self.seen_uuids:
+            first, said = self.seen_uuids[uuid]
+            if said == _said(line):
+                # Claude Code writes a line again (the session replayed when an editor reopens
+                # it, a resume, concurrent writers), its metadata (cwd, gitBranch, version)
+                # perhaps moved on: the copy says nothing new and is no broken record. It is
+                # kept hidden, so its line is accounted for without importing it twice.
+                yield from self._copy(line, uuid, first, record, raw, place)
+                return
+            yield Rejected(record, f"duplicate record: uuid {uuid!r} was already imported from line {first} "
+                           "with another message", raw_text(raw))
+            return
+        problem, blocks, stamp = _check_conversation_line(line)
         if problem is not None:
             yield Rejected(record, problem, raw_text(raw))
             return
@@ -256,9 +273,8 @@ class _Transcript:
         # A stream line times nothing (stamp None): it keeps the file's order at the time of the
         # event before it, the stream's first at the epoch (an OpenAI conversation's default).
         time = stamp or (known.emitter.last_time if known else None) or _EPOCH
-        uuid = line.get("uuid") if isinstance(line.get("uuid"), str) and line["uuid"] else None
         if uuid is not None:
-            self.seen_uuids[uuid] = place
+            self.seen_uuids[uuid] = (place, _said(line))
         session = self._session(session_id)
         self.current = session
         emitter = session.emitter
@@ -283,6 +299,17 @@ class _Transcript:
         session.active = True
         yield from results
         yield from self._blocks(session, line, role, blocks, position, time, record, raw)
+
+    def _copy(self, line: dict[str, Any], uuid: str, first: str, record: str, raw: bytes,
+              place: str) -> Iterator[Result]:
+        session = self._session(_line_session(line) or self.path.stem)
+        emitter = session.emitter
+        time = valid_time(line.get("timestamp")) or emitter.last_time or _EPOCH
+        yield emitter.emit(
+            "x.claude-code.copy", event_id=emitter.event_id("x", self._line_position(emitter.session_id, place, raw)),
+            time=time, record=record, raw=raw, fields={"uuid": uuid, "copyOf": f"line {first}"},
+            visibility="hidden",
+        )
 
     def _enter_episode(
         self, session: _Session, line: dict[str, Any], position: str, time: str,
@@ -586,13 +613,19 @@ def _line_values(line: bytes) -> list[dict[str, Any]]:
     return [value for _at, _part, value, _error, _canonical in line_values(line) if isinstance(value, dict)]
 
 
-def _check_conversation_line(
-    line: dict[str, Any], seen_uuids: dict[str, str]
-) -> tuple[str | None, list[Any], str | None]:
+def _said(line: dict[str, Any]) -> bytes:
+    """A digest of what a conversation line says (its type and message), not of the metadata
+    a later copy of it may carry otherwise."""
+    what = [line.get("type"), line.get("message")]
+    try:
+        said = orjson.dumps(what, option=orjson.OPT_SORT_KEYS)
+    except orjson.JSONEncodeError:  # nested past orjson's depth: its text still tells copies apart
+        said = repr(what).encode("utf-8", "surrogatepass")
+    return hashlib.blake2b(said, digest_size=16).digest()
+
+
+def _check_conversation_line(line: dict[str, Any]) -> tuple[str | None, list[Any], str | None]:
     """(problem, content blocks, time) of a user/assistant line; problem names the field."""
-    uuid = line.get("uuid")
-    if isinstance(uuid, str) and uuid in seen_uuids:
-        return f"duplicate record: uuid {uuid!r} was already imported from line {seen_uuids[uuid]}", [], None
     message = line.get("message")
     if not isinstance(message, dict):
         return "missing field 'message' (an object with role and content)", [], None

@@ -294,7 +294,7 @@ def test_claude_code_problem_lines(tmp_path: Path) -> None:
     accepted, rejected = split(path, "claude-code")
     reasons = [(reject.record.rsplit(":", 1)[1], reject.reason) for reject in rejected]
     assert reasons == [
-        ("2", "duplicate record: uuid 'u1' was already imported from line 1"),
+        ("2", "duplicate record: uuid 'u1' was already imported from line 1 with another message"),
         ("3", "missing field 'timestamp'"),
         ("4", "field 'timestamp' is not an RFC 3339 time with an offset: 'yesterday'"),
         ("5", "missing field 'message' (an object with role and content)"),
@@ -386,6 +386,29 @@ def test_claude_code_prompt_queued_mid_turn_is_a_user_message(tmp_path: Path) ->
     assert {e["turnId"] for e in queued} == {accepted[1]["turnId"]}
     # The attachment lines are kept as they were.
     assert sum(e["type"] == "x.claude-code.attachment" for e in accepted) == 3
+
+
+def test_claude_code_line_written_again_is_no_dead_letter(tmp_path: Path) -> None:
+    """Claude Code writes lines again under their uuid: an editor reopening a session replays
+    them (anthropics/claude-code#56196: "byte-for-byte identical ... with only minor context
+    fields differing (e.g. cwd)", hundreds per session). Each copy was dead-lettered as a
+    duplicate record; it says nothing new and is kept as a hidden `x.claude-code.copy`. A line
+    that reuses a uuid for another message is still rejected, naming the first."""
+    first = [cc_line("u1", "user", "rename the module", cwd="/p/sub"),
+             cc_line("a1", "assistant", [{"type": "text", "text": "Renamed."}], parent="u1", cwd="/p/sub")]
+    replayed = [{**line, "cwd": "/p", "gitBranch": "main"} for line in first]
+    other = cc_line("u1", "user", "a different prompt")
+    accepted, rejected = split(write_lines(tmp_path / "s-1.jsonl", [*first, *replayed, other]), "claude-code")
+    alone, _ = split(write_lines(tmp_path / "s-1.jsonl", first), "claude-code")
+    copies = [e for e in accepted if e["type"] == "x.claude-code.copy"]
+    # The same events (the turn's end is named after its last event, now a copy).
+    assert [e for e in accepted if e not in copies and e["type"] != "turn.ended"] == [
+        e for e in alone if e["type"] != "turn.ended"]
+    assert [e["type"] for e in accepted].count("turn.ended") == 1
+    assert [(e["visibility"], e["fields"]) for e in copies] == [
+        ("hidden", {"uuid": "u1", "copyOf": "line 1"}), ("hidden", {"uuid": "a1", "copyOf": "line 2"})]
+    assert [(r.record, r.reason) for r in rejected] == [
+        ("s-1.jsonl:5", "duplicate record: uuid 'u1' was already imported from line 1 with another message")]
 
 
 def test_claude_code_subagent_file_without_main_chain(tmp_path: Path) -> None:
