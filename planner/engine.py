@@ -211,6 +211,9 @@ class QueryContext:
     decision: SnapshotDecision = field(init=False)
     """Set by ``_decide``; the later steps only add disclosures to it."""
     embedder: Any = None
+    ranking: tuple[str, ...] = ()
+    """The kinds whose lists rank this query: its mode's, less an index it cannot read (a
+    vector query without a usable vector index ranks by text, as the fallback says)."""
     tail: TailResult | None = None
     acls: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     readable: AbstractSet[str] = field(default_factory=frozenset)
@@ -656,6 +659,7 @@ class Planner:
         ranking = tuple(kind for kind in _RANKING[req.mode] if kind in query.decision.required)
         if not ranking:
             ranking = ("text",)
+        query.ranking = ranking
         # Indexed candidates: chunks with maxSeq <= cut of readable sessions (and, with
         # filters, matching them), judged inside each engine before its window is taken.
         only: set[str] | None = None
@@ -815,7 +819,7 @@ class Planner:
             return
         window = query.window
         position = next((i for i, ranked in enumerate(query.lists) if ranked.source == "phrase"), None)
-        textual = "text" in _RANKING[query.req.mode]
+        textual = "text" in query.ranking
         holders = [c for c in query.provisional if (textual or c.kind in TOOL_KINDS) and cut.holds(c.text or "")]
         chunks = [c for c in holders if c.kind == "chunk"]
         merged: set[str] = set()
@@ -945,7 +949,7 @@ class Planner:
         and every text when the index has no list or its engine no statistics, keep their
         own lists, ranked by BM25 over themselves."""
         textual = [c for c in query.provisional
-                   if "text" in _RANKING[query.req.mode] or c.kind in TOOL_KINDS]
+                   if "text" in query.ranking or c.kind in TOOL_KINDS]
         if not textual:
             return
         by_id = {c.id: c for c in textual}

@@ -1862,3 +1862,24 @@ def test_the_copy_of_a_repeated_text_that_stands_for_it_is_the_newest(
         builder.append(_turn("ties", "s-twin-tail", 99, BOILERPLATE))  # the L1 tail only
         assert kept(BOILERPLATE, "latest") == ["s-twin-tail"]
         assert kept(BOILERPLATE, "indexed") == ["s-twin5"]
+
+
+@pytest.mark.parametrize("committed", [("structured", "text"), ()])
+def test_a_vector_query_without_a_vector_index_ranks_the_tail_by_text_as_it_says(
+        kafka_bootstrap: str, tmp_path: Path, committed: tuple[str, ...]) -> None:
+    """Before the vector sink's first generation a vector query falls back to text ("results use
+    structured, text only"): the indexed chunks were ranked by text, the tail's were not ranked
+    at all (vector mode has no text list of its own), so `latest` found nothing the log held
+    above the indexes — on a log nothing was indexed of yet, nothing at all."""
+    settings = make_test_settings(tmp_path, kafka_bootstrap)
+    builder = IndexBuilder(settings, kafka_bootstrap, "novec")
+    builder.append(_turn("novec", "nv-indexed", 1, "the walrus audit ledger was reconciled by hand"))
+    if committed:
+        builder.commit(*committed)
+    builder.append(_turn("novec", "nv-tail", 2, "the narwhal audit ledger drifted overnight"))
+    with serving(settings, kafka_bootstrap, builder) as planner:
+        for query, session in (("narwhal ledger", "nv-tail"), ("walrus ledger", "nv-indexed")):
+            answer = planner.search({"query": query, "log": "novec", "mode": "vector",
+                                     "freshness": "latest"}, ALICE)
+            assert answer["results"] and answer["results"][0]["sessionId"] == session, (query, answer)
+            assert any("results use" in f for f in answer["freshness"]["fallbacks"]), answer["freshness"]
