@@ -186,4 +186,51 @@ _GROOVY = RegexRule(name="password-assignment", lower_triggers=("password ",), g
                     pattern=re.compile(r"^[ \t]*(?P<name>[A-Za-z_][A-Za-z0-9_]{0,48}[Pp]assword)[ \t]+(?P<q>['\"])"
                                        r"(?P<value>[^'\"\r\n]{1,256})(?P=q)[ \t]*;?[ \t]*\r?$", re.ASCII | re.MULTILINE))
 
-ARGUMENT_RULES: tuple[RegexRule, ...] = (*_CALLS, *_URLS, *_WORDS, _GROOVY)
+
+
+def _hex_key(match: re.Match[str]) -> bool:
+    value = match.group("value")
+    return any(c.isdigit() for c in value) and any(c.isalpha() for c in value)
+
+
+def _bootstrap_token(match: re.Match[str]) -> bool:
+    return any(c.isdigit() for c in match.group("value"))
+
+
+# A generated password Terraform keeps in its state: random_password's and random_string's
+# "result", beside the options that shaped it ("special", "min_upper", "bcrypt_hash"). "result"
+# is no secret word; the resource says what it is.
+_RANDOM_RESOURCE = re.compile(r"\"(?:override_special|min_special|min_upper|min_numeric|bcrypt_hash|special)\"[ \t]*:|random_(?:password|string)",
+                              re.ASCII)
+
+
+def _random_result(match: re.Match[str]) -> bool:
+    value, text = match.group("value"), match.string
+    return (len(value) >= 8 and not is_placeholder(value, quoted=True)
+            and _RANDOM_RESOURCE.search(text, max(0, match.start() - 600), match.end() + 600) is not None)
+
+
+# Credentials that config files and the calls that read them hold without a secret-like name (2.17).
+_CONFIGS = (
+    # A Kubernetes bootstrap token (kubeadm's [a-z0-9]{6}.[a-z0-9]{16}) under a token key or flag:
+    # a kubeconfig's `token: abcdef.0123456789abcdef`, `kubeadm join --token …`. Its 22 characters
+    # and dot score below the entropy a token's value needs.
+    RegexRule(name="secret-assignment", lower_triggers=("token",), group="value", check=_bootstrap_token,
+              description="a Kubernetes bootstrap token ([a-z0-9]{6}.[a-z0-9]{16}) under a token key or flag (2.17)",
+              pattern=re.compile(r"(?i:token)['\"]?[ \t]*(?:[:=]|[ \t])[ \t]*['\"]?(?P<value>[a-z0-9]{6}\.[a-z0-9]{16})(?![A-Za-z0-9._-])",
+                                 re.ASCII)),
+    # Search and analytics clients built from a literal key: algoliasearch(APP_ID, KEY) (an admin
+    # key where the server writes an index), Segment's and RudderStack's analytics.load(WRITE_KEY).
+    RegexRule(name="secret-assignment", lower_triggers=("algoliasearch(",), group="value", check=_hex_key,
+              description="algoliasearch(APP_ID, KEY): the 32 hex digits of the key (2.17)",
+              pattern=re.compile(r"algoliasearch\([ \t]*['\"][A-Za-z0-9]{6,16}['\"][ \t]*,[ \t]*['\"](?P<value>[a-fA-F0-9]{32})['\"]",
+                                 re.ASCII | re.IGNORECASE)),
+    RegexRule(name="secret-assignment", lower_triggers=("analytics.load(",), group="value", check=_random_value,
+              description="analytics.load(WRITE_KEY) of Segment and RudderStack: a random literal (2.17)",
+              pattern=re.compile(r"analytics\.load\([ \t]*['\"](?P<value>[A-Za-z0-9]{16,64})['\"]", re.ASCII | re.IGNORECASE)),
+    RegexRule(name="secret-assignment", triggers=('"result"',), group="value", check=_random_result,
+              description="the \"result\" of Terraform's random_password / random_string in a state file (2.17)",
+              pattern=re.compile(r"\"result\"[ \t]*:[ \t]*\"(?P<value>[^\"\r\n]{1,512})\"", re.ASCII)),
+)
+
+ARGUMENT_RULES: tuple[RegexRule, ...] = (*_CALLS, *_URLS, *_WORDS, _GROOVY, *_CONFIGS)

@@ -94,7 +94,7 @@ class AssignmentRule(Rule):
         re.ASCII | re.IGNORECASE,
     )
     _xml = re.compile(
-        r"</?(?<=<)(?P<name>[A-Za-z0-9_.:-]{0,32}(?:passw(?:or)?d|secret|token|api[_-]?key)[A-Za-z0-9_.:-]{0,32})>"
+        r"</?(?<=<)(?P<name>[A-Za-z0-9_.:-]{0,32}(?:passw(?:or)?d|passphrase|(?:store|key)pass|secret|token|api[_-]?key)[A-Za-z0-9_.:-]{0,32})>"
         r"(?P<bare>[^<\r\n]{1,4096})</",
         re.ASCII | re.IGNORECASE,
     )

@@ -1155,14 +1155,17 @@ _URL_TOKEN = RegexRule(
 )
 
 
+_NUMBER = r"(?:[ \t]*[0-9]{1,7}(?:→|\t))?"  # a line's number as the Read tool or cat -n prints it
+
 # A PuTTY private key file (2.7): its key is the base64 after "Private-Lines: N", up to its MAC.
 _PUTTY_KEY = RegexRule(
     name="private-key",
     triggers=("Private-Lines:",),
     repass=False,
     description="the private lines of a PuTTY key file (.ppk), through its Private-MAC",
-    pattern=re.compile(r"Private-Lines:[ \t]*[0-9]+[ \t]*\r?\n(?P<value>[A-Za-z0-9+/=\r\n]+?(?:\r?\nPrivate-(?:MAC|Hash):[ \t]*[0-9a-fA-F]+)?)"
-                       r"(?=\r?\n|\Z)", re.ASCII),
+    # 2.17: also the lines of Claude Code's Read tool and `cat -n`, each after its number (`     7→…`).
+    pattern=re.compile(r"Private-Lines:[ \t]*[0-9]+[ \t]*\r?\n(?P<value>" + _NUMBER + r"[A-Za-z0-9+/=]+(?:\r?\n" + _NUMBER
+                       + r"[A-Za-z0-9+/=]+)*(?:\r?\n" + _NUMBER + r"Private-(?:MAC|Hash):[ \t]*[0-9a-fA-F]+)?)(?=\r?\n|\Z)", re.ASCII),
     group="value",
 )
 
@@ -1268,12 +1271,13 @@ _CONFIG_PASSWORD = RegexRule(
     check=lambda match: not is_placeholder(match.group("value"), quoted=False),
 )
 # A ~/.pgpass line, host:port:database:user:password, as `cat ~/.pgpass` prints it (2.5); in
-# 2.7 also after a space (a line pasted after a sentence).
+# 2.7 also after a space (a line pasted after a sentence); in 2.17 also after the line number Claude
+# Code's Read tool prints (`     1→host:5432:…`) and a JSON string's opening quote.
 _PGPASS = RegexRule(
     name="password-assignment",
     triggers=(":5432:", ":5433:", ":6432:", ":*:"),
     description="~/.pgpass lines host:port:database:user:PASSWORD",
-    pattern=re.compile(r"(?:^|(?<=[ \t]))[ \t]*[A-Za-z0-9_.*-]+:(?:[0-9]{2,5}|\*):[^:\s]+:[^:\s]+:(?P<value>\S+)[ \t]*$",
+    pattern=re.compile(r"(?:^|(?<=[ \t\"→]))[ \t]*[A-Za-z0-9_.*-]+:(?:[0-9]{2,5}|\*):[^:\s]+:[^:\s]+:(?P<value>\S+?)(?:\"[,}\]]?)?[ \t]*$",
                        re.ASCII | re.MULTILINE),
     group="value",
     check=lambda match: not is_placeholder(match.group("value"), quoted=False),

@@ -65,6 +65,9 @@ _SECRET_IDS = frozenset({("private", "key", "id")})
 # Names whose words say nothing secret but whose value is a credential (2.13): Bitwarden's CLI
 # session key, `export BW_SESSION=…` after `bw unlock`. Its value goes when it looks random.
 _SECRET_PAIRS = frozenset({("bw", "session")})
+# Names that start with words saying nothing secret and end in an account's name (2.17): the
+# 1Password CLI's session key, `OP_SESSION_my=…` after `op signin`. Its value goes when it looks random.
+_SECRET_LEADS = frozenset({("op", "session")})
 # Words before "pass" that make it a step or a count, not a password.
 _PASS_COUNTS = frozenset({"first", "second", "third", "last", "next", "single", "multi", "one", "two", "each", "per", "by", "fast", "slow", "full", "final", "dry", "test", "tests"})
 # Words seen in the common "not a secret" spellings: publicKey, publishable_key, key_id, ...
@@ -77,7 +80,7 @@ def name_class(name: str) -> NameClass | None:
     words = [word.lower() for word in _WORDS.findall(name)]
     if not words:
         return None
-    if tuple(words[-3:]) in _SECRET_IDS or tuple(words[-2:]) in _SECRET_PAIRS:
+    if tuple(words[-3:]) in _SECRET_IDS or tuple(words[-2:]) in _SECRET_PAIRS or tuple(words[:2]) in _SECRET_LEADS:
         return "key"
     if words[-1] in DESCRIPTIVE_SUFFIXES or any(word in _NEGATING_WORDS for word in words):
         return None

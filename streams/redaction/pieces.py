@@ -321,6 +321,11 @@ _KEY_FILES = (
     RegexRule(name="secret-assignment", triggers=("BW_SESSION",), group="value",
               description="a Bitwarden CLI session key, BW_SESSION=… (2.13)",
               pattern=re.compile(r"BW_SESSION['\"]?[ \t]*[=:][ \t]*['\"]?(?P<value>[A-Za-z0-9+/]{20,}={0,2})", re.ASCII)),
+    # 1Password's CLI session key (2.17): `op signin` prints `export OP_SESSION_<account>="…"`
+    # (43 base64url characters).
+    RegexRule(name="secret-assignment", triggers=("OP_SESSION_",), group="value",
+              description="a 1Password CLI session key, OP_SESSION_<account>=… (2.17)",
+              pattern=re.compile(r"OP_SESSION_[A-Za-z0-9_]{1,64}['\"]?[ \t]*[=:][ \t]*['\"]?(?P<value>[A-Za-z0-9_-]{20,})", re.ASCII)),
 )
 
 

@@ -81,7 +81,7 @@ def test_exported_members() -> None:
         "DEFAULT_POLICY", "POLICY_VERSION", "RedactedEvent", "RedactionPolicy", "policy_hash",
         "redact_event", "redact_text", "rule_names",
     }
-    assert POLICY_VERSION == "2.16"
+    assert POLICY_VERSION == "2.17"
 
 
 # ---------------------------------------------------------------- labelled corpus
@@ -3314,4 +3314,81 @@ def test_an_aws_configure_answer_never_survives(key: str, current: str, after: s
 def test_the_eleventh_round_readings_run_in_linear_time() -> None:
     shapes = ["-storepass a&b&c ", "echo 'Ab1x' > pass ", "log in as a with Ab1!x ", "wifi: a / Ab1!x ", "key - Ab1x ",
               "Secret Access Key [a]: b ", "парола Ab1!x ", "token you asked for —\nAb12Cd34Ef56Gh78\n", '-N \\"a\\" ']
+    assert_linear_time(shapes, counts=(2_000, 8_000))
+
+
+@pytest.mark.parametrize(("text", "secret"), [
+    # A .pgpass line as the Read tool numbers it, and inside a JSON string.
+    ("     1→db.acme.internal:5432:app:app_rw:umdh@WXA87iqy\n     2→*:*:*:replicator:etiq$QZN29qtg", "WXA87iqy"),
+    ("     1→db.acme.internal:5432:app:app_rw:umdh@WXA87iqy\n     2→*:*:*:replicator:etiq$QZN29qtg", "QZN29qtg"),
+    (json.dumps({"new_string": "db:5432:*:app:umdh@WXA87iqy"}), "WXA87iqy"),
+    # A Kubernetes bootstrap token under a token key or flag.
+    ("users:\n- name: ci\n  user:\n    token: vm5h8f.f8wks2k0qx7q1fqq", "f8wks2k0qx7q1fqq"),
+    ("kubeadm join 10.0.0.1:6443 --token abcdef.0123456789abcdef --discovery-token-ca-cert-hash sha256:00", "0123456789abcdef"),
+    # A random_password's result in a Terraform state.
+    ('"attributes": {\n  "id": "none",\n  "length": 32,\n  "result": "WBL88f2g5Ns4Ebl3FM7PGaYq2bDwf5Y6",\n  "special": false',
+     "WBL88f2g5Ns4"),
+    # Maven's jarsigner plugin: <storepass>, <keypass>.
+    ("<configuration>\n  <storepass>qpvw@PNI16aaj</storepass>\n  <keypass>qpvw@PNI16aaj</keypass>\n</configuration>", "PNI16aaj"),
+    # 1Password's CLI session key.
+    ('OP_SESSION_my="iq0WZUEZ55WUz9NkULeQSknsEwn07PjjeTAVTUDt4UW"', "iq0WZUEZ55WUz9Nk"),
+    # Algolia's and Segment's clients built from a literal key.
+    ('const client = algoliasearch("2AHRI4EGTY", "fb51fc31c19e5b5d462b496a07dad05c");', "fb51fc31c19e5b5d"),
+    ('analytics.load("T7erXa0uqWtNvaxYqbrOGBnDBAzrX2Zc");', "T7erXa0uqWtN"),
+    # A PuTTY key file as the Read tool numbers it.
+    ("     7→Private-Lines: 2\n     8→AAAAIFq0x7T2Lwz9pQ1mR4vYb8c\n     9→Nd3KsE6hUjXoW5aZ0gFyBtVr\n    10→Private-MAC: 0a1b2c3d4e5f",
+     "Nd3KsE6hUjXoW5aZ0gFyBtVr"),
+])
+def test_a_secret_a_twelfth_round_found_never_survives(text: str, secret: str) -> None:
+    """QA, session 29 (policy 2.17): what a battery of 134 credential files and tool outputs spliced
+    into real transcripts found kept under 2.16."""
+    redacted = redact_text(text)[0]
+    assert secret not in redacted, redacted
+    assert redact_text_plain(text)[0] == redacted
+    assert redact_text(redacted)[0] == redacted
+
+
+@pytest.mark.parametrize("text", [
+    "the token: abcdef.ghijklmnopqrstuv is a sample",  # no digit: a placeholder's shape
+    "import: config.settings_production_v2",
+    "Version: v1.2.3.4567890123456789",
+    '"result": "passed", "duration": 12',
+    '{"result": "WBL88f2g5Ns4Ebl3FM7PGaYq2bDwf5Y6"}',  # a result with no random resource around it
+    'algoliasearch("2AHRI4EGTY", process.env.ALGOLIA_KEY)',
+    'analytics.load(WRITE_KEY)',
+    "<keystore>release.jks</keystore>",
+    "OP_SESSION_my=$(op signin --raw)",
+    "10:30:00:12:45 done",
+    "     3→Private-Lines: 0\n     4→Private-MAC: 0a1b2c",
+])
+def test_what_the_twelfth_round_readings_keep(text: str) -> None:
+    assert redact_text(text)[0] == text
+
+
+@PROPERTY
+@given(st.text(alphabet=string.ascii_lowercase + string.digits, min_size=6, max_size=6),
+       st.text(alphabet=string.ascii_lowercase + string.digits, min_size=16, max_size=16).filter(
+           lambda body: any(c.isdigit() for c in body)),
+       st.sampled_from(["token: {t}", "--token {t}", "token={t}", '"token": "{t}"', "  token: '{t}'"]), FILLER)
+def test_a_bootstrap_token_never_survives(head: str, body: str, shape: str, after: str) -> None:
+    token = f"{head}.{body}"
+    shown = redacted_lead(shape.format(t=token), after)
+    assert body not in shown, shown
+
+
+@PROPERTY
+@given(st.from_regex(r"[a-z0-9.-]{1,20}", fullmatch=True), st.sampled_from(["5432", "6432", "*"]),
+       PASSWORD_LETTERS, st.sampled_from("!#%*+?^~@$&"), st.integers(10, 99), st.integers(1, 9999),
+       st.sampled_from(["{n:6d}→", "{n}\t", "", '"']))
+def test_a_numbered_pgpass_line_never_survives(host: str, port: str, letters: str, symbol: str, number: int, n: int,
+                                                lead: str) -> None:
+    password = symbol_password(letters, symbol, number)
+    line = lead.format(n=n) + f"{host}:{port}:app:app_rw:{password}" + ('"' if lead == '"' else "")
+    shown = redact_text(line)[0]
+    assert password not in shown, shown
+
+
+def test_the_twelfth_round_readings_run_in_linear_time() -> None:
+    shapes = ["token: abcdef.0123456789abcdef ", 'algoliasearch("a", ', "analytics.load(\"a", '"result": "a" ',
+              '"special": ', "Private-Lines: 1\n 1→a\n", "OP_SESSION_a=", "→a:5432:b:c:d ", "<storepass>a</storepass>"]
     assert_linear_time(shapes, counts=(2_000, 8_000))
