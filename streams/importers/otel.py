@@ -415,9 +415,9 @@ class _Batch:
         span's conversation; else its nearest ancestor's conversation, the ancestor in the request
         or in L1; else its trace's, as L1 knows it or as the earliest span of the trace in the
         request names it (by start time then spanId); else ``otel-<traceId>``. A span sent again
-        naming another conversation stays where it went: its turn's start and end, whose ids
-        name no session, were duplicates, and its messages went to the other session with that
-        turnId, a turn never closed there that held the log's indexes back."""
+        naming another conversation stays where it went: moved, its messages would land in the
+        other session under a turn whose start and end L1 already holds elsewhere, a turn that
+        never closes there and so holds the log's indexes back."""
         known = self.known.span_session(trace, _hex(span.get("spanId")))
         if known:
             return known
