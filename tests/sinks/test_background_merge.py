@@ -302,7 +302,6 @@ def test_a_restarted_sink_merges_what_it_left_unmerged_without_a_new_commit(make
     from deploy.testing import Stack
     from sinks.runner import SinkRunner, index_root
     from sinks.service import make_writer, pipeline_versions
-    from sinks.vector_writer import merge_plan
     from streams.testing import append_events, interleave, session_events
 
     settings = make_settings(embedder="hash:64", sink_batch_size=2, sink_batch_seconds=0.2)
@@ -335,7 +334,7 @@ def test_a_restarted_sink_merges_what_it_left_unmerged_without_a_new_commit(make
                   lambda: bool(first) and first[-1].built_through_seq >= head, "the vector sink fell behind")
         current = store.current()
         assert current is not None and "mergedFrom" not in current.extra
-        assert merge_plan(_segment_sizes_of(store.generation_dir(current.generation_id))), \
+        assert make_writer("vector", settings).plan_merge(store.generation_dir(current.generation_id)), \
             "the test needs a layout that wants a merge"
 
         second: list[Manifest] = []
@@ -348,7 +347,3 @@ def test_a_restarted_sink_merges_what_it_left_unmerged_without_a_new_commit(make
     assert merged[0].built_through_seq == current.built_through_seq == head
     assert merged[0].chunk_count == current.chunk_count
 
-
-def _segment_sizes_of(gen_dir: Path) -> dict[str, int]:
-    from sinks.vector_writer import _segment_sizes
-    return _segment_sizes(gen_dir)
