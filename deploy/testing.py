@@ -5,8 +5,8 @@ reliability``), the benchmarks and the tests use one copy.
 settings, so crash tests can kill them with SIGKILL at any point and start them again;
 :func:`settings_env` is the environment that hands a child process exactly those settings;
 :func:`ingest` runs ``usl ingest`` with them, :func:`free_port` and :func:`wait_for_api` start
-a planner API beside the stack; :func:`as_grafana_sends` turns a dashboard query into the one
-Grafana sends.
+a planner API beside the stack, :func:`same_generations` asks several APIs alike;
+:func:`as_grafana_sends` turns a dashboard query into the one Grafana sends.
 Event factories and topic readers are in ``streams.testing``; index readers in ``sinks.testing``.
 """
 
@@ -20,14 +20,15 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from deploy.jars import free_port
 from streams.settings import Settings
 from streams.topics import ensure_topics
 
-__all__ = ["Stack", "as_grafana_sends", "free_port", "ingest", "settings_env", "wait_for_api"]
+__all__ = ["Stack", "as_grafana_sends", "free_port", "ingest", "same_generations", "settings_env", "wait_for_api"]
 
 
 def settings_env(settings: Settings) -> dict[str, str]:
@@ -126,6 +127,21 @@ def wait_for_api(api: str, server: Stack | subprocess.Popen[bytes], *, name: str
                                  else f"the planner API exited with {proc.returncode}")
         if time.monotonic() >= deadline:
             raise AssertionError("the planner API did not become ready")
+        time.sleep(0.5)
+
+
+def same_generations(settle: Callable[[str, Mapping[str, Any], int], dict[str, Any]], apis: Sequence[str],
+                     body: Mapping[str, Any], head: int, *, timeout: float = 120.0) -> list[dict[str, Any]]:
+    """``settle(api, body, head)`` of each API, asked again until the answers all name the same
+    generations. A background merge publishes a generation with the same ``builtThroughSeq``
+    between two APIs' reads, and a replica mirrors it a moment after the primary reads it: the
+    answers are compared at the same generations, not at the same seq alone."""
+    deadline = time.monotonic() + timeout
+    while True:
+        answers = [settle(api, body, head) for api in apis]
+        if all(a["freshness"]["watermarks"] == answers[0]["freshness"]["watermarks"] for a in answers):
+            return answers
+        assert time.monotonic() < deadline, (body, [a["freshness"] for a in answers])
         time.sleep(0.5)
 
 

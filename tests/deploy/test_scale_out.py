@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, cast
 import pytest
 
 from deploy.stack import sink_children
-from deploy.testing import Stack, free_port, wait_for_api
+from deploy.testing import Stack, free_port, same_generations, wait_for_api
 from planner.acl import parse_principal
 from planner.engine import Planner
 from reliability.load import Ingest, l1_event_counts
@@ -224,15 +224,7 @@ def test_two_shards_and_two_replicas_survive_kill_9_and_answer_as_one_index(
         for mode in MODES:
             for query in QUERIES:
                 body = {"query": query, "mode": mode, "k": PAGE}
-                # A background merge publishes a generation of the same builtThroughSeq: the two
-                # answers are compared once they name the same generations.
-                deadline = time.monotonic() + 120
-                while True:
-                    first, second = (settled(apis[name], body, head) for name in apis)
-                    if first["freshness"]["watermarks"] == second["freshness"]["watermarks"]:
-                        break
-                    assert time.monotonic() < deadline, (mode, query, first["freshness"], second["freshness"])
-                    time.sleep(0.5)
+                first, second = same_generations(settled, list(apis.values()), body, head)
                 assert first["asOfSeq"] == second["asOfSeq"] == head, (mode, query)
                 assert first["results"] == second["results"], (mode, query)
                 answers[(mode, query)] = whole_list(first, lambda b: post(apis["replica-1"], b), body)

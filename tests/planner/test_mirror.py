@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from deploy.testing import Stack, free_port, wait_for_api
+from deploy.testing import Stack, free_port, same_generations, wait_for_api
 from planner.mirror import MirrorFollower, StoreMirror
 from sinks.generations import GenerationStore, Manifest
 from sinks.objectstore import CommitLog, ObjectStore, publish_generation
@@ -233,17 +233,7 @@ def assert_same_answers(primary: str, replica: str, head: int) -> dict[str, Any]
     for mode in ("text", "vector", "hybrid"):
         for query in QUERIES:
             body = {"query": query, "mode": mode, "k": 5}
-            # A background merge publishes a generation with the same builtThroughSeq: the two
-            # answers are compared once both name the same generations (the replica mirrors the
-            # merge a moment after the primary reads it).
-            deadline = time.monotonic() + 120
-            while True:
-                expected = settled_answer(primary, body, head)
-                got = settled_answer(replica, body, head)
-                if got["freshness"]["watermarks"] == expected["freshness"]["watermarks"]:
-                    break
-                assert time.monotonic() < deadline, (mode, query, got["freshness"], expected["freshness"])
-                time.sleep(0.5)
+            expected, got = same_generations(settled_answer, (primary, replica), body, head)
             assert got["asOfSeq"] == expected["asOfSeq"] == head, (mode, query)
             assert got["results"] == expected["results"], (mode, query)
             assert expected["results"] or mode == "text", (mode, query)
