@@ -1234,9 +1234,14 @@ class Planner:
                 assert structured is not None
                 return self._readers.known_event_ids(structured, ids, cut)
 
+            def secrets(sessions: Any) -> dict[str, list[list[Any]]]:
+                assert structured is not None
+                return self._readers.session_secrets(structured, sessions, cut)
+
             scanned = scan.extend(base, events, to_seq=to_seq,
                                   known_event_ids=known if dedup else None,
                                   session_acls=snapshot.access_lists(structured, to_seq),
+                                  session_secrets=secrets if dedup else None,
                                   want_tool_results=req.tool_results)
             self._tails.put(key, scanned)
         usl_tail_scan_events.observe(scanned.events_read)

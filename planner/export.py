@@ -183,6 +183,8 @@ def _sessions(planner: Planner, principal: Principal, log_id: str, as_of: int | 
               only: str | None = None) -> Export:
     from streams.asp import validate_event
     from streams.redaction import redact_event
+    from streams.redaction.memory import Recall, merge_remembered
+    from streams.stages.records import memory_key
 
     # The planner's snapshot, as search and SessionQL use it: the same L1 readers, watermarks,
     # pins and access lists, so an export shows exactly what search would.
@@ -199,9 +201,12 @@ def _sessions(planner: Planner, principal: Principal, log_id: str, as_of: int | 
 
     def rows() -> Iterator[dict[str, Any]]:
         seen: set[str] = set()
+        # Each session's memory of the secrets it removed (streams.redaction.memory): the export
+        # reads the log from its start, so it is built as the stage built it.
+        memories: dict[str, list[list[Any]]] = {}
         try:
             with planner.l1_reader() as reader:
-                for _seq, raw in reader.read(log_id, 1, position):
+                for seq, raw in reader.read(log_id, 1, position):
                     if raw.get("sessionId") not in readable:
                         # Left out unread: validating every event of the log was a fifth of
                         # exporting one session. Its eventId still counts as seen (L1 holds
@@ -222,13 +227,22 @@ def _sessions(planner: Planner, principal: Principal, log_id: str, as_of: int | 
                     if session not in readable or (
                             isinstance(event.get("acl"), dict) and event["acl"].get("tenant") != owner):
                         continue
+                    key = memory_key(log_id, event)
+                    recall = Recall(key, memories.get(key), seq)
+                    try:
+                        redacted = redact_event(event, recall=recall).event
+                    except USLError:
+                        continue  # dead-lettered by the stream
+                    merged = merge_remembered(memories.get(key), recall.added, seq)
+                    if merged is not None:
+                        memories[key] = merged
                     if event.get("visibility") == "hidden":
-                        continue
+                        continue  # left out, after its secrets were remembered as the stage does
                     # Every line states the session's access list, the one this export applied:
                     # a line's own acl may be an older one, and the event that set the list may
                     # be hidden (left out), so a re-import would otherwise rebuild the session
                     # with another list, or the default one readable by its whole tenant.
-                    yield {**redact_event(event).event, "acl": dict(acls[session])}
+                    yield {**redacted, "acl": dict(acls[session])}
         except USLError as exc:
             raise PlannerError(f"the export failed while reading the log: {exc}",
                                hint="Check `usl status`; retry once the broker answers.") from exc

@@ -346,20 +346,39 @@ class ReaderCache:
         """The ids among ``event_ids`` the generation holds at seq <= ``max_seq``."""
         if not event_ids:
             return set()
-        import duckdb
-
         sessions = shard_scan_sql(index.directories, "sessions", SCHEMAS["sessions"])
         sql = (f"SELECT DISTINCT eventId FROM {sessions}"
                " WHERE seq <= $max_seq AND eventId IN (SELECT unnest($ids))")
+        with self._cursor() as cursor:
+            rows = cursor.execute(sql, {"max_seq": int(max_seq), "ids": sorted(set(event_ids))}).fetchall()
+        return {row[0] for row in rows}
+
+    def _cursor(self) -> Any:
+        # A cursor of one shared in-memory database, as StructuredReader does: a new connection
+        # per lookup cost 13-25 ms, most of an uncached tail scan's dedup (the query ~2 ms at 10k).
+        import duckdb
+
         with self._lock:
             if self._duckdb is None:
                 self._duckdb = duckdb.connect(":memory:")
-            database = self._duckdb
-        # A cursor of a shared database, as StructuredReader does: a new connection per lookup
-        # cost 13-25 ms, most of an uncached tail scan's dedup (the query itself ~2 ms at 10k).
-        with database.cursor() as cursor:
-            rows = cursor.execute(sql, {"max_seq": int(max_seq), "ids": sorted(set(event_ids))}).fetchall()
-        return {row[0] for row in rows}
+            return self._duckdb.cursor()
+
+    def session_secrets(self, index: IndexPin, sessions: Collection[str], max_seq: int) -> dict[str, list[list[Any]]]:
+        """Memory key (``logId/sessionId``) -> the session's memory of removed secrets
+        (:mod:`streams.redaction.memory`) as the generation holds it at seq <= ``max_seq``, for
+        the sessions of ``sessions`` (memory keys) that have one."""
+        if not sessions:
+            return {}
+        secrets = shard_scan_sql(index.directories, "secrets", SCHEMAS["secrets"])
+        sql = (f"SELECT logId || '/' || sessionId AS memory, print, length, rule, seq FROM {secrets}"
+               " WHERE seq <= $max_seq AND logId || '/' || sessionId IN (SELECT unnest($keys))"
+               " ORDER BY memory, seq")
+        with self._cursor() as cursor:
+            rows = cursor.execute(sql, {"max_seq": int(max_seq), "keys": sorted(set(sessions))}).fetchall()
+        memories: dict[str, list[list[Any]]] = {}
+        for memory, print_, length, rule, seq in rows:
+            memories.setdefault(memory, []).append([print_, int(length), rule, int(seq)])
+        return memories
 
     def vector(self, index: IndexPin) -> Any:
         """The vector reader of the generation (of a sharded one: over every shard's)."""

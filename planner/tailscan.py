@@ -24,6 +24,10 @@ piece or in several gives the same chunks (``tests/planner/test_engine.py`` chec
 
 Also collected: each session's latest access list seen in the range, so a ``session.acl``
 event in the tail applies to the query at once.
+
+Each event is redacted with its session's memory of the secrets it removed before
+(:mod:`streams.redaction.memory`), as the stage redacts it: the prints the structured index holds
+at or below the cut (``session_secrets``), then those the scan itself finds.
 """
 
 from __future__ import annotations
@@ -39,13 +43,15 @@ from streams.chunking import Chunker, ChunkerConfig, default_tokenizer
 from streams.exceptions import USLError
 from streams.ownership import Owners, session_of_acl
 from streams.redaction import policy_hash, redact_event
+from streams.redaction.memory import Recall, merge_remembered
 from streams.settings import Settings
-from streams.stages.records import toolresult_record
+from streams.stages.records import memory_key, toolresult_record
 from streams.ticks import clock_record_time, clock_time, event_clock_time
 
 __all__ = ["SnapshotCache", "TailResult", "TailScan", "TailSnapshot", "chunker_for"]
 
 KnownIds = Callable[[Collection[str]], set[str]]
+SessionSecrets = Callable[[Collection[str]], Mapping[str, list[list[Any]]]]
 
 
 @dataclass(frozen=True)
@@ -59,6 +65,8 @@ class TailSnapshot:
     tool_results: tuple[dict[str, Any], ...] = ()
     acls: Mapping[str, tuple[int, dict[str, Any]]] = field(default_factory=dict)
     owners: Owners = field(default_factory=Owners)
+    # memory key -> the session's memory of removed secrets (an empty list: looked up, none)
+    secrets: Mapping[str, list[list[Any]]] = field(default_factory=dict)
     previous_seq: int = 0
     log_time: float | None = None
     events_read: int = 0
@@ -104,6 +112,7 @@ class _Feed:
         self.tool_results = list(base.tool_results)
         self.acls = dict(base.acls)
         self.owners = base.owners.copy()
+        self.secrets = dict(base.secrets)  # entries are replaced, never changed in place
         self.clock_times: dict[int, float] = {}  # seq -> bounded event time of accepted events
         self.previous_seq = base.previous_seq
         self.log_time = base.log_time
@@ -137,11 +146,13 @@ class TailScan:
         known_event_ids: KnownIds | None = None,
         want_tool_results: bool = False,
         session_acls: Mapping[str, Mapping[str, Any]] | None = None,
+        session_secrets: SessionSecrets | None = None,
     ) -> TailResult:
         """Scan ``from_seq..to_seq`` in one go (the events of that range, log order)."""
         snapshot = self.extend(TailSnapshot.start(from_seq), events, to_seq=to_seq,
                                known_event_ids=known_event_ids,
-                               want_tool_results=want_tool_results, session_acls=session_acls)
+                               want_tool_results=want_tool_results, session_acls=session_acls,
+                               session_secrets=session_secrets)
         return self.result(snapshot)
 
     def extend(
@@ -153,11 +164,15 @@ class TailScan:
         known_event_ids: KnownIds | None = None,
         want_tool_results: bool = False,
         session_acls: Mapping[str, Mapping[str, Any]] | None = None,
+        session_secrets: SessionSecrets | None = None,
     ) -> TailSnapshot:
         """``base`` fed with the events of ``(base.through, to_seq]`` (log order).
 
         ``session_acls`` (sessionId → current access list) names the owner of each session
         created below the range; without it, only sessions created inside the range are known.
+        ``session_secrets`` (memory keys → each session's memory below the range,
+        :meth:`planner.readers.ReaderCache.session_secrets`); without it, a session remembers only
+        what it removed inside the range.
         """
         feed = _Feed(base)
         if session_acls is not None:
@@ -193,6 +208,11 @@ class TailScan:
             if known:
                 feed.skipped_duplicates += sum(1 for _, e in accepted if e["eventId"] in known)
                 accepted = [(seq, e) for seq, e in accepted if e["eventId"] not in known]
+        if session_secrets is not None and accepted:
+            unknown = {memory_key(event["logId"], event) for _, event in accepted} - feed.secrets.keys()
+            if unknown:
+                found = session_secrets(unknown)
+                feed.secrets.update({key: list(found.get(key, ())) for key in unknown})
         redacted: list[tuple[int, dict[str, Any]]] = []
         for seq, event in accepted:
             outcome = self._redact(feed, seq, event, want_tool_results)
@@ -214,7 +234,7 @@ class TailScan:
         return TailSnapshot(
             from_seq=base.from_seq, through=max(to_seq, base.through), states=feed.states,
             closed=tuple(feed.closed), tool_results=tuple(feed.tool_results), acls=feed.acls,
-            owners=feed.owners, previous_seq=feed.previous_seq, log_time=feed.log_time,
+            owners=feed.owners, secrets=feed.secrets, previous_seq=feed.previous_seq, log_time=feed.log_time,
             events_read=feed.events_read, skipped_invalid=feed.skipped_invalid,
             skipped_duplicates=feed.skipped_duplicates,
         )
@@ -262,11 +282,16 @@ class TailScan:
 
     def _redact(self, feed: _Feed, seq: int, event: dict[str, Any],
                 want_tool_results: bool) -> dict[str, Any] | None:
+        key = memory_key(event["logId"], event)
+        recall = Recall(key, feed.secrets.get(key), seq)
         try:
-            outcome = redact_event(event)
+            outcome = redact_event(event, recall=recall)
         except USLError:
             feed.skipped_invalid += 1
             return None
+        merged = merge_remembered(feed.secrets.get(key), recall.added, seq)
+        if merged is not None:
+            feed.secrets[key] = merged
         if isinstance(outcome.event.get("acl"), dict):
             feed.acls[event["sessionId"]] = (seq, outcome.event["acl"])
         if want_tool_results and outcome.tool_result is not None:

@@ -33,8 +33,9 @@ from streams.exceptions import USLError
 from streams.l1 import L1Reader
 from streams.ownership import Owners
 from streams.progress import marker_seq, new_progress, note_seq, note_session
+from streams.redaction.memory import Recall, merge_remembered
 from streams.settings import Settings
-from streams.stages.records import chunk_record, redact_admitted
+from streams.stages.records import chunk_record, memory_key, redact_admitted
 from streams.ticks import advance_clock, clock_record_time, clock_time, event_clock_time
 from streams.topics import Topics
 
@@ -59,6 +60,7 @@ class ReplayStream:
             default_tokenizer(), policy_hash=self.policy,
         )
         self.sessions: dict[str, dict[str, Any]] = {}
+        self.secrets: dict[str, list[list[Any]]] = {}  # session memories, as the redaction stage's table
         self.owners = Owners()
         self.progress = new_progress()
         self.clock: dict[str, Any] = {"lastSeq": 0, "maxTime": None}
@@ -87,12 +89,18 @@ class ReplayStream:
         if admission.verdict == "rejected":
             self.rejected += 1
         if admission.event is not None:
+            memory = memory_key(self.log_id, admission.event)
+            recall = Recall(memory, self.secrets.get(memory), seq)
             try:
-                redacted = redact_admitted(admission.event, self.log_id, seq, policy=self.policy, clock_time=when)
+                redacted = redact_admitted(admission.event, self.log_id, seq, policy=self.policy, clock_time=when,
+                                           recall=recall)
             except Exception:  # the stream dead-letters an event a redaction rule fails on
                 redacted = None
                 self.rejected += 1
             if redacted is not None:
+                merged = merge_remembered(self.secrets.get(memory), recall.added, seq)
+                if merged is not None:
+                    self.secrets[memory] = merged
                 out += redacted.records
                 session_id = redacted.event["sessionId"]
                 state = self.sessions.setdefault(session_id, self.chunker.new_state(session_id))

@@ -11,6 +11,9 @@ Each batch adds (only non-empty ones; ``<n>`` is shared by the batch, zstd-compr
   find chunks that straddle a snapshot and trim them;
 - ``sessions-<n>.parquet`` one row per redacted event with the event's acl and lineage ids;
   the latest acl of a session is the one on its highest-seq row;
+- ``secrets-<n>.parquet``  one row per value an event removed that its session had not removed
+  before: the value's print (never the value), its length, the rule, the event's seq
+  (:mod:`streams.redaction.memory`), for the planner's tail scan; no SQL view shows it;
 - ``lineage-<n>.parquet``  edges ``kind, fromId → toId, seq``, each from parent to child:
   ``session-parent`` (parentSessionId → sessionId), ``run-session`` (sessionId → runId),
   ``episode-session`` (sessionId → episodeId: a subagent's episode), ``event-cause``
@@ -80,6 +83,10 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("kind", pa.string()), ("fromId", pa.string()), ("toId", pa.string()),
         ("seq", pa.int64()), ("sessionId", pa.string()), ("logId", pa.string()),
     ]),
+    "secrets": pa.schema([
+        ("sessionId", pa.string()), ("logId", pa.string()), ("seq", pa.int64()),
+        ("print", pa.string()), ("length", pa.int64()), ("rule", pa.string()),
+    ]),
 }
 
 
@@ -103,6 +110,7 @@ class StructuredWriter:
         edges: dict[tuple[str, str, str], dict[str, Any]] = {}
         for record in events:
             rows["sessions"].append(_session_row(record))
+            rows["secrets"].extend(_secret_rows(record))
             for edge in _lineage_rows(record):
                 # Every event of a run repeats its run-session edge: keep the first per batch.
                 key = (edge["kind"], edge["fromId"], edge["toId"])
@@ -363,6 +371,13 @@ def _session_row(record: dict[str, Any]) -> dict[str, Any]:
         "turnId": event.get("turnId"), "episodeId": event.get("episodeId"),
         "parentEventId": event.get("parentEventId"), "time": _as_posix(event.get("time")),
     }
+
+
+def _secret_rows(record: dict[str, Any]) -> list[dict[str, Any]]:
+    session_id, log_id, seq = record["event"]["sessionId"], record["logId"], int(record["seq"])
+    return [{"sessionId": session_id, "logId": log_id, "seq": seq, "print": str(print_), "length": int(length),
+             "rule": str(rule)}
+            for print_, length, rule in record.get("secrets") or ()]
 
 
 def _lineage_rows(record: dict[str, Any]) -> list[dict[str, Any]]:

@@ -96,6 +96,7 @@ def faust_tables(settings: Settings) -> dict[str, int]:
         "log-clocks": settings.l1_partitions,
         "event-first-seq": settings.l1_partitions,
         "session-owners": settings.l1_partitions,
+        "session-secrets": settings.l1_partitions,
         "chunker-sessions": settings.stream_partitions,
         "chunker-progress": settings.stream_partitions,
     }

@@ -57,6 +57,7 @@ from tests.fixtures.secrets.needles import (
     NEEDLES,
     PASSWORD_URL,
     PRIVATE_KEY,
+    REPEATED_PASSWORD,
     find_needles,
 )
 
@@ -93,6 +94,40 @@ def _secret_session(number: int, secret: str, *, session_id: str | None = None) 
     add("message", "assistant", {"text": f"Rotate {secret}; clone via {PASSWORD_URL} and check the refund deploy"})
     add("turn.ended", None, {})
     return events
+
+
+def _repeat_session() -> list[dict[str, Any]]:
+    """A password named once, in a tool's env dump, then repeated bare where nothing names it:
+    the assistant's prose, a later command, another tool's output, a later turn's user message
+    (the session's memory, policy 2.18)."""
+    session_id = "repeats"
+    clock = datetime(2026, 11, 5, 9, 0, tzinfo=UTC)
+    bodies: list[tuple[str, str | None, str, dict[str, Any]]] = [("session.started", None, "", {"title": "db debugging"})]
+    for turn in ("t0", "t1"):
+        bodies.append(("turn.started", None, turn, {}))
+        if turn == "t0":
+            bodies += [
+                ("message", "user", turn, {"text": "why can the app not log in to postgres?"}),
+                ("tool.call", "assistant", turn, {"toolName": "Bash", "toolCallId": "r-c0", "input": {"command": "env"}}),
+                ("tool.result", "tool", turn, {"toolName": "Bash", "toolCallId": "r-c0", "status": "ok",
+                                               "output": f"HOME=/home/bob\nPATH=/usr/bin\nDB_PASSWORD={REPEATED_PASSWORD}\n"
+                                                         "LANG=C.UTF-8\n"}),
+                ("message", "assistant", turn, {"text": f"The app logs in with {REPEATED_PASSWORD}; let me try it by hand."}),
+            ]
+        else:
+            bodies += [
+                ("message", "user", turn, {"text": f"try psql with {REPEATED_PASSWORD} again"}),
+                ("tool.call", "assistant", turn, {"toolName": "Bash", "toolCallId": "r-c1",
+                                                  "input": {"command": f"echo {REPEATED_PASSWORD} | psql -h db -W app"}}),
+                ("tool.result", "tool", turn, {"toolName": "Bash", "toolCallId": "r-c1", "status": "error",
+                                               "output": f"psql: FATAL: password '{REPEATED_PASSWORD}' rejected for app"}),
+            ]
+        bodies.append(("turn.ended", None, turn, {}))
+    return [validate_event({
+        "eventId": f"{session_id}-e{index}", "logId": "default", "sessionId": session_id, "type": kind, "role": role,
+        "time": (clock + timedelta(seconds=5 * index)).isoformat().replace("+00:00", "Z"),
+        "turnId": f"{session_id}-{turn}" if turn else None, "fields": fields,
+    }) for index, (kind, role, turn, fields) in enumerate(bodies)]
 
 
 def _battery_sessions(sessions: int = 6, per_event: int = 40) -> list[list[dict[str, Any]]]:
@@ -222,10 +257,16 @@ def _query_the_api(stack: Stack, key: str) -> tuple[list[str], str]:
     answers = []
     for body in ({"query": "debug login token deploy", "k": 50, "explain": True},
                  {"query": "refund deploy rotate clone", "k": 50, "freshness": "latest", "explain": True},
-                 {"query": "curl authorization bearer env", "k": 50, "toolResults": True}):
+                 {"query": "curl authorization bearer env", "k": 50, "toolResults": True},
+                 {"query": "psql password rejected app logs in", "k": 50, "freshness": "latest", "toolResults": True}):
         response = httpx.post(f"{base}/v1/search", json=body, headers=auth, timeout=120)
         assert response.status_code == 200 and response.json()["results"], response.text[:2000]
         answers.append(response.text)
+    # The export reads the sessions from L1 and redacts them again, the memory with them.
+    export = httpx.get(f"{base}/v1/export", params={"what": "sessions", "sessionId": "repeats"}, headers=auth,
+                       timeout=120)
+    assert export.status_code == 200 and export.text.count("\n") >= 10, export.text[:2000]
+    answers.append(export.text)
     sql = httpx.post(f"{base}/v1/sql", json={"query": "SELECT title FROM sessions"}, headers=auth, timeout=120)
     assert sql.status_code == 200, sql.text[:2000]
     answers.append(sql.text)
@@ -298,6 +339,7 @@ def test_no_seeded_secret_reaches_any_index_topic_log_or_metric(
     sessions.append(_secret_session(len(secrets), SEEDED_SECRETS[2], session_id=f"run-{SEEDED_SECRETS[2]}"))
     sessions += [session_events(f"plain-{i}", turns=2, seed=i, secret=SEEDED_SECRETS[i]) for i in range(3)]
     sessions += _battery_sessions()
+    sessions.append(_repeat_session())
     events = interleave(*sessions, seed=7)
     stack = Stack(settings)
     # Every secret session is readable by this key's principal, so the answers cover them all.

@@ -20,11 +20,13 @@ from streams.redaction.assignments import bare_secret
 from streams.redaction.base import MARKER_PREFIX, marker
 from streams.redaction.entropy import looks_random
 from streams.redaction.keys import NameClass, name_class
+from streams.redaction.memory import Recall
 from streams.redaction.policy import DEFAULT_POLICY, RedactionPolicy, policy_hash
 from streams.redaction.text import clip, redact_text, redact_text_into, summarize
 from streams.redaction.vendors import token_heads
 
-__all__ = ["ID_KEYS", "OUTPUT_KEYS", "STRUCTURAL_FIELDS", "STRUCTURAL_KEYS", "RedactedEvent", "redact_event", "stable_id"]
+__all__ = ["ID_KEYS", "OUTPUT_KEYS", "STRUCTURAL_FIELDS", "STRUCTURAL_KEYS", "RedactedEvent", "redact_event",
+           "redacted_session_id", "stable_id"]
 
 STRUCTURAL_KEYS = frozenset({
     "aspVersion", "eventId", "logId", "sessionId", "runId", "turnId", "episodeId",
@@ -72,12 +74,17 @@ class RedactedEvent:
     hits: dict[str, int] = field(default_factory=dict)
 
 
-def redact_event(event: dict[str, Any], policy: RedactionPolicy | None = None) -> RedactedEvent:
-    """Redact ``event`` (not modified) under ``policy``; raise RedactionError if it is not an object."""
+def redact_event(event: dict[str, Any], policy: RedactionPolicy | None = None, *,
+                 recall: Recall | None = None) -> RedactedEvent:
+    """Redact ``event`` (not modified) under ``policy``; raise RedactionError if it is not an object.
+
+    ``recall``: the event's session memory (:mod:`streams.redaction.memory`): the values the
+    session removed in earlier events are removed where this event repeats them bare, and what
+    this event removes is added to ``recall.added``. Without it, the event is redacted alone."""
     if not isinstance(event, dict):
         raise RedactionError(f"an event must be a JSON object, not {type(event).__name__}")
     policy = policy or DEFAULT_POLICY
-    walker = _Walker(policy)
+    walker = _Walker(policy, recall)
     is_message = event.get("type") == "message"
     raw_fields = event.get("fields")
     output_key = None
@@ -104,6 +111,8 @@ def redact_event(event: dict[str, Any], policy: RedactionPolicy | None = None) -
             if bare_secret(text):
                 # 2.5: `printenv DB_PASSWORD`, `op read ...`, `... | base64 -d` print the secret
                 # alone; no name beside it says so, but nothing else prints one generated token.
+                if recall is not None:
+                    recall.learn_value(text, SECRET_OUTPUT)
                 text = marker(SECRET_OUTPUT)
                 walker.hits[SECRET_OUTPUT] = walker.hits.get(SECRET_OUTPUT, 0) + 1
             # A failed tool's last lines say how it failed; a successful one's beginning is enough.
@@ -116,7 +125,7 @@ def redact_event(event: dict[str, Any], policy: RedactionPolicy | None = None) -
             text = str(fields.get("summary", ""))
         tool_result = _tool_result_record(redacted, fields, text, policy)
     elif event.get("type") == "tool.call" and isinstance(raw_fields, dict):
-        tool_result = _tool_call_record(redacted, raw_fields, policy)
+        tool_result = _tool_call_record(redacted, raw_fields, policy, recall)
     return RedactedEvent(event=redacted, tool_result=tool_result, hits=walker.hits)
 
 
@@ -139,7 +148,8 @@ def _tool_result_record(event: dict[str, Any], fields: dict[str, Any], text: str
     }
 
 
-def _tool_call_record(event: dict[str, Any], raw_fields: dict[str, Any], policy: RedactionPolicy) -> dict[str, Any] | None:
+def _tool_call_record(event: dict[str, Any], raw_fields: dict[str, Any], policy: RedactionPolicy,
+                      recall: Recall | None) -> dict[str, Any] | None:
     """The tool-results record of a ``tool.call`` whose input a chunk shows cut: the whole
     input, redacted as the event's fields are but uncut, one ``key: value`` line per key
     (sorted). A chunk shows each value up to ``MAX_VALUE_CHARS``; the file an agent wrote, the
@@ -159,7 +169,7 @@ def _tool_call_record(event: dict[str, Any], raw_fields: dict[str, Any], policy:
     if key is None or all(len(value_text(value)) <= MAX_VALUE_CHARS for value in values):
         return None
     # A walker of its own: the event's walk already counted these replacements.
-    tool_input = _Walker(policy).fields({key: raw_fields[key]}, cap=None)[key]
+    tool_input = _Walker(policy, recall).fields({key: raw_fields[key]}, cap=None)[key]
     if isinstance(tool_input, dict):
         text = "\n".join(f"{name}: {value_text(tool_input[name])}" for name in sorted(tool_input, key=str))
     else:
@@ -173,6 +183,15 @@ def _as_text(output: Any) -> str:
     if isinstance(output, list) and all(isinstance(block, dict) and isinstance(block.get("text"), str) for block in output):
         return "\n".join(block["text"] for block in output)
     return json.dumps(output, ensure_ascii=False, sort_keys=True)
+
+
+def redacted_session_id(event: dict[str, Any], policy: RedactionPolicy | None = None) -> str:
+    """The event's ``sessionId`` as :func:`redact_event` leaves it: the key of the session's memory
+    (:mod:`streams.redaction.memory`), known before the event is redacted."""
+    session_id = event["sessionId"]
+    if not isinstance(session_id, str) or len(session_id) < _ROOM:
+        return str(session_id)
+    return str(_identifier(session_id, policy or DEFAULT_POLICY)[0])
 
 
 def stable_id(identifier: str) -> str:
@@ -192,11 +211,12 @@ class _Walker:
     ids), so the walk stays lean: a key's redaction and class and an id's verdict are
     remembered, and string values go straight to the text redaction, which adds to ``hits``."""
 
-    __slots__ = ("hits", "policy")
+    __slots__ = ("hits", "policy", "recall")
 
-    def __init__(self, policy: RedactionPolicy) -> None:
+    def __init__(self, policy: RedactionPolicy, recall: Recall | None = None) -> None:
         self.policy = policy
         self.hits: dict[str, int] = {}
+        self.recall = recall
 
     def _add(self, found: tuple[tuple[str, int], ...]) -> None:
         hits = self.hits
@@ -241,9 +261,21 @@ class _Walker:
     def _string(self, value: str, cap: int | None, name: NameClass | None) -> str:
         if name is not None and value.strip() and not value.startswith(MARKER_PREFIX):
             if name != "key" or looks_random(value.strip()):
+                if self.recall is not None:
+                    self.recall.learn_value(value, _SECRET_FIELD)
                 return self._replace()
-        redacted = redact_text_into(value, self.hits, self.policy)
+        redacted = self._text(value)
         return redacted if cap is None or len(redacted) <= cap else clip(redacted, cap)
+
+    def _text(self, value: str) -> str:
+        redacted = redact_text_into(value, self.hits, self.policy)
+        recall = self.recall
+        if recall is not None:
+            if MARKER_PREFIX in redacted:
+                recall.learn(value, redacted)
+            if recall.remembers:
+                redacted = recall.recall(redacted, self.hits)
+        return redacted
 
     def _mapping(self, value: dict[Any, Any], cap: int | None, *, top: bool = False) -> dict[Any, Any]:
         # {"name": "DB_PASSWORD", "value": "..."}: Kubernetes env entries, header lists.
@@ -271,7 +303,7 @@ class _Walker:
             elif isinstance(item, str):
                 if key_class is None:
                     # The common case, inline: no secret-like name, so the text rules decide.
-                    replaced = redact_text_into(item, self.hits, policy)
+                    replaced = self._text(item)
                     if cap is not None and len(replaced) > cap:
                         replaced = clip(replaced, cap)
                 else:

@@ -35,7 +35,7 @@ from streams.redaction.context import named_value_rule, table_secret
 from streams.redaction.entropy import looks_random
 from streams.redaction.keys import is_placeholder, name_class
 
-__all__ = ["CONCATENATED_RULE", "PIECE_RULES", "redact_repeats", "repeated_fingerprint"]
+__all__ = ["CONCATENATED_RULE", "PIECE_RULES", "redact_repeats", "removed_values", "repeatable", "repeated_fingerprint"]
 
 _LITERAL = r"(?P<q>['\"])(?P<body>[^'\"\r\n\\]{1,512})(?P=q)"
 # Where one literal ends a line and the next line starts with another: the junction every joined
@@ -407,14 +407,7 @@ def redact_repeats(original: str, redacted: str, hits: dict[str, int]) -> str:
     a contextual rule removed from ``original`` replaced by that rule's marker."""
     if _REPEATED_RULES.isdisjoint(hits):
         return redacted
-    values: dict[str, str] = {}
-    for rule, start, end in _removed(original, redacted):
-        if rule == "env-dump":
-            for line in _DUMP_LINE.finditer(original, start, end):
-                if name_class(line.group("name")) is not None:
-                    _remember(values, line.group("value"), rule)
-        elif rule in _REPEATED_RULES:
-            _remember(values, original[start:end].strip("'\"`"), rule)
+    values = removed_values(original, redacted)
     if not values:
         return redacted
     found: list[tuple[int, int, str]] = []
@@ -423,6 +416,28 @@ def redact_repeats(original: str, redacted: str, hits: dict[str, int]) -> str:
         pattern = re.compile(r"(?<![A-Za-z0-9_.-])" + re.escape(value) + r"(?![A-Za-z0-9_-]|\.[A-Za-z0-9])")
         found += [(*match.span(), rule) for match in pattern.finditer(redacted) if not _in_marker(redacted, match.start())]
     return replace_spans(redacted, found, hits) if found else redacted
+
+
+def removed_values(original: str, redacted: str) -> dict[str, str]:
+    """Value -> rule of each value a contextual rule removed from ``original`` (``redacted`` is
+    its redaction) that may stand bare elsewhere: what :func:`redact_repeats` looks for in the
+    same text and :mod:`streams.redaction.memory` in the session's later events."""
+    values: dict[str, str] = {}
+    for rule, start, end in _removed(original, redacted):
+        if rule == "env-dump":
+            for line in _DUMP_LINE.finditer(original, start, end):
+                if name_class(line.group("name")) is not None:
+                    _remember(values, line.group("value"), rule)
+        elif rule in _REPEATED_RULES:
+            _remember(values, original[start:end].strip("'\"`"), rule)
+    return values
+
+
+def repeatable(value: str) -> bool:
+    """Whether ``value`` may be looked for bare (:func:`removed_values`' test of one value)."""
+    values: dict[str, str] = {}
+    _remember(values, value, "")
+    return bool(values)
 
 
 def _remember(values: dict[str, str], value: str, rule: str) -> None:

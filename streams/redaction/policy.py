@@ -16,7 +16,7 @@ from streams.exceptions import ConfigError
 
 __all__ = ["DEFAULT_POLICY", "POLICY_VERSION", "RedactionPolicy", "policy_hash"]
 
-POLICY_VERSION = "2.17"
+POLICY_VERSION = "2.18"
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,7 @@ def policy_hash(policy: RedactionPolicy | None = None) -> str:
 @lru_cache(maxsize=64)
 def _hash(policy: RedactionPolicy) -> str:
     # Imported here because the rule set is built from a policy.
-    from streams.redaction import entropy, keys, literals, pieces, text
+    from streams.redaction import entropy, keys, literals, memory, pieces, text
     from streams.redaction.rules import build_rules
 
     definition = {
@@ -96,6 +96,7 @@ def _hash(policy: RedactionPolicy) -> str:
         "literals": literals.fingerprint(),
         "ansi": text.ansi_fingerprint(),
         "repeats": pieces.repeated_fingerprint(),
+        "memory": memory.memory_fingerprint(),
     }
     encoded = json.dumps(definition, sort_keys=True, ensure_ascii=True, separators=(",", ":"))
     return hashlib.sha256(encoded.encode("ascii")).hexdigest()[:16]

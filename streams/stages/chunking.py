@@ -68,7 +68,9 @@ class ChunkingStage:
             if isinstance(event, dict):
                 if body.get("policy") != self.chunker.policy_hash:
                     # Redacted before an upgrade of the policy and chunked after it: redacted again
-                    # (idempotent), so its chunk carries what the policy it names would keep.
+                    # (idempotent), so its chunk carries what the policy it names would keep; alone,
+                    # without its session's memory, which the stage holds (the rebuild the upgrade
+                    # asks for redacts it with the memory).
                     from streams.redaction import redact_event
 
                     event = body["event"] = redact_event(event).event

@@ -11,7 +11,8 @@ Table names are the faust table names (their changelog topics are
   ownership state. The ids are raw L1 values and a producer may put a secret in one; table keys
   reach the changelog topics, which must hold no secret, so only a digest is kept (the ids only
   ever need comparing).
-- ``{logId}/{sessionId}``: a chunker session, whose id is already redacted.
+- ``{logId}/{sessionId}``: a chunker session, and the session's memory of the secrets it
+  removed (:mod:`streams.redaction.memory`: prints, not values), whose id is already redacted.
 - ``{partition}/{logId}``: a progress record of the chunks partition.
 """
 
@@ -25,6 +26,7 @@ __all__ = [
     "EVENT_FIRST_SEQ",
     "LOG_CLOCKS",
     "SESSION_OWNERS",
+    "SESSION_SECRETS",
     "digest_key",
     "is_offset_key",
     "offset_key",
@@ -35,6 +37,7 @@ __all__ = [
 LOG_CLOCKS = "log-clocks"
 EVENT_FIRST_SEQ = "event-first-seq"
 SESSION_OWNERS = "session-owners"
+SESSION_SECRETS = "session-secrets"
 CHUNKER_SESSIONS = "chunker-sessions"
 CHUNKER_PROGRESS = "chunker-progress"
 

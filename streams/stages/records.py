@@ -13,16 +13,31 @@ from dataclasses import dataclass
 from typing import Any
 
 from streams.redaction import redact_event
+from streams.redaction.events import redacted_session_id
+from streams.redaction.memory import Recall
+from streams.stages.keys import session_key
 
-__all__ = ["Redacted", "chunk_record", "event_record", "redact_admitted", "toolresult_record"]
+__all__ = ["Redacted", "chunk_record", "event_record", "memory_key", "redact_admitted", "toolresult_record"]
+
+
+def memory_key(log_id: str, event: dict[str, Any]) -> str:
+    """The key of an event's session memory (:mod:`streams.redaction.memory`): the redaction
+    stage's table key, and the salt of the session's prints, the same in every caller."""
+    return session_key(log_id, redacted_session_id(event))
 
 
 def event_record(log_id: str, seq: int, redacted_event: dict[str, Any], *, policy: str,
-                 clock_time: float | None) -> dict[str, Any]:
+                 clock_time: float | None, secrets: list[list[Any]] | None = None) -> dict[str, Any]:
     """The redacted-topic record of an event: the redacted event, the policy that redacted it
-    and its clock time (event time bounded by append time, :func:`streams.ticks.event_clock_time`)."""
-    return {"kind": "event", "logId": log_id, "seq": seq, "event": redacted_event, "policy": policy,
-            "clockTime": clock_time}
+    and its clock time (event time bounded by append time, :func:`streams.ticks.event_clock_time`);
+    and, when the event removed values its session had not removed before, their prints
+    (``secrets``: ``[print, length, rule]`` each, :mod:`streams.redaction.memory`), which the
+    structured index keeps for the planner's tail scan."""
+    record = {"kind": "event", "logId": log_id, "seq": seq, "event": redacted_event, "policy": policy,
+              "clockTime": clock_time}
+    if secrets:
+        record["secrets"] = secrets
+    return record
 
 
 def toolresult_record(log_id: str, seq: int, event: dict[str, Any], tool_result: dict[str, Any], *,
@@ -50,13 +65,15 @@ class Redacted:
 
 
 def redact_admitted(event: dict[str, Any], log_id: str, seq: int, *, policy: str,
-                    clock_time: float | None) -> Redacted:
-    """Redact an admitted event (its access list resolved) and build its derived records.
+                    clock_time: float | None, recall: Recall | None = None) -> Redacted:
+    """Redact an admitted event (its access list resolved) and build its derived records;
+    ``recall``: its session's memory (:func:`streams.redaction.redact_event`).
 
     Raises what :func:`streams.redaction.redact_event` raises; the stream dead-letters such an
     event, and every other caller leaves it out likewise."""
-    result = redact_event(event)
-    records = [event_record(log_id, seq, result.event, policy=policy, clock_time=clock_time)]
+    result = redact_event(event, recall=recall)
+    records = [event_record(log_id, seq, result.event, policy=policy, clock_time=clock_time,
+                            secrets=recall.added if recall is not None else None)]
     if result.tool_result is not None:
         records.append(toolresult_record(log_id, seq, event, result.tool_result, policy=policy))
     return Redacted(result.event, records, result.hits)

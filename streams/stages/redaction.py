@@ -2,7 +2,8 @@
 
 For each L1 record, in offset order: validate it (else dead-letter), admit it (session
 ownership, eventId dedup with first-seq-wins, its access list resolved: :mod:`streams.ownership`),
-redact it, send the redacted event (and the full tool result, to its own topic) keyed by the
+redact it with its session's memory of the secrets it removed before (``session-secrets``:
+:mod:`streams.redaction.memory`), send the redacted event (and the full tool result, to its own topic) keyed by the
 redacted session id, and advance the log's clock, broadcasting a tick to every partition of both
 derived topics when the clock passes a multiple of K (:mod:`streams.ticks`).
 
@@ -20,6 +21,7 @@ import orjson
 from streams.asp import loads_event, validate_event
 from streams.exceptions import USLError
 from streams.ownership import admit
+from streams.redaction.memory import Recall, merge_remembered
 from streams.settings import Settings
 from streams.stages.effects import Effects, Metric, Produce, Record, TableWrite, TopicRole
 from streams.stages.gaps import Gaps
@@ -28,11 +30,13 @@ from streams.stages.keys import (
     EVENT_FIRST_SEQ,
     LOG_CLOCKS,
     SESSION_OWNERS,
+    SESSION_SECRETS,
     digest_key,
     is_offset_key,
     offset_key,
     progress_key,
 )
+from streams.stages.records import memory_key as session_memory_key
 from streams.stages.records import redact_admitted
 from streams.ticks import (
     advance_clock,
@@ -148,13 +152,19 @@ class RedactionStage:
                 emit(*dead_letter("redaction", admission.reason_code or "schema", admission.reason or "rejected",
                                   source, record.value or b"", log_id))
             else:
-                produced, redacted = self._redacted(admission.event, log_id, seq, when, source)
+                memory_key = session_memory_key(log_id, admission.event)
+                remembered = read(SESSION_SECRETS, memory_key)
+                recall = Recall(memory_key, remembered, seq)
+                produced, redacted = self._redacted(admission.event, log_id, seq, when, source, recall)
                 emit(*produced)
                 if redacted:
                     if admission.event_id is not None:
                         writes[EVENT_FIRST_SEQ, dedup_key] = (partition, admission.event_id)
                     if admission.session is not None:
                         writes[SESSION_OWNERS, owner_key] = (partition, admission.session)
+                    merged = merge_remembered(remembered, recall.added, seq)
+                    if merged is not None:
+                        writes[SESSION_SECRETS, memory_key] = (partition, merged)
             clock, tick = advance_clock(clock, log_id, seq, when, self.settings.tick_every_seqs)
             if tick is not None:
                 emit(*self._broadcast(tick))
@@ -180,11 +190,11 @@ class RedactionStage:
         return self._broadcast(tick) if tick is not None else []
 
     def _redacted(self, event: dict[str, Any], log_id: str, seq: int, when: float | None,
-                  source: dict[str, Any]) -> tuple[list[Any], bool]:
+                  source: dict[str, Any], recall: Recall) -> tuple[list[Any], bool]:
         """The records of an admitted event (its acl resolved: what every index sees) and True,
         or its dead letter and False when a redaction rule fails."""
         try:
-            redacted = redact_admitted(event, log_id, seq, policy=self.policy, clock_time=when)
+            redacted = redact_admitted(event, log_id, seq, policy=self.policy, clock_time=when, recall=recall)
         except Exception as exc:  # a rule bug must not stop the log; the event is dead-lettered
             return dead_letter("redaction", "redaction_failed", f"redaction failed: {type(exc).__name__}", source, b"",
                                log_id), False

@@ -41,7 +41,7 @@ def test_public_surface() -> None:
     writer = StructuredWriter()
     assert isinstance(writer, IndexWriter)
     assert writer.sources == ("chunks", "redacted")
-    assert set(writer.describe()["tables"]) == {"chunks", "coverage", "sessions", "lineage"}
+    assert set(writer.describe()["tables"]) == {"chunks", "coverage", "sessions", "lineage", "secrets"}
 
 
 def test_record_id() -> None:

@@ -81,7 +81,7 @@ def test_exported_members() -> None:
         "DEFAULT_POLICY", "POLICY_VERSION", "RedactedEvent", "RedactionPolicy", "policy_hash",
         "redact_event", "redact_text", "rule_names",
     }
-    assert POLICY_VERSION == "2.17"
+    assert POLICY_VERSION == "2.18"
 
 
 # ---------------------------------------------------------------- labelled corpus

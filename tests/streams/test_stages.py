@@ -86,7 +86,7 @@ class Worker:
     def __init__(self, *, partitions: int = 2, every: int = 4) -> None:
         self.settings = Settings.from_env({}, stream_partitions=partitions, tick_every_seqs=every)
         self.tables: dict[str, dict[str, Any]] = {name: {} for name in (
-            keys.LOG_CLOCKS, keys.EVENT_FIRST_SEQ, keys.SESSION_OWNERS, keys.CHUNKER_SESSIONS, keys.CHUNKER_PROGRESS)}
+            keys.LOG_CLOCKS, keys.EVENT_FIRST_SEQ, keys.SESSION_OWNERS, keys.SESSION_SECRETS, keys.CHUNKER_SESSIONS, keys.CHUNKER_PROGRESS)}
         self.gaps = Gaps()
         policy = policy_hash()
         chunker = Chunker(ChunkerConfig(target_tokens=64, overlap_tokens=8, idle_gap_seconds=60.0,
