@@ -1079,10 +1079,13 @@ class Planner:
         for ranked in query.lists:
             if ranked.source not in _UNCOLLAPSED:
                 ranked, stands_for = collapse_duplicates(ranked, digests)
-                kept = set(ranked.ids)
+                # The copies an engine passed over count for the chunk kept for their text, which
+                # is another one when a newer twin (a tail chunk) joined the list above it.
+                kept: dict[Any, str] = {digests.get(chunk_id, chunk_id): chunk_id for chunk_id in ranked.ids}
                 for chunk_id, count in query.copies.get(ranked.source, {}).items():
-                    if chunk_id in kept:
-                        stands_for[chunk_id] = stands_for.get(chunk_id, 0) + count
+                    holder = kept.get(digests.get(chunk_id, chunk_id))
+                    if holder is not None:
+                        stands_for[holder] = stands_for.get(holder, 0) + count
                 if stands_for:
                     collapsed[ranked.source] = stands_for
             lists.append(ranked)

@@ -1640,8 +1640,11 @@ def test_a_text_repeated_in_many_sessions_is_one_result(paging: tuple[IndexBuild
         assert sum(BOILERPLATE in text for text in texts) == 1, (mode, freshness)
         if freshness == "indexed":
             assert {hit["origin"] for hit in response["results"] if BOILERPLATE in hit["text"]} == {"index"}
+        # Also when a newer copy from the L1 tail is the one a list keeps: the copies the index
+        # passed over count for it (they were dropped, 4 in about half the runs of this file).
         stands_for = response["explain"]["duplicates"]["standsFor"]
-        assert max(count for by_source in stands_for.values() for count in by_source.values()) >= 5
+        assert max(count for by_source in stands_for.values() for count in by_source.values()) >= 5, (
+            freshness, stands_for)
 
 
 @pytest.mark.parametrize("mode", MODES)
