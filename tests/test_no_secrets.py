@@ -56,6 +56,7 @@ from tests.fixtures.secrets.needles import (
     ENV_DUMP,
     NEEDLES,
     PASSWORD_URL,
+    PRINTED_KEY,
     PRIVATE_KEY,
     REPEATED_PASSWORD,
     find_needles,
@@ -98,7 +99,8 @@ def _secret_session(number: int, secret: str, *, session_id: str | None = None) 
 
 def _repeat_session() -> list[dict[str, Any]]:
     """A password named once, in a tool's env dump, then repeated bare where nothing names it:
-    the assistant's prose, a later command, another tool's output, a later turn's user message
+    the assistant's prose, a later command, another tool's output, a later turn's user message;
+    and the output of `openssl rand -hex 16`, whose command is another event, then repeated
     (the session's memory, policy 2.18)."""
     session_id = "repeats"
     clock = datetime(2026, 11, 5, 9, 0, tzinfo=UTC)
@@ -113,6 +115,11 @@ def _repeat_session() -> list[dict[str, Any]]:
                                                "output": f"HOME=/home/bob\nPATH=/usr/bin\nDB_PASSWORD={REPEATED_PASSWORD}\n"
                                                          "LANG=C.UTF-8\n"}),
                 ("message", "assistant", turn, {"text": f"The app logs in with {REPEATED_PASSWORD}; let me try it by hand."}),
+                ("tool.call", "assistant", turn, {"toolName": "Bash", "toolCallId": "r-k0",
+                                                  "input": {"command": "openssl rand -hex 16"}}),
+                ("tool.result", "tool", turn, {"toolName": "Bash", "toolCallId": "r-k0", "status": "ok",
+                                               "output": f"{PRINTED_KEY}\n"}),
+                ("message", "assistant", turn, {"text": f"Use {PRINTED_KEY} as the new app secret."}),
             ]
         else:
             bodies += [

@@ -7,6 +7,7 @@ import binascii
 import itertools
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 from streams.redaction.assignments import bare_secret
 from streams.redaction.base import (
@@ -24,7 +25,7 @@ from streams.redaction.entropy import looks_random
 from streams.redaction.keys import is_placeholder, name_class
 
 __all__ = ["CONTEXT_RULES", "DSN_PASSWORD_RULE", "OPENVPN_KEY_RULE", "PRIVATE_KEY_RULE", "URL_PASSWORD_RULE", "EnvDumpRule", "WrappedTailRule",
-           "named_value_rule", "secret_value", "table_secret"]
+           "named_value_rule", "printed_secret", "prints_secret", "secret_value", "table_secret"]
 
 # 2.12: also the SSH2 (RFC 4716) armour of ssh.com's and PuTTY's exports, four dashes and a space:
 # `---- BEGIN SSH2 ENCRYPTED PRIVATE KEY ----`.
@@ -1381,7 +1382,7 @@ _SECRET_COMMANDS = (
     # a new Consul / Nomad gossip key.
     r"(?:secret-tool[ \t]+lookup|gopass[ \t]+(?:show|cat)|argocd[ \t]+admin[ \t]+initial-password"
     r"|(?:consul|nomad)[ \t]+(?:keygen|operator[ \t]+gossip[ \t]+keyring[ \t]+generate))\b[^\r\n]*",
-    r"(?:openssl[ \t]+rand[ \t]+-(?:base64|hex)|pwgen|python3?[ \t]+-c[ \t]+[^\r\n]*secrets\.token_"
+    r"(?:openssl[ \t]+rand[ \t]+-(?:base64|hex)|pwgen|python3?[ \t]+-c[ \t]+[^\r\n]*secrets\.token_[a-z]+"
     r"|head[ \t]+-c[ \t]*[0-9]+[ \t]+/dev/urandom)\b[^\r\n]*",
 )
 # Tried only where a command's first word is (the rule is anchored on them); what stands before it
@@ -1410,6 +1411,40 @@ def _command_secret(match: re.Match[str]) -> bool:
     # The command says what it prints: a value with a letter and a digit (a hex key too), or
     # one that looks random, is that secret; a word ("null", "unauthorized") is not.
     return (any(c.isalpha() for c in value) and any(c.isdigit() for c in value)) or looks_random(value)
+
+
+# A token the probe of prints_secret stands in for a command's output with: a letter and a digit,
+# mixed case, as random as the secrets the rule above takes.
+_PROBE = "Zq8Xv3Lm9Tr2Wp5K"
+_COMMAND_SEPARATORS = re.compile(r"&&|\|\|")
+
+
+def prints_secret(command: str) -> bool:
+    """Whether ``command`` (a tool call's shell command) prints a secret as its output, as the
+    rule above reads a terminal: its last line, or the last command of that line (after `&&` or
+    `||`), followed by a line of output would have that line removed (2.18: a call and its result
+    are two events, :mod:`streams.redaction.memory`)."""
+    if not _command_signs(command.lower()):
+        return False
+    line = command.strip().rsplit("\n", 1)[-1].strip()
+    last = _COMMAND_SEPARATORS.split(line)[-1].strip()
+    return bool(line) and (_command_probe(line) or (last != line and bool(last) and _command_probe(last)))
+
+
+@lru_cache(maxsize=1024)
+def _command_probe(command: str) -> bool:
+    probe = f"$ {command}\n{_PROBE}"
+    return _COMMAND_SECRET.apply(Scan(probe), {}).endswith(marker("secret-output"))
+
+
+def printed_secret(output: str) -> bool:
+    """Whether a tool's whole output, from a command that prints a secret (:func:`prints_secret`),
+    is that secret: one token as the rule above takes it (a letter and a digit, a hex key too,
+    or random-looking; a word such as ``null`` or ``unauthorized`` is not)."""
+    token = output.strip()
+    if not 8 <= len(token) <= 512 or any(c.isspace() for c in token) or token.startswith("[REDACTED:"):
+        return False
+    return (any(c.isalpha() for c in token) and any(c.isdigit() for c in token)) or looks_random(token)
 
 
 # What only a secret-printing command line holds (lower-cased, one space between words); tested

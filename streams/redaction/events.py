@@ -18,6 +18,7 @@ from typing import Any
 from streams.exceptions import RedactionError
 from streams.redaction.assignments import bare_secret
 from streams.redaction.base import MARKER_PREFIX, marker
+from streams.redaction.context import printed_secret, prints_secret
 from streams.redaction.entropy import looks_random
 from streams.redaction.keys import NameClass, name_class
 from streams.redaction.memory import Recall
@@ -108,7 +109,12 @@ def redact_event(event: dict[str, Any], policy: RedactionPolicy | None = None, *
         fields = dict(redacted["fields"]) if isinstance(redacted.get("fields"), dict) else {}
         if output_key is not None and isinstance(raw_fields, dict):
             text = _as_text(walker.walk(raw_fields[output_key], cap=None))
-            if bare_secret(text):
+            call_id = raw_fields.get("toolCallId")
+            # 2.18: a command that prints a secret (`openssl rand -hex 32`, `gh auth token`) was
+            # another event, its call; the memory says so, and its one-token output is that secret.
+            printed = (recall is not None and isinstance(call_id, str) and recall.prints_secret(call_id)
+                       and printed_secret(text))
+            if printed or bare_secret(text):
                 # 2.5: `printenv DB_PASSWORD`, `op read ...`, `... | base64 -d` print the secret
                 # alone; no name beside it says so, but nothing else prints one generated token.
                 if recall is not None:
@@ -126,6 +132,9 @@ def redact_event(event: dict[str, Any], policy: RedactionPolicy | None = None, *
         tool_result = _tool_result_record(redacted, fields, text, policy)
     elif event.get("type") == "tool.call" and isinstance(raw_fields, dict):
         tool_result = _tool_call_record(redacted, raw_fields, policy, recall)
+        call_id, command = raw_fields.get("toolCallId"), _command(raw_fields)
+        if recall is not None and isinstance(call_id, str) and command and prints_secret(command):
+            recall.note_call(call_id)
     return RedactedEvent(event=redacted, tool_result=tool_result, hits=walker.hits)
 
 
@@ -175,6 +184,27 @@ def _tool_call_record(event: dict[str, Any], raw_fields: dict[str, Any], policy:
     else:
         text = value_text(tool_input)
     return {**_tool_result_record(event, {**fields, "status": None}, text, policy), "kind": "toolcall"}
+
+
+_COMMAND_KEYS = ("command", "cmd", "script")
+
+
+def _command(fields: dict[str, Any]) -> str | None:
+    """The shell command of a tool call's input (Claude Code's Bash ``command``, Codex's ``cmd``
+    list, an OpenAI function's JSON arguments), or None."""
+    tool_input = next((fields[key] for key in ("input", "arguments", "params") if key in fields), None)
+    if isinstance(tool_input, str) and tool_input.lstrip().startswith("{"):
+        try:
+            tool_input = json.loads(tool_input)
+        except ValueError:
+            return None
+    if isinstance(tool_input, dict):
+        tool_input = next((tool_input[key] for key in _COMMAND_KEYS if key in tool_input), None)
+    if isinstance(tool_input, list) and all(isinstance(part, str) for part in tool_input):
+        # ["bash", "-lc", "openssl rand -hex 32"]: the script is the command a terminal shows.
+        shell = len(tool_input) >= 3 and tool_input[-2] in ("-c", "-lc", "-ic", "-lic")
+        tool_input = tool_input[-1] if shell else " ".join(tool_input)
+    return tool_input if isinstance(tool_input, str) else None
 
 
 def _as_text(output: Any) -> str:

@@ -37,7 +37,7 @@ from typing import Any
 from streams.redaction.base import MARKER_PREFIX, replace_spans
 from streams.redaction.pieces import removed_values, repeatable
 
-__all__ = ["MAX_REMEMBERED", "Recall", "memory_fingerprint", "merge_remembered", "secret_print"]
+__all__ = ["MAX_REMEMBERED", "Recall", "call_print", "memory_fingerprint", "merge_remembered", "secret_print"]
 
 MAX_REMEMBERED = 64
 """Values one session remembers: the first ones (a session naming more is a dump being read,
@@ -58,6 +58,12 @@ def secret_print(session: str, value: str) -> str:
 _CANDIDATE = r"(?<![A-Za-z0-9_.-])(?=([!-~]{LENGTH})(?![A-Za-z0-9_-]|\.[A-Za-z0-9]))"
 
 
+def call_print(session: str, call_id: str) -> str:
+    """The print of a tool call whose command prints a secret: remembered with length 0, so the
+    call's result, another event, is judged as that secret (``openssl rand -hex 32``)."""
+    return secret_print(session, f"\0call\0{call_id}")
+
+
 @lru_cache(maxsize=256)
 def _candidates(length: int) -> re.Pattern[str]:
     return re.compile(_CANDIDATE.replace("LENGTH", str(length)), re.ASCII)
@@ -65,7 +71,7 @@ def _candidates(length: int) -> re.Pattern[str]:
 
 def memory_fingerprint() -> list[str]:
     """What decides the recall, for the policy hash."""
-    return [str(MAX_REMEMBERED), str(_PRINT_HEX), _CANDIDATE]
+    return [str(MAX_REMEMBERED), str(_PRINT_HEX), _CANDIDATE, "calls:0"]
 
 
 class Recall:
@@ -73,24 +79,41 @@ class Recall:
     those the event removes itself, as its strings are walked), and what the event adds.
 
     ``remembered``: the session's entries ``[print, length, rule, seq]``; only those first removed
-    below ``seq`` are recalled."""
+    below ``seq`` are recalled. An entry of length 0 is a tool call whose command prints a secret
+    (:func:`call_print`)."""
 
-    __slots__ = ("_by_length", "_count", "added", "session")
+    __slots__ = ("_by_length", "_calls", "_count", "added", "session")
 
     def __init__(self, session: str, remembered: Iterable[Sequence[Any]] | None, seq: int) -> None:
         self.session = session
         self._by_length: dict[int, dict[str, str]] = {}
+        self._calls: set[str] = set()
         self._count = 0
         for print_, length, rule, first in remembered or ():
             if int(first) < seq:
-                self._by_length.setdefault(int(length), {})[str(print_)] = str(rule)
+                if int(length) == 0:
+                    self._calls.add(str(print_))
+                else:
+                    self._by_length.setdefault(int(length), {})[str(print_)] = str(rule)
                 self._count += 1
         self.added: list[list[Any]] = []  # [print, length, rule] of the values this event removed first
 
     @property
     def remembers(self) -> bool:
-        """Whether there is anything to recall (nearly every session has nothing)."""
+        """Whether there is any value to recall (nearly every session has none)."""
         return bool(self._by_length)
+
+    def note_call(self, call_id: str) -> None:
+        """Remember that tool call ``call_id`` runs a command that prints a secret."""
+        print_ = call_print(self.session, call_id)
+        if self._count < MAX_REMEMBERED and print_ not in self._calls:
+            self._calls.add(print_)
+            self._count += 1
+            self.added.append([print_, 0, "secret-output"])
+
+    def prints_secret(self, call_id: str) -> bool:
+        """Whether an earlier event's tool call ``call_id`` runs a command that prints a secret."""
+        return bool(self._calls) and call_print(self.session, call_id) in self._calls
 
     def recall(self, text: str, hits: dict[str, int]) -> str:
         """``text`` with every whole token the session removed before replaced by its rule's marker."""

@@ -20,6 +20,7 @@ from tests.streams.test_stages import ALICE, Worker, event, l1_batch, run
 
 PASSWORD = "hunter2-prod-7Qx"
 TOKEN = "tok_9fK2mZ81pQ"
+KEY = "5be1d5e9a0c64f0f86a3b2e7c4d98f1a"  # what `openssl rand -hex 16` prints
 
 
 def leaky_session(name: str, start: int) -> list[dict[str, Any]]:
@@ -43,7 +44,13 @@ def leaky_session(name: str, start: int) -> list[dict[str, Any]]:
               text=f"Both {PASSWORD} and {TOKEN} were refused; see `{TOKEN}`."),
         event(name, start + 9, "tool.call", turn=turn, toolName="bash", toolCallId=f"{turn}-c",
               input={"command": f"PGPASSWORD=x psql -c 'select 1' # tried {TOKEN}"}),
-        event(name, start + 10, "turn.ended", turn=turn),
+        # A command that prints a secret and its output: two events, paired by the call's id.
+        event(name, start + 10, "tool.call", turn=turn, toolName="bash", toolCallId=f"{turn}-d",
+              input={"command": "cd app && openssl rand -hex 16"}),
+        event(name, start + 11, "tool.result", turn=turn, toolName="bash", toolCallId=f"{turn}-d", status="ok",
+              output=f"{KEY}\n"),
+        event(name, start + 12, "message", turn=turn, role="assistant", text=f"Generated {KEY}; it goes in .env next."),
+        event(name, start + 13, "turn.ended", turn=turn),
     ]
 
 
@@ -70,6 +77,12 @@ def log_of(seed: int) -> list[dict[str, Any]]:
     return merged
 
 
+def _words(text: str) -> list[str]:
+    import re
+
+    return re.findall(r"[A-Za-z0-9_-]+", text)
+
+
 def _bodies(worker: Worker, topics: tuple[str, ...]) -> list[dict[str, Any]]:
     return [orjson.loads(value) for (topic, _), values in sorted(worker.topics.items()) if topic in topics
             for value in values]
@@ -88,14 +101,18 @@ def test_a_value_named_once_is_removed_where_a_later_event_repeats_it() -> None:
     assert events["s2-e102"]["event"]["fields"]["text"] == f"is {PASSWORD} a good name for a branch?"
     for body in _bodies(worker, ("redacted", "toolresults", "chunks")):
         if body.get("sessionId", body.get("event", {}).get("sessionId")) in ("s1", "s3"):
-            assert PASSWORD not in orjson.dumps(body).decode() and TOKEN not in orjson.dumps(body).decode()
+            assert not {PASSWORD, TOKEN, KEY} & set(_words(orjson.dumps(body).decode())), body
     assert PASSWORD in " ".join(c["text"] for c in worker.chunks() if c["sessionId"] == "s2")
     # Only prints are kept: in the records and in the table (whose changelog is a topic).
     table = orjson.dumps(worker.tables[keys.SESSION_SECRETS])
     assert PASSWORD.encode() not in table and TOKEN.encode() not in table
     memory = worker.tables[keys.SESSION_SECRETS]["default/s1"]
-    assert [entry[1:3] for entry in memory] == [[len(PASSWORD), "env-dump"], [len(TOKEN), "password-assignment"]]
-    assert [entry[3] for entry in memory] == [events["s1-e4"]["seq"], events["s1-e6"]["seq"]]
+    assert [entry[1:3] for entry in memory] == [[len(PASSWORD), "env-dump"], [len(TOKEN), "password-assignment"],
+                                                [0, "secret-output"], [len(KEY), "secret-output"]]
+    assert [entry[3] for entry in memory] == [events[f"s1-e{n}"]["seq"] for n in (4, 6, 10, 11)]
+    # The output of a command that prints a secret, another event than the command, and its repeat.
+    assert events["s1-e11"]["event"]["fields"]["summary"] == "[REDACTED:secret-output]"
+    assert events["s1-e12"]["event"]["fields"]["text"] == "Generated [REDACTED:secret-output]; it goes in .env next."
     assert events["s1-e4"]["secrets"] == [[secret_print("default/s1", PASSWORD), len(PASSWORD), "env-dump"]]
     assert "secrets" not in events["s1-e5"]
 
@@ -204,4 +221,4 @@ def test_the_tail_scan_from_any_cut_redacts_as_the_stage(seed: int, cut: int, tm
                       for body in bodies if body["kind"] == "toolresult" and body["seq"] > cut)
     assert sorted(orjson.dumps(record, option=orjson.OPT_SORT_KEYS) for record in tail.tool_results) == expected
     texts = " ".join(chunk["text"] for chunk in tail.chunks if chunk["sessionId"] != "s2")
-    assert PASSWORD not in texts and TOKEN not in texts
+    assert PASSWORD not in texts and TOKEN not in texts and KEY not in texts
