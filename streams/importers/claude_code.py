@@ -64,6 +64,9 @@ _INTERRUPT_PREFIX = "[Request interrupted by user"
 # Context the client injects into the user's side of the conversation (todo reminders, "file
 # changed" notes), like an isMeta line but without the flag.
 _INJECTED_PREFIX = "<system-reminder>"
+# What the client queues for the model when a background task ends: no words of the user's.
+_NOTIFICATION_PREFIX = "<task-notification>"
+_SLASH_COMMAND = re.compile(r"/[\w:.-]+(?:\s|$)")
 _WHAT = "a transcript line"
 _EPOCH = "1970-01-01T00:00:00.000Z"
 _UUID_FIELD = re.compile(rb'"uuid"\s*:\s*"([^"\\]+)"')
@@ -79,6 +82,16 @@ class _Session:
     # message.id → the usage snapshot of its last line that got an event (see _counted_usage).
     usage_seen: dict[str, dict[str, int]] = field(default_factory=dict)
     episode_agent: str | None = None
+    # A prompt the user queues while the agent works is written as a queue-operation ``enqueue``
+    # and taken one of three ways: ``dequeue`` (it becomes the next turn's own user line),
+    # ``popAll`` (back into the input box) or ``remove`` (the running turn absorbed it; some
+    # clients add a ``queued_command`` attachment with its text, before or after the remove,
+    # older ones none). Tuples, so that a copy of the session (``_Transcript.ending``) leaves
+    # them be. ``queued``: the texts enqueued and not yet taken, oldest first; ``told``: the
+    # absorbed ones already told as a message by one of their two records, awaiting the other
+    # (("remove" | "attachment", text)).
+    queued: tuple[str, ...] = ()
+    told: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
@@ -482,11 +495,12 @@ class _Transcript:
             fields=_auxiliary_fields(entry.line_type, entry.value), visibility="hidden",
             payload=small_payload(entry.value),
         )]
-        prompt = _queued_prompt(entry.value) if entry.line_type == "attachment" else None
+        prompt = self._absorbed_prompt(session, entry)
         if prompt is not None:
             # What the user typed while the agent worked, which Claude Code hands the model
-            # inside the running turn and records only as this attachment: the user's words,
-            # searchable like any prompt, in the turn that read them.
+            # inside the running turn and records only as queue operations (and, in some
+            # versions, an attachment): the user's words, searchable like any prompt, in the
+            # turn that read them.
             if emitter.turn_id is None and emitter.episode_id is None:
                 results += emitter.start_turn(position, time=time, record=entry.record, raw=entry.raw)
             results.append(emitter.emit(
@@ -494,6 +508,53 @@ class _Transcript:
                 raw=entry.raw, role="user", fields={"text": prompt, "kind": "queued"},
             ))
         return results
+
+    def _absorbed_prompt(self, session: _Session, entry: _Pending) -> str | None:
+        """The text of a queued prompt the running turn absorbed that this line is the first
+        record of (a queue ``remove``, a ``queued_command`` attachment), else None; it keeps
+        the session's queue (:class:`_Session`) as the line says. The first of the two records
+        tells the prompt, the other then tells nothing more."""
+        line = entry.value
+        if entry.line_type == "attachment":
+            text = _queued_prompt(line)
+            if text is None:
+                return None
+            return self._take(session, "attachment", text)
+        if entry.line_type != "queue-operation":
+            return None
+        operation = line.get("operation")
+        if operation == "enqueue":
+            text = _enqueued_prompt(line)
+            if text is not None:
+                session.queued = (*session.queued, text)
+        elif operation == "popAll":
+            session.queued = ()
+        elif operation in ("remove", "dequeue"):
+            named = _enqueued_prompt(line)  # newer clients name the prompt they take
+            # One that does not takes the oldest: of those an attachment told absorbed, if
+            # any, else of the queue.
+            attached = [text for record, text in session.told if record == "attachment"]
+            oldest = (attached if operation == "remove" and attached else session.queued)[:1]
+            if named is None and (line.get("content") is not None or not oldest):
+                return None  # what it takes is no prompt (a task notification, a command)
+            text = named if named is not None else oldest[0]
+            if operation == "dequeue":
+                session.queued = _without(session.queued, text)  # its own user line follows
+                return None
+            return self._take(session, "remove", text)
+        return None
+
+    @staticmethod
+    def _take(session: _Session, record: str, text: str) -> str | None:
+        """``text`` absorbed, as ``record`` says: the text to tell, or None when the other of
+        its two records told it already."""
+        other = "attachment" if record == "remove" else "remove"
+        session.queued = _without(session.queued, text)
+        if (other, text) in session.told:
+            session.told = _without(session.told, (other, text))
+            return None
+        session.told = (*session.told, (record, text))
+        return text
 
     def _flush_pending(self, session: _Session, time: str) -> list[Result]:
         """Place waiting auxiliary lines of this session right after its first conversation line."""
@@ -913,6 +974,27 @@ def _queued_prompt(line: dict[str, Any]) -> str | None:
     if not text.strip() or _text_kind(text) == "meta":
         return None
     return text
+
+
+def _enqueued_prompt(line: dict[str, Any]) -> str | None:
+    """The text of a queue operation that names a prompt the user typed, else None: a task
+    notification, an injected reminder or a slash command (``/mcp``: the client runs it, the
+    model never reads it) is no prompt."""
+    content = line.get("content")
+    text = _result_text(content) if isinstance(content, str | list) else ""
+    stripped = text.strip()
+    if not stripped or _text_kind(text) is not None or stripped.startswith(_NOTIFICATION_PREFIX) \
+            or _SLASH_COMMAND.match(stripped):
+        return None
+    return text
+
+
+def _without(items: tuple[Any, ...], item: Any) -> tuple[Any, ...]:
+    """``items`` without the first ``item`` in it."""
+    if item not in items:
+        return items
+    at = items.index(item)
+    return items[:at] + items[at + 1:]
 
 
 def _auxiliary_fields(line_type: str, line: dict[str, Any]) -> dict[str, Any]:

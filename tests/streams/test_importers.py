@@ -21,6 +21,7 @@ from streams.importers import FORMATS, Accepted, Rejected, detect_format, iter_r
 from streams.importers.asp import iter_asp
 from streams.importers.claude_code import iter_claude_code
 from streams.importers.openai_chat import iter_openai_chat
+from tests.streams.follow_kit import LIMIT, follow_as_it_grows
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "importers"
 CLAUDE = FIXTURES / "claude_code" / "3f6c2a8e-1b7d-4c55-9e0a-5d2f8b1c7e94.jsonl"
@@ -386,6 +387,85 @@ def test_claude_code_prompt_queued_mid_turn_is_a_user_message(tmp_path: Path) ->
     assert {e["turnId"] for e in queued} == {accepted[1]["turnId"]}
     # The attachment lines are kept as they were.
     assert sum(e["type"] == "x.claude-code.attachment" for e in accepted) == 3
+
+
+def _queue(operation: str, second: int, content: object = None, **extra: object) -> dict:
+    return {"type": "queue-operation", "operation": operation, "sessionId": "s-1",
+            "timestamp": f"2025-10-14T09:00:{second:02d}.000Z",
+            **({} if content is None else {"content": content}), **extra}
+
+
+def _queued_messages(events: list[dict]) -> list[str]:
+    return [e["fields"]["text"] for e in events if e["type"] == "message" and e["fields"].get("kind") == "queued"]
+
+
+def test_claude_code_prompt_absorbed_by_the_queue_alone_is_a_user_message(tmp_path: Path) -> None:
+    """Claude Code 2.1.39 (the real corpus) records a prompt the running turn absorbs only as a
+    queue `enqueue` (its text) and a `remove` (no text, no reason, no attachment): the user's
+    words stayed in a hidden event. A queued task notification or slash command is no prompt;
+    a `dequeue`d prompt is the next turn's own user line, a `popAll`ed one went back to the
+    input box: neither is told twice or at all."""
+    call = [{"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": "sleep 60"}}]
+    lines = [
+        cc_line("u1", "user", "run the tests"),
+        cc_line("a1", "assistant", call, parent="u1"),
+        _queue("enqueue", 1, "<task-notification>\n<task-id>a1b2c3d</task-id>\n</task-notification>"),
+        _queue("enqueue", 2, "check again"),
+        _queue("enqueue", 3, "/mcp"),
+        _queue("remove", 4),
+        _queue("remove", 5),
+        cc_line("u2", "user", [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "ok"}], parent="a1"),
+        _queue("enqueue", 6, "then commit"),
+        _queue("dequeue", 7),
+        cc_line("u3", "user", "then commit", parent="u2", time="2025-10-14T09:00:07.000Z"),
+        _queue("enqueue", 8, "never sent"),
+        _queue("popAll", 9),
+    ]
+    events, rejected = split(write_lines(tmp_path / "s-1.jsonl", lines), "claude-code")
+    assert rejected == []
+    assert _queued_messages(events) == ["check again"]
+    told = next(e for e in events if e["fields"].get("kind") == "queued")
+    assert (told["role"], told["visibility"]) == ("user", "visible")
+    assert told["turnId"] == next(e for e in events if e["type"] == "tool.call")["turnId"]
+    said = [e["fields"]["text"] for e in events if e["type"] == "message" and e["role"] == "user"]
+    assert said == ["run the tests", "check again", "then commit"]
+
+
+@pytest.mark.parametrize("attachment_first", [False, True])
+def test_claude_code_prompt_absorbed_with_both_records_is_told_once(tmp_path: Path, attachment_first: bool) -> None:
+    """A client that writes both a queue `remove` and a `queued_command` attachment for the
+    absorbed prompt, in either order (with or without the remove naming it), tells it once."""
+    def attachment(uuid: str, prompt: str) -> dict:
+        return {"type": "attachment", "uuid": uuid, "parentUuid": "a1", "sessionId": "s-1",
+                "timestamp": "2025-10-14T09:00:05.000Z",
+                "attachment": {"type": "queued_command", "prompt": prompt, "commandMode": "prompt"}}
+
+    removes = [_queue("remove", 4), _queue("remove", 4, "keep it short", reason="absorbed_mid_turn")]
+    both = [[attachment("q1", "also add tests"), removes[0]], [attachment("q2", "keep it short"), removes[1]]]
+    lines = [cc_line("u1", "user", "add a screen"), cc_line("a1", "assistant", "On it.", parent="u1"),
+             _queue("enqueue", 2, "also add tests"), _queue("enqueue", 3, "keep it short")]
+    for pair in both:
+        lines += pair if attachment_first else pair[::-1]
+    events, rejected = split(write_lines(tmp_path / "s-1.jsonl", lines), "claude-code")
+    assert rejected == []
+    assert _queued_messages(events) == ["also add tests", "keep it short"]
+
+
+def test_claude_code_queued_prompts_followed_as_they_are_written(tmp_path: Path) -> None:
+    """A follower that reads the queue's lines one poll at a time appends what a one-shot
+    import appends: the queue is carried from one part of the file to the next."""
+    call = [{"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": "sleep 60"}}]
+    lines = [json.dumps(line).encode() + b"\n" for line in [
+        cc_line("u1", "user", "run the tests"), cc_line("a1", "assistant", call, parent="u1"),
+        _queue("enqueue", 2, "check again"), _queue("remove", 4),
+        cc_line("u2", "user", [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "ok"}], parent="a1"),
+    ]]
+    root = tmp_path / "live"
+    root.mkdir()
+    l1 = follow_as_it_grows(root / "s-1.jsonl", lines, tmp_path / "home")
+    assert [e["eventId"] for e in l1.log] == [
+        item.event["eventId"] for item in iter_records(root, max_event_bytes=LIMIT) if isinstance(item, Accepted)]
+    assert _queued_messages(l1.log) == ["check again"]
 
 
 def test_claude_code_line_written_again_is_no_dead_letter(tmp_path: Path) -> None:
