@@ -605,7 +605,9 @@ def _prescan(path: Path, data: Content | None = None) -> tuple[_Titles, str | No
 @dataclass(frozen=True)
 class _Titles:
     """The title of each session of a transcript: the last name the user gave it (``/rename``
-    writes a ``custom-title`` line), else the first summary whose ``leafUuid`` is a line of that
+    writes a ``custom-title`` line), else the last title Claude Code generated for it (2.1.97+
+    writes an ``ai-title`` line, the title its session list shows), else the first summary
+    whose ``leafUuid`` is a line of that
     session, else the first summary whose leaf is no line of the file (Claude Code writes the
     summary of the conversation a session resumes at the top of its file), else none. A file of
     several sessions so gives each its own, not the file's first summary to all."""
@@ -613,10 +615,11 @@ class _Titles:
     own: tuple[tuple[str, str], ...] = ()  # (sessionId, title), in the order of the summaries
     unplaced: str | None = None
     named: tuple[tuple[str, str], ...] = ()  # (sessionId, the last title the user gave it)
+    generated: tuple[tuple[str, str], ...] = ()  # (sessionId, the last title generated for it)
 
     def of(self, session_id: str) -> str | None:
-        return next((title for session, title in (*self.named, *self.own) if session == session_id),
-                    self.unplaced)
+        return next((title for session, title in (*self.named, *self.generated, *self.own)
+                     if session == session_id), self.unplaced)
 
 
 class _Prescan:
@@ -629,6 +632,7 @@ class _Prescan:
         self.line_sessions: dict[bytes, bytes] = {}  # uuid → the session of its (first) line
         self.summaries: list[tuple[str, str | None]] = []
         self.named: dict[str, str] = {}  # sessionId → the title of its last custom-title line
+        self.generated: dict[str, str] = {}  # sessionId → the title of its last ai-title line
         self.model: str | None = None
 
     def update(self, lines: Iterable[bytes]) -> None:
@@ -645,11 +649,14 @@ class _Prescan:
                         text, leaf = value.get("summary"), value.get("leafUuid")
                         if isinstance(text, str) and text:
                             self.summaries.append((text, leaf if isinstance(leaf, str) else None))
-            if b'"custom-title"' in line:
+            for kind, key, titles in ((b'"custom-title"', "customTitle", self.named),
+                                      (b'"ai-title"', "aiTitle", self.generated)):
+                if kind not in line:
+                    continue
                 for value in _line_values(line):
-                    title, session = value.get("customTitle"), _line_session(value)
-                    if value.get("type") == "custom-title" and isinstance(title, str) and title.strip():
-                        self.named[session or self.default_session.decode("utf-8", "replace")] = title.strip()
+                    title, session = value.get(key), _line_session(value)
+                    if value.get("type") == kind.decode().strip('"') and isinstance(title, str) and title.strip():
+                        titles[session or self.default_session.decode("utf-8", "replace")] = title.strip()
             if self.model is None and b'"model"' in line and b'"assistant"' in line:
                 for value in _line_values(line):
                     message = value.get("message")
@@ -665,7 +672,8 @@ class _Prescan:
                 unplaced = unplaced or text
             else:
                 own.setdefault(session.decode("utf-8", "replace"), text)
-        return _Titles(tuple(own.items()), unplaced, tuple(sorted(self.named.items()))), self.model
+        return _Titles(tuple(own.items()), unplaced, tuple(sorted(self.named.items())),
+                       tuple(sorted(self.generated.items()))), self.model
 
 
 def _line_values(line: bytes) -> list[dict[str, Any]]:

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 from streams.follow import Follower, PositionStore
+from streams.importers import Accepted, iter_records
 from streams.testing import Clock, Crash, MemoryL1
 from tests.streams.follow_kit import (
     SESSION,
@@ -214,3 +215,33 @@ def test_the_name_a_user_gives_a_session_is_its_title(tmp_path):
     one_shot = MemoryL1()
     Follower([root], appender=one_shot, store=PositionStore(tmp_path / "home-once"), once=True).poll()
     assert [fields.get("title") for fields in _started(one_shot)] == ["login-fix"]
+
+
+def test_the_title_claude_code_generates_names_a_session_the_user_did_not(tmp_path):
+    """Claude Code 2.1.97+ writes the title its session list shows as an `ai-title` line (no
+    uuid, no timestamp, regenerated as the session goes on): it was kept as a hidden line
+    only, and the session's title stayed the summary's, or none. The last one names the
+    session, before any summary and after a name the user gave it."""
+    root = tmp_path / "projects"
+    root.mkdir()
+    live = root / f"{SESSION}.jsonl"
+    generated = [{"type": "ai-title", "aiTitle": title, "sessionId": SESSION}
+                 for title in ("Fix login", "Fix login redirect loop")]
+    lines = _transcript()  # holds a summary naming a line of the session
+    transcript = b"".join(lines[:5]) + b"".join(json.dumps(line).encode() + b"\n" for line in generated) + lines[5]
+    clock, l1 = Clock(), MemoryL1()
+    tail = _follow(tmp_path, l1, clock)
+    tail.poll()
+    write_as_written(live, transcript.splitlines(keepends=True), tail, clock)
+    assert [fields.get("title") for fields in _started(l1)][-1] == "Fix login redirect loop"
+    assert max(l1.counts().values()) == 1 and not l1.dead
+    one_shot = MemoryL1()
+    Follower([root], appender=one_shot, store=PositionStore(tmp_path / "home-once"), once=True).poll()
+    assert [fields.get("title") for fields in _started(one_shot)] == ["Fix login redirect loop"]
+    renamed = root / "renamed.jsonl"
+    named = {"type": "custom-title", "customTitle": "login", "sessionId": "s-2"}
+    titled = {"type": "ai-title", "aiTitle": "Fix login", "sessionId": "s-2"}
+    prompt = {**json.loads(lines[0]), "sessionId": "s-2", "uuid": "u-s2"}
+    renamed.write_text("".join(json.dumps(line) + "\n" for line in (prompt, named, titled)))
+    started = [i.event for i in iter_records(renamed) if isinstance(i, Accepted) and i.event["type"] == "session.started"]
+    assert [event["fields"].get("title") for event in started] == ["login"]
