@@ -21,7 +21,7 @@ events for the messages it already had.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ from streams.importers.base import (
     parse_json,
     raw_text,
     read_bytes,
+    read_lines,
     small_payload,
     valid_time,
 )
@@ -77,6 +78,7 @@ class _Recording:
         # copy adds only what the earlier ones did not say.
         self.messages: set[str] = set()
         self.emitted: set[str] = set()
+        self.title: str | None = None  # the recording's last summary (see _last_summary)
 
     def _new(self, event_id: str) -> bool:
         """Whether ``event_id`` is not out yet (and is now)."""
@@ -91,6 +93,8 @@ class _Recording:
             self.emitter = SessionEmitter(source=SOURCE, id_prefix="gm", session_id=session_id,
                                           log_id=self.log_id, acl=self.acl)
         fields = {"projectHash": header["projectHash"]} if isinstance(header.get("projectHash"), str) else {}
+        if self.title is not None:
+            fields["title"] = self.title
         return self.emitter.start_session(time=valid_time(header.get("startTime")) or time, record=record,
                                           raw=raw, fields=fields)
 
@@ -102,6 +106,7 @@ class _Recording:
             yield Rejected(record, error or "a Gemini CLI recording is an object with a 'messages' array",
                            raw_text(data))
             return
+        self.title = _summary(value)
         for index, message in enumerate(value["messages"]):
             yield from self._message(value, message, index, f"{self.label}#messages[{index}]")
         if self.emitter is not None:
@@ -110,6 +115,7 @@ class _Recording:
     def lines(self) -> Iterator[Result]:
         header: dict[str, Any] = {}
         last_record = f"{self.label}:0"
+        self.title = _last_summary(read_lines(self.path, self.data))
         for item in iter_json_lines(self.path, label=self.label, what="a recording line", data=self.data):
             last_record = item.record
             if isinstance(item, Rejected):
@@ -299,3 +305,24 @@ def _result(call: dict[str, Any]) -> tuple[str, bool]:
     if not texts and isinstance(call.get("resultDisplay"), str):
         texts.append(call["resultDisplay"])
     return "\n".join(texts), failed
+
+
+def _summary(record: dict[str, Any]) -> str | None:
+    """The ``summary`` a record sets, if any: the one-line title Gemini CLI generates for a
+    session (sessionSummaryService) and lists it under in ``/resume``."""
+    summary = record.get("summary")
+    return summary.strip() if isinstance(summary, str) and summary.strip() else None
+
+
+def _last_summary(lines: Iterable[tuple[int, bytes]]) -> str | None:
+    """The last summary a JSONL recording sets (its header line, or a later ``$set``), which
+    titles its ``session.started``: only the lines that name one are parsed."""
+    title = None
+    for _number, line in lines:
+        if b'"summary"' not in line:
+            continue
+        value, _error = parse_json(line)
+        if isinstance(value, dict):
+            changes = value.get("$set")
+            title = _summary(changes if isinstance(changes, dict) else value) or title
+    return title

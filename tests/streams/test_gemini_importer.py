@@ -185,6 +185,33 @@ def test_a_followed_upsert_log_recording_appends_what_a_one_shot_import_does(tmp
     clock.now += 10
     tail.poll()
     assert not l1.dead and max(l1.counts().values()) == 1
-    assert set(l1.counts()) == {e["eventId"] for e in events(live)}
+    # The summary (the session's title) came after the session started: the follower sent its
+    # session.started once more, titled, under an eventId of its own.
+    one_shot = {e["eventId"] for e in events(live)}
+    amended = [e for e in l1.log if e["eventId"] not in one_shot]
+    assert [(e["type"], e["fields"].get("title")) for e in amended] == [("session.started", "Fix README typo")]
+    assert set(l1.counts()) - {amended[0]["eventId"]} == one_shot
     assert [(e["fields"]["status"], e["fields"]["output"]) for e in l1.log if e["type"] == "tool.result"] == [
         ("ok", "Successfully modified README.md")]
+
+
+def test_the_summary_gemini_cli_generates_is_the_session_title(tmp_path: Path) -> None:
+    """Gemini CLI titles a session with a one-line summary (sessionSummaryService, listed by
+    `/resume`): a `$set` line of the JSONL recording, the header a resumed session's file
+    opens with, or the document's `summary`. It stayed a hidden `x.gemini-cli.set`: the
+    session had no title. The last one written titles it."""
+    log = _upsert_log()
+    path = tmp_path / "session-2026-09-29T14-00-g-123abc.jsonl"
+    path.write_bytes(b"".join(orjson.dumps(record) + b"\n" for record in
+                              [*log, {"$set": {"summary": "Fix README typo, translate it"}}]))
+    (started,) = [e for e in events(path) if e["type"] == "session.started"]
+    assert started["fields"]["title"] == "Fix README typo, translate it"
+    resumed = tmp_path / "session-2026-09-30T09-00-g-123abc.jsonl"
+    resumed.write_bytes(b"".join(orjson.dumps(record) + b"\n" for record in
+                                 [{**log[0], "summary": "Fix README typo"}, log[1]]))
+    (started,) = [e for e in events(resumed) if e["type"] == "session.started"]
+    assert started["fields"]["title"] == "Fix README typo"
+    document = tmp_path / "session-2026-09-29T14-00-g-123abc.json"
+    document.write_bytes(orjson.dumps({**log[0], "summary": "Fix README typo", "messages": [log[1]]}))
+    (started,) = [e for e in events(document) if e["type"] == "session.started"]
+    assert started["fields"]["title"] == "Fix README typo"
