@@ -841,6 +841,9 @@ def _block_event(
         return "tool.result", "tool", fields, None, call_id
     if block_type in ("image", "document"):
         return "message", role, {"text": f"[{block_type}]", "kind": block_type}, None, None
+    if block_type == "tool_reference":
+        # A tool ToolSearch found, named outside a tool_result: no words of either side.
+        return "message", role, {"text": _part_label(block), "kind": block_type}, "hidden", None
     return f"unknown content block type {block_type!r} at {where}"
 
 
@@ -894,7 +897,8 @@ def _result_agent_id(tool_use_result: Any, output: Any) -> str | None:
 
 
 def _result_text(content: Any) -> str:
-    """A tool result's output as text: strings as they are, image parts as ``[image]``."""
+    """A tool result's output as text: strings as they are, another part as what names it
+    (:func:`_part_label`)."""
     if content is None:
         return ""
     if isinstance(content, str):
@@ -904,12 +908,30 @@ def _result_text(content: Any) -> str:
         for part in content:
             if isinstance(part, dict) and isinstance(part.get("text"), str):
                 parts.append(part["text"])
-            elif isinstance(part, dict) and isinstance(part.get("type"), str):
-                parts.append(f"[{part['type']}]")
+            elif isinstance(part, dict):
+                parts.append(_part_label(part))
             elif isinstance(part, str):
                 parts.append(part)
         return "\n".join(parts)
     return raw_text(content)
+
+
+# What names a part of a tool result that holds no text: a ``tool_reference`` (what ToolSearch
+# returns) its ``tool_name``, an MCP resource descriptor (``ListMcpResources``, no ``type``) its
+# name, URI and description.
+_PART_NAMES = ("tool_name", "name", "title", "uri", "url", "description")
+
+
+def _part_label(part: dict[str, Any]) -> str:
+    """A part without text as ``[type]`` and the strings that name it: ``[image]``,
+    ``[tool_reference] mcp__slack__post``; a part of no type by its names alone, else its JSON.
+    Those names were dropped, and a part of no type with them: a search for the tool or the
+    resource a result named found nothing."""
+    names = [part[key] for key in _PART_NAMES if isinstance(part.get(key), str) and part[key]]
+    kind = part.get("type")
+    if isinstance(kind, str):
+        return " ".join([f"[{kind}]", *names])
+    return " ".join(names) or raw_text(part)
 
 
 _USAGE_KEYS = (

@@ -354,6 +354,34 @@ def test_claude_code_server_tool_blocks_are_calls_and_results(tmp_path: Path) ->
     assert len({e["turnId"] for e in accepted if e.get("turnId")}) == 1
 
 
+def test_claude_code_tool_result_parts_without_text_keep_what_names_them(tmp_path: Path) -> None:
+    """Public schemas of Claude Code 2.1.x transcripts (oneryalcin/agent-schemas, v2.1.144:
+    ToolReferenceBlock, ToolResultContentItem) list `tool_reference` parts (what ToolSearch
+    returns: `tool_name`) and untyped MCP resource descriptors (`name`, `uri`, `description`)
+    in a tool_result's content. The first became a bare `[tool_reference]`, the second was
+    dropped without a word; a `tool_reference` block outside a result dead-lettered its line."""
+    lines = [
+        cc_line("u1", "user", "find the slack tool"),
+        cc_line("a1", "assistant", [{"type": "tool_use", "id": "toolu_1", "name": "ToolSearch",
+                                     "input": {"query": "slack"}}], parent="u1"),
+        cc_line("u2", "user", [{"type": "tool_result", "tool_use_id": "toolu_1", "content": [
+            {"type": "tool_reference", "tool_name": "mcp__slack__post_message"},
+            {"name": "readme", "uri": "file:///repo/README.md", "mimeType": "text/markdown", "server": "fs",
+             "description": "The project readme"},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBO"}},
+            {"server": "fs", "_meta": {}}]}], parent="a1"),
+        cc_line("u3", "user", [{"type": "tool_reference", "tool_name": "mcp__slack__post_message"}], parent="u2"),
+    ]
+    events, rejected = split(write_lines(tmp_path / "s-1.jsonl", lines), "claude-code")
+    assert rejected == []
+    (result,) = [e for e in events if e["type"] == "tool.result"]
+    assert result["fields"]["output"].split("\n") == [
+        "[tool_reference] mcp__slack__post_message", "readme file:///repo/README.md The project readme", "[image]",
+        '{"server":"fs","_meta":{}}']
+    (named,) = [e for e in events if e["type"] == "message" and e["fields"].get("kind") == "tool_reference"]
+    assert (named["visibility"], named["fields"]["text"]) == ("hidden", "[tool_reference] mcp__slack__post_message")
+
+
 def test_claude_code_prompt_queued_mid_turn_is_a_user_message(tmp_path: Path) -> None:
     """What the user types while the agent works reaches the model mid-turn, and Claude Code
     (2.1.x) records it only as a `queued_command` attachment (after the queue's `enqueue` and
