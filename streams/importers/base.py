@@ -217,9 +217,14 @@ def fed_lines(data: bytes, fed: int) -> list[tuple[int, bytes]]:
 
 
 def non_blank(lines: Iterable[bytes], start: int = 1) -> Iterator[tuple[int, bytes]]:
-    """(line number counted from ``start``, stripped line) of every line that is not blank."""
+    """(line number counted from ``start``, stripped line) of every line that is not blank.
+
+    A byte order mark (a file's first line, or each file's of several joined) is stripped too:
+    the line's bytes name the ids of a line without a uuid in a file named after no session
+    (``claude_code._Transcript._line_position``), so one left in gave that line another eventId
+    than the same file without it, and a BOM alone on a line was no blank line."""
     for number, line in enumerate(lines, start=start):
-        stripped = line.strip()
+        stripped = line.strip().removeprefix(BOM).strip()
         if stripped:
             yield number, stripped
 

@@ -830,6 +830,31 @@ def test_a_byte_order_mark_does_not_cost_the_first_record(tmp_path: Path) -> Non
     assert split(chat)[1] == []
 
 
+def test_a_byte_order_mark_changes_no_event(tmp_path: Path) -> None:
+    """The same transcript with and without a BOM is the same events, byte for byte: the first
+    line of a resumed session's file (a summary: no uuid, in a file named after another
+    session) took its eventId from its bytes, BOM included, and a follower of the file, which
+    reads it on from its last line, appends nothing more."""
+    from streams.follow import Follower, PositionStore
+    from streams.testing import MemoryL1
+
+    lines = [json.dumps({"type": "summary", "summary": "Fix the login", "leafUuid": "u1"}),
+             json.dumps(cc_line("u1", "user", "hello")), json.dumps(cc_line("a1", "assistant", "hi", parent="u1"))]
+    plain, marked = tmp_path / "plain" / "resumed.jsonl", tmp_path / "marked" / "resumed.jsonl"
+    for path, text in ((plain, "\n".join(lines) + "\n"), (marked, "\ufeff" + "\n".join(lines) + "\n")):
+        path.parent.mkdir()
+        path.write_bytes(text.encode())
+    assert [canonical_bytes(e) for e in split(marked)[0]] == [canonical_bytes(e) for e in split(plain)[0]]
+    l1 = MemoryL1()
+    Follower([marked.parent], appender=l1, store=PositionStore(tmp_path / "home"), once=True).poll()
+    assert len(l1.log) == len(split(plain)[0]) and not l1.dead
+    with marked.open("ab") as handle:
+        handle.write(json.dumps(cc_line("u2", "user", "thanks", parent="a1")).encode() + b"\n")
+    Follower([marked.parent], appender=l1, store=PositionStore(tmp_path / "home"), once=True).poll()
+    assert max(l1.counts().values()) == 1 and not l1.dead
+    assert [e["fields"].get("text") for e in l1.log if e["type"] == "message"] == ["hello", "hi", "thanks"]
+
+
 def test_progress_and_unknown_line_types_are_kept_hidden_and_odd_ones_rejected(tmp_path: Path) -> None:
     progress = {"type": "progress", "data": {"type": "hook_progress", "hookEvent": "PostToolUse",
                                              "hookName": "PostToolUse:Read", "command": "callback"},
