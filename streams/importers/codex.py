@@ -228,10 +228,14 @@ def _web_search(item: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def _content_text(content: Any) -> str:
+    """A message's content as text: its text parts, and a part without text (an image the user
+    pasted: ``input_image``, its data a URL) as ``[type]``, as the OpenAI-chat importer has it.
+    Dropped, a message of an image alone was an empty message."""
     if isinstance(content, str):
         return content
-    parts = [part.get("text") for part in content or [] if isinstance(part, dict)]
-    return "\n".join(part for part in parts if isinstance(part, str))
+    parts: list[str] = [part["text"] if isinstance(part.get("text"), str) else f"[{part.get('type', 'part')}]"
+                        for part in content or [] if isinstance(part, dict)]
+    return "\n".join(parts)
 
 
 def _arguments(value: Any) -> dict[str, Any]:

@@ -104,3 +104,23 @@ def test_a_web_search_is_a_call(tmp_path: Path) -> None:
     assert all(c["turnId"] for c in calls)
     assert sum(e["type"] == "x.codex.response_item" for e in found) == sum(
         e["type"] == "x.codex.response_item" for e in before) + 3
+
+
+def test_an_image_the_user_pasted_is_part_of_the_prompt(tmp_path: Path) -> None:
+    """Codex writes a pasted image as an `input_image` part (its data a URL) beside the
+    prompt's `input_text` parts (openai/codex protocol ContentItem). It was dropped: a prompt
+    of an image alone was an empty message."""
+    lines = REAL.read_bytes().splitlines(keepends=True)
+    stamp = '{"timestamp":"2026-06-05T04:58:40.000Z","type":"response_item","payload":'
+    prompts = [
+        {"type": "message", "role": "user", "content": [
+            {"type": "input_text", "text": "why does this screen look off?"},
+            {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo="}]},
+        {"type": "message", "role": "user", "content": [
+            {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo="}]},
+    ]
+    path = tmp_path / REAL.name
+    path.write_bytes(b"".join(lines[:-1]) + "".join(stamp + json.dumps(p) + "}\n" for p in prompts).encode() + lines[-1])
+    said = [e["fields"]["text"] for e in events(path) if e["type"] == "message" and e.get("role") == "user"
+            and e.get("visibility") != "hidden"]
+    assert said[-2:] == ["why does this screen look off?\n[input_image]", "[input_image]"]
