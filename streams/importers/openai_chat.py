@@ -594,8 +594,8 @@ class _Conversation:
         fields: dict[str, Any] = {"toolCallId": call_id}
         if name is not None:
             fields["toolName"] = name
-        fields["status"] = "ok"
         fields["output"] = _content_text(message)
+        fields["status"] = _tool_status(message, fields["output"])
         return emitter.emit(
             "tool.result", event_id=emitter.event_id(index, "tool_result"), time=time,
             record=record, raw=message, role="tool", fields=fields, parent_event_id=parent,
@@ -850,6 +850,26 @@ def _hosted_call(item: dict[str, Any]) -> tuple[Any, Any]:
     if kind == "code_interpreter_call":
         return "code_interpreter", {"code": item.get("code")}
     return "image_generation", {}
+
+
+def _tool_status(message: dict[str, Any], output: str) -> str:
+    """``error`` for a tool message that says its call failed, else ``ok`` (chat completions
+    carry no error flag). It says so by a flag its framework adds (LangChain's ToolMessage
+    ``status: "error"``, Anthropic's and MCP's ``is_error`` / ``isError``), or in the words
+    an agent loop writes for a call that raised: ``f"Error: {e}"`` (tau-bench's environment,
+    LangGraph's ToolNode, most hand-written loops; tau-bench's tools word the refusals of
+    their domain the same way), or an object that is an ``error`` and nothing else. Any other
+    output is the tool's, whatever it says: a log line or a page that mentions an error does
+    not begin with ``Error: ``."""
+    if message.get("status") == "error" or message.get("is_error") is True or message.get("isError") is True:
+        return "error"
+    if output.startswith("Error: "):
+        return "error"
+    if output.startswith("{"):
+        value, _error = parse_json(output)
+        if isinstance(value, dict) and list(value) == ["error"] and value["error"] not in (None, "", False):
+            return "error"
+    return "ok"
 
 
 def _hosted_result(item: dict[str, Any]) -> tuple[str, str]:
