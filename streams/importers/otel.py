@@ -134,6 +134,28 @@ def _id_problem(value: Any, as_hex: str, name: str, size: int) -> str | None:
             f"id of {size} bytes, or its base64 as protobuf's JSON mapping writes it)")
 
 
+def _duplicate_problem(span: dict[str, Any]) -> str | None:
+    """Why a span is refused for an attribute key given twice with different values (its own
+    attributes', or one of its events'), or None. OTLP gives each key once per list; read as a
+    dict, the last copy stood and the first was dropped without a word (two
+    ``gen_ai.input.messages``: one conversation lost). Which one the sender meant is not ours to
+    guess; the same value twice says one thing and is read once."""
+    lists = [("attributes", span.get("attributes"))] + [
+        (f"events[{index}].attributes", _dict(event).get("attributes"))
+        for index, event in enumerate(_list(span.get("events")))]
+    for where, items in lists:
+        seen: dict[str, Any] = {}
+        for item in _list(items):
+            if not isinstance(item, dict) or not isinstance(item.get("key"), str):
+                continue
+            key, value = item["key"], _value(item.get("value"))
+            if key in seen and seen[key] != value:
+                return (f"attribute {key[:64]!r} is given twice in the span's {where} with different values "
+                        "(OTLP: each key once per list); send the one that holds")
+            seen[key] = value
+    return None
+
+
 def _time_problem(value: Any, name: str) -> str:
     """Why ``value`` is not a span time (``_time`` read none)."""
     if value is None or value == "":
@@ -277,7 +299,9 @@ def _text(message: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
             texts.append(part)
         elif not isinstance(part, dict):
             continue
-        elif part.get("type") in _TEXT_PARTS:
+        elif part.get("type") in _TEXT_PARTS or ("type" not in part and ("content" in part or "text" in part)):
+            # A part of no type that holds text (``{"content": ...}``, as instrumentations write
+            # the conventions' text part without its type) is that text: it was dropped.
             said = part["content"] if "content" in part else part.get("text")
             if isinstance(said, str):
                 texts.append(said)
@@ -292,11 +316,19 @@ def _text(message: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
                 response = _text({"content": response})[0]
             if response is not None:
                 texts.append(response if isinstance(response, str) else orjson.dumps(response).decode())
+        elif part.get("type") in _MEDIA_PARTS:
+            # An image, audio or file the message carried: named by its kind and where it is (a
+            # blob's base64 is no text), not dropped without a word.
+            texts.append(" ".join([f"[{part['type']}]", *(str(part[key]) for key in _MEDIA_NAMES
+                                                          if isinstance(part.get(key), str) and part[key])]))
     return "\n".join(texts), calls
 
 
 #: Part types whose ``content`` (or, in the providers' blocks, ``text``) is the message's text.
 _TEXT_PARTS = frozenset({"text", "input_text", "output_text"})
+#: The conventions' parts (1.37) that hold media, not text, and the fields that name them.
+_MEDIA_PARTS = frozenset({"blob", "file", "uri"})
+_MEDIA_NAMES = ("modality", "mime_type", "uri", "file_id")
 
 
 def _reasoning(message: dict[str, Any]) -> str:
@@ -479,8 +511,12 @@ def span_events(request: dict[str, Any], *, log_id: str = "default",
         operation = attrs.get("gen_ai.operation.name")
         if not isinstance(operation, str):
             continue
+        parent = span.get("parentSpanId")
         problem = (_id_problem(span.get("traceId"), trace, "traceId", 16)
-                   or _id_problem(span.get("spanId"), span_id, "spanId", 8))
+                   or _id_problem(span.get("spanId"), span_id, "spanId", 8)
+                   # Read as no parent, the span was a root: its run and lineage lost, silently.
+                   or (None if parent in (None, "") else _id_problem(parent, _hex(parent), "parentSpanId", 8))
+                   or (None if from_logs else _duplicate_problem(span)))
         start, end = _time(span.get("startTimeUnixNano")), _time(span.get("endTimeUnixNano"))
         if problem is not None or start is None:
             problem = problem or ("no record has a timeUnixNano or observedTimeUnixNano after the Unix epoch"

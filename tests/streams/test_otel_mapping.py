@@ -410,3 +410,53 @@ def test_a_log_record_with_a_malformed_id_is_refused_naming_it(ids: dict[str, st
               "body": {"kvlistValue": {"values": [{"key": "content", "value": {"stringValue": "hi"}}]}}, **ids}
     _spans, refused = log_spans({"resourceLogs": [{"scopeLogs": [{"logRecords": [record]}]}]})
     assert len(refused) == 1 and reason in refused[0].reason
+
+
+@pytest.mark.parametrize(("value", "text"), [
+    ({"stringValue": '[{"role": "user", "parts": [{"content": "a text part without its type"}]}]'},
+     "a text part without its type"),
+    ({"stringValue": '[{"role": "user", "parts": [{"text": "untyped, with text"}, "and a string"]}]'},
+     "untyped, with text\nand a string"),
+    ({"stringValue": '[{"role": "user", "parts": [{"type": "text", "content": "look:"}, {"type": "uri", '
+                     '"modality": "image", "uri": "https://example.org/cat.png"}, {"type": "blob", "modality": '
+                     '"image", "mime_type": "image/png", "content": "iVBORw0KGgo="}]}]'},
+     "look:\n[uri] image https://example.org/cat.png\n[blob] image image/png"),
+])
+def test_parts_of_no_type_and_media_parts_are_not_dropped(value: dict[str, Any], text: str) -> None:
+    """A part written without its `type` (`{"content": ...}`) and the conventions' media parts
+    (`uri`, `blob`, `file`) were dropped without a word, the receiver answering 200: the words
+    of the first were never searchable, and nothing said the message held an image."""
+    assert _messages_of(value) == [("user", "visible", text)]
+
+
+def test_an_attribute_given_twice_with_different_values_refuses_the_span() -> None:
+    """OTLP gives each attribute key once; read as a dict, the last of two `gen_ai.input.messages`
+    stood and the first conversation was dropped without a word. The span is refused naming the
+    key; the same value given twice is read once."""
+    def messages(text: str) -> dict[str, Any]:
+        return {"key": "gen_ai.input.messages",
+                "value": {"stringValue": f'[{{"role": "user", "parts": [{{"type": "text", "content": "{text}"}}]}}]'}}
+
+    twice = _legacy_span([*_attrs(**{"gen_ai.operation.name": "chat"}), messages("first"), messages("second")])
+    items = list(span_events({"resourceSpans": [{"scopeSpans": [{"spans": [twice]}]}]}))
+    assert [(type(item).__name__, item.reason) for item in items] == [
+        ("Rejected", "attribute 'gen_ai.input.messages' is given twice in the span's attributes with different "
+                     "values (OTLP: each key once per list); send the one that holds")]
+    in_event = _legacy_span(_attrs(**{"gen_ai.operation.name": "chat"}), events=[
+        {"name": "gen_ai.user.message", "attributes": _attrs(content="first") + _attrs(content="second")}])
+    (item,) = span_events({"resourceSpans": [{"scopeSpans": [{"spans": [in_event]}]}]})
+    assert "given twice in the span's events[0].attributes" in item.reason
+    same = _legacy_span([*_attrs(**{"gen_ai.operation.name": "chat"}), messages("once"), messages("once")])
+    assert _chat_messages(same) == [("user", "once")]
+
+
+@pytest.mark.parametrize("parent", ["not-a-span-id!", "zz", "eee19b7ec3c1b17-"])
+def test_a_malformed_parent_span_id_refuses_the_span(parent: str) -> None:
+    """A parentSpanId that is neither hex nor base64 was read as none: the span went in as a
+    root, its run and its place in the trace lost without a word. It is refused naming the id,
+    as a malformed spanId is (hex of another length is taken, as for every id: it only has to
+    match its parent's)."""
+    span = {**_span("c000000000000003", parent, "chat", "conv"), "parentSpanId": parent}
+    items = list(span_events({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}))
+    assert [type(item).__name__ for item in items] == ["Rejected"]
+    assert items[0].reason.startswith(f"parentSpanId {parent!r} is not hex of the right length")
