@@ -39,6 +39,9 @@ from streams.importers.base import (
 __all__ = ["AUXILIARY_TYPE_RE", "SOURCE", "SubagentLinks", "TranscriptCursor", "iter_claude_code", "names_model"]
 
 SOURCE = "claude-code"
+#: The source of a Qwen Code transcript's sessions, read as the Claude Code line each of its
+#: lines amounts to (:func:`_claude_shaped`).
+QWEN_SOURCE = "qwen-code"
 
 Result = Accepted | Rejected
 
@@ -201,6 +204,8 @@ class _Transcript:
         # a fresh import of the same lines says (see TranscriptCursor.feed).
         self.link_misses: set[tuple[str, str]] = set()
         self.titles, self.model = _prescan(path, data) if facts is None else facts
+        # sessionId → the agent that wrote it, when not Claude Code (see _claude_shaped)
+        self.sources: dict[str, str] = {}
 
     def run(self) -> Iterator[Result]:
         last_record = f"{self.label}:0"
@@ -215,6 +220,10 @@ class _Transcript:
             yield item
             return
         place, record, value, line = item.position, item.record, item.value, item.raw
+        shaped = _claude_shaped(value)
+        if shaped is not value:
+            self.sources.setdefault(_line_session(value) or self.path.stem, QWEN_SOURCE)
+            value = shaped
         line_type = value.get("type")
         if line_type in ("user", "assistant"):
             yield from self._conversation(value, line_type, record, line, place)
@@ -253,7 +262,7 @@ class _Transcript:
     def _session(self, session_id: str) -> _Session:
         if session_id not in self.sessions:
             emitter = SessionEmitter(
-                source=SOURCE, id_prefix="cc", session_id=session_id,
+                source=self.sources.get(session_id, SOURCE), id_prefix="cc", session_id=session_id,
                 log_id=self.log_id, acl=self.acl,
             )
             self.sessions[session_id] = _Session(emitter)
@@ -657,8 +666,17 @@ class _Prescan:
                     title, session = value.get(key), _line_session(value)
                     if value.get("type") == kind.decode().strip('"') and isinstance(title, str) and title.strip():
                         titles[session or self.default_session.decode("utf-8", "replace")] = title.strip()
-            if self.model is None and b'"model"' in line and b'"assistant"' in line:
+            if b'"custom_title"' in line:
                 for value in _line_values(line):
+                    payload = value.get("systemPayload")
+                    title = payload.get("customTitle") if isinstance(payload, dict) else None
+                    if value.get("subtype") == "custom_title" and isinstance(title, str) and title.strip():
+                        # Qwen Code's title: /rename's (titleSource manual, or none), or generated
+                        automatic = isinstance(payload, dict) and payload.get("titleSource") == "auto"
+                        session = _line_session(value) or self.default_session.decode("utf-8", "replace")
+                        (self.generated if automatic else self.named)[session] = title.strip()
+            if self.model is None and b'"model"' in line and b'"assistant"' in line:
+                for value in map(_claude_shaped, _line_values(line)):
                     message = value.get("message")
                     if self.model is None and isinstance(message, dict) and isinstance(message.get("model"), str):
                         self.model = message["model"] if message["model"] != "<synthetic>" else None
@@ -1004,6 +1022,69 @@ def _queued_prompt(line: dict[str, Any]) -> str | None:
     if not text.strip() or _text_kind(text) == "meta":
         return None
     return text
+
+
+def _claude_shaped(line: dict[str, Any]) -> dict[str, Any]:
+    """A Qwen Code transcript line (``~/.qwen/projects/<project>/chats/<sessionId>.jsonl``: Claude
+    Code's envelope, ``uuid`` / ``parentUuid`` / ``sessionId`` / ``type``, around a Gemini
+    ``message`` of ``parts``) as the Claude Code line it amounts to, else ``line`` itself. Its
+    conversation lines were dead-lettered (``missing field 'message.content'``) and its tool
+    results kept hidden. ``user`` / ``assistant`` / ``tool_result`` lines: a text part is a text
+    block (``thought: true``: thinking), a ``functionCall`` a tool_use, a ``functionResponse`` a
+    tool_result (an error when its response is an ``error``, or the line's
+    ``toolCallResult.status`` says so), inline or file data an image or document; the line's
+    ``model`` and ``usageMetadata`` are the message's, each line one response."""
+    message = line.get("message")
+    if line.get("type") not in ("user", "assistant", "tool_result") or not isinstance(message, dict) \
+            or "content" in message or not isinstance(message.get("parts"), list):
+        return line
+    role = "assistant" if line["type"] == "assistant" else "user"
+    status = line.get("toolCallResult")
+    failed = isinstance(status, dict) and status.get("status") in ("error", "cancelled")
+    blocks = [block for index, part in enumerate(message["parts"])
+              if (block := _part_block(part, f"{line.get('uuid')}-{index}", failed)) is not None]
+    shaped: dict[str, Any] = {"role": role, "content": blocks}
+    if role == "assistant":
+        shaped["id"] = line.get("uuid")
+        if isinstance(line.get("model"), str):
+            shaped["model"] = line["model"]
+        usage = line.get("usageMetadata")
+        if isinstance(usage, dict):
+            shaped["usage"] = {name: usage[key] for key, name in (
+                ("promptTokenCount", "input_tokens"), ("candidatesTokenCount", "output_tokens"),
+                ("cachedContentTokenCount", "cache_read_input_tokens")) if key in usage}
+    return {**line, "type": role, "message": shaped}
+
+
+def _part_block(part: Any, fallback_id: str, failed: bool) -> dict[str, Any] | None:
+    """The Claude content block a Gemini part amounts to (:func:`_claude_shaped`), None for a
+    part that holds nothing to keep."""
+    if isinstance(part, str):
+        return {"type": "text", "text": part}
+    if not isinstance(part, dict):
+        return None
+    if isinstance(part.get("text"), str):
+        return {"type": "thinking", "thinking": part["text"]} if part.get("thought") is True \
+            else {"type": "text", "text": part["text"]}
+    call = part.get("functionCall")
+    if isinstance(call, dict):
+        return {"type": "tool_use", "id": str(call.get("id") or fallback_id), "name": str(call.get("name") or "tool"),
+                "input": call.get("args")}
+    answer = part.get("functionResponse")
+    if isinstance(answer, dict):
+        response = answer.get("response")
+        error = response.get("error") if isinstance(response, dict) else None
+        output = response  # a response of its own shape is kept whole, as its JSON
+        if isinstance(response, dict) and ("output" in response or "error" in response):
+            output = response.get("output") if response.get("output") not in (None, "") else error
+        return {"type": "tool_result", "tool_use_id": str(answer.get("id") or fallback_id),
+                "content": output if isinstance(output, str) else raw_text(output),
+                "is_error": failed or error not in (None, "")}
+    data = part.get("inlineData") or part.get("fileData")
+    if isinstance(data, dict):
+        image = str(data.get("mimeType", "")).startswith("image/")
+        return {"type": "image" if image else "document"}
+    return None
 
 
 def _enqueued_prompt(line: dict[str, Any]) -> str | None:

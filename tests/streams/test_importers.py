@@ -382,6 +382,75 @@ def test_claude_code_tool_result_parts_without_text_keep_what_names_them(tmp_pat
     assert (named["visibility"], named["fields"]["text"]) == ("hidden", "[tool_reference] mcp__slack__post_message")
 
 
+def _qwen_lines() -> list[dict]:
+    """A Qwen Code session as its ChatRecordingService writes it (QwenLM/qwen-code,
+    packages/core/src/services/chatRecordingService.ts: ChatRecord): Claude Code's envelope
+    around a Gemini `message` of `parts`, tool results as `tool_result` records, titles as
+    `system` `custom_title` records."""
+    base = {"sessionId": "5b1c0f7e-3d2a-4c8e-9f10-aa11bb22cc33", "cwd": "/src/app", "version": "0.0.14",
+            "gitBranch": "main"}
+
+    def record(uuid: str, parent: str | None, second: int, kind: str, **extra: object) -> dict:
+        return {**base, "uuid": uuid, "parentUuid": parent, "timestamp": f"2025-11-03T10:00:{second:02d}.000Z",
+                "type": kind, **extra}
+
+    def answer(call: str, name: str, response: dict) -> dict:
+        return {"role": "user", "parts": [{"functionResponse": {"id": call, "name": name, "response": response}}]}
+
+    return [
+        record("u1", None, 0, "user", message={"role": "user", "parts": [{"text": "list the files"}]}),
+        record("a1", "u1", 2, "assistant", model="qwen3-coder-plus",
+               usageMetadata={"promptTokenCount": 100, "candidatesTokenCount": 20, "totalTokenCount": 120},
+               message={"role": "model", "parts": [{"text": "Listing first.", "thought": True},
+                                                  {"functionCall": {"id": "call_1", "name": "list_directory",
+                                                                    "args": {"path": "."}}},
+                                                  {"functionCall": {"id": "call_2", "name": "read_file",
+                                                                    "args": {"path": "gone.py"}}}]}),
+        record("t1", "a1", 3, "tool_result", message=answer("call_1", "list_directory", {"output": "app.py"}),
+               toolCallResult={"callId": "call_1", "status": "success"}),
+        record("t2", "t1", 3, "tool_result", message=answer("call_2", "read_file", {"error": "no such file"}),
+               toolCallResult={"callId": "call_2", "status": "error"}),
+        record("a2", "t2", 5, "assistant", model="qwen3-coder-plus",
+               message={"role": "model", "parts": [{"text": "Only app.py is there."}]}),
+        record("s1", "a2", 6, "system", subtype="custom_title",
+               systemPayload={"customTitle": "List the app files", "titleSource": "auto"}),
+    ]
+
+
+def test_a_qwen_code_transcript_imports_as_the_claude_code_lines_it_amounts_to(tmp_path: Path) -> None:
+    """Qwen Code (a Gemini CLI fork) writes Claude Code's envelope (`uuid`, `sessionId`, `type`)
+    around Gemini `parts`: detected as a Claude Code transcript, every conversation line was
+    dead-lettered (`missing field 'message.content'`) and its tool results kept hidden."""
+    lines = _qwen_lines()
+    path = write_lines(tmp_path / f"{lines[0]['sessionId']}.jsonl", lines)
+    assert detect_format(path) == "claude-code"
+    events, rejected = split(path)
+    assert rejected == []
+    started = next(e for e in events if e["type"] == "session.started")
+    assert started["fields"] == {"source": "qwen-code", "model": "qwen3-coder-plus", "cwd": "/src/app",
+                                 "title": "List the app files"}
+    assert [(e["type"], e.get("role"), e["fields"].get("text") or e["fields"].get("toolName"))
+            for e in events if e["type"] in ("message", "tool.call", "tool.result")] == [
+        ("message", "user", "list the files"), ("message", "assistant", "Listing first."),
+        ("tool.call", "assistant", "list_directory"), ("tool.call", "assistant", "read_file"),
+        ("tool.result", "tool", "list_directory"), ("tool.result", "tool", "read_file"),
+        ("message", "assistant", "Only app.py is there.")]
+    results = [(e["fields"]["status"], e["fields"]["output"]) for e in events if e["type"] == "tool.result"]
+    assert results == [("ok", "app.py"), ("error", "no such file")]
+    thinking = next(e for e in events if e["fields"].get("kind") == "thinking")
+    assert thinking["visibility"] == "hidden" and thinking["fields"]["usage"] == {"inputTokens": 100, "outputTokens": 20}
+    assert len({e["turnId"] for e in events if e["type"] in ("message", "tool.call", "tool.result")}) == 1
+    # Followed as it is written: what the one-shot import appends, its title (written last)
+    # in a second session.started, as a Claude Code session's late title.
+    root = tmp_path / "live"
+    root.mkdir()
+    l1 = follow_as_it_grows(root / path.name, path.read_bytes().splitlines(keepends=True), tmp_path / "home")
+    assert not l1.dead and max(l1.counts().values()) == 1
+    extra = [e for e in l1.log if e["eventId"] not in {event["eventId"] for event in events}]
+    assert [(e["type"], e["fields"].get("title")) for e in extra] == [("session.started", "List the app files")]
+    assert {e["eventId"] for e in events} <= set(l1.counts())
+
+
 def test_claude_code_prompt_queued_mid_turn_is_a_user_message(tmp_path: Path) -> None:
     """What the user types while the agent works reaches the model mid-turn, and Claude Code
     (2.1.x) records it only as a `queued_command` attachment (after the queue's `enqueue` and
