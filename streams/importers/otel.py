@@ -134,15 +134,19 @@ def _id_problem(value: Any, as_hex: str, name: str, size: int) -> str | None:
             f"id of {size} bytes, or its base64 as protobuf's JSON mapping writes it)")
 
 
-def _duplicate_problem(span: dict[str, Any]) -> str | None:
-    """Why a span is refused for an attribute key given twice with different values (its own
-    attributes', or one of its events'), or None. OTLP gives each key once per list; read as a
-    dict, the last copy stood and the first was dropped without a word (two
+def _span_duplicates(span: dict[str, Any]) -> str | None:
+    """:func:`_duplicate_problem` of a span's attributes and of each of its events'."""
+    return _duplicate_problem([("the span's attributes", span.get("attributes"))] + [
+        (f"the span's events[{index}].attributes", _dict(event).get("attributes"))
+        for index, event in enumerate(_list(span.get("events")))])
+
+
+def _duplicate_problem(lists: list[tuple[str, Any]]) -> str | None:
+    """Why a span or log record is refused for an attribute key given twice with different
+    values in one of its ``(where, key/value list)``, or None. OTLP gives each key once per
+    list; read as a dict, the last copy stood and the first was dropped without a word (two
     ``gen_ai.input.messages``: one conversation lost). Which one the sender meant is not ours to
     guess; the same value twice says one thing and is read once."""
-    lists = [("attributes", span.get("attributes"))] + [
-        (f"events[{index}].attributes", _dict(event).get("attributes"))
-        for index, event in enumerate(_list(span.get("events")))]
     for where, items in lists:
         seen: dict[str, Any] = {}
         for item in _list(items):
@@ -150,7 +154,7 @@ def _duplicate_problem(span: dict[str, Any]) -> str | None:
                 continue
             key, value = item["key"], _value(item.get("value"))
             if key in seen and seen[key] != value:
-                return (f"attribute {key[:64]!r} is given twice in the span's {where} with different values "
+                return (f"attribute {key[:64]!r} is given twice in {where} with different values "
                         "(OTLP: each key once per list); send the one that holds")
             seen[key] = value
     return None
@@ -516,7 +520,7 @@ def span_events(request: dict[str, Any], *, log_id: str = "default",
                    or _id_problem(span.get("spanId"), span_id, "spanId", 8)
                    # Read as no parent, the span was a root: its run and lineage lost, silently.
                    or (None if parent in (None, "") else _id_problem(parent, _hex(parent), "parentSpanId", 8))
-                   or (None if from_logs else _duplicate_problem(span)))
+                   or (None if from_logs else _span_duplicates(span)))
         start, end = _time(span.get("startTimeUnixNano")), _time(span.get("endTimeUnixNano"))
         if problem is not None or start is None:
             problem = problem or ("no record has a timeUnixNano or observedTimeUnixNano after the Unix epoch"
@@ -726,6 +730,10 @@ def log_spans(request: dict[str, Any]) -> tuple[dict[str, Any], list[Rejected]]:
                 if not isinstance(name, str) or not name.startswith("gen_ai."):
                     continue
                 trace, span_id = _hex(record.get("traceId")), _hex(record.get("spanId"))
+                twice = _duplicate_problem([("the record's attributes", record.get("attributes"))])
+                if twice is not None:
+                    rejected.append(Rejected(f"logRecord[{number}] {name}", twice, raw_text(record)))
+                    continue
                 if not trace or not span_id:
                     # A malformed id is named as /v1/traces names it, not as one left out.
                     malformed = [problem for value, as_hex, field, size in (

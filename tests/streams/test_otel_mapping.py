@@ -460,3 +460,34 @@ def test_a_malformed_parent_span_id_refuses_the_span(parent: str) -> None:
     items = list(span_events({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}))
     assert [type(item).__name__ for item in items] == ["Rejected"]
     assert items[0].reason.startswith(f"parentSpanId {parent!r} is not hex of the right length")
+
+
+def test_a_log_record_with_an_attribute_given_twice_is_refused_naming_it() -> None:
+    from streams.importers.otel import log_spans
+
+    record = {"timeUnixNano": "1765000000000000001", "eventName": "gen_ai.client.inference.operation.details",
+              "traceId": "5b8efff798038103d269b633813fc60d", "spanId": "c000000000000009",
+              "attributes": _attrs(**{"gen_ai.output.messages": "first"}) + _attrs(**{"gen_ai.output.messages": "second"})}
+    _spans, refused = log_spans({"resourceLogs": [{"scopeLogs": [{"logRecords": [record]}]}]})
+    assert [r.reason for r in refused] == [
+        "attribute 'gen_ai.output.messages' is given twice in the record's attributes with different values "
+        "(OTLP: each key once per list); send the one that holds"]
+
+
+def test_a_protobuf_span_with_an_attribute_given_twice_is_refused() -> None:
+    """Protobuf's repeated KeyValue keeps both copies through the receiver's decoding."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    from planner.otlp import decode_request
+
+    request = ExportTraceServiceRequest()
+    span = request.resource_spans.add().scope_spans.add().spans.add()
+    span.trace_id, span.span_id = bytes.fromhex("5b8efff798038103d269b633813fc60c"), bytes.fromhex("eee19b7ec3c1b174")
+    span.start_time_unix_nano, span.end_time_unix_nano = 1764579600 * 10**9, 1764579601 * 10**9
+    for key, value in (("gen_ai.operation.name", "chat"), ("gen_ai.conversation.id", "a"),
+                       ("gen_ai.conversation.id", "b")):
+        attribute = span.attributes.add()
+        attribute.key, attribute.value.string_value = key, value
+    items = list(span_events(decode_request(request.SerializeToString(), "application/x-protobuf")))
+    assert [type(item).__name__ for item in items] == ["Rejected"]
+    assert "'gen_ai.conversation.id' is given twice" in items[0].reason
