@@ -1039,6 +1039,16 @@ def _claude_shaped(line: dict[str, Any]) -> dict[str, Any]:
             or "content" in message or not isinstance(message.get("parts"), list):
         return line
     role = "assistant" if line["type"] == "assistant" else "user"
+    subtype = line.get("subtype")
+    if role == "user" and subtype == "mid_turn_user_message":
+        # What the user typed while tools ran, handed to the model inside the running turn
+        # (its parts say "[User message received during tool execution]: …", displayText the
+        # words typed): Claude Code's queued_command attachment, which tells it in that turn.
+        shown = line.get("systemPayload")
+        typed = shown.get("displayText") if isinstance(shown, dict) else None
+        prompt = typed if isinstance(typed, str) and typed.strip() else message["parts"]
+        return {**line, "type": "attachment", "attachment": {
+            "type": "queued_command", "commandMode": "prompt", "prompt": prompt}}
     status = line.get("toolCallResult")
     failed = isinstance(status, dict) and status.get("status") in ("error", "cancelled")
     blocks = [block for index, part in enumerate(message["parts"])
@@ -1053,7 +1063,10 @@ def _claude_shaped(line: dict[str, Any]) -> dict[str, Any]:
             shaped["usage"] = {name: usage[key] for key, name in (
                 ("promptTokenCount", "input_tokens"), ("candidatesTokenCount", "output_tokens"),
                 ("cachedContentTokenCount", "cache_read_input_tokens")) if key in usage}
-    return {**line, "type": role, "message": shaped}
+    # A notification or a cron-fired prompt Qwen Code hands the model as a user message is no
+    # human turn: Claude Code's isMeta line.
+    meta = {"isMeta": True} if role == "user" and subtype in ("notification", "cron") else {}
+    return {**line, "type": role, "message": shaped, **meta}
 
 
 def _part_block(part: Any, fallback_id: str, failed: bool) -> dict[str, Any] | None:

@@ -406,7 +406,12 @@ def _qwen_lines() -> list[dict]:
                                                                     "args": {"path": "."}}},
                                                   {"functionCall": {"id": "call_2", "name": "read_file",
                                                                     "args": {"path": "gone.py"}}}]}),
-        record("t1", "a1", 3, "tool_result", message=answer("call_1", "list_directory", {"output": "app.py"}),
+        record("m1", "a1", 3, "user", subtype="mid_turn_user_message", systemPayload={"displayText": "skip tests/"},
+               message={"role": "user", "parts": [{"text": "\n[User message received during tool execution]: "
+                                                           "skip tests/"}]}),
+        record("n1", "m1", 3, "user", subtype="notification", systemPayload={"displayText": "Task done"},
+               message={"role": "user", "parts": [{"text": "<task-notification>b1 completed</task-notification>"}]}),
+        record("t1", "n1", 3, "tool_result", message=answer("call_1", "list_directory", {"output": "app.py"}),
                toolCallResult={"callId": "call_1", "status": "success"}),
         record("t2", "t1", 3, "tool_result", message=answer("call_2", "read_file", {"error": "no such file"}),
                toolCallResult={"callId": "call_2", "status": "error"}),
@@ -433,12 +438,18 @@ def test_a_qwen_code_transcript_imports_as_the_claude_code_lines_it_amounts_to(t
             for e in events if e["type"] in ("message", "tool.call", "tool.result")] == [
         ("message", "user", "list the files"), ("message", "assistant", "Listing first."),
         ("tool.call", "assistant", "list_directory"), ("tool.call", "assistant", "read_file"),
+        ("message", "user", "skip tests/"), ("message", "user", "<task-notification>b1 completed</task-notification>"),
         ("tool.result", "tool", "list_directory"), ("tool.result", "tool", "read_file"),
         ("message", "assistant", "Only app.py is there.")]
     results = [(e["fields"]["status"], e["fields"]["output"]) for e in events if e["type"] == "tool.result"]
     assert results == [("ok", "app.py"), ("error", "no such file")]
     thinking = next(e for e in events if e["fields"].get("kind") == "thinking")
     assert thinking["visibility"] == "hidden" and thinking["fields"]["usage"] == {"inputTokens": 100, "outputTokens": 20}
+    # What the user typed while the tools ran is a user message of the running turn, as Claude
+    # Code's queued prompt; a notification is hidden context; neither starts a turn.
+    said = {e["fields"]["text"]: e for e in events if e["type"] == "message" and e["role"] == "user"}
+    assert (said["skip tests/"]["fields"].get("kind"), said["skip tests/"]["visibility"]) == ("queued", "visible")
+    assert said["<task-notification>b1 completed</task-notification>"]["visibility"] == "hidden"
     assert len({e["turnId"] for e in events if e["type"] in ("message", "tool.call", "tool.result")}) == 1
     # Followed as it is written: what the one-shot import appends, its title (written last)
     # in a second session.started, as a Claude Code session's late title.
