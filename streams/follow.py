@@ -1173,8 +1173,9 @@ def _new_events(entries: list[Accepted | Rejected], seen: dict[str, bytes | None
                     entry.record,
                     f"event already in log {entry.event.get('logId')!r} with other content: eventId "
                     f"{event_id!r} names another event there (another file or conversation uses the "
-                    "same ids); the first copy stands and this one was not appended: give the "
-                    "conversation an id of its own, or import it into another log (--log)",
+                    "same ids, or an earlier release's importer read this record otherwise); the first "
+                    "copy stands and this one was not appended: give the conversation an id of its "
+                    "own, or import it into another log (--log)",
                     mine.decode("utf-8", "replace"), log_id=str(entry.event.get("logId") or "") or None))
             continue
         seen[event_id] = None
