@@ -71,7 +71,8 @@ def _candidates(length: int) -> re.Pattern[str]:
 
 def memory_fingerprint() -> list[str]:
     """What decides the recall, for the policy hash."""
-    return [str(MAX_REMEMBERED), str(_PRINT_HEX), _CANDIDATE, "calls:0"]
+    # "calls": a call whose command prints a secret, and context.printed_secret's reading of its result.
+    return [str(MAX_REMEMBERED), str(_PRINT_HEX), _CANDIDATE, "calls: one token of 8-512, a letter and a digit, or random"]
 
 
 class Recall:
