@@ -59,11 +59,12 @@ _Q = r"b?(?P<q>['\"])"  # a Python bytes literal's b too: Fernet(b'…'), hmac.n
 _CALLS = (
     # smtplib / imaplib / ftplib / poplib's login(user, password), .NET's NetworkCredential and
     # Java's credential classes: the second argument is the password.
-    RegexRule(name="password-assignment", lower_triggers=(".login(", "credential(", "credentials(", "authentication("),
+    # 2.18: MongoDB's db.auth(USER, "PASSWORD") too.
+    RegexRule(name="password-assignment", lower_triggers=(".login(", ".auth(", "credential(", "credentials(", "authentication("),
               group="value", check=_quoted_value,
               description="login(USER, \"PASSWORD\") / NetworkCredential(USER, \"PASSWORD\") / "
                           "UsernamePasswordCredentials / PasswordAuthentication (2.12)",
-              pattern=re.compile(r"(?:\.login|(?:Network|UsernamePassword|Password|Basic)Credentials?|PasswordAuthentication)"
+              pattern=re.compile(r"(?:\.login|\.auth|(?:Network|UsernamePassword|Password|Basic)Credentials?|PasswordAuthentication)"
                                  r"\([ \t]*[^,()\r\n]{1,128},[ \t]*" + _Q + r"(?P<value>[^'\"\r\n]{1,256})(?P=q)[ \t]*[,)]",
                                  re.ASCII | re.IGNORECASE)),
     # ftplib.FTP(host, user, password): the third argument.

@@ -79,8 +79,11 @@ class AssignmentRule(Rule):
 
     _pattern = re.compile(
         r"(?:passw(?:or)?ds?|passphrase|pass|pwd|secret|token|credential|cookie|auth|key)"
-        r"[A-Za-z0-9_.-]{0,48}(?P<close>\\?[\"']?)[ \t]*"
-        r"(?P<sep>:=|=>|=(?![=~])|:(?![:/\\]))[ \t]*"
+        # 2.18: the closing bracket after a variable's name in capitals (`env[DB_PASSWORD] = X`, php-fpm's
+        # pool files; `[password]: URL` is a markdown link's label) and make's conditional `?=`
+        # (`DB_PASSWORD ?= X`).
+        r"[A-Za-z0-9_.-]{0,48}(?P<close>\\?[\"']?(?:(?-i:(?<=[A-Z0-9]))\])?)[ \t]*"
+        r"(?P<sep>:=|=>|\?=|=(?![=~])|:(?![:/\\]))[ \t]*"
         r"(?:\\?\"(?P<dq>[^\"\\\r\n]{1,4096})\\?\"|'(?P<sq>[^'\r\n]{1,4096})'"
         # 2.12: a NUL ends a bare value (/proc/PID/environ, env -0 separate their entries so).
         r"|(?P<bare>[^\s\"'`,;<>|{}()\x00]{1,4096})(?P<eol>(?=[ \t]*(?:$|\r?\n|[,;&})\x00])))?)",
@@ -88,14 +91,17 @@ class AssignmentRule(Rule):
     )
     _flag = re.compile(
         # 2.15: a name ending in `-pass` too (`--admin-pass X`, `--db-pass`); `--pass` alone is judged as a bare pass.
-        r"--(?<![A-Za-z0-9_-]--)(?P<name>[A-Za-z0-9-]{0,24}(?:password|passwd|passphrase|token|secret|api-key|apikey|key|(?<=-)pass(?![A-Za-z]))"
+        # 2.18: or one dash before a password word's name (`isql-fb -password X`, Java tools' `-keystorePassword X`).
+        r"(?:--(?<![A-Za-z0-9_-]--)|-(?<![A-Za-z0-9_-]-)(?=[A-Za-z]{0,24}(?:password|passwd|passphrase)[ \t]))"
+        r"(?P<name>[A-Za-z0-9-]{0,24}(?:password|passwd|passphrase|token|secret|api-key|apikey|key|(?<=-)pass(?![A-Za-z]))"
         r"[A-Za-z0-9-]{0,24})[ \t]+(?:\"(?P<dq>[^\"\r\n]{1,4096})\"|'(?P<sq>[^'\r\n]{1,4096})'"
         r"|(?P<bare>[^\s\"'|;&-][^\s\"'|;&]*(?:&[^\s\"'|;&]+)*))",
         re.ASCII | re.IGNORECASE,
     )
     _xml = re.compile(
         r"</?(?<=<)(?P<name>[A-Za-z0-9_.:-]{0,32}(?:passw(?:or)?d|passphrase|(?:store|key)pass|secret|token|api[_-]?key)[A-Za-z0-9_.:-]{0,32})>"
-        r"(?P<bare>[^<\r\n]{1,4096})</",
+        # 2.18: or a CDATA section's content (`<password><![CDATA[X]]></password>`).
+        r"(?:<!\[CDATA\[(?P<sq>[^\]\r\n]{1,4096})\]\]>|(?P<bare>[^<\r\n]{1,4096}))</",
         re.ASCII | re.IGNORECASE,
     )
 
@@ -135,7 +141,7 @@ class AssignmentRule(Rule):
     def fingerprint(self) -> list[str]:
         named = [f"{name}={rule}" for name, rule in sorted(_NAMED.items())]
         return [*super().fingerprint(), *_KEYWORDS, *named, self._pattern.pattern, self._flag.pattern, self._xml.pattern,
-                self._prose.pattern, self._prose_password.pattern, _FLAG_WORDS.pattern, *sorted(_SHORT_PASSWORD_WORDS), *sorted(_SECRET_SEPARATORS), _UUID.pattern, _IDENTIFIER.pattern, _FLAG.pattern, _password_like.__qualname__,
+                self._prose.pattern, self._prose_password.pattern, _FLAG_WORDS.pattern, _ONE_DASH_FLAG.pattern, *sorted(_SHORT_PASSWORD_WORDS), *sorted(_SECRET_SEPARATORS), _UUID.pattern, _IDENTIFIER.pattern, _FLAG.pattern, _password_like.__qualname__,
                 _in_sentence.__qualname__, _password_in_sentence.__qualname__, _SHORT_NAME.pattern,
                 _secret_in_sentence.__qualname__, _WORD_BEFORE.pattern, _inside_marker.__qualname__,
                 _SAID_STEP.pattern, _GOES_ON.pattern, _GOES_ON_MARKER.pattern, _goes_on.__qualname__, _SAID_VALUE.pattern, str(_SAID_WORDS), _PASSPHRASE.pattern, *sorted(_NOT_THE_SECRET),
@@ -154,7 +160,7 @@ class AssignmentRule(Rule):
         if len(text) < _SHORTEST_PROSE and not any(separator in text for separator in "=:-<"):
             return text  # neither an assignment, a flag, an XML element nor a sentence with a value
         found: list[tuple[int, int, str]] = []
-        if "--" in text:
+        if "--" in text or ("-" in text and "pass" in scan.lower() and _ONE_DASH_FLAG.search(scan.lower()) is not None):
             found += self._spans(text, self._flag.finditer(text), kind="flag")
         if "</" in text:
             found += self._spans(text, self._xml.finditer(text), kind="xml")
@@ -862,9 +868,20 @@ CREDENTIAL_SPACE_RULE = RegexRule(
 # `Xk9#mPq2z` on staging"), code spans and bold marks around either; the password judged as above.
 # 2.16: USER with PASSWORD ("Log in as root with fw9*RWS63 and change it"), which holds a symbol
 # or looks random: after "with" come ways to log in too ("with OAuth2.0", "with Hunter2FA").
+# 2.18: a one-dash password flag (`-password X`) is read only in a text that holds one: the flag reading
+# is case-insensitive and tried at every dash, which a text without "--" is spared.
+_ONE_DASH_FLAG = re.compile(r"(?<![a-z0-9_-])-[a-z]{0,24}pass(?:word|wd|phrase)[ \t]", re.ASCII)
+
+
+# 2.18: also a word and three digits or more, a year or a count as people build passwords ("with
+# Hunter2024"); a way to log in carries a version's one or two (OAuth2, FIDO2, Hunter2FA).
+_WORD_AND_NUMBER = re.compile(r"[A-Za-z]{3,}[A-Za-z0-9]*[0-9]{3,}[A-Za-z0-9]*", re.ASCII)
+
+
 def _login_pair(match: re.Match[str]) -> bool:
     value = match.group("value")
-    if match.group("with") and not (any(c in "!#$%&*+=?@^~" for c in value) or looks_random(value)):
+    if match.group("with") and not (any(c in "!#$%&*+=?@^~" for c in value) or looks_random(value)
+                                    or (_WORD_AND_NUMBER.fullmatch(value) and not _VERSION.fullmatch(value))):
         return False
     return _credential_space(match)
 
@@ -940,7 +957,9 @@ DEVICE_SECRET_RULES = (
         name=_PROSE, lower_triggers=("passcode", "pass code", "pass-code"), anchored=True, check=_passcode, group="value",
         description="a passcode: 4-32 characters with a digit after the word",
         pattern=re.compile(
-            r"(?<![A-Za-z0-9_-])pass[ \t-]?codes?(?![A-Za-z0-9_-])" + _DEVICE_BETWEEN + _DEVICE_SAID
+            r"(?<![A-Za-z0-9_-])pass[ \t-]?codes?(?![A-Za-z0-9_-])"
+            # 2.18: or any few words on, up to the sentence's is / was ("the passcode they texted me was X").
+            r"(?:(?:[ \t]+[A-Za-z'-]{1,20}){1,6}?(?=[ \t]+(?:is|was)[ \t]))?" + _DEVICE_BETWEEN + _DEVICE_SAID
             + r"(?P<value>[A-Za-z0-9!#$%&*+?@^_~-]{4,32})(?![A-Za-z0-9!#$%&*+?@^_~-])",
             re.ASCII | re.IGNORECASE),
     ),

@@ -152,10 +152,23 @@ _AZURE_SAS = RegexRule(
 _URL_SIGNATURE = RegexRule(
     name="url-signature",
     needs=frozenset("="),
-    lower_triggers=("signature=", "security-token="),
-    description="signature= / X-Amz-Signature= / X-Goog-Signature= / X-Amz-Security-Token= of a signed URL",
-    pattern=re.compile(r"(?<=[?&;])(?:x-amz-signature|x-goog-signature|signature|x-amz-security-token)="
+    lower_triggers=("signature=", "security-token=", "hmac="),
+    description="signature= / X-Amz-Signature= / X-Goog-Signature= / X-Amz-Security-Token= / hmac= of a signed URL",
+    # 2.18: hmac= (Shopify's and others' signed install and webhook URLs), the same signature by another name.
+    pattern=re.compile(r"(?<=[?&;])(?:x-amz-signature|x-goog-signature|signature|x-amz-security-token|hmac)="
                        r"(?P<value>[A-Za-z0-9%+/=_.~-]{16,})", re.ASCII | re.IGNORECASE),
+    group="value",
+)
+
+# 2.18: a CAS service or proxy ticket in a URL (`?ticket=ST-1234-…`): whoever presents it first is
+# logged in as its user. Only the tickets' own shape (ST- / PT- / TGT- / PGT-, a serial, a random
+# part): a `?ticket=JIRA-1234` is an issue.
+_CAS_TICKET = RegexRule(
+    name="url-token",
+    needs=frozenset("="),
+    lower_triggers=("ticket=",),
+    description="a CAS ticket (ST- / PT- / TGT- / PGT-) in a URL's ticket= (2.18)",
+    pattern=re.compile(r"(?<=[?&;])ticket=(?P<value>(?:ST|PT|TGT|PGT)-[0-9]+-[A-Za-z0-9._-]{10,})", re.ASCII),
     group="value",
 )
 
@@ -254,7 +267,8 @@ def _htpasswd_stdout(match: re.Match[str]) -> bool:
 # SQL's IDENTIFIED BY (2.10) is English too ("the type identified by full_name"): only in a
 # statement naming a user or a role before it on its line (CREATE / ALTER USER, GRANT … TO), with
 # the password quoted or the keyword written in capitals as statements are.
-_SQL_ACCOUNT = re.compile(r"\b(?:user|role|login|grant)\b", re.ASCII | re.IGNORECASE)
+# 2.18: mysql's history file (`~/.mysql_history`, libedit's) writes each space as `\040`.
+_SQL_ACCOUNT = re.compile(r"(?:\b|(?<=\\040))(?:user|role|login|grant)\b", re.ASCII | re.IGNORECASE)
 
 
 def _sql_identified(match: re.Match[str]) -> bool:
@@ -284,6 +298,8 @@ def _expect_send(match: re.Match[str]) -> bool:
 
 def _echoed_to_file(match: re.Match[str]) -> bool:
     value = match.group("value").strip("'\"")
+    if match.group("envfile") is not None and "=" in value:
+        return False  # 2.18: `echo NODE_ENV=production > .env` is an assignment, judged by its name
     return (_cli_value(match) and any(c.isalpha() for c in value)
             and any(c.isdigit() or c.isupper() or c in "!#$%&*+=?@^~" for c in value))
 
@@ -307,9 +323,21 @@ _REDIS_PROMPT = re.compile(r"(?:[0-9]:[0-9]{2,5}|redis|\])(?:\[[0-9]{1,2}\])?>[ 
 
 
 def _redis_prompt(match: re.Match[str]) -> bool:
-    """AUTH typed at a redis-cli prompt (`127.0.0.1:6379> AUTH X`, `redis> AUTH default X`), not the word in prose."""
+    """AUTH typed at a redis-cli prompt (`127.0.0.1:6379> AUTH X`, `redis> AUTH default X`), not the word in prose.
+
+    2.18: or the command in capitals starting its line, as `~/.rediscli_history` and a script of
+    commands hold it (`AUTH X`, a value with a letter and a digit or a symbol: "AUTH failed" stays)."""
     text, start = match.string, match.start()
-    return _REDIS_PROMPT.search(text, max(0, start - 80), start) is not None and _cli_value(match)
+    if not _cli_value(match):
+        return False
+    if _REDIS_PROMPT.search(text, max(0, start - 80), start) is not None:
+        return True
+    value = match.group("value").strip("'\"")
+    line_start = text.rfind("\n", max(0, start - 80), start)
+    if line_start == -1 and start > 80:
+        return False
+    return (text.startswith("AUTH", start) and not text[line_start + 1: start].strip()
+            and any(c.isalpha() for c in value) and not value.isalpha())
 
 
 # A secret piped into a command that reads one from stdin: --password-stdin, gh's --with-token,
@@ -319,6 +347,8 @@ _PIPED_SECRET = (
     r"(?=[^\r\n;&]*?(?:--password-stdin|--with-token|\bsecrets?[ \t]+(?:create|versions[ \t]+add|set)\b"
     r"|\benv[ \t]+add\b|--data-file[= ]-|\bauth[ \t]+login\b|\bchpasswd\b|\b(?:smb)?passwd\b"
     r"|\bsecret[ \t]+put\b|\bsecrets:set\b|\benv:set\b"
+    # 2.18: Kerberos' kinit, cryptsetup's passphrase, gpg --passphrase-fd 0, vault login - (a token).
+    r"|\bkinit\b|\bcryptsetup\b|--passphrase-fd[ =]0\b|\bvault[ \t]+login[ \t]+-(?![A-Za-z0-9-])"
     # 2.9: sudo -S / --stdin reads the user's password from the pipe
     r"|\bsudo[ \t]+(?:-[A-Za-z]*S[A-Za-z]*\b|--stdin\b)))"
 )
@@ -349,8 +379,11 @@ _CLI_FLAG_PASSWORDS = (
     # pass.log`, `echo 0 > pass_count`).
     _cli_rule(("echo", "printf"), "echo SECRET > a file whose name says it holds a secret (2.16)",
               r"\b(?:echo|printf)(?:[ \t]+-[neE]+)*[ \t]+(?P<value>'[^'\s]{6,}'|\"[^\"$\s]{6,}\"|[^\s'\"$|;&`<>]{6,})"
-              r"[ \t]*>>?[ \t]*['\"]?(?:[^\s'\";&|<>]*/)?[^\s/'\";&|<>]*"
-              r"(?i:pass|secret|token|cred|api[_-]?key)[^\s/'\";&|<>]*['\"]?(?=[\s;&|)]|$)",
+              r"[ \t]*>>?[ \t]*['\"]?(?:[^\s'\";&|<>]*/)?(?:[^\s/'\";&|<>]*"
+              r"(?i:pass|secret|token|cred|api[_-]?key)[^\s/'\";&|<>]*"
+              # 2.18: or an environment file (`.env`, `.env.local`, `prod.env`, `.envrc`), which
+              # holds secrets whatever its lines are named.
+              r"|(?P<envfile>\.env(?:rc|\.[A-Za-z0-9_-]+)?|[A-Za-z0-9_-]+\.env))['\"]?(?=[\s;&|)]|$)",
               _echoed_to_file),
     # 2.8: SQL Server's tools take -P PASSWORD (sqlcmd, bcp, osql, isql), and gh secret set NAME
     # --body / -b VALUE sets a repository secret from its argument.
@@ -391,7 +424,7 @@ _CLI_FLAG_PASSWORDS = (
                                  r"(?P<value>\"[^\"\r\n]+\"|[^\s\"/*|&<>][^\s|&<>]*)", re.ASCII | re.IGNORECASE)),
     RegexRule(name="cli-password", lower_triggers=("identified",), group="value", check=_sql_identified, anchored=True,
               description="SQL IDENTIFIED [WITH PLUGIN] BY 'PASSWORD'",
-              pattern=re.compile(r"\bIDENTIFIED(?:[ \t]+WITH[ \t]+[A-Za-z_]{1,40})?[ \t]+BY[ \t]+(?!PASSWORD\b|VALUES\b)"
+              pattern=re.compile(r"(?:\b|(?<=\\040))IDENTIFIED(?:(?:[ \t]|\\040)+WITH(?:[ \t]|\\040)+[A-Za-z_]{1,40})?(?:[ \t]|\\040)+BY(?:[ \t]|\\040)+(?!PASSWORD\b|VALUES\b)"
                                  r"(?P<value>'[^'\r\n]+'|\"[^\"\r\n]+\"|[A-Za-z0-9!#$%*+./=?@^_~-]+)",
                                  re.ASCII | re.IGNORECASE)),
     # 2.10: ssh-keygen's new and old passphrases (-N / -P; -N '' is none), Oracle's clients' USER/PASSWORD
@@ -513,6 +546,23 @@ _CLI_FLAG_PASSWORDS = (
               r"jdbc:oracle:(?:thin|oci8?):[A-Za-z][A-Za-z0-9_$#]{0,63}/(?P<value>[^\s/'\"]+?)@(?=[^\s@'\"]*(?:['\"]|\s|$))"),
     _cli_rule(("insecure-password",), "HAProxy userlist: user NAME insecure-password PASSWORD",
               r"\binsecure-password[ \t]+(?P<value>'[^'\r\n]+'|\"[^\"\r\n]+\"|" + _BARE_ARG + ")"),
+    # 2.18: Vertica's vsql -w, the clients whose login or auth takes the key as its argument (wandb
+    # login KEY, snyk auth TOKEN), rclone obscure PASSWORD, and the password hashers that take the
+    # password on their command line (mkpasswd [-m METHOD] X, slappasswd -s X, doveadm pw -p X, caddy
+    # hash-password --plaintext X): the hash they print is no secret of its own, the argument is.
+    _cli_rule(("vsql",), "vsql -w PASSWORD (2.18)",
+              r"(?<![A-Za-z0-9_])vsql\b[^\r\n|;&]*?[ \t]-w[ \t]*" + _QUOTED_OR_BARE),
+    _cli_rule(("wandb", "snyk"), "wandb login KEY, snyk auth TOKEN (2.18)",
+              r"(?<![A-Za-z0-9_-])(?:wandb[ \t]+login|snyk[ \t]+auth)(?:[ \t]+--(?:relogin|anonymously|verify|cloud)"
+              r"|[ \t]+--(?:host|auth-type)(?:=|[ \t]+)[^\s|;&]+)*[ \t]+(?P<value>'[^'\r\n]+'|\"[^\"\r\n]+\"|" + _BARE_ARG + ")"),
+    _cli_rule(("rclone",), "rclone obscure PASSWORD (2.18)",
+              r"rclone(?<![A-Za-z0-9_]rclone)[ \t]+obscure[ \t]+(?P<value>'[^'\r\n]+'|\"[^\"\r\n]+\"|" + _BARE_ARG + ")"),
+    _cli_rule(("mkpasswd", "slappasswd", "doveadm", "hash-password"),
+              "mkpasswd [-m METHOD] X, slappasswd -s X, doveadm pw -p X, caddy hash-password --plaintext X (2.18)",
+              r"(?:mkpasswd(?<![A-Za-z0-9_]mkpasswd)(?:[ \t]+(?:-[mSR][ \t]*[^\s|;&-][^\s|;&]*|--(?:method|salt|rounds)=[^\s|;&]+))*[ \t]+"
+              r"|slappasswd(?<![A-Za-z0-9_]slappasswd)\b[^\r\n|;&]*?[ \t]-s[ \t]+|doveadm[ \t]+pw\b[^\r\n|;&]*?[ \t]-p[ \t]+"
+              r"|caddy[ \t]+hash-password\b[^\r\n|;&]*?[ \t](?:--plaintext|-p)(?:=|[ \t]+))"
+              r"(?P<value>'[^'\r\n]+'|\"[^\"\r\n]+\"|" + _BARE_ARG + ")"),
     RegexRule(name="cli-password", lower_triggers=("set password",), group="value", check=_cli_value, anchored=True,
               description="MySQL SET PASSWORD [FOR USER] = [PASSWORD(]'X'[)] (2.12)",
               pattern=re.compile(r"set[ \t]+password\b[^\r\n;=]{0,120}=[ \t]*(?:(?:old_)?password[ \t]*\([ \t]*)?"
@@ -583,10 +633,11 @@ class CodeCredentialRule(Rule):
         r"\[[ \t]*(['\"])(?P<name>[A-Za-z0-9_.-]{1,64})\1[ \t]*\][ \t]*=(?![=~>])"
         r"[ \t]*(['\"])(?P<value>[^'\"\r\n]{1,512})\3", re.ASCII)
     _call = re.compile(
-        r"\b(?:define|setdefault|putenv|setenv|Setenv|set_env|SetEnvironmentVariable)\([ \t]*(['\"])(?P<name>[A-Za-z0-9_.-]{1,64})\1[ \t]*,"
+        # 2.18: Java's System.setProperty / Properties.setProperty("db.password", "…") too.
+        r"\b(?:define|setdefault|putenv|setenv|Setenv|set_env|SetEnvironmentVariable|setProperty)\([ \t]*(['\"])(?P<name>[A-Za-z0-9_.-]{1,64})\1[ \t]*,"
         r"[ \t]*(['\"])(?P<value>[^'\"\r\n]{1,512})\3", re.ASCII)
     # 2.8: PowerShell's [Environment]::SetEnvironmentVariable('DB_PASS', '...', 'Machine').
-    _calls = ("define(", "setdefault(", "putenv(", "setenv(", "set_env(", "setenvironmentvariable(")
+    _calls = ("define(", "setdefault(", "putenv(", "setenv(", "set_env(", "setenvironmentvariable(", "setproperty(")
     # 2.15: a default a program falls back to when the variable is unset is the secret written in
     # code: os.getenv("DB_PASSWORD", "X"), os.environ.get, Ruby's ENV.fetch, Laravel's env(), Node's
     # process.env.DB_PASSWORD || "X" (`??` too).
@@ -730,6 +781,51 @@ class EnvListRule(Rule):
         return replace_spans(text, found, hits)
 
 
+class LabelledCellRule(Rule):
+    """The value in the markup cell right after a label naming a secret (2.18): an HTML table's row
+    (`<td>password</td><td>X</td>`, `<th>`), an HTML definition list (`<dt>Password</dt><dd>X</dd>`) and
+    markdown's (`Admin password` over `: X`). The label is judged as an assignment's name and the value
+    as a table's cell: under a password name one token with a letter and a digit or a symbol, under
+    another secret name a value that looks random (`<td>token</td><td>required</td>` stays)."""
+
+    _html = re.compile(
+        r"<(?P<open>t[dh]|dt)(?:[ \t][^<>\r\n]{0,200})?>[ \t\r\n]*(?P<label>[^<>\r\n]{1,48}?)[ \t\r\n]*</(?P=open)>[ \t\r\n]*"
+        r"<(?P<cell>td|dd)(?:[ \t][^<>\r\n]{0,200})?>[ \t\r\n]*(?:<(?:code|b|strong|kbd|samp)>)?(?P<value>[^<>\s]{1,256})"
+        r"(?:</(?:code|b|strong|kbd|samp)>)?[ \t\r\n]*</(?P=cell)>", re.ASCII | re.IGNORECASE)
+    _definition = re.compile(r"^(?P<label>[A-Za-z][^\r\n:|<>`]{0,47})\r?\n:[ \t]+(?P<value>[^\s`]{1,256})[ \t]*\r?$",
+                             re.ASCII | re.MULTILINE)
+
+    def __init__(self) -> None:
+        super().__init__(name="password-assignment", lower_triggers=("</td>", "</th>", "</dt>", "\n: "),
+                         description="an HTML table's or definition list's cell, or a markdown definition, after a label "
+                         "naming a secret (2.18)")
+
+    def hit_names(self) -> tuple[str, ...]:
+        return ("password-assignment", "secret-assignment")
+
+    def fingerprint(self) -> list[str]:
+        return [*super().fingerprint(), self._html.pattern, self._definition.pattern, table_secret.__qualname__]
+
+    def apply(self, scan: Scan, hits: dict[str, int]) -> str:
+        text, lowered = scan.text, scan.lower()
+        matches: list[re.Match[str]] = []
+        if "</td>" in lowered or "</th>" in lowered or "</dt>" in lowered:
+            matches += self._html.finditer(text)
+        if "\n: " in text:
+            matches += self._definition.finditer(text)
+        found = []
+        for match in matches:
+            label, value = match.group("label").strip().rstrip(":").strip(), match.group("value")
+            if value.startswith("[REDACTED:") or is_placeholder(value, quoted=False):
+                continue
+            kind = name_class(label)
+            if kind == "password" and table_secret(value):
+                found.append((match.start("value"), match.end("value"), "password-assignment"))
+            elif kind is not None and kind != "password" and looks_random(value):
+                found.append((match.start("value"), match.end("value"), "secret-assignment"))
+        return replace_spans(text, found, hits) if found else text
+
+
 # A markdown table with a password / token / secret / API key column (2.3, later): the header
 # names the secret once and each row's cell holds one ("| grafana | admin | 5PLmd_Ba*oU |").
 class MarkdownTableRule(Rule):
@@ -857,6 +953,13 @@ _PASSWORD_WORDS_ELSEWHERE = (
     "contrasinal", "პაროლი", "գաղտնաբառ", "құпия сөз", "нууц үг", "پاس ورڈ", "کلمہ عبور", "கடவுச்சொல்",
     "పాస్‌వర్డ్", "పాస్వర్డ్", "ಪಾಸ್‌ವರ್ಡ್", "ಪಾಸ್ವರ್ಡ್", "പാസ്‌വേഡ്", "പാസ്വേഡ്", "પાસવર્ડ", "ਪਾਸਵਰਡ", "මුරපදය",
     "የይለፍ ቃል", "စကားဝှက်", "ពាក្យសម្ងាត់", "ລະຫັດຜ່ານ",
+    # 2.18: "key" (an API key) in Dutch, Swedish, Danish / Norwegian, Finnish, Turkish, Czech, Slovak,
+    # Hungarian, Romanian, Greek, Hebrew, Arabic, Persian, Hindi, Indonesian / Malay, Thai, Korean and
+    # Vietnamese ("De API-sleutel is …", "API 키: …", "Khóa API là …"); Korean's and Thai's words only
+    # after "API", alone they are common words.
+    "sleutel", "nyckel", "nøgle", "nøkkel", "avain", "anahtar", "klíč", "kľúč", "kulcs", "cheie", "κλειδί",
+    "מפתח", "مفتاح", "کلید", "कुंजी", "kunci api", "api 키", "api키", "api-키", "คีย์ api", "api คีย์",
+    "khóa api", "khoá api", "khoa api",
 )
 _PASSWORD_CHARS = r"[A-Za-z0-9!#$%&*+\-./<=>?@^_~]"  # printable ASCII but quotes, brackets, , ; : and `
 # 2.9: letters of the alphabets written with spaces between words (Latin, Greek, Cyrillic) too:
@@ -1076,6 +1179,40 @@ _AWS_PROMPT = RegexRule(
     description="the answer to aws configure's \"AWS Secret Access Key [CURRENT]:\" prompt (2.16)",
     pattern=re.compile(r"Secret Access Key[ \t]+\[[^\]\r\n]{0,48}\]:[ \t]*" + _AWS_SECRET, re.ASCII | re.IGNORECASE),
     group="value", check=_aws_secret,
+)
+
+# 2.18: any tool's prompt that shows the current value in brackets and takes the answer after the colon
+# (`Token [None]: X`, `Enter API key [****]: X`, `Password []: X`), as aws configure's does: the line's
+# words before the bracket name a secret (judged as an assignment's name), the answer is one token
+# ending the line. A bracket holding a number is an index (`key [0]: abc1`), no prompt.
+_PROMPT_NAME = re.compile(r"(?:^|(?<=[\s>$\"'`]))(?P<name>[A-Za-z][A-Za-z0-9 _.-]{0,48}?)[ \t]*\[(?P<current>[^\]\r\n]{0,64})\Z", re.ASCII)
+
+
+def _prompt_answer(match: re.Match[str]) -> bool:
+    text, start = match.string, match.start()
+    line_start = text.rfind("\n", max(0, start - 120), start) + 1
+    prompt = _PROMPT_NAME.search(text, max(line_start, start - 120), start)
+    if prompt is None or prompt.group("current").isdigit() or prompt.group("current").startswith("REDACTED:"):
+        return False  # an index (`key [0]: …`), or a marker's bracket, not a prompt's
+    words = prompt.group("name").split()
+    name = "_".join(word for word in words if word.lower() not in ("enter", "new", "your", "the", "current"))
+    value = match.group("value")
+    if not name or value.startswith("[REDACTED:") or is_placeholder(value, quoted=False):
+        return False
+    kind = name_class(name)
+    if kind == "password":
+        return any(c.isalpha() for c in value) and not value.isalpha()
+    if kind == "key":
+        return looks_random(value)  # a bare "key" names a secret only by its value's look
+    return kind is not None and ((any(c.isalpha() for c in value) and any(c.isdigit() for c in value)) or looks_random(value))
+
+
+_PROMPT_ANSWER = RegexRule(
+    name="secret-assignment", lower_triggers=("]:",), anchored=True,
+    description="the answer to a prompt naming a secret that shows its current value in brackets (NAME [CURRENT]: X) (2.18)",
+    # The answer ends its line, also in a JSON string (an escaped line break or the closing quote).
+    pattern=re.compile(r"\]:[ \t]*(?P<value>[^\s'\"`\[\\]{6,512})[ \t]*(?:\r?$|(?=\\[rn]|\"))", re.ASCII | re.MULTILINE),
+    group="value", check=_prompt_answer,
 )
 
 # Twilio's auth token is 32 hex digits that only the account SID beside it names (2.7): `Client(
@@ -1372,6 +1509,8 @@ _SECRET_COMMANDS = (
     r"|lpass[ \t]+show[ \t][^\r\n]*--password|bw[ \t]+get[ \t]+password|doppler[ \t]+secrets[ \t]+get[ \t][^\r\n]*--plain"
     r"|pass[ \t]+show[ \t]|sops[ \t][^\r\n]*--extract)[^\r\n]*",
     r"(?:kubectl|oc)[ \t][^\r\n]*\bsecrets?\b[^\r\n]*\|[ \t]*base64[ \t]+(?:-d|--decode|-D)\b[^\r\n]*",
+    # 2.18: a Secret's value by jsonpath, not decoded (`-o jsonpath='{.data.password}'`: the base64 of it).
+    r"(?:kubectl|oc)[ \t][^\r\n]*\bsecrets?\b[^\r\n]*jsonpath=[^\r\n]*\.data\b[^\r\n]*",
     r"cat[ \t]+[^\s|;&]*(?:master\.key|\.key|secret|token|passw|credential|apikey|api_key|vault[_-]pass)[^\s|;&]*[ \t]*",
     # 2.13: an Erlang distribution cookie (RabbitMQ, CouchDB): 20 capitals, no digit.
     r"cat[ \t]+[^\s|;&]*(?P<ck>\.erlang\.cookie)[ \t]*",
@@ -1382,8 +1521,10 @@ _SECRET_COMMANDS = (
     # a new Consul / Nomad gossip key.
     r"(?:secret-tool[ \t]+lookup|gopass[ \t]+(?:show|cat)|argocd[ \t]+admin[ \t]+initial-password"
     r"|(?:consul|nomad)[ \t]+(?:keygen|operator[ \t]+gossip[ \t]+keyring[ \t]+generate))\b[^\r\n]*",
+    # 2.18: wg genkey (a WireGuard private key) and launchctl getenv NAME.
     r"(?:openssl[ \t]+rand[ \t]+-(?:base64|hex)|pwgen|python3?[ \t]+-c[ \t]+[^\r\n]*secrets\.token_[a-z]+"
-    r"|head[ \t]+-c[ \t]*[0-9]+[ \t]+/dev/urandom)\b[^\r\n]*",
+    r"|head[ \t]+-c[ \t]*[0-9]+[ \t]+/dev/urandom|wg[ \t]+genkey)\b[^\r\n]*",
+    r"launchctl[ \t]+getenv[ \t]+(?P<lc>[A-Za-z_][A-Za-z0-9_]*)[ \t]*",
 )
 # Tried only where a command's first word is (the rule is anchored on them); what stands before it
 # on its line is checked apart: nothing but a prompt, or a `$ ` prompt after a sentence.
@@ -1392,7 +1533,7 @@ _COMMAND_OUTPUT = re.compile(
 _BEFORE_COMMAND = re.compile(r"(?:\A" + _PROMPT + r"|[ \t][$❯➜][ \t]+)\Z")
 _COMMAND_WORDS = ("printenv", "echo", "op ", "aws ", "gh ", "heroku", "az ", "gcloud", "vault", "security", "lpass",
                   "bw ", "doppler", "pass ", "sops", "kubectl", "oc ", "cat ", "openssl", "pwgen", "python", "head ",
-                  "terraform", "tofu", "secret-tool", "gopass", "argocd", "consul", "nomad")
+                  "terraform", "tofu", "secret-tool", "gopass", "argocd", "consul", "nomad", "wg ", "launchctl")
 
 
 def _command_secret(match: re.Match[str]) -> bool:
@@ -1402,7 +1543,7 @@ def _command_secret(match: re.Match[str]) -> bool:
         return False  # a word inside a line (`develop `, `the cat `), not a command it starts
     if match.group("ck") is not None:
         return len(match.group("value")) >= 16 and not match.group("value").startswith("[REDACTED:")
-    name = match.group("env") or match.group("var") or match.group("tf") or match.group("hk")
+    name = match.group("env") or match.group("var") or match.group("tf") or match.group("hk") or match.group("lc")
     if name is not None and name_class(name) is None:
         return False  # printenv PATH, echo $HOME
     value = match.group("value")
@@ -1455,7 +1596,7 @@ _COMMAND_SIGNS = ("printenv", "echo $", 'echo "$', "echo '$", "op read", "op ite
                   "print-identity-token", "versions access", "-field", "-password", "lpass show", "bw get", "secrets get",
                   "pass show", "--extract", "base64 -d", "base64 --decode", "rand -", "pwgen", "secrets.token_",
                   "/dev/urandom", "output -raw", "config:get", "secret-tool lookup", "gopass show", "gopass cat",
-                  "initial-password", "keygen", "keyring generate")
+                  "initial-password", "keygen", "keyring generate", "genkey", "launchctl getenv", "jsonpath=")
 _CAT_SECRET_FILE = re.compile(r"cat[ \t]+[^\s|;&]*(?:key|secret|token|passw|credential|vault[_-]pass|cookie)")
 
 
@@ -1512,6 +1653,17 @@ _PASSWORD_HASH = RegexRule(
         r"|\$argon2(?:id|i|d)\$v=[0-9]{1,3}\$[a-z]=[0-9]+(?:,[a-z]=[0-9]+)*\$[A-Za-z0-9+/]{8,}\$[A-Za-z0-9+/]{16,}"
         r"|\{S?SHA\}[A-Za-z0-9+/]{27,}={0,2}"
         r"|pbkdf2_sha(?:1|256)\$[0-9]{1,9}\$[A-Za-z0-9]{1,64}\$[A-Za-z0-9+/]{20,}={0,2})(?![A-Za-z0-9./+=$])", re.ASCII),
+)
+
+# 2.18: MySQL's mysql_native_password hash (`*` and 40 capital hex digits: SHA1(SHA1(password)), in
+# `mysql.user`'s authentication_string, `SHOW GRANTS`, `IDENTIFIED BY PASSWORD '*…'` and dumps), cracked as
+# fast as SHA-1 runs. No star or word character before it (markdown's `**` bold stays its own).
+_MYSQL_PASSWORD_HASH = RegexRule(
+    name="password-hash", needs=frozenset("*"),
+    description="MySQL mysql_native_password hashes: * + 40 capital hex digits (2.18)",
+    triggers=("*",),
+    pattern=re.compile(r"\*(?<![A-Za-z0-9_*]\*)[0-9A-F]{40}(?![A-Za-z0-9_])", re.ASCII),
+    check=lambda match: any(c.isalpha() for c in match.group(0)) and any(c.isdigit() for c in match.group(0)[1:]),
 )
 
 # PostgreSQL's stored passwords (2.13): `md5` and the 32 hex digits of md5(password || user), and
@@ -1666,12 +1818,85 @@ _LOGIN_AND_DEVICE_PASSWORDS = (
 )
 
 
-CONTEXT_RULES: tuple[Rule, ...] = (_PASSWORD_HASH, _AZURE_SAS, _URL_SIGNATURE, _OAUTH_CODE, _BEARER, _BASIC, _AUTH_SCHEME, *_AWS_PAIR, _AWS_PROMPT, _TWILIO_PAIR, _URL_TOKEN, _MYSQL_PASSWORD, _CLI_PASSWORD, *_CLI_FLAG_PASSWORDS, *_LOGIN_AND_DEVICE_PASSWORDS, _CURL_USER,
+# 2.18: the passwords of plain-text protocols' sessions as a client log, a tcpdump or a tutorial shows
+# them: FTP's and POP3's `PASS X` on a line after the session's `USER` line (within 300 characters: a
+# test runner's `PASS src/app.test.js` has none), IMAP's `TAG LOGIN USER X`, SMTP's answer to `334
+# UGFzc3dvcmQ6` (the base64 of "Password:"), each behind an optional `C: ` / `>>> ` mark; a Consul or
+# Nomad ACL token's `SecretID` / `Secret ID` (a UUID, the token itself); redis-cli's numbered reply
+# to `CONFIG GET requirepass` (the name's line, then its value's); a redis ACL rule's `>PASSWORD` on
+# an `ACL SETUSER` line or an ACL file's `user NAME on …` line; a web server passing a variable to
+# the application (`fastcgi_param NAME VALUE;`, `uwsgi_param`, `scgi_param`, `SetEnv`), judged by its name.
+_SESSION_MARK = r"(?:[CS]:[ \t]*|(?:>>>|->|>)[ \t]*)?"
+_USER_LINE = re.compile(r"(?:^|\n)[ \t]*" + _SESSION_MARK + r"USER[ \t]+[^\s]+", re.ASCII)
+
+
+def _after_user_line(match: re.Match[str]) -> bool:
+    value = match.group("value")
+    return (_USER_LINE.search(match.string, max(0, match.start() - 300), match.start()) is not None
+            and any(c.isalpha() for c in value) and not value.isalpha())
+
+
+def _protocol_value(match: re.Match[str]) -> bool:
+    value = match.group("value")
+    return any(c.isalpha() for c in value) and not value.isalpha() and not is_placeholder(value, quoted=False)
+
+
+_ACL_USER_LINE = re.compile(r"[ \t]*[\"']?user[ \t]+[^\s]+[ \t]+(?:on|off|reset)\b", re.ASCII | re.IGNORECASE)
+
+
+def _redis_acl(match: re.Match[str]) -> bool:
+    """A `>PASSWORD` on its line's ACL SETUSER command or ACL file `user` rule (the line read back 300
+    characters at most; in a JSON string it starts after the last escaped line break)."""
+    text, start = match.string, match.start()
+    line = text[text.rfind("\n", max(0, start - 300), start) + 1 or max(0, start - 300): start].rpartition("\\n")[2]
+    return ("acl setuser " in line.lower() or _ACL_USER_LINE.match(line) is not None) and _protocol_value(match)
+
+
+def _redis_reply(match: re.Match[str]) -> bool:
+    return named_value_rule(match.group("name"), match.group("value")) is not None
+
+
+def _passed_variable(match: re.Match[str]) -> bool:
+    return named_value_rule(match.group("name"), match.group("value").strip("\"'"), quoted=True) is not None
+
+
+PROTOCOL_PASSWORDS = (
+    RegexRule(name="cli-password", triggers=("PASS ",), group="value", check=_after_user_line,
+              description="FTP / POP3 PASS X after the session's USER line (2.18)",
+              pattern=re.compile(r"(?:^|(?<=\n))[ \t]*" + _SESSION_MARK + r"PASS[ \t]+(?P<value>[^\s]{4,256})[ \t]*\r?$",
+                                 re.ASCII | re.MULTILINE)),
+    RegexRule(name="cli-password", triggers=(" LOGIN ",), group="value", check=_protocol_value,
+              description="IMAP TAG LOGIN USER X (2.18)",
+              pattern=re.compile(r"(?:^|(?<=\n))[ \t]*" + _SESSION_MARK + r"[A-Za-z0-9.]{1,12}[ \t]+LOGIN[ \t]+(?:\"[^\"\r\n]{1,128}\"|[^\s]{1,128})"
+                                 r"[ \t]+(?P<value>\"[^\"\r\n]{4,256}\"|[^\s\"]{4,256})[ \t]*\r?$", re.ASCII | re.MULTILINE)),
+    RegexRule(name="cli-password", triggers=("UGFzc3dvcmQ6",), group="value",
+              description="SMTP AUTH LOGIN: the answer to 334 UGFzc3dvcmQ6 (base64 \"Password:\") (2.18)",
+              pattern=re.compile(r"334[ \t]+UGFzc3dvcmQ6[ \t]*\r?\n[ \t]*" + _SESSION_MARK + r"(?P<value>[A-Za-z0-9+/]{4,512}={0,2})[ \t]*\r?$",
+                                 re.ASCII | re.MULTILINE)),
+    RegexRule(name="secret-assignment", triggers=("SecretID", "Secret ID"), group="value",
+              description="a Consul / Nomad ACL token's SecretID / Secret ID (2.18)",
+              pattern=re.compile(r"(?<![A-Za-z])Secret[ ]?ID\"?[ \t]*[:=][ \t]*\"?(?P<value>[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})"
+                                 r"(?![0-9a-f-])", re.ASCII)),
+    RegexRule(name="password-assignment", triggers=tuple(f'{digit}) "' for digit in "13579"), group="value", check=_redis_reply,
+              description="redis-cli's numbered reply: the value after its secret-like name's line (CONFIG GET requirepass) (2.18)",
+              pattern=re.compile(r"(?:^|(?<=\n))[ \t]*[0-9]{1,4}\)[ \t]+\"(?P<name>[A-Za-z0-9_.-]{1,64})\"[ \t]*\r?\n"
+                                 r"[ \t]*[0-9]{1,4}\)[ \t]+\"(?P<value>[^\"\r\n]{1,512})\"", re.ASCII)),
+    RegexRule(name="password-assignment", lower_triggers=("setuser", "user "), group="value", check=_redis_acl,
+              description="a redis ACL rule's >PASSWORD (ACL SETUSER, an ACL file's user line) (2.18)",
+              pattern=re.compile(r">(?<=[ \t]>)(?P<value>[^\s>]{4,256})(?=[ \t]|\r?$)", re.ASCII | re.MULTILINE)),
+    RegexRule(name="password-assignment", lower_triggers=("fastcgi_param", "uwsgi_param", "scgi_param", "setenv "), group="value",
+              check=_passed_variable, anchored=True,
+              description="fastcgi_param / uwsgi_param / scgi_param / SetEnv NAME VALUE under a secret-like NAME (2.18)",
+              pattern=re.compile(r"(?:fastcgi_param|uwsgi_param|scgi_param|SetEnv)[ \t]+(?P<name>[A-Za-z_][A-Za-z0-9_.-]{0,63})[ \t]+"
+                                 r"(?P<value>\"[^\"\r\n]{1,512}\"|'[^'\r\n]{1,512}'|[^\s;\"']{1,512})", re.ASCII | re.IGNORECASE)),
+)
+
+CONTEXT_RULES: tuple[Rule, ...] = (_PASSWORD_HASH, _AZURE_SAS, _URL_SIGNATURE, _OAUTH_CODE, _BEARER, _BASIC, _AUTH_SCHEME, *_AWS_PAIR, _AWS_PROMPT, _PROMPT_ANSWER, _TWILIO_PAIR, _URL_TOKEN, _CAS_TICKET, _MYSQL_PASSWORD, _CLI_PASSWORD, *_CLI_FLAG_PASSWORDS, *_LOGIN_AND_DEVICE_PASSWORDS, _CURL_USER,
                                    _APPID, _REDIS_AUTH, _JENKINS_PASSWORD,
-                                   CookieRule(), CodeCredentialRule(), WindowsEnvRule(), EnvListRule(), MarkdownTableRule(),
+                                   CookieRule(), CodeCredentialRule(), WindowsEnvRule(), EnvListRule(), MarkdownTableRule(), LabelledCellRule(),
                                    _PASSWORD_ELSEWHERE, _CONFIG_PASSWORD, _PGPASS, _NETRC, *_ATTRIBUTE_PAIRS, _USED_AS,
                                    _COMMAND_SECRET, _SHELL_MODE_SECRET, _PUTTY_KEY, *_SECURE_STRING, _DJANGO_KEY,
-                                   SecretDocumentRule(), _PG_PASSWORD_HASH, _NAMED_PARAMETER, _ROUTING_KEY, UserlistRule())
+                                   SecretDocumentRule(), _PG_PASSWORD_HASH, _MYSQL_PASSWORD_HASH, *PROTOCOL_PASSWORDS, _NAMED_PARAMETER, _ROUTING_KEY, UserlistRule())
 
 
 class WrappedTailRule(Rule):

@@ -99,8 +99,8 @@ _PASSPHRASE = RegexRule(
 # one token, not a nested mapping ("password:\n  min_length: 8"), a list or a block scalar.
 _NEXT_LINE = re.compile(r"(?P<indent>[ \t]*)(?P<name>[A-Za-z_][A-Za-z0-9_.-]{0,63}):[ \t]*\r?\n(?P<deeper>[ \t]+)"
                         r"(?P<q>[\"']?)(?P<value>[^\s#|>:\"'-][^\s\"']{0,4095})(?<!:)(?P=q)[ \t]*\r?$", re.ASCII | re.MULTILINE)
-# A CSV header: 2-64 comma-separated names, optionally quoted, filling its line.
-_CSV_HEADER = re.compile(r"[A-Za-z_\"'][A-Za-z0-9_ .,\"'-]{0,2047}?\r?$", re.ASCII | re.MULTILINE)
+# A CSV header: 2-64 comma-separated names, optionally quoted, filling its line (2.18: or tab-separated).
+_CSV_HEADER = re.compile(r"[A-Za-z_\"'][A-Za-z0-9_ .,\t\"'-]{0,2047}?\r?$", re.ASCII | re.MULTILINE)
 _HEADER_CELL = re.compile(r"[A-Za-z_][A-Za-z0-9_ .-]{0,63}", re.ASCII)
 _LINE_WORDS = ("pass", "pwd", "secret", "token", "key")
 
@@ -136,7 +136,7 @@ class KeyedLinesRule(Rule):
                 rule = named_value_rule(value.group("name"), value.group("value"), quoted=bool(value.group("q")))
                 if rule is not None:
                     found.append((*value.span("value"), rule))
-            if "," in text[line: line + 2048]:
+            if "," in text[line: line + 2048] or "\t" in text[line: line + 2048]:
                 done = max(done, self._csv(text, line, found))
         return replace_spans(text, found, hits)
 
@@ -160,7 +160,8 @@ class KeyedLinesRule(Rule):
         header = _CSV_HEADER.match(text, line)
         if header is None:
             return line
-        names = [cell.strip().strip("\"'") for cell in header.group(0).rstrip("\r").split(",")]
+        separator = "\t" if "\t" in header.group(0) else ","
+        names = [cell.strip().strip("\"'") for cell in header.group(0).rstrip("\r").split(separator)]
         if not 2 <= len(names) <= 64 or not all(_HEADER_CELL.fullmatch(name) for name in names):
             return line
         columns = {index: name for index, name in enumerate(names) if name_class(name) is not None}
@@ -170,7 +171,7 @@ class KeyedLinesRule(Rule):
         while row < len(text):
             row_end = text.find("\n", row)
             row_end = len(text) if row_end == -1 else row_end
-            cells = text[row:row_end].rstrip("\r").split(",")
+            cells = text[row:row_end].rstrip("\r").split(separator)
             if len(cells) != len(names):
                 break
             offset = row
@@ -186,5 +187,67 @@ class KeyedLinesRule(Rule):
         return row
 
 
+class SqlInsertRule(Rule):
+    """The values an SQL INSERT gives to a secret-like column (2.18): `INSERT INTO users (name, password)
+    VALUES ('bob', 'X'), ('amy', 'Y')` names the column once, in its column list, and each row's value
+    stands at that column's place (a seed file, a dump, a migration). Quoted values only, judged as
+    assignments under the column's name (`'$2b$…'` is the hash rule's). Each statement is read once,
+    its rows left to right, at most 64 KiB of them."""
+
+    _insert = re.compile(r"insert[ \t]+(?:ignore[ \t]+)?into[ \t]+[^\s(]{1,128}[ \t]*\((?P<columns>[^()\r\n]{1,1024})\)"
+                         r"[ \t\r\n]*values[ \t\r\n]*(?=\()", re.ASCII | re.IGNORECASE)
+    _limit = 65536
+
+    def __init__(self) -> None:
+        super().__init__(name="password-assignment", lower_triggers=("insert into", "insert ignore into"), needs=frozenset("("),
+                         description="an SQL INSERT's values under a secret-like column of its column list (2.18)")
+
+    def fingerprint(self) -> list[str]:
+        return [*super().fingerprint(), self._insert.pattern, str(self._limit)]
+
+    def hit_names(self) -> tuple[str, ...]:
+        return ("password-assignment", "secret-assignment")
+
+    def apply(self, scan: Scan, hits: dict[str, int]) -> str:
+        text, lowered = scan.text, scan.lower()
+        found: list[tuple[int, int, str]] = []
+        at, done = lowered.find("insert"), 0
+        while at != -1:
+            statement = self._insert.match(text, at) if at >= done else None
+            if statement is not None:
+                names = [name.strip().strip("`\"[]'") for name in statement.group("columns").split(",")]
+                columns = {index: name for index, name in enumerate(names) if name_class(name) is not None}
+                done = self._rows(text, statement.end(), columns, found) if columns else statement.end()
+            at = lowered.find("insert", max(at + 1, done))
+        return replace_spans(text, found, hits) if found else text
+
+    def _rows(self, text: str, at: int, columns: dict[int, str], found: list[tuple[int, int, str]]) -> int:
+        """Reads `(v, …), (v, …)` from ``at``; returns where the rows end."""
+        end = min(len(text), at + self._limit)
+        while at < end and text[at] == "(":
+            at, index = at + 1, 0
+            while at < end and text[at] != ")":
+                if text[at] in "'\"":
+                    quote, start = text[at], at + 1
+                    at = start
+                    while at < end and not (text[at] == quote and text[at + 1: at + 2] != quote):
+                        at += 2 if text[at] in ("\\", quote) else 1
+                    value = text[start:at]
+                    rule = named_value_rule(columns[index], value) if index in columns and value else None
+                    if rule is not None and not value.startswith("[REDACTED:") and "\n" not in value:
+                        found.append((start, at, rule))
+                    at += 1
+                elif text[at] == ",":
+                    index, at = index + 1, at + 1
+                elif text[at] in "\r\n;":
+                    return at  # not a row: a statement cut short or something else
+                else:
+                    at += 1
+            at += 1
+            while at < end and text[at] in " \t\r\n,":
+                at += 1
+        return at
+
+
 LAYOUT_RULES: tuple[Rule, ...] = (_typed_rule("password-assignment"), _typed_rule("secret-assignment"), _JWK, _IPSEC,
-                                  _SEED, _PASSPHRASE, KeyedLinesRule())
+                                  _SEED, _PASSPHRASE, KeyedLinesRule(), SqlInsertRule())

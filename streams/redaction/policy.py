@@ -1,4 +1,4 @@
-"""Redaction policy v2.17: the options a deployment chooses, and the hash that names them.
+"""Redaction policy v2.18: the options a deployment chooses, and the hash that names them.
 
 The hash covers the policy version, every rule's name, triggers and pattern, the entropy
 thresholds, how wrapped lines are rejoined, which JSON literals are read decoded and every option, so an index built under one policy can never be mistaken for

@@ -139,6 +139,15 @@ def _jwt_like(match: re.Match[str]) -> bool:
     return any(key in decoded for key in _JWT_KEYS)
 
 
+def _jwe_header(match: re.Match[str]) -> bool:
+    header = match.group(0).partition(".")[0]
+    try:
+        decoded = base64.urlsafe_b64decode(header + "=" * (-len(header) % 4))
+    except (binascii.Error, ValueError):
+        return False
+    return b'"enc"' in decoded
+
+
 _U, _D, _P = UNDERSCORE_GATE, DASH_GATE, DOT_GATE
 
 TOKEN_RULES: tuple[RegexRule, ...] = (
@@ -272,11 +281,39 @@ TOKEN_RULES: tuple[RegexRule, ...] = (
     RegexRule(name="azure-devops-pat", triggers=("AZDO",), description="Azure DevOps personal access token, 84 characters (2.14)",
               pattern=re.compile(r"(?<![A-Za-z0-9])[A-Za-z0-9]{76}AZDO[A-Za-z0-9]{4}(?![A-Za-z0-9])", re.ASCII),
               check=lambda match: looks_random(match.group(0))),
+    # 2.18: Replicate API tokens (r8_ + 37), Tencent Cloud SecretIds (AKID + 32: tccli and the SDKs take
+    # the SecretKey beside one by name) and Plaid access tokens (access-ENV- + a UUID: what an exchanged
+    # public token becomes, and what the API takes for an Item's data). Led by their literals, not behind
+    # the separator gates: each prefix the gates look behind costs a test at every "_" or "-" of a text.
+    _token("replicate-api-token", ("r8_",), "[A-Za-z0-9]{37}", "Replicate API token (2.18)", after="[A-Za-z0-9]",
+           check=_mixed),
+    _token("tencent-secret-id", ("AKID",), "[A-Za-z0-9]{32}", "Tencent Cloud SecretId (2.18)", before="[A-Za-z0-9_]",
+           after="[A-Za-z0-9]", check=_mixed),
+    _token("plaid-access-token", ("access-sandbox-", "access-development-", "access-production-"),
+           "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", "Plaid access token: access-ENV- + a UUID (2.18)",
+           after="[A-Za-z0-9_-]"),
+    # 2.18: a K3s cluster token (K10 + the CA's 64 hex digits, `::`, a user, `:`, the password: what
+    # /var/lib/rancher/k3s/server/token holds and K3S_TOKEN takes).
+    _token("k3s-token", ("K10",), "[0-9a-f]{64}::[A-Za-z0-9_-]{1,64}:[A-Za-z0-9]{16,128}", "K3s cluster / node token (2.18)",
+           before="[A-Za-z0-9_]", after="[A-Za-z0-9]"),
+    # 2.18: Axiom API and personal tokens (xaat- / xapt- + a UUID), and a Convex deploy key (the
+    # deployment's kind and name, a bar, and base64url JSON: what `npx convex deploy` reads).
+    _token("axiom-token", ("xaat-", "xapt-"), "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}",
+           "Axiom API / personal token (2.18)", after="[A-Za-z0-9_-]"),
+    RegexRule(name="convex-deploy-key", lower_triggers=("|eyj",), description="Convex deploy key: KIND:NAME|eyJ… (2.18)",
+              pattern=re.compile(r"(?<![A-Za-z0-9_-])(?:prod|dev|preview|project):[a-z0-9-]{1,64}\|eyJ[A-Za-z0-9_-]{20,}={0,2}",
+                                 re.ASCII)),
     _token("age-secret-key", ("AGE-SECRET-KEY-1",), "[0-9A-Z]{58}", "age encryption secret key",
            gate=_D, before=None, after="[A-Za-z0-9]"),
     # Any base64url JSON object of 12+ bytes, with up to two more dot-separated segments: a whole
     # JWT, but also a header or payload quoted alone, a token cut short, or one wrapped across
     # lines (each part starting with eyJ is found on its own).
+    # 2.18: a JWE (an encrypted JWT, five segments: header, encrypted key (empty for `dir`), IV,
+    # ciphertext, tag), which Cognito's refresh tokens and others are: the JWT reading takes three
+    # segments and kept the ciphertext. Only a header that names its encryption (`"enc"`) is read so.
+    _token("jwt", ("eyJ",), r"[A-Za-z0-9_-]{13,}\.[A-Za-z0-9_-]*\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",
+           "JSON Web Encryption (five segments, a header naming its \"enc\") (2.18)",
+           before="[A-Za-z0-9_]", after="[A-Za-z0-9_.-]", check=_jwe_header),
     _token("jwt", ("eyJ",), r"[A-Za-z0-9_-]{13,}={0,2}(?:\.[A-Za-z0-9_-]+={0,2}){0,2}",
            "JSON Web Token (header.payload.signature), also a header or claims segment alone",
            before="[A-Za-z0-9_]", after="[A-Za-z0-9_-]", check=_jwt_like),

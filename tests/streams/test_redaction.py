@@ -3392,3 +3392,147 @@ def test_the_twelfth_round_readings_run_in_linear_time() -> None:
     shapes = ["token: abcdef.0123456789abcdef ", 'algoliasearch("a", ', "analytics.load(\"a", '"result": "a" ',
               '"special": ', "Private-Lines: 1\n 1→a\n", "OP_SESSION_a=", "→a:5432:b:c:d ", "<storepass>a</storepass>"]
     assert_linear_time(shapes, counts=(2_000, 8_000))
+
+
+@pytest.mark.parametrize(("text", "secret"), [
+    # 2025-2026 vendor formats: Replicate, Tencent Cloud, Plaid, Axiom, Convex; a JWE's five segments.
+    ("I used r8_nKOaqhuRJfikapAyKkMPA43Q1rJGNbuhrsiYw for the replicate run.", "nKOaqhuRJfikapAy"),
+    ("tccli configure set secretId AKIDR1XfRKArhnOPi3BXzFYGgXEnh0B29C28", "R1XfRKArhnOPi3BX"),
+    ("exchanged public token, got access-production-934d543f-26f0-4ff2-aaec-2feb3c1a325e", "934d543f-26f0"),
+    ("axiom auth login with xaat-d371f96b-4224-4405-a338-dae547d0424e", "d371f96b-4224"),
+    ("K3S_URL=https://10.0.0.1:6443 K3S_NODE_TOKEN_VALUE K10" + "4be1" * 16 + "::server:597eb519cfb8995fbec2063a66566406",
+     "597eb519cfb8995f"),
+    ("npx convex deploy with prod:happy-otter-123|eyJ2MiI6I8BG7n12g79KfOf49Mth2oJIOp4s51YFCU82VLhdw", "8BG7n12g79KfOf49"),
+    ('{"RefreshToken": "eyJjdHkiOiJKV1QiLCJlbmMiOiJBMjU2R0NNIiwiYWxnIjoiUlNBLU9BRVAifQ.Qx3mB8vK2pLz9TnR4wYc'
+     '.aB3dE6gH9jK2mN5p.ySjRZjLvDBDz2WzISn5HP1WOQ57EImyOUeUc9IUwje0HMqjD.Vt7xQ2nL8kP4wR6yZ1bC"}', "ySjRZjLvDBDz2WzI"),
+    # Clients whose password or key is a plain argument, and the password hashers.
+    ("vsql -h vertica.internal -U dbadmin -w jozt?WRL77owi -c 'select 1'", "WRL77owi"),
+    ("isql-fb -user SYSDBA -password bmuo!XQD82bdh employee.fdb", "XQD82bdh"),
+    ("wandb login 0240d37f608e2edc8caaf376a7ca3345e8e90bab", "0240d37f608e2edc"),
+    ("snyk auth 5e8bd9a1-7c2f-4e11-9a3b-2d4c6f8e0a1b", "5e8bd9a1-7c2f"),
+    ("rclone obscure ewam!OUD54hgt", "OUD54hgt"),
+    ("mkpasswd -m sha-512 opvl+YBL71zls", "YBL71zls"),
+    ("slappasswd -s opvl+YBL71zls", "YBL71zls"),
+    ("$ cat ~/.rediscli_history\nAUTH dgsj#GIF66snj\nKEYS *", "GIF66snj"),
+    ("$ cat ~/.mysql_history\nCREATE\\040USER\\040'app'@'%'\\040IDENTIFIED\\040BY\\040'czqv?VSM99zyi';", "VSM99zyi"),
+    ("echo 'fuac%JLA16yme' | kinit svc-backup@ACME.DEV", "JLA16yme"),
+    # Commands that print a secret, and what they print.
+    ("$ launchctl getenv DB_PASSWORD\nymld?BPI50vfn", "BPI50vfn"),
+    ("$ wg genkey | tee privatekey\n3ZlEVUBrBenkFAhzYwxjekWMpfggqtipiWL/MWtK4Kw=", "3ZlEVUBrBenkFAhz"),
+    ("$ python3 -c 'import secrets; print(secrets.token_urlsafe(32))'\nkDF-GT4G2pzeFUVik8_4-2F5CHYxnOHAkeAaBDkF-q-", "kDF-GT4G2pzeFUVi"),
+    ("$ kubectl get secret db -o jsonpath='{.data.password}'\nd2RmaCVQREk4N21qZw==", "d2RmaCVQREk4N21q"),
+    # URLs: a signature by another name, a CAS ticket.
+    ("https://shop.acme.dev/install?hmac=454946c098ec3ef7f9858b792ee9e444b6f7aa9d5afca2e6905f04cab8a4b6d2&shop=a", "454946c098ec3ef7"),
+    ("https://app.acme.dev/login?ticket=ST-513140-EJTnpCgx4hQIEfgk0Pub-cas01", "EJTnpCgx4hQIEfgk"),
+    # Prose: an API key in Dutch, Korean, Vietnamese; the Limits of 2.16.
+    ("De API-sleutel is y3DMmCs0DR8bRWysbXUvB4ObBZVohEIvR69JFZDj", "y3DMmCs0DR8bRWys"),
+    ("API 키: BJ4nZObserHazeCbxqP69gaNCbj3Dg6YQWU81ew0", "BJ4nZObserHazeCb"),
+    ("Khóa API là 5j4Hp2uSFGRxX8ntwBjMhFhFCIOw3BuMjTMyz9ZR", "5j4Hp2uSFGRxX8nt"),
+    ("Log in as root with Hunter2024 and then rotate it.", "Hunter2024"),
+    ("Token [None]: WjrVS2naiJ0ifOuHpFXmvZLHhU22xhKV3ZTwEV33", "WjrVS2naiJ0ifOuH"),
+    (json.dumps("Enter API key [****]: utcGuBcdDBcSCSeTOrFCmS2BCo0clRq3"), "utcGuBcdDBcSCSeT"),
+    ("echo etiv+NUM42dyw > .env.local", "NUM42dyw"),
+    ("the one-time passcode they texted me was DOLphewv2704", "DOLphewv2704"),
+    # Markup: an HTML table row, a definition list, markdown's definition, a CDATA section.
+    ("<table><tr><td>password</td><td>qxhz#FXS26giz</td></tr></table>", "FXS26giz"),
+    ("<dl><dt>Password</dt><dd>tlrq!AKV33knj</dd></dl>", "AKV33knj"),
+    ("Admin password\n: pjmm^QON34kqi", "QON34kqi"),
+    ("<datasource><password><![CDATA[cpez!JGW61oev]]></password></datasource>", "JGW61oev"),
+    # Plain-text protocols' sessions.
+    ("USER bob\n331 Password required for bob\nPASS rcaq#EIU65ovp\n230 User bob logged in", "EIU65ovp"),
+    ("* OK IMAP4rev1 ready\na1 LOGIN bob iuwr^KEW39pgw\na1 OK LOGIN completed", "KEW39pgw"),
+    ("S: 334 UGFzc3dvcmQ6\nC: dmV0bCNPTFY4MWl6ZQ==\nS: 235 2.7.0 Authentication successful", "dmV0bCNPTFY4MWl6"),
+    # Servers' outputs and configs: ACL tokens, redis, MySQL hashes, variables passed to an application.
+    ("SecretID:         13645b8a-2bb4-4be8-aeea-cd3f171510eb", "13645b8a-2bb4"),
+    ("Secret ID    = 5ffc0c26-d626-440b-a64f-cc140913e837", "5ffc0c26-d626"),
+    ('127.0.0.1:6379> CONFIG GET requirepass\n1) "requirepass"\n2) "oxll^TRL41ojn"', "TRL41ojn"),
+    ("ACL SETUSER app on >opox!UFP23wdm ~app:* +@all", "UFP23wdm"),
+    ("user worker on >odaf!YKY67whb ~jobs:* +@list", "YKY67whb"),
+    ("| app  | *6B755A1F8FF10C80D0111D1F2EAFF449CDB26245 |", "6B755A1F8FF10C80"),
+    ("fastcgi_param DB_PASSWORD zkbx^PUC77umh;", "PUC77umh"),
+    ("env[DB_PASSWORD] = kkmv*MII13eto", "MII13eto"),
+    ("DB_PASSWORD ?= ikcv!TDB31knw\nrun:\n\t./app", "TDB31knw"),
+    # Code and data: setProperty, db.auth, a TSV header, an INSERT's column list.
+    ('System.setProperty("javax.net.ssl.keyStorePassword", "vepc*XIW44fij");', "XIW44fij"),
+    ('db.auth("admin", "mhvf*OXA11zdq")', "OXA11zdq"),
+    ("username\tpassword\nadmin\tchgy+ZVX44rkn\nops\tmbkp^AYE42urh", "AYE42urh"),
+    ("INSERT INTO users (name, email, password) VALUES ('bob', 'b@x.dev', 'wgri*UMC30ooh'), ('amy', 'a@x.dev', 'Qp9!zz"
+     "Kk22');", "Qp9!zzKk22"),
+])
+def test_a_secret_a_thirteenth_round_found_never_survives(text: str, secret: str) -> None:
+    """QA, session 30 (policy 2.18): what a battery of 241 secrets of 2025-2026 formats, CLI invocations,
+    protocol sessions, markup and prose spliced into real transcripts found kept under 2.17."""
+    redacted = redact_text(text)[0]
+    assert secret not in redacted, redacted
+    assert redact_text_plain(text)[0] == redacted
+    assert redact_text(redacted)[0] == redacted
+
+
+@pytest.mark.parametrize("text", [
+    "echo NODE_ENV=production > .env",  # an assignment, judged by its name
+    "echo hello > .env",
+    "key [0]: abc123def",  # an index, no prompt
+    "Default region name [us-east-1]: eu-west-1",
+    "Username [admin]: root12345",
+    "list[str]: abc123def",
+    "log in as alice with OAuth2.0",
+    "Log in as admin with Hunter2FA",
+    "sign in as bob with Windows10",
+    "the passcode field is required",
+    "passcode length was 6 digits",
+    "AUTH failed",
+    "AUTH LOGIN",
+    "PASS src/app.test.js",  # jest's verdict, no FTP session
+    "--- PASS: TestX (0.00s)\nPASS\nok  pkg 0.01s",
+    "a > b1234 and c",
+    '1) "maxmemory"\n2) "100mb"',
+    "<td>token</td><td>required</td>",
+    "Term\n: definition here",
+    "password\n: string (required)",
+    "?ticket=JIRA-1234",
+    "wg genkey > key",
+    "mkpasswd --help",
+    "rclone obscure -",
+    "the type identified by full_name",
+    "**" + "A" * 40,
+    "foo -password-file /tmp/x",
+    "use the -password flag",
+    "java -jar x.jar -password $PW",
+    "x = a[password] == b1",
+    "tokens[0] = abc123def456",
+    "INSERT INTO t (password) VALUES (",
+    "insert into t (a, password) values ('x', '')",
+    "name\tpassword_policy\nbob\tstrict",
+])
+def test_what_the_thirteenth_round_readings_keep(text: str) -> None:
+    assert redact_text(text)[0] == text
+
+
+@PROPERTY
+@given(st.sampled_from(["Token", "API key", "Enter API key", "Secret", "Access token", "New password", "Auth token"]),
+       st.sampled_from(["None", "****", "", "****abcd", "not set"]),
+       st.text(alphabet=string.ascii_letters + string.digits, min_size=16, max_size=48).filter(
+           lambda value: any(c.isdigit() for c in value) and any(c.isalpha() for c in value)),
+       st.sampled_from(["{p}", '"{p}"', "$ tool configure\n{p}\nDone.", "{p}\r\n"]))
+def test_a_prompt_answer_never_survives(name: str, current: str, value: str, shape: str) -> None:
+    shown = redact_text(shape.format(p=f"{name} [{current}]: {value}"))[0]
+    assert value not in shown, shown
+
+
+@PROPERTY
+@given(st.lists(st.sampled_from(["id", "name", "email", "created_at"]), min_size=0, max_size=3),
+       st.sampled_from(["password", "passwd", "`password`", '"db_password"', "[user_password]"]),
+       st.lists(st.tuples(PASSWORD_LETTERS, st.sampled_from("!#%*+?^~@$&"), st.integers(10, 99)), min_size=1, max_size=4))
+def test_an_inserted_password_never_survives(before: list[str], column: str, rows: list[tuple[str, str, int]]) -> None:
+    passwords = [symbol_password(letters, symbol, number) + "Zq9x" for letters, symbol, number in rows]
+    values = ", ".join("(" + ", ".join(["'v'"] * len(before) + [f"'{password}'"]) + ")" for password in passwords)
+    shown = redact_text(f"INSERT INTO users ({', '.join([*before, column])}) VALUES {values};")[0]
+    assert not any(password in shown for password in passwords), shown
+
+
+def test_the_thirteenth_round_readings_run_in_linear_time() -> None:
+    shapes = ["Token [a]: Ab12Cd34Ef ", "<td>password</td><td>a", "password\n: ", "AUTH Ab1x\n", "PASS Ab1!x\nUSER a\n",
+              "a1 LOGIN a b\n", "user a on >Ab1x ", "1) \"password\"\n", "INSERT INTO t (password) VALUES ('a', ",
+              "INSERT INTO t (password) VALUES ", "-password ", "passcode a b c d e f ", "fastcgi_param a ",
+              "CREATE\\040USER\\040IDENTIFIED\\040BY\\040", "SecretID: ", "echo Ab1x > .env "]
+    assert_linear_time(shapes, counts=(2_000, 8_000))
