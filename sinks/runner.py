@@ -97,6 +97,8 @@ _MAX_BACKOFF_SECONDS = 10.0
 # same cores); at the worker's full rate, early commits without this bound took 2-3x the wall
 # time per commit and cost 10-19 % of the end-to-end rate (docs/benchmarks.md, issue 16).
 _EARLY_COMMIT_SPACING = 4.0
+# Longest a poll of the sink loop waits for records (SinkRunner._poll_seconds may wait less).
+_POLL_SECONDS = 0.2
 # Every collection of a line (after a commit, after a merge, on a quiet log) keeps the newest
 # this many generations besides the pinned ones, so the line holds the same generations
 # whichever of them ran last.
@@ -448,7 +450,8 @@ class SinkRunner:
             first_offsets: dict[str, dict[str, int]] = defaultdict(dict)
             last_record = time.monotonic()
             while not self._stop.is_set():
-                batch = self._consumer.poll(timeout_ms=200, max_records=self.settings.sink_batch_size)
+                batch = self._consumer.poll(timeout_ms=round(1000 * self._poll_seconds()),
+                                            max_records=self.settings.sink_batch_size)
                 for tp, records in batch.items():
                     source = next(s for s, t in self.sources.items() if t == tp.topic)
                     for record in records:
@@ -581,6 +584,17 @@ class SinkRunner:
                          watermark_moves=could_move and self._watermark_moves(),
                          backlog=self._backlog, since_flush_began=now - self._last_flush,
                          since_flush_ended=since_flush_ended, last_flush_seconds=self._last_flush_seconds)
+
+    def _poll_seconds(self) -> float:
+        """How long the next poll may wait for records: :data:`_POLL_SECONDS`, or less when
+        :func:`flush_due` turns true sooner without new records (the batch window ends, or
+        the commit gap ends while progress that may move a watermark waits for it). A poll
+        that slept past that point held a quiet sink's commit back by up to a whole poll."""
+        now = time.monotonic()
+        wait = min(_POLL_SECONDS, self._last_flush + self.settings.sink_batch_seconds - now)
+        if self._progressed and not self._backlog:
+            wait = min(wait, self._flush_ended + _commit_gap(self.settings, self._last_flush_seconds) - now)
+        return max(wait, 0.0)
 
     def _watermark_moves(self) -> bool:
         """True if a commit now would raise the watermark of a log that received progress since

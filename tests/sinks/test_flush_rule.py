@@ -1,9 +1,10 @@
 """The sink loop's flush rule (:func:`sinks.runner.flush_due`): group commit of a moving
-watermark after a short gap, spaced out as commits get slower, the batch-size bound, and the
-periodic flush."""
+watermark after a short gap, spaced out as commits get slower, the batch-size bound, the
+periodic flush, and polls that end when the rule is due."""
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -11,9 +12,10 @@ from types import SimpleNamespace
 from typing import Any
 
 import orjson
+import pytest
 from kafka import TopicPartition
 
-from sinks.runner import SinkRunner, flush_due
+from sinks.runner import _POLL_SECONDS, SinkRunner, flush_due
 from streams.settings import Settings
 
 
@@ -108,3 +110,23 @@ def test_the_loop_sees_a_moving_watermark_only_once_every_partition_has_reported
     assert not runner._watermark_moves()  # partition 1 has not reported: builtThroughSeq stays 0
     _progress(runner, 1, seq=5)
     assert runner._watermark_moves()  # min(7, 5) = 5 > 0
+
+
+def test_a_poll_waits_no_longer_than_until_the_gap_lets_a_moving_watermark_commit(tmp_path: Path) -> None:
+    runner = SinkRunner(settings(home=tmp_path), "unused:9092", _ChunksWriter())
+    runner._partitions = {"chunks": [0]}
+    now = time.monotonic()
+    runner._last_flush = runner._flush_ended = now - 0.2  # the 0.25 s gap ends in 0.05 s
+    assert runner._poll_seconds() == pytest.approx(_POLL_SECONDS, abs=0.02)  # nothing waits for the gap
+    _progress(runner, 0, seq=3)
+    assert runner._poll_seconds() <= 0.05
+    runner._backlog = True  # catching up: the window decides, the poll is not cut short
+    assert runner._poll_seconds() == pytest.approx(_POLL_SECONDS, abs=0.02)
+
+
+def test_a_poll_waits_no_longer_than_until_the_batch_window_ends(tmp_path: Path) -> None:
+    runner = SinkRunner(settings(home=tmp_path), "unused:9092", _ChunksWriter())
+    runner._last_flush = time.monotonic() - 0.95  # the 1.0 s window ends in 0.05 s
+    assert runner._poll_seconds() <= 0.05
+    runner._last_flush = time.monotonic() - 5.0
+    assert runner._poll_seconds() == 0.0
