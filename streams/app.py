@@ -14,6 +14,7 @@ and every chunk acknowledged by the broker before the state that forgets it is w
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import time
@@ -46,6 +47,7 @@ from streams.stages import (
 )
 from streams.stages import keys as state
 from streams.stages.effects import TopicRole
+from streams.ticks import FlushPacer
 from streams.topics import Topics, app_id, faust_tables
 
 __all__ = ["create_app"]
@@ -189,12 +191,29 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
             chunking_stage.sent(marker)
             usl_progress_marker_seq.labels(log=marker.log_id, partition=str(marker.partition)).set(marker.seq)
 
+    pacer = FlushPacer(settings.flush_tick_seconds)
+    flushing = asyncio.Lock()  # the timer's flush and a batch's: one at a time, so none repeats the other's ticks
+
+    async def flush() -> None:
+        """Send the flush ticks of every log with seqs no flush tick released yet."""
+        async with flushing:
+            restored: Mapping[Any, int] = faust_compat.restored_key_partitions(tables[state.LOG_CLOCKS])
+            effects = redaction_stage.flush(restored, faust_compat.committed_offsets(app, topics.l1))
+            pacer.flushed(time.monotonic(), effects.flushed)
+            confirms = await send(effects.records)
+            _measure(effects.metrics)
+            for fut in confirms:
+                await fut
+            redaction_stage.commit(effects)
+
     async def run(stage: RedactionStage | ChunkingStage, name: str, stream: Any) -> None:
         try:
             # A batch: one wait for its chunks' and ticks' acknowledgements and one changelog record
             # per table key, instead of per record (docs/benchmarks.md, "Profiling the worker").
             async for batch in stream.take_events(settings.worker_batch_records, within=settings.worker_batch_seconds):
                 await perform(stage, stage.apply([_record(event) for event in batch]), batch)
+                if stage is redaction_stage and pacer.due(time.monotonic()):
+                    await flush()
         except Exception:  # an unexpected bug: exit so a restart resumes at-least-once
             _fatal(name)
 
@@ -224,14 +243,9 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
 
     @app.timer(interval=settings.flush_tick_seconds)
     async def flush_ticks() -> None:
-        restored: Mapping[Any, int] = faust_compat.restored_key_partitions(tables[state.LOG_CLOCKS])
-        effects = redaction_stage.flush(restored, faust_compat.committed_offsets(app, topics.l1))
-        confirms = await send(effects.records)
-        _measure(effects.metrics)
-        for fut in confirms:
-            await fut
-        redaction_stage.commit(effects)
+        await flush()
         if faust_compat.settled(app):
+            restored: Mapping[Any, int] = faust_compat.restored_key_partitions(tables[state.LOG_CLOCKS])
             clocks = redaction_stage.quiet_clocks(restored, faust_compat.assigned(app, topics.l1),
                                                   faust_compat.assigned(app, topics.redacted), now=time.time(),
                                                   monotonic=time.monotonic())

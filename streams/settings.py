@@ -47,7 +47,8 @@ class Settings:
     tick_every_seqs: int = _setting("USL_TICK_EVERY_SEQS", 64, "K: the redaction stage broadcasts a log-clock tick every K seqs of a log.", minimum=1)
     flush_tick_seconds: float = _setting(
         "USL_FLUSH_TICK_SECONDS", 0.25,
-        "How often a worker sends a flush tick for each log it has caught up with, releasing the seqs past the last regular tick.", minimum=0.01,
+        "How often a worker sends a flush tick for each log it has caught up with, releasing the seqs past the last regular "
+        "tick; a redaction batch handled when none went out for this long sends one at once.", minimum=0.01,
     )
     worker_batch_records: int = _setting(
         "USL_WORKER_BATCH_RECORDS", 500,

@@ -36,8 +36,8 @@ from typing import Any
 from streams.asp import event_time as _event_time
 from streams.asp import parse_time
 
-__all__ = ["DEFAULT_MAX_SKEW_SECONDS", "advance_clock", "clock_record", "clock_record_time", "clock_time",
-           "event_clock_time", "flush_tick", "new_clock", "quiet_clock_due"]
+__all__ = ["DEFAULT_MAX_SKEW_SECONDS", "FlushPacer", "advance_clock", "clock_record", "clock_record_time",
+           "clock_time", "event_clock_time", "flush_tick", "new_clock", "quiet_clock_due"]
 
 _CLOCK_MARK = "uslClock"
 """The member that makes an L1 record a clock record; an event never has it (the schema refuses
@@ -133,3 +133,31 @@ def advance_clock(clock: dict[str, Any], log_id: str, seq: int, event_time: floa
 def flush_tick(clock: dict[str, Any], log_id: str) -> dict[str, Any]:
     return {"kind": "tick", "logId": log_id, "seq": int(clock["lastSeq"]),
             "logTime": clock["maxTime"], "flush": True}
+
+
+class FlushPacer:
+    """When a worker sends flush ticks besides its timer's: right after a redaction batch, if
+    none went out for ``every`` seconds (``USL_FLUSH_TICK_SECONDS``).
+
+    The seqs of a batch reach a progress marker of every chunks partition only with the next
+    tick, and the timer's next run came up to ``every`` later: on a quiet log, a quarter of a
+    second of a turn's lag to ``indexed`` was that wait. Paced so, the first batch after a
+    quiet spell is released at once, and a busy log still gets at most one such flush per
+    ``every`` besides the timer's (each is a tick on every partition, and a marker and a sink
+    progress step for each).
+    """
+
+    def __init__(self, every: float) -> None:
+        self.every = every
+        self._last = float("-inf")
+
+    def due(self, now: float) -> bool:
+        """Whether a batch handled at ``now`` (monotonic) is flushed at once."""
+        return now - self._last >= self.every
+
+    def flushed(self, now: float, released: Mapping[str, int]) -> None:
+        """A flush (the timer's or a batch's) ran at ``now`` and released ``released`` (log ->
+        seq). Only one that sent ticks counts: the timer runs every ``every`` whether or not a
+        log moved, and counting its idle runs held every batch back for the timer again."""
+        if released:
+            self._last = now

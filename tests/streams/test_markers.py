@@ -38,7 +38,7 @@ from streams.testing import (
     wait_for_markers,
     wait_until,
 )
-from streams.ticks import advance_clock, new_clock
+from streams.ticks import FlushPacer, advance_clock, new_clock
 
 T0 = datetime(2026, 11, 1, 9, 0, tzinfo=UTC)
 
@@ -315,6 +315,45 @@ def test_a_quiet_log_is_released_by_the_worker_s_clock_record(make_settings: Cal
         assert {e["eventId"] for e in events if e["type"] == "message"} <= cited
         assert not any(chunk.get("provisional") for chunk in chunks)
         assert chunk_set(settings) == replay_chunks(settings)
+        check_markers(settings)
+    finally:
+        stack.close()
+
+
+def test_a_batch_after_a_quiet_spell_is_flushed_at_once_a_busy_one_is_paced() -> None:
+    pacer = FlushPacer(0.25)
+    assert pacer.due(100.0)  # nothing flushed yet
+    pacer.flushed(100.0, {"default": 8})
+    assert not pacer.due(100.1)  # the timer's next run, or a later batch, releases it
+    assert pacer.due(100.25)
+    pacer.flushed(100.3, {"default": 12})  # the timer released more meanwhile
+    assert not pacer.due(100.5)
+
+
+def test_a_timer_run_that_released_nothing_does_not_hold_the_next_batch_back() -> None:
+    pacer = FlushPacer(0.25)
+    pacer.flushed(100.0, {"default": 8})
+    for run in (100.25, 100.5, 100.75):  # the timer, on a quiet log
+        pacer.flushed(run, {})
+    assert pacer.due(100.8)
+
+
+@pytest.mark.kafka
+@pytest.mark.slow
+def test_the_worker_releases_a_batch_s_seqs_without_waiting_for_the_flush_timer(
+        make_settings: Callable[..., Settings]) -> None:
+    """Real ``usl worker``, with a flush timer that never runs within the test and no regular
+    tick (K above the log): the closed turns appended reach a progress marker on every chunks
+    partition, released by the flush the batch itself sent. Before, every partition but the
+    turns' own waited for the timer (USL_FLUSH_TICK_SECONDS, 0.25 s by default)."""
+    settings = make_settings(tick_every_seqs=1000, stream_partitions=4, quiet_log_seconds=3600.0)
+    busy = _BusySession("busy")
+    events = [busy.next(float(s)) for s in range(1, 9)]
+    stack = Stack(settings)
+    try:
+        stack.worker(env={"USL_FLUSH_TICK_SECONDS": "3600"})
+        assert append_events(settings, events) == 8
+        wait_for_markers(settings, 8, timeout=60)
         check_markers(settings)
     finally:
         stack.close()

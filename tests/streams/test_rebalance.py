@@ -177,11 +177,12 @@ def test_workers_join_leave_and_die_without_losing_or_duplicating(make_settings:
 
 def test_a_log_that_moves_before_its_flush_tick_still_reaches_the_head(make_settings: Callable[..., Settings],
                                                                        fast_group_failover: None) -> None:
-    """The first worker handles a log's last events but never sends its flush tick (its flush
-    timer is an hour), then stops gracefully, committing its offsets; a second worker takes the
-    partition over with nothing left to read. Its flush tick must still release the seqs past
-    the last regular tick (the committed offset proves them delivered): before that was so, the
-    log's watermark stayed at the regular tick until another event arrived."""
+    """The first worker handles a log's last events but never sends their flush tick (its flush
+    timer is an hour, and the one flush a batch sends when none went out for that long went
+    out for its first events), then stops gracefully, committing its offsets; a second worker
+    takes the partition over with nothing left to read. Its flush tick must still release the
+    seqs past the last regular tick (the committed offset proves them delivered): before that
+    was so, the log's watermark stayed at the regular tick until another event arrived."""
     settings = make_settings(l1_partitions=2, stream_partitions=2, tick_every_seqs=16, idle_gap_seconds=120.0)
     start = datetime(2026, 11, 3, 9, 0, tzinfo=UTC)
     events: list[dict[str, Any]] = []
@@ -194,7 +195,10 @@ def test_a_log_that_moves_before_its_flush_tick_still_reaches_the_head(make_sett
     try:
         stack.sinks("text")
         stack.worker("w1", env={"USL_FLUSH_TICK_SECONDS": "3600"})
-        assert append_events(settings, events) == head
+        first = len(session_events("mv-s0", turns=1, seed=0, start=start))  # a closed turn
+        assert append_events(settings, events[:first]) == first
+        wait_for_watermarks(settings, first, ["text"], timeout=180)  # w1's one flush, for its first batch
+        assert append_events(settings, events[first:]) == head
         last_tick = head - head % 16
         wait_for_watermarks(settings, last_tick, ["text"], timeout=180)
         time.sleep(3.0)  # w1's offsets are committed (every second); it sends no flush tick
