@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from streams.redaction import redact_event
 from streams.redaction.memory import MAX_REMEMBERED, Recall, merge_remembered, secret_print
 from streams.stages import keys
-from tests.streams.test_stages import ALICE, Worker, event, l1_batch, run
+from tests.streams.stages_kit import ALICE, Worker, event, l1_batch, run
 
 PASSWORD = "hunter2-prod-7Qx"
 TOKEN = "tok_9fK2mZ81pQ"

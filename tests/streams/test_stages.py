@@ -5,9 +5,7 @@ take a batch's writes only when the test commits it, as the faust wiring does.""
 
 from __future__ import annotations
 
-import zlib
-from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -16,7 +14,7 @@ from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from streams.asp import canonical_bytes, validate_event
+from streams.asp import canonical_bytes
 from streams.chunking import Chunker, ChunkerConfig, default_tokenizer
 from streams.redaction import policy_hash
 from streams.settings import Settings
@@ -26,118 +24,23 @@ from streams.stages import (
     Gaps,
     Metric,
     Produce,
-    Record,
     RedactionStage,
     Tails,
     keys,
 )
 from streams.stages.gaps import MAX_ROUNDS
-
-SECRET = "ghp_R8x2Kq9LmZt4Vb7Nw1Yc5Hd3Jf6Gs0Pa2Ue8"  # a GitHub token shape
-ALICE = {"tenant": "acme", "read": ["user:alice"]}
-EVIL = {"tenant": "evil", "read": ["*"]}
-L1 = "usl.l1"
-REDACTED = "usl.redacted"
-
-
-def event(session: str, n: int, kind: str, *, turn: str | None = None, acl: dict[str, Any] | None = None,
-          event_id: str | None = None, **fields: Any) -> dict[str, Any]:
-    when = datetime(2026, 11, 1, 9, 0, tzinfo=UTC) + timedelta(seconds=10 * n)
-    raw: dict[str, Any] = {"eventId": event_id or f"{session}-e{n}", "logId": "default", "sessionId": session,
-                           "type": kind, "time": when.isoformat().replace("+00:00", "Z"), "turnId": turn,
-                           "fields": fields}
-    if kind == "message":
-        raw["role"] = fields.pop("role", "user")
-    if acl is not None:
-        raw["acl"] = acl
-    return validate_event(raw)
-
-
-def session(name: str, *, turns: int = 2, start: int = 0, acl: dict[str, Any] | None = ALICE) -> list[dict[str, Any]]:
-    """A session: session.started, then per turn a user message, a tool call and result with a
-    secret in its output, an assistant answer and turn.ended."""
-    events = [event(name, start, "session.started", acl=acl, title=f"session {name}")]
-    for t in range(turns):
-        turn = f"{name}-t{t}"
-        n = start + 1 + 6 * t
-        events += [
-            event(name, n, "turn.started", turn=turn),
-            event(name, n + 1, "message", turn=turn, text=f"please list the files of turn {t}"),
-            event(name, n + 2, "tool.call", turn=turn, toolName="bash", toolCallId=f"{turn}-c", input={"command": "ls"}),
-            event(name, n + 3, "tool.result", turn=turn, toolName="bash", toolCallId=f"{turn}-c", status="ok",
-                  output=f"README.md\nexport API_TOKEN={SECRET}\n"),
-            event(name, n + 4, "message", turn=turn, role="assistant", text=f"turn {t} has a README"),
-            event(name, n + 5, "turn.ended", turn=turn),
-        ]
-    return events
-
-
-def records(values: Sequence[bytes | None], *, topic: str = L1, partition: int = 0, first: int = 0) -> list[Record]:
-    return [Record(topic, partition, first + i, value, timestamp=1.8e9) for i, value in enumerate(values)]
-
-
-def l1_batch(events: list[dict[str, Any]]) -> list[Record]:
-    return records([canonical_bytes(e) for e in events])
-
-
-class Worker:
-    """Both stages over dict tables, with an in-memory broker between them."""
-
-    def __init__(self, *, partitions: int = 2, every: int = 4) -> None:
-        self.settings = Settings.from_env({}, stream_partitions=partitions, tick_every_seqs=every)
-        self.tables: dict[str, dict[str, Any]] = {name: {} for name in (
-            keys.LOG_CLOCKS, keys.EVENT_FIRST_SEQ, keys.SESSION_OWNERS, keys.SESSION_SECRETS, keys.CHUNKER_SESSIONS, keys.CHUNKER_PROGRESS)}
-        self.gaps = Gaps()
-        policy = policy_hash()
-        chunker = Chunker(ChunkerConfig(target_tokens=64, overlap_tokens=8, idle_gap_seconds=60.0,
-                                        max_clock_skew_seconds=self.settings.max_clock_skew_seconds),
-                          default_tokenizer(), policy_hash=policy)
-        self.redaction = RedactionStage(self.settings, tables=self.tables, gaps=self.gaps, policy=policy)
-        self.chunking = ChunkingStage(chunker, tables=self.tables, gaps=self.gaps, partitions=partitions)
-        self.topics: dict[tuple[str, int], list[bytes]] = {}
-        self.metrics: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
-
-    def partition_of(self, record: Produce) -> int:
-        if record.partition is not None:
-            return record.partition
-        return 0 if record.topic == "deadletters" else zlib.crc32(record.key) % self.settings.stream_partitions
-
-    def perform(self, stage: RedactionStage | ChunkingStage, effects: Effects) -> None:
-        for record in [*effects.records, *(marker.record for marker in effects.markers)]:
-            self.topics.setdefault((record.topic, self.partition_of(record)), []).append(record.value)
-        for metric in effects.metrics:
-            key = (metric.name, metric.labels)
-            self.metrics[key] = self.metrics.get(key, 0) + metric.value
-        for write in effects.writes:
-            self.tables[write.table][write.key] = write.value
-        stage.commit(effects)
-        for marker in effects.markers:
-            self.chunking.sent(marker)
-
-    def redact(self, batch: list[Record]) -> Effects:
-        effects = self.redaction.apply(batch)
-        self.perform(self.redaction, effects)
-        return effects
-
-    def redacted(self, partition: int) -> list[Record]:
-        return records(self.topics.get(("redacted", partition), []), topic=REDACTED, partition=partition)
-
-    def chunk(self, batch: list[Record]) -> Effects:
-        effects = self.chunking.apply(batch)
-        self.perform(self.chunking, effects)
-        return effects
-
-    def chunks(self) -> list[dict[str, Any]]:
-        return [body for (topic, _), values in sorted(self.topics.items()) if topic == "chunks"
-                for body in map(orjson.loads, values) if body["kind"] == "chunk"]
-
-    def markers(self) -> dict[tuple[int, str], int]:
-        last: dict[tuple[int, str], int] = {}
-        for (topic, partition), values in self.topics.items():
-            for body in map(orjson.loads, values):
-                if topic == "chunks" and body["kind"] == "progress":
-                    last[partition, body["logId"]] = body["seq"]
-        return last
+from tests.streams.stages_kit import (
+    EVIL,
+    L1,
+    REDACTED,
+    SECRET,
+    Worker,
+    event,
+    l1_batch,
+    records,
+    run,
+    session,
+)
 
 
 @pytest.fixture(scope="module")
@@ -369,17 +272,6 @@ def test_a_flush_tick_releases_the_seqs_of_other_logs_on_its_partition(log: list
     flush = restarted.redaction.flush(restored, {0: 9})
     assert {(b["logId"], b["seq"]) for b in (orjson.loads(r.value) for r in flush.records)} == {
         ("quiet", 11), ("busy", 11)}
-
-
-def run(worker: Worker, l1: list[Record], cuts: list[int]) -> None:
-    """Redaction in batches cut at ``cuts``, then chunking of every partition in those cuts."""
-    for start, end in zip([0, *cuts], [*cuts, len(l1)], strict=True):
-        worker.redact(l1[start:end])
-    worker.perform(worker.redaction, worker.redaction.flush({}, {}))
-    for partition in range(worker.settings.stream_partitions):
-        batch = worker.redacted(partition)
-        for start, end in zip([0, *cuts], [*cuts, len(batch)], strict=True):
-            worker.chunk(batch[start:end])
 
 
 @hsettings(max_examples=25, deadline=None)
