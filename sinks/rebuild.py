@@ -33,6 +33,7 @@ from streams.exceptions import USLError
 from streams.l1 import L1Reader
 from streams.ownership import Owners
 from streams.progress import marker_seq, new_progress, note_seq, note_session
+from streams.redaction import redact_event
 from streams.redaction.memory import Recall, merge_remembered
 from streams.settings import Settings
 from streams.stages.records import chunk_record, memory_key, redact_admitted
@@ -108,6 +109,21 @@ class ReplayStream:
                 note_session(self.progress, session_id, self.chunker.open_min_seq(state))
         note_seq(self.progress, seq)
         return out + self._advance(seq, when)
+
+    def remember(self, seq: int, raw_event: dict[str, Any]) -> None:
+        """Only the session memory of the event at ``seq`` (:mod:`streams.redaction.memory`): for
+        the events below a replay's first seq, so what they removed is removed above it too. Not
+        admitted (a rejected event's values are remembered as well: more is removed, never less)."""
+        try:
+            event = validate_event(raw_event, record=f"L1 seq {seq}")
+            memory = memory_key(self.log_id, event)
+            recall = Recall(memory, self.secrets.get(memory), seq)
+            redact_event(event, recall=recall)
+        except Exception:  # what the stream dead-letters remembers nothing
+            return
+        merged = merge_remembered(self.secrets.get(memory), recall.added, seq)
+        if merged is not None:
+            self.secrets[memory] = merged
 
     def _advance(self, seq: int, when: float | None, *, quiet: bool = False) -> list[dict[str, Any]]:
         """The log clock past ``seq``, and the chunks the tick it triggers cuts."""
@@ -329,6 +345,11 @@ def build_line(settings: Settings, bootstrap: str, kind: str, *, log_id: str = "
         return committed
 
     try:
+        # A line from --from-seq holds nothing below it, but its events are redacted with what
+        # their sessions removed below it, as the live stream redacted them: a secret named below
+        # the line's first seq and repeated above it must not be indexed there.
+        for below, prior in reader.read(log_id, 1, from_seq - 1) if from_seq > 1 else ():
+            replay.remember(below, prior)
         for seq, event in _iter_l1(reader, log_id, from_seq):
             pending.extend(r for r in replay.feed(seq, event)
                            if r["kind"] in kinds and not r.get("provisional") and owned(r))

@@ -104,6 +104,8 @@ def replayed_chunks(settings: Settings, from_seq: int = 1) -> dict[str, bytes]:
     replay = ReplayStream(settings, "default")
     chunks: dict[str, bytes] = {}
     try:
+        for seq, event in reader.read("default", 1, from_seq - 1) if from_seq > 1 else ():
+            replay.remember(seq, event)  # what the sessions removed below from_seq (redaction 2.18)
         for seq, event in reader.read("default", from_seq, reader.committed_seq("default")):
             for record in replay.feed(seq, event):
                 if record["kind"] == "chunk":
@@ -346,6 +348,38 @@ def test_rebuild_from_seq_indexes_exactly_what_a_replay_from_that_seq_produces(
     assert 0 < manifest["chunkCount"] == len(expected) < full_count
     refused = cli_rebuild(settings, "text", "--from-seq", "0")
     assert refused.returncode == 2 and "Traceback" not in refused.stderr
+
+
+def test_a_rebuild_from_seq_removes_what_a_session_named_below_it(make_settings: Callable[..., Settings]) -> None:
+    """Redaction 2.18's session memory in a line from ``--from-seq N``: a password an env dump
+    named below N and a later event repeats above it is removed there as the live stream removed
+    it, though the line holds nothing below N."""
+    from streams.asp import validate_event
+
+    password = "Larch5Otter-91qz"
+    settings = make_settings(embedder="hash:64")
+    Stack(settings)
+
+    def event(n: int, kind: str, role: str | None, **fields: Any) -> dict[str, Any]:
+        return validate_event({"eventId": f"mem-e{n}", "logId": "default", "sessionId": "mem", "type": kind,
+                               "role": role, "turnId": None if kind == "session.started" else f"mem-t{n // 10}",
+                               "time": f"2026-11-01T09:{n:02d}:00Z", "fields": fields})
+
+    below = [event(0, "session.started", None, title="db"), event(1, "turn.started", None),
+             event(2, "tool.result", "tool", toolName="Bash", toolCallId="c", status="ok",
+                   output=f"HOME=/root\nDB_PASSWORD={password}\nPATH=/bin\n"),
+             event(3, "turn.ended", None)]
+    above = [event(10, "turn.started", None), event(11, "message", "user", text=f"log in again with {password} please"),
+             event(12, "turn.ended", None)]
+    append_events(settings, below)
+    head = append_events(settings, above)
+    from_seq = head - len(above) + 1
+    rebuild(settings, settings.bootstrap_servers or "", "text", from_seq=from_seq)
+    gen_dir = current_generation(settings, "text")
+    assert gen_dir is not None
+    texts = [doc["text"] for doc in tantivy_docs(gen_dir, "chunkId")]
+    assert texts and any("log in again with [REDACTED:env-dump]" in text for text in texts), texts
+    assert not any(password in text for text in texts)
 
 
 def test_rebuild_from_seq_is_disclosed_as_uncovered_by_the_planner(make_settings: Callable[..., Settings]) -> None:
