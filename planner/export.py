@@ -183,8 +183,7 @@ def _sessions(planner: Planner, principal: Principal, log_id: str, as_of: int | 
               only: str | None = None) -> Export:
     from streams.asp import validate_event
     from streams.redaction import redact_event
-    from streams.redaction.memory import Recall, merge_remembered
-    from streams.stages.records import memory_key
+    from streams.stages.records import keep_remembered, recall_of
 
     # The planner's snapshot, as search and SessionQL use it: the same L1 readers, watermarks,
     # pins and access lists, so an export shows exactly what search would.
@@ -227,15 +226,12 @@ def _sessions(planner: Planner, principal: Principal, log_id: str, as_of: int | 
                     if session not in readable or (
                             isinstance(event.get("acl"), dict) and event["acl"].get("tenant") != owner):
                         continue
-                    key = memory_key(log_id, event)
-                    recall = Recall(key, memories.get(key), seq)
+                    recall = recall_of(log_id, event, seq, memories)
                     try:
                         redacted = redact_event(event, recall=recall).event
                     except USLError:
                         continue  # dead-lettered by the stream
-                    merged = merge_remembered(memories.get(key), recall.added, seq)
-                    if merged is not None:
-                        memories[key] = merged
+                    keep_remembered(memories, recall, seq)
                     if event.get("visibility") == "hidden":
                         continue  # left out, after its secrets were remembered as the stage does
                     # Every line states the session's access list, the one this export applied:

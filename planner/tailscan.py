@@ -43,9 +43,8 @@ from streams.chunking import Chunker, ChunkerConfig, default_tokenizer
 from streams.exceptions import USLError
 from streams.ownership import Owners, session_of_acl
 from streams.redaction import policy_hash, redact_event
-from streams.redaction.memory import Recall, merge_remembered
 from streams.settings import Settings
-from streams.stages.records import memory_key, toolresult_record
+from streams.stages.records import keep_remembered, memory_key, recall_of, toolresult_record
 from streams.ticks import clock_record_time, clock_time, event_clock_time
 
 __all__ = ["SnapshotCache", "TailResult", "TailScan", "TailSnapshot", "chunker_for"]
@@ -282,16 +281,13 @@ class TailScan:
 
     def _redact(self, feed: _Feed, seq: int, event: dict[str, Any],
                 want_tool_results: bool) -> dict[str, Any] | None:
-        key = memory_key(event["logId"], event)
-        recall = Recall(key, feed.secrets.get(key), seq)
+        recall = recall_of(event["logId"], event, seq, feed.secrets)
         try:
             outcome = redact_event(event, recall=recall)
         except USLError:
             feed.skipped_invalid += 1
             return None
-        merged = merge_remembered(feed.secrets.get(key), recall.added, seq)
-        if merged is not None:
-            feed.secrets[key] = merged
+        keep_remembered(feed.secrets, recall, seq)
         if isinstance(outcome.event.get("acl"), dict):
             feed.acls[event["sessionId"]] = (seq, outcome.event["acl"])
         if want_tool_results and outcome.tool_result is not None:

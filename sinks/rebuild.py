@@ -34,9 +34,8 @@ from streams.l1 import L1Reader
 from streams.ownership import Owners
 from streams.progress import marker_seq, new_progress, note_seq, note_session
 from streams.redaction import redact_event
-from streams.redaction.memory import Recall, merge_remembered
 from streams.settings import Settings
-from streams.stages.records import chunk_record, memory_key, redact_admitted
+from streams.stages.records import chunk_record, keep_remembered, recall_of, redact_admitted
 from streams.ticks import advance_clock, clock_record_time, clock_time, event_clock_time
 from streams.topics import Topics
 
@@ -90,8 +89,7 @@ class ReplayStream:
         if admission.verdict == "rejected":
             self.rejected += 1
         if admission.event is not None:
-            memory = memory_key(self.log_id, admission.event)
-            recall = Recall(memory, self.secrets.get(memory), seq)
+            recall = recall_of(self.log_id, admission.event, seq, self.secrets)
             try:
                 redacted = redact_admitted(admission.event, self.log_id, seq, policy=self.policy, clock_time=when,
                                            recall=recall)
@@ -99,9 +97,7 @@ class ReplayStream:
                 redacted = None
                 self.rejected += 1
             if redacted is not None:
-                merged = merge_remembered(self.secrets.get(memory), recall.added, seq)
-                if merged is not None:
-                    self.secrets[memory] = merged
+                keep_remembered(self.secrets, recall, seq)
                 out += redacted.records
                 session_id = redacted.event["sessionId"]
                 state = self.sessions.setdefault(session_id, self.chunker.new_state(session_id))
@@ -116,14 +112,11 @@ class ReplayStream:
         admitted (a rejected event's values are remembered as well: more is removed, never less)."""
         try:
             event = validate_event(raw_event, record=f"L1 seq {seq}")
-            memory = memory_key(self.log_id, event)
-            recall = Recall(memory, self.secrets.get(memory), seq)
+            recall = recall_of(self.log_id, event, seq, self.secrets)
             redact_event(event, recall=recall)
         except Exception:  # what the stream dead-letters remembers nothing
             return
-        merged = merge_remembered(self.secrets.get(memory), recall.added, seq)
-        if merged is not None:
-            self.secrets[memory] = merged
+        keep_remembered(self.secrets, recall, seq)
 
     def _advance(self, seq: int, when: float | None, *, quiet: bool = False) -> list[dict[str, Any]]:
         """The log clock past ``seq``, and the chunks the tick it triggers cuts."""

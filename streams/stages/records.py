@@ -9,21 +9,38 @@ records are serialized with orjson as built, and chunk ids and rebuild identity 
 
 from __future__ import annotations
 
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
 from streams.redaction import redact_event
 from streams.redaction.events import redacted_session_id
-from streams.redaction.memory import Recall
+from streams.redaction.memory import Recall, merge_remembered
 from streams.stages.keys import session_key
 
-__all__ = ["Redacted", "chunk_record", "event_record", "memory_key", "redact_admitted", "toolresult_record"]
+__all__ = ["Redacted", "chunk_record", "event_record", "keep_remembered", "memory_key", "recall_of", "redact_admitted",
+           "toolresult_record"]
 
 
 def memory_key(log_id: str, event: dict[str, Any]) -> str:
     """The key of an event's session memory (:mod:`streams.redaction.memory`): the redaction
     stage's table key, and the salt of the session's prints, the same in every caller."""
     return session_key(log_id, redacted_session_id(event))
+
+
+def recall_of(log_id: str, event: dict[str, Any], seq: int, memories: Mapping[str, list[list[Any]]]) -> Recall:
+    """The memory of ``event``'s session, held in ``memories`` (memory key -> entries: the replay's,
+    the tail scan's and the export's own, as the stage's table holds it), as the event at ``seq``
+    may recall it."""
+    key = memory_key(log_id, event)
+    return Recall(key, memories.get(key), seq)
+
+
+def keep_remembered(memories: MutableMapping[str, list[list[Any]]], recall: Recall, seq: int) -> None:
+    """``memories`` with what the event at ``seq`` added to its session's memory (:func:`recall_of`)."""
+    merged = merge_remembered(memories.get(recall.session), recall.added, seq)
+    if merged is not None:
+        memories[recall.session] = merged
 
 
 def event_record(log_id: str, seq: int, redacted_event: dict[str, Any], *, policy: str,
