@@ -194,8 +194,9 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
     pacer = FlushPacer(settings.flush_tick_seconds)
     flushing = asyncio.Lock()  # the timer's flush and a batch's: one at a time, so none repeats the other's ticks
 
-    async def flush() -> None:
-        """Send the flush ticks of every log with seqs no flush tick released yet."""
+    async def flush() -> Mapping[Any, int]:
+        """Send the flush ticks of every log with seqs no flush tick released yet; the restored
+        key partitions of the log clocks it read (the quiet clocks read them too)."""
         async with flushing:
             restored: Mapping[Any, int] = faust_compat.restored_key_partitions(tables[state.LOG_CLOCKS])
             effects = redaction_stage.flush(restored, faust_compat.committed_offsets(app, topics.l1))
@@ -205,6 +206,7 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
             for fut in confirms:
                 await fut
             redaction_stage.commit(effects)
+            return restored
 
     async def run(stage: RedactionStage | ChunkingStage, name: str, stream: Any) -> None:
         try:
@@ -243,9 +245,8 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
 
     @app.timer(interval=settings.flush_tick_seconds)
     async def flush_ticks() -> None:
-        await flush()
+        restored = await flush()
         if faust_compat.settled(app):
-            restored: Mapping[Any, int] = faust_compat.restored_key_partitions(tables[state.LOG_CLOCKS])
             clocks = redaction_stage.quiet_clocks(restored, faust_compat.assigned(app, topics.l1),
                                                   faust_compat.assigned(app, topics.redacted), now=time.time(),
                                                   monotonic=time.monotonic())
