@@ -3,10 +3,15 @@ Maven Central once into a cache, and the local ports they listen on."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import os
+import random
 import shutil
 import socket
 import subprocess
+import tempfile
+import time
 from pathlib import Path
 
 __all__ = ["fetch_jars_once", "free_port", "port_open"]
@@ -40,8 +45,57 @@ def fetch_jars_once(pom: Path, libs: Path, *, properties: dict[str, str], what: 
         return libs
 
 
+_PORT_HELD_SECONDS = 600.0
+"""How long a port :func:`free_port` handed out stays out of its hands (in every process of
+this user): time enough for whoever asked to start its server on it."""
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    """A TCP port on 127.0.0.1 that nothing uses right now, for a server started soon after.
+
+    Not the kernel's pick for port 0: that comes from the ephemeral range, the range outgoing
+    connections take their source ports from. A server started seconds later on such a port can
+    find it taken by a client's connection (a busy test run holds hundreds to its brokers),
+    fail to bind and be restarted until that connection closes; and two processes asking at
+    once can be handed the same port. So the port is drawn below the ephemeral range, and each
+    one handed out is held back for ``_PORT_HELD_SECONDS`` across processes (a lock file and a
+    marker per port under the temp directory)."""
+    low = _ephemeral_low()
+    first = max(10_000, low - 12_000)
+    if low - first < 1_000:  # an unusual kernel range: leave the choice to the kernel
+        return _kernel_port()
+    held = Path(tempfile.gettempdir()) / f"usl-ports-{os.getuid()}"
+    held.mkdir(mode=0o700, exist_ok=True)
+    draw = random.Random()
+    with open(held / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        now = time.time()
+        for _ in range(200):
+            port = draw.randrange(first, low)
+            marker = held / str(port)
+            with contextlib.suppress(FileNotFoundError):
+                if now - marker.stat().st_mtime < _PORT_HELD_SECONDS:
+                    continue
+            with socket.socket() as probe:
+                try:
+                    probe.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            marker.touch()
+            os.utime(marker, (now, now))
+            return port
+    return _kernel_port()
+
+
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (Linux's default where it cannot be read)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768
+
+
+def _kernel_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])

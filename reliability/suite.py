@@ -208,6 +208,7 @@ class _Suite:
         self.stack = stack
         self.settings = settings
         self.rng = random.Random(seed)
+        self.api_last = "nothing: no request was sent"
         self.seed = seed
         self.kills_per_round = kills_per_round
         self.pace = pace
@@ -267,14 +268,17 @@ class _Suite:
         return self.watch.wait_for(seq, ALL_KINDS, timeout)
 
     def api_answers(self, timeout: float) -> bool:
+        """Whether a search answers 200 within ``timeout``; what it last said otherwise is kept
+        in ``api_last`` for the failure message."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
-                if httpx.post(f"{self.stack.api_url}/v1/search", json={"query": "deploy"},
-                              timeout=30).status_code == 200:
+                reply = httpx.post(f"{self.stack.api_url}/v1/search", json={"query": "deploy"}, timeout=30)
+                if reply.status_code == 200:
                     return True
-            except httpx.HTTPError:
-                pass
+                self.api_last = f"HTTP {reply.status_code}: {reply.text[:400]}"
+            except httpx.HTTPError as exc:
+                self.api_last = f"{type(exc).__name__}: {exc}"
             time.sleep(0.5)
         return False
 
@@ -776,8 +780,11 @@ def _run_stack(phase: Phase, home: Path, faults: list[FaultResult], meta: dict[s
         meta["sink_processes"] = {kind: [p.name for p in procs] for kind, procs in sorted(suite.layout.items())}
         suite.watch.start()
         suite.ingest.start()
+        asked = time.monotonic()
         if not suite.api_answers(recovery_timeout):
-            raise RuntimeError("the planner API never answered")
+            raise RuntimeError(f"the planner API never answered; it last said {suite.api_last}; "
+                               f"its log ends:\n{stack.log_text('api')[-3000:]}")
+        log(f"the API answered a search {time.monotonic() - asked:.1f}s after the first was sent")
         suite.querier.start()
         schedule = [kind for kind in phase.kinds for _ in range(rounds)]
         suite.rng.shuffle(schedule)

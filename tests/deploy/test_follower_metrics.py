@@ -6,7 +6,6 @@ that had stopped."""
 from __future__ import annotations
 
 import re
-import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -15,15 +14,9 @@ import httpx
 import orjson
 import pytest
 
-from deploy.testing import Stack
+from deploy.testing import Stack, free_port
 
 pytestmark = pytest.mark.kafka
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _line(kind: str, number: int, message: dict[str, Any]) -> bytes:
@@ -47,7 +40,7 @@ def test_a_follower_serves_what_it_appends_and_dead_letters(make_settings: Any, 
         + _line("assistant", 2, {"id": "m1", "role": "assistant", "model": "claude-sonnet-4-5",
                                  "content": [{"type": "text", "text": "Its key omits the tenant."}]})
         + b'{"type": "user", "uuid": "cut\n')  # not JSON: dead-lettered
-    port = _free_port()
+    port = free_port()
     stack = Stack(settings)
     try:
         stack.start("follow", "ingest", "--follow", str(projects.parent),

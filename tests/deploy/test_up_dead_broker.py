@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from deploy.jars import free_port
 from deploy.kafka import broker
 from deploy.process import process_record
 from streams.exceptions import BrokerError
@@ -40,14 +41,8 @@ def _gone_pid() -> tuple[int, list[str]]:
     return proc.pid, cmd
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def test_a_dead_broker_is_started_again_at_its_address(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    port = _free_port()
+    port = free_port()
     _record_broker(tmp_path, *_gone_pid(), port)
     started: list[str] = []
 
@@ -76,7 +71,7 @@ def test_a_broker_that_cannot_come_back_where_the_stack_looks_is_an_error(tmp_pa
     cmd = [sys.executable, "-c", "import time; time.sleep(60)"]
     hung = subprocess.Popen(cmd)
     try:
-        _record_broker(tmp_path, hung.pid, cmd, _free_port())
+        _record_broker(tmp_path, hung.pid, cmd, free_port())
         with pytest.raises(BrokerError, match=rf"\(pid {hung.pid}\) runs but does not answer"):
             broker.revive_broker(_settings(tmp_path))
     finally:
@@ -140,7 +135,7 @@ def test_processes_left_without_their_supervisor_are_started_again_under_one(
     # The start that follows stops at its first check (the port is taken): far enough here.
     monkeypatch.setattr(deploy.jars, "port_open", lambda port, host: True)
     monkeypatch.setenv("USL_HOME", str(tmp_path))
-    result = CliRunner().invoke(app, ["up", "--detach", "--port", str(_free_port())])
+    result = CliRunner().invoke(app, ["up", "--detach", "--port", str(free_port())])
     assert stopped == [["api", "sinks", "worker-1"]], result.output
     assert "supervisor had stopped" in result.output and "already running" not in result.output
     assert "is taken" in str(result.exception)  # the start went on past the old processes
