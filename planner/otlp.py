@@ -18,7 +18,9 @@ in any request or receiver (:class:`streams.importers.otel.TraceSessions`).
 ``/v1/logs`` takes an ``ExportLogsServiceRequest`` the same way: the GenAI log records (the
 events instrumentations emit through the logs API, with the message content their spans lack)
 are read as the spans they were emitted in (:func:`streams.importers.otel.log_spans`) and go the
-same way from there; the answer is an ``ExportLogsServiceResponse`` (``rejectedLogRecords``).
+same way from there; Claude Code's own events (``claude_code.*``, no span to read them as) are
+mapped by :func:`streams.importers.claude_code_otel.claude_code_events`. The answer is an
+``ExportLogsServiceResponse`` (``rejectedLogRecords``).
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ from starlette.responses import Response
 from planner.acl import Principal
 from planner.bodies import json_error, json_kind, read_body, without_bom
 from planner.exceptions import QueryError
-from streams.importers.base import Accepted
+from streams.importers.base import Accepted, Rejected
+from streams.importers.claude_code_otel import claude_code_events
 from streams.importers.otel import TraceSessions, log_spans, span_events
 
 __all__ = ["OTLP_ACCEPTED", "OTLP_HEADER", "decode_request", "logs_endpoint", "traces_endpoint"]
@@ -169,7 +172,9 @@ async def _receive(request: Request, receiver: Any, principal: Principal, signal
     decoded = decode_request(await read_body(request, settings.api_max_body_bytes), media_type, signal)
     rejected: list[dict[str, Any]] = []
     refused_records: list[Any] = []
+    agent_events: list[Accepted | Rejected] = []  # Claude Code's own events: no span to read them as
     if signal == "logs":
+        agent_events = claude_code_events(decoded, log_id=log_id)
         decoded, refused_records = log_spans(decoded)
     cuts: set[int] = set()
     records: dict[int, str] = {}
@@ -179,7 +184,7 @@ async def _receive(request: Request, receiver: Any, principal: Principal, signal
         """The request's events, each span in the session ``known`` (what L1 holds of its trace)
         and the request choose (:func:`span_events`); run under the receiver's append lock."""
         checked: list[tuple[int, dict[str, Any]]] = []
-        items = [*refused_records, *span_events(decoded, log_id=log_id, known=known)]
+        items = [*refused_records, *agent_events, *span_events(decoded, log_id=log_id, known=known)]
         for index, item in enumerate(items):
             raws[index] = item.event if isinstance(item, Accepted) else item.raw
             if isinstance(item, Accepted):

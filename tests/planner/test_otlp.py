@@ -519,3 +519,89 @@ def test_otlp_logs_json_and_what_is_refused(served):
     assert garbage.status_code == 400 and "ExportLogsServiceRequest" in garbage.json()["error"]["message"]
     plain = httpx.post(f"{endpoint}/v1/logs", content=b"{}", headers={"Content-Type": "text/plain"})
     assert plain.status_code == 415 and "application/x-protobuf" in plain.json()["error"]["message"]
+
+
+CLAUDE_SESSION = "5e0f6c1a-2b3c-4d5e-8f70-112233445566"
+
+
+def send_claude_code_events(endpoint: str) -> None:
+    """One exchange of a Claude Code session as its telemetry exports it (CLAUDE_CODE_ENABLE_TELEMETRY,
+    OTEL_LOGS_EXPORTER=otlp, http/protobuf): log records of scope com.anthropic.claude_code.events,
+    body ``claude_code.<name>``, ``event.name`` the bare name, ``session.id`` and ``prompt.id`` on
+    each, no trace or span; the batch exporter splits the exchange over two exports."""
+    from opentelemetry._logs import LogRecord
+    from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
+    from opentelemetry.sdk._logs import LoggerProvider
+    from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
+    from opentelemetry.sdk.resources import Resource
+
+    logging = LoggerProvider(resource=Resource.create({"service.name": "claude-code", "service.version": "2.1.30"}))
+    logging.add_log_record_processor(BatchLogRecordProcessor(OTLPLogExporter(endpoint=f"{endpoint}/v1/logs")))
+    logger = logging.get_logger("com.anthropic.claude_code.events", "2.1.30")
+    common = {"session.id": CLAUDE_SESSION, "prompt.id": "b1d4c6a0-prompt", "terminal.type": "tmux"}
+    records = [
+        ("user_prompt", {"prompt": "why does the quokka migration deadlock?", "prompt_length": "39"}),
+        ("api_request", {"model": "claude-sonnet-4-5-20250929", "input_tokens": "9", "output_tokens": "215",
+                         "cache_read_tokens": "14016", "cache_creation_tokens": "2087", "cost_usd": "0.0114",
+                         "duration_ms": "5230"}),
+        ("tool_decision", {"tool_name": "Bash", "decision": "accept", "source": "config",
+                           "tool_use_id": "toolu_01QK"}),
+        ("tool_result", {"tool_name": "Bash", "tool_use_id": "toolu_01QK", "success": "false", "duration_ms": "911",
+                         "error": "Exit code 1: lock wait timeout exceeded on table quokka_jobs",
+                         "tool_parameters": '{"bash_command": "alembic", "full_command": "alembic upgrade head"}'}),
+        ("api_error", {"model": "claude-sonnet-4-5-20250929", "error": "Overloaded", "status_code": "529",
+                       "attempt": "1"}),
+    ]
+    for sequence, (name, extra) in enumerate(records):
+        logger.emit(LogRecord(timestamp=1_764_579_600_000_000_000 + sequence * 1_000_000_000,
+                              body=f"claude_code.{name}", attributes={
+                                  "event.name": name, "event.sequence": sequence, **common, **extra}))
+        if sequence == 1:
+            logging.force_flush()  # the rest of the exchange comes in the next export
+    logging.force_flush()
+    logging.shutdown()
+
+
+def test_claude_code_telemetry_events_are_a_searchable_session(served):
+    """Found as a new user: Claude Code's own OpenTelemetry events (claude_code.user_prompt,
+    tool_result, api_request, ...) name no gen_ai.* event, no trace and no span, and /v1/logs
+    ignored them as an application's logs: a 200 with nothing appended. They are the session
+    their session.id names, one turn per prompt.id across export batches, with the prompt, the
+    tool call and its failure searchable, the tokens counted, and a retry appending nothing."""
+    import httpx
+
+    settings, planner, endpoint = served
+    send_claude_code_events(endpoint)
+    events = l1_events(settings)
+    assert {e["sessionId"] for e in events} == {CLAUDE_SESSION}
+    assert len({e["turnId"] for e in events if e.get("turnId")}) == 1
+    kinds = [e["type"] for e in events]
+    assert kinds == ["session.started", "turn.started", "message", "x.claude-code.api_request", "turn.ended",
+                     "x.claude-code.tool_decision", "tool.call", "tool.result", "error", "turn.ended"]
+    by_type = {e["type"]: e for e in events}
+    assert by_type["message"]["fields"]["text"] == "why does the quokka migration deadlock?"
+    assert by_type["x.claude-code.api_request"]["fields"]["usage"] == {
+        "inputTokens": 9, "outputTokens": 215, "cacheReadInputTokens": 14016, "cacheCreationInputTokens": 2087}
+    assert by_type["x.claude-code.api_request"]["fields"]["costUsd"] == 0.0114
+    call, result = by_type["tool.call"], by_type["tool.result"]
+    assert (call["fields"]["toolName"], call["fields"]["toolCallId"], call["fields"]["input"]) == (
+        "Bash", "toolu_01QK", {"bash_command": "alembic", "full_command": "alembic upgrade head"})
+    assert (result["fields"]["status"], result["parentEventId"]) == ("error", call["eventId"])
+    assert by_type["error"]["fields"]["message"] == "Overloaded"
+    answer = planner.search({"query": "quokka deadlock", "freshness": "latest", "mode": "text"}, READER_PRINCIPAL)
+    assert answer["results"] and answer["results"][0]["sessionId"] == CLAUDE_SESSION
+    failed = planner.search({"query": "lock wait timeout", "freshness": "latest", "mode": "text"}, READER_PRINCIPAL)
+    assert any("[tool.result Bash error]" in hit["text"] for hit in failed["results"])
+    # An exporter's retry (here the whole exchange again, as JSON) appends nothing.
+    send_claude_code_events(endpoint)
+    assert len(l1_events(settings)) == len(events)
+    # A record without session.id has no session to go to: refused by name, not guessed.
+    anonymous = {"resourceLogs": [{"scopeLogs": [{"scope": {"name": "com.anthropic.claude_code.events"}, "logRecords": [
+        {"timeUnixNano": "1764579700000000000", "body": {"stringValue": "claude_code.user_prompt"},
+         "attributes": [{"key": "event.name", "value": {"stringValue": "user_prompt"}}]}]}]}]}
+    response = httpx.post(f"{endpoint}/v1/logs", content=orjson.dumps(anonymous),
+                          headers={"Content-Type": "application/json"}, timeout=30)
+    assert response.status_code == 200
+    refused = response.json()["partialSuccess"]
+    assert refused["rejectedLogRecords"] == 1 and "needs its session.id" in refused["errorMessage"]
+    assert len(l1_events(settings)) == len(events)

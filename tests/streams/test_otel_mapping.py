@@ -491,3 +491,58 @@ def test_a_protobuf_span_with_an_attribute_given_twice_is_refused() -> None:
     items = list(span_events(decode_request(request.SerializeToString(), "application/x-protobuf")))
     assert [type(item).__name__ for item in items] == ["Rejected"]
     assert "'gen_ai.conversation.id' is given twice" in items[0].reason
+
+
+CLAUDE_KEYS = st.sampled_from(["event.name", "session.id", "prompt.id", "prompt", "tool_name", "tool_use_id",
+                               "success", "error", "tool_parameters", "tool_input", "input_tokens", "cost_usd",
+                               "event.timestamp"])
+claude_record = st.fixed_dictionaries({
+    "timeUnixNano": st.sampled_from(["1764579600000000000", "0", "soon", 17, None]),
+    "body": st.sampled_from([{"stringValue": "claude_code.user_prompt"}, {"stringValue": "claude_code.tool_result"},
+                             {"stringValue": "claude_code.api_request"}, {"stringValue": "claude_code."},
+                             {"stringValue": "hello"}, {}, None]),
+    "attributes": st.lists(st.fixed_dictionaries({"key": CLAUDE_KEYS, "value": value()}), max_size=8),
+})
+
+
+@fuzz(200)
+@given(records=st.lists(claude_record | json_values(max_leaves=4), max_size=5), junk=json_values(max_leaves=4))
+def test_any_claude_code_records_map_without_raising(records: list[Any], junk: Any) -> None:
+    """Claude Code's telemetry events (POST /v1/logs) never raise: each record is events or a
+    reason, and every event is valid ASP."""
+    from streams.importers.base import Rejected
+    from streams.importers.claude_code_otel import SCOPE, claude_code_events
+
+    for request in ({"resourceLogs": [{"scopeLogs": [{"scope": {"name": SCOPE}, "logRecords": records}]}]},
+                    {"resourceLogs": junk}):
+        for item in claude_code_events(request):
+            if isinstance(item, Accepted):
+                assert validate_event(item.event) == item.event
+            else:
+                assert isinstance(item, Rejected) and item.reason
+
+
+def test_claude_code_records_without_prompt_id_share_their_prompts_turn() -> None:
+    """Claude Code 1.x names no prompt.id: a request's records after a user_prompt are in its
+    turn, and the ones before any prompt are left loose (the receiver frames them); a prompt
+    closes the turn before it."""
+    from streams.importers.claude_code_otel import claude_code_events
+
+    def record(name: str, at: int, **extra: str) -> dict[str, Any]:
+        return {"timeUnixNano": str(at * 10**9), "body": {"stringValue": f"claude_code.{name}"}, "attributes": [
+            {"key": key, "value": {"stringValue": value}}
+            for key, value in {"event.name": name, "session.id": "s-1", **extra}.items()]}
+
+    items = claude_code_events({"resourceLogs": [{"scopeLogs": [{"logRecords": [
+        record("api_request", 1, model="m"), record("user_prompt", 2, prompt="first"),
+        record("tool_result", 3, tool_name="Read"), record("user_prompt", 4, prompt="second"),
+        record("api_request", 5, model="m")]}]}]})
+    events = [item.event for item in items if isinstance(item, Accepted)]
+    assert len(events) == len(items)
+    shape = [(e["type"], e.get("turnId")) for e in events]
+    first, second = shape[2][1], shape[7][1]
+    assert first and second and first != second
+    assert shape == [("session.started", None), ("x.claude-code.api_request", None), ("turn.started", first),
+                     ("message", first), ("tool.call", first), ("tool.result", first), ("turn.ended", first),
+                     ("turn.started", second), ("message", second), ("x.claude-code.api_request", second),
+                     ("turn.ended", second)]
