@@ -529,6 +529,7 @@ class Follower:
         self._links: dict[Path, dict[Any, Any]] = {}
         # A followed root's directories as last listed (by path) and its files, sorted (see _tree).
         self._trees: dict[Path, tuple[dict[str, _Listing], list[tuple[str, Path, str, Path]]]] = {}
+        self._where: dict[str, tuple[str, Path]] = {}  # key -> (label, root), as last listed
         self._started = False
 
     # -- the loop ---------------------------------------------------------------------------
@@ -569,7 +570,9 @@ class Follower:
         present = {key for key, _path, _label, _root in files}
         for key in list(self._tracked):
             if key not in present:
+                self._drain(key, records, report)
                 self._gone(key, records, report)
+        self._where.update((key, (label, root)) for key, _path, label, root in files)
         parsed: list[_Parsed] = []
         for key, path, label, root in files:
             tracked = self._tracked.get(key)
@@ -680,6 +683,10 @@ class Follower:
             if signature == tracked.signature and not (tracked.record and tracked.record.held) \
                     and not tracked.tail:
                 return None
+            kept = tracked.record
+            if kept is not None and not self.once and str(path) == kept.path \
+                    and ((stat.st_dev, stat.st_ino) != (kept.device, kept.inode) or stat.st_size < kept.offset):
+                self._drain(key, records, report)  # rotated: read what the old file still held first
             data = path.read_bytes()
         except FileNotFoundError:
             return None
@@ -1098,6 +1105,33 @@ class Follower:
             if key in self._tracked:
                 self._tracked[key].record = new
 
+    def _drain(self, key: str, records: dict[str, FileRecord], report: PollReport) -> None:
+        """Read the rest of a followed file that a rotation moved out of the followed names
+        before this poll saw it grow, and append it as that file's, before the file that
+        replaced it (if any) is read; ``records`` is updated.
+
+        logrotate's create mode renames the file (``s.jsonl`` → ``s.jsonl.1``) and the writer
+        goes on in a new one; copytruncate copies it and truncates it in place. The lines
+        written since the last poll were then only in the rotated file, which no follower reads
+        (not ``*.jsonl``): they were lost without a word. The rotated file is found beside the
+        old path, named after it, by inode (renamed) or by beginning with the bytes the record
+        vouches for (copied); a rotation into a followed name is a rename the record follows
+        (:meth:`_renamed`). Called only when the followed path changed inode or shrank, or is
+        gone: an idle poll costs nothing more."""
+        tracked = self._tracked.get(key)
+        record = tracked.record if tracked is not None else None
+        if self.once or tracked is None or record is None or key not in self._where:
+            return
+        rotated = _rotated_copy(Path(record.path), record)
+        if rotated is None:
+            return
+        label, root = self._where[key]
+        found = self._read(key, rotated, label, root, tracked, records, report)
+        if found is None:
+            return
+        self._commit(self._plan([found], report), report)
+        records.update(self.store.records(self.appender))
+
     def _gone(self, key: str, records: dict[str, FileRecord], report: PollReport) -> None:
         """A file that disappeared: its held-back end events go out now (its session is over)."""
         self._release(key, self._tracked.pop(key), records.get(key), report)
@@ -1384,6 +1418,32 @@ def _sessions_of(entries: list[Accepted | Rejected]) -> dict[str, set[str]]:
             by_log.setdefault(entry.event["logId"], set()).add(entry.event["sessionId"])
     return by_log
 
+
+
+def _rotated_copy(old: Path, record: FileRecord) -> Path | None:
+    """The file beside ``old`` (named after it, not a followed name) that holds more than the
+    bytes ``record`` vouches for, beginning with them: ``old`` renamed (the same inode) or
+    copied (the same prefix) by a log rotation; None if there is none."""
+    try:
+        entries = list(os.scandir(old.parent))
+    except OSError:
+        return None
+    for entry in sorted(entries, key=lambda entry: entry.name):
+        if entry.name == old.name or not entry.name.startswith(old.stem) \
+                or os.path.splitext(entry.name)[1].lower() in FILE_SUFFIXES:
+            continue
+        try:
+            stat = entry.stat()
+            if not entry.is_file() or stat.st_size <= record.offset:
+                continue
+            if (stat.st_dev, stat.st_ino) == (record.device, record.inode):
+                return Path(entry.path)
+            with open(entry.path, "rb") as handle:
+                if _sha(handle.read(record.offset)) == record.prefix_sha:
+                    return Path(entry.path)
+        except OSError:
+            continue
+    return None
 
 
 def _still_at_its_path(record: FileRecord) -> bool:

@@ -217,6 +217,45 @@ def test_truncation_rotation_and_deletion(tmp_path):
     assert len(l1.log) > held_before and max(l1.counts().values()) == 1
 
 
+@pytest.mark.parametrize("style", ["create", "copytruncate"])
+def test_lines_written_just_before_a_rotation_are_read_from_the_rotated_file(tmp_path, style):
+    """Found following real transcripts: lines written after the last poll to a file that
+    logrotate then renamed (``s.jsonl`` → ``s.jsonl.1``, create mode) or copied and truncated
+    (copytruncate) were only in the rotated file, which is no followed name: lost without a
+    word. They are read from it as the followed file's before the new file is read."""
+    root = tmp_path / "sessions"
+    root.mkdir()
+    name = TRANSCRIPTS[1].name
+    lines = TRANSCRIPTS[1].read_bytes().splitlines(keepends=True)
+    live = root / name
+    live.write_bytes(b"".join(lines[:5]))
+    l1, clock = MemoryL1(), Clock()
+    tail = follower(root, l1, tmp_path / "home", clock)
+    tail.poll()
+    assert l1.log
+    with live.open("ab") as handle:  # between two polls: written, then rotated
+        handle.write(b"".join(lines[5:12]))
+    rotated = root / f"{name}.1"
+    if style == "create":
+        live.rename(rotated)
+    else:
+        shutil.copy(live, rotated)
+    live.write_bytes(b"")
+    tail.poll()
+    with live.open("ab") as handle:  # the writer goes on in the new file
+        handle.write(b"".join(lines[12:]))
+    tail.poll()
+    clock.now += 10
+    tail.poll()
+    assert max(l1.counts().values()) == 1
+    before = tmp_path / "before" / name  # what the file held when it was rotated
+    before.parent.mkdir()
+    before.write_bytes(b"".join(lines[:12]))
+    ends = {i.event["eventId"] for i in iter_records(before) if isinstance(i, Accepted)
+            and i.event["type"] == "turn.ended"}  # the end of its input: the new file goes on
+    assert one_shot_ids(before) - ends - set(l1.counts()) == set()
+
+
 @pytest.mark.parametrize("once", [True, False], ids=["usl ingest", "--follow"])
 def test_a_copy_beside_its_original_is_a_file_of_its_own(tmp_path, once):
     # A copy has the original's first line and bytes, which let it adopt the original's position
