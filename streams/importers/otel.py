@@ -226,6 +226,99 @@ _NUMBERED = re.compile(r"gen_ai\.(prompt|completion)\.(\d+)\.(role|content)")
 _DETAILS_EVENT = "gen_ai.client.inference.operation.details"
 
 
+#: OpenInference's span kinds (``openinference.span.kind``) → the GenAI operation they amount to.
+_OPENINFERENCE_KINDS = {"LLM": "chat", "TOOL": "execute_tool", "AGENT": "invoke_agent"}
+_OPENINFERENCE_MESSAGE = re.compile(r"llm\.(input|output)_messages\.(\d+)\.message\.(.+)")
+_OPENINFERENCE_PART = re.compile(r"contents\.(\d+)\.message_content\.(type|text)")
+_OPENINFERENCE_CALL = re.compile(r"tool_calls\.(\d+)\.tool_call\.(id|function\.name|function\.arguments)")
+
+
+def _from_openinference(attrs: dict[str, Any]) -> dict[str, Any]:
+    """``attrs`` of an OpenInference span (Arize Phoenix's instrumentations: OpenAI, Anthropic,
+    LangChain, LlamaIndex, the OpenAI Agents SDK, ...) with the GenAI attributes it amounts to,
+    where it states none: ``openinference.span.kind`` ``LLM`` / ``TOOL`` / ``AGENT`` as the
+    operation, the flattened ``llm.input_messages.N.message.*`` / ``llm.output_messages.*``
+    (role, content or text contents, tool calls, a tool message's ``tool_call_id``) as the
+    messages, ``llm.model_name``, ``llm.token_count.prompt`` / ``completion``, ``session.id`` as
+    the conversation, a tool's ``tool.name`` and ``input.value`` / ``output.value`` as its call
+    and result, an agent's ``input.value`` / ``output.value`` as its messages. Such a span has
+    no ``gen_ai.operation.name``: it was ignored, answered 200, nothing appended. Other kinds
+    (``CHAIN``, ``RETRIEVER``, ...) stay ignored, as spans of no GenAI operation are, but for
+    their ``session.id``, which their descendants' spans take as the conversation."""
+    kind = attrs.get("openinference.span.kind")
+    if not isinstance(kind, str) or isinstance(attrs.get("gen_ai.operation.name"), str):
+        return attrs
+    found = dict(attrs)
+    if "gen_ai.conversation.id" not in found and attrs.get("session.id") not in (None, ""):
+        found["gen_ai.conversation.id"] = attrs["session.id"]  # a CHAIN's too: its descendants' session
+    operation = _OPENINFERENCE_KINDS.get(kind.upper())
+    if operation is None:
+        return found
+    found["gen_ai.operation.name"] = operation
+    for old, new in (("llm.model_name", "gen_ai.request.model"), ("llm.token_count.prompt", "gen_ai.usage.input_tokens"),
+                     ("llm.token_count.completion", "gen_ai.usage.output_tokens"),
+                     ("agent.name", "gen_ai.agent.name"), ("tool.name", "gen_ai.tool.name"),
+                     ("tool.description", "gen_ai.tool.description")):
+        if new not in found and attrs.get(old) not in (None, ""):
+            found[new] = attrs[old]
+    if operation == "execute_tool":
+        for old, new in (("input.value", "gen_ai.tool.call.arguments"), ("output.value", "gen_ai.tool.call.result"),
+                         ("tool_call.id", "gen_ai.tool.call.id"), ("tool.id", "gen_ai.tool.call.id")):
+            if new not in found and attrs.get(old) not in (None, ""):
+                found[new] = attrs[old]
+        return found
+    messages: dict[tuple[str, int], dict[str, Any]] = {}
+    for key, value in attrs.items():
+        if (match := _OPENINFERENCE_MESSAGE.fullmatch(key)) is not None:
+            messages.setdefault((match[1], int(match[2])), {})[match[3]] = value
+    built: dict[str, list[dict[str, Any]]] = {"input": [], "output": []}
+    for (side, _index), values in sorted(messages.items()):
+        message = _openinference_message(values, "user" if side == "input" else "assistant")
+        if message is not None:
+            built[side].append(message)
+    for side, key in (("input", "gen_ai.input.messages"), ("output", "gen_ai.output.messages")):
+        if key in found:
+            continue
+        if built[side]:
+            found[key] = built[side]
+        elif operation == "invoke_agent" and isinstance(attrs.get(f"{side}.value"), str) and attrs[f"{side}.value"]:
+            # An agent's input and output as text (or JSON of messages): read as messages are.
+            found[key] = attrs[f"{side}.value"] if side == "input" else [
+                {"role": "assistant", "parts": [{"type": "text", "content": attrs[f"{side}.value"]}]}]
+    return found
+
+
+def _openinference_message(values: dict[str, Any], role: str) -> dict[str, Any] | None:
+    """One flattened OpenInference message (``role``, ``content``, ``contents.N.*``,
+    ``tool_calls.N.*``, ``tool_call_id``) in the conventions' ``{"role", "parts"}`` shape."""
+    role = values["role"] if isinstance(values.get("role"), str) and values["role"] else role
+    texts: dict[int, str] = {}
+    calls: dict[int, dict[str, Any]] = {}
+    for key, value in values.items():
+        if (part := _OPENINFERENCE_PART.fullmatch(key)) is not None and part[2] == "text" and isinstance(value, str):
+            texts[int(part[1])] = value
+        elif (call := _OPENINFERENCE_CALL.fullmatch(key)) is not None:
+            calls.setdefault(int(call[1]), {})[call[2].removeprefix("function.")] = value
+    content = values.get("content")
+    text = content if isinstance(content, str) and content else "\n".join(texts[i] for i in sorted(texts))
+    parts: list[dict[str, Any]] = []
+    if role == "tool" and text:
+        parts.append({"type": "tool_call_response", "response": text,
+                      **({"id": values["tool_call_id"]} if isinstance(values.get("tool_call_id"), str) else {})})
+    elif text:
+        parts.append({"type": "text", "content": text})
+    for _index, stated in sorted(calls.items()):
+        arguments = stated.get("arguments")
+        if isinstance(arguments, str):
+            try:
+                arguments = orjson.loads(arguments)
+            except orjson.JSONDecodeError:
+                pass
+        parts.append({"type": "tool_call", "id": stated.get("id"), "name": stated.get("name"),
+                      "arguments": arguments})
+    return {"role": role, "parts": parts} if parts else None
+
+
 def _with_older_content(attrs: dict[str, Any], span: dict[str, Any]) -> dict[str, Any]:
     """``attrs`` with the operation and the messages that instrumentations older than the
     conventions' ``gen_ai.input.messages`` / ``gen_ai.output.messages`` record otherwise, in
@@ -442,8 +535,8 @@ class _Batch:
     """The spans of one request, for the lineage lookups."""
 
     def __init__(self, spans: list[tuple[dict[str, Any], dict[str, Any]]], known: TraceSessions) -> None:
-        self.spans = {(_hex(s.get("traceId")), _hex(s.get("spanId"))): (r, s, attributes(s.get("attributes")))
-                      for r, s in spans}
+        self.spans = {(_hex(s.get("traceId")), _hex(s.get("spanId"))):
+                      (r, s, _from_openinference(attributes(s.get("attributes")))) for r, s in spans}
         self.known = known
 
     def session_of(self, trace: str, span: dict[str, Any], attrs: dict[str, Any]) -> str:
@@ -511,7 +604,7 @@ def span_events(request: dict[str, Any], *, log_id: str = "default",
             yield Rejected(record, "the span's attributes must be a list of {key, value} objects, "
                                    f"not {type(span['attributes']).__name__}", raw_text(span))
             continue
-        attrs = _with_older_content(attributes(span.get("attributes")), span)
+        attrs = _with_older_content(_from_openinference(attributes(span.get("attributes"))), span)
         operation = attrs.get("gen_ai.operation.name")
         if not isinstance(operation, str):
             continue

@@ -546,3 +546,68 @@ def test_claude_code_records_without_prompt_id_share_their_prompts_turn() -> Non
                      ("message", first), ("tool.call", first), ("tool.result", first), ("turn.ended", first),
                      ("turn.started", second), ("message", second), ("x.claude-code.api_request", second),
                      ("turn.ended", second)]
+
+
+def test_openinference_spans_are_read_as_the_genai_spans_they_amount_to() -> None:
+    """Found as a new user: OpenInference instrumentations (Arize Phoenix's, for OpenAI, LangChain,
+    the OpenAI Agents SDK, ...) mark spans with openinference.span.kind and flattened llm.*
+    messages, not gen_ai.operation.name: every span was ignored, answered 200, nothing appended.
+    An AGENT > LLM, TOOL, LLM trace as the spec's tool-calling example writes it, in the
+    session its session.id names, with its messages, tool call, result and tokens."""
+    trace, agent, first, tool, second = "6e0c63257de34c926f9efcd03919fb93", "a1" * 8, "b2" * 8, "c3" * 8, "d4" * 8
+
+    def span(span_id: str, parent: str, kind: str, start: int, attributes: dict[str, Any]) -> dict[str, Any]:
+        values = {"openinference.span.kind": kind, "session.id": "phx-session-9", **attributes}
+        return {"traceId": trace, "spanId": span_id, "parentSpanId": parent, "name": kind.lower(),
+                "startTimeUnixNano": str(start * 10**9), "endTimeUnixNano": str((start + 1) * 10**9),
+                "attributes": [{"key": key, "value": {"intValue": str(value)} if isinstance(value, int)
+                                else {"stringValue": value}} for key, value in values.items()]}
+
+    question = "What's the weather in Boston?"
+    spans = [
+        span(agent, "", "AGENT", 1764579600, {"agent.name": "weather-agent", "input.value": question,
+                                             "output.value": "It is 65°F and cloudy in Boston."}),
+        span(first, agent, "LLM", 1764579601, {
+            "llm.model_name": "gpt-4o-2024-08-06", "llm.token_count.prompt": 82, "llm.token_count.completion": 17,
+            "llm.input_messages.0.message.role": "user", "llm.input_messages.0.message.content": question,
+            "llm.output_messages.0.message.role": "assistant",
+            "llm.output_messages.0.message.tool_calls.0.tool_call.id": "call_123",
+            "llm.output_messages.0.message.tool_calls.0.tool_call.function.name": "get_weather",
+            "llm.output_messages.0.message.tool_calls.0.tool_call.function.arguments": '{"location": "Boston, MA"}'}),
+        span(tool, agent, "TOOL", 1764579602, {"tool.name": "get_weather", "input.value": '{"location": "Boston, MA"}',
+                                             "output.value": '{"temperature": 65, "condition": "cloudy"}'}),
+        span(second, agent, "LLM", 1764579603, {
+            "llm.model_name": "gpt-4o-2024-08-06",
+            "llm.input_messages.0.message.role": "user", "llm.input_messages.0.message.content": question,
+            "llm.input_messages.1.message.role": "tool", "llm.input_messages.1.message.tool_call_id": "call_123",
+            "llm.input_messages.1.message.content": '{"temperature": 65, "condition": "cloudy"}',
+            "llm.output_messages.0.message.role": "assistant",
+            "llm.output_messages.0.message.contents.0.message_content.type": "text",
+            "llm.output_messages.0.message.contents.0.message_content.text": "The weather in Boston is 65°F and cloudy."}),
+        span("e5" * 8, agent, "CHAIN", 1764579604, {"input.value": "ignored"}),
+    ]
+    items = list(span_events({"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]}))
+    events = [item.event for item in items if isinstance(item, Accepted)]
+    assert len(events) == len(items) and {e["sessionId"] for e in events} == {"phx-session-9"}
+    shape = [(e["type"], e.get("role"), e["fields"].get("text") or e["fields"].get("toolName")) for e in events]
+    assert shape == [
+        ("session.started", None, None), ("run.started", None, None),
+        ("message", "user", question), ("message", "assistant", "It is 65°F and cloudy in Boston."),
+        ("run.ended", None, None),
+        ("turn.started", "user", None), ("message", "user", question), ("message", "assistant", None),
+        ("turn.ended", None, None),
+        ("tool.call", "assistant", "get_weather"), ("tool.result", "tool", "get_weather"),
+        ("turn.started", "user", None), ("message", "user", question),
+        ("message", "tool", '{"temperature": 65, "condition": "cloudy"}'),
+        ("message", "assistant", "The weather in Boston is 65°F and cloudy."), ("turn.ended", None, None)]
+    # The question each call repeats (and the agent's input) is one event, as the conventions' history is.
+    assert len({e["eventId"] for e in events if e["fields"].get("text") == question}) == 1
+    by_run = {e["runId"] for e in events if e["type"] not in ("session.started",)}
+    assert len(by_run) == 1  # every span is in the agent's run
+    answer = next(e for e in events if e["type"] == "message" and e["fields"].get("toolCalls"))
+    assert answer["fields"]["toolCalls"] == [{"id": "call_123", "name": "get_weather",
+                                              "arguments": {"location": "Boston, MA"}}]
+    assert answer["fields"]["usage"] == {"inputTokens": 82, "outputTokens": 17}
+    call, result = (e for e in events if e["type"] in ("tool.call", "tool.result"))
+    assert call["fields"]["input"] == {"location": "Boston, MA"}
+    assert result["fields"]["output"] == '{"temperature": 65, "condition": "cloudy"}'
