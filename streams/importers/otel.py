@@ -220,7 +220,7 @@ _REQUEST_TYPES = {"chat": "chat", "completion": "text_completion"}
 #: Span events of the GenAI conventions before 1.37 that carry a message of the input.
 _INPUT_EVENTS = {"gen_ai.system.message": "system", "gen_ai.user.message": "user",
                  "gen_ai.assistant.message": "assistant", "gen_ai.tool.message": "tool"}
-_NUMBERED = re.compile(r"gen_ai\.(prompt|completion)\.(\d+)\.(role|content)")
+_NUMBERED = re.compile(r"gen_ai\.(prompt|completion)\.(\d+)\.(role|content|tool_calls\.(\d+)\.(id|name|arguments))")
 #: The event the conventions from 1.37 on may record a call's messages on, in place of the span's
 #: attributes (``gen_ai.input.messages``, ``gen_ai.output.messages``, ``gen_ai.system_instructions``).
 _DETAILS_EVENT = "gen_ai.client.inference.operation.details"
@@ -342,14 +342,18 @@ def _with_older_content(attrs: dict[str, Any], span: dict[str, Any]) -> dict[str
     numbered: dict[tuple[str, int], dict[str, Any]] = {}
     for key, value in attrs.items():
         if (match := _NUMBERED.fullmatch(key)) is not None:
-            numbered.setdefault((match[1], int(match[2])), {})[match[3]] = value
+            fields = numbered.setdefault((match[1], int(match[2])), {})
+            if match[4] is None:
+                fields[match[3]] = value
+            else:  # OpenLLMetry's gen_ai.completion.N.tool_calls.K.*: a message of calls alone had none
+                fields.setdefault("calls", {}).setdefault(int(match[4]), {})[match[5]] = value
     inputs: list[dict[str, Any]] = []
     outputs: list[dict[str, Any]] = []
     for (kind, _index), fields in sorted(numbered.items()):
-        role = fields.get("role") if isinstance(fields.get("role"), str) else \
-            ("user" if kind == "prompt" else "assistant")
-        if isinstance(fields.get("content"), str):
-            (inputs if kind == "prompt" else outputs).append({"role": role, "content": fields["content"]})
+        role = fields["role"] if isinstance(fields.get("role"), str) else ("user" if kind == "prompt" else "assistant")
+        message = _numbered_message(role, fields)
+        if message is not None:
+            (inputs if kind == "prompt" else outputs).append(message)
     for item in _list(span.get("events")):
         event = _dict(item)
         name, values = event.get("name"), attributes(event.get("attributes"))
@@ -378,6 +382,34 @@ def _with_older_content(attrs: dict[str, Any], span: dict[str, Any]) -> dict[str
     if outputs and "gen_ai.output.messages" not in found:
         found["gen_ai.output.messages"] = outputs
     return found
+
+
+def _numbered_message(role: str, fields: dict[str, Any]) -> dict[str, Any] | None:
+    """One of OpenLLMetry's numbered messages (``role``, ``content``, ``tool_calls``) in the
+    older events' shape; None when it holds nothing. Its ``content`` may be the provider's list of
+    content blocks as JSON (Anthropic's, Gemini's), read as those blocks, not as their JSON."""
+    content = fields.get("content")
+    if isinstance(content, str) and content.startswith("["):
+        try:
+            blocks = orjson.loads(content)
+        except orjson.JSONDecodeError:
+            blocks = None
+        if isinstance(blocks, list) and blocks and all(isinstance(b, dict) and "type" in b for b in blocks):
+            content = blocks
+    calls = []
+    for _index, stated in sorted(_dict(fields.get("calls")).items()):
+        arguments = stated.get("arguments")
+        if isinstance(arguments, str):
+            try:
+                arguments = orjson.loads(arguments)
+            except orjson.JSONDecodeError:
+                pass
+        if stated.get("name"):
+            calls.append({"type": "tool_call", "id": stated.get("id"), "name": stated["name"], "arguments": arguments})
+    if not (isinstance(content, str | list) and content) and not calls:
+        return None
+    return {"role": role, **({"content": content} if isinstance(content, str | list) else {}),
+            **({"parts": calls} if calls else {})}
 
 
 def _text(message: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:

@@ -250,6 +250,21 @@ def test_the_older_shapes_of_a_chat_call_keep_their_messages() -> None:
         {"resourceSpans": [{"scopeSpans": [{"spans": [openllmetry]}]}]}) if isinstance(item, Accepted)]
     assert {"inputTokens": 25, "outputTokens": 9} in usage
 
+    # A completion of tool calls alone (OpenLLMetry's gen_ai.completion.N.tool_calls.K.*) is a message
+    # with those calls, not nothing; a prompt of the provider's content blocks (Anthropic, Gemini)
+    # as JSON is read as those blocks' text.
+    calls = _legacy_span(_attrs(**{
+        "llm.request.type": "chat", "gen_ai.request.model": "gpt-4o",
+        "gen_ai.prompt.0.role": "user",
+        "gen_ai.prompt.0.content": '[{"type": "text", "text": "What is the weather in Tokyo?"}]',
+        "gen_ai.completion.0.role": "assistant", "gen_ai.completion.0.finish_reason": "tool_calls",
+        "gen_ai.completion.0.tool_calls.0.id": "call_vqQR", "gen_ai.completion.0.tool_calls.0.name": "get_weather",
+        "gen_ai.completion.0.tool_calls.0.arguments": '{"location": "Tokyo"}'}))
+    assert _chat_messages(calls) == [("user", "What is the weather in Tokyo?"), ("assistant", "")]
+    called = [item.event["fields"].get("toolCalls") for item in span_events(
+        {"resourceSpans": [{"scopeSpans": [{"spans": [calls]}]}]}) if isinstance(item, Accepted)]
+    assert [{"id": "call_vqQR", "name": "get_weather", "arguments": {"location": "Tokyo"}}] in called
+
     def event(name: str, **values: Any) -> dict[str, Any]:
         return {"name": name, "timeUnixNano": "1764579600000000000", "attributes": _attrs(**values)}
 
