@@ -239,21 +239,19 @@ def _from_openinference(attrs: dict[str, Any]) -> dict[str, Any]:
     where it states none: ``openinference.span.kind`` ``LLM`` / ``TOOL`` / ``AGENT`` as the
     operation, the flattened ``llm.input_messages.N.message.*`` / ``llm.output_messages.*``
     (role, content or text contents, tool calls, a tool message's ``tool_call_id``) as the
-    messages, ``llm.model_name``, ``llm.token_count.prompt`` / ``completion``, ``session.id`` as
-    the conversation, a tool's ``tool.name`` and ``input.value`` / ``output.value`` as its call
+    messages, ``llm.model_name``, ``llm.token_count.prompt`` / ``completion``, a tool's ``tool.name`` and ``input.value`` / ``output.value`` as its call
     and result, an agent's ``input.value`` / ``output.value`` as its messages. Such a span has
     no ``gen_ai.operation.name``: it was ignored, answered 200, nothing appended. Other kinds
-    (``CHAIN``, ``RETRIEVER``, ...) stay ignored, as spans of no GenAI operation are, but for
-    their ``session.id``, which their descendants' spans take as the conversation."""
+    (``CHAIN``, ``RETRIEVER``, ...) stay ignored, as spans of no GenAI operation are; a
+    ``session.id`` on any span names the conversation (:func:`_conversation`). Spans of neither
+    are read as OpenLLMetry's (:func:`_from_traceloop`)."""
     kind = attrs.get("openinference.span.kind")
     if not isinstance(kind, str) or isinstance(attrs.get("gen_ai.operation.name"), str):
-        return attrs
-    found = dict(attrs)
-    if "gen_ai.conversation.id" not in found and attrs.get("session.id") not in (None, ""):
-        found["gen_ai.conversation.id"] = attrs["session.id"]  # a CHAIN's too: its descendants' session
+        return _from_traceloop(attrs)
     operation = _OPENINFERENCE_KINDS.get(kind.upper())
     if operation is None:
-        return found
+        return attrs
+    found = dict(attrs)
     found["gen_ai.operation.name"] = operation
     for old, new in (("llm.model_name", "gen_ai.request.model"), ("llm.token_count.prompt", "gen_ai.usage.input_tokens"),
                      ("llm.token_count.completion", "gen_ai.usage.output_tokens"),
@@ -285,6 +283,43 @@ def _from_openinference(attrs: dict[str, Any]) -> dict[str, Any]:
             # An agent's input and output as text (or JSON of messages): read as messages are.
             found[key] = attrs[f"{side}.value"] if side == "input" else [
                 {"role": "assistant", "parts": [{"type": "text", "content": attrs[f"{side}.value"]}]}]
+    return found
+
+
+#: OpenLLMetry's ``traceloop.span.kind`` of the spans its decorators and agent instrumentations
+#: make (``@tool``, ``@agent``) → the GenAI operation they amount to.
+_TRACELOOP_KINDS = {"tool": "execute_tool", "agent": "invoke_agent"}
+
+
+def _from_traceloop(attrs: dict[str, Any]) -> dict[str, Any]:
+    """``attrs`` of an OpenLLMetry (Traceloop) ``tool`` or ``agent`` span with the GenAI
+    attributes it amounts to, where it states no ``gen_ai.operation.name``: the name of its
+    entity (``traceloop.entity.name``) as the tool's or agent's, a tool's
+    ``traceloop.entity.input`` (``{"args": [], "kwargs": {...}}``: its keyword arguments) and
+    ``traceloop.entity.output`` as its call's arguments and result. Such spans were ignored
+    (answered 200): a decorated tool's calls were searchable nowhere."""
+    operation = _TRACELOOP_KINDS.get(str(attrs.get("traceloop.span.kind")))
+    if operation is None or isinstance(attrs.get("gen_ai.operation.name"), str):
+        return attrs
+    found = {**attrs, "gen_ai.operation.name": operation}
+    name = attrs.get("traceloop.entity.name")
+    key = "gen_ai.tool.name" if operation == "execute_tool" else "gen_ai.agent.name"
+    if key not in found and isinstance(name, str) and name:
+        found[key] = name
+    if operation == "execute_tool":
+        arguments = attrs.get("traceloop.entity.input")
+        if isinstance(arguments, str):
+            try:
+                parsed = orjson.loads(arguments)
+            except orjson.JSONDecodeError:
+                parsed = None
+            if isinstance(parsed, dict) and set(parsed) <= {"args", "kwargs"} and not parsed.get("args") \
+                    and isinstance(parsed.get("kwargs"), dict):
+                arguments = parsed["kwargs"]  # a function's call as the decorator records it
+        for new, value in (("gen_ai.tool.call.arguments", arguments),
+                           ("gen_ai.tool.call.result", attrs.get("traceloop.entity.output"))):
+            if new not in found and value not in (None, ""):
+                found[new] = value
     return found
 
 
@@ -939,9 +974,19 @@ def _log_message(role: str, body: Any, values: dict[str, Any]) -> dict[str, Any]
     return {"role": message["role"] if isinstance(message.get("role"), str) else role, "parts": parts}
 
 
+#: Where instrumentations name the conversation a span belongs to, the conventions' key first:
+#: OpenInference's ``session.id``, OpenLLMetry's association property, Langfuse's. A span naming
+#: it only so went to ``otel-<traceId>``: one session per trace, a chat split across them.
+_CONVERSATION_KEYS = ("gen_ai.conversation.id", "session.id", "traceloop.association.properties.session_id",
+                      "langfuse.session.id")
+
+
 def _conversation(attrs: dict[str, Any]) -> str:
-    value = attrs.get("gen_ai.conversation.id")
-    return str(value) if value else ""
+    for key in _CONVERSATION_KEYS:
+        value = attrs.get(key)
+        if value not in (None, "") and not isinstance(value, dict | list):
+            return str(value)
+    return ""
 
 
 def _nanos(value: Any) -> int:

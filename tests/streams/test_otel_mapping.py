@@ -626,3 +626,37 @@ def test_openinference_spans_are_read_as_the_genai_spans_they_amount_to() -> Non
     call, result = (e for e in events if e["type"] in ("tool.call", "tool.result"))
     assert call["fields"]["input"] == {"location": "Boston, MA"}
     assert result["fields"]["output"] == '{"temperature": 65, "condition": "cloudy"}'
+
+
+def test_openllmetry_tool_and_agent_spans_and_its_session_property() -> None:
+    """Found as a new user: OpenLLMetry's @agent / @tool decorators make spans with
+    traceloop.span.kind and traceloop.entity.*, no gen_ai.operation.name (ignored: a tool's calls
+    searchable nowhere), and its session is the association property
+    traceloop.association.properties.session_id, not gen_ai.conversation.id: each trace of one
+    chat went to a session of its own, otel-<traceId>."""
+    def span(trace: str, span_id: str, parent: str, attributes: dict[str, Any]) -> dict[str, Any]:
+        values = {"traceloop.association.properties.session_id": "chat-42", **attributes}
+        return {"traceId": trace, "spanId": span_id, "parentSpanId": parent, "name": "span",
+                "startTimeUnixNano": "1764579600000000000", "endTimeUnixNano": "1764579601000000000",
+                "attributes": [{"key": key, "value": {"stringValue": value}} for key, value in values.items()]}
+
+    first, second = "1" * 32, "2" * 32
+    spans = [
+        span(first, "a" * 16, "", {"traceloop.span.kind": "agent", "traceloop.entity.name": "travel_agent"}),
+        span(first, "b" * 16, "a" * 16, {"traceloop.span.kind": "tool", "traceloop.entity.name": "book_flight",
+                                         "traceloop.entity.input": '{"args": [], "kwargs": {"to": "Lisbon"}}',
+                                         "traceloop.entity.output": '"booked TP1234"'}),
+        span(second, "c" * 16, "", {"llm.request.type": "chat", "gen_ai.prompt.0.role": "user",
+                                    "gen_ai.prompt.0.content": "and a hotel near the river?"}),
+        span(second, "d" * 16, "c" * 16, {"traceloop.span.kind": "task", "traceloop.entity.name": "rank"}),
+    ]
+    events = [item.event for item in span_events({"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]})
+              if isinstance(item, Accepted)]
+    assert {e["sessionId"] for e in events} == {"chat-42"}
+    run = next(e for e in events if e["type"] == "run.started")
+    assert run["fields"]["agentName"] == "travel_agent"
+    call = next(e for e in events if e["type"] == "tool.call")
+    assert (call["fields"]["toolName"], call["fields"]["input"], call["runId"]) == (
+        "book_flight", {"to": "Lisbon"}, run["runId"])
+    assert next(e for e in events if e["type"] == "tool.result")["fields"]["output"] == '"booked TP1234"'
+    assert "and a hotel near the river?" in [e["fields"].get("text") for e in events]
