@@ -233,8 +233,6 @@ class QueryContext:
     and the tail lists; cosine of ``vector``): trimmed and tail chunks are merged into the
     text-index lists by it, and runs of equal scores are ordered newest first by it; never
     shown (see ``_rank``)."""
-    content_words: bool = False
-    """Hybrid's text lists rank the query without its function words (:func:`content_words`)."""
     cut_phrase: CutPhrase | None = None
     """The query as a phrase pasted with a word cut at an edge, when no chunk holds it whole
     (:meth:`Planner._rank_cut_phrase`); its holders lead the text lists as whole-phrase ones do."""
@@ -692,7 +690,6 @@ class Planner:
                                                   "over them; only those holding the whole query when "
                                                   "some chunk does"}
         words = content_words(req.query) if req.mode == "hybrid" and "text" in ranking else None
-        query.content_words = words is not None
         if words is not None:
             query.notes["text"] = {"sources": ["text", "tail"], "query": words,
                                    "rule": "the query's words without English function words (a, the, "
@@ -1032,7 +1029,7 @@ class Planner:
                    for chunk_id, candidate in candidates.items() if candidate.kind == "chunk"}
         query.lists = [newest_first_among_ties(ranked, query.list_scores[ranked.source], recency)
                        if ranked.source in query.list_scores else ranked for ranked in query.lists]
-        if query.content_words or query.cut_phrase is not None:
+        if query.req.mode == "hybrid" or query.cut_phrase is not None:
             query.lists = phrase_holders_first(query.lists)
         if query.tool_phrase:
             query.lists = tool_phrase_holders_first(query.lists)
@@ -1649,15 +1646,17 @@ def identifiers_within_phrase(lists: Sequence[RankedList]) -> list[RankedList]:
 
 def phrase_holders_first(lists: Sequence[RankedList]) -> list[RankedList]:
     """``lists`` with the chunks holding the whole query first in the text lists (the index's
-    phrase list's in its order in ``text``, the tail's in ``tail``), for a text list that ranks
-    the query's content words alone.
+    phrase list's in its order in ``text``, the tail's in ``tail``), in hybrid mode.
 
     A phrase pasted from a session is often mostly function words (`flight, it can`): text mode
     ranks its holder first on them, but hybrid's text list ranked `flight, can`, which a hundred
     chunks hold, and the holder came 30th there, or past the window; chunks ranked middling by
     both the text and the vector list then outvoted it (9th), so hybrid found less than text.
-    Its words in order are what the dropped words stood for. A holder holds every content word,
-    so it is a text match the window may only have cut off."""
+    Its words in order are what the dropped words stood for. The same holds for a phrase of
+    content words alone (`_id, upsert identity`): BM25 ranks short chunks naming its words
+    apart above a long one holding them in order (13th), and one that text and vector both
+    rank high outvotes the holder's two votes (3rd, where text mode ranked it 1st). A holder
+    holds every word of the query, so it is a text match that only its length ranked low."""
     return _holders_first(lists, _TEXT_PHRASE)
 
 

@@ -1032,6 +1032,49 @@ def test_hybrid_finds_a_pasted_phrase_of_function_words_first_as_text_does(
     assert (rank("hybrid") or 11) > 1
 
 
+PLAIN = ("kiln glaze crack", "anvil forge quench")
+
+
+def _plain_events(log_id: str, phrase: str, tag: str, number: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A phrase of content words alone (`kiln glaze crack`: hybrid's text list ranks every word,
+    as text mode's does), held by one long chunk amid filler, and 150 short chunks holding its
+    words in another order: BM25 puts the short ones first and the holder last, and the hash
+    embedder the short ones nearest."""
+    first, second, third = phrase.split()
+    distractors = [event for i in range(150)
+                   for event in _turn(log_id, f"{tag}-d{i}", number + i,
+                                      f"{third} {FILLER[i % len(FILLER)]} {second} {first} word{i}")]
+    target = _turn(log_id, f"{tag}-target", number + 150, " ".join([*FILLER, phrase, *FILLER, *FILLER]))
+    return distractors, target
+
+
+@pytest.fixture(scope="module")
+def plain(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Planner]:
+    indexed = _plain_events("plain", PLAIN[0], "w-indexed", 100)
+    tail = _plain_events("plain", PLAIN[1], "w-tail", 400)
+    yield from _indexed_and_tail(kafka_bootstrap, tmp_path_factory.mktemp("plain"), "plain",
+                                 indexed[0] + indexed[1], tail[0] + tail[1])
+
+
+@pytest.mark.parametrize(("query", "target", "freshness"), [
+    (PLAIN[0], "w-indexed-target", "indexed"), (PLAIN[0], "w-indexed-target", "latest"),
+    (PLAIN[1], "w-tail-target", "latest"),
+])
+def test_hybrid_finds_a_pasted_phrase_of_content_words_first_as_text_does(
+        plain: Planner, monkeypatch: pytest.MonkeyPatch, query: str, target: str, freshness: str) -> None:
+    import planner.engine
+
+    def rank(mode: str) -> int | None:
+        return _session_rank(plain, query, "plain", mode, freshness, target)
+
+    assert rank("text") == 1
+    assert rank("hybrid") == 1
+    # Without the holders first (they led only a text list of content words), the short chunks
+    # that both the text and the vector list rank high outvote the holder's phrase rank.
+    monkeypatch.setattr(planner.engine, "phrase_holders_first", list)
+    assert (rank("hybrid") or 11) > 1
+
+
 # Pasted from real sessions with a word cut at an edge: the end of `you can ask me questions`
 # (DRMacIver/claude-reliability: hybrid ranked the session past its 50th result, text 7th) and
 # the start of `the reservation details`, as a selection that began inside a word (tau-bench).
