@@ -124,7 +124,7 @@ from planner.tailwarm import TailWarmer
 from planner.trim import trim_chunk
 from sinks.generations import MAX_CHUNK_SEQ
 from sinks.runner import index_root
-from sinks.text.base import HitCheck, text_digest
+from sinks.text.base import HitCheck, spaceless_term, text_digest
 from sinks.watermarks import WatermarkFollower, read_watermarks
 from streams.asp import posix_seconds
 from streams.english import FUNCTION_WORDS
@@ -1764,9 +1764,9 @@ def distinct_texts(hits: Sequence[_Hit], window: int, digests: Mapping[str, byte
 
 _PHRASE_LISTS = frozenset({"phrase", "tailPhrase"})
 _TOOL_PHRASE_LISTS = frozenset({"toolresultsPhrase"})
-_CUT_RULE = ("no chunk or tool result holds the whole query: those holding its inner words as a "
-             "phrase, its first word ending and its last word starting the words around them (a "
-             "phrase pasted with a word cut at either edge), first in the text and toolresults lists")
+_CUT_RULE = ("no chunk or tool result holds the whole query: those holding its inner terms as a "
+             "phrase, its first term ending and its last term starting the terms around them (a "
+             "phrase pasted with a term cut at either edge), first in the text and toolresults lists")
 
 
 def texts_ranked(lists: Sequence[RankedList], sources: AbstractSet[str]) -> int:
@@ -1776,12 +1776,17 @@ def texts_ranked(lists: Sequence[RankedList], sources: AbstractSet[str]) -> int:
 
 @dataclass(frozen=True)
 class CutPhrase:
-    """A pasted phrase whose edge words may be cut: ``query`` searches its inner words as a
-    phrase; :meth:`holds` keeps the texts in which those words follow a word ending as the
-    first word does (four words or more) and precede one starting as the last word does.
+    """A pasted phrase whose edge terms may be cut: ``query`` searches its inner terms as a
+    phrase; :meth:`holds` keeps the texts in which those terms follow a term ending as the
+    first one does and precede one starting as the last one does.
 
-    Three words keep their first: two inner words are the least a phrase is (one word is the
-    text list itself)."""
+    Edges are terms, not words: a selection starts or ends inside a term, and the whitespace
+    word around it may hold more terms (`7, reservation_id=GV1N64 [tool.res` is cut in
+    `1642017` and `result`, its inner terms `reservation id gv1n64 tool`). An edge is cut only
+    where the paste starts (ends) with the term's own characters, and never at a character of a
+    script without spaces, each a term of its own (`ル问题 mix` has one cut edge, `mix`). Two
+    inner terms are the least a phrase is (one is the text list itself), so of three terms cut
+    at both edges the first is kept whole."""
 
     query: str
     head: tuple[str, ...]
@@ -1790,36 +1795,26 @@ class CutPhrase:
 
     @classmethod
     def of(cls, phrase: str) -> CutPhrase | None:
-        words = phrase.strip('"').split()
-        if len(words) < 3:
+        bare = phrase.replace('"', " ").strip()
+        terms = tuple(analyze(bare))
+        if len(terms) < 3:
             return None
-        head_words, inner_words = (words[:1], words[1:-1]) if len(words) >= 4 else ([], words[:-1])
-        inner = tuple(analyze(" ".join(inner_words)))
-        tail = tuple(analyze(words[-1]))
-        head = tuple(analyze(" ".join(head_words)))
-        if len(inner) < 2 or not (head or tail):
+        head = terms[:1] if analyze(bare[0]) and not spaceless_term(terms[0]) else ()
+        tail = terms[-1:] if analyze(bare[-1]) and not spaceless_term(terms[-1]) else ()
+        if head and tail and len(terms) == 3:
+            head = ()
+        inner = terms[len(head):len(terms) - len(tail)]
+        if not (head or tail):
             return None
-        return cls(f'"{" ".join(inner_words)}"', head, inner, tail)
+        return cls(f'"{" ".join(inner)}"', head, inner, tail)
 
     def holds(self, text: str) -> bool:
         terms = analyze(text)
-        size = len(self.inner)
-        for start in range(len(terms) - size + 1):
-            if tuple(terms[start:start + size]) != self.inner:
-                continue
-            if self.head:
-                before = start - len(self.head)
-                if before < 0 or not terms[before].endswith(self.head[0]) \
-                        or tuple(terms[before + 1:start]) != self.head[1:]:
-                    continue
-            if self.tail:
-                after = start + size
-                last = after + len(self.tail) - 1
-                if last >= len(terms) or tuple(terms[after:last]) != self.tail[:-1] \
-                        or not terms[last].startswith(self.tail[-1]):
-                    continue
-            return True
-        return False
+        size, before, after = len(self.inner), len(self.head), len(self.tail)
+        return any(tuple(terms[start:start + size]) == self.inner
+                   and (not before or terms[start - 1].endswith(self.head[0]))
+                   and (not after or terms[start + size].startswith(self.tail[0]))
+                   for start in range(before, len(terms) - size - after + 1))
 
 
 def whole_query_phrase(query: str) -> str | None:

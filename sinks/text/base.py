@@ -67,6 +67,7 @@ __all__ = [
     "letters_folded",
     "lower_term",
     "parse_query",
+    "spaceless_term",
     "text_digest",
     "to_text_doc",
     "unique_keys",
@@ -421,6 +422,12 @@ def cjk_spaced(text: str) -> str:
             or not _CJK.search(text):
         return text
     return _CJK.sub(lambda match: f" {match.group()} ", text)
+
+
+def spaceless_term(term: str) -> bool:
+    """Whether ``term`` is one character of a script written without spaces: a whole term that
+    no selection can cut, since each such character is a term of its own."""
+    return len(term) == 1 and _CJK.match(term) is not None
 
 
 def analyze_text(text: str) -> list[str]:

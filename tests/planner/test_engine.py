@@ -1123,6 +1123,60 @@ def test_a_phrase_pasted_with_a_cut_edge_word_finds_its_session_first(
     assert (rank("hybrid") or 11) > 1
 
 
+# Cut inside a term of a longer word: `g DB-based subagen` (from `using DB-based subagent`,
+# the real sessions: text 7th, hybrid past the 10th) is three words but four terms, cut in
+# `using` and `subagent`; and `ed disk-based worke`, cut likewise, in the tail.
+CUT_TERMS = ("g disk-based subagen", "ed disk-based worke")
+
+
+@pytest.fixture(scope="module")
+def cut_terms(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Planner]:
+    indexed = _cut_events("terms", "t-indexed", 100, "the planner keeps using disk-based subagent transcripts")
+    tail = _cut_events("terms", "t-tail", 300, "and then we tried disk-based worker queues")
+    yield from _indexed_and_tail(kafka_bootstrap, tmp_path_factory.mktemp("terms"), "terms",
+                                 indexed[0] + indexed[1], tail[0] + tail[1])
+
+
+@pytest.mark.parametrize(("query", "target", "freshness"), [
+    (CUT_TERMS[0], "t-indexed-target", "indexed"), (CUT_TERMS[0], "t-indexed-target", "latest"),
+    (CUT_TERMS[1], "t-tail-target", "latest"),
+])
+def test_a_phrase_cut_inside_a_term_of_a_longer_word_finds_its_session_first(
+        cut_terms: Planner, monkeypatch: pytest.MonkeyPatch, query: str, target: str, freshness: str) -> None:
+    import planner.engine
+
+    def rank(mode: str) -> int | None:
+        return _session_rank(cut_terms, query, "terms", mode, freshness, target)
+
+    assert rank("text") == 1
+    assert rank("hybrid") == 1
+    monkeypatch.setattr(planner.engine.CutPhrase, "of", classmethod(lambda cls, phrase: None))
+    assert (rank("hybrid") or 11) > 1
+
+
+_TERM = st.text(alphabet="abcdefghij0123456789数据库连接", min_size=1, max_size=7)
+
+
+@given(words=st.lists(_TERM, min_size=4, max_size=12),
+       separators=st.lists(st.sampled_from([" ", "_", ".", "/", ", ", "-", " [", "=", "→"]), min_size=12, max_size=12),
+       start=st.integers(0, 200), end=st.integers(0, 200))
+def test_a_paste_cut_anywhere_is_held_by_the_text_it_was_cut_from(
+        words: list[str], separators: list[str], start: int, end: int) -> None:
+    from planner.engine import CutPhrase
+    from planner.local import analyze
+
+    text = "".join(word + separator for word, separator in zip(words, separators, strict=False))
+    start, end = sorted((start % len(text), end % len(text)))
+    pasted = text[start:end + 1]
+    if len(analyze(pasted)) < 4 or not pasted.strip():
+        return
+    phrase = CutPhrase.of('"' + pasted + '"')
+    if phrase is None:  # nothing cut at either edge: the whole phrase is the text's own
+        assert " ".join(analyze(pasted)) in " ".join(analyze(text))
+        return
+    assert phrase.holds(text)
+
+
 _WORD = st.text(alphabet="abcdefghijklmnopqrstuvwxyz", min_size=1, max_size=9)
 
 
