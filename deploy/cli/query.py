@@ -303,6 +303,9 @@ def _joins_previous(character: str) -> bool:
 _EMOJI_MODIFIERS = range(0x1F3FB, 0x1F400)
 _TAGS = range(0xE0020, 0xE0080)
 _REGIONAL_INDICATORS = range(0x1F1E6, 0x1F200)
+#: Thai and Lao sara am: letters to Unicode (Lo), but drawn on the consonant before them
+#: (UAX #29's SpacingMark), so ทำ cut before its vowel showed ท and a stray ำ.
+_SPACING_VOWELS = frozenset("\u0e33\u0eb3")
 #: Conjoining jamo that NFKC composes with the jamo before them into one Hangul syllable.
 _HANGUL_VOWELS_AND_FINALS = frozenset(map(chr, range(0x1160, 0x1200)))
 #: How far back a cut looks for a boundary: a longer run of marks is no character anyone reads.
@@ -324,7 +327,7 @@ def _boundary_at_or_before(text: str, position: int) -> int:
 def _is_boundary(text: str, position: int) -> bool:
     after, before = text[position], text[position - 1]
     if (_joins_previous(after) or ord(after) in _EMOJI_MODIFIERS or ord(after) in _TAGS or before == "\u200d"
-            or after in _HANGUL_VOWELS_AND_FINALS):
+            or after in _HANGUL_VOWELS_AND_FINALS or after in _SPACING_VOWELS):
         return False
     if unicodedata.combining(before) == 9 and after.isalpha():  # a virama joins the next consonant
         return False

@@ -136,16 +136,18 @@ def test_spellings_the_index_folds_are_marked() -> None:
 
 def test_a_snippet_never_cuts_a_character_in_two() -> None:
     """The snippet was cut at 480 code points: through 👨‍👩‍👧‍👦 it showed a man and a dangling
-    joiner; through a letter and its accent or vowel sign, the bare letter."""
+    joiner; through a letter and its accent or vowel sign, the bare letter; before Thai and
+    Lao sara am (ทำ, น้ำ, ຄຳ), a vowel Unicode counts a letter but draws on the consonant, the
+    consonant and a vowel alone."""
     family = "👨\u200d👩\u200d👧\u200d👦"
-    for cluster in (family, "e\u0301", "रें", "क्ष", "🇯🇵", "👍🏽"):
+    for cluster in (family, "e\u0301", "रें", "क्ष", "🇯🇵", "👍🏽", "ทำ", "น้ำ", "ຄຳ"):
         for pad in range(_SNIPPET_CHARS - len(cluster) - 1, _SNIPPET_CHARS + 1):
             text = "x" * pad + cluster + " tail"
             plain = _snippet(text, [], "").plain
             assert cluster in plain or plain.endswith("x…"), (cluster, pad, plain[-12:])
 
 
-_CLUSTERS = ("a", "f", "Z", "é", "e\u0301", "ｆ", "ﬁ", "ﬀ", "数", "ก", "กี่", "रें", "क्ष", "ट", "ا", "ب", "\u05e9\u05c1",
+_CLUSTERS = ("a", "f", "Z", "é", "e\u0301", "ｆ", "ﬁ", "ﬀ", "数", "ก", "กี่", "ทำ", "น้ำ", "ຄຳ", "रें", "क्ष", "ट", "ا", "ب", "\u05e9\u05c1",
              "👨\u200d👩\u200d👧\u200d👦", "🇯🇵", "🇫🇷", "👍🏽", "\u1100\u1161", "\u1100\u1161\u11a8", "가", "🏴\U000e0067\U000e0062\U000e0065\U000e006e\U000e0067\U000e007f",
              " ", "\n", ".")
 
