@@ -313,7 +313,7 @@ function renderEvent(event, evidenceIds) {
     const text = eventText(fields);
     item.append(el("details", null,
       el("summary", null, el("span", { class: "event-head" }, head), " ", time,
-        text ? el("span", { class: "excerpt" }, ` ${text.slice(0, 100)}`) : null),
+        text ? el("span", { class: "excerpt" }, ` ${excerpt(text, 100)}`) : null),
       el("pre", null, JSON.stringify(fields, null, 2))));
   } else {
     const text = eventText(fields);

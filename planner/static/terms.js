@@ -112,4 +112,16 @@ function termRanges(text, query) {
   return ranges.sort((a, b) => a[0] - b[0]);
 }
 
-if (typeof module !== "undefined") module.exports = { queryTerms, termRanges, words };
+// The first `count` characters of text as a reader sees them (grapheme clusters), then "…" when
+// more follow. String.slice counts UTF-16 units: a cut through 😀 (two of them) left half a
+// surrogate pair, shown as �, and one through 👨‍👩‍👧 or क्ष a dangling joiner or virama.
+function excerpt(text, count) {
+  let seen = 0;
+  for (const { index } of new Intl.Segmenter(undefined, { granularity: "grapheme" }).segment(text)) {
+    if (seen === count) return `${text.slice(0, index)}…`;
+    seen += 1;
+  }
+  return text;
+}
+
+if (typeof module !== "undefined") module.exports = { excerpt, queryTerms, termRanges, words };

@@ -124,3 +124,15 @@ def test_every_double_quotation_mark_quotes_a_phrase_as_the_planner_reads_it() -
     marks = [chr(code) for code in _QUOTES]
     marked = run(*[["termRanges", "Deploy step 1 of deploy", f"{mark}step 1{mark}"] for mark in marks])
     assert marked == [["step 1"]] * len(marks)
+
+
+def test_an_excerpt_ends_between_the_characters_a_reader_sees() -> None:
+    """The session view's one-line excerpt of a tool call or result was text.slice(0, 100),
+    UTF-16 units: an emoji across the cut showed as half a surrogate pair, a family emoji as a
+    man and a joiner, a conjunct as a consonant and a virama."""
+    family = "\U0001F468\u200d\U0001F469\u200d\U0001F467"
+    assert run(["excerpt", "x" * 99 + family + " tail", 100],
+               ["excerpt", "\U0001F600" * 120, 100],
+               ["excerpt", "क्ष" * 101, 100],
+               ["excerpt", "short 数据库 🙂", 100]) == [
+        "x" * 99 + family + "…", "\U0001F600" * 100 + "…", "क्ष" * 100 + "…", "short 数据库 🙂"]
