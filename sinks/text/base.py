@@ -40,7 +40,6 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 from sinks.exceptions import EmptyQueryError, EngineError
 from sinks.text.letters import WORD_MARK_RANGES
 from streams.ansi import without_ansi
-from streams.asp import posix_seconds
 
 __all__ = [
     "ANALYZER",
@@ -256,6 +255,10 @@ class TextEngine(Protocol):
 
 def to_text_doc(chunk: Mapping[str, Any]) -> TextDoc:
     """The text-index view of a SearchChunkV1 dict (``roles`` etc. from ``fields``, or flat)."""
+    # Here, not at the top: `usl search` imports this module for its folds alone, and
+    # streams.asp loads the schema validator.
+    from streams.asp import posix_seconds
+
     fields = chunk.get("fields") or {}
     try:
         return TextDoc(
