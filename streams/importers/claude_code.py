@@ -413,6 +413,8 @@ class _Transcript:
                 yield Rejected(record, built, raw_text(raw))
                 continue
             event_type, event_role, fields, visibility, call_event_key = built
+            if event_type == "tool.result" and block.get("type") == "tool_result":
+                fields["output"] = self._full_output(fields["output"], line, blocks)
             if snapshot is not None and event_type in ("message", "tool.call"):
                 if usage:
                     fields["usage"] = usage
@@ -441,6 +443,65 @@ class _Transcript:
             yield Rejected(record, "field 'message.content' is empty; nothing to import", raw_text(raw))
         if last_event_id is not None and isinstance(line.get("uuid"), str):
             self.line_events[line["uuid"]] = last_event_id
+
+    def _full_output(self, output: str, line: dict[str, Any], blocks: list[Any]) -> str:
+        """A tool result's ``output``, or the whole of it when the model saw only a preview.
+
+        Claude Code hands the model a ``<persisted-output>`` envelope instead of an output over
+        the tool's size limit (30 000 characters for Bash: a test run, a broad Grep), the whole
+        output written to ``SESSION/tool-results/ID.txt`` beside the transcript. The envelope
+        was the event's output, and the index held the first 2 KB of it. The whole is read
+        from the line's ``toolUseResult`` when it holds it (:func:`_tool_use_output`, the only
+        source a line of one tool result needs), else from that file (:meth:`_sidecar`), else
+        the preview stays. What follows the envelope (Bash's stderr after a spilled stdout)
+        is kept after the whole."""
+        envelope = _persisted_output(output)
+        if envelope is None:
+            return output
+        path, rest = envelope
+        results = [block for block in blocks if isinstance(block, dict) and block.get("type") == "tool_result"]
+        tool_use = line.get("toolUseResult") if len(results) == 1 else None
+        whole = _tool_use_output(tool_use)
+        if whole is None:
+            spilled = tool_use.get("persistedOutputPath") if isinstance(tool_use, dict) else None
+            whole = self._sidecar(spilled if isinstance(spilled, str) else path)
+        if whole is None and isinstance(tool_use, dict) and isinstance(tool_use.get("persistedOutputPath"), str):
+            whole = _bash_stdout(tool_use)  # the head Bash kept: more than the preview
+        if not whole:
+            return output
+        return f"{whole}\n{rest}" if rest else whole
+
+    def _sidecar(self, path: str | None) -> str | None:
+        """The text of the file a ``<persisted-output>`` envelope names, found beside this
+        transcript: the envelope's absolute path is the writer's machine's
+        (``~/.claude/projects/PROJECT/SESSION/tool-results/NAME``), and only its last three
+        names are looked up, under the transcript's directory (a subagent's file,
+        ``SESSION/subagents/agent-ID.jsonl``, under its session's). None when there is none."""
+        if path is None:
+            return None
+        names = re.split(r"[\\/]", path.strip())[-3:]
+        if len(names) != 3 or names[1] != "tool-results" or not all(_SIDECAR_NAME.fullmatch(name) for name in names):
+            return None
+        session, name = names[0], names[2]
+        here = self.path.parent
+        candidates = [here / session / "tool-results" / name]
+        if here.name == "subagents" and here.parent.name == session:
+            candidates.append(here.parent / "tool-results" / name)
+        for candidate in candidates:
+            try:
+                with candidate.open("rb") as handle:
+                    data = handle.read(_SIDECAR_MAX_BYTES)
+            except OSError:
+                continue
+            text = data.decode("utf-8", "replace")
+            if name.endswith(".json"):
+                # A result of content blocks is saved as their JSON array: its texts are the output.
+                try:
+                    return _result_text(orjson.loads(data))
+                except orjson.JSONDecodeError:
+                    return text
+            return text
+        return None
 
     def _link_subagent(self, session: _Session, fields: dict[str, Any], line: dict[str, Any]) -> None:
         """Remember the call a Task/Agent result answers under the agentId it names, for the
@@ -899,6 +960,73 @@ def _server_result_parts(value: Any) -> Iterator[str]:
                 yield item
             elif isinstance(item, (dict, list)) and key not in _SERVER_RESULT_OPAQUE:
                 yield from _server_result_parts(item)
+
+
+_PERSISTED_OPEN = "<persisted-output>"
+_PERSISTED_CLOSE = "</persisted-output>"
+# The file an envelope names: "Output too large (141KB). Full output saved to: PATH", "Output
+# exceeded the 64MB persist limit; only the first 64MB were saved to: PATH", or (an old result
+# cleared from the context) "Tool result saved to: PATH".
+_PERSISTED_PATH = re.compile(r"saved to: ([^\n<]+)")
+_SIDECAR_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,199}")
+# Claude Code saves at most 64 MB; an event keeps far less (USL_MAX_EVENT_BYTES cuts it).
+_SIDECAR_MAX_BYTES = 16 * 1024 * 1024
+
+
+def _persisted_output(output: str) -> tuple[str | None, str] | None:
+    """(the file it names, the text after it) of a tool result that begins with a
+    ``<persisted-output>`` envelope, else None."""
+    if _PERSISTED_OPEN not in output[:256]:
+        return None  # most results: no copy of a long output to look at its start
+    head = output.lstrip()
+    if not head.startswith(_PERSISTED_OPEN):
+        return None
+    end = head.find(_PERSISTED_CLOSE)
+    body = head[len(_PERSISTED_OPEN):end] if end >= 0 else head
+    rest = head[end + len(_PERSISTED_CLOSE):].strip("\n") if end >= 0 else ""
+    named = _PERSISTED_PATH.search(body)
+    return (named.group(1).strip() if named else None), rest
+
+
+def _bash_stdout(tool_use: dict[str, Any]) -> str | None:
+    """Bash's stdout as its tool result gives it: leading blank lines and the trailing
+    whitespace dropped."""
+    stdout = tool_use.get("stdout")
+    return re.sub(r"^(\s*\n)+", "", stdout).rstrip() if isinstance(stdout, str) else None
+
+
+def _tool_use_output(tool_use: Any) -> str | None:
+    """The whole output a tool result's ``toolUseResult`` holds, as Claude Code gave it to the
+    model before cutting it to a preview, or None when it holds none.
+
+    Bash (and PowerShell): stdout, then stderr, then the abort notice, one per line (a result
+    with a ``persistedOutputPath`` kept only the head of its stdout: the file holds the whole).
+    Grep: its ``content``, or the file names it matched; Glob: the file names; Read: the
+    file's text (without the line numbers the model saw); an MCP tool's or a subagent's
+    content blocks: their texts."""
+    if isinstance(tool_use, list):
+        return _result_text(tool_use) or None
+    if not isinstance(tool_use, dict):
+        return None
+    if isinstance(tool_use.get("stdout"), str) and isinstance(tool_use.get("stderr"), str):
+        if isinstance(tool_use.get("persistedOutputPath"), str):
+            return None
+        stderr = tool_use["stderr"].strip()
+        if tool_use.get("interrupted") is True:
+            stderr = "\n".join(filter(None, [stderr, "<error>Command was aborted before completion</error>"]))
+        return "\n".join(filter(None, [_bash_stdout(tool_use), stderr])) or None
+    file = tool_use.get("file")
+    if isinstance(file, dict) and isinstance(file.get("content"), str):
+        return file["content"] or None
+    content = tool_use.get("content")
+    if isinstance(content, str):
+        return content or None
+    if isinstance(content, list):
+        return _result_text(content) or None
+    names = tool_use.get("filenames")
+    if isinstance(names, list) and names and all(isinstance(name, str) for name in names):
+        return "\n".join(names)
+    return None
 
 
 _AGENT_ID_LINE = re.compile(r"^agentId: ([A-Za-z0-9_-]{1,64})", re.MULTILINE)
