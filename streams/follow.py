@@ -70,6 +70,7 @@ from streams.fsio import atomic_write
 from streams.importers import (
     DOCUMENT_FORMATS,
     FILE_SUFFIXES,
+    SKIPPED_DIRECTORIES,
     Accepted,
     Rejected,
     file_format,
@@ -664,7 +665,8 @@ class Follower:
                 for entry in entries:
                     try:
                         if entry.is_dir() and not entry.is_symlink():
-                            directories.append(entry.name)
+                            if entry.name not in SKIPPED_DIRECTORIES:
+                                directories.append(entry.name)
                         elif os.path.splitext(entry.name)[1].lower() in FILE_SUFFIXES and entry.is_file():
                             path = Path(entry.path)
                             files.append((self._key(path), path, rel + entry.name, root))

@@ -23,7 +23,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from streams.importers import FILE_SUFFIXES
+from streams.importers import directory_files
 
 __all__ = ["ImportProgress", "count_lines", "input_files", "rebuild_progress"]
 
@@ -33,9 +33,7 @@ def input_files(path: Path) -> dict[str, Path]:
     (a file by its name; files of a directory by their path relative to it)."""
     if path.is_file():
         return {path.name: path}
-    files = sorted((p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in FILE_SUFFIXES),
-                   key=lambda p: p.relative_to(path).as_posix())
-    return {file.relative_to(path).as_posix(): file for file in files}
+    return {file.relative_to(path).as_posix(): file for file in directory_files(path)}
 
 
 def count_lines(file: Path) -> int:

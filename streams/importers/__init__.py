@@ -30,14 +30,19 @@ from streams.importers.openai_chat import (
     iter_openai_chat,
 )
 
-__all__ = ["DOCUMENT_FORMATS", "FILE_SUFFIXES", "FORMATS", "Accepted", "Rejected", "detect_format", "file_format",
-           "fitted", "import_files", "iter_file", "iter_records"]
+__all__ = ["DOCUMENT_FORMATS", "FILE_SUFFIXES", "FORMATS", "SKIPPED_DIRECTORIES", "Accepted", "Rejected",
+           "detect_format", "directory_files", "file_format", "fitted", "import_files", "iter_file", "iter_records"]
 
 #: The file names a directory import and a follower take, each a suffix some importer reads:
 #: ``.traj`` is SWE-agent's trajectory (one JSON document, ``{"history": [...]}``), which the
 #: openai-chat importer reads; left out, a directory of runs imported nothing, though each file
 #: imported on its own did.
 FILE_SUFFIXES = (".jsonl", ".json", ".traj")
+#: Directories of no transcript a directory import and a follower leave alone: Claude Code's
+#: ``SESSION/tool-results`` holds the whole outputs its transcript shows a preview of (the
+#: importer reads them from there), a result of content blocks as ``ID.json``, which failed the
+#: import of its project directory ("cannot tell the format").
+SKIPPED_DIRECTORIES = frozenset({"tool-results"})
 _SNIFF_LINES = 20
 _SNIFF_LINE_BYTES = 8 * 1024 * 1024
 
@@ -60,7 +65,7 @@ def detect_format(path: Path) -> str:
     """The format of a file (or of every file in a directory), told from its first records."""
     path = Path(path)
     if path.is_dir():
-        found = {_file_format(file) for file in _files(path) if not _is_empty(file)}
+        found = {_file_format(file) for file in directory_files(path) if not _is_empty(file)}
         if not found:
             raise ImportFormatError(f"{path}: no non-empty *.jsonl, *.json or *.traj files to import")
         if len(found) > 1:
@@ -97,7 +102,7 @@ def iter_records(
         raise ImportFormatError(f"{path}: no such file or directory")
     if path.is_dir():
         plan = [
-            (file, file.relative_to(path).as_posix()) for file in _files(path) if not _is_empty(file)
+            (file, file.relative_to(path).as_posix()) for file in directory_files(path) if not _is_empty(file)
         ]
     else:
         plan = [] if _is_empty(path) else [(path, path.name)]
@@ -184,8 +189,10 @@ def fitted(item: Accepted, limit: int) -> Accepted | Rejected:
     return item if not cut else Accepted(event=event, record=item.record, cut=cut)
 
 
-def _files(directory: Path) -> list[Path]:
-    files = [p for p in directory.rglob("*") if p.is_file() and p.suffix.lower() in FILE_SUFFIXES]
+def directory_files(directory: Path) -> list[Path]:
+    """The files a directory import reads, in the order it reads them."""
+    files = [p for p in directory.rglob("*") if p.is_file() and p.suffix.lower() in FILE_SUFFIXES
+             and SKIPPED_DIRECTORIES.isdisjoint(p.relative_to(directory).parts[:-1])]
     return sorted(files, key=lambda p: p.relative_to(directory).as_posix())
 
 

@@ -10,7 +10,9 @@ import json
 from pathlib import Path
 
 from streams.asp import CUT_NOTE, canonical_bytes
-from streams.importers import Accepted, iter_records
+from streams.follow import Follower, PositionStore
+from streams.importers import Accepted, detect_format, iter_records
+from streams.testing import Clock, MemoryL1
 from tests.streams.follow_kit import LIMIT, follow_as_it_grows
 
 SESSION = "8463c716-a2ea-4c14-9efa-87158ebd9f20"
@@ -209,3 +211,21 @@ def test_a_reimport_and_a_follower_give_the_same_events(tmp_path: Path) -> None:
     lines = path.read_bytes().splitlines(keepends=True)
     l1 = follow_as_it_grows(path, lines, tmp_path / "home", first=1)
     assert [canonical_bytes(event) for event in l1.log] == first
+
+
+def test_a_directory_import_and_a_follower_leave_tool_results_alone(tmp_path: Path) -> None:
+    """A ``SESSION/tool-results/ID.json`` (a result of content blocks) failed the import of its
+    project directory: no format could be told of it."""
+    path = _sidecar_session(tmp_path / "project")
+    (path.parent / SESSION / "tool-results" / "toolu_json.json").write_text(
+        json.dumps([{"type": "text", "text": "x"}], indent=2))
+    assert detect_format(path.parent) == "claude-code"
+    records = {item.record.rsplit(":", 1)[0] for item in iter_records(path.parent)}
+    assert records == {path.name}
+    l1, clock = MemoryL1(), Clock()
+    tail = Follower([path.parent], appender=l1, store=PositionStore(tmp_path / "home"), idle_seconds=5.0, clock=clock)
+    report = tail.poll()
+    clock.now += 10
+    tail.poll()
+    assert report.undetected == []
+    assert len(l1.log) == sum(isinstance(i, Accepted) for i in iter_records(path.parent))
