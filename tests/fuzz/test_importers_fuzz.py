@@ -135,8 +135,9 @@ def _write(directory: Path, lines: list[bytes], suffix: str = ".jsonl") -> Path:
 
 
 def _non_blank_lines(path: Path) -> set[int]:
-    return {number for number, line in enumerate(path.read_bytes().split(b"\n"), start=1)
-            if line.strip()}
+    # A file's byte-order mark is not content: every importer reads a file of a BOM alone as empty.
+    text = path.read_bytes().removeprefix(b"\xef\xbb\xbf")
+    return {number for number, line in enumerate(text.split(b"\n"), start=1) if line.strip()}
 
 
 def _lines_of(record: str, label: str) -> range:
@@ -174,6 +175,7 @@ def check_results(results: list[Any], path: Path, label: str) -> None:
 @example(lines=[b'{"messages": [], "created": 1e20}'])  # found: a far-future `created` overflowed
 @example(lines=[b'{"messages": [{"role": "user", "content": ' + _deep(300, b"1", True) + b"}]}"])
 @example(lines=[b'{"eventId": "e", "sessionId": "s", "type": "message", "time": "9999-12-31T23:59:59-01:00"}'])
+@example(lines=[b"\xef\xbb\xbf"])  # found: a file of a byte-order mark alone is an empty file
 def test_every_line_is_an_event_or_a_reject(
     tmp_path_factory: pytest.TempPathFactory, fmt: str, lines: list[bytes]
 ) -> None:
