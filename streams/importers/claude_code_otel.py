@@ -35,6 +35,7 @@ or without a time is refused with its reason, never guessed into a session.
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -75,17 +76,18 @@ def claude_code_name(record: dict[str, Any], values: dict[str, Any], scope: str)
 def _number(value: Any) -> int | float | None:
     if isinstance(value, bool):
         return None
-    if isinstance(value, int | float):
+    if isinstance(value, int):
         return value
     if isinstance(value, str):
         try:
             return int(value)
         except ValueError:
             try:
-                return float(value)
+                value = float(value)
             except ValueError:
                 return None
-    return None
+    # "nan", "inf" and "1e400" parse as floats no count is: int() raises on them, and JSON has none.
+    return value if isinstance(value, float) and math.isfinite(value) else None
 
 
 def _flag(value: Any) -> bool | None:

@@ -660,3 +660,18 @@ def test_openllmetry_tool_and_agent_spans_and_its_session_property() -> None:
         "book_flight", {"to": "Lisbon"}, run["runId"])
     assert next(e for e in events if e["type"] == "tool.result")["fields"]["output"] == '"booked TP1234"'
     assert "and a hotel near the river?" in [e["fields"].get("text") for e in events]
+
+
+@pytest.mark.parametrize("count", ["nan", "inf", "-Infinity", "1e400"])
+def test_a_claude_code_count_that_is_no_finite_number_is_kept_as_text(count: str) -> None:
+    """A token count or measure reading as a float JSON has no value for (NaN, infinities)
+    raised out of the mapping (a 500 for the whole export) or was stored as null."""
+    from streams.importers.claude_code_otel import claude_code_events
+
+    items = claude_code_events({"resourceLogs": [{"scopeLogs": [{"logRecords": [{
+        "timeUnixNano": "1764579600000000000", "body": {"stringValue": "claude_code.api_request"},
+        "attributes": [{"key": key, "value": {"stringValue": value}} for key, value in (
+            ("session.id", "s-1"), ("input_tokens", count), ("output_tokens", "7"), ("duration_ms", count))]}]}]}]})
+    request = [item.event for item in items if isinstance(item, Accepted)][-1]
+    assert request["fields"]["usage"] == {"outputTokens": 7}
+    assert request["fields"]["durationMs"] == count
