@@ -685,11 +685,14 @@ class Follower:
             if signature == tracked.signature and not (tracked.record and tracked.record.held) \
                     and not tracked.tail:
                 return None
-            kept = tracked.record
-            if kept is not None and not self.once and str(path) == kept.path \
-                    and ((stat.st_dev, stat.st_ino) != (kept.device, kept.inode) or stat.st_size < kept.offset):
-                self._drain(key, records, report)  # rotated: read what the old file still held first
             data = path.read_bytes()
+            kept = tracked.record
+            # Truncated by copytruncate and written again past the old position before this
+            # poll: not shorter, but no longer beginning with the bytes the record vouches for.
+            if kept is not None and not self.once and str(path) == kept.path \
+                    and ((stat.st_dev, stat.st_ino) != (kept.device, kept.inode) or len(data) < kept.offset
+                         or _sha(data[:kept.offset]) != kept.prefix_sha):
+                self._drain(key, records, report)  # rotated: read what the old file still held first
         except FileNotFoundError:
             return None
         now = self.clock()
@@ -1118,8 +1121,9 @@ class Follower:
         (not ``*.jsonl``): they were lost without a word. The rotated file is found beside the
         old path, named after it, by inode (renamed) or by beginning with the bytes the record
         vouches for (copied); a rotation into a followed name is a rename the record follows
-        (:meth:`_renamed`). Called only when the followed path changed inode or shrank, or is
-        gone: an idle poll costs nothing more."""
+        (:meth:`_renamed`). Called only when the followed path changed inode, shrank or no
+        longer begins with the bytes the record vouches for, or is gone: an idle poll costs
+        nothing more."""
         tracked = self._tracked.get(key)
         record = tracked.record if tracked is not None else None
         if self.once or tracked is None or record is None or key not in self._where:

@@ -256,6 +256,37 @@ def test_lines_written_just_before_a_rotation_are_read_from_the_rotated_file(tmp
     assert one_shot_ids(before) - ends - set(l1.counts()) == set()
 
 
+def test_lines_before_a_copytruncate_are_read_when_the_writer_refilled_the_file_before_the_poll(tmp_path):
+    """copytruncate, then the writer goes on past the old position before the next poll: the
+    followed file is not shorter and has the same inode, but no longer begins with the bytes its
+    record vouches for. The lines written just before the rotation were lost (only the shrink
+    and an inode change sent the follower to the rotated copy)."""
+    root = tmp_path / "sessions"
+    root.mkdir()
+    name = TRANSCRIPTS[1].name
+    lines = TRANSCRIPTS[1].read_bytes().splitlines(keepends=True)
+    live = root / name
+    live.write_bytes(b"".join(lines[:5]))
+    l1, clock = MemoryL1(), Clock()
+    tail = follower(root, l1, tmp_path / "home", clock)
+    tail.poll()
+    with live.open("ab") as handle:
+        handle.write(b"".join(lines[5:12]))
+    shutil.copy(live, root / f"{name}.1")
+    live.write_bytes(b"".join(lines[12:]))  # truncated, and longer again than the old position
+    assert len(b"".join(lines[12:])) > len(b"".join(lines[:5]))
+    tail.poll()
+    clock.now += 10
+    tail.poll()
+    before = tmp_path / "before" / name
+    before.parent.mkdir()
+    before.write_bytes(b"".join(lines[:12]))
+    ends = {i.event["eventId"] for i in iter_records(before) if isinstance(i, Accepted)
+            and i.event["type"] == "turn.ended"}
+    assert max(l1.counts().values()) == 1
+    assert one_shot_ids(before) - ends - set(l1.counts()) == set()
+
+
 @pytest.mark.parametrize("once", [True, False], ids=["usl ingest", "--follow"])
 def test_a_copy_beside_its_original_is_a_file_of_its_own(tmp_path, once):
     # A copy has the original's first line and bytes, which let it adopt the original's position
