@@ -198,9 +198,12 @@ class _Record:
         self.session, self.time, self.resource, self.state = session_id, time, resource, state
         # The record's identity is its content: a retried export maps to the same ids. Not the
         # time the SDK observed it, which it stamps anew when the event is sent again.
-        self.digest = hashlib.sha256(orjson.dumps(
-            [name, record.get("timeUnixNano") or record.get("observedTimeUnixNano"), values],
-            option=orjson.OPT_SORT_KEYS, default=str)).hexdigest()[:32]
+        said = [name, record.get("timeUnixNano") or record.get("observedTimeUnixNano"), values]
+        try:
+            content = orjson.dumps(said, option=orjson.OPT_SORT_KEYS, default=str)
+        except orjson.JSONEncodeError:  # an intValue past 64 bits, or nested past orjson's depth
+            content = repr(said).encode("utf-8", "surrogatepass")
+        self.digest = hashlib.sha256(content).hexdigest()[:32]
         prompt = values.get("prompt.id")
         self.turn = stable_id("turn", log_id, session_id, "claude-code-prompt",
                               prompt if isinstance(prompt, str) and prompt else self.digest) \

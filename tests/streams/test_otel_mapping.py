@@ -675,3 +675,24 @@ def test_a_claude_code_count_that_is_no_finite_number_is_kept_as_text(count: str
     request = [item.event for item in items if isinstance(item, Accepted)][-1]
     assert request["fields"]["usage"] == {"outputTokens": 7}
     assert request["fields"]["durationMs"] == count
+
+
+@pytest.mark.parametrize("value", [{"intValue": str(2**70)}, {"stringValue": "x"}], ids=["past 64 bits", "deep"])
+def test_a_claude_code_record_orjson_cannot_write_is_mapped_not_raised(value: dict[str, Any]) -> None:
+    """A record's identity is a digest of its attributes: an OTLP/JSON intValue past 64 bits, or
+    a kvlist nested past orjson's depth, raised TypeError out of the mapping (a 500 for the
+    whole export) instead of mapping the record, or refusing the event that cannot be stored."""
+    from streams.importers.base import Rejected
+    from streams.importers.claude_code_otel import claude_code_events
+
+    if "stringValue" in value:
+        for _ in range(300):
+            value = {"kvlistValue": {"values": [{"key": "k", "value": value}]}}
+    record = {"timeUnixNano": "1764579600000000000", "body": {"stringValue": "claude_code.tool_decision"},
+              "attributes": [{"key": "session.id", "value": {"stringValue": "s-1"}}, {"key": "n", "value": value}]}
+    request = {"resourceLogs": [{"scopeLogs": [{"logRecords": [record]}]}]}
+    items = claude_code_events(request)
+    assert [item.event["type"] for item in items if isinstance(item, Accepted)][:1] == ["session.started"]
+    assert all(isinstance(item, Accepted | Rejected) for item in items)
+    assert [getattr(item, "event", None) for item in items] == \
+        [getattr(item, "event", None) for item in claude_code_events(request)]  # a retry: the same ids
