@@ -686,7 +686,7 @@ class Follower:
                     and not tracked.tail:
                 return None
             data = path.read_bytes()
-            kept = tracked.record
+            kept = tracked.record or records.get(key)  # the stored one at first sight (a restart)
             # Truncated by copytruncate and written again past the old position before this
             # poll: not shorter, but no longer beginning with the bytes the record vouches for.
             if kept is not None and not self.once and str(path) == kept.path \
@@ -1125,7 +1125,7 @@ class Follower:
         longer begins with the bytes the record vouches for, or is gone: an idle poll costs
         nothing more."""
         tracked = self._tracked.get(key)
-        record = tracked.record if tracked is not None else None
+        record = (tracked.record or records.get(key)) if tracked is not None else None
         if self.once or tracked is None or record is None or key not in self._where:
             return
         rotated = _rotated_copy(Path(record.path), record)

@@ -256,6 +256,44 @@ def test_lines_written_just_before_a_rotation_are_read_from_the_rotated_file(tmp
     assert one_shot_ids(before) - ends - set(l1.counts()) == set()
 
 
+@pytest.mark.parametrize("style", ["create", "copytruncate"])
+def test_a_rotation_while_the_follower_was_stopped_loses_nothing(tmp_path, style):
+    """The lines written after the last poll of one follower and rotated out before the first
+    poll of the next (restarted, or stopped over the night logrotate ran) were lost: the
+    rotated copy was looked for only from what this process had read of the file, which at
+    first sight is nothing; the position store knows where the file was left."""
+    root = tmp_path / "sessions"
+    root.mkdir()
+    name = TRANSCRIPTS[1].name
+    lines = TRANSCRIPTS[1].read_bytes().splitlines(keepends=True)
+    live = root / name
+    live.write_bytes(b"".join(lines[:5]))
+    l1, clock = MemoryL1(), Clock()
+    follower(root, l1, tmp_path / "home", clock).poll()
+    with live.open("ab") as handle:
+        handle.write(b"".join(lines[5:12]))
+    rotated = root / f"{name}.1"
+    if style == "create":
+        live.rename(rotated)
+    else:
+        shutil.copy(live, rotated)
+    live.write_bytes(b"")
+    tail = follower(root, l1, tmp_path / "home", clock)
+    tail.poll()
+    with live.open("ab") as handle:
+        handle.write(b"".join(lines[12:]))
+    tail.poll()
+    clock.now += 10
+    tail.poll()
+    before = tmp_path / "before" / name
+    before.parent.mkdir()
+    before.write_bytes(b"".join(lines[:12]))
+    ends = {i.event["eventId"] for i in iter_records(before) if isinstance(i, Accepted)
+            and i.event["type"] == "turn.ended"}
+    assert max(l1.counts().values()) == 1
+    assert one_shot_ids(before) - ends - set(l1.counts()) == set()
+
+
 def test_lines_before_a_copytruncate_are_read_when_the_writer_refilled_the_file_before_the_poll(tmp_path):
     """copytruncate, then the writer goes on past the old position before the next poll: the
     followed file is not shorter and has the same inode, but no longer begins with the bytes its
