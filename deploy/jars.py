@@ -9,6 +9,7 @@ import os
 import random
 import shutil
 import socket
+import stat
 import subprocess
 import tempfile
 import time
@@ -59,15 +60,25 @@ def free_port() -> int:
     fail to bind and be restarted until that connection closes; and two processes asking at
     once can be handed the same port. So the port is drawn below the ephemeral range, and each
     one handed out is held back for ``_PORT_HELD_SECONDS`` across processes (a lock file and a
-    marker per port under the temp directory)."""
+    marker per port in a directory of this user's under the temp directory; where there is
+    none to write, the kernel picks)."""
     low = _ephemeral_low()
     first = max(10_000, low - 12_000)
     if low - first < 1_000:  # an unusual kernel range: leave the choice to the kernel
         return _kernel_port()
     held = Path(tempfile.gettempdir()) / f"usl-ports-{os.getuid()}"
-    held.mkdir(mode=0o700, exist_ok=True)
+    try:
+        held.mkdir(mode=0o700, exist_ok=True)
+        found = os.lstat(held)
+        # One another user made (or a symlink) is no hold of ours: they could keep its lock
+        # taken, and every start would wait on it for ever.
+        if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.getuid() or found.st_mode & 0o022:
+            return _kernel_port()
+        lock = open(held / ".lock", "w")
+    except OSError:  # no temp directory to write in: the kernel's pick, as before the holds
+        return _kernel_port()
     draw = random.Random()
-    with open(held / ".lock", "w") as lock:
+    with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         now = time.time()
         for _ in range(200):

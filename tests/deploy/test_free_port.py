@@ -26,3 +26,31 @@ def test_processes_asking_at_once_are_handed_different_ports() -> None:
     assert len(ports) == 200
     assert len(set(ports)) == len(ports)
 
+
+
+def test_a_temp_directory_it_cannot_hold_ports_in_leaves_the_choice_to_the_kernel(tmp_path, monkeypatch) -> None:
+    """No temp directory to write in was a traceback out of `usl up` (the broker's ports), where
+    the kernel's pick had served."""
+    import tempfile
+
+    blocked = tmp_path / "not-a-directory"
+    blocked.write_text("")
+    monkeypatch.setattr(tempfile, "gettempdir", lambda: str(blocked))
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", free_port()))
+
+
+def test_a_hold_directory_others_may_write_is_not_used(tmp_path, monkeypatch) -> None:
+    """The hold directory has a name anyone can guess, in a directory anyone can write: one made
+    by another user (here: writable by all) is theirs, who could keep its lock taken and make
+    every start wait for ever."""
+    import os
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "gettempdir", lambda: str(tmp_path))
+    squatted = tmp_path / f"usl-ports-{os.getuid()}"
+    squatted.mkdir()
+    squatted.chmod(0o777)
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", free_port()))
+    assert list(squatted.iterdir()) == []
