@@ -29,6 +29,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from deploy.jars import free_port
 from deploy.liveness import Watchdog
 from deploy.process import (
     PRIVATE_UMASK,
@@ -145,10 +146,11 @@ def _port_free(port: int) -> bool:
 
 
 def _any_free_port(taken: set[int]) -> int:
+    # free_port's, not the kernel's pick for port 0: that one is in the ephemeral range, where a
+    # client connection can hold it by the time the child binds it, or when the stack restarts
+    # and wants the recorded port again.
     while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-            probe.bind((_METRICS_HOST, 0))
-            port = int(probe.getsockname()[1])
+        port = free_port()
         if port not in taken:
             return port
 

@@ -117,3 +117,13 @@ def test_ports_are_kept_across_usl_up_and_usl_metrics_port_pins_them(tmp_path: P
     assert len(set(pinned.values())) == 3  # one USL_METRICS_PORT no longer gives every process the same port
     # The next `usl up` (USL_METRICS_PORT unset) finds the ports recorded by the last one.
     assert stack._choose_metrics_ports(Settings.from_env({}, home=tmp_path), children) == pinned
+
+
+def test_ports_chosen_for_a_stack_are_below_the_ephemeral_range(tmp_path: Path) -> None:
+    """A port of the ephemeral range may be a client connection's source port by the time the
+    child binds it, or when a restarted stack wants its recorded port back (deploy/jars.py)."""
+    from deploy.jars import _ephemeral_low
+
+    children = {"worker-1": ["worker"], "worker-2": ["worker"], "sinks": ["sink"]}
+    ports = stack._choose_metrics_ports(Settings.from_env({}, home=tmp_path), children)
+    assert ports and all(port < _ephemeral_low() for port in ports.values()), ports
