@@ -144,7 +144,7 @@ class AssignmentRule(Rule):
                 self._prose.pattern, self._prose_password.pattern, _FLAG_WORDS.pattern, _ONE_DASH_FLAG.pattern, *sorted(_SHORT_PASSWORD_WORDS), *sorted(_SECRET_SEPARATORS), _UUID.pattern, _IDENTIFIER.pattern, _FLAG.pattern, _password_like.__qualname__,
                 _in_sentence.__qualname__, _password_in_sentence.__qualname__, _SHORT_NAME.pattern,
                 _secret_in_sentence.__qualname__, _WORD_BEFORE.pattern, _inside_marker.__qualname__,
-                _SAID_STEP.pattern, _GOES_ON.pattern, _GOES_ON_MARKER.pattern, _goes_on.__qualname__, _SAID_VALUE.pattern, str(_SAID_WORDS), _PASSPHRASE.pattern, *sorted(_NOT_THE_SECRET),
+                _SAID_STEP.pattern, _ASIDE.pattern, _GOES_ON.pattern, _GOES_ON_MARKER.pattern, _goes_on.__qualname__, _SAID_VALUE.pattern, str(_SAID_WORDS), _PASSPHRASE.pattern, *sorted(_NOT_THE_SECRET),
                 *_CLAUSE_END, *sorted(_FIRST_ONLY), *sorted(_SAID_NEXT),
                 _said_in_sentence.__qualname__, _said_value.__qualname__, _BLOCK_SCALAR.pattern,
                 _block_scalar.__qualname__, *sorted(_MANAGERS), *sorted(_FLAG_PROSE), _PLAIN_RUN.pattern,
@@ -439,6 +439,12 @@ _SAID_VALUE = re.compile(
     r"|(?P<bare>" + _SAID_CHARS + r"{6,128})(?!" + _SAID_CHARS + r"))",
     re.ASCII)
 _SAID_WORDS = 8
+# 2.19: an aside between the secret word and what the sentence says it is ("the password for the db,
+# which I just rotated, is X", "the admin password (the one we set last week) is now X", "Password for
+# grafana — don't share it — is X"): skipped whole, its words not counted; one per sentence.
+_ASIDE = re.compile(r"[ \t]*(?:\([^()\r\n]{1,120}\)|,[ \t]+(?:which|that|who|as)[ \t][^,;.!?()\r\n]{1,100},"
+                    r"|[\u2013\u2014][^\u2013\u2014\r\n]{1,100}[\u2013\u2014]|[ \t]--?[ \t][^\r\n]{1,100}?[ \t]--?(?=[ \t]))",
+                    re.IGNORECASE)
 # What may follow the secret word in such a sentence: a space, or a separator touching it.
 _SAID_NEXT = frozenset(" \t:'=-(")
 # A word right after the secret word that makes it a thing about the secret: the suffixes that
@@ -505,7 +511,11 @@ def _said_in_sentence(text: str, start: int) -> tuple[int, int, str] | None:
     if paren is not None and paren.group("paren") is not None:
         spaced = paren.start("paren") > position + 1
         return _said_value(paren, kind, short) if kind == "password" and spaced else None
+    aside = None
     for number in range(_SAID_WORDS + 1):
+        if aside is None:
+            aside = _ASIDE.match(text, position)
+            position = aside.end() if aside is not None else position
         step = _SAID_STEP.match(text, position)
         if step is None:
             return None
@@ -517,8 +527,13 @@ def _said_in_sentence(text: str, start: int) -> tuple[int, int, str] | None:
         position = step.end()
         if group == "sep" and number and step.group("sep") in _FIRST_ONLY:
             return None  # "encoding = ...", "x == ...": another name's value, code
+        if group == "sep" and aside is not None and not step.group("sep").isalpha():
+            return None  # a docstring's "password (bool, optional): Hide typed text": a type, then what it does
         if group == "word":
             following = step.group("word")
+            if aside is None and following.endswith(",") and (comma := _ASIDE.match(text, step.end() - 1)) is not None:
+                aside, position = comma, comma.end()
+                continue
             if following.endswith(_CLAUSE_END) or (any(c in following for c in "()[]{}")
                                                   and not is_marker_at(following, 0)):
                 return None  # the sentence or clause ended, or this is code
@@ -532,7 +547,7 @@ def _said_in_sentence(text: str, start: int) -> tuple[int, int, str] | None:
                 said = None  # "Password should be latin-1 encodable", "must be SHA256": what it is made of
             if said is not None and not _goes_on(text, said[1]):
                 return said
-        if kind == "password" and not short and step.group("sep").lower() in ("is", "was", ":"):
+        if kind == "password" and not short and aside is None and step.group("sep").lower() in ("is", "was", ":"):
             plain = _plain_password(text, position)
             if plain is not None:
                 return plain

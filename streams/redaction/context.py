@@ -25,7 +25,7 @@ from streams.redaction.entropy import looks_random
 from streams.redaction.keys import is_placeholder, name_class
 
 __all__ = ["CONTEXT_RULES", "DSN_PASSWORD_RULE", "OPENVPN_KEY_RULE", "PRIVATE_KEY_RULE", "URL_PASSWORD_RULE", "EnvDumpRule", "WrappedTailRule",
-           "named_value_rule", "printed_secret", "prints_secret", "secret_value", "table_secret"]
+           "named_value_rule", "printed_secret", "prints_secret", "secret_value", "shell_command", "table_secret"]
 
 # 2.12: also the SSH2 (RFC 4716) armour of ssh.com's and PuTTY's exports, four dashes and a space:
 # `---- BEGIN SSH2 ENCRYPTED PRIVATE KEY ----`.
@@ -141,9 +141,10 @@ def _may_be_secret(value: str) -> bool:
 _AZURE_SAS = RegexRule(
     name="azure-sas-signature",
     needs=frozenset("="),
-    triggers=("sig=",),
+    lower_triggers=("sig=",),
+    # 2.19: `SIG=` in any case, and base64url's `-` / `_` (a signature written for a URL), which ended the value.
     description="sig= signature of an Azure shared access signature URL",
-    pattern=re.compile(r"sig=(?<=[?&;]sig=)(?P<value>[A-Za-z0-9%+/=]{20,})", re.ASCII),
+    pattern=re.compile(r"(?i:sig)=(?<=[?&;][Ss][Ii][Gg]=)(?P<value>[A-Za-z0-9%+/=_-]{20,})", re.ASCII),
     group="value",
 )
 
@@ -240,8 +241,8 @@ _CLI_PASSWORD = RegexRule(
 _CURL_USER = RegexRule(
     name="cli-password",
     triggers=("curl",),
-    description="curl -u / --user / -U / --proxy-user USER:PASSWORD, any characters in the password",
-    pattern=re.compile(r"\bcurl\b[^\r\n|;&]*?[ \t](?:-u|--user|-U|--proxy-user)(?:=|[ \t]+)['\"]?(?:\[REDACTED:[a-z0-9-]+\]|[^\s'\":\[]*):"
+    description="curl -u / --user / -U / --proxy-user USER:PASSWORD, any characters in the password; (2.19) -u among short flags (-su)",
+    pattern=re.compile(r"\bcurl\b[^\r\n|;&]*?[ \t](?:-[A-Za-z]{0,4}u|--user|-U|--proxy-user)(?:=|[ \t]+)['\"]?(?:\[REDACTED:[a-z0-9-]+\]|[^\s'\":\[]*):"
                        r"(?P<value>[^\s'\"|;&`]+)", re.ASCII),
     group="value",
 )
@@ -348,6 +349,8 @@ _PIPED_SECRET = (
     r"|\benv[ \t]+add\b|--data-file[= ]-|\bauth[ \t]+login\b|\bchpasswd\b|\b(?:smb)?passwd\b"
     r"|\bsecret[ \t]+put\b|\bsecrets:set\b|\benv:set\b"
     # 2.18: Kerberos' kinit, cryptsetup's passphrase, gpg --passphrase-fd 0, vault login - (a token).
+    # 2.19: htpasswd -i reads the password from stdin.
+    r"|\bhtpasswd[ \t]+(?:-[A-Za-z]+[ \t]+)*-[A-Za-z]*i[A-Za-z]*\b"
     r"|\bkinit\b|\bcryptsetup\b|--passphrase-fd[ =]0\b|\bvault[ \t]+login[ \t]+-(?![A-Za-z0-9-])"
     # 2.9: sudo -S / --stdin reads the user's password from the pipe
     r"|\bsudo[ \t]+(?:-[A-Za-z]*S[A-Za-z]*\b|--stdin\b)))"
@@ -960,6 +963,8 @@ _PASSWORD_WORDS_ELSEWHERE = (
     "sleutel", "nyckel", "nøgle", "nøkkel", "avain", "anahtar", "klíč", "kľúč", "kulcs", "cheie", "κλειδί",
     "מפתח", "مفتاح", "کلید", "कुंजी", "kunci api", "api 키", "api키", "api-키", "คีย์ api", "api คีย์",
     "khóa api", "khoá api", "khoa api",
+    # 2.19: French's abbreviation of "mot de passe", only with its colon ("mdp : …"; "MDP" is a decision process).
+    "mdp :", "mdp:",
 )
 _PASSWORD_CHARS = r"[A-Za-z0-9!#$%&*+\-./<=>?@^_~]"  # printable ASCII but quotes, brackets, , ; : and `
 # 2.9: letters of the alphabets written with spaces between words (Latin, Greek, Cyrillic) too:
@@ -1626,13 +1631,36 @@ _COMMAND_SECRET = _CommandOutputRule(
     group="value",
     check=_command_secret,
 )
+# 2.19: the command before the output, when the same text holds it (`<bash-input>openssl rand -hex
+# 32</bash-input>`), says what it printed, as a tool call says it of its result: a hex key goes too.
+_SHELL_INPUT = re.compile(r"<bash-input>(?P<command>[^<]{1,2000})</bash-input>[ \t\r\n]*\Z")
+
+
+def shell_command(text: str) -> str | None:
+    """The command of a Claude Code `!` shell-mode input message (``<bash-input>CMD</bash-input>``)."""
+    start = 0
+    while start < len(text) and text[start] in " \t\r\n":
+        start += 1
+    match = _SHELL_INPUT.match(text, start) if text.startswith("<bash-input>", start) else None
+    return match.group("command") if match is not None else None
+
+
+def _shell_output(match: re.Match[str]) -> bool:
+    value = match.group("value")
+    if bare_secret(value):
+        return True
+    command = _SHELL_INPUT.search(match.string[max(0, match.start() - 2100): match.start()])
+    return command is not None and prints_secret(command.group("command")) and printed_secret(value)
+
+
 _SHELL_MODE_SECRET = RegexRule(
     name="secret-output",
     lower_triggers=("-stdout>",),
-    description="Claude Code's ! shell mode: an output (<bash-stdout>) that is one secret token",
-    pattern=re.compile(r"<(?P<tag>bash-stdout|local-command-stdout)>[ \t\r\n]*(?P<value>[^\s<]{8,128})[ \t\r\n]*</(?P=tag)>"),
+    description="Claude Code's ! shell mode: an output (<bash-stdout>) that is one secret token, or (2.19) one token "
+                "after a <bash-input> command that prints a secret",
+    pattern=re.compile(r"<(?P<tag>bash-stdout|local-command-stdout)>[ \t\r\n]*(?P<value>[^\s<]{8,512})[ \t\r\n]*</(?P=tag)>"),
     group="value",
-    check=lambda match: bare_secret(match.group("value")),
+    check=_shell_output,
 )
 
 # A password hash (2.8): an htpasswd line (`alice:$2y$05$…`, `bob:$apr1$…`, `{SHA}…`), a shadow
@@ -1836,6 +1864,31 @@ def _after_user_line(match: re.Match[str]) -> bool:
             and any(c.isalpha() for c in value) and not value.isalpha())
 
 
+# 2.19: `PASS X` with no USER line before it (a client sending it from code, `quote PASS`, a trace of
+# the command alone): a password by its shape, a symbol or the protocol's CR LF after it; a test
+# runner's `PASS src/app.test.js`, `PASS tests` and `PASS TestLogin2` (a path, a file, a name) stay.
+_PASS_SYMBOL = frozenset("!#$%&*+=?@^~")
+
+
+def _lone_pass(match: re.Match[str]) -> bool:
+    value = match.group("value")
+    if "/" in value or "\\" in value or re.search(r"\.[A-Za-z]{1,5}$", value) or not any(c.isalpha() for c in value):
+        return False
+    crlf = match.string.startswith(("\\r", "\r"), match.end())
+    return (crlf and not value.isalpha()) or (not _PASS_SYMBOL.isdisjoint(value) and not is_placeholder(value, quoted=False))
+
+
+def _sasl_plain(match: re.Match[str]) -> bool:
+    """SASL PLAIN's base64 (`AUTH PLAIN …`, IMAP's `AUTHENTICATE PLAIN …`, 2.19): it decodes to
+    `authzid NUL user NUL password`, a shape no other base64 has."""
+    try:
+        decoded = base64.b64decode(match.group("value"), validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return False
+    parts = decoded.split("\0")
+    return len(parts) == 3 and bool(parts[1]) and bool(parts[2]) and parts[2].isprintable()
+
+
 def _protocol_value(match: re.Match[str]) -> bool:
     value = match.group("value")
     return any(c.isalpha() for c in value) and not value.isalpha() and not is_placeholder(value, quoted=False)
@@ -1865,6 +1918,13 @@ PROTOCOL_PASSWORDS = (
               description="FTP / POP3 PASS X after the session's USER line (2.18)",
               pattern=re.compile(r"(?:^|(?<=\n))[ \t]*" + _SESSION_MARK + r"PASS[ \t]+(?P<value>[^\s]{4,256})[ \t]*\r?$",
                                  re.ASCII | re.MULTILINE)),
+    RegexRule(name="cli-password", triggers=("PASS ",), group="value", check=_lone_pass,
+              description="FTP / POP3 PASS X with no USER line: a symbol in X or CR LF after it (2.19)",
+              pattern=re.compile(r"(?:(?:^|(?<=\n))[ \t]*" + _SESSION_MARK + r"(?:(?:ftp>[ \t]*)?quote[ \t]+)?|(?<=['\"]))"
+                                 r"PASS[ \t]+(?P<value>[^\s'\"\\]{4,256})(?=\\r|\r|[ \t]*$|'|\")", re.ASCII | re.MULTILINE)),
+    RegexRule(name="cli-password", triggers=(" PLAIN ",), group="value", check=_sasl_plain,
+              description="SMTP AUTH PLAIN / IMAP AUTHENTICATE PLAIN: base64 of authzid NUL user NUL password (2.19)",
+              pattern=re.compile(r"\b(?:AUTH|AUTHENTICATE)[ \t]+PLAIN[ \t]+(?P<value>[A-Za-z0-9+/]{8,1024}={0,2})(?![A-Za-z0-9+/=])", re.ASCII)),
     RegexRule(name="cli-password", triggers=(" LOGIN ",), group="value", check=_protocol_value,
               description="IMAP TAG LOGIN USER X (2.18)",
               pattern=re.compile(r"(?:^|(?<=\n))[ \t]*" + _SESSION_MARK + r"[A-Za-z0-9.]{1,12}[ \t]+LOGIN[ \t]+(?:\"[^\"\r\n]{1,128}\"|[^\s]{1,128})"
@@ -1891,8 +1951,77 @@ PROTOCOL_PASSWORDS = (
                                  r"(?P<value>\"[^\"\r\n]{1,512}\"|'[^'\r\n]{1,512}'|[^\s;\"']{1,512})", re.ASCII | re.IGNORECASE)),
 )
 
+# 2.19: a CLI's `config set NAME VALUE` / `configure set NAME VALUE` under a secret-like NAME, whatever the
+# value's shape (MongoDB Atlas' `atlas config set private_api_key <UUID>`: a UUID is the key there); a
+# `…key` name's value when it looks random (`config set sort_key name` stays); Confluent's `api-key store
+# KEY SECRET`; composer's auth.json `"github-oauth": {"github.com": "TOKEN"}` (a host names the token).
+def _config_set(match: re.Match[str]) -> bool:
+    kind = name_class(match.group("name").rsplit(".", 1)[-1])
+    value = match.group("value").strip("'\"")
+    if kind == "key":
+        return looks_random(value)
+    return kind in ("password", "secret") and _cli_value(match)
+
+
+_CONFIG_SET = (
+    RegexRule(name="cli-password", lower_triggers=("config set", "configure set"), group="value", check=_config_set, anchored=True,
+              description="config set / configure set NAME VALUE under a secret-like NAME (2.19)",
+              pattern=re.compile(r"config(?:ure)?[ \t]+set[ \t]+(?:--?[A-Za-z][A-Za-z0-9-]*(?:=[^\s|;&]+)?[ \t]+)*"
+                                 r"(?P<name>[A-Za-z_][A-Za-z0-9_.-]{0,63})[ \t]+(?P<value>'[^'\r\n]+'|\"[^\"\r\n]+\"|" + _BARE_ARG + ")",
+                                 re.ASCII | re.IGNORECASE)),
+    _cli_rule(("api-key store",), "confluent api-key store KEY SECRET (2.19)",
+              r"\bconfluent[ \t]+api-key[ \t]+store[ \t]+" + _ARG + r"[ \t]+(?P<value>'[^'\r\n]+'|\"[^\"\r\n]+\"|" + _BARE_ARG + ")"),
+    RegexRule(name="secret-assignment", triggers=("-oauth\"", "-token\""), group="value", check=_cli_value,
+              description="composer auth.json: github-oauth / gitlab-oauth / gitlab-token / bitbucket-oauth's token under a host (2.19)",
+              pattern=re.compile(r"\"(?:github-oauth|gitlab-oauth|gitlab-token|bitbucket-oauth)\"[ \t]*:[ \t]*\{[ \t\r\n]*"
+                                 r"\"[A-Za-z0-9.-]{1,253}\"[ \t]*:[ \t]*\"(?P<value>[^\"\\\r\n]{8,512})\"", re.ASCII)),
+)
+
+# 2.19: GitHub Actions' `::add-mask::VALUE` workflow command names its value a secret, whatever its
+# shape (a workflow masks what it read from a vault); an expression or a variable (`${{ … }}`, `$TOKEN`) stays.
+_ADD_MASK = RegexRule(
+    name="secret-assignment",
+    triggers=("::add-mask::",),
+    description="GitHub Actions' ::add-mask::VALUE (2.19)",
+    pattern=re.compile(r"::add-mask::(?P<value>[^\s'\"$`\\]{4,512})(?![^\s'\"`\\])", re.ASCII),
+    group="value",
+    check=lambda match: not is_placeholder(match.group("value"), quoted=False),
+)
+
+# 2.19: a GraphQL request's variables: `mutation($p: String!) { login(password: $p) }` binds the
+# argument to a variable the `"variables"` object then gives a value under its own name (`"p"`), which
+# says nothing. The value goes when the query binds that variable to a secret-like argument (a key's
+# when it looks random) and the pair stands after the word `variables`.
+def _graphql_binding(variable: str) -> re.Pattern[str]:
+    return re.compile(r"(?<![\w$])(?P<arg>[A-Za-z_]\w{0,63})[ \t]*:[ \t]*\$" + re.escape(variable) + r"(?!\w)", re.ASCII)
+
+
+_graphql_binding_cached = lru_cache(maxsize=256)(_graphql_binding)
+
+
+def _graphql_variable(match: re.Match[str]) -> bool:
+    text, value = match.string, match.group("value")
+    if "variables" not in text[max(0, match.start() - 4000): match.start()].lower() or is_placeholder(value, quoted=True):
+        return False
+    for binding in _graphql_binding_cached(match.group("var")).finditer(text):
+        kind = name_class(binding.group("arg"))
+        if kind in ("password", "secret") or (kind == "key" and looks_random(value)):
+            return True
+    return False
+
+
+_GRAPHQL_VARIABLE = RegexRule(
+    name="password-assignment",
+    lower_triggers=("variables",),
+    needs=frozenset("$"),
+    description="a GraphQL request's variable bound to a secret-like argument ($p for password: $p) (2.19)",
+    pattern=re.compile(r"(?P<q>\\?\")(?P<var>[A-Za-z_]\w{0,63})(?P=q)[ \t]*:[ \t]*(?P=q)(?P<value>[^\"\\\r\n]{1,512})(?P=q)", re.ASCII),
+    group="value",
+    check=_graphql_variable,
+)
+
 CONTEXT_RULES: tuple[Rule, ...] = (_PASSWORD_HASH, _AZURE_SAS, _URL_SIGNATURE, _OAUTH_CODE, _BEARER, _BASIC, _AUTH_SCHEME, *_AWS_PAIR, _AWS_PROMPT, _PROMPT_ANSWER, _TWILIO_PAIR, _URL_TOKEN, _CAS_TICKET, _MYSQL_PASSWORD, _CLI_PASSWORD, *_CLI_FLAG_PASSWORDS, *_LOGIN_AND_DEVICE_PASSWORDS, _CURL_USER,
-                                   _APPID, _REDIS_AUTH, _JENKINS_PASSWORD,
+                                   _APPID, _REDIS_AUTH, _JENKINS_PASSWORD, _ADD_MASK, _GRAPHQL_VARIABLE, *_CONFIG_SET,
                                    CookieRule(), CodeCredentialRule(), WindowsEnvRule(), EnvListRule(), MarkdownTableRule(), LabelledCellRule(),
                                    _PASSWORD_ELSEWHERE, _CONFIG_PASSWORD, _PGPASS, _NETRC, *_ATTRIBUTE_PAIRS, _USED_AS,
                                    _COMMAND_SECRET, _SHELL_MODE_SECRET, _PUTTY_KEY, *_SECURE_STRING, _DJANGO_KEY,

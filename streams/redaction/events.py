@@ -18,7 +18,7 @@ from typing import Any
 from streams.exceptions import RedactionError
 from streams.redaction.assignments import bare_secret
 from streams.redaction.base import MARKER_PREFIX, marker
-from streams.redaction.context import printed_secret, prints_secret
+from streams.redaction.context import printed_secret, prints_secret, shell_command
 from streams.redaction.entropy import looks_random
 from streams.redaction.keys import NameClass, name_class
 from streams.redaction.memory import Recall
@@ -104,6 +104,8 @@ def redact_event(event: dict[str, Any], policy: RedactionPolicy | None = None, *
             redacted[key] = walker.fields(shown, cap=None if is_message else policy.max_field_chars)
         else:
             redacted[walker.key(key)] = walker.walk(value, cap=policy.max_field_chars)
+    if is_message and recall is not None and isinstance(raw_fields, dict) and isinstance(raw_fields.get("text"), str):
+        _shell_mode(event, raw_fields["text"], redacted, recall, walker.hits)
     tool_result = None
     if event.get("type") == "tool.result":
         fields = dict(redacted["fields"]) if isinstance(redacted.get("fields"), dict) else {}
@@ -139,6 +141,31 @@ def redact_event(event: dict[str, Any], policy: RedactionPolicy | None = None, *
 
 
 SECRET_OUTPUT = "secret-output"
+# The memory's key of a shell-mode input message (2.19), apart from tool call ids.
+_SHELL_INPUT_KEY = "\0bash-input\0"
+_SHELL_OUTPUT = re.compile(r"(<bash-stdout>[ \t\r\n]*)([^\s<]{8,512})(?=[ \t\r\n]*</bash-stdout>)")
+
+
+def _shell_mode(event: dict[str, Any], text: str, redacted: dict[str, Any], recall: Recall, hits: dict[str, int]) -> None:
+    """Claude Code's `!` shell mode writes its command and its output as two user messages, the
+    output's parent the command's (2.19): a command that prints a secret (`openssl rand -hex 32`)
+    is remembered by its message's id, and its output message's one token is that secret, as a
+    tool call's result is (a hex key has no other mark)."""
+    command = shell_command(text)
+    if command is not None:
+        if isinstance(event.get("eventId"), str) and prints_secret(command):
+            recall.note_call(_SHELL_INPUT_KEY + event["eventId"])
+        return
+    parent, fields = event.get("parentEventId"), redacted.get("fields")
+    if ("<bash-stdout>" not in text or not isinstance(parent, str) or not isinstance(fields, dict)
+            or not isinstance(fields.get("text"), str) or not recall.prints_secret(_SHELL_INPUT_KEY + parent)):
+        return
+    match = _SHELL_OUTPUT.search(fields["text"])
+    if match is not None and printed_secret(match.group(2)):
+        recall.learn_value(match.group(2), SECRET_OUTPUT)
+        fields["text"] = fields["text"][:match.start(2)] + marker(SECRET_OUTPUT) + fields["text"][match.end(2):]
+        hits[SECRET_OUTPUT] = hits.get(SECRET_OUTPUT, 0) + 1
+
 def _tool_result_record(event: dict[str, Any], fields: dict[str, Any], text: str, policy: RedactionPolicy) -> dict[str, Any]:
     return {
         "kind": "toolresult",

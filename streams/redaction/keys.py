@@ -87,6 +87,8 @@ def name_class(name: str) -> NameClass | None:
     # Run-together spellings (PGPASSWORD, SLACKTOKEN, clientsecret) count as well.
     if any(word in _PASSWORD_WORDS or "password" in word or "passwd" in word or "passphrase" in word for word in words):
         return "password"
+    if ("pass", "phrase") in pairwise(words):
+        return "password"  # 2.19: pass_phrase (OCI's config file), passPhrase
     if len(words) > 1 and words[-1] == "pass" and words[-2] not in _PASS_COUNTS:
         # DB_PASS, SMTP_PASS, ansible_become_pass, dbPass; a bare "pass" is a test count
         # ({"pass": 12}) and first_pass a step of an algorithm.

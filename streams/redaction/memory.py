@@ -72,7 +72,9 @@ def _candidates(length: int) -> re.Pattern[str]:
 def memory_fingerprint() -> list[str]:
     """What decides the recall, for the policy hash."""
     # "calls": a call whose command prints a secret, and context.printed_secret's reading of its result.
-    return [str(MAX_REMEMBERED), str(_PRINT_HEX), _CANDIDATE, "calls: one token of 8-512, a letter and a digit, or random"]
+    # 2.19: a `!` shell-mode input message is remembered as a call, by its event id; its output message names it as parent.
+    return [str(MAX_REMEMBERED), str(_PRINT_HEX), _CANDIDATE, "calls: one token of 8-512, a letter and a digit, or random",
+            "shell mode: <bash-input> by eventId, <bash-stdout> by parentEventId"]
 
 
 class Recall:

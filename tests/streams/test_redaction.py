@@ -81,7 +81,7 @@ def test_exported_members() -> None:
         "DEFAULT_POLICY", "POLICY_VERSION", "RedactedEvent", "RedactionPolicy", "policy_hash",
         "redact_event", "redact_text", "rule_names",
     }
-    assert POLICY_VERSION == "2.18"
+    assert POLICY_VERSION == "2.19"
 
 
 # ---------------------------------------------------------------- labelled corpus
@@ -3535,4 +3535,87 @@ def test_the_thirteenth_round_readings_run_in_linear_time() -> None:
               "a1 LOGIN a b\n", "user a on >Ab1x ", "1) \"password\"\n", "INSERT INTO t (password) VALUES ('a', ",
               "INSERT INTO t (password) VALUES ", "-password ", "passcode a b c d e f ", "fastcgi_param a ",
               "CREATE\\040USER\\040IDENTIFIED\\040BY\\040", "SecretID: ", "echo Ab1x > .env "]
+    assert_linear_time(shapes, counts=(2_000, 8_000))
+
+
+@pytest.mark.parametrize(("text", "secret"), [
+    # GraphQL: the variable a secret-like argument is bound to.
+    ('{"operationName":"SignUp","query":"mutation SignUp($u: String!, $p: String!) { signUp(username: $u, password: $p) '
+     '{ id } }","variables":{"u":"bob","p":"ejei+YHN69myv"}}', "YHN69myv"),
+    ('{"query":"query($k: String!) { viewer(apiKey: $k) { id } }","variables":{"k":"pBKZJSvnTVLoxCh24Tpzee5dIihyFZ35mP78P3WX"}}',
+     "pBKZJSvnTVLoxCh24"),
+    ('{"query":"mutation Change($old: String!, $new: String!) { changePassword(oldPassword: $old, newPassword: $new) }",'
+     '"variables":{"old":"hunter2","new":"bxjw*QRO72aid"}}', "QRO72aid"),
+    # FTP / POP3 PASS with no USER line; SASL PLAIN.
+    ("sock.send(b'PASS ukru*QOB56kve\\r\\n')", "QOB56kve"),
+    ("ftp> quote PASS dhxt%DJP28hzi\n230 Login successful.", "DJP28hzi"),
+    ("+OK POP3 server ready\nPASS calv~YGX41rpn\n+OK Logged in.", "YGX41rpn"),
+    ("C: PASS psdp#MKR51mdy\r\nS: +OK maildrop has 2 messages", "MKR51mdy"),
+    ("*cmd* 'PASS vskv#DXJ75knq'\n*resp* '230 User logged in'", "DXJ75knq"),
+    ("send: 'AUTH PLAIN AGJvdEBhY21lLmRldgBjcGJyfkREVjg4bWhq\\r\\n'\nreply: b'235 2.7.0 Accepted\\r\\n'", "AGJvdEBhY21lLmRldgBjcGJy"),
+    ("a1 AUTHENTICATE PLAIN AG9wcwBkbW1uJU1MUTI3bnFh\na1 OK Logged in", "AG9wcwBkbW1uJU1MUTI3bnFh"),
+    # Shell mode: the command in the same text says what its output is.
+    ("<bash-input>openssl rand -hex 32</bash-input>\n<bash-stdout>f79001c5deefea01710bd8b620524db81b73d0a941655c8492f3fe4c7f10ff22"
+     "</bash-stdout><bash-stderr></bash-stderr>", "f79001c5deefea01"),
+    ("<bash-input>openssl rand -base64 32</bash-input>\n<bash-stdout>jyWJLwhSWe8wzK//emUqk1ttrOky6zcDMJ7vgC5PTTH=</bash-stdout>",
+     "jyWJLwhSWe8wzK"),
+    # An aside between the password word and what the sentence says it is.
+    ("the password for the staging db, which I just rotated, is pgdr*UII27jkf", "UII27jkf"),
+    ("The admin password (the one we set after the incident last Tuesday) is now xnkg#ZNS13ges", "ZNS13ges"),
+    ("Password for the grafana admin account \u2014 don't share it outside the team \u2014 is zqsb^ZZF73cpk.", "ZZF73cpk"),
+    ("the deploy token for the CI runner, which expires in 90 days, is GIyMJaAu1zy6eJ9NPBCG4zW5eYSWTC6VuBwi", "GIyMJaAu1zy6"),
+    # Names and commands.
+    ("mdp: ejnj~MTQ94tsm", "MTQ94tsm"),
+    ("https://acme.blob.core.windows.net/c/b.zip?sv=2022-11-02&SIG=vDTHpIGTFu7QnyQmdy91TybAXx-UY1Mv-hrDbxlxcEs&se=2026-12-31",
+     "hrDbxlxcEs"),
+    ("[DEFAULT]\nuser=ocid1.user.oc1..aaaa\nkey_file=~/.oci/key.pem\npass_phrase=nZGGTp0XN31ohEAzaDUrP2KL95Q/8Tswno", "nZGGTp0XN31oh"),
+    ('echo "::add-mask::veK2L1YPD92gI9okFGQZSIRlm7XweFWNyVUaRCe0"', "veK2L1YPD92g"),
+    ("echo 'xrum%GPA77rgx' | htpasswd -i /etc/nginx/.htpasswd admin", "GPA77rgx"),
+    ("curl -su admin:mrgl+URT44uan http://localhost:15672/api/overview", "URT44uan"),
+])
+def test_a_secret_a_fourteenth_round_found_never_survives(text: str, secret: str) -> None:
+    """QA, session 31 (policy 2.19): what a battery of 226 secrets (GraphQL variables, protocol sessions,
+    shell mode, asides, credential files, URLs, cloud keys) spliced into real transcripts found kept under 2.18."""
+    for shown in (text, json.dumps(text)):
+        redacted = redact_text(shown)[0]
+        assert secret not in redacted, redacted
+        assert redact_text_plain(shown)[0] == redacted
+        assert redact_text(redacted)[0] == redacted
+
+
+@pytest.mark.parametrize("text", [
+    '{"query":"query($id: ID!) { user(id: $id) { name } }","variables":{"id":"abc123def456"}}',
+    '{"query":"mutation($p: String!) { login(password: $p) }"}',  # no variables given
+    '{"variables": {"p": "Abc123!x"}}',  # no query binding $p
+    "PASS src/app.test.js",
+    "PASS  tests/test_api.py",
+    "PASS TestLogin2",
+    "PASS test_foo.py",
+    "PASS x!",
+    "AUTH PLAIN",
+    "<bash-input>git rev-parse HEAD</bash-input>\n<bash-stdout>f79001c5deefea01710bd8b620524db81b73d0a9</bash-stdout>",
+    "the password, which is required, is checked by bcrypt",
+    "the token (see docs) is stored in vault",
+    "The password field (optional) is used for login_v2 tests",
+    "password (optional): string",
+    "    password (bool, optional): Enable password input. Defaults to False.",  # a docstring's type, then what it does
+    "password: (bool, optional): Hide typed text. Defaults to False.",
+    "the password (see wiki) is sunflower",
+    "the MDP is solved with value iteration over 1000 states",
+    'echo "::add-mask::$TOKEN"',
+    "echo ::add-mask::${{ steps.login.outputs.token }}",
+    "curl -sS https://example.com/a:b -o out.json",
+    "htpasswd -i",
+    "x = signature_pass_phrase_len",
+    "git config set credential.helper store",
+    "npm config set sort_key name",
+    "gcloud config set project my-proj-123",
+])
+def test_what_the_fourteenth_round_readings_keep(text: str) -> None:
+    assert redact_text(text)[0] == text
+
+
+def test_the_fourteenth_round_readings_run_in_linear_time() -> None:
+    shapes = ['"variables" "a": "b", ', "a: $b ", "PASS 'x!", "AUTH PLAIN AAAA", "<bash-input>a</bash-input><bash-stdout>",
+              "password for the db, which x, ", "password (a) ", "::add-mask::a", "curl -su a:", "mdp: "]
     assert_linear_time(shapes, counts=(2_000, 8_000))

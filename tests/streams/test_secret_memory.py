@@ -222,3 +222,33 @@ def test_the_tail_scan_from_any_cut_redacts_as_the_stage(seed: int, cut: int, tm
     assert sorted(orjson.dumps(record, option=orjson.OPT_SORT_KEYS) for record in tail.tool_results) == expected
     texts = " ".join(chunk["text"] for chunk in tail.chunks if chunk["sessionId"] != "s2")
     assert PASSWORD not in texts and TOKEN not in texts and KEY not in texts
+
+
+def _shell_mode(name: str, command: str, output: str) -> list[dict[str, Any]]:
+    """Claude Code's `!` shell mode as its importer reads it: the command and its output, two user
+    messages, the output's parent the command's."""
+    typed = event(name, 1, "message", text=f"<bash-input>{command}</bash-input>")
+    printed = event(name, 2, "message", text=f"<bash-stdout>{output}</bash-stdout><bash-stderr></bash-stderr>")
+    return [typed, {**printed, "parentEventId": typed["eventId"]}]
+
+
+def _redacted_in_order(events: list[dict[str, Any]]) -> list[str]:
+    remembered: list[list[Any]] | None = None
+    texts = []
+    for seq, item in enumerate(events, 1):
+        recall = Recall(f"default/{item['sessionId']}", remembered, seq)
+        texts.append(redact_event(item, recall=recall).event["fields"]["text"])
+        remembered = merge_remembered(remembered, recall.added, seq) or remembered
+    return texts
+
+
+def test_a_shell_mode_command_that_prints_a_secret_loses_its_output_message() -> None:
+    """Policy 2.19: `!openssl rand -hex 32` and its output are two events; the command's message is
+    remembered as a tool call is, and the hex key (no other mark) in the next one goes."""
+    hex_key = KEY * 2
+    typed, printed = _redacted_in_order(_shell_mode("sh1", "openssl rand -hex 32", hex_key))
+    assert typed == "<bash-input>openssl rand -hex 32</bash-input>"
+    assert hex_key not in printed and "[REDACTED:secret-output]" in printed
+    assert hex_key in redact_event(_shell_mode("sh1", "openssl rand -hex 32", hex_key)[1]).event["fields"]["text"]
+    # A command that prints no secret keeps its output: a commit id has the same shape.
+    assert hex_key in _redacted_in_order(_shell_mode("sh2", "git rev-parse HEAD", hex_key))[1]
