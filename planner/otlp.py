@@ -158,6 +158,18 @@ async def logs_endpoint(request: Request, receiver: Any, principal: Principal) -
     return await _receive(request, receiver, principal, "logs")
 
 
+def _decoded(body: bytes, media_type: str, signal: str, log_id: str
+             ) -> tuple[dict[str, Any], list[Accepted | Rejected], list[Rejected]]:
+    """The request decoded, with (logs) Claude Code's own events, which have no span to be read
+    as, and the GenAI log records refused; the rest read as the spans they were emitted in."""
+    decoded = decode_request(body, media_type, signal)
+    if signal != "logs":
+        return decoded, [], []
+    agent_events = claude_code_events(decoded, log_id=log_id)
+    spans, refused_records = log_spans(decoded)
+    return spans, agent_events, refused_records
+
+
 async def _receive(request: Request, receiver: Any, principal: Principal, signal: str) -> Response:
     from planner.receivers import check_event, request_log
     from streams.importers.frames import frame_loose_events
@@ -169,13 +181,11 @@ async def _receive(request: Request, receiver: Any, principal: Principal, signal
         raise not_json(media_type, accepted=OTLP_ACCEPTED, header=OTLP_HEADER)
     log_id = request_log(request.query_params.get("log", "default"))
     settings = receiver.settings
-    decoded = decode_request(await read_body(request, settings.api_max_body_bytes), media_type, signal)
+    body = await read_body(request, settings.api_max_body_bytes)
+    # Off the event loop: a large export takes seconds to decode and read, and every other
+    # request of the API server would wait for it.
+    decoded, agent_events, refused_records = await run_in_threadpool(_decoded, body, media_type, signal, log_id)
     rejected: list[dict[str, Any]] = []
-    refused_records: list[Any] = []
-    agent_events: list[Accepted | Rejected] = []  # Claude Code's own events: no span to read them as
-    if signal == "logs":
-        agent_events = claude_code_events(decoded, log_id=log_id)
-        decoded, refused_records = log_spans(decoded)
     cuts: set[int] = set()
     records: dict[int, str] = {}
     raws: dict[int, Any] = {}  # each event as mapped, by index: what a dead letter shows

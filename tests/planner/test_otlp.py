@@ -605,3 +605,53 @@ def test_claude_code_telemetry_events_are_a_searchable_session(served):
     refused = response.json()["partialSuccess"]
     assert refused["rejectedLogRecords"] == 1 and "needs its session.id" in refused["errorMessage"]
     assert len(l1_events(settings)) == len(events)
+
+
+@pytest.mark.parametrize("signal", ["traces", "logs"])
+def test_an_export_is_decoded_and_read_off_the_event_loop(served, monkeypatch, signal: str) -> None:
+    """Decoding and reading an export ran on the event loop: a large one held every other
+    request of the API server until it was read. Here the decoding waits for a /healthz asked
+    meanwhile, which is answered only if the loop is free."""
+    import asyncio
+
+    import httpx
+
+    from planner import otlp
+
+    _settings, _planner, endpoint = served
+    answered = threading.Event()
+    on_loop: list[str] = []
+
+    def spied(name: str) -> Any:
+        function = getattr(otlp, name)
+
+        def run(*args: Any, **kwargs: Any) -> Any:
+            try:
+                asyncio.get_running_loop()
+                on_loop.append(name)
+            except RuntimeError:
+                pass
+            if name == "decode_request":
+                answered.wait(10)
+            return function(*args, **kwargs)
+        return run
+
+    for name in ("decode_request", "claude_code_events", "log_spans", "span_events"):
+        monkeypatch.setattr(otlp, name, spied(name))
+
+    def meanwhile() -> None:
+        time.sleep(0.3)
+        if httpx.get(f"{endpoint}/healthz", timeout=30).status_code == 200:
+            answered.set()
+
+    asker = threading.Thread(target=meanwhile)
+    asker.start()
+    started = time.monotonic()
+    levels = ("resourceSpans", "scopeSpans", "spans") if signal == "traces" else (
+        "resourceLogs", "scopeLogs", "logRecords")
+    answer = httpx.post(f"{endpoint}/v1/{signal}", content=orjson.dumps({levels[0]: [{levels[1]: [{levels[2]: []}]}]}),
+                        headers={"Content-Type": "application/json"}, timeout=30)
+    asker.join(30)
+    assert answer.status_code == 200 and answer.json() == {}
+    assert answered.is_set() and time.monotonic() - started < 9, "/healthz waited for the export"
+    assert on_loop == []
