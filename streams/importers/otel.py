@@ -280,10 +280,54 @@ def _from_openinference(attrs: dict[str, Any]) -> dict[str, Any]:
         if built[side]:
             found[key] = built[side]
         elif operation == "invoke_agent" and isinstance(attrs.get(f"{side}.value"), str) and attrs[f"{side}.value"]:
-            # An agent's input and output as text (or JSON of messages): read as messages are.
-            found[key] = attrs[f"{side}.value"] if side == "input" else [
-                {"role": "assistant", "parts": [{"type": "text", "content": attrs[f"{side}.value"]}]}]
+            found[key] = _agent_value(attrs[f"{side}.value"], side)
     return found
+
+
+#: Where the JSON object of a LangChain chain's or agent's inputs or outputs holds the text
+#: (OpenInference writes the object when it is more than one string: ``{"input": ...,
+#: "chat_history": [...]}``, ``{"output": ..., "intermediate_steps": [...]}``), in this order.
+_AGENT_TEXT_KEYS = ("input", "question", "query", "output", "answer", "result", "text", "content")
+#: LangChain's message types (``{"type": "human", "content"}``) → the role they are.
+_LANGCHAIN_ROLES = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool"}
+
+
+def _agent_value(value: str, side: str) -> Any:
+    """An OpenInference agent's ``input.value`` / ``output.value`` as the messages it holds: text
+    (the OpenAI Agents SDK's run input, a chain's single string), JSON of messages (the Agents
+    SDK's input items), or the JSON object of a LangChain run's inputs or outputs, read as the
+    text it holds under ``_AGENT_TEXT_KEYS`` or as its ``messages`` (LangGraph's state; the
+    output's last one, the answer). Such an object was read as a message of no role or
+    parts and dropped without a word; one of none of these shapes is kept as the JSON it is."""
+    try:
+        parsed = orjson.loads(value)
+    except orjson.JSONDecodeError:
+        parsed = None
+    if isinstance(parsed, dict) and "role" not in parsed and "parts" not in parsed:
+        history = [message for message in map(_langchain_message, _list(parsed.get("messages")))
+                   if message is not None]
+        if history:
+            return history if side == "input" else history[-1:]
+        value = next((parsed[key] for key in _AGENT_TEXT_KEYS if isinstance(parsed.get(key), str) and parsed[key]),
+                     value)
+    elif side == "input":
+        return value
+    return [{"role": "user" if side == "input" else "assistant", "parts": [{"type": "text", "content": value}]}]
+
+
+def _langchain_message(item: Any) -> dict[str, Any] | None:
+    """A message of a LangChain state's ``messages``: the conventions' or OpenAI's shape as it
+    is, LangChain's ``{"type": "human", "content"}`` (or its serialised ``{"lc": 1, "kwargs":
+    {...}}``) as the role it names; None for what is no message."""
+    if not isinstance(item, dict):
+        return None
+    if "role" in item:
+        return item
+    fields = _dict(item.get("kwargs")) if item.get("lc") is not None else item
+    role = _LANGCHAIN_ROLES.get(str(fields.get("type")))
+    if role is None or fields.get("content") in (None, "", []):
+        return None
+    return {"role": role, "content": fields["content"]}
 
 
 #: OpenLLMetry's ``traceloop.span.kind`` of the spans its decorators and agent instrumentations

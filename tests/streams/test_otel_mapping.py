@@ -628,6 +628,40 @@ def test_openinference_spans_are_read_as_the_genai_spans_they_amount_to() -> Non
     assert result["fields"]["output"] == '{"temperature": 65, "condition": "cloudy"}'
 
 
+@pytest.mark.parametrize(("given", "answered", "question", "answer"), [
+    # LangChain's AgentExecutor (openinference-instrumentation-langchain writes a run's inputs and
+    # outputs as this JSON object when they are more than one string)
+    ('{"input": "Which port does the broker listen on?", "chat_history": []}',
+     '{"output": "It listens on 9092.", "intermediate_steps": []}',
+     "Which port does the broker listen on?", "It listens on 9092."),
+    # LangGraph's state: the messages, LangChain's own types; the output's last one is the answer
+    ('{"messages": [{"type": "human", "content": "Which port does the broker listen on?"}]}',
+     '{"messages": [{"type": "human", "content": "Which port does the broker listen on?"}, {"lc": 1, '
+     '"type": "constructor", "id": ["langchain", "schema", "messages", "AIMessage"], '
+     '"kwargs": {"type": "ai", "content": "It listens on 9092."}}]}',
+     "Which port does the broker listen on?", "It listens on 9092."),
+    # the OpenAI Agents SDK's run input as its input items, its output as text
+    ('[{"role": "user", "content": "Which port does the broker listen on?"}]', "It listens on 9092.",
+     "Which port does the broker listen on?", "It listens on 9092."),
+    # an object of no known shape: kept as the JSON it is, never dropped
+    ('{"ticket": 4711}', '{"verdict": {"ok": true}}', '{"ticket": 4711}', '{"verdict": {"ok": true}}'),
+])
+def test_an_openinference_agents_json_input_is_read_as_the_text_it_holds(
+        given: str, answered: str, question: str, answer: str) -> None:
+    """An AGENT span's input.value that is a JSON object (LangChain's {"input": ...}) was read
+    as a message of no role and dropped without a word; its output kept as the raw JSON."""
+    values = {"openinference.span.kind": "AGENT", "session.id": "phx-1", "input.value": given,
+              "output.value": answered}
+    spans = [{"traceId": "6e0c63257de34c926f9efcd03919fb93", "spanId": "a1" * 8, "name": "agent",
+              "startTimeUnixNano": "1764579600000000000", "endTimeUnixNano": "1764579601000000000",
+              "attributes": [{"key": key, "value": {"stringValue": value}} for key, value in values.items()]}]
+    items = list(span_events({"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]}))
+    assert all(isinstance(item, Accepted) for item in items)
+    messages = [(item.event["role"], item.event["fields"]["text"]) for item in items
+                if isinstance(item, Accepted) and item.event["type"] == "message"]
+    assert messages == [("user", question), ("assistant", answer)]
+
+
 def test_openllmetry_tool_and_agent_spans_and_its_session_property() -> None:
     """Found as a new user: OpenLLMetry's @agent / @tool decorators make spans with
     traceloop.span.kind and traceloop.entity.*, no gen_ai.operation.name (ignored: a tool's calls
