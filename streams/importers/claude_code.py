@@ -454,10 +454,14 @@ class _Transcript:
         from the line's ``toolUseResult`` when it holds it (:func:`_tool_use_output`, the only
         source a line of one tool result needs), else from that file (:meth:`_sidecar`), else
         the preview stays. What follows the envelope (Bash's stderr after a spilled stdout)
-        is kept after the whole."""
+        is kept after the whole. An MCP tool's too-large-result notice
+        (:func:`_mcp_saved_output`) is read from its file the same way."""
         envelope = _persisted_output(output)
         if envelope is None:
-            return output
+            # An MCP tool's result over its token limit has a notice of its own and no preview;
+            # its toolUseResult holds the notice too, so the file is the only whole.
+            saved = _mcp_saved_output(output)
+            return (self._sidecar(saved) or output) if saved is not None else output
         path, rest = envelope
         results = [block for block in blocks if isinstance(block, dict) and block.get("type") == "tool_result"]
         tool_use = line.get("toolUseResult") if len(results) == 1 else None
@@ -971,6 +975,20 @@ _PERSISTED_PATH = re.compile(r"saved to: ([^\n<]+)")
 _SIDECAR_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,199}")
 # Claude Code saves at most 64 MB; an event keeps far less (USL_MAX_EVENT_BYTES cuts it).
 _SIDECAR_MAX_BYTES = 16 * 1024 * 1024
+
+
+# An MCP tool's result over its token limit, as Claude Code hands it to the model in its stead
+# (mcpOutputStorage.ts): "Error: result (307,533 characters) exceeds maximum allowed tokens. Output
+# has been saved to PATH.\nFormat: ..." (2.1.x: "(N characters across N lines)"), then how to read it.
+_MCP_SAVED = re.compile(r"Error: result \([0-9,.\u00a0 ]+ characters(?: across [0-9,.\u00a0 ]+ lines)?\) exceeds "
+                        r"maximum allowed tokens\. Output has been saved to ([^\n]+)")
+
+
+def _mcp_saved_output(output: str) -> str | None:
+    """The file an MCP tool's too-large-result notice names (its sentence's full stop left off),
+    else None."""
+    found = _MCP_SAVED.match(output[:4096].lstrip())
+    return found.group(1).strip().removesuffix(".") if found else None
 
 
 def _persisted_output(output: str) -> tuple[str | None, str] | None:

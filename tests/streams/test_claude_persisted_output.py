@@ -229,3 +229,38 @@ def test_a_directory_import_and_a_follower_leave_tool_results_alone(tmp_path: Pa
     tail.poll()
     assert report.undetected == []
     assert len(l1.log) == sum(isinstance(i, Accepted) for i in iter_records(path.parent))
+
+
+def mcp_notice(saved_to: str, characters: str = "307,533", across: str = "") -> str:
+    """What Claude Code hands the model in place of an MCP tool's result over its token limit
+    (mcpOutputStorage.ts's wording; 2.1.x adds "across N lines")."""
+    return (f"Error: result ({characters} characters{across}) exceeds maximum allowed tokens. Output has been saved "
+            f"to {saved_to}.\nFormat: Plain text\nUse offset and limit parameters to read specific portions of the "
+            "file, search within it for specific content, and jq to make structured queries.\n"
+            "REQUIREMENTS FOR SUMMARIZATION/ANALYSIS/REVIEW:\n- You MUST read the content from the file at "
+            f"{saved_to} in sequential chunks until 100% of the content has been read.")
+
+
+def test_an_mcp_result_over_its_token_limit_is_read_whole_from_the_saved_file(tmp_path: Path) -> None:
+    """An MCP tool's result over the token limit was the notice alone: the page a browser tool
+    fetched was in no index. It is read from the file beside the transcript, by the rules of
+    <persisted-output> (the last three names only, under the session's tool-results); a notice
+    whose file is not there, or that names a path out of a session's tool-results, stays."""
+    page = "<html>" + "".join(f"<p>row {n}</p>" for n in range(20000)) + "<p>checkout failed: 502</p></html>"
+    name = "mcp-plugin_fnd_chrome-devtools-mcp-evaluate_script-1784908372707.txt"
+    (tmp_path / SESSION / "tool-results").mkdir(parents=True)
+    (tmp_path / SESSION / "tool-results" / name).write_text(page)
+    (tmp_path / SESSION / "tool-results" / "mcp-docs-fetch-1784908372708.json").write_text(
+        json.dumps([{"type": "text", "text": '{"title": "Runbook"}'}]))
+    (tmp_path / "secret.txt").write_text("not a tool output")
+    for saved, across, whole in (
+            (f"{PROJECT}/{SESSION}/tool-results/{name}", "", page),
+            (f"C:\\Users\\some one\\.claude\\projects\\p\\{SESSION}\\tool-results\\{name}", " across 1 lines", page),
+            (f"{PROJECT}/{SESSION}/tool-results/mcp-docs-fetch-1784908372708.json", "", '{"title": "Runbook"}'),
+            (f"{PROJECT}/{SESSION}/tool-results/mcp-gone-1.txt", "", None),
+            (f"{PROJECT}/{SESSION}/tool-results/../../secret.txt", "", None)):
+        notice = mcp_notice(saved, across=across)
+        path = session(tmp_path, call_line("a1", "mcp__chrome-devtools__evaluate_script", {"function": "() => 1"}),
+                       result_line(notice, [{"type": "text", "text": notice}]))
+        assert outputs(path) == [whole or notice], saved
+        assert outputs(path) == outputs(path)  # a re-import reads the same
