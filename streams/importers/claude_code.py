@@ -1180,6 +1180,12 @@ def _claude_shaped(line: dict[str, Any]) -> dict[str, Any]:
     tool_result (an error when its response is an ``error``, or the line's
     ``toolCallResult.status`` says so), inline or file data an image or document; the line's
     ``model`` and ``usageMetadata`` are the message's, each line one response."""
+    if line.get("type") == "system" and line.get("subtype") == "chat_compression":
+        # The summary a compression put in place of the history (/compress, or the context
+        # filling up): what Claude Code's isCompactSummary line holds, read as that line is.
+        summary = _compression_summary(line.get("systemPayload"))
+        return line if summary is None else {**line, "type": "user", "isCompactSummary": True,
+                                             "message": {"role": "user", "content": summary}}
     message = line.get("message")
     if line.get("type") not in ("user", "assistant", "tool_result") or not isinstance(message, dict) \
             or "content" in message or not isinstance(message.get("parts"), list):
@@ -1213,6 +1219,31 @@ def _claude_shaped(line: dict[str, Any]) -> dict[str, Any]:
     # human turn: Claude Code's isMeta line.
     meta = {"isMeta": True} if role == "user" and subtype in ("notification", "cron") else {}
     return {**line, "type": role, "message": shaped, **meta}
+
+
+#: The model's answer Qwen Code (as Gemini CLI) puts after a compression's summary.
+_COMPRESSION_ACK = "Got it. Thanks for the additional context!"
+
+
+def _compression_summary(payload: Any) -> str | None:
+    """The summary of a Qwen Code ``chat_compression`` record: of its ``compressedHistory``
+    (the summary as a user turn, the model's acknowledgement, then the history kept as it
+    was, which the transcript holds already), the user turn before the acknowledgement, else
+    the first user turn; None when it holds no text."""
+    history = [item for item in _list_of(payload.get("compressedHistory") if isinstance(payload, dict) else None)
+               if isinstance(item, dict)]
+    texts = ["\n".join(part["text"] for part in _list_of(item.get("parts"))
+                       if isinstance(part, dict) and isinstance(part.get("text"), str) and not part.get("thought"))
+             for item in history]
+    answered = [at for at in range(1, len(history))
+                if history[at].get("role") == "model" and texts[at].strip() == _COMPRESSION_ACK]
+    users = [at for at in range(len(history)) if history[at].get("role") == "user" and texts[at].strip()]
+    at = answered[0] - 1 if answered and answered[0] - 1 in users else (users[0] if users else None)
+    return texts[at] if at is not None else None
+
+
+def _list_of(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
 
 
 def _part_block(part: Any, fallback_id: str, failed: bool) -> dict[str, Any] | None:
@@ -1285,6 +1316,18 @@ def _auxiliary_fields(line_type: str, line: dict[str, Any]) -> dict[str, Any]:
     fields = {name: line[key] for key, name in keys if isinstance(line.get(key), str | bool)}
     if line_type in ("system", "queue-operation") and isinstance(line.get("content"), list):
         fields["text"] = _result_text(line["content"])  # some clients write text parts here
+    payload = line.get("systemPayload")
+    if line_type == "system" and line.get("subtype") == "slash_command" and isinstance(payload, dict):
+        # Qwen Code's slash command (the client's, which the model never reads): the command
+        # typed, and what it showed, as text a search of hidden events finds.
+        command = payload.get("rawCommand")
+        shown = [item["text"] for item in _list_of(payload.get("outputHistoryItems"))
+                 if isinstance(item, dict) and isinstance(item.get("text"), str) and item["text"].strip()]
+        if isinstance(command, str):
+            fields["command"] = command
+        text = "\n".join(shown) if payload.get("phase") == "result" else command
+        if isinstance(text, str) and text:
+            fields["text"] = text
     data = line.get("data")
     if line_type == "progress" and isinstance(data, dict):
         for key, name in (("type", "progressType"), ("hookEvent", "hookEvent"), ("hookName", "hookName")):

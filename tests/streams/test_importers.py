@@ -462,6 +462,51 @@ def test_a_qwen_code_transcript_imports_as_the_claude_code_lines_it_amounts_to(t
     assert {e["eventId"] for e in events} <= set(l1.counts())
 
 
+def test_qwen_code_compression_summary_and_slash_commands(tmp_path: Path) -> None:
+    """Qwen Code's `system` lines were all hidden with no text: a compression's summary (the
+    `<state_snapshot>` its `compressedHistory` opens with, what the session was about) was in no
+    index, and a slash command (`/memory show`) and what it showed were in no field. The summary
+    is a user message of kind `compact-summary`, as Claude Code's isCompactSummary line; the
+    slash command stays hidden (the client's, the model never reads it), its command and
+    output its text. The history the compression kept is in the transcript already: not again."""
+    qwen = _qwen_lines()
+    lines = [qwen[0], qwen[6]]
+    base = {key: lines[0][key] for key in ("sessionId", "cwd", "version", "gitBranch")}
+    summary = ("<state_snapshot>\n<overall_goal>List the files of the app</overall_goal>\n"
+               "<key_knowledge>Only app.py exists; gone.py was deleted.</key_knowledge>\n</state_snapshot>")
+
+    def system(uuid: str, parent: str, second: int, subtype: str, payload: dict) -> dict:
+        return {**base, "uuid": uuid, "parentUuid": parent, "timestamp": f"2025-11-03T10:01:{second:02d}.000Z",
+                "type": "system", "subtype": subtype, "systemPayload": payload}
+
+    lines += [
+        system("c1", "a2", 0, "chat_compression", {
+            "info": {"originalTokenCount": 61000, "newTokenCount": 9000, "compressionStatus": 1},
+            "compressedHistory": [
+                {"role": "user", "parts": [{"text": summary}]},
+                {"role": "model", "parts": [{"text": "Got it. Thanks for the additional context!"}]},
+                {"role": "model", "parts": [{"text": "Only app.py is there."}]}]}),
+        system("c2", "c1", 1, "slash_command", {"phase": "invocation", "rawCommand": "/memory show"}),
+        system("c3", "c2", 2, "slash_command", {"phase": "result", "rawCommand": "/memory show",
+                                               "outputHistoryItems": [{"type": "info", "text": "Always run ruff."}]}),
+        system("c4", "c3", 3, "chat_compression", {"info": {}, "compressedHistory": []}),
+    ]
+    path = write_lines(tmp_path / f"{base['sessionId']}.jsonl", lines)
+    events, rejected = split(path)
+    assert rejected == []
+    compact = [e for e in events if e["fields"].get("kind") == "compact-summary"]
+    assert [(e["type"], e["role"], e["visibility"], e["fields"]["text"]) for e in compact] == [
+        ("message", "user", "visible", summary)]
+    assert sum(e["type"] == "message" and e["fields"].get("text") == "Only app.py is there." for e in events) == 1
+    system_events = [e for e in events if e["type"] == "x.claude-code.system"]
+    assert [(e["visibility"], e["fields"].get("subtype"), e["fields"].get("command"), e["fields"].get("text"))
+            for e in system_events] == [
+        ("hidden", "slash_command", "/memory show", "/memory show"),
+        ("hidden", "slash_command", "/memory show", "Always run ruff."),
+        ("hidden", "chat_compression", None, None)]  # a compression of no summary stays as it was
+    assert [e["eventId"] for e in split(path)[0]] == [e["eventId"] for e in events]
+
+
 def test_claude_code_prompt_queued_mid_turn_is_a_user_message(tmp_path: Path) -> None:
     """What the user types while the agent works reaches the model mid-turn, and Claude Code
     (2.1.x) records it only as a `queued_command` attachment (after the queue's `enqueue` and
