@@ -113,6 +113,13 @@ def iter_spans(request: dict[str, Any]) -> Iterator[tuple[dict[str, Any], dict[s
 
 
 def _hex(value: Any) -> str:
+    """An id as lowercase hex; "" for none, for what is no id, and for an id of zeroes, which
+    OTLP calls invalid and the Collector reads as no id (a ``parentSpanId`` of zeroes: a root)."""
+    read = _id_hex(value)
+    return "" if not read.strip("0") else read
+
+
+def _id_hex(value: Any) -> str:
     if not isinstance(value, str) or not value:
         return ""
     if all(c in "0123456789abcdefABCDEF" for c in value):
@@ -123,13 +130,22 @@ def _hex(value: Any) -> str:
         return ""  # not an id: the span is refused for it
 
 
-def _id_problem(value: Any, as_hex: str, name: str, size: int) -> str | None:
-    """Why ``value`` (read as ``as_hex``) is no span ``name``, or None. Any hex is taken, as it
-    always was (the id only has to be stable); the message names the length OTLP gives it."""
+def _id_problem(value: Any, name: str, size: int) -> str | None:
+    """Why ``value`` is no span ``name`` of ``size`` bytes, or None. OTLP: a trace id is 16
+    bytes, a span id 8, and one of another length or of zeroes is invalid (the Collector
+    refuses the request); hex of any length was taken, and such a span's lineage matched no
+    conforming span's. A protobuf id's bytes arrive as their hex, so both encodings are held
+    to it."""
     if value is None or value == "":
         return f"a span needs a {name}"
-    if as_hex:
+    read = _id_hex(value)
+    if read and len(read) == 2 * size and read.strip("0"):
         return None
+    if read and not read.strip("0"):
+        return f"{name} {str(value)[:48]!r} is all zeroes, which OTLP calls invalid (no id)"
+    if read and len(read) % 2 == 0:
+        return (f"{name} {str(value)[:48]!r} is an id of {len(read) // 2} bytes; OTLP's is {size} bytes "
+                f"({2 * size} hex digits)")
     return (f"{name} {str(value)[:48]!r} is not hex of the right length (OTLP: {2 * size} hex digits, an "
             f"id of {size} bytes, or its base64 as protobuf's JSON mapping writes it)")
 
@@ -720,10 +736,12 @@ def span_events(request: dict[str, Any], *, log_id: str = "default",
         if not isinstance(operation, str):
             continue
         parent = span.get("parentSpanId")
-        problem = (_id_problem(span.get("traceId"), trace, "traceId", 16)
-                   or _id_problem(span.get("spanId"), span_id, "spanId", 8)
+        problem = (_id_problem(span.get("traceId"), "traceId", 16)
+                   or _id_problem(span.get("spanId"), "spanId", 8)
                    # Read as no parent, the span was a root: its run and lineage lost, silently.
-                   or (None if parent in (None, "") else _id_problem(parent, _hex(parent), "parentSpanId", 8))
+                   # One of zeroes is a root's, as the Collector reads it (_hex).
+                   or (None if parent in (None, "") or (_id_hex(parent) and not _hex(parent))
+                       else _id_problem(parent, "parentSpanId", 8))
                    or (None if from_logs else _span_duplicates(span)))
         start, end = _time(span.get("startTimeUnixNano")), _time(span.get("endTimeUnixNano"))
         if problem is not None or start is None:
@@ -938,11 +956,12 @@ def log_spans(request: dict[str, Any]) -> tuple[dict[str, Any], list[Rejected]]:
                 if twice is not None:
                     rejected.append(Rejected(f"logRecord[{number}] {name}", twice, raw_text(record)))
                     continue
-                if not trace or not span_id:
-                    # A malformed id is named as /v1/traces names it, not as one left out.
-                    malformed = [problem for value, as_hex, field, size in (
-                        (record.get("traceId"), trace, "traceId", 16), (record.get("spanId"), span_id, "spanId", 8))
-                        if value not in (None, "") and (problem := _id_problem(value, as_hex, field, size))]
+                malformed = [problem for value, field, size in (
+                    (record.get("traceId"), "traceId", 16), (record.get("spanId"), "spanId", 8))
+                    if value not in (None, "") and (problem := _id_problem(value, field, size))]
+                if not trace or not span_id or malformed:
+                    # A malformed id is named as /v1/traces names it, not as one left out (OTLP:
+                    # a record of an invalid id is in no trace, and a GenAI record needs one).
                     rejected.append(Rejected(f"logRecord[{number}] {name}", "; ".join(malformed) or (
                         "a GenAI log record needs the traceId and spanId of the span it was emitted in (the "
                         "instrumentation's context)"), raw_text(record)))

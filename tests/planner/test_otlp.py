@@ -155,7 +155,7 @@ def test_otlp_json_maps_like_protobuf(served):
                          headers={"Content-Type": "application/json"}, timeout=30)
     assert bad_log.status_code == 400 and "is not a log name" in bad_log.json()["error"]["message"], bad_log.text
     assert [i.reason for i in span_events({"resourceSpans": [{"scopeSpans": [{"spans": [
-        {"traceId": "ab", "spanId": "cd", "attributes": [
+        {"traceId": "ab" * 16, "spanId": "cd" * 8, "attributes": [
             {"key": "gen_ai.operation.name", "value": {"stringValue": "chat"}}]}]}]}]})] == [
         "a span needs startTimeUnixNano"]
 
@@ -369,7 +369,12 @@ def test_otlp_errors_say_what_is_wrong(served):
             "attributes": [{"key": "gen_ai.operation.name", "value": {"stringValue": "chat"}}]}
     for change, says in (({"traceId": "zz"}, "traceId 'zz' is not hex of the right length (OTLP: 32 hex digits"),
                          ({"spanId": "span-1"}, "spanId 'span-1' is not hex of the right length (OTLP: 16 hex digits"),
-                         ({"startTimeUnixNano": "abc"}, "startTimeUnixNano 'abc' is not a number")):
+                         ({"startTimeUnixNano": "abc"}, "startTimeUnixNano 'abc' is not a number"),
+                         # OTLP's ids are 16 and 8 bytes, and one of zeroes is invalid: hex of any
+                         # length was taken.
+                         ({"traceId": "d269b633813fc60c"}, "traceId 'd269b633813fc60c' is an id of 8 bytes; "
+                                                           "OTLP's is 16 bytes (32 hex digits)"),
+                         ({"spanId": "00000000"}, "spanId '00000000' is all zeroes")):
         body = orjson.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [{**good, **change}]}]}]})
         answer = send(body).json()["partialSuccess"]
         assert answer["rejectedSpans"] == 1 and says in answer["errorMessage"], answer
@@ -377,9 +382,24 @@ def test_otlp_errors_say_what_is_wrong(served):
     from streams.l1 import read_dead_letters
 
     letters = read_dead_letters(_settings.bootstrap_servers or "", _settings, log_id="default")
-    assert len(letters) == 3 and {letter["stage"] for letter in letters} == {"receiver"}
+    assert len(letters) == 5 and {letter["stage"] for letter in letters} == {"receiver"}
     assert all(letter["record"].startswith("POST /v1/traces ") for letter in letters)
     assert any("traceId 'zz'" in letter["reason"] for letter in letters)
+    # Protobuf's ids are bytes: held to the same lengths.
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+        ExportTraceServiceResponse,
+    )
+
+    message = ExportTraceServiceRequest()
+    span = message.resource_spans.add().scope_spans.add().spans.add()
+    span.trace_id, span.span_id = bytes.fromhex("d269b633813fc60c"), bytes.fromhex("eee19b7ec3c1b174")
+    span.start_time_unix_nano = 1764579600000000000
+    attribute = span.attributes.add()
+    attribute.key, attribute.value.string_value = "gen_ai.operation.name", "chat"
+    reply = ExportTraceServiceResponse.FromString(send(
+        message.SerializeToString(), **{"Content-Type": "application/x-protobuf"}).content).partial_success
+    assert reply.rejected_spans == 1 and "traceId 'd269b633813fc60c' is an id of 8 bytes" in reply.error_message
     plain = send(b"{}", **{"Content-Type": "text/plain"})
     assert plain.status_code == 415 and "application/x-protobuf" in plain.json()["error"]["message"]
     labelled = send(b'{"resourceSpans": []}', **{"Content-Encoding": "gzip"})

@@ -53,6 +53,9 @@ def test_any_spans_map_without_raising(spans: list[Any], junk: Any) -> None:
 
 def _span(span_id: str, parent: str, operation: str, conversation: str | None = None,
           trace: str = "5b8efff798038103d269b633813fc60c", start: int = 1764579600) -> dict[str, Any]:
+    """A span of ``operation``; ``span_id`` and ``parent`` short names, repeated to the 16 hex
+    digits OTLP's span ids have ("a0": a0a0a0a0a0a0a0a0)."""
+    span_id, parent = ((name * 16)[:16] for name in (span_id, parent))
     attributes = [{"key": "gen_ai.operation.name", "value": {"stringValue": operation}}]
     if conversation is not None:
         attributes.append({"key": "gen_ai.conversation.id", "value": {"stringValue": conversation}})
@@ -730,3 +733,34 @@ def test_a_claude_code_record_orjson_cannot_write_is_mapped_not_raised(value: di
     assert all(isinstance(item, Accepted | Rejected) for item in items)
     assert [getattr(item, "event", None) for item in items] == \
         [getattr(item, "event", None) for item in claude_code_events(request)]  # a retry: the same ids
+
+
+def test_ids_of_the_wrong_length_or_of_zeroes_are_refused_by_name() -> None:
+    """OTLP: a traceId is 16 bytes, a spanId 8, and an id of another length or of zeroes is
+    invalid (the Collector refuses it). Hex of any length was taken: a 64-bit trace id's spans
+    were appended, their lineage matching nothing a conforming exporter sends. A parentSpanId
+    of zeroes is a root's, as the Collector reads it, not a refusal."""
+    from streams.importers.base import Rejected
+    from streams.importers.otel import log_spans
+
+    good = _span("eee19b7ec3c1b174", "", "chat", "conv-1")
+    cases = [({"traceId": "d269b633813fc60c"}, "traceId 'd269b633813fc60c' is an id of 8 bytes; OTLP's is 16"),
+             ({"spanId": "5b8efff798038103d269b633813fc60c"}, "is an id of 16 bytes; OTLP's is 8 bytes"),
+             ({"spanId": "0000000000000000"}, "spanId '0000000000000000' is all zeroes"),
+             ({"traceId": "W4737/mAOBA="}, "traceId 'W4737/mAOBA=' is an id of 8 bytes"),
+             ({"parentSpanId": "a1b2c3d4"}, "parentSpanId 'a1b2c3d4' is an id of 4 bytes"),
+             ({"traceId": "abc"}, "traceId 'abc' is not hex of the right length")]
+    for change, says in cases:
+        items = list(span_events({"resourceSpans": [{"scopeSpans": [{"spans": [{**good, **change}]}]}]}))
+        assert len(items) == 1 and isinstance(items[0], Rejected) and says in items[0].reason, (change, items)
+    root = list(span_events({"resourceSpans": [{"scopeSpans": [{"spans": [
+        {**good, "parentSpanId": "0000000000000000"}]}]}]}))
+    plain = list(span_events({"resourceSpans": [{"scopeSpans": [{"spans": [good]}]}]}))
+    assert [item.event for item in root if isinstance(item, Accepted)] == [
+        item.event for item in plain if isinstance(item, Accepted)] != []
+    record = {"eventName": "gen_ai.user.message", "traceId": "d269b633813fc60c", "spanId": "eee19b7ec3c1b174",
+              "timeUnixNano": "1764579600000000000", "body": {"stringValue": "hi"}}
+    spans, refused = log_spans({"resourceLogs": [{"scopeLogs": [{"logRecords": [record]}]}]})
+    assert list(span_events(spans)) == []
+    assert [item.reason for item in refused] == [
+        "traceId 'd269b633813fc60c' is an id of 8 bytes; OTLP's is 16 bytes (32 hex digits)"]
