@@ -3619,3 +3619,15 @@ def test_the_fourteenth_round_readings_run_in_linear_time() -> None:
     shapes = ['"variables" "a": "b", ', "a: $b ", "PASS 'x!", "AUTH PLAIN AAAA", "<bash-input>a</bash-input><bash-stdout>",
               "password for the db, which x, ", "password (a) ", "::add-mask::a", "curl -su a:", "mdp: "]
     assert_linear_time(shapes, counts=(2_000, 8_000))
+
+
+def test_graphql_variables_are_bound_once_per_text() -> None:
+    """Each pair of a long document after a `variables` (a HAR of GraphQL requests) looked up its
+    name's bindings by reading the whole text again: these 210 KB took 30 s, 4 times as many 16 times that."""
+    import time
+
+    text = '{"query":"mutation($p: String!) { login(password: $p) }","variables":{"p":"Abc123!x"}}, ' * 2_500
+    started = time.process_time()
+    redacted = redact_text(text)[0]
+    assert time.process_time() - started < 10
+    assert "Abc123!x" not in redacted
