@@ -75,6 +75,7 @@ from streams.importers import (
     Rejected,
     file_format,
     iter_file,
+    skipped_directory,
 )
 from streams.importers.base import line_parts, parse_json, stable_id
 from streams.importers.cursor import FileCursor, open_cursor, settled
@@ -665,7 +666,7 @@ class Follower:
                 for entry in entries:
                     try:
                         if entry.is_dir() and not entry.is_symlink():
-                            if entry.name not in SKIPPED_DIRECTORIES:
+                            if entry.name not in SKIPPED_DIRECTORIES or not skipped_directory(Path(entry.path)):
                                 directories.append(entry.name)
                         elif os.path.splitext(entry.name)[1].lower() in FILE_SUFFIXES and entry.is_file():
                             path = Path(entry.path)

@@ -31,7 +31,8 @@ from streams.importers.openai_chat import (
 )
 
 __all__ = ["DOCUMENT_FORMATS", "FILE_SUFFIXES", "FORMATS", "SKIPPED_DIRECTORIES", "Accepted", "Rejected",
-           "detect_format", "directory_files", "file_format", "fitted", "import_files", "iter_file", "iter_records"]
+           "detect_format", "directory_files", "file_format", "fitted", "import_files", "iter_file", "iter_records",
+           "skipped_directory"]
 
 #: The file names a directory import and a follower take, each a suffix some importer reads:
 #: ``.traj`` is SWE-agent's trajectory (one JSON document, ``{"history": [...]}``), which the
@@ -41,7 +42,8 @@ FILE_SUFFIXES = (".jsonl", ".json", ".traj")
 #: Directories of no transcript a directory import and a follower leave alone: Claude Code's
 #: ``SESSION/tool-results`` holds the whole outputs its transcript shows a preview of (the
 #: importer reads them from there), a result of content blocks as ``ID.json``, which failed the
-#: import of its project directory ("cannot tell the format").
+#: import of its project directory ("cannot tell the format"). Only beside their transcript
+#: (:func:`skipped_directory`).
 SKIPPED_DIRECTORIES = frozenset({"tool-results"})
 _SNIFF_LINES = 20
 _SNIFF_LINE_BYTES = 8 * 1024 * 1024
@@ -189,11 +191,25 @@ def fitted(item: Accepted, limit: int) -> Accepted | Rejected:
     return item if not cut else Accepted(event=event, record=item.record, cut=cut)
 
 
+def skipped_directory(directory: Path) -> bool:
+    """Whether a directory import and a follower leave ``directory`` alone: a ``tool-results``
+    directory of Claude Code's, ``SESSION/tool-results`` beside ``SESSION.jsonl``. One of that
+    name elsewhere (a user's own folder of transcripts) is read: skipped by its name alone, its
+    transcripts were left out without a word."""
+    session = directory.parent
+    return directory.name in SKIPPED_DIRECTORIES and session.with_name(session.name + ".jsonl").is_file()
+
+
 def directory_files(directory: Path) -> list[Path]:
     """The files a directory import reads, in the order it reads them."""
     files = [p for p in directory.rglob("*") if p.is_file() and p.suffix.lower() in FILE_SUFFIXES
-             and SKIPPED_DIRECTORIES.isdisjoint(p.relative_to(directory).parts[:-1])]
+             and not _under_skipped(directory, p.relative_to(directory).parts[:-1])]
     return sorted(files, key=lambda p: p.relative_to(directory).as_posix())
+
+
+def _under_skipped(directory: Path, parts: tuple[str, ...]) -> bool:
+    return any(part in SKIPPED_DIRECTORIES and skipped_directory(directory.joinpath(*parts[:depth + 1]))
+               for depth, part in enumerate(parts))
 
 
 def _is_empty(path: Path) -> bool:

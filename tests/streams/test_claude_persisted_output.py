@@ -264,3 +264,19 @@ def test_an_mcp_result_over_its_token_limit_is_read_whole_from_the_saved_file(tm
                        result_line(notice, [{"type": "text", "text": notice}]))
         assert outputs(path) == [whole or notice], saved
         assert outputs(path) == outputs(path)  # a re-import reads the same
+
+
+def test_a_tool_results_directory_of_ones_own_transcripts_is_read(tmp_path: Path) -> None:
+    """Only Claude Code's ``SESSION/tool-results`` beside ``SESSION.jsonl`` is skipped: a user's own
+    folder of that name holding transcripts was left out of a directory import and a follower
+    without a word."""
+    root = tmp_path / "evals"
+    path = session(root / "tool-results", call_line("a1", "Bash", {"command": "ls"}), result_line("a.txt"))
+    imported = {item.record.rsplit(":", 1)[0] for item in iter_records(root) if isinstance(item, Accepted)}
+    assert imported == {f"tool-results/{path.name}"}
+    l1, clock = MemoryL1(), Clock()
+    tail = Follower([root], appender=l1, store=PositionStore(tmp_path / "home"), idle_seconds=5.0, clock=clock)
+    tail.poll()
+    clock.now += 10
+    tail.poll()
+    assert len(l1.log) == sum(isinstance(i, Accepted) for i in iter_records(root)) > 0
