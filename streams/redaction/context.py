@@ -972,12 +972,26 @@ _PASSWORD_CHARS = r"[A-Za-z0-9!#$%&*+\-./<=>?@^_~]"  # printable ASCII but quote
 # words around a value ("密码是Abc123…").
 _SCRIPT_LETTERS = "\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u024f\u0370-\u03ff\u0400-\u04ff"
 _PASSWORD_CHARS_ELSEWHERE = r"[A-Za-z0-9!#$%&*+\-./<=>?@^_~" + _SCRIPT_LETTERS + r"]"
+_SIGNS = frozenset("!#$%&*+<=>?@^~")
+
+
+def _said_elsewhere(match: re.Match[str]) -> bool:
+    # 2.20: "mdp" is also a Markov decision process, named in reinforcement-learning configs
+    # (`mdp: FrozenLake-v1`, `MDP: GridWorld-5x5`); after it only a value with a sign no
+    # environment's name holds, or a random-looking one, is a password.
+    if match.group("word").lower() not in ("mdp :", "mdp:"):
+        return True
+    value = match.group("value")
+    return not _SIGNS.isdisjoint(value) or looks_random(value)
+
+
 _PASSWORD_ELSEWHERE = RegexRule(
     name="password-in-prose",
     lower_triggers=_PASSWORD_WORDS_ELSEWHERE,
     description="a password written after the word password in another language",
+    check=_said_elsewhere,
     pattern=re.compile(
-        r"(?:" + "|".join(re.escape(word) for word in _PASSWORD_WORDS_ELSEWHERE) + r")"
+        r"(?P<word>" + "|".join(re.escape(word) for word in _PASSWORD_WORDS_ELSEWHERE) + r")"
         # 2.14: 32 characters between, not 24 ("Das Passwort für die Datenbank lautet …").
         r"[^\r\n\d]{0,32}?(?<!" + _PASSWORD_CHARS_ELSEWHERE + r")"
         r"(?=" + _PASSWORD_CHARS_ELSEWHERE + r"*\d)(?=" + _PASSWORD_CHARS_ELSEWHERE + r"*[A-Za-z" + _SCRIPT_LETTERS + r"])"
@@ -1870,9 +1884,16 @@ def _after_user_line(match: re.Match[str]) -> bool:
 _PASS_SYMBOL = frozenset("!#$%&*+=?@^~")
 
 
+# 2.20: what test output and logs print after PASS with a sign in it: a word and its
+# exclamation (`print("PASS done!")`), a numbered name (`PASS build#42`), a count (`PASS ok=12`).
+_NOT_A_PASS = re.compile(r"[A-Za-z]+[!?.]+|[A-Za-z_-]+#\d+|[A-Za-z_]+=\w*", re.ASCII)
+
+
 def _lone_pass(match: re.Match[str]) -> bool:
     value = match.group("value")
     if "/" in value or "\\" in value or re.search(r"\.[A-Za-z]{1,5}$", value) or not any(c.isalpha() for c in value):
+        return False
+    if _NOT_A_PASS.fullmatch(value):
         return False
     crlf = match.string.startswith(("\\r", "\r"), match.end())
     return (crlf and not value.isalpha()) or (not _PASS_SYMBOL.isdisjoint(value) and not is_placeholder(value, quoted=False))
@@ -1958,6 +1979,8 @@ PROTOCOL_PASSWORDS = (
 def _config_set(match: re.Match[str]) -> bool:
     kind = name_class(match.group("name").rsplit(".", 1)[-1])
     value = match.group("value").strip("'\"")
+    if value.startswith(("~/", "/", "./", "../", "$HOME/")):
+        return False  # 2.20: a key's file, not the key (`git config set user.signingKey ~/.ssh/id_ed25519.pub`)
     if kind == "key":
         return looks_random(value)
     return kind in ("password", "secret") and _cli_value(match)

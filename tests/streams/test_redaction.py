@@ -81,7 +81,7 @@ def test_exported_members() -> None:
         "DEFAULT_POLICY", "POLICY_VERSION", "RedactedEvent", "RedactionPolicy", "policy_hash",
         "redact_event", "redact_text", "rule_names",
     }
-    assert POLICY_VERSION == "2.19"
+    assert POLICY_VERSION == "2.20"
 
 
 # ---------------------------------------------------------------- labelled corpus
@@ -3610,6 +3610,15 @@ def test_a_secret_a_fourteenth_round_found_never_survives(text: str, secret: str
     "git config set credential.helper store",
     "npm config set sort_key name",
     "gcloud config set project my-proj-123",
+    # found reading 2.19 (each changed under it): reinforcement-learning configs, test output, a key's file
+    "mdp: FrozenLake-v1",
+    "MDP: GridWorld-5x5",
+    "env:\n  mdp: gridworld_4x4",
+    'print("PASS done!")',
+    'log("PASS test#3")',
+    "PASS build#42\n",
+    "PASS ok=12\n",
+    "git config set user.signingKey ~/.ssh/id_ed25519.pub",
 ])
 def test_what_the_fourteenth_round_readings_keep(text: str) -> None:
     assert redact_text(text)[0] == text
