@@ -32,6 +32,18 @@ def one_shot_ids(path: Path) -> set[str]:
     return {i.event["eventId"] for i in iter_records(path) if isinstance(i, Accepted)}
 
 
+def assert_rotated_lines_appended(l1: MemoryL1, tmp_path: Path, name: str, held: list[bytes]) -> None:
+    """Every event a one-shot import of what the file ``held`` when it was rotated gives is in
+    ``l1`` with the same id; but its turn ends, which the one-shot import adds at the end of its
+    input while the new file goes on."""
+    before = tmp_path / "before" / name
+    before.parent.mkdir()
+    before.write_bytes(b"".join(held))
+    ends = {i.event["eventId"] for i in iter_records(before) if isinstance(i, Accepted)
+            and i.event["type"] == "turn.ended"}
+    assert one_shot_ids(before) - ends - set(l1.counts()) == set()
+
+
 def follower(path: Path, l1: MemoryL1, home: Path, clock: Clock, **options: Any) -> Follower:
     return Follower([path], appender=l1, store=PositionStore(home), idle_seconds=5.0, clock=clock, **options)
 
@@ -248,12 +260,7 @@ def test_lines_written_just_before_a_rotation_are_read_from_the_rotated_file(tmp
     clock.now += 10
     tail.poll()
     assert max(l1.counts().values()) == 1
-    before = tmp_path / "before" / name  # what the file held when it was rotated
-    before.parent.mkdir()
-    before.write_bytes(b"".join(lines[:12]))
-    ends = {i.event["eventId"] for i in iter_records(before) if isinstance(i, Accepted)
-            and i.event["type"] == "turn.ended"}  # the end of its input: the new file goes on
-    assert one_shot_ids(before) - ends - set(l1.counts()) == set()
+    assert_rotated_lines_appended(l1, tmp_path, name, lines[:12])
 
 
 @pytest.mark.parametrize("style", ["create", "copytruncate"])
@@ -285,13 +292,8 @@ def test_a_rotation_while_the_follower_was_stopped_loses_nothing(tmp_path, style
     tail.poll()
     clock.now += 10
     tail.poll()
-    before = tmp_path / "before" / name
-    before.parent.mkdir()
-    before.write_bytes(b"".join(lines[:12]))
-    ends = {i.event["eventId"] for i in iter_records(before) if isinstance(i, Accepted)
-            and i.event["type"] == "turn.ended"}
     assert max(l1.counts().values()) == 1
-    assert one_shot_ids(before) - ends - set(l1.counts()) == set()
+    assert_rotated_lines_appended(l1, tmp_path, name, lines[:12])
 
 
 def test_lines_before_a_copytruncate_are_read_when_the_writer_refilled_the_file_before_the_poll(tmp_path):
@@ -316,13 +318,8 @@ def test_lines_before_a_copytruncate_are_read_when_the_writer_refilled_the_file_
     tail.poll()
     clock.now += 10
     tail.poll()
-    before = tmp_path / "before" / name
-    before.parent.mkdir()
-    before.write_bytes(b"".join(lines[:12]))
-    ends = {i.event["eventId"] for i in iter_records(before) if isinstance(i, Accepted)
-            and i.event["type"] == "turn.ended"}
     assert max(l1.counts().values()) == 1
-    assert one_shot_ids(before) - ends - set(l1.counts()) == set()
+    assert_rotated_lines_appended(l1, tmp_path, name, lines[:12])
 
 
 @pytest.mark.parametrize("once", [True, False], ids=["usl ingest", "--follow"])
