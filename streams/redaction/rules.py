@@ -35,6 +35,7 @@ from streams.redaction.context import (
     WrappedTailRule,
 )
 from streams.redaction.layouts import LAYOUT_RULES
+from streams.redaction.nearby import NEARBY_RULES
 from streams.redaction.pieces import CONCATENATED_RULE, PIECE_RULES
 from streams.redaction.pii import PAYMENT_CARD_RULE, DomainRule, EmailRule, home_rules
 from streams.redaction.policy import RedactionPolicy
@@ -65,6 +66,7 @@ def build_rules(policy: RedactionPolicy) -> tuple[Rule, ...]:
     rules += PIECE_RULES
     rules += LAYOUT_RULES
     rules += ARGUMENT_RULES
+    rules += NEARBY_RULES
     rules += (AssignmentRule(), CREDENTIAL_PAIR_RULE, CREDENTIAL_COLON_RULE, CREDENTIAL_SPACE_RULE, LOGIN_PAIR_RULE, PasswordBeforeRule(),
                NAMED_ABOVE_RULE)
     rules += (*DEVICE_SECRET_RULES, ACCOUNT_ROW_RULE)

@@ -3640,3 +3640,83 @@ def test_graphql_variables_are_bound_once_per_text() -> None:
     redacted = redact_text(text)[0]
     assert time.process_time() - started < 10
     assert "Abc123!x" not in redacted
+
+
+@pytest.mark.parametrize(("text", "secret"), [
+    ("curl -X POST -d '{\"text\":\"done\"}' https://hooks.acme-gw.io/services/T1EMJ4AY1M/BYI7U5WTLN/4TMtcd3DUPyFGFFKvHsqFYzc",
+     "4TMtcd3DUPyF"),
+    ("NOTIFY_URL=https://outlook.office.com/webhook/3336394f-ebb8-469b-a9d0-f04c4a2d5e30@2335503e-7af3-42b2-a5d6-59855e625e10"
+     "/IncomingWebhook/eb8fbc64630f37c5f6c9864441a9e2d1/0a1b2c3d-4e5f-4a7b-8c9d-0e1f2a3b4c5d", "eb8fbc64630f37c5"),
+    ("https://acme.webhook.office.com/webhookb2/3336394f-ebb8-469b-a9d0-f04c4a2d5e30@2335503e-7af3-42b2-a5d6-59855e625e10"
+     "/IncomingWebhook/eb8fbc64630f37c5f6c9864441a9e2d1/0a1b2c3d-4e5f-4a7b-8c9d-0e1f2a3b4c5d/V2Zk3pQ9vX2mL8wR4tY7uBaaQ9vX2mL8wR4",
+     "V2Zk3pQ9vX2mL8"),
+    ("url: https://chat.acme.io/hooks/6Jh7kLmNoPqRsTuVw/AbCdEfGh1234IjKlMnOp5678QrStUvWxYz90AbCdEfGh12", "AbCdEfGh1234"),
+    ('{"webhook": "https://open.feishu.cn/open-apis/bot/v2/hook/9f2c41d7-0b3e-4a5f-8c6d-7e8f9a0b1c2d"}', "9f2c41d7-0b3e"),
+    ("https://api.flock.com/hooks/sendMessage/9f2c41d7-0b3e-4a5f-8c6d-7e8f9a0b1c2d", "9f2c41d7-0b3e"),
+    ("I set up https://events.pagerduty.com/integration/Rk2x9QmTz4Lp7VnB1cWd8sYf3HjG6aKe/enqueue for the alerts.", "Rk2x9QmTz4Lp"),
+    ("curl -X POST -d {} https://api.netlify.com/build_hooks/5f3a9b2c7d1e4f6a8b0c2d4e", "5f3a9b2c7d1e"),
+    ("https://api.vercel.com/v1/integrations/deploy/prj_AbCdEf123456GhIjKl/Xk29fLq8Wm", "Xk29fLq8Wm"),
+    ("POST https://api.acme.io/v1/webhooks/incoming/secret/Zk3pQ9vX2mL8wR4tY7uB", "Zk3pQ9vX2mL8"),
+    ("https://api.acme.io/v2/token/Zk3pQ9vX2mL8wR4tY7uBq1/refresh", "Zk3pQ9vX2mL8"),
+    ("https://www.dropbox.com/scl/fi/abc123xyz/file.pdf?rlkey=k3pq9vx2ml8wr4ty7ub1zz8&dl=0", "k3pq9vx2ml8w"),
+    ("https://portal.acme.io/app/home;jsessionid=1A2B3C4D5E6F7A8B9C0D1E2F3A4B5C6D", "1A2B3C4D5E6F"),
+    ("https://api.acme.io/v1/data?api%5Fkey=Zk3pQ9vX2mL8wR4tY7uB&format=json", "Zk3pQ9vX2mL8"),
+    ("https://api.acme.io/v1/data?api%255Fkey=Zk3pQ9vX2mL8wR4tY7uB", "Zk3pQ9vX2mL8"),
+    ("https://login.acme.io/cb?next=https%3A%2F%2Fapi.acme.io%2Fv1%3Fclient%255Fsecret%253DZk3pQ9vX2mL8wR4tY7uB", "Zk3pQ9vX2mL8"),
+    ("https://api.acme.io/login?user=bob&pass%77ord=ttot%25UPG99eac", "UPG99eac"),
+    ("https://api.acme.io/v1?x-api%2Dkey=Zk3pQ9vX2mL8wR4tY7uB", "Zk3pQ9vX2mL8"),
+    ("I rotated the db password. The new one is Qm7vX2pL9k!", "Qm7vX2pL9k"),
+    ("Changed the staging root password this morning. It's now Qm7vX2pL9k.", "Qm7vX2pL9k"),
+    ("The admin password expired, so I reset it; the new one is `Qm7vX2pL9k`", "Qm7vX2pL9k"),
+    ("Qm7vX2pL9k! \u2014 that's the new admin password", "Qm7vX2pL9k"),
+    ("`Qm7vX2pL9k` -- that's the new password for the router.", "Qm7vX2pL9k"),
+    ("Use Qm7vX2pL9k \u2013 this is the password for the guest wifi", "Qm7vX2pL9k"),
+    ("Credentials:\nadmin:Xy7pQ2mzR", "Xy7pQ2mzR"),
+    ("The test logins are below:\n- admin:Xy7pQ2mzR\n- `viewer:Rt5#kLm2q`", "Rt5#kLm2q"),
+    ("## Credentials\nroot:Tq8wLm2xA", "Tq8wLm2xA"),
+    ("ssh into these:\nweb1.example.com deploy:Sup3rS3cret!", "Sup3rS3cret"),
+    ("10.0.0.7   root:Tq8wLm2xA", "Tq8wLm2xA"),
+])
+def test_a_secret_a_fifteenth_round_found_never_survives(text: str, secret: str) -> None:
+    """QA, session 31 (policy 2.20): what 116 seeds (keys in a service's URL path, percent-encoded
+    parameter names, a password in the sentence after its word or before it across a dash, bare
+    user:password lines), spliced into real transcripts, found kept under 2.19."""
+    for shown in (text, json.dumps(text)):
+        redacted = redact_text(shown)[0]
+        assert secret not in redacted, redacted
+        assert redact_text_plain(shown)[0] == redacted
+        assert redact_text(redacted)[0] == redacted
+
+
+@pytest.mark.parametrize("text", [
+    "https://acme.io/services/T0AB12CD34/status",
+    "https://api.acme.io/v2/token/9f2c41d7-0b3e-4a5f-8c6d-7e8f9a0b1c2d/refresh",  # a token's id
+    "https://api.acme.io/v2/token/5f3a9b2c7d1e4f6a8b0c2d4e/revoke",  # hex: an object id
+    "GET /api/token/refresh HTTP/1.1",
+    "https://chat.acme.io/hooks/incoming/general",
+    "https://api.acme.io/v1/search?q=a%20b&page%5Fsize=20",
+    "https://api.acme.io/v1?sort%5Fkey=created_at_desc",
+    "printf('%5Fkey=%s', value)",
+    "Set the password. The new one is required.",
+    "I updated the password policy. The new one is stricter.",
+    "Use SHA256 \u2014 that's the password hashing scheme.",
+    "Reset the password \u2014 it's in the wiki.",
+    "admin:Xy7pQ2mz",
+    "Account settings:\nmodule:Function9a",
+    "Login settings:\ntimeout:Value1234",
+    "Password policy:\nmin:Length12x",
+    "main.py app:Create1x",
+    "src/app.py:12:Error1x",
+    "12:30:45 INFO worker:Started1",
+    "tests/test_a.py::TestFoo::test_bar PASSED",
+    "DB_PASSWORD:\n  value: x",
+    "Credentials:\nHost:db.example.com\nPort:5432",
+])
+def test_what_the_fifteenth_round_readings_keep(text: str) -> None:
+    assert redact_text(text)[0] == text
+
+
+def test_the_fifteenth_round_readings_run_in_linear_time() -> None:
+    shapes = ["?api%255F", "%2525", "/hooks/a1b2c3d4e5f6g7h8i9/", "/services/TAAAAAAA/B", "/token/a1-",
+              "password. the new one is ", "x \u2014 that's the new ", "Credentials:\n", "web1.example.com a:", "%5Fkey="]
+    assert_linear_time(shapes, counts=(2_000, 8_000))
