@@ -205,7 +205,8 @@ def ansi_fingerprint() -> list[str]:
 
 def rejoin_fingerprint() -> list[str]:
     """What decides which line breaks :func:`_rejoin` tries, for the policy hash."""
-    return [WRAPPED_BREAK.pattern, WRAPPED_HEAD.pattern, _DIGIT_OR_CAPITAL.pattern, str(_JOIN_WINDOW), *plain_words_fingerprint(), _FIRST_TOKEN.pattern]
+    return [WRAPPED_BREAK.pattern, WRAPPED_HEAD.pattern, _DIGIT_OR_CAPITAL.pattern, str(_JOIN_WINDOW), *plain_words_fingerprint(), _FIRST_TOKEN.pattern,
+            "the next line's rest as it reads alone"]
 
 
 def _rejoin(text: str, hits: dict[str, int], redact: Callable[[str], tuple[str, dict[str, int]]]) -> str:
@@ -266,6 +267,15 @@ def _rejoin(text: str, hits: dict[str, int], redact: Callable[[str], tuple[str, 
             continue  # two findings meet at the break (a URL, then a key block): no secret spans it
         kept = redacted[: len(redacted) - same_end]
         rest = joined[len(joined) - same_end:]
+        # 2.20: what the next line keeps after the replacement is redacted as that line reads on
+        # its own, where it finds more: in `login: deploy:X` over `10.0.0.5   root:Y` the join
+        # took the address as the rest of X, and `root:Y`, a pair after a host, stayed.
+        own, own_found = redact(after)
+        offset = len(after) - len(rest)
+        if own != after and own[:offset] == after[:offset]:
+            rest = own[offset:]
+            for rule, count in own_found.items():
+                hits[rule] = hits.get(rule, 0) + count
         pieces += (text[done:line_start], kept + (text[cut:resume] + rest if rest else ""))
         done = line_end
         for rule, count in found.items():

@@ -3676,6 +3676,8 @@ def test_graphql_variables_are_bound_once_per_text() -> None:
     ("## Credentials\nroot:Tq8wLm2xA", "Tq8wLm2xA"),
     ("ssh into these:\nweb1.example.com deploy:Sup3rS3cret!", "Sup3rS3cret"),
     ("10.0.0.7   root:Tq8wLm2xA", "Tq8wLm2xA"),
+    # found: the rejoin of wrapped lines took the address as the rest of the first password
+    ("login: deploy:Xq7mP2vR9z\n10.0.0.5   root:Yt4kL8nW3s\n", "Yt4kL8nW3s"),
 ])
 def test_a_secret_a_fifteenth_round_found_never_survives(text: str, secret: str) -> None:
     """QA, session 31 (policy 2.20): what 116 seeds (keys in a service's URL path, percent-encoded
