@@ -1072,10 +1072,12 @@ class PasswordBeforeRule(Rule):
     def fingerprint(self) -> list[str]:
         return [*super().fingerprint(), self._before.pattern, self._after.pattern]
 
+    _gate = (" is ", " was ", " as ")  # 2.10: "use X as the password" too; a text without any is left alone
+
     def apply(self, scan: Scan, hits: dict[str, int]) -> str:
         text = scan.text
-        if " is " not in text and " was " not in text and " as " not in text:
-            return text  # 2.10: "use X as the password" too
+        if not any(sign in text for sign in self._gate):
+            return text
         lowered = scan.lower()
         spans = []
         for word in self._words:

@@ -155,25 +155,11 @@ class DashBeforeRule(PasswordBeforeRule):
     _before = re.compile(r"(?:^|(?<=[\s\"'`(*]))[`\"'*]{0,2}(?P<value>" + _PASSWORD_CHARS + r"{6,128}?)[`\"'*]{0,2}[ \t]+"
                          r"(?:\u2014|\u2013|--?)[ \t]+(?:that|this|it|which)(?:'s|\u2019s|[ \t]+is|[ \t]+was|[ \t]+will[ \t]+be)[ \t]+"
                          r"(?:[A-Za-z'-]{1,16}[ \t]+){0,4}\Z")
+    _gate = ("\u2014", "\u2013", " -")
 
     def __init__(self) -> None:
         Rule.__init__(self, name="secret-in-prose", lower_triggers=self._words, literals=self._words,
                       description="a password before its word across a dash (\"X — that's the new admin password\") (2.20)")
-
-    def apply(self, scan: Scan, hits: dict[str, int]) -> str:
-        text = scan.text
-        if "\u2014" not in text and "\u2013" not in text and " -" not in text:
-            return text
-        lowered = scan.lower()
-        spans = []
-        for word in self._words:
-            position = lowered.find(word)
-            while position != -1:
-                span = self._value_before(text, position)
-                if span is not None:
-                    spans.append(span)
-                position = lowered.find(word, position + 1)
-        return replace_spans(text, sorted(set(spans)), hits) if spans else text
 
 
 # A bare `user:password` line (htpasswd's shape when the file holds a plain password) where its context
