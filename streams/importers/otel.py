@@ -63,6 +63,15 @@ TOOL_OPERATIONS = frozenset({"execute_tool"})
 _STATUS_ERROR = {2, "STATUS_CODE_ERROR"}
 
 
+def _json_of(text: str, otherwise: Any) -> Any:
+    """``text`` read as the JSON it holds; ``otherwise`` when it holds none (attribute values
+    carry JSON as strings, and some carry plain text in the same place)."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return otherwise
+
+
 def attributes(items: Any) -> dict[str, Any]:
     """OTLP key/value list → plain dict (``{"key", "value": {"stringValue": ...}}``)."""
     found: dict[str, Any] = {}
@@ -216,10 +225,7 @@ def _messages(value: Any) -> list[dict[str, Any]]:
     found: list[dict[str, Any]] = []
     for item in value:
         if isinstance(item, str):
-            try:
-                parsed = orjson.loads(item)
-            except orjson.JSONDecodeError:
-                parsed = None
+            parsed = _json_of(item, None)
             found.append(parsed if isinstance(parsed, dict) else _plain_message(item))
         elif isinstance(item, dict):
             found.append(item)
@@ -315,10 +321,7 @@ def _agent_value(value: str, side: str) -> Any:
     text it holds under ``_AGENT_TEXT_KEYS`` or as its ``messages`` (LangGraph's state; the
     output's last one, the answer). Such an object was read as a message of no role or
     parts and dropped without a word; one of none of these shapes is kept as the JSON it is."""
-    try:
-        parsed = orjson.loads(value)
-    except orjson.JSONDecodeError:
-        parsed = None
+    parsed = _json_of(value, None)
     if isinstance(parsed, dict) and "role" not in parsed and "parts" not in parsed:
         history = [message for message in map(_langchain_message, _list(parsed.get("messages")))
                    if message is not None]
@@ -369,10 +372,7 @@ def _from_traceloop(attrs: dict[str, Any]) -> dict[str, Any]:
     if operation == "execute_tool":
         arguments = attrs.get("traceloop.entity.input")
         if isinstance(arguments, str):
-            try:
-                parsed = orjson.loads(arguments)
-            except orjson.JSONDecodeError:
-                parsed = None
+            parsed = _json_of(arguments, None)
             if isinstance(parsed, dict) and set(parsed) <= {"args", "kwargs"} and not parsed.get("args") \
                     and isinstance(parsed.get("kwargs"), dict):
                 arguments = parsed["kwargs"]  # a function's call as the decorator records it
@@ -405,10 +405,7 @@ def _openinference_message(values: dict[str, Any], role: str) -> dict[str, Any] 
     for _index, stated in sorted(calls.items()):
         arguments = stated.get("arguments")
         if isinstance(arguments, str):
-            try:
-                arguments = orjson.loads(arguments)
-            except orjson.JSONDecodeError:
-                pass
+            arguments = _json_of(arguments, arguments)
         parts.append({"type": "tool_call", "id": stated.get("id"), "name": stated.get("name"),
                       "arguments": arguments})
     return {"role": role, "parts": parts} if parts else None
@@ -462,10 +459,7 @@ def _with_older_content(attrs: dict[str, Any], span: dict[str, Any]) -> dict[str
         elif name == "gen_ai.choice":
             message = values.get("message")
             if isinstance(message, str):
-                try:
-                    message = orjson.loads(message)
-                except orjson.JSONDecodeError:
-                    message = {"content": message}
+                message = _json_of(message, {"content": message})
             if isinstance(message, dict) and isinstance(message.get("content"), str):
                 outputs.append({"role": "assistant", "content": message["content"]})
         elif name == "gen_ai.content.prompt" and isinstance(values.get("gen_ai.prompt"), str):
@@ -485,20 +479,14 @@ def _numbered_message(role: str, fields: dict[str, Any]) -> dict[str, Any] | Non
     content blocks as JSON (Anthropic's, Gemini's), read as those blocks, not as their JSON."""
     content = fields.get("content")
     if isinstance(content, str) and content.startswith("["):
-        try:
-            blocks = orjson.loads(content)
-        except orjson.JSONDecodeError:
-            blocks = None
+        blocks = _json_of(content, None)
         if isinstance(blocks, list) and blocks and all(isinstance(b, dict) and "type" in b for b in blocks):
             content = blocks
     calls = []
     for _index, stated in sorted(_dict(fields.get("calls")).items()):
         arguments = stated.get("arguments")
         if isinstance(arguments, str):
-            try:
-                arguments = orjson.loads(arguments)
-            except orjson.JSONDecodeError:
-                pass
+            arguments = _json_of(arguments, arguments)
         if stated.get("name"):
             calls.append({"type": "tool_call", "id": stated.get("id"), "name": stated["name"], "arguments": arguments})
     if not (isinstance(content, str | list) and content) and not calls:
@@ -846,10 +834,7 @@ class _Span:
         if instructions:  # a JSON array of parts, or plain text
             parts: Any = instructions
             if isinstance(parts, str):
-                try:
-                    parts = orjson.loads(parts)
-                except orjson.JSONDecodeError:
-                    parts = [{"type": "text", "content": instructions}]
+                parts = _json_of(parts, [{"type": "text", "content": instructions}])
             history = [{"role": "system", "parts": parts if isinstance(parts, list) else []}, *history]
         for position, message in enumerate(history):
             text, calls = _text(message)
@@ -894,10 +879,7 @@ class _Span:
         call_id = str(self.attrs.get("gen_ai.tool.call.id") or self.span_id)
         arguments = self.attrs.get("gen_ai.tool.call.arguments")
         if isinstance(arguments, str):
-            try:
-                arguments = orjson.loads(arguments)
-            except orjson.JSONDecodeError:
-                pass
+            arguments = _json_of(arguments, arguments)
         call_fields: dict[str, Any] = {"toolName": name, "toolCallId": call_id,
                                        "input": arguments if isinstance(arguments, dict) else
                                        ({} if arguments is None else {"arguments": arguments})}
@@ -1026,10 +1008,7 @@ def _log_message(role: str, body: Any, values: dict[str, Any]) -> dict[str, Any]
         function = _dict(call.get("function"))
         arguments = function.get("arguments", call.get("arguments"))
         if isinstance(arguments, str):
-            try:
-                arguments = orjson.loads(arguments)
-            except orjson.JSONDecodeError:
-                pass
+            arguments = _json_of(arguments, arguments)
         parts.append({"type": "tool_call", "id": call.get("id"), "name": function.get("name", call.get("name")),
                       "arguments": arguments})
     if not parts:
