@@ -14,6 +14,7 @@ invariants 10 and 11), injected into the running stack and checked through the A
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import httpx
@@ -122,7 +123,12 @@ def check_takeover(api_url: str, victim_word: str, injected_word: str,
 def check_far_future(api_url: str, word: str, session_id: str) -> list[str]:
     """Problems seen once the indexes caught up after a far-future open turn."""
     problems: list[str] = []
-    if not _found(api_url, word, _DEFAULT, "indexed"):
+    # The suite's own watcher saw the watermarks reach the head; the API's follower sees them a
+    # moment later, and until then its `indexed` answer is at the seq before.
+    deadline = time.monotonic() + 30.0
+    while not (found := _found(api_url, word, _DEFAULT, "indexed")) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    if not found:
         problems.append("the far-future turn is not indexed")
     status = httpx.get(f"{api_url}/v1/status", timeout=60).json()
     held = {kind: index["heldBy"] for kind, index in status["logs"]["default"]["indexes"].items()
