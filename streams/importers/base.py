@@ -13,6 +13,7 @@ import copy
 import hashlib
 import io
 import json
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -172,6 +173,15 @@ def _parse_json(line: bytes | str) -> tuple[Any, str | None, bool]:
     except SchemaError as exc:  # a key given twice: which copy counts is up to the parser
         return None, exc.reason, False
     except orjson.JSONDecodeError as exc:
+        if "surrogate" in exc.msg:
+            try:
+                return _loads_with_lone_surrogates(line), None, False
+            except SchemaError as duplicate:
+                return None, duplicate.reason, False
+            except json.JSONDecodeError as other:  # cut off, say: the surrogate is not what is wrong
+                return None, f"invalid JSON (truncated or not JSON): {other}", False
+            except (UnicodeDecodeError, RecursionError):  # said below, as for any line
+                pass
         if isinstance(line, bytes):
             try:
                 line.decode("utf-8")
@@ -184,6 +194,42 @@ def _parse_json(line: bytes | str) -> tuple[Any, str | None, bool]:
                 return None, (f"not valid UTF-8: byte 0x{line[bad.start]:02x} at offset {bad.start} "
                               "(the file must be UTF-8)"), False
         return None, f"invalid JSON (truncated or not JSON): {exc}", False
+
+
+#: A UTF-16 surrogate that is no half of a pair, as JSON escapes it (``\ud83d``) where the string
+#: held one: what a JavaScript writer (Claude Code, any Node agent) leaves of an emoji, or any
+#: character past U+FFFF, when it cuts a string between the two halves (a tool output cut to its
+#: length limit).
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _loads_with_lone_surrogates(text: bytes | str) -> Any:
+    """The JSON ``text`` that orjson refused for a lone surrogate escape, each such surrogate read
+    as U+FFFD (the replacement character, as a UTF-8 decoder reads a broken sequence). Such a line
+    was rejected whole (``no low surrogate in string``): a user's prompt or a tool's whole output
+    dead-lettered for half an emoji. ValueError when ``text`` is no JSON for other reasons (a
+    UnicodeDecodeError when it is no UTF-8), SchemaError for a key given twice."""
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        obj: dict[str, Any] = {}
+        for key, value in items:
+            key = _LONE_SURROGATE.sub("\ufffd", key)
+            if key in obj:
+                raise SchemaError(f"duplicate key {key!r} in a JSON object; each key may appear once")
+            obj[key] = value
+        return obj
+
+    return _without_lone_surrogates(json.loads(text, object_pairs_hook=pairs))
+
+
+def _without_lone_surrogates(value: Any) -> Any:
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_without_lone_surrogates(item) for item in value]
+    if isinstance(value, dict):  # its keys are replaced already, and told apart after that
+        return {key: _without_lone_surrogates(item) for key, item in value.items()}
+    return value
 
 
 def read_lines(path: Path, data: Content | None = None) -> Iterator[tuple[int, bytes]]:

@@ -30,6 +30,7 @@ from streams.importers.base import (
     iter_json_lines,
     json_lines,
     line_values,
+    parse_json,
     raw_text,
     read_lines,
     small_payload,
@@ -499,11 +500,10 @@ class _Transcript:
                 continue
             text = data.decode("utf-8", "replace")
             if name.endswith(".json"):
-                # A result of content blocks is saved as their JSON array: its texts are the output.
-                try:
-                    return _result_text(orjson.loads(data))
-                except orjson.JSONDecodeError:
-                    return text
+                # A result of content blocks is saved as their JSON array: its texts are the output
+                # (Claude Code writes it as it writes its lines: a lone surrogate is read as one).
+                blocks, error = parse_json(data)
+                return text if error is not None else _result_text(blocks)
             return text
         return None
 

@@ -163,6 +163,18 @@ def test_a_sidecar_without_a_tool_use_result_and_a_subagents_sidecar(tmp_path: P
     assert outputs(sub) == ["first part\nsecond part"]
 
 
+def test_a_json_sidecar_with_a_lone_surrogate_is_read_as_its_blocks(tmp_path: Path) -> None:
+    """Claude Code writes the saved blocks as it writes its lines: a text cut between the halves
+    of an emoji leaves a lone surrogate escape, which orjson refused, so the output was the
+    file's raw JSON (keys, quotes, escapes) instead of its texts."""
+    (tmp_path / SESSION / "tool-results").mkdir(parents=True)
+    (tmp_path / SESSION / "tool-results" / "toolu_json.json").write_text(
+        '[{"type": "text", "text": "page one \\ud83d"}, {"type": "text", "text": "page two"}]')
+    path = session(tmp_path, call_line("a1", "mcp__docs__fetch", {}),
+                   result_line(envelope("page one", f"{PROJECT}/{SESSION}/tool-results/toolu_json.json")))
+    assert outputs(path) == ["page one \ufffd\npage two"]
+
+
 def test_without_the_whole_the_preview_stays_and_no_other_file_is_read(tmp_path: Path) -> None:
     """No toolUseResult and no sidecar: the envelope as the model saw it. An envelope naming a
     path outside a session's tool-results (redacted, or climbing out) reads no file."""

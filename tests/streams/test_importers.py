@@ -1023,6 +1023,42 @@ def test_a_last_line_cut_inside_a_character_is_named_cut_off(tmp_path: Path) -> 
     assert any(e["type"] == "message" for e in accepted)
 
 
+
+def test_a_lone_surrogate_escape_is_read_as_the_replacement_character(tmp_path: Path) -> None:
+    """Claude Code (Node) cuts strings by UTF-16 length and JSON.stringify writes what is left of a
+    character past U+FFFF as a lone surrogate escape (claude-code issues "no low surrogate in
+    string"). orjson refuses such a line, and it was rejected whole: a prompt or a whole tool
+    output dead-lettered for half an emoji, an OpenAI file of one such conversation not even
+    recognised. Each lone surrogate is read as U+FFFD; a pair stays its character; a line that is
+    no JSON for other reasons, or has a key twice, is still rejected."""
+    def lone(value: dict, text: str) -> bytes:
+        return json.dumps(value).replace("PLACEHOLDER", text).encode()
+
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b"\n".join([
+        lone(cc_line("u1", "user", "PLACEHOLDER"), "ship it \\ud83d and \\ud83d\\ude80"),
+        lone(cc_line("u2", "user", [{"type": "tool_result", "tool_use_id": "t1", "content": "PLACEHOLDER"}]),
+             "\\udc00 tail of the output"),
+        lone(cc_line("u3", "user", "PLACEHOLDER"), "\\ud83d cut")[:-30],
+        lone(cc_line("u4", "user", "hi"), "").replace(b'"hi"', b'"hi", "a\\ud800": 1, "a\\udc00": 2'),
+    ]) + b"\n")
+    accepted, rejected = split(path, "claude-code")
+    texts = [e["fields"].get("text") or e["fields"].get("output") for e in accepted
+             if e["type"] in ("message", "tool.result")]
+    assert texts == ["ship it \ufffd and \U0001f680", "\ufffd tail of the output"]
+    assert [r.reason for r in rejected] == [
+        "invalid JSON (truncated or not JSON): Unterminated string starting at: line 1 column 148 (char 147)",
+        "duplicate key 'a\ufffd' in a JSON object; each key may appear once"]
+
+    chat = tmp_path / "chat.jsonl"
+    chat.write_bytes(lone({"id": "c1", "messages": [{"role": "user", "content": "PLACEHOLDER"},
+                                                     {"role": "assistant", "content": "ok"}]},
+                          "lone \\udc00 low") + b"\n")
+    accepted, rejected = split(chat)
+    assert rejected == []
+    assert [e["fields"]["text"] for e in accepted if e["type"] == "message"] == ["lone \ufffd low", "ok"]
+
+
 _COMPLETION = {
     "id": "chatcmpl-9", "object": "chat.completion", "created": 1730000000, "model": "gpt-4o",
     "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
