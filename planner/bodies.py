@@ -14,7 +14,6 @@ any other coding is a 415. The API's guard bounds the bytes received by
 from __future__ import annotations
 
 import zlib
-from typing import Any
 
 import orjson
 from starlette.concurrency import run_in_threadpool
@@ -23,7 +22,7 @@ from starlette.requests import Request
 from planner.exceptions import PlannerError, QueryError
 from streams.importers.base import BOM
 
-__all__ = ["CODINGS", "decode_body", "json_error", "json_kind", "read_body", "without_bom"]
+__all__ = ["CODINGS", "decode_body", "json_error", "read_body", "without_bom"]
 
 #: The content codings a receiver decodes (``x-gzip`` is gzip's old name, RFC 9110).
 CODINGS = ("gzip", "deflate", "identity")
@@ -120,18 +119,3 @@ def json_error(exc: orjson.JSONDecodeError, what: str = "the request body", hint
     else:
         message = f"{what} is not valid JSON: {exc.msg} at {where}"
     return QueryError(message, hint=hint or "Send a JSON object with Content-Type: application/json.")
-
-
-def json_kind(value: Any) -> str:
-    """How JSON names the type of ``value`` (``null``, ``a string``, ...), for messages."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    return "an object" if isinstance(value, dict) else type(value).__name__

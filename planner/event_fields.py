@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from planner.bodies import json_kind
+from streams.asp import json_kind
 
 __all__ = ["fields_problem"]
 

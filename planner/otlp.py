@@ -35,8 +35,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from planner.acl import Principal
-from planner.bodies import json_error, json_kind, read_body, without_bom
+from planner.bodies import json_error, read_body, without_bom
 from planner.exceptions import QueryError
+from streams.asp import json_kind
 from streams.importers.base import Accepted, Rejected
 from streams.importers.claude_code_otel import claude_code_events
 from streams.importers.otel import TraceSessions, log_spans, span_events

@@ -53,7 +53,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from planner.acl import Principal
-from planner.bodies import json_error, json_kind, read_body, without_bom
+from planner.bodies import json_error, read_body, without_bom
 from planner.event_fields import fields_problem
 from planner.exceptions import PlannerError, QueryError, error_body
 from streams.asp import (
@@ -61,6 +61,7 @@ from streams.asp import (
     DEFAULT_MAX_EVENT_BYTES,
     canonical_bytes,
     fit_event,
+    json_kind,
     validate_event,
 )
 from streams.exceptions import SchemaError

@@ -24,12 +24,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from planner.bodies import json_kind
 from planner.cursors import query_hash
 from planner.exceptions import QueryError
 from planner.quotes import phrase_quotes
 from planner.snapshot import Freshness, parse_freshness
-from streams.asp import ROLES, parse_time, posix_seconds
+from streams.asp import ROLES, json_kind, parse_time, posix_seconds
 from streams.names import LOG_ID, LOG_ID_HINT
 
 __all__ = [

@@ -34,6 +34,7 @@ __all__ = [
     "event_digest",
     "event_time",
     "fit_event",
+    "json_kind",
     "load_schema",
     "loads_event",
     "loads_event_canonical",
@@ -218,7 +219,7 @@ def validate_event_bytes(event: Any, *, record: str | None = None,
     ``encoded`` is ``canonical_bytes(event)`` when the caller already has them (an ASP line
     that is canonical JSON): they stand when validation fills no default."""
     if not isinstance(event, dict):
-        raise SchemaError(f"an event must be a JSON object, not {type(event).__name__}", record=record)
+        raise SchemaError(f"an event must be a JSON object, not {json_kind(event)}", record=record)
     candidate = dict(event)
     given = len(candidate)
     candidate.setdefault("aspVersion", ASP_VERSION)
@@ -251,6 +252,22 @@ def validate_event_bytes(event: Any, *, record: str | None = None,
         return candidate, canonical_bytes(candidate)
     except orjson.JSONEncodeError as exc:
         raise SchemaError(f"the event cannot be stored as JSON: {exc}", record=record) from None
+
+
+def json_kind(value: Any) -> str:
+    """How JSON names the type of ``value`` (``null``, ``a string``, ...), for messages about input:
+    whoever reads a dead letter or a 400 wrote JSON, and ``NoneType`` or ``dict`` names nothing there."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object" if isinstance(value, dict) else type(value).__name__
 
 
 def loads_event(raw: bytes | str) -> Any:

@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from streams.asp import loads_event_canonical, parse_time, validate_event_bytes
+from streams.asp import json_kind, loads_event_canonical, parse_time, validate_event_bytes
 from streams.exceptions import ImportFormatError, SchemaError
 
 __all__ = [
@@ -99,7 +99,7 @@ def raw_text(raw: bytes | str | Any) -> str:
             text = orjson.dumps(raw, default=str).decode()
         except orjson.JSONEncodeError:
             # Parsed input may nest deeper (1024 levels) than orjson writes (254).
-            text = f"<a JSON {type(raw).__name__} nested too deeply to show>"
+            text = f"<{json_kind(raw)} nested too deeply to show>"
     return text[:RAW_MAX_CHARS]
 
 
@@ -370,7 +370,7 @@ def _json_record(number: int, at: int, raw: bytes, value: Any, error: str | None
     if error is not None:
         return Rejected(record, error, raw_text(raw))
     if not isinstance(value, dict):
-        return Rejected(record, f"{what} must be a JSON object, not {type(value).__name__}", raw_text(raw))
+        return Rejected(record, f"{what} must be a JSON object, not {json_kind(value)}", raw_text(raw))
     return JsonLine(number, record, value, raw, canonical, at)
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import orjson
 
+from streams.asp import json_kind
 from streams.importers.base import (
     Accepted,
     Content,
@@ -406,7 +407,7 @@ class _Transcript:
         last_event_id = None
         for index, block in enumerate(blocks):
             if not isinstance(block, dict):
-                reason = f"message.content[{index}] is a {type(block).__name__}, not a content block"
+                reason = f"message.content[{index}] is {json_kind(block)}, not a content block"
                 yield Rejected(record, reason, raw_text(raw))
                 continue
             built = _block_event(session, block, index, role, line_kind, model)

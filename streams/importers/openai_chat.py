@@ -21,6 +21,7 @@ from typing import Any
 
 import orjson
 
+from streams.asp import json_kind
 from streams.importers.base import (
     BOM,
     Accepted,
@@ -443,7 +444,7 @@ class _Conversation:
         model: str | None, *, calls_follow: bool = False,
     ) -> Iterator[Result]:
         if not isinstance(message, dict):
-            reason = f"messages[{index}] must be an object, not {type(message).__name__}"
+            reason = f"messages[{index}] must be an object, not {json_kind(message)}"
             yield Rejected(record, reason, raw_text(message))
             return
         role = message.get("role")
@@ -766,7 +767,7 @@ def _response_problem(response: Any) -> str:
         detail = error.get("message") if isinstance(error, dict) else error
         return f"field 'response' is an API error, not an answer: {str(detail)[:200]}"
     shape = (f"an object with keys {', '.join(sorted(map(str, response))[:8])}" if isinstance(response, dict)
-             else type(response).__name__)
+             else json_kind(response))
     return ("field 'response' holds no chat.completion 'choices', Responses API 'output' or stream of "
             f"either ({shape}); the request's messages are imported, the answer is not")
 
@@ -926,7 +927,7 @@ def _conversation_parts(value: Any) -> tuple[dict[str, Any], str | None]:
         meta["messages"] = [_chat_message(item) for item in value]
         return meta, None
     if not isinstance(value, dict):
-        return meta, f"a conversation must be a list of messages or an object, not {type(value).__name__}"
+        return meta, f"a conversation must be a list of messages or an object, not {json_kind(value)}"
     messages = conversation_messages(value)
     if messages is None:
         return meta, "missing field 'messages' (a list of chat messages)"

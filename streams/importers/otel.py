@@ -50,7 +50,7 @@ from typing import Any
 
 import orjson
 
-from streams.asp import ROLES, validate_event
+from streams.asp import ROLES, json_kind, validate_event
 from streams.exceptions import SchemaError
 from streams.importers.base import Accepted, Rejected, raw_text, stable_id, time_from_posix
 
@@ -717,7 +717,7 @@ def span_events(request: dict[str, Any], *, log_id: str = "default",
         if span.get("attributes") is not None and not isinstance(span["attributes"], list):
             # Read as no attributes, the span was no GenAI span: ignored, answered 200.
             yield Rejected(record, "the span's attributes must be a list of {key, value} objects, "
-                                   f"not {type(span['attributes']).__name__}", raw_text(span))
+                                   f"not {json_kind(span['attributes'])}", raw_text(span))
             continue
         attrs = _with_older_content(_from_openinference(attributes(span.get("attributes"))), span)
         operation = attrs.get("gen_ai.operation.name")

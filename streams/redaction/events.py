@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from streams.asp import json_kind
 from streams.exceptions import RedactionError
 from streams.redaction.assignments import bare_secret
 from streams.redaction.base import MARKER_PREFIX, marker
@@ -83,7 +84,7 @@ def redact_event(event: dict[str, Any], policy: RedactionPolicy | None = None, *
     session removed in earlier events are removed where this event repeats them bare, and what
     this event removes is added to ``recall.added``. Without it, the event is redacted alone."""
     if not isinstance(event, dict):
-        raise RedactionError(f"an event must be a JSON object, not {type(event).__name__}")
+        raise RedactionError(f"an event must be a JSON object, not {json_kind(event)}")
     policy = policy or DEFAULT_POLICY
     walker = _Walker(policy, recall)
     is_message = event.get("type") == "message"

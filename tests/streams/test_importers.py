@@ -301,7 +301,7 @@ def test_claude_code_problem_lines(tmp_path: Path) -> None:
         ("5", "missing field 'message' (an object with role and content)"),
         ("6", "missing field 'message.content[0].id' of a tool_use block"),
         ("6", "unknown content block type 'hologram' at message.content[1]"),
-        ("9", "a transcript line must be a JSON object, not list"),
+        ("9", "a transcript line must be a JSON object, not an array"),
         ("10", "missing field 'type'"),
     ]
     orphan = next(event for event in accepted if event["type"] == "tool.result")
@@ -813,7 +813,7 @@ def test_openai_problem_messages(tmp_path: Path) -> None:
         "missing field 'messages[3].tool_calls[0].id'",
         "missing field 'messages[4].tool_call_id'",
         "missing field 'messages[5].role'",
-        "messages[6] must be an object, not str",
+        "messages[6] must be an object, not a string",
     ]
     call = next(e for e in accepted if e["type"] == "tool.call")
     result = next(e for e in accepted if e["type"] == "tool.result")
@@ -1022,6 +1022,24 @@ def test_a_last_line_cut_inside_a_character_is_named_cut_off(tmp_path: Path) -> 
         f"invalid JSON (truncated or not JSON): cut off inside a UTF-8 character at offset {cut.index('é'.encode())}"]
     assert any(e["type"] == "message" for e in accepted)
 
+
+
+def test_a_record_of_another_json_type_is_named_in_json_s_words(tmp_path: Path) -> None:
+    """A dead letter's reader wrote JSON: ``not NoneType``, ``not dict``, ``is a str`` named
+    Python's types (the receivers said ``not null`` already)."""
+    transcript = tmp_path / "t.jsonl"
+    transcript.write_text("\n".join([json.dumps(cc_line("u1", "user", "hello")), "[1]", "42", "null", '"s"', "true",
+                                      json.dumps(cc_line("u2", "assistant", ["bare"]))]) + "\n")
+    assert [r.reason for r in split(transcript, "claude-code")[1]] == [
+        f"a transcript line must be a JSON object, not {kind}"
+        for kind in ("an array", "a number", "null", "a string", "a boolean")] + [
+        "message.content[0] is a string, not a content block"]
+    chats = tmp_path / "chats.jsonl"
+    chats.write_text("\n".join([json.dumps({"id": "c", "messages": [{"role": "user", "content": "hi"}, None]}),
+                                 "null"]) + "\n")
+    assert [r.reason for r in split(chats, "openai-chat")[1]] == [
+        "messages[1] must be an object, not null",
+        "a conversation must be a list of messages or an object, not null"]
 
 
 def test_a_lone_surrogate_escape_is_read_as_the_replacement_character(tmp_path: Path) -> None:

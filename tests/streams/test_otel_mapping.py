@@ -187,7 +187,7 @@ def test_a_span_whose_attributes_are_no_list_is_refused_naming_them() -> None:
     span = {**_span("c000000000000002", "", "chat", "conv"), "attributes": '{"gen_ai.operation.name": "chat"}'}
     items = list(span_events({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}))
     assert [(type(item).__name__, item.reason) for item in items] == [
-        ("Rejected", "the span's attributes must be a list of {key, value} objects, not str")]
+        ("Rejected", "the span's attributes must be a list of {key, value} objects, not a string")]
 
 
 def _with(span: dict[str, Any], **attributes: Any) -> dict[str, Any]:
