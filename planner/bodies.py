@@ -13,9 +13,9 @@ any other coding is a 415. The API's guard bounds the bytes received by
 
 from __future__ import annotations
 
+import json
 import zlib
 
-import orjson
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
@@ -106,7 +106,7 @@ def without_bom(raw: bytes) -> bytes:
     return raw.removeprefix(BOM)
 
 
-def json_error(exc: orjson.JSONDecodeError, what: str = "the request body", hint: str = "") -> QueryError:
+def json_error(exc: json.JSONDecodeError, what: str = "the request body", hint: str = "") -> QueryError:
     """A 400 that says what is wrong with a body orjson could not read, and where."""
     where = f"line {exc.lineno}, column {exc.colno}"
     if "surrogate" in exc.msg and "UTF-8" not in exc.msg:

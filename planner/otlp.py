@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import base64
 import importlib
+import json
 from typing import Any, NamedTuple
 
 import orjson
@@ -38,7 +39,7 @@ from planner.acl import Principal
 from planner.bodies import json_error, read_body, without_bom
 from planner.exceptions import QueryError
 from streams.asp import json_kind
-from streams.importers.base import Accepted, Rejected
+from streams.importers.base import Accepted, Rejected, loads_with_lone_surrogates
 from streams.importers.claude_code_otel import claude_code_events
 from streams.importers.otel import TraceSessions, log_spans, span_events
 
@@ -95,8 +96,8 @@ def decode_request(body: bytes, media_type: str, signal: str = "traces") -> dict
                             item[key] = base64.b64decode(item[key]).hex()
         return request
     try:
-        request = orjson.loads(without_bom(body))
-    except orjson.JSONDecodeError as exc:
+        request = _loads(without_bom(body))
+    except json.JSONDecodeError as exc:
         raise json_error(exc, "the OTLP JSON body", hint=f"Send an {name}.") from None
     problem = _shape_problem(request, levels)
     if problem is not None:
@@ -109,6 +110,24 @@ def _message(signal: str, kind: str) -> Any:
     """An empty protobuf Export{Trace,Logs}Service{Request,Response} (imported when first used)."""
     found = _SIGNALS[signal]
     return getattr(importlib.import_module(found.module), f"{found.service}{kind}")()
+
+
+def _loads(body: bytes) -> Any:
+    """The OTLP JSON ``body``, a lone surrogate escape read as U+FFFD (json.JSONDecodeError when
+    it is no JSON). A JavaScript SDK cuts an attribute to its length limit by UTF-16 units, and
+    JSON.stringify writes half an emoji so: the whole export was a 400, which an exporter does not
+    retry, so every span of it was lost for half a character."""
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        if "surrogate" not in exc.msg:
+            raise
+        # No JSON for another reason too (cut off, say): the stdlib parser's JSONDecodeError says
+        # where; not UTF-8 or nested too deeply: orjson's says what.
+        try:
+            return loads_with_lone_surrogates(body, refuse_repeated_keys=False)
+        except (UnicodeDecodeError, RecursionError):
+            raise exc from None
 
 
 def _shape_problem(request: Any, levels: tuple[str, str, str] = _SIGNALS["traces"].levels) -> str | None:

@@ -41,6 +41,7 @@ __all__ = [
     "json_lines",
     "line_parts",
     "line_values",
+    "loads_with_lone_surrogates",
     "parse_json",
     "raw_text",
     "read_bytes",
@@ -175,7 +176,7 @@ def _parse_json(line: bytes | str) -> tuple[Any, str | None, bool]:
     except orjson.JSONDecodeError as exc:
         if "surrogate" in exc.msg:
             try:
-                return _loads_with_lone_surrogates(line), None, False
+                return loads_with_lone_surrogates(line), None, False
             except SchemaError as duplicate:
                 return None, duplicate.reason, False
             except json.JSONDecodeError as other:  # cut off, say: the surrogate is not what is wrong
@@ -203,18 +204,20 @@ def _parse_json(line: bytes | str) -> tuple[Any, str | None, bool]:
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def _loads_with_lone_surrogates(text: bytes | str) -> Any:
+def loads_with_lone_surrogates(text: bytes | str, *, refuse_repeated_keys: bool = True) -> Any:
     """The JSON ``text`` that orjson refused for a lone surrogate escape, each such surrogate read
     as U+FFFD (the replacement character, as a UTF-8 decoder reads a broken sequence). Such a line
     was rejected whole (``no low surrogate in string``): a user's prompt or a tool's whole output
     dead-lettered for half an emoji. ValueError when ``text`` is no JSON for other reasons (a
-    UnicodeDecodeError when it is no UTF-8), SchemaError for a key given twice."""
+    UnicodeDecodeError when it is no UTF-8), RecursionError when it nests too deeply, SchemaError
+    for a key given twice unless ``refuse_repeated_keys`` is false (then the last copy stands, as
+    orjson reads it)."""
 
     def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
         obj: dict[str, Any] = {}
         for key, value in items:
             key = _LONE_SURROGATE.sub("\ufffd", key)
-            if key in obj:
+            if key in obj and refuse_repeated_keys:
                 raise SchemaError(f"duplicate key {key!r} in a JSON object; each key may appear once")
             obj[key] = value
         return obj

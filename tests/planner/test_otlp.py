@@ -405,8 +405,9 @@ def test_otlp_errors_say_what_is_wrong(served):
     labelled = send(b'{"resourceSpans": []}', **{"Content-Encoding": "gzip"})
     assert labelled.status_code == 400 and "not valid gzip data" in labelled.json()["error"]["message"]
     assert send(b'{"resourceSpans": []}', **{"Content-Encoding": "br"}).status_code == 415
-    surrogate = send(b'{"resourceSpans": [{"x": "\\ud800"}]}')
-    assert surrogate.status_code == 400 and "lone UTF-16 surrogate" in surrogate.json()["error"]["message"]
+    # A lone surrogate escape is read as U+FFFD (test_receiver_bodies), unless the body is no JSON anyway.
+    surrogate = send(b'{"resourceSpans": [{"x": "\\ud800"}]')
+    assert surrogate.status_code == 400 and "is not valid JSON" in surrogate.json()["error"]["message"]
 
 
 def send_logged_chat(endpoint: str, *, logs_first: bool, question: str) -> None:

@@ -82,6 +82,19 @@ def test_otlp_json_of_another_shape_is_a_400_naming_where(body: Any, says: str) 
     assert decode_request(b'{"resourceSpans": [{"scopeSpans": [{"spans": null}]}]}', "application/json")
 
 
+def test_otlp_json_with_a_lone_surrogate_is_read_with_the_replacement_character() -> None:
+    """A JavaScript SDK cuts an attribute by UTF-16 units and JSON.stringify writes the half emoji
+    as a lone surrogate escape: the whole export was a 400, which an exporter does not retry. A
+    body that is cut off as well is still a 400, naming where."""
+    span = (b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"attributes": [{"key": "gen_ai.tool.call.result",'
+            b' "value": {"stringValue": "rows \\ud83d"}}, {"key": "k\\udc00", "value": {}}]}]}]}]}')
+    attributes = decode_request(span, "application/json")["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["attributes"]
+    assert [attribute["key"] for attribute in attributes] == ["gen_ai.tool.call.result", "k\ufffd"]
+    assert attributes[0]["value"]["stringValue"] == "rows \ufffd"
+    with pytest.raises(QueryError, match="the OTLP JSON body is not valid JSON: Unterminated string"):
+        decode_request(span[:span.index(b"rows") + 20], "application/json")
+
+
 def _event(event_type: str, **fields: Any) -> dict[str, Any]:
     return {"eventId": "e", "sessionId": "s", "type": event_type, "time": "2026-01-01T00:00:00Z", "fields": fields}
 
