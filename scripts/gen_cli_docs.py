@@ -16,7 +16,8 @@ HEADER = """# CLI reference
 
 `usl` is the one command line of USL Search. Option defaults can come from the environment
 (see `docs/configuration.md`); `--json` prints machine-readable output (UTF-8, as the API
-answers); progress goes to stderr. Errors print one line on stderr and exit with code 2, never a
+answers); human output on a terminal or pipe that is not UTF-8 writes a character its encoding
+cannot hold as an escape (`\\u540d`); progress goes to stderr. Errors print one line on stderr and exit with code 2, never a
 traceback: `error: ...` for what went wrong while running, and for a usage error (an unknown
 option, a missing argument, a bad value) ``error: ... (see `usl COMMAND --help`)``. A command
 stopped with Ctrl-C exits with code 130. `usl --version` prints the package version and the

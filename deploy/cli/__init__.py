@@ -144,6 +144,17 @@ def environment_error(exc: BaseException) -> str | None:
     return None
 
 
+def _escape_what_output_cannot_encode() -> None:
+    """Standard output writes a character its encoding cannot hold as an escape (``\\u540d``), as
+    Python's standard error does. On a terminal or pipe that is not UTF-8 (a Windows console's
+    cp1252, an ISO-8859-1 locale, ``PYTHONIOENCODING=ascii``) any non-ASCII result, session title
+    or key name, and the ``·`` and ``—`` of usl's own lines, ended the command in a
+    UnicodeEncodeError traceback. ``--json`` writes UTF-8 bytes and is not concerned."""
+    reconfigure = getattr(sys.stdout, "reconfigure", None)
+    if reconfigure is not None and sys.stdout.errors == "strict":
+        reconfigure(errors="backslashreplace")
+
+
 def main() -> None:
     """Console entry point: USL errors, and a Kafka cluster or a file system that refuses
     (:func:`environment_error`), become one clear line and exit code 2, never a traceback.
@@ -157,6 +168,7 @@ def main() -> None:
 
     os.umask(PRIVATE_UMASK)
     cap_malloc_arenas()
+    _escape_what_output_cannot_encode()
     try:
         app_for(sys.argv[1:2])()
     except USLError as exc:

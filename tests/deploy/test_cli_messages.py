@@ -134,6 +134,18 @@ def _usl(tmp_path: Path, env: dict[str, str], *args: str) -> Any:
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
 
 
+def test_output_its_encoding_cannot_hold_is_escaped_not_a_traceback(tmp_path: Path) -> None:
+    """Found with non-Latin sessions: on a stdout that is not UTF-8 (a Windows console's cp1252,
+    an ISO-8859-1 locale, PYTHONIOENCODING=ascii) every table or result holding a character it
+    cannot encode, usl's own '·' and '—' too, ended in a UnicodeEncodeError traceback, exit 1."""
+    home = {"USL_HOME": str(tmp_path / "home")}
+    created = _usl(tmp_path, home, "apikey", "create", "--principal", "tenant:acme/user:小明", "--name", "clé-名前")
+    assert created.returncode == 0, created.stderr
+    listed = _usl(tmp_path, {**home, "PYTHONIOENCODING": "ascii"}, "apikey", "list")
+    assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr
+    assert "cl\\xe9-\\u540d\\u524d" in listed.stdout and "user:\\u5c0f\\u660e" in listed.stdout
+
+
 @pytest.mark.parametrize("args", [("status",), ("deadletters",)])
 def test_a_cluster_that_does_not_answer_is_one_line_not_a_traceback(tmp_path: Path, args: tuple[str, ...]) -> None:
     """Found by a platform engineer: with KAFKA_BOOTSTRAP_SERVERS naming a cluster that is down,
