@@ -238,7 +238,7 @@ def validate_event_bytes(event: Any, *, record: str | None = None,
             _validator()(candidate)
     except fastjsonschema.JsonSchemaValueException as exc:
         path = "$" + str(exc.name)[len("data"):] if exc.name else "$"
-        message = str(exc.message).replace("data.", "").replace("data ", "event ")
+        message = _json_worded(exc).replace("data.", "").replace("data ", "event ")
         raise SchemaError(message, field=path, record=record) from None
     try:
         parse_time(candidate["time"])
@@ -252,6 +252,22 @@ def validate_event_bytes(event: Any, *, record: str | None = None,
         return candidate, canonical_bytes(candidate)
     except orjson.JSONEncodeError as exc:
         raise SchemaError(f"the event cannot be stored as JSON: {exc}", record=record) from None
+
+
+def _json_worded(exc: fastjsonschema.JsonSchemaValueException) -> str:
+    """``exc``'s message with the values it names written as JSON: fastjsonschema writes them as
+    Python does (``['tool', None]``, ``{'extra'}``), and whoever reads the reason wrote JSON."""
+    value, rule, definition = exc.value, exc.rule, exc.rule_definition
+    if rule == "enum":
+        return f"{exc.name} must be one of {json.dumps(definition)}"
+    if rule == "const":
+        return f"{exc.name} must be {json.dumps(definition)}"
+    if rule == "required" and isinstance(value, dict):
+        return f"{exc.name} must contain {json.dumps([key for key in definition if key not in value])} properties"
+    if rule == "additionalProperties" and isinstance(value, dict) and isinstance(exc.definition, dict):
+        extra = sorted(key for key in value if key not in exc.definition.get("properties", {}))
+        return f"{exc.name} must not contain {json.dumps(extra)} properties"
+    return str(exc.message)
 
 
 def json_kind(value: Any) -> str:

@@ -155,3 +155,19 @@ def test_a_time_out_of_range_is_said_in_rfc_3339_words_and_a_leap_second_is_a_ti
     assert "timedelta" not in str(refused.value)
     assert streams.asp.parse_time("2016-12-31T23:59:60Z") == datetime(2016, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)
     assert streams.asp.parse_time("2016-12-31T18:59:60-05:00") == datetime(2016, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(("change", "says"), [
+    ({"role": "robot"}, 'role must be one of ["user", "assistant", "system", "developer", "tool", null] (field $.role)'),
+    ({"eventId": DELETE, "time": DELETE}, 'event must contain ["eventId", "time"] properties (field $)'),
+    ({"extra": 1, "zz": 2}, 'event must not contain ["extra", "zz"] properties (field $)'),
+    ({"acl": {"read": ["*"]}}, 'acl must contain ["tenant"] properties (field $.acl)'),
+])
+def test_a_refusal_names_the_values_as_json_does(change: dict[str, Any], says: str) -> None:
+    """Found posting events: `role must be one of [..., None]` and `must contain ['b'] properties`
+    named the values as Python writes them, to someone who wrote JSON."""
+    event = {**BASE, **change}
+    event = {key: value for key, value in event.items() if value is not DELETE}
+    with pytest.raises(SchemaError) as refused:
+        validate_event_bytes(event)
+    assert str(refused.value) == says

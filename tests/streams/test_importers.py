@@ -831,7 +831,7 @@ def test_asp_jsonl() -> None:
     assert len(accepted) == 6
     assert [(r.record, r.reason) for r in rejected] == [
         ("events.jsonl:5",
-         "role must be one of ['user', 'assistant', 'system', 'developer', 'tool', None] (field $.role)"),
+         'role must be one of ["user", "assistant", "system", "developer", "tool", null] (field $.role)'),
     ]
     assert rejected[0].raw.startswith('{"aspVersion":"1.0","eventId":"evt-7c1e-0005"')
     assert [event["eventId"] for event in accepted][:2] == ["evt-7c1e-0001", "evt-7c1e-0002"]
