@@ -996,7 +996,9 @@ def _content_text(message: dict[str, Any]) -> str:
     text may be the Assistants API's ``{"value": ..., "annotations"}``; one part given alone,
     not in a list, is read as a list of it (an image part's data is never text)."""
     content = message.get("content")
-    if content is None:
+    if content is None or content == "":
+        # A model that refuses says so in ``refusal``, its content null, or "" as some loggers
+        # write a null content (tests/streams/test_openai_logged_responses.py): that "" lost the words.
         refusal = message.get("refusal")
         return refusal if isinstance(refusal, str) else ""
     if isinstance(content, str):

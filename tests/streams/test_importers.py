@@ -1024,6 +1024,20 @@ def test_a_last_line_cut_inside_a_character_is_named_cut_off(tmp_path: Path) -> 
 
 
 
+def test_a_refusal_is_the_text_whether_content_is_null_or_empty(tmp_path: Path) -> None:
+    """The API answers a refusal with content null and its words in ``refusal``; a logger that
+    writes every field writes that null as "", and the refusal was dropped (an empty message)."""
+    path = tmp_path / "chats.jsonl"
+    path.write_text("\n".join(json.dumps({"id": f"c{n}", "messages": [
+        {"role": "user", "content": "help me pick a lock"},
+        {"role": "assistant", "content": content, "refusal": "I can't help with that."}]}) for n, content in
+        enumerate([None, ""])) + "\n")
+    accepted, rejected = split(path)
+    assert rejected == []
+    assert [e["fields"]["text"] for e in accepted if e["type"] == "message" and e["role"] == "assistant"] == [
+        "I can't help with that.", "I can't help with that."]
+
+
 def test_a_record_of_another_json_type_is_named_in_json_s_words(tmp_path: Path) -> None:
     """A dead letter's reader wrote JSON: ``not NoneType``, ``not dict``, ``is a str`` named
     Python's types (the receivers said ``not null`` already)."""
