@@ -37,6 +37,7 @@ __all__ = [
     "Rejected",
     "SessionEmitter",
     "cut_note",
+    "field_problem",
     "iter_json_lines",
     "json_lines",
     "line_parts",
@@ -102,6 +103,16 @@ def raw_text(raw: bytes | str | Any) -> str:
             # Parsed input may nest deeper (1024 levels) than orjson writes (254).
             text = f"<{json_kind(raw)} nested too deeply to show>"
     return text[:RAW_MAX_CHARS]
+
+
+def field_problem(field: str, value: Any, wanted: str, of: str = "") -> str:
+    """Why ``value`` of ``field`` is refused: ``missing field`` when the line leaves it out (or
+    null), else what it is instead of ``wanted`` (a text block's ``"text": 123`` said missing)."""
+    if value is None:
+        return f"missing field '{field}'{of}"
+    if value == "":
+        return f"field '{field}'{of} is empty"
+    return f"field '{field}'{of} must be {wanted}, not {json_kind(value)}"
 
 
 def stable_id(prefix: str, *parts: object) -> str:

@@ -28,6 +28,7 @@ from streams.importers.base import (
     Rejected,
     SessionEmitter,
     fed_lines,
+    field_problem,
     iter_json_lines,
     json_lines,
     line_values,
@@ -777,11 +778,14 @@ def _said(line: dict[str, Any]) -> bytes:
     return hashlib.blake2b(said, digest_size=16).digest()
 
 
+
 def _check_conversation_line(line: dict[str, Any]) -> tuple[str | None, list[Any], str | None]:
     """(problem, content blocks, time) of a user/assistant line; problem names the field."""
     message = line.get("message")
     if not isinstance(message, dict):
-        return "missing field 'message' (an object with role and content)", [], None
+        wanted = "an object with role and content"
+        problem = f"missing field 'message' ({wanted})" if message is None else field_problem("message", message, wanted)
+        return problem, [], None
     content = message.get("content")
     if isinstance(content, str):
         blocks: list[Any] = [{"type": "text", "text": content}]
@@ -790,7 +794,7 @@ def _check_conversation_line(line: dict[str, Any]) -> tuple[str | None, list[Any
     elif content is None:
         return "missing field 'message.content'", [], None
     else:
-        return "field 'message.content' must be a string or a list of content blocks", [], None
+        return field_problem("message.content", content, "a string or a list of content blocks"), [], None
     stamp = line.get("timestamp")
     if stamp is None and "timestamp" not in line and _is_stream_line(line):
         return None, blocks, None  # the caller places it after the event before it
@@ -876,7 +880,7 @@ def _block_event(
     if block_type == "text":
         text = block.get("text")
         if not isinstance(text, str):
-            return f"missing field '{where}.text'"
+            return field_problem(f"{where}.text", text, "a string")
         fields: dict[str, Any] = {"text": text}
         kind = line_kind or (_text_kind(text) if role == "user" else None)
         if kind is not None:
@@ -888,7 +892,7 @@ def _block_event(
         thinking = block.get("thinking")
         if not isinstance(thinking, str):
             if block_type == "thinking":
-                return f"missing field '{where}.thinking'"
+                return field_problem(f"{where}.thinking", thinking, "a string")
             thinking = "[redacted thinking]"
         fields = {"text": thinking, "kind": "thinking"}
         if isinstance(model, str):
@@ -897,9 +901,9 @@ def _block_event(
     if block_type in _CALL_BLOCKS:
         call_id, name = block.get("id"), block.get("name")
         if not isinstance(call_id, str) or not call_id:
-            return f"missing field '{where}.id' of a {block_type} block"
+            return field_problem(f"{where}.id", call_id, "a non-empty string", f" of a {block_type} block")
         if not isinstance(name, str) or not name:
-            return f"missing field '{where}.name' of a {block_type} block"
+            return field_problem(f"{where}.name", name, "a non-empty string", f" of a {block_type} block")
         arguments = block.get("input")
         if arguments is None:
             arguments = {}
@@ -913,7 +917,7 @@ def _block_event(
     if block_type == "tool_result" or server_result:
         call_id = block.get("tool_use_id")
         if not isinstance(call_id, str) or not call_id:
-            return f"missing field '{where}.tool_use_id' of a {block_type} block"
+            return field_problem(f"{where}.tool_use_id", call_id, "a non-empty string", f" of a {block_type} block")
         fields = {"toolCallId": call_id}
         if call_id in session.tool_calls:
             fields["toolName"] = session.tool_calls[call_id][1]

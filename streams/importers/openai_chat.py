@@ -29,6 +29,7 @@ from streams.importers.base import (
     Rejected,
     SessionEmitter,
     fed_lines,
+    field_problem,
     line_values,
     parse_json,
     raw_text,
@@ -548,16 +549,16 @@ class _Conversation:
             function = {"name": call["custom"].get("name"), "arguments": {"input": call["custom"].get("input")}}
             where += ".custom"
         if not isinstance(function, dict):
-            return Rejected(record, f"missing field '{where}.function'", raw_text(message))
+            return Rejected(record, field_problem(f"{where}.function", function, "an object"), raw_text(message))
         name = function.get("name")
         if not isinstance(name, str) or not name:
             field = f"{where}.name" if where.endswith(".custom") or legacy else f"{where}.function.name"
-            return Rejected(record, f"missing field '{field}'", raw_text(message))
+            return Rejected(record, field_problem(field, name, "a non-empty string"), raw_text(message))
         call_id = call.get("id")
         if legacy:
             call_id = f"function_call-{index}"
         elif not isinstance(call_id, str) or not call_id:
-            return Rejected(record, f"missing field '{where}.id'", raw_text(message))
+            return Rejected(record, field_problem(f"{where}.id", call_id, "a non-empty string"), raw_text(message))
         fields = {"toolName": name, "toolCallId": call_id, "input": _arguments(function.get("arguments"))}
         event_id = emitter.event_id(index, "tool_call", position)
         result = emitter.emit(
@@ -580,7 +581,8 @@ class _Conversation:
         if message["role"] == "function":
             # Legacy function results answer the latest call of the same name.
             if name is None:
-                return Rejected(record, f"missing field 'messages[{index}].name'", raw_text(message))
+                return Rejected(record, field_problem(f"messages[{index}].name", message.get("name"), "a string"),
+                                raw_text(message))
             parent, call_id = self.function_calls.get(name, (None, f"function_call-{name}"))
         else:
             call_id = _answered_call(message)
@@ -588,7 +590,7 @@ class _Conversation:
                 ids = message.get("tool_call_ids")
                 reason = (f"field 'messages[{index}].tool_call_ids' names {len(ids)} calls; a tool message "
                           "answers one" if isinstance(ids, list) and len(ids) > 1
-                          else f"missing field 'messages[{index}].tool_call_id'")
+                          else field_problem(f"messages[{index}].tool_call_id", call_id, "a non-empty string"))
                 return Rejected(record, reason, raw_text(message))
             if call_id in self.calls:
                 parent, name = self.calls[call_id]

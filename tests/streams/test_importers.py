@@ -1056,6 +1056,39 @@ def test_a_record_of_another_json_type_is_named_in_json_s_words(tmp_path: Path) 
         "a conversation must be a list of messages or an object, not null"]
 
 
+def test_a_field_of_another_type_is_named_so_not_missing(tmp_path: Path) -> None:
+    """`"text": 123` in a text block was `missing field 'message.content[0].text'`, a tool call's
+    numeric id `missing field '...id'`: the field is there, of another type, and the reason now
+    says which; a field left out or null is still missing, an empty one empty."""
+    transcript = tmp_path / "t.jsonl"
+    transcript.write_text("\n".join(json.dumps(line) for line in [
+        cc_line("u1", "user", [{"type": "text", "text": 123}]),
+        {**cc_line("u2", "user", "x"), "message": "hello"},
+        cc_line("u3", "user", 42),
+        cc_line("u4", "assistant", [{"type": "tool_use", "id": 7, "name": "Bash", "input": {}}]),
+        cc_line("u5", "assistant", [{"type": "tool_use", "id": "t1", "name": "", "input": {}}]),
+        cc_line("u6", "user", [{"type": "text"}]),
+    ]) + "\n")
+    assert [r.reason for r in split(transcript, "claude-code")[1]] == [
+        "field 'message.content[0].text' must be a string, not a number",
+        "field 'message' must be an object with role and content, not a string",
+        "field 'message.content' must be a string or a list of content blocks, not a number",
+        "field 'message.content[0].id' of a tool_use block must be a non-empty string, not a number",
+        "field 'message.content[0].name' of a tool_use block is empty",
+        "missing field 'message.content[0].text'"]
+    chat = tmp_path / "chat.json"
+    chat.write_text(json.dumps({"id": "c", "messages": [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": 5, "type": "function", "function": {"name": "f", "arguments": "{}"}},
+            {"id": "b", "type": "function", "function": "f"}]},
+        {"role": "tool", "tool_call_id": 5, "content": "x"}]}))
+    assert [r.reason for r in split(chat)[1]] == [
+        "field 'messages[1].tool_calls[0].id' must be a non-empty string, not a number",
+        "field 'messages[1].tool_calls[1].function' must be an object, not a string",
+        "field 'messages[2].tool_call_id' must be a non-empty string, not a number"]
+
+
 def test_a_lone_surrogate_escape_is_read_as_the_replacement_character(tmp_path: Path) -> None:
     """Claude Code (Node) cuts strings by UTF-16 length and JSON.stringify writes what is left of a
     character past U+FFFF as a lone surrogate escape (claude-code issues "no low surrogate in

@@ -44,4 +44,4 @@ def test_a_legacy_call_without_a_name_names_its_own_field(tmp_path: Path) -> Non
         {"role": "assistant", "content": None, "function_call": {"name": "", "arguments": "{\"city\": \"Oslo\"}"}},
     ]}))
     reasons = [r.reason for r in iter_records(path) if isinstance(r, Rejected)]
-    assert reasons == ["missing field 'messages[1].function_call.name'"]
+    assert reasons == ["field 'messages[1].function_call.name' is empty"]
