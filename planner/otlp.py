@@ -28,6 +28,7 @@ from __future__ import annotations
 import base64
 import importlib
 import json
+from functools import cache
 from typing import Any, NamedTuple
 
 import orjson
@@ -39,7 +40,12 @@ from planner.acl import Principal
 from planner.bodies import json_error, read_body, without_bom
 from planner.exceptions import QueryError
 from streams.asp import json_kind
-from streams.importers.base import Accepted, Rejected, loads_with_lone_surrogates
+from streams.importers.base import (
+    Accepted,
+    Rejected,
+    loads_with_lone_surrogates,
+    without_lone_surrogates,
+)
 from streams.importers.claude_code_otel import claude_code_events
 from streams.importers.otel import TraceSessions, log_spans, span_events
 
@@ -84,9 +90,15 @@ def decode_request(body: bytes, media_type: str, signal: str = "traces") -> dict
         message = _message(signal, "Request")
         try:
             message.ParseFromString(body)
-        except DecodeError:
-            raise QueryError(f"the body is not an OTLP {name} (protobuf)",
-                             hint="Send what an OTLP/HTTP exporter sends, or OTLP JSON.") from None
+        except DecodeError as exc:
+            # What upb found ("String field had bad UTF-8", "Wire format was corrupt") after the
+            # message type it names: the one thing that tells a sender what to change.
+            detail = str(exc).rpartition("': ")[2]
+            if "UTF-8" in detail:
+                detail = _parse_lenient(message, body)
+            if detail:
+                raise QueryError(f"the body is not an OTLP {name} (protobuf): {detail}",
+                                 hint="Send what an OTLP/HTTP exporter sends, or OTLP JSON.") from None
         request: dict[str, Any] = MessageToDict(message)
         for resource in request.get(levels[0], []):
             for scope in resource.get(levels[1], []):
@@ -110,6 +122,90 @@ def _message(signal: str, kind: str) -> Any:
     """An empty protobuf Export{Trace,Logs}Service{Request,Response} (imported when first used)."""
     found = _SIGNALS[signal]
     return getattr(importlib.import_module(found.module), f"{found.service}{kind}")()
+
+
+def _parse_lenient(message: Any, body: bytes) -> str:
+    """Fill ``message`` from the protobuf ``body`` whose strings are not all UTF-8, each string
+    decoded as the JSON path reads a lone surrogate (U+FFFD for it, or for each byte that is no
+    UTF-8): "", or what is wrong with ``body`` besides. protobufjs (the JavaScript SDK's
+    exporter) encodes the half of an emoji that an attribute cut to its length limit leaves as
+    the three bytes of a lone surrogate, and protobuf's parser refuses the whole export: a 400,
+    which an exporter does not retry, where the JSON exporter's same span is read."""
+    from google.protobuf.message import DecodeError
+
+    lenient = _strings_as_bytes(type(message).DESCRIPTOR.full_name, type(message).DESCRIPTOR.file)()
+    try:
+        lenient.ParseFromString(body)
+    except DecodeError as exc:
+        return str(exc).rpartition("': ")[2]
+    message.Clear()  # the parse that refused the body left what it read before the bad string
+    _copy_decoded(lenient, message)
+    return ""
+
+
+@cache
+def _strings_as_bytes(full_name: str, file: Any) -> Any:
+    """The message class ``full_name`` of ``file`` with every string field a bytes field (no
+    UTF-8 check), in a descriptor pool of its own."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    pool = descriptor_pool.DescriptorPool()
+    added: set[str] = set()
+
+    def add(described: Any) -> None:
+        if described.name in added:
+            return
+        for dependency in described.dependencies:
+            add(dependency)
+        proto = descriptor_pb2.FileDescriptorProto()
+        described.CopyToProto(proto)
+        _bytes_for_strings(proto.message_type)
+        pool.Add(proto)
+        added.add(described.name)
+
+    add(file)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(full_name))
+
+
+def _bytes_for_strings(messages: Any) -> None:
+    from google.protobuf.descriptor import FieldDescriptor
+
+    for described in messages:
+        for field in described.field:
+            if field.type == FieldDescriptor.TYPE_STRING:
+                field.type = FieldDescriptor.TYPE_BYTES
+        _bytes_for_strings(described.nested_type)
+
+
+def _copy_decoded(source: Any, target: Any) -> None:
+    """``source`` (a :func:`_strings_as_bytes` message) into ``target``, its bytes decoded where
+    ``target`` has strings (OTLP's messages hold no maps)."""
+    from google.protobuf.descriptor import FieldDescriptor
+
+    for field, value in source.ListFields():
+        kind = target.DESCRIPTOR.fields_by_name[field.name].type
+        into = getattr(target, field.name)
+        if kind == FieldDescriptor.TYPE_MESSAGE and field.is_repeated:
+            for item in value:
+                _copy_decoded(item, into.add())
+        elif kind == FieldDescriptor.TYPE_MESSAGE:
+            into.SetInParent()  # an empty kvlist or array value is a value still
+            _copy_decoded(value, into)
+        elif kind == FieldDescriptor.TYPE_STRING and field.is_repeated:
+            into.extend(_text(item) for item in value)
+        elif kind == FieldDescriptor.TYPE_STRING:
+            setattr(target, field.name, _text(value))
+        elif field.is_repeated:
+            into.extend(value)
+        else:
+            setattr(target, field.name, value)
+
+
+def _text(data: bytes) -> str:
+    try:
+        return str(without_lone_surrogates(data.decode("utf-8", "surrogatepass")))
+    except UnicodeDecodeError:
+        return data.decode("utf-8", "replace")
 
 
 def _loads(body: bytes) -> Any:

@@ -52,6 +52,7 @@ __all__ = [
     "stable_id",
     "time_from_posix",
     "valid_time",
+    "without_lone_surrogates",
 ]
 
 FORMATS = ("asp", "claude-code", "openai-chat")
@@ -233,16 +234,18 @@ def loads_with_lone_surrogates(text: bytes | str, *, refuse_repeated_keys: bool 
             obj[key] = value
         return obj
 
-    return _without_lone_surrogates(json.loads(text, object_pairs_hook=pairs))
+    return without_lone_surrogates(json.loads(text, object_pairs_hook=pairs))
 
 
-def _without_lone_surrogates(value: Any) -> Any:
+def without_lone_surrogates(value: Any) -> Any:
+    """``value`` (a string, or the lists and objects of one parsed JSON value) with each lone
+    surrogate it holds as U+FFFD."""
     if isinstance(value, str):
         return _LONE_SURROGATE.sub("\ufffd", value)
     if isinstance(value, list):
-        return [_without_lone_surrogates(item) for item in value]
+        return [without_lone_surrogates(item) for item in value]
     if isinstance(value, dict):  # its keys are replaced already, and told apart after that
-        return {key: _without_lone_surrogates(item) for key, item in value.items()}
+        return {key: without_lone_surrogates(item) for key, item in value.items()}
     return value
 
 

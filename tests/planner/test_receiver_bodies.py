@@ -95,6 +95,36 @@ def test_otlp_json_with_a_lone_surrogate_is_read_with_the_replacement_character(
         decode_request(span[:span.index(b"rows") + 20], "application/json")
 
 
+
+def test_protobuf_with_strings_that_are_not_utf8_is_read_and_a_cut_one_says_why() -> None:
+    """protobufjs (the JavaScript SDK's exporter) encodes the half emoji an attribute cut to its
+    length limit leaves as the three bytes of a lone surrogate; protobuf's parser refused the
+    whole export, a bare 400 'not an OTLP ExportTraceServiceRequest (protobuf)'. The string is now
+    read as the JSON path reads it (U+FFFD); a body that does not parse says why."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    message = ExportTraceServiceRequest()
+    span = message.resource_spans.add().scope_spans.add().spans.add()
+    span.trace_id, span.name = bytes.fromhex("5b8efff798038103d269b633813fc60c"), "execute_tool"
+    for key, value in (("gen_ai.tool.call.result", "rows XYZ"), ("latin-1", "caf\u00e9")):
+        attribute = span.attributes.add()
+        attribute.key, attribute.value.string_value = key, value
+    span.attributes.add().key = "empty"
+    span.attributes[2].value.kvlist_value.SetInParent()
+    body = message.SerializeToString().replace(b"XYZ", b"\xed\xa0\xbd").replace(b"caf\xc3\xa9", b"caf\xe9\xe9")
+    read = decode_request(body, "application/x-protobuf")["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    assert read["traceId"] == "5b8efff798038103d269b633813fc60c" and read["name"] == "execute_tool"
+    assert read["attributes"] == [
+        {"key": "gen_ai.tool.call.result", "value": {"stringValue": "rows \ufffd"}},
+        {"key": "latin-1", "value": {"stringValue": "caf\ufffd\ufffd"}},
+        {"key": "empty", "value": {"kvlistValue": {}}}]
+    for sent in (message.SerializeToString()[:-3], body[:-3]):
+        with pytest.raises(QueryError) as caught:
+            decode_request(sent, "application/x-protobuf")
+        assert caught.value.message == (
+            "the body is not an OTLP ExportTraceServiceRequest (protobuf): Wire format was corrupt")
+
+
 def _event(event_type: str, **fields: Any) -> dict[str, Any]:
     return {"eventId": "e", "sessionId": "s", "type": event_type, "time": "2026-01-01T00:00:00Z", "fields": fields}
 
