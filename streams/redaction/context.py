@@ -352,6 +352,8 @@ _PIPED_SECRET = (
     # 2.19: htpasswd -i reads the password from stdin.
     r"|\bhtpasswd[ \t]+(?:-[A-Za-z]+[ \t]+)*-[A-Za-z]*i[A-Za-z]*\b"
     r"|\bkinit\b|\bcryptsetup\b|--passphrase-fd[ =]0\b|\bvault[ \t]+login[ \t]+-(?![A-Za-z0-9-])"
+    # 2.21: KeePassXC's CLI reads the database's password from stdin.
+    r"|\bkeepassxc-cli\b"
     # 2.9: sudo -S / --stdin reads the user's password from the pipe
     r"|\bsudo[ \t]+(?:-[A-Za-z]*S[A-Za-z]*\b|--stdin\b)))"
 )
@@ -409,8 +411,9 @@ _CLI_FLAG_PASSWORDS = (
               r"\bopenssl\b[^\r\n|;&]*?[ \t]-k[ \t]+" + _QUOTED_OR_BARE),
     RegexRule(name="cli-password", lower_triggers=("securestring",),
               description="ConvertTo-SecureString \"PASSWORD\" -AsPlainText", group="value",
+              # 2.21: a JSON string's escaped quotes are the value's (2.20 replaced the backslash alone).
               pattern=re.compile(r"ConvertTo-SecureString[ \t]+(?:-String[ \t]+)?"
-                                 r"(?P<value>'[^'\r\n]+'|\"[^\"\r\n]+\"|[^\s'\"|;&`-][^\s'\"|;&`]*)"
+                                 r"(?P<value>\\\"[^\"\\\r\n]+\\\"|'[^'\r\n]+'|\"[^\"\r\n]+\"|[^\s'\"|;&`\\-][^\s'\"|;&`]*)"
                                  r"(?=[^\r\n]*-AsPlainText)", re.ASCII | re.IGNORECASE)),
     # 2.10: mosquitto's clients take -P / --pw PASSWORD; rabbitmqctl add_user / change_password
     # USER PASSWORD and Windows' net user USER PASSWORD take it as an argument (net user's `*`

@@ -25,12 +25,16 @@ _WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 _PASSWORD_WORDS = frozenset({"password", "passwd", "passphrase", "pwd", "passwort", "pw",
                              # 2.5: run-together names of tools and configs (SSHPASS=, redis.conf
                              # requirepass / masterauth, keytool storepass / keypass, PGPASS)
-                             "sshpass", "requirepass", "masterauth", "storepass", "keypass", "pgpass"})
+                             "sshpass", "requirepass", "masterauth", "storepass", "keypass", "pgpass",
+                             # 2.21: LDAP clients' bind password (nslcd / pam_ldap bindpw, slapd rootpw,
+                             # sssd's ldap_default_authtok) and a card's security code
+                             "bindpw", "rootpw", "authtok", "cvv", "cvv2", "cvc", "cvc2"})
 _SECRET_WORDS = frozenset({
     "secret", "secrets", "token", "credential", "credentials", "cookie", "cookies",
     "authorization", "auth", "apikey", "privatekey", "accesskey", "sessionkey", "clientsecret",
     "secretkey", "authtoken", "accesstoken", "refreshtoken", "jwt", "bearer", "dsn",
     "authkey",  # 2.11: tailscale up --authkey, TS_AUTHKEY
+    "passkey",  # 2.21: a private tracker's announce?passkey=
 })
 # "<qualifier> key" pairs that name a credential outright.
 _SECRET_KEY_QUALIFIERS = frozenset({
@@ -61,13 +65,25 @@ DESCRIPTIVE_SUFFIXES = frozenset({
 # Names ending in a descriptive word that still hold a credential's part (2.4): a GCP service
 # account's private_key_id is the id of the private key its JSON file holds, printed nowhere else.
 # Its value goes when it looks random, as a *key* name's does.
-_SECRET_IDS = frozenset({("private", "key", "id")})
+_SECRET_IDS = frozenset({("private", "key", "id"),
+                         # 2.21: the seed `aws iam create-virtual-mfa-device` returns (Base32StringSeed)
+                         ("32", "string", "seed")})
 # Names whose words say nothing secret but whose value is a credential (2.13): Bitwarden's CLI
 # session key, `export BW_SESSION=…` after `bw unlock`. Its value goes when it looks random.
 _SECRET_PAIRS = frozenset({("bw", "session")})
 # Names that start with words saying nothing secret and end in an account's name (2.17): the
 # 1Password CLI's session key, `OP_SESSION_my=…` after `op signin`. Its value goes when it looks random.
 _SECRET_LEADS = frozenset({("op", "session")})
+# Names of two words neither of which is secret-like alone (2.21): the answer to an account's
+# security question, a two-factor recovery code and a PIN code (`pin` alone names a GPIO pin as
+# often) log in as a password does; an OTP seed makes every code.
+_PASSWORD_PAIRS = frozenset({("security", "answer"), ("security", "answers"), ("recovery", "code"), ("recovery", "codes"),
+                             ("backup", "code"), ("backup", "codes"), ("pin", "code")})
+_SEED_LEADS = frozenset({"otp", "totp", "hotp", "mfa"})
+# A password name run together after what it is for (2.21): dbpass, rootpass, adminpass, smtppass
+# (bypass, compass, passenger are no such name).
+_PASS_LEADS = frozenset({"db", "root", "admin", "user", "smtp", "mysql", "mail", "ldap", "ftp", "sql", "pg", "redis", "app",
+                         "bind", "imap", "proxy", "sudo", "vnc", "wifi"})
 # Words before "pass" that make it a step or a count, not a password.
 _PASS_COUNTS = frozenset({"first", "second", "third", "last", "next", "single", "multi", "one", "two", "each", "per", "by", "fast", "slow", "full", "final", "dry", "test", "tests"})
 # Words seen in the common "not a secret" spellings: publicKey, publishable_key, key_id, ...
@@ -87,6 +103,9 @@ def name_class(name: str) -> NameClass | None:
     # Run-together spellings (PGPASSWORD, SLACKTOKEN, clientsecret) count as well.
     if any(word in _PASSWORD_WORDS or "password" in word or "passwd" in word or "passphrase" in word for word in words):
         return "password"
+    if any(pair in _PASSWORD_PAIRS for pair in pairwise(words)) or any(
+            word.endswith("pass") and word[:-4] in _PASS_LEADS for word in words):
+        return "password"
     if ("pass", "phrase") in pairwise(words):
         return "password"  # 2.19: pass_phrase (OCI's config file), passPhrase
     if len(words) > 1 and words[-1] == "pass" and words[-2] not in _PASS_COUNTS:
@@ -96,7 +115,7 @@ def name_class(name: str) -> NameClass | None:
     if any(word in _SECRET_WORDS or "secret" in word or word.endswith(("token", "apikey")) for word in words):
         return "secret"
     for before, word in pairwise(words):
-        if word == "key" and before in _SECRET_KEY_QUALIFIERS:
+        if (word == "key" and before in _SECRET_KEY_QUALIFIERS) or (word == "seed" and before in _SEED_LEADS):
             return "secret"
     if words[-1] in ("key", "keys"):
         qualifier = words[-2] if len(words) > 1 else ""
@@ -160,6 +179,6 @@ def fingerprint() -> list[list[str]]:
     """The word lists behind :func:`name_class` and :func:`is_placeholder`, for the policy hash."""
     lists = (
         _PASSWORD_WORDS, _SECRET_WORDS, _SECRET_KEY_QUALIFIERS, _PLAIN_KEY_QUALIFIERS,
-        DESCRIPTIVE_SUFFIXES, _NEGATING_WORDS, _PLACEHOLDER_WORDS, _MASK_CHARS, _PASS_COUNTS,
+        DESCRIPTIVE_SUFFIXES, _NEGATING_WORDS, _PLACEHOLDER_WORDS, _MASK_CHARS, _PASS_COUNTS, _SEED_LEADS, _PASS_LEADS,
     )
-    return [sorted(words) for words in lists] + [sorted(" ".join(words) for words in _SECRET_IDS | _SECRET_PAIRS)] + [[_WORDS.pattern, _REFERENCE.pattern, _MADE_FROM_A_WORD.pattern, *_REFERENCE_WORDS]]
+    return [sorted(words) for words in lists] + [sorted(" ".join(words) for words in _SECRET_IDS | _SECRET_PAIRS | _PASSWORD_PAIRS)] + [[_WORDS.pattern, _REFERENCE.pattern, _MADE_FROM_A_WORD.pattern, *_REFERENCE_WORDS]]

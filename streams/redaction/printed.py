@@ -142,14 +142,17 @@ class ChpasswdListRule(Rule):
 
 # Two-factor recovery codes (GitHub, GitLab, Google print ten): lines of one code each after a line
 # naming them; every code logs in once instead of the second factor.
-_RECOVERY_CODES = re.compile(r"(?:recovery|backup)[ \t]+codes?\b[^\r\n]{0,80}\r?\n(?P<codes>(?:[ \t]*(?:[-*][ \t]+)?"
+# 2.21: the name of the file that holds them too (`cat github-recovery-codes.txt`), and a numbered
+# list (Google's "1. 3915 7304").
+_RECOVERY_CODES = re.compile(r"(?:recovery|backup)[ \t_-]+codes?\b[^\r\n]{0,80}\r?\n(?P<codes>(?:[ \t]*(?:[-*][ \t]+|[0-9]{1,2}[.)][ \t]+)?"
                              r"[a-z0-9]{4,10}[ -][a-z0-9]{4,10}[ \t]*\r?(?:\n|\Z)){2,16})", re.ASCII | re.IGNORECASE)
 _CODE = re.compile(r"[a-z0-9]{4,10}[ -][a-z0-9]{4,10}", re.ASCII)
 
 
 class RecoveryCodesRule(Rule):
     def __init__(self) -> None:
-        super().__init__(name="secret-output", lower_triggers=("recovery code", "backup code"),
+        super().__init__(name="secret-output", lower_triggers=("recovery code", "backup code", "recovery-code", "recovery_code", "backup-code",
+                                                                 "backup_code"),
                          description="two-factor recovery / backup codes listed after a line naming them (2.14)")
 
     def fingerprint(self) -> list[str]:

@@ -34,6 +34,7 @@ from streams.redaction.context import (
     EnvDumpRule,
     WrappedTailRule,
 )
+from streams.redaction.formats import FORMAT_RULES, SHAPED_RULES
 from streams.redaction.layouts import LAYOUT_RULES
 from streams.redaction.nearby import NEARBY_RULES
 from streams.redaction.pieces import CONCATENATED_RULE, PIECE_RULES
@@ -59,6 +60,7 @@ def build_rules(policy: RedactionPolicy) -> tuple[Rule, ...]:
     rules += TOKEN_RULES
     rules += (PrefixTokenRule(), KeywordRule())
     rules += (DiscordBotTokenRule(), TelegramBotTokenRule())
+    rules += SHAPED_RULES
     # 2.14's readings by a tool's own marks come first: a pwdump line is also five colon-separated
     # fields, which the .pgpass reading would take for a password in its last.
     rules += PRINTED_RULES
@@ -67,6 +69,7 @@ def build_rules(policy: RedactionPolicy) -> tuple[Rule, ...]:
     rules += LAYOUT_RULES
     rules += ARGUMENT_RULES
     rules += NEARBY_RULES
+    rules += FORMAT_RULES
     rules += (AssignmentRule(), CREDENTIAL_PAIR_RULE, CREDENTIAL_COLON_RULE, CREDENTIAL_SPACE_RULE, LOGIN_PAIR_RULE, PasswordBeforeRule(),
                NAMED_ABOVE_RULE)
     rules += (*DEVICE_SECRET_RULES, ACCOUNT_ROW_RULE)

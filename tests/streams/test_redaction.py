@@ -81,7 +81,7 @@ def test_exported_members() -> None:
         "DEFAULT_POLICY", "POLICY_VERSION", "RedactedEvent", "RedactionPolicy", "policy_hash",
         "redact_event", "redact_text", "rule_names",
     }
-    assert POLICY_VERSION == "2.20"
+    assert POLICY_VERSION == "2.21"
 
 
 # ---------------------------------------------------------------- labelled corpus
@@ -3721,4 +3721,158 @@ def test_what_the_fifteenth_round_readings_keep(text: str) -> None:
 def test_the_fifteenth_round_readings_run_in_linear_time() -> None:
     shapes = ["?api%255F", "%2525", "/hooks/a1b2c3d4e5f6g7h8i9/", "/services/TAAAAAAA/B", "/token/a1-",
               "password. the new one is ", "x \u2014 that's the new ", "Credentials:\n", "web1.example.com a:", "%5Fkey="]
+    assert_linear_time(shapes, counts=(2_000, 8_000))
+
+
+# ------------------------------------------------- policy 2.21: a sixteenth adversarial round
+
+_MAC = "0201036c6e6402f801030a10" + "9f2c41d70b3e4a5f8c6d7e8f9a0b1c2d" * 4
+_PEM_B64 = base64.b64encode(b"-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIAnP9X9iIWlGgD7/FAd9z2jxti7xVZmraisVZHAyDVO9oAoGCCqGSM49\n"
+                            b"-----END EC PRIVATE KEY-----\n").decode()
+_PEM_B64_WRAPPED = "\n".join(_PEM_B64[i:i + 76] for i in range(0, len(_PEM_B64), 76))
+_BITLOCKER = "-".join(f"{11 * n:06d}" for n in (13772, 9120, 50221, 64001, 3, 47711, 21854, 33210))
+
+
+@pytest.mark.parametrize(("text", "secret"), [
+    # key material by its own shape
+    ("<RSAKeyValue><Modulus>AQAB</Modulus><Exponent>AQAB</Exponent><D>qL8xV3mZ0pR7tY2wK9sJ4hN6bC1fG5dE</D></RSAKeyValue>",
+     "qL8xV3mZ0pR7tY2wK9sJ4hN6bC1fG5dE"),
+    (f"TLS_KEY_B64={_PEM_B64}", _PEM_B64[40:80]),
+    (f"$ base64 key.pem\n{_PEM_B64_WRAPPED}\n$ ls", _PEM_B64[80:120]),
+    ("SSH_KEY=b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZWQyNTUxOQAAACBq", "AAAAMwAAAAtzc2gtZWQy"),
+    ("$ base64 hs_ed25519_secret_key\nPT0gZWQyNTUxOXYxLXNlY3JldDogdHlwZTAgPT0AAADugHgKiXMgERp6hVTcmtUqk9zchJd6vFeHeF5Cb7h3",
+     "ERp6hVTcmtUqk9zchJd6"),
+    (f"lncli --macaroonpath x  # admin macaroon hex: {_MAC}", _MAC[30:70]),
+    ("LND_MACAROON=AgEDbG5kAvgBAwoQnyxB1ws+Sl+MbX6PmgscLRIBMBoWCgdhZGRyZXNzEgRyZWFkEgV3cml0ZRoTCgRpbmZv", "AvgBAwoQnyxB1ws"),
+    (f"BitLocker recovery key: {_BITLOCKER}", _BITLOCKER[7:20]),
+    ('module.exports = { networks: { sepolia: { url: RPC, accounts: ["0x835a3046545af559096bee70d534d85a739572a4a751af8265de2e9fbc073dbe"] } } };',
+     "835a3046545af559096bee70d534d85a"),
+    ('const w = new ethers.Wallet("0x835a3046545af559096bee70d534d85a739572a4a751af8265de2e9fbc073dbe", provider);',
+     "835a3046545af559096bee70d534d85a"),
+    # capability keys in a URL's path
+    ("curl -X POST https://http-intake.logs.datadoghq.com/v1/input/3bcf91657d387b1ef4217fbc515e5ea6 -d 'hi'",
+     "3bcf91657d387b1ef4217fbc515e5ea6"),
+    ("https://logs-01.loggly.com/inputs/c851f070-9514-47dd-ab16-e6c7da276eb0/tag/http/", "c851f070-9514-47dd"),
+    ("SUMO_URL=https://endpoint4.collection.sumologic.com/receiver/v1/http/eIiP2bWHj6-6h7x_6zWst1rc_cEWHntCL1LLEo9_aqM0wzKx1B2FYy==",
+     "eIiP2bWHj6-6h7x_6zWst1rc"),
+    ("curl -X POST http://homeassistant.local:8123/api/webhook/hcQi2S40cFOSIu2Lqkq1lno_a6Bg3NXsoEJg24Je", "hcQi2S40cFOSIu2Lqkq1"),
+    ("udp://tracker.example.org:80/announce?passkey=6fb55e1e7cefad6c925c7ff0098508c8", "6fb55e1e7cefad6c925c7ff0098508c8"),
+    # credential files
+    ("machine bank.example login bob password hunter2x account canu~ZSC11eqn", "canu~ZSC11eqn"),
+    ('KafkaServer {\n   org.apache.kafka.common.security.plain.PlainLoginModule required\n   user_alice="wqqy*RXG53thu";\n};', "wqqy*RXG53thu"),
+    ("# Netscape HTTP Cookie File\n.acme.dev\tTRUE\t/\tTRUE\t1767225600\tsessionid\tugiDveiULFo3CiGQq2SiVTLDgj4HyfZAtPr4Og8A",
+     "ugiDveiULFo3CiGQq2SiVTLDgj4HyfZAtPr4Og8A"),
+    ('document.cookie = "session_id=qmBBFCjLq7QPl0Omm0FUrdpoGQWTuAhw5hYkw6IA; path=/; Secure";', "qmBBFCjLq7QPl0Omm0FUrdpo"),
+    ("laravel_session=eyJpdiI6ICJJdFlDUi9IeEYrYTJTM2JzSmxMS0doIiwgInZhbHVlIjogImtGQ1VX; path=/; httponly", "JJdFlDUi9IeEYrYTJTM2Jz"),
+    ('$ cat ~/.google_authenticator\nE2ZQMGUH25BGWTRDDTFYG2HYDP\n" RATE_LIMIT 3 30\n" TOTP_AUTH\n48201937\n11930482', "E2ZQMGUH25BGWTRDDTFYG2HYDP"),
+    ('$ cat ~/.google_authenticator\nE2ZQMGUH25BGWTRDDTFYG2HYDP\n" RATE_LIMIT 3 30\n" TOTP_AUTH\n48201937\n11930482', "11930482"),
+    ('[\n  {\n    "name": "DB_PASSWORD",\n    "slotSetting": false,\n    "value": "waph%SVJ60xru"\n  }\n]', "waph%SVJ60xru"),
+    ("Driver={ODBC Driver 18 for SQL Server};Server=tcp:db;Uid=sa;Pwd={p@ss;w0rd9Xq};Encrypt=yes;", "p@ss;w0rd9Xq"),
+    ('{"request": {"method": "GET", "auth": {"type": "bearer", "value": "RVT8WPdgk4K0futLw1nTREdBqelLPx8kSzRM2pNC"}}}',
+     "RVT8WPdgk4K0futLw1nTR"),
+    # names no earlier word list read
+    ("uri ldap://ldap.acme.dev\nbinddn cn=reader,dc=acme,dc=dev\nbindpw aigi#TTO80pyn", "aigi#TTO80pyn"),
+    ("[domain/acme]\nldap_default_authtok = qtke?RUG16ifd", "qtke?RUG16ifd"),
+    ("$dbpass = 'oacc!OPF91rbu';", "oacc!OPF91rbu"),
+    ('{"payment_method": "credit_card_4421486", "cvv": "660"}', '"660"'),
+    ('{"user_id": "mia_li_3668", "security_answer": "Fluffy86"}', "Fluffy86"),
+    ('{"user_id": "bob", "recovery_code": "38ffd-12b9f"}', "38ffd-12b9f"),
+    ('{"account": "chk_1182", "pin_code": "7092"}', "7092"),
+    ("MFA_SEED=6CT5LGBPA6MPYGXVLREVYC2BA5EUO53U", "6CT5LGBPA6MPYGXVLREVYC2BA5EUO53U"),
+    ('{"SerialNumber": "arn:aws:iam::1:mfa/bob", "Base32StringSeed": "5WZAMUXRE4PAYTWEAUFIFZGIPFQ7B325DTX3HC7X5BLITTG4TZQQHRKB"}',
+     "5WZAMUXRE4PAYTWEAUFIFZGI"),
+    # key-value stores
+    ("$ etcdctl get /config/db/password\n/config/db/password\nveeg#DVE20vcd", "veeg#DVE20vcd"),
+    ("$ consul kv get app/prod/db_password\npfbs~NXC25iyw", "pfbs~NXC25iyw"),
+    ('127.0.0.1:6379> GET api_token\n"QnFoNChbMX3pMoqqSTY6FjVwcoBS15iz"', "QnFoNChbMX3pMoqqSTY6FjVwcoBS15iz"),
+    # code
+    ("const auth = Buffer.from('admin:ksso?VQL51tto').toString('base64');", "ksso?VQL51tto"),
+    ('curl_setopt($ch, CURLOPT_USERPWD, "admin:buqp#MVB82vre");', "buqp#MVB82vre"),
+    ("fetch(url, { headers: { Authorization: 'Basic ' + btoa('admin:dcjk*UEJ48gsk') } })", "dcjk*UEJ48gsk"),
+    ("conn.simple_bind_s('cn=admin,dc=acme,dc=dev', 'znnf~PNQ55anf')", "znnf~PNQ55anf"),
+    ('keyring.set_password("acme", "bob", "xjmw%VUD55xwa")', "xjmw%VUD55xwa"),
+    ('totp = pyotp.TOTP("WSGFCV5YFOK7AJ757BFX47XG5CK3BD4C")', "WSGFCV5YFOK7AJ757BFX47XG5CK3BD4C"),
+    ("oathtool --totp -b F2XSGRSZEWB2DMSL4PPPLQS3O4PXWWNK", "F2XSGRSZEWB2DMSL4PPPLQS3O4PXWWNK"),
+    ('co = cohere.Client("Q7ytk0wL2ynQovfo8DjrZfVRUaO6UHghNHiNI3pF")', "Q7ytk0wL2ynQovfo8DjrZfVRUaO6UHghNHiNI3pF"),
+    ("$cred = ConvertTo-SecureString -String \"gzdh#BCF83yig\" -AsPlainText -Force", "gzdh#BCF83yig"),
+    ("echo 'jtxj~OYJ42bgf' | keepassxc-cli show -s vault.kdbx prod/db", "jtxj~OYJ42bgf"),
+    # prose and lists
+    ("Bitwarden two-step login recovery code: FQ9LWJBGQQ371YP60MJ15DJ8M8SC2ALF", "FQ9LWJBGQQ371YP60MJ15DJ8M8SC2ALF"),
+    ("$ cat ~/Downloads/github-recovery-codes.txt\n52555-113e7\n89d9e-61198\nbba45-3008d", "89d9e-61198"),
+    ("Backup codes for bob\n1. 3915 7304\n2. 4821 9930\n3. 1209 5587", "3915 7304"),
+    ("PW lautet umjy%YHB20inm", "umjy%YHB20inm"),
+    ("ww: phub#FWG35sdl", "phub#FWG35sdl"),
+    ("Le code d'acc\u00e8s est drll~KDM36ajp", "drll~KDM36ajp"),
+])
+def test_a_secret_the_sixteenth_round_found_never_survives(text: str, secret: str) -> None:
+    """QA, session 32 (policy 2.21): what 298 seeds (key material with a shape of its own, log-intake
+    URLs, credential files, key-value stores, credentials handed to calls), spliced into real
+    transcripts, found kept under 2.20."""
+    for shown in (text, json.dumps(text)):
+        redacted = redact_text(shown)[0]
+        assert secret not in redacted and secret not in json.loads(json.dumps(redacted)), redacted
+        assert redact_text_plain(shown)[0] == redacted
+        assert redact_text(redacted)[0] == redacted
+
+
+@pytest.mark.parametrize("text", [
+    # a certificate's base64 opens as a private key's does
+    "certificate-authority-data: " + base64.b64encode(b"-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUX\n").decode(),
+    "<RSAKeyValue><Modulus>qL8xV3mZ0pR7tY2wK9sJ4hN6bC1fG5dE</Modulus><Exponent>AQAB</Exponent></RSAKeyValue>",
+    "<P>Some paragraph text of the page with enough letters</P>",
+    "ref 151488-936209-735626-114469-603986-579662-157883-200233",  # not multiples of 11
+    "tx 0x835a3046545af559096bee70d534d85a739572a4a751af8265de2e9fbc073dbe confirmed",
+    "accounts: [alice, bob]",
+    "https://app.example.com/api/webhook/on_deploy_finished",
+    "machine api.example.com login bob password $TOKEN",
+    "user_name=\"alice\"",
+    "theme=dark; path=/",
+    "Set-Cookie: lang=en-US; Path=/",
+    '"name": "LOG_LEVEL",\n    "slotSetting": false,\n    "value": "debug"',
+    "Password={password};",
+    'conn = f"Server=db;Pwd={pw};"',
+    '{"type": "token", "value": "placeholder"}',
+    "random_seed = 42",
+    "seed: 1234",
+    "answer = 42",
+    "backup: true",
+    "recovery: enabled",
+    "mfa_seed: ${SEED}",
+    "bypass = 'Allow-All-Traffic'",
+    "$ etcdctl get /config/app/name\n/config/app/name\nacme-api",
+    "$ consul kv get app/prod/log_level\ndebug",
+    "GET /api/token HTTP/1.1\nHost: example.com",
+    "Buffer.from('hello:world-of-words').toString('base64')",  # a word pair is no password
+    'keyring.set_password("acme", "bob", password)',
+    "client = HttpClient(\"https://api.example.com/v1/endpoint\")",
+    'c = Client("my-service-name-for-the-tests-abc")',
+    "The recovery code is printed once, keep it safe",
+    "Enter your recovery code: ____",
+    "ww: 2",
+    "ww is niet gezet",
+    "The pw is required",
+    "npm_config_pw ist leer",
+    "Le code d'acc\u00e8s est obligatoire",
+])
+def test_what_the_sixteenth_round_readings_keep(text: str) -> None:
+    assert redact_text(text)[0] == text
+
+
+def test_names_the_sixteenth_round_reads() -> None:
+    from streams.redaction.keys import name_class
+
+    for name in ("bindpw", "rootpw", "ldap_default_authtok", "dbpass", "$dbpass", "smtpPass", "cvv", "card_cvc", "security_answer",
+                 "recovery_codes", "MFA_SEED", "totp_seed", "passkey", "Base32StringSeed", "pin_code", "pinCode"):
+        assert name_class(name) is not None, name
+    for name in ("bypass", "compass", "passenger", "random_seed", "seed", "answer", "backup", "passkey_id", "total_pass", "recovery", "pin", "led_pin"):
+        assert name_class(name) is None, name
+
+
+def test_the_sixteenth_round_readings_run_in_linear_time() -> None:
+    shapes = ["<RSAKeyValue><D>" + "A" * 40, "LS0tLS1CRUdJTi" + "A" * 60 + "\n", "0201036c6e64" + "a" * 20 + " ",
+              "123456-123456-123456-", "accounts: [\"0x", "/api/webhook/a1b2c3d4e5f6g7h8i9 ", "machine h account ",
+              "user_a=\"LoginModule\" ", "x\tTRUE\t/\tTRUE\t1\tn\tv\n", "a=bbbbbbbb1; path=/", '" RATE_LIMIT\n',
+              '"name": "DB_PASSWORD", "x": 1, ', "cvv: ", "seed = ", "get api_token\n", "etcdctl get k\n",
+              "btoa('a:", "simple_bind_s('x', ", "set_password('a', ", "oathtool -b ", "Client(\"", "Pwd={a;",
+              '"type": "bearer", ', "recovery code: ", "pw lautet ", "ww: ", "code d'acc\u00e8s est "]
     assert_linear_time(shapes, counts=(2_000, 8_000))
