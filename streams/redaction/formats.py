@@ -298,9 +298,13 @@ _BRACED_PASSWORD = re.compile(r"(?<![A-Za-z0-9_])(?:pwd|password)[ \t]*=[ \t]*\{
                               re.ASCII | re.IGNORECASE | re.MULTILINE)
 
 
+# What braces hold in a template or an f-string: a name, an attribute or an item, a conversion and a
+# format (`{password}`, `{cfg.db_password!r}`, `{pw:>10}`).
+_TEMPLATE = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*(?:\[[^\]]*\])*(?:![rsa])?(?::[^{}]*)?|[{$%].*", re.ASCII | re.DOTALL)
+
+
 def _braced(match: re.Match[str]) -> bool:
-    value = match.group("value")
-    return not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.]*|[{$%].*", value, re.ASCII | re.DOTALL) and _value(match)
+    return _TEMPLATE.fullmatch(match.group("value")) is None and _value(match)
 
 
 # An auth object that says its scheme and then holds the credential (Postman's and many API clients'

@@ -3831,6 +3831,8 @@ def test_a_secret_the_sixteenth_round_found_never_survives(text: str, secret: st
     '"name": "LOG_LEVEL",\n    "slotSetting": false,\n    "value": "debug"',
     "Password={password};",
     'conn = f"Server=db;Pwd={pw};"',
+    'print(f"password={password!r}")',
+    'dsn = f"Server=db;Password={cfg.db_password!s};"',
     '{"type": "token", "value": "placeholder"}',
     "random_seed = 42",
     "seed: 1234",
