@@ -81,8 +81,9 @@ _PASSWORD_PAIRS = frozenset({("security", "answer"), ("security", "answers"), ("
                              ("backup", "code"), ("backup", "codes"), ("pin", "code")})
 _SEED_LEADS = frozenset({"otp", "totp", "hotp", "mfa"})
 # A password name run together after what it is for (2.21): dbpass, rootpass, adminpass, smtppass
-# (bypass, compass, passenger are no such name).
-_PASS_LEADS = frozenset({"db", "root", "admin", "user", "smtp", "mysql", "mail", "ldap", "ftp", "sql", "pg", "redis", "app",
+# (bypass, compass, passenger are no such name; userpass is `user:pass` joined as often: httpx's
+# `userpass = username + b":" + password`).
+_PASS_LEADS = frozenset({"db", "root", "admin", "smtp", "mysql", "mail", "ldap", "ftp", "sql", "pg", "redis", "app",
                          "bind", "imap", "proxy", "sudo", "vnc", "wifi"})
 # Words before "pass" that make it a step or a count, not a password.
 _PASS_COUNTS = frozenset({"first", "second", "third", "last", "next", "single", "multi", "one", "two", "each", "per", "by", "fast", "slow", "full", "final", "dry", "test", "tests"})

@@ -3866,7 +3866,7 @@ def test_names_the_sixteenth_round_reads() -> None:
     for name in ("bindpw", "rootpw", "ldap_default_authtok", "dbpass", "$dbpass", "smtpPass", "cvv", "card_cvc", "security_answer",
                  "recovery_codes", "MFA_SEED", "totp_seed", "passkey", "Base32StringSeed", "pin_code", "pinCode"):
         assert name_class(name) is not None, name
-    for name in ("bypass", "compass", "passenger", "random_seed", "seed", "answer", "backup", "passkey_id", "total_pass", "recovery", "pin", "led_pin"):
+    for name in ("bypass", "compass", "passenger", "userpass", "random_seed", "seed", "answer", "backup", "passkey_id", "total_pass", "recovery", "pin", "led_pin"):
         assert name_class(name) is None, name
 
 
