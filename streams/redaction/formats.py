@@ -390,6 +390,10 @@ def _quoted(match: re.Match[str]) -> bool:
     return not is_placeholder(value, quoted=True) and "${" not in value and not value.startswith(("$", "%", "{{", "#{"))
 
 
+def _random_value(match: re.Match[str]) -> bool:
+    return looks_random(match.group("value"))
+
+
 def _user_password(match: re.Match[str]) -> bool:
     # Any string may be encoded: a password is one, not words (`'hello:world-of-words'`).
     return _quoted(match) and (bare_secret(match.group("value")) or looks_random(match.group("value")))
@@ -424,7 +428,7 @@ _CALLS = (
                                  r"(?![A-Za-z0-9])", re.ASCII)),
     # An API client constructed with its key as the first literal (cohere.Client("…"),
     # DeepgramClient("…")): a random one; a URL, a path or a name is none.
-    RegexRule(name="secret-assignment", triggers=("Client(",), group="value", check=lambda match: looks_random(match.group("value")),
+    RegexRule(name="secret-assignment", triggers=("Client(",), group="value", check=_random_value,
               description="a random literal as an API client's first argument (SomeClient(\"KEY\")) (2.21)",
               pattern=re.compile(r"(?<![A-Za-z0-9_])(?:[A-Z][A-Za-z0-9]{0,40})?Client\([ \t]*(?P<q>['\"])(?P<value>[A-Za-z0-9_-]{32,256})(?P=q)[ \t]*[,)]",
                                  re.ASCII)),
