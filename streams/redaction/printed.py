@@ -60,7 +60,7 @@ _PRINTED = (
               description="Windows LM:NT hash pairs as pwdump and secretsdump print them (2.14)",
               pattern=re.compile(r"(?<![^\s\"'])[^:\s\"']{1,104}:[0-9]{1,10}:(?P<value>[0-9a-fA-F]{32}:[0-9a-fA-F]{32}:::)", re.ASCII)),
     # `netsh wlan show profile NAME key=clear`: the Wi-Fi password after its label (spaces and all).
-    RegexRule(name="password-assignment", lower_triggers=("key content",), anchored=True, group="value", check=_value,
+    RegexRule(name="password-assignment", lower_triggers=("key content",), anchored=True, to_line_end=True, group="value", check=_value,
               description="netsh wlan show profile key=clear's Key Content (2.14)",
               pattern=re.compile(r"key[ \t]+content[ \t]*:[ \t]*(?P<value>\S[^\r\n]*?)[ \t]*\r?$", re.IGNORECASE | re.MULTILINE)),
     # elasticsearch-reset-password's `New value: X`; a first start's `Password for the elastic user

@@ -311,7 +311,7 @@ class KeywordRule(Rule):
                 continue  # no long token: no long-bodied secret
             if not any(keyword in where for keyword in keywords):
                 continue
-            for match in rule.pattern.finditer(text):
+            for match in _matches(rule, text):
                 begin, end = match.span(rule.group)
                 if begin < 0 or begin == end or shannon_entropy(match.group(rule.group)) < rule.entropy:
                     continue
@@ -322,6 +322,32 @@ class KeywordRule(Rule):
 # Keyword rules whose secrets may be short; the others are tried only in texts with a long token.
 _SHORT_BODIES = frozenset({"curl-auth-header", "curl-auth-user", "sidekiq-sensitive-url", "kubernetes-secret-yaml",
                            "gitlab-session-cookie", "microsoft-teams-webhook", "facebook-access-token"})
+# Keyword rules that read from their keyword on to the end of its line and beyond, and the keyword
+# as they match it. A later keyword of the line reads a part of what the first one read, so where
+# the first finds nothing none of the line's others does: trying each read the rest of the line
+# once per keyword, and a line of 8 000 `curl -su a:` took 50 s (2.21).
+_FROM_THE_LINE_START = {"curl-auth-header": re.compile(r"\bcurl\b"), "curl-auth-user": re.compile(r"\bcurl\b")}
+
+
+def _matches(rule: _Ported, text: str) -> Iterable[re.Match[str]]:
+    """``rule.pattern.finditer(text)``, trying one keyword of a line that found nothing."""
+    keyword = _FROM_THE_LINE_START.get(rule.name)
+    if keyword is None:
+        yield from rule.pattern.finditer(text)
+        return
+    position = 0
+    while (head := keyword.search(text, position)) is not None:
+        match = rule.pattern.match(text, head.start())
+        if match is not None:
+            yield match
+            position = max(match.end(), head.end())
+            continue
+        line_end = text.find("\n", head.end())
+        if line_end == -1:
+            return
+        position = line_end + 1
+
+
 # Keyword rules our own rules cover more widely (tokens.py: jwt, twilio-api-key, aws-access-key-id,
 # slack-webhook): their keywords ("ey", "sk") occur in almost every text.
 _COVERED = frozenset({"jwt", "twilio-api-key", "aws-access-token", "slack-webhook-url"})
