@@ -17,13 +17,15 @@ A match whose entropy is below the rule's minimum (``glsa_XXXX…``) is left alo
 
 from __future__ import annotations
 
+import bisect
+import heapq
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from streams.redaction.base import LONG_TOKEN, Rule, Scan, plain_words, replace_spans
+from streams.redaction.base import LONG_TOKEN, Rule, Scan, is_marker_at, plain_words, replace_spans
 from streams.redaction.entropy import shannon_entropy
 from streams.redaction.ported import KEYWORD_RULES, NAMED_RULES, PREFIX_RULES
 
@@ -226,8 +228,22 @@ class PrefixTokenRule(Rule):
         by_head: dict[str, tuple[_Ported, ...]] = self._by_head  # type: ignore[attr-defined]
         spans: list[tuple[int, int, str]] = []
         runs: list[tuple[int, int]] | None = None
-        for end, literal in scan.literal_hits or ():
+        run_starts: list[int] = []
+        # In order of start, each token's end as replace_spans will keep it (2.21): a token that
+        # starts inside one kept is dropped there, so it is not read. A base64 token may run over
+        # line breaks, and each line of one starting with a prefix read all the lines after it.
+        placed: list[tuple[int, int, str]] = []
+        pushed = done = 0
+        for end, literal in sorted(scan.literal_hits or (), key=lambda hit: hit[0] - len(hit[1])):
             start = end - len(literal) + 1
+            for span in spans[pushed:]:
+                heapq.heappush(placed, span)
+            pushed = len(spans)
+            while placed and placed[0][0] < start:
+                begin, finish, _ = heapq.heappop(placed)
+                if begin >= done and not is_marker_at(text, begin):
+                    done = finish
+            inside = start < done  # a token from here starts inside one kept, unless its value group starts later
             for prefix, ci, rule, cut in separated.get(literal, ()):
                 if not ci and not text.startswith(prefix, start):
                     continue
@@ -235,7 +251,7 @@ class PrefixTokenRule(Rule):
                     continue  # a short head glued to a word is part of that word (task_, mask-)
                 if _GATES[prefix[cut]].match(text, start + cut) is None:
                     continue
-                found = rule.find(text, start)
+                found = None if inside and not rule.group else rule.find(text, start)
                 if found is not None:
                     spans.append((*found, rule.name))
             if not ascii_text:
@@ -245,17 +261,21 @@ class PrefixTokenRule(Rule):
                     searched_to[number] = start + len(head)
                     if start and text[start - 1].isalnum():
                         continue
-                    _find_at(rules, text, start, spans)
+                    _find_at([rule for rule in rules if rule.group] if inside else rules, text, start, spans)
             elif literal in plain_heads:
                 # As _at_run_heads: only where a long run starts, or after a dash or an equals
                 # sign inside one.
                 if runs is None:
                     runs = scan.long_runs()
-                if not any(run_start == start or (run_start < start <= run_end and text[start - 1] in "-=")
-                           for run_start, run_end in runs):
+                    run_starts = [run_start for run_start, _ in runs]
+                # The run starting at or last before this start (runs are apart and in order): one
+                # lookup, not a pass over every run per prefix (2.21: a base64 file of one JWT per line).
+                run = bisect.bisect_right(run_starts, start) - 1
+                if run < 0 or not (runs[run][0] == start or (start <= runs[run][1] and text[start - 1] in "-=")):
                     continue
                 head = text[start: start + len(literal)]
-                _find_at(by_head.get(head, ()) + by_head.get(literal + "/i", ()), text, start, spans)  # type: ignore[operator]
+                heads = by_head.get(head, ()) + by_head.get(literal + "/i", ())  # type: ignore[operator]
+                _find_at([rule for rule in heads if rule.group] if inside else heads, text, start, spans)
         return spans
 
 

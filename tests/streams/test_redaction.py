@@ -3902,10 +3902,16 @@ def test_the_sixteenth_round_readings_run_in_linear_time() -> None:
     # A command's name, then the rest of the command read for a flag: each later name of a command
     # that found nothing read the rest again (`\b7zz\b[^\r\n|;&]*?[ \t]-p…`, and 22 more).
     "7zz: ", "couchbase-cli ", "schtasks ", "smbclient a ", "http a:", "rabbitmqctl=", "ipmitool a:", "openssl a ",
+    "rdesktop a ", "redis-cli a ", "put-parameter ",
     # The gitleaks curl rules read from each `curl` to the end of its line and five lines on.
     "curl -su a:", "curl ", "curl -H x ",
     # `Key Content :`'s value runs to the end of its line, and each keyword in it read the line again.
     "Key Content : ",
+    # Looked ahead on the rest of the line for `-AsPlainText` at each name.
+    "ConvertTo-SecureString ", "ConvertTo-SecureString x ",
+    # A base64 token may run over line breaks: each line starting with a prefix read all after it,
+    # and each prefix looked at every long run.
+    "ZXlKamNtbDBJanBi\n", "ZXlKamNtbDBJanBi",
     # Secret words glued in one run: each read on to the end of the run.
     "PasswordAuthentication", "secret_key", "AGE-SECRET-KEY-1", "--password", "-pw", "chpasswd", "key-",
 ])
@@ -3961,3 +3967,38 @@ def test_a_value_to_the_line_end_is_read_once(text: str) -> None:
         if isinstance(rule, RegexRule) and rule.to_line_end:
             every = dataclasses.replace(rule, to_line_end=False)
             assert rule.apply(Scan(text), {}) == every.apply(Scan(text), {}), text
+
+
+@PROPERTY
+@given(st.lists(st.sampled_from(["ConvertTo-SecureString", "convertto-securestring", " ", "\t", "-String ", "'a b'", '"x y"', "abc",
+                                 "-AsPlainText", "-asplaintext", "x-AsPlainText", "-Force", "\n", "\r", "|", ";", "'", "-"]),
+                max_size=30).map("".join))
+@example("ConvertTo-SecureString abc-AsPlainText-AsPlainText ConvertTo-SecureString 'a b' x\nConvertTo-SecureString x -AsPlainText")
+def test_a_lookahead_on_the_line_is_read_once(text: str) -> None:
+    """A pattern ending in a lookahead for a word on its line finds what ``finditer`` does when
+    matched with the text cut at the line's last such word."""
+    from streams.redaction.base import RegexRule, Scan, line_lookahead_matches
+
+    for rule in redaction.rules.build_rules(redaction.DEFAULT_POLICY):
+        if isinstance(rule, RegexRule) and rule._ahead is not None:  # type: ignore[attr-defined]
+            read = [(m.span(), m.groupdict()) for m in line_lookahead_matches(*rule._ahead, Scan(text))]  # type: ignore[attr-defined]
+            assert read == [(m.span(), m.groupdict()) for m in rule.pattern.finditer(text)], text
+
+
+@PROPERTY
+@given(st.lists(st.sampled_from(["ZXlKamNtbDBJanBi", "ZXlKaGJHY2lPaU", "ghp_", "glpat-", "sk-ant-api03-", "AKCp", "xoxb-", "dop_v1_",
+                                 "aB3dE5gH7jK9mN1pQ3rS5tU7", "0123456789abcdef", "Zx9", "-", "=", "_", "\n", " ", ":", "x"]),
+                max_size=24).map("".join))
+@example("ZXlKamNtbDBJanBi" + "aB3dE5gH7jK9mN1pQ3rS5tU7\nZXlKamNtbDBJanBi" * 3)
+def test_ported_tokens_read_from_their_prefixes_are_what_a_search_finds(text: str) -> None:
+    """Prefixes read in order of start, none inside a token kept before it (2.21), find what the
+    search from every separator and run does."""
+    from streams.redaction.base import Scan
+    from streams.redaction.text import _prefilter
+    from streams.redaction.vendors import PrefixTokenRule
+
+    rules = redaction.rules.build_rules(redaction.DEFAULT_POLICY)
+    rule = next(rule for rule in rules if isinstance(rule, PrefixTokenRule))
+    scanned = Scan(text)
+    _prefilter(rules).scan(scanned)
+    assert rule.apply(scanned, {}) == rule.apply(Scan(text), {}), text
