@@ -244,7 +244,7 @@ class RegexRule(Rule):
     the pattern is only tried where a ``lower_triggers`` keyword occurs (case-insensitive
     patterns cannot use the engine's literal skip-ahead). With ``to_line_end`` the replaced part
     runs to the end of its line (after a keyword, whatever the line holds): a keyword inside a
-    part replaced starts no other match, and an anchored rule does not try it (2.21: each
+    part replaced starts no other match, and an anchored rule does not try it (2.20, later: each
     `Key Content :` of a line read the rest of the line, and 8 000 of them took 17 s).
     """
 
@@ -307,13 +307,14 @@ def command_heads(pattern: re.Pattern[str]) -> tuple[re.Pattern[str], ...]:
     the pattern starts with a group of branches each of that form, each branch's name. Empty when
     the pattern is of neither form or what follows refers back to a group."""
     source = pattern.pattern
-    if re.search(r"\(\?P=|\(\?\(|\\[1-9]", source):
-        return ()
+    top = _top_level(source)
+    if top is None or len(top) != 1 or re.search(r"\(\?P=|\(\?\(|\\[1-9]", source):
+        return ()  # a branch of its own would match where no name stands
     head = _head_of(source)
     if head is not None:
         return (re.compile(head, pattern.flags),)
     before = source.find("(?:")
-    if before not in (0, 2) or source[:before] not in ("", r"\b"):
+    if before == -1 or source[:before] not in ("", r"\b"):
         return ()
     branches = _top_level(source[before + 3:], stop=")")
     if branches is None:
@@ -327,12 +328,10 @@ def _head_of(source: str) -> str | None:
     """What comes before :data:`COMMAND_REST` (or a lookahead starting with it) in ``source``,
     when that is a whole sequence of its top level (no branch of several, no group left open)."""
     cut = source.find(COMMAND_REST)
+    if cut <= 0 or source.endswith(("(?!", "(?<=", "(?<!"), 0, cut):
+        return None  # what a negative lookahead or a lookbehind finds is no part of what the first name read
     if source.endswith("(?=", 0, cut):
         cut -= 3
-    elif source.endswith(("(?!", "(?<=", "(?<!"), 0, cut):
-        return None  # what a negative lookahead or a lookbehind finds is no part of what the first name read
-    if cut <= 0:
-        return None
     branches = _top_level(source[:cut])
     return source[:cut] if branches is not None and len(branches) == 1 else None
 
@@ -369,7 +368,7 @@ def command_matches(pattern: re.Pattern[str], heads: tuple[re.Pattern[str], ...]
 
     A later name of the same command (up to its line break or shell operator) reads a part of
     what the first one read: where the first finds nothing, none of the others does. Tried at
-    each name, a line of 8 000 `7zz ` read the rest of the line 8 000 times (2.21)."""
+    each name, a line of 8 000 `7zz ` read the rest of the line 8 000 times (2.20, later)."""
     anywhere = heads[0] if len(heads) == 1 else re.compile("|".join(f"(?:{head.pattern})" for head in heads), heads[0].flags)
     skips = [(-1, -1)] * len(heads)  # per name: where later names of a command that found nothing are
     position = 0
@@ -393,8 +392,6 @@ def command_matches(pattern: re.Pattern[str], heads: tuple[re.Pattern[str], ...]
 
 # A pattern that ends looking ahead on its line for a word: `…(?=[^\r\n]*-AsPlainText)`.
 _LINE_AHEAD = re.compile(r"\(\?=\[\^\\r\\n\]\*((?:[A-Za-z0-9_]|\\?-)+)\)\Z")
-
-
 _CHARACTER_SET = re.compile(r"\[\^?\]?(?:\\.|[^\]\\])*\]")
 
 
@@ -419,7 +416,7 @@ def line_lookahead_matches(before: re.Pattern[str], word: str, ignore_case: bool
     last ``word``, so ``before`` is matched with the text cut there.
 
     Looked ahead from each start, the rest of a line of 4 000 `ConvertTo-SecureString x` without
-    `-AsPlainText` was read 4 000 times (2.21)."""
+    `-AsPlainText` was read 4 000 times (2.20, later)."""
     text = scan.text
     where, word = (scan.lower(), word.lower()) if ignore_case else (text, word)
     line_end = last = -1  # the line of the last start, and its last word (-1: none)
