@@ -298,6 +298,8 @@ class RegexRule(Rule):
 # A command's name, then the rest of the command up to a line break or a shell operator, read for
 # a flag (`\b7zz\b[^\r\n|;&]*?[ \t]-p…`), or looked ahead in (`\bput-parameter\b(?=[^\r\n|;&]*--type…)`).
 COMMAND_REST = r"[^\r\n|;&]*"
+_BLANK = r"[ \t]"
+_BLANK_THEN = "(?:" + _BLANK
 _COMMAND_END = re.compile(r"[\r\n|;&]")
 
 
@@ -332,6 +334,12 @@ def _head_of(source: str) -> str | None:
         return None  # what a negative lookahead or a lookbehind finds is no part of what the first name read
     if source.endswith("(?=", 0, cut):
         cut -= 3
+    elif source.endswith(_BLANK_THEN, 0, cut) and source.startswith(COMMAND_REST + "?)?" + _BLANK, cut):
+        # `\bhttps?(?:[ \t][^\r\n|;&]*?)?[ \t]-a…`: a blank follows the name either way, and after
+        # one the rest of the command is read: the name is the name and a blank.
+        cut -= len(_BLANK_THEN)
+        branches = _top_level(source[:cut])
+        return source[:cut] + f"(?={_BLANK})" if branches is not None and len(branches) == 1 else None
     branches = _top_level(source[:cut])
     return source[:cut] if branches is not None and len(branches) == 1 else None
 

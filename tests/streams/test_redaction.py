@@ -3929,7 +3929,7 @@ _ARGUMENTS = ["-p", "-pX1!", "-p Ab1!xyz", "-P Ab1!xyz", "-k Ab1!xyz", "-u a:b",
               "-a a:Ab1!", "-b c=1", "-su a:Ab1!", "-pw Ab1!", "--pat Ab1!x", "--password Ab1!x", "--user a:b", "--auth a:Ab1",
               "--body Ab1!x", "--value Ab1!x", "--name /db/password", "--cookie c=1", "/RP Ab1!x", "--type SecureString",
               "-A bearer", "add_user a Ab1!x", "-u a,Ab1!x", "'x y'", '"q z"', "$PW", "[REDACTED:x]", "-H 'Authorization: Bearer Ab1x2y3z4w'",
-              "x", "curl", "7z"]
+              "x", "curl", "7z", "http", "https://h"]
 _COMMAND_LINES = st.lists(st.tuples(st.sampled_from(_COMMANDS), st.lists(st.sampled_from(_ARGUMENTS), max_size=4),
                                     st.sampled_from([" ", "\n", " | ", "; ", " && ", "\r\n", "\t"])), max_size=8).map(
     lambda commands: "".join(" ".join([name, *arguments]) + end for name, arguments, end in commands))
@@ -3938,6 +3938,7 @@ _COMMAND_LINES = st.lists(st.tuples(st.sampled_from(_COMMANDS), st.lists(st.samp
 @PROPERTY
 @given(_COMMAND_LINES)
 @example("curl x curl\n" + "y\n" * 6 + "curl -u a:Ab1x2 -H 'Authorization: Bearer Ab1x2y3z4w' z")
+@example("curl https://h http -a a:Ab1!x")
 def test_a_command_is_read_once_and_finds_what_finditer_does(text: str) -> None:
     """Reading each command once (skipping the later names of one that found nothing) finds the
     matches ``finditer`` does, for every rule read so, and the gitleaks curl rules' too."""
