@@ -3917,7 +3917,7 @@ def test_the_sixteenth_round_readings_run_in_linear_time() -> None:
 ])
 def test_every_reading_runs_in_linear_time(shape: str) -> None:
     """Shapes a scan of every rule's literals repeated on one line found quadratic with the
-    memories emptied (`curl -su a:` 2 000 / 8 000 times: 3.1 s / 49.8 s)."""
+    memories emptied (`curl -su a:` 2 000 / 8 000 times: 3.1 s / 49.4 s)."""
     assert_linear_time([shape], counts=(2_000, 8_000))
 
 
