@@ -217,7 +217,7 @@ class AssignmentRule(Rule):
                         prose.append(sentence)
                 if start >= word_end:
                     # Keywords glued in one run of word characters share its end: each read to
-                    # it, 4 000 `PasswordAuthentication` in a run took 20 s (2.20, later).
+                    # it, 4 000 `PasswordAuthentication` in a run took 20 s (2.21).
                     word_end = _word_end(scan.text, start)
                 said = _said_in_sentence(scan.text, start, word_end)
                 if said is not None:

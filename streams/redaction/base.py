@@ -244,7 +244,7 @@ class RegexRule(Rule):
     the pattern is only tried where a ``lower_triggers`` keyword occurs (case-insensitive
     patterns cannot use the engine's literal skip-ahead). With ``to_line_end`` the replaced part
     runs to the end of its line (after a keyword, whatever the line holds): a keyword inside a
-    part replaced starts no other match, and an anchored rule does not try it (2.20, later: each
+    part replaced starts no other match, and an anchored rule does not try it (2.21: each
     `Key Content :` of a line read the rest of the line, and 8 000 of them took 17 s).
     """
 
@@ -376,7 +376,7 @@ def command_matches(pattern: re.Pattern[str], heads: tuple[re.Pattern[str], ...]
 
     A later name of the same command (up to its line break or shell operator) reads a part of
     what the first one read: where the first finds nothing, none of the others does. Tried at
-    each name, a line of 8 000 `7zz ` read the rest of the line 8 000 times (2.20, later)."""
+    each name, a line of 8 000 `7zz ` read the rest of the line 8 000 times (2.21)."""
     anywhere = heads[0] if len(heads) == 1 else re.compile("|".join(f"(?:{head.pattern})" for head in heads), heads[0].flags)
     skips = [(-1, -1)] * len(heads)  # per name: where later names of a command that found nothing are
     position = 0
@@ -424,7 +424,7 @@ def line_lookahead_matches(before: re.Pattern[str], word: str, ignore_case: bool
     last ``word``, so ``before`` is matched with the text cut there.
 
     Looked ahead from each start, the rest of a line of 4 000 `ConvertTo-SecureString x` without
-    `-AsPlainText` was read 4 000 times (2.20, later)."""
+    `-AsPlainText` was read 4 000 times (2.21)."""
     text = scan.text
     where, word = (scan.lower(), word.lower()) if ignore_case else (text, word)
     line_end = last = -1  # the line of the last start, and its last word (-1: none)

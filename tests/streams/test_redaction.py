@@ -2433,7 +2433,7 @@ def assert_linear_time(shapes: list[str], counts: tuple[int, int] = (4_000, 16_0
     is timed twice more, the best of each count kept: a pause of a loaded machine (0.33 s for
     8 000 rclone lines that take 0.06 s) passes, a quadratic reading fails every time. Every
     memory of redaction is emptied before each timing: a retry answered from memory costs
-    nothing, and a quadratic reading passed (2.20, later)."""
+    nothing, and a quadratic reading passed (2.21)."""
     import time
 
     def cost(text: str) -> float:
@@ -3896,7 +3896,7 @@ def test_the_sixteenth_round_readings_run_in_linear_time() -> None:
     assert_linear_time(shapes, counts=(2_000, 8_000))
 
 
-# ------------------------------------------------- 2.20, later: every reading in linear time, memories emptied
+# ------------------------------------------------- 2.21: every reading in linear time, memories emptied
 
 @pytest.mark.parametrize("shape", [
     # A command's name, then the rest of the command read for a flag: each later name of a command
@@ -3992,7 +3992,7 @@ def test_a_lookahead_on_the_line_is_read_once(text: str) -> None:
                 max_size=24).map("".join))
 @example("ZXlKamNtbDBJanBi" + "aB3dE5gH7jK9mN1pQ3rS5tU7\nZXlKamNtbDBJanBi" * 3)
 def test_ported_tokens_read_from_their_prefixes_are_what_a_search_finds(text: str) -> None:
-    """Prefixes read in order of start, none inside a token kept before it (2.20, later), find what the
+    """Prefixes read in order of start, none inside a token kept before it (2.21), find what the
     search from every separator and run does."""
     from streams.redaction.base import Scan
     from streams.redaction.text import _prefilter
