@@ -33,6 +33,8 @@ __all__ = [
     "RAW_MAX_CHARS",
     "Accepted",
     "Content",
+    "CutArray",
+    "CutObject",
     "JsonLine",
     "Rejected",
     "SessionEmitter",
@@ -46,6 +48,7 @@ __all__ = [
     "parse_json",
     "raw_text",
     "read_bytes",
+    "read_cut",
     "read_lines",
     "small_payload",
     "split_line",
@@ -521,6 +524,127 @@ def _resume(text: str, cut: int, failed: int) -> tuple[int, list[tuple[int, int,
         if rest:
             return start, rest
     return None
+
+
+class CutObject(dict[str, Any]):
+    """A JSON object cut off (:func:`read_cut`): the members read whole before the cut, and the
+    last one's value cut too when it is a :class:`CutObject` or :class:`CutArray`."""
+
+
+class CutArray(list[Any]):
+    """A JSON array cut off (:func:`read_cut`): the items read whole before the cut, and the last
+    one cut too when it is a :class:`CutObject` or :class:`CutArray`."""
+
+
+class _NotCut(Exception):
+    """The text is wrong before its end: no cut record."""
+
+
+# Nesting levels :func:`read_cut` keeps of a cut value (an array of conversations, a conversation,
+# its messages); a cut member deeper than that is left out. Each level reads its cut member once
+# more, so the reading stays linear in the line.
+_CUT_DEPTH = 3
+# What a JSON text may end with when it was cut inside a literal, a number or a \u escape.
+_CUT_TOKEN = re.compile(r"(?:t(?:r(?:u)?)?|f(?:a(?:l(?:s)?)?)?|n(?:u(?:l)?)?|-|u[0-9a-fA-F]{0,3})?")
+
+
+def read_cut(line: bytes) -> CutObject | CutArray | None:
+    """What a JSON object or array cut off at the end of ``line`` holds whole before the cut (a
+    partial download, a writer killed mid-line, ``head -c``), or None when ``line`` is wrong
+    before its end, or not cut at all.
+
+    Every member is read as :func:`parse_json` reads it in the whole text (a lone surrogate as
+    U+FFFD; a key given twice refuses the text), so a record cut off yields the values its
+    completed line yields. A value cut off is left out: a number at the cut (``12`` may be the
+    head of ``1234``), or a string; an object or array is kept as a :class:`CutObject` or
+    :class:`CutArray` of what it holds whole (three levels deep). Linear in the line: each value
+    is read once, and once more per level it is nested in the cut."""
+    data = line.removeprefix(BOM)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as bad:
+        if bad.end != len(data) or bad.reason != "unexpected end of data":
+            return None
+        text = data[:bad.start].decode("utf-8")  # cut inside the last character: it is left out
+    at = _skip_space(text, 0)
+    if at == len(text) or text[at] not in "[{":
+        return None
+    try:
+        return _cut_container(text, at, 0)
+    except (_NotCut, RecursionError):
+        return None
+
+
+def _cut_container(text: str, at: int, depth: int) -> CutObject | CutArray:
+    """The container that starts at ``at``, cut off at the end of ``text``; _NotCut when
+    something before the end is wrong, or the container is whole."""
+    is_object = text[at] == "{"
+    found: CutObject | CutArray = CutObject() if is_object else CutArray()
+    closer = "}" if is_object else "]"
+    at += 1
+    while True:
+        at = _skip_space(text, at)
+        if at == len(text):
+            return found
+        if text[at] == closer:
+            # Whole (raw_decode read it whole, or the line is wrong elsewhere), or a trailing comma.
+            raise _NotCut
+        key = None
+        if is_object:
+            if text[at] != '"':
+                raise _NotCut
+            try:
+                key, at = _DECODER.raw_decode(text, at)
+            except json.JSONDecodeError as exc:
+                _cut_or_raise(text, exc)
+                return found
+            key = without_lone_surrogates(key)
+            if key in found:
+                raise _NotCut  # a key given twice: the whole line is refused for it
+            at = _skip_space(text, at)
+            if at == len(text):
+                return found
+            if text[at] != ":":
+                raise _NotCut
+            at = _skip_space(text, at + 1)
+            if at == len(text):
+                return found
+        try:
+            end = _DECODER.raw_decode(text, at)[1]
+        except json.JSONDecodeError as exc:
+            _cut_or_raise(text, exc)
+            if text[at] in "[{" and depth + 1 < _CUT_DEPTH:
+                _add(found, key, _cut_container(text, at, depth + 1))
+            return found
+        value, error = parse_json(text[at:end])
+        if error is not None:
+            raise _NotCut
+        after = _skip_space(text, end)
+        if after == len(text) and isinstance(value, int | float) and not isinstance(value, bool):
+            return found  # a number at the cut may be the head of a longer one
+        _add(found, key, value)
+        if after == len(text):
+            return found
+        if text[after] != ",":
+            raise _NotCut  # closed (so not cut) or no JSON
+        at = after + 1
+
+
+def _add(found: CutObject | CutArray, key: str | None, value: Any) -> None:
+    if isinstance(found, CutObject):
+        assert key is not None
+        found[key] = value
+    else:
+        found.append(value)
+
+
+def _cut_or_raise(text: str, exc: json.JSONDecodeError) -> None:
+    """Nothing when reading failed because ``text`` ends (cut inside a string, a literal, a
+    number or an escape, or where a token was due); _NotCut when it failed before."""
+    if exc.msg.startswith("Unterminated string"):
+        return
+    if _CUT_TOKEN.fullmatch(text[exc.pos:].rstrip(_JSON_SPACE)) is None:
+        raise _NotCut
 
 
 def _schema_reason(exc: SchemaError) -> str:

@@ -26,6 +26,8 @@ from streams.importers.base import (
     BOM,
     Accepted,
     Content,
+    CutArray,
+    CutObject,
     Rejected,
     SessionEmitter,
     fed_lines,
@@ -34,6 +36,7 @@ from streams.importers.base import (
     parse_json,
     raw_text,
     read_bytes,
+    read_cut,
     read_lines,
     small_payload,
     split_line,
@@ -98,6 +101,7 @@ class _Reading:
         if (current is not None and problem is None and own_id in (None, current.source_id)
                 and current.continued_by(meta["messages"])):
             yield from current.extend(meta, conv_label, run)
+            current.cut = isinstance(conversation, _Cut)
             imported[current.emitter.session_id] = [_signature_digest(m) for m in current.messages]
             if unread is not None:
                 yield Rejected(f"{conv_label}/response", unread, raw_text(conversation))
@@ -121,6 +125,7 @@ class _Reading:
         current = self.current = _Conversation(conversation, meta, label=conv_label, key=(self.label, index),
                                                log_id=self.log_id, acl=self.acl)
         current.source_id = source_id
+        current.cut = isinstance(conversation, _Cut)
         yield from current.begin(meta, run)
         known = imported.get(current.emitter.session_id, [])
         imported[current.emitter.session_id] = signatures if len(signatures) >= len(known) else known
@@ -250,6 +255,11 @@ def _conversations(path: Path, label: str, data: Content | None) -> Iterator[tup
             yield from _document_conversations(document, label)
             return
         if not _looks_like_jsonl(data):
+            if (kept := _cut_conversations(data)) is not None:
+                # A document cut off (a partial download): what it holds whole, as JSONL keeps
+                # the whole messages of a line cut off.
+                yield from _document_conversations(kept[0], label)
+                error += kept[1]
             yield Rejected(label, error, raw_text(data)), label, 0
             return
     elif (found := _jsonl_document(path, data)) is not None:
@@ -294,7 +304,78 @@ def _line_values(label: str, number: int, line: bytes) -> Iterator[tuple[int | s
     and name."""
     for at, part, value, error, _canonical in line_values(line):
         place: int | str = f"{number}@{at}" if at else number
+        if error is not None and (kept := _cut_conversations(part)) is not None:
+            # A record cut off: what it holds whole goes before the line's rejection, which says
+            # what was kept.
+            yield place, f"{label}:{place}", kept[0], None, part
+            error += kept[1]
         yield place, f"{label}:{place}", value, error, part
+
+
+class _CutRecord(dict[str, Any]):
+    """A conversation object read from a record cut off: its messages whole before the cut."""
+
+
+class _CutMessages(list[Any]):
+    """A message list read from a record cut off: the messages whole before the cut."""
+
+
+_Cut = (_CutRecord, _CutMessages)
+
+
+def _cut_conversations(raw: bytes) -> tuple[Any, str] | None:
+    """What a record cut off holds whole (:func:`streams.importers.base.read_cut`), as a
+    conversation (or a list of them, the last one cut) the importer takes, and the note its
+    rejection adds; None when it holds no whole message or is no cut record.
+
+    Each message whole before the cut is kept, with the facts read before it (``id``,
+    ``created``, ``model``, ``title``): its events are those of the completed record, under the
+    same eventIds, so the completed line appends the rest and nothing conflicts. A message cut
+    inside is left out until it is whole: kept cut, it would hold another text under the eventId
+    of the whole one (a conflict when the line is completed)."""
+    found = read_cut(raw)
+    if found is None:
+        return None
+    if isinstance(found, CutArray) and found and not any(isinstance(item, dict) and "role" in item for item in found):
+        # An array of conversations: those read whole, and what the cut one holds whole.
+        items: list[Any] = [item for item in found if not isinstance(item, CutObject | CutArray)]
+        kept = _cut_conversation(found[-1]) if isinstance(found[-1], CutObject | CutArray) else None
+        if kept is not None:
+            items.append(kept[0])
+        if not items or not _is_conversation_list(items):
+            return None
+        whole = len(items) - (kept is not None)
+        note = f"conversations 0 to {whole - 1}" if whole else ""
+        if kept is not None:
+            note += (" and " if whole else "") + f"{kept[1]} of conversation {whole}"
+        return items, f"; kept what it holds whole before the cut: {note}"
+    kept = _cut_conversation(found)
+    if kept is None:
+        return None
+    return kept[0], f"; kept what it holds whole before the cut: {kept[1]}"
+
+
+def _cut_conversation(found: CutObject | CutArray) -> tuple[_CutRecord | _CutMessages, str] | None:
+    """The conversation a cut object or message list holds whole, and which messages those are."""
+    if isinstance(found, CutArray):
+        messages = _CutMessages(item for item in found if not isinstance(item, CutObject | CutArray))
+        if not messages or not all(isinstance(item, dict) and "role" in item for item in messages):
+            return None
+        return messages, _kept_messages(len(messages))
+    if api_conversation(found) is not None:
+        return None  # a logged exchange: its answer comes last, and is what was cut
+    record = _CutRecord((key, value) for key, value in found.items() if not isinstance(value, CutObject | CutArray))
+    for key, value in found.items():
+        if isinstance(value, CutArray) and key in MESSAGE_LIST_KEYS:
+            record[key] = [item for item in value if not isinstance(item, CutObject | CutArray)]
+    messages = conversation_messages(record)
+    if not messages:
+        return None
+    return record, _kept_messages(len(messages))
+
+
+def _kept_messages(count: int) -> str:
+    return "messages[0]" if count == 1 else f"messages[0] to messages[{count - 1}]"
 
 
 MESSAGE_LIST_KEYS = ("messages", "traj", "trajectory", "conversation", "history")
@@ -400,6 +481,10 @@ class _Conversation:
         self.source_id: str | None = meta["id"]  # the id the record gave (sessionId may add @position)
         self.last_record = label
         self.answered = False  # the last turn ended at the assistant's answer
+        # Read from a record cut off (_cut_conversations): the conversation is not over, and its
+        # completed record will end it. session.ended would go out twice under one eventId, at
+        # two times: a conflict when the line is completed.
+        self.cut = False
 
     def begin(self, meta: dict[str, Any], run: _Run | None = None) -> Iterator[Result]:
         """session.started and the events of every message of ``meta`` (the conversation's
@@ -433,8 +518,11 @@ class _Conversation:
         self.messages = list(messages)
 
     def finish(self) -> Iterator[Result]:
-        """turn.ended of the open turn and session.ended."""
+        """turn.ended of the open turn and session.ended (only the former for a conversation cut
+        off: turn.ended's id names the turn's last event, so the completed turn's end is another)."""
         yield from self.emitter.end_turn(record=self.last_record, raw="")
+        if self.cut:
+            return
         yield self.emitter.emit(
             "session.ended", event_id=self.emitter.event_id("session.ended"),
             time=self.emitter.last_time or time_from_posix(self.base), record=self.last_record, raw="",

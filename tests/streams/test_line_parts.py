@@ -7,6 +7,7 @@ tests/fixtures/importers/openai_chat."""
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -76,7 +77,14 @@ def test_a_cut_record_loses_only_itself_to_the_whole_one_after_it(source: Path, 
     if source is CLAUDE:  # byte for byte: the ids come from the lines' uuids
         assert events == _imported(lost)[0]
     else:
-        assert _content(events) == _content(_imported(lost)[0])
+        # ... and what the cut conversation holds whole before the cut: its first messages.
+        found, without = Counter(_content(events)), Counter(_content(_imported(lost)[0]))
+        alone = tmp_path / "alone" / source.name
+        alone.parent.mkdir()
+        alone.write_bytes(lines[at] + b"\n")
+        assert found > without and found - without <= Counter(_content(_imported(alone)[0])) + Counter(
+            {("turn.ended", "None"): 1})
+        assert "kept what it holds whole before the cut: messages[0]" in line[0].reason
     assert _imported(crashed)[0] == events
 
 
