@@ -26,6 +26,7 @@ from streams.importers.gemini import is_gemini_record, iter_gemini
 from streams.importers.openai_chat import (
     api_conversation,
     conversation_messages,
+    cut_conversations,
     is_message_line,
     iter_openai_chat,
 )
@@ -267,9 +268,17 @@ def _sniff(path: Path) -> str | None:
                 return found
     if lines and lines[0].removeprefix(BOM)[:1] in (b"[", b"{"):
         # A pretty-printed JSON document: only the whole of it says what it is.
-        document, error = parse_json(path.read_bytes())
+        data = path.read_bytes()
+        document, error = parse_json(data)
         if error is None:
             return _sniff_value(document)
+        # A conversation cut off (the file's one line, or a document, cut by `head -c` or a
+        # partial download) is one still: the messages it holds whole are imported. Its messages
+        # have a chat role (a Gemini CLI recording's have none).
+        kept = cut_conversations(lines[0]) or cut_conversations(data)
+        if kept is not None and _sniff_value(kept[0]) == "openai-chat" and all(
+                isinstance(message, dict) and "role" in message for message in conversation_messages(kept[0]) or []):
+            return "openai-chat"
     return None
 
 

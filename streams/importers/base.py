@@ -14,7 +14,7 @@ import hashlib
 import io
 import json
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from itertools import chain
@@ -548,7 +548,7 @@ _CUT_DEPTH = 3
 _CUT_TOKEN = re.compile(r"(?:t(?:r(?:u)?)?|f(?:a(?:l(?:s)?)?)?|n(?:u(?:l)?)?|-|u[0-9a-fA-F]{0,3})?")
 
 
-def read_cut(line: bytes) -> CutObject | CutArray | None:
+def read_cut(line: bytes, into: Collection[str] = ()) -> CutObject | CutArray | None:
     """What a JSON object or array cut off at the end of ``line`` holds whole before the cut (a
     partial download, a writer killed mid-line, ``head -c``), or None when ``line`` is wrong
     before its end, or not cut at all.
@@ -557,8 +557,10 @@ def read_cut(line: bytes) -> CutObject | CutArray | None:
     U+FFFD; a key given twice refuses the text), so a record cut off yields the values its
     completed line yields. A value cut off is left out: a number at the cut (``12`` may be the
     head of ``1234``), or a string; an object or array is kept as a :class:`CutObject` or
-    :class:`CutArray` of what it holds whole (three levels deep). Linear in the line: each value
-    is read once, and once more per level it is nested in the cut."""
+    :class:`CutArray` of what it holds whole, three levels deep: an array's cut item, and the cut
+    value of an object's member named in ``into`` (the others are left out: a cut vector of a
+    million numbers is not read number by number). Linear in the line: each value is read once,
+    and once more per level it is nested in the cut."""
     data = line.removeprefix(BOM)
     try:
         text = data.decode("utf-8")
@@ -570,12 +572,12 @@ def read_cut(line: bytes) -> CutObject | CutArray | None:
     if at == len(text) or text[at] not in "[{":
         return None
     try:
-        return _cut_container(text, at, 0)
+        return _cut_container(text, at, 0, into)
     except (_NotCut, RecursionError):
         return None
 
 
-def _cut_container(text: str, at: int, depth: int) -> CutObject | CutArray:
+def _cut_container(text: str, at: int, depth: int, into: Collection[str]) -> CutObject | CutArray:
     """The container that starts at ``at``, cut off at the end of ``text``; _NotCut when
     something before the end is wrong, or the container is whole."""
     is_object = text[at] == "{"
@@ -613,8 +615,8 @@ def _cut_container(text: str, at: int, depth: int) -> CutObject | CutArray:
             end = _DECODER.raw_decode(text, at)[1]
         except json.JSONDecodeError as exc:
             _cut_or_raise(text, exc)
-            if text[at] in "[{" and depth + 1 < _CUT_DEPTH:
-                _add(found, key, _cut_container(text, at, depth + 1))
+            if text[at] in "[{" and depth + 1 < _CUT_DEPTH and (key is None or key in into):
+                _add(found, key, _cut_container(text, at, depth + 1, into))
             return found
         value, error = parse_json(text[at:end])
         if error is not None:

@@ -43,7 +43,8 @@ from streams.importers.base import (
     time_from_posix,
 )
 
-__all__ = ["MESSAGE_LIST_KEYS", "ROLES", "SOURCE", "ChatCursor", "api_conversation", "conversation_messages", "is_message_line", "iter_openai_chat"]
+__all__ = ["MESSAGE_LIST_KEYS", "ROLES", "SOURCE", "ChatCursor", "api_conversation", "conversation_messages",
+           "cut_conversations", "is_message_line", "iter_openai_chat"]
 
 SOURCE = "openai-chat"
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
@@ -255,7 +256,7 @@ def _conversations(path: Path, label: str, data: Content | None) -> Iterator[tup
             yield from _document_conversations(document, label)
             return
         if not _looks_like_jsonl(data):
-            if (kept := _cut_conversations(data)) is not None:
+            if (kept := cut_conversations(data)) is not None:
                 # A document cut off (a partial download): what it holds whole, as JSONL keeps
                 # the whole messages of a line cut off.
                 yield from _document_conversations(kept[0], label)
@@ -304,7 +305,7 @@ def _line_values(label: str, number: int, line: bytes) -> Iterator[tuple[int | s
     and name."""
     for at, part, value, error, _canonical in line_values(line):
         place: int | str = f"{number}@{at}" if at else number
-        if error is not None and (kept := _cut_conversations(part)) is not None:
+        if error is not None and (kept := cut_conversations(part)) is not None:
             # A record cut off: what it holds whole goes before the line's rejection, which says
             # what was kept.
             yield place, f"{label}:{place}", kept[0], None, part
@@ -323,7 +324,7 @@ class _CutMessages(list[Any]):
 _Cut = (_CutRecord, _CutMessages)
 
 
-def _cut_conversations(raw: bytes) -> tuple[Any, str] | None:
+def cut_conversations(raw: bytes) -> tuple[Any, str] | None:
     """What a record cut off holds whole (:func:`streams.importers.base.read_cut`), as a
     conversation (or a list of them, the last one cut) the importer takes, and the note its
     rejection adds; None when it holds no whole message or is no cut record.
@@ -333,7 +334,7 @@ def _cut_conversations(raw: bytes) -> tuple[Any, str] | None:
     same eventIds, so the completed line appends the rest and nothing conflicts. A message cut
     inside is left out until it is whole: kept cut, it would hold another text under the eventId
     of the whole one (a conflict when the line is completed)."""
-    found = read_cut(raw)
+    found = read_cut(raw, MESSAGE_LIST_KEYS)
     if found is None:
         return None
     if isinstance(found, CutArray) and found and not any(isinstance(item, dict) and "role" in item for item in found):
@@ -358,10 +359,10 @@ def _cut_conversations(raw: bytes) -> tuple[Any, str] | None:
 def _cut_conversation(found: CutObject | CutArray) -> tuple[_CutRecord | _CutMessages, str] | None:
     """The conversation a cut object or message list holds whole, and which messages those are."""
     if isinstance(found, CutArray):
-        messages = _CutMessages(item for item in found if not isinstance(item, CutObject | CutArray))
-        if not messages or not all(isinstance(item, dict) and "role" in item for item in messages):
+        whole = _CutMessages(item for item in found if not isinstance(item, CutObject | CutArray))
+        if not whole or not all(isinstance(item, dict) and "role" in item for item in whole):
             return None
-        return messages, _kept_messages(len(messages))
+        return whole, _kept_messages(len(whole))
     if api_conversation(found) is not None:
         return None  # a logged exchange: its answer comes last, and is what was cut
     record = _CutRecord((key, value) for key, value in found.items() if not isinstance(value, CutObject | CutArray))
