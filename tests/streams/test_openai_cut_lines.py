@@ -23,8 +23,8 @@ TAU = Path("/tmp/realdata/sessions/openai-chat/sierra-research+tau-bench/tau-ben
 needs_tau = pytest.mark.skipif(not TAU.exists(), reason="the tau-bench runs are not on this machine")
 
 
-def _tau_lines(count: int = 3) -> list[bytes]:
-    return TAU.read_bytes().splitlines(keepends=True)[:count]
+def _tau_lines(count: int = 3, start: int = 0) -> list[bytes]:
+    return TAU.read_bytes().splitlines(keepends=True)[start:start + count]
 
 
 def _unicode_copy(line: bytes) -> bytes:
@@ -66,6 +66,7 @@ def _check_cut(tmp: Path, lines: list[bytes], cut: int) -> None:
     whole.write_bytes(b"".join(lines))
     cut_file.write_bytes(b"".join(lines[:-1]) + lines[-1][:cut])
     expected = {i.event["eventId"]: i for i in _import(whole) if isinstance(i, Accepted)}
+    session = json.loads(lines[-1])["id"]
     got = _import(cut_file)
     accepted = {i.event["eventId"]: i.event for i in got if isinstance(i, Accepted)}
     number = len(lines)
@@ -76,7 +77,7 @@ def _check_cut(tmp: Path, lines: list[bytes], cut: int) -> None:
     for event_id, item in expected.items():
         # The line's session.ended goes out with the completed line only.
         if (item.record in wanted or not item.record.startswith(f"runs.jsonl:{number}")) and (
-                item.event["type"] != "session.ended" or item.event["sessionId"] != "tau-airline-task002"):
+                item.event["type"] != "session.ended" or item.event["sessionId"] != session):
             assert accepted.get(event_id) == item.event, (item.record, item.event["type"])
     for event_id, event in accepted.items():
         # New: only the end of the turn the cut left open, named after its last event.
@@ -91,10 +92,10 @@ def _check_cut(tmp: Path, lines: list[bytes], cut: int) -> None:
 
 
 @needs_tau
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_a_cut_tau_bench_line_keeps_every_message_before_the_cut(tmp_path_factory, data) -> None:
-    lines = _tau_lines()
+    lines = _tau_lines(2, data.draw(st.integers(0, 48), label="run"))  # a whole line, and one to cut
     if data.draw(st.booleans(), label="unicode"):
         lines = [*lines[:-1], _unicode_copy(lines[-1])]
     cut = data.draw(st.integers(1, len(lines[-1]) - 2), label="cut")
@@ -201,6 +202,8 @@ def test_a_cut_line_completed_later_appends_only_the_rest(tmp_path: Path, cut_at
     assert salvaged and [i.record for i in l1.dead] == ["runs.jsonl:3"]
     before = set(l1.counts())
     assert first.appended == len(before)
+    again = _follow(live, l1, home)  # still cut: nothing new, the line dead-lettered once
+    assert (again.appended, [i.record for i in again.rejected_before]) == (0, ["runs.jsonl:3"])
     live.write_bytes(b"".join(lines))
     second = _follow(live, l1, home)
     whole = {i.event["eventId"] for i in _import(live) if isinstance(i, Accepted)}
