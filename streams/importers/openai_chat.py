@@ -482,7 +482,7 @@ class _Conversation:
         self.source_id: str | None = meta["id"]  # the id the record gave (sessionId may add @position)
         self.last_record = label
         self.answered = False  # the last turn ended at the assistant's answer
-        # Read from a record cut off (_cut_conversations): the conversation is not over, and its
+        # Read from a record cut off (cut_conversations): the conversation is not over, and its
         # completed record will end it. session.ended would go out twice under one eventId, at
         # two times: a conflict when the line is completed.
         self.cut = False
