@@ -135,9 +135,10 @@ def _write(directory: Path, lines: list[bytes], suffix: str = ".jsonl") -> Path:
 
 
 def _non_blank_lines(path: Path) -> set[int]:
-    # A file's byte-order mark is not content: every importer reads a file of a BOM alone as empty.
-    text = path.read_bytes().removeprefix(b"\xef\xbb\xbf")
-    return {number for number, line in enumerate(text.split(b"\n"), start=1) if line.strip()}
+    # A byte-order mark is not content, at a file's start or at a line's (files joined by `cat`):
+    # every importer reads a line of a BOM alone as blank (streams.importers.base.non_blank).
+    return {number for number, line in enumerate(path.read_bytes().split(b"\n"), start=1)
+            if line.strip().removeprefix(b"\xef\xbb\xbf").strip()}
 
 
 def _lines_of(record: str, label: str) -> range:
@@ -176,6 +177,7 @@ def check_results(results: list[Any], path: Path, label: str) -> None:
 @example(lines=[b'{"messages": [{"role": "user", "content": ' + _deep(300, b"1", True) + b"}]}"])
 @example(lines=[b'{"eventId": "e", "sessionId": "s", "type": "message", "time": "9999-12-31T23:59:59-01:00"}'])
 @example(lines=[b"\xef\xbb\xbf"])  # found: a file of a byte-order mark alone is an empty file
+@example(lines=[b"{}", b"\xef\xbb\xbf"])  # found: so is a line of one after the first
 def test_every_line_is_an_event_or_a_reject(
     tmp_path_factory: pytest.TempPathFactory, fmt: str, lines: list[bytes]
 ) -> None:
