@@ -203,13 +203,13 @@ def _copy_decoded(source: Any, target: Any) -> None:
 
 def _text(data: bytes) -> str:
     try:
-        return str(without_lone_surrogates(data.decode("utf-8", "surrogatepass")))
+        return without_lone_surrogates(data.decode("utf-8", "surrogatepass"))
     except UnicodeDecodeError:
         return data.decode("utf-8", "replace")
 
 
 def _loads(body: bytes) -> Any:
-    """The OTLP JSON ``body``, a lone surrogate escape read as U+FFFD (json.JSONDecodeError when
+    """The OTLP JSON ``body``, a lone surrogate escape read as U+FFFD (orjson.JSONDecodeError when
     it is no JSON). A JavaScript SDK cuts an attribute to its length limit by UTF-16 units, and
     JSON.stringify writes half an emoji so: the whole export was a 400, which an exporter does not
     retry, so every span of it was lost for half a character."""
@@ -218,12 +218,7 @@ def _loads(body: bytes) -> Any:
     except orjson.JSONDecodeError as exc:
         if "surrogate" not in exc.msg:
             raise
-        # No JSON for another reason too (cut off, say): the stdlib parser's JSONDecodeError says
-        # where; not UTF-8 or nested too deeply: orjson's says what.
-        try:
-            return loads_with_lone_surrogates(body, refuse_repeated_keys=False)
-        except (UnicodeDecodeError, RecursionError):
-            raise exc from None
+        return loads_with_lone_surrogates(body, refuse_repeated_keys=False)
 
 
 def _shape_problem(request: Any, levels: tuple[str, str, str] = _SIGNALS["traces"].levels) -> str | None:

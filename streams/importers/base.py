@@ -23,7 +23,13 @@ from typing import Any
 
 import orjson
 
-from streams.asp import json_kind, loads_event_canonical, parse_time, validate_event_bytes
+from streams.asp import (
+    json_kind,
+    loads_event,
+    loads_event_canonical,
+    parse_time,
+    validate_event_bytes,
+)
 from streams.exceptions import ImportFormatError, SchemaError
 
 __all__ = [
@@ -194,10 +200,10 @@ def _parse_json(line: bytes | str) -> tuple[Any, str | None, bool]:
                 return loads_with_lone_surrogates(line), None, False
             except SchemaError as duplicate:
                 return None, duplicate.reason, False
-            except json.JSONDecodeError as other:  # cut off, say: the surrogate is not what is wrong
-                return None, f"invalid JSON (truncated or not JSON): {other}", False
-            except (UnicodeDecodeError, RecursionError):  # said below, as for any line
-                pass
+            except orjson.JSONDecodeError as other:
+                if "UTF-8" not in other.msg:  # cut off, say: the surrogate is not what is wrong
+                    return None, f"invalid JSON (truncated or not JSON): {other}", False
+                exc = other  # not UTF-8 besides: said below, as for any line
         if isinstance(line, bytes):
             try:
                 line.decode("utf-8")
@@ -217,39 +223,36 @@ def _parse_json(line: bytes | str) -> tuple[Any, str | None, bool]:
 #: character past U+FFFF, when it cuts a string between the two halves (a tool output cut to its
 #: length limit).
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+#: In JSON text: a surrogate pair's escapes (kept), a lone surrogate's escape (group 1), any other
+#: escape (kept whole, so the ``u`` of an escaped backslash's ``\\ud800`` is no escape), and a
+#: surrogate's three UTF-8 bytes (group 2).
+_SURROGATE_ESCAPES = re.compile(rb"\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}"
+                                rb"|(\\u[dD][89a-fA-F][0-9a-fA-F]{2})|\\.|(\xed[\xa0-\xbf][\x80-\xbf])", re.DOTALL)
+
+
+def _mend(match: re.Match[bytes]) -> bytes:
+    if match.group(1) is not None:
+        return rb"\ufffd"
+    return "\ufffd".encode() if match.group(2) is not None else match.group(0)
 
 
 def loads_with_lone_surrogates(text: bytes | str, *, refuse_repeated_keys: bool = True) -> Any:
     """The JSON ``text`` that orjson refused for a lone surrogate escape, each such surrogate read
     as U+FFFD (the replacement character, as a UTF-8 decoder reads a broken sequence). Such a line
     was rejected whole (``no low surrogate in string``): a user's prompt or a tool's whole output
-    dead-lettered for half an emoji. ValueError when ``text`` is no JSON for other reasons (a
-    UnicodeDecodeError when it is no UTF-8), RecursionError when it nests too deeply, SchemaError
-    for a key given twice unless ``refuse_repeated_keys`` is false (then the last copy stands, as
-    orjson reads it)."""
-
-    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-        obj: dict[str, Any] = {}
-        for key, value in items:
-            key = _LONE_SURROGATE.sub("\ufffd", key)
-            if key in obj and refuse_repeated_keys:
-                raise SchemaError(f"duplicate key {key!r} in a JSON object; each key may appear once")
-            obj[key] = value
-        return obj
-
-    return without_lone_surrogates(json.loads(text, object_pairs_hook=pairs))
+    dead-lettered for half an emoji. The surrogates are replaced in the text (each by as many
+    characters, so an error's position stands) and orjson reads the rest as it reads any line: a
+    NaN or a 1e999 is no JSON here either, and a number past 64 bits is the same float.
+    orjson.JSONDecodeError when ``text`` is no JSON for other reasons, SchemaError for a key given
+    twice unless ``refuse_repeated_keys`` is false (then the last copy stands, as orjson reads it)."""
+    data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
+    mended = _SURROGATE_ESCAPES.sub(_mend, data)
+    return loads_event(mended) if refuse_repeated_keys else orjson.loads(mended)
 
 
-def without_lone_surrogates(value: Any) -> Any:
-    """``value`` (a string, or the lists and objects of one parsed JSON value) with each lone
-    surrogate it holds as U+FFFD."""
-    if isinstance(value, str):
-        return _LONE_SURROGATE.sub("\ufffd", value)
-    if isinstance(value, list):
-        return [without_lone_surrogates(item) for item in value]
-    if isinstance(value, dict):  # its keys are replaced already, and told apart after that
-        return {key: without_lone_surrogates(item) for key, item in value.items()}
-    return value
+def without_lone_surrogates(value: str) -> str:
+    """``value`` with each lone surrogate it holds as U+FFFD."""
+    return _LONE_SURROGATE.sub("\ufffd", value)
 
 
 def read_lines(path: Path, data: Content | None = None) -> Iterator[tuple[int, bytes]]:

@@ -19,6 +19,7 @@ from streams.chunking import Chunker, ChunkerConfig, default_tokenizer
 from streams.exceptions import ImportFormatError, SchemaError
 from streams.importers import FORMATS, Accepted, Rejected, detect_format, iter_records
 from streams.importers.asp import iter_asp
+from streams.importers.base import parse_json
 from streams.importers.claude_code import iter_claude_code
 from streams.importers.openai_chat import iter_openai_chat
 from tests.streams.follow_kit import LIMIT, follow_as_it_grows
@@ -1112,7 +1113,7 @@ def test_a_lone_surrogate_escape_is_read_as_the_replacement_character(tmp_path: 
              if e["type"] in ("message", "tool.result")]
     assert texts == ["ship it \ufffd and \U0001f680", "\ufffd tail of the output"]
     assert [r.reason for r in rejected] == [
-        "invalid JSON (truncated or not JSON): Unterminated string starting at: line 1 column 148 (char 147)",
+        "invalid JSON (truncated or not JSON): unexpected end of data: line 1 column 158 (char 157)",
         "duplicate key 'a\ufffd' in a JSON object; each key may appear once"]
 
     chat = tmp_path / "chat.jsonl"
@@ -1123,6 +1124,19 @@ def test_a_lone_surrogate_escape_is_read_as_the_replacement_character(tmp_path: 
     assert rejected == []
     assert [e["fields"]["text"] for e in accepted if e["type"] == "message"] == ["lone \ufffd low", "ok"]
 
+
+
+def test_a_line_with_a_lone_surrogate_is_read_by_the_parser_of_every_line() -> None:
+    """The lone surrogate's line was read by another parser than every other line's: a NaN, an
+    Infinity or a 1e999 (no JSON, refused on any other line) were read as floats into the event,
+    and a number past 64 bits as an int where orjson reads a float. Only the surrogate differs."""
+    for value in (b"NaN", b"-Infinity", b"1e999"):
+        line = b'{"a": "\\ud800", "b": ' + value + b"}"
+        assert parse_json(line)[0] is None, line
+        assert parse_json(line.replace(b"\\ud800", b"x"))[0] is None
+    big = b'{"a": "\\ud800", "b": 123456789012345678901234567890}'
+    assert parse_json(big) == (parse_json(big.replace(b"\\ud800", b"\\ufffd"))[0], None)
+    assert parse_json(b'{"a": "\\\\ud800 \\ud83d\\ude80 \\udc00 \xed\xa0\x80"}') == ({"a": "\\ud800 \U0001f680 \ufffd \ufffd"}, None)
 
 _COMPLETION = {
     "id": "chatcmpl-9", "object": "chat.completion", "created": 1730000000, "model": "gpt-4o",
