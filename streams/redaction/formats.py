@@ -185,9 +185,10 @@ def _jaas_user(match: re.Match[str]) -> bool:
 
 
 # Netscape's cookies.txt (curl -c, wget --save-cookies, yt-dlp, browser exports): seven tab-separated
-# fields, the value last.
+# fields, the value last. The value ends in a character that is no blank (a lazy value looked
+# over the blanks after each of its characters: quadratic in a line of blanks).
 _COOKIES_TXT = re.compile(r"^(?:#HttpOnly_)?[^\s#][^\t\r\n]*\t(?:TRUE|FALSE)\t[^\t\r\n]*\t(?:TRUE|FALSE)\t-?[0-9]+\t[^\t\r\n]+\t"
-                          r"(?P<value>[^\t\r\n]+?)[ \t]*\r?$", re.ASCII | re.MULTILINE)
+                          r"(?P<value>[^\t\r\n]*[^\s])[ \t]*\r?$", re.ASCII | re.MULTILINE)
 # A cookie written as its header holds it, name=value and attributes (document.cookie, a
 # Set-Cookie value set in code, a browser's or a proxy's listing).
 _COOKIE_STRING = re.compile(r"(?<![A-Za-z0-9_.%-])(?P<name>[A-Za-z_][A-Za-z0-9_.-]{0,63})=(?P<value>[^;\s\"'`=,]{8,4096}={0,2});[ \t]*"
@@ -298,9 +299,11 @@ _BRACED_PASSWORD = re.compile(r"(?<![A-Za-z0-9_])(?:pwd|password)[ \t]*=[ \t]*\{
                               re.ASCII | re.IGNORECASE | re.MULTILINE)
 
 
-# What braces hold in a template or an f-string: a name, an attribute or an item, a conversion and a
-# format (`{password}`, `{cfg.db_password!r}`, `{pw:>10}`).
-_TEMPLATE = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*(?:\[[^\]]*\])*(?:![rsa])?(?::[^{}]*)?|[{$%].*", re.ASCII | re.DOTALL)
+# What braces hold in a template or an f-string: a name, an attribute, an item or a call, a conversion
+# and a format (`{password}`, `{cfg.db_password!r}`, `{pw:>10}`, `{ quote_plus(pw) }`), or a format
+# string's field number (`"Server={0};Password={1};".format(...)`, .NET's String.Format).
+_TEMPLATE = re.compile(r"[ \t]*(?:[0-9]{1,2}|[A-Za-z_][A-Za-z0-9_.]*(?:\[[^\]]*\]|\((?:[A-Za-z_'\"][^()]*)?\))*)[ \t]*(?:![rsa])?(?::[^{}]*)?"
+                       r"|[{$%].*", re.ASCII | re.DOTALL)
 
 
 def _braced(match: re.Match[str]) -> bool:
@@ -422,9 +425,10 @@ _CALLS = (
               description="a TOTP / HOTP seed given to pyotp.TOTP / HOTP or otplib (2.21)",
               pattern=re.compile(r"(?:pyotp\.(?:TOTP|HOTP)\(|otplib\.[A-Za-z.]{1,40}\()[ \t]*(?P<q>['\"`])(?P<value>[A-Za-z2-7]{16,128}=*)(?P=q)",
                                  re.ASCII)),
+    # Its options are bounded: a line of `-oathtool` options was read to its end from each mention.
     RegexRule(name="secret-in-prose", lower_triggers=("oathtool",), anchored=True, group="value",
               description="a TOTP / HOTP seed on oathtool's command line (base32 after -b, or hex) (2.21)",
-              pattern=re.compile(r"oathtool\b(?:[ \t]+-[-A-Za-z0-9=]+)*[ \t]+['\"]?(?P<value>[A-Z2-7]{16,128}=*|[0-9a-fA-F]{20,128})['\"]?"
+              pattern=re.compile(r"oathtool\b(?:[ \t]+-[-A-Za-z0-9=]{1,64}){0,8}[ \t]+['\"]?(?P<value>[A-Z2-7]{16,128}=*|[0-9a-fA-F]{20,128})['\"]?"
                                  r"(?![A-Za-z0-9])", re.ASCII)),
     # An API client constructed with its key as the first literal (cohere.Client("…"),
     # DeepgramClient("…")): a random one; a URL, a path or a name is none.

@@ -2427,6 +2427,16 @@ def forget_redactions() -> None:
     redact_text("a text to build the rules with")
 
 
+def redaction_cost(text: str) -> float:
+    """The CPU seconds :func:`redact_text` takes over ``text`` with every memory emptied first."""
+    import time
+
+    forget_redactions()
+    started = time.process_time()
+    redact_text(text)
+    return time.process_time() - started
+
+
 def assert_linear_time(shapes: list[str], counts: tuple[int, int] = (4_000, 16_000)) -> None:
     """Each shape repeated four times as often costs at most eight times the CPU (plus 0.2 s of
     noise): a reading that goes back over what it read grows sixteenfold. A shape over the bound
@@ -2434,20 +2444,12 @@ def assert_linear_time(shapes: list[str], counts: tuple[int, int] = (4_000, 16_0
     8 000 rclone lines that take 0.06 s) passes, a quadratic reading fails every time. Every
     memory of redaction is emptied before each timing: a retry answered from memory costs
     nothing, and a quadratic reading passed (2.21)."""
-    import time
-
-    def cost(text: str) -> float:
-        forget_redactions()
-        started = time.process_time()
-        redact_text(text)
-        return time.process_time() - started
-
     for shape in shapes:
-        timings = [cost(shape * count) for count in counts]
+        timings = [redaction_cost(shape * count) for count in counts]
         for _ in range(2):
             if timings[1] < 8 * timings[0] + 0.2:
                 break
-            timings = [min(best, cost(shape * count)) for best, count in zip(timings, counts, strict=True)]
+            timings = [min(best, redaction_cost(shape * count)) for best, count in zip(timings, counts, strict=True)]
         assert timings[1] < 8 * timings[0] + 0.2, (shape, timings)
 
 
@@ -3819,6 +3821,7 @@ _BITLOCKER = "-".join(f"{11 * n:06d}" for n in (13772, 9120, 50221, 64001, 3, 47
     ("PW lautet umjy%YHB20inm", "umjy%YHB20inm"),
     ("ww: phub#FWG35sdl", "phub#FWG35sdl"),
     ("Le code d'acc\u00e8s est drll~KDM36ajp", "drll~KDM36ajp"),
+    ("Driver={ODBC Driver 18 for SQL Server};Uid=sa;Pwd={Secr3t(2024)};", "Secr3t(2024)"),  # no call of a name
 ])
 def test_a_secret_the_sixteenth_round_found_never_survives(text: str, secret: str) -> None:
     """QA, session 32 (policy 2.21): what 298 seeds (key material with a shape of its own, log-intake
@@ -3849,6 +3852,11 @@ def test_a_secret_the_sixteenth_round_found_never_survives(text: str, secret: st
     'conn = f"Server=db;Pwd={pw};"',
     'print(f"password={password!r}")',
     'dsn = f"Server=db;Password={cfg.db_password!s};"',
+    # a call, blanks inside the braces, a format string's field number: code, not a password
+    'conn = f"Server=db;Pwd={os.getenv(\'DB_PW\')};"',
+    'conn_str = f"UID={user};PWD={quote_plus(pw)};"',
+    'dsn = $"Server=db;Password={ settings.DbPassword };"',
+    '"Server={0};Database={1};Uid={2};Password={3};".format(host, db, user, pw)',
     '{"type": "token", "value": "placeholder"}',
     "random_seed = 42",
     "seed: 1234",
@@ -3884,6 +3892,16 @@ def test_names_the_sixteenth_round_reads() -> None:
         assert name_class(name) is not None, name
     for name in ("bypass", "compass", "passenger", "userpass", "random_seed", "seed", "answer", "backup", "passkey_id", "total_pass", "recovery", "pin", "led_pin"):
         assert name_class(name) is None, name
+
+
+def test_the_sixteenth_round_readings_read_a_long_run_once() -> None:
+    """A line of `-oathtool` options was read to its end from each mention, and a cookies.txt
+    line's lazy value looked over the blanks after each of its characters: both quadratic."""
+    for build in (lambda n: "oathtool" + " -oathtool" * n, lambda n: "x\tTRUE\t/\tTRUE\t1\tn\tv" + " " * (4 * n) + "x\n"):
+        small, large = redaction_cost(build(2_000)), redaction_cost(build(8_000))
+        if large >= 8 * small + 0.2:
+            small, large = min(small, redaction_cost(build(2_000))), min(large, redaction_cost(build(8_000)))
+        assert large < 8 * small + 0.2, (build(1), small, large)
 
 
 def test_the_sixteenth_round_readings_run_in_linear_time() -> None:
