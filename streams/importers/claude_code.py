@@ -778,7 +778,6 @@ def _said(line: dict[str, Any]) -> bytes:
     return hashlib.blake2b(said, digest_size=16).digest()
 
 
-
 def _check_conversation_line(line: dict[str, Any]) -> tuple[str | None, list[Any], str | None]:
     """(problem, content blocks, time) of a user/assistant line; problem names the field."""
     message = line.get("message")
