@@ -346,15 +346,18 @@ _SHORT_BODIES = frozenset({"curl-auth-header", "curl-auth-user", "sidekiq-sensit
 # as they match it. A later keyword of the line reads a part of what the first one read, so where
 # the first finds nothing none of the line's others does: trying each read the rest of the line
 # once per keyword, and a line of 8 000 `curl -su a:` took 50 s (2.21).
-_FROM_THE_LINE_START = {"curl-auth-header": re.compile(r"\bcurl\b"), "curl-auth-user": re.compile(r"\bcurl\b")}
+_FROM_THE_LINE_START = {"curl-auth-header": r"\bcurl\b", "curl-auth-user": r"\bcurl\b"}
 
 
 def _matches(rule: _Ported, text: str) -> Iterable[re.Match[str]]:
     """``rule.pattern.finditer(text)``, trying one keyword of a line that found nothing."""
-    keyword = _FROM_THE_LINE_START.get(rule.name)
-    if keyword is None:
+    source = _FROM_THE_LINE_START.get(rule.name)
+    if source is None:
         yield from rule.pattern.finditer(text)
         return
+    # With the rule's flags: its \b is ASCII, and a Unicode one found no `curl` glued to a
+    # non-ASCII letter (`执行curl … -u a:pw`), which the rule itself reads.
+    keyword = re.compile(source, rule.pattern.flags)
     position = 0
     while (head := keyword.search(text, position)) is not None:
         match = rule.pattern.match(text, head.start())

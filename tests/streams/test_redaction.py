@@ -3939,7 +3939,7 @@ def test_every_reading_runs_in_linear_time(shape: str) -> None:
     assert_linear_time([shape], counts=(2_000, 8_000))
 
 
-_COMMANDS = ["curl", "7z", "7zz", "rar", "mysql", "mariadb", "sshpass", "redis-cli", "openssl", "zip", "sqlcmd", "ldapsearch",
+_COMMANDS = ["curl", "\u6267\u884ccurl", "7z", "7zz", "rar", "mysql", "mariadb", "sshpass", "redis-cli", "openssl", "zip", "sqlcmd", "ldapsearch",
              "smbclient", "influx", "codecov", "schtasks", "mosquitto_pub", "rabbitmqctl", "glab variable set TOKEN",
              "aws ssm put-parameter", "psexec", "lftp", "vsce", "cqlsh", "plink", "ipmitool", "vsql", "gh secret set", "useradd",
              "mongo", "az login", "az keyvault secret set", "http", "https", "security add-generic-password", "x"]
@@ -3957,6 +3957,7 @@ _COMMAND_LINES = st.lists(st.tuples(st.sampled_from(_COMMANDS), st.lists(st.samp
 @given(_COMMAND_LINES)
 @example("curl x curl\n" + "y\n" * 6 + "curl -u a:Ab1x2 -H 'Authorization: Bearer Ab1x2y3z4w' z")
 @example("curl https://h http -a a:Ab1!x")
+@example("\u6267\u884ccurl -u a:Ab1x2 z")
 def test_a_command_is_read_once_and_finds_what_finditer_does(text: str) -> None:
     """Reading each command once (skipping the later names of one that found nothing) finds the
     matches ``finditer`` does, for every rule read so, and the gitleaks curl rules' too."""
@@ -3971,6 +3972,19 @@ def test_a_command_is_read_once_and_finds_what_finditer_does(text: str) -> None:
         if name.startswith("curl-"):
             ported = _Ported(name, re.compile(source, re.ASCII), 0.0, 1)
             assert [m.span() for m in _matches(ported, text)] == [m.span() for m in ported.pattern.finditer(text)], text
+
+
+@pytest.mark.parametrize("text", [
+    "\u6267\u884ccurl https://example.com/api \\\n  -u admin:S3cretPass\n",
+    "\u00e9curl -u admin:S3cretPass https://example.com/api/v1/items",
+])
+def test_a_curl_glued_to_a_letter_not_ascii_is_read_as_its_rule_reads_it(text: str) -> None:
+    """The curl rules' `\\b` is ASCII: a `curl` glued to a CJK or accented letter starts a match,
+    and the one curl read per line must be found the same way (a Unicode `\\b` found none there,
+    and a password on the command's next line was kept)."""
+    redacted = redact_text(text)[0]
+    assert "S3cretPass" not in redacted and "admin" not in redacted, redacted
+    assert redact_text_plain(text)[0] == redacted
 
 
 @PROPERTY
