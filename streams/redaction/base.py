@@ -334,6 +334,11 @@ def _head_of(source: str) -> str | None:
         return None  # what a negative lookahead or a lookbehind finds is no part of what the first name read
     if source.endswith("(?=", 0, cut):
         cut -= 3
+        # After the lookahead the rest of the command must be read again: what reads from right
+        # after the name (`\bfoo\b(?=…)[ \t]+-p…`) a later name could match where the first could not.
+        looked = _top_level(source[cut + 3:], stop=")")
+        if looked is None or not source.startswith(COMMAND_REST, cut + 4 + len("|".join(looked))):
+            return None
     elif source.endswith(_BLANK_THEN, 0, cut) and source.startswith(COMMAND_REST + "?)?" + _BLANK, cut):
         # `\bhttps?(?:[ \t][^\r\n|;&]*?)?[ \t]-a…`: a blank follows the name either way, and after
         # one the rest of the command is read: the name is the name and a blank.

@@ -3974,6 +3974,21 @@ def test_a_command_is_read_once_and_finds_what_finditer_does(text: str) -> None:
             assert [m.span() for m in _matches(ported, text)] == [m.span() for m in ported.pattern.finditer(text)], text
 
 
+def test_a_command_read_right_after_its_lookahead_has_no_names() -> None:
+    """Only a pattern reading the rest of the command after its lookahead is read once per
+    command: one reading from right after the name matches at a later name where the first
+    found nothing (`foo a foo -pX --x`)."""
+    from streams.redaction.base import command_heads, command_matches
+
+    after_the_name = re.compile(r"\bfoo\b(?=[^\r\n|;&]*--x)[ \t]+-p(?P<value>\S+)")
+    assert command_heads(after_the_name) == ()
+    rest_again = re.compile(r"\bfoo\b(?=[^\r\n|;&]*--x)[^\r\n|;&]*?[ \t]-p(?P<value>\S+)")
+    heads = command_heads(rest_again)
+    assert [head.pattern for head in heads] == [r"\bfoo\b"]
+    text = "foo a foo -pX --x; foo --x -pY"
+    assert [m.span() for m in command_matches(rest_again, heads, text)] == [m.span() for m in rest_again.finditer(text)]
+
+
 @pytest.mark.parametrize("text", [
     "\u6267\u884ccurl https://example.com/api \\\n  -u admin:S3cretPass\n",
     "\u00e9curl -u admin:S3cretPass https://example.com/api/v1/items",
