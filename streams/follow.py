@@ -76,6 +76,7 @@ from streams.importers import (
     file_format,
     iter_file,
     skipped_directory,
+    skipped_file,
 )
 from streams.importers.base import line_parts, parse_json, stable_id
 from streams.importers.cursor import FileCursor, open_cursor, settled
@@ -430,6 +431,9 @@ class PollReport:
     # last line, completed since): their dead letters are resolved.
     resolved: list[str] = field(default_factory=list)
     undetected: list[str] = field(default_factory=list)  # files whose format cannot be told (yet)
+    # (file, why) of each file of a known format that holds nothing to import (yet): a Claude
+    # Code file of summaries of other sessions only (importers.skipped_file).
+    skipped: list[tuple[str, str]] = field(default_factory=list)
     # (record, bytes) of each last line a file ends in, without its newline, that is no whole JSON
     # object once the file is idle: cut off, or still being written very slowly. It waits for the
     # rest (dead-lettered, a completed line would be imported later all the same), so it is said
@@ -709,7 +713,7 @@ class Follower:
             if _blank(data):
                 return None
             try:
-                tracked.format = file_format(path, self.fmt)
+                found_format = file_format(path, self.fmt)
             except ImportFormatError:
                 if self.once and path == root:
                     raise  # a file named on the command line: its format is the question
@@ -717,6 +721,14 @@ class Follower:
                 # looked at again when it changes.
                 report.undetected.append(str(path))
                 return None
+            why = skipped_file(path, found_format, data)
+            if why is not None:
+                # Named in the report, named on the command line too (its format is no question,
+                # there is nothing in it to import), and looked at again when it changes: a
+                # followed session's file begins with its summaries before its first prompt.
+                report.skipped.append((str(path), why))
+                return None
+            tracked.format = found_format
         fmt = tracked.format
         if self.once:
             complete = data  # a one-shot import takes the file as it is, a cut last line too

@@ -18,7 +18,13 @@ from streams.asp import DEFAULT_MAX_EVENT_BYTES, canonical_bytes, fit_event, val
 from streams.exceptions import ImportFormatError, SchemaError
 from streams.importers.asp import RefusedLists, iter_asp
 from streams.importers.base import BOM, RAW_MAX_CHARS, Accepted, Content, Rejected, parse_json
-from streams.importers.claude_code import AUXILIARY_TYPE_RE, SubagentLinks, iter_claude_code
+from streams.importers.claude_code import (
+    AUXILIARY_TYPE_RE,
+    SUMMARIES_ONLY,
+    SubagentLinks,
+    iter_claude_code,
+    summaries_only,
+)
 from streams.importers.codex import LINE_TYPES as CODEX_LINE_TYPES
 from streams.importers.codex import iter_codex
 from streams.importers.frames import LooseTails
@@ -33,7 +39,7 @@ from streams.importers.openai_chat import (
 
 __all__ = ["DOCUMENT_FORMATS", "FILE_SUFFIXES", "FORMATS", "SKIPPED_DIRECTORIES", "Accepted", "Rejected",
            "detect_format", "directory_files", "file_format", "fitted", "import_files", "iter_file", "iter_records",
-           "skipped_directory"]
+           "skipped_directory", "skipped_file"]
 
 #: The file names a directory import and a follower take, each a suffix some importer reads:
 #: ``.traj`` is SWE-agent's trajectory (one JSON document, ``{"history": [...]}``), which the
@@ -110,8 +116,18 @@ def iter_records(
     else:
         plan = [] if _is_empty(path) else [(path, path.name)]
     formats = [file_format(file, fmt) for file, _label in plan]
-    yield from import_files([(file, label, found) for (file, label), found in zip(plan, formats, strict=True)],
+    yield from import_files([(file, label, found) for (file, label), found in zip(plan, formats, strict=True)
+                             if skipped_file(file, found) is None],
                             log_id=log_id, acl=acl, max_event_bytes=max_event_bytes)
+
+
+def skipped_file(path: Path, fmt: str, data: bytes | None = None) -> str | None:
+    """Why an import skips ``path`` (``data``: its bytes, when the caller holds them), a file of
+    format ``fmt`` that holds nothing to import, or None: a Claude Code file of summaries of
+    other sessions only (:func:`~streams.importers.claude_code.summaries_only`)."""
+    if fmt == "claude-code" and summaries_only(path, data):
+        return SUMMARIES_ONLY
+    return None
 
 
 def import_files(

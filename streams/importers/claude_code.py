@@ -39,7 +39,8 @@ from streams.importers.base import (
     valid_time,
 )
 
-__all__ = ["AUXILIARY_TYPE_RE", "SOURCE", "SubagentLinks", "TranscriptCursor", "iter_claude_code", "names_model"]
+__all__ = ["AUXILIARY_TYPE_RE", "SOURCE", "SUMMARIES_ONLY", "SubagentLinks", "TranscriptCursor", "iter_claude_code",
+           "names_model", "summaries_only"]
 
 SOURCE = "claude-code"
 #: The source of a Qwen Code transcript's sessions, read as the Claude Code line each of its
@@ -661,6 +662,31 @@ class _Transcript:
         self.pending = []
         for session in self.sessions.values():
             yield from session.emitter.end_turn(record=last_record, raw="")
+
+
+#: Why a directory import, a follower and an import of the file itself skip a file of summary
+#: lines only (:func:`summaries_only`).
+SUMMARIES_ONLY = "Claude Code summaries of sessions in other files only, no conversation line to import"
+
+
+def summaries_only(path: Path, data: Content | None = None) -> bool:
+    """Whether the transcript ``path`` (or ``data``, its bytes) holds only ``summary`` lines.
+
+    Claude Code writes, at the top of a new session's file, a summary of each earlier session of
+    the project (its ``leafUuid`` names that session's last line, in that session's own file);
+    a session left before its first prompt leaves a file of those lines only. They tell nothing
+    of a conversation of this file, and with none to place them after (a summary has no
+    timestamp) each was a dead letter: importing a real projects directory filled the
+    dead-letter topic with harmless metadata. Such a file is skipped instead, and named."""
+    found = False
+    for _number, line in read_lines(path, data):
+        if b'"summary"' not in line:
+            return False
+        value, error = parse_json(line)
+        if error is not None or not isinstance(value, dict) or value.get("type") != "summary":
+            return False
+        found = True
+    return found
 
 
 def names_model(data: bytes) -> bool:

@@ -894,9 +894,10 @@ def test_an_idle_poll_lists_no_directory_whose_mtime_stood_still(tmp_path, monke
     file is stat'ed), and a new file moves its directory's mtime."""
     root = tmp_path / "projects"
     lines = TRANSCRIPTS[0].read_bytes().splitlines(keepends=True)
+    start = lines[0] + lines[1]  # a summary and the first prompt: a file of summaries only is skipped
     for n in range(6):
         (root / f"p{n % 3}").mkdir(parents=True, exist_ok=True)
-        (root / f"p{n % 3}" / f"s{n}.jsonl").write_bytes(lines[0])
+        (root / f"p{n % 3}" / f"s{n}.jsonl").write_bytes(start)
     _age(root, 60)
     l1, clock = MemoryL1(), Clock()
     tail = follower(root, l1, tmp_path / "home", clock)
@@ -920,10 +921,10 @@ def test_an_idle_poll_lists_no_directory_whose_mtime_stood_still(tmp_path, monke
     assert listed == [] and loads == []
     before = len(l1.log)
     with (root / "p1" / "s1.jsonl").open("ab") as handle:
-        handle.write(lines[1])
+        handle.write(lines[2])
     tail.poll()
     assert listed == [] and len(l1.log) > before
-    (root / "p2" / "new.jsonl").write_bytes(lines[0].replace(b"a0000000-", b"c0000000-"))
+    (root / "p2" / "new.jsonl").write_bytes(start.replace(b"a0000000-", b"c0000000-"))
     tail.poll()
     assert listed == [str(root / "p2")]
     assert str(root / "p2" / "new.jsonl") in {str(path) for _key, path, _label, _root in tail._files()}
