@@ -61,8 +61,10 @@ def ingest(
     """Append the events of PATHS to the L1 log, each event once (an imported file appends nothing
     again); rejected records go to the dead-letter topic. In a directory, a file whose format its
     first records do not show (a manifest, notes) is skipped and listed; a file named as PATH
-    must be a transcript. Without a stack (`usl up`) the events wait in L1, unindexed: the local
-    broker is started for the command and stopped after it.
+    must be a transcript. A Claude Code file of summaries only (a session left before its first
+    prompt) holds nothing to import and is skipped and listed, named as PATH too. Without a
+    stack (`usl up`) the events wait in L1, unindexed: the local broker is started for the
+    command and stopped after it.
 
     Progress on stderr: lines read of the input's total, records, rate and ETA; with --follow, a
     line per poll that appended something."""
@@ -128,12 +130,25 @@ def ingest(
                     "imported now (no longer pending in `usl deadletters` and `usl status`)")
         for record in summary["deadLettersResolvedRecords"][:5]:
             out().print(escape(f"    e.g. {record}"))
-    skipped = summary["skippedFiles"]
-    if skipped:
-        out().print(f"  skipped {len(skipped)} file(s) whose format cannot be told from their first records "
+    reasons = summary["skippedReasons"]
+    undetected = [path for path in summary["skippedFiles"] if path not in reasons]
+    if undetected:
+        out().print(f"  skipped {len(undetected)} file(s) whose format cannot be told from their first records "
                     "(not a transcript? pass --format to import them as one):")
-        for path in skipped[:10]:
-            out().print(escape(f"    {path}"))
+        for path in undetected[:10]:
+            out().print(escape(f"    {path}"), soft_wrap=True)
+    for reason, files in _by_reason(reasons).items():
+        out().print(escape(f"  skipped {len(files)} file(s): {reason}:"), soft_wrap=True)
+        for path in files[:10]:
+            out().print(escape(f"    {path}"), soft_wrap=True)
+
+
+def _by_reason(reasons: dict[str, str]) -> dict[str, list[str]]:
+    """The files of ``reasons`` (file → why it was skipped) under each reason, in file order."""
+    grouped: dict[str, list[str]] = {}
+    for path, reason in reasons.items():
+        grouped.setdefault(reason, []).append(path)
+    return grouped
 
 
 def _count(report: Any) -> None:
@@ -239,7 +254,8 @@ def ingest_once(settings: Settings, bootstrap: str, paths: list[Path], fmt: str 
         "rejectedEarlierRecords": [{"record": i.record, "reason": i.reason} for i in report.rejected_before[:20]],
         "deadLettersResolved": len(report.resolved),
         "deadLettersResolvedRecords": report.resolved[:20],
-        "skippedFiles": list(report.undetected),
+        "skippedFiles": sorted([*report.undetected, *(path for path, _why in report.skipped)]),
+        "skippedReasons": dict(report.skipped),
         "l1CommittedSeq": committed,
         "eventsByLog": dict(sorted(report.logs.items())),
     }
@@ -285,6 +301,8 @@ def follow_paths(settings: Settings, bootstrap: str, paths: list[Path], fmt: str
         _count(report)
         for path in report.undetected:
             err.print(f"skipping {path}: its format cannot be told from its first records (yet)")
+        for path, why in report.skipped:
+            err.print(escape(f"skipping {path}: {why} (looked at again when it changes)"), soft_wrap=True)
         for record, size in report.cut_lines:
             err.print(escape(f"waiting at {record}: the file has been idle for {settings.follow_idle_seconds:g}s and "
                              f"its last line ({size} bytes) has no newline and is no whole JSON line: cut off? "
