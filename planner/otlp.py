@@ -324,7 +324,7 @@ async def _receive(request: Request, receiver: Any, principal: Principal, signal
         links = known.links(log_id, (event for _, event in checked))
         return [*framed, *((None, link) for link in links)]
 
-    answer = await run_in_threadpool(receiver.append, mapped, rejected, log_id, principal.tenant, cuts=cuts)
+    answer = await run_in_threadpool(receiver.append, mapped, rejected, log_id, principal, cuts=cuts)
     await run_in_threadpool(receiver.settle, f"/v1/{signal}", log_id, answer, raws)
     refused = {str(r.get("record", r["index"])).split(" ")[0] for r in answer["rejected"]}
     reasons = "; ".join(sorted({r["reason"] for r in answer["rejected"]}))

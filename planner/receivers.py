@@ -13,7 +13,8 @@ principal (its API key's) decides the tenant: an event's ``acl.tenant`` must be 
 event without ``acl`` keeps the session's access list when the session is the caller's tenant's,
 is refused when it is another tenant's, and starts a new session with the caller's tenant and the
 tenant-wide default ``read: ["*"]`` (ownership as :mod:`streams.ownership` decides it: the first
-event's tenant owns the session). Bad events are listed by index, among them those whose fields have
+event's tenant owns the session). An event that would change an existing session's access list is
+refused unless that list admits the caller's principal: a key may not add itself to a list. Bad events are listed by index, among them those whose fields have
 another type than their event type needs (:mod:`planner.event_fields`); the rest are appended.
 An event over ``USL_MAX_EVENT_BYTES`` is cut as ``usl ingest`` cuts it (``streams.asp.fit_event``:
 its longest strings, recorded in ``fields._truncated``) and listed in ``truncated``
@@ -52,7 +53,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from planner.acl import Principal
+from planner.acl import Principal, can_read
 from planner.bodies import json_error, read_body, without_bom
 from planner.event_fields import fields_problem
 from planner.exceptions import PlannerError, QueryError, error_body
@@ -135,7 +136,7 @@ class EventReceiver:
         self._clients: tuple[Any, Any] | None = None
         self._dead: Any = None  # the dead-letter producer, made at the first refusal
         self._seen: dict[str, dict[bytes, bytes]] = {}  # log -> eventId digest -> fingerprint
-        self._owners: dict[str, dict[str, str]] = {}  # log -> sessionId -> owning tenant
+        self._acls: dict[str, dict[str, dict[str, Any]]] = {}  # log -> sessionId -> its access list
         self._traces: dict[str, TraceSessions] = {}  # log -> its OpenTelemetry traces' sessions
         self._read_through: dict[str, int] = {}
 
@@ -196,14 +197,14 @@ class EventReceiver:
 
     def _catch_up(self, reader: Any, log_id: str) -> dict[bytes, bytes]:
         seen = self._seen.setdefault(log_id, {})
-        owners = self._owners.setdefault(log_id, {})
+        acls = self._acls.setdefault(log_id, {})
         traces = self._traces.setdefault(log_id, TraceSessions())
         start = self._read_through.get(log_id, 0) + 1
         end = reader.committed_seq(log_id)
         if end >= start:
             for _seq, event in reader.read(log_id, start, end):
                 seen[_digest(log_id, str(event.get("eventId")))] = _fingerprint(event)
-                _own(owners, event)
+                _own(acls, event)
                 traces.feed(event)
         self._read_through[log_id] = max(end, start - 1)
         return seen
@@ -226,13 +227,13 @@ class EventReceiver:
                 if cut:
                     cuts.add(index)
         framed, _turns = frame_loose_events(checked)
-        answer = self.append(framed, rejected, log_id, principal.tenant, refused, cuts=cuts,
+        answer = self.append(framed, rejected, log_id, principal, refused, cuts=cuts,
                              fingerprints=fingerprints)
         self.settle("/v1/events", log_id, answer, dict(enumerate(events)))
         return answer
 
     def append(self, checked: Checked | Callable[[TraceSessions], Checked],
-               rejected: list[dict[str, Any]], log_id: str, tenant: str,
+               rejected: list[dict[str, Any]], log_id: str, principal: Principal,
                refused: Sequence[tuple[int, Any]] = (), *, cuts: Collection[int] = (),
                fingerprints: dict[int, bytes] | None = None) -> dict[str, Any]:
         """Append already checked events (``(index, event)``), skipping eventIds L1 holds. An
@@ -261,14 +262,14 @@ class EventReceiver:
             self._waiting += 1
         try:
             with self._lock:
-                return self._append_locked(checked, rejected, log_id, tenant, refused, cuts,
+                return self._append_locked(checked, rejected, log_id, principal, refused, cuts,
                                            fingerprints or {})
         finally:
             with self._waiting_lock:
                 self._waiting -= 1
 
     def _append_locked(self, checked: Checked | Callable[[TraceSessions], Checked],
-                       rejected: list[dict[str, Any]], log_id: str, tenant: str,
+                       rejected: list[dict[str, Any]], log_id: str, principal: Principal,
                        refused: Sequence[tuple[int, Any]], cuts: Collection[int],
                        fingerprints: dict[int, bytes]) -> dict[str, Any]:
         from kafka.errors import KafkaError
@@ -287,7 +288,7 @@ class EventReceiver:
         frames_written: set[str] = set()
         try:
             seen = self._catch_up(reader, log_id)
-            owners, traces = self._owners[log_id], self._traces[log_id]
+            acls, traces = self._acls[log_id], self._traces[log_id]
             if callable(checked):
                 checked = checked(traces)
             # The frames' turns (a turn.started marker each); an end with none closes a client's
@@ -301,7 +302,7 @@ class EventReceiver:
             def put(index: int | None, event: dict[str, Any]) -> None:
                 nonlocal appended, duplicates
                 key = _digest(log_id, event["eventId"])
-                owned, reason = _with_owner(event, owners, tenant)
+                owned, reason = _with_owner(event, acls, principal)
                 if owned is not None:
                     reason = lists.reason(event) or ""
                 if owned is None or reason:
@@ -316,7 +317,7 @@ class EventReceiver:
                         rejected.append({"index": index, "reason": exc.reason})
                         _refuse(lists, event, index)
                     return
-                _own(owners, owned)
+                _own(acls, owned)
                 fresh[key] = _fingerprint(owned)
                 written.append(owned)
                 appended += index is not None
@@ -448,23 +449,35 @@ def _positions(checked: Checked) -> list[int]:
     return positions
 
 
-def _own(owners: dict[str, str], event: dict[str, Any]) -> None:
-    """Record the session's owner: the tenant of its first event (:mod:`streams.ownership`)."""
+def _own(acls: dict[str, dict[str, Any]], event: dict[str, Any]) -> None:
+    """Follow the session's access list as :mod:`streams.ownership` decides it: its first event's
+    (the default list when that one states none) names the owning tenant; a later event stating
+    a list of that tenant replaces it, another tenant's changes nothing (the stream refuses it)."""
+    session_id = str(event.get("sessionId"))
     acl = event.get("acl")
-    tenant = acl.get("tenant") if isinstance(acl, dict) else None
-    owners.setdefault(str(event.get("sessionId")), str(tenant or DEFAULT_ACL["tenant"]))
+    held = acls.get(session_id)
+    if held is None:
+        acls[session_id] = dict(acl) if isinstance(acl, dict) else dict(DEFAULT_ACL)
+    elif isinstance(acl, dict) and acl.get("tenant") == held.get("tenant"):
+        acls[session_id] = dict(acl)
 
 
-def _with_owner(event: dict[str, Any], owners: dict[str, str],
-                tenant: str) -> tuple[dict[str, Any] | None, str]:
-    """An event of ``tenant``: refused for another tenant's session; without ``acl``, it keeps
-    its session's list, or a new session gets the tenant with the tenant-wide default."""
-    owner = owners.get(event["sessionId"])
-    if owner is not None and owner != tenant:
+def _with_owner(event: dict[str, Any], acls: dict[str, dict[str, Any]],
+                principal: Principal) -> tuple[dict[str, Any] | None, str]:
+    """An event of ``principal``'s tenant: refused for another tenant's session, and when it would
+    change the access list of a session that list does not let ``principal`` read (else any key
+    of the tenant could add itself to a private session's list and read it); without ``acl``, it
+    keeps its session's list, or a new session gets the tenant with the tenant-wide default."""
+    held = acls.get(event["sessionId"])
+    if held is not None and held.get("tenant") != principal.tenant:
         return None, (f"session {event['sessionId']!r} belongs to another tenant; an API key writes "
                       "only its own tenant's sessions")
-    if owner is None and "acl" not in event:
-        return {**event, "acl": {"tenant": tenant, "read": ["*"]}}, ""
+    if held is None and "acl" not in event:
+        return {**event, "acl": {"tenant": principal.tenant, "read": ["*"]}}, ""
+    if held is not None and "acl" in event and event["acl"] != held and not can_read(principal, held):
+        return None, (f"the access list of session {event['sessionId']!r} does not admit this API key's "
+                      "principal, so the key may not change it; send the event without acl (it keeps "
+                      "the session's list)")
     return event, ""
 
 

@@ -115,6 +115,34 @@ def test_a_key_writes_only_its_own_tenants_events(api):
     assert len(l1_events(settings)) == 2
 
 
+def test_only_a_principal_the_list_admits_changes_a_sessions_access_list(api):
+    """Found by a new user: any key of a tenant could post a `session.acl` naming its own user
+    on a private session of another user of that tenant, and search, SQL and export then showed
+    it the whole session. A key the session's current list does not admit may still write to
+    the session (a collector writes its users' sessions), and restate the list it has, but not
+    change it; one the list admits may (a revocation by the session's user)."""
+    settings, client, key_alice, _key_b = api
+    key_bob, _ = create_key(keys_path(settings), "tenant:acme/user:bob", "acme-bob")
+    private = {"tenant": "acme", "read": ["user:alice"]}
+    events = [{**e, "acl": private} for e in session_events("s-private", turns=1)]
+    assert post(client, key_alice, {"events": events[:2]}).json()["appended"] == 2
+    grab = {**events[0], "eventId": "grab", "type": "session.acl", "fields": {}, "visibility": "hidden",
+            "acl": {"tenant": "acme", "read": ["user:alice", "user:bob"]}}
+    bare = {key: value for key, value in events[2].items() if key != "acl"}
+    answer = post(client, key_bob, {"events": [grab, bare, events[3]]}).json()
+    assert [r["index"] for r in answer["rejected"]] == [0, 1], answer  # the bare one goes with the list
+    assert "may not change it" in answer["rejected"][0]["reason"]
+    assert answer["appended"] == 1  # the same list, restated: written, no change
+    widen = {**grab, "eventId": "widen", "acl": {"tenant": "acme", "read": ["*"]}}
+    assert post(client, key_bob, {"events": [widen]}).json()["rejected"][0]["index"] == 0
+    assert {e["eventId"] for e in l1_events(settings)} == {e["eventId"] for e in events[:2]} | {events[3]["eventId"]}
+    # The session's user may change it, and after that the key it admits may too.
+    share = {**grab, "eventId": "share"}
+    assert post(client, key_alice, {"events": [share]}).json()["appended"] == 1
+    back = {**grab, "eventId": "back", "acl": private}
+    assert post(client, key_bob, {"events": [back]}).json()["appended"] == 1
+
+
 def test_an_event_with_a_repeated_key_is_refused_by_itself(api):
     """As the worker dead-letters it (duplicate_keys): which copy of a repeated key counts
     depends on the parser, so neither is appended; the other events of the batch are."""
