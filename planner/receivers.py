@@ -21,7 +21,8 @@ its longest strings, recorded in ``fields._truncated``) and listed in ``truncate
 (``{"index", "eventId", "originalBytes", "limitBytes"}``). An eventId L1 already holds in that log
 counts as a duplicate and is not appended again; when its content differs from the copy L1 holds
 (but for an ``acl`` or ``turnId`` the request leaves to the receiver) it is also listed in
-``conflicts`` (``{"index", "eventId", "reason"}``): the first copy stands. An event with a key written twice in any of its objects
+``conflicts`` (``{"index", "eventId", "reason"}``): the first copy stands; only when the caller
+may read the held copy's session, and another tenant's eventId is refused, not a duplicate. An event with a key written twice in any of its objects
 (``{"sessionId": "mine", "sessionId": "theirs"}``) is refused by index, as the worker
 dead-letters it (``duplicate_keys``): parsers disagree on which copy counts.
 
@@ -137,6 +138,7 @@ class EventReceiver:
         self._dead: Any = None  # the dead-letter producer, made at the first refusal
         self._seen: dict[str, dict[bytes, bytes]] = {}  # log -> eventId digest -> fingerprint
         self._acls: dict[str, dict[str, dict[str, Any]]] = {}  # log -> sessionId -> its access list
+        self._holders: dict[str, dict[bytes, str]] = {}  # log -> eventId digest -> its session
         self._traces: dict[str, TraceSessions] = {}  # log -> its OpenTelemetry traces' sessions
         self._read_through: dict[str, int] = {}
 
@@ -198,12 +200,15 @@ class EventReceiver:
     def _catch_up(self, reader: Any, log_id: str) -> dict[bytes, bytes]:
         seen = self._seen.setdefault(log_id, {})
         acls = self._acls.setdefault(log_id, {})
+        holders = self._holders.setdefault(log_id, {})
         traces = self._traces.setdefault(log_id, TraceSessions())
         start = self._read_through.get(log_id, 0) + 1
         end = reader.committed_seq(log_id)
         if end >= start:
             for _seq, event in reader.read(log_id, start, end):
-                seen[_digest(log_id, str(event.get("eventId")))] = _fingerprint(event)
+                key = _digest(log_id, str(event.get("eventId")))
+                seen[key] = _fingerprint(event)
+                holders.setdefault(key, str(event.get("sessionId")))
                 _own(acls, event)
                 traces.feed(event)
         self._read_through[log_id] = max(end, start - 1)
@@ -288,7 +293,7 @@ class EventReceiver:
         frames_written: set[str] = set()
         try:
             seen = self._catch_up(reader, log_id)
-            acls, traces = self._acls[log_id], self._traces[log_id]
+            acls, holders, traces = self._acls[log_id], self._holders[log_id], self._traces[log_id]
             if callable(checked):
                 checked = checked(traces)
             # The frames' turns (a turn.started marker each); an end with none closes a client's
@@ -319,6 +324,7 @@ class EventReceiver:
                     return
                 _own(acls, owned)
                 fresh[key] = _fingerprint(owned)
+                holders[key] = owned["sessionId"]
                 written.append(owned)
                 appended += index is not None
                 if index is None and str(event.get("type")).startswith("turn.") and event.get("turnId") in frames:
@@ -342,8 +348,20 @@ class EventReceiver:
                 key = _digest(log_id, event["eventId"])
                 held = seen.get(key) or fresh.get(key)
                 if held is not None:
+                    # Whose copy it is decides what the answer may say of it: another tenant's id is
+                    # refused as the stream refuses it (eventid_collision), and only a principal that
+                    # may read the held copy's session is told how its copy differs; to anyone else a
+                    # conflict would confirm or refute a guess at an event it may not read.
+                    holder = acls.get(holders.get(key, ""))
+                    if holder is None or holder.get("tenant") != principal.tenant:
+                        if index is not None:
+                            rejected.append({"index": index, "reason": (
+                                f"eventId {event['eventId']!r} is already used in this log by another tenant; "
+                                "event ids must be unique per log")})
+                            _refuse(lists, event, index)
+                        continue
                     duplicates += index is not None
-                    sent = fingerprints.get(index) if index is not None else None
+                    sent = fingerprints.get(index) if index is not None and can_read(principal, holder) else None
                     conflict = None if sent is None else _conflict(held, sent, event["eventId"])
                     if conflict:
                         conflicts.append({"index": index, "eventId": event["eventId"], "reason": conflict})

@@ -370,6 +370,29 @@ def test_the_same_event_id_with_other_content_is_a_conflict(api):
     assert [c["index"] for c in answer["conflicts"]] == [0] and "different acl" in answer["conflicts"][0]["reason"]
 
 
+def test_a_copy_of_an_event_id_says_nothing_of_an_event_its_key_may_not_read(api):
+    """Found by a new user: a duplicate's conflict said whether the posted copy's content equals
+    the one L1 holds, for any caller, so another tenant (or a user of the tenant the session's
+    list leaves out) could confirm a guess at a private event by posting it under its eventId;
+    another tenant's copy was also counted a duplicate, where the stream refuses it
+    (eventid_collision). Now another tenant's copy is refused, and only a reader hears of a
+    conflict."""
+    settings, client, key_alice, key_globex = api
+    key_bob, _ = create_key(keys_path(settings), "tenant:acme/user:bob", "acme-bob")
+    events = [{**e, "acl": {"tenant": "acme", "read": ["user:alice"]}} for e in session_events("s-guess", turns=1)]
+    assert post(client, key_alice, {"events": events}).json()["appended"] == len(events)
+    message = next(i for i, e in enumerate(events) if e["type"] == "message")
+    right, wrong = events[message], {**events[message], "fields": {"text": "a wrong guess"}}
+    for guess in (right, wrong):
+        foreign = post(client, key_globex, {"events": [{**guess, "acl": {"tenant": "globex", "read": ["*"]}}]}).json()
+        assert foreign["conflicts"] == [] and foreign["duplicates"] == 0
+        assert "another tenant" in foreign["rejected"][0]["reason"]
+        same_tenant = post(client, key_bob, {"events": [guess]}).json()
+        assert (same_tenant["duplicates"], same_tenant["conflicts"], same_tenant["rejected"]) == (1, [], [])
+    assert [c["index"] for c in post(client, key_alice, {"events": [wrong]}).json()["conflicts"]] == [0]
+    assert len(l1_events(settings)) == len(events)
+
+
 def test_a_replay_of_framed_events_appends_no_marker(api):
     """QA: a client that posted loose events one per request and then replays them in one
     request (or replays a suffix of an earlier batch) sends only events L1 holds. Their frame
