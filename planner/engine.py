@@ -93,7 +93,7 @@ from planner.l1window import L1Window
 from planner.local import analyze, clauses_of, rank_texts, rank_texts_as_index
 from planner.pins import QUERY_PIN_SECONDS, Pinner, Snapshot
 from planner.readers import IndexPin, ReaderCache
-from planner.request import Filters, SearchRequest, parse_request
+from planner.request import Filters, SearchRequest, log_field, parse_request
 from planner.rrf import (
     FusedHit,
     RankedList,
@@ -363,8 +363,7 @@ class Planner:
         sql_text, log_id, as_of = body.get("query"), body.get("log", "default"), body.get("asOfSeq")
         if not isinstance(sql_text, str) or not sql_text.strip():
             raise QueryError("field 'query' must be a non-empty SQL string")
-        if not isinstance(log_id, str) or not log_id:
-            raise QueryError("field 'log' must be a log name")
+        log_id = log_field(log_id)
         if as_of is not None and (not isinstance(as_of, int) or isinstance(as_of, bool) or as_of < 0):
             raise QueryError("field 'asOfSeq' must be a non-negative integer")
         with self.snapshot(log_id) as snapshot:

@@ -198,10 +198,7 @@ def parse_request(body: Any) -> SearchRequest:
         # Said with its length and what to do: a pasted stack trace or tool output is the usual one.
         raise QueryError(f"the query is {len(query)} characters long; at most {MAX_QUERY_CHARS} are searched",
                          hint="Search its most telling line or a few of its words; quote a phrase to find it exactly.")
-    log = _optional(body, "log", str, "default")
-    if not LOG_ID.fullmatch(log):
-        # Cut as log_param cuts it: a 1 MB "log" came back whole in the error body.
-        raise QueryError(f"field 'log' {log[:64]!r} is not a log name", hint=_LOG_NAME_HINT)
+    log = log_field(body.get("log", "default"))
     freshness = parse_freshness(_optional(body, "freshness", str, "indexed"))
     k = _optional(body, "k", int, 10)
     if not 1 <= k <= MAX_K:
@@ -315,6 +312,15 @@ def query_params(pairs: Iterable[tuple[str, str]], known: Iterable[str]) -> dict
         raise QueryError(f"unknown query parameter(s): {listed}",
                          hint=f"Known parameters here: {', '.join(names) or 'none'}.")
     return params
+
+
+def log_field(value: Any) -> str:
+    """The ``log`` field of a search, SQL or SessionQL body: a log name, else QueryError (400),
+    cut as :func:`log_param` cuts it (a 1 MB ``log`` came back whole in the error body, a 404
+    "no log named ..." from SQL and SessionQL)."""
+    if not isinstance(value, str) or not LOG_ID.fullmatch(value):
+        raise QueryError(f"field 'log' {str(value)[:64]!r} is not a log name", hint=_LOG_NAME_HINT)
+    return value
 
 
 def log_param(log_id: str | None) -> str | None:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from planner.acl import Principal
 from planner.exceptions import IndexUnavailable, PlannerError, QueryError
+from planner.request import log_field
 from planner.sessionql import parse, run_sessionql
 from planner.sessionql.nodes import LineageSource
 from planner.snapshot import Freshness, choose_as_of
@@ -103,8 +104,7 @@ def _fields(body: Any) -> tuple[str, str, int | None, int]:
     if not isinstance(text, str) or not text.strip():
         raise QueryError("field 'query' must be a non-empty SessionQL string",
                          hint=f"Send e.g. {_EXAMPLE}.")
-    if not isinstance(log_id, str) or not log_id:
-        raise QueryError("field 'log' must be a log name")
+    log_id = log_field(log_id)
     if as_of is not None and (isinstance(as_of, bool) or not isinstance(as_of, int) or as_of < 0):
         raise QueryError("field 'asOfSeq' must be a non-negative integer")
     if isinstance(max_rows, bool) or not isinstance(max_rows, int) or not 1 <= max_rows <= _MAX_ROWS:

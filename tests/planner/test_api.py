@@ -130,6 +130,17 @@ def test_sql(client: TestClient) -> None:
     assert refused.status_code == 400 and refused.json()["error"]["code"] == "bad_query"
 
 
+@pytest.mark.parametrize("route", ["/v1/search", "/v1/sql", "/v1/sessionql"])
+@pytest.mark.parametrize("log", ["a" * 4000 + "!", "a b", "日本", 5])
+def test_a_bad_log_in_a_body_is_a_short_400_on_every_route(client: TestClient, route: str, log: Any) -> None:
+    """Found by a new user: /v1/sql and /v1/sessionql answered a log no event can carry with a
+    404 "no log named ..." that echoed it whole (100 KB back for 100 KB sent); search said 400."""
+    query = {"/v1/search": "x", "/v1/sql": "SELECT 1", "/v1/sessionql": "FROM events"}[route]
+    response = client.post(route, json={"query": query, "log": log}, headers=ALICE)
+    assert response.status_code == 400, response.text
+    assert "is not a log name" in response.json()["error"]["message"] and len(response.text) < 400
+
+
 def test_metrics_health_openapi_and_page(client: TestClient) -> None:
     post(client, {"query": "deploy"})
     metrics = client.get("/metrics")
