@@ -421,6 +421,9 @@ def _check_arguments(sql: Any, as_of_seq: Any, timeout_seconds: float, max_rows:
 
 
 _CONTEXT_LINE = re.compile(r"LINE (\d+): ")
+# DuckDB's advice to change a setting ('Use "SET max_expression_depth TO x" to increase ...'):
+# the attachment refuses SET and locks its configuration, so the advice would only mislead.
+_SETTING_ADVICE = re.compile(r"\s*(?:Use|Try|Run)\b[^.]*\b(?:SET|PRAGMA)\s[^.]*\.(?=\s|$)")
 
 
 def _one_line(message: str, sql: str) -> str:
@@ -449,7 +452,8 @@ def _one_line(message: str, sql: str) -> str:
             place += f", column {offset + caret + 1}"
         lines = lines[:index] + lines[index + 2:]
         break
-    return " ".join(part.strip() for part in lines if part.strip()) + place
+    text = " ".join(part.strip() for part in lines if part.strip())
+    return _SETTING_ADVICE.sub("", text) + place
 
 
 def _validate(con: duckdb.DuckDBPyConnection, sql: str) -> None:

@@ -632,6 +632,17 @@ def test_a_duckdb_error_is_one_line_with_its_place(attachment: SqlAttachment, sq
     assert sql.split("\n")[line - 1][column - 1:].startswith(token)
 
 
+@pytest.mark.parametrize("sql", [
+    "SELECT " + "(" * 1200 + "1" + ")" * 1200,
+    "SELECT 1" + " + 1" * 2000,
+])
+def test_an_error_gives_no_advice_the_attachment_refuses(attachment: SqlAttachment, sql: str) -> None:
+    """Found by a new user: a deeply nested query's error said 'Use "SET max_expression_depth TO
+    x" to increase the maximum expression depth.', and SET is refused here."""
+    error = refused(attachment, sql)
+    assert "expression depth" in error.message and "SET" not in error.message
+
+
 def test_rows_past_the_generations_watermark_are_not_read(gens: tuple[Path, Path], tmp_path: Path) -> None:
     """Found by a new user: one seq above the analytics watermark, the answer said the seq was
     uncovered and counted its event (a sink reads one partition further than another, so a
