@@ -263,23 +263,27 @@ class RegexRule(Rule):
         check = getattr(self.check, "__qualname__", "")
         return [*super().fingerprint(), self.pattern.pattern, str(self.pattern.flags), str(self.group), check, str(self.anchored)]
 
-    def apply(self, scan: Scan, hits: dict[str, int]) -> str:
-        text = scan.text
+    def matches(self, scan: Scan, done: Callable[[], int]) -> Iterable[re.Match[str]]:
+        """The matches ``pattern.finditer`` finds in ``scan.text``, found without reading a part of
+        the text again for each; ``done`` gives the end of the part last replaced (a ``to_line_end``
+        rule starts none before it)."""
         heads: tuple[re.Pattern[str], ...] = self._heads  # type: ignore[attr-defined]
         ahead: tuple[re.Pattern[str], str, bool] | None = self._ahead  # type: ignore[attr-defined]
         if self.anchored:
-            matches: Iterable[re.Match[str]] = _anchored_matches(self.pattern, scan, self.lower_triggers,
-                                                                 (lambda: done) if self.to_line_end else (lambda: 0))
-        elif heads:
-            matches = command_matches(self.pattern, heads, text)
-        elif ahead is not None:
-            matches = line_lookahead_matches(*ahead, scan)
-        else:
-            matches = self.pattern.finditer(text)
+            return _anchored_matches(self.pattern, scan, self.lower_triggers, done if self.to_line_end else (lambda: 0))
+        if heads:
+            return command_matches(self.pattern, heads, scan.text)
+        if ahead is not None:
+            return line_lookahead_matches(*ahead, scan)
+        return self.pattern.finditer(scan.text)
+
+    def apply(self, scan: Scan, hits: dict[str, int]) -> str:
+        text = scan.text
         group = self.group
         new = self.replacement if self.replacement is not None else marker(self.name)
         pieces: list[str] = []
         done = 0
+        matches = self.matches(scan, lambda: done)
         for match in matches:
             start, end = match.span(group)
             if start < done or start < 0 or start == end or is_marker_at(text, start):
