@@ -683,7 +683,7 @@ def _password_in_prose(value: str) -> bool:
     and not a name, a path or a number with units ("SZd1!N7Ibm1a", "Tigerfalcon7961@")."""
     if len(value) < 6 or not any(c.isalpha() for c in value):
         return False
-    if not any(c.isdigit() for c in value) and value.isalnum():
+    if value.isalnum() and not any(c.isdigit() for c in value):
         return False
     if _IDENTIFIER.fullmatch(value) or _UUID.fullmatch(value) or _NAME_EQUALS.match(value):
         return False
