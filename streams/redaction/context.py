@@ -564,10 +564,15 @@ _CLI_FLAG_PASSWORDS = (
               r"|[ \t]+--(?:host|auth-type)(?:=|[ \t]+)[^\s|;&]+)*[ \t]+(?P<value>'[^'\r\n]+'|\"[^\"\r\n]+\"|" + _BARE_ARG + ")"),
     _cli_rule(("rclone",), "rclone obscure PASSWORD (2.18)",
               r"rclone(?<![A-Za-z0-9_]rclone)[ \t]+obscure[ \t]+(?P<value>'[^'\r\n]+'|\"[^\"\r\n]+\"|" + _BARE_ARG + ")"),
-    _cli_rule(("mkpasswd", "slappasswd", "doveadm", "hash-password"),
-              "mkpasswd [-m METHOD] X, slappasswd -s X, doveadm pw -p X, caddy hash-password --plaintext X (2.18)",
-              r"(?:mkpasswd(?<![A-Za-z0-9_]mkpasswd)(?:[ \t]+(?:-[mSR][ \t]*[^\s|;&-][^\s|;&]*|--(?:method|salt|rounds)=[^\s|;&]+))*[ \t]+"
-              r"|slappasswd(?<![A-Za-z0-9_]slappasswd)\b[^\r\n|;&]*?[ \t]-s[ \t]+|doveadm[ \t]+pw\b[^\r\n|;&]*?[ \t]-p[ \t]+"
+    _cli_rule(("mkpasswd",), "mkpasswd [-m METHOD] X (2.18)",
+              r"mkpasswd(?<![A-Za-z0-9_]mkpasswd)(?:[ \t]+(?:-[mSR][ \t]*[^\s|;&-][^\s|;&]*|--(?:method|salt|rounds)=[^\s|;&]+))*[ \t]+"
+              r"(?P<value>'[^'\r\n]+'|\"[^\"\r\n]+\"|" + _BARE_ARG + ")"),
+    # 2.21: apart from mkpasswd's, whose options are read one by one, each branch is a command's
+    # name and then the rest of the command, read once per command (base.command_heads); in one
+    # rule with mkpasswd's the line was read again from each name (`slappasswd=` repeated).
+    _cli_rule(("slappasswd", "doveadm", "hash-password"),
+              "slappasswd -s X, doveadm pw -p X, caddy hash-password --plaintext X (2.18)",
+              r"(?:slappasswd(?<![A-Za-z0-9_]slappasswd)\b[^\r\n|;&]*?[ \t]-s[ \t]+|doveadm[ \t]+pw\b[^\r\n|;&]*?[ \t]-p[ \t]+"
               r"|caddy[ \t]+hash-password\b[^\r\n|;&]*?[ \t](?:--plaintext|-p)(?:=|[ \t]+))"
               r"(?P<value>'[^'\r\n]+'|\"[^\"\r\n]+\"|" + _BARE_ARG + ")"),
     RegexRule(name="cli-password", lower_triggers=("set password",), group="value", check=_cli_value, anchored=True,
