@@ -102,7 +102,7 @@ class _Reading:
         if (current is not None and problem is None and own_id in (None, current.source_id)
                 and current.continued_by(meta["messages"])):
             yield from current.extend(meta, conv_label, run)
-            current.cut = isinstance(conversation, _Cut)
+            current.cut = isinstance(conversation, CutObject | CutArray)
             imported[current.emitter.session_id] = [_signature_digest(m) for m in current.messages]
             if unread is not None:
                 yield Rejected(f"{conv_label}/response", unread, raw_text(conversation))
@@ -126,7 +126,7 @@ class _Reading:
         current = self.current = _Conversation(conversation, meta, label=conv_label, key=(self.label, index),
                                                log_id=self.log_id, acl=self.acl)
         current.source_id = source_id
-        current.cut = isinstance(conversation, _Cut)
+        current.cut = isinstance(conversation, CutObject | CutArray)
         yield from current.begin(meta, run)
         known = imported.get(current.emitter.session_id, [])
         imported[current.emitter.session_id] = signatures if len(signatures) >= len(known) else known
@@ -313,17 +313,6 @@ def _line_values(label: str, number: int, line: bytes) -> Iterator[tuple[int | s
         yield place, f"{label}:{place}", value, error, part
 
 
-class _CutRecord(dict[str, Any]):
-    """A conversation object read from a record cut off: its messages whole before the cut."""
-
-
-class _CutMessages(list[Any]):
-    """A message list read from a record cut off: the messages whole before the cut."""
-
-
-_Cut = (_CutRecord, _CutMessages)
-
-
 def cut_conversations(raw: bytes) -> tuple[Any, str] | None:
     """What a record cut off holds whole (:func:`streams.importers.base.read_cut`), as a
     conversation (or a list of them, the last one cut) the importer takes, and the note its
@@ -356,16 +345,17 @@ def cut_conversations(raw: bytes) -> tuple[Any, str] | None:
     return kept[0], f"; kept what it holds whole before the cut: {kept[1]}"
 
 
-def _cut_conversation(found: CutObject | CutArray) -> tuple[_CutRecord | _CutMessages, str] | None:
-    """The conversation a cut object or message list holds whole, and which messages those are."""
+def _cut_conversation(found: CutObject | CutArray) -> tuple[CutObject | CutArray, str] | None:
+    """The conversation a cut object or message list holds whole (itself cut: no session.ended
+    goes out for it), and which messages those are."""
     if isinstance(found, CutArray):
-        whole = _CutMessages(item for item in found if not isinstance(item, CutObject | CutArray))
+        whole = CutArray(item for item in found if not isinstance(item, CutObject | CutArray))
         if not whole or not all(isinstance(item, dict) and "role" in item for item in whole):
             return None
         return whole, _kept_messages(len(whole))
     if api_conversation(found) is not None:
         return None  # a logged exchange: its answer comes last, and is what was cut
-    record = _CutRecord((key, value) for key, value in found.items() if not isinstance(value, CutObject | CutArray))
+    record = CutObject((key, value) for key, value in found.items() if not isinstance(value, CutObject | CutArray))
     for key, value in found.items():
         if isinstance(value, CutArray) and key in MESSAGE_LIST_KEYS:
             record[key] = [item for item in value if not isinstance(item, CutObject | CutArray)]
