@@ -15,6 +15,15 @@ if TYPE_CHECKING:
 __all__ = ["render_status"]
 
 
+def _at_natural_width(console: Console, table: Any) -> Any:
+    """``table`` laid out as wide as its cells want, whatever the console's width."""
+    from rich.measure import Measurement
+    from rich.segment import Segments
+
+    options = console.options.update_width(1 << 16)
+    return Segments(console.render(table, options.update_width(Measurement.get(console, options, table).maximum)))
+
+
 def render_status(report: dict[str, Any], console: Console) -> None:
     """``report`` as one table per log, then what holds each index back, stalls and mismatches."""
     from rich.markup import escape
@@ -26,10 +35,13 @@ def render_status(report: dict[str, Any], console: Console) -> None:
     for log_id, entry in report["logs"].items():
         # One policy for every index goes in the title: at 80 columns the column left the
         # verdict 9 characters, and every `ok: caught up` took two lines.
-        policies = {(idx.get("redactionPolicy") or "-")[:8] for idx in entry["indexes"].values()}
+        # The vector and analytics indexes state no policy (they hold no text a policy redacted),
+        # so they do not make the column needed.
+        policies = {idx["redactionPolicy"][:8] for idx in entry["indexes"].values() if idx.get("redactionPolicy")}
         title = f"log {log_id!r} — L1 committed seq {entry['l1CommittedSeq']}"
-        if len(policies) == 1 and policies != {"-"}:
-            title += f" — redaction policy {policies.pop()}"
+        if len(policies) <= 1:
+            if policies:
+                title += f" — redaction policy {policies.pop()}"
             policies.clear()
         table = Table(title=title, title_justify="left")
         columns = ("index", "gen", "through", "lag", "lag s", "committed") + (("policy",) if policies else ())
@@ -46,7 +58,12 @@ def render_status(report: dict[str, Any], console: Console) -> None:
             if policies:
                 cells.append((idx.get("redactionPolicy") or "-")[:8])
             table.add_row(*cells, idx["verdict"])
-        console.print(table)
+        # Piped (a pager, a log file, `grep`), a console has no width but rich's default of 80,
+        # which wrapped each verdict over eight lines: there the table takes its natural width.
+        if console.is_terminal:
+            console.print(table)
+        else:
+            console.print(_at_natural_width(console, table), crop=False)
         stalled_kinds: dict[tuple[str, str, str], dict[str, list[str]]] = {}
         for kind, idx in entry["indexes"].items():
             if idx.get("stalled"):

@@ -204,3 +204,22 @@ def test_one_policy_goes_in_the_title_and_a_verdict_fits_80_columns() -> None:
     out = io.StringIO()
     render_status(report, Console(file=out, width=200))
     assert "policy" in out.getvalue().splitlines()[2] and "2fdadad9" in out.getvalue()
+
+
+def test_indexes_without_a_policy_leave_it_in_the_title_and_a_piped_table_keeps_its_width() -> None:
+    """As a stack reports it: the vector and analytics indexes state no redaction policy. The
+    policy still goes in the title, and piped (no terminal, rich's default of 80 columns) a long
+    verdict stays on its row's one line instead of wrapping over eight."""
+    marks = {("rx", kind): _watermark(30, redactionPolicy=None if kind in ("vector", "analytics") else "306c8b9cb001d554")
+             for kind in ("text", "vector", "structured", "analytics", "toolresults")}
+    report = build_status({"rx": 9000}, marks, {}, now=100.0)
+    for kind, index in report["logs"]["rx"]["indexes"].items():
+        index["redactionPolicy"] = None if kind in ("vector", "analytics") else "306c8b9cb001d554"
+        index["verdict"] = "behind: 8970 seqs, oldest unindexed event appended 169s ago"
+    out = io.StringIO()
+    render_status(report, Console(file=out, width=80))
+    lines = out.getvalue().splitlines()
+    assert "redaction policy 306c8b9c" in lines[0]
+    assert "policy" not in lines[2]
+    rows = [line for line in lines if "behind: 8970 seqs, oldest unindexed event appended 169s ago" in line]
+    assert len(rows) == 5
