@@ -1205,7 +1205,7 @@ def _new_events(entries: list[Accepted | Rejected], seen: dict[str, bytes | None
                 continue
             mine = entry.canonical if entry.canonical is not None else canonical_bytes(entry.event)
             digest = event_digest(mine)
-            if digest == held:
+            if digest == held or (fmt == "claude-code" and held in _rewritten_digests(entry.event)):
                 report.duplicates += 1
             elif entry.event["type"] == "session.started" and fmt in _SESSIONS_SPAN_FILES:
                 # Another file of the session started it (a resumed session goes on in a file of
@@ -1237,6 +1237,28 @@ def _new_events(entries: list[Accepted | Rejected], seen: dict[str, bytes | None
         report.cut += entry.cut > 0
     closers = _closers(events, amended_ids)
     return events + closers, canonical + [None] * len(closers), conflicts
+
+
+def _rewritten_digests(event: dict[str, Any]) -> set[bytes]:
+    """The digests of ``event`` as Claude Code writes the same message in another file. A session
+    resumed (``claude --continue``) repeats its earlier lines in the new session's file, and
+    Claude Code 1.0 wrote a prompt's ``"content": "say lol"`` there as ``[{"type": "text",
+    "text": "say lol"}]``: the same event in every field but the source record it keeps in
+    ``payload``, which made each repeated prompt a conflict dead letter."""
+    payload = event.get("payload")
+    message = payload.get("message") if isinstance(payload, dict) else None
+    if not isinstance(payload, dict) or not isinstance(message, dict):
+        return set()
+    content = message.get("content")
+    if isinstance(content, str):
+        other: Any = [{"type": "text", "text": content}]
+    elif (isinstance(content, list) and len(content) == 1 and isinstance(content[0], dict)
+          and content[0].keys() == {"type", "text"} and content[0]["type"] == "text" and isinstance(content[0]["text"], str)):
+        other = content[0]["text"]
+    else:
+        return set()
+    rewritten = {**event, "payload": {**payload, "message": {**message, "content": other}}}
+    return {event_digest(canonical_bytes(rewritten))}
 
 
 def _closers(events: list[dict[str, Any]], amended: set[str]) -> list[dict[str, Any]]:

@@ -795,8 +795,17 @@ def _line_values(line: bytes) -> list[dict[str, Any]]:
 
 def _said(line: dict[str, Any]) -> bytes:
     """A digest of what a conversation line says (its type and message), not of the metadata
-    a later copy of it may carry otherwise."""
-    what = [line.get("type"), line.get("message")]
+    a later copy of it may carry otherwise, nor of how it writes a prompt: ``"say lol"`` and
+    ``[{"type": "text", "text": "say lol"}]`` say the same (Claude Code 1.0 wrote a repeated
+    prompt so; streams.follow takes such a copy from another file as a duplicate too)."""
+    message = line.get("message")
+    if isinstance(message, dict):
+        content = message.get("content")
+        if (isinstance(content, list) and len(content) == 1 and isinstance(content[0], dict)
+                and content[0].keys() == {"type", "text"} and content[0]["type"] == "text"
+                and isinstance(content[0]["text"], str)):
+            message = {**message, "content": content[0]["text"]}
+    what = [line.get("type"), message]
     try:
         said = orjson.dumps(what, option=orjson.OPT_SORT_KEYS)
     except orjson.JSONEncodeError:  # nested past orjson's depth: its text still tells copies apart

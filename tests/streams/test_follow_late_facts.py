@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from streams.follow import Follower, PositionStore
 from streams.importers import Accepted, iter_records
 from streams.testing import Clock, Crash, MemoryL1
@@ -245,3 +247,37 @@ def test_the_title_claude_code_generates_names_a_session_the_user_did_not(tmp_pa
     renamed.write_text("".join(json.dumps(line) + "\n" for line in (prompt, named, titled)))
     started = [i.event for i in iter_records(renamed) if isinstance(i, Accepted) and i.event["type"] == "session.started"]
     assert [event["fields"].get("title") for event in started] == ["login"]
+
+
+@pytest.mark.parametrize("resumed_first", [False, True])
+def test_a_resumed_file_that_rewrites_a_prompt_as_one_text_block_repeats_it(tmp_path, resumed_first):
+    """Claude Code 1.0 repeated a resumed session's prompts in the new file with their
+    ``"content": "say lol"`` written ``[{"type": "text", "text": "say lol"}]`` (slopus/happy-cli's
+    fixtures of a `claude --continue`): the same event but for the source line it keeps in
+    ``payload``, and each repeated prompt was a conflict dead letter. It is a duplicate, in
+    whichever order the two files are read; a block that says more than its text still conflicts."""
+    root = tmp_path / "projects"
+    root.mkdir()
+    own, _ = _session_and_its_resumed_file(root)
+    repeated = []
+    for raw in _transcript()[:4]:
+        line = json.loads(raw)
+        if line["type"] == "user":
+            line["message"]["content"] = [{"type": "text", "text": line["message"]["content"]}]
+        repeated.append(json.dumps(line).encode() + b"\n")
+    later = transcript_line("user", "u9", 9, "one more thing", parent="a2", sessionId=_RESUMED_BY)
+    (root / f"{SESSION}.jsonl").write_bytes(own)
+    (root / "resumed.jsonl").write_bytes(b"".join(repeated) + json.dumps(later).encode() + b"\n")
+    l1 = MemoryL1()
+    files = [root / "resumed.jsonl", root / f"{SESSION}.jsonl"]
+    for number, path in enumerate(files if resumed_first else files[::-1]):
+        Follower([path], appender=l1, store=PositionStore(tmp_path / f"home{number}"), once=True).poll()
+    assert not l1.dead, [d.reason for d in l1.dead]
+    assert max(l1.counts().values()) == 1
+    assert "one more thing" in json.dumps([e.get("fields") for e in l1.log])
+    # A block with more than its text (a cache mark) is no rewrite of the plain prompt.
+    marked = json.loads(repeated[0])
+    marked["message"]["content"][0]["cache_control"] = {"type": "ephemeral"}
+    (root / "marked.jsonl").write_bytes(json.dumps(marked).encode() + b"\n")
+    Follower([root / "marked.jsonl"], appender=l1, store=PositionStore(tmp_path / "home-marked"), once=True).poll()
+    assert len(l1.dead) == 1

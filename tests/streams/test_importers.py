@@ -646,6 +646,19 @@ def test_claude_code_line_written_again_is_no_dead_letter(tmp_path: Path) -> Non
         ("s-1.jsonl:5", "duplicate record: uuid 'u1' was already imported from line 1 with another message")]
 
 
+def test_claude_code_prompt_written_again_as_one_text_block_is_a_copy(tmp_path: Path) -> None:
+    """Claude Code 1.0 wrote a repeated prompt's ``"content": "say lol"`` as ``[{"type": "text",
+    "text": "say lol"}]`` (slopus/happy-cli's fixtures of a resumed session): the same message,
+    a copy, not a duplicate record. A block that says more (a cache mark) still is one."""
+    first = cc_line("u1", "user", "say lol")
+    again = cc_line("u1", "user", [{"type": "text", "text": "say lol"}])
+    marked = cc_line("u1", "user", [{"type": "text", "text": "say lol", "cache_control": {"type": "ephemeral"}}])
+    accepted, rejected = split(write_lines(tmp_path / "s-1.jsonl", [first, again, marked]), "claude-code")
+    assert [(e["type"], e["fields"]) for e in accepted if e["type"] == "x.claude-code.copy"] == [
+        ("x.claude-code.copy", {"uuid": "u1", "copyOf": "line 1"})]
+    assert [r.record for r in rejected] == ["s-1.jsonl:3"]
+
+
 def test_claude_code_subagent_file_without_main_chain(tmp_path: Path) -> None:
     lines = [
         {**cc_line("s1", "user", "Look for TODOs"), "isSidechain": True, "agentId": "a91f"},
