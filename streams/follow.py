@@ -435,9 +435,9 @@ class PollReport:
     # Code file of summaries of other sessions only (importers.skipped_file).
     skipped: list[tuple[str, str]] = field(default_factory=list)
     # (record, bytes) of each last line a file ends in, without its newline, that is no whole JSON
-    # object once the file is idle: cut off, or still being written very slowly. It waits for the
-    # rest (dead-lettered, a completed line would be imported later all the same), so it is said
-    # once here rather than nowhere.
+    # object once the file is idle: cut off (its writer killed), or still being written very
+    # slowly. It is dead-lettered as a one-shot import of the file dead-letters it (resolved if
+    # the rest comes after all), and said here too.
     cut_lines: list[tuple[str, int]] = field(default_factory=list)
     # Accepted events (new or already in L1) per log they name: an ASP file's events keep their
     # own logId whatever --log says, and the summary must say where they went.
@@ -738,15 +738,16 @@ class Follower:
             complete = data[: data.rfind(b"\n") + 1]
             tracked.tail = not _blank(data[len(complete):])
             if tracked.tail and now - tracked.changed_at >= self.idle_seconds:
-                # A last line that never got its newline (a file written by a tool that ends
-                # without one): once the file is idle and the line is a whole JSON object, it
-                # is complete, as a one-shot import takes it; a cut line never parses, and
-                # waits (unread until the file changes again) for the rest.
+                # A last line that never got its newline, once the file is idle: taken as a
+                # one-shot import of the file as it is takes it. A whole JSON object is imported
+                # (a tool that ends a file without a newline); a cut line (its writer killed
+                # mid-line) is dead-lettered as cut off, with the one-shot import's reason, and
+                # if the rest is written after all, the grown line is imported and its dead
+                # letter resolved. It waited unread before, in no dead letter, for ever.
                 tracked.tail = False
-                if _whole_object(data[len(complete):]):
-                    complete = data
-                else:
+                if not _whole_object(data[len(complete):]):
                     report.cut_lines.append((f"{label}:{complete.count(_NEWLINE) + 1}", len(data) - len(complete)))
+                complete = data
         if _blank(complete):
             return None
         adopted = None

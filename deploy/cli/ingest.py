@@ -303,11 +303,14 @@ def follow_paths(settings: Settings, bootstrap: str, paths: list[Path], fmt: str
             err.print(f"skipping {path}: its format cannot be told from its first records (yet)")
         for path, why in report.skipped:
             err.print(escape(f"skipping {path}: {why} (looked at again when it changes)"), soft_wrap=True)
+        dead_lettered = {item.record for item in report.rejected_items}
         for record, size in report.cut_lines:
-            err.print(escape(f"waiting at {record}: the file has been idle for {settings.follow_idle_seconds:g}s and "
-                             f"its last line ({size} bytes) has no newline and is no whole JSON line: cut off? "
-                             "It is imported if the rest is written (`usl ingest` of the file as it is "
-                             "dead-letters it)"), soft_wrap=True)
+            if record not in dead_lettered:  # dead-lettered before (a restarted follower)
+                continue
+            err.print(escape(f"cut off at {record}: the file has been idle for {settings.follow_idle_seconds:g}s and "
+                             f"its last line ({size} bytes) has no newline and is no whole JSON line; "
+                             "dead-lettered, as `usl ingest` of the file does (if the rest is written, the "
+                             "line is imported and its dead letter resolved)"), soft_wrap=True)
         if report.appended or report.rejected:
             totals.update(appended=report.appended, rejected=report.rejected)
             err.print(f"{time.strftime('%H:%M:%S')} appended {report.appended} event(s) from "

@@ -719,8 +719,11 @@ def test_another_files_event_under_a_used_id_is_dead_lettered_not_dropped(tmp_pa
 def test_a_whole_last_line_without_its_newline_is_imported_once_the_file_is_idle(tmp_path):
     """QA: a transcript whose writer ends it without a newline (a tool, an editor, a copy) had
     its last line waiting for ever in follow mode, while a one-shot import takes it. A line
-    still being written (cut JSON) keeps waiting; a whole JSON object is taken once the file
-    has been idle, and the newline that may come later appends nothing again."""
+    still being written (cut JSON) waits while the file changes; once the file is idle it is
+    dead-lettered as a one-shot import of the file dead-letters it, and when the rest of the
+    line is written after all, the line is imported and its dead letter resolved. A whole JSON
+    object is taken once the file has been idle, and the newline that may come later appends
+    nothing again."""
     lines = TRANSCRIPTS[0].read_bytes().splitlines(keepends=True)
     body = b"".join(lines[:-1]) + lines[-1].rstrip(b"\r\n")
     whole = tmp_path / "whole" / "session.jsonl"
@@ -729,31 +732,74 @@ def test_a_whole_last_line_without_its_newline_is_imported_once_the_file_is_idle
     expected = one_shot_ids(whole)
     live = tmp_path / "dir" / "session.jsonl"
     live.parent.mkdir()
-    live.write_bytes(body[:-5])  # the last line cut: never taken
+    live.write_bytes(body[:-5])  # the last line cut
+    cut_letters = [(i.record, i.reason) for i in iter_records(live) if isinstance(i, Rejected)]
+    assert [record for record, _reason in cut_letters] == [f"session.jsonl:{len(lines)}"]
     l1, clock = MemoryL1(), Clock()
     tail = follower(live.parent, l1, tmp_path / "home", clock)
     assert tail.poll().cut_lines == []  # still being written, perhaps
+    assert not l1.dead
     clock.now += 10
-    # Idle, and still no whole line: said once (it was said nowhere: a line cut for ever just
-    # waited, silently), named as a one-shot import's dead letter would name it, never dead-lettered.
+    # Idle, and still no whole line: dead-lettered as a one-shot import of the file as it is
+    # dead-letters it (same record, same reason), and said once.
     assert tail.poll().cut_lines == [(f"session.jsonl:{len(lines)}", len(lines[-1].rstrip(b"\r\n")) - 5)]
+    assert [(i.record, i.reason) for i in l1.dead] == cut_letters
     clock.now += 10
     assert tail.poll().cut_lines == []
+    assert len(l1.dead) == 1  # once
     cut = set(l1.counts())
-    assert not l1.dead and cut and not expected <= cut  # the cut line's events wait
-    live.write_bytes(body)
+    assert cut and cut == one_shot_ids(live) and not expected <= cut  # the cut line's events wait
+    live.write_bytes(body)  # the rest of the line, written after all
     clock.now += 1
     tail.poll()  # just written: it may still grow
-    assert set(l1.counts()) == cut
     clock.now += 10
     assert tail.poll().cut_lines == []
-    assert not l1.dead and expected <= set(l1.counts()) and max(l1.counts().values()) == 1
+    assert len(l1.dead) == 1 and l1.resolved == [(f"session.jsonl:{len(lines)}", "default")]
+    assert expected <= set(l1.counts()) and max(l1.counts().values()) == 1
     after = len(l1.log)
     with live.open("ab") as handle:
         handle.write(b"\n")
     clock.now += 10
     tail.poll()
-    assert len(l1.log) == after and max(l1.counts().values()) == 1
+    assert len(l1.log) == after and max(l1.counts().values()) == 1 and len(l1.dead) == 1
+
+
+@pytest.mark.parametrize("restart", [False, True], ids=["same follower", "restarted follower"])
+def test_a_cut_last_line_that_a_killed_writer_never_completes_is_dead_lettered_once(tmp_path, restart):
+    """QA (session 33): a live transcript whose writer was killed mid-line (the last line cut,
+    never completed) left that line in no dead letter: the follower waited for its rest for ever,
+    while ``usl ingest`` of the same file dead-letters it. Once the file is idle the follower
+    dead-letters it as the one-shot import does, once (a restarted follower too), and the agent
+    started again on a new line loses nothing after it."""
+    lines = TRANSCRIPTS[0].read_bytes().splitlines(keepends=True)
+    live = tmp_path / "dir" / "session.jsonl"
+    live.parent.mkdir()
+    live.write_bytes(b"".join(lines[:-2]) + lines[-2][: len(lines[-2]) // 2])
+    one_shot = [(i.record, i.reason) for i in iter_records(live) if isinstance(i, Rejected)]
+    l1, clock = MemoryL1(), Clock()
+    tail = follower(live.parent, l1, tmp_path / "home", clock)
+    tail.poll()
+    clock.now += 10
+    tail.poll()
+    record = f"session.jsonl:{len(lines) - 1}"
+    assert [(i.record, i.reason) for i in l1.dead] == one_shot and one_shot[0][0] == record
+    assert "truncated" in one_shot[0][1]
+    assert set(l1.counts()) == one_shot_ids(live)
+    if restart:
+        tail = follower(live.parent, l1, tmp_path / "home", clock)
+        clock.now += 10
+        tail.poll()
+        assert len(l1.dead) == 1
+    with live.open("ab") as handle:  # the agent, started again, goes on on a line of its own
+        handle.write(b"\n" + lines[-1])
+    clock.now += 1
+    tail.poll()
+    clock.now += 10
+    tail.poll()
+    assert [i.record for i in l1.dead] == [record] and not l1.resolved
+    assert one_shot_ids(live) <= set(l1.counts()) and max(l1.counts().values()) == 1
+    # Beyond the one-shot import's events, only the end the idle file's open turn got.
+    assert {e["type"] for e in l1.log if e["eventId"] not in one_shot_ids(live)} <= {"turn.ended"}
 
 
 def _following_six_lines(tmp_path: Path) -> tuple[Path, Path, list[bytes], MemoryL1, Clock, Follower]:
