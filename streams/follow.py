@@ -281,6 +281,10 @@ class PositionStore:
                 "events": [event if value is None else orjson.Fragment(value)
                            for event, value in zip(batch.events, canonical, strict=True)],
                 "files": {key: _jsonable(new) for key, (_old, new) in batch.records.items()},
+                # The new records vouch that these were dead-lettered (resolved): a writer killed
+                # before it sent them leaves them to whoever finishes the batch.
+                "rejects": [asdict(item) for item in batch.rejects],
+                "resolved": [list(item) for item in batch.resolved],
             }
             self._save(state)
             for event, value in zip(batch.events, canonical, strict=True):
@@ -322,6 +326,13 @@ class PositionStore:
             if event["eventId"] not in present:
                 appender.append(event)
         appender.flush()
+        # The batch's dead letters and resolutions: the records it switches vouch for them, so
+        # nothing would send them again and a bad line was in no letter. (A writer killed after
+        # sending them, before it saved, leaves a letter that goes out twice: shown twice.)
+        for item in wal.get("rejects", ()):
+            appender.dead_letter(Rejected(**item))
+        for record, log_id in wal.get("resolved", ()):
+            appender.resolve_dead_letter(record, log_id)
         state["files"].update(wal["files"])
         state["wal"] = None
         self._save(state)

@@ -802,6 +802,31 @@ def test_a_cut_last_line_that_a_killed_writer_never_completes_is_dead_lettered_o
     assert {e["type"] for e in l1.log if e["eventId"] not in one_shot_ids(live)} <= {"turn.ended"}
 
 
+@pytest.mark.parametrize("crash_at", [0, 3], ids=["first append", "mid-batch"])
+def test_a_follower_killed_mid_batch_leaves_the_batch_dead_letters_to_its_successor(tmp_path, crash_at):
+    """QA (session 33): a follower killed (kill -9) after writing a batch ahead and before
+    sending its dead letters: the restarted follower finished the batch from the write-ahead
+    log (its events and records) but not its dead letters, and the records vouched that the bad
+    lines were dead-lettered already, so none was ever sent: a bad line in no letter."""
+    lines = TRANSCRIPTS[0].read_bytes().splitlines(keepends=True)
+    live = tmp_path / "dir" / "session.jsonl"
+    live.parent.mkdir()
+    live.write_bytes(b"".join(lines[:4]) + b'{"type": "user", "message": \n' + b"".join(lines[4:]))
+    one_shot = [(i.record, i.reason) for i in iter_records(live) if isinstance(i, Rejected)]
+    assert [record for record, _reason in one_shot] == ["session.jsonl:5"]
+    l1, clock = MemoryL1(), Clock()
+    l1.crash_in = crash_at
+    with pytest.raises(Crash):
+        follower(live.parent, l1, tmp_path / "home", clock).poll()
+    assert not l1.dead
+    tail = follower(live.parent, l1, tmp_path / "home", clock)
+    tail.poll()
+    clock.now += 10
+    tail.poll()
+    assert [(i.record, i.reason) for i in l1.dead] == one_shot
+    assert set(l1.counts()) == one_shot_ids(live) and max(l1.counts().values()) == 1
+
+
 def _following_six_lines(tmp_path: Path) -> tuple[Path, Path, list[bytes], MemoryL1, Clock, Follower]:
     """A follower of ``sessions/a.jsonl`` holding the first six lines of a real transcript, after
     its first poll: (root, the file, all the transcript's lines, L1, clock, follower)."""
