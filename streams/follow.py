@@ -585,10 +585,11 @@ class Follower:
         first = not self._started
         self._started = True
         present = {key for key, _path, _label, _root in files}
-        for key in list(self._tracked):
-            if key not in present:
-                self._drain(key, records, report)
-                self._gone(key, records, report)
+        missing = [key for key in self._tracked if key not in present]
+        moved = _inodes(path for key, path, _label, _root in files if key not in self._tracked) if missing else set()
+        for key in missing:
+            self._drain(key, records, report)
+            self._gone(key, records, report, moved)
         self._where.update((key, (label, root)) for key, _path, label, root in files)
         parsed: list[_Parsed] = []
         for key, path, label, root in files:
@@ -1163,9 +1164,18 @@ class Follower:
         self._commit(self._plan([found], report), report)
         records.update(self.store.records(self.appender))
 
-    def _gone(self, key: str, records: dict[str, FileRecord], report: PollReport) -> None:
-        """A file that disappeared: its held-back end events go out now (its session is over)."""
-        self._release(key, self._tracked.pop(key), records.get(key), report)
+    def _gone(self, key: str, records: dict[str, FileRecord], report: PollReport,
+              moved: set[tuple[int, int]]) -> None:
+        """A file that disappeared: its held-back end events go out now (its session is over).
+        Not so for a file renamed to another followed name (``moved``: the files new to this
+        poll): its new name takes its record, held-back events included (:meth:`_renamed`), and
+        its turn may go on; sent here, its end came in the middle of the turn and the turn got a
+        second one at its real end."""
+        tracked = self._tracked.pop(key)
+        record = records.get(key)
+        if record is not None and (record.device, record.inode) in moved:
+            return
+        self._release(key, tracked, record, report)
 
     def _release(self, key: str, tracked: _Tracked, record: FileRecord | None, report: PollReport) -> None:
         """Append the end events ``record`` holds back, as ``tracked`` knows them."""
@@ -1471,6 +1481,18 @@ def _sessions_of(entries: list[Accepted | Rejected]) -> dict[str, set[str]]:
             by_log.setdefault(entry.event["logId"], set()).add(entry.event["sessionId"])
     return by_log
 
+
+
+def _inodes(paths: Iterator[Path]) -> set[tuple[int, int]]:
+    """(device, inode) of each of ``paths`` that still exists."""
+    found: set[tuple[int, int]] = set()
+    for path in paths:
+        try:
+            stat = path.stat()
+        except OSError:
+            continue
+        found.add((stat.st_dev, stat.st_ino))
+    return found
 
 
 def _rotated_copy(old: Path, record: FileRecord) -> Path | None:

@@ -229,6 +229,35 @@ def test_truncation_rotation_and_deletion(tmp_path):
     assert len(l1.log) > held_before and max(l1.counts().values()) == 1
 
 
+@pytest.mark.parametrize("grows", [True, False], ids=["goes on", "stays as it was"])
+def test_a_file_renamed_mid_turn_within_the_followed_directory_gets_no_second_end(tmp_path, grows):
+    """QA (session 33): a transcript renamed while its turn was open (a tool that renames a live
+    session file, spotter's tool_heavy.jsonl replayed into a followed directory). The old name
+    was gone, so its held-back turn end went out as a deleted file's does, although the file
+    was only renamed and its turn went on: the turn had an end in the middle and a second one
+    at its real end, one event more than a one-shot import of the finished file gives. A renamed
+    file that does not grow has its held-back end sent once it is idle, under its new name."""
+    lines = TRANSCRIPTS[0].read_bytes().splitlines(keepends=True)
+    root = tmp_path / "sessions"
+    root.mkdir()
+    live = root / "a.jsonl"
+    live.write_bytes(b"".join(lines[: len(lines) // 2]))
+    l1, clock = MemoryL1(), Clock()
+    tail = follower(root, l1, tmp_path / "home", clock)
+    tail.poll()
+    renamed = root / "a-renamed.jsonl"
+    live.rename(renamed)
+    if grows:
+        with renamed.open("ab") as handle:
+            handle.write(b"".join(lines[len(lines) // 2:]))
+    clock.now += 1
+    tail.poll()
+    assert not grows or set(l1.counts()) < one_shot_ids(renamed)  # the end waits
+    clock.now += 10
+    tail.poll()
+    assert set(l1.counts()) == one_shot_ids(renamed) and max(l1.counts().values()) == 1
+
+
 @pytest.mark.parametrize("style", ["create", "copytruncate"])
 def test_lines_written_just_before_a_rotation_are_read_from_the_rotated_file(tmp_path, style):
     """Found following real transcripts: lines written after the last poll to a file that
