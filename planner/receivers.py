@@ -68,7 +68,7 @@ from streams.asp import (
 )
 from streams.exceptions import SchemaError
 from streams.importers.asp import RefusedLists
-from streams.importers.base import stable_id
+from streams.importers.base import loads_with_lone_surrogates, stable_id, without_lone_surrogates
 from streams.importers.frames import frame_loose_events
 from streams.importers.otel import TraceSessions
 from streams.names import LOG_ID, LOG_ID_HINT
@@ -534,8 +534,22 @@ def _repeated_key(value: Any) -> str | None:
 def _parse(raw: bytes) -> Any:
     """The body as JSON; objects that hold a key twice come back as :class:`_RepeatedKeys`, so
     each event that has one is refused by itself. As :func:`streams.asp.loads_event` does, a
-    body that re-encodes to itself holds no repeated key and is parsed once."""
-    value = orjson.loads(raw)
+    body that re-encodes to itself holds no repeated key and is parsed once.
+
+    A lone UTF-16 surrogate escape (``\\ud83d`` with no low half: what a JavaScript producer's
+    JSON.stringify writes of an emoji it cut in two, a tool output cut to a length limit) is read
+    as U+FFFD, as ``usl ingest`` and the OTLP receivers read it. The whole batch was a 400."""
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        if "surrogate" not in exc.msg:
+            raise
+        loads_with_lone_surrogates(raw, refuse_repeated_keys=False)  # raises for whatever else is wrong
+        try:
+            return _mended(json.loads(raw.decode("utf-8", "surrogatepass"), object_pairs_hook=_mark_repeats))
+        except RecursionError:
+            raise QueryError("the request body is nested too deeply for its repeated keys to be checked",
+                             hint="Send events as ASP v1 defines them.") from None
     for option in (orjson.OPT_SORT_KEYS, None):
         try:
             if orjson.dumps(value, option=option) == raw:
@@ -547,6 +561,22 @@ def _parse(raw: bytes) -> Any:
     except RecursionError:
         raise QueryError("the request body is nested too deeply for its repeated keys to be checked",
                          hint="Send events as ASP v1 defines them.") from None
+
+
+def _mended(value: Any) -> Any:
+    """``value`` (parsed by the standard library, which keeps lone surrogates) with each lone
+    surrogate of its keys and strings as U+FFFD; a :class:`_RepeatedKeys` stays one."""
+    if isinstance(value, str):
+        return without_lone_surrogates(value)
+    if isinstance(value, list):
+        return [_mended(item) for item in value]
+    if isinstance(value, _RepeatedKeys):
+        marked = _RepeatedKeys((without_lone_surrogates(key), _mended(item)) for key, item in value.items())
+        marked.key = without_lone_surrogates(value.key)
+        return marked
+    if isinstance(value, dict):
+        return {without_lone_surrogates(key): _mended(item) for key, item in value.items()}
+    return value
 
 
 async def _body(request: Request, max_bytes: int) -> Any:

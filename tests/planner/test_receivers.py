@@ -8,6 +8,7 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
+import orjson
 import pytest
 from starlette.testclient import TestClient
 
@@ -345,10 +346,36 @@ def test_errors_say_what_is_wrong_in_json_terms(api):
     assert [r["reason"] for r in answer["rejected"]] == [
         f"an event must be a JSON object, not {kind}" for kind in ("null", "a string", "a number", "an array", "a boolean")]
     headers = {"Authorization": f"Bearer {key_a}", "Content-Type": "application/json"}
-    for body, says in ((b'{"events": [{"eventId": "\\ud800"}]}', "lone UTF-16 surrogate escape"),
+    for body, says in ((b'{"events": [{"eventId": "\xed\xa0\x80\xff"}]}', "not UTF-8 text"),
                        (b'{"events": ' + b"[" * 3000 + b"]" * 3000 + b"}", "nested more than 1024 levels deep")):
         response = client.post("/v1/events", content=body, headers=headers)
         assert response.status_code == 400 and says in response.json()["error"]["message"], response.text
+
+
+def test_a_lone_surrogate_escape_is_read_as_the_replacement_character_not_a_400(api):
+    """QA (session 33): a JavaScript producer that cut a tool output between the two halves of
+    an emoji (a length limit in UTF-16 units; JSON.stringify writes the half as ``\\ud83d``)
+    had its whole batch refused with a 400, while ``usl ingest`` of the same events and the OTLP
+    receivers read the half as U+FFFD. Read so here too: the batch is appended, a retry adds
+    nothing, and a key given twice in one of its events still refuses that event alone."""
+    settings, client, key_a, _key_b = api
+    events = acme(session_events("s-surrogate", turns=1))
+    result = next(i for i, e in enumerate(events) if e["type"] in ("tool.result", "message"))
+    field = "output" if events[result]["type"] == "tool.result" else "text"
+    events[result]["fields"][field] = "PLACEHOLDER"
+    body = orjson.dumps({"events": events}).replace(b"PLACEHOLDER", b"build summary \\ud83d")
+    headers = {"Authorization": f"Bearer {key_a}", "Content-Type": "application/json"}
+    answer = client.post("/v1/events", content=body, headers=headers)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["appended"] == len(events) and not answer.json()["rejected"]
+    held = {e["eventId"]: e for e in l1_events(settings)}
+    assert held[events[result]["eventId"]]["fields"][field] == "build summary \ufffd"
+    again = client.post("/v1/events", content=body, headers=headers).json()
+    assert (again["appended"], again["duplicates"], again["conflicts"]) == (0, len(events), [])
+    twice = (b'{"events": [{"eventId": "s-sur-2", "sessionId": "s-surrogate", "type": "message", '
+             b'"time": "2026-01-01T00:00:00Z", "fields": {"text": "half \\ud83d"}, "fields": {}}]}')
+    answer = client.post("/v1/events", content=twice, headers=headers).json()
+    assert answer["appended"] == 0 and "duplicate key 'fields'" in answer["rejected"][0]["reason"]
 
 
 def test_the_same_event_id_with_other_content_is_a_conflict(api):
