@@ -45,6 +45,7 @@ import hashlib
 import json
 import logging
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
@@ -83,6 +84,8 @@ _MAX_WAITING = 4
 #: Events to append, as ``(index in the request, event)``; None for an event the receiver added.
 Checked = list[tuple[int | None, dict[str, Any]]]
 _RETRY_AFTER_SECONDS = 2
+# Refused events remembered so that a retried request does not dead-letter them again.
+_LETTERS_KEPT = 100_000
 
 
 class TooManyRequests(PlannerError):
@@ -136,6 +139,10 @@ class EventReceiver:
         self._waiting_lock = threading.Lock()
         self._clients: tuple[Any, Any] | None = None
         self._dead: Any = None  # the dead-letter producer, made at the first refusal
+        # Digests of the letters sent (log, route, reason, record as posted), the latest
+        # _LETTERS_KEPT: a retried request is refused again in its answer, not dead-lettered again.
+        self._lettered: OrderedDict[bytes, None] = OrderedDict()
+        self._lettered_lock = threading.Lock()
         self._seen: dict[str, dict[bytes, bytes]] = {}  # log -> eventId digest -> fingerprint
         self._acls: dict[str, dict[str, dict[str, Any]]] = {}  # log -> sessionId -> its access list
         self._holders: dict[str, dict[bytes, str]] = {}  # log -> eventId digest -> its session
@@ -175,9 +182,9 @@ class EventReceiver:
         ``USLDeadLettersRising`` saw nothing a receiver took in."""
         from streams.metrics import dead_letter_reason, usl_dead_letters_total, usl_records_total
 
-        letters = [*answer["rejected"], *answer.get("conflicts", ())]
         usl_records_total.labels(stage="ingest").inc(answer.get("appended", 0))
-        for item in letters:
+        letters = self._new_letters(route, log_id, [*answer["rejected"], *answer.get("conflicts", ())], raws)
+        for item, _raw, _digest in letters:
             usl_dead_letters_total.labels(stage="ingest", reason=dead_letter_reason(str(item["reason"]))).inc()
         if not letters:
             return
@@ -186,16 +193,43 @@ class EventReceiver:
         try:
             if self._dead is None:
                 self._dead = DeadLetters(self.bootstrap, self.settings)
-            for item in letters:
-                index = item["index"]
-                raw = raws.get(index)
-                where = item.get("record") or f"events[{index}]"
+            for item, raw, _digest in letters:
+                where = item.get("record") or f"events[{item['index']}]"
                 self._dead.publish(stage="receiver", reason=item["reason"], log_id=log_id, record=f"POST {route} {where}",
-                                   raw=raw if isinstance(raw, str) else "" if raw is None else
-                                   orjson.dumps(raw, default=str).decode("utf-8", "replace"))
+                                   raw=raw)
             self._dead.flush()
         except Exception:  # the answer already names them; a letter lost is logged
             log.warning("could not dead-letter %d refused event(s) of %s", len(letters), route, exc_info=True)
+            with self._lettered_lock:  # not sent: a retry may send them
+                for _item, _raw, digest in letters:
+                    self._lettered.pop(digest, None)
+            return
+
+    def _new_letters(self, route: str, log_id: str, refused: list[dict[str, Any]],
+                     raws: Mapping[int, Any]) -> list[tuple[dict[str, Any], str, bytes]]:
+        """(item, raw text, digest) of each of ``refused`` this receiver has not dead-lettered
+        yet. An exporter retries a request whose answer it did not get (a timeout, a 429), and a
+        producer re-sends a batch it is unsure of: each retry dead-lettered its refused events
+        once more, so one bad span was N letters in `usl deadletters` and `usl status`. A
+        letter is named by what was refused, not by its place in the request (a retry may batch
+        otherwise); remembered by this process, so another replica, or a restarted API, may
+        send a letter once more."""
+        new: list[tuple[dict[str, Any], str, bytes]] = []
+        with self._lettered_lock:
+            for item in refused:
+                raw = raws.get(item["index"])
+                text = raw if isinstance(raw, str) else "" if raw is None else \
+                    orjson.dumps(raw, default=str).decode("utf-8", "replace")
+                digest = hashlib.sha256("\0".join((log_id, route, str(item["reason"]), text)).encode(
+                    "utf-8", "surrogatepass")).digest()
+                if digest in self._lettered:
+                    self._lettered.move_to_end(digest)
+                    continue
+                self._lettered[digest] = None
+                if len(self._lettered) > _LETTERS_KEPT:
+                    self._lettered.popitem(last=False)
+                new.append((item, text, digest))
+        return new
 
     def _catch_up(self, reader: Any, log_id: str) -> dict[bytes, bytes]:
         seen = self._seen.setdefault(log_id, {})

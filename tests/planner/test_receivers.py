@@ -477,6 +477,26 @@ def test_refused_and_conflicting_events_are_dead_lettered(api):
     assert "different content" in by_record["POST /v1/events events[0]"]["reason"]
 
 
+def test_a_retried_request_dead_letters_its_refused_events_once(api):
+    """QA (session 33): a producer that re-sent a batch (a timeout, a 429 it retried) had each
+    refused event dead-lettered once per copy, so one bad event was three letters in `usl
+    deadletters` and `usl status`. The answer still names the refusal every time; the letter
+    goes out once, whatever the event's place in the batch."""
+    from streams.l1 import read_dead_letters
+
+    settings, client, key_a, _key_b = api
+    events = acme(session_events("s-retry-dead", turns=1))
+    bad = {**events[1], "eventId": "e-retry-when", "time": "yesterday"}
+    for body in ([*events, bad], [*events, bad], [bad, *events]):
+        answer = post(client, key_a, {"events": body}).json()
+        assert len(answer["rejected"]) == 1 and "time must be date-time" in answer["rejected"][0]["reason"]
+    letters = read_dead_letters(settings.bootstrap_servers or "", settings, log_id="default")
+    assert [letter["record"] for letter in letters] == [f"POST /v1/events events[{len(events)}]"]
+    other = {**bad, "time": "tomorrow"}  # another refusal is a letter of its own
+    post(client, key_a, {"events": [other]})
+    assert len(read_dead_letters(settings.bootstrap_servers or "", settings, log_id="default")) == 2
+
+
 def test_a_turn_posted_out_of_order_is_closed_and_a_retry_adds_nothing(api):
     """Found on a live stack: turn.ended posted before the turn's message and turn.started left
     the turn open after its end, and the log's indexes waited at it (`usl status`: waiting: an
