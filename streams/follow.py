@@ -766,11 +766,13 @@ class Follower:
         if record is None:
             adopted = self._renamed(stat, complete, records)
         base = record or adopted
-        if not self.once and base is None and now - tracked.changed_at < self.idle_seconds \
-                and not settled(fmt, complete):
-            # A new file whose first events would go out otherwise than an import of the grown
-            # file says them (a transcript's session.started before its model is written):
-            # held back until it is, or until the file is idle.
+        if not self.once and now - tracked.changed_at < self.idle_seconds and not settled(fmt, complete) \
+                and (base is None or not _begins_with(complete, base)):
+            # A new file (or one truncated and written again) whose first events would go out
+            # otherwise than an import of the grown file says them (a transcript's
+            # session.started before its model is written): held back until it is, or until the
+            # file is idle. A rewritten transcript read before its first assistant line sent its
+            # session a second session.started, without the model, and an empty turn.
             tracked.tail = True  # looked at again at every poll until then, grown or not
             return None
         if not self.once and base is not None and base.offset == len(complete) \
@@ -1532,6 +1534,11 @@ def _still_at_its_path(record: FileRecord) -> bool:
             return _sha(handle.read(record.offset)) == record.prefix_sha
     except OSError:
         return False
+
+
+def _begins_with(data: bytes, record: FileRecord) -> bool:
+    """Whether ``data`` begins with the bytes ``record`` vouches for."""
+    return record.offset <= len(data) and _sha(data[: record.offset]) == record.prefix_sha
 
 
 def _sha(data: bytes) -> str:

@@ -258,6 +258,38 @@ def test_a_file_renamed_mid_turn_within_the_followed_directory_gets_no_second_en
     assert set(l1.counts()) == one_shot_ids(renamed) and max(l1.counts().values()) == 1
 
 
+@pytest.mark.parametrize("pause", [False, True], ids=["written on", "idle after its summary line"])
+def test_a_transcript_truncated_and_written_again_line_by_line_adds_no_session_start(tmp_path, pause):
+    """QA (session 33): a followed transcript truncated and written again as it was (spotter's
+    short.jsonl replayed twice into a followed directory). The follower read the rewrite's first
+    lines, before its first assistant line, and sent the session a second session.started,
+    without its model, and an empty turn to close it; a new file is held until its model is
+    written, a rewritten one was not. Read when only its summary line was back (no session
+    named, so nothing of it checked against L1), its record then vouched for the file and every
+    event of the rewrite, all in L1 already, was appended a second time. Written again, it adds
+    nothing to L1, also when the rewrite pauses after its summary line past the idle time."""
+    lines = TRANSCRIPTS[0].read_bytes().splitlines(keepends=True)
+    root = tmp_path / "sessions"
+    root.mkdir()
+    live = root / "a.jsonl"
+    live.write_bytes(b"".join(lines))
+    l1, clock = MemoryL1(), Clock()
+    tail = follower(root, l1, tmp_path / "home", clock)
+    tail.poll()
+    clock.now += 10
+    tail.poll()
+    assert set(l1.counts()) == one_shot_ids(live)
+    before = len(l1.log)
+    live.write_bytes(b"")
+    for count in range(1, len(lines) + 1):  # the prompt first, its answer a few seconds later
+        live.write_bytes(b"".join(lines[:count]))
+        clock.now += 10 if pause and count == 1 else 1
+        tail.poll()
+    clock.now += 10
+    tail.poll()
+    assert l1.log[before:] == [] and not l1.dead
+
+
 @pytest.mark.parametrize("style", ["create", "copytruncate"])
 def test_lines_written_just_before_a_rotation_are_read_from_the_rotated_file(tmp_path, style):
     """Found following real transcripts: lines written after the last poll to a file that
