@@ -228,6 +228,13 @@ def _shape_problem(request: Any, levels: tuple[str, str, str] = _SIGNALS["traces
     an empty list, as in protobuf's JSON mapping."""
     if not isinstance(request, dict):
         return f"it must be a JSON object, not {json_kind(request)}"
+    if levels[0] not in request:
+        # Another signal's request posted here (a logs exporter's endpoint set to /v1/traces) read
+        # as an empty one: 200, and the exporter never learned its records went nowhere.
+        for other, route in (("resourceSpans", "/v1/traces"), ("resourceLogs", "/v1/logs"), ("resourceMetrics", None)):
+            if other in request:
+                return (f"it holds {other}, not {levels[0]}: " + (f"post it to {route}" if route
+                        else "metrics are not received here (traces to /v1/traces, logs to /v1/logs)"))
     pending: list[tuple[str, dict[str, Any], int]] = [("", request, 0)]
     while pending:
         where, parent, level = pending.pop()

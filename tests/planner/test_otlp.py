@@ -533,6 +533,13 @@ def test_otlp_logs_json_and_what_is_refused(served):
 
     letters = read_dead_letters(settings.bootstrap_servers or "", settings, log_id="default")
     assert len(letters) == 1 and all(letter["record"].startswith("POST /v1/logs logRecord[3]") for letter in letters)
+    # A request of the other signal, or of metrics, is refused by name, not read as an empty one.
+    for route, sent, says in (("/v1/traces", body, "it holds resourceLogs, not resourceSpans: post it to /v1/logs"),
+                              ("/v1/logs", {"resourceSpans": []}, "post it to /v1/traces"),
+                              ("/v1/logs", {"resourceMetrics": []}, "metrics are not received here")):
+        crossed = httpx.post(f"{endpoint}{route}", content=orjson.dumps(sent),
+                             headers={"Content-Type": "application/json"}, timeout=30)
+        assert crossed.status_code == 400 and says in crossed.json()["error"]["message"], crossed.text
     shape = httpx.post(f"{endpoint}/v1/logs", content=b'{"resourceLogs": [{"scopeLogs": [{"logRecords": 5}]}]}',
                        headers={"Content-Type": "application/json"}, timeout=30)
     assert shape.status_code == 400
