@@ -526,6 +526,7 @@ def sink_commits(settings: Any, writer: Any, *, inputs: list[tuple[list[str], An
                 _, chunk = next(turns)
                 state.pending.append(chunk)
                 state.pending_ids.add(record_id(chunk))
+                state.pending_order.append(record_id(chunk))
                 state.progress["chunks:0"] = chunk["maxSeq"]
                 appends.append((began + fed / rate, chunk["maxSeq"]))
                 fed += 1

@@ -323,8 +323,9 @@ def _unique(records: Any) -> list[dict[str, Any]]:
     """Records in order, the last of each record_id winning (replays carry the same bytes)."""
     by_id: dict[str, dict[str, Any]] = {}
     for record in records:
-        by_id.pop(record_id(record), None)
-        by_id[record_id(record)] = record
+        key = record_id(record)
+        by_id.pop(key, None)
+        by_id[key] = record
     return list(by_id.values())
 
 
