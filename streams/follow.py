@@ -586,7 +586,7 @@ class Follower:
         self._started = True
         present = {key for key, _path, _label, _root in files}
         missing = [key for key in self._tracked if key not in present]
-        moved = _inodes(path for key, path, _label, _root in files if key not in self._tracked) if missing else set()
+        moved = _inodes(path for key, path, _label, _root in files if key not in self._tracked) if missing else {}
         for key in missing:
             self._drain(key, records, report)
             self._gone(key, records, report, moved)
@@ -1167,16 +1167,23 @@ class Follower:
         records.update(self.store.records(self.appender))
 
     def _gone(self, key: str, records: dict[str, FileRecord], report: PollReport,
-              moved: set[tuple[int, int]]) -> None:
+              moved: dict[tuple[int, int], Path]) -> None:
         """A file that disappeared: its held-back end events go out now (its session is over).
         Not so for a file renamed to another followed name (``moved``: the files new to this
         poll): its new name takes its record, held-back events included (:meth:`_renamed`), and
         its turn may go on; sent here, its end came in the middle of the turn and the turn got a
-        second one at its real end."""
+        second one at its real end. A new file with its inode that does not begin with its bytes
+        is another file (ext4 gives a file made after a delete the deleted one's inode at once):
+        it adopts no record, and the held-back end kept for it was never sent."""
         tracked = self._tracked.pop(key)
         record = records.get(key)
         if record is not None and (record.device, record.inode) in moved:
-            return
+            try:
+                with moved[(record.device, record.inode)].open("rb") as handle:
+                    if _begins_with(handle.read(record.offset), record):
+                        return
+            except OSError:
+                pass
         self._release(key, tracked, record, report)
 
     def _release(self, key: str, tracked: _Tracked, record: FileRecord | None, report: PollReport) -> None:
@@ -1485,15 +1492,15 @@ def _sessions_of(entries: list[Accepted | Rejected]) -> dict[str, set[str]]:
 
 
 
-def _inodes(paths: Iterator[Path]) -> set[tuple[int, int]]:
-    """(device, inode) of each of ``paths`` that still exists."""
-    found: set[tuple[int, int]] = set()
+def _inodes(paths: Iterator[Path]) -> dict[tuple[int, int], Path]:
+    """(device, inode) of each of ``paths`` that still exists, and the path."""
+    found: dict[tuple[int, int], Path] = {}
     for path in paths:
         try:
             stat = path.stat()
         except OSError:
             continue
-        found.add((stat.st_dev, stat.st_ino))
+        found[(stat.st_dev, stat.st_ino)] = path
     return found
 
 

@@ -1,0 +1,56 @@
+"""A followed file that is gone while its turn is open: its held-back end goes out, unless a
+new followed name takes the file over (a rename) and its turn goes on there."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from streams.importers import Accepted, Rejected, iter_records
+from streams.testing import Clock, MemoryL1
+from tests.streams.test_follow import TRANSCRIPTS, follower, one_shot_ids
+
+
+def _ends(path: Path) -> set[str]:
+    return {i.event["eventId"] for i in iter_records(path) if isinstance(i, Accepted) and i.event["type"] == "turn.ended"}
+
+
+@pytest.mark.parametrize("how", ["deleted, a new file made", "renamed, then written over"])
+def test_a_gone_file_whose_inode_a_new_file_has_but_not_its_bytes_sends_its_held_end(tmp_path, how):
+    """Review (session 33): a followed transcript deleted mid-turn while a new session's file was
+    made in the same poll. ext4 gives the new file the deleted one's inode at once, so the gone
+    file was taken for renamed to the new name and its held-back turn end was kept for that name,
+    which does not begin with its bytes and never adopted its record: the end was never sent,
+    the turn stayed open in L1 for ever (the log's indexes waiting on it). So too for a file
+    renamed and then written over before the poll saw it."""
+    lines = TRANSCRIPTS[0].read_bytes().splitlines(keepends=True)
+    root = tmp_path / "sessions"
+    root.mkdir()
+    old = root / "a.jsonl"
+    old.write_bytes(b"".join(lines[: len(lines) // 2]))
+    before = tmp_path / "before" / "a.jsonl"
+    before.parent.mkdir()
+    before.write_bytes(old.read_bytes())
+    l1, clock = MemoryL1(), Clock()
+    tail = follower(root, l1, tmp_path / "home", clock)
+    tail.poll()
+    assert _ends(before) and not _ends(before) & set(l1.counts())  # the open turn's end waits
+    inode = old.stat().st_ino
+    new = root / "b.jsonl"
+    other = TRANSCRIPTS[1].read_bytes()
+    if how.startswith("deleted"):
+        old.unlink()
+        new.write_bytes(other)
+        if new.stat().st_ino != inode:
+            pytest.skip("this file system gave the new file an inode of its own")
+    else:
+        old.rename(new)
+        new.write_bytes(other)
+    clock.now += 1
+    tail.poll()
+    clock.now += 10
+    tail.poll()
+    assert one_shot_ids(before) <= set(l1.counts()) and one_shot_ids(new) <= set(l1.counts())
+    assert max(l1.counts().values()) == 1
+    assert [d.record for d in l1.dead] == [i.record for i in iter_records(new) if isinstance(i, Rejected)]
