@@ -766,8 +766,10 @@ class Follower:
         if record is None:
             adopted = self._renamed(stat, complete, records)
         base = record or adopted
-        if not self.once and now - tracked.changed_at < self.idle_seconds and not settled(fmt, complete) \
-                and (base is None or not _begins_with(complete, base)):
+        # (settled last: it reads the whole file, which a file its record vouches for need not
+        # pay at every poll it grows.)
+        if not self.once and now - tracked.changed_at < self.idle_seconds \
+                and (base is None or not _begins_with(complete, base)) and not settled(fmt, complete):
             # A new file (or one truncated and written again) whose first events would go out
             # otherwise than an import of the grown file says them (a transcript's
             # session.started before its model is written): held back until it is, or until the

@@ -284,6 +284,34 @@ def test_a_growing_transcript_is_read_on_not_imported_again(tmp_path, monkeypatc
     assert set(l1.counts()) >= one_shot_ids(live) and max(l1.counts().values()) == 1
 
 
+def test_a_growing_transcript_its_record_vouches_for_is_not_scanned_whole_at_each_poll(tmp_path, monkeypatch):
+    """Review (session 33): 271c755 made the follower ask, at every poll a Claude Code
+    transcript grew, whether the whole file names its model yet (a scan of every line), before
+    it asked whether the file was new or rewritten, the only files that question is for. A
+    3.5 MB spotter transcript grown by 20 lines was scanned 20 times over (69 MB, 0.6 s of CPU
+    where 0.39 s did). A file that begins with what its record vouches for is not scanned."""
+    scanned: list[int] = []
+    original = follow.settled
+    monkeypatch.setattr(follow, "settled", lambda fmt, data: scanned.append(len(data)) or original(fmt, data))
+    lines = (ROOT / "examples" / "sessions" / "claude-code-session.jsonl").read_bytes().splitlines(keepends=True)
+    live = tmp_path / "live.jsonl"
+    live.write_bytes(b"".join(lines[:4]))
+    l1, clock = MemoryL1(), Clock()
+    tail = Follower([live], appender=l1, store=PositionStore(tmp_path / "home"), idle_seconds=5.0, clock=clock)
+    tail.poll()
+    assert l1.log
+    scanned.clear()
+    for line in lines[4:]:
+        with live.open("ab") as handle:
+            handle.write(line)
+        clock.now += 1
+        tail.poll()
+    assert scanned == []
+    clock.now += 10
+    tail.poll()
+    assert but_amendments(l1, live) == one_shot_ids(live) and max(l1.counts().values()) == 1
+
+
 def test_a_restarted_follower_reads_on_from_its_position(tmp_path, monkeypatch):
     """A restarted follower reads a file that grew (while it was down, or after its restart)
     once: a new import reads the prefix the file's record vouches for and reads on from there,
