@@ -217,9 +217,7 @@ class EventReceiver:
         new: list[tuple[dict[str, Any], str, bytes]] = []
         with self._lettered_lock:
             for item in refused:
-                raw = raws.get(item["index"])
-                text = raw if isinstance(raw, str) else "" if raw is None else \
-                    orjson.dumps(raw, default=str).decode("utf-8", "replace")
+                text = _as_posted(raws.get(item["index"]))
                 digest = hashlib.sha256("\0".join((log_id, route, str(item["reason"]), text)).encode(
                     "utf-8", "surrogatepass")).digest()
                 if digest in self._lettered:
@@ -595,6 +593,23 @@ def _parse(raw: bytes) -> Any:
     except RecursionError:
         raise QueryError("the request body is nested too deeply for its repeated keys to be checked",
                          hint="Send events as ASP v1 defines them.") from None
+
+
+def _as_posted(raw: Any) -> str:
+    """A refused event as a dead letter shows it (and names it). An event refused because JSON
+    cannot store it (a number past 64 bits) is written by the standard library: orjson raised
+    for it here, and the whole request, its other events appended, was a 500."""
+    if isinstance(raw, str):
+        return raw
+    if raw is None:
+        return ""
+    try:
+        return orjson.dumps(raw, default=str).decode("utf-8", "replace")
+    except (orjson.JSONEncodeError, TypeError):
+        try:
+            return json.dumps(raw, default=str, ensure_ascii=False)
+        except (ValueError, TypeError, RecursionError):
+            return repr(raw)
 
 
 def _mended(value: Any) -> Any:

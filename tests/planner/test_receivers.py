@@ -512,3 +512,28 @@ def test_a_turn_posted_out_of_order_is_closed_and_a_retry_adds_nothing(api):
     again = post(client, key_a, {"events": [ended, *others[::-1]]}).json()
     assert (again["appended"], again["duplicates"], again["turnsAdded"]) == (0, len(turn), 0)
     assert l1_events(settings) == in_l1
+
+
+
+def test_an_event_refused_for_a_number_json_cannot_store_is_no_500(api):
+    """Review (session 33): c5ff9c5 wrote each refused event as JSON to name its dead letter
+    before the letters' try: an event refused because it holds a number past 64 bits (``the
+    event cannot be stored as JSON``) failed that too, and the request, its other events
+    appended already, was a 500 that the producer retried. It is refused in a 200 and its
+    dead letter holds the event as posted."""
+    from streams.l1 import read_dead_letters
+
+    settings, client, key_a, _key_b = api
+    headers = {"Authorization": f"Bearer {key_a}", "Content-Type": "application/json"}
+    base = ('{"eventId": "s-big-%s", "sessionId": "s-big", "type": "message", '
+            '"time": "2026-01-01T00:00:00Z", "acl": {"tenant": "acme", "read": ["*"]}, ')
+    big = base % "n" + '"fields": {"text": "x", "n": 123456789012345678901234567890}}'
+    fine = base % "fine" + '"fields": {"text": "y"}}'
+    for _ in range(2):
+        response = client.post("/v1/events", content=f'{{"events": [{fine}, {big}]}}'.encode(), headers=headers)
+        assert response.status_code == 200, response.text
+        assert [r["index"] for r in response.json()["rejected"]] == [1]
+        assert "cannot be stored as JSON" in response.json()["rejected"][0]["reason"]
+    letters = read_dead_letters(settings.bootstrap_servers or "", settings, log_id="default")
+    assert [letter["record"] for letter in letters] == ["POST /v1/events events[1]"]
+    assert "123456789012345678901234567890" in letters[0]["raw"]
