@@ -69,7 +69,7 @@ from streams.asp import (
 )
 from streams.exceptions import SchemaError
 from streams.importers.asp import RefusedLists
-from streams.importers.base import loads_with_lone_surrogates, stable_id, without_lone_surrogates
+from streams.importers.base import stable_id, with_lone_surrogates_mended
 from streams.importers.frames import frame_loose_events
 from streams.importers.otel import TraceSessions
 from streams.names import LOG_ID, LOG_ID_HINT
@@ -576,12 +576,11 @@ def _parse(raw: bytes) -> Any:
     except orjson.JSONDecodeError as exc:
         if "surrogate" not in exc.msg:
             raise
-        loads_with_lone_surrogates(raw, refuse_repeated_keys=False)  # raises for whatever else is wrong
-        try:
-            return _mended(json.loads(raw.decode("utf-8", "surrogatepass"), object_pairs_hook=_mark_repeats))
-        except RecursionError:
-            raise QueryError("the request body is nested too deeply for its repeated keys to be checked",
-                             hint="Send events as ASP v1 defines them.") from None
+        # Mended in the text, as usl ingest mends a line, then read as any body: strings mended
+        # after a parse made two keys that differ only in their lone surrogate one key, a value
+        # silently dropped (usl ingest refuses such an event for a key given twice).
+        raw = with_lone_surrogates_mended(raw)
+        value = orjson.loads(raw)  # raises for whatever else is wrong
     for option in (orjson.OPT_SORT_KEYS, None):
         try:
             if orjson.dumps(value, option=option) == raw:
@@ -610,22 +609,6 @@ def _as_posted(raw: Any) -> str:
             return json.dumps(raw, default=str, ensure_ascii=False)
         except (ValueError, TypeError, RecursionError):
             return repr(raw)
-
-
-def _mended(value: Any) -> Any:
-    """``value`` (parsed by the standard library, which keeps lone surrogates) with each lone
-    surrogate of its keys and strings as U+FFFD; a :class:`_RepeatedKeys` stays one."""
-    if isinstance(value, str):
-        return without_lone_surrogates(value)
-    if isinstance(value, list):
-        return [_mended(item) for item in value]
-    if isinstance(value, _RepeatedKeys):
-        marked = _RepeatedKeys((without_lone_surrogates(key), _mended(item)) for key, item in value.items())
-        marked.key = without_lone_surrogates(value.key)
-        return marked
-    if isinstance(value, dict):
-        return {without_lone_surrogates(key): _mended(item) for key, item in value.items()}
-    return value
 
 
 async def _body(request: Request, max_bytes: int) -> Any:

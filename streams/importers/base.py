@@ -246,8 +246,14 @@ def loads_with_lone_surrogates(text: bytes | str, *, refuse_repeated_keys: bool 
     orjson.JSONDecodeError when ``text`` is no JSON for other reasons, SchemaError for a key given
     twice unless ``refuse_repeated_keys`` is false (then the last copy stands, as orjson reads it)."""
     data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
-    mended = _SURROGATE_ESCAPES.sub(_mend, data)
+    mended = with_lone_surrogates_mended(data)
     return loads_event(mended) if refuse_repeated_keys else orjson.loads(mended)
+
+
+def with_lone_surrogates_mended(data: bytes) -> bytes:
+    """The JSON text ``data`` with each lone surrogate escape (and each encoded lone surrogate)
+    written as U+FFFD, as :func:`loads_with_lone_surrogates` reads it."""
+    return _SURROGATE_ESCAPES.sub(_mend, data)
 
 
 def without_lone_surrogates(value: str) -> str:

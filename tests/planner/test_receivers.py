@@ -515,6 +515,31 @@ def test_a_turn_posted_out_of_order_is_closed_and_a_retry_adds_nothing(api):
 
 
 
+def test_keys_that_differ_only_in_a_lone_surrogate_are_a_key_given_twice(api):
+    """Review (session 33): 354110e read a body with a lone surrogate escape with the standard
+    library and mended its strings after, not as ``usl ingest`` reads such a line (the escapes
+    mended in the text, the text read as any line). Two keys of one object that differ only in
+    their lone surrogate (``"a\\ud800"``, ``"a\\udbff"``) became one key, a value silently
+    dropped, where ``usl ingest`` refuses the event for a key given twice."""
+    from streams.exceptions import SchemaError
+    from streams.importers.base import loads_with_lone_surrogates
+
+    settings, client, key_a, _key_b = api
+    headers = {"Authorization": f"Bearer {key_a}", "Content-Type": "application/json"}
+    base = ('{"eventId": "s-sur-%s", "sessionId": "s-surrogate-2", "type": "message", '
+            '"time": "2026-01-01T00:00:00Z", "acl": {"tenant": "acme", "read": ["*"]}, ')
+    twice = base % "keys" + '"fields": {"text": "x", "a\\ud800": 1, "a\\udbff": 2}}'
+    with pytest.raises(SchemaError, match="duplicate key"):
+        loads_with_lone_surrogates(twice.encode())
+    fine = base % "fine" + '"fields": {"text": "half \\ud83d"}}'
+    response = client.post("/v1/events", content=f'{{"events": [{twice}, {fine}]}}'.encode(), headers=headers)
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    assert answer["appended"] == 1
+    assert [r["index"] for r in answer["rejected"]] == [0] and "duplicate key 'a\ufffd'" in answer["rejected"][0]["reason"]
+    assert [e["fields"] for e in l1_events(settings) if e["eventId"] == "s-sur-fine"] == [{"text": "half \ufffd"}]
+
+
 def test_an_event_refused_for_a_number_json_cannot_store_is_no_500(api):
     """Review (session 33): c5ff9c5 wrote each refused event as JSON to name its dead letter
     before the letters' try: an event refused because it holds a number past 64 bits (``the
