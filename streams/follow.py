@@ -130,7 +130,9 @@ class Appender(Protocol):
     def append(self, event: dict[str, Any], canonical: bytes | None = None) -> None:
         """Queue ``event``; ``canonical``, when given, is its ``canonical_bytes``."""
 
-    def flush(self) -> int: ...
+    def flush(self) -> int:
+        """Wait until what was appended, dead-lettered and resolved so far is acknowledged; the
+        highest seq appended."""
 
     def event_digests(self, log_id: str, from_seq: int, sessions: set[str] | None = None,
                       to_seq: int | None = None) -> dict[str, bytes | None]:
@@ -294,6 +296,10 @@ class PositionStore:
                 appender.dead_letter(item)
             for record, log_id in batch.resolved:
                 appender.resolve_dead_letter(record, log_id)
+            if batch.rejects or batch.resolved:
+                # Sent before the records that vouch for them are saved: queued in the producer,
+                # a writer killed after the save lost them, its write-ahead log cleared.
+                appender.flush()
             state["files"].update(state["wal"]["files"])
             state["wal"] = None
             self._save(state)
@@ -333,6 +339,8 @@ class PositionStore:
             appender.dead_letter(Rejected(**item))
         for record, log_id in wal.get("resolved", ()):
             appender.resolve_dead_letter(record, log_id)
+        if wal.get("rejects") or wal.get("resolved"):
+            appender.flush()  # before the save that clears the log (see commit)
         state["files"].update(wal["files"])
         state["wal"] = None
         self._save(state)
@@ -401,6 +409,8 @@ class _Stream:
             self._appender.dead_letter(item)
         for record, log_id in self._sent.resolved:
             self._appender.resolve_dead_letter(record, log_id)
+        if self._sent.rejects or self._sent.resolved:
+            self._appender.flush()  # before the save that clears the log (see PositionStore.commit)
         self._state["files"].update(self._state["wal"]["files"])
         self._state["wal"] = None
         self._sent = None
@@ -1613,6 +1623,8 @@ class KafkaAppender:
 
     def flush(self) -> int:
         self.highest = self._producer.flush()
+        if self._dead is not None:
+            self._dead.flush()
         return self.highest
 
     def event_digests(self, log_id: str, from_seq: int, sessions: set[str] | None = None,
