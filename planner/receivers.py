@@ -143,6 +143,10 @@ class EventReceiver:
         # _LETTERS_KEPT: a retried request is refused again in its answer, not dead-lettered again.
         self._lettered: OrderedDict[bytes, None] = OrderedDict()
         self._lettered_lock = threading.Lock()
+        # One request's letters marked and sent at a time: of two copies of a request at once,
+        # the second skipped the letters the first had marked, and if the first's send then
+        # failed (and unmarked them for a retry), no copy sent them.
+        self._sending_letters = threading.Lock()
         self._seen: dict[str, dict[bytes, bytes]] = {}  # log -> eventId digest -> fingerprint
         self._acls: dict[str, dict[str, dict[str, Any]]] = {}  # log -> sessionId -> its access list
         self._holders: dict[str, dict[bytes, str]] = {}  # log -> eventId digest -> its session
@@ -180,12 +184,19 @@ class EventReceiver:
         The counts are ``usl ingest``'s (``usl_records_total`` and ``usl_dead_letters_total`` of
         stage ``ingest``), on the API's ``/metrics``: the pipeline's ingest panel and
         ``USLDeadLettersRising`` saw nothing a receiver took in."""
-        from streams.metrics import dead_letter_reason, usl_dead_letters_total, usl_records_total
+        from streams.metrics import usl_records_total
 
         usl_records_total.labels(stage="ingest").inc(answer.get("appended", 0))
-        letters = self._new_letters(route, log_id, [*answer["rejected"], *answer.get("conflicts", ())], raws)
-        for item, _raw, _digest in letters:
-            usl_dead_letters_total.labels(stage="ingest", reason=dead_letter_reason(str(item["reason"]))).inc()
+        refused = [*answer["rejected"], *answer.get("conflicts", ())]
+        if not refused:
+            return
+        with self._sending_letters:
+            self._send_letters(route, log_id, refused, raws)
+
+    def _send_letters(self, route: str, log_id: str, refused: list[dict[str, Any]], raws: Mapping[int, Any]) -> None:
+        from streams.metrics import dead_letter_reason, usl_dead_letters_total
+
+        letters = self._new_letters(route, log_id, refused, raws)
         if not letters:
             return
         from streams.l1 import DeadLetters
@@ -204,6 +215,8 @@ class EventReceiver:
                 for _item, _raw, digest in letters:
                     self._lettered.pop(digest, None)
             return
+        for item, _raw, _digest in letters:  # counted once sent, so a retry that sends them counts them once
+            usl_dead_letters_total.labels(stage="ingest", reason=dead_letter_reason(str(item["reason"]))).inc()
 
     def _new_letters(self, route: str, log_id: str, refused: list[dict[str, Any]],
                      raws: Mapping[int, Any]) -> list[tuple[dict[str, Any], str, bytes]]:

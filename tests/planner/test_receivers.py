@@ -562,3 +562,41 @@ def test_an_event_refused_for_a_number_json_cannot_store_is_no_500(api):
     letters = read_dead_letters(settings.bootstrap_servers or "", settings, log_id="default")
     assert [letter["record"] for letter in letters] == ["POST /v1/events events[1]"]
     assert "123456789012345678901234567890" in letters[0]["raw"]
+
+
+def test_two_copies_of_a_request_at_once_send_their_letter_when_the_first_send_fails(tmp_path):
+    """Review (session 33): of two copies of a request settled at once, the second skipped the
+    letter the first had marked as sent; when the first's send then failed (and unmarked it for
+    a retry), neither copy sent it. One request's letters are now marked and sent at a time,
+    and a letter is counted once sent."""
+    receiver = EventReceiver(Settings(home=str(tmp_path)), "127.0.0.1:1")
+    sending, release = threading.Event(), threading.Event()
+    sent: list[str] = []
+
+    class Letters:
+        calls = 0
+
+        def publish(self, *, record: str, **_: Any) -> None:
+            Letters.calls += 1
+            if Letters.calls == 1:  # the first copy's send stalls, then fails
+                sending.set()
+                release.wait(10)
+                raise OSError("the broker went away")
+            sent.append(record)
+
+        def flush(self) -> None:
+            pass
+
+    receiver._dead = Letters()
+    answer = {"appended": 0, "rejected": [{"index": 0, "reason": "time must be date-time"}]}
+    raws = {0: {"eventId": "e-bad", "time": "yesterday"}}
+    first = threading.Thread(target=receiver.settle, args=("/v1/events", "default", answer, raws))
+    first.start()
+    assert sending.wait(10)
+    second = threading.Thread(target=receiver.settle, args=("/v1/events", "default", answer, raws))
+    second.start()
+    second.join(0.5)
+    release.set()
+    first.join(10)
+    second.join(10)
+    assert sent == ["POST /v1/events events[0]"]
