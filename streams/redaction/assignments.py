@@ -49,6 +49,8 @@ _CONNECTORS = (
     # es ...", "das Token ist ...", "o token de acesso é ..."; accented letters are separators).
     "de", "del", "es", "el", "la", "le", "est", "ist", "der", "die", "das", "o", "os", "su", "mon", "ton",
     "votre", "mein", "dein", "meu", "seu", "acceso", "acesso", "acces", "zugang", "zugriff", "para", "pour",
+    # 2.22: German's and Dutch's "is" of a name's wording ("Mein Token lautet …", "Mijn token luidt …").
+    "lautet", "luidt",
 )
 # After a password word only (2.3, later): the account or thing it opens ("the passphrase for the
 # key is ...", "the password for the admin account is ...").
@@ -430,7 +432,8 @@ def _goes_on(text: str, end: int) -> bool:
 _SAID_STEP = re.compile(
     # 2.15: "is" in Italian, Portuguese, Spanish, French, German, Danish / Norwegian, Swedish and
     # Polish after an English password word ("La password dell'utente admin è …").
-    r"[ \t]*(?:(?P<sep>is|was|are|were|be|now|->|=>|:=|:|=|to|'s|\u00e8|\u00e9|es|est|ist|er|\u00e4r|jest)(?![A-Za-z\u00c0-\u024f])"
+    # 2.22: German "lautet" and Dutch "luidt" ("Mein Token lautet …").
+    r"[ \t]*(?:(?P<sep>is|was|are|were|be|now|->|=>|:=|:|=|to|'s|\u00e8|\u00e9|es|est|ist|lautet|luidt|er|\u00e4r|jest)(?![A-Za-z\u00c0-\u024f])"
     # 2.9: a marker or a quoted URL is one word: "Password for [REDACTED:email]: X", git's
     # "Password for 'https://bob@github.com': X" (a prompt naming its account, then the answer).
     r"|(?P<word>\[REDACTED:[a-z0-9-]{1,40}\]|'[^'\s]{1,200}'|[^\s:=]{1,1024}|\S))",
@@ -1135,7 +1138,11 @@ _NAMED_ABOVE = re.compile(
     r"(?![A-Za-z0-9_-])(?P<rest>(?:[ \t]+(?:(?:" + "|".join(_ABOVE_CONNECTORS) + r")(?![A-Za-z0-9_-])|\([^()\r\n]{1,48}\)))*)"
     # 2.16: a dash ends the naming line as a colon does ("… you asked for —", "API key -").
     r"(?P<colon>[ \t]*[:\uff1a\u2014\u2013]|[ \t]+-)?(?:\*\*|__)?[ \t]*\r?\n(?:[ \t]*\r?\n)?"
-    r"[ \t]*(?:[-*>][ \t]+)?(?:\*\*)?(?P<q>[`\"']?)(?P<value>[^\s`\"'][^\s`\"']{5,255})(?P=q)(?:\*\*)?[ \t]*\r?(?=\n|\Z)",
+    # 2.22: the value alone in a code fence under the naming line ("Here is the key:" / ``` / VALUE / ```):
+    # the fence's lines are markdown's, not lines between; the fence must close right after the value.
+    r"(?:[ \t]*(?P<fence>```|~~~)[A-Za-z0-9_+-]{0,20}[ \t]*\r?\n)?"
+    r"[ \t]*(?:[-*>][ \t]+)?(?:\*\*)?(?P<q>[`\"']?)(?P<value>[^\s`\"'][^\s`\"']{5,255})(?P=q)(?:\*\*)?[ \t]*\r?"
+    r"(?(fence)\n[ \t]*(?P=fence)|(?=\n|\Z))",
     re.ASCII | re.IGNORECASE,
 )
 _CODE_LINE = re.compile(r"[ \t]*(?:for|if|elif|while|def|case|with|class|except|else|return|switch|function|fn|match)\b"

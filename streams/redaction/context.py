@@ -1208,6 +1208,10 @@ class DsnPasswordRule(Rule):
 DSN_PASSWORD_RULE = DsnPasswordRule()
 
 _TOKEN_CHARS = r"[A-Za-z0-9._~+/=-]"
+# 2.22: an Authorization header's credentials read on through the symbols a password or a
+# percent-encoded token holds (`Bearer omtl3Vm%axV7%65K`, `Bearer !3ZSo*j3IHqRp27C`): the token
+# characters alone stopped at the first, and a value under 8 characters before it was kept whole.
+_CREDENTIAL_CHARS = r"[A-Za-z0-9._~+/=%!*#@-]"
 
 
 def _bearer(match: re.Match[str]) -> bool:
@@ -1222,7 +1226,7 @@ _BEARER = RegexRule(
     lower_triggers=("bearer",),
     anchored=True,
     description="Bearer tokens (Authorization: Bearer ..., \"Bearer ...\")",
-    pattern=re.compile(rf"bearer[ \t]+(?P<value>{_TOKEN_CHARS}{{8,}})", re.ASCII | re.IGNORECASE),
+    pattern=re.compile(rf"bearer[ \t]+(?P<value>{_CREDENTIAL_CHARS}{{8,}})", re.ASCII | re.IGNORECASE),
     group="value",
     check=_bearer,
 )
@@ -1344,7 +1348,7 @@ _AUTH_SCHEME = RegexRule(
     anchored=True,
     description="the credentials of an Authorization header under any scheme (SSWS, Token, Bot, ...)",
     pattern=re.compile(r"authorization[\"']?[ \t]*[:=][ \t]*[\"']?(?!bearer\b|basic\b|aws4-)[A-Za-z][A-Za-z0-9_.-]{1,24}[ \t]+"
-                       rf"(?P<value>{_TOKEN_CHARS}{{8,}})", re.ASCII | re.IGNORECASE),
+                       rf"(?P<value>{_CREDENTIAL_CHARS}{{8,}})", re.ASCII | re.IGNORECASE),
     group="value",
     check=lambda match: (any(c.isdigit() for c in match.group("value")) and any(c.isalpha() for c in match.group("value")))
     or looks_random(match.group("value")),

@@ -33,6 +33,7 @@ UNDERSCORE_GATE = _gate("_", (
     "[sr]k_test_", "do[por]_v1_", "lin_oauth_", "sb_secret_", "fm[12]_", "fm[12][ar]_",
     "rnd_", "sbp_", "hc[ax][im]k_", "re_",
     "gsk_", "figd_", "jina_", "esecret_", "nfp_", "essu_", "pdl_live_apikey_", "pdl_sdbx_apikey_", "live_", "os_v2_app_", "pk_",
+    "dckr_(?:pat|oat)_",
 ))
 DASH_GATE = _gate("-", (
     "glpat-", "gldt-", "glrt-", "glptt-", "glft-", "glsoat-", "glcbt-", "xox[bpares]-", "xapp-",
@@ -187,6 +188,10 @@ TOKEN_RULES: tuple[RegexRule, ...] = (
     _token("huggingface-token", ("hf_",), "[A-Za-z0-9]{30,}", "Hugging Face access token",
            gate=_U, before=None, check=_random_letters),
     _token("npm-token", ("npm_",), "[A-Za-z0-9]{30,}", "npm access token", gate=_U, before=None, check=_mixed),
+    # 2.22: Docker Hub's personal and organization access tokens (`docker login -p` takes them, but so
+    # do an env file, a prompt's answer and a sentence).
+    _token("docker-hub-token", ("dckr_pat_", "dckr_oat_"), "[A-Za-z0-9_-]{24,}", "Docker Hub personal / organization access token (2.22)",
+           gate=_U, before=None, after="[A-Za-z0-9_-]", check=_mixed),
     _token("square-oauth-secret", ("sq0csp-", "sq0atp-"), "[0-9A-Za-z_-]{22,60}", "Square OAuth secret and access token",
            gate=_D, before=None, after="[A-Za-z0-9_-]"),
     _token("pypi-token", ("pypi-AgE",), "[A-Za-z0-9_-]{40,}", "PyPI / TestPyPI upload token",

@@ -82,7 +82,7 @@ def test_exported_members() -> None:
         "DEFAULT_POLICY", "POLICY_VERSION", "RedactedEvent", "RedactionPolicy", "policy_hash",
         "redact_event", "redact_text", "rule_names",
     }
-    assert POLICY_VERSION == "2.21"
+    assert POLICY_VERSION == "2.22"
 
 
 # ---------------------------------------------------------------- labelled corpus
@@ -4077,3 +4077,60 @@ def test_ported_tokens_read_from_their_prefixes_are_what_a_search_finds(text: st
     scanned = Scan(text)
     _prefilter(rules).scan(scanned)
     assert rule.apply(scanned, {}) == rule.apply(Scan(text), {}), text
+
+
+# ------------------------------------------------- policy 2.22: a seventeenth adversarial round
+
+@pytest.mark.parametrize(("text", "secret"), [
+    # Docker Hub's access tokens by their prefix, wherever they stand
+    ("Mein Token lautet dckr_pat_61fXfucFTe-cT6n4nvjSyBtYGeH, bitte nicht weitergeben.", "61fXfucFTe-cT6n4nvjSyBtYGeH"),
+    ("Here is the key you asked for:\n\n```\ndckr_pat_hsBqxuSTv3L50UODqS4yNXXfp5E\n```\n", "hsBqxuSTv3L50UODqS4yNXXfp5E"),
+    ("DOCKERHUB_ORG_TOKEN dckr_oat_7Rq2xLm9Vb4Kc8Nw1Zt5Yp3Hd6Jf0Gs", "7Rq2xLm9Vb4Kc8Nw1Zt5Yp3Hd6Jf0Gs"),
+    # German's and Dutch's "is" after a token's name
+    ("Mein Token lautet f9e86f2c9e8436b777c804590345bb3d, bitte nicht weitergeben.", "f9e86f2c9e8436b777c804590345bb3d"),
+    ("Mein Token lautet e9b/zl8Juj3fYEd7waufVZ6IzttqE7IS6HExHm99, bitte nicht weitergeben.", "e9b/zl8Juj3fYEd7waufVZ6IzttqE7IS6HExHm99"),
+    ("Mein Token lautet eb7!5Ho4Ih0#AtDr.", "eb7!5Ho4Ih0#AtDr"),
+    ("Mein API-Key lautet f9e86f2c9e8436b777c804590345bb3d.", "f9e86f2c9e8436b777c804590345bb3d"),
+    ("Mijn token luidt f9e86f2c9e8436b777c804590345bb3d.", "f9e86f2c9e8436b777c804590345bb3d"),
+    # the value alone in a code fence under the sentence naming it
+    ("Now let me check the Session resource.\n\nHere is the key you asked for:\n\n```\nb3855a92a5b0f34e19cba2d1dd317fa4\n```\n",
+     "b3855a92a5b0f34e19cba2d1dd317fa4"),
+    ("Here is the password:\n\n```\nGW3tsZ$Tlw7b!9W2\n```\n", "GW3tsZ$Tlw7b!9W2"),
+    ("Your new API token is\n```text\nQ7ytk0wL2ynQovfo8DjrZfVRUaO6UHgh\n```", "Q7ytk0wL2ynQovfo8DjrZfVRUaO6UHgh"),
+    ("Here is the password:\n~~~\nGW3tsZ$Tlw7b!9W2\n~~~\n", "GW3tsZ$Tlw7b!9W2"),
+    # an Authorization header's credentials holding symbols
+    ('curl -sS -H "Authorization: Bearer !3ZSo*j3IHqRp27C" https://api.internal.example.com/v2/status', "3ZSo*j3IHqRp27C"),
+    ("curl -H 'Authorization: Bearer omtl3Vm%axV7%65K' https://api.example.com/v1/me", "omtl3Vm%axV7%65K"),
+    ("curl -H 'Authorization: Token omtl3Vm%axV7%65K' https://api.example.com/v1/me", "omtl3Vm%axV7%65K"),
+])
+def test_a_secret_the_seventeenth_round_found_never_survives(text: str, secret: str) -> None:
+    """QA, session 33 (policy 2.22): what 852 seeds (27 kinds, 32 placements) spliced into real
+    transcripts found kept under 2.21."""
+    for shown in (text, json.dumps(text)):
+        redacted = redact_text(shown)[0]
+        assert secret not in redacted and secret not in json.loads(json.dumps(redacted)), redacted
+        assert redact_text_plain(shown)[0] == redacted
+        assert redact_text(redacted)[0] == redacted
+
+
+@pytest.mark.parametrize("text", [
+    "dckr_pat_token_scope_reference_doc",  # words: no token
+    "Die Antwort lautet 42abcdef99 und nicht anders.",
+    "Der Token-Name lautet build2024release.",
+    "Here is the key you asked for:\n\n```\nb3855a92a5b0f34e19cba2d1dd317fa4\nsecond line of the block\n```\n",
+    "The primary key:\n\n```\nuser_id42\n```\n",
+    "Here are the keys:\n\n```python\nconfig.py\n```\n",
+    "Authorization: Bearer ${GITHUB_TOKEN}",
+    "Authorization: Bearer $(gh auth token)",
+    "Authorization: Bearer <your-token-here>",
+    "Authorization: Bearer ***",
+    "the bearer of this letter, Mr. Smith",
+])
+def test_what_the_seventeenth_round_readings_keep(text: str) -> None:
+    assert redact_text(text)[0] == text
+
+
+def test_the_seventeenth_round_readings_run_in_linear_time() -> None:
+    shapes = ["Token lautet ", "token luidt ", "dckr_pat_", "key:\n```\n", "key:\n\n```\nab12cd34ef\n",
+              "Bearer a%", "Bearer !%*#@", "Authorization: Token a%", "```\n"]
+    assert_linear_time(shapes, counts=(2_000, 8_000))
