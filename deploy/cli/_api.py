@@ -49,11 +49,15 @@ def in_process(current: Settings, principal_text: str | None, json_out: bool,
     """``call(planner, principal)`` on a planner of this process (``--as``, else
     ``USL_DEFAULT_PRINCIPAL``); a planner or broker error is the command's error."""
     from planner.acl import parse_principal
-    from planner.engine import Planner
 
     try:
         principal = parse_principal(principal_text or current.acl_default)
-        planner = Planner(current, reading_bootstrap_servers(current))
+        # Asked before the planner is imported: with no stack to read, the command says so at
+        # once instead of after loading the indexes' libraries and the embedder (2-4 s).
+        bootstrap = reading_bootstrap_servers(current)
+        from planner.engine import Planner
+
+        planner = Planner(current, bootstrap)
         try:
             return call(planner, principal)
         finally:

@@ -63,10 +63,11 @@ def status(
     report = through_api(settings, None, json_out, "GET", path, None)
     if report is None:
         from planner.exceptions import PlannerError
-        from planner.status import collect_status, for_principal
 
         try:
             bootstrap = reading_bootstrap_servers(settings)
+            from planner.status import collect_status, for_principal
+
             report = for_principal(collect_status(settings, bootstrap, log_id=log), None)
         except PlannerError as exc:  # a --log that does not exist: 404 and exit 2, as the API's
             fail(exc, json_out)

@@ -20,8 +20,12 @@ import pytest
 from deploy.kafka.broker import local_broker_status, stop_broker
 from deploy.process import pid_alive
 from streams.settings import Settings
+from tests.deploy.test_cli_layout import _RUN_AND_LIST_MODULES
 
 TRANSCRIPTS = Path(__file__).resolve().parents[1] / "fixtures" / "importers" / "claude_code"
+#: What a command that finds no stack has no use for (the planner and the indexes' libraries).
+HEAVY = ("faust", "aiokafka", "pyarrow", "tantivy", "faiss", "numpy", "duckdb", "pydantic", "uvicorn",
+         "starlette", "planner.engine", "sinks", "wordllama")
 READ_ONLY = [("search", "permission denied"), ("search", "x", "--json"), ("status",), ("status", "--json"),
              ("sql", "SELECT 1"), ("sessionql", "FROM sessions"), ("export", "sessions", "-o", "out.jsonl")]
 
@@ -44,6 +48,23 @@ def test_a_read_only_command_starts_nothing_and_says_what_to(tmp_path: Path, arg
     if "--json" not in args:
         assert done.stderr.count("\n") == 1, done.stderr  # one line, however long the path
     assert not (home / "kafka").exists()  # no broker was started (or even prepared)
+
+
+@pytest.mark.parametrize("args", READ_ONLY, ids=[" ".join(a[:2]) for a in READ_ONLY])
+def test_a_read_only_command_says_so_before_loading_the_planner(tmp_path: Path, args: tuple[str, ...]) -> None:
+    """`usl search`, `sql`, `sessionql` and `export` imported the planner (the indexes'
+    libraries, the embedder) before they looked for a stack: 2-4 s to say that none runs."""
+    home = tmp_path / "home"
+    env = {name: value for name, value in os.environ.items()
+           if name not in ("KAFKA_BOOTSTRAP_SERVERS", "USL_API_URL", "USL_API_KEY")}
+    env.update(USL_HOME=str(home), COLUMNS="80")
+    done = subprocess.run([sys.executable, "-c", _RUN_AND_LIST_MODULES, *args], env=env, cwd=home.parent,
+                          capture_output=True, text=True, timeout=300)
+    report = json.loads(done.stderr.rpartition("MODULES ")[2])
+    assert report["code"] == 2, done.stderr
+    loaded = {name for name in report["modules"]
+              if any(name == heavy or name.startswith(heavy + ".") for heavy in HEAVY)}
+    assert not loaded, f"usl {' '.join(args)} without a stack imported {sorted(loaded)}"
 
 
 @pytest.mark.kafka
