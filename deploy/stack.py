@@ -41,7 +41,7 @@ from deploy.process import (
 )
 from streams.settings import Settings
 
-__all__ = ["metrics_ports", "running", "sink_children", "start_process", "stop_process", "stop_stack", "supervise"]
+__all__ = ["follow_paths", "followed_paths", "metrics_ports", "running", "sink_children", "start_process", "stop_process", "stop_stack", "supervise"]
 
 STACK = ("worker", "sinks", "api")
 _STABLE_SECONDS = 10.0
@@ -97,6 +97,23 @@ def stop_process(pid: int, *, grace_seconds: float = 20.0, resume: bool = False)
     except ProcessLookupError:
         return
     terminate(pid, grace_seconds=grace_seconds, group=leads, resume=resume)
+
+
+def follow_paths(settings: Settings) -> list[str]:
+    """The transcript paths ``USL_FOLLOW`` names (colon-separated, ``~`` expanded): what the
+    follower of ``usl up`` follows."""
+    return [str(Path(p).expanduser()) for p in settings.follow.split(":") if p.strip()]
+
+
+def followed_paths(settings: Settings) -> list[str]:
+    """The paths the follower of the running stack follows, read from its pid file (the
+    arguments it was started with); none when the stack runs no follower."""
+    pid_file = Path(settings.home).resolve() / "run" / "follow.pid"
+    try:
+        cmd = json.loads(pid_file.read_text())["cmd"]
+        return [str(arg) for arg in cmd[cmd.index("--follow") + 1:]]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return []
 
 
 def sink_children(settings: Settings) -> dict[str, list[str]]:

@@ -121,7 +121,8 @@ class Settings:
     follow: str = _setting(
         "USL_FOLLOW", "",
         "Paths (colon-separated) `usl up` keeps importing with `usl ingest --follow`: transcripts or directories "
-        "of them, e.g. ~/.claude/projects:~/.codex/sessions. Empty: no follower.",
+        "of them, e.g. ~/.claude/projects:~/.codex/sessions. Empty: no follower. Read when the stack starts (over "
+        "a running stack: `usl down` first).",
     )
     follow_poll_seconds: float = _setting(
         "USL_FOLLOW_POLL_SECONDS", 0.5, "How often `usl ingest --follow` looks for grown and new files.", minimum=0.01,

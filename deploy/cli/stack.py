@@ -19,6 +19,7 @@ from deploy.cli._common import (
     bare_host,
     bootstrap_servers,
     err,
+    escape,
     fail,
     http_url,
     load_settings,
@@ -148,7 +149,14 @@ def up(
     import httpx
 
     from deploy.jars import port_open
-    from deploy.stack import running, sink_children, start_process, stop_stack, supervise
+    from deploy.stack import (
+        follow_paths,
+        running,
+        sink_children,
+        start_process,
+        stop_stack,
+        supervise,
+    )
     from planner.auth import check_bind
     from streams.topics import ensure_topics
 
@@ -176,6 +184,7 @@ def up(
                         f"the running stack ({', '.join(sorted(already))}) reconnects to it")
             return
         out().print(f"already running: {', '.join(sorted(already))} (use `usl down` first to restart)")
+        _say_what_follows(settings)
         return
     url = http_url(settings.api_host, api_port)
     if port_open(api_port, settings.api_host):
@@ -210,11 +219,25 @@ def up(
     children = {f"worker-{n + 1}": ["worker"] for n in range(workers)}
     children.update(sink_children(settings))  # USL_SINK_SHARDS: every kind as N shards
     children["api"] = ["serve", "--port", str(api_port), "--host", settings.api_host]
-    follow = [str(Path(p).expanduser()) for p in settings.follow.split(":") if p.strip()]
+    follow = follow_paths(settings)
     if follow:  # USL_FOLLOW: a follower tails those transcripts into L1
         children["follow"] = ["ingest", "--follow", *follow]
     out().print(f"starting USL Search: broker {bootstrap}, API {url}; Ctrl-C stops it")
     supervise(settings, children, env, health={"api": f"{url}/healthz"})
+
+
+def _say_what_follows(settings: Settings) -> None:
+    """Over a running stack, ``USL_FOLLOW`` names what a new stack would follow, not what this
+    one does: `export USL_FOLLOW=...; usl up --detach` over a stack started without it said
+    "already running" and followed nothing, with nothing to tell why."""
+    from deploy.stack import follow_paths, followed_paths
+
+    wanted, following = follow_paths(settings), followed_paths(settings)
+    if not wanted or wanted == following:
+        return
+    now = f"follows {', '.join(following)}" if following else "follows no transcripts"
+    out().print(escape(f"USL_FOLLOW names {', '.join(wanted)}, but the running stack {now}: it takes USL_FOLLOW "
+                       "when it starts: run `usl down`, then `usl up --detach` again to follow them."), soft_wrap=True)
 
 
 def serve(

@@ -139,3 +139,36 @@ def test_processes_left_without_their_supervisor_are_started_again_under_one(
     assert stopped == [["api", "sinks", "worker-1"]], result.output
     assert "supervisor had stopped" in result.output and "already running" not in result.output
     assert "is taken" in str(result.exception)  # the start went on past the old processes
+
+
+@pytest.mark.parametrize(("followed", "said"), [
+    (None, "but the running stack follows no transcripts: it takes USL_FOLLOW when it starts"),
+    (["/a"], "but the running stack follows /a: it takes USL_FOLLOW when it starts"),
+    (["/a", "/b"], None),
+], ids=["no follower", "another path", "the same paths"])
+def test_usl_up_over_a_running_stack_says_when_usl_follow_is_not_what_it_follows(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, followed: list[str] | None, said: str | None) -> None:
+    """README: `export USL_FOLLOW=...; usl up --detach`. Over a stack already up (started
+    without it) that said "already running" and exit 0, and nothing followed the transcripts:
+    the follower's paths are the supervisor's, fixed when it started."""
+    from deploy import stack
+    from deploy.cli import build_app
+
+    monkeypatch.setenv("USL_HOME", str(tmp_path))
+    monkeypatch.setenv("USL_FOLLOW", "/a:/b")
+    monkeypatch.delenv("KAFKA_BOOTSTRAP_SERVERS", raising=False)
+    alive = {"api": 11, "supervisor": 12, "worker-1": 13}
+    if followed is not None:  # the pid file the supervisor writes for its follower (start_process)
+        (tmp_path / "run").mkdir()
+        cmd = [sys.executable, "-m", "deploy.cli", "ingest", "--follow", *followed]
+        (tmp_path / "run" / "follow.pid").write_text(json.dumps(process_record(14, cmd)))
+        alive["follow"] = 14
+    monkeypatch.setattr(stack, "running", lambda settings: dict(alive))
+    monkeypatch.setattr(broker, "revive_broker", lambda settings: None)
+    result = CliRunner().invoke(build_app(), ["up", "--detach"])
+    assert result.exit_code == 0 and "already running" in result.output, result.output
+    if said is None:
+        assert "USL_FOLLOW" not in result.output
+    else:
+        assert "USL_FOLLOW names /a, /b, " + said in " ".join(result.output.split())
+        assert "run `usl down`, then `usl up --detach` again to follow them" in " ".join(result.output.split())
