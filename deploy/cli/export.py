@@ -106,9 +106,13 @@ def row_count(data: bytes, fmt: str) -> int:
 def _through_api(current: Any, principal_text: str | None, fmt: str,
                  params: dict[str, Any]) -> tuple[int, bytes, dict[str, Any] | None] | None:
     def ask(client: Client) -> tuple[int, bytes, dict[str, Any] | None]:
-        exported = client.export(params.pop("what"), fmt=fmt,  # type: ignore[arg-type]
-                                 as_of_seq=params.pop("asOfSeq", None), session_id=params.pop("sessionId", None),
-                                 **params)
+        # A copy: when the API refuses (a local stack with keys, none set here) the export runs
+        # in process with ``params``, which lost what, asOfSeq and sessionId to pop() here
+        # (`usl export turns` then exported every session's events).
+        rest = dict(params)
+        exported = client.export(rest.pop("what"), fmt=fmt,  # type: ignore[arg-type]
+                                 as_of_seq=rest.pop("asOfSeq", None), session_id=rest.pop("sessionId", None),
+                                 **rest)
         return exported.as_of_seq, exported.data, exported.end
 
     return with_api(current, principal_text, False, ask)

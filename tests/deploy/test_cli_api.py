@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from deploy.testing import free_port, settings_env, wait_for_api
-from planner.auth import create_key, keys_path
+from planner.auth import create_key, keys_path, read_keys
 from planner.client import APIError, Client, Unreachable
 from streams.settings import Settings
 from tests.planner.corpus import IndexBuilder, interleaved, make_test_settings
@@ -261,3 +261,31 @@ def test_client_follows_cursors_and_raises_the_api_error(served: tuple[Settings,
             assert (refused.value.status, refused.value.code) == (400, "bad_query"), what
     with pytest.raises(Unreachable):
         Client(f"http://127.0.0.1:{free_port()}").search("deploy")
+
+
+@pytest.mark.parametrize("args", [("sessions", "--session", "s-eng"), ("turns",), ("hits", "-q", "deploy"),
+                                  ("sessions", "--as-of", "3")], ids=" ".join)
+def test_export_from_a_local_stack_with_keys_exports_what_was_asked(served: tuple[Settings, str, int],
+                                                                     args: tuple[str, ...]) -> None:
+    """Found following the README: after `usl apikey create`, `usl export turns` exported every
+    session's events, `--session` and `--as-of` were ignored and `hits -q` was refused. The
+    local stack's API answers 401 (no USL_API_KEY in the shell), the CLI then reads the files
+    in process, and the request it had tried took `what`, `asOfSeq` and `sessionId` out of the
+    parameters it passed on."""
+    settings, url, pid = served
+    if not read_keys(keys_path(settings)):
+        create_key(keys_path(settings), ALICE, name="export-test")  # keys for good (runs after the others)
+    expected = usl(env_of(settings), "export", *args, "--as", ALICE)  # no API known: in process
+    assert expected.returncode == 0 and expected.stdout, expected.stderr
+    run = Path(settings.home) / "run"
+    run.mkdir(parents=True, exist_ok=True)
+    pid_file = run / "api.pid"
+    pid_file.write_text(json.dumps({"pid": pid, "cmd": [sys.executable, "-m", "deploy.cli", "serve",
+                                                         "--port", url.rsplit(":", 1)[1], "--host", "127.0.0.1"]}))
+    try:
+        exported = usl(env_of(settings), "export", *args, "--as", ALICE)
+    finally:
+        pid_file.unlink()
+    assert exported.returncode == 0, exported.stderr
+    assert exported.stdout == expected.stdout
+    assert exported.stderr.splitlines()[-1] == expected.stderr.splitlines()[-1]  # "exported WHAT ... at asOfSeq N"
