@@ -26,6 +26,11 @@ def register(app: typer.Typer) -> None:
     app.add_typer(group, name="apikey")
 
 
+#: What creating the first key changes (a newcomer's key-less curl, which had worked, got 401).
+_LOCKED = ("the API now needs a key for every /v1 request (X-USL-Principal alone is refused), and keeps "
+           "needing one after the last key is revoked (docs/security.md); the usl commands are not concerned.")
+
+
 def create(
     principal: str = typer.Option(..., "--principal", metavar="PRINCIPAL",
                                   help="Principal the key stands for, e.g. tenant:acme/user:alice/groups:ops."),
@@ -33,10 +38,13 @@ def create(
     json_out: bool = typer.Option(False, "--json", help="Print JSON (includes the key, once)."),
 ) -> None:
     """Create an API key for PRINCIPAL and print it once; only its hash is stored."""
-    from planner.auth import create_key, keys_path
+    from planner.auth import create_key, keys_path, read_keys
 
     path = keys_path(load_settings())
+    first = read_keys(path) is None
     key, entry = create_key(path, principal, name)
+    if first:  # said on stderr, so --json and a script reading the key are not concerned
+        err().print(_LOCKED, soft_wrap=True)
     if json_out:
         print_json({"key": key, "name": entry.name, "principal": entry.principal,
                     "hashPrefix": entry.hash_prefix, "created": entry.created, "keysFile": str(path)})
@@ -70,7 +78,12 @@ def list_keys(json_out: bool = typer.Option(False, "--json", help="Print JSON.")
 
 def revoke(name: str = typer.Argument(..., metavar="NAME", help="Name of the key (see `usl apikey list`).")) -> None:
     """Revoke an API key; a running API refuses it from its next request on."""
-    from planner.auth import keys_path, revoke_key
+    from planner.auth import keys_path, read_keys, revoke_key
 
-    entry = revoke_key(keys_path(load_settings()), name)
+    path = keys_path(load_settings())
+    entry = revoke_key(path, name)
     out().print(f"revoked {escape(entry.name)} ({escape(entry.principal)})")
+    if not read_keys(path):
+        out().print(f"no API keys left: every /v1 request is refused until one is created. To go back to "
+                    f"X-USL-Principal on loopback without keys: `usl down`, remove {escape(str(path))}, "
+                    "`usl up --detach`.", soft_wrap=True)

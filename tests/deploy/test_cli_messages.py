@@ -233,3 +233,23 @@ def test_every_command_keeps_two_malloc_arenas_unless_told(environment: dict[str
     assert arenas("usl") == expected
     if not environment:
         assert arenas("python") == 9  # without it, each of the eight threads took an arena of its own
+
+
+def test_api_keys_say_when_the_api_locks_and_how_it_opens_again(tmp_path: Path) -> None:
+    """Found following the README: it creates a key, calls with it, revokes it, and then shows a
+    key-less curl, which got 401: the first key locks the API for good (docs/security.md), and
+    neither `create` nor `revoke` said so."""
+    home = {"USL_HOME": str(tmp_path / "home")}
+    first = _usl(tmp_path, home, "apikey", "create", "--principal", "tenant:acme/user:alice", "--name", "alice")
+    assert first.returncode == 0 and first.stdout.startswith("usl_"), first.stderr
+    said = " ".join(first.stderr.split())
+    assert "the API now needs a key for every /v1 request" in said and "after the last key is revoked" in said
+    second = _usl(tmp_path, home, "apikey", "create", "--principal", "tenant:acme/user:bob", "--name", "bob", "--json")
+    assert second.returncode == 0 and "needs a key" not in second.stderr  # said once, for the first key
+    json.loads(second.stdout)
+    revoked = _usl(tmp_path, home, "apikey", "revoke", "alice")
+    assert revoked.returncode == 0 and "no API keys left" not in revoked.stdout  # bob's is left
+    last = _usl(tmp_path, home, "apikey", "revoke", "bob")
+    said = " ".join(last.stdout.split())
+    assert last.returncode == 0 and "no API keys left: every /v1 request is refused until one is created" in said
+    assert f"`usl down`, remove {tmp_path / 'home' / 'api-keys.json'}, `usl up --detach`" in said
