@@ -20,7 +20,9 @@ answers); human output on a terminal or pipe that is not UTF-8 writes a characte
 cannot hold as an escape (`\\u540d`); progress goes to stderr. Errors print one line on stderr and exit with code 2, never a
 traceback: `error: ...` for what went wrong while running, and for a usage error (an unknown
 option, a missing argument, a bad value) ``error: ... (see `usl COMMAND --help`)``. A command
-stopped with Ctrl-C exits with code 130. `usl --version` prints the package version and the
+stopped with Ctrl-C exits with code 130, but for the two that run until they are stopped:
+`usl ingest --follow` and `usl up` in the foreground stop cleanly on Ctrl-C (or SIGTERM) and exit
+with code 0. `usl --version` prints the package version and the
 redaction policy (version and hash) and chunker version this code writes into every index.
 An argument that starts with `-` (a flag pasted as the query) is read as an option; put it after
 `--`, options first: `usl search --mode text -- '--force-with-lease'`.
