@@ -185,6 +185,7 @@ def up(
             return
         out().print(f"already running: {', '.join(sorted(already))} (use `usl down` first to restart)")
         _say_what_follows(settings)
+        _say_where_the_api_is(settings, api_port)
         return
     url = http_url(settings.api_host, api_port)
     if port_open(api_port, settings.api_host):
@@ -238,6 +239,18 @@ def _say_what_follows(settings: Settings) -> None:
     now = f"follows {', '.join(following)}" if following else "follows no transcripts"
     out().print(escape(f"USL_FOLLOW names {', '.join(wanted)}, but the running stack {now}: it takes USL_FOLLOW "
                        "when it starts: run `usl down`, then `usl up --detach` again to follow them."), soft_wrap=True)
+
+
+def _say_where_the_api_is(settings: Settings, asked: int) -> None:
+    """Over a running stack, `usl up --port N` (or USL_API_PORT) names the port a new stack's API
+    would take; the running one keeps its own, and "already running" left N unserved."""
+    from deploy.cli._api import api_target
+
+    target = api_target(settings)
+    if target is None or target[1] or target[0].endswith(f":{asked}"):
+        return
+    out().print(escape(f"its API is on {target[0]}, not port {asked}: the port is chosen when the stack starts; "
+                       f"run `usl down`, then `usl up --detach --port {asked}` to move it."), soft_wrap=True)
 
 
 def serve(

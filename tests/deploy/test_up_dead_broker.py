@@ -172,3 +172,28 @@ def test_usl_up_over_a_running_stack_says_when_usl_follow_is_not_what_it_follows
     else:
         assert "USL_FOLLOW names /a, /b, " + said in " ".join(result.output.split())
         assert "run `usl down`, then `usl up --detach` again to follow them" in " ".join(result.output.split())
+
+
+def test_usl_up_over_a_running_stack_says_where_its_api_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`usl up --detach --port N` over a stack whose API is on another port said "already
+    running" (exit 0), and nothing answered on N."""
+    import os
+
+    from deploy import stack
+    from deploy.cli import build_app
+
+    monkeypatch.setenv("USL_HOME", str(tmp_path))
+    monkeypatch.delenv("KAFKA_BOOTSTRAP_SERVERS", raising=False)
+    monkeypatch.delenv("USL_API_URL", raising=False)
+    monkeypatch.delenv("USL_FOLLOW", raising=False)
+    (tmp_path / "run").mkdir()
+    cmd = [sys.executable, "-m", "deploy.cli", "serve", "--port", "8771", "--host", "127.0.0.1"]
+    (tmp_path / "run" / "api.pid").write_text(json.dumps(process_record(os.getpid(), cmd)))  # a pid that runs
+    monkeypatch.setattr(stack, "running", lambda settings: {"api": 11, "supervisor": 12, "worker-1": 13})
+    monkeypatch.setattr(broker, "revive_broker", lambda settings: None)
+    moved = CliRunner().invoke(build_app(), ["up", "--detach", "--port", "8772"])
+    said = " ".join(moved.output.split())
+    assert moved.exit_code == 0 and "already running" in said, moved.output
+    assert "its API is on http://127.0.0.1:8771, not port 8772" in said and "`usl up --detach --port 8772`" in said
+    same = CliRunner().invoke(build_app(), ["up", "--detach", "--port", "8771"])
+    assert same.exit_code == 0 and "its API is on" not in same.output, same.output
