@@ -141,7 +141,8 @@ def up(
     USL_LIVENESS_FAILURES); `usl down` stops everything. Run over a stack that is up, it starts
     the local broker again if that stopped (the supervisor does not restart it), where the
     stack's processes look for it; over processes whose supervisor is gone, it stops them and
-    starts the stack again.
+    starts the stack again. The API port and USL_FOLLOW are read when the stack starts: over a
+    running stack that serves another port or follows other paths, it says so (`usl down` first).
     """
     import os
     import time
