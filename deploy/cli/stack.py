@@ -186,7 +186,8 @@ def up(
             return
         out().print(f"already running: {', '.join(sorted(already))} (use `usl down` first to restart)")
         _say_what_follows(settings)
-        _say_where_the_api_is(settings, api_port)
+        if port is not None:  # asked for one (--port, USL_API_PORT); the default asks for none
+            _say_where_the_api_is(settings, port)
         return
     url = http_url(settings.api_host, api_port)
     if port_open(api_port, settings.api_host):

@@ -197,3 +197,26 @@ def test_usl_up_over_a_running_stack_says_where_its_api_is(tmp_path: Path, monke
     assert "its API is on http://127.0.0.1:8771, not port 8772" in said and "`usl up --detach --port 8772`" in said
     same = CliRunner().invoke(build_app(), ["up", "--detach", "--port", "8771"])
     assert same.exit_code == 0 and "its API is on" not in same.output, same.output
+
+
+def test_usl_up_over_a_running_stack_asked_no_port_says_nothing_of_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With neither --port nor USL_API_PORT, `usl up --detach` over a stack started with
+    `--port 8771` asked for no port: telling it to `usl down` and move the API to the default
+    8765 was a false alarm (every command finds the running API through its pid file)."""
+    import os
+
+    from deploy import stack
+    from deploy.cli import build_app
+
+    monkeypatch.setenv("USL_HOME", str(tmp_path))
+    for name in ("KAFKA_BOOTSTRAP_SERVERS", "USL_API_URL", "USL_FOLLOW", "USL_API_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    (tmp_path / "run").mkdir()
+    cmd = [sys.executable, "-m", "deploy.cli", "serve", "--port", "8771", "--host", "127.0.0.1"]
+    (tmp_path / "run" / "api.pid").write_text(json.dumps(process_record(os.getpid(), cmd)))
+    monkeypatch.setattr(stack, "running", lambda settings: {"api": 11, "supervisor": 12, "worker-1": 13})
+    monkeypatch.setattr(broker, "revive_broker", lambda settings: None)
+    result = CliRunner().invoke(build_app(), ["up", "--detach"])
+    assert result.exit_code == 0 and "already running" in result.output, result.output
+    assert "its API is on" not in result.output, result.output
