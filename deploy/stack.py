@@ -100,9 +100,10 @@ def stop_process(pid: int, *, grace_seconds: float = 20.0, resume: bool = False)
 
 
 def follow_paths(settings: Settings) -> list[str]:
-    """The transcript paths ``USL_FOLLOW`` names (colon-separated, ``~`` expanded): what the
-    follower of ``usl up`` follows."""
-    return [str(Path(p).expanduser()) for p in settings.follow.split(":") if p.strip()]
+    """The transcript paths ``USL_FOLLOW`` names (colon-separated, ``~`` expanded, absolute
+    against the current directory): what the follower of ``usl up`` follows, and what a later
+    ``usl up`` from another directory compares USL_FOLLOW with."""
+    return [os.path.abspath(Path(p).expanduser()) for p in settings.follow.split(":") if p.strip()]
 
 
 def followed_paths(settings: Settings) -> list[str]:

@@ -122,7 +122,7 @@ class Settings:
         "USL_FOLLOW", "",
         "Paths (colon-separated) `usl up` keeps importing with `usl ingest --follow`: transcripts or directories "
         "of them, e.g. ~/.claude/projects:~/.codex/sessions. Empty: no follower. Read when the stack starts (over "
-        "a running stack: `usl down` first).",
+        "a running stack: `usl down` first); a relative path is taken from the directory `usl up` runs in.",
     )
     follow_poll_seconds: float = _setting(
         "USL_FOLLOW_POLL_SECONDS", 0.5, "How often `usl ingest --follow` looks for grown and new files.", minimum=0.01,

@@ -236,7 +236,7 @@ def _say_what_follows(settings: Settings) -> None:
     from deploy.stack import follow_paths, followed_paths
 
     wanted, following = follow_paths(settings), followed_paths(settings)
-    if not wanted or wanted == following:
+    if not wanted or set(wanted) == set(following):  # the same paths in any order
         return
     now = f"follows {', '.join(following)}" if following else "follows no transcripts"
     out().print(escape(f"USL_FOLLOW names {', '.join(wanted)}, but the running stack {now}: it takes USL_FOLLOW "

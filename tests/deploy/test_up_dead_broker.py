@@ -220,3 +220,47 @@ def test_usl_up_over_a_running_stack_asked_no_port_says_nothing_of_one(
     result = CliRunner().invoke(build_app(), ["up", "--detach"])
     assert result.exit_code == 0 and "already running" in result.output, result.output
     assert "its API is on" not in result.output, result.output
+
+
+@pytest.mark.parametrize(("asked", "followed"), [
+    ("sessions", ["{cwd}/sessions"]),
+    ("{cwd}/b:{cwd}/a", ["{cwd}/a", "{cwd}/b"]),
+    ("{cwd}/a/", ["{cwd}/a"]),
+], ids=["relative", "another order", "trailing slash"])
+def test_usl_up_over_a_running_stack_reads_usl_follow_as_the_paths_it_names(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, asked: str, followed: list[str]) -> None:
+    """USL_FOLLOW=sessions (relative to where `usl up` runs) or the same paths in another order
+    name what the running stack follows: "USL_FOLLOW names ..., but the running stack follows
+    ..." with `usl down` to fix it was a false alarm."""
+    from deploy import stack
+    from deploy.cli import build_app
+
+    home, cwd = tmp_path / "home", tmp_path / "work"
+    (home / "run").mkdir(parents=True)
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    monkeypatch.setenv("USL_HOME", str(home))
+    monkeypatch.setenv("USL_FOLLOW", asked.format(cwd=cwd))
+    for name in ("KAFKA_BOOTSTRAP_SERVERS", "USL_API_URL", "USL_API_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    cmd = [sys.executable, "-m", "deploy.cli", "ingest", "--follow", *(p.format(cwd=cwd) for p in followed)]
+    (home / "run" / "follow.pid").write_text(json.dumps(process_record(14, cmd)))
+    monkeypatch.setattr(stack, "running", lambda settings: {"api": 11, "supervisor": 12, "worker-1": 13, "follow": 14})
+    monkeypatch.setattr(broker, "revive_broker", lambda settings: None)
+    result = CliRunner().invoke(build_app(), ["up", "--detach"])
+    assert result.exit_code == 0 and "already running" in result.output, result.output
+    assert "USL_FOLLOW" not in result.output, result.output
+
+
+def test_usl_up_gives_its_follower_absolute_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The follower's paths are what a later `usl up` compares USL_FOLLOW with, from any
+    directory: a relative USL_FOLLOW is made absolute against where the stack starts."""
+    monkeypatch.chdir(tmp_path)
+    paths = stack_follow_paths(_settings(tmp_path / "home", follow="sessions:~/x"))
+    assert paths == [str(tmp_path / "sessions"), str(Path("~/x").expanduser())]
+
+
+def stack_follow_paths(settings: Settings) -> list[str]:
+    from deploy.stack import follow_paths
+
+    return follow_paths(settings)
