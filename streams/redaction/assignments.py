@@ -1140,9 +1140,10 @@ _NAMED_ABOVE = re.compile(
     r"(?P<colon>[ \t]*[:\uff1a\u2014\u2013]|[ \t]+-)?(?:\*\*|__)?[ \t]*\r?\n(?:[ \t]*\r?\n)?"
     # 2.22: the value alone in a code fence under the naming line ("Here is the key:" / ``` / VALUE / ```):
     # the fence's lines are markdown's, not lines between; the fence must close right after the value.
-    r"(?:[ \t]*(?P<fence>```|~~~)[A-Za-z0-9_+-]{0,20}[ \t]*\r?\n)?"
+    # Review: a longer fence (```` holds a ``` inside) and a blank line before the close are the same fence.
+    r"(?:[ \t]*(?P<fence>`{3,10}|~{3,10})[A-Za-z0-9_+-]{0,20}[ \t]*\r?\n)?"
     r"[ \t]*(?:[-*>][ \t]+)?(?:\*\*)?(?P<q>[`\"']?)(?P<value>[^\s`\"'][^\s`\"']{5,255})(?P=q)(?:\*\*)?[ \t]*\r?"
-    r"(?(fence)\n[ \t]*(?P=fence)|(?=\n|\Z))",
+    r"(?(fence)\n(?:[ \t]*\r?\n)?[ \t]*(?P=fence)|(?=\n|\Z))",
     re.ASCII | re.IGNORECASE,
 )
 _CODE_LINE = re.compile(r"[ \t]*(?:for|if|elif|while|def|case|with|class|except|else|return|switch|function|fn|match)\b"

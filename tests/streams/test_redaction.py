@@ -4130,7 +4130,32 @@ def test_what_the_seventeenth_round_readings_keep(text: str) -> None:
     assert redact_text(text)[0] == text
 
 
+@pytest.mark.parametrize(("text", "secret"), [
+    # markdown's longer fence (four backticks, to hold a ``` inside) and a blank line before it closes
+    ("Here is the key you asked for:\n\n````\nb3855a92a5b0f34e19cba2d1dd317fa4\n````\n", "b3855a92a5b0f34e19cba2d1dd317fa4"),
+    ("Here is the password:\n~~~~\nGW3tsZ$Tlw7b!9W2\n~~~~\n", "GW3tsZ$Tlw7b!9W2"),
+    ("Your new API token is\n```text\nQ7ytk0wL2ynQovfo8DjrZfVRUaO6UHgh\n\n```", "Q7ytk0wL2ynQovfo8DjrZfVRUaO6UHgh"),
+])
+def test_a_key_alone_in_any_code_fence_under_its_naming_line_never_survives(text: str, secret: str) -> None:
+    """Review of 2.22: the fence reading took ``` and ~~~ only and the close right on the next
+    line; a four-backtick fence, or a blank line before the close, kept the key whole."""
+    for shown in (text, json.dumps(text)):
+        redacted = redact_text(shown)[0]
+        assert secret not in redacted, redacted
+        assert redact_text_plain(shown)[0] == redacted
+
+
+@pytest.mark.parametrize("text", [
+    "Here is the key you asked for:\n\n````\nb3855a92a5b0f34e19cba2d1dd317fa4\nsecond line of the block\n````\n",
+    "The primary key:\n\n````\nuser_id42\n````\n",
+    "Here are the keys:\n\n```python\nconfig.py\n\n```\n",
+])
+def test_what_the_longer_fence_reading_keeps(text: str) -> None:
+    assert redact_text(text)[0] == text
+
+
 def test_the_seventeenth_round_readings_run_in_linear_time() -> None:
     shapes = ["Token lautet ", "token luidt ", "dckr_pat_", "key:\n```\n", "key:\n\n```\nab12cd34ef\n",
-              "Bearer a%", "Bearer !%*#@", "Authorization: Token a%", "```\n"]
+              "Bearer a%", "Bearer !%*#@", "Authorization: Token a%", "```\n",
+              "key:\n````\nab12cd34ef\n\n", "key:\n``````````", "key:\n~~~~\n"]
     assert_linear_time(shapes, counts=(2_000, 8_000))
