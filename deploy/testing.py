@@ -28,7 +28,7 @@ from deploy.jars import free_port
 from streams.settings import Settings
 from streams.topics import ensure_topics
 
-__all__ = ["Stack", "as_grafana_sends", "free_port", "ingest", "same_generations", "settings_env", "wait_for_api"]
+__all__ = ["RUN_AND_LIST_MODULES", "Stack", "as_grafana_sends", "free_port", "ingest", "same_generations", "settings_env", "wait_for_api"]
 
 
 def settings_env(settings: Settings) -> dict[str, str]:
@@ -150,3 +150,19 @@ def as_grafana_sends(expr: str, rate_interval: str = "1m") -> str:
     (the variables' "All" is ``.*``) and ``$__rate_interval`` at a 15 s scrape interval."""
     expr = expr.replace("$__rate_interval", rate_interval)
     return re.sub(r"\$\{?(log|kind)\}?", ".*", expr)
+
+
+#: Runs ``usl ARGS...`` (the script's own arguments) in this process, then lists every module
+#: it loaded on stderr.
+RUN_AND_LIST_MODULES = """
+import json, sys
+sys.argv = ["usl", *sys.argv[1:]]
+from deploy.cli import main
+try:
+    main()
+except SystemExit as exc:
+    code = exc.code
+else:
+    code = 0
+sys.stderr.write("\\nMODULES " + json.dumps({"code": code, "modules": sorted(sys.modules)}) + "\\n")
+"""

@@ -17,6 +17,7 @@ import pytest
 import typer
 
 from deploy.cli import GROUPS, app, app_for, build_app
+from deploy.testing import RUN_AND_LIST_MODULES
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -95,21 +96,6 @@ def fake_api() -> Iterator[str]:
         server.server_close()
 
 
-#: Runs ``usl ARGS...`` (the script's own arguments) in this process, then lists every module
-#: it loaded on stderr.
-_RUN_AND_LIST_MODULES = """
-import json, sys
-sys.argv = ["usl", *sys.argv[1:]]
-from deploy.cli import main
-try:
-    main()
-except SystemExit as exc:
-    code = exc.code
-else:
-    code = 0
-sys.stderr.write("\\nMODULES " + json.dumps({"code": code, "modules": sorted(sys.modules)}) + "\\n")
-"""
-
 HEAVY = ("faust", "aiokafka", "kafka", "pyarrow", "tantivy", "faiss", "numpy", "duckdb", "rich",
          "pydantic", "httpx", "uvicorn", "starlette", "planner.engine", "sinks", "wordllama")
 
@@ -117,7 +103,7 @@ HEAVY = ("faust", "aiokafka", "kafka", "pyarrow", "tantivy", "faiss", "numpy", "
 def test_search_through_the_api_loads_no_heavy_library(fake_api: str, tmp_path: Path) -> None:
     env = {"PATH": "/usr/bin:/bin", "USL_API_URL": fake_api, "USL_HOME": str(tmp_path),
            "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1"}
-    done = subprocess.run([sys.executable, "-c", _RUN_AND_LIST_MODULES, "search", "refund", "--json"], cwd=ROOT,
+    done = subprocess.run([sys.executable, "-c", RUN_AND_LIST_MODULES, "search", "refund", "--json"], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=120)
     report = json.loads(done.stderr.rpartition("MODULES ")[2])
     assert report["code"] == 0, done.stderr
@@ -145,7 +131,7 @@ def test_search_printing_its_hits_loads_the_folds_alone(fake_api: str, tmp_path:
     monkeypatch.setattr(_FakeAPI, "answer", {**_FakeAPI.answer, "results": [hit]})
     env = {"PATH": "/usr/bin:/bin", "USL_API_URL": fake_api, "USL_HOME": str(tmp_path),
            "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1", "COLUMNS": "120"}
-    done = subprocess.run([sys.executable, "-c", _RUN_AND_LIST_MODULES, "search", "refund"], cwd=ROOT,
+    done = subprocess.run([sys.executable, "-c", RUN_AND_LIST_MODULES, "search", "refund"], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=120)
     report = json.loads(done.stderr.rpartition("MODULES ")[2])
     assert report["code"] == 0, done.stderr
@@ -173,7 +159,7 @@ def test_commands_answered_by_the_api_load_no_kafka(fake_api: str, tmp_path: Pat
     what the API answered: a third of the command's time."""
     env = {"PATH": "/usr/bin:/bin", "USL_API_URL": fake_api, "USL_HOME": str(tmp_path),
            "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1", "COLUMNS": "120"}
-    done = subprocess.run([sys.executable, "-c", _RUN_AND_LIST_MODULES, *args], cwd=ROOT,
+    done = subprocess.run([sys.executable, "-c", RUN_AND_LIST_MODULES, *args], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=120)
     report = json.loads(done.stderr.rpartition("MODULES ")[2])
     assert report["code"] == 0, done.stderr
@@ -198,7 +184,7 @@ def test_ingest_loads_no_heavy_library(make_settings: Any, tmp_path: Path) -> No
     transcript = ROOT / "examples" / "sessions" / "claude-code-session.jsonl"
     env = {"PATH": "/usr/bin:/bin", "USL_HOME": str(settings.home), "USL_TOPIC_PREFIX": settings.topic_prefix,
            "KAFKA_BOOTSTRAP_SERVERS": settings.bootstrap_servers}
-    done = subprocess.run([sys.executable, "-c", _RUN_AND_LIST_MODULES, "ingest", str(transcript), "--json"], cwd=ROOT,
+    done = subprocess.run([sys.executable, "-c", RUN_AND_LIST_MODULES, "ingest", str(transcript), "--json"], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=120)
     report = json.loads(done.stderr.rpartition("MODULES ")[2])
     assert report["code"] == 0, done.stderr
@@ -218,7 +204,7 @@ def test_version_loads_no_writer(tmp_path: Path) -> None:
     """``usl --version`` took half a second importing pyarrow and kafka through sinks.service
     (the sinks' writers) for three lines of versions."""
     env = {"PATH": "/usr/bin:/bin", "USL_HOME": str(tmp_path), "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1"}
-    done = subprocess.run([sys.executable, "-c", _RUN_AND_LIST_MODULES, "--version"], cwd=ROOT,
+    done = subprocess.run([sys.executable, "-c", RUN_AND_LIST_MODULES, "--version"], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=120)
     report = json.loads(done.stderr.rpartition("MODULES ")[2])
     assert report["code"] == 0, done.stderr

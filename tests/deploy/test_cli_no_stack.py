@@ -19,8 +19,8 @@ import pytest
 
 from deploy.kafka.broker import local_broker_status, stop_broker
 from deploy.process import pid_alive
+from deploy.testing import RUN_AND_LIST_MODULES
 from streams.settings import Settings
-from tests.deploy.test_cli_layout import _RUN_AND_LIST_MODULES
 
 TRANSCRIPTS = Path(__file__).resolve().parents[1] / "fixtures" / "importers" / "claude_code"
 #: What a command that finds no stack has no use for (the planner and the indexes' libraries).
@@ -58,7 +58,7 @@ def test_a_read_only_command_says_so_before_loading_the_planner(tmp_path: Path, 
     env = {name: value for name, value in os.environ.items()
            if name not in ("KAFKA_BOOTSTRAP_SERVERS", "USL_API_URL", "USL_API_KEY")}
     env.update(USL_HOME=str(home), COLUMNS="80")
-    done = subprocess.run([sys.executable, "-c", _RUN_AND_LIST_MODULES, *args], env=env, cwd=home.parent,
+    done = subprocess.run([sys.executable, "-c", RUN_AND_LIST_MODULES, *args], env=env, cwd=home.parent,
                           capture_output=True, text=True, timeout=300)
     report = json.loads(done.stderr.rpartition("MODULES ")[2])
     assert report["code"] == 2, done.stderr

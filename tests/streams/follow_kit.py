@@ -10,9 +10,17 @@ from streams.follow import Follower, PositionStore
 from streams.importers import Accepted, iter_records
 from streams.testing import Clock, Crash, MemoryL1
 
-__all__ = ["LIMIT", "SESSION", "Pair", "but_amendments", "counted", "follow_as_it_grows", "one_shot_ids", "transcript_line", "write_as_written"]
+__all__ = ["LIMIT", "SESSION", "TRANSCRIPTS", "Pair", "but_amendments", "counted", "follow_as_it_grows", "follower", "one_shot_ids",
+           "transcript_line", "whole_import_ids", "write_as_written"]
 
 SESSION = "7d1c9a52-5b8e-4f0b-9c3a-1e2f3a4b5c6d"
+_ROOT = Path(__file__).resolve().parents[2]
+# Real transcripts of the repository's examples and fixtures, followed as they grow.
+TRANSCRIPTS = [
+    _ROOT / "examples" / "sessions" / "claude-code-session.jsonl",
+    _ROOT / "tests" / "fixtures" / "importers" / "claude_code" / "3f6c2a8e-1b7d-4c55-9e0a-5d2f8b1c7e94.jsonl",
+    _ROOT / "tests" / "fixtures" / "importers" / "codex" / "rollout-2025-12-05T11-00-00-rejection-codex-001.jsonl",
+]
 # Small, so that events are cut to fit, or rejected when they cannot be (the same limit for the
 # one-shot import the followers are compared with).
 LIMIT = 16384
@@ -26,6 +34,15 @@ def transcript_line(kind: str, uuid: str, minute: int, content: Any, *, parent: 
                         "usage": {"input_tokens": 10, "output_tokens": minute}})
     return {"parentUuid": parent, "isSidechain": False, "sessionId": SESSION, "type": kind, "message": message,
             "uuid": uuid, "timestamp": f"2026-03-01T10:{minute:02d}:00.000Z", "cwd": "/src/app", **extra}
+
+
+def whole_import_ids(path: Path) -> set[str]:
+    """The eventIds a one-shot import of ``path`` appends, at the default event size limit."""
+    return {i.event["eventId"] for i in iter_records(path) if isinstance(i, Accepted)}
+
+
+def follower(path: Path, l1: MemoryL1, home: Path, clock: Clock, **options: Any) -> Follower:
+    return Follower([path], appender=l1, store=PositionStore(home), idle_seconds=5.0, clock=clock, **options)
 
 
 def one_shot_ids(root: Path) -> set[str]:

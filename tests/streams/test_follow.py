@@ -18,18 +18,10 @@ from streams.chunking import Chunker, ChunkerConfig, default_tokenizer
 from streams.follow import Follower, PositionStore
 from streams.importers import Accepted, Rejected, iter_records
 from streams.testing import Clock, Crash, MemoryL1
-from tests.streams.follow_kit import write_as_written
+from tests.streams.follow_kit import TRANSCRIPTS, follower, write_as_written
+from tests.streams.follow_kit import whole_import_ids as one_shot_ids
 
 ROOT = Path(__file__).resolve().parents[2]
-TRANSCRIPTS = [
-    ROOT / "examples" / "sessions" / "claude-code-session.jsonl",
-    ROOT / "tests" / "fixtures" / "importers" / "claude_code" / "3f6c2a8e-1b7d-4c55-9e0a-5d2f8b1c7e94.jsonl",
-    ROOT / "tests" / "fixtures" / "importers" / "codex" / "rollout-2025-12-05T11-00-00-rejection-codex-001.jsonl",
-]
-
-
-def one_shot_ids(path: Path) -> set[str]:
-    return {i.event["eventId"] for i in iter_records(path) if isinstance(i, Accepted)}
 
 
 def assert_rotated_lines_appended(l1: MemoryL1, tmp_path: Path, name: str, held: list[bytes]) -> None:
@@ -42,10 +34,6 @@ def assert_rotated_lines_appended(l1: MemoryL1, tmp_path: Path, name: str, held:
     ends = {i.event["eventId"] for i in iter_records(before) if isinstance(i, Accepted)
             and i.event["type"] == "turn.ended"}
     assert one_shot_ids(before) - ends - set(l1.counts()) == set()
-
-
-def follower(path: Path, l1: MemoryL1, home: Path, clock: Clock, **options: Any) -> Follower:
-    return Follower([path], appender=l1, store=PositionStore(home), idle_seconds=5.0, clock=clock, **options)
 
 
 def test_growing_transcript_each_event_once_and_partial_line_waits(tmp_path):

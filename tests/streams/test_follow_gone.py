@@ -11,7 +11,8 @@ import pytest
 from streams.follow import PositionStore
 from streams.importers import Accepted, Rejected, iter_records
 from streams.testing import Clock, Crash, MemoryL1
-from tests.streams.test_follow import TRANSCRIPTS, follower, one_shot_ids
+from tests.streams.follow_kit import TRANSCRIPTS, follower
+from tests.streams.follow_kit import whole_import_ids as one_shot_ids
 
 
 def _ends(path: Path) -> set[str]:
