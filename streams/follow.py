@@ -79,6 +79,7 @@ from streams.importers import (
     skipped_file,
 )
 from streams.importers.base import line_parts, parse_json, stable_id
+from streams.importers.claude_code import other_prompt_spelling
 from streams.importers.cursor import FileCursor, open_cursor, settled
 from streams.importers.frames import LooseTails
 
@@ -1292,13 +1293,8 @@ def _rewritten_digests(event: dict[str, Any]) -> set[bytes]:
     message = payload.get("message") if isinstance(payload, dict) else None
     if not isinstance(payload, dict) or not isinstance(message, dict):
         return set()
-    content = message.get("content")
-    if isinstance(content, str):
-        other: Any = [{"type": "text", "text": content}]
-    elif (isinstance(content, list) and len(content) == 1 and isinstance(content[0], dict)
-          and content[0].keys() == {"type", "text"} and content[0]["type"] == "text" and isinstance(content[0]["text"], str)):
-        other = content[0]["text"]
-    else:
+    other = other_prompt_spelling(message.get("content"))
+    if other is None:
         return set()
     rewritten = {**event, "payload": {**payload, "message": {**message, "content": other}}}
     return {event_digest(canonical_bytes(rewritten))}

@@ -793,18 +793,29 @@ def _line_values(line: bytes) -> list[dict[str, Any]]:
     return [value for _at, _part, value, _error, _canonical in line_values(line) if isinstance(value, dict)]
 
 
+def other_prompt_spelling(content: Any) -> Any | None:
+    """A message's ``content`` as Claude Code also writes it: ``"say lol"`` and ``[{"type":
+    "text", "text": "say lol"}]`` say the same (Claude Code 1.0 wrote the prompts a resumed
+    session's file repeats the second way). None for content that has no other spelling."""
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    if (isinstance(content, list) and len(content) == 1 and isinstance(content[0], dict)
+            and content[0].keys() == {"type", "text"} and content[0]["type"] == "text"
+            and isinstance(content[0]["text"], str)):
+        return content[0]["text"]
+    return None
+
+
 def _said(line: dict[str, Any]) -> bytes:
     """A digest of what a conversation line says (its type and message), not of the metadata
-    a later copy of it may carry otherwise, nor of how it writes a prompt: ``"say lol"`` and
-    ``[{"type": "text", "text": "say lol"}]`` say the same (Claude Code 1.0 wrote a repeated
-    prompt so; streams.follow takes such a copy from another file as a duplicate too)."""
+    a later copy of it may carry otherwise, nor of how it spells its content
+    (:func:`other_prompt_spelling`; streams.follow takes such a copy from another file as a
+    duplicate too)."""
     message = line.get("message")
-    if isinstance(message, dict):
-        content = message.get("content")
-        if (isinstance(content, list) and len(content) == 1 and isinstance(content[0], dict)
-                and content[0].keys() == {"type", "text"} and content[0]["type"] == "text"
-                and isinstance(content[0]["text"], str)):
-            message = {**message, "content": content[0]["text"]}
+    if isinstance(message, dict) and isinstance(message.get("content"), list):
+        spelt = other_prompt_spelling(message["content"])
+        if spelt is not None:
+            message = {**message, "content": spelt}
     what = [line.get("type"), message]
     try:
         said = orjson.dumps(what, option=orjson.OPT_SORT_KEYS)
