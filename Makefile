@@ -27,7 +27,7 @@ demo: install
 # the suite takes about half the time of one process. PYTEST_WORKERS=0 runs it in one process.
 PYTEST_WORKERS ?= 3
 test: install install-test-tools
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 lint: install
 	$(BIN)/ruff check streams sinks planner deploy tests benchmarks reliability

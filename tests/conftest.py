@@ -43,6 +43,45 @@ hypothesis_settings.register_profile("usl", deadline=None, suppress_health_check
 hypothesis_settings.load_profile("usl")
 
 
+# The modules that take longest, longest first (seconds of one CI run on 2 cores, summed over
+# their tests): `make test` spreads whole files over workers in collection order
+# (--no-loadscope-reorder), so each starts early and the short files fill in around them. With
+# xdist's own order (most tests first), the one-test modules that run a whole stack for
+# minutes all came last and ran together, and the suite waited on them alone.
+_LONGEST_FIRST = (
+    "tests/reliability/test_faults.py",  # 406
+    "tests/streams/test_redaction.py",  # 202
+    "tests/reliability/test_abuse.py",  # 177
+    "tests/planner/test_search_page.py",  # 163
+    "tests/test_bench_harness.py",  # 149
+    "tests/deploy/test_scale_out.py",  # 145
+    "tests/planner/test_engine.py",  # 137
+    "tests/streams/test_redaction_fast.py",  # 98
+    "tests/planner/test_sessionql_equivalence.py",  # 88
+    "tests/planner/test_sql.py",  # 85
+    "tests/sinks/test_sink_crash.py",  # 80
+    "tests/sinks/test_rebuild.py",  # 77
+    "tests/streams/test_rebalance.py",  # 68
+    "tests/deploy/test_cli_messages.py",  # 68
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run the modules of :data:`_LONGEST_FIRST` first, in that order, then the others by their
+    number of tests (xdist's own order); every module keeps its tests' order."""
+    rank = {path: index for index, path in enumerate(_LONGEST_FIRST)}
+    tests: dict[str, int] = {}
+    for item in items:
+        module = item.nodeid.split("::", 1)[0]
+        tests[module] = tests.get(module, 0) + 1
+
+    def module_order(item: pytest.Item) -> tuple[int, int]:
+        module = item.nodeid.split("::", 1)[0]
+        return rank.get(module, len(rank)), -tests[module]
+
+    items.sort(key=module_order)  # stable: a module's tests stay in their order
+
+
 def _docker_answers() -> bool:
     try:
         import docker  # type: ignore[import-untyped]

@@ -100,3 +100,11 @@ def test_the_fault_suite_starts_outside_the_repository(tmp_path: Path) -> None:
     check = subprocess.run([sys.executable, "-c", "import tests"], cwd=tmp_path, capture_output=True,
                            text=True, timeout=60, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
     assert check.returncode != 0, "tests is importable here, so this test would prove nothing"
+
+
+def test_the_longest_first_modules_exist() -> None:
+    """The suite's schedule (``tests/conftest.py``) names modules by path: a renamed one would
+    fall back to the end of the run silently."""
+    from tests.conftest import _LONGEST_FIRST
+
+    assert [path for path in _LONGEST_FIRST if not (ROOT / path).is_file()] == []
