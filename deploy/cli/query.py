@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import re
 import unicodedata
 from typing import TYPE_CHECKING, Any
 
@@ -256,10 +257,10 @@ def _fold(text: str) -> str:
 
 @functools.cache
 def _index_folds() -> tuple[Callable[[str], str], Callable[[str], str]]:
-    """The text index's letter folds and lowercasing, imported on first use: ``sinks.text`` loads
-    the engines, which no other CLI command needs at start-up; and once, since `_folded` folds a
-    result's text one character at a time (an import statement there was most of its cost)."""
-    from sinks.text.base import letters_folded, lower_term
+    """The text index's letter folds and lowercasing, imported on first use, and from
+    ``sinks.letter_folds``, not ``sinks.text``: that loads the engines and compiles the word
+    patterns (a good part of the command's time), which no CLI command needs to print a hit."""
+    from sinks.letter_folds import letters_folded, lower_term
 
     return letters_folded, lower_term
 
@@ -278,6 +279,21 @@ def _folded(text: str) -> tuple[str, list[int], list[int]]:
     ends: list[int] = []
     start = 0
     while start < len(text):
+        # A run of ASCII folds as it lowercases, one character to one (NFKC and the letter
+        # folds leave ASCII alone), so it is folded whole: folding a real hit character by
+        # character, because one `…` or `→` in it made it not ASCII, was most of `usl search`'s
+        # time on its output. Its last character stays for the loop below when a mark joins it.
+        run = _ASCII_RUN.match(text, start)
+        if run:
+            stop = run.end()
+            if stop < len(text) and (_joins_previous(text[stop]) or text[stop] in _HANGUL_VOWELS_AND_FINALS):
+                stop -= 1
+            if stop > start:
+                pieces.append(text[start:stop].lower())
+                starts += range(start, stop)
+                ends += range(start + 1, stop + 1)
+                start = stop
+                continue
         end = start + 1
         while end < len(text) and (_joins_previous(text[end]) or text[end] in _HANGUL_VOWELS_AND_FINALS):
             end += 1
@@ -308,6 +324,7 @@ _REGIONAL_INDICATORS = range(0x1F1E6, 0x1F200)
 _SPACING_VOWELS = frozenset("\u0e33\u0eb3")
 #: Conjoining jamo that NFKC composes with the jamo before them into one Hangul syllable.
 _HANGUL_VOWELS_AND_FINALS = frozenset(map(chr, range(0x1160, 0x1200)))
+_ASCII_RUN = re.compile(r"[\x00-\x7f]+")
 #: How far back a cut looks for a boundary: a longer run of marks is no character anyone reads.
 _LONGEST_CLUSTER = 32
 

@@ -243,3 +243,80 @@ def test_a_phrase_in_smart_quotes_is_marked_as_the_phrase() -> None:
 
     text = "step 2 failed; step 1 passed"
     assert [text[a:b] for a, b in _matches(text, "\u201cstep 1\u201d")] == ["step 1"]
+
+
+def _folded_by_letter(text: str) -> tuple[str, list[int], list[int]]:
+    """The reference: every letter (with the marks that join it) folded on its own."""
+    from deploy.cli.query import _HANGUL_VOWELS_AND_FINALS, _fold, _joins_previous
+
+    pieces: list[str] = []
+    starts: list[int] = []
+    ends: list[int] = []
+    start = 0
+    while start < len(text):
+        end = start + 1
+        while end < len(text) and (_joins_previous(text[end]) or text[end] in _HANGUL_VOWELS_AND_FINALS):
+            end += 1
+        piece = _fold(text[start:end])
+        pieces.append(piece)
+        starts += [start] * len(piece)
+        ends += [end] * len(piece)
+        start = end
+    return "".join(pieces), starts, ends
+
+
+def _read_result_text() -> str:
+    """A real Claude Code `Read` result: its line numbers are written `     1→code`."""
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).parents[1] / "fixtures/importers/claude_code/3f6c2a8e-1b7d-4c55-9e0a-5d2f8b1c7e94.jsonl"
+    for line in path.read_text(encoding="utf-8").splitlines():
+        content = json.loads(line).get("message", {}).get("content")
+        if isinstance(content, list):
+            for block in content:
+                if block.get("type") == "tool_result" and "→" in json.dumps(block, ensure_ascii=False):
+                    return "".join(part["text"] for part in block["content"])
+    raise AssertionError("the fixture's Read result is gone")
+
+
+def test_a_hit_with_one_arrow_is_not_folded_letter_by_letter(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found timing `usl search` on real sessions: a Read result's `→` made the whole chunk not
+    ASCII, and the snippet folded its 20 000 characters one at a time, most of the command's CPU.
+    ASCII runs are folded whole now; only the letters outside them are folded one by one."""
+    import deploy.cli.query as query
+
+    text = ("[tool.result Read ok] " + _read_result_text() + "\n") * 20
+    calls = []
+    real_fold = query._fold
+    monkeypatch.setattr(query, "_fold", lambda piece: calls.append(piece) or real_fold(piece))
+    assert "timedelta" in _shown(text, "timedelta import")
+    calls.clear()
+    folded = query._folded(text)
+    assert len(calls) == sum(1 for character in text if not character.isascii())  # the arrows only
+    assert folded == _folded_by_letter(text)
+
+
+_MIXED = st.text(st.sampled_from([*"aZ_ 1\n→é\u0301İﬀΣς数Àᄀ\u1161\u11a8\u200dक\u093f", "\x7f", "\x00"]), max_size=40)
+
+
+@given(_MIXED)
+def test_ascii_runs_fold_as_their_letters_do(text: str) -> None:
+    """The run-at-a-time fold equals folding letter by letter, marks and Hangul jamo joining an
+    ASCII letter included."""
+    from deploy.cli.query import _folded
+
+    assert _folded(text) == _folded_by_letter(text)
+
+
+def test_marking_a_hit_does_not_load_the_text_sink() -> None:
+    """The folds the snippet needs come from ``sinks.letter_folds``: importing ``sinks.text``
+    for them compiled the analyzer's word patterns in every `usl search`."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from deploy.cli.query import _matches; "
+            "assert _matches('1→ёлка ΟΔΟΣ', 'елка οδοσ'); print(sorted(m for m in sys.modules if m.startswith('sinks')))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "sinks.letter_folds" in loaded
+    assert "sinks.text" not in loaded
