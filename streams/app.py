@@ -164,6 +164,8 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
                 confirms.append(fut)
         return confirms
 
+    unacked_writes: dict[int, list[Any]] = {}  # per stage: changelog writes not known to be acknowledged
+
     async def perform(stage: RedactionStage | ChunkingStage, effects: Effects, batch: list[Any]) -> None:
         """Perform a batch's effects (streams.stages.effects). A rebalance that began or ended
         since the batch's records were fetched may have given them to another worker, which
@@ -179,6 +181,19 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
             return
         stored = await faust_compat.put_all(app, [(tables[write.table], write.partition, write.key, write.value)
                                                   for write in effects.writes])
+        unacked = [fut for fut in unacked_writes.get(id(stage), []) if not fut.done()]
+        if effects.summaries:
+            # A summary is stored only after what it sums up: the writes of this batch and those
+            # of earlier batches that returned without waiting for theirs.
+            for fut in [*unacked, *stored]:
+                await fut
+            unacked = []
+            if faust_compat.rebalanced(app, generations):
+                unacked_writes[id(stage)] = unacked
+                return
+            stored = await faust_compat.put_all(app, [(tables[write.table], write.partition, write.key, write.value)
+                                                      for write in effects.summaries])
+        unacked_writes[id(stage)] = [*unacked, *stored]
         stage.commit(effects)
         if not effects.markers:
             return

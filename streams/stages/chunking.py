@@ -86,8 +86,15 @@ class ChunkingStage:
 
         Every chunk is acknowledged before any state is written, and a progress is stored before
         the marker it records is sent: a restored progress is never behind a marker already on
-        the topic, so a replay, whatever its batches, cannot send a lower one. Each touched key is
-        written once, and each (partition, log) gets at most one marker per batch.
+        the topic, so a replay, whatever its batches, cannot send a lower one. A progress sums up
+        the session states of its partition (which are open, what ticks they saw), so it is a
+        summary write (:attr:`Effects.summaries`), made once those states are acknowledged: a
+        restored progress is never ahead of the states it sums up. Ahead of them, a worker killed
+        between the two left a progress whose marker claimed chunks the replay of the older
+        states then cut differently, and sent after that marker (every sink skipped them), and
+        sessions with an open unit missing from ``open`` (no tick cut them, no marker waited for
+        them). Each touched key is written once, and each (partition, log) gets at most one
+        marker per batch.
         """
         effects = Effects(metrics=[Metric("usl_records_total", (("stage", "chunking"),), len(batch))])
         offsets: dict[int, int] = {}  # partition -> offset of the last record applied in this batch
@@ -175,7 +182,8 @@ class ChunkingStage:
                           "partitions": self.partitions, "seq": seq}
                 effects.markers.append(Marker(log_id, partition, key, seq,
                                               Produce("chunks", log_id.encode(), orjson.dumps(marker), partition=partition)))
-            effects.writes.append(TableWrite(CHUNKER_PROGRESS, partition, key, progress))
+            # A summary of the session states: made only once they are acknowledged (effects.py).
+            effects.summaries.append(TableWrite(CHUNKER_PROGRESS, partition, key, progress))
         return effects
 
     def commit(self, effects: Effects) -> None:

@@ -7,11 +7,16 @@ this order, and the order is the contract that makes at-least-once processing lo
    records reach the broker) and apply :attr:`Effects.metrics`;
 2. wait until every record marked ``confirm`` is acknowledged by the broker;
 3. unless a rebalance began or ended meanwhile, make :attr:`Effects.writes` (each table key at
-   most once) and tell the stage the batch is committed (``stage.commit(effects)``);
+   most once); if the batch has :attr:`Effects.summaries`, wait until every write made so far
+   (of this batch and of earlier ones) is acknowledged, then, unless a rebalance intervened,
+   make the summaries; tell the stage the batch is committed (``stage.commit(effects)``);
 4. wait until those writes are acknowledged, and unless a rebalance intervened, send
    :attr:`Effects.markers` and tell the stage each one was sent (``stage.sent(marker)``).
 
 A batch abandoned at step 3 or 4 is read again; every stage skips what it already applied.
+Writes of different keys are separate changelog records, and a worker killed while they are
+under way leaves any subset of them stored: a stage may rely on nothing more than "a summary
+stored means every write before it stored" when its restored tables are read.
 """
 
 from __future__ import annotations
@@ -89,6 +94,10 @@ class Effects:
     records: list[Produce] = field(default_factory=list)
     metrics: list[Metric] = field(default_factory=list)
     writes: list[TableWrite] = field(default_factory=list)
+    summaries: list[TableWrite] = field(default_factory=list)
+    """Writes that sum up others (the chunking stage's progress sums up its session states):
+    made only once every earlier write is acknowledged, so a restored summary is never ahead of
+    what it sums up."""
     markers: list[Marker] = field(default_factory=list)
     holes: list[tuple[str, int]] = field(default_factory=list)
     """Source partitions (topic, partition) in which records were found missing: their commits

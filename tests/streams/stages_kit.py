@@ -102,7 +102,7 @@ class Worker:
         for metric in effects.metrics:
             key = (metric.name, metric.labels)
             self.metrics[key] = self.metrics.get(key, 0) + metric.value
-        for write in effects.writes:
+        for write in [*effects.writes, *effects.summaries]:
             self.tables[write.table][write.key] = write.value
         stage.commit(effects)
         for marker in effects.markers:
