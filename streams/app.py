@@ -169,8 +169,9 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
     async def perform(stage: RedactionStage | ChunkingStage, effects: Effects, batch: list[Any]) -> None:
         """Perform a batch's effects (streams.stages.effects). A rebalance that began or ended
         since the batch's records were fetched may have given them to another worker, which
-        restores its state from the changelog: the batch's state is then not written (its acks
-        are dropped too, see streams.faust_compat); the records are read again."""
+        restores its state from the changelog: the batch's state (or, past its state writes, its
+        summaries) is then not written (its acks are dropped too, see streams.faust_compat); the
+        records are read again."""
         faust_compat.hold(app, effects.holes)
         confirms = await send(effects.records)
         _measure(effects.metrics)
