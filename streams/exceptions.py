@@ -59,6 +59,11 @@ class ImportFormatError(USLError):
     """An input file is not in the format it was declared as."""
 
 
+class NoJSONRecordsError(ImportFormatError):
+    """An input file whose first lines hold no JSON record at all (a text log, notes): no format
+    reads it, so it is refused whole, never dead-lettered line by line."""
+
+
 class RedactionError(USLError):
     """The redaction stage could not process an event."""
 

@@ -65,11 +65,12 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import orjson
 
 from streams.asp import canonical_bytes, event_digest
-from streams.exceptions import ImportFormatError
+from streams.exceptions import ImportFormatError, NoJSONRecordsError
 from streams.fsio import atomic_write
 from streams.importers import (
     DOCUMENT_FORMATS,
     FILE_SUFFIXES,
+    NO_JSON_RECORDS,
     SKIPPED_DIRECTORIES,
     Accepted,
     Rejected,
@@ -737,6 +738,13 @@ class Follower:
                 return None
             try:
                 found_format = file_format(path, self.fmt)
+            except NoJSONRecordsError:
+                if self.once and path == root:
+                    raise  # a file named on the command line: no format reads it
+                # A text log or notes among a directory's transcripts, with --format too: named
+                # with its reason, never a dead letter per line; looked at again when it changes.
+                report.skipped.append((str(path), NO_JSON_RECORDS))
+                return None
             except ImportFormatError:
                 if self.once and path == root:
                     raise  # a file named on the command line: its format is the question

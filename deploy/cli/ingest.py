@@ -60,7 +60,8 @@ def ingest(
 ) -> None:
     """Append the events of PATHS to the L1 log, each event once (an imported file appends nothing
     again); rejected records go to the dead-letter topic. In a directory, a file whose format its
-    first records do not show (a manifest, notes) is skipped and listed; a file named as PATH
+    first records do not show (a manifest, notes) is skipped and listed, and so is a file of
+    text (no JSON record in its first lines: a log) with --format too; a file named as PATH
     must be a transcript. A Claude Code file of summaries only (a session left before its first
     prompt) holds nothing to import and is skipped and listed, named as PATH too. Without a
     stack (`usl up`) the events wait in L1, unindexed: the local broker is started for the

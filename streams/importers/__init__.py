@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from streams.asp import DEFAULT_MAX_EVENT_BYTES, canonical_bytes, fit_event, validate_event_bytes
-from streams.exceptions import ImportFormatError, SchemaError
+from streams.exceptions import ImportFormatError, NoJSONRecordsError, SchemaError
 from streams.importers.asp import RefusedLists, iter_asp
 from streams.importers.base import BOM, RAW_MAX_CHARS, Accepted, Content, Rejected, parse_json
 from streams.importers.claude_code import (
@@ -37,9 +37,9 @@ from streams.importers.openai_chat import (
     iter_openai_chat,
 )
 
-__all__ = ["DOCUMENT_FORMATS", "FILE_SUFFIXES", "FORMATS", "SKIPPED_DIRECTORIES", "Accepted", "Rejected",
-           "detect_format", "directory_files", "file_format", "fitted", "import_files", "iter_file", "iter_records",
-           "skipped_directory", "skipped_file"]
+__all__ = ["DOCUMENT_FORMATS", "FILE_SUFFIXES", "FORMATS", "NO_JSON_RECORDS", "SKIPPED_DIRECTORIES", "Accepted",
+           "Rejected", "detect_format", "directory_files", "file_format", "fitted", "import_files", "iter_file",
+           "iter_records", "no_json_records", "skipped_directory", "skipped_file"]
 
 #: The file names a directory import and a follower take, each a suffix some importer reads:
 #: ``.traj`` is SWE-agent's trajectory (one JSON document, ``{"history": [...]}``), which the
@@ -53,6 +53,10 @@ FILE_SUFFIXES = (".jsonl", ".json", ".traj")
 #: (:func:`skipped_directory`).
 SKIPPED_DIRECTORIES = frozenset({"tool-results"})
 _SNIFF_LINES = 20
+#: Why a file is refused whole (with --format too): none of its first lines is a JSON record.
+#: Each of its lines was a dead letter, 1913 of them for one Claude Code CLI debug log
+#: (slopus/happy-cli's duplicate-assistant-response-2.jsonl) in a directory of transcripts.
+NO_JSON_RECORDS = "holds no JSON record: its first lines are text, not JSON (a log or notes, not a transcript)"
 _SNIFF_LINE_BYTES = 8 * 1024 * 1024
 
 Importer = Callable[..., Iterator[Accepted | Rejected]]
@@ -246,6 +250,8 @@ def file_format(path: Path, fmt: str | None = None) -> str:
     if fmt is None:
         return _file_format(path)
     sniffed = _sniff(path)
+    if sniffed is None and no_json_records(path):
+        raise NoJSONRecordsError(f"{path}: {NO_JSON_RECORDS}")
     if sniffed is not None and sniffed != fmt:
         raise ImportFormatError(
             f"{path}: declared as {fmt}, but its first records look like {sniffed}; "
@@ -256,6 +262,8 @@ def file_format(path: Path, fmt: str | None = None) -> str:
 
 def _file_format(path: Path) -> str:
     sniffed = _sniff(path)
+    if sniffed is None and no_json_records(path):
+        raise NoJSONRecordsError(f"{path}: {NO_JSON_RECORDS}")
     if sniffed is None:
         raise ImportFormatError(
             f"{path}: cannot tell the format from its first records; expected ASP JSONL, a "
@@ -264,6 +272,29 @@ def _file_format(path: Path) -> str:
             f"{'|'.join(FORMATS)})"
         )
     return sniffed
+
+
+def no_json_records(path: Path) -> bool:
+    """Whether none of the first lines of ``path`` (the first 20 non-empty ones) is a JSON
+    record: a text log or notes, which no format reads. A line that is a JSON object or list,
+    or begins as one (``{"``: a record cut short), or a first line that opens a pretty-printed
+    document (a lone ``{`` or ``[``), is one; so is a line too long to look at. A transcript
+    whose first line is cut or garbage has good lines after it, and is read as before."""
+    try:
+        with path.open("rb") as handle:
+            lines = [line.strip() for line in islice(handle, 4 * _SNIFF_LINES)]
+    except OSError as exc:
+        raise ImportFormatError(f"{path}: cannot read the file: {exc.strerror or exc}") from exc
+    lines = [line.removeprefix(BOM).strip() for line in lines if line][:_SNIFF_LINES]
+    if not lines or lines[0] in (b"{", b"["):
+        return False
+    for line in lines:
+        if len(line) > _SNIFF_LINE_BYTES or line[:2] in (b'{"', b"{}", b"[{", b"[]", b"[["):
+            return False
+        value, error = parse_json(line) if line[:1] in (b"{", b"[") else (None, "text")
+        if error is None and isinstance(value, dict | list):
+            return False
+    return True
 
 
 def _sniff(path: Path) -> str | None:

@@ -35,3 +35,35 @@ def test_a_file_of_summaries_only_is_skipped_with_its_reason(tmp_path: Path, kaf
     assert named.exit_code == 0, named.output
     assert "read 0 records" in named.output and "rejected 0" in named.output
     assert f"skipped 1 file(s): {SUMMARIES_ONLY}:" in named.output and str(SUMMARIES) in named.output
+
+
+TEXT_LOG_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "text_log"
+TEXT_LOG = TEXT_LOG_DIR / "happy-duplicate-assistant-response-2.jsonl"
+
+
+def test_a_text_log_is_refused_whole_with_its_reason_not_dead_lettered_line_by_line(
+        tmp_path: Path, kafka_bootstrap: str) -> None:
+    """A real Claude Code CLI debug log named .jsonl beside a session (tests/fixtures/text_log):
+    with --format it was 1,913 dead letters; without, a skipped file with no reason."""
+    from streams.exceptions import NoJSONRecordsError
+    from streams.importers import NO_JSON_RECORDS
+
+    env = {"USL_HOME": str(tmp_path / "home"), "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
+           "USL_TOPIC_PREFIX": f"t{uuid.uuid4().hex[:10]}.", "USL_API_URL": ""}
+    for fmt in (["--format", "claude-code"], []):
+        result = CliRunner().invoke(app, ["ingest", str(TEXT_LOG_DIR), "--json", *fmt], env=env)
+        assert result.exit_code == 0, result.output
+        summary = json.loads(result.output)
+        assert (summary["rejected"], summary["rejectedRecords"], summary["rejectedEarlier"]) == (0, [], 0)
+        assert summary["recordsRead"] > 0 and summary["format"] == "claude-code"
+        assert summary["skippedFiles"] == [str(TEXT_LOG)]
+        assert summary["skippedReasons"] == {str(TEXT_LOG): NO_JSON_RECORDS}
+
+    text = CliRunner().invoke(app, ["ingest", str(TEXT_LOG_DIR), "--format", "claude-code"], env=env)
+    assert text.exit_code == 0, text.output
+    assert "rejected 0" in text.output and f"skipped 1 file(s): {NO_JSON_RECORDS}:" in text.output
+
+    # Named as PATH: an error, as a file of no known format is (`usl` says it in one line, exit 2).
+    named = CliRunner().invoke(app, ["ingest", str(TEXT_LOG), "--format", "claude-code"], env=env)
+    assert isinstance(named.exception, NoJSONRecordsError)
+    assert str(named.exception) == f"{TEXT_LOG}: {NO_JSON_RECORDS}"

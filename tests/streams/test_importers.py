@@ -64,9 +64,9 @@ def cc_line(uuid: str, kind: str, content: object, *, time: str = "2025-10-14T09
 
 def test_exported_members() -> None:
     assert sorted(importers.__all__) == sorted(
-        ["DOCUMENT_FORMATS", "FILE_SUFFIXES", "FORMATS", "SKIPPED_DIRECTORIES", "Accepted", "Rejected", "detect_format",
-         "directory_files", "file_format", "fitted", "import_files", "iter_file", "iter_records", "skipped_directory",
-         "skipped_file"]
+        ["DOCUMENT_FORMATS", "FILE_SUFFIXES", "FORMATS", "NO_JSON_RECORDS", "SKIPPED_DIRECTORIES", "Accepted",
+         "Rejected", "detect_format", "directory_files", "file_format", "fitted", "import_files", "iter_file",
+         "iter_records", "no_json_records", "skipped_directory", "skipped_file"]
     )
     assert FORMATS == ("asp", "claude-code", "openai-chat", "codex", "gemini-cli")
 
