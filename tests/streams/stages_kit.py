@@ -25,7 +25,8 @@ from streams.stages import (
     keys,
 )
 
-__all__ = ["ALICE", "EVIL", "L1", "REDACTED", "SECRET", "Worker", "event", "l1_batch", "records", "run", "session"]
+__all__ = ["ALICE", "EVIL", "L1", "REDACTED", "SECRET", "Worker", "event", "interleaved", "l1_batch", "records", "run",
+           "session"]
 
 SECRET = "ghp_R8x2Kq9LmZt4Vb7Nw1Yc5Hd3Jf6Gs0Pa2Ue8"  # a GitHub token shape
 ALICE = {"tenant": "acme", "read": ["user:alice"]}
@@ -143,3 +144,20 @@ def run(worker: Worker, l1: list[Record], cuts: list[int]) -> None:
         batch = worker.redacted(partition)
         for start, end in zip([0, *cuts], [*cuts, len(batch)], strict=True):
             worker.chunk(batch[start:end])
+
+
+def interleaved(seed: int) -> list[dict[str, Any]]:
+    """Three sessions merged in a seeded order (each keeps its own), another tenant's event for
+    one of them and a reused eventId: a log for comparing the stages with the replay."""
+    import random
+
+    rng = random.Random(seed)
+    queues = [session("s1", turns=rng.randint(1, 3)), session("s2", start=100, turns=rng.randint(1, 3)),
+              session("s3", start=200, turns=1, acl={"tenant": "acme", "read": ["user:bob"]})]
+    merged: list[dict[str, Any]] = []
+    while any(queues):
+        merged.append(rng.choice([q for q in queues if q]).pop(0))
+    merged.insert(rng.randint(1, len(merged)), event("s1", 50, "message", turn="s1-t0", acl=EVIL, text="mine now"))
+    merged.insert(rng.randint(len(merged) // 2, len(merged)),
+                  event("s2", 51, "message", turn="s2-t0", event_id="s2-e102", text="same id"))
+    return merged

@@ -22,8 +22,7 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from streams.stages import ChunkingStage, Gaps, Record, TableWrite, keys
-from tests.streams.stages_kit import Worker, l1_batch
-from tests.streams.test_stages import interleaved
+from tests.streams.stages_kit import Worker, interleaved, l1_batch
 
 PARTITIONS = 2
 

@@ -36,6 +36,7 @@ from tests.streams.stages_kit import (
     SECRET,
     Worker,
     event,
+    interleaved,
     l1_batch,
     records,
     run,
@@ -304,23 +305,6 @@ def test_the_stage_tables_are_the_worker_tables() -> None:
     assert set(faust_tables(Settings.from_env({}))) == set(Worker().tables)
     assert keys.offset_key(3) == "@offset/3" and keys.is_offset_key(keys.offset_key(3))
     assert not keys.is_offset_key(keys.progress_key(3, "default"))
-
-
-def interleaved(seed: int) -> list[dict[str, Any]]:
-    """Three sessions merged in a seeded order (each keeps its own), another tenant's event for
-    one of them and a reused eventId: a log for comparing the stages with the replay."""
-    import random
-
-    rng = random.Random(seed)
-    queues = [session("s1", turns=rng.randint(1, 3)), session("s2", start=100, turns=rng.randint(1, 3)),
-              session("s3", start=200, turns=1, acl={"tenant": "acme", "read": ["user:bob"]})]
-    merged: list[dict[str, Any]] = []
-    while any(queues):
-        merged.append(rng.choice([q for q in queues if q]).pop(0))
-    merged.insert(rng.randint(1, len(merged)), event("s1", 50, "message", turn="s1-t0", acl=EVIL, text="mine now"))
-    merged.insert(rng.randint(len(merged) // 2, len(merged)),
-                  event("s2", 51, "message", turn="s2-t0", event_id="s2-e102", text="same id"))
-    return merged
 
 
 @hsettings(max_examples=15, deadline=None)
