@@ -9,6 +9,7 @@ cannot be told. The same input always yields the same events, byte for byte.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from itertools import islice
 from pathlib import Path
@@ -274,6 +275,11 @@ def _file_format(path: Path) -> str:
     return sniffed
 
 
+_DOCUMENT_OPENING = re.compile(rb'[\[{]\s*(?:["{\[\]}]|$)')
+"""A first line that opens a pretty-printed JSON document: ``{``, ``[``, ``{ "messages": [``,
+``[ {`` (and not a log line's ``[16:29:14.717] ...``)."""
+
+
 def no_json_records(path: Path) -> bool:
     """Whether none of the first lines of ``path`` (the first 20 non-empty ones) is a JSON
     record: a text log or notes, which no format reads. A line that is a JSON object or list,
@@ -285,8 +291,10 @@ def no_json_records(path: Path) -> bool:
             lines = [line.strip() for line in islice(handle, 4 * _SNIFF_LINES)]
     except OSError as exc:
         raise ImportFormatError(f"{path}: cannot read the file: {exc.strerror or exc}") from exc
-    lines = [line.removeprefix(BOM).strip() for line in lines if line][:_SNIFF_LINES]
-    if not lines or lines[0] in (b"{", b"["):
+    if lines and lines[0][:2] in (b"\xff\xfe", b"\xfe\xff"):
+        return False  # UTF-16: its records are read and refused for their encoding, as before
+    lines = [line for line in (line.removeprefix(BOM).strip() for line in lines) if line][:_SNIFF_LINES]
+    if not lines or _DOCUMENT_OPENING.match(lines[0]):
         return False
     for line in lines:
         if len(line) > _SNIFF_LINE_BYTES or line[:2] in (b'{"', b"{}", b"[{", b"[]", b"[["):
@@ -304,7 +312,8 @@ def _sniff(path: Path) -> str | None:
             lines = [line.strip() for line in islice(handle, 4 * _SNIFF_LINES)]
     except OSError as exc:
         raise ImportFormatError(f"{path}: cannot read the file: {exc.strerror or exc}") from exc
-    lines = [line for line in lines if line][:_SNIFF_LINES]
+    # A byte-order mark alone on the first line is no line: the document starts after it.
+    lines = [line for line in lines if line.removeprefix(BOM).strip()][:_SNIFF_LINES]
     for line in lines:
         if len(line) > _SNIFF_LINE_BYTES:
             continue

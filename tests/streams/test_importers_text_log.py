@@ -4,6 +4,7 @@ its reason, --format or not: never a dead letter per line. Real files: tests/fix
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -94,3 +95,31 @@ def test_a_followed_directory_gaining_a_text_log_names_it_once_and_dead_letters_
     report = tail.poll()
     assert (report.rejected, report.skipped) == (0, [(str(log), NO_JSON_RECORDS)])
     assert len(l1.log) == len(session_events())
+
+
+_CHAT = {"messages": [{"role": "user", "content": "rotate the staging keys"},
+                      {"role": "assistant", "content": "Rotated both keys."}]}
+
+
+@pytest.mark.parametrize(("name", "data"), [
+    # Found by review: a byte-order mark alone on the first line hid the document's opening
+    # brace, and the indented lines after it read as text.
+    ("bom-alone.json", b"\xef\xbb\xbf\n" + json.dumps(_CHAT, indent=2).encode()),
+    ("spaced.json", b'{ "messages": [\n  {"role": "user", "content": "rotate the staging keys"},\n'
+                    b'  {"role": "assistant", "content": "Rotated both keys."}\n ]\n}\n'),
+])
+def test_a_pretty_printed_document_however_it_opens_is_read(tmp_path: Path, name: str, data: bytes) -> None:
+    path = tmp_path / name
+    path.write_bytes(data)
+    for fmt in ("openai-chat", None):
+        results = list(iter_records(path, fmt))
+        assert [r for r in results if isinstance(r, Rejected)] == []
+        assert sum(isinstance(r, Accepted) for r in results) >= 2, fmt
+
+
+def test_a_utf16_file_is_refused_for_its_encoding_not_as_text(tmp_path: Path) -> None:
+    """PowerShell's `>` writes UTF-16: the accurate reason is its encoding."""
+    path = tmp_path / "chat.json"
+    path.write_bytes(json.dumps(_CHAT).encode("utf-16"))
+    results = list(iter_records(path, "openai-chat"))
+    assert results and all(isinstance(r, Rejected) and "UTF-8" in r.reason for r in results), results
