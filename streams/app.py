@@ -182,7 +182,10 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
             return
         stored = await faust_compat.put_all(app, [(tables[write.table], write.partition, write.key, write.value)
                                                   for write in effects.writes])
-        unacked = [fut for fut in unacked_writes.get(id(stage), []) if not fut.done()]
+        # A write that failed stays, so the next summary's wait raises its error rather than
+        # store a summary past it.
+        unacked = [fut for fut in unacked_writes.get(id(stage), [])
+                   if not fut.done() or fut.cancelled() or fut.exception() is not None]
         if effects.summaries:
             # A summary is stored only after what it sums up: the writes of this batch and those
             # of earlier batches that returned without waiting for theirs.
