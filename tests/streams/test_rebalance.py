@@ -195,12 +195,13 @@ def test_a_log_that_moves_before_its_flush_tick_still_reaches_the_head(make_sett
     try:
         stack.sinks("text")
         first = len(session_events("mv-s0", turns=1, seed=0, start=start))  # a closed turn
-        # Appended before w1 starts, and its batches wait 2 s to fill, so its first batch and its
-        # one flush hold them all: appended while it ran, with batches of 0.05 s, a loaded machine
-        # let the first batch take only some, and the flush for the rest was an hour away (the
-        # watermark stood at 1 for 180 s in one CI run).
+        # Appended before w1 starts, and its batches close when they hold that many records (or
+        # after 2 s), so its first batch and its one flush hold them all: appended while it ran,
+        # with batches of 0.05 s, a loaded machine let the first batch take only some, and the
+        # flush for the rest was an hour away (the watermark stood at 1 for 180 s in one CI run).
         assert append_events(settings, events[:first]) == first
-        stack.worker("w1", env={"USL_FLUSH_TICK_SECONDS": "3600", "USL_WORKER_BATCH_SECONDS": "2.0"})
+        stack.worker("w1", env={"USL_FLUSH_TICK_SECONDS": "3600", "USL_WORKER_BATCH_SECONDS": "2.0",
+                                "USL_WORKER_BATCH_RECORDS": str(first)})
         wait_for_watermarks(settings, first, ["text"], timeout=180)  # w1's one flush, for its first batch
         assert append_events(settings, events[first:]) == head
         last_tick = head - head % 16
