@@ -25,7 +25,7 @@ demo: install
 # Test files are spread over PYTEST_WORKERS processes (pytest-xdist, a file stays whole in one
 # worker, each worker with its own broker): most tests wait on a broker or a child process, so
 # the suite takes about half the time of one process. PYTEST_WORKERS=0 runs it in one process.
-PYTEST_WORKERS ?= 4
+PYTEST_WORKERS ?= 3
 test: install install-test-tools
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
