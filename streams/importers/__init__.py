@@ -250,9 +250,7 @@ def file_format(path: Path, fmt: str | None = None) -> str:
     format they show. Raises ImportFormatError when they contradict ``fmt`` or show none."""
     if fmt is None:
         return _file_format(path)
-    sniffed = _sniff(path)
-    if sniffed is None and no_json_records(path):
-        raise NoJSONRecordsError(f"{path}: {NO_JSON_RECORDS}")
+    sniffed = _sniffed(path)
     if sniffed is not None and sniffed != fmt:
         raise ImportFormatError(
             f"{path}: declared as {fmt}, but its first records look like {sniffed}; "
@@ -262,9 +260,7 @@ def file_format(path: Path, fmt: str | None = None) -> str:
 
 
 def _file_format(path: Path) -> str:
-    sniffed = _sniff(path)
-    if sniffed is None and no_json_records(path):
-        raise NoJSONRecordsError(f"{path}: {NO_JSON_RECORDS}")
+    sniffed = _sniffed(path)
     if sniffed is None:
         raise ImportFormatError(
             f"{path}: cannot tell the format from its first records; expected ASP JSONL, a "
@@ -280,17 +276,37 @@ _DOCUMENT_OPENING = re.compile(rb'[\[{]\s*(?:["{\[\]}]|$)')
 ``[ {`` (and not a log line's ``[16:29:14.717] ...``)."""
 
 
-def no_json_records(path: Path) -> bool:
-    """Whether none of the first lines of ``path`` (the first 20 non-empty ones) is a JSON
-    record: a text log or notes, which no format reads. A line that is a JSON object or list,
-    or begins as one (``{"``: a record cut short), or a first line that opens a pretty-printed
-    document (a lone ``{`` or ``[``), is one; so is a line too long to look at. A transcript
-    whose first line is cut or garbage has good lines after it, and is read as before."""
+def _first_lines(path: Path) -> list[bytes]:
+    """The first lines of ``path`` (enough for :data:`_SNIFF_LINES` non-empty ones), stripped."""
     try:
         with path.open("rb") as handle:
-            lines = [line.strip() for line in islice(handle, 4 * _SNIFF_LINES)]
+            return [line.strip() for line in islice(handle, 4 * _SNIFF_LINES)]
     except OSError as exc:
         raise ImportFormatError(f"{path}: cannot read the file: {exc.strerror or exc}") from exc
+
+
+def _sniffed(path: Path) -> str | None:
+    """The format the first records of ``path`` show, or None; raises NoJSONRecordsError for a
+    file of text, which no format (declared or not) reads."""
+    lines = _first_lines(path)
+    sniffed = _sniff(path, lines)
+    if sniffed is None and _text_only(lines):
+        raise NoJSONRecordsError(f"{path}: {NO_JSON_RECORDS}")
+    return sniffed
+
+
+def no_json_records(path: Path) -> bool:
+    """Whether none of the first lines of ``path`` (the first 20 non-empty ones) is a JSON
+    record: a text log or notes, which no format reads (:func:`_text_only`)."""
+    return _text_only(_first_lines(path))
+
+
+def _text_only(lines: list[bytes]) -> bool:
+    """Whether none of ``lines`` (a file's first, :func:`_first_lines`) is a JSON record. A line
+    that is a JSON object or list, or begins as one (``{"``: a record cut short), or a first line
+    that opens a pretty-printed document (:data:`_DOCUMENT_OPENING`), is one; so is a line too
+    long to look at. A transcript whose first line is cut or garbage has good lines after it,
+    and is read as before."""
     if lines and lines[0][:2] in (b"\xff\xfe", b"\xfe\xff"):
         return False  # UTF-16: its records are read and refused for their encoding, as before
     lines = [line for line in (line.removeprefix(BOM).strip() for line in lines) if line][:_SNIFF_LINES]
@@ -305,13 +321,8 @@ def no_json_records(path: Path) -> bool:
     return True
 
 
-def _sniff(path: Path) -> str | None:
-    """The format the first decisive record of ``path`` shows, or None."""
-    try:
-        with path.open("rb") as handle:
-            lines = [line.strip() for line in islice(handle, 4 * _SNIFF_LINES)]
-    except OSError as exc:
-        raise ImportFormatError(f"{path}: cannot read the file: {exc.strerror or exc}") from exc
+def _sniff(path: Path, lines: list[bytes]) -> str | None:
+    """The format the first decisive record of ``path`` (its first ``lines``) shows, or None."""
     # A byte-order mark alone on the first line is no line: the document starts after it.
     lines = [line for line in lines if line.removeprefix(BOM).strip()][:_SNIFF_LINES]
     for line in lines:
