@@ -43,6 +43,7 @@ from streams.stages import (
     Produce,
     Record,
     RedactionStage,
+    TableWrite,
     Tails,
 )
 from streams.stages import keys as state
@@ -166,6 +167,11 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
 
     unacked_writes: dict[int, list[Any]] = {}  # per stage: changelog writes not known to be acknowledged
 
+    async def store(writes: list[TableWrite]) -> list[Any]:
+        """Make ``writes``; return their changelog records' delivery futures."""
+        return await faust_compat.put_all(app, [(tables[write.table], write.partition, write.key, write.value)
+                                                for write in writes])
+
     async def perform(stage: RedactionStage | ChunkingStage, effects: Effects, batch: list[Any]) -> None:
         """Perform a batch's effects (streams.stages.effects). A rebalance that began or ended
         since the batch's records were fetched may have given them to another worker, which
@@ -180,8 +186,7 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
         generations = [event.message.generation_id for event in batch]
         if faust_compat.rebalanced(app, generations):
             return
-        stored = await faust_compat.put_all(app, [(tables[write.table], write.partition, write.key, write.value)
-                                                  for write in effects.writes])
+        stored = await store(effects.writes)
         # A write that failed stays, so the next summary's wait raises its error rather than
         # store a summary past it.
         unacked = [fut for fut in unacked_writes.get(id(stage), [])
@@ -195,8 +200,7 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
             if faust_compat.rebalanced(app, generations):
                 unacked_writes[id(stage)] = unacked
                 return
-            stored = await faust_compat.put_all(app, [(tables[write.table], write.partition, write.key, write.value)
-                                                      for write in effects.summaries])
+            stored = await store(effects.summaries)
         unacked_writes[id(stage)] = [*unacked, *stored]
         stage.commit(effects)
         if not effects.markers:
