@@ -180,6 +180,7 @@ def ingest_vs_producer(bootstrap: str, events: list[dict[str, Any]], root: Path,
     yardstick: both pay their interpreter, imports and first metadata)."""
     from kafka import KafkaProducer
 
+    import streams.kafka_compat  # noqa: F401  (keeps kafka-python's response classes alive)
     from streams.asp import canonical_bytes
 
     _cache_bytecode()
@@ -302,6 +303,8 @@ def send_cost(bootstrap: str, count: int, rounds: int = 3) -> dict[str, Any]:
 
     import faust
     from kafka.admin import KafkaAdminClient, NewTopic
+
+    import streams.kafka_compat  # noqa: F401  (keeps kafka-python's response classes alive)
 
     name = f"bench{uuid.uuid4().hex[:8]}.send"
     app = faust.App(name, broker=f"kafka://{bootstrap}", store="memory://", producer_acks=-1, web_enabled=False,

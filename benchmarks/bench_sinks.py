@@ -183,6 +183,7 @@ def bench_rebuild(settings: Settings, events: list[dict[str, Any]]) -> dict[str,
     """Append ``events`` to L1 of a fresh topic set; raw L1 read rate vs rebuild-from-0 rate."""
     from kafka.admin import KafkaAdminClient
 
+    import streams.kafka_compat  # noqa: F401  (keeps kafka-python's response classes alive)
     from streams.l1 import L1Producer, L1Reader
     from streams.topics import ensure_topics, topic_specs
 

@@ -172,6 +172,8 @@ def search(args: argparse.Namespace) -> dict[str, Any]:
 def dump(args: argparse.Namespace) -> dict[str, Any]:
     from kafka import KafkaConsumer, TopicPartition
 
+    import streams.kafka_compat  # noqa: F401  (keeps kafka-python's response classes alive)
+
     bootstrap = json.loads(Path(args.home, "kafka", "broker.json").read_text())["bootstrap"]
     topics: dict[str, list[tuple[int, int, bytes]]] = {}
     for name in ("chunks", "redacted", "toolresults"):

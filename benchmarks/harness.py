@@ -176,6 +176,8 @@ def _delete_topics(bootstrap: str, prefix: str) -> None:
     """The run's topics on a shared broker (their names start with the run's prefix)."""
     from kafka.admin import KafkaAdminClient
 
+    import streams.kafka_compat  # noqa: F401  (keeps kafka-python's response classes alive)
+
     try:
         admin = KafkaAdminClient(bootstrap_servers=bootstrap)
         try:

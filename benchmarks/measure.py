@@ -25,6 +25,7 @@ from typing import Any
 import orjson
 from kafka import KafkaConsumer, TopicPartition
 
+import streams.kafka_compat  # noqa: F401  (keeps kafka-python's response classes alive)
 from benchmarks.workload import WorkloadConfig, generate
 from sinks.kinds import ALL_KINDS
 from streams.settings import Settings

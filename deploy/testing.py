@@ -53,7 +53,12 @@ def settings_env(settings: Settings) -> dict[str, str]:
 class Stack:
     """Worker and sink subprocesses of one test; everything is killed on close()."""
 
+    #: Every Stack made since the test harness last cleared it: tests/conftest.py adds their
+    #: processes' logs to the report of a test that fails, where a timeout says nothing else.
+    made: list[Stack] = []
+
     def __init__(self, settings: Settings) -> None:
+        Stack.made.append(self)
         self.settings = settings
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.logs = Path(settings.home) / "test-logs"
@@ -94,6 +99,10 @@ class Stack:
         """What ``name`` wrote to stdout and stderr so far."""
         path = self.logs / f"{name}.log"
         return path.read_text(errors="replace") if path.exists() else ""
+
+    def log_tails(self, limit: int = 6000) -> dict[str, str]:
+        """The last ``limit`` characters of every process log of this Stack, by process name."""
+        return {path.stem: path.read_text(errors="replace")[-limit:] for path in sorted(self.logs.glob("*.log"))}
 
     def close(self) -> None:
         for name in list(self.procs):

@@ -227,6 +227,8 @@ def _unindexed(bootstrap: str, settings: Settings, partition_of: dict[str, int],
         return found
     from kafka import KafkaConsumer, TopicPartition
 
+    import streams.kafka_compat  # noqa: F401  (keeps kafka-python's response classes alive)
+
     topic = Topics.from_settings(settings).l1
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
                              isolation_level="read_committed")

@@ -20,6 +20,7 @@ import httpx
 import orjson
 from kafka import KafkaConsumer, TopicPartition
 
+import streams.kafka_compat  # noqa: F401  (keeps kafka-python's response classes alive)
 from sinks.exceptions import GenerationError
 from sinks.generations import FileDigests, GenerationStore
 from sinks.shards import fold_shards

@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 from kafka import KafkaConsumer, TopicPartition
 
+import streams.kafka_compat  # noqa: F401  (keeps kafka-python's response classes alive)
 from sinks.generations import GenerationStore, Manifest, chunk_seq_bound
 from sinks.retired import collect_retired_lines
 from sinks.runner import index_root, watermark_of, write_ids

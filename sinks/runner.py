@@ -45,6 +45,7 @@ from typing import Any
 import orjson
 from kafka import KafkaConsumer, TopicPartition
 
+import streams.kafka_compat  # noqa: F401  (keeps kafka-python's response classes alive)
 from sinks.exceptions import GenerationError, GenerationLockedError, SinkError
 from sinks.generations import (
     FileDigests,

@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 from kafka import KafkaProducer
 
+import streams.kafka_compat  # noqa: F401  (keeps kafka-python's response classes alive)
 from sinks.shards import fold_shards
 from streams.l1 import TopicTail, follow_topic, read_topic_to_end
 from streams.settings import Settings

@@ -24,6 +24,23 @@ by Ctrl-C or by a broker that is gone) does what that close would have done next
 
 - ``KafkaProducer._sender.force_close()``: stops the sender thread, failing what it held;
 - ``KafkaProducer._closed``: set, so ``__del__`` and a later ``close()`` return at once.
+
+Every process that talks to Kafka through kafka-python imports this module, which keeps the
+response classes it decodes with alive (:func:`keep_response_classes`). kafka-python 3 finds the
+class that decodes a response in ``ResponseClassRegistry``, which holds a *weak* proxy per API
+key, and it makes a class per (message, version) the first time one is asked for
+(``FetchResponse[17]``). That versioned class registers itself too (``SlotsBuilder.__new__``
+drops the ``init=False`` that should stop it), so the registry points at it; when two client
+threads ask for the same new version at once, each makes its own, the message's cache keeps
+one, and the registry may keep the other: a class nothing holds, which the garbage collector
+frees. Every later response of that API key then fails to decode (``ReferenceError:
+weakly-referenced object no longer exists``), the request times out, is sent again, fails again:
+the client never reads anything. A ``usl sink`` process runs a consumer per index kind, each in
+its own thread, so the five raced on their first fetch, and a CI run saw a sink that never
+indexed a chunk. Patched name: ``ResponseClassRegistry.register_response_class`` (and its
+``_response_class_registry``, repaired once): it now keeps the message's primary class, held
+strongly by its module, from which the registry's lookup makes or finds the versioned class
+itself.
 """
 
 from __future__ import annotations
@@ -32,8 +49,37 @@ from typing import Any
 
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.errors import KafkaTimeoutError
+from kafka.protocol.api_header import ResponseClassRegistry
 
-__all__ = ["close_now", "cluster_of", "skip_startup_backoff"]
+__all__ = ["close_now", "cluster_of", "keep_response_classes", "skip_startup_backoff"]
+
+
+def _primary(response_class: Any) -> Any:
+    """The message class ``response_class`` is a version of (itself when it is one), held
+    strongly; a class of the old protocol modules, which has no versions, as it is."""
+    try:
+        return response_class[None]
+    except TypeError:
+        return response_class
+
+
+def keep_response_classes() -> None:
+    """Make kafka-python's response registry hold classes that stay alive (see the module
+    docstring); once per process, before or after its clients start."""
+    registry = ResponseClassRegistry._response_class_registry
+    if getattr(ResponseClassRegistry, "_usl_keeps_primaries", False):
+        return
+
+    def register_response_class(cls: type, response_class: Any) -> None:
+        registry[response_class.API_KEY] = _primary(response_class)
+
+    for key, response_class in list(registry.items()):
+        registry[key] = _primary(response_class)
+    ResponseClassRegistry.register_response_class = classmethod(register_response_class)  # type: ignore[method-assign,assignment]
+    ResponseClassRegistry._usl_keeps_primaries = True  # type: ignore[attr-defined]
+
+
+keep_response_classes()
 
 
 def cluster_of(client: KafkaProducer | KafkaConsumer) -> Any:

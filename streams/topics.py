@@ -118,6 +118,8 @@ def ensure_topics(bootstrap: str, settings: Settings) -> list[str]:
     from kafka.admin import NewTopic
     from kafka.errors import NoError, TopicAlreadyExistsError, for_code
 
+    import streams.kafka_compat  # noqa: F401  (keeps kafka-python's response classes alive)
+
     admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="usl-admin", request_timeout_ms=30000)
     try:
         specs = topic_specs(settings)

@@ -82,6 +82,27 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=module_order)  # stable: a module's tests stay in their order
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    from deploy.testing import Stack
+
+    Stack.made.clear()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[pytest.TestReport]:
+    """A failed test that ran worker or sink processes (deploy.testing.Stack) reports the end of
+    their logs: a wait that timed out (no watermark, no answer) says nothing of why."""
+    report: pytest.TestReport = yield
+    if report.failed:
+        from deploy.testing import Stack
+
+        for number, stack in enumerate(Stack.made):
+            for name, tail in stack.log_tails().items():
+                report.sections.append((f"Stack {number} log {name} (end)", tail))
+    return report
+
+
 def _docker_answers() -> bool:
     try:
         import docker  # type: ignore[import-untyped]

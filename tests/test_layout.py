@@ -3,7 +3,9 @@
 - no test module imports another test module: shared helpers live in the shipped kits
   (``streams.testing``, ``sinks.testing``, ``deploy.testing``) or in a ``conftest.py``;
 - installed code never imports ``tests`` (or any other module the package does not ship), so
-  ``python -m reliability`` runs from an install.
+  ``python -m reliability`` runs from an install;
+- every module that makes a kafka-python client imports ``streams.kafka_compat``, whose patch
+  keeps the classes a client decodes responses with alive.
 """
 
 from __future__ import annotations
@@ -108,3 +110,35 @@ def test_the_longest_first_modules_exist() -> None:
     from tests.conftest import _LONGEST_FIRST
 
     assert [path for path in _LONGEST_FIRST if not (ROOT / path).is_file()] == []
+
+
+_KAFKA_CLIENTS = {"kafka.KafkaConsumer", "kafka.KafkaProducer", "kafka.KafkaAdminClient", "kafka.admin.KafkaAdminClient"}
+
+
+def _runtime_imports(path: Path) -> set[str]:
+    """The dotted names ``path`` imports outside ``if TYPE_CHECKING:`` blocks."""
+    typing_only = {id(node) for block in ast.walk(parse(path))
+                   if isinstance(block, ast.If) and isinstance(block.test, ast.Name) and block.test.id == "TYPE_CHECKING"
+                   for statement in block.body for node in ast.walk(statement)}
+    names = set()
+    for node in ast.walk(parse(path)):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names |= {node.module, *(f"{node.module}.{alias.name}" for alias in node.names)}
+    return names
+
+
+def test_every_module_that_makes_a_kafka_client_keeps_its_response_classes() -> None:
+    """A client thread that decodes a response with a freed class never reads again
+    (streams.kafka_compat); the patch is made when that module is imported, so each module that
+    makes a client imports it."""
+    tops = sorted({p.split("*")[0] for p in SHIPPED_PATTERNS} | {"benchmarks"})
+    makers = {path: names for top in tops for path in _modules(ROOT / top)
+              if (names := _runtime_imports(path)) & _KAFKA_CLIENTS}
+    assert ROOT / "sinks" / "runner.py" in makers, "the check no longer sees the sinks' consumers"
+    offenders = [str(path.relative_to(ROOT)) for path, names in makers.items()
+                 if "streams.kafka_compat" not in names and path != ROOT / "streams" / "kafka_compat.py"]
+    assert not offenders, "import streams.kafka_compat where a kafka client is made:\n" + "\n".join(offenders)

@@ -236,6 +236,8 @@ def _start(settings: Settings) -> BrokerInfo:
 def _wait_ready(proc: subprocess.Popen[bytes], bootstrap: str, log_path: Path) -> None:
     from kafka import KafkaAdminClient
 
+    import streams.kafka_compat  # noqa: F401  (keeps kafka-python's response classes alive)
+
     deadline = time.monotonic() + _START_TIMEOUT_SECONDS
     port = int(bootstrap.rsplit(":", 1)[1])
     last_error: Exception | None = None

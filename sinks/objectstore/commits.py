@@ -26,6 +26,7 @@ from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
+import streams.kafka_compat  # noqa: F401  (keeps kafka-python's response classes alive)
 from sinks.objectstore.exceptions import ObjectStoreUnavailableError
 from sinks.objectstore.store import RemoteGeneration
 from streams.exceptions import BrokerError

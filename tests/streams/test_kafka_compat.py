@@ -1,14 +1,19 @@
 """What streams.kafka_compat relies on in kafka-python still holds, so an upgrade fails here,
-loudly: the name it resets, what that name does to the first metadata request, and where each
-client keeps its cluster metadata."""
+loudly: the name it resets, what that name does to the first metadata request, where each
+client keeps its cluster metadata, and that the response registry keeps the classes it decodes
+with alive."""
 
 from __future__ import annotations
 
+import gc
 import time
+from types import SimpleNamespace
 
 import pytest
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.cluster import ClusterMetadata
+from kafka.protocol.api_header import ResponseClassRegistry
+from kafka.protocol.consumer.fetch import FetchResponse
 
 from streams.kafka_compat import cluster_of, skip_startup_backoff
 
@@ -36,3 +41,19 @@ def test_each_client_goes_for_its_first_metadata_at_once(settings) -> None:
     finally:
         for client in clients:
             client.close()
+
+
+def test_a_response_version_made_by_two_threads_at_once_still_decodes() -> None:
+    """Two client threads ask for the same new response version at once (five sink consumers'
+    first fetches): each makes a versioned class, which registers itself; the message's cache
+    keeps one and the registry the other. Without streams.kafka_compat the registry's weak proxy
+    then points at a freed class and every later fetch response fails to decode."""
+    version = FetchResponse.max_version
+    FetchResponse._VERSIONS.pop(version, None)
+    first = FetchResponse[version]  # thread A's class
+    FetchResponse._VERSIONS.pop(version)
+    FetchResponse[version]  # thread B's: made and registered after A's ...
+    FetchResponse._VERSIONS[version] = first  # ... while A's lands in the cache last
+    gc.collect()
+    header = SimpleNamespace(request_api_key=FetchResponse.API_KEY, request_api_version=version)
+    assert ResponseClassRegistry.get_response_class(header) is first
