@@ -48,8 +48,9 @@ from streams.stages import (
 )
 from streams.stages import keys as state
 from streams.stages.effects import TopicRole
+from streams.stages.gaps import MAX_ROUNDS
 from streams.ticks import FlushPacer
-from streams.topics import Topics, app_id, faust_tables
+from streams.topics import Topics, app_id, faust_tables, records_between
 
 __all__ = ["create_app"]
 
@@ -72,6 +73,14 @@ def _fatal(agent: str) -> None:
     log.exception("agent %s failed unexpectedly; exiting so the records are processed again", agent)
     logging.shutdown()
     os._exit(70)
+
+
+def _restart(reason: str) -> None:
+    """Exit the worker at once for a restart (its supervisor's, or another group member's
+    takeover) to read again from the committed offsets: ``reason`` says why."""
+    log.error("%s; exiting so a restart reads them from the committed offset", reason)
+    logging.shutdown()
+    os._exit(75)  # EX_TEMPFAIL: nothing is wrong with the records, only with this process's reads
 
 
 def _broker_urls(bootstrap: str) -> list[str]:
@@ -264,7 +273,20 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
                        for partition in range(partitions)}
             faust_compat.hold(app, tails.check(time.monotonic(), faust_compat.ends(app, (topics.l1, topics.redacted)),
                                                applied))
+            await judge_holes(applied)
         await faust_compat.reread(app, gaps)
+
+    async def judge_holes(applied: Mapping[tuple[str, int], int | None]) -> None:
+        """Ask the broker about each hole that reading again did not fill (streams.stages.gaps)."""
+        for (topic, partition), start, end in gaps.to_judge(applied):
+            found = await records_between(bootstrap, topic, partition, start, end)
+            if found is None:
+                continue  # the broker did not answer in time: asked again at the next tick
+            if not found:
+                gaps.judged_empty((topic, partition), start, end)
+                continue
+            _restart(f"{len(found)} records of {topic}[{partition}] from offset {found[0]} were fetched but "
+                     f"never handed on, through {MAX_ROUNDS} reads again")
 
     @app.timer(interval=settings.flush_tick_seconds)
     async def flush_ticks() -> None:

@@ -15,7 +15,8 @@ from streams.settings import Settings
 if TYPE_CHECKING:
     from kafka import KafkaAdminClient
 
-__all__ = ["COMPACTED_SEGMENT_MS", "TopicSpec", "Topics", "app_id", "changelog_topic", "ensure_topics", "faust_tables", "topic_specs"]
+__all__ = ["COMPACTED_SEGMENT_MS", "TopicSpec", "Topics", "app_id", "changelog_topic", "ensure_topics", "faust_tables",
+           "records_between", "topic_specs"]
 
 _WEEK_MS = str(7 * 24 * 3600 * 1000)
 COMPACTED_SEGMENT_MS = str(10 * 60 * 1000)
@@ -163,3 +164,36 @@ def ensure_topics(bootstrap: str, settings: Settings) -> list[str]:
 def _partition_counts(admin: KafkaAdminClient, names: list[str]) -> dict[str, int]:
     """Topic → partition count, for those of ``names`` that exist."""
     return {d["name"]: len(d["partitions"]) for d in admin.describe_topics(names) if d["error_code"] == 0}
+
+
+async def records_between(bootstrap: str, topic: str, partition: int, start: int, end: int, *,
+                          timeout: float = 10.0) -> list[int] | None:
+    """The offsets from ``start`` to ``end - 1`` of ``topic``'s ``partition`` that hold a record,
+    read as the worker reads (uncommitted records included, transaction markers not), by a
+    consumer of its own in no group; None when the broker did not answer within ``timeout``.
+    Offsets below the partition's first (deleted by retention) hold none."""
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka.errors import KafkaError
+
+    tp = TopicPartition(topic, partition)
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                                auto_offset_reset="earliest", request_timeout_ms=round(timeout * 1000))
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    try:
+        await asyncio.wait_for(consumer.start(), timeout)
+        consumer.assign([tp])
+        consumer.seek(tp, start)
+        found: list[int] = []
+        while loop.time() < deadline:
+            fetched = await consumer.getmany(tp, timeout_ms=500)
+            found += [record.offset for record in fetched.get(tp, []) if start <= record.offset < end]
+            if await consumer.position(tp) >= end:
+                return found
+        return None
+    except (TimeoutError, OSError, KafkaError):
+        return None
+    finally:
+        await consumer.stop()

@@ -4,8 +4,16 @@ faust may skip records of a source partition around a rebalance (see
 :mod:`streams.faust_compat`). Each stage remembers the offset of the last record it applied per
 source partition; a record past the next offset means some were skipped. The stage then does not
 apply it, the wiring holds the partition's commits and seeks back to the committed offset, and the
-records arrive again. A hole that is still there after :data:`MAX_ROUNDS` seeks is real (e.g.
-transaction markers on L1) and is accepted.
+records arrive again.
+
+A hole that is still there after :data:`MAX_ROUNDS` seeks is judged by the broker: the wiring reads
+its offsets with a consumer of its own. Transaction markers (which L1's contract allows other
+producers to write) take offsets and hold no record: a hole of those alone is real and accepted.
+A hole whose records the broker does hold is not: faust dropped them again on every seek (a fetch
+still being handed on after the seek moves its read offset past them, and it drops records below
+it). Accepting it lost those records from every index, behind flush ticks that had claimed past
+them; the wiring restarts the worker instead, which reads them from the committed offset, held
+before the hole all along.
 
 A hole at the end of a partition shows no record past it: faust also drops records it already
 fetched without handing them to a stage (records below its read offset after a seek back, the
@@ -35,22 +43,48 @@ SourcePartition = tuple[str, int]
 
 
 class Gaps:
-    """The holes found per source partition and how often each was read again."""
+    """The holes found per source partition, how often each was read again, and what the broker
+    said of those read again :data:`MAX_ROUNDS` times."""
 
     def __init__(self) -> None:
         self.expected: dict[SourcePartition, int] = {}  # the offset a hole was found before
         self.rounds: dict[tuple[SourcePartition, int], int] = {}
+        # (source, first offset of the hole) -> its end: read again MAX_ROUNDS times, for the broker to judge
+        self.unjudged: dict[tuple[SourcePartition, int], int] = {}
+        # (source, first offset of the hole) -> its end: the broker holds no record there
+        self.empty: dict[tuple[SourcePartition, int], int] = {}
 
     def hole(self, source: SourcePartition, offset: int, last_offset: int | None) -> bool:
         """True when records between ``last_offset`` and ``offset`` were never delivered (and the
-        hole has not been read again :data:`MAX_ROUNDS` times already)."""
+        broker did not find that range empty once it was read again :data:`MAX_ROUNDS` times)."""
         if last_offset is None or offset <= last_offset + 1:
             return False
-        if self.rounds.get((source, last_offset + 1), 0) >= MAX_ROUNDS:
-            log.warning("accepting a gap in %s before offset %d", source, offset)
-            return False
+        key = (source, last_offset + 1)
+        if self.rounds.get(key, 0) >= MAX_ROUNDS:
+            if offset <= self.empty.get(key, -1):
+                log.warning("accepting a gap in %s at offsets %d to %d: the broker holds no record there",
+                            source, last_offset + 1, offset - 1)
+                return False
+            self.unjudged[key] = min(offset, self.unjudged.get(key, offset))
         self.expected[source] = last_offset + 1
         return True
+
+    def to_judge(self, applied: Mapping[SourcePartition, int | None]) -> list[tuple[SourcePartition, int, int]]:
+        """The holes read again :data:`MAX_ROUNDS` times and still there, as ``(source, start,
+        end)``, for the broker to say whether it holds records at offsets ``start`` to ``end - 1``;
+        ``applied`` is the offset of the last record the stages applied per source partition
+        (a hole a later read filled is forgotten)."""
+        for source, start in list(self.unjudged):
+            last = applied.get(source)
+            if last is not None and last >= start:
+                del self.unjudged[source, start]
+        return [(source, start, end) for (source, start), end in sorted(self.unjudged.items())]
+
+    def judged_empty(self, source: SourcePartition, start: int, end: int) -> None:
+        """The broker holds no record at offsets ``start`` to ``end - 1`` of ``source``: the hole
+        is accepted when it is next met."""
+        self.unjudged.pop((source, start), None)
+        self.empty[source, start] = max(end, self.empty.get((source, start), end))
 
     def reread(self, source: SourcePartition) -> None:
         """Note that ``source`` was sought back to its committed offset once more."""

@@ -164,19 +164,44 @@ def test_an_unreadable_redacted_record_is_dead_lettered() -> None:
     assert worker.tables[keys.CHUNKER_PROGRESS] == {keys.offset_key(0): 1}
 
 
-def test_a_hole_is_not_applied_until_read_again_or_accepted(log: list[dict[str, Any]]) -> None:
+def test_a_hole_is_not_applied_until_read_again_or_judged_empty(log: list[dict[str, Any]]) -> None:
     worker = Worker()
     batch = l1_batch(log[:6])
     worker.redact(batch[:2])
     late = worker.redaction.apply(batch[4:])
     assert late.holes == [(L1, 0)] * 2 and not late.records and late.writes == []
-    for _ in range(2):
+    for _ in range(MAX_ROUNDS):
+        assert worker.gaps.to_judge({(L1, 0): 1}) == []
         worker.gaps.reread((L1, 0))
         assert worker.redaction.apply(batch[4:]).holes == [(L1, 0)] * 2
-    worker.gaps.reread((L1, 0))
-    accepted = worker.redaction.apply(batch[4:])  # still there after three seeks: the hole is real
+    # Read again three times and still there: the broker judges offsets 2 and 3. Until it says
+    # they hold no record (transaction markers), the hole stays a hole.
+    assert worker.gaps.to_judge({(L1, 0): 1}) == [((L1, 0), 2, 4)]  # up to the first record past it
+    assert worker.redaction.apply(batch[4:]).holes == [(L1, 0)] * 2
+    worker.gaps.judged_empty((L1, 0), 2, 4)
+    accepted = worker.redaction.apply(batch[4:])
     events = [r for r in produced(accepted, "redacted") if orjson.loads(r.value)["kind"] == "event"]
     assert not accepted.holes and [orjson.loads(r.value)["seq"] for r in events] == [5, 6]
+    assert worker.gaps.to_judge({(L1, 0): 5}) == []
+
+
+def test_a_hole_the_broker_holds_records_in_is_never_accepted(log: list[dict[str, Any]]) -> None:
+    """Faust dropped the hole's records on every read again (a loaded worker in the fault suite:
+    "accepting a gap in ('rel.l1', 0) before offset 3704", then 38 chunks in no index). However
+    often it is read again, the hole stays until its records arrive or the broker finds it empty;
+    a hole judged empty up to one offset is not accepted past it."""
+    worker = Worker()
+    batch = l1_batch(log[:8])
+    worker.redact(batch[:2])
+    for _ in range(MAX_ROUNDS * 3):
+        worker.gaps.reread((L1, 0))
+        assert worker.redaction.apply(batch[4:]).holes == [(L1, 0)] * 4
+    assert worker.gaps.to_judge({(L1, 0): 1}) == [((L1, 0), 2, 4)]
+    worker.gaps.judged_empty((L1, 0), 2, 3)  # only offset 2 is empty: 3 is a record not yet here
+    assert worker.redaction.apply(batch[4:]).holes == [(L1, 0)] * 4
+    filled = worker.redaction.apply(batch[2:])  # the records arrive after all
+    assert not filled.holes
+    assert worker.gaps.to_judge({(L1, 0): 7}) == []  # a filled hole is not judged
 
 
 def test_an_unapplied_partition_end_is_read_again_once_it_stands_still() -> None:
@@ -197,7 +222,7 @@ def test_an_unapplied_partition_end_is_read_again_once_it_stands_still() -> None
     assert tails.check(40.0, {source: 817}, {source: None}) == []  # nothing applied to judge by
 
 
-def test_an_unapplied_end_that_reading_again_never_fills_is_accepted() -> None:
+def test_an_unapplied_end_that_reading_again_never_fills_is_accepted_once_judged_empty() -> None:
     gaps = Gaps()
     tails = Tails(gaps, patience=1.0)
     source = (L1, 0)
@@ -206,9 +231,13 @@ def test_an_unapplied_end_that_reading_again_never_fills_is_accepted() -> None:
         for found in tails.check(float(second), {source: 51}, {source: 49}):  # e.g. a transaction marker
             read.append(second)
             gaps.reread(found)
-    assert len(read) == MAX_ROUNDS, read
-    assert tails.check(21.0, {source: 54}, {source: 51}) == []  # records applied, more written: judged afresh
-    assert tails.check(23.0, {source: 54}, {source: 51}) == [source]
+    assert len(read) > MAX_ROUNDS, read  # read again until the broker has judged it
+    assert gaps.to_judge({source: 49}) == [(source, 50, 51)]
+    gaps.judged_empty(source, 50, 51)
+    assert tails.check(21.0, {source: 51}, {source: 49}) == []
+    assert tails.check(23.0, {source: 51}, {source: 49}) == []  # accepted
+    assert tails.check(24.0, {source: 54}, {source: 51}) == []  # records applied, more written: judged afresh
+    assert tails.check(26.0, {source: 54}, {source: 51}) == [source]
 
 
 def test_flush_ticks_claim_what_was_handled_once(log: list[dict[str, Any]]) -> None:
