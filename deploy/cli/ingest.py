@@ -297,13 +297,21 @@ def follow_paths(settings: Settings, bootstrap: str, paths: list[Path], fmt: str
     err.print(escape(f"following {', '.join(str(p) for p in paths)} into log {log!r} "
                      f"(positions in {follower.store.path}; metrics on http://127.0.0.1:{port}/metrics)"))
     totals = Counter[str]()
+    # A skipped file is looked at again whenever it changes, and a log written all day (a CLI's
+    # debug log in a followed directory) changes on every poll: it is named once per reason.
+    told: dict[str, str] = {}
+
+    def tell_skipped(path: Any, why: str) -> None:
+        if told.get(str(path)) != why:
+            told[str(path)] = why
+            err.print(escape(f"skipping {path}: {why} (looked at again when it changes)"), soft_wrap=True)
 
     def on_poll(report: Any) -> None:
         _count(report)
         for path in report.undetected:
-            err.print(f"skipping {path}: its format cannot be told from its first records (yet)")
+            tell_skipped(path, "its format cannot be told from its first records (yet)")
         for path, why in report.skipped:
-            err.print(escape(f"skipping {path}: {why} (looked at again when it changes)"), soft_wrap=True)
+            tell_skipped(path, why)
         dead_lettered = {item.record for item in report.rejected_items}
         for record, size in report.cut_lines:
             if record not in dead_lettered:  # dead-lettered before (a restarted follower)
