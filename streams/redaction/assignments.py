@@ -63,6 +63,8 @@ _PROSE_PASSWORD_CHARS = r"[A-Za-z0-9!#$%&*+\-./<=>?@^_~]"
 # The short password words: "the root pw is ...", "pass: ...", only before is / was / = / :.
 _SHORT_PASSWORD_WORDS = frozenset({"pass", "pw", "pwd"})
 _PASSWORD, _SECRET, _PROSE = "password-assignment", "secret-assignment", "secret-in-prose"
+# 2.23: the prefixes a string literal may have before its quote (b"X", rb'X', @"X", L"X").
+_LITERAL_PREFIX = r"(?:[bBrRuUfF]{1,2}|@\$?|\$@?|L|u8)"
 
 
 class AssignmentRule(Rule):
@@ -86,9 +88,12 @@ class AssignmentRule(Rule):
         # (`DB_PASSWORD ?= X`).
         r"[A-Za-z0-9_.-]{0,48}(?P<close>\\?[\"']?(?:(?-i:(?<=[A-Z0-9]))\])?)[ \t]*"
         r"(?P<sep>:=|=>|\?=|=(?![=~])|:(?![:/\\]))[ \t]*"
+        # 2.23: a string literal's prefix before its quote (Python's b"X", r"X", rb"X", f"X", u"X"; C#'s @"X",
+        # $"X"; C's L"X", u8"X") is no value: 2.22 redacted the `b` and kept the literal.
+        r"(?:" + _LITERAL_PREFIX + r"(?=\\?[\"']))?"
         r"(?:\\?\"(?P<dq>[^\"\\\r\n]{1,4096})\\?\"|'(?P<sq>[^'\r\n]{1,4096})'"
         # 2.12: a NUL ends a bare value (/proc/PID/environ, env -0 separate their entries so).
-        r"|(?P<bare>[^\s\"'`,;<>|{}()\x00]{1,4096})(?P<eol>(?=[ \t]*(?:$|\r?\n|[,;&})\x00])))?)",
+        r"|(?!" + _LITERAL_PREFIX + r"\\?[\"'])(?P<bare>[^\s\"'`,;<>|{}()\x00]{1,4096})(?P<eol>(?=[ \t]*(?:$|\r?\n|[,;&})\x00])))?)",
         re.ASCII | re.IGNORECASE | re.MULTILINE,
     )
     _flag = re.compile(

@@ -1,4 +1,4 @@
-"""Redaction policy v2.22: the options a deployment chooses, and the hash that names them.
+"""Redaction policy v2.23: the options a deployment chooses, and the hash that names them.
 
 The hash covers the policy version, every rule's name, triggers and pattern, the entropy
 thresholds, how wrapped lines are rejoined, which JSON literals are read decoded and every option, so an index built under one policy can never be mistaken for
@@ -16,7 +16,7 @@ from streams.exceptions import ConfigError
 
 __all__ = ["DEFAULT_POLICY", "POLICY_VERSION", "RedactionPolicy", "policy_hash"]
 
-POLICY_VERSION = "2.22"
+POLICY_VERSION = "2.23"
 
 
 @dataclass(frozen=True)

@@ -82,7 +82,7 @@ def test_exported_members() -> None:
         "DEFAULT_POLICY", "POLICY_VERSION", "RedactedEvent", "RedactionPolicy", "policy_hash",
         "redact_event", "redact_text", "rule_names",
     }
-    assert POLICY_VERSION == "2.22"
+    assert POLICY_VERSION == "2.23"
 
 
 # ---------------------------------------------------------------- labelled corpus
@@ -4159,3 +4159,35 @@ def test_the_seventeenth_round_readings_run_in_linear_time() -> None:
               "Bearer a%", "Bearer !%*#@", "Authorization: Token a%", "```\n",
               "key:\n````\nab12cd34ef\n\n", "key:\n``````````", "key:\n~~~~\n"]
     assert_linear_time(shapes, counts=(2_000, 8_000))
+
+
+# ------------------------------------------------- policy 2.23: an eighteenth adversarial round
+
+_LITERAL_PREFIXES = ["b", "B", "r", "R", "rb", "Rb", "br", "u", "U", "f", "F", "fr", "rf", "@", "$", "@$", "$@", "L", "u8"]
+_PASSWORD_CHARS_2_23 = string.ascii_letters + string.digits + "!#%&*+-.@^_~"
+
+
+@PROPERTY
+@given(prefix=st.sampled_from(_LITERAL_PREFIXES), quote=st.sampled_from(['"', "'"]),
+       name=st.sampled_from(["PASSWORD", "db_password", "api_key", "SECRET_KEY", "client_secret", "token", "passwd"]),
+       separator=st.sampled_from([" = ", "=", ": ", " := ", " => "]),
+       body=st.text(_PASSWORD_CHARS_2_23, min_size=12, max_size=40).filter(
+           lambda body: body[0].isalnum() and sum(c.isdigit() for c in body) >= 2 and any(c.isupper() for c in body)
+           and any(c.islower() for c in body)))
+@example(prefix="b", quote='"', name="PASSWORD", separator=" = ", body="61&BQw1Clk8GA&lc")
+@example(prefix="rb", quote="'", name="api_key", separator=" = ", body="zqnX5dpfUx3MQxH3HF41")
+def test_a_value_in_a_prefixed_string_literal_never_survives(prefix: str, quote: str, name: str, separator: str, body: str) -> None:
+    """QA, session 35 (policy 2.23): ``PASSWORD = b"61&BQw1Clk8GA&lc"`` (a Python bytes literal, a
+    raw, unicode or f-string, C#'s verbatim ``@"…"``, C's ``L"…"``) lost its prefix letter to the
+    marker and kept the literal whole; under a secret or token name it kept everything."""
+    from streams.redaction.entropy import looks_random
+
+    assume(quote not in body)
+    if "pass" not in name.lower():
+        assume(looks_random(body))  # a secret, key or token name's value goes when it looks random
+    text = f"{name}{separator}{prefix}{quote}{body}{quote}"
+    for shown in (text, json.dumps(text), f"settings.py:\n\n{text}\nDEBUG = False\n"):
+        redacted = redact_text(shown)[0]
+        assert body not in redacted and body not in json.loads(json.dumps(redacted)), redacted
+        assert f"{prefix}{quote}[REDACTED:" in redacted.replace('\\"', '"'), redacted
+        assert redact_text(redacted)[0] == redacted
