@@ -145,6 +145,10 @@ def is_placeholder(value: str, *, quoted: bool) -> bool:
     stripped = value.strip()
     if stripped.lower() in _PLACEHOLDER_WORDS or set(stripped) <= _MASK_CHARS:
         return True
+    if stripped[0] == "%" and _PERCENT_ESCAPED.fullmatch(stripped) and not _WINDOWS_VARIABLE.match(stripped):
+        # 2.23: a value percent-encoded from its first character (a form's or a query's
+        # password=%40Secr3t…, a password that starts with a symbol) is no template (%(pw)s, %s, %PW%).
+        return False
     if stripped[0] in "$%{<[" or stripped.startswith(("process.env", "os.environ", "getenv")):
         return True
     if quoted:
@@ -167,6 +171,8 @@ def is_placeholder(value: str, *, quoted: bool) -> bool:
     return False
 
 
+_PERCENT_ESCAPED = re.compile(r"%[0-9A-Fa-f]{2}[A-Za-z0-9%._~+!*-]{4,}", re.ASCII)
+_WINDOWS_VARIABLE = re.compile(r"%[A-Za-z_][A-Za-z0-9_]*%", re.ASCII)
 _MADE_FROM_A_WORD = re.compile(r"[a-z]*(?:[0-9]+[a-z]+)+[0-9]*|[a-z]+[0-9]{2,}", re.ASCII)
 
 
@@ -182,4 +188,4 @@ def fingerprint() -> list[list[str]]:
         _PASSWORD_WORDS, _SECRET_WORDS, _SECRET_KEY_QUALIFIERS, _PLAIN_KEY_QUALIFIERS,
         DESCRIPTIVE_SUFFIXES, _NEGATING_WORDS, _PLACEHOLDER_WORDS, _MASK_CHARS, _PASS_COUNTS, _SEED_LEADS, _PASS_LEADS,
     )
-    return [sorted(words) for words in lists] + [sorted(" ".join(words) for words in _SECRET_IDS | _SECRET_PAIRS | _PASSWORD_PAIRS)] + [[_WORDS.pattern, _REFERENCE.pattern, _MADE_FROM_A_WORD.pattern, *_REFERENCE_WORDS]]
+    return [sorted(words) for words in lists] + [sorted(" ".join(words) for words in _SECRET_IDS | _SECRET_PAIRS | _PASSWORD_PAIRS)] + [[_WORDS.pattern, _REFERENCE.pattern, _MADE_FROM_A_WORD.pattern, _PERCENT_ESCAPED.pattern, _WINDOWS_VARIABLE.pattern, *_REFERENCE_WORDS]]

@@ -4191,3 +4191,31 @@ def test_a_value_in_a_prefixed_string_literal_never_survives(prefix: str, quote:
         assert body not in redacted and body not in json.loads(json.dumps(redacted)), redacted
         assert f"{prefix}{quote}[REDACTED:" in redacted.replace('\\"', '"'), redacted
         assert redact_text(redacted)[0] == redacted
+
+
+@PROPERTY
+@given(first=st.sampled_from("!#$%&'()*+,/:;=?@[]"), rest=st.text(_PASSWORD_CHARS_2_23, min_size=8, max_size=32).filter(
+           lambda rest: any(c.isdigit() for c in rest) and any(c.isalpha() for c in rest)),
+       shape=st.sampled_from(["curl -d 'username=admin&password={V}' https://x.example.com/login",
+                              "https://x.example.com/login?user=admin&password={V}&next=%2F",
+                              "DB_PASSWORD={V}", "token={V}", "https://api.example.com/v1/data?api_key={V}&limit=10",
+                              "mysql://app@db/app?password={V}"]))
+@example(first="!", rest="2F2DAP&S2mep9lO", shape="curl -d 'username=admin&password={V}' https://x.example.com/login")
+@example(first="@", rest="Secr3tPw99", shape="DB_PASSWORD={V}")
+@example(first="+", rest="zqn5dpfUx3MQxH3HF41", shape="https://api.example.com/v1/data?api_key={V}&limit=10")
+def test_a_percent_encoded_value_starting_with_an_escape_never_survives(first: str, rest: str, shape: str) -> None:
+    """QA, session 35 (policy 2.23): a value percent-encoded from its first character (a form's or a
+    query's ``password=%212F2DAP%26S2mep9lO``: a password starting with a symbol) read as a template
+    (``%(pw)s``, ``%PW%``) and stayed whole."""
+    from urllib.parse import quote as percent_encode
+
+    from streams.redaction.entropy import looks_random
+
+    value = percent_encode(first + rest, safe="")
+    assume(value.startswith("%"))
+    if "password" not in shape.lower():
+        assume(looks_random(rest))  # a token or key name's value goes when it looks random
+    text = shape.format(V=value)
+    redacted = redact_text(text)[0]
+    assert value not in redacted and value[3:] not in redacted, redacted
+    assert redact_text(redacted)[0] == redacted
