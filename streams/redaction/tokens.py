@@ -308,6 +308,26 @@ TOKEN_RULES: tuple[RegexRule, ...] = (
     RegexRule(name="convex-deploy-key", lower_triggers=("|eyj",), description="Convex deploy key: KIND:NAME|eyJ… (2.18)",
               pattern=re.compile(r"(?<![A-Za-z0-9_-])(?:prod|dev|preview|project):[a-z0-9-]{1,64}\|eyJ[A-Za-z0-9_-]{20,}={0,2}",
                                  re.ASCII)),
+    # 2.23: the AI providers' keys an agent's user pastes (a prompt, an `export`, a fence) that no rule knew
+    # by their prefix: xAI (xai- + 80), NVIDIA (nvapi- + 64), LangSmith (lsv2_pt_ / lsv2_sk_ + 32 hex _ 10 hex),
+    # Pinecone (pcsk_ + a short id _ + the key), Notion (ntn_ + 46), PostHog personal keys (phx_ + 43; phc_ is
+    # the public project key) and HubSpot private-app tokens (pat-na1- / pat-eu1- + a UUID). Led by their
+    # literals, as 2.18's.
+    _token("xai-api-key", ("xai-",), "[A-Za-z0-9]{64,96}", "xAI API key (2.23)", before="[A-Za-z0-9_-]",
+           after="[A-Za-z0-9]", check=_mixed),
+    _token("nvidia-api-key", ("nvapi-",), "[A-Za-z0-9_-]{56,72}", "NVIDIA NGC / build.nvidia.com API key (2.23)",
+           before="[A-Za-z0-9_-]", after="[A-Za-z0-9_-]", check=_mixed),
+    _token("langsmith-api-key", ("lsv2_pt_", "lsv2_sk_"), "[a-f0-9]{32}_[a-f0-9]{10}", "LangSmith personal / service key (2.23)",
+           before="[A-Za-z0-9_]", after="[A-Za-z0-9]"),
+    _token("pinecone-api-key", ("pcsk_",), "[A-Za-z0-9]{4,8}_[A-Za-z0-9]{40,}", "Pinecone API key (2.23)",
+           before="[A-Za-z0-9_]", after="[A-Za-z0-9]", check=_mixed),
+    _token("notion-token", ("ntn_",), "[A-Za-z0-9]{40,50}", "Notion integration token (2.23)", before="[A-Za-z0-9_]",
+           after="[A-Za-z0-9]", check=_mixed),
+    _token("posthog-personal-key", ("phx_",), "[A-Za-z0-9]{40,50}", "PostHog personal API key (2.23)",
+           before="[A-Za-z0-9_]", after="[A-Za-z0-9]", check=_mixed),
+    _token("hubspot-token", ("pat-na1-", "pat-na2-", "pat-eu1-", "pat-ap1-"),
+           "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", "HubSpot private-app access token (2.23)",
+           before="[A-Za-z0-9_-]", after="[A-Za-z0-9_-]"),
     _token("age-secret-key", ("AGE-SECRET-KEY-1",), "[0-9A-Z]{58}", "age encryption secret key",
            gate=_D, before=None, after="[A-Za-z0-9]"),
     # Any base64url JSON object of 12+ bytes, with up to two more dot-separated segments: a whole

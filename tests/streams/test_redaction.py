@@ -4219,3 +4219,48 @@ def test_a_percent_encoded_value_starting_with_an_escape_never_survives(first: s
     redacted = redact_text(text)[0]
     assert value not in redacted and value[3:] not in redacted, redacted
     assert redact_text(redacted)[0] == redacted
+
+
+@pytest.mark.parametrize(("text", "secret"), [
+    # the AI providers' keys by their prefix, wherever they stand
+    ("OK, I'll use xai-QTwCWc2pb29gfvGYgf4dBs1v356itka7pfgrsrsfTXmQ1DVmqvApPGWz5GF8moSR36z5BniXQyDNQwCU from now on.",
+     "pfgrsrsfTXmQ1DVmqvApPGWz5GF8moSR36z5BniXQyDNQwCU"),
+    ("```\n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\n```", "hQ_olHc8bO2Xn9DMUPcaM68a_ej6KKB"),
+    ("my key: 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", "bbedc12c39230baf539d49c3f646f415"),
+    ("pc = Pinecone(api_key=os.getenv('X')) # pcsk_AEkWq_lQ0AyS4BkIjErfTJWBEydM0ge6cQDBRd5bCfacXQMmeaNQHicZ9GD1bW3V3E",
+     "lQ0AyS4BkIjErfTJWBEydM0ge6cQDBRd5bCfacXQMmeaNQHicZ9GD1bW3V3E"),
+    ("Notion: ntn_9SB2VFc4KBNt1oPy4N3O2sx6OHnsYn1AgKFAG9kidhOcGF", "9SB2VFc4KBNt1oPy4N3O2sx6OHnsYn1AgKFAG9kidhOcGF"),
+    ("posthog personal phx_pXciw6BdxtOGycb1tdAXuQuZ5A41sWCw4Ig7NgvQT1R", "pXciw6BdxtOGycb1tdAXuQuZ5A41sWCw4Ig7NgvQT1R"),
+    ("Bearer-less: pat-na1-ee7f739b-d0b6-47f3-8743-6463963b84f6 works", "ee7f739b-d0b6-47f3-8743-6463963b84f6"),
+    # a bytes literal and a percent-encoded form value, as the seeds placed them
+    ("Let me remove them.\n\nPASSWORD = b\"61&BQw1Clk8GA&lc\"", "61&BQw1Clk8GA&lc"),
+    ("curl -d 'username=admin&password=%212F2DAP%26S2mep9lO' https://x/login", "2F2DAP%26S2mep9lO"),
+])
+def test_a_secret_the_eighteenth_round_found_never_survives(text: str, secret: str) -> None:
+    """QA, session 35 (policy 2.23): what 372 placements (258 kinds) spliced into real transcripts
+    found kept under 2.22."""
+    for shown in (text, json.dumps(text)):
+        redacted = redact_text(shown)[0]
+        assert secret not in redacted and secret not in json.loads(json.dumps(redacted)), redacted
+        assert redact_text_plain(shown)[0] == redacted
+        assert redact_text(redacted)[0] == redacted
+
+
+@pytest.mark.parametrize("text", [
+    'password = b""', 'key = b"hello"', 'password = f"{prefix}{suffix}"', 'PASSWORD = r"${DB_PASSWORD}"',
+    "password=$\"{x}\"", "password=%DB_PASSWORD%", "password=%(password)s", 'password = "%s"', "password=%02d",
+    "PASSWORD=%DBPASS%x", "secret=%1", "pass=%20",
+    "xai-grok-model-reference-documentation-for-the-api-and-its-endpoints-v2",  # words: no key
+    "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",
+    "phx_session_handler_for_the_liveview_socket_and_its_channels",
+    "pcsk_ABCD_xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+    "pat-na1-00000000-0000-0000-0000-000000000000",
+])
+def test_what_the_eighteenth_round_readings_keep(text: str) -> None:
+    assert redact_text(text)[0] == text
+
+
+def test_the_eighteenth_round_readings_run_in_linear_time() -> None:
+    shapes = ['password = b"', "password = b'", 'PASSWORD=rb"x', "password=%40", "token=%2B%2B", "xai-", "nvapi-",
+              "lsv2_pt_", "pcsk_ab_", "ntn_", "phx_", "pat-na1-", 'key = @$"']
+    assert_linear_time(shapes, counts=(2_000, 8_000))
