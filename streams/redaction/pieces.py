@@ -34,6 +34,7 @@ from streams.redaction.base import (
 from streams.redaction.context import named_value_rule, table_secret
 from streams.redaction.entropy import looks_random
 from streams.redaction.keys import is_placeholder, name_class
+from streams.redaction.tokens import TOKEN_RULES
 
 __all__ = ["CONCATENATED_RULE", "PIECE_RULES", "redact_repeats", "removed_values", "repeatable", "repeated_fingerprint"]
 
@@ -194,6 +195,28 @@ def _encoded_assignment(value: str) -> bool:
                for pair in [_ENCODED_ASSIGNMENT.match(line)] if pair is not None)
 
 
+# 2.23: the base64 of a token a known prefix names (`echo c2stcHJvai0… | base64 -d`, `OPENAI_API_KEY=$(echo … |
+# base64 -d)`, a CI variable holding one encoded): decoded to printable text in which a token rule led by a
+# prefix of three or more characters (`sk-proj-`, `ghp_`, `AKIA`, `xoxb-`, not Twilio's `SK` / `AC`) matches.
+_ENCODED_TOKEN_RULES = tuple(rule for rule in TOKEN_RULES if rule.literals)
+
+
+def _encoded_token(value: str) -> str | None:
+    raw = _base64_of(value, _TEXT_LEADS)
+    if raw is None or not raw.isascii():
+        return None
+    decoded = raw.decode("ascii")
+    if not decoded.strip().isprintable():
+        return None
+    lowered = decoded.lower()
+    for rule in _ENCODED_TOKEN_RULES:
+        if any(literal in lowered for literal in rule.literals):
+            for match in rule.pattern.finditer(decoded):
+                if rule.check is None or rule.check(match):
+                    return rule.name
+    return None
+
+
 def _wif(value: str) -> bool:
     if not 51 <= len(value) <= 52 or value[0] not in "5KL" or value.strip(_B58):
         return False
@@ -215,10 +238,11 @@ class EncodedSecretRule(Rule):
     def fingerprint(self) -> list[str]:
         return [*super().fingerprint(), _B64_CLASSES.decode("latin-1"), _B64_CANDIDATE.pattern.decode(), str(_LONGEST_CANDIDATE), str(_LONGEST_ENCODED_FILE), *map(str, _WRAP_WIDTHS), _wrapped_encoded_file.__qualname__,
                 _PRINTABLE_LEADS, _USER_PASSWORD.pattern.decode(), _NOT_A_PASSWORD.pattern.decode(), _B58,
-                _credentials.__qualname__, _wif.__qualname__, _TEXT_LEADS, _ENCODED_ASSIGNMENT.pattern, _encoded_assignment.__qualname__]
+                _credentials.__qualname__, _wif.__qualname__, _TEXT_LEADS, _ENCODED_ASSIGNMENT.pattern, _encoded_assignment.__qualname__,
+                _encoded_token.__qualname__, *sorted({rule.name for rule in _ENCODED_TOKEN_RULES})]
 
     def hit_names(self) -> tuple[str, ...]:
-        return ("basic-auth", "bitcoin-private-key", "secret-assignment")
+        return ("basic-auth", "bitcoin-private-key", "secret-assignment", *sorted({rule.name for rule in _ENCODED_TOKEN_RULES}))
 
     def apply(self, scan: Scan, hits: dict[str, int]) -> str:
         text = scan.text
@@ -251,6 +275,8 @@ class EncodedSecretRule(Rule):
                 found.append((start, end, "bitcoin-private-key"))
             elif _encoded_assignment(value):
                 found.append((start, end, "secret-assignment"))
+            elif (token := _encoded_token(value)) is not None:
+                found.append((start, end, token))
         found += _wrapped_encoded_file(text, runs)
         return replace_spans(text, found, hits) if found else text
 

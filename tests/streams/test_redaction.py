@@ -4262,5 +4262,35 @@ def test_what_the_eighteenth_round_readings_keep(text: str) -> None:
 
 def test_the_eighteenth_round_readings_run_in_linear_time() -> None:
     shapes = ['password = b"', "password = b'", 'PASSWORD=rb"x', "password=%40", "token=%2B%2B", "xai-", "nvapi-",
-              "lsv2_pt_", "pcsk_ab_", "ntn_", "phx_", "pat-na1-", 'key = @$"']
+              "lsv2_pt_", "pcsk_ab_", "ntn_", "phx_", "pat-na1-", 'key = @$"', "c2stcHJvai0", "Z2hwX", "QUtJQ"]
     assert_linear_time(shapes, counts=(2_000, 8_000))
+
+
+_SELF_NAMED_SEEDS = [secret for secret in SEEDED_SECRETS if not secret.startswith(("SK", "eyJ", "postgres://", "https://"))]
+
+
+@PROPERTY
+@given(secret=st.sampled_from(_SELF_NAMED_SEEDS), shape=st.sampled_from([
+    "export OPENAI_API_KEY=$(echo {B} | base64 -d)", "echo {B} | base64 --decode > ~/.token", "{B}",
+    "The CI variable holds {B} (base64).", '{{"value": "{B}"}}', "TOKEN_B64: {B}\nDEBUG: false"]),
+       before=st.sampled_from(["", "key=", "Bearer-less "]), after=st.sampled_from(["", "\n", " and more"]))
+@example(secret="sk-proj-XQLioDnkHIfxIq2HZt-PlJhx2jIclHkCiHp6bR1IqfEouHgxT3BlbkFJzNNAL5wIScGebcy8F5n3-YNBDRzrZSgqbjG3uhkWKFLf6xuI",
+         shape="export OPENAI_API_KEY=$(echo {B} | base64 -d)", before="", after="")
+def test_the_base64_of_a_self_named_token_never_survives(secret: str, shape: str, before: str, after: str) -> None:
+    """QA, session 35 (policy 2.23): ``export OPENAI_API_KEY=$(echo c2stcHJvai0… | base64 -d)`` kept the
+    key's base64 whole (2.13 decoded base64 runs for ``user:password`` and encoded assignments only)."""
+    encoded = base64.b64encode(secret.encode()).decode()
+    text = before + shape.format(B=encoded) + after
+    redacted = redact_text(text)[0]
+    assert encoded.rstrip("=")[:-4] not in redacted, redacted
+    assert redact_text(redacted)[0] == redacted
+
+
+@pytest.mark.parametrize("plain", [
+    "hello world, this is fine text", "Type:User:1234567890", '{"cursor": 40, "after": "2026-01-05"}',
+    "sk-learn-compatible-wrapper-for-models", "ghp_ is the prefix of a GitHub token", "AKIAIOSFODNN",
+    "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+])
+def test_the_base64_of_what_is_no_token_stays(plain: str) -> None:
+    text = f"echo {base64.b64encode(plain.encode()).decode()} | base64 -d"
+    assert redact_text(text)[0] == text
