@@ -55,12 +55,13 @@ __all__ = ["close_now", "cluster_of", "keep_response_classes", "skip_startup_bac
 
 
 def _primary(response_class: Any) -> Any:
-    """The message class ``response_class`` is a version of (itself when it is one), held
-    strongly; a class of the old protocol modules, which has no versions, as it is."""
-    try:
-        return response_class[None]
-    except TypeError:
-        return response_class
+    """The message class ``response_class`` (a weak proxy) is a version of, or the class itself
+    when it is one, held strongly. Not ``response_class[None]``: a message class registers itself
+    from ``__init_subclass__``, before its metaclass gives it the ``_class_version`` that lookup
+    reads, so a response class defined once this patch is made (a kafka-python module imported
+    later) could not be defined at all."""
+    versioned = getattr(response_class, "_class_version", None) is not None
+    return response_class.__mro__[1 if versioned else 0]
 
 
 def keep_response_classes() -> None:

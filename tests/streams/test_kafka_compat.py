@@ -13,6 +13,7 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.cluster import ClusterMetadata
 from kafka.protocol.api_header import ResponseClassRegistry
+from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.consumer.fetch import FetchResponse
 
 from streams.kafka_compat import cluster_of, skip_startup_backoff
@@ -57,3 +58,18 @@ def test_a_response_version_made_by_two_threads_at_once_still_decodes() -> None:
     gc.collect()
     header = SimpleNamespace(request_api_key=FetchResponse.API_KEY, request_api_version=version)
     assert ResponseClassRegistry.get_response_class(header) is first
+
+
+def test_a_response_class_defined_once_the_registry_is_patched_is_kept() -> None:
+    """A response class defined after streams.kafka_compat patched the registry (a kafka-python
+    module imported later, a class of an upgrade) registers itself from ``__init_subclass__``,
+    before its metaclass gives it a version: it is defined, and the registry keeps it strongly."""
+    registry = ResponseClassRegistry._response_class_registry
+    kept = registry[FetchResponse.API_KEY]
+    try:
+        defined = type("FetchResponse", (ApiMessage,), {})  # its name picks kafka-python's JSON schema
+        assert registry[FetchResponse.API_KEY] is defined
+        header = SimpleNamespace(request_api_key=FetchResponse.API_KEY, request_api_version=4)
+        assert ResponseClassRegistry.get_response_class(header) is defined[4]
+    finally:
+        registry[FetchResponse.API_KEY] = kept
