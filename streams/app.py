@@ -278,7 +278,9 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
 
     async def judge_holes(applied: Mapping[tuple[str, int], int | None]) -> None:
         """Ask the broker about each hole that reading again did not fill (streams.stages.gaps)."""
-        for (topic, partition), start, end in gaps.to_judge(applied):
+        assigned = {(topic, partition) for topic in (topics.l1, topics.redacted)
+                    for partition in faust_compat.assigned(app, topic)}
+        for (topic, partition), start, end in gaps.to_judge(applied, assigned):
             found = await records_between(bootstrap, topic, partition, start, end)
             if found is None:
                 continue  # the broker did not answer in time: asked again at the next tick

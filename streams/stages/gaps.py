@@ -26,7 +26,7 @@ moved for :data:`TAIL_PATIENCE_SECONDS` is read again the same way.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 __all__ = ["MAX_ROUNDS", "TAIL_PATIENCE_SECONDS", "Gaps", "Tails"]
 
@@ -69,15 +69,22 @@ class Gaps:
         self.expected[source] = last_offset + 1
         return True
 
-    def to_judge(self, applied: Mapping[SourcePartition, int | None]) -> list[tuple[SourcePartition, int, int]]:
+    def to_judge(self, applied: Mapping[SourcePartition, int | None],
+                 assigned: Collection[SourcePartition]) -> list[tuple[SourcePartition, int, int]]:
         """The holes read again :data:`MAX_ROUNDS` times and still there, as ``(source, start,
         end)``, for the broker to say whether it holds records at offsets ``start`` to ``end - 1``;
         ``applied`` is the offset of the last record the stages applied per source partition
-        (a hole a later read filled is forgotten)."""
+        (a hole a later read filled is forgotten) and ``assigned`` the source partitions this
+        process reads. The holes of a partition a rebalance took away are forgotten, with how
+        often they were read: its new owner reads it from the committed offset, and the records
+        the broker holds there are no reason for this process to restart."""
         for source, start in list(self.unjudged):
             last = applied.get(source)
-            if last is not None and last >= start:
+            if source not in assigned or (last is not None and last >= start):
                 del self.unjudged[source, start]
+        for source, start in list(self.rounds):
+            if source not in assigned:
+                del self.rounds[source, start]
         return [(source, start, end) for (source, start), end in sorted(self.unjudged.items())]
 
     def judged_empty(self, source: SourcePartition, start: int, end: int) -> None:

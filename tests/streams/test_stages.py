@@ -171,18 +171,18 @@ def test_a_hole_is_not_applied_until_read_again_or_judged_empty(log: list[dict[s
     late = worker.redaction.apply(batch[4:])
     assert late.holes == [(L1, 0)] * 2 and not late.records and late.writes == []
     for _ in range(MAX_ROUNDS):
-        assert worker.gaps.to_judge({(L1, 0): 1}) == []
+        assert worker.gaps.to_judge({(L1, 0): 1}, {(L1, 0)}) == []
         worker.gaps.reread((L1, 0))
         assert worker.redaction.apply(batch[4:]).holes == [(L1, 0)] * 2
     # Read again three times and still there: the broker judges offsets 2 and 3. Until it says
     # they hold no record (transaction markers), the hole stays a hole.
-    assert worker.gaps.to_judge({(L1, 0): 1}) == [((L1, 0), 2, 4)]  # up to the first record past it
+    assert worker.gaps.to_judge({(L1, 0): 1}, {(L1, 0)}) == [((L1, 0), 2, 4)]  # up to the first record past it
     assert worker.redaction.apply(batch[4:]).holes == [(L1, 0)] * 2
     worker.gaps.judged_empty((L1, 0), 2, 4)
     accepted = worker.redaction.apply(batch[4:])
     events = [r for r in produced(accepted, "redacted") if orjson.loads(r.value)["kind"] == "event"]
     assert not accepted.holes and [orjson.loads(r.value)["seq"] for r in events] == [5, 6]
-    assert worker.gaps.to_judge({(L1, 0): 5}) == []
+    assert worker.gaps.to_judge({(L1, 0): 5}, {(L1, 0)}) == []
 
 
 def test_a_hole_the_broker_holds_records_in_is_never_accepted(log: list[dict[str, Any]]) -> None:
@@ -196,12 +196,29 @@ def test_a_hole_the_broker_holds_records_in_is_never_accepted(log: list[dict[str
     for _ in range(MAX_ROUNDS * 3):
         worker.gaps.reread((L1, 0))
         assert worker.redaction.apply(batch[4:]).holes == [(L1, 0)] * 4
-    assert worker.gaps.to_judge({(L1, 0): 1}) == [((L1, 0), 2, 4)]
+    assert worker.gaps.to_judge({(L1, 0): 1}, {(L1, 0)}) == [((L1, 0), 2, 4)]
     worker.gaps.judged_empty((L1, 0), 2, 3)  # only offset 2 is empty: 3 is a record not yet here
     assert worker.redaction.apply(batch[4:]).holes == [(L1, 0)] * 4
     filled = worker.redaction.apply(batch[2:])  # the records arrive after all
     assert not filled.holes
-    assert worker.gaps.to_judge({(L1, 0): 7}) == []  # a filled hole is not judged
+    assert worker.gaps.to_judge({(L1, 0): 7}, {(L1, 0)}) == []  # a filled hole is not judged
+
+
+def test_a_hole_in_a_partition_a_rebalance_took_away_is_not_judged_here(log: list[dict[str, Any]]) -> None:
+    """A worker that lost a partition whose hole was still to be judged: the broker holds the
+    hole's records, and the partition's new owner reads them from the committed offset, so they
+    are no reason for this worker to restart (several workers: tests/deploy/test_scale_out.py)."""
+    worker = Worker()
+    batch = l1_batch(log[:6])
+    worker.redact(batch[:2])
+    for _ in range(MAX_ROUNDS):
+        assert worker.redaction.apply(batch[4:]).holes
+        worker.gaps.reread((L1, 0))
+    assert worker.redaction.apply(batch[4:]).holes  # read again three times: for the broker now
+    assert worker.gaps.to_judge({(L1, 0): 1}, {(L1, 1)}) == []  # (L1, 0) went to another worker
+    # Given back later, its hole is read again before the broker is asked.
+    assert worker.redaction.apply(batch[4:]).holes
+    assert worker.gaps.to_judge({(L1, 0): 1}, {(L1, 0)}) == []
 
 
 def test_an_unapplied_partition_end_is_read_again_once_it_stands_still() -> None:
@@ -232,7 +249,7 @@ def test_an_unapplied_end_that_reading_again_never_fills_is_accepted_once_judged
             read.append(second)
             gaps.reread(found)
     assert len(read) > MAX_ROUNDS, read  # read again until the broker has judged it
-    assert gaps.to_judge({source: 49}) == [(source, 50, 51)]
+    assert gaps.to_judge({source: 49}, {source}) == [(source, 50, 51)]
     gaps.judged_empty(source, 50, 51)
     assert tails.check(21.0, {source: 51}, {source: 49}) == []
     assert tails.check(23.0, {source: 51}, {source: 49}) == []  # accepted
