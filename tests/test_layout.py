@@ -117,11 +117,12 @@ _KAFKA_CLIENTS = {"kafka.KafkaConsumer", "kafka.KafkaProducer", "kafka.KafkaAdmi
 
 def _runtime_imports(path: Path) -> set[str]:
     """The dotted names ``path`` imports outside ``if TYPE_CHECKING:`` blocks."""
-    typing_only = {id(node) for block in ast.walk(parse(path))
+    tree = parse(path)  # one tree: the ids below name its nodes (a second parse's nodes reuse freed ids)
+    typing_only = {id(node) for block in ast.walk(tree)
                    if isinstance(block, ast.If) and isinstance(block.test, ast.Name) and block.test.id == "TYPE_CHECKING"
                    for statement in block.body for node in ast.walk(statement)}
     names = set()
-    for node in ast.walk(parse(path)):
+    for node in ast.walk(tree):
         if id(node) in typing_only:
             continue
         if isinstance(node, ast.Import):
@@ -129,6 +130,11 @@ def _runtime_imports(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             names |= {node.module, *(f"{node.module}.{alias.name}" for alias in node.names)}
     return names
+
+
+def test_imports_for_type_checking_only_are_not_runtime_imports() -> None:
+    """deploy/cli/stack.py imports Settings under ``if TYPE_CHECKING:`` only."""
+    assert "streams.settings.Settings" not in _runtime_imports(ROOT / "deploy" / "cli" / "stack.py")
 
 
 def test_every_module_that_makes_a_kafka_client_keeps_its_response_classes() -> None:
