@@ -287,6 +287,7 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
             if not found:
                 gaps.judged_empty((topic, partition), start, end)
                 continue
+            await faust_compat.rewind(app, topic, partition, start)  # a restart reads the hole, whatever faust committed
             _restart(f"{len(found)} records of {topic}[{partition}] from offset {found[0]} were fetched but "
                      f"never handed on, through {MAX_ROUNDS} reads again")
 

@@ -33,7 +33,14 @@ Read or written without patching:
   ``Consumer._acked`` / ``Consumer._acked_index`` (faust's ack bookkeeping per partition) and
   ``Consumer.perform_seek()``: :func:`reread` seeks back to the committed offsets and forgets
   the acks of the range that is read again.
-- ``Consumer._committed_offset``: the offsets the group committed, for flush-tick claims.
+- ``Consumer._committed_offset``: the offsets the group committed, for flush-tick claims and
+  :func:`rewind`.
+- ``Consumer._commit(offsets)`` (faust's aiokafka driver: the group commit itself, without
+  faust's rule that a commit only moves forward): :func:`rewind` commits a hole's first offset
+  before the worker exits for a restart to read it. faust may have committed past the hole: its
+  ``_gap`` bookkeeping, filled when a seek back set its read offset below records still being
+  handed on, adds those offsets to the acked ones, so a later commit passes records no stage
+  applied; a restart from there never reads the hole, and exits again, for ever.
 - ``Consumer.highwater(tp)`` (aiokafka's ``AIOKafkaConsumer.highwater``): each source partition's
   end offset as the last fetch response gave it, for :func:`ends`: faust also drops records it
   fetched without acking them (below its read offset after a seek back, the rest of a fetch when
@@ -81,6 +88,7 @@ __all__ = [
     "rebalanced",
     "reread",
     "restored_key_partitions",
+    "rewind",
     "set_fetch_wait",
     "settled",
     "skipped",
@@ -198,6 +206,15 @@ def committed_offsets(app: faust.App, topic: str) -> dict[int, int]:
     assigned = app.consumer.assignment()
     return {tp.partition: int(offset) for tp, offset in list(committed.items())
             if tp.topic == topic and tp in assigned and offset is not None}
+
+
+async def rewind(app: faust.App, topic: str, partition: int, offset: int) -> None:
+    """Commit ``offset`` for ``topic``'s ``partition`` when the group's committed offset is past
+    it, so that a restart reads from there (module docstring)."""
+    committed = committed_offsets(app, topic).get(partition)
+    if committed is not None and committed > offset:
+        # faust's ConsumerT interface does not declare the driver's commit.
+        await app.consumer._commit({TP(topic, partition): offset})  # type: ignore[attr-defined]
 
 
 def assigned(app: faust.App, topic: str) -> set[int]:

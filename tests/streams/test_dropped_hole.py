@@ -17,6 +17,8 @@ the committed offset, and every event reaches the redacted topic and the chunks'
 from __future__ import annotations
 
 import os
+import signal
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -102,3 +104,62 @@ def test_a_hole_whose_records_are_dropped_on_every_read_restarts_the_worker(
     chunked = {event["type"] for seq, event in events.items() if seq in evidence and event["sessionId"] != "hole-s0"}
     hole_seqs = {seq for seq, event in events.items() if event["sessionId"] == "hole-s0" and event["type"] in chunked}
     assert hole_seqs and hole_seqs <= evidence, sorted(hole_seqs - evidence)
+
+
+def test_a_hole_behind_the_committed_offset_is_read_by_the_restarted_worker(
+        make_settings: Callable[..., Settings]) -> None:
+    """The group's committed offset is past records no stage applied (faust's ``_gap`` bookkeeping
+    commits past them: streams.faust_compat, ``rewind``). A restart from that offset never reads
+    them: the worker must commit the hole's first offset before it exits, or every restart finds
+    the hole again, exits again, and nothing is indexed any more."""
+    from kafka import KafkaConsumer, TopicPartition
+    from kafka.structs import OffsetAndMetadata
+
+    from streams.topics import app_id
+
+    settings = make_settings(stream_partitions=2, tick_every_seqs=8, idle_gap_seconds=60.0)
+    start = datetime(2026, 11, 3, 9, 0, tzinfo=UTC)
+    head = [session_events(f"head-s{i}", turns=2, seed=i, start=start + timedelta(seconds=i)) for i in range(2)]
+    hole = session_events("hole-s0", turns=2, seed=5, start=start + timedelta(minutes=5))
+    after = [session_events(f"after-s{i}", turns=2, seed=10 + i, start=start + timedelta(minutes=10, seconds=i))
+             for i in range(2)]
+    stack = Stack(settings)
+    try:
+        stack.worker("first")
+        append_events(settings, interleave(*head, seed=1))
+        wait_for_markers(settings, l1_seq(settings), timeout=120)
+        stack.kill("first", signal.SIGTERM)
+        append_events(settings, hole)
+        append_events(settings, interleave(*after, seed=2))
+        # The group commits past the hole: at the first record after it.
+        bootstrap = settings.bootstrap_servers or ""
+        reader = KafkaConsumer(bootstrap_servers=bootstrap, group_id=app_id(settings), enable_auto_commit=False)
+        try:
+            l1 = settings.topic("l1")
+            partitions = [TopicPartition(l1, p) for p in reader.partitions_for_topic(l1) or ()]
+            reader.assign(partitions)
+            reader.seek_to_beginning()
+            records = [r for batch in iter(lambda: reader.poll(timeout_ms=2000), {}) for rs in batch.values() for r in rs]
+            in_hole = [r for r in records if b'"hole-s0"' in r.value]
+            partition = in_hole[0].partition
+            past = min(r.offset for r in records if r.partition == partition and r.offset > in_hole[-1].offset)
+            tp = TopicPartition(l1, partition)
+            deadline = time.monotonic() + 120
+            while True:  # the group accepts a commit from outside once the stopped worker left it
+                try:
+                    reader.commit({tp: OffsetAndMetadata(past, "", -1)})
+                    break
+                except Exception:
+                    assert time.monotonic() < deadline
+                    time.sleep(1)
+        finally:
+            reader.close()
+
+        second = stack.worker("second")
+        assert second.wait(timeout=180) == 75, stack.log_text("second")[-3000:]
+        stack.worker("third")
+        wait_for_markers(settings, l1_seq(settings), timeout=180)
+    finally:
+        stack.close()
+    redacted = {body["event"]["sessionId"] for body in topic_records(settings, "redacted") if body.get("kind") == "event"}
+    assert "hole-s0" in redacted

@@ -63,6 +63,10 @@ def test_consumer_bookkeeping_the_rereader_touches_exists() -> None:
     for attribute in ("self._acked", "self._acked_index", "self._committed_offset"):
         assert f"{attribute} =" in source, attribute
     assert inspect.iscoroutinefunction(Consumer.perform_seek)
+    from faust.transport.drivers.aiokafka import Consumer as AIOKafkaDriverConsumer
+
+    assert inspect.iscoroutinefunction(AIOKafkaDriverConsumer._commit)  # faust_compat.rewind
+    assert params(AIOKafkaDriverConsumer._commit) == ["self", "offsets"]
     assert params(Consumer.assignment) == ["self"]
     # faust_compat.ends: each partition's end offset from the last fetch (aiokafka's highwater).
     from aiokafka import AIOKafkaConsumer
