@@ -53,12 +53,14 @@ def settings_env(settings: Settings) -> dict[str, str]:
 class Stack:
     """Worker and sink subprocesses of one test; everything is killed on close()."""
 
-    #: Every Stack made since the test harness last cleared it: tests/conftest.py adds their
-    #: processes' logs to the report of a test that fails, where a timeout says nothing else.
+    #: Every Stack made since the test harness last cleared it, and every one still open (a
+    #: module's, shared by its tests): tests/conftest.py adds their processes' logs to the report
+    #: of a test that fails, where a timeout says nothing else.
     made: list[Stack] = []
 
     def __init__(self, settings: Settings) -> None:
         Stack.made.append(self)
+        self.closed = False
         self.settings = settings
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.logs = Path(settings.home) / "test-logs"
@@ -107,6 +109,7 @@ class Stack:
     def close(self) -> None:
         for name in list(self.procs):
             self.kill(name)
+        self.closed = True
 
 
 def ingest(settings: Settings, path: Path, *, timeout: float = 180.0) -> None:

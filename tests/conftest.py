@@ -87,7 +87,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def pytest_runtest_setup(item: pytest.Item) -> None:
     from deploy.testing import Stack
 
-    Stack.made.clear()
+    # A module-scoped Stack made for an earlier test still runs the processes this one uses.
+    Stack.made[:] = [stack for stack in Stack.made if not stack.closed]
 
 
 @pytest.hookimpl(wrapper=True)
