@@ -134,18 +134,24 @@ class _JSON(JSONResponse):
         return orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
-def _error(exc: PlannerError) -> Response:
-    headers = None
+def _error(exc: PlannerError, request_headers: Headers | None = None,
+           headers: dict[str, str] | None = None) -> Response:
+    """The error's one JSON shape; to a protobuf request (an OTLP exporter's: no other route
+    takes protobuf) the protobuf ``google.rpc.Status`` OTLP/HTTP requires instead
+    (:func:`planner.otlp.status_response`), the only error body the Collector's and the Java
+    SDK's exporters read: they logged a bare "HTTP 400" for the JSON one."""
     if isinstance(exc, Unauthorized):
-        headers = {"WWW-Authenticate": 'Bearer realm="usl"'}
+        headers = {**(headers or {}), "WWW-Authenticate": 'Bearer realm="usl"'}
+    if request_headers is not None and otlp.wants_status(request_headers):
+        return otlp.status_response(exc, headers)
     return _JSON(error_body(exc), status_code=exc.status, headers=headers)
 
 
-def _internal(exc: BaseException) -> Response:
+def _internal(exc: BaseException, request_headers: Headers | None = None) -> Response:
     # Logged with its traceback for operators; the caller reads one clear sentence.
     log.error("unexpected error while serving a request", exc_info=exc)
     return _error(PlannerError("the server hit an unexpected error; it has been logged",
-                               hint="Retry; if it persists, check the planner's log."))
+                               hint="Retry; if it persists, check the planner's log."), request_headers)
 
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -163,30 +169,30 @@ def _guarded(handler: Handler) -> Handler:
                      request.method, request.url.path)
             return Response(status_code=400)
         except PlannerError as exc:
-            return _error(exc)
+            return _error(exc, request.headers)
         except USLError as exc:
             if isinstance(exc, BrokerError):
-                return _broker_down(exc)
+                return _broker_down(exc, request.headers)
             # A broker or index failure: details (hosts, files) go to the log, not the caller.
             log.error("request failed: %s", exc, exc_info=exc)
             return _error(PlannerError(
                 f"the request failed ({type(exc).__name__}); the server log has the details",
-                hint="Check `usl status`; retry once the failing part is back."))
+                hint="Check `usl status`; retry once the failing part is back."), request.headers)
         except Exception as exc:
             if isinstance(exc, KafkaError):
-                return _broker_down(exc)
-            return _internal(exc)
+                return _broker_down(exc, request.headers)
+            return _internal(exc, request.headers)
 
     return endpoint
 
 
-def _broker_down(exc: Exception) -> Response:
+def _broker_down(exc: Exception, request_headers: Headers | None = None) -> Response:
     # 503, not 500: nothing is wrong with the request or this server, and the remedy is the
     # broker's (before, a stopped broker read "unexpected error ... check the planner's log").
     log.error("request failed: the Kafka cluster does not answer: %s", exc, exc_info=exc)
     return _error(BrokerUnavailable(
         f"the Kafka cluster does not answer ({type(exc).__name__}); the server log has the details",
-        hint="Retry once the broker is back; `usl status` answers again then."))
+        hint="Retry once the broker is back; `usl status` answers again then."), request_headers)
 
 
 def not_json(media_type: str, *, accepted: str = "JSON",
@@ -258,7 +264,7 @@ class RequestGuard:
         except PlannerError as exc:
             if isinstance(exc, PayloadTooLarge):
                 await self._drain(headers, receive)
-            await _error(exc)(scope, receive, send)
+            await _error(exc, headers)(scope, receive, send)
             return
         received = 0
 
@@ -285,7 +291,7 @@ class RequestGuard:
             if started:
                 raise
             await self._drain(headers, receive)
-            await _error(exc)(scope, receive, send)
+            await _error(exc, headers)(scope, receive, send)
         except ClientDisconnect:  # the caller went away; nothing to answer, nothing wrong here
             log.info("client disconnected during %s %s", scope["method"], scope["path"])
 
@@ -443,7 +449,7 @@ def create_app(settings: Settings, bootstrap: str, *, planner: Any = None) -> St
         return FileResponse(STATIC_DIR / "index.html", media_type="text/html; charset=utf-8")
 
     async def not_found(request: Request, exc: Exception) -> Response:
-        return _error(NotFound("no such route", hint="See GET /openapi.json for the routes."))
+        return _error(NotFound("no such route", hint="See GET /openapi.json for the routes."), request.headers)
 
     async def http_error(request: Request, exc: Exception) -> Response:
         status_code = getattr(exc, "status_code", 500)
@@ -453,14 +459,14 @@ def create_app(settings: Settings, bootstrap: str, *, planner: Any = None) -> St
             allowed = (getattr(exc, "headers", None) or {}).get("Allow", "")
             return _error(MethodNotAllowed(
                 f"method {request.method} is not allowed here",
-                hint=f"Use {allowed}." if allowed else "See GET /openapi.json."))
+                hint=f"Use {allowed}." if allowed else "See GET /openapi.json."), request.headers)
         error = PlannerError(str(getattr(exc, "detail", "")) or "the request failed")
         error.status = status_code
         error.code = "bad_request" if 400 <= status_code < 500 else "internal"
-        return _error(error)
+        return _error(error, request.headers)
 
     async def server_error(request: Request, exc: Exception) -> Response:
-        return _internal(exc)
+        return _internal(exc, request.headers)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -33,12 +33,13 @@ from typing import Any, NamedTuple
 
 import orjson
 from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import Response
 
 from planner.acl import Principal
 from planner.bodies import json_error, read_body, without_bom
-from planner.exceptions import QueryError
+from planner.exceptions import PlannerError, QueryError
 from streams.asp import json_kind
 from streams.importers.base import (
     Accepted,
@@ -49,7 +50,8 @@ from streams.importers.base import (
 from streams.importers.claude_code_otel import claude_code_events
 from streams.importers.otel import TraceSessions, log_spans, span_events
 
-__all__ = ["OTLP_ACCEPTED", "OTLP_HEADER", "decode_request", "logs_endpoint", "traces_endpoint"]
+__all__ = ["OTLP_ACCEPTED", "OTLP_HEADER", "decode_request", "logs_endpoint", "status_response", "traces_endpoint",
+           "wants_status"]
 
 _PROTOBUF = "application/x-protobuf"
 #: What a 415 of /v1/traces says it takes, and the header it names (OTLP exporters send protobuf).
@@ -76,6 +78,34 @@ _SIGNALS = {
                     ("resourceLogs", "scopeLogs", "logRecords"), ("traceId", "spanId"), "rejectedLogRecords",
                     "rejected_log_records"),
 }
+
+
+def wants_status(headers: Headers) -> bool:
+    """Whether a request's error is answered as a protobuf ``google.rpc.Status``: it was sent as
+    protobuf, which only an OTLP exporter sends here."""
+    return headers.get("content-type", "").split(";")[0].strip().lower() == _PROTOBUF
+
+
+def status_response(exc: PlannerError, headers: dict[str, str] | None = None) -> Response:
+    """``exc`` as OTLP/HTTP answers a failed protobuf request: the HTTP status, and a
+    protobuf-encoded ``google.rpc.Status`` whose ``message`` is the error's message, its code and
+    its hint (OTLP uses no ``Status.code``; it is left out). The Collector's ``otlphttp`` exporter
+    and the Java SDK's read only this body: given the API's JSON error they logged "responded with
+    HTTP Status Code 400" and no reason. Encoded here: ``google.rpc.Status`` is not in
+    opentelemetry-proto, and its two fields are two length-prefixed bytes strings."""
+    message = f"{exc.code}: {exc.message}" + (f" ({exc.hint})" if exc.hint else "")
+    text = message.encode("utf-8")
+    return Response(b"\x12" + _varint(len(text)) + text, status_code=exc.status, media_type=_PROTOBUF,
+                    headers=headers)
+
+
+def _varint(number: int) -> bytes:
+    out = bytearray()
+    while True:
+        low, number = number & 0x7F, number >> 7
+        out.append(low | (0x80 if number else 0))
+        if not number:
+            return bytes(out)
 
 
 def decode_request(body: bytes, media_type: str, signal: str = "traces") -> dict[str, Any]:

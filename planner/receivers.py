@@ -649,8 +649,12 @@ def _answer(handler: Callable[[Request], Any]) -> Callable[[Request], Any]:
         try:
             return await handler(request)
         except TooManyRequests as exc:
-            return JSONResponse(error_body(exc), status_code=429,
-                                headers={"Retry-After": str(_RETRY_AFTER_SECONDS)})
+            from planner.otlp import status_response, wants_status
+
+            headers = {"Retry-After": str(_RETRY_AFTER_SECONDS)}
+            if wants_status(request.headers):
+                return status_response(exc, headers)
+            return JSONResponse(error_body(exc), status_code=429, headers=headers)
 
     return endpoint
 
@@ -740,7 +744,10 @@ def openapi_paths(*, security: list[dict[str, list[str]]], principal: dict[str, 
             "responses": {"200": {"description": answered, "content": {
                 "application/json": {"schema": {"type": "object"}},
                 "application/x-protobuf": {"schema": {"type": "string", "format": "binary"}}}},
-                **errors(400, 401, 403, 413, 415, 500), **too_many}}}
+                **{status: {**entry, "content": {**entry["content"], "application/x-protobuf": {"schema": {
+                    "type": "string", "format": "binary",
+                    "description": "to a protobuf request: a google.rpc.Status, its message the error's"}}}}
+                   for status, entry in {**errors(400, 401, 403, 413, 415, 500), **too_many}.items()}}}}
 
     return {
         "/v1/events": {"post": {

@@ -149,7 +149,7 @@ def test_otlp_json_maps_like_protobuf(served):
     # The tool span's events are in no turn: the receiver frames them (a retry adds nothing).
     assert types == ["session.started", "turn.started", "tool.call", "tool.result", "turn.ended"]
     bad = httpx.post(f"{endpoint}/v1/traces", content=b"\x0a\xff", headers={"Content-Type": "application/x-protobuf"})
-    assert bad.status_code == 400 and bad.json()["error"]["code"] == "bad_query"
+    assert bad.status_code == 400 and rpc_status(bad).startswith("bad_query: ")
     # a log no event can carry is refused whole, not answered 200 with every span rejected
     bad_log = httpx.post(f"{endpoint}/v1/traces", params={"log": "team a"}, content=orjson.dumps(body),
                          headers={"Content-Type": "application/json"}, timeout=30)
@@ -410,6 +410,44 @@ def test_otlp_errors_say_what_is_wrong(served):
     assert surrogate.status_code == 400 and "is not valid JSON" in surrogate.json()["error"]["message"]
 
 
+def rpc_status(response: Any) -> str:
+    """The message of the protobuf ``google.rpc.Status`` an OTLP/HTTP error answer carries, read
+    as the Collector's ``otlphttp`` exporter reads it (the only body it reads)."""
+    from google.rpc.status_pb2 import Status
+
+    assert response.headers["content-type"] == "application/x-protobuf", response.text
+    return str(Status.FromString(response.content).message)
+
+
+def test_an_exporter_reads_why_its_protobuf_export_failed(served, make_settings):
+    """An export refused whole (a body no OTLP message, an endpoint that takes no such signal, a
+    body over the limit) was answered with the API's JSON error, which the Collector and the Java
+    SDK cannot read: they logged "responded with HTTP Status Code 400" and no reason. A protobuf
+    request's error is a protobuf google.rpc.Status, as OTLP/HTTP requires; JSON stays JSON."""
+    import httpx
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+    from starlette.testclient import TestClient
+
+    _settings, _planner, endpoint = served
+    protobuf = {"Content-Type": "application/x-protobuf"}
+    corrupt = httpx.post(f"{endpoint}/v1/traces", content=b"\x0a\x05\x0a\x03\x0a", headers=protobuf, timeout=30)
+    assert corrupt.status_code == 400
+    assert rpc_status(corrupt).startswith("bad_query: the body is not an OTLP ExportTraceServiceRequest (protobuf): ")
+    # An SDK given the API as OTEL_EXPORTER_OTLP_ENDPOINT posts its metrics too.
+    metrics = httpx.post(f"{endpoint}/v1/metrics", content=ExportTraceServiceRequest().SerializeToString(),
+                         headers=protobuf, timeout=30)
+    assert metrics.status_code == 404 and rpc_status(metrics).startswith("not_found: no such route")
+    unnamed = httpx.post(f"{endpoint}/v1/traces", params={"log": "team a"}, content=b"", headers=protobuf, timeout=30)
+    assert unnamed.status_code == 400 and "'team a' is not a log name" in rpc_status(unnamed)
+    as_json = httpx.post(f"{endpoint}/v1/traces", content=b"{", headers={"Content-Type": "application/json"}, timeout=30)
+    assert as_json.status_code == 400 and as_json.json()["error"]["code"] == "bad_query"
+    small = make_settings(api_max_body_bytes=1024)
+    with TestClient(create_app(small, small.bootstrap_servers or "", planner=object()),
+                    base_url="http://localhost") as client:
+        large = client.post("/v1/traces", content=b"\x0a" * 1025, headers=protobuf)
+    assert large.status_code == 413 and "larger than 1024 bytes" in rpc_status(large)
+
+
 def send_logged_chat(endpoint: str, *, logs_first: bool, question: str) -> None:
     """A chat call as OpenAI's instrumentation (opentelemetry-instrumentation-openai-v2) sends
     it: the span holds model and tokens but no content; the messages are log records emitted in
@@ -545,7 +583,7 @@ def test_otlp_logs_json_and_what_is_refused(served):
     assert shape.status_code == 400
     assert "resourceLogs[0].scopeLogs[0].logRecords must be a list, not a number" in shape.json()["error"]["message"]
     garbage = httpx.post(f"{endpoint}/v1/logs", content=b"\x0a\xff", headers={"Content-Type": "application/x-protobuf"})
-    assert garbage.status_code == 400 and "ExportLogsServiceRequest" in garbage.json()["error"]["message"]
+    assert garbage.status_code == 400 and "ExportLogsServiceRequest" in rpc_status(garbage)
     plain = httpx.post(f"{endpoint}/v1/logs", content=b"{}", headers={"Content-Type": "text/plain"})
     assert plain.status_code == 415 and "application/x-protobuf" in plain.json()["error"]["message"]
 
