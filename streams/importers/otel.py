@@ -105,8 +105,21 @@ def _value(value: Any) -> Any:
     if "kvlistValue" in value:
         return attributes(_dict(value["kvlistValue"]).get("values"))
     if "bytesValue" in value:
-        return value["bytesValue"]
+        return _bytes_text(value["bytesValue"])
     return None
+
+
+def _bytes_text(encoded: Any) -> Any:
+    """A ``bytesValue`` (base64, in OTLP JSON and as :mod:`planner.otlp` decodes protobuf) as the
+    text it holds when its bytes are UTF-8: an SDK sends a byte array as such (a JavaScript
+    ``Uint8Array``, a Go ``[]byte`` log body), and its base64 became the message text, found by
+    no search for its words. Other bytes stay the base64 that was sent."""
+    if not isinstance(encoded, str):
+        return encoded
+    try:
+        return base64.b64decode(encoded, validate=True).decode("utf-8")
+    except (ValueError, UnicodeDecodeError):
+        return encoded
 
 
 def iter_spans(request: dict[str, Any]) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:

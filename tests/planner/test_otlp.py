@@ -517,6 +517,32 @@ def test_log_records_bring_the_messages_their_span_lacks(served, logs_first: boo
     assert any("[tool.call rhyme_lookup] word=handler" in hit["text"] for hit in called["results"])
 
 
+def test_a_message_sent_as_bytes_is_found_by_its_words(served) -> None:
+    """An SDK sends a byte array as an OTLP bytes value (the Python SDK's log body or a value in
+    it, a JavaScript Uint8Array, a Go []byte): its base64 was taken for the text, so the
+    message read "w5xiZXI..." and no search found its words. UTF-8 bytes are read as their text."""
+    from opentelemetry._logs import LogRecord
+    from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
+    from opentelemetry.sdk._logs import LoggerProvider
+    from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
+    from opentelemetry.sdk.trace import TracerProvider
+
+    settings, planner, endpoint = served
+    question = "Über die Brücke: wie hoch ist der Pegel der Isar heute? 🌊"
+    logging = LoggerProvider()
+    logging.add_log_record_processor(SimpleLogRecordProcessor(OTLPLogExporter(endpoint=f"{endpoint}/v1/logs")))
+    logger = logging.get_logger("opentelemetry.instrumentation.openai_v2")
+    with TracerProvider().get_tracer("usl-test").start_as_current_span("chat"):
+        logger.emit(LogRecord(event_name="gen_ai.user.message", body={"content": question.encode()}))
+        logger.emit(LogRecord(event_name="gen_ai.choice", body={
+            "index": 0, "message": {"role": "assistant", "content": b"Der Pegel liegt bei 1,2 m."}}))
+    logging.shutdown()
+    texts = [(e["role"], e["fields"]["text"]) for e in l1_events(settings) if e["type"] == "message"]
+    assert texts == [("user", question), ("assistant", "Der Pegel liegt bei 1,2 m.")]
+    answer = planner.search({"query": "Pegel der Isar", "freshness": "latest", "mode": "text"}, READER_PRINCIPAL)
+    assert answer["results"] and question in answer["results"][0]["text"]
+
+
 def test_otlp_logs_json_and_what_is_refused(served):
     """OTLP JSON log records: an application's own records are not GenAI (skipped, as spans
     without gen_ai.operation.name are); a GenAI record outside any span is refused by name, as
