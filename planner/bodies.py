@@ -26,6 +26,7 @@ __all__ = ["CODINGS", "decode_body", "json_error", "read_body", "without_bom"]
 
 #: The content codings a receiver decodes (``x-gzip`` is gzip's old name, RFC 9110).
 CODINGS = ("gzip", "deflate", "identity")
+_GZIP_MAGIC = b"\x1f\x8b"
 _WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
 
 
@@ -34,6 +35,13 @@ async def read_body(request: Request, max_bytes: int) -> bytes:
     raw = await request.body()
     header = request.headers.get("content-encoding", "")
     if not header.strip() or header.strip().lower() == "identity":
+        if raw.startswith(_GZIP_MAGIC):
+            # Read as it was labelled, it was "not valid JSON" or a protobuf "Wire format was
+            # corrupt", neither saying the one thing to change. No JSON text and no protobuf
+            # message begins with these bytes (0x1f is no JSON character, and no protobuf key).
+            raise QueryError("the request body is gzip-compressed but was sent without Content-Encoding: gzip",
+                             hint="Send the header Content-Encoding: gzip with it (a proxy in between may "
+                                  "have dropped it), or send the body uncompressed.")
         return raw
     return await run_in_threadpool(decode_body, raw, header, max_bytes)
 

@@ -448,6 +448,28 @@ def test_an_exporter_reads_why_its_protobuf_export_failed(served, make_settings)
     assert large.status_code == 413 and "larger than 1024 bytes" in rpc_status(large)
 
 
+def test_a_gzip_body_sent_without_its_header_is_named_so(served) -> None:
+    """A gzip body whose Content-Encoding a proxy dropped (or an exporter forgot) was read as it
+    was labelled: "Wire format was corrupt" or "not valid JSON", never naming the header to add."""
+    import gzip
+
+    import httpx
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    _settings, _planner, endpoint = served
+    for route, media_type, body in (
+            ("/v1/traces", "application/x-protobuf", ExportTraceServiceRequest().SerializeToString() + b"\x0a\x00"),
+            ("/v1/logs", "application/json", b'{"resourceLogs": []}'),
+            ("/v1/events", "application/json", b'{"events": []}')):
+        sent = httpx.post(f"{endpoint}{route}", content=gzip.compress(body), headers={"Content-Type": media_type},
+                          timeout=30)
+        message = rpc_status(sent) if media_type == "application/x-protobuf" else sent.json()["error"]["message"]
+        assert sent.status_code == 400 and "gzip-compressed but was sent without Content-Encoding: gzip" in message
+        labelled = httpx.post(f"{endpoint}{route}", content=gzip.compress(body), timeout=30,
+                              headers={"Content-Type": media_type, "Content-Encoding": "gzip"})
+        assert labelled.status_code == 200, labelled.text
+
+
 def send_logged_chat(endpoint: str, *, logs_first: bool, question: str) -> None:
     """A chat call as OpenAI's instrumentation (opentelemetry-instrumentation-openai-v2) sends
     it: the span holds model and tokens but no content; the messages are log records emitted in
