@@ -180,19 +180,22 @@ async def records_between(bootstrap: str, topic: str, partition: int, start: int
     tp = TopicPartition(topic, partition)
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
                                 auto_offset_reset="earliest", request_timeout_ms=round(timeout * 1000))
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    try:
-        await asyncio.wait_for(consumer.start(), timeout)
+
+    async def read() -> list[int]:
+        await consumer.start()
         consumer.assign([tp])
         consumer.seek(tp, start)
         found: list[int] = []
-        while loop.time() < deadline:
+        while await consumer.position(tp) < end:
             fetched = await consumer.getmany(tp, timeout_ms=500)
             found += [record.offset for record in fetched.get(tp, []) if start <= record.offset < end]
-            if await consumer.position(tp) >= end:
-                return found
-        return None
+        return found
+
+    try:
+        # One deadline over it all: a position lookup or a start that waits on a broker gone
+        # away would otherwise hold the worker's read-again timer with it.
+        async with asyncio.timeout(timeout):
+            return await read()
     except (TimeoutError, OSError, KafkaError):
         return None
     finally:
