@@ -280,7 +280,10 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
         """Ask the broker about each hole that reading again did not fill (streams.stages.gaps)."""
         assigned = {(topic, partition) for topic in (topics.l1, topics.redacted)
                     for partition in faust_compat.assigned(app, topic)}
+        flying = faust_compat.in_flight(app)
         for (topic, partition), start, end in gaps.to_judge(applied, assigned):
+            if any(start <= offset < end for offset in flying.get((topic, partition), ())):
+                continue  # a stage is applying them now (a slow batch, not a dropped one)
             found = await records_between(bootstrap, topic, partition, start, end)
             if found is None:
                 continue  # the broker did not answer in time: asked again at the next tick

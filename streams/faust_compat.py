@@ -33,6 +33,8 @@ Read or written without patching:
   ``Consumer._acked`` / ``Consumer._acked_index`` (faust's ack bookkeeping per partition) and
   ``Consumer.perform_seek()``: :func:`reread` seeks back to the committed offsets and forgets
   the acks of the range that is read again.
+- ``Consumer.unacked``: the messages handed to a stream and not acknowledged, for
+  :func:`in_flight` (a hole whose records a stage is applying right now is no hole to judge).
 - ``Consumer._committed_offset``: the offsets the group committed, for flush-tick claims and
   :func:`rewind`.
 - ``Consumer._commit(offsets)`` (faust's aiokafka driver: the group commit itself, without
@@ -82,6 +84,7 @@ __all__ = [
     "committed_offsets",
     "ends",
     "hold",
+    "in_flight",
     "patch_faust_rebalance",
     "put_all",
     "quiet_worker",
@@ -215,6 +218,15 @@ async def rewind(app: faust.App, topic: str, partition: int, offset: int) -> Non
     if committed is not None and committed > offset:
         # faust's ConsumerT interface does not declare the driver's commit.
         await app.consumer._commit({TP(topic, partition): offset})  # type: ignore[attr-defined]
+
+
+def in_flight(app: faust.App) -> dict[tuple[str, int], list[int]]:
+    """Per source partition, the offsets of the records faust handed to a stream and that are not
+    acknowledged yet (a stage's batch still being applied)."""
+    flying: dict[tuple[str, int], list[int]] = {}
+    for message in list(app.consumer.unacked):
+        flying.setdefault((message.tp.topic, message.tp.partition), []).append(message.offset)
+    return flying
 
 
 def assigned(app: faust.App, topic: str) -> set[int]:

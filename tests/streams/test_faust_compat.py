@@ -68,6 +68,8 @@ def test_consumer_bookkeeping_the_rereader_touches_exists() -> None:
     assert inspect.iscoroutinefunction(AIOKafkaDriverConsumer._commit)  # faust_compat.rewind
     assert params(AIOKafkaDriverConsumer._commit) == ["self", "offsets"]
     assert params(Consumer.assignment) == ["self"]
+    # faust_compat.in_flight: the messages a stream holds and has not acknowledged.
+    assert isinstance(Consumer.unacked, property) and "self._unacked_messages" in source
     # faust_compat.ends: each partition's end offset from the last fetch (aiokafka's highwater).
     from aiokafka import AIOKafkaConsumer
     from faust.transport.consumer import ThreadDelegateConsumer
