@@ -35,8 +35,6 @@ def send(path: Path, topic: str, bootstrap: str) -> int:
     import orjson
     from kafka import KafkaProducer
 
-    import streams.kafka_compat  # noqa: F401  (keeps kafka-python's response classes alive)
-
     # Nothing of the project is imported: the yardstick's start is kafka-python's alone.
     producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, linger_ms=5,
                              batch_size=256 * 1024, max_in_flight_requests_per_connection=5,

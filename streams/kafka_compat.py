@@ -75,7 +75,10 @@ def keep_response_classes() -> None:
         registry[response_class.API_KEY] = _primary(response_class)
 
     for key, response_class in list(registry.items()):
-        registry[key] = _primary(response_class)
+        try:
+            registry[key] = _primary(response_class)
+        except ReferenceError:  # freed already (the race ran before this import): registered again when made
+            del registry[key]
     ResponseClassRegistry.register_response_class = classmethod(register_response_class)  # type: ignore[method-assign,assignment]
     ResponseClassRegistry._usl_keeps_primaries = True  # type: ignore[attr-defined]
 
