@@ -28,7 +28,8 @@ from deploy.jars import free_port
 from streams.settings import Settings
 from streams.topics import ensure_topics
 
-__all__ = ["RUN_AND_LIST_MODULES", "Stack", "as_grafana_sends", "free_port", "ingest", "same_generations", "settings_env", "wait_for_api"]
+__all__ = ["RUN_AND_LIST_MODULES", "Stack", "as_grafana_sends", "free_port", "hooked", "ingest", "same_generations",
+           "settings_env", "wait_for_api"]
 
 
 def settings_env(settings: Settings) -> dict[str, str]:
@@ -110,6 +111,16 @@ class Stack:
         for name in list(self.procs):
             self.kill(name)
         self.closed = True
+
+
+def hooked(directory: Path, hook: str, **variables: str) -> dict[str, str]:
+    """The environment of a process (``Stack.start(..., env=...)``) that runs ``hook`` first:
+    it is written as a ``sitecustomize`` module in ``directory`` (created), which goes first on
+    the process's PYTHONPATH; ``variables`` are added as they are (what the hook reads)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "sitecustomize.py").write_text(hook)
+    path = os.pathsep.join(p for p in (str(directory), os.environ.get("PYTHONPATH")) if p)
+    return {"PYTHONPATH": path, **variables}
 
 
 def ingest(settings: Settings, path: Path, *, timeout: float = 180.0) -> None:

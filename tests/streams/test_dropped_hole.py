@@ -16,7 +16,6 @@ the committed offset, and every event reaches the redacted topic and the chunks'
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 from collections.abc import Callable
@@ -25,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy.testing import Stack
+from deploy.testing import Stack, hooked
 from streams.settings import Settings
 from streams.testing import (
     append_events,
@@ -64,26 +63,22 @@ Consumer.getmany = getmany
 def test_a_hole_whose_records_are_dropped_on_every_read_restarts_the_worker(
         make_settings: Callable[..., Settings], tmp_path: Path) -> None:
     settings = make_settings(stream_partitions=2, tick_every_seqs=8, idle_gap_seconds=60.0)
-    hook = tmp_path / "hook"
-    hook.mkdir()
-    (hook / "sitecustomize.py").write_text(HOOK)
     dropped = tmp_path / "dropped.txt"
     start = datetime(2026, 11, 3, 9, 0, tzinfo=UTC)
     head = [session_events(f"head-s{i}", turns=2, seed=i, start=start + timedelta(seconds=i)) for i in range(2)]
     hole = session_events("hole-s0", turns=2, seed=5, start=start + timedelta(minutes=5))
     after = [session_events(f"after-s{i}", turns=2, seed=10 + i, start=start + timedelta(minutes=10, seconds=i))
              for i in range(2)]
-    env = {"PYTHONPATH": os.pathsep.join(p for p in (str(hook), os.environ.get("PYTHONPATH")) if p),
-           "USL_TEST_DROP_TOPIC": settings.topic("l1"), "USL_TEST_DROP_SESSION": '"hole-s0"',
-           "USL_TEST_DROP_LOG": str(dropped)}
+    env = hooked(tmp_path / "hook", HOOK, USL_TEST_DROP_TOPIC=settings.topic("l1"),
+                 USL_TEST_DROP_SESSION='"hole-s0"', USL_TEST_DROP_LOG=str(dropped))
     stack = Stack(settings)
     try:
-        hooked = stack.worker(env=env)
+        dropping = stack.worker(env=env)
         append_events(settings, interleave(*head, seed=1))
         wait_for_markers(settings, l1_seq(settings), timeout=120)
         append_events(settings, hole)
         append_events(settings, interleave(*after, seed=2))  # records past the hole reveal it
-        code = hooked.wait(timeout=180)
+        code = dropping.wait(timeout=180)
         log = stack.log_text("worker")
         assert code == 75, log[-3000:]
         assert "were fetched but never handed on" in log and "accepting a gap" not in log, log[-3000:]

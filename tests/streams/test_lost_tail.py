@@ -16,14 +16,13 @@ afterwards, so only the stage's own check of the partition's end can bring the m
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from deploy.testing import Stack
+from deploy.testing import Stack, hooked
 from streams.settings import Settings
 from streams.testing import append_events, interleave, l1_seq, session_events, wait_for_markers
 
@@ -62,16 +61,12 @@ def test_a_tail_faust_read_but_never_handed_on_is_read_again(make_settings: Call
                                                              tmp_path: Path) -> None:
     settings = make_settings(stream_partitions=2, tick_every_seqs=8, idle_gap_seconds=60.0,
                              chunk_tokens=128, chunk_overlap_tokens=24)
-    hook = tmp_path / "hook"
-    hook.mkdir()
-    (hook / "sitecustomize.py").write_text(HOOK)
     dropped = tmp_path / "dropped.txt"
     start = datetime(2026, 11, 3, 9, 0, tzinfo=UTC)
     head = [session_events(f"head-s{i}", turns=2, seed=i, start=start + timedelta(seconds=i)) for i in range(3)]
     tail = session_events("tail-s0", turns=2, seed=7, start=start + timedelta(minutes=10))
-    env = {"PYTHONPATH": os.pathsep.join(p for p in (str(hook), os.environ.get("PYTHONPATH")) if p),
-           "USL_TEST_DROP_TOPIC": settings.topic("redacted"), "USL_TEST_DROP_FROM": '"tail-s0"',
-           "USL_TEST_DROP_LOG": str(dropped)}
+    env = hooked(tmp_path / "hook", HOOK, USL_TEST_DROP_TOPIC=settings.topic("redacted"),
+                 USL_TEST_DROP_FROM='"tail-s0"', USL_TEST_DROP_LOG=str(dropped))
     stack = Stack(settings)
     try:
         stack.worker(env=env)
