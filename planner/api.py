@@ -73,7 +73,6 @@ from planner.exceptions import (
     NotFound,
     PlannerError,
     QueryError,
-    Unauthorized,
     error_body,
 )
 from planner.export import endpoint as export_endpoint
@@ -134,17 +133,15 @@ class _JSON(JSONResponse):
         return orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
-def _error(exc: PlannerError, request_headers: Headers | None = None,
-           headers: dict[str, str] | None = None) -> Response:
-    """The error's one JSON shape; to a protobuf request (an OTLP exporter's: no other route
-    takes protobuf) the protobuf ``google.rpc.Status`` OTLP/HTTP requires instead
+def _error(exc: PlannerError, request_headers: Headers | None = None) -> Response:
+    """The error's one JSON shape, with the headers its kind carries (``WWW-Authenticate``,
+    ``Retry-After``); to a protobuf request (an OTLP exporter's: no other route takes protobuf)
+    the protobuf ``google.rpc.Status`` OTLP/HTTP requires instead
     (:func:`planner.otlp.status_response`), the only error body the Collector's and the Java
     SDK's exporters read: they logged a bare "HTTP 400" for the JSON one."""
-    if isinstance(exc, Unauthorized):
-        headers = {**(headers or {}), "WWW-Authenticate": 'Bearer realm="usl"'}
     if request_headers is not None and otlp.wants_status(request_headers):
-        return otlp.status_response(exc, headers)
-    return _JSON(error_body(exc), status_code=exc.status, headers=headers)
+        return otlp.status_response(exc)
+    return _JSON(error_body(exc), status_code=exc.status, headers=dict(exc.headers or {}) or None)
 
 
 def _internal(exc: BaseException, request_headers: Headers | None = None) -> Response:

@@ -60,6 +60,8 @@ class PlannerError(USLError):
 
     status: int = 500
     code: str = "internal"
+    #: Response headers every answer of this error carries (read-only: shared by the class).
+    headers: dict[str, str] | None = None
 
     def __init__(self, message: str, *, hint: str | None = None) -> None:
         super().__init__(message)
@@ -85,6 +87,7 @@ class CursorMismatch(PlannerError):
 
 class Unauthorized(PlannerError):
     status, code = 401, "unauthorized"
+    headers = {"WWW-Authenticate": 'Bearer realm="usl"'}
 
 
 class AccessDenied(PlannerError):

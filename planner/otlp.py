@@ -86,17 +86,17 @@ def wants_status(headers: Headers) -> bool:
     return headers.get("content-type", "").split(";")[0].strip().lower() == _PROTOBUF
 
 
-def status_response(exc: PlannerError, headers: dict[str, str] | None = None) -> Response:
+def status_response(exc: PlannerError) -> Response:
     """``exc`` as OTLP/HTTP answers a failed protobuf request: the HTTP status, and a
     protobuf-encoded ``google.rpc.Status`` whose ``message`` is the error's message, its code and
-    its hint (OTLP uses no ``Status.code``; it is left out). The Collector's ``otlphttp`` exporter
+    its hint (OTLP uses no ``Status.code``; it is left out), with the headers its kind carries. The Collector's ``otlphttp`` exporter
     and the Java SDK's read only this body: given the API's JSON error they logged "responded with
     HTTP Status Code 400" and no reason. Encoded here: ``google.rpc.Status`` is not in
     opentelemetry-proto, and its two fields are two length-prefixed bytes strings."""
     message = f"{exc.code}: {exc.message}" + (f" ({exc.hint})" if exc.hint else "")
     text = message.encode("utf-8")
     return Response(b"\x12" + _varint(len(text)) + text, status_code=exc.status, media_type=_PROTOBUF,
-                    headers=headers)
+                    headers=dict(exc.headers or {}) or None)
 
 
 def _varint(number: int) -> bytes:

@@ -58,7 +58,7 @@ from starlette.routing import Route
 from planner.acl import Principal, can_read
 from planner.bodies import json_error, read_body, without_bom
 from planner.event_fields import fields_problem
-from planner.exceptions import PlannerError, QueryError, error_body
+from planner.exceptions import PlannerError, QueryError
 from streams.asp import (
     DEFAULT_ACL,
     DEFAULT_MAX_EVENT_BYTES,
@@ -90,6 +90,7 @@ _LETTERS_KEPT = 100_000
 
 class TooManyRequests(PlannerError):
     status, code = 429, "too_many_requests"
+    headers = {"Retry-After": str(_RETRY_AFTER_SECONDS)}
 
 
 def _digest(log_id: str, event_id: str) -> bytes:
@@ -642,23 +643,6 @@ async def _body(request: Request, max_bytes: int) -> Any:
         raise json_error(exc) from None
 
 
-def _answer(handler: Callable[[Request], Any]) -> Callable[[Request], Any]:
-    """A 429 carries Retry-After (the API's own guard gives every other error its shape)."""
-
-    async def endpoint(request: Request) -> Response:
-        try:
-            return await handler(request)
-        except TooManyRequests as exc:
-            from planner.otlp import status_response, wants_status
-
-            headers = {"Retry-After": str(_RETRY_AFTER_SECONDS)}
-            if wants_status(request.headers):
-                return status_response(exc, headers)
-            return JSONResponse(error_body(exc), status_code=429, headers=headers)
-
-    return endpoint
-
-
 def routes(settings: Settings, bootstrap: str, principal_of: Callable[[Request], Principal],
            guarded: Callable[[Any], Any]) -> list[Route]:
     """The receiver routes, each wrapped by the API's ``guarded`` (one error shape)."""
@@ -695,9 +679,9 @@ def routes(settings: Settings, bootstrap: str, principal_of: Callable[[Request],
 
         return await logs_endpoint(request, receiver, principal_of(request))
 
-    return [Route("/v1/events", guarded(_answer(events)), methods=["POST"]),
-            Route("/v1/traces", guarded(_answer(traces)), methods=["POST"]),
-            Route("/v1/logs", guarded(_answer(logs)), methods=["POST"])]
+    return [Route("/v1/events", guarded(events), methods=["POST"]),
+            Route("/v1/traces", guarded(traces), methods=["POST"]),
+            Route("/v1/logs", guarded(logs), methods=["POST"])]
 
 
 def openapi_paths(*, security: list[dict[str, list[str]]], principal: dict[str, Any],
