@@ -280,8 +280,11 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
         """Ask the broker about each hole that reading again did not fill (streams.stages.gaps)."""
         assigned = {(topic, partition) for topic in (topics.l1, topics.redacted)
                     for partition in faust_compat.assigned(app, topic)}
+        holes = gaps.to_judge(applied, assigned)
+        if not holes:
+            return  # every tick: the messages in flight are looked at only when a hole waits
         flying = faust_compat.in_flight(app)
-        for (topic, partition), start, end in gaps.to_judge(applied, assigned):
+        for (topic, partition), start, end in holes:
             if any(start <= offset < end for offset in flying.get((topic, partition), ())):
                 continue  # a stage is applying them now (a slow batch, not a dropped one)
             found = await records_between(bootstrap, topic, partition, start, end)
