@@ -80,7 +80,14 @@ def reading_bootstrap_servers(current: Settings) -> str:
     search of an empty ``USL_HOME`` left a broker running after it exited, to answer that no log
     existed; it now says what to start."""
     if current.bootstrap_servers:
-        return current.bootstrap_servers
+        from deploy.cli._common import ClusterDown, configured_cluster
+
+        try:
+            return configured_cluster(current.bootstrap_servers)
+        except ClusterDown as exc:
+            from planner.exceptions import BrokerUnavailable
+
+            raise BrokerUnavailable(str(exc)) from None
     from deploy.kafka.broker import local_broker_status
 
     running = local_broker_status(current)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 
+from streams.exceptions import USLError
 from streams.names import LOG_ID, LOG_ID_HINT
 from streams.settings import Settings
 
@@ -26,8 +27,9 @@ if TYPE_CHECKING:
 
     from planner.exceptions import PlannerError
 
-__all__ = ["LOG_OPTION", "PRINCIPAL_OPTION", "bare_host", "bootstrap_servers", "command_broker", "err", "escape", "fail",
-           "http_url", "load_settings", "out", "print_json", "printable", "render_rows", "tsv_lines"]
+__all__ = ["LOG_OPTION", "PRINCIPAL_OPTION", "ClusterDown", "bare_host", "bootstrap_servers", "command_broker",
+           "configured_cluster", "err", "escape", "fail", "http_url", "load_settings", "out", "print_json", "printable",
+           "render_rows", "tsv_lines"]
 
 _CELL_CHARS = 80
 
@@ -96,6 +98,52 @@ def bootstrap_servers(current: Settings) -> str:
     return ensure_broker(current)
 
 
+CONNECT_SECONDS = 3.0
+"""How long a command waits for a TCP connection to each configured bootstrap server."""
+
+
+class ClusterDown(USLError):
+    """No bootstrap server of the configured cluster accepts a connection."""
+
+
+def _addresses(servers: str) -> list[tuple[str, int]] | None:
+    """``(host, port)`` of each server of a bootstrap list (``host:port``, ``[v6]:port``,
+    ``SCHEME://host:port``); None when one of them is not of that form (kafka-python says why)."""
+    addresses = []
+    for server in servers.split(","):
+        server = server.strip().rpartition("://")[2]
+        host, colon, port = server.rpartition(":")
+        if not (host and colon and port.isdigit()):
+            return None
+        addresses.append((bare_host(host), int(port)))
+    return addresses
+
+
+def configured_cluster(servers: str) -> str:
+    """``servers`` once one of them accepts a TCP connection, else :class:`ClusterDown` at once.
+
+    A command (not a service: the worker and sinks wait for their cluster) given a
+    ``KAFKA_BOOTSTRAP_SERVERS`` where nothing listens waited 30 s for kafka-python's request
+    timeout to say so. A refused connection, an unknown host or no answer within
+    :data:`CONNECT_SECONDS` is known after one try; a listener that is not Kafka still meets
+    kafka-python's own checks."""
+    import socket
+
+    addresses = _addresses(servers)
+    if not addresses:
+        return servers
+    reasons = []
+    for host, port in addresses:
+        try:
+            socket.create_connection((host, port), timeout=CONNECT_SECONDS).close()
+            return servers
+        except OSError as exc:
+            reasons.append(exc.strerror or ("timed out" if isinstance(exc, TimeoutError) else type(exc).__name__))
+    said = "; ".join(dict.fromkeys(reasons))
+    raise ClusterDown(f"the Kafka cluster at KAFKA_BOOTSTRAP_SERVERS={servers} does not answer ({said}); "
+                      "check that it runs and that the variable names it")
+
+
 @contextmanager
 def command_broker(current: Settings) -> Iterator[str]:
     """The bootstrap servers of a command that ends (``ingest``, ``rebuild``, ``deadletters``,
@@ -104,7 +152,7 @@ def command_broker(current: Settings) -> Iterator[str]:
     it. Before, every such command but ``ingest`` left the broker it started running (a JVM of
     up to 768 MB) until someone ran ``usl down``."""
     if current.bootstrap_servers:
-        yield current.bootstrap_servers
+        yield configured_cluster(current.bootstrap_servers)
         return
     from deploy.kafka.broker import local_broker_status, stop_broker
     from deploy.stack import running
