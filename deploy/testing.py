@@ -2,8 +2,9 @@
 reliability``), the benchmarks and the tests use one copy.
 
 :class:`Stack` starts ``usl worker`` / ``usl sink`` as real subprocesses with a test's
-settings, so crash tests can kill them with SIGKILL at any point and start them again;
-:func:`settings_env` is the environment that hands a child process exactly those settings;
+settings (:func:`stack_settings`: topics and a home of its own), so crash tests can kill them
+with SIGKILL at any point and start them again; :func:`settings_env` is the environment that
+hands a child process exactly those settings;
 :func:`ingest` runs ``usl ingest`` with them, :func:`free_port` and :func:`wait_for_api` start
 a planner API beside the stack, :func:`same_generations` asks several APIs alike;
 :func:`as_grafana_sends` turns a dashboard query into the one Grafana sends.
@@ -20,6 +21,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,7 +31,18 @@ from streams.settings import Settings
 from streams.topics import ensure_topics
 
 __all__ = ["RUN_AND_LIST_MODULES", "Stack", "as_grafana_sends", "free_port", "hooked", "ingest", "same_generations",
-           "settings_env", "wait_for_api"]
+           "settings_env", "stack_settings", "wait_for_api"]
+
+
+def stack_settings(tmp: Path, bootstrap: str, **overrides: object) -> Settings:
+    """Settings of one test's stack: unique topics and a home under ``tmp``, on ``bootstrap``."""
+    prefix = f"t{uuid.uuid4().hex[:10]}."
+    values: dict[str, object] = {
+        "home": tmp / f"home-{prefix.rstrip('.')}", "topic_prefix": prefix, "bootstrap_servers": bootstrap,
+        "l1_partitions": 4, "stream_partitions": 2, "sink_batch_seconds": 0.3,
+    }
+    values.update(overrides)
+    return Settings.from_env({}, **values)
 
 
 def settings_env(settings: Settings) -> dict[str, str]:

@@ -191,16 +191,10 @@ def make_object_store(s3proxy: S3ProxyInfo) -> Callable[..., ObjectStore]:
 @pytest.fixture
 def make_settings(tmp_path: Path, kafka_bootstrap: str) -> Callable[..., Settings]:
     """Factory: Settings with a unique topic prefix and home, pointed at the session broker."""
+    from deploy.testing import stack_settings
 
     def factory(**overrides: object) -> Settings:
-        prefix = f"t{uuid.uuid4().hex[:10]}."
-        home = tmp_path / f"home-{prefix.rstrip('.')}"
-        values: dict[str, object] = {
-            "home": home, "topic_prefix": prefix, "bootstrap_servers": kafka_bootstrap,
-            "l1_partitions": 4, "stream_partitions": 2, "sink_batch_seconds": 0.3,
-        }
-        values.update(overrides)
-        return Settings.from_env({}, **values)
+        return stack_settings(tmp_path, kafka_bootstrap, **overrides)
 
     return factory
 

@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from deploy.testing import Stack, free_port, ingest, wait_for_api
+from deploy.testing import Stack, free_port, ingest, stack_settings, wait_for_api
 from sinks.testing import wait_for_watermarks
 from streams.settings import Settings
 from streams.testing import append_events, interleave, l1_seq, session_events
@@ -100,10 +100,9 @@ def chromium() -> str:
     return binary
 
 
-@pytest.fixture
-def served(make_settings: Callable[..., Settings]) -> Iterator[tuple[Stack, str, int]]:
+def _serve(settings: Settings) -> Iterator[tuple[Stack, str, int]]:
     """Worker, sinks and API on the sample sessions, every index caught up: (stack, API URL, seq)."""
-    stack = Stack(make_settings())
+    stack = Stack(settings)
     try:
         port = free_port()
         stack.worker()
@@ -118,6 +117,19 @@ def served(make_settings: Callable[..., Settings]) -> Iterator[tuple[Stack, str,
         yield stack, api, seq
     finally:
         stack.close()
+
+
+@pytest.fixture
+def served(make_settings: Callable[..., Settings]) -> Iterator[tuple[Stack, str, int]]:
+    """A stack of this test's own, for a test that stops a process or appends events."""
+    yield from _serve(make_settings())
+
+
+@pytest.fixture(scope="module")
+def served_once(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, str, int]]:
+    """One stack for the tests that only read from it (those that change it come first, with
+    one each): a stack's start and catch-up was most of each test's time."""
+    yield from _serve(stack_settings(tmp_path_factory.mktemp("served"), kafka_bootstrap))
 
 
 def test_search_page_shows_results_evidence_explain_and_status(
@@ -248,10 +260,83 @@ def post_json(url: str, body: dict[str, Any]) -> dict[str, Any]:
         return answer
 
 
-def test_search_page_terms_session_view_filters_queries_and_history(
+WIDTHS = (390, 1400)
+# How far the page is wider than its window, and the elements sticking out past its right edge.
+OVERFLOW = """(() => {
+  const width = document.documentElement.clientWidth;
+  return {
+    extra: document.documentElement.scrollWidth - width,
+    out: [...document.querySelectorAll('body *')]
+      .filter((e) => e.getClientRects().length && e.getBoundingClientRect().right > width + 1)
+      .slice(0, 5).map((e) => `${e.tagName}#${e.id}.${e.className}`),
+  };
+})()"""
+
+
+def test_search_page_fits_a_phone_and_a_desktop_with_long_lines(
     served: tuple[Stack, str, int], chromium: str,
 ) -> None:
-    _stack, api, _seq = served
+    """A hit whose text is one 4 kB line without a space (a base64 blob, a minified file), its
+    explain panel and its session (tool calls unfolded) fit the window: on a 390 px phone a
+    ``1fr`` grid track took the width of the longest such line and the whole page scrolled
+    sideways, the search button and the hits' right edges cut off."""
+    stack, api, _seq = served
+    blob = "".join(f"{n:x}" for n in range(1, 1800))[:4000]
+    events = session_events("s-long-lines", turns=1, seed=7)
+    message = next(e for e in events if e["type"] == "message" and e["role"] == "user")
+    message["fields"]["text"] = f"zebraquux blob {blob}"
+    result = next(e for e in events if e["type"] == "tool.result")
+    result["fields"]["output"] = f"{blob}\nzebraquux done"
+    last = append_events(stack.settings, events)
+    wait_for_watermarks(stack.settings, last, KINDS, timeout=TIMEOUT)
+    for width in WIDTHS:
+        with Browser(chromium, width=width, height=844) as page:
+            page.goto(f"{api}/?{urllib.parse.urlencode({'q': 'zebraquux', 'explain': 1})}")
+            page.wait_for("document.body.dataset.search === 'done'", what="the search")
+            assert page.evaluate("document.querySelectorAll('#results li.hit').length") >= 1
+            assert page.evaluate(OVERFLOW) == {"extra": 0, "out": []}, width
+            # Figures in the explain tables stay whole (an exact rrf 8579/139360 was broken in
+            # two); ids beside them wrap instead.
+            broken = page.evaluate("""[...document.querySelectorAll('#explain-body td.figure')].filter((td) => {
+              const range = document.createRange(); range.selectNodeContents(td);
+              return range.getClientRects().length > 1; }).map((td) => td.textContent)""")
+            assert broken == [] and page.evaluate("document.querySelectorAll('#explain-body td.figure').length")
+            page.evaluate("document.querySelector('#results li.hit .open-session').click(); true")
+            page.wait_for("document.body.dataset.session === 'done'", what="the session view")
+            page.evaluate("for (const d of document.querySelectorAll('details')) d.open = true; true")
+            assert page.evaluate(OVERFLOW) == {"extra": 0, "out": []}, width
+            page.screenshot(SCREENSHOTS / f"long-lines-{width}.png", full_page=True)
+            assert not [line for line in page.console if line.startswith("exception")], page.console
+
+
+def test_search_page_freshness_line_counts_the_events_an_indexed_search_left_out(
+    served: tuple[Stack, str, int], chromium: str,
+) -> None:
+    """While the indexes lag, an indexed search reads them at their asOfSeq: its freshness line
+    said "nothing uncovered" beside "L1 N", the events after asOfSeq uncounted. It now says how
+    many newer events were not searched and how to include them; a latest search has none."""
+    stack, api, seq = served
+    stack.kill("sinks", signal.SIGTERM)
+    more = interleave(*[session_events(f"lag-{n}", turns=2, seed=n) for n in range(2)])
+    new_seq = append_events(stack.settings, more)
+    with Browser(chromium) as page:
+        for freshness in ("indexed", "latest"):
+            page.goto(f"{api}/?{urllib.parse.urlencode({'q': QUERY, 'freshness': freshness})}")
+            page.wait_for("document.body.dataset.search === 'done'", what=f"the {freshness} search")
+            line = page.evaluate("document.getElementById('freshness-line').textContent")
+            truth = post_search(api, {"query": QUERY, "freshness": freshness})
+            newer = truth["freshness"]["l1CommittedSeq"] - truth["asOfSeq"]
+            if freshness == "indexed":
+                assert truth["asOfSeq"] <= seq < new_seq and newer >= new_seq - seq, truth["freshness"]
+                assert f"{newer} newer events in L1 not searched (freshness latest searches them)" in line, line
+            else:
+                assert newer == 0 and "not searched" not in line, line
+
+
+def test_search_page_terms_session_view_filters_queries_and_history(
+    served_once: tuple[Stack, str, int], chromium: str,
+) -> None:
+    _stack, api, _seq = served_once
     with Browser(chromium) as page:
         # Query words are marked inside the evidence spans, each where the word occurs.
         page.goto(f"{api}/?{urllib.parse.urlencode({'q': QUERY, 'k': 5})}")
@@ -359,62 +444,13 @@ def test_search_page_terms_session_view_filters_queries_and_history(
 
 
 # The widths the page must fit without scrolling sideways: a phone, and a desktop window.
-WIDTHS = (390, 1400)
-# How far the page is wider than its window, and the elements sticking out past its right edge.
-OVERFLOW = """(() => {
-  const width = document.documentElement.clientWidth;
-  return {
-    extra: document.documentElement.scrollWidth - width,
-    out: [...document.querySelectorAll('body *')]
-      .filter((e) => e.getClientRects().length && e.getBoundingClientRect().right > width + 1)
-      .slice(0, 5).map((e) => `${e.tagName}#${e.id}.${e.className}`),
-  };
-})()"""
-
-
-def test_search_page_fits_a_phone_and_a_desktop_with_long_lines(
-    served: tuple[Stack, str, int], chromium: str,
-) -> None:
-    """A hit whose text is one 4 kB line without a space (a base64 blob, a minified file), its
-    explain panel and its session (tool calls unfolded) fit the window: on a 390 px phone a
-    ``1fr`` grid track took the width of the longest such line and the whole page scrolled
-    sideways, the search button and the hits' right edges cut off."""
-    stack, api, _seq = served
-    blob = "".join(f"{n:x}" for n in range(1, 1800))[:4000]
-    events = session_events("s-long-lines", turns=1, seed=7)
-    message = next(e for e in events if e["type"] == "message" and e["role"] == "user")
-    message["fields"]["text"] = f"zebraquux blob {blob}"
-    result = next(e for e in events if e["type"] == "tool.result")
-    result["fields"]["output"] = f"{blob}\nzebraquux done"
-    last = append_events(stack.settings, events)
-    wait_for_watermarks(stack.settings, last, KINDS, timeout=TIMEOUT)
-    for width in WIDTHS:
-        with Browser(chromium, width=width, height=844) as page:
-            page.goto(f"{api}/?{urllib.parse.urlencode({'q': 'zebraquux', 'explain': 1})}")
-            page.wait_for("document.body.dataset.search === 'done'", what="the search")
-            assert page.evaluate("document.querySelectorAll('#results li.hit').length") >= 1
-            assert page.evaluate(OVERFLOW) == {"extra": 0, "out": []}, width
-            # Figures in the explain tables stay whole (an exact rrf 8579/139360 was broken in
-            # two); ids beside them wrap instead.
-            broken = page.evaluate("""[...document.querySelectorAll('#explain-body td.figure')].filter((td) => {
-              const range = document.createRange(); range.selectNodeContents(td);
-              return range.getClientRects().length > 1; }).map((td) => td.textContent)""")
-            assert broken == [] and page.evaluate("document.querySelectorAll('#explain-body td.figure').length")
-            page.evaluate("document.querySelector('#results li.hit .open-session').click(); true")
-            page.wait_for("document.body.dataset.session === 'done'", what="the session view")
-            page.evaluate("for (const d of document.querySelectorAll('details')) d.open = true; true")
-            assert page.evaluate(OVERFLOW) == {"extra": 0, "out": []}, width
-            page.screenshot(SCREENSHOTS / f"long-lines-{width}.png", full_page=True)
-            assert not [line for line in page.console if line.startswith("exception")], page.console
-
-
 def test_search_page_back_and_forward_between_searches(
-    served: tuple[Stack, str, int], chromium: str,
+    served_once: tuple[Stack, str, int], chromium: str,
 ) -> None:
     """Each search is a history entry: Back shows the search before it (query, mode and its
     results, run again), Forward the later one; running the same search again adds no entry.
     With the URL only rewritten in place, Back left the page for wherever the user came from."""
-    _stack, api, _seq = served
+    _stack, api, _seq = served_once
     state = """(() => ({
       query: document.getElementById('query').value, mode: document.getElementById('mode').value,
       url: window.location.search, entries: window.history.length,
@@ -450,7 +486,7 @@ def test_search_page_back_and_forward_between_searches(
 
 
 def test_search_page_shows_the_latest_search_and_says_what_a_non_json_answer_was(
-    served: tuple[Stack, str, int], chromium: str,
+    served_once: tuple[Stack, str, int], chromium: str,
 ) -> None:
     """Two searches in flight (the first held back, as a slow wait:30 one is, the second typed
     while it waits): the page shows the second's results whichever answer arrives last; the
@@ -458,7 +494,7 @@ def test_search_page_shows_the_latest_search_and_says_what_a_non_json_answer_was
     that is not the API's JSON (a proxy's HTML 502) is shown as its status and type, not
     "SyntaxError: Unexpected token", and a failed search leaves no earlier search's results
     on the page."""
-    _stack, api, _seq = served
+    _stack, api, _seq = served_once
     state = """(() => ({
       search: document.body.dataset.search, url: window.location.search,
       hits: [...document.querySelectorAll('#results li.hit')].map((li) => li.dataset.chunkId),
@@ -499,13 +535,13 @@ def test_search_page_shows_the_latest_search_and_says_what_a_non_json_answer_was
 
 
 def test_search_page_opens_a_hit_s_session_in_the_log_it_was_found_in(
-    served: tuple[Stack, str, int], chromium: str,
+    served_once: tuple[Stack, str, int], chromium: str,
 ) -> None:
     """"open session" reads the hit's session from the log the search read, at its asOfSeq,
     whatever the Log field says by then: after the field was changed without searching again,
     it asked the other log for the session (404 no log named ..., or another log's session of
     that id at a position of this one)."""
-    _stack, api, _seq = served
+    _stack, api, _seq = served_once
     with Browser(chromium) as page:
         page.goto(f"{api}/?{urllib.parse.urlencode({'q': QUERY, 'log': 'default'})}")
         page.wait_for("document.body.dataset.search === 'done'", what="the search")
@@ -524,13 +560,13 @@ def test_search_page_opens_a_hit_s_session_in_the_log_it_was_found_in(
 
 
 def test_search_page_says_when_no_result_contains_the_query_s_words(
-    served: tuple[Stack, str, int], chromium: str,
+    served_once: tuple[Stack, str, int], chromium: str,
 ) -> None:
     """In hybrid mode the vector index always has nearest neighbours, so a query whose words
     occur nowhere filled the page with ten results that looked like matches. When every result
     came from the vector source alone, the page now says so; otherwise, in text mode (which
     answers "No results.") and in vector mode (where that is what was asked), it does not."""
-    _stack, api, _seq = served
+    _stack, api, _seq = served_once
     nonsense = "zzqxqv flibbertigibbet"
     with Browser(chromium) as page:
         for query, mode, notice in ((nonsense, "hybrid", True), (QUERY, "hybrid", False),
@@ -551,39 +587,15 @@ def test_search_page_says_when_no_result_contains_the_query_s_words(
             assert seen["empty"] == (mode == "text" and query == nonsense), (query, mode, seen)
 
 
-def test_search_page_freshness_line_counts_the_events_an_indexed_search_left_out(
-    served: tuple[Stack, str, int], chromium: str,
-) -> None:
-    """While the indexes lag, an indexed search reads them at their asOfSeq: its freshness line
-    said "nothing uncovered" beside "L1 N", the events after asOfSeq uncounted. It now says how
-    many newer events were not searched and how to include them; a latest search has none."""
-    stack, api, seq = served
-    stack.kill("sinks", signal.SIGTERM)
-    more = interleave(*[session_events(f"lag-{n}", turns=2, seed=n) for n in range(2)])
-    new_seq = append_events(stack.settings, more)
-    with Browser(chromium) as page:
-        for freshness in ("indexed", "latest"):
-            page.goto(f"{api}/?{urllib.parse.urlencode({'q': QUERY, 'freshness': freshness})}")
-            page.wait_for("document.body.dataset.search === 'done'", what=f"the {freshness} search")
-            line = page.evaluate("document.getElementById('freshness-line').textContent")
-            truth = post_search(api, {"query": QUERY, "freshness": freshness})
-            newer = truth["freshness"]["l1CommittedSeq"] - truth["asOfSeq"]
-            if freshness == "indexed":
-                assert truth["asOfSeq"] <= seq < new_seq and newer >= new_seq - seq, truth["freshness"]
-                assert f"{newer} newer events in L1 not searched (freshness latest searches them)" in line, line
-            else:
-                assert newer == 0 and "not searched" not in line, line
-
-
 def test_search_page_says_why_the_results_end_at_the_rank_depth(
-    served: tuple[Stack, str, int], chromium: str,
+    served_once: tuple[Stack, str, int], chromium: str,
 ) -> None:
     """An answer whose results stop at the rank depth while a source had more matches carries
     ``end`` (its message says how to reach them); the page showed nothing, the next-page
     button simply gone. Over the real tau-bench transcripts a text search for "refund" ends
     after 67 results that way. The sample corpus is too small to reach the depth, so the API's
     own answer is given an ``end`` on its way to the page."""
-    _stack, api, _seq = served
+    _stack, api, _seq = served_once
     answer = post_search(api, {"query": QUERY, "k": 10})
     end = {"reason": "rankDepth", "depth": 200, "sources": ["text"],
            "message": "results end at rank depth 200: text had more matches; refine the query or add "
