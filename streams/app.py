@@ -277,7 +277,8 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
         await faust_compat.reread(app, gaps)
 
     async def judge_holes(applied: Mapping[tuple[str, int], int | None]) -> None:
-        """Ask the broker about each hole that reading again did not fill (streams.stages.gaps)."""
+        """Ask the broker about each hole found, and again about one that reading again did not
+        fill (streams.stages.gaps)."""
         assigned = {(topic, partition) for topic in (topics.l1, topics.redacted)
                     for partition in faust_compat.assigned(app, topic)}
         holes = gaps.to_judge(applied, assigned)
@@ -292,6 +293,9 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
                 continue  # the broker did not answer in time: asked again at the next tick
             if not found:
                 gaps.judged_empty((topic, partition), start, end)
+                continue
+            if not gaps.read_enough((topic, partition), start):
+                gaps.judged_holding((topic, partition), start)  # reading again brings them
                 continue
             await faust_compat.rewind(app, topic, partition, start)  # a restart reads the hole, whatever faust committed
             _restart(f"{len(found)} records of {topic}[{partition}] from offset {found[0]} were fetched but "

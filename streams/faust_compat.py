@@ -21,7 +21,15 @@ Patched (replaced on the class, once per process, by :func:`patch_faust_rebalanc
   topic the worker itself feeds), new records of the others (L1) are not fetched. With 1.5 s the
   worker sat idle two thirds of the time on a backlog (docs/benchmarks.md, "The fetch that held
   the worker"). The consumer's ``_fetch_max_wait_ms`` is set from :func:`set_fetch_wait` before
-  it starts.
+  it starts. And its ``_isolation_level`` is ``read_committed``: faust reads committed only under
+  exactly-once and everything else uncommitted, so the events of an aborted (or still open)
+  transaction of a transactional producer on L1 reached the indexes, which the planner's tail
+  scan, the sinks and a rebuild, reading L1 committed, never saw (SPEC §3: L1 is committed up
+  to the last stable offset).
+- ``AIOKafkaConsumerThread.highwater(self, tp)``: a partition's end as the fetches saw it is, for
+  a consumer that reads committed, its last stable offset (faust says so only under
+  exactly-once): past it lie records of open transactions the consumer cannot read yet, which
+  :class:`streams.stages.gaps.Tails` would take for records dropped.
 - ``faust.transport.drivers.aiokafka.AIOKafkaConsumerThread.seek_to_committed(self)`` (async):
   a partition kept across a rebalance without a committed offset is not repositioned (aiokafka
   seeks only to committed offsets > 0, faust-streaming#216); it is now sought to its beginning,
@@ -43,8 +51,8 @@ Read or written without patching:
   ``_gap`` bookkeeping, filled when a seek back set its read offset below records still being
   handed on, adds those offsets to the acked ones, so a later commit passes records no stage
   applied; a restart from there never reads the hole, and exits again, for ever.
-- ``Consumer.highwater(tp)`` (aiokafka's ``AIOKafkaConsumer.highwater``): each source partition's
-  end offset as the last fetch response gave it, for :func:`ends`: faust also drops records it
+- ``Consumer.highwater(tp)`` (patched above: aiokafka's ``AIOKafkaConsumer.last_stable_offset``):
+  each source partition's end offset as the last fetch response gave it, for :func:`ends`: faust also drops records it
   fetched without acking them (below its read offset after a seek back, the rest of a fetch when
   a rebalance begins), and a partition's last records dropped so are found only by comparing
   its end with what the stage applied (:class:`streams.stages.gaps.Tails`).
@@ -102,8 +110,9 @@ TESTED_WITH = {"faust-streaming": "0.15.3", "aiokafka": "0.14.0"}
 
 
 def patch_faust_rebalance() -> None:
-    """Patch ``Consumer.ack``, ``Consumer._new_offset`` and
-    ``AIOKafkaConsumerThread.seek_to_committed`` (module docstring); idempotent."""
+    """Patch ``Consumer.ack``, ``Consumer._new_offset`` and ``AIOKafkaConsumerThread``'s
+    ``_create_worker_consumer``, ``highwater`` and ``seek_to_committed`` (module docstring);
+    idempotent."""
     from faust.transport.consumer import Consumer
     from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
 
@@ -143,9 +152,16 @@ def patch_faust_rebalance() -> None:
         wait_ms = self.app.__dict__.get("usl_fetch_wait_ms")
         if wait_ms is not None:  # read by the fetcher aiokafka builds when the consumer starts
             consumer._fetch_max_wait_ms = wait_ms
+        consumer._isolation_level = "read_committed"  # read by that fetcher too
         return consumer
 
+    def highwater(self: Any, tp: Any) -> Any:
+        consumer = self._ensure_consumer()
+        stable = consumer.last_stable_offset(tp)  # None from a broker too old to say
+        return consumer.highwater(tp) if stable is None or stable < 0 else stable
+
     AIOKafkaConsumerThread._create_worker_consumer = create_worker_consumer  # type: ignore[method-assign]
+    AIOKafkaConsumerThread.highwater = highwater  # type: ignore[method-assign]
     Consumer.ack = ack  # type: ignore[method-assign]
     Consumer._new_offset = new_offset  # type: ignore[method-assign]
     AIOKafkaConsumerThread.seek_to_committed = seek_to_committed  # type: ignore[method-assign]

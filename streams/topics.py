@@ -169,16 +169,17 @@ def _partition_counts(admin: KafkaAdminClient, names: list[str]) -> dict[str, in
 async def records_between(bootstrap: str, topic: str, partition: int, start: int, end: int, *,
                           timeout: float = 10.0) -> list[int] | None:
     """The offsets from ``start`` to ``end - 1`` of ``topic``'s ``partition`` that hold a record,
-    read as the worker reads (uncommitted records included, transaction markers not), by a
-    consumer of its own in no group; None when the broker did not answer within ``timeout``.
-    Offsets below the partition's first (deleted by retention) hold none."""
+    read as the worker reads (committed: an aborted transaction's records and the transaction
+    markers hold none), by a consumer of its own in no group; None when the broker did not
+    answer within ``timeout``. Offsets below the partition's first (deleted by retention) hold
+    none."""
     import asyncio
 
     from aiokafka import AIOKafkaConsumer, TopicPartition
     from aiokafka.errors import KafkaError
 
     tp = TopicPartition(topic, partition)
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, isolation_level="read_committed",
                                 auto_offset_reset="earliest", request_timeout_ms=round(timeout * 1000))
 
     async def read() -> list[int]:

@@ -6,14 +6,18 @@ source partition; a record past the next offset means some were skipped. The sta
 apply it, the wiring holds the partition's commits and seeks back to the committed offset, and the
 records arrive again.
 
-A hole that is still there after :data:`MAX_ROUNDS` seeks is judged by the broker: the wiring reads
-its offsets with a consumer of its own. Transaction markers (which L1's contract allows other
-producers to write) take offsets and hold no record: a hole of those alone is real and accepted.
-A hole whose records the broker does hold is not: faust dropped them again on every seek (a fetch
-still being handed on after the seek moves its read offset past them, and it drops records below
-it). Accepting it lost those records from every index, behind flush ticks that had claimed past
-them; the wiring restarts the worker instead, which reads them from the committed offset, held
-before the hole all along.
+The broker judges each hole as soon as it is found, and again if it is still there after
+:data:`MAX_ROUNDS` seeks: the wiring reads its offsets with a consumer of its own. Transaction
+markers and aborted transactions (which L1's contract allows other producers to write) take
+offsets and hold no committed record: a hole of those alone is real and accepted at once. Before,
+every hole was read again :data:`MAX_ROUNDS` times first, so each transaction of a transactional
+producer on L1 cost three seeks back (over a second), and a partition's last marker five seconds
+per seek. A hole whose records the broker does hold is read again, and once read again
+:data:`MAX_ROUNDS` times it is not accepted either: faust dropped them on every seek (a fetch still
+being handed on after the seek moves its read offset past them, and it drops records below it).
+Accepting it lost those records from every index, behind flush ticks that had claimed past them;
+the wiring restarts the worker instead, which reads them from the committed offset, held before
+the hole all along.
 
 A hole at the end of a partition shows no record past it: faust also drops records it already
 fetched without handing them to a stage (records below its read offset after a seek back, the
@@ -44,54 +48,77 @@ SourcePartition = tuple[str, int]
 
 class Gaps:
     """The holes found per source partition, how often each was read again, and what the broker
-    said of those read again :data:`MAX_ROUNDS` times."""
+    said of them."""
 
     def __init__(self) -> None:
         self.expected: dict[SourcePartition, int] = {}  # the offset a hole was found before
         self.rounds: dict[tuple[SourcePartition, int], int] = {}
-        # (source, first offset of the hole) -> its end: read again MAX_ROUNDS times, for the broker to judge
+        # (source, first offset of the hole) -> its end: for the broker to judge
         self.unjudged: dict[tuple[SourcePartition, int], int] = {}
         # (source, first offset of the hole) -> its end: the broker holds no record there
         self.empty: dict[tuple[SourcePartition, int], int] = {}
+        # (source, first offset of the hole): the broker holds records there; asked again once
+        # the hole was read again MAX_ROUNDS times
+        self.holding: set[tuple[SourcePartition, int]] = set()
 
     def hole(self, source: SourcePartition, offset: int, last_offset: int | None) -> bool:
         """True when records between ``last_offset`` and ``offset`` were never delivered (and the
-        broker did not find that range empty once it was read again :data:`MAX_ROUNDS` times)."""
+        broker did not find that range empty)."""
         if last_offset is None or offset <= last_offset + 1:
             return False
         key = (source, last_offset + 1)
-        if self.rounds.get(key, 0) >= MAX_ROUNDS:
-            if offset <= self.empty.get(key, -1):
-                log.warning("accepting a gap in %s at offsets %d to %d: the broker holds no record there",
-                            source, last_offset + 1, offset - 1)
-                return False
+        if offset <= self.empty.get(key, -1):
+            log.info("accepting a gap in %s at offsets %d to %d: the broker holds no committed record there",
+                     source, last_offset + 1, offset - 1)
+            return False
+        if key not in self.holding or self.read_enough(*key):
             self.unjudged[key] = min(offset, self.unjudged.get(key, offset))
         self.expected[source] = last_offset + 1
         return True
 
+    def read_enough(self, source: SourcePartition, start: int) -> bool:
+        """The hole at ``start`` was read again :data:`MAX_ROUNDS` times: records the broker holds
+        there were dropped on every read, and reading again will not bring them."""
+        return self.rounds.get((source, start), 0) >= MAX_ROUNDS
+
     def to_judge(self, applied: Mapping[SourcePartition, int | None],
                  assigned: Collection[SourcePartition]) -> list[tuple[SourcePartition, int, int]]:
-        """The holes read again :data:`MAX_ROUNDS` times and still there, as ``(source, start,
-        end)``, for the broker to say whether it holds records at offsets ``start`` to ``end - 1``;
-        ``applied`` is the offset of the last record the stages applied per source partition
-        (a hole a later read filled is forgotten) and ``assigned`` the source partitions this
-        process reads. The holes of a partition a rebalance took away are forgotten, with how
-        often they were read: its new owner reads it from the committed offset, and the records
-        the broker holds there are no reason for this process to restart."""
-        for source, start in list(self.unjudged):
+        """The holes for the broker to judge, as ``(source, start, end)``: whether it holds
+        records at offsets ``start`` to ``end - 1``. ``applied`` is the offset of the last record
+        the stages applied per source partition (a hole a later read filled is forgotten) and
+        ``assigned`` the source partitions this process reads. The holes of a partition a
+        rebalance took away are forgotten, with how often they were read: its new owner reads
+        it from the committed offset, and the records the broker holds there are no reason for
+        this process to restart. What is known of a hole the stages applied past is forgotten
+        too (a worker fed by a transactional producer meets a hole per transaction)."""
+        def passed(source: SourcePartition, offset: int) -> bool:
             last = applied.get(source)
-            if source not in assigned or (last is not None and last >= start):
-                del self.unjudged[source, start]
-        for source, start in list(self.rounds):
-            if source not in assigned:
-                del self.rounds[source, start]
+            return source not in assigned or (last is not None and last >= offset)
+
+        self.unjudged = {key: end for key, end in self.unjudged.items() if not passed(*key)}
+        self.rounds = {key: count for key, count in self.rounds.items() if not passed(*key)}
+        self.holding = {key for key in self.holding if not passed(*key)}
+        self.empty = {key: end for key, end in self.empty.items() if not passed(key[0], end)}
         return [(source, start, end) for (source, start), end in sorted(self.unjudged.items())]
 
     def judged_empty(self, source: SourcePartition, start: int, end: int) -> None:
         """The broker holds no record at offsets ``start`` to ``end - 1`` of ``source``: the hole
         is accepted when it is next met."""
         self.unjudged.pop((source, start), None)
+        self.holding.discard((source, start))
         self.empty[source, start] = max(end, self.empty.get((source, start), end))
+
+    def judged_holding(self, source: SourcePartition, start: int) -> None:
+        """The broker holds records in the hole at ``start``, which was not read again
+        :data:`MAX_ROUNDS` times yet: reading again is what brings them (a rebalance's
+        hole); the broker is asked again if it does not."""
+        self.unjudged.pop((source, start), None)
+        self.holding.add((source, start))
+
+    def empty_after(self, source: SourcePartition, applied: int) -> int | None:
+        """The end of a hole right after offset ``applied`` of ``source`` that the broker found
+        empty (the last offsets of a partition that end in a transaction's marker), else None."""
+        return self.empty.get((source, applied + 1))
 
     def reread(self, source: SourcePartition) -> None:
         """Note that ``source`` was sought back to its committed offset once more."""

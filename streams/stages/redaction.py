@@ -258,6 +258,14 @@ class RedactionStage:
             # those seqs for good (wait:N timed out, status never caught up).
             home = self.partition_of.get(log_id, restored.get(log_id))
             applied = self.tables[LOG_CLOCKS].get(offset_key(home)) if home is not None else None
+            # The partition's last offsets after the last record applied may hold no committed
+            # record (a transactional producer's last marker, an aborted transaction): once the
+            # broker said so, they end the log as a record there would. Else the log's last seq
+            # (the committed seq, the last stable offset) was never released.
+            empty_end = (None if applied is None or home is None
+                         else self.gaps.empty_after((self.settings.topic("l1"), home), int(applied)))
+            if empty_end is not None:
+                seq, applied = max(seq, empty_end), empty_end - 1
             released = min(seq, max(int(clock["lastSeq"]), int(applied) + 1 if applied is not None else 0))
             if released <= self.last_flush.get(log_id, 0):
                 continue

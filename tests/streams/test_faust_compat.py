@@ -77,6 +77,7 @@ def test_consumer_bookkeeping_the_rereader_touches_exists() -> None:
     assert params(ThreadDelegateConsumer.highwater) == ["self", "tp"]
     assert params(AIOKafkaConsumerThread.highwater) == ["self", "tp"]
     assert params(AIOKafkaConsumer.highwater) == ["self", "partition"]
+    assert params(AIOKafkaConsumer.last_stable_offset) == ["self", "partition"]
 
 
 def test_table_store_and_producer_internals_exist() -> None:
@@ -140,6 +141,8 @@ def test_the_worker_consumer_waits_on_fetches_as_long_as_the_setting_says(
         # faust's own value, without the setting: if it changes, the patch may no longer be needed.
         app.__dict__.pop("usl_fetch_wait_ms", None)
         plain = thread._create_worker_consumer(app.transport)
+        # Committed only, as every other reader of L1 (the fetcher reads the attribute on start).
+        assert consumer._isolation_level == plain._isolation_level == "read_committed"
         await consumer.stop()
         await plain.stop()
         return consumer._fetch_max_wait_ms, plain._fetch_max_wait_ms

@@ -170,19 +170,56 @@ def test_a_hole_is_not_applied_until_read_again_or_judged_empty(log: list[dict[s
     worker.redact(batch[:2])
     late = worker.redaction.apply(batch[4:])
     assert late.holes == [(L1, 0)] * 2 and not late.records and late.writes == []
+    # The broker is asked at once; it holds records there (a rebalance's hole): read again.
+    assert worker.gaps.to_judge({(L1, 0): 1}, {(L1, 0)}) == [((L1, 0), 2, 4)]  # up to the first record past it
+    assert not worker.gaps.read_enough((L1, 0), 2)
+    worker.gaps.judged_holding((L1, 0), 2)
     for _ in range(MAX_ROUNDS):
         assert worker.gaps.to_judge({(L1, 0): 1}, {(L1, 0)}) == []
         worker.gaps.reread((L1, 0))
         assert worker.redaction.apply(batch[4:]).holes == [(L1, 0)] * 2
-    # Read again three times and still there: the broker judges offsets 2 and 3. Until it says
-    # they hold no record (transaction markers), the hole stays a hole.
-    assert worker.gaps.to_judge({(L1, 0): 1}, {(L1, 0)}) == [((L1, 0), 2, 4)]  # up to the first record past it
+    # Read again three times and still there: the broker judges offsets 2 and 3 again. Until it
+    # says they hold no record (transaction markers), the hole stays a hole.
+    assert worker.gaps.to_judge({(L1, 0): 1}, {(L1, 0)}) == [((L1, 0), 2, 4)]
+    assert worker.gaps.read_enough((L1, 0), 2)
     assert worker.redaction.apply(batch[4:]).holes == [(L1, 0)] * 2
     worker.gaps.judged_empty((L1, 0), 2, 4)
     accepted = worker.redaction.apply(batch[4:])
     events = [r for r in produced(accepted, "redacted") if orjson.loads(r.value)["kind"] == "event"]
     assert not accepted.holes and [orjson.loads(r.value)["seq"] for r in events] == [5, 6]
     assert worker.gaps.to_judge({(L1, 0): 5}, {(L1, 0)}) == []
+    assert not worker.gaps.empty and not worker.gaps.rounds  # forgotten once applied past
+
+
+def test_a_hole_the_broker_finds_empty_at_once_is_accepted_without_reading_again(log: list[dict[str, Any]]) -> None:
+    """A transactional producer's marker (or an aborted transaction) between two of its
+    transactions: every hole was read again three times before the broker was asked, over a
+    second per transaction."""
+    worker = Worker()
+    batch = l1_batch(log[:6])
+    worker.redact(batch[:2])
+    assert worker.redaction.apply(batch[4:]).holes == [(L1, 0)] * 2
+    assert worker.gaps.to_judge({(L1, 0): 1}, {(L1, 0)}) == [((L1, 0), 2, 4)]
+    worker.gaps.judged_empty((L1, 0), 2, 4)
+    accepted = worker.redaction.apply(batch[4:])
+    assert not accepted.holes and not worker.gaps.rounds
+
+
+def test_a_partition_that_ends_in_an_empty_hole_is_released_to_its_end(log: list[dict[str, Any]]) -> None:
+    """A log whose last offsets hold no committed record (a transactional producer's last commit
+    marker): once the broker said so, a flush tick releases the log through them, as L1's
+    committed seq does; before, the log's progress stood one short of it for good."""
+    worker = Worker(every=1000)
+    worker.redact(l1_batch(log[:4]))
+    assert {orjson.loads(r.value)["seq"] for r in worker.redaction.flush({}, {}).records} == {4}
+    worker.redaction.commit(worker.redaction.flush({}, {}))
+    tails = Tails(worker.gaps, patience=1.0)
+    assert tails.check(0.0, {(L1, 0): 5}, {(L1, 0): 3}) == []
+    assert tails.check(2.0, {(L1, 0): 5}, {(L1, 0): 3}) == [(L1, 0)]
+    assert worker.gaps.to_judge({(L1, 0): 3}, {(L1, 0)}) == [((L1, 0), 4, 5)]
+    assert not worker.redaction.flush({}, {}).records  # not yet judged: nothing more to release
+    worker.gaps.judged_empty((L1, 0), 4, 5)
+    assert {orjson.loads(r.value)["seq"] for r in worker.redaction.flush({}, {}).records} == {5}
 
 
 def test_a_hole_the_broker_holds_records_in_is_never_accepted(log: list[dict[str, Any]]) -> None:
@@ -216,9 +253,10 @@ def test_a_hole_in_a_partition_a_rebalance_took_away_is_not_judged_here(log: lis
         worker.gaps.reread((L1, 0))
     assert worker.redaction.apply(batch[4:]).holes  # read again three times: for the broker now
     assert worker.gaps.to_judge({(L1, 0): 1}, {(L1, 1)}) == []  # (L1, 0) went to another worker
-    # Given back later, its hole is read again before the broker is asked.
+    # Given back later, its hole is asked about as a new one: records there are read again.
     assert worker.redaction.apply(batch[4:]).holes
-    assert worker.gaps.to_judge({(L1, 0): 1}, {(L1, 0)}) == []
+    assert worker.gaps.to_judge({(L1, 0): 1}, {(L1, 0)}) == [((L1, 0), 2, 4)]
+    assert not worker.gaps.read_enough((L1, 0), 2)
 
 
 def test_an_unapplied_partition_end_is_read_again_once_it_stands_still() -> None:
