@@ -245,7 +245,9 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
             # A batch: one wait for its chunks' and ticks' acknowledgements and one changelog record
             # per table key, instead of per record (docs/benchmarks.md, "Profiling the worker").
             async for batch in stream.take_events(settings.worker_batch_records, within=settings.worker_batch_seconds):
-                await perform(stage, stage.apply([_record(event) for event in batch]), batch)
+                records = [_record(event) for event in batch]
+                await judge_ahead(stage, records)
+                await perform(stage, stage.apply(records), batch)
                 if stage is redaction_stage and pacer.due(time.monotonic()):
                     await flush()
         except Exception:  # an unexpected bug: exit so a restart resumes at-least-once
@@ -276,12 +278,33 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
             await judge_holes(applied)
         await faust_compat.reread(app, gaps)
 
+    async def judge_ahead(stage: RedactionStage | ChunkingStage, records: list[Record]) -> None:
+        """Ask the broker about the holes ``records`` will meet before the stage applies them; a
+        hole it finds empty (transaction markers, an aborted transaction) is then accepted in
+        this batch. Found only by the stage, each transaction of a transactional producer on L1
+        held its partition until the next tick and had everything since the committed offset
+        read again. One read per source partition, over all its holes; a hole with records is
+        left to the stage, to read again (:func:`judge_holes`)."""
+        table = state.LOG_CLOCKS if stage is redaction_stage else state.CHUNKER_PROGRESS
+        sources = {(record.topic, record.partition) for record in records}
+        applied = {source: tables[table].get(state.offset_key(source[1])) for source in sources}
+        found = gaps.found_in([((record.topic, record.partition), record.offset) for record in records], applied)
+        for (topic, partition), holes in found.items():
+            held = await records_between(bootstrap, topic, partition, holes[0][0], holes[-1][1])
+            if held is None:
+                continue  # the broker did not answer in time: the stage finds the holes
+            for start, end in holes:
+                if not any(start <= offset < end for offset in held):
+                    gaps.judged_empty((topic, partition), start, end)
+
     async def judge_holes(applied: Mapping[tuple[str, int], int | None]) -> None:
         """Ask the broker about each hole found, and again about one that reading again did not
         fill (streams.stages.gaps)."""
         assigned = {(topic, partition) for topic in (topics.l1, topics.redacted)
                     for partition in faust_compat.assigned(app, topic)}
-        holes = gaps.to_judge(applied, assigned)
+        committed = {(topic, partition): offset for topic in (topics.l1, topics.redacted)
+                     for partition, offset in faust_compat.committed_offsets(app, topic).items()}
+        holes = gaps.to_judge(applied, assigned, committed)
         if not holes:
             return  # every tick: the messages in flight are looked at only when a hole waits
         flying = faust_compat.in_flight(app)

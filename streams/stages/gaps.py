@@ -81,25 +81,48 @@ class Gaps:
         there were dropped on every read, and reading again will not bring them."""
         return self.rounds.get((source, start), 0) >= MAX_ROUNDS
 
-    def to_judge(self, applied: Mapping[SourcePartition, int | None],
-                 assigned: Collection[SourcePartition]) -> list[tuple[SourcePartition, int, int]]:
+    def to_judge(self, applied: Mapping[SourcePartition, int | None], assigned: Collection[SourcePartition],
+                 committed: Mapping[SourcePartition, int] | None = None) -> list[tuple[SourcePartition, int, int]]:
         """The holes for the broker to judge, as ``(source, start, end)``: whether it holds
         records at offsets ``start`` to ``end - 1``. ``applied`` is the offset of the last record
         the stages applied per source partition (a hole a later read filled is forgotten) and
         ``assigned`` the source partitions this process reads. The holes of a partition a
         rebalance took away are forgotten, with how often they were read: its new owner reads
         it from the committed offset, and the records the broker holds there are no reason for
-        this process to restart. What is known of a hole the stages applied past is forgotten
-        too (a worker fed by a transactional producer meets a hole per transaction)."""
-        def passed(source: SourcePartition, offset: int) -> bool:
-            last = applied.get(source)
-            return source not in assigned or (last is not None and last >= offset)
+        this process to restart. What is known of a hole below the group's ``committed`` offset
+        of its partition is forgotten too: no read again starts below it, so none meets the
+        hole again (a worker fed by a transactional producer meets a hole per transaction).
+        Not what the stages applied: reading again applies the same records again, from the
+        committed offset."""
+        committed = committed or {}
 
-        self.unjudged = {key: end for key, end in self.unjudged.items() if not passed(*key)}
-        self.rounds = {key: count for key, count in self.rounds.items() if not passed(*key)}
-        self.holding = {key for key in self.holding if not passed(*key)}
-        self.empty = {key: end for key, end in self.empty.items() if not passed(key[0], end)}
+        def kept(source: SourcePartition, offset: int) -> bool:
+            return source in assigned and offset >= committed.get(source, 0)
+
+        def open_(source: SourcePartition, start: int) -> bool:
+            last = applied.get(source)
+            return kept(source, start) and (last is None or last < start)
+
+        self.unjudged = {key: end for key, end in self.unjudged.items() if open_(*key)}
+        self.rounds = {key: count for key, count in self.rounds.items() if kept(*key)}
+        self.holding = {key for key in self.holding if kept(*key)}
+        self.empty = {key: end for key, end in self.empty.items() if kept(key[0], end)}
         return [(source, start, end) for (source, start), end in sorted(self.unjudged.items())]
+
+    def found_in(self, offsets: Collection[tuple[SourcePartition, int]],
+                 applied: Mapping[SourcePartition, int | None]) -> dict[SourcePartition, list[tuple[int, int]]]:
+        """The holes a batch of records at ``offsets`` (source, offset; in the batch's order) will
+        meet, as ``(start, end)`` per source, given the last offset the stage applied per source
+        (``applied``), less those the broker already found empty: what to ask the broker about
+        before the batch is applied, so that transaction markers do not hold it."""
+        last = dict(applied)
+        found: dict[SourcePartition, list[tuple[int, int]]] = {}
+        for source, offset in offsets:
+            before = last.get(source)
+            if before is not None and offset > before + 1 and offset > self.empty.get((source, before + 1), -1):
+                found.setdefault(source, []).append((before + 1, offset))
+            last[source] = offset
+        return found
 
     def judged_empty(self, source: SourcePartition, start: int, end: int) -> None:
         """The broker holds no record at offsets ``start`` to ``end - 1`` of ``source``: the hole

@@ -188,7 +188,10 @@ def test_a_hole_is_not_applied_until_read_again_or_judged_empty(log: list[dict[s
     events = [r for r in produced(accepted, "redacted") if orjson.loads(r.value)["kind"] == "event"]
     assert not accepted.holes and [orjson.loads(r.value)["seq"] for r in events] == [5, 6]
     assert worker.gaps.to_judge({(L1, 0): 5}, {(L1, 0)}) == []
-    assert not worker.gaps.empty and not worker.gaps.rounds  # forgotten once applied past
+    # Kept while a read again may meet the hole: those start at the group's committed offset.
+    assert worker.gaps.empty and worker.gaps.rounds
+    assert worker.gaps.to_judge({(L1, 0): 5}, {(L1, 0)}, {(L1, 0): 6}) == []
+    assert not worker.gaps.empty and not worker.gaps.rounds
 
 
 def test_a_hole_the_broker_finds_empty_at_once_is_accepted_without_reading_again(log: list[dict[str, Any]]) -> None:
@@ -203,6 +206,18 @@ def test_a_hole_the_broker_finds_empty_at_once_is_accepted_without_reading_again
     worker.gaps.judged_empty((L1, 0), 2, 4)
     accepted = worker.redaction.apply(batch[4:])
     assert not accepted.holes and not worker.gaps.rounds
+
+
+def test_the_holes_a_batch_will_meet_are_known_before_it_is_applied() -> None:
+    """What the wiring asks the broker about before a batch is applied: per source partition,
+    each range between the last applied offset and the batch's records, less those found empty."""
+    gaps = Gaps()
+    a, b = (L1, 0), (L1, 1)
+    batch = [(a, 5), (b, 2), (a, 6), (a, 8), (b, 3), (a, 11), (b, 9)]
+    assert gaps.found_in(batch, {a: 4, b: None}) == {a: [(7, 8), (9, 11)], b: [(4, 9)]}
+    gaps.judged_empty(a, 7, 8)
+    assert gaps.found_in(batch, {a: 4, b: 1}) == {a: [(9, 11)], b: [(4, 9)]}
+    assert gaps.found_in([(a, 5), (a, 6)], {a: 4}) == {}
 
 
 def test_a_partition_that_ends_in_an_empty_hole_is_released_to_its_end(log: list[dict[str, Any]]) -> None:
