@@ -523,6 +523,9 @@ class _Parsed:
     # Read on from ``base`` (items are those of the bytes after it, and the end of the input):
     # the prefix ``base`` vouches for was checked, and this is the SHA-256 of ``complete``.
     resumed_sha: str | None = None
+    # ``base`` when the file still begins with the bytes it vouches for (set by ``_plan``): a
+    # record of another file once at this path (rotated, replaced) says nothing of this one.
+    vouching: FileRecord | None = None
 
 
 class Follower:
@@ -1072,14 +1075,15 @@ class Follower:
             tracked = self._tracked[item.key]
             if item.resumed_sha is not None:  # _resume checked the prefix and what is known of it
                 assert tracked.appended is not None
+                item.vouching = item.base
                 known[item.key] = (tracked.appended, tracked.rejected)
                 continue
             # What this process remembers of the file holds only while the file still begins
             # with what it read: a file rewritten with an earlier line edited is checked against
             # L1, as a restarted follower checks it (else the edit was dropped as a duplicate,
             # without the dead letter a conflict gets).
-            base = item.base if item.base is not None and item.base.offset <= len(item.complete) and \
-                _sha(item.complete[: item.base.offset]) == item.base.prefix_sha else None
+            base = item.vouching = item.base if item.base is not None and item.base.offset <= len(item.complete) \
+                and _sha(item.complete[: item.base.offset]) == item.base.prefix_sha else None
             if base is not None and tracked.record == base and tracked.appended is not None:
                 known[item.key] = (tracked.appended, tracked.rejected)
             elif base is not None:
@@ -1109,7 +1113,7 @@ class Follower:
         release = item.items if idle else item.items[: item.stable]
         seen = dict(appended)
         new_events, canonical, conflicts = _new_events(release, seen, report, fmt=item.fmt)
-        amended, started = _amendments(release, seen, item.base, {event["eventId"] for event in new_events},
+        amended, started = _amendments(release, seen, item.vouching, {event["eventId"] for event in new_events},
                                        fmt=item.fmt)
         new_events += amended
         canonical += [None] * len(amended)
@@ -1125,7 +1129,7 @@ class Follower:
         resolved = _resolved(release, conflicts, old_rejects)
         sent_early = [e.event["eventId"] for e in item.items[item.stable:] if idle and isinstance(e, Accepted)]
         record = self._record(item, held=tuple(e["eventId"] for e in held), conflicts=_conflicts(seen),
-                              started=started, released=(*(item.base.released if item.base else ()), *sent_early))
+                              started=started, released=(*(item.vouching.released if item.vouching else ()), *sent_early))
         if item.cursor is not None:
             item.cursor.record = record  # valid once the batch commits and the record is this
         tracked.cursor = item.cursor

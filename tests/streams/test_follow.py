@@ -345,6 +345,56 @@ def test_a_rotation_while_the_follower_was_stopped_loses_nothing(tmp_path, style
     assert_rotated_lines_appended(l1, tmp_path, name, lines[:12])
 
 
+def _json_or_none(line: bytes) -> Any:
+    try:
+        return json.loads(line)
+    except ValueError:
+        return None  # the fixture's cut and text lines
+
+
+def _rotated_and_followed_on(tmp_path: Path, *, title: str | None = None) -> tuple[Path, MemoryL1, Clock]:
+    """A transcript followed while logrotate renames it (``s.jsonl`` → ``s.jsonl.1``) and its
+    session goes on in a new file at the followed path, which the follower reads to its idle end;
+    with ``title``, a follower started again then sees a summary naming the new file's last line
+    written."""
+    root = tmp_path / "sessions"
+    root.mkdir()
+    lines = TRANSCRIPTS[1].read_bytes().splitlines(keepends=True)
+    half = len(lines) // 2
+    live = root / TRANSCRIPTS[1].name
+    live.write_bytes(b"".join(lines[:half]))
+    l1, clock = MemoryL1(), Clock()
+    tail = follower(root, l1, tmp_path / "home", clock)
+    tail.poll()
+    live.rename(root / f"{live.name}.1")
+    live.write_bytes(b"".join(lines[half:]))
+    tail.poll()
+    clock.now += 10
+    tail.poll()
+    if title is not None:
+        tail = follower(root, l1, tmp_path / "home", clock)  # restarted: the positions say what was sent
+        tail.poll()
+        leaf = next(line["uuid"] for line in map(_json_or_none, reversed(lines)) if line and "uuid" in line)
+        with live.open("ab") as handle:
+            handle.write(json.dumps({"type": "summary", "summary": title, "leafUuid": leaf}).encode() + b"\n")
+        tail.poll()
+        clock.now += 10
+        tail.poll()
+    return root, l1, clock
+
+
+def test_a_rotated_transcript_imported_again_appends_nothing(tmp_path):
+    """Found following real transcripts (entireio/cli's) through a rotation: the new file at the
+    followed path says its session's session.started otherwise (its first line is later), which
+    went out once more under an eventId of its own; its record kept the rotated file's
+    session.started as what it had sent, so a one-shot `usl ingest` of the directory sent that
+    second session.started again, the same eventId twice in L1."""
+    root, l1, clock = _rotated_and_followed_on(tmp_path)
+    assert max(l1.counts().values()) == 1
+    report = follower(root, l1, tmp_path / "home", clock, once=True).poll()
+    assert (report.appended, max(l1.counts().values())) == (0, 1)
+
+
 def test_lines_before_a_copytruncate_are_read_when_the_writer_refilled_the_file_before_the_poll(tmp_path):
     """copytruncate, then the writer goes on past the old position before the next poll: the
     followed file is not shorter and has the same inode, but no longer begins with the bytes its
