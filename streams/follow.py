@@ -1350,7 +1350,10 @@ def _amendments(entries: list[Accepted | Rejected], seen: dict[str, bytes | None
         event_id = entry.event["eventId"]
         digest = _digest(entry).hex()
         held = seen.get(event_id)
-        if event_id in sent or (held is not None and held.hex() == digest):  # sent now, or L1 holds this copy
+        again = _amended(entry.event, digest)["eventId"]
+        if event_id in sent or again in sent or again in seen or (held is not None and held.hex() == digest):
+            # Sent now (as it is, or once more because another file of its session started it:
+            # _new_events), or L1 holds this copy: what the file said of it when it went out.
             known[event_id] = digest
         elif event_id in known and known[event_id] != digest and event_id in seen and seen[event_id] is None:
             amended.append(_amended(entry.event, digest))

@@ -395,6 +395,17 @@ def test_a_rotated_transcript_imported_again_appends_nothing(tmp_path):
     assert (report.appended, max(l1.counts().values())) == (0, 1)
 
 
+def test_a_title_written_into_the_file_that_replaced_a_rotated_one_reaches_the_session(tmp_path):
+    """The same session.started, titled by a summary the new file gets after a restart: it goes
+    out once more with the title, as a followed file's late title does, since the file's record
+    says which copy of it the file sent (it listed none: the title never reached the session)."""
+    root, l1, clock = _rotated_and_followed_on(tmp_path, title="Rotated and renamed")
+    titles = [e["fields"].get("title") for e in l1.log if e["type"] == "session.started"]
+    assert titles[-1] == "Rotated and renamed"
+    assert max(l1.counts().values()) == 1
+    assert follower(root, l1, tmp_path / "home", clock, once=True).poll().appended == 0
+
+
 def test_lines_before_a_copytruncate_are_read_when_the_writer_refilled_the_file_before_the_poll(tmp_path):
     """copytruncate, then the writer goes on past the old position before the next poll: the
     followed file is not shorter and has the same inode, but no longer begins with the bytes its
