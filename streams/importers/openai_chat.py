@@ -194,7 +194,7 @@ class ChatCursor:
                     self.stale = True  # perhaps a document's first line (see _jsonl_document)
                     return None
             for place, record, value, error, raw in _line_values(self.label, number, line):
-                if error is None and is_message_line(value):
+                if error is None and (is_message_line(value) or (self._run is not None and _message_shaped(value))):
                     if self._grow_run(place, value, results):
                         continue
                     self.stale = True
@@ -278,7 +278,7 @@ def _conversations(path: Path, label: str, data: Content | None) -> Iterator[tup
         if number <= skip:
             continue
         for place, record, value, error, raw in _line_values(label, number, line):
-            if error is None and is_message_line(value):
+            if error is None and (is_message_line(value) or (run and _message_shaped(value))):
                 run.add(place, value)
                 continue
             if error is not None:
@@ -392,7 +392,16 @@ def conversation_messages(value: Any) -> list[Any] | None:
 def is_message_line(value: Any) -> bool:
     """A JSONL line that is one chat-completions message (``role`` and nothing of a whole
     conversation, a logged API call or another format's record)."""
-    return (isinstance(value, dict) and value.get("role") in ROLES and "type" not in value
+    return _message_shaped(value) and value.get("role") in ROLES
+
+
+def _message_shaped(value: Any) -> bool:
+    """A JSONL line shaped as one message, whatever its ``role`` says: inside a run of message
+    lines it is one of the run's messages, rejected for its role (a role the chat API does not
+    know, ``"critic"``, an agent framework's own) while the run goes on. It ended the run and was
+    read as a conversation record, rejected for a missing ``messages`` list, and the messages
+    after it were another session."""
+    return (isinstance(value, dict) and isinstance(value.get("role"), str) and "type" not in value
             and "messages" not in value and ("content" in value or "tool_calls" in value
                                              or "function_call" in value))
 
@@ -1011,6 +1020,9 @@ def _conversation_parts(value: Any) -> tuple[dict[str, Any], str | None]:
         return meta, f"a conversation must be a list of messages or an object, not {json_kind(value)}"
     messages = conversation_messages(value)
     if messages is None:
+        if _message_shaped(value):  # a line of one message, outside a run of them
+            return meta, (f"field 'role' is {value['role']!r}, not one of {', '.join(ROLES)} (a line of one "
+                          "chat message), and the line holds no conversation ('messages')")
         return meta, "missing field 'messages' (a list of chat messages)"
     meta["messages"] = messages = [_chat_message(item) for item in messages]
     created = value.get("created")

@@ -62,6 +62,7 @@ def _message_runs() -> list[Any]:
         {"role": "assistant", "content": None, "tool_calls": [
             {"id": "c9", "type": "function", "function": {"name": "calc", "arguments": "2+2"}}]},
         {"role": "tool", "content": "4"},  # no tool_call_id
+        {"role": "critic", "content": "check the arithmetic"},  # a role the chat API does not know
         {"role": "tool", "tool_call_id": "c9", "content": "4"},
         {"role": "assistant", "content": "4."},
         {"type": "unknown-record"},
