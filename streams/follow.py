@@ -783,6 +783,11 @@ class Follower:
                     report.cut_lines.append((f"{label}:{complete.count(_NEWLINE) + 1}", len(data) - len(complete)))
                 complete = data
         if _blank(complete):
+            if not self.once and tracked.record is not None and tracked.record.held \
+                    and not _begins_with(data, tracked.record):
+                # Emptied (a log rotation's new file, a copytruncate): what comes next is a file
+                # of its own, which goes on with none of the old one's turns (_orphaned_ends).
+                self._release(key, tracked, tracked.record, report)
             return None
         adopted = None
         if record is None:
@@ -1112,7 +1117,10 @@ class Follower:
         idle = self.once or self.clock() - tracked.changed_at >= self.idle_seconds
         release = item.items if idle else item.items[: item.stable]
         seen = dict(appended)
+        orphans = self._orphaned_ends(item, tracked, seen)
         new_events, canonical, conflicts = _new_events(release, seen, report, fmt=item.fmt)
+        no_bytes: list[bytes | None] = [None] * len(orphans)
+        new_events, canonical = orphans + new_events, no_bytes + canonical
         amended, started = _amendments(release, seen, item.vouching, {event["eventId"] for event in new_events},
                                        fmt=item.fmt)
         new_events += amended
@@ -1148,6 +1156,27 @@ class Follower:
         tracked.held_events = held
         tracked.appended = seen  # valid once the batch commits (see _commit)
         tracked.rejected = (old_rejects - {record for record, _log in resolved}) | {i.record for i in rejects}
+
+    @staticmethod
+    def _orphaned_ends(item: _Parsed, tracked: _Tracked, seen: dict[str, bytes | None]) -> list[dict[str, Any]]:
+        """The end events the file once at ``item``'s path held back whose turn (or session) the
+        file there now does not go on with: a log rotation's new file, or another file written
+        over it. That file is imported as a file of its own, so nothing else would end the old
+        one's open turn: its end was dropped with the old record and the turn stayed open in L1
+        for good. They go out now, as a deleted file's do (:meth:`_gone`); a file rewritten with
+        the same turn (an edited line) keeps them held, for its own import ends that turn."""
+        base = item.base
+        if base is None or item.vouching is not None or not base.held or tracked.record != base:
+            return []
+        events = [entry.event for entry in item.items if isinstance(entry, Accepted)]
+        turns = {event.get("turnId") for event in events if event.get("turnId")}
+        sessions = {event["sessionId"] for event in events}
+        orphans = [event for event in tracked.held_events
+                   if event["eventId"] in base.held and event["eventId"] not in seen
+                   and (event["turnId"] not in turns if event.get("turnId") else event["sessionId"] not in sessions)]
+        for event in orphans:
+            seen[event["eventId"]] = None
+        return orphans
 
     def _commit(self, batch: _Batch, report: PollReport) -> None:
         if not batch.records:

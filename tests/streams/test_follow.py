@@ -406,6 +406,46 @@ def test_a_title_written_into_the_file_that_replaced_a_rotated_one_reaches_the_s
     assert follower(root, l1, tmp_path / "home", clock, once=True).poll().appended == 0
 
 
+@pytest.mark.parametrize("style", ["create", "copytruncate"])
+@pytest.mark.parametrize("written_after_the_poll", [7, 0])
+@pytest.mark.parametrize("goes_on", [True, False], ids=["new file written", "new file left empty"])
+def test_the_turn_a_rotated_file_left_open_is_ended(tmp_path, style, written_after_the_poll, goes_on):
+    """Found following a real transcript (entireio/cli's) through a rotation: the turn the
+    rotated file left open never got its turn.ended. The follower held the end back (the file
+    was not idle) and dropped it with the old file's record when the file at the followed path,
+    imported as a file of its own, took its place; nothing else ends that turn."""
+    root = tmp_path / "sessions"
+    root.mkdir()
+    name = TRANSCRIPTS[1].name
+    lines = TRANSCRIPTS[1].read_bytes().splitlines(keepends=True)[:-1]  # but its cut last line
+    live = root / name
+    first = 12 - written_after_the_poll
+    live.write_bytes(b"".join(lines[:first]))
+    l1, clock = MemoryL1(), Clock()
+    tail = follower(root, l1, tmp_path / "home", clock)
+    tail.poll()
+    with live.open("ab") as handle:
+        handle.write(b"".join(lines[first:12]))
+    rotated = root / f"{name}.1"
+    if style == "create":
+        live.rename(rotated)
+    else:
+        shutil.copy(live, rotated)
+    live.write_bytes(b"")
+    tail.poll()
+    if goes_on:
+        with live.open("ab") as handle:
+            handle.write(b"".join(lines[12:]))
+        tail.poll()
+    clock.now += 10
+    tail.poll()
+    started = [e["turnId"] for e in l1.log if e["type"] == "turn.started"]
+    ended = {e["turnId"] for e in l1.log if e["type"] == "turn.ended"}
+    assert started and [turn for turn in started if turn not in ended] == []
+    assert max(l1.counts().values()) == 1
+    assert follower(root, l1, tmp_path / "home", clock, once=True).poll().appended == 0
+
+
 def test_lines_before_a_copytruncate_are_read_when_the_writer_refilled_the_file_before_the_poll(tmp_path):
     """copytruncate, then the writer goes on past the old position before the next poll: the
     followed file is not shorter and has the same inode, but no longer begins with the bytes its
