@@ -73,6 +73,7 @@ def test_dead_letters_written_under_an_older_policy_are_shown_redacted_under_thi
                "reason": "missing field 'timestamp'",
                "raw": '{"type":"assistant","message":{"content":"token [REDACTED:twilio-account-sid] ' + token + '"}}'}
     monkeypatch.setattr(streams.l1, "read_dead_letters", lambda *args, **kwargs: [dict(written)])
+    monkeypatch.setattr("deploy.cli._common.configured_cluster", lambda servers: servers)  # no broker to ask
     env = {"USL_HOME": str(tmp_path / "home"), "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:9", "USL_API_URL": ""}
     for args in (["deadletters"], ["deadletters", "--json"]):
         shown = _usl(env, *args)
@@ -92,6 +93,7 @@ def test_a_dead_letter_cut_inside_a_secret_is_shown_without_its_start(tmp_path: 
                "reason": "invalid JSON (truncated or not JSON): unexpected end of data: line 1 column 80",
                "raw": '{"type":"user","message":{"role":"user","content":"please use ' + cut}
     monkeypatch.setattr(streams.l1, "read_dead_letters", lambda *args, **kwargs: [dict(written)])
+    monkeypatch.setattr("deploy.cli._common.configured_cluster", lambda servers: servers)  # no broker to ask
     env = {"USL_HOME": str(tmp_path / "home"), "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:9", "USL_API_URL": ""}
     letter = json.loads(_usl(env, "deadletters", "--json"))["deadLetters"][0]
     assert cut[4:12] not in letter["raw"] and letter["raw"].endswith("[REDACTED:cut-token]"), letter["raw"]

@@ -75,6 +75,7 @@ class _Follower:
 
 def _fake_follower(monkeypatch: pytest.MonkeyPatch, follower: _Follower) -> None:
     monkeypatch.setattr(ingest_module, "_follower", lambda *args, **kwargs: (follower, follower.appender))
+    monkeypatch.setattr(_common, "configured_cluster", lambda servers: servers)  # no cluster to ask
 
 
 def test_an_interrupted_import_says_what_reached_l1_and_how_to_resume(
