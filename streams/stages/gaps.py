@@ -85,28 +85,27 @@ class Gaps:
                  committed: Mapping[SourcePartition, int] | None = None) -> list[tuple[SourcePartition, int, int]]:
         """The holes for the broker to judge, as ``(source, start, end)``: whether it holds
         records at offsets ``start`` to ``end - 1``. ``applied`` is the offset of the last record
-        the stages applied per source partition (a hole a later read filled is forgotten) and
-        ``assigned`` the source partitions this process reads. The holes of a partition a
-        rebalance took away are forgotten, with how often they were read: its new owner reads
-        it from the committed offset, and the records the broker holds there are no reason for
-        this process to restart. What is known of a hole below the group's ``committed`` offset
-        of its partition is forgotten too: no read again starts below it, so none meets the
-        hole again (a worker fed by a transactional producer meets a hole per transaction).
-        Not what the stages applied: reading again applies the same records again, from the
-        committed offset."""
+        the stages applied per source partition (a hole a later read filled is forgotten, with
+        how often it was read) and ``assigned`` the source partitions this process reads. The
+        holes of a partition a rebalance took away are forgotten too: its new owner reads it
+        from the committed offset, and the records the broker holds there are no reason for this
+        process to restart. A hole found empty is forgotten once the group's ``committed``
+        offset of its partition is past its end (a worker fed by a transactional producer meets
+        one per transaction): no read again, which starts there, meets it. Not once the stage
+        applied past it: reading again applies the same records again, from the committed
+        offset. And not by its start: the group may have committed past records no stage
+        applied (:func:`streams.faust_compat.rewind`), a hole that starts below that offset."""
         committed = committed or {}
-
-        def kept(source: SourcePartition, offset: int) -> bool:
-            return source in assigned and offset >= committed.get(source, 0)
 
         def open_(source: SourcePartition, start: int) -> bool:
             last = applied.get(source)
-            return kept(source, start) and (last is None or last < start)
+            return source in assigned and (last is None or last < start)
 
         self.unjudged = {key: end for key, end in self.unjudged.items() if open_(*key)}
-        self.rounds = {key: count for key, count in self.rounds.items() if kept(*key)}
-        self.holding = {key for key in self.holding if kept(*key)}
-        self.empty = {key: end for key, end in self.empty.items() if kept(key[0], end)}
+        self.rounds = {key: count for key, count in self.rounds.items() if open_(*key)}
+        self.holding = {key for key in self.holding if open_(*key)}
+        self.empty = {key: end for key, end in self.empty.items()
+                      if key[0] in assigned and end >= committed.get(key[0], 0)}
         return [(source, start, end) for (source, start), end in sorted(self.unjudged.items())]
 
     def found_in(self, offsets: Collection[tuple[SourcePartition, int]],
