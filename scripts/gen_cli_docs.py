@@ -22,7 +22,10 @@ traceback: `error: ...` for what went wrong while running, and for a usage error
 option, a missing argument, a bad value) ``error: ... (see `usl COMMAND --help`)``. A command
 stopped with Ctrl-C exits with code 130, but for the two that run until they are stopped:
 `usl ingest --follow` and `usl up` in the foreground stop cleanly on Ctrl-C (or SIGTERM) and exit
-with code 0. `usl --version` prints the package version and the
+with code 0. A command whose output is piped into a reader that stops early (`usl search x | head
+-1`, `usl export | head`) stops quietly with exit code 141, as a program SIGPIPE ends (it exited 1,
+as for an error, and a large `--json` or export write cut short exited 0, its rows lost unsaid).
+`usl --version` prints the package version and the
 redaction policy (version and hash) and chunker version this code writes into every index.
 An argument that starts with `-` (a flag pasted as the query) is read as an option; put it after
 `--`, options first: `usl search --mode text -- '--force-with-lease'`.

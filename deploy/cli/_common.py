@@ -9,6 +9,7 @@ through the API) never imports rich, which is a good part of a shell command's s
 
 from __future__ import annotations
 
+import errno
 import json
 import sys
 from collections.abc import Iterator
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = ["LOG_OPTION", "PRINCIPAL_OPTION", "ClusterDown", "bare_host", "bootstrap_servers", "command_broker",
            "configured_cluster", "err", "escape", "fail", "http_url", "load_settings", "out", "print_json", "printable",
-           "render_rows", "tsv_lines"]
+           "render_rows", "tsv_lines", "write_out"]
 
 _CELL_CHARS = 80
 
@@ -171,7 +172,13 @@ def out() -> Console:
     width, and a cursor or an evidence list cut at 80 columns is of no use to a script."""
     from rich.console import Console
 
-    return Console(soft_wrap=not sys.stdout.isatty())
+    class Output(Console):
+        def on_broken_pipe(self) -> None:
+            # rich exits 1, as for an error; the command says the reader went (deploy.cli._help).
+            self.quiet = True
+            raise BrokenPipeError(errno.EPIPE, "standard output's reader has gone")
+
+    return Output(soft_wrap=not sys.stdout.isatty())
 
 
 @cache
@@ -214,12 +221,25 @@ def print_json(data: Any) -> None:
     escape, so the output stays valid JSON and valid UTF-8 and the command does not crash."""
     encoded = (json.dumps(data, indent=2, sort_keys=False, ensure_ascii=False) + "\n").encode("utf-8",
                                                                                             "backslashreplace")
-    stdout = getattr(sys.stdout, "buffer", None)
-    if stdout is None:  # a text-only stream (a test's StringIO): what the bytes say
+    if getattr(sys.stdout, "buffer", None) is None:  # a text-only stream (a test's StringIO): what the bytes say
         sys.stdout.write(encoded.decode("utf-8"))
         return
+    write_out(encoded)
+
+
+def write_out(data: bytes) -> None:
+    """``data`` on standard output, all of it, or BrokenPipeError. A pipe whose reader stops in
+    the middle of one large write (``usl export | head -1``) takes part of it, and
+    ``BufferedWriter.write`` returns that count with no error: the rest was dropped, and the
+    command went on to exit 0 ("exported 5217 rows to stdout")."""
+    stdout = sys.stdout.buffer
     sys.stdout.flush()
-    stdout.write(encoded)
+    rest = memoryview(data)
+    while rest:
+        written = stdout.write(rest)
+        if not written:
+            raise BrokenPipeError(errno.EPIPE, "standard output took none of the bytes written to it")
+        rest = rest[written:]
     stdout.flush()
 
 

@@ -113,8 +113,49 @@ def _usage_name(param: TyperArgument) -> str:
     return name if param.required else f"[{name}]"
 
 
+#: The exit code of a command whose reader closed its output early (``usl search x | head -1``):
+#: a program the pipe's SIGPIPE ends gets this one from the shell (128 + 13), and ``set -o
+#: pipefail`` reads it as such. Not 0: ``usl export | head`` did not write the whole export.
+OUTPUT_CLOSED_EXIT = 141
+
+
+def _output_closed() -> bool:
+    """Whether standard output is a pipe whose reader has gone (``poll`` says POLLERR on its
+    write end), and not some other descriptor (a socket to the API) that raised EPIPE."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.__stdout__.fileno() if sys.__stdout__ else 1, select.POLLOUT)
+        return any(events & select.POLLERR for _fd, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
+def _quiet_output() -> None:
+    """Standard output onto /dev/null, so that nothing flushed at exit fails again (Python
+    printed ``Exception ignored ... BrokenPipeError`` and exited 120)."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.__stdout__.fileno() if sys.__stdout__ else 1)
+    os.close(devnull)
+
+
 class Command(TyperCommand):
-    """A ``usl`` command: help in flowing paragraphs, value names for types, ``usl search QUERY``."""
+    """A ``usl`` command: help in flowing paragraphs, value names for types, ``usl search QUERY``;
+    its output piped into a reader that stops early (``| head -1``) ends it quietly, exit code
+    :data:`OUTPUT_CLOSED_EXIT` (rich and click exited 1, as for an error).
+    """
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            if not _output_closed():
+                raise  # a socket's, not the reader's: an error to say
+            _quiet_output()
+            raise typer.Exit(OUTPUT_CLOSED_EXIT) from None
 
     def format_help(self, ctx: Any, formatter: Any) -> None:
         _humanize(self, ctx)

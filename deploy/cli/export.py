@@ -9,7 +9,6 @@ stderr says how many rows and at which asOfSeq.
 from __future__ import annotations
 
 import io
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +21,7 @@ from deploy.cli._common import (
     err,
     escape,
     load_settings,
+    write_out,
 )
 from streams.exceptions import USLError
 
@@ -80,8 +80,7 @@ def export_command(
         answer = _in_process(current, principal_text, fmt, params)
     as_of_seq, data, end = answer
     if output is None:
-        sys.stdout.buffer.write(data)
-        sys.stdout.flush()
+        write_out(data)
     else:
         try:
             output.write_bytes(data)
