@@ -454,6 +454,9 @@ class PollReport:
     # last line, completed since): their dead letters are resolved.
     resolved: list[str] = field(default_factory=list)
     undetected: list[str] = field(default_factory=list)  # files whose format cannot be told (yet)
+    # Why of each of ``undetected``, as file_format says it without the path ("cannot tell the
+    # format ... (pass --format ...)", "declared as ..., but ...").
+    undetected_reasons: dict[str, str] = field(default_factory=dict)
     # (file, why) of each file of a known format that holds nothing to import (yet): a Claude
     # Code file of summaries of other sessions only (importers.skipped_file).
     skipped: list[tuple[str, str]] = field(default_factory=list)
@@ -748,12 +751,14 @@ class Follower:
                 # with its reason, never a dead letter per line; looked at again when it changes.
                 report.skipped.append((str(path), NO_JSON_RECORDS))
                 return None
-            except ImportFormatError:
+            except ImportFormatError as exc:
                 if self.once and path == root:
                     raise  # a file named on the command line: its format is the question
                 # A file among a directory's transcripts (a manifest, notes): named in the report,
                 # looked at again when it changes.
                 report.undetected.append(str(path))
+                said = str(exc)
+                report.undetected_reasons[str(path)] = said.removeprefix(f"{path}: ")
                 return None
             why = skipped_file(path, found_format, data)
             if why is not None:

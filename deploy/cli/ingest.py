@@ -131,14 +131,7 @@ def ingest(
                     "imported now (no longer pending in `usl deadletters` and `usl status`)")
         for record in summary["deadLettersResolvedRecords"][:5]:
             out().print(escape(f"    e.g. {record}"))
-    reasons = summary["skippedReasons"]
-    undetected = [path for path in summary["skippedFiles"] if path not in reasons]
-    if undetected:
-        out().print(f"  skipped {len(undetected)} file(s) whose format cannot be told from their first records "
-                    "(not a transcript? pass --format to import them as one):")
-        for path in undetected[:10]:
-            out().print(escape(f"    {path}"), soft_wrap=True)
-    for reason, files in _by_reason(reasons).items():
+    for reason, files in _by_reason(summary["skippedReasons"]).items():
         out().print(escape(f"  skipped {len(files)} file(s): {reason}:"), soft_wrap=True)
         for path in files[:10]:
             out().print(escape(f"    {path}"), soft_wrap=True)
@@ -256,7 +249,8 @@ def ingest_once(settings: Settings, bootstrap: str, paths: list[Path], fmt: str 
         "deadLettersResolved": len(report.resolved),
         "deadLettersResolvedRecords": report.resolved[:20],
         "skippedFiles": sorted([*report.undetected, *(path for path, _why in report.skipped)]),
-        "skippedReasons": dict(report.skipped),
+        # Every skipped file has its reason; one whose format cannot be told had none (SPEC §12).
+        "skippedReasons": dict(sorted({**report.undetected_reasons, **dict(report.skipped)}.items())),
         "l1CommittedSeq": committed,
         "eventsByLog": dict(sorted(report.logs.items())),
     }

@@ -67,3 +67,34 @@ def test_a_text_log_is_refused_whole_with_its_reason_not_dead_lettered_line_by_l
     named = CliRunner().invoke(app, ["ingest", str(TEXT_LOG), "--format", "claude-code"], env=env)
     assert isinstance(named.exception, NoJSONRecordsError)
     assert str(named.exception) == f"{TEXT_LOG}: {NO_JSON_RECORDS}"
+
+
+TURN_ENDS = Path(__file__).resolve().parents[1] / "fixtures" / "turn_ends" / "491e126e-1e71-469c-ade2-fcc8af567c74.jsonl"
+
+
+def test_a_file_of_json_records_of_no_known_format_is_skipped_with_a_reason_naming_format(
+        tmp_path: Path, kafka_bootstrap: str) -> None:
+    """A real transcript beside the manifest.json its data set ships with (a JSON document of no
+    known format): `skippedReasons` named every skipped file's reason but this one's, so a
+    script reading it could not tell why the file was left out, nor that --format imports it."""
+    from streams.importers import FORMATS
+
+    data = tmp_path / "sessions"
+    data.mkdir()
+    (data / TURN_ENDS.name).write_bytes(TURN_ENDS.read_bytes())
+    manifest = data / "manifest.json"
+    manifest.write_text(json.dumps({"set": "main", "sources": [{"repo": "marot/spotter", "format": "claude-code"}]},
+                                   indent=1))
+    env = {"USL_HOME": str(tmp_path / "home"), "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
+           "USL_TOPIC_PREFIX": f"t{uuid.uuid4().hex[:10]}.", "USL_API_URL": ""}
+    result = CliRunner().invoke(app, ["ingest", str(data), "--json"], env=env)
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.output)
+    assert summary["eventsAppended"] > 0 and summary["skippedFiles"] == [str(manifest)]
+    reason = summary["skippedReasons"][str(manifest)]
+    assert reason.startswith("cannot tell the format") and f"--format {'|'.join(FORMATS)}" in reason
+    assert str(manifest) not in reason  # the key names the file
+
+    text = CliRunner().invoke(app, ["ingest", str(data)], env=env)
+    assert text.exit_code == 0, text.output
+    assert f"skipped 1 file(s): {reason}:" in text.output and str(manifest) in text.output
