@@ -427,12 +427,13 @@ class L1Reader:
 
 
 def dead_letter_excerpt(raw: str) -> str:
-    """The input a dead letter may carry: redacted whole, then cut to 4 KiB (a cut first
-    could split a secret and leak its prefix). A record that was itself cut short (a JSONL line
-    cut inside a token) loses its last token too (:func:`streams.redaction.text.redact_excerpt`)."""
-    from streams.redaction.text import redact_excerpt  # dead letters must not carry secrets either
+    """The input a dead letter may carry: redacted, then cut to 4 KiB (a cut first could split
+    a secret and leak its prefix). Of a long input only the first 16 KiB are redacted, read as a
+    text cut there (:func:`streams.redaction.text.redact_head`); a record that was itself cut
+    short (a JSONL line cut inside a token) loses its last token too."""
+    from streams.redaction.text import redact_head  # dead letters must not carry secrets either
 
-    return redact_excerpt(raw)[:_RAW_LIMIT] if raw else ""
+    return redact_head(raw, _RAW_LIMIT) if raw else ""
 
 
 def read_dead_letters(bootstrap: str, settings: Settings, *, log_id: str | None = None,

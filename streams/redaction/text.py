@@ -26,7 +26,7 @@ from streams.redaction.pieces import redact_repeats
 from streams.redaction.policy import DEFAULT_POLICY, RedactionPolicy
 from streams.redaction.rules import build_rules
 
-__all__ = ["WRAPPED_BREAK", "WRAPPED_HEAD", "clip", "cut_tail", "redact_excerpt", "redact_text", "redact_text_into", "redact_text_plain",
+__all__ = ["EXCERPT_MARGIN", "WRAPPED_BREAK", "WRAPPED_HEAD", "clip", "cut_tail", "redact_excerpt", "redact_head", "redact_text", "redact_text_into", "redact_text_plain",
            "rejoin_fingerprint", "summarize"]
 
 _MAX_PASSES = 8  # converges in 1-2 passes on real text; a bound keeps odd input cheap
@@ -125,6 +125,60 @@ def redact_excerpt(text: str, policy: RedactionPolicy | None = None) -> str:
     if not (any(c.isalpha() for c in token) and any(c.isdigit() for c in token)):
         return redacted
     return redacted[: len(redacted) - len(token)] + marker(CUT_TOKEN)
+
+
+#: Characters after an excerpt's end that :func:`redact_head` redacts with it, as the context of
+#: what the excerpt shows: a secret that starts inside the excerpt and a rule's look ahead (an AWS
+#: secret 200 characters after its key id, a wrapped line's 512, the end of a 4096-bit RSA key's
+#: block, some 3.3 KB) end in it.
+EXCERPT_MARGIN = 12288
+# A JSON string literal, or a lone quote: one whose literal runs on to the end of the text.
+_JSON_LITERAL = re.compile(r'"(?:[^"\\]|\\.)*"|"')
+_CUT_ESCAPE = re.compile(r"\\(?:u[0-9A-Fa-f]{0,3})?\Z")  # searched in the last 5 characters only
+
+
+def redact_head(text: str, limit: int, policy: RedactionPolicy | None = None) -> str:
+    """The first ``limit`` characters of :func:`redact_excerpt` of ``text``, in time bounded by
+    ``limit``: only its first ``limit`` + :data:`EXCERPT_MARGIN` characters are redacted, as a
+    text cut there (a dead letter shows 4 KiB of a refused event; redacting all of a 700 KB one
+    for them took half a second, and a request of such events outlasted its client's timeout).
+
+    Cut there, the head loses its last token when that has a letter and a digit (as
+    :func:`redact_excerpt` reads any cut text), so a secret longer than the margin that starts
+    inside the excerpt (a PEM block, a JWT, a base64 blob) is gone from its start on. A head that
+    ends inside a JSON string literal (a refused event's long output) has the literal closed
+    first: the rules read an escaped literal decoded (a ``.env`` printed into a tool's output)
+    only when it is whole."""
+    if len(text) <= limit + EXCERPT_MARGIN:
+        return redact_excerpt(text, policy)[:limit]
+    head = text[: limit + EXCERPT_MARGIN]
+    closer = ""
+    if head.lstrip()[:1] in ("{", "[") and _ends_in_literal(head):
+        head = _without_cut_escape(head)
+        closer = '"'
+    redacted = redact_text(head + closer, policy)[0]
+    if closer and redacted.endswith(closer):
+        redacted = redacted[: -len(closer)]
+    token = cut_tail(redacted)
+    if token and any(c.isalpha() for c in token) and any(c.isdigit() for c in token):
+        redacted = redacted[: len(redacted) - len(token)] + marker(CUT_TOKEN)
+    return redacted[:limit]
+
+
+def _without_cut_escape(literal_text: str) -> str:
+    """``literal_text`` (which ends inside a JSON string literal) without the escape it ends
+    inside (``\\``, ``\\u00``), so a quote after it closes the literal; a backslash that is
+    itself escaped (``\\\\``) ends none. Read from the end, in time linear in the backslashes."""
+    end = _CUT_ESCAPE.search(literal_text, max(0, len(literal_text) - 5))
+    if end is None:
+        return literal_text
+    backslashes = end.start() + 1 - len(literal_text[: end.start() + 1].rstrip("\\"))
+    return literal_text[: end.start()] if backslashes % 2 else literal_text
+
+
+def _ends_in_literal(json_text: str) -> bool:
+    """Whether ``json_text``, the start of a JSON document, ends inside a string literal."""
+    return any(literal.group() == '"' for literal in _JSON_LITERAL.finditer(json_text))
 
 
 def redact_text_into(text: str, hits: dict[str, int], policy: RedactionPolicy | None = None) -> str:
