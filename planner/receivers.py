@@ -33,7 +33,10 @@ default ``read: ["*"]`` of a session the refused event was to create. An event o
 that states its own ``acl`` sets the list again, and the session's later events pass as usual.
 
 Every event a request has refused, and every conflict, is also a dead letter (stage ``receiver``,
-``usl deadletters``): an OpenTelemetry exporter only logs a partial success.
+``usl deadletters``): an OpenTelemetry exporter only logs a partial success. A refused event that
+names its session and eventId is named in its letter by ``eventKey`` (:func:`event_key`); when a
+later request appends it (or finds the log holds it), this receiver resolves its letters, as a
+later import resolves a line's (:meth:`streams.l1.DeadLetters.resolve`).
 
 When appends queue up behind L1 (more than ``_MAX_WAITING`` batches waiting, or the broker does
 not acknowledge in time) the answer is 429 with ``Retry-After``.
@@ -75,7 +78,8 @@ from streams.importers.otel import TraceSessions
 from streams.names import LOG_ID, LOG_ID_HINT
 from streams.settings import Settings
 
-__all__ = ["MAX_EVENTS", "EventReceiver", "TooManyRequests", "check_event", "openapi_paths", "request_log", "routes"]
+__all__ = ["MAX_EVENTS", "EventReceiver", "TooManyRequests", "check_event", "event_key", "openapi_paths", "request_log",
+           "routes"]
 
 log = logging.getLogger("usl.api")
 
@@ -91,6 +95,20 @@ _LETTERS_KEPT = 100_000
 class TooManyRequests(PlannerError):
     status, code = 429, "too_many_requests"
     headers = {"Retry-After": str(_RETRY_AFTER_SECONDS)}
+
+
+def event_key(log_id: str, event: Any) -> str | None:
+    """What names a refused event across requests, so that its dead letter is resolved once the
+    event is appended: a hash of its log, session and eventId (an id may hold a secret, and a
+    letter carries nothing unredacted). None for an event that names no session or eventId: its
+    letter names only its place in the request, which another request does not share."""
+    if not isinstance(event, dict):
+        return None
+    session_id, event_id = event.get("sessionId"), event.get("eventId")
+    if not (isinstance(session_id, str) and session_id and isinstance(event_id, str) and event_id):
+        return None
+    return hashlib.blake2b(f"{log_id}\x1f{session_id}\x1f{event_id}".encode("utf-8", "surrogatepass"),
+                           digest_size=16).hexdigest()
 
 
 def _digest(log_id: str, event_id: str) -> bytes:
@@ -144,6 +162,10 @@ class EventReceiver:
         # _LETTERS_KEPT: a retried request is refused again in its answer, not dead-lettered again.
         self._lettered: OrderedDict[bytes, None] = OrderedDict()
         self._lettered_lock = threading.Lock()
+        # The event_key of each refused event dead-lettered and not resolved since, with its
+        # letters' digests (the latest _LETTERS_KEPT): appended later, the event's letters are
+        # resolved, and the same refusal after that is a letter again.
+        self._pending: OrderedDict[str, list[bytes]] = OrderedDict()
         # One request's letters marked and sent at a time: of two copies of a request at once,
         # the second skipped the letters the first had marked, and if the first's send then
         # failed (and unmarked them for a retry), no copy sent them.
@@ -189,33 +211,78 @@ class EventReceiver:
 
         usl_records_total.labels(stage="ingest").inc(answer.get("appended", 0))
         refused = [*answer["rejected"], *answer.get("conflicts", ())]
-        if not refused:
+        if not refused and not self._pending:
             return
         with self._sending_letters:
-            self._send_letters(route, log_id, refused, raws)
+            self._resolve_letters(route, log_id, {item["index"] for item in refused}, raws)
+            if refused:
+                self._send_letters(route, log_id, answer["rejected"], answer.get("conflicts", []), raws)
 
-    def _send_letters(self, route: str, log_id: str, refused: list[dict[str, Any]], raws: Mapping[int, Any]) -> None:
-        from streams.metrics import dead_letter_reason, usl_dead_letters_total
-
-        letters = self._new_letters(route, log_id, refused, raws)
-        if not letters:
+    def _resolve_letters(self, route: str, log_id: str, refused: set[int], raws: Mapping[int, Any]) -> None:
+        """Resolve the letters of the events this request appended (or found in the log) that
+        this receiver dead-lettered before: a producer that fixed a refused event and sent it
+        again saw its letter pending in `usl deadletters` and `usl status` for good. Not a
+        conflict's: that copy was not appended."""
+        with self._lettered_lock:
+            if not self._pending:
+                return
+            keys = {key for index, raw in raws.items() if index not in refused
+                    and (key := event_key(log_id, raw)) is not None and key in self._pending}
+        if not keys:
             return
+        try:
+            dead = self._dead_letters()
+            for key in sorted(keys):
+                dead.resolve(stage="receiver", record=f"POST {route}", log_id=log_id, event_key=key,
+                             reason="appended by a later request: the dead letters of this event before this one "
+                                    "are resolved")
+            dead.flush()
+        except Exception:  # pending still: a later append of the event may resolve them
+            log.warning("could not resolve the dead letters of %d event(s) of %s", len(keys), route, exc_info=True)
+            return
+        with self._lettered_lock:
+            for key in keys:  # the same refusal after this one is a letter of its own again
+                for digest in self._pending.pop(key, []):
+                    self._lettered.pop(digest, None)
+
+    def _dead_letters(self) -> Any:
         from streams.l1 import DeadLetters
 
+        if self._dead is None:
+            self._dead = DeadLetters(self.bootstrap, self.settings)
+        return self._dead
+
+    def _send_letters(self, route: str, log_id: str, rejected: list[dict[str, Any]], conflicts: list[dict[str, Any]],
+                      raws: Mapping[int, Any]) -> None:
+        from streams.metrics import dead_letter_reason, usl_dead_letters_total
+
+        letters = self._new_letters(route, log_id, [*rejected, *conflicts], raws)
+        if not letters:
+            return
+        conflicting = {id(item) for item in conflicts}
+        keys: list[str | None] = []
         try:
-            if self._dead is None:
-                self._dead = DeadLetters(self.bootstrap, self.settings)
+            dead = self._dead_letters()
             for item, raw, _digest in letters:
                 where = item.get("record") or f"events[{item['index']}]"
-                self._dead.publish(stage="receiver", reason=item["reason"], log_id=log_id, record=f"POST {route} {where}",
-                                   raw=raw)
-            self._dead.flush()
+                key = None if id(item) in conflicting else event_key(log_id, raws.get(item["index"]))
+                keys.append(key)
+                dead.publish(stage="receiver", reason=item["reason"], log_id=log_id, record=f"POST {route} {where}",
+                             raw=raw, event_key=key)
+            dead.flush()
         except Exception:  # the answer already names them; a letter lost is logged
             log.warning("could not dead-letter %d refused event(s) of %s", len(letters), route, exc_info=True)
             with self._lettered_lock:  # not sent: a retry may send them
                 for _item, _raw, digest in letters:
                     self._lettered.pop(digest, None)
             return
+        with self._lettered_lock:
+            for (_item, _raw, digest), key in zip(letters, keys, strict=True):
+                if key is not None:
+                    self._pending.setdefault(key, []).append(digest)
+                    self._pending.move_to_end(key)
+            while len(self._pending) > _LETTERS_KEPT:
+                self._pending.popitem(last=False)
         for item, _raw, _digest in letters:  # counted once sent, so a retry that sends them counts them once
             usl_dead_letters_total.labels(stage="ingest", reason=dead_letter_reason(str(item["reason"]))).inc()
 

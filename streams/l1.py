@@ -465,8 +465,12 @@ def read_dead_letters(bootstrap: str, settings: Settings, *, log_id: str | None 
 
 def resolution_key(letter: dict[str, Any]) -> tuple[Any, Any, Any] | None:
     """What a resolution and the dead letters it resolves share: stage, log and record (an
-    import's ``file:line``); None for a letter no resolution names (a pipeline stage's, which
-    names its topic offset)."""
+    import's ``file:line``), or the event key of a receiver's letter (its record names the
+    event's place in one request); None for a letter no resolution names (a pipeline stage's,
+    which names its topic offset)."""
+    key = letter.get("eventKey")
+    if isinstance(key, str) and key:
+        return letter.get("stage"), letter.get("logId"), f"event {key}"
     record = letter.get("record")
     if not isinstance(record, str) or not record:
         return None
@@ -499,7 +503,10 @@ class DeadLetters:
                                                    enable_idempotence=True, client_id="usl-deadletters")
 
     def publish(self, *, stage: str, reason: str, record: str | None = None, raw: str = "",
-                source: dict[str, Any] | None = None, log_id: str | None = None) -> None:
+                source: dict[str, Any] | None = None, log_id: str | None = None,
+                event_key: str | None = None) -> None:
+        """``event_key``: what names the refused event across requests (a receiver's letter,
+        :func:`planner.receivers.event_key`), which a resolution names in its stead of the record."""
         from streams.redaction import redact_text
 
         safe_raw = dead_letter_excerpt(raw)
@@ -508,17 +515,24 @@ class DeadLetters:
                                   "raw": safe_raw}
         if log_id is not None:
             letter["logId"] = log_id
+        if event_key is not None:
+            letter["eventKey"] = event_key
         self._send(letter)
 
-    def resolve(self, *, stage: str, record: str, log_id: str) -> None:
+    def resolve(self, *, stage: str, record: str, log_id: str, event_key: str | None = None,
+                reason: str = "imported by a later import: the dead letters of this record before this one "
+                              "are resolved") -> None:
         """Say that ``record`` (``file:line``), which ``stage`` dead-lettered under ``log_id``
-        before, went through since (a line cut off at an import, completed at a later one). The
-        topic stays append-only: this is a letter of its own, ``resolves`` set, and readers
-        (``usl deadletters``, ``usl status``) leave the letters before it of the same stage, log
-        and record out of what is pending."""
-        self._send({"stage": stage, "resolves": True, "record": record, "logId": log_id, "source": None,
-                    "reason": "imported by a later import: the dead letters of this record before this one "
-                              "are resolved", "raw": ""})
+        before, went through since (a line cut off at an import, completed at a later one); or,
+        with ``event_key``, the event of that key (refused by a receiver, appended by a later
+        request). The topic stays append-only: this is a letter of its own, ``resolves`` set, and
+        readers (``usl deadletters``, ``usl status``) leave the letters before it of the same
+        stage, log and record (or event key) out of what is pending."""
+        letter: dict[str, Any] = {"stage": stage, "resolves": True, "record": record, "logId": log_id,
+                                  "source": None, "reason": reason, "raw": ""}
+        if event_key is not None:
+            letter["eventKey"] = event_key
+        self._send(letter)
 
     def _send(self, letter: dict[str, Any]) -> None:
         letter["time"] = datetime.now(UTC).isoformat().replace("+00:00", "Z")

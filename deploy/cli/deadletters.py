@@ -40,13 +40,15 @@ def deadletters(
     json_out: bool = typer.Option(False, "--json", help="Print JSON: {\"deadLetters\": [...]}."),
     resolved: bool = typer.Option(False, "--resolved",
                                   help="Also list the dead letters a later import resolved (the record "
-                                       "imported since: a line cut off then, completed), marked resolved."),
+                                       "imported since: a line cut off then, completed; or an event a "
+                                       "receiver refused, appended by a later request), marked resolved."),
 ) -> None:
     """List pending dead letters (records rejected by ingest, the pipeline or a sink), newest
     first: time, stage, source (file:line or topic[partition]@offset), log, reason and the raw
     record, redacted (again, under this version's redaction policy) and trimmed (--json: up to
     4 KiB each). A record a later import of its file took (a last line cut off then, completed
-    since) is no longer pending: its letter is left out unless --resolved."""
+    since), or an event a receiver refused that a later request appended, is no longer pending:
+    its letter is left out unless --resolved."""
     from streams.l1 import read_dead_letters
 
     settings = load_settings()

@@ -600,3 +600,41 @@ def test_two_copies_of_a_request_at_once_send_their_letter_when_the_first_send_f
     first.join(10)
     second.join(10)
     assert sent == ["POST /v1/events events[0]"]
+
+
+def test_the_letter_of_a_refused_event_is_resolved_when_a_later_request_appends_it(api):
+    """QA (session 36): a producer that fixed a refused event and sent it again saw its dead
+    letter pending for good (`usl deadletters`, `usl status`): the letter named only its place in
+    the first request (`POST /v1/events events[i]`), which no later request shares. A refused
+    event that names its session and eventId is named in its letter by eventKey too, and
+    appending it resolves the letter; a conflict's letter stays (that copy was not appended)."""
+    from streams.l1 import read_dead_letters
+
+    settings, client, key_a, _key_b = api
+    bootstrap = settings.bootstrap_servers or ""
+    events = acme(session_events("s-fixed", turns=1))
+    message = next(i for i, e in enumerate(events) if e["type"] == "message")
+    broken = {**events[message], "time": "yesterday"}
+    nameless = {"eventId": "e-no-session", "type": "message", "time": "yesterday", "fields": {"text": "x"}}
+    first = post(client, key_a, {"events": [*events[:message], broken, nameless]}).json()
+    assert [r["index"] for r in first["rejected"]] == [message, message + 1]
+    letters = read_dead_letters(bootstrap, settings, log_id="default")
+    assert len(letters) == 2 and sum("eventKey" in letter for letter in letters) == 1
+    assert events[message]["eventId"] not in str([letter.get("eventKey") for letter in letters])  # a hash, not the id
+
+    fixed = post(client, key_a, {"events": events}).json()  # the fixed event, with the rest of its turn
+    assert fixed["appended"] == len(events) - message and not fixed["rejected"]
+    pending = read_dead_letters(bootstrap, settings, log_id="default")
+    assert [letter["record"] for letter in pending] == [f"POST /v1/events events[{message + 1}]"]  # no session named
+    every = read_dead_letters(bootstrap, settings, log_id="default", resolved=True)
+    assert [letter["record"] for letter in every if letter.get("resolvedAt")] == [f"POST /v1/events events[{message}]"]
+
+    # Refused again after that, the same event is a letter again; a conflict's letter is never resolved.
+    post(client, key_a, {"events": [{**broken, "eventId": "e-again", "time": "yesterday"}]})
+    changed = {**events[message], "fields": {"text": "something else"}}
+    assert len(post(client, key_a, {"events": [changed]}).json()["conflicts"]) == 1
+    post(client, key_a, {"events": [events[message]]})  # a plain duplicate of the held copy
+    records = sorted(letter["record"] for letter in read_dead_letters(bootstrap, settings, log_id="default"))
+    assert records == ["POST /v1/events events[0]", "POST /v1/events events[0]", f"POST /v1/events events[{message + 1}]"]
+    post(client, key_a, {"events": [broken]})
+    assert len(read_dead_letters(bootstrap, settings, log_id="default")) == 4  # pending again, once
