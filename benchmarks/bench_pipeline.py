@@ -140,10 +140,11 @@ class Profiler:
     """``py-spy record`` attached to a process until :meth:`stop` (raw collapsed stacks, one
     line per stack with its sample count). py-spy is not a dependency: ``pip install py-spy``."""
 
-    def __init__(self, pid: int, out: Path, rate: int = 100) -> None:
+    def __init__(self, pid: int, out: Path, rate: int = 100, *, idle: bool = False) -> None:
         py_spy = Path(sys.executable).with_name("py-spy")
+        wall = ["--idle", "--threads"] if idle else []  # idle samples too, each stack under its thread
         self.proc = subprocess.Popen([str(py_spy), "record", "--pid", str(pid), "--rate", str(rate), "--format", "raw",
-                                      "--nonblocking", "--output", str(out)],
+                                      *wall, "--nonblocking", "--output", str(out)],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def stop(self) -> None:
