@@ -174,6 +174,15 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
                 confirms.append(fut)
         return confirms
 
+    async def acknowledged(futures: list[Any]) -> None:
+        """Wait for the broker's acknowledgement of ``futures``, sending what is pending at once:
+        a wait is a round trip the stage makes before it goes on, and the producer's linger
+        (meant to gather the records sent meanwhile) would only lengthen it."""
+        if any(not fut.done() for fut in futures):
+            faust_compat.send_now(app)
+        for fut in futures:
+            await fut
+
     unacked_writes: dict[int, list[Any]] = {}  # per stage: changelog writes not known to be acknowledged
 
     async def store(writes: list[TableWrite]) -> list[Any]:
@@ -190,8 +199,7 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
         faust_compat.hold(app, effects.holes)
         confirms = await send(effects.records)
         _measure(effects.metrics)
-        for fut in confirms:  # records are acknowledged before the state that passes them
-            await fut
+        await acknowledged(confirms)  # records are acknowledged before the state that passes them
         generations = [event.message.generation_id for event in batch]
         if faust_compat.rebalanced(app, generations):
             return
@@ -203,8 +211,7 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
         if effects.summaries:
             # A summary is stored only after what it sums up: the writes of this batch and those
             # of earlier batches that returned without waiting for theirs.
-            for fut in [*unacked, *stored]:
-                await fut
+            await acknowledged([*unacked, *stored])
             unacked = []
             if faust_compat.rebalanced(app, generations):
                 unacked_writes[id(stage)] = unacked
@@ -214,8 +221,7 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
         stage.commit(effects)
         if not effects.markers:
             return
-        for fut in stored:  # a marker is sent only once the progress that names it is stored
-            await fut
+        await acknowledged(stored)  # a marker is sent only once the progress that names it is stored
         if faust_compat.rebalanced(app, generations):
             return
         for marker in effects.markers:
@@ -235,8 +241,7 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
             pacer.flushed(time.monotonic(), effects.flushed)
             confirms = await send(effects.records)
             _measure(effects.metrics)
-            for fut in confirms:
-                await fut
+            await acknowledged(confirms)
             redaction_stage.commit(effects)
             return restored
 
@@ -331,8 +336,7 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
             clocks = redaction_stage.quiet_clocks(restored, faust_compat.assigned(app, topics.l1),
                                                   faust_compat.assigned(app, topics.redacted), now=time.time(),
                                                   monotonic=time.monotonic())
-            for fut in await send(clocks):
-                await fut
+            await acknowledged(await send(clocks))
 
     return app
 

@@ -67,6 +67,14 @@ Read or written without patching:
   against 40 us (docs/benchmarks.md). What ``send_changelog``'s callback does,
   ``Store.set_persisted_offset``, is a no-op for the memory store this worker uses; faust's offset
   commit flushes the producer first either way.
+- ``faust.transport.drivers.aiokafka.Producer._ensure_producer()`` (the app producer's
+  ``AIOKafkaProducer``), its ``_message_accumulator``, the accumulator's ``_batches`` (per
+  partition, the record batches not yet sent) and ``_waiter_future`` (what wakes the sender), and
+  ``MessageBatch._linger_time``: :func:`send_now` lets the batches already open go at once instead
+  of after the producer's linger, and wakes the sender as aiokafka's own ``flush_for_commit``
+  does (without closing the batches, which would make the next send to their partition wait for
+  them). A worker stage waits for the acknowledgement of what it just sent up to three times a
+  batch (chunks, session states, progress), and each wait paid the linger (docs/benchmarks.md).
 - ``App.flow_control``, ``App.consumer_generation_id`` and ``Message.generation_id``:
   :func:`rebalanced` tells whether a batch's records may now belong to another worker.
 - ``App.in_recovery`` (set by faust's table recovery): :func:`settled` is false while tables are
@@ -100,6 +108,7 @@ __all__ = [
     "reread",
     "restored_key_partitions",
     "rewind",
+    "send_now",
     "set_fetch_wait",
     "settled",
     "skipped",
@@ -217,6 +226,18 @@ async def put_all(app: faust.App, writes: Iterable[tuple[Any, int, str, Any]]) -
     producer = await app.maybe_start_producer()
     return [await producer.send(name, key_bytes, value_bytes, partition, None, None)
             for name, key_bytes, value_bytes, partition in records]
+
+
+def send_now(app: faust.App) -> None:
+    """Let every record batch the app's producer holds open go in its next request, without
+    waiting out the linger (module docstring): call it before awaiting the acknowledgement of
+    records just sent. Records sent after it still join those batches until they are sent."""
+    accumulator = app.producer._ensure_producer()._message_accumulator  # type: ignore[attr-defined]
+    for batches in list(accumulator._batches.values()):
+        for batch in batches:
+            batch._linger_time = 0.0
+    if not accumulator._waiter_future.done():
+        accumulator._waiter_future.set_result(None)
 
 
 def committed_offsets(app: faust.App, topic: str) -> dict[int, int]:

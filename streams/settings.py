@@ -72,7 +72,7 @@ class Settings:
     )
     producer_linger_seconds: float = _setting(
         "USL_PRODUCER_LINGER_SECONDS", 0.005,
-        "How long the worker's producer waits for more records before it sends a partly filled batch.", minimum=0.0,
+        "How long the worker's producer waits for more records before it sends a partly filled batch; records a worker stage waits for are sent at once.", minimum=0.0,
     )
     idle_gap_seconds: float = _setting("USL_IDLE_GAP_SECONDS", 300.0, "G: an open turn idle for more than G seconds of log time is cut at the next tick.", minimum=0.001)
     quiet_log_seconds: float = _setting(
