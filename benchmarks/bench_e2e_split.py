@@ -166,19 +166,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     work = Path(tempfile.mkdtemp(prefix="usl-bench-split-"))
-    bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
-    broker_settings = None
-    broker_pid = None
-    from benchmarks.measure import pid_listening
-    from deploy.kafka.broker import ensure_broker, local_broker_status, stop_broker
+    from benchmarks.measure import bench_broker
+    from deploy.kafka.broker import stop_broker
 
-    if not bootstrap:
-        broker_settings = Settings.from_env({}, home=work / "broker")
-        bootstrap = ensure_broker(broker_settings)
-        status = local_broker_status(broker_settings)
-        broker_pid = status.pid if status else None
-    else:
-        broker_pid = pid_listening(int(bootstrap.split(",")[0].rsplit(":", 1)[1]))
+    bootstrap, broker_settings, broker_pid = bench_broker(work)
     trees = [args.worker_path, args.worker_path_b] if args.worker_path_b else [args.worker_path]
     results = []
     try:

@@ -58,10 +58,10 @@ from typing import Any
 from benchmarks.measure import (
     ROOT,
     SCALES,
+    bench_broker,
     ingest_and_freshness,
     load_large,
     machine,
-    pid_listening,
     query_growth,
     raw_read,
     rebuild_rate,
@@ -92,18 +92,7 @@ def run(*, scale_name: str, out_dir: Path, seed: int = 1, include_large: Path | 
     large = load_large(include_large) if include_large else None
     started = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="usl-bench-harness-"))
-    bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
-    broker_settings = None
-    broker_pid = None
-    if not bootstrap:
-        from deploy.kafka.broker import ensure_broker, local_broker_status
-
-        broker_settings = Settings.from_env({}, home=work / "broker")
-        bootstrap = ensure_broker(broker_settings)
-        status = local_broker_status(broker_settings)
-        broker_pid = status.pid if status else None
-    else:
-        broker_pid = pid_listening(int(bootstrap.split(",")[0].rsplit(":", 1)[1]))
+    bootstrap, broker_settings, broker_pid = bench_broker(work)
     prefix = f"bench{uuid.uuid4().hex[:8]}"
     settings = Settings.from_env({}, home=work / "ingest", bootstrap_servers=bootstrap, topic_prefix=f"{prefix}i.",
                                  l1_partitions=2, stream_partitions=2, embedder=scale.embedder)

@@ -31,7 +31,7 @@ from sinks.kinds import ALL_KINDS
 from streams.settings import Settings
 
 __all__ = [
-    "KINDS", "LOG", "ROOT", "SCALES", "Coverage", "Scale", "Tail", "append", "committed", "cpu_seconds",
+    "KINDS", "LOG", "ROOT", "SCALES", "Coverage", "Scale", "Tail", "append", "bench_broker", "committed", "cpu_seconds",
     "ingest_and_freshness", "interleaved_queries", "load_large", "machine", "pct", "pid_listening",
     "query_growth", "raw_read", "rebuild_rate", "recall_at_10", "say", "sink_rates", "stage_rates",
     "steady", "tree_hwm", "vm_hwm",
@@ -124,6 +124,20 @@ def tree_hwm(pid: int) -> int | None:
             if value and (best is None or value > best):
                 best = value
     return best
+
+
+def bench_broker(work: Path) -> tuple[str, Settings | None, int | None]:
+    """(bootstrap servers, settings of the broker started here or None, its pid) of a benchmark:
+    ``KAFKA_BOOTSTRAP_SERVERS`` when set, else a local broker of its own under ``work``."""
+    bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+    if bootstrap:
+        return bootstrap, None, pid_listening(int(bootstrap.split(",")[0].rsplit(":", 1)[1]))
+    from deploy.kafka.broker import ensure_broker, local_broker_status
+
+    settings = Settings.from_env({}, home=work / "broker")
+    bootstrap = ensure_broker(settings)
+    status = local_broker_status(settings)
+    return bootstrap, settings, status.pid if status else None
 
 
 def pid_listening(port: int) -> int | None:

@@ -278,6 +278,18 @@ def test_a_transcript_truncated_and_written_again_line_by_line_adds_no_session_s
     assert l1.log[before:] == [] and not l1.dead
 
 
+def _rotate(live: Path, style: str) -> Path:
+    """Rotate ``live`` as logrotate does (``create``: renamed; ``copytruncate``: copied, then
+    emptied) to ``live.1``, leaving ``live`` empty; the rotated file."""
+    rotated = live.with_name(f"{live.name}.1")
+    if style == "create":
+        live.rename(rotated)
+    else:
+        shutil.copy(live, rotated)
+    live.write_bytes(b"")
+    return rotated
+
+
 @pytest.mark.parametrize("style", ["create", "copytruncate"])
 def test_lines_written_just_before_a_rotation_are_read_from_the_rotated_file(tmp_path, style):
     """Found following real transcripts: lines written after the last poll to a file that
@@ -296,12 +308,7 @@ def test_lines_written_just_before_a_rotation_are_read_from_the_rotated_file(tmp
     assert l1.log
     with live.open("ab") as handle:  # between two polls: written, then rotated
         handle.write(b"".join(lines[5:12]))
-    rotated = root / f"{name}.1"
-    if style == "create":
-        live.rename(rotated)
-    else:
-        shutil.copy(live, rotated)
-    live.write_bytes(b"")
+    _rotate(live, style)
     tail.poll()
     with live.open("ab") as handle:  # the writer goes on in the new file
         handle.write(b"".join(lines[12:]))
@@ -328,12 +335,7 @@ def test_a_rotation_while_the_follower_was_stopped_loses_nothing(tmp_path, style
     follower(root, l1, tmp_path / "home", clock).poll()
     with live.open("ab") as handle:
         handle.write(b"".join(lines[5:12]))
-    rotated = root / f"{name}.1"
-    if style == "create":
-        live.rename(rotated)
-    else:
-        shutil.copy(live, rotated)
-    live.write_bytes(b"")
+    _rotate(live, style)
     tail = follower(root, l1, tmp_path / "home", clock)
     tail.poll()
     with live.open("ab") as handle:
@@ -426,12 +428,7 @@ def test_the_turn_a_rotated_file_left_open_is_ended(tmp_path, style, written_aft
     tail.poll()
     with live.open("ab") as handle:
         handle.write(b"".join(lines[first:12]))
-    rotated = root / f"{name}.1"
-    if style == "create":
-        live.rename(rotated)
-    else:
-        shutil.copy(live, rotated)
-    live.write_bytes(b"")
+    _rotate(live, style)
     tail.poll()
     if goes_on:
         with live.open("ab") as handle:

@@ -10,6 +10,7 @@ from pathlib import Path
 from streams.follow import Follower, PositionStore
 from streams.importers import Accepted, Rejected, iter_records
 from streams.testing import Clock, MemoryL1
+from tests.streams.follow_kit import write_as_written
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "importers" / "openai_chat" / "conversations.jsonl"
 CRITIC = {"role": "critic", "content": "The agent should compare both versions before answering."}
@@ -50,13 +51,7 @@ def test_a_followed_run_with_an_unknown_role_appends_what_a_one_shot_import_appe
     l1, clock = MemoryL1(), Clock()
     tail = Follower([root], appender=l1, store=PositionStore(tmp_path / "home"), idle_seconds=5.0, clock=clock)
     tail.poll()
-    for line in content.splitlines(keepends=True):
-        with live.open("ab") as handle:
-            handle.write(line)
-        tail.poll()
-        clock.now += 1
-    clock.now += 10
-    tail.poll()
+    write_as_written(live, content.splitlines(keepends=True), tail, clock)
     one_shot = {item.event["eventId"] for item in iter_records(live) if isinstance(item, Accepted)}
     assert set(l1.counts()) == one_shot and max(l1.counts().values()) == 1
     assert len({event["sessionId"] for event in l1.log}) == 1
