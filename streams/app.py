@@ -251,7 +251,9 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
             # per table key, instead of per record (docs/benchmarks.md, "Profiling the worker").
             async for batch in stream.take_events(settings.worker_batch_records, within=settings.worker_batch_seconds):
                 records = [_record(event) for event in batch]
-                await judge_ahead(stage, records)
+                if await judge_ahead(stage, records) and faust_compat.rebalanced(
+                        app, [event.message.generation_id for event in batch]):
+                    continue  # the tables may be another assignment's now: the records are read again
                 await perform(stage, stage.apply(records), batch)
                 if stage is redaction_stage and pacer.due(time.monotonic()):
                     await flush()
@@ -283,24 +285,30 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
             await judge_holes(applied)
         await faust_compat.reread(app, gaps)
 
-    async def judge_ahead(stage: RedactionStage | ChunkingStage, records: list[Record]) -> None:
+    async def judge_ahead(stage: RedactionStage | ChunkingStage, records: list[Record]) -> bool:
         """Ask the broker about the holes ``records`` will meet before the stage applies them; a
         hole it finds empty (transaction markers, an aborted transaction) is then accepted in
         this batch. Found only by the stage, each transaction of a transactional producer on L1
         held its partition until the next tick and had everything since the committed offset
-        read again. One read per source partition, over all its holes; a hole with records is
-        left to the stage, to read again (:func:`judge_holes`)."""
+        read again. One read per source partition, over all its holes, the partitions side by
+        side; a hole with records is left to the stage, to read again (:func:`judge_holes`).
+        True when the broker was asked (the batch waited on it)."""
         table = state.LOG_CLOCKS if stage is redaction_stage else state.CHUNKER_PROGRESS
         sources = {(record.topic, record.partition) for record in records}
         applied = {source: tables[table].get(state.offset_key(source[1])) for source in sources}
         found = gaps.found_in([((record.topic, record.partition), record.offset) for record in records], applied)
-        for (topic, partition), holes in found.items():
-            held = await records_between(bootstrap, topic, partition, holes[0][0], holes[-1][1])
+        if not found:
+            return False
+        asked = list(found.items())
+        answers = await asyncio.gather(*(records_between(bootstrap, topic, partition, holes[0][0], holes[-1][1])
+                                         for (topic, partition), holes in asked))
+        for ((topic, partition), holes), held in zip(asked, answers, strict=True):
             if held is None:
                 continue  # the broker did not answer in time: the stage finds the holes
             for start, end in holes:
                 if not any(start <= offset < end for offset in held):
                     gaps.judged_empty((topic, partition), start, end)
+        return True
 
     async def judge_holes(applied: Mapping[tuple[str, int], int | None]) -> None:
         """Ask the broker about each hole found, and again about one that reading again did not

@@ -112,13 +112,15 @@ class Gaps:
                  applied: Mapping[SourcePartition, int | None]) -> dict[SourcePartition, list[tuple[int, int]]]:
         """The holes a batch of records at ``offsets`` (source, offset; in the batch's order) will
         meet, as ``(start, end)`` per source, given the last offset the stage applied per source
-        (``applied``), less those the broker already found empty: what to ask the broker about
-        before the batch is applied, so that transaction markers do not hold it."""
+        (``applied``), less those the broker already judged (found empty, or holding records that
+        reading again is to bring): what to ask the broker about before the batch is applied, so
+        that transaction markers do not hold it."""
         last = dict(applied)
         found: dict[SourcePartition, list[tuple[int, int]]] = {}
         for source, offset in offsets:
             before = last.get(source)
-            if before is not None and offset > before + 1 and offset > self.empty.get((source, before + 1), -1):
+            if (before is not None and offset > before + 1 and offset > self.empty.get((source, before + 1), -1)
+                    and (source, before + 1) not in self.holding):
                 found.setdefault(source, []).append((before + 1, offset))
             last[source] = offset
         return found

@@ -219,6 +219,8 @@ def test_the_holes_a_batch_will_meet_are_known_before_it_is_applied() -> None:
     gaps.judged_empty(a, 7, 8)
     assert gaps.found_in(batch, {a: 4, b: 1}) == {a: [(9, 11)], b: [(4, 9)]}
     assert gaps.found_in([(a, 5), (a, 6)], {a: 4}) == {}
+    gaps.judged_holding(b, 4)  # records there: reading again brings them, not another question
+    assert gaps.found_in(batch, {a: 4, b: 1}) == {a: [(9, 11)]}
 
 
 def test_a_partition_that_ends_in_an_empty_hole_is_released_to_its_end(log: list[dict[str, Any]]) -> None:
