@@ -251,7 +251,7 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
             # per table key, instead of per record (docs/benchmarks.md, "Profiling the worker").
             async for batch in stream.take_events(settings.worker_batch_records, within=settings.worker_batch_seconds):
                 records = [_record(event) for event in batch]
-                if await judge_ahead(stage, records) and faust_compat.rebalanced(
+                if await judge_ahead(records) and faust_compat.rebalanced(
                         app, [event.message.generation_id for event in batch]):
                     continue  # the tables may be another assignment's now: the records are read again
                 await perform(stage, stage.apply(records), batch)
@@ -275,17 +275,24 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
         if not faust_compat.settled(app):
             tails.reset()
         else:
-            applied = {(topic, partition): tables[table].get(state.offset_key(partition))
-                       for topic, table, partitions in ((topics.l1, state.LOG_CLOCKS, settings.l1_partitions),
-                                                        (topics.redacted, state.CHUNKER_PROGRESS,
-                                                         settings.stream_partitions))
+            applied = {(topic, partition): applied_offset((topic, partition))
+                       for topic, partitions in ((topics.l1, settings.l1_partitions),
+                                                 (topics.redacted, settings.stream_partitions))
                        for partition in range(partitions)}
             faust_compat.hold(app, tails.check(time.monotonic(), faust_compat.ends(app, (topics.l1, topics.redacted)),
                                                applied))
             await judge_holes(applied)
         await faust_compat.reread(app, gaps)
 
-    async def judge_ahead(stage: RedactionStage | ChunkingStage, records: list[Record]) -> bool:
+    # The table in which each stage keeps the offset of the last record it applied per source partition.
+    progress_tables = {topics.l1: state.LOG_CLOCKS, topics.redacted: state.CHUNKER_PROGRESS}
+
+    def applied_offset(source: tuple[str, int]) -> int | None:
+        topic, partition = source
+        offset: int | None = tables[progress_tables[topic]].get(state.offset_key(partition))
+        return offset
+
+    async def judge_ahead(records: list[Record]) -> bool:
         """Ask the broker about the holes ``records`` will meet before the stage applies them; a
         hole it finds empty (transaction markers, an aborted transaction) is then accepted in
         this batch. Found only by the stage, each transaction of a transactional producer on L1
@@ -293,9 +300,7 @@ def create_app(settings: Settings, bootstrap: str) -> faust.App:
         read again. One read per source partition, over all its holes, the partitions side by
         side; a hole with records is left to the stage, to read again (:func:`judge_holes`).
         True when the broker was asked (the batch waited on it)."""
-        table = state.LOG_CLOCKS if stage is redaction_stage else state.CHUNKER_PROGRESS
-        sources = {(record.topic, record.partition) for record in records}
-        applied = {source: tables[table].get(state.offset_key(source[1])) for source in sources}
+        applied = {source: applied_offset(source) for source in {(record.topic, record.partition) for record in records}}
         found = gaps.found_in([((record.topic, record.partition), record.offset) for record in records], applied)
         if not found:
             return False
